@@ -1,0 +1,311 @@
+//! Bounds checking: proves that every load of a stage stays inside its tensor.
+//!
+//! Index expressions are put in linear form over variables and opaque
+//! non-linear sub-terms (`/`, `%`, products of variables), whose ranges come
+//! from interval arithmetic. Inside `select(c, a, b)`, the comparisons of `c`
+//! (for `a`) or of its negation (for `b`) become linear facts `L >= 0` that
+//! tighten variable ranges and bound any index `I` through `I = L + (I - L)`.
+//! This accepts the padding idiom `select(y >= pad && y < H + pad, X[y - pad], 0)`
+//! and its variants. All arithmetic is in i128, so no input can overflow it.
+
+use crate::resolve::Builtin;
+use crate::tir::*;
+use std::collections::BTreeMap;
+use texc_grammar::ast::{BinOp, UnOp};
+use texc_grammar::Diagnostic;
+
+type Iv = (i128, i128);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Atom {
+    Var(VarId),
+    Opaque(TExprId),
+}
+
+#[derive(Clone, Debug, Default)]
+struct Lin {
+    terms: BTreeMap<Atom, i128>,
+    c: i128,
+}
+
+impl Lin {
+    fn constant(c: i128) -> Lin {
+        Lin {
+            terms: BTreeMap::new(),
+            c,
+        }
+    }
+
+    fn atom(a: Atom) -> Lin {
+        Lin {
+            terms: BTreeMap::from([(a, 1)]),
+            c: 0,
+        }
+    }
+
+    fn add(mut self, o: &Lin, sign: i128) -> Lin {
+        for (a, k) in &o.terms {
+            *self.terms.entry(*a).or_insert(0) += sign * k;
+        }
+        self.terms.retain(|_, k| *k != 0);
+        self.c += sign * o.c;
+        self
+    }
+
+    fn scale(mut self, k: i128) -> Lin {
+        if k == 0 {
+            return Lin::constant(0);
+        }
+        for v in self.terms.values_mut() {
+            *v *= k;
+        }
+        self.c *= k;
+        self
+    }
+
+    fn as_const(&self) -> Option<i128> {
+        self.terms.is_empty().then_some(self.c)
+    }
+}
+
+fn clamp_big(x: i128) -> i128 {
+    // Keep intervals far from i128 overflow: sizes are < 2^63, products of two < 2^126.
+    x.clamp(-(1 << 100), 1 << 100)
+}
+
+fn floor_div(a: i128, b: i128) -> i128 {
+    let q = a / b;
+    if (a % b != 0) && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    }
+}
+
+struct Checker<'a> {
+    p: &'a Program,
+    stage: &'a Stage,
+}
+
+impl Checker<'_> {
+    fn lin(&self, e: TExprId) -> Lin {
+        match self.p.expr(e) {
+            TExpr::Int(v) => Lin::constant(*v as i128),
+            TExpr::Var(v) => Lin::atom(Atom::Var(*v)),
+            TExpr::Unary(UnOp::Neg, a) => self.lin(*a).scale(-1),
+            TExpr::Binary(BinOp::Add, a, b) => self.lin(*a).add(&self.lin(*b), 1),
+            TExpr::Binary(BinOp::Sub, a, b) => self.lin(*a).add(&self.lin(*b), -1),
+            TExpr::Binary(BinOp::Mul, a, b) => {
+                let (la, lb) = (self.lin(*a), self.lin(*b));
+                match (la.as_const(), lb.as_const()) {
+                    (Some(k), _) => lb.scale(k),
+                    (_, Some(k)) => la.scale(k),
+                    _ => Lin::atom(Atom::Opaque(e)),
+                }
+            }
+            _ => Lin::atom(Atom::Opaque(e)),
+        }
+    }
+
+    fn interval(&self, l: &Lin, env: &[Iv]) -> Result<Iv, String> {
+        let (mut lo, mut hi) = (l.c, l.c);
+        for (a, &k) in &l.terms {
+            let (alo, ahi) = match a {
+                Atom::Var(v) => env[*v as usize],
+                Atom::Opaque(e) => self.opaque(*e, env)?,
+            };
+            let (x, y) = (k * alo, k * ahi);
+            lo = clamp_big(lo + x.min(y));
+            hi = clamp_big(hi + x.max(y));
+        }
+        Ok((lo, hi))
+    }
+
+    fn opaque(&self, e: TExprId, env: &[Iv]) -> Result<Iv, String> {
+        let iv = |x: TExprId| self.interval(&self.lin(x), env);
+        match self.p.expr(e) {
+            TExpr::Binary(op @ (BinOp::Div | BinOp::Rem), a, b) => {
+                let (alo, ahi) = iv(*a)?;
+                let (blo, bhi) = iv(*b)?;
+                if blo <= 0 && bhi >= 0 {
+                    return Err("this index divides by a value that can be zero".into());
+                }
+                if *op == BinOp::Div {
+                    let c = [
+                        floor_div(alo, blo),
+                        floor_div(alo, bhi),
+                        floor_div(ahi, blo),
+                        floor_div(ahi, bhi),
+                    ];
+                    return Ok((*c.iter().min().expect("4"), *c.iter().max().expect("4")));
+                }
+                if blo == bhi && floor_div(alo, blo) == floor_div(ahi, blo) {
+                    let m = |x: i128| x - blo * floor_div(x, blo);
+                    return Ok((m(alo), m(ahi)));
+                }
+                Ok(if blo > 0 { (0, bhi - 1) } else { (blo + 1, 0) })
+            }
+            TExpr::Binary(BinOp::Mul, a, b) => {
+                let (alo, ahi) = iv(*a)?;
+                let (blo, bhi) = iv(*b)?;
+                let c = [alo * blo, alo * bhi, ahi * blo, ahi * bhi].map(clamp_big);
+                Ok((*c.iter().min().expect("4"), *c.iter().max().expect("4")))
+            }
+            _ => Err("this index is not integer arithmetic".into()),
+        }
+    }
+
+    /// Linear facts `L >= 0` that hold when `cond` is `positive`.
+    fn facts(&self, cond: TExprId, positive: bool, out: &mut Vec<Lin>) {
+        match self.p.expr(cond) {
+            TExpr::Unary(UnOp::Not, c) => self.facts(*c, !positive, out),
+            TExpr::Binary(BinOp::And, a, b) if positive => {
+                self.facts(*a, true, out);
+                self.facts(*b, true, out);
+            }
+            TExpr::Binary(BinOp::Or, a, b) if !positive => {
+                self.facts(*a, false, out);
+                self.facts(*b, false, out);
+            }
+            TExpr::Binary(op, a, b) if op.is_comparison() && self.p.ty(*a) == Ty::Index => {
+                let (la, lb) = (self.lin(*a), self.lin(*b));
+                let op = if positive {
+                    *op
+                } else {
+                    match op {
+                        BinOp::Lt => BinOp::Ge,
+                        BinOp::Le => BinOp::Gt,
+                        BinOp::Gt => BinOp::Le,
+                        BinOp::Ge => BinOp::Lt,
+                        BinOp::Eq => BinOp::Ne,
+                        _ => BinOp::Eq,
+                    }
+                };
+                let one = Lin::constant(1);
+                match op {
+                    BinOp::Lt => out.push(lb.add(&la, -1).add(&one, -1)),
+                    BinOp::Le => out.push(lb.add(&la, -1)),
+                    BinOp::Gt => out.push(la.add(&lb, -1).add(&one, -1)),
+                    BinOp::Ge => out.push(la.add(&lb, -1)),
+                    BinOp::Eq => {
+                        out.push(la.clone().add(&lb, -1));
+                        out.push(lb.add(&la, -1));
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Narrow variable ranges with single-variable facts; `None` if empty.
+    fn narrow(&self, env: &[Iv], facts: &[Lin]) -> Option<Vec<Iv>> {
+        let mut env = env.to_vec();
+        for f in facts {
+            if let Some(k) = f.as_const() {
+                if k < 0 {
+                    return None;
+                }
+                continue;
+            }
+            if f.terms.len() != 1 {
+                continue;
+            }
+            let (&atom, &a) = f.terms.iter().next().expect("one term");
+            let Atom::Var(v) = atom else { continue };
+            let iv = &mut env[v as usize];
+            if a > 0 {
+                iv.0 = iv.0.max(-floor_div(f.c, a));
+            } else {
+                iv.1 = iv.1.min(floor_div(f.c, -a));
+            }
+            if iv.0 > iv.1 {
+                return None;
+            }
+        }
+        Some(env)
+    }
+
+    fn walk(&self, e: TExprId, env: &[Iv], facts: &[Lin]) -> Result<(), Diagnostic> {
+        match self.p.expr(e) {
+            TExpr::Load(t, idx) => {
+                for (d, &i) in idx.iter().enumerate() {
+                    self.check_index(*t, d, i, env, facts)?;
+                }
+                Ok(())
+            }
+            TExpr::Call(Builtin::Select, args) => {
+                self.walk(args[0], env, facts)?;
+                for (branch, positive) in [(args[1], true), (args[2], false)] {
+                    let mut f = facts.to_vec();
+                    self.facts(args[0], positive, &mut f);
+                    if let Some(env2) = self.narrow(env, &f) {
+                        self.walk(branch, &env2, &f)?;
+                    }
+                }
+                Ok(())
+            }
+            TExpr::Reduce(_, vars, body) => {
+                if vars
+                    .iter()
+                    .any(|&v| self.stage.vars[v as usize].extent == 0)
+                {
+                    return Ok(());
+                }
+                self.walk(*body, env, facts)
+            }
+            _ => {
+                for c in self.p.children(e) {
+                    self.walk(c, env, facts)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn check_index(
+        &self,
+        t: TensorId,
+        d: usize,
+        i: TExprId,
+        env: &[Iv],
+        facts: &[Lin],
+    ) -> Result<(), Diagnostic> {
+        let tensor = self.p.tensor(t);
+        let size = tensor.shape[d] as i128;
+        let l = self.lin(i);
+        let (mut lo, mut hi) = self
+            .interval(&l, env)
+            .map_err(|m| Diagnostic::at(self.p.span(i), m))?;
+        for f in facts {
+            if let Ok((x, _)) = self.interval(&l.clone().add(f, -1), env) {
+                lo = lo.max(x);
+            }
+            if let Ok((_, y)) = self.interval(&l.clone().add(f, 1), env) {
+                hi = hi.min(y);
+            }
+        }
+        if lo >= 0 && hi < size {
+            return Ok(());
+        }
+        Err(Diagnostic::at(
+            self.p.span(i),
+            format!("index out of bounds: dimension {d} of `{}` has size {size}, but this index ranges over {lo}..={hi}", tensor.name),
+        )
+        .with_note("an access outside a tensor is only allowed in the true branch of a `select` whose condition rules it out (padding)"))
+    }
+}
+
+/// Check every load of stage `si` (in the context of all its variables' ranges).
+pub fn check_stage(p: &Program, si: usize) -> Result<(), Diagnostic> {
+    let stage = &p.stages[si];
+    if stage.vars[..stage.n_axes].iter().any(|v| v.extent == 0) {
+        return Ok(());
+    }
+    let env: Vec<Iv> = stage
+        .vars
+        .iter()
+        .map(|v| (0, v.extent as i128 - 1))
+        .collect();
+    Checker { p, stage }.walk(stage.value, &env, &[])
+}

@@ -1,0 +1,516 @@
+//! The reference interpreter: the oracle every backend and rewrite is
+//! checked against.
+//!
+//! It is written to be obviously right rather than fast: stages run in
+//! order, each element of a stage is computed by walking its expression.
+//! Float arithmetic is done in f64 and rounded to the tensor's element type
+//! when stored; integer arithmetic is exact and wraps at the width of its
+//! type (two's complement). Index arithmetic is exact 64-bit.
+//!
+//! Documented semantics (docs/language.md): integer `/` and `%` are floor
+//! division and modulo, with `x / 0 == 0` and `x % 0 == x`; `max`, `min`,
+//! `clamp` and the `max`/`min` reductions propagate NaN; `round` rounds half
+//! to even; float-to-integer casts truncate toward zero, saturate, and map
+//! NaN to 0.
+
+use crate::resolve::{Builtin, ReduceOp};
+use crate::tir::*;
+use crate::types::ElemType;
+use texc_grammar::ast::{BinOp, UnOp};
+use texc_runtime::{round_to, wrap_to, Tensor};
+
+/// Most memory the interpreter will allocate for tensors.
+pub const MAX_BYTES: u64 = 8 << 30;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum InterpError {
+    #[error("the kernel's tensors need {0} bytes, more than the interpreter's limit of 8 GiB")]
+    TooLarge(u64),
+    #[error("expected {expected} arguments, got {got}")]
+    Arity { expected: usize, got: usize },
+    #[error("argument `{name}`: expected {expected}, got {got}")]
+    Mismatch {
+        name: String,
+        expected: String,
+        got: String,
+    },
+    #[error("internal error: load outside `{0}` (the bounds checker should have rejected this)")]
+    OutOfBounds(String),
+}
+
+/// An argument, in the kernel's parameter order.
+#[derive(Clone, Debug)]
+pub enum Arg {
+    Tensor(Tensor),
+    Scalar(f64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum V {
+    F(f64),
+    I(i64),
+    B(bool),
+}
+
+impl V {
+    fn f(self) -> f64 {
+        match self {
+            V::F(x) => x,
+            V::I(x) => x as f64,
+            V::B(b) => b as u8 as f64,
+        }
+    }
+
+    fn i(self) -> i64 {
+        match self {
+            V::I(x) => x,
+            V::F(x) => x as i64,
+            V::B(b) => b as i64,
+        }
+    }
+
+    fn b(self) -> bool {
+        match self {
+            V::B(b) => b,
+            V::I(x) => x != 0,
+            V::F(x) => x != 0.0,
+        }
+    }
+}
+
+enum Buf {
+    F(Vec<f64>),
+    I(Vec<i64>),
+}
+
+/// Float to integer as Rust's `as`: truncate, saturate, NaN to 0.
+pub fn cast_f64_to_int(v: f64, t: ElemType) -> i64 {
+    match t {
+        ElemType::I8 => v as i8 as i64,
+        ElemType::U8 => v as u8 as i64,
+        ElemType::I32 => v as i32 as i64,
+        ElemType::Bool => (v != 0.0) as i64,
+        _ => v as i64,
+    }
+}
+
+fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+fn nan_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }
+}
+
+fn floor_div(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        return 0;
+    }
+    let q = a.wrapping_div(b);
+    if (a.wrapping_rem(b) != 0) && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    }
+}
+
+fn floor_mod(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        return a;
+    }
+    a.wrapping_sub(b.wrapping_mul(floor_div(a, b)))
+}
+
+struct Machine<'a> {
+    p: &'a Program,
+    bufs: Vec<Option<Buf>>,
+    strides: Vec<Vec<i64>>,
+    scalars: Vec<V>,
+}
+
+/// Run a program. Returns its outputs in declaration order.
+pub fn run(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
+    if args.len() != p.params.len() {
+        return Err(InterpError::Arity {
+            expected: p.params.len(),
+            got: args.len(),
+        });
+    }
+    let bytes: u64 = p.tensors.iter().map(|t| t.len() as u64 * 8).sum();
+    if bytes > MAX_BYTES {
+        return Err(InterpError::TooLarge(bytes));
+    }
+    let strides = p
+        .tensors
+        .iter()
+        .map(|t| {
+            let mut s = vec![1i64; t.shape.len()];
+            for d in (0..t.shape.len().saturating_sub(1)).rev() {
+                s[d] = s[d + 1] * t.shape[d + 1];
+            }
+            s
+        })
+        .collect();
+    let mut m = Machine {
+        p,
+        bufs: (0..p.tensors.len()).map(|_| None).collect(),
+        strides,
+        scalars: vec![V::F(0.0); p.scalars.len()],
+    };
+    for (param, arg) in p.params.iter().zip(args) {
+        match (param, arg) {
+            (ProgramParam::Tensor(t), Arg::Tensor(x)) => {
+                let decl = p.tensor(*t);
+                let want: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+                if x.shape != want || x.dtype() != decl.elem.to_runtime() {
+                    return Err(InterpError::Mismatch {
+                        name: decl.name.clone(),
+                        expected: format!("{}{:?}", decl.elem, want),
+                        got: format!("{}{:?}", x.dtype(), x.shape),
+                    });
+                }
+                m.bufs[t.0 as usize] = Some(match x.to_i64() {
+                    Some(v) => Buf::I(v),
+                    None => Buf::F(x.to_f64()),
+                });
+            }
+            (ProgramParam::Scalar(s), Arg::Scalar(v)) => {
+                let elem = p.scalars[*s as usize].elem;
+                m.scalars[*s as usize] = if elem.is_float() {
+                    V::F(round_to(elem.to_runtime(), v))
+                } else if elem == ElemType::Bool {
+                    V::B(v != 0.0)
+                } else {
+                    V::I(cast_f64_to_int(v, elem))
+                };
+            }
+            (param, arg) => {
+                let name = match param {
+                    ProgramParam::Tensor(t) => p.tensor(*t).name.clone(),
+                    ProgramParam::Scalar(s) => p.scalars[*s as usize].name.clone(),
+                };
+                let got = if matches!(arg, Arg::Tensor(_)) {
+                    "a tensor"
+                } else {
+                    "a scalar"
+                };
+                let expected = if matches!(param, ProgramParam::Tensor(_)) {
+                    "a tensor"
+                } else {
+                    "a scalar"
+                };
+                return Err(InterpError::Mismatch {
+                    name,
+                    expected: expected.into(),
+                    got: got.into(),
+                });
+            }
+        }
+    }
+    for st in &p.stages {
+        m.stage(st)?;
+    }
+    Ok(p.outputs.iter().map(|&t| m.to_tensor(t)).collect())
+}
+
+impl Machine<'_> {
+    fn to_tensor(&self, t: TensorId) -> Tensor {
+        let decl = self.p.tensor(t);
+        let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+        let dt = decl.elem.to_runtime();
+        match &self.bufs[t.0 as usize] {
+            Some(Buf::F(v)) => Tensor::from_f64(dt, shape, v),
+            Some(Buf::I(v)) => Tensor::from_i64(dt, shape, v),
+            None => Tensor::from_f64(dt, shape.clone(), &vec![0.0; shape.iter().product()]),
+        }
+    }
+
+    fn stage(&mut self, st: &Stage) -> Result<(), InterpError> {
+        let decl = self.p.tensor(st.tensor);
+        let n = decl.len() as usize;
+        let elem = decl.elem;
+        let mut env = vec![0i64; st.vars.len()];
+        let mut out_f = Vec::new();
+        let mut out_i = Vec::new();
+        let float = elem.is_float();
+        if float {
+            out_f.reserve(n);
+        } else {
+            out_i.reserve(n);
+        }
+        for _ in 0..n {
+            let v = self.eval(st, st.value, &mut env)?;
+            if float {
+                out_f.push(round_to(elem.to_runtime(), v.f()));
+            } else {
+                out_i.push(wrap_to(elem.to_runtime(), v.i()));
+            }
+            // Odometer over the stage's axes, last axis fastest.
+            for d in (0..st.n_axes).rev() {
+                env[d] += 1;
+                if env[d] < st.vars[d].extent {
+                    break;
+                }
+                env[d] = 0;
+            }
+        }
+        self.bufs[st.tensor.0 as usize] = Some(if float { Buf::F(out_f) } else { Buf::I(out_i) });
+        Ok(())
+    }
+
+    fn load(
+        &self,
+        st: &Stage,
+        t: TensorId,
+        idx: &[TExprId],
+        env: &mut Vec<i64>,
+    ) -> Result<V, InterpError> {
+        let mut off = 0i64;
+        let shape = &self.p.tensor(t).shape;
+        for (d, &i) in idx.iter().enumerate() {
+            let x = self.eval(st, i, env)?.i();
+            if x < 0 || x >= shape[d] {
+                return Err(InterpError::OutOfBounds(self.p.tensor(t).name.clone()));
+            }
+            off += x * self.strides[t.0 as usize][d];
+        }
+        let oob = || InterpError::OutOfBounds(self.p.tensor(t).name.clone());
+        Ok(match &self.bufs[t.0 as usize] {
+            Some(Buf::F(v)) => V::F(*v.get(off as usize).ok_or_else(oob)?),
+            Some(Buf::I(v)) => {
+                let x = *v.get(off as usize).ok_or_else(oob)?;
+                if self.p.tensor(t).elem == ElemType::Bool {
+                    V::B(x != 0)
+                } else {
+                    V::I(x)
+                }
+            }
+            None => return Err(oob()),
+        })
+    }
+
+    fn eval(&self, st: &Stage, e: TExprId, env: &mut Vec<i64>) -> Result<V, InterpError> {
+        let ty = self.p.ty(e);
+        Ok(match self.p.expr(e) {
+            TExpr::Int(v) => match ty {
+                Ty::Elem(ElemType::Bool) => V::B(*v != 0),
+                _ => V::I(*v),
+            },
+            TExpr::Float(v) => V::F(*v),
+            TExpr::Var(v) => V::I(env[*v as usize]),
+            TExpr::Scalar(s) => self.scalars[*s as usize],
+            TExpr::Load(t, idx) => self.load(st, *t, idx, env)?,
+            TExpr::Unary(UnOp::Not, a) => V::B(!self.eval(st, *a, env)?.b()),
+            TExpr::Unary(UnOp::Neg, a) => match self.eval(st, *a, env)? {
+                V::F(x) => V::F(-x),
+                V::I(x) => V::I(wrap(ty, x.wrapping_neg())),
+                V::B(b) => V::B(b),
+            },
+            TExpr::Binary(op, a, b) => {
+                let x = self.eval(st, *a, env)?;
+                // `&&`/`||` short-circuit, like the C family.
+                match (op, x) {
+                    (BinOp::And, V::B(false)) => return Ok(V::B(false)),
+                    (BinOp::Or, V::B(true)) => return Ok(V::B(true)),
+                    _ => {}
+                }
+                let y = self.eval(st, *b, env)?;
+                binary(*op, ty, self.p.ty(*a), x, y)
+            }
+            TExpr::Call(Builtin::Select, args) => {
+                let c = self.eval(st, args[0], env)?.b();
+                self.eval(st, if c { args[1] } else { args[2] }, env)?
+            }
+            TExpr::Call(f, args) => {
+                let mut vals = [V::I(0); 3];
+                for (i, a) in args.iter().enumerate() {
+                    vals[i] = self.eval(st, *a, env)?;
+                }
+                call(*f, ty, &vals[..args.len()])
+            }
+            TExpr::Cast(a) => cast(self.eval(st, *a, env)?, ty),
+            TExpr::Reduce(op, vars, body) => self.reduce(st, *op, ty, vars, *body, env)?,
+        })
+    }
+
+    fn reduce(
+        &self,
+        st: &Stage,
+        op: ReduceOp,
+        ty: Ty,
+        vars: &[VarId],
+        body: TExprId,
+        env: &mut Vec<i64>,
+    ) -> Result<V, InterpError> {
+        let float = matches!(ty, Ty::Elem(e) if e.is_float());
+        let (mut fa, mut ia): (f64, i64) = match op {
+            ReduceOp::Sum => (0.0, 0),
+            ReduceOp::Prod => (1.0, 1),
+            ReduceOp::Max => (f64::NEG_INFINITY, int_bounds(ty).0),
+            ReduceOp::Min => (f64::INFINITY, int_bounds(ty).1),
+        };
+        if vars.iter().any(|&v| st.vars[v as usize].extent == 0) {
+            return Ok(if float { V::F(fa) } else { V::I(ia) });
+        }
+        for &v in vars {
+            env[v as usize] = 0;
+        }
+        loop {
+            let x = self.eval(st, body, env)?;
+            if float {
+                let x = x.f();
+                fa = match op {
+                    ReduceOp::Sum => fa + x,
+                    ReduceOp::Prod => fa * x,
+                    ReduceOp::Max => nan_max(fa, x),
+                    ReduceOp::Min => nan_min(fa, x),
+                };
+            } else {
+                let x = x.i();
+                ia = match op {
+                    ReduceOp::Sum => ia.wrapping_add(x),
+                    ReduceOp::Prod => ia.wrapping_mul(x),
+                    ReduceOp::Max => ia.max(x),
+                    ReduceOp::Min => ia.min(x),
+                };
+            }
+            let mut done = true;
+            for &v in vars.iter().rev() {
+                env[v as usize] += 1;
+                if env[v as usize] < st.vars[v as usize].extent {
+                    done = false;
+                    break;
+                }
+                env[v as usize] = 0;
+            }
+            if done {
+                break;
+            }
+        }
+        Ok(if float { V::F(fa) } else { V::I(wrap(ty, ia)) })
+    }
+}
+
+fn int_bounds(ty: Ty) -> (i64, i64) {
+    match ty {
+        Ty::Elem(ElemType::I8) => (i8::MIN as i64, i8::MAX as i64),
+        Ty::Elem(ElemType::U8) => (0, u8::MAX as i64),
+        Ty::Elem(ElemType::I32) => (i32::MIN as i64, i32::MAX as i64),
+        _ => (i64::MIN, i64::MAX),
+    }
+}
+
+fn wrap(ty: Ty, v: i64) -> i64 {
+    match ty {
+        Ty::Elem(e) => wrap_to(e.to_runtime(), v),
+        Ty::Index => v,
+    }
+}
+
+fn binary(op: BinOp, ty: Ty, operand_ty: Ty, x: V, y: V) -> V {
+    let float = matches!(operand_ty, Ty::Elem(e) if e.is_float());
+    if op.is_comparison() {
+        let r = if float {
+            let (a, b) = (x.f(), y.f());
+            match op {
+                BinOp::Lt => a < b,
+                BinOp::Le => a <= b,
+                BinOp::Gt => a > b,
+                BinOp::Ge => a >= b,
+                BinOp::Eq => a == b,
+                _ => a != b,
+            }
+        } else {
+            let (a, b) = (x.i(), y.i());
+            match op {
+                BinOp::Lt => a < b,
+                BinOp::Le => a <= b,
+                BinOp::Gt => a > b,
+                BinOp::Ge => a >= b,
+                BinOp::Eq => a == b,
+                _ => a != b,
+            }
+        };
+        return V::B(r);
+    }
+    match op {
+        BinOp::And => return V::B(x.b() && y.b()),
+        BinOp::Or => return V::B(x.b() || y.b()),
+        _ => {}
+    }
+    if float {
+        let (a, b) = (x.f(), y.f());
+        return V::F(match op {
+            BinOp::Add => a + b,
+            BinOp::Sub => a - b,
+            BinOp::Mul => a * b,
+            _ => a / b,
+        });
+    }
+    let (a, b) = (x.i(), y.i());
+    let r = match op {
+        BinOp::Add => a.wrapping_add(b),
+        BinOp::Sub => a.wrapping_sub(b),
+        BinOp::Mul => a.wrapping_mul(b),
+        BinOp::Div => floor_div(a, b),
+        _ => floor_mod(a, b),
+    };
+    V::I(wrap(ty, r))
+}
+
+fn call(f: Builtin, ty: Ty, a: &[V]) -> V {
+    let float = matches!(ty, Ty::Elem(e) if e.is_float());
+    if !float {
+        let x: Vec<i64> = a.iter().map(|v| v.i()).collect();
+        return V::I(wrap(
+            ty,
+            match f {
+                Builtin::Abs => x[0].wrapping_abs(),
+                Builtin::Max => x[0].max(x[1]),
+                Builtin::Min => x[0].min(x[1]),
+                Builtin::Clamp => x[0].max(x[1]).min(x[2]),
+                _ => unreachable!("resolution restricts `{}` to floats", f.name()),
+            },
+        ));
+    }
+    let x: Vec<f64> = a.iter().map(|v| v.f()).collect();
+    V::F(match f {
+        Builtin::Exp => x[0].exp(),
+        Builtin::Log => x[0].ln(),
+        Builtin::Sqrt => x[0].sqrt(),
+        Builtin::Rsqrt => 1.0 / x[0].sqrt(),
+        Builtin::Tanh => x[0].tanh(),
+        Builtin::Sigmoid => 1.0 / (1.0 + (-x[0]).exp()),
+        Builtin::Erf => libm::erf(x[0]),
+        Builtin::Abs => x[0].abs(),
+        Builtin::Floor => x[0].floor(),
+        Builtin::Ceil => x[0].ceil(),
+        Builtin::Round => x[0].round_ties_even(),
+        Builtin::Max => nan_max(x[0], x[1]),
+        Builtin::Min => nan_min(x[0], x[1]),
+        Builtin::Pow => x[0].powf(x[1]),
+        Builtin::Clamp => nan_min(nan_max(x[0], x[1]), x[2]),
+        Builtin::Select => unreachable!("handled lazily"),
+    })
+}
+
+fn cast(v: V, ty: Ty) -> V {
+    match ty {
+        Ty::Index => V::I(v.i()),
+        Ty::Elem(ElemType::Bool) => V::B(v.b()),
+        Ty::Elem(e) if e.is_float() => V::F(round_to(e.to_runtime(), v.f())),
+        Ty::Elem(e) => match v {
+            V::F(x) => V::I(cast_f64_to_int(x, e)),
+            V::I(x) => V::I(wrap_to(e.to_runtime(), x)),
+            V::B(b) => V::I(b as i64),
+        },
+    }
+}

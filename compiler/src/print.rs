@@ -1,0 +1,120 @@
+//! Deterministic printer for the tensor IR (`texc emit --stage tir`).
+
+use crate::resolve::Builtin;
+use crate::tir::*;
+use std::fmt::Write;
+use texc_grammar::ast::{BinOp, UnOp};
+
+pub fn print_program(p: &Program) -> String {
+    let mut out = String::new();
+    let b: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    let _ = writeln!(out, "kernel {} [{}]", p.name, b.join(", "));
+    for param in &p.params {
+        match param {
+            ProgramParam::Tensor(t) => {
+                let _ = writeln!(out, "  input {}", decl(p.tensor(*t)));
+            }
+            ProgramParam::Scalar(s) => {
+                let s = &p.scalars[*s as usize];
+                let d = s.default.map(|d| format!(" = {d:?}")).unwrap_or_default();
+                let _ = writeln!(out, "  scalar {}: {}{d}", s.name, s.elem);
+            }
+        }
+    }
+    for t in &p.outputs {
+        let _ = writeln!(out, "  output {}", decl(p.tensor(*t)));
+    }
+    for (i, t) in p.tensors.iter().enumerate() {
+        if t.role == TensorRole::Temp {
+            let _ = writeln!(out, "  temp {}", decl(t));
+            let _ = i;
+        }
+    }
+    for s in &p.stages {
+        let axes: Vec<String> = s.vars[..s.n_axes]
+            .iter()
+            .map(|v| format!("{} < {}", v.name, v.extent))
+            .collect();
+        let t = p.tensor(s.tensor);
+        let _ = writeln!(
+            out,
+            "  stage {}[{}] = {}",
+            t.name,
+            axes.join(", "),
+            expr(p, s, s.value)
+        );
+    }
+    out
+}
+
+fn decl(t: &TensorDecl) -> String {
+    let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
+    format!("{}: {}[{}]", t.name, t.elem, dims.join(", "))
+}
+
+fn prec(op: BinOp) -> u8 {
+    match op {
+        BinOp::Or => 1,
+        BinOp::And => 2,
+        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne => 3,
+        BinOp::Add | BinOp::Sub => 4,
+        BinOp::Mul | BinOp::Div | BinOp::Rem => 5,
+    }
+}
+
+/// Print an expression of stage `s` in infix form (parenthesised where needed).
+pub fn expr(p: &Program, s: &Stage, e: TExprId) -> String {
+    let sub = |x: TExprId, min: u8| {
+        let text = expr(p, s, x);
+        match p.expr(x) {
+            TExpr::Binary(op, _, _) if prec(*op) < min => format!("({text})"),
+            _ => text,
+        }
+    };
+    match p.expr(e) {
+        TExpr::Int(v) => match p.ty(e) {
+            Ty::Index => v.to_string(),
+            Ty::Elem(crate::types::ElemType::Bool) => (*v != 0).to_string(),
+            Ty::Elem(t) => format!("{v}{t}"),
+        },
+        TExpr::Float(v) => format!("{v:?}{}", p.ty(e)),
+        TExpr::Var(v) => s.vars[*v as usize].name.clone(),
+        TExpr::Scalar(i) => p.scalars[*i as usize].name.clone(),
+        TExpr::Load(t, idx) => {
+            let i: Vec<String> = idx.iter().map(|x| expr(p, s, *x)).collect();
+            if i.is_empty() {
+                p.tensor(*t).name.clone()
+            } else {
+                format!("{}[{}]", p.tensor(*t).name, i.join(", "))
+            }
+        }
+        TExpr::Unary(UnOp::Neg, a) => format!("-{}", sub(*a, 6)),
+        TExpr::Unary(UnOp::Not, a) => format!("!{}", sub(*a, 6)),
+        TExpr::Binary(op, a, b) => {
+            let q = prec(*op);
+            format!("{} {} {}", sub(*a, q), op.symbol(), sub(*b, q + 1))
+        }
+        TExpr::Call(f, args) => {
+            let a: Vec<String> = args.iter().map(|x| expr(p, s, *x)).collect();
+            let name = if *f == Builtin::Select {
+                "select"
+            } else {
+                f.name()
+            };
+            format!("{name}({})", a.join(", "))
+        }
+        TExpr::Cast(a) => format!("{}({})", p.ty(e), expr(p, s, *a)),
+        TExpr::Reduce(op, vars, body) => {
+            let v: Vec<String> = vars
+                .iter()
+                .map(|v| {
+                    format!(
+                        "{} < {}",
+                        s.vars[*v as usize].name, s.vars[*v as usize].extent
+                    )
+                })
+                .collect();
+            format!("{}[{}]({})", op.name(), v.join(", "), expr(p, s, *body))
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! Loading: a root file, its imports (files and the embedded standard
+//! library), and per-file scopes of kernels.
+//!
+//! Invariants after [`Session::load_root`] succeeds: every module is parsed,
+//! import cycles are rejected, and each module's scope maps a kernel name to
+//! its overloads (local kernels shadow imported ones of the same name).
+
+use crate::resolve::{Facts, KernelInfo};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use texc_grammar::ast::{ImportPath, Item};
+use texc_grammar::{Ast, Diagnostic, Diagnostics, SourceMap, Span};
+
+/// The standard library, embedded so that `import std.nn;` works anywhere.
+pub const STD_NN: &str = include_str!("../../std/nn.tex");
+
+/// A kernel: module index and index among that module's kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KernelRef {
+    pub module: u32,
+    pub index: u32,
+}
+
+/// One loaded file.
+#[derive(Debug)]
+pub struct Module {
+    pub ast: Ast,
+    pub path: Option<PathBuf>,
+    /// Resolved kernels, in source order (filled by `resolve`).
+    pub kernels: Vec<KernelInfo>,
+    pub facts: Facts,
+    /// Visible kernels by name: own kernels, else those of direct imports.
+    pub scope: BTreeMap<String, Vec<KernelRef>>,
+}
+
+#[derive(Debug, Default)]
+pub struct Session {
+    pub sources: SourceMap,
+    pub modules: Vec<Module>,
+    by_path: HashMap<PathBuf, usize>,
+    std_module: Option<usize>,
+}
+
+impl Session {
+    pub fn new() -> Session {
+        Session::default()
+    }
+
+    /// Load a file from disk with all its imports. Returns the module index.
+    pub fn load_root(&mut self, path: &Path) -> Result<usize, Diagnostics> {
+        let text = std::fs::read(path).map_err(|e| {
+            vec![Diagnostic::error(format!(
+                "cannot read `{}`: {e}",
+                path.display()
+            ))]
+        })?;
+        let text = String::from_utf8(text).map_err(|e| {
+            vec![Diagnostic::error(format!(
+                "`{}` is not valid UTF-8 (byte {})",
+                path.display(),
+                e.utf8_error().valid_up_to()
+            ))]
+        })?;
+        self.load_text(&path.display().to_string(), &text, Some(path.to_path_buf()))
+    }
+
+    /// Load source text (with its imports). `path` is used to find relative imports.
+    pub fn load_text(
+        &mut self,
+        name: &str,
+        text: &str,
+        path: Option<PathBuf>,
+    ) -> Result<usize, Diagnostics> {
+        let mut stack = Vec::new();
+        let m = self.load(name, text, path, &mut stack)?;
+        crate::resolve::resolve_session(self)?;
+        Ok(m)
+    }
+
+    fn load(
+        &mut self,
+        name: &str,
+        text: &str,
+        path: Option<PathBuf>,
+        stack: &mut Vec<PathBuf>,
+    ) -> Result<usize, Diagnostics> {
+        let file = self.sources.add(name, text);
+        let ast = texc_grammar::parse(file, text).map_err(|d| vec![d])?;
+        let canon = path
+            .as_ref()
+            .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()));
+        if let Some(c) = &canon {
+            stack.push(c.clone());
+        }
+        let mut imported = Vec::new();
+        for item in &ast.items {
+            let Item::Import(imp) = item else { continue };
+            let m = match &imp.path {
+                ImportPath::Module(parts) => {
+                    let dotted: Vec<&str> = parts.iter().map(|p| p.name.as_str()).collect();
+                    if dotted != ["std", "nn"] {
+                        return Err(vec![Diagnostic::at(imp.span, format!("unknown module `{}`", dotted.join(".")))
+                            .with_note("the standard library is `import std.nn;`; files are imported as `import \"path.tex\";`")]);
+                    }
+                    self.load_std(stack)?
+                }
+                ImportPath::File { path: rel, span } => {
+                    self.load_import(rel, *span, canon.as_deref(), stack)?
+                }
+            };
+            imported.push(m);
+        }
+        if canon.is_some() {
+            stack.pop();
+        }
+        let scope = build_scope(self, self.modules.len() as u32, &ast, &imported);
+        self.modules.push(Module {
+            ast,
+            path: canon.clone(),
+            kernels: Vec::new(),
+            facts: Facts::default(),
+            scope,
+        });
+        let idx = self.modules.len() - 1;
+        if let Some(c) = canon {
+            self.by_path.insert(c, idx);
+        }
+        Ok(idx)
+    }
+
+    fn load_std(&mut self, stack: &mut Vec<PathBuf>) -> Result<usize, Diagnostics> {
+        if let Some(m) = self.std_module {
+            return Ok(m);
+        }
+        let m = self.load("<std>/nn.tex", STD_NN, None, stack)?;
+        self.std_module = Some(m);
+        Ok(m)
+    }
+
+    fn load_import(
+        &mut self,
+        rel: &str,
+        span: Span,
+        from: Option<&Path>,
+        stack: &mut Vec<PathBuf>,
+    ) -> Result<usize, Diagnostics> {
+        let base = from
+            .and_then(|p| p.parent())
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let path = base.join(rel);
+        let canon = path.canonicalize().map_err(|e| {
+            vec![Diagnostic::at(
+                span,
+                format!("cannot import `{}`: {e}", path.display()),
+            )]
+        })?;
+        if stack.contains(&canon) {
+            return Err(vec![Diagnostic::at(
+                span,
+                format!("import cycle: `{}` imports itself", path.display()),
+            )]);
+        }
+        if let Some(&m) = self.by_path.get(&canon) {
+            return Ok(m);
+        }
+        let text = std::fs::read_to_string(&canon).map_err(|e| {
+            vec![Diagnostic::at(
+                span,
+                format!("cannot import `{}`: {e}", path.display()),
+            )]
+        })?;
+        self.load(&path.display().to_string(), &text, Some(canon), stack)
+    }
+
+    pub fn module(&self, m: usize) -> &Module {
+        &self.modules[m]
+    }
+
+    pub fn kernel(&self, k: KernelRef) -> &KernelInfo {
+        &self.modules[k.module as usize].kernels[k.index as usize]
+    }
+
+    /// Find the kernel to run in module `m`: `name` if given, else the only one.
+    pub fn entry_kernel(&self, m: usize, name: Option<&str>) -> Result<KernelRef, Diagnostic> {
+        let module = &self.modules[m];
+        let own: Vec<KernelRef> = (0..module.kernels.len())
+            .map(|i| KernelRef {
+                module: m as u32,
+                index: i as u32,
+            })
+            .collect();
+        let file = &self.sources.file(module.ast.file).name;
+        match name {
+            Some(n) => {
+                let found: Vec<KernelRef> = module.scope.get(n).cloned().unwrap_or_default();
+                match found.len() {
+                    1 => Ok(found[0]),
+                    0 => {
+                        let names: Vec<&str> = module.scope.keys().map(String::as_str).collect();
+                        Err(
+                            Diagnostic::error(format!("{file}: no kernel named `{n}`")).with_note(
+                                format!(
+                                    "kernels here: {}",
+                                    if names.is_empty() {
+                                        "none".into()
+                                    } else {
+                                        names.join(", ")
+                                    }
+                                ),
+                            ),
+                        )
+                    }
+                    _ => Err(Diagnostic::error(format!(
+                        "{file}: `{n}` names {} overloads; run a kernel of your own that calls it",
+                        found.len()
+                    ))),
+                }
+            }
+            None => match own.len() {
+                1 => Ok(own[0]),
+                0 => Err(Diagnostic::error(format!(
+                    "{file}: the file defines no kernel"
+                ))),
+                _ => {
+                    let names: Vec<&str> =
+                        own.iter().map(|k| self.kernel(*k).name.as_str()).collect();
+                    Err(Diagnostic::error(format!(
+                        "{file}: the file defines several kernels; choose one with --kernel"
+                    ))
+                    .with_note(format!("kernels: {}", names.join(", "))))
+                }
+            },
+        }
+    }
+}
+
+fn build_scope(
+    s: &Session,
+    me: u32,
+    ast: &Ast,
+    imported: &[usize],
+) -> BTreeMap<String, Vec<KernelRef>> {
+    let mut scope: BTreeMap<String, Vec<KernelRef>> = BTreeMap::new();
+    for &m in imported {
+        for (i, k) in s.modules[m].ast.kernels().enumerate() {
+            let r = KernelRef {
+                module: m as u32,
+                index: i as u32,
+            };
+            let e = scope.entry(k.name.name.clone()).or_default();
+            if !e.contains(&r) {
+                e.push(r);
+            }
+        }
+    }
+    let mut own: BTreeMap<String, Vec<KernelRef>> = BTreeMap::new();
+    for (i, k) in ast.kernels().enumerate() {
+        own.entry(k.name.name.clone()).or_default().push(KernelRef {
+            module: me,
+            index: i as u32,
+        });
+    }
+    // Local kernels shadow imported overload sets of the same name.
+    scope.extend(own);
+    scope
+}

@@ -1,0 +1,180 @@
+//! The tensor IR (TIR): one kernel specialized to concrete shapes, with every
+//! composition call inlined.
+//!
+//! A [`Program`] is a list of [`Stage`]s in execution order. Each stage
+//! defines every element of one tensor by an expression over its axes
+//! (`vars[..n_axes]`) and reduction variables (the rest). Expressions live in
+//! one arena with a parallel type table and span table.
+//!
+//! Invariants (checked by [`crate::verify`]): every expression has a concrete
+//! type; operands of arithmetic and comparisons have equal types; index
+//! expressions have type [`Ty::Index`]; a stage reads only tensors that are
+//! inputs or were written by an earlier stage; loads have one index per
+//! dimension and were proven in bounds (`crate::bounds`); all variables start
+//! at 0 and range over `0..extent`.
+
+use crate::resolve::{Builtin, ReduceOp};
+use crate::types::ElemType;
+use std::fmt;
+use texc_grammar::ast::{BinOp, UnOp};
+use texc_grammar::Span;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TExprId(pub u32);
+
+/// Index of a variable in its stage's `vars`.
+pub type VarId = u32;
+
+/// Concrete expression types. `Index` is exact 64-bit integer arithmetic
+/// (indices, sizes, and integer literals not yet converted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ty {
+    Index,
+    Elem(ElemType),
+}
+
+impl fmt::Display for Ty {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ty::Index => f.write_str("index"),
+            Ty::Elem(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TExpr {
+    /// An integer constant (type `Index` or an integer/bool element type).
+    Int(i64),
+    /// A float constant, already rounded to its type.
+    Float(f64),
+    Var(VarId),
+    /// A run-time scalar parameter.
+    Scalar(u32),
+    Load(TensorId, Vec<TExprId>),
+    Unary(UnOp, TExprId),
+    Binary(BinOp, TExprId, TExprId),
+    /// Built-in function (`Select` has the condition first).
+    Call(Builtin, Vec<TExprId>),
+    /// Conversion to this node's type.
+    Cast(TExprId),
+    Reduce(ReduceOp, Vec<VarId>, TExprId),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorRole {
+    Input,
+    Output,
+    Temp,
+}
+
+#[derive(Clone, Debug)]
+pub struct TensorDecl {
+    pub name: String,
+    pub elem: ElemType,
+    pub shape: Vec<i64>,
+    pub role: TensorRole,
+    pub span: Span,
+}
+
+impl TensorDecl {
+    pub fn len(&self) -> i64 {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ScalarDecl {
+    pub name: String,
+    pub elem: ElemType,
+    /// Value used when none is given.
+    pub default: Option<f64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct VarDecl {
+    pub name: String,
+    pub extent: i64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Stage {
+    pub tensor: TensorId,
+    /// Axes first (`n_axes` of them), then reduction variables.
+    pub vars: Vec<VarDecl>,
+    pub n_axes: usize,
+    pub value: TExprId,
+    pub span: Span,
+}
+
+/// A parameter of the specialized kernel, in declaration order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ProgramParam {
+    Tensor(TensorId),
+    Scalar(u32),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Program {
+    pub name: String,
+    /// Shape symbols and constants of the entry kernel with their values.
+    pub bindings: Vec<(String, i64)>,
+    pub tensors: Vec<TensorDecl>,
+    pub scalars: Vec<ScalarDecl>,
+    pub params: Vec<ProgramParam>,
+    pub outputs: Vec<TensorId>,
+    pub stages: Vec<Stage>,
+    pub exprs: Vec<TExpr>,
+    pub tys: Vec<Ty>,
+    pub spans: Vec<Span>,
+}
+
+impl Program {
+    pub fn alloc(&mut self, e: TExpr, ty: Ty, span: Span) -> TExprId {
+        self.exprs.push(e);
+        self.tys.push(ty);
+        self.spans.push(span);
+        TExprId(self.exprs.len() as u32 - 1)
+    }
+
+    pub fn expr(&self, e: TExprId) -> &TExpr {
+        &self.exprs[e.0 as usize]
+    }
+
+    pub fn ty(&self, e: TExprId) -> Ty {
+        self.tys[e.0 as usize]
+    }
+
+    pub fn span(&self, e: TExprId) -> Span {
+        self.spans[e.0 as usize]
+    }
+
+    pub fn tensor(&self, t: TensorId) -> &TensorDecl {
+        &self.tensors[t.0 as usize]
+    }
+
+    pub fn input_tensors(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.params.iter().filter_map(|p| match p {
+            ProgramParam::Tensor(t) => Some(*t),
+            ProgramParam::Scalar(_) => None,
+        })
+    }
+
+    /// Direct operands of an expression.
+    pub fn children(&self, e: TExprId) -> Vec<TExprId> {
+        match self.expr(e) {
+            TExpr::Int(_) | TExpr::Float(_) | TExpr::Var(_) | TExpr::Scalar(_) => vec![],
+            TExpr::Load(_, idx) => idx.clone(),
+            TExpr::Unary(_, a) | TExpr::Cast(a) | TExpr::Reduce(_, _, a) => vec![*a],
+            TExpr::Binary(_, a, b) => vec![*a, *b],
+            TExpr::Call(_, args) => args.clone(),
+        }
+    }
+}

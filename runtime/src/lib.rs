@@ -1,0 +1,212 @@
+//! texc runtime: typed host tensors and their `.npy` files.
+//!
+//! Pipeline position: last. The interpreter (and later the JIT backends)
+//! read inputs and write outputs as [`Tensor`]s. Every malformed file is a
+//! [`NpyError`], never a panic.
+
+mod npy;
+mod random;
+
+pub use npy::{read_npy, read_npy_bytes, write_npy, NpyError};
+pub use random::SplitMix64;
+
+use half::{bf16, f16};
+use std::fmt;
+
+/// Element type of a runtime tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F16,
+    BF16,
+    F32,
+    F64,
+    I8,
+    U8,
+    I32,
+    I64,
+    Bool,
+}
+
+impl DType {
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::Bool => "bool",
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Element storage, one variant per [`DType`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I8(Vec<i8>),
+    U8(Vec<u8>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    Bool(Vec<bool>),
+}
+
+/// A dense, row-major host tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub shape: Vec<usize>,
+    pub data: Data,
+}
+
+/// Round an `f64` to the precision of a float dtype (identity for f64).
+pub fn round_to(dtype: DType, v: f64) -> f64 {
+    match dtype {
+        DType::F16 => f16::from_f64(v).to_f64(),
+        DType::BF16 => bf16::from_f64(v).to_f64(),
+        DType::F32 => v as f32 as f64,
+        _ => v,
+    }
+}
+
+/// Wrap an integer to the range of an integer dtype (two's complement).
+pub fn wrap_to(dtype: DType, v: i64) -> i64 {
+    match dtype {
+        DType::I8 => v as i8 as i64,
+        DType::U8 => v as u8 as i64,
+        DType::I32 => v as i32 as i64,
+        DType::Bool => (v != 0) as i64,
+        _ => v,
+    }
+}
+
+impl Tensor {
+    pub fn dtype(&self) -> DType {
+        match &self.data {
+            Data::F16(_) => DType::F16,
+            Data::BF16(_) => DType::BF16,
+            Data::F32(_) => DType::F32,
+            Data::F64(_) => DType::F64,
+            Data::I8(_) => DType::I8,
+            Data::U8(_) => DType::U8,
+            Data::I32(_) => DType::I32,
+            Data::I64(_) => DType::I64,
+            Data::Bool(_) => DType::Bool,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.data {
+            Data::F16(v) => v.len(),
+            Data::BF16(v) => v.len(),
+            Data::F32(v) => v.len(),
+            Data::F64(v) => v.len(),
+            Data::I8(v) => v.len(),
+            Data::U8(v) => v.len(),
+            Data::I32(v) => v.len(),
+            Data::I64(v) => v.len(),
+            Data::Bool(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Build from `f64` values, rounding (floats) or wrapping (integers) to `dtype`.
+    pub fn from_f64(dtype: DType, shape: Vec<usize>, v: &[f64]) -> Tensor {
+        let data = match dtype {
+            DType::F16 => Data::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
+            DType::BF16 => Data::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F32 => Data::F32(v.iter().map(|&x| x as f32).collect()),
+            DType::F64 => Data::F64(v.to_vec()),
+            DType::I8 => Data::I8(v.iter().map(|&x| x as i8).collect()),
+            DType::U8 => Data::U8(v.iter().map(|&x| x as u8).collect()),
+            DType::I32 => Data::I32(v.iter().map(|&x| x as i32).collect()),
+            DType::I64 => Data::I64(v.iter().map(|&x| x as i64).collect()),
+            DType::Bool => Data::Bool(v.iter().map(|&x| x != 0.0).collect()),
+        };
+        Tensor { shape, data }
+    }
+
+    /// Build from `i64` values, wrapping to integer dtypes.
+    pub fn from_i64(dtype: DType, shape: Vec<usize>, v: &[i64]) -> Tensor {
+        let data = match dtype {
+            DType::I8 => Data::I8(v.iter().map(|&x| x as i8).collect()),
+            DType::U8 => Data::U8(v.iter().map(|&x| x as u8).collect()),
+            DType::I32 => Data::I32(v.iter().map(|&x| x as i32).collect()),
+            DType::I64 => Data::I64(v.to_vec()),
+            DType::Bool => Data::Bool(v.iter().map(|&x| x != 0).collect()),
+            _ => {
+                return Tensor::from_f64(
+                    dtype,
+                    shape,
+                    &v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+                )
+            }
+        };
+        Tensor { shape, data }
+    }
+
+    /// All elements as `f64` (exact for every dtype except i64 beyond 2^53).
+    pub fn to_f64(&self) -> Vec<f64> {
+        match &self.data {
+            Data::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            Data::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::F64(v) => v.clone(),
+            Data::I8(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::U8(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+        }
+    }
+
+    /// All elements as `i64`; `None` for float tensors.
+    pub fn to_i64(&self) -> Option<Vec<i64>> {
+        Some(match &self.data {
+            Data::I8(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::U8(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::I32(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::I64(v) => v.clone(),
+            Data::Bool(v) => v.iter().map(|&x| x as i64).collect(),
+            _ => return None,
+        })
+    }
+
+    /// Seeded random data: floats uniform in [-1, 1), integers over a small
+    /// range that fits every integer dtype's arithmetic without surprises.
+    pub fn random(dtype: DType, shape: Vec<usize>, rng: &mut SplitMix64) -> Tensor {
+        let n: usize = shape.iter().product();
+        if dtype.is_float() {
+            let v: Vec<f64> = (0..n).map(|_| rng.next_f64() * 2.0 - 1.0).collect();
+            return Tensor::from_f64(dtype, shape, &v);
+        }
+        let (lo, hi) = match dtype {
+            DType::Bool => (0, 1),
+            DType::U8 => (0, 255),
+            DType::I8 => (-128, 127),
+            _ => (-100, 100),
+        };
+        let v: Vec<i64> = (0..n)
+            .map(|_| lo + (rng.next_u64() % (hi - lo + 1) as u64) as i64)
+            .collect();
+        Tensor::from_i64(dtype, shape, &v)
+    }
+}

@@ -1,0 +1,84 @@
+//! Command-line syntax (clap). Values such as `--shape M=64,N=32` are parsed
+//! in `commands`, so that their errors can name the flag and the bad part.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "texc",
+    version,
+    about = "texc: a tensor compiler for .tex kernels"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// The .tex file.
+    pub file: PathBuf,
+    /// Kernel to use when the file defines several.
+    #[arg(long)]
+    pub kernel: Option<String>,
+    /// Shape symbol values: `--shape M=1024,N=512` (repeatable).
+    #[arg(long, value_name = "NAME=SIZE,...")]
+    pub shape: Vec<String>,
+    /// Compile-time constants: `--const pad=1,stride=2` (repeatable).
+    #[arg(long = "const", value_name = "NAME=VALUE,...")]
+    pub consts: Vec<String>,
+    /// Target: interp, x86-avx2, x86-avx512, host, cranelift, nvptx-sm80, nvptx-sm90.
+    #[arg(long, default_value = "interp")]
+    pub target: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Input tensors or 0-d scalars: `--input A=a.npy` (repeatable).
+    #[arg(long, value_name = "NAME=FILE")]
+    pub input: Vec<String>,
+    /// Scalar values: `--scalar eps=1e-3` (repeatable).
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub scalar: Vec<String>,
+    /// Write an output: `--output C=c.npy` (repeatable).
+    #[arg(long, value_name = "NAME=FILE")]
+    pub output: Vec<String>,
+    /// Seed for random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Compare with the interpreter and print the max relative error.
+    #[arg(long)]
+    pub check: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Parse and type/shape-check a file; diagnostics only.
+    Check(Common),
+    /// Print one compilation stage.
+    Emit {
+        #[command(flatten)]
+        common: Common,
+        /// ast, tir, graph, egraph, loops, llvm, asm, ptx, mlir.
+        #[arg(long)]
+        stage: String,
+    },
+    /// Run a kernel on inputs from .npy files or seeded random data.
+    Run(RunArgs),
+    /// Time a kernel (not built yet).
+    Bench(RunArgs),
+    /// Autotune a kernel (not built yet).
+    Tune(RunArgs),
+    /// Compile ahead of time (not built yet).
+    Compile {
+        #[command(flatten)]
+        common: Common,
+        #[arg(short = 'o')]
+        output: Option<PathBuf>,
+    },
+    /// FLOPs, bytes and roofline bounds (not built yet).
+    Analyze(Common),
+}
