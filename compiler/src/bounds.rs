@@ -16,10 +16,13 @@ use texc_grammar::Diagnostic;
 
 type Iv = (i128, i128);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// A term of a linear form. Opaque terms are keyed by their structure, so
+/// that the same sub-expression written twice (in a guard and in an index)
+/// cancels out.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Atom {
     Var(VarId),
-    Opaque(TExprId),
+    Opaque(String),
 }
 
 #[derive(Clone, Debug, Default)]
@@ -30,22 +33,16 @@ struct Lin {
 
 impl Lin {
     fn constant(c: i128) -> Lin {
-        Lin {
-            terms: BTreeMap::new(),
-            c,
-        }
+        Lin { terms: BTreeMap::new(), c }
     }
 
     fn atom(a: Atom) -> Lin {
-        Lin {
-            terms: BTreeMap::from([(a, 1)]),
-            c: 0,
-        }
+        Lin { terms: BTreeMap::from([(a, 1)]), c: 0 }
     }
 
     fn add(mut self, o: &Lin, sign: i128) -> Lin {
         for (a, k) in &o.terms {
-            *self.terms.entry(*a).or_insert(0) += sign * k;
+            *self.terms.entry(a.clone()).or_insert(0) += sign * k;
         }
         self.terms.retain(|_, k| *k != 0);
         self.c += sign * o.c;
@@ -85,9 +82,29 @@ fn floor_div(a: i128, b: i128) -> i128 {
 struct Checker<'a> {
     p: &'a Program,
     stage: &'a Stage,
+    /// An expression for each opaque key.
+    opaque: std::cell::RefCell<std::collections::HashMap<String, TExprId>>,
 }
 
 impl Checker<'_> {
+    fn key(&self, e: TExprId) -> String {
+        let kids: Vec<String> = self.p.children(e).into_iter().map(|c| self.key(c)).collect();
+        let head = match self.p.expr(e) {
+            TExpr::Int(v) => format!("{v}"),
+            TExpr::Var(v) => format!("v{v}"),
+            TExpr::Binary(op, _, _) => op.symbol().to_string(),
+            TExpr::Unary(op, _) => format!("{op:?}"),
+            other => format!("{:?}", std::mem::discriminant(other)),
+        };
+        format!("({head} {})", kids.join(" "))
+    }
+
+    fn opaque_atom(&self, e: TExprId) -> Lin {
+        let k = self.key(e);
+        self.opaque.borrow_mut().entry(k.clone()).or_insert(e);
+        Lin::atom(Atom::Opaque(k))
+    }
+
     fn lin(&self, e: TExprId) -> Lin {
         match self.p.expr(e) {
             TExpr::Int(v) => Lin::constant(*v as i128),
@@ -100,10 +117,10 @@ impl Checker<'_> {
                 match (la.as_const(), lb.as_const()) {
                     (Some(k), _) => lb.scale(k),
                     (_, Some(k)) => la.scale(k),
-                    _ => Lin::atom(Atom::Opaque(e)),
+                    _ => self.opaque_atom(e),
                 }
             }
-            _ => Lin::atom(Atom::Opaque(e)),
+            _ => self.opaque_atom(e),
         }
     }
 
@@ -112,7 +129,10 @@ impl Checker<'_> {
         for (a, &k) in &l.terms {
             let (alo, ahi) = match a {
                 Atom::Var(v) => env[*v as usize],
-                Atom::Opaque(e) => self.opaque(*e, env)?,
+                Atom::Opaque(k) => {
+                    let e = self.opaque.borrow()[k];
+                    self.opaque(e, env)?
+                }
             };
             let (x, y) = (k * alo, k * ahi);
             lo = clamp_big(lo + x.min(y));
@@ -131,12 +151,7 @@ impl Checker<'_> {
                     return Err("this index divides by a value that can be zero".into());
                 }
                 if *op == BinOp::Div {
-                    let c = [
-                        floor_div(alo, blo),
-                        floor_div(alo, bhi),
-                        floor_div(ahi, blo),
-                        floor_div(ahi, bhi),
-                    ];
+                    let c = [floor_div(alo, blo), floor_div(alo, bhi), floor_div(ahi, blo), floor_div(ahi, bhi)];
                     return Ok((*c.iter().min().expect("4"), *c.iter().max().expect("4")));
                 }
                 if blo == bhi && floor_div(alo, blo) == floor_div(ahi, blo) {
@@ -211,8 +226,8 @@ impl Checker<'_> {
             if f.terms.len() != 1 {
                 continue;
             }
-            let (&atom, &a) = f.terms.iter().next().expect("one term");
-            let Atom::Var(v) = atom else { continue };
+            let (atom, &a) = f.terms.iter().next().expect("one term");
+            let &Atom::Var(v) = atom else { continue };
             let iv = &mut env[v as usize];
             if a > 0 {
                 iv.0 = iv.0.max(-floor_div(f.c, a));
@@ -246,10 +261,7 @@ impl Checker<'_> {
                 Ok(())
             }
             TExpr::Reduce(_, vars, body) => {
-                if vars
-                    .iter()
-                    .any(|&v| self.stage.vars[v as usize].extent == 0)
-                {
+                if vars.iter().any(|&v| self.stage.vars[v as usize].extent == 0) {
                     return Ok(());
                 }
                 self.walk(*body, env, facts)
@@ -263,20 +275,11 @@ impl Checker<'_> {
         }
     }
 
-    fn check_index(
-        &self,
-        t: TensorId,
-        d: usize,
-        i: TExprId,
-        env: &[Iv],
-        facts: &[Lin],
-    ) -> Result<(), Diagnostic> {
+    fn check_index(&self, t: TensorId, d: usize, i: TExprId, env: &[Iv], facts: &[Lin]) -> Result<(), Diagnostic> {
         let tensor = self.p.tensor(t);
         let size = tensor.shape[d] as i128;
         let l = self.lin(i);
-        let (mut lo, mut hi) = self
-            .interval(&l, env)
-            .map_err(|m| Diagnostic::at(self.p.span(i), m))?;
+        let (mut lo, mut hi) = self.interval(&l, env).map_err(|m| Diagnostic::at(self.p.span(i), m))?;
         for f in facts {
             if let Ok((x, _)) = self.interval(&l.clone().add(f, -1), env) {
                 lo = lo.max(x);
@@ -302,10 +305,6 @@ pub fn check_stage(p: &Program, si: usize) -> Result<(), Diagnostic> {
     if stage.vars[..stage.n_axes].iter().any(|v| v.extent == 0) {
         return Ok(());
     }
-    let env: Vec<Iv> = stage
-        .vars
-        .iter()
-        .map(|v| (0, v.extent as i128 - 1))
-        .collect();
-    Checker { p, stage }.walk(stage.value, &env, &[])
+    let env: Vec<Iv> = stage.vars.iter().map(|v| (0, v.extent as i128 - 1)).collect();
+    Checker { p, stage, opaque: Default::default() }.walk(stage.value, &env, &[])
 }

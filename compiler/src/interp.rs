@@ -29,11 +29,7 @@ pub enum InterpError {
     #[error("expected {expected} arguments, got {got}")]
     Arity { expected: usize, got: usize },
     #[error("argument `{name}`: expected {expected}, got {got}")]
-    Mismatch {
-        name: String,
-        expected: String,
-        got: String,
-    },
+    Mismatch { name: String, expected: String, got: String },
     #[error("internal error: load outside `{0}` (the bounds checker should have rejected this)")]
     OutOfBounds(String),
 }
@@ -139,10 +135,7 @@ struct Machine<'a> {
 /// Run a program. Returns its outputs in declaration order.
 pub fn run(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
     if args.len() != p.params.len() {
-        return Err(InterpError::Arity {
-            expected: p.params.len(),
-            got: args.len(),
-        });
+        return Err(InterpError::Arity { expected: p.params.len(), got: args.len() });
     }
     let bytes: u64 = p.tensors.iter().map(|t| t.len() as u64 * 8).sum();
     if bytes > MAX_BYTES {
@@ -197,21 +190,9 @@ pub fn run(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
                     ProgramParam::Tensor(t) => p.tensor(*t).name.clone(),
                     ProgramParam::Scalar(s) => p.scalars[*s as usize].name.clone(),
                 };
-                let got = if matches!(arg, Arg::Tensor(_)) {
-                    "a tensor"
-                } else {
-                    "a scalar"
-                };
-                let expected = if matches!(param, ProgramParam::Tensor(_)) {
-                    "a tensor"
-                } else {
-                    "a scalar"
-                };
-                return Err(InterpError::Mismatch {
-                    name,
-                    expected: expected.into(),
-                    got: got.into(),
-                });
+                let got = if matches!(arg, Arg::Tensor(_)) { "a tensor" } else { "a scalar" };
+                let expected = if matches!(param, ProgramParam::Tensor(_)) { "a tensor" } else { "a scalar" };
+                return Err(InterpError::Mismatch { name, expected: expected.into(), got: got.into() });
             }
         }
     }
@@ -266,13 +247,7 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn load(
-        &self,
-        st: &Stage,
-        t: TensorId,
-        idx: &[TExprId],
-        env: &mut Vec<i64>,
-    ) -> Result<V, InterpError> {
+    fn load(&self, st: &Stage, t: TensorId, idx: &[TExprId], env: &mut Vec<i64>) -> Result<V, InterpError> {
         let mut off = 0i64;
         let shape = &self.p.tensor(t).shape;
         for (d, &i) in idx.iter().enumerate() {

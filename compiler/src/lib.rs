@@ -31,17 +31,11 @@ fn env_flag(name: &str) -> bool {
 pub fn build_program(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Diagnostic> {
     let p = specialize::specialize(s, k, b)?;
     if env_flag("TEXC_DUMP_IR") {
-        eprintln!(
-            "// ---- after specialize (tir)\n{}",
-            print::print_program(&p)
-        );
+        eprintln!("// ---- after specialize (tir)\n{}", print::print_program(&p));
     }
     if cfg!(debug_assertions) || env_flag("TEXC_VERIFY") {
-        verify::verify(&p).map_err(|m| {
-            Diagnostic::error(format!(
-                "internal error: TIR verifier failed after specialize: {m}"
-            ))
-        })?;
+        verify::verify(&p)
+            .map_err(|m| Diagnostic::error(format!("internal error: TIR verifier failed after specialize: {m}")))?;
     }
     Ok(p)
 }

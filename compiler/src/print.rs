@@ -31,18 +31,9 @@ pub fn print_program(p: &Program) -> String {
         }
     }
     for s in &p.stages {
-        let axes: Vec<String> = s.vars[..s.n_axes]
-            .iter()
-            .map(|v| format!("{} < {}", v.name, v.extent))
-            .collect();
+        let axes: Vec<String> = s.vars[..s.n_axes].iter().map(|v| format!("{} < {}", v.name, v.extent)).collect();
         let t = p.tensor(s.tensor);
-        let _ = writeln!(
-            out,
-            "  stage {}[{}] = {}",
-            t.name,
-            axes.join(", "),
-            expr(p, s, s.value)
-        );
+        let _ = writeln!(out, "  stage {}[{}] = {}", t.name, axes.join(", "), expr(p, s, s.value));
     }
     out
 }
@@ -96,24 +87,13 @@ pub fn expr(p: &Program, s: &Stage, e: TExprId) -> String {
         }
         TExpr::Call(f, args) => {
             let a: Vec<String> = args.iter().map(|x| expr(p, s, *x)).collect();
-            let name = if *f == Builtin::Select {
-                "select"
-            } else {
-                f.name()
-            };
+            let name = if *f == Builtin::Select { "select" } else { f.name() };
             format!("{name}({})", a.join(", "))
         }
         TExpr::Cast(a) => format!("{}({})", p.ty(e), expr(p, s, *a)),
         TExpr::Reduce(op, vars, body) => {
-            let v: Vec<String> = vars
-                .iter()
-                .map(|v| {
-                    format!(
-                        "{} < {}",
-                        s.vars[*v as usize].name, s.vars[*v as usize].extent
-                    )
-                })
-                .collect();
+            let v: Vec<String> =
+                vars.iter().map(|v| format!("{} < {}", s.vars[*v as usize].name, s.vars[*v as usize].extent)).collect();
             format!("{}[{}]({})", op.name(), v.join(", "), expr(p, s, *body))
         }
     }

@@ -17,9 +17,7 @@
 use crate::session::{KernelRef, Session};
 use crate::types::{ElemType, RTy};
 use std::collections::HashMap;
-use texc_grammar::ast::{
-    self, Arg, BinOp, Binder, Dim, Expr, ExprId, Ident, ParamKind, Stmt, UnOp,
-};
+use texc_grammar::ast::{self, Arg, BinOp, Binder, Dim, Expr, ExprId, Ident, ParamKind, Stmt, UnOp};
 use texc_grammar::{Ast, Diagnostic, Diagnostics, Span};
 
 /// Index of a tensor in [`KernelInfo::tensors`].
@@ -117,10 +115,7 @@ impl Builtin {
 
     /// Functions defined on floats only.
     pub fn float_only(self) -> bool {
-        !matches!(
-            self,
-            Builtin::Abs | Builtin::Max | Builtin::Min | Builtin::Clamp | Builtin::Select
-        )
+        !matches!(self, Builtin::Abs | Builtin::Max | Builtin::Min | Builtin::Clamp | Builtin::Select)
     }
 }
 
@@ -192,13 +187,8 @@ pub struct TensorInfo {
 #[derive(Clone, Debug)]
 pub enum ParamInfo {
     Tensor(TensorSlot),
-    Scalar {
-        elem: ElemType,
-        default: Option<ExprId>,
-    },
-    Const {
-        default: Option<ExprId>,
-    },
+    Scalar { elem: ElemType, default: Option<ExprId> },
+    Const { default: Option<ExprId> },
 }
 
 #[derive(Clone, Debug)]
@@ -234,25 +224,11 @@ pub enum ArgBinding {
 #[derive(Clone, Debug)]
 pub enum Op {
     /// `T[axes] = value` (0-d when `axes` is empty).
-    Def {
-        tensor: TensorSlot,
-        axes: Vec<VarSlot>,
-        value: ExprId,
-        span: Span,
-    },
+    Def { tensor: TensorSlot, axes: Vec<VarSlot>, value: ExprId, span: Span },
     /// Composition: `results = callee(args)`; `args` follow the callee's parameter order.
-    Call {
-        callee: KernelRef,
-        args: Vec<ArgBinding>,
-        results: Vec<TensorSlot>,
-        span: Span,
-    },
+    Call { callee: KernelRef, args: Vec<ArgBinding>, results: Vec<TensorSlot>, span: Span },
     /// `dst = src` for whole tensors.
-    Copy {
-        dst: TensorSlot,
-        src: TensorSlot,
-        span: Span,
-    },
+    Copy { dst: TensorSlot, src: TensorSlot, span: Span },
 }
 
 #[derive(Clone, Debug)]
@@ -314,16 +290,20 @@ pub fn resolve_session(s: &mut Session) -> Result<(), Diagnostics> {
         let mut facts = std::mem::take(&mut s.modules[m].facts);
         let ast = &s.modules[m].ast;
         let mut kernels = Vec::new();
+        let mut failed = false;
         for k in ast.kernels() {
             match signature(ast, &mut facts, k) {
                 Ok(info) => kernels.push(info),
                 Err(d) => {
                     diags.push(d);
+                    failed = true;
                     kernels.push(placeholder(k));
                 }
             }
         }
-        check_duplicate_signatures(&kernels, &mut diags);
+        if !failed {
+            check_duplicate_signatures(&kernels, &mut diags);
+        }
         s.modules[m].facts = facts;
         s.modules[m].kernels = kernels;
     }
@@ -392,23 +372,20 @@ fn check_duplicate_signatures(kernels: &[KernelInfo], diags: &mut Diagnostics) {
     for (i, a) in kernels.iter().enumerate() {
         if let Some(b) = kernels[..i].iter().find(|b| sig_key(b) == sig_key(a)) {
             diags.push(
-                Diagnostic::at(a.name_span, format!("kernel `{}` is defined twice with the same tensor parameters", a.name))
-                    .with_secondary(b.name_span, "first defined here")
-                    .with_note("overloads of one name must differ in the element types or ranks of their tensor parameters"),
+                Diagnostic::at(
+                    a.name_span,
+                    format!("kernel `{}` is defined twice with the same tensor parameters", a.name),
+                )
+                .with_secondary(b.name_span, "first defined here")
+                .with_note(
+                    "overloads of one name must differ in the element types or ranks of their tensor parameters",
+                ),
             );
         }
     }
 }
 
-const KNOWN_TARGETS: [&str; 7] = [
-    "interp",
-    "x86-avx2",
-    "x86-avx512",
-    "host",
-    "cranelift",
-    "nvptx-sm80",
-    "nvptx-sm90",
-];
+const KNOWN_TARGETS: [&str; 7] = ["interp", "x86-avx2", "x86-avx512", "host", "cranelift", "nvptx-sm80", "nvptx-sm90"];
 
 /// Schedules are applied by the scheduling layer; here we check what can be
 /// checked without it: the kernel exists and the target is known.
@@ -423,11 +400,8 @@ fn check_schedules(s: &Session, diags: &mut Diagnostics) {
             }
             if !KNOWN_TARGETS.contains(&sch.target.name.as_str()) {
                 diags.push(
-                    Diagnostic::at(
-                        sch.target.span,
-                        format!("unknown target `{}`", sch.target.name),
-                    )
-                    .with_note(format!("targets: {}", KNOWN_TARGETS.join(", "))),
+                    Diagnostic::at(sch.target.span, format!("unknown target `{}`", sch.target.name))
+                        .with_note(format!("targets: {}", KNOWN_TARGETS.join(", "))),
                 );
             }
         }
@@ -439,10 +413,7 @@ fn check_call_cycles(s: &Session, diags: &mut Diagnostics) {
     let mut colour: HashMap<KernelRef, u8> = HashMap::new();
     for (mi, m) in s.modules.iter().enumerate() {
         for ki in 0..m.kernels.len() {
-            let root = KernelRef {
-                module: mi as u32,
-                index: ki as u32,
-            };
+            let root = KernelRef { module: mi as u32, index: ki as u32 };
             if colour.get(&root).copied().unwrap_or(0) != 0 {
                 continue;
             }
@@ -472,8 +443,14 @@ fn check_call_cycles(s: &Session, diags: &mut Diagnostics) {
                     }
                     1 => {
                         diags.push(
-                            Diagnostic::at(span, format!("recursive call: `{}` calls itself (directly or through other kernels)", s.kernel(callee).name))
-                                .with_note("kernels are inlined at compile time, so they cannot recurse"),
+                            Diagnostic::at(
+                                span,
+                                format!(
+                                    "recursive call: `{}` calls itself (directly or through other kernels)",
+                                    s.kernel(callee).name
+                                ),
+                            )
+                            .with_note("kernels are inlined at compile time, so they cannot recurse"),
                         );
                         return;
                     }
@@ -488,14 +465,8 @@ fn check_call_cycles(s: &Session, diags: &mut Diagnostics) {
 
 fn elem_type(id: &Ident) -> Result<ElemType, Diagnostic> {
     ElemType::from_name(&id.name).ok_or_else(|| {
-        let mut d = Diagnostic::at(
-            id.span,
-            format!(
-                "unknown element type `{}`",
-                texc_grammar::truncate(&id.name, 40)
-            ),
-        )
-        .with_note("element types: f16 bf16 f32 f64 i8 u8 i32 i64 bool");
+        let mut d = Diagnostic::at(id.span, format!("unknown element type `{}`", texc_grammar::truncate(&id.name, 40)))
+            .with_note("element types: f16 bf16 f32 f64 i8 u8 i32 i64 bool");
         if id.name == "int" {
             d = d.with_note("a compile-time integer parameter is written `const n: int`");
         }
@@ -511,24 +482,16 @@ struct SigBuilder<'a> {
 }
 
 fn signature(ast: &Ast, facts: &mut Facts, k: &ast::Kernel) -> Result<KernelInfo, Diagnostic> {
-    if Builtin::from_name(&k.name.name).is_some()
-        || ElemType::from_name(&k.name.name).is_some()
-        || ReduceOp::from_name(&k.name.name).is_some()
-    {
+    // Kernels may share a name with a built-in function (std.nn's `tanh`): a
+    // whole-tensor call is the kernel, a call inside an element expression the
+    // function. Casts keep their names.
+    if ElemType::from_name(&k.name.name).is_some() {
         return Err(Diagnostic::at(
             k.name.span,
-            format!(
-                "`{}` is a built-in name and cannot name a kernel",
-                k.name.name
-            ),
+            format!("`{}` is an element type and cannot name a kernel", k.name.name),
         ));
     }
-    let mut b = SigBuilder {
-        ast,
-        facts,
-        info: placeholder(k),
-        const_names: Vec::new(),
-    };
+    let mut b = SigBuilder { ast, facts, info: placeholder(k), const_names: Vec::new() };
     // Constants may appear in shapes of parameters declared before them.
     for (i, p) in k.params.iter().enumerate() {
         if let ParamKind::Const { .. } = p.kind {
@@ -537,11 +500,8 @@ fn signature(ast: &Ast, facts: &mut Facts, k: &ast::Kernel) -> Result<KernelInfo
     }
     for (i, p) in k.params.iter().enumerate() {
         if let Some(prev) = k.params[..i].iter().find(|q| q.name.name == p.name.name) {
-            return Err(Diagnostic::at(
-                p.name.span,
-                format!("parameter `{}` is declared twice", p.name.name),
-            )
-            .with_secondary(prev.name.span, "first declared here"));
+            return Err(Diagnostic::at(p.name.span, format!("parameter `{}` is declared twice", p.name.name))
+                .with_secondary(prev.name.span, "first declared here"));
         }
         let info = match &p.kind {
             ParamKind::Tensor { elem, dims } => {
@@ -562,19 +522,13 @@ fn signature(ast: &Ast, facts: &mut Facts, k: &ast::Kernel) -> Result<KernelInfo
                 if let Some(d) = default {
                     b.literal_default(*d, RTy::Elem(elem))?;
                 }
-                ParamInfo::Scalar {
-                    elem,
-                    default: *default,
-                }
+                ParamInfo::Scalar { elem, default: *default }
             }
             ParamKind::Const { ty, default } => {
                 if ty.name != "int" {
                     return Err(Diagnostic::at(
                         ty.span,
-                        format!(
-                            "a `const` parameter has type `int`, not `{}`",
-                            texc_grammar::truncate(&ty.name, 40)
-                        ),
+                        format!("a `const` parameter has type `int`, not `{}`", texc_grammar::truncate(&ty.name, 40)),
                     ));
                 }
                 if let Some(d) = default {
@@ -583,26 +537,16 @@ fn signature(ast: &Ast, facts: &mut Facts, k: &ast::Kernel) -> Result<KernelInfo
                 ParamInfo::Const { default: *default }
             }
         };
-        b.info.params.push(Param {
-            name: p.name.name.clone(),
-            span: p.name.span,
-            info,
-        });
+        b.info.params.push(Param { name: p.name.name.clone(), span: p.name.span, info });
     }
     for (i, o) in k.outputs.iter().enumerate() {
         if let Some(p) = k.params.iter().find(|p| p.name.name == o.name.name) {
-            return Err(Diagnostic::at(
-                o.name.span,
-                format!("output `{}` has the name of a parameter", o.name.name),
-            )
-            .with_secondary(p.name.span, "parameter declared here"));
+            return Err(Diagnostic::at(o.name.span, format!("output `{}` has the name of a parameter", o.name.name))
+                .with_secondary(p.name.span, "parameter declared here"));
         }
         if let Some(prev) = k.outputs[..i].iter().find(|q| q.name.name == o.name.name) {
-            return Err(Diagnostic::at(
-                o.name.span,
-                format!("output `{}` is declared twice", o.name.name),
-            )
-            .with_secondary(prev.name.span, "first declared here"));
+            return Err(Diagnostic::at(o.name.span, format!("output `{}` is declared twice", o.name.name))
+                .with_secondary(prev.name.span, "first declared here"));
         }
         let elem = elem_type(&o.elem)?;
         b.dims(&o.dims)?;
@@ -620,10 +564,7 @@ fn signature(ast: &Ast, facts: &mut Facts, k: &ast::Kernel) -> Result<KernelInfo
         if let Some(p) = k.params.iter().find(|p| p.name.name == s.name) {
             return Err(Diagnostic::at(
                 s.span,
-                format!(
-                    "`{}` is used as a shape symbol but is also a parameter",
-                    s.name
-                ),
+                format!("`{}` is used as a shape symbol but is also a parameter", s.name),
             )
             .with_secondary(p.name.span, "parameter declared here")
             .with_note("a size that comes from the command line is written `const n: int`"));
@@ -640,10 +581,7 @@ impl SigBuilder<'_> {
                 let Expr::Name(n) = self.ast.expr(d.expr) else {
                     unreachable!("the grammar only puts defaults on names")
                 };
-                let sym = self
-                    .info
-                    .symbol_index(&n.name)
-                    .expect("size_expr registered the symbol");
+                let sym = self.info.symbol_index(&n.name).expect("size_expr registered the symbol");
                 if let Some(prev) = self.info.symbols[sym].default {
                     return Err(Diagnostic::at(
                         self.ast.span(def),
@@ -665,40 +603,39 @@ impl SigBuilder<'_> {
         match self.ast.expr(e) {
             Expr::Int(_) => {}
             Expr::Name(n) => {
-                let res = if let Some((_, i)) = self.const_names.iter().find(|(c, _)| *c == n.name)
-                {
+                let res = if let Some((_, i)) = self.const_names.iter().find(|(c, _)| *c == n.name) {
                     NameRes::Const(*i)
                 } else if symbols {
                     let i = match self.info.symbol_index(&n.name) {
                         Some(i) => i,
                         None => {
-                            self.info.symbols.push(SymbolInfo {
-                                name: n.name.clone(),
-                                span: n.span,
-                                default: None,
-                            });
+                            self.info.symbols.push(SymbolInfo { name: n.name.clone(), span: n.span, default: None });
                             self.info.symbols.len() - 1
                         }
                     };
                     NameRes::Symbol(i as u32)
                 } else {
-                    return Err(Diagnostic::at(span, format!("`{}` is not a constant here", texc_grammar::truncate(&n.name, 40)))
-                        .with_note("defaults of sizes and constants are integer expressions of literals and `const` parameters"));
+                    return Err(Diagnostic::at(
+                        span,
+                        format!("`{}` is not a constant here", texc_grammar::truncate(&n.name, 40)),
+                    )
+                    .with_note(
+                        "defaults of sizes and constants are integer expressions of literals and `const` parameters",
+                    ));
                 };
                 self.facts.names.insert(e, res);
             }
             Expr::Unary { op: UnOp::Neg, arg } => self.size_expr(*arg, symbols)?,
-            Expr::Binary {
-                op: BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem,
-                lhs,
-                rhs,
-            } => {
+            Expr::Binary { op: BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem, lhs, rhs } => {
                 let (l, r) = (*lhs, *rhs);
                 self.size_expr(l, symbols)?;
                 self.size_expr(r, symbols)?;
             }
             _ => {
-                return Err(Diagnostic::at(span, "a size must be integer arithmetic (`+ - * / %`) of shape symbols, constants and integers"));
+                return Err(Diagnostic::at(
+                    span,
+                    "a size must be integer arithmetic (`+ - * / %`) of shape symbols, constants and integers",
+                ));
             }
         }
         self.facts.ty.insert(e, RTy::IntLike);
@@ -716,18 +653,10 @@ impl SigBuilder<'_> {
                 self.literal_default(a, want)?;
                 self.facts.ty[&a]
             }
-            _ => {
-                return Err(Diagnostic::at(
-                    self.ast.span(e),
-                    "a scalar default must be a number",
-                ))
-            }
+            _ => return Err(Diagnostic::at(self.ast.span(e), "a scalar default must be a number")),
         };
         if RTy::unify(ty, want).is_none() {
-            return Err(Diagnostic::at(
-                self.ast.span(e),
-                format!("default {ty} does not fit type {want}"),
-            ));
+            return Err(Diagnostic::at(self.ast.span(e), format!("default {ty} does not fit type {want}")));
         }
         self.facts.ty.insert(e, ty);
         Ok(())
@@ -773,11 +702,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur.push(
-                (prev[j] + usize::from(ca != *cb))
-                    .min(prev[j + 1] + 1)
-                    .min(cur[j] + 1),
-            );
+            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
         }
         prev = cur;
     }
@@ -785,109 +710,58 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 impl<'a> Body<'a> {
-    fn new(
-        s: &'a Session,
-        module: usize,
-        facts: &'a mut Facts,
-        info: &'a mut KernelInfo,
-    ) -> Body<'a> {
-        let defined = info
-            .tensors
-            .iter()
-            .map(|t| matches!(t.kind, TensorKind::Input(_)))
-            .collect();
-        Body {
-            s,
-            module,
-            ast: &s.modules[module].ast,
-            facts,
-            info,
-            defined,
-            scope: Vec::new(),
-            anon: 0,
-        }
+    fn new(s: &'a Session, module: usize, facts: &'a mut Facts, info: &'a mut KernelInfo) -> Body<'a> {
+        let defined = info.tensors.iter().map(|t| matches!(t.kind, TensorKind::Input(_))).collect();
+        Body { s, module, ast: &s.modules[module].ast, facts, info, defined, scope: Vec::new(), anon: 0 }
     }
 
     fn run(mut self, k: &ast::Kernel) -> Result<(), Diagnostic> {
         for stmt in &k.body {
             match stmt {
-                Stmt::Def {
-                    tensor,
-                    axes,
-                    value,
-                    span,
-                } => self.def(tensor, axes, *value, *span)?,
-                Stmt::Assign {
-                    targets,
-                    value,
-                    span,
-                } => self.assign(targets, *value, *span)?,
+                Stmt::Def { tensor, axes, value, span } => self.def(tensor, axes, *value, *span)?,
+                Stmt::Assign { targets, value, span } => self.assign(targets, *value, *span)?,
             }
         }
         for &o in &self.info.outputs {
             if !self.defined[o as usize] {
                 let t = &self.info.tensors[o as usize];
-                return Err(Diagnostic::at(
-                    t.span,
-                    format!("output `{}` is never defined", t.name),
-                )
-                .with_primary(t.span, "declared here"));
+                return Err(Diagnostic::at(t.span, format!("output `{}` is never defined", t.name))
+                    .with_primary(t.span, "declared here"));
             }
         }
         Ok(())
     }
 
     fn tensor_slot(&self, name: &str) -> Option<TensorSlot> {
-        self.info
-            .tensors
-            .iter()
-            .position(|t| t.name == name)
-            .map(|i| i as u32)
+        self.info.tensors.iter().position(|t| t.name == name).map(|i| i as u32)
     }
 
     /// The slot a statement defines: an output, or a new local.
-    fn target(
-        &mut self,
-        id: &Ident,
-        elem: ElemType,
-        rank: usize,
-        what: &str,
-    ) -> Result<TensorSlot, Diagnostic> {
+    fn target(&mut self, id: &Ident, elem: ElemType, rank: usize, what: &str) -> Result<TensorSlot, Diagnostic> {
         if let Some(t) = self.tensor_slot(&id.name) {
             let info = &self.info.tensors[t as usize];
             match info.kind {
                 TensorKind::Input(_) => {
-                    return Err(Diagnostic::at(
-                        id.span,
-                        format!("`{}` is an input and cannot be defined", id.name),
-                    )
-                    .with_secondary(info.span, "declared as a parameter here"))
+                    return Err(Diagnostic::at(id.span, format!("`{}` is an input and cannot be defined", id.name))
+                        .with_secondary(info.span, "declared as a parameter here"))
                 }
                 _ if self.defined[t as usize] => {
-                    return Err(
-                        Diagnostic::at(id.span, format!("`{}` is defined twice", id.name))
-                            .with_note("each tensor is defined by exactly one statement"),
-                    )
+                    return Err(Diagnostic::at(id.span, format!("`{}` is defined twice", id.name))
+                        .with_note("each tensor is defined by exactly one statement"))
                 }
                 _ => {}
             }
             if info.rank != rank {
                 return Err(Diagnostic::at(
                     id.span,
-                    format!(
-                        "output `{}` has {} dimensions, but {what} gives {rank}",
-                        id.name, info.rank
-                    ),
+                    format!("output `{}` has {} dimensions, but {what} gives {rank}", id.name, info.rank),
                 )
                 .with_secondary(info.span, "declared here"));
             }
             if info.elem != elem {
                 return Err(Diagnostic::at(
                     id.span,
-                    format!(
-                        "output `{}` is declared {}, but {what} has type {elem}",
-                        id.name, info.elem
-                    ),
+                    format!("output `{}` is declared {}, but {what} has type {elem}", id.name, info.elem),
                 )
                 .with_secondary(info.span, "declared here")
                 .with_note(format!("convert explicitly, e.g. `{}(...)`", info.elem)));
@@ -922,32 +796,19 @@ impl<'a> Body<'a> {
         match clash {
             Some(what) => Err(Diagnostic::at(
                 id.span,
-                format!(
-                    "`{}` is already {what} in this kernel",
-                    texc_grammar::truncate(&id.name, 40)
-                ),
+                format!("`{}` is already {what} in this kernel", texc_grammar::truncate(&id.name, 40)),
             )),
             None => Ok(()),
         }
     }
 
-    fn def(
-        &mut self,
-        tensor: &Ident,
-        axes: &[Binder],
-        value: ExprId,
-        span: Span,
-    ) -> Result<(), Diagnostic> {
+    fn def(&mut self, tensor: &Ident, axes: &[Binder], value: ExprId, span: Span) -> Result<(), Diagnostic> {
         let existing = self.tensor_slot(&tensor.name);
-        let is_output = existing
-            .is_some_and(|t| matches!(self.info.tensors[t as usize].kind, TensorKind::Output(_)));
+        let is_output = existing.is_some_and(|t| matches!(self.info.tensors[t as usize].kind, TensorKind::Output(_)));
         let mut vars = Vec::new();
         for (i, b) in axes.iter().enumerate() {
             if axes[..i].iter().any(|p| p.var.name == b.var.name) {
-                return Err(Diagnostic::at(
-                    b.var.span,
-                    format!("axis `{}` appears twice on the left", b.var.name),
-                ));
+                return Err(Diagnostic::at(b.var.span, format!("axis `{}` appears twice on the left", b.var.name)));
             }
             self.check_fresh_name(&b.var)?;
             if let Some((lo, hi)) = b.range {
@@ -969,31 +830,17 @@ impl<'a> Body<'a> {
             unreachable!()
         }
         let elem = match existing.map(|t| &self.info.tensors[t as usize]) {
-            Some(t)
-                if matches!(t.kind, TensorKind::Output(_))
-                    && RTy::unify(ty, RTy::Elem(t.elem)).is_some() =>
-            {
-                t.elem
-            }
+            Some(t) if matches!(t.kind, TensorKind::Output(_)) && RTy::unify(ty, RTy::Elem(t.elem)).is_some() => t.elem,
             _ => ty.default_elem(),
         };
         let slot = self.target(tensor, elem, axes.len(), "its definition")?;
-        self.info.ops.push(Op::Def {
-            tensor: slot,
-            axes: vars,
-            value,
-            span,
-        });
+        self.info.ops.push(Op::Def { tensor: slot, axes: vars, value, span });
         self.defined[slot as usize] = true;
         Ok(())
     }
 
     fn new_var(&mut self, b: &Binder) -> VarSlot {
-        self.info.vars.push(VarInfo {
-            name: b.var.name.clone(),
-            span: b.var.span,
-            range: b.range,
-        });
+        self.info.vars.push(VarInfo { name: b.var.name.clone(), span: b.var.span, range: b.range });
         self.info.vars.len() as u32 - 1
     }
 
@@ -1001,18 +848,23 @@ impl<'a> Body<'a> {
         self.s.modules[self.module].scope.get(name)
     }
 
+    /// A whole-tensor call of a kernel (as opposed to a built-in or a cast).
     fn is_kernel_call(&self, e: ExprId) -> bool {
-        matches!(self.ast.expr(e), Expr::Call { func, .. }
-            if Builtin::from_name(&func.name).is_none() && ElemType::from_name(&func.name).is_none() && self.kernel_candidates(&func.name).is_some())
+        let Expr::Call { func, args } = self.ast.expr(e) else { return false };
+        if ElemType::from_name(&func.name).is_some() || self.kernel_candidates(&func.name).is_none() {
+            return false;
+        }
+        // `sigmoid(t)` on a 0-d value is the built-in; on a tensor, the kernel.
+        Builtin::from_name(&func.name).is_none()
+            || args
+                .first()
+                .is_some_and(|a| matches!(self.classify(a.value), Ok(ArgClass::Tensor { rank, .. }) if rank > 0))
     }
 
     fn assign(&mut self, targets: &[Ident], value: ExprId, span: Span) -> Result<(), Diagnostic> {
         for (i, t) in targets.iter().enumerate() {
             if targets[..i].iter().any(|p| p.name == t.name) {
-                return Err(Diagnostic::at(
-                    t.span,
-                    format!("`{}` appears twice on the left", t.name),
-                ));
+                return Err(Diagnostic::at(t.span, format!("`{}` appears twice on the left", t.name)));
             }
         }
         if self.is_kernel_call(value) {
@@ -1038,19 +890,11 @@ impl<'a> Body<'a> {
                 self.defined[slot as usize] = true;
                 results.push(slot);
             }
-            self.info.ops.push(Op::Call {
-                callee,
-                args,
-                results,
-                span,
-            });
+            self.info.ops.push(Op::Call { callee, args, results, span });
             return Ok(());
         }
         if targets.len() != 1 {
-            return Err(Diagnostic::at(
-                span,
-                "only a kernel call can define several tensors at once",
-            ));
+            return Err(Diagnostic::at(span, "only a kernel call can define several tensors at once"));
         }
         if let Expr::Name(n) = self.ast.expr(value) {
             if let Some(src) = self.tensor_slot(&n.name) {
@@ -1082,15 +926,9 @@ impl<'a> Body<'a> {
     fn classify(&self, e: ExprId) -> Result<ArgClass, Diagnostic> {
         match self.ast.expr(e) {
             Expr::Name(n) if self.scope.is_empty() => match self.tensor_slot(&n.name) {
-                Some(t)
-                    if self.info.tensors[t as usize].rank > 0
-                        || self.info.param_index(&n.name).is_some() =>
-                {
+                Some(t) if self.info.tensors[t as usize].rank > 0 || self.info.param_index(&n.name).is_some() => {
                     let t = &self.info.tensors[t as usize];
-                    Ok(ArgClass::Tensor {
-                        elem: t.elem,
-                        rank: t.rank,
-                    })
+                    Ok(ArgClass::Tensor { elem: t.elem, rank: t.rank })
                 }
                 _ => Ok(ArgClass::Value),
             },
@@ -1098,18 +936,18 @@ impl<'a> Body<'a> {
                 let (k, _) = self.select_overload(e)?;
                 let info = self.s.kernel(k);
                 if info.outputs.len() != 1 {
-                    return Err(Diagnostic::at(self.ast.span(e), format!(
-                        "`{}` returns {} tensors; call it in a statement of its own: `(A, B) = {}(...);`",
-                        info.name,
-                        info.outputs.len(),
-                        info.name
-                    )));
+                    return Err(Diagnostic::at(
+                        self.ast.span(e),
+                        format!(
+                            "`{}` returns {} tensors; call it in a statement of its own: `(A, B) = {}(...);`",
+                            info.name,
+                            info.outputs.len(),
+                            info.name
+                        ),
+                    ));
                 }
                 let t = &info.tensors[info.outputs[0] as usize];
-                Ok(ArgClass::Tensor {
-                    elem: t.elem,
-                    rank: t.rank,
-                })
+                Ok(ArgClass::Tensor { elem: t.elem, rank: t.rank })
             }
             _ => Ok(ArgClass::Value),
         }
@@ -1118,16 +956,9 @@ impl<'a> Body<'a> {
     /// Pick the overload of a kernel call; returns it and, per callee
     /// parameter, the argument that binds it (or `None` for a default).
     fn select_overload(&self, e: ExprId) -> Result<(KernelRef, Vec<Option<ExprId>>), Diagnostic> {
-        let Expr::Call { func, args } = self.ast.expr(e) else {
-            unreachable!()
-        };
-        let classes: Vec<ArgClass> = args
-            .iter()
-            .map(|a| self.classify(a.value))
-            .collect::<Result<_, _>>()?;
-        let cands = self
-            .kernel_candidates(&func.name)
-            .expect("is_kernel_call checked");
+        let Expr::Call { func, args } = self.ast.expr(e) else { unreachable!() };
+        let classes: Vec<ArgClass> = args.iter().map(|a| self.classify(a.value)).collect::<Result<_, _>>()?;
+        let cands = self.kernel_candidates(&func.name).expect("is_kernel_call checked");
         let mut ok = Vec::new();
         let mut reasons = Vec::new();
         for &c in cands {
@@ -1141,17 +972,11 @@ impl<'a> Body<'a> {
             0 if reasons.len() == 1 => {
                 let (c, (span, why)) = reasons.pop().expect("one");
                 let span = span.unwrap_or(self.ast.span(e));
-                Err(Diagnostic::at(span, why).with_note(format!(
-                    "`{}` is {}",
-                    func.name,
-                    self.s.kernel(c).signature()
-                )))
+                Err(Diagnostic::at(span, why).with_note(format!("`{}` is {}", func.name, self.s.kernel(c).signature())))
             }
             0 => {
-                let mut d = Diagnostic::at(
-                    self.ast.span(e),
-                    format!("no overload of `{}` takes these arguments", func.name),
-                );
+                let mut d =
+                    Diagnostic::at(self.ast.span(e), format!("no overload of `{}` takes these arguments", func.name));
                 for (c, (_, why)) in reasons {
                     d = d.with_note(format!("{}: {why}", self.s.kernel(c).signature()));
                 }
@@ -1159,11 +984,7 @@ impl<'a> Body<'a> {
             }
             _ => Err(Diagnostic::at(
                 self.ast.span(e),
-                format!(
-                    "call to `{}` is ambiguous: {} overloads match",
-                    func.name,
-                    ok.len()
-                ),
+                format!("call to `{}` is ambiguous: {} overloads match", func.name, ok.len()),
             )),
         }
     }
@@ -1185,10 +1006,7 @@ impl<'a> Body<'a> {
                         if RTy::unify(ty, RTy::Elem(*elem)) != Some(RTy::Elem(*elem)) {
                             return Err(Diagnostic::at(
                                 self.ast.span(a),
-                                format!(
-                                    "`{}` is a {elem} scalar, but this argument has type {ty}",
-                                    p.name
-                                ),
+                                format!("`{}` is a {elem} scalar, but this argument has type {ty}", p.name),
                             ));
                         }
                     }
@@ -1229,21 +1047,14 @@ impl<'a> Body<'a> {
         });
         self.defined.push(true);
         let slot = self.info.tensors.len() as u32 - 1;
-        self.info.ops.push(Op::Call {
-            callee,
-            args,
-            results: vec![slot],
-            span: self.ast.span(a),
-        });
+        self.info.ops.push(Op::Call { callee, args, results: vec![slot], span: self.ast.span(a) });
         Ok(slot)
     }
 
     /// A compile-time integer argument: arithmetic of literals, constants and symbols.
     fn const_expr(&mut self, e: ExprId, param: &str) -> Result<(), Diagnostic> {
         self.index_expr(e).map_err(|d| {
-            d.with_note(format!(
-                "`{param}` is a `const` parameter: pass an integer known at compile time"
-            ))
+            d.with_note(format!("`{param}` is a `const` parameter: pass an integer known at compile time"))
         })
     }
 
@@ -1266,11 +1077,7 @@ impl<'a> Body<'a> {
                 self.facts.names.insert(e, res);
             }
             Expr::Unary { op: UnOp::Neg, arg } => self.index_expr(*arg)?,
-            Expr::Binary {
-                op: BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem,
-                lhs,
-                rhs,
-            } => {
+            Expr::Binary { op: BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem, lhs, rhs } => {
                 let (l, r) = (*lhs, *rhs);
                 self.index_expr(l)?;
                 self.index_expr(r)?;
@@ -1284,12 +1091,7 @@ impl<'a> Body<'a> {
     }
 
     fn lookup(&self, n: &Ident) -> Result<NameRes, Diagnostic> {
-        if let Some(&v) = self
-            .scope
-            .iter()
-            .rev()
-            .find(|&&v| self.info.vars[v as usize].name == n.name)
-        {
+        if let Some(&v) = self.scope.iter().rev().find(|&&v| self.info.vars[v as usize].name == n.name) {
             return Ok(NameRes::Var(v));
         }
         if let Some(i) = self.info.param_index(&n.name) {
@@ -1307,10 +1109,7 @@ impl<'a> Body<'a> {
             if info.rank > 0 {
                 return Err(Diagnostic::at(
                     n.span,
-                    format!(
-                        "`{}` is a tensor with {} dimensions; index it like `{}[...]`",
-                        n.name, info.rank, n.name
-                    ),
+                    format!("`{}` is a tensor with {} dimensions; index it like `{}[...]`", n.name, info.rank, n.name),
                 ));
             }
             self.require_defined(t, n.span)?;
@@ -1319,10 +1118,7 @@ impl<'a> Body<'a> {
         if n.name == "inf" {
             return Ok(NameRes::Inf);
         }
-        let mut d = Diagnostic::at(
-            n.span,
-            format!("unknown name `{}`", texc_grammar::truncate(&n.name, 40)),
-        );
+        let mut d = Diagnostic::at(n.span, format!("unknown name `{}`", texc_grammar::truncate(&n.name, 40)));
         let names = self
             .scope
             .iter()
@@ -1363,15 +1159,9 @@ impl<'a> Body<'a> {
                 let Some(t) = self.tensor_slot(&tensor.name) else {
                     let mut d = Diagnostic::at(
                         tensor.span,
-                        format!(
-                            "unknown tensor `{}`",
-                            texc_grammar::truncate(&tensor.name, 40)
-                        ),
+                        format!("unknown tensor `{}`", texc_grammar::truncate(&tensor.name, 40)),
                     );
-                    if let Some(c) = closest(
-                        &tensor.name,
-                        self.info.tensors.iter().map(|t| t.name.as_str()),
-                    ) {
+                    if let Some(c) = closest(&tensor.name, self.info.tensors.iter().map(|t| t.name.as_str())) {
                         d = d.with_note(format!("did you mean `{c}`?"));
                     }
                     return Err(d);
@@ -1387,11 +1177,7 @@ impl<'a> Body<'a> {
                             info.rank,
                             if info.rank == 1 { "" } else { "s" },
                             indices.len(),
-                            if indices.len() == 1 {
-                                "ex is"
-                            } else {
-                                "ices are"
-                            }
+                            if indices.len() == 1 { "ex is" } else { "ices are" }
                         ),
                     )
                     .with_secondary(info.span, "declared here"));
@@ -1407,25 +1193,16 @@ impl<'a> Body<'a> {
                 let Some(rop) = ReduceOp::from_name(&op.name) else {
                     return Err(Diagnostic::at(
                         op.span,
-                        format!(
-                            "unknown reduction `{}`",
-                            texc_grammar::truncate(&op.name, 40)
-                        ),
+                        format!("unknown reduction `{}`", texc_grammar::truncate(&op.name, 40)),
                     )
                     .with_note("reductions: sum, max, min, prod"));
                 };
                 let mut vars = Vec::new();
                 for (i, b) in binders.iter().enumerate() {
                     if binders[..i].iter().any(|p| p.var.name == b.var.name)
-                        || self
-                            .scope
-                            .iter()
-                            .any(|&v| self.info.vars[v as usize].name == b.var.name)
+                        || self.scope.iter().any(|&v| self.info.vars[v as usize].name == b.var.name)
                     {
-                        return Err(Diagnostic::at(
-                            b.var.span,
-                            format!("`{}` is already bound here", b.var.name),
-                        ));
+                        return Err(Diagnostic::at(b.var.span, format!("`{}` is already bound here", b.var.name)));
                     }
                     self.check_fresh_name(&b.var)?;
                     if let Some((lo, hi)) = b.range {
@@ -1451,9 +1228,7 @@ impl<'a> Body<'a> {
             Expr::Unary { op, arg } => {
                 let t = self.expr(arg)?;
                 match op {
-                    UnOp::Neg if t.is_bool() => {
-                        return Err(Diagnostic::at(span, "cannot negate a bool; use `!`"))
-                    }
+                    UnOp::Neg if t.is_bool() => return Err(Diagnostic::at(span, "cannot negate a bool; use `!`")),
                     UnOp::Not if !t.is_bool() => {
                         return Err(Diagnostic::at(span, format!("`!` needs a bool, found {t}")))
                     }
@@ -1473,39 +1248,27 @@ impl<'a> Body<'a> {
     fn binary_type(&self, op: BinOp, a: RTy, b: RTy, span: Span) -> Result<RTy, Diagnostic> {
         if op.is_logic() {
             if !a.is_bool() || !b.is_bool() {
-                return Err(Diagnostic::at(
-                    span,
-                    format!("`{}` needs bool operands, found {a} and {b}", op.symbol()),
-                ));
+                return Err(Diagnostic::at(span, format!("`{}` needs bool operands, found {a} and {b}", op.symbol())));
             }
             return Ok(a);
         }
         let Some(t) = RTy::unify(a, b) else {
             return Err(Diagnostic::at(
                 span,
-                format!(
-                    "operands of `{}` have different types: {a} and {b}",
-                    op.symbol()
-                ),
+                format!("operands of `{}` have different types: {a} and {b}", op.symbol()),
             )
             .with_note("convert one side explicitly, e.g. `f32(x)`"));
         };
         if op.is_comparison() {
             if t.is_bool() && !matches!(op, BinOp::Eq | BinOp::Ne) {
-                return Err(Diagnostic::at(
-                    span,
-                    format!("`{}` does not order bools", op.symbol()),
-                ));
+                return Err(Diagnostic::at(span, format!("`{}` does not order bools", op.symbol())));
             }
             return Ok(RTy::Elem(ElemType::Bool));
         }
         if t.is_bool() {
             return Err(Diagnostic::at(
                 span,
-                format!(
-                    "arithmetic `{}` on bools; convert with `i32(...)` first",
-                    op.symbol()
-                ),
+                format!("arithmetic `{}` on bools; convert with `i32(...)` first", op.symbol()),
             ));
         }
         if op == BinOp::Rem && t.is_float() {
@@ -1517,20 +1280,12 @@ impl<'a> Body<'a> {
     fn call_expr(&mut self, e: ExprId, func: &Ident, args: &[Arg]) -> Result<RTy, Diagnostic> {
         let span = self.ast.span(e);
         if let Some(a) = args.iter().find_map(|a| a.name.as_ref()) {
-            return Err(Diagnostic::at(
-                a.span,
-                format!("`{}` takes no named arguments", func.name),
-            ));
+            return Err(Diagnostic::at(a.span, format!("`{}` takes no named arguments", func.name)));
         }
         let arity_err = |n: usize| {
             Diagnostic::at(
                 span,
-                format!(
-                    "`{}` takes {n} argument{}, found {}",
-                    func.name,
-                    if n == 1 { "" } else { "s" },
-                    args.len()
-                ),
+                format!("`{}` takes {n} argument{}, found {}", func.name, if n == 1 { "" } else { "s" }, args.len()),
             )
         };
         if let Some(elem) = ElemType::from_name(&func.name) {
@@ -1551,13 +1306,8 @@ impl<'a> Body<'a> {
                     ),
                 ));
             }
-            let mut d = Diagnostic::at(
-                func.span,
-                format!(
-                    "unknown function `{}`",
-                    texc_grammar::truncate(&func.name, 40)
-                ),
-            );
+            let mut d =
+                Diagnostic::at(func.span, format!("unknown function `{}`", texc_grammar::truncate(&func.name, 40)));
             let names = Builtin::ALL
                 .iter()
                 .map(|b| b.name())
@@ -1570,10 +1320,7 @@ impl<'a> Body<'a> {
         if args.len() != b.arity() {
             return Err(arity_err(b.arity()));
         }
-        let tys: Vec<RTy> = args
-            .iter()
-            .map(|a| self.expr(a.value))
-            .collect::<Result<_, _>>()?;
+        let tys: Vec<RTy> = args.iter().map(|a| self.expr(a.value)).collect::<Result<_, _>>()?;
         let ty = if b == Builtin::Select {
             if !tys[0].is_bool() {
                 return Err(Diagnostic::at(
@@ -1584,40 +1331,25 @@ impl<'a> Body<'a> {
             RTy::unify(tys[1], tys[2]).ok_or_else(|| {
                 Diagnostic::at(
                     span,
-                    format!(
-                        "the branches of `select` have different types: {} and {}",
-                        tys[1], tys[2]
-                    ),
+                    format!("the branches of `select` have different types: {} and {}", tys[1], tys[2]),
                 )
             })?
         } else {
             let mut t = tys[0];
             for &u in &tys[1..] {
                 t = RTy::unify(t, u).ok_or_else(|| {
-                    Diagnostic::at(
-                        span,
-                        format!(
-                            "arguments of `{}` have different types: {t} and {u}",
-                            func.name
-                        ),
-                    )
+                    Diagnostic::at(span, format!("arguments of `{}` have different types: {t} and {u}", func.name))
                 })?;
             }
             if t.is_bool() {
-                return Err(Diagnostic::at(
-                    span,
-                    format!("`{}` is not defined on bools", func.name),
-                ));
+                return Err(Diagnostic::at(span, format!("`{}` is not defined on bools", func.name)));
             }
             if b.float_only() {
                 match t {
                     RTy::IntLike => t = RTy::FloatLike,
                     RTy::Elem(x) if !x.is_float() => {
-                        return Err(Diagnostic::at(
-                            span,
-                            format!("`{}` needs a float argument, found {x}", func.name),
-                        )
-                        .with_note(format!("convert first, e.g. `{}(f32(x))`", func.name)))
+                        return Err(Diagnostic::at(span, format!("`{}` needs a float argument, found {x}", func.name))
+                            .with_note(format!("convert first, e.g. `{}(f32(x))`", func.name)))
                     }
                     _ => {}
                 }
@@ -1640,34 +1372,23 @@ fn match_call(
     let mut positional = 0usize;
     for (a, class) in args.iter().zip(classes) {
         let i = match &a.name {
-            Some(n) => k.param_index(&n.name).ok_or_else(|| {
-                (
-                    Some(n.span),
-                    format!("`{}` has no parameter `{}`", k.name, n.name),
-                )
-            })?,
+            Some(n) => k
+                .param_index(&n.name)
+                .ok_or_else(|| (Some(n.span), format!("`{}` has no parameter `{}`", k.name, n.name)))?,
             None => {
                 let i = positional;
                 positional += 1;
                 if i >= k.params.len() {
                     return Err((
                         None,
-                        format!(
-                            "`{}` takes at most {} arguments, found {}",
-                            k.name,
-                            k.params.len(),
-                            args.len()
-                        ),
+                        format!("`{}` takes at most {} arguments, found {}", k.name, k.params.len(), args.len()),
                     ));
                 }
                 i
             }
         };
         if bound[i].is_some() {
-            return Err((
-                a.name.as_ref().map(|n| n.span),
-                format!("parameter `{}` is given twice", k.params[i].name),
-            ));
+            return Err((a.name.as_ref().map(|n| n.span), format!("parameter `{}` is given twice", k.params[i].name)));
         }
         let p = &k.params[i];
         match (&p.info, class) {
@@ -1686,14 +1407,9 @@ fn match_call(
                     ));
                 }
             }
-            (ParamInfo::Tensor(_), ArgClass::Value) => {
-                return Err((None, format!("`{}` must be a tensor", p.name)))
-            }
+            (ParamInfo::Tensor(_), ArgClass::Value) => return Err((None, format!("`{}` must be a tensor", p.name))),
             (_, ArgClass::Tensor { .. }) => {
-                return Err((
-                    None,
-                    format!("`{}` is a scalar, but a tensor was given", p.name),
-                ))
+                return Err((None, format!("`{}` is a scalar, but a tensor was given", p.name)))
             }
             _ => {}
         }

@@ -48,12 +48,8 @@ impl Session {
 
     /// Load a file from disk with all its imports. Returns the module index.
     pub fn load_root(&mut self, path: &Path) -> Result<usize, Diagnostics> {
-        let text = std::fs::read(path).map_err(|e| {
-            vec![Diagnostic::error(format!(
-                "cannot read `{}`: {e}",
-                path.display()
-            ))]
-        })?;
+        let text = std::fs::read(path)
+            .map_err(|e| vec![Diagnostic::error(format!("cannot read `{}`: {e}", path.display()))])?;
         let text = String::from_utf8(text).map_err(|e| {
             vec![Diagnostic::error(format!(
                 "`{}` is not valid UTF-8 (byte {})",
@@ -65,12 +61,7 @@ impl Session {
     }
 
     /// Load source text (with its imports). `path` is used to find relative imports.
-    pub fn load_text(
-        &mut self,
-        name: &str,
-        text: &str,
-        path: Option<PathBuf>,
-    ) -> Result<usize, Diagnostics> {
+    pub fn load_text(&mut self, name: &str, text: &str, path: Option<PathBuf>) -> Result<usize, Diagnostics> {
         let mut stack = Vec::new();
         let m = self.load(name, text, path, &mut stack)?;
         crate::resolve::resolve_session(self)?;
@@ -86,9 +77,7 @@ impl Session {
     ) -> Result<usize, Diagnostics> {
         let file = self.sources.add(name, text);
         let ast = texc_grammar::parse(file, text).map_err(|d| vec![d])?;
-        let canon = path
-            .as_ref()
-            .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()));
+        let canon = path.as_ref().map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()));
         if let Some(c) = &canon {
             stack.push(c.clone());
         }
@@ -100,13 +89,13 @@ impl Session {
                     let dotted: Vec<&str> = parts.iter().map(|p| p.name.as_str()).collect();
                     if dotted != ["std", "nn"] {
                         return Err(vec![Diagnostic::at(imp.span, format!("unknown module `{}`", dotted.join(".")))
-                            .with_note("the standard library is `import std.nn;`; files are imported as `import \"path.tex\";`")]);
+                            .with_note(
+                            "the standard library is `import std.nn;`; files are imported as `import \"path.tex\";`",
+                        )]);
                     }
                     self.load_std(stack)?
                 }
-                ImportPath::File { path: rel, span } => {
-                    self.load_import(rel, *span, canon.as_deref(), stack)?
-                }
+                ImportPath::File { path: rel, span } => self.load_import(rel, *span, canon.as_deref(), stack)?,
             };
             imported.push(m);
         }
@@ -114,13 +103,7 @@ impl Session {
             stack.pop();
         }
         let scope = build_scope(self, self.modules.len() as u32, &ast, &imported);
-        self.modules.push(Module {
-            ast,
-            path: canon.clone(),
-            kernels: Vec::new(),
-            facts: Facts::default(),
-            scope,
-        });
+        self.modules.push(Module { ast, path: canon.clone(), kernels: Vec::new(), facts: Facts::default(), scope });
         let idx = self.modules.len() - 1;
         if let Some(c) = canon {
             self.by_path.insert(c, idx);
@@ -144,32 +127,19 @@ impl Session {
         from: Option<&Path>,
         stack: &mut Vec<PathBuf>,
     ) -> Result<usize, Diagnostics> {
-        let base = from
-            .and_then(|p| p.parent())
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
+        let base = from.and_then(|p| p.parent()).map(Path::to_path_buf).unwrap_or_default();
         let path = base.join(rel);
-        let canon = path.canonicalize().map_err(|e| {
-            vec![Diagnostic::at(
-                span,
-                format!("cannot import `{}`: {e}", path.display()),
-            )]
-        })?;
+        let canon = path
+            .canonicalize()
+            .map_err(|e| vec![Diagnostic::at(span, format!("cannot import `{}`: {e}", path.display()))])?;
         if stack.contains(&canon) {
-            return Err(vec![Diagnostic::at(
-                span,
-                format!("import cycle: `{}` imports itself", path.display()),
-            )]);
+            return Err(vec![Diagnostic::at(span, format!("import cycle: `{}` imports itself", path.display()))]);
         }
         if let Some(&m) = self.by_path.get(&canon) {
             return Ok(m);
         }
-        let text = std::fs::read_to_string(&canon).map_err(|e| {
-            vec![Diagnostic::at(
-                span,
-                format!("cannot import `{}`: {e}", path.display()),
-            )]
-        })?;
+        let text = std::fs::read_to_string(&canon)
+            .map_err(|e| vec![Diagnostic::at(span, format!("cannot import `{}`: {e}", path.display()))])?;
         self.load(&path.display().to_string(), &text, Some(canon), stack)
     }
 
@@ -184,12 +154,8 @@ impl Session {
     /// Find the kernel to run in module `m`: `name` if given, else the only one.
     pub fn entry_kernel(&self, m: usize, name: Option<&str>) -> Result<KernelRef, Diagnostic> {
         let module = &self.modules[m];
-        let own: Vec<KernelRef> = (0..module.kernels.len())
-            .map(|i| KernelRef {
-                module: m as u32,
-                index: i as u32,
-            })
-            .collect();
+        let own: Vec<KernelRef> =
+            (0..module.kernels.len()).map(|i| KernelRef { module: m as u32, index: i as u32 }).collect();
         let file = &self.sources.file(module.ast.file).name;
         match name {
             Some(n) => {
@@ -198,18 +164,10 @@ impl Session {
                     1 => Ok(found[0]),
                     0 => {
                         let names: Vec<&str> = module.scope.keys().map(String::as_str).collect();
-                        Err(
-                            Diagnostic::error(format!("{file}: no kernel named `{n}`")).with_note(
-                                format!(
-                                    "kernels here: {}",
-                                    if names.is_empty() {
-                                        "none".into()
-                                    } else {
-                                        names.join(", ")
-                                    }
-                                ),
-                            ),
-                        )
+                        Err(Diagnostic::error(format!("{file}: no kernel named `{n}`")).with_note(format!(
+                            "kernels here: {}",
+                            if names.is_empty() { "none".into() } else { names.join(", ") }
+                        )))
                     }
                     _ => Err(Diagnostic::error(format!(
                         "{file}: `{n}` names {} overloads; run a kernel of your own that calls it",
@@ -219,12 +177,9 @@ impl Session {
             }
             None => match own.len() {
                 1 => Ok(own[0]),
-                0 => Err(Diagnostic::error(format!(
-                    "{file}: the file defines no kernel"
-                ))),
+                0 => Err(Diagnostic::error(format!("{file}: the file defines no kernel"))),
                 _ => {
-                    let names: Vec<&str> =
-                        own.iter().map(|k| self.kernel(*k).name.as_str()).collect();
+                    let names: Vec<&str> = own.iter().map(|k| self.kernel(*k).name.as_str()).collect();
                     Err(Diagnostic::error(format!(
                         "{file}: the file defines several kernels; choose one with --kernel"
                     ))
@@ -235,19 +190,11 @@ impl Session {
     }
 }
 
-fn build_scope(
-    s: &Session,
-    me: u32,
-    ast: &Ast,
-    imported: &[usize],
-) -> BTreeMap<String, Vec<KernelRef>> {
+fn build_scope(s: &Session, me: u32, ast: &Ast, imported: &[usize]) -> BTreeMap<String, Vec<KernelRef>> {
     let mut scope: BTreeMap<String, Vec<KernelRef>> = BTreeMap::new();
     for &m in imported {
         for (i, k) in s.modules[m].ast.kernels().enumerate() {
-            let r = KernelRef {
-                module: m as u32,
-                index: i as u32,
-            };
+            let r = KernelRef { module: m as u32, index: i as u32 };
             let e = scope.entry(k.name.name.clone()).or_default();
             if !e.contains(&r) {
                 e.push(r);
@@ -256,10 +203,7 @@ fn build_scope(
     }
     let mut own: BTreeMap<String, Vec<KernelRef>> = BTreeMap::new();
     for (i, k) in ast.kernels().enumerate() {
-        own.entry(k.name.name.clone()).or_default().push(KernelRef {
-            module: me,
-            index: i as u32,
-        });
+        own.entry(k.name.name.clone()).or_default().push(KernelRef { module: me, index: i as u32 });
     }
     // Local kernels shadow imported overload sets of the same name.
     scope.extend(own);

@@ -11,9 +11,7 @@
 //! known. Guarantees the invariants listed in `tir`.
 
 use crate::bounds;
-use crate::resolve::{
-    ArgBinding, CallRes, KernelInfo, NameRes, Op, ParamInfo, TensorKind, TensorSlot, VarSlot,
-};
+use crate::resolve::{ArgBinding, CallRes, KernelInfo, NameRes, Op, ParamInfo, TensorKind, TensorSlot, VarSlot};
 use crate::session::{KernelRef, Session};
 use crate::tir::*;
 use crate::types::{ElemType, RTy};
@@ -39,15 +37,9 @@ pub struct Bindings {
 pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Diagnostic> {
     let info = s.kernel(k);
     let module = s.module(k.module as usize);
-    let mut p = Program {
-        name: info.name.clone(),
-        ..Program::default()
-    };
+    let mut p = Program { name: info.name.clone(), ..Program::default() };
     let mut inst = Inst::new(s, k, String::new());
-    let sizes = SizeCtx {
-        ast: &module.ast,
-        facts_names: &module.facts.names,
-    };
+    let sizes = SizeCtx { ast: &module.ast, facts_names: &module.facts.names };
 
     // Constants: command line, else defaults.
     for (name, _) in &b.consts {
@@ -66,11 +58,7 @@ pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Di
                 ))
                 .with_note(format!(
                     "its constants: {}",
-                    if consts.is_empty() {
-                        "none".into()
-                    } else {
-                        consts.join(", ")
-                    }
+                    if consts.is_empty() { "none".into() } else { consts.join(", ") }
                 )));
             }
         }
@@ -82,14 +70,8 @@ pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Di
                 None => match default {
                     Some(d) => sizes.eval(*d, &inst.consts, &inst.syms)?,
                     None => {
-                        return Err(Diagnostic::at(
-                            prm.span,
-                            format!("constant `{}` has no value", prm.name),
-                        )
-                        .with_note(format!(
-                            "give it with --const {}=VALUE or a default in the source",
-                            prm.name
-                        )))
+                        return Err(Diagnostic::at(prm.span, format!("constant `{}` has no value", prm.name))
+                            .with_note(format!("give it with --const {}=VALUE or a default in the source", prm.name)))
                     }
                 },
             };
@@ -105,19 +87,10 @@ pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Di
                 "--shape: `{name}` is not a shape symbol of kernel `{}`",
                 info.name
             ))
-            .with_note(format!(
-                "its symbols: {}",
-                if syms.is_empty() {
-                    "none".into()
-                } else {
-                    syms.join(", ")
-                }
-            )));
+            .with_note(format!("its symbols: {}", if syms.is_empty() { "none".into() } else { syms.join(", ") })));
         };
         if *v < 0 {
-            return Err(Diagnostic::error(format!(
-                "--shape: `{name}` = {v} is negative"
-            )));
+            return Err(Diagnostic::error(format!("--shape: `{name}` = {v} is negative")));
         }
         inst.syms[i] = Some(*v);
     }
@@ -135,11 +108,7 @@ pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Di
             let tn = &info.tensors[*t as usize];
             return Err(Diagnostic::at(
                 tn.span,
-                format!(
-                    "input `{}` has {} dimensions in its file, but {rank} here",
-                    tn.name,
-                    sh.len()
-                ),
+                format!("input `{}` has {} dimensions in its file, but {rank} here", tn.name, sh.len()),
             ));
         }
     }
@@ -147,14 +116,9 @@ pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Di
     apply_defaults(&sizes, info, &inst.consts, &mut inst.syms)?;
     for (i, sym) in info.symbols.iter().enumerate() {
         let Some(v) = inst.syms[i] else {
-            return Err(Diagnostic::at(
-                sym.span,
-                format!("shape symbol `{}` has no value", sym.name),
-            )
-            .with_note(format!(
-                "give it with --shape {}=SIZE, an input file, or a default like `{} = 64`",
-                sym.name, sym.name
-            )));
+            return Err(Diagnostic::at(sym.span, format!("shape symbol `{}` has no value", sym.name)).with_note(
+                format!("give it with --shape {}=SIZE, an input file, or a default like `{} = 64`", sym.name, sym.name),
+            ));
         };
         p.bindings.push((sym.name.clone(), v));
     }
@@ -178,11 +142,7 @@ pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Di
             }
             ParamInfo::Scalar { elem, default } => {
                 let default = default.map(|d| literal_value(&module.ast, d));
-                p.scalars.push(ScalarDecl {
-                    name: prm.name.clone(),
-                    elem: *elem,
-                    default,
-                });
+                p.scalars.push(ScalarDecl { name: prm.name.clone(), elem: *elem, default });
                 let si = p.scalars.len() as u32 - 1;
                 p.params.push(ProgramParam::Scalar(si));
                 inst.scalars[i] = Some(p.alloc(TExpr::Scalar(si), Ty::Elem(*elem), prm.span));
@@ -213,28 +173,14 @@ fn new_tensor(
     let mut n: i64 = 1;
     for &d in &shape {
         if d < 0 {
-            return Err(Diagnostic::at(
-                span,
-                format!("`{name}` would have a negative size {d} ({shape:?})"),
-            ));
+            return Err(Diagnostic::at(span, format!("`{name}` would have a negative size {d} ({shape:?})")));
         }
         n = n
             .checked_mul(d)
             .filter(|&n| n <= MAX_ELEMENTS)
-            .ok_or_else(|| {
-                Diagnostic::at(
-                    span,
-                    format!("`{name}` would have more than 2^36 elements ({shape:?})"),
-                )
-            })?;
+            .ok_or_else(|| Diagnostic::at(span, format!("`{name}` would have more than 2^36 elements ({shape:?})")))?;
     }
-    p.tensors.push(TensorDecl {
-        name: name.to_string(),
-        elem,
-        shape,
-        role,
-        span,
-    });
+    p.tensors.push(TensorDecl { name: name.to_string(), elem, shape, role, span });
     Ok(TensorId(p.tensors.len() as u32 - 1))
 }
 
@@ -266,11 +212,7 @@ fn floor_div(a: i64, b: i64) -> Option<i64> {
         return None;
     }
     let q = a.checked_div(b)?;
-    Some(if (a % b != 0) && ((a < 0) != (b < 0)) {
-        q - 1
-    } else {
-        q
-    })
+    Some(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q })
 }
 
 fn floor_mod(a: i64, b: i64) -> Option<i64> {
@@ -278,46 +220,30 @@ fn floor_mod(a: i64, b: i64) -> Option<i64> {
 }
 
 impl SizeCtx<'_> {
-    fn eval(
-        &self,
-        e: ExprId,
-        consts: &[Option<i64>],
-        syms: &[Option<i64>],
-    ) -> Result<i64, Diagnostic> {
+    fn eval(&self, e: ExprId, consts: &[Option<i64>], syms: &[Option<i64>]) -> Result<i64, Diagnostic> {
         match self.try_eval(e, consts, syms) {
             Ok(v) => Ok(v),
             Err(SizeErr::Bad(d)) => Err(d),
-            Err(SizeErr::Unbound) => Err(Diagnostic::at(
-                self.ast.span(e),
-                "this size depends on a shape symbol that has no value yet",
-            )),
+            Err(SizeErr::Unbound) => {
+                Err(Diagnostic::at(self.ast.span(e), "this size depends on a shape symbol that has no value yet"))
+            }
         }
     }
 
-    fn try_eval(
-        &self,
-        e: ExprId,
-        consts: &[Option<i64>],
-        syms: &[Option<i64>],
-    ) -> Result<i64, SizeErr> {
+    fn try_eval(&self, e: ExprId, consts: &[Option<i64>], syms: &[Option<i64>]) -> Result<i64, SizeErr> {
         let span = self.ast.span(e);
         let bad = |m: &str| SizeErr::Bad(Diagnostic::at(span, m.to_string()));
         match self.ast.expr(e) {
             Expr::Int(v) => Ok(*v),
             Expr::Name(_) => match self.facts_names.get(&e) {
-                Some(NameRes::Const(i)) => {
-                    consts[*i as usize].ok_or_else(|| bad("this constant has no value yet"))
-                }
+                Some(NameRes::Const(i)) => consts[*i as usize].ok_or_else(|| bad("this constant has no value yet")),
                 Some(NameRes::Symbol(i)) => syms[*i as usize].ok_or(SizeErr::Unbound),
-                Some(NameRes::Var(_)) => {
-                    Err(bad("a range or size may not depend on an index variable"))
-                }
+                Some(NameRes::Var(_)) => Err(bad("a range or size may not depend on an index variable")),
                 _ => Err(bad("not a size")),
             },
-            Expr::Unary { op: UnOp::Neg, arg } => self
-                .try_eval(*arg, consts, syms)?
-                .checked_neg()
-                .ok_or_else(|| bad("size overflows")),
+            Expr::Unary { op: UnOp::Neg, arg } => {
+                self.try_eval(*arg, consts, syms)?.checked_neg().ok_or_else(|| bad("size overflows"))
+            }
             Expr::Binary { op, lhs, rhs } => {
                 let a = self.try_eval(*lhs, consts, syms)?;
                 let b = self.try_eval(*rhs, consts, syms)?;
@@ -325,9 +251,7 @@ impl SizeCtx<'_> {
                     BinOp::Add => a.checked_add(b),
                     BinOp::Sub => a.checked_sub(b),
                     BinOp::Mul => a.checked_mul(b),
-                    BinOp::Div | BinOp::Rem if b == 0 => {
-                        return Err(bad("division by zero in a size"))
-                    }
+                    BinOp::Div | BinOp::Rem if b == 0 => return Err(bad("division by zero in a size")),
                     BinOp::Div => floor_div(a, b),
                     BinOp::Rem => floor_mod(a, b),
                     _ => return Err(bad("not a size")),
@@ -416,17 +340,9 @@ fn apply_defaults(
     Ok(())
 }
 
-fn declared_shape(
-    sz: &SizeCtx,
-    k: &KernelInfo,
-    t: TensorSlot,
-    inst: &Inst,
-) -> Result<Vec<i64>, Diagnostic> {
+fn declared_shape(sz: &SizeCtx, k: &KernelInfo, t: TensorSlot, inst: &Inst) -> Result<Vec<i64>, Diagnostic> {
     let info = &k.tensors[t as usize];
-    info.dims
-        .iter()
-        .map(|d| sz.eval(d.expr, &inst.consts, &inst.syms))
-        .collect()
+    info.dims.iter().map(|d| sz.eval(d.expr, &inst.consts, &inst.syms)).collect()
 }
 
 /// Every given shape must equal its declaration at the bound sizes.
@@ -443,10 +359,13 @@ fn check_given_shapes(
             let want = sz.eval(d.expr, &inst.consts, &inst.syms)?;
             if want != actual {
                 let text = texc_grammar::print::print_expr(sz.ast, d.expr);
-                return Err(Diagnostic::at(sz.ast.span(d.expr), format!(
-                    "dimension {i} of `{}` is {actual} from {source}, but the declaration `{text}` says {want}",
-                    info.name
-                ))
+                return Err(Diagnostic::at(
+                    sz.ast.span(d.expr),
+                    format!(
+                        "dimension {i} of `{}` is {actual} from {source}, but the declaration `{text}` says {want}",
+                        info.name
+                    ),
+                )
                 .with_note(bound_note(k, inst)));
             }
         }
@@ -460,12 +379,7 @@ fn bound_note(k: &KernelInfo, inst: &Inst) -> String {
         .iter()
         .zip(&inst.syms)
         .filter_map(|(s, v)| v.map(|v| format!("{}={v}", s.name)))
-        .chain(
-            k.params
-                .iter()
-                .zip(&inst.consts)
-                .filter_map(|(p, v)| v.map(|v| format!("{}={v}", p.name))),
-        )
+        .chain(k.params.iter().zip(&inst.consts).filter_map(|(p, v)| v.map(|v| format!("{}={v}", p.name))))
         .collect();
     format!("sizes in `{}`: {}", k.name, b.join(", "))
 }
@@ -503,10 +417,7 @@ impl<'a> Inst<'a> {
     }
 
     fn sizes(&self) -> SizeCtx<'a> {
-        SizeCtx {
-            ast: self.ast,
-            facts_names: &self.facts.names,
-        }
+        SizeCtx { ast: self.ast, facts_names: &self.facts.names }
     }
 
     fn tensor(&self, t: TensorSlot) -> TensorId {
@@ -538,29 +449,20 @@ impl<'a> Lower<'a> {
     fn kernel(&mut self, inst: &mut Inst<'a>) -> Result<(), Diagnostic> {
         for op in &inst.k.ops {
             match op {
-                Op::Def {
-                    tensor,
-                    axes,
-                    value,
-                    span,
-                } => self.def(inst, *tensor, axes, *value, *span)?,
+                Op::Def { tensor, axes, value, span } => self.def(inst, *tensor, axes, *value, *span)?,
                 Op::Copy { dst, src, span } => self.copy(inst, *dst, *src, *span)?,
-                Op::Call {
-                    callee,
-                    args,
-                    results,
-                    span,
-                } => self
-                    .call(inst, *callee, args, results, *span)
-                    .map_err(|d| {
-                        if d.primary.as_ref().is_some_and(|(s, _)| {
-                            s.file != span.file || !(span.start..span.end).contains(&s.start)
-                        }) {
+                Op::Call { callee, args, results, span } => {
+                    self.call(inst, *callee, args, results, *span).map_err(|d| {
+                        if d.primary
+                            .as_ref()
+                            .is_some_and(|(s, _)| s.file != span.file || !(span.start..span.end).contains(&s.start))
+                        {
                             d.with_secondary(*span, "in this call")
                         } else {
                             d
                         }
-                    })?,
+                    })?
+                }
             }
         }
         Ok(())
@@ -577,21 +479,17 @@ impl<'a> Lower<'a> {
             let have = &self.p.tensor(id).shape;
             if *have != shape {
                 let info = &inst.k.tensors[t as usize];
-                return Err(Diagnostic::at(span, format!("`{}` is declared with shape {have:?}, but this statement produces {shape:?}", info.name))
-                    .with_secondary(info.span, "declared here"));
+                return Err(Diagnostic::at(
+                    span,
+                    format!("`{}` is declared with shape {have:?}, but this statement produces {shape:?}", info.name),
+                )
+                .with_secondary(info.span, "declared here"));
             }
             return Ok(id);
         }
         let info = &inst.k.tensors[t as usize];
         let name = format!("{}{}", inst.prefix, info.name);
-        let id = new_tensor(
-            &mut self.p,
-            &name,
-            info.elem,
-            shape,
-            TensorRole::Temp,
-            info.span,
-        )?;
+        let id = new_tensor(&mut self.p, &name, info.elem, shape, TensorRole::Temp, info.span)?;
         inst.tensors[t as usize] = Some(id);
         Ok(id)
     }
@@ -604,35 +502,20 @@ impl<'a> Lower<'a> {
         value: ExprId,
         span: Span,
     ) -> Result<(), Diagnostic> {
-        let mut sv = StageVars {
-            vars: Vec::new(),
-            map: HashMap::new(),
-        };
+        let mut sv = StageVars { vars: Vec::new(), map: HashMap::new() };
         let is_output = matches!(inst.k.tensors[t as usize].kind, TensorKind::Output(_));
         for (i, &v) in axes.iter().enumerate() {
-            let extent = if is_output {
-                self.p.tensor(inst.tensor(t)).shape[i]
-            } else {
-                self.var_range(inst, v, value, 0)?
-            };
+            let extent =
+                if is_output { self.p.tensor(inst.tensor(t)).shape[i] } else { self.var_range(inst, v, value, 0)? };
             sv.map.insert(v, (sv.vars.len() as VarId, 0));
-            sv.vars.push(VarDecl {
-                name: inst.k.vars[v as usize].name.clone(),
-                extent,
-            });
+            sv.vars.push(VarDecl { name: inst.k.vars[v as usize].name.clone(), extent });
         }
         let shape: Vec<i64> = sv.vars.iter().map(|v| v.extent).collect();
         let id = self.local_tensor(inst, t, shape, span)?;
         let raw = self.expr(inst, &mut sv, value)?;
         let elem = self.p.tensor(id).elem;
         let body = self.coerce(raw, inst.facts.ty[&value], RTy::Elem(elem));
-        self.push_stage(Stage {
-            tensor: id,
-            n_axes: axes.len(),
-            vars: sv.vars,
-            value: body,
-            span,
-        })
+        self.push_stage(Stage { tensor: id, n_axes: axes.len(), vars: sv.vars, value: body, span })
     }
 
     fn push_stage(&mut self, st: Stage) -> Result<(), Diagnostic> {
@@ -640,36 +523,17 @@ impl<'a> Lower<'a> {
         bounds::check_stage(&self.p, self.p.stages.len() - 1)
     }
 
-    fn copy(
-        &mut self,
-        inst: &mut Inst,
-        dst: TensorSlot,
-        src: TensorSlot,
-        span: Span,
-    ) -> Result<(), Diagnostic> {
+    fn copy(&mut self, inst: &mut Inst, dst: TensorSlot, src: TensorSlot, span: Span) -> Result<(), Diagnostic> {
         let src_id = inst.tensor(src);
         let shape = self.p.tensor(src_id).shape.clone();
         let id = self.local_tensor(inst, dst, shape.clone(), span)?;
-        let vars: Vec<VarDecl> = shape
-            .iter()
-            .enumerate()
-            .map(|(i, &e)| VarDecl {
-                name: format!("i{i}"),
-                extent: e,
-            })
-            .collect();
-        let idx: Vec<TExprId> = (0..shape.len())
-            .map(|i| self.p.alloc(TExpr::Var(i as VarId), Ty::Index, span))
-            .collect();
+        let vars: Vec<VarDecl> =
+            shape.iter().enumerate().map(|(i, &e)| VarDecl { name: format!("i{i}"), extent: e }).collect();
+        let idx: Vec<TExprId> =
+            (0..shape.len()).map(|i| self.p.alloc(TExpr::Var(i as VarId), Ty::Index, span)).collect();
         let elem = self.p.tensor(src_id).elem;
         let value = self.p.alloc(TExpr::Load(src_id, idx), Ty::Elem(elem), span);
-        self.push_stage(Stage {
-            tensor: id,
-            n_axes: shape.len(),
-            vars,
-            value,
-            span,
-        })
+        self.push_stage(Stage { tensor: id, n_axes: shape.len(), vars, value, span })
     }
 
     fn call(
@@ -697,16 +561,11 @@ impl<'a> Lower<'a> {
                 (ArgBinding::Scalar(a), ParamInfo::Scalar { elem, default }) => {
                     let v = match (a, default) {
                         (Some(e), _) => {
-                            let mut sv = StageVars {
-                                vars: vec![],
-                                map: HashMap::new(),
-                            };
+                            let mut sv = StageVars { vars: vec![], map: HashMap::new() };
                             let raw = self.expr(inst, &mut sv, *e)?;
                             self.coerce(raw, inst.facts.ty[e], RTy::Elem(*elem))
                         }
-                        (None, Some(d)) => {
-                            self.constant(literal_value(ci.ast, *d), *elem, prm.span)
-                        }
+                        (None, Some(d)) => self.constant(literal_value(ci.ast, *d), *elem, prm.span),
                         (None, None) => unreachable!("resolution requires the argument"),
                     };
                     ci.scalars[i] = Some(v);
@@ -721,19 +580,11 @@ impl<'a> Lower<'a> {
         }
         solve_symbols(&csz, ck, &given, &ci.consts, &mut ci.syms)?;
         apply_defaults(&csz, ck, &ci.consts, &mut ci.syms)?;
-        if let Some((i, sym)) = ck
-            .symbols
-            .iter()
-            .enumerate()
-            .find(|(i, _)| ci.syms[*i].is_none())
-        {
+        if let Some((i, sym)) = ck.symbols.iter().enumerate().find(|(i, _)| ci.syms[*i].is_none()) {
             let _ = i;
             return Err(Diagnostic::at(
                 span,
-                format!(
-                    "cannot determine shape symbol `{}` of `{}` from the arguments",
-                    sym.name, ck.name
-                ),
+                format!("cannot determine shape symbol `{}` of `{}` from the arguments", sym.name, ck.name),
             )
             .with_secondary(sym.span, "declared here"));
         }
@@ -749,29 +600,15 @@ impl<'a> Lower<'a> {
 
     fn constant(&mut self, v: f64, elem: ElemType, span: Span) -> TExprId {
         if elem.is_float() {
-            self.p.alloc(
-                TExpr::Float(texc_runtime::round_to(elem.to_runtime(), v)),
-                Ty::Elem(elem),
-                span,
-            )
+            self.p.alloc(TExpr::Float(texc_runtime::round_to(elem.to_runtime(), v)), Ty::Elem(elem), span)
         } else {
-            self.p.alloc(
-                TExpr::Int(crate::interp::cast_f64_to_int(v, elem)),
-                Ty::Elem(elem),
-                span,
-            )
+            self.p.alloc(TExpr::Int(crate::interp::cast_f64_to_int(v, elem)), Ty::Elem(elem), span)
         }
     }
 
     /// Range of variable `v`: written (`v in lo..hi`) or inferred from the
     /// accesses in `scope_expr` that index a dimension by `v` alone.
-    fn var_range(
-        &mut self,
-        inst: &Inst,
-        v: VarSlot,
-        scope_expr: ExprId,
-        _depth: usize,
-    ) -> Result<i64, Diagnostic> {
+    fn var_range(&mut self, inst: &Inst, v: VarSlot, scope_expr: ExprId, _depth: usize) -> Result<i64, Diagnostic> {
         let var = &inst.k.vars[v as usize];
         if let Some((lo, hi)) = var.range {
             let sz = inst.sizes();
@@ -782,8 +619,11 @@ impl<'a> Lower<'a> {
         let mut uses = Vec::new();
         self.collect_uses(inst, v, scope_expr, &mut uses);
         let Some(&(first_span, first_t, first_d)) = uses.first() else {
-            return Err(Diagnostic::at(var.span, format!("cannot infer the range of `{}`: it never indexes a tensor dimension on its own", var.name))
-                .with_note(format!("write the range, e.g. `{} in 0..N`", var.name)));
+            return Err(Diagnostic::at(
+                var.span,
+                format!("cannot infer the range of `{}`: it never indexes a tensor dimension on its own", var.name),
+            )
+            .with_note(format!("write the range, e.g. `{} in 0..N`", var.name)));
         };
         let size_of = |p: &Program, t: TensorId, d: usize| p.tensor(t).shape[d];
         let ext = size_of(&self.p, first_t, first_d);
@@ -801,13 +641,7 @@ impl<'a> Lower<'a> {
         Ok(ext)
     }
 
-    fn collect_uses(
-        &self,
-        inst: &Inst,
-        v: VarSlot,
-        e: ExprId,
-        out: &mut Vec<(Span, TensorId, usize)>,
-    ) {
+    fn collect_uses(&self, inst: &Inst, v: VarSlot, e: ExprId, out: &mut Vec<(Span, TensorId, usize)>) {
         let ex = inst.ast.expr(e);
         if let Expr::Access { indices, .. } = ex {
             for (d, &i) in indices.iter().enumerate() {
@@ -841,40 +675,27 @@ impl<'a> Lower<'a> {
         }
         let span = self.p.span(id);
         match (self.p.expr(id).clone(), ty) {
-            (TExpr::Int(v), Ty::Elem(e)) if e.is_float() => self.p.alloc(
-                TExpr::Float(texc_runtime::round_to(e.to_runtime(), v as f64)),
-                ty,
-                span,
-            ),
-            (TExpr::Int(v), Ty::Elem(e)) => self.p.alloc(
-                TExpr::Int(texc_runtime::wrap_to(e.to_runtime(), v)),
-                ty,
-                span,
-            ),
-            (TExpr::Float(v), Ty::Elem(e)) if e.is_float() => self.p.alloc(
-                TExpr::Float(texc_runtime::round_to(e.to_runtime(), v)),
-                ty,
-                span,
-            ),
+            (TExpr::Int(v), Ty::Elem(e)) if e.is_float() => {
+                self.p.alloc(TExpr::Float(texc_runtime::round_to(e.to_runtime(), v as f64)), ty, span)
+            }
+            (TExpr::Int(v), Ty::Elem(e)) => {
+                self.p.alloc(TExpr::Int(texc_runtime::wrap_to(e.to_runtime(), v)), ty, span)
+            }
+            (TExpr::Float(v), Ty::Elem(e)) if e.is_float() => {
+                self.p.alloc(TExpr::Float(texc_runtime::round_to(e.to_runtime(), v)), ty, span)
+            }
             _ => self.p.alloc(TExpr::Cast(id), ty, span),
         }
     }
 
-    fn expr(
-        &mut self,
-        inst: &Inst<'a>,
-        sv: &mut StageVars,
-        e: ExprId,
-    ) -> Result<TExprId, Diagnostic> {
+    fn expr(&mut self, inst: &Inst<'a>, sv: &mut StageVars, e: ExprId) -> Result<TExprId, Diagnostic> {
         let span = inst.ast.span(e);
         let fty = |x: ExprId| inst.facts.ty[&x];
         let node_ty = fty(e);
         let ty = rty_to_ty(node_ty);
         let out = match inst.ast.expr(e) {
             Expr::Int(v) => self.p.alloc(TExpr::Int(*v), Ty::Index, span),
-            Expr::Float(v) => self
-                .p
-                .alloc(TExpr::Float(*v), Ty::Elem(ElemType::F64), span),
+            Expr::Float(v) => self.p.alloc(TExpr::Float(*v), Ty::Elem(ElemType::F64), span),
             Expr::Name(_) => match inst.facts.names[&e] {
                 NameRes::Var(v) => {
                     let (sv_id, off) = sv.map[&v];
@@ -883,35 +704,18 @@ impl<'a> Lower<'a> {
                         var
                     } else {
                         let c = self.p.alloc(TExpr::Int(off), Ty::Index, span);
-                        self.p
-                            .alloc(TExpr::Binary(BinOp::Add, var, c), Ty::Index, span)
+                        self.p.alloc(TExpr::Binary(BinOp::Add, var, c), Ty::Index, span)
                     }
                 }
-                NameRes::Scalar(i) => {
-                    inst.scalars[i as usize].expect("scalars are bound before the body")
-                }
-                NameRes::Const(i) => self.p.alloc(
-                    TExpr::Int(inst.consts[i as usize].expect("bound")),
-                    Ty::Index,
-                    span,
-                ),
-                NameRes::Symbol(i) => self.p.alloc(
-                    TExpr::Int(inst.syms[i as usize].expect("bound")),
-                    Ty::Index,
-                    span,
-                ),
+                NameRes::Scalar(i) => inst.scalars[i as usize].expect("scalars are bound before the body"),
+                NameRes::Const(i) => self.p.alloc(TExpr::Int(inst.consts[i as usize].expect("bound")), Ty::Index, span),
+                NameRes::Symbol(i) => self.p.alloc(TExpr::Int(inst.syms[i as usize].expect("bound")), Ty::Index, span),
                 NameRes::Tensor(t) => self.p.alloc(TExpr::Load(inst.tensor(t), vec![]), ty, span),
-                NameRes::Inf => {
-                    self.p
-                        .alloc(TExpr::Float(f64::INFINITY), Ty::Elem(ElemType::F64), span)
-                }
+                NameRes::Inf => self.p.alloc(TExpr::Float(f64::INFINITY), Ty::Elem(ElemType::F64), span),
             },
             Expr::Access { indices, .. } => {
                 let t = self.access_tensor(inst, e).expect("resolved tensor");
-                let idx = indices
-                    .iter()
-                    .map(|&i| self.expr(inst, sv, i))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let idx = indices.iter().map(|&i| self.expr(inst, sv, i)).collect::<Result<Vec<_>, _>>()?;
                 self.p.alloc(TExpr::Load(t, idx), ty, span)
             }
             Expr::Call { args, .. } => match inst.facts.calls[&e] {
@@ -925,11 +729,7 @@ impl<'a> Lower<'a> {
                     for (i, a) in args.iter().enumerate() {
                         let x = self.expr(inst, sv, a.value)?;
                         let is_cond = b == crate::resolve::Builtin::Select && i == 0;
-                        lowered.push(if is_cond {
-                            x
-                        } else {
-                            self.coerce(x, fty(a.value), node_ty)
-                        });
+                        lowered.push(if is_cond { x } else { self.coerce(x, fty(a.value), node_ty) });
                     }
                     self.p.alloc(TExpr::Call(b, lowered), ty, span)
                 }
@@ -946,10 +746,7 @@ impl<'a> Lower<'a> {
                     let extent = self.var_range(inst, v, *body, 0)?;
                     let id = sv.vars.len() as VarId;
                     sv.map.insert(v, (id, lo));
-                    sv.vars.push(VarDecl {
-                        name: var.name.clone(),
-                        extent,
-                    });
+                    sv.vars.push(VarDecl { name: var.name.clone(), extent });
                     ids.push(id);
                 }
                 let b = self.expr(inst, sv, *body)?;
@@ -969,11 +766,7 @@ impl<'a> Lower<'a> {
                     let t = RTy::unify(fty(l), fty(r)).expect("resolution checked operand types");
                     let a = self.coerce(a, fty(l), t);
                     let b = self.coerce(b, fty(r), t);
-                    let rty = if op.is_comparison() {
-                        Ty::Elem(ElemType::Bool)
-                    } else {
-                        rty_to_ty(t)
-                    };
+                    let rty = if op.is_comparison() { Ty::Elem(ElemType::Bool) } else { rty_to_ty(t) };
                     self.p.alloc(TExpr::Binary(*op, a, b), rty, span)
                 }
             }

@@ -48,17 +48,11 @@ impl ElemType {
     }
 
     pub fn is_float(self) -> bool {
-        matches!(
-            self,
-            ElemType::F16 | ElemType::BF16 | ElemType::F32 | ElemType::F64
-        )
+        matches!(self, ElemType::F16 | ElemType::BF16 | ElemType::F32 | ElemType::F64)
     }
 
     pub fn is_int(self) -> bool {
-        matches!(
-            self,
-            ElemType::I8 | ElemType::U8 | ElemType::I32 | ElemType::I64
-        )
+        matches!(self, ElemType::I8 | ElemType::U8 | ElemType::I32 | ElemType::I64)
     }
 
     /// Size of one element in bytes.

@@ -16,27 +16,13 @@ pub fn verify(p: &Program) -> Result<(), String> {
         if decl.role == TensorRole::Input {
             return Err(format!("stage {si} writes input `{}`", decl.name));
         }
-        if st.n_axes != decl.shape.len()
-            || st.vars[..st.n_axes]
-                .iter()
-                .zip(&decl.shape)
-                .any(|(v, &d)| v.extent != d)
-        {
-            return Err(format!(
-                "stage {si}: axes do not match the shape of `{}`",
-                decl.name
-            ));
+        if st.n_axes != decl.shape.len() || st.vars[..st.n_axes].iter().zip(&decl.shape).any(|(v, &d)| v.extent != d) {
+            return Err(format!("stage {si}: axes do not match the shape of `{}`", decl.name));
         }
         if p.ty(st.value) != Ty::Elem(decl.elem) {
-            return Err(format!(
-                "stage {si}: value has type {} but `{}` is {}",
-                p.ty(st.value),
-                decl.name,
-                decl.elem
-            ));
+            return Err(format!("stage {si}: value has type {} but `{}` is {}", p.ty(st.value), decl.name, decl.elem));
         }
-        expr(p, st, st.value, &written)
-            .map_err(|m| format!("stage {si} (`{}`): {m}", decl.name))?;
+        expr(p, st, st.value, &written).map_err(|m| format!("stage {si} (`{}`): {m}", decl.name))?;
         written[st.tensor.0 as usize] = true;
     }
     for &o in &p.outputs {
@@ -51,15 +37,10 @@ fn expr(p: &Program, st: &Stage, e: TExprId, written: &[bool]) -> Result<(), Str
     let ty = p.ty(e);
     let bool_ty = Ty::Elem(ElemType::Bool);
     match p.expr(e) {
-        TExpr::Var(v) if *v as usize >= st.vars.len() => {
-            return Err(format!("variable {v} out of range"))
-        }
+        TExpr::Var(v) if *v as usize >= st.vars.len() => return Err(format!("variable {v} out of range")),
         TExpr::Load(t, idx) => {
             if !written[t.0 as usize] {
-                return Err(format!(
-                    "reads `{}` before it is written",
-                    p.tensor(*t).name
-                ));
+                return Err(format!("reads `{}` before it is written", p.tensor(*t).name));
             }
             if idx.len() != p.tensor(*t).shape.len() || idx.iter().any(|i| p.ty(*i) != Ty::Index) {
                 return Err(format!("malformed load of `{}`", p.tensor(*t).name));
@@ -67,12 +48,7 @@ fn expr(p: &Program, st: &Stage, e: TExprId, written: &[bool]) -> Result<(), Str
         }
         TExpr::Binary(op, a, b) => {
             if p.ty(*a) != p.ty(*b) {
-                return Err(format!(
-                    "operands of `{}` have types {} and {}",
-                    op.symbol(),
-                    p.ty(*a),
-                    p.ty(*b)
-                ));
+                return Err(format!("operands of `{}` have types {} and {}", op.symbol(), p.ty(*a), p.ty(*b)));
             }
             if op.is_comparison() && ty != bool_ty {
                 return Err("comparison is not bool".into());
@@ -89,11 +65,7 @@ fn expr(p: &Program, st: &Stage, e: TExprId, written: &[bool]) -> Result<(), Str
             }
         }
         TExpr::Reduce(_, vars, body) => {
-            if vars
-                .iter()
-                .any(|&v| (v as usize) < st.n_axes || v as usize >= st.vars.len())
-                || p.ty(*body) != ty
-            {
+            if vars.iter().any(|&v| (v as usize) < st.n_axes || v as usize >= st.vars.len()) || p.ty(*body) != ty {
                 return Err("malformed reduction".into());
             }
         }

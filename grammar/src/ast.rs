@@ -78,10 +78,7 @@ impl BinOp {
     }
 
     pub fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne
-        )
+        matches!(self, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne)
     }
 
     pub fn is_logic(self) -> bool {
@@ -144,11 +141,7 @@ impl Expr {
             Expr::Access { indices, .. } => indices.clone(),
             Expr::Call { args, .. } => args.iter().map(|a| a.value).collect(),
             Expr::Reduce { binders, body, .. } => {
-                let mut v: Vec<ExprId> = binders
-                    .iter()
-                    .flat_map(|b| b.range.map(|(l, h)| [l, h]))
-                    .flatten()
-                    .collect();
+                let mut v: Vec<ExprId> = binders.iter().flat_map(|b| b.range.map(|(l, h)| [l, h])).flatten().collect();
                 v.push(*body);
                 v
             }
@@ -171,10 +164,7 @@ pub enum ParamKind {
     /// `X: f32[N, C]` (`f32[]` is a 0-d tensor).
     Tensor { elem: Ident, dims: Vec<Dim> },
     /// `eps: f32 = 1e-5`: a run-time scalar.
-    Scalar {
-        elem: Ident,
-        default: Option<ExprId>,
-    },
+    Scalar { elem: Ident, default: Option<ExprId> },
     /// `const pad: int = 1`: a compile-time integer.
     Const { ty: Ident, default: Option<ExprId> },
 }
@@ -198,18 +188,9 @@ pub struct Output {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     /// `T[i, j in 0..N] = e;`
-    Def {
-        tensor: Ident,
-        axes: Vec<Binder>,
-        value: ExprId,
-        span: Span,
-    },
+    Def { tensor: Ident, axes: Vec<Binder>, value: ExprId, span: Span },
     /// `T = e;` or `(A, B) = e;`: a composition call, a copy, or a 0-d definition.
-    Assign {
-        targets: Vec<Ident>,
-        value: ExprId,
-        span: Span,
-    },
+    Assign { targets: Vec<Ident>, value: ExprId, span: Span },
 }
 
 impl Stmt {

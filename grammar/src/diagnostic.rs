@@ -25,12 +25,7 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn error(message: impl Into<String>) -> Diagnostic {
-        Diagnostic {
-            message: message.into(),
-            primary: None,
-            secondary: Vec::new(),
-            notes: Vec::new(),
-        }
+        Diagnostic { message: message.into(), primary: None, secondary: Vec::new(), notes: Vec::new() }
     }
 
     /// An error at `span`, labelled with `label`.
@@ -77,11 +72,7 @@ pub type Diagnostics = Vec<Diagnostic>;
 
 /// Render a list of diagnostics, one after the other.
 pub fn render_all(diags: &[Diagnostic], sources: &SourceMap) -> String {
-    diags
-        .iter()
-        .map(|d| d.render(sources))
-        .collect::<Vec<_>>()
-        .join("")
+    diags.iter().map(|d| d.render(sources)).collect::<Vec<_>>().join("")
 }
 
 struct Files_<'a>(&'a SourceMap);
@@ -105,9 +96,6 @@ impl<'a> Files<'a> for Files_<'a> {
 
     fn line_range(&'a self, id: FileId, line_index: usize) -> Result<Range<usize>, FilesError> {
         let file = self.0.file(id);
-        file.line_range(line_index).ok_or(FilesError::LineTooLarge {
-            given: line_index,
-            max: file.line_count() - 1,
-        })
+        file.line_range(line_index).ok_or(FilesError::LineTooLarge { given: line_index, max: file.line_count() - 1 })
     }
 }

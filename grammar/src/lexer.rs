@@ -201,28 +201,12 @@ pub struct Lexer<'input> {
 
 impl<'input> Lexer<'input> {
     pub fn new(src: &'input str) -> Lexer<'input> {
-        Lexer {
-            src,
-            pos: 0,
-            depth: 0,
-            schedule_pending: false,
-            in_schedule: false,
-            failed: false,
-        }
+        Lexer { src, pos: 0, depth: 0, schedule_pending: false, in_schedule: false, failed: false }
     }
 
-    fn err(
-        &mut self,
-        start: usize,
-        end: usize,
-        message: impl Into<String>,
-    ) -> Option<Spanned<'input>> {
+    fn err(&mut self, start: usize, end: usize, message: impl Into<String>) -> Option<Spanned<'input>> {
         self.failed = true;
-        Some(Err(LexError {
-            start,
-            end,
-            message: message.into(),
-        }))
+        Some(Err(LexError { start, end, message: message.into() }))
     }
 
     fn peek_at(&self, off: usize) -> Option<u8> {
@@ -259,10 +243,7 @@ impl<'input> Lexer<'input> {
                 "at" => Tok::At,
                 "with" => Tok::With,
                 "layout" => Tok::Layout,
-                _ => Prim::ALL
-                    .iter()
-                    .find(|p| p.name() == word)
-                    .map_or(Tok::Ident(word), |p| Tok::Prim(*p)),
+                _ => Prim::ALL.iter().find(|p| p.name() == word).map_or(Tok::Ident(word), |p| Tok::Prim(*p)),
             },
             _ => Tok::Ident(word),
         }
@@ -301,11 +282,7 @@ impl<'input> Lexer<'input> {
             while q < b.len() && (b[q].is_ascii_alphanumeric() || b[q] == b'_') {
                 q += 1;
             }
-            return self.err(
-                start,
-                q,
-                "malformed number: a number cannot run into letters",
-            );
+            return self.err(start, q, "malformed number: a number cannot run into letters");
         }
         self.pos = p;
         let text = &self.src[start..p];
@@ -317,11 +294,7 @@ impl<'input> Lexer<'input> {
         } else {
             match text.parse::<i64>() {
                 Ok(v) => Some(Ok((start, Tok::Int(v), p))),
-                Err(_) => self.err(
-                    start,
-                    p,
-                    "integer literal is too large (the limit is 2^63 - 1)",
-                ),
+                Err(_) => self.err(start, p, "integer literal is too large (the limit is 2^63 - 1)"),
             }
         }
     }
@@ -330,11 +303,7 @@ impl<'input> Lexer<'input> {
         self.depth += 1;
         self.pos = start + 1;
         if self.depth > MAX_NESTING {
-            return self.err(
-                start,
-                start + 1,
-                format!("brackets nested too deeply (the limit is {MAX_NESTING})"),
-            );
+            return self.err(start, start + 1, format!("brackets nested too deeply (the limit is {MAX_NESTING})"));
         }
         Some(Ok((start, tok, start + 1)))
     }
@@ -361,10 +330,7 @@ impl<'input> Iterator for Lexer<'input> {
                 return self.err(
                     start,
                     p,
-                    format!(
-                        "identifier is {} bytes long; the limit is {MAX_IDENT_LEN}",
-                        p - start
-                    ),
+                    format!("identifier is {} bytes long; the limit is {MAX_IDENT_LEN}", p - start),
                 );
             }
             let tok = self.keyword(&self.src[start..p]);
@@ -442,11 +408,7 @@ impl<'input> Iterator for Lexer<'input> {
                 _ => {
                     let ch = self.src[start..].chars().next().unwrap_or('?');
                     let end = start + ch.len_utf8();
-                    return self.err(
-                        start,
-                        end,
-                        format!("unexpected character `{}`", ch.escape_debug()),
-                    );
+                    return self.err(start, end, format!("unexpected character `{}`", ch.escape_debug()));
                 }
             };
             (t, 1)

@@ -39,13 +39,9 @@ pub fn truncate(s: &str, max: usize) -> String {
 
 /// Parse one file. On failure returns the first syntax error.
 pub fn parse(file: FileId, text: &str) -> Result<Ast, Diagnostic> {
-    let mut ast = Ast {
-        file,
-        ..Ast::default()
-    };
-    let items = parser::FileParser::new()
-        .parse(file, &mut ast, Lexer::new(text))
-        .map_err(|e| parse_error(file, text, e))?;
+    let mut ast = Ast { file, ..Ast::default() };
+    let items =
+        parser::FileParser::new().parse(file, &mut ast, Lexer::new(text)).map_err(|e| parse_error(file, text, e))?;
     ast.items = items;
     check_depth(&ast)?;
     Ok(ast)
@@ -53,13 +49,9 @@ pub fn parse(file: FileId, text: &str) -> Result<Ast, Diagnostic> {
 
 /// Parse a lone expression (used for `--const`/`--shape` values and tests).
 pub fn parse_expr(file: FileId, text: &str) -> Result<(Ast, ast::ExprId), Diagnostic> {
-    let mut ast = Ast {
-        file,
-        ..Ast::default()
-    };
-    let e = parser::ExprParser::new()
-        .parse(file, &mut ast, Lexer::new(text))
-        .map_err(|e| parse_error(file, text, e))?;
+    let mut ast = Ast { file, ..Ast::default() };
+    let e =
+        parser::ExprParser::new().parse(file, &mut ast, Lexer::new(text)).map_err(|e| parse_error(file, text, e))?;
     check_depth(&ast)?;
     Ok((ast, e))
 }
@@ -68,12 +60,7 @@ fn check_depth(ast: &Ast) -> Result<(), Diagnostic> {
     // Children precede parents in the arena, so one forward pass suffices.
     let mut depth = vec![0usize; ast.exprs.len()];
     for (i, e) in ast.exprs.iter().enumerate() {
-        let d = 1 + e
-            .children()
-            .iter()
-            .map(|c| depth[c.index()])
-            .max()
-            .unwrap_or(0);
+        let d = 1 + e.children().iter().map(|c| depth[c.index()]).max().unwrap_or(0);
         if d > MAX_EXPR_DEPTH {
             return Err(Diagnostic::at(
                 ast.expr_spans[i],
@@ -86,11 +73,7 @@ fn check_depth(ast: &Ast) -> Result<(), Diagnostic> {
 }
 
 fn describe_expected(expected: &[String]) -> String {
-    let shown: Vec<String> = expected
-        .iter()
-        .take(8)
-        .map(|s| pretty_terminal(s))
-        .collect();
+    let shown: Vec<String> = expected.iter().take(8).map(|s| pretty_terminal(s)).collect();
     let more = if expected.len() > 8 { ", …" } else { "" };
     match shown.len() {
         0 => String::new(),
@@ -112,26 +95,15 @@ fn pretty_terminal(t: &str) -> String {
 fn parse_error(file: FileId, text: &str, e: ParseError<usize, Tok<'_>, LexError>) -> Diagnostic {
     let span = |a: usize, b: usize| Span::new(file, a, b);
     match e {
-        ParseError::InvalidToken { location } => {
-            Diagnostic::at(span(location, location + 1), "invalid token")
-        }
+        ParseError::InvalidToken { location } => Diagnostic::at(span(location, location + 1), "invalid token"),
         ParseError::UnrecognizedEof { location, expected } => {
             let at = location.min(text.len());
-            Diagnostic::at(
-                span(at, at),
-                format!("unexpected end of file{}", describe_expected(&expected)),
-            )
+            Diagnostic::at(span(at, at), format!("unexpected end of file{}", describe_expected(&expected)))
         }
-        ParseError::UnrecognizedToken {
-            token: (l, tok, r),
-            expected,
-        } => Diagnostic::at(
-            span(l, r),
-            format!("unexpected {tok}{}", describe_expected(&expected)),
-        ),
-        ParseError::ExtraToken { token: (l, tok, r) } => {
-            Diagnostic::at(span(l, r), format!("unexpected {tok}"))
+        ParseError::UnrecognizedToken { token: (l, tok, r), expected } => {
+            Diagnostic::at(span(l, r), format!("unexpected {tok}{}", describe_expected(&expected)))
         }
+        ParseError::ExtraToken { token: (l, tok, r) } => Diagnostic::at(span(l, r), format!("unexpected {tok}")),
         ParseError::User { error } => Diagnostic::at(span(error.start, error.end), error.message),
     }
 }

@@ -11,11 +11,7 @@ pub enum IndexItem {
 }
 
 fn user_error(span: crate::span::Span, message: impl Into<String>) -> LexError {
-    LexError {
-        start: span.start as usize,
-        end: span.end as usize,
-        message: message.into(),
-    }
+    LexError { start: span.start as usize, end: span.end as usize, message: message.into() }
 }
 
 /// Items on the left of a definition or after a reduction operator must be
@@ -56,10 +52,7 @@ pub fn target_name(head: Ident, tail: Vec<Ident>) -> Result<Ident, LexError> {
     let mut span = head.span;
     for part in tail {
         if part.span.start != span.end + 1 {
-            return Err(user_error(
-                span.to(part.span),
-                "a target name is written without spaces, like `x86-avx2`",
-            ));
+            return Err(user_error(span.to(part.span), "a target name is written without spaces, like `x86-avx2`"));
         }
         name.push('-');
         name.push_str(&part.name);
@@ -69,13 +62,7 @@ pub fn target_name(head: Ident, tail: Vec<Ident>) -> Result<Ident, LexError> {
 }
 
 /// `tile S(a, b) by (f, g) -> (ao, bo, ai, bi)`: n axes, n factors, 2n new names.
-pub fn check_tile(
-    l: usize,
-    r: usize,
-    axes: usize,
-    factors: usize,
-    new_axes: usize,
-) -> Result<(), LexError> {
+pub fn check_tile(l: usize, r: usize, axes: usize, factors: usize, new_axes: usize) -> Result<(), LexError> {
     if axes != factors || new_axes != 2 * axes {
         return Err(LexError {
             start: l,

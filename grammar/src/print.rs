@@ -9,10 +9,7 @@ use crate::span::Span;
 use std::fmt::Write;
 
 pub fn print_ast(ast: &Ast) -> String {
-    let mut p = Printer {
-        ast,
-        out: String::new(),
-    };
+    let mut p = Printer { ast, out: String::new() };
     for item in &ast.items {
         p.item(item);
     }
@@ -21,10 +18,7 @@ pub fn print_ast(ast: &Ast) -> String {
 
 /// Print one expression as an S-expression (spans omitted).
 pub fn print_expr(ast: &Ast, e: ExprId) -> String {
-    let mut p = Printer {
-        ast,
-        out: String::new(),
-    };
+    let mut p = Printer { ast, out: String::new() };
     p.expr(e, false);
     p.out
 }
@@ -48,20 +42,13 @@ impl Printer<'_> {
     }
 
     fn e(&self, e: ExprId) -> String {
-        let mut p = Printer {
-            ast: self.ast,
-            out: String::new(),
-        };
+        let mut p = Printer { ast: self.ast, out: String::new() };
         p.expr(e, true);
         p.out
     }
 
     fn expr(&mut self, e: ExprId, spans: bool) {
-        let s = if spans {
-            sp(self.ast.span(e))
-        } else {
-            String::new()
-        };
+        let s = if spans { sp(self.ast.span(e)) } else { String::new() };
         match self.ast.expr(e).clone() {
             Expr::Int(v) => {
                 let _ = write!(self.out, "{v}{s}");
@@ -147,11 +134,7 @@ impl Printer<'_> {
         match item {
             Item::Import(i) => {
                 let what = match &i.path {
-                    ImportPath::Module(parts) => parts
-                        .iter()
-                        .map(|p| p.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join("."),
+                    ImportPath::Module(parts) => parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join("."),
                     ImportPath::File { path, .. } => format!("{path:?}"),
                 };
                 self.line(0, &format!("import {what} {}", sp(i.span)));
@@ -165,75 +148,39 @@ impl Printer<'_> {
         self.line(0, &format!("kernel {} {}", self.ident(&k.name), sp(k.span)));
         for p in &k.params {
             let text = match &p.kind {
-                ParamKind::Tensor { elem, dims } => format!(
-                    "tensor {}: {}{}",
-                    self.ident(&p.name),
-                    elem.name,
-                    self.dims(dims)
-                ),
+                ParamKind::Tensor { elem, dims } => {
+                    format!("tensor {}: {}{}", self.ident(&p.name), elem.name, self.dims(dims))
+                }
                 ParamKind::Scalar { elem, default } => {
-                    let d = default
-                        .map(|d| format!(" = {}", self.e(d)))
-                        .unwrap_or_default();
+                    let d = default.map(|d| format!(" = {}", self.e(d))).unwrap_or_default();
                     format!("scalar {}: {}{d}", self.ident(&p.name), elem.name)
                 }
                 ParamKind::Const { ty, default } => {
-                    let d = default
-                        .map(|d| format!(" = {}", self.e(d)))
-                        .unwrap_or_default();
+                    let d = default.map(|d| format!(" = {}", self.e(d))).unwrap_or_default();
                     format!("const {}: {}{d}", self.ident(&p.name), ty.name)
                 }
             };
             self.line(1, &format!("param {text} {}", sp(p.span)));
         }
         for o in &k.outputs {
-            let text = format!(
-                "output {}: {}{} {}",
-                self.ident(&o.name),
-                o.elem.name,
-                self.dims(&o.dims),
-                sp(o.span)
-            );
+            let text = format!("output {}: {}{} {}", self.ident(&o.name), o.elem.name, self.dims(&o.dims), sp(o.span));
             self.line(1, &text);
         }
         for s in &k.body {
             let text = match s {
-                Stmt::Def {
-                    tensor,
-                    axes,
-                    value,
-                    span,
-                } => {
-                    let mut p = Printer {
-                        ast: self.ast,
-                        out: String::new(),
-                    };
+                Stmt::Def { tensor, axes, value, span } => {
+                    let mut p = Printer { ast: self.ast, out: String::new() };
                     for (i, b) in axes.iter().enumerate() {
                         if i > 0 {
                             p.out.push_str(", ");
                         }
                         p.binder(b, true);
                     }
-                    format!(
-                        "def {}[{}] = {} {}",
-                        self.ident(tensor),
-                        p.out,
-                        self.e(*value),
-                        sp(*span)
-                    )
+                    format!("def {}[{}] = {} {}", self.ident(tensor), p.out, self.e(*value), sp(*span))
                 }
-                Stmt::Assign {
-                    targets,
-                    value,
-                    span,
-                } => {
+                Stmt::Assign { targets, value, span } => {
                     let t: Vec<String> = targets.iter().map(|t| self.ident(t)).collect();
-                    format!(
-                        "assign ({}) = {} {}",
-                        t.join(", "),
-                        self.e(*value),
-                        sp(*span)
-                    )
+                    format!("assign ({}) = {} {}", t.join(", "), self.e(*value), sp(*span))
                 }
             };
             self.line(1, &text);
@@ -245,10 +192,7 @@ impl Printer<'_> {
     }
 
     fn names(&self, v: &[Ident]) -> String {
-        v.iter()
-            .map(|i| self.ident(i))
-            .collect::<Vec<_>>()
-            .join(", ")
+        v.iter().map(|i| self.ident(i)).collect::<Vec<_>>().join(", ")
     }
 
     fn factor(f: &Factor) -> String {
@@ -259,15 +203,7 @@ impl Printer<'_> {
     }
 
     fn schedule(&mut self, s: &Schedule) {
-        self.line(
-            0,
-            &format!(
-                "schedule {} for {} {}",
-                self.ident(&s.kernel),
-                self.ident(&s.target),
-                sp(s.span)
-            ),
-        );
+        self.line(0, &format!("schedule {} for {} {}", self.ident(&s.kernel), self.ident(&s.target), sp(s.span)));
         let prims = match &s.body {
             ScheduleBody::Auto => {
                 self.line(1, "auto");
@@ -277,12 +213,7 @@ impl Printer<'_> {
         };
         for p in prims {
             let text = match &p.kind {
-                PrimKind::Split {
-                    axis,
-                    factor,
-                    outer,
-                    inner,
-                } => {
+                PrimKind::Split { axis, factor, outer, inner } => {
                     format!(
                         "split {} by {} -> ({}, {})",
                         self.axis(axis),
@@ -291,12 +222,7 @@ impl Printer<'_> {
                         self.ident(inner)
                     )
                 }
-                PrimKind::Tile {
-                    stage,
-                    axes,
-                    factors,
-                    new_axes,
-                } => {
+                PrimKind::Tile { stage, axes, factors, new_axes } => {
                     let f: Vec<String> = factors.iter().map(Self::factor).collect();
                     format!(
                         "tile {}({}) by ({}) -> ({})",
@@ -307,12 +233,7 @@ impl Printer<'_> {
                     )
                 }
                 PrimKind::Fuse { stage, axes, fused } => {
-                    format!(
-                        "fuse {}({}) -> {}",
-                        self.ident(stage),
-                        self.names(axes),
-                        self.ident(fused)
-                    )
+                    format!("fuse {}({}) -> {}", self.ident(stage), self.names(axes), self.ident(fused))
                 }
                 PrimKind::Reorder { stage, axes } => {
                     format!("reorder {}({})", self.ident(stage), self.names(axes))
@@ -324,26 +245,11 @@ impl Printer<'_> {
                 PrimKind::ComputeAt { stage, at } => {
                     format!("compute_at {} {}", self.ident(stage), self.axis(at))
                 }
-                PrimKind::CacheRead {
-                    tensor,
-                    consumer,
-                    at,
-                    scope,
-                    layout,
-                    name,
-                } => {
-                    let scope = scope
-                        .as_ref()
-                        .map(|s| format!(" in {}", self.ident(s)))
-                        .unwrap_or_default();
+                PrimKind::CacheRead { tensor, consumer, at, scope, layout, name } => {
+                    let scope = scope.as_ref().map(|s| format!(" in {}", self.ident(s))).unwrap_or_default();
                     let layout = layout
                         .as_ref()
-                        .map(|l| {
-                            format!(
-                                " layout ({})",
-                                l.iter().map(|e| self.e(*e)).collect::<Vec<_>>().join(", ")
-                            )
-                        })
+                        .map(|l| format!(" layout ({})", l.iter().map(|e| self.e(*e)).collect::<Vec<_>>().join(", ")))
                         .unwrap_or_default();
                     format!(
                         "cache_read {} for {} at {}{scope}{layout} -> {}",
@@ -353,48 +259,18 @@ impl Printer<'_> {
                         self.ident(name)
                     )
                 }
-                PrimKind::CacheWrite {
-                    stage,
-                    at,
-                    scope,
-                    name,
-                } => {
-                    let scope = scope
-                        .as_ref()
-                        .map(|s| format!(" in {}", self.ident(s)))
-                        .unwrap_or_default();
-                    format!(
-                        "cache_write {} at {}{scope} -> {}",
-                        self.ident(stage),
-                        self.axis(at),
-                        self.ident(name)
-                    )
+                PrimKind::CacheWrite { stage, at, scope, name } => {
+                    let scope = scope.as_ref().map(|s| format!(" in {}", self.ident(s))).unwrap_or_default();
+                    format!("cache_write {} at {}{scope} -> {}", self.ident(stage), self.axis(at), self.ident(name))
                 }
                 PrimKind::Bind { axis, unit, dim } => {
-                    format!(
-                        "bind {} to {}.{}",
-                        self.axis(axis),
-                        self.ident(unit),
-                        self.ident(dim)
-                    )
+                    format!("bind {} to {}.{}", self.axis(axis), self.ident(unit), self.ident(dim))
                 }
-                PrimKind::Tensorize {
-                    stage,
-                    axes,
-                    intrinsic,
-                } => {
-                    format!(
-                        "tensorize {}({}) with {}",
-                        self.ident(stage),
-                        self.names(axes),
-                        self.ident(intrinsic)
-                    )
+                PrimKind::Tensorize { stage, axes, intrinsic } => {
+                    format!("tensorize {}({}) with {}", self.ident(stage), self.names(axes), self.ident(intrinsic))
                 }
                 PrimKind::Tune { name, values } => {
-                    let v: Vec<String> = values
-                        .iter()
-                        .map(|(v, s)| format!("{v}{}", sp(*s)))
-                        .collect();
+                    let v: Vec<String> = values.iter().map(|(v, s)| format!("{v}{}", sp(*s))).collect();
                     format!("tune {} in [{}]", self.ident(name), v.join(", "))
                 }
             };

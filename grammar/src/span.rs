@@ -20,20 +20,12 @@ pub struct Span {
 
 impl Span {
     pub fn new(file: FileId, start: usize, end: usize) -> Span {
-        Span {
-            file,
-            start: start as u32,
-            end: end as u32,
-        }
+        Span { file, start: start as u32, end: end as u32 }
     }
 
     /// The smallest span covering both `self` and `other` (same file).
     pub fn to(self, other: Span) -> Span {
-        Span {
-            file: self.file,
-            start: self.start.min(other.start),
-            end: self.end.max(other.end),
-        }
+        Span { file: self.file, start: self.start.min(other.start), end: self.end.max(other.end) }
     }
 
     pub fn range(self) -> std::ops::Range<usize> {
@@ -59,21 +51,14 @@ impl SourceFile {
         };
         let start = self.line_starts[line];
         let end = offset.min(self.text.len());
-        let col = self
-            .text
-            .get(start..end)
-            .map_or(end - start, |s| s.chars().count());
+        let col = self.text.get(start..end).map_or(end - start, |s| s.chars().count());
         (line + 1, col + 1)
     }
 
     /// Byte range of a 0-based line, including its newline.
     pub fn line_range(&self, line: usize) -> Option<std::ops::Range<usize>> {
         let start = *self.line_starts.get(line)?;
-        let end = self
-            .line_starts
-            .get(line + 1)
-            .copied()
-            .unwrap_or(self.text.len());
+        let end = self.line_starts.get(line + 1).copied().unwrap_or(self.text.len());
         Some(start..end)
     }
 
@@ -97,11 +82,7 @@ impl SourceMap {
         let text = text.into();
         let mut line_starts = vec![0];
         line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        self.files.push(SourceFile {
-            name: name.into(),
-            text,
-            line_starts,
-        });
+        self.files.push(SourceFile { name: name.into(), text, line_starts });
         FileId(self.files.len() as u32 - 1)
     }
 
@@ -110,10 +91,7 @@ impl SourceMap {
     }
 
     pub fn files(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
-        self.files
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (FileId(i as u32), f))
+        self.files.iter().enumerate().map(|(i, f)| (FileId(i as u32), f))
     }
 
     /// `file:line:col` of the start of a span.

@@ -152,13 +152,7 @@ impl Tensor {
             DType::I32 => Data::I32(v.iter().map(|&x| x as i32).collect()),
             DType::I64 => Data::I64(v.to_vec()),
             DType::Bool => Data::Bool(v.iter().map(|&x| x != 0).collect()),
-            _ => {
-                return Tensor::from_f64(
-                    dtype,
-                    shape,
-                    &v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
-                )
-            }
+            _ => return Tensor::from_f64(dtype, shape, &v.iter().map(|&x| x as f64).collect::<Vec<_>>()),
         };
         Tensor { shape, data }
     }
@@ -204,9 +198,7 @@ impl Tensor {
             DType::I8 => (-128, 127),
             _ => (-100, 100),
         };
-        let v: Vec<i64> = (0..n)
-            .map(|_| lo + (rng.next_u64() % (hi - lo + 1) as u64) as i64)
-            .collect();
+        let v: Vec<i64> = (0..n).map(|_| lo + (rng.next_u64() % (hi - lo + 1) as u64) as i64).collect();
         Tensor::from_i64(dtype, shape, &v)
     }
 }

@@ -12,21 +12,17 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum NpyError {
     #[error("cannot open `{path}`: {source}")]
-    Open {
-        path: String,
-        source: std::io::Error,
-    },
+    Open { path: String, source: std::io::Error },
     #[error("`{path}` is not a valid .npy file: {reason}")]
     Malformed { path: String, reason: String },
-    #[error("`{path}` holds dtype `{descr}`, which texc does not read (expected one of <f2 <f4 <f8 |i1 |u1 <i4 <i8 |b1)")]
+    #[error(
+        "`{path}` holds dtype `{descr}`, which texc does not read (expected one of <f2 <f4 <f8 |i1 |u1 <i4 <i8 |b1)"
+    )]
     UnsupportedDType { path: String, descr: String },
     #[error("`{path}` is in Fortran order; save it with numpy.ascontiguousarray first")]
     FortranOrder { path: String },
     #[error("cannot write `{path}`: {source}")]
-    Write {
-        path: String,
-        source: std::io::Error,
-    },
+    Write { path: String, source: std::io::Error },
 }
 
 fn dtype_of(descr: &str) -> Option<DType> {
@@ -46,55 +42,30 @@ fn dtype_of(descr: &str) -> Option<DType> {
 /// Read a `.npy` file.
 pub fn read_npy(path: &Path) -> Result<Tensor, NpyError> {
     let shown = path.display().to_string();
-    let file = File::open(path).map_err(|source| NpyError::Open {
-        path: shown.clone(),
-        source,
-    })?;
+    let file = File::open(path).map_err(|source| NpyError::Open { path: shown.clone(), source })?;
     let mut bytes = Vec::new();
-    BufReader::new(file)
-        .read_to_end(&mut bytes)
-        .map_err(|source| NpyError::Open {
-            path: shown.clone(),
-            source,
-        })?;
+    BufReader::new(file).read_to_end(&mut bytes).map_err(|source| NpyError::Open { path: shown.clone(), source })?;
     read_npy_bytes(&bytes, &shown)
 }
 
 /// Parse `.npy` bytes; `name` is used in messages.
 pub fn read_npy_bytes(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
-    let malformed = |reason: String| NpyError::Malformed {
-        path: name.to_string(),
-        reason,
-    };
+    let malformed = |reason: String| NpyError::Malformed { path: name.to_string(), reason };
     let npy = npyz::NpyFile::new(bytes).map_err(|e| malformed(e.to_string()))?;
     let descr = match npy.dtype() {
         npyz::DType::Plain(ts) => ts.to_string(),
-        other => {
-            return Err(NpyError::UnsupportedDType {
-                path: name.to_string(),
-                descr: other.descr(),
-            })
-        }
+        other => return Err(NpyError::UnsupportedDType { path: name.to_string(), descr: other.descr() }),
     };
-    let dtype = dtype_of(&descr).ok_or_else(|| NpyError::UnsupportedDType {
-        path: name.to_string(),
-        descr,
-    })?;
+    let dtype = dtype_of(&descr).ok_or_else(|| NpyError::UnsupportedDType { path: name.to_string(), descr })?;
     if npy.order() == npyz::Order::Fortran && npy.shape().len() > 1 {
-        return Err(NpyError::FortranOrder {
-            path: name.to_string(),
-        });
+        return Err(NpyError::FortranOrder { path: name.to_string() });
     }
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
-    let n = shape
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| malformed("shape overflows".into()))?;
+    let n =
+        shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| malformed("shape overflows".into()))?;
     let available = bytes.len() as u64;
     if (n as u64).saturating_mul(elem_size(dtype)) > available {
-        return Err(malformed(format!(
-            "the header promises {n} elements but the file is only {available} bytes"
-        )));
+        return Err(malformed(format!("the header promises {n} elements but the file is only {available} bytes")));
     }
     let rd = |e: std::io::Error| malformed(e.to_string());
     let data = match dtype {
@@ -110,10 +81,7 @@ pub fn read_npy_bytes(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
     };
     let t = Tensor { shape, data };
     if t.len() != n {
-        return Err(malformed(format!(
-            "expected {n} elements, found {}",
-            t.len()
-        )));
+        return Err(malformed(format!("expected {n} elements, found {}", t.len())));
     }
     Ok(t)
 }
@@ -130,10 +98,7 @@ fn elem_size(d: DType) -> u64 {
 /// Write a tensor as `.npy`. `bf16`, which NumPy has no type for, is written as `<f4`.
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), NpyError> {
     let shown = path.display().to_string();
-    let err = |source: std::io::Error| NpyError::Write {
-        path: shown.clone(),
-        source,
-    };
+    let err = |source: std::io::Error| NpyError::Write { path: shown.clone(), source };
     let file = File::create(path).map_err(err)?;
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
     let w = BufWriter::new(file);
@@ -143,11 +108,7 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), NpyError> {
         v: impl IntoIterator<Item = T>,
     ) -> std::io::Result<()> {
         use npyz::WriterBuilder;
-        let mut wr = npyz::WriteOptions::<T>::new()
-            .default_dtype()
-            .shape(shape)
-            .writer(w)
-            .begin_nd()?;
+        let mut wr = npyz::WriteOptions::<T>::new().default_dtype().shape(shape).writer(w).begin_nd()?;
         wr.extend(v)?;
         wr.finish()
     }

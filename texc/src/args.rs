@@ -5,11 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "texc",
-    version,
-    about = "texc: a tensor compiler for .tex kernels"
-)]
+#[command(name = "texc", version, about = "texc: a tensor compiler for .tex kernels")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

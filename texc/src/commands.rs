@@ -9,18 +9,8 @@ use texc_compiler::{Bindings, KernelRef, Program, Session};
 use texc_grammar::{diagnostic::render_all, Diagnostic};
 use texc_runtime::{read_npy, write_npy, SplitMix64, Tensor};
 
-const TARGETS: [&str; 7] = [
-    "interp",
-    "x86-avx2",
-    "x86-avx512",
-    "host",
-    "cranelift",
-    "nvptx-sm80",
-    "nvptx-sm90",
-];
-const STAGES: [&str; 9] = [
-    "ast", "tir", "graph", "egraph", "loops", "llvm", "asm", "ptx", "mlir",
-];
+const TARGETS: [&str; 7] = ["interp", "x86-avx2", "x86-avx512", "host", "cranelift", "nvptx-sm80", "nvptx-sm90"];
+const STAGES: [&str; 9] = ["ast", "tir", "graph", "egraph", "loops", "llvm", "asm", "ptx", "mlir"];
 
 /// How a command failed: user input (exit 1) or usage / not built (exit 2).
 enum Fail {
@@ -49,10 +39,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Bench(_) => Err(not_built("`texc bench`", "the x86 backend")),
         Command::Tune(_) => Err(not_built("`texc tune`", "the autotuner")),
         Command::Compile { .. } => Err(not_built("`texc compile`", "the x86 backend")),
-        Command::Analyze(_) => Err(not_built(
-            "`texc analyze`",
-            "the operator graph and cost model",
-        )),
+        Command::Analyze(_) => Err(not_built("`texc analyze`", "the operator graph and cost model")),
     };
     match result {
         Ok(()) => 0,
@@ -68,23 +55,18 @@ pub fn run(cli: Cli) -> i32 {
 }
 
 fn not_built(what: &str, needs: &str) -> Fail {
-    Fail::Usage(format!(
-        "{what} is not built yet: it needs {needs}, which texc does not have yet"
-    ))
+    Fail::Usage(format!("{what} is not built yet: it needs {needs}, which texc does not have yet"))
 }
 
 fn check_target(t: &str) -> Result<(), Fail> {
     if t == "interp" {
         Ok(())
     } else if TARGETS.contains(&t) {
-        Err(Fail::Usage(format!(
-            "target `{t}` is not built yet; today only `interp` runs"
-        )))
+        Err(Fail::Usage(format!("target `{t}` is not built yet; today only `interp` runs")))
     } else {
-        Err(Fail::Input(vec![Diagnostic::error(format!(
-            "unknown target `{t}`"
-        ))
-        .with_note(format!("targets: {}", TARGETS.join(", ")))]))
+        Err(Fail::Input(vec![
+            Diagnostic::error(format!("unknown target `{t}`")).with_note(format!("targets: {}", TARGETS.join(", ")))
+        ]))
     }
 }
 
@@ -94,15 +76,11 @@ fn parse_pairs(flag: &str, values: &[String]) -> Result<Vec<(String, String)>, F
     for v in values {
         for part in v.split(',').filter(|p| !p.trim().is_empty()) {
             let Some((n, x)) = part.split_once('=') else {
-                return Err(Fail::Usage(format!(
-                    "{flag}: expected NAME=VALUE, found `{part}`"
-                )));
+                return Err(Fail::Usage(format!("{flag}: expected NAME=VALUE, found `{part}`")));
             };
             let (n, x) = (n.trim(), x.trim());
             if n.is_empty() || x.is_empty() {
-                return Err(Fail::Usage(format!(
-                    "{flag}: expected NAME=VALUE, found `{part}`"
-                )));
+                return Err(Fail::Usage(format!("{flag}: expected NAME=VALUE, found `{part}`")));
             }
             out.push((n.to_string(), x.to_string()));
         }
@@ -115,9 +93,7 @@ fn parse_ints(flag: &str, values: &[String]) -> Result<Vec<(String, i64)>, Fail>
         .into_iter()
         .map(|(n, v)| match v.parse::<i64>() {
             Ok(x) => Ok((n, x)),
-            Err(_) => Err(Fail::Usage(format!(
-                "{flag}: `{n}={v}`: `{v}` is not an integer"
-            ))),
+            Err(_) => Err(Fail::Usage(format!("{flag}: `{n}={v}`: `{v}` is not an integer"))),
         })
         .collect()
 }
@@ -140,12 +116,7 @@ fn check(session: &mut Session, c: &Common) -> Result<(), Fail> {
     let b = bindings(c)?;
     let kernels: Vec<KernelRef> = match &c.kernel {
         Some(k) => vec![session.entry_kernel(m, Some(k))?],
-        None => (0..session.module(m).kernels.len())
-            .map(|i| KernelRef {
-                module: m as u32,
-                index: i as u32,
-            })
-            .collect(),
+        None => (0..session.module(m).kernels.len()).map(|i| KernelRef { module: m as u32, index: i as u32 }).collect(),
     };
     let mut specialized = 0;
     let mut diags = Vec::new();
@@ -158,10 +129,7 @@ fn check(session: &mut Session, c: &Common) -> Result<(), Fail> {
             consts: b.consts.iter().filter(|(n, _)| own(n)).cloned().collect(),
             input_shapes: HashMap::new(),
         };
-        let sized = info
-            .symbols
-            .iter()
-            .all(|s| s.default.is_some() || b.shapes.iter().any(|(n, _)| *n == s.name))
+        let sized = info.symbols.iter().all(|s| s.default.is_some() || b.shapes.iter().any(|(n, _)| *n == s.name))
             && info.params.iter().all(|p| match &p.info {
                 texc_compiler::resolve::ParamInfo::Const { default } => {
                     default.is_some() || b.consts.iter().any(|(n, _)| *n == p.name)
@@ -189,10 +157,7 @@ fn check(session: &mut Session, c: &Common) -> Result<(), Fail> {
 
 fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
     if !STAGES.contains(&stage) {
-        return Err(Fail::Usage(format!(
-            "unknown stage `{stage}`; stages: {}",
-            STAGES.join(", ")
-        )));
+        return Err(Fail::Usage(format!("unknown stage `{stage}`; stages: {}", STAGES.join(", "))));
     }
     check_target(&c.target)?;
     let m = load(session, c)?;
@@ -203,12 +168,7 @@ fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
             let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
             print!("{}", texc_compiler::print::print_program(&p));
         }
-        other => {
-            return Err(not_built(
-                &format!("stage `{other}`"),
-                "a later part of the compiler",
-            ))
-        }
+        other => return Err(not_built(&format!("stage `{other}`"), "a later part of the compiler")),
     }
     Ok(())
 }
@@ -218,8 +178,7 @@ fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
     check_target(&c.target)?;
     if r.check {
         return Err(Fail::Usage(
-            "--check compares a compiled target with `interp`; no compiled target is built yet"
-                .into(),
+            "--check compares a compiled target with `interp`; no compiled target is built yet".into(),
         ));
     }
     let inputs = parse_pairs("--input", &r.input)?;
@@ -232,28 +191,20 @@ fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
     let is_param = |n: &str| info.param_index(n).is_some();
     for (n, _) in inputs.iter().chain(&scalars) {
         if !is_param(n) {
-            return Err(
-                Diagnostic::error(format!("`{n}` is not a parameter of kernel `{kname}`")).into(),
-            );
+            return Err(Diagnostic::error(format!("`{n}` is not a parameter of kernel `{kname}`")).into());
         }
     }
     let mut files: HashMap<String, Tensor> = HashMap::new();
     for (n, path) in &inputs {
-        let t = read_npy(&PathBuf::from(path))
-            .map_err(|e| Diagnostic::error(format!("input `{n}`: {e}")))?;
+        let t = read_npy(&PathBuf::from(path)).map_err(|e| Diagnostic::error(format!("input `{n}`: {e}")))?;
         files.insert(n.clone(), t);
     }
     let mut b = bindings(c)?;
-    b.input_shapes = files
-        .iter()
-        .map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect()))
-        .collect();
+    b.input_shapes = files.iter().map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect())).collect();
     let p = texc_compiler::build_program(session, k, &b)?;
     for (n, _) in &outputs {
         if !p.outputs.iter().any(|&o| p.tensor(o).name == *n) {
-            return Err(
-                Diagnostic::error(format!("`{n}` is not an output of kernel `{kname}`")).into(),
-            );
+            return Err(Diagnostic::error(format!("`{n}` is not an output of kernel `{kname}`")).into());
         }
     }
     let args = make_args(&p, files, &scalars, r.seed)?;
@@ -264,13 +215,8 @@ fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
         println!("  {}", summary(&p.tensor(o).name, t));
     }
     for (n, path) in &outputs {
-        let i = p
-            .outputs
-            .iter()
-            .position(|&o| p.tensor(o).name == *n)
-            .expect("checked above");
-        write_npy(&PathBuf::from(path), &results[i])
-            .map_err(|e| Diagnostic::error(e.to_string()))?;
+        let i = p.outputs.iter().position(|&o| p.tensor(o).name == *n).expect("checked above");
+        write_npy(&PathBuf::from(path), &results[i]).map_err(|e| Diagnostic::error(e.to_string()))?;
         println!("  wrote `{n}` to {path}");
     }
     Ok(())
@@ -294,8 +240,7 @@ fn make_args(
                 let tensor = match files.remove(&decl.name) {
                     Some(f)
                         if f.dtype() == want
-                            || (want == texc_runtime::DType::BF16
-                                && f.dtype() == texc_runtime::DType::F32) =>
+                            || (want == texc_runtime::DType::BF16 && f.dtype() == texc_runtime::DType::F32) =>
                     {
                         if want == texc_runtime::DType::BF16 {
                             Tensor::from_f64(want, f.shape.clone(), &f.to_f64())
@@ -322,14 +267,15 @@ fn make_args(
                 let given = scalars.iter().rev().find(|(n, _)| *n == decl.name);
                 let v = if let Some((_, text)) = given {
                     text.parse::<f64>().map_err(|_| {
-                        Fail::Usage(format!(
-                            "--scalar: `{}={text}`: `{text}` is not a number",
-                            decl.name
-                        ))
+                        Fail::Usage(format!("--scalar: `{}={text}`: `{text}` is not a number", decl.name))
                     })?
                 } else if let Some(f) = files.remove(&decl.name) {
                     if !f.shape.is_empty() {
-                        return Err(Diagnostic::error(format!("input `{}` is a scalar; its file must hold a 0-d array, not shape {:?}", decl.name, f.shape)).into());
+                        return Err(Diagnostic::error(format!(
+                            "input `{}` is a scalar; its file must hold a 0-d array, not shape {:?}",
+                            decl.name, f.shape
+                        ))
+                        .into());
                     }
                     f.to_f64()[0]
                 } else if let Some(d) = decl.default {

@@ -12,9 +12,7 @@ fn main() {
     let cli = args::Cli::parse();
     // The front end recurses over expressions (bounded by MAX_EXPR_DEPTH);
     // give it room regardless of the platform's main-thread stack.
-    let worker = std::thread::Builder::new()
-        .stack_size(256 << 20)
-        .spawn(move || commands::run(cli));
+    let worker = std::thread::Builder::new().stack_size(256 << 20).spawn(move || commands::run(cli));
     let code = match worker.map(|h| h.join()) {
         Ok(Ok(code)) => code,
         _ => {
