@@ -489,3 +489,60 @@ fn cast(v: V, ty: Ty) -> V {
         },
     }
 }
+
+/// Arguments for a program in parameter order: tensors from `files` (by
+/// name; a `bf16` tensor may come from an `f32` file) or seeded random data;
+/// scalars from `scalars`, a 0-d file, their default, or seeded random data.
+pub fn bind_args(
+    p: &Program,
+    mut files: std::collections::HashMap<String, Tensor>,
+    scalars: &[(String, f64)],
+    seed: u64,
+) -> Result<Vec<Arg>, String> {
+    use texc_runtime::DType;
+    let mut rng = texc_runtime::SplitMix64::new(seed);
+    let mut args = Vec::new();
+    for param in &p.params {
+        match param {
+            ProgramParam::Tensor(t) => {
+                let decl = p.tensor(*t);
+                let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+                let want = decl.elem.to_runtime();
+                let tensor = match files.remove(&decl.name) {
+                    Some(f) if f.dtype() == want => f,
+                    Some(f) if want == DType::BF16 && f.dtype() == DType::F32 => Tensor::from_f64(want, f.shape.clone(), &f.to_f64()),
+                    Some(f) => {
+                        return Err(format!(
+                            "input `{}`: the file holds {} data, but `{}` is declared {}",
+                            decl.name,
+                            f.dtype(),
+                            decl.name,
+                            decl.elem
+                        ))
+                    }
+                    None => Tensor::random(want, shape, &mut rng),
+                };
+                args.push(Arg::Tensor(tensor));
+            }
+            ProgramParam::Scalar(s) => {
+                let decl = &p.scalars[*s as usize];
+                let v = if let Some((_, v)) = scalars.iter().rev().find(|(n, _)| *n == decl.name) {
+                    *v
+                } else if let Some(f) = files.remove(&decl.name) {
+                    if !f.shape.is_empty() {
+                        return Err(format!("input `{}` is a scalar; its file must hold a 0-d array, not shape {:?}", decl.name, f.shape));
+                    }
+                    f.to_f64()[0]
+                } else if let Some(d) = decl.default {
+                    d
+                } else if decl.elem.is_float() {
+                    rng.next_f64() * 2.0 - 1.0
+                } else {
+                    (rng.next_u64() % 10) as f64
+                };
+                args.push(Arg::Scalar(v));
+            }
+        }
+    }
+    Ok(args)
+}

@@ -3,11 +3,10 @@
 use crate::args::{Cli, Command, Common, RunArgs};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use texc_compiler::interp::{self, Arg};
-use texc_compiler::tir::{ProgramParam, TensorRole};
-use texc_compiler::{Bindings, KernelRef, Program, Session};
+use texc_compiler::interp;
+use texc_compiler::{Bindings, KernelRef, Session};
 use texc_grammar::{diagnostic::render_all, Diagnostic};
-use texc_runtime::{read_npy, write_npy, SplitMix64, Tensor};
+use texc_runtime::{read_npy, write_npy, Tensor};
 
 const TARGETS: [&str; 7] = ["interp", "x86-avx2", "x86-avx512", "host", "cranelift", "nvptx-sm80", "nvptx-sm90"];
 const STAGES: [&str; 9] = ["ast", "tir", "graph", "egraph", "loops", "llvm", "asm", "ptx", "mlir"];
@@ -207,7 +206,12 @@ fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
             return Err(Diagnostic::error(format!("`{n}` is not an output of kernel `{kname}`")).into());
         }
     }
-    let args = make_args(&p, files, &scalars, r.seed)?;
+    let mut scalar_values = Vec::new();
+    for (n, text) in &scalars {
+        let v = text.parse::<f64>().map_err(|_| Fail::Usage(format!("--scalar: `{n}={text}`: `{text}` is not a number")))?;
+        scalar_values.push((n.clone(), v));
+    }
+    let args = interp::bind_args(&p, files, &scalar_values, r.seed).map_err(Diagnostic::error)?;
     let results = interp::run(&p, args).map_err(|e| Diagnostic::error(e.to_string()))?;
     let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
     println!("ran `{}` on interp [{}]", p.name, sizes.join(", "));
@@ -220,76 +224,6 @@ fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
         println!("  wrote `{n}` to {path}");
     }
     Ok(())
-}
-
-fn make_args(
-    p: &Program,
-    mut files: HashMap<String, Tensor>,
-    scalars: &[(String, String)],
-    seed: u64,
-) -> Result<Vec<Arg>, Fail> {
-    let mut rng = SplitMix64::new(seed);
-    let mut args = Vec::new();
-    for param in &p.params {
-        match param {
-            ProgramParam::Tensor(t) => {
-                let decl = p.tensor(*t);
-                debug_assert_eq!(decl.role, TensorRole::Input);
-                let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
-                let want = decl.elem.to_runtime();
-                let tensor = match files.remove(&decl.name) {
-                    Some(f)
-                        if f.dtype() == want
-                            || (want == texc_runtime::DType::BF16 && f.dtype() == texc_runtime::DType::F32) =>
-                    {
-                        if want == texc_runtime::DType::BF16 {
-                            Tensor::from_f64(want, f.shape.clone(), &f.to_f64())
-                        } else {
-                            f
-                        }
-                    }
-                    Some(f) => {
-                        return Err(Diagnostic::error(format!(
-                            "input `{}`: the file holds {} data, but `{}` is declared {}",
-                            decl.name,
-                            f.dtype(),
-                            decl.name,
-                            decl.elem
-                        ))
-                        .into())
-                    }
-                    None => Tensor::random(want, shape, &mut rng),
-                };
-                args.push(Arg::Tensor(tensor));
-            }
-            ProgramParam::Scalar(s) => {
-                let decl = &p.scalars[*s as usize];
-                let given = scalars.iter().rev().find(|(n, _)| *n == decl.name);
-                let v = if let Some((_, text)) = given {
-                    text.parse::<f64>().map_err(|_| {
-                        Fail::Usage(format!("--scalar: `{}={text}`: `{text}` is not a number", decl.name))
-                    })?
-                } else if let Some(f) = files.remove(&decl.name) {
-                    if !f.shape.is_empty() {
-                        return Err(Diagnostic::error(format!(
-                            "input `{}` is a scalar; its file must hold a 0-d array, not shape {:?}",
-                            decl.name, f.shape
-                        ))
-                        .into());
-                    }
-                    f.to_f64()[0]
-                } else if let Some(d) = decl.default {
-                    d
-                } else if decl.elem.is_float() {
-                    rng.next_f64() * 2.0 - 1.0
-                } else {
-                    (rng.next_u64() % 10) as f64
-                };
-                args.push(Arg::Scalar(v));
-            }
-        }
-    }
-    Ok(args)
 }
 
 fn summary(name: &str, t: &Tensor) -> String {

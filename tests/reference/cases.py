@@ -1,0 +1,265 @@
+"""NumPy references for the conformance test (tests/tests/conformance.rs).
+
+Usage: python3 cases.py OUTDIR
+
+For every case, writes OUTDIR/<case>/<input>.npy and OUTDIR/<case>/ref_<output>.npy,
+and one line per case to OUTDIR/manifest.txt:
+    case<TAB>tex file<TAB>kernel<TAB>outputs (comma-separated)
+References are computed in float64 (then cast to the output dtype), with
+PyTorch semantics for norms, pools and gelu: biased variance, eps inside
+the square root, count_include_pad for average pooling, exact erf.
+"""
+import math
+import os
+import sys
+
+import numpy as np
+
+rng = np.random.default_rng(20261121)
+OUT = sys.argv[1]
+manifest = []
+
+
+def f32(*shape, lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def case(name, tex, kernel, inputs, refs, consts=""):
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    for k, v in inputs.items():
+        np.save(os.path.join(d, k + ".npy"), v)
+    for k, v in refs.items():
+        np.save(os.path.join(d, "ref_" + k + ".npy"), v)
+    manifest.append("\t".join([name, tex, kernel, ",".join(refs), consts]))
+
+
+def d64(x):
+    return x.astype(np.float64)
+
+
+def matmul(a, b):
+    return d64(a) @ d64(b)
+
+
+def conv2d(x, w, pad=0, stride=1, dilation=1, groups=1):
+    x, w = d64(x), d64(w)
+    n, c, h, wd = x.shape
+    k, cg, r, s = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (h + 2 * pad - dilation * (r - 1) - 1) // stride + 1
+    ow = (wd + 2 * pad - dilation * (s - 1) - 1) // stride + 1
+    y = np.zeros((n, k, oh, ow))
+    kg = k // groups
+    for ko in range(k):
+        g = ko // kg
+        for ri in range(r):
+            for si in range(s):
+                patch = xp[:, g * cg:(g + 1) * cg, ri * dilation: ri * dilation + stride * (oh - 1) + 1: stride,
+                           si * dilation: si * dilation + stride * (ow - 1) + 1: stride]
+                y[:, ko] += np.einsum("nchw,c->nhw", patch, w[ko, :, ri, si])
+    return y
+
+
+def pool(x, k, stride, pad, op):
+    x = d64(x)
+    n, c, h, w = x.shape
+    fill = -np.inf if op == "max" else 0.0
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=fill)
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    wins = np.stack([xp[:, :, r: r + stride * (oh - 1) + 1: stride, s: s + stride * (ow - 1) + 1: stride]
+                     for r in range(k) for s in range(k)])
+    return wins.max(0) if op == "max" else wins.sum(0) / (k * k)
+
+
+def softmax(x):
+    x = d64(x)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def layer_norm(x, g, b, eps=1e-5):
+    x = d64(x)
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * g + b
+
+
+def batch_norm(x, g, b, m, v, eps=1e-5):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    r = lambda t: d64(t).reshape(shape)
+    return (d64(x) - r(m)) / np.sqrt(r(v) + eps) * r(g) + r(b)
+
+
+def group_norm(x, g, b, groups, eps=1e-5):
+    n, c, h, w = x.shape
+    xg = d64(x).reshape(n, groups, -1)
+    mu = xg.mean(-1, keepdims=True)
+    var = ((xg - mu) ** 2).mean(-1, keepdims=True)
+    y = ((xg - mu) / np.sqrt(var + eps)).reshape(n, c, h, w)
+    return y * d64(g).reshape(1, -1, 1, 1) + d64(b).reshape(1, -1, 1, 1)
+
+
+def instance_norm(x, eps=1e-5):
+    x = d64(x)
+    mu = x.mean((2, 3), keepdims=True)
+    var = ((x - mu) ** 2).mean((2, 3), keepdims=True)
+    return (x - mu) / np.sqrt(var + eps)
+
+
+erf = np.vectorize(math.erf)
+
+
+def gelu(x):
+    x = d64(x)
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-d64(x)))
+
+
+def quantize(x, scale, zp):
+    return np.clip(np.round(d64(x) / scale) + zp, -128, 127).astype(np.int8)
+
+
+def as32(x):
+    return x.astype(np.float32)
+
+
+def positive(*shape):
+    return f32(*shape, lo=0.5, hi=1.5)
+
+
+S = "tests/conformance/std_ops.tex"
+
+# ---- std.nn operators, at shapes that no tile size divides
+A, B = f32(13, 7), f32(7, 9)
+case("matmul", S, "t_matmul", {"A": A, "B": B}, {"C": as32(matmul(A, B))})
+A, B = f32(3, 5, 6), f32(3, 6, 4)
+case("batch_matmul", S, "t_batch_matmul", {"A": A, "B": B}, {"C": as32(d64(A) @ d64(B))})
+X, W, b = f32(5, 11), f32(6, 11), f32(6)
+case("dense", S, "t_dense", {"X": X, "W": W, "b": b}, {"Y": as32(d64(X) @ d64(W).T + b)})
+X, W = f32(2, 3, 11, 10), f32(4, 3, 3, 3)
+case("conv2d_pad_stride_dilation", S, "t_conv2d", {"X": X, "Wt": W}, {"Y": as32(conv2d(X, W, 1, 2, 2))})
+X, W = f32(1, 6, 7, 9), f32(4, 3, 2, 3)
+case("conv2d_groups", S, "t_conv2d_groups", {"X": X, "Wt": W}, {"Y": as32(conv2d(X, W, groups=2))})
+X, b = f32(4, 5), f32(5)
+case("bias_add2", S, "t_bias_add2", {"X": X, "b": b}, {"Y": as32(d64(X) + b)})
+X, b = f32(2, 3, 4, 5), f32(3)
+case("bias_add4", S, "t_bias_add4", {"X": X, "b": b}, {"Y": as32(d64(X) + d64(b).reshape(1, -1, 1, 1))})
+P, Q = f32(2, 3, 4, 5), f32(2, 3, 4, 5)
+case("add", S, "t_add", {"A": P, "B": Q}, {"Y": as32(d64(P) + Q)})
+P, Q = f32(2, 3, 7), f32(2, 3, 7)
+case("sub", S, "t_sub", {"A": P, "B": Q}, {"Y": as32(d64(P) - Q)})
+P, Q = f32(5, 6), f32(5, 6)
+case("mul", S, "t_mul", {"A": P, "B": Q}, {"Y": as32(d64(P) * Q)})
+P, Q = f32(17), f32(17, lo=0.5, hi=2.0)
+case("div", S, "t_div", {"A": P, "B": Q}, {"Y": as32(d64(P) / Q)})
+X = f32(2, 3, 4, 5)
+case("relu", S, "t_relu", {"X": X}, {"Y": as32(np.maximum(d64(X), 0))})
+X = f32(6, 7, lo=-8, hi=8)
+case("relu6", S, "t_relu6", {"X": X}, {"Y": as32(np.clip(d64(X), 0, 6))})
+X = f32(6, 7, lo=-5, hi=5)
+case("sigmoid", S, "t_sigmoid", {"X": X}, {"Y": as32(sigmoid(X))})
+X = f32(2, 3, 5, lo=-3, hi=3)
+case("tanh", S, "t_tanh", {"X": X}, {"Y": as32(np.tanh(d64(X)))})
+X = f32(4, 9, lo=-4, hi=4)
+case("gelu", S, "t_gelu", {"X": X}, {"Y": as32(gelu(X))})
+X = f32(19, lo=-4, hi=4)
+case("silu", S, "t_silu", {"X": X}, {"Y": as32(d64(X) * sigmoid(X))})
+X = f32(2, 3, 4, 5)
+case("leaky_relu", S, "t_leaky_relu", {"X": X}, {"Y": as32(np.where(X >= 0, d64(X), 0.1 * d64(np.float32(0.1)) / 0.1 * d64(X)))})
+X = f32(5, 13, lo=-4, hi=4)
+case("softmax2", S, "t_softmax2", {"X": X}, {"Y": as32(softmax(X))})
+X = f32(2, 3, 7, lo=-4, hi=4)
+case("softmax3", S, "t_softmax3", {"X": X}, {"Y": as32(softmax(X))})
+X = f32(2, 2, 3, 5, lo=-4, hi=4)
+case("softmax4", S, "t_softmax4", {"X": X}, {"Y": as32(softmax(X))})
+X, g, b, m, v = f32(2, 3, 4, 5), f32(3), f32(3), f32(3), positive(3)
+case("batch_norm", S, "t_batch_norm", {"X": X, "g": g, "b": b, "m": m, "v": v}, {"Y": as32(batch_norm(X, g, b, m, v, 1e-3))})
+X, g, b, m, v = f32(4, 6), f32(6), f32(6), f32(6), positive(6)
+case("batch_norm2", S, "t_batch_norm2", {"X": X, "g": g, "b": b, "m": m, "v": v}, {"Y": as32(batch_norm(X, g, b, m, v))})
+X, g, b = f32(5, 33), f32(33), f32(33)
+case("layer_norm", S, "t_layer_norm", {"X": X, "g": g, "b": b}, {"Y": as32(layer_norm(X, g, b))})
+X, g, b = f32(2, 3, 17), f32(17), f32(17)
+case("layer_norm3", S, "t_layer_norm3", {"X": X, "g": g, "b": b}, {"Y": as32(layer_norm(X, g, b))})
+X, g, b = f32(2, 8, 3, 5), f32(8), f32(8)
+case("group_norm", S, "t_group_norm", {"X": X, "g": g, "b": b}, {"Y": as32(group_norm(X, g, b, 4))})
+X = f32(2, 3, 5, 7)
+case("instance_norm", S, "t_instance_norm", {"X": X}, {"Y": as32(instance_norm(X))})
+X = f32(2, 3, 11, 8)
+case("max_pool2d", S, "t_max_pool2d", {"X": X}, {"Y": as32(pool(X, 3, 2, 1, "max"))})
+case("avg_pool2d", S, "t_avg_pool2d", {"X": X}, {"Y": as32(pool(X, 3, 2, 1, "avg"))})
+X = f32(1, 2, 9, 7)
+case("max_pool2d_k2", S, "t_max_pool2d_k2", {"X": X}, {"Y": as32(pool(X, 2, 2, 0, "max"))})
+X = f32(2, 3, 5, 6)
+case("global_avg_pool2d", S, "t_global_avg_pool2d", {"X": X}, {"Y": as32(d64(X).mean((2, 3), keepdims=True))})
+X = f32(1, 2, 3, 4)
+case("pad4", S, "t_pad4", {"X": X}, {"Y": np.pad(X, ((0, 0), (1, 0), (2, 1), (0, 2)), constant_values=np.float32(-1.5))})
+X = f32(3, 4)
+case("pad2", S, "t_pad2", {"X": X}, {"Y": np.pad(X, 1)})
+X = f32(3, 5)
+case("transpose2", S, "t_transpose2", {"X": X}, {"Y": np.ascontiguousarray(X.T)})
+X = f32(2, 3, 4, 5)
+case("transpose4", S, "t_transpose4", {"X": X}, {"Y": np.ascontiguousarray(np.transpose(X))})
+X = f32(6, 9, lo=-8, hi=8)
+case("quantize", S, "t_quantize", {"X": X}, {"Q": quantize(X, d64(np.float32(0.05)), -4)})
+X, s = f32(2, 3, 4, 5, lo=-3, hi=3), np.array(0.02, dtype=np.float32)
+case("quantize4", S, "t_quantize4", {"X": X, "s": s}, {"Q": quantize(X, d64(s), 0)})
+X, s, z = f32(4, 9, lo=-3, hi=3), f32(4, lo=0.01, hi=0.05), rng.integers(-10, 10, 4).astype(np.int32)
+case("quantize_per_channel", S, "t_quantize_pc", {"X": X, "s": s, "z": z},
+     {"Q": quantize(X, d64(s).reshape(-1, 1), z.reshape(-1, 1))})
+Q = rng.integers(-128, 128, (5, 6)).astype(np.int8)
+case("dequantize", S, "t_dequantize", {"Q": Q}, {"Y": as32((Q.astype(np.int64) + 4) * d64(np.float32(0.05)))})
+Q, s, z = rng.integers(-128, 128, (3, 2, 2, 4)).astype(np.int8), f32(3, lo=0.01, hi=0.1), rng.integers(-5, 5, 3).astype(np.int32)
+case("dequantize_per_channel", S, "t_dequantize_pc", {"Q": Q, "s": s, "z": z},
+     {"Y": as32((Q.astype(np.int64) - z.reshape(-1, 1, 1, 1)) * d64(s).reshape(-1, 1, 1, 1))})
+
+# ---- the examples, at their default sizes and at odd ones
+for (m, k, n) in [(64, 64, 64), (13, 7, 31)]:
+    A, B = f32(m, k), f32(k, n)
+    case(f"ex_matmul_{m}x{k}x{n}", "examples/matmul.tex", "matmul", {"A": A, "B": B}, {"C": as32(matmul(A, B))})
+for (h, w, pad, stride) in [(20, 20, 1, 2), (9, 13, 2, 3)]:
+    X, W = f32(1, 16, h, w), f32(16, 16, 3, 3)
+    case(f"ex_conv2d_{h}x{w}_p{pad}_s{stride}", "examples/conv2d.tex", "conv2d", {"X": X, "Wt": W},
+         {"Y": as32(conv2d(X, W, pad, stride))}, consts=f"pad={pad},stride={stride}")
+X = f32(64, 100, lo=-5, hi=5)
+case("ex_softmax", "examples/softmax.tex", "softmax", {"X": X}, {"Y": as32(softmax(X))})
+X = f32(8, 257, lo=-5, hi=5)
+case("ex_gelu", "examples/gelu.tex", "gelu", {"X": X}, {"Y": as32(gelu(X))})
+X = f32(3, 9, 11)
+cols = np.zeros((27, 9 * 11), dtype=np.float32)
+xp = np.pad(X, ((0, 0), (1, 1), (1, 1)))
+for c in range(3):
+    for r in range(3):
+        for s in range(3):
+            cols[c * 9 + r * 3 + s] = xp[c, r:r + 9, s:s + 11].reshape(-1)
+case("ex_im2col", "examples/im2col.tex", "im2col", {"X": X}, {"Cols": cols})
+A, B = f32(48, 40).astype(np.float16), f32(40, 33).astype(np.float16)
+case("ex_gemm_f16", "examples/gemm_f16.tex", "gemm_f16", {"A": A, "B": B}, {"C": as32(matmul(A, B))})
+X = f32(16, 64, lo=-4, hi=4)
+X[0, :4] = [0.01, 0.03, -0.05, 100.0]  # ties round to even; saturation
+case("ex_quantize_int8", "examples/quantize.tex", "quantize_int8", {"X": X},
+     {"Q": quantize(X, d64(np.float32(0.02)), 3)})
+X, W, g, b, m, v = f32(1, 16, 14, 14), f32(32, 16, 3, 3), f32(32), f32(32), f32(32), positive(32)
+case("ex_conv_bn_relu", "examples/conv_bn_relu.tex", "conv_bn_relu",
+     {"X": X, "Wt": W, "gamma": g, "beta": b, "mean": m, "var": v},
+     {"Y": as32(np.maximum(batch_norm(conv2d(X, W, 1), g, b, m, v), 0))})
+X, W = f32(2, 8, 15, 13), f32(8, 1, 3, 3)
+case("ex_depthwise", "examples/depthwise.tex", "depthwise3x3", {"X": X, "Wt": W}, {"Y": as32(conv2d(X, W, 1, groups=8))})
+X = f32(2, 4, 17, 16)
+case("ex_pools", "examples/pooling.tex", "pools", {"X": X},
+     {"Ymax": as32(pool(X, 3, 2, 1, "max")), "Yavg": as32(pool(X, 3, 2, 1, "avg"))})
+X, g, b, m, v = f32(2, 6, 5, 7), f32(6), f32(6), f32(6), positive(6)
+case("ex_bn", "examples/norms.tex", "bn", {"X": X, "gamma": g, "beta": b, "mean": m, "var": v}, {"Y": as32(batch_norm(X, g, b, m, v))})
+X, g, b = f32(10, 33), f32(33), f32(33)
+case("ex_ln", "examples/norms.tex", "ln", {"X": X, "gamma": g, "beta": b}, {"Y": as32(layer_norm(X, g, b))})
+X = f32(2, 3, 9, 4)
+case("ex_inorm", "examples/norms.tex", "inorm", {"X": X}, {"Y": as32(instance_norm(X))})
+X, g, b = f32(2, 6, 5, 3), f32(6), f32(6)
+case("ex_gn", "examples/norms.tex", "gn", {"X": X, "gamma": g, "beta": b}, {"Y": as32(group_norm(X, g, b, 3))})
+
+with open(os.path.join(OUT, "manifest.txt"), "w") as f:
+    f.write("\n".join(manifest) + "\n")
+print(f"{len(manifest)} cases")

@@ -1,0 +1,55 @@
+//! Helpers shared by texc's integration tests.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use texc_compiler::{Bindings, Program, Session};
+use texc_grammar::diagnostic::render_all;
+use texc_runtime::Tensor;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// Load a file (relative to the workspace root) and specialize one kernel.
+/// Errors come back rendered, as the CLI prints them.
+pub fn compile(file: &str, kernel: Option<&str>, b: &Bindings) -> Result<Program, String> {
+    let mut s = Session::new();
+    let path = root().join(file);
+    let m = s.load_root(&path).map_err(|d| render_all(&d, &s.sources))?;
+    let k = s.entry_kernel(m, kernel).map_err(|d| render_all(&[d], &s.sources))?;
+    texc_compiler::build_program(&s, k, b).map_err(|d| render_all(&[d], &s.sources))
+}
+
+/// Check source text the way `texc check` does, without touching the disk
+/// (imports of `std.nn` work; file imports resolve against the workspace root).
+/// Returns rendered diagnostics on failure. Specializes every kernel whose
+/// sizes all have defaults.
+pub fn check_text(name: &str, text: &str) -> Result<(), String> {
+    let mut s = Session::new();
+    let m = s.load_text(name, text, Some(root().join(name))).map_err(|d| render_all(&d, &s.sources))?;
+    for i in 0..s.module(m).kernels.len() {
+        let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
+        let info = s.kernel(k);
+        let sized = info.symbols.iter().all(|x| x.default.is_some())
+            && info.params.iter().all(|p| !matches!(p.info, texc_compiler::resolve::ParamInfo::Const { default: None }));
+        if sized {
+            texc_compiler::build_program(&s, k, &Bindings::default()).map_err(|d| render_all(&[d], &s.sources))?;
+        }
+    }
+    Ok(())
+}
+
+/// Run a program on the interpreter with the given input tensors (by name).
+pub fn run(p: &Program, inputs: HashMap<String, Tensor>) -> Vec<Tensor> {
+    let args = texc_compiler::interp::bind_args(p, inputs, &[], 0).expect("arguments bind");
+    texc_compiler::interp::run(p, args).expect("interpreter runs")
+}
+
+/// Normwise relative error: max |a - b| / max |b| (exact comparison for integers).
+pub fn rel_error(got: &Tensor, want: &Tensor) -> f64 {
+    assert_eq!(got.shape, want.shape, "shapes differ");
+    let (a, b) = (got.to_f64(), want.to_f64());
+    let scale = b.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
+    a.iter().zip(&b).fold(0.0f64, |m, (x, y)| if x.is_nan() != y.is_nan() { f64::INFINITY } else if x.is_nan() { m } else { m.max((x - y).abs()) }) / scale
+}
