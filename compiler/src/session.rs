@@ -131,7 +131,7 @@ impl Session {
         let path = base.join(rel);
         let canon = path
             .canonicalize()
-            .map_err(|e| vec![Diagnostic::at(span, format!("cannot import `{}`: {e}", path.display()))])?;
+            .map_err(|e| vec![Diagnostic::at(span, format!("cannot import `{rel}`: {e}"))])?;
         if stack.contains(&canon) {
             return Err(vec![Diagnostic::at(span, format!("import cycle: `{}` imports itself", path.display()))]);
         }
@@ -139,7 +139,7 @@ impl Session {
             return Ok(m);
         }
         let text = std::fs::read_to_string(&canon)
-            .map_err(|e| vec![Diagnostic::at(span, format!("cannot import `{}`: {e}", path.display()))])?;
+            .map_err(|e| vec![Diagnostic::at(span, format!("cannot import `{rel}`: {e}"))])?;
         self.load(&path.display().to_string(), &text, Some(canon), stack)
     }
 

@@ -358,11 +358,10 @@ fn check_given_shapes(
         for (i, (d, &actual)) in info.dims.iter().zip(shape).enumerate() {
             let want = sz.eval(d.expr, &inst.consts, &inst.syms)?;
             if want != actual {
-                let text = texc_grammar::print::print_expr(sz.ast, d.expr);
                 return Err(Diagnostic::at(
                     sz.ast.span(d.expr),
                     format!(
-                        "dimension {i} of `{}` is {actual} from {source}, but the declaration `{text}` says {want}",
+                        "dimension {i} of `{}` is {actual} from {source}, but its declaration here says {want}",
                         info.name
                     ),
                 )

@@ -1,0 +1,111 @@
+//! The `texc` binary: exit statuses, spanned errors, .npy round trips.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("parent").to_path_buf()
+}
+
+fn texc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_texc")).args(args).current_dir(root()).output().expect("texc runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("texc-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("tmp");
+    d.join(name)
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn runs_an_example_and_writes_outputs() {
+    let out = tmp("c.npy");
+    let o = texc(&["run", "examples/matmul.tex", "--shape", "M=5,N=7", "--output", &format!("C={}", out.display())]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let c = texc_runtime::read_npy(&out).expect("output written");
+    assert_eq!(c.shape, vec![5, 7]);
+    // Feed it back as an input of a kernel with matching shapes.
+    let o = texc(&["run", "examples/softmax.tex", "--input", &format!("X={}", out.display())]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("N=5, D=7"));
+}
+
+#[test]
+fn emit_is_byte_identical_across_runs() {
+    for stage in ["ast", "tir"] {
+        let a = texc(&["emit", "examples/conv_bn_relu.tex", "--stage", stage]);
+        let b = texc(&["emit", "examples/conv_bn_relu.tex", "--stage", stage]);
+        assert_eq!(a.status.code(), Some(0), "{}", err(&a));
+        assert_eq!(a.stdout, b.stdout);
+    }
+}
+
+#[test]
+fn user_errors_exit_1_with_a_location() {
+    let bad = tmp("bad.tex");
+    std::fs::write(&bad, "kernel f(A: f32[N = 4]) -> B: f32[N] { B[i] = A[i + 1]; }\n").expect("write");
+    let o = texc(&["check", bad.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("bad.tex:1:49"), "{}", err(&o));
+
+    let cases: &[&[&str]] = &[
+        &["run", "examples/matmul.tex", "--input", "A=/no/such.npy"],
+        &["run", "examples/matmul.tex", "--kernel", "nope"],
+        &["run", "examples/matmul.tex", "--target", "x86-sse"],
+        &["run", "examples/matmul.tex", "--shape", "Q=3"],
+        &["run", "tests/conformance/std_ops.tex", "--kernel", "t_matmul"],
+        &["run", "examples/norms.tex"],
+        &["check", "/no/such/file.tex"],
+    ];
+    for args in cases {
+        let o = texc(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", err(&o));
+        assert!(err(&o).starts_with("error: "), "{args:?}: {}", err(&o));
+    }
+}
+
+#[test]
+fn wrong_npy_inputs_exit_1() {
+    let f64_file = tmp("a64.npy");
+    texc_runtime::write_npy(&f64_file, &texc_runtime::Tensor::from_f64(texc_runtime::DType::F64, vec![4, 4], &[0.0; 16])).expect("w");
+    let o = texc(&["run", "examples/matmul.tex", "--input", &format!("A={}", f64_file.display())]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("f64 data, but `A` is declared f32"), "{}", err(&o));
+
+    let shape_file = tmp("a3.npy");
+    texc_runtime::write_npy(&shape_file, &texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![4, 4], &[0.0; 16])).expect("w");
+    let o = texc(&["run", "examples/matmul.tex", "--shape", "M=4,K=8", "--input", &format!("A={}", shape_file.display())]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("dimension 1 of `A` is 4 from its input file"), "{}", err(&o));
+
+    let corrupt = tmp("corrupt.npy");
+    std::fs::write(&corrupt, b"\x93NUMPY garbage").expect("w");
+    let o = texc(&["run", "examples/matmul.tex", "--input", &format!("A={}", corrupt.display())]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("not a valid .npy file"), "{}", err(&o));
+}
+
+#[test]
+fn misuse_and_unbuilt_features_exit_2() {
+    let cases: &[&[&str]] = &[
+        &["run"],
+        &["frobnicate"],
+        &["run", "examples/matmul.tex", "--shape", "M"],
+        &["run", "examples/matmul.tex", "--shape", "M=x"],
+        &["emit", "examples/matmul.tex", "--stage", "nonsense"],
+        &["emit", "examples/matmul.tex", "--stage", "llvm"],
+        &["run", "examples/matmul.tex", "--target", "x86-avx2"],
+        &["bench", "examples/matmul.tex"],
+        &["tune", "examples/matmul.tex"],
+        &["analyze", "examples/matmul.tex"],
+        &["compile", "examples/matmul.tex", "-o", "x.o"],
+    ];
+    for args in cases {
+        let o = texc(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", err(&o));
+    }
+}
