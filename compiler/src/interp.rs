@@ -510,7 +510,9 @@ pub fn bind_args(
                 let want = decl.elem.to_runtime();
                 let tensor = match files.remove(&decl.name) {
                     Some(f) if f.dtype() == want => f,
-                    Some(f) if want == DType::BF16 && f.dtype() == DType::F32 => Tensor::from_f64(want, f.shape.clone(), &f.to_f64()),
+                    Some(f) if want == DType::BF16 && f.dtype() == DType::F32 => {
+                        Tensor::from_f64(want, f.shape.clone(), &f.to_f64())
+                    }
                     Some(f) => {
                         return Err(format!(
                             "input `{}`: the file holds {} data, but `{}` is declared {}",
@@ -530,7 +532,10 @@ pub fn bind_args(
                     *v
                 } else if let Some(f) = files.remove(&decl.name) {
                     if !f.shape.is_empty() {
-                        return Err(format!("input `{}` is a scalar; its file must hold a 0-d array, not shape {:?}", decl.name, f.shape));
+                        return Err(format!(
+                            "input `{}` is a scalar; its file must hold a 0-d array, not shape {:?}",
+                            decl.name, f.shape
+                        ));
                     }
                     f.to_f64()[0]
                 } else if let Some(d) = decl.default {

@@ -129,9 +129,8 @@ impl Session {
     ) -> Result<usize, Diagnostics> {
         let base = from.and_then(|p| p.parent()).map(Path::to_path_buf).unwrap_or_default();
         let path = base.join(rel);
-        let canon = path
-            .canonicalize()
-            .map_err(|e| vec![Diagnostic::at(span, format!("cannot import `{rel}`: {e}"))])?;
+        let canon =
+            path.canonicalize().map_err(|e| vec![Diagnostic::at(span, format!("cannot import `{rel}`: {e}"))])?;
         if stack.contains(&canon) {
             return Err(vec![Diagnostic::at(span, format!("import cycle: `{}` imports itself", path.display()))]);
         }

@@ -32,7 +32,10 @@ pub fn check_text(name: &str, text: &str) -> Result<(), String> {
         let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
         let info = s.kernel(k);
         let sized = info.symbols.iter().all(|x| x.default.is_some())
-            && info.params.iter().all(|p| !matches!(p.info, texc_compiler::resolve::ParamInfo::Const { default: None }));
+            && info
+                .params
+                .iter()
+                .all(|p| !matches!(p.info, texc_compiler::resolve::ParamInfo::Const { default: None }));
         if sized {
             texc_compiler::build_program(&s, k, &Bindings::default()).map_err(|d| render_all(&[d], &s.sources))?;
         }
@@ -51,5 +54,13 @@ pub fn rel_error(got: &Tensor, want: &Tensor) -> f64 {
     assert_eq!(got.shape, want.shape, "shapes differ");
     let (a, b) = (got.to_f64(), want.to_f64());
     let scale = b.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
-    a.iter().zip(&b).fold(0.0f64, |m, (x, y)| if x.is_nan() != y.is_nan() { f64::INFINITY } else if x.is_nan() { m } else { m.max((x - y).abs()) }) / scale
+    a.iter().zip(&b).fold(0.0f64, |m, (x, y)| {
+        if x.is_nan() != y.is_nan() {
+            f64::INFINITY
+        } else if x.is_nan() {
+            m
+        } else {
+            m.max((x - y).abs())
+        }
+    }) / scale
 }

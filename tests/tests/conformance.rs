@@ -44,7 +44,10 @@ fn interpreter_matches_numpy() {
         let b = Bindings {
             shapes: vec![],
             consts,
-            input_shapes: inputs.iter().map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect())).collect(),
+            input_shapes: inputs
+                .iter()
+                .map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect()))
+                .collect(),
         };
         let p = match compile(file, Some(kernel), &b) {
             Ok(p) => p,
@@ -60,7 +63,13 @@ fn interpreter_matches_numpy() {
             let got = &results[i];
             count += 1;
             if got.dtype() != want.dtype() || got.shape != want.shape {
-                failures.push(format!("{case}.{name}: got {}{:?}, want {}{:?}", got.dtype(), got.shape, want.dtype(), want.shape));
+                failures.push(format!(
+                    "{case}.{name}: got {}{:?}, want {}{:?}",
+                    got.dtype(),
+                    got.shape,
+                    want.dtype(),
+                    want.shape
+                ));
                 continue;
             }
             let err = rel_error(got, &want);

@@ -6,10 +6,74 @@ use texc_runtime::{read_npy_bytes, SplitMix64};
 use texc_tests::{check_text, root};
 
 const TOKENS: &[&str] = &[
-    "kernel", "schedule", "for", "import", "const", "in", "auto", "std", "nn", "(", ")", "[", "]", "{", "}", ",", ";", ":", ".",
-    "..", "->", "=", "+", "-", "*", "/", "%", "<", "<=", ">", ">=", "==", "!=", "&&", "||", "!", "?", "A", "B", "X", "i", "j",
-    "k", "N", "M", "f32", "i8", "bool", "int", "sum", "max", "select", "exp", "0", "1", "64", "1.5", "1e-5", "\"x.tex\"",
-    "split", "tile", "by", "vectorize", "inf", "relu", "matmul", "#c\n", "\n",
+    "kernel",
+    "schedule",
+    "for",
+    "import",
+    "const",
+    "in",
+    "auto",
+    "std",
+    "nn",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ";",
+    ":",
+    ".",
+    "..",
+    "->",
+    "=",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "<",
+    "<=",
+    ">",
+    ">=",
+    "==",
+    "!=",
+    "&&",
+    "||",
+    "!",
+    "?",
+    "A",
+    "B",
+    "X",
+    "i",
+    "j",
+    "k",
+    "N",
+    "M",
+    "f32",
+    "i8",
+    "bool",
+    "int",
+    "sum",
+    "max",
+    "select",
+    "exp",
+    "0",
+    "1",
+    "64",
+    "1.5",
+    "1e-5",
+    "\"x.tex\"",
+    "split",
+    "tile",
+    "by",
+    "vectorize",
+    "inf",
+    "relu",
+    "matmul",
+    "#c\n",
+    "\n",
 ];
 
 fn no_panic(name: &str, text: &str) {
@@ -63,7 +127,8 @@ fn mutations_of_valid_files_never_panic() {
 
 #[test]
 fn twenty_thousand_parentheses_are_an_error() {
-    let text = format!("kernel f(A: f32[N = 4]) -> B: f32[N] {{ B[i] = {}A[i]{}; }}", "(".repeat(20_000), ")".repeat(20_000));
+    let text =
+        format!("kernel f(A: f32[N = 4]) -> B: f32[N] {{ B[i] = {}A[i]{}; }}", "(".repeat(20_000), ")".repeat(20_000));
     let err = check_text("deep.tex", &text).expect_err("too deep");
     assert!(err.contains("nested too deeply"), "{err}");
 }

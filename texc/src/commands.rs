@@ -208,7 +208,9 @@ fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
     }
     let mut scalar_values = Vec::new();
     for (n, text) in &scalars {
-        let v = text.parse::<f64>().map_err(|_| Fail::Usage(format!("--scalar: `{n}={text}`: `{text}` is not a number")))?;
+        let v = text
+            .parse::<f64>()
+            .map_err(|_| Fail::Usage(format!("--scalar: `{n}={text}`: `{text}` is not a number")))?;
         scalar_values.push((n.clone(), v));
     }
     let args = interp::bind_args(&p, files, &scalar_values, r.seed).map_err(Diagnostic::error)?;

@@ -71,14 +71,23 @@ fn user_errors_exit_1_with_a_location() {
 #[test]
 fn wrong_npy_inputs_exit_1() {
     let f64_file = tmp("a64.npy");
-    texc_runtime::write_npy(&f64_file, &texc_runtime::Tensor::from_f64(texc_runtime::DType::F64, vec![4, 4], &[0.0; 16])).expect("w");
+    texc_runtime::write_npy(
+        &f64_file,
+        &texc_runtime::Tensor::from_f64(texc_runtime::DType::F64, vec![4, 4], &[0.0; 16]),
+    )
+    .expect("w");
     let o = texc(&["run", "examples/matmul.tex", "--input", &format!("A={}", f64_file.display())]);
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("f64 data, but `A` is declared f32"), "{}", err(&o));
 
     let shape_file = tmp("a3.npy");
-    texc_runtime::write_npy(&shape_file, &texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![4, 4], &[0.0; 16])).expect("w");
-    let o = texc(&["run", "examples/matmul.tex", "--shape", "M=4,K=8", "--input", &format!("A={}", shape_file.display())]);
+    texc_runtime::write_npy(
+        &shape_file,
+        &texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![4, 4], &[0.0; 16]),
+    )
+    .expect("w");
+    let o =
+        texc(&["run", "examples/matmul.tex", "--shape", "M=4,K=8", "--input", &format!("A={}", shape_file.display())]);
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("dimension 1 of `A` is 4 from its input file"), "{}", err(&o));
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and test texc.
+# Idempotent: each step checks first and does nothing when already satisfied.
+set -euo pipefail
+
+need_apt=()
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "bootstrap: installing ${need_apt[*]} with apt"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "bootstrap: cargo not found; install Rust (rustup) first" >&2
+    exit 1
+fi
+
+# NumPy computes the conformance references (tests/reference/cases.py).
+if ! python3 -c 'import numpy' >/dev/null 2>&1; then
+    echo "bootstrap: installing numpy with pip"
+    python3 -m pip install -q numpy 2>/dev/null || python3 -m pip install -q --break-system-packages numpy
+fi

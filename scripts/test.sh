@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command (README.md, .ci/run): install what is missing, then run
+# every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+cargo fmt --all -- --check
+cargo test --workspace --locked
