@@ -5,7 +5,9 @@
 //! from interval arithmetic. Inside `select(c, a, b)`, the comparisons of `c`
 //! (for `a`) or of its negation (for `b`) become linear facts `L >= 0` that
 //! tighten variable ranges and bound any index `I` through `I = L + (I - L)`.
-//! This accepts the padding idiom `select(y >= pad && y < H + pad, X[y - pad], 0)`
+//! The right operand of `&&` (`||`) is likewise checked under its left
+//! operand (its negation), matching the short-circuit evaluation that every
+//! backend must preserve. This accepts the padding idiom `select(y >= pad && y < H + pad, X[y - pad], 0)`
 //! and its variants. All arithmetic is in i128, so no input can overflow it.
 
 use crate::resolve::Builtin;
@@ -259,6 +261,16 @@ impl Checker<'_> {
                     }
                 }
                 Ok(())
+            }
+            // `a && b` reads `b` only when `a` holds (`a || b`: when it fails).
+            TExpr::Binary(op @ (BinOp::And | BinOp::Or), a, b) => {
+                self.walk(*a, env, facts)?;
+                let mut f = facts.to_vec();
+                self.facts(*a, *op == BinOp::And, &mut f);
+                match self.narrow(env, &f) {
+                    Some(env2) => self.walk(*b, &env2, &f),
+                    None => Ok(()),
+                }
             }
             TExpr::Reduce(_, vars, body) => {
                 if vars.iter().any(|&v| self.stage.vars[v as usize].extent == 0) {

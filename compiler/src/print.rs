@@ -24,11 +24,8 @@ pub fn print_program(p: &Program) -> String {
     for t in &p.outputs {
         let _ = writeln!(out, "  output {}", decl(p.tensor(*t)));
     }
-    for (i, t) in p.tensors.iter().enumerate() {
-        if t.role == TensorRole::Temp {
-            let _ = writeln!(out, "  temp {}", decl(t));
-            let _ = i;
-        }
+    for t in p.tensors.iter().filter(|t| t.role == TensorRole::Temp) {
+        let _ = writeln!(out, "  temp {}", decl(t));
     }
     for s in &p.stages {
         let axes: Vec<String> = s.vars[..s.n_axes].iter().map(|v| format!("{} < {}", v.name, v.extent)).collect();

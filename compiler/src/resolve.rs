@@ -826,9 +826,6 @@ impl<'a> Body<'a> {
         self.scope = vars.clone();
         let ty = self.expr(value)?;
         self.scope.clear();
-        if ty.is_adaptable() && ty != RTy::IntLike && ty != RTy::FloatLike {
-            unreachable!()
-        }
         let elem = match existing.map(|t| &self.info.tensors[t as usize]) {
             Some(t) if matches!(t.kind, TensorKind::Output(_)) && RTy::unify(ty, RTy::Elem(t.elem)).is_some() => t.elem,
             _ => ty.default_elem(),

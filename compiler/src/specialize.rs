@@ -21,6 +21,9 @@ use texc_grammar::{Ast, Diagnostic, Span};
 
 /// Largest tensor texc will specialize (elements).
 pub const MAX_ELEMENTS: i64 = 1 << 36;
+/// Most stages one program may have after inlining (a kernel that calls a
+/// kernel that calls … twice at each level grows exponentially).
+pub const MAX_STAGES: usize = 100_000;
 
 /// Sizes given from outside the source.
 #[derive(Clone, Debug, Default)]
@@ -505,7 +508,7 @@ impl<'a> Lower<'a> {
         let is_output = matches!(inst.k.tensors[t as usize].kind, TensorKind::Output(_));
         for (i, &v) in axes.iter().enumerate() {
             let extent =
-                if is_output { self.p.tensor(inst.tensor(t)).shape[i] } else { self.var_range(inst, v, value, 0)? };
+                if is_output { self.p.tensor(inst.tensor(t)).shape[i] } else { self.var_range(inst, v, value)? };
             sv.map.insert(v, (sv.vars.len() as VarId, 0));
             sv.vars.push(VarDecl { name: inst.k.vars[v as usize].name.clone(), extent });
         }
@@ -518,6 +521,13 @@ impl<'a> Lower<'a> {
     }
 
     fn push_stage(&mut self, st: Stage) -> Result<(), Diagnostic> {
+        if self.p.stages.len() >= MAX_STAGES {
+            return Err(Diagnostic::at(
+                st.span,
+                format!("the program has more than {MAX_STAGES} stages after inlining calls"),
+            )
+            .with_note("a chain of kernels that each call the next several times grows exponentially"));
+        }
         self.p.stages.push(st);
         bounds::check_stage(&self.p, self.p.stages.len() - 1)
     }
@@ -579,8 +589,7 @@ impl<'a> Lower<'a> {
         }
         solve_symbols(&csz, ck, &given, &ci.consts, &mut ci.syms)?;
         apply_defaults(&csz, ck, &ci.consts, &mut ci.syms)?;
-        if let Some((i, sym)) = ck.symbols.iter().enumerate().find(|(i, _)| ci.syms[*i].is_none()) {
-            let _ = i;
+        if let Some(sym) = ck.symbols.iter().zip(&ci.syms).find_map(|(sym, v)| v.is_none().then_some(sym)) {
             return Err(Diagnostic::at(
                 span,
                 format!("cannot determine shape symbol `{}` of `{}` from the arguments", sym.name, ck.name),
@@ -607,7 +616,7 @@ impl<'a> Lower<'a> {
 
     /// Range of variable `v`: written (`v in lo..hi`) or inferred from the
     /// accesses in `scope_expr` that index a dimension by `v` alone.
-    fn var_range(&mut self, inst: &Inst, v: VarSlot, scope_expr: ExprId, _depth: usize) -> Result<i64, Diagnostic> {
+    fn var_range(&mut self, inst: &Inst, v: VarSlot, scope_expr: ExprId) -> Result<i64, Diagnostic> {
         let var = &inst.k.vars[v as usize];
         if let Some((lo, hi)) = var.range {
             let sz = inst.sizes();
@@ -742,7 +751,7 @@ impl<'a> Lower<'a> {
                         Some((lo, _)) => inst.sizes().eval(lo, &inst.consts, &inst.syms)?,
                         None => 0,
                     };
-                    let extent = self.var_range(inst, v, *body, 0)?;
+                    let extent = self.var_range(inst, v, *body)?;
                     let id = sv.vars.len() as VarId;
                     sv.map.insert(v, (id, lo));
                     sv.vars.push(VarDecl { name: var.name.clone(), extent });

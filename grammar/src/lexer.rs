@@ -420,3 +420,61 @@ impl<'input> Iterator for Lexer<'input> {
         Some(Ok((start, tok, start + len)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(s: &str) -> Vec<Tok<'_>> {
+        Lexer::new(s).map(|t| t.expect("lexes").1).collect()
+    }
+
+    #[test]
+    fn ranges_are_not_floats() {
+        assert_eq!(toks("0..H"), vec![Tok::Int(0), Tok::DotDot, Tok::Ident("H")]);
+        assert_eq!(toks("1.5 1e-5 2E3 7"), vec![Tok::Float(1.5), Tok::Float(1e-5), Tok::Float(2e3), Tok::Int(7)]);
+    }
+
+    #[test]
+    fn primitive_names_are_keywords_only_in_schedules() {
+        assert_eq!(toks("split by"), vec![Tok::Ident("split"), Tok::Ident("by")]);
+        let t = toks("schedule k for x { split C.i by 4 -> (a, b); } split");
+        assert!(t.contains(&Tok::Prim(Prim::Split)) && t.contains(&Tok::By));
+        assert_eq!(t.last(), Some(&Tok::Ident("split")));
+        // `= auto;` has no block: the next brace is an ordinary one.
+        let t = toks("schedule k for x = auto; kernel f() -> Y: f32 { split }");
+        assert_eq!(t[t.len() - 2], Tok::Ident("split"));
+    }
+
+    #[test]
+    fn comments_and_operators() {
+        assert_eq!(
+            toks("a<=b # c && d\n&& !e != f"),
+            vec![
+                Tok::Ident("a"),
+                Tok::Le,
+                Tok::Ident("b"),
+                Tok::AndAnd,
+                Tok::Bang,
+                Tok::Ident("e"),
+                Tok::Ne,
+                Tok::Ident("f")
+            ]
+        );
+    }
+
+    #[test]
+    fn limits_and_malformed_input_are_errors() {
+        let deep = "(".repeat(MAX_NESTING + 1);
+        let e = Lexer::new(&deep).find_map(Result::err).expect("too deep");
+        assert_eq!(e.start, MAX_NESTING);
+        let errs = ["1e", "12abc", "99999999999999999999", "\"open", "a ^ b", "x\u{e9}"];
+        for s in errs {
+            assert!(Lexer::new(s).any(|t| t.is_err()), "{s:?} should not lex");
+        }
+        // Lexing stops after the first error.
+        let mut l = Lexer::new("@ a b");
+        assert!(l.next().expect("one").is_err());
+        assert!(l.next().is_none());
+    }
+}

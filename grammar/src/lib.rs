@@ -107,3 +107,57 @@ fn parse_error(file: FileId, text: &str, e: ParseError<usize, Tok<'_>, LexError>
         ParseError::User { error } => Diagnostic::at(span(error.start, error.end), error.message),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_expression_has_a_span_inside_its_file() {
+        let src =
+            "kernel f(A: f32[N = 4], const p: int = 1) -> B: f32[N] {\n  B[i] = sum[k in 0..p](A[i] * 2.0) + -1;\n}\n";
+        let ast = parse(FileId(0), src).expect("parses");
+        assert_eq!(ast.exprs.len(), ast.expr_spans.len());
+        for s in &ast.expr_spans {
+            assert!(s.start < s.end && s.end as usize <= src.len());
+        }
+        let printed = print::print_ast(&ast);
+        assert!(printed.contains("(sum@"), "{printed}");
+        assert!(printed.contains("k in 0@"), "{printed}");
+    }
+
+    #[test]
+    fn syntax_errors_point_at_the_token() {
+        let src = "kernel f() -> Y: f32 { Y = 1 +; }";
+        let d = parse(FileId(0), src).expect_err("bad");
+        let (span, _) = d.primary.expect("spanned");
+        assert_eq!(&src[span.range()], ";");
+        assert!(d.message.starts_with("unexpected `;`"), "{}", d.message);
+    }
+
+    #[test]
+    fn schedules_parse_into_the_ast() {
+        let src = "kernel f(A: f32[N]) -> B: f32[N] { B[i] = A[i]; }
+schedule f for x86-avx2 {
+    split B.i by ?t -> (io, ii);
+    tune t in [8, 16];
+    cache_read A for B at B.io in shared layout (ii / 4, ii % 4) -> Al;
+    cache_write B at B.io -> Bl;
+    bind B.io to block.x;
+    tensorize B(ii) with mma_m16n8k16_f16f32;
+    compute_at Al B.io;
+    inline Al;
+    fuse B(io, ii) -> f;
+    reorder B(ii, io);
+    vectorize B.ii; unroll B.ii; parallel B.io;
+}
+schedule f for nvptx-sm90 = auto;";
+        let ast = parse(FileId(0), src).expect("parses");
+        let text = print::print_ast(&ast);
+        for want in
+            ["split B@", "?t@", "tune t@", "layout (", "in shared@", "bind B@", "tensorize", "auto", "nvptx-sm90@"]
+        {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+    }
+}

@@ -174,3 +174,15 @@ fn corrupt_npy_files_are_errors() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn exponential_inlining_is_an_error_not_a_hang() {
+    let mut src = String::from("kernel k0(A: f32[N = 2]) -> B: f32[N] { B[i] = A[i]; }\n");
+    for n in 1..40 {
+        src.push_str(&format!("kernel k{n}(A: f32[N = 2]) -> B: f32[N] {{ T = k{p}(A); B = k{p}(T); }}\n", p = n - 1));
+    }
+    let start = std::time::Instant::now();
+    let err = check_text("exp.tex", &src).expect_err("too many stages");
+    assert!(err.contains("stages after inlining"), "{err}");
+    assert!(start.elapsed().as_secs() < 60);
+}
