@@ -163,7 +163,7 @@ pub fn run(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
             (ProgramParam::Tensor(t), Arg::Tensor(x)) => {
                 let decl = p.tensor(*t);
                 let want: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
-                if x.shape != want || x.dtype() != decl.elem.to_runtime() {
+                if x.shape != want || x.dtype() != decl.elem {
                     return Err(InterpError::Mismatch {
                         name: decl.name.clone(),
                         expected: format!("{}{:?}", decl.elem, want),
@@ -178,7 +178,7 @@ pub fn run(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
             (ProgramParam::Scalar(s), Arg::Scalar(v)) => {
                 let elem = p.scalars[*s as usize].elem;
                 m.scalars[*s as usize] = if elem.is_float() {
-                    V::F(round_to(elem.to_runtime(), v))
+                    V::F(round_to(elem, v))
                 } else if elem == ElemType::Bool {
                     V::B(v != 0.0)
                 } else {
@@ -206,7 +206,7 @@ impl Machine<'_> {
     fn to_tensor(&self, t: TensorId) -> Tensor {
         let decl = self.p.tensor(t);
         let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
-        let dt = decl.elem.to_runtime();
+        let dt = decl.elem;
         match &self.bufs[t.0 as usize] {
             Some(Buf::F(v)) => Tensor::from_f64(dt, shape, v),
             Some(Buf::I(v)) => Tensor::from_i64(dt, shape, v),
@@ -230,9 +230,9 @@ impl Machine<'_> {
         for _ in 0..n {
             let v = self.eval(st, st.value, &mut env)?;
             if float {
-                out_f.push(round_to(elem.to_runtime(), v.f()));
+                out_f.push(round_to(elem, v.f()));
             } else {
-                out_i.push(wrap_to(elem.to_runtime(), v.i()));
+                out_i.push(wrap_to(elem, v.i()));
             }
             // Odometer over the stage's axes, last axis fastest.
             for d in (0..st.n_axes).rev() {
@@ -385,7 +385,7 @@ fn int_bounds(ty: Ty) -> (i64, i64) {
 
 fn wrap(ty: Ty, v: i64) -> i64 {
     match ty {
-        Ty::Elem(e) => wrap_to(e.to_runtime(), v),
+        Ty::Elem(e) => wrap_to(e, v),
         Ty::Index => v,
     }
 }
@@ -393,28 +393,7 @@ fn wrap(ty: Ty, v: i64) -> i64 {
 fn binary(op: BinOp, ty: Ty, operand_ty: Ty, x: V, y: V) -> V {
     let float = matches!(operand_ty, Ty::Elem(e) if e.is_float());
     if op.is_comparison() {
-        let r = if float {
-            let (a, b) = (x.f(), y.f());
-            match op {
-                BinOp::Lt => a < b,
-                BinOp::Le => a <= b,
-                BinOp::Gt => a > b,
-                BinOp::Ge => a >= b,
-                BinOp::Eq => a == b,
-                _ => a != b,
-            }
-        } else {
-            let (a, b) = (x.i(), y.i());
-            match op {
-                BinOp::Lt => a < b,
-                BinOp::Le => a <= b,
-                BinOp::Gt => a > b,
-                BinOp::Ge => a >= b,
-                BinOp::Eq => a == b,
-                _ => a != b,
-            }
-        };
-        return V::B(r);
+        return V::B(if float { compare(op, x.f(), y.f()) } else { compare(op, x.i(), y.i()) });
     }
     match op {
         BinOp::And => return V::B(x.b() && y.b()),
@@ -439,6 +418,17 @@ fn binary(op: BinOp, ty: Ty, operand_ty: Ty, x: V, y: V) -> V {
         _ => floor_mod(a, b),
     };
     V::I(wrap(ty, r))
+}
+
+fn compare<T: PartialOrd>(op: BinOp, a: T, b: T) -> bool {
+    match op {
+        BinOp::Lt => a < b,
+        BinOp::Le => a <= b,
+        BinOp::Gt => a > b,
+        BinOp::Ge => a >= b,
+        BinOp::Eq => a == b,
+        _ => a != b,
+    }
 }
 
 fn call(f: Builtin, ty: Ty, a: &[V]) -> V {
@@ -481,10 +471,10 @@ fn cast(v: V, ty: Ty) -> V {
     match ty {
         Ty::Index => V::I(v.i()),
         Ty::Elem(ElemType::Bool) => V::B(v.b()),
-        Ty::Elem(e) if e.is_float() => V::F(round_to(e.to_runtime(), v.f())),
+        Ty::Elem(e) if e.is_float() => V::F(round_to(e, v.f())),
         Ty::Elem(e) => match v {
             V::F(x) => V::I(cast_f64_to_int(x, e)),
-            V::I(x) => V::I(wrap_to(e.to_runtime(), x)),
+            V::I(x) => V::I(wrap_to(e, x)),
             V::B(b) => V::I(b as i64),
         },
     }
@@ -507,7 +497,7 @@ pub fn bind_args(
             ProgramParam::Tensor(t) => {
                 let decl = p.tensor(*t);
                 let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
-                let want = decl.elem.to_runtime();
+                let want = decl.elem;
                 let tensor = match files.remove(&decl.name) {
                     Some(f) if f.dtype() == want => f,
                     Some(f) if want == DType::BF16 && f.dtype() == DType::F32 => {

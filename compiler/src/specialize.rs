@@ -608,7 +608,7 @@ impl<'a> Lower<'a> {
 
     fn constant(&mut self, v: f64, elem: ElemType, span: Span) -> TExprId {
         if elem.is_float() {
-            self.p.alloc(TExpr::Float(texc_runtime::round_to(elem.to_runtime(), v)), Ty::Elem(elem), span)
+            self.p.alloc(TExpr::Float(texc_runtime::round_to(elem, v)), Ty::Elem(elem), span)
         } else {
             self.p.alloc(TExpr::Int(crate::interp::cast_f64_to_int(v, elem)), Ty::Elem(elem), span)
         }
@@ -684,13 +684,11 @@ impl<'a> Lower<'a> {
         let span = self.p.span(id);
         match (self.p.expr(id).clone(), ty) {
             (TExpr::Int(v), Ty::Elem(e)) if e.is_float() => {
-                self.p.alloc(TExpr::Float(texc_runtime::round_to(e.to_runtime(), v as f64)), ty, span)
+                self.p.alloc(TExpr::Float(texc_runtime::round_to(e, v as f64)), ty, span)
             }
-            (TExpr::Int(v), Ty::Elem(e)) => {
-                self.p.alloc(TExpr::Int(texc_runtime::wrap_to(e.to_runtime(), v)), ty, span)
-            }
+            (TExpr::Int(v), Ty::Elem(e)) => self.p.alloc(TExpr::Int(texc_runtime::wrap_to(e, v)), ty, span),
             (TExpr::Float(v), Ty::Elem(e)) if e.is_float() => {
-                self.p.alloc(TExpr::Float(texc_runtime::round_to(e.to_runtime(), v)), ty, span)
+                self.p.alloc(TExpr::Float(texc_runtime::round_to(e, v)), ty, span)
             }
             _ => self.p.alloc(TExpr::Cast(id), ty, span),
         }

@@ -13,8 +13,8 @@ pub use random::SplitMix64;
 use half::{bf16, f16};
 use std::fmt;
 
-/// Element type of a runtime tensor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Element types of tensors and scalars (LANGUAGE.md §2), shared by every layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F16,
     BF16,
@@ -28,6 +28,27 @@ pub enum DType {
 }
 
 impl DType {
+    pub const ALL: [DType; 9] =
+        [DType::F16, DType::BF16, DType::F32, DType::F64, DType::I8, DType::U8, DType::I32, DType::I64, DType::Bool];
+
+    pub fn from_name(s: &str) -> Option<DType> {
+        DType::ALL.iter().copied().find(|t| t.name() == s)
+    }
+
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I8 | DType::U8 | DType::I32 | DType::I64)
+    }
+
+    /// Size of one element in bytes.
+    pub fn size(self) -> usize {
+        match self {
+            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             DType::F16 => "f16",

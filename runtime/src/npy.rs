@@ -64,7 +64,7 @@ pub fn read_npy_bytes(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
     let n =
         shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| malformed("shape overflows".into()))?;
     let available = bytes.len() as u64;
-    if (n as u64).saturating_mul(elem_size(dtype)) > available {
+    if (n as u64).saturating_mul(dtype.size() as u64) > available {
         return Err(malformed(format!("the header promises {n} elements but the file is only {available} bytes")));
     }
     let rd = |e: std::io::Error| malformed(e.to_string());
@@ -84,15 +84,6 @@ pub fn read_npy_bytes(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
         return Err(malformed(format!("expected {n} elements, found {}", t.len())));
     }
     Ok(t)
-}
-
-fn elem_size(d: DType) -> u64 {
-    match d {
-        DType::I8 | DType::U8 | DType::Bool => 1,
-        DType::F16 | DType::BF16 => 2,
-        DType::F32 | DType::I32 => 4,
-        DType::F64 | DType::I64 => 8,
-    }
 }
 
 /// Write a tensor as `.npy`. `bf16`, which NumPy has no type for, is written as `<f4`.
