@@ -578,10 +578,15 @@ impl SigBuilder<'_> {
         for d in dims {
             self.size_expr(d.expr, true)?;
             if let Some(def) = d.default {
-                let Expr::Name(n) = self.ast.expr(d.expr) else {
-                    unreachable!("the grammar only puts defaults on names")
+                let Some(&NameRes::Symbol(sym)) = self.facts.names.get(&d.expr) else {
+                    return Err(Diagnostic::at(
+                        self.ast.span(d.expr),
+                        "only a shape symbol can have a default size here",
+                    )
+                    .with_note("constants take defaults in their declaration: `const n: int = 4`"));
                 };
-                let sym = self.info.symbol_index(&n.name).expect("size_expr registered the symbol");
+                let sym = sym as usize;
+                let n = &self.info.symbols[sym];
                 if let Some(prev) = self.info.symbols[sym].default {
                     return Err(Diagnostic::at(
                         self.ast.span(def),
