@@ -41,15 +41,16 @@ pub enum Arg {
     Scalar(f64),
 }
 
+/// A value during evaluation.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum V {
+pub enum V {
     F(f64),
     I(i64),
     B(bool),
 }
 
 impl V {
-    fn f(self) -> f64 {
+    pub fn f(self) -> f64 {
         match self {
             V::F(x) => x,
             V::I(x) => x as f64,
@@ -57,7 +58,7 @@ impl V {
         }
     }
 
-    fn i(self) -> i64 {
+    pub fn i(self) -> i64 {
         match self {
             V::I(x) => x,
             V::F(x) => x as i64,
@@ -65,7 +66,7 @@ impl V {
         }
     }
 
-    fn b(self) -> bool {
+    pub fn b(self) -> bool {
         match self {
             V::B(b) => b,
             V::I(x) => x != 0,
@@ -125,7 +126,10 @@ fn floor_mod(a: i64, b: i64) -> i64 {
     a.wrapping_sub(b.wrapping_mul(floor_div(a, b)))
 }
 
-struct Machine<'a> {
+/// Memory and evaluation for a program: buffers for every tensor, scalar
+/// values, and the expression evaluator. [`run`] drives it stage by stage;
+/// other drivers (the loop-nest evaluator) share it.
+pub struct Machine<'a> {
     p: &'a Program,
     bufs: Vec<Option<Buf>>,
     strides: Vec<Vec<i64>>,
@@ -134,75 +138,112 @@ struct Machine<'a> {
 
 /// Run a program. Returns its outputs in declaration order.
 pub fn run(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
-    if args.len() != p.params.len() {
-        return Err(InterpError::Arity { expected: p.params.len(), got: args.len() });
-    }
-    let bytes: u64 = p.tensors.iter().map(|t| t.len() as u64 * 8).sum();
-    if bytes > MAX_BYTES {
-        return Err(InterpError::TooLarge(bytes));
-    }
-    let strides = p
-        .tensors
-        .iter()
-        .map(|t| {
-            let mut s = vec![1i64; t.shape.len()];
-            for d in (0..t.shape.len().saturating_sub(1)).rev() {
-                s[d] = s[d + 1] * t.shape[d + 1];
-            }
-            s
-        })
-        .collect();
-    let mut m = Machine {
-        p,
-        bufs: (0..p.tensors.len()).map(|_| None).collect(),
-        strides,
-        scalars: vec![V::F(0.0); p.scalars.len()],
-    };
-    for (param, arg) in p.params.iter().zip(args) {
-        match (param, arg) {
-            (ProgramParam::Tensor(t), Arg::Tensor(x)) => {
-                let decl = p.tensor(*t);
-                let want: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
-                if x.shape != want || x.dtype() != decl.elem {
-                    return Err(InterpError::Mismatch {
-                        name: decl.name.clone(),
-                        expected: format!("{}{:?}", decl.elem, want),
-                        got: format!("{}{:?}", x.dtype(), x.shape),
-                    });
-                }
-                m.bufs[t.0 as usize] = Some(match x.to_i64() {
-                    Some(v) => Buf::I(v),
-                    None => Buf::F(x.to_f64()),
-                });
-            }
-            (ProgramParam::Scalar(s), Arg::Scalar(v)) => {
-                let elem = p.scalars[*s as usize].elem;
-                m.scalars[*s as usize] = if elem.is_float() {
-                    V::F(round_to(elem, v))
-                } else if elem == ElemType::Bool {
-                    V::B(v != 0.0)
-                } else {
-                    V::I(cast_f64_to_int(v, elem))
-                };
-            }
-            (param, arg) => {
-                let name = match param {
-                    ProgramParam::Tensor(t) => p.tensor(*t).name.clone(),
-                    ProgramParam::Scalar(s) => p.scalars[*s as usize].name.clone(),
-                };
-                let got = if matches!(arg, Arg::Tensor(_)) { "a tensor" } else { "a scalar" };
-                let expected = if matches!(param, ProgramParam::Tensor(_)) { "a tensor" } else { "a scalar" };
-                return Err(InterpError::Mismatch { name, expected: expected.into(), got: got.into() });
-            }
-        }
-    }
+    let mut m = Machine::new(p, args)?;
     for st in &p.stages {
         m.stage(st)?;
     }
-    Ok(p.outputs.iter().map(|&t| m.to_tensor(t)).collect())
+    Ok(m.outputs())
 }
 
-impl Machine<'_> {
+impl<'a> Machine<'a> {
+    /// Check the arguments against the program's parameters and load them.
+    pub fn new(p: &'a Program, args: Vec<Arg>) -> Result<Machine<'a>, InterpError> {
+        if args.len() != p.params.len() {
+            return Err(InterpError::Arity { expected: p.params.len(), got: args.len() });
+        }
+        let bytes: u64 = p.tensors.iter().map(|t| t.len() as u64 * 8).sum();
+        if bytes > MAX_BYTES {
+            return Err(InterpError::TooLarge(bytes));
+        }
+        let strides = p
+            .tensors
+            .iter()
+            .map(|t| {
+                let mut s = vec![1i64; t.shape.len()];
+                for d in (0..t.shape.len().saturating_sub(1)).rev() {
+                    s[d] = s[d + 1] * t.shape[d + 1];
+                }
+                s
+            })
+            .collect();
+        let mut m = Machine {
+            p,
+            bufs: (0..p.tensors.len()).map(|_| None).collect(),
+            strides,
+            scalars: vec![V::F(0.0); p.scalars.len()],
+        };
+        for (param, arg) in p.params.iter().zip(args) {
+            match (param, arg) {
+                (ProgramParam::Tensor(t), Arg::Tensor(x)) => {
+                    let decl = p.tensor(*t);
+                    let want: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+                    if x.shape != want || x.dtype() != decl.elem {
+                        return Err(InterpError::Mismatch {
+                            name: decl.name.clone(),
+                            expected: format!("{}{:?}", decl.elem, want),
+                            got: format!("{}{:?}", x.dtype(), x.shape),
+                        });
+                    }
+                    m.bufs[t.0 as usize] = Some(match x.to_i64() {
+                        Some(v) => Buf::I(v),
+                        None => Buf::F(x.to_f64()),
+                    });
+                }
+                (ProgramParam::Scalar(s), Arg::Scalar(v)) => {
+                    let elem = p.scalars[*s as usize].elem;
+                    m.scalars[*s as usize] = if elem.is_float() {
+                        V::F(round_to(elem, v))
+                    } else if elem == ElemType::Bool {
+                        V::B(v != 0.0)
+                    } else {
+                        V::I(cast_f64_to_int(v, elem))
+                    };
+                }
+                (param, arg) => {
+                    let name = match param {
+                        ProgramParam::Tensor(t) => p.tensor(*t).name.clone(),
+                        ProgramParam::Scalar(s) => p.scalars[*s as usize].name.clone(),
+                    };
+                    let got = if matches!(arg, Arg::Tensor(_)) { "a tensor" } else { "a scalar" };
+                    let expected = if matches!(param, ProgramParam::Tensor(_)) { "a tensor" } else { "a scalar" };
+                    return Err(InterpError::Mismatch { name, expected: expected.into(), got: got.into() });
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// The outputs, in declaration order.
+    pub fn outputs(&self) -> Vec<Tensor> {
+        self.p.outputs.iter().map(|&t| self.to_tensor(t)).collect()
+    }
+
+    /// Store one element (rounded or wrapped to the tensor's type).
+    pub fn store(&mut self, t: TensorId, idx: &[i64], v: V) -> Result<(), InterpError> {
+        let decl = self.p.tensor(t);
+        let mut off = 0i64;
+        for (d, &x) in idx.iter().enumerate() {
+            if x < 0 || x >= decl.shape[d] {
+                return Err(InterpError::OutOfBounds(decl.name.clone()));
+            }
+            off += x * self.strides[t.0 as usize][d];
+        }
+        let n = decl.len() as usize;
+        let elem = decl.elem;
+        let buf = self.bufs[t.0 as usize].get_or_insert_with(|| {
+            if elem.is_float() {
+                Buf::F(vec![0.0; n])
+            } else {
+                Buf::I(vec![0; n])
+            }
+        });
+        match buf {
+            Buf::F(b) => b[off as usize] = round_to(elem, v.f()),
+            Buf::I(b) => b[off as usize] = wrap_to(elem, v.i()),
+        }
+        Ok(())
+    }
+
     fn to_tensor(&self, t: TensorId) -> Tensor {
         let decl = self.p.tensor(t);
         let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
@@ -228,7 +269,7 @@ impl Machine<'_> {
             out_i.reserve(n);
         }
         for _ in 0..n {
-            let v = self.eval(st, st.value, &mut env)?;
+            let v = self.eval(&st.vars, st.value, &mut env)?;
             if float {
                 out_f.push(round_to(elem, v.f()));
             } else {
@@ -247,7 +288,7 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn load(&self, st: &Stage, t: TensorId, idx: &[TExprId], env: &mut Vec<i64>) -> Result<V, InterpError> {
+    fn load(&self, st: &[VarDecl], t: TensorId, idx: &[TExprId], env: &mut Vec<i64>) -> Result<V, InterpError> {
         let mut off = 0i64;
         let shape = &self.p.tensor(t).shape;
         for (d, &i) in idx.iter().enumerate() {
@@ -272,7 +313,9 @@ impl Machine<'_> {
         })
     }
 
-    fn eval(&self, st: &Stage, e: TExprId, env: &mut Vec<i64>) -> Result<V, InterpError> {
+    /// Evaluate an expression; `vars` gives the extents of its variables
+    /// (used by reductions) and `env` their current values.
+    pub fn eval(&self, st: &[VarDecl], e: TExprId, env: &mut Vec<i64>) -> Result<V, InterpError> {
         let ty = self.p.ty(e);
         Ok(match self.p.expr(e) {
             TExpr::Int(v) => match ty {
@@ -318,7 +361,7 @@ impl Machine<'_> {
 
     fn reduce(
         &self,
-        st: &Stage,
+        st: &[VarDecl],
         op: ReduceOp,
         ty: Ty,
         vars: &[VarId],
@@ -332,7 +375,7 @@ impl Machine<'_> {
             ReduceOp::Max => (f64::NEG_INFINITY, int_bounds(ty).0),
             ReduceOp::Min => (f64::INFINITY, int_bounds(ty).1),
         };
-        if vars.iter().any(|&v| st.vars[v as usize].extent == 0) {
+        if vars.iter().any(|&v| st[v as usize].extent == 0) {
             return Ok(if float { V::F(fa) } else { V::I(ia) });
         }
         for &v in vars {
@@ -360,7 +403,7 @@ impl Machine<'_> {
             let mut done = true;
             for &v in vars.iter().rev() {
                 env[v as usize] += 1;
-                if env[v as usize] < st.vars[v as usize].extent {
+                if env[v as usize] < st[v as usize].extent {
                     done = false;
                     break;
                 }

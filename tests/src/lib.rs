@@ -24,7 +24,7 @@ pub fn compile(file: &str, kernel: Option<&str>, b: &Bindings) -> Result<Program
 /// Check source text the way `texc check` does, without touching the disk
 /// (imports of `std.nn` work; file imports resolve against the workspace root).
 /// Returns rendered diagnostics on failure. Specializes every kernel whose
-/// sizes all have defaults.
+/// sizes all have defaults, and applies its CPU schedules.
 pub fn check_text(name: &str, text: &str) -> Result<(), String> {
     let mut s = Session::new();
     let m = s.load_text(name, text, Some(root().join(name))).map_err(|d| render_all(&d, &s.sources))?;
@@ -37,7 +37,14 @@ pub fn check_text(name: &str, text: &str) -> Result<(), String> {
                 .iter()
                 .all(|p| !matches!(p.info, texc_compiler::resolve::ParamInfo::Const { default: None }));
         if sized {
-            texc_compiler::build_program(&s, k, &Bindings::default()).map_err(|d| render_all(&[d], &s.sources))?;
+            let p =
+                texc_compiler::build_program(&s, k, &Bindings::default()).map_err(|d| render_all(&[d], &s.sources))?;
+            for target in ["x86-avx2", "x86-avx512", "host"] {
+                if let Some(sc) = texc_schedules::find_schedule(&s, k, target) {
+                    texc_schedules::schedule_and_lower(p.clone(), target, Some(sc))
+                        .map_err(|d| render_all(&[d], &s.sources))?;
+                }
+            }
         }
     }
     Ok(())

@@ -9,6 +9,7 @@ use texc_grammar::{diagnostic::render_all, Diagnostic};
 use texc_runtime::{read_npy, write_npy, Tensor};
 
 const TARGETS: [&str; 7] = ["interp", "x86-avx2", "x86-avx512", "host", "cranelift", "nvptx-sm80", "nvptx-sm90"];
+const CPU_TARGETS: [&str; 3] = ["x86-avx2", "x86-avx512", "host"];
 const STAGES: [&str; 9] = ["ast", "tir", "graph", "egraph", "loops", "llvm", "asm", "ptx", "mlir"];
 
 /// How a command failed: user input (exit 1) or usage / not built (exit 2).
@@ -137,7 +138,10 @@ fn check(session: &mut Session, c: &Common) -> Result<(), Fail> {
             });
         if sized {
             match texc_compiler::build_program(session, *k, &b) {
-                Ok(_) => specialized += 1,
+                Ok(p) => {
+                    specialized += 1;
+                    diags.extend(check_cpu_schedules(session, *k, &p));
+                }
                 Err(d) => diags.push(d),
             }
         }
@@ -154,11 +158,29 @@ fn check(session: &mut Session, c: &Common) -> Result<(), Fail> {
     Ok(())
 }
 
+/// Apply every CPU `schedule` block of a kernel, to report illegal primitives.
+fn check_cpu_schedules(session: &Session, k: KernelRef, p: &texc_compiler::Program) -> Vec<Diagnostic> {
+    CPU_TARGETS
+        .iter()
+        .filter_map(|t| texc_schedules::find_schedule(session, k, t).map(|sc| (t, sc)))
+        .filter_map(|(t, sc)| texc_schedules::schedule_and_lower(p.clone(), t, Some(sc)).err())
+        .collect()
+}
+
 fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
     if !STAGES.contains(&stage) {
         return Err(Fail::Usage(format!("unknown stage `{stage}`; stages: {}", STAGES.join(", "))));
     }
-    check_target(&c.target)?;
+    if stage == "loops" {
+        if !CPU_TARGETS.contains(&c.target.as_str()) {
+            return Err(Fail::Usage(format!(
+                "`--stage loops` shows the loop nests for a CPU target; add --target x86-avx2 (or {})",
+                CPU_TARGETS[1..].join(", ")
+            )));
+        }
+    } else {
+        check_target(&c.target)?;
+    }
     let m = load(session, c)?;
     match stage {
         "ast" => print!("{}", texc_grammar::print::print_ast(&session.module(m).ast)),
@@ -166,6 +188,13 @@ fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
             let k = session.entry_kernel(m, c.kernel.as_deref())?;
             let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
             print!("{}", texc_compiler::print::print_program(&p));
+        }
+        "loops" => {
+            let k = session.entry_kernel(m, c.kernel.as_deref())?;
+            let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
+            let sched = texc_schedules::find_schedule(session, k, &c.target);
+            let f = texc_schedules::schedule_and_lower(p, &c.target, sched)?;
+            print!("{}", texc_schedules::ir::print(&f));
         }
         other => return Err(not_built(&format!("stage `{other}`"), "a later part of the compiler")),
     }

@@ -36,9 +36,17 @@ fn runs_an_example_and_writes_outputs() {
 
 #[test]
 fn emit_is_byte_identical_across_runs() {
-    for stage in ["ast", "tir"] {
-        let a = texc(&["emit", "examples/conv_bn_relu.tex", "--stage", stage]);
-        let b = texc(&["emit", "examples/conv_bn_relu.tex", "--stage", stage]);
+    for stage in ["ast", "tir", "loops"] {
+        let args = [
+            "emit",
+            "examples/conv_bn_relu.tex",
+            "--stage",
+            stage,
+            "--target",
+            if stage == "loops" { "x86-avx2" } else { "interp" },
+        ];
+        let a = texc(&args);
+        let b = texc(&args);
         assert_eq!(a.status.code(), Some(0), "{}", err(&a));
         assert_eq!(a.stdout, b.stdout);
     }
@@ -107,6 +115,7 @@ fn misuse_and_unbuilt_features_exit_2() {
         &["run", "examples/matmul.tex", "--shape", "M=x"],
         &["emit", "examples/matmul.tex", "--stage", "nonsense"],
         &["emit", "examples/matmul.tex", "--stage", "llvm"],
+        &["emit", "examples/matmul.tex", "--stage", "loops"],
         &["run", "examples/matmul.tex", "--target", "x86-avx2"],
         &["bench", "examples/matmul.tex"],
         &["tune", "examples/matmul.tex"],

@@ -1,0 +1,98 @@
+//! The default schedule for CPU targets, for kernels without a `schedule`.
+//!
+//! - Element-wise temporaries whose consumers are all element-wise are
+//!   inlined (fused) into them; producers of reductions stay materialized,
+//!   so that they are not recomputed for every reduction step.
+//! - Reductions run with their reduction loops outside the innermost
+//!   spatial loop, so that the innermost loop writes contiguous memory.
+//! - The innermost spatial loop is split by the vector width and vectorized.
+//! - Outer spatial loops are fused until there is enough parallel work
+//!   (≥ 64 iterations), and that loop runs on the thread pool.
+//!
+//! Cache tiling and register blocking are not chosen by default yet; the
+//! example schedules in `examples/` show them.
+
+use crate::ir::ForKind;
+use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
+use crate::schedule::{Schedules, StageSchedule};
+use texc_compiler::tir::{Program, TExpr, TExprId, TensorId, TensorRole};
+use texc_grammar::Span;
+
+fn loads(p: &Program, e: TExprId, t: TensorId) -> bool {
+    matches!(p.expr(e), TExpr::Load(x, _) if *x == t) || p.children(e).into_iter().any(|c| loads(p, c, t))
+}
+
+/// Inline element-wise temporaries into element-wise consumers.
+pub fn default_inlining(p: &mut Program) {
+    let mut si = 0;
+    while si < p.stages.len() {
+        let st = &p.stages[si];
+        let t = st.tensor;
+        let inlinable = p.tensor(t).role == TensorRole::Temp
+            && !contains_reduce(p, st.value)
+            && p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).all(|c| !contains_reduce(p, c.value));
+        if inlinable {
+            inline_stage(p, si);
+        } else {
+            si += 1;
+        }
+    }
+}
+
+/// Vector width in f32 lanes for a target.
+pub fn vector_lanes(target: &str) -> i64 {
+    if target == "x86-avx512" {
+        16
+    } else {
+        8
+    }
+}
+
+pub fn default_schedule(p: &mut Program, target: &str) -> Schedules {
+    default_inlining(p);
+    hoist_reductions(p);
+    let mut s = Schedules::new(p);
+    let lanes = vector_lanes(target);
+    for (si, ss) in s.stages.iter_mut().enumerate() {
+        schedule_stage(ss, p.stages[si].n_axes, lanes);
+    }
+    s
+}
+
+fn schedule_stage(ss: &mut StageSchedule, n_axes: usize, lanes: i64) {
+    let span = Span::default();
+    if n_axes == 0 {
+        return;
+    }
+    let inner = n_axes - 1;
+    // Reduction loops outside the innermost spatial loop.
+    if ss.ivs.len() > n_axes {
+        let mut order: Vec<usize> = (0..inner).collect();
+        order.extend(n_axes..ss.ivs.len());
+        order.push(inner);
+        ss.reorder(&order, span).expect("a permutation of the leaves");
+    }
+    if ss.ivs[inner].extent >= lanes {
+        let name = ss.ivs[inner].name.clone();
+        let (_, v) = ss
+            .split(inner, lanes, (&format!("{name}.o"), span), (&format!("{name}.v"), span), span)
+            .expect("fresh names");
+        ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+    }
+    // Fuse leading spatial loops until there is enough parallel work.
+    let mut outer = ss.leaves[0];
+    if ss.ivs[outer].reduce || ss.leaves.len() == 1 && ss.ivs[outer].kind == ForKind::Vectorized {
+        return;
+    }
+    while ss.ivs[outer].extent < 64 && ss.leaves.len() > 2 {
+        let next = ss.leaves[1];
+        if ss.ivs[next].reduce || ss.ivs[next].kind != ForKind::Serial || ss.leaves.len() < 3 {
+            break;
+        }
+        let name = format!("{}.{}", ss.ivs[outer].name, ss.ivs[next].name);
+        outer = ss.fuse(outer, next, (&name, span), span).expect("adjacent spatial loops");
+    }
+    if ss.ivs[outer].extent >= 2 {
+        ss.annotate(outer, ForKind::Parallel, span).expect("spatial");
+    }
+}

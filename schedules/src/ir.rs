@@ -1,0 +1,145 @@
+//! The loop IR: a kernel as nested loops over buffers.
+//!
+//! A [`LoopFunc`] keeps the specialized [`Program`] for its tensors, scalars,
+//! parameters and expression arena (expressions are TIR expressions without
+//! reductions, whose `Var`s are loop variables of [`LoopFunc::vars`]), and
+//! adds a statement tree. Reductions have become explicit accumulation:
+//! an init nest stores the identity, an update nest folds into the buffer.
+//!
+//! Invariants (checked by [`crate::verify`]): every `Var` is bound by an
+//! enclosing `For`, each loop variable is bound once, loads and stores have
+//! one index per dimension, and no expression contains a reduction.
+
+use std::fmt::Write;
+use texc_compiler::tir::{Program, TExpr, TExprId, TensorId, TensorRole, VarDecl, VarId};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ForKind {
+    Serial,
+    /// Iterations run on the thread pool.
+    Parallel,
+    /// Iterations become vector lanes.
+    Vectorized,
+    /// The loop is unrolled.
+    Unrolled,
+}
+
+impl ForKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ForKind::Serial => "",
+            ForKind::Parallel => " parallel",
+            ForKind::Vectorized => " vectorized",
+            ForKind::Unrolled => " unrolled",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    For {
+        var: VarId,
+        extent: i64,
+        kind: ForKind,
+        body: Vec<Stmt>,
+    },
+    /// Guard for the tails of splits that do not divide their extent.
+    If {
+        cond: TExprId,
+        then: Vec<Stmt>,
+    },
+    Store {
+        tensor: TensorId,
+        indices: Vec<TExprId>,
+        value: TExprId,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct LoopFunc {
+    pub p: Program,
+    pub vars: Vec<VarDecl>,
+    pub body: Vec<Stmt>,
+}
+
+impl LoopFunc {
+    /// Temporaries that the body writes (inlined stages are not among them).
+    pub fn live_temps(&self) -> Vec<TensorId> {
+        let mut seen = vec![false; self.p.tensors.len()];
+        fn walk(s: &[Stmt], seen: &mut [bool]) {
+            for st in s {
+                match st {
+                    Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(body, seen),
+                    Stmt::Store { tensor, .. } => seen[tensor.0 as usize] = true,
+                }
+            }
+        }
+        walk(&self.body, &mut seen);
+        (0..self.p.tensors.len())
+            .map(|i| TensorId(i as u32))
+            .filter(|t| seen[t.0 as usize] && self.p.tensor(*t).role == TensorRole::Temp)
+            .collect()
+    }
+}
+
+/// Deterministic printer (`texc emit --stage loops`).
+pub fn print(f: &LoopFunc) -> String {
+    let mut out = String::new();
+    let b: Vec<String> = f.p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    let _ = writeln!(out, "func {} [{}]", f.p.name, b.join(", "));
+    let decl = |t: TensorId| {
+        let d = f.p.tensor(t);
+        let dims: Vec<String> = d.shape.iter().map(|x| x.to_string()).collect();
+        format!("{}: {}[{}]", d.name, d.elem, dims.join(", "))
+    };
+    for t in f.p.input_tensors() {
+        let _ = writeln!(out, "  input {}", decl(t));
+    }
+    for s in &f.p.scalars {
+        let _ = writeln!(out, "  scalar {}: {}", s.name, s.elem);
+    }
+    for &t in &f.p.outputs {
+        let _ = writeln!(out, "  output {}", decl(t));
+    }
+    for t in f.live_temps() {
+        let _ = writeln!(out, "  temp {}", decl(t));
+    }
+    stmts(f, &f.body, 1, &mut out);
+    out
+}
+
+fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
+    let pad = "  ".repeat(depth);
+    for s in body {
+        match s {
+            Stmt::For { var, extent, kind, body } => {
+                let _ = writeln!(out, "{pad}for {} in 0..{extent}{}:", f.vars[*var as usize].name, kind.name());
+                stmts(f, body, depth + 1, out);
+            }
+            Stmt::If { cond, then } => {
+                let _ = writeln!(out, "{pad}if {}:", expr(f, *cond));
+                stmts(f, then, depth + 1, out);
+            }
+            Stmt::Store { tensor, indices, value } => {
+                let idx: Vec<String> = indices.iter().map(|i| expr(f, *i)).collect();
+                let name = &f.p.tensor(*tensor).name;
+                let lhs = if idx.is_empty() { name.clone() } else { format!("{name}[{}]", idx.join(", ")) };
+                let _ = writeln!(out, "{pad}{lhs} = {}", expr(f, *value));
+            }
+        }
+    }
+}
+
+/// Print one expression (loop variables by name).
+pub fn expr(f: &LoopFunc, e: TExprId) -> String {
+    // Reuse the TIR printer with a pseudo-stage whose variables are the loop variables.
+    let st = texc_compiler::tir::Stage {
+        tensor: TensorId(0),
+        vars: f.vars.clone(),
+        n_axes: f.vars.len(),
+        value: e,
+        span: Default::default(),
+    };
+    debug_assert!(!matches!(f.p.expr(e), TExpr::Reduce(..)));
+    texc_compiler::print::expr(&f.p, &st, e)
+}

@@ -1,0 +1,126 @@
+//! TIR-to-TIR passes that run before loop lowering.
+//!
+//! [`hoist_reductions`]: afterwards every stage is either *pure* (no
+//! reduction) or its value *is* one reduction. A reduction nested inside an
+//! expression (`sum[d](x[n, d]) / D`) moves into a stage of its own, whose
+//! axes are the stage's axes plus the variables of enclosing reductions.
+//!
+//! [`inline_stage`]: replaces every load of a pure temporary by its defining
+//! expression (with its axes substituted by the load's indices) and removes
+//! its stage.
+
+use std::collections::HashMap;
+use texc_compiler::tir::*;
+use texc_compiler::types::ElemType;
+
+/// Deep-copy `e`, replacing `Var(v)` by `vars[v]` where present and renaming
+/// reduction variables by `rename`.
+pub fn subst(p: &mut Program, e: TExprId, vars: &HashMap<VarId, TExprId>, rename: &HashMap<VarId, VarId>) -> TExprId {
+    let (ty, span) = (p.ty(e), p.span(e));
+    let node = match p.expr(e).clone() {
+        TExpr::Var(v) => {
+            if let Some(&r) = vars.get(&v) {
+                return r;
+            }
+            TExpr::Var(rename.get(&v).copied().unwrap_or(v))
+        }
+        n @ (TExpr::Int(_) | TExpr::Float(_) | TExpr::Scalar(_)) => n,
+        TExpr::Load(t, idx) => TExpr::Load(t, idx.iter().map(|&i| subst(p, i, vars, rename)).collect()),
+        TExpr::Unary(op, a) => TExpr::Unary(op, subst(p, a, vars, rename)),
+        TExpr::Binary(op, a, b) => {
+            let a = subst(p, a, vars, rename);
+            TExpr::Binary(op, a, subst(p, b, vars, rename))
+        }
+        TExpr::Call(f, args) => TExpr::Call(f, args.iter().map(|&a| subst(p, a, vars, rename)).collect()),
+        TExpr::Cast(a) => TExpr::Cast(subst(p, a, vars, rename)),
+        TExpr::Reduce(op, rv, body) => {
+            let rv = rv.iter().map(|v| rename.get(v).copied().unwrap_or(*v)).collect();
+            TExpr::Reduce(op, rv, subst(p, body, vars, rename))
+        }
+    };
+    p.alloc(node, ty, span)
+}
+
+pub fn contains_reduce(p: &Program, e: TExprId) -> bool {
+    matches!(p.expr(e), TExpr::Reduce(..)) || p.children(e).into_iter().any(|c| contains_reduce(p, c))
+}
+
+/// Find a reduction that is not the stage's whole value; returns it with the
+/// variables of the reductions enclosing it.
+fn find_nested(p: &Program, e: TExprId, top: bool, enclosing: &mut Vec<VarId>) -> Option<(TExprId, Vec<VarId>)> {
+    if let TExpr::Reduce(_, vars, body) = p.expr(e) {
+        if !top {
+            return Some((e, enclosing.clone()));
+        }
+        let n = enclosing.len();
+        enclosing.extend(vars);
+        let r = find_nested(p, *body, false, enclosing);
+        enclosing.truncate(n);
+        return r;
+    }
+    p.children(e).into_iter().find_map(|c| find_nested(p, c, false, enclosing))
+}
+
+pub fn hoist_reductions(p: &mut Program) {
+    let mut si = 0;
+    while si < p.stages.len() {
+        let st = p.stages[si].clone();
+        let Some((r, enclosing)) = find_nested(p, st.value, true, &mut Vec::new()) else {
+            si += 1;
+            continue;
+        };
+        // New stage variables: axes, enclosing reduction variables, then the rest.
+        let mut order: Vec<VarId> = (0..st.n_axes as VarId).collect();
+        order.extend(&enclosing);
+        order.extend((st.n_axes as VarId..st.vars.len() as VarId).filter(|v| !enclosing.contains(v)));
+        let rename: HashMap<VarId, VarId> = order.iter().enumerate().map(|(new, &old)| (old, new as VarId)).collect();
+        let vars: Vec<VarDecl> = order.iter().map(|&v| st.vars[v as usize].clone()).collect();
+        let n_axes = st.n_axes + enclosing.len();
+        let value = subst(p, r, &HashMap::new(), &rename);
+        let elem = match p.ty(r) {
+            Ty::Elem(e) => e,
+            Ty::Index => ElemType::I64,
+        };
+        let shape: Vec<i64> = vars[..n_axes].iter().map(|v| v.extent).collect();
+        let k = p.tensors.iter().filter(|t| t.name.starts_with(&format!("{}.r", p.tensor(st.tensor).name))).count();
+        let name = format!("{}.r{k}", p.tensor(st.tensor).name);
+        let span = p.span(r);
+        p.tensors.push(TensorDecl { name, elem, shape, role: TensorRole::Temp, span });
+        let t = TensorId(p.tensors.len() as u32 - 1);
+        let value =
+            if p.ty(value) == Ty::Elem(elem) { value } else { p.alloc(TExpr::Cast(value), Ty::Elem(elem), span) };
+        // The old stage reads the new tensor where the reduction was.
+        let idx: Vec<TExprId> = (0..st.n_axes as VarId)
+            .chain(enclosing.iter().copied())
+            .map(|v| p.alloc(TExpr::Var(v), Ty::Index, span))
+            .collect();
+        let load = p.alloc(TExpr::Load(t, idx), Ty::Elem(elem), span);
+        let replacement = if p.ty(r) == Ty::Elem(elem) { load } else { p.alloc(TExpr::Cast(load), p.ty(r), span) };
+        p.exprs[r.0 as usize] = p.exprs[replacement.0 as usize].clone();
+        p.tys[r.0 as usize] = p.tys[replacement.0 as usize];
+        p.stages.insert(si, Stage { tensor: t, vars, n_axes, value, span: st.span });
+        // Re-examine the new stage (it may hold further nested reductions), then the old one.
+    }
+}
+
+/// Inline stage `si` (pure, a temporary) into all later stages.
+pub fn inline_stage(p: &mut Program, si: usize) {
+    let st = p.stages.remove(si);
+    for ci in si..p.stages.len() {
+        let value = p.stages[ci].value;
+        replace_loads(p, value, &st);
+    }
+}
+
+fn replace_loads(p: &mut Program, e: TExprId, st: &Stage) {
+    for c in p.children(e) {
+        replace_loads(p, c, st);
+    }
+    if let TExpr::Load(t, idx) = p.expr(e).clone() {
+        if t == st.tensor {
+            let vars: HashMap<VarId, TExprId> = idx.iter().enumerate().map(|(a, &i)| (a as VarId, i)).collect();
+            let copy = subst(p, st.value, &vars, &HashMap::new());
+            p.exprs[e.0 as usize] = p.exprs[copy.0 as usize].clone();
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Schedules change speed, never results: default schedules of every
+//! example and std operator, and random legal schedules of matmul, conv2d,
+//! softmax and layer_norm, lowered to loop nests and run by the loop-nest
+//! evaluator, must match the interpreter (at sizes no tile divides).
+
+use std::collections::HashMap;
+use texc_compiler::interp::{self, Arg};
+use texc_compiler::{Bindings, Program, Session};
+use texc_runtime::{SplitMix64, Tensor};
+use texc_schedules::ir::ForKind;
+use texc_schedules::schedule::{Schedules, StageSchedule};
+use texc_schedules::{default, eval, lower, normalize};
+use texc_tests::{compile, rel_error, root};
+
+fn random_args(p: &Program, seed: u64) -> Vec<Arg> {
+    interp::bind_args(p, HashMap::new(), &[], seed).expect("binds")
+}
+
+fn assert_same(name: &str, p: &Program, f: &texc_schedules::LoopFunc, seed: u64) {
+    let want = interp::run(p, random_args(p, seed)).expect("interp");
+    let got = eval::run(f, random_args(p, seed)).expect("loop eval");
+    for (w, g) in want.iter().zip(&got) {
+        let err = rel_error(g, w);
+        assert!(err <= 1e-5, "{name}: loop nest differs from interp by {err:e}\n{}", texc_schedules::ir::print(f));
+    }
+}
+
+#[test]
+fn default_schedules_match_the_interpreter() {
+    let mut files: Vec<String> = std::fs::read_dir(root().join("examples"))
+        .expect("examples")
+        .map(|e| format!("examples/{}", e.expect("e").file_name().to_string_lossy()))
+        .filter(|n| n.ends_with(".tex"))
+        .collect();
+    files.sort();
+    for file in files {
+        let mut s = Session::new();
+        let m = s.load_root(&root().join(&file)).expect("loads");
+        for i in 0..s.module(m).kernels.len() {
+            let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
+            let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes");
+            let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", None).expect("default schedule");
+            assert_same(&format!("{file}:{}", s.kernel(k).name), &p, &f, 1);
+        }
+    }
+}
+
+#[test]
+fn example_schedules_match_the_interpreter() {
+    for (file, shapes) in [("examples/matmul.tex", vec![("M", 37), ("K", 19), ("N", 70)])] {
+        let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
+        let mut s = Session::new();
+        let m = s.load_root(&root().join(file)).expect("loads");
+        let k = s.entry_kernel(m, None).expect("kernel");
+        let p = texc_compiler::build_program(&s, k, &b).expect("specializes");
+        let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("has a schedule");
+        let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", Some(sched)).expect("applies");
+        assert_same(file, &p, &f, 2);
+    }
+}
+
+/// Draw a random legal schedule for one stage.
+fn random_schedule(ss: &mut StageSchedule, rng: &mut SplitMix64) {
+    let span = Default::default();
+    let pick = |rng: &mut SplitMix64, n: usize| (rng.next_u64() % n as u64) as usize;
+    for step in 0..(2 + pick(rng, 5)) {
+        let leaf = ss.leaves[pick(rng, ss.leaves.len())];
+        match pick(rng, 3) {
+            0 => {
+                let ext = ss.ivs[leaf].extent.max(1);
+                let factor = 1 + (rng.next_u64() % (ext as u64 + 2)) as i64;
+                let base = format!("{}_{step}", ss.ivs[leaf].name);
+                ss.split(leaf, factor, (&format!("{base}o"), span), (&format!("{base}i"), span), span).expect("split");
+            }
+            1 => {
+                let mut order = ss.leaves.clone();
+                for i in (1..order.len()).rev() {
+                    order.swap(i, pick(rng, i + 1));
+                }
+                ss.reorder(&order, span).expect("permutation");
+            }
+            _ => {
+                let pos = ss.leaves.iter().position(|&l| l == leaf).expect("leaf");
+                if pos + 1 < ss.leaves.len() {
+                    let next = ss.leaves[pos + 1];
+                    if ss.ivs[leaf].reduce == ss.ivs[next].reduce {
+                        ss.fuse(leaf, next, (&format!("f{step}"), span), span).expect("adjacent");
+                    }
+                }
+            }
+        }
+    }
+    let last = *ss.leaves.last().expect("leaves");
+    if !ss.ivs[last].reduce && ss.ivs[last].extent <= 64 && pick(rng, 2) == 0 {
+        ss.annotate(last, ForKind::Vectorized, span).expect("vectorize");
+    }
+    let first = ss.leaves[0];
+    if !ss.ivs[first].reduce && ss.ivs[first].kind == ForKind::Serial {
+        ss.annotate(first, ForKind::Parallel, span).expect("parallel");
+    }
+    let any = ss.leaves[pick(rng, ss.leaves.len())];
+    if ss.ivs[any].kind == ForKind::Serial {
+        ss.annotate(any, ForKind::Unrolled, span).expect("unroll");
+    }
+}
+
+#[test]
+fn random_legal_schedules_match_the_interpreter() {
+    let cases: [(&str, Option<&str>, Vec<(&str, i64)>); 4] = [
+        ("examples/matmul.tex", None, vec![("M", 13), ("K", 7), ("N", 19)]),
+        ("examples/conv2d.tex", None, vec![("C", 3), ("H", 9), ("W", 7), ("K", 5)]),
+        ("examples/softmax.tex", None, vec![("N", 5), ("D", 21)]),
+        ("examples/norms.tex", Some("ln"), vec![("N", 6), ("D", 17)]),
+    ];
+    let mut rng = SplitMix64::new(99);
+    for (file, kernel, shapes) in cases {
+        let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
+        let base = compile(file, kernel, &b).expect("compiles");
+        for trial in 0..25 {
+            let mut p = base.clone();
+            if rng.next_u64() % 2 == 0 {
+                default::default_inlining(&mut p);
+            }
+            normalize::hoist_reductions(&mut p);
+            let mut s = Schedules::new(&p);
+            for ss in &mut s.stages {
+                random_schedule(ss, &mut rng);
+            }
+            let f = lower::lower(p, &s);
+            texc_schedules::verify::verify(&f).expect("verifies");
+            assert_same(&format!("{file} trial {trial}"), &base, &f, trial);
+        }
+    }
+}
+
+#[test]
+fn illegal_schedules_are_spanned_errors() {
+    let cases = [
+        ("vectorize C.k;", "cannot vectorize `k`: it is a reduction axis"),
+        ("parallel C.k;", "cannot parallelize `k`"),
+        ("vectorize C.i;", "is not the innermost loop"),
+        ("split C.q by 4 -> (a, b);", "`C` has no axis `q`"),
+        ("split D.i by 4 -> (a, b);", "no stage named `D`"),
+        ("split C.i by 4 -> (a, b); split C.i by 2 -> (c, d);", "already split or fused"),
+        ("split C.i by 4 -> (j, b);", "already used"),
+        ("fuse C(j, k) -> f;", "cannot fuse a spatial axis with a reduction axis"),
+        ("fuse C(i, k) -> f;", "not adjacent"),
+        ("inline C;", "cannot inline `C`: it is an output"),
+        ("bind C.i to block.x;", "GPU primitive"),
+        ("split C.i by 0 -> (a, b);", "at least 1"),
+    ];
+    for (prims, want) in cases {
+        let src = format!(
+            "kernel mm(A: f32[M = 8, K = 8], B: f32[K, N = 8]) -> C: f32[M, N] {{ C[i, j] = sum[k](A[i, k] * B[k, j]); }}\nschedule mm for x86-avx2 {{ {prims} }}"
+        );
+        let mut s = Session::new();
+        let m = s.load_text("s.tex", &src, None).expect("front end accepts");
+        let k = s.entry_kernel(m, None).expect("kernel");
+        let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes");
+        let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("schedule");
+        let d = texc_schedules::schedule_and_lower(p, "x86-avx2", Some(sched)).expect_err(prims);
+        let text = texc_grammar::diagnostic::render_all(&[d], &s.sources);
+        assert!(text.contains(want), "{prims}: expected `{want}` in\n{text}");
+        assert!(text.contains("s.tex:2:"), "{prims}: not spanned:\n{text}");
+    }
+}
