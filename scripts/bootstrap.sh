@@ -6,6 +6,12 @@ set -euo pipefail
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+# LLVM 19 for the x86 backend (inkwell links libLLVM-19 dynamically; llvm-sys
+# also wants Polly and zstd headers to be present).
+[ -x /usr/lib/llvm-19/bin/llvm-config ] || need_apt+=(llvm-19-dev)
+[ -e /usr/lib/llvm-19/lib/libPolly.a ] || need_apt+=(libpolly-19-dev)
+[ -e /usr/include/zstd.h ] || need_apt+=(libzstd-dev)
+[ -e /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "bootstrap: installing ${need_apt[*]} with apt"
     apt-get update -qq

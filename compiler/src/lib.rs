@@ -8,6 +8,7 @@
 //! `TEXC_DUMP_IR=1` prints the IR after each pass to stderr.
 
 pub mod bounds;
+pub mod cost;
 pub mod interp;
 pub mod print;
 pub mod resolve;

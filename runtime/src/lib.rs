@@ -1,12 +1,17 @@
-//! texc runtime: typed host tensors and their `.npy` files.
+//! texc runtime: typed host tensors and their `.npy` files, aligned buffers
+//! for generated code, and the thread pool its parallel loops run on.
 //!
-//! Pipeline position: last. The interpreter (and later the JIT backends)
-//! read inputs and write outputs as [`Tensor`]s. Every malformed file is a
+//! Pipeline position: last. The interpreter and the JIT backends read
+//! inputs and write outputs as [`Tensor`]s. Every malformed file is a
 //! [`NpyError`], never a panic.
 
+mod buffer;
 mod npy;
+pub mod pool;
 mod random;
+pub mod roofline;
 
+pub use buffer::{AlignedBuf, ALIGN};
 pub use npy::{read_npy, read_npy_bytes, write_npy, NpyError};
 pub use random::SplitMix64;
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use texc_compiler::{Bindings, Program, Session};
 use texc_grammar::diagnostic::render_all;
-use texc_runtime::Tensor;
+use texc_runtime::{SplitMix64, Tensor};
 
 /// The workspace root.
 pub fn root() -> PathBuf {
@@ -70,4 +70,49 @@ pub fn rel_error(got: &Tensor, want: &Tensor) -> f64 {
             m.max((x - y).abs())
         }
     }) / scale
+}
+
+/// Draw a random legal schedule for one stage.
+pub fn random_schedule(ss: &mut texc_schedules::schedule::StageSchedule, rng: &mut SplitMix64) {
+    let span = Default::default();
+    let pick = |rng: &mut SplitMix64, n: usize| (rng.next_u64() % n as u64) as usize;
+    for step in 0..(2 + pick(rng, 5)) {
+        let leaf = ss.leaves[pick(rng, ss.leaves.len())];
+        match pick(rng, 3) {
+            0 => {
+                let ext = ss.ivs[leaf].extent.max(1);
+                let factor = 1 + (rng.next_u64() % (ext as u64 + 2)) as i64;
+                let base = format!("{}_{step}", ss.ivs[leaf].name);
+                ss.split(leaf, factor, (&format!("{base}o"), span), (&format!("{base}i"), span), span).expect("split");
+            }
+            1 => {
+                let mut order = ss.leaves.clone();
+                for i in (1..order.len()).rev() {
+                    order.swap(i, pick(rng, i + 1));
+                }
+                ss.reorder(&order, span).expect("permutation");
+            }
+            _ => {
+                let pos = ss.leaves.iter().position(|&l| l == leaf).expect("leaf");
+                if pos + 1 < ss.leaves.len() {
+                    let next = ss.leaves[pos + 1];
+                    if ss.ivs[leaf].reduce == ss.ivs[next].reduce {
+                        ss.fuse(leaf, next, (&format!("f{step}"), span), span).expect("adjacent");
+                    }
+                }
+            }
+        }
+    }
+    let last = *ss.leaves.last().expect("leaves");
+    if !ss.ivs[last].reduce && ss.ivs[last].extent <= 64 && pick(rng, 2) == 0 {
+        ss.annotate(last, texc_schedules::ir::ForKind::Vectorized, span).expect("vectorize");
+    }
+    let first = ss.leaves[0];
+    if !ss.ivs[first].reduce && ss.ivs[first].kind == texc_schedules::ir::ForKind::Serial {
+        ss.annotate(first, texc_schedules::ir::ForKind::Parallel, span).expect("parallel");
+    }
+    let any = ss.leaves[pick(rng, ss.leaves.len())];
+    if ss.ivs[any].kind == texc_schedules::ir::ForKind::Serial {
+        ss.annotate(any, texc_schedules::ir::ForKind::Unrolled, span).expect("unroll");
+    }
 }

@@ -6,9 +6,8 @@
 use std::collections::HashMap;
 use texc_compiler::interp::{self, Arg};
 use texc_compiler::{Bindings, Program, Session};
-use texc_runtime::{SplitMix64, Tensor};
-use texc_schedules::ir::ForKind;
-use texc_schedules::schedule::{Schedules, StageSchedule};
+use texc_runtime::SplitMix64;
+use texc_schedules::schedule::Schedules;
 use texc_schedules::{default, eval, lower, normalize};
 use texc_tests::{compile, rel_error, root};
 
@@ -59,51 +58,6 @@ fn example_schedules_match_the_interpreter() {
     }
 }
 
-/// Draw a random legal schedule for one stage.
-fn random_schedule(ss: &mut StageSchedule, rng: &mut SplitMix64) {
-    let span = Default::default();
-    let pick = |rng: &mut SplitMix64, n: usize| (rng.next_u64() % n as u64) as usize;
-    for step in 0..(2 + pick(rng, 5)) {
-        let leaf = ss.leaves[pick(rng, ss.leaves.len())];
-        match pick(rng, 3) {
-            0 => {
-                let ext = ss.ivs[leaf].extent.max(1);
-                let factor = 1 + (rng.next_u64() % (ext as u64 + 2)) as i64;
-                let base = format!("{}_{step}", ss.ivs[leaf].name);
-                ss.split(leaf, factor, (&format!("{base}o"), span), (&format!("{base}i"), span), span).expect("split");
-            }
-            1 => {
-                let mut order = ss.leaves.clone();
-                for i in (1..order.len()).rev() {
-                    order.swap(i, pick(rng, i + 1));
-                }
-                ss.reorder(&order, span).expect("permutation");
-            }
-            _ => {
-                let pos = ss.leaves.iter().position(|&l| l == leaf).expect("leaf");
-                if pos + 1 < ss.leaves.len() {
-                    let next = ss.leaves[pos + 1];
-                    if ss.ivs[leaf].reduce == ss.ivs[next].reduce {
-                        ss.fuse(leaf, next, (&format!("f{step}"), span), span).expect("adjacent");
-                    }
-                }
-            }
-        }
-    }
-    let last = *ss.leaves.last().expect("leaves");
-    if !ss.ivs[last].reduce && ss.ivs[last].extent <= 64 && pick(rng, 2) == 0 {
-        ss.annotate(last, ForKind::Vectorized, span).expect("vectorize");
-    }
-    let first = ss.leaves[0];
-    if !ss.ivs[first].reduce && ss.ivs[first].kind == ForKind::Serial {
-        ss.annotate(first, ForKind::Parallel, span).expect("parallel");
-    }
-    let any = ss.leaves[pick(rng, ss.leaves.len())];
-    if ss.ivs[any].kind == ForKind::Serial {
-        ss.annotate(any, ForKind::Unrolled, span).expect("unroll");
-    }
-}
-
 #[test]
 fn random_legal_schedules_match_the_interpreter() {
     let cases: [(&str, Option<&str>, Vec<(&str, i64)>); 4] = [
@@ -124,7 +78,7 @@ fn random_legal_schedules_match_the_interpreter() {
             normalize::hoist_reductions(&mut p);
             let mut s = Schedules::new(&p);
             for ss in &mut s.stages {
-                random_schedule(ss, &mut rng);
+                texc_tests::random_schedule(ss, &mut rng);
             }
             let f = lower::lower(p, &s);
             texc_schedules::verify::verify(&f).expect("verifies");

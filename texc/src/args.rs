@@ -50,6 +50,18 @@ pub struct RunArgs {
     pub check: bool,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Timed runs (the median is reported).
+    #[arg(long, default_value_t = 20)]
+    pub repeat: usize,
+    /// Untimed runs first.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Parse and type/shape-check a file; diagnostics only.
@@ -64,8 +76,8 @@ pub enum Command {
     },
     /// Run a kernel on inputs from .npy files or seeded random data.
     Run(RunArgs),
-    /// Time a kernel (not built yet).
-    Bench(RunArgs),
+    /// Time a kernel: median time, GFLOP/s, GB/s, share of the roofline.
+    Bench(BenchArgs),
     /// Autotune a kernel (not built yet).
     Tune(RunArgs),
     /// Compile ahead of time (not built yet).

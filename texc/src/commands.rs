@@ -1,6 +1,6 @@
 //! What each subcommand does.
 
-use crate::args::{Cli, Command, Common, RunArgs};
+use crate::args::{BenchArgs, Cli, Command, Common, RunArgs};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use texc_compiler::interp;
@@ -36,7 +36,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Check(c) => check(&mut session, &c),
         Command::Emit { common, stage } => emit(&mut session, &common, &stage),
         Command::Run(r) => run_kernel(&mut session, &r),
-        Command::Bench(_) => Err(not_built("`texc bench`", "the x86 backend")),
+        Command::Bench(b) => bench(&mut session, &b),
         Command::Tune(_) => Err(not_built("`texc tune`", "the autotuner")),
         Command::Compile { .. } => Err(not_built("`texc compile`", "the x86 backend")),
         Command::Analyze(_) => Err(not_built("`texc analyze`", "the operator graph and cost model")),
@@ -59,10 +59,10 @@ fn not_built(what: &str, needs: &str) -> Fail {
 }
 
 fn check_target(t: &str) -> Result<(), Fail> {
-    if t == "interp" {
+    if t == "interp" || CPU_TARGETS.contains(&t) {
         Ok(())
     } else if TARGETS.contains(&t) {
-        Err(Fail::Usage(format!("target `{t}` is not built yet; today only `interp` runs")))
+        Err(Fail::Usage(format!("target `{t}` is not built yet; today `interp`, {} run", CPU_TARGETS.join(", "))))
     } else {
         Err(Fail::Input(vec![
             Diagnostic::error(format!("unknown target `{t}`")).with_note(format!("targets: {}", TARGETS.join(", ")))
@@ -171,10 +171,10 @@ fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
     if !STAGES.contains(&stage) {
         return Err(Fail::Usage(format!("unknown stage `{stage}`; stages: {}", STAGES.join(", "))));
     }
-    if stage == "loops" {
+    if matches!(stage, "loops" | "llvm" | "asm") {
         if !CPU_TARGETS.contains(&c.target.as_str()) {
             return Err(Fail::Usage(format!(
-                "`--stage loops` shows the loop nests for a CPU target; add --target x86-avx2 (or {})",
+                "`--stage {stage}` is for a CPU target; add --target x86-avx2 (or {})",
                 CPU_TARGETS[1..].join(", ")
             )));
         }
@@ -196,29 +196,51 @@ fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
             let f = texc_schedules::schedule_and_lower(p, &c.target, sched)?;
             print!("{}", texc_schedules::ir::print(&f));
         }
+        "llvm" | "asm" => {
+            let k = session.entry_kernel(m, c.kernel.as_deref())?;
+            let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
+            let sched = texc_schedules::find_schedule(session, k, &c.target);
+            let f = texc_schedules::schedule_and_lower(p, &c.target, sched)?;
+            let text = if stage == "llvm" {
+                texc_codegen::emit_llvm(&f, &c.target)
+            } else {
+                texc_codegen::emit_asm(&f, &c.target)
+            };
+            print!("{}", text.map_err(|e| Diagnostic::error(format!("code generation failed: {e}")))?);
+        }
         other => return Err(not_built(&format!("stage `{other}`"), "a later part of the compiler")),
     }
     Ok(())
 }
 
-fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
+/// Everything `run` and `bench` need: the specialized program, the loop
+/// nests for a compiled target, and the arguments.
+struct Prepared {
+    p: texc_compiler::Program,
+    loops: Option<texc_schedules::LoopFunc>,
+    args: Vec<interp::Arg>,
+    outputs: Vec<(String, String)>,
+}
+
+fn prepare(session: &mut Session, r: &RunArgs) -> Result<Prepared, Fail> {
     let c = &r.common;
     check_target(&c.target)?;
-    if r.check {
-        return Err(Fail::Usage(
-            "--check compares a compiled target with `interp`; no compiled target is built yet".into(),
-        ));
-    }
     let inputs = parse_pairs("--input", &r.input)?;
     let outputs = parse_pairs("--output", &r.output)?;
     let scalars = parse_pairs("--scalar", &r.scalar)?;
+    let mut scalar_values = Vec::new();
+    for (n, text) in &scalars {
+        let v = text
+            .parse::<f64>()
+            .map_err(|_| Fail::Usage(format!("--scalar: `{n}={text}`: `{text}` is not a number")))?;
+        scalar_values.push((n.clone(), v));
+    }
     let m = load(session, c)?;
     let k = session.entry_kernel(m, c.kernel.as_deref())?;
     let info = session.kernel(k);
     let kname = info.name.clone();
-    let is_param = |n: &str| info.param_index(n).is_some();
     for (n, _) in inputs.iter().chain(&scalars) {
-        if !is_param(n) {
+        if info.param_index(n).is_none() {
             return Err(Diagnostic::error(format!("`{n}` is not a parameter of kernel `{kname}`")).into());
         }
     }
@@ -235,17 +257,50 @@ fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
             return Err(Diagnostic::error(format!("`{n}` is not an output of kernel `{kname}`")).into());
         }
     }
-    let mut scalar_values = Vec::new();
-    for (n, text) in &scalars {
-        let v = text
-            .parse::<f64>()
-            .map_err(|_| Fail::Usage(format!("--scalar: `{n}={text}`: `{text}` is not a number")))?;
-        scalar_values.push((n.clone(), v));
-    }
+    let loops = if c.target == "interp" {
+        None
+    } else {
+        let sched = texc_schedules::find_schedule(session, k, &c.target);
+        Some(texc_schedules::schedule_and_lower(p.clone(), &c.target, sched)?)
+    };
     let args = interp::bind_args(&p, files, &scalar_values, r.seed).map_err(Diagnostic::error)?;
-    let results = interp::run(&p, args).map_err(|e| Diagnostic::error(e.to_string()))?;
+    Ok(Prepared { p, loops, args, outputs })
+}
+
+fn jit(f: &texc_schedules::LoopFunc, target: &str) -> Result<texc_codegen::Compiled, Fail> {
+    texc_codegen::compile(f, target)
+        .map_err(|e| Fail::Input(vec![Diagnostic::error(format!("code generation failed: {e}"))]))
+}
+
+/// Tolerance of `--check` for an output type (normwise relative error).
+fn tolerance(dtype: texc_runtime::DType) -> f64 {
+    use texc_runtime::DType::*;
+    match dtype {
+        F16 | BF16 => 1e-2,
+        F32 => 1e-5,
+        F64 => 1e-12,
+        _ => 0.0,
+    }
+}
+
+fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
+    let c = &r.common;
+    if r.check && c.target == "interp" {
+        return Err(Fail::Usage(
+            "--check compares a compiled target with `interp`; add --target x86-avx2 (or x86-avx512, host)".into(),
+        ));
+    }
+    let Prepared { p, loops, args, outputs } = prepare(session, r)?;
     let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
-    println!("ran `{}` on interp [{}]", p.name, sizes.join(", "));
+    let results = match &loops {
+        None => interp::run(&p, args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?,
+        Some(f) => {
+            let k = jit(f, &c.target)?;
+            println!("compiled `{}` for {} in {:.3} s", p.name, c.target, k.compile_time.as_secs_f64());
+            k.run(args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?
+        }
+    };
+    println!("ran `{}` on {} [{}]", p.name, c.target, sizes.join(", "));
     for (&o, t) in p.outputs.iter().zip(&results) {
         println!("  {}", summary(&p.tensor(o).name, t));
     }
@@ -254,6 +309,109 @@ fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
         write_npy(&PathBuf::from(path), &results[i]).map_err(|e| Diagnostic::error(e.to_string()))?;
         println!("  wrote `{n}` to {path}");
     }
+    if r.check {
+        let want = interp::run(&p, args).map_err(|e| Diagnostic::error(e.to_string()))?;
+        let mut bad = Vec::new();
+        for ((&o, got), want) in p.outputs.iter().zip(&results).zip(&want) {
+            let err = rel_error(got, want);
+            let tol = tolerance(want.dtype());
+            let name = &p.tensor(o).name;
+            println!("  check `{name}` against interp: max relative error {err:.3e} (tolerance {tol:.0e})");
+            if err > tol {
+                bad.push(format!("`{name}` differs from the interpreter: relative error {err:.3e} > {tol:.0e}"));
+            }
+        }
+        if !bad.is_empty() {
+            return Err(Fail::Input(bad.into_iter().map(Diagnostic::error).collect()));
+        }
+    }
+    Ok(())
+}
+
+/// Normwise relative error: max |a - b| / max |b|; NaN where exactly one side is NaN counts as infinite.
+fn rel_error(got: &Tensor, want: &Tensor) -> f64 {
+    let (a, b) = (got.to_f64(), want.to_f64());
+    let scale = b.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
+    a.iter().zip(&b).fold(0.0f64, |m, (x, y)| {
+        if x.is_nan() != y.is_nan() {
+            f64::INFINITY
+        } else if x.is_nan() || x == y {
+            m
+        } else {
+            m.max((x - y).abs())
+        }
+    }) / scale
+}
+
+fn bench(session: &mut Session, a: &BenchArgs) -> Result<(), Fail> {
+    let target = a.run.common.target.clone();
+    if !CPU_TARGETS.contains(&target.as_str()) {
+        check_target(&target)?;
+        return Err(Fail::Usage(format!(
+            "`texc bench` times compiled code; add --target x86-avx2 (or {})",
+            CPU_TARGETS[1..].join(", ")
+        )));
+    }
+    if a.repeat == 0 {
+        return Err(Fail::Usage("--repeat must be at least 1".into()));
+    }
+    let Prepared { p, loops, args, .. } = prepare(session, &a.run)?;
+    let f = loops.expect("a compiled target");
+    let k = jit(&f, &target)?;
+    let mut bufs = k.prepare(args).map_err(|e| Diagnostic::error(e.to_string()))?;
+    for _ in 0..a.warmup {
+        k.call(&mut bufs);
+    }
+    let mut times: Vec<f64> = (0..a.repeat)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            k.call(&mut bufs);
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let counts = texc_compiler::cost::count(&p);
+    let threads = texc_runtime::pool::num_threads();
+    let lanes = texc_schedules::default::vector_lanes(&target) as usize;
+    let (roof, source) = texc_runtime::roofline::roofline(&target, lanes, threads);
+    let gflops = counts.flops / median / 1e9;
+    let gbs = counts.bytes / median / 1e9;
+    let bound = roof.peak_gflops.min(counts.intensity() * roof.bandwidth_gbs);
+    let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    println!(
+        "bench `{}` on {target} [{}], {threads} thread{}",
+        p.name,
+        sizes.join(", "),
+        if threads == 1 { "" } else { "s" }
+    );
+    println!("  compile   {:.3} s", k.compile_time.as_secs_f64());
+    println!(
+        "  time      {:.4} ms median of {} (min {:.4}, max {:.4})",
+        median * 1e3,
+        times.len(),
+        times[0] * 1e3,
+        times[times.len() - 1] * 1e3
+    );
+    println!(
+        "  compute   {gflops:.2} GFLOP/s ({:.4} GFLOP), {:.1}% of peak {:.1} GFLOP/s",
+        counts.flops / 1e9,
+        100.0 * gflops / roof.peak_gflops,
+        roof.peak_gflops
+    );
+    println!(
+        "  memory    {gbs:.2} GB/s ({:.2} MB compulsory), {:.1}% of {:.1} GB/s",
+        counts.bytes / 1e6,
+        100.0 * gbs / roof.bandwidth_gbs,
+        roof.bandwidth_gbs
+    );
+    println!(
+        "  roofline  {:.1}% of the bound {bound:.1} GFLOP/s ({} at {:.2} FLOP/byte; ridge {:.2}; machine numbers {source})",
+        100.0 * gflops / bound.max(f64::MIN_POSITIVE),
+        if counts.intensity() < roof.ridge() { "memory-bound" } else { "compute-bound" },
+        counts.intensity(),
+        roof.ridge()
+    );
     Ok(())
 }
 

@@ -114,9 +114,11 @@ fn misuse_and_unbuilt_features_exit_2() {
         &["run", "examples/matmul.tex", "--shape", "M"],
         &["run", "examples/matmul.tex", "--shape", "M=x"],
         &["emit", "examples/matmul.tex", "--stage", "nonsense"],
-        &["emit", "examples/matmul.tex", "--stage", "llvm"],
+        &["emit", "examples/matmul.tex", "--stage", "ptx"],
         &["emit", "examples/matmul.tex", "--stage", "loops"],
-        &["run", "examples/matmul.tex", "--target", "x86-avx2"],
+        &["run", "examples/matmul.tex", "--target", "nvptx-sm80"],
+        &["run", "examples/matmul.tex", "--target", "cranelift"],
+        &["run", "examples/matmul.tex", "--check"],
         &["bench", "examples/matmul.tex"],
         &["tune", "examples/matmul.tex"],
         &["analyze", "examples/matmul.tex"],
@@ -125,5 +127,35 @@ fn misuse_and_unbuilt_features_exit_2() {
     for args in cases {
         let o = texc(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", err(&o));
+    }
+}
+
+#[test]
+fn compiled_targets_run_check_and_emit() {
+    let o = texc(&["run", "examples/conv_bn_relu.tex", "--target", "x86-avx2", "--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("check `Y` against interp: max relative error"), "{out}");
+    let o = texc(&["emit", "examples/matmul.tex", "--stage", "llvm", "--target", "x86-avx2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("define void @texc_matmul"));
+    let o = texc(&["emit", "examples/matmul.tex", "--stage", "asm", "--target", "x86-avx2"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("vfmadd"), "FMA expected in the matmul loop");
+}
+
+#[test]
+fn bench_reports_rates_and_the_roofline() {
+    let o = Command::new(env!("CARGO_BIN_EXE_texc"))
+        .args(["bench", "examples/matmul.tex", "--target", "x86-avx2", "--repeat", "3", "--warmup", "1"])
+        .env("TEXC_ROOFLINE", "100,20")
+        .current_dir(root())
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for want in
+        ["GFLOP/s (0.0005 GFLOP)", "% of peak 100.0 GFLOP/s", "GB/s", "compute-bound", "machine numbers TEXC_ROOFLINE"]
+    {
+        assert!(out.contains(want), "missing {want:?} in\n{out}");
     }
 }

@@ -1,0 +1,51 @@
+//! Work and traffic of a specialized program, for `texc bench` and the
+//! roofline.
+//!
+//! FLOPs count float arithmetic and math functions of element values (index
+//! arithmetic is free); a reduction costs its body plus one combining
+//! operation per term, so a matmul is the usual 2·M·N·K. Bytes are the
+//! compulsory traffic: every input read once, every output written once.
+
+use crate::tir::*;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Counts {
+    pub flops: f64,
+    pub bytes: f64,
+}
+
+impl Counts {
+    /// FLOPs per byte.
+    pub fn intensity(&self) -> f64 {
+        if self.bytes > 0.0 {
+            self.flops / self.bytes
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+fn is_float(t: Ty) -> bool {
+    matches!(t, Ty::Elem(e) if e.is_float())
+}
+
+fn cost(p: &Program, st: &Stage, e: TExprId) -> f64 {
+    let own = match p.expr(e) {
+        TExpr::Binary(op, _, _) if !op.is_comparison() && !op.is_logic() && is_float(p.ty(e)) => 1.0,
+        TExpr::Call(f, _) if *f != crate::resolve::Builtin::Select && is_float(p.ty(e)) => 1.0,
+        TExpr::Reduce(_, vars, body) => {
+            let n: f64 = vars.iter().map(|&v| st.vars[v as usize].extent as f64).product();
+            let combine = if is_float(p.ty(e)) { 1.0 } else { 0.0 };
+            return n * (cost(p, st, *body) + combine);
+        }
+        _ => 0.0,
+    };
+    own + p.children(e).into_iter().map(|c| cost(p, st, c)).sum::<f64>()
+}
+
+pub fn count(p: &Program) -> Counts {
+    let flops = p.stages.iter().map(|st| p.tensor(st.tensor).len() as f64 * cost(p, st, st.value)).sum();
+    let bytes =
+        p.tensors.iter().filter(|t| t.role != TensorRole::Temp).map(|t| t.len() as f64 * t.elem.size() as f64).sum();
+    Counts { flops, bytes }
+}

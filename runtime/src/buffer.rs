@@ -1,0 +1,111 @@
+//! 64-byte aligned host buffers, the memory generated code reads and writes.
+
+use crate::{DType, Data, Tensor};
+use half::{bf16, f16};
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+pub const ALIGN: usize = 64;
+
+/// Zero-initialised, 64-byte aligned memory for one tensor.
+pub struct AlignedBuf {
+    ptr: *mut u8,
+    layout: Layout,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+// SAFETY: the buffer owns its memory exclusively.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    pub fn zeroed(dtype: DType, shape: Vec<usize>) -> AlignedBuf {
+        let n: usize = shape.iter().product();
+        let layout =
+            Layout::from_size_align((n * dtype.size()).max(ALIGN), ALIGN).expect("sizes are checked at specialization");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        AlignedBuf { ptr, layout, dtype, shape }
+    }
+
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the allocation holds at least len * size bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len() * self.dtype.size()) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and we hold the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len() * self.dtype.size()) }
+    }
+
+    /// Copy a tensor in (bools as bytes 0/1, f16/bf16 as their bits).
+    pub fn from_tensor(t: &Tensor) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(t.dtype(), t.shape.clone());
+        let out = b.bytes_mut();
+        macro_rules! put {
+            ($v:expr, $conv:expr) => {
+                for (chunk, x) in out.chunks_exact_mut(t.dtype().size()).zip($v.iter()) {
+                    chunk.copy_from_slice(&$conv(*x));
+                }
+            };
+        }
+        match &t.data {
+            Data::F16(v) => put!(v, |x: f16| x.to_bits().to_le_bytes()),
+            Data::BF16(v) => put!(v, |x: bf16| x.to_bits().to_le_bytes()),
+            Data::F32(v) => put!(v, |x: f32| x.to_le_bytes()),
+            Data::F64(v) => put!(v, |x: f64| x.to_le_bytes()),
+            Data::I8(v) => put!(v, |x: i8| x.to_le_bytes()),
+            Data::U8(v) => put!(v, |x: u8| x.to_le_bytes()),
+            Data::I32(v) => put!(v, |x: i32| x.to_le_bytes()),
+            Data::I64(v) => put!(v, |x: i64| x.to_le_bytes()),
+            Data::Bool(v) => put!(v, |x: bool| [x as u8]),
+        }
+        b
+    }
+
+    /// Copy out as a tensor.
+    pub fn to_tensor(&self) -> Tensor {
+        let b = self.bytes();
+        let s = self.dtype.size();
+        macro_rules! get {
+            ($t:ty, $conv:expr) => {
+                b.chunks_exact(s)
+                    .map(|c| $conv(<[u8; std::mem::size_of::<$t>()]>::try_from(c).expect("chunk size")))
+                    .collect()
+            };
+        }
+        let data = match self.dtype {
+            DType::F16 => Data::F16(get!(u16, |c| f16::from_bits(u16::from_le_bytes(c)))),
+            DType::BF16 => Data::BF16(get!(u16, |c| bf16::from_bits(u16::from_le_bytes(c)))),
+            DType::F32 => Data::F32(get!(f32, f32::from_le_bytes)),
+            DType::F64 => Data::F64(get!(f64, f64::from_le_bytes)),
+            DType::I8 => Data::I8(get!(i8, i8::from_le_bytes)),
+            DType::U8 => Data::U8(get!(u8, u8::from_le_bytes)),
+            DType::I32 => Data::I32(get!(i32, i32::from_le_bytes)),
+            DType::I64 => Data::I64(get!(i64, i64::from_le_bytes)),
+            DType::Bool => Data::Bool(b.iter().map(|&x| x != 0).collect()),
+        };
+        Tensor { shape: self.shape.clone(), data }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}

@@ -1,0 +1,119 @@
+//! A small persistent thread pool for the `parallel` loops of generated code.
+//!
+//! Generated code calls [`texc_parallel_for`] with a task function, a context
+//! pointer and an iteration count; the range is cut into one contiguous
+//! chunk per thread, the calling thread runs the first chunk and waits for
+//! the others. A call made from inside a task (nested parallelism) runs
+//! serially, so the pool can never deadlock on itself. The number of threads
+//! is the machine's parallelism, or `TEXC_NUM_THREADS`.
+
+use std::cell::Cell;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+/// `task(ctx, start, end)` runs iterations `start..end`.
+pub type Task = unsafe extern "C" fn(*mut u8, i64, i64);
+
+struct Job {
+    task: Task,
+    ctx: usize,
+    start: i64,
+    end: i64,
+}
+
+struct Shared {
+    queue: Mutex<(Vec<Job>, usize)>, // pending jobs, jobs not yet finished
+    work: Condvar,
+    done: Condvar,
+}
+
+struct Pool {
+    shared: Arc<Shared>,
+    threads: usize,
+    /// One parallel region at a time; nested or concurrent callers run serially.
+    busy: Mutex<()>,
+}
+
+thread_local! {
+    static IN_TASK: Cell<bool> = const { Cell::new(false) };
+}
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = std::env::var("TEXC_NUM_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n >= 1)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let shared =
+            Arc::new(Shared { queue: Mutex::new((Vec::new(), 0)), work: Condvar::new(), done: Condvar::new() });
+        for _ in 1..threads {
+            let s = Arc::clone(&shared);
+            std::thread::spawn(move || worker(&s));
+        }
+        Pool { shared, threads, busy: Mutex::new(()) }
+    })
+}
+
+fn worker(s: &Shared) {
+    IN_TASK.with(|f| f.set(true));
+    loop {
+        let job = {
+            let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                if let Some(j) = q.0.pop() {
+                    break j;
+                }
+                q = s.work.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        // SAFETY: the caller of `texc_parallel_for` keeps `ctx` alive until every job is done.
+        unsafe { (job.task)(job.ctx as *mut u8, job.start, job.end) };
+        let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.1 -= 1;
+        if q.1 == 0 {
+            s.done.notify_all();
+        }
+    }
+}
+
+/// Number of threads parallel loops use.
+pub fn num_threads() -> usize {
+    pool().threads
+}
+
+/// Run `task` over `0..n` on the pool.
+///
+/// # Safety
+/// `task` must be safe to call concurrently on disjoint ranges with `ctx`.
+#[no_mangle]
+pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
+    let p = pool();
+    let nested = IN_TASK.with(|f| f.get());
+    let guard = if nested || p.threads == 1 || n < 2 { None } else { p.busy.try_lock().ok() };
+    let Some(_guard) = guard else {
+        // SAFETY: forwarded from the caller.
+        unsafe { task(ctx, 0, n) };
+        return;
+    };
+    let chunks = (p.threads as i64).min(n);
+    let bounds = |c: i64| (n * c / chunks, n * (c + 1) / chunks);
+    {
+        let mut q = p.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        for c in 1..chunks {
+            let (start, end) = bounds(c);
+            q.0.push(Job { task, ctx: ctx as usize, start, end });
+        }
+        q.1 += chunks as usize - 1;
+    }
+    p.shared.work.notify_all();
+    let (start, end) = bounds(0);
+    IN_TASK.with(|f| f.set(true));
+    // SAFETY: forwarded from the caller.
+    unsafe { task(ctx, start, end) };
+    IN_TASK.with(|f| f.set(false));
+    let mut q = p.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+    while q.1 > 0 {
+        q = p.shared.done.wait(q).unwrap_or_else(|e| e.into_inner());
+    }
+}
