@@ -41,7 +41,7 @@ struct Frame<'ctx> {
 #[derive(Clone, Copy)]
 enum Mode<'ctx> {
     Scalar,
-    Vector { var: VarId, lanes: u32, mask: Option<VectorValue<'ctx>> },
+    Vector { var: VarId, base: i64, lanes: u32, mask: Option<VectorValue<'ctx>> },
 }
 
 impl<'ctx> Mode<'ctx> {
@@ -54,7 +54,7 @@ impl<'ctx> Mode<'ctx> {
 
     fn with_mask(self, m: Option<VectorValue<'ctx>>) -> Mode<'ctx> {
         match self {
-            Mode::Vector { var, lanes, .. } => Mode::Vector { var, lanes, mask: m },
+            Mode::Vector { var, base, lanes, .. } => Mode::Vector { var, base, lanes, mask: m },
             Mode::Scalar => Mode::Scalar,
         }
     }
@@ -297,28 +297,25 @@ impl<'ctx> Gen<'ctx, '_> {
 
     fn stmt(&mut self, fr: &mut Frame<'ctx>, s: &Stmt, mode: Mode<'ctx>) -> R<()> {
         match s {
-            Stmt::For { var, extent, kind, body } => {
+            Stmt::For { var, lo, extent, kind, body } => {
                 if let Mode::Vector { .. } = mode {
                     return Err(CodegenError::Unsupported("a loop inside a vectorized loop".into()));
                 }
+                let int = |v: i64| self.cx.i64_type().const_int(v as u64, true);
                 match kind {
                     ForKind::Vectorized if *extent > 1 => {
                         let lanes = *extent as u32;
-                        self.stmts(fr, body, Mode::Vector { var: *var, lanes, mask: None })
+                        self.stmts(fr, body, Mode::Vector { var: *var, base: *lo, lanes, mask: None })
                     }
                     ForKind::Unrolled if *extent <= 64 => {
-                        for k in 0..*extent {
-                            fr.vars.insert(*var, self.cx.i64_type().const_int(k as u64, false));
+                        for k in *lo..*lo + *extent {
+                            fr.vars.insert(*var, int(k));
                             self.stmts(fr, body, mode)?;
                         }
                         Ok(())
                     }
-                    ForKind::Parallel if *extent > 1 => self.parallel(fr, *var, *extent, body),
-                    _ => {
-                        let zero = self.cx.i64_type().const_zero();
-                        let n = self.cx.i64_type().const_int(*extent as u64, false);
-                        self.serial_loop(fr, *var, zero, n, body)
-                    }
+                    ForKind::Parallel if *extent > 1 => self.parallel(fr, *var, *lo, *extent, body),
+                    _ => self.serial_loop(fr, *var, int(*lo), int(*lo + *extent), body),
                 }
             }
             Stmt::If { cond, then } => match mode {
@@ -378,7 +375,7 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// Outline `for var in 0..n parallel: body` into a task run by the pool.
-    fn parallel(&mut self, fr: &mut Frame<'ctx>, var: VarId, n: i64, body: &[Stmt]) -> R<()> {
+    fn parallel(&mut self, fr: &mut Frame<'ctx>, var: VarId, base: i64, n: i64, body: &[Stmt]) -> R<()> {
         let i64t = self.cx.i64_type();
         let ptr = self.cx.ptr_type(AddressSpace::default());
         let mut captured: Vec<VarId> = fr.vars.keys().copied().collect();
@@ -395,6 +392,9 @@ impl<'ctx> Gen<'ctx, '_> {
             let hi = region.get_nth_param(k as u32 + 1).expect("hi").into_int_value();
             let bb = self.cx.append_basic_block(region, "entry");
             self.b.position_at_end(bb);
+            let off = i64t.const_int(base as u64, true);
+            let lo = self.b.build_int_add(lo, off, "lo")?;
+            let hi = self.b.build_int_add(hi, off, "hi")?;
             self.serial_loop(&mut rf, var, lo, hi, body)?;
             self.b.build_return(None)?;
         }
@@ -514,7 +514,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 let p = self.gep(mty, base, off)?;
                 self.b.build_load(mty, p, "ld")?
             }
-            Mode::Vector { var, lanes, mask } => {
+            Mode::Vector { var, base, lanes, mask } => {
                 let vt = self.vec_ty(mty, lanes);
                 match self.access_stride(t, idx, var) {
                     Some(0) if mask.is_none() => {
@@ -522,7 +522,7 @@ impl<'ctx> Gen<'ctx, '_> {
                         return Ok(self.splat(s, lanes)?.into());
                     }
                     Some(1) => {
-                        let p = self.lane0_address(fr, t, idx, var, mty)?;
+                        let p = self.lane0_address(fr, t, idx, var, base, mty)?;
                         match mask {
                             None => {
                                 let ld = self.b.build_load(vt, p, "vld")?;
@@ -562,9 +562,10 @@ impl<'ctx> Gen<'ctx, '_> {
         t: TensorId,
         idx: &[TExprId],
         var: VarId,
+        base: i64,
         mty: BasicTypeEnum<'ctx>,
     ) -> R<PointerValue<'ctx>> {
-        let saved = fr.vars.insert(var, self.cx.i64_type().const_zero());
+        let saved = fr.vars.insert(var, self.cx.i64_type().const_int(base as u64, true));
         let off = self.flat_offset(fr, t, idx, Mode::Scalar)?.into_int_value();
         match saved {
             Some(v) => fr.vars.insert(var, v),
@@ -619,11 +620,11 @@ impl<'ctx> Gen<'ctx, '_> {
                 let p = self.gep(mty, fr.tensors[&t], off)?;
                 self.b.build_store(p, v)?;
             }
-            Mode::Vector { var, lanes, mask } => {
+            Mode::Vector { var, base, lanes, mask } => {
                 let vt = self.vec_ty(mty, lanes);
                 let al = self.cx.i32_type().const_int(align as u64, false);
                 if self.access_stride(t, idx, var) == Some(1) {
-                    let p = self.lane0_address(fr, t, idx, var, mty)?;
+                    let p = self.lane0_address(fr, t, idx, var, base, mty)?;
                     match mask {
                         None => {
                             let st = self.b.build_store(p, v)?;
@@ -666,9 +667,9 @@ impl<'ctx> Gen<'ctx, '_> {
             TExpr::Int(v) => self.const_of(ty, v, v as f64, mode),
             TExpr::Float(v) => self.const_of(ty, v as i64, v, mode),
             TExpr::Var(v) => match mode {
-                Mode::Vector { var, lanes, .. } if var == v => {
+                Mode::Vector { var, base, lanes, .. } if var == v => {
                     let ids: Vec<IntValue> =
-                        (0..lanes).map(|l| self.cx.i64_type().const_int(l as u64, false)).collect();
+                        (0..lanes).map(|l| self.cx.i64_type().const_int((base + l as i64) as u64, true)).collect();
                     Ok(VectorType::const_vector(&ids).into())
                 }
                 _ => {
@@ -1090,7 +1091,7 @@ impl<'ctx> Gen<'ctx, '_> {
             return Ok(x);
         }
         let mode = match lanes {
-            Some(l) => Mode::Vector { var: u32::MAX, lanes: l, mask: None },
+            Some(l) => Mode::Vector { var: u32::MAX, base: 0, lanes: l, mask: None },
             None => Mode::Scalar,
         };
         let tt = self.ty_in(to, mode);

@@ -37,8 +37,10 @@ impl ForKind {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
+    /// `var` takes the values `lo..lo + extent`.
     For {
         var: VarId,
+        lo: i64,
         extent: i64,
         kind: ForKind,
         body: Vec<Stmt>,
@@ -112,8 +114,9 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
     let pad = "  ".repeat(depth);
     for s in body {
         match s {
-            Stmt::For { var, extent, kind, body } => {
-                let _ = writeln!(out, "{pad}for {} in 0..{extent}{}:", f.vars[*var as usize].name, kind.name());
+            Stmt::For { var, lo, extent, kind, body } => {
+                let _ =
+                    writeln!(out, "{pad}for {} in {lo}..{}{}:", f.vars[*var as usize].name, lo + extent, kind.name());
                 stmts(f, body, depth + 1, out);
             }
             Stmt::If { cond, then } => {

@@ -80,25 +80,18 @@ impl Nest<'_> {
         })
     }
 
-    /// `parent < extent` for every split with a tail among `relevant` variables.
-    fn guards(&mut self, f: &mut LoopFunc, relevant: impl Fn(usize) -> bool) -> Option<TExprId> {
+    /// `parent < extent` for each tail that is not handled by partitioning.
+    fn guards(&mut self, f: &mut LoopFunc, tails: &[Tail]) -> Option<TExprId> {
         let span = Default::default();
         let mut cond: Option<TExprId> = None;
-        for (iv, v) in self.ss.ivs.iter().enumerate() {
-            if !relevant(iv) {
-                continue;
-            }
-            if let Some((o, _, factor)) = self.split_children(iv) {
-                if self.ss.ivs[o].extent * factor != v.extent {
-                    let val = self.value(f, iv);
-                    let k = f.p.alloc(TExpr::Int(v.extent), Ty::Index, span);
-                    let c = f.p.alloc(TExpr::Binary(BinOp::Lt, val, k), Ty::Elem(ElemType::Bool), span);
-                    cond = Some(match cond {
-                        Some(prev) => f.p.alloc(TExpr::Binary(BinOp::And, prev, c), Ty::Elem(ElemType::Bool), span),
-                        None => c,
-                    });
-                }
-            }
+        for t in tails {
+            let val = self.value(f, t.parent);
+            let k = f.p.alloc(TExpr::Int(self.ss.ivs[t.parent].extent), Ty::Index, span);
+            let c = f.p.alloc(TExpr::Binary(BinOp::Lt, val, k), Ty::Elem(ElemType::Bool), span);
+            cond = Some(match cond {
+                Some(prev) => f.p.alloc(TExpr::Binary(BinOp::And, prev, c), Ty::Elem(ElemType::Bool), span),
+                None => c,
+            });
         }
         cond
     }
@@ -133,28 +126,124 @@ fn is_spatial(ss: &StageSchedule, iv: usize) -> bool {
     !ss.ivs[iv].reduce
 }
 
+/// A split whose factor does not divide its extent: its outer leaf, inner
+/// leaf, number of full tiles and the size of the last one.
+#[derive(Clone, Copy)]
+struct Tail {
+    parent: usize,
+    outer: usize,
+    inner: usize,
+    factor: i64,
+    full: i64,
+    rest: i64,
+}
+
+fn tails(ss: &StageSchedule, relevant: &dyn Fn(usize) -> bool) -> Vec<Tail> {
+    let mut out = Vec::new();
+    for (parent, v) in ss.ivs.iter().enumerate() {
+        if !relevant(parent) {
+            continue;
+        }
+        let outer =
+            ss.ivs.iter().position(|x| matches!(x.rel, Rel::Split { parent: p, outer: true, .. } if p == parent));
+        let inner =
+            ss.ivs.iter().position(|x| matches!(x.rel, Rel::Split { parent: p, outer: false, .. } if p == parent));
+        if let (Some(o), Some(i)) = (outer, inner) {
+            let f = ss.ivs[i].extent;
+            if ss.ivs[o].extent * f != v.extent {
+                out.push(Tail { parent, outer: o, inner: i, factor: f, full: v.extent / f, rest: v.extent % f });
+            }
+        }
+    }
+    out
+}
+
+/// Emit one loop nest over `leaves`. Tails are handled by loop
+/// partitioning where the split's outer loop encloses its inner loop: the
+/// full tiles run without a guard, then the last tile runs with a shorter
+/// inner loop. Other tails keep a guard around the body.
 fn emit_nest(
     f: &mut LoopFunc,
     ss: &StageSchedule,
     leaves: Vec<usize>,
-    make: impl FnOnce(&mut LoopFunc, &mut Nest) -> Stmt,
+    make: impl Fn(&mut LoopFunc, &mut Nest) -> Stmt,
     spatial_only: bool,
 ) {
-    let mut nest = Nest { ss, loop_var: HashMap::new(), memo: HashMap::new() };
-    for &l in &leaves {
-        f.vars.push(VarDecl { name: ss.ivs[l].name.clone(), extent: ss.ivs[l].extent });
-        nest.loop_var.insert(l, f.vars.len() as VarId - 1);
-    }
-    let store = make(f, &mut nest);
-    let guard = nest.guards(f, |iv| !spatial_only || is_spatial(ss, iv));
-    let mut body = vec![match guard {
-        Some(cond) => Stmt::If { cond, then: vec![store] },
-        None => store,
-    }];
-    for &l in leaves.iter().rev() {
-        body = vec![Stmt::For { var: nest.loop_var[&l], extent: ss.ivs[l].extent, kind: ss.ivs[l].kind, body }];
-    }
+    let relevant = |iv: usize| !spatial_only || is_spatial(ss, iv);
+    let all = tails(ss, &relevant);
+    let pos = |iv: usize| leaves.iter().position(|&l| l == iv);
+    let (partitioned, guarded): (Vec<Tail>, Vec<Tail>) =
+        all.into_iter().partition(|t| matches!((pos(t.outer), pos(t.inner)), (Some(o), Some(i)) if o < i));
+    let ctx = NestCtx { ss, leaves: &leaves, partitioned: &partitioned, guarded: &guarded, make: &make };
+    let body = ctx.level(f, 0, &HashMap::new(), &mut HashMap::new());
     f.body.extend(body);
+}
+
+struct NestCtx<'a> {
+    ss: &'a StageSchedule,
+    leaves: &'a [usize],
+    partitioned: &'a [Tail],
+    guarded: &'a [Tail],
+    make: &'a dyn Fn(&mut LoopFunc, &mut Nest) -> Stmt,
+}
+
+impl NestCtx<'_> {
+    /// Loops from leaf `depth` inward. `bounds` fixes (lo, extent) of leaves
+    /// in a partition; `vars` maps leaves to their loop variables.
+    fn level(
+        &self,
+        f: &mut LoopFunc,
+        depth: usize,
+        bounds: &HashMap<usize, (i64, i64)>,
+        vars: &mut HashMap<usize, VarId>,
+    ) -> Vec<Stmt> {
+        if depth == self.leaves.len() {
+            let mut nest = Nest { ss: self.ss, loop_var: vars.clone(), memo: HashMap::new() };
+            let store = (self.make)(f, &mut nest);
+            let guard = nest.guards(f, self.guarded);
+            return vec![match guard {
+                Some(cond) => Stmt::If { cond, then: vec![store] },
+                None => store,
+            }];
+        }
+        let leaf = self.leaves[depth];
+        let iv = &self.ss.ivs[leaf];
+        if let Some(t) = self.partitioned.iter().find(|t| t.outer == leaf) {
+            // Full tiles, then the last one with a shorter inner loop.
+            let mut out = Vec::new();
+            for (lo, extent, inner) in [(0, t.full, t.factor), (t.full, 1, t.rest)] {
+                if extent == 0 || inner == 0 {
+                    continue;
+                }
+                let mut b = bounds.clone();
+                b.insert(t.inner, (0, inner));
+                out.extend(self.emit_loop(f, depth, leaf, lo, extent, &b, vars));
+            }
+            return out;
+        }
+        let (lo, extent) = bounds.get(&leaf).copied().unwrap_or((0, iv.extent));
+        self.emit_loop(f, depth, leaf, lo, extent, bounds, vars)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn emit_loop(
+        &self,
+        f: &mut LoopFunc,
+        depth: usize,
+        leaf: usize,
+        lo: i64,
+        extent: i64,
+        bounds: &HashMap<usize, (i64, i64)>,
+        vars: &mut HashMap<usize, VarId>,
+    ) -> Vec<Stmt> {
+        let iv = &self.ss.ivs[leaf];
+        f.vars.push(VarDecl { name: iv.name.clone(), extent: lo + extent });
+        let var = f.vars.len() as VarId - 1;
+        vars.insert(leaf, var);
+        let body = self.level(f, depth + 1, bounds, vars);
+        vars.remove(&leaf);
+        vec![Stmt::For { var, lo, extent, kind: iv.kind, body }]
+    }
 }
 
 fn lower_stage(f: &mut LoopFunc, st: &Stage, ss: &StageSchedule) {
