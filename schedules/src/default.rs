@@ -4,7 +4,9 @@
 //!   inlined (fused) into them; producers of reductions stay materialized,
 //!   so that they are not recomputed for every reduction step.
 //! - Reductions run with their reduction loops outside the innermost
-//!   spatial loop, so that the innermost loop writes contiguous memory.
+//!   spatial loop, so that the innermost loop writes contiguous memory —
+//!   unless they reduce along rows (`max[d](X[n, d])`): then the reduction
+//!   runs innermost over contiguous memory and the rows run in parallel.
 //! - The innermost spatial loop is split by the vector width and vectorized.
 //! - Outer spatial loops are fused until there is enough parallel work
 //!   (≥ 64 iterations), and that loop runs on the thread pool.
@@ -54,9 +56,69 @@ pub fn default_schedule(p: &mut Program, target: &str) -> Schedules {
     let mut s = Schedules::new(p);
     let lanes = vector_lanes(target);
     for (si, ss) in s.stages.iter_mut().enumerate() {
-        schedule_stage(ss, p.stages[si].n_axes, lanes);
+        let st = &p.stages[si];
+        if reduces_along_rows(p, st) {
+            schedule_row_reduction(ss, st.n_axes);
+        } else {
+            schedule_stage(ss, st.n_axes, lanes);
+        }
     }
     s
+}
+
+fn uses_var(p: &Program, e: TExprId, v: u32) -> bool {
+    matches!(p.expr(e), TExpr::Var(x) if *x == v) || p.children(e).into_iter().any(|c| uses_var(p, c, v))
+}
+
+fn loads_of(p: &Program, e: TExprId, out: &mut Vec<TExprId>) {
+    if let TExpr::Load(..) = p.expr(e) {
+        out.push(e);
+    }
+    for c in p.children(e) {
+        loads_of(p, c, out);
+    }
+}
+
+/// A reduction whose reads run along their contiguous dimension with the
+/// reduction variable (`max[d](X[n, d])`) while no read is contiguous in
+/// the innermost spatial axis: vectorizing that spatial axis would turn
+/// every read into a strided gather.
+fn reduces_along_rows(p: &Program, st: &texc_compiler::tir::Stage) -> bool {
+    if st.vars.len() == st.n_axes || st.n_axes == 0 {
+        return false;
+    }
+    let inner = st.n_axes as u32 - 1;
+    let mut loads = Vec::new();
+    loads_of(p, st.value, &mut loads);
+    let last_index = |l: &TExprId| match p.expr(*l) {
+        TExpr::Load(_, idx) => idx.last().copied(),
+        _ => None,
+    };
+    let spatial_contiguous = loads.iter().filter_map(last_index).any(|i| uses_var(p, i, inner));
+    let reduce_contiguous = loads
+        .iter()
+        .filter_map(last_index)
+        .any(|i| (st.n_axes as u32..st.vars.len() as u32).any(|r| uses_var(p, i, r)));
+    reduce_contiguous && !spatial_contiguous
+}
+
+/// Reductions along rows: spatial loops outside, in parallel; the reduction
+/// runs innermost over contiguous memory, accumulating in a register.
+fn schedule_row_reduction(ss: &mut StageSchedule, n_axes: usize) {
+    let span = Span::default();
+    let mut outer = ss.leaves[0];
+    while ss.ivs[outer].extent < 64 && ss.leaves.len() > 1 {
+        let next = ss.leaves[1];
+        if ss.ivs[next].reduce {
+            break;
+        }
+        let name = format!("{}.{}", ss.ivs[outer].name, ss.ivs[next].name);
+        outer = ss.fuse(outer, next, (&name, span), span).expect("adjacent spatial loops");
+    }
+    let _ = n_axes;
+    if !ss.ivs[outer].reduce && ss.ivs[outer].extent >= 2 {
+        ss.annotate(outer, ForKind::Parallel, span).expect("spatial");
+    }
 }
 
 fn schedule_stage(ss: &mut StageSchedule, n_axes: usize, lanes: i64) {

@@ -116,3 +116,37 @@ pub fn random_schedule(ss: &mut texc_schedules::schedule::StageSchedule, rng: &m
         ss.annotate(any, texc_schedules::ir::ForKind::Unrolled, span).expect("unroll");
     }
 }
+
+/// Every kernel of every example at its default sizes, or, when that is more
+/// than `max_flops` of work, at sizes of at most 13 (odd, so no tile divides
+/// them) — the interpreter and the loop evaluator are slow by design.
+pub fn example_programs(max_flops: f64) -> Vec<(String, Program)> {
+    let mut files: Vec<String> = std::fs::read_dir(root().join("examples"))
+        .expect("examples/")
+        .map(|e| format!("examples/{}", e.expect("entry").file_name().to_string_lossy()))
+        .filter(|n| n.ends_with(".tex"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let mut s = Session::new();
+        let m = s.load_root(&root().join(&file)).expect("examples load");
+        for i in 0..s.module(m).kernels.len() {
+            let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
+            let mut p =
+                texc_compiler::build_program(&s, k, &Bindings::default()).expect("examples specialize at defaults");
+            if texc_compiler::cost::count(&p).flops > max_flops {
+                let shapes = p
+                    .bindings
+                    .iter()
+                    .filter(|(n, _)| s.kernel(k).symbol_index(n).is_some())
+                    .map(|(n, v)| (n.clone(), (*v).min(13)))
+                    .collect();
+                p = texc_compiler::build_program(&s, k, &Bindings { shapes, ..Bindings::default() })
+                    .expect("small sizes specialize");
+            }
+            out.push((format!("{file}:{}", s.kernel(k).name), p));
+        }
+    }
+    out
+}

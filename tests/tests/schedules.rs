@@ -26,27 +26,20 @@ fn assert_same(name: &str, p: &Program, f: &texc_schedules::LoopFunc, seed: u64)
 
 #[test]
 fn default_schedules_match_the_interpreter() {
-    let mut files: Vec<String> = std::fs::read_dir(root().join("examples"))
-        .expect("examples")
-        .map(|e| format!("examples/{}", e.expect("e").file_name().to_string_lossy()))
-        .filter(|n| n.ends_with(".tex"))
-        .collect();
-    files.sort();
-    for file in files {
-        let mut s = Session::new();
-        let m = s.load_root(&root().join(&file)).expect("loads");
-        for i in 0..s.module(m).kernels.len() {
-            let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
-            let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes");
-            let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", None).expect("default schedule");
-            assert_same(&format!("{file}:{}", s.kernel(k).name), &p, &f, 1);
-        }
+    for (name, p) in texc_tests::example_programs(2e7) {
+        let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", None).expect("default schedule");
+        assert_same(&name, &p, &f, 1);
     }
 }
 
 #[test]
 fn example_schedules_match_the_interpreter() {
-    for (file, shapes) in [("examples/matmul.tex", vec![("M", 37), ("K", 19), ("N", 70)])] {
+    let cases = [
+        ("examples/matmul.tex", vec![("M", 37), ("K", 19), ("N", 70)]),
+        ("examples/sgemm.tex", vec![("M", 37), ("K", 19), ("N", 70)]),
+        ("examples/conv_resnet.tex", vec![("C", 5), ("H", 11), ("W", 19), ("K", 7)]),
+    ];
+    for (file, shapes) in cases {
         let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
         let mut s = Session::new();
         let m = s.load_root(&root().join(file)).expect("loads");

@@ -23,32 +23,30 @@ fn check(name: &str, p: &Program, f: &LoopFunc, target: &str, seed: u64) {
     }
 }
 
-fn kernels(file: &str) -> Vec<(String, Program, Session, texc_compiler::KernelRef)> {
-    let mut out = Vec::new();
-    let mut s = Session::new();
-    let m = s.load_root(&root().join(file)).expect("loads");
-    for i in 0..s.module(m).kernels.len() {
-        let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
-        if let Ok(p) = texc_compiler::build_program(&s, k, &Bindings::default()) {
-            out.push((format!("{file}:{}", s.kernel(k).name), p, Session::new(), k));
-        }
+#[test]
+fn examples_with_default_schedules() {
+    for (name, p) in texc_tests::example_programs(2e8) {
+        let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", None).expect("schedules");
+        check(&name, &p, &f, "x86-avx2", 3);
     }
-    out
 }
 
 #[test]
-fn examples_with_default_schedules() {
-    let mut files: Vec<String> = std::fs::read_dir(root().join("examples"))
-        .expect("examples")
-        .map(|e| format!("examples/{}", e.expect("e").file_name().to_string_lossy()))
-        .filter(|n| n.ends_with(".tex"))
-        .collect();
-    files.sort();
-    for file in files {
-        for (name, p, _, _) in kernels(&file) {
-            let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", None).expect("schedules");
-            check(&name, &p, &f, "x86-avx2", 3);
-        }
+fn example_schedules_at_odd_sizes() {
+    let cases: [(&str, Vec<(&str, i64)>); 3] = [
+        ("examples/sgemm.tex", vec![("M", 37), ("K", 130), ("N", 70)]),
+        ("examples/conv_resnet.tex", vec![("C", 5), ("H", 11), ("W", 19), ("K", 7)]),
+        ("examples/conv_resnet.tex", vec![("N", 2), ("C", 3), ("H", 56), ("W", 56), ("K", 9)]),
+    ];
+    for (file, shapes) in cases {
+        let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
+        let mut s = Session::new();
+        let m = s.load_root(&root().join(file)).expect("loads");
+        let k = s.entry_kernel(m, None).expect("kernel");
+        let p = texc_compiler::build_program(&s, k, &b).expect("specializes");
+        let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("schedule");
+        let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", Some(sched)).expect("applies");
+        check(&format!("{file} {shapes:?}"), &p, &f, "x86-avx2", 6);
     }
 }
 
