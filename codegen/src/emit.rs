@@ -77,7 +77,11 @@ struct Gen<'ctx, 'a> {
     tasks: u32,
 }
 
-pub fn build_module<'ctx>(cx: &'ctx Context, f: &LoopFunc, spec: &TargetSpec) -> R<Module<'ctx>> {
+/// Build the LLVM module of a kernel. With `aot`, the module also defines a
+/// serial, weak `texc_parallel_for` (a program may link a real pool over it)
+/// and `int texc_<name>_run(...)`, the typed entry of the C header, which
+/// allocates temporaries itself.
+pub fn build_module<'ctx>(cx: &'ctx Context, f: &LoopFunc, spec: &TargetSpec, aot: bool) -> R<Module<'ctx>> {
     if let Some(t) = f.p.tensors.iter().find(|t| t.elem == ElemType::BF16) {
         return Err(CodegenError::Unsupported(format!(
             "`{}` is bf16, which the x86 backend does not support yet",
@@ -89,7 +93,7 @@ pub fn build_module<'ctx>(cx: &'ctx Context, f: &LoopFunc, spec: &TargetSpec) ->
     used.sort();
     used.dedup();
     let g = Gen { cx, m: cx.create_module(&f.p.name), b: cx.create_builder(), f, spec, used, tasks: 0 };
-    g.build()
+    g.build(aot)
 }
 
 fn bool_ty(t: Ty) -> bool {
@@ -105,7 +109,7 @@ fn unsigned_ty(t: Ty) -> bool {
 }
 
 impl<'ctx> Gen<'ctx, '_> {
-    fn build(mut self) -> R<Module<'ctx>> {
+    fn build(mut self, aot: bool) -> R<Module<'ctx>> {
         let ptr = self.cx.ptr_type(AddressSpace::default());
         let i64t = self.cx.i64_type();
         // The runtime's pool, mapped into the JIT by `jit::compile`.
@@ -114,7 +118,6 @@ impl<'ctx> Gen<'ctx, '_> {
             self.cx.void_type().fn_type(&[ptr.into(), ptr.into(), i64t.into()], false),
             Some(Linkage::External),
         );
-        let _ = pf;
         // The body of the whole kernel: no captured loop variables.
         let body = self.region_fn("texc_body", &[], false)?;
         {
@@ -144,7 +147,126 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         self.b.build_call(body, &args, "")?;
         self.b.build_return(None)?;
+        if aot {
+            self.serial_pool(pf)?;
+            self.typed_entry(body)?;
+        }
         Ok(self.m)
+    }
+
+    /// `texc_parallel_for(task, ctx, n)` as one call `task(ctx, 0, n)`, weak.
+    fn serial_pool(&self, pf: FunctionValue<'ctx>) -> R<()> {
+        let i64t = self.cx.i64_type();
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        pf.set_linkage(Linkage::WeakAny);
+        self.attrs(pf);
+        let bb = self.cx.append_basic_block(pf, "entry");
+        self.b.position_at_end(bb);
+        let task = pf.get_nth_param(0).expect("task").into_pointer_value();
+        let ctx = pf.get_nth_param(1).expect("ctx");
+        let n = pf.get_nth_param(2).expect("n");
+        let fty = self.cx.void_type().fn_type(&[ptr.into(), i64t.into(), i64t.into()], false);
+        self.b.build_indirect_call(fty, task, &[ctx.into(), i64t.const_zero().into(), n.into()], "")?;
+        self.b.build_return(None)?;
+        Ok(())
+    }
+
+    /// `int texc_<name>_run(inputs and scalars in order, then outputs)`:
+    /// allocates the temporaries (64-byte aligned), runs, frees; returns 1
+    /// if memory ran out.
+    fn typed_entry(&self, body: FunctionValue<'ctx>) -> R<()> {
+        use texc_compiler::tir::ProgramParam;
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let i64t = self.cx.i64_type();
+        let i32t = self.cx.i32_type();
+        let p = &self.f.p;
+        let mut params: Vec<inkwell::types::BasicMetadataTypeEnum> = Vec::new();
+        for prm in &p.params {
+            params.push(match prm {
+                ProgramParam::Tensor(_) => ptr.into(),
+                ProgramParam::Scalar(s) => self.c_scalar_ty(p.scalars[*s as usize].elem).into(),
+            });
+        }
+        params.extend(p.outputs.iter().map(|_| inkwell::types::BasicMetadataTypeEnum::from(ptr)));
+        let f = self.m.add_function(&format!("{ENTRY_PREFIX}{}_run", p.name), i32t.fn_type(&params, false), None);
+        self.attrs(f);
+        let alloc = self.m.add_function(
+            "aligned_alloc",
+            ptr.fn_type(&[i64t.into(), i64t.into()], false),
+            Some(Linkage::External),
+        );
+        let free =
+            self.m.add_function("free", self.cx.void_type().fn_type(&[ptr.into()], false), Some(Linkage::External));
+        let bb = self.cx.append_basic_block(f, "entry");
+        let oom = self.cx.append_basic_block(f, "oom");
+        self.b.position_at_end(bb);
+        let mut tensors: HashMap<TensorId, PointerValue> = HashMap::new();
+        let mut scalars: Vec<BasicValueEnum> = vec![i64t.const_zero().into(); p.scalars.len()];
+        let mut k = 0u32;
+        for prm in &p.params {
+            let v = f.get_nth_param(k).expect("param");
+            k += 1;
+            match prm {
+                ProgramParam::Tensor(t) => {
+                    tensors.insert(*t, v.into_pointer_value());
+                }
+                ProgramParam::Scalar(s) => {
+                    let e = p.scalars[*s as usize].elem;
+                    scalars[*s as usize] = if e == ElemType::Bool {
+                        self.b
+                            .build_int_compare(
+                                IntPredicate::NE,
+                                v.into_int_value(),
+                                self.cx.i8_type().const_zero(),
+                                "b",
+                            )?
+                            .into()
+                    } else {
+                        v
+                    };
+                }
+            }
+        }
+        for t in &p.outputs {
+            tensors.insert(*t, f.get_nth_param(k).expect("output").into_pointer_value());
+            k += 1;
+        }
+        let temps = self.f.live_temps();
+        let mut allocated = Vec::new();
+        for t in &temps {
+            let d = p.tensor(*t);
+            let bytes = ((d.len() as u64 * d.elem.size() as u64).max(1)).div_ceil(64) * 64;
+            let mem = self
+                .call(alloc, &[i64t.const_int(64, false).into(), i64t.const_int(bytes, false).into()])?
+                .into_pointer_value();
+            let null = self.b.build_is_null(mem, "null")?;
+            let next = self.cx.append_basic_block(f, "allocated");
+            self.b.build_conditional_branch(null, oom, next)?;
+            self.b.position_at_end(next);
+            tensors.insert(*t, mem);
+            allocated.push(mem);
+        }
+        let mut args: Vec<BasicMetadataValueEnum> = self.used.iter().map(|t| tensors[t].into()).collect();
+        args.extend(scalars.iter().map(|&v| BasicMetadataValueEnum::from(v)));
+        self.b.build_call(body, &args, "")?;
+        for m in &allocated {
+            self.b.build_call(free, &[(*m).into()], "")?;
+        }
+        self.b.build_return(Some(&i32t.const_zero()))?;
+        // Out of memory: earlier allocations leak only if a later one fails; free them all
+        // (free(NULL) is a no-op, and unallocated ones are never reached here).
+        self.b.position_at_end(oom);
+        self.b.build_return(Some(&i32t.const_int(1, false)))?;
+        Ok(())
+    }
+
+    /// C argument type of a scalar (bool is passed as a byte).
+    fn c_scalar_ty(&self, e: ElemType) -> BasicTypeEnum<'ctx> {
+        if e == ElemType::Bool {
+            self.cx.i8_type().into()
+        } else {
+            self.scalar_ty(Ty::Elem(e))
+        }
     }
 
     fn attrs(&self, f: FunctionValue<'ctx>) {

@@ -48,8 +48,9 @@ fn optimized<'ctx>(
     f: &LoopFunc,
     spec: &TargetSpec,
     tm: &TargetMachine,
+    aot: bool,
 ) -> Result<Module<'ctx>, CodegenError> {
-    let m = build_module(cx, f, spec)?;
+    let m = build_module(cx, f, spec, aot)?;
     m.set_triple(&tm.get_triple());
     m.set_data_layout(&tm.get_target_data().get_data_layout());
     m.verify().map_err(|e| CodegenError::Llvm(format!("invalid module: {e}")))?;
@@ -62,7 +63,7 @@ pub fn emit_llvm(f: &LoopFunc, target: &str) -> Result<String, CodegenError> {
     let spec = spec(target)?;
     let tm = machine(&spec)?;
     let cx = Context::create();
-    let m = optimized(&cx, f, &spec, &tm)?;
+    let m = optimized(&cx, f, &spec, &tm, false)?;
     let text = m.print_to_string().to_string();
     Ok(text)
 }
@@ -72,9 +73,18 @@ pub fn emit_asm(f: &LoopFunc, target: &str) -> Result<String, CodegenError> {
     let spec = spec(target)?;
     let tm = machine(&spec)?;
     let cx = Context::create();
-    let m = optimized(&cx, f, &spec, &tm)?;
+    let m = optimized(&cx, f, &spec, &tm, false)?;
     let buf = tm.write_to_memory_buffer(&m, FileType::Assembly).map_err(|e| CodegenError::Llvm(e.to_string()))?;
     Ok(String::from_utf8_lossy(buf.as_slice()).to_string())
+}
+
+/// Write an object file with the kernel's `texc_<name>_run` entry (see `header`).
+pub fn write_object(f: &LoopFunc, target: &str, path: &std::path::Path) -> Result<(), CodegenError> {
+    let spec = spec(target)?;
+    let tm = machine(&spec)?;
+    let cx = Context::create();
+    let m = optimized(&cx, f, &spec, &tm, true)?;
+    tm.write_to_file(&m, FileType::Object, path).map_err(|e| CodegenError::Llvm(e.to_string()))
 }
 
 type EntryFn = unsafe extern "C" fn(*const *mut u8, *const f64);
@@ -106,7 +116,7 @@ pub fn compile(f: &LoopFunc, target: &str) -> Result<Compiled, CodegenError> {
     // SAFETY: the context is boxed (stable address) and outlives the engine,
     // which `Compiled::drop` releases first.
     let cx_ref: &'static Context = unsafe { &*(cx.as_ref() as *const Context) };
-    let m = optimized(cx_ref, f, &spec, &tm)?;
+    let m = optimized(cx_ref, f, &spec, &tm, false)?;
     let engine =
         m.create_jit_execution_engine(OptimizationLevel::Aggressive).map_err(|e| CodegenError::Llvm(e.to_string()))?;
     if let Some(pf) = m.get_function("texc_parallel_for") {

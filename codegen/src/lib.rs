@@ -22,9 +22,10 @@
 //! the element type (f32 math for f32 tensors) rather than in f64.
 
 mod emit;
+pub mod header;
 mod jit;
 
-pub use jit::{compile, emit_asm, emit_llvm, Compiled};
+pub use jit::{compile, emit_asm, emit_llvm, write_object, Compiled};
 
 use thiserror::Error;
 

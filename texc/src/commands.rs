@@ -38,7 +38,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Run(r) => run_kernel(&mut session, &r),
         Command::Bench(b) => bench(&mut session, &b),
         Command::Tune(_) => Err(not_built("`texc tune`", "the autotuner")),
-        Command::Compile { .. } => Err(not_built("`texc compile`", "the x86 backend")),
+        Command::Compile { common, output } => compile_aot(&mut session, &common, output.as_deref()),
         Command::Analyze(_) => Err(not_built("`texc analyze`", "the operator graph and cost model")),
     };
     match result {
@@ -412,6 +412,50 @@ fn bench(session: &mut Session, a: &BenchArgs) -> Result<(), Fail> {
         counts.intensity(),
         roof.ridge()
     );
+    Ok(())
+}
+
+/// `texc compile FILE -o out.o|out.so`: an object or shared library with
+/// `int texc_<kernel>_run(...)`, and `out.h` declaring it.
+fn compile_aot(session: &mut Session, c: &Common, output: Option<&std::path::Path>) -> Result<(), Fail> {
+    let Some(out) = output else {
+        return Err(Fail::Usage("`texc compile` needs `-o out.o` or `-o out.so`".into()));
+    };
+    if !CPU_TARGETS.contains(&c.target.as_str()) {
+        check_target(&c.target)?;
+        return Err(Fail::Usage(format!(
+            "`texc compile` needs a CPU target: add --target x86-avx2 (or {})",
+            CPU_TARGETS[1..].join(", ")
+        )));
+    }
+    let ext = out.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if ext != "o" && ext != "so" {
+        return Err(Fail::Usage(format!("`-o {}`: the output must end in .o or .so", out.display())));
+    }
+    let m = load(session, c)?;
+    let k = session.entry_kernel(m, c.kernel.as_deref())?;
+    let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
+    let sched = texc_schedules::find_schedule(session, k, &c.target);
+    let f = texc_schedules::schedule_and_lower(p, &c.target, sched)?;
+    let fail = |e: String| Fail::Input(vec![Diagnostic::error(e)]);
+    let object = if ext == "o" { out.to_path_buf() } else { out.with_extension("tmp.o") };
+    texc_codegen::write_object(&f, &c.target, &object).map_err(|e| fail(format!("code generation failed: {e}")))?;
+    if ext == "so" {
+        let status = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-shared", "-o"])
+            .arg(out)
+            .arg(&object)
+            .status()
+            .map_err(|e| fail(format!("cannot run the C compiler to link {}: {e}", out.display())))?;
+        let _ = std::fs::remove_file(&object);
+        if !status.success() {
+            return Err(fail(format!("linking {} failed", out.display())));
+        }
+    }
+    let header = out.with_extension("h");
+    std::fs::write(&header, texc_codegen::header::header(&f, &c.target))
+        .map_err(|e| fail(format!("cannot write {}: {e}", header.display())))?;
+    println!("wrote {} and {} (int texc_{}_run(...))", out.display(), header.display(), f.p.name);
     Ok(())
 }
 

@@ -159,3 +159,34 @@ fn bench_reports_rates_and_the_roofline() {
         assert!(out.contains(want), "missing {want:?} in\n{out}");
     }
 }
+
+#[test]
+fn ahead_of_time_object_links_into_a_c_program() {
+    let dir = tmp("aot");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let obj = dir.join("matmul.o");
+    let o = texc(&["compile", "examples/matmul.tex", "--target", "x86-avx2", "-o", obj.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let header = std::fs::read_to_string(dir.join("matmul.h")).expect("header written");
+    assert!(header.contains("int texc_matmul_run(const float *A, const float *B, float *C);"), "{header}");
+    let exe = dir.join("matmul");
+    let cc = Command::new("cc")
+        .arg("-I")
+        .arg(&dir)
+        .arg(root().join("examples/c/matmul_main.c"))
+        .arg(&obj)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-lm")
+        .output()
+        .expect("cc runs (scripts/bootstrap.sh installs gcc)");
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let run = Command::new(&exe).output().expect("runs");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stdout));
+    assert!(String::from_utf8_lossy(&run.stdout).contains("max relative error"));
+    // A shared library exports the typed entry.
+    let so = dir.join("libcbr.so");
+    let o = texc(&["compile", "examples/conv_bn_relu.tex", "--target", "x86-avx2", "-o", so.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(so.exists() && dir.join("libcbr.h").exists());
+}
