@@ -12,7 +12,7 @@ use inkwell::builder::Builder;
 use inkwell::context::Context;
 use inkwell::intrinsics::Intrinsic;
 use inkwell::module::{Linkage, Module};
-use inkwell::types::{BasicTypeEnum, VectorType};
+use inkwell::types::{BasicType, BasicTypeEnum, VectorType};
 use inkwell::values::{
     BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue, VectorValue,
 };
@@ -461,6 +461,18 @@ impl<'ctx> Gen<'ctx, '_> {
             Stmt::Store { tensor, indices, value } => {
                 let v = self.expr(fr, *value, mode)?;
                 self.store(fr, *tensor, indices, v, mode)
+            }
+            Stmt::Alloc { tensor, body } => {
+                // A stack array in the function's entry block: private to each
+                // task, and promoted to registers by SROA when indices are constant.
+                let d = self.f.p.tensor(*tensor);
+                let ty = self.mem_ty(d.elem).array_type(d.len().max(1) as u32);
+                let p = self.entry_alloca(fr.func, ty.into())?;
+                p.as_instruction().expect("alloca").set_alignment(64).map_err(|e| CodegenError::Llvm(e.to_string()))?;
+                fr.tensors.insert(*tensor, p);
+                let r = self.stmts(fr, body, mode);
+                fr.tensors.remove(tensor);
+                r
             }
         }
     }

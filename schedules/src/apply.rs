@@ -136,7 +136,43 @@ pub fn apply(p: &mut Program, sched: &Schedule) -> Result<Schedules, Diagnostic>
             PrimKind::Vectorize(a) => annotate(p, &mut s, a, ForKind::Vectorized, span)?,
             PrimKind::Unroll(a) => annotate(p, &mut s, a, ForKind::Unrolled, span)?,
             PrimKind::Parallel(a) => annotate(p, &mut s, a, ForKind::Parallel, span)?,
-            PrimKind::ComputeAt { .. } | PrimKind::CacheRead { .. } | PrimKind::CacheWrite { .. } => {
+            PrimKind::CacheWrite { stage, at, scope, name } => {
+                let (si, sname) = stage_of(stage)?;
+                if at.stage.name != stage.name {
+                    return Err(Diagnostic::at(
+                        at.stage.span,
+                        format!("`cache_write {sname}` must name an axis of `{sname}` itself"),
+                    ));
+                }
+                if let Some(sc) = scope {
+                    if sc.name != "local" {
+                        return Err(Diagnostic::at(
+                            sc.span,
+                            format!("memory scope `{}` is for GPUs; on CPUs a cache is `local`", sc.name),
+                        ));
+                    }
+                }
+                if !matches!(p.expr(p.stages[si].value), texc_compiler::tir::TExpr::Reduce(..)) {
+                    return Err(Diagnostic::at(
+                        span,
+                        format!("`cache_write {sname}` needs a reduction stage: it keeps the accumulators local"),
+                    ));
+                }
+                if p.tensors.iter().any(|t| t.name == name.name) {
+                    return Err(Diagnostic::at(
+                        name.span,
+                        format!("`{}` is already a tensor of this kernel", name.name),
+                    ));
+                }
+                let ss = &mut s.stages[si];
+                if ss.cache_write.is_some() {
+                    return Err(Diagnostic::at(span, format!("`{sname}` already has a cache_write")));
+                }
+                let iv = ss.leaf(&sname, &at.axis.name, at.axis.span)?;
+                ss.cache_write = Some((iv, name.name.clone()));
+                ss.cache_write_span = span;
+            }
+            PrimKind::ComputeAt { .. } | PrimKind::CacheRead { .. } => {
                 return Err(Diagnostic::at(span, "this primitive is not implemented yet in texc's CPU scheduler"));
             }
             PrimKind::Bind { .. } | PrimKind::Tensorize { .. } => {

@@ -24,6 +24,7 @@ fn exec(f: &LoopFunc, m: &mut Machine, body: &[Stmt], env: &mut Vec<i64>) -> Res
                     exec(f, m, body, env)?;
                 }
             }
+            Stmt::Alloc { body, .. } => exec(f, m, body, env)?,
             Stmt::If { cond, then } => {
                 if m.eval(&f.vars, *cond, env)?.b() {
                     exec(f, m, then, env)?;

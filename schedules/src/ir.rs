@@ -50,6 +50,11 @@ pub enum Stmt {
         cond: TExprId,
         then: Vec<Stmt>,
     },
+    /// A buffer private to each execution of `body` (a stack array).
+    Alloc {
+        tensor: TensorId,
+        body: Vec<Stmt>,
+    },
     Store {
         tensor: TensorId,
         indices: Vec<TExprId>,
@@ -65,21 +70,27 @@ pub struct LoopFunc {
 }
 
 impl LoopFunc {
-    /// Temporaries that the body writes (inlined stages are not among them).
+    /// Temporaries that the body writes and that live for the whole kernel
+    /// (inlined stages and `Alloc`ated locals are not among them).
     pub fn live_temps(&self) -> Vec<TensorId> {
         let mut seen = vec![false; self.p.tensors.len()];
-        fn walk(s: &[Stmt], seen: &mut [bool]) {
+        let mut local = vec![false; self.p.tensors.len()];
+        fn walk(s: &[Stmt], seen: &mut [bool], local: &mut [bool]) {
             for st in s {
                 match st {
-                    Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(body, seen),
+                    Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(body, seen, local),
+                    Stmt::Alloc { tensor, body } => {
+                        local[tensor.0 as usize] = true;
+                        walk(body, seen, local)
+                    }
                     Stmt::Store { tensor, .. } => seen[tensor.0 as usize] = true,
                 }
             }
         }
-        walk(&self.body, &mut seen);
+        walk(&self.body, &mut seen, &mut local);
         (0..self.p.tensors.len())
             .map(|i| TensorId(i as u32))
-            .filter(|t| seen[t.0 as usize] && self.p.tensor(*t).role == TensorRole::Temp)
+            .filter(|t| seen[t.0 as usize] && !local[t.0 as usize] && self.p.tensor(*t).role == TensorRole::Temp)
             .collect()
     }
 }
@@ -122,6 +133,12 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
             Stmt::If { cond, then } => {
                 let _ = writeln!(out, "{pad}if {}:", expr(f, *cond));
                 stmts(f, then, depth + 1, out);
+            }
+            Stmt::Alloc { tensor, body } => {
+                let d = f.p.tensor(*tensor);
+                let dims: Vec<String> = d.shape.iter().map(|x| x.to_string()).collect();
+                let _ = writeln!(out, "{pad}local {}: {}[{}]:", d.name, d.elem, dims.join(", "));
+                stmts(f, body, depth + 1, out);
             }
             Stmt::Store { tensor, indices, value } => {
                 let idx: Vec<String> = indices.iter().map(|i| expr(f, *i)).collect();

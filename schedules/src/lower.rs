@@ -158,6 +158,33 @@ fn tails(ss: &StageSchedule, relevant: &dyn Fn(usize) -> bool) -> Vec<Tail> {
     out
 }
 
+/// Tails of the splits among `leaves`: those that partitioning handles (the
+/// split's outer loop encloses its inner loop) and those that keep a guard.
+fn split_tails(ss: &StageSchedule, leaves: &[usize], relevant: &dyn Fn(usize) -> bool) -> (Vec<Tail>, Vec<Tail>) {
+    let pos = |iv: usize| leaves.iter().position(|&l| l == iv);
+    tails(ss, relevant).into_iter().partition(|t| matches!((pos(t.outer), pos(t.inner)), (Some(o), Some(i)) if o < i))
+}
+
+type Bounds = HashMap<usize, (i64, i64)>;
+type Terminal<'a> = dyn Fn(&mut LoopFunc, &Bounds, &mut HashMap<usize, VarId>) -> Vec<Stmt> + 'a;
+
+/// The innermost statement of a nest: `make`'s store, guarded by `guarded` tails.
+fn store_terminal<'a>(
+    ss: &'a StageSchedule,
+    guarded: &'a [Tail],
+    make: &'a dyn Fn(&mut LoopFunc, &mut Nest) -> Stmt,
+) -> Box<Terminal<'a>> {
+    Box::new(move |f, _bounds, vars| {
+        let mut nest = Nest { ss, loop_var: vars.clone(), memo: HashMap::new() };
+        let store = make(f, &mut nest);
+        let guard = nest.guards(f, guarded);
+        vec![match guard {
+            Some(cond) => Stmt::If { cond, then: vec![store] },
+            None => store,
+        }]
+    })
+}
+
 /// Emit one loop nest over `leaves`. Tails are handled by loop
 /// partitioning where the split's outer loop encloses its inner loop: the
 /// full tiles run without a guard, then the last tile runs with a shorter
@@ -170,11 +197,9 @@ fn emit_nest(
     spatial_only: bool,
 ) {
     let relevant = |iv: usize| !spatial_only || is_spatial(ss, iv);
-    let all = tails(ss, &relevant);
-    let pos = |iv: usize| leaves.iter().position(|&l| l == iv);
-    let (partitioned, guarded): (Vec<Tail>, Vec<Tail>) =
-        all.into_iter().partition(|t| matches!((pos(t.outer), pos(t.inner)), (Some(o), Some(i)) if o < i));
-    let ctx = NestCtx { ss, leaves: &leaves, partitioned: &partitioned, guarded: &guarded, make: &make };
+    let (partitioned, guarded) = split_tails(ss, &leaves, &relevant);
+    let terminal = store_terminal(ss, &guarded, &make);
+    let ctx = NestCtx { ss, leaves: &leaves, partitioned: &partitioned, terminal: &*terminal };
     let body = ctx.level(f, 0, &HashMap::new(), &mut HashMap::new());
     f.body.extend(body);
 }
@@ -183,28 +208,15 @@ struct NestCtx<'a> {
     ss: &'a StageSchedule,
     leaves: &'a [usize],
     partitioned: &'a [Tail],
-    guarded: &'a [Tail],
-    make: &'a dyn Fn(&mut LoopFunc, &mut Nest) -> Stmt,
+    terminal: &'a Terminal<'a>,
 }
 
 impl NestCtx<'_> {
     /// Loops from leaf `depth` inward. `bounds` fixes (lo, extent) of leaves
     /// in a partition; `vars` maps leaves to their loop variables.
-    fn level(
-        &self,
-        f: &mut LoopFunc,
-        depth: usize,
-        bounds: &HashMap<usize, (i64, i64)>,
-        vars: &mut HashMap<usize, VarId>,
-    ) -> Vec<Stmt> {
+    fn level(&self, f: &mut LoopFunc, depth: usize, bounds: &Bounds, vars: &mut HashMap<usize, VarId>) -> Vec<Stmt> {
         if depth == self.leaves.len() {
-            let mut nest = Nest { ss: self.ss, loop_var: vars.clone(), memo: HashMap::new() };
-            let store = (self.make)(f, &mut nest);
-            let guard = nest.guards(f, self.guarded);
-            return vec![match guard {
-                Some(cond) => Stmt::If { cond, then: vec![store] },
-                None => store,
-            }];
+            return (self.terminal)(f, bounds, vars);
         }
         let leaf = self.leaves[depth];
         let iv = &self.ss.ivs[leaf];
@@ -233,7 +245,7 @@ impl NestCtx<'_> {
         leaf: usize,
         lo: i64,
         extent: i64,
-        bounds: &HashMap<usize, (i64, i64)>,
+        bounds: &Bounds,
         vars: &mut HashMap<usize, VarId>,
     ) -> Vec<Stmt> {
         let iv = &self.ss.ivs[leaf];
@@ -254,6 +266,10 @@ fn lower_stage(f: &mut LoopFunc, st: &Stage, ss: &StageSchedule) {
         (0..st.vars.len()).map(|v| (v as VarId, nest.value(f, v))).collect()
     };
     match f.p.expr(st.value).clone() {
+        TExpr::Reduce(op, _, body) if ss.cache_write.is_some() => {
+            let (at, name) = ss.cache_write.clone().expect("checked");
+            lower_cached_reduction(f, st, ss, op, body, at, &name);
+        }
         TExpr::Reduce(op, _, body) => {
             let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
             emit_nest(
@@ -277,12 +293,7 @@ fn lower_stage(f: &mut LoopFunc, st: &Stage, ss: &StageSchedule) {
                     let term = subst(&mut f.p, body, &map, &HashMap::new());
                     let ty = Ty::Elem(elem);
                     let acc = f.p.alloc(TExpr::Load(st.tensor, indices.clone()), ty, st.span);
-                    let value = match op {
-                        ReduceOp::Sum => f.p.alloc(TExpr::Binary(BinOp::Add, acc, term), ty, st.span),
-                        ReduceOp::Prod => f.p.alloc(TExpr::Binary(BinOp::Mul, acc, term), ty, st.span),
-                        ReduceOp::Max => f.p.alloc(TExpr::Call(Builtin::Max, vec![acc, term]), ty, st.span),
-                        ReduceOp::Min => f.p.alloc(TExpr::Call(Builtin::Min, vec![acc, term]), ty, st.span),
-                    };
+                    let value = combine(f, op, acc, term, ty, st.span);
                     Stmt::Store { tensor: st.tensor, indices, value }
                 },
                 false,
@@ -300,5 +311,76 @@ fn lower_stage(f: &mut LoopFunc, st: &Stage, ss: &StageSchedule) {
             },
             false,
         ),
+    }
+}
+
+/// A reduction with `cache_write S at S.a -> L`: inside loop `a`, the block of
+/// `S` that the inner loops compute accumulates in a local buffer `L`
+/// (private to the iteration, so registers after LLVM's SROA), which is
+/// initialised first and written back to `S` at the end.
+fn lower_cached_reduction(
+    f: &mut LoopFunc,
+    st: &Stage,
+    ss: &StageSchedule,
+    op: ReduceOp,
+    body: TExprId,
+    at: usize,
+    name: &str,
+) {
+    let elem = f.p.tensor(st.tensor).elem;
+    let p = ss.leaves.iter().position(|&l| l == at).expect("`at` is a leaf (checked by the schedule)");
+    let outer: Vec<usize> = ss.leaves[..=p].to_vec();
+    let inner: Vec<usize> = ss.leaves[p + 1..].to_vec();
+    let s_in: Vec<usize> = inner.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
+    let shape: Vec<i64> = s_in.iter().map(|&l| ss.ivs[l].extent).collect();
+    f.p.tensors.push(TensorDecl { name: name.to_string(), elem, shape, role: TensorRole::Temp, span: st.span });
+    let local = TensorId(f.p.tensors.len() as u32 - 1);
+    let (partitioned, guarded) = split_tails(ss, &ss.leaves, &|_| true);
+    let guarded_spatial: Vec<Tail> = guarded.iter().copied().filter(|t| is_spatial(ss, t.parent)).collect();
+    let ty = Ty::Elem(elem);
+    let local_idx = |f: &mut LoopFunc, nest: &Nest| -> Vec<TExprId> {
+        s_in.iter().map(|l| f.p.alloc(TExpr::Var(nest.loop_var[l]), Ty::Index, st.span)).collect()
+    };
+    let init = |f: &mut LoopFunc, nest: &mut Nest| {
+        let indices = local_idx(f, nest);
+        let value = f.p.alloc(identity(op, elem), ty, st.span);
+        Stmt::Store { tensor: local, indices, value }
+    };
+    let update = |f: &mut LoopFunc, nest: &mut Nest| {
+        let indices = local_idx(f, nest);
+        let map: HashMap<VarId, TExprId> = (0..st.vars.len()).map(|v| (v as VarId, nest.value(f, v))).collect();
+        let term = subst(&mut f.p, body, &map, &HashMap::new());
+        let acc = f.p.alloc(TExpr::Load(local, indices.clone()), ty, st.span);
+        let value = combine(f, op, acc, term, ty, st.span);
+        Stmt::Store { tensor: local, indices, value }
+    };
+    let write_back = |f: &mut LoopFunc, nest: &mut Nest| {
+        let indices: Vec<TExprId> = (0..st.n_axes).map(|a| nest.value(f, a)).collect();
+        let from = local_idx(f, nest);
+        let value = f.p.alloc(TExpr::Load(local, from), ty, st.span);
+        Stmt::Store { tensor: st.tensor, indices, value }
+    };
+    let init_t = store_terminal(ss, &[], &init);
+    let update_t = store_terminal(ss, &guarded, &update);
+    let back_t = store_terminal(ss, &guarded_spatial, &write_back);
+    let block = |f: &mut LoopFunc, bounds: &Bounds, vars: &mut HashMap<usize, VarId>| -> Vec<Stmt> {
+        let mut body = Vec::new();
+        for (leaves, t) in [(&s_in, &init_t), (&inner, &update_t), (&s_in, &back_t)] {
+            let ctx = NestCtx { ss, leaves, partitioned: &partitioned, terminal: &**t };
+            body.extend(ctx.level(f, 0, bounds, vars));
+        }
+        vec![Stmt::Alloc { tensor: local, body }]
+    };
+    let ctx = NestCtx { ss, leaves: &outer, partitioned: &partitioned, terminal: &block };
+    let out = ctx.level(f, 0, &HashMap::new(), &mut HashMap::new());
+    f.body.extend(out);
+}
+
+fn combine(f: &mut LoopFunc, op: ReduceOp, acc: TExprId, term: TExprId, ty: Ty, span: texc_grammar::Span) -> TExprId {
+    match op {
+        ReduceOp::Sum => f.p.alloc(TExpr::Binary(BinOp::Add, acc, term), ty, span),
+        ReduceOp::Prod => f.p.alloc(TExpr::Binary(BinOp::Mul, acc, term), ty, span),
+        ReduceOp::Max => f.p.alloc(TExpr::Call(Builtin::Max, vec![acc, term]), ty, span),
+        ReduceOp::Min => f.p.alloc(TExpr::Call(Builtin::Min, vec![acc, term]), ty, span),
     }
 }

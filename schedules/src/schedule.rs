@@ -36,6 +36,9 @@ pub struct StageSchedule {
     pub ivs: Vec<IterVar>,
     /// Loop order, outermost first.
     pub leaves: Vec<usize>,
+    /// `cache_write S at S.a -> L`: the leaf `a`, the local's name, and the primitive's span.
+    pub cache_write: Option<(usize, String)>,
+    pub cache_write_span: Span,
 }
 
 impl StageSchedule {
@@ -53,7 +56,7 @@ impl StageSchedule {
             })
             .collect();
         let leaves = (0..ivs.len()).collect();
-        StageSchedule { ivs, leaves }
+        StageSchedule { ivs, leaves, cache_write: None, cache_write_span: Span::default() }
     }
 
     pub fn find(&self, name: &str) -> Option<usize> {
@@ -198,6 +201,24 @@ impl StageSchedule {
 
     /// Checks that need the final loop order.
     pub fn finish(&self, stage: &str, span: Span) -> Result<(), Diagnostic> {
+        if let Some((at, local)) = &self.cache_write {
+            let Some(p) = self.leaf_pos(*at) else {
+                return Err(Diagnostic::at(
+                    self.cache_write_span,
+                    format!("`{}` was split or fused after `cache_write` named it", self.ivs[*at].name),
+                ));
+            };
+            if let Some(&r) = self.leaves[..=p].iter().find(|&&l| self.ivs[l].reduce) {
+                return Err(Diagnostic::at(
+                    self.cache_write_span,
+                    format!(
+                    "`cache_write ... -> {local}` at `{}` needs every reduction loop inside it, but `{}` is outside",
+                    self.ivs[*at].name, self.ivs[r].name
+                ),
+                )
+                .with_note("reorder the reduction loops below the cache_write axis"));
+            }
+        }
         if let Some(&last) = self.leaves.last() {
             for &l in &self.leaves {
                 if self.ivs[l].kind == ForKind::Vectorized && l != last {

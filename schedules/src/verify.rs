@@ -26,6 +26,7 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
                 stmts(f, body, bound, seen)?;
                 bound[v] = false;
             }
+            Stmt::Alloc { body, .. } => stmts(f, body, bound, seen)?,
             Stmt::If { cond, then } => {
                 expr(f, *cond, bound)?;
                 stmts(f, then, bound, seen)?;

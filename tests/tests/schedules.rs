@@ -95,6 +95,11 @@ fn illegal_schedules_are_spanned_errors() {
         ("inline C;", "cannot inline `C`: it is an output"),
         ("bind C.i to block.x;", "GPU primitive"),
         ("split C.i by 0 -> (a, b);", "at least 1"),
+        ("cache_write C at C.k -> Cl;", "needs every reduction loop inside it, but `k` is outside"),
+        ("reorder C(k, i, j); cache_write C at C.i -> Cl;", "but `k` is outside"),
+        ("cache_write C at C.j in shared -> Cl;", "memory scope `shared` is for GPUs"),
+        ("cache_write C at C.j -> A;", "already a tensor"),
+        ("compute_at C C.i;", "not implemented yet"),
     ];
     for (prims, want) in cases {
         let src = format!(
@@ -110,4 +115,27 @@ fn illegal_schedules_are_spanned_errors() {
         assert!(text.contains(want), "{prims}: expected `{want}` in\n{text}");
         assert!(text.contains("s.tex:2:"), "{prims}: not spanned:\n{text}");
     }
+}
+
+#[test]
+fn cache_write_keeps_results() {
+    let src =
+        "kernel mm(A: f32[M = 37, K = 19], B: f32[K, N = 70]) -> C: f32[M, N] { C[i, j] = sum[k](A[i, k] * B[k, j]); }
+schedule mm for x86-avx2 {
+    tile C(i, j) by (6, 16) -> (io, jo, ii, ji);
+    reorder C(io, jo, k, ii, ji);
+    cache_write C at C.jo -> Cl;
+    unroll C.ii; vectorize C.ji; parallel C.io;
+}";
+    let mut s = Session::new();
+    let m = s.load_text("cw.tex", src, None).expect("front end");
+    let k = s.entry_kernel(m, None).expect("kernel");
+    let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes");
+    let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("schedule");
+    let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", Some(sched)).expect("applies");
+    assert!(texc_schedules::ir::print(&f).contains("local Cl: f32[6, 16]:"));
+    assert_same("cache_write", &p, &f, 9);
+    let got = texc_codegen::compile(&f, "x86-avx2").expect("compiles").run(random_args(&p, 9)).expect("runs");
+    let want = interp::run(&p, random_args(&p, 9)).expect("interp");
+    assert!(rel_error(&got[0], &want[0]) <= 1e-5);
 }
