@@ -43,8 +43,13 @@ fn cost(p: &Program, st: &Stage, e: TExprId) -> f64 {
     own + p.children(e).into_iter().map(|c| cost(p, st, c)).sum::<f64>()
 }
 
+/// FLOPs of a range of stages.
+pub fn cost_of_stages(p: &Program, stages: std::ops::Range<usize>) -> f64 {
+    p.stages[stages].iter().map(|st| p.tensor(st.tensor).len() as f64 * cost(p, st, st.value)).sum()
+}
+
 pub fn count(p: &Program) -> Counts {
-    let flops = p.stages.iter().map(|st| p.tensor(st.tensor).len() as f64 * cost(p, st, st.value)).sum();
+    let flops = cost_of_stages(p, 0..p.stages.len());
     let bytes =
         p.tensors.iter().filter(|t| t.role != TensorRole::Temp).map(|t| t.len() as f64 * t.elem.size() as f64).sum();
     Counts { flops, bytes }

@@ -9,6 +9,7 @@
 
 pub mod bounds;
 pub mod cost;
+pub mod graph;
 pub mod interp;
 pub mod print;
 pub mod resolve;

@@ -160,7 +160,7 @@ pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Di
         inst.tensors[o as usize] = Some(id);
         p.outputs.push(id);
     }
-    let mut lower = Lower { s, p };
+    let mut lower = Lower { s, p, attrs: Vec::new() };
     lower.kernel(&mut inst)?;
     Ok(lower.p)
 }
@@ -437,6 +437,17 @@ struct StageVars {
 struct Lower<'a> {
     s: &'a Session,
     p: Program,
+    /// Compile-time arguments of the call being inlined (for `OpRecord`).
+    attrs: Vec<String>,
+}
+
+fn collect_loads(p: &Program, e: TExprId, f: &mut impl FnMut(TensorId)) {
+    if let TExpr::Load(t, _) = p.expr(e) {
+        f(*t);
+    }
+    for c in p.children(e) {
+        collect_loads(p, c, f);
+    }
 }
 
 fn rty_to_ty(t: RTy) -> Ty {
@@ -449,7 +460,10 @@ fn rty_to_ty(t: RTy) -> Ty {
 
 impl<'a> Lower<'a> {
     fn kernel(&mut self, inst: &mut Inst<'a>) -> Result<(), Diagnostic> {
+        let entry = inst.prefix.is_empty();
         for op in &inst.k.ops {
+            let start = self.p.stages.len();
+            let attrs_before = std::mem::take(&mut self.attrs);
             match op {
                 Op::Def { tensor, axes, value, span } => self.def(inst, *tensor, axes, *value, *span)?,
                 Op::Copy { dst, src, span } => self.copy(inst, *dst, *src, *span)?,
@@ -466,8 +480,34 @@ impl<'a> Lower<'a> {
                     })?
                 }
             }
+            let attrs = std::mem::replace(&mut self.attrs, attrs_before);
+            if entry {
+                self.record(inst, op, start, attrs);
+            }
         }
         Ok(())
+    }
+
+    /// Record a top-level statement of the entry kernel as an operator.
+    fn record(&mut self, inst: &Inst, op: &Op, start: usize, attrs: Vec<String>) {
+        let (name, outputs, span) = match op {
+            Op::Def { tensor, span, .. } => ("compute".to_string(), vec![inst.tensor(*tensor)], *span),
+            Op::Copy { dst, span, .. } => ("copy".to_string(), vec![inst.tensor(*dst)], *span),
+            Op::Call { callee, results, span, .. } => {
+                (self.s.kernel(*callee).name.clone(), results.iter().map(|r| inst.tensor(*r)).collect(), *span)
+            }
+        };
+        let stages = start..self.p.stages.len();
+        let written: Vec<TensorId> = self.p.stages[stages.clone()].iter().map(|s| s.tensor).collect();
+        let mut inputs = Vec::new();
+        for st in &self.p.stages[stages.clone()] {
+            collect_loads(&self.p, st.value, &mut |t| {
+                if !written.contains(&t) && !inputs.contains(&t) {
+                    inputs.push(t);
+                }
+            });
+        }
+        self.p.ops.push(OpRecord { op: name, attrs, inputs, outputs, stages, span });
     }
 
     fn local_tensor(
@@ -586,6 +626,14 @@ impl<'a> Lower<'a> {
                 }
                 _ => unreachable!("bindings follow the callee's parameters"),
             }
+        }
+        if inst.prefix.is_empty() {
+            self.attrs = ck
+                .params
+                .iter()
+                .zip(&ci.consts)
+                .filter_map(|(prm, v)| v.map(|v| format!("{}={v}", prm.name)))
+                .collect();
         }
         solve_symbols(&csz, ck, &given, &ci.consts, &mut ci.syms)?;
         apply_defaults(&csz, ck, &ci.consts, &mut ci.syms)?;

@@ -121,8 +121,26 @@ pub enum ProgramParam {
     Scalar(u32),
 }
 
+/// One statement of the entry kernel — a call of another kernel (an
+/// operator) or a definition — and the stages it became. This is the
+/// operator graph that `emit --stage graph` and `analyze` show.
+#[derive(Clone, Debug)]
+pub struct OpRecord {
+    /// The called kernel, or `compute` for a definition, `copy` for a copy.
+    pub op: String,
+    /// Compile-time arguments of a call, as `name=value`.
+    pub attrs: Vec<String>,
+    /// Tensors its stages read that it does not write itself.
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+    pub stages: std::ops::Range<usize>,
+    pub span: Span,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Program {
+    /// The entry kernel's statements as operators, in order.
+    pub ops: Vec<OpRecord>,
     pub name: String,
     /// Shape symbols and constants of the entry kernel with their values.
     pub bindings: Vec<(String, i64)>,

@@ -89,6 +89,21 @@ fn one_snapshot_per_diagnostic() {
 }
 
 #[test]
+fn graph_of_examples() {
+    let mut out = String::new();
+    for f in example_files() {
+        let mut s = Session::new();
+        let m = s.load_root(&root().join("examples").join(&f)).expect("loads");
+        for i in 0..s.module(m).kernels.len() {
+            let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
+            let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes at defaults");
+            out.push_str(&texc_compiler::graph::print_graph(&p));
+        }
+    }
+    insta::assert_snapshot!("graph_examples", out);
+}
+
+#[test]
 fn emit_is_deterministic() {
     let a = compile("examples/conv_bn_relu.tex", None, &Bindings::default()).expect("compiles");
     let b = compile("examples/conv_bn_relu.tex", None, &Bindings::default()).expect("compiles");

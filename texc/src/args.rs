@@ -87,6 +87,12 @@ pub enum Command {
         #[arg(short = 'o')]
         output: Option<PathBuf>,
     },
-    /// FLOPs, bytes and roofline bounds (not built yet).
-    Analyze(Common),
+    /// Per operator: FLOPs, bytes, operational intensity, roofline bound.
+    Analyze {
+        #[command(flatten)]
+        common: Common,
+        /// Draw the roofline with every operator on it (SVG).
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+    },
 }

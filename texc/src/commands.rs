@@ -39,7 +39,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Bench(b) => bench(&mut session, &b),
         Command::Tune(_) => Err(not_built("`texc tune`", "the autotuner")),
         Command::Compile { common, output } => compile_aot(&mut session, &common, output.as_deref()),
-        Command::Analyze(_) => Err(not_built("`texc analyze`", "the operator graph and cost model")),
+        Command::Analyze { common, plot } => analyze(&mut session, &common, plot.as_deref()),
     };
     match result {
         Ok(()) => 0,
@@ -184,6 +184,11 @@ fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
     let m = load(session, c)?;
     match stage {
         "ast" => print!("{}", texc_grammar::print::print_ast(&session.module(m).ast)),
+        "graph" => {
+            let k = session.entry_kernel(m, c.kernel.as_deref())?;
+            let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
+            print!("{}", texc_compiler::graph::print_graph(&p));
+        }
         "tir" => {
             let k = session.entry_kernel(m, c.kernel.as_deref())?;
             let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
@@ -457,6 +462,141 @@ fn compile_aot(session: &mut Session, c: &Common, output: Option<&std::path::Pat
         .map_err(|e| fail(format!("cannot write {}: {e}", header.display())))?;
     println!("wrote {} and {} (int texc_{}_run(...))", out.display(), header.display(), f.p.name);
     Ok(())
+}
+
+fn analyze(session: &mut Session, c: &Common, plot: Option<&std::path::Path>) -> Result<(), Fail> {
+    if !CPU_TARGETS.contains(&c.target.as_str()) {
+        check_target(&c.target)?;
+        return Err(Fail::Usage(format!(
+            "`texc analyze` needs the machine of a target: add --target x86-avx2 (or {})",
+            CPU_TARGETS[1..].join(", ")
+        )));
+    }
+    if let Some(path) = plot {
+        if path.extension().and_then(|e| e.to_str()) != Some("svg") {
+            return Err(Fail::Usage(format!("--plot {}: the plot is an .svg file", path.display())));
+        }
+    }
+    let m = load(session, c)?;
+    let k = session.entry_kernel(m, c.kernel.as_deref())?;
+    let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
+    let threads = texc_runtime::pool::num_threads();
+    let lanes = texc_schedules::default::vector_lanes(&c.target) as usize;
+    let (roof, source) = texc_runtime::roofline::roofline(&c.target, lanes, threads);
+    let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    println!("analyze `{}` for {} [{}]", p.name, c.target, sizes.join(", "));
+    println!(
+        "  machine: {:.1} GFLOP/s peak, {:.1} GB/s, ridge {:.2} FLOP/byte ({threads} thread{}, {source})",
+        roof.peak_gflops,
+        roof.bandwidth_gbs,
+        roof.ridge(),
+        if threads == 1 { "" } else { "s" }
+    );
+    println!(
+        "  {:<36} {:>12} {:>12} {:>9} {:>8} {:>12}",
+        "operator", "MFLOP", "KB moved", "FLOP/B", "bound", "roofline µs"
+    );
+    let ops = texc_compiler::graph::op_costs(&p);
+    let mut total_us = 0.0;
+    for (label, cnt) in &ops {
+        let us = (cnt.flops / (roof.peak_gflops * 1e3)).max(cnt.bytes / (roof.bandwidth_gbs * 1e3));
+        total_us += us;
+        let bound = if cnt.intensity() < roof.ridge() { "memory" } else { "compute" };
+        println!(
+            "  {:<36} {:>12.3} {:>12.1} {:>9.2} {:>8} {:>12.2}",
+            label,
+            cnt.flops / 1e6,
+            cnt.bytes / 1e3,
+            cnt.intensity(),
+            bound,
+            us
+        );
+    }
+    let all = texc_compiler::cost::count(&p);
+    println!(
+        "  {:<36} {:>12.3} {:>12.1} {:>9.2} {:>8} {:>12.2}",
+        "total (operators run one by one)",
+        all.flops / 1e6,
+        ops.iter().map(|(_, c)| c.bytes).sum::<f64>() / 1e3,
+        all.flops / ops.iter().map(|(_, c)| c.bytes).sum::<f64>().max(1.0),
+        "",
+        total_us
+    );
+    if let Some(path) = plot {
+        std::fs::write(path, roofline_svg(&p.name, &roof, &ops))
+            .map_err(|e| Fail::Input(vec![Diagnostic::error(format!("cannot write {}: {e}", path.display()))]))?;
+        println!("  wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// A log-log roofline chart with one point per operator.
+fn roofline_svg(
+    name: &str,
+    roof: &texc_runtime::roofline::Roofline,
+    ops: &[(String, texc_compiler::cost::Counts)],
+) -> String {
+    let (w, h, ml, mb, mt, mr) = (720.0, 460.0, 70.0, 50.0, 30.0, 200.0);
+    let (x0, x1) = (-2.0f64, 4.0f64); // log10 FLOP/byte
+    let y1 = (roof.peak_gflops * 3.0).log10().ceil();
+    let y0 = y1 - 5.0; // log10 GFLOP/s
+    let px = |i: f64| ml + (i.log10().clamp(x0, x1) - x0) / (x1 - x0) * (w - ml - mr);
+    let py = |g: f64| h - mb - (g.max(1e-9).log10().clamp(y0, y1) - y0) / (y1 - y0) * (h - mb - mt);
+    let mut s = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"11\">\n");
+    s += &format!(
+        "<text x=\"{ml}\" y=\"18\" font-size=\"13\">roofline of {name}: {:.1} GFLOP/s, {:.1} GB/s</text>\n",
+        roof.peak_gflops, roof.bandwidth_gbs
+    );
+    s += &format!(
+        "<rect x=\"{ml}\" y=\"{mt}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\n",
+        w - ml - mr,
+        h - mb - mt
+    );
+    for e in x0 as i32..=x1 as i32 {
+        let x = px(10f64.powi(e));
+        s += &format!("<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">1e{e}</text>\n", h - mb + 16.0);
+    }
+    for e in y0 as i32..=y1 as i32 {
+        let y = py(10f64.powi(e));
+        s += &format!("<text x=\"{:.1}\" y=\"{y:.1}\" text-anchor=\"end\">1e{e}</text>\n", ml - 6.0);
+    }
+    s += &format!(
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">operational intensity (FLOP/byte)</text>\n",
+        (ml + w - mr) / 2.0,
+        h - 10.0
+    );
+    s += &format!(
+        "<text x=\"16\" y=\"{:.1}\" transform=\"rotate(-90 16 {:.1})\" text-anchor=\"middle\">GFLOP/s</text>\n",
+        (mt + h - mb) / 2.0,
+        (mt + h - mb) / 2.0
+    );
+    // The roof: bandwidth slope up to the ridge, then the peak.
+    let pts: Vec<String> = (0..=120)
+        .map(|i| {
+            let oi = 10f64.powf(x0 + (x1 - x0) * i as f64 / 120.0);
+            format!("{:.1},{:.1}", px(oi), py((oi * roof.bandwidth_gbs).min(roof.peak_gflops)))
+        })
+        .collect();
+    s += &format!("<polyline points=\"{}\" fill=\"none\" stroke=\"#c33\" stroke-width=\"2\"/>\n", pts.join(" "));
+    for (i, (label, c)) in ops.iter().enumerate() {
+        let oi = c.intensity().clamp(1e-3, 1e5);
+        let g = (oi * roof.bandwidth_gbs).min(roof.peak_gflops);
+        let (x, y) = (px(oi), py(g));
+        s += &format!(
+            "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"4\" fill=\"#36c\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>\n",
+            x + 6.0,
+            y - 6.0 + 12.0 * (i % 2) as f64,
+            i
+        );
+        s += &format!(
+            "<text x=\"{:.1}\" y=\"{:.1}\">{i}: {}</text>\n",
+            w - mr + 10.0,
+            mt + 14.0 * (i + 1) as f64,
+            label.replace('&', "&amp;").replace('<', "&lt;")
+        );
+    }
+    s += "</svg>\n";
+    s
 }
 
 fn summary(name: &str, t: &Tensor) -> String {

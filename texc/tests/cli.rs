@@ -122,6 +122,7 @@ fn misuse_and_unbuilt_features_exit_2() {
         &["bench", "examples/matmul.tex"],
         &["tune", "examples/matmul.tex"],
         &["analyze", "examples/matmul.tex"],
+        &["emit", "examples/matmul.tex", "--stage", "egraph"],
         &["compile", "examples/matmul.tex", "-o", "x.o"],
     ];
     for args in cases {
@@ -189,4 +190,24 @@ fn ahead_of_time_object_links_into_a_c_program() {
     let o = texc(&["compile", "examples/conv_bn_relu.tex", "--target", "x86-avx2", "-o", so.to_str().expect("utf8")]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(so.exists() && dir.join("libcbr.h").exists());
+}
+
+#[test]
+fn analyze_agrees_with_hand_counts() {
+    let svg = tmp("roof.svg");
+    let o = Command::new(env!("CARGO_BIN_EXE_texc"))
+        .args(["analyze", "examples/conv_bn_relu.tex", "--target", "x86-avx2", "--plot", svg.to_str().expect("utf8")])
+        .env("TEXC_ROOFLINE", "130,37")
+        .current_dir(root())
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    // conv: 2·K·C·R·S·N·H·W = 2·32·16·9·196 FLOPs; X + Wt + Y = 12544 + 18432 + 25088 bytes.
+    assert!(out.contains("_conv2d0 = conv2d                           1.806         56.1     32.22  compute"), "{out}");
+    // batch_norm: 6 FLOPs per element (sub, add, sqrt, div, mul, add) over 6272 elements.
+    assert!(out.contains("_batch_norm1 = batch_norm                   0.038"), "{out}");
+    assert!(out.contains(" memory "), "{out}");
+    let plot = std::fs::read_to_string(&svg).expect("plot written");
+    assert!(plot.starts_with("<svg") && plot.contains("polyline") && plot.matches("<circle").count() == 3);
 }
