@@ -721,6 +721,38 @@ impl<'a> Lower<'a> {
         inst.tensors[slot]
     }
 
+    /// Fold index arithmetic on constants (`2 * 3`, `0 * i`, `i + 0`, `1 * i`)
+    /// so that sizes and selectors written arithmetically become plain
+    /// indices. Integer semantics are the interpreter's (floor division).
+    fn fold_index(&mut self, op: BinOp, a: TExprId, b: TExprId) -> Option<TExprId> {
+        let konst = |p: &Program, e: TExprId| match p.expr(e) {
+            TExpr::Int(v) if p.ty(e) == Ty::Index => Some(*v),
+            _ => None,
+        };
+        let span = self.p.span(a).to(self.p.span(b));
+        let (ka, kb) = (konst(&self.p, a), konst(&self.p, b));
+        if let (Some(x), Some(y)) = (ka, kb) {
+            let v = match op {
+                BinOp::Add => x.checked_add(y)?,
+                BinOp::Sub => x.checked_sub(y)?,
+                BinOp::Mul => x.checked_mul(y)?,
+                BinOp::Div if y != 0 => floor_div(x, y)?,
+                BinOp::Rem if y != 0 => floor_mod(x, y)?,
+                _ => return None,
+            };
+            return Some(self.p.alloc(TExpr::Int(v), Ty::Index, span));
+        }
+        match (op, ka, kb) {
+            (BinOp::Mul, Some(0), _) | (BinOp::Mul, _, Some(0)) => Some(self.p.alloc(TExpr::Int(0), Ty::Index, span)),
+            (BinOp::Mul, Some(1), _) | (BinOp::Add, Some(0), _) => Some(b),
+            (BinOp::Mul, _, Some(1))
+            | (BinOp::Add, _, Some(0))
+            | (BinOp::Sub, _, Some(0))
+            | (BinOp::Div, _, Some(1)) => Some(a),
+            _ => None,
+        }
+    }
+
     fn coerce(&mut self, id: TExprId, from: RTy, to: RTy) -> TExprId {
         if from == to {
             return id;
@@ -821,7 +853,10 @@ impl<'a> Lower<'a> {
                     let a = self.coerce(a, fty(l), t);
                     let b = self.coerce(b, fty(r), t);
                     let rty = if op.is_comparison() { Ty::Elem(ElemType::Bool) } else { rty_to_ty(t) };
-                    self.p.alloc(TExpr::Binary(*op, a, b), rty, span)
+                    match (rty, self.fold_index(*op, a, b)) {
+                        (Ty::Index, Some(folded)) => folded,
+                        _ => self.p.alloc(TExpr::Binary(*op, a, b), rty, span),
+                    }
                 }
             }
         };
