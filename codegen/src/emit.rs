@@ -1220,6 +1220,7 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// Conversions with the interpreter's semantics (saturating float to int).
+    #[allow(clippy::too_many_lines)]
     fn cast(&self, x: BasicValueEnum<'ctx>, from: Ty, to: Ty, lanes: Option<u32>) -> R<BasicValueEnum<'ctx>> {
         if from == to {
             return Ok(x);
@@ -1229,25 +1230,24 @@ impl<'ctx> Gen<'ctx, '_> {
             None => Mode::Scalar,
         };
         let tt = self.ty_in(to, mode);
+        // Apply one conversion builder to a scalar or a vector value.
+        macro_rules! conv {
+            ($build:ident, $scalar:ident, $target:ident) => {
+                match x {
+                    BasicValueEnum::VectorValue(v) => self.b.$build(v, tt.into_vector_type(), "cv")?.into(),
+                    _ => self.b.$build(x.$scalar(), tt.$target(), "cv")?.into(),
+                }
+            };
+        }
         let zero_from = self.const_of(from, 0, 0.0, mode)?;
         Ok(match (float_ty(from), float_ty(to)) {
             (true, true) => {
                 let wider = self.scalar_ty(to).into_float_type().get_bit_width()
                     > self.scalar_ty(from).into_float_type().get_bit_width();
                 if wider {
-                    match x {
-                        BasicValueEnum::VectorValue(v) => {
-                            self.b.build_float_ext(v, tt.into_vector_type(), "cv")?.into()
-                        }
-                        _ => self.b.build_float_ext(x.into_float_value(), tt.into_float_type(), "cv")?.into(),
-                    }
+                    conv!(build_float_ext, into_float_value, into_float_type)
                 } else {
-                    match x {
-                        BasicValueEnum::VectorValue(v) => {
-                            self.b.build_float_trunc(v, tt.into_vector_type(), "cv")?.into()
-                        }
-                        _ => self.b.build_float_trunc(x.into_float_value(), tt.into_float_type(), "cv")?.into(),
-                    }
+                    conv!(build_float_trunc, into_float_value, into_float_type)
                 }
             }
             (true, false) if bool_ty(to) => self.compare(BinOp::Ne, x, zero_from, from)?,
@@ -1258,19 +1258,9 @@ impl<'ctx> Gen<'ctx, '_> {
             }
             (false, true) => {
                 if unsigned_ty(from) || bool_ty(from) {
-                    match x {
-                        BasicValueEnum::VectorValue(v) => {
-                            self.b.build_unsigned_int_to_float(v, tt.into_vector_type(), "cv")?.into()
-                        }
-                        _ => self.b.build_unsigned_int_to_float(x.into_int_value(), tt.into_float_type(), "cv")?.into(),
-                    }
+                    conv!(build_unsigned_int_to_float, into_int_value, into_float_type)
                 } else {
-                    match x {
-                        BasicValueEnum::VectorValue(v) => {
-                            self.b.build_signed_int_to_float(v, tt.into_vector_type(), "cv")?.into()
-                        }
-                        _ => self.b.build_signed_int_to_float(x.into_int_value(), tt.into_float_type(), "cv")?.into(),
-                    }
+                    conv!(build_signed_int_to_float, into_int_value, into_float_type)
                 }
             }
             (false, false) if bool_ty(to) => self.compare(BinOp::Ne, x, zero_from, from)?,
@@ -1279,28 +1269,13 @@ impl<'ctx> Gen<'ctx, '_> {
                 let tw = self.scalar_ty(to).into_int_type().get_bit_width();
                 let unsigned = unsigned_ty(from) || bool_ty(from);
                 if tw < fw {
-                    match x {
-                        BasicValueEnum::VectorValue(v) => {
-                            self.b.build_int_truncate(v, tt.into_vector_type(), "cv")?.into()
-                        }
-                        _ => self.b.build_int_truncate(x.into_int_value(), tt.into_int_type(), "cv")?.into(),
-                    }
+                    conv!(build_int_truncate, into_int_value, into_int_type)
                 } else if tw == fw {
                     x
                 } else if unsigned {
-                    match x {
-                        BasicValueEnum::VectorValue(v) => {
-                            self.b.build_int_z_extend(v, tt.into_vector_type(), "cv")?.into()
-                        }
-                        _ => self.b.build_int_z_extend(x.into_int_value(), tt.into_int_type(), "cv")?.into(),
-                    }
+                    conv!(build_int_z_extend, into_int_value, into_int_type)
                 } else {
-                    match x {
-                        BasicValueEnum::VectorValue(v) => {
-                            self.b.build_int_s_extend(v, tt.into_vector_type(), "cv")?.into()
-                        }
-                        _ => self.b.build_int_s_extend(x.into_int_value(), tt.into_int_type(), "cv")?.into(),
-                    }
+                    conv!(build_int_s_extend, into_int_value, into_int_type)
                 }
             }
         })

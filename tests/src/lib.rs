@@ -150,3 +150,64 @@ pub fn example_programs(max_flops: f64) -> Vec<(String, Program)> {
     }
     out
 }
+
+/// Every wrapper kernel of `tests/conformance/std_ops.tex`, specialized with
+/// every shape symbol at `size` (a few kernels need related sizes).
+pub fn std_op_programs(size: i64) -> Vec<(String, Program)> {
+    let mut s = Session::new();
+    let m = s.load_root(&root().join("tests/conformance/std_ops.tex")).expect("loads");
+    (0..s.module(m).kernels.len())
+        .map(|i| {
+            let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
+            let info = s.kernel(k);
+            let shapes = info
+                .symbols
+                .iter()
+                .map(|sym| {
+                    let v = match (info.name.as_str(), sym.name.as_str()) {
+                        ("t_conv2d_groups", "Cg") => 3,
+                        ("t_conv2d_groups", "K") => 4,
+                        ("t_conv2d_groups", "C") => 6,
+                        ("t_group_norm", "C") => 8,
+                        ("t_conv2d", "R" | "S") => 3,
+                        _ => size,
+                    };
+                    (sym.name.clone(), v)
+                })
+                .collect();
+            let b = Bindings { shapes, ..Bindings::default() };
+            let p = texc_compiler::build_program(&s, k, &b).unwrap_or_else(|d| panic!("{}: {}", info.name, d.message));
+            (info.name.clone(), p)
+        })
+        .collect()
+}
+
+/// Kernels and odd sizes that the random-schedule property tests draw from.
+pub const RANDOM_SCHEDULE_CASES: [(&str, Option<&str>, &[(&str, i64)]); 4] = [
+    ("examples/matmul.tex", None, &[("M", 13), ("K", 7), ("N", 19)]),
+    ("examples/conv2d.tex", None, &[("C", 3), ("H", 9), ("W", 7), ("K", 5)]),
+    ("examples/softmax.tex", None, &[("N", 5), ("D", 21)]),
+    ("examples/norms.tex", Some("ln"), &[("N", 6), ("D", 17)]),
+];
+
+/// Specialize a case of [`RANDOM_SCHEDULE_CASES`].
+pub fn random_case_program(file: &str, kernel: Option<&str>, shapes: &[(&str, i64)]) -> Program {
+    let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
+    compile(file, kernel, &b).expect("compiles")
+}
+
+/// Lower `base` with a random legal schedule (and, at random, default inlining).
+pub fn randomly_scheduled(base: &Program, rng: &mut SplitMix64) -> texc_schedules::LoopFunc {
+    let mut p = base.clone();
+    if rng.next_u64() % 2 == 0 {
+        texc_schedules::default::default_inlining(&mut p);
+    }
+    texc_schedules::normalize::hoist_reductions(&mut p);
+    let mut s = texc_schedules::schedule::Schedules::new(&p);
+    for ss in &mut s.stages {
+        random_schedule(ss, rng);
+    }
+    let f = texc_schedules::lower::lower(p, &s);
+    texc_schedules::verify::verify(&f).expect("verifies");
+    f
+}

@@ -7,9 +7,8 @@ use std::collections::HashMap;
 use texc_compiler::interp::{self, Arg};
 use texc_compiler::{Bindings, Program, Session};
 use texc_runtime::SplitMix64;
-use texc_schedules::schedule::Schedules;
-use texc_schedules::{default, eval, lower, normalize};
-use texc_tests::{compile, rel_error, root};
+use texc_schedules::eval;
+use texc_tests::{rel_error, root};
 
 fn random_args(p: &Program, seed: u64) -> Vec<Arg> {
     interp::bind_args(p, HashMap::new(), &[], seed).expect("binds")
@@ -53,28 +52,11 @@ fn example_schedules_match_the_interpreter() {
 
 #[test]
 fn random_legal_schedules_match_the_interpreter() {
-    let cases: [(&str, Option<&str>, Vec<(&str, i64)>); 4] = [
-        ("examples/matmul.tex", None, vec![("M", 13), ("K", 7), ("N", 19)]),
-        ("examples/conv2d.tex", None, vec![("C", 3), ("H", 9), ("W", 7), ("K", 5)]),
-        ("examples/softmax.tex", None, vec![("N", 5), ("D", 21)]),
-        ("examples/norms.tex", Some("ln"), vec![("N", 6), ("D", 17)]),
-    ];
     let mut rng = SplitMix64::new(99);
-    for (file, kernel, shapes) in cases {
-        let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
-        let base = compile(file, kernel, &b).expect("compiles");
+    for (file, kernel, shapes) in texc_tests::RANDOM_SCHEDULE_CASES {
+        let base = texc_tests::random_case_program(file, kernel, shapes);
         for trial in 0..25 {
-            let mut p = base.clone();
-            if rng.next_u64() % 2 == 0 {
-                default::default_inlining(&mut p);
-            }
-            normalize::hoist_reductions(&mut p);
-            let mut s = Schedules::new(&p);
-            for ss in &mut s.stages {
-                texc_tests::random_schedule(ss, &mut rng);
-            }
-            let f = lower::lower(p, &s);
-            texc_schedules::verify::verify(&f).expect("verifies");
+            let f = texc_tests::randomly_scheduled(&base, &mut rng);
             assert_same(&format!("{file} trial {trial}"), &base, &f, trial);
         }
     }

@@ -1,7 +1,6 @@
 //! Snapshots of every IR stage for every example and std.nn operator, and
 //! of one diagnostic of each kind (tests/diagnostics/*.tex).
 
-use std::collections::HashMap;
 use texc_compiler::{Bindings, Session};
 use texc_tests::{check_text, compile, root};
 
@@ -43,32 +42,8 @@ fn tir_of_examples() {
 
 #[test]
 fn tir_of_std_operators() {
-    let mut s = Session::new();
-    let m = s.load_root(&root().join("tests/conformance/std_ops.tex")).expect("loads");
-    let mut out = String::new();
-    for i in 0..s.module(m).kernels.len() {
-        let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
-        let info = s.kernel(k);
-        // Sizes that divide nothing in particular; a few kernels need related sizes.
-        let shapes = info
-            .symbols
-            .iter()
-            .map(|sym| {
-                let v = match (info.name.as_str(), sym.name.as_str()) {
-                    ("t_conv2d_groups", "Cg") => 3,
-                    ("t_conv2d_groups", "K") => 4,
-                    ("t_conv2d_groups", "C") => 6,
-                    ("t_group_norm", "C") => 8,
-                    ("t_conv2d", "R" | "S") => 3,
-                    _ => 7,
-                };
-                (sym.name.clone(), v)
-            })
-            .collect();
-        let b = Bindings { shapes, consts: vec![], input_shapes: HashMap::new() };
-        let p = texc_compiler::build_program(&s, k, &b).unwrap_or_else(|d| panic!("{}: {}", info.name, d.message));
-        out.push_str(&texc_compiler::print::print_program(&p));
-    }
+    let out: String =
+        texc_tests::std_op_programs(7).iter().map(|(_, p)| texc_compiler::print::print_program(p)).collect();
     insta::assert_snapshot!("tir_std_ops", out);
 }
 

@@ -6,9 +6,8 @@ use std::collections::HashMap;
 use texc_compiler::interp;
 use texc_compiler::{Bindings, Program, Session};
 use texc_runtime::SplitMix64;
-use texc_schedules::schedule::Schedules;
-use texc_schedules::{lower, normalize, LoopFunc};
-use texc_tests::{compile, rel_error, root};
+use texc_schedules::LoopFunc;
+use texc_tests::{rel_error, root};
 
 fn check(name: &str, p: &Program, f: &LoopFunc, target: &str, seed: u64) {
     let args = || interp::bind_args(p, HashMap::new(), &[], seed).expect("binds");
@@ -52,35 +51,13 @@ fn example_schedules_at_odd_sizes() {
 
 #[test]
 fn std_operators_with_default_schedules() {
-    let mut s = Session::new();
-    let m = s.load_root(&root().join("tests/conformance/std_ops.tex")).expect("loads");
-    for i in 0..s.module(m).kernels.len() {
-        let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
-        let info = s.kernel(k);
-        // Odd sizes; a few kernels need related ones.
-        let shapes = info
-            .symbols
-            .iter()
-            .map(|sym| {
-                let v = match (info.name.as_str(), sym.name.as_str()) {
-                    ("t_conv2d_groups", "Cg") => 3,
-                    ("t_conv2d_groups", "K") => 4,
-                    ("t_conv2d_groups", "C") => 6,
-                    ("t_group_norm", "C") => 8,
-                    ("t_conv2d", "R" | "S") => 3,
-                    _ => 11,
-                };
-                (sym.name.clone(), v)
-            })
-            .collect();
-        let b = Bindings { shapes, ..Bindings::default() };
-        let p = texc_compiler::build_program(&s, k, &b).expect("specializes");
-        // AVX-512 code runs only where the CPU has it (CI machines do).
-        let targets: &[&str] =
-            if std::arch::is_x86_feature_detected!("avx512f") { &["x86-avx2", "x86-avx512"] } else { &["x86-avx2"] };
+    // AVX-512 code runs only where the CPU has it (CI machines do).
+    let targets: &[&str] =
+        if std::arch::is_x86_feature_detected!("avx512f") { &["x86-avx2", "x86-avx512"] } else { &["x86-avx2"] };
+    for (name, p) in texc_tests::std_op_programs(11) {
         for &target in targets {
             let f = texc_schedules::schedule_and_lower(p.clone(), target, None).expect("schedules");
-            check(&info.name, &p, &f, target, 4);
+            check(&name, &p, &f, target, 4);
         }
     }
 }
@@ -101,27 +78,11 @@ fn example_schedule_of_matmul_at_odd_sizes() {
 
 #[test]
 fn random_legal_schedules_on_x86() {
-    let cases: [(&str, Option<&str>, Vec<(&str, i64)>); 4] = [
-        ("examples/matmul.tex", None, vec![("M", 13), ("K", 7), ("N", 19)]),
-        ("examples/conv2d.tex", None, vec![("C", 3), ("H", 9), ("W", 7), ("K", 5)]),
-        ("examples/softmax.tex", None, vec![("N", 5), ("D", 21)]),
-        ("examples/norms.tex", Some("ln"), vec![("N", 6), ("D", 17)]),
-    ];
     let mut rng = SplitMix64::new(7);
-    for (file, kernel, shapes) in cases {
-        let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
-        let base = compile(file, kernel, &b).expect("compiles");
+    for (file, kernel, shapes) in texc_tests::RANDOM_SCHEDULE_CASES {
+        let base = texc_tests::random_case_program(file, kernel, shapes);
         for trial in 0..8 {
-            let mut p = base.clone();
-            if rng.next_u64() % 2 == 0 {
-                texc_schedules::default::default_inlining(&mut p);
-            }
-            normalize::hoist_reductions(&mut p);
-            let mut s = Schedules::new(&p);
-            for ss in &mut s.stages {
-                texc_tests::random_schedule(ss, &mut rng);
-            }
-            let f = lower::lower(p, &s);
+            let f = texc_tests::randomly_scheduled(&base, &mut rng);
             check(&format!("{file} trial {trial}"), &base, &f, "x86-avx2", trial);
         }
     }
