@@ -13,6 +13,7 @@ pub mod graph;
 pub mod interp;
 pub mod print;
 pub mod resolve;
+pub mod rewrite;
 pub mod session;
 pub mod specialize;
 pub mod tir;
@@ -40,4 +41,61 @@ pub fn build_program(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program,
             .map_err(|m| Diagnostic::error(format!("internal error: TIR verifier failed after specialize: {m}")))?;
     }
     Ok(p)
+}
+
+/// A kernel after graph rewriting: the plan and the program it lowers to.
+pub struct Rewritten {
+    pub plan: rewrite::Plan,
+    pub program: Program,
+    /// Why the plan was not used, if it was not.
+    pub kept_original: Option<String>,
+}
+
+/// The `import`s and signature of kernel `k`, as source text, for a
+/// generated kernel that replaces it.
+fn kernel_header(s: &Session, k: KernelRef) -> String {
+    let m = s.module(k.module as usize);
+    let ast = m.ast.kernels().nth(k.index as usize).expect("kernel exists");
+    let mut h = String::from("import std.nn;\n");
+    if let Some(path) = &m.path {
+        h.push_str(&format!("import \"{}\";\n", path.display()));
+    }
+    let params: Vec<&str> = ast.params.iter().map(|p| s.sources.snippet(p.span)).collect();
+    let outs: Vec<&str> = ast.outputs.iter().map(|o| s.sources.snippet(o.span)).collect();
+    let outs = if outs.len() == 1 { outs[0].to_string() } else { format!("({})", outs.join(", ")) };
+    h.push_str(&format!("kernel {}({}) -> {} {{\n", ast.name.name, params.join(", "), outs));
+    h
+}
+
+/// Specialize kernel `k`, rewrite its operator graph for `target`, and
+/// specialize the chosen plan. When the plan is no cheaper, or the
+/// generated kernel fails to compile, the original program is kept.
+pub fn build_rewritten(s: &Session, k: KernelRef, b: &Bindings, target: &str) -> Result<Rewritten, Diagnostic> {
+    let original = build_program(s, k, b)?;
+    let header = kernel_header(s, k);
+    let source_of = |i: usize| s.sources.snippet(original.ops[i].span).to_string();
+    let mut plan = rewrite::rewrite(&original, target, &header, &source_of);
+    let m = s.module(k.module as usize);
+    if let Some(path) = &m.path {
+        let shown = &s.sources.file(m.ast.file).name;
+        plan.display_source =
+            plan.source.replace(&format!("import \"{}\";", path.display()), &format!("import \"{shown}\";"));
+    }
+    if plan.best_cost >= plan.original_cost {
+        return Ok(Rewritten { plan, program: original, kept_original: Some("no cheaper plan".into()) });
+    }
+    let mut s2 = Session::new();
+    let name = format!("<rewritten>/{}.tex", original.name);
+    let built = s2
+        .load_text(&name, &plan.source, None)
+        .map_err(|d| d.into_iter().next().unwrap_or_else(|| Diagnostic::error("no diagnostic")))
+        .and_then(|m| s2.entry_kernel(m, Some(&original.name)))
+        .and_then(|k2| build_program(&s2, k2, b));
+    match built {
+        Ok(program) => Ok(Rewritten { plan, program, kept_original: None }),
+        Err(d) => {
+            let why = format!("the rewritten kernel does not compile: {}", d.render(&s2.sources));
+            Ok(Rewritten { plan, program: original, kept_original: Some(why) })
+        }
+    }
 }

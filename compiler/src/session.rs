@@ -142,6 +142,11 @@ impl Session {
         self.load(&path.display().to_string(), &text, Some(canon), stack)
     }
 
+    /// Whether a kernel comes from the embedded standard library.
+    pub fn is_std(&self, k: KernelRef) -> bool {
+        self.std_module == Some(k.module as usize)
+    }
+
     pub fn module(&self, m: usize) -> &Module {
         &self.modules[m]
     }

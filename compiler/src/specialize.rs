@@ -160,7 +160,7 @@ pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Di
         inst.tensors[o as usize] = Some(id);
         p.outputs.push(id);
     }
-    let mut lower = Lower { s, p, attrs: Vec::new() };
+    let mut lower = Lower { s, p, attrs: Vec::new(), call_args: Vec::new() };
     lower.kernel(&mut inst)?;
     Ok(lower.p)
 }
@@ -439,6 +439,20 @@ struct Lower<'a> {
     p: Program,
     /// Compile-time arguments of the call being inlined (for `OpRecord`).
     attrs: Vec<String>,
+    /// Arguments of the top-level call being inlined (for `OpRecord`).
+    call_args: Vec<OpArg>,
+}
+
+/// A scalar argument as text, if it is a caller scalar's name or a number.
+fn scalar_text(inst: &Inst, e: ExprId) -> Option<String> {
+    match inst.ast.expr(e) {
+        Expr::Name(n) if matches!(inst.facts.names.get(&e), Some(NameRes::Scalar(_))) => Some(n.name.clone()),
+        Expr::Int(_) | Expr::Float(_) => Some(format!("{:?}", literal_value(inst.ast, e))),
+        Expr::Unary { op: UnOp::Neg, arg } if matches!(inst.ast.expr(*arg), Expr::Int(_) | Expr::Float(_)) => {
+            Some(format!("{:?}", literal_value(inst.ast, e)))
+        }
+        _ => None,
+    }
 }
 
 fn collect_loads(p: &Program, e: TExprId, f: &mut impl FnMut(TensorId)) {
@@ -490,12 +504,17 @@ impl<'a> Lower<'a> {
 
     /// Record a top-level statement of the entry kernel as an operator.
     fn record(&mut self, inst: &Inst, op: &Op, start: usize, attrs: Vec<String>) {
-        let (name, outputs, span) = match op {
-            Op::Def { tensor, span, .. } => ("compute".to_string(), vec![inst.tensor(*tensor)], *span),
-            Op::Copy { dst, span, .. } => ("copy".to_string(), vec![inst.tensor(*dst)], *span),
-            Op::Call { callee, results, span, .. } => {
-                (self.s.kernel(*callee).name.clone(), results.iter().map(|r| inst.tensor(*r)).collect(), *span)
-            }
+        let call_args = std::mem::take(&mut self.call_args);
+        let (name, outputs, span, args, std_callee) = match op {
+            Op::Def { tensor, span, .. } => ("compute".to_string(), vec![inst.tensor(*tensor)], *span, vec![], false),
+            Op::Copy { dst, span, .. } => ("copy".to_string(), vec![inst.tensor(*dst)], *span, vec![], false),
+            Op::Call { callee, results, span, .. } => (
+                self.s.kernel(*callee).name.clone(),
+                results.iter().map(|r| inst.tensor(*r)).collect(),
+                *span,
+                call_args,
+                self.s.is_std(*callee),
+            ),
         };
         let stages = start..self.p.stages.len();
         let written: Vec<TensorId> = self.p.stages[stages.clone()].iter().map(|s| s.tensor).collect();
@@ -507,7 +526,7 @@ impl<'a> Lower<'a> {
                 }
             });
         }
-        self.p.ops.push(OpRecord { op: name, attrs, inputs, outputs, stages, span });
+        self.p.ops.push(OpRecord { op: name, attrs, inputs, outputs, stages, span, args, std_callee });
     }
 
     fn local_tensor(
@@ -628,6 +647,21 @@ impl<'a> Lower<'a> {
             }
         }
         if inst.prefix.is_empty() {
+            self.call_args = ck
+                .params
+                .iter()
+                .zip(args)
+                .enumerate()
+                .map(|(i, (prm, a))| match (a, &prm.info) {
+                    (ArgBinding::Tensor(t), _) => OpArg::Tensor(inst.tensor(*t)),
+                    (ArgBinding::Const(_), _) => OpArg::Const(ci.consts[i].expect("bound above")),
+                    (ArgBinding::Scalar(Some(e)), _) => OpArg::Scalar(scalar_text(inst, *e)),
+                    (ArgBinding::Scalar(None), ParamInfo::Scalar { default: Some(d), .. }) => {
+                        OpArg::Scalar(Some(format!("{:?}", literal_value(ci.ast, *d))))
+                    }
+                    _ => OpArg::Scalar(None),
+                })
+                .collect();
             self.attrs = ck
                 .params
                 .iter()

@@ -135,6 +135,20 @@ pub struct OpRecord {
     pub outputs: Vec<TensorId>,
     pub stages: std::ops::Range<usize>,
     pub span: Span,
+    /// For calls: the arguments in the callee's parameter order.
+    pub args: Vec<OpArg>,
+    /// For calls: whether the callee is a standard-library kernel.
+    pub std_callee: bool,
+}
+
+/// An argument of a recorded call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpArg {
+    Tensor(TensorId),
+    Const(i64),
+    /// A scalar written as a caller scalar's name or a number; `None` when
+    /// it is some other expression.
+    Scalar(Option<String>),
 }
 
 #[derive(Clone, Debug, Default)]

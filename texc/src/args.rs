@@ -27,6 +27,10 @@ pub struct Common {
     /// Target: interp, x86-avx2, x86-avx512, host, cranelift, nvptx-sm80, nvptx-sm90.
     #[arg(long, default_value = "interp")]
     pub target: String,
+    /// Run the operator graph as written, without e-graph rewriting
+    /// (compiled targets rewrite kernels that have no schedule of their own).
+    #[arg(long)]
+    pub no_rewrite: bool,
 }
 
 #[derive(Args, Debug, Clone)]

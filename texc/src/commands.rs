@@ -184,6 +184,12 @@ fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
     let m = load(session, c)?;
     match stage {
         "ast" => print!("{}", texc_grammar::print::print_ast(&session.module(m).ast)),
+        "egraph" => {
+            let k = session.entry_kernel(m, c.kernel.as_deref())?;
+            let target = if c.target == "interp" { "x86-avx2" } else { c.target.as_str() };
+            let r = texc_compiler::build_rewritten(session, k, &bindings(c)?, target)?;
+            print!("{}", texc_compiler::rewrite::print_plan(&r.plan, target, r.kept_original.as_deref()));
+        }
         "graph" => {
             let k = session.entry_kernel(m, c.kernel.as_deref())?;
             let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
@@ -196,14 +202,14 @@ fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
         }
         "loops" => {
             let k = session.entry_kernel(m, c.kernel.as_deref())?;
-            let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
+            let p = program_for_target(session, k, &bindings(c)?, c)?;
             let sched = texc_schedules::find_schedule(session, k, &c.target);
             let f = texc_schedules::schedule_and_lower(p, &c.target, sched)?;
             print!("{}", texc_schedules::ir::print(&f));
         }
         "llvm" | "asm" => {
             let k = session.entry_kernel(m, c.kernel.as_deref())?;
-            let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
+            let p = program_for_target(session, k, &bindings(c)?, c)?;
             let sched = texc_schedules::find_schedule(session, k, &c.target);
             let f = texc_schedules::schedule_and_lower(p, &c.target, sched)?;
             let text = if stage == "llvm" {
@@ -266,10 +272,29 @@ fn prepare(session: &mut Session, r: &RunArgs) -> Result<Prepared, Fail> {
         None
     } else {
         let sched = texc_schedules::find_schedule(session, k, &c.target);
-        Some(texc_schedules::schedule_and_lower(p.clone(), &c.target, sched)?)
+        let q = program_for_target(session, k, &b, c)?;
+        Some(texc_schedules::schedule_and_lower(q, &c.target, sched)?)
     };
     let args = interp::bind_args(&p, files, &scalar_values, r.seed).map_err(Diagnostic::error)?;
     Ok(Prepared { p, loops, args, outputs })
+}
+
+/// The program a compiled target runs: rewritten by the e-graph unless the
+/// kernel has its own schedule for the target or `--no-rewrite` is given.
+fn program_for_target(
+    session: &Session,
+    k: KernelRef,
+    b: &Bindings,
+    c: &Common,
+) -> Result<texc_compiler::Program, Fail> {
+    if c.no_rewrite || c.target == "interp" || texc_schedules::find_schedule(session, k, &c.target).is_some() {
+        return Ok(texc_compiler::build_program(session, k, b)?);
+    }
+    let r = texc_compiler::build_rewritten(session, k, b, &c.target)?;
+    if let Some(why) = r.kept_original.filter(|w| w != "no cheaper plan") {
+        eprintln!("note: {why}; running the graph as written");
+    }
+    Ok(r.program)
 }
 
 fn jit(f: &texc_schedules::LoopFunc, target: &str) -> Result<texc_codegen::Compiled, Fail> {
@@ -361,6 +386,7 @@ fn bench(session: &mut Session, a: &BenchArgs) -> Result<(), Fail> {
         return Err(Fail::Usage("--repeat must be at least 1".into()));
     }
     let Prepared { p, loops, args, .. } = prepare(session, &a.run)?;
+    let _ = &p;
     let f = loops.expect("a compiled target");
     let k = jit(&f, &target)?;
     let mut bufs = k.prepare(args).map_err(|e| Diagnostic::error(e.to_string()))?;
@@ -439,7 +465,7 @@ fn compile_aot(session: &mut Session, c: &Common, output: Option<&std::path::Pat
     }
     let m = load(session, c)?;
     let k = session.entry_kernel(m, c.kernel.as_deref())?;
-    let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
+    let p = program_for_target(session, k, &bindings(c)?, c)?;
     let sched = texc_schedules::find_schedule(session, k, &c.target);
     let f = texc_schedules::schedule_and_lower(p, &c.target, sched)?;
     let fail = |e: String| Fail::Input(vec![Diagnostic::error(e)]);

@@ -1,0 +1,444 @@
+//! Graph rewriting with an e-graph (`egg`): fusion and batch-norm folding
+//! chosen by a roofline cost model, and the chosen plan turned back into a
+//! `.tex` kernel that the rest of the compiler specializes and checks.
+//!
+//! The operator graph of a specialized kernel (`Program::ops`) becomes one
+//! term: standard-library calls are operators whose children are their
+//! arguments in parameter order (tensors, constants as numbers, scalars as
+//! names or numbers); anything else — definitions, calls of user kernels —
+//! is an opaque operator. Rewrites are directional (documented on each
+//! rule), saturation is bounded (iterations, nodes, time, backoff
+//! scheduler), and the cheapest term is extracted greedily.
+//!
+//! Costs use each target's nominal machine (a table, so that `emit --stage
+//! egraph` is the same on every machine): an operator costs
+//! max(FLOPs / peak, bytes / bandwidth), counting only the bytes that enter
+//! and leave it, so fusion pays off exactly by the traffic it removes.
+
+use crate::tir::{OpArg, Program, TensorId};
+use egg::{
+    rewrite as rw, Analysis, CostFunction, DidMerge, EGraph, Extractor, Id, Language, RecExpr, Rewrite, Runner,
+    SymbolLang,
+};
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::time::Duration;
+
+/// What is known about an e-class: a tensor's shape, or a number.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Info {
+    Shape(Vec<i64>),
+    Num(i64),
+    Other,
+}
+
+/// Shapes of leaves and of opaque operators, by symbol.
+#[derive(Default)]
+pub struct Shapes {
+    pub of: HashMap<String, Vec<i64>>,
+    /// FLOPs and bytes of opaque operators, by symbol.
+    pub opaque_cost: HashMap<String, (f64, f64)>,
+}
+
+impl Analysis<SymbolLang> for Shapes {
+    type Data = Info;
+
+    fn make(egraph: &mut EGraph<SymbolLang, Self>, n: &SymbolLang, _id: Id) -> Info {
+        let op = n.op.as_str();
+        if n.children.is_empty() {
+            if let Ok(v) = op.parse::<i64>() {
+                return Info::Num(v);
+            }
+            return egraph.analysis.of.get(op).map_or(Info::Other, |s| Info::Shape(s.clone()));
+        }
+        let ch: Vec<Info> = n.children.iter().map(|&c| egraph[c].data.clone()).collect();
+        shape_of(op, &ch).or_else(|| egraph.analysis.of.get(op).cloned()).map_or(Info::Other, Info::Shape)
+    }
+
+    fn merge(&mut self, a: &mut Info, b: Info) -> DidMerge {
+        if *a == Info::Other && b != Info::Other {
+            *a = b;
+            return DidMerge(true, false);
+        }
+        DidMerge(false, false)
+    }
+}
+
+fn shape(i: &Info) -> Option<&[i64]> {
+    match i {
+        Info::Shape(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn num(i: &Info) -> Option<i64> {
+    match i {
+        Info::Num(v) => Some(*v),
+        _ => None,
+    }
+}
+
+/// Output shape of a known operator from its children.
+fn shape_of(op: &str, ch: &[Info]) -> Option<Vec<i64>> {
+    let s = |i: usize| ch.get(i).and_then(shape);
+    Some(match op {
+        "conv2d" | "conv2d_bias" | "conv2d_bias_relu" => {
+            let (x, w) = (s(0)?, s(1)?);
+            let k = if op == "conv2d" { 2 } else { 3 };
+            let (pad, stride, dil) = (num(ch.get(k)?)?, num(ch.get(k + 1)?)?, num(ch.get(k + 2)?)?);
+            let out = |h: i64, r: i64| (h + 2 * pad - dil * (r - 1) - 1).div_euclid(stride.max(1)) + 1;
+            vec![x[0], w[0], out(x[2], w[2]), out(x[3], w[3])]
+        }
+        "matmul" => vec![s(0)?[0], s(1)?[1]],
+        "batch_norm" | "relu" | "relu6" | "sigmoid" | "tanh" | "gelu" | "silu" | "leaky_relu" | "bias_add" | "add"
+        | "sub" | "mul" | "div" | "bn_fold_weight" | "bn_fold_bias" | "softmax" | "layer_norm" => s(0)?.to_vec(),
+        "transpose" => {
+            let x = s(0)?;
+            let perm: Vec<i64> = ch[1..].iter().map(num).collect::<Option<_>>()?;
+            if perm.len() != x.len() {
+                return None;
+            }
+            perm.iter().map(|&p| x.get(usize::try_from(p).ok()?).copied()).collect::<Option<_>>()?
+        }
+        _ => return None,
+    })
+}
+
+/// Nominal machine of a target: (GFLOP/s, GB/s). Two cores of the
+/// project's reference machine (`shared/notes/ANCHORS.md`).
+pub fn nominal_machine(target: &str) -> (f64, f64) {
+    match target {
+        "x86-avx512" => (444.0, 31.0),
+        _ => (239.0, 31.0),
+    }
+}
+
+fn numel(s: &[i64]) -> f64 {
+    s.iter().map(|&d| d as f64).product()
+}
+
+/// FLOPs and bytes of one operator node (f32 tensors).
+fn op_cost(op: &str, ch: &[Info], out: &Info, opaque: &HashMap<String, (f64, f64)>) -> (f64, f64) {
+    if let Some(&c) = opaque.get(op) {
+        return c;
+    }
+    let bytes_in: f64 = ch.iter().filter_map(shape).map(numel).sum::<f64>() * 4.0;
+    let o = shape(out).map(numel).unwrap_or(0.0);
+    let bytes = bytes_in + o * 4.0;
+    let flops = match op {
+        "conv2d" | "conv2d_bias" | "conv2d_bias_relu" => {
+            let w = ch.get(1).and_then(shape).map_or(0.0, |w| (w[1] * w[2] * w[3]) as f64);
+            o * 2.0 * w + if op == "conv2d" { 0.0 } else { o } + if op == "conv2d_bias_relu" { o } else { 0.0 }
+        }
+        "matmul" => {
+            let k = ch.first().and_then(shape).map_or(0.0, |a| a[1] as f64);
+            2.0 * o * k
+        }
+        "batch_norm" => 6.0 * o,
+        "bn_fold_weight" => 4.0 * o,
+        "bn_fold_bias" => 5.0 * o,
+        "transpose" => 0.0,
+        _ => o,
+    };
+    (flops, bytes)
+}
+
+struct RooflineCost<'a> {
+    egraph: &'a EGraph<SymbolLang, Shapes>,
+    peak: f64,
+    bw: f64,
+}
+
+impl CostFunction<SymbolLang> for RooflineCost<'_> {
+    type Cost = f64;
+
+    fn cost<C>(&mut self, enode: &SymbolLang, mut costs: C) -> f64
+    where
+        C: FnMut(Id) -> f64,
+    {
+        let children: f64 = enode.children.iter().map(|&c| costs(c)).sum();
+        if enode.children.is_empty() || enode.op.as_str() == "plan" {
+            return children;
+        }
+        let ch: Vec<Info> = enode.children.iter().map(|&c| self.egraph[c].data.clone()).collect();
+        let out = shape_of(enode.op.as_str(), &ch).map_or(Info::Other, Info::Shape);
+        let (flops, bytes) = op_cost(enode.op.as_str(), &ch, &out, &self.egraph.analysis.opaque_cost);
+        // Nanoseconds on the nominal machine.
+        children + (flops / self.peak).max(bytes / self.bw)
+    }
+}
+
+/// The rewrite rules, each with its algebra.
+pub fn rules() -> Vec<Rewrite<SymbolLang, Shapes>> {
+    vec![
+        // Batch-norm folding into the preceding convolution:
+        //   γ·(conv(X, W) − μ)/√(σ²+ε) + β  =  conv(X, W·s) + (β − μ·s),  s = γ/√(σ²+ε)
+        rw!("bn-fold";
+            "(batch_norm (conv2d ?x ?w ?p ?s ?d ?g) ?ga ?be ?m ?v ?eps)" =>
+            "(conv2d_bias ?x (bn_fold_weight ?w ?ga ?v ?eps) (bn_fold_bias ?be ?m ?ga ?v ?eps) ?p ?s ?d ?g)"),
+        // Bias fusion: conv(X, W) + b[k] computed in the convolution's stage.
+        rw!("conv-bias-fuse";
+            "(bias_add (conv2d ?x ?w ?p ?s ?d ?g) ?b)" => "(conv2d_bias ?x ?w ?b ?p ?s ?d ?g)"),
+        // Activation fusion: relu(conv(X, W) + b) in one stage.
+        rw!("conv-bias-relu-fuse";
+            "(relu (conv2d_bias ?x ?w ?b ?p ?s ?d ?g))" => "(conv2d_bias_relu ?x ?w ?b ?p ?s ?d ?g)"),
+        // Transposes that reverse the axes cancel: (Xᵀ)ᵀ = X (ranks 2 to 4).
+        rw!("transpose-cancel"; "(transpose (transpose ?x 1 0) 1 0)" => "?x"),
+        rw!("transpose-cancel-3"; "(transpose (transpose ?x 2 1 0) 2 1 0)" => "?x"),
+        rw!("transpose-cancel-4"; "(transpose (transpose ?x 3 2 1 0) 3 2 1 0)" => "?x"),
+        // Distributivity: A·B + A·C = A·(B + C), one matmul instead of two.
+        rw!("matmul-distribute"; "(add (matmul ?a ?b) (matmul ?a ?c))" => "(matmul ?a (add ?b ?c))"),
+    ]
+}
+
+/// The result of rewriting a kernel.
+pub struct Plan {
+    /// The chosen term.
+    pub best: RecExpr<SymbolLang>,
+    pub best_cost: f64,
+    /// The cost of the graph as written.
+    pub original_cost: f64,
+    /// Rules that fired, in order of first use.
+    pub fired: Vec<String>,
+    /// The generated kernel, in `.tex`.
+    pub source: String,
+    /// The same with imports named as the user wrote them (for printing).
+    pub display_source: String,
+    pub egraph_classes: usize,
+    pub egraph_nodes: usize,
+    pub iterations: usize,
+}
+
+/// Build the term of a program's operator graph. Returns the term and, per
+/// tensor, the term node that computes it.
+fn graph_term(p: &Program, shapes: &mut Shapes) -> (RecExpr<SymbolLang>, HashMap<TensorId, Id>) {
+    let mut e = RecExpr::default();
+    let mut node_of: HashMap<TensorId, Id> = HashMap::new();
+    let leaf = |e: &mut RecExpr<SymbolLang>, name: &str| e.add(SymbolLang::leaf(name));
+    for t in p.input_tensors() {
+        let d = p.tensor(t);
+        shapes.of.insert(d.name.clone(), d.shape.clone());
+        node_of.insert(t, leaf(&mut e, &d.name));
+    }
+    for (i, op) in p.ops.iter().enumerate() {
+        let representable =
+            op.std_callee && op.outputs.len() == 1 && op.args.iter().all(|a| !matches!(a, OpArg::Scalar(None)));
+        let id = if representable {
+            let mut children = Vec::new();
+            for a in &op.args {
+                children.push(match a {
+                    OpArg::Tensor(t) => node_of[t],
+                    OpArg::Const(v) => leaf(&mut e, &v.to_string()),
+                    OpArg::Scalar(Some(text)) => leaf(&mut e, text),
+                    OpArg::Scalar(None) => unreachable!("checked"),
+                });
+            }
+            e.add(SymbolLang::new(op.op.as_str(), children))
+        } else {
+            // Opaque: the statement itself, known by the tensor it defines.
+            let sym = format!("opaque#{i}");
+            let d = p.tensor(op.outputs[0]);
+            shapes.of.insert(sym.clone(), d.shape.clone());
+            let flops = crate::cost::cost_of_stages(p, op.stages.clone());
+            let bytes: f64 = op
+                .inputs
+                .iter()
+                .chain(&op.outputs)
+                .map(|&t| p.tensor(t).len() as f64 * p.tensor(t).elem.size() as f64)
+                .sum();
+            shapes.opaque_cost.insert(sym.clone(), (flops, bytes));
+            let children: Vec<Id> = op.inputs.iter().map(|t| node_of[t]).collect();
+            e.add(SymbolLang::new(sym.as_str(), children))
+        };
+        for &t in &op.outputs {
+            node_of.insert(t, id);
+        }
+    }
+    let outs: Vec<Id> = p.outputs.iter().map(|t| node_of[t]).collect();
+    e.add(SymbolLang::new("plan", outs));
+    (e, node_of)
+}
+
+/// Rewrite the operator graph of `p` for `target`. `source_of` gives the
+/// text of a statement (for opaque operators, copied into the new kernel);
+/// `header` is the kernel's signature and imports.
+pub fn rewrite(p: &Program, target: &str, header: &str, source_of: &dyn Fn(usize) -> String) -> Plan {
+    let mut shapes = Shapes::default();
+    let (term, node_of) = graph_term(p, &mut shapes);
+    let runner = Runner::<SymbolLang, Shapes>::new(shapes)
+        .with_expr(&term)
+        .with_iter_limit(20)
+        .with_node_limit(20_000)
+        .with_time_limit(Duration::from_secs(2))
+        .with_scheduler(egg::BackoffScheduler::default())
+        .run(&rules());
+    let (peak, bw) = nominal_machine(target);
+    let root = runner.roots[0];
+    let egraph = &runner.egraph;
+    let extractor = Extractor::new(egraph, RooflineCost { egraph, peak, bw });
+    let best_cost = extractor.find_best_cost(root);
+    let mut best = RecExpr::default();
+    let mut classes = Vec::new();
+    let mut memo = HashMap::new();
+    extract(&extractor, egraph, root, &mut best, &mut classes, &mut memo);
+    // Tensors of the original graph keep their names where the plan computes them.
+    // Term ids are not e-class ids: look each term node up in the e-graph.
+    let mut class_of: Vec<Id> = Vec::new();
+    for node in term.as_ref() {
+        let mapped = node.clone().map_children(|c| class_of[usize::from(c)]);
+        class_of.push(egraph.lookup(mapped).expect("the term is in the e-graph"));
+    }
+    let mut names: HashMap<Id, String> = HashMap::new();
+    let mut tensors: Vec<(&TensorId, &Id)> = node_of.iter().collect();
+    tensors.sort();
+    for (&t, &id) in tensors {
+        names.entry(egraph.find(class_of[usize::from(id)])).or_insert_with(|| p.tensor(t).name.clone());
+    }
+    let node_names: Vec<Option<String>> = classes.iter().map(|c| names.get(c).cloned()).collect();
+    let original_cost = term_cost(
+        &term,
+        Shapes { of: egraph.analysis.of.clone(), opaque_cost: egraph.analysis.opaque_cost.clone() },
+        peak,
+        bw,
+    );
+    let mut fired = Vec::new();
+    for it in &runner.iterations {
+        let mut names: Vec<String> = it.applied.keys().map(|s| s.to_string()).collect();
+        names.sort();
+        for n in names {
+            if !fired.contains(&n) {
+                fired.push(n);
+            }
+        }
+    }
+    let source = plan_source(p, &best, &node_names, header, source_of);
+    Plan {
+        display_source: source.clone(),
+        best,
+        best_cost,
+        original_cost,
+        fired,
+        source,
+        egraph_classes: egraph.number_of_classes(),
+        egraph_nodes: egraph.total_number_of_nodes(),
+        iterations: runner.iterations.len(),
+    }
+}
+
+/// Build the best term below e-class `class`, remembering each node's class.
+fn extract(
+    ex: &Extractor<RooflineCost, SymbolLang, Shapes>,
+    egraph: &EGraph<SymbolLang, Shapes>,
+    class: Id,
+    out: &mut RecExpr<SymbolLang>,
+    classes: &mut Vec<Id>,
+    memo: &mut HashMap<Id, Id>,
+) -> Id {
+    let class = egraph.find(class);
+    if let Some(&id) = memo.get(&class) {
+        return id;
+    }
+    let node = ex.find_best_node(class).clone();
+    let children: Vec<Id> = node.children.iter().map(|&c| extract(ex, egraph, c, out, classes, memo)).collect();
+    let id = out.add(SymbolLang::new(node.op, children));
+    classes.push(class);
+    memo.insert(class, id);
+    id
+}
+
+/// The cost of the term as written, with the same accounting as extraction:
+/// an e-graph of the term alone has exactly one term to extract.
+fn term_cost(term: &RecExpr<SymbolLang>, shapes: Shapes, peak: f64, bw: f64) -> f64 {
+    let mut g = EGraph::new(shapes);
+    let root = g.add_expr(term);
+    g.rebuild();
+    let ex = Extractor::new(&g, RooflineCost { egraph: &g, peak, bw });
+    ex.find_best_cost(root)
+}
+
+/// The chosen term as a `.tex` kernel: one statement per operator node.
+fn plan_source(
+    p: &Program,
+    best: &RecExpr<SymbolLang>,
+    original: &[Option<String>],
+    header: &str,
+    source_of: &dyn Fn(usize) -> String,
+) -> String {
+    let nodes = best.as_ref();
+    let mut name: Vec<Option<String>> = vec![None; nodes.len()];
+    let mut out = String::from(header);
+    let root = nodes.len() - 1;
+    // Which node produces each kernel output.
+    let outputs: HashMap<usize, String> = nodes[root]
+        .children
+        .iter()
+        .zip(&p.outputs)
+        .map(|(&c, &t)| (usize::from(c), p.tensor(t).name.clone()))
+        .collect();
+    let mut tmp = 0;
+    for (i, n) in nodes.iter().enumerate().take(root) {
+        let op = n.op.as_str();
+        if n.children.is_empty() {
+            name[i] = Some(op.to_string());
+            continue;
+        }
+        if let Some(k) = op.strip_prefix("opaque#") {
+            let k: usize = k.parse().expect("opaque index");
+            let _ = writeln!(out, "    {}", source_of(k));
+            name[i] = Some(p.tensor(p.ops[k].outputs[0]).name.clone());
+            continue;
+        }
+        let target = outputs.get(&i).cloned().or_else(|| original[i].clone()).unwrap_or_else(|| {
+            tmp += 1;
+            format!("_r{tmp}")
+        });
+        let args: Vec<String> =
+            n.children.iter().map(|&c| name[usize::from(c)].clone().expect("children first")).collect();
+        let _ = writeln!(out, "    {target} = {op}({});", args.join(", "));
+        name[i] = Some(target);
+    }
+    // Outputs that are inputs or opaque results need a copy under their own name.
+    for (&c, o) in &outputs {
+        if name[c].as_deref() != Some(o.as_str()) {
+            let _ = writeln!(out, "    {o} = {};", name[c].clone().expect("computed"));
+        }
+    }
+    out.push_str("}\n");
+    out
+}
+
+/// Deterministic report of a rewrite (`texc emit --stage egraph`).
+pub fn print_plan(plan: &Plan, target: &str, kept_original: Option<&str>) -> String {
+    let (peak, bw) = nominal_machine(target);
+    let mut out = String::new();
+    let _ = writeln!(out, "egraph for {target} (nominal machine {peak} GFLOP/s, {bw} GB/s)");
+    let _ = writeln!(
+        out,
+        "  saturation: {} iterations, {} e-classes, {} e-nodes",
+        plan.iterations, plan.egraph_classes, plan.egraph_nodes
+    );
+    let _ = writeln!(
+        out,
+        "  rules fired: {}",
+        if plan.fired.is_empty() { "none".to_string() } else { plan.fired.join(", ") }
+    );
+    let _ = writeln!(
+        out,
+        "  estimated time: {:.3} µs as written, {:.3} µs chosen",
+        plan.original_cost / 1e3,
+        plan.best_cost / 1e3
+    );
+    let _ = writeln!(out, "  chosen term: {}", plan.best);
+    match kept_original {
+        Some(why) => {
+            let _ = writeln!(out, "  the graph as written is kept: {why}");
+        }
+        None => {
+            let _ = writeln!(out, "  chosen plan:");
+            for line in plan.display_source.lines() {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,159 @@
+//! The e-graph rewriter: each rewrite checked numerically against the
+//! program as written (on the interpreter, at several shapes), the chosen
+//! plans snapshotted, and saturation bounded on a long chain.
+
+use std::collections::HashMap;
+use texc_compiler::interp;
+use texc_compiler::{Bindings, Program, Session};
+use texc_tests::{rel_error, root};
+
+fn rewritten(src: &str, shapes: &[(&str, i64)]) -> (Program, texc_compiler::Rewritten) {
+    let mut s = Session::new();
+    let m = s
+        .load_text("r.tex", src, None)
+        .unwrap_or_else(|d| panic!("{}", texc_grammar::diagnostic::render_all(&d, &s.sources)));
+    let k = s.entry_kernel(m, None).expect("one kernel");
+    let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
+    let original = texc_compiler::build_program(&s, k, &b).expect("specializes");
+    let r = texc_compiler::build_rewritten(&s, k, &b, "x86-avx2").expect("rewrites");
+    (original, r)
+}
+
+fn same_results(a: &Program, b: &Program, seed: u64, tol: f64) {
+    let args = |p: &Program| interp::bind_args(p, HashMap::new(), &[], seed).expect("binds");
+    let (x, y) = (interp::run(a, args(a)).expect("runs"), interp::run(b, args(b)).expect("runs"));
+    for (u, v) in x.iter().zip(&y) {
+        let e = rel_error(v, u);
+        assert!(e <= tol, "rewritten differs by {e:e}");
+    }
+}
+
+const CONV_BN_RELU: &str = "import std.nn;
+kernel f(X: f32[N = 1, C = 4, H = 9, W = 7], Wt: f32[K = 6, C, 3, 3], g: f32[K], b: f32[K], m: f32[K], v: f32[K]) -> Y: f32[N, K, H, W] {
+    Y = relu(batch_norm(conv2d(X, Wt, pad = 1), g, b, m, v));
+}";
+
+#[test]
+fn batch_norm_folds_into_one_fused_convolution() {
+    for shapes in
+        [vec![], vec![("C", 3), ("H", 13), ("W", 5), ("K", 7)], vec![("N", 2), ("C", 1), ("H", 3), ("W", 3), ("K", 1)]]
+    {
+        let (original, r) = rewritten(CONV_BN_RELU, &shapes);
+        assert!(r.kept_original.is_none(), "{:?}", r.kept_original);
+        assert_eq!(r.plan.fired, vec!["bn-fold", "conv-bias-relu-fuse"]);
+        // One fused operator for the conv, bn and relu; the folding itself is weights-only.
+        let ops: Vec<&str> = r.program.ops.iter().map(|o| o.op.as_str()).collect();
+        assert_eq!(ops, vec!["bn_fold_weight", "bn_fold_bias", "conv2d_bias_relu"]);
+        assert!(r.plan.best_cost < r.plan.original_cost);
+        // The folded program needs positive variances to be comparable (sqrt).
+        let args = |p: &Program| {
+            let mut a = interp::bind_args(p, HashMap::new(), &[], 5).expect("binds");
+            for (param, arg) in p.params.iter().zip(a.iter_mut()) {
+                if let (texc_compiler::tir::ProgramParam::Tensor(t), interp::Arg::Tensor(x)) = (param, arg) {
+                    if p.tensor(*t).name == "v" {
+                        *x = texc_runtime::Tensor::from_f64(
+                            x.dtype(),
+                            x.shape.clone(),
+                            &x.to_f64().iter().map(|y| y.abs() + 0.5).collect::<Vec<_>>(),
+                        );
+                    }
+                }
+            }
+            a
+        };
+        let want = interp::run(&original, args(&original)).expect("runs");
+        let got = interp::run(&r.program, args(&r.program)).expect("runs");
+        let e = rel_error(&got[0], &want[0]);
+        assert!(e <= 1e-5, "bn folding changed results by {e:e}");
+    }
+}
+
+#[test]
+fn bias_and_relu_fuse_into_the_convolution() {
+    let src = "import std.nn;
+kernel f(X: f32[N = 1, C = 3, H = 8, W = 11], Wt: f32[K = 5, C, 3, 3], b: f32[K]) -> Y: f32[N, K, H - 2, W - 2] {
+    Y = relu(bias_add(conv2d(X, Wt), b));
+}";
+    let (original, r) = rewritten(src, &[]);
+    let ops: Vec<&str> = r.program.ops.iter().map(|o| o.op.as_str()).collect();
+    assert_eq!(ops, vec!["conv2d_bias_relu"]);
+    same_results(&original, &r.program, 3, 1e-5);
+}
+
+#[test]
+fn transposes_cancel() {
+    let src = "import std.nn;
+kernel f(X: f32[M = 5, N = 3]) -> Y: f32[M, N] { T = transpose(X); Y = transpose(T); }";
+    let (original, r) = rewritten(src, &[]);
+    assert_eq!(r.plan.fired, vec!["transpose-cancel"]);
+    assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["copy"]);
+    same_results(&original, &r.program, 1, 0.0);
+}
+
+#[test]
+fn matmul_distributes_when_it_saves_work() {
+    let src = "import std.nn;
+kernel f(A: f32[M = 32, K = 48], B: f32[K, N = 40], C: f32[K, N]) -> Y: f32[M, N] {
+    Y = add(matmul(A, B), matmul(A, C));
+}";
+    let (original, r) = rewritten(src, &[]);
+    assert!(r.plan.fired.contains(&"matmul-distribute".to_string()));
+    let ops: Vec<&str> = r.program.ops.iter().map(|o| o.op.as_str()).collect();
+    assert_eq!(ops, vec!["add", "matmul"]);
+    same_results(&original, &r.program, 2, 1e-5);
+}
+
+#[test]
+fn user_definitions_survive_rewriting() {
+    let src = "import std.nn;
+kernel f(X: f32[N = 1, C = 2, H = 6, W = 6], Wt: f32[K = 3, C, 3, 3], b: f32[K]) -> Y: f32[N, K, 4, 4] {
+    Xs[n, c, h, w] = X[n, c, h, w] * 2.0;
+    Z = bias_add(conv2d(Xs, Wt), b);
+    Y[n, k, h, w] = Z[n, k, h, w] + 1.0;
+}";
+    let (original, r) = rewritten(src, &[]);
+    assert!(r.kept_original.is_none(), "{:?}", r.kept_original);
+    let ops: Vec<&str> = r.program.ops.iter().map(|o| o.op.as_str()).collect();
+    assert_eq!(ops, vec!["compute", "conv2d_bias", "compute"]);
+    same_results(&original, &r.program, 4, 1e-5);
+}
+
+#[test]
+fn a_resnet_sized_chain_rewrites_quickly() {
+    let mut src = String::from("import std.nn;\nkernel chain(X: f32[N = 1, C = 8, H = 8, W = 8]");
+    let layers = 20;
+    for l in 0..layers {
+        src.push_str(&format!(", W{l}: f32[C, C, 3, 3], g{l}: f32[C], b{l}: f32[C], m{l}: f32[C], v{l}: f32[C]"));
+    }
+    src.push_str(") -> Y: f32[N, C, H, W] {\n    T0 = X;\n");
+    for l in 0..layers {
+        src.push_str(&format!(
+            "    T{} = relu(batch_norm(conv2d(T{l}, W{l}, pad = 1), g{l}, b{l}, m{l}, v{l}));\n",
+            l + 1
+        ));
+    }
+    src.push_str(&format!("    Y = T{layers};\n}}\n"));
+    let start = std::time::Instant::now();
+    let (_, r) = rewritten(&src, &[]);
+    assert!(start.elapsed().as_secs_f64() < 2.0 * 4.0, "debug builds are slower; release takes well under 2 s");
+    assert!(r.kept_original.is_none(), "{:?}", r.kept_original);
+    let fused = r.program.ops.iter().filter(|o| o.op == "conv2d_bias_relu").count();
+    assert_eq!(fused, layers);
+}
+
+#[test]
+fn plans_of_the_examples() {
+    let mut out = String::new();
+    for file in ["conv_bn_relu", "depthwise", "pooling", "norms"] {
+        let mut s = Session::new();
+        let m = s.load_root(&root().join(format!("examples/{file}.tex"))).expect("loads");
+        for i in 0..s.module(m).kernels.len() {
+            let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
+            let r = texc_compiler::build_rewritten(&s, k, &Bindings::default(), "x86-avx2").expect("rewrites");
+            out.push_str(&texc_compiler::rewrite::print_plan(&r.plan, "x86-avx2", r.kept_original.as_deref()));
+        }
+    }
+    // Paths differ between checkouts.
+    let out = out.replace(&format!("{}/", root().display()), "");
+    insta::assert_snapshot!("egraph_plans", out);
+}
