@@ -938,6 +938,14 @@ impl<'ctx> Gen<'ctx, '_> {
         ty: Ty,
         mode: Mode<'ctx>,
     ) -> R<BasicValueEnum<'ctx>> {
+        // A condition that is the same in every lane is a branch, not a mask:
+        // only the taken side runs.
+        if let Mode::Vector { var, .. } = mode {
+            if lin_coeff(&self.f.p, c, var) == Some(0) && !reads_memory(&self.f.p, c) {
+                let cs = self.expr(fr, c, Mode::Scalar)?.into_int_value();
+                return self.branch(fr, cs, a, b, self.ty_in(ty, mode), mode);
+            }
+        }
         let cv = self.expr(fr, c, mode)?;
         match mode {
             Mode::Vector { .. } => {
@@ -973,6 +981,34 @@ impl<'ctx> Gen<'ctx, '_> {
                 Ok(phi.as_basic_value())
             }
         }
+    }
+
+    /// `if c { a } else { b }` with a phi of type `ty`.
+    fn branch(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        c: IntValue<'ctx>,
+        a: TExprId,
+        b: TExprId,
+        ty: BasicTypeEnum<'ctx>,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let then_bb = self.cx.append_basic_block(fr.func, "br.then");
+        let else_bb = self.cx.append_basic_block(fr.func, "br.else");
+        let merge = self.cx.append_basic_block(fr.func, "br.end");
+        self.b.build_conditional_branch(c, then_bb, else_bb)?;
+        self.b.position_at_end(then_bb);
+        let x = self.expr(fr, a, mode)?;
+        let x_end = self.b.get_insert_block().expect("positioned");
+        self.b.build_unconditional_branch(merge)?;
+        self.b.position_at_end(else_bb);
+        let y = self.expr(fr, b, mode)?;
+        let y_end = self.b.get_insert_block().expect("positioned");
+        self.b.build_unconditional_branch(merge)?;
+        self.b.position_at_end(merge);
+        let phi = self.b.build_phi(ty, "br")?;
+        phi.add_incoming(&[(&x, x_end), (&y, y_end)]);
+        Ok(phi.as_basic_value())
     }
 
     fn compare(&self, op: BinOp, x: BasicValueEnum<'ctx>, y: BasicValueEnum<'ctx>, oty: Ty) -> R<BasicValueEnum<'ctx>> {

@@ -89,6 +89,10 @@ fn shape_of(op: &str, ch: &[Info]) -> Option<Vec<i64>> {
             let out = |h: i64, r: i64| (h + 2 * pad - dil * (r - 1) - 1).div_euclid(stride.max(1)) + 1;
             vec![x[0], w[0], out(x[2], w[2]), out(x[3], w[3])]
         }
+        "conv2d_winograd_f2" | "conv2d_1x1" => {
+            let (x, w) = (s(0)?, s(1)?);
+            vec![x[0], w[0], x[2], x[3]]
+        }
         "matmul" => vec![s(0)?[0], s(1)?[1]],
         "batch_norm" | "relu" | "relu6" | "sigmoid" | "tanh" | "gelu" | "silu" | "leaky_relu" | "bias_add" | "add"
         | "sub" | "mul" | "div" | "bn_fold_weight" | "bn_fold_bias" | "softmax" | "layer_norm" => s(0)?.to_vec(),
@@ -125,11 +129,34 @@ fn op_cost(op: &str, ch: &[Info], out: &Info, opaque: &HashMap<String, (f64, f64
     let bytes_in: f64 = ch.iter().filter_map(shape).map(numel).sum::<f64>() * 4.0;
     let o = shape(out).map(numel).unwrap_or(0.0);
     let bytes = bytes_in + o * 4.0;
-    let flops = match op {
+    // Intermediate tensors that these operators materialize.
+    let padded = |pad: i64| {
+        ch.first().and_then(shape).map_or(0.0, |x| (x[0] * x[1]) as f64 * ((x[2] + 2 * pad) * (x[3] + 2 * pad)) as f64)
+    };
+    let (flops, extra) = match op {
         "conv2d" | "conv2d_bias" | "conv2d_bias_relu" => {
             let w = ch.get(1).and_then(shape).map_or(0.0, |w| (w[1] * w[2] * w[3]) as f64);
-            o * 2.0 * w + if op == "conv2d" { 0.0 } else { o } + if op == "conv2d_bias_relu" { o } else { 0.0 }
+            let pad = ch.get(if op == "conv2d" { 2 } else { 3 }).and_then(num).unwrap_or(0);
+            let f = o * 2.0 * w + if op == "conv2d" { 0.0 } else { o } + if op == "conv2d_bias_relu" { o } else { 0.0 };
+            (f, 2.0 * padded(pad))
         }
+        "conv2d_winograd_f2" => {
+            // Per 2×2 tile and (k, c): 16 multiply-adds; transforms are O(N·C·H·W) and O(N·K·H·W).
+            let c = ch.first().and_then(shape).map_or(0.0, |x| x[1] as f64);
+            let k = ch.get(1).and_then(shape).map_or(0.0, |w| w[0] as f64);
+            let tiles = o / k.max(1.0) / 4.0;
+            let v = tiles * c * 16.0; // input tiles transformed
+            let m = tiles * k * 16.0; // products before the output transform
+            (2.0 * 16.0 * tiles * k * c + 8.0 * v + 6.0 * m, 2.0 * (padded(1) + v + m))
+        }
+        _ => (op_flops(op, ch, o), 0.0),
+    };
+    (flops, bytes + extra * 4.0)
+}
+
+fn op_flops(op: &str, ch: &[Info], o: f64) -> f64 {
+    match op {
+        "conv2d_1x1" => 2.0 * o * ch.first().and_then(shape).map_or(0.0, |x| x[1] as f64),
         "matmul" => {
             let k = ch.first().and_then(shape).map_or(0.0, |a| a[1] as f64);
             2.0 * o * k
@@ -139,8 +166,7 @@ fn op_cost(op: &str, ch: &[Info], out: &Info, opaque: &HashMap<String, (f64, f64
         "bn_fold_bias" => 5.0 * o,
         "transpose" => 0.0,
         _ => o,
-    };
-    (flops, bytes)
+    }
 }
 
 struct RooflineCost<'a> {
@@ -163,8 +189,9 @@ impl CostFunction<SymbolLang> for RooflineCost<'_> {
         let ch: Vec<Info> = enode.children.iter().map(|&c| self.egraph[c].data.clone()).collect();
         let out = shape_of(enode.op.as_str(), &ch).map_or(Info::Other, Info::Shape);
         let (flops, bytes) = op_cost(enode.op.as_str(), &ch, &out, &self.egraph.analysis.opaque_cost);
-        // Nanoseconds on the nominal machine.
-        children + (flops / self.peak).max(bytes / self.bw)
+        // Nanoseconds on the nominal machine; of two plans that take the same
+        // time, the one that moves fewer bytes wins.
+        children + (flops / self.peak).max(bytes / self.bw) + 1e-6 * bytes / self.bw
     }
 }
 
@@ -188,7 +215,23 @@ pub fn rules() -> Vec<Rewrite<SymbolLang, Shapes>> {
         rw!("transpose-cancel-4"; "(transpose (transpose ?x 3 2 1 0) 3 2 1 0)" => "?x"),
         // Distributivity: A·B + A·C = A·(B + C), one matmul instead of two.
         rw!("matmul-distribute"; "(add (matmul ?a ?b) (matmul ?a ?c))" => "(matmul ?a (add ?b ?c))"),
+        // A 1×1 convolution (no padding, stride 1, one group) is a matrix
+        // product per image: Y[n] = W[:, :, 0, 0] · X[n].
+        rw!("conv1x1-matmul"; "(conv2d ?x ?w 0 1 ?d 1)" => "(conv2d_1x1 ?x ?w)" if filter_is("?w", 1)),
+        // Winograd F(2×2, 3×3) for 3×3, stride 1, pad 1, one group, even H and W:
+        // Y = Aᵀ[(G g Gᵀ) ⊙ (Bᵀ d B)]A per 2×2 tile (Lavin & Gray 2016).
+        rw!("conv3x3-winograd"; "(conv2d ?x ?w 1 1 1 1)" => "(conv2d_winograd_f2 ?x ?w)" if filter_is("?w", 3) if even_image("?x")),
     ]
+}
+
+fn filter_is(var: &str, size: i64) -> impl Fn(&mut EGraph<SymbolLang, Shapes>, Id, &egg::Subst) -> bool {
+    let v: egg::Var = var.parse().expect("a pattern variable");
+    move |g, _, subst| matches!(&g[subst[v]].data, Info::Shape(s) if s.len() == 4 && s[2] == size && s[3] == size)
+}
+
+fn even_image(var: &str) -> impl Fn(&mut EGraph<SymbolLang, Shapes>, Id, &egg::Subst) -> bool {
+    let v: egg::Var = var.parse().expect("a pattern variable");
+    move |g, _, subst| matches!(&g[subst[v]].data, Info::Shape(s) if s.len() == 4 && s[2] % 2 == 0 && s[3] % 2 == 0 && s[2] > 0)
 }
 
 /// The result of rewriting a kernel.

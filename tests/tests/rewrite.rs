@@ -157,3 +157,43 @@ fn plans_of_the_examples() {
     let out = out.replace(&format!("{}/", root().display()), "");
     insta::assert_snapshot!("egraph_plans", out);
 }
+
+#[test]
+fn winograd_is_chosen_for_the_resnet_layer_and_matches_direct_convolution() {
+    let src = "import std.nn;
+kernel layer(X: f32[N = 1, C = 64, H = 56, W = 56], Wt: f32[K = 64, C, 3, 3]) -> Y: f32[N, K, H, W] {
+    Y = conv2d(X, Wt, pad = 1);
+}";
+    let (_, r) = rewritten(src, &[]);
+    assert_eq!(r.plan.fired, vec!["conv3x3-winograd"]);
+    assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_winograd_f2"]);
+    // Numerics at smaller sizes (where the cost model would keep the direct
+    // convolution, so call both forms): F(2,3) within 1e-5.
+    let both = "import std.nn;
+kernel f(X: f32[N = 1, C = 3, H = 8, W = 6], Wt: f32[K = 5, C, 3, 3]) -> (D: f32[N, K, H, W], G: f32[N, K, H, W]) {
+    D = conv2d(X, Wt, pad = 1);
+    G = conv2d_winograd_f2(X, Wt);
+}";
+    for shapes in [
+        vec![],
+        vec![("N", 2), ("C", 7), ("H", 4), ("W", 10), ("K", 2)],
+        vec![("C", 64), ("H", 56), ("W", 56), ("K", 2)],
+    ] {
+        let (p, _) = rewritten(both, &shapes);
+        let out = interp::run(&p, interp::bind_args(&p, HashMap::new(), &[], 8).expect("binds")).expect("runs");
+        let e = rel_error(&out[1], &out[0]);
+        assert!(e <= 1e-5, "Winograd differs from direct convolution by {e:e} at {shapes:?}");
+    }
+    // Odd images keep the direct convolution.
+    let (_, r) = rewritten(src, &[("H", 7), ("W", 7), ("C", 4), ("K", 4)]);
+    assert!(!r.plan.fired.contains(&"conv3x3-winograd".to_string()));
+}
+
+#[test]
+fn a_1x1_convolution_becomes_a_matrix_product() {
+    let src = "import std.nn;
+kernel pw(X: f32[N = 2, C = 6, H = 5, W = 7], Wt: f32[K = 9, C, 1, 1]) -> Y: f32[N, K, H, W] { Y = conv2d(X, Wt); }";
+    let (original, r) = rewritten(src, &[]);
+    assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_1x1"]);
+    same_results(&original, &r.program, 6, 1e-5);
+}
