@@ -962,24 +962,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 let y = self.expr(fr, b, mode)?;
                 Ok(self.b.build_select(cv.into_int_value(), x, y, "sel")?)
             }
-            Mode::Scalar => {
-                let then_bb = self.cx.append_basic_block(fr.func, "sel.then");
-                let else_bb = self.cx.append_basic_block(fr.func, "sel.else");
-                let merge = self.cx.append_basic_block(fr.func, "sel.end");
-                self.b.build_conditional_branch(cv.into_int_value(), then_bb, else_bb)?;
-                self.b.position_at_end(then_bb);
-                let x = self.expr(fr, a, mode)?;
-                let x_end = self.b.get_insert_block().expect("positioned");
-                self.b.build_unconditional_branch(merge)?;
-                self.b.position_at_end(else_bb);
-                let y = self.expr(fr, b, mode)?;
-                let y_end = self.b.get_insert_block().expect("positioned");
-                self.b.build_unconditional_branch(merge)?;
-                self.b.position_at_end(merge);
-                let phi = self.b.build_phi(self.scalar_ty(ty), "sel")?;
-                phi.add_incoming(&[(&x, x_end), (&y, y_end)]);
-                Ok(phi.as_basic_value())
-            }
+            Mode::Scalar => self.branch(fr, cv.into_int_value(), a, b, self.scalar_ty(ty), mode),
         }
     }
 
