@@ -197,3 +197,59 @@ kernel pw(X: f32[N = 2, C = 6, H = 5, W = 7], Wt: f32[K = 9, C, 1, 1]) -> Y: f32
     assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_1x1"]);
     same_results(&original, &r.program, 6, 1e-5);
 }
+
+#[test]
+fn random_operator_chains_rewrite_without_changing_results() {
+    // Chains of std.nn calls that the rules can rewrite (or not), at odd
+    // sizes: the rewriter never fails, and the program it keeps or builds
+    // computes what the program as written computes.
+    let unary = [
+        "relu(T)",
+        "bias_add(T, b)",
+        "batch_norm(T, g, b, m, v)",
+        "conv2d(T, Wt, pad = 1)",
+        "conv2d(T, W1)",
+        "sigmoid(T)",
+        "transpose(transpose(T))",
+    ];
+    let mut rng = texc_runtime::SplitMix64::new(17);
+    let mut used = 0;
+    for trial in 0..24 {
+        let mut body = String::from("    T0 = X;\n");
+        let n = 1 + rng.next_u64() % 4;
+        for l in 0..n {
+            let op = unary[(rng.next_u64() % unary.len() as u64) as usize].replace('T', &format!("T{l}"));
+            body.push_str(&format!("    T{} = {op};\n", l + 1));
+        }
+        body.push_str(&format!("    Y = T{n};\n"));
+        let src = format!(
+            "import std.nn;\nkernel f(X: f32[N = 1, C = 4, H = 6, W = 5], Wt: f32[C, C, 3, 3], W1: f32[C, C, 1, 1], g: f32[C], b: f32[C], m: f32[C], v: f32[C]) -> Y: f32[N, C, H, W] {{\n{body}}}"
+        );
+        let (original, r) = rewritten(&src, &[]);
+        match &r.kept_original {
+            Some(why) => assert!(why == "no cheaper plan", "trial {trial}: {why}\n{src}"),
+            None => used += 1,
+        }
+        // Positive variances keep batch_norm (and its folding) finite.
+        let args = |p: &Program| {
+            let mut a = interp::bind_args(p, HashMap::new(), &[], trial).expect("binds");
+            for (param, arg) in p.params.iter().zip(a.iter_mut()) {
+                if let (texc_compiler::tir::ProgramParam::Tensor(t), interp::Arg::Tensor(x)) = (param, arg) {
+                    if p.tensor(*t).name == "v" {
+                        *x = texc_runtime::Tensor::from_f64(
+                            x.dtype(),
+                            x.shape.clone(),
+                            &x.to_f64().iter().map(|y| y.abs() + 0.5).collect::<Vec<_>>(),
+                        );
+                    }
+                }
+            }
+            a
+        };
+        let want = interp::run(&original, args(&original)).expect("runs");
+        let got = interp::run(&r.program, args(&r.program)).expect("runs");
+        let e = rel_error(&got[0], &want[0]);
+        assert!(e <= 1e-5, "trial {trial}: rewriting changed results by {e:e}\n{src}\n{}", r.plan.source);
+    }
+    assert!(used >= 6, "only {used} of 24 chains were rewritten");
+}
