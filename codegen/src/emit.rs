@@ -1156,6 +1156,7 @@ impl<'ctx> Gen<'ctx, '_> {
             self.call(f, &[a[0]])
         };
         match f {
+            Builtin::Exp if ty == Ty::Elem(ElemType::F32) && mode.lanes().is_some() => self.vector_expf(a[0], mode),
             Builtin::Exp => un("llvm.exp"),
             Builtin::Log => un("llvm.log"),
             Builtin::Sqrt => un("llvm.sqrt"),
@@ -1207,6 +1208,50 @@ impl<'ctx> Gen<'ctx, '_> {
             }
             Builtin::Select => unreachable!("handled lazily"),
         }
+    }
+
+    /// `exp` on f32 vectors without a libm call per lane (Cephes `expf`):
+    /// exp(x) = 2^k · p(r), k = round(x·log2 e), r = x − k·ln 2 in two parts,
+    /// p a degree-7 polynomial; about 1 ulp, denormal results included.
+    fn vector_expf(&self, x: BasicValueEnum<'ctx>, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let ty = Ty::Elem(ElemType::F32);
+        let t = self.ty_in(ty, mode);
+        let c = |v: f64| self.const_of(ty, 0, v, mode);
+        let call2 = |name: &str, a: BasicValueEnum<'ctx>, b: BasicValueEnum<'ctx>| -> R<BasicValueEnum<'ctx>> {
+            self.call(self.intrinsic(name, &[t])?, &[a, b])
+        };
+        let mul = |a, b| self.arith(BinOp::Mul, a, b, ty);
+        let add = |a, b| self.arith(BinOp::Add, a, b, ty);
+        let sub = |a, b| self.arith(BinOp::Sub, a, b, ty);
+        let xc = call2("llvm.minimum", call2("llvm.maximum", x, c(-104.0)?)?, c(88.8)?)?;
+        let k = self.call(self.intrinsic("llvm.roundeven", &[t])?, &[mul(xc, c(std::f64::consts::LOG2_E)?)?])?;
+        let r = sub(sub(xc, mul(k, c(0.693359375)?)?)?, mul(k, c(-2.121_944_4e-4)?)?)?;
+        let mut poly = c(1.987_569_15e-4)?;
+        for coef in [1.398_199_950_7e-3, 8.333_451_907_3e-3, 4.166_579_589_4e-2, 1.666_666_545_9e-1, 5.000_000_120_1e-1]
+        {
+            poly = add(mul(poly, r)?, c(coef)?)?;
+        }
+        let p = add(add(mul(poly, mul(r, r)?)?, r)?, c(1.0)?)?;
+        // 2^k = 2^(k>>1) · 2^(k - (k>>1)), each a biased exponent field, so
+        // that k ∈ [-150, 128] (denormal results included) never overflows the field.
+        let lanes = mode.lanes().expect("vector mode");
+        let i32v = self.cx.i32_type().vec_type(lanes);
+        let sat = self.intrinsic("llvm.fptosi.sat", &[i32v.into(), t])?;
+        let ki = self.call(sat, &[k])?.into_vector_value();
+        let splat_i = |v: u64| VectorType::const_vector(&vec![self.cx.i32_type().const_int(v, false); lanes as usize]);
+        let half = self.b.build_right_shift(ki, splat_i(1), true, "kh")?;
+        let rest = self.b.build_int_sub(ki, half, "kr")?;
+        let field = |e: VectorValue<'ctx>| -> R<BasicValueEnum<'ctx>> {
+            let biased = self.b.build_int_add(e, splat_i(127), "e")?;
+            let shifted = self.b.build_left_shift(biased, splat_i(23), "e")?;
+            Ok(self.b.build_bit_cast(shifted, t, "pow2")?)
+        };
+        let y = mul(mul(p, field(half)?)?, field(rest)?)?;
+        // Outside the clamp range: overflow to infinity, underflow to zero (NaN passes through).
+        let big = self.compare(BinOp::Gt, x, c(88.722_83)?, ty)?;
+        let y = self.sel(big, c(f64::INFINITY)?, y)?;
+        let small = self.compare(BinOp::Lt, x, c(-104.0)?, ty)?;
+        self.sel(small, c(0.0)?, y)
     }
 
     /// A C math library call, lane by lane in vector code; f16 goes through f32.

@@ -3,6 +3,8 @@
 //! - Element-wise temporaries whose consumers are all element-wise are
 //!   inlined (fused) into them; producers of reductions stay materialized,
 //!   so that they are not recomputed for every reduction step.
+//! - Float reductions along rows are factored into vector-width partial
+//!   results first (`normalize::rfactor`), so that they vectorize.
 //! - Reductions run with their reduction loops outside the innermost
 //!   spatial loop, so that the innermost loop writes contiguous memory —
 //!   unless they reduce along rows (`max[d](X[n, d])`): then the reduction
@@ -53,8 +55,17 @@ pub fn vector_lanes(target: &str) -> i64 {
 pub fn default_schedule(p: &mut Program, target: &str) -> Schedules {
     default_inlining(p);
     hoist_reductions(p);
-    let mut s = Schedules::new(p);
     let lanes = vector_lanes(target);
+    // Row reductions of floats are factored so that their partial results vectorize.
+    let mut si = 0;
+    while si < p.stages.len() {
+        let float = p.tensor(p.stages[si].tensor).elem.is_float();
+        if float && reduces_along_rows(p, &p.stages[si]) && crate::normalize::rfactor(p, si, lanes) {
+            si += 1;
+        }
+        si += 1;
+    }
+    let mut s = Schedules::new(p);
     for (si, ss) in s.stages.iter_mut().enumerate() {
         let st = &p.stages[si];
         if reduces_along_rows(p, st) {

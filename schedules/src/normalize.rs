@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use texc_compiler::tir::*;
 use texc_compiler::types::ElemType;
+use texc_grammar::ast::BinOp;
 
 /// Deep-copy `e`, replacing `Var(v)` by `vars[v]` where present and renaming
 /// reduction variables by `rename`.
@@ -122,5 +123,80 @@ fn replace_loads(p: &mut Program, e: TExprId, st: &Stage) {
             let copy = subst(p, st.value, &vars, &HashMap::new());
             p.exprs[e.0 as usize] = p.exprs[copy.0 as usize].clone();
         }
+    }
+}
+
+/// Factor a row reduction so that it vectorizes (TVM's `rfactor`):
+///
+/// ```text
+/// T[s] = op[r < E](body(r))
+///   ⇒  T.rf[s, l < L] = op[q < ⌈E/L⌉](select(q·L + l < E, body(q·L + l), identity))
+///      T[s]          = op[l < L](T.rf[s, l])
+/// ```
+///
+/// The `L` partial results are independent, so the first stage runs with
+/// `l` as a vector of lanes; reassociating the reduction changes float
+/// rounding only. Applies to stages whose value is one reduction over one
+/// variable; returns whether it did.
+pub fn rfactor(p: &mut Program, si: usize, lanes: i64) -> bool {
+    let st = p.stages[si].clone();
+    let TExpr::Reduce(op, rvars, body) = p.expr(st.value).clone() else { return false };
+    let [r] = rvars[..] else { return false };
+    let elem = p.tensor(st.tensor).elem;
+    let Ty::Elem(_) = p.ty(st.value) else { return false };
+    let extent = st.vars[r as usize].extent;
+    if extent < 2 * lanes || st.vars.len() != st.n_axes + 1 {
+        return false;
+    }
+    let span = st.span;
+    let n = st.n_axes as VarId;
+    let (l, q) = (n, n + 1);
+    let outer = (extent + lanes - 1) / lanes;
+    // r = q·L + l
+    let qv = p.alloc(TExpr::Var(q), Ty::Index, span);
+    let lk = p.alloc(TExpr::Int(lanes), Ty::Index, span);
+    let lv = p.alloc(TExpr::Var(l), Ty::Index, span);
+    let ql = p.alloc(TExpr::Binary(BinOp::Mul, qv, lk), Ty::Index, span);
+    let rexpr = p.alloc(TExpr::Binary(BinOp::Add, ql, lv), Ty::Index, span);
+    let term = subst(p, body, &HashMap::from([(r, rexpr)]), &HashMap::new());
+    let term = if extent % lanes == 0 {
+        term
+    } else {
+        let e = p.alloc(TExpr::Int(extent), Ty::Index, span);
+        let cond = p.alloc(TExpr::Binary(BinOp::Lt, rexpr, e), Ty::Elem(ElemType::Bool), span);
+        let id = p.alloc(reduce_identity(op, elem), p.ty(st.value), span);
+        p.alloc(TExpr::Call(texc_compiler::resolve::Builtin::Select, vec![cond, term, id]), p.ty(st.value), span)
+    };
+    let partial = p.alloc(TExpr::Reduce(op, vec![q], term), p.ty(st.value), span);
+    let mut shape: Vec<i64> = st.vars[..st.n_axes].iter().map(|v| v.extent).collect();
+    shape.push(lanes);
+    let name = format!("{}.rf", p.tensor(st.tensor).name);
+    p.tensors.push(TensorDecl { name, elem, shape, role: TensorRole::Temp, span });
+    let t = TensorId(p.tensors.len() as u32 - 1);
+    let mut vars: Vec<VarDecl> = st.vars[..st.n_axes].to_vec();
+    vars.push(VarDecl { name: format!("{}.l", st.vars[r as usize].name), extent: lanes });
+    vars.push(VarDecl { name: format!("{}.q", st.vars[r as usize].name), extent: outer });
+    // The final reduction over the lanes.
+    let idx: Vec<TExprId> = (0..=n).map(|v| p.alloc(TExpr::Var(v), Ty::Index, span)).collect();
+    let load = p.alloc(TExpr::Load(t, idx), Ty::Elem(elem), span);
+    let total = p.alloc(TExpr::Reduce(op, vec![n], load), p.ty(st.value), span);
+    let mut final_vars: Vec<VarDecl> = st.vars[..st.n_axes].to_vec();
+    final_vars.push(VarDecl { name: format!("{}.l", st.vars[r as usize].name), extent: lanes });
+    p.stages[si] = Stage { tensor: st.tensor, vars: final_vars, n_axes: st.n_axes, value: total, span };
+    p.stages.insert(si, Stage { tensor: t, vars, n_axes: st.n_axes + 1, value: partial, span });
+    true
+}
+
+fn reduce_identity(op: texc_compiler::resolve::ReduceOp, elem: ElemType) -> TExpr {
+    use texc_compiler::resolve::ReduceOp::*;
+    match (op, elem.is_float()) {
+        (Sum, true) => TExpr::Float(0.0),
+        (Prod, true) => TExpr::Float(1.0),
+        (Max, true) => TExpr::Float(f64::NEG_INFINITY),
+        (Min, true) => TExpr::Float(f64::INFINITY),
+        (Sum, false) => TExpr::Int(0),
+        (Prod, false) => TExpr::Int(1),
+        (Max, false) => TExpr::Int(i64::MIN),
+        (Min, false) => TExpr::Int(i64::MAX),
     }
 }
