@@ -1236,8 +1236,11 @@ impl<'ctx> Gen<'ctx, '_> {
         // that k ∈ [-150, 128] (denormal results included) never overflows the field.
         let lanes = mode.lanes().expect("vector mode");
         let i32v = self.cx.i32_type().vec_type(lanes);
-        let sat = self.intrinsic("llvm.fptosi.sat", &[i32v.into(), t])?;
-        let ki = self.call(sat, &[k])?.into_vector_value();
+        // k is in [-150, 128] or NaN (then the result is NaN anyway): make it
+        // a number so that the plain conversion is defined.
+        let is_num = self.compare(BinOp::Eq, k, k, ty)?;
+        let k = self.sel(is_num, k, c(0.0)?)?;
+        let ki = self.b.build_float_to_signed_int(k.into_vector_value(), i32v, "k")?;
         let splat_i = |v: u64| VectorType::const_vector(&vec![self.cx.i32_type().const_int(v, false); lanes as usize]);
         let half = self.b.build_right_shift(ki, splat_i(1), true, "kh")?;
         let rest = self.b.build_int_sub(ki, half, "kr")?;
