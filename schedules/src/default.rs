@@ -9,7 +9,9 @@
 //!   spatial loop, so that the innermost loop writes contiguous memory —
 //!   unless they reduce along rows (`max[d](X[n, d])`): then the reduction
 //!   runs innermost over contiguous memory and the rows run in parallel.
-//! - The innermost spatial loop is split by the vector width and vectorized.
+//! - The innermost spatial loop is split by the vector width and vectorized;
+//!   when that row is short, rows of the next spatial loop are unrolled
+//!   inside the reduction loops (register blocking, ~12 accumulators).
 //! - Outer spatial loops are fused until there is enough parallel work
 //!   (≥ 64 iterations), and that loop runs on the thread pool.
 //!
@@ -132,6 +134,34 @@ fn schedule_row_reduction(ss: &mut StageSchedule, n_axes: usize) {
     }
 }
 
+/// Accumulators a reduction keeps in registers: about 12 of 16 ymm registers.
+const ACCUMULATORS: i64 = 12;
+
+/// Register blocking for reductions whose innermost row is short: rows of
+/// the next spatial axis are unrolled inside the reduction loops, so that
+/// ~12 independent accumulator vectors hide the FMA latency.
+fn register_block(ss: &mut StageSchedule, n_axes: usize, lanes: i64) {
+    let span = Span::default();
+    if ss.ivs.len() == n_axes || n_axes < 2 {
+        return;
+    }
+    let row = ss.ivs[n_axes - 1].extent;
+    let vectors = if row >= lanes { (row + lanes - 1) / lanes } else { row.max(1) };
+    let a = n_axes - 2;
+    let f = (ACCUMULATORS / vectors).min(ss.ivs[a].extent);
+    if vectors > 6 || f < 2 {
+        return;
+    }
+    let name = ss.ivs[a].name.clone();
+    let (_, r) = ss.split(a, f, (&format!("{name}.b"), span), (&format!("{name}.r"), span), span).expect("fresh names");
+    // Move the unrolled rows inside the reduction loops: `reorder` keeps the
+    // positions of the loops it lists, so listing the reductions first puts
+    // the rows right after them.
+    let moved: Vec<usize> = ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce).chain([r]).collect();
+    ss.reorder(&moved, span).expect("distinct leaves");
+    ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
+}
+
 fn schedule_stage(ss: &mut StageSchedule, n_axes: usize, lanes: i64) {
     let span = Span::default();
     if n_axes == 0 {
@@ -152,6 +182,7 @@ fn schedule_stage(ss: &mut StageSchedule, n_axes: usize, lanes: i64) {
             .expect("fresh names");
         ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
     }
+    register_block(ss, n_axes, lanes);
     // Fuse leading spatial loops until there is enough parallel work.
     let mut outer = ss.leaves[0];
     if ss.ivs[outer].reduce || ss.leaves.len() == 1 && ss.ivs[outer].kind == ForKind::Vectorized {
