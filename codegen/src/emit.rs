@@ -673,6 +673,40 @@ impl<'ctx> Gen<'ctx, '_> {
                             }
                         }
                     }
+                    // Small constant strides: one wide masked load of the span, then a
+                    // shuffle that keeps every s-th element (no gather).
+                    Some(stride @ 2..=4) => {
+                        let p = self.lane0_address(fr, t, idx, var, base, mty)?;
+                        let wide_lanes = lanes * stride as u32;
+                        let wt = self.vec_ty(mty, wide_lanes);
+                        let i32t = self.cx.i32_type();
+                        let bool_t = self.cx.bool_type();
+                        let pattern: Vec<_> = (0..wide_lanes)
+                            .map(|j| if j % stride as u32 == 0 { bool_t.const_all_ones() } else { bool_t.const_zero() })
+                            .collect();
+                        let mut wide_mask = VectorType::const_vector(&pattern);
+                        if let Some(m) = mask {
+                            let spread: Vec<_> =
+                                (0..wide_lanes).map(|j| i32t.const_int((j / stride as u32) as u64, false)).collect();
+                            let mw = self.b.build_shuffle_vector(
+                                m,
+                                m.get_type().get_poison(),
+                                VectorType::const_vector(&spread),
+                                "mw",
+                            )?;
+                            wide_mask = self.b.build_and(wide_mask, mw, "mw")?;
+                        }
+                        let f = self.intrinsic("llvm.masked.load", &[wt.into(), p.get_type().into()])?;
+                        let al = i32t.const_int(align as u64, false);
+                        let wide = self
+                            .call(f, &[p.into(), al.into(), wide_mask.into(), wt.const_zero().into()])?
+                            .into_vector_value();
+                        let pick: Vec<_> =
+                            (0..lanes).map(|l| i32t.const_int((l * stride as u32) as u64, false)).collect();
+                        self.b
+                            .build_shuffle_vector(wide, wt.get_poison(), VectorType::const_vector(&pick), "strided")?
+                            .into()
+                    }
                     _ => {
                         let ptrs = self.lane_addresses(fr, t, idx, mode, elem)?;
                         let f = self.intrinsic("llvm.masked.gather", &[vt.into(), ptrs.get_type().into()])?;
