@@ -211,3 +211,16 @@ pub fn randomly_scheduled(base: &Program, rng: &mut SplitMix64) -> texc_schedule
     texc_schedules::verify::verify(&f).expect("verifies");
     f
 }
+
+/// An example at the given sizes, with its own `x86-avx2` schedule applied:
+/// the specialized program and its loop nests.
+pub fn example_with_its_schedule(file: &str, shapes: &[(&str, i64)]) -> (Program, texc_schedules::LoopFunc) {
+    let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
+    let mut s = Session::new();
+    let m = s.load_root(&root().join(file)).expect("loads");
+    let k = s.entry_kernel(m, None).expect("one kernel");
+    let p = texc_compiler::build_program(&s, k, &b).expect("specializes");
+    let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("the example has an x86-avx2 schedule");
+    let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", Some(sched)).expect("the schedule applies");
+    (p, f)
+}

@@ -28,6 +28,21 @@ fn same_results(a: &Program, b: &Program, seed: u64, tol: f64) {
     }
 }
 
+/// Seeded arguments, with the batch-norm variance `v` made positive so that
+/// folded and unfolded programs are both finite.
+fn args_with_positive_variance(p: &Program, seed: u64) -> Vec<interp::Arg> {
+    let mut a = interp::bind_args(p, HashMap::new(), &[], seed).expect("binds");
+    for (param, arg) in p.params.iter().zip(a.iter_mut()) {
+        if let (texc_compiler::tir::ProgramParam::Tensor(t), interp::Arg::Tensor(x)) = (param, arg) {
+            if p.tensor(*t).name == "v" {
+                let v: Vec<f64> = x.to_f64().iter().map(|y| y.abs() + 0.5).collect();
+                *x = texc_runtime::Tensor::from_f64(x.dtype(), x.shape.clone(), &v);
+            }
+        }
+    }
+    a
+}
+
 const CONV_BN_RELU: &str = "import std.nn;
 kernel f(X: f32[N = 1, C = 4, H = 9, W = 7], Wt: f32[K = 6, C, 3, 3], g: f32[K], b: f32[K], m: f32[K], v: f32[K]) -> Y: f32[N, K, H, W] {
     Y = relu(batch_norm(conv2d(X, Wt, pad = 1), g, b, m, v));
@@ -45,24 +60,8 @@ fn batch_norm_folds_into_one_fused_convolution() {
         let ops: Vec<&str> = r.program.ops.iter().map(|o| o.op.as_str()).collect();
         assert_eq!(ops, vec!["bn_fold_weight", "bn_fold_bias", "conv2d_bias_relu"]);
         assert!(r.plan.best_cost < r.plan.original_cost);
-        // The folded program needs positive variances to be comparable (sqrt).
-        let args = |p: &Program| {
-            let mut a = interp::bind_args(p, HashMap::new(), &[], 5).expect("binds");
-            for (param, arg) in p.params.iter().zip(a.iter_mut()) {
-                if let (texc_compiler::tir::ProgramParam::Tensor(t), interp::Arg::Tensor(x)) = (param, arg) {
-                    if p.tensor(*t).name == "v" {
-                        *x = texc_runtime::Tensor::from_f64(
-                            x.dtype(),
-                            x.shape.clone(),
-                            &x.to_f64().iter().map(|y| y.abs() + 0.5).collect::<Vec<_>>(),
-                        );
-                    }
-                }
-            }
-            a
-        };
-        let want = interp::run(&original, args(&original)).expect("runs");
-        let got = interp::run(&r.program, args(&r.program)).expect("runs");
+        let want = interp::run(&original, args_with_positive_variance(&original, 5)).expect("runs");
+        let got = interp::run(&r.program, args_with_positive_variance(&r.program, 5)).expect("runs");
         let e = rel_error(&got[0], &want[0]);
         assert!(e <= 1e-5, "bn folding changed results by {e:e}");
     }
@@ -230,24 +229,8 @@ fn random_operator_chains_rewrite_without_changing_results() {
             Some(why) => assert!(why == "no cheaper plan", "trial {trial}: {why}\n{src}"),
             None => used += 1,
         }
-        // Positive variances keep batch_norm (and its folding) finite.
-        let args = |p: &Program| {
-            let mut a = interp::bind_args(p, HashMap::new(), &[], trial).expect("binds");
-            for (param, arg) in p.params.iter().zip(a.iter_mut()) {
-                if let (texc_compiler::tir::ProgramParam::Tensor(t), interp::Arg::Tensor(x)) = (param, arg) {
-                    if p.tensor(*t).name == "v" {
-                        *x = texc_runtime::Tensor::from_f64(
-                            x.dtype(),
-                            x.shape.clone(),
-                            &x.to_f64().iter().map(|y| y.abs() + 0.5).collect::<Vec<_>>(),
-                        );
-                    }
-                }
-            }
-            a
-        };
-        let want = interp::run(&original, args(&original)).expect("runs");
-        let got = interp::run(&r.program, args(&r.program)).expect("runs");
+        let want = interp::run(&original, args_with_positive_variance(&original, trial)).expect("runs");
+        let got = interp::run(&r.program, args_with_positive_variance(&r.program, trial)).expect("runs");
         let e = rel_error(&got[0], &want[0]);
         assert!(e <= 1e-5, "trial {trial}: rewriting changed results by {e:e}\n{src}\n{}", r.plan.source);
     }

@@ -8,7 +8,7 @@ use texc_compiler::interp::{self, Arg};
 use texc_compiler::{Bindings, Program, Session};
 use texc_runtime::SplitMix64;
 use texc_schedules::eval;
-use texc_tests::{rel_error, root};
+use texc_tests::rel_error;
 
 fn random_args(p: &Program, seed: u64) -> Vec<Arg> {
     interp::bind_args(p, HashMap::new(), &[], seed).expect("binds")
@@ -39,13 +39,7 @@ fn example_schedules_match_the_interpreter() {
         ("examples/conv_resnet.tex", vec![("C", 5), ("H", 11), ("W", 19), ("K", 7)]),
     ];
     for (file, shapes) in cases {
-        let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
-        let mut s = Session::new();
-        let m = s.load_root(&root().join(file)).expect("loads");
-        let k = s.entry_kernel(m, None).expect("kernel");
-        let p = texc_compiler::build_program(&s, k, &b).expect("specializes");
-        let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("has a schedule");
-        let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", Some(sched)).expect("applies");
+        let (p, f) = texc_tests::example_with_its_schedule(file, &shapes);
         assert_same(file, &p, &f, 2);
     }
 }

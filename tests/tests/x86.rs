@@ -7,7 +7,7 @@ use texc_compiler::interp;
 use texc_compiler::{Bindings, Program, Session};
 use texc_runtime::SplitMix64;
 use texc_schedules::LoopFunc;
-use texc_tests::{rel_error, root};
+use texc_tests::rel_error;
 
 fn check(name: &str, p: &Program, f: &LoopFunc, target: &str, seed: u64) {
     let args = || interp::bind_args(p, HashMap::new(), &[], seed).expect("binds");
@@ -38,13 +38,7 @@ fn example_schedules_at_odd_sizes() {
         ("examples/conv_resnet.tex", vec![("N", 2), ("C", 3), ("H", 56), ("W", 56), ("K", 9)]),
     ];
     for (file, shapes) in cases {
-        let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
-        let mut s = Session::new();
-        let m = s.load_root(&root().join(file)).expect("loads");
-        let k = s.entry_kernel(m, None).expect("kernel");
-        let p = texc_compiler::build_program(&s, k, &b).expect("specializes");
-        let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("schedule");
-        let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", Some(sched)).expect("applies");
+        let (p, f) = texc_tests::example_with_its_schedule(file, &shapes);
         check(&format!("{file} {shapes:?}"), &p, &f, "x86-avx2", 6);
     }
 }
@@ -65,13 +59,7 @@ fn std_operators_with_default_schedules() {
 #[test]
 fn example_schedule_of_matmul_at_odd_sizes() {
     for (m, k, n) in [(37, 19, 70), (64, 64, 64), (1, 1, 1), (33, 65, 129)] {
-        let b = Bindings { shapes: vec![("M".into(), m), ("K".into(), k), ("N".into(), n)], ..Bindings::default() };
-        let mut s = Session::new();
-        let module = s.load_root(&root().join("examples/matmul.tex")).expect("loads");
-        let kr = s.entry_kernel(module, None).expect("kernel");
-        let p = texc_compiler::build_program(&s, kr, &b).expect("specializes");
-        let sched = texc_schedules::find_schedule(&s, kr, "x86-avx2").expect("schedule");
-        let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", Some(sched)).expect("applies");
+        let (p, f) = texc_tests::example_with_its_schedule("examples/matmul.tex", &[("M", m), ("K", k), ("N", n)]);
         check(&format!("matmul {m}x{k}x{n}"), &p, &f, "x86-avx2", 5);
     }
 }
