@@ -58,33 +58,39 @@ fn optimized<'ctx>(
     Ok(m)
 }
 
-/// Optimized LLVM IR of a kernel (`texc emit --stage llvm`).
-pub fn emit_llvm(f: &LoopFunc, target: &str) -> Result<String, CodegenError> {
+/// Build and optimize a kernel's module in a fresh context, then hand it
+/// (with its target machine) to `then`.
+fn with_module<T>(
+    f: &LoopFunc,
+    target: &str,
+    aot: bool,
+    then: impl FnOnce(&Module, &TargetMachine) -> Result<T, CodegenError>,
+) -> Result<T, CodegenError> {
     let spec = spec(target)?;
     let tm = machine(&spec)?;
     let cx = Context::create();
-    let m = optimized(&cx, f, &spec, &tm, false)?;
-    let text = m.print_to_string().to_string();
-    Ok(text)
+    let m = optimized(&cx, f, &spec, &tm, aot)?;
+    then(&m, &tm)
+}
+
+/// Optimized LLVM IR of a kernel (`texc emit --stage llvm`).
+pub fn emit_llvm(f: &LoopFunc, target: &str) -> Result<String, CodegenError> {
+    with_module(f, target, false, |m, _| Ok(m.print_to_string().to_string()))
 }
 
 /// Assembly of a kernel (`texc emit --stage asm`).
 pub fn emit_asm(f: &LoopFunc, target: &str) -> Result<String, CodegenError> {
-    let spec = spec(target)?;
-    let tm = machine(&spec)?;
-    let cx = Context::create();
-    let m = optimized(&cx, f, &spec, &tm, false)?;
-    let buf = tm.write_to_memory_buffer(&m, FileType::Assembly).map_err(|e| CodegenError::Llvm(e.to_string()))?;
-    Ok(String::from_utf8_lossy(buf.as_slice()).to_string())
+    with_module(f, target, false, |m, tm| {
+        let buf = tm.write_to_memory_buffer(m, FileType::Assembly).map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        Ok(String::from_utf8_lossy(buf.as_slice()).to_string())
+    })
 }
 
 /// Write an object file with the kernel's `texc_<name>_run` entry (see `header`).
 pub fn write_object(f: &LoopFunc, target: &str, path: &std::path::Path) -> Result<(), CodegenError> {
-    let spec = spec(target)?;
-    let tm = machine(&spec)?;
-    let cx = Context::create();
-    let m = optimized(&cx, f, &spec, &tm, true)?;
-    tm.write_to_file(&m, FileType::Object, path).map_err(|e| CodegenError::Llvm(e.to_string()))
+    with_module(f, target, true, |m, tm| {
+        tm.write_to_file(m, FileType::Object, path).map_err(|e| CodegenError::Llvm(e.to_string()))
+    })
 }
 
 type EntryFn = unsafe extern "C" fn(*const *mut u8, *const f64);
@@ -148,17 +154,8 @@ impl Compiled {
         for (param, arg) in p.params.iter().zip(args) {
             match (param, arg) {
                 (ProgramParam::Tensor(t), Arg::Tensor(x)) => {
-                    let d = p.tensor(*t);
-                    let want: Vec<usize> = d.shape.iter().map(|&s| s as usize).collect();
-                    if x.shape != want || x.dtype() != d.elem {
-                        return Err(CodegenError::Run(format!(
-                            "argument `{}`: expected {}{want:?}, got {}{:?}",
-                            d.name,
-                            d.elem,
-                            x.dtype(),
-                            x.shape
-                        )));
-                    }
+                    texc_compiler::interp::check_tensor_arg(p.tensor(*t), &x)
+                        .map_err(|e| CodegenError::Run(e.to_string()))?;
                     bufs.insert(*t, AlignedBuf::from_tensor(&x));
                 }
                 (ProgramParam::Scalar(s), Arg::Scalar(v)) => scalars[*s as usize] = v,

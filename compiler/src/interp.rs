@@ -136,6 +136,20 @@ pub struct Machine<'a> {
     scalars: Vec<V>,
 }
 
+/// A tensor argument must have its parameter's shape and element type
+/// exactly (every backend checks this at the call boundary).
+pub fn check_tensor_arg(decl: &TensorDecl, x: &Tensor) -> Result<(), InterpError> {
+    let want: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+    if x.shape != want || x.dtype() != decl.elem {
+        return Err(InterpError::Mismatch {
+            name: decl.name.clone(),
+            expected: format!("{}{:?}", decl.elem, want),
+            got: format!("{}{:?}", x.dtype(), x.shape),
+        });
+    }
+    Ok(())
+}
+
 /// Run a program. Returns its outputs in declaration order.
 pub fn run(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
     let mut m = Machine::new(p, args)?;
@@ -175,15 +189,7 @@ impl<'a> Machine<'a> {
         for (param, arg) in p.params.iter().zip(args) {
             match (param, arg) {
                 (ProgramParam::Tensor(t), Arg::Tensor(x)) => {
-                    let decl = p.tensor(*t);
-                    let want: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
-                    if x.shape != want || x.dtype() != decl.elem {
-                        return Err(InterpError::Mismatch {
-                            name: decl.name.clone(),
-                            expected: format!("{}{:?}", decl.elem, want),
-                            got: format!("{}{:?}", x.dtype(), x.shape),
-                        });
-                    }
+                    check_tensor_arg(p.tensor(*t), &x)?;
                     m.bufs[t.0 as usize] = Some(match x.to_i64() {
                         Some(v) => Buf::I(v),
                         None => Buf::F(x.to_f64()),
