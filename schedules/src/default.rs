@@ -71,7 +71,7 @@ pub fn default_schedule(p: &mut Program, target: &str) -> Schedules {
     for (si, ss) in s.stages.iter_mut().enumerate() {
         let st = &p.stages[si];
         if reduces_along_rows(p, st) {
-            schedule_row_reduction(ss, st.n_axes);
+            schedule_row_reduction(ss);
         } else {
             schedule_stage(ss, st.n_axes, lanes);
         }
@@ -117,7 +117,7 @@ fn reduces_along_rows(p: &Program, st: &texc_compiler::tir::Stage) -> bool {
 
 /// Reductions along rows: spatial loops outside, in parallel; the reduction
 /// runs innermost over contiguous memory, accumulating in a register.
-fn schedule_row_reduction(ss: &mut StageSchedule, n_axes: usize) {
+fn schedule_row_reduction(ss: &mut StageSchedule) {
     let span = Span::default();
     let mut outer = ss.leaves[0];
     while ss.ivs[outer].extent < 64 && ss.leaves.len() > 1 {
@@ -128,7 +128,6 @@ fn schedule_row_reduction(ss: &mut StageSchedule, n_axes: usize) {
         let name = format!("{}.{}", ss.ivs[outer].name, ss.ivs[next].name);
         outer = ss.fuse(outer, next, (&name, span), span).expect("adjacent spatial loops");
     }
-    let _ = n_axes;
     if !ss.ivs[outer].reduce && ss.ivs[outer].extent >= 2 {
         ss.annotate(outer, ForKind::Parallel, span).expect("spatial");
     }

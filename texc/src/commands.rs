@@ -385,8 +385,9 @@ fn bench(session: &mut Session, a: &BenchArgs) -> Result<(), Fail> {
     if a.repeat == 0 {
         return Err(Fail::Usage("--repeat must be at least 1".into()));
     }
+    // FLOPs and bytes are those of the program as written (a rewritten plan,
+    // e.g. Winograd, is credited with the work it replaces: effective rates).
     let Prepared { p, loops, args, .. } = prepare(session, &a.run)?;
-    let _ = &p;
     let f = loops.expect("a compiled target");
     let k = jit(&f, &target)?;
     let mut bufs = k.prepare(args).map_err(|e| Diagnostic::error(e.to_string()))?;
