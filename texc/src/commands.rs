@@ -9,6 +9,28 @@ use texc_grammar::{diagnostic::render_all, Diagnostic};
 use texc_runtime::{read_npy, write_npy, Tensor};
 
 const TARGETS: [&str; 7] = ["interp", "x86-avx2", "x86-avx512", "host", "cranelift", "nvptx-sm80", "nvptx-sm90"];
+/// Write to stdout. A closed pipe (`texc emit ... | head`) ends texc
+/// quietly, as it does other command-line tools; other write errors are
+/// reported.
+fn out(args: std::fmt::Arguments) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+macro_rules! outln {
+    ($($t:tt)*) => { out(format_args!("{}\n", format_args!($($t)*))) };
+}
+
+macro_rules! outp {
+    ($($t:tt)*) => { out(format_args!($($t)*)) };
+}
+
 const CPU_TARGETS: [&str; 3] = ["x86-avx2", "x86-avx512", "host"];
 const STAGES: [&str; 9] = ["ast", "tir", "graph", "egraph", "loops", "llvm", "asm", "ptx", "mlir"];
 
@@ -149,7 +171,7 @@ fn check(session: &mut Session, c: &Common) -> Result<(), Fail> {
     if !diags.is_empty() {
         return Err(Fail::Input(diags));
     }
-    println!(
+    outln!(
         "ok: {} kernel{} checked; {} at concrete sizes (bounds proven)",
         kernels.len(),
         if kernels.len() == 1 { "" } else { "s" },
@@ -183,29 +205,29 @@ fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
     }
     let m = load(session, c)?;
     match stage {
-        "ast" => print!("{}", texc_grammar::print::print_ast(&session.module(m).ast)),
+        "ast" => outp!("{}", texc_grammar::print::print_ast(&session.module(m).ast)),
         "egraph" => {
             let k = session.entry_kernel(m, c.kernel.as_deref())?;
             let target = if c.target == "interp" { "x86-avx2" } else { c.target.as_str() };
             let r = texc_compiler::build_rewritten(session, k, &bindings(c)?, target)?;
-            print!("{}", texc_compiler::rewrite::print_plan(&r.plan, target, r.kept_original.as_deref()));
+            outp!("{}", texc_compiler::rewrite::print_plan(&r.plan, target, r.kept_original.as_deref()));
         }
         "graph" => {
             let k = session.entry_kernel(m, c.kernel.as_deref())?;
             let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
-            print!("{}", texc_compiler::graph::print_graph(&p));
+            outp!("{}", texc_compiler::graph::print_graph(&p));
         }
         "tir" => {
             let k = session.entry_kernel(m, c.kernel.as_deref())?;
             let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
-            print!("{}", texc_compiler::print::print_program(&p));
+            outp!("{}", texc_compiler::print::print_program(&p));
         }
         "loops" => {
             let k = session.entry_kernel(m, c.kernel.as_deref())?;
             let p = program_for_target(session, k, &bindings(c)?, c)?;
             let sched = texc_schedules::find_schedule(session, k, &c.target);
             let f = texc_schedules::schedule_and_lower(p, &c.target, sched)?;
-            print!("{}", texc_schedules::ir::print(&f));
+            outp!("{}", texc_schedules::ir::print(&f));
         }
         "llvm" | "asm" => {
             let k = session.entry_kernel(m, c.kernel.as_deref())?;
@@ -217,7 +239,7 @@ fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
             } else {
                 texc_codegen::emit_asm(&f, &c.target)
             };
-            print!("{}", text.map_err(|e| Diagnostic::error(format!("code generation failed: {e}")))?);
+            outp!("{}", text.map_err(|e| Diagnostic::error(format!("code generation failed: {e}")))?);
         }
         other => return Err(not_built(&format!("stage `{other}`"), "a later part of the compiler")),
     }
@@ -326,18 +348,18 @@ fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
         None => interp::run(&p, args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?,
         Some(f) => {
             let k = jit(f, &c.target)?;
-            println!("compiled `{}` for {} in {:.3} s", p.name, c.target, k.compile_time.as_secs_f64());
+            outln!("compiled `{}` for {} in {:.3} s", p.name, c.target, k.compile_time.as_secs_f64());
             k.run(args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?
         }
     };
-    println!("ran `{}` on {} [{}]", p.name, c.target, sizes.join(", "));
+    outln!("ran `{}` on {} [{}]", p.name, c.target, sizes.join(", "));
     for (&o, t) in p.outputs.iter().zip(&results) {
-        println!("  {}", summary(&p.tensor(o).name, t));
+        outln!("  {}", summary(&p.tensor(o).name, t));
     }
     for (n, path) in &outputs {
         let i = p.outputs.iter().position(|&o| p.tensor(o).name == *n).expect("checked above");
         write_npy(&PathBuf::from(path), &results[i]).map_err(|e| Diagnostic::error(e.to_string()))?;
-        println!("  wrote `{n}` to {path}");
+        outln!("  wrote `{n}` to {path}");
     }
     if r.check {
         let want = interp::run(&p, args).map_err(|e| Diagnostic::error(e.to_string()))?;
@@ -346,7 +368,7 @@ fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
             let err = rel_error(got, want);
             let tol = tolerance(want.dtype());
             let name = &p.tensor(o).name;
-            println!("  check `{name}` against interp: max relative error {err:.3e} (tolerance {tol:.0e})");
+            outln!("  check `{name}` against interp: max relative error {err:.3e} (tolerance {tol:.0e})");
             if err > tol {
                 bad.push(format!("`{name}` differs from the interpreter: relative error {err:.3e} > {tol:.0e}"));
             }
@@ -411,33 +433,33 @@ fn bench(session: &mut Session, a: &BenchArgs) -> Result<(), Fail> {
     let gbs = counts.bytes / median / 1e9;
     let bound = roof.peak_gflops.min(counts.intensity() * roof.bandwidth_gbs);
     let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
-    println!(
+    outln!(
         "bench `{}` on {target} [{}], {threads} thread{}",
         p.name,
         sizes.join(", "),
         if threads == 1 { "" } else { "s" }
     );
-    println!("  compile   {:.3} s", k.compile_time.as_secs_f64());
-    println!(
+    outln!("  compile   {:.3} s", k.compile_time.as_secs_f64());
+    outln!(
         "  time      {:.4} ms median of {} (min {:.4}, max {:.4})",
         median * 1e3,
         times.len(),
         times[0] * 1e3,
         times[times.len() - 1] * 1e3
     );
-    println!(
+    outln!(
         "  compute   {gflops:.2} GFLOP/s ({:.4} GFLOP), {:.1}% of peak {:.1} GFLOP/s",
         counts.flops / 1e9,
         100.0 * gflops / roof.peak_gflops,
         roof.peak_gflops
     );
-    println!(
+    outln!(
         "  memory    {gbs:.2} GB/s ({:.2} MB compulsory), {:.1}% of {:.1} GB/s",
         counts.bytes / 1e6,
         100.0 * gbs / roof.bandwidth_gbs,
         roof.bandwidth_gbs
     );
-    println!(
+    outln!(
         "  roofline  {:.1}% of the bound {bound:.1} GFLOP/s ({} at {:.2} FLOP/byte; ridge {:.2}; machine numbers {source})",
         100.0 * gflops / bound.max(f64::MIN_POSITIVE),
         if counts.intensity() < roof.ridge() { "memory-bound" } else { "compute-bound" },
@@ -487,7 +509,7 @@ fn compile_aot(session: &mut Session, c: &Common, output: Option<&std::path::Pat
     let header = out.with_extension("h");
     std::fs::write(&header, texc_codegen::header::header(&f, &c.target))
         .map_err(|e| fail(format!("cannot write {}: {e}", header.display())))?;
-    println!("wrote {} and {} (int texc_{}_run(...))", out.display(), header.display(), f.p.name);
+    outln!("wrote {} and {} (int texc_{}_run(...))", out.display(), header.display(), f.p.name);
     Ok(())
 }
 
@@ -511,17 +533,22 @@ fn analyze(session: &mut Session, c: &Common, plot: Option<&std::path::Path>) ->
     let lanes = texc_schedules::default::vector_lanes(&c.target) as usize;
     let (roof, source) = texc_runtime::roofline::roofline(&c.target, lanes, threads);
     let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
-    println!("analyze `{}` for {} [{}]", p.name, c.target, sizes.join(", "));
-    println!(
+    outln!("analyze `{}` for {} [{}]", p.name, c.target, sizes.join(", "));
+    outln!(
         "  machine: {:.1} GFLOP/s peak, {:.1} GB/s, ridge {:.2} FLOP/byte ({threads} thread{}, {source})",
         roof.peak_gflops,
         roof.bandwidth_gbs,
         roof.ridge(),
         if threads == 1 { "" } else { "s" }
     );
-    println!(
+    outln!(
         "  {:<36} {:>12} {:>12} {:>9} {:>8} {:>12}",
-        "operator", "MFLOP", "KB moved", "FLOP/B", "bound", "roofline µs"
+        "operator",
+        "MFLOP",
+        "KB moved",
+        "FLOP/B",
+        "bound",
+        "roofline µs"
     );
     let ops = texc_compiler::graph::op_costs(&p);
     let mut total_us = 0.0;
@@ -529,7 +556,7 @@ fn analyze(session: &mut Session, c: &Common, plot: Option<&std::path::Path>) ->
         let us = (cnt.flops / (roof.peak_gflops * 1e3)).max(cnt.bytes / (roof.bandwidth_gbs * 1e3));
         total_us += us;
         let bound = if cnt.intensity() < roof.ridge() { "memory" } else { "compute" };
-        println!(
+        outln!(
             "  {:<36} {:>12.3} {:>12.1} {:>9.2} {:>8} {:>12.2}",
             label,
             cnt.flops / 1e6,
@@ -540,7 +567,7 @@ fn analyze(session: &mut Session, c: &Common, plot: Option<&std::path::Path>) ->
         );
     }
     let all = texc_compiler::cost::count(&p);
-    println!(
+    outln!(
         "  {:<36} {:>12.3} {:>12.1} {:>9.2} {:>8} {:>12.2}",
         "total (operators run one by one)",
         all.flops / 1e6,
@@ -552,7 +579,7 @@ fn analyze(session: &mut Session, c: &Common, plot: Option<&std::path::Path>) ->
     if let Some(path) = plot {
         std::fs::write(path, roofline_svg(&p.name, &roof, &ops))
             .map_err(|e| Fail::Input(vec![Diagnostic::error(format!("cannot write {}: {e}", path.display()))]))?;
-        println!("  wrote {}", path.display());
+        outln!("  wrote {}", path.display());
     }
     Ok(())
 }

@@ -210,3 +210,23 @@ fn analyze_agrees_with_hand_counts() {
     let plot = std::fs::read_to_string(&svg).expect("plot written");
     assert!(plot.starts_with("<svg") && plot.contains("polyline") && plot.matches("<circle").count() == 3);
 }
+
+#[test]
+fn a_closed_stdout_ends_texc_quietly() {
+    // `texc emit ... | head -1`: the reader goes away before texc has written everything.
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_texc"))
+        .args(["emit", "tests/conformance/std_ops.tex", "--stage", "ast"])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    drop(child.stdout.take()); // close the read end at once
+    let status = child.wait().expect("exits");
+    let mut err = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("reads");
+    assert!(!err.contains("panicked") && !err.contains("crashed"), "{err}");
+    assert!(status.code() == Some(0) || status.code() == Some(1), "{status:?}: {err}");
+}
