@@ -8,11 +8,12 @@
 
 use crate::ir::ForKind;
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
-use crate::schedule::{Schedules, StageSchedule};
+use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule};
+use crate::ScheduleSrc;
 use std::collections::HashMap;
-use texc_compiler::tir::{Program, TensorRole};
-use texc_grammar::ast::{AxisRef, Factor, Ident, PrimKind, Schedule, ScheduleBody};
-use texc_grammar::Diagnostic;
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorDecl, TensorId, TensorRole, Ty, VarDecl};
+use texc_grammar::ast::{Ast, AxisRef, BinOp, Expr, ExprId, Factor, Ident, PrimKind, ScheduleBody};
+use texc_grammar::{Diagnostic, Span};
 
 fn stage_index(p: &Program, name: &Ident) -> Result<usize, Diagnostic> {
     p.stages.iter().position(|s| p.tensor(s.tensor).name == name.name).ok_or_else(|| {
@@ -56,7 +57,8 @@ fn factor_span(f: &Factor) -> texc_grammar::Span {
 }
 
 /// Apply `sched` to `p`; returns the schedules of the remaining stages.
-pub fn apply(p: &mut Program, sched: &Schedule) -> Result<Schedules, Diagnostic> {
+pub fn apply(p: &mut Program, src: ScheduleSrc) -> Result<Schedules, Diagnostic> {
+    let sched = src.block;
     let ScheduleBody::Primitives(prims) = &sched.body else {
         return Err(Diagnostic::at(sched.span, "`= auto` needs the autotuner, which texc does not have yet")
             .with_note("remove this schedule to get the default schedule for the target"));
@@ -172,8 +174,46 @@ pub fn apply(p: &mut Program, sched: &Schedule) -> Result<Schedules, Diagnostic>
                 ss.cache_write = Some((iv, name.name.clone()));
                 ss.cache_write_span = span;
             }
-            PrimKind::ComputeAt { .. } | PrimKind::CacheRead { .. } => {
-                return Err(Diagnostic::at(span, "this primitive is not implemented yet in texc's CPU scheduler"));
+            PrimKind::ComputeAt { stage, at } => {
+                let (pi, pname) = stage_of(stage)?;
+                if p.tensor(p.stages[pi].tensor).role != TensorRole::Temp {
+                    return Err(Diagnostic::at(
+                        stage.span,
+                        format!("cannot compute `{pname}` inside another stage: it is an output, computed whole"),
+                    ));
+                }
+                let (ci, cname) = stage_of(&at.stage)?;
+                let leaf = s.stages[ci].leaf(&cname, &at.axis.name, at.axis.span)?;
+                // The reductions hoisted out of the stage (`S.r0`, ...) are part of what the user wrote as `S`.
+                let hoisted = format!("{pname}.r");
+                for qi in 0..pi {
+                    if p.tensor(p.stages[qi].tensor).name.starts_with(&hoisted) {
+                        attach_stage(&mut s, qi, Attach { owner: ci, leaf, layout: None, span }, &pname)?;
+                    }
+                }
+                attach_stage(&mut s, pi, Attach { owner: ci, leaf, layout: None, span }, &pname)?;
+            }
+            PrimKind::CacheRead { tensor, consumer, at, scope, layout, name } => {
+                if let Some(sc) = scope.as_ref().filter(|sc| sc.name != "local") {
+                    return Err(Diagnostic::at(
+                        sc.span,
+                        format!("memory scope `{}` is for GPUs; on CPUs a cache is `local`", sc.name),
+                    ));
+                }
+                let (ci, cname) = stage_of(consumer)?;
+                if at.stage.name != consumer.name {
+                    return Err(Diagnostic::at(
+                        at.stage.span,
+                        format!("`cache_read ... for {cname}` must name an axis of `{cname}` itself"),
+                    ));
+                }
+                let leaf = s.stages[ci].leaf(&cname, &at.axis.name, at.axis.span)?;
+                let (bi, ci) = cache_read_stage(p, &mut s, tensor, ci, name)?;
+                let layout = match layout {
+                    Some(l) => Some(parse_layout(src.ast, l, &p.stages[bi], span)?),
+                    None => None,
+                };
+                attach_stage(&mut s, bi, Attach { owner: ci, leaf, layout, span }, &name.name)?;
             }
             PrimKind::Bind { .. } | PrimKind::Tensorize { .. } => {
                 return Err(Diagnostic::at(
@@ -187,6 +227,151 @@ pub fn apply(p: &mut Program, sched: &Schedule) -> Result<Schedules, Diagnostic>
         ss.finish(&p.tensor(p.stages[si].tensor).name, sched.span)?;
     }
     Ok(s)
+}
+
+fn attach_stage(s: &mut Schedules, si: usize, a: Attach, name: &str) -> Result<(), Diagnostic> {
+    if s.attach[si].is_some() {
+        return Err(Diagnostic::at(a.span, format!("`{name}` is already computed inside another stage")));
+    }
+    s.attach[si] = Some(a);
+    Ok(())
+}
+
+fn rename_loads(p: &mut Program, e: TExprId, from: TensorId, to: TensorId) -> bool {
+    let mut found = false;
+    for c in p.children(e) {
+        found |= rename_loads(p, c, from, to);
+    }
+    if let TExpr::Load(t, idx) = p.expr(e).clone() {
+        if t == from {
+            p.exprs[e.0 as usize] = TExpr::Load(to, idx);
+            found = true;
+        }
+    }
+    found
+}
+
+fn first_load(p: &Program, e: TExprId, t: TensorId) -> Option<Vec<TExprId>> {
+    match p.expr(e) {
+        TExpr::Load(x, idx) if *x == t => Some(idx.clone()),
+        _ => p.children(e).into_iter().find_map(|c| first_load(p, c, t)),
+    }
+}
+
+/// `cache_read B for C ... -> Bp`: a copy stage `Bp` of `B`, placed before
+/// `C`, which now reads `Bp`. Its axes are named after the variables with
+/// which `C` indexes `B` (`d0`, `d1`, ... where that is not one variable).
+/// Returns the new stage's index and `C`'s.
+fn cache_read_stage(
+    p: &mut Program,
+    s: &mut Schedules,
+    tensor: &Ident,
+    ci: usize,
+    name: &Ident,
+) -> Result<(usize, usize), Diagnostic> {
+    let cname = p.tensor(p.stages[ci].tensor).name.clone();
+    let Some(b) = p.tensors.iter().position(|t| t.name == tensor.name).map(|i| TensorId(i as u32)) else {
+        return Err(Diagnostic::at(tensor.span, format!("no tensor named `{}`", tensor.name)));
+    };
+    let Some(idx) = first_load(p, p.stages[ci].value, b) else {
+        return Err(Diagnostic::at(tensor.span, format!("`{cname}` does not read `{}`", tensor.name)));
+    };
+    if p.tensors.iter().any(|t| t.name == name.name) {
+        return Err(Diagnostic::at(name.span, format!("`{}` is already a tensor of this kernel", name.name)));
+    }
+    let consumer = &p.stages[ci];
+    let mut vars: Vec<VarDecl> = Vec::new();
+    for (d, (&i, &extent)) in idx.iter().zip(&p.tensor(b).shape).enumerate() {
+        let named = match p.expr(i) {
+            TExpr::Var(v) => Some(consumer.vars[*v as usize].name.clone()),
+            _ => None,
+        };
+        let name = named.filter(|n| vars.iter().all(|x| x.name != *n)).unwrap_or(format!("d{d}"));
+        vars.push(VarDecl { name, extent });
+    }
+    let decl = p.tensor(b).clone();
+    let span = name.span;
+    p.tensors.push(TensorDecl {
+        name: name.name.clone(),
+        elem: decl.elem,
+        shape: decl.shape.clone(),
+        role: TensorRole::Temp,
+        span,
+    });
+    let bp = TensorId(p.tensors.len() as u32 - 1);
+    let index: Vec<TExprId> = (0..vars.len()).map(|v| p.alloc(TExpr::Var(v as u32), Ty::Index, span)).collect();
+    let value = p.alloc(TExpr::Load(b, index), Ty::Elem(decl.elem), span);
+    let n_axes = vars.len();
+    let stage = Stage { tensor: bp, vars, n_axes, value, span };
+    let value_c = p.stages[ci].value;
+    rename_loads(p, value_c, b, bp);
+    s.insert(ci, StageSchedule::new(&stage));
+    p.stages.insert(ci, stage);
+    Ok((ci, ci + 1))
+}
+
+/// A `layout (...)`: each entry is an axis `d` of the cache, `d / c` or
+/// `d % c`; every axis must appear exactly once whole, or once as a pair
+/// `d / c`, `d % c` with the same `c`.
+fn parse_layout(ast: &Ast, l: &[ExprId], st: &Stage, span: Span) -> Result<Vec<LayoutDim>, Diagnostic> {
+    let axis = |id: ExprId| -> Result<usize, Diagnostic> {
+        let Expr::Name(n) = ast.expr(id) else {
+            return Err(Diagnostic::at(ast.span(id), "expected an axis of the cache"));
+        };
+        st.vars.iter().position(|v| v.name == n.name).ok_or_else(|| {
+            let names: Vec<&str> = st.vars.iter().map(|v| v.name.as_str()).collect();
+            Diagnostic::at(n.span, format!("the cache has no axis `{}`", n.name))
+                .with_note(format!("its axes: {}", names.join(", ")))
+        })
+    };
+    let mut dims = Vec::new();
+    for &e in l {
+        let dim = match ast.expr(e) {
+            Expr::Binary { op: op @ (BinOp::Div | BinOp::Rem), lhs, rhs } => {
+                let c = match ast.expr(*rhs) {
+                    Expr::Int(c) if *c >= 1 => *c,
+                    _ => return Err(Diagnostic::at(ast.span(*rhs), "expected a positive integer")),
+                };
+                if *op == BinOp::Div {
+                    LayoutDim::Div(axis(*lhs)?, c)
+                } else {
+                    LayoutDim::Rem(axis(*lhs)?, c)
+                }
+            }
+            Expr::Name(_) => LayoutDim::Whole(axis(e)?),
+            _ => {
+                return Err(Diagnostic::at(ast.span(e), "a layout dimension is an axis `d`, `d / c` or `d % c`"));
+            }
+        };
+        dims.push(dim);
+    }
+    for (a, v) in st.vars.iter().enumerate() {
+        let whole = dims.iter().filter(|d| **d == LayoutDim::Whole(a)).count();
+        let divs: Vec<i64> = dims
+            .iter()
+            .filter_map(|d| match d {
+                LayoutDim::Div(x, c) if *x == a => Some(*c),
+                _ => None,
+            })
+            .collect();
+        let rems: Vec<i64> = dims
+            .iter()
+            .filter_map(|d| match d {
+                LayoutDim::Rem(x, c) if *x == a => Some(*c),
+                _ => None,
+            })
+            .collect();
+        let ok = (whole == 1 && divs.is_empty() && rems.is_empty())
+            || (whole == 0 && divs.len() == 1 && rems.len() == 1 && divs[0] == rems[0]);
+        if !ok {
+            return Err(Diagnostic::at(
+                span,
+                format!("the layout does not cover axis `{}` of the cache exactly once", v.name),
+            )
+            .with_note("name every axis once as `d`, or as the pair `d / c` and `d % c`"));
+        }
+    }
+    Ok(dims)
 }
 
 fn prim_name(k: &PrimKind) -> &'static str {

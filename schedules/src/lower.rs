@@ -6,24 +6,75 @@
 //! divide their extent add a guard around the body, so tails are computed
 //! exactly once. A reduction stage becomes an init nest (over its spatial
 //! leaves) storing the identity and an update nest folding each term in.
+//!
+//! Attached stages (`compute_at`, `cache_read`) are lowered where their
+//! owner's attachment loop opens: inside it, an `Alloc` of the stage's box
+//! buffer holds the stage's nests (over its box, its axes offset by the
+//! box origin, stores guarded where the box may leave the tensor), then the
+//! rest of the owner's body. Loads of a visible attached buffer are
+//! rewritten to box-relative, laid-out indices.
 
+use crate::attach::{Atom, Lin, Region};
+use crate::index;
 use crate::ir::{LoopFunc, Stmt};
 use crate::normalize::subst;
-use crate::schedule::{Rel, Schedules, StageSchedule};
+use crate::schedule::{LayoutDim, Schedules, StageSchedule};
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 use texc_compiler::resolve::{Builtin, ReduceOp};
 use texc_compiler::tir::*;
 use texc_compiler::types::ElemType;
 use texc_grammar::ast::BinOp;
 
-pub fn lower(mut p: Program, s: &Schedules) -> LoopFunc {
+/// Lower a scheduled program; `regions` are the boxes of attached stages
+/// ([`crate::attach::infer`]).
+pub fn lower(mut p: Program, s: &Schedules, regions: &[Option<Region>]) -> LoopFunc {
     let stages = std::mem::take(&mut p.stages);
+    let full: Vec<Vec<i64>> = stages.iter().map(|st| p.tensor(st.tensor).shape.clone()).collect();
     let mut f = LoopFunc { p, vars: Vec::new(), body: Vec::new() };
-    for (st, ss) in stages.iter().zip(&s.stages) {
-        lower_stage(&mut f, st, ss);
+    for (st, r) in stages.iter().zip(regions) {
+        if let Some(r) = r {
+            f.p.tensors[st.tensor.0 as usize].shape = r.local_shape.clone();
+        }
+    }
+    // Loops of attached stages are named after their stage: they nest inside other stages' loops.
+    let mut s = s.clone();
+    for (si, ss) in s.stages.iter_mut().enumerate() {
+        if s.attach[si].is_some() {
+            let t = &f.p.tensor(stages[si].tensor).name;
+            ss.ivs.iter_mut().for_each(|v| v.name = format!("{t}.{}", v.name));
+        }
+    }
+    let s = &s;
+    let lw = Lowerer { stages: &stages, s, regions, full: &full, scope: RefCell::new(HashMap::new()) };
+    for si in 0..stages.len() {
+        if s.attach[si].is_none() {
+            let body = lw.stage(&mut f, si, None);
+            f.body.extend(body);
+        }
     }
     f.p.stages = stages;
     f
+}
+
+/// Where an attached stage stores: its box origin per axis (an expression
+/// of the enclosing loops), which axes need a guard, and the layout.
+struct Placement {
+    origin: Vec<TExprId>,
+    guard: Vec<bool>,
+    full: Vec<i64>,
+    layout: Option<Vec<LayoutDim>>,
+}
+
+struct Lowerer<'a> {
+    stages: &'a [Stage],
+    s: &'a Schedules,
+    regions: &'a [Option<Region>],
+    /// Shapes of the stages' tensors before attached ones became boxes.
+    full: &'a [Vec<i64>],
+    /// Attached buffers visible at the point being lowered.
+    scope: RefCell<HashMap<TensorId, Rc<Placement>>>,
 }
 
 struct Nest<'a> {
@@ -42,12 +93,12 @@ impl Nest<'_> {
         let span = Default::default();
         let e = if let Some(&v) = self.loop_var.get(&iv) {
             f.p.alloc(TExpr::Var(v), Ty::Index, span)
-        } else if let Some((o, i, factor)) = self.split_children(iv) {
+        } else if let Some((o, i, factor)) = self.ss.split_children(iv) {
             let (o, i) = (self.value(f, o), self.value(f, i));
             let k = f.p.alloc(TExpr::Int(factor), Ty::Index, span);
             let m = f.p.alloc(TExpr::Binary(BinOp::Mul, o, k), Ty::Index, span);
             f.p.alloc(TExpr::Binary(BinOp::Add, m, i), Ty::Index, span)
-        } else if let Some((fused, inner_ext, is_outer)) = self.fused_parent(iv) {
+        } else if let Some((fused, inner_ext, is_outer)) = self.ss.fused_parent(iv) {
             let fv = self.value(f, fused);
             let k = f.p.alloc(TExpr::Int(inner_ext), Ty::Index, span);
             let op = if is_outer { BinOp::Div } else { BinOp::Rem };
@@ -58,26 +109,6 @@ impl Nest<'_> {
         };
         self.memo.insert(iv, e);
         e
-    }
-
-    fn split_children(&self, iv: usize) -> Option<(usize, usize, i64)> {
-        let o =
-            self.ss.ivs.iter().position(|v| matches!(v.rel, Rel::Split { parent, outer: true, .. } if parent == iv))?;
-        let i = self
-            .ss
-            .ivs
-            .iter()
-            .position(|v| matches!(v.rel, Rel::Split { parent, outer: false, .. } if parent == iv))?;
-        let Rel::Split { factor, .. } = self.ss.ivs[o].rel else { unreachable!() };
-        Some((o, i, factor))
-    }
-
-    fn fused_parent(&self, iv: usize) -> Option<(usize, i64, bool)> {
-        self.ss.ivs.iter().enumerate().find_map(|(fi, v)| match v.rel {
-            Rel::Fuse { outer, inner } if outer == iv => Some((fi, self.ss.ivs[inner].extent, true)),
-            Rel::Fuse { outer: _, inner } if inner == iv => Some((fi, self.ss.ivs[inner].extent, false)),
-            _ => None,
-        })
     }
 
     /// `parent < extent` for each tail that is not handled by partitioning.
@@ -144,11 +175,7 @@ fn tails(ss: &StageSchedule, relevant: &dyn Fn(usize) -> bool) -> Vec<Tail> {
         if !relevant(parent) {
             continue;
         }
-        let outer =
-            ss.ivs.iter().position(|x| matches!(x.rel, Rel::Split { parent: p, outer: true, .. } if p == parent));
-        let inner =
-            ss.ivs.iter().position(|x| matches!(x.rel, Rel::Split { parent: p, outer: false, .. } if p == parent));
-        if let (Some(o), Some(i)) = (outer, inner) {
+        if let Some((o, i, _)) = ss.split_children(parent) {
             let f = ss.ivs[i].extent;
             if ss.ivs[o].extent * f != v.extent {
                 out.push(Tail { parent, outer: o, inner: i, factor: f, full: v.extent / f, rest: v.extent % f });
@@ -167,17 +194,40 @@ fn split_tails(ss: &StageSchedule, leaves: &[usize], relevant: &dyn Fn(usize) ->
 
 type Bounds = HashMap<usize, (i64, i64)>;
 type Terminal<'a> = dyn Fn(&mut LoopFunc, &Bounds, &mut HashMap<usize, VarId>) -> Vec<Stmt> + 'a;
+type Make<'a> = dyn Fn(&mut LoopFunc, &mut Nest) -> Stmt + 'a;
+type Guard<'a> = dyn Fn(&mut LoopFunc, &mut Nest) -> Option<TExprId> + 'a;
+/// Called where an attachment loop opens: (leaf, loop variables so far, the
+/// rest of the body) → the statements inside that loop.
+type AttachFn<'a> =
+    dyn Fn(&mut LoopFunc, usize, &HashMap<usize, VarId>, &mut dyn FnMut(&mut LoopFunc) -> Vec<Stmt>) -> Vec<Stmt> + 'a;
 
-/// The innermost statement of a nest: `make`'s store, guarded by `guarded` tails.
+struct Attacher<'a> {
+    leaves: Vec<usize>,
+    run: &'a AttachFn<'a>,
+}
+
+fn and(f: &mut LoopFunc, a: Option<TExprId>, b: TExprId) -> TExprId {
+    match a {
+        Some(a) => f.p.alloc(TExpr::Binary(BinOp::And, a, b), Ty::Elem(ElemType::Bool), Default::default()),
+        None => b,
+    }
+}
+
+/// The innermost statement of a nest: `make`'s store, guarded by `guarded`
+/// tails and by `extra` (an attached stage's box leaving its tensor).
 fn store_terminal<'a>(
     ss: &'a StageSchedule,
     guarded: &'a [Tail],
-    make: &'a dyn Fn(&mut LoopFunc, &mut Nest) -> Stmt,
+    make: &'a Make<'a>,
+    extra: &'a Guard<'a>,
 ) -> Box<Terminal<'a>> {
     Box::new(move |f, _bounds, vars| {
         let mut nest = Nest { ss, loop_var: vars.clone(), memo: HashMap::new() };
         let store = make(f, &mut nest);
-        let guard = nest.guards(f, guarded);
+        let mut guard = nest.guards(f, guarded);
+        if let Some(g) = extra(f, &mut nest) {
+            guard = Some(and(f, guard, g));
+        }
         vec![match guard {
             Some(cond) => Stmt::If { cond, then: vec![store] },
             None => store,
@@ -193,15 +243,16 @@ fn emit_nest(
     f: &mut LoopFunc,
     ss: &StageSchedule,
     leaves: Vec<usize>,
-    make: impl Fn(&mut LoopFunc, &mut Nest) -> Stmt,
+    make: &Make,
+    extra: &Guard,
     spatial_only: bool,
-) {
+    attach: Option<&Attacher>,
+) -> Vec<Stmt> {
     let relevant = |iv: usize| !spatial_only || is_spatial(ss, iv);
     let (partitioned, guarded) = split_tails(ss, &leaves, &relevant);
-    let terminal = store_terminal(ss, &guarded, &make);
-    let ctx = NestCtx { ss, leaves: &leaves, partitioned: &partitioned, terminal: &*terminal };
-    let body = ctx.level(f, 0, &HashMap::new(), &mut HashMap::new());
-    f.body.extend(body);
+    let terminal = store_terminal(ss, &guarded, make, extra);
+    let ctx = NestCtx { ss, leaves: &leaves, partitioned: &partitioned, terminal: &*terminal, attach };
+    ctx.level(f, 0, &HashMap::new(), &mut HashMap::new())
 }
 
 struct NestCtx<'a> {
@@ -209,6 +260,7 @@ struct NestCtx<'a> {
     leaves: &'a [usize],
     partitioned: &'a [Tail],
     terminal: &'a Terminal<'a>,
+    attach: Option<&'a Attacher<'a>>,
 }
 
 impl NestCtx<'_> {
@@ -252,128 +304,263 @@ impl NestCtx<'_> {
         f.vars.push(VarDecl { name: iv.name.clone(), extent: lo + extent });
         let var = f.vars.len() as VarId - 1;
         vars.insert(leaf, var);
-        let body = self.level(f, depth + 1, bounds, vars);
+        let body = match self.attach {
+            Some(a) if a.leaves.contains(&leaf) => {
+                let outer = vars.clone();
+                (a.run)(f, leaf, &outer, &mut |f| self.level(f, depth + 1, bounds, vars))
+            }
+            _ => self.level(f, depth + 1, bounds, vars),
+        };
         vars.remove(&leaf);
         vec![Stmt::For { var, lo, extent, kind: iv.kind, body }]
     }
 }
 
-fn lower_stage(f: &mut LoopFunc, st: &Stage, ss: &StageSchedule) {
-    let elem = f.p.tensor(st.tensor).elem;
-    let axes_of =
-        |f: &mut LoopFunc, nest: &mut Nest| -> Vec<TExprId> { (0..st.n_axes).map(|a| nest.value(f, a)).collect() };
-    let root_map = |f: &mut LoopFunc, nest: &mut Nest| -> HashMap<VarId, TExprId> {
-        (0..st.vars.len()).map(|v| (v as VarId, nest.value(f, v))).collect()
+fn index_bin(f: &mut LoopFunc, op: BinOp, a: TExprId, b: TExprId) -> TExprId {
+    let ty = if matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul) { Ty::Index } else { Ty::Elem(ElemType::Bool) };
+    f.p.alloc(TExpr::Binary(op, a, b), ty, Default::default())
+}
+
+fn index_int(f: &mut LoopFunc, k: i64) -> TExprId {
+    f.p.alloc(TExpr::Int(k), Ty::Index, Default::default())
+}
+
+/// Indices of a box buffer from box-relative coordinates `t`, through the layout.
+fn laid_out(f: &mut LoopFunc, t: &[TExprId], layout: Option<&[LayoutDim]>) -> Vec<TExprId> {
+    let Some(layout) = layout else {
+        return t.to_vec();
     };
-    match f.p.expr(st.value).clone() {
-        TExpr::Reduce(op, _, body) if ss.cache_write.is_some() => {
-            let (at, name) = ss.cache_write.clone().expect("checked");
-            lower_cached_reduction(f, st, ss, op, body, at, &name);
-        }
-        TExpr::Reduce(op, _, body) => {
-            let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
-            emit_nest(
-                f,
-                ss,
-                spatial,
-                |f, nest| {
-                    let indices = axes_of(f, nest);
-                    let value = f.p.alloc(identity(op, elem), Ty::Elem(elem), st.span);
+    layout
+        .iter()
+        .map(|d| match *d {
+            LayoutDim::Whole(x) => t[x],
+            LayoutDim::Div(x, c) => index::div_mod(f, t[x], c).0,
+            LayoutDim::Rem(x, c) => index::div_mod(f, t[x], c).1,
+        })
+        .collect()
+}
+
+impl Lowerer<'_> {
+    /// The loop nests of stage `si`; `place` says where it stores when it is attached.
+    fn stage(&self, f: &mut LoopFunc, si: usize, place: Option<&Placement>) -> Vec<Stmt> {
+        let st = &self.stages[si];
+        let ss = &self.s.stages[si];
+        let elem = f.p.tensor(st.tensor).elem;
+        let ty = Ty::Elem(elem);
+        let run = |f: &mut LoopFunc,
+                   leaf: usize,
+                   vars: &HashMap<usize, VarId>,
+                   inner: &mut dyn FnMut(&mut LoopFunc) -> Vec<Stmt>| {
+            self.attach_point(f, si, place, leaf, vars, inner)
+        };
+        let leaves: Vec<usize> = (0..ss.ivs.len()).filter(|&l| !self.s.attached_at(si, l).is_empty()).collect();
+        let attacher = Attacher { leaves, run: &run };
+        let attach = (!attacher.leaves.is_empty()).then_some(&attacher);
+        let store_idx = |f: &mut LoopFunc, nest: &mut Nest| -> Vec<TExprId> {
+            let axes: Vec<TExprId> = (0..st.n_axes).map(|a| nest.value(f, a)).collect();
+            match place {
+                Some(pl) => laid_out(f, &axes, pl.layout.as_deref()),
+                None => axes,
+            }
+        };
+        let value_of = |f: &mut LoopFunc, nest: &mut Nest, e: TExprId| -> TExprId {
+            let map: HashMap<VarId, TExprId> = (0..st.vars.len())
+                .map(|v| {
+                    let x = nest.value(f, v);
+                    let x = match place {
+                        Some(pl) if v < st.n_axes && f.p.expr(pl.origin[v]) != &TExpr::Int(0) => {
+                            index_bin(f, BinOp::Add, pl.origin[v], x)
+                        }
+                        _ => x,
+                    };
+                    (v as VarId, x)
+                })
+                .collect();
+            let e = subst(&mut f.p, e, &map, &HashMap::new());
+            self.localize(f, e);
+            e
+        };
+        // An attached stage never computes outside its tensor.
+        let domain = |f: &mut LoopFunc, nest: &mut Nest| -> Option<TExprId> {
+            let pl = place?;
+            let mut cond = None;
+            for d in (0..st.n_axes).filter(|&d| pl.guard[d]) {
+                let t = nest.value(f, d);
+                let g = index_bin(f, BinOp::Add, pl.origin[d], t);
+                let (zero, size) = (index_int(f, 0), index_int(f, pl.full[d]));
+                let ge = index_bin(f, BinOp::Ge, g, zero);
+                let lt = index_bin(f, BinOp::Lt, g, size);
+                let both = and(f, Some(ge), lt);
+                cond = Some(and(f, cond, both));
+            }
+            cond
+        };
+        match f.p.expr(st.value).clone() {
+            TExpr::Reduce(op, _, body) => {
+                let init = |f: &mut LoopFunc, nest: &mut Nest| {
+                    let indices = store_idx(f, nest);
+                    let value = f.p.alloc(identity(op, elem), ty, st.span);
                     Stmt::Store { tensor: st.tensor, indices, value }
-                },
-                true,
-            );
-            emit_nest(
-                f,
-                ss,
-                ss.leaves.clone(),
-                |f, nest| {
-                    let indices = axes_of(f, nest);
-                    let map = root_map(f, nest);
-                    let term = subst(&mut f.p, body, &map, &HashMap::new());
-                    let ty = Ty::Elem(elem);
+                };
+                let update = |f: &mut LoopFunc, nest: &mut Nest| {
+                    let indices = store_idx(f, nest);
+                    let term = value_of(f, nest, body);
                     let acc = f.p.alloc(TExpr::Load(st.tensor, indices.clone()), ty, st.span);
                     let value = combine(f, op, acc, term, ty, st.span);
                     Stmt::Store { tensor: st.tensor, indices, value }
-                },
-                false,
-            );
+                };
+                if let Some((at, name)) = &ss.cache_write {
+                    let parts = CachedParts { op, body, at: *at, name, store_idx: &store_idx, value_of: &value_of };
+                    return self.cached_reduction(f, si, &parts, &domain, attach);
+                }
+                let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
+                let mut out = emit_nest(f, ss, spatial, &init, &domain, true, None);
+                out.extend(emit_nest(f, ss, ss.leaves.clone(), &update, &domain, false, attach));
+                out
+            }
+            _ => {
+                let make = |f: &mut LoopFunc, nest: &mut Nest| {
+                    let indices = store_idx(f, nest);
+                    let value = value_of(f, nest, st.value);
+                    Stmt::Store { tensor: st.tensor, indices, value }
+                };
+                emit_nest(f, ss, ss.leaves.clone(), &make, &domain, false, attach)
+            }
         }
-        _ => emit_nest(
-            f,
-            ss,
-            ss.leaves.clone(),
-            |f, nest| {
-                let indices = axes_of(f, nest);
-                let map = root_map(f, nest);
-                let value = subst(&mut f.p, st.value, &map, &HashMap::new());
-                Stmt::Store { tensor: st.tensor, indices, value }
-            },
-            false,
-        ),
+    }
+
+    /// Where loop `leaf` of stage `owner` opens: the buffers of the stages
+    /// attached there, their nests, then the rest of the owner's body.
+    fn attach_point(
+        &self,
+        f: &mut LoopFunc,
+        owner: usize,
+        owner_place: Option<&Placement>,
+        leaf: usize,
+        vars: &HashMap<usize, VarId>,
+        inner: &mut dyn FnMut(&mut LoopFunc) -> Vec<Stmt>,
+    ) -> Vec<Stmt> {
+        let mut nest = Nest { ss: &self.s.stages[owner], loop_var: vars.clone(), memo: HashMap::new() };
+        let attached = self.s.attached_at(owner, leaf);
+        let mut places = Vec::new();
+        for &pi in &attached {
+            let r = self.regions[pi].as_ref().expect("attached stages have inferred boxes");
+            let origin = r.lo.iter().map(|l| self.materialize(f, l, &mut nest, owner_place)).collect();
+            let layout = self.s.attach[pi].as_ref().and_then(|a| a.layout.clone());
+            let pl = Rc::new(Placement { origin, guard: r.guard.clone(), full: self.full[pi].clone(), layout });
+            self.scope.borrow_mut().insert(self.stages[pi].tensor, pl.clone());
+            places.push(pl);
+        }
+        let mut body = Vec::new();
+        for (&pi, pl) in attached.iter().zip(&places) {
+            body.extend(self.stage(f, pi, Some(pl)));
+        }
+        body.extend(inner(f));
+        for &pi in attached.iter().rev() {
+            self.scope.borrow_mut().remove(&self.stages[pi].tensor);
+            body = vec![Stmt::Alloc { tensor: self.stages[pi].tensor, body }];
+        }
+        body
+    }
+
+    /// A box origin as an expression of the owner's loops.
+    fn materialize(&self, f: &mut LoopFunc, l: &Lin, nest: &mut Nest, owner_place: Option<&Placement>) -> TExprId {
+        let mut acc = index_int(f, l.c);
+        for (a, &k) in &l.terms {
+            let v = match a {
+                Atom::Iv(iv) => nest.value(f, *iv),
+                Atom::Off(axis) => owner_place.expect("offsets only of attached owners").origin[*axis],
+            };
+            let k = index_int(f, k);
+            let term = index_bin(f, BinOp::Mul, v, k);
+            acc = index_bin(f, BinOp::Add, acc, term);
+        }
+        index::simplify(f, acc)
+    }
+
+    /// Rewrite loads of visible attached buffers to box-relative, laid-out indices.
+    fn localize(&self, f: &mut LoopFunc, e: TExprId) {
+        for c in f.p.children(e) {
+            self.localize(f, c);
+        }
+        if let TExpr::Load(t, idx) = f.p.expr(e).clone() {
+            let Some(pl) = self.scope.borrow().get(&t).cloned() else { return };
+            let rel: Vec<TExprId> = idx.iter().zip(&pl.origin).map(|(&i, &o)| index::sub(f, i, o)).collect();
+            let idx = laid_out(f, &rel, pl.layout.as_deref());
+            f.p.exprs[e.0 as usize] = TExpr::Load(t, idx);
+        }
+    }
+
+    /// A reduction with `cache_write S at S.a -> L`: inside loop `a`, the block of
+    /// `S` that the inner loops compute accumulates in a local buffer `L`
+    /// (private to the iteration, so registers after LLVM's SROA), which is
+    /// initialised first and written back to `S` at the end.
+    fn cached_reduction(
+        &self,
+        f: &mut LoopFunc,
+        si: usize,
+        c: &CachedParts,
+        domain: &Guard,
+        attach: Option<&Attacher>,
+    ) -> Vec<Stmt> {
+        let (st, ss) = (&self.stages[si], &self.s.stages[si]);
+        let (op, elem) = (c.op, f.p.tensor(st.tensor).elem);
+        let p = ss.leaves.iter().position(|&l| l == c.at).expect("`at` is a leaf (checked by the schedule)");
+        let outer: Vec<usize> = ss.leaves[..=p].to_vec();
+        let inner: Vec<usize> = ss.leaves[p + 1..].to_vec();
+        let s_in: Vec<usize> = inner.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
+        let shape: Vec<i64> = s_in.iter().map(|&l| ss.ivs[l].extent).collect();
+        f.p.tensors.push(TensorDecl { name: c.name.to_string(), elem, shape, role: TensorRole::Temp, span: st.span });
+        let local = TensorId(f.p.tensors.len() as u32 - 1);
+        let (partitioned, guarded) = split_tails(ss, &ss.leaves, &|_| true);
+        let guarded_spatial: Vec<Tail> = guarded.iter().copied().filter(|t| is_spatial(ss, t.parent)).collect();
+        let ty = Ty::Elem(elem);
+        let local_idx = |f: &mut LoopFunc, nest: &Nest| -> Vec<TExprId> {
+            s_in.iter().map(|l| f.p.alloc(TExpr::Var(nest.loop_var[l]), Ty::Index, st.span)).collect()
+        };
+        let init = |f: &mut LoopFunc, nest: &mut Nest| {
+            let indices = local_idx(f, nest);
+            let value = f.p.alloc(identity(op, elem), ty, st.span);
+            Stmt::Store { tensor: local, indices, value }
+        };
+        let update = |f: &mut LoopFunc, nest: &mut Nest| {
+            let indices = local_idx(f, nest);
+            let term = (c.value_of)(f, nest, c.body);
+            let acc = f.p.alloc(TExpr::Load(local, indices.clone()), ty, st.span);
+            let value = combine(f, op, acc, term, ty, st.span);
+            Stmt::Store { tensor: local, indices, value }
+        };
+        let write_back = |f: &mut LoopFunc, nest: &mut Nest| {
+            let indices = (c.store_idx)(f, nest);
+            let from = local_idx(f, nest);
+            let value = f.p.alloc(TExpr::Load(local, from), ty, st.span);
+            Stmt::Store { tensor: st.tensor, indices, value }
+        };
+        let no_guard = |_: &mut LoopFunc, _: &mut Nest| None;
+        let init_t = store_terminal(ss, &[], &init, &no_guard);
+        let update_t = store_terminal(ss, &guarded, &update, domain);
+        let back_t = store_terminal(ss, &guarded_spatial, &write_back, domain);
+        let block = |f: &mut LoopFunc, bounds: &Bounds, vars: &mut HashMap<usize, VarId>| -> Vec<Stmt> {
+            let mut body = Vec::new();
+            for (leaves, t, at) in [(&s_in, &init_t, None), (&inner, &update_t, attach), (&s_in, &back_t, None)] {
+                let ctx = NestCtx { ss, leaves, partitioned: &partitioned, terminal: &**t, attach: at };
+                body.extend(ctx.level(f, 0, bounds, vars));
+            }
+            vec![Stmt::Alloc { tensor: local, body }]
+        };
+        let ctx = NestCtx { ss, leaves: &outer, partitioned: &partitioned, terminal: &block, attach };
+        ctx.level(f, 0, &HashMap::new(), &mut HashMap::new())
     }
 }
 
-/// A reduction with `cache_write S at S.a -> L`: inside loop `a`, the block of
-/// `S` that the inner loops compute accumulates in a local buffer `L`
-/// (private to the iteration, so registers after LLVM's SROA), which is
-/// initialised first and written back to `S` at the end.
-fn lower_cached_reduction(
-    f: &mut LoopFunc,
-    st: &Stage,
-    ss: &StageSchedule,
+/// What a cached reduction needs from its stage's lowering.
+struct CachedParts<'a> {
     op: ReduceOp,
     body: TExprId,
     at: usize,
-    name: &str,
-) {
-    let elem = f.p.tensor(st.tensor).elem;
-    let p = ss.leaves.iter().position(|&l| l == at).expect("`at` is a leaf (checked by the schedule)");
-    let outer: Vec<usize> = ss.leaves[..=p].to_vec();
-    let inner: Vec<usize> = ss.leaves[p + 1..].to_vec();
-    let s_in: Vec<usize> = inner.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
-    let shape: Vec<i64> = s_in.iter().map(|&l| ss.ivs[l].extent).collect();
-    f.p.tensors.push(TensorDecl { name: name.to_string(), elem, shape, role: TensorRole::Temp, span: st.span });
-    let local = TensorId(f.p.tensors.len() as u32 - 1);
-    let (partitioned, guarded) = split_tails(ss, &ss.leaves, &|_| true);
-    let guarded_spatial: Vec<Tail> = guarded.iter().copied().filter(|t| is_spatial(ss, t.parent)).collect();
-    let ty = Ty::Elem(elem);
-    let local_idx = |f: &mut LoopFunc, nest: &Nest| -> Vec<TExprId> {
-        s_in.iter().map(|l| f.p.alloc(TExpr::Var(nest.loop_var[l]), Ty::Index, st.span)).collect()
-    };
-    let init = |f: &mut LoopFunc, nest: &mut Nest| {
-        let indices = local_idx(f, nest);
-        let value = f.p.alloc(identity(op, elem), ty, st.span);
-        Stmt::Store { tensor: local, indices, value }
-    };
-    let update = |f: &mut LoopFunc, nest: &mut Nest| {
-        let indices = local_idx(f, nest);
-        let map: HashMap<VarId, TExprId> = (0..st.vars.len()).map(|v| (v as VarId, nest.value(f, v))).collect();
-        let term = subst(&mut f.p, body, &map, &HashMap::new());
-        let acc = f.p.alloc(TExpr::Load(local, indices.clone()), ty, st.span);
-        let value = combine(f, op, acc, term, ty, st.span);
-        Stmt::Store { tensor: local, indices, value }
-    };
-    let write_back = |f: &mut LoopFunc, nest: &mut Nest| {
-        let indices: Vec<TExprId> = (0..st.n_axes).map(|a| nest.value(f, a)).collect();
-        let from = local_idx(f, nest);
-        let value = f.p.alloc(TExpr::Load(local, from), ty, st.span);
-        Stmt::Store { tensor: st.tensor, indices, value }
-    };
-    let init_t = store_terminal(ss, &[], &init);
-    let update_t = store_terminal(ss, &guarded, &update);
-    let back_t = store_terminal(ss, &guarded_spatial, &write_back);
-    let block = |f: &mut LoopFunc, bounds: &Bounds, vars: &mut HashMap<usize, VarId>| -> Vec<Stmt> {
-        let mut body = Vec::new();
-        for (leaves, t) in [(&s_in, &init_t), (&inner, &update_t), (&s_in, &back_t)] {
-            let ctx = NestCtx { ss, leaves, partitioned: &partitioned, terminal: &**t };
-            body.extend(ctx.level(f, 0, bounds, vars));
-        }
-        vec![Stmt::Alloc { tensor: local, body }]
-    };
-    let ctx = NestCtx { ss, leaves: &outer, partitioned: &partitioned, terminal: &block };
-    let out = ctx.level(f, 0, &HashMap::new(), &mut HashMap::new());
-    f.body.extend(out);
+    name: &'a str,
+    store_idx: &'a dyn Fn(&mut LoopFunc, &mut Nest) -> Vec<TExprId>,
+    value_of: &'a dyn Fn(&mut LoopFunc, &mut Nest, TExprId) -> TExprId,
 }
 
 fn combine(f: &mut LoopFunc, op: ReduceOp, acc: TExprId, term: TExprId, ty: Ty, span: texc_grammar::Span) -> TExprId {

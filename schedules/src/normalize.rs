@@ -99,6 +99,10 @@ pub fn hoist_reductions(p: &mut Program) {
         let replacement = if p.ty(r) == Ty::Elem(elem) { load } else { p.alloc(TExpr::Cast(load), p.ty(r), span) };
         p.exprs[r.0 as usize] = p.exprs[replacement.0 as usize].clone();
         p.tys[r.0 as usize] = p.tys[replacement.0 as usize];
+        if !contains_reduce(p, st.value) {
+            // The old stage's reduction variables are gone with its reduction.
+            p.stages[si].vars.truncate(st.n_axes);
+        }
         p.stages.insert(si, Stage { tensor: t, vars, n_axes, value, span: st.span });
         // Re-examine the new stage (it may hold further nested reductions), then the old one.
     }

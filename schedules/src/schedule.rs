@@ -59,11 +59,53 @@ impl StageSchedule {
         StageSchedule { ivs, leaves, cache_write: None, cache_write_span: Span::default() }
     }
 
+    /// The (outer, inner, factor) split of `iv`, if it was split.
+    pub fn split_children(&self, iv: usize) -> Option<(usize, usize, i64)> {
+        let o =
+            self.ivs.iter().position(|v| matches!(v.rel, Rel::Split { parent, outer: true, .. } if parent == iv))?;
+        let i =
+            self.ivs.iter().position(|v| matches!(v.rel, Rel::Split { parent, outer: false, .. } if parent == iv))?;
+        let Rel::Split { factor, .. } = self.ivs[o].rel else { unreachable!() };
+        Some((o, i, factor))
+    }
+
+    /// The fusion `iv` is part of: (fused iv, extent of its inner part, whether `iv` is the outer part).
+    pub fn fused_parent(&self, iv: usize) -> Option<(usize, i64, bool)> {
+        self.ivs.iter().enumerate().find_map(|(fi, v)| match v.rel {
+            Rel::Fuse { outer, inner } if outer == iv => Some((fi, self.ivs[inner].extent, true)),
+            Rel::Fuse { outer: _, inner } if inner == iv => Some((fi, self.ivs[inner].extent, false)),
+            _ => None,
+        })
+    }
+
+    /// Recompute every extent from new extents of the stage's axes (an
+    /// attached stage covers a region, not its whole tensor). Split factors
+    /// larger than the new extent are clamped to it.
+    pub fn rebase(&mut self, axis_extents: &[i64]) {
+        for i in 0..self.ivs.len() {
+            let extent = match self.ivs[i].rel {
+                Rel::Root(v) => axis_extents.get(v).copied().unwrap_or(self.ivs[i].extent),
+                Rel::Split { parent, outer, factor } => {
+                    let pe = self.ivs[parent].extent;
+                    let f = factor.min(pe.max(1));
+                    self.ivs[i].rel = Rel::Split { parent, outer, factor: f };
+                    if outer {
+                        (pe + f - 1) / f
+                    } else {
+                        f
+                    }
+                }
+                Rel::Fuse { outer, inner } => self.ivs[outer].extent * self.ivs[inner].extent,
+            };
+            self.ivs[i].extent = extent;
+        }
+    }
+
     pub fn find(&self, name: &str) -> Option<usize> {
         self.ivs.iter().rposition(|v| v.name == name)
     }
 
-    fn leaf_pos(&self, iv: usize) -> Option<usize> {
+    pub fn leaf_pos(&self, iv: usize) -> Option<usize> {
         self.leaves.iter().position(|&l| l == iv)
     }
 
@@ -234,14 +276,53 @@ impl StageSchedule {
     }
 }
 
+/// One dimension of a `cache_read ... layout (..)` buffer, in terms of the
+/// cached tensor's dimensions: `d`, `d / c` or `d % c`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayoutDim {
+    Whole(usize),
+    Div(usize, i64),
+    Rem(usize, i64),
+}
+
+/// `compute_at P C.a` (or the stage a `cache_read` made): stage `P` runs
+/// inside loop `leaf` of stage `owner`, into a buffer private to each
+/// iteration of that loop.
+#[derive(Clone, Debug)]
+pub struct Attach {
+    pub owner: usize,
+    pub leaf: usize,
+    pub layout: Option<Vec<LayoutDim>>,
+    pub span: Span,
+}
+
 /// The schedule of every stage of a program, by stage index.
 #[derive(Clone, Debug)]
 pub struct Schedules {
     pub stages: Vec<StageSchedule>,
+    pub attach: Vec<Option<Attach>>,
 }
 
 impl Schedules {
     pub fn new(p: &Program) -> Schedules {
-        Schedules { stages: p.stages.iter().map(StageSchedule::new).collect() }
+        Schedules { stages: p.stages.iter().map(StageSchedule::new).collect(), attach: vec![None; p.stages.len()] }
+    }
+
+    /// Make room for a new stage at index `si` (schedule `ss`, not attached).
+    pub fn insert(&mut self, si: usize, ss: StageSchedule) {
+        for a in self.attach.iter_mut().flatten() {
+            if a.owner >= si {
+                a.owner += 1;
+            }
+        }
+        self.stages.insert(si, ss);
+        self.attach.insert(si, None);
+    }
+
+    /// Stages attached at loop `leaf` of stage `owner`, in program order.
+    pub fn attached_at(&self, owner: usize, leaf: usize) -> Vec<usize> {
+        (0..self.attach.len())
+            .filter(|&i| matches!(&self.attach[i], Some(a) if a.owner == owner && a.leaf == leaf))
+            .collect()
     }
 }

@@ -196,6 +196,32 @@ pub fn random_case_program(file: &str, kernel: Option<&str>, shapes: &[(&str, i6
     compile(file, kernel, &b).expect("compiles")
 }
 
+/// At random, compute temporaries inside a random loop of their last reader
+/// (`compute_at`), keeping those attachments that are legal.
+pub fn random_attachments(p: &Program, s: &mut texc_schedules::schedule::Schedules, rng: &mut SplitMix64) {
+    use texc_compiler::tir::TensorRole;
+    for pi in (0..p.stages.len()).rev() {
+        let t = p.stages[pi].tensor;
+        if rng.next_u64() % 3 == 0 || p.tensor(t).role != TensorRole::Temp {
+            continue;
+        }
+        let Some(owner) = (pi + 1..p.stages.len()).rev().find(|&q| reads(p, p.stages[q].value, t)) else { continue };
+        let leaves = &s.stages[owner].leaves;
+        let leaf = leaves[(rng.next_u64() % leaves.len() as u64) as usize];
+        let mut trial = s.clone();
+        let span = Default::default();
+        trial.attach[pi] = Some(texc_schedules::schedule::Attach { owner, leaf, layout: None, span });
+        if texc_schedules::attach::infer(p, &mut trial.clone()).is_ok() {
+            *s = trial;
+        }
+    }
+}
+
+fn reads(p: &Program, e: texc_compiler::tir::TExprId, t: texc_compiler::tir::TensorId) -> bool {
+    matches!(p.expr(e), texc_compiler::tir::TExpr::Load(x, _) if *x == t)
+        || p.children(e).into_iter().any(|c| reads(p, c, t))
+}
+
 /// Lower `base` with a random legal schedule (and, at random, default inlining).
 pub fn randomly_scheduled(base: &Program, rng: &mut SplitMix64) -> texc_schedules::LoopFunc {
     let mut p = base.clone();
@@ -207,7 +233,9 @@ pub fn randomly_scheduled(base: &Program, rng: &mut SplitMix64) -> texc_schedule
     for ss in &mut s.stages {
         random_schedule(ss, rng);
     }
-    let f = texc_schedules::lower::lower(p, &s);
+    random_attachments(&p, &mut s, rng);
+    let regions = texc_schedules::attach::infer(&p, &mut s).expect("kept attachments are legal");
+    let f = texc_schedules::lower::lower(p, &s, &regions);
     texc_schedules::verify::verify(&f).expect("verifies");
     f
 }

@@ -47,13 +47,17 @@ fn example_schedules_match_the_interpreter() {
 #[test]
 fn random_legal_schedules_match_the_interpreter() {
     let mut rng = SplitMix64::new(99);
+    let mut attached = 0;
     for (file, kernel, shapes) in texc_tests::RANDOM_SCHEDULE_CASES {
         let base = texc_tests::random_case_program(file, kernel, shapes);
         for trial in 0..25 {
             let f = texc_tests::randomly_scheduled(&base, &mut rng);
+            attached += usize::from(texc_schedules::ir::print(&f).contains("local "));
             assert_same(&format!("{file} trial {trial}"), &base, &f, trial);
         }
     }
+    // Random `compute_at`s are among the schedules drawn.
+    assert!(attached >= 10, "only {attached} random schedules attached a stage");
 }
 
 #[test]
@@ -75,12 +79,53 @@ fn illegal_schedules_are_spanned_errors() {
         ("reorder C(k, i, j); cache_write C at C.i -> Cl;", "but `k` is outside"),
         ("cache_write C at C.j in shared -> Cl;", "memory scope `shared` is for GPUs"),
         ("cache_write C at C.j -> A;", "already a tensor"),
-        ("compute_at C C.i;", "not implemented yet"),
     ];
-    for (prims, want) in cases {
-        let src = format!(
-            "kernel mm(A: f32[M = 8, K = 8], B: f32[K, N = 8]) -> C: f32[M, N] {{ C[i, j] = sum[k](A[i, k] * B[k, j]); }}\nschedule mm for x86-avx2 {{ {prims} }}"
-        );
+    let kernel =
+        "kernel mm(A: f32[M = 8, K = 8], B: f32[K, N = 8]) -> C: f32[M, N] { C[i, j] = sum[k](A[i, k] * B[k, j]); }";
+    expect_schedule_errors(kernel, &cases);
+}
+
+#[test]
+fn illegal_attachments_are_spanned_errors() {
+    let cases = [
+        ("compute_at C C.i;", "cannot compute `C` inside another stage: it is an output"),
+        ("compute_at T C.q;", "`C` has no axis `q`"),
+        ("compute_at T X.i;", "no stage named `X`"),
+        ("reorder C(i, k, j); vectorize C.j; compute_at T C.j;", "inside the vectorized loop `j`"),
+        ("compute_at T C.i; split C.i by 2 -> (a, b);", "was split or fused after"),
+        ("compute_at T C.i; compute_at T C.j;", "already computed inside another stage"),
+        ("parallel C.i; parallel T.i; compute_at T C.i;", "has a parallel loop but runs inside a parallel loop"),
+        ("compute_at U C.i;", "`V` also reads `U`, but it does not run inside `C.i`"),
+        ("compute_at U V.i;", "`C` also reads `U`"),
+        ("compute_at W C.j;", "index `i / 2` is not affine"),
+        ("reorder C(j, i, k); compute_at T C.j;", "attached buffers live on the stack"),
+        ("compute_at T V.i;", "`C` also reads `T`, but it does not run inside `V.i`"),
+        ("cache_read A for C at C.k in shared -> As;", "memory scope `shared` is for GPUs"),
+        ("cache_read Q for C at C.k -> As;", "no tensor named `Q`"),
+        ("cache_read B for C at C.k -> A;", "already a tensor"),
+        ("cache_read A for C at V.i -> As;", "must name an axis of `C` itself"),
+        ("cache_read B for V at V.i -> Bs;", "`V` does not read `B`"),
+        ("cache_read B for C at C.k layout (k) -> Bs;", "does not cover axis `j`"),
+        ("cache_read B for C at C.k layout (j, k / 4, k % 8) -> Bs;", "does not cover axis `k`"),
+        ("cache_read B for C at C.k layout (j, q) -> Bs;", "the cache has no axis `q`"),
+        ("cache_read B for C at C.k layout (j, k * 2) -> Bs;", "a layout dimension is an axis"),
+    ];
+    let kernel = "kernel two(A: f32[M = 300, K = 300], B: f32[K, N = 8]) -> C: f32[M, N] {
+    T[i, k] = A[i, k] * 2.0;
+    U[i, k] = A[i, k] + 1.0;
+    V[i, k] = U[i, k] * U[i, k];
+    W[i, k] = A[i, k] - 1.0;
+    C[i, j] = sum[k](T[i, k] * B[k, j] + U[i, k] + V[i, k] + W[i / 2, k]);
+}";
+    expect_schedule_errors(kernel, &cases);
+}
+
+/// Each schedule body in `cases` must be rejected by the scheduler with a
+/// message containing the expected text, at a span in the schedule line.
+fn expect_schedule_errors(kernel: &str, cases: &[(&str, &str)]) {
+    for &(prims, want) in cases {
+        let src = format!("{kernel}\nschedule {} for x86-avx2 {{ {prims} }}", kernel_name(kernel));
+        let line = src.lines().count();
         let mut s = Session::new();
         let m = s.load_text("s.tex", &src, None).expect("front end accepts");
         let k = s.entry_kernel(m, None).expect("kernel");
@@ -89,7 +134,33 @@ fn illegal_schedules_are_spanned_errors() {
         let d = texc_schedules::schedule_and_lower(p, "x86-avx2", Some(sched)).expect_err(prims);
         let text = texc_grammar::diagnostic::render_all(&[d], &s.sources);
         assert!(text.contains(want), "{prims}: expected `{want}` in\n{text}");
-        assert!(text.contains("s.tex:2:"), "{prims}: not spanned:\n{text}");
+        assert!(text.contains(&format!("s.tex:{line}:")), "{prims}: not spanned:\n{text}");
+    }
+}
+
+fn kernel_name(src: &str) -> &str {
+    src.trim_start_matches("kernel ").split('(').next().expect("a kernel")
+}
+
+/// Specialize the only kernel of `src` and apply its `x86-avx2` schedule.
+fn scheduled(name: &str, src: &str) -> (Program, texc_schedules::LoopFunc) {
+    let mut s = Session::new();
+    let m = s.load_text(name, src, None).expect("front end");
+    let k = s.entry_kernel(m, None).expect("kernel");
+    let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes");
+    let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("schedule");
+    let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", Some(sched)).expect("applies");
+    (p, f)
+}
+
+/// The loop nest and its x86 code both match the interpreter.
+fn assert_same_compiled(name: &str, p: &Program, f: &texc_schedules::LoopFunc, seed: u64) {
+    assert_same(name, p, f, seed);
+    let got = texc_codegen::compile(f, "x86-avx2").expect("compiles").run(random_args(p, seed)).expect("runs");
+    let want = interp::run(p, random_args(p, seed)).expect("interp");
+    for (g, w) in got.iter().zip(&want) {
+        let err = rel_error(g, w);
+        assert!(err <= 1e-5, "{name}: x86 differs from interp by {err:e}\n{}", texc_schedules::ir::print(f));
     }
 }
 
@@ -103,15 +174,74 @@ schedule mm for x86-avx2 {
     cache_write C at C.jo -> Cl;
     unroll C.ii; vectorize C.ji; parallel C.io;
 }";
-    let mut s = Session::new();
-    let m = s.load_text("cw.tex", src, None).expect("front end");
-    let k = s.entry_kernel(m, None).expect("kernel");
-    let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes");
-    let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("schedule");
-    let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", Some(sched)).expect("applies");
+    let (p, f) = scheduled("cw.tex", src);
     assert!(texc_schedules::ir::print(&f).contains("local Cl: f32[6, 16]:"));
-    assert_same("cache_write", &p, &f, 9);
-    let got = texc_codegen::compile(&f, "x86-avx2").expect("compiles").run(random_args(&p, 9)).expect("runs");
-    let want = interp::run(&p, random_args(&p, 9)).expect("interp");
-    assert!(rel_error(&got[0], &want[0]) <= 1e-5);
+    assert_same_compiled("cache_write", &p, &f, 9);
+}
+
+/// `compute_at` of a padded input per block of output rows (boxes that
+/// overlap and leave the tensor at the borders), sibling attachments of
+/// row statistics (`mu`, `var` with their hoisted reductions), and
+/// `cache_read` packing of a GEMM operand into panels, at sizes no tile
+/// divides.
+#[test]
+fn attachments_keep_results() {
+    let pad =
+        "kernel conv(X: f32[N = 2, C = 3, H = 11, W = 13], Wt: f32[K = 5, C, R = 3, S = 3]) -> Y: f32[N, K, H, W] {
+    Xp[n, c, y in 0..H + 2, x in 0..W + 2] =
+        select(y >= 1 && y < H + 1 && x >= 1 && x < W + 1, X[n, c, y - 1, x - 1], 0.0);
+    Y[n, k, h, w] = sum[c, r, s](Xp[n, c, h + r, w + s] * Wt[k, c, r, s]);
+}
+schedule conv for x86-avx2 {
+    split Y.h by 4 -> (ho, hi);
+    split Y.w by 8 -> (wo, wi);
+    reorder Y(n, ho, k, hi, c, r, s, wo, wi);
+    compute_at Xp Y.ho;
+    split Xp.x by 8 -> (xo, xi);
+    vectorize Xp.xi;
+    vectorize Y.wi;
+    parallel Y.n;
+}";
+    let rows = "kernel ln(X: f32[N = 7, D = 37]) -> Y: f32[N, D] {
+    mu[n] = sum[d](X[n, d]) / D;
+    xc[n, d] = X[n, d] - mu[n];
+    var[n] = sum[d](xc[n, d] * xc[n, d]) / D;
+    Y[n, d] = xc[n, d] / sqrt(var[n] + 1e-5);
+}
+schedule ln for x86-avx2 {
+    split Y.d by 8 -> (do, dv);
+    vectorize Y.dv;
+    parallel Y.n;
+    compute_at mu Y.n;
+    compute_at xc Y.n;
+    compute_at var Y.n;
+    split xc.d by 8 -> (do, dv);
+    vectorize xc.dv;
+}";
+    let pack = "kernel sgemm(A: f32[M = 37, K = 19], B: f32[K, N = 70]) -> C: f32[M, N] {
+    C[i, j] = sum[k](A[i, k] * B[k, j]);
+}
+schedule sgemm for x86-avx2 {
+    tile C(i, j) by (6, 16) -> (io, jo, ii, ji);
+    split C.k by 8 -> (ko, ki);
+    split C.jo by 2 -> (jb, jo2);
+    reorder C(jb, ko, io, jo2, ki, ii, ji);
+    cache_read B for C at C.ko layout (j / 16, k, j % 16) -> Bp;
+    cache_read A for C at C.io -> Ap;
+    split Bp.j by 16 -> (jo, ji);
+    vectorize Bp.ji;
+    unroll C.ii;
+    vectorize C.ji;
+    parallel C.jb;
+}";
+    for (name, src, expect) in [
+        ("pad", pad, "local Xp: f32[1, 3, 6, 15]:"),
+        ("rows", rows, "local xc: f32[1, 37]:"),
+        ("pack", pack, "local Bp: f32[2, 8, 16]:"),
+    ] {
+        let (p, f) = scheduled(name, src);
+        let text = texc_schedules::ir::print(&f);
+        assert!(text.contains(expect), "{name}: expected `{expect}` in\n{text}");
+        assert_same_compiled(name, &p, &f, 5);
+    }
 }

@@ -1,0 +1,354 @@
+//! Bound inference for attached stages (`compute_at`, `cache_read`).
+//!
+//! A stage `P` attached at loop `a` of stage `C` (its *owner*) runs once per
+//! iteration of `C`'s loops down to `a`, and computes there only the box of
+//! `P` that its readers need during that iteration, into a buffer private
+//! to it (so attached stages are safe inside parallel loops). Its readers
+//! must be `C` itself or stages attached at the same loop after `P`.
+//!
+//! The box is inferred per axis of `P`: every index with which a reader
+//! loads `P` must be affine in the reader's variables. Each reader variable
+//! is `base + offset`, where the base is linear in the owner's iteration
+//! variables that are fixed at `a` (and in the owner's own offsets, when it
+//! is attached itself) and the offset ranges over a constant interval (the
+//! loops inside `a`). All loads of one axis must share their base; the box
+//! is `[base + min, base + max]`, clamped to the tensor. Where the box may
+//! leave the tensor (tails of splits, padding reads), the attached stage
+//! guards its stores, so it never computes outside its tensor.
+//!
+//! Invariants of the result: a stage's box extents are constants no larger
+//! than its tensor's; its schedule is rebased onto those extents
+//! ([`StageSchedule::rebase`]); stages are visited from last to first, so
+//! a reader's box is known before its producer's.
+
+use crate::ir::ForKind;
+use crate::schedule::{LayoutDim, Schedules, StageSchedule};
+use std::collections::BTreeMap;
+use texc_compiler::tir::{Program, TExpr, TExprId, TensorId};
+use texc_grammar::ast::{BinOp, UnOp};
+use texc_grammar::Diagnostic;
+
+/// Buffers of attached stages live on the stack of the thread that runs them.
+pub const MAX_LOCAL_BYTES: i64 = 256 * 1024;
+
+/// A term of a box base: an iteration variable of the owner (fixed at the
+/// attachment loop) or the offset of one of the owner's axes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Atom {
+    Iv(usize),
+    Off(usize),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lin {
+    pub terms: BTreeMap<Atom, i64>,
+    pub c: i64,
+}
+
+impl Lin {
+    fn constant(c: i64) -> Lin {
+        Lin { terms: BTreeMap::new(), c }
+    }
+
+    fn atom(a: Atom) -> Lin {
+        Lin { terms: BTreeMap::from([(a, 1)]), c: 0 }
+    }
+
+    fn add(mut self, o: &Lin, sign: i64) -> Lin {
+        for (a, k) in &o.terms {
+            *self.terms.entry(a.clone()).or_insert(0) += sign * k;
+        }
+        self.terms.retain(|_, k| *k != 0);
+        self.c += sign * o.c;
+        self
+    }
+
+    fn scale(mut self, k: i64) -> Lin {
+        self.terms.values_mut().for_each(|v| *v *= k);
+        self.terms.retain(|_, v| *v != 0);
+        self.c *= k;
+        self
+    }
+}
+
+/// `base + [lo, hi]`.
+#[derive(Clone, Debug)]
+struct Desc {
+    base: Lin,
+    lo: i64,
+    hi: i64,
+}
+
+impl Desc {
+    fn konst(c: i64) -> Desc {
+        Desc { base: Lin::constant(c), lo: 0, hi: 0 }
+    }
+
+    fn range(extent: i64) -> Desc {
+        Desc { base: Lin::default(), lo: 0, hi: (extent - 1).max(0) }
+    }
+
+    fn add(self, o: &Desc, sign: i64) -> Desc {
+        let (lo, hi) = if sign > 0 { (self.lo + o.lo, self.hi + o.hi) } else { (self.lo - o.hi, self.hi - o.lo) };
+        Desc { base: self.base.add(&o.base, sign), lo, hi }
+    }
+
+    fn scale(self, k: i64) -> Desc {
+        let (a, b) = (self.lo * k, self.hi * k);
+        Desc { base: self.base.scale(k), lo: a.min(b), hi: a.max(b) }
+    }
+
+    fn as_const(&self) -> Option<i64> {
+        (self.base.terms.is_empty() && self.lo == self.hi).then_some(self.base.c + self.lo)
+    }
+}
+
+/// The box an attached stage computes per iteration of its attachment loop.
+#[derive(Clone, Debug)]
+pub struct Region {
+    /// Per axis: the first index of the box (linear in the owner's atoms).
+    pub lo: Vec<Lin>,
+    /// Per axis: the box's extent.
+    pub ext: Vec<i64>,
+    /// Per axis: whether the box may leave the tensor there (stores are guarded).
+    pub guard: Vec<bool>,
+    /// The buffer's shape (the box, laid out by the `cache_read` layout if any).
+    pub local_shape: Vec<i64>,
+}
+
+/// Whether the value of `iv` is fixed once the loops `outer` are fixed.
+fn fixed(ss: &StageSchedule, iv: usize, outer: &[usize]) -> bool {
+    if ss.leaf_pos(iv).is_some() {
+        return outer.contains(&iv);
+    }
+    if let Some((o, i, _)) = ss.split_children(iv) {
+        return fixed(ss, o, outer) && fixed(ss, i, outer);
+    }
+    match ss.fused_parent(iv) {
+        Some((fu, _, _)) => fixed(ss, fu, outer),
+        None => false,
+    }
+}
+
+fn desc(ss: &StageSchedule, iv: usize, outer: &[usize]) -> Desc {
+    if fixed(ss, iv, outer) {
+        return Desc { base: Lin::atom(Atom::Iv(iv)), lo: 0, hi: 0 };
+    }
+    if ss.leaf_pos(iv).is_none() {
+        if let Some((o, i, f)) = ss.split_children(iv) {
+            return desc(ss, o, outer).scale(f).add(&desc(ss, i, outer), 1);
+        }
+    }
+    Desc::range(ss.ivs[iv].extent)
+}
+
+/// The range of values `iv` takes (tails of splits included).
+fn value_range(ss: &StageSchedule, iv: usize) -> (i64, i64) {
+    if ss.leaf_pos(iv).is_none() {
+        if let Some((o, i, f)) = ss.split_children(iv) {
+            let (a, b) = (value_range(ss, o), value_range(ss, i));
+            return (a.0 * f + b.0, a.1 * f + b.1);
+        }
+        if let Some((fu, e, outer)) = ss.fused_parent(iv) {
+            let r = value_range(ss, fu);
+            return if outer { (r.0 / e, r.1 / e) } else { (0, e - 1) };
+        }
+    }
+    (0, (ss.ivs[iv].extent - 1).max(0))
+}
+
+fn linearize(p: &Program, e: TExprId, vars: &[Desc]) -> Option<Desc> {
+    match p.expr(e) {
+        TExpr::Int(k) => Some(Desc::konst(*k)),
+        TExpr::Var(v) => vars.get(*v as usize).cloned(),
+        TExpr::Unary(UnOp::Neg, a) => Some(linearize(p, *a, vars)?.scale(-1)),
+        TExpr::Binary(BinOp::Add, a, b) => Some(linearize(p, *a, vars)?.add(&linearize(p, *b, vars)?, 1)),
+        TExpr::Binary(BinOp::Sub, a, b) => Some(linearize(p, *a, vars)?.add(&linearize(p, *b, vars)?, -1)),
+        TExpr::Binary(BinOp::Mul, a, b) => {
+            let (x, y) = (linearize(p, *a, vars)?, linearize(p, *b, vars)?);
+            match (x.as_const(), y.as_const()) {
+                (Some(k), _) => Some(y.scale(k)),
+                (_, Some(k)) => Some(x.scale(k)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+fn loads_of(p: &Program, e: TExprId, t: TensorId, out: &mut Vec<Vec<TExprId>>) {
+    if let TExpr::Load(x, idx) = p.expr(e) {
+        if *x == t {
+            out.push(idx.clone());
+        }
+    }
+    for c in p.children(e) {
+        loads_of(p, c, t, out);
+    }
+}
+
+/// The loops enclosing an attachment point, innermost last, across nested attachments.
+fn enclosing_loops(s: &Schedules, owner: usize, leaf: usize) -> Vec<(usize, usize)> {
+    let ss = &s.stages[owner];
+    let pos = ss.leaf_pos(leaf).expect("attachment loops are leaves");
+    let mut out = match &s.attach[owner] {
+        Some(a) => enclosing_loops(s, a.owner, a.leaf),
+        None => Vec::new(),
+    };
+    out.extend(ss.leaves[..=pos].iter().map(|&l| (owner, l)));
+    out
+}
+
+/// Check every attachment, infer its box, and rebase attached stages'
+/// schedules onto their boxes. Returns the box of each attached stage.
+pub fn infer(p: &Program, s: &mut Schedules) -> Result<Vec<Option<Region>>, Diagnostic> {
+    let mut regions: Vec<Option<Region>> = vec![None; p.stages.len()];
+    for pi in (0..p.stages.len()).rev() {
+        let Some(at) = s.attach[pi].clone() else { continue };
+        let st = &p.stages[pi];
+        let t = st.tensor;
+        let name = &p.tensor(t).name;
+        let owner_name = &p.tensor(p.stages[at.owner].tensor).name;
+        let err = |m: String| Diagnostic::at(at.span, m);
+        let oss = &s.stages[at.owner];
+        let Some(pos) = oss.leaf_pos(at.leaf) else {
+            return Err(err(format!("`{}` was split or fused after this primitive named it", oss.ivs[at.leaf].name)));
+        };
+        if oss.ivs[at.leaf].kind == ForKind::Vectorized {
+            return Err(err(format!("cannot compute `{name}` inside the vectorized loop `{}`", oss.ivs[at.leaf].name)));
+        }
+        let outer = &oss.leaves[..=pos];
+        // Owner variables: fixed part, range inside the attachment loop, and the owner's own offsets.
+        let owner_vars: Vec<Desc> = (0..p.stages[at.owner].vars.len())
+            .map(|v| {
+                let d = desc(oss, v, outer);
+                if s.attach[at.owner].is_some() && v < p.stages[at.owner].n_axes {
+                    d.add(&Desc { base: Lin::atom(Atom::Off(v)), lo: 0, hi: 0 }, 1)
+                } else {
+                    d
+                }
+            })
+            .collect();
+        let mut accesses: Vec<(usize, Vec<Desc>)> = Vec::new();
+        for qi in pi + 1..p.stages.len() {
+            let mut idxs = Vec::new();
+            loads_of(p, p.stages[qi].value, t, &mut idxs);
+            if idxs.is_empty() {
+                continue;
+            }
+            let qname = &p.tensor(p.stages[qi].tensor).name;
+            let vars: Vec<Desc> = if qi == at.owner {
+                owner_vars.clone()
+            } else if matches!(&s.attach[qi], Some(a) if a.owner == at.owner && a.leaf == at.leaf) {
+                let r = regions[qi].as_ref().expect("readers come later, so their boxes are known");
+                let q = &p.stages[qi];
+                (0..q.vars.len())
+                    .map(|v| match v < q.n_axes {
+                        true => Desc { base: r.lo[v].clone(), lo: 0, hi: r.ext[v] - 1 },
+                        false => Desc::range(q.vars[v].extent),
+                    })
+                    .collect()
+            } else {
+                return Err(err(format!(
+                    "`{qname}` also reads `{name}`, but it does not run inside `{owner_name}.{}`",
+                    oss.ivs[at.leaf].name
+                ))
+                .with_note(format!(
+                    "an attached stage is visible only inside its loop; attach `{qname}` there too, or do not attach `{name}`"
+                )));
+            };
+            for idx in idxs {
+                let mut ds = Vec::new();
+                for &i in &idx {
+                    let d = linearize(p, i, &vars).ok_or_else(|| {
+                        err(format!(
+                            "cannot bound the part of `{name}` that `{qname}` reads: index `{}` is not affine",
+                            texc_compiler::print::expr(p, &p.stages[qi], i)
+                        ))
+                    })?;
+                    ds.push(d);
+                }
+                accesses.push((qi, ds));
+            }
+        }
+        if accesses.is_empty() {
+            return Err(err(format!(
+                "`{owner_name}` does not read `{name}`, so `{name}` cannot be computed inside it"
+            )));
+        }
+        let shape = &p.tensor(t).shape;
+        let (mut lo, mut ext, mut guard) = (Vec::new(), Vec::new(), Vec::new());
+        for (d, &size) in shape.iter().enumerate() {
+            let first = &accesses[0].1[d];
+            let mut base = first.base.clone();
+            base.c = 0;
+            let (mut min, mut max) = (i64::MAX, i64::MIN);
+            for (qi, ds) in &accesses {
+                let x = &ds[d];
+                let mut b = x.base.clone();
+                b.c = 0;
+                if b != base {
+                    return Err(err(format!(
+                        "`{}` reads `{name}` along dimension {d} at positions that do not move together; \
+                         texc computes one box of `{name}` per iteration",
+                        p.tensor(p.stages[*qi].tensor).name
+                    )));
+                }
+                min = min.min(x.base.c + x.lo);
+                max = max.max(x.base.c + x.hi);
+            }
+            let e = max - min + 1;
+            if e >= size || base.terms.is_empty() && min <= 0 && max >= size - 1 {
+                lo.push(Lin::constant(0));
+                ext.push(size);
+                guard.push(false);
+                continue;
+            }
+            base.c = min;
+            // The box stays in the tensor if it does for every value of the owner's loops.
+            let mut range = (base.c, base.c);
+            let mut known = true;
+            for (a, &k) in &base.terms {
+                match a {
+                    Atom::Iv(iv) => {
+                        let (x, y) = value_range(oss, *iv);
+                        range.0 += (k * x).min(k * y);
+                        range.1 += (k * x).max(k * y);
+                    }
+                    Atom::Off(_) => known = false,
+                }
+            }
+            guard.push(!(known && range.0 >= 0 && range.1 + e <= size));
+            lo.push(base);
+            ext.push(e);
+        }
+        let local_shape = match &at.layout {
+            None => ext.clone(),
+            Some(l) => l
+                .iter()
+                .map(|d| match *d {
+                    LayoutDim::Whole(x) => ext[x],
+                    LayoutDim::Div(x, c) => (ext[x] + c - 1) / c,
+                    LayoutDim::Rem(x, c) => c.min(ext[x]),
+                })
+                .collect(),
+        };
+        let bytes = local_shape.iter().product::<i64>() * p.tensor(t).elem.size() as i64;
+        if bytes > MAX_LOCAL_BYTES {
+            return Err(err(format!(
+                "the part of `{name}` computed per iteration of `{owner_name}.{}` takes {bytes} bytes; \
+                 attached buffers live on the stack and may take at most {MAX_LOCAL_BYTES}",
+                oss.ivs[at.leaf].name
+            ))
+            .with_note("attach it at an inner loop, or split the loops inside the attachment point"));
+        }
+        if s.stages[pi].leaves.iter().any(|&l| s.stages[pi].ivs[l].kind == ForKind::Parallel)
+            && enclosing_loops(s, at.owner, at.leaf).iter().any(|&(o, l)| s.stages[o].ivs[l].kind == ForKind::Parallel)
+        {
+            return Err(err(format!("`{name}` has a parallel loop but runs inside a parallel loop of `{owner_name}`")));
+        }
+        s.stages[pi].rebase(&ext);
+        regions[pi] = Some(Region { lo, ext, guard, local_shape });
+    }
+    Ok(regions)
+}
