@@ -14,29 +14,50 @@
 //!   inside the reduction loops (register blocking, ~12 accumulators).
 //! - Outer spatial loops are fused until there is enough parallel work
 //!   (≥ 64 iterations), and that loop runs on the thread pool.
+//! - Temporaries of which each iteration of their reader's outermost loop
+//!   needs its own part (a row's statistics, a softmax's exponentials) are
+//!   computed inside that loop (`compute_at`), so that the part stays in L1.
 //!
 //! Cache tiling and register blocking are not chosen by default yet; the
 //! example schedules in `examples/` show them.
 
 use crate::ir::ForKind;
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
-use crate::schedule::{Schedules, StageSchedule};
-use texc_compiler::tir::{Program, TExpr, TExprId, TensorId, TensorRole};
+use crate::schedule::{Attach, Schedules, StageSchedule};
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
 use texc_grammar::Span;
 
 fn loads(p: &Program, e: TExprId, t: TensorId) -> bool {
     matches!(p.expr(e), TExpr::Load(x, _) if *x == t) || p.children(e).into_iter().any(|c| loads(p, c, t))
 }
 
-/// Inline element-wise temporaries into element-wise consumers.
+/// Whether evaluating `e` is cheap enough to repeat: no transcendental functions.
+fn cheap(p: &Program, e: TExprId) -> bool {
+    use texc_compiler::resolve::Builtin::*;
+    let costly = matches!(p.expr(e), TExpr::Call(Exp | Log | Sqrt | Rsqrt | Tanh | Sigmoid | Erf | Pow, _));
+    !costly && p.children(e).into_iter().all(|c| cheap(p, c))
+}
+
+fn volume(st: &Stage) -> i64 {
+    st.vars.iter().map(|v| v.extent).product()
+}
+
+/// Inline element-wise temporaries into element-wise consumers, and cheap
+/// ones into reductions that visit no more points than the temporary has
+/// (`sum[d](xc[n, d] * xc[n, d])` reads each `xc` once: inlining it saves
+/// a round trip to memory; a matmul operand is read `N` times: it stays).
 pub fn default_inlining(p: &mut Program) {
     let mut si = 0;
     while si < p.stages.len() {
         let st = &p.stages[si];
         let t = st.tensor;
+        let repeatable = cheap(p, st.value);
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
-            && p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).all(|c| !contains_reduce(p, c.value));
+            && p.stages[si + 1..]
+                .iter()
+                .filter(|c| loads(p, c.value, t))
+                .all(|c| !contains_reduce(p, c.value) || repeatable && volume(c) <= volume(st));
         if inlinable {
             inline_stage(p, si);
         } else {
@@ -76,7 +97,52 @@ pub fn default_schedule(p: &mut Program, target: &str) -> Schedules {
             schedule_stage(ss, st.n_axes, lanes);
         }
     }
+    attach_producers(p, &mut s);
     s
+}
+
+/// Attached boxes the default schedule keeps: small enough for L1.
+const ATTACH_BYTES: i64 = 32 * 1024;
+
+/// Compute temporaries inside the outermost loop of the stage that reads
+/// them, where each iteration of that loop needs its own part of them (the
+/// statistics and rows of a normalization, a softmax's exponentials): the
+/// part then goes from producer to reader through L1 instead of memory.
+/// Kept only when the parts hardly overlap (little recomputation) and fit in L1.
+fn attach_producers(p: &Program, s: &mut Schedules) {
+    for o in (0..p.stages.len()).rev() {
+        let Some(&a) = s.stages[o].leaves.first() else { continue };
+        if s.attach[o].is_some() || s.stages[o].ivs[a].reduce {
+            continue;
+        }
+        let trips = s.stages[o].ivs[a].extent;
+        for pi in (0..o).rev() {
+            let t = p.stages[pi].tensor;
+            if p.tensor(t).role != TensorRole::Temp || s.attach[pi].is_some() {
+                continue;
+            }
+            let mut readers = (pi + 1..p.stages.len()).filter(|&q| loads(p, p.stages[q].value, t)).peekable();
+            let inside = |q: usize| q == o || matches!(&s.attach[q], Some(x) if x.owner == o && x.leaf == a);
+            if readers.peek().is_none() || !readers.all(inside) {
+                continue;
+            }
+            let mut trial = s.clone();
+            for v in &mut trial.stages[pi].ivs {
+                if v.kind == ForKind::Parallel {
+                    v.kind = ForKind::Serial;
+                }
+            }
+            trial.attach[pi] = Some(Attach { owner: o, leaf: a, layout: None, span: Span::default() });
+            let Ok(regions) = crate::attach::infer(p, &mut trial.clone()) else { continue };
+            let r = regions[pi].as_ref().expect("attached");
+            let bytes = r.local_shape.iter().product::<i64>() * p.tensor(t).elem.size() as i64;
+            // Boxes may overrun the tensor at the end (those points are not computed) or overlap a little.
+            let computed = r.ext.iter().product::<i64>() * trips;
+            if bytes <= ATTACH_BYTES && 4 * computed <= 5 * p.tensor(t).len() {
+                *s = trial;
+            }
+        }
+    }
 }
 
 fn uses_var(p: &Program, e: TExprId, v: u32) -> bool {
@@ -107,11 +173,12 @@ fn reduces_along_rows(p: &Program, st: &texc_compiler::tir::Stage) -> bool {
         TExpr::Load(_, idx) => idx.last().copied(),
         _ => None,
     };
-    let spatial_contiguous = loads.iter().filter_map(last_index).any(|i| uses_var(p, i, inner));
-    let reduce_contiguous = loads
-        .iter()
-        .filter_map(last_index)
-        .any(|i| (st.n_axes as u32..st.vars.len() as u32).any(|r| uses_var(p, i, r)));
+    let reduction = st.n_axes as u32..st.vars.len() as u32;
+    // Loads that do not move with the reduction stay in registers; only the others decide.
+    let streamed: Vec<TExprId> = loads.into_iter().filter(|&l| reduction.clone().any(|r| uses_var(p, l, r))).collect();
+    let spatial_contiguous = streamed.iter().filter_map(last_index).any(|i| uses_var(p, i, inner));
+    let reduce_contiguous =
+        streamed.iter().filter_map(last_index).any(|i| reduction.clone().any(|r| uses_var(p, i, r)));
     reduce_contiguous && !spatial_contiguous
 }
 
@@ -141,7 +208,7 @@ const ACCUMULATORS: i64 = 12;
 /// ~12 independent accumulator vectors hide the FMA latency.
 fn register_block(ss: &mut StageSchedule, n_axes: usize, lanes: i64) {
     let span = Span::default();
-    if ss.ivs.len() == n_axes || n_axes < 2 {
+    if !ss.ivs.iter().any(|v| v.reduce) || n_axes < 2 {
         return;
     }
     let row = ss.ivs[n_axes - 1].extent;

@@ -245,3 +245,31 @@ schedule sgemm for x86-avx2 {
         assert_same_compiled(name, &p, &f, 5);
     }
 }
+
+/// The default schedule runs a normalization or a softmax as one pass over
+/// the rows: the statistics (and exponentials) of each row are computed
+/// inside the row loop, in buffers private to it.
+#[test]
+fn default_schedule_fuses_row_passes() {
+    for (file, shapes) in [
+        ("benches/layer_norm.tex", "N=67,D=37"),
+        ("examples/softmax.tex", "N=67,D=37"),
+        ("examples/norms.tex", "N=67,D=37"),
+    ] {
+        let b = Bindings {
+            shapes: shapes
+                .split(',')
+                .map(|kv| kv.split_once('=').expect("k=v"))
+                .map(|(k, v)| (k.into(), v.parse().expect("int")))
+                .collect(),
+            ..Bindings::default()
+        };
+        let kernel = (file == "examples/norms.tex").then_some("ln");
+        let p = texc_tests::compile(file, kernel, &b).expect("compiles");
+        let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", None).expect("default schedule");
+        let text = texc_schedules::ir::print(&f);
+        assert_eq!(f.body.len(), 1, "{file}: expected one pass over the rows:\n{text}");
+        assert!(text.contains("parallel:\n    local "), "{file}: expected row-private buffers:\n{text}");
+        assert_same_compiled(file, &p, &f, 3);
+    }
+}
