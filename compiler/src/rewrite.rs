@@ -89,7 +89,7 @@ fn shape_of(op: &str, ch: &[Info]) -> Option<Vec<i64>> {
             let out = |h: i64, r: i64| (h + 2 * pad - dil * (r - 1) - 1).div_euclid(stride.max(1)) + 1;
             vec![x[0], w[0], out(x[2], w[2]), out(x[3], w[3])]
         }
-        "conv2d_winograd_f2" | "conv2d_1x1" => {
+        "conv2d_winograd_f2" | "conv2d_winograd_f4" | "conv2d_1x1" => {
             let (x, w) = (s(0)?, s(1)?);
             vec![x[0], w[0], x[2], x[3]]
         }
@@ -140,14 +140,17 @@ fn op_cost(op: &str, ch: &[Info], out: &Info, opaque: &HashMap<String, (f64, f64
             let f = o * 2.0 * w + if op == "conv2d" { 0.0 } else { o } + if op == "conv2d_bias_relu" { o } else { 0.0 };
             (f, 2.0 * padded(pad))
         }
-        "conv2d_winograd_f2" => {
-            // Per 2×2 tile and (k, c): 16 multiply-adds; transforms are O(N·C·H·W) and O(N·K·H·W).
+        "conv2d_winograd_f2" | "conv2d_winograd_f4" => {
+            // Per m×m output tile and (k, c): (m+2)² multiply-adds. Transforms,
+            // per transformed element: input 2·(m+2)/2 adds, output about as many.
+            let m = if op == "conv2d_winograd_f2" { 2.0 } else { 4.0 };
+            let a = (m + 2.0) * (m + 2.0);
             let c = ch.first().and_then(shape).map_or(0.0, |x| x[1] as f64);
             let k = ch.get(1).and_then(shape).map_or(0.0, |w| w[0] as f64);
-            let tiles = o / k.max(1.0) / 4.0;
-            let v = tiles * c * 16.0; // input tiles transformed
-            let m = tiles * k * 16.0; // products before the output transform
-            (2.0 * 16.0 * tiles * k * c + 8.0 * v + 6.0 * m, 2.0 * (padded(1) + v + m))
+            let tiles = o / k.max(1.0) / (m * m);
+            let v = tiles * c * a; // input tiles transformed
+            let p = tiles * k * a; // products before the output transform
+            (2.0 * a * tiles * k * c + 2.0 * (m + 2.0) * (v + p), 2.0 * (padded(1) + v + p))
         }
         _ => (op_flops(op, ch, o), 0.0),
     };
@@ -220,7 +223,10 @@ pub fn rules() -> Vec<Rewrite<SymbolLang, Shapes>> {
         rw!("conv1x1-matmul"; "(conv2d ?x ?w 0 1 ?d 1)" => "(conv2d_1x1 ?x ?w)" if filter_is("?w", 1)),
         // Winograd F(2×2, 3×3) for 3×3, stride 1, pad 1, one group, even H and W:
         // Y = Aᵀ[(G g Gᵀ) ⊙ (Bᵀ d B)]A per 2×2 tile (Lavin & Gray 2016).
-        rw!("conv3x3-winograd"; "(conv2d ?x ?w 1 1 1 1)" => "(conv2d_winograd_f2 ?x ?w)" if filter_is("?w", 3) if even_image("?x")),
+        rw!("conv3x3-winograd"; "(conv2d ?x ?w 1 1 1 1)" => "(conv2d_winograd_f2 ?x ?w)" if filter_is("?w", 3) if image_multiple_of("?x", 2)),
+        // Winograd F(4×4, 3×3), the same on 6×6 input tiles, H and W multiples of 4:
+        // 36 products per 4×4 tile instead of 144 (Lavin & Gray 2016).
+        rw!("conv3x3-winograd-f4"; "(conv2d ?x ?w 1 1 1 1)" => "(conv2d_winograd_f4 ?x ?w)" if filter_is("?w", 3) if image_multiple_of("?x", 4)),
     ]
 }
 
@@ -229,9 +235,9 @@ fn filter_is(var: &str, size: i64) -> impl Fn(&mut EGraph<SymbolLang, Shapes>, I
     move |g, _, subst| matches!(&g[subst[v]].data, Info::Shape(s) if s.len() == 4 && s[2] == size && s[3] == size)
 }
 
-fn even_image(var: &str) -> impl Fn(&mut EGraph<SymbolLang, Shapes>, Id, &egg::Subst) -> bool {
+fn image_multiple_of(var: &str, m: i64) -> impl Fn(&mut EGraph<SymbolLang, Shapes>, Id, &egg::Subst) -> bool {
     let v: egg::Var = var.parse().expect("a pattern variable");
-    move |g, _, subst| matches!(&g[subst[v]].data, Info::Shape(s) if s.len() == 4 && s[2] % 2 == 0 && s[3] % 2 == 0 && s[2] > 0)
+    move |g, _, subst| matches!(&g[subst[v]].data, Info::Shape(s) if s.len() == 4 && s[2] % m == 0 && s[3] % m == 0 && s[2] > 0)
 }
 
 /// The result of rewriting a kernel.

@@ -164,28 +164,35 @@ kernel layer(X: f32[N = 1, C = 64, H = 56, W = 56], Wt: f32[K = 64, C, 3, 3]) ->
     Y = conv2d(X, Wt, pad = 1);
 }";
     let (_, r) = rewritten(src, &[]);
-    assert_eq!(r.plan.fired, vec!["conv3x3-winograd"]);
+    assert_eq!(r.plan.fired, vec!["conv3x3-winograd", "conv3x3-winograd-f4"]);
+    assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_winograd_f4"]);
+    // Images that are even but not multiples of 4 take F(2×2, 3×3).
+    let (_, r) = rewritten(src, &[("H", 58), ("W", 58)]);
     assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_winograd_f2"]);
     // Numerics at smaller sizes (where the cost model would keep the direct
-    // convolution, so call both forms): F(2,3) within 1e-5.
-    let both = "import std.nn;
-kernel f(X: f32[N = 1, C = 3, H = 8, W = 6], Wt: f32[K = 5, C, 3, 3]) -> (D: f32[N, K, H, W], G: f32[N, K, H, W]) {
+    // convolution, so call all forms): F(2,3) within 1e-5, F(4,3) within 1e-4.
+    let all = "import std.nn;
+kernel f(X: f32[N = 1, C = 3, H = 8, W = 12], Wt: f32[K = 5, C, 3, 3])
+    -> (D: f32[N, K, H, W], G: f32[N, K, H, W], F: f32[N, K, H, W]) {
     D = conv2d(X, Wt, pad = 1);
     G = conv2d_winograd_f2(X, Wt);
+    F = conv2d_winograd_f4(X, Wt);
 }";
     for shapes in [
         vec![],
-        vec![("N", 2), ("C", 7), ("H", 4), ("W", 10), ("K", 2)],
+        vec![("N", 2), ("C", 7), ("H", 4), ("W", 20), ("K", 2)],
         vec![("C", 64), ("H", 56), ("W", 56), ("K", 2)],
     ] {
-        let (p, _) = rewritten(both, &shapes);
+        let (p, _) = rewritten(all, &shapes);
         let out = interp::run(&p, interp::bind_args(&p, HashMap::new(), &[], 8).expect("binds")).expect("runs");
-        let e = rel_error(&out[1], &out[0]);
-        assert!(e <= 1e-5, "Winograd differs from direct convolution by {e:e} at {shapes:?}");
+        let e2 = rel_error(&out[1], &out[0]);
+        assert!(e2 <= 1e-5, "Winograd F(2,3) differs from direct convolution by {e2:e} at {shapes:?}");
+        let e4 = rel_error(&out[2], &out[0]);
+        assert!(e4 <= 1e-4, "Winograd F(4,3) differs from direct convolution by {e4:e} at {shapes:?}");
     }
     // Odd images keep the direct convolution.
     let (_, r) = rewritten(src, &[("H", 7), ("W", 7), ("C", 4), ("K", 4)]);
-    assert!(!r.plan.fired.contains(&"conv3x3-winograd".to_string()));
+    assert!(!r.plan.fired.iter().any(|f| f.starts_with("conv3x3-winograd")));
 }
 
 #[test]
