@@ -89,7 +89,7 @@ fn shape_of(op: &str, ch: &[Info]) -> Option<Vec<i64>> {
             let out = |h: i64, r: i64| (h + 2 * pad - dil * (r - 1) - 1).div_euclid(stride.max(1)) + 1;
             vec![x[0], w[0], out(x[2], w[2]), out(x[3], w[3])]
         }
-        "conv2d_winograd_f2" | "conv2d_winograd_f4" | "conv2d_1x1" => {
+        op if op.starts_with("conv2d_winograd_") || op == "conv2d_1x1" => {
             let (x, w) = (s(0)?, s(1)?);
             vec![x[0], w[0], x[2], x[3]]
         }
@@ -140,17 +140,19 @@ fn op_cost(op: &str, ch: &[Info], out: &Info, opaque: &HashMap<String, (f64, f64
             let f = o * 2.0 * w + if op == "conv2d" { 0.0 } else { o } + if op == "conv2d_bias_relu" { o } else { 0.0 };
             (f, 2.0 * padded(pad))
         }
-        "conv2d_winograd_f2" | "conv2d_winograd_f4" => {
+        op if op.starts_with("conv2d_winograd_") => {
             // Per m×m output tile and (k, c): (m+2)² multiply-adds. Transforms,
-            // per transformed element: input 2·(m+2)/2 adds, output about as many.
-            let m = if op == "conv2d_winograd_f2" { 2.0 } else { 4.0 };
+            // per transformed element: input 2·(m+2)/2 adds, output about as many;
+            // a fused epilogue adds one operation (bias) or two (bias, relu) per output.
+            let m = if op.starts_with("conv2d_winograd_f2") { 2.0 } else { 4.0 };
+            let epilogue = o * (op.matches("_bias").count() + op.matches("_relu").count()) as f64;
             let a = (m + 2.0) * (m + 2.0);
             let c = ch.first().and_then(shape).map_or(0.0, |x| x[1] as f64);
             let k = ch.get(1).and_then(shape).map_or(0.0, |w| w[0] as f64);
             let tiles = o / k.max(1.0) / (m * m);
             let v = tiles * c * a; // input tiles transformed
             let p = tiles * k * a; // products before the output transform
-            (2.0 * a * tiles * k * c + 2.0 * (m + 2.0) * (v + p), 2.0 * (padded(1) + v + p))
+            (2.0 * a * tiles * k * c + 2.0 * (m + 2.0) * (v + p) + epilogue, 2.0 * (padded(1) + v + p))
         }
         _ => (op_flops(op, ch, o), 0.0),
     };
@@ -227,6 +229,15 @@ pub fn rules() -> Vec<Rewrite<SymbolLang, Shapes>> {
         // Winograd F(4×4, 3×3), the same on 6×6 input tiles, H and W multiples of 4:
         // 36 products per 4×4 tile instead of 144 (Lavin & Gray 2016).
         rw!("conv3x3-winograd-f4"; "(conv2d ?x ?w 1 1 1 1)" => "(conv2d_winograd_f4 ?x ?w)" if filter_is("?w", 3) if image_multiple_of("?x", 4)),
+        // The same for convolutions with a fused epilogue (after bn-fold and bias/relu fusion).
+        rw!("conv3x3-winograd-bias"; "(conv2d_bias ?x ?w ?b 1 1 1 1)" => "(conv2d_winograd_f2_bias ?x ?w ?b)"
+            if filter_is("?w", 3) if image_multiple_of("?x", 2)),
+        rw!("conv3x3-winograd-f4-bias"; "(conv2d_bias ?x ?w ?b 1 1 1 1)" => "(conv2d_winograd_f4_bias ?x ?w ?b)"
+            if filter_is("?w", 3) if image_multiple_of("?x", 4)),
+        rw!("conv3x3-winograd-bias-relu"; "(conv2d_bias_relu ?x ?w ?b 1 1 1 1)" => "(conv2d_winograd_f2_bias_relu ?x ?w ?b)"
+            if filter_is("?w", 3) if image_multiple_of("?x", 2)),
+        rw!("conv3x3-winograd-f4-bias-relu"; "(conv2d_bias_relu ?x ?w ?b 1 1 1 1)" => "(conv2d_winograd_f4_bias_relu ?x ?w ?b)"
+            if filter_is("?w", 3) if image_multiple_of("?x", 4)),
     ]
 }
 

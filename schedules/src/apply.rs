@@ -258,10 +258,7 @@ fn first_load(p: &Program, e: TExprId, t: TensorId) -> Option<Vec<TExprId>> {
     }
 }
 
-/// `cache_read B for C ... -> Bp`: a copy stage `Bp` of `B`, placed before
-/// `C`, which now reads `Bp`. Its axes are named after the variables with
-/// which `C` indexes `B` (`d0`, `d1`, ... where that is not one variable).
-/// Returns the new stage's index and `C`'s.
+/// `cache_read B for C ... -> Bp`: checks the names, then [`insert_cache_stage`].
 fn cache_read_stage(
     p: &mut Program,
     s: &mut Schedules,
@@ -273,12 +270,28 @@ fn cache_read_stage(
     let Some(b) = p.tensors.iter().position(|t| t.name == tensor.name).map(|i| TensorId(i as u32)) else {
         return Err(Diagnostic::at(tensor.span, format!("no tensor named `{}`", tensor.name)));
     };
-    let Some(idx) = first_load(p, p.stages[ci].value, b) else {
+    if first_load(p, p.stages[ci].value, b).is_none() {
         return Err(Diagnostic::at(tensor.span, format!("`{cname}` does not read `{}`", tensor.name)));
-    };
+    }
     if p.tensors.iter().any(|t| t.name == name.name) {
         return Err(Diagnostic::at(name.span, format!("`{}` is already a tensor of this kernel", name.name)));
     }
+    Ok(insert_cache_stage(p, s, b, ci, &name.name, name.span))
+}
+
+/// A copy stage `name` of `b`, placed before stage `ci` (which reads `b`
+/// and now reads the copy instead). Its axes are named after the variables
+/// with which `ci` indexes `b` (`d0`, `d1`, ... where that is not one
+/// variable). Returns the new stage's index and the reader's.
+pub fn insert_cache_stage(
+    p: &mut Program,
+    s: &mut Schedules,
+    b: TensorId,
+    ci: usize,
+    name: &str,
+    span: Span,
+) -> (usize, usize) {
+    let idx = first_load(p, p.stages[ci].value, b).expect("the reader reads the cached tensor");
     let consumer = &p.stages[ci];
     let mut vars: Vec<VarDecl> = Vec::new();
     for (d, (&i, &extent)) in idx.iter().zip(&p.tensor(b).shape).enumerate() {
@@ -290,9 +303,8 @@ fn cache_read_stage(
         vars.push(VarDecl { name, extent });
     }
     let decl = p.tensor(b).clone();
-    let span = name.span;
     p.tensors.push(TensorDecl {
-        name: name.name.clone(),
+        name: name.to_string(),
         elem: decl.elem,
         shape: decl.shape.clone(),
         role: TensorRole::Temp,
@@ -307,7 +319,7 @@ fn cache_read_stage(
     rename_loads(p, value_c, b, bp);
     s.insert(ci, StageSchedule::new(&stage));
     p.stages.insert(ci, stage);
-    Ok((ci, ci + 1))
+    (ci, ci + 1)
 }
 
 /// A `layout (...)`: each entry is an axis `d` of the cache, `d / c` or

@@ -1,6 +1,7 @@
 //! The default schedule for CPU targets, for kernels without a `schedule`.
 //!
-//! - Element-wise temporaries whose consumers are all element-wise are
+//! - Element-wise temporaries whose consumers are all element-wise (and
+//!   read them at one position per point, through affine indices) are
 //!   inlined (fused) into them; producers of reductions stay materialized,
 //!   so that they are not recomputed for every reduction step.
 //! - Float reductions along rows are factored into vector-width partial
@@ -23,7 +24,7 @@
 
 use crate::ir::ForKind;
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
-use crate::schedule::{Attach, Schedules, StageSchedule};
+use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
 use texc_grammar::Span;
 
@@ -42,6 +43,48 @@ fn volume(st: &Stage) -> i64 {
     st.vars.iter().map(|v| v.extent).product()
 }
 
+/// Whether stage `c` reads `t` at one position per point (the same access
+/// written twice counts once), through affine indices. Inlining `t` then
+/// computes each of its values once per use; reading several neighbours
+/// (`Bd[.., 0, ..] - Bd[.., 2, ..]`) would recompute it per neighbour, and a
+/// layout change (`Z[.., w % 4, w / 4]`) would evaluate its branches per
+/// vector lane instead of once per loop iteration.
+fn reads_like_elementwise(p: &Program, c: &Stage, t: TensorId) -> bool {
+    let mut all = Vec::new();
+    loads_of(p, c.value, &mut all);
+    let mut positions: Vec<Vec<String>> = Vec::new();
+    for l in all {
+        let TExpr::Load(x, idx) = p.expr(l) else { continue };
+        if *x != t {
+            continue;
+        }
+        if !idx.iter().all(|&i| affine(p, i)) {
+            return false;
+        }
+        let key: Vec<String> = idx.iter().map(|&i| texc_compiler::print::expr(p, c, i)).collect();
+        if !positions.contains(&key) {
+            positions.push(key);
+        }
+    }
+    positions.len() <= 1
+}
+
+fn affine(p: &Program, e: TExprId) -> bool {
+    match p.expr(e) {
+        TExpr::Int(_) | TExpr::Var(_) => true,
+        TExpr::Unary(_, a) => affine(p, *a),
+        TExpr::Binary(texc_grammar::ast::BinOp::Add | texc_grammar::ast::BinOp::Sub, a, b) => {
+            affine(p, *a) && affine(p, *b)
+        }
+        TExpr::Binary(texc_grammar::ast::BinOp::Mul, a, b) => {
+            affine(p, *a)
+                && affine(p, *b)
+                && (matches!(p.expr(*a), TExpr::Int(_)) || matches!(p.expr(*b), TExpr::Int(_)))
+        }
+        _ => false,
+    }
+}
+
 /// Inline element-wise temporaries into element-wise consumers, and cheap
 /// ones into reductions that visit no more points than the temporary has
 /// (`sum[d](xc[n, d] * xc[n, d])` reads each `xc` once: inlining it saves
@@ -54,10 +97,13 @@ pub fn default_inlining(p: &mut Program) {
         let repeatable = cheap(p, st.value);
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
-            && p.stages[si + 1..]
-                .iter()
-                .filter(|c| loads(p, c.value, t))
-                .all(|c| !contains_reduce(p, c.value) || repeatable && volume(c) <= volume(st));
+            && p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).all(|c| {
+                if contains_reduce(p, c.value) {
+                    repeatable && volume(c) <= volume(st)
+                } else {
+                    reads_like_elementwise(p, c, t)
+                }
+            });
         if inlinable {
             inline_stage(p, si);
         } else {
@@ -89,13 +135,18 @@ pub fn default_schedule(p: &mut Program, target: &str) -> Schedules {
         si += 1;
     }
     let mut s = Schedules::new(p);
+    let mut packs = Vec::new();
     for (si, ss) in s.stages.iter_mut().enumerate() {
         let st = &p.stages[si];
         if reduces_along_rows(p, st) {
             schedule_row_reduction(ss);
-        } else {
-            schedule_stage(ss, st.n_axes, lanes);
+        } else if let Some(req) = schedule_stage(ss, p, st, lanes) {
+            packs.push((si, req));
         }
+    }
+    // Last first: inserting a stage moves the later ones.
+    for (si, req) in packs.into_iter().rev() {
+        pack_operand(p, &mut s, si, req);
     }
     attach_producers(p, &mut s);
     s
@@ -203,35 +254,160 @@ fn schedule_row_reduction(ss: &mut StageSchedule) {
 /// Accumulators a reduction keeps in registers: about 12 of 16 ymm registers.
 const ACCUMULATORS: i64 = 12;
 
-/// Register blocking for reductions whose innermost row is short: rows of
-/// the next spatial axis are unrolled inside the reduction loops, so that
-/// ~12 independent accumulator vectors hide the FMA latency.
-fn register_block(ss: &mut StageSchedule, n_axes: usize, lanes: i64) {
-    let span = Span::default();
-    if !ss.ivs.iter().any(|v| v.reduce) || n_axes < 2 {
-        return;
-    }
-    let row = ss.ivs[n_axes - 1].extent;
-    let vectors = if row >= lanes { (row + lanes - 1) / lanes } else { row.max(1) };
-    let a = n_axes - 2;
-    let f = (ACCUMULATORS / vectors).min(ss.ivs[a].extent);
-    if vectors > 6 || f < 2 {
-        return;
-    }
-    let name = ss.ivs[a].name.clone();
-    let (_, r) = ss.split(a, f, (&format!("{name}.b"), span), (&format!("{name}.r"), span), span).expect("fresh names");
-    // Move the unrolled rows inside the reduction loops: `reorder` keeps the
-    // positions of the loops it lists, so listing the reductions first puts
-    // the rows right after them.
-    let moved: Vec<usize> = ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce).chain([r]).collect();
-    ss.reorder(&moved, span).expect("distinct leaves");
-    ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
+/// The spatial axis whose rows a register block unrolls: one that the
+/// vector operands (loads contiguous in the innermost axis) do not depend
+/// on, so that every unrolled row reuses the same vector loads and only
+/// adds a broadcast (the `i` of a matmul, the filter `k` of a convolution).
+fn reuse_axis(p: &Program, st: &Stage) -> usize {
+    let inner = st.n_axes as u32 - 1;
+    let mut loads = Vec::new();
+    loads_of(p, st.value, &mut loads);
+    let vector_loads: Vec<TExprId> = loads
+        .into_iter()
+        .filter(|&l| match p.expr(l) {
+            TExpr::Load(_, idx) => idx.last().is_some_and(|&i| uses_var(p, i, inner)),
+            _ => false,
+        })
+        .collect();
+    (0..st.n_axes - 1)
+        .rev()
+        .find(|&a| st.vars[a].extent >= 2 && !vector_loads.iter().any(|&l| uses_var(p, l, a as u32)))
+        .unwrap_or(st.n_axes - 2)
 }
 
-fn schedule_stage(ss: &mut StageSchedule, n_axes: usize, lanes: i64) {
+/// Register blocking for reductions: rows of a spatial axis (see
+/// [`reuse_axis`]) are unrolled inside the reduction loops, so that ~12
+/// independent accumulator vectors hide the FMA latency and share their
+/// vector loads. Rows longer than 6 vectors get the structure of BLIS's
+/// SGEMM: blocks of two vectors (a 6×16 micro-kernel) whose loop moves
+/// outside the reductions, in groups of 8 (a 128-wide block of columns),
+/// and a single long reduction cut into slices of 256; the returned
+/// request asks to pack the vector operand per slice and column block.
+fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, lanes: i64) -> Option<PackRequest> {
     let span = Span::default();
+    let n_axes = st.n_axes;
+    let inner = n_axes - 1;
+    let row = ss.ivs[inner].extent;
+    let short_vectors = if row >= lanes { (row + lanes - 1) / lanes } else { row.max(1) };
+    let long = short_vectors > 6;
+    let vectors = if long { 2 } else { short_vectors };
+    let a = reuse_axis(p, st);
+    let f = block_rows(ACCUMULATORS / vectors, ss.ivs[a].extent);
+    if f < 2 {
+        vectorize_inner(ss, inner, lanes);
+        return None;
+    }
+    let name = ss.ivs[a].name.clone();
+    let (ab, r) = ss.split(a, f, (&format!("{name}.b"), span), (&format!("{name}.r"), span), span).expect("fresh");
+    let iname = ss.ivs[inner].name.clone();
+    let reductions: Vec<usize> = ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce).collect();
+    if !long {
+        let row_loops: Vec<usize> = if row >= lanes {
+            let (o, v) = ss
+                .split(inner, lanes, (&format!("{iname}.o"), span), (&format!("{iname}.v"), span), span)
+                .expect("fresh");
+            ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+            vec![o, v]
+        } else {
+            vec![inner]
+        };
+        let mut order: Vec<usize> =
+            ss.leaves.iter().copied().filter(|&l| !ss.ivs[l].reduce && l != r && !row_loops.contains(&l)).collect();
+        order.extend(reductions);
+        order.push(r);
+        order.extend(row_loops);
+        ss.reorder(&order, span).expect("a permutation of the leaves");
+        ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
+        return None;
+    }
+    let (o, v) =
+        ss.split(inner, 2 * lanes, (&format!("{iname}.o"), span), (&format!("{iname}.v"), span), span).expect("fresh");
+    ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+    let panels = (ss.ivs[o].extent >= 16)
+        .then(|| ss.split(o, 8, (&format!("{iname}.oo"), span), (&format!("{iname}.oi"), span), span).expect("fresh"));
+    let slices = match reductions[..] {
+        [k] if ss.ivs[k].extent > 256 => {
+            let kname = ss.ivs[k].name.clone();
+            Some(ss.split(k, 256, (&format!("{kname}.o"), span), (&format!("{kname}.i"), span), span).expect("fresh"))
+        }
+        _ => None,
+    };
+    let (oo, oi) = match panels {
+        Some((oo, oi)) => (Some(oo), oi),
+        None => (None, o),
+    };
+    let row_part = [oo, Some(oi), Some(v)];
+    let mut order: Vec<usize> = ss
+        .leaves
+        .iter()
+        .copied()
+        .filter(|&l| !ss.ivs[l].reduce && l != r && l != ab && !row_part.contains(&Some(l)))
+        .collect();
+    order.extend(oo);
+    order.extend(slices.map(|(ko, _)| ko));
+    order.push(ab);
+    order.push(oi);
+    order.extend(ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce && Some(l) != slices.map(|(ko, _)| ko)));
+    order.push(r);
+    order.push(v);
+    ss.reorder(&order, span).expect("a permutation of the leaves");
+    ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
+    let (ko, _) = slices?;
+    panels?;
+    vector_operand(p, st).map(|tensor| PackRequest { leaf: ko, tensor })
+}
+
+/// Pack `tensor` (read by the stage) into panels at reduction slice `leaf`.
+struct PackRequest {
+    leaf: usize,
+    tensor: TensorId,
+}
+
+/// The operand that a long-row reduction loads as vectors: loaded once, its
+/// last index exactly the innermost axis, its other indices plain variables.
+fn vector_operand(p: &Program, st: &Stage) -> Option<TensorId> {
+    let inner = st.n_axes as u32 - 1;
+    let mut loads = Vec::new();
+    loads_of(p, st.value, &mut loads);
+    let mut found = None;
+    for l in loads {
+        let TExpr::Load(t, idx) = p.expr(l) else { continue };
+        if idx.last().is_some_and(|&i| matches!(p.expr(i), TExpr::Var(v) if *v == inner)) {
+            let plain = idx.iter().all(|&i| matches!(p.expr(i), TExpr::Var(_)));
+            if found.is_some() || !plain {
+                return None;
+            }
+            found = Some(*t);
+        }
+    }
+    found
+}
+
+/// Rows per register block: at most `max`, preferring a divisor of the
+/// extent of at least `max / 2` (a partial block would need a guard in the
+/// innermost loop, where the accumulators live).
+fn block_rows(max: i64, extent: i64) -> i64 {
+    let max = max.min(extent);
+    (((max + 1) / 2).max(2)..=max).rev().find(|f| extent % f == 0).unwrap_or(max)
+}
+
+/// Split the innermost loop by the vector width and vectorize the lanes.
+fn vectorize_inner(ss: &mut StageSchedule, inner: usize, lanes: i64) {
+    let span = Span::default();
+    if ss.ivs[inner].extent >= lanes {
+        let name = ss.ivs[inner].name.clone();
+        let (_, v) = ss
+            .split(inner, lanes, (&format!("{name}.o"), span), (&format!("{name}.v"), span), span)
+            .expect("fresh names");
+        ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+    }
+}
+
+fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, lanes: i64) -> Option<PackRequest> {
+    let span = Span::default();
+    let n_axes = st.n_axes;
     if n_axes == 0 {
-        return;
+        return None;
     }
     let inner = n_axes - 1;
     // Reduction loops outside the innermost spatial loop.
@@ -241,18 +417,16 @@ fn schedule_stage(ss: &mut StageSchedule, n_axes: usize, lanes: i64) {
         order.push(inner);
         ss.reorder(&order, span).expect("a permutation of the leaves");
     }
-    if ss.ivs[inner].extent >= lanes {
-        let name = ss.ivs[inner].name.clone();
-        let (_, v) = ss
-            .split(inner, lanes, (&format!("{name}.o"), span), (&format!("{name}.v"), span), span)
-            .expect("fresh names");
-        ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+    let mut pack = None;
+    if ss.ivs.iter().any(|v| v.reduce) && n_axes >= 2 {
+        pack = register_block(ss, p, st, lanes);
+    } else {
+        vectorize_inner(ss, inner, lanes);
     }
-    register_block(ss, n_axes, lanes);
     // Fuse leading spatial loops until there is enough parallel work.
     let mut outer = ss.leaves[0];
     if ss.ivs[outer].reduce || ss.leaves.len() == 1 && ss.ivs[outer].kind == ForKind::Vectorized {
-        return;
+        return pack;
     }
     while ss.ivs[outer].extent < 64 && ss.leaves.len() > 2 {
         let next = ss.leaves[1];
@@ -265,4 +439,23 @@ fn schedule_stage(ss: &mut StageSchedule, n_axes: usize, lanes: i64) {
     if ss.ivs[outer].extent >= 2 {
         ss.annotate(outer, ForKind::Parallel, span).expect("spatial");
     }
+    pack
+}
+
+/// Pack a GEMM's vector operand per reduction slice and column block
+/// (`cache_read B for C at C.k.o layout (j / 16, k, j % 16)`): the micro-kernel
+/// then streams one contiguous panel instead of rows far apart.
+fn pack_operand(p: &mut Program, s: &mut Schedules, ci: usize, req: PackRequest) {
+    let span = Span::default();
+    let name = format!("{}.packed", p.tensor(req.tensor).name);
+    let (bi, ci) = crate::apply::insert_cache_stage(p, s, req.tensor, ci, &name, span);
+    let last = p.stages[bi].n_axes - 1;
+    let mut layout = vec![LayoutDim::Div(last, 16)];
+    layout.extend((0..last).map(LayoutDim::Whole));
+    layout.push(LayoutDim::Rem(last, 16));
+    s.attach[bi] = Some(Attach { owner: ci, leaf: req.leaf, layout: Some(layout), span });
+    let ss = &mut s.stages[bi];
+    let lname = ss.ivs[last].name.clone();
+    let (_, v) = ss.split(last, 16, (&format!("{lname}.o"), span), (&format!("{lname}.v"), span), span).expect("fresh");
+    ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
 }

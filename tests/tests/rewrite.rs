@@ -243,3 +243,35 @@ fn random_operator_chains_rewrite_without_changing_results() {
     }
     assert!(used >= 6, "only {used} of 24 chains were rewritten");
 }
+
+/// At the ResNet layer, conv → batch_norm → relu becomes folded weights and
+/// one Winograd convolution with bias and relu in its output transform; the
+/// fused Winograd operators match the direct ones.
+#[test]
+fn winograd_takes_the_fused_epilogue() {
+    let src = "import std.nn;
+kernel cbr(X: f32[N = 1, C = 64, H = 56, W = 56], Wt: f32[K = 64, C, 3, 3],
+           gamma: f32[K], beta: f32[K], mean: f32[K], var: f32[K]) -> Y: f32[N, K, H, W] {
+    Y = relu(batch_norm(conv2d(X, Wt, pad = 1), gamma, beta, mean, var));
+}";
+    let (_, r) = rewritten(src, &[]);
+    let ops: Vec<&str> = r.program.ops.iter().map(|o| o.op.as_str()).collect();
+    assert_eq!(ops, vec!["bn_fold_weight", "bn_fold_bias", "conv2d_winograd_f4_bias_relu"]);
+    let all = "import std.nn;
+kernel f(X: f32[N = 2, C = 3, H = 8, W = 12], Wt: f32[K = 5, C, 3, 3], b: f32[K])
+    -> (A: f32[N, K, H, W], B: f32[N, K, H, W], C2: f32[N, K, H, W], C4: f32[N, K, H, W],
+        D2: f32[N, K, H, W], D4: f32[N, K, H, W]) {
+    A = conv2d_bias(X, Wt, b, pad = 1);
+    B = conv2d_bias_relu(X, Wt, b, pad = 1);
+    C2 = conv2d_winograd_f2_bias(X, Wt, b);
+    C4 = conv2d_winograd_f4_bias(X, Wt, b);
+    D2 = conv2d_winograd_f2_bias_relu(X, Wt, b);
+    D4 = conv2d_winograd_f4_bias_relu(X, Wt, b);
+}";
+    let (p, _) = rewritten(all, &[]);
+    let out = interp::run(&p, interp::bind_args(&p, HashMap::new(), &[], 3).expect("binds")).expect("runs");
+    for (got, want, tol) in [(2, 0, 1e-5), (3, 0, 1e-4), (4, 1, 1e-5), (5, 1, 1e-4)] {
+        let e = rel_error(&out[got], &out[want]);
+        assert!(e <= tol, "output {got} differs from output {want} by {e:e}");
+    }
+}

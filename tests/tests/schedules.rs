@@ -273,3 +273,19 @@ fn default_schedule_fuses_row_passes() {
         assert_same_compiled(file, &p, &f, 3);
     }
 }
+
+/// Long GEMM rows get BLIS's structure by default: a 16-wide register
+/// block, 256-deep reduction slices and the vector operand packed into
+/// panels per slice — at sizes where every split leaves a tail.
+#[test]
+fn default_gemm_schedule_packs_panels() {
+    let b = Bindings {
+        shapes: [("M", 13), ("K", 520), ("N", 270)].iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        ..Bindings::default()
+    };
+    let p = texc_tests::compile("benches/matmul.tex", None, &b).expect("compiles");
+    let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", None).expect("default schedule");
+    let text = texc_schedules::ir::print(&f);
+    assert!(text.contains("local B.packed: f32[8, 256, 16]:"), "expected packed panels:\n{text}");
+    assert_same_compiled("default gemm", &p, &f, 4);
+}
