@@ -267,6 +267,10 @@ pub struct Plan {
     pub egraph_classes: usize,
     pub egraph_nodes: usize,
     pub iterations: usize,
+    /// For each operator of the chosen plan that had alternatives: its
+    /// label and every alternative with its estimated cost in ns (the whole
+    /// subgraph below it), cheapest first.
+    pub alternatives: Vec<(String, Vec<(String, f64)>)>,
 }
 
 impl Plan {
@@ -282,6 +286,7 @@ impl Plan {
             egraph_classes: 0,
             egraph_nodes: 0,
             iterations: 0,
+            alternatives: Vec::new(),
         }
     }
 }
@@ -389,7 +394,9 @@ pub fn rewrite(p: &Program, target: &str, header: &str, source_of: &dyn Fn(usize
         }
     }
     let source = plan_source(p, &best, &node_names, header, source_of);
+    let alternatives = alternatives(egraph, &extractor, &classes, &node_names, peak, bw);
     Plan {
+        alternatives,
         display_source: source.clone(),
         best,
         best_cost,
@@ -400,6 +407,34 @@ pub fn rewrite(p: &Program, target: &str, header: &str, source_of: &dyn Fn(usize
         egraph_nodes: egraph.total_number_of_nodes(),
         iterations: runner.iterations.len(),
     }
+}
+
+/// The e-nodes of each operator class of the chosen plan, with the cost of
+/// the best plan below each, cheapest first (ties by name).
+fn alternatives(
+    egraph: &EGraph<SymbolLang, Shapes>,
+    ex: &Extractor<RooflineCost, SymbolLang, Shapes>,
+    classes: &[Id],
+    names: &[Option<String>],
+    peak: f64,
+    bw: f64,
+) -> Vec<(String, Vec<(String, f64)>)> {
+    let mut cost = RooflineCost { egraph, peak, bw };
+    let mut out = Vec::new();
+    for (class, name) in classes.iter().zip(names) {
+        let nodes = &egraph[*class].nodes;
+        if nodes.len() < 2 {
+            continue;
+        }
+        let mut alts: Vec<(String, f64)> = nodes
+            .iter()
+            .map(|n| (n.op.to_string(), cost.cost(n, |c| ex.find_best_cost(c))))
+            .collect();
+        alts.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        let label = name.clone().unwrap_or_else(|| alts[0].0.clone());
+        out.push((label, alts));
+    }
+    out
 }
 
 /// Build the best term below e-class `class`, remembering each node's class.
@@ -506,6 +541,13 @@ pub fn print_plan(plan: &Plan, target: &str, kept_original: Option<&str>) -> Str
         plan.best_cost / 1e3
     );
     let _ = writeln!(out, "  chosen term: {}", plan.best);
+    if !plan.alternatives.is_empty() {
+        let _ = writeln!(out, "  alternatives (estimated µs of the subgraph, cheapest first):");
+        for (label, alts) in &plan.alternatives {
+            let list: Vec<String> = alts.iter().take(4).map(|(op, c)| format!("{op} {:.3}", c / 1e3)).collect();
+            let _ = writeln!(out, "    {label}: {}", list.join(", "));
+        }
+    }
     match kept_original {
         Some(why) => {
             let _ = writeln!(out, "  the graph as written is kept: {why}");
