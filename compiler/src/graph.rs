@@ -23,11 +23,15 @@ pub fn print_graph(p: &Program) -> String {
     for s in &p.scalars {
         let _ = writeln!(out, "  scalar {}: {}", s.name, s.elem);
     }
-    for op in &p.ops {
+    for (i, op) in p.ops.iter().enumerate() {
         let outs: Vec<String> = op.outputs.iter().map(|&t| decl(p, t)).collect();
         let ins: Vec<&str> = op.inputs.iter().map(|&t| p.tensor(t).name.as_str()).collect();
         let attrs = if op.attrs.is_empty() { String::new() } else { format!(" [{}]", op.attrs.join(", ")) };
-        let _ = writeln!(out, "  {} = {}({}){attrs}", outs.join(", "), op.op, ins.join(", "));
+        let known = match crate::recognize::recognize(p, i) {
+            Some((name, _)) => format!("  # recognized as {name}"),
+            None => String::new(),
+        };
+        let _ = writeln!(out, "  {} = {}({}){attrs}{known}", outs.join(", "), op.op, ins.join(", "));
     }
     for &t in &p.outputs {
         let _ = writeln!(out, "  output {}", p.tensor(t).name);

@@ -12,6 +12,7 @@ pub mod cost;
 pub mod graph;
 pub mod interp;
 pub mod print;
+pub mod recognize;
 pub mod resolve;
 pub mod rewrite;
 pub mod session;

@@ -94,6 +94,7 @@ fn shape_of(op: &str, ch: &[Info]) -> Option<Vec<i64>> {
             vec![x[0], w[0], x[2], x[3]]
         }
         "matmul" => vec![s(0)?[0], s(1)?[1]],
+        "batch_matmul" => vec![s(0)?[0], s(0)?[1], s(1)?[2]],
         "batch_norm" | "relu" | "relu6" | "sigmoid" | "tanh" | "gelu" | "silu" | "leaky_relu" | "bias_add" | "add"
         | "sub" | "mul" | "div" | "bn_fold_weight" | "bn_fold_bias" | "softmax" | "layer_norm" => s(0)?.to_vec(),
         "transpose" => {
@@ -164,6 +165,10 @@ fn op_flops(op: &str, ch: &[Info], o: f64) -> f64 {
         "conv2d_1x1" => 2.0 * o * ch.first().and_then(shape).map_or(0.0, |x| x[1] as f64),
         "matmul" => {
             let k = ch.first().and_then(shape).map_or(0.0, |a| a[1] as f64);
+            2.0 * o * k
+        }
+        "batch_matmul" => {
+            let k = ch.first().and_then(shape).map_or(0.0, |a| a[2] as f64);
             2.0 * o * k
         }
         "batch_norm" => 6.0 * o,
@@ -305,9 +310,15 @@ fn graph_term(p: &Program, shapes: &mut Shapes) -> (RecExpr<SymbolLang>, HashMap
     for (i, op) in p.ops.iter().enumerate() {
         let representable =
             op.std_callee && op.outputs.len() == 1 && op.args.iter().all(|a| !matches!(a, OpArg::Scalar(None)));
-        let id = if representable {
+        // A hand-written matmul or convolution is that operator.
+        let recognized = if representable { None } else { crate::recognize::recognize(p, i) };
+        let call = match &recognized {
+            Some((name, args)) => Some((*name, args.as_slice())),
+            None => representable.then_some((op.op.as_str(), op.args.as_slice())),
+        };
+        let id = if let Some((name, args)) = call {
             let mut children = Vec::new();
-            for a in &op.args {
+            for a in args {
                 children.push(match a {
                     OpArg::Tensor(t) => node_of[t],
                     OpArg::Const(v) => leaf(&mut e, &v.to_string()),
@@ -315,7 +326,7 @@ fn graph_term(p: &Program, shapes: &mut Shapes) -> (RecExpr<SymbolLang>, HashMap
                     OpArg::Scalar(None) => unreachable!("checked"),
                 });
             }
-            e.add(SymbolLang::new(op.op.as_str(), children))
+            e.add(SymbolLang::new(name, children))
         } else {
             // Opaque: the statement itself, known by the tensor it defines.
             let sym = format!("opaque#{i}");
@@ -426,10 +437,8 @@ fn alternatives(
         if nodes.len() < 2 {
             continue;
         }
-        let mut alts: Vec<(String, f64)> = nodes
-            .iter()
-            .map(|n| (n.op.to_string(), cost.cost(n, |c| ex.find_best_cost(c))))
-            .collect();
+        let mut alts: Vec<(String, f64)> =
+            nodes.iter().map(|n| (n.op.to_string(), cost.cost(n, |c| ex.find_best_cost(c)))).collect();
         alts.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
         let label = name.clone().unwrap_or_else(|| alts[0].0.clone());
         out.push((label, alts));

@@ -280,3 +280,53 @@ kernel f(X: f32[N = 2, C = 3, H = 8, W = 12], Wt: f32[K = 5, C, 3, 3], b: f32[K]
         assert!(e <= tol, "output {got} differs from output {want} by {e:e}");
     }
 }
+
+/// Hand-written operators are recognized: a padded 3×3 convolution becomes
+/// Winograd at the ResNet layer, two hand-written matmuls distribute, a
+/// strided convolution and a batched product become their operators, and
+/// definitions that only look alike stay opaque — with the results of the
+/// program as written.
+#[test]
+fn hand_written_operators_are_recognized() {
+    let conv = "kernel conv(X: f32[N = 1, C = 64, H = 56, W = 56], Wt: f32[K = 64, C, 3, 3]) -> Y: f32[N, K, H, W] {
+    Xp[n, c, y in 0..H + 2, x in 0..W + 2] =
+        select(y >= 1 && y < H + 1 && x >= 1 && x < W + 1, X[n, c, y - 1, x - 1], 0.0);
+    Y[n, k, h, w] = sum[c, r, s](Xp[n, c, h + r, w + s] * Wt[k, c, r, s]);
+}";
+    let (_, r) = rewritten(conv, &[]);
+    assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_winograd_f4"]);
+    let (original, r) = rewritten(conv, &[("C", 32), ("H", 16), ("W", 16), ("K", 32)]);
+    assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_winograd_f4"]);
+    same_results(&original, &r.program, 1, 1e-4);
+    let (original, r) = rewritten(conv, &[("C", 3), ("H", 8), ("W", 12), ("K", 4)]);
+    assert!(r.plan.best.to_string().contains("(conv2d X Wt 1 1 1 1)"), "{}", r.plan.best);
+    same_results(&original, &r.program, 1, 1e-4);
+
+    let mm = "import std.nn;
+kernel two(A: f32[M = 64, K = 48], B: f32[K, N = 40], E: f32[K, N]) -> Y: f32[M, N] {
+    C[i, j] = sum[k](A[i, k] * B[k, j]);
+    D[i, j] = sum[k](E[k, j] * A[i, k]);
+    Y = add(C, D);
+}";
+    let (original, r) = rewritten(mm, &[]);
+    assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["add", "matmul"]);
+    same_results(&original, &r.program, 2, 1e-5);
+
+    let others = "kernel f(X: f32[N = 2, C = 3, H = 9, W = 11], Wt: f32[K = 4, C, 3, 3], A: f32[Bt = 3, M = 5, L = 6],
+          B: f32[Bt, L, P = 7], G: f32[M, L], Q: f32[P, L])
+    -> (Y: f32[N, K, 3, 4], Z: f32[Bt, M, P], T: f32[M, P], V: f32[N, K, H, W]) {
+    Y[n, k, h, w] = sum[c, r, s](X[n, c, 2*h + 2*r, 2*w + 2*s] * Wt[k, c, r, s]);
+    Z[b, i, j] = sum[l](A[b, i, l] * B[b, l, j]);
+    T[i, j] = sum[l](G[i, l] * Q[j, l]);
+    Up[n, c, y in 0..H + 2, x in 0..W + 2] =
+        select(y >= 1 && y < H + 1 && x >= 1 && x < W + 1, X[n, c, y - 1, x - 1], 1.0);
+    V[n, k, h, w] = sum[c, r, s](Up[n, c, h + r, w + s] * Wt[k, c, r, s]);
+}";
+    let (original, r) = rewritten(others, &[]);
+    let best = r.plan.best.to_string();
+    assert!(best.contains("(conv2d X Wt 0 2 2 1)"), "{best}");
+    assert!(best.contains("(batch_matmul A B)"), "{best}");
+    assert_eq!(best.matches("opaque#").count(), 2, "the transposed product and the odd padding stay opaque: {best}");
+    assert_eq!(best.matches("(conv2d ").count(), 2, "{best}");
+    same_results(&original, &r.program, 3, 1e-5);
+}
