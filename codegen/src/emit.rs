@@ -119,9 +119,9 @@ impl<'ctx> Gen<'ctx, '_> {
             Some(Linkage::External),
         );
         // The body of the whole kernel: no captured loop variables.
-        let body = self.region_fn("texc_body", &[], false)?;
+        let body = self.region_fn("texc_body", &[], &[], false)?;
         {
-            let mut fr = self.frame_from_params(body, &[]);
+            let mut fr = self.frame_from_params(body, &[], &[]);
             let entry = self.cx.append_basic_block(body, "entry");
             self.b.position_at_end(entry);
             self.stmts(&mut fr, &self.f.body.clone(), Mode::Scalar)?;
@@ -282,8 +282,9 @@ impl<'ctx> Gen<'ctx, '_> {
         self.cx.create_enum_attribute(Attribute::get_named_enum_kind_id(name), 0)
     }
 
-    /// A function taking the tensors (noalias), scalars, `vars` and optionally `lo, hi`.
-    fn region_fn(&mut self, name: &str, vars: &[VarId], range: bool) -> R<FunctionValue<'ctx>> {
+    /// A function taking the tensors (noalias), scalars, `vars`, the buffers
+    /// `locals` of enclosing attached stages, and optionally `lo, hi`.
+    fn region_fn(&mut self, name: &str, vars: &[VarId], locals: &[TensorId], range: bool) -> R<FunctionValue<'ctx>> {
         let ptr = self.cx.ptr_type(AddressSpace::default());
         let mut params: Vec<inkwell::types::BasicMetadataTypeEnum> = self.used.iter().map(|_| ptr.into()).collect();
         for s in &self.f.p.scalars {
@@ -291,6 +292,9 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         for _ in vars {
             params.push(self.cx.i64_type().into());
+        }
+        for _ in locals {
+            params.push(ptr.into());
         }
         if range {
             params.push(self.cx.i64_type().into());
@@ -304,15 +308,17 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(f)
     }
 
-    fn frame_from_params(&self, func: FunctionValue<'ctx>, vars: &[VarId]) -> Frame<'ctx> {
+    fn frame_from_params(&self, func: FunctionValue<'ctx>, vars: &[VarId], locals: &[TensorId]) -> Frame<'ctx> {
         let mut k = 0;
         let mut next = || {
             k += 1;
             func.get_nth_param(k - 1).expect("param")
         };
-        let tensors = self.used.iter().map(|&t| (t, next().into_pointer_value())).collect();
+        let mut tensors: HashMap<TensorId, PointerValue<'ctx>> =
+            self.used.iter().map(|&t| (t, next().into_pointer_value())).collect();
         let scalars = self.f.p.scalars.iter().map(|_| next()).collect();
         let vars = vars.iter().map(|&v| (v, next().into_int_value())).collect();
+        tensors.extend(locals.iter().map(|&t| (t, next().into_pointer_value())));
         Frame { func, tensors, scalars, vars }
     }
 
@@ -441,6 +447,21 @@ impl<'ctx> Gen<'ctx, '_> {
                 }
             }
             Stmt::If { cond, then } => match mode {
+                // A guard that is the same in every lane (it does not involve the
+                // vector loop) is a branch around vector code, not a mask on it.
+                Mode::Vector { var, .. }
+                    if lin_coeff(&self.f.p, *cond, var) == Some(0) && !reads_memory(&self.f.p, *cond) =>
+                {
+                    let c = self.expr(fr, *cond, Mode::Scalar)?.into_int_value();
+                    let then_bb = self.cx.append_basic_block(fr.func, "then");
+                    let merge = self.cx.append_basic_block(fr.func, "endif");
+                    self.b.build_conditional_branch(c, then_bb, merge)?;
+                    self.b.position_at_end(then_bb);
+                    self.stmts(fr, then, mode)?;
+                    self.b.build_unconditional_branch(merge)?;
+                    self.b.position_at_end(merge);
+                    Ok(())
+                }
                 Mode::Scalar => {
                     let c = self.expr(fr, *cond, mode)?.into_int_value();
                     let then_bb = self.cx.append_basic_block(fr.func, "then");
@@ -514,14 +535,17 @@ impl<'ctx> Gen<'ctx, '_> {
         let ptr = self.cx.ptr_type(AddressSpace::default());
         let mut captured: Vec<VarId> = fr.vars.keys().copied().collect();
         captured.sort_unstable();
+        // Buffers of attached stages computed before this loop, read inside it.
+        let mut locals: Vec<TensorId> = fr.tensors.keys().copied().filter(|t| !self.used.contains(t)).collect();
+        locals.sort_unstable();
         self.tasks += 1;
         let id = self.tasks;
-        // The region: (tensors, scalars, captured vars, lo, hi).
-        let region = self.region_fn(&format!("texc_region{id}"), &captured, true)?;
+        // The region: (tensors, scalars, captured vars, locals, lo, hi).
+        let region = self.region_fn(&format!("texc_region{id}"), &captured, &locals, true)?;
         let saved = self.b.get_insert_block().expect("positioned");
         {
-            let mut rf = self.frame_from_params(region, &captured);
-            let k = self.used.len() + self.f.p.scalars.len() + captured.len();
+            let mut rf = self.frame_from_params(region, &captured, &locals);
+            let k = self.used.len() + self.f.p.scalars.len() + captured.len() + locals.len();
             let lo = region.get_nth_param(k as u32).expect("lo").into_int_value();
             let hi = region.get_nth_param(k as u32 + 1).expect("hi").into_int_value();
             let bb = self.cx.append_basic_block(region, "entry");
@@ -539,14 +563,14 @@ impl<'ctx> Gen<'ctx, '_> {
             Some(Linkage::Internal),
         );
         self.attrs(task);
-        let slots = self.used.len() + self.f.p.scalars.len() + captured.len();
+        let slots = self.used.len() + self.f.p.scalars.len() + captured.len() + locals.len();
         let slot_ty = i64t.array_type(slots.max(1) as u32);
         {
             let bb = self.cx.append_basic_block(task, "entry");
             self.b.position_at_end(bb);
             let ctx = task.get_nth_param(0).expect("ctx").into_pointer_value();
             let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
-            let tys: Vec<BasicTypeEnum> = self.slot_types(&captured);
+            let tys: Vec<BasicTypeEnum> = self.slot_types(&captured, locals.len());
             for (k, ty) in tys.iter().enumerate() {
                 let slot = self.gep(i64t.into(), ctx, i64t.const_int(k as u64, false))?;
                 args.push(self.b.build_load(*ty, slot, "cap")?.into());
@@ -562,6 +586,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let mut values: Vec<BasicValueEnum> = self.used.iter().map(|t| fr.tensors[t].as_basic_value_enum()).collect();
         values.extend(fr.scalars.iter().copied());
         values.extend(captured.iter().map(|v| fr.vars[v].as_basic_value_enum()));
+        values.extend(locals.iter().map(|t| fr.tensors[t].as_basic_value_enum()));
         for (k, v) in values.iter().enumerate() {
             let slot = self.gep(i64t.into(), ctx, i64t.const_int(k as u64, false))?;
             self.b.build_store(slot, *v)?;
@@ -572,11 +597,12 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(())
     }
 
-    fn slot_types(&self, captured: &[VarId]) -> Vec<BasicTypeEnum<'ctx>> {
+    fn slot_types(&self, captured: &[VarId], locals: usize) -> Vec<BasicTypeEnum<'ctx>> {
         let ptr = self.cx.ptr_type(AddressSpace::default());
         let mut v: Vec<BasicTypeEnum> = self.used.iter().map(|_| ptr.into()).collect();
         v.extend(self.f.p.scalars.iter().map(|s| self.scalar_ty(Ty::Elem(s.elem))));
         v.extend(captured.iter().map(|_| BasicTypeEnum::from(self.cx.i64_type())));
+        v.extend((0..locals).map(|_| BasicTypeEnum::from(ptr)));
         v
     }
 

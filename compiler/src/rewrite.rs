@@ -82,9 +82,9 @@ fn num(i: &Info) -> Option<i64> {
 fn shape_of(op: &str, ch: &[Info]) -> Option<Vec<i64>> {
     let s = |i: usize| ch.get(i).and_then(shape);
     Some(match op {
-        "conv2d" | "conv2d_bias" | "conv2d_bias_relu" => {
+        "conv2d" | "conv2d_bias" | "conv2d_bias_relu" | "conv2d_im2col" => {
             let (x, w) = (s(0)?, s(1)?);
-            let k = if op == "conv2d" { 2 } else { 3 };
+            let k = if op == "conv2d" || op == "conv2d_im2col" { 2 } else { 3 };
             let (pad, stride, dil) = (num(ch.get(k)?)?, num(ch.get(k + 1)?)?, num(ch.get(k + 2)?)?);
             let out = |h: i64, r: i64| (h + 2 * pad - dil * (r - 1) - 1).div_euclid(stride.max(1)) + 1;
             vec![x[0], w[0], out(x[2], w[2]), out(x[3], w[3])]
@@ -140,6 +140,13 @@ fn op_cost(op: &str, ch: &[Info], out: &Info, opaque: &HashMap<String, (f64, f64
             let pad = ch.get(if op == "conv2d" { 2 } else { 3 }).and_then(num).unwrap_or(0);
             let f = o * 2.0 * w + if op == "conv2d" { 0.0 } else { o } + if op == "conv2d_bias_relu" { o } else { 0.0 };
             (f, 2.0 * padded(pad))
+        }
+        "conv2d_im2col" => {
+            // The direct convolution's work, plus the patch matrix written and read.
+            let w = ch.get(1).and_then(shape).map_or(0.0, |w| (w[1] * w[2] * w[3]) as f64);
+            let k = ch.get(1).and_then(shape).map_or(1.0, |w| w[0] as f64);
+            let cols = o / k.max(1.0) * w;
+            (o * 2.0 * w, 2.0 * padded(ch.get(2).and_then(num).unwrap_or(0)) + 2.0 * cols)
         }
         op if op.starts_with("conv2d_winograd_") => {
             // Per m×m output tile and (k, c): (m+2)² multiply-adds. Transforms,
@@ -234,6 +241,9 @@ pub fn rules() -> Vec<Rewrite<SymbolLang, Shapes>> {
         // Winograd F(4×4, 3×3), the same on 6×6 input tiles, H and W multiples of 4:
         // 36 products per 4×4 tile instead of 144 (Lavin & Gray 2016).
         rw!("conv3x3-winograd-f4"; "(conv2d ?x ?w 1 1 1 1)" => "(conv2d_winograd_f4 ?x ?w)" if filter_is("?w", 3) if image_multiple_of("?x", 4)),
+        // im2col: Y[n] = W' · cols(X[n]) with W' the filters as a K × (C·R·S)
+        // matrix and cols the (C·R·S) × (Ho·Wo) matrix of patches (one group).
+        rw!("conv-im2col"; "(conv2d ?x ?w ?p ?s ?d 1)" => "(conv2d_im2col ?x ?w ?p ?s ?d)"),
         // The same for convolutions with a fused epilogue (after bn-fold and bias/relu fusion).
         rw!("conv3x3-winograd-bias"; "(conv2d_bias ?x ?w ?b 1 1 1 1)" => "(conv2d_winograd_f2_bias ?x ?w ?b)"
             if filter_is("?w", 3) if image_multiple_of("?x", 2)),

@@ -157,6 +157,32 @@ fn value_range(ss: &StageSchedule, iv: usize) -> (i64, i64) {
     (0, (ss.ivs[iv].extent - 1).max(0))
 }
 
+/// The range of a box origin for one copy of the owner's loops, where
+/// `leaf_hi` gives the last value of each enclosing leaf loop; `None` if
+/// the origin involves the owner's own offsets.
+pub fn origin_range(ss: &StageSchedule, l: &Lin, leaf_hi: &dyn Fn(usize) -> Option<i64>) -> Option<(i64, i64)> {
+    fn iv_range(ss: &StageSchedule, iv: usize, leaf_hi: &dyn Fn(usize) -> Option<i64>) -> Option<(i64, i64)> {
+        if ss.leaf_pos(iv).is_some() {
+            return Some((0, leaf_hi(iv)?));
+        }
+        if let Some((o, i, f)) = ss.split_children(iv) {
+            let (a, b) = (iv_range(ss, o, leaf_hi)?, iv_range(ss, i, leaf_hi)?);
+            return Some((a.0 * f + b.0, a.1 * f + b.1));
+        }
+        let (fu, e, outer) = ss.fused_parent(iv)?;
+        let r = iv_range(ss, fu, leaf_hi)?;
+        Some(if outer { (r.0 / e, r.1 / e) } else { (0, e - 1) })
+    }
+    let mut r = (l.c, l.c);
+    for (a, &k) in &l.terms {
+        let Atom::Iv(iv) = a else { return None };
+        let (x, y) = iv_range(ss, *iv, leaf_hi)?;
+        r.0 += (k * x).min(k * y);
+        r.1 += (k * x).max(k * y);
+    }
+    Some(r)
+}
+
 fn linearize(p: &Program, e: TExprId, vars: &[Desc]) -> Option<Desc> {
     match p.expr(e) {
         TExpr::Int(k) => Some(Desc::konst(*k)),

@@ -152,6 +152,19 @@ pub fn default_schedule(p: &mut Program, target: &str) -> Schedules {
     s
 }
 
+/// Whether a box with extents `ext` cuts a reduction stage along an axis
+/// that one of its operands does not depend on: the operand would then be
+/// reloaded for every box instead of being reused across that axis (the
+/// rows of a matrix product computed one at a time).
+fn cuts_reuse(p: &Program, st: &Stage, ext: &[i64]) -> bool {
+    if st.vars.len() == st.n_axes {
+        return false;
+    }
+    let mut all = Vec::new();
+    loads_of(p, st.value, &mut all);
+    (0..st.n_axes).any(|a| ext[a] < st.vars[a].extent && all.iter().any(|&l| !uses_var(p, l, a as u32)))
+}
+
 /// Attached boxes the default schedule keeps: small enough for L1.
 const ATTACH_BYTES: i64 = 32 * 1024;
 
@@ -186,6 +199,9 @@ fn attach_producers(p: &Program, s: &mut Schedules) {
             trial.attach[pi] = Some(Attach { owner: o, leaf: a, layout: None, span: Span::default() });
             let Ok(regions) = crate::attach::infer(p, &mut trial.clone()) else { continue };
             let r = regions[pi].as_ref().expect("attached");
+            if cuts_reuse(p, &p.stages[pi], &r.ext) {
+                continue;
+            }
             let bytes = r.local_shape.iter().product::<i64>() * p.tensor(t).elem.size() as i64;
             // Boxes may overrun the tensor at the end (those points are not computed) or overlap a little.
             let computed = r.ext.iter().product::<i64>() * trips;
@@ -430,16 +446,35 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, lanes: i64) -
     }
     while ss.ivs[outer].extent < 64 && ss.leaves.len() > 2 {
         let next = ss.leaves[1];
-        if ss.ivs[next].reduce || ss.ivs[next].kind != ForKind::Serial || ss.leaves.len() < 3 {
+        // A split with a tail under a fusion could not be partitioned: its guard would sit innermost.
+        if ss.ivs[next].reduce || ss.ivs[next].kind != ForKind::Serial || ss.leaves.len() < 3 || has_tail(ss, next) {
             break;
         }
         let name = format!("{}.{}", ss.ivs[outer].name, ss.ivs[next].name);
         outer = ss.fuse(outer, next, (&name, span), span).expect("adjacent spatial loops");
     }
-    if ss.ivs[outer].extent >= 2 {
-        ss.annotate(outer, ForKind::Parallel, span).expect("spatial");
+    // Loops of one iteration in front do not count: the next one runs in parallel.
+    let mut at = 0;
+    while ss.ivs[ss.leaves[at]].extent == 1 && at + 2 < ss.leaves.len() {
+        let next = ss.leaves[at + 1];
+        if ss.ivs[next].reduce || ss.ivs[next].kind != ForKind::Serial {
+            break;
+        }
+        at += 1;
+    }
+    let par = ss.leaves[at];
+    if ss.ivs[par].extent >= 2 {
+        ss.annotate(par, ForKind::Parallel, span).expect("spatial");
     }
     pack
+}
+
+/// Whether leaf `l` is the outer loop of a split whose factor does not divide its extent.
+fn has_tail(ss: &StageSchedule, l: usize) -> bool {
+    match ss.ivs[l].rel {
+        crate::schedule::Rel::Split { parent, outer: true, factor } => ss.ivs[parent].extent % factor != 0,
+        _ => false,
+    }
 }
 
 /// Pack a GEMM's vector operand per reduction slice and column block

@@ -443,11 +443,23 @@ impl Lowerer<'_> {
         let mut nest = Nest { ss: &self.s.stages[owner], loop_var: vars.clone(), memo: HashMap::new() };
         let attached = self.s.attached_at(owner, leaf);
         let mut places = Vec::new();
+        // The loops of this copy of the owner's nest (loop partitioning makes
+        // shorter copies), for guards that only the last tile needs.
+        let oss = &self.s.stages[owner];
+        let hi: HashMap<usize, i64> = vars.iter().map(|(&l, &v)| (l, f.vars[v as usize].extent - 1)).collect();
+        let leaf_hi = |l: usize| hi.get(&l).copied();
         for &pi in &attached {
             let r = self.regions[pi].as_ref().expect("attached stages have inferred boxes");
+            let guard: Vec<bool> = (0..r.lo.len())
+                .map(|d| {
+                    r.guard[d]
+                        && !matches!(crate::attach::origin_range(oss, &r.lo[d], &leaf_hi),
+                            Some((lo, hi)) if lo >= 0 && hi + r.ext[d] <= self.full[pi][d])
+                })
+                .collect();
             let origin = r.lo.iter().map(|l| self.materialize(f, l, &mut nest, owner_place)).collect();
             let layout = self.s.attach[pi].as_ref().and_then(|a| a.layout.clone());
-            let pl = Rc::new(Placement { origin, guard: r.guard.clone(), full: self.full[pi].clone(), layout });
+            let pl = Rc::new(Placement { origin, guard, full: self.full[pi].clone(), layout });
             self.scope.borrow_mut().insert(self.stages[pi].tensor, pl.clone());
             places.push(pl);
         }

@@ -55,7 +55,7 @@ fn batch_norm_folds_into_one_fused_convolution() {
     {
         let (original, r) = rewritten(CONV_BN_RELU, &shapes);
         assert!(r.kept_original.is_none(), "{:?}", r.kept_original);
-        assert_eq!(r.plan.fired, vec!["bn-fold", "conv-bias-relu-fuse"]);
+        assert_eq!(r.plan.fired, vec!["bn-fold", "conv-im2col", "conv-bias-relu-fuse"]);
         // One fused operator for the conv, bn and relu; the folding itself is weights-only.
         let ops: Vec<&str> = r.program.ops.iter().map(|o| o.op.as_str()).collect();
         assert_eq!(ops, vec!["bn_fold_weight", "bn_fold_bias", "conv2d_bias_relu"]);
@@ -164,12 +164,16 @@ kernel layer(X: f32[N = 1, C = 64, H = 56, W = 56], Wt: f32[K = 64, C, 3, 3]) ->
     Y = conv2d(X, Wt, pad = 1);
 }";
     let (_, r) = rewritten(src, &[]);
-    assert_eq!(r.plan.fired, vec!["conv3x3-winograd", "conv3x3-winograd-f4"]);
+    assert_eq!(r.plan.fired, vec!["conv-im2col", "conv3x3-winograd", "conv3x3-winograd-f4"]);
     assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_winograd_f4"]);
     // The plan shows what it beat: the other forms of the convolution, dearer.
     let (label, alts) = &r.plan.alternatives[0];
     let ops: Vec<&str> = alts.iter().map(|(op, _)| op.as_str()).collect();
-    assert_eq!((label.as_str(), ops), ("Y", vec!["conv2d_winograd_f4", "conv2d_winograd_f2", "conv2d"]));
+    // im2col does the direct convolution's work and moves the patch matrix too.
+    assert_eq!(
+        (label.as_str(), ops),
+        ("Y", vec!["conv2d_winograd_f4", "conv2d_winograd_f2", "conv2d", "conv2d_im2col"])
+    );
     assert!(alts.windows(2).all(|w| w[0].1 <= w[1].1));
     // Images that are even but not multiples of 4 take F(2×2, 3×3).
     let (_, r) = rewritten(src, &[("H", 58), ("W", 58)]);
