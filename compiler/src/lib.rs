@@ -72,6 +72,18 @@ fn kernel_header(s: &Session, k: KernelRef) -> String {
 /// specialize the chosen plan. When the plan is no cheaper, or the
 /// generated kernel fails to compile, the original program is kept.
 pub fn build_rewritten(s: &Session, k: KernelRef, b: &Bindings, target: &str) -> Result<Rewritten, Diagnostic> {
+    let extraction = rewrite::Extraction::from_env().map_err(Diagnostic::error)?;
+    build_rewritten_with(s, k, b, target, extraction)
+}
+
+/// [`build_rewritten`] with the extraction given instead of read from `TEXC_EXTRACT`.
+pub fn build_rewritten_with(
+    s: &Session,
+    k: KernelRef,
+    b: &Bindings,
+    target: &str,
+    extraction: rewrite::Extraction,
+) -> Result<Rewritten, Diagnostic> {
     let original = build_program(s, k, b)?;
     if original.ops.iter().any(|o| o.outputs.len() > 1) {
         // The term has one node per tensor; calls with several results stay as written.
@@ -84,7 +96,7 @@ pub fn build_rewritten(s: &Session, k: KernelRef, b: &Bindings, target: &str) ->
     }
     let header = kernel_header(s, k);
     let source_of = |i: usize| s.sources.snippet(original.ops[i].span).to_string();
-    let mut plan = rewrite::rewrite(&original, target, &header, &source_of);
+    let mut plan = rewrite::rewrite(&original, target, &header, &source_of, extraction);
     let m = s.module(k.module as usize);
     if let Some(path) = &m.path {
         let shown = &s.sources.file(m.ast.file).name;

@@ -200,16 +200,99 @@ impl CostFunction<SymbolLang> for RooflineCost<'_> {
         C: FnMut(Id) -> f64,
     {
         let children: f64 = enode.children.iter().map(|&c| costs(c)).sum();
-        if enode.children.is_empty() || enode.op.as_str() == "plan" {
-            return children;
-        }
-        let ch: Vec<Info> = enode.children.iter().map(|&c| self.egraph[c].data.clone()).collect();
-        let out = shape_of(enode.op.as_str(), &ch).map_or(Info::Other, Info::Shape);
-        let (flops, bytes) = op_cost(enode.op.as_str(), &ch, &out, &self.egraph.analysis.opaque_cost);
-        // Nanoseconds on the nominal machine; of two plans that take the same
-        // time, the one that moves fewer bytes wins.
-        children + (flops / self.peak).max(bytes / self.bw) + 1e-6 * bytes / self.bw
+        children + node_time(self.egraph, enode, self.peak, self.bw)
     }
+}
+
+/// The estimated time of one operator node alone, in ns on the nominal
+/// machine; of two plans that take the same time, the one that moves fewer
+/// bytes wins.
+fn node_time(egraph: &EGraph<SymbolLang, Shapes>, enode: &SymbolLang, peak: f64, bw: f64) -> f64 {
+    if enode.children.is_empty() || enode.op.as_str() == "plan" {
+        return 0.0;
+    }
+    let ch: Vec<Info> = enode.children.iter().map(|&c| egraph[c].data.clone()).collect();
+    let out = shape_of(enode.op.as_str(), &ch).map_or(Info::Other, Info::Shape);
+    let (flops, bytes) = op_cost(enode.op.as_str(), &ch, &out, &egraph.analysis.opaque_cost);
+    (flops / peak).max(bytes / bw) + 1e-6 * bytes / bw
+}
+
+/// How the plan is chosen from the saturated e-graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Extraction {
+    /// Per e-class, the node whose subtree is cheapest (egg's `Extractor`);
+    /// shared subterms count once per use.
+    Greedy,
+    /// An integer program over the whole DAG (egg's `LpExtractor` with CBC):
+    /// shared subterms count once. Built with the cargo feature `ilp`.
+    Ilp,
+}
+
+impl Extraction {
+    /// From `TEXC_EXTRACT` (`greedy`, the default, or `ilp`).
+    pub fn from_env() -> Result<Extraction, String> {
+        match std::env::var("TEXC_EXTRACT").as_deref() {
+            Err(_) | Ok("") | Ok("greedy") => Ok(Extraction::Greedy),
+            Ok("ilp") if cfg!(feature = "ilp") => Ok(Extraction::Ilp),
+            Ok("ilp") => Err("TEXC_EXTRACT=ilp: this texc was built without ILP extraction; build it with \
+                              `--features ilp` (needs CBC: apt install coinor-libcbc-dev)"
+                .into()),
+            Ok(other) => Err(format!("TEXC_EXTRACT={other}: expected `greedy` or `ilp`")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Extraction::Greedy => "greedy",
+            Extraction::Ilp => "ilp",
+        }
+    }
+}
+
+#[cfg(feature = "ilp")]
+struct LpTime {
+    peak: f64,
+    bw: f64,
+}
+
+#[cfg(feature = "ilp")]
+impl egg::LpCostFunction<SymbolLang, Shapes> for LpTime {
+    fn node_cost(&mut self, egraph: &EGraph<SymbolLang, Shapes>, _class: Id, enode: &SymbolLang) -> f64 {
+        node_time(egraph, enode, self.peak, self.bw)
+    }
+}
+
+/// The ILP-optimal plan and the e-class of each of its nodes.
+#[cfg(feature = "ilp")]
+fn extract_ilp(egraph: &EGraph<SymbolLang, Shapes>, root: Id, peak: f64, bw: f64) -> (RecExpr<SymbolLang>, Vec<Id>) {
+    let best = egg::LpExtractor::new(egraph, LpTime { peak, bw }).solve(root);
+    let mut classes: Vec<Id> = Vec::new();
+    for node in best.as_ref() {
+        let mapped = node.clone().map_children(|c| classes[usize::from(c)]);
+        classes.push(egraph.lookup(mapped).expect("the plan is in the e-graph"));
+    }
+    (best, classes)
+}
+
+#[cfg(not(feature = "ilp"))]
+fn extract_ilp(_: &EGraph<SymbolLang, Shapes>, _: Id, _: f64, _: f64) -> (RecExpr<SymbolLang>, Vec<Id>) {
+    unreachable!("Extraction::from_env refuses `ilp` without the feature")
+}
+
+/// The cost of a term counting each distinct node once (the ILP's objective).
+fn dag_cost(egraph: &EGraph<SymbolLang, Shapes>, term: &RecExpr<SymbolLang>, peak: f64, bw: f64) -> f64 {
+    let mut classes: Vec<Id> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0.0;
+    for node in term.as_ref() {
+        let mapped = node.clone().map_children(|c| classes[usize::from(c)]);
+        let class = egraph.lookup(mapped.clone()).expect("the term is in the e-graph");
+        classes.push(class);
+        if seen.insert(class) {
+            total += node_time(egraph, &mapped, peak, bw);
+        }
+    }
+    total
 }
 
 /// The rewrite rules, each with its algebra.
@@ -286,6 +369,8 @@ pub struct Plan {
     /// label and every alternative with its estimated cost in ns (the whole
     /// subgraph below it), cheapest first.
     pub alternatives: Vec<(String, Vec<(String, f64)>)>,
+    /// `greedy` or `ilp`.
+    pub extraction: &'static str,
 }
 
 impl Plan {
@@ -302,6 +387,7 @@ impl Plan {
             egraph_nodes: 0,
             iterations: 0,
             alternatives: Vec::new(),
+            extraction: "none",
         }
     }
 }
@@ -365,7 +451,13 @@ fn graph_term(p: &Program, shapes: &mut Shapes) -> (RecExpr<SymbolLang>, HashMap
 /// Rewrite the operator graph of `p` for `target`. `source_of` gives the
 /// text of a statement (for opaque operators, copied into the new kernel);
 /// `header` is the kernel's signature and imports.
-pub fn rewrite(p: &Program, target: &str, header: &str, source_of: &dyn Fn(usize) -> String) -> Plan {
+pub fn rewrite(
+    p: &Program,
+    target: &str,
+    header: &str,
+    source_of: &dyn Fn(usize) -> String,
+    extraction: Extraction,
+) -> Plan {
     let mut shapes = Shapes::default();
     let (term, node_of) = graph_term(p, &mut shapes);
     let runner = Runner::<SymbolLang, Shapes>::new(shapes)
@@ -379,11 +471,20 @@ pub fn rewrite(p: &Program, target: &str, header: &str, source_of: &dyn Fn(usize
     let root = runner.roots[0];
     let egraph = &runner.egraph;
     let extractor = Extractor::new(egraph, RooflineCost { egraph, peak, bw });
-    let best_cost = extractor.find_best_cost(root);
-    let mut best = RecExpr::default();
-    let mut classes = Vec::new();
-    let mut memo = HashMap::new();
-    extract(&extractor, egraph, root, &mut best, &mut classes, &mut memo);
+    let (best, classes, best_cost) = match extraction {
+        Extraction::Greedy => {
+            let mut best = RecExpr::default();
+            let mut classes = Vec::new();
+            let mut memo = HashMap::new();
+            extract(&extractor, egraph, root, &mut best, &mut classes, &mut memo);
+            (best, classes, extractor.find_best_cost(root))
+        }
+        Extraction::Ilp => {
+            let (best, classes) = extract_ilp(egraph, root, peak, bw);
+            let cost = dag_cost(egraph, &best, peak, bw);
+            (best, classes, cost)
+        }
+    };
     // Tensors of the original graph keep their names where the plan computes them.
     // Term ids are not e-class ids: look each term node up in the e-graph.
     let mut class_of: Vec<Id> = Vec::new();
@@ -398,12 +499,15 @@ pub fn rewrite(p: &Program, target: &str, header: &str, source_of: &dyn Fn(usize
         names.entry(egraph.find(class_of[usize::from(id)])).or_insert_with(|| p.tensor(t).name.clone());
     }
     let node_names: Vec<Option<String>> = classes.iter().map(|c| names.get(c).cloned()).collect();
-    let original_cost = term_cost(
-        &term,
-        Shapes { of: egraph.analysis.of.clone(), opaque_cost: egraph.analysis.opaque_cost.clone() },
-        peak,
-        bw,
-    );
+    let original_cost = match extraction {
+        Extraction::Greedy => term_cost(
+            &term,
+            Shapes { of: egraph.analysis.of.clone(), opaque_cost: egraph.analysis.opaque_cost.clone() },
+            peak,
+            bw,
+        ),
+        Extraction::Ilp => dag_cost(egraph, &term, peak, bw),
+    };
     let mut fired = Vec::new();
     for it in &runner.iterations {
         let mut names: Vec<String> = it.applied.keys().map(|s| s.to_string()).collect();
@@ -417,6 +521,7 @@ pub fn rewrite(p: &Program, target: &str, header: &str, source_of: &dyn Fn(usize
     let source = plan_source(p, &best, &node_names, header, source_of);
     let alternatives = alternatives(egraph, &extractor, &classes, &node_names, peak, bw);
     Plan {
+        extraction: extraction.name(),
         alternatives,
         display_source: source.clone(),
         best,
@@ -555,9 +660,10 @@ pub fn print_plan(plan: &Plan, target: &str, kept_original: Option<&str>) -> Str
     );
     let _ = writeln!(
         out,
-        "  estimated time: {:.3} µs as written, {:.3} µs chosen",
+        "  estimated time: {:.3} µs as written, {:.3} µs chosen ({} extraction)",
         plan.original_cost / 1e3,
-        plan.best_cost / 1e3
+        plan.best_cost / 1e3,
+        plan.extraction
     );
     let _ = writeln!(out, "  chosen term: {}", plan.best);
     if !plan.alternatives.is_empty() {

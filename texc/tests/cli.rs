@@ -230,3 +230,30 @@ fn a_closed_stdout_ends_texc_quietly() {
     assert!(!err.contains("panicked") && !err.contains("crashed"), "{err}");
     assert!(status.code() == Some(0) || status.code() == Some(1), "{status:?}: {err}");
 }
+
+/// `TEXC_EXTRACT` picks the extraction; an unknown one, or `ilp` in a texc
+/// built without it, is a clear error (exit 1), never a silent fallback.
+#[test]
+fn extraction_is_chosen_by_environment() {
+    let run = |value: &str| {
+        Command::new(env!("CARGO_BIN_EXE_texc"))
+            .args(["emit", "examples/conv_bn_relu.tex", "--stage", "egraph", "--target", "x86-avx2"])
+            .env("TEXC_EXTRACT", value)
+            .current_dir(root())
+            .output()
+            .expect("texc runs")
+    };
+    let o = run("greedy");
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(greedy extraction)"));
+    let o = run("simplex");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("TEXC_EXTRACT=simplex: expected `greedy` or `ilp`"));
+    let o = run("ilp");
+    if cfg!(feature = "ilp") {
+        assert!(String::from_utf8_lossy(&o.stdout).contains("(ilp extraction)"));
+    } else {
+        assert_eq!(o.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("built without ILP extraction"));
+    }
+}
