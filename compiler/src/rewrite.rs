@@ -204,18 +204,36 @@ impl CostFunction<SymbolLang> for RooflineCost<'_> {
     }
 }
 
-/// The estimated time of one operator node alone, in ns on the nominal
-/// machine; of two plans that take the same time, the one that moves fewer
-/// bytes wins.
+/// The estimated time of one operator node alone, in ns on the nominal machine.
 fn node_time(egraph: &EGraph<SymbolLang, Shapes>, enode: &SymbolLang, peak: f64, bw: f64) -> f64 {
     if enode.children.is_empty() || enode.op.as_str() == "plan" {
         return 0.0;
     }
     let ch: Vec<Info> = enode.children.iter().map(|&c| egraph[c].data.clone()).collect();
     let out = shape_of(enode.op.as_str(), &ch).map_or(Info::Other, Info::Shape);
-    let (flops, bytes) = op_cost(enode.op.as_str(), &ch, &out, &egraph.analysis.opaque_cost);
-    (flops / peak).max(bytes / bw) + 1e-6 * bytes / bw
+    let (flops, mut bytes) = op_cost(enode.op.as_str(), &ch, &out, &egraph.analysis.opaque_cost);
+    // An element-wise chain runs as one fused stage (the scheduler inlines
+    // it): the tensor between two of its operators is neither written by the
+    // producer nor read here, so the group counts only the bytes that leave it.
+    if ELEMENTWISE.contains(&enode.op.as_str()) {
+        for (&c, info) in enode.children.iter().zip(&ch) {
+            // Any element-wise form of the operand (the scheduler also inlines an
+            // element-wise consumer into a fused operator's element-wise epilogue).
+            let fused = egraph[c].nodes.iter().any(|n| ELEMENTWISE.contains(&n.op.as_str()));
+            if fused {
+                bytes -= 2.0 * 4.0 * shape(info).map(numel).unwrap_or(0.0);
+            }
+        }
+        bytes = bytes.max(0.0);
+    }
+    // Ties go to fewer bytes, then to fewer operators (each one is a loop nest to run).
+    (flops / peak).max(bytes / bw) + 1e-6 * bytes / bw + 1e-3
 }
+
+/// Operators computed point by point, which the scheduler fuses into their
+/// element-wise consumers.
+const ELEMENTWISE: [&str; 13] =
+    ["relu", "relu6", "sigmoid", "tanh", "gelu", "silu", "leaky_relu", "bias_add", "add", "sub", "mul", "div", "batch_norm"];
 
 /// How the plan is chosen from the saturated e-graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
