@@ -118,10 +118,10 @@ kernel f(X: f32[N = 1, C = 2, H = 6, W = 6], Wt: f32[K = 3, C, 3, 3], b: f32[K])
 }
 
 #[test]
-fn a_resnet_sized_chain_rewrites_quickly() {
+fn a_50_layer_chain_rewrites_quickly() {
     // Layers large enough that folding the batch norm pays for its weight transform.
     let mut src = String::from("import std.nn;\nkernel chain(X: f32[N = 1, C = 16, H = 16, W = 16]");
-    let layers = 20;
+    let layers = 50;
     for l in 0..layers {
         src.push_str(&format!(", W{l}: f32[C, C, 3, 3], g{l}: f32[C], b{l}: f32[C], m{l}: f32[C], v{l}: f32[C]"));
     }
