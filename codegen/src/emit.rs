@@ -452,27 +452,9 @@ impl<'ctx> Gen<'ctx, '_> {
                 Mode::Vector { var, .. }
                     if lin_coeff(&self.f.p, *cond, var) == Some(0) && !reads_memory(&self.f.p, *cond) =>
                 {
-                    let c = self.expr(fr, *cond, Mode::Scalar)?.into_int_value();
-                    let then_bb = self.cx.append_basic_block(fr.func, "then");
-                    let merge = self.cx.append_basic_block(fr.func, "endif");
-                    self.b.build_conditional_branch(c, then_bb, merge)?;
-                    self.b.position_at_end(then_bb);
-                    self.stmts(fr, then, mode)?;
-                    self.b.build_unconditional_branch(merge)?;
-                    self.b.position_at_end(merge);
-                    Ok(())
+                    self.guarded(fr, *cond, then, mode)
                 }
-                Mode::Scalar => {
-                    let c = self.expr(fr, *cond, mode)?.into_int_value();
-                    let then_bb = self.cx.append_basic_block(fr.func, "then");
-                    let merge = self.cx.append_basic_block(fr.func, "endif");
-                    self.b.build_conditional_branch(c, then_bb, merge)?;
-                    self.b.position_at_end(then_bb);
-                    self.stmts(fr, then, mode)?;
-                    self.b.build_unconditional_branch(merge)?;
-                    self.b.position_at_end(merge);
-                    Ok(())
-                }
+                Mode::Scalar => self.guarded(fr, *cond, then, mode),
                 Mode::Vector { .. } => {
                     let c = self.expr(fr, *cond, mode)?.into_vector_value();
                     let m = self.and_mask(mode.mask(), c)?;
@@ -496,6 +478,19 @@ impl<'ctx> Gen<'ctx, '_> {
                 r
             }
         }
+    }
+
+    /// `if cond: then` as a branch; `cond` is evaluated as a scalar.
+    fn guarded(&mut self, fr: &mut Frame<'ctx>, cond: TExprId, then: &[Stmt], mode: Mode<'ctx>) -> R<()> {
+        let c = self.expr(fr, cond, Mode::Scalar)?.into_int_value();
+        let then_bb = self.cx.append_basic_block(fr.func, "then");
+        let merge = self.cx.append_basic_block(fr.func, "endif");
+        self.b.build_conditional_branch(c, then_bb, merge)?;
+        self.b.position_at_end(then_bb);
+        self.stmts(fr, then, mode)?;
+        self.b.build_unconditional_branch(merge)?;
+        self.b.position_at_end(merge);
+        Ok(())
     }
 
     fn serial_loop(

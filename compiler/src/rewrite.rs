@@ -232,8 +232,21 @@ fn node_time(egraph: &EGraph<SymbolLang, Shapes>, enode: &SymbolLang, peak: f64,
 
 /// Operators computed point by point, which the scheduler fuses into their
 /// element-wise consumers.
-const ELEMENTWISE: [&str; 13] =
-    ["relu", "relu6", "sigmoid", "tanh", "gelu", "silu", "leaky_relu", "bias_add", "add", "sub", "mul", "div", "batch_norm"];
+const ELEMENTWISE: [&str; 13] = [
+    "relu",
+    "relu6",
+    "sigmoid",
+    "tanh",
+    "gelu",
+    "silu",
+    "leaky_relu",
+    "bias_add",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "batch_norm",
+];
 
 /// How the plan is chosen from the saturated e-graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

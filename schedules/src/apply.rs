@@ -358,21 +358,15 @@ fn parse_layout(ast: &Ast, l: &[ExprId], st: &Stage, span: Span) -> Result<Vec<L
         dims.push(dim);
     }
     for (a, v) in st.vars.iter().enumerate() {
-        let whole = dims.iter().filter(|d| **d == LayoutDim::Whole(a)).count();
-        let divs: Vec<i64> = dims
-            .iter()
-            .filter_map(|d| match d {
-                LayoutDim::Div(x, c) if *x == a => Some(*c),
-                _ => None,
-            })
-            .collect();
-        let rems: Vec<i64> = dims
-            .iter()
-            .filter_map(|d| match d {
-                LayoutDim::Rem(x, c) if *x == a => Some(*c),
-                _ => None,
-            })
-            .collect();
+        let (mut whole, mut divs, mut rems) = (0, Vec::new(), Vec::new());
+        for d in &dims {
+            match *d {
+                LayoutDim::Whole(x) if x == a => whole += 1,
+                LayoutDim::Div(x, c) if x == a => divs.push(c),
+                LayoutDim::Rem(x, c) if x == a => rems.push(c),
+                _ => {}
+            }
+        }
         let ok = (whole == 1 && divs.is_empty() && rems.is_empty())
             || (whole == 0 && divs.len() == 1 && rems.len() == 1 && divs[0] == rems[0]);
         if !ok {
