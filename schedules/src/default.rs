@@ -482,7 +482,13 @@ fn has_tail(ss: &StageSchedule, l: usize) -> bool {
 /// then streams one contiguous panel instead of rows far apart.
 fn pack_operand(p: &mut Program, s: &mut Schedules, ci: usize, req: PackRequest) {
     let span = Span::default();
-    let name = format!("{}.packed", p.tensor(req.tensor).name);
+    // One operand may feed several products; each gets its own packed copy.
+    let base = format!("{}.packed", p.tensor(req.tensor).name);
+    let taken = |n: &str| p.tensors.iter().any(|t| t.name == n);
+    let name = (0..)
+        .map(|k| if k == 0 { base.clone() } else { format!("{base}{k}") })
+        .find(|n| !taken(n))
+        .expect("a free name");
     let (bi, ci) = crate::apply::insert_cache_stage(p, s, req.tensor, ci, &name, span);
     let last = p.stages[bi].n_axes - 1;
     let mut layout = vec![LayoutDim::Div(last, 16)];
