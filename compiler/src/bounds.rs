@@ -10,10 +10,9 @@
 //! backend must preserve. This accepts the padding idiom `select(y >= pad && y < H + pad, X[y - pad], 0)`
 //! and its variants. All arithmetic is in i128, so no input can overflow it.
 
-use crate::resolve::Builtin;
+use crate::affine::{affine_of, Affine};
+use crate::ops::{BinOp, UnOp};
 use crate::tir::*;
-use std::collections::BTreeMap;
-use texc_grammar::ast::{BinOp, UnOp};
 use texc_grammar::Diagnostic;
 
 type Iv = (i128, i128);
@@ -27,45 +26,7 @@ enum Atom {
     Opaque(String),
 }
 
-#[derive(Clone, Debug, Default)]
-struct Lin {
-    terms: BTreeMap<Atom, i128>,
-    c: i128,
-}
-
-impl Lin {
-    fn constant(c: i128) -> Lin {
-        Lin { terms: BTreeMap::new(), c }
-    }
-
-    fn atom(a: Atom) -> Lin {
-        Lin { terms: BTreeMap::from([(a, 1)]), c: 0 }
-    }
-
-    fn add(mut self, o: &Lin, sign: i128) -> Lin {
-        for (a, k) in &o.terms {
-            *self.terms.entry(a.clone()).or_insert(0) += sign * k;
-        }
-        self.terms.retain(|_, k| *k != 0);
-        self.c += sign * o.c;
-        self
-    }
-
-    fn scale(mut self, k: i128) -> Lin {
-        if k == 0 {
-            return Lin::constant(0);
-        }
-        for v in self.terms.values_mut() {
-            *v *= k;
-        }
-        self.c *= k;
-        self
-    }
-
-    fn as_const(&self) -> Option<i128> {
-        self.terms.is_empty().then_some(self.c)
-    }
-}
+type Lin = Affine<Atom>;
 
 fn clamp_big(x: i128) -> i128 {
     // Keep intervals far from i128 overflow: sizes are < 2^63, products of two < 2^126.
@@ -107,23 +68,13 @@ impl Checker<'_> {
         Lin::atom(Atom::Opaque(k))
     }
 
+    /// The linear form of `e`; anything that is not (or overflows) is an opaque atom.
     fn lin(&self, e: TExprId) -> Lin {
-        match self.p.expr(e) {
-            TExpr::Int(v) => Lin::constant(*v as i128),
-            TExpr::Var(v) => Lin::atom(Atom::Var(*v)),
-            TExpr::Unary(UnOp::Neg, a) => self.lin(*a).scale(-1),
-            TExpr::Binary(BinOp::Add, a, b) => self.lin(*a).add(&self.lin(*b), 1),
-            TExpr::Binary(BinOp::Sub, a, b) => self.lin(*a).add(&self.lin(*b), -1),
-            TExpr::Binary(BinOp::Mul, a, b) => {
-                let (la, lb) = (self.lin(*a), self.lin(*b));
-                match (la.as_const(), lb.as_const()) {
-                    (Some(k), _) => lb.scale(k),
-                    (_, Some(k)) => la.scale(k),
-                    _ => self.opaque_atom(e),
-                }
-            }
-            _ => self.opaque_atom(e),
-        }
+        let form = affine_of(self.p, e, &mut |x| match self.p.expr(x) {
+            TExpr::Var(v) => Some(Lin::atom(Atom::Var(*v))),
+            _ => Some(self.opaque_atom(x)),
+        });
+        form.unwrap_or_else(|| self.opaque_atom(e))
     }
 
     fn interval(&self, l: &Lin, env: &[Iv]) -> Result<Iv, String> {
@@ -136,9 +87,9 @@ impl Checker<'_> {
                     self.opaque(e, env)?
                 }
             };
-            let (x, y) = (k * alo, k * ahi);
-            lo = clamp_big(lo + x.min(y));
-            hi = clamp_big(hi + x.max(y));
+            let (x, y) = (clamp_big(k).saturating_mul(alo), clamp_big(k).saturating_mul(ahi));
+            lo = clamp_big(lo.saturating_add(x.min(y)));
+            hi = clamp_big(hi.saturating_add(x.max(y)));
         }
         Ok((lo, hi))
     }
@@ -146,13 +97,13 @@ impl Checker<'_> {
     fn opaque(&self, e: TExprId, env: &[Iv]) -> Result<Iv, String> {
         let iv = |x: TExprId| self.interval(&self.lin(x), env);
         match self.p.expr(e) {
-            TExpr::Binary(op @ (BinOp::Div | BinOp::Rem), a, b) => {
+            TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod), a, b) => {
                 let (alo, ahi) = iv(*a)?;
                 let (blo, bhi) = iv(*b)?;
                 if blo <= 0 && bhi >= 0 {
                     return Err("this index divides by a value that can be zero".into());
                 }
-                if *op == BinOp::Div {
+                if *op == BinOp::FloorDiv {
                     let c = [floor_div(alo, blo), floor_div(alo, bhi), floor_div(ahi, blo), floor_div(ahi, bhi)];
                     return Ok((*c.iter().min().expect("4"), *c.iter().max().expect("4")));
                 }
@@ -165,7 +116,13 @@ impl Checker<'_> {
             TExpr::Binary(BinOp::Mul, a, b) => {
                 let (alo, ahi) = iv(*a)?;
                 let (blo, bhi) = iv(*b)?;
-                let c = [alo * blo, alo * bhi, ahi * blo, ahi * bhi].map(clamp_big);
+                let c = [
+                    alo.saturating_mul(blo),
+                    alo.saturating_mul(bhi),
+                    ahi.saturating_mul(blo),
+                    ahi.saturating_mul(bhi),
+                ]
+                .map(clamp_big);
                 Ok((*c.iter().min().expect("4"), *c.iter().max().expect("4")))
             }
             _ => Err("this index is not integer arithmetic".into()),
@@ -186,30 +143,18 @@ impl Checker<'_> {
             }
             TExpr::Binary(op, a, b) if op.is_comparison() && self.p.ty(*a) == Ty::Index => {
                 let (la, lb) = (self.lin(*a), self.lin(*b));
-                let op = if positive {
-                    *op
-                } else {
-                    match op {
-                        BinOp::Lt => BinOp::Ge,
-                        BinOp::Le => BinOp::Gt,
-                        BinOp::Gt => BinOp::Le,
-                        BinOp::Ge => BinOp::Lt,
-                        BinOp::Eq => BinOp::Ne,
-                        _ => BinOp::Eq,
-                    }
-                };
+                let op = if positive { *op } else { op.negated().expect("a comparison") };
                 let one = Lin::constant(1);
-                match op {
-                    BinOp::Lt => out.push(lb.add(&la, -1).add(&one, -1)),
-                    BinOp::Le => out.push(lb.add(&la, -1)),
-                    BinOp::Gt => out.push(la.add(&lb, -1).add(&one, -1)),
-                    BinOp::Ge => out.push(la.add(&lb, -1)),
-                    BinOp::Eq => {
-                        out.push(la.clone().add(&lb, -1));
-                        out.push(lb.add(&la, -1));
-                    }
-                    _ => {}
-                }
+                let facts = match op {
+                    BinOp::Lt => vec![lb.add(&la, -1).and_then(|d| d.add(&one, -1))],
+                    BinOp::Le => vec![lb.add(&la, -1)],
+                    BinOp::Gt => vec![la.add(&lb, -1).and_then(|d| d.add(&one, -1))],
+                    BinOp::Ge => vec![la.add(&lb, -1)],
+                    BinOp::Eq => vec![la.clone().add(&lb, -1), lb.add(&la, -1)],
+                    _ => vec![],
+                };
+                // A fact whose arithmetic overflows is dropped: facts only tighten ranges.
+                out.extend(facts.into_iter().flatten());
             }
             _ => {}
         }
@@ -251,11 +196,11 @@ impl Checker<'_> {
                 }
                 Ok(())
             }
-            TExpr::Call(Builtin::Select, args) => {
-                self.walk(args[0], env, facts)?;
-                for (branch, positive) in [(args[1], true), (args[2], false)] {
+            TExpr::Select(c, a, b) => {
+                self.walk(*c, env, facts)?;
+                for (branch, positive) in [(*a, true), (*b, false)] {
                     let mut f = facts.to_vec();
-                    self.facts(args[0], positive, &mut f);
+                    self.facts(*c, positive, &mut f);
                     if let Some(env2) = self.narrow(env, &f) {
                         self.walk(branch, &env2, &f)?;
                     }
@@ -293,10 +238,10 @@ impl Checker<'_> {
         let l = self.lin(i);
         let (mut lo, mut hi) = self.interval(&l, env).map_err(|m| Diagnostic::at(self.p.span(i), m))?;
         for f in facts {
-            if let Ok((x, _)) = self.interval(&l.clone().add(f, -1), env) {
+            if let Some(Ok((x, _))) = l.clone().add(f, -1).map(|d| self.interval(&d, env)) {
                 lo = lo.max(x);
             }
-            if let Ok((_, y)) = self.interval(&l.clone().add(f, 1), env) {
+            if let Some(Ok((_, y))) = l.clone().add(f, 1).map(|d| self.interval(&d, env)) {
                 hi = hi.min(y);
             }
         }

@@ -32,7 +32,8 @@ fn is_float(t: Ty) -> bool {
 fn cost(p: &Program, st: &Stage, e: TExprId) -> f64 {
     let own = match p.expr(e) {
         TExpr::Binary(op, _, _) if !op.is_comparison() && !op.is_logic() && is_float(p.ty(e)) => 1.0,
-        TExpr::Call(f, _) if *f != crate::resolve::Builtin::Select && is_float(p.ty(e)) => 1.0,
+        TExpr::Math(..) if is_float(p.ty(e)) => 1.0,
+        TExpr::Intrinsic(crate::ops::Intrinsic::Fma, _) if is_float(p.ty(e)) => 2.0,
         TExpr::Reduce(_, vars, body) => {
             let n: f64 = vars.iter().map(|&v| st.vars[v as usize].extent as f64).product();
             let combine = if is_float(p.ty(e)) { 1.0 } else { 0.0 };

@@ -2,21 +2,16 @@
 //! checked against.
 //!
 //! It is written to be obviously right rather than fast: stages run in
-//! order, each element of a stage is computed by walking its expression.
-//! Float arithmetic is done in f64 and rounded to the tensor's element type
-//! when stored; integer arithmetic is exact and wraps at the width of its
-//! type (two's complement). Index arithmetic is exact 64-bit.
-//!
-//! Documented semantics (docs/language.md): integer `/` and `%` are floor
-//! division and modulo, with `x / 0 == 0` and `x % 0 == x`; `max`, `min`,
-//! `clamp` and the `max`/`min` reductions propagate NaN; `round` rounds half
-//! to even; float-to-integer casts truncate toward zero, saturate, and map
-//! NaN to 0.
+//! order, each element of a stage is computed by walking its expression,
+//! and every operator is evaluated by its definition in
+//! [`crate::semantics`] (floats in f64, rounded to the element type when
+//! stored; integers exact and wrapping; floor division with `x / 0 == 0`).
 
-use crate::resolve::{Builtin, ReduceOp};
+use crate::ops::{BinOp, ReduceOp};
+use crate::semantics::{self as sem};
+pub use crate::semantics::{cast_f64_to_int, V};
 use crate::tir::*;
 use crate::types::ElemType;
-use texc_grammar::ast::{BinOp, UnOp};
 use texc_runtime::{round_to, wrap_to, Tensor};
 
 /// Most memory the interpreter will allocate for tensors.
@@ -41,89 +36,9 @@ pub enum Arg {
     Scalar(f64),
 }
 
-/// A value during evaluation.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum V {
-    F(f64),
-    I(i64),
-    B(bool),
-}
-
-impl V {
-    pub fn f(self) -> f64 {
-        match self {
-            V::F(x) => x,
-            V::I(x) => x as f64,
-            V::B(b) => b as u8 as f64,
-        }
-    }
-
-    pub fn i(self) -> i64 {
-        match self {
-            V::I(x) => x,
-            V::F(x) => x as i64,
-            V::B(b) => b as i64,
-        }
-    }
-
-    pub fn b(self) -> bool {
-        match self {
-            V::B(b) => b,
-            V::I(x) => x != 0,
-            V::F(x) => x != 0.0,
-        }
-    }
-}
-
 enum Buf {
     F(Vec<f64>),
     I(Vec<i64>),
-}
-
-/// Float to integer as Rust's `as`: truncate, saturate, NaN to 0.
-pub fn cast_f64_to_int(v: f64, t: ElemType) -> i64 {
-    match t {
-        ElemType::I8 => v as i8 as i64,
-        ElemType::U8 => v as u8 as i64,
-        ElemType::I32 => v as i32 as i64,
-        ElemType::Bool => (v != 0.0) as i64,
-        _ => v as i64,
-    }
-}
-
-fn nan_max(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else {
-        a.max(b)
-    }
-}
-
-fn nan_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else {
-        a.min(b)
-    }
-}
-
-fn floor_div(a: i64, b: i64) -> i64 {
-    if b == 0 {
-        return 0;
-    }
-    let q = a.wrapping_div(b);
-    if (a.wrapping_rem(b) != 0) && ((a < 0) != (b < 0)) {
-        q - 1
-    } else {
-        q
-    }
-}
-
-fn floor_mod(a: i64, b: i64) -> i64 {
-    if b == 0 {
-        return a;
-    }
-    a.wrapping_sub(b.wrapping_mul(floor_div(a, b)))
 }
 
 /// Memory and evaluation for a program: buffers for every tensor, scalar
@@ -196,14 +111,9 @@ impl<'a> Machine<'a> {
                     });
                 }
                 (ProgramParam::Scalar(s), Arg::Scalar(v)) => {
+                    // Scalars are given as numbers and converted like a cast (backends do the same).
                     let elem = p.scalars[*s as usize].elem;
-                    m.scalars[*s as usize] = if elem.is_float() {
-                        V::F(round_to(elem, v))
-                    } else if elem == ElemType::Bool {
-                        V::B(v != 0.0)
-                    } else {
-                        V::I(cast_f64_to_int(v, elem))
-                    };
+                    m.scalars[*s as usize] = sem::cast(V::F(v), Ty::Elem(elem));
                 }
                 (param, arg) => {
                     let name = match param {
@@ -332,12 +242,7 @@ impl<'a> Machine<'a> {
             TExpr::Var(v) => V::I(env[*v as usize]),
             TExpr::Scalar(s) => self.scalars[*s as usize],
             TExpr::Load(t, idx) => self.load(st, *t, idx, env)?,
-            TExpr::Unary(UnOp::Not, a) => V::B(!self.eval(st, *a, env)?.b()),
-            TExpr::Unary(UnOp::Neg, a) => match self.eval(st, *a, env)? {
-                V::F(x) => V::F(-x),
-                V::I(x) => V::I(wrap(ty, x.wrapping_neg())),
-                V::B(b) => V::B(b),
-            },
+            TExpr::Unary(op, a) => sem::unary(*op, ty, self.eval(st, *a, env)?),
             TExpr::Binary(op, a, b) => {
                 let x = self.eval(st, *a, env)?;
                 // `&&`/`||` short-circuit, like the C family.
@@ -347,20 +252,21 @@ impl<'a> Machine<'a> {
                     _ => {}
                 }
                 let y = self.eval(st, *b, env)?;
-                binary(*op, ty, self.p.ty(*a), x, y)
+                sem::binary(*op, ty, self.p.ty(*a), x, y)
             }
-            TExpr::Call(Builtin::Select, args) => {
-                let c = self.eval(st, args[0], env)?.b();
-                self.eval(st, if c { args[1] } else { args[2] }, env)?
+            TExpr::Select(c, a, b) => {
+                let c = self.eval(st, *c, env)?.b();
+                self.eval(st, if c { *a } else { *b }, env)?
             }
-            TExpr::Call(f, args) => {
-                let mut vals = [V::I(0); 3];
-                for (i, a) in args.iter().enumerate() {
-                    vals[i] = self.eval(st, *a, env)?;
-                }
-                call(*f, ty, &vals[..args.len()])
+            TExpr::Math(f, args) => {
+                let vals = args.iter().map(|a| self.eval(st, *a, env)).collect::<Result<Vec<_>, _>>()?;
+                sem::math(*f, ty, &vals)
             }
-            TExpr::Cast(a) => cast(self.eval(st, *a, env)?, ty),
+            TExpr::Intrinsic(i, args) => {
+                let vals = args.iter().map(|a| self.eval(st, *a, env)).collect::<Result<Vec<_>, _>>()?;
+                sem::intrinsic(*i, ty, &vals)
+            }
+            TExpr::Cast(a) => sem::cast(self.eval(st, *a, env)?, ty),
             TExpr::Reduce(op, vars, body) => self.reduce(st, *op, ty, vars, *body, env)?,
         })
     }
@@ -374,38 +280,16 @@ impl<'a> Machine<'a> {
         body: TExprId,
         env: &mut Vec<i64>,
     ) -> Result<V, InterpError> {
-        let float = matches!(ty, Ty::Elem(e) if e.is_float());
-        let (mut fa, mut ia): (f64, i64) = match op {
-            ReduceOp::Sum => (0.0, 0),
-            ReduceOp::Prod => (1.0, 1),
-            ReduceOp::Max => (f64::NEG_INFINITY, int_bounds(ty).0),
-            ReduceOp::Min => (f64::INFINITY, int_bounds(ty).1),
-        };
+        let mut acc = sem::reduce_identity(op, ty);
         if vars.iter().any(|&v| st[v as usize].extent == 0) {
-            return Ok(if float { V::F(fa) } else { V::I(ia) });
+            return Ok(acc);
         }
         for &v in vars {
             env[v as usize] = 0;
         }
         loop {
             let x = self.eval(st, body, env)?;
-            if float {
-                let x = x.f();
-                fa = match op {
-                    ReduceOp::Sum => fa + x,
-                    ReduceOp::Prod => fa * x,
-                    ReduceOp::Max => nan_max(fa, x),
-                    ReduceOp::Min => nan_min(fa, x),
-                };
-            } else {
-                let x = x.i();
-                ia = match op {
-                    ReduceOp::Sum => ia.wrapping_add(x),
-                    ReduceOp::Prod => ia.wrapping_mul(x),
-                    ReduceOp::Max => ia.max(x),
-                    ReduceOp::Min => ia.min(x),
-                };
-            }
+            acc = sem::reduce_step(op, ty, acc, x);
             let mut done = true;
             for &v in vars.iter().rev() {
                 env[v as usize] += 1;
@@ -419,113 +303,10 @@ impl<'a> Machine<'a> {
                 break;
             }
         }
-        Ok(if float { V::F(fa) } else { V::I(wrap(ty, ia)) })
-    }
-}
-
-fn int_bounds(ty: Ty) -> (i64, i64) {
-    match ty {
-        Ty::Elem(ElemType::I8) => (i8::MIN as i64, i8::MAX as i64),
-        Ty::Elem(ElemType::U8) => (0, u8::MAX as i64),
-        Ty::Elem(ElemType::I32) => (i32::MIN as i64, i32::MAX as i64),
-        _ => (i64::MIN, i64::MAX),
-    }
-}
-
-fn wrap(ty: Ty, v: i64) -> i64 {
-    match ty {
-        Ty::Elem(e) => wrap_to(e, v),
-        Ty::Index => v,
-    }
-}
-
-fn binary(op: BinOp, ty: Ty, operand_ty: Ty, x: V, y: V) -> V {
-    let float = matches!(operand_ty, Ty::Elem(e) if e.is_float());
-    if op.is_comparison() {
-        return V::B(if float { compare(op, x.f(), y.f()) } else { compare(op, x.i(), y.i()) });
-    }
-    match op {
-        BinOp::And => return V::B(x.b() && y.b()),
-        BinOp::Or => return V::B(x.b() || y.b()),
-        _ => {}
-    }
-    if float {
-        let (a, b) = (x.f(), y.f());
-        return V::F(match op {
-            BinOp::Add => a + b,
-            BinOp::Sub => a - b,
-            BinOp::Mul => a * b,
-            _ => a / b,
-        });
-    }
-    let (a, b) = (x.i(), y.i());
-    let r = match op {
-        BinOp::Add => a.wrapping_add(b),
-        BinOp::Sub => a.wrapping_sub(b),
-        BinOp::Mul => a.wrapping_mul(b),
-        BinOp::Div => floor_div(a, b),
-        _ => floor_mod(a, b),
-    };
-    V::I(wrap(ty, r))
-}
-
-fn compare<T: PartialOrd>(op: BinOp, a: T, b: T) -> bool {
-    match op {
-        BinOp::Lt => a < b,
-        BinOp::Le => a <= b,
-        BinOp::Gt => a > b,
-        BinOp::Ge => a >= b,
-        BinOp::Eq => a == b,
-        _ => a != b,
-    }
-}
-
-fn call(f: Builtin, ty: Ty, a: &[V]) -> V {
-    let float = matches!(ty, Ty::Elem(e) if e.is_float());
-    if !float {
-        let x: Vec<i64> = a.iter().map(|v| v.i()).collect();
-        return V::I(wrap(
-            ty,
-            match f {
-                Builtin::Abs => x[0].wrapping_abs(),
-                Builtin::Max => x[0].max(x[1]),
-                Builtin::Min => x[0].min(x[1]),
-                Builtin::Clamp => x[0].max(x[1]).min(x[2]),
-                _ => unreachable!("resolution restricts `{}` to floats", f.name()),
-            },
-        ));
-    }
-    let x: Vec<f64> = a.iter().map(|v| v.f()).collect();
-    V::F(match f {
-        Builtin::Exp => x[0].exp(),
-        Builtin::Log => x[0].ln(),
-        Builtin::Sqrt => x[0].sqrt(),
-        Builtin::Rsqrt => 1.0 / x[0].sqrt(),
-        Builtin::Tanh => x[0].tanh(),
-        Builtin::Sigmoid => 1.0 / (1.0 + (-x[0]).exp()),
-        Builtin::Erf => libm::erf(x[0]),
-        Builtin::Abs => x[0].abs(),
-        Builtin::Floor => x[0].floor(),
-        Builtin::Ceil => x[0].ceil(),
-        Builtin::Round => x[0].round_ties_even(),
-        Builtin::Max => nan_max(x[0], x[1]),
-        Builtin::Min => nan_min(x[0], x[1]),
-        Builtin::Pow => x[0].powf(x[1]),
-        Builtin::Clamp => nan_min(nan_max(x[0], x[1]), x[2]),
-        Builtin::Select => unreachable!("handled lazily"),
-    })
-}
-
-fn cast(v: V, ty: Ty) -> V {
-    match ty {
-        Ty::Index => V::I(v.i()),
-        Ty::Elem(ElemType::Bool) => V::B(v.b()),
-        Ty::Elem(e) if e.is_float() => V::F(round_to(e, v.f())),
-        Ty::Elem(e) => match v {
-            V::F(x) => V::I(cast_f64_to_int(x, e)),
-            V::I(x) => V::I(wrap_to(e, x)),
-            V::B(b) => V::I(b as i64),
-        },
+        Ok(match acc {
+            V::I(x) => V::I(sem::wrap(ty, x)),
+            other => other,
+        })
     }
 }
 

@@ -1,9 +1,8 @@
 //! Deterministic printer for the tensor IR (`texc emit --stage tir`).
 
-use crate::resolve::Builtin;
+use crate::ops::{BinOp, UnOp};
 use crate::tir::*;
 use std::fmt::Write;
-use texc_grammar::ast::{BinOp, UnOp};
 
 pub fn print_program(p: &Program) -> String {
     let mut out = String::new();
@@ -46,7 +45,9 @@ fn prec(op: BinOp) -> u8 {
         BinOp::And => 2,
         BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne => 3,
         BinOp::Add | BinOp::Sub => 4,
-        BinOp::Mul | BinOp::Div | BinOp::Rem => 5,
+        BinOp::Mul | BinOp::Div | BinOp::FloorDiv | BinOp::FloorMod => 5,
+        // Printed as calls: never need parentheses.
+        BinOp::TruncDiv | BinOp::TruncRem => 7,
     }
 }
 
@@ -78,15 +79,16 @@ pub fn expr(p: &Program, s: &Stage, e: TExprId) -> String {
         }
         TExpr::Unary(UnOp::Neg, a) => format!("-{}", sub(*a, 6)),
         TExpr::Unary(UnOp::Not, a) => format!("!{}", sub(*a, 6)),
+        TExpr::Binary(op, a, b) if op.is_machine() => {
+            format!("{}({}, {})", op.symbol(), expr(p, s, *a), expr(p, s, *b))
+        }
         TExpr::Binary(op, a, b) => {
             let q = prec(*op);
             format!("{} {} {}", sub(*a, q), op.symbol(), sub(*b, q + 1))
         }
-        TExpr::Call(f, args) => {
-            let a: Vec<String> = args.iter().map(|x| expr(p, s, *x)).collect();
-            let name = if *f == Builtin::Select { "select" } else { f.name() };
-            format!("{name}({})", a.join(", "))
-        }
+        TExpr::Select(c, a, b) => format!("select({}, {}, {})", expr(p, s, *c), expr(p, s, *a), expr(p, s, *b)),
+        TExpr::Math(f, args) => call(p, s, f.name(), args),
+        TExpr::Intrinsic(i, args) => call(p, s, i.name(), args),
         TExpr::Cast(a) => format!("{}({})", p.ty(e), expr(p, s, *a)),
         TExpr::Reduce(op, vars, body) => {
             let v: Vec<String> =
@@ -94,4 +96,9 @@ pub fn expr(p: &Program, s: &Stage, e: TExprId) -> String {
             format!("{}[{}]({})", op.name(), v.join(", "), expr(p, s, *body))
         }
     }
+}
+
+fn call(p: &Program, s: &Stage, name: &str, args: &[TExprId]) -> String {
+    let a: Vec<String> = args.iter().map(|x| expr(p, s, *x)).collect();
+    format!("{name}({})", a.join(", "))
 }

@@ -16,10 +16,9 @@
 //!   definition `Xp[n, c, y, x] = select(y >= p && y < H + p && x >= p &&
 //!   x < W + p, X0[n, c, y - p, x - p], 0.0)`, → `conv2d(X0, W, pad = p, ...)`.
 
-use crate::resolve::{Builtin, ReduceOp};
+use crate::ops::{BinOp, ReduceOp};
 use crate::tir::*;
 use crate::types::ElemType;
-use texc_grammar::ast::BinOp;
 
 /// The operator that op `i` of `p` computes, with its arguments in the
 /// operator's parameter order, if it is one of the patterns.
@@ -120,11 +119,11 @@ fn unpadded(p: &Program, t: TensorId) -> Option<(TensorId, i64)> {
     if st.n_axes != 4 || st.vars.len() != 4 {
         return None;
     }
-    let TExpr::Call(Builtin::Select, args) = p.expr(st.value) else { return None };
-    if !matches!(p.expr(args[2]), TExpr::Float(z) if *z == 0.0) {
+    let TExpr::Select(cond, inside, outside) = p.expr(st.value) else { return None };
+    if !matches!(p.expr(*outside), TExpr::Float(z) if *z == 0.0) {
         return None;
     }
-    let TExpr::Load(x, idx) = p.expr(args[1]) else { return None };
+    let TExpr::Load(x, idx) = p.expr(*inside) else { return None };
     let offset = |e: TExprId, v: VarId| -> Option<i64> {
         match p.expr(e) {
             TExpr::Var(x) if *x == v => Some(0),
@@ -149,7 +148,7 @@ fn unpadded(p: &Program, t: TensorId) -> Option<(TensorId, i64)> {
     }
     // The condition must be exactly the four bounds, in any order and nesting of `&&`.
     let mut facts = Vec::new();
-    conjuncts(p, args[0], &mut facts)?;
+    conjuncts(p, *cond, &mut facts)?;
     let mut want =
         vec![(BinOp::Ge, 2, pad), (BinOp::Lt, 2, xs[2] + pad), (BinOp::Ge, 3, pad), (BinOp::Lt, 3, xs[3] + pad)];
     facts.sort_by_key(|f| (f.1, f.0 == BinOp::Lt));

@@ -14,269 +14,25 @@
 //! acyclic. Concrete sizes, ranges and bounds are checked later, by
 //! `specialize`, when shapes are known.
 
-use crate::session::{KernelRef, Session};
+pub use crate::kernel::*;
+use crate::ops::{MathFn, ReduceOp};
+use crate::session::Session;
 use crate::types::{ElemType, RTy};
 use std::collections::HashMap;
 use texc_grammar::ast::{self, Arg, BinOp, Binder, Dim, Expr, ExprId, Ident, ParamKind, Stmt, UnOp};
 use texc_grammar::{Ast, Diagnostic, Diagnostics, Span};
 
-/// Index of a tensor in [`KernelInfo::tensors`].
-pub type TensorSlot = u32;
-/// Index of an index variable in [`KernelInfo::vars`].
-pub type VarSlot = u32;
-
-/// What a bare name refers to.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum NameRes {
-    Var(VarSlot),
-    /// A run-time scalar parameter (index into `KernelInfo::params`).
-    Scalar(u32),
-    /// A compile-time constant parameter (index into `KernelInfo::params`).
-    Const(u32),
-    Symbol(u32),
-    /// A 0-d tensor read as a value.
-    Tensor(TensorSlot),
-    /// The literal `inf`.
-    Inf,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Builtin {
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Tanh,
-    Sigmoid,
-    Erf,
-    Abs,
-    Floor,
-    Ceil,
-    Round,
-    Max,
-    Min,
-    Pow,
-    Clamp,
-    Select,
-}
-
-impl Builtin {
-    pub const ALL: [Builtin; 16] = [
-        Builtin::Exp,
-        Builtin::Log,
-        Builtin::Sqrt,
-        Builtin::Rsqrt,
-        Builtin::Tanh,
-        Builtin::Sigmoid,
-        Builtin::Erf,
-        Builtin::Abs,
-        Builtin::Floor,
-        Builtin::Ceil,
-        Builtin::Round,
-        Builtin::Max,
-        Builtin::Min,
-        Builtin::Pow,
-        Builtin::Clamp,
-        Builtin::Select,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Builtin::Exp => "exp",
-            Builtin::Log => "log",
-            Builtin::Sqrt => "sqrt",
-            Builtin::Rsqrt => "rsqrt",
-            Builtin::Tanh => "tanh",
-            Builtin::Sigmoid => "sigmoid",
-            Builtin::Erf => "erf",
-            Builtin::Abs => "abs",
-            Builtin::Floor => "floor",
-            Builtin::Ceil => "ceil",
-            Builtin::Round => "round",
-            Builtin::Max => "max",
-            Builtin::Min => "min",
-            Builtin::Pow => "pow",
-            Builtin::Clamp => "clamp",
-            Builtin::Select => "select",
-        }
+/// The built-in function a call names, if any: a math function or `select`.
+fn builtin_call(name: &str) -> Option<CallRes> {
+    if name == "select" {
+        return Some(CallRes::Select);
     }
-
-    pub fn from_name(s: &str) -> Option<Builtin> {
-        Builtin::ALL.iter().copied().find(|b| b.name() == s)
-    }
-
-    pub fn arity(self) -> usize {
-        match self {
-            Builtin::Max | Builtin::Min | Builtin::Pow => 2,
-            Builtin::Clamp | Builtin::Select => 3,
-            _ => 1,
-        }
-    }
-
-    /// Functions defined on floats only.
-    pub fn float_only(self) -> bool {
-        !matches!(self, Builtin::Abs | Builtin::Max | Builtin::Min | Builtin::Clamp | Builtin::Select)
-    }
+    MathFn::from_name(name).map(CallRes::Math)
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    Sum,
-    Max,
-    Min,
-    Prod,
-}
-
-impl ReduceOp {
-    pub fn from_name(s: &str) -> Option<ReduceOp> {
-        Some(match s {
-            "sum" => ReduceOp::Sum,
-            "max" => ReduceOp::Max,
-            "min" => ReduceOp::Min,
-            "prod" => ReduceOp::Prod,
-            _ => return None,
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Max => "max",
-            ReduceOp::Min => "min",
-            ReduceOp::Prod => "prod",
-        }
-    }
-}
-
-/// What a call expression inside an element expression is.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum CallRes {
-    Builtin(Builtin),
-    Cast(ElemType),
-}
-
-/// Per-module side tables, keyed by AST expression id.
-#[derive(Debug, Default)]
-pub struct Facts {
-    pub ty: HashMap<ExprId, RTy>,
-    pub names: HashMap<ExprId, NameRes>,
-    pub calls: HashMap<ExprId, CallRes>,
-    pub reduces: HashMap<ExprId, (ReduceOp, Vec<VarSlot>)>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum TensorKind {
-    /// Index into `KernelInfo::params`.
-    Input(u32),
-    /// Index into `KernelInfo::outputs`.
-    Output(u32),
-    Local,
-}
-
-#[derive(Clone, Debug)]
-pub struct TensorInfo {
-    pub name: String,
-    pub elem: ElemType,
-    pub rank: usize,
-    pub kind: TensorKind,
-    pub span: Span,
-    /// Declared dimensions (inputs and outputs).
-    pub dims: Vec<Dim>,
-}
-
-#[derive(Clone, Debug)]
-pub enum ParamInfo {
-    Tensor(TensorSlot),
-    Scalar { elem: ElemType, default: Option<ExprId> },
-    Const { default: Option<ExprId> },
-}
-
-#[derive(Clone, Debug)]
-pub struct Param {
-    pub name: String,
-    pub span: Span,
-    pub info: ParamInfo,
-}
-
-#[derive(Clone, Debug)]
-pub struct SymbolInfo {
-    pub name: String,
-    pub span: Span,
-    pub default: Option<ExprId>,
-}
-
-#[derive(Clone, Debug)]
-pub struct VarInfo {
-    pub name: String,
-    pub span: Span,
-    pub range: Option<(ExprId, ExprId)>,
-}
-
-/// How a callee parameter receives its value.
-#[derive(Clone, Debug)]
-pub enum ArgBinding {
-    Tensor(TensorSlot),
-    /// A caller expression, or `None` for the callee's default.
-    Scalar(Option<ExprId>),
-    Const(Option<ExprId>),
-}
-
-#[derive(Clone, Debug)]
-pub enum Op {
-    /// `T[axes] = value` (0-d when `axes` is empty).
-    Def { tensor: TensorSlot, axes: Vec<VarSlot>, value: ExprId, span: Span },
-    /// Composition: `results = callee(args)`; `args` follow the callee's parameter order.
-    Call { callee: KernelRef, args: Vec<ArgBinding>, results: Vec<TensorSlot>, span: Span },
-    /// `dst = src` for whole tensors.
-    Copy { dst: TensorSlot, src: TensorSlot, span: Span },
-}
-
-#[derive(Clone, Debug)]
-pub struct KernelInfo {
-    pub name: String,
-    pub name_span: Span,
-    pub span: Span,
-    pub params: Vec<Param>,
-    pub outputs: Vec<TensorSlot>,
-    pub tensors: Vec<TensorInfo>,
-    pub symbols: Vec<SymbolInfo>,
-    pub vars: Vec<VarInfo>,
-    pub ops: Vec<Op>,
-}
-
-impl KernelInfo {
-    /// One-line signature for messages: `relu(X: f32[4 dims])`.
-    pub fn signature(&self) -> String {
-        let ps: Vec<String> = self
-            .params
-            .iter()
-            .map(|p| match &p.info {
-                ParamInfo::Tensor(t) => {
-                    let t = &self.tensors[*t as usize];
-                    format!("{}: {}[{}]", p.name, t.elem, dims_text(t.rank))
-                }
-                ParamInfo::Scalar { elem, .. } => format!("{}: {elem}", p.name),
-                ParamInfo::Const { .. } => format!("const {}: int", p.name),
-            })
-            .collect();
-        format!("{}({})", self.name, ps.join(", "))
-    }
-
-    pub fn symbol_index(&self, name: &str) -> Option<usize> {
-        self.symbols.iter().position(|s| s.name == name)
-    }
-
-    pub fn param_index(&self, name: &str) -> Option<usize> {
-        self.params.iter().position(|p| p.name == name)
-    }
-}
-
-fn dims_text(rank: usize) -> String {
-    match rank {
-        0 => String::new(),
-        1 => "1 dim".into(),
-        n => format!("{n} dims"),
-    }
+/// Every built-in function name, for suggestions.
+fn builtin_names() -> impl Iterator<Item = &'static str> {
+    MathFn::ALL.into_iter().map(MathFn::name).chain(["select"])
 }
 
 /// Resolve every module of the session that has not been resolved yet.
@@ -385,8 +141,6 @@ fn check_duplicate_signatures(kernels: &[KernelInfo], diags: &mut Diagnostics) {
     }
 }
 
-const KNOWN_TARGETS: [&str; 7] = ["interp", "x86-avx2", "x86-avx512", "host", "cranelift", "nvptx-sm80", "nvptx-sm90"];
-
 /// Schedules are applied by the scheduling layer; here we check what can be
 /// checked without it: the kernel exists and the target is known.
 fn check_schedules(s: &Session, diags: &mut Diagnostics) {
@@ -398,10 +152,10 @@ fn check_schedules(s: &Session, diags: &mut Diagnostics) {
                     format!("schedule for unknown kernel `{}`", sch.kernel.name),
                 ));
             }
-            if !KNOWN_TARGETS.contains(&sch.target.name.as_str()) {
+            if crate::target::lookup(&sch.target.name).is_err() {
                 diags.push(
                     Diagnostic::at(sch.target.span, format!("unknown target `{}`", sch.target.name))
-                        .with_note(format!("targets: {}", KNOWN_TARGETS.join(", "))),
+                        .with_note(format!("targets: {}", crate::target::names())),
                 );
             }
         }
@@ -857,7 +611,7 @@ impl<'a> Body<'a> {
             return false;
         }
         // `sigmoid(t)` on a 0-d value is the built-in; on a tensor, the kernel.
-        Builtin::from_name(&func.name).is_none()
+        builtin_call(&func.name).is_none()
             || args
                 .first()
                 .is_some_and(|a| matches!(self.classify(a.value), Ok(ArgClass::Tensor { rank, .. }) if rank > 0))
@@ -1211,7 +965,7 @@ impl<'a> Body<'a> {
                         self.index_expr(lo)?;
                         self.index_expr(hi)?;
                     }
-                    vars.push(self.new_var(&b));
+                    vars.push(self.new_var(b));
                 }
                 let depth = self.scope.len();
                 self.scope.extend(&vars);
@@ -1298,7 +1052,7 @@ impl<'a> Body<'a> {
             self.facts.calls.insert(e, CallRes::Cast(elem));
             return Ok(RTy::Elem(elem));
         }
-        let Some(b) = Builtin::from_name(&func.name) else {
+        let Some(b) = builtin_call(&func.name) else {
             if self.kernel_candidates(&func.name).is_some() {
                 return Err(Diagnostic::at(
                     span,
@@ -1310,20 +1064,22 @@ impl<'a> Body<'a> {
             }
             let mut d =
                 Diagnostic::at(func.span, format!("unknown function `{}`", texc_grammar::truncate(&func.name, 40)));
-            let names = Builtin::ALL
-                .iter()
-                .map(|b| b.name())
-                .chain(self.s.modules[self.module].scope.keys().map(String::as_str));
-            if let Some(c) = closest(&func.name, names) {
+            let mut names: Vec<&str> = builtin_names().collect();
+            names.extend(self.s.modules[self.module].scope.keys().map(String::as_str));
+            if let Some(c) = closest(&func.name, names.into_iter()) {
                 d = d.with_note(format!("did you mean `{c}`?"));
             }
             return Err(d);
         };
-        if args.len() != b.arity() {
-            return Err(arity_err(b.arity()));
+        let arity = match b {
+            CallRes::Math(f) => f.arity(),
+            _ => 3,
+        };
+        if args.len() != arity {
+            return Err(arity_err(arity));
         }
         let tys: Vec<RTy> = args.iter().map(|a| self.expr(a.value)).collect::<Result<_, _>>()?;
-        let ty = if b == Builtin::Select {
+        let ty = if b == CallRes::Select {
             if !tys[0].is_bool() {
                 return Err(Diagnostic::at(
                     self.ast.span(args[0].value),
@@ -1346,7 +1102,7 @@ impl<'a> Body<'a> {
             if t.is_bool() {
                 return Err(Diagnostic::at(span, format!("`{}` is not defined on bools", func.name)));
             }
-            if b.float_only() {
+            if matches!(b, CallRes::Math(f) if f.float_only()) {
                 match t {
                     RTy::IntLike => t = RTy::FloatLike,
                     RTy::Elem(x) if !x.is_float() => {
@@ -1358,7 +1114,7 @@ impl<'a> Body<'a> {
             }
             t
         };
-        self.facts.calls.insert(e, CallRes::Builtin(b));
+        self.facts.calls.insert(e, b);
         Ok(ty)
     }
 }

@@ -10,11 +10,12 @@
 //! rule), saturation is bounded (iterations, nodes, time, backoff
 //! scheduler), and the cheapest term is extracted greedily.
 //!
-//! Costs use each target's nominal machine (a table, so that `emit --stage
-//! egraph` is the same on every machine): an operator costs
+//! Costs use each target's nominal machine (`Target::nominal`, the same on
+//! every machine, so that `emit --stage egraph` is reproducible): an operator costs
 //! max(FLOPs / peak, bytes / bandwidth), counting only the bytes that enter
 //! and leave it, so fusion pays off exactly by the traffic it removes.
 
+use crate::target::Target;
 use crate::tir::{OpArg, Program, TensorId};
 use egg::{
     rewrite as rw, Analysis, CostFunction, DidMerge, EGraph, Extractor, Id, Language, RecExpr, Rewrite, Runner,
@@ -107,15 +108,6 @@ fn shape_of(op: &str, ch: &[Info]) -> Option<Vec<i64>> {
         }
         _ => return None,
     })
-}
-
-/// Nominal machine of a target: (GFLOP/s, GB/s). Two cores of the
-/// project's reference machine (`shared/notes/ANCHORS.md`).
-pub fn nominal_machine(target: &str) -> (f64, f64) {
-    match target {
-        "x86-avx512" => (444.0, 31.0),
-        _ => (239.0, 31.0),
-    }
 }
 
 fn numel(s: &[i64]) -> f64 {
@@ -260,15 +252,15 @@ pub enum Extraction {
 }
 
 impl Extraction {
-    /// From `TEXC_EXTRACT` (`greedy`, the default, or `ilp`).
-    pub fn from_env() -> Result<Extraction, String> {
-        match std::env::var("TEXC_EXTRACT").as_deref() {
-            Err(_) | Ok("") | Ok("greedy") => Ok(Extraction::Greedy),
-            Ok("ilp") if cfg!(feature = "ilp") => Ok(Extraction::Ilp),
-            Ok("ilp") => Err("TEXC_EXTRACT=ilp: this texc was built without ILP extraction; build it with \
-                              `--features ilp` (needs CBC: apt install coinor-libcbc-dev)"
+    /// By name: `greedy` or `ilp` (the latter only when built with the feature `ilp`).
+    pub fn from_name(name: &str) -> Result<Extraction, String> {
+        match name {
+            "" | "greedy" => Ok(Extraction::Greedy),
+            "ilp" if cfg!(feature = "ilp") => Ok(Extraction::Ilp),
+            "ilp" => Err("this texc was built without ILP extraction; build it with `--features ilp` \
+                          (needs CBC: apt install coinor-libcbc-dev)"
                 .into()),
-            Ok(other) => Err(format!("TEXC_EXTRACT={other}: expected `greedy` or `ilp`")),
+            _ => Err("expected `greedy` or `ilp`".into()),
         }
     }
 
@@ -484,7 +476,7 @@ fn graph_term(p: &Program, shapes: &mut Shapes) -> (RecExpr<SymbolLang>, HashMap
 /// `header` is the kernel's signature and imports.
 pub fn rewrite(
     p: &Program,
-    target: &str,
+    target: &Target,
     header: &str,
     source_of: &dyn Fn(usize) -> String,
     extraction: Extraction,
@@ -498,7 +490,7 @@ pub fn rewrite(
         .with_time_limit(Duration::from_secs(2))
         .with_scheduler(egg::BackoffScheduler::default())
         .run(&rules());
-    let (peak, bw) = nominal_machine(target);
+    let (peak, bw) = (target.nominal.peak_gflops, target.nominal.bandwidth_gbs);
     let root = runner.roots[0];
     let egraph = &runner.egraph;
     let extractor = Extractor::new(egraph, RooflineCost { egraph, peak, bw });
@@ -675,8 +667,8 @@ fn plan_source(
 }
 
 /// Deterministic report of a rewrite (`texc emit --stage egraph`).
-pub fn print_plan(plan: &Plan, target: &str, kept_original: Option<&str>) -> String {
-    let (peak, bw) = nominal_machine(target);
+pub fn print_plan(plan: &Plan, target: &Target, kept_original: Option<&str>) -> String {
+    let (peak, bw) = (target.nominal.peak_gflops, target.nominal.bandwidth_gbs);
     let mut out = String::new();
     let _ = writeln!(out, "egraph for {target} (nominal machine {peak} GFLOP/s, {bw} GB/s)");
     let _ = writeln!(
@@ -716,4 +708,42 @@ pub fn print_plan(plan: &Plan, target: &str, kept_original: Option<&str>) -> Str
         }
     }
     out
+}
+
+/// The `import`s and signature of kernel `k`, as source text, for a
+/// generated kernel that replaces it.
+fn kernel_header(s: &crate::Session, k: crate::KernelRef) -> String {
+    let m = s.module(k.module as usize);
+    let ast = m.ast.kernels().nth(k.index as usize).expect("kernel exists");
+    let mut h = String::from("import std.nn;\n");
+    if let Some(path) = &m.path {
+        h.push_str(&format!("import \"{}\";\n", path.display()));
+    }
+    let params: Vec<&str> = ast.params.iter().map(|p| s.sources.snippet(p.span)).collect();
+    let outs: Vec<&str> = ast.outputs.iter().map(|o| s.sources.snippet(o.span)).collect();
+    let outs = if outs.len() == 1 { outs[0].to_string() } else { format!("({})", outs.join(", ")) };
+    h.push_str(&format!("kernel {}({}) -> {} {{\n", ast.name.name, params.join(", "), outs));
+    h
+}
+
+/// Rewrite kernel `k` (specialized as `original`) for `target`: the plan,
+/// with its source as a `.tex` kernel that replaces `k` (imports and
+/// signature copied from `k`), shown with the file name the user knows.
+pub fn rewrite_kernel(
+    s: &crate::Session,
+    k: crate::KernelRef,
+    original: &Program,
+    target: &Target,
+    extraction: Extraction,
+) -> Plan {
+    let header = kernel_header(s, k);
+    let source_of = |i: usize| s.sources.snippet(original.ops[i].span).to_string();
+    let mut plan = rewrite(original, target, &header, &source_of, extraction);
+    let m = s.module(k.module as usize);
+    if let Some(path) = &m.path {
+        let shown = &s.sources.file(m.ast.file).name;
+        plan.display_source =
+            plan.source.replace(&format!("import \"{}\";", path.display()), &format!("import \"{shown}\";"));
+    }
+    plan
 }

@@ -1,11 +1,14 @@
 //! Loading: a root file, its imports (files and the embedded standard
-//! library), and per-file scopes of kernels.
+//! library), and per-file scopes of kernels. This is the *parse* pass;
+//! resolution ([`crate::resolve::resolve_session`]) runs after it and fills
+//! each module's kernels and facts.
 //!
-//! Invariants after [`Session::load_root`] succeeds: every module is parsed,
+//! Invariants after [`Session::parse_root`] succeeds: every module is parsed,
 //! import cycles are rejected, and each module's scope maps a kernel name to
 //! its overloads (local kernels shadow imported ones of the same name).
 
-use crate::resolve::{Facts, KernelInfo};
+pub use crate::kernel::KernelRef;
+use crate::kernel::{Facts, KernelInfo};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use texc_grammar::ast::{ImportPath, Item};
@@ -13,13 +16,6 @@ use texc_grammar::{Ast, Diagnostic, Diagnostics, SourceMap, Span};
 
 /// The standard library, embedded so that `import std.nn;` works anywhere.
 pub const STD_NN: &str = include_str!("../../std/nn.tex");
-
-/// A kernel: module index and index among that module's kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct KernelRef {
-    pub module: u32,
-    pub index: u32,
-}
 
 /// One loaded file.
 #[derive(Debug)]
@@ -46,8 +42,8 @@ impl Session {
         Session::default()
     }
 
-    /// Load a file from disk with all its imports. Returns the module index.
-    pub fn load_root(&mut self, path: &Path) -> Result<usize, Diagnostics> {
+    /// Parse a file from disk with all its imports. Returns the module index.
+    pub fn parse_root(&mut self, path: &Path) -> Result<usize, Diagnostics> {
         let text = std::fs::read(path)
             .map_err(|e| vec![Diagnostic::error(format!("cannot read `{}`: {e}", path.display()))])?;
         let text = String::from_utf8(text).map_err(|e| {
@@ -57,15 +53,13 @@ impl Session {
                 e.utf8_error().valid_up_to()
             ))]
         })?;
-        self.load_text(&path.display().to_string(), &text, Some(path.to_path_buf()))
+        self.parse_text(&path.display().to_string(), &text, Some(path.to_path_buf()))
     }
 
-    /// Load source text (with its imports). `path` is used to find relative imports.
-    pub fn load_text(&mut self, name: &str, text: &str, path: Option<PathBuf>) -> Result<usize, Diagnostics> {
+    /// Parse source text (with its imports). `path` is used to find relative imports.
+    pub fn parse_text(&mut self, name: &str, text: &str, path: Option<PathBuf>) -> Result<usize, Diagnostics> {
         let mut stack = Vec::new();
-        let m = self.load(name, text, path, &mut stack)?;
-        crate::resolve::resolve_session(self)?;
-        Ok(m)
+        self.load(name, text, path, &mut stack)
     }
 
     fn load(

@@ -11,12 +11,15 @@
 //! known. Guarantees the invariants listed in `tir`.
 
 use crate::bounds;
-use crate::resolve::{ArgBinding, CallRes, KernelInfo, NameRes, Op, ParamInfo, TensorKind, TensorSlot, VarSlot};
-use crate::session::{KernelRef, Session};
+use crate::kernel::{
+    ArgBinding, CallRes, KernelInfo, KernelRef, NameRes, Op, ParamInfo, TensorKind, TensorSlot, VarSlot,
+};
+use crate::ops::{BinOp, UnOp};
+use crate::session::Session;
 use crate::tir::*;
 use crate::types::{ElemType, RTy};
 use std::collections::HashMap;
-use texc_grammar::ast::{BinOp, Expr, ExprId, UnOp};
+use texc_grammar::ast::{self, Expr, ExprId};
 use texc_grammar::{Ast, Diagnostic, Span};
 
 /// Largest tensor texc will specialize (elements).
@@ -192,7 +195,7 @@ fn literal_value(ast: &Ast, e: ExprId) -> f64 {
     match ast.expr(e) {
         Expr::Int(v) => *v as f64,
         Expr::Float(v) => *v,
-        Expr::Unary { op: UnOp::Neg, arg } => -literal_value(ast, *arg),
+        Expr::Unary { op: ast::UnOp::Neg, arg } => -literal_value(ast, *arg),
         _ => f64::INFINITY,
     }
 }
@@ -210,17 +213,7 @@ enum SizeErr {
     Bad(Diagnostic),
 }
 
-fn floor_div(a: i64, b: i64) -> Option<i64> {
-    if b == 0 {
-        return None;
-    }
-    let q = a.checked_div(b)?;
-    Some(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q })
-}
-
-fn floor_mod(a: i64, b: i64) -> Option<i64> {
-    Some(a - b.checked_mul(floor_div(a, b)?)?)
-}
+use crate::semantics::{checked_floor_div as floor_div, checked_floor_mod as floor_mod};
 
 impl SizeCtx<'_> {
     fn eval(&self, e: ExprId, consts: &[Option<i64>], syms: &[Option<i64>]) -> Result<i64, Diagnostic> {
@@ -244,19 +237,19 @@ impl SizeCtx<'_> {
                 Some(NameRes::Var(_)) => Err(bad("a range or size may not depend on an index variable")),
                 _ => Err(bad("not a size")),
             },
-            Expr::Unary { op: UnOp::Neg, arg } => {
+            Expr::Unary { op: ast::UnOp::Neg, arg } => {
                 self.try_eval(*arg, consts, syms)?.checked_neg().ok_or_else(|| bad("size overflows"))
             }
             Expr::Binary { op, lhs, rhs } => {
                 let a = self.try_eval(*lhs, consts, syms)?;
                 let b = self.try_eval(*rhs, consts, syms)?;
                 let r = match op {
-                    BinOp::Add => a.checked_add(b),
-                    BinOp::Sub => a.checked_sub(b),
-                    BinOp::Mul => a.checked_mul(b),
-                    BinOp::Div | BinOp::Rem if b == 0 => return Err(bad("division by zero in a size")),
-                    BinOp::Div => floor_div(a, b),
-                    BinOp::Rem => floor_mod(a, b),
+                    ast::BinOp::Add => a.checked_add(b),
+                    ast::BinOp::Sub => a.checked_sub(b),
+                    ast::BinOp::Mul => a.checked_mul(b),
+                    ast::BinOp::Div | ast::BinOp::Rem if b == 0 => return Err(bad("division by zero in a size")),
+                    ast::BinOp::Div => floor_div(a, b),
+                    ast::BinOp::Rem => floor_mod(a, b),
                     _ => return Err(bad("not a size")),
                 };
                 r.ok_or_else(|| bad("size overflows 64 bits"))
@@ -392,7 +385,7 @@ fn bound_note(k: &KernelInfo, inst: &Inst) -> String {
 struct Inst<'a> {
     k: &'a KernelInfo,
     ast: &'a Ast,
-    facts: &'a crate::resolve::Facts,
+    facts: &'a crate::kernel::Facts,
     /// Per parameter index.
     consts: Vec<Option<i64>>,
     scalars: Vec<Option<TExprId>>,
@@ -448,7 +441,7 @@ fn scalar_text(inst: &Inst, e: ExprId) -> Option<String> {
     match inst.ast.expr(e) {
         Expr::Name(n) if matches!(inst.facts.names.get(&e), Some(NameRes::Scalar(_))) => Some(n.name.clone()),
         Expr::Int(_) | Expr::Float(_) => Some(format!("{:?}", literal_value(inst.ast, e))),
-        Expr::Unary { op: UnOp::Neg, arg } if matches!(inst.ast.expr(*arg), Expr::Int(_) | Expr::Float(_)) => {
+        Expr::Unary { op: ast::UnOp::Neg, arg } if matches!(inst.ast.expr(*arg), Expr::Int(_) | Expr::Float(_)) => {
             Some(format!("{:?}", literal_value(inst.ast, e)))
         }
         _ => None,
@@ -770,8 +763,8 @@ impl<'a> Lower<'a> {
                 BinOp::Add => x.checked_add(y)?,
                 BinOp::Sub => x.checked_sub(y)?,
                 BinOp::Mul => x.checked_mul(y)?,
-                BinOp::Div if y != 0 => floor_div(x, y)?,
-                BinOp::Rem if y != 0 => floor_mod(x, y)?,
+                BinOp::FloorDiv if y != 0 => floor_div(x, y)?,
+                BinOp::FloorMod if y != 0 => floor_mod(x, y)?,
                 _ => return None,
             };
             return Some(self.p.alloc(TExpr::Int(v), Ty::Index, span));
@@ -782,7 +775,7 @@ impl<'a> Lower<'a> {
             (BinOp::Mul, _, Some(1))
             | (BinOp::Add, _, Some(0))
             | (BinOp::Sub, _, Some(0))
-            | (BinOp::Div, _, Some(1)) => Some(a),
+            | (BinOp::FloorDiv, _, Some(1)) => Some(a),
             _ => None,
         }
     }
@@ -844,14 +837,22 @@ impl<'a> Lower<'a> {
                     let from = fty(args[0].value);
                     self.coerce(a, from, RTy::Elem(elem))
                 }
-                CallRes::Builtin(b) => {
-                    let mut lowered = Vec::new();
-                    for (i, a) in args.iter().enumerate() {
+                CallRes::Select => {
+                    let c = self.expr(inst, sv, args[0].value)?;
+                    let mut sides = [c; 2];
+                    for (k, a) in args[1..].iter().enumerate() {
                         let x = self.expr(inst, sv, a.value)?;
-                        let is_cond = b == crate::resolve::Builtin::Select && i == 0;
-                        lowered.push(if is_cond { x } else { self.coerce(x, fty(a.value), node_ty) });
+                        sides[k] = self.coerce(x, fty(a.value), node_ty);
                     }
-                    self.p.alloc(TExpr::Call(b, lowered), ty, span)
+                    self.p.alloc(TExpr::Select(c, sides[0], sides[1]), ty, span)
+                }
+                CallRes::Math(f) => {
+                    let mut lowered = Vec::new();
+                    for a in args {
+                        let x = self.expr(inst, sv, a.value)?;
+                        lowered.push(self.coerce(x, fty(a.value), node_ty));
+                    }
+                    self.p.alloc(TExpr::Math(f, lowered), ty, span)
                 }
             },
             Expr::Reduce { body, .. } => {
@@ -874,26 +875,52 @@ impl<'a> Lower<'a> {
             }
             Expr::Unary { op, arg } => {
                 let a = self.expr(inst, sv, *arg)?;
-                self.p.alloc(TExpr::Unary(*op, a), ty, span)
+                let op = match op {
+                    ast::UnOp::Neg => UnOp::Neg,
+                    ast::UnOp::Not => UnOp::Not,
+                };
+                self.p.alloc(TExpr::Unary(op, a), ty, span)
             }
             Expr::Binary { op, lhs, rhs } => {
                 let (l, r) = (*lhs, *rhs);
                 let a = self.expr(inst, sv, l)?;
                 let b = self.expr(inst, sv, r)?;
                 if op.is_logic() {
-                    self.p.alloc(TExpr::Binary(*op, a, b), ty, span)
+                    self.p.alloc(TExpr::Binary(ir_binop(*op, false), a, b), ty, span)
                 } else {
                     let t = RTy::unify(fty(l), fty(r)).expect("resolution checked operand types");
                     let a = self.coerce(a, fty(l), t);
                     let b = self.coerce(b, fty(r), t);
                     let rty = if op.is_comparison() { Ty::Elem(ElemType::Bool) } else { rty_to_ty(t) };
-                    match (rty, self.fold_index(*op, a, b)) {
+                    let op = ir_binop(*op, matches!(rty_to_ty(t), Ty::Elem(e) if e.is_float()));
+                    match (rty, self.fold_index(op, a, b)) {
                         (Ty::Index, Some(folded)) => folded,
-                        _ => self.p.alloc(TExpr::Binary(*op, a, b), rty, span),
+                        _ => self.p.alloc(TExpr::Binary(op, a, b), rty, span),
                     }
                 }
             }
         };
         Ok(out)
+    }
+}
+
+/// The IR operator for a source operator: `/` and `%` are floor division and
+/// modulo on integers, true division on floats (`%` on floats is rejected by resolution).
+fn ir_binop(op: ast::BinOp, float: bool) -> BinOp {
+    match op {
+        ast::BinOp::Add => BinOp::Add,
+        ast::BinOp::Sub => BinOp::Sub,
+        ast::BinOp::Mul => BinOp::Mul,
+        ast::BinOp::Div if float => BinOp::Div,
+        ast::BinOp::Div => BinOp::FloorDiv,
+        ast::BinOp::Rem => BinOp::FloorMod,
+        ast::BinOp::Lt => BinOp::Lt,
+        ast::BinOp::Le => BinOp::Le,
+        ast::BinOp::Gt => BinOp::Gt,
+        ast::BinOp::Ge => BinOp::Ge,
+        ast::BinOp::Eq => BinOp::Eq,
+        ast::BinOp::Ne => BinOp::Ne,
+        ast::BinOp::And => BinOp::And,
+        ast::BinOp::Or => BinOp::Or,
     }
 }

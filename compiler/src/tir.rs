@@ -6,6 +6,9 @@
 //! (`vars[..n_axes]`) and reduction variables (the rest). Expressions live in
 //! one arena with a parallel type table and span table.
 //!
+//! Operators are texc's own ([`crate::ops`]), with semantics defined once in
+//! [`crate::semantics`].
+//!
 //! Invariants (checked by [`crate::verify`]): every expression has a concrete
 //! type; operands of arithmetic and comparisons have equal types; index
 //! expressions have type [`Ty::Index`]; a stage reads only tensors that are
@@ -13,10 +16,9 @@
 //! dimension and were proven in bounds (`crate::bounds`); all variables start
 //! at 0 and range over `0..extent`.
 
-use crate::resolve::{Builtin, ReduceOp};
+use crate::ops::{BinOp, Intrinsic, MathFn, ReduceOp, UnOp};
 use crate::types::ElemType;
 use std::fmt;
-use texc_grammar::ast::{BinOp, UnOp};
 use texc_grammar::Span;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,11 +59,31 @@ pub enum TExpr {
     Load(TensorId, Vec<TExprId>),
     Unary(UnOp, TExprId),
     Binary(BinOp, TExprId, TExprId),
-    /// Built-in function (`Select` has the condition first).
-    Call(Builtin, Vec<TExprId>),
+    /// `select(cond, a, b)`: evaluates the condition, then only the side it chooses.
+    Select(TExprId, TExprId, TExprId),
+    /// A built-in function; operands and result have this node's type.
+    Math(MathFn, Vec<TExprId>),
+    /// A target intrinsic (never written by users; see [`crate::ops::Intrinsic`]).
+    Intrinsic(Intrinsic, Vec<TExprId>),
     /// Conversion to this node's type.
     Cast(TExprId),
     Reduce(ReduceOp, Vec<VarId>, TExprId),
+}
+
+impl TExpr {
+    /// The constant node of a value.
+    pub fn constant(v: crate::semantics::V) -> TExpr {
+        match v {
+            crate::semantics::V::F(x) => TExpr::Float(x),
+            crate::semantics::V::I(k) => TExpr::Int(k),
+            crate::semantics::V::B(b) => TExpr::Int(b as i64),
+        }
+    }
+
+    /// The identity of reduction `op` over values of type `ty`, as a constant node.
+    pub fn reduce_identity(op: ReduceOp, ty: Ty) -> TExpr {
+        TExpr::constant(crate::semantics::reduce_identity(op, ty))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,7 +228,8 @@ impl Program {
             TExpr::Load(_, idx) => idx.clone(),
             TExpr::Unary(_, a) | TExpr::Cast(a) | TExpr::Reduce(_, _, a) => vec![*a],
             TExpr::Binary(_, a, b) => vec![*a, *b],
-            TExpr::Call(_, args) => args.clone(),
+            TExpr::Select(c, a, b) => vec![*c, *a, *b],
+            TExpr::Math(_, args) | TExpr::Intrinsic(_, args) => args.clone(),
         }
     }
 }

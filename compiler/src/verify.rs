@@ -2,7 +2,7 @@
 //! specialization in debug builds, and whenever `TEXC_VERIFY=1`.
 //! A failure is a compiler bug, reported as an internal error.
 
-use crate::resolve::Builtin;
+use crate::ops::BinOp;
 use crate::tir::*;
 use crate::types::ElemType;
 
@@ -50,24 +50,31 @@ fn expr(p: &Program, st: &Stage, e: TExprId, written: &[bool]) -> Result<(), Str
             if p.ty(*a) != p.ty(*b) {
                 return Err(format!("operands of `{}` have types {} and {}", op.symbol(), p.ty(*a), p.ty(*b)));
             }
-            if op.is_comparison() && ty != bool_ty {
-                return Err("comparison is not bool".into());
+            if (op.is_comparison() || op.is_logic()) && ty != bool_ty {
+                return Err(format!("`{}` is not bool", op.symbol()));
+            }
+            if op.is_logic() && p.ty(*a) != bool_ty {
+                return Err(format!("operands of `{}` are not bool", op.symbol()));
+            }
+            let float = matches!(ty, Ty::Elem(e) if e.is_float());
+            let int_only = matches!(op, BinOp::FloorDiv | BinOp::FloorMod | BinOp::TruncDiv | BinOp::TruncRem);
+            if (int_only && float) || (*op == BinOp::Div && !float) {
+                return Err(format!("`{:?}` on {ty}", op));
             }
         }
-        TExpr::Call(Builtin::Select, args) => {
-            if p.ty(args[0]) != bool_ty || p.ty(args[1]) != ty || p.ty(args[2]) != ty {
-                return Err("ill-typed select".into());
-            }
+        TExpr::Select(c, a, b) if p.ty(*c) != bool_ty || p.ty(*a) != ty || p.ty(*b) != ty => {
+            return Err("ill-typed select".into());
         }
-        TExpr::Call(f, args) => {
-            if args.iter().any(|a| p.ty(*a) != ty) {
-                return Err(format!("ill-typed call of `{}`", f.name()));
-            }
+        TExpr::Math(f, args) if args.len() != f.arity() || args.iter().any(|a| p.ty(*a) != ty) => {
+            return Err(format!("ill-typed call of `{}`", f.name()));
         }
-        TExpr::Reduce(_, vars, body) => {
-            if vars.iter().any(|&v| (v as usize) < st.n_axes || v as usize >= st.vars.len()) || p.ty(*body) != ty {
-                return Err("malformed reduction".into());
-            }
+        TExpr::Intrinsic(i, args) if args.len() != i.arity() || args.iter().any(|a| p.ty(*a) != ty) => {
+            return Err(format!("ill-typed intrinsic `{i}`"));
+        }
+        TExpr::Reduce(_, vars, body)
+            if vars.iter().any(|&v| (v as usize) < st.n_axes || v as usize >= st.vars.len()) || p.ty(*body) != ty =>
+        {
+            return Err("malformed reduction".into());
         }
         _ => {}
     }

@@ -9,14 +9,20 @@
 
 #include "matmul.h"
 
-enum { M = 64, K = 64, N = 64 };
+/* The header gives the sizes it was compiled for. */
+enum { M = TEXC_MATMUL_A_DIM0, K = TEXC_MATMUL_A_DIM1, N = TEXC_MATMUL_B_DIM1 };
 
 int main(void) {
     static float a[M * K], b[K * N], c[M * N], ref[M * N];
+    /* Pointers are checked: a NULL argument is an error code, not a crash. */
+    if (texc_matmul_run(a, NULL, c) != TEXC_MATMUL_NULL_ARGUMENT) {
+        fprintf(stderr, "texc_matmul_run accepted a NULL pointer\n");
+        return 1;
+    }
     unsigned s = 12345;
     for (int i = 0; i < M * K; i++) { s = s * 1103515245u + 12345u; a[i] = (float)(s >> 16) / 65536.0f - 0.5f; }
     for (int i = 0; i < K * N; i++) { s = s * 1103515245u + 12345u; b[i] = (float)(s >> 16) / 65536.0f - 0.5f; }
-    if (texc_matmul_run(a, b, c) != 0) {
+    if (texc_matmul_run(a, b, c) != TEXC_MATMUL_OK) {
         fprintf(stderr, "texc_matmul_run failed\n");
         return 1;
     }

@@ -1,16 +1,18 @@
 //! Applying a user's `schedule` block (LANGUAGE.md §6) to a program.
 //!
 //! `inline` runs first (it removes stages), then reductions are hoisted
-//! (`normalize`), then the loop primitives run in source order. Tunable
-//! factors (`?t`) take the first value of `tune t in [...]`, or else the
-//! largest divisor of the extent that is at most 32, until the autotuner
-//! chooses them.
+//! (`normalize`), then the loop primitives run in source order, each checked
+//! against the [`Target`] (its loop kinds and memory scopes). Tunable
+//! factors (`?t`) take their value from the knobs given (the autotuner's
+//! choice, or `--knob t=16`), else the first value of `tune t in [...]`, else
+//! the largest divisor of the extent that is at most 32.
 
 use crate::ir::ForKind;
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
 use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule};
 use crate::ScheduleSrc;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use texc_compiler::target::{LoopKind, MemScope, Target};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorDecl, TensorId, TensorRole, Ty, VarDecl};
 use texc_grammar::ast::{Ast, AxisRef, BinOp, Expr, ExprId, Factor, Ident, PrimKind, ScheduleBody};
 use texc_grammar::{Diagnostic, Span};
@@ -56,21 +58,70 @@ fn factor_span(f: &Factor) -> texc_grammar::Span {
     }
 }
 
-/// Apply `sched` to `p`; returns the schedules of the remaining stages.
-pub fn apply(p: &mut Program, src: ScheduleSrc) -> Result<Schedules, Diagnostic> {
+/// Values of a schedule's tunables (`?t`), by name.
+pub type Knobs = BTreeMap<String, i64>;
+
+/// The value of every tunable of a schedule block: from `knobs`, else its
+/// `tune` list's first value (tunables with neither are left out, and take a
+/// divisor of the extent they split). Knobs that name no tunable, and values
+/// outside a `tune` list, are errors.
+fn tunable_values(prims: &[texc_grammar::ast::Primitive], knobs: &Knobs) -> Result<HashMap<String, i64>, Diagnostic> {
+    // Per `tune` statement: its candidates and its span.
+    type Candidates<'a> = (&'a [(i64, Span)], Span);
+    let mut declared: BTreeMap<&str, Candidates> = BTreeMap::new();
+    let mut used: Vec<&str> = Vec::new();
+    for prim in prims {
+        match &prim.kind {
+            PrimKind::Tune { name, values } => {
+                declared.insert(&name.name, (values, prim.span));
+            }
+            PrimKind::Split { factor: Factor::Tunable(n), .. } => used.push(&n.name),
+            PrimKind::Tile { factors, .. } => used.extend(factors.iter().filter_map(|f| match f {
+                Factor::Tunable(n) => Some(n.name.as_str()),
+                Factor::Const(..) => None,
+            })),
+            _ => {}
+        }
+    }
+    let mut all: Vec<&str> = used.iter().copied().chain(declared.keys().copied()).collect();
+    all.sort_unstable();
+    all.dedup();
+    for (name, &value) in knobs {
+        if !all.contains(&name.as_str()) {
+            let known =
+                if all.is_empty() { "it has none".to_string() } else { format!("its tunables: {}", all.join(", ")) };
+            return Err(Diagnostic::error(format!("knob `{name}` is not a tunable of this schedule")).with_note(known));
+        }
+        if value < 1 {
+            return Err(Diagnostic::error(format!("knob `{name}` = {value}: a factor must be at least 1")));
+        }
+        if let Some((values, span)) = declared.get(name.as_str()) {
+            if !values.iter().any(|(v, _)| *v == value) {
+                let list: Vec<String> = values.iter().map(|(v, _)| v.to_string()).collect();
+                return Err(Diagnostic::at(
+                    *span,
+                    format!("knob `{name}` = {value} is not one of its candidates [{}]", list.join(", ")),
+                ));
+            }
+        }
+    }
+    let mut tunes: HashMap<String, i64> =
+        declared.iter().map(|(n, (values, _))| (n.to_string(), values[0].0)).collect();
+    tunes.extend(knobs.iter().map(|(n, v)| (n.clone(), *v)));
+    Ok(tunes)
+}
+
+/// Apply `sched` to `p` for `target`; returns the schedules of the remaining stages.
+pub fn apply(p: &mut Program, src: ScheduleSrc, target: &Target, knobs: &Knobs) -> Result<Schedules, Diagnostic> {
     let sched = src.block;
     let ScheduleBody::Primitives(prims) = &sched.body else {
         return Err(Diagnostic::at(sched.span, "`= auto` needs the autotuner, which texc does not have yet")
             .with_note("remove this schedule to get the default schedule for the target"));
     };
-    let mut tunes = HashMap::new();
+    let tunes = tunable_values(prims, knobs)?;
     for prim in prims {
-        match &prim.kind {
-            PrimKind::Tune { name, values } => {
-                tunes.insert(name.name.clone(), values[0].0);
-            }
-            PrimKind::Inline { stage } => inline_by_name(p, stage)?,
-            _ => {}
+        if let PrimKind::Inline { stage } = &prim.kind {
+            inline_by_name(p, stage)?;
         }
     }
     hoist_reductions(p);
@@ -135,9 +186,9 @@ pub fn apply(p: &mut Program, src: ScheduleSrc) -> Result<Schedules, Diagnostic>
                 let ivs = axes.iter().map(|a| ss.leaf(&name, &a.name, a.span)).collect::<Result<Vec<_>, _>>()?;
                 ss.reorder(&ivs, span)?;
             }
-            PrimKind::Vectorize(a) => annotate(p, &mut s, a, ForKind::Vectorized, span)?,
-            PrimKind::Unroll(a) => annotate(p, &mut s, a, ForKind::Unrolled, span)?,
-            PrimKind::Parallel(a) => annotate(p, &mut s, a, ForKind::Parallel, span)?,
+            PrimKind::Vectorize(a) => annotate(p, &mut s, a, ForKind::Vectorized, target, span)?,
+            PrimKind::Unroll(a) => annotate(p, &mut s, a, ForKind::Unrolled, target, span)?,
+            PrimKind::Parallel(a) => annotate(p, &mut s, a, ForKind::Parallel, target, span)?,
             PrimKind::CacheWrite { stage, at, scope, name } => {
                 let (si, sname) = stage_of(stage)?;
                 if at.stage.name != stage.name {
@@ -147,12 +198,7 @@ pub fn apply(p: &mut Program, src: ScheduleSrc) -> Result<Schedules, Diagnostic>
                     ));
                 }
                 if let Some(sc) = scope {
-                    if sc.name != "local" {
-                        return Err(Diagnostic::at(
-                            sc.span,
-                            format!("memory scope `{}` is for GPUs; on CPUs a cache is `local`", sc.name),
-                        ));
-                    }
+                    check_scope(sc, target)?;
                 }
                 if !matches!(p.expr(p.stages[si].value), texc_compiler::tir::TExpr::Reduce(..)) {
                     return Err(Diagnostic::at(
@@ -194,11 +240,8 @@ pub fn apply(p: &mut Program, src: ScheduleSrc) -> Result<Schedules, Diagnostic>
                 attach_stage(&mut s, pi, Attach { owner: ci, leaf, layout: None, span }, &pname)?;
             }
             PrimKind::CacheRead { tensor, consumer, at, scope, layout, name } => {
-                if let Some(sc) = scope.as_ref().filter(|sc| sc.name != "local") {
-                    return Err(Diagnostic::at(
-                        sc.span,
-                        format!("memory scope `{}` is for GPUs; on CPUs a cache is `local`", sc.name),
-                    ));
+                if let Some(sc) = scope {
+                    check_scope(sc, target)?;
                 }
                 let (ci, cname) = stage_of(consumer)?;
                 if at.stage.name != consumer.name {
@@ -215,10 +258,16 @@ pub fn apply(p: &mut Program, src: ScheduleSrc) -> Result<Schedules, Diagnostic>
                 };
                 attach_stage(&mut s, bi, Attach { owner: ci, leaf, layout, span }, &name.name)?;
             }
+            PrimKind::Bind { .. } | PrimKind::Tensorize { .. } if !target.supports_loop(LoopKind::GpuThread) => {
+                return Err(Diagnostic::at(
+                    span,
+                    format!("`{}` is a GPU primitive; target `{}` is a CPU", prim_name(&prim.kind), target.name),
+                ));
+            }
             PrimKind::Bind { .. } | PrimKind::Tensorize { .. } => {
                 return Err(Diagnostic::at(
                     span,
-                    format!("`{}` is a GPU primitive; target `{}` is a CPU", prim_name(&prim.kind), sched.target.name),
+                    format!("`{}` is not built yet: texc has no GPU loop IR", prim_name(&prim.kind)),
                 ));
             }
         }
@@ -388,13 +437,34 @@ fn prim_name(k: &PrimKind) -> &'static str {
     }
 }
 
+/// A memory scope the target must have (`local`, `shared`).
+fn check_scope(sc: &Ident, target: &Target) -> Result<(), Diagnostic> {
+    let scope = match sc.name.as_str() {
+        "local" => MemScope::Local,
+        "shared" => MemScope::Shared,
+        "global" => MemScope::Global,
+        other => return Err(Diagnostic::at(sc.span, format!("unknown memory scope `{other}`; scopes: local, shared"))),
+    };
+    let why = match scope {
+        MemScope::Local => return Ok(()),
+        MemScope::Global => "cannot hold a cache; caches are `local`",
+        _ if !target.supports_scope(scope) => "is for GPUs; on CPUs a cache is `local`",
+        _ => "is not built yet",
+    };
+    Err(Diagnostic::at(sc.span, format!("memory scope `{}` {why}", sc.name)))
+}
+
 fn annotate(
     p: &Program,
     s: &mut Schedules,
     a: &AxisRef,
     kind: ForKind,
+    target: &Target,
     span: texc_grammar::Span,
 ) -> Result<(), Diagnostic> {
+    if !target.supports_loop(kind.loop_kind()) {
+        return Err(Diagnostic::at(span, format!("target `{}` has no{} loops", target.name, kind.name())));
+    }
     let si = stage_index(p, &a.stage)?;
     let ss: &mut StageSchedule = &mut s.stages[si];
     let iv = ss.leaf(&a.stage.name, &a.axis.name, a.axis.span)?;

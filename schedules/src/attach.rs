@@ -23,9 +23,9 @@
 
 use crate::ir::ForKind;
 use crate::schedule::{LayoutDim, Schedules, StageSchedule};
-use std::collections::BTreeMap;
+use texc_compiler::affine::Affine;
+use texc_compiler::ops::{BinOp, UnOp};
 use texc_compiler::tir::{Program, TExpr, TExprId, TensorId};
-use texc_grammar::ast::{BinOp, UnOp};
 use texc_grammar::Diagnostic;
 
 /// Buffers of attached stages live on the stack of the thread that runs them.
@@ -39,37 +39,8 @@ pub enum Atom {
     Off(usize),
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Lin {
-    pub terms: BTreeMap<Atom, i64>,
-    pub c: i64,
-}
-
-impl Lin {
-    fn constant(c: i64) -> Lin {
-        Lin { terms: BTreeMap::new(), c }
-    }
-
-    fn atom(a: Atom) -> Lin {
-        Lin { terms: BTreeMap::from([(a, 1)]), c: 0 }
-    }
-
-    fn add(mut self, o: &Lin, sign: i64) -> Lin {
-        for (a, k) in &o.terms {
-            *self.terms.entry(a.clone()).or_insert(0) += sign * k;
-        }
-        self.terms.retain(|_, k| *k != 0);
-        self.c += sign * o.c;
-        self
-    }
-
-    fn scale(mut self, k: i64) -> Lin {
-        self.terms.values_mut().for_each(|v| *v *= k);
-        self.terms.retain(|_, v| *v != 0);
-        self.c *= k;
-        self
-    }
-}
+/// A box base: linear in the owner's atoms.
+pub type Lin = Affine<Atom>;
 
 /// `base + [lo, hi]`.
 #[derive(Clone, Debug)]
@@ -81,25 +52,30 @@ struct Desc {
 
 impl Desc {
     fn konst(c: i64) -> Desc {
-        Desc { base: Lin::constant(c), lo: 0, hi: 0 }
+        Desc { base: Lin::constant(c as i128), lo: 0, hi: 0 }
     }
 
     fn range(extent: i64) -> Desc {
         Desc { base: Lin::default(), lo: 0, hi: (extent - 1).max(0) }
     }
 
-    fn add(self, o: &Desc, sign: i64) -> Desc {
-        let (lo, hi) = if sign > 0 { (self.lo + o.lo, self.hi + o.hi) } else { (self.lo - o.hi, self.hi - o.lo) };
-        Desc { base: self.base.add(&o.base, sign), lo, hi }
+    fn add(self, o: &Desc, sign: i64) -> Option<Desc> {
+        let (lo, hi) = if sign > 0 {
+            (self.lo.checked_add(o.lo)?, self.hi.checked_add(o.hi)?)
+        } else {
+            (self.lo.checked_sub(o.hi)?, self.hi.checked_sub(o.lo)?)
+        };
+        Some(Desc { base: self.base.add(&o.base, sign as i128)?, lo, hi })
     }
 
-    fn scale(self, k: i64) -> Desc {
-        let (a, b) = (self.lo * k, self.hi * k);
-        Desc { base: self.base.scale(k), lo: a.min(b), hi: a.max(b) }
+    fn scale(self, k: i64) -> Option<Desc> {
+        let (a, b) = (self.lo.checked_mul(k)?, self.hi.checked_mul(k)?);
+        Some(Desc { base: self.base.scale(k as i128)?, lo: a.min(b), hi: a.max(b) })
     }
 
     fn as_const(&self) -> Option<i64> {
-        (self.base.terms.is_empty() && self.lo == self.hi).then_some(self.base.c + self.lo)
+        let c = i64::try_from(self.base.c).ok()?;
+        (self.base.terms.is_empty() && self.lo == self.hi).then_some(c.checked_add(self.lo)?)
     }
 }
 
@@ -136,7 +112,9 @@ fn desc(ss: &StageSchedule, iv: usize, outer: &[usize]) -> Desc {
     }
     if ss.leaf_pos(iv).is_none() {
         if let Some((o, i, f)) = ss.split_children(iv) {
-            return desc(ss, o, outer).scale(f).add(&desc(ss, i, outer), 1);
+            // Extents are bounded by MAX_ELEMENTS: this cannot overflow.
+            let d = desc(ss, o, outer).scale(f).and_then(|d| d.add(&desc(ss, i, outer), 1));
+            return d.expect("split values fit 64 bits");
         }
     }
     Desc::range(ss.ivs[iv].extent)
@@ -173,12 +151,14 @@ pub fn origin_range(ss: &StageSchedule, l: &Lin, leaf_hi: &dyn Fn(usize) -> Opti
         let r = iv_range(ss, fu, leaf_hi)?;
         Some(if outer { (r.0 / e, r.1 / e) } else { (0, e - 1) })
     }
-    let mut r = (l.c, l.c);
+    let mut r = (i64::try_from(l.c).ok()?, i64::try_from(l.c).ok()?);
     for (a, &k) in &l.terms {
         let Atom::Iv(iv) = a else { return None };
+        let k = i64::try_from(k).ok()?;
         let (x, y) = iv_range(ss, *iv, leaf_hi)?;
-        r.0 += (k * x).min(k * y);
-        r.1 += (k * x).max(k * y);
+        let (a, b) = (k.checked_mul(x)?, k.checked_mul(y)?);
+        r.0 = r.0.checked_add(a.min(b))?;
+        r.1 = r.1.checked_add(a.max(b))?;
     }
     Some(r)
 }
@@ -187,14 +167,14 @@ fn linearize(p: &Program, e: TExprId, vars: &[Desc]) -> Option<Desc> {
     match p.expr(e) {
         TExpr::Int(k) => Some(Desc::konst(*k)),
         TExpr::Var(v) => vars.get(*v as usize).cloned(),
-        TExpr::Unary(UnOp::Neg, a) => Some(linearize(p, *a, vars)?.scale(-1)),
-        TExpr::Binary(BinOp::Add, a, b) => Some(linearize(p, *a, vars)?.add(&linearize(p, *b, vars)?, 1)),
-        TExpr::Binary(BinOp::Sub, a, b) => Some(linearize(p, *a, vars)?.add(&linearize(p, *b, vars)?, -1)),
+        TExpr::Unary(UnOp::Neg, a) => linearize(p, *a, vars)?.scale(-1),
+        TExpr::Binary(BinOp::Add, a, b) => linearize(p, *a, vars)?.add(&linearize(p, *b, vars)?, 1),
+        TExpr::Binary(BinOp::Sub, a, b) => linearize(p, *a, vars)?.add(&linearize(p, *b, vars)?, -1),
         TExpr::Binary(BinOp::Mul, a, b) => {
             let (x, y) = (linearize(p, *a, vars)?, linearize(p, *b, vars)?);
             match (x.as_const(), y.as_const()) {
-                (Some(k), _) => Some(y.scale(k)),
-                (_, Some(k)) => Some(x.scale(k)),
+                (Some(k), _) => y.scale(k),
+                (_, Some(k)) => x.scale(k),
                 _ => None,
             }
         }
@@ -249,7 +229,8 @@ pub fn infer(p: &Program, s: &mut Schedules) -> Result<Vec<Option<Region>>, Diag
             .map(|v| {
                 let d = desc(oss, v, outer);
                 if s.attach[at.owner].is_some() && v < p.stages[at.owner].n_axes {
-                    d.add(&Desc { base: Lin::atom(Atom::Off(v)), lo: 0, hi: 0 }, 1)
+                    let off = Desc { base: Lin::atom(Atom::Off(v)), lo: 0, hi: 0 };
+                    d.clone().add(&off, 1).expect("adding a fresh atom cannot overflow")
                 } else {
                     d
                 }
@@ -308,7 +289,7 @@ pub fn infer(p: &Program, s: &mut Schedules) -> Result<Vec<Option<Region>>, Diag
             let first = &accesses[0].1[d];
             let mut base = first.base.clone();
             base.c = 0;
-            let (mut min, mut max) = (i64::MAX, i64::MIN);
+            let (mut min, mut max) = (i128::MAX, i128::MIN);
             for (qi, ds) in &accesses {
                 let x = &ds[d];
                 let mut b = x.base.clone();
@@ -320,11 +301,12 @@ pub fn infer(p: &Program, s: &mut Schedules) -> Result<Vec<Option<Region>>, Diag
                         p.tensor(p.stages[*qi].tensor).name
                     )));
                 }
-                min = min.min(x.base.c + x.lo);
-                max = max.max(x.base.c + x.hi);
+                min = min.min(x.base.c + x.lo as i128);
+                max = max.max(x.base.c + x.hi as i128);
             }
             let e = max - min + 1;
-            if e >= size || base.terms.is_empty() && min <= 0 && max >= size - 1 {
+            let size128 = size as i128;
+            if e >= size128 || base.terms.is_empty() && min <= 0 && max >= size128 - 1 {
                 lo.push(Lin::constant(0));
                 ext.push(size);
                 guard.push(false);
@@ -338,15 +320,16 @@ pub fn infer(p: &Program, s: &mut Schedules) -> Result<Vec<Option<Region>>, Diag
                 match a {
                     Atom::Iv(iv) => {
                         let (x, y) = value_range(oss, *iv);
-                        range.0 += (k * x).min(k * y);
-                        range.1 += (k * x).max(k * y);
+                        let (a, b) = (k.saturating_mul(x as i128), k.saturating_mul(y as i128));
+                        range.0 = range.0.saturating_add(a.min(b));
+                        range.1 = range.1.saturating_add(a.max(b));
                     }
                     Atom::Off(_) => known = false,
                 }
             }
-            guard.push(!(known && range.0 >= 0 && range.1 + e <= size));
+            guard.push(!(known && range.0 >= 0 && range.1 + e <= size128));
             lo.push(base);
-            ext.push(e);
+            ext.push(e as i64);
         }
         let local_shape = match &at.layout {
             None => ext.clone(),

@@ -1,4 +1,6 @@
 //! The default schedule for CPU targets, for kernels without a `schedule`.
+//! Every machine parameter (vector width per element type, register count)
+//! comes from the [`Target`].
 //!
 //! - Element-wise temporaries whose consumers are all element-wise (and
 //!   read them at one position per point, through affine indices) are
@@ -11,20 +13,19 @@
 //!   unless they reduce along rows (`max[d](X[n, d])`): then the reduction
 //!   runs innermost over contiguous memory and the rows run in parallel.
 //! - The innermost spatial loop is split by the vector width and vectorized;
-//!   when that row is short, rows of the next spatial loop are unrolled
-//!   inside the reduction loops (register blocking, ~12 accumulators).
+//!   rows of another spatial loop are unrolled inside the reduction loops
+//!   (register blocking, 3/4 of the vector registers as accumulators), and
+//!   long GEMM rows get BLIS-style blocking with packed panels.
 //! - Outer spatial loops are fused until there is enough parallel work
 //!   (≥ 64 iterations), and that loop runs on the thread pool.
 //! - Temporaries of which each iteration of their reader's outermost loop
 //!   needs its own part (a row's statistics, a softmax's exponentials) are
 //!   computed inside that loop (`compute_at`), so that the part stays in L1.
-//!
-//! Cache tiling and register blocking are not chosen by default yet; the
-//! example schedules in `examples/` show them.
 
 use crate::ir::ForKind;
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
 use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule};
+use texc_compiler::target::Target;
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
 use texc_grammar::Span;
 
@@ -34,8 +35,7 @@ fn loads(p: &Program, e: TExprId, t: TensorId) -> bool {
 
 /// Whether evaluating `e` is cheap enough to repeat: no transcendental functions.
 fn cheap(p: &Program, e: TExprId) -> bool {
-    use texc_compiler::resolve::Builtin::*;
-    let costly = matches!(p.expr(e), TExpr::Call(Exp | Log | Sqrt | Rsqrt | Tanh | Sigmoid | Erf | Pow, _));
+    let costly = matches!(p.expr(e), TExpr::Math(f, _) if f.is_costly());
     !costly && p.children(e).into_iter().all(|c| cheap(p, c))
 }
 
@@ -70,19 +70,7 @@ fn reads_like_elementwise(p: &Program, c: &Stage, t: TensorId) -> bool {
 }
 
 fn affine(p: &Program, e: TExprId) -> bool {
-    match p.expr(e) {
-        TExpr::Int(_) | TExpr::Var(_) => true,
-        TExpr::Unary(_, a) => affine(p, *a),
-        TExpr::Binary(texc_grammar::ast::BinOp::Add | texc_grammar::ast::BinOp::Sub, a, b) => {
-            affine(p, *a) && affine(p, *b)
-        }
-        TExpr::Binary(texc_grammar::ast::BinOp::Mul, a, b) => {
-            affine(p, *a)
-                && affine(p, *b)
-                && (matches!(p.expr(*a), TExpr::Int(_)) || matches!(p.expr(*b), TExpr::Int(_)))
-        }
-        _ => false,
-    }
+    texc_compiler::affine::affine_in_vars(p, e).is_some()
 }
 
 /// Inline element-wise temporaries into element-wise consumers, and cheap
@@ -112,24 +100,33 @@ pub fn default_inlining(p: &mut Program) {
     }
 }
 
-/// Vector width in f32 lanes for a target.
-pub fn vector_lanes(target: &str) -> i64 {
-    if target == "x86-avx512" {
-        16
-    } else {
-        8
+/// The machine a default schedule is made for: vector width and registers.
+#[derive(Clone, Copy)]
+struct Machine {
+    /// Lanes of the stage's compute type.
+    lanes: i64,
+    /// Accumulator vectors a register block keeps (about 3/4 of the registers).
+    accumulators: i64,
+}
+
+impl Machine {
+    fn of(target: &Target, st: &Stage, p: &Program) -> Machine {
+        let lanes = target.compute_lanes(p.tensor(st.tensor).elem).max(1);
+        Machine { lanes, accumulators: (target.vector_registers as i64 * 3 / 4).max(2) }
     }
 }
 
-pub fn default_schedule(p: &mut Program, target: &str) -> Schedules {
+/// The default schedule of `p` for `target`; inlines and factors stages of `p` first.
+pub fn default_schedule(p: &mut Program, target: &Target) -> Schedules {
     default_inlining(p);
     hoist_reductions(p);
-    let lanes = vector_lanes(target);
     // Row reductions of floats are factored so that their partial results vectorize.
     let mut si = 0;
     while si < p.stages.len() {
-        let float = p.tensor(p.stages[si].tensor).elem.is_float();
-        if float && reduces_along_rows(p, &p.stages[si]) && crate::normalize::rfactor(p, si, lanes) {
+        let st = &p.stages[si];
+        let float = p.tensor(st.tensor).elem.is_float();
+        let lanes = Machine::of(target, st, p).lanes;
+        if float && lanes > 1 && reduces_along_rows(p, st) && crate::normalize::rfactor(p, si, lanes) {
             si += 1;
         }
         si += 1;
@@ -140,7 +137,7 @@ pub fn default_schedule(p: &mut Program, target: &str) -> Schedules {
         let st = &p.stages[si];
         if reduces_along_rows(p, st) {
             schedule_row_reduction(ss);
-        } else if let Some(req) = schedule_stage(ss, p, st, lanes) {
+        } else if let Some(req) = schedule_stage(ss, p, st, Machine::of(target, st, p)) {
             packs.push((si, req));
         }
     }
@@ -267,9 +264,6 @@ fn schedule_row_reduction(ss: &mut StageSchedule) {
     }
 }
 
-/// Accumulators a reduction keeps in registers: about 12 of 16 ymm registers.
-const ACCUMULATORS: i64 = 12;
-
 /// The spatial axis whose rows a register block unrolls: one that the
 /// vector operands (loads contiguous in the innermost axis) do not depend
 /// on, so that every unrolled row reuses the same vector loads and only
@@ -292,23 +286,35 @@ fn reuse_axis(p: &Program, st: &Stage) -> usize {
 }
 
 /// Register blocking for reductions: rows of a spatial axis (see
-/// [`reuse_axis`]) are unrolled inside the reduction loops, so that ~12
-/// independent accumulator vectors hide the FMA latency and share their
+/// [`reuse_axis`]) are unrolled inside the reduction loops, so that
+/// independent accumulator vectors (3/4 of the target's registers: 12 of
+/// AVX2's 16, 24 of AVX-512's 32) hide the FMA latency and share their
 /// vector loads. Rows longer than 6 vectors get the structure of BLIS's
-/// SGEMM: blocks of two vectors (a 6×16 micro-kernel) whose loop moves
-/// outside the reductions, in groups of 8 (a 128-wide block of columns),
-/// and a single long reduction cut into slices of 256; the returned
+/// SGEMM: blocks of two vectors (a 6×16 micro-kernel on AVX2, 12×32 on
+/// AVX-512) whose loop moves outside the reductions, in groups spanning 128
+/// columns, and a single long reduction cut into slices of 256; the returned
 /// request asks to pack the vector operand per slice and column block.
-fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, lanes: i64) -> Option<PackRequest> {
+fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<PackRequest> {
     let span = Span::default();
+    let lanes = m.lanes;
     let n_axes = st.n_axes;
     let inner = n_axes - 1;
     let row = ss.ivs[inner].extent;
-    let short_vectors = if row >= lanes { (row + lanes - 1) / lanes } else { row.max(1) };
-    let long = short_vectors > 6;
+    // A row of at least half a vector is one (partial) vector; a shorter row
+    // stays scalar, one accumulator per element. Only rows of many full
+    // vectors take the BLIS structure.
+    let partial = row < lanes && 2 * row >= lanes;
+    let short_vectors = if row >= lanes {
+        (row + lanes - 1) / lanes
+    } else if partial {
+        1
+    } else {
+        row.max(1)
+    };
+    let long = row >= lanes && short_vectors > 6;
     let vectors = if long { 2 } else { short_vectors };
     let a = reuse_axis(p, st);
-    let f = block_rows(ACCUMULATORS / vectors, ss.ivs[a].extent);
+    let f = block_rows(m.accumulators / vectors, ss.ivs[a].extent);
     if f < 2 {
         vectorize_inner(ss, inner, lanes);
         return None;
@@ -325,6 +331,9 @@ fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, lanes: i64) -
             ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
             vec![o, v]
         } else {
+            if partial {
+                ss.annotate(inner, ForKind::Vectorized, span).expect("spatial innermost");
+            }
             vec![inner]
         };
         let mut order: Vec<usize> =
@@ -336,11 +345,16 @@ fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, lanes: i64) -
         ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
         return None;
     }
+    // The micro-kernel is two vectors wide; packed panels have its width, and
+    // a block of panels spans 128 columns (128 KiB of f32 per 256-deep slice).
+    let width = 2 * lanes;
     let (o, v) =
-        ss.split(inner, 2 * lanes, (&format!("{iname}.o"), span), (&format!("{iname}.v"), span), span).expect("fresh");
+        ss.split(inner, width, (&format!("{iname}.o"), span), (&format!("{iname}.v"), span), span).expect("fresh");
     ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
-    let panels = (ss.ivs[o].extent >= 16)
-        .then(|| ss.split(o, 8, (&format!("{iname}.oo"), span), (&format!("{iname}.oi"), span), span).expect("fresh"));
+    let per_block = (128 / width).max(1);
+    let panels = (per_block > 1 && ss.ivs[o].extent >= 2 * per_block).then(|| {
+        ss.split(o, per_block, (&format!("{iname}.oo"), span), (&format!("{iname}.oi"), span), span).expect("fresh")
+    });
     let slices = match reductions[..] {
         [k] if ss.ivs[k].extent > 256 => {
             let kname = ss.ivs[k].name.clone();
@@ -370,13 +384,14 @@ fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, lanes: i64) -
     ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
     let (ko, _) = slices?;
     panels?;
-    vector_operand(p, st).map(|tensor| PackRequest { leaf: ko, tensor })
+    vector_operand(p, st).map(|tensor| PackRequest { leaf: ko, tensor, width })
 }
 
-/// Pack `tensor` (read by the stage) into panels at reduction slice `leaf`.
+/// Pack `tensor` (read by the stage) into panels `width` columns wide at reduction slice `leaf`.
 struct PackRequest {
     leaf: usize,
     tensor: TensorId,
+    width: i64,
 }
 
 /// The operand that a long-row reduction loads as vectors: loaded once, its
@@ -419,7 +434,8 @@ fn vectorize_inner(ss: &mut StageSchedule, inner: usize, lanes: i64) {
     }
 }
 
-fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, lanes: i64) -> Option<PackRequest> {
+fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<PackRequest> {
+    let lanes = m.lanes;
     let span = Span::default();
     let n_axes = st.n_axes;
     if n_axes == 0 {
@@ -435,7 +451,7 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, lanes: i64) -
     }
     let mut pack = None;
     if ss.ivs.iter().any(|v| v.reduce) && n_axes >= 2 {
-        pack = register_block(ss, p, st, lanes);
+        pack = register_block(ss, p, st, m);
     } else {
         vectorize_inner(ss, inner, lanes);
     }
@@ -478,8 +494,9 @@ fn has_tail(ss: &StageSchedule, l: usize) -> bool {
 }
 
 /// Pack a GEMM's vector operand per reduction slice and column block
-/// (`cache_read B for C at C.k.o layout (j / 16, k, j % 16)`): the micro-kernel
-/// then streams one contiguous panel instead of rows far apart.
+/// (`cache_read B for C at C.k.o layout (j / 16, k, j % 16)` with AVX2's
+/// 16-wide micro-kernel): the micro-kernel then streams one contiguous panel
+/// instead of rows far apart.
 fn pack_operand(p: &mut Program, s: &mut Schedules, ci: usize, req: PackRequest) {
     let span = Span::default();
     // One operand may feed several products; each gets its own packed copy.
@@ -491,12 +508,13 @@ fn pack_operand(p: &mut Program, s: &mut Schedules, ci: usize, req: PackRequest)
         .expect("a free name");
     let (bi, ci) = crate::apply::insert_cache_stage(p, s, req.tensor, ci, &name, span);
     let last = p.stages[bi].n_axes - 1;
-    let mut layout = vec![LayoutDim::Div(last, 16)];
+    let mut layout = vec![LayoutDim::Div(last, req.width)];
     layout.extend((0..last).map(LayoutDim::Whole));
-    layout.push(LayoutDim::Rem(last, 16));
+    layout.push(LayoutDim::Rem(last, req.width));
     s.attach[bi] = Some(Attach { owner: ci, leaf: req.leaf, layout: Some(layout), span });
     let ss = &mut s.stages[bi];
     let lname = ss.ivs[last].name.clone();
-    let (_, v) = ss.split(last, 16, (&format!("{lname}.o"), span), (&format!("{lname}.v"), span), span).expect("fresh");
+    let (_, v) =
+        ss.split(last, req.width, (&format!("{lname}.o"), span), (&format!("{lname}.v"), span), span).expect("fresh");
     ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
 }

@@ -11,42 +11,22 @@
 //! or later.
 
 use crate::ir::LoopFunc;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use texc_compiler::affine::{affine_of, Affine};
+use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{TExpr, TExprId, Ty};
-use texc_grammar::ast::{BinOp, UnOp};
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Key {
     Var(u32),
     Opaque(String),
 }
 
-#[derive(Clone, Debug, Default)]
+/// A linear form over loop variables and opaque terms, with an expression
+/// for each term (to rebuild it).
 struct Lin {
-    terms: BTreeMap<Key, (i64, TExprId)>,
-    c: i64,
-}
-
-impl Lin {
-    fn add(mut self, o: &Lin, sign: i64) -> Lin {
-        for (k, (coef, e)) in &o.terms {
-            self.terms.entry(k.clone()).or_insert((0, *e)).0 += sign * coef;
-        }
-        self.terms.retain(|_, (c, _)| *c != 0);
-        self.c += sign * o.c;
-        self
-    }
-
-    fn scale(mut self, k: i64) -> Lin {
-        self.terms.values_mut().for_each(|(c, _)| *c *= k);
-        self.terms.retain(|_, (c, _)| *c != 0);
-        self.c *= k;
-        self
-    }
-
-    fn as_const(&self) -> Option<i64> {
-        self.terms.is_empty().then_some(self.c)
-    }
+    form: Affine<Key>,
+    exprs: HashMap<Key, TExprId>,
 }
 
 fn key(f: &LoopFunc, e: TExprId) -> String {
@@ -58,40 +38,34 @@ fn key(f: &LoopFunc, e: TExprId) -> String {
         TExpr::Load(t, _) => format!("L{}", t.0),
         TExpr::Unary(op, _) => format!("{op:?}"),
         TExpr::Binary(op, ..) => format!("{op:?}"),
-        TExpr::Call(b, _) => format!("{b:?}"),
+        TExpr::Math(b, _) => format!("{b:?}"),
         other => format!("{other:?}"),
     };
     format!("{head}({})", kids.join(","))
 }
 
-fn lin(f: &LoopFunc, e: TExprId) -> Lin {
-    let opaque = || Lin { terms: BTreeMap::from([(Key::Opaque(key(f, e)), (1, e))]), c: 0 };
-    match f.p.expr(e) {
-        TExpr::Int(k) => Lin { c: *k, ..Lin::default() },
-        TExpr::Var(v) => Lin { terms: BTreeMap::from([(Key::Var(*v), (1, e))]), c: 0 },
-        TExpr::Unary(UnOp::Neg, a) => lin(f, *a).scale(-1),
-        TExpr::Binary(BinOp::Add, a, b) => lin(f, *a).add(&lin(f, *b), 1),
-        TExpr::Binary(BinOp::Sub, a, b) => lin(f, *a).add(&lin(f, *b), -1),
-        TExpr::Binary(BinOp::Mul, a, b) => {
-            let (x, y) = (lin(f, *a), lin(f, *b));
-            match (x.as_const(), y.as_const()) {
-                (Some(k), _) => y.scale(k),
-                (_, Some(k)) => x.scale(k),
-                _ => opaque(),
-            }
-        }
-        _ => opaque(),
-    }
+/// The linear form of `e`; `None` only if its arithmetic overflows.
+fn lin(f: &LoopFunc, e: TExprId) -> Option<Lin> {
+    let mut exprs = HashMap::new();
+    let form = affine_of(&f.p, e, &mut |x| {
+        let k = match f.p.expr(x) {
+            TExpr::Var(v) => Key::Var(*v),
+            _ => Key::Opaque(key(f, x)),
+        };
+        exprs.entry(k.clone()).or_insert(x);
+        Some(Affine::atom(k))
+    })?;
+    Some(Lin { form, exprs })
 }
 
 /// The range of a linear form, if every term is a loop variable.
-fn range(f: &LoopFunc, l: &Lin) -> Option<(i64, i64)> {
+fn range(f: &LoopFunc, l: &Affine<Key>) -> Option<(i128, i128)> {
     let mut r = (l.c, l.c);
-    for (k, (coef, _)) in &l.terms {
+    for (k, coef) in &l.terms {
         let Key::Var(v) = k else { return None };
-        let hi = (f.vars[*v as usize].extent - 1).max(0);
-        r.0 += (coef * hi).min(0);
-        r.1 += (coef * hi).max(0);
+        let hi = (f.vars[*v as usize].extent - 1).max(0) as i128;
+        r.0 = r.0.saturating_add(coef.saturating_mul(hi).min(0));
+        r.1 = r.1.saturating_add(coef.saturating_mul(hi).max(0));
     }
     Some(r)
 }
@@ -104,58 +78,74 @@ fn bin(f: &mut LoopFunc, op: BinOp, a: TExprId, b: TExprId) -> TExprId {
     f.p.alloc(TExpr::Binary(op, a, b), Ty::Index, Default::default())
 }
 
-fn build(f: &mut LoopFunc, l: &Lin) -> TExprId {
+/// Rebuild a form; `None` if a coefficient no longer fits 64 bits.
+fn build(f: &mut LoopFunc, l: &Affine<Key>, exprs: &HashMap<Key, TExprId>) -> Option<TExprId> {
     let mut acc: Option<TExprId> = None;
-    for (coef, e) in l.terms.values() {
+    for (k, coef) in &l.terms {
+        let e = exprs[k];
         let term = if *coef == 1 {
-            *e
+            e
         } else {
-            let k = int(f, *coef);
-            bin(f, BinOp::Mul, *e, k)
+            let c = int(f, i64::try_from(*coef).ok()?);
+            bin(f, BinOp::Mul, e, c)
         };
         acc = Some(match acc {
             Some(a) => bin(f, BinOp::Add, a, term),
             None => term,
         });
     }
-    match acc {
-        None => int(f, l.c),
-        Some(a) if l.c == 0 => a,
+    let c = i64::try_from(l.c).ok()?;
+    Some(match acc {
+        None => int(f, c),
+        Some(a) if c == 0 => a,
         Some(a) => {
-            let k = int(f, l.c);
+            let k = int(f, c);
             bin(f, BinOp::Add, a, k)
         }
-    }
+    })
 }
 
 /// `a - b`, simplified.
 pub fn sub(f: &mut LoopFunc, a: TExprId, b: TExprId) -> TExprId {
-    let l = lin(f, a).add(&lin(f, b), -1);
-    build(f, &l)
+    let simplified = (|| {
+        let (x, y) = (lin(f, a)?, lin(f, b)?);
+        // Equal keys are equal expressions; keep the first operand's (as written).
+        let mut exprs = y.exprs;
+        exprs.extend(x.exprs);
+        let d = x.form.add(&y.form, -1)?;
+        build(f, &d, &exprs)
+    })();
+    simplified.unwrap_or_else(|| bin(f, BinOp::Sub, a, b))
 }
 
 /// `e`, simplified.
 pub fn simplify(f: &mut LoopFunc, e: TExprId) -> TExprId {
-    let l = lin(f, e);
-    build(f, &l)
+    lin(f, e).and_then(|l| build(f, &l.form, &l.exprs)).unwrap_or(e)
 }
 
 /// `(t / c, t % c)` for `t ≥ 0` and `c ≥ 1`, free of `/` and `%` where `t`
 /// splits into `c·X + Y` with `Y` in `[0, c)`.
 pub fn div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> (TExprId, TExprId) {
-    let l = lin(f, t);
-    let (mut x, mut y) = (Lin::default(), Lin::default());
-    for (k, (coef, e)) in &l.terms {
-        let (part, coef) = if coef % c == 0 { (&mut x, coef / c) } else { (&mut y, *coef) };
-        part.terms.insert(k.clone(), (coef, *e));
-    }
-    x.c = l.c.div_euclid(c);
-    y.c = l.c.rem_euclid(c);
-    match range(f, &y) {
-        Some((lo, hi)) if lo >= 0 && hi < c => (build(f, &x), build(f, &y)),
-        _ => {
-            let k = int(f, c);
-            (bin(f, BinOp::Div, t, k), bin(f, BinOp::Rem, t, k))
+    let split = (|| {
+        let l = lin(f, t)?;
+        let c128 = c as i128;
+        let (mut x, mut y) = (Affine::<Key>::default(), Affine::<Key>::default());
+        for (k, coef) in &l.form.terms {
+            if coef % c128 == 0 {
+                x.terms.insert(k.clone(), coef / c128);
+            } else {
+                y.terms.insert(k.clone(), *coef);
+            }
         }
-    }
+        x.c = l.form.c.div_euclid(c128);
+        y.c = l.form.c.rem_euclid(c128);
+        match range(f, &y) {
+            Some((lo, hi)) if lo >= 0 && hi < c128 => Some((build(f, &x, &l.exprs)?, build(f, &y, &l.exprs)?)),
+            _ => None,
+        }
+    })();
+    split.unwrap_or_else(|| {
+        let k = int(f, c);
+        (bin(f, BinOp::FloorDiv, t, k), bin(f, BinOp::FloorMod, t, k))
+    })
 }

@@ -11,6 +11,7 @@
 //! one index per dimension, and no expression contains a reduction.
 
 use std::fmt::Write;
+use texc_compiler::target::LoopKind;
 use texc_compiler::tir::{Program, TExpr, TExprId, TensorId, TensorRole, VarDecl, VarId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -25,6 +26,16 @@ pub enum ForKind {
 }
 
 impl ForKind {
+    /// The kind of loop a target must support to run this one.
+    pub fn loop_kind(self) -> LoopKind {
+        match self {
+            ForKind::Serial => LoopKind::Serial,
+            ForKind::Parallel => LoopKind::Parallel,
+            ForKind::Vectorized => LoopKind::Vectorized,
+            ForKind::Unrolled => LoopKind::Unrolled,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ForKind::Serial => "",

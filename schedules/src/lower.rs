@@ -22,10 +22,9 @@ use crate::schedule::{LayoutDim, Schedules, StageSchedule};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use texc_compiler::resolve::{Builtin, ReduceOp};
+use texc_compiler::ops::{BinOp, MathFn, ReduceOp};
 use texc_compiler::tir::*;
 use texc_compiler::types::ElemType;
-use texc_grammar::ast::BinOp;
 
 /// Lower a scheduled program; `regions` are the boxes of attached stages
 /// ([`crate::attach::infer`]).
@@ -101,7 +100,7 @@ impl Nest<'_> {
         } else if let Some((fused, inner_ext, is_outer)) = self.ss.fused_parent(iv) {
             let fv = self.value(f, fused);
             let k = f.p.alloc(TExpr::Int(inner_ext), Ty::Index, span);
-            let op = if is_outer { BinOp::Div } else { BinOp::Rem };
+            let op = if is_outer { BinOp::FloorDiv } else { BinOp::FloorMod };
             f.p.alloc(TExpr::Binary(op, fv, k), Ty::Index, span)
         } else {
             // Not part of this nest (a reduction variable in an init nest).
@@ -125,30 +124,6 @@ impl Nest<'_> {
             });
         }
         cond
-    }
-}
-
-fn identity(op: ReduceOp, elem: ElemType) -> TExpr {
-    let float = elem.is_float();
-    match (op, float) {
-        (ReduceOp::Sum, true) => TExpr::Float(0.0),
-        (ReduceOp::Sum, false) => TExpr::Int(0),
-        (ReduceOp::Prod, true) => TExpr::Float(1.0),
-        (ReduceOp::Prod, false) => TExpr::Int(1),
-        (ReduceOp::Max, true) => TExpr::Float(f64::NEG_INFINITY),
-        (ReduceOp::Min, true) => TExpr::Float(f64::INFINITY),
-        (ReduceOp::Max, false) => TExpr::Int(int_bounds(elem).0),
-        (ReduceOp::Min, false) => TExpr::Int(int_bounds(elem).1),
-    }
-}
-
-fn int_bounds(e: ElemType) -> (i64, i64) {
-    match e {
-        ElemType::I8 => (i8::MIN as i64, i8::MAX as i64),
-        ElemType::U8 => (0, u8::MAX as i64),
-        ElemType::I32 => (i32::MIN as i64, i32::MAX as i64),
-        ElemType::Bool => (0, 1),
-        _ => (i64::MIN, i64::MAX),
     }
 }
 
@@ -399,7 +374,7 @@ impl Lowerer<'_> {
             TExpr::Reduce(op, _, body) => {
                 let init = |f: &mut LoopFunc, nest: &mut Nest| {
                     let indices = store_idx(f, nest);
-                    let value = f.p.alloc(identity(op, elem), ty, st.span);
+                    let value = f.p.alloc(TExpr::reduce_identity(op, Ty::Elem(elem)), ty, st.span);
                     Stmt::Store { tensor: st.tensor, indices, value }
                 };
                 let update = |f: &mut LoopFunc, nest: &mut Nest| {
@@ -477,13 +452,15 @@ impl Lowerer<'_> {
 
     /// A box origin as an expression of the owner's loops.
     fn materialize(&self, f: &mut LoopFunc, l: &Lin, nest: &mut Nest, owner_place: Option<&Placement>) -> TExprId {
-        let mut acc = index_int(f, l.c);
+        // Box origins and their coefficients come from in-bounds indices: they fit 64 bits.
+        let fit = |x: i128| i64::try_from(x).expect("box origins fit 64 bits");
+        let mut acc = index_int(f, fit(l.c));
         for (a, &k) in &l.terms {
             let v = match a {
                 Atom::Iv(iv) => nest.value(f, *iv),
                 Atom::Off(axis) => owner_place.expect("offsets only of attached owners").origin[*axis],
             };
-            let k = index_int(f, k);
+            let k = index_int(f, fit(k));
             let term = index_bin(f, BinOp::Mul, v, k);
             acc = index_bin(f, BinOp::Add, acc, term);
         }
@@ -532,7 +509,7 @@ impl Lowerer<'_> {
         };
         let init = |f: &mut LoopFunc, nest: &mut Nest| {
             let indices = local_idx(f, nest);
-            let value = f.p.alloc(identity(op, elem), ty, st.span);
+            let value = f.p.alloc(TExpr::reduce_identity(op, Ty::Elem(elem)), ty, st.span);
             Stmt::Store { tensor: local, indices, value }
         };
         let update = |f: &mut LoopFunc, nest: &mut Nest| {
@@ -579,7 +556,7 @@ fn combine(f: &mut LoopFunc, op: ReduceOp, acc: TExprId, term: TExprId, ty: Ty, 
     match op {
         ReduceOp::Sum => f.p.alloc(TExpr::Binary(BinOp::Add, acc, term), ty, span),
         ReduceOp::Prod => f.p.alloc(TExpr::Binary(BinOp::Mul, acc, term), ty, span),
-        ReduceOp::Max => f.p.alloc(TExpr::Call(Builtin::Max, vec![acc, term]), ty, span),
-        ReduceOp::Min => f.p.alloc(TExpr::Call(Builtin::Min, vec![acc, term]), ty, span),
+        ReduceOp::Max => f.p.alloc(TExpr::Math(MathFn::Max, vec![acc, term]), ty, span),
+        ReduceOp::Min => f.p.alloc(TExpr::Math(MathFn::Min, vec![acc, term]), ty, span),
     }
 }

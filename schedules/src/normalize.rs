@@ -10,9 +10,9 @@
 //! its stage.
 
 use std::collections::HashMap;
+use texc_compiler::ops::BinOp;
 use texc_compiler::tir::*;
 use texc_compiler::types::ElemType;
-use texc_grammar::ast::BinOp;
 
 /// Deep-copy `e`, replacing `Var(v)` by `vars[v]` where present and renaming
 /// reduction variables by `rename`.
@@ -32,7 +32,12 @@ pub fn subst(p: &mut Program, e: TExprId, vars: &HashMap<VarId, TExprId>, rename
             let a = subst(p, a, vars, rename);
             TExpr::Binary(op, a, subst(p, b, vars, rename))
         }
-        TExpr::Call(f, args) => TExpr::Call(f, args.iter().map(|&a| subst(p, a, vars, rename)).collect()),
+        TExpr::Select(c, a, b) => {
+            let (c, a) = (subst(p, c, vars, rename), subst(p, a, vars, rename));
+            TExpr::Select(c, a, subst(p, b, vars, rename))
+        }
+        TExpr::Math(f, args) => TExpr::Math(f, args.iter().map(|&a| subst(p, a, vars, rename)).collect()),
+        TExpr::Intrinsic(i, args) => TExpr::Intrinsic(i, args.iter().map(|&a| subst(p, a, vars, rename)).collect()),
         TExpr::Cast(a) => TExpr::Cast(subst(p, a, vars, rename)),
         TExpr::Reduce(op, rv, body) => {
             let rv = rv.iter().map(|v| rename.get(v).copied().unwrap_or(*v)).collect();
@@ -168,8 +173,8 @@ pub fn rfactor(p: &mut Program, si: usize, lanes: i64) -> bool {
     } else {
         let e = p.alloc(TExpr::Int(extent), Ty::Index, span);
         let cond = p.alloc(TExpr::Binary(BinOp::Lt, rexpr, e), Ty::Elem(ElemType::Bool), span);
-        let id = p.alloc(reduce_identity(op, elem), p.ty(st.value), span);
-        p.alloc(TExpr::Call(texc_compiler::resolve::Builtin::Select, vec![cond, term, id]), p.ty(st.value), span)
+        let id = p.alloc(TExpr::reduce_identity(op, Ty::Elem(elem)), p.ty(st.value), span);
+        p.alloc(TExpr::Select(cond, term, id), p.ty(st.value), span)
     };
     let partial = p.alloc(TExpr::Reduce(op, vec![q], term), p.ty(st.value), span);
     let mut shape: Vec<i64> = st.vars[..st.n_axes].iter().map(|v| v.extent).collect();
@@ -189,18 +194,4 @@ pub fn rfactor(p: &mut Program, si: usize, lanes: i64) -> bool {
     p.stages[si] = Stage { tensor: st.tensor, vars: final_vars, n_axes: st.n_axes, value: total, span };
     p.stages.insert(si, Stage { tensor: t, vars, n_axes: st.n_axes + 1, value: partial, span });
     true
-}
-
-fn reduce_identity(op: texc_compiler::resolve::ReduceOp, elem: ElemType) -> TExpr {
-    use texc_compiler::resolve::ReduceOp::*;
-    match (op, elem.is_float()) {
-        (Sum, true) => TExpr::Float(0.0),
-        (Prod, true) => TExpr::Float(1.0),
-        (Max, true) => TExpr::Float(f64::NEG_INFINITY),
-        (Min, true) => TExpr::Float(f64::INFINITY),
-        (Sum, false) => TExpr::Int(0),
-        (Prod, false) => TExpr::Int(1),
-        (Max, false) => TExpr::Int(i64::MIN),
-        (Min, false) => TExpr::Int(i64::MAX),
-    }
 }

@@ -326,3 +326,108 @@ impl Schedules {
             .collect()
     }
 }
+
+impl Schedules {
+    /// Check the invariants lowering relies on: each stage's leaves are
+    /// distinct and cover each of its variables exactly once, extents agree
+    /// with the splits and fusions, only the innermost loop is vectorized,
+    /// and attachments name leaves of earlier-lowered owners.
+    pub fn verify(&self, p: &Program) -> Result<(), String> {
+        if self.stages.len() != p.stages.len() || self.attach.len() != p.stages.len() {
+            return Err("one schedule per stage".into());
+        }
+        for (si, ss) in self.stages.iter().enumerate() {
+            let name = &p.tensor(p.stages[si].tensor).name;
+            let err = |m: String| format!("stage `{name}`: {m}");
+            // Each leaf provides itself, a fused loop also its two parts; a
+            // variable is available when provided or when both parts of its split are.
+            let mut provided = vec![0u32; ss.ivs.len()];
+            fn provide(ss: &StageSchedule, iv: usize, provided: &mut [u32]) {
+                provided[iv] += 1;
+                if let Rel::Fuse { outer, inner } = ss.ivs[iv].rel {
+                    provide(ss, outer, provided);
+                    provide(ss, inner, provided);
+                }
+            }
+            fn available(ss: &StageSchedule, iv: usize, provided: &[u32]) -> bool {
+                provided[iv] > 0
+                    || ss
+                        .split_children(iv)
+                        .is_some_and(|(o, i, _)| available(ss, o, provided) && available(ss, i, provided))
+            }
+            for &l in &ss.leaves {
+                provide(ss, l, &mut provided);
+            }
+            for (i, v) in ss.ivs.iter().enumerate() {
+                let expected = match v.rel {
+                    Rel::Split { parent, outer: true, factor } => (ss.ivs[parent].extent + factor - 1) / factor.max(1),
+                    Rel::Split { outer: false, factor, .. } => factor,
+                    Rel::Fuse { outer, inner } => ss.ivs[outer].extent * ss.ivs[inner].extent,
+                    Rel::Root(_) => v.extent,
+                };
+                if v.extent != expected {
+                    return Err(err(format!(
+                        "loop `{}` has extent {} but its relation gives {expected}",
+                        v.name, v.extent
+                    )));
+                }
+                if provided[i] > 1 {
+                    return Err(err(format!("loop `{}` appears twice in the loop order", v.name)));
+                }
+                if matches!(v.rel, Rel::Root(_)) && !available(ss, i, &provided) {
+                    return Err(err(format!("variable `{}` is not covered by the loop order", v.name)));
+                }
+            }
+            if let Some(&last) = ss.leaves.last() {
+                if ss.leaves.iter().any(|&l| l != last && ss.ivs[l].kind == ForKind::Vectorized) {
+                    return Err(err("a vectorized loop is not innermost".into()));
+                }
+            }
+            if let Some(a) = &self.attach[si] {
+                if a.owner <= si || a.owner >= self.stages.len() {
+                    return Err(err(format!("attached to stage {} which does not run after it", a.owner)));
+                }
+                if self.stages[a.owner].leaf_pos(a.leaf).is_none() {
+                    return Err(err("attached at a loop that is not a leaf of its owner".into()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Deterministic printer of schedules (the dump after the *schedule* pass).
+pub fn print(p: &Program, s: &Schedules) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "schedules of {}", p.name);
+    for (si, ss) in s.stages.iter().enumerate() {
+        let name = &p.tensor(p.stages[si].tensor).name;
+        let loops: Vec<String> = ss
+            .leaves
+            .iter()
+            .map(|&l| format!("{} < {}{}", ss.ivs[l].name, ss.ivs[l].extent, ss.ivs[l].kind.name()))
+            .collect();
+        let _ = write!(out, "  {name}: {}", loops.join(", "));
+        if let Some(a) = &s.attach[si] {
+            let owner = &p.tensor(p.stages[a.owner].tensor).name;
+            let _ = write!(out, "; at {owner}.{}", s.stages[a.owner].ivs[a.leaf].name);
+            if let Some(layout) = &a.layout {
+                let dims: Vec<String> = layout
+                    .iter()
+                    .map(|d| match *d {
+                        LayoutDim::Whole(x) => p.stages[si].vars[x].name.clone(),
+                        LayoutDim::Div(x, c) => format!("{} / {c}", p.stages[si].vars[x].name),
+                        LayoutDim::Rem(x, c) => format!("{} % {c}", p.stages[si].vars[x].name),
+                    })
+                    .collect();
+                let _ = write!(out, " layout ({})", dims.join(", "));
+            }
+        }
+        if let Some((at, local)) = &ss.cache_write {
+            let _ = write!(out, "; cache_write at {} -> {local}", ss.ivs[*at].name);
+        }
+        out.push('\n');
+    }
+    out
+}

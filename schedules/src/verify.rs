@@ -1,7 +1,11 @@
-//! Loop IR verifier: every variable is bound by an enclosing loop (once),
-//! accesses have one index per dimension, no reductions remain.
+//! Loop IR verifiers. [`verify`] (after *lower*): every variable is bound
+//! by an enclosing loop (once), accesses have one index per dimension, no
+//! reductions remain. [`verify_legal`] (after *legalize*): that, and only
+//! operations backends translate one to one.
 
 use crate::ir::{LoopFunc, Stmt};
+use texc_compiler::ops::BinOp;
+use texc_compiler::target::Target;
 use texc_compiler::tir::{TExpr, TExprId, Ty};
 
 pub fn verify(f: &LoopFunc) -> Result<(), String> {
@@ -66,4 +70,49 @@ fn expr(f: &LoopFunc, e: TExprId, bound: &[bool]) -> Result<(), String> {
         expr(f, c, bound)?;
     }
     Ok(())
+}
+
+/// [`verify`], plus: no floor division or modulo remains, and every
+/// intrinsic is one the target has.
+pub fn verify_legal(f: &LoopFunc, target: &Target) -> Result<(), String> {
+    verify(f)?;
+    let mut seen = vec![false; f.p.exprs.len()];
+    let mut bad = None;
+    walk_exprs(&f.body, &mut |e| legal(f, e, target, &mut seen, &mut bad));
+    bad.map_or(Ok(()), Err)
+}
+
+fn legal(f: &LoopFunc, e: TExprId, target: &Target, seen: &mut [bool], bad: &mut Option<String>) {
+    if std::mem::replace(&mut seen[e.0 as usize], true) || bad.is_some() {
+        return;
+    }
+    match f.p.expr(e) {
+        TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod), ..) => {
+            *bad = Some(format!("`{op:?}` remains after legalization"));
+        }
+        TExpr::Intrinsic(i, _) if !target.has_intrinsic(*i) => {
+            *bad = Some(format!("intrinsic `{i}` is not one target `{}` has", target.name));
+        }
+        _ => {}
+    }
+    for c in f.p.children(e) {
+        legal(f, c, target, seen, bad);
+    }
+}
+
+/// Call `visit` on the root expressions of every statement.
+pub fn walk_exprs(body: &[Stmt], visit: &mut dyn FnMut(TExprId)) {
+    for s in body {
+        match s {
+            Stmt::For { body, .. } | Stmt::Alloc { body, .. } => walk_exprs(body, visit),
+            Stmt::If { cond, then } => {
+                visit(*cond);
+                walk_exprs(then, visit);
+            }
+            Stmt::Store { indices, value, .. } => {
+                indices.iter().for_each(|&i| visit(i));
+                visit(*value);
+            }
+        }
+    }
 }

@@ -1,75 +1,149 @@
-//! Helpers shared by texc's integration tests.
+//! Helpers shared by texc's integration tests. Everything that compiles
+//! goes through `texc-pipeline`, as the CLI does.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use texc_compiler::{Bindings, Program, Session};
-use texc_grammar::diagnostic::render_all;
+use texc_compiler::target::Target;
+use texc_compiler::{Bindings, KernelRef, Program};
+use texc_pipeline::{Error, Options, Pipeline};
 use texc_runtime::{SplitMix64, Tensor};
+
+pub use texc_pipeline::oracle::rel_error;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
 }
 
+/// A pipeline for a target, with every verifier on.
+pub fn pipeline(target: &str) -> Pipeline {
+    let mut o = Options::new(texc_compiler::target::lookup(target).expect("a registered target"));
+    o.verify = true;
+    Pipeline::new(o)
+}
+
+/// An error of the pipeline, rendered as the CLI prints it.
+pub fn rendered(pl: &Pipeline, e: Error) -> String {
+    match e {
+        Error::Input(d) => pl.render(&d),
+        Error::Usage(m) => format!("error: {m}\n"),
+    }
+}
+
+/// Load a file (relative to the workspace root) for `target` and pick a kernel.
+pub fn load_file(target: &str, file: &str, kernel: Option<&str>) -> Result<(Pipeline, KernelRef), String> {
+    let mut pl = pipeline(target);
+    let k = pl.load(&root().join(file)).and_then(|m| pl.kernel(m, kernel)).map_err(|e| rendered(&pl, e))?;
+    Ok((pl, k))
+}
+
+/// Load source text (no file of its own: it may import `std.nn` only) for `target` and pick a kernel.
+pub fn load_text(target: &str, name: &str, text: &str, kernel: Option<&str>) -> Result<(Pipeline, KernelRef), String> {
+    let mut pl = pipeline(target);
+    let k = pl.load_text(name, text, None).and_then(|m| pl.kernel(m, kernel)).map_err(|e| rendered(&pl, e))?;
+    Ok((pl, k))
+}
+
+/// Load a file for `target`: the pipeline and every kernel the file defines.
+pub fn kernels_of_file(target: &str, file: &str) -> (Pipeline, Vec<KernelRef>) {
+    let mut pl = pipeline(target);
+    let m = pl.load(&root().join(file)).unwrap_or_else(|e| panic!("{file}: {}", rendered(&pl, e)));
+    let n = pl.session.module(m).kernels.len();
+    (pl, (0..n).map(|i| KernelRef { module: m as u32, index: i as u32 }).collect())
+}
+
+/// Every example file, sorted (`examples/…`).
+pub fn example_files() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(root().join("examples"))
+        .expect("examples/")
+        .map(|e| format!("examples/{}", e.expect("entry").file_name().to_string_lossy()))
+        .filter(|n| n.ends_with(".tex"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Specialize, panicking with the rendered diagnostic.
+pub fn specialize(pl: &mut Pipeline, k: KernelRef, b: &Bindings) -> Program {
+    pl.specialize(k, b).unwrap_or_else(|e| panic!("{}", rendered(pl, e)))
+}
+
 /// Load a file (relative to the workspace root) and specialize one kernel.
 /// Errors come back rendered, as the CLI prints them.
 pub fn compile(file: &str, kernel: Option<&str>, b: &Bindings) -> Result<Program, String> {
-    let mut s = Session::new();
-    let path = root().join(file);
-    let m = s.load_root(&path).map_err(|d| render_all(&d, &s.sources))?;
-    let k = s.entry_kernel(m, kernel).map_err(|d| render_all(&[d], &s.sources))?;
-    texc_compiler::build_program(&s, k, b).map_err(|d| render_all(&[d], &s.sources))
+    let (mut pl, k) = load_file("interp", file, kernel)?;
+    pl.specialize(k, b).map_err(|e| rendered(&pl, e))
 }
 
 /// Check source text the way `texc check` does, without touching the disk
 /// (imports of `std.nn` work; file imports resolve against the workspace root).
 /// Returns rendered diagnostics on failure. Specializes every kernel whose
-/// sizes all have defaults, and applies its CPU schedules.
+/// sizes all have defaults, and applies its schedules for compiled targets.
 pub fn check_text(name: &str, text: &str) -> Result<(), String> {
-    let mut s = Session::new();
-    let m = s.load_text(name, text, Some(root().join(name))).map_err(|d| render_all(&d, &s.sources))?;
-    for i in 0..s.module(m).kernels.len() {
-        let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
-        let info = s.kernel(k);
+    let mut pl = pipeline("interp");
+    let m = pl.load_text(name, text, Some(root().join(name))).map_err(|e| rendered(&pl, e))?;
+    for i in 0..pl.session.module(m).kernels.len() {
+        let k = KernelRef { module: m as u32, index: i as u32 };
+        let info = pl.session.kernel(k);
         let sized = info.symbols.iter().all(|x| x.default.is_some())
-            && info
-                .params
-                .iter()
-                .all(|p| !matches!(p.info, texc_compiler::resolve::ParamInfo::Const { default: None }));
+            && info.params.iter().all(|p| !matches!(p.info, texc_compiler::kernel::ParamInfo::Const { default: None }));
         if sized {
-            let p =
-                texc_compiler::build_program(&s, k, &Bindings::default()).map_err(|d| render_all(&[d], &s.sources))?;
-            for target in ["x86-avx2", "x86-avx512", "host"] {
-                if let Some(sc) = texc_schedules::find_schedule(&s, k, target) {
-                    texc_schedules::schedule_and_lower(p.clone(), target, Some(sc))
-                        .map_err(|d| render_all(&[d], &s.sources))?;
-                }
+            let p = pl.specialize(k, &Bindings::default()).map_err(|e| rendered(&pl, e))?;
+            let diags = pl.check_schedules(k, &p);
+            if !diags.is_empty() {
+                return Err(pl.render(&diags));
             }
         }
     }
     Ok(())
 }
 
+/// The loop nests of `p` (kernel `k`) for the pipeline's target: its own
+/// schedule or the default, lowered and legalized.
+pub fn loops(pl: &mut Pipeline, k: KernelRef, p: &Program) -> texc_schedules::LoopFunc {
+    pl.loops(k, p.clone()).unwrap_or_else(|e| panic!("{}", rendered(pl, e))).legal
+}
+
+/// `p` lowered with `target`'s default schedule (not yet legalized).
+pub fn default_lowered(target: &str, p: &Program) -> texc_schedules::LoopFunc {
+    let mut pl = pipeline(target);
+    pl.default_loops(p.clone()).unwrap_or_else(|e| panic!("{}", rendered(&pl, e))).lowered
+}
+
+/// The only kernel of `src` with its own `target` schedule applied: the
+/// program, and its loop nests (lowered, not yet legalized), or the rendered error.
+pub fn own_schedule(target: &str, name: &str, src: &str) -> Result<(Program, texc_schedules::LoopFunc), String> {
+    let (mut pl, k) = load_text(target, name, src, None)?;
+    let p = pl.specialize(k, &Bindings::default()).map_err(|e| rendered(&pl, e))?;
+    assert!(texc_schedules::find_schedule(&pl.session, k, pl.target()).is_some(), "{name} has a {target} schedule");
+    let lowered = pl.schedule(k, p.clone()).and_then(|s| pl.lower(s)).map_err(|e| rendered(&pl, e))?;
+    Ok((p, lowered))
+}
+
+/// Compile loop nests (lowered for any target, legal or not) with `target`'s backend.
+pub fn compile_loops(target: &Target, f: &texc_schedules::LoopFunc) -> Result<texc_codegen::Compiled, String> {
+    let mut pl = pipeline(target.name);
+    let legal = pl.legalize(f.clone()).map_err(|e| rendered(&pl, e))?;
+    pl.compile(&legal).map_err(|e| rendered(&pl, e))
+}
+
+/// Targets whose code the conformance tests run on this machine, with the
+/// reason for each compiled target that is skipped.
+pub fn runnable_targets() -> (Vec<&'static Target>, Vec<String>) {
+    let (mut run, mut skipped) = (Vec::new(), Vec::new());
+    for t in texc_compiler::target::all().iter().filter(|t| t.is_compiled()) {
+        match t.check_runs_here() {
+            Ok(()) => run.push(t),
+            Err(e) => skipped.push(e.to_string()),
+        }
+    }
+    (run, skipped)
+}
+
 /// Run a program on the interpreter with the given input tensors (by name).
 pub fn run(p: &Program, inputs: HashMap<String, Tensor>) -> Vec<Tensor> {
     let args = texc_compiler::interp::bind_args(p, inputs, &[], 0).expect("arguments bind");
     texc_compiler::interp::run(p, args).expect("interpreter runs")
-}
-
-/// Normwise relative error: max |a - b| / max |b| (exact comparison for integers).
-pub fn rel_error(got: &Tensor, want: &Tensor) -> f64 {
-    assert_eq!(got.shape, want.shape, "shapes differ");
-    let (a, b) = (got.to_f64(), want.to_f64());
-    let scale = b.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
-    a.iter().zip(&b).fold(0.0f64, |m, (x, y)| {
-        if x.is_nan() != y.is_nan() {
-            f64::INFINITY
-        } else if x.is_nan() {
-            m
-        } else {
-            m.max((x - y).abs())
-        }
-    }) / scale
 }
 
 /// Draw a random legal schedule for one stage.
@@ -121,31 +195,21 @@ pub fn random_schedule(ss: &mut texc_schedules::schedule::StageSchedule, rng: &m
 /// than `max_flops` of work, at sizes of at most 13 (odd, so no tile divides
 /// them) — the interpreter and the loop evaluator are slow by design.
 pub fn example_programs(max_flops: f64) -> Vec<(String, Program)> {
-    let mut files: Vec<String> = std::fs::read_dir(root().join("examples"))
-        .expect("examples/")
-        .map(|e| format!("examples/{}", e.expect("entry").file_name().to_string_lossy()))
-        .filter(|n| n.ends_with(".tex"))
-        .collect();
-    files.sort();
     let mut out = Vec::new();
-    for file in files {
-        let mut s = Session::new();
-        let m = s.load_root(&root().join(&file)).expect("examples load");
-        for i in 0..s.module(m).kernels.len() {
-            let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
-            let mut p =
-                texc_compiler::build_program(&s, k, &Bindings::default()).expect("examples specialize at defaults");
+    for file in example_files() {
+        let (mut pl, kernels) = kernels_of_file("interp", &file);
+        for k in kernels {
+            let mut p = specialize(&mut pl, k, &Bindings::default());
             if texc_compiler::cost::count(&p).flops > max_flops {
                 let shapes = p
                     .bindings
                     .iter()
-                    .filter(|(n, _)| s.kernel(k).symbol_index(n).is_some())
+                    .filter(|(n, _)| pl.session.kernel(k).symbol_index(n).is_some())
                     .map(|(n, v)| (n.clone(), (*v).min(13)))
                     .collect();
-                p = texc_compiler::build_program(&s, k, &Bindings { shapes, ..Bindings::default() })
-                    .expect("small sizes specialize");
+                p = specialize(&mut pl, k, &Bindings { shapes, ..Bindings::default() });
             }
-            out.push((format!("{file}:{}", s.kernel(k).name), p));
+            out.push((format!("{file}:{}", pl.session.kernel(k).name), p));
         }
     }
     out
@@ -154,12 +218,12 @@ pub fn example_programs(max_flops: f64) -> Vec<(String, Program)> {
 /// Every wrapper kernel of `tests/conformance/std_ops.tex`, specialized with
 /// every shape symbol at `size` (a few kernels need related sizes).
 pub fn std_op_programs(size: i64) -> Vec<(String, Program)> {
-    let mut s = Session::new();
-    let m = s.load_root(&root().join("tests/conformance/std_ops.tex")).expect("loads");
-    (0..s.module(m).kernels.len())
+    let mut pl = pipeline("interp");
+    let m = pl.load(&root().join("tests/conformance/std_ops.tex")).expect("loads");
+    (0..pl.session.module(m).kernels.len())
         .map(|i| {
-            let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
-            let info = s.kernel(k);
+            let k = KernelRef { module: m as u32, index: i as u32 };
+            let info = pl.session.kernel(k).clone();
             let shapes = info
                 .symbols
                 .iter()
@@ -177,7 +241,7 @@ pub fn std_op_programs(size: i64) -> Vec<(String, Program)> {
                 })
                 .collect();
             let b = Bindings { shapes, ..Bindings::default() };
-            let p = texc_compiler::build_program(&s, k, &b).unwrap_or_else(|d| panic!("{}: {}", info.name, d.message));
+            let p = pl.specialize(k, &b).unwrap_or_else(|e| panic!("{}: {}", info.name, rendered(&pl, e)));
             (info.name.clone(), p)
         })
         .collect()
@@ -242,14 +306,12 @@ pub fn randomly_scheduled(base: &Program, rng: &mut SplitMix64) -> texc_schedule
 }
 
 /// An example at the given sizes, with its own `x86-avx2` schedule applied:
-/// the specialized program and its loop nests.
+/// the specialized program and its (legalized) loop nests.
 pub fn example_with_its_schedule(file: &str, shapes: &[(&str, i64)]) -> (Program, texc_schedules::LoopFunc) {
     let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
-    let mut s = Session::new();
-    let m = s.load_root(&root().join(file)).expect("loads");
-    let k = s.entry_kernel(m, None).expect("one kernel");
-    let p = texc_compiler::build_program(&s, k, &b).expect("specializes");
-    let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("the example has an x86-avx2 schedule");
-    let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", Some(sched)).expect("the schedule applies");
+    let (mut pl, k) = load_file("x86-avx2", file, None).expect("loads");
+    assert!(texc_schedules::find_schedule(&pl.session, k, pl.target()).is_some(), "{file} has an x86-avx2 schedule");
+    let p = specialize(&mut pl, k, &b);
+    let f = loops(&mut pl, k, &p);
     (p, f)
 }

@@ -4,19 +4,32 @@
 
 use std::collections::HashMap;
 use texc_compiler::interp;
-use texc_compiler::{Bindings, Program, Session};
+use texc_compiler::rewrite::Plan;
+use texc_compiler::{Bindings, Program};
 use texc_tests::{rel_error, root};
 
-fn rewritten(src: &str, shapes: &[(&str, i64)]) -> (Program, texc_compiler::Rewritten) {
-    let mut s = Session::new();
-    let m = s
-        .load_text("r.tex", src, None)
-        .unwrap_or_else(|d| panic!("{}", texc_grammar::diagnostic::render_all(&d, &s.sources)));
-    let k = s.entry_kernel(m, None).expect("one kernel");
-    let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
-    let original = texc_compiler::build_program(&s, k, &b).expect("specializes");
-    let r = texc_compiler::build_rewritten(&s, k, &b, "x86-avx2").expect("rewrites");
+/// A kernel after the rewrite pass: the plan and the program that runs.
+struct Rewritten {
+    plan: Plan,
+    program: Program,
+    kept_original: Option<String>,
+}
+
+fn rewrite_pass(pl: &mut texc_pipeline::Pipeline, k: texc_compiler::KernelRef, b: &Bindings) -> (Program, Rewritten) {
+    let original = texc_tests::specialize(pl, k, b);
+    let built = pl.rewrite(k, b, original.clone()).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(pl, e)));
+    let r = Rewritten {
+        plan: built.plan.expect("the pass makes a plan"),
+        program: built.runs,
+        kept_original: built.kept_original,
+    };
     (original, r)
+}
+
+fn rewritten(src: &str, shapes: &[(&str, i64)]) -> (Program, Rewritten) {
+    let (mut pl, k) = texc_tests::load_text("x86-avx2", "r.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+    let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
+    rewrite_pass(&mut pl, k, &b)
 }
 
 fn same_results(a: &Program, b: &Program, seed: u64, tol: f64) {
@@ -145,12 +158,12 @@ fn a_50_layer_chain_rewrites_quickly() {
 fn plans_of_the_examples() {
     let mut out = String::new();
     for file in ["conv_bn_relu", "depthwise", "pooling", "norms"] {
-        let mut s = Session::new();
-        let m = s.load_root(&root().join(format!("examples/{file}.tex"))).expect("loads");
-        for i in 0..s.module(m).kernels.len() {
+        let mut pl = texc_tests::pipeline("x86-avx2");
+        let m = pl.load(&root().join(format!("examples/{file}.tex"))).expect("loads");
+        for i in 0..pl.session.module(m).kernels.len() {
             let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
-            let r = texc_compiler::build_rewritten(&s, k, &Bindings::default(), "x86-avx2").expect("rewrites");
-            out.push_str(&texc_compiler::rewrite::print_plan(&r.plan, "x86-avx2", r.kept_original.as_deref()));
+            let (_, r) = rewrite_pass(&mut pl, k, &Bindings::default());
+            out.push_str(&texc_compiler::rewrite::print_plan(&r.plan, pl.target(), r.kept_original.as_deref()));
         }
     }
     // Paths differ between checkouts.
@@ -349,13 +362,14 @@ kernel f(X: f32[N = 1, C = 16, H = 16, W = 16], Wt: f32[K = 16, C, 3, 3], b: f32
     Y = add(relu(bias_add(T, b)), T);
 }";
     for src in [CONV_BN_RELU, shared] {
-        let mut s = Session::new();
-        let m = s.load_text("r.tex", src, None).expect("front end");
-        let k = s.entry_kernel(m, None).expect("kernel");
         let b = Bindings::default();
-        let original = texc_compiler::build_program(&s, k, &b).expect("specializes");
-        let ilp = texc_compiler::build_rewritten_with(&s, k, &b, "x86-avx2", Extraction::Ilp).expect("rewrites");
-        let greedy = texc_compiler::build_rewritten_with(&s, k, &b, "x86-avx2", Extraction::Greedy).expect("rewrites");
+        let with = |e: Extraction| {
+            let (mut pl, k) = texc_tests::load_text("x86-avx2", "r.tex", src, None).expect("front end");
+            pl.options.extraction = e;
+            rewrite_pass(&mut pl, k, &b)
+        };
+        let (original, ilp) = with(Extraction::Ilp);
+        let (_, greedy) = with(Extraction::Greedy);
         assert_eq!(ilp.plan.extraction, "ilp");
         assert!(ilp.plan.best_cost <= ilp.plan.original_cost);
         // Greedy costs count a shared operator once per use, so they bound the DAG optimum.
@@ -376,7 +390,8 @@ fn an_elementwise_chain_costs_the_bytes_that_leave_it() {
     let src = "import std.nn;
 kernel ew(A: f32[N = 1024, D = 1024], B: f32[N, D]) -> Y: f32[N, D] { Y = relu(add(A, B)); }";
     let (_, r) = rewritten(src, &[]);
-    let (peak, bw) = texc_compiler::rewrite::nominal_machine("x86-avx2");
+    let roof = texc_compiler::target::lookup("x86-avx2").expect("registered").nominal;
+    let (peak, bw) = (roof.peak_gflops, roof.bandwidth_gbs);
     let n = 1024.0 * 1024.0;
     // A and B read, Y written; the relu's arithmetic on top of the memory-bound add.
     let want = 3.0 * 4.0 * n / bw + n / peak;

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use texc_compiler::interp::{self, Arg};
-use texc_compiler::{Bindings, Program, Session};
+use texc_compiler::{Bindings, Program};
 use texc_runtime::SplitMix64;
 use texc_schedules::eval;
 use texc_tests::rel_error;
@@ -31,7 +31,7 @@ fn assert_same(name: &str, p: &Program, f: &texc_schedules::LoopFunc, seed: u64)
 #[test]
 fn default_schedules_match_the_interpreter() {
     for (name, p) in texc_tests::example_programs(2e7) {
-        let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", None).expect("default schedule");
+        let f = texc_tests::default_lowered("x86-avx2", &p);
         assert_same(&name, &p, &f, 1);
     }
 }
@@ -131,13 +131,10 @@ fn expect_schedule_errors(kernel: &str, cases: &[(&str, &str)]) {
     for &(prims, want) in cases {
         let src = format!("{kernel}\nschedule {} for x86-avx2 {{ {prims} }}", kernel_name(kernel));
         let line = src.lines().count();
-        let mut s = Session::new();
-        let m = s.load_text("s.tex", &src, None).expect("front end accepts");
-        let k = s.entry_kernel(m, None).expect("kernel");
-        let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes");
-        let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("schedule");
-        let d = texc_schedules::schedule_and_lower(p, "x86-avx2", Some(sched)).expect_err(prims);
-        let text = texc_grammar::diagnostic::render_all(&[d], &s.sources);
+        let text = match texc_tests::own_schedule("x86-avx2", "s.tex", &src) {
+            Ok(_) => panic!("{prims}: accepted"),
+            Err(text) => text,
+        };
         assert!(text.contains(want), "{prims}: expected `{want}` in\n{text}");
         assert!(text.contains(&format!("s.tex:{line}:")), "{prims}: not spanned:\n{text}");
     }
@@ -149,19 +146,14 @@ fn kernel_name(src: &str) -> &str {
 
 /// Specialize the only kernel of `src` and apply its `x86-avx2` schedule.
 fn scheduled(name: &str, src: &str) -> (Program, texc_schedules::LoopFunc) {
-    let mut s = Session::new();
-    let m = s.load_text(name, src, None).expect("front end");
-    let k = s.entry_kernel(m, None).expect("kernel");
-    let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes");
-    let sched = texc_schedules::find_schedule(&s, k, "x86-avx2").expect("schedule");
-    let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", Some(sched)).expect("applies");
-    (p, f)
+    texc_tests::own_schedule("x86-avx2", name, src).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The loop nest and its x86 code both match the interpreter.
 fn assert_same_compiled(name: &str, p: &Program, f: &texc_schedules::LoopFunc, seed: u64) {
     assert_same(name, p, f, seed);
-    let got = texc_codegen::compile(f, "x86-avx2").expect("compiles").run(random_args(p, seed)).expect("runs");
+    let target = texc_compiler::target::lookup("x86-avx2").expect("registered");
+    let got = texc_tests::compile_loops(target, f).expect("compiles").run(random_args(p, seed)).expect("runs");
     assert_outputs(&format!("{name}: x86"), p, f, seed, got);
 }
 
@@ -267,7 +259,7 @@ fn default_schedule_fuses_row_passes() {
         };
         let kernel = (file == "examples/norms.tex").then_some("ln");
         let p = texc_tests::compile(file, kernel, &b).expect("compiles");
-        let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", None).expect("default schedule");
+        let f = texc_tests::default_lowered("x86-avx2", &p);
         let text = texc_schedules::ir::print(&f);
         assert_eq!(f.body.len(), 1, "{file}: expected one pass over the rows:\n{text}");
         assert!(text.contains("parallel:\n    local "), "{file}: expected row-private buffers:\n{text}");
@@ -285,7 +277,7 @@ fn default_gemm_schedule_packs_panels() {
         ..Bindings::default()
     };
     let p = texc_tests::compile("benches/matmul.tex", None, &b).expect("compiles");
-    let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", None).expect("default schedule");
+    let f = texc_tests::default_lowered("x86-avx2", &p);
     let text = texc_schedules::ir::print(&f);
     assert!(text.contains("local B.packed: f32[8, 256, 16]:"), "expected packed panels:\n{text}");
     assert_same_compiled("default gemm", &p, &f, 4);
@@ -294,11 +286,9 @@ fn default_gemm_schedule_packs_panels() {
     C[i, j] = sum[k](A[i, k] * B[k, j]);
     D[i, j] = sum[k](E[i, k] * B[k, j]);
 }";
-    let mut s = Session::new();
-    let m = s.load_text("two.tex", two, None).expect("front end");
-    let k = s.entry_kernel(m, None).expect("kernel");
-    let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes");
-    let f = texc_schedules::schedule_and_lower(p.clone(), "x86-avx2", None).expect("default schedule");
+    let (mut pl, k) = texc_tests::load_text("x86-avx2", "two.tex", two, None).expect("front end");
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let f = texc_tests::default_lowered("x86-avx2", &p);
     let text = texc_schedules::ir::print(&f);
     assert!(text.contains("local B.packed:") && text.contains("local B.packed1:"), "{text}");
     assert_same_compiled("two products", &p, &f, 6);

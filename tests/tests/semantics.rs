@@ -2,15 +2,12 @@
 //! checked value by value, and the kernels of LANGUAGE.md exactly as written.
 
 use std::collections::HashMap;
-use texc_compiler::{Bindings, Session};
-use texc_grammar::diagnostic::render_all;
+use texc_compiler::Bindings;
 use texc_runtime::{DType, Tensor};
 
 /// Compile `src` (one kernel, default sizes) and run it on `inputs`.
 fn eval(src: &str, inputs: &[(&str, Tensor)]) -> Vec<Tensor> {
-    let mut s = Session::new();
-    let m = s.load_text("t.tex", src, None).unwrap_or_else(|d| panic!("{}", render_all(&d, &s.sources)));
-    let k = s.entry_kernel(m, None).expect("one kernel");
+    let (mut pl, k) = texc_tests::load_text("interp", "t.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
     let b = Bindings {
         input_shapes: inputs
             .iter()
@@ -18,7 +15,7 @@ fn eval(src: &str, inputs: &[(&str, Tensor)]) -> Vec<Tensor> {
             .collect(),
         ..Bindings::default()
     };
-    let p = texc_compiler::build_program(&s, k, &b).unwrap_or_else(|d| panic!("{}", render_all(&[d], &s.sources)));
+    let p = texc_tests::specialize(&mut pl, k, &b);
     let files: HashMap<String, Tensor> = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
     let args = texc_compiler::interp::bind_args(&p, files, &[], 0).expect("binds");
     texc_compiler::interp::run(&p, args).expect("runs")

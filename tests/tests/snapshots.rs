@@ -1,17 +1,12 @@
 //! Snapshots of every IR stage for every example and std.nn operator, and
 //! of one diagnostic of each kind (tests/diagnostics/*.tex).
 
-use texc_compiler::{Bindings, Session};
-use texc_tests::{check_text, compile, root};
+use texc_compiler::Bindings;
+use texc_tests::{check_text, compile, kernels_of_file, root};
 
+/// Example file names (`conv2d.tex`, ...).
 fn example_files() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(root().join("examples"))
-        .expect("examples/")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().to_string())
-        .filter(|n| n.ends_with(".tex"))
-        .collect();
-    v.sort();
-    v
+    texc_tests::example_files().iter().map(|f| f.trim_start_matches("examples/").to_string()).collect()
 }
 
 #[test]
@@ -28,12 +23,10 @@ fn ast_of_examples_and_std() {
 #[test]
 fn tir_of_examples() {
     for f in example_files() {
-        let mut s = Session::new();
-        let m = s.load_root(&root().join("examples").join(&f)).expect("loads");
+        let (mut pl, kernels) = kernels_of_file("interp", &format!("examples/{f}"));
         let mut out = String::new();
-        for i in 0..s.module(m).kernels.len() {
-            let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
-            let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes at defaults");
+        for k in kernels {
+            let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
             out.push_str(&texc_compiler::print::print_program(&p));
         }
         insta::assert_snapshot!(format!("tir_{}", f.trim_end_matches(".tex")), out);
@@ -67,11 +60,9 @@ fn one_snapshot_per_diagnostic() {
 fn graph_of_examples() {
     let mut out = String::new();
     for f in example_files() {
-        let mut s = Session::new();
-        let m = s.load_root(&root().join("examples").join(&f)).expect("loads");
-        for i in 0..s.module(m).kernels.len() {
-            let k = texc_compiler::KernelRef { module: m as u32, index: i as u32 };
-            let p = texc_compiler::build_program(&s, k, &Bindings::default()).expect("specializes at defaults");
+        let (mut pl, kernels) = kernels_of_file("interp", &format!("examples/{f}"));
+        for k in kernels {
+            let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
             out.push_str(&texc_compiler::graph::print_graph(&p));
         }
     }
@@ -83,4 +74,27 @@ fn emit_is_deterministic() {
     let a = compile("examples/conv_bn_relu.tex", None, &Bindings::default()).expect("compiles");
     let b = compile("examples/conv_bn_relu.tex", None, &Bindings::default()).expect("compiles");
     assert_eq!(texc_compiler::print::print_program(&a), texc_compiler::print::print_program(&b));
+}
+
+/// The loop nests `texc emit --stage loops` prints: every example and bench
+/// kernel on x86-avx2 (its own schedule or the default), and a set of
+/// kernels on the targets whose vector width differs.
+#[test]
+fn loops_of_examples_and_benches() {
+    let mut files = texc_tests::example_files();
+    files.extend(["benches/matmul.tex", "benches/layer_norm.tex", "benches/conv_layer.tex"].map(String::from));
+    let wide = ["examples/softmax.tex", "examples/matmul.tex", "benches/matmul.tex", "benches/layer_norm.tex"];
+    for target in ["x86-avx2", "x86-avx512"] {
+        for file in files.iter().filter(|f| target == "x86-avx2" || wide.contains(&f.as_str())) {
+            let (mut pl, kernels) = kernels_of_file(target, file);
+            let mut out = String::new();
+            for k in kernels {
+                let (_, loops) =
+                    pl.build(k, &Bindings::default()).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+                out.push_str(&texc_schedules::ir::print(&loops.lowered));
+            }
+            let stem = file.trim_end_matches(".tex").replace('/', "_");
+            insta::assert_snapshot!(format!("loops_{target}_{stem}"), out);
+        }
+    }
 }

@@ -31,6 +31,18 @@ pub struct Common {
     /// (compiled targets rewrite kernels that have no schedule of their own).
     #[arg(long)]
     pub no_rewrite: bool,
+    /// Values of schedule tunables: `--knob ti=16,tj=32` (repeatable).
+    #[arg(long, value_name = "NAME=VALUE,...")]
+    pub knob: Vec<String>,
+    /// Print the IR after every pass (or after the listed ones: `--dump-ir lower,legalize`) to stderr.
+    #[arg(long, value_name = "PASSES", num_args = 0..=1, default_missing_value = "all")]
+    pub dump_ir: Option<String>,
+    /// Run the IR verifiers after every pass (debug builds always do).
+    #[arg(long)]
+    pub verify_ir: bool,
+    /// Print the time of each compiler pass to stderr.
+    #[arg(long)]
+    pub time_passes: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -84,11 +96,12 @@ pub enum Command {
     Bench(BenchArgs),
     /// Autotune a kernel (not built yet).
     Tune(RunArgs),
-    /// Compile ahead of time (not built yet).
+    /// Compile ahead of time: an object (.o) or shared library (.so) and a C header.
     Compile {
         #[command(flatten)]
         common: Common,
-        #[arg(short = 'o')]
+        /// The output: `out.o` or `out.so` (the header is written beside it as `out.h`).
+        #[arg(short = 'o', value_name = "OUT.o|OUT.so")]
         output: Option<PathBuf>,
     },
     /// Per operator: FLOPs, bytes, operational intensity, roofline bound.

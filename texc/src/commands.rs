@@ -1,14 +1,15 @@
-//! What each subcommand does.
+//! What each subcommand does: read arguments and files, call the pipeline
+//! (`texc-pipeline`, which owns every pass), print results.
 
 use crate::args::{BenchArgs, Cli, Command, Common, RunArgs};
 use std::collections::HashMap;
-use std::path::PathBuf;
-use texc_compiler::interp;
-use texc_compiler::{Bindings, KernelRef, Session};
-use texc_grammar::{diagnostic::render_all, Diagnostic};
+use std::path::{Path, PathBuf};
+use texc_compiler::target::Target;
+use texc_compiler::{Bindings, KernelRef};
+use texc_grammar::Diagnostic;
+use texc_pipeline::{Dump, Error, Options, Pipeline};
 use texc_runtime::{read_npy, write_npy, Tensor};
 
-const TARGETS: [&str; 7] = ["interp", "x86-avx2", "x86-avx512", "host", "cranelift", "nvptx-sm80", "nvptx-sm90"];
 /// Write to stdout. A closed pipe (`texc emit ... | head`) ends texc
 /// quietly, as it does other command-line tools; other write errors are
 /// reported.
@@ -31,42 +32,37 @@ macro_rules! outp {
     ($($t:tt)*) => { out(format_args!($($t)*)) };
 }
 
-const CPU_TARGETS: [&str; 3] = ["x86-avx2", "x86-avx512", "host"];
-const STAGES: [&str; 9] = ["ast", "tir", "graph", "egraph", "loops", "llvm", "asm", "ptx", "mlir"];
+const STAGES: [&str; 11] = ["ast", "tir", "graph", "egraph", "loops", "llvm", "asm", "clif", "vcode", "ptx", "mlir"];
 
-/// How a command failed: user input (exit 1) or usage / not built (exit 2).
+/// How a command ended when it failed: rendered diagnostics (exit 1) or misuse (exit 2).
 enum Fail {
-    Input(Vec<Diagnostic>),
+    Input(String),
     Usage(String),
 }
 
-impl From<Diagnostic> for Fail {
-    fn from(d: Diagnostic) -> Fail {
-        Fail::Input(vec![d])
-    }
-}
-
-impl From<Vec<Diagnostic>> for Fail {
-    fn from(d: Vec<Diagnostic>) -> Fail {
-        Fail::Input(d)
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        match e {
+            Error::Input(d) => Fail::Input(texc_grammar::diagnostic::render_all(&d, &Default::default())),
+            Error::Usage(m) => Fail::Usage(m),
+        }
     }
 }
 
 pub fn run(cli: Cli) -> i32 {
-    let mut session = Session::new();
     let result = match cli.command {
-        Command::Check(c) => check(&mut session, &c),
-        Command::Emit { common, stage } => emit(&mut session, &common, &stage),
-        Command::Run(r) => run_kernel(&mut session, &r),
-        Command::Bench(b) => bench(&mut session, &b),
+        Command::Check(c) => with_pipeline(&c, |pl| check(pl, &c)),
+        Command::Emit { common, stage } => with_pipeline(&common, |pl| emit(pl, &common, &stage)),
+        Command::Run(r) => with_pipeline(&r.common, |pl| run_kernel(pl, &r)),
+        Command::Bench(b) => with_pipeline(&b.run.common, |pl| bench(pl, &b)),
         Command::Tune(_) => Err(not_built("`texc tune`", "the autotuner")),
-        Command::Compile { common, output } => compile_aot(&mut session, &common, output.as_deref()),
-        Command::Analyze { common, plot } => analyze(&mut session, &common, plot.as_deref()),
+        Command::Compile { common, output } => with_pipeline(&common, |pl| compile_aot(pl, &common, output.as_deref())),
+        Command::Analyze { common, plot } => with_pipeline(&common, |pl| analyze(pl, &common, plot.as_deref())),
     };
     match result {
         Ok(()) => 0,
-        Err(Fail::Input(diags)) => {
-            eprint!("{}", render_all(&diags, &session.sources));
+        Err(Fail::Input(text)) => {
+            eprint!("{text}");
             1
         }
         Err(Fail::Usage(msg)) => {
@@ -76,33 +72,56 @@ pub fn run(cli: Cli) -> i32 {
     }
 }
 
+/// Build the pipeline a command asks for, run `body` on it, and render its
+/// errors with its sources; `--time-passes` prints the table at the end.
+fn with_pipeline(c: &Common, body: impl FnOnce(&mut Pipeline) -> Result<(), Error>) -> Result<(), Fail> {
+    let mut pl = Pipeline::new(options(c)?);
+    let result = body(&mut pl);
+    if c.time_passes {
+        eprint!("{}", pl.timing_table());
+    }
+    result.map_err(|e| match e {
+        Error::Input(d) => Fail::Input(pl.render(&d)),
+        Error::Usage(m) => Fail::Usage(m),
+    })
+}
+
+fn options(c: &Common) -> Result<Options, Fail> {
+    let target = texc_pipeline::target(&c.target)?;
+    // A target texc describes but cannot compile for is refused here, once, for every command.
+    target.backend().map_err(|e| Fail::Usage(e.to_string()))?;
+    let mut o = Options::from_env(target).map_err(Fail::Usage)?;
+    if let Some(spec) = &c.dump_ir {
+        o.dump = Dump::parse(spec).map_err(|e| Fail::Usage(format!("--dump-ir: {e}")))?;
+    }
+    o.verify |= c.verify_ir;
+    o.time_passes = c.time_passes;
+    o.rewrite = !c.no_rewrite;
+    for (name, value) in parse_ints("--knob", &c.knob)? {
+        o.knobs.insert(name, value);
+    }
+    Ok(o)
+}
+
 fn not_built(what: &str, needs: &str) -> Fail {
     Fail::Usage(format!("{what} is not built yet: it needs {needs}, which texc does not have yet"))
 }
 
-fn check_target(t: &str) -> Result<(), Fail> {
-    if t == "interp" || CPU_TARGETS.contains(&t) {
-        Ok(())
-    } else if TARGETS.contains(&t) {
-        Err(Fail::Usage(format!("target `{t}` is not built yet; today `interp`, {} run", CPU_TARGETS.join(", "))))
-    } else {
-        Err(Fail::Input(vec![
-            Diagnostic::error(format!("unknown target `{t}`")).with_note(format!("targets: {}", TARGETS.join(", ")))
-        ]))
-    }
+fn usage(m: impl Into<String>) -> Error {
+    Error::Usage(m.into())
 }
 
 /// Parse `A=1,B=2` lists (repeatable flags) into pairs.
-fn parse_pairs(flag: &str, values: &[String]) -> Result<Vec<(String, String)>, Fail> {
+fn parse_pairs(flag: &str, values: &[String]) -> Result<Vec<(String, String)>, Error> {
     let mut out = Vec::new();
     for v in values {
         for part in v.split(',').filter(|p| !p.trim().is_empty()) {
             let Some((n, x)) = part.split_once('=') else {
-                return Err(Fail::Usage(format!("{flag}: expected NAME=VALUE, found `{part}`")));
+                return Err(usage(format!("{flag}: expected NAME=VALUE, found `{part}`")));
             };
             let (n, x) = (n.trim(), x.trim());
             if n.is_empty() || x.is_empty() {
-                return Err(Fail::Usage(format!("{flag}: expected NAME=VALUE, found `{part}`")));
+                return Err(usage(format!("{flag}: expected NAME=VALUE, found `{part}`")));
             }
             out.push((n.to_string(), x.to_string()));
         }
@@ -110,17 +129,17 @@ fn parse_pairs(flag: &str, values: &[String]) -> Result<Vec<(String, String)>, F
     Ok(out)
 }
 
-fn parse_ints(flag: &str, values: &[String]) -> Result<Vec<(String, i64)>, Fail> {
+fn parse_ints(flag: &str, values: &[String]) -> Result<Vec<(String, i64)>, Error> {
     parse_pairs(flag, values)?
         .into_iter()
         .map(|(n, v)| match v.parse::<i64>() {
             Ok(x) => Ok((n, x)),
-            Err(_) => Err(Fail::Usage(format!("{flag}: `{n}={v}`: `{v}` is not an integer"))),
+            Err(_) => Err(usage(format!("{flag}: `{n}={v}`: `{v}` is not an integer"))),
         })
         .collect()
 }
 
-fn bindings(c: &Common) -> Result<Bindings, Fail> {
+fn bindings(c: &Common) -> Result<Bindings, Error> {
     Ok(Bindings {
         shapes: parse_ints("--shape", &c.shape)?,
         consts: parse_ints("--const", &c.consts)?,
@@ -128,23 +147,26 @@ fn bindings(c: &Common) -> Result<Bindings, Fail> {
     })
 }
 
-fn load(session: &mut Session, c: &Common) -> Result<usize, Fail> {
-    Ok(session.load_root(&c.file)?)
+/// Load the file and pick the kernel.
+fn kernel(pl: &mut Pipeline, c: &Common) -> Result<KernelRef, Error> {
+    let m = pl.load(&c.file)?;
+    pl.kernel(m, c.kernel.as_deref())
 }
 
-fn check(session: &mut Session, c: &Common) -> Result<(), Fail> {
-    check_target(&c.target)?;
-    let m = load(session, c)?;
+fn check(pl: &mut Pipeline, c: &Common) -> Result<(), Error> {
     let b = bindings(c)?;
+    let m = pl.load(&c.file)?;
     let kernels: Vec<KernelRef> = match &c.kernel {
-        Some(k) => vec![session.entry_kernel(m, Some(k))?],
-        None => (0..session.module(m).kernels.len()).map(|i| KernelRef { module: m as u32, index: i as u32 }).collect(),
+        Some(k) => vec![pl.kernel(m, Some(k))?],
+        None => {
+            (0..pl.session.module(m).kernels.len()).map(|i| KernelRef { module: m as u32, index: i as u32 }).collect()
+        }
     };
     let mut specialized = 0;
     let mut diags = Vec::new();
     for k in &kernels {
         // Bounds and ranges need sizes: check at the sizes the source and flags give, when they give all.
-        let info = session.kernel(*k);
+        let info = pl.session.kernel(*k);
         let own = |n: &String| info.symbol_index(n).is_some() || info.param_index(n).is_some();
         let b = Bindings {
             shapes: b.shapes.iter().filter(|(n, _)| own(n)).cloned().collect(),
@@ -153,23 +175,24 @@ fn check(session: &mut Session, c: &Common) -> Result<(), Fail> {
         };
         let sized = info.symbols.iter().all(|s| s.default.is_some() || b.shapes.iter().any(|(n, _)| *n == s.name))
             && info.params.iter().all(|p| match &p.info {
-                texc_compiler::resolve::ParamInfo::Const { default } => {
+                texc_compiler::kernel::ParamInfo::Const { default } => {
                     default.is_some() || b.consts.iter().any(|(n, _)| *n == p.name)
                 }
                 _ => true,
             });
         if sized {
-            match texc_compiler::build_program(session, *k, &b) {
+            match pl.specialize(*k, &b) {
                 Ok(p) => {
                     specialized += 1;
-                    diags.extend(check_cpu_schedules(session, *k, &p));
+                    diags.extend(pl.check_schedules(*k, &p));
                 }
-                Err(d) => diags.push(d),
+                Err(Error::Input(d)) => diags.extend(d),
+                Err(e) => return Err(e),
             }
         }
     }
     if !diags.is_empty() {
-        return Err(Fail::Input(diags));
+        return Err(Error::Input(diags));
     }
     outln!(
         "ok: {} kernel{} checked; {} at concrete sizes (bounds proven)",
@@ -180,181 +203,102 @@ fn check(session: &mut Session, c: &Common) -> Result<(), Fail> {
     Ok(())
 }
 
-/// Apply every CPU `schedule` block of a kernel, to report illegal primitives.
-fn check_cpu_schedules(session: &Session, k: KernelRef, p: &texc_compiler::Program) -> Vec<Diagnostic> {
-    CPU_TARGETS
-        .iter()
-        .filter_map(|t| texc_schedules::find_schedule(session, k, t).map(|sc| (t, sc)))
-        .filter_map(|(t, sc)| texc_schedules::schedule_and_lower(p.clone(), t, Some(sc)).err())
-        .collect()
-}
-
-fn emit(session: &mut Session, c: &Common, stage: &str) -> Result<(), Fail> {
+fn emit(pl: &mut Pipeline, c: &Common, stage: &str) -> Result<(), Error> {
     if !STAGES.contains(&stage) {
-        return Err(Fail::Usage(format!("unknown stage `{stage}`; stages: {}", STAGES.join(", "))));
+        return Err(usage(format!("unknown stage `{stage}`; stages: {}", STAGES.join(", "))));
     }
-    if matches!(stage, "loops" | "llvm" | "asm") {
-        if !CPU_TARGETS.contains(&c.target.as_str()) {
-            return Err(Fail::Usage(format!(
-                "`--stage {stage}` is for a CPU target; add --target x86-avx2 (or {})",
-                CPU_TARGETS[1..].join(", ")
-            )));
-        }
-    } else {
-        check_target(&c.target)?;
+    let t = pl.target();
+    let backend_stage = !matches!(stage, "ast" | "tir" | "graph" | "egraph" | "loops");
+    if stage == "loops" || backend_stage {
+        pl.require_compiled(&format!("`--stage {stage}`"))?;
     }
-    let m = load(session, c)?;
+    if backend_stage && !pl.text_stages().contains(&stage) {
+        let printing: Vec<&str> = texc_compiler::target::all()
+            .iter()
+            .filter(|t| texc_codegen::backend_for(t).is_ok_and(|b| b.text_stages().contains(&stage)))
+            .map(|t| t.name)
+            .collect();
+        return Err(if printing.is_empty() {
+            usage(format!("stage `{stage}` is not built yet: it needs a later part of the compiler"))
+        } else {
+            usage(format!("target `{t}` has no stage `{stage}`; targets that print it: {}", printing.join(", ")))
+        });
+    }
+    let m = pl.load(&c.file)?;
+    if stage == "ast" {
+        outp!("{}", texc_grammar::print::print_ast(&pl.session.module(m).ast));
+        return Ok(());
+    }
+    let k = pl.kernel(m, c.kernel.as_deref())?;
+    let b = bindings(c)?;
     match stage {
-        "ast" => outp!("{}", texc_grammar::print::print_ast(&session.module(m).ast)),
         "egraph" => {
-            let k = session.entry_kernel(m, c.kernel.as_deref())?;
-            let target = if c.target == "interp" { "x86-avx2" } else { c.target.as_str() };
-            let r = texc_compiler::build_rewritten(session, k, &bindings(c)?, target)?;
-            outp!("{}", texc_compiler::rewrite::print_plan(&r.plan, target, r.kept_original.as_deref()));
+            let written = pl.specialize(k, &b)?;
+            let built = pl.rewrite(k, &b, written)?;
+            let plan = built.plan.as_ref().expect("the rewrite pass makes a plan");
+            outp!("{}", texc_compiler::rewrite::print_plan(plan, t, built.kept_original.as_deref()));
         }
-        "graph" => {
-            let k = session.entry_kernel(m, c.kernel.as_deref())?;
-            let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
-            outp!("{}", texc_compiler::graph::print_graph(&p));
-        }
-        "tir" => {
-            let k = session.entry_kernel(m, c.kernel.as_deref())?;
-            let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
-            outp!("{}", texc_compiler::print::print_program(&p));
-        }
+        "graph" => outp!("{}", texc_compiler::graph::print_graph(&pl.specialize(k, &b)?)),
+        "tir" => outp!("{}", texc_compiler::print::print_program(&pl.specialize(k, &b)?)),
         "loops" => {
-            let k = session.entry_kernel(m, c.kernel.as_deref())?;
-            let p = program_for_target(session, k, &bindings(c)?, c)?;
-            let sched = texc_schedules::find_schedule(session, k, &c.target);
-            let f = texc_schedules::schedule_and_lower(p, &c.target, sched)?;
-            outp!("{}", texc_schedules::ir::print(&f));
+            let (_, loops) = pl.build(k, &b)?;
+            outp!("{}", texc_schedules::ir::print(&loops.lowered));
         }
-        "llvm" | "asm" => {
-            let k = session.entry_kernel(m, c.kernel.as_deref())?;
-            let p = program_for_target(session, k, &bindings(c)?, c)?;
-            let sched = texc_schedules::find_schedule(session, k, &c.target);
-            let f = texc_schedules::schedule_and_lower(p, &c.target, sched)?;
-            let text = if stage == "llvm" {
-                texc_codegen::emit_llvm(&f, &c.target)
-            } else {
-                texc_codegen::emit_asm(&f, &c.target)
-            };
-            outp!("{}", text.map_err(|e| Diagnostic::error(format!("code generation failed: {e}")))?);
+        _ => {
+            let (_, loops) = pl.build(k, &b)?;
+            outp!("{}", pl.emit_text(&loops.legal, stage)?);
         }
-        other => return Err(not_built(&format!("stage `{other}`"), "a later part of the compiler")),
     }
     Ok(())
 }
 
-/// Everything `run` and `bench` need: the specialized program, the loop
-/// nests for a compiled target, and the arguments.
-struct Prepared {
-    p: texc_compiler::Program,
-    loops: Option<texc_schedules::LoopFunc>,
-    args: Vec<interp::Arg>,
-    outputs: Vec<(String, String)>,
-}
-
-fn prepare(session: &mut Session, r: &RunArgs) -> Result<Prepared, Fail> {
-    let c = &r.common;
-    check_target(&c.target)?;
+/// Tensor files and scalar values of a run, read and parsed.
+fn run_inputs(r: &RunArgs) -> Result<(HashMap<String, Tensor>, Vec<(String, f64)>, Vec<(String, String)>), Error> {
     let inputs = parse_pairs("--input", &r.input)?;
     let outputs = parse_pairs("--output", &r.output)?;
-    let scalars = parse_pairs("--scalar", &r.scalar)?;
-    let mut scalar_values = Vec::new();
-    for (n, text) in &scalars {
-        let v = text
-            .parse::<f64>()
-            .map_err(|_| Fail::Usage(format!("--scalar: `{n}={text}`: `{text}` is not a number")))?;
-        scalar_values.push((n.clone(), v));
+    let mut scalars = Vec::new();
+    for (n, text) in parse_pairs("--scalar", &r.scalar)? {
+        let v = text.parse::<f64>().map_err(|_| usage(format!("--scalar: `{n}={text}`: `{text}` is not a number")))?;
+        scalars.push((n, v));
     }
-    let m = load(session, c)?;
-    let k = session.entry_kernel(m, c.kernel.as_deref())?;
-    let info = session.kernel(k);
-    let kname = info.name.clone();
-    for (n, _) in inputs.iter().chain(&scalars) {
-        if info.param_index(n).is_none() {
-            return Err(Diagnostic::error(format!("`{n}` is not a parameter of kernel `{kname}`")).into());
-        }
-    }
-    let mut files: HashMap<String, Tensor> = HashMap::new();
+    let mut files = HashMap::new();
     for (n, path) in &inputs {
         let t = read_npy(&PathBuf::from(path)).map_err(|e| Diagnostic::error(format!("input `{n}`: {e}")))?;
         files.insert(n.clone(), t);
     }
-    let mut b = bindings(c)?;
-    b.input_shapes = files.iter().map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect())).collect();
-    let p = texc_compiler::build_program(session, k, &b)?;
-    for (n, _) in &outputs {
-        if !p.outputs.iter().any(|&o| p.tensor(o).name == *n) {
-            return Err(Diagnostic::error(format!("`{n}` is not an output of kernel `{kname}`")).into());
-        }
-    }
-    let loops = if c.target == "interp" {
-        None
-    } else {
-        let sched = texc_schedules::find_schedule(session, k, &c.target);
-        let q = program_for_target(session, k, &b, c)?;
-        Some(texc_schedules::schedule_and_lower(q, &c.target, sched)?)
-    };
-    let args = interp::bind_args(&p, files, &scalar_values, r.seed).map_err(Diagnostic::error)?;
-    Ok(Prepared { p, loops, args, outputs })
+    Ok((files, scalars, outputs))
 }
 
-/// The program a compiled target runs: rewritten by the e-graph unless the
-/// kernel has its own schedule for the target or `--no-rewrite` is given.
-fn program_for_target(
-    session: &Session,
-    k: KernelRef,
-    b: &Bindings,
-    c: &Common,
-) -> Result<texc_compiler::Program, Fail> {
-    if c.no_rewrite || c.target == "interp" || texc_schedules::find_schedule(session, k, &c.target).is_some() {
-        return Ok(texc_compiler::build_program(session, k, b)?);
+fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
+    let c = &r.common;
+    let t = pl.target();
+    if r.check {
+        pl.require_compiled("--check compares a compiled target with `interp`:")?;
     }
-    let r = texc_compiler::build_rewritten(session, k, b, &c.target)?;
-    if let Some(why) = r.kept_original.filter(|w| w != "no cheaper plan") {
+    let (files, scalars, outputs) = run_inputs(r)?;
+    let k = kernel(pl, c)?;
+    let prep = pl.prepare(k, &bindings(c)?, files, &scalars, r.seed)?;
+    if let Some(why) = prep.built.kept_original.as_ref().filter(|w| *w != "no cheaper plan") {
         eprintln!("note: {why}; running the graph as written");
     }
-    Ok(r.program)
-}
-
-fn jit(f: &texc_schedules::LoopFunc, target: &str) -> Result<texc_codegen::Compiled, Fail> {
-    texc_codegen::compile(f, target)
-        .map_err(|e| Fail::Input(vec![Diagnostic::error(format!("code generation failed: {e}"))]))
-}
-
-/// Tolerance of `--check` for an output type (normwise relative error).
-fn tolerance(dtype: texc_runtime::DType) -> f64 {
-    use texc_runtime::DType::*;
-    match dtype {
-        F16 | BF16 => 1e-2,
-        F32 => 1e-5,
-        F64 => 1e-12,
-        _ => 0.0,
+    let p = &prep.built.written;
+    for (n, _) in &outputs {
+        if !p.outputs.iter().any(|&o| p.tensor(o).name == *n) {
+            return Err(Diagnostic::error(format!("`{n}` is not an output of kernel `{}`", p.name)).into());
+        }
     }
-}
-
-fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
-    let c = &r.common;
-    if r.check && c.target == "interp" {
-        return Err(Fail::Usage(
-            "--check compares a compiled target with `interp`; add --target x86-avx2 (or x86-avx512, host)".into(),
-        ));
-    }
-    let Prepared { p, loops, args, outputs } = prepare(session, r)?;
     let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
-    let results = match &loops {
-        None => interp::run(&p, args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?,
-        Some(f) => {
-            let k = jit(f, &c.target)?;
-            outln!("compiled `{}` for {} in {:.3} s", p.name, c.target, k.compile_time.as_secs_f64());
-            k.run(args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?
+    let results = match &prep.loops {
+        None => texc_pipeline::interpret(p, prep.args.clone())?,
+        Some(loops) => {
+            let compiled = pl.compile(&loops.legal)?;
+            outln!("compiled `{}` for {t} in {:.3} s", p.name, compiled.compile_time.as_secs_f64());
+            compiled.run(prep.args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?
         }
     };
-    outln!("ran `{}` on {} [{}]", p.name, c.target, sizes.join(", "));
-    for (&o, t) in p.outputs.iter().zip(&results) {
-        outln!("  {}", summary(&p.tensor(o).name, t));
+    outln!("ran `{}` on {t} [{}]", p.name, sizes.join(", "));
+    for (&o, x) in p.outputs.iter().zip(&results) {
+        outln!("  {}", summary(&p.tensor(o).name, x));
     }
     for (n, path) in &outputs {
         let i = p.outputs.iter().position(|&o| p.tensor(o).name == *n).expect("checked above");
@@ -362,84 +306,72 @@ fn run_kernel(session: &mut Session, r: &RunArgs) -> Result<(), Fail> {
         outln!("  wrote `{n}` to {path}");
     }
     if r.check {
-        let want = interp::run(&p, args).map_err(|e| Diagnostic::error(e.to_string()))?;
+        let want = texc_pipeline::interpret(p, prep.args)?;
+        let names: Vec<String> = p.outputs.iter().map(|&o| p.tensor(o).name.clone()).collect();
         let mut bad = Vec::new();
-        for ((&o, got), want) in p.outputs.iter().zip(&results).zip(&want) {
-            let err = rel_error(got, want);
-            let tol = tolerance(want.dtype());
-            let name = &p.tensor(o).name;
-            outln!("  check `{name}` against interp: max relative error {err:.3e} (tolerance {tol:.0e})");
-            if err > tol {
-                bad.push(format!("`{name}` differs from the interpreter: relative error {err:.3e} > {tol:.0e}"));
+        for ch in texc_pipeline::oracle::compare(&names, &results, &want) {
+            outln!(
+                "  check `{}` against interp: max relative error {:.3e} (tolerance {:.0e})",
+                ch.name,
+                ch.error,
+                ch.tolerance
+            );
+            if !ch.passed() {
+                bad.push(Diagnostic::error(format!(
+                    "`{}` differs from the interpreter: relative error {:.3e} > {:.0e}",
+                    ch.name, ch.error, ch.tolerance
+                )));
             }
         }
         if !bad.is_empty() {
-            return Err(Fail::Input(bad.into_iter().map(Diagnostic::error).collect()));
+            return Err(Error::Input(bad));
         }
     }
     Ok(())
 }
 
-/// Normwise relative error: max |a - b| / max |b|; NaN where exactly one side is NaN counts as infinite.
-fn rel_error(got: &Tensor, want: &Tensor) -> f64 {
-    let (a, b) = (got.to_f64(), want.to_f64());
-    let scale = b.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
-    a.iter().zip(&b).fold(0.0f64, |m, (x, y)| {
-        if x.is_nan() != y.is_nan() {
-            f64::INFINITY
-        } else if x.is_nan() || x == y {
-            m
-        } else {
-            m.max((x - y).abs())
-        }
-    }) / scale
+/// The machine's roofline for a target at the pool's thread count.
+fn machine(t: &Target) -> (texc_runtime::roofline::Roofline, &'static str, usize) {
+    let threads = texc_runtime::pool::num_threads();
+    let lanes = t.lanes(texc_compiler::types::ElemType::F32) as usize;
+    let (roof, source) = texc_runtime::roofline::roofline(t.name, lanes, threads);
+    (roof, source, threads)
 }
 
-fn bench(session: &mut Session, a: &BenchArgs) -> Result<(), Fail> {
-    let target = a.run.common.target.clone();
-    if !CPU_TARGETS.contains(&target.as_str()) {
-        check_target(&target)?;
-        return Err(Fail::Usage(format!(
-            "`texc bench` times compiled code; add --target x86-avx2 (or {})",
-            CPU_TARGETS[1..].join(", ")
-        )));
-    }
+fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
+    let t = pl.target();
+    pl.require_compiled("`texc bench` times compiled code:")?;
     if a.repeat == 0 {
-        return Err(Fail::Usage("--repeat must be at least 1".into()));
+        return Err(usage("--repeat must be at least 1"));
     }
     // FLOPs and bytes are those of the program as written (a rewritten plan,
     // e.g. Winograd, is credited with the work it replaces: effective rates).
-    let Prepared { p, loops, args, .. } = prepare(session, &a.run)?;
-    let f = loops.expect("a compiled target");
-    let k = jit(&f, &target)?;
-    let mut bufs = k.prepare(args).map_err(|e| Diagnostic::error(e.to_string()))?;
+    let (files, scalars, _) = run_inputs(&a.run)?;
+    let k = kernel(pl, &a.run.common)?;
+    let prep = pl.prepare(k, &bindings(&a.run.common)?, files, &scalars, a.run.seed)?;
+    let p = &prep.built.written;
+    let compiled = pl.compile(&prep.loops.as_ref().expect("a compiled target").legal)?;
+    let mut bufs = compiled.prepare(prep.args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?;
     for _ in 0..a.warmup {
-        k.call(&mut bufs);
+        compiled.call(&mut bufs);
     }
     let mut times: Vec<f64> = (0..a.repeat)
         .map(|_| {
-            let t = std::time::Instant::now();
-            k.call(&mut bufs);
-            t.elapsed().as_secs_f64()
+            let start = std::time::Instant::now();
+            compiled.call(&mut bufs);
+            start.elapsed().as_secs_f64()
         })
         .collect();
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
-    let counts = texc_compiler::cost::count(&p);
-    let threads = texc_runtime::pool::num_threads();
-    let lanes = texc_schedules::default::vector_lanes(&target) as usize;
-    let (roof, source) = texc_runtime::roofline::roofline(&target, lanes, threads);
+    let counts = texc_compiler::cost::count(p);
+    let (roof, source, threads) = machine(t);
     let gflops = counts.flops / median / 1e9;
     let gbs = counts.bytes / median / 1e9;
     let bound = roof.peak_gflops.min(counts.intensity() * roof.bandwidth_gbs);
     let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
-    outln!(
-        "bench `{}` on {target} [{}], {threads} thread{}",
-        p.name,
-        sizes.join(", "),
-        if threads == 1 { "" } else { "s" }
-    );
-    outln!("  compile   {:.3} s", k.compile_time.as_secs_f64());
+    outln!("bench `{}` on {t} [{}], {threads} thread{}", p.name, sizes.join(", "), if threads == 1 { "" } else { "s" });
+    outln!("  compile   {:.3} s", compiled.compile_time.as_secs_f64());
     outln!(
         "  time      {:.4} ms median of {} (min {:.4}, max {:.4})",
         median * 1e3,
@@ -471,29 +403,21 @@ fn bench(session: &mut Session, a: &BenchArgs) -> Result<(), Fail> {
 
 /// `texc compile FILE -o out.o|out.so`: an object or shared library with
 /// `int texc_<kernel>_run(...)`, and `out.h` declaring it.
-fn compile_aot(session: &mut Session, c: &Common, output: Option<&std::path::Path>) -> Result<(), Fail> {
+fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(), Error> {
     let Some(out) = output else {
-        return Err(Fail::Usage("`texc compile` needs `-o out.o` or `-o out.so`".into()));
+        return Err(usage("`texc compile` needs `-o out.o` or `-o out.so`"));
     };
-    if !CPU_TARGETS.contains(&c.target.as_str()) {
-        check_target(&c.target)?;
-        return Err(Fail::Usage(format!(
-            "`texc compile` needs a CPU target: add --target x86-avx2 (or {})",
-            CPU_TARGETS[1..].join(", ")
-        )));
-    }
+    pl.require_compiled("`texc compile`")?;
     let ext = out.extension().and_then(|e| e.to_str()).unwrap_or("");
     if ext != "o" && ext != "so" {
-        return Err(Fail::Usage(format!("`-o {}`: the output must end in .o or .so", out.display())));
+        return Err(usage(format!("`-o {}`: the output must end in .o or .so", out.display())));
     }
-    let m = load(session, c)?;
-    let k = session.entry_kernel(m, c.kernel.as_deref())?;
-    let p = program_for_target(session, k, &bindings(c)?, c)?;
-    let sched = texc_schedules::find_schedule(session, k, &c.target);
-    let f = texc_schedules::schedule_and_lower(p, &c.target, sched)?;
-    let fail = |e: String| Fail::Input(vec![Diagnostic::error(e)]);
+    let k = kernel(pl, c)?;
+    let (_, loops) = pl.build(k, &bindings(c)?)?;
+    let (object_bytes, header) = pl.emit_object(&loops.legal)?;
+    let fail = |e: String| Error::from(Diagnostic::error(e));
     let object = if ext == "o" { out.to_path_buf() } else { out.with_extension("tmp.o") };
-    texc_codegen::write_object(&f, &c.target, &object).map_err(|e| fail(format!("code generation failed: {e}")))?;
+    std::fs::write(&object, object_bytes).map_err(|e| fail(format!("cannot write {}: {e}", object.display())))?;
     if ext == "so" {
         let status = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
             .args(["-shared", "-o"])
@@ -506,34 +430,25 @@ fn compile_aot(session: &mut Session, c: &Common, output: Option<&std::path::Pat
             return Err(fail(format!("linking {} failed", out.display())));
         }
     }
-    let header = out.with_extension("h");
-    std::fs::write(&header, texc_codegen::header::header(&f, &c.target))
-        .map_err(|e| fail(format!("cannot write {}: {e}", header.display())))?;
-    outln!("wrote {} and {} (int texc_{}_run(...))", out.display(), header.display(), f.p.name);
+    let header_path = out.with_extension("h");
+    std::fs::write(&header_path, header).map_err(|e| fail(format!("cannot write {}: {e}", header_path.display())))?;
+    outln!("wrote {} and {} (int texc_{}_run(...))", out.display(), header_path.display(), loops.legal.p.name);
     Ok(())
 }
 
-fn analyze(session: &mut Session, c: &Common, plot: Option<&std::path::Path>) -> Result<(), Fail> {
-    if !CPU_TARGETS.contains(&c.target.as_str()) {
-        check_target(&c.target)?;
-        return Err(Fail::Usage(format!(
-            "`texc analyze` needs the machine of a target: add --target x86-avx2 (or {})",
-            CPU_TARGETS[1..].join(", ")
-        )));
-    }
+fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>) -> Result<(), Error> {
+    let t = pl.target();
+    pl.require_compiled("`texc analyze` needs the machine of a target:")?;
     if let Some(path) = plot {
         if path.extension().and_then(|e| e.to_str()) != Some("svg") {
-            return Err(Fail::Usage(format!("--plot {}: the plot is an .svg file", path.display())));
+            return Err(usage(format!("--plot {}: the plot is an .svg file", path.display())));
         }
     }
-    let m = load(session, c)?;
-    let k = session.entry_kernel(m, c.kernel.as_deref())?;
-    let p = texc_compiler::build_program(session, k, &bindings(c)?)?;
-    let threads = texc_runtime::pool::num_threads();
-    let lanes = texc_schedules::default::vector_lanes(&c.target) as usize;
-    let (roof, source) = texc_runtime::roofline::roofline(&c.target, lanes, threads);
+    let k = kernel(pl, c)?;
+    let p = pl.specialize(k, &bindings(c)?)?;
+    let (roof, source, threads) = machine(t);
     let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
-    outln!("analyze `{}` for {} [{}]", p.name, c.target, sizes.join(", "));
+    outln!("analyze `{}` for {t} [{}]", p.name, sizes.join(", "));
     outln!(
         "  machine: {:.1} GFLOP/s peak, {:.1} GB/s, ridge {:.2} FLOP/byte ({threads} thread{}, {source})",
         roof.peak_gflops,
@@ -567,18 +482,19 @@ fn analyze(session: &mut Session, c: &Common, plot: Option<&std::path::Path>) ->
         );
     }
     let all = texc_compiler::cost::count(&p);
+    let moved: f64 = ops.iter().map(|(_, c)| c.bytes).sum();
     outln!(
         "  {:<36} {:>12.3} {:>12.1} {:>9.2} {:>8} {:>12.2}",
         "total (operators run one by one)",
         all.flops / 1e6,
-        ops.iter().map(|(_, c)| c.bytes).sum::<f64>() / 1e3,
-        all.flops / ops.iter().map(|(_, c)| c.bytes).sum::<f64>().max(1.0),
+        moved / 1e3,
+        all.flops / moved.max(1.0),
         "",
         total_us
     );
     if let Some(path) = plot {
         std::fs::write(path, roofline_svg(&p.name, &roof, &ops))
-            .map_err(|e| Fail::Input(vec![Diagnostic::error(format!("cannot write {}: {e}", path.display()))]))?;
+            .map_err(|e| Error::from(Diagnostic::error(format!("cannot write {}: {e}", path.display()))))?;
         outln!("  wrote {}", path.display());
     }
     Ok(())

@@ -63,7 +63,6 @@ fn user_errors_exit_1_with_a_location() {
     let cases: &[&[&str]] = &[
         &["run", "examples/matmul.tex", "--input", "A=/no/such.npy"],
         &["run", "examples/matmul.tex", "--kernel", "nope"],
-        &["run", "examples/matmul.tex", "--target", "x86-sse"],
         &["run", "examples/matmul.tex", "--shape", "Q=3"],
         &["run", "tests/conformance/std_ops.tex", "--kernel", "t_matmul"],
         &["run", "examples/norms.tex"],
@@ -117,6 +116,8 @@ fn misuse_and_unbuilt_features_exit_2() {
         &["emit", "examples/matmul.tex", "--stage", "ptx"],
         &["emit", "examples/matmul.tex", "--stage", "loops"],
         &["run", "examples/matmul.tex", "--target", "nvptx-sm80"],
+        &["run", "examples/matmul.tex", "--target", "x86-sse"],
+        &["run", "examples/matmul.tex", "--knob", "t=abc"],
         &["run", "examples/matmul.tex", "--target", "cranelift"],
         &["run", "examples/matmul.tex", "--check"],
         &["bench", "examples/matmul.tex"],
@@ -232,7 +233,7 @@ fn a_closed_stdout_ends_texc_quietly() {
 }
 
 /// `TEXC_EXTRACT` picks the extraction; an unknown one, or `ilp` in a texc
-/// built without it, is a clear error (exit 1), never a silent fallback.
+/// built without it, is a clear error (exit 2, like any misuse), never a silent fallback.
 #[test]
 fn extraction_is_chosen_by_environment() {
     let run = |value: &str| {
@@ -247,13 +248,56 @@ fn extraction_is_chosen_by_environment() {
     assert_eq!(o.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&o.stdout).contains("(greedy extraction)"));
     let o = run("simplex");
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("TEXC_EXTRACT=simplex: expected `greedy` or `ilp`"));
     let o = run("ilp");
     if cfg!(feature = "ilp") {
         assert!(String::from_utf8_lossy(&o.stdout).contains("(ilp extraction)"));
     } else {
-        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(o.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&o.stderr).contains("built without ILP extraction"));
     }
+}
+
+/// `--time-passes` prints every pass that ran; `--dump-ir` and
+/// `TEXC_DUMP_IR` print the IR after the passes asked for.
+#[test]
+fn passes_are_timed_and_dumped() {
+    let o = texc(&["run", "examples/softmax.tex", "--target", "x86-avx2", "--time-passes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    for pass in ["parse", "resolve", "specialize", "rewrite", "schedule", "lower", "legalize", "codegen", "total"] {
+        assert!(err(&o).contains(pass), "no `{pass}` in\n{}", err(&o));
+    }
+    let o = texc(&[
+        "emit",
+        "examples/matmul.tex",
+        "--stage",
+        "loops",
+        "--target",
+        "x86-avx2",
+        "--dump-ir",
+        "schedule,legalize",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(err(&o).contains("// ---- after schedule (schedules)\nschedules of matmul"), "{}", err(&o));
+    assert!(err(&o).contains("// ---- after legalize (loops)"), "{}", err(&o));
+    assert!(!err(&o).contains("after parse"), "{}", err(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_texc"))
+        .args(["emit", "examples/matmul.tex", "--stage", "tir"])
+        .env("TEXC_DUMP_IR", "1")
+        .current_dir(root())
+        .output()
+        .expect("runs");
+    assert!(err(&o).contains("// ---- after parse (ast)") && err(&o).contains("// ---- after specialize (tir)"));
+    let o = texc(&["emit", "examples/matmul.tex", "--stage", "tir", "--dump-ir", "lowr"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("no pass `lowr` to dump"), "{}", err(&o));
+}
+
+/// `--knob` sets a schedule's tunables from the command line.
+#[test]
+fn knobs_from_the_command_line() {
+    let o = texc(&["emit", "examples/sgemm.tex", "--stage", "loops", "--target", "x86-avx2", "--knob", "nope=3"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("knob `nope` is not a tunable"), "{}", err(&o));
 }

@@ -1,0 +1,131 @@
+//! The interface every code generator implements, and the runnable kernel
+//! they all produce.
+//!
+//! A backend turns a legalized loop nest ([`LoopFunc`] after the pipeline's
+//! *legalize* pass) into:
+//! - code in this process ([`Backend::jit`]): the entry function of
+//!   [`crate::abi`] plus whatever keeps it alive;
+//! - text ([`Backend::emit_text`]) for `texc emit --stage S`, for the stages
+//!   it lists in [`Backend::text_stages`];
+//! - an object file ([`Backend::emit_object`]) with the same entry and the
+//!   typed C entry described by [`CEntry`].
+//!
+//! Everything around the code — argument checks, buffers, calling, the C
+//! header — is here and in [`crate::abi`], written once for all backends.
+
+use crate::abi::{self, CEntry, Layout};
+use crate::CodegenError;
+use std::time::{Duration, Instant};
+use texc_compiler::interp::Arg;
+use texc_compiler::target::{BackendKind, Target};
+use texc_runtime::{AlignedBuf, Tensor};
+use texc_schedules::LoopFunc;
+
+/// `entry(bufs, scalars)`: `bufs[t]` is the buffer of tensor `t`,
+/// `scalars[s]` the 8-byte slot of scalar `s` (see [`crate::abi`]).
+pub type EntryFn = unsafe extern "C" fn(*const *mut u8, *const u64);
+
+/// Whatever keeps a kernel's machine code alive (an execution engine, a JIT
+/// module). Dropping it frees the code. It must allow the code to be called
+/// from any thread, and to move to another thread.
+pub trait Artifact: Send + Sync {}
+
+/// Machine code in this process.
+pub struct Code {
+    pub entry: EntryFn,
+    pub owner: Box<dyn Artifact>,
+}
+
+/// A code generator. Implementations are stateless (`Sync`): every call
+/// builds what it needs, so compiles may run on several threads at once.
+pub trait Backend: Sync {
+    fn kind(&self) -> BackendKind;
+
+    /// The `emit --stage` names this backend prints, e.g. `["llvm", "asm"]`.
+    fn text_stages(&self) -> &'static [&'static str];
+
+    /// Compile a legalized kernel into code that runs in this process.
+    fn jit(&self, f: &LoopFunc, target: &Target) -> Result<Code, CodegenError>;
+
+    /// One of [`Backend::text_stages`] of a legalized kernel.
+    fn emit_text(&self, f: &LoopFunc, target: &Target, stage: &str) -> Result<String, CodegenError>;
+
+    /// An ELF object with the entry of [`crate::abi`], the typed C entry `c`,
+    /// and a weak serial `texc_parallel_for`.
+    fn emit_object(&self, f: &LoopFunc, target: &Target, c: &CEntry) -> Result<Vec<u8>, CodegenError>;
+}
+
+/// A compiled kernel, ready to run on host tensors. It can be built on one
+/// thread and run on another (`Send + Sync`).
+pub struct Compiled {
+    code: Code,
+    layout: Layout,
+    pub backend: BackendKind,
+    /// Wall time spent in the backend (building, optimizing, machine code).
+    pub compile_time: Duration,
+}
+
+impl Compiled {
+    /// JIT-compile `f` for `target` with `backend`.
+    pub fn new(backend: &dyn Backend, f: &LoopFunc, target: &Target) -> Result<Compiled, CodegenError> {
+        let start = Instant::now();
+        let code = backend.jit(f, target)?;
+        Ok(Compiled { code, layout: Layout::of(f), backend: backend.kind(), compile_time: start.elapsed() })
+    }
+
+    /// Check and copy arguments (in parameter order) into aligned buffers.
+    pub fn prepare(&self, args: Vec<Arg>) -> Result<Buffers, CodegenError> {
+        let l = &self.layout;
+        let mut bufs = Vec::new();
+        let mut ptrs = vec![std::ptr::null_mut(); l.n_tensors];
+        let mut scalars = vec![0u64; l.scalars.len()];
+        abi::check_args(l, &args).map_err(CodegenError::Run)?;
+        for (param, arg) in l.params.iter().zip(args) {
+            match (param, arg) {
+                (abi::Param::Tensor(t), Arg::Tensor(x)) => bufs.push((*t, AlignedBuf::from_tensor(&x))),
+                (abi::Param::Scalar(s), Arg::Scalar(v)) => {
+                    scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], v)
+                }
+                _ => return Err(CodegenError::Run("a tensor and a scalar argument are swapped".into())),
+            }
+        }
+        for t in l.outputs.iter().chain(&l.temps) {
+            bufs.push((t.id, AlignedBuf::zeroed(t.elem, t.shape.clone())));
+        }
+        for (t, b) in bufs.iter_mut() {
+            ptrs[t.0 as usize] = b.as_mut_ptr();
+        }
+        Ok(Buffers { bufs, ptrs, scalars })
+    }
+
+    /// Run on prepared buffers (may be called repeatedly, e.g. by `bench`).
+    pub fn call(&self, b: &mut Buffers) {
+        // SAFETY: every tensor the kernel touches has a buffer of its declared
+        // size (prepare), the kernel stays inside them (bounds checking), and
+        // the code is alive while `self` is.
+        unsafe { (self.code.entry)(b.ptrs.as_ptr(), b.scalars.as_ptr()) }
+    }
+
+    pub fn outputs(&self, b: &Buffers) -> Vec<Tensor> {
+        let find = |id| b.bufs.iter().find(|(t, _)| *t == id).map(|(_, buf)| buf.to_tensor());
+        self.layout.outputs.iter().map(|o| find(o.id).expect("outputs have buffers")).collect()
+    }
+
+    /// Prepare, call once, return the outputs.
+    pub fn run(&self, args: Vec<Arg>) -> Result<Vec<Tensor>, CodegenError> {
+        let mut b = self.prepare(args)?;
+        self.call(&mut b);
+        Ok(self.outputs(&b))
+    }
+}
+
+/// Buffers for one call: inputs copied in, outputs and temporaries zeroed.
+pub struct Buffers {
+    bufs: Vec<(texc_compiler::tir::TensorId, AlignedBuf)>,
+    ptrs: Vec<*mut u8>,
+    scalars: Vec<u64>,
+}
+
+// SAFETY: the raw pointers point into `bufs`, which the value owns; moving
+// the whole value to another thread moves the buffers with them.
+unsafe impl Send for Buffers {}

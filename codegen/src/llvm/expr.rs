@@ -1,0 +1,401 @@
+//! Expressions: constants, variables, arithmetic, comparisons, short-circuit
+//! logic, selects and conversions, in scalar and vector code.
+
+use super::gen::{Frame, Gen, Mode};
+use super::{llvm_err, R};
+use inkwell::types::{BasicTypeEnum, VectorType};
+use inkwell::values::{BasicValueEnum, IntValue};
+use inkwell::{FloatPredicate, IntPredicate};
+use texc_compiler::ops::{BinOp, UnOp};
+use texc_compiler::tir::{TExpr, TExprId, Ty};
+use texc_compiler::types::ElemType;
+use texc_schedules::analysis;
+
+pub(super) fn bool_ty(t: Ty) -> bool {
+    t == Ty::Elem(ElemType::Bool)
+}
+
+pub(super) fn float_ty(t: Ty) -> bool {
+    matches!(t, Ty::Elem(e) if e.is_float())
+}
+
+pub(super) fn unsigned_ty(t: Ty) -> bool {
+    t == Ty::Elem(ElemType::U8)
+}
+
+impl<'ctx> Gen<'ctx, '_> {
+    pub(super) fn expr(&mut self, fr: &mut Frame<'ctx>, e: TExprId, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let ty = self.f.p.ty(e);
+        match self.f.p.expr(e).clone() {
+            TExpr::Int(v) => self.const_of(ty, v, v as f64, mode),
+            TExpr::Float(v) => self.const_of(ty, v as i64, v, mode),
+            TExpr::Var(v) => match mode {
+                Mode::Vector { var, base, lanes, .. } if var == v => {
+                    let ids: Vec<IntValue> =
+                        (0..lanes).map(|l| self.cx.i64_type().const_int((base + l as i64) as u64, true)).collect();
+                    Ok(VectorType::const_vector(&ids).into())
+                }
+                _ => {
+                    let x = *fr.vars.get(&v).ok_or_else(|| llvm_err(format!("unbound variable {v}")))?;
+                    self.lift(x.into(), mode)
+                }
+            },
+            TExpr::Scalar(s) => self.lift(fr.scalars[s as usize], mode),
+            TExpr::Load(t, idx) => self.load(fr, t, &idx, mode),
+            TExpr::Unary(UnOp::Not, a) => {
+                let x = self.expr(fr, a, mode)?;
+                Ok(match x {
+                    BasicValueEnum::VectorValue(v) => self.b.build_not(v, "not")?.into(),
+                    _ => self.b.build_not(x.into_int_value(), "not")?.into(),
+                })
+            }
+            TExpr::Unary(UnOp::Neg, a) => {
+                let x = self.expr(fr, a, mode)?;
+                let zero = self.const_of(ty, 0, 0.0, mode)?;
+                if float_ty(ty) {
+                    Ok(match x {
+                        BasicValueEnum::VectorValue(v) => self.b.build_float_neg(v, "neg")?.into(),
+                        _ => self.b.build_float_neg(x.into_float_value(), "neg")?.into(),
+                    })
+                } else {
+                    self.arith(BinOp::Sub, zero, x, ty)
+                }
+            }
+            TExpr::Binary(op @ (BinOp::And | BinOp::Or), a, b) => self.logic(fr, op, a, b, mode),
+            TExpr::Binary(op, a, b) => {
+                let oty = self.f.p.ty(a);
+                let x = self.expr(fr, a, mode)?;
+                let y = self.expr(fr, b, mode)?;
+                if op.is_comparison() {
+                    self.compare(op, x, y, oty)
+                } else {
+                    self.arith(op, x, y, ty)
+                }
+            }
+            TExpr::Select(c, a, b) => self.select(fr, c, a, b, ty, mode),
+            TExpr::Math(f, args) => {
+                let mut vals = Vec::new();
+                for a in args {
+                    vals.push(self.expr(fr, a, mode)?);
+                }
+                self.math(f, &vals, ty, mode)
+            }
+            TExpr::Intrinsic(i, args) => {
+                let mut vals = Vec::new();
+                for a in args {
+                    vals.push(self.expr(fr, a, mode)?);
+                }
+                self.intrinsic_op(i, &vals, ty, mode)
+            }
+            TExpr::Cast(a) => {
+                let from = self.f.p.ty(a);
+                let x = self.expr(fr, a, mode)?;
+                self.cast(x, from, ty, mode.lanes())
+            }
+            TExpr::Reduce(..) => Err(llvm_err("a reduction reached code generation")),
+        }
+    }
+
+    pub(super) fn lift(&self, v: BasicValueEnum<'ctx>, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        match mode.lanes() {
+            Some(l) => Ok(self.splat(v, l)?.into()),
+            None => Ok(v),
+        }
+    }
+
+    /// `a && b` / `a || b`, evaluating `b` only where needed if it reads memory.
+    pub(super) fn logic(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        op: BinOp,
+        a: TExprId,
+        b: TExprId,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let x = self.expr(fr, a, mode)?;
+        let lazy = analysis::reads_memory(&self.f.p, b);
+        match (mode, lazy) {
+            (Mode::Vector { .. }, _) => {
+                let xv = x.into_vector_value();
+                let guard = if op == BinOp::And { xv } else { self.b.build_not(xv, "not")? };
+                let m = self.and_mask(mode.mask(), guard)?;
+                let y = self.expr(fr, b, mode.with_mask(Some(m)))?.into_vector_value();
+                Ok(if op == BinOp::And { self.b.build_and(xv, y, "and")? } else { self.b.build_or(xv, y, "or")? }
+                    .into())
+            }
+            (Mode::Scalar, false) => {
+                let y = self.expr(fr, b, mode)?.into_int_value();
+                let xi = x.into_int_value();
+                Ok(if op == BinOp::And { self.b.build_and(xi, y, "and")? } else { self.b.build_or(xi, y, "or")? }
+                    .into())
+            }
+            (Mode::Scalar, true) => {
+                let xi = x.into_int_value();
+                let start = self.b.get_insert_block().expect("positioned");
+                let rhs = self.cx.append_basic_block(fr.func, "rhs");
+                let merge = self.cx.append_basic_block(fr.func, "merge");
+                if op == BinOp::And {
+                    self.b.build_conditional_branch(xi, rhs, merge)?;
+                } else {
+                    self.b.build_conditional_branch(xi, merge, rhs)?;
+                }
+                self.b.position_at_end(rhs);
+                let y = self.expr(fr, b, mode)?;
+                let rhs_end = self.b.get_insert_block().expect("positioned");
+                self.b.build_unconditional_branch(merge)?;
+                self.b.position_at_end(merge);
+                let phi = self.b.build_phi(self.cx.bool_type(), "sc")?;
+                phi.add_incoming(&[(&xi, start), (&y, rhs_end)]);
+                Ok(phi.as_basic_value())
+            }
+        }
+    }
+
+    pub(super) fn select(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        c: TExprId,
+        a: TExprId,
+        b: TExprId,
+        ty: Ty,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        // A condition that is the same in every lane is a branch, not a mask:
+        // only the taken side runs.
+        if let Mode::Vector { var, .. } = mode {
+            if analysis::lane_uniform(self.f, c, var) {
+                let cs = self.expr(fr, c, Mode::Scalar)?.into_int_value();
+                return self.branch(fr, cs, a, b, self.ty_in(ty, mode), mode);
+            }
+        }
+        let cv = self.expr(fr, c, mode)?;
+        match mode {
+            Mode::Vector { .. } => {
+                let cm = cv.into_vector_value();
+                let not_c = self.b.build_not(cm, "notc")?;
+                let ma = self.and_mask(mode.mask(), cm)?;
+                let mb = self.and_mask(mode.mask(), not_c)?;
+                let x = self.expr(fr, a, mode.with_mask(Some(ma)))?;
+                let y = self.expr(fr, b, mode.with_mask(Some(mb)))?;
+                Ok(self.b.build_select(cm, x, y, "sel")?)
+            }
+            Mode::Scalar if !analysis::reads_memory(&self.f.p, a) && !analysis::reads_memory(&self.f.p, b) => {
+                let x = self.expr(fr, a, mode)?;
+                let y = self.expr(fr, b, mode)?;
+                Ok(self.b.build_select(cv.into_int_value(), x, y, "sel")?)
+            }
+            Mode::Scalar => self.branch(fr, cv.into_int_value(), a, b, self.scalar_ty(ty), mode),
+        }
+    }
+
+    /// `if c { a } else { b }` with a phi of type `ty`.
+    pub(super) fn branch(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        c: IntValue<'ctx>,
+        a: TExprId,
+        b: TExprId,
+        ty: BasicTypeEnum<'ctx>,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let then_bb = self.cx.append_basic_block(fr.func, "br.then");
+        let else_bb = self.cx.append_basic_block(fr.func, "br.else");
+        let merge = self.cx.append_basic_block(fr.func, "br.end");
+        self.b.build_conditional_branch(c, then_bb, else_bb)?;
+        self.b.position_at_end(then_bb);
+        let x = self.expr(fr, a, mode)?;
+        let x_end = self.b.get_insert_block().expect("positioned");
+        self.b.build_unconditional_branch(merge)?;
+        self.b.position_at_end(else_bb);
+        let y = self.expr(fr, b, mode)?;
+        let y_end = self.b.get_insert_block().expect("positioned");
+        self.b.build_unconditional_branch(merge)?;
+        self.b.position_at_end(merge);
+        let phi = self.b.build_phi(ty, "br")?;
+        phi.add_incoming(&[(&x, x_end), (&y, y_end)]);
+        Ok(phi.as_basic_value())
+    }
+
+    pub(super) fn compare(
+        &self,
+        op: BinOp,
+        x: BasicValueEnum<'ctx>,
+        y: BasicValueEnum<'ctx>,
+        oty: Ty,
+    ) -> R<BasicValueEnum<'ctx>> {
+        if float_ty(oty) {
+            let p = match op {
+                BinOp::Lt => FloatPredicate::OLT,
+                BinOp::Le => FloatPredicate::OLE,
+                BinOp::Gt => FloatPredicate::OGT,
+                BinOp::Ge => FloatPredicate::OGE,
+                BinOp::Eq => FloatPredicate::OEQ,
+                _ => FloatPredicate::UNE,
+            };
+            return Ok(match (x, y) {
+                (BasicValueEnum::VectorValue(a), BasicValueEnum::VectorValue(b)) => {
+                    self.b.build_float_compare(p, a, b, "fcmp")?.into()
+                }
+                _ => self.b.build_float_compare(p, x.into_float_value(), y.into_float_value(), "fcmp")?.into(),
+            });
+        }
+        let u = unsigned_ty(oty) || bool_ty(oty);
+        let p = match op {
+            BinOp::Lt if u => IntPredicate::ULT,
+            BinOp::Le if u => IntPredicate::ULE,
+            BinOp::Gt if u => IntPredicate::UGT,
+            BinOp::Ge if u => IntPredicate::UGE,
+            BinOp::Lt => IntPredicate::SLT,
+            BinOp::Le => IntPredicate::SLE,
+            BinOp::Gt => IntPredicate::SGT,
+            BinOp::Ge => IntPredicate::SGE,
+            BinOp::Eq => IntPredicate::EQ,
+            _ => IntPredicate::NE,
+        };
+        Ok(match (x, y) {
+            (BasicValueEnum::VectorValue(a), BasicValueEnum::VectorValue(b)) => {
+                self.b.build_int_compare(p, a, b, "icmp")?.into()
+            }
+            _ => self.b.build_int_compare(p, x.into_int_value(), y.into_int_value(), "icmp")?.into(),
+        })
+    }
+
+    pub(super) fn sel(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        Ok(match c {
+            BasicValueEnum::VectorValue(m) => self.b.build_select(m, a, b, "s")?,
+            _ => self.b.build_select(c.into_int_value(), a, b, "s")?,
+        })
+    }
+
+    /// Arithmetic of legalized code: wrapping integers, IEEE floats, machine
+    /// division (floor semantics were made explicit by legalization).
+    pub(super) fn arith(
+        &self,
+        op: BinOp,
+        x: BasicValueEnum<'ctx>,
+        y: BasicValueEnum<'ctx>,
+        ty: Ty,
+    ) -> R<BasicValueEnum<'ctx>> {
+        macro_rules! both {
+            ($int:ident, $float:ident) => {
+                match (x, y) {
+                    (BasicValueEnum::VectorValue(a), BasicValueEnum::VectorValue(b)) => {
+                        if float_ty(ty) {
+                            self.b.$float(a, b, "f")?.into()
+                        } else {
+                            self.b.$int(a, b, "i")?.into()
+                        }
+                    }
+                    (BasicValueEnum::FloatValue(a), BasicValueEnum::FloatValue(b)) => self.b.$float(a, b, "f")?.into(),
+                    (BasicValueEnum::IntValue(a), BasicValueEnum::IntValue(b)) => self.b.$int(a, b, "i")?.into(),
+                    _ => return Err(llvm_err("mismatched operands")),
+                }
+            };
+        }
+        let r: BasicValueEnum = match op {
+            BinOp::Add => both!(build_int_add, build_float_add),
+            BinOp::Sub => both!(build_int_sub, build_float_sub),
+            BinOp::Mul => both!(build_int_mul, build_float_mul),
+            BinOp::Div if float_ty(ty) => both!(build_int_add, build_float_div),
+            // Legalization guarantees the divisor is neither 0 nor -1.
+            BinOp::TruncDiv if unsigned_ty(ty) => self.udiv(x, y)?,
+            BinOp::TruncRem if unsigned_ty(ty) => self.urem(x, y)?,
+            BinOp::TruncDiv => self.sdiv(x, y)?,
+            BinOp::TruncRem => self.srem(x, y)?,
+            _ => return Err(llvm_err(format!("`{op:?}` is not an arithmetic operation of legalized code"))),
+        };
+        Ok(r)
+    }
+
+    /// Conversions with the interpreter's semantics (saturating float to int).
+    #[allow(clippy::too_many_lines)]
+    pub(super) fn cast(
+        &self,
+        x: BasicValueEnum<'ctx>,
+        from: Ty,
+        to: Ty,
+        lanes: Option<u32>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        if from == to {
+            return Ok(x);
+        }
+        let mode = match lanes {
+            Some(l) => Mode::Vector { var: u32::MAX, base: 0, lanes: l, mask: None },
+            None => Mode::Scalar,
+        };
+        let tt = self.ty_in(to, mode);
+        // Apply one conversion builder to a scalar or a vector value.
+        macro_rules! conv {
+            ($build:ident, $scalar:ident, $target:ident) => {
+                match x {
+                    BasicValueEnum::VectorValue(v) => self.b.$build(v, tt.into_vector_type(), "cv")?.into(),
+                    _ => self.b.$build(x.$scalar(), tt.$target(), "cv")?.into(),
+                }
+            };
+        }
+        let zero_from = self.const_of(from, 0, 0.0, mode)?;
+        Ok(match (float_ty(from), float_ty(to)) {
+            (true, true) => {
+                let wider = self.scalar_ty(to).into_float_type().get_bit_width()
+                    > self.scalar_ty(from).into_float_type().get_bit_width();
+                if wider {
+                    conv!(build_float_ext, into_float_value, into_float_type)
+                } else {
+                    conv!(build_float_trunc, into_float_value, into_float_type)
+                }
+            }
+            (true, false) if bool_ty(to) => self.compare(BinOp::Ne, x, zero_from, from)?,
+            (true, false) => {
+                let name = if unsigned_ty(to) { "llvm.fptoui.sat" } else { "llvm.fptosi.sat" };
+                let f = self.intrinsic(name, &[tt, x.get_type()])?;
+                self.call(f, &[x])?
+            }
+            (false, true) => {
+                if unsigned_ty(from) || bool_ty(from) {
+                    conv!(build_unsigned_int_to_float, into_int_value, into_float_type)
+                } else {
+                    conv!(build_signed_int_to_float, into_int_value, into_float_type)
+                }
+            }
+            (false, false) if bool_ty(to) => self.compare(BinOp::Ne, x, zero_from, from)?,
+            (false, false) => {
+                let fw = self.scalar_ty(from).into_int_type().get_bit_width();
+                let tw = self.scalar_ty(to).into_int_type().get_bit_width();
+                let unsigned = unsigned_ty(from) || bool_ty(from);
+                if tw < fw {
+                    conv!(build_int_truncate, into_int_value, into_int_type)
+                } else if tw == fw {
+                    x
+                } else if unsigned {
+                    conv!(build_int_z_extend, into_int_value, into_int_type)
+                } else {
+                    conv!(build_int_s_extend, into_int_value, into_int_type)
+                }
+            }
+        })
+    }
+}
+
+macro_rules! int_op {
+    ($name:ident, $build:ident) => {
+        impl<'ctx> Gen<'ctx, '_> {
+            pub(super) fn $name(&self, x: BasicValueEnum<'ctx>, y: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
+                Ok(match (x, y) {
+                    (BasicValueEnum::VectorValue(a), BasicValueEnum::VectorValue(b)) => {
+                        self.b.$build(a, b, "o")?.into()
+                    }
+                    _ => self.b.$build(x.into_int_value(), y.into_int_value(), "o")?.into(),
+                })
+            }
+        }
+    };
+}
+int_op!(sdiv, build_int_signed_div);
+int_op!(srem, build_int_signed_rem);
+int_op!(udiv, build_int_unsigned_div);
+int_op!(urem, build_int_unsigned_rem);

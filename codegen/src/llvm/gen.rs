@@ -1,0 +1,436 @@
+//! Functions of a kernel's module: the body and region functions, the
+//! entry of `crate::abi`, the C entry of objects, and the helpers every
+//! other part of the emitter uses (types, constants, intrinsics).
+
+use super::{llvm_err, CpuSpec, R};
+use crate::abi::{self, CEntry, CParam, CScalar};
+use crate::CodegenError;
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::builder::Builder;
+use inkwell::context::Context;
+use inkwell::intrinsics::Intrinsic;
+use inkwell::module::{Linkage, Module};
+use inkwell::types::{BasicMetadataTypeEnum, BasicTypeEnum, VectorType};
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue, VectorValue};
+use inkwell::AddressSpace;
+use std::collections::HashMap;
+use texc_compiler::tir::{TensorId, Ty, VarId};
+use texc_compiler::types::ElemType;
+use texc_schedules::LoopFunc;
+
+/// Where the values of a region come from.
+#[derive(Clone)]
+pub(super) struct Frame<'ctx> {
+    pub func: FunctionValue<'ctx>,
+    pub tensors: HashMap<TensorId, PointerValue<'ctx>>,
+    pub scalars: Vec<BasicValueEnum<'ctx>>,
+    pub vars: HashMap<VarId, IntValue<'ctx>>,
+}
+
+/// Scalar code, or vector code for loop `var` with `lanes` lanes under `mask`.
+#[derive(Clone, Copy)]
+pub(super) enum Mode<'ctx> {
+    Scalar,
+    Vector { var: VarId, base: i64, lanes: u32, mask: Option<VectorValue<'ctx>> },
+}
+
+impl<'ctx> Mode<'ctx> {
+    pub fn lanes(self) -> Option<u32> {
+        match self {
+            Mode::Scalar => None,
+            Mode::Vector { lanes, .. } => Some(lanes),
+        }
+    }
+
+    pub fn with_mask(self, m: Option<VectorValue<'ctx>>) -> Mode<'ctx> {
+        match self {
+            Mode::Vector { var, base, lanes, .. } => Mode::Vector { var, base, lanes, mask: m },
+            Mode::Scalar => Mode::Scalar,
+        }
+    }
+
+    pub fn mask(self) -> Option<VectorValue<'ctx>> {
+        match self {
+            Mode::Vector { mask, .. } => mask,
+            Mode::Scalar => None,
+        }
+    }
+}
+
+pub(super) struct Gen<'ctx, 'a> {
+    pub cx: &'ctx Context,
+    pub m: Module<'ctx>,
+    pub b: Builder<'ctx>,
+    pub f: &'a LoopFunc,
+    pub spec: &'a CpuSpec,
+    /// Tensors the entry receives (`abi::used_tensors`).
+    pub used: Vec<TensorId>,
+    /// Parallel regions outlined so far.
+    pub tasks: u32,
+}
+
+/// Build the LLVM module of a kernel. With a C entry `c` (objects), the
+/// module also defines it and a weak, serial `texc_parallel_for` (a program
+/// may link a real pool over it).
+pub(super) fn build_module<'ctx>(
+    cx: &'ctx Context,
+    f: &LoopFunc,
+    spec: &CpuSpec,
+    c: Option<&CEntry>,
+) -> R<Module<'ctx>> {
+    if let Some(t) = f.p.tensors.iter().find(|t| t.elem == ElemType::BF16) {
+        return Err(CodegenError::Unsupported(format!(
+            "`{}` is bf16, which the x86 backends do not support yet",
+            t.name
+        )));
+    }
+    let g = Gen {
+        cx,
+        m: cx.create_module(&f.p.name),
+        b: cx.create_builder(),
+        f,
+        spec,
+        used: abi::used_tensors(f),
+        tasks: 0,
+    };
+    g.build(c)
+}
+
+impl<'ctx> Gen<'ctx, '_> {
+    fn build(mut self, c: Option<&CEntry>) -> R<Module<'ctx>> {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let i64t = self.cx.i64_type();
+        // The runtime's pool, mapped into the JIT by the backend.
+        let pf = self.m.add_function(
+            abi::PARALLEL_FOR,
+            self.cx.void_type().fn_type(&[ptr.into(), ptr.into(), i64t.into()], false),
+            Some(Linkage::External),
+        );
+        // The body of the whole kernel: no captured loop variables.
+        let body = self.region_fn("texc_body", &[], &[], false)?;
+        {
+            let mut fr = self.frame_from_params(body, &[], &[]);
+            let entry = self.cx.append_basic_block(body, "entry");
+            self.b.position_at_end(entry);
+            self.stmts(&mut fr, &self.f.body.clone(), Mode::Scalar)?;
+            self.b.build_return(None)?;
+        }
+        let entry = self.entry(body)?;
+        if let Some(c) = c {
+            self.serial_pool(pf)?;
+            self.c_entry(c, entry)?;
+        }
+        Ok(self.m)
+    }
+
+    /// The entry of `abi`: unpack the buffer and scalar arrays, call the body.
+    fn entry(&self, body: FunctionValue<'ctx>) -> R<FunctionValue<'ctx>> {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let i64t = self.cx.i64_type();
+        let entry = self.m.add_function(
+            &abi::entry_name(self.f),
+            self.cx.void_type().fn_type(&[ptr.into(), ptr.into()], false),
+            None,
+        );
+        self.attrs(entry);
+        let bb = self.cx.append_basic_block(entry, "entry");
+        self.b.position_at_end(bb);
+        let bufs = entry.get_nth_param(0).expect("param").into_pointer_value();
+        let scal = entry.get_nth_param(1).expect("param").into_pointer_value();
+        let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+        for &t in &self.used {
+            let slot = self.gep(ptr.into(), bufs, i64t.const_int(t.0 as u64, false))?;
+            args.push(self.b.build_load(ptr, slot, "buf")?.into());
+        }
+        for (s, decl) in self.f.p.scalars.iter().enumerate() {
+            let slot_ty: BasicTypeEnum =
+                if abi::float_slot(decl.elem) { self.cx.f64_type().into() } else { i64t.into() };
+            let slot = self.gep(i64t.into(), scal, i64t.const_int(s as u64, false))?;
+            let v = self.b.build_load(slot_ty, slot, "scalar")?;
+            args.push(self.convert_scalar(v, decl.elem)?.into());
+        }
+        self.b.build_call(body, &args, "")?;
+        self.b.build_return(None)?;
+        Ok(entry)
+    }
+
+    /// `texc_parallel_for(task, ctx, n)` as one call `task(ctx, 0, n)`, weak.
+    fn serial_pool(&self, pf: FunctionValue<'ctx>) -> R<()> {
+        let i64t = self.cx.i64_type();
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        pf.set_linkage(Linkage::WeakAny);
+        self.attrs(pf);
+        let bb = self.cx.append_basic_block(pf, "entry");
+        self.b.position_at_end(bb);
+        let task = pf.get_nth_param(0).expect("task").into_pointer_value();
+        let ctx = pf.get_nth_param(1).expect("ctx");
+        let n = pf.get_nth_param(2).expect("n");
+        let fty = self.cx.void_type().fn_type(&[ptr.into(), i64t.into(), i64t.into()], false);
+        self.b.build_indirect_call(fty, task, &[ctx.into(), i64t.const_zero().into(), n.into()], "")?;
+        self.b.build_return(None)?;
+        Ok(())
+    }
+
+    fn c_scalar_ty(&self, t: CScalar) -> BasicTypeEnum<'ctx> {
+        match t {
+            CScalar::F32 => self.cx.f32_type().into(),
+            CScalar::F64 => self.cx.f64_type().into(),
+            CScalar::I8 | CScalar::U8 => self.cx.i8_type().into(),
+            CScalar::I32 => self.cx.i32_type().into(),
+            CScalar::I64 => self.cx.i64_type().into(),
+        }
+    }
+
+    /// The C entry described by `c` (see `abi`): check pointers, allocate
+    /// temporaries, fill the arrays, call the entry, free.
+    fn c_entry(&self, c: &CEntry, entry: FunctionValue<'ctx>) -> R<()> {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let (i32t, i64t, f64t) = (self.cx.i32_type(), self.cx.i64_type(), self.cx.f64_type());
+        let params: Vec<BasicMetadataTypeEnum> = c
+            .params
+            .iter()
+            .map(|p| match p {
+                CParam::Tensor { .. } => ptr.into(),
+                CParam::Scalar { ty, .. } => self.c_scalar_ty(*ty).into(),
+            })
+            .collect();
+        let f = self.m.add_function(&c.name, i32t.fn_type(&params, false), None);
+        self.attrs(f);
+        let alloc = self.m.add_function(
+            "aligned_alloc",
+            ptr.fn_type(&[i64t.into(), i64t.into()], false),
+            Some(Linkage::External),
+        );
+        let free =
+            self.m.add_function("free", self.cx.void_type().fn_type(&[ptr.into()], false), Some(Linkage::External));
+        let start = self.cx.append_basic_block(f, "entry");
+        let null_bb = self.cx.append_basic_block(f, "null_argument");
+        let fill = self.cx.append_basic_block(f, "fill");
+        let oom = self.cx.append_basic_block(f, "no_memory");
+        let run = self.cx.append_basic_block(f, "run");
+        self.b.position_at_end(start);
+        let mut any_null = self.cx.bool_type().const_zero();
+        for (k, p) in c.params.iter().enumerate() {
+            if let CParam::Tensor { .. } = p {
+                let v = f.get_nth_param(k as u32).expect("param").into_pointer_value();
+                let is_null = self.b.build_is_null(v, "isnull")?;
+                any_null = self.b.build_or(any_null, is_null, "anynull")?;
+            }
+        }
+        self.b.build_conditional_branch(any_null, null_bb, fill)?;
+        self.b.position_at_end(null_bb);
+        self.b.build_return(Some(&i32t.const_int(abi::STATUS_NULL as u64, false)))?;
+        self.b.position_at_end(fill);
+        let bufs = self.b.build_alloca(ptr.array_type(c.n_tensors.max(1) as u32), "bufs")?;
+        let slots = self.b.build_alloca(i64t.array_type(c.n_scalars.max(1) as u32), "scalars")?;
+        for (k, p) in c.params.iter().enumerate() {
+            let v = f.get_nth_param(k as u32).expect("param");
+            match p {
+                CParam::Tensor { t, .. } => {
+                    let at = self.gep(ptr.into(), bufs, i64t.const_int(t.0 as u64, false))?;
+                    self.b.build_store(at, v)?;
+                }
+                CParam::Scalar { s, ty } => {
+                    let at = self.gep(i64t.into(), slots, i64t.const_int(*s as u64, false))?;
+                    let slot: BasicValueEnum = match ty {
+                        CScalar::F32 => self.b.build_float_ext(v.into_float_value(), f64t, "f64")?.into(),
+                        CScalar::F64 => v,
+                        _ if ty.is_signed() => {
+                            self.b.build_int_s_extend_or_bit_cast(v.into_int_value(), i64t, "i64")?.into()
+                        }
+                        _ => self.b.build_int_z_extend_or_bit_cast(v.into_int_value(), i64t, "i64")?.into(),
+                    };
+                    self.b.build_store(at, slot)?;
+                }
+            }
+        }
+        let mut temps = Vec::new();
+        let mut failed = self.cx.bool_type().const_zero();
+        for &(t, bytes) in &c.temps {
+            let mem = self.call(alloc, &[i64t.const_int(64, false).into(), i64t.const_int(bytes, false).into()])?;
+            let mem = mem.into_pointer_value();
+            let at = self.gep(ptr.into(), bufs, i64t.const_int(t.0 as u64, false))?;
+            self.b.build_store(at, mem)?;
+            let is_null = self.b.build_is_null(mem, "nomem")?;
+            failed = self.b.build_or(failed, is_null, "failed")?;
+            temps.push(mem);
+        }
+        self.b.build_conditional_branch(failed, oom, run)?;
+        // Out of memory: free what was allocated (free(NULL) does nothing).
+        self.b.position_at_end(oom);
+        for &m in &temps {
+            self.b.build_call(free, &[m.into()], "")?;
+        }
+        self.b.build_return(Some(&i32t.const_int(abi::STATUS_NO_MEMORY as u64, false)))?;
+        self.b.position_at_end(run);
+        self.b.build_call(entry, &[bufs.into(), slots.into()], "")?;
+        for &m in &temps {
+            self.b.build_call(free, &[m.into()], "")?;
+        }
+        self.b.build_return(Some(&i32t.const_int(abi::STATUS_OK as u64, false)))?;
+        Ok(())
+    }
+
+    pub(super) fn attrs(&self, f: FunctionValue<'ctx>) {
+        f.add_attribute(AttributeLoc::Function, self.cx.create_string_attribute("target-cpu", &self.spec.cpu));
+        f.add_attribute(
+            AttributeLoc::Function,
+            self.cx.create_string_attribute("target-features", &self.spec.features),
+        );
+        f.add_attribute(AttributeLoc::Function, self.enum_attr("nounwind"));
+    }
+
+    pub(super) fn enum_attr(&self, name: &str) -> Attribute {
+        self.cx.create_enum_attribute(Attribute::get_named_enum_kind_id(name), 0)
+    }
+
+    /// A function taking the tensors (noalias), scalars, `vars`, the buffers
+    /// `locals` of enclosing attached stages, and optionally `lo, hi`.
+    pub(super) fn region_fn(
+        &mut self,
+        name: &str,
+        vars: &[VarId],
+        locals: &[TensorId],
+        range: bool,
+    ) -> R<FunctionValue<'ctx>> {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let mut params: Vec<inkwell::types::BasicMetadataTypeEnum> = self.used.iter().map(|_| ptr.into()).collect();
+        for s in &self.f.p.scalars {
+            params.push(self.scalar_ty(Ty::Elem(s.elem)).into());
+        }
+        for _ in vars {
+            params.push(self.cx.i64_type().into());
+        }
+        for _ in locals {
+            params.push(ptr.into());
+        }
+        if range {
+            params.push(self.cx.i64_type().into());
+            params.push(self.cx.i64_type().into());
+        }
+        let f = self.m.add_function(name, self.cx.void_type().fn_type(&params, false), Some(Linkage::Internal));
+        self.attrs(f);
+        for i in 0..self.used.len() {
+            f.add_attribute(AttributeLoc::Param(i as u32), self.enum_attr("noalias"));
+        }
+        Ok(f)
+    }
+
+    pub(super) fn frame_from_params(
+        &self,
+        func: FunctionValue<'ctx>,
+        vars: &[VarId],
+        locals: &[TensorId],
+    ) -> Frame<'ctx> {
+        let mut k = 0;
+        let mut next = || {
+            k += 1;
+            func.get_nth_param(k - 1).expect("param")
+        };
+        let mut tensors: HashMap<TensorId, PointerValue<'ctx>> =
+            self.used.iter().map(|&t| (t, next().into_pointer_value())).collect();
+        let scalars = self.f.p.scalars.iter().map(|_| next()).collect();
+        let vars = vars.iter().map(|&v| (v, next().into_int_value())).collect();
+        tensors.extend(locals.iter().map(|&t| (t, next().into_pointer_value())));
+        Frame { func, tensors, scalars, vars }
+    }
+
+    /// A scalar's slot (an f64 or an i64, see `abi`) converted to its element type.
+    pub(super) fn convert_scalar(&self, v: BasicValueEnum<'ctx>, e: ElemType) -> R<BasicValueEnum<'ctx>> {
+        let from = if abi::float_slot(e) { ElemType::F64 } else { ElemType::I64 };
+        self.cast(v, Ty::Elem(from), Ty::Elem(e), None)
+    }
+
+    // ------------------------------------------------------------ types
+
+    pub(super) fn scalar_ty(&self, t: Ty) -> BasicTypeEnum<'ctx> {
+        match t {
+            Ty::Index => self.cx.i64_type().into(),
+            Ty::Elem(e) => match e {
+                ElemType::F16 => self.cx.f16_type().into(),
+                ElemType::BF16 => self.cx.i16_type().into(),
+                ElemType::F32 => self.cx.f32_type().into(),
+                ElemType::F64 => self.cx.f64_type().into(),
+                ElemType::I8 | ElemType::U8 => self.cx.i8_type().into(),
+                ElemType::I32 => self.cx.i32_type().into(),
+                ElemType::I64 => self.cx.i64_type().into(),
+                ElemType::Bool => self.cx.bool_type().into(),
+            },
+        }
+    }
+
+    pub(super) fn mem_ty(&self, e: ElemType) -> BasicTypeEnum<'ctx> {
+        if e == ElemType::Bool {
+            self.cx.i8_type().into()
+        } else {
+            self.scalar_ty(Ty::Elem(e))
+        }
+    }
+
+    pub(super) fn vec_ty(&self, t: BasicTypeEnum<'ctx>, lanes: u32) -> VectorType<'ctx> {
+        match t {
+            BasicTypeEnum::IntType(i) => i.vec_type(lanes),
+            BasicTypeEnum::FloatType(f) => f.vec_type(lanes),
+            BasicTypeEnum::PointerType(p) => p.vec_type(lanes),
+            _ => unreachable!("only scalars are vectorized"),
+        }
+    }
+
+    pub(super) fn ty_in(&self, t: Ty, mode: Mode<'ctx>) -> BasicTypeEnum<'ctx> {
+        let s = self.scalar_ty(t);
+        match mode.lanes() {
+            Some(l) => self.vec_ty(s, l).into(),
+            None => s,
+        }
+    }
+
+    // ------------------------------------------------------------ helpers
+
+    pub(super) fn gep(
+        &self,
+        elem: BasicTypeEnum<'ctx>,
+        p: PointerValue<'ctx>,
+        i: IntValue<'ctx>,
+    ) -> R<PointerValue<'ctx>> {
+        // SAFETY: indices are proven in bounds by the front end's bounds checker.
+        Ok(unsafe { self.b.build_in_bounds_gep(elem, p, &[i], "addr")? })
+    }
+
+    pub(super) fn intrinsic(&self, name: &str, tys: &[BasicTypeEnum<'ctx>]) -> R<FunctionValue<'ctx>> {
+        Intrinsic::find(name)
+            .and_then(|i| i.get_declaration(&self.m, tys))
+            .ok_or_else(|| llvm_err(format!("no intrinsic {name}")))
+    }
+
+    pub(super) fn call(&self, f: FunctionValue<'ctx>, args: &[BasicValueEnum<'ctx>]) -> R<BasicValueEnum<'ctx>> {
+        let a: Vec<BasicMetadataValueEnum> = args.iter().map(|&x| x.into()).collect();
+        match self.b.build_call(f, &a, "call")?.try_as_basic_value() {
+            inkwell::values::ValueKind::Basic(v) => Ok(v),
+            inkwell::values::ValueKind::Instruction(_) => Err(llvm_err("call returned void")),
+        }
+    }
+
+    pub(super) fn splat(&self, v: BasicValueEnum<'ctx>, lanes: u32) -> R<VectorValue<'ctx>> {
+        let vt = self.vec_ty(v.get_type(), lanes);
+        let zero = self.cx.i32_type().const_zero();
+        let one = self.b.build_insert_element(vt.get_poison(), v, zero, "ins")?;
+        let mask = self.cx.i32_type().vec_type(lanes).const_zero();
+        Ok(self.b.build_shuffle_vector(one, vt.get_poison(), mask, "splat")?)
+    }
+
+    pub(super) fn const_of(&self, t: Ty, int: i64, float: f64, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let s: BasicValueEnum = match self.scalar_ty(t) {
+            BasicTypeEnum::FloatType(ft) => ft.const_float(float).into(),
+            BasicTypeEnum::IntType(it) => it.const_int(int as u64, true).into(),
+            _ => unreachable!(),
+        };
+        match mode.lanes() {
+            Some(l) => Ok(VectorType::const_vector(&vec![s; l as usize]).into()),
+            None => Ok(s),
+        }
+    }
+
+    pub(super) fn true_mask(&self, lanes: u32) -> VectorValue<'ctx> {
+        VectorType::const_vector(&vec![self.cx.bool_type().const_all_ones(); lanes as usize])
+    }
+}

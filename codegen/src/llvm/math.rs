@@ -1,0 +1,177 @@
+//! Built-in functions: LLVM intrinsics where they exist, a polynomial `exp`
+//! for f32 vectors, the C math library (lane by lane) for the rest; and
+//! target intrinsics.
+
+use super::expr::{float_ty, unsigned_ty};
+use super::gen::{Gen, Mode};
+use super::R;
+use inkwell::module::Linkage;
+use inkwell::types::VectorType;
+use inkwell::values::{BasicValueEnum, VectorValue};
+use texc_compiler::ops::{BinOp, Intrinsic, MathFn};
+use texc_compiler::tir::Ty;
+use texc_compiler::types::ElemType;
+
+impl<'ctx> Gen<'ctx, '_> {
+    /// A target intrinsic (legalization introduced it because the target has it).
+    pub(super) fn intrinsic_op(
+        &self,
+        i: Intrinsic,
+        a: &[BasicValueEnum<'ctx>],
+        ty: Ty,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        match i {
+            Intrinsic::Fma => self.call(self.intrinsic("llvm.fma", &[self.ty_in(ty, mode)])?, &[a[0], a[1], a[2]]),
+        }
+    }
+
+    pub(super) fn math(
+        &mut self,
+        f: MathFn,
+        a: &[BasicValueEnum<'ctx>],
+        ty: Ty,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let t = self.ty_in(ty, mode);
+        let float = float_ty(ty);
+        let un = |name: &str| -> R<BasicValueEnum<'ctx>> {
+            let f = self.intrinsic(name, &[t])?;
+            self.call(f, &[a[0]])
+        };
+        match f {
+            MathFn::Exp if ty == Ty::Elem(ElemType::F32) && mode.lanes().is_some() => self.vector_expf(a[0], mode),
+            MathFn::Exp => un("llvm.exp"),
+            MathFn::Log => un("llvm.log"),
+            MathFn::Sqrt => un("llvm.sqrt"),
+            MathFn::Floor => un("llvm.floor"),
+            MathFn::Ceil => un("llvm.ceil"),
+            MathFn::Round => un("llvm.roundeven"),
+            MathFn::Abs if float => un("llvm.fabs"),
+            MathFn::Abs => {
+                let f = self.intrinsic("llvm.abs", &[t])?;
+                self.call(f, &[a[0], self.cx.bool_type().const_zero().into()])
+            }
+            MathFn::Rsqrt => {
+                let s = un("llvm.sqrt")?;
+                let one = self.const_of(ty, 1, 1.0, mode)?;
+                self.arith(BinOp::Div, one, s, ty)
+            }
+            MathFn::Sigmoid => {
+                let zero = self.const_of(ty, 0, 0.0, mode)?;
+                let neg = self.arith(BinOp::Sub, zero, a[0], ty)?;
+                let e = self.call(self.intrinsic("llvm.exp", &[t])?, &[neg])?;
+                let one = self.const_of(ty, 1, 1.0, mode)?;
+                let d = self.arith(BinOp::Add, one, e, ty)?;
+                self.arith(BinOp::Div, one, d, ty)
+            }
+            MathFn::Tanh => self.libm(if ty == Ty::Elem(ElemType::F64) { "tanh" } else { "tanhf" }, a[0], ty, mode),
+            MathFn::Erf => self.libm(if ty == Ty::Elem(ElemType::F64) { "erf" } else { "erff" }, a[0], ty, mode),
+            MathFn::Pow => {
+                let f = self.intrinsic("llvm.pow", &[t])?;
+                self.call(f, &[a[0], a[1]])
+            }
+            MathFn::Max | MathFn::Min | MathFn::Clamp => {
+                let (mx, mn) = if float {
+                    ("llvm.maximum", "llvm.minimum")
+                } else if unsigned_ty(ty) {
+                    ("llvm.umax", "llvm.umin")
+                } else {
+                    ("llvm.smax", "llvm.smin")
+                };
+                let fmax = self.intrinsic(mx, &[t])?;
+                let fmin = self.intrinsic(mn, &[t])?;
+                match f {
+                    MathFn::Max => self.call(fmax, &[a[0], a[1]]),
+                    MathFn::Min => self.call(fmin, &[a[0], a[1]]),
+                    _ => {
+                        let lo = self.call(fmax, &[a[0], a[1]])?;
+                        self.call(fmin, &[lo, a[2]])
+                    }
+                }
+            }
+        }
+    }
+
+    /// `exp` on f32 vectors without a libm call per lane (Cephes `expf`):
+    /// exp(x) = 2^k · p(r), k = round(x·log2 e), r = x − k·ln 2 in two parts,
+    /// p a degree-7 polynomial; about 1 ulp, denormal results included.
+    pub(super) fn vector_expf(&self, x: BasicValueEnum<'ctx>, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let ty = Ty::Elem(ElemType::F32);
+        let t = self.ty_in(ty, mode);
+        let c = |v: f64| self.const_of(ty, 0, v, mode);
+        let call2 = |name: &str, a: BasicValueEnum<'ctx>, b: BasicValueEnum<'ctx>| -> R<BasicValueEnum<'ctx>> {
+            self.call(self.intrinsic(name, &[t])?, &[a, b])
+        };
+        let mul = |a, b| self.arith(BinOp::Mul, a, b, ty);
+        let add = |a, b| self.arith(BinOp::Add, a, b, ty);
+        let sub = |a, b| self.arith(BinOp::Sub, a, b, ty);
+        let xc = call2("llvm.minimum", call2("llvm.maximum", x, c(-104.0)?)?, c(88.8)?)?;
+        let k = self.call(self.intrinsic("llvm.roundeven", &[t])?, &[mul(xc, c(std::f64::consts::LOG2_E)?)?])?;
+        let r = sub(sub(xc, mul(k, c(0.693359375)?)?)?, mul(k, c(-2.121_944_4e-4)?)?)?;
+        let mut poly = c(1.987_569_15e-4)?;
+        for coef in [1.398_199_950_7e-3, 8.333_451_907_3e-3, 4.166_579_589_4e-2, 1.666_666_545_9e-1, 5.000_000_120_1e-1]
+        {
+            poly = add(mul(poly, r)?, c(coef)?)?;
+        }
+        let p = add(add(mul(poly, mul(r, r)?)?, r)?, c(1.0)?)?;
+        // 2^k = 2^(k>>1) · 2^(k - (k>>1)), each a biased exponent field, so
+        // that k ∈ [-150, 128] (denormal results included) never overflows the field.
+        let lanes = mode.lanes().expect("vector mode");
+        let i32v = self.cx.i32_type().vec_type(lanes);
+        // k is in [-150, 128] or NaN (then the result is NaN anyway): make it
+        // a number so that the plain conversion is defined.
+        let is_num = self.compare(BinOp::Eq, k, k, ty)?;
+        let k = self.sel(is_num, k, c(0.0)?)?;
+        let ki = self.b.build_float_to_signed_int(k.into_vector_value(), i32v, "k")?;
+        let splat_i = |v: u64| VectorType::const_vector(&vec![self.cx.i32_type().const_int(v, false); lanes as usize]);
+        let half = self.b.build_right_shift(ki, splat_i(1), true, "kh")?;
+        let rest = self.b.build_int_sub(ki, half, "kr")?;
+        let field = |e: VectorValue<'ctx>| -> R<BasicValueEnum<'ctx>> {
+            let biased = self.b.build_int_add(e, splat_i(127), "e")?;
+            let shifted = self.b.build_left_shift(biased, splat_i(23), "e")?;
+            Ok(self.b.build_bit_cast(shifted, t, "pow2")?)
+        };
+        let y = mul(mul(p, field(half)?)?, field(rest)?)?;
+        // Outside the clamp range: overflow to infinity, underflow to zero (NaN passes through).
+        let big = self.compare(BinOp::Gt, x, c(88.722_83)?, ty)?;
+        let y = self.sel(big, c(f64::INFINITY)?, y)?;
+        let small = self.compare(BinOp::Lt, x, c(-104.0)?, ty)?;
+        self.sel(small, c(0.0)?, y)
+    }
+
+    /// A C math library call, lane by lane in vector code; f16 goes through f32.
+    pub(super) fn libm(
+        &self,
+        name: &str,
+        x: BasicValueEnum<'ctx>,
+        ty: Ty,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let half = ty == Ty::Elem(ElemType::F16);
+        let cty = if ty == Ty::Elem(ElemType::F64) { self.cx.f64_type() } else { self.cx.f32_type() };
+        let f = self
+            .m
+            .get_function(name)
+            .unwrap_or_else(|| self.m.add_function(name, cty.fn_type(&[cty.into()], false), Some(Linkage::External)));
+        let one = |v: BasicValueEnum<'ctx>| -> R<BasicValueEnum<'ctx>> {
+            let v = if half { self.b.build_float_ext(v.into_float_value(), cty, "ext")?.into() } else { v };
+            let r = self.call(f, &[v])?;
+            Ok(if half { self.b.build_float_trunc(r.into_float_value(), self.cx.f16_type(), "tr")?.into() } else { r })
+        };
+        match mode.lanes() {
+            None => one(x),
+            Some(l) => {
+                let v = x.into_vector_value();
+                let mut out = v.get_type().get_poison();
+                for i in 0..l {
+                    let idx = self.cx.i32_type().const_int(i as u64, false);
+                    let e = self.b.build_extract_element(v, idx, "lane")?;
+                    let r = one(e)?;
+                    out = self.b.build_insert_element(out, r, idx, "lane")?;
+                }
+                Ok(out.into())
+            }
+        }
+    }
+}

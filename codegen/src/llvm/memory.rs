@@ -1,0 +1,233 @@
+//! Memory: flat offsets, loads and stores in scalar and vector code. How a
+//! vector access is made follows `texc_schedules::analysis::access`.
+
+use super::gen::{Frame, Gen, Mode};
+use super::{llvm_err, R};
+use inkwell::types::{BasicTypeEnum, VectorType};
+use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, PointerValue, VectorValue};
+use inkwell::AddressSpace;
+use texc_compiler::ops::BinOp;
+use texc_compiler::tir::{TExprId, TensorId, Ty, VarId};
+use texc_compiler::types::ElemType;
+use texc_schedules::analysis::{self, Access};
+
+impl<'ctx> Gen<'ctx, '_> {
+    pub(super) fn flat_offset(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        t: TensorId,
+        idx: &[TExprId],
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let shape = &self.f.p.tensor(t).shape;
+        let mut stride = 1i64;
+        let mut acc: Option<BasicValueEnum> = None;
+        for d in (0..idx.len()).rev() {
+            let i = self.expr(fr, idx[d], mode)?;
+            let s = self.const_of(Ty::Index, stride, 0.0, mode)?;
+            let term = self.arith(BinOp::Mul, i, s, Ty::Index)?;
+            acc = Some(match acc {
+                Some(a) => self.arith(BinOp::Add, a, term, Ty::Index)?,
+                None => term,
+            });
+            stride *= shape[d];
+        }
+        Ok(match acc {
+            Some(a) => a,
+            None => self.const_of(Ty::Index, 0, 0.0, mode)?,
+        })
+    }
+
+    pub(super) fn load(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        t: TensorId,
+        idx: &[TExprId],
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let elem = self.f.p.tensor(t).elem;
+        let mty = self.mem_ty(elem);
+        let base = fr.tensors[&t];
+        let align = elem.size() as u32;
+        let v: BasicValueEnum = match mode {
+            Mode::Scalar => {
+                let off = self.flat_offset(fr, t, idx, mode)?.into_int_value();
+                let p = self.gep(mty, base, off)?;
+                self.b.build_load(mty, p, "ld")?
+            }
+            Mode::Vector { var, base, lanes, mask } => {
+                let vt = self.vec_ty(mty, lanes);
+                match analysis::access(self.f, t, idx, var) {
+                    Access::Uniform if mask.is_none() => {
+                        let s = self.load(fr, t, idx, Mode::Scalar)?;
+                        return Ok(self.splat(s, lanes)?.into());
+                    }
+                    Access::Contiguous => {
+                        let p = self.lane0_address(fr, t, idx, var, base, mty)?;
+                        match mask {
+                            None => {
+                                let ld = self.b.build_load(vt, p, "vld")?;
+                                ld.as_instruction_value().expect("load").set_alignment(align).map_err(llvm_err)?;
+                                ld
+                            }
+                            Some(m) => {
+                                let f = self.intrinsic("llvm.masked.load", &[vt.into(), p.get_type().into()])?;
+                                let al = self.cx.i32_type().const_int(align as u64, false);
+                                self.call(f, &[p.into(), al.into(), m.into(), vt.const_zero().into()])?
+                            }
+                        }
+                    }
+                    // Small constant strides: one wide masked load of the span, then a
+                    // shuffle that keeps every s-th element (no gather).
+                    Access::Strided(stride @ 2..=4) => {
+                        let p = self.lane0_address(fr, t, idx, var, base, mty)?;
+                        let wide_lanes = lanes * stride as u32;
+                        let wt = self.vec_ty(mty, wide_lanes);
+                        let i32t = self.cx.i32_type();
+                        let bool_t = self.cx.bool_type();
+                        let pattern: Vec<_> = (0..wide_lanes)
+                            .map(|j| if j % stride as u32 == 0 { bool_t.const_all_ones() } else { bool_t.const_zero() })
+                            .collect();
+                        let mut wide_mask = VectorType::const_vector(&pattern);
+                        if let Some(m) = mask {
+                            let spread: Vec<_> =
+                                (0..wide_lanes).map(|j| i32t.const_int((j / stride as u32) as u64, false)).collect();
+                            let mw = self.b.build_shuffle_vector(
+                                m,
+                                m.get_type().get_poison(),
+                                VectorType::const_vector(&spread),
+                                "mw",
+                            )?;
+                            wide_mask = self.b.build_and(wide_mask, mw, "mw")?;
+                        }
+                        let f = self.intrinsic("llvm.masked.load", &[wt.into(), p.get_type().into()])?;
+                        let al = i32t.const_int(align as u64, false);
+                        let wide = self
+                            .call(f, &[p.into(), al.into(), wide_mask.into(), wt.const_zero().into()])?
+                            .into_vector_value();
+                        let pick: Vec<_> =
+                            (0..lanes).map(|l| i32t.const_int((l * stride as u32) as u64, false)).collect();
+                        self.b
+                            .build_shuffle_vector(wide, wt.get_poison(), VectorType::const_vector(&pick), "strided")?
+                            .into()
+                    }
+                    _ => {
+                        let ptrs = self.lane_addresses(fr, t, idx, mode, elem)?;
+                        let f = self.intrinsic("llvm.masked.gather", &[vt.into(), ptrs.get_type().into()])?;
+                        let al = self.cx.i32_type().const_int(align as u64, false);
+                        let m = mask.unwrap_or_else(|| self.true_mask(lanes));
+                        self.call(f, &[ptrs.into(), al.into(), m.into(), vt.const_zero().into()])?
+                    }
+                }
+            }
+        };
+        if elem == ElemType::Bool {
+            let zero = self.const_of(Ty::Elem(ElemType::I8), 0, 0.0, mode)?;
+            return self.compare(BinOp::Ne, v, zero, Ty::Elem(ElemType::I8));
+        }
+        Ok(v)
+    }
+
+    pub(super) fn lane0_address(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        t: TensorId,
+        idx: &[TExprId],
+        var: VarId,
+        base: i64,
+        mty: BasicTypeEnum<'ctx>,
+    ) -> R<PointerValue<'ctx>> {
+        let saved = fr.vars.insert(var, self.cx.i64_type().const_int(base as u64, true));
+        let off = self.flat_offset(fr, t, idx, Mode::Scalar)?.into_int_value();
+        match saved {
+            Some(v) => fr.vars.insert(var, v),
+            None => fr.vars.remove(&var),
+        };
+        self.gep(mty, fr.tensors[&t], off)
+    }
+
+    pub(super) fn lane_addresses(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        t: TensorId,
+        idx: &[TExprId],
+        mode: Mode<'ctx>,
+        elem: ElemType,
+    ) -> R<VectorValue<'ctx>> {
+        let lanes = mode.lanes().expect("vector mode");
+        let off = self.flat_offset(fr, t, idx, mode.with_mask(None))?;
+        let size = self.const_of(Ty::Index, elem.size() as i64, 0.0, mode)?;
+        let bytes = self.arith(BinOp::Mul, off, size, Ty::Index)?;
+        let base = self.b.build_ptr_to_int(fr.tensors[&t], self.cx.i64_type(), "base")?;
+        let base = self.splat(base.into(), lanes)?;
+        let addr = self.b.build_int_add(base, bytes.into_vector_value(), "addr")?;
+        let pt = self.cx.ptr_type(AddressSpace::default()).vec_type(lanes);
+        Ok(self.b.build_int_to_ptr(addr, pt, "ptrs")?)
+    }
+
+    pub(super) fn store(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        t: TensorId,
+        idx: &[TExprId],
+        v: BasicValueEnum<'ctx>,
+        mode: Mode<'ctx>,
+    ) -> R<()> {
+        let elem = self.f.p.tensor(t).elem;
+        let mty = self.mem_ty(elem);
+        let align = elem.size() as u32;
+        let v = if elem == ElemType::Bool {
+            match v {
+                BasicValueEnum::VectorValue(x) => {
+                    self.b.build_int_z_extend(x, self.cx.i8_type().vec_type(x.get_type().get_size()), "b8")?.into()
+                }
+                _ => self.b.build_int_z_extend(v.into_int_value(), self.cx.i8_type(), "b8")?.into(),
+            }
+        } else {
+            v
+        };
+        match mode {
+            Mode::Scalar => {
+                let off = self.flat_offset(fr, t, idx, mode)?.into_int_value();
+                let p = self.gep(mty, fr.tensors[&t], off)?;
+                self.b.build_store(p, v)?;
+            }
+            Mode::Vector { var, base, lanes, mask } => {
+                let vt = self.vec_ty(mty, lanes);
+                let al = self.cx.i32_type().const_int(align as u64, false);
+                if analysis::access(self.f, t, idx, var) == Access::Contiguous {
+                    let p = self.lane0_address(fr, t, idx, var, base, mty)?;
+                    match mask {
+                        None => {
+                            let st = self.b.build_store(p, v)?;
+                            st.set_alignment(align).map_err(llvm_err)?;
+                        }
+                        Some(m) => {
+                            let f = self.intrinsic("llvm.masked.store", &[vt.into(), p.get_type().into()])?;
+                            self.call_void(f, &[v, p.into(), al.into(), m.into()])?;
+                        }
+                    }
+                } else {
+                    let ptrs = self.lane_addresses(fr, t, idx, mode, elem)?;
+                    let f = self.intrinsic("llvm.masked.scatter", &[vt.into(), ptrs.get_type().into()])?;
+                    let m = mask.unwrap_or_else(|| self.true_mask(lanes));
+                    self.call_void(f, &[v, ptrs.into(), al.into(), m.into()])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn call_void(&self, f: FunctionValue<'ctx>, args: &[BasicValueEnum<'ctx>]) -> R<()> {
+        let a: Vec<BasicMetadataValueEnum> = args.iter().map(|&x| x.into()).collect();
+        self.b.build_call(f, &a, "")?;
+        Ok(())
+    }
+
+    pub(super) fn and_mask(&self, a: Option<VectorValue<'ctx>>, b: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        Ok(match a {
+            Some(a) => self.b.build_and(a, b, "mask")?,
+            None => b,
+        })
+    }
+}

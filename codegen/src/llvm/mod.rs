@@ -1,0 +1,189 @@
+//! The LLVM backend: loop IR to LLVM 19 IR (inkwell), optimized with
+//! `default<O3>` for the target's CPU, JIT-compiled with MCJIT or written
+//! as an object file.
+//!
+//! - Each kernel becomes the entry of [`crate::abi`], a thin wrapper that
+//!   loads buffers and scalars and calls a *body* function whose parameters
+//!   are the tensors (`noalias` pointers), the scalars and the loop
+//!   variables it captures; LLVM's inliner turns `noalias` into alias scopes.
+//! - Loops marked `vectorized` become explicit vector code, one lane per
+//!   iteration; how each access is made follows the loop-IR access analysis
+//!   (`texc_schedules::analysis`): contiguous vector loads and stores,
+//!   broadcasts, wide masked loads plus a shuffle for strides 2–4, gathers
+//!   and scatters otherwise; lane-uniform guards are branches, others masks.
+//! - Loops marked `parallel` are outlined into tasks that the runtime's
+//!   thread pool (`texc_parallel_for`) runs over chunks.
+//! - `select`, `&&` and `||` evaluate only what they need where a branch
+//!   reads memory (branches in scalar code, masks in vector code).
+//!
+//! Module layout: [`gen`] (functions, regions, entries), [`stmt`]
+//! (statements and loops), [`memory`] (loads and stores), [`expr`]
+//! (arithmetic, comparisons, selects, casts), [`math`] (built-in functions).
+
+mod expr;
+mod gen;
+mod math;
+mod memory;
+mod stmt;
+
+use crate::abi::{self, CEntry};
+use crate::backend::{Artifact, Backend, Code, EntryFn};
+use crate::CodegenError;
+use inkwell::context::Context;
+use inkwell::execution_engine::ExecutionEngine;
+use inkwell::module::Module;
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{
+    CodeModel, FileType, InitializationConfig, RelocMode, Target as LlTarget, TargetMachine, TargetTriple,
+};
+use inkwell::OptimizationLevel;
+use std::sync::Once;
+use texc_compiler::target::{BackendKind, LlvmCpu, Target};
+use texc_schedules::LoopFunc;
+
+type R<T> = Result<T, CodegenError>;
+
+impl From<inkwell::builder::BuilderError> for CodegenError {
+    fn from(e: inkwell::builder::BuilderError) -> Self {
+        CodegenError::Backend(format!("LLVM: {e}"))
+    }
+}
+
+fn llvm_err(e: impl std::fmt::Display) -> CodegenError {
+    CodegenError::Backend(format!("LLVM: {e}"))
+}
+
+/// The LLVM backend (stateless: each call uses its own context).
+pub struct LlvmBackend;
+
+/// CPU name and feature string for LLVM.
+pub(crate) struct CpuSpec {
+    pub cpu: String,
+    pub features: String,
+}
+
+fn cpu_spec(t: &Target) -> R<CpuSpec> {
+    let llvm =
+        t.llvm.as_ref().ok_or_else(|| CodegenError::Unsupported(format!("target `{t}` has no LLVM description")))?;
+    Ok(match &llvm.cpu {
+        LlvmCpu::Named { cpu, features } => CpuSpec { cpu: cpu.to_string(), features: features.to_string() },
+        LlvmCpu::Host => CpuSpec {
+            cpu: TargetMachine::get_host_cpu_name().to_string(),
+            features: TargetMachine::get_host_cpu_features().to_string(),
+        },
+    })
+}
+
+fn machine(t: &Target, spec: &CpuSpec) -> R<TargetMachine> {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| LlTarget::initialize_x86(&InitializationConfig::default()));
+    let triple = TargetTriple::create(t.llvm.as_ref().expect("checked by cpu_spec").triple);
+    let lt = LlTarget::from_triple(&triple).map_err(llvm_err)?;
+    lt.create_target_machine(
+        &triple,
+        &spec.cpu,
+        &spec.features,
+        OptimizationLevel::Aggressive,
+        RelocMode::PIC,
+        CodeModel::Default,
+    )
+    .ok_or_else(|| llvm_err(format!("no target machine for {}", spec.cpu)))
+}
+
+/// Build, verify and optimize a kernel's module.
+fn optimized<'ctx>(
+    cx: &'ctx Context,
+    f: &LoopFunc,
+    spec: &CpuSpec,
+    tm: &TargetMachine,
+    c: Option<&CEntry>,
+) -> R<Module<'ctx>> {
+    let m = gen::build_module(cx, f, spec, c)?;
+    m.set_triple(&tm.get_triple());
+    m.set_data_layout(&tm.get_target_data().get_data_layout());
+    m.verify().map_err(|e| llvm_err(format!("invalid module: {e}")))?;
+    m.run_passes("default<O3>", tm, PassBuilderOptions::create()).map_err(llvm_err)?;
+    Ok(m)
+}
+
+/// Build and optimize a kernel's module in a fresh context, then hand it
+/// (with its target machine) to `then`.
+fn with_module<T>(
+    f: &LoopFunc,
+    t: &Target,
+    c: Option<&CEntry>,
+    then: impl FnOnce(&Module, &TargetMachine) -> R<T>,
+) -> R<T> {
+    let spec = cpu_spec(t)?;
+    let tm = machine(t, &spec)?;
+    let cx = Context::create();
+    let m = optimized(&cx, f, &spec, &tm, c)?;
+    then(&m, &tm)
+}
+
+/// The JIT's code: the execution engine with the context it lives in.
+struct Jitted {
+    // Field order matters: the engine must drop before the context.
+    engine: Option<ExecutionEngine<'static>>,
+    _cx: Box<Context>,
+}
+
+impl Drop for Jitted {
+    fn drop(&mut self) {
+        self.engine.take();
+    }
+}
+
+// SAFETY: the context and engine are owned by this value alone (the module
+// was moved into the engine, nothing else refers to either) and are never
+// used after construction except to be dropped, so moving them to another
+// thread, or calling the compiled code from several, touches no LLVM state.
+unsafe impl Send for Jitted {}
+unsafe impl Sync for Jitted {}
+impl Artifact for Jitted {}
+
+impl Backend for LlvmBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Llvm
+    }
+
+    fn text_stages(&self) -> &'static [&'static str] {
+        &["llvm", "asm"]
+    }
+
+    fn jit(&self, f: &LoopFunc, t: &Target) -> R<Code> {
+        let spec = cpu_spec(t)?;
+        let tm = machine(t, &spec)?;
+        let cx = Box::new(Context::create());
+        // SAFETY: the context is boxed (stable address) and outlives the
+        // engine, which `Jitted::drop` releases first.
+        let cx_ref: &'static Context = unsafe { &*(cx.as_ref() as *const Context) };
+        let m = optimized(cx_ref, f, &spec, &tm, None)?;
+        let engine = m.create_jit_execution_engine(OptimizationLevel::Aggressive).map_err(llvm_err)?;
+        if let Some(pf) = m.get_function(abi::PARALLEL_FOR) {
+            engine.add_global_mapping(&pf, abi::runtime_parallel_for() as usize);
+        }
+        let addr = engine.get_function_address(&abi::entry_name(f)).map_err(llvm_err)?;
+        // SAFETY: the entry function has exactly this signature (see `gen`).
+        let entry: EntryFn = unsafe { std::mem::transmute::<usize, EntryFn>(addr) };
+        Ok(Code { entry, owner: Box::new(Jitted { engine: Some(engine), _cx: cx }) })
+    }
+
+    fn emit_text(&self, f: &LoopFunc, t: &Target, stage: &str) -> R<String> {
+        with_module(f, t, None, |m, tm| match stage {
+            "llvm" => Ok(m.print_to_string().to_string()),
+            "asm" => {
+                let buf = tm.write_to_memory_buffer(m, FileType::Assembly).map_err(llvm_err)?;
+                Ok(String::from_utf8_lossy(buf.as_slice()).to_string())
+            }
+            other => Err(CodegenError::Unsupported(format!("the LLVM backend has no stage `{other}`"))),
+        })
+    }
+
+    fn emit_object(&self, f: &LoopFunc, t: &Target, c: &CEntry) -> R<Vec<u8>> {
+        with_module(f, t, Some(c), |m, tm| {
+            let buf = tm.write_to_memory_buffer(m, FileType::Object).map_err(llvm_err)?;
+            Ok(buf.as_slice().to_vec())
+        })
+    }
+}

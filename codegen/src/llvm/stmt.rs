@@ -1,0 +1,208 @@
+//! Statements: loops (serial, unrolled, vectorized, parallel), guards,
+//! local buffers and stores.
+
+use super::gen::{Frame, Gen, Mode};
+use super::{llvm_err, R};
+use crate::CodegenError;
+use inkwell::module::Linkage;
+use inkwell::types::{BasicType, BasicTypeEnum};
+use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue};
+use inkwell::{AddressSpace, IntPredicate};
+use texc_compiler::tir::{TExprId, TensorId, Ty, VarId};
+use texc_schedules::analysis;
+use texc_schedules::ir::{ForKind, Stmt};
+
+impl<'ctx> Gen<'ctx, '_> {
+    pub(super) fn stmts(&mut self, fr: &mut Frame<'ctx>, body: &[Stmt], mode: Mode<'ctx>) -> R<()> {
+        for s in body {
+            self.stmt(fr, s, mode)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn stmt(&mut self, fr: &mut Frame<'ctx>, s: &Stmt, mode: Mode<'ctx>) -> R<()> {
+        match s {
+            Stmt::For { var, lo, extent, kind, body } => {
+                if let Mode::Vector { .. } = mode {
+                    return Err(CodegenError::Unsupported("a loop inside a vectorized loop".into()));
+                }
+                let int = |v: i64| self.cx.i64_type().const_int(v as u64, true);
+                match kind {
+                    ForKind::Vectorized if *extent > 1 => {
+                        let lanes = *extent as u32;
+                        self.stmts(fr, body, Mode::Vector { var: *var, base: *lo, lanes, mask: None })
+                    }
+                    ForKind::Unrolled if *extent <= 64 => {
+                        for k in *lo..*lo + *extent {
+                            fr.vars.insert(*var, int(k));
+                            self.stmts(fr, body, mode)?;
+                        }
+                        Ok(())
+                    }
+                    ForKind::Parallel if *extent > 1 => self.parallel(fr, *var, *lo, *extent, body),
+                    _ => self.serial_loop(fr, *var, int(*lo), int(*lo + *extent), body),
+                }
+            }
+            Stmt::If { cond, then } => match mode {
+                // A guard that is the same in every lane (it does not involve the
+                // vector loop) is a branch around vector code, not a mask on it.
+                Mode::Vector { var, .. } if analysis::lane_uniform(self.f, *cond, var) => {
+                    self.guarded(fr, *cond, then, mode)
+                }
+                Mode::Scalar => self.guarded(fr, *cond, then, mode),
+                Mode::Vector { .. } => {
+                    let c = self.expr(fr, *cond, mode)?.into_vector_value();
+                    let m = self.and_mask(mode.mask(), c)?;
+                    self.stmts(fr, then, mode.with_mask(Some(m)))
+                }
+            },
+            Stmt::Store { tensor, indices, value } => {
+                let v = self.expr(fr, *value, mode)?;
+                self.store(fr, *tensor, indices, v, mode)
+            }
+            Stmt::Alloc { tensor, body } => {
+                // A stack array in the function's entry block: private to each
+                // task, and promoted to registers by SROA when indices are constant.
+                let d = self.f.p.tensor(*tensor);
+                let ty = self.mem_ty(d.elem).array_type(d.len().max(1) as u32);
+                let p = self.entry_alloca(fr.func, ty.into())?;
+                p.as_instruction().expect("alloca").set_alignment(64).map_err(llvm_err)?;
+                fr.tensors.insert(*tensor, p);
+                let r = self.stmts(fr, body, mode);
+                fr.tensors.remove(tensor);
+                r
+            }
+        }
+    }
+
+    /// `if cond: then` as a branch; `cond` is evaluated as a scalar.
+    pub(super) fn guarded(&mut self, fr: &mut Frame<'ctx>, cond: TExprId, then: &[Stmt], mode: Mode<'ctx>) -> R<()> {
+        let c = self.expr(fr, cond, Mode::Scalar)?.into_int_value();
+        let then_bb = self.cx.append_basic_block(fr.func, "then");
+        let merge = self.cx.append_basic_block(fr.func, "endif");
+        self.b.build_conditional_branch(c, then_bb, merge)?;
+        self.b.position_at_end(then_bb);
+        self.stmts(fr, then, mode)?;
+        self.b.build_unconditional_branch(merge)?;
+        self.b.position_at_end(merge);
+        Ok(())
+    }
+
+    pub(super) fn serial_loop(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        var: VarId,
+        lo: IntValue<'ctx>,
+        hi: IntValue<'ctx>,
+        body: &[Stmt],
+    ) -> R<()> {
+        let i64t = self.cx.i64_type();
+        let pre = self.b.get_insert_block().expect("positioned");
+        let header = self.cx.append_basic_block(fr.func, "loop");
+        let body_bb = self.cx.append_basic_block(fr.func, "body");
+        let exit = self.cx.append_basic_block(fr.func, "exit");
+        self.b.build_unconditional_branch(header)?;
+        self.b.position_at_end(header);
+        let phi = self.b.build_phi(i64t, &self.f.vars[var as usize].name)?;
+        let i = phi.as_basic_value().into_int_value();
+        let c = self.b.build_int_compare(IntPredicate::SLT, i, hi, "cond")?;
+        self.b.build_conditional_branch(c, body_bb, exit)?;
+        self.b.position_at_end(body_bb);
+        fr.vars.insert(var, i);
+        self.stmts(fr, body, Mode::Scalar)?;
+        let next = self.b.build_int_add(i, i64t.const_int(1, false), "next")?;
+        let end = self.b.get_insert_block().expect("positioned");
+        self.b.build_unconditional_branch(header)?;
+        phi.add_incoming(&[(&lo, pre), (&next, end)]);
+        self.b.position_at_end(exit);
+        fr.vars.remove(&var);
+        Ok(())
+    }
+
+    /// Outline `for var in 0..n parallel: body` into a task run by the pool.
+    pub(super) fn parallel(&mut self, fr: &mut Frame<'ctx>, var: VarId, base: i64, n: i64, body: &[Stmt]) -> R<()> {
+        let i64t = self.cx.i64_type();
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let mut captured: Vec<VarId> = fr.vars.keys().copied().collect();
+        captured.sort_unstable();
+        // Buffers of attached stages computed before this loop, read inside it.
+        let mut locals: Vec<TensorId> = fr.tensors.keys().copied().filter(|t| !self.used.contains(t)).collect();
+        locals.sort_unstable();
+        self.tasks += 1;
+        let id = self.tasks;
+        // The region: (tensors, scalars, captured vars, locals, lo, hi).
+        let region = self.region_fn(&format!("texc_region{id}"), &captured, &locals, true)?;
+        let saved = self.b.get_insert_block().expect("positioned");
+        {
+            let mut rf = self.frame_from_params(region, &captured, &locals);
+            let k = self.used.len() + self.f.p.scalars.len() + captured.len() + locals.len();
+            let lo = region.get_nth_param(k as u32).expect("lo").into_int_value();
+            let hi = region.get_nth_param(k as u32 + 1).expect("hi").into_int_value();
+            let bb = self.cx.append_basic_block(region, "entry");
+            self.b.position_at_end(bb);
+            let off = i64t.const_int(base as u64, true);
+            let lo = self.b.build_int_add(lo, off, "lo")?;
+            let hi = self.b.build_int_add(hi, off, "hi")?;
+            self.serial_loop(&mut rf, var, lo, hi, body)?;
+            self.b.build_return(None)?;
+        }
+        // The task: unpack the context, call the region.
+        let task = self.m.add_function(
+            &format!("texc_task{id}"),
+            self.cx.void_type().fn_type(&[ptr.into(), i64t.into(), i64t.into()], false),
+            Some(Linkage::Internal),
+        );
+        self.attrs(task);
+        let slots = self.used.len() + self.f.p.scalars.len() + captured.len() + locals.len();
+        let slot_ty = i64t.array_type(slots.max(1) as u32);
+        {
+            let bb = self.cx.append_basic_block(task, "entry");
+            self.b.position_at_end(bb);
+            let ctx = task.get_nth_param(0).expect("ctx").into_pointer_value();
+            let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+            let tys: Vec<BasicTypeEnum> = self.slot_types(&captured, locals.len());
+            for (k, ty) in tys.iter().enumerate() {
+                let slot = self.gep(i64t.into(), ctx, i64t.const_int(k as u64, false))?;
+                args.push(self.b.build_load(*ty, slot, "cap")?.into());
+            }
+            args.push(task.get_nth_param(1).expect("lo").into());
+            args.push(task.get_nth_param(2).expect("hi").into());
+            self.b.build_call(region, &args, "")?;
+            self.b.build_return(None)?;
+        }
+        // At the loop: fill a context and hand the task to the pool.
+        self.b.position_at_end(saved);
+        let ctx = self.entry_alloca(fr.func, slot_ty.into())?;
+        let mut values: Vec<BasicValueEnum> = self.used.iter().map(|t| fr.tensors[t].as_basic_value_enum()).collect();
+        values.extend(fr.scalars.iter().copied());
+        values.extend(captured.iter().map(|v| fr.vars[v].as_basic_value_enum()));
+        values.extend(locals.iter().map(|t| fr.tensors[t].as_basic_value_enum()));
+        for (k, v) in values.iter().enumerate() {
+            let slot = self.gep(i64t.into(), ctx, i64t.const_int(k as u64, false))?;
+            self.b.build_store(slot, *v)?;
+        }
+        let pf = self.m.get_function("texc_parallel_for").expect("declared");
+        let task_ptr = task.as_global_value().as_pointer_value();
+        self.b.build_call(pf, &[task_ptr.into(), ctx.into(), i64t.const_int(n as u64, false).into()], "")?;
+        Ok(())
+    }
+
+    pub(super) fn slot_types(&self, captured: &[VarId], locals: usize) -> Vec<BasicTypeEnum<'ctx>> {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let mut v: Vec<BasicTypeEnum> = self.used.iter().map(|_| ptr.into()).collect();
+        v.extend(self.f.p.scalars.iter().map(|s| self.scalar_ty(Ty::Elem(s.elem))));
+        v.extend(captured.iter().map(|_| BasicTypeEnum::from(self.cx.i64_type())));
+        v.extend((0..locals).map(|_| BasicTypeEnum::from(ptr)));
+        v
+    }
+
+    pub(super) fn entry_alloca(&self, func: FunctionValue<'ctx>, ty: BasicTypeEnum<'ctx>) -> R<PointerValue<'ctx>> {
+        let entry = func.get_first_basic_block().expect("entry block");
+        let tmp = self.cx.create_builder();
+        match entry.get_first_instruction() {
+            Some(i) => tmp.position_before(&i),
+            None => tmp.position_at_end(entry),
+        }
+        Ok(tmp.build_alloca(ty, "ctx")?)
+    }
+}

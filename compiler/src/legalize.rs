@@ -1,0 +1,199 @@
+//! Legalization of expressions for a target: every operation becomes one
+//! that backends can map to an instruction without re-deriving texc's
+//! semantics.
+//!
+//! - Integer floor division and modulo ([`BinOp::FloorDiv`],
+//!   [`BinOp::FloorMod`], with `x / 0 == 0`, `x % 0 == x`) become machine
+//!   division ([`BinOp::TruncDiv`], [`BinOp::TruncRem`]) whose divisor is
+//!   never 0 or -1, plus compares and selects that restore floor semantics.
+//!   Constant divisors and non-negative dividends (loop variables) get the
+//!   short forms, so index arithmetic stays a plain division or shift.
+//! - `a * b + c` on f32/f64 becomes [`Intrinsic::Fma`] where the target has it.
+//!
+//! Guarantees: the result evaluates, under [`crate::semantics`], to the same
+//! value as the input for every input; no `FloorDiv`/`FloorMod` remains;
+//! sharing of sub-expressions is kept (each node is rewritten once).
+
+use crate::ops::{BinOp, Intrinsic, UnOp};
+use crate::target::Target;
+use crate::tir::{Program, TExpr, TExprId, Ty};
+use crate::types::ElemType;
+use std::collections::HashMap;
+
+/// Rewrites expressions of one arena; the memo keeps shared nodes shared.
+pub struct Legalizer<'t> {
+    target: &'t Target,
+    memo: HashMap<TExprId, TExprId>,
+}
+
+const BOOL: Ty = Ty::Elem(ElemType::Bool);
+
+impl<'t> Legalizer<'t> {
+    pub fn new(target: &'t Target) -> Legalizer<'t> {
+        Legalizer { target, memo: HashMap::new() }
+    }
+
+    /// The legal form of `e` (which may be `e` itself).
+    pub fn expr(&mut self, p: &mut Program, e: TExprId) -> TExprId {
+        if let Some(&done) = self.memo.get(&e) {
+            return done;
+        }
+        let out = self.rebuild(p, e);
+        self.memo.insert(e, out);
+        out
+    }
+
+    fn rebuild(&mut self, p: &mut Program, e: TExprId) -> TExprId {
+        let (ty, span) = (p.ty(e), p.span(e));
+        let node = match p.expr(e).clone() {
+            TExpr::Int(_) | TExpr::Float(_) | TExpr::Var(_) | TExpr::Scalar(_) => return e,
+            TExpr::Load(t, idx) => TExpr::Load(t, idx.iter().map(|&i| self.expr(p, i)).collect()),
+            TExpr::Unary(op, a) => TExpr::Unary(op, self.expr(p, a)),
+            TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod), a, b) => {
+                let (a, b) = (self.expr(p, a), self.expr(p, b));
+                return floor_division(p, op, a, b, ty);
+            }
+            TExpr::Binary(BinOp::Add, a, b) if self.contracts(p, ty) && (is_mul(p, a) || is_mul(p, b)) => {
+                let (m, c) = if is_mul(p, a) { (a, b) } else { (b, a) };
+                let TExpr::Binary(BinOp::Mul, x, y) = p.expr(m).clone() else { unreachable!("is_mul") };
+                let args = vec![self.expr(p, x), self.expr(p, y), self.expr(p, c)];
+                TExpr::Intrinsic(Intrinsic::Fma, args)
+            }
+            TExpr::Binary(op, a, b) => TExpr::Binary(op, self.expr(p, a), self.expr(p, b)),
+            TExpr::Select(c, a, b) => TExpr::Select(self.expr(p, c), self.expr(p, a), self.expr(p, b)),
+            TExpr::Math(f, args) => TExpr::Math(f, args.iter().map(|&x| self.expr(p, x)).collect()),
+            TExpr::Intrinsic(i, args) => TExpr::Intrinsic(i, args.iter().map(|&x| self.expr(p, x)).collect()),
+            TExpr::Cast(a) => TExpr::Cast(self.expr(p, a)),
+            TExpr::Reduce(op, vars, body) => TExpr::Reduce(op, vars, self.expr(p, body)),
+        };
+        if *p.expr(e) == node {
+            return e;
+        }
+        p.alloc(node, ty, span)
+    }
+
+    fn contracts(&self, _p: &Program, ty: Ty) -> bool {
+        matches!(ty, Ty::Elem(ElemType::F32 | ElemType::F64)) && self.target.has_intrinsic(Intrinsic::Fma)
+    }
+}
+
+fn is_mul(p: &Program, e: TExprId) -> bool {
+    matches!(p.expr(e), TExpr::Binary(BinOp::Mul, ..))
+}
+
+fn int_const(p: &Program, e: TExprId) -> Option<i64> {
+    match p.expr(e) {
+        TExpr::Int(k) => Some(*k),
+        _ => None,
+    }
+}
+
+fn unsigned(ty: Ty) -> bool {
+    matches!(ty, Ty::Elem(ElemType::U8 | ElemType::Bool))
+}
+
+/// Whether `e` is never negative: loop variables (they start at 0 or
+/// later), non-negative constants, unsigned values, and sums, products and
+/// divisions of those.
+pub fn non_negative(p: &Program, e: TExprId) -> bool {
+    if unsigned(p.ty(e)) {
+        return true;
+    }
+    match p.expr(e) {
+        TExpr::Int(k) => *k >= 0,
+        TExpr::Var(_) => true,
+        TExpr::Binary(BinOp::Add | BinOp::Mul | BinOp::TruncDiv | BinOp::TruncRem | BinOp::FloorDiv, a, b) => {
+            non_negative(p, *a) && non_negative(p, *b)
+        }
+        TExpr::Binary(BinOp::FloorMod, _, b) => int_const(p, *b).is_some_and(|k| k > 0),
+        _ => false,
+    }
+}
+
+struct Build<'p> {
+    p: &'p mut Program,
+    ty: Ty,
+}
+
+impl Build<'_> {
+    fn int(&mut self, k: i64) -> TExprId {
+        self.p.alloc(TExpr::Int(k), self.ty, Default::default())
+    }
+
+    fn bin(&mut self, op: BinOp, a: TExprId, b: TExprId) -> TExprId {
+        let ty = if op.is_comparison() || op.is_logic() { BOOL } else { self.ty };
+        self.p.alloc(TExpr::Binary(op, a, b), ty, Default::default())
+    }
+
+    fn cmp_const(&mut self, op: BinOp, a: TExprId, k: i64) -> TExprId {
+        let c = self.int(k);
+        self.bin(op, a, c)
+    }
+
+    fn select(&mut self, c: TExprId, a: TExprId, b: TExprId) -> TExprId {
+        let ty = self.p.ty(a);
+        self.p.alloc(TExpr::Select(c, a, b), ty, Default::default())
+    }
+
+    fn neg(&mut self, a: TExprId) -> TExprId {
+        self.p.alloc(TExpr::Unary(UnOp::Neg, a), self.ty, Default::default())
+    }
+
+    /// `select(adjust, q - 1, q)` for division, `select(adjust, r + d, r)` for modulo.
+    fn adjusted(&mut self, op: BinOp, adjust: TExprId, q: TExprId, r: TExprId, d: TExprId) -> TExprId {
+        if op == BinOp::FloorDiv {
+            let one = self.int(1);
+            let q1 = self.bin(BinOp::Sub, q, one);
+            self.select(adjust, q1, q)
+        } else {
+            let r1 = self.bin(BinOp::Add, r, d);
+            self.select(adjust, r1, r)
+        }
+    }
+}
+
+/// `a / b` or `a % b` (floor semantics) in machine operations.
+fn floor_division(p: &mut Program, op: BinOp, a: TExprId, b: TExprId, ty: Ty) -> TExprId {
+    let div = op == BinOp::FloorDiv;
+    let a_nonneg = non_negative(p, a);
+    let mut g = Build { p, ty };
+    match int_const(g.p, b) {
+        Some(0) => return if div { g.int(0) } else { a },
+        Some(-1) if !unsigned(ty) => return if div { g.neg(a) } else { g.int(0) },
+        Some(k) if k > 0 && (a_nonneg || unsigned(ty)) => {
+            return g.bin(if div { BinOp::TruncDiv } else { BinOp::TruncRem }, a, b);
+        }
+        Some(k) => {
+            // A constant divisor other than 0 and -1: truncating division is safe;
+            // round toward -inf when the remainder has the divisor's opposite sign.
+            let q = g.bin(BinOp::TruncDiv, a, b);
+            let r = g.bin(BinOp::TruncRem, a, b);
+            let adjust = g.cmp_const(if k > 0 { BinOp::Lt } else { BinOp::Gt }, r, 0);
+            return g.adjusted(op, adjust, q, r, b);
+        }
+        None => {}
+    }
+    let one = g.int(1);
+    let is_zero = g.cmp_const(BinOp::Eq, b, 0);
+    if unsigned(ty) {
+        let safe = g.select(is_zero, one, b);
+        let qr = g.bin(if div { BinOp::TruncDiv } else { BinOp::TruncRem }, a, safe);
+        let zero_case = if div { g.int(0) } else { a };
+        return g.select(is_zero, zero_case, qr);
+    }
+    let is_minus_one = g.cmp_const(BinOp::Eq, b, -1);
+    let special = g.bin(BinOp::Or, is_zero, is_minus_one);
+    let safe = g.select(special, one, b);
+    let q = g.bin(BinOp::TruncDiv, a, safe);
+    let r = g.bin(BinOp::TruncRem, a, safe);
+    let r_nonzero = g.cmp_const(BinOp::Ne, r, 0);
+    let r_neg = g.cmp_const(BinOp::Lt, r, 0);
+    let d_neg = g.cmp_const(BinOp::Lt, safe, 0);
+    let signs_differ = g.bin(BinOp::Ne, r_neg, d_neg);
+    let adjust = g.bin(BinOp::And, r_nonzero, signs_differ);
+    let general = g.adjusted(op, adjust, q, r, safe);
+    let minus_one_case = if div { g.neg(a) } else { g.int(0) };
+    let zero_case = if div { g.int(0) } else { a };
+    let not_zero = g.select(is_minus_one, minus_one_case, general);
+    g.select(is_zero, zero_case, not_zero)
+}

@@ -1,0 +1,393 @@
+//! Targets: one description per target texc knows, resolved once.
+//!
+//! A [`Target`] says everything the rest of the compiler asks about where
+//! code will run: its kind, the backend that compiles for it, its vector
+//! width per element type and register count (default schedules), the
+//! loop kinds and memory scopes its schedules may use, the intrinsics passes
+//! may introduce, its LLVM triple/CPU/features, and a nominal roofline (the
+//! e-graph's cost model). Nothing else in texc compares target names.
+//!
+//! `host` is built at first use from the CPU texc runs on (AVX-512 lanes on
+//! an AVX-512 machine). Unknown names and targets texc describes but cannot
+//! compile for yet are rejected by [`lookup`] / [`Target::backend`] with one
+//! message each.
+//!
+//! Adding a target: push one more [`Target`] in [`build_registry`]; adding
+//! a backend: a [`BackendKind`] variant and an implementation of
+//! `texc_codegen::Backend` (see docs/backends.md).
+
+use crate::ops::Intrinsic;
+use crate::types::ElemType;
+use std::fmt;
+use std::sync::OnceLock;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetKind {
+    /// The reference interpreter.
+    Interp,
+    Cpu,
+    Gpu,
+}
+
+/// The code generator that compiles for a target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BackendKind {
+    /// No code: the reference interpreter runs the tensor IR.
+    Interp,
+    /// LLVM 19 through inkwell (x86-64).
+    Llvm,
+}
+
+impl BackendKind {
+    /// Every backend; the conformance tests run each one (tests/tests/backends.rs).
+    pub const ALL: [BackendKind; 2] = [BackendKind::Interp, BackendKind::Llvm];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Interp => "interp",
+            BackendKind::Llvm => "llvm",
+        }
+    }
+}
+
+/// Kinds of loops a schedule may ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LoopKind {
+    Serial,
+    /// Iterations on the CPU thread pool.
+    Parallel,
+    /// Iterations become vector lanes.
+    Vectorized,
+    Unrolled,
+    /// Bound to GPU blocks (`bind ... to block.x`).
+    GpuBlock,
+    /// Bound to GPU threads (`bind ... to thread.x`).
+    GpuThread,
+}
+
+/// Where a buffer may live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemScope {
+    /// Main memory: inputs, outputs, temporaries.
+    Global,
+    /// Private to one iteration of a loop (`compute_at`, `cache_read`,
+    /// `cache_write ... local`): the stack on CPUs, registers on GPUs.
+    Local,
+    /// GPU shared memory of one block.
+    Shared,
+}
+
+/// A CPU for LLVM: a named CPU with features, or the machine texc runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LlvmCpu {
+    Named {
+        cpu: &'static str,
+        features: &'static str,
+    },
+    /// LLVM's own host detection (`LLVMGetHostCPUName`/`Features`).
+    Host,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LlvmTarget {
+    pub triple: &'static str,
+    pub cpu: LlvmCpu,
+}
+
+/// A machine's roofline: f32 peak and memory bandwidth.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Roofline {
+    pub peak_gflops: f64,
+    pub bandwidth_gbs: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub name: &'static str,
+    pub kind: TargetKind,
+    /// `None`: texc knows the target (schedules for it are accepted and
+    /// checked) but cannot compile for it yet.
+    backend: Option<BackendKind>,
+    pub summary: &'static str,
+    /// Width of a vector register in bits (0 for targets without vectors).
+    pub vector_bits: u32,
+    /// Vector registers available to a kernel (register blocking).
+    pub vector_registers: u32,
+    pub llvm: Option<LlvmTarget>,
+    pub loops: &'static [LoopKind],
+    pub scopes: &'static [MemScope],
+    pub intrinsics: Vec<Intrinsic>,
+    /// Nominal machine (two cores of the project's reference machine, or the
+    /// GPU's data sheet): the same on every machine, so plans are reproducible.
+    pub nominal: Roofline,
+    /// CPU features (`is_x86_feature_detected!` names) its code needs to run.
+    pub requires: &'static [&'static str],
+    /// The target this one extends: its machines run that target's code, so a
+    /// kernel with no `schedule` block for this target uses that target's.
+    pub extends: Option<&'static str>,
+}
+
+/// Why a target name cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("unknown target `{name}`; targets: {known}")]
+    Unknown { name: String, known: String },
+    #[error("target `{name}` is not built yet: texc describes it (schedules for it are checked) but cannot compile for it; targets that run: {runnable}")]
+    NotBuilt { name: String, runnable: String },
+    #[error("target `{name}` cannot run on this machine: {why}")]
+    CannotRun { name: String, why: String },
+}
+
+const CPU_LOOPS: &[LoopKind] = &[LoopKind::Serial, LoopKind::Parallel, LoopKind::Vectorized, LoopKind::Unrolled];
+const GPU_LOOPS: &[LoopKind] = &[LoopKind::Serial, LoopKind::Unrolled, LoopKind::GpuBlock, LoopKind::GpuThread];
+const CPU_SCOPES: &[MemScope] = &[MemScope::Global, MemScope::Local];
+const GPU_SCOPES: &[MemScope] = &[MemScope::Global, MemScope::Local, MemScope::Shared];
+const X86_TRIPLE: &str = "x86_64-unknown-linux-gnu";
+
+impl Target {
+    /// The backend that compiles for this target, or why there is none.
+    pub fn backend(&self) -> Result<BackendKind, TargetError> {
+        self.backend.ok_or_else(|| TargetError::NotBuilt { name: self.name.into(), runnable: runnable_names() })
+    }
+
+    /// Whether texc compiles code for this target (not the interpreter, not a described-only target).
+    pub fn is_compiled(&self) -> bool {
+        matches!(self.backend, Some(b) if b != BackendKind::Interp)
+    }
+
+    /// Lanes of one vector register for element type `e` (1 without vectors).
+    pub fn lanes(&self, e: ElemType) -> u32 {
+        let bits = (e.size() * 8) as u32;
+        (self.vector_bits / bits).max(1)
+    }
+
+    /// Vector width a default schedule uses for a stage producing `e`:
+    /// values of 8-byte types fill a register with fewer lanes; narrower
+    /// types are computed at least 32 bits wide, so they use the f32 width.
+    pub fn compute_lanes(&self, e: ElemType) -> i64 {
+        let wide = if e.size() == 8 { e } else { ElemType::F32 };
+        self.lanes(wide) as i64
+    }
+
+    pub fn supports_loop(&self, k: LoopKind) -> bool {
+        self.loops.contains(&k)
+    }
+
+    pub fn supports_scope(&self, s: MemScope) -> bool {
+        self.scopes.contains(&s)
+    }
+
+    pub fn has_intrinsic(&self, i: Intrinsic) -> bool {
+        self.intrinsics.contains(&i)
+    }
+
+    /// This target, then the targets it extends, nearest first.
+    pub fn lineage(&self) -> Vec<&Target> {
+        let mut out = vec![self];
+        while let Some(parent) = out.last().and_then(|t| t.extends).and_then(|n| lookup(n).ok()) {
+            out.push(parent);
+        }
+        out
+    }
+
+    /// Whether code for this target can run on this machine (emitting it never needs that).
+    pub fn check_runs_here(&self) -> Result<(), TargetError> {
+        let missing: Vec<&str> = self.requires.iter().copied().filter(|f| !cpu_has(f)).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(TargetError::CannotRun { name: self.name.into(), why: format!("this CPU lacks {}", missing.join(", ")) })
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Whether this CPU has a feature (names as `is_x86_feature_detected!` spells them).
+pub fn cpu_has(feature: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        match feature {
+            "sse4.1" => std::arch::is_x86_feature_detected!("sse4.1"),
+            "avx" => std::arch::is_x86_feature_detected!("avx"),
+            "avx2" => std::arch::is_x86_feature_detected!("avx2"),
+            "fma" => std::arch::is_x86_feature_detected!("fma"),
+            "f16c" => std::arch::is_x86_feature_detected!("f16c"),
+            "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
+            "avx512vl" => std::arch::is_x86_feature_detected!("avx512vl"),
+            "avx512bw" => std::arch::is_x86_feature_detected!("avx512bw"),
+            "avx512dq" => std::arch::is_x86_feature_detected!("avx512dq"),
+            _ => false,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = feature;
+        false
+    }
+}
+
+const AVX2: &[&str] = &["avx2", "fma", "f16c"];
+const AVX512: &[&str] = &["avx512f", "avx512vl", "avx512bw", "avx512dq", "avx2", "fma", "f16c"];
+const AVX2_ROOF: Roofline = Roofline { peak_gflops: 239.0, bandwidth_gbs: 31.0 };
+const AVX512_ROOF: Roofline = Roofline { peak_gflops: 444.0, bandwidth_gbs: 31.0 };
+
+fn x86(
+    name: &'static str,
+    summary: &'static str,
+    vector_bits: u32,
+    cpu: LlvmCpu,
+    requires: &'static [&'static str],
+) -> Target {
+    let wide = vector_bits >= 512;
+    Target {
+        name,
+        kind: TargetKind::Cpu,
+        backend: Some(BackendKind::Llvm),
+        summary,
+        vector_bits,
+        vector_registers: if wide { 32 } else { 16 },
+        llvm: Some(LlvmTarget { triple: X86_TRIPLE, cpu }),
+        loops: CPU_LOOPS,
+        scopes: CPU_SCOPES,
+        intrinsics: if requires.contains(&"fma") { vec![Intrinsic::Fma] } else { vec![] },
+        nominal: if wide { AVX512_ROOF } else { AVX2_ROOF },
+        requires,
+        extends: None,
+    }
+}
+
+/// The ISA of the machine texc runs on: the widest of AVX-512, AVX2, SSE4.1.
+fn host() -> Target {
+    let summary = "the CPU texc runs on (LLVM, its own ISA)";
+    let (bits, requires): (u32, &'static [&'static str]) = if AVX512.iter().all(|f| cpu_has(f)) {
+        (512, AVX512)
+    } else if AVX2.iter().all(|f| cpu_has(f)) {
+        (256, AVX2)
+    } else {
+        (128, &["sse4.1"])
+    };
+    let mut t = x86("host", summary, bits, LlvmCpu::Host, requires);
+    t.extends = match bits {
+        512 => Some("x86-avx512"),
+        256 => Some("x86-avx2"),
+        _ => None,
+    };
+    if bits == 128 {
+        t.nominal = Roofline { peak_gflops: AVX2_ROOF.peak_gflops / 2.0, ..AVX2_ROOF };
+    }
+    t
+}
+
+fn gpu(name: &'static str, summary: &'static str, nominal: Roofline) -> Target {
+    Target {
+        name,
+        kind: TargetKind::Gpu,
+        backend: None,
+        summary,
+        vector_bits: 128,
+        vector_registers: 255,
+        llvm: None,
+        loops: GPU_LOOPS,
+        scopes: GPU_SCOPES,
+        intrinsics: vec![],
+        nominal,
+        requires: &["a CUDA GPU"],
+        extends: None,
+    }
+}
+
+fn build_registry() -> Vec<Target> {
+    let cranelift_fma = cpu_has("fma");
+    vec![
+        Target {
+            name: "interp",
+            kind: TargetKind::Interp,
+            backend: Some(BackendKind::Interp),
+            summary: "the reference interpreter (the oracle); schedules are ignored",
+            vector_bits: 0,
+            vector_registers: 0,
+            llvm: None,
+            loops: CPU_LOOPS,
+            scopes: CPU_SCOPES,
+            intrinsics: vec![],
+            nominal: AVX2_ROOF,
+            requires: &[],
+            extends: None,
+        },
+        x86(
+            "x86-avx2",
+            "x86-64 with AVX2 and FMA (LLVM, Haswell and later)",
+            256,
+            LlvmCpu::Named { cpu: "haswell", features: "+avx2,+fma,+f16c" },
+            AVX2,
+        ),
+        Target {
+            extends: Some("x86-avx2"),
+            ..x86(
+                "x86-avx512",
+                "x86-64 with AVX-512 (LLVM, Skylake-SP and later)",
+                512,
+                LlvmCpu::Named {
+                    cpu: "skylake-avx512",
+                    features: "+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx2,+fma,+f16c",
+                },
+                AVX512,
+            )
+        },
+        host(),
+        Target {
+            name: "cranelift",
+            kind: TargetKind::Cpu,
+            backend: None,
+            summary: "the CPU texc runs on through Cranelift: fast compiles, 128-bit SIMD",
+            vector_bits: 128,
+            vector_registers: 16,
+            llvm: None,
+            loops: CPU_LOOPS,
+            scopes: CPU_SCOPES,
+            intrinsics: if cranelift_fma { vec![Intrinsic::Fma] } else { vec![] },
+            nominal: Roofline { peak_gflops: AVX2_ROOF.peak_gflops / 2.0, ..AVX2_ROOF },
+            requires: &["sse4.1"],
+            extends: None,
+        },
+        gpu(
+            "nvptx-sm80",
+            "NVIDIA Ampere (A100) through LLVM NVPTX",
+            Roofline { peak_gflops: 19_500.0, bandwidth_gbs: 1555.0 },
+        ),
+        gpu(
+            "nvptx-sm90",
+            "NVIDIA Hopper (H100) through LLVM NVPTX",
+            Roofline { peak_gflops: 67_000.0, bandwidth_gbs: 3350.0 },
+        ),
+    ]
+}
+
+/// Every target texc knows, in a fixed order.
+pub fn all() -> &'static [Target] {
+    static REGISTRY: OnceLock<Vec<Target>> = OnceLock::new();
+    REGISTRY.get_or_init(build_registry)
+}
+
+/// Names of all targets, for messages.
+pub fn names() -> String {
+    all().iter().map(|t| t.name).collect::<Vec<_>>().join(", ")
+}
+
+fn runnable_names() -> String {
+    all().iter().filter(|t| t.backend.is_some()).map(|t| t.name).collect::<Vec<_>>().join(", ")
+}
+
+/// The target of this name; unknown names get the one message that lists them all.
+pub fn lookup(name: &str) -> Result<&'static Target, TargetError> {
+    all().iter().find(|t| t.name == name).ok_or_else(|| TargetError::Unknown { name: name.into(), known: names() })
+}
+
+/// The reference interpreter's target.
+pub fn interp() -> &'static Target {
+    lookup("interp").expect("registered")
+}

@@ -1,0 +1,520 @@
+//! texc's compiler driver: the one place that knows the order of the passes.
+//!
+//! ```text
+//! parse → resolve → specialize → rewrite → schedule → lower → legalize → codegen
+//! ```
+//!
+//! Each pass is a method of [`Pipeline`] that runs the pass's crate function
+//! and then, as [`Options`] ask, prints the IR it produced to stderr, runs
+//! that IR's verifier, and records its time ([`Pipeline::timings`]). The CLI
+//! and the tests only call these methods: neither sequences passes itself.
+//!
+//! *rewrite* runs for compiled targets on kernels that have no schedule of
+//! their own for the target (and when [`Options::rewrite`]); *schedule*
+//! applies the kernel's `schedule` block for the target or the target's
+//! default schedule; *codegen* goes through the target's backend
+//! ([`texc_codegen::backend_for`]).
+
+mod options;
+pub mod oracle;
+
+pub use options::{Dump, Options, Pass};
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use texc_codegen::abi::CEntry;
+use texc_codegen::Compiled;
+use texc_compiler::interp::{self, Arg};
+use texc_compiler::rewrite::{self, Plan};
+use texc_compiler::target::{self, Target, TargetKind};
+use texc_compiler::{Bindings, KernelRef, Program, Session};
+use texc_grammar::diagnostic::render_all;
+use texc_grammar::{Diagnostic, Diagnostics};
+use texc_runtime::Tensor;
+use texc_schedules::attach::Region;
+use texc_schedules::schedule::Schedules;
+use texc_schedules::LoopFunc;
+
+/// How a compilation failed: a problem in the user's input (source, sizes,
+/// files: exit status 1), or in how texc was asked (exit status 2).
+#[derive(Debug)]
+pub enum Error {
+    Input(Vec<Diagnostic>),
+    Usage(String),
+}
+
+impl From<Diagnostic> for Error {
+    fn from(d: Diagnostic) -> Error {
+        Error::Input(vec![d])
+    }
+}
+
+impl From<Diagnostics> for Error {
+    fn from(d: Diagnostics) -> Error {
+        Error::Input(d)
+    }
+}
+
+impl From<texc_codegen::CodegenError> for Error {
+    fn from(e: texc_codegen::CodegenError) -> Error {
+        Error::Input(vec![Diagnostic::error(format!("code generation failed: {e}"))])
+    }
+}
+
+/// The target of a name, or the one message that lists the targets (a usage error).
+pub fn target(name: &str) -> Result<&'static Target, Error> {
+    target::lookup(name).map_err(|e| Error::Usage(e.to_string()))
+}
+
+/// A kernel's program as written, and the one that runs (rewritten or not).
+pub struct Built {
+    pub written: Program,
+    pub runs: Program,
+    /// The e-graph's plan, when the rewrite pass ran.
+    pub plan: Option<Plan>,
+    /// Why the plan is not what runs, when it is not.
+    pub kept_original: Option<String>,
+}
+
+/// A program with its schedules and the boxes of its attached stages.
+pub struct Scheduled {
+    pub p: Program,
+    pub schedules: Schedules,
+    pub regions: Vec<Option<Region>>,
+}
+
+/// Loop nests as lowered (what `emit --stage loops` shows) and legalized (what backends compile).
+pub struct Loops {
+    pub lowered: LoopFunc,
+    pub legal: LoopFunc,
+}
+
+/// Everything `run` and `bench` need.
+pub struct Prepared {
+    pub built: Built,
+    /// For compiled targets.
+    pub loops: Option<Loops>,
+    /// Arguments in parameter order.
+    pub args: Vec<Arg>,
+}
+
+/// Time spent in one pass (all its runs).
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub pass: Pass,
+    pub runs: u32,
+    pub time: Duration,
+    /// Spent verifying what the pass produced.
+    pub verify: Duration,
+}
+
+pub struct Pipeline {
+    pub session: Session,
+    pub options: Options,
+    timings: Vec<Timing>,
+}
+
+/// After a pass: record its time, dump its IR, verify it. (A free function
+/// over the fields it needs, so that dumps and verifiers may borrow the session.)
+fn after(
+    options: &Options,
+    timings: &mut Vec<Timing>,
+    pass: Pass,
+    started: Instant,
+    dump: impl FnOnce() -> String,
+    verify: impl FnOnce() -> Result<(), String>,
+) -> Result<(), Error> {
+    let time = started.elapsed();
+    if options.dump.wants(pass) {
+        eprint!("// ---- after {} ({})\n{}", pass.name(), pass.ir(), dump());
+    }
+    let v0 = Instant::now();
+    if options.verify {
+        verify().map_err(|m| {
+            Diagnostic::error(format!("internal error: the {} verifier failed after {}: {m}", pass.ir(), pass.name()))
+        })?;
+    }
+    let verify_time = v0.elapsed();
+    match timings.iter_mut().find(|t| t.pass == pass) {
+        Some(t) => {
+            t.runs += 1;
+            t.time += time;
+            t.verify += verify_time;
+        }
+        None => timings.push(Timing { pass, runs: 1, time, verify: verify_time }),
+    }
+    Ok(())
+}
+
+impl Pipeline {
+    pub fn new(options: Options) -> Pipeline {
+        Pipeline { session: Session::new(), options, timings: Vec::new() }
+    }
+
+    pub fn target(&self) -> &'static Target {
+        self.options.target
+    }
+
+    /// Render diagnostics with this pipeline's sources.
+    pub fn render(&self, diags: &[Diagnostic]) -> String {
+        render_all(diags, &self.session.sources)
+    }
+
+    // ------------------------------------------------------------ front end
+
+    /// *parse* and *resolve* a file and its imports; returns the module.
+    pub fn load(&mut self, path: &Path) -> Result<usize, Error> {
+        let t0 = Instant::now();
+        let m = self.session.parse_root(path)?;
+        self.after_parse(m, t0)
+    }
+
+    /// *parse* and *resolve* source text (`path` locates relative imports).
+    pub fn load_text(&mut self, name: &str, text: &str, path: Option<PathBuf>) -> Result<usize, Error> {
+        let t0 = Instant::now();
+        let m = self.session.parse_text(name, text, path)?;
+        self.after_parse(m, t0)
+    }
+
+    fn after_parse(&mut self, m: usize, t0: Instant) -> Result<usize, Error> {
+        let s = &self.session;
+        // The parser builds its arenas by construction; there is nothing to verify.
+        let ast = || texc_grammar::print::print_ast(&s.module(m).ast);
+        after(&self.options, &mut self.timings, Pass::Parse, t0, ast, || Ok(()))?;
+        let t0 = Instant::now();
+        texc_compiler::resolve::resolve_session(&mut self.session)?;
+        let s = &self.session;
+        let name_of = |k: KernelRef| s.kernel(k).name.clone();
+        let kernels = || texc_compiler::kernel::print_kernels(&s.module(m).kernels, &name_of);
+        let verify = || texc_compiler::kernel::verify_session(s);
+        after(&self.options, &mut self.timings, Pass::Resolve, t0, kernels, verify)?;
+        Ok(m)
+    }
+
+    /// The kernel to compile in module `m`: `name`, or the only one.
+    pub fn kernel(&self, m: usize, name: Option<&str>) -> Result<KernelRef, Error> {
+        Ok(self.session.entry_kernel(m, name)?)
+    }
+
+    /// *specialize* kernel `k` to sizes.
+    pub fn specialize(&mut self, k: KernelRef, b: &Bindings) -> Result<Program, Error> {
+        let t0 = Instant::now();
+        let p = texc_compiler::specialize::specialize(&self.session, k, b)?;
+        after(
+            &self.options,
+            &mut self.timings,
+            Pass::Specialize,
+            t0,
+            || texc_compiler::print::print_program(&p),
+            || texc_compiler::verify::verify(&p),
+        )?;
+        Ok(p)
+    }
+
+    /// *rewrite* the operator graph of `original` (kernel `k` at sizes `b`)
+    /// for the target: the plan, and the program that runs (the original
+    /// when the plan is no cheaper or cannot be rewritten).
+    pub fn rewrite(&mut self, k: KernelRef, b: &Bindings, original: Program) -> Result<Built, Error> {
+        let t0 = Instant::now();
+        let built = self.rewrite_inner(k, b, original);
+        let target = self.options.target;
+        let dump = || {
+            let plan = built.plan.as_ref().map(|p| rewrite::print_plan(p, target, built.kept_original.as_deref()));
+            format!("{}{}", plan.unwrap_or_default(), texc_compiler::print::print_program(&built.runs))
+        };
+        after(&self.options, &mut self.timings, Pass::Rewrite, t0, dump, || {
+            texc_compiler::verify::verify(&built.runs)
+        })?;
+        Ok(built)
+    }
+
+    fn rewrite_inner(&self, k: KernelRef, b: &Bindings, original: Program) -> Built {
+        let kept = |plan: Option<Plan>, why: &str, written: Program| Built {
+            runs: written.clone(),
+            written,
+            plan,
+            kept_original: Some(why.to_string()),
+        };
+        if original.ops.iter().any(|o| o.outputs.len() > 1) {
+            // The term has one node per tensor; calls with several results stay as written.
+            return kept(Some(Plan::unchanged()), "calls with several results are not rewritten yet", original);
+        }
+        let plan = rewrite::rewrite_kernel(&self.session, k, &original, self.options.target, self.options.extraction);
+        if plan.best_cost >= plan.original_cost {
+            return kept(Some(plan), "no cheaper plan", original);
+        }
+        // The plan is a kernel in source form: it goes through the front end like any other.
+        let mut s2 = Session::new();
+        let name = format!("<rewritten>/{}.tex", original.name);
+        let first = |d: Diagnostics| d.into_iter().next().unwrap_or_else(|| Diagnostic::error("no diagnostic"));
+        let built = s2
+            .parse_text(&name, &plan.source, None)
+            .and_then(|m| texc_compiler::resolve::resolve_session(&mut s2).map(|()| m))
+            .map_err(first)
+            .and_then(|m| s2.entry_kernel(m, Some(&original.name)))
+            .and_then(|k2| texc_compiler::specialize::specialize(&s2, k2, b));
+        match built {
+            Ok(runs) => Built { written: original, runs, plan: Some(plan), kept_original: None },
+            Err(d) => {
+                let why = format!("the rewritten kernel does not compile: {}", d.render(&s2.sources));
+                kept(Some(plan), &why, original)
+            }
+        }
+    }
+
+    /// The program kernel `k` runs on the target at sizes `b`: specialized,
+    /// then rewritten where the target compiles code, rewriting is on and
+    /// the kernel has no schedule of its own for the target.
+    pub fn program(&mut self, k: KernelRef, b: &Bindings) -> Result<Built, Error> {
+        let written = self.specialize(k, b)?;
+        let t = self.options.target;
+        let own_schedule = texc_schedules::find_schedule(&self.session, k, t).is_some();
+        if !t.is_compiled() || !self.options.rewrite || own_schedule {
+            return Ok(Built { runs: written.clone(), written, plan: None, kept_original: None });
+        }
+        self.rewrite(k, b, written)
+    }
+
+    // ------------------------------------------------------------ back end
+
+    /// *schedule* `p` (kernel `k`'s program) for the target.
+    pub fn schedule(&mut self, k: KernelRef, mut p: Program) -> Result<Scheduled, Error> {
+        self.schedule_for(Some(k), &mut p, self.options.target).map(|(schedules, regions)| Scheduled {
+            p,
+            schedules,
+            regions,
+        })
+    }
+
+    /// *schedule* with `k`'s schedule block for `t`, or `t`'s default schedule
+    /// (always, when there is no kernel).
+    fn schedule_for(
+        &mut self,
+        k: Option<KernelRef>,
+        p: &mut Program,
+        t: &Target,
+    ) -> Result<(Schedules, Vec<Option<Region>>), Error> {
+        let t0 = Instant::now();
+        let block = k.and_then(|k| texc_schedules::find_schedule(&self.session, k, t));
+        let mut schedules = match block {
+            Some(sc) => texc_schedules::apply::apply(p, sc, t, &self.options.knobs)?,
+            None => texc_schedules::default::default_schedule(p, t),
+        };
+        let regions = texc_schedules::attach::infer(p, &mut schedules)?;
+        let p: &Program = p;
+        let s = &schedules;
+        after(
+            &self.options,
+            &mut self.timings,
+            Pass::Schedule,
+            t0,
+            || texc_schedules::schedule::print(p, s),
+            || s.verify(p),
+        )?;
+        Ok((schedules, regions))
+    }
+
+    /// *lower* a scheduled program to loop nests.
+    pub fn lower(&mut self, s: Scheduled) -> Result<LoopFunc, Error> {
+        let t0 = Instant::now();
+        let f = texc_schedules::lower::lower(s.p, &s.schedules, &s.regions);
+        after(
+            &self.options,
+            &mut self.timings,
+            Pass::Lower,
+            t0,
+            || texc_schedules::ir::print(&f),
+            || texc_schedules::verify::verify(&f),
+        )?;
+        Ok(f)
+    }
+
+    /// *legalize* loop nests for the target.
+    pub fn legalize(&mut self, mut f: LoopFunc) -> Result<LoopFunc, Error> {
+        let t0 = Instant::now();
+        let t = self.options.target;
+        texc_schedules::legalize::legalize(&mut f, t);
+        after(
+            &self.options,
+            &mut self.timings,
+            Pass::Legalize,
+            t0,
+            || texc_schedules::ir::print(&f),
+            || texc_schedules::verify::verify_legal(&f, t),
+        )?;
+        Ok(f)
+    }
+
+    /// *schedule*, *lower* and *legalize* kernel `k`'s program `p`.
+    pub fn loops(&mut self, k: KernelRef, p: Program) -> Result<Loops, Error> {
+        let s = self.schedule(k, p)?;
+        let lowered = self.lower(s)?;
+        let legal = self.legalize(lowered.clone())?;
+        Ok(Loops { lowered, legal })
+    }
+
+    /// *schedule* (the target's default schedule), *lower* and *legalize* a
+    /// program that has no kernel of its own (a test's, a rewriter's).
+    pub fn default_loops(&mut self, mut p: Program) -> Result<Loops, Error> {
+        let (schedules, regions) = self.schedule_for(None, &mut p, self.options.target)?;
+        let lowered = self.lower(Scheduled { p, schedules, regions })?;
+        let legal = self.legalize(lowered.clone())?;
+        Ok(Loops { lowered, legal })
+    }
+
+    /// Everything up to code generation for kernel `k` at sizes `b` on a compiled target.
+    pub fn build(&mut self, k: KernelRef, b: &Bindings) -> Result<(Built, Loops), Error> {
+        let built = self.program(k, b)?;
+        self.require_compiled("this command")?;
+        let loops = self.loops(k, built.runs.clone())?;
+        Ok((built, loops))
+    }
+
+    /// An error unless the target compiles code (`what` names the command asking).
+    pub fn require_compiled(&self, what: &str) -> Result<(), Error> {
+        let t = self.options.target;
+        t.backend().map_err(|e| Error::Usage(e.to_string()))?;
+        if t.kind == TargetKind::Interp {
+            let names: Vec<&str> = target::all().iter().filter(|t| t.is_compiled()).map(|t| t.name).collect();
+            return Err(Error::Usage(format!(
+                "{what} needs a compiled target: add --target {} (or {})",
+                names[0],
+                names[1..].join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// *codegen*: JIT-compile legalized loops with the target's backend.
+    pub fn compile(&mut self, f: &LoopFunc) -> Result<Compiled, Error> {
+        let t = self.options.target;
+        t.check_runs_here().map_err(|e| Error::Usage(e.to_string()))?;
+        let t0 = Instant::now();
+        let backend = texc_codegen::backend_for(t)?;
+        let k = Compiled::new(backend, f, t)?;
+        let ms = k.compile_time.as_secs_f64() * 1e3;
+        after(
+            &self.options,
+            &mut self.timings,
+            Pass::Codegen,
+            t0,
+            || format!("compiled `{}` with {} in {ms:.3} ms\n", f.p.name, backend.kind().name()),
+            || Ok(()),
+        )?;
+        Ok(k)
+    }
+
+    /// *codegen*: a text stage of the target's backend (`emit --stage llvm`, ...).
+    pub fn emit_text(&mut self, f: &LoopFunc, stage: &str) -> Result<String, Error> {
+        let t = self.options.target;
+        let backend = texc_codegen::backend_for(t)?;
+        if !backend.text_stages().contains(&stage) {
+            return Err(Error::Usage(format!(
+                "the {} backend of target `{t}` prints {}, not `{stage}`",
+                backend.kind().name(),
+                backend.text_stages().join(", ")
+            )));
+        }
+        let t0 = Instant::now();
+        let text = backend.emit_text(f, t, stage)?;
+        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, || Ok(()))?;
+        Ok(text)
+    }
+
+    /// The text stages the target's backend prints.
+    pub fn text_stages(&self) -> Vec<&'static str> {
+        texc_codegen::backend_for(self.options.target).map(|b| b.text_stages().to_vec()).unwrap_or_default()
+    }
+
+    /// *codegen*: an object file and its C header.
+    pub fn emit_object(&mut self, f: &LoopFunc) -> Result<(Vec<u8>, String), Error> {
+        let t = self.options.target;
+        let backend = texc_codegen::backend_for(t)?;
+        let t0 = Instant::now();
+        let c = CEntry::of(f);
+        let object = backend.emit_object(f, t, &c)?;
+        let header = texc_codegen::header::header(f, &c, t.name);
+        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, || Ok(()))?;
+        Ok((object, header))
+    }
+
+    // ------------------------------------------------------------ whole commands
+
+    /// Apply every schedule block kernel `k` has for a compiled target to
+    /// `p`, through legalization: the errors they have (`texc check`).
+    pub fn check_schedules(&mut self, k: KernelRef, p: &Program) -> Vec<Diagnostic> {
+        let mut diags = Vec::new();
+        for t in target::all().iter().filter(|t| t.is_compiled()) {
+            if texc_schedules::own_schedule_block(&self.session, k, t).is_none() {
+                continue;
+            }
+            let mut q = p.clone();
+            let lowered = self
+                .schedule_for(Some(k), &mut q, t)
+                .and_then(|(schedules, regions)| self.lower(Scheduled { p: q, schedules, regions }));
+            match lowered {
+                Ok(mut f) => texc_schedules::legalize::legalize(&mut f, t),
+                Err(Error::Input(d)) => diags.extend(d),
+                Err(Error::Usage(m)) => diags.push(Diagnostic::error(m)),
+            }
+        }
+        diags
+    }
+
+    /// Specialize kernel `k` for a run: sizes from `b` and the input files'
+    /// shapes, the loop nests for a compiled target, and the arguments
+    /// (`files` by name, `scalars` by name, the rest seeded random data).
+    pub fn prepare(
+        &mut self,
+        k: KernelRef,
+        b: &Bindings,
+        files: HashMap<String, Tensor>,
+        scalars: &[(String, f64)],
+        seed: u64,
+    ) -> Result<Prepared, Error> {
+        let info = self.session.kernel(k);
+        for n in files.keys().chain(scalars.iter().map(|(n, _)| n)) {
+            if info.param_index(n).is_none() {
+                return Err(Diagnostic::error(format!("`{n}` is not a parameter of kernel `{}`", info.name)).into());
+            }
+        }
+        let mut b = b.clone();
+        b.input_shapes = files.iter().map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect())).collect();
+        let built = self.program(k, &b)?;
+        let loops = if self.options.target.is_compiled() { Some(self.loops(k, built.runs.clone())?) } else { None };
+        let args = interp::bind_args(&built.written, files, scalars, seed).map_err(Diagnostic::error)?;
+        Ok(Prepared { built, loops, args })
+    }
+
+    /// The per-pass timing table (`--time-passes`).
+    pub fn timings(&self) -> &[Timing] {
+        &self.timings
+    }
+
+    pub fn timing_table(&self) -> String {
+        let total: Duration = self.timings.iter().map(|t| t.time + t.verify).sum();
+        let share = |d: Duration| 100.0 * d.as_secs_f64() / total.as_secs_f64().max(1e-12);
+        let mut out =
+            format!("{:<12} {:>5} {:>12} {:>7} {:>12}\n", "pass", "runs", "time (ms)", "share", "verify (ms)");
+        let mut rows = self.timings.clone();
+        rows.sort_by_key(|t| t.pass);
+        for t in &rows {
+            out += &format!(
+                "{:<12} {:>5} {:>12.3} {:>6.1}% {:>12.3}\n",
+                t.pass.name(),
+                t.runs,
+                t.time.as_secs_f64() * 1e3,
+                share(t.time),
+                t.verify.as_secs_f64() * 1e3
+            );
+        }
+        out += &format!("{:<12} {:>5} {:>12.3}\n", "total", "", total.as_secs_f64() * 1e3);
+        out
+    }
+}
+
+/// Run a program on the interpreter.
+pub fn interpret(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, Error> {
+    interp::run(p, args).map_err(|e| Diagnostic::error(e.to_string()).into())
+}

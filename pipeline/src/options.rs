@@ -1,0 +1,155 @@
+//! What a compilation is asked to do: the target, which IR to dump, whether
+//! to verify, extraction and knob values. Explicit values, never read from
+//! the environment behind the caller's back: [`Options::from_env`] is the
+//! one place that reads `TEXC_DUMP_IR`, `TEXC_VERIFY` and `TEXC_EXTRACT`.
+
+use std::collections::BTreeMap;
+use texc_compiler::rewrite::Extraction;
+use texc_compiler::target::Target;
+
+/// The passes, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pass {
+    /// Source text to AST, with imports (`texc_compiler::session`).
+    Parse,
+    /// Names, types and calls (`texc_compiler::resolve`).
+    Resolve,
+    /// Concrete sizes, inlined calls, tensor IR (`texc_compiler::specialize`).
+    Specialize,
+    /// E-graph rewriting of the operator graph (`texc_compiler::rewrite`).
+    Rewrite,
+    /// The schedule block or the default schedule (`texc_schedules::{apply, default, attach}`).
+    Schedule,
+    /// Loop nests (`texc_schedules::lower`).
+    Lower,
+    /// Target-legal operations (`texc_schedules::legalize`).
+    Legalize,
+    /// Machine code, text or objects (`texc_codegen`).
+    Codegen,
+}
+
+impl Pass {
+    pub const ALL: [Pass; 8] = [
+        Pass::Parse,
+        Pass::Resolve,
+        Pass::Specialize,
+        Pass::Rewrite,
+        Pass::Schedule,
+        Pass::Lower,
+        Pass::Legalize,
+        Pass::Codegen,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Parse => "parse",
+            Pass::Resolve => "resolve",
+            Pass::Specialize => "specialize",
+            Pass::Rewrite => "rewrite",
+            Pass::Schedule => "schedule",
+            Pass::Lower => "lower",
+            Pass::Legalize => "legalize",
+            Pass::Codegen => "codegen",
+        }
+    }
+
+    /// The IR the pass produces (for dump headers).
+    pub fn ir(self) -> &'static str {
+        match self {
+            Pass::Parse => "ast",
+            Pass::Resolve => "kernels",
+            Pass::Specialize | Pass::Rewrite => "tir",
+            Pass::Schedule => "schedules",
+            Pass::Lower | Pass::Legalize => "loops",
+            Pass::Codegen => "code",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Pass> {
+        Pass::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
+/// Which passes print their IR to stderr.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Dump {
+    #[default]
+    Nothing,
+    All,
+    After(Vec<Pass>),
+}
+
+impl Dump {
+    /// `1`/`all`: every pass; a comma-separated list of pass names; `0` or empty: none.
+    pub fn parse(spec: &str) -> Result<Dump, String> {
+        match spec.trim() {
+            "" | "0" => Ok(Dump::Nothing),
+            "1" | "all" => Ok(Dump::All),
+            list => list
+                .split(',')
+                .map(|n| {
+                    let n = n.trim();
+                    Pass::from_name(n).ok_or_else(|| {
+                        let names: Vec<&str> = Pass::ALL.iter().map(|p| p.name()).collect();
+                        format!("no pass `{n}` to dump; passes: {}, or `all`", names.join(", "))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Dump::After),
+        }
+    }
+
+    pub fn wants(&self, p: Pass) -> bool {
+        match self {
+            Dump::Nothing => false,
+            Dump::All => true,
+            Dump::After(list) => list.contains(&p),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub target: &'static Target,
+    pub dump: Dump,
+    /// Run the verifier of each IR after the pass that produced it.
+    pub verify: bool,
+    /// Record per-pass times (see `Pipeline::timings`).
+    pub time_passes: bool,
+    pub extraction: Extraction,
+    /// Values of schedule tunables (`?t`), by name.
+    pub knobs: BTreeMap<String, i64>,
+    /// E-graph rewriting for compiled targets (kernels without a schedule of their own).
+    pub rewrite: bool,
+}
+
+impl Options {
+    /// Defaults: no dump, verification in debug builds, greedy extraction, rewriting on.
+    pub fn new(target: &'static Target) -> Options {
+        Options {
+            target,
+            dump: Dump::Nothing,
+            verify: cfg!(debug_assertions),
+            time_passes: false,
+            extraction: Extraction::Greedy,
+            knobs: BTreeMap::new(),
+            rewrite: true,
+        }
+    }
+
+    /// [`Options::new`] adjusted by `TEXC_DUMP_IR` (see [`Dump::parse`]),
+    /// `TEXC_VERIFY=1` and `TEXC_EXTRACT=greedy|ilp`.
+    pub fn from_env(target: &'static Target) -> Result<Options, String> {
+        let mut o = Options::new(target);
+        if let Ok(v) = std::env::var("TEXC_DUMP_IR") {
+            o.dump = Dump::parse(&v).map_err(|e| format!("TEXC_DUMP_IR={v}: {e}"))?;
+        }
+        if std::env::var("TEXC_VERIFY").is_ok_and(|v| !v.is_empty() && v != "0") {
+            o.verify = true;
+        }
+        if let Ok(v) = std::env::var("TEXC_EXTRACT") {
+            o.extraction = Extraction::from_name(&v).map_err(|e| format!("TEXC_EXTRACT={v}: {e}"))?;
+        }
+        Ok(o)
+    }
+}

@@ -1,0 +1,60 @@
+//! Checking compiled results against the interpreter (`run --check`, the
+//! tests): one error measure and one tolerance table for everyone.
+
+use texc_runtime::{DType, Tensor};
+
+/// Relative error: max |got - want| / max |want|, with NaN where exactly one
+/// side is NaN counting as infinite (exact comparison for integers).
+pub fn rel_error(got: &Tensor, want: &Tensor) -> f64 {
+    if got.shape != want.shape {
+        return f64::INFINITY;
+    }
+    let (a, b) = (got.to_f64(), want.to_f64());
+    let scale = b.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
+    a.iter().zip(&b).fold(0.0f64, |m, (x, y)| {
+        if x.is_nan() != y.is_nan() {
+            f64::INFINITY
+        } else if x.is_nan() || x == y {
+            m
+        } else {
+            m.max((x - y).abs())
+        }
+    }) / scale
+}
+
+/// Tolerance of the check for an output type.
+pub fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 | DType::BF16 => 1e-2,
+        DType::F32 => 1e-5,
+        DType::F64 => 1e-12,
+        _ => 0.0,
+    }
+}
+
+/// One output compared with the interpreter's.
+#[derive(Clone, Debug)]
+pub struct OutputCheck {
+    pub name: String,
+    pub error: f64,
+    pub tolerance: f64,
+}
+
+impl OutputCheck {
+    pub fn passed(&self) -> bool {
+        self.error <= self.tolerance
+    }
+}
+
+/// Compare outputs (in order) with the interpreter's.
+pub fn compare(names: &[String], got: &[Tensor], want: &[Tensor]) -> Vec<OutputCheck> {
+    names
+        .iter()
+        .zip(got.iter().zip(want))
+        .map(|(name, (g, w))| OutputCheck {
+            name: name.clone(),
+            error: rel_error(g, w),
+            tolerance: tolerance(w.dtype()),
+        })
+        .collect()
+}

@@ -1,0 +1,159 @@
+//! The conformance set every backend runs: each compiled target that this
+//! machine can run, against the interpreter, on every example and std.nn
+//! operator with its default schedule, the example schedules, and random
+//! legal schedules, at sizes no tile divides. Targets come from the
+//! registry, so a new target or backend is run here without being listed;
+//! [`every_backend_runs_the_conformance_set`] fails if a backend has no
+//! target that does.
+
+use std::collections::HashMap;
+use texc_compiler::interp;
+use texc_compiler::target::{BackendKind, Target};
+use texc_compiler::{Bindings, Program};
+use texc_runtime::SplitMix64;
+use texc_schedules::LoopFunc;
+use texc_tests::rel_error;
+
+/// Tolerance of a backend's f32 results against the interpreter (which
+/// computes in f64). Every backend must be listed.
+fn tolerance(kind: BackendKind) -> f64 {
+    match kind {
+        BackendKind::Interp => 0.0,
+        BackendKind::Llvm => 1e-5,
+    }
+}
+
+fn targets() -> Vec<&'static Target> {
+    let (run, skipped) = texc_tests::runnable_targets();
+    for why in skipped {
+        eprintln!("skipped: {why}");
+    }
+    run
+}
+
+fn check(name: &str, p: &Program, f: &LoopFunc, target: &Target, seed: u64) {
+    let args = || interp::bind_args(p, HashMap::new(), &[], seed).expect("binds");
+    let want = interp::run(p, args()).expect("interp");
+    let k = texc_tests::compile_loops(target, f)
+        .unwrap_or_else(|e| panic!("{name} on {target}: {e}\n{}", texc_schedules::ir::print(f)));
+    let got = k.run(args()).expect("runs");
+    let tol = tolerance(target.backend().expect("a compiled target"));
+    for (w, g) in want.iter().zip(&got) {
+        let err = rel_error(g, w);
+        let tol = if w.dtype().is_float() { tol } else { 0.0 };
+        assert!(err <= tol, "{name} on {target}: error {err:e}\n{}", texc_schedules::ir::print(f));
+    }
+}
+
+#[test]
+fn every_backend_runs_the_conformance_set() {
+    let registry = texc_compiler::target::all();
+    let run = targets();
+    for kind in BackendKind::ALL.into_iter().filter(|&k| k != BackendKind::Interp) {
+        let of_kind: Vec<&Target> = registry.iter().filter(|t| t.backend().ok() == Some(kind)).collect();
+        assert!(!of_kind.is_empty(), "backend {} has no target", kind.name());
+        assert!(
+            of_kind.iter().any(|t| run.iter().any(|r| r.name == t.name)),
+            "no target of backend {} runs on this machine, so the conformance set does not run it",
+            kind.name()
+        );
+    }
+}
+
+#[test]
+fn examples_with_default_schedules() {
+    for target in targets() {
+        for (name, p) in texc_tests::example_programs(2e8) {
+            let f = texc_tests::default_lowered(target.name, &p);
+            check(&name, &p, &f, target, 3);
+        }
+    }
+}
+
+#[test]
+fn std_operators_with_default_schedules() {
+    for target in targets() {
+        for (name, p) in texc_tests::std_op_programs(11) {
+            let f = texc_tests::default_lowered(target.name, &p);
+            check(&name, &p, &f, target, 4);
+        }
+    }
+}
+
+/// The examples' own x86-avx2 schedules (wide vectors, packing, cache_write),
+/// lowered once and compiled by every backend.
+#[test]
+fn example_schedules_at_odd_sizes() {
+    let cases: [(&str, Vec<(&str, i64)>); 7] = [
+        ("examples/sgemm.tex", vec![("M", 37), ("K", 130), ("N", 70)]),
+        ("examples/conv_resnet.tex", vec![("C", 5), ("H", 11), ("W", 19), ("K", 7)]),
+        ("examples/conv_resnet.tex", vec![("N", 2), ("C", 3), ("H", 56), ("W", 56), ("K", 9)]),
+        ("examples/matmul.tex", vec![("M", 37), ("K", 19), ("N", 70)]),
+        ("examples/matmul.tex", vec![("M", 64), ("K", 64), ("N", 64)]),
+        ("examples/matmul.tex", vec![("M", 1), ("K", 1), ("N", 1)]),
+        ("examples/matmul.tex", vec![("M", 33), ("K", 65), ("N", 129)]),
+    ];
+    for target in targets() {
+        for (file, shapes) in &cases {
+            let (p, f) = texc_tests::example_with_its_schedule(file, shapes);
+            check(&format!("{file} {shapes:?}"), &p, &f, target, 6);
+        }
+    }
+}
+
+#[test]
+fn random_legal_schedules() {
+    for target in targets() {
+        let mut rng = SplitMix64::new(7);
+        for (file, kernel, shapes) in texc_tests::RANDOM_SCHEDULE_CASES {
+            let base = texc_tests::random_case_program(file, kernel, shapes);
+            for trial in 0..8 {
+                let f = texc_tests::randomly_scheduled(&base, &mut rng);
+                check(&format!("{file} trial {trial}"), &base, &f, target, trial);
+            }
+        }
+    }
+}
+
+#[test]
+fn vector_exp_matches_the_interpreter_elementwise() {
+    let src = "kernel e(X: f32[N = 64]) -> Y: f32[N] { Y[i] = exp(X[i]); }";
+    for target in targets() {
+        let (mut pl, k) = texc_tests::load_text(target.name, "e.tex", src, None).expect("front end");
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let mut xs: Vec<f64> = (0..56).map(|i| -87.0 + 175.0 * i as f64 / 55.0).collect();
+        xs.extend([0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 88.8, -95.0, -110.0]);
+        let x = texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![64], &xs);
+        let args = || vec![interp::Arg::Tensor(x.clone())];
+        let want = interp::run(&p, args()).expect("interp")[0].to_f64();
+        let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args()).expect("runs")[0].to_f64();
+        for ((g, w), x) in got.iter().zip(&want).zip(&xs) {
+            // Denormal results (below 2^-126) keep fewer significant bits.
+            let tol = if w.abs() < 1.2e-38 { 1e-3 } else { 2e-7 };
+            let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * w.abs();
+            assert!(ok, "exp({x}) = {g} on {target}, interpreter says {w}");
+        }
+    }
+}
+
+/// Kernels scheduled for AVX-512 are correct even where the CPU cannot run
+/// AVX-512 code: their loop nests (16- and 32-lane vectors) compiled for
+/// this machine's widest target.
+#[test]
+fn avx512_schedules_on_this_machine() {
+    let here = targets().into_iter().find(|t| t.name == "host").expect("host runs");
+    for (name, p) in texc_tests::example_programs(2e7).into_iter().chain(texc_tests::std_op_programs(11)) {
+        let f = texc_tests::default_lowered("x86-avx512", &p);
+        check(&format!("{name} (x86-avx512 schedule)"), &p, &f, here, 8);
+    }
+    let b = Bindings {
+        shapes: [("M", 13), ("K", 520), ("N", 270)].iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        ..Bindings::default()
+    };
+    let p = texc_tests::compile("benches/matmul.tex", None, &b).expect("compiles");
+    let f = texc_tests::default_lowered("x86-avx512", &p);
+    let text = texc_schedules::ir::print(&f);
+    assert!(text.contains("local B.packed: f32[4, 256, 32]:"), "32-wide panels for the 32-wide micro-kernel:\n{text}");
+    check("default gemm (x86-avx512 schedule)", &p, &f, here, 9);
+}

@@ -1,0 +1,166 @@
+//! The pipeline's seams: legalization keeps texc's integer semantics on
+//! every backend, knob values reach schedules, targets are resolved in one
+//! place, verifiers catch broken IR, and compiled kernels cross threads.
+
+use std::collections::HashMap;
+use texc_compiler::interp::{self, Arg};
+use texc_compiler::target::{self, Target};
+use texc_compiler::Bindings;
+use texc_runtime::{DType, Tensor};
+
+/// Edge values of an integer type: zero, ±1, ±2, small primes, the extremes.
+fn edges(t: DType) -> Vec<i64> {
+    let (lo, hi) = match t {
+        DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+        DType::U8 => (0, u8::MAX as i64),
+        DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+        _ => (i64::MIN, i64::MAX),
+    };
+    let mut v = vec![0, 1, -1, 2, -2, 3, -3, 7, -7, lo, lo + 1, hi, hi - 1];
+    v.retain(|x| *x >= lo && *x <= hi);
+    v
+}
+
+/// `a / b` and `a % b` (and by constants) for every pair of edge values of
+/// every integer type: the interpreter, the legalized loop nest on the loop
+/// evaluator, and each runnable backend agree exactly.
+#[test]
+fn floor_division_is_the_same_everywhere() {
+    let (targets, _) = texc_tests::runnable_targets();
+    for ty in [DType::I8, DType::U8, DType::I32, DType::I64] {
+        let e = edges(ty);
+        let n = e.len() * e.len();
+        let (a, b): (Vec<i64>, Vec<i64>) = e.iter().flat_map(|&x| e.iter().map(move |&y| (x, y))).unzip();
+        let src = format!(
+            "kernel d(A: {ty}[N = {n}], B: {ty}[N]) -> (Q: {ty}[N], R: {ty}[N], Q3: {ty}[N], Rm3: {ty}[N], Q1: {ty}[N]) {{
+    Q[i] = A[i] / B[i];
+    R[i] = A[i] % B[i];
+    Q3[i] = A[i] / 3;
+    Rm3[i] = A[i] % {m3};
+    Q1[i] = A[i] / {m1};
+}}",
+            m3 = if ty == DType::U8 { "5" } else { "(0 - 3)" },
+            m1 = if ty == DType::U8 { "1" } else { "(0 - 1)" },
+        );
+        let args =
+            || vec![Arg::Tensor(Tensor::from_i64(ty, vec![n], &a)), Arg::Tensor(Tensor::from_i64(ty, vec![n], &b))];
+        for t in &targets {
+            let (mut pl, k) = texc_tests::load_text(t.name, "d.tex", &src, None).unwrap_or_else(|e| panic!("{e}"));
+            let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+            let want = interp::run(&p, args()).expect("interp");
+            let f = texc_tests::loops(&mut pl, k, &p);
+            assert!(!texc_schedules::ir::print(&f).contains(" / B"), "legalized: no floor division left");
+            let evaluated = texc_schedules::eval::run(&f, args()).expect("loop evaluator");
+            let compiled = texc_tests::compile_loops(t, &f).expect("compiles").run(args()).expect("runs");
+            for (o, w) in want.iter().enumerate() {
+                assert_eq!(&evaluated[o], w, "{ty} output {o}: legalized loop nest on the evaluator");
+                assert_eq!(&compiled[o], w, "{ty} output {o} on {t}");
+            }
+        }
+    }
+}
+
+fn runs_here(t: &Target) -> bool {
+    t.check_runs_here().is_ok()
+}
+
+#[test]
+fn targets_are_resolved_in_one_place() {
+    let err = target::lookup("x86-sse").expect_err("unknown");
+    assert!(err.to_string().contains("targets: interp, x86-avx2, x86-avx512, host, cranelift"), "{err}");
+    let avx2 = target::lookup("x86-avx2").expect("known");
+    assert_eq!((avx2.lanes(DType::F32), avx2.lanes(DType::F64), avx2.lanes(DType::I8)), (8, 4, 32));
+    let avx512 = target::lookup("x86-avx512").expect("known");
+    assert_eq!((avx512.lanes(DType::F32), avx512.vector_registers), (16, 32));
+    // `host` reads the CPU: AVX-512 lanes exactly where the CPU has AVX-512.
+    let host = target::lookup("host").expect("known");
+    let wide = ["avx512f", "avx512vl", "avx512bw", "avx512dq"].iter().all(|f| target::cpu_has(f));
+    assert_eq!(host.lanes(DType::F32), if wide { 16 } else { 8 });
+    assert!(runs_here(host));
+    assert_eq!(avx512.lineage().iter().map(|t| t.name).collect::<Vec<_>>(), ["x86-avx512", "x86-avx2"]);
+    let gpu = target::lookup("nvptx-sm90").expect("described");
+    assert!(gpu.backend().expect_err("not built").to_string().contains("not built yet"));
+}
+
+/// Knobs give tunables their values; an unknown knob and a value outside a
+/// `tune` list are errors, the latter at the `tune` statement.
+#[test]
+fn knobs_reach_the_schedule() {
+    let src =
+        "kernel mm(A: f32[M = 64, K = 32], B: f32[K, N = 64]) -> C: f32[M, N] { C[i, j] = sum[k](A[i, k] * B[k, j]); }
+schedule mm for x86-avx2 {
+    tune tj in [8, 16, 32];
+    split C.j by ?tj -> (jo, ji);
+    split C.i by ?ti -> (io, ii);
+    reorder C(io, jo, k, ii, ji);
+    vectorize C.ji;
+}";
+    let lowered = |knobs: &[(&str, i64)]| {
+        let (mut pl, k) = texc_tests::load_text("x86-avx2", "k.tex", src, None).expect("front end");
+        pl.options.knobs = knobs.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        pl.schedule(k, p)
+            .and_then(|s| pl.lower(s))
+            .map(|f| texc_schedules::ir::print(&f))
+            .map_err(|e| texc_tests::rendered(&pl, e))
+    };
+    let default = lowered(&[]).expect("defaults");
+    assert!(default.contains("for ji in 0..8 vectorized") && default.contains("for ii in 0..32"), "{default}");
+    let tuned = lowered(&[("tj", 32), ("ti", 5)]).expect("tuned");
+    assert!(tuned.contains("for ji in 0..32 vectorized") && tuned.contains("for ii in 0..5"), "{tuned}");
+    let unknown = lowered(&[("tk", 4)]).expect_err("unknown knob");
+    assert!(unknown.contains("knob `tk` is not a tunable") && unknown.contains("its tunables: ti, tj"), "{unknown}");
+    let outside = lowered(&[("tj", 12)]).expect_err("not a candidate");
+    assert!(outside.contains("not one of its candidates [8, 16, 32]") && outside.contains("k.tex:3:"), "{outside}");
+}
+
+/// The schedule verifier rejects what lowering cannot handle.
+#[test]
+fn schedule_verifier_catches_broken_schedules() {
+    let p = texc_tests::compile("examples/matmul.tex", None, &Bindings::default()).expect("compiles");
+    let mut s = texc_schedules::schedule::Schedules::new(&p);
+    s.verify(&p).expect("a fresh schedule is fine");
+    let leaf = s.stages[0].leaves[0];
+    s.stages[0].leaves.push(leaf);
+    assert!(s.verify(&p).expect_err("twice").contains("appears twice"));
+    s.stages[0].leaves.clear();
+    assert!(s.verify(&p).expect_err("uncovered").contains("is not covered"));
+}
+
+/// A kernel compiled on one thread runs on others, concurrently.
+#[test]
+fn compiled_kernels_cross_threads() {
+    let (p, f) = texc_tests::example_with_its_schedule("examples/matmul.tex", &[("M", 33), ("K", 17), ("N", 40)]);
+    let args = || interp::bind_args(&p, HashMap::new(), &[], 3).expect("binds");
+    let want = interp::run(&p, args()).expect("interp");
+    for t in texc_tests::runnable_targets().0 {
+        let compiled = std::thread::scope(|s| s.spawn(|| texc_tests::compile_loops(t, &f).expect("compiles")).join())
+            .expect("compile thread");
+        let compiled = std::sync::Arc::new(compiled);
+        let outs: Vec<Vec<Tensor>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3)
+                .map(|_| {
+                    let k = compiled.clone();
+                    let a = args();
+                    s.spawn(move || k.run(a).expect("runs"))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("run thread")).collect()
+        });
+        for got in outs {
+            assert!(texc_tests::rel_error(&got[0], &want[0]) <= 1e-5, "{t}");
+        }
+    }
+}
+
+/// Every pass dumps, verifies and times; the dump of a chosen pass shows its IR.
+#[test]
+fn every_pass_is_timed_and_dumped() {
+    let (mut pl, k) = texc_tests::load_file("x86-avx2", "examples/softmax.tex", None).expect("loads");
+    let (_, loops) = pl.build(k, &Bindings::default()).expect("builds");
+    pl.compile(&loops.legal).expect("compiles");
+    let timed: Vec<&str> = pl.timings().iter().map(|t| t.pass.name()).collect();
+    assert_eq!(timed, ["parse", "resolve", "specialize", "rewrite", "schedule", "lower", "legalize", "codegen"]);
+    let table = pl.timing_table();
+    assert!(table.contains("legalize") && table.contains("total"), "{table}");
+}
