@@ -8,7 +8,9 @@
 //!   all produce (argument checks, buffers, calls), written once;
 //! - [`abi`]: the calling convention and the C entry of objects, and
 //!   [`header`] its C header — the same for every backend;
-//! - [`llvm`]: LLVM 19 through inkwell (x86-64 AVX2/AVX-512, MCJIT).
+//! - [`llvm`]: LLVM 19 through inkwell (x86-64 AVX2/AVX-512, MCJIT);
+//! - `cranelift` (feature `cranelift`, on by default): Cranelift 0.135,
+//!   128-bit SIMD, the fast-compiling target.
 //!
 //! [`backend_for`] maps a target's [`BackendKind`] to its backend: adding a
 //! backend is one `Backend` implementation and one arm there (see
@@ -16,6 +18,8 @@
 
 pub mod abi;
 pub mod backend;
+#[cfg(feature = "cranelift")]
+pub mod cranelift;
 pub mod header;
 pub mod llvm;
 
@@ -42,6 +46,12 @@ pub fn backend_for(target: &Target) -> Result<&'static dyn Backend, CodegenError
     let kind = target.backend().map_err(|e| CodegenError::Unsupported(e.to_string()))?;
     match kind {
         BackendKind::Llvm => Ok(&llvm::LlvmBackend),
+        #[cfg(feature = "cranelift")]
+        BackendKind::Cranelift => Ok(&cranelift::CraneliftBackend),
+        #[cfg(not(feature = "cranelift"))]
+        BackendKind::Cranelift => Err(CodegenError::Unsupported(
+            "this texc was built without the Cranelift backend (cargo feature `cranelift`)".into(),
+        )),
         BackendKind::Interp => {
             Err(CodegenError::Unsupported(format!("target `{target}` is the interpreter: it runs no compiled code")))
         }

@@ -36,16 +36,19 @@ pub enum BackendKind {
     Interp,
     /// LLVM 19 through inkwell (x86-64).
     Llvm,
+    /// Cranelift (x86-64, 128-bit SIMD): compiles fast.
+    Cranelift,
 }
 
 impl BackendKind {
     /// Every backend; the conformance tests run each one (tests/tests/backends.rs).
-    pub const ALL: [BackendKind; 2] = [BackendKind::Interp, BackendKind::Llvm];
+    pub const ALL: [BackendKind; 3] = [BackendKind::Interp, BackendKind::Llvm, BackendKind::Cranelift];
 
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Interp => "interp",
             BackendKind::Llvm => "llvm",
+            BackendKind::Cranelift => "cranelift",
         }
     }
 }
@@ -342,7 +345,7 @@ fn build_registry() -> Vec<Target> {
         Target {
             name: "cranelift",
             kind: TargetKind::Cpu,
-            backend: None,
+            backend: Some(BackendKind::Cranelift),
             summary: "the CPU texc runs on through Cranelift: fast compiles, 128-bit SIMD",
             vector_bits: 128,
             vector_registers: 16,

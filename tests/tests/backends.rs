@@ -19,7 +19,7 @@ use texc_tests::rel_error;
 fn tolerance(kind: BackendKind) -> f64 {
     match kind {
         BackendKind::Interp => 0.0,
-        BackendKind::Llvm => 1e-5,
+        BackendKind::Llvm | BackendKind::Cranelift => 1e-5,
     }
 }
 

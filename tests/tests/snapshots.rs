@@ -84,7 +84,7 @@ fn loops_of_examples_and_benches() {
     let mut files = texc_tests::example_files();
     files.extend(["benches/matmul.tex", "benches/layer_norm.tex", "benches/conv_layer.tex"].map(String::from));
     let wide = ["examples/softmax.tex", "examples/matmul.tex", "benches/matmul.tex", "benches/layer_norm.tex"];
-    for target in ["x86-avx2", "x86-avx512"] {
+    for target in ["x86-avx2", "x86-avx512", "cranelift"] {
         for file in files.iter().filter(|f| target == "x86-avx2" || wide.contains(&f.as_str())) {
             let (mut pl, kernels) = kernels_of_file(target, file);
             let mut out = String::new();
