@@ -6,8 +6,10 @@
 //!   [`BinOp::FloorMod`], with `x / 0 == 0`, `x % 0 == x`) become machine
 //!   division ([`BinOp::TruncDiv`], [`BinOp::TruncRem`]) whose divisor is
 //!   never 0 or -1, plus compares and selects that restore floor semantics.
-//!   Constant divisors and non-negative dividends (loop variables) get the
-//!   short forms, so index arithmetic stays a plain division or shift.
+//!   Constant divisors get the short forms; with a non-negative dividend
+//!   (loop variables) and a positive constant divisor, unsigned division
+//!   ([`BinOp::UDiv`], [`BinOp::URem`]), so index arithmetic is a shift or
+//!   a mask for powers of two.
 //! - `a * b + c` on f32/f64 becomes [`Intrinsic::Fma`] where the target has it.
 //!
 //! Guarantees: the result evaluates, under [`crate::semantics`], to the same
@@ -102,9 +104,11 @@ pub fn non_negative(p: &Program, e: TExprId) -> bool {
     match p.expr(e) {
         TExpr::Int(k) => *k >= 0,
         TExpr::Var(_) => true,
-        TExpr::Binary(BinOp::Add | BinOp::Mul | BinOp::TruncDiv | BinOp::TruncRem | BinOp::FloorDiv, a, b) => {
-            non_negative(p, *a) && non_negative(p, *b)
-        }
+        TExpr::Binary(
+            BinOp::Add | BinOp::Mul | BinOp::TruncDiv | BinOp::TruncRem | BinOp::UDiv | BinOp::URem | BinOp::FloorDiv,
+            a,
+            b,
+        ) => non_negative(p, *a) && non_negative(p, *b),
         TExpr::Binary(BinOp::FloorMod, _, b) => int_const(p, *b).is_some_and(|k| k > 0),
         _ => false,
     }
@@ -161,7 +165,7 @@ fn floor_division(p: &mut Program, op: BinOp, a: TExprId, b: TExprId, ty: Ty) ->
         Some(0) => return if div { g.int(0) } else { a },
         Some(-1) if !unsigned(ty) => return if div { g.neg(a) } else { g.int(0) },
         Some(k) if k > 0 && (a_nonneg || unsigned(ty)) => {
-            return g.bin(if div { BinOp::TruncDiv } else { BinOp::TruncRem }, a, b);
+            return g.bin(if div { BinOp::UDiv } else { BinOp::URem }, a, b);
         }
         Some(k) => {
             // A constant divisor other than 0 and -1: truncating division is safe;

@@ -8,7 +8,8 @@
 //!   is [`BinOp::Div`]. The machine forms [`BinOp::TruncDiv`] and
 //!   [`BinOp::TruncRem`] appear only after legalization, which guarantees
 //!   their divisor is neither 0 nor -1, so that every backend may map them to
-//!   its plain division instruction.
+//!   its plain division instruction; [`BinOp::UDiv`] and [`BinOp::URem`]
+//!   where it proves both operands non-negative (unsigned division).
 //! - [`MathFn`]: the built-in functions users call by name (`exp`, `max`, ...).
 //! - [`Intrinsic`]: target instructions that passes introduce for a target
 //!   that has them (see `Target::intrinsics`). They have no surface name, so
@@ -43,6 +44,11 @@ pub enum BinOp {
     TruncDiv,
     /// Remainder of [`BinOp::TruncDiv`] (the sign of the dividend). Same precondition.
     TruncRem,
+    /// Division of a non-negative dividend by a positive divisor (legalization
+    /// proves both), so that backends may divide unsigned: a shift for powers of two.
+    UDiv,
+    /// Remainder of [`BinOp::UDiv`]; same precondition (a mask for powers of two).
+    URem,
     Eq,
     Ne,
     Lt,
@@ -66,6 +72,8 @@ impl BinOp {
             BinOp::FloorMod => "%",
             BinOp::TruncDiv => "@tdiv",
             BinOp::TruncRem => "@trem",
+            BinOp::UDiv => "@udiv",
+            BinOp::URem => "@urem",
             BinOp::Eq => "==",
             BinOp::Ne => "!=",
             BinOp::Lt => "<",
@@ -87,7 +95,7 @@ impl BinOp {
 
     /// Whether the op is printed as a function (`@tdiv(a, b)`) rather than infix.
     pub fn is_machine(self) -> bool {
-        matches!(self, BinOp::TruncDiv | BinOp::TruncRem)
+        matches!(self, BinOp::TruncDiv | BinOp::TruncRem | BinOp::UDiv | BinOp::URem)
     }
 
     /// The comparison that holds exactly when `self` does not.

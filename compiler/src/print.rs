@@ -47,7 +47,7 @@ fn prec(op: BinOp) -> u8 {
         BinOp::Add | BinOp::Sub => 4,
         BinOp::Mul | BinOp::Div | BinOp::FloorDiv | BinOp::FloorMod => 5,
         // Printed as calls: never need parentheses.
-        BinOp::TruncDiv | BinOp::TruncRem => 7,
+        BinOp::TruncDiv | BinOp::TruncRem | BinOp::UDiv | BinOp::URem => 7,
     }
 }
 

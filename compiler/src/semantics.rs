@@ -169,6 +169,10 @@ pub fn binary(op: BinOp, ty: Ty, operand_ty: Ty, x: V, y: V) -> V {
         BinOp::TruncDiv if b != 0 => a.wrapping_div(b),
         BinOp::TruncRem if b != 0 => a.wrapping_rem(b),
         BinOp::TruncDiv => 0,
+        // Non-negative operands: unsigned and truncating division agree.
+        BinOp::UDiv if b > 0 => a.wrapping_div(b),
+        BinOp::URem if b > 0 => a.wrapping_rem(b),
+        BinOp::UDiv => 0,
         _ => a,
     };
     V::I(wrap(ty, r))

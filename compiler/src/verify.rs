@@ -57,7 +57,10 @@ fn expr(p: &Program, st: &Stage, e: TExprId, written: &[bool]) -> Result<(), Str
                 return Err(format!("operands of `{}` are not bool", op.symbol()));
             }
             let float = matches!(ty, Ty::Elem(e) if e.is_float());
-            let int_only = matches!(op, BinOp::FloorDiv | BinOp::FloorMod | BinOp::TruncDiv | BinOp::TruncRem);
+            let int_only = matches!(
+                op,
+                BinOp::FloorDiv | BinOp::FloorMod | BinOp::TruncDiv | BinOp::TruncRem | BinOp::UDiv | BinOp::URem
+            );
             if (int_only && float) || (*op == BinOp::Div && !float) {
                 return Err(format!("`{:?}` on {ty}", op));
             }

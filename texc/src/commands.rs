@@ -371,7 +371,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     let bound = roof.peak_gflops.min(counts.intensity() * roof.bandwidth_gbs);
     let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
     outln!("bench `{}` on {t} [{}], {threads} thread{}", p.name, sizes.join(", "), if threads == 1 { "" } else { "s" });
-    outln!("  compile   {:.3} s", compiled.compile_time.as_secs_f64());
+    outln!("  compile   {:.4} s", compiled.compile_time.as_secs_f64());
     outln!(
         "  time      {:.4} ms median of {} (min {:.4}, max {:.4})",
         median * 1e3,

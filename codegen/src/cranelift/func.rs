@@ -467,6 +467,8 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
             BinOp::TruncDiv if is_unsigned(ty) => i.udiv(x, y),
             BinOp::TruncRem if is_unsigned(ty) => i.urem(x, y),
             BinOp::TruncDiv => i.sdiv(x, y),
+            BinOp::UDiv => i.udiv(x, y),
+            BinOp::URem => i.urem(x, y),
             BinOp::TruncRem => i.srem(x, y),
             _ => return Err(CodegenError::Backend(format!("`{op:?}` is not an operation of legalized code"))),
         };

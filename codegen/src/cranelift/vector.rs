@@ -20,7 +20,7 @@ use super::func::{flags, is_float, FnGen};
 use super::R;
 use crate::CodegenError;
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_module::Module;
 use texc_compiler::ops::{BinOp, Intrinsic, MathFn, UnOp};
 use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
@@ -298,6 +298,9 @@ impl<M: Module> FnGen<'_, '_, M> {
             }
             TExpr::Select(c, a, b) => {
                 let lazy = analysis::reads_memory(&self.cx.f.p, a) || analysis::reads_memory(&self.cx.f.p, b);
+                if lazy && analysis::lane_uniform(self.cx.f, c, vm.var) {
+                    return self.uniform_branch(c, a, b, ty, vm);
+                }
                 if lazy {
                     return self.lane_by_lane(e, vm);
                 }
@@ -332,6 +335,37 @@ impl<M: Module> FnGen<'_, '_, M> {
             }
             TExpr::Int(_) | TExpr::Float(_) | TExpr::Scalar(_) | TExpr::Reduce(..) => self.lane_by_lane(e, vm),
         }
+    }
+
+    /// `select(c, a, b)` with a condition the same in every lane: one branch
+    /// around vector code for each side (SIMD chunks, or lanes, as block parameters).
+    fn uniform_branch(&mut self, c: TExprId, a: TExprId, b: TExprId, ty: Ty, vm: VecMode) -> R<VVal> {
+        let cv = self.expr(c)?;
+        let (then_b, else_b, merge) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+        let (param_ty, n) = match simd_ty(ty) {
+            Some(vt) => (vt, vm.lanes.div_ceil(vt.lane_count())),
+            None => (super::func::reg_ty(ty), vm.lanes),
+        };
+        for _ in 0..n {
+            self.b.append_block_param(merge, param_ty);
+        }
+        self.b.ins().brif(cv, then_b, &[], else_b, &[]);
+        for (block, side) in [(then_b, a), (else_b, b)] {
+            self.b.switch_to_block(block);
+            let v = self.vexpr(side, vm)?;
+            let vals = match simd_ty(ty) {
+                Some(vt) => self.chunks_of(v, ty, vt, vm)?,
+                None => self.lanes_of(v, ty, vm),
+            };
+            let args: Vec<BlockArg> = vals.into_iter().map(BlockArg::Value).collect();
+            self.b.ins().jump(merge, &args);
+        }
+        self.b.switch_to_block(merge);
+        let params = self.b.block_params(merge).to_vec();
+        Ok(match simd_ty(ty) {
+            Some(vt) => VVal::Simd { chunks: params, ty: vt },
+            None => VVal::Lanes(params),
+        })
     }
 
     /// `e` evaluated as scalar code once per lane (lazy constructs keep their branches).

@@ -306,6 +306,8 @@ impl<'ctx> Gen<'ctx, '_> {
             BinOp::TruncDiv if unsigned_ty(ty) => self.udiv(x, y)?,
             BinOp::TruncRem if unsigned_ty(ty) => self.urem(x, y)?,
             BinOp::TruncDiv => self.sdiv(x, y)?,
+            BinOp::UDiv => self.udiv(x, y)?,
+            BinOp::URem => self.urem(x, y)?,
             BinOp::TruncRem => self.srem(x, y)?,
             _ => return Err(llvm_err(format!("`{op:?}` is not an arithmetic operation of legalized code"))),
         };
