@@ -82,7 +82,7 @@ impl Compiled {
         abi::check_args(l, &args).map_err(CodegenError::Run)?;
         for (param, arg) in l.params.iter().zip(args) {
             match (param, arg) {
-                (abi::Param::Tensor(t), Arg::Tensor(x)) => bufs.push((*t, AlignedBuf::from_tensor(&x))),
+                (abi::Param::Tensor(t), Arg::Tensor(x)) => bufs.push((*t, AlignedBuf::from_tensor(&x).map_err(oom)?)),
                 (abi::Param::Scalar(s), Arg::Scalar(v)) => {
                     scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], v)
                 }
@@ -90,7 +90,7 @@ impl Compiled {
             }
         }
         for t in l.outputs.iter().chain(&l.temps) {
-            bufs.push((t.id, AlignedBuf::zeroed(t.elem, t.shape.clone())));
+            bufs.push((t.id, AlignedBuf::zeroed(t.elem, t.shape.clone()).map_err(oom)?));
         }
         for (t, b) in bufs.iter_mut() {
             ptrs[t.0 as usize] = b.as_mut_ptr();
@@ -117,6 +117,10 @@ impl Compiled {
         self.call(&mut b);
         Ok(self.outputs(&b))
     }
+}
+
+fn oom(e: texc_runtime::OutOfMemory) -> CodegenError {
+    CodegenError::Run(format!("the kernel's buffers do not fit in memory: {e}"))
 }
 
 /// Buffers for one call: inputs copied in, outputs and temporaries zeroed.

@@ -342,7 +342,8 @@ pub fn bind_args(
                             decl.elem
                         ))
                     }
-                    None => Tensor::random(want, shape, &mut rng),
+                    None => Tensor::random(want, shape, &mut rng)
+                        .map_err(|e| format!("input `{}`: random data: {e}", decl.name))?,
                 };
                 args.push(Arg::Tensor(tensor));
             }
@@ -351,6 +352,15 @@ pub fn bind_args(
                 let v = if let Some((_, v)) = scalars.iter().rev().find(|(n, _)| *n == decl.name) {
                     *v
                 } else if let Some(f) = files.remove(&decl.name) {
+                    if f.dtype() != decl.elem {
+                        return Err(format!(
+                            "input `{}`: the file holds {} data, but the scalar `{}` is declared {}",
+                            decl.name,
+                            f.dtype(),
+                            decl.name,
+                            decl.elem
+                        ));
+                    }
                     if !f.shape.is_empty() {
                         return Err(format!(
                             "input `{}` is a scalar; its file must hold a 0-d array, not shape {:?}",

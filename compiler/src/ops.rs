@@ -148,6 +148,8 @@ pub enum MathFn {
     Tanh,
     Sigmoid,
     Erf,
+    /// `1 - erf(x)`, accurate where `erf(x)` is close to 1.
+    Erfc,
     Abs,
     Floor,
     Ceil,
@@ -159,7 +161,7 @@ pub enum MathFn {
 }
 
 impl MathFn {
-    pub const ALL: [MathFn; 15] = [
+    pub const ALL: [MathFn; 16] = [
         MathFn::Exp,
         MathFn::Log,
         MathFn::Sqrt,
@@ -167,6 +169,7 @@ impl MathFn {
         MathFn::Tanh,
         MathFn::Sigmoid,
         MathFn::Erf,
+        MathFn::Erfc,
         MathFn::Abs,
         MathFn::Floor,
         MathFn::Ceil,
@@ -186,6 +189,7 @@ impl MathFn {
             MathFn::Tanh => "tanh",
             MathFn::Sigmoid => "sigmoid",
             MathFn::Erf => "erf",
+            MathFn::Erfc => "erfc",
             MathFn::Abs => "abs",
             MathFn::Floor => "floor",
             MathFn::Ceil => "ceil",
@@ -225,6 +229,7 @@ impl MathFn {
                 | MathFn::Tanh
                 | MathFn::Sigmoid
                 | MathFn::Erf
+                | MathFn::Erfc
                 | MathFn::Pow
         )
     }

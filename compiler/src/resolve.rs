@@ -125,8 +125,11 @@ fn sig_key(k: &KernelInfo) -> (String, Vec<String>) {
 }
 
 fn check_duplicate_signatures(kernels: &[KernelInfo], diags: &mut Diagnostics) {
+    let mut first: HashMap<(String, Vec<String>), usize> = HashMap::new();
     for (i, a) in kernels.iter().enumerate() {
-        if let Some(b) = kernels[..i].iter().find(|b| sig_key(b) == sig_key(a)) {
+        let j = *first.entry(sig_key(a)).or_insert(i);
+        if j != i {
+            let b = &kernels[j];
             diags.push(
                 Diagnostic::at(
                     a.name_span,
@@ -145,8 +148,9 @@ fn check_duplicate_signatures(kernels: &[KernelInfo], diags: &mut Diagnostics) {
 /// checked without it: the kernel exists and the target is known.
 fn check_schedules(s: &Session, diags: &mut Diagnostics) {
     for m in &s.modules {
+        let names: std::collections::HashSet<&str> = m.ast.kernels().map(|k| k.name.name.as_str()).collect();
         for sch in m.ast.schedules() {
-            if !m.ast.kernels().any(|k| k.name.name == sch.kernel.name) {
+            if !names.contains(sch.kernel.name.as_str()) {
                 diags.push(Diagnostic::at(
                     sch.kernel.span,
                     format!("schedule for unknown kernel `{}`", sch.kernel.name),
@@ -442,6 +446,10 @@ struct Body<'a> {
     /// Index variables in scope, innermost last.
     scope: Vec<VarSlot>,
     anon: usize,
+    /// Classes of call expressions already classified: overload resolution
+    /// asks again for every enclosing call, which would be exponential in the
+    /// nesting depth (`relu(sigmoid(tanh(...)))`).
+    classes: std::cell::RefCell<HashMap<ExprId, ArgClass>>,
 }
 
 fn closest<'n>(name: &str, candidates: impl Iterator<Item = &'n str>) -> Option<&'n str> {
@@ -471,7 +479,17 @@ fn edit_distance(a: &str, b: &str) -> usize {
 impl<'a> Body<'a> {
     fn new(s: &'a Session, module: usize, facts: &'a mut Facts, info: &'a mut KernelInfo) -> Body<'a> {
         let defined = info.tensors.iter().map(|t| matches!(t.kind, TensorKind::Input(_))).collect();
-        Body { s, module, ast: &s.modules[module].ast, facts, info, defined, scope: Vec::new(), anon: 0 }
+        Body {
+            s,
+            module,
+            ast: &s.modules[module].ast,
+            facts,
+            info,
+            defined,
+            scope: Vec::new(),
+            anon: 0,
+            classes: Default::default(),
+        }
     }
 
     fn run(mut self, k: &ast::Kernel) -> Result<(), Diagnostic> {
@@ -688,6 +706,7 @@ impl<'a> Body<'a> {
                 }
                 _ => Ok(ArgClass::Value),
             },
+            _ if self.classes.borrow().contains_key(&e) => Ok(self.classes.borrow()[&e]),
             _ if self.is_kernel_call(e) => {
                 let (k, _) = self.select_overload(e)?;
                 let info = self.s.kernel(k);
@@ -703,7 +722,9 @@ impl<'a> Body<'a> {
                     ));
                 }
                 let t = &info.tensors[info.outputs[0] as usize];
-                Ok(ArgClass::Tensor { elem: t.elem, rank: t.rank })
+                let class = ArgClass::Tensor { elem: t.elem, rank: t.rank };
+                self.classes.borrow_mut().insert(e, class);
+                Ok(class)
             }
             _ => Ok(ArgClass::Value),
         }

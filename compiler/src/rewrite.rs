@@ -714,7 +714,7 @@ pub fn print_plan(plan: &Plan, target: &Target, kept_original: Option<&str>) -> 
 /// generated kernel that replaces it.
 fn kernel_header(s: &crate::Session, k: crate::KernelRef) -> String {
     let m = s.module(k.module as usize);
-    let ast = m.ast.kernels().nth(k.index as usize).expect("kernel exists");
+    let ast = m.kernel_ast(k.index as usize);
     let mut h = String::from("import std.nn;\n");
     if let Some(path) = &m.path {
         h.push_str(&format!("import \"{}\";\n", path.display()));

@@ -223,6 +223,7 @@ pub fn math(f: MathFn, ty: Ty, a: &[V]) -> V {
         MathFn::Tanh => x[0].tanh(),
         MathFn::Sigmoid => 1.0 / (1.0 + (-x[0]).exp()),
         MathFn::Erf => libm::erf(x[0]),
+        MathFn::Erfc => libm::erfc(x[0]),
         MathFn::Abs => x[0].abs(),
         MathFn::Floor => x[0].floor(),
         MathFn::Ceil => x[0].ceil(),

@@ -27,6 +27,29 @@ pub struct Module {
     pub facts: Facts,
     /// Visible kernels by name: own kernels, else those of direct imports.
     pub scope: BTreeMap<String, Vec<KernelRef>>,
+    /// Indices into `ast.items`: of the kernels, in order, and of the
+    /// `schedule` blocks by the kernel they name (lookups stay O(1) in files
+    /// of thousands of kernels).
+    kernel_items: Vec<usize>,
+    schedule_items: HashMap<String, Vec<usize>>,
+}
+
+impl Module {
+    /// The AST of this module's kernel `i` (in source order).
+    pub fn kernel_ast(&self, i: usize) -> &texc_grammar::ast::Kernel {
+        match &self.ast.items[self.kernel_items[i]] {
+            Item::Kernel(k) => k,
+            _ => unreachable!("kernel_items index kernels"),
+        }
+    }
+
+    /// The `schedule` blocks of this module for the kernel named `kernel`, in source order.
+    pub fn schedules_of<'m>(&'m self, kernel: &str) -> impl Iterator<Item = &'m texc_grammar::ast::Schedule> + 'm {
+        self.schedule_items.get(kernel).into_iter().flatten().map(|&i| match &self.ast.items[i] {
+            Item::Schedule(s) => s,
+            _ => unreachable!("schedule_items index schedules"),
+        })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -97,7 +120,24 @@ impl Session {
             stack.pop();
         }
         let scope = build_scope(self, self.modules.len() as u32, &ast, &imported);
-        self.modules.push(Module { ast, path: canon.clone(), kernels: Vec::new(), facts: Facts::default(), scope });
+        let mut kernel_items = Vec::new();
+        let mut schedule_items: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, item) in ast.items.iter().enumerate() {
+            match item {
+                Item::Kernel(_) => kernel_items.push(i),
+                Item::Schedule(s) => schedule_items.entry(s.kernel.name.clone()).or_default().push(i),
+                _ => {}
+            }
+        }
+        self.modules.push(Module {
+            ast,
+            path: canon.clone(),
+            kernels: Vec::new(),
+            facts: Facts::default(),
+            scope,
+            kernel_items,
+            schedule_items,
+        });
         let idx = self.modules.len() - 1;
         if let Some(c) = canon {
             self.by_path.insert(c, idx);

@@ -22,8 +22,11 @@ use std::collections::HashMap;
 use texc_grammar::ast::{self, Expr, ExprId};
 use texc_grammar::{Ast, Diagnostic, Span};
 
-/// Largest tensor texc will specialize (elements).
+/// Largest tensor texc will specialize (elements), and longest range of an
+/// index variable.
 pub const MAX_ELEMENTS: i64 = 1 << 36;
+/// Most iterations one stage may take (its axes times its reductions).
+pub const MAX_ITERATIONS: i64 = 1 << 40;
 /// Most stages one program may have after inlining (a kernel that calls a
 /// kernel that calls … twice at each level grows exponentially).
 pub const MAX_STAGES: usize = 100_000;
@@ -580,6 +583,14 @@ impl<'a> Lower<'a> {
             )
             .with_note("a chain of kernels that each call the next several times grows exponentially"));
         }
+        let iterations = st.vars.iter().try_fold(1i64, |n, v| n.checked_mul(v.extent.max(1)));
+        if iterations.is_none_or(|n| n > MAX_ITERATIONS) {
+            let ranges: Vec<String> = st.vars.iter().map(|v| format!("{} < {}", v.name, v.extent)).collect();
+            return Err(Diagnostic::at(
+                st.span,
+                format!("this statement would take more than {MAX_ITERATIONS} iterations ({})", ranges.join(", ")),
+            ));
+        }
         self.p.stages.push(st);
         bounds::check_stage(&self.p, self.p.stages.len() - 1)
     }
@@ -697,7 +708,17 @@ impl<'a> Lower<'a> {
             let sz = inst.sizes();
             let lo_v = sz.eval(lo, &inst.consts, &inst.syms)?;
             let hi_v = sz.eval(hi, &inst.consts, &inst.syms)?;
-            return Ok((hi_v - lo_v).max(0));
+            if hi_v <= lo_v {
+                return Ok(0);
+            }
+            return match hi_v.checked_sub(lo_v) {
+                Some(n) if n <= MAX_ELEMENTS => Ok(n),
+                _ => Err(Diagnostic::at(
+                    inst.ast.span(lo).to(inst.ast.span(hi)),
+                    format!("the range {lo_v}..{hi_v} of `{}` has more than {MAX_ELEMENTS} values", var.name),
+                )
+                .with_note("texc bounds every range like a tensor dimension")),
+            };
         }
         let mut uses = Vec::new();
         self.collect_uses(inst, v, scope_expr, &mut uses);
@@ -871,7 +892,16 @@ impl<'a> Lower<'a> {
                     ids.push(id);
                 }
                 let b = self.expr(inst, sv, *body)?;
-                self.p.alloc(TExpr::Reduce(op, ids, b), ty, span)
+                if matches!(ty, Ty::Elem(ElemType::F16 | ElemType::BF16)) {
+                    // Half-precision reductions accumulate in f32 (as PyTorch and
+                    // cuBLAS do), then round once: a running f16 sum overflows.
+                    let wide = Ty::Elem(ElemType::F32);
+                    let b = self.p.alloc(TExpr::Cast(b), wide, span);
+                    let r = self.p.alloc(TExpr::Reduce(op, ids, b), wide, span);
+                    self.p.alloc(TExpr::Cast(r), ty, span)
+                } else {
+                    self.p.alloc(TExpr::Reduce(op, ids, b), ty, span)
+                }
             }
             Expr::Unary { op, arg } => {
                 let a = self.expr(inst, sv, *arg)?;

@@ -219,7 +219,8 @@ impl<'input> Lexer<'input> {
             match b[self.pos] {
                 b' ' | b'\t' | b'\r' | b'\n' => self.pos += 1,
                 b'#' => {
-                    while self.pos < b.len() && b[self.pos] != b'\n' {
+                    // A comment ends at the end of the line, however lines end.
+                    while self.pos < b.len() && b[self.pos] != b'\n' && b[self.pos] != b'\r' {
                         self.pos += 1;
                     }
                 }
@@ -344,7 +345,7 @@ impl<'input> Iterator for Lexer<'input> {
         }
         if c == b'"' {
             let mut p = start + 1;
-            while p < b.len() && b[p] != b'"' && b[p] != b'\n' {
+            while p < b.len() && b[p] != b'"' && b[p] != b'\n' && b[p] != b'\r' {
                 p += 1;
             }
             if p >= b.len() || b[p] != b'"' {

@@ -80,8 +80,12 @@ impl SourceMap {
 
     pub fn add(&mut self, name: impl Into<String>, text: impl Into<String>) -> FileId {
         let text = text.into();
+        // A line ends at `\n`, `\r\n`, or a lone `\r` (old Mac files).
+        let b = text.as_bytes();
         let mut line_starts = vec![0];
-        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        line_starts.extend(
+            (0..b.len()).filter(|&i| b[i] == b'\n' || (b[i] == b'\r' && b.get(i + 1) != Some(&b'\n'))).map(|i| i + 1),
+        );
         self.files.push(SourceFile { name: name.into(), text, line_starts });
         FileId(self.files.len() as u32 - 1)
     }

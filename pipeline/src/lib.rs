@@ -327,6 +327,9 @@ impl Pipeline {
             || texc_schedules::ir::print(&f),
             || texc_schedules::verify::verify(&f),
         )?;
+        if std::env::var("TEXC_SHOW_SIZE").is_ok() {
+            eprintln!("emitted size {}", texc_schedules::ir::emitted_size(&f));
+        }
         Ok(f)
     }
 
@@ -465,6 +468,9 @@ impl Pipeline {
     /// Specialize kernel `k` for a run: sizes from `b` and the input files'
     /// shapes, the loop nests for a compiled target, and the arguments
     /// (`files` by name, `scalars` by name, the rest seeded random data).
+    /// With `check`, the interpreter runs too. A run whose memory would
+    /// exceed the budget (`Options::memory_budget`) is refused before anything
+    /// is allocated.
     pub fn prepare(
         &mut self,
         k: KernelRef,
@@ -472,6 +478,7 @@ impl Pipeline {
         files: HashMap<String, Tensor>,
         scalars: &[(String, f64)],
         seed: u64,
+        check: bool,
     ) -> Result<Prepared, Error> {
         let info = self.session.kernel(k);
         for n in files.keys().chain(scalars.iter().map(|(n, _)| n)) {
@@ -479,10 +486,31 @@ impl Pipeline {
                 return Err(Diagnostic::error(format!("`{n}` is not a parameter of kernel `{}`", info.name)).into());
             }
         }
+        for (n, v) in scalars {
+            let param = &info.params[info.param_index(n).expect("checked above")];
+            check_scalar(n, *v, &param.info).map_err(Error::Usage)?;
+        }
         let mut b = b.clone();
         b.input_shapes = files.iter().map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect())).collect();
         let built = self.program(k, &b)?;
         let loops = if self.options.target.is_compiled() { Some(self.loops(k, built.runs.clone())?) } else { None };
+        let interpret = loops.is_none() || check;
+        let needed = run_memory(&built.written, loops.as_ref().map(|l| &l.legal), interpret);
+        let budget = self.options.memory_budget();
+        if needed > budget {
+            let what = if self.options.max_memory.is_some() {
+                "the limit given by --max-memory"
+            } else {
+                "what this machine has available"
+            };
+            return Err(Diagnostic::error(format!(
+                "this run needs about {} of memory, more than {what} ({})",
+                texc_runtime::memory::human(needed),
+                texc_runtime::memory::human(budget)
+            ))
+            .with_note("run at smaller sizes, or raise the limit with --max-memory")
+            .into());
+        }
         let args = interp::bind_args(&built.written, files, scalars, seed).map_err(Diagnostic::error)?;
         Ok(Prepared { built, loops, args })
     }
@@ -511,6 +539,56 @@ impl Pipeline {
         }
         out += &format!("{:<12} {:>5} {:>12.3}\n", "total", "", total.as_secs_f64() * 1e3);
         out
+    }
+}
+
+/// Bytes a run allocates: its arguments (and the copy each call takes), its
+/// outputs, the compiled kernel's buffers, and — when the interpreter runs —
+/// its 8-byte cells for every tensor.
+fn run_memory(written: &Program, compiled: Option<&LoopFunc>, interpret: bool) -> u64 {
+    let bytes = |d: &texc_compiler::tir::TensorDecl| (d.len().max(0) as u64).saturating_mul(d.elem.size() as u64);
+    let sum = |ts: &mut dyn Iterator<Item = u64>| ts.fold(0u64, u64::saturating_add);
+    let inputs = sum(&mut written.input_tensors().map(|t| bytes(written.tensor(t))));
+    let outputs = sum(&mut written.outputs.iter().map(|&t| bytes(written.tensor(t))));
+    let mut total = inputs.saturating_mul(2).saturating_add(outputs);
+    if let Some(f) = compiled {
+        let temps = sum(&mut f.live_temps().into_iter().map(|t| bytes(f.p.tensor(t))));
+        total = total.saturating_add(inputs).saturating_add(outputs.saturating_mul(2)).saturating_add(temps);
+    }
+    if interpret {
+        let cells = sum(&mut written.tensors.iter().map(|d| (d.len().max(0) as u64).saturating_mul(8)));
+        total = total.saturating_add(cells).saturating_add(outputs);
+    }
+    total
+}
+
+/// A `--scalar` value must suit its parameter: integers integral and in
+/// range, bools 0 or 1, and never a tensor.
+fn check_scalar(name: &str, v: f64, info: &texc_compiler::kernel::ParamInfo) -> Result<(), String> {
+    use texc_compiler::kernel::ParamInfo;
+    use texc_compiler::types::ElemType;
+    let elem = match info {
+        ParamInfo::Scalar { elem, .. } => *elem,
+        ParamInfo::Tensor(_) => {
+            return Err(format!("--scalar {name}: `{name}` is a tensor; give it with --input {name}=FILE.npy"))
+        }
+        ParamInfo::Const { .. } => {
+            return Err(format!("--scalar {name}: `{name}` is a compile-time constant; give it with --const"))
+        }
+    };
+    let bounds = match elem {
+        ElemType::Bool => Some((0.0, 1.0)),
+        ElemType::I8 => Some((i8::MIN as f64, i8::MAX as f64)),
+        ElemType::U8 => Some((0.0, u8::MAX as f64)),
+        ElemType::I32 => Some((i32::MIN as f64, i32::MAX as f64)),
+        ElemType::I64 => Some((-(2f64.powi(63)), 2f64.powi(63) - 1.0)),
+        _ => None,
+    };
+    match bounds {
+        Some((lo, hi)) if v.fract() != 0.0 || !v.is_finite() || v < lo || v > hi => {
+            Err(format!("--scalar {name}={v}: `{name}` is {elem}, which holds the integers {lo} to {hi}"))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -121,9 +121,16 @@ pub struct Options {
     pub knobs: BTreeMap<String, i64>,
     /// E-graph rewriting for compiled targets (kernels without a schedule of their own).
     pub rewrite: bool,
+    /// Most memory a run may allocate (bytes); `None`: what the machine has available.
+    pub max_memory: Option<u64>,
 }
 
 impl Options {
+    /// The memory budget of a run in bytes: `max_memory`, else what is available now.
+    pub fn memory_budget(&self) -> u64 {
+        self.max_memory.or_else(texc_runtime::memory::available).unwrap_or(u64::MAX)
+    }
+
     /// Defaults: no dump, verification in debug builds, greedy extraction, rewriting on.
     pub fn new(target: &'static Target) -> Options {
         Options {
@@ -134,6 +141,7 @@ impl Options {
             extraction: Extraction::Greedy,
             knobs: BTreeMap::new(),
             rewrite: true,
+            max_memory: None,
         }
     }
 

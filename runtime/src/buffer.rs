@@ -17,17 +17,22 @@ pub struct AlignedBuf {
 // SAFETY: the buffer owns its memory exclusively.
 unsafe impl Send for AlignedBuf {}
 
+/// An allocation failed: the memory it asked for, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("cannot allocate {0} bytes: out of memory")]
+pub struct OutOfMemory(pub usize);
+
 impl AlignedBuf {
-    pub fn zeroed(dtype: DType, shape: Vec<usize>) -> AlignedBuf {
-        let n: usize = shape.iter().product();
-        let layout =
-            Layout::from_size_align((n * dtype.size()).max(ALIGN), ALIGN).expect("sizes are checked at specialization");
+    /// Zeroed memory for a tensor; an error, never an abort, when there is none.
+    pub fn zeroed(dtype: DType, shape: Vec<usize>) -> Result<AlignedBuf, OutOfMemory> {
+        let bytes = shape.iter().try_fold(dtype.size(), |a, &d| a.checked_mul(d)).ok_or(OutOfMemory(usize::MAX))?;
+        let layout = Layout::from_size_align(bytes.max(ALIGN), ALIGN).map_err(|_| OutOfMemory(bytes))?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
+            return Err(OutOfMemory(bytes));
         }
-        AlignedBuf { ptr, layout, dtype, shape }
+        Ok(AlignedBuf { ptr, layout, dtype, shape })
     }
 
     pub fn len(&self) -> usize {
@@ -53,8 +58,8 @@ impl AlignedBuf {
     }
 
     /// Copy a tensor in (bools as bytes 0/1, f16/bf16 as their bits).
-    pub fn from_tensor(t: &Tensor) -> AlignedBuf {
-        let mut b = AlignedBuf::zeroed(t.dtype(), t.shape.clone());
+    pub fn from_tensor(t: &Tensor) -> Result<AlignedBuf, OutOfMemory> {
+        let mut b = AlignedBuf::zeroed(t.dtype(), t.shape.clone())?;
         let out = b.bytes_mut();
         macro_rules! put {
             ($v:expr, $conv:expr) => {
@@ -74,7 +79,7 @@ impl AlignedBuf {
             Data::I64(v) => put!(v, |x: i64| x.to_le_bytes()),
             Data::Bool(v) => put!(v, |x: bool| [x as u8]),
         }
-        b
+        Ok(b)
     }
 
     /// Copy out as a tensor.

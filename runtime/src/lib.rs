@@ -5,14 +5,16 @@
 //! inputs and write outputs as [`Tensor`]s. Every malformed file is a
 //! [`NpyError`], never a panic.
 
+pub mod atomic;
 mod buffer;
+pub mod memory;
 mod npy;
 pub mod pool;
 mod random;
 pub mod roofline;
 
-pub use buffer::{AlignedBuf, ALIGN};
-pub use npy::{read_npy, read_npy_bytes, write_npy, NpyError};
+pub use buffer::{AlignedBuf, OutOfMemory, ALIGN};
+pub use npy::{read_npy, read_npy_bytes, read_npy_limited, write_npy, NpyError};
 pub use random::SplitMix64;
 
 use half::{bf16, f16};
@@ -212,11 +214,14 @@ impl Tensor {
 
     /// Seeded random data: floats uniform in [-1, 1), integers over a small
     /// range that fits every integer dtype's arithmetic without surprises.
-    pub fn random(dtype: DType, shape: Vec<usize>, rng: &mut SplitMix64) -> Tensor {
-        let n: usize = shape.iter().product();
-        if dtype.is_float() {
-            let v: Vec<f64> = (0..n).map(|_| rng.next_f64() * 2.0 - 1.0).collect();
-            return Tensor::from_f64(dtype, shape, &v);
+    /// Generated straight into the tensor's own type (no wider temporary).
+    pub fn random(dtype: DType, shape: Vec<usize>, rng: &mut SplitMix64) -> Result<Tensor, OutOfMemory> {
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or(OutOfMemory(usize::MAX))?;
+        fn fill<T>(n: usize, mut next: impl FnMut() -> T) -> Result<Vec<T>, OutOfMemory> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).map_err(|_| OutOfMemory(n.saturating_mul(std::mem::size_of::<T>())))?;
+            v.extend((0..n).map(|_| next()));
+            Ok(v)
         }
         let (lo, hi) = match dtype {
             DType::Bool => (0, 1),
@@ -224,7 +229,23 @@ impl Tensor {
             DType::I8 => (-128, 127),
             _ => (-100, 100),
         };
-        let v: Vec<i64> = (0..n).map(|_| lo + (rng.next_u64() % (hi - lo + 1) as u64) as i64).collect();
-        Tensor::from_i64(dtype, shape, &v)
+        let mut float = || rng.next_f64() * 2.0 - 1.0;
+        let data = match dtype {
+            DType::F16 => Data::F16(fill(n, || f16::from_f64(float()))?),
+            DType::BF16 => Data::BF16(fill(n, || bf16::from_f64(float()))?),
+            DType::F32 => Data::F32(fill(n, || float() as f32)?),
+            DType::F64 => Data::F64(fill(n, float)?),
+            _ => {
+                let mut int = || lo + (rng.next_u64() % (hi - lo + 1) as u64) as i64;
+                match dtype {
+                    DType::I8 => Data::I8(fill(n, || int() as i8)?),
+                    DType::U8 => Data::U8(fill(n, || int() as u8)?),
+                    DType::I32 => Data::I32(fill(n, || int() as i32)?),
+                    DType::I64 => Data::I64(fill(n, int)?),
+                    _ => Data::Bool(fill(n, || int() != 0)?),
+                }
+            }
+        };
+        Ok(Tensor { shape, data })
     }
 }

@@ -41,10 +41,64 @@ fn dtype_of(descr: &str) -> Option<DType> {
 
 /// Read a `.npy` file.
 pub fn read_npy(path: &Path) -> Result<Tensor, NpyError> {
+    read_npy_limited(path, u64::MAX)
+}
+
+/// Longest `.npy` header texc reads (NumPy writes a few hundred bytes).
+const MAX_HEADER: usize = 1 << 20;
+
+/// Read a `.npy` file whose data takes at most `max_bytes`: the header is
+/// read first, then exactly the bytes it promises, so that neither a huge
+/// array nor an endless file (`/dev/zero`) is read into memory.
+pub fn read_npy_limited(path: &Path, max_bytes: u64) -> Result<Tensor, NpyError> {
     let shown = path.display().to_string();
-    let file = File::open(path).map_err(|source| NpyError::Open { path: shown.clone(), source })?;
-    let mut bytes = Vec::new();
-    BufReader::new(file).read_to_end(&mut bytes).map_err(|source| NpyError::Open { path: shown.clone(), source })?;
+    let open = |source: std::io::Error| NpyError::Open { path: shown.clone(), source };
+    let malformed = |reason: String| NpyError::Malformed { path: shown.clone(), reason };
+    let file = File::open(path).map_err(open)?;
+    let file_len = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+    let mut r = BufReader::new(file);
+    // Magic, version, header length (2 bytes in version 1, 4 after).
+    let mut prefix = [0u8; 12];
+    r.read_exact(&mut prefix[..10]).map_err(|_| malformed("too short for a .npy header".into()))?;
+    if &prefix[..6] != b"\x93NUMPY" {
+        return Err(malformed("it does not start with the .npy magic `\\x93NUMPY`".into()));
+    }
+    let (fixed, header_len) = if prefix[6] == 1 {
+        (10, u16::from_le_bytes([prefix[8], prefix[9]]) as usize)
+    } else {
+        r.read_exact(&mut prefix[10..12]).map_err(|_| malformed("truncated header".into()))?;
+        (12, u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]) as usize)
+    };
+    if header_len > MAX_HEADER {
+        return Err(malformed(format!("its header claims {header_len} bytes")));
+    }
+    let mut bytes = prefix[..fixed].to_vec();
+    bytes.resize(fixed + header_len, 0);
+    r.read_exact(&mut bytes[fixed..]).map_err(|_| malformed("truncated header".into()))?;
+    let header = npyz::NpyFile::new(&bytes[..]).map_err(|e| malformed(e.to_string()))?;
+    let size = match header.dtype() {
+        npyz::DType::Plain(ts) => ts.size_field() as u64,
+        other => return Err(NpyError::UnsupportedDType { path: shown.clone(), descr: other.descr() }),
+    };
+    let data = header
+        .shape()
+        .iter()
+        .try_fold(size, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| malformed("its shape overflows".into()))?;
+    if data > max_bytes {
+        return Err(malformed(format!(
+            "its {} of data exceed the memory available to this run ({})",
+            crate::memory::human(data),
+            crate::memory::human(max_bytes)
+        )));
+    }
+    let total = bytes.len() as u64 + data;
+    if let Some(len) = file_len.filter(|&len| len < total) {
+        return Err(malformed(format!("the header promises {data} bytes of data but the file is only {len} bytes")));
+    }
+    let data = usize::try_from(data).map_err(|_| malformed("too large for this machine".into()))?;
+    bytes.try_reserve_exact(data).map_err(|_| malformed(format!("cannot allocate {data} bytes for it")))?;
+    r.take(data as u64).read_to_end(&mut bytes).map_err(open)?;
     read_npy_bytes(&bytes, &shown)
 }
 
@@ -90,9 +144,7 @@ pub fn read_npy_bytes(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), NpyError> {
     let shown = path.display().to_string();
     let err = |source: std::io::Error| NpyError::Write { path: shown.clone(), source };
-    let file = File::create(path).map_err(err)?;
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
-    let w = BufWriter::new(file);
     fn put<T: npyz::AutoSerialize, W: std::io::Write>(
         w: W,
         shape: &[u64],
@@ -103,16 +155,22 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), NpyError> {
         wr.extend(v)?;
         wr.finish()
     }
-    match &t.data {
-        Data::F16(v) => put(w, &shape, v.iter().copied()),
-        Data::BF16(v) => put(w, &shape, v.iter().map(|x: &bf16| x.to_f32())),
-        Data::F32(v) => put(w, &shape, v.iter().copied()),
-        Data::F64(v) => put(w, &shape, v.iter().copied()),
-        Data::I8(v) => put(w, &shape, v.iter().copied()),
-        Data::U8(v) => put(w, &shape, v.iter().copied()),
-        Data::I32(v) => put(w, &shape, v.iter().copied()),
-        Data::I64(v) => put(w, &shape, v.iter().copied()),
-        Data::Bool(v) => put(w, &shape, v.iter().copied()),
-    }
+    // Written beside the target and renamed over it: concurrent writers never tear the file.
+    crate::atomic::write_with(path, |file| {
+        let mut w = BufWriter::new(file);
+        let w = &mut w;
+        match &t.data {
+            Data::F16(v) => put(&mut *w, &shape, v.iter().copied()),
+            Data::BF16(v) => put(&mut *w, &shape, v.iter().map(|x: &bf16| x.to_f32())),
+            Data::F32(v) => put(&mut *w, &shape, v.iter().copied()),
+            Data::F64(v) => put(&mut *w, &shape, v.iter().copied()),
+            Data::I8(v) => put(&mut *w, &shape, v.iter().copied()),
+            Data::U8(v) => put(&mut *w, &shape, v.iter().copied()),
+            Data::I32(v) => put(&mut *w, &shape, v.iter().copied()),
+            Data::I64(v) => put(&mut *w, &shape, v.iter().copied()),
+            Data::Bool(v) => put(&mut *w, &shape, v.iter().copied()),
+        }?;
+        std::io::Write::flush(w)
+    })
     .map_err(err)
 }

@@ -37,13 +37,28 @@ thread_local! {
     static IN_TASK: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Most threads `TEXC_NUM_THREADS` may ask for.
+pub const MAX_THREADS: usize = 1024;
+
+/// The thread count `TEXC_NUM_THREADS` asks for, if set; an error if it is
+/// not a number from 1 to [`MAX_THREADS`] (callers report it; the pool then
+/// uses the machine's parallelism).
+pub fn threads_from_env() -> Result<Option<usize>, String> {
+    match std::env::var("TEXC_NUM_THREADS") {
+        Err(_) => Ok(None),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(Some(n)),
+            _ => Err(format!("TEXC_NUM_THREADS={v}: expected a thread count from 1 to {MAX_THREADS}")),
+        },
+    }
+}
+
 fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
     POOL.get_or_init(|| {
-        let threads = std::env::var("TEXC_NUM_THREADS")
+        let threads = threads_from_env()
             .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n >= 1)
+            .flatten()
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let shared =
             Arc::new(Shared { queue: Mutex::new((Vec::new(), 0)), work: Condvar::new(), done: Condvar::new() });

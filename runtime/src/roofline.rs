@@ -33,13 +33,23 @@ fn cache_file() -> Option<PathBuf> {
 /// The roofline for `lanes`-wide FMA on `threads` threads: from the
 /// environment, the cache, or a measurement (about two seconds), which is
 /// then cached. `measured` tells which.
-pub fn roofline(key: &str, lanes: usize, threads: usize) -> (Roofline, &'static str) {
-    if let Ok(v) = std::env::var("TEXC_ROOFLINE") {
-        if let Some((a, b)) = v.split_once(',') {
-            if let (Ok(p), Ok(bw)) = (a.trim().parse(), b.trim().parse()) {
-                return (Roofline { peak_gflops: p, bandwidth_gbs: bw }, "TEXC_ROOFLINE");
-            }
+/// The roofline `TEXC_ROOFLINE=GFLOPS,GBS` gives, if set; an error if it is
+/// not two positive numbers.
+pub fn roofline_from_env() -> Result<Option<Roofline>, String> {
+    let Ok(v) = std::env::var("TEXC_ROOFLINE") else { return Ok(None) };
+    let parsed =
+        v.split_once(',').and_then(|(a, b)| Some((a.trim().parse::<f64>().ok()?, b.trim().parse::<f64>().ok()?)));
+    match parsed {
+        Some((p, bw)) if p > 0.0 && bw > 0.0 && p.is_finite() && bw.is_finite() => {
+            Ok(Some(Roofline { peak_gflops: p, bandwidth_gbs: bw }))
         }
+        _ => Err(format!("TEXC_ROOFLINE={v}: expected GFLOPS,GBS (two positive numbers, e.g. 240,31)")),
+    }
+}
+
+pub fn roofline(key: &str, lanes: usize, threads: usize) -> (Roofline, &'static str) {
+    if let Ok(Some(r)) = roofline_from_env() {
+        return (r, "TEXC_ROOFLINE");
     }
     let tag = format!("{key} {threads}");
     let file = cache_file();
@@ -57,7 +67,8 @@ pub fn roofline(key: &str, lanes: usize, threads: usize) -> (Roofline, &'static 
     if let Some(f) = file {
         let _ = std::fs::create_dir_all(f.parent().expect("has a parent"));
         let old = std::fs::read_to_string(&f).unwrap_or_default();
-        let _ = std::fs::write(&f, format!("{old}{tag} {:.1} {:.1}\n", r.peak_gflops, r.bandwidth_gbs));
+        let _ =
+            crate::atomic::write(&f, format!("{old}{tag} {:.1} {:.1}\n", r.peak_gflops, r.bandwidth_gbs).as_bytes());
     }
     (r, "measured")
 }

@@ -73,10 +73,44 @@ fn affine(p: &Program, e: TExprId) -> bool {
     texc_compiler::affine::affine_in_vars(p, e).is_some()
 }
 
-/// Inline element-wise temporaries into element-wise consumers, and cheap
+/// Inline element-wise temporaries into element-wise consumers (when that
+/// duplicates no costly work and keeps expressions small), and cheap
 /// ones into reductions that visit no more points than the temporary has
 /// (`sum[d](xc[n, d] * xc[n, d])` reads each `xc` once: inlining it saves
 /// a round trip to memory; a matmul operand is read `N` times: it stays).
+/// Largest expression (in nodes) that inlining may build; past it the
+/// producer is materialized, so that chains of element-wise statements
+/// compile in time linear in their length.
+const MAX_INLINED_NODES: usize = 512;
+
+/// Nodes of the tree of `e` (shared sub-expressions counted per use), counting at most to `cap`.
+fn tree_size(p: &Program, e: TExprId, cap: usize) -> usize {
+    let mut n = 1;
+    for c in p.children(e) {
+        if n >= cap {
+            break;
+        }
+        n += tree_size(p, c, cap - n);
+    }
+    n.min(cap)
+}
+
+/// Loads of `t` in `e`.
+fn load_count(p: &Program, e: TExprId, t: TensorId) -> usize {
+    usize::from(matches!(p.expr(e), TExpr::Load(x, _) if *x == t))
+        + p.children(e).into_iter().map(|c| load_count(p, c, t)).sum::<usize>()
+}
+
+/// Whether inlining stage `st` into consumer `c` keeps `c` within bounds:
+/// a producer read more than once is copied once per read, so only cheap
+/// ones are (never an `exp` twice), and never past [`MAX_INLINED_NODES`].
+fn inlining_stays_small(p: &Program, st: &Stage, c: &Stage, repeatable: bool) -> bool {
+    let reads = load_count(p, c.value, st.tensor);
+    let producer = tree_size(p, st.value, MAX_INLINED_NODES + 1);
+    let consumer = tree_size(p, c.value, MAX_INLINED_NODES + 1);
+    (reads <= 1 || repeatable) && consumer + reads * producer <= MAX_INLINED_NODES
+}
+
 pub fn default_inlining(p: &mut Program) {
     let mut si = 0;
     while si < p.stages.len() {
@@ -86,11 +120,12 @@ pub fn default_inlining(p: &mut Program) {
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
             && p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).all(|c| {
-                if contains_reduce(p, c.value) {
-                    repeatable && volume(c) <= volume(st)
-                } else {
-                    reads_like_elementwise(p, c, t)
-                }
+                inlining_stays_small(p, st, c, repeatable)
+                    && if contains_reduce(p, c.value) {
+                        repeatable && volume(c) <= volume(st)
+                    } else {
+                        reads_like_elementwise(p, c, t)
+                    }
             });
         if inlinable {
             inline_stage(p, si);

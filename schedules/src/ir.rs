@@ -174,3 +174,28 @@ pub fn expr(f: &LoopFunc, e: TExprId) -> String {
     debug_assert!(!matches!(f.p.expr(e), TExpr::Reduce(..)));
     texc_compiler::print::expr(&f.p, &st, e)
 }
+
+/// The number of expression nodes code generation will emit for `f`: every
+/// store's and guard's expression trees, times the copies that unrolled
+/// loops make (vector lanes are one copy). Bounds compile time and code size.
+pub fn emitted_size(f: &LoopFunc) -> u64 {
+    fn tree(f: &LoopFunc, e: TExprId) -> u64 {
+        1 + f.p.children(e).into_iter().map(|c| tree(f, c)).fold(0u64, u64::saturating_add)
+    }
+    fn walk(f: &LoopFunc, body: &[Stmt], copies: u64) -> u64 {
+        body.iter()
+            .map(|s| match s {
+                Stmt::For { kind: ForKind::Unrolled, extent, body, .. } => {
+                    walk(f, body, copies.saturating_mul((*extent).max(1) as u64))
+                }
+                Stmt::For { body, .. } | Stmt::Alloc { body, .. } => walk(f, body, copies),
+                Stmt::If { cond, then } => copies.saturating_mul(tree(f, *cond)).saturating_add(walk(f, then, copies)),
+                Stmt::Store { indices, value, .. } => {
+                    let n = indices.iter().map(|&i| tree(f, i)).fold(tree(f, *value), u64::saturating_add);
+                    copies.saturating_mul(n)
+                }
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+    walk(f, &f.body, 1)
+}

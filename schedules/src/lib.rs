@@ -45,18 +45,12 @@ pub struct ScheduleSrc<'s> {
 /// nearest target it extends (`x86-avx512` runs an `x86-avx2` schedule), if
 /// the source has one.
 pub fn find_schedule<'s>(s: &'s Session, k: KernelRef, target: &Target) -> Option<ScheduleSrc<'s>> {
-    let name = &s.kernel(k).name;
-    let ast = &s.module(k.module as usize).ast;
-    target.lineage().into_iter().find_map(|t| {
-        let block = ast.schedules().find(|sc| sc.kernel.name == *name && sc.target.name == t.name)?;
-        Some(ScheduleSrc { ast, block })
-    })
+    target.lineage().into_iter().find_map(|t| own_schedule_block(s, k, t))
 }
 
 /// The `schedule` block written for exactly `target` (no fallback), for checking it.
 pub fn own_schedule_block<'s>(s: &'s Session, k: KernelRef, target: &Target) -> Option<ScheduleSrc<'s>> {
-    let name = &s.kernel(k).name;
-    let ast = &s.module(k.module as usize).ast;
-    let block = ast.schedules().find(|sc| sc.kernel.name == *name && sc.target.name == target.name)?;
-    Some(ScheduleSrc { ast, block })
+    let m = s.module(k.module as usize);
+    let block = m.schedules_of(&s.kernel(k).name).find(|sc| sc.target.name == target.name)?;
+    Some(ScheduleSrc { ast: &m.ast, block })
 }

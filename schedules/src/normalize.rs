@@ -93,8 +93,16 @@ pub fn hoist_reductions(p: &mut Program) {
         let span = p.span(r);
         p.tensors.push(TensorDecl { name, elem, shape, role: TensorRole::Temp, span });
         let t = TensorId(p.tensors.len() as u32 - 1);
-        let value =
-            if p.ty(value) == Ty::Elem(elem) { value } else { p.alloc(TExpr::Cast(value), Ty::Elem(elem), span) };
+        // An exact-integer (`Index`) reduction becomes an i64 reduction of i64
+        // terms: the new stage's value must *be* the reduction (a cast around
+        // it would leave it nested, and hoisting would never end).
+        let value = match p.expr(value).clone() {
+            TExpr::Reduce(op, rv, body) if p.ty(value) == Ty::Index => {
+                let body = p.alloc(TExpr::Cast(body), Ty::Elem(elem), span);
+                p.alloc(TExpr::Reduce(op, rv, body), Ty::Elem(elem), span)
+            }
+            _ => value,
+        };
         // The old stage reads the new tensor where the reduction was.
         let idx: Vec<TExprId> = (0..st.n_axes as VarId)
             .chain(enclosing.iter().copied())

@@ -43,6 +43,9 @@ pub struct Common {
     /// Print the time of each compiler pass to stderr.
     #[arg(long)]
     pub time_passes: bool,
+    /// Most memory a run may allocate, like 512M or 8G (default: what the machine has available).
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -8,7 +8,7 @@ use texc_compiler::target::Target;
 use texc_compiler::{Bindings, KernelRef};
 use texc_grammar::Diagnostic;
 use texc_pipeline::{Dump, Error, Options, Pipeline};
-use texc_runtime::{read_npy, write_npy, Tensor};
+use texc_runtime::{write_npy, Tensor};
 
 /// Write to stdout. A closed pipe (`texc emit ... | head`) ends texc
 /// quietly, as it does other command-line tools; other write errors are
@@ -87,6 +87,9 @@ fn with_pipeline(c: &Common, body: impl FnOnce(&mut Pipeline) -> Result<(), Erro
 }
 
 fn options(c: &Common) -> Result<Options, Fail> {
+    // Settings from the environment are checked once, here, like flags.
+    texc_runtime::pool::threads_from_env().map_err(Fail::Usage)?;
+    texc_runtime::roofline::roofline_from_env().map_err(Fail::Usage)?;
     let target = texc_pipeline::target(&c.target)?;
     // A target texc describes but cannot compile for is refused here, once, for every command.
     target.backend().map_err(|e| Fail::Usage(e.to_string()))?;
@@ -97,6 +100,11 @@ fn options(c: &Common) -> Result<Options, Fail> {
     o.verify |= c.verify_ir;
     o.time_passes = c.time_passes;
     o.rewrite = !c.no_rewrite;
+    if let Some(m) = &c.max_memory {
+        let bytes = texc_runtime::memory::parse_size(m)
+            .ok_or_else(|| Fail::Usage(format!("--max-memory {m}: expected a size like 512M, 8G or 1000000")))?;
+        o.max_memory = Some(bytes);
+    }
     for (name, value) in parse_ints("--knob", &c.knob)? {
         o.knobs.insert(name, value);
     }
@@ -111,9 +119,9 @@ fn usage(m: impl Into<String>) -> Error {
     Error::Usage(m.into())
 }
 
-/// Parse `A=1,B=2` lists (repeatable flags) into pairs.
+/// Parse `A=1,B=2` lists (repeatable flags) into pairs; a name given twice is an error.
 fn parse_pairs(flag: &str, values: &[String]) -> Result<Vec<(String, String)>, Error> {
-    let mut out = Vec::new();
+    let mut out: Vec<(String, String)> = Vec::new();
     for v in values {
         for part in v.split(',').filter(|p| !p.trim().is_empty()) {
             let Some((n, x)) = part.split_once('=') else {
@@ -122,6 +130,9 @@ fn parse_pairs(flag: &str, values: &[String]) -> Result<Vec<(String, String)>, E
             let (n, x) = (n.trim(), x.trim());
             if n.is_empty() || x.is_empty() {
                 return Err(usage(format!("{flag}: expected NAME=VALUE, found `{part}`")));
+            }
+            if let Some((_, first)) = out.iter().find(|(m, _)| m == n) {
+                return Err(usage(format!("{flag}: `{n}` is given twice (`{n}={first}` and `{n}={x}`)")));
             }
             out.push((n.to_string(), x.to_string()));
         }
@@ -140,11 +151,11 @@ fn parse_ints(flag: &str, values: &[String]) -> Result<Vec<(String, i64)>, Error
 }
 
 fn bindings(c: &Common) -> Result<Bindings, Error> {
-    Ok(Bindings {
-        shapes: parse_ints("--shape", &c.shape)?,
-        consts: parse_ints("--const", &c.consts)?,
-        input_shapes: HashMap::new(),
-    })
+    let shapes = parse_ints("--shape", &c.shape)?;
+    if let Some((n, v)) = shapes.iter().find(|(_, v)| *v < 0) {
+        return Err(usage(format!("--shape: `{n}={v}`: a size cannot be negative")));
+    }
+    Ok(Bindings { shapes, consts: parse_ints("--const", &c.consts)?, input_shapes: HashMap::new() })
 }
 
 /// Load the file and pick the kernel.
@@ -253,7 +264,10 @@ fn emit(pl: &mut Pipeline, c: &Common, stage: &str) -> Result<(), Error> {
 }
 
 /// Tensor files and scalar values of a run, read and parsed.
-fn run_inputs(r: &RunArgs) -> Result<(HashMap<String, Tensor>, Vec<(String, f64)>, Vec<(String, String)>), Error> {
+fn run_inputs(
+    r: &RunArgs,
+    budget: u64,
+) -> Result<(HashMap<String, Tensor>, Vec<(String, f64)>, Vec<(String, String)>), Error> {
     let inputs = parse_pairs("--input", &r.input)?;
     let outputs = parse_pairs("--output", &r.output)?;
     let mut scalars = Vec::new();
@@ -261,9 +275,13 @@ fn run_inputs(r: &RunArgs) -> Result<(HashMap<String, Tensor>, Vec<(String, f64)
         let v = text.parse::<f64>().map_err(|_| usage(format!("--scalar: `{n}={text}`: `{text}` is not a number")))?;
         scalars.push((n, v));
     }
+    if let Some((n, _)) = inputs.iter().find(|(n, _)| scalars.iter().any(|(m, _)| m == n)) {
+        return Err(usage(format!("`{n}` is given both as --input and as --scalar")));
+    }
     let mut files = HashMap::new();
     for (n, path) in &inputs {
-        let t = read_npy(&PathBuf::from(path)).map_err(|e| Diagnostic::error(format!("input `{n}`: {e}")))?;
+        let t = texc_runtime::read_npy_limited(&PathBuf::from(path), budget)
+            .map_err(|e| Diagnostic::error(format!("input `{n}`: {e}")))?;
         files.insert(n.clone(), t);
     }
     Ok((files, scalars, outputs))
@@ -275,9 +293,9 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
     if r.check {
         pl.require_compiled("--check compares a compiled target with `interp`:")?;
     }
-    let (files, scalars, outputs) = run_inputs(r)?;
+    let (files, scalars, outputs) = run_inputs(r, pl.options.memory_budget())?;
     let k = kernel(pl, c)?;
-    let prep = pl.prepare(k, &bindings(c)?, files, &scalars, r.seed)?;
+    let prep = pl.prepare(k, &bindings(c)?, files, &scalars, r.seed, r.check)?;
     if let Some(why) = prep.built.kept_original.as_ref().filter(|w| *w != "no cheaper plan") {
         eprintln!("note: {why}; running the graph as written");
     }
@@ -341,14 +359,18 @@ fn machine(t: &Target) -> (texc_runtime::roofline::Roofline, &'static str, usize
 fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     let t = pl.target();
     pl.require_compiled("`texc bench` times compiled code:")?;
-    if a.repeat == 0 {
-        return Err(usage("--repeat must be at least 1"));
+    const MAX_RUNS: usize = 1_000_000;
+    if a.repeat == 0 || a.repeat > MAX_RUNS {
+        return Err(usage(format!("--repeat {}: expected 1 to {MAX_RUNS} timed runs", a.repeat)));
+    }
+    if a.warmup > MAX_RUNS {
+        return Err(usage(format!("--warmup {}: expected at most {MAX_RUNS} runs", a.warmup)));
     }
     // FLOPs and bytes are those of the program as written (a rewritten plan,
     // e.g. Winograd, is credited with the work it replaces: effective rates).
-    let (files, scalars, _) = run_inputs(&a.run)?;
+    let (files, scalars, _) = run_inputs(&a.run, pl.options.memory_budget())?;
     let k = kernel(pl, &a.run.common)?;
-    let prep = pl.prepare(k, &bindings(&a.run.common)?, files, &scalars, a.run.seed)?;
+    let prep = pl.prepare(k, &bindings(&a.run.common)?, files, &scalars, a.run.seed, false)?;
     let p = &prep.built.written;
     let compiled = pl.compile(&prep.loops.as_ref().expect("a compiled target").legal)?;
     let mut bufs = compiled.prepare(prep.args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?;
@@ -416,22 +438,30 @@ fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(
     let (_, loops) = pl.build(k, &bindings(c)?)?;
     let (object_bytes, header) = pl.emit_object(&loops.legal)?;
     let fail = |e: String| Error::from(Diagnostic::error(e));
-    let object = if ext == "o" { out.to_path_buf() } else { out.with_extension("tmp.o") };
-    std::fs::write(&object, object_bytes).map_err(|e| fail(format!("cannot write {}: {e}", object.display())))?;
-    if ext == "so" {
+    // Every output is written beside its path and renamed over it, so a
+    // reader (or a concurrent texc) never sees half a file.
+    let cannot = |p: &Path, e: std::io::Error| fail(format!("cannot write {}: {e}", p.display()));
+    if ext == "o" {
+        texc_runtime::atomic::write(out, &object_bytes).map_err(|e| cannot(out, e))?;
+    } else {
+        let object = texc_runtime::atomic::temporary_beside(&out.with_extension("o"));
+        let linked = texc_runtime::atomic::temporary_beside(out);
+        texc_runtime::atomic::write(&object, &object_bytes).map_err(|e| cannot(&object, e))?;
         let status = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
             .args(["-shared", "-o"])
-            .arg(out)
+            .arg(&linked)
             .arg(&object)
-            .status()
-            .map_err(|e| fail(format!("cannot run the C compiler to link {}: {e}", out.display())))?;
+            .status();
         let _ = std::fs::remove_file(&object);
+        let status = status.map_err(|e| fail(format!("cannot run the C compiler to link {}: {e}", out.display())))?;
         if !status.success() {
+            let _ = std::fs::remove_file(&linked);
             return Err(fail(format!("linking {} failed", out.display())));
         }
+        texc_runtime::atomic::replace(&linked, out).map_err(|e| cannot(out, e))?;
     }
     let header_path = out.with_extension("h");
-    std::fs::write(&header_path, header).map_err(|e| fail(format!("cannot write {}: {e}", header_path.display())))?;
+    texc_runtime::atomic::write(&header_path, header.as_bytes()).map_err(|e| cannot(&header_path, e))?;
     outln!("wrote {} and {} (int texc_{}_run(...))", out.display(), header_path.display(), loops.legal.p.name);
     Ok(())
 }
@@ -493,7 +523,7 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>) -> Result<(), Err
         total_us
     );
     if let Some(path) = plot {
-        std::fs::write(path, roofline_svg(&p.name, &roof, &ops))
+        texc_runtime::atomic::write(path, roofline_svg(&p.name, &roof, &ops).as_bytes())
             .map_err(|e| Error::from(Diagnostic::error(format!("cannot write {}: {e}", path.display()))))?;
         outln!("  wrote {}", path.display());
     }

@@ -509,6 +509,7 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
             MathFn::Log => self.call1(libm("logf", "log"), rt, a[0])?,
             MathFn::Tanh => self.call1(libm("tanhf", "tanh"), rt, a[0])?,
             MathFn::Erf => self.call1(libm("erff", "erf"), rt, a[0])?,
+            MathFn::Erfc => self.call1(libm("erfcf", "erfc"), rt, a[0])?,
             MathFn::Pow => self.call_import(libm("powf", "pow"), &[rt, rt], Some(rt), &[a[0], a[1]])?.expect("result"),
             MathFn::Sigmoid => {
                 let neg = self.b.ins().fneg(a[0]);

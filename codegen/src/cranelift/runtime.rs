@@ -25,6 +25,8 @@ unary!(tanhf, f32, f32::tanh);
 unary!(tanh, f64, f64::tanh);
 unary!(erff, f32, |x| libm_erf(x as f64) as f32);
 unary!(erf, f64, libm_erf);
+unary!(erfcf, f32, |x| libm_math(texc_compiler::ops::MathFn::Erfc, x as f64) as f32);
+unary!(erfc, f64, |x| libm_math(texc_compiler::ops::MathFn::Erfc, x));
 
 extern "C" fn powf(x: f32, y: f32) -> f32 {
     x.powf(y)
@@ -34,14 +36,14 @@ extern "C" fn pow(x: f64, y: f64) -> f64 {
     x.powf(y)
 }
 
-/// The error function the interpreter uses (its f32 form rounds it).
+/// A math function as the interpreter computes it (in f64; the f32 forms round it).
+fn libm_math(f: texc_compiler::ops::MathFn, x: f64) -> f64 {
+    use texc_compiler::{semantics, tir::Ty, types::ElemType};
+    semantics::math(f, Ty::Elem(ElemType::F64), &[semantics::V::F(x)]).f()
+}
+
 fn libm_erf(x: f64) -> f64 {
-    texc_compiler::semantics::math(
-        texc_compiler::ops::MathFn::Erf,
-        texc_compiler::tir::Ty::Elem(texc_compiler::types::ElemType::F64),
-        &[texc_compiler::semantics::V::F(x)],
-    )
-    .f()
+    libm_math(texc_compiler::ops::MathFn::Erf, x)
 }
 
 /// f16 bits to the f32 that holds the value in registers.
@@ -79,6 +81,8 @@ pub(super) fn symbols() -> Vec<Symbol> {
         s("tanh", tanh as *const u8),
         s("erff", erff as *const u8),
         s("erf", erf as *const u8),
+        s("erfcf", erfcf as *const u8),
+        s("erfc", erfc as *const u8),
         s("powf", powf as *const u8),
         s("pow", pow as *const u8),
         s("texc_f16_to_f32", texc_f16_to_f32 as *const u8),

@@ -67,6 +67,7 @@ impl<'ctx> Gen<'ctx, '_> {
             }
             MathFn::Tanh => self.libm(if ty == Ty::Elem(ElemType::F64) { "tanh" } else { "tanhf" }, a[0], ty, mode),
             MathFn::Erf => self.libm(if ty == Ty::Elem(ElemType::F64) { "erf" } else { "erff" }, a[0], ty, mode),
+            MathFn::Erfc => self.libm(if ty == Ty::Elem(ElemType::F64) { "erfc" } else { "erfcf" }, a[0], ty, mode),
             MathFn::Pow => {
                 let f = self.intrinsic("llvm.pow", &[t])?;
                 self.call(f, &[a[0], a[1]])
