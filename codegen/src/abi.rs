@@ -27,6 +27,8 @@ pub const STATUS_OK: i32 = 0;
 pub const STATUS_NO_MEMORY: i32 = 1;
 /// A pointer argument was NULL.
 pub const STATUS_NULL: i32 = 2;
+/// The sized entry (`texc_<kernel>_run_sized`, in the header) was given an element count that differs from the compiled size.
+pub const STATUS_BAD_SIZE: i32 = 3;
 
 /// The entry's symbol: `texc_<kernel>`.
 pub fn entry_name(f: &LoopFunc) -> String {

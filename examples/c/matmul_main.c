@@ -19,10 +19,19 @@ int main(void) {
         fprintf(stderr, "texc_matmul_run accepted a NULL pointer\n");
         return 1;
     }
+    /* The sized entry checks element counts against the compiled sizes. */
+    if (texc_matmul_run_sized(a, M * K, b, K * N - 1, c, M * N) != TEXC_MATMUL_BAD_SIZE) {
+        fprintf(stderr, "texc_matmul_run_sized accepted a wrong size\n");
+        return 1;
+    }
+    if (texc_matmul_run_sized(NULL, M * K, b, K * N, c, M * N) != TEXC_MATMUL_NULL_ARGUMENT) {
+        fprintf(stderr, "texc_matmul_run_sized accepted a NULL pointer\n");
+        return 1;
+    }
     unsigned s = 12345;
     for (int i = 0; i < M * K; i++) { s = s * 1103515245u + 12345u; a[i] = (float)(s >> 16) / 65536.0f - 0.5f; }
     for (int i = 0; i < K * N; i++) { s = s * 1103515245u + 12345u; b[i] = (float)(s >> 16) / 65536.0f - 0.5f; }
-    if (texc_matmul_run(a, b, c) != TEXC_MATMUL_OK) {
+    if (texc_matmul_run_sized(a, TEXC_MATMUL_A_SIZE, b, TEXC_MATMUL_B_SIZE, c, TEXC_MATMUL_C_SIZE) != TEXC_MATMUL_OK) {
         fprintf(stderr, "texc_matmul_run failed\n");
         return 1;
     }

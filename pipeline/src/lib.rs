@@ -240,7 +240,14 @@ impl Pipeline {
             // The term has one node per tensor; calls with several results stay as written.
             return kept(Some(Plan::unchanged()), "calls with several results are not rewritten yet", original);
         }
-        let plan = rewrite::rewrite_kernel(&self.session, k, &original, self.options.target, self.options.extraction);
+        let plan = rewrite::rewrite_kernel(
+            &self.session,
+            k,
+            &original,
+            self.options.target,
+            self.options.extraction,
+            self.options.accuracy(),
+        );
         if plan.best_cost >= plan.original_cost {
             return kept(Some(plan), "no cheaper plan", original);
         }
@@ -327,8 +334,14 @@ impl Pipeline {
             || texc_schedules::ir::print(&f),
             || texc_schedules::verify::verify(&f),
         )?;
-        if std::env::var("TEXC_SHOW_SIZE").is_ok() {
-            eprintln!("emitted size {}", texc_schedules::ir::emitted_size(&f));
+        let size = texc_schedules::ir::emitted_size(&f);
+        if size > MAX_EMITTED_NODES {
+            return Err(Diagnostic::error(format!(
+                "the loop nests of `{}` would make code generation emit {size} operations, more than {MAX_EMITTED_NODES}",
+                f.p.name
+            ))
+            .with_note("unrolled loops and long expressions multiply code; unroll less or split the kernel")
+            .into());
         }
         Ok(f)
     }
@@ -541,6 +554,11 @@ impl Pipeline {
         out
     }
 }
+
+/// Most expression nodes the loop nests of one kernel may ask code
+/// generation to emit (unrolled copies counted): a bound on compile time
+/// and code size, far above what real kernels need.
+pub const MAX_EMITTED_NODES: u64 = 1 << 22;
 
 /// Bytes a run allocates: its arguments (and the copy each call takes), its
 /// outputs, the compiled kernel's buffers, and — when the interpreter runs —

@@ -4,7 +4,7 @@
 //! one place that reads `TEXC_DUMP_IR`, `TEXC_VERIFY` and `TEXC_EXTRACT`.
 
 use std::collections::BTreeMap;
-use texc_compiler::rewrite::Extraction;
+use texc_compiler::rewrite::{Accuracy, Extraction};
 use texc_compiler::target::Target;
 
 /// The passes, in the order they run.
@@ -123,12 +123,25 @@ pub struct Options {
     pub rewrite: bool,
     /// Most memory a run may allocate (bytes); `None`: what the machine has available.
     pub max_memory: Option<u64>,
+    /// Relative error accepted on float outputs (`--tolerance`): by `--check`,
+    /// and by the rewriter when it weighs approximate rewrites. `None`: the
+    /// table of [`crate::oracle::tolerance`].
+    pub tolerance: Option<f64>,
+    /// Forbid rewrites whose rounding error grows beyond the computation as
+    /// written (`--exact`: no Winograd).
+    pub exact: bool,
 }
 
 impl Options {
     /// The memory budget of a run in bytes: `max_memory`, else what is available now.
     pub fn memory_budget(&self) -> u64 {
         self.max_memory.or_else(texc_runtime::memory::available).unwrap_or(u64::MAX)
+    }
+
+    /// What the rewriter may trade for speed: the f32 tolerance, and whether approximate rewrites are allowed.
+    pub fn accuracy(&self) -> Accuracy {
+        let f32_tolerance = crate::oracle::tolerance(texc_runtime::DType::F32);
+        Accuracy { tolerance: self.tolerance.unwrap_or(f32_tolerance), approximate: !self.exact }
     }
 
     /// Defaults: no dump, verification in debug builds, greedy extraction, rewriting on.
@@ -142,6 +155,8 @@ impl Options {
             knobs: BTreeMap::new(),
             rewrite: true,
             max_memory: None,
+            tolerance: None,
+            exact: false,
         }
     }
 

@@ -3,8 +3,10 @@
 
 use texc_runtime::{DType, Tensor};
 
-/// Relative error: max |got - want| / max |want|, with NaN where exactly one
-/// side is NaN counting as infinite (exact comparison for integers).
+/// The one error measure of texc (`run --check`, the tests, the rewriter's
+/// error models): the max-norm relative error max |got − want| / max |want|
+/// (‖got − want‖∞ / ‖want‖∞), with NaN where exactly one side is NaN
+/// counting as infinite; integers must be equal.
 pub fn rel_error(got: &Tensor, want: &Tensor) -> f64 {
     if got.shape != want.shape {
         return f64::INFINITY;
@@ -22,7 +24,7 @@ pub fn rel_error(got: &Tensor, want: &Tensor) -> f64 {
     }) / scale
 }
 
-/// Tolerance of the check for an output type.
+/// Tolerance of the check for an output type, unless `--tolerance` gives one.
 pub fn tolerance(dtype: DType) -> f64 {
     match dtype {
         DType::F16 | DType::BF16 => 1e-2,
@@ -46,15 +48,19 @@ impl OutputCheck {
     }
 }
 
-/// Compare outputs (in order) with the interpreter's.
-pub fn compare(names: &[String], got: &[Tensor], want: &[Tensor]) -> Vec<OutputCheck> {
+/// Compare outputs (in order) with the interpreter's; `tolerance`, when
+/// given, replaces the table for float outputs (integers stay exact).
+pub fn compare(names: &[String], got: &[Tensor], want: &[Tensor], tolerance: Option<f64>) -> Vec<OutputCheck> {
     names
         .iter()
         .zip(got.iter().zip(want))
         .map(|(name, (g, w))| OutputCheck {
             name: name.clone(),
             error: rel_error(g, w),
-            tolerance: tolerance(w.dtype()),
+            tolerance: match tolerance {
+                Some(t) if w.dtype().is_float() => t,
+                _ => self::tolerance(w.dtype()),
+            },
         })
         .collect()
 }

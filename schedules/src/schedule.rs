@@ -31,6 +31,9 @@ pub struct IterVar {
     pub kind: ForKind,
 }
 
+/// Most copies of a loop body that the unrolled loops of one nest may make.
+pub const MAX_UNROLLED_COPIES: i64 = 1024;
+
 #[derive(Clone, Debug)]
 pub struct StageSchedule {
     pub ivs: Vec<IterVar>,
@@ -237,8 +240,35 @@ impl StageSchedule {
                 format!("`{}` has {} iterations; vectorized loops have at most 64 (split it first)", v.name, v.extent),
             ));
         }
+        if kind == ForKind::Unrolled {
+            self.check_unrolled_copies(iv, span)?;
+        }
         self.ivs[iv].kind = kind;
         Ok(())
+    }
+
+    /// Unrolled loops of one nest multiply: the body is copied the product of
+    /// their extents times. Past [`MAX_UNROLLED_COPIES`] compile time and code
+    /// size grow without a matching gain, so it is an error.
+    fn check_unrolled_copies(&self, iv: usize, span: Span) -> Result<(), Diagnostic> {
+        let unrolled: Vec<usize> =
+            self.leaves.iter().copied().filter(|&l| l != iv && self.ivs[l].kind == ForKind::Unrolled).collect();
+        let copies =
+            unrolled.iter().fold(self.ivs[iv].extent.max(1), |n, &l| n.saturating_mul(self.ivs[l].extent.max(1)));
+        if copies <= MAX_UNROLLED_COPIES {
+            return Ok(());
+        }
+        let mut loops: Vec<String> =
+            unrolled.iter().map(|&l| format!("`{}` ({})", self.ivs[l].name, self.ivs[l].extent)).collect();
+        loops.push(format!("`{}` ({})", self.ivs[iv].name, self.ivs[iv].extent));
+        Err(Diagnostic::at(
+            span,
+            format!(
+                "unrolling `{}` would copy the loop body {copies} times, more than {MAX_UNROLLED_COPIES}",
+                self.ivs[iv].name
+            ),
+        )
+        .with_note(format!("unrolled loops: {}; split the loop and unroll a short inner part", loops.join(", "))))
     }
 
     /// Checks that need the final loop order.

@@ -186,7 +186,9 @@ pub fn random_schedule(ss: &mut texc_schedules::schedule::StageSchedule, rng: &m
         ss.annotate(first, texc_schedules::ir::ForKind::Parallel, span).expect("parallel");
     }
     let any = ss.leaves[pick(rng, ss.leaves.len())];
-    if ss.ivs[any].kind == texc_schedules::ir::ForKind::Serial {
+    if ss.ivs[any].kind == texc_schedules::ir::ForKind::Serial
+        && ss.ivs[any].extent <= texc_schedules::schedule::MAX_UNROLLED_COPIES
+    {
         ss.annotate(any, texc_schedules::ir::ForKind::Unrolled, span).expect("unroll");
     }
 }

@@ -397,3 +397,70 @@ kernel ew(A: f32[N = 1024, D = 1024], B: f32[N, D]) -> Y: f32[N, D] { Y = relu(a
     let want = 3.0 * 4.0 * n / bw + n / peak;
     assert!((r.plan.original_cost - want).abs() < 1e-3 * want, "{} vs {want}", r.plan.original_cost);
 }
+
+/// Winograd forms compiled for x86 against the exact direct convolution:
+/// the error model the rewriter trusts must bound what compiled code does.
+#[test]
+fn winograd_error_model_is_an_upper_bound() {
+    let src = "import std.nn;
+kernel d(X: f32[N = 1, C = 16, H = 16, W = 16], Wt: f32[K = 16, C, 3, 3]) -> Y: f32[N, K, H, W] { Y = conv2d(X, Wt, pad = 1); }
+kernel f2(X: f32[N = 1, C = 16, H = 16, W = 16], Wt: f32[K = 16, C, 3, 3]) -> Y: f32[N, K, H, W] { Y = conv2d_winograd_f2(X, Wt); }
+kernel f4(X: f32[N = 1, C = 16, H = 16, W = 16], Wt: f32[K = 16, C, 3, 3]) -> Y: f32[N, K, H, W] { Y = conv2d_winograd_f4(X, Wt); }";
+    let compiled = |kernel: &str, b: &Bindings, seed: u64| {
+        let (mut pl, k) =
+            texc_tests::load_text("x86-avx2", "w.tex", src, Some(kernel)).unwrap_or_else(|e| panic!("{e}"));
+        let p = texc_tests::specialize(&mut pl, k, b);
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let code = pl.compile(&f).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+        let args = interp::bind_args(&p, HashMap::new(), &[], seed).expect("binds");
+        code.run(args).expect("runs").remove(0)
+    };
+    if texc_compiler::target::lookup("x86-avx2").expect("registered").check_runs_here().is_err() {
+        eprintln!("skipped: this CPU cannot run x86-avx2 code");
+        return;
+    }
+    for c in [16, 64, 160] {
+        for seed in [1, 2] {
+            let b = Bindings { shapes: vec![("C".to_string(), c)], ..Bindings::default() };
+            let (mut pl, k) =
+                texc_tests::load_text("interp", "w.tex", src, Some("d")).unwrap_or_else(|e| panic!("{e}"));
+            let p = texc_tests::specialize(&mut pl, k, &b);
+            let exact =
+                interp::run(&p, interp::bind_args(&p, HashMap::new(), &[], seed).expect("binds")).expect("runs");
+            for (kernel, m) in [("f2", 2), ("f4", 4)] {
+                let e = rel_error(&compiled(kernel, &b, seed), &exact[0]);
+                let model = texc_compiler::rewrite::winograd_error(m, c);
+                assert!(e <= model, "F({m}, 3) at C = {c}, seed {seed}: error {e:e} above the model's {model:e}");
+            }
+        }
+    }
+}
+
+/// The issue's layer (C = 512, 16×16): F(4×4, 3×3) would miss the default
+/// tolerance, so the plan takes F(2×2, 3×3); a looser tolerance allows
+/// F(4×4, 3×3), and `exact` allows no Winograd at all.
+#[test]
+fn winograd_is_chosen_only_within_the_tolerance() {
+    let src = "import std.nn;
+kernel layer(X: f32[N = 1, C = 512, H = 16, W = 16], Wt: f32[K = 32, C, 3, 3]) -> Y: f32[N, K, H, W] {
+    Y = conv2d(X, Wt, pad = 1);
+}";
+    let plan_ops = |tolerance: Option<f64>, exact: bool| {
+        let (mut pl, k) = texc_tests::load_text("x86-avx2", "r.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+        pl.options.tolerance = tolerance;
+        pl.options.exact = exact;
+        let (_, r) = rewrite_pass(&mut pl, k, &Bindings::default());
+        (r.plan.fired.clone(), r.program.ops.iter().map(|o| o.op.clone()).collect::<Vec<_>>())
+    };
+    let (fired, ops) = plan_ops(None, false);
+    assert!(!fired.iter().any(|f| f.contains("winograd-f4")), "{fired:?}");
+    assert_eq!(ops, vec!["conv2d_winograd_f2"]);
+    let (_, ops) = plan_ops(Some(1e-4), false);
+    assert_eq!(ops, vec!["conv2d_winograd_f4"]);
+    let (fired, ops) = plan_ops(Some(1e-4), true);
+    assert!(!fired.iter().any(|f| f.contains("winograd")), "{fired:?}");
+    assert!(!ops.iter().any(|o| o.contains("winograd")), "{ops:?}");
+    // The ResNet-50 layer (C = 64) keeps F(4×4, 3×3) at the default tolerance.
+    assert!(texc_compiler::rewrite::winograd_error(4, 64) <= texc_compiler::rewrite::Accuracy::default().tolerance);
+    assert!(texc_compiler::rewrite::winograd_error(4, 128) > texc_compiler::rewrite::Accuracy::default().tolerance);
+}

@@ -43,6 +43,14 @@ pub struct Common {
     /// Print the time of each compiler pass to stderr.
     #[arg(long)]
     pub time_passes: bool,
+    /// Relative error accepted on float outputs, max |got - exact| / max |exact|: by
+    /// `--check`, and by the rewriter, which uses Winograd only where its estimated
+    /// error stays within it (default: 1e-5 for f32, 1e-2 for f16/bf16, 1e-12 for f64).
+    #[arg(long, value_name = "REL")]
+    pub tolerance: Option<f64>,
+    /// No approximate rewrites (Winograd): rounding as in the program as written.
+    #[arg(long)]
+    pub exact: bool,
     /// Most memory a run may allocate, like 512M or 8G (default: what the machine has available).
     #[arg(long, value_name = "SIZE")]
     pub max_memory: Option<String>,
@@ -64,7 +72,7 @@ pub struct RunArgs {
     /// Seed for random inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Compare with the interpreter and print the max relative error.
+    /// Compare with the interpreter and print the relative error (max |got - exact| / max |exact|).
     #[arg(long)]
     pub check: bool,
 }

@@ -100,6 +100,13 @@ fn options(c: &Common) -> Result<Options, Fail> {
     o.verify |= c.verify_ir;
     o.time_passes = c.time_passes;
     o.rewrite = !c.no_rewrite;
+    o.exact = c.exact;
+    if let Some(t) = c.tolerance {
+        if !(t.is_finite() && t > 0.0 && t < 1.0) {
+            return Err(Fail::Usage(format!("--tolerance {t}: expected a relative error between 0 and 1, like 1e-4")));
+        }
+        o.tolerance = Some(t);
+    }
     if let Some(m) = &c.max_memory {
         let bytes = texc_runtime::memory::parse_size(m)
             .ok_or_else(|| Fail::Usage(format!("--max-memory {m}: expected a size like 512M, 8G or 1000000")))?;
@@ -327,16 +334,16 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
         let want = texc_pipeline::interpret(p, prep.args)?;
         let names: Vec<String> = p.outputs.iter().map(|&o| p.tensor(o).name.clone()).collect();
         let mut bad = Vec::new();
-        for ch in texc_pipeline::oracle::compare(&names, &results, &want) {
+        for ch in texc_pipeline::oracle::compare(&names, &results, &want, pl.options.tolerance) {
             outln!(
-                "  check `{}` against interp: max relative error {:.3e} (tolerance {:.0e})",
+                "  check `{}` against interp: relative error {:.3e} (max |Δ| / max |exact|; tolerance {:e})",
                 ch.name,
                 ch.error,
                 ch.tolerance
             );
             if !ch.passed() {
                 bad.push(Diagnostic::error(format!(
-                    "`{}` differs from the interpreter: relative error {:.3e} > {:.0e}",
+                    "`{}` differs from the interpreter: relative error {:.3e} > {:e}",
                     ch.name, ch.error, ch.tolerance
                 )));
             }
