@@ -708,14 +708,20 @@ impl<'a> Lower<'a> {
             let sz = inst.sizes();
             let lo_v = sz.eval(lo, &inst.consts, &inst.syms)?;
             let hi_v = sz.eval(hi, &inst.consts, &inst.syms)?;
-            if hi_v <= lo_v {
-                return Ok(0);
-            }
+            let span = inst.ast.span(lo).to(inst.ast.span(hi));
+            // `hi − lo` is checked first: an "empty" range whose length
+            // overflows (`5..-9223372036854775807`) is an error, not 0.
             return match hi_v.checked_sub(lo_v) {
+                Some(n) if n <= 0 => Ok(0),
                 Some(n) if n <= MAX_ELEMENTS => Ok(n),
-                _ => Err(Diagnostic::at(
-                    inst.ast.span(lo).to(inst.ast.span(hi)),
+                Some(_) => Err(Diagnostic::at(
+                    span,
                     format!("the range {lo_v}..{hi_v} of `{}` has more than {MAX_ELEMENTS} values", var.name),
+                )
+                .with_note("texc bounds every range like a tensor dimension")),
+                None => Err(Diagnostic::at(
+                    span,
+                    format!("the length of the range {lo_v}..{hi_v} of `{}` overflows 64 bits", var.name),
                 )
                 .with_note("texc bounds every range like a tensor dimension")),
             };

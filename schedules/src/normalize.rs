@@ -51,6 +51,21 @@ pub fn contains_reduce(p: &Program, e: TExprId) -> bool {
     matches!(p.expr(e), TExpr::Reduce(..)) || p.children(e).into_iter().any(|c| contains_reduce(p, c))
 }
 
+/// The variables of the reductions in `e` (nested ones included), in order of appearance.
+fn reduce_vars(p: &Program, e: TExprId) -> Vec<VarId> {
+    fn walk(p: &Program, e: TExprId, out: &mut Vec<VarId>) {
+        if let TExpr::Reduce(_, vars, _) = p.expr(e) {
+            out.extend(vars.iter().filter(|v| !out.contains(v)).copied().collect::<Vec<_>>());
+        }
+        for c in p.children(e) {
+            walk(p, c, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(p, e, &mut out);
+    out
+}
+
 /// Find a reduction that is not the stage's whole value; returns it with the
 /// variables of the reductions enclosing it.
 fn find_nested(p: &Program, e: TExprId, top: bool, enclosing: &mut Vec<VarId>) -> Option<(TExprId, Vec<VarId>)> {
@@ -75,10 +90,12 @@ pub fn hoist_reductions(p: &mut Program) {
             si += 1;
             continue;
         };
-        // New stage variables: axes, enclosing reduction variables, then the rest.
+        // New stage variables: axes, enclosing reduction variables, then the
+        // variables of the reductions in `r` (not those of other reductions
+        // of the stage: every variable past the axes is a loop of the stage).
         let mut order: Vec<VarId> = (0..st.n_axes as VarId).collect();
         order.extend(&enclosing);
-        order.extend((st.n_axes as VarId..st.vars.len() as VarId).filter(|v| !enclosing.contains(v)));
+        order.extend(reduce_vars(p, r).into_iter().filter(|v| !enclosing.contains(v)));
         let rename: HashMap<VarId, VarId> = order.iter().enumerate().map(|(new, &old)| (old, new as VarId)).collect();
         let vars: Vec<VarDecl> = order.iter().map(|&v| st.vars[v as usize].clone()).collect();
         let n_axes = st.n_axes + enclosing.len();
@@ -112,9 +129,15 @@ pub fn hoist_reductions(p: &mut Program) {
         let replacement = if p.ty(r) == Ty::Elem(elem) { load } else { p.alloc(TExpr::Cast(load), p.ty(r), span) };
         p.exprs[r.0 as usize] = p.exprs[replacement.0 as usize].clone();
         p.tys[r.0 as usize] = p.tys[replacement.0 as usize];
-        if !contains_reduce(p, st.value) {
-            // The old stage's reduction variables are gone with its reduction.
-            p.stages[si].vars.truncate(st.n_axes);
+        // The old stage keeps the variables of the reductions it still has.
+        let kept: Vec<VarId> = (0..st.n_axes as VarId).chain(reduce_vars(p, st.value)).collect();
+        if kept.len() < st.vars.len() {
+            let rename: HashMap<VarId, VarId> =
+                kept.iter().enumerate().map(|(new, &old)| (old, new as VarId)).collect();
+            let value = subst(p, st.value, &HashMap::new(), &rename);
+            let old = &mut p.stages[si];
+            old.vars = kept.iter().map(|&v| st.vars[v as usize].clone()).collect();
+            old.value = value;
         }
         p.stages.insert(si, Stage { tensor: t, vars, n_axes, value, span: st.span });
         // Re-examine the new stage (it may hold further nested reductions), then the old one.
