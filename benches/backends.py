@@ -5,7 +5,8 @@ softmax and layer_norm rows 4096×1024 and the ResNet conv layer (56×56,
 64→64, 3×3) with each target's default schedule.
 
 Usage: python3 benches/backends.py [--targets x86-avx2,cranelift] [--repeat 10] [--threads 1]
-Compile time is the backend's (`compile` line of `texc bench`: building,
+Also: run time of every example kernel (--targets x86-avx2,x86-avx512
+gives the two columns of the AVX-512 check). Compile time is the backend's (`compile` line of `texc bench`: building,
 optimizing and emitting machine code); the front end and scheduling are
 the same for every target. Ratios are relative to the first target.
 """
@@ -46,19 +47,25 @@ def main():
     ap.add_argument("--targets", default="x86-avx2,cranelift")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--kernel-repeat", type=int, default=5, help="timed runs of each example kernel")
+    ap.add_argument("--no-build", action="store_true", help="use target/release/texc as it is")
     a = ap.parse_args()
     targets = a.targets.split(",")
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "texc"], cwd=ROOT, check=True)
-    print(f"compile time (ms, backend) per kernel at the examples' default sizes")
-    print(f"{'kernel':40} " + " ".join(f"{t:>12}" for t in targets) + f" {'ratio':>8}")
+    if not a.no_build:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "texc"], cwd=ROOT, check=True)
+    print(f"per kernel at the examples' default sizes: compile time (ms, backend) and run time (ms, median of {a.kernel_repeat})")
+    print(f"{'kernel':40} " + " ".join(f"{'compile ' + t:>20}" for t in targets) + f" {'ratio':>7} "
+          + " ".join(f"{'run ' + t:>16}" for t in targets) + f" {'ratio':>7}")
     files = sorted(f"examples/{f}" for f in os.listdir(os.path.join(ROOT, "examples")) if f.endswith(".tex"))
     ratios = []
     for f in files:
         for k in kernels(f):
-            cs = [bench(f, k, t, [], 1, a.threads)[1] for t in targets]
+            rs = [bench(f, k, t, [], a.kernel_repeat, a.threads) for t in targets]
+            cs = [c for _, c in rs]
             ratio = cs[0] / max(cs[-1], 1e-6)
             ratios.append(ratio)
-            print(f"{f + ':' + k:40} " + " ".join(f"{c:12.2f}" for c in cs) + f" {ratio:8.1f}")
+            print(f"{f + ':' + k:40} " + " ".join(f"{c:20.2f}" for c in cs) + f" {ratio:7.1f} "
+                  + " ".join(f"{ms:16.3f}" for ms, _ in rs) + f" {rs[-1][0] / rs[0][0]:7.2f}")
     print(f"geometric mean ratio {targets[0]}/{targets[-1]}: {pow(2.718281828, sum(map(lambda r: __import__('math').log(r), ratios)) / len(ratios)):.1f}")
     print()
     print(f"run time (ms, median of {a.repeat}, {a.threads} thread(s)), default schedules")

@@ -142,12 +142,29 @@ struct Machine {
     lanes: i64,
     /// Accumulator vectors a register block keeps (about 3/4 of the registers).
     accumulators: i64,
+    /// Lanes of the half-width vector, where that is still 256 bits or more
+    /// (AVX-512 machines run 256-bit vectors at full rate): loops shorter than
+    /// a full vector but at least this long use it instead of staying scalar.
+    half_lanes: Option<i64>,
 }
 
 impl Machine {
     fn of(target: &Target, st: &Stage, p: &Program) -> Machine {
         let lanes = target.compute_lanes(p.tensor(st.tensor).elem).max(1);
-        Machine { lanes, accumulators: (target.vector_registers as i64 * 3 / 4).max(2) }
+        let half_bits = target.vector_bits as i64 / 2;
+        let half_lanes = (half_bits >= 256 && lanes >= 2).then_some(lanes / 2);
+        Machine { lanes, accumulators: (target.vector_registers as i64 * 3 / 4).max(2), half_lanes }
+    }
+
+    /// The vector width for an innermost loop of `extent` iterations: the
+    /// full vector when the loop fills one, else the half-width vector when
+    /// it fills that, else none (0).
+    fn width_for(self, extent: i64) -> i64 {
+        match self.half_lanes {
+            _ if extent >= self.lanes => self.lanes,
+            Some(half) if extent >= half => half,
+            _ => 0,
+        }
     }
 }
 
@@ -331,10 +348,10 @@ fn reuse_axis(p: &Program, st: &Stage) -> usize {
 /// request asks to pack the vector operand per slice and column block.
 fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<PackRequest> {
     let span = Span::default();
-    let lanes = m.lanes;
     let n_axes = st.n_axes;
     let inner = n_axes - 1;
     let row = ss.ivs[inner].extent;
+    let lanes = m.lanes;
     // A row of at least half a vector is one (partial) vector; a shorter row
     // stays scalar, one accumulator per element. Only rows of many full
     // vectors take the BLIS structure.
@@ -351,7 +368,7 @@ fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     let a = reuse_axis(p, st);
     let f = block_rows(m.accumulators / vectors, ss.ivs[a].extent);
     if f < 2 {
-        vectorize_inner(ss, inner, lanes);
+        vectorize_inner(ss, inner, m);
         return None;
     }
     let name = ss.ivs[a].name.clone();
@@ -457,10 +474,11 @@ fn block_rows(max: i64, extent: i64) -> i64 {
     (((max + 1) / 2).max(2)..=max).rev().find(|f| extent % f == 0).unwrap_or(max)
 }
 
-/// Split the innermost loop by the vector width and vectorize the lanes.
-fn vectorize_inner(ss: &mut StageSchedule, inner: usize, lanes: i64) {
+/// Split the innermost loop by the vector width ([`Machine::width_for`]) and vectorize the lanes.
+fn vectorize_inner(ss: &mut StageSchedule, inner: usize, m: Machine) {
     let span = Span::default();
-    if ss.ivs[inner].extent >= lanes {
+    let lanes = m.width_for(ss.ivs[inner].extent);
+    if lanes > 0 {
         let name = ss.ivs[inner].name.clone();
         let (_, v) = ss
             .split(inner, lanes, (&format!("{name}.o"), span), (&format!("{name}.v"), span), span)
@@ -470,7 +488,6 @@ fn vectorize_inner(ss: &mut StageSchedule, inner: usize, lanes: i64) {
 }
 
 fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<PackRequest> {
-    let lanes = m.lanes;
     let span = Span::default();
     let n_axes = st.n_axes;
     if n_axes == 0 {
@@ -488,7 +505,7 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     if ss.ivs.iter().any(|v| v.reduce) && n_axes >= 2 {
         pack = register_block(ss, p, st, m);
     } else {
-        vectorize_inner(ss, inner, lanes);
+        vectorize_inner(ss, inner, m);
     }
     // Fuse leading spatial loops until there is enough parallel work.
     let mut outer = ss.leaves[0];
