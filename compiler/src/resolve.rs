@@ -70,7 +70,7 @@ pub fn resolve_session(s: &mut Session) -> Result<(), Diagnostics> {
     for m in 0..s.modules.len() {
         let kernel_asts: Vec<ast::Kernel> = s.modules[m].ast.kernels().cloned().collect();
         for (i, k) in kernel_asts.iter().enumerate() {
-            if !s.modules[m].kernels[i].ops.is_empty() || k.body.is_empty() {
+            if !s.modules[m].kernels[i].ops.is_empty() {
                 continue;
             }
             let mut facts = std::mem::take(&mut s.modules[m].facts);
