@@ -17,6 +17,24 @@ use texc_grammar::{Ast, Diagnostic, Diagnostics, SourceMap, Span};
 /// The standard library, embedded so that `import std.nn;` works anywhere.
 pub const STD_NN: &str = include_str!("../../std/nn.tex");
 
+/// Largest source file texc reads (64 MiB). Reads stop there, so that a path
+/// such as `/dev/zero` or a huge file is an error, not memory exhaustion.
+pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
+
+/// Read a source file, at most [`MAX_SOURCE_BYTES`] of it.
+fn read_source(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(MAX_SOURCE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_SOURCE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "the file is larger than {} MiB, the most texc reads",
+            MAX_SOURCE_BYTES >> 20
+        )));
+    }
+    Ok(bytes)
+}
+
 /// One loaded file.
 #[derive(Debug)]
 pub struct Module {
@@ -67,8 +85,8 @@ impl Session {
 
     /// Parse a file from disk with all its imports. Returns the module index.
     pub fn parse_root(&mut self, path: &Path) -> Result<usize, Diagnostics> {
-        let text = std::fs::read(path)
-            .map_err(|e| vec![Diagnostic::error(format!("cannot read `{}`: {e}", path.display()))])?;
+        let text =
+            read_source(path).map_err(|e| vec![Diagnostic::error(format!("cannot read `{}`: {e}", path.display()))])?;
         let text = String::from_utf8(text).map_err(|e| {
             vec![Diagnostic::error(format!(
                 "`{}` is not valid UTF-8 (byte {})",
@@ -171,7 +189,12 @@ impl Session {
         if let Some(&m) = self.by_path.get(&canon) {
             return Ok(m);
         }
-        let text = std::fs::read_to_string(&canon)
+        let text = read_source(&canon)
+            .and_then(|b| {
+                String::from_utf8(b).map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8")
+                })
+            })
             .map_err(|e| vec![Diagnostic::at(span, format!("cannot import `{rel}`: {e}"))])?;
         self.load(&path.display().to_string(), &text, Some(canon), stack)
     }

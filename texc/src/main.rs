@@ -1,24 +1,10 @@
-//! The `texc` command line (LANGUAGE.md §8).
+//! The `texc` command line (LANGUAGE.md §8); the work is in the library
+//! (`texc::run_from_args`), which the `cli_args` fuzz target also calls.
 //!
 //! Exit status: 0 on success, 1 for a problem in user input (source, shapes,
-//! files), 2 for command-line misuse and for features not built yet.
-
-mod args;
-mod commands;
-
-use clap::Parser;
+//! files), 2 for command-line misuse and for features not built yet, 101 for
+//! an internal error.
 
 fn main() {
-    let cli = args::Cli::parse();
-    // The front end recurses over expressions (bounded by MAX_EXPR_DEPTH);
-    // give it room regardless of the platform's main-thread stack.
-    let worker = std::thread::Builder::new().stack_size(256 << 20).spawn(move || commands::run(cli));
-    let code = match worker.map(|h| h.join()) {
-        Ok(Ok(code)) => code,
-        _ => {
-            eprintln!("error: internal error: texc crashed; please report this with the input that caused it");
-            101
-        }
-    };
-    std::process::exit(code);
+    std::process::exit(texc::run_from_args(std::env::args_os()));
 }
