@@ -17,6 +17,7 @@ import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXC = os.path.join(ROOT, "target", "release", "texc")
+TEXC_BIN = [TEXC]
 
 RUNS = [
     ("sgemm 1024³", "benches/matmul.tex", []),
@@ -27,7 +28,7 @@ RUNS = [
 
 
 def bench(file, kernel, target, extra, repeat, threads):
-    args = [TEXC, "bench", os.path.join(ROOT, file), "--target", target, "--repeat", str(repeat), "--warmup", "1"]
+    args = [TEXC_BIN[0], "bench", os.path.join(ROOT, file), "--target", target, "--repeat", str(repeat), "--warmup", "1"]
     if kernel:
         args += ["--kernel", kernel]
     env = dict(os.environ, TEXC_NUM_THREADS=str(threads))
@@ -49,9 +50,12 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--kernel-repeat", type=int, default=5, help="timed runs of each example kernel")
     ap.add_argument("--no-build", action="store_true", help="use target/release/texc as it is")
+    ap.add_argument("--texc", help="a prebuilt texc binary (implies --no-build)")
     a = ap.parse_args()
     targets = a.targets.split(",")
-    if not a.no_build:
+    if a.texc:
+        TEXC_BIN[0] = a.texc
+    if not (a.no_build or a.texc):
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "texc"], cwd=ROOT, check=True)
     print(f"per kernel at the examples' default sizes: compile time (ms, backend) and run time (ms, median of {a.kernel_repeat})")
     print(f"{'kernel':40} " + " ".join(f"{'compile ' + t:>20}" for t in targets) + f" {'ratio':>7} "

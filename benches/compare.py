@@ -5,8 +5,12 @@ layer_norm over rows of 4096×1024. NumPy's OpenBLAS is capped to AVX2
 (OPENBLAS_CORETYPE=Haswell) so that it compares with texc's x86-avx2.
 
 Usage: python3 benches/compare.py [--threads 1,2] [--repeat 20]
+       [--target x86-avx2] [--texc PATH] [--baseline PATH]
 Prints one line per kernel and thread count: texc's median time and
 GFLOP/s or GB/s, NumPy's, and the ratio texc/NumPy (higher is better).
+`--texc` times a prebuilt binary instead of building this tree;
+`--baseline` also times another texc binary (an older build) in the same
+run and prints its time and the speed-up of texc over it.
 """
 import argparse
 import json
@@ -23,6 +27,7 @@ CASES = [
     ("sgemm 1024³ (example schedule)", "examples/sgemm.tex", [], 2 * 1024**3, None),
     ("sgemm 1024³ (default schedule)", "benches/matmul.tex", [], 2 * 1024**3, None),
     ("conv 56×56 64→64 3×3 (example schedule)", "examples/conv_resnet.tex", [], 2 * 64 * 64 * 9 * 56 * 56, None),
+    ("conv 56×56 64→64 3×3 (default, rewritten)", "benches/conv_layer.tex", [], 2 * 64 * 64 * 9 * 56 * 56, None),
     ("softmax rows 4096×1024 (default)", "examples/softmax.tex", ["--shape", "N=4096,D=1024"], None, 2 * 4096 * 1024 * 4),
     ("layer_norm rows 4096×1024 (default)", "benches/layer_norm.tex", [], None, 2 * 4096 * 1024 * 4),
 ]
@@ -60,10 +65,10 @@ ts.sort(); print(json.dumps(ts[len(ts) // 2]))
 """
 
 
-def texc_time(file, extra, threads, repeat):
-    args = [TEXC, "bench", os.path.join(ROOT, file), "--repeat", str(repeat)]
+def texc_time(texc, target, file, extra, threads, repeat):
+    args = [texc, "bench", os.path.join(ROOT, file), "--repeat", str(repeat)]
     if "--target" not in extra:
-        args += ["--target", "x86-avx2"]
+        args += ["--target", target]
     env = dict(os.environ, TEXC_NUM_THREADS=str(threads))
     out = subprocess.run(args + extra, env=env, check=True, capture_output=True, text=True).stdout
     ms = float(re.search(r"time\s+([0-9.]+) ms", out).group(1))
@@ -82,18 +87,28 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--target", default="x86-avx2")
+    ap.add_argument("--texc", help="a prebuilt texc binary (default: build this tree)")
+    ap.add_argument("--baseline", help="another texc binary to time in the same run")
     a = ap.parse_args()
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "texc"], cwd=ROOT, check=True)
-    print(f"{'kernel':42} {'thr':>3} {'texc':>22} {'numpy':>22} {'ratio':>6} {'compile':>8}")
+    texc = a.texc or TEXC
+    if not a.texc:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "texc"], cwd=ROOT, check=True)
+    base_head = f" {'baseline':>11} {'speedup':>7}" if a.baseline else ""
+    print(f"{'kernel':44} {'thr':>3} {'texc':>22} {'numpy':>22} {'ratio':>6} {'compile':>8}{base_head}")
     for name, file, extra, flops, nbytes in CASES:
         for t in [int(x) for x in a.threads.split(",")]:
-            tt, cs = texc_time(file, extra, t, a.repeat)
+            tt, cs = texc_time(texc, a.target, file, extra, t, a.repeat)
             nt = numpy_time(name, t, a.repeat)
+            base = ""
+            if a.baseline:
+                bt, _ = texc_time(a.baseline, a.target, file, extra, t, a.repeat)
+                base = f" {bt*1e3:8.3f} ms {bt/tt:7.2f}"
             if flops:
                 unit, tv, nv = "GFLOP/s", flops / tt / 1e9, flops / nt / 1e9
             else:
                 unit, tv, nv = "GB/s", nbytes / tt / 1e9, nbytes / nt / 1e9
-            print(f"{name:42} {t:>3} {tt*1e3:8.3f} ms {tv:6.1f} {unit:7} {nt*1e3:8.3f} ms {nv:6.1f} {unit:7} {nt/tt:6.2f} {cs:7.3f}s", flush=True)
+            print(f"{name:44} {t:>3} {tt*1e3:8.3f} ms {tv:6.1f} {unit:7} {nt*1e3:8.3f} ms {nv:6.1f} {unit:7} {nt/tt:6.2f} {cs:7.3f}s{base}", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,16 @@
 //! Both rest on [`coefficient`], the constant coefficient of `var` in an
 //! expression that is affine in it (sub-terms that do not involve `var` are
 //! constants of the lane, whatever they are).
+//! - [`lane_offsets`] refines a gather: when every lane's offset from lane 0
+//!   is a compile-time constant (`Y[(16·wo + wv) / 4]`: lanes 0–3 read one
+//!   element, lanes 4–7 the next), a backend can load the span once and
+//!   shuffle instead of gathering. Floor division and modulo by a constant
+//!   `c` keep offsets constant only when the lane-independent part of the
+//!   dividend is known modulo `c`, so the walk tracks that residue.
 
 use crate::ir::LoopFunc;
 use texc_compiler::affine::{affine_of, Affine};
+use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{Program, TExpr, TExprId, TensorId, VarId};
 
 /// How a vector access moves with the vectorized variable.
@@ -78,4 +85,129 @@ pub fn access(f: &LoopFunc, t: TensorId, idx: &[TExprId], var: VarId) -> Access 
         Some(k) => Access::Strided(k),
         None => Access::Gather,
     }
+}
+
+/// The lane-independent part `F` of an index value, known only modulo `g`:
+/// `F ≡ r (mod g)`; `g == 0` means `F == r` exactly.
+#[derive(Clone, Copy)]
+struct Residue {
+    g: i64,
+    r: i64,
+}
+
+impl Residue {
+    const UNKNOWN: Residue = Residue { g: 1, r: 0 };
+
+    fn normalized(g: i64, r: i64) -> Residue {
+        let g = g.abs();
+        Residue { g, r: if g == 0 { r } else { r.rem_euclid(g) } }
+    }
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a.abs()
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// An index value in lane `l`: `F + table[l]`, with `F` as [`Residue`] says.
+struct LaneValue {
+    table: Vec<i64>,
+    fixed: Residue,
+}
+
+/// `e` for lanes `var = base + l`, `l < lanes`, or `None` when some lane's
+/// value is not a constant offset from the others' common part.
+fn lane_value(p: &Program, e: TExprId, var: VarId, base: i64, lanes: usize) -> Option<LaneValue> {
+    let flat = |fixed| Some(LaneValue { table: vec![0; lanes], fixed });
+    match p.expr(e) {
+        TExpr::Int(c) => flat(Residue { g: 0, r: *c }),
+        TExpr::Var(v) if *v == var => Some(LaneValue {
+            table: (0..lanes as i64).map(|l| base.checked_add(l)).collect::<Option<_>>()?,
+            fixed: Residue { g: 0, r: 0 },
+        }),
+        // Sums and products keep what is known of their terms' divisibility
+        // (`16·wo` is a multiple of 4), lane-independent or not.
+        TExpr::Binary(..) => match lane_value_binary(p, e, var, base, lanes) {
+            None if !involves(p, e, var) => flat(Residue::UNKNOWN),
+            v => v,
+        },
+        _ if !involves(p, e, var) => flat(Residue::UNKNOWN),
+        _ => None,
+    }
+}
+
+fn lane_value_binary(p: &Program, e: TExprId, var: VarId, base: i64, lanes: usize) -> Option<LaneValue> {
+    let TExpr::Binary(op, a, b) = p.expr(e) else { return None };
+    let (a, b) = (lane_value(p, *a, var, base, lanes)?, lane_value(p, *b, var, base, lanes)?);
+    let zip = |f: fn(i64, i64) -> Option<i64>| -> Option<Vec<i64>> {
+        a.table.iter().zip(&b.table).map(|(&x, &y)| f(x, y)).collect()
+    };
+    let exact = |v: &LaneValue| (v.fixed.g == 0 && v.table.iter().all(|&t| t == 0)).then_some(v.fixed.r);
+    match op {
+        BinOp::Add | BinOp::Sub => {
+            let sign = if *op == BinOp::Add { 1 } else { -1 };
+            let table = if sign == 1 { zip(i64::checked_add)? } else { zip(i64::checked_sub)? };
+            let r = a.fixed.r.checked_add(b.fixed.r.checked_mul(sign)?)?;
+            Some(LaneValue { table, fixed: Residue::normalized(gcd(a.fixed.g, b.fixed.g), r) })
+        }
+        BinOp::Mul => {
+            let (k, v) = match (exact(&a), exact(&b)) {
+                (Some(k), _) => (k, &b),
+                (_, Some(k)) => (k, &a),
+                // A product of two lane-independent unknowns: nothing is known of its residue.
+                _ if a.table.iter().chain(&b.table).all(|&t| t == 0) => {
+                    return Some(LaneValue { table: vec![0; lanes], fixed: Residue::UNKNOWN })
+                }
+                _ => return None,
+            };
+            let table = v.table.iter().map(|&t| t.checked_mul(k)).collect::<Option<_>>()?;
+            Some(LaneValue { table, fixed: Residue::normalized(v.fixed.g.checked_mul(k)?, v.fixed.r.checked_mul(k)?) })
+        }
+        // Floor division and modulo by a positive constant (UDiv/URem: legalization
+        // proved the dividend non-negative, where they agree with floor).
+        BinOp::FloorDiv | BinOp::FloorMod | BinOp::UDiv | BinOp::URem => {
+            let c = exact(&b).filter(|&c| c > 0)?;
+            // F = r + g·k with c | g: (F + t) / c = g·k / c + (r + t) / c.
+            if a.fixed.g % c != 0 {
+                return None;
+            }
+            let shifted = |t: i64| a.fixed.r.checked_add(t);
+            let div = matches!(op, BinOp::FloorDiv | BinOp::UDiv);
+            let table = a
+                .table
+                .iter()
+                .map(|&t| shifted(t).map(|x| if div { x.div_euclid(c) } else { x.rem_euclid(c) }))
+                .collect::<Option<_>>()?;
+            let fixed = if div { Residue::normalized(a.fixed.g / c, 0) } else { Residue { g: 0, r: 0 } };
+            Some(LaneValue { table, fixed })
+        }
+        _ => None,
+    }
+}
+
+/// The flat offset of each lane of `t[idx]` from lane 0's, for lanes
+/// `var = base + l`, `l < lanes`, when these are compile-time constants
+/// (see the module header); `None` otherwise.
+pub fn lane_offsets(
+    f: &LoopFunc,
+    t: TensorId,
+    idx: &[TExprId],
+    var: VarId,
+    base: i64,
+    lanes: usize,
+) -> Option<Vec<i64>> {
+    let shape = &f.p.tensor(t).shape;
+    let mut offsets = vec![0i64; lanes];
+    let mut stride = 1i64;
+    for d in (0..idx.len()).rev() {
+        let v = lane_value(&f.p, idx[d], var, base, lanes)?;
+        for (o, &x) in offsets.iter_mut().zip(&v.table) {
+            *o = o.checked_add(x.checked_sub(v.table[0])?.checked_mul(stride)?)?;
+        }
+        stride = stride.checked_mul(shape[d])?;
+    }
+    Some(offsets)
 }

@@ -112,6 +112,9 @@ impl<'ctx> Gen<'ctx, '_> {
                             .into()
                     }
                     _ => {
+                        if let Some(v) = self.load_lane_pattern(fr, t, idx, var, base, lanes, mty, mask)? {
+                            return Ok(v);
+                        }
                         let ptrs = self.lane_addresses(fr, t, idx, mode, elem)?;
                         let f = self.intrinsic("llvm.masked.gather", &[vt.into(), ptrs.get_type().into()])?;
                         let al = self.cx.i32_type().const_int(align as u64, false);
@@ -126,6 +129,86 @@ impl<'ctx> Gen<'ctx, '_> {
             return self.compare(BinOp::Ne, v, zero, Ty::Elem(ElemType::I8));
         }
         Ok(v)
+    }
+
+    /// A gather whose lane offsets are compile-time constants
+    /// (`analysis::lane_offsets`) within a span of at most four vectors: one
+    /// load of the span and a constant shuffle. Without a mask every element
+    /// of the span lies between two elements that some lane reads, so inside
+    /// the buffer; under a mask, the span is loaded under the mask of the
+    /// positions that active lanes read.
+    #[allow(clippy::too_many_arguments)]
+    fn load_lane_pattern(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        t: TensorId,
+        idx: &[TExprId],
+        var: VarId,
+        base: i64,
+        lanes: u32,
+        mty: BasicTypeEnum<'ctx>,
+        mask: Option<VectorValue<'ctx>>,
+    ) -> R<Option<BasicValueEnum<'ctx>>> {
+        let elem = self.f.p.tensor(t).elem;
+        if elem == ElemType::Bool {
+            return Ok(None);
+        }
+        let Some(offsets) = analysis::lane_offsets(self.f, t, idx, var, base, lanes as usize) else {
+            return Ok(None);
+        };
+        let (lo, hi) = (*offsets.iter().min().expect("lanes"), *offsets.iter().max().expect("lanes"));
+        let span = hi - lo + 1;
+        if span > 4 * lanes as i64 {
+            return Ok(None);
+        }
+        let p0 = self.lane0_address(fr, t, idx, var, base, mty)?;
+        let i64t = self.cx.i64_type();
+        let start = self.gep(mty, p0, i64t.const_int(lo as u64, true))?;
+        let wt = self.vec_ty(mty, span as u32);
+        let i32t = self.cx.i32_type();
+        let wide = match mask {
+            None => {
+                let wide = self.b.build_load(wt, start, "span")?;
+                wide.as_instruction_value().expect("load").set_alignment(elem.size() as u32).map_err(llvm_err)?;
+                wide
+            }
+            Some(m) => {
+                let wide_mask = self.span_mask(m, &offsets, lo, span as u32)?;
+                let f = self.intrinsic("llvm.masked.load", &[wt.into(), start.get_type().into()])?;
+                let al = i32t.const_int(elem.size() as u64, false);
+                self.call(f, &[start.into(), al.into(), wide_mask.into(), wt.const_zero().into()])?
+            }
+        };
+        let pick: Vec<_> = offsets.iter().map(|&o| i32t.const_int((o - lo) as u64, false)).collect();
+        let wide = wide.into_vector_value();
+        let v = self.b.build_shuffle_vector(wide, wt.get_poison(), VectorType::const_vector(&pick), "lanes")?;
+        Ok(Some(v.into()))
+    }
+
+    /// The mask of span positions `j` read by an active lane: the OR, over the
+    /// k-th lanes reading each position, of shuffles of the lane mask `m`
+    /// (a position read by fewer than k lanes takes a constant-false lane).
+    fn span_mask(&mut self, m: VectorValue<'ctx>, offsets: &[i64], lo: i64, span: u32) -> R<VectorValue<'ctx>> {
+        let mut readers: Vec<Vec<u32>> = vec![Vec::new(); span as usize];
+        for (l, &o) in offsets.iter().enumerate() {
+            readers[(o - lo) as usize].push(l as u32);
+        }
+        let most = readers.iter().map(Vec::len).max().unwrap_or(0);
+        let lanes = offsets.len() as u32;
+        let i32t = self.cx.i32_type();
+        // Index `lanes` picks from the second shuffle operand: all false.
+        let falses = m.get_type().const_zero();
+        let mut acc: Option<VectorValue<'ctx>> = None;
+        for k in 0..most {
+            let pick: Vec<_> =
+                readers.iter().map(|r| i32t.const_int(r.get(k).copied().unwrap_or(lanes) as u64, false)).collect();
+            let part = self.b.build_shuffle_vector(m, falses, VectorType::const_vector(&pick), "spanm")?;
+            acc = Some(match acc {
+                None => part,
+                Some(a) => self.b.build_or(a, part, "spanm")?,
+            });
+        }
+        Ok(acc.expect("at least one lane"))
     }
 
     pub(super) fn lane0_address(
