@@ -46,7 +46,8 @@ pub struct Bindings {
 pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Diagnostic> {
     let info = s.kernel(k);
     let module = s.module(k.module as usize);
-    let mut p = Program { name: info.name.clone(), ..Program::default() };
+    let source = Some(s.sources.file(module.ast.file).name.clone());
+    let mut p = Program { name: info.name.clone(), source, ..Program::default() };
     let mut inst = Inst::new(s, k, String::new());
     let sizes = SizeCtx { ast: &module.ast, facts_names: &module.facts.names };
 

@@ -178,6 +178,9 @@ pub struct Program {
     /// The entry kernel's statements as operators, in order.
     pub ops: Vec<OpRecord>,
     pub name: String,
+    /// The file that defines the entry kernel, as it was named when loaded
+    /// (printed with the loop IR, so that a `.loops` file names its oracle).
+    pub source: Option<String>,
     /// Shape symbols and constants of the entry kernel with their values.
     pub bindings: Vec<(String, i64)>,
     pub tensors: Vec<TensorDecl>,

@@ -12,7 +12,7 @@
 
 use std::fmt::Write;
 use texc_compiler::target::LoopKind;
-use texc_compiler::tir::{Program, TExpr, TExprId, TensorId, TensorRole, VarDecl, VarId};
+use texc_compiler::tir::{Program, ProgramParam, TExpr, TExprId, TensorId, TensorRole, VarDecl, VarId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ForKind {
@@ -116,11 +116,20 @@ pub fn print(f: &LoopFunc) -> String {
         let dims: Vec<String> = d.shape.iter().map(|x| x.to_string()).collect();
         format!("{}: {}[{}]", d.name, d.elem, dims.join(", "))
     };
-    for t in f.p.input_tensors() {
-        let _ = writeln!(out, "  input {}", decl(t));
+    if let Some(src) = &f.p.source {
+        let _ = writeln!(out, "  source {src:?}");
     }
-    for s in &f.p.scalars {
-        let _ = writeln!(out, "  scalar {}: {}", s.name, s.elem);
+    for param in &f.p.params {
+        match param {
+            ProgramParam::Tensor(t) => {
+                let _ = writeln!(out, "  input {}", decl(*t));
+            }
+            ProgramParam::Scalar(s) => {
+                let s = &f.p.scalars[*s as usize];
+                let d = s.default.map(|d| format!(" = {d:?}")).unwrap_or_default();
+                let _ = writeln!(out, "  scalar {}: {}{d}", s.name, s.elem);
+            }
+        }
     }
     for &t in &f.p.outputs {
         let _ = writeln!(out, "  output {}", decl(t));

@@ -12,7 +12,8 @@
 //!   ([`legalize`]); verified by [`verify::verify_legal`].
 //!
 //! [`analysis`] holds what backends ask of loop IR (access patterns, lane
-//! uniformity); [`eval`] runs loop IR directly, for tests.
+//! uniformity); [`eval`] runs loop IR directly, for tests; [`text`] reads
+//! the printed loop IR back (`.loops` files).
 
 pub mod analysis;
 pub mod apply;
@@ -25,6 +26,7 @@ pub mod legalize;
 pub mod lower;
 pub mod normalize;
 pub mod schedule;
+pub mod text;
 pub mod verify;
 
 pub use apply::Knobs;

@@ -30,10 +30,18 @@ pub fn rendered(pl: &Pipeline, e: Error) -> String {
     }
 }
 
+/// Load `file` (relative to the workspace root) under its relative name, so
+/// that printed IR (the `source` line of loop nests) is the same in every checkout.
+fn load_relative(pl: &mut Pipeline, file: &str) -> Result<usize, texc_pipeline::Error> {
+    let path = root().join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    pl.load_text(file, &text, Some(path))
+}
+
 /// Load a file (relative to the workspace root) for `target` and pick a kernel.
 pub fn load_file(target: &str, file: &str, kernel: Option<&str>) -> Result<(Pipeline, KernelRef), String> {
     let mut pl = pipeline(target);
-    let k = pl.load(&root().join(file)).and_then(|m| pl.kernel(m, kernel)).map_err(|e| rendered(&pl, e))?;
+    let k = load_relative(&mut pl, file).and_then(|m| pl.kernel(m, kernel)).map_err(|e| rendered(&pl, e))?;
     Ok((pl, k))
 }
 
@@ -47,7 +55,7 @@ pub fn load_text(target: &str, name: &str, text: &str, kernel: Option<&str>) -> 
 /// Load a file for `target`: the pipeline and every kernel the file defines.
 pub fn kernels_of_file(target: &str, file: &str) -> (Pipeline, Vec<KernelRef>) {
     let mut pl = pipeline(target);
-    let m = pl.load(&root().join(file)).unwrap_or_else(|e| panic!("{file}: {}", rendered(&pl, e)));
+    let m = load_relative(&mut pl, file).unwrap_or_else(|e| panic!("{file}: {}", rendered(&pl, e)));
     let n = pl.session.module(m).kernels.len();
     (pl, (0..n).map(|i| KernelRef { module: m as u32, index: i as u32 }).collect())
 }

@@ -1,0 +1,347 @@
+//! Memory safety of a loop nest read from text: every load and store is
+//! proven inside its tensor before any of it reaches a backend (compiled
+//! code does not check indices).
+//!
+//! The proof is interval arithmetic over the loop ranges, sharpened by
+//! facts: the conditions of enclosing `if`s, and of a `select` for the side
+//! it chooses (texc evaluates only that side), read as bounds on affine
+//! forms of the loop variables (`x.o * 16 + x.v < 56`). An index whose affine
+//! form equals a fact's up to a constant takes the fact's bound; a fact on
+//! one variable narrows that variable's range. This is what the lowering
+//! itself produces (split tails, padding selects, attached boxes), so every
+//! printed nest passes; an access that it cannot prove is an error, even if
+//! it happens to be safe.
+
+use crate::ir::{LoopFunc, Stmt};
+use texc_compiler::affine::{affine_of, Affine};
+use texc_compiler::ops::{BinOp, MathFn, UnOp};
+use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
+use texc_grammar::diagnostic::Diagnostic;
+
+/// A closed interval; `None` bounds are unknown (unbounded).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Iv {
+    lo: Option<i128>,
+    hi: Option<i128>,
+}
+
+const ANY: Iv = Iv { lo: None, hi: None };
+
+fn exact(c: i128) -> Iv {
+    Iv { lo: Some(c), hi: Some(c) }
+}
+
+fn both(a: Option<i128>, b: Option<i128>, f: impl Fn(i128, i128) -> Option<i128>) -> Option<i128> {
+    f(a?, b?)
+}
+
+impl Iv {
+    fn add(self, o: Iv) -> Iv {
+        Iv { lo: both(self.lo, o.lo, i128::checked_add), hi: both(self.hi, o.hi, i128::checked_add) }
+    }
+
+    fn neg(self) -> Iv {
+        Iv { lo: self.hi.and_then(i128::checked_neg), hi: self.lo.and_then(i128::checked_neg) }
+    }
+
+    fn mul(self, o: Iv) -> Iv {
+        let (Some(a), Some(b), Some(c), Some(d)) = (self.lo, self.hi, o.lo, o.hi) else { return ANY };
+        let ps = [a.checked_mul(c), a.checked_mul(d), b.checked_mul(c), b.checked_mul(d)];
+        if ps.iter().any(Option::is_none) {
+            return ANY;
+        }
+        let ps = ps.map(Option::unwrap);
+        Iv { lo: ps.iter().min().copied(), hi: ps.iter().max().copied() }
+    }
+
+    fn union(self, o: Iv) -> Iv {
+        Iv { lo: both(self.lo, o.lo, |a, b| Some(a.min(b))), hi: both(self.hi, o.hi, |a, b| Some(a.max(b))) }
+    }
+
+    fn meet(self, o: Iv) -> Iv {
+        let pick = |a: Option<i128>, b: Option<i128>, f: fn(i128, i128) -> i128| match (a, b) {
+            (Some(x), Some(y)) => Some(f(x, y)),
+            (x, None) => x,
+            (None, y) => y,
+        };
+        Iv { lo: pick(self.lo, o.lo, i128::max), hi: pick(self.hi, o.hi, i128::min) }
+    }
+}
+
+/// A term of an affine form: a loop variable, or a sub-expression that is
+/// not affine (`x % 22`), known by its structure so that the same term in a
+/// condition and in an index match.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Atom {
+    Var(VarId),
+    Term(String),
+}
+
+/// `form ∈ [lo, hi]` for an affine form without constant.
+#[derive(Clone)]
+struct Fact {
+    form: Affine<Atom>,
+    iv: Iv,
+}
+
+/// The structure of `e` as a string (variables by id).
+fn key(p: &texc_compiler::tir::Program, e: TExprId) -> String {
+    let kids: Vec<String> = p.children(e).into_iter().map(|c| key(p, c)).collect();
+    let head = match p.expr(e) {
+        TExpr::Var(v) => format!("v{v}"),
+        TExpr::Int(c) => format!("{c}"),
+        TExpr::Load(t, _) => format!("load{}", t.0),
+        other => format!("{:?}", std::mem::discriminant(other)) + &op_key(other),
+    };
+    format!("({head} {})", kids.join(" "))
+}
+
+fn op_key(e: &TExpr) -> String {
+    match e {
+        TExpr::Binary(op, ..) => format!("{op:?}"),
+        TExpr::Unary(op, ..) => format!("{op:?}"),
+        TExpr::Math(f, _) => format!("{f:?}"),
+        TExpr::Scalar(s) => format!("s{s}"),
+        TExpr::Float(x) => format!("{x:?}"),
+        _ => String::new(),
+    }
+}
+
+/// The affine form of `e` over loop variables and opaque integer terms.
+fn form_of(p: &texc_compiler::tir::Program, e: TExprId) -> Option<Affine<Atom>> {
+    affine_of(p, e, &mut |x| match p.expr(x) {
+        TExpr::Var(v) => Some(Affine::atom(Atom::Var(*v))),
+        _ if p.ty(x) == Ty::Index || matches!(p.ty(x), Ty::Elem(t) if t.is_int()) => {
+            Some(Affine::atom(Atom::Term(key(p, x))))
+        }
+        _ => None,
+    })
+}
+
+struct Checker<'a> {
+    f: &'a LoopFunc,
+    /// Range of each loop variable in scope.
+    vars: Vec<Option<Iv>>,
+    facts: Vec<Fact>,
+}
+
+/// Prove every access of `f` in bounds.
+pub fn check(f: &LoopFunc) -> Result<(), Diagnostic> {
+    let mut c = Checker { f, vars: vec![None; f.vars.len()], facts: Vec::new() };
+    c.stmts(&f.body)
+}
+
+impl Checker<'_> {
+    fn stmts(&mut self, body: &[Stmt]) -> Result<(), Diagnostic> {
+        for s in body {
+            match s {
+                Stmt::For { var, lo, extent, body, .. } => {
+                    if *extent == 0 {
+                        continue;
+                    }
+                    let saved = self.vars[*var as usize];
+                    self.vars[*var as usize] =
+                        Some(Iv { lo: Some(*lo as i128), hi: Some((*lo + *extent - 1) as i128) });
+                    self.stmts(body)?;
+                    self.vars[*var as usize] = saved;
+                }
+                Stmt::If { cond, then } => {
+                    self.expr(*cond)?;
+                    let (n_facts, saved) = (self.facts.len(), self.vars.clone());
+                    self.assume(*cond, true);
+                    self.stmts(then)?;
+                    self.facts.truncate(n_facts);
+                    self.vars = saved;
+                }
+                Stmt::Alloc { body, .. } => self.stmts(body)?,
+                Stmt::Store { tensor, indices, value } => {
+                    self.access(*tensor, indices, None)?;
+                    self.expr(*value)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Check the accesses inside `e`.
+    fn expr(&mut self, e: TExprId) -> Result<(), Diagnostic> {
+        let p = &self.f.p;
+        match p.expr(e) {
+            TExpr::Load(t, idx) => self.access(*t, idx, Some(e)),
+            TExpr::Select(c, a, b) => {
+                let (c, a, b) = (*c, *a, *b);
+                self.expr(c)?;
+                for (side, value) in [(a, true), (b, false)] {
+                    let (n_facts, saved) = (self.facts.len(), self.vars.clone());
+                    self.assume(c, value);
+                    let r = self.expr(side);
+                    self.facts.truncate(n_facts);
+                    self.vars = saved;
+                    r?;
+                }
+                Ok(())
+            }
+            TExpr::Binary(BinOp::And | BinOp::Or, a, b) => {
+                // The right operand runs only when the left allows it.
+                let (a, b, and) = (*a, *b, matches!(p.expr(e), TExpr::Binary(BinOp::And, ..)));
+                self.expr(a)?;
+                let (n_facts, saved) = (self.facts.len(), self.vars.clone());
+                self.assume(a, and);
+                let r = self.expr(b);
+                self.facts.truncate(n_facts);
+                self.vars = saved;
+                r
+            }
+            _ => {
+                for c in p.children(e) {
+                    self.expr(c)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn access(&mut self, t: TensorId, idx: &[TExprId], load: Option<TExprId>) -> Result<(), Diagnostic> {
+        let d = self.f.p.tensor(t);
+        for (k, &i) in idx.iter().enumerate() {
+            self.expr(i)?;
+            let iv = self.interval(i);
+            let size = d.shape[k] as i128;
+            let inside = matches!((iv.lo, iv.hi), (Some(lo), Some(hi)) if lo >= 0 && hi < size);
+            if !inside {
+                let show = |b: Option<i128>| b.map_or("?".to_string(), |v| v.to_string());
+                let span = self.f.p.span(i);
+                let what = if load.is_some() { "read" } else { "write" };
+                return Err(Diagnostic::at(
+                    span,
+                    format!(
+                        "cannot prove this {what} of `{}` in bounds: index {k} ranges over {}..={}, but the dimension has size {size}",
+                        d.name,
+                        show(iv.lo),
+                        show(iv.hi)
+                    ),
+                )
+                .with_note(
+                    "a loop nest read from text must keep every access inside its tensor; guard it with `if` or `select`",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn interval(&self, e: TExprId) -> Iv {
+        let p = &self.f.p;
+        let iv = match p.expr(e) {
+            TExpr::Int(c) => exact(*c as i128),
+            TExpr::Var(v) => self.vars[*v as usize].unwrap_or(ANY),
+            TExpr::Unary(UnOp::Neg, a) => self.interval(*a).neg(),
+            TExpr::Binary(op, a, b) => {
+                let (x, y) = (self.interval(*a), self.interval(*b));
+                match op {
+                    BinOp::Add => x.add(y),
+                    BinOp::Sub => x.add(y.neg()),
+                    BinOp::Mul => x.mul(y),
+                    BinOp::FloorDiv | BinOp::UDiv | BinOp::TruncDiv => match (y.lo, y.hi) {
+                        (Some(c), Some(c2))
+                            if c == c2 && c > 0 && (*op == BinOp::FloorDiv || x.lo.is_some_and(|l| l >= 0)) =>
+                        {
+                            Iv { lo: x.lo.map(|l| l.div_euclid(c)), hi: x.hi.map(|h| h.div_euclid(c)) }
+                        }
+                        _ => ANY,
+                    },
+                    BinOp::FloorMod | BinOp::URem | BinOp::TruncRem => match (y.lo, y.hi) {
+                        (Some(c), Some(c2))
+                            if c == c2 && c > 0 && (*op == BinOp::FloorMod || x.lo.is_some_and(|l| l >= 0)) =>
+                        {
+                            match (x.lo, x.hi) {
+                                (Some(l), Some(h)) if l >= 0 && h < c => x,
+                                _ => Iv { lo: Some(0), hi: Some(c - 1) },
+                            }
+                        }
+                        _ => ANY,
+                    },
+                    _ => ANY,
+                }
+            }
+            TExpr::Math(MathFn::Min, args) if args.len() == 2 => {
+                let (x, y) = (self.interval(args[0]), self.interval(args[1]));
+                Iv { lo: both(x.lo, y.lo, |a, b| Some(a.min(b))), hi: both(x.hi, y.hi, |a, b| Some(a.min(b))) }
+            }
+            TExpr::Math(MathFn::Max, args) if args.len() == 2 => {
+                let (x, y) = (self.interval(args[0]), self.interval(args[1]));
+                Iv { lo: both(x.lo, y.lo, |a, b| Some(a.max(b))), hi: both(x.hi, y.hi, |a, b| Some(a.max(b))) }
+            }
+            TExpr::Select(_, a, b) => self.interval(*a).union(self.interval(*b)),
+            TExpr::Cast(a) if p.ty(e) == Ty::Index && p.ty(*a) != Ty::Index => self.interval(*a),
+            _ => ANY,
+        };
+        self.sharpen(e, iv)
+    }
+
+    /// Narrow `iv` by the facts whose form is `e`'s up to a constant.
+    fn sharpen(&self, e: TExprId, mut iv: Iv) -> Iv {
+        let Some(form) = form_of(&self.f.p, e) else { return iv };
+        let c = form.c;
+        let terms = Affine { terms: form.terms.clone(), c: 0 };
+        for fact in &self.facts {
+            if fact.form == terms {
+                iv = iv.meet(fact.iv.add(exact(c)));
+            } else if fact.form.clone().scale(-1).is_some_and(|n| n == terms) {
+                iv = iv.meet(fact.iv.neg().add(exact(c)));
+            }
+        }
+        iv
+    }
+
+    /// Record what `cond == value` says about affine forms of the loop variables.
+    fn assume(&mut self, cond: TExprId, value: bool) {
+        let p = &self.f.p;
+        match (p.expr(cond), value) {
+            (TExpr::Binary(BinOp::And, a, b), true) | (TExpr::Binary(BinOp::Or, a, b), false) => {
+                let (a, b) = (*a, *b);
+                self.assume(a, value);
+                self.assume(b, value);
+            }
+            (TExpr::Unary(UnOp::Not, a), v) => {
+                let a = *a;
+                self.assume(a, !v)
+            }
+            (TExpr::Binary(op, a, b), v) if op.is_comparison() => {
+                let (Some(x), Some(y)) = (form_of(p, *a), form_of(p, *b)) else { return };
+                let Some(diff) = x.add(&y, -1) else { return };
+                // diff = terms + c; the comparison bounds `diff` against 0.
+                let op = if v { *op } else { negate(*op) };
+                let iv = match op {
+                    BinOp::Lt => Iv { lo: None, hi: Some(-1) },
+                    BinOp::Le => Iv { lo: None, hi: Some(0) },
+                    BinOp::Gt => Iv { lo: Some(1), hi: None },
+                    BinOp::Ge => Iv { lo: Some(0), hi: None },
+                    BinOp::Eq => exact(0),
+                    _ => return,
+                };
+                let c = diff.c;
+                let form = Affine { terms: diff.terms, c: 0 };
+                let iv = iv.add(exact(-c));
+                if let [(Atom::Var(v), 1)] = form.terms.iter().map(|(a, k)| (a.clone(), *k)).collect::<Vec<_>>()[..] {
+                    if let Some(r) = self.vars[v as usize] {
+                        self.vars[v as usize] = Some(r.meet(iv));
+                    }
+                }
+                self.facts.push(Fact { form, iv });
+            }
+            _ => {}
+        }
+    }
+}
+
+fn negate(op: BinOp) -> BinOp {
+    match op {
+        BinOp::Lt => BinOp::Ge,
+        BinOp::Le => BinOp::Gt,
+        BinOp::Gt => BinOp::Le,
+        BinOp::Ge => BinOp::Lt,
+        BinOp::Eq => BinOp::Ne,
+        BinOp::Ne => BinOp::Eq,
+        o => o,
+    }
+}

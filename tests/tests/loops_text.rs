@@ -1,0 +1,145 @@
+//! The loop IR as text (`.loops`): every printed loop nest reads back into
+//! one that prints the same and computes the same, and malformed or unsafe
+//! text is a spanned error.
+
+use texc_compiler::Bindings;
+use texc_grammar::span::SourceMap;
+use texc_runtime::SplitMix64;
+use texc_schedules::ir::print;
+use texc_schedules::LoopFunc;
+use texc_tests::kernels_of_file;
+
+/// Parse the printed `f`, assert that it prints the same, return it.
+fn round_trip(name: &str, f: &LoopFunc) -> LoopFunc {
+    let text = print(f);
+    let mut sm = SourceMap::new();
+    let id = sm.add(format!("{name}.loops"), text.clone());
+    let parsed =
+        texc_schedules::text::parse(&text, id).unwrap_or_else(|d| panic!("{name}:\n{}\n{text}", d.render(&sm)));
+    let again = print(&parsed.func);
+    assert_eq!(again, text, "{name}: print(parse(text)) differs from text");
+    parsed.func
+}
+
+/// Errors of `text`, rendered.
+fn errors(name: &str, text: &str) -> String {
+    let mut sm = SourceMap::new();
+    let id = sm.add(format!("{name}.loops"), text.to_string());
+    match texc_schedules::text::parse(text, id) {
+        Ok(_) => panic!("{name}: parsed:\n{text}"),
+        Err(d) => d.render(&sm),
+    }
+}
+
+#[test]
+fn every_example_and_std_op_round_trips_on_every_target() {
+    let mut n = 0;
+    for target in ["x86-avx2", "x86-avx512", "cranelift"] {
+        for file in texc_tests::example_files() {
+            let (mut pl, kernels) = kernels_of_file(target, &file);
+            for k in kernels {
+                let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+                let loops = pl.loops(k, p).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+                let name = format!("{file}:{k:?}:{target}");
+                round_trip(&name, &loops.lowered);
+                round_trip(&format!("{name}:legal"), &loops.legal);
+                n += 2;
+            }
+        }
+        for (name, p) in texc_tests::std_op_programs(7) {
+            round_trip(&format!("{name}:{target}"), &texc_tests::default_lowered(target, &p));
+            n += 1;
+        }
+    }
+    assert!(n > 100, "only {n} loop nests");
+}
+
+/// Random legal schedules (splits, reorders, fusions, attachments) read
+/// back into nests that the loop evaluator runs to bit-identical outputs.
+#[test]
+fn random_schedules_round_trip_and_compute_the_same() {
+    let mut rng = SplitMix64::new(0x100b5);
+    for (file, kernel, shapes) in texc_tests::RANDOM_SCHEDULE_CASES {
+        let base = texc_tests::random_case_program(file, kernel, shapes);
+        for i in 0..10 {
+            let f = texc_tests::randomly_scheduled(&base, &mut rng);
+            let g = round_trip(&format!("{file}#{i}"), &f);
+            let args = texc_compiler::interp::bind_args(&f.p, Default::default(), &[], i).expect("binds");
+            let want = texc_schedules::eval::run(&f, args.clone()).expect("runs");
+            let got = texc_schedules::eval::run(&g, args).expect("runs");
+            for (a, b) in want.iter().zip(&got) {
+                assert_eq!(a.to_f64(), b.to_f64(), "{file}#{i}: parsed nest computes differently");
+            }
+        }
+    }
+}
+
+#[test]
+fn malformed_and_unsafe_loops_are_spanned_errors() {
+    let head = "func k [N=4]\n  input X: f32[4]\n  output Y: f32[4]\n";
+    let cases: &[(&str, String)] = &[
+        ("empty", String::new()),
+        ("no_func", "  input X: f32[4]\n".into()),
+        ("syntax", format!("{head}  for i in 0..4:\n    Y[i] = X[i] +\n")),
+        ("unknown_name", format!("{head}  for i in 0..4:\n    Y[i] = X[j]\n")),
+        ("unknown_tensor", format!("{head}  for i in 0..4:\n    Z[i] = X[i]\n")),
+        ("indentation", format!("{head}  for i in 0..4:\n     Y[i] = X[i]\n")),
+        ("empty_body", format!("{head}  for i in 0..4:\n  Y[0] = X[0]\n")),
+        ("type_mismatch", format!("{head}  for i in 0..4:\n    Y[i] = X[i] + 1.0f64\n")),
+        ("untyped_float", format!("{head}  for i in 0..4:\n    Y[i] = X[i] * 2.0\n")),
+        ("out_of_bounds_read", format!("{head}  for i in 0..4:\n    Y[i] = X[i + 1]\n")),
+        ("out_of_bounds_write", format!("{head}  for i in 0..5:\n    Y[i] = 0.0f32\n")),
+        ("data_dependent_index", "func k [N=4]\n  input X: f32[4]\n  input I: i32[4]\n  output Y: f32[4]\n  for i in 0..4:\n    Y[i] = X[index(I[i])]\n".into()),
+        ("store_to_input", format!("{head}  for i in 0..4:\n    X[i] = 0.0f32\n")),
+        ("rank", format!("{head}  for i in 0..4:\n    Y[i, i] = X[i]\n")),
+        ("declared_twice", "func k [N=4]\n  input X: f32[4]\n  output X: f32[4]\n".into()),
+        ("too_many_iterations", format!("{head}  for i in 0..1099511627776:\n    for j in 0..4:\n      Y[j] = X[j]\n")),
+        ("bool_condition", format!("{head}  for i in 0..4:\n    if i + 1:\n      Y[i] = X[i]\n")),
+        ("unknown_function", format!("{head}  for i in 0..4:\n    Y[i] = swish(X[i])\n")),
+    ];
+    let mut out = String::new();
+    for (name, text) in cases {
+        out.push_str(&format!("--- {name}\n{}\n", errors(name, text)));
+    }
+    insta::assert_snapshot!("loops_text_errors", out);
+}
+
+/// What the checker proves: guarded tails, padding selects and the right
+/// operand of `&&` are in bounds; the same accesses without their guards are not.
+#[test]
+fn guards_and_selects_prove_accesses() {
+    let head = "func k [N=10]\n  input X: f32[10]\n  output Y: f32[10]\n";
+    let ok = [
+        format!("{head}  for i.o in 0..3:\n    for i.v in 0..4:\n      if i.o * 4 + i.v < 10:\n        Y[i.o * 4 + i.v] = X[i.o * 4 + i.v]\n"),
+        format!("{head}  for i in 0..10:\n    Y[i] = select(i >= 1, X[i - 1], 0.0f32)\n"),
+        format!("{head}  for i in 0..10:\n    Y[i] = select(i + 1 < 10 && X[i + 1] > 0.0f32, 1.0f32, 0.0f32)\n"),
+        format!("{head}  for i in 0..10:\n    Y[i / 2] = X[19 - i - i / 2 * 0 - i % 1 - 10 + 0 * i]\n"),
+    ];
+    for (n, text) in ok.iter().enumerate() {
+        let mut sm = SourceMap::new();
+        let id = sm.add("ok.loops", text.clone());
+        if let Err(d) = texc_schedules::text::parse(text, id) {
+            panic!("case {n} should be proven:\n{}\n{text}", d.render(&sm));
+        }
+    }
+    let bad = [
+        format!("{head}  for i.o in 0..3:\n    for i.v in 0..4:\n      Y[i.o * 4 + i.v] = X[i.o * 4 + i.v]\n"),
+        format!("{head}  for i in 0..10:\n    Y[i] = select(i >= 0, X[i - 1], 0.0f32)\n"),
+        format!("{head}  for i in 0..10:\n    Y[i] = select(X[i + 1] > 0.0f32 && i + 1 < 10, 1.0f32, 0.0f32)\n"),
+    ];
+    for text in &bad {
+        assert!(errors("bad", text).contains("cannot prove"), "{text}");
+    }
+}
+
+#[test]
+fn comments_blank_lines_and_crlf_are_accepted() {
+    let text = "# a hand-edited nest\r\nfunc k [N=4]\r\n  input X: f32[4]\r\n\r\n  output Y: f32[4]\r\n  # double it\r\n  for i in 0..4 vectorized:\r\n    Y[i] = X[i] * 2.0f32\r\n";
+    let mut sm = SourceMap::new();
+    let id = sm.add("c.loops", text.to_string());
+    let f = texc_schedules::text::parse(text, id).unwrap_or_else(|d| panic!("{}", d.render(&sm))).func;
+    assert_eq!(
+        print(&f),
+        "func k [N=4]\n  input X: f32[4]\n  output Y: f32[4]\n  for i in 0..4 vectorized:\n    Y[i] = X[i] * 2.0f32\n"
+    );
+}
