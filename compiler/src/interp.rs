@@ -1,17 +1,38 @@
 //! The reference interpreter: the oracle every backend and rewrite is
 //! checked against.
 //!
-//! It is written to be obviously right rather than fast: stages run in
-//! order, each element of a stage is computed by walking its expression,
-//! and every operator is evaluated by its definition in
-//! [`crate::semantics`] (floats in f64, rounded to the element type when
-//! stored; integers exact and wrapping; floor division with `x / 0 == 0`).
+//! Its definition is the tree walk [`Machine::eval`], written to be
+//! obviously right rather than fast: stages run in order, each element of a
+//! stage is computed by walking its expression, and every operator is
+//! evaluated by its definition in [`crate::semantics`] (floats in f64,
+//! rounded to the element type when stored; integers exact and wrapping;
+//! floor division with `x / 0 == 0`). [`run_reference`] runs exactly that.
+//!
+//! [`run`] computes the same values faster, in two ways that cannot change a
+//! result:
+//! - each stage's expression is compiled once into closures (`compiled`,
+//!   whose header gives the argument that it evaluates exactly like the tree
+//!   walk); a stage with anything that path does not handle runs on the tree
+//!   walk;
+//! - a stage's elements are computed on several threads, each thread a
+//!   contiguous run of elements at a time. Elements are independent (a
+//!   stage reads only earlier stages' tensors) and each one is computed by
+//!   the same sequential code, its reductions in the same order, so the
+//!   values are bit-identical to a one-thread run. When elements fail, the
+//!   error reported is the first in element order, as sequentially.
+//!
+//! `tests/tests/interp_fast.rs` checks the two against each other bit for
+//! bit on random programs.
+
+mod compiled;
 
 use crate::ops::{BinOp, ReduceOp};
 use crate::semantics::{self as sem};
 pub use crate::semantics::{cast_f64_to_int, V};
 use crate::tir::*;
 use crate::types::ElemType;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use texc_runtime::{round_to, wrap_to, Tensor};
 
 /// Most memory the interpreter will allocate for tensors.
@@ -67,11 +88,163 @@ pub fn check_tensor_arg(decl: &TensorDecl, x: &Tensor) -> Result<(), InterpError
 
 /// Run a program. Returns its outputs in declaration order.
 pub fn run(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
+    run_with_progress(p, args, &Progress::default())
+}
+
+/// [`run`], counting work done in `progress` as it goes (another thread may
+/// watch it: the `texc` command draws a progress bar from it).
+pub fn run_with_progress(p: &Program, args: Vec<Arg>, progress: &Progress) -> Result<Vec<Tensor>, InterpError> {
     let mut m = Machine::new(p, args)?;
+    progress.total.store(p.stages.iter().map(|st| stage_work(p, st)).fold(0, u64::saturating_add), Ordering::Relaxed);
     for st in &p.stages {
-        m.stage(st)?;
+        m.stage(st, progress)?;
     }
     Ok(m.outputs())
+}
+
+/// For each stage of a run, whether it took the compiled path (rather than
+/// the tree walk); tests use it to see that the fast path is exercised.
+#[doc(hidden)]
+pub fn compiled_stages(p: &Program, args: Vec<Arg>) -> Result<Vec<bool>, InterpError> {
+    let mut m = Machine::new(p, args)?;
+    p.stages.iter().map(|st| m.stage(st, &Progress::default())).collect()
+}
+
+/// Run a program by the definition alone: the tree walk, one element after
+/// another on one thread. [`run`] must agree with it bit for bit.
+pub fn run_reference(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
+    let mut m = Machine::new(p, args)?;
+    for st in &p.stages {
+        m.stage_reference(st)?;
+    }
+    Ok(m.outputs())
+}
+
+/// Work done and to do in a run, in units of roughly one expression node
+/// evaluated. Updated every few thousand elements; cheap to read at any time.
+#[derive(Debug, Default)]
+pub struct Progress {
+    done: AtomicU64,
+    total: AtomicU64,
+}
+
+impl Progress {
+    pub fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// The whole run's work (0 until the run has started).
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+}
+
+/// A stage's work in [`Progress`] units: elements times nodes per element,
+/// each reduction's body counted once per point of its range.
+fn stage_work(p: &Program, st: &Stage) -> u64 {
+    fn work(p: &Program, st: &Stage, e: TExprId) -> u64 {
+        let below = p.children(e).into_iter().map(|c| work(p, st, c)).fold(1, u64::saturating_add);
+        match p.expr(e) {
+            TExpr::Reduce(_, vars, _) => vars
+                .iter()
+                .map(|&v| st.vars.get(v as usize).map_or(1, |d| d.extent.max(0) as u64))
+                .fold(below, u64::saturating_mul),
+            _ => below,
+        }
+    }
+    (p.tensor(st.tensor).len().max(0) as u64).saturating_mul(work(p, st, st.value))
+}
+
+/// Threads a stage's elements are spread over: `TEXC_NUM_THREADS` or the machine's parallelism.
+fn threads() -> usize {
+    texc_runtime::pool::threads_from_env()
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Below this much work (in [`Progress`] units) a stage runs on the calling thread.
+const PARALLEL_WORK: u64 = 1 << 16;
+
+/// Compute elements `0..n` of a stage whose axes have extents `axes` (the
+/// first `axes.len()` of `n_vars` variables), element `i` into `out[i]` by
+/// `elem` then `store`, on up to [`threads`] threads. `work` is the stage's
+/// [`stage_work`]. The first error in element order is returned.
+#[allow(clippy::too_many_arguments)]
+fn fill<T: Copy + Default + Send>(
+    axes: &[i64],
+    n_vars: usize,
+    n: usize,
+    work: u64,
+    progress: &Progress,
+    elem: &(dyn Fn(&mut [i64]) -> Result<V, InterpError> + Sync),
+    store: &(dyn Fn(V) -> T + Sync),
+) -> Result<Vec<T>, InterpError> {
+    let mut out = vec![T::default(); n];
+    if n == 0 {
+        return Ok(out);
+    }
+    let threads = if work < PARALLEL_WORK { 1 } else { threads().min(n) };
+    // Several chunks per thread balance uneven elements and keep progress moving.
+    let chunk = n.div_ceil(threads * 16).max(1);
+    let per_elem = work / n as u64;
+    let chunks = Mutex::new(out.chunks_mut(chunk).enumerate());
+    let first_error: Mutex<Option<(usize, InterpError)>> = Mutex::new(None);
+    let worker = || {
+        let mut env = vec![0i64; n_vars];
+        loop {
+            let next = chunks.lock().unwrap_or_else(|e| e.into_inner()).next();
+            let Some((c, slice)) = next else { return };
+            // The axes of the chunk's first element, last axis fastest.
+            let mut rest = c * chunk;
+            for d in (0..axes.len()).rev() {
+                let e = axes[d] as usize;
+                env[d] = (rest % e) as i64;
+                rest /= e;
+            }
+            for v in env.iter_mut().skip(axes.len()) {
+                *v = 0;
+            }
+            for slot in slice.iter_mut() {
+                match elem(&mut env) {
+                    Ok(v) => *slot = store(v),
+                    Err(e) => {
+                        let mut first = first_error.lock().unwrap_or_else(|e| e.into_inner());
+                        if first.as_ref().is_none_or(|(f, _)| c < *f) {
+                            *first = Some((c, e));
+                        }
+                        break;
+                    }
+                }
+                for d in (0..axes.len()).rev() {
+                    env[d] += 1;
+                    if env[d] < axes[d] {
+                        break;
+                    }
+                    env[d] = 0;
+                }
+            }
+            progress.done.fetch_add(per_elem.saturating_mul(slice.len() as u64), Ordering::Relaxed);
+        }
+    };
+    if threads == 1 {
+        worker();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                // Evaluation recurses over the expression: the stack the command's own thread has.
+                let spawned = std::thread::Builder::new().stack_size(256 << 20).spawn_scoped(s, worker);
+                if spawned.is_err() {
+                    break; // no thread to be had: the others (this one at least) do the work
+                }
+            }
+            worker();
+        });
+    }
+    match first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some((_, e)) => Err(e),
+        None => Ok(out),
+    }
 }
 
 impl<'a> Machine<'a> {
@@ -171,7 +344,38 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn stage(&mut self, st: &Stage) -> Result<(), InterpError> {
+    /// Compute a stage: its expression compiled (or, failing that, the tree
+    /// walk), its elements spread over threads; see the module documentation.
+    /// Returns whether the expression compiled.
+    fn stage(&mut self, st: &Stage, progress: &Progress) -> Result<bool, InterpError> {
+        let decl = self.p.tensor(st.tensor);
+        let n = decl.len() as usize;
+        let elem = decl.elem;
+        let axes: Vec<i64> = st.vars[..st.n_axes].iter().map(|v| v.extent).collect();
+        let work = stage_work(self.p, st);
+        let (buf, compiled) = {
+            let code = compiled::compile(self, &st.vars, st.value);
+            let eval = |env: &mut [i64]| match &code {
+                Some(c) => c.eval(env).map_err(|compiled::Oob(t)| self.oob(t)),
+                None => self.eval(&st.vars, st.value, env),
+            };
+            let buf = if elem.is_float() {
+                Buf::F(fill(&axes, st.vars.len(), n, work, progress, &eval, &|v| round_to(elem, v.f()))?)
+            } else {
+                Buf::I(fill(&axes, st.vars.len(), n, work, progress, &eval, &|v| wrap_to(elem, v.i()))?)
+            };
+            (buf, code.is_some())
+        };
+        self.bufs[st.tensor.0 as usize] = Some(buf);
+        Ok(compiled)
+    }
+
+    fn oob(&self, t: TensorId) -> InterpError {
+        InterpError::OutOfBounds(self.p.tensor(t).name.clone())
+    }
+
+    /// The definition of a stage: the tree walk over its elements in order.
+    fn stage_reference(&mut self, st: &Stage) -> Result<(), InterpError> {
         let decl = self.p.tensor(st.tensor);
         let n = decl.len() as usize;
         let elem = decl.elem;
@@ -204,7 +408,7 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    fn load(&self, st: &[VarDecl], t: TensorId, idx: &[TExprId], env: &mut Vec<i64>) -> Result<V, InterpError> {
+    fn load(&self, st: &[VarDecl], t: TensorId, idx: &[TExprId], env: &mut [i64]) -> Result<V, InterpError> {
         let mut off = 0i64;
         let shape = &self.p.tensor(t).shape;
         for (d, &i) in idx.iter().enumerate() {
@@ -231,7 +435,7 @@ impl<'a> Machine<'a> {
 
     /// Evaluate an expression; `vars` gives the extents of its variables
     /// (used by reductions) and `env` their current values.
-    pub fn eval(&self, st: &[VarDecl], e: TExprId, env: &mut Vec<i64>) -> Result<V, InterpError> {
+    pub fn eval(&self, st: &[VarDecl], e: TExprId, env: &mut [i64]) -> Result<V, InterpError> {
         let ty = self.p.ty(e);
         Ok(match self.p.expr(e) {
             TExpr::Int(v) => match ty {
@@ -278,7 +482,7 @@ impl<'a> Machine<'a> {
         ty: Ty,
         vars: &[VarId],
         body: TExprId,
-        env: &mut Vec<i64>,
+        env: &mut [i64],
     ) -> Result<V, InterpError> {
         let mut acc = sem::reduce_identity(op, ty);
         if vars.iter().any(|&v| st[v as usize].extent == 0) {

@@ -27,6 +27,7 @@ pub mod rewrite;
 pub mod semantics;
 pub mod session;
 pub mod specialize;
+pub mod symbolic;
 pub mod target;
 pub mod tir;
 pub mod types;

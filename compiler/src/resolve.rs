@@ -162,7 +162,62 @@ fn check_schedules(s: &Session, diags: &mut Diagnostics) {
                         .with_note(format!("targets: {}", crate::target::names())),
                 );
             }
+            if let Some(first) = m
+                .ast
+                .schedules()
+                .take_while(|x| !std::ptr::eq(*x, sch))
+                .find(|x| x.kernel.name == sch.kernel.name && x.target.name == sch.target.name)
+            {
+                diags.push(
+                    Diagnostic::at(
+                        sch.target.span,
+                        format!("a second schedule of `{}` for `{}`", sch.kernel.name, sch.target.name),
+                    )
+                    .with_secondary(first.target.span, "the first is here")
+                    .with_note("a kernel has at most one schedule per target; merge the two blocks"),
+                );
+            }
+            check_tunables(sch, diags);
         }
+    }
+}
+
+/// Every `tune t in [...]` names a tunable `?t` of its block, once.
+fn check_tunables(sch: &ast::Schedule, diags: &mut Diagnostics) {
+    let ast::ScheduleBody::Primitives(prims) = &sch.body else { return };
+    let mut used: Vec<&str> = Vec::new();
+    for p in prims {
+        let factors: Vec<&ast::Factor> = match &p.kind {
+            ast::PrimKind::Split { factor, .. } => vec![factor],
+            ast::PrimKind::Tile { factors, .. } => factors.iter().collect(),
+            _ => vec![],
+        };
+        used.extend(factors.into_iter().filter_map(|f| match f {
+            ast::Factor::Tunable(n) => Some(n.name.as_str()),
+            ast::Factor::Const(..) => None,
+        }));
+    }
+    let mut tuned: Vec<&Ident> = Vec::new();
+    for p in prims {
+        let ast::PrimKind::Tune { name, .. } = &p.kind else { continue };
+        if let Some(first) = tuned.iter().find(|t| t.name == name.name) {
+            diags.push(
+                Diagnostic::at(name.span, format!("`tune {}` is given twice", name.name))
+                    .with_secondary(first.span, "first given here"),
+            );
+        } else if !used.contains(&name.name.as_str()) {
+            let mut d = Diagnostic::at(
+                name.span,
+                format!("`tune {}`: no factor of this schedule is `?{}`", name.name, name.name),
+            );
+            d = d.with_note(if used.is_empty() {
+                "the schedule has no tunable factors; write one as `split S.a by ?t -> (o, i);`".to_string()
+            } else {
+                format!("its tunables: {}", used.iter().map(|u| format!("?{u}")).collect::<Vec<_>>().join(", "))
+            });
+            diags.push(d);
+        }
+        tuned.push(name);
     }
 }
 
@@ -450,6 +505,57 @@ struct Body<'a> {
     /// asks again for every enclosing call, which would be exponential in the
     /// nesting depth (`relu(sigmoid(tanh(...)))`).
     classes: std::cell::RefCell<HashMap<ExprId, ArgClass>>,
+}
+
+/// Names of the kernels `std.nn` defines (parsed once from the embedded source).
+fn std_nn_names() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let ast = texc_grammar::parse(texc_grammar::FileId(0), crate::session::STD_NN).unwrap_or_default();
+        let mut names: Vec<String> = ast.kernels().map(|k| k.name.name.clone()).collect();
+        names.dedup();
+        names
+    })
+}
+
+/// What users of other frameworks call operators that `std.nn` has under another name.
+const STD_ALIASES: [(&str, &str, &str); 4] = [
+    ("swish", "silu", "PyTorch's name for swish"),
+    ("gelu_tanh", "gelu", "the exact form, with erf; std.nn has no tanh approximation"),
+    ("gelu_erf", "gelu", "the exact form, with erf"),
+    ("linear", "dense", "torch.nn.functional.linear"),
+];
+
+/// The name among `candidates` nearest `name`, for unknown functions: within
+/// an edit distance of a third of the name (at least 2), or one name a
+/// prefix of the other (`gelu_tanh`, `gelu`).
+fn nearest_function<'n>(name: &str, candidates: impl Iterator<Item = &'n str>) -> Option<&'n str> {
+    let limit = (name.chars().count() / 3).max(2);
+    candidates
+        .filter_map(|c| {
+            let d = levenshtein(name, c);
+            let prefix = c.len() >= 3 && name.len() >= 3 && (name.starts_with(c) || c.starts_with(name));
+            (d <= limit && d < c.len().max(2) || prefix).then_some((d, c))
+        })
+        .min()
+        .map(|(_, c)| c)
+}
+
+/// Edit distance without [`edit_distance`]'s cut-off (names are at most 64 bytes here).
+fn levenshtein(a: &str, b: &str) -> usize {
+    if a.len() > 64 || b.len() > 64 {
+        return usize::MAX;
+    }
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 fn closest<'n>(name: &str, candidates: impl Iterator<Item = &'n str>) -> Option<&'n str> {
@@ -839,12 +945,63 @@ impl<'a> Body<'a> {
 
     /// Index expressions (and sizes inside bodies): integer arithmetic of
     /// index variables, symbols, constants and literals.
+    /// An unknown name used as an index is almost always an index variable
+    /// that only the right side uses (`C[i, j] = A[i, k] * B[k, j];`): say
+    /// so, suggesting only index variables in scope (not tensors).
+    fn unbound_index(&self, n: &Ident, d: Diagnostic) -> Diagnostic {
+        if !d.message.starts_with("unknown name") {
+            return d;
+        }
+        let shown = texc_grammar::truncate(&n.name, 40);
+        let mut out = Diagnostic::at(n.span, format!("index `{shown}` is not bound: did you forget `sum[{shown}](...)`?"))
+            .with_note("an index variable that appears only on the right of `=` must be bound by a reduction (`sum`, `max`, `min`, `prod`)");
+        // One-letter names are all one edit apart: suggest only for longer ones.
+        let vars = self.scope.iter().map(|&v| self.info.vars[v as usize].name.as_str());
+        if let Some(c) = closest(&n.name, vars).filter(|_| n.name.len() > 2) {
+            out = out.with_note(format!("or did you mean the index `{c}`?"));
+        }
+        out
+    }
+
+    /// `unknown function`, with the likeliest fix: the `import std.nn;` that
+    /// defines it, the std.nn name of an alias, or the nearest name.
+    fn unknown_function(&self, func: &Ident) -> Diagnostic {
+        let shown = texc_grammar::truncate(&func.name, 40);
+        let scope = &self.s.modules[self.module].scope;
+        let imported = scope.values().flatten().any(|&k| self.s.is_std(k));
+        let std = std_nn_names();
+        if !imported && std.iter().any(|n| *n == func.name) {
+            return Diagnostic::at(func.span, format!("`{shown}` is defined in std.nn: add `import std.nn;`"))
+                .with_note("std.nn's operators are kernels written in .tex; a file sees them once it imports them");
+        }
+        let mut d = Diagnostic::at(func.span, format!("unknown function `{shown}`"));
+        let hint = |n: &str| {
+            if !imported && std.iter().any(|s| s == n) && !scope.contains_key(n) {
+                format!("`{n}` (in std.nn: add `import std.nn;`)")
+            } else {
+                format!("`{n}`")
+            }
+        };
+        if let Some((_, to, why)) = STD_ALIASES.iter().find(|(from, ..)| *from == func.name) {
+            return d.with_note(format!("did you mean {}? ({why})", hint(to)));
+        }
+        let mut names: Vec<&str> = builtin_names().collect();
+        names.extend(scope.keys().map(String::as_str));
+        names.extend(std.iter().map(String::as_str));
+        names.sort_unstable();
+        names.dedup();
+        if let Some(c) = nearest_function(&func.name, names.into_iter()) {
+            d = d.with_note(format!("did you mean {}?", hint(c)));
+        }
+        d
+    }
+
     fn index_expr(&mut self, e: ExprId) -> Result<(), Diagnostic> {
         let span = self.ast.span(e);
         match self.ast.expr(e) {
             Expr::Int(_) => {}
             Expr::Name(n) => {
-                let res = self.lookup(n)?;
+                let res = self.lookup(n).map_err(|d| self.unbound_index(n, d))?;
                 if matches!(res, NameRes::Scalar(_) | NameRes::Tensor(_) | NameRes::Inf) {
                     return Err(Diagnostic::at(span, format!(
                         "`{}` cannot be used in an index: indices are integer arithmetic of index variables, shape symbols and constants",
@@ -1083,14 +1240,7 @@ impl<'a> Body<'a> {
                     ),
                 ));
             }
-            let mut d =
-                Diagnostic::at(func.span, format!("unknown function `{}`", texc_grammar::truncate(&func.name, 40)));
-            let mut names: Vec<&str> = builtin_names().collect();
-            names.extend(self.s.modules[self.module].scope.keys().map(String::as_str));
-            if let Some(c) = closest(&func.name, names.into_iter()) {
-                d = d.with_note(format!("did you mean `{c}`?"));
-            }
-            return Err(d);
+            return Err(self.unknown_function(func));
         };
         let arity = match b {
             CallRes::Math(f) => f.arity(),

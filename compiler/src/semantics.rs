@@ -151,15 +151,26 @@ pub fn binary(op: BinOp, ty: Ty, operand_ty: Ty, x: V, y: V) -> V {
         _ => {}
     }
     if float {
-        let (a, b) = (x.f(), y.f());
-        return V::F(match op {
-            BinOp::Add => a + b,
-            BinOp::Sub => a - b,
-            BinOp::Mul => a * b,
-            _ => a / b,
-        });
+        return V::F(arith_f64(op, x.f(), y.f()));
     }
-    let (a, b) = (x.i(), y.i());
+    V::I(arith_i64(op, ty, x.i(), y.i()))
+}
+
+/// Float arithmetic `op` (not a comparison, `&&` or `||`), in f64.
+#[inline]
+pub fn arith_f64(op: BinOp, a: f64, b: f64) -> f64 {
+    match op {
+        BinOp::Add => a + b,
+        BinOp::Sub => a - b,
+        BinOp::Mul => a * b,
+        _ => a / b,
+    }
+}
+
+/// Integer arithmetic `op` (not a comparison, `&&` or `||`) with result
+/// type `ty`: exact, then wrapped to `ty`.
+#[inline]
+pub fn arith_i64(op: BinOp, ty: Ty, a: i64, b: i64) -> i64 {
     let r = match op {
         BinOp::Add => a.wrapping_add(b),
         BinOp::Sub => a.wrapping_sub(b),
@@ -175,10 +186,12 @@ pub fn binary(op: BinOp, ty: Ty, operand_ty: Ty, x: V, y: V) -> V {
         BinOp::UDiv => 0,
         _ => a,
     };
-    V::I(wrap(ty, r))
+    wrap(ty, r)
 }
 
-fn compare<T: PartialOrd>(op: BinOp, a: T, b: T) -> bool {
+/// A comparison `op` (the operands' type decides whether they are compared as floats or integers).
+#[inline]
+pub fn compare<T: PartialOrd>(op: BinOp, a: T, b: T) -> bool {
     match op {
         BinOp::Lt => a < b,
         BinOp::Le => a <= b,
@@ -202,20 +215,31 @@ pub fn unary(op: UnOp, ty: Ty, x: V) -> V {
 pub fn math(f: MathFn, ty: Ty, a: &[V]) -> V {
     if !is_float(ty) {
         let x: Vec<i64> = a.iter().map(|v| v.i()).collect();
-        return V::I(wrap(
-            ty,
-            match f {
-                MathFn::Abs => x[0].wrapping_abs(),
-                MathFn::Max => x[0].max(x[1]),
-                MathFn::Min => x[0].min(x[1]),
-                MathFn::Clamp => x[0].max(x[1]).min(x[2]),
-                // Resolution restricts the others to floats.
-                _ => x[0],
-            },
-        ));
+        return V::I(math_i64(f, ty, &x));
     }
     let x: Vec<f64> = a.iter().map(|v| v.f()).collect();
-    V::F(match f {
+    V::F(math_f64(f, &x))
+}
+
+/// A math function on integers of type `ty` (wrapped to it).
+pub fn math_i64(f: MathFn, ty: Ty, x: &[i64]) -> i64 {
+    wrap(
+        ty,
+        match f {
+            MathFn::Abs => x[0].wrapping_abs(),
+            MathFn::Max => x[0].max(x[1]),
+            MathFn::Min => x[0].min(x[1]),
+            MathFn::Clamp => x[0].max(x[1]).min(x[2]),
+            // Resolution restricts the others to floats.
+            _ => x[0],
+        },
+    )
+}
+
+/// A math function on floats, in f64.
+#[inline]
+pub fn math_f64(f: MathFn, x: &[f64]) -> f64 {
+    match f {
         MathFn::Exp => x[0].exp(),
         MathFn::Log => x[0].ln(),
         MathFn::Sqrt => x[0].sqrt(),
@@ -232,7 +256,7 @@ pub fn math(f: MathFn, ty: Ty, a: &[V]) -> V {
         MathFn::Min => nan_min(x[0], x[1]),
         MathFn::Pow => x[0].powf(x[1]),
         MathFn::Clamp => nan_min(nan_max(x[0], x[1]), x[2]),
-    })
+    }
 }
 
 /// A target intrinsic (exact in f64, like the rest of the oracle).
@@ -275,19 +299,29 @@ pub fn reduce_identity(op: ReduceOp, ty: Ty) -> V {
 /// One step of a reduction: `acc ⊕ x`, unwrapped (the caller wraps the total).
 pub fn reduce_step(op: ReduceOp, ty: Ty, acc: V, x: V) -> V {
     if is_float(ty) {
-        let (a, b) = (acc.f(), x.f());
-        return V::F(match op {
-            ReduceOp::Sum => a + b,
-            ReduceOp::Prod => a * b,
-            ReduceOp::Max => nan_max(a, b),
-            ReduceOp::Min => nan_min(a, b),
-        });
+        return V::F(reduce_step_f64(op, acc.f(), x.f()));
     }
-    let (a, b) = (acc.i(), x.i());
-    V::I(match op {
+    V::I(reduce_step_i64(op, acc.i(), x.i()))
+}
+
+/// One step of a float reduction, in f64.
+#[inline]
+pub fn reduce_step_f64(op: ReduceOp, a: f64, b: f64) -> f64 {
+    match op {
+        ReduceOp::Sum => a + b,
+        ReduceOp::Prod => a * b,
+        ReduceOp::Max => nan_max(a, b),
+        ReduceOp::Min => nan_min(a, b),
+    }
+}
+
+/// One step of an integer reduction, unwrapped (the caller wraps the total).
+#[inline]
+pub fn reduce_step_i64(op: ReduceOp, a: i64, b: i64) -> i64 {
+    match op {
         ReduceOp::Sum => a.wrapping_add(b),
         ReduceOp::Prod => a.wrapping_mul(b),
         ReduceOp::Max => a.max(b),
         ReduceOp::Min => a.min(b),
-    })
+    }
 }

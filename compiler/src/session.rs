@@ -22,7 +22,7 @@ pub const STD_NN: &str = include_str!("../../std/nn.tex");
 pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
 
 /// Read a source file, at most [`MAX_SOURCE_BYTES`] of it.
-fn read_source(path: &Path) -> std::io::Result<Vec<u8>> {
+pub fn read_source(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut bytes = Vec::new();
     std::fs::File::open(path)?.take(MAX_SOURCE_BYTES + 1).read_to_end(&mut bytes)?;

@@ -44,6 +44,18 @@ pub struct Bindings {
 
 /// Specialize kernel `k` to the sizes in `b`.
 pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Diagnostic> {
+    specialize_with(s, k, b, true)
+}
+
+/// The structure of kernel `k` (its stages, their variables and
+/// reductions) at sample sizes, without proving its accesses in bounds
+/// there: what `texc check` validates schedules against when the real
+/// sizes are not known. Extents in the result are those of the samples.
+pub fn specialize_structure(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Diagnostic> {
+    specialize_with(s, k, b, false)
+}
+
+fn specialize_with(s: &Session, k: KernelRef, b: &Bindings, check_bounds: bool) -> Result<Program, Diagnostic> {
     let info = s.kernel(k);
     let module = s.module(k.module as usize);
     let source = Some(s.sources.file(module.ast.file).name.clone());
@@ -167,7 +179,7 @@ pub fn specialize(s: &Session, k: KernelRef, b: &Bindings) -> Result<Program, Di
         inst.tensors[o as usize] = Some(id);
         p.outputs.push(id);
     }
-    let mut lower = Lower { s, p, attrs: Vec::new(), call_args: Vec::new() };
+    let mut lower = Lower { s, p, attrs: Vec::new(), call_args: Vec::new(), check_bounds };
     lower.kernel(&mut inst)?;
     Ok(lower.p)
 }
@@ -438,6 +450,8 @@ struct Lower<'a> {
     attrs: Vec<String>,
     /// Arguments of the top-level call being inlined (for `OpRecord`).
     call_args: Vec<OpArg>,
+    /// Prove every stage's accesses in bounds (off only for [`specialize_structure`]).
+    check_bounds: bool,
 }
 
 /// A scalar argument as text, if it is a caller scalar's name or a number.
@@ -480,9 +494,12 @@ impl<'a> Lower<'a> {
                 Op::Copy { dst, src, span } => self.copy(inst, *dst, *src, *span)?,
                 Op::Call { callee, args, results, span } => {
                     self.call(inst, *callee, args, results, *span).map_err(|d| {
-                        if d.primary
-                            .as_ref()
-                            .is_some_and(|(s, _)| s.file != span.file || !(span.start..span.end).contains(&s.start))
+                        // The call is labelled once, even when the error already points at it.
+                        let labelled = d.secondary.iter().any(|(s, _)| s == span);
+                        if !labelled
+                            && d.primary
+                                .as_ref()
+                                .is_some_and(|(s, _)| s.file != span.file || !(span.start..span.end).contains(&s.start))
                         {
                             d.with_secondary(*span, "in this call")
                         } else {
@@ -593,6 +610,9 @@ impl<'a> Lower<'a> {
             ));
         }
         self.p.stages.push(st);
+        if !self.check_bounds {
+            return Ok(());
+        }
         bounds::check_stage(&self.p, self.p.stages.len() - 1)
     }
 

@@ -158,6 +158,17 @@ impl Target {
         matches!(self.backend, Some(b) if b != BackendKind::Interp)
     }
 
+    /// Why this target cannot run tensors of element type `e`, if it cannot
+    /// (the backends refuse them at code generation; `texc check` reports
+    /// them at the declaration first).
+    pub fn unsupported_elem(&self, e: ElemType) -> Option<&'static str> {
+        match (self.backend, e) {
+            (Some(BackendKind::Llvm), ElemType::BF16) => Some("the x86 backends do not support bf16 yet"),
+            (Some(BackendKind::Cranelift), ElemType::BF16) => Some("the Cranelift backend does not support bf16 yet"),
+            _ => None,
+        }
+    }
+
     /// Lanes of one vector register for element type `e` (1 without vectors).
     pub fn lanes(&self, e: ElemType) -> u32 {
         let bits = (e.size() * 8) as u32;

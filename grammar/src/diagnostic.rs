@@ -21,11 +21,19 @@ pub struct Diagnostic {
     /// Other places worth showing (e.g. the conflicting declaration).
     pub secondary: Vec<(Span, String)>,
     pub notes: Vec<String>,
+    /// A warning does not fail the command (`texc check` prints it and exits 0).
+    pub warning: bool,
 }
 
 impl Diagnostic {
     pub fn error(message: impl Into<String>) -> Diagnostic {
-        Diagnostic { message: message.into(), primary: None, secondary: Vec::new(), notes: Vec::new() }
+        Diagnostic { message: message.into(), primary: None, secondary: Vec::new(), notes: Vec::new(), warning: false }
+    }
+
+    /// The same diagnostic as a warning.
+    pub fn into_warning(mut self) -> Diagnostic {
+        self.warning = true;
+        self
     }
 
     /// An error at `span`, labelled with `label`.
@@ -50,7 +58,8 @@ impl Diagnostic {
 
     /// Render as `error: …` followed by `┌─ file:line:col` and the source.
     pub fn render(&self, sources: &SourceMap) -> String {
-        let mut d = cs::Diagnostic::error().with_message(&self.message);
+        let d = if self.warning { cs::Diagnostic::warning() } else { cs::Diagnostic::error() };
+        let mut d = d.with_message(&self.message);
         if let Some((span, label)) = &self.primary {
             d = d.with_label(cs::Label::primary(span.file, span.range()).with_message(label));
         }
@@ -61,8 +70,8 @@ impl Diagnostic {
         let config = term::Config::default();
         match term::emit_into_string(&config, &Files_(sources), &d) {
             Ok(s) => s,
-            // Only reachable if a span points outside its file: still say something useful.
-            Err(_) => format!("error: {}\n", self.message),
+            // A span outside its file, or into a file of another session: still say something useful.
+            Err(_) => format!("{}: {}\n", if self.warning { "warning" } else { "error" }, self.message),
         }
     }
 }
@@ -83,19 +92,32 @@ impl<'a> Files<'a> for Files_<'a> {
     type Source = &'a str;
 
     fn name(&'a self, id: FileId) -> Result<&'a str, FilesError> {
-        Ok(&self.0.file(id).name)
+        Ok(&self.0.get(id).ok_or(FilesError::FileMissing)?.name)
     }
 
     fn source(&'a self, id: FileId) -> Result<&'a str, FilesError> {
-        Ok(&self.0.file(id).text)
+        Ok(&self.0.get(id).ok_or(FilesError::FileMissing)?.text)
     }
 
     fn line_index(&'a self, id: FileId, byte_index: usize) -> Result<usize, FilesError> {
-        Ok(self.0.file(id).line_col(byte_index).0 - 1)
+        Ok(self.0.get(id).ok_or(FilesError::FileMissing)?.line_col(byte_index).0 - 1)
     }
 
     fn line_range(&'a self, id: FileId, line_index: usize) -> Result<Range<usize>, FilesError> {
-        let file = self.0.file(id);
+        let file = self.0.get(id).ok_or(FilesError::FileMissing)?;
         file.line_range(line_index).ok_or(FilesError::LineTooLarge { given: line_index, max: file.line_count() - 1 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::span::Span;
+
+    /// A diagnostic spanned in a file another session loaded renders its message, not a panic.
+    #[test]
+    fn a_span_into_a_missing_file_still_renders() {
+        let d = Diagnostic::at(Span::new(FileId(3), 0, 1), "`X` is bf16");
+        assert_eq!(d.render(&SourceMap::new()), "error: `X` is bf16\n");
     }
 }

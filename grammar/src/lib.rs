@@ -121,7 +121,7 @@ mod tests {
         for s in &ast.expr_spans {
             assert!(s.start < s.end && s.end as usize <= src.len());
         }
-        let printed = print::print_ast(&ast);
+        let printed = print::print_ast_spanned(&ast);
         assert!(printed.contains("(sum@"), "{printed}");
         assert!(printed.contains("k in 0@"), "{printed}");
     }
@@ -153,7 +153,7 @@ schedule f for x86-avx2 {
 }
 schedule f for nvptx-sm90 = auto;";
         let ast = parse(FileId(0), src).expect("parses");
-        let text = print::print_ast(&ast);
+        let text = print::print_ast_spanned(&ast);
         for want in
             ["split B@", "?t@", "tune t@", "layout (", "in shared@", "bind B@", "tensorize", "auto", "nvptx-sm90@"]
         {

@@ -1,15 +1,26 @@
 //! Deterministic printer for the AST (`texc emit --stage ast`).
 //!
 //! One item per block, one statement or primitive per line, expressions as
-//! S-expressions. Every node shows its byte span as `@start..end`, so the
-//! output pins down both structure and source positions.
+//! S-expressions. [`print_ast_spanned`] also shows every node's byte span as
+//! `@start..end`, pinning down source positions as well as structure
+//! (`texc emit --stage ast --spans`); [`print_ast`] leaves them out.
 
 use crate::ast::*;
 use crate::span::Span;
 use std::fmt::Write;
 
+/// The AST without byte spans.
 pub fn print_ast(ast: &Ast) -> String {
-    let mut p = Printer { ast, out: String::new() };
+    print_items(ast, false)
+}
+
+/// The AST with every node's byte span.
+pub fn print_ast_spanned(ast: &Ast) -> String {
+    print_items(ast, true)
+}
+
+fn print_items(ast: &Ast, spans: bool) -> String {
+    let mut p = Printer { ast, out: String::new(), spans };
     for item in &ast.items {
         p.item(item);
     }
@@ -18,7 +29,7 @@ pub fn print_ast(ast: &Ast) -> String {
 
 /// Print one expression as an S-expression (spans omitted).
 pub fn print_expr(ast: &Ast, e: ExprId) -> String {
-    let mut p = Printer { ast, out: String::new() };
+    let mut p = Printer { ast, out: String::new(), spans: false };
     p.expr(e, false);
     p.out
 }
@@ -26,29 +37,35 @@ pub fn print_expr(ast: &Ast, e: ExprId) -> String {
 struct Printer<'a> {
     ast: &'a Ast,
     out: String,
-}
-
-fn sp(s: Span) -> String {
-    format!("@{}..{}", s.start, s.end)
+    spans: bool,
 }
 
 impl Printer<'_> {
+    fn sp(&self, s: Span) -> String {
+        if self.spans {
+            format!("@{}..{}", s.start, s.end)
+        } else {
+            String::new()
+        }
+    }
+
+    /// A line of output; the blank a missing span leaves at its end is dropped.
     fn line(&mut self, indent: usize, text: &str) {
-        let _ = writeln!(self.out, "{}{}", "  ".repeat(indent), text);
+        let _ = writeln!(self.out, "{}{}", "  ".repeat(indent), text.trim_end());
     }
 
     fn ident(&self, i: &Ident) -> String {
-        format!("{}{}", i.name, sp(i.span))
+        format!("{}{}", i.name, self.sp(i.span))
     }
 
     fn e(&self, e: ExprId) -> String {
-        let mut p = Printer { ast: self.ast, out: String::new() };
-        p.expr(e, true);
+        let mut p = Printer { ast: self.ast, out: String::new(), spans: self.spans };
+        p.expr(e, self.spans);
         p.out
     }
 
     fn expr(&mut self, e: ExprId, spans: bool) {
-        let s = if spans { sp(self.ast.span(e)) } else { String::new() };
+        let s = if spans { self.sp(self.ast.span(e)) } else { String::new() };
         match self.ast.expr(e).clone() {
             Expr::Int(v) => {
                 let _ = write!(self.out, "{v}{s}");
@@ -137,7 +154,7 @@ impl Printer<'_> {
                     ImportPath::Module(parts) => parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join("."),
                     ImportPath::File { path, .. } => format!("{path:?}"),
                 };
-                self.line(0, &format!("import {what} {}", sp(i.span)));
+                self.line(0, &format!("import {what} {}", self.sp(i.span)));
             }
             Item::Kernel(k) => self.kernel(k),
             Item::Schedule(s) => self.schedule(s),
@@ -145,7 +162,7 @@ impl Printer<'_> {
     }
 
     fn kernel(&mut self, k: &Kernel) {
-        self.line(0, &format!("kernel {} {}", self.ident(&k.name), sp(k.span)));
+        self.line(0, &format!("kernel {} {}", self.ident(&k.name), self.sp(k.span)));
         for p in &k.params {
             let text = match &p.kind {
                 ParamKind::Tensor { elem, dims } => {
@@ -160,27 +177,28 @@ impl Printer<'_> {
                     format!("const {}: {}{d}", self.ident(&p.name), ty.name)
                 }
             };
-            self.line(1, &format!("param {text} {}", sp(p.span)));
+            self.line(1, &format!("param {text} {}", self.sp(p.span)));
         }
         for o in &k.outputs {
-            let text = format!("output {}: {}{} {}", self.ident(&o.name), o.elem.name, self.dims(&o.dims), sp(o.span));
+            let text =
+                format!("output {}: {}{} {}", self.ident(&o.name), o.elem.name, self.dims(&o.dims), self.sp(o.span));
             self.line(1, &text);
         }
         for s in &k.body {
             let text = match s {
                 Stmt::Def { tensor, axes, value, span } => {
-                    let mut p = Printer { ast: self.ast, out: String::new() };
+                    let mut p = Printer { ast: self.ast, out: String::new(), spans: self.spans };
                     for (i, b) in axes.iter().enumerate() {
                         if i > 0 {
                             p.out.push_str(", ");
                         }
-                        p.binder(b, true);
+                        p.binder(b, self.spans);
                     }
-                    format!("def {}[{}] = {} {}", self.ident(tensor), p.out, self.e(*value), sp(*span))
+                    format!("def {}[{}] = {} {}", self.ident(tensor), p.out, self.e(*value), self.sp(*span))
                 }
                 Stmt::Assign { targets, value, span } => {
                     let t: Vec<String> = targets.iter().map(|t| self.ident(t)).collect();
-                    format!("assign ({}) = {} {}", t.join(", "), self.e(*value), sp(*span))
+                    format!("assign ({}) = {} {}", t.join(", "), self.e(*value), self.sp(*span))
                 }
             };
             self.line(1, &text);
@@ -195,15 +213,15 @@ impl Printer<'_> {
         v.iter().map(|i| self.ident(i)).collect::<Vec<_>>().join(", ")
     }
 
-    fn factor(f: &Factor) -> String {
+    fn factor(&self, f: &Factor) -> String {
         match f {
-            Factor::Const(v, s) => format!("{v}{}", sp(*s)),
-            Factor::Tunable(i) => format!("?{}{}", i.name, sp(i.span)),
+            Factor::Const(v, s) => format!("{v}{}", self.sp(*s)),
+            Factor::Tunable(i) => format!("?{}{}", i.name, self.sp(i.span)),
         }
     }
 
     fn schedule(&mut self, s: &Schedule) {
-        self.line(0, &format!("schedule {} for {} {}", self.ident(&s.kernel), self.ident(&s.target), sp(s.span)));
+        self.line(0, &format!("schedule {} for {} {}", self.ident(&s.kernel), self.ident(&s.target), self.sp(s.span)));
         let prims = match &s.body {
             ScheduleBody::Auto => {
                 self.line(1, "auto");
@@ -217,13 +235,13 @@ impl Printer<'_> {
                     format!(
                         "split {} by {} -> ({}, {})",
                         self.axis(axis),
-                        Self::factor(factor),
+                        self.factor(factor),
                         self.ident(outer),
                         self.ident(inner)
                     )
                 }
                 PrimKind::Tile { stage, axes, factors, new_axes } => {
-                    let f: Vec<String> = factors.iter().map(Self::factor).collect();
+                    let f: Vec<String> = factors.iter().map(|f| self.factor(f)).collect();
                     format!(
                         "tile {}({}) by ({}) -> ({})",
                         self.ident(stage),
@@ -270,11 +288,11 @@ impl Printer<'_> {
                     format!("tensorize {}({}) with {}", self.ident(stage), self.names(axes), self.ident(intrinsic))
                 }
                 PrimKind::Tune { name, values } => {
-                    let v: Vec<String> = values.iter().map(|(v, s)| format!("{v}{}", sp(*s))).collect();
+                    let v: Vec<String> = values.iter().map(|(v, s)| format!("{v}{}", self.sp(*s))).collect();
                     format!("tune {} in [{}]", self.ident(name), v.join(", "))
                 }
             };
-            self.line(1, &format!("{text} {}", sp(p.span)));
+            self.line(1, &format!("{text} {}", self.sp(p.span)));
         }
     }
 }

@@ -94,6 +94,11 @@ impl SourceMap {
         &self.files[id.0 as usize]
     }
 
+    /// The file `id`, if this map has it (a diagnostic may come from another session).
+    pub fn get(&self, id: FileId) -> Option<&SourceFile> {
+        self.files.get(id.0 as usize)
+    }
+
     pub fn files(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
         self.files.iter().enumerate().map(|(i, f)| (FileId(i as u32), f))
     }

@@ -15,9 +15,13 @@
 //! default schedule; *codegen* goes through the target's backend
 //! ([`texc_codegen::backend_for`]).
 
+pub mod check;
+pub mod domain;
+mod loops_file;
 mod options;
 pub mod oracle;
 
+pub use loops_file::{is_loops_file, LoopsFile};
 pub use options::{Dump, Options, Pass};
 
 use std::collections::HashMap;
@@ -193,7 +197,18 @@ impl Pipeline {
     }
 
     /// The kernel to compile in module `m`: `name`, or the only one.
+    /// A file of several kernels and no `--kernel` is command-line misuse
+    /// (the flag is missing), not a problem in the file.
     pub fn kernel(&self, m: usize, name: Option<&str>) -> Result<KernelRef, Error> {
+        let module = self.session.module(m);
+        if name.is_none() && module.kernels.len() > 1 {
+            let names: Vec<&str> = module.kernels.iter().map(|k| k.name.as_str()).collect();
+            return Err(Error::Usage(format!(
+                "{}: the file defines several kernels; choose one with --kernel (kernels: {})",
+                self.session.sources.file(module.ast.file).name,
+                names.join(", ")
+            )));
+        }
         Ok(self.session.entry_kernel(m, name)?)
     }
 
@@ -334,15 +349,7 @@ impl Pipeline {
             || texc_schedules::ir::print(&f),
             || texc_schedules::verify::verify(&f),
         )?;
-        let size = texc_schedules::ir::emitted_size(&f);
-        if size > MAX_EMITTED_NODES {
-            return Err(Diagnostic::error(format!(
-                "the loop nests of `{}` would make code generation emit {size} operations, more than {MAX_EMITTED_NODES}",
-                f.p.name
-            ))
-            .with_note("unrolled loops and long expressions multiply code; unroll less or split the kernel")
-            .into());
-        }
+        check_emitted_size(&f)?;
         Ok(f)
     }
 
@@ -406,6 +413,7 @@ impl Pipeline {
     pub fn compile(&mut self, f: &LoopFunc) -> Result<Compiled, Error> {
         let t = self.options.target;
         t.check_runs_here().map_err(|e| Error::Usage(e.to_string()))?;
+        supported_elems(f, t)?;
         let t0 = Instant::now();
         let backend = texc_codegen::backend_for(t)?;
         let k = Compiled::new(backend, f, t)?;
@@ -448,11 +456,29 @@ impl Pipeline {
         let t = self.options.target;
         let backend = texc_codegen::backend_for(t)?;
         let t0 = Instant::now();
+        supported_elems(f, t)?;
         let c = CEntry::of(f);
         let object = backend.emit_object(f, t, &c)?;
         let header = texc_codegen::header::header(f, &c, t.name);
         after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, || Ok(()))?;
         Ok((object, header))
+    }
+
+    /// *codegen*: one object per kernel and one C header declaring them all
+    /// (`texc compile` of several kernels into one library).
+    pub fn emit_objects(&mut self, fs: &[&LoopFunc]) -> Result<(Vec<Vec<u8>>, String), Error> {
+        let t = self.options.target;
+        let backend = texc_codegen::backend_for(t)?;
+        let t0 = Instant::now();
+        for f in fs {
+            supported_elems(f, t)?;
+        }
+        let entries: Vec<CEntry> = fs.iter().map(|f| CEntry::of(f)).collect();
+        let objects = fs.iter().zip(&entries).map(|(f, c)| backend.emit_object(f, t, c)).collect::<Result<_, _>>()?;
+        let parts: Vec<(&LoopFunc, &CEntry)> = fs.iter().copied().zip(&entries).collect();
+        let header = texc_codegen::header::header_of_many(&parts, t.name);
+        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, || Ok(()))?;
+        Ok((objects, header))
     }
 
     // ------------------------------------------------------------ whole commands
@@ -480,7 +506,8 @@ impl Pipeline {
 
     /// Specialize kernel `k` for a run: sizes from `b` and the input files'
     /// shapes, the loop nests for a compiled target, and the arguments
-    /// (`files` by name, `scalars` by name, the rest seeded random data).
+    /// (`files` by name, `scalars` by name, the rest seeded random data
+    /// within the domain of the operators they feed: [`domain`]).
     /// With `check`, the interpreter runs too. A run whose memory would
     /// exceed the budget (`Options::memory_budget`) is refused before anything
     /// is allocated.
@@ -509,22 +536,10 @@ impl Pipeline {
         let loops = if self.options.target.is_compiled() { Some(self.loops(k, built.runs.clone())?) } else { None };
         let interpret = loops.is_none() || check;
         let needed = run_memory(&built.written, loops.as_ref().map(|l| &l.legal), interpret);
-        let budget = self.options.memory_budget();
-        if needed > budget {
-            let what = if self.options.max_memory.is_some() {
-                "the limit given by --max-memory"
-            } else {
-                "what this machine has available"
-            };
-            return Err(Diagnostic::error(format!(
-                "this run needs about {} of memory, more than {what} ({})",
-                texc_runtime::memory::human(needed),
-                texc_runtime::memory::human(budget)
-            ))
-            .with_note("run at smaller sizes, or raise the limit with --max-memory")
-            .into());
-        }
-        let args = interp::bind_args(&built.written, files, scalars, seed).map_err(Diagnostic::error)?;
+        self.check_memory(needed)?;
+        let given: Vec<String> = files.keys().cloned().collect();
+        let mut args = interp::bind_args(&built.written, files, scalars, seed).map_err(Diagnostic::error)?;
+        domain::into_domain(&built.written, &mut args, &given);
         Ok(Prepared { built, loops, args })
     }
 
@@ -552,6 +567,59 @@ impl Pipeline {
         }
         out += &format!("{:<12} {:>5} {:>12.3}\n", "total", "", total.as_secs_f64() * 1e3);
         out
+    }
+}
+
+/// Element types the target's backend cannot compile are an error at the
+/// tensor's declaration, before code generation.
+fn supported_elems(f: &LoopFunc, t: &Target) -> Result<(), Error> {
+    let bad: Vec<Diagnostic> =
+        f.p.tensors
+            .iter()
+            .filter_map(|d| t.unsupported_elem(d.elem).map(|why| (d, why)))
+            .map(|(d, why)| Diagnostic::at(d.span, format!("`{}` is {}: {why} (target {})", d.name, d.elem, t.name)))
+            .take(1)
+            .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Input(bad))
+    }
+}
+
+/// Loop nests whose code would exceed [`MAX_EMITTED_NODES`] are refused.
+fn check_emitted_size(f: &LoopFunc) -> Result<(), Error> {
+    let size = texc_schedules::ir::emitted_size(f);
+    if size > MAX_EMITTED_NODES {
+        return Err(Diagnostic::error(format!(
+            "the loop nests of `{}` would make code generation emit {size} operations, more than {MAX_EMITTED_NODES}",
+            f.p.name
+        ))
+        .with_note("unrolled loops and long expressions multiply code; unroll less or split the kernel")
+        .into());
+    }
+    Ok(())
+}
+
+impl Pipeline {
+    /// A run needing `needed` bytes fits the memory budget ([`Options::memory_budget`]).
+    fn check_memory(&self, needed: u64) -> Result<(), Error> {
+        let budget = self.options.memory_budget();
+        if needed > budget {
+            let what = if self.options.max_memory.is_some() {
+                "the limit given by --max-memory"
+            } else {
+                "what this machine has available"
+            };
+            return Err(Diagnostic::error(format!(
+                "this run needs about {} of memory, more than {what} ({})",
+                texc_runtime::memory::human(needed),
+                texc_runtime::memory::human(budget)
+            ))
+            .with_note("run at smaller sizes, or raise the limit with --max-memory")
+            .into());
+        }
+        Ok(())
     }
 }
 

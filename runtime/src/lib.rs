@@ -9,12 +9,14 @@ pub mod atomic;
 mod buffer;
 pub mod memory;
 mod npy;
+mod npz;
 pub mod pool;
 mod random;
 pub mod roofline;
 
 pub use buffer::{AlignedBuf, OutOfMemory, ALIGN};
 pub use npy::{read_npy, read_npy_bytes, read_npy_limited, write_npy, NpyError};
+pub use npz::{read_npz_limited, write_npz};
 pub use random::SplitMix64;
 
 use half::{bf16, f16};

@@ -23,6 +23,8 @@ pub enum NpyError {
     FortranOrder { path: String },
     #[error("cannot write `{path}`: {source}")]
     Write { path: String, source: std::io::Error },
+    #[error("`{path}` is not a valid .npz archive: {reason}")]
+    NpzMalformed { path: String, reason: String },
 }
 
 fn dtype_of(descr: &str) -> Option<DType> {
@@ -144,6 +146,17 @@ pub fn read_npy_bytes(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), NpyError> {
     let shown = path.display().to_string();
     let err = |source: std::io::Error| NpyError::Write { path: shown.clone(), source };
+    // Written beside the target and renamed over it: concurrent writers never tear the file.
+    crate::atomic::write_with(path, |file| {
+        let mut w = BufWriter::new(file);
+        write_npy_to(&mut w, t)?;
+        std::io::Write::flush(&mut w)
+    })
+    .map_err(err)
+}
+
+/// Write a tensor in `.npy` format to `w` (as [`write_npy`] does to a file).
+pub(crate) fn write_npy_to<W: std::io::Write>(w: &mut W, t: &Tensor) -> std::io::Result<()> {
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
     fn put<T: npyz::AutoSerialize, W: std::io::Write>(
         w: W,
@@ -155,22 +168,15 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), NpyError> {
         wr.extend(v)?;
         wr.finish()
     }
-    // Written beside the target and renamed over it: concurrent writers never tear the file.
-    crate::atomic::write_with(path, |file| {
-        let mut w = BufWriter::new(file);
-        let w = &mut w;
-        match &t.data {
-            Data::F16(v) => put(&mut *w, &shape, v.iter().copied()),
-            Data::BF16(v) => put(&mut *w, &shape, v.iter().map(|x: &bf16| x.to_f32())),
-            Data::F32(v) => put(&mut *w, &shape, v.iter().copied()),
-            Data::F64(v) => put(&mut *w, &shape, v.iter().copied()),
-            Data::I8(v) => put(&mut *w, &shape, v.iter().copied()),
-            Data::U8(v) => put(&mut *w, &shape, v.iter().copied()),
-            Data::I32(v) => put(&mut *w, &shape, v.iter().copied()),
-            Data::I64(v) => put(&mut *w, &shape, v.iter().copied()),
-            Data::Bool(v) => put(&mut *w, &shape, v.iter().copied()),
-        }?;
-        std::io::Write::flush(w)
-    })
-    .map_err(err)
+    match &t.data {
+        Data::F16(v) => put(&mut *w, &shape, v.iter().copied()),
+        Data::BF16(v) => put(&mut *w, &shape, v.iter().map(|x: &bf16| x.to_f32())),
+        Data::F32(v) => put(&mut *w, &shape, v.iter().copied()),
+        Data::F64(v) => put(&mut *w, &shape, v.iter().copied()),
+        Data::I8(v) => put(&mut *w, &shape, v.iter().copied()),
+        Data::U8(v) => put(&mut *w, &shape, v.iter().copied()),
+        Data::I32(v) => put(&mut *w, &shape, v.iter().copied()),
+        Data::I64(v) => put(&mut *w, &shape, v.iter().copied()),
+        Data::Bool(v) => put(&mut *w, &shape, v.iter().copied()),
+    }
 }

@@ -5,9 +5,11 @@
 //! chunk per thread, the calling thread runs the first chunk and waits for
 //! the others. A call made from inside a task (nested parallelism) runs
 //! serially, so the pool can never deadlock on itself. The number of threads
-//! is the machine's parallelism, or `TEXC_NUM_THREADS`.
+//! is the machine's parallelism, or `TEXC_NUM_THREADS`, or what
+//! [`set_num_threads`] last asked for.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 /// `task(ctx, start, end)` runs iterations `start..end`.
@@ -28,7 +30,10 @@ struct Shared {
 
 struct Pool {
     shared: Arc<Shared>,
-    threads: usize,
+    /// Threads a parallel loop is cut for ([`set_num_threads`] changes it).
+    threads: AtomicUsize,
+    /// Worker threads started so far; never fewer than `threads - 1`.
+    workers: Mutex<usize>,
     /// One parallel region at a time; nested or concurrent callers run serially.
     busy: Mutex<()>,
 }
@@ -56,18 +61,43 @@ pub fn threads_from_env() -> Result<Option<usize>, String> {
 fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
     POOL.get_or_init(|| {
-        let threads = threads_from_env()
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let threads = threads_from_env().ok().flatten().unwrap_or_else(available_cores);
         let shared =
             Arc::new(Shared { queue: Mutex::new((Vec::new(), 0)), work: Condvar::new(), done: Condvar::new() });
-        for _ in 1..threads {
-            let s = Arc::clone(&shared);
-            std::thread::spawn(move || worker(&s));
-        }
-        Pool { shared, threads, busy: Mutex::new(()) }
+        let p = Pool { shared, threads: AtomicUsize::new(1), workers: Mutex::new(0), busy: Mutex::new(()) };
+        p.grow(threads);
+        p
     })
+}
+
+impl Pool {
+    /// Start workers until `threads` can run at once, then cut loops for `threads`.
+    /// Workers are only ever added: idle ones wait on the queue at no cost.
+    fn grow(&self, threads: usize) {
+        let mut started = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        while *started + 1 < threads {
+            let s = Arc::clone(&self.shared);
+            std::thread::spawn(move || worker(&s));
+            *started += 1;
+        }
+        self.threads.store(threads, Ordering::Release);
+    }
+}
+
+/// Use `n` threads for parallel loops from now on (`texc bench --threads`);
+/// an error if `n` is not from 1 to [`MAX_THREADS`]. More threads than cores
+/// is allowed (they share the cores).
+pub fn set_num_threads(n: usize) -> Result<(), String> {
+    if !(1..=MAX_THREADS).contains(&n) {
+        return Err(format!("expected a thread count from 1 to {MAX_THREADS}"));
+    }
+    pool().grow(n);
+    Ok(())
+}
+
+/// The cores this process may run on: more threads than this share them.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn worker(s: &Shared) {
@@ -94,7 +124,7 @@ fn worker(s: &Shared) {
 
 /// Number of threads parallel loops use.
 pub fn num_threads() -> usize {
-    pool().threads
+    pool().threads.load(Ordering::Acquire)
 }
 
 /// Run `task` over `0..n` on the pool.
@@ -104,14 +134,15 @@ pub fn num_threads() -> usize {
 #[no_mangle]
 pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
     let p = pool();
+    let threads = p.threads.load(Ordering::Acquire);
     let nested = IN_TASK.with(|f| f.get());
-    let guard = if nested || p.threads == 1 || n < 2 { None } else { p.busy.try_lock().ok() };
+    let guard = if nested || threads == 1 || n < 2 { None } else { p.busy.try_lock().ok() };
     let Some(_guard) = guard else {
         // SAFETY: forwarded from the caller.
         unsafe { task(ctx, 0, n) };
         return;
     };
-    let chunks = (p.threads as i64).min(n);
+    let chunks = (threads as i64).min(n);
     let bounds = |c: i64| (n * c / chunks, n * (c + 1) / chunks);
     {
         let mut q = p.shared.queue.lock().unwrap_or_else(|e| e.into_inner());

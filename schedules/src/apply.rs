@@ -113,6 +113,20 @@ fn tunable_values(prims: &[texc_grammar::ast::Primitive], knobs: &Knobs) -> Resu
 
 /// Apply `sched` to `p` for `target`; returns the schedules of the remaining stages.
 pub fn apply(p: &mut Program, src: ScheduleSrc, target: &Target, knobs: &Knobs) -> Result<Schedules, Diagnostic> {
+    apply_with(p, src, target, knobs, true)
+}
+
+/// [`apply`]; without `sized`, `p`'s extents are samples (`texc check`
+/// without sizes, [`crate::validate`]): checks that depend on extents are
+/// skipped, and GPU primitives are checked for their names and axes even
+/// though texc cannot lower them yet.
+pub fn apply_with(
+    p: &mut Program,
+    src: ScheduleSrc,
+    target: &Target,
+    knobs: &Knobs,
+    sized: bool,
+) -> Result<Schedules, Diagnostic> {
     let sched = src.block;
     let ScheduleBody::Primitives(prims) = &sched.body else {
         return Err(Diagnostic::at(sched.span, "`= auto` needs the autotuner, which texc does not have yet")
@@ -186,9 +200,9 @@ pub fn apply(p: &mut Program, src: ScheduleSrc, target: &Target, knobs: &Knobs) 
                 let ivs = axes.iter().map(|a| ss.leaf(&name, &a.name, a.span)).collect::<Result<Vec<_>, _>>()?;
                 ss.reorder(&ivs, span)?;
             }
-            PrimKind::Vectorize(a) => annotate(p, &mut s, a, ForKind::Vectorized, target, span)?,
-            PrimKind::Unroll(a) => annotate(p, &mut s, a, ForKind::Unrolled, target, span)?,
-            PrimKind::Parallel(a) => annotate(p, &mut s, a, ForKind::Parallel, target, span)?,
+            PrimKind::Vectorize(a) => annotate(p, &mut s, a, ForKind::Vectorized, target, span, sized)?,
+            PrimKind::Unroll(a) => annotate(p, &mut s, a, ForKind::Unrolled, target, span, sized)?,
+            PrimKind::Parallel(a) => annotate(p, &mut s, a, ForKind::Parallel, target, span, sized)?,
             PrimKind::CacheWrite { stage, at, scope, name } => {
                 let (si, sname) = stage_of(stage)?;
                 if at.stage.name != stage.name {
@@ -198,7 +212,7 @@ pub fn apply(p: &mut Program, src: ScheduleSrc, target: &Target, knobs: &Knobs) 
                     ));
                 }
                 if let Some(sc) = scope {
-                    check_scope(sc, target)?;
+                    check_scope(sc, target, sized)?;
                 }
                 if !matches!(p.expr(p.stages[si].value), texc_compiler::tir::TExpr::Reduce(..)) {
                     return Err(Diagnostic::at(
@@ -241,7 +255,7 @@ pub fn apply(p: &mut Program, src: ScheduleSrc, target: &Target, knobs: &Knobs) 
             }
             PrimKind::CacheRead { tensor, consumer, at, scope, layout, name } => {
                 if let Some(sc) = scope {
-                    check_scope(sc, target)?;
+                    check_scope(sc, target, sized)?;
                 }
                 let (ci, cname) = stage_of(consumer)?;
                 if at.stage.name != consumer.name {
@@ -263,6 +277,28 @@ pub fn apply(p: &mut Program, src: ScheduleSrc, target: &Target, knobs: &Knobs) 
                     span,
                     format!("`{}` is a GPU primitive; target `{}` is a CPU", prim_name(&prim.kind), target.name),
                 ));
+            }
+            PrimKind::Bind { axis, unit, dim } if !sized => {
+                let (si, name) = stage_of(&axis.stage)?;
+                s.stages[si].leaf(&name, &axis.axis.name, axis.axis.span)?;
+                if !matches!(unit.name.as_str(), "block" | "thread") {
+                    return Err(Diagnostic::at(
+                        unit.span,
+                        format!("unknown GPU unit `{}`; units: block, thread", unit.name),
+                    ));
+                }
+                if !matches!(dim.name.as_str(), "x" | "y" | "z") {
+                    return Err(Diagnostic::at(
+                        dim.span,
+                        format!("unknown GPU dimension `{}`; dimensions: x, y, z", dim.name),
+                    ));
+                }
+            }
+            PrimKind::Tensorize { stage, axes, .. } if !sized => {
+                let (si, name) = stage_of(stage)?;
+                for a in axes {
+                    s.stages[si].leaf(&name, &a.name, a.span)?;
+                }
             }
             PrimKind::Bind { .. } | PrimKind::Tensorize { .. } => {
                 return Err(Diagnostic::at(
@@ -438,7 +474,7 @@ fn prim_name(k: &PrimKind) -> &'static str {
 }
 
 /// A memory scope the target must have (`local`, `shared`).
-fn check_scope(sc: &Ident, target: &Target) -> Result<(), Diagnostic> {
+fn check_scope(sc: &Ident, target: &Target, sized: bool) -> Result<(), Diagnostic> {
     let scope = match sc.name.as_str() {
         "local" => MemScope::Local,
         "shared" => MemScope::Shared,
@@ -449,6 +485,8 @@ fn check_scope(sc: &Ident, target: &Target) -> Result<(), Diagnostic> {
         MemScope::Local => return Ok(()),
         MemScope::Global => "cannot hold a cache; caches are `local`",
         _ if !target.supports_scope(scope) => "is for GPUs; on CPUs a cache is `local`",
+        // Validating without sizes checks what is written, not what texc can lower yet.
+        _ if !sized => return Ok(()),
         _ => "is not built yet",
     };
     Err(Diagnostic::at(sc.span, format!("memory scope `{}` {why}", sc.name)))
@@ -461,6 +499,7 @@ fn annotate(
     kind: ForKind,
     target: &Target,
     span: texc_grammar::Span,
+    sized: bool,
 ) -> Result<(), Diagnostic> {
     if !target.supports_loop(kind.loop_kind()) {
         return Err(Diagnostic::at(span, format!("target `{}` has no{} loops", target.name, kind.name())));
@@ -468,5 +507,5 @@ fn annotate(
     let si = stage_index(p, &a.stage)?;
     let ss: &mut StageSchedule = &mut s.stages[si];
     let iv = ss.leaf(&a.stage.name, &a.axis.name, a.axis.span)?;
-    ss.annotate(iv, kind, span)
+    ss.annotate_with(iv, kind, span, sized)
 }

@@ -4,7 +4,9 @@
 //! iteration of `C`'s loops down to `a`, and computes there only the box of
 //! `P` that its readers need during that iteration, into a buffer private
 //! to it (so attached stages are safe inside parallel loops). Its readers
-//! must be `C` itself or stages attached at the same loop after `P`.
+//! must be `C` itself or stages attached to `C` after `P`, at the same loop
+//! or at a loop inside it (whose box origins then range over the loops
+//! between the two).
 //!
 //! The box is inferred per axis of `P`: every index with which a reader
 //! loads `P` must be affine in the reader's variables. Each reader variable
@@ -205,9 +207,27 @@ fn enclosing_loops(s: &Schedules, owner: usize, leaf: usize) -> Vec<(usize, usiz
     out
 }
 
+/// Whether stage `qi` runs inside leaf position `pos` of stage `owner`:
+/// attached at that loop (`Some(false)`) or at a loop nested inside it
+/// (`Some(true)`); `None` when it does not run there.
+fn attached_inside(s: &Schedules, qi: usize, owner: usize, pos: usize) -> Option<bool> {
+    let a = s.attach[qi].as_ref()?;
+    if a.owner != owner {
+        return None;
+    }
+    let qpos = s.stages[owner].leaf_pos(a.leaf)?;
+    (qpos >= pos).then_some(qpos > pos)
+}
+
 /// Check every attachment, infer its box, and rebase attached stages'
 /// schedules onto their boxes. Returns the box of each attached stage.
 pub fn infer(p: &Program, s: &mut Schedules) -> Result<Vec<Option<Region>>, Diagnostic> {
+    infer_with(p, s, true)
+}
+
+/// [`infer`]; without `sized` (sample extents, `texc check` without
+/// sizes) the size of each box is not limited.
+pub fn infer_with(p: &Program, s: &mut Schedules, sized: bool) -> Result<Vec<Option<Region>>, Diagnostic> {
     let mut regions: Vec<Option<Region>> = vec![None; p.stages.len()];
     for pi in (0..p.stages.len()).rev() {
         let Some(at) = s.attach[pi].clone() else { continue };
@@ -246,15 +266,36 @@ pub fn infer(p: &Program, s: &mut Schedules) -> Result<Vec<Option<Region>>, Diag
             let qname = &p.tensor(p.stages[qi].tensor).name;
             let vars: Vec<Desc> = if qi == at.owner {
                 owner_vars.clone()
-            } else if matches!(&s.attach[qi], Some(a) if a.owner == at.owner && a.leaf == at.leaf) {
+            } else if let Some(inner) = attached_inside(s, qi, at.owner, pos) {
+                // The reader runs inside `a` (at `a` or a loop nested in it): its
+                // box origin is fixed at its own loop; the owner loops between
+                // `a` and there still vary within one iteration of `a`.
                 let r = regions[qi].as_ref().expect("readers come later, so their boxes are known");
                 let q = &p.stages[qi];
-                (0..q.vars.len())
-                    .map(|v| match v < q.n_axes {
-                        true => Desc { base: r.lo[v].clone(), lo: 0, hi: r.ext[v] - 1 },
-                        false => Desc::range(q.vars[v].extent),
-                    })
-                    .collect()
+                let widen = |l: &Lin| -> Option<Desc> {
+                    let mut d = Desc::konst(0);
+                    d.base.c = l.c;
+                    for (atom, &k) in &l.terms {
+                        let one = match atom {
+                            Atom::Iv(iv) if inner => desc(oss, *iv, outer),
+                            a => Desc { base: Lin::atom(a.clone()), lo: 0, hi: 0 },
+                        };
+                        d = d.add(&one.scale(i64::try_from(k).ok()?)?, 1)?;
+                    }
+                    Some(d)
+                };
+                let mut vars = Vec::new();
+                for v in 0..q.vars.len() {
+                    vars.push(if v < q.n_axes {
+                        let base = widen(&r.lo[v]).ok_or_else(|| {
+                            err(format!("cannot bound the part of `{name}` that `{qname}` reads: its box overflows"))
+                        })?;
+                        Desc { hi: base.hi + r.ext[v] - 1, ..base }
+                    } else {
+                        Desc::range(q.vars[v].extent)
+                    });
+                }
+                vars
             } else {
                 return Err(err(format!(
                     "`{qname}` also reads `{name}`, but it does not run inside `{owner_name}.{}`",
@@ -343,7 +384,7 @@ pub fn infer(p: &Program, s: &mut Schedules) -> Result<Vec<Option<Region>>, Diag
                 .collect(),
         };
         let bytes = local_shape.iter().product::<i64>() * p.tensor(t).elem.size() as i64;
-        if bytes > MAX_LOCAL_BYTES {
+        if sized && bytes > MAX_LOCAL_BYTES {
             return Err(err(format!(
                 "the part of `{name}` computed per iteration of `{owner_name}.{}` takes {bytes} bytes; \
                  attached buffers live on the stack and may take at most {MAX_LOCAL_BYTES}",

@@ -149,3 +149,53 @@ pub fn div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> (TExprId, TExprId) {
         (bin(f, BinOp::FloorDiv, t, k), bin(f, BinOp::FloorMod, t, k))
     })
 }
+
+/// An index simplified; a floor division or modulo of a non-negative
+/// linear term by a constant splits as [`div_mod`] does.
+fn simplify_index(f: &mut LoopFunc, e: TExprId) -> TExprId {
+    if let TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod), t, c) = f.p.expr(e).clone() {
+        if let TExpr::Int(c) = *f.p.expr(c) {
+            let non_negative = lin(f, t).and_then(|l| range(f, &l.form)).is_some_and(|(lo, _)| lo >= 0);
+            if c >= 1 && non_negative {
+                let (q, r) = div_mod(f, t, c);
+                return if op == BinOp::FloorDiv { q } else { r };
+            }
+        }
+    }
+    simplify(f, e)
+}
+
+/// Every index of every load and store of `f`, simplified (for nests that
+/// did not come from lowering: a `.loops` file edited by hand).
+pub fn simplify_indices(f: &mut LoopFunc) {
+    fn stmts(f: &mut LoopFunc, body: &mut [crate::ir::Stmt]) {
+        for s in body {
+            match s {
+                crate::ir::Stmt::For { body, .. } | crate::ir::Stmt::Alloc { body, .. } => stmts(f, body),
+                crate::ir::Stmt::If { cond, then } => {
+                    loads(f, *cond);
+                    stmts(f, then)
+                }
+                crate::ir::Stmt::Store { indices, value, .. } => {
+                    for i in indices.iter_mut() {
+                        loads(f, *i);
+                        *i = simplify_index(f, *i);
+                    }
+                    loads(f, *value);
+                }
+            }
+        }
+    }
+    fn loads(f: &mut LoopFunc, e: TExprId) {
+        for c in f.p.children(e) {
+            loads(f, c);
+        }
+        if let TExpr::Load(t, idx) = f.p.expr(e).clone() {
+            let idx = idx.into_iter().map(|i| simplify_index(f, i)).collect();
+            f.p.exprs[e.0 as usize] = TExpr::Load(t, idx);
+        }
+    }
+    let mut body = std::mem::take(&mut f.body);
+    stmts(f, &mut body);
+    f.body = body;
+}

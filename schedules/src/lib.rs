@@ -27,6 +27,7 @@ pub mod lower;
 pub mod normalize;
 pub mod schedule;
 pub mod text;
+pub mod validate;
 pub mod verify;
 
 pub use apply::Knobs;

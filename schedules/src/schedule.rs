@@ -42,6 +42,8 @@ pub struct StageSchedule {
     /// `cache_write S at S.a -> L`: the leaf `a`, the local's name, and the primitive's span.
     pub cache_write: Option<(usize, String)>,
     pub cache_write_span: Span,
+    /// The span of the primitive that annotated each annotated iteration variable.
+    pub annotated_at: Vec<(usize, Span)>,
 }
 
 impl StageSchedule {
@@ -59,7 +61,7 @@ impl StageSchedule {
             })
             .collect();
         let leaves = (0..ivs.len()).collect();
-        StageSchedule { ivs, leaves, cache_write: None, cache_write_span: Span::default() }
+        StageSchedule { ivs, leaves, cache_write: None, cache_write_span: Span::default(), annotated_at: Vec::new() }
     }
 
     /// The (outer, inner, factor) split of `iv`, if it was split.
@@ -219,6 +221,12 @@ impl StageSchedule {
 
     /// Annotate leaf `iv`.
     pub fn annotate(&mut self, iv: usize, kind: ForKind, span: Span) -> Result<(), Diagnostic> {
+        self.annotate_with(iv, kind, span, true)
+    }
+
+    /// Annotate leaf `iv`; without `sized` (extents are samples, `texc
+    /// check` without sizes) the checks that depend on extents are skipped.
+    pub fn annotate_with(&mut self, iv: usize, kind: ForKind, span: Span, sized: bool) -> Result<(), Diagnostic> {
         let v = &self.ivs[iv];
         let what = match kind {
             ForKind::Vectorized => "vectorize",
@@ -234,16 +242,17 @@ impl StageSchedule {
         if v.kind != ForKind::Serial && v.kind != kind {
             return Err(Diagnostic::at(span, format!("`{}` is already marked{}", v.name, v.kind.name())));
         }
-        if kind == ForKind::Vectorized && v.extent > 64 {
+        if sized && kind == ForKind::Vectorized && v.extent > 64 {
             return Err(Diagnostic::at(
                 span,
                 format!("`{}` has {} iterations; vectorized loops have at most 64 (split it first)", v.name, v.extent),
             ));
         }
-        if kind == ForKind::Unrolled {
+        if sized && kind == ForKind::Unrolled {
             self.check_unrolled_copies(iv, span)?;
         }
         self.ivs[iv].kind = kind;
+        self.annotated_at.push((iv, span));
         Ok(())
     }
 
@@ -294,10 +303,17 @@ impl StageSchedule {
         if let Some(&last) = self.leaves.last() {
             for &l in &self.leaves {
                 if self.ivs[l].kind == ForKind::Vectorized && l != last {
+                    // Point at the `vectorize` itself; the block's span only when it is not known.
+                    let at = self.annotated_at.iter().rev().find(|(iv, _)| *iv == l).map_or(span, |(_, s)| *s);
+                    let order: Vec<&str> = self.leaves.iter().map(|&x| self.ivs[x].name.as_str()).collect();
                     return Err(Diagnostic::at(
-                        span,
-                        format!("in `{stage}`, vectorized `{}` is not the innermost loop", self.ivs[l].name),
+                        at,
+                        format!(
+                            "in `{stage}`, vectorized `{}` is not the innermost loop: `{}` is",
+                            self.ivs[l].name, self.ivs[last].name
+                        ),
                     )
+                    .with_note(format!("loop order, outermost first: {}", order.join(", ")))
                     .with_note("only the innermost loop can be vectorized; reorder it to the end"));
                 }
             }

@@ -85,25 +85,22 @@ pub fn compile(file: &str, kernel: Option<&str>, b: &Bindings) -> Result<Program
 
 /// Check source text the way `texc check` does, without touching the disk
 /// (imports of `std.nn` work; file imports resolve against the workspace root).
-/// Returns rendered diagnostics on failure. Specializes every kernel whose
-/// sizes all have defaults, and applies its schedules for compiled targets.
+/// Returns rendered diagnostics on failure (warnings do not fail it). Kernels
+/// whose sizes all have defaults are specialized and their schedules applied
+/// for compiled targets; every schedule block is validated.
 pub fn check_text(name: &str, text: &str) -> Result<(), String> {
+    check_report(name, text).map(|_| ())
+}
+
+/// [`check_text`], with what `texc check` prints on success: the rendered
+/// warnings, then the summary.
+pub fn check_report(name: &str, text: &str) -> Result<String, String> {
     let mut pl = pipeline("interp");
     let m = pl.load_text(name, text, Some(root().join(name))).map_err(|e| rendered(&pl, e))?;
-    for i in 0..pl.session.module(m).kernels.len() {
-        let k = KernelRef { module: m as u32, index: i as u32 };
-        let info = pl.session.kernel(k);
-        let sized = info.symbols.iter().all(|x| x.default.is_some())
-            && info.params.iter().all(|p| !matches!(p.info, texc_compiler::kernel::ParamInfo::Const { default: None }));
-        if sized {
-            let p = pl.specialize(k, &Bindings::default()).map_err(|e| rendered(&pl, e))?;
-            let diags = pl.check_schedules(k, &p);
-            if !diags.is_empty() {
-                return Err(pl.render(&diags));
-            }
-        }
-    }
-    Ok(())
+    let kernels: Vec<KernelRef> =
+        (0..pl.session.module(m).kernels.len()).map(|i| KernelRef { module: m as u32, index: i as u32 }).collect();
+    let checked = texc_pipeline::check::check(&mut pl, &kernels, &Bindings::default()).map_err(|e| rendered(&pl, e))?;
+    Ok(format!("{}{}", pl.render(&checked.warnings), checked.summary()))
 }
 
 /// The loop nests of `p` (kernel `k`) for the pipeline's target: its own

@@ -143,3 +143,54 @@ fn comments_blank_lines_and_crlf_are_accepted() {
         "func k [N=4]\n  input X: f32[4]\n  output Y: f32[4]\n  for i in 0..4 vectorized:\n    Y[i] = X[i] * 2.0f32\n"
     );
 }
+
+/// A `.loops` file written from a kernel's printed nest, edited by hand
+/// (an inner loop unrolled, a vectorized loop made serial), runs through the
+/// pipeline on every runnable target and matches the interpreter's run of
+/// the kernel its `source` line names; a nest whose parameters differ from
+/// that kernel's is refused.
+#[test]
+fn edited_loops_files_run_against_their_oracle() {
+    let dir = std::env::temp_dir().join(format!("texc-loops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let b = Bindings { shapes: vec![("M".into(), 13), ("K".into(), 7), ("N".into(), 19)], ..Bindings::default() };
+    let (mut pl, k) = texc_tests::load_file("x86-avx2", "examples/matmul.tex", None).expect("loads");
+    let p = texc_tests::specialize(&mut pl, k, &b);
+    let text = print(&texc_tests::loops(&mut pl, k, &p));
+    // The source line is relative to the workspace root; the file lives elsewhere.
+    let text = text.replace("source \"examples/", &format!("source \"{}/examples/", texc_tests::root().display()));
+    let edited = text.replacen(" vectorized:", ":", 1);
+    assert_ne!(edited, text, "the nest has a vectorized loop to edit:\n{text}");
+    let path = dir.join("mm.loops");
+    std::fs::write(&path, &edited).expect("write");
+    let (targets, _) = texc_tests::runnable_targets();
+    for target in std::iter::once("interp").chain(targets.iter().map(|t| t.name)) {
+        let mut pl = texc_tests::pipeline(target);
+        let lf = pl.load_loops(&path).unwrap_or_else(|e| panic!("{target}: {}", texc_tests::rendered(&pl, e)));
+        let oracle = lf.oracle.clone().expect("the source line names the oracle");
+        let args = pl.prepare_loops(&lf, Default::default(), &[], 5, true).expect("arguments");
+        let got = match &lf.legal {
+            Some(legal) => pl.compile(legal).expect("compiles").run(args.clone()).expect("runs"),
+            None => texc_schedules::eval::run(&lf.lowered, args.clone()).expect("runs"),
+        };
+        let want = texc_pipeline::interpret(&oracle, args).expect("interprets");
+        let err = texc_tests::rel_error(&want[0], &got[0]);
+        assert!(err < 1e-5, "{target}: relative error {err}");
+    }
+    // Another size than the kernel's: the nest's tensors no longer match.
+    let wrong = edited.replace("A: f32[13, 7]", "A: f32[13, 8]");
+    std::fs::write(&path, &wrong).expect("write");
+    let mut pl = texc_tests::pipeline("x86-avx2");
+    let e = pl.load_loops(&path).err().expect("refused");
+    let msg = texc_tests::rendered(&pl, e);
+    assert!(msg.contains("does not have the parameters of kernel `matmul`"), "{msg}");
+    // No source line: it runs, but cannot be checked.
+    let unsourced: String =
+        edited.lines().filter(|l| !l.trim_start().starts_with("source ")).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&path, &unsourced).expect("write");
+    let mut pl = texc_tests::pipeline("x86-avx2");
+    let lf = pl.load_loops(&path).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+    assert!(lf.oracle.is_none());
+    assert!(matches!(pl.prepare_loops(&lf, Default::default(), &[], 5, true), Err(texc_pipeline::Error::Usage(_))));
+    std::fs::remove_dir_all(&dir).ok();
+}

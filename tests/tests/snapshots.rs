@@ -17,7 +17,8 @@ fn ast_of_examples_and_std() {
         insta::assert_snapshot!(format!("ast_{}", f.trim_end_matches(".tex")), texc_grammar::print::print_ast(&ast));
     }
     let ast = texc_grammar::parse(texc_grammar::FileId(0), texc_compiler::session::STD_NN).expect("std parses");
-    insta::assert_snapshot!("ast_std_nn", texc_grammar::print::print_ast(&ast));
+    // One snapshot keeps the byte spans (`emit --stage ast --spans`), so that source positions stay pinned.
+    insta::assert_snapshot!("ast_std_nn", texc_grammar::print::print_ast_spanned(&ast));
 }
 
 #[test]
@@ -53,6 +54,25 @@ fn one_snapshot_per_diagnostic() {
         let err = check_text(&shown, &text).expect_err(&format!("{name} must be rejected"));
         assert!(err.contains(&format!("{shown}:")), "{name}: no file:line:col in\n{err}");
         insta::assert_snapshot!(format!("diag_{name}"), err);
+    }
+}
+
+/// What `texc check` prints for files that pass: the warnings (accesses in
+/// bounds only under a condition on the sizes) and the summary of what was
+/// verified (tests/check/*.tex).
+#[test]
+fn one_snapshot_per_check_summary() {
+    let dir = root().join("tests/check");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).expect("dir").map(|e| e.expect("entry").path()).collect();
+    files.sort();
+    assert!(files.len() >= 4, "expected the check cases");
+    for path in files {
+        let name = path.file_stem().expect("stem").to_string_lossy().to_string();
+        let text = std::fs::read_to_string(&path).expect("read");
+        let shown = format!("tests/check/{name}.tex");
+        let out = texc_tests::check_report(&shown, &text).unwrap_or_else(|e| panic!("{name} must pass:\n{e}"));
+        assert!(out.contains("kernel"), "{name}: no summary in\n{out}");
+        insta::assert_snapshot!(format!("check_{name}"), out);
     }
 }
 

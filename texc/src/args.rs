@@ -60,13 +60,15 @@ pub struct Common {
 pub struct RunArgs {
     #[command(flatten)]
     pub common: Common,
-    /// Input tensors or 0-d scalars: `--input A=a.npy` (repeatable).
+    /// Input tensors or 0-d scalars: `--input A=a.npy` (repeatable); `--input f.npz`
+    /// gives every array of a NumPy archive by its name, `--input A=f.npz` the one named A.
     #[arg(long, value_name = "NAME=FILE")]
     pub input: Vec<String>,
     /// Scalar values: `--scalar eps=1e-3` (repeatable).
     #[arg(long, value_name = "NAME=VALUE")]
     pub scalar: Vec<String>,
-    /// Write an output: `--output C=c.npy` (repeatable).
+    /// Write an output: `--output C=c.npy` (repeatable); `--output f.npz` writes every
+    /// output into one NumPy archive, `--output C=f.npz` just C.
     #[arg(long, value_name = "NAME=FILE")]
     pub output: Vec<String>,
     /// Seed for random inputs.
@@ -81,12 +83,19 @@ pub struct RunArgs {
 pub struct BenchArgs {
     #[command(flatten)]
     pub run: RunArgs,
-    /// Timed runs (the median is reported).
+    /// Timed runs (mean, standard deviation, min, median, p90, p99 and max are reported).
     #[arg(long, default_value_t = 20)]
     pub repeat: usize,
     /// Untimed runs first.
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
+    /// Threads for parallel loops (default: TEXC_NUM_THREADS, else the machine's cores);
+    /// more than the cores is allowed, the roofline is then that of all the cores.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Print one JSON object (times in ms, rates, bound, check) instead of the report.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -100,14 +109,20 @@ pub enum Command {
         /// ast, tir, graph, egraph, loops, llvm, asm, ptx, mlir.
         #[arg(long)]
         stage: String,
+        /// With `--stage ast`: show every node's byte span in the source as `@start..end`.
+        #[arg(long)]
+        spans: bool,
     },
     /// Run a kernel on inputs from .npy files or seeded random data.
     Run(RunArgs),
-    /// Time a kernel: median time, GFLOP/s, GB/s, share of the roofline.
+    /// Time a kernel: time statistics, GFLOP/s, GB/s, share of the roofline bound (`--json` for scripts).
     Bench(BenchArgs),
     /// Autotune a kernel (not built yet).
     Tune(RunArgs),
     /// Compile ahead of time: an object (.o) or shared library (.so) and a C header.
+    #[command(mut_arg("kernel", |a| a.help(
+        "Kernels to compile, separated by commas: `--kernel a,b` (default: every kernel of the file)"
+    ).value_name("NAME,...")))]
     Compile {
         #[command(flatten)]
         common: Common,

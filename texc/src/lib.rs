@@ -8,6 +8,8 @@
 
 mod args;
 mod commands;
+mod progress;
+mod report;
 
 use clap::Parser;
 use std::ffi::OsString;

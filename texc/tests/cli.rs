@@ -65,7 +65,6 @@ fn user_errors_exit_1_with_a_location() {
         &["run", "examples/matmul.tex", "--kernel", "nope"],
         &["run", "examples/matmul.tex", "--shape", "Q=3"],
         &["run", "tests/conformance/std_ops.tex", "--kernel", "t_matmul"],
-        &["run", "examples/norms.tex"],
         &["check", "/no/such/file.tex"],
     ];
     for args in cases {
@@ -118,6 +117,7 @@ fn misuse_and_unbuilt_features_exit_2() {
         &["run", "examples/matmul.tex", "--target", "nvptx-sm80"],
         &["run", "examples/matmul.tex", "--target", "x86-sse"],
         &["run", "examples/matmul.tex", "--knob", "t=abc"],
+        &["run", "examples/norms.tex"],
         &["run", "examples/matmul.tex", "--check"],
         &["bench", "examples/matmul.tex"],
         &["tune", "examples/matmul.tex"],
@@ -327,5 +327,50 @@ fn cranelift_stages_and_limits() {
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("f16 in Cranelift objects"), "{}", err(&o));
     let o = texc(&["run", "examples/gemm_f16.tex", "--target", "cranelift", "--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+}
+
+/// `texc check` says what it verified: the kernels, bounds for all sizes
+/// (a condition on the sizes is a warning on stderr, exit 0), kernels
+/// specialized at concrete sizes, schedule blocks validated; `--shape`
+/// adds the concrete check, and `--target` refuses element types it cannot run.
+#[test]
+fn check_summarizes_what_it_verified() {
+    let o = texc(&["check", "tests/check/transposed_operand.tex"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.starts_with("ok: 1 kernel checked: mm\n"), "{out}");
+    assert!(out.contains("3 valid only when N = K"), "{out}");
+    assert!(out.contains("at concrete sizes: none"), "{out}");
+    assert!(err(&o).contains("warning: this access is in bounds only when N <= K"), "{}", err(&o));
+    assert!(err(&o).contains("transposed_operand.tex:3:34"), "{}", err(&o));
+    // At sizes that break the condition, the concrete check fails.
+    let o = texc(&["check", "tests/check/transposed_operand.tex", "--shape", "M=2,K=3,N=4"]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    let o = texc(&["check", "tests/check/transposed_operand.tex", "--shape", "M=2,K=3,N=3"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 of 1 kernel specialized"), "{}", err(&o));
+
+    let o = texc(&["check", "tests/check/unsized_kernels.tex"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("3 kernels checked: matmul_t, pad1, act"), "{out}");
+    assert!(
+        out.contains(
+            "schedules: 3 blocks validated (matmul_t for x86-avx2, matmul_t for nvptx-sm80, matmul_t for interp)"
+        ),
+        "{out}"
+    );
+
+    let bf16 = tmp("bf16.tex");
+    std::fs::write(&bf16, "kernel h(X: bf16[N]) -> Y: bf16[N] { Y[n] = X[n] * X[n]; }\n").expect("write");
+    let o = texc(&["check", bf16.to_str().expect("utf8"), "--target", "cranelift"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains("`X` is bf16, which target `cranelift` cannot run") && err(&o).contains("bf16.tex:1:10"),
+        "{}",
+        err(&o)
+    );
+    let o = texc(&["check", bf16.to_str().expect("utf8")]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
 }

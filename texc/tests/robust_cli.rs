@@ -449,3 +449,90 @@ fn random_argument_values_never_crash() {
     // The draw reaches every outcome.
     assert!(codes.iter().all(|&c| c > 0), "statuses 0, 1, 2: {codes:?}");
 }
+
+/// A bad `--output` path is refused before the work starts: a 4096³ matrix
+/// product (minutes on the interpreter) fails at once, status 1, with a
+/// message naming the path; nothing is run.
+#[test]
+fn bad_output_paths_fail_before_the_run() {
+    let big = ["run", "examples/sgemm.tex", "--shape", "M=4096,N=4096,K=4096", "--output"];
+    let dir = tmp("outputs");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let plain = file("not-a-dir", "x");
+    let missing = dir.join("missing").join("c.npy");
+    let under_file = Path::new(&plain).join("c.npy");
+    let mut cases = vec![
+        (format!("C={}", missing.display()), "does not exist"),
+        (format!("C={}", dir.display()), "is a directory"),
+        (format!("C={}", under_file.display()), "is not a directory"),
+    ];
+    // A read-only directory (only where this process is refused too: root writes anywhere).
+    let locked = dir.join("locked");
+    std::fs::create_dir_all(&locked).expect("dir");
+    let mut perms = std::fs::metadata(&locked).expect("meta").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o555);
+    std::fs::set_permissions(&locked, perms).expect("chmod");
+    if std::fs::write(locked.join("probe"), "x").is_err() {
+        cases.push((format!("C={}", locked.join("c.npy").display()), "cannot write in"));
+    }
+    for (arg, why) in &cases {
+        let mut args = big.to_vec();
+        args.push(arg);
+        let start = Instant::now();
+        let r = texc_env(&args, &[], 30);
+        let path = arg.trim_start_matches("C=");
+        refused(&r, 1, path, arg);
+        assert!(r.err.contains(why), "{arg}: no `{why}` in\n{}", r.err);
+        assert!(r.out.is_empty(), "{arg}: ran anyway:\n{}", r.out);
+        assert!(start.elapsed() < Duration::from_secs(20), "{arg}: took {:?}", start.elapsed());
+    }
+    // An output the kernel does not have is input misuse, like an unknown `--input` (status 1).
+    let mut args = big.to_vec();
+    let z = format!("Z={}", dir.join("z.npy").display());
+    args.push(&z);
+    let r = texc_env(&args, &[], 30);
+    refused(&r, 1, "`Z` is not an output of kernel `sgemm`", "unknown output");
+    assert!(r.out.is_empty(), "ran anyway:\n{}", r.out);
+    // A good path in the same directory still works, and the probe leaves nothing behind.
+    let c = dir.join("c.npy");
+    let r = texc(&["run", "examples/matmul.tex", "--shape", "M=3,N=4,K=5", "--output", &format!("C={}", c.display())]);
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    let mut left: Vec<String> =
+        std::fs::read_dir(&dir).expect("dir").map(|e| e.expect("entry").file_name().to_string_lossy().into()).collect();
+    left.sort();
+    assert_eq!(left, ["c.npy", "locked"], "only the output is left");
+}
+
+/// Long work shows progress on a terminal only: with stderr piped, a run
+/// that takes seconds (a 1024³ product checked against the interpreter)
+/// prints exactly its results, no bar, spinner or control characters.
+#[test]
+fn piped_output_has_no_progress_noise() {
+    let start = Instant::now();
+    let r = texc(&["run", "examples/sgemm.tex", "--target", "x86-avx2", "--check"]);
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    assert!(start.elapsed() > Duration::from_secs(1), "too quick to tell: a bar would not have been drawn yet");
+    assert_eq!(r.err, "", "stderr");
+    assert!(!r.out.contains('\r') && !r.out.contains('\x1b'), "control characters in\n{}", r.out);
+    let lines: Vec<&str> = r.out.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", r.out);
+    assert!(lines[0].starts_with("compiled `sgemm` for x86-avx2 in "), "{}", r.out);
+    assert!(lines[3].starts_with("  check `C` against interp: relative error "), "{}", r.out);
+}
+
+/// On a terminal (a pseudo-terminal from `script`, where it exists) the same
+/// kind of run draws a bar with the interpreter's progress, and clears it.
+#[test]
+fn a_terminal_shows_interpreter_progress() {
+    let has_script = Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !has_script {
+        eprintln!("skipped: no `script` to make a pseudo-terminal");
+        return;
+    }
+    let cmd = format!("{} run examples/sgemm.tex", env!("CARGO_BIN_EXE_texc"));
+    let o = Command::new("script").args(["-qec", &cmd, "/dev/null"]).current_dir(root()).output().expect("script runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let tty = String::from_utf8_lossy(&o.stdout);
+    assert!(tty.contains("interpreting `sgemm`") && tty.contains('%'), "no progress bar in\n{tty}");
+    assert!(tty.contains("ran `sgemm` on interp"), "{tty}");
+}

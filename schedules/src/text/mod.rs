@@ -56,7 +56,14 @@ pub const MAX_ITERATIONS: i64 = 1 << 40;
 /// Parse a `.loops` file (`file` is its id in the session's source map).
 pub fn parse(text: &str, file: FileId) -> R<Parsed> {
     let lines = split_lines(text);
-    let mut b = Builder { file, p: Program::default(), vars: Vec::new(), scope: Vec::new(), tensors: Vec::new() };
+    let mut b = Builder {
+        file,
+        p: Program::default(),
+        vars: Vec::new(),
+        scope: Vec::new(),
+        tensors: Vec::new(),
+        depth: Vec::new(),
+    };
     let mut at = 0;
     let first = lines
         .iter()
@@ -181,7 +188,13 @@ struct Builder {
     scope: Vec<(String, VarId)>,
     /// Tensors in scope (declared ones, then `local`s of enclosing blocks).
     tensors: Vec<TensorId>,
+    /// Depth of each expression tree, by id.
+    depth: Vec<u32>,
 }
+
+/// Deepest expression (and deepest nesting of brackets on a line) read:
+/// every later pass walks expressions recursively.
+pub const MAX_EXPR_DEPTH: u32 = 200;
 
 fn elem_of(s: &str) -> ElemType {
     ElemType::from_name(s).expect("the grammar admits element type names only")
@@ -198,6 +211,22 @@ impl Builder {
     }
 
     fn line<'t>(&self, l: &'t Line) -> R<Pair<'t, Rule>> {
+        // The grammar recurses per bracket: bound the nesting before parsing.
+        let mut open = 0u32;
+        for (i, c) in l.text.char_indices() {
+            match c {
+                '(' | '[' => open += 1,
+                ')' | ']' => open = open.saturating_sub(1),
+                _ => {}
+            }
+            if open > MAX_EXPR_DEPTH {
+                return Err(self.err(
+                    l.body + i,
+                    l.body + i + 1,
+                    format!("brackets nested more than {MAX_EXPR_DEPTH} deep"),
+                ));
+            }
+        }
         let mut pairs: Pairs<'t, Rule> = LineParser::parse(Rule::line, &l.text).map_err(|e| {
             let (s, t) = match e.location {
                 pest::error::InputLocation::Pos(p) => (p, p + 1),
@@ -452,8 +481,14 @@ impl Builder {
         }
     }
 
-    fn alloc(&mut self, e: TExpr, ty: Ty, span: Span) -> TExprId {
-        self.p.alloc(e, ty, span)
+    fn alloc(&mut self, e: TExpr, ty: Ty, span: Span) -> R<TExprId> {
+        let id = self.p.alloc(e, ty, span);
+        let d = 1 + self.p.children(id).iter().map(|c| self.depth[c.0 as usize]).max().unwrap_or(0);
+        self.depth.push(d);
+        if d > MAX_EXPR_DEPTH {
+            return Err(Diagnostic::at(span, format!("expression nested more than {MAX_EXPR_DEPTH} deep")));
+        }
+        Ok(id)
     }
 
     /// An `expr` pair: operands and infix operators, climbed by precedence.
@@ -491,7 +526,7 @@ impl Builder {
                     if ty != Ty::Elem(ElemType::Bool) {
                         return Err(Diagnostic::at(whole, format!("`!` needs a bool, not {ty}")));
                     }
-                    return Ok(self.alloc(TExpr::Unary(UnOp::Not, a), ty, whole));
+                    return self.alloc(TExpr::Unary(UnOp::Not, a), ty, whole);
                 }
                 if ty == Ty::Elem(ElemType::Bool) {
                     return Err(Diagnostic::at(whole, "`-` needs a number, not bool"));
@@ -503,7 +538,7 @@ impl Builder {
                     _ => None,
                 };
                 let e = folded.unwrap_or(TExpr::Unary(UnOp::Neg, a));
-                Ok(self.alloc(e, ty, whole))
+                self.alloc(e, ty, whole)
             }
             _ => self.primary(pair, offset),
         }
@@ -512,9 +547,7 @@ impl Builder {
     fn primary(&mut self, pair: Pair<Rule>, offset: usize) -> R<TExprId> {
         let span = self.span(offset, &pair);
         match pair.as_rule() {
-            Rule::boolean => {
-                Ok(self.alloc(TExpr::Int((pair.as_str() == "true") as i64), Ty::Elem(ElemType::Bool), span))
-            }
+            Rule::boolean => self.alloc(TExpr::Int((pair.as_str() == "true") as i64), Ty::Elem(ElemType::Bool), span),
             Rule::literal => self.literal(pair, span),
             Rule::paren => self.expr(pair.into_inner().next().expect("expr"), offset),
             Rule::access => {
@@ -523,11 +556,11 @@ impl Builder {
                 let idx: Vec<Pair<Rule>> = it.collect();
                 if idx.is_empty() {
                     if let Some((_, v)) = self.scope.iter().rev().find(|(n, _)| *n == name) {
-                        return Ok(self.alloc(TExpr::Var(*v), Ty::Index, span));
+                        return self.alloc(TExpr::Var(*v), Ty::Index, span);
                     }
                     if let Some(i) = self.p.scalars.iter().position(|s| s.name == name) {
                         let ty = Ty::Elem(self.p.scalars[i].elem);
-                        return Ok(self.alloc(TExpr::Scalar(i as u32), ty, span));
+                        return self.alloc(TExpr::Scalar(i as u32), ty, span);
                     }
                 }
                 let t = self.tensor_named(&name).ok_or_else(|| {
@@ -540,7 +573,7 @@ impl Builder {
                 }
                 self.check_rank(t, indices.len(), span)?;
                 let ty = Ty::Elem(self.p.tensor(t).elem);
-                Ok(self.alloc(TExpr::Load(t, indices), ty, span))
+                self.alloc(TExpr::Load(t, indices), ty, span)
             }
             Rule::call => self.call(pair, offset, span),
             r => unreachable!("primary {r:?}"),
@@ -556,12 +589,12 @@ impl Builder {
         match suffix {
             Some(t) if t.is_float() => {
                 let v = text.parse::<f64>().map_err(|_| Diagnostic::at(span, "bad float literal"))?;
-                Ok(self.alloc(TExpr::Float(v), Ty::Elem(t), span))
+                self.alloc(TExpr::Float(v), Ty::Elem(t), span)
             }
             _ if looks_float => Err(Diagnostic::at(span, "a float literal needs its type: `1.5f32`")),
             ty => {
                 let v = text.parse::<i64>().map_err(|_| Diagnostic::at(span, "integer literal out of range"))?;
-                Ok(self.alloc(TExpr::Int(v), ty.map_or(Ty::Index, Ty::Elem), span))
+                self.alloc(TExpr::Int(v), ty.map_or(Ty::Index, Ty::Elem), span)
             }
         }
     }
@@ -597,12 +630,12 @@ impl Builder {
                 return Err(Diagnostic::at(self.p.span(args[0]), "the condition of `select` must be a bool"));
             }
             let ty = same(self, &args[1..])?;
-            return Ok(self.alloc(TExpr::Select(args[0], args[1], args[2]), ty, span));
+            return self.alloc(TExpr::Select(args[0], args[1], args[2]), ty, span);
         }
         let cast_to = if name == "index" { Some(Ty::Index) } else { ElemType::from_name(&name).map(Ty::Elem) };
         if let Some(ty) = cast_to {
             arity(1)?;
-            return Ok(self.alloc(TExpr::Cast(args[0]), ty, span));
+            return self.alloc(TExpr::Cast(args[0]), ty, span);
         }
         if let Some(op) =
             [BinOp::TruncDiv, BinOp::TruncRem, BinOp::UDiv, BinOp::URem].into_iter().find(|o| o.symbol() == name)
@@ -612,19 +645,19 @@ impl Builder {
             if !is_integer(ty) {
                 return Err(Diagnostic::at(span, format!("`{name}` needs integers, not {ty}")));
             }
-            return Ok(self.alloc(TExpr::Binary(op, args[0], args[1]), ty, span));
+            return self.alloc(TExpr::Binary(op, args[0], args[1]), ty, span);
         }
         if let Some(i) = Intrinsic::ALL.into_iter().find(|i| i.name() == name) {
             arity(i.arity())?;
             let ty = same(self, &args)?;
-            return Ok(self.alloc(TExpr::Intrinsic(i, args), ty, span));
+            return self.alloc(TExpr::Intrinsic(i, args), ty, span);
         }
         if let Some(f) = MathFn::from_name(&name) {
             if args.is_empty() {
                 return Err(Diagnostic::at(span, format!("`{name}` needs arguments")));
             }
             let ty = same(self, &args)?;
-            return Ok(self.alloc(TExpr::Math(f, args), ty, span));
+            return self.alloc(TExpr::Math(f, args), ty, span);
         }
         Err(Diagnostic::at(span, format!("unknown function `{name}`")))
     }
@@ -648,7 +681,7 @@ impl Builder {
             BinOp::Div if is_integer(ta) => (BinOp::FloorDiv, ta),
             o => (o, ta),
         };
-        Ok(self.alloc(TExpr::Binary(op, a, b), ty, whole))
+        self.alloc(TExpr::Binary(op, a, b), ty, whole)
     }
 }
 

@@ -109,10 +109,21 @@ fn op_key(e: &TExpr) -> String {
 
 /// The affine form of `e` over loop variables and opaque integer terms.
 fn form_of(p: &texc_compiler::tir::Program, e: TExprId) -> Option<Affine<Atom>> {
+    form_with_terms(p, e, &mut Vec::new())
+}
+
+/// [`form_of`], also listing each opaque term's expression.
+fn form_with_terms(
+    p: &texc_compiler::tir::Program,
+    e: TExprId,
+    terms: &mut Vec<(String, TExprId)>,
+) -> Option<Affine<Atom>> {
     affine_of(p, e, &mut |x| match p.expr(x) {
         TExpr::Var(v) => Some(Affine::atom(Atom::Var(*v))),
         _ if p.ty(x) == Ty::Index || matches!(p.ty(x), Ty::Elem(t) if t.is_int()) => {
-            Some(Affine::atom(Atom::Term(key(p, x))))
+            let k = key(p, x);
+            terms.push((k.clone(), x));
+            Some(Affine::atom(Atom::Term(k)))
         }
         _ => None,
     })
@@ -278,8 +289,26 @@ impl Checker<'_> {
         self.sharpen(e, iv)
     }
 
-    /// Narrow `iv` by the facts whose form is `e`'s up to a constant.
+    /// Narrow `iv` by the facts whose form is `e`'s up to a constant, and by
+    /// the interval of `e`'s affine form (where equal terms have cancelled:
+    /// `i + j - j`).
     fn sharpen(&self, e: TExprId, mut iv: Iv) -> Iv {
+        let mut terms = Vec::new();
+        if let Some(form) = form_with_terms(&self.f.p, e, &mut terms) {
+            let mut sum = exact(form.c);
+            for (atom, k) in &form.terms {
+                let part = match atom {
+                    Atom::Var(v) => self.vars[*v as usize].unwrap_or(ANY),
+                    // An opaque term is never `e` itself unless `e` is not affine at all.
+                    Atom::Term(key) => match terms.iter().find(|(t, _)| t == key) {
+                        Some(&(_, x)) if x != e => self.interval(x),
+                        _ => ANY,
+                    },
+                };
+                sum = sum.add(part.mul(exact(*k)));
+            }
+            iv = iv.meet(sum);
+        }
         let Some(form) = form_of(&self.f.p, e) else { return iv };
         let c = form.c;
         let terms = Affine { terms: form.terms.clone(), c: 0 };

@@ -1,0 +1,120 @@
+//! `texc compile`: several kernels in one library or object, called from C;
+//! errors that name the output.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("parent").to_path_buf()
+}
+
+fn texc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_texc")).args(args).current_dir(root()).output().expect("texc runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("texc-compile-{}", std::process::id())).join(name);
+    std::fs::create_dir_all(&d).expect("tmp");
+    d
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// Build examples/c/norms_main.c against `lib` (with `norms.h` beside it) and run it.
+fn link_and_run(dir: &Path, lib: &Path) {
+    let exe = dir.join("norms");
+    let mut cc = Command::new("cc");
+    cc.arg("-I").arg(dir).arg(root().join("examples/c/norms_main.c")).arg(lib).arg("-o").arg(&exe).arg("-lm");
+    if lib.extension().is_some_and(|e| e == "so") {
+        cc.arg(format!("-Wl,-rpath,{}", dir.display()));
+    }
+    let cc = cc.output().expect("cc runs (scripts/bootstrap.sh installs gcc)");
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let run = Command::new(&exe).output().expect("runs");
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{out}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(out.contains("texc_bn_run: max error") && out.contains("texc_ln_run: max error"), "{out}");
+}
+
+#[test]
+fn several_kernels_in_one_library_or_object() {
+    for (target, ext) in [("x86-avx2", "so"), ("cranelift", "so"), ("x86-avx2", "o"), ("cranelift", "o")] {
+        let dir = tmp(&format!("{target}-{ext}"));
+        let lib = dir.join(format!("norms.{ext}"));
+        let o = texc(&[
+            "compile",
+            "examples/norms.tex",
+            "--kernel",
+            "bn,ln",
+            "--target",
+            target,
+            "-o",
+            lib.to_str().expect("utf8"),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{target} {ext}: {}", err(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("(int texc_bn_run(...), int texc_ln_run(...))"), "{out}");
+        let header = std::fs::read_to_string(dir.join("norms.h")).expect("header");
+        assert!(header.contains("#define TEXC_BN_X_SIZE 420") && header.contains("#define TEXC_LN_X_SIZE 330"));
+        assert_eq!(header.matches("#ifndef TEXC_BN_LN_H").count(), 1, "{header}");
+        link_and_run(&dir, &lib);
+        // Nothing but the outputs is left beside them.
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into())
+            .collect();
+        left.sort();
+        let mut want = vec!["norms".to_string(), format!("norms.{ext}"), "norms.h".into()];
+        want.sort();
+        assert_eq!(left, want);
+    }
+}
+
+/// Without `--kernel`, every kernel of the file goes into the library.
+#[test]
+fn every_kernel_of_the_file_by_default() {
+    let dir = tmp("all");
+    let lib = dir.join("norms.so");
+    let o = texc(&["compile", "examples/norms.tex", "--target", "x86-avx2", "-o", lib.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let header = std::fs::read_to_string(dir.join("norms.h")).expect("header");
+    for k in ["bn", "ln", "inorm", "gn"] {
+        assert!(header.contains(&format!("int texc_{k}_run(")), "{k}: {header}");
+    }
+    link_and_run(&dir, &lib);
+}
+
+#[test]
+fn compile_errors_name_the_output_and_the_flag() {
+    for out in ["/nonexistent/d/m.so", "/nonexistent/d/m.o"] {
+        let o = texc(&["compile", "examples/matmul.tex", "--target", "x86-avx2", "-o", out]);
+        assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+        assert!(err(&o).contains(&format!("cannot write {out}: there is no directory /nonexistent/d")), "{}", err(&o));
+    }
+    let x = tmp("errors").join("x.so");
+    let x = x.to_str().expect("utf8");
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["--kernel", "bn,bn"], 2, "--kernel: `bn` is given twice"),
+        (&["--kernel", "bn,"], 2, "expected kernel names separated by commas"),
+        (&["--kernel", "bn,nope"], 1, "no kernel named `nope`"),
+        (&["--kernel", "bn,ln", "--shape", "Q=3"], 1, "`Q` is not a size or constant of any of the kernels bn, ln"),
+    ];
+    for (extra, code, want) in cases {
+        let mut args = vec!["compile", "examples/norms.tex", "--target", "x86-avx2", "-o", x];
+        args.extend_from_slice(extra);
+        let o = texc(&args);
+        assert_eq!(o.status.code(), Some(*code), "{extra:?}: {}", err(&o));
+        assert!(err(&o).contains(want), "{extra:?}: want {want:?} in {}", err(&o));
+    }
+}
+
+#[test]
+fn compile_help_describes_every_option() {
+    let o = texc(&["compile", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(!help.contains("not built"), "{help}");
+    assert!(help.contains("-o <OUT.o|OUT.so>") && help.contains("the header is written beside it"), "{help}");
+    assert!(help.contains("--kernel <NAME,...>") && help.contains("every kernel of the file"), "{help}");
+}

@@ -1,0 +1,122 @@
+//! `.loops` files on the command line: a kernel's printed loop nest, edited
+//! by hand, runs, is checked against the kernel its `source` line names, is
+//! timed and compiled ahead of time; malformed ones are spanned errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("parent").to_path_buf()
+}
+
+fn texc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_texc")).args(args).current_dir(root()).output().expect("texc runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("texc-loops-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("tmp");
+    d.join(name)
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string())
+}
+
+/// The default x86-avx2 nest of a 13×7×19 matmul, with its vectorized loop
+/// made serial and one loop unrolled, written to `name`.
+fn edited_matmul(name: &str) -> PathBuf {
+    let o =
+        texc(&["emit", "examples/matmul.tex", "--stage", "loops", "--target", "x86-avx2", "--shape", "M=13,K=7,N=19"]);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(out.contains("  source \"examples/matmul.tex\"\n"), "{out}");
+    let edited = out.replacen(" vectorized:", ":", 1).replacen("for ii in 0..13:", "for ii in 0..13 unrolled:", 1);
+    assert_ne!(edited, out);
+    let path = tmp(name);
+    // The source line is relative to the workspace root, where texc runs.
+    std::fs::write(&path, edited).expect("write");
+    path
+}
+
+#[test]
+fn an_edited_nest_runs_checks_benches_and_compiles() {
+    let path = edited_matmul("mm.loops");
+    let p = path.to_str().expect("utf-8");
+    for target in ["interp", "x86-avx2", "cranelift"] {
+        let args: Vec<&str> = if target == "interp" {
+            vec!["run", p, "--target", target]
+        } else {
+            vec!["run", p, "--target", target, "--check"]
+        };
+        let o = texc(&args);
+        let (out, e) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{target}: {e}");
+        assert!(out.contains("ran `matmul`"), "{out}");
+        if target != "interp" {
+            assert!(out.contains("check `C` against interp"), "{out}");
+        }
+    }
+    let o = texc(&["bench", p, "--target", "x86-avx2", "--repeat", "3", "--check"]);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(out.contains("bench `matmul`") && out.contains("check `C`"), "{out}");
+    let so = tmp("mm.so");
+    let o = texc(&["compile", p, "--target", "x86-avx2", "-o", so.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let header = std::fs::read_to_string(so.with_extension("h")).expect("header");
+    assert!(header.contains("int texc_matmul_run("), "{header}");
+}
+
+#[test]
+fn a_wrong_nest_is_caught_by_check() {
+    // The nest reads one column of A only: it runs, and --check says it is wrong.
+    let path = edited_matmul("wrong.loops");
+    let t = std::fs::read_to_string(&path).expect("read");
+    let wrong = t.replace("A[io * 13 + ii, ko * 4 + ki]", "A[io * 13 + ii, 0]");
+    assert_ne!(wrong, t, "{t}");
+    std::fs::write(&path, wrong).expect("write");
+    let o = texc(&["run", path.to_str().expect("utf-8"), "--target", "x86-avx2", "--check"]);
+    let (_, e) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("differs from the interpreter"), "{e}");
+}
+
+#[test]
+fn malformed_nests_and_misuse_exit_1_and_2() {
+    let path = edited_matmul("bad.loops");
+    let t = std::fs::read_to_string(&path).expect("read");
+    let bad = t.replace("A[io * 13 + ii, ko * 4 + ki]", "A[io * 13 + ii, ko * 4 + ki + 1]");
+    assert_ne!(bad, t);
+    std::fs::write(&path, bad).expect("write");
+    let p = path.to_str().expect("utf-8");
+    let o = texc(&["run", p, "--target", "x86-avx2"]);
+    let (_, e) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("bad.loops:") && e.contains("cannot prove this read of `A` in bounds"), "{e}");
+    let o = texc(&["run", p, "--target", "x86-avx2", "--shape", "M=3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
+    assert!(text(&o).1.contains("a .loops file names its kernel and sizes itself"));
+}
+
+/// A bf16 kernel on a backend without bf16 is an error at the tensor's
+/// declaration before code generation (for a `.tex` file and a `.loops` file).
+#[test]
+fn unsupported_element_types_are_located() {
+    let src = tmp("bf.tex");
+    std::fs::write(&src, "kernel h(X: bf16[N = 8]) -> Y: bf16[N] {\n    Y[i] = X[i] * X[i];\n}\n").expect("write");
+    let s = src.to_str().expect("utf-8");
+    for target in ["x86-avx2", "cranelift"] {
+        let o = texc(&["run", s, "--target", target]);
+        let (_, e) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(e.contains("`X` is bf16") && e.contains("bf.tex:1:10"), "{e}");
+    }
+    let nest = "func h [N=8]\n  input X: bf16[8]\n  output Y: bf16[8]\n  for i in 0..8:\n    Y[i] = X[i] * X[i]\n";
+    let path = tmp("bf.loops");
+    std::fs::write(&path, nest).expect("write");
+    let o = texc(&["run", path.to_str().expect("utf-8"), "--target", "x86-avx2"]);
+    let (_, e) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("bf.loops:2:9"), "{e}");
+}
