@@ -172,7 +172,33 @@ fn kernel(pl: &mut Pipeline, c: &Common) -> Result<KernelRef, Error> {
     pl.kernel(m, c.kernel.as_deref())
 }
 
+/// Sizes as `N=4, M=8`.
+fn sizes_of(p: &texc_compiler::tir::Program) -> String {
+    p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")
+}
+
+/// `--kernel`, `--shape` and `--const` are misuse with a `.loops` file: it names its kernel and sizes itself.
+fn no_sizes_for_loops(c: &Common) -> Result<(), Error> {
+    if c.kernel.is_some() || !c.shape.is_empty() || !c.consts.is_empty() {
+        return Err(usage(format!(
+            "{}: a .loops file names its kernel and sizes itself (--kernel, --shape and --const do not apply)",
+            c.file.display()
+        )));
+    }
+    Ok(())
+}
+
 fn check(pl: &mut Pipeline, c: &Common) -> Result<(), Error> {
+    if texc_pipeline::is_loops_file(&c.file) {
+        no_sizes_for_loops(c)?;
+        let lf = pl.load_loops(&c.file)?;
+        let oracle = match &lf.oracle {
+            Some(p) => format!("it has the parameters of kernel `{}` at [{}]", p.name, sizes_of(p)),
+            None => "it has no `source` line, so no kernel to be checked against".to_string(),
+        };
+        outln!("ok: loop nest `{}` read: every access proven in bounds; {oracle}", lf.lowered.p.name);
+        return Ok(());
+    }
     let b = bindings(c)?;
     let m = pl.load(&c.file)?;
     let kernels: Vec<KernelRef> = match &c.kernel {
@@ -208,6 +234,22 @@ fn emit(pl: &mut Pipeline, c: &Common, stage: &str) -> Result<(), Error> {
         } else {
             usage(format!("target `{t}` has no stage `{stage}`; targets that print it: {}", printing.join(", ")))
         });
+    }
+    if texc_pipeline::is_loops_file(&c.file) {
+        no_sizes_for_loops(c)?;
+        let lf = pl.load_loops(&c.file)?;
+        match (stage, &lf.legal) {
+            ("loops", _) => outp!("{}", texc_schedules::ir::print(&lf.lowered)),
+            (s, Some(legal)) if backend_stage => outp!("{}", pl.emit_text(legal, s)?),
+            _ => {
+                return Err(usage(format!(
+                    "{}: a .loops file is already loop IR: its stages are loops and the target's ({})",
+                    c.file.display(),
+                    pl.text_stages().join(", ")
+                )))
+            }
+        }
+        return Ok(());
     }
     let m = pl.load(&c.file)?;
     if stage == "ast" {
@@ -397,12 +439,7 @@ fn prepare_job(
 ) -> Result<Job, Error> {
     let c = &r.common;
     if texc_pipeline::is_loops_file(&c.file) {
-        if c.kernel.is_some() || !c.shape.is_empty() || !c.consts.is_empty() {
-            return Err(usage(format!(
-                "{}: a .loops file names its kernel and sizes itself (--kernel, --shape and --const do not apply)",
-                c.file.display()
-            )));
-        }
+        no_sizes_for_loops(c)?;
         let lf = pl.load_loops(&c.file)?;
         let args = pl.prepare_loops(&lf, files, scalars, r.seed, r.check)?;
         let evaluate = lf.legal.is_none().then(|| lf.lowered.clone());
@@ -732,12 +769,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
 /// a `.tex` file (`--kernel a,b`, or all), or a `.loops` file's nest.
 fn kernels_to_compile(pl: &mut Pipeline, c: &Common) -> Result<Vec<texc_schedules::LoopFunc>, Error> {
     if texc_pipeline::is_loops_file(&c.file) {
-        if c.kernel.is_some() || !c.shape.is_empty() || !c.consts.is_empty() {
-            return Err(usage(format!(
-                "{}: a .loops file names its kernel and sizes itself (--kernel, --shape and --const do not apply)",
-                c.file.display()
-            )));
-        }
+        no_sizes_for_loops(c)?;
         let lf = pl.load_loops(&c.file)?;
         return Ok(vec![lf.legal.expect("a compiled target")]);
     }

@@ -120,3 +120,22 @@ fn unsupported_element_types_are_located() {
     assert_eq!(o.status.code(), Some(1), "{e}");
     assert!(e.contains("bf.loops:2:9"), "{e}");
 }
+
+#[test]
+fn check_and_emit_read_loops_files() {
+    let path = edited_matmul("emit.loops");
+    let p = path.to_str().expect("utf-8");
+    let o = texc(&["check", p]);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(out.contains("every access proven in bounds; it has the parameters of kernel `matmul` at [M=13, K=7, N=19]"), "{out}");
+    // The nest prints back as it was read, and compiles to assembly.
+    let o = texc(&["emit", p, "--stage", "loops", "--target", "x86-avx2"]);
+    assert_eq!(text(&o).0, std::fs::read_to_string(&path).expect("read"));
+    let o = texc(&["emit", p, "--stage", "asm", "--target", "x86-avx2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    assert!(text(&o).0.contains("texc_matmul"));
+    let o = texc(&["emit", p, "--stage", "tir", "--target", "x86-avx2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("already loop IR"), "{}", text(&o).1);
+}
