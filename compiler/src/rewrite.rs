@@ -721,7 +721,16 @@ fn plan_source(
 pub fn print_plan(plan: &Plan, target: &Target, kept_original: Option<&str>) -> String {
     let (peak, bw) = (target.nominal.peak_gflops, target.nominal.bandwidth_gbs);
     let mut out = String::new();
-    let _ = writeln!(out, "egraph for {target} (nominal machine {peak} GFLOP/s, {bw} GB/s)");
+    let _ = writeln!(
+        out,
+        "egraph for {target}: plans costed by the {target} cost model (nominal machine {peak} GFLOP/s, {bw} GB/s)"
+    );
+    if plan.extraction == "none" {
+        // `Plan::unchanged`: the e-graph never ran, so there are no figures to show.
+        let why = kept_original.unwrap_or("not rewritten");
+        let _ = writeln!(out, "  the e-graph did not run: {why}; the graph as written runs on {target}");
+        return out;
+    }
     let _ = writeln!(
         out,
         "  saturation: {} iterations, {} e-classes, {} e-nodes",
@@ -749,10 +758,10 @@ pub fn print_plan(plan: &Plan, target: &Target, kept_original: Option<&str>) -> 
     }
     match kept_original {
         Some(why) => {
-            let _ = writeln!(out, "  the graph as written is kept: {why}");
+            let _ = writeln!(out, "  the graph as written is kept, and runs on {target}: {why}");
         }
         None => {
-            let _ = writeln!(out, "  chosen plan:");
+            let _ = writeln!(out, "  chosen plan (what runs on {target}):");
             for line in plan.display_source.lines() {
                 let _ = writeln!(out, "    {line}");
             }

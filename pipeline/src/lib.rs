@@ -20,6 +20,7 @@ pub mod domain;
 mod loops_file;
 mod options;
 pub mod oracle;
+pub mod tuning;
 
 pub use loops_file::{is_loops_file, LoopsFile};
 pub use options::{Dump, Options, Pass};
@@ -79,6 +80,31 @@ pub struct Built {
     pub plan: Option<Plan>,
     /// Why the plan is not what runs, when it is not.
     pub kept_original: Option<String>,
+}
+
+/// Why the graph as written runs without the e-graph choosing a plan.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NoRewrite {
+    /// The interpreter (the oracle) runs every program as written.
+    Interpreter,
+    /// `--no-rewrite`.
+    Disabled,
+    /// A `schedule` block names the stages of the graph as written, so it pins that graph.
+    OwnSchedule { kernel: String, schedule_target: String },
+}
+
+impl std::fmt::Display for NoRewrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            NoRewrite::Interpreter => write!(f, "the interpreter runs the program as written; it does not rewrite"),
+            NoRewrite::Disabled => write!(f, "--no-rewrite: no rewriting happens"),
+            NoRewrite::OwnSchedule { kernel, schedule_target } => write!(
+                f,
+                "kernel `{kernel}` has its own schedule for {schedule_target}, which pins the graph as written; \
+                 an e-graph plan would not be used"
+            ),
+        }
+    }
 }
 
 /// A program with its schedules and the boxes of its attached stages.
@@ -290,12 +316,28 @@ impl Pipeline {
     /// the kernel has no schedule of its own for the target.
     pub fn program(&mut self, k: KernelRef, b: &Bindings) -> Result<Built, Error> {
         let written = self.specialize(k, b)?;
-        let t = self.options.target;
-        let own_schedule = texc_schedules::find_schedule(&self.session, k, t).is_some();
-        if !t.is_compiled() || !self.options.rewrite || own_schedule {
+        if self.rewrite_skipped(k).is_some() {
             return Ok(Built { runs: written.clone(), written, plan: None, kept_original: None });
         }
         self.rewrite(k, b, written)
+    }
+
+    /// Why kernel `k` runs as written on the target without the e-graph
+    /// being asked, or `None` when the rewrite pass chooses what runs.
+    /// [`Pipeline::program`] decides by this, so that commands which only
+    /// describe the plan (`emit --stage egraph`, `analyze`) say what `run` does.
+    pub fn rewrite_skipped(&self, k: KernelRef) -> Option<NoRewrite> {
+        let t = self.options.target;
+        if !t.is_compiled() {
+            return Some(NoRewrite::Interpreter);
+        }
+        if !self.options.rewrite {
+            return Some(NoRewrite::Disabled);
+        }
+        texc_schedules::find_schedule(&self.session, k, t).map(|sc| NoRewrite::OwnSchedule {
+            kernel: self.session.kernel(k).name.clone(),
+            schedule_target: sc.block.target.name.to_string(),
+        })
     }
 
     // ------------------------------------------------------------ back end

@@ -27,6 +27,7 @@ pub mod lower;
 pub mod normalize;
 pub mod schedule;
 pub mod text;
+pub mod tuning;
 pub mod validate;
 pub mod verify;
 

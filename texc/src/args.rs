@@ -51,6 +51,13 @@ pub struct Common {
     /// No approximate rewrites (Winograd): rounding as in the program as written.
     #[arg(long)]
     pub exact: bool,
+    /// The tuning database `run`, `bench` and `compile` take tuned knobs from, and `tune` writes
+    /// (default: TEXC_TUNING_DB, else ~/.cache/texc/tuning.jsonl).
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// Do not take tuned knobs from the tuning database.
+    #[arg(long)]
+    pub no_db: bool,
     /// Most memory a run may allocate, like 512M or 8G (default: what the machine has available).
     #[arg(long, value_name = "SIZE")]
     pub max_memory: Option<String>,
@@ -98,6 +105,50 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct TuneArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Most candidates to measure (those already in the database count, and are not measured again).
+    #[arg(long, default_value_t = 64)]
+    pub trials: usize,
+    /// Most seconds of tuning.
+    #[arg(long, value_name = "S", default_value_t = 60.0)]
+    pub time_budget: f64,
+    /// Seed of the search.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Timed runs per candidate (the median is recorded).
+    #[arg(long, default_value_t = 10)]
+    pub repeat: usize,
+    /// Untimed runs per candidate first.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Seconds a candidate may take (compiling and measuring) before its worker is killed.
+    #[arg(long, value_name = "S", default_value_t = 60.0)]
+    pub trial_timeout: f64,
+    /// Print the winning schedule, ready to paste into the kernel's file.
+    #[arg(long)]
+    pub emit_schedule: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DbArgs {
+    /// list | show | merge | prune
+    pub action: String,
+    /// `show`: kernel names; `merge`: database files to merge.
+    pub args: Vec<String>,
+    /// The database (default: TEXC_TUNING_DB, else ~/.cache/texc/tuning.jsonl).
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// `merge`: the file to write.
+    #[arg(short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// `prune`: also drop records of other texc versions.
+    #[arg(long)]
+    pub other_versions: bool,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Parse and type/shape-check a file; diagnostics only.
@@ -117,8 +168,10 @@ pub enum Command {
     Run(RunArgs),
     /// Time a kernel: time statistics, GFLOP/s, GB/s, share of the roofline bound (`--json` for scripts).
     Bench(BenchArgs),
-    /// Autotune a kernel (not built yet).
-    Tune(RunArgs),
+    /// Autotune a kernel's schedule template: measure knob values in worker processes, record them in the tuning database.
+    Tune(TuneArgs),
+    /// The tuning database: `list`, `show KERNEL`, `merge A B -o OUT`, `prune`.
+    Db(DbArgs),
     /// Compile ahead of time: an object (.o) or shared library (.so) and a C header.
     #[command(mut_arg("kernel", |a| a.help(
         "Kernels to compile, separated by commas: `--kernel a,b` (default: every kernel of the file)"
@@ -130,12 +183,16 @@ pub enum Command {
         #[arg(short = 'o', value_name = "OUT.o|OUT.so")]
         output: Option<PathBuf>,
     },
-    /// Per operator: FLOPs, bytes, operational intensity, roofline bound.
+    /// The plan that runs on the target: per operator FLOPs, bytes, operational intensity,
+    /// roofline bound; per kernel FLOPs, parameters, bytes moved, peak memory.
     Analyze {
         #[command(flatten)]
         common: Common,
         /// Draw the roofline with every operator on it (SVG).
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
+        /// Analyze the graph as written instead of the plan that runs on the target.
+        #[arg(long)]
+        as_written: bool,
     },
 }

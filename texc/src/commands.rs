@@ -13,7 +13,7 @@ use texc_runtime::{write_npy, Tensor};
 /// Write to stdout. A closed pipe (`texc emit ... | head`) ends texc
 /// quietly, as it does other command-line tools; other write errors are
 /// reported.
-fn out(args: std::fmt::Arguments) {
+pub(crate) fn out(args: std::fmt::Arguments) {
     use std::io::Write;
     if let Err(e) = std::io::stdout().write_fmt(args) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -56,9 +56,15 @@ pub fn run(cli: Cli) -> i32 {
         Command::Emit { common, stage, spans: true } => with_pipeline(&common, |pl| emit_spanned(pl, &common, &stage)),
         Command::Run(r) => with_pipeline(&r.common, |pl| run_kernel(pl, &r)),
         Command::Bench(b) => with_pipeline(&b.run.common, |pl| bench(pl, &b)),
-        Command::Tune(_) => Err(not_built("`texc tune`", "the autotuner")),
+        Command::Tune(t) => with_pipeline(&t.common, |pl| crate::tune::tune(pl, &t)),
+        Command::Db(d) => crate::tune::db_command(&d).map_err(|e| match e {
+            Error::Input(d) => Fail::Input(texc_grammar::diagnostic::render_all(&d, &Default::default())),
+            Error::Usage(m) => Fail::Usage(m),
+        }),
         Command::Compile { common, output } => with_pipeline(&common, |pl| compile_aot(pl, &common, output.as_deref())),
-        Command::Analyze { common, plot } => with_pipeline(&common, |pl| analyze(pl, &common, plot.as_deref())),
+        Command::Analyze { common, plot, as_written } => {
+            with_pipeline(&common, |pl| analyze(pl, &common, plot.as_deref(), as_written))
+        }
     };
     match result {
         Ok(()) => 0,
@@ -119,11 +125,7 @@ fn options(c: &Common) -> Result<Options, Fail> {
     Ok(o)
 }
 
-fn not_built(what: &str, needs: &str) -> Fail {
-    Fail::Usage(format!("{what} is not built yet: it needs {needs}, which texc does not have yet"))
-}
-
-fn usage(m: impl Into<String>) -> Error {
+pub(crate) fn usage(m: impl Into<String>) -> Error {
     Error::Usage(m.into())
 }
 
@@ -158,7 +160,7 @@ fn parse_ints(flag: &str, values: &[String]) -> Result<Vec<(String, i64)>, Error
         .collect()
 }
 
-fn bindings(c: &Common) -> Result<Bindings, Error> {
+pub(crate) fn bindings(c: &Common) -> Result<Bindings, Error> {
     let shapes = parse_ints("--shape", &c.shape)?;
     if let Some((n, v)) = shapes.iter().find(|(_, v)| *v < 0) {
         return Err(usage(format!("--shape: `{n}={v}`: a size cannot be negative")));
@@ -167,7 +169,7 @@ fn bindings(c: &Common) -> Result<Bindings, Error> {
 }
 
 /// Load the file and pick the kernel.
-fn kernel(pl: &mut Pipeline, c: &Common) -> Result<KernelRef, Error> {
+pub(crate) fn kernel(pl: &mut Pipeline, c: &Common) -> Result<KernelRef, Error> {
     let m = pl.load(&c.file)?;
     pl.kernel(m, c.kernel.as_deref())
 }
@@ -261,6 +263,15 @@ fn emit(pl: &mut Pipeline, c: &Common, stage: &str) -> Result<(), Error> {
     match stage {
         "egraph" => {
             let written = pl.specialize(k, &b)?;
+            // Only what `run` would do: no e-graph plan where none would be used.
+            if let Some(skip) = pl.rewrite_skipped(k) {
+                outln!("egraph for {t}: not run: {skip}");
+                outln!("  what runs on {t} is the graph as written:");
+                for line in texc_compiler::graph::print_graph(&written).lines() {
+                    outln!("    {line}");
+                }
+                return Ok(());
+            }
             let built = pl.rewrite(k, &b, written)?;
             let plan = built.plan.as_ref().expect("the rewrite pass makes a plan");
             outp!("{}", texc_compiler::rewrite::print_plan(plan, t, built.kept_original.as_deref()));
@@ -447,7 +458,9 @@ fn prepare_job(
         return Ok(Job { p, legal: lf.legal, evaluate, args, rewritten: false });
     }
     let k = kernel(pl, c)?;
-    let prep = pl.prepare(k, &bindings(c)?, files, scalars, r.seed, r.check)?;
+    let b = bindings(c)?;
+    crate::tune::apply_tuned_knobs(pl, c, k, &b)?;
+    let prep = pl.prepare(k, &b, files, scalars, r.seed, r.check)?;
     if let Some(why) = prep.built.kept_original.as_ref().filter(|w| *w != "no cheaper plan") {
         eprintln!("note: {why}; running the graph as written");
     }
@@ -788,6 +801,9 @@ fn kernels_to_compile(pl: &mut Pipeline, c: &Common) -> Result<Vec<texc_schedule
     }
     let kernels = names.iter().map(|n| pl.kernel(m, Some(n))).collect::<Result<Vec<_>, _>>()?;
     let all = bindings(c)?;
+    if let [k] = kernels[..] {
+        crate::tune::apply_tuned_knobs(pl, c, k, &all)?;
+    }
     let mut funcs = Vec::new();
     for &k in &kernels {
         let b = if kernels.len() == 1 {
@@ -884,7 +900,7 @@ fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(
     Ok(())
 }
 
-fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>) -> Result<(), Error> {
+fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool) -> Result<(), Error> {
     let t = pl.target();
     pl.require_compiled("`texc analyze` needs the machine of a target:")?;
     if let Some(path) = plot {
@@ -893,10 +909,14 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>) -> Result<(), Err
         }
     }
     let k = kernel(pl, c)?;
-    let p = pl.specialize(k, &bindings(c)?)?;
+    // The plan `run` would run, unless the graph as written is asked for.
+    let built = pl.program(k, &bindings(c)?)?;
+    let rewritten = built.plan.is_some() && built.kept_original.is_none();
+    let p = if as_written || !rewritten { &built.written } else { &built.runs };
     let (roof, source, threads) = machine(t);
-    let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    let sizes: Vec<String> = built.written.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
     outln!("analyze `{}` for {t} [{}]", p.name, sizes.join(", "));
+    outln!("  {}", analyzed_plan(pl, k, &built, as_written));
     outln!(
         "  machine: {:.1} GFLOP/s peak, {:.1} GB/s, ridge {:.2} FLOP/byte ({threads} thread{}, {source})",
         roof.peak_gflops,
@@ -913,7 +933,7 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>) -> Result<(), Err
         "bound",
         "roofline µs"
     );
-    let ops = texc_compiler::graph::op_costs(&p);
+    let ops = texc_compiler::graph::op_costs(p);
     let mut total_us = 0.0;
     for (label, cnt) in &ops {
         let us = (cnt.flops / (roof.peak_gflops * 1e3)).max(cnt.bytes / (roof.bandwidth_gbs * 1e3));
@@ -929,7 +949,7 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>) -> Result<(), Err
             us
         );
     }
-    let all = texc_compiler::cost::count(&p);
+    let all = texc_compiler::cost::count(p);
     let moved: f64 = ops.iter().map(|(_, c)| c.bytes).sum();
     outln!(
         "  {:<36} {:>12.3} {:>12.1} {:>9.2} {:>8} {:>12.2}",
@@ -940,12 +960,103 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>) -> Result<(), Err
         "",
         total_us
     );
+    print_summary(p, &texc_compiler::graph::summary(p));
     if let Some(path) = plot {
         texc_runtime::atomic::write(path, roofline_svg(&p.name, &roof, &ops).as_bytes())
             .map_err(|e| Error::from(Diagnostic::error(format!("cannot write {}: {e}", path.display()))))?;
         outln!("  wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Which plan `analyze` describes, and why that one runs.
+fn analyzed_plan(pl: &Pipeline, k: KernelRef, built: &texc_pipeline::Built, as_written: bool) -> String {
+    let t = pl.target();
+    let ops = |p: &texc_compiler::tir::Program| {
+        let names: Vec<&str> = p.ops.iter().map(|o| o.op.as_str()).collect();
+        let list = if names.len() <= 6 { format!(": {}", names.join(", ")) } else { String::new() };
+        format!("{} operator{}{list}", names.len(), if names.len() == 1 { "" } else { "s" })
+    };
+    let rewritten = built.plan.is_some() && built.kept_original.is_none();
+    if as_written {
+        let runs = if rewritten {
+            format!("on {t} the e-graph's plan runs instead ({}; analyzed without --as-written)", ops(&built.runs))
+        } else {
+            format!("it is also the plan that runs on {t}")
+        };
+        return format!("plan: the graph as written, {} (--as-written); {runs}", ops(&built.written));
+    }
+    if rewritten {
+        return format!(
+            "plan that runs on {t}: the e-graph's rewrite, {} (as written: {}; see --as-written)",
+            ops(&built.runs),
+            ops(&built.written)
+        );
+    }
+    let why = match (pl.rewrite_skipped(k), &built.kept_original) {
+        (Some(skip), _) => skip.to_string(),
+        (None, Some(kept)) => format!("the e-graph kept it: {kept}"),
+        (None, None) => "the e-graph kept it".to_string(),
+    };
+    format!("plan that runs on {t}: the graph as written, {} ({why})", ops(&built.written))
+}
+
+/// The kernel's sizing figures under the operator table.
+fn print_summary(p: &texc_compiler::tir::Program, s: &texc_compiler::graph::Summary) {
+    let thousands = |n: i64| {
+        let digits = n.unsigned_abs().to_string();
+        let mut out = String::new();
+        for (i, ch) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(ch);
+        }
+        if n < 0 {
+            format!("-{out}")
+        } else {
+            out
+        }
+    };
+    let names = |ts: &[texc_compiler::tir::TensorId], sizes: bool| {
+        let mut list: Vec<String> = ts
+            .iter()
+            .take(10)
+            .map(|&t| {
+                let d = p.tensor(t);
+                if sizes {
+                    format!("{} {}", d.name, thousands(d.len()))
+                } else {
+                    d.name.clone()
+                }
+            })
+            .collect();
+        if ts.len() > 10 {
+            list.push(format!("and {} more", ts.len() - 10));
+        }
+        list.join(", ")
+    };
+    outln!("  kernel:");
+    outln!("    FLOPs        {} ({:.3} MFLOP)", thousands(s.flops.round() as i64), s.flops / 1e6);
+    if s.weights.is_empty() {
+        outln!("    parameters   0 (no input is used only as weights of std.nn layers)");
+    } else {
+        outln!("    parameters   {} ({})", thousands(s.parameters), names(&s.weights, true));
+    }
+    outln!("    bytes moved  {:.1} KB (operators run one by one)", s.bytes_moved / 1e3);
+    let when = match s.peak_op {
+        Some(i) => {
+            let outs: Vec<&str> = p.ops[i].outputs.iter().map(|&t| p.tensor(t).name.as_str()).collect();
+            format!(" while `{} = {}` runs", outs.join(", "), p.ops[i].op)
+        }
+        None => String::new(),
+    };
+    outln!(
+        "    peak memory  {} bytes ({:.1} KB){when}: {}",
+        thousands(s.peak_bytes.min(i64::MAX as u64) as i64),
+        s.peak_bytes as f64 / 1e3,
+        names(&s.peak_live, false)
+    );
 }
 
 /// A log-log roofline chart with one point per operator.

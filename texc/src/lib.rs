@@ -10,6 +10,7 @@ mod args;
 mod commands;
 mod progress;
 mod report;
+mod tune;
 
 use clap::Parser;
 use std::ffi::OsString;

@@ -202,7 +202,8 @@ fn aot_object_links_into_a_c_program(target: &str) {
 fn analyze_agrees_with_hand_counts() {
     let svg = tmp("roof.svg");
     let o = Command::new(env!("CARGO_BIN_EXE_texc"))
-        .args(["analyze", "examples/conv_bn_relu.tex", "--target", "x86-avx2", "--plot", svg.to_str().expect("utf8")])
+        .args(["analyze", "examples/conv_bn_relu.tex", "--target", "x86-avx2", "--as-written"])
+        .args(["--plot", svg.to_str().expect("utf8")])
         .env("TEXC_ROOFLINE", "130,37")
         .current_dir(root())
         .output()

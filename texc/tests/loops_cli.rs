@@ -128,7 +128,10 @@ fn check_and_emit_read_loops_files() {
     let o = texc(&["check", p]);
     let (out, e) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{e}");
-    assert!(out.contains("every access proven in bounds; it has the parameters of kernel `matmul` at [M=13, K=7, N=19]"), "{out}");
+    assert!(
+        out.contains("every access proven in bounds; it has the parameters of kernel `matmul` at [M=13, K=7, N=19]"),
+        "{out}"
+    );
     // The nest prints back as it was read, and compiles to assembly.
     let o = texc(&["emit", p, "--stage", "loops", "--target", "x86-avx2"]);
     assert_eq!(text(&o).0, std::fs::read_to_string(&path).expect("read"));

@@ -1,0 +1,61 @@
+//! What the pipeline knows for tuning: a kernel's schedule template for the
+//! target, its search space, the key its tuning records are filed under,
+//! and the best record of that key.
+//!
+//! The key hashes the kernel's specialized program as written (so a change
+//! of formatting or comments keeps it, a change of sizes or code does not),
+//! the schedule template's text and texc's version: a record is only ever
+//! applied to the computation and template it was measured with.
+
+use super::{Error, Pipeline};
+use texc_compiler::tir::Program;
+use texc_compiler::KernelRef;
+use texc_schedules::tuning::db::{stable_hash, this_machine, Db, Key, Record};
+use texc_schedules::tuning::space::{self, Tunable};
+
+impl Pipeline {
+    /// The schedule block kernel `k` uses on the target, with its text.
+    fn template(&self, k: KernelRef) -> Option<texc_schedules::ScheduleSrc<'_>> {
+        texc_schedules::find_schedule(&self.session, k, self.options.target)
+    }
+
+    /// The tunables of kernel `k`'s schedule template on the target (none without a template).
+    pub fn tunables(&self, k: KernelRef) -> Vec<Tunable> {
+        self.template(k).map(space::tunables).unwrap_or_default()
+    }
+
+    /// The template with `knobs` substituted, as `.tex` schedule text.
+    pub fn instantiate(&self, k: KernelRef, knobs: &[(String, i64)]) -> Option<String> {
+        self.template(k).map(|src| space::instantiate(src, &self.session.sources, knobs))
+    }
+
+    /// The key of kernel `k`'s tuning records, `written` being its specialized program.
+    pub fn tuning_key(&self, k: KernelRef, written: &Program) -> Key {
+        let template = self.instantiate(k, &[]).unwrap_or_default();
+        let text =
+            format!("{}\n{template}\ntexc {}", texc_compiler::print::print_program(written), env!("CARGO_PKG_VERSION"));
+        Key {
+            target: self.options.target.name.to_string(),
+            machine: this_machine(),
+            kernel_hash: stable_hash(text.as_bytes()),
+        }
+    }
+
+    /// The fastest record in `db` for kernel `k` at the sizes of `written`,
+    /// when its template has tunables.
+    pub fn best_record(&self, db: &Db, k: KernelRef, written: &Program) -> Result<Option<Record>, Error> {
+        if self.tunables(k).is_empty() {
+            return Ok(None);
+        }
+        let key = self.tuning_key(k, written);
+        db.best(&key).map_err(|e| {
+            Error::Input(vec![texc_grammar::Diagnostic::error(format!(
+                "cannot read the tuning database {}: {e}",
+                db.path.display()
+            ))])
+        })
+    }
+}
+
+/// The version records are written with.
+pub const TEXC_VERSION: &str = env!("CARGO_PKG_VERSION");

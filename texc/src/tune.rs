@@ -1,0 +1,446 @@
+//! `texc tune` and `texc db`: searching a schedule template's knob values,
+//! and the tuning database they are recorded in.
+//!
+//! Each candidate is measured by a worker process (`texc bench --json`
+//! with the candidate's `--knob`s), one at a time, so that a candidate that
+//! crashes, hangs past `--trial-timeout` or is rejected loses only its own
+//! trial, and the measuring process has the machine to itself. Candidate
+//! zero is the template's own choice, so the best is never slower than the
+//! untuned kernel. Spaces no larger than `--trials` are measured whole (in
+//! a seeded order); larger ones by an evolutionary search: random points
+//! first, then mutations of one knob of the fastest so far. Trials already
+//! in the database for the same key are not measured again: a second `tune`
+//! continues the first.
+
+use crate::args::{Common, DbArgs, TuneArgs};
+use crate::commands::{bindings, kernel, out, usage};
+use std::collections::{BTreeMap, HashSet};
+use std::io::IsTerminal;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use texc_compiler::{Bindings, KernelRef};
+use texc_grammar::Diagnostic;
+use texc_pipeline::{Error, Pipeline};
+use texc_runtime::SplitMix64;
+use texc_schedules::tuning::db::{self, Db, Measured, Record};
+use texc_schedules::tuning::space::Tunable;
+
+macro_rules! outln {
+    ($($t:tt)*) => { out(format_args!("{}\n", format_args!($($t)*))) };
+}
+
+/// The database a command uses: `--db`, else the default path.
+pub fn database(c: &Common) -> Db {
+    Db::new(c.db.clone().unwrap_or_else(Db::default_path))
+}
+
+/// A point of the space: a value per tunable, or `None` for the template's own choice.
+type Point = Vec<Option<i64>>;
+
+fn knobs_of(ts: &[Tunable], p: &Point) -> Vec<(String, i64)> {
+    ts.iter().zip(p).filter_map(|(t, v)| v.map(|v| (t.name.clone(), v))).collect()
+}
+
+fn show_knobs(k: &[(String, i64)]) -> String {
+    if k.is_empty() {
+        "(the template's own values)".into()
+    } else {
+        k.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Candidate zero: each `tune` list's first value; unlisted tunables as the template leaves them.
+fn point_zero(ts: &[Tunable]) -> Point {
+    ts.iter().map(|t| if t.listed { Some(t.candidates[0]) } else { None }).collect()
+}
+
+fn random_point(ts: &[Tunable], rng: &mut SplitMix64) -> Point {
+    ts.iter().map(|t| Some(t.candidates[(rng.next_u64() % t.candidates.len() as u64) as usize])).collect()
+}
+
+fn mutate(ts: &[Tunable], p: &Point, rng: &mut SplitMix64) -> Point {
+    let mut q = p.clone();
+    let i = (rng.next_u64() % ts.len() as u64) as usize;
+    q[i] = Some(ts[i].candidates[(rng.next_u64() % ts[i].candidates.len() as u64) as usize]);
+    q
+}
+
+/// Every point of a space small enough to enumerate, candidate zero first, the rest in a seeded order.
+fn all_points(ts: &[Tunable], rng: &mut SplitMix64) -> Vec<Point> {
+    let mut pts: Vec<Point> = vec![Vec::new()];
+    for t in ts {
+        pts = pts
+            .into_iter()
+            .flat_map(|p| t.candidates.iter().map(move |&v| [p.clone(), vec![Some(v)]].concat()))
+            .collect();
+    }
+    for i in (1..pts.len()).rev() {
+        pts.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let zero = point_zero(ts);
+    pts.retain(|p| knobs_of(ts, p) != knobs_of(ts, &zero));
+    pts.insert(0, zero);
+    pts
+}
+
+/// One worker's measurement: the median in ms, or why it failed.
+fn measure(a: &TuneArgs, knobs: &[(String, i64)]) -> Result<f64, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find texc itself: {e}"))?;
+    let c = &a.common;
+    let mut cmd = Command::new(exe);
+    cmd.arg("bench").arg(&c.file).args(["--target", &c.target, "--json", "--no-db"]);
+    cmd.args(["--repeat", &a.repeat.to_string(), "--warmup", &a.warmup.to_string()]);
+    if let Some(k) = &c.kernel {
+        cmd.args(["--kernel", k]);
+    }
+    for s in &c.shape {
+        cmd.args(["--shape", s]);
+    }
+    for s in &c.consts {
+        cmd.args(["--const", s]);
+    }
+    if !knobs.is_empty() {
+        cmd.args(["--knob", &knobs.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(",")]);
+    }
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs_f64(a.trial_timeout);
+    loop {
+        match child.try_wait().map_err(|e| e.to_string())? {
+            Some(_) => break,
+            None if Instant::now() > deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("killed after {} s", a.trial_timeout));
+            }
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    let o = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+        return Err(match o.status.code() {
+            Some(code) => format!("rejected (exit {code}): {first}"),
+            None => "the worker crashed".to_string(),
+        });
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).map_err(|e| format!("unreadable worker output: {e}"))?;
+    v.pointer("/time_ms/median").and_then(|x| x.as_f64()).ok_or_else(|| "no median in the worker output".into())
+}
+
+struct Trial {
+    knobs: Vec<(String, i64)>,
+    /// Median ms, or why it failed.
+    result: Result<f64, String>,
+    /// Seconds since tuning started when it ended (0 for records read from the database).
+    at: f64,
+    from_db: bool,
+}
+
+pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
+    let c = &a.common;
+    pl.require_compiled("`texc tune` measures compiled code:")?;
+    if texc_pipeline::is_loops_file(&c.file) {
+        return Err(usage("`texc tune` tunes a kernel's schedule template: give the .tex file"));
+    }
+    if a.trials == 0 || a.trials > 100_000 {
+        return Err(usage(format!("--trials {}: expected 1 to 100000", a.trials)));
+    }
+    if !(a.time_budget > 0.0 && a.trial_timeout > 0.0) {
+        return Err(usage("--time-budget and --trial-timeout must be positive"));
+    }
+    if a.repeat == 0 {
+        return Err(usage("--repeat must be at least 1"));
+    }
+    if !c.knob.is_empty() {
+        return Err(usage("`texc tune` chooses the knobs: --knob does not apply"));
+    }
+    let k: KernelRef = kernel(pl, c)?;
+    let b: Bindings = bindings(c)?;
+    let written = pl.specialize(k, &b)?;
+    let ts = pl.tunables(k);
+    let t = pl.target();
+    if ts.is_empty() {
+        let why = if texc_schedules::find_schedule(&pl.session, k, t).is_some() {
+            "its schedule has no tunables (`?t` factors or `tune t in [...]`)"
+        } else {
+            "it has no schedule block for this target; spaces generated without a template are not built yet"
+        };
+        return Err(Diagnostic::error(format!("kernel `{}` has nothing to tune on {t}: {why}", written.name)).into());
+    }
+    // The template itself must apply (its errors are the user's to fix first).
+    pl.build(k, &b)?;
+    let key = pl.tuning_key(k, &written);
+    let db = database(c);
+    let cannot =
+        |e: std::io::Error| Error::from(Diagnostic::error(format!("tuning database {}: {e}", db.path.display())));
+    let mut trials: Vec<Trial> = Vec::new();
+    for r in db.load().map_err(cannot)?.records.into_iter().filter(|r| r.key == key) {
+        trials.push(Trial { knobs: r.knobs, result: Ok(r.time_ms), at: 0.0, from_db: true });
+    }
+    let resumed = trials.len();
+    let mut rng = SplitMix64::new(a.seed);
+    let size = texc_schedules::tuning::space::size(&ts);
+    let mut queue: Vec<Point> = if size <= a.trials as u64 { all_points(&ts, &mut rng) } else { vec![point_zero(&ts)] };
+    let evolutionary = size > a.trials as u64;
+    let mut seen: HashSet<Vec<(String, i64)>> = trials.iter().map(|t| t.knobs.clone()).collect();
+    let names: Vec<&str> = ts.iter().map(|t| t.name.as_str()).collect();
+    let sizes: Vec<String> = written.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    let tty = std::io::stderr().is_terminal();
+    eprintln!(
+        "tuning `{}` on {t} [{}]: {} tunables ({}), {size} points, up to {} trials and {} s{}",
+        written.name,
+        sizes.join(", "),
+        ts.len(),
+        names.join(", "),
+        a.trials,
+        a.time_budget,
+        if resumed > 0 { format!("; {resumed} trials from the database") } else { String::new() }
+    );
+    let bar = tty.then(|| {
+        let pb = indicatif::ProgressBar::new(a.trials as u64);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} trials, {msg} [{elapsed} eta {eta}]")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb.set_position(resumed.min(a.trials) as u64);
+        pb
+    });
+    let started = Instant::now();
+    let mut misses = 0;
+    while trials.len() < a.trials && started.elapsed().as_secs_f64() < a.time_budget && misses < 1000 {
+        let point = match queue.pop_first_or_next(evolutionary, &trials, &ts, &mut rng) {
+            Some(p) => p,
+            None => break,
+        };
+        let knobs = knobs_of(&ts, &point);
+        if !seen.insert(knobs.clone()) {
+            misses += 1;
+            continue;
+        }
+        misses = 0;
+        let result = measure(a, &knobs);
+        let at = started.elapsed().as_secs_f64();
+        if let Ok(ms) = result {
+            let record = Record {
+                key: key.clone(),
+                kernel: written.name.clone(),
+                texc_version: texc_pipeline::tuning::TEXC_VERSION.to_string(),
+                knobs: knobs.clone(),
+                schedule: pl.instantiate(k, &knobs).unwrap_or_default(),
+                time_ms: ms,
+                measured: Measured {
+                    runs: a.repeat as u64,
+                    warmup: a.warmup as u64,
+                    threads: texc_runtime::pool::num_threads() as u64,
+                },
+                unix_time: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+            };
+            db.append(&record).map_err(cannot)?;
+        }
+        let best = trials
+            .iter()
+            .filter_map(|t| t.result.as_ref().ok().copied())
+            .chain(result.as_ref().ok().copied())
+            .fold(f64::INFINITY, f64::min);
+        let line = match &result {
+            Ok(ms) => format!("trial {}: {}: {ms:.4} ms (best {best:.4} ms)", trials.len() + 1, show_knobs(&knobs)),
+            Err(why) => format!("trial {}: {}: {why}", trials.len() + 1, show_knobs(&knobs)),
+        };
+        match &bar {
+            Some(pb) => {
+                pb.inc(1);
+                pb.set_message(format!("best {best:.4} ms"));
+                pb.println(line);
+            }
+            None => eprintln!("{line}"),
+        }
+        trials.push(Trial { knobs, result, at, from_db: false });
+    }
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    report(pl, a, k, &written.name, &sizes, &trials, started.elapsed().as_secs_f64(), &db)
+}
+
+/// The next candidate: the queue's (enumeration, or candidate zero first),
+/// then for large spaces random points and mutations of the fastest.
+trait NextPoint {
+    fn pop_first_or_next(
+        &mut self,
+        evolutionary: bool,
+        trials: &[Trial],
+        ts: &[Tunable],
+        rng: &mut SplitMix64,
+    ) -> Option<Point>;
+}
+
+impl NextPoint for Vec<Point> {
+    fn pop_first_or_next(
+        &mut self,
+        evolutionary: bool,
+        trials: &[Trial],
+        ts: &[Tunable],
+        rng: &mut SplitMix64,
+    ) -> Option<Point> {
+        if !self.is_empty() {
+            return Some(self.remove(0));
+        }
+        if !evolutionary {
+            return None;
+        }
+        let mut ok: Vec<(&Trial, f64)> =
+            trials.iter().filter_map(|t| t.result.as_ref().ok().map(|&ms| (t, ms))).collect();
+        ok.sort_by(|a, b| a.1.total_cmp(&b.1));
+        // A quarter of the trials explore; the rest refine the four fastest.
+        if ok.is_empty() || rng.next_u64() % 4 == 0 {
+            return Some(random_point(ts, rng));
+        }
+        let parent = ok[(rng.next_u64() % ok.len().min(4) as u64) as usize].0;
+        let p: Point = ts.iter().map(|t| parent.knobs.iter().find(|(n, _)| *n == t.name).map(|(_, v)| *v)).collect();
+        let p: Point = p.iter().zip(ts).map(|(v, t)| v.or(Some(t.candidates[0]))).collect();
+        Some(mutate(ts, &p, rng))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    pl: &Pipeline,
+    a: &TuneArgs,
+    k: KernelRef,
+    name: &str,
+    sizes: &[String],
+    trials: &[Trial],
+    seconds: f64,
+    db: &Db,
+) -> Result<(), Error> {
+    let t = pl.target();
+    let measured = trials.iter().filter(|t| !t.from_db).count();
+    let failed = trials.iter().filter(|t| t.result.is_err()).count();
+    let zero_knobs = knobs_of(&pl.tunables(k), &point_zero(&pl.tunables(k)));
+    let default = trials.iter().find(|t| t.knobs == zero_knobs).and_then(|t| t.result.as_ref().ok().copied());
+    let best =
+        trials.iter().filter_map(|t| t.result.as_ref().ok().map(|&ms| (t, ms))).min_by(|a, b| a.1.total_cmp(&b.1));
+    outln!(
+        "tuned `{name}` on {t} [{}]: {} trials ({measured} measured now in {seconds:.1} s, {} from the database, {failed} rejected or failed)",
+        sizes.join(", "),
+        trials.len(),
+        trials.len() - measured
+    );
+    let Some((best, best_ms)) = best else {
+        return Err(Diagnostic::error(format!("no candidate of `{name}` could be measured")).into());
+    };
+    match default {
+        Some(d) => outln!("  default   {:>10.4} ms  {}", d, show_knobs(&zero_knobs)),
+        None => outln!("  default   (not measured)  {}", show_knobs(&zero_knobs)),
+    }
+    let speedup = default.map(|d| format!("  {:.2}× the default", d / best_ms)).unwrap_or_default();
+    outln!("  best      {:>10.4} ms  {}{speedup}", best_ms, show_knobs(&best.knobs));
+    let now: Vec<&Trial> = trials.iter().filter(|t| !t.from_db && t.result.is_ok()).collect();
+    if let Some(first) = now.iter().find(|t| t.result.as_ref().is_ok_and(|&ms| best_ms / ms >= 0.9)) {
+        outln!("  90 % of the best (within 1.11× its time) reached at {:.1} s of tuning", first.at);
+    }
+    outln!("  recorded in {}", db.path.display());
+    if a.emit_schedule {
+        outln!("{}", pl.instantiate(k, &best.knobs).unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// `texc db ACTION`.
+pub fn db_command(a: &DbArgs) -> Result<(), Error> {
+    let db = Db::new(a.db.clone().unwrap_or_else(Db::default_path));
+    let cannot =
+        |p: &std::path::Path, e: std::io::Error| Error::from(Diagnostic::error(format!("{}: {e}", p.display())));
+    match a.action.as_str() {
+        "list" | "show" => {
+            let l = db.load().map_err(|e| cannot(&db.path, e))?;
+            let mut groups: BTreeMap<(String, String, String), Vec<&Record>> = BTreeMap::new();
+            for r in &l.records {
+                if a.action == "show" && !a.args.is_empty() && !a.args.contains(&r.kernel) {
+                    continue;
+                }
+                groups.entry((r.kernel.clone(), r.key.target.clone(), r.key.kernel_hash.clone())).or_default().push(r);
+            }
+            outln!(
+                "{}: {} records{}",
+                db.path.display(),
+                l.records.len(),
+                if l.skipped > 0 { format!(", {} damaged lines skipped", l.skipped) } else { String::new() }
+            );
+            for ((kernel, target, hash), rs) in &groups {
+                let best = db::best_of(rs.iter().map(|r| (*r).clone())).expect("a group has records");
+                outln!(
+                    "  {kernel} on {target} [{hash}]: {} trials, best {:.4} ms with {}",
+                    rs.len(),
+                    best.time_ms,
+                    show_knobs(&best.knobs)
+                );
+                if a.action == "show" {
+                    outln!("    machine {}, texc {}", best.key.machine, best.texc_version);
+                    for line in best.schedule.lines() {
+                        outln!("    {line}");
+                    }
+                }
+            }
+            Ok(())
+        }
+        "merge" => {
+            let Some(out_path) = &a.output else { return Err(usage("`texc db merge A B ... -o OUT`")) };
+            if a.args.is_empty() {
+                return Err(usage("`texc db merge A B ... -o OUT`: name the databases to merge"));
+            }
+            let mut loaded = Vec::new();
+            for p in &a.args {
+                let path = std::path::PathBuf::from(p);
+                if !path.is_file() {
+                    return Err(Diagnostic::error(format!("{p}: no such database")).into());
+                }
+                loaded.push(Db::new(&path).load().map_err(|e| cannot(&path, e))?);
+            }
+            let merged = db::merge(&loaded);
+            let n = merged.len();
+            Db::new(out_path).rewrite(merged).map_err(|e| cannot(out_path, e))?;
+            outln!("wrote {} ({n} records from {} databases)", out_path.display(), a.args.len());
+            Ok(())
+        }
+        "prune" => {
+            let l = db.load().map_err(|e| cannot(&db.path, e))?;
+            let before = l.records.len();
+            let current = a.other_versions.then_some(texc_pipeline::tuning::TEXC_VERSION);
+            let kept = db::prune(l.records, current);
+            let n = kept.len();
+            db.rewrite(kept).map_err(|e| cannot(&db.path, e))?;
+            outln!("{}: kept {n} of {before} records (the fastest of each kernel)", db.path.display());
+            Ok(())
+        }
+        other => Err(usage(format!("unknown `texc db` action `{other}`; actions: list, show, merge, prune"))),
+    }
+}
+
+/// Before a run, bench or compile: take the tuned knobs of kernel `k` from
+/// the database when no `--knob` is given, and say so.
+pub fn apply_tuned_knobs(pl: &mut Pipeline, c: &Common, k: KernelRef, b: &Bindings) -> Result<(), Error> {
+    if c.no_db || !pl.options.knobs.is_empty() || pl.tunables(k).is_empty() || !pl.target().is_compiled() {
+        return Ok(());
+    }
+    let db = database(c);
+    if !db.path.exists() {
+        return Ok(());
+    }
+    let written = pl.specialize(k, b)?;
+    if let Some(r) = pl.best_record(&db, k, &written)? {
+        eprintln!(
+            "note: using tuned knobs {} of `{}` ({:.4} ms when tuned) from {} (--no-db to ignore)",
+            show_knobs(&r.knobs),
+            r.kernel,
+            r.time_ms,
+            db.path.display()
+        );
+        pl.options.knobs = r.knobs.into_iter().collect();
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! `texc tune` and `texc db`: a schedule template's knobs searched in worker
+//! processes, recorded in an append-only database that survives a killed
+//! tuner and concurrent tuners, and used by `run`, `bench` and `compile`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("parent").to_path_buf()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("texc-tune-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("tmp");
+    d.join(name)
+}
+
+fn texc_cmd(db: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_texc"));
+    c.args(args).current_dir(root()).env("TEXC_TUNING_DB", db).env("TEXC_NUM_THREADS", "1");
+    c
+}
+
+fn texc(db: &Path, args: &[&str]) -> Output {
+    texc_cmd(db, args).output().expect("texc runs")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string())
+}
+
+const TUNE: [&str; 8] =
+    ["tune", "examples/tuned_matmul.tex", "--target", "x86-avx2", "--shape", "M=64,K=64,N=64", "--warmup", "1"];
+
+fn tune(db: &Path, trials: usize, seed: u64) -> Output {
+    let (t, s) = (trials.to_string(), seed.to_string());
+    let mut args: Vec<&str> = TUNE.to_vec();
+    args.extend(["--repeat", "3", "--trials", &t, "--seed", &s]);
+    texc(db, &args)
+}
+
+fn records(db: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(db).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+#[test]
+fn tunes_records_resumes_and_is_used_by_run() {
+    let db = tmp("resume.jsonl");
+    let o = tune(&db, 5, 1);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(out.contains("tuned `mm` on x86-avx2 [M=64, K=64, N=64]: 5 trials"), "{out}");
+    assert!(out.contains("default") && out.contains("best"), "{out}");
+    let first = records(&db);
+    assert_eq!(first.len(), 5, "{out}\n{e}");
+    // Candidate zero (each list's first value) is always measured first.
+    assert_eq!(first[0]["knobs"], serde_json::json!({"ti": 4, "tj": 16, "tk": 4}));
+    let best = first.iter().map(|r| r["time_ms"].as_f64().expect("time")).fold(f64::INFINITY, f64::min);
+    assert!(best <= first[0]["time_ms"].as_f64().expect("time"));
+    // A second tune continues: the first five are not measured again.
+    let o = tune(&db, 9, 1);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(out.contains("9 trials (4 measured now") && out.contains("5 from the database"), "{out}");
+    let all = records(&db);
+    assert_eq!(all.len(), 9);
+    let knobs: std::collections::HashSet<String> = all.iter().map(|r| r["knobs"].to_string()).collect();
+    assert_eq!(knobs.len(), 9, "no candidate measured twice");
+    // The schedule recorded is a block to paste: no tunables left.
+    let sched = all[0]["schedule"].as_str().expect("schedule");
+    assert!(
+        sched.starts_with("schedule mm for x86-avx2 {") && !sched.contains('?') && !sched.contains("tune "),
+        "{sched}"
+    );
+    // run takes the best knobs, says so, and stays right.
+    let run = ["run", "examples/tuned_matmul.tex", "--target", "x86-avx2", "--shape", "M=64,K=64,N=64", "--check"];
+    let o = texc(&db, &run);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(e.contains("note: using tuned knobs") && out.contains("check `C` against interp"), "{e}{out}");
+    let mut no_db = run.to_vec();
+    no_db.push("--no-db");
+    let o = texc(&db, &no_db);
+    assert!(!text(&o).1.contains("tuned knobs"), "{}", text(&o).1);
+    // Other sizes are another key: nothing to use.
+    let o = texc(&db, &["run", "examples/tuned_matmul.tex", "--target", "x86-avx2", "--shape", "M=32,K=64,N=64"]);
+    assert!(!text(&o).1.contains("tuned knobs"), "{}", text(&o).1);
+    let o = texc(&db, &["db", "list"]);
+    assert!(text(&o).0.contains("mm on x86-avx2") && text(&o).0.contains("9 trials"), "{}", text(&o).0);
+}
+
+#[test]
+fn a_killed_tuner_loses_at_most_its_trial_in_flight() {
+    let db = tmp("killed.jsonl");
+    let mut args: Vec<&str> = TUNE.to_vec();
+    args.extend(["--trials", "18", "--repeat", "200"]);
+    let mut child = texc_cmd(&db, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
+    // Let it record a few trials, then kill -9.
+    let start = std::time::Instant::now();
+    while records(&db).len() < 2 && start.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().expect("kill -9");
+    child.wait().expect("reaped");
+    let before = records(&db).len();
+    assert!(before >= 2, "records before the kill: {before}");
+    // Simulate the worst moment: a record torn in the middle of its line.
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&db).expect("open");
+        f.write_all(b"{\"v\":1,\"target\":\"x86-av").expect("torn line");
+    }
+    let o = tune(&db, 18, 0);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let o = texc(&db, &["db", "list"]);
+    let (out, _) = text(&o);
+    assert!(out.contains("18 records, 1 damaged lines skipped"), "{out}");
+    assert_eq!(records(&db).len(), 18);
+}
+
+#[test]
+fn two_tuners_at_once_write_whole_records() {
+    let db = tmp("concurrent.jsonl");
+    let spawn = |seed: &str| {
+        let mut args: Vec<&str> = TUNE.to_vec();
+        args.extend(["--repeat", "3", "--trials", "6", "--seed", seed]);
+        texc_cmd(&db, &args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn")
+    };
+    let (a, b) = (spawn("1"), spawn("2"));
+    for c in [a, b] {
+        let o = c.wait_with_output().expect("waits");
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let text = std::fs::read_to_string(&db).expect("db");
+    assert_eq!(text.lines().count(), 12, "{text}");
+    assert_eq!(records(&db).len(), 12, "every line is a whole record");
+}
+
+#[test]
+fn merge_prune_and_errors() {
+    let (a, b, m) = (tmp("a.jsonl"), tmp("b.jsonl"), tmp("m.jsonl"));
+    assert_eq!(tune(&a, 3, 1).status.code(), Some(0));
+    assert_eq!(tune(&b, 4, 2).status.code(), Some(0));
+    let o = texc(
+        &a,
+        &["db", "merge", a.to_str().expect("utf-8"), b.to_str().expect("utf-8"), "-o", m.to_str().expect("utf-8")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let distinct: std::collections::HashSet<String> =
+        records(&a).iter().chain(&records(&b)).map(|r| r.to_string()).collect();
+    assert_eq!(records(&m).len(), distinct.len());
+    let o = texc(&m, &["db", "prune"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    assert_eq!(records(&m).len(), 1, "the fastest record of the one key");
+    // Misuse and input errors.
+    let o = texc(&m, &["db", "frob"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = texc(&m, &["tune", "examples/tuned_matmul.tex", "--target", "x86-avx2", "--knob", "ti=4"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = texc(&m, &["tune", "examples/softmax.tex", "--target", "x86-avx2", "--trials", "2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("nothing to tune"), "{}", text(&o).1);
+    // A value outside a tunable's candidates is a spanned error at its `tune`.
+    let o = texc(&m, &["run", "examples/tuned_matmul.tex", "--target", "x86-avx2", "--knob", "ti=3"]);
+    let (_, e) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("not one of its candidates") && e.contains("tuned_matmul.tex:"), "{e}");
+}
