@@ -83,6 +83,30 @@ fn all_points(ts: &[Tunable], rng: &mut SplitMix64) -> Vec<Point> {
     pts
 }
 
+/// `I/N` with `I < N`.
+fn parse_shard(text: &str) -> Option<(usize, usize)> {
+    let (i, n) = text.split_once('/')?;
+    let (i, n) = (i.trim().parse::<usize>().ok()?, n.trim().parse::<usize>().ok()?);
+    (i < n && n <= 100_000).then_some((i, n))
+}
+
+/// Candidate zero, then distinct random points: `count` in all (or the whole space, if smaller).
+fn sample_points(ts: &[Tunable], count: usize, rng: &mut SplitMix64) -> Vec<Point> {
+    let mut pts = vec![point_zero(ts)];
+    let mut seen: HashSet<Vec<(String, i64)>> = pts.iter().map(|p| knobs_of(ts, p)).collect();
+    let mut misses = 0;
+    while pts.len() < count && misses < 10_000 {
+        let p = random_point(ts, rng);
+        if seen.insert(knobs_of(ts, &p)) {
+            pts.push(p);
+            misses = 0;
+        } else {
+            misses += 1;
+        }
+    }
+    pts
+}
+
 /// One worker's measurement: the median in ms, or why it failed.
 fn measure(a: &TuneArgs, knobs: &[(String, i64)]) -> Result<f64, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find texc itself: {e}"))?;
@@ -156,6 +180,12 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     if !c.knob.is_empty() {
         return Err(usage("`texc tune` chooses the knobs: --knob does not apply"));
     }
+    let shard = match &a.shard {
+        None => None,
+        Some(text) => Some(parse_shard(text).ok_or_else(|| {
+            usage(format!("--shard {text}: expected I/N with 0 <= I < N <= 100000, like `--shard 0/4`"))
+        })?),
+    };
     let k: KernelRef = kernel(pl, c)?;
     let b: Bindings = bindings(c)?;
     let written = pl.specialize(k, &b)?;
@@ -182,8 +212,21 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     let resumed = trials.len();
     let mut rng = SplitMix64::new(a.seed);
     let size = texc_schedules::tuning::space::size(&ts);
-    let mut queue: Vec<Point> = if size <= a.trials as u64 { all_points(&ts, &mut rng) } else { vec![point_zero(&ts)] };
-    let evolutionary = size > a.trials as u64;
+    // Sharded, the stream cannot depend on measurements (other shards make
+    // them): a large space is then sampled at random instead of evolved.
+    let mut queue: Vec<Point> = if size <= a.trials as u64 {
+        all_points(&ts, &mut rng)
+    } else if shard.is_some() {
+        sample_points(&ts, a.trials, &mut rng)
+    } else {
+        vec![point_zero(&ts)]
+    };
+    let evolutionary = size > a.trials as u64 && shard.is_none();
+    if let Some((i, n)) = shard {
+        queue.truncate(a.trials);
+        queue = queue.into_iter().enumerate().filter(|(p, _)| p % n == i).map(|(_, q)| q).collect();
+    }
+    let trial_limit = if shard.is_some() { queue.len() + trials.len() } else { a.trials };
     let mut seen: HashSet<Vec<(String, i64)>> = trials.iter().map(|t| t.knobs.clone()).collect();
     let names: Vec<&str> = ts.iter().map(|t| t.name.as_str()).collect();
     let sizes: Vec<String> = written.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
@@ -209,7 +252,7 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     });
     let started = Instant::now();
     let mut misses = 0;
-    while trials.len() < a.trials && started.elapsed().as_secs_f64() < a.time_budget && misses < 1000 {
+    while trials.len() < trial_limit && started.elapsed().as_secs_f64() < a.time_budget && misses < 1000 {
         let point = match queue.pop_first_or_next(evolutionary, &trials, &ts, &mut rng) {
             Some(p) => p,
             None => break,

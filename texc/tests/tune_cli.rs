@@ -166,3 +166,42 @@ fn merge_prune_and_errors() {
     assert_eq!(o.status.code(), Some(1), "{e}");
     assert!(e.contains("not one of its candidates") && e.contains("tuned_matmul.tex:"), "{e}");
 }
+
+/// `--shard i/n` splits the candidate stream: the shards of one seed and
+/// trial count, merged, measure exactly the candidates one unsplit run
+/// (`--shard 0/1`) measures. (A space larger than --trials is sampled at
+/// random when sharded, since evolving needs every measurement in one place.)
+#[test]
+fn shards_merged_equal_one_run() {
+    let knob_set = |db: &Path| -> std::collections::BTreeSet<String> {
+        records(db).iter().map(|r| r["knobs"].to_string()).collect()
+    };
+    let whole = tmp("whole.jsonl");
+    let mut one: Vec<&str> = TUNE.to_vec();
+    one.extend(["--repeat", "3", "--trials", "7", "--seed", "3", "--shard", "0/1"]);
+    assert_eq!(texc(&whole, &one).status.code(), Some(0));
+    assert_eq!(records(&whole).len(), 7);
+    let mut parts = Vec::new();
+    for i in 0..3 {
+        let part = tmp(&format!("shard{i}.jsonl"));
+        let shard = format!("{i}/3");
+        let mut args: Vec<&str> = TUNE.to_vec();
+        args.extend(["--repeat", "3", "--trials", "7", "--seed", "3", "--shard", &shard]);
+        let o = texc(&part, &args);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+        parts.push(part);
+    }
+    let sizes: Vec<usize> = parts.iter().map(|p| records(p).len()).collect();
+    assert_eq!(sizes, vec![3, 2, 2], "disjoint shards of 7 candidates");
+    let merged = tmp("merged.jsonl");
+    let mut args = vec!["db", "merge"];
+    let names: Vec<String> = parts.iter().map(|p| p.display().to_string()).collect();
+    args.extend(names.iter().map(String::as_str));
+    let m = merged.display().to_string();
+    args.extend(["-o", &m]);
+    assert_eq!(texc(&merged, &args).status.code(), Some(0));
+    assert_eq!(knob_set(&merged), knob_set(&whole));
+    let mut bad: Vec<&str> = TUNE.to_vec();
+    bad.extend(["--shard", "3/3"]);
+    assert_eq!(texc(&merged, &bad).status.code(), Some(2));
+}
