@@ -11,6 +11,7 @@ optimizing and emitting machine code); the front end and scheduling are
 the same for every target. Ratios are relative to the first target.
 """
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -32,10 +33,9 @@ def bench(file, kernel, target, extra, repeat, threads):
     if kernel:
         args += ["--kernel", kernel]
     env = dict(os.environ, TEXC_NUM_THREADS=str(threads))
-    out = subprocess.run(args + extra, env=env, check=True, capture_output=True, text=True).stdout
-    ms = float(re.search(r"time\s+([0-9.]+) ms", out).group(1))
-    compile_s = float(re.search(r"compile\s+([0-9.]+) s", out).group(1))
-    return ms, compile_s * 1e3
+    out = subprocess.run(args + extra + ["--json"], env=env, check=True, capture_output=True, text=True).stdout
+    j = json.loads(out)
+    return j["time_ms"]["median"], j["compile_s"] * 1e3
 
 
 def kernels(file):
@@ -69,7 +69,7 @@ def main():
             ratio = cs[0] / max(cs[-1], 1e-6)
             ratios.append(ratio)
             print(f"{f + ':' + k:40} " + " ".join(f"{c:20.2f}" for c in cs) + f" {ratio:7.1f} "
-                  + " ".join(f"{ms:16.3f}" for ms, _ in rs) + f" {rs[-1][0] / rs[0][0]:7.2f}")
+                  + " ".join(f"{ms:16.5f}" for ms, _ in rs) + f" {rs[-1][0] / rs[0][0]:7.2f}")
     print(f"geometric mean ratio {targets[0]}/{targets[-1]}: {pow(2.718281828, sum(map(lambda r: __import__('math').log(r), ratios)) / len(ratios)):.1f}")
     print()
     print(f"run time (ms, median of {a.repeat}, {a.threads} thread(s)), default schedules")

@@ -163,6 +163,9 @@ impl Machine {
         match self.half_lanes {
             _ if extent >= self.lanes => self.lanes,
             Some(half) if extent >= half => half,
+            // AVX-512 masks partial vectors at full speed: a row of half a
+            // 256-bit vector or more is one vector of its own length.
+            Some(half) if 2 * extent >= half => extent,
             _ => 0,
         }
     }
@@ -177,7 +180,14 @@ pub fn default_schedule(p: &mut Program, target: &Target) -> Schedules {
     while si < p.stages.len() {
         let st = &p.stages[si];
         let float = p.tensor(st.tensor).elem.is_float();
-        let lanes = Machine::of(target, st, p).lanes;
+        let m = Machine::of(target, st, p);
+        // Partial results are combined one by one at the end of each row: a
+        // row of fewer than four full vectors keeps fewer of them.
+        let row = st.vars.get(st.n_axes).map_or(0, |v| v.extent);
+        let lanes = match m.half_lanes {
+            Some(half) if row < 4 * m.lanes => half,
+            _ => m.lanes,
+        };
         if float && lanes > 1 && reduces_along_rows(p, st) && crate::normalize::rfactor(p, si, lanes) {
             si += 1;
         }
