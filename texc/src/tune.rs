@@ -253,7 +253,7 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     let started = Instant::now();
     let mut misses = 0;
     while trials.len() < trial_limit && started.elapsed().as_secs_f64() < a.time_budget && misses < 1000 {
-        let point = match queue.pop_first_or_next(evolutionary, &trials, &ts, &mut rng) {
+        let point = match next_point(&mut queue, evolutionary, &trials, &ts, &mut rng) {
             Some(p) => p,
             None => break,
         };
@@ -311,42 +311,29 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
 
 /// The next candidate: the queue's (enumeration, or candidate zero first),
 /// then for large spaces random points and mutations of the fastest.
-trait NextPoint {
-    fn pop_first_or_next(
-        &mut self,
-        evolutionary: bool,
-        trials: &[Trial],
-        ts: &[Tunable],
-        rng: &mut SplitMix64,
-    ) -> Option<Point>;
-}
-
-impl NextPoint for Vec<Point> {
-    fn pop_first_or_next(
-        &mut self,
-        evolutionary: bool,
-        trials: &[Trial],
-        ts: &[Tunable],
-        rng: &mut SplitMix64,
-    ) -> Option<Point> {
-        if !self.is_empty() {
-            return Some(self.remove(0));
-        }
-        if !evolutionary {
-            return None;
-        }
-        let mut ok: Vec<(&Trial, f64)> =
-            trials.iter().filter_map(|t| t.result.as_ref().ok().map(|&ms| (t, ms))).collect();
-        ok.sort_by(|a, b| a.1.total_cmp(&b.1));
-        // A quarter of the trials explore; the rest refine the four fastest.
-        if ok.is_empty() || rng.next_u64() % 4 == 0 {
-            return Some(random_point(ts, rng));
-        }
-        let parent = ok[(rng.next_u64() % ok.len().min(4) as u64) as usize].0;
-        let p: Point = ts.iter().map(|t| parent.knobs.iter().find(|(n, _)| *n == t.name).map(|(_, v)| *v)).collect();
-        let p: Point = p.iter().zip(ts).map(|(v, t)| v.or(Some(t.candidates[0]))).collect();
-        Some(mutate(ts, &p, rng))
+fn next_point(
+    queue: &mut Vec<Point>,
+    evolutionary: bool,
+    trials: &[Trial],
+    ts: &[Tunable],
+    rng: &mut SplitMix64,
+) -> Option<Point> {
+    if !queue.is_empty() {
+        return Some(queue.remove(0));
     }
+    if !evolutionary {
+        return None;
+    }
+    let mut ok: Vec<(&Trial, f64)> = trials.iter().filter_map(|t| t.result.as_ref().ok().map(|&ms| (t, ms))).collect();
+    ok.sort_by(|a, b| a.1.total_cmp(&b.1));
+    // A quarter of the trials explore; the rest refine the four fastest.
+    if ok.is_empty() || rng.next_u64() % 4 == 0 {
+        return Some(random_point(ts, rng));
+    }
+    let parent = ok[(rng.next_u64() % ok.len().min(4) as u64) as usize].0;
+    let p: Point = ts.iter().map(|t| parent.knobs.iter().find(|(n, _)| *n == t.name).map(|(_, v)| *v)).collect();
+    let p: Point = p.iter().zip(ts).map(|(v, t)| v.or(Some(t.candidates[0]))).collect();
+    Some(mutate(ts, &p, rng))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -339,7 +339,7 @@ impl Checker<'_> {
                 let (Some(x), Some(y)) = (form_of(p, *a), form_of(p, *b)) else { return };
                 let Some(diff) = x.add(&y, -1) else { return };
                 // diff = terms + c; the comparison bounds `diff` against 0.
-                let op = if v { *op } else { negate(*op) };
+                let op = if v { *op } else { op.negated().expect("a comparison") };
                 let iv = match op {
                     BinOp::Lt => Iv { lo: None, hi: Some(-1) },
                     BinOp::Le => Iv { lo: None, hi: Some(0) },
@@ -360,17 +360,5 @@ impl Checker<'_> {
             }
             _ => {}
         }
-    }
-}
-
-fn negate(op: BinOp) -> BinOp {
-    match op {
-        BinOp::Lt => BinOp::Ge,
-        BinOp::Le => BinOp::Gt,
-        BinOp::Gt => BinOp::Le,
-        BinOp::Ge => BinOp::Lt,
-        BinOp::Eq => BinOp::Ne,
-        BinOp::Ne => BinOp::Eq,
-        o => o,
     }
 }
