@@ -191,6 +191,14 @@ impl Pipeline {
         render_all(diags, &self.session.sources)
     }
 
+    /// An error as the command line prints it.
+    pub fn render_error(&self, e: Error) -> String {
+        match e {
+            Error::Input(d) => self.render(&d),
+            Error::Usage(m) => format!("error: {m}\n"),
+        }
+    }
+
     // ------------------------------------------------------------ front end
 
     /// *parse* and *resolve* a file and its imports; returns the module.
@@ -363,7 +371,12 @@ impl Pipeline {
         let block = k.and_then(|k| texc_schedules::find_schedule(&self.session, k, t));
         let mut schedules = match block {
             Some(sc) => texc_schedules::apply::apply(p, sc, t, &self.options.knobs)?,
-            None => texc_schedules::default::default_schedule(p, t),
+            None => {
+                let knobs = texc_schedules::default::DefaultKnobs::from_knobs(&self.options.knobs).map_err(|m| {
+                    Diagnostic::error(format!("{m}: the kernel runs the default schedule on {}", t.name))
+                })?;
+                texc_schedules::default::default_schedule_with(p, t, knobs)
+            }
         };
         let regions = texc_schedules::attach::infer(p, &mut schedules)?;
         let p: &Program = p;

@@ -19,19 +19,39 @@ impl Pipeline {
         texc_schedules::find_schedule(&self.session, k, self.options.target)
     }
 
-    /// The tunables of kernel `k`'s schedule template on the target (none without a template).
+    /// The tunables of kernel `k` on the target: its schedule template's, or
+    /// without a template the default schedule's knobs
+    /// ([`DefaultKnobs`](texc_schedules::default::DefaultKnobs)); none on the interpreter.
     pub fn tunables(&self, k: KernelRef) -> Vec<Tunable> {
-        self.template(k).map(space::tunables).unwrap_or_default()
+        if !self.options.target.is_compiled() {
+            return Vec::new();
+        }
+        match self.template(k) {
+            Some(src) => space::tunables(src),
+            None => texc_schedules::default::DefaultKnobs::SPACE
+                .iter()
+                .map(|(name, values)| Tunable { name: name.to_string(), candidates: values.to_vec(), listed: false })
+                .collect(),
+        }
     }
 
-    /// The template with `knobs` substituted, as `.tex` schedule text.
+    /// The schedule with `knobs`: the template with them substituted, as
+    /// `.tex` schedule text; for the default schedule, the `--knob` that sets them.
     pub fn instantiate(&self, k: KernelRef, knobs: &[(String, i64)]) -> Option<String> {
-        self.template(k).map(|src| space::instantiate(src, &self.session.sources, knobs))
+        match self.template(k) {
+            Some(src) => Some(space::instantiate(src, &self.session.sources, knobs)),
+            None if knobs.is_empty() => Some("# the default schedule".to_string()),
+            None => {
+                let list: Vec<String> = knobs.iter().map(|(n, v)| format!("{n}={v}")).collect();
+                Some(format!("# the default schedule with --knob {}", list.join(",")))
+            }
+        }
     }
 
     /// The key of kernel `k`'s tuning records, `written` being its specialized program.
     pub fn tuning_key(&self, k: KernelRef, written: &Program) -> Key {
-        let template = self.instantiate(k, &[]).unwrap_or_default();
+        let template =
+            self.template(k).map(|src| space::instantiate(src, &self.session.sources, &[])).unwrap_or_default();
         let text =
             format!("{}\n{template}\ntexc {}", texc_compiler::print::print_program(written), env!("CARGO_PKG_VERSION"));
         Key {

@@ -135,6 +135,55 @@ pub fn default_inlining(p: &mut Program) {
     }
 }
 
+/// Parameters of the default schedule that `--knob` (and the autotuner)
+/// may set for a kernel without a schedule block of its own: `rows` (rows
+/// of a register block), `kslice` (depth of the reduction slices of long
+/// products), `cols` (columns of a block of packed panels), `pack` (0: no
+/// packing of the vector operand). Unset, each keeps its machine-derived value.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DefaultKnobs {
+    pub rows: Option<i64>,
+    pub kslice: Option<i64>,
+    pub cols: Option<i64>,
+    pub pack: Option<bool>,
+}
+
+impl DefaultKnobs {
+    /// The knobs and the values the autotuner tries for each.
+    pub const SPACE: [(&'static str, &'static [i64]); 4] = [
+        ("rows", &[2, 3, 4, 6, 8, 12]),
+        ("kslice", &[64, 128, 256, 512]),
+        ("cols", &[64, 128, 256]),
+        ("pack", &[1, 0]),
+    ];
+
+    /// From `--knob` values; a name that is not one of them, or a value out
+    /// of its range, is an error naming the knobs there are.
+    pub fn from_knobs(knobs: &crate::Knobs) -> Result<DefaultKnobs, String> {
+        let mut d = DefaultKnobs::default();
+        for (name, &v) in knobs {
+            let ok = match name.as_str() {
+                "rows" if (1..=64).contains(&v) => d.rows.replace(v).is_none(),
+                "kslice" if (1..=1 << 20).contains(&v) => d.kslice.replace(v).is_none(),
+                "cols" if (1..=1 << 20).contains(&v) => d.cols.replace(v).is_none(),
+                "pack" if v == 0 || v == 1 => d.pack.replace(v == 1).is_none(),
+                "rows" | "kslice" | "cols" | "pack" => false,
+                _ => {
+                    return Err(format!(
+                        "knob `{name}` is not a knob of the default schedule (its knobs: rows, kslice, cols, pack)"
+                    ))
+                }
+            };
+            if !ok {
+                return Err(format!(
+                    "knob `{name}` = {v} is out of its range (rows 1..=64, kslice and cols ≥ 1, pack 0 or 1)"
+                ));
+            }
+        }
+        Ok(d)
+    }
+}
+
 /// The machine a default schedule is made for: vector width and registers.
 #[derive(Clone, Copy)]
 struct Machine {
@@ -146,14 +195,15 @@ struct Machine {
     /// (AVX-512 machines run 256-bit vectors at full rate): loops shorter than
     /// a full vector but at least this long use it instead of staying scalar.
     half_lanes: Option<i64>,
+    knobs: DefaultKnobs,
 }
 
 impl Machine {
-    fn of(target: &Target, st: &Stage, p: &Program) -> Machine {
+    fn of(target: &Target, st: &Stage, p: &Program, knobs: DefaultKnobs) -> Machine {
         let lanes = target.compute_lanes(p.tensor(st.tensor).elem).max(1);
         let half_bits = target.vector_bits as i64 / 2;
         let half_lanes = (half_bits >= 256 && lanes >= 2).then_some(lanes / 2);
-        Machine { lanes, accumulators: (target.vector_registers as i64 * 3 / 4).max(2), half_lanes }
+        Machine { lanes, accumulators: (target.vector_registers as i64 * 3 / 4).max(2), half_lanes, knobs }
     }
 
     /// The vector width for an innermost loop of `extent` iterations: the
@@ -173,6 +223,11 @@ impl Machine {
 
 /// The default schedule of `p` for `target`; inlines and factors stages of `p` first.
 pub fn default_schedule(p: &mut Program, target: &Target) -> Schedules {
+    default_schedule_with(p, target, DefaultKnobs::default())
+}
+
+/// [`default_schedule`] with some of its parameters set ([`DefaultKnobs`]).
+pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
     default_inlining(p);
     hoist_reductions(p);
     // Row reductions of floats are factored so that their partial results vectorize.
@@ -180,7 +235,7 @@ pub fn default_schedule(p: &mut Program, target: &Target) -> Schedules {
     while si < p.stages.len() {
         let st = &p.stages[si];
         let float = p.tensor(st.tensor).elem.is_float();
-        let m = Machine::of(target, st, p);
+        let m = Machine::of(target, st, p, knobs);
         // Partial results are combined one by one at the end of each row: a
         // row of fewer than four full vectors keeps fewer of them.
         let row = st.vars.get(st.n_axes).map_or(0, |v| v.extent);
@@ -199,7 +254,7 @@ pub fn default_schedule(p: &mut Program, target: &Target) -> Schedules {
         let st = &p.stages[si];
         if reduces_along_rows(p, st) {
             schedule_row_reduction(ss);
-        } else if let Some(req) = schedule_stage(ss, p, st, Machine::of(target, st, p)) {
+        } else if let Some(req) = schedule_stage(ss, p, st, Machine::of(target, st, p, knobs)) {
             packs.push((si, req));
         }
     }
@@ -376,7 +431,7 @@ fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     let long = row >= lanes && short_vectors > 6;
     let vectors = if long { 2 } else { short_vectors };
     let a = reuse_axis(p, st);
-    let f = block_rows(m.accumulators / vectors, ss.ivs[a].extent);
+    let f = block_rows(m.knobs.rows.unwrap_or(m.accumulators / vectors), ss.ivs[a].extent);
     if f < 2 {
         vectorize_inner(ss, inner, m);
         return None;
@@ -413,14 +468,15 @@ fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     let (o, v) =
         ss.split(inner, width, (&format!("{iname}.o"), span), (&format!("{iname}.v"), span), span).expect("fresh");
     ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
-    let per_block = (128 / width).max(1);
+    let per_block = (m.knobs.cols.unwrap_or(128) / width).max(1);
     let panels = (per_block > 1 && ss.ivs[o].extent >= 2 * per_block).then(|| {
         ss.split(o, per_block, (&format!("{iname}.oo"), span), (&format!("{iname}.oi"), span), span).expect("fresh")
     });
     let slices = match reductions[..] {
-        [k] if ss.ivs[k].extent > 256 => {
+        [k] if ss.ivs[k].extent > m.knobs.kslice.unwrap_or(256) => {
             let kname = ss.ivs[k].name.clone();
-            Some(ss.split(k, 256, (&format!("{kname}.o"), span), (&format!("{kname}.i"), span), span).expect("fresh"))
+            let depth = m.knobs.kslice.unwrap_or(256);
+            Some(ss.split(k, depth, (&format!("{kname}.o"), span), (&format!("{kname}.i"), span), span).expect("fresh"))
         }
         _ => None,
     };
@@ -446,6 +502,9 @@ fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
     let (ko, _) = slices?;
     panels?;
+    if m.knobs.pack == Some(false) {
+        return None;
+    }
     vector_operand(p, st).map(|tensor| PackRequest { leaf: ko, tensor, width })
 }
 

@@ -43,7 +43,7 @@ fn knobs_of(ts: &[Tunable], p: &Point) -> Vec<(String, i64)> {
 
 fn show_knobs(k: &[(String, i64)]) -> String {
     if k.is_empty() {
-        "(the template's own values)".into()
+        "(no knobs: the schedule's own values)".into()
     } else {
         k.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")
     }
@@ -81,6 +81,10 @@ fn all_points(ts: &[Tunable], rng: &mut SplitMix64) -> Vec<Point> {
     pts.retain(|p| knobs_of(ts, p) != knobs_of(ts, &zero));
     pts.insert(0, zero);
     pts
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().find(|l| !l.trim().is_empty()).unwrap_or("no message").trim().to_string()
 }
 
 /// `I/N` with `I < N`.
@@ -192,11 +196,7 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     let ts = pl.tunables(k);
     let t = pl.target();
     if ts.is_empty() {
-        let why = if texc_schedules::find_schedule(&pl.session, k, t).is_some() {
-            "its schedule has no tunables (`?t` factors or `tune t in [...]`)"
-        } else {
-            "it has no schedule block for this target; spaces generated without a template are not built yet"
-        };
+        let why = "its schedule has no tunables (`?t` factors or `tune t in [...]`)";
         return Err(Diagnostic::error(format!("kernel `{}` has nothing to tune on {t}: {why}", written.name)).into());
     }
     // The template itself must apply (its errors are the user's to fix first).
@@ -252,7 +252,9 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     });
     let started = Instant::now();
     let mut misses = 0;
-    while trials.len() < trial_limit && started.elapsed().as_secs_f64() < a.time_budget && misses < 1000 {
+    let mut duplicates = 0;
+    let mut nests: HashSet<String> = HashSet::new();
+    while trials.len() < trial_limit && started.elapsed().as_secs_f64() < a.time_budget && misses < 200 {
         let point = match next_point(&mut queue, evolutionary, &trials, &ts, &mut rng) {
             Some(p) => p,
             None => break,
@@ -262,8 +264,22 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
             misses += 1;
             continue;
         }
+        // Built here first: an illegal candidate is rejected before any
+        // worker compiles it, and one whose loop nests another already had
+        // is not measured again.
+        pl.options.knobs = knobs.iter().cloned().collect();
+        let built = pl.build(k, &b).map(|(_, loops)| texc_schedules::ir::print(&loops.legal));
+        pl.options.knobs.clear();
+        let result = match built {
+            Err(e) => Err(format!("rejected before compiling: {}", first_line(&pl.render_error(e)))),
+            Ok(nest) if !nests.insert(db::stable_hash(nest.as_bytes())) => {
+                duplicates += 1;
+                misses += 1;
+                continue;
+            }
+            Ok(_) => measure(a, &knobs),
+        };
         misses = 0;
-        let result = measure(a, &knobs);
         let at = started.elapsed().as_secs_f64();
         if let Ok(ms) = result {
             let record = Record {
@@ -305,6 +321,9 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     }
     if let Some(pb) = bar {
         pb.finish_and_clear();
+    }
+    if duplicates > 0 {
+        eprintln!("{duplicates} candidates gave loop nests an earlier one had, and were not measured again");
     }
     report(pl, a, k, &written.name, &sizes, &trials, started.elapsed().as_secs_f64(), &db)
 }

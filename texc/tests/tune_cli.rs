@@ -157,7 +157,8 @@ fn merge_prune_and_errors() {
     assert_eq!(o.status.code(), Some(2));
     let o = texc(&m, &["tune", "examples/tuned_matmul.tex", "--target", "x86-avx2", "--knob", "ti=4"]);
     assert_eq!(o.status.code(), Some(2));
-    let o = texc(&m, &["tune", "examples/softmax.tex", "--target", "x86-avx2", "--trials", "2"]);
+    // A schedule block without tunables pins the loop nest: nothing to tune.
+    let o = texc(&m, &["tune", "examples/matmul.tex", "--target", "x86-avx2", "--trials", "2"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).1.contains("nothing to tune"), "{}", text(&o).1);
     // A value outside a tunable's candidates is a spanned error at its `tune`.
@@ -204,4 +205,50 @@ fn shards_merged_equal_one_run() {
     let mut bad: Vec<&str> = TUNE.to_vec();
     bad.extend(["--shard", "3/3"]);
     assert_eq!(texc(&merged, &bad).status.code(), Some(2));
+}
+
+/// A kernel without a schedule block is tuned through the default
+/// schedule's knobs (rows, kslice, cols, pack); candidates whose loop nests
+/// an earlier one already had are not measured again; the knobs are checked.
+#[test]
+fn kernels_without_a_template_tune_the_default_schedule() {
+    let db = tmp("default.jsonl");
+    let shape = ["--shape", "M=48,K=300,N=160"];
+    let mut args = vec!["tune", "benches/matmul.tex", "--target", "x86-avx2", "--trials", "6", "--repeat", "2"];
+    args.extend(shape);
+    let o = texc(&db, &args);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(out.contains("tuned `matmul`"), "{out}");
+    let rs = records(&db);
+    assert!(!rs.is_empty() && rs.len() <= 6, "{out}\n{e}");
+    assert_eq!(rs[0]["knobs"], serde_json::json!({}), "candidate zero is the default schedule itself");
+    for r in &rs[1..] {
+        let knobs = r["knobs"].as_object().expect("knobs");
+        assert!(knobs.keys().all(|k| ["rows", "kslice", "cols", "pack"].contains(&k.as_str())), "{r}");
+        assert!(r["schedule"].as_str().expect("text").starts_with("# the default schedule with --knob "), "{r}");
+    }
+    // The knobs on the command line: checked, and the results stay right.
+    let mut run = vec![
+        "run",
+        "benches/matmul.tex",
+        "--target",
+        "x86-avx2",
+        "--check",
+        "--no-db",
+        "--knob",
+        "rows=3,kslice=64,pack=0",
+    ];
+    run.extend(shape);
+    let o = texc(&db, &run);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let mut bad = vec!["run", "benches/matmul.tex", "--target", "x86-avx2", "--knob", "tile=4"];
+    bad.extend(shape);
+    let o = texc(&db, &bad);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, kslice, cols, pack)"),
+        "{}",
+        text(&o).1
+    );
 }
