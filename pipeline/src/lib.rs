@@ -23,7 +23,7 @@ pub mod oracle;
 pub mod tuning;
 
 pub use loops_file::{is_loops_file, LoopsFile};
-pub use options::{Dump, Options, Pass};
+pub use options::{Dump, Options, Pass, KNOB_REWRITE, KNOB_WINOGRAD};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -191,6 +191,12 @@ impl Pipeline {
         render_all(diags, &self.session.sources)
     }
 
+    /// The knobs of the schedule: all but the pipeline's own ([`KNOB_REWRITE`], [`KNOB_WINOGRAD`]).
+    fn schedule_knobs(&self) -> texc_schedules::Knobs {
+        let own = [KNOB_REWRITE, KNOB_WINOGRAD];
+        self.options.knobs.iter().filter(|(k, _)| !own.contains(&k.as_str())).map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
     /// An error as the command line prints it.
     pub fn render_error(&self, e: Error) -> String {
         match e {
@@ -339,7 +345,7 @@ impl Pipeline {
         if !t.is_compiled() {
             return Some(NoRewrite::Interpreter);
         }
-        if !self.options.rewrite {
+        if !self.options.rewrites() {
             return Some(NoRewrite::Disabled);
         }
         texc_schedules::find_schedule(&self.session, k, t).map(|sc| NoRewrite::OwnSchedule {
@@ -370,9 +376,9 @@ impl Pipeline {
         let t0 = Instant::now();
         let block = k.and_then(|k| texc_schedules::find_schedule(&self.session, k, t));
         let mut schedules = match block {
-            Some(sc) => texc_schedules::apply::apply(p, sc, t, &self.options.knobs)?,
+            Some(sc) => texc_schedules::apply::apply(p, sc, t, &self.schedule_knobs())?,
             None => {
-                let knobs = texc_schedules::default::DefaultKnobs::from_knobs(&self.options.knobs).map_err(|m| {
+                let knobs = texc_schedules::default::DefaultKnobs::from_knobs(&self.schedule_knobs()).map_err(|m| {
                     Diagnostic::error(format!("{m}: the kernel runs the default schedule on {}", t.name))
                 })?;
                 texc_schedules::default::default_schedule_with(p, t, knobs)

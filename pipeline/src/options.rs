@@ -108,6 +108,12 @@ impl Dump {
     }
 }
 
+/// Knobs of the pipeline itself, which the autotuner sets like schedule
+/// knobs: `rewrite=0` runs the graph as written (as `--no-rewrite`),
+/// `winograd=0` leaves Winograd out of the rewrites (as `--exact`).
+pub const KNOB_REWRITE: &str = "rewrite";
+pub const KNOB_WINOGRAD: &str = "winograd";
+
 #[derive(Clone, Debug)]
 pub struct Options {
     pub target: &'static Target,
@@ -141,7 +147,13 @@ impl Options {
     /// What the rewriter may trade for speed: the f32 tolerance, and whether approximate rewrites are allowed.
     pub fn accuracy(&self) -> Accuracy {
         let f32_tolerance = crate::oracle::tolerance(texc_runtime::DType::F32);
-        Accuracy { tolerance: self.tolerance.unwrap_or(f32_tolerance), approximate: !self.exact }
+        let approximate = !self.exact && self.knobs.get(KNOB_WINOGRAD) != Some(&0);
+        Accuracy { tolerance: self.tolerance.unwrap_or(f32_tolerance), approximate }
+    }
+
+    /// Whether the e-graph rewrites: `--no-rewrite`, or the knob `rewrite=0`, turn it off.
+    pub fn rewrites(&self) -> bool {
+        self.rewrite && self.knobs.get(KNOB_REWRITE) != Some(&0)
     }
 
     /// Defaults: no dump, verification in debug builds, greedy extraction, rewriting on.

@@ -28,8 +28,12 @@ impl Pipeline {
         }
         match self.template(k) {
             Some(src) => space::tunables(src),
+            // The e-graph's choices too: the plan as written, or without Winograd,
+            // measured rather than trusted to the cost model.
             None => texc_schedules::default::DefaultKnobs::SPACE
                 .iter()
+                .copied()
+                .chain([(crate::KNOB_REWRITE, &[1, 0][..]), (crate::KNOB_WINOGRAD, &[1, 0][..])])
                 .map(|(name, values)| Tunable { name: name.to_string(), candidates: values.to_vec(), listed: false })
                 .collect(),
         }

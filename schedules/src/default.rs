@@ -170,7 +170,7 @@ impl DefaultKnobs {
                 "rows" | "kslice" | "cols" | "pack" => false,
                 _ => {
                     return Err(format!(
-                        "knob `{name}` is not a knob of the default schedule (its knobs: rows, kslice, cols, pack)"
+                        "knob `{name}` is not a knob of the default schedule (its knobs: rows, kslice, cols, pack; the pipeline's: rewrite, winograd)"
                     ))
                 }
             };

@@ -120,6 +120,10 @@ fn options(c: &Common) -> Result<Options, Fail> {
         o.max_memory = Some(bytes);
     }
     for (name, value) in parse_ints("--knob", &c.knob)? {
+        let pipeline_knob = name == texc_pipeline::KNOB_REWRITE || name == texc_pipeline::KNOB_WINOGRAD;
+        if pipeline_knob && value != 0 && value != 1 {
+            return Err(Fail::Usage(format!("--knob {name}={value}: expected 0 or 1")));
+        }
         o.knobs.insert(name, value);
     }
     Ok(o)

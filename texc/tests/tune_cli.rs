@@ -225,7 +225,10 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     assert_eq!(rs[0]["knobs"], serde_json::json!({}), "candidate zero is the default schedule itself");
     for r in &rs[1..] {
         let knobs = r["knobs"].as_object().expect("knobs");
-        assert!(knobs.keys().all(|k| ["rows", "kslice", "cols", "pack"].contains(&k.as_str())), "{r}");
+        assert!(
+            knobs.keys().all(|k| ["rows", "kslice", "cols", "pack", "rewrite", "winograd"].contains(&k.as_str())),
+            "{r}"
+        );
         assert!(r["schedule"].as_str().expect("text").starts_with("# the default schedule with --knob "), "{r}");
     }
     // The knobs on the command line: checked, and the results stay right.
@@ -247,7 +250,7 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     let o = texc(&db, &bad);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, kslice, cols, pack)"),
+        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, kslice, cols, pack; the pipeline's: rewrite, winograd)"),
         "{}",
         text(&o).1
     );
