@@ -130,6 +130,9 @@ pub struct TuneArgs {
     /// Print the winning schedule, ready to paste into the kernel's file.
     #[arg(long)]
     pub emit_schedule: bool,
+    /// Draw the best time so far against the trials (SVG).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
     /// Measure only shard I of N of the candidate stream (`--shard 0/4`): shards of one
     /// seed and --trials measure disjoint candidates whose union is what one run measures;
     /// join their databases with `texc db merge`.

@@ -393,6 +393,12 @@ fn report(
         outln!("  90 % of the best (within 1.11× its time) reached at {:.1} s of tuning", first.at);
     }
     outln!("  recorded in {}", db.path.display());
+    if let Some(path) = &a.plot {
+        let svg = progress_svg(name, t.name, trials);
+        texc_runtime::atomic::write(path, svg.as_bytes())
+            .map_err(|e| Error::from(Diagnostic::error(format!("cannot write {}: {e}", path.display()))))?;
+        outln!("  plotted in {}", path.display());
+    }
     if a.emit_schedule {
         outln!("{}", pl.instantiate(k, &best.knobs).unwrap_or_default());
     }
@@ -492,4 +498,52 @@ pub fn apply_tuned_knobs(pl: &mut Pipeline, c: &Common, k: KernelRef, b: &Bindin
         pl.options.knobs = r.knobs.into_iter().collect();
     }
     Ok(())
+}
+
+/// The best time so far after each trial, as an SVG line (failed trials keep the line flat).
+fn progress_svg(kernel: &str, target: &str, trials: &[Trial]) -> String {
+    let mut best = f64::INFINITY;
+    let pts: Vec<(usize, f64)> = trials
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            if let Ok(ms) = t.result {
+                best = best.min(ms);
+            }
+            best.is_finite().then_some((i + 1, best))
+        })
+        .collect();
+    let (w, h, ml, mb, mt, mr) = (640.0, 400.0, 70.0, 50.0, 30.0, 20.0);
+    let n = trials.len().max(2) as f64;
+    let hi = pts.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.05;
+    let lo = pts.iter().map(|p| p.1).fold(f64::INFINITY, f64::min).min(hi) * 0.95;
+    let px = |i: f64| ml + (i - 1.0) / (n - 1.0) * (w - ml - mr);
+    let py = |ms: f64| h - mb - (ms - lo) / (hi - lo).max(1e-12) * (h - mb - mt);
+    let mut s = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"11\">\n");
+    s += &format!("<text x=\"{ml}\" y=\"18\" font-size=\"13\">tuning {kernel} on {target}: best time so far</text>\n");
+    s += &format!(
+        "<rect x=\"{ml}\" y=\"{mt}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\n",
+        w - ml - mr,
+        h - mb - mt
+    );
+    for k in 0..=4 {
+        let ms = lo + (hi - lo) * k as f64 / 4.0;
+        s += &format!("<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{ms:.3}</text>\n", ml - 6.0, py(ms));
+    }
+    s += &format!(
+        "<text x=\"{ml}\" y=\"{:.1}\">1</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
+        h - mb + 16.0,
+        w - mr,
+        h - mb + 16.0,
+        trials.len()
+    );
+    s += &format!("<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">trial</text>\n", (ml + w - mr) / 2.0, h - 10.0);
+    s += &format!(
+        "<text x=\"16\" y=\"{0:.1}\" transform=\"rotate(-90 16 {0:.1})\" text-anchor=\"middle\">ms</text>\n",
+        (mt + h - mb) / 2.0
+    );
+    let line: Vec<String> = pts.iter().map(|&(i, ms)| format!("{:.1},{:.1}", px(i as f64), py(ms))).collect();
+    s += &format!("<polyline points=\"{}\" fill=\"none\" stroke=\"#36c\" stroke-width=\"2\"/>\n", line.join(" "));
+    s += "</svg>\n";
+    s
 }

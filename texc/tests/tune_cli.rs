@@ -255,3 +255,18 @@ fn kernels_without_a_template_tune_the_default_schedule() {
         text(&o).1
     );
 }
+
+#[test]
+fn plot_draws_the_best_time_per_trial() {
+    let db = tmp("plot.jsonl");
+    let svg = tmp("tune.svg");
+    let s = svg.display().to_string();
+    let mut args: Vec<&str> = TUNE.to_vec();
+    args.extend(["--repeat", "2", "--trials", "4", "--plot", &s]);
+    let o = texc(&db, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let body = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(body.starts_with("<svg") && body.trim_end().ends_with("</svg>"), "{body}");
+    let line = body.lines().find(|l| l.starts_with("<polyline")).expect("a line");
+    assert_eq!(line.matches(',').count(), 4, "one point per trial: {line}");
+}
