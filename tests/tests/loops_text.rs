@@ -194,3 +194,28 @@ fn edited_loops_files_run_against_their_oracle() {
     assert!(matches!(pl.prepare_loops(&lf, Default::default(), &[], 5, true), Err(texc_pipeline::Error::Usage(_))));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Integer arithmetic wraps at its width: an index whose value may have
+/// wrapped on the way is not what interval arithmetic says, and is refused
+/// (`(i32(i) + 2147483647i32) / 2147483647i32` is 1 in exact arithmetic, but
+/// −2 at i = 1 once the sum wraps).
+#[test]
+fn wrapping_index_arithmetic_is_not_trusted() {
+    let head = "func k [N=4]\n  input X: f32[4]\n  output Y: f32[4]\n";
+    let bad = [
+        format!("{head}  for i in 0..4:\n    Y[i] = X[index((i32(i) + 2147483647i32) / 2147483647i32)]\n"),
+        format!("{head}  for i in 0..4:\n    Y[i] = X[(i * 4611686018427387904 * 4 + i * 4) / 4 % 4 + i * 4611686018427387904 * 4 / 4611686018427387904]\n"),
+        // A guard on a value that may have wrapped says nothing of the index.
+        format!("{head}  for i in 0..4:\n    Y[i] = select(i32(i) * 2147483647i32 < 3i32 && i32(i) * 2147483647i32 >= 0i32, X[index(i32(i) * 2147483647i32)], 0.0f32)\n"),
+        // `i8(x)` and `i32(x)` are different terms.
+        format!("{head}  for i in 0..4:\n    Y[i] = select(i8(i * 100) < 4i8 && i8(i * 100) >= 0i8, X[index(i32(i * 100))], 0.0f32)\n"),
+    ];
+    for text in &bad {
+        assert!(errors("wrap", text).contains("cannot prove"), "{text}");
+    }
+    // The same shapes without overflow are proven.
+    let ok = format!("{head}  for i in 0..4:\n    Y[i] = X[index((i32(i) + 2000i32) / 1000i32) - 2]\n");
+    let mut sm = SourceMap::new();
+    let id = sm.add("ok.loops", ok.clone());
+    assert!(texc_schedules::text::parse(&ok, id).is_ok(), "{ok}");
+}

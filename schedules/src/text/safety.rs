@@ -68,6 +68,29 @@ impl Iv {
     }
 }
 
+fn is_integer(t: Ty) -> bool {
+    matches!(t, Ty::Index) || matches!(t, Ty::Elem(e) if e.is_int())
+}
+
+/// `iv` if every value in it fits type `ty`, else unknown: integer
+/// arithmetic wraps at its width, so a value computed beyond the range is
+/// not the mathematical one. (Checked at every node, this makes each known
+/// interval exact: `+`, `-` and `*` of values in range wrap to the
+/// mathematical result whenever that result is in range.)
+fn within_type(iv: Iv, ty: Ty) -> Iv {
+    let (lo, hi): (i128, i128) = match ty {
+        Ty::Index | Ty::Elem(texc_compiler::types::ElemType::I64) => (i64::MIN as i128, i64::MAX as i128),
+        Ty::Elem(texc_compiler::types::ElemType::I32) => (i32::MIN as i128, i32::MAX as i128),
+        Ty::Elem(texc_compiler::types::ElemType::I8) => (i8::MIN as i128, i8::MAX as i128),
+        Ty::Elem(texc_compiler::types::ElemType::U8) => (0, u8::MAX as i128),
+        _ => return ANY,
+    };
+    match (iv.lo, iv.hi) {
+        (Some(a), Some(b)) if a >= lo && b <= hi => iv,
+        _ => ANY,
+    }
+}
+
 /// A term of an affine form: a loop variable, or a sub-expression that is
 /// not affine (`x % 22`), known by its structure so that the same term in a
 /// condition and in an index match.
@@ -93,7 +116,8 @@ fn key(p: &texc_compiler::tir::Program, e: TExprId) -> String {
         TExpr::Load(t, _) => format!("load{}", t.0),
         other => format!("{:?}", std::mem::discriminant(other)) + &op_key(other),
     };
-    format!("({head} {})", kids.join(" "))
+    // The type is part of the term: `i8(x)` and `i32(x)` differ.
+    format!("({head}:{} {})", p.ty(e), kids.join(" "))
 }
 
 fn op_key(e: &TExpr) -> String {
@@ -283,9 +307,11 @@ impl Checker<'_> {
                 Iv { lo: both(x.lo, y.lo, |a, b| Some(a.max(b))), hi: both(x.hi, y.hi, |a, b| Some(a.max(b))) }
             }
             TExpr::Select(_, a, b) => self.interval(*a).union(self.interval(*b)),
-            TExpr::Cast(a) if p.ty(e) == Ty::Index && p.ty(*a) != Ty::Index => self.interval(*a),
+            // Integer conversions keep values that fit (checked below).
+            TExpr::Cast(a) if is_integer(p.ty(e)) && is_integer(p.ty(*a)) => self.interval(*a),
             _ => ANY,
         };
+        let iv = within_type(iv, p.ty(e));
         self.sharpen(e, iv)
     }
 
@@ -307,7 +333,7 @@ impl Checker<'_> {
                 };
                 sum = sum.add(part.mul(exact(*k)));
             }
-            iv = iv.meet(sum);
+            iv = iv.meet(within_type(sum, self.f.p.ty(e)));
         }
         let Some(form) = form_of(&self.f.p, e) else { return iv };
         let c = form.c;
@@ -336,6 +362,14 @@ impl Checker<'_> {
                 self.assume(a, !v)
             }
             (TExpr::Binary(op, a, b), v) if op.is_comparison() => {
+                // A side whose value may have wrapped is not its affine form.
+                let bounded = |x: TExprId| {
+                    let iv = self.interval(x);
+                    iv.lo.is_some() && iv.hi.is_some()
+                };
+                if !bounded(*a) || !bounded(*b) {
+                    return;
+                }
                 let (Some(x), Some(y)) = (form_of(p, *a), form_of(p, *b)) else { return };
                 let Some(diff) = x.add(&y, -1) else { return };
                 // diff = terms + c; the comparison bounds `diff` against 0.
