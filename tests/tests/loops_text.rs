@@ -219,3 +219,22 @@ fn wrapping_index_arithmetic_is_not_trusted() {
     let id = sm.add("ok.loops", ok.clone());
     assert!(texc_schedules::text::parse(&ok, id).is_ok(), "{ok}");
 }
+
+/// `local` buffers are stack arrays: nested ones together get 256 KiB (a
+/// 400 MB one overflowed the stack of compiled code).
+#[test]
+fn locals_are_bounded_like_attached_buffers() {
+    let head = "func k [N=4]\n  input X: f32[4]\n  output Y: f32[4]\n";
+    let big = format!("{head}  for i in 0..4:\n    local T: f32[100000000]:\n      T[0] = X[i]\n      Y[i] = T[0]\n");
+    assert!(errors("big", &big).contains("local buffers here take 400000000 bytes of stack"));
+    let nested = format!(
+        "{head}  local A: f32[40000]:\n    local B: f32[40000]:\n      A[0] = X[0]\n      B[0] = A[0]\n      Y[0] = B[0]\n"
+    );
+    assert!(errors("nested", &nested).contains("take 320000 bytes"));
+    let siblings = format!(
+        "{head}  local A: f32[40000]:\n    A[0] = X[0]\n    Y[0] = A[0]\n  local B: f32[40000]:\n    B[0] = X[1]\n    Y[1] = B[0]\n"
+    );
+    let mut sm = SourceMap::new();
+    let id = sm.add("siblings.loops", siblings.clone());
+    assert!(texc_schedules::text::parse(&siblings, id).is_ok(), "siblings do not live at once");
+}

@@ -63,6 +63,7 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
         scope: Vec::new(),
         tensors: Vec::new(),
         depth: Vec::new(),
+        stack_bytes: 0,
     };
     let mut at = 0;
     let first = lines
@@ -190,6 +191,8 @@ struct Builder {
     tensors: Vec<TensorId>,
     /// Depth of each expression tree, by id.
     depth: Vec<u32>,
+    /// Bytes of the `local` buffers enclosing the current line.
+    stack_bytes: i64,
 }
 
 /// Deepest expression (and deepest nesting of brackets on a line) read:
@@ -402,7 +405,23 @@ impl Builder {
                 Rule::local => {
                     let d = pair.into_inner().nth(1).expect("decl");
                     let tensor = self.decl(d, offset, TensorRole::Temp)?;
+                    // Locals are stack arrays, nested ones all live at once:
+                    // together they get what one attached buffer may take.
+                    let t = self.p.tensor(tensor);
+                    let bytes = t.len().saturating_mul(t.elem.size() as i64);
+                    let on_stack = self.stack_bytes.saturating_add(bytes);
+                    if on_stack > crate::attach::MAX_LOCAL_BYTES {
+                        return Err(Diagnostic::at(
+                            span,
+                            format!(
+                                "local buffers here take {on_stack} bytes of stack, more than {}",
+                                crate::attach::MAX_LOCAL_BYTES
+                            ),
+                        ));
+                    }
+                    self.stack_bytes = on_stack;
                     let body = self.body(lines, at, depth, span, trips)?;
+                    self.stack_bytes -= bytes;
                     self.tensors.retain(|&t| t != tensor);
                     out.push(Stmt::Alloc { tensor, body });
                 }
