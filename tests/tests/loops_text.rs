@@ -238,3 +238,22 @@ fn locals_are_bounded_like_attached_buffers() {
     let id = sm.add("siblings.loops", siblings.clone());
     assert!(texc_schedules::text::parse(&siblings, id).is_ok(), "siblings do not live at once");
 }
+
+/// A temporary or local read before any statement above stores to it has no
+/// value (a temporary read but never written had no buffer, and LLVM codegen
+/// panicked; an unwritten local read stack garbage).
+#[test]
+fn temporaries_are_stored_before_they_are_read() {
+    let head = "func k [N=4]\n  input X: f32[4]\n  output Y: f32[4]\n";
+    let temp = format!("{head}  temp T: f32[4]\n  for i in 0..4:\n    Y[i] = T[i] + X[i]\n");
+    assert!(errors("temp", &temp).contains("`T` is read before any statement above stores to it"));
+    let local = format!("{head}  for i in 0..4:\n    local T: f32[4]:\n      Y[i] = T[i] + X[i]\n");
+    assert!(errors("local", &local).contains("`T` is read before"));
+    // Each `local` is a fresh array: a store in the previous iteration does not count.
+    let ok = format!(
+        "{head}  temp T: f32[4]\n  for i in 0..4:\n    T[i] = X[i]\n  for i in 0..4:\n    local L: f32[1]:\n      L[0] = T[i]\n      Y[i] = L[0] * 2.0f32\n"
+    );
+    let mut sm = SourceMap::new();
+    let id = sm.add("ok.loops", ok.clone());
+    assert!(texc_schedules::text::parse(&ok, id).is_ok(), "{ok}");
+}

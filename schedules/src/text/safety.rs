@@ -158,11 +158,16 @@ struct Checker<'a> {
     /// Range of each loop variable in scope.
     vars: Vec<Option<Iv>>,
     facts: Vec<Fact>,
+    /// Temporaries and locals written so far, in the order statements are written.
+    written: Vec<bool>,
 }
 
-/// Prove every access of `f` in bounds.
+/// Prove every access of `f` in bounds, and that no temporary or local is
+/// read before a statement written above the read stores to it (a local is
+/// an uninitialized stack array; an unwritten temporary has no buffer).
 pub fn check(f: &LoopFunc) -> Result<(), Diagnostic> {
-    let mut c = Checker { f, vars: vec![None; f.vars.len()], facts: Vec::new() };
+    let mut c =
+        Checker { f, vars: vec![None; f.vars.len()], facts: Vec::new(), written: vec![false; f.p.tensors.len()] };
     c.stmts(&f.body)
 }
 
@@ -188,10 +193,14 @@ impl Checker<'_> {
                     self.facts.truncate(n_facts);
                     self.vars = saved;
                 }
-                Stmt::Alloc { body, .. } => self.stmts(body)?,
+                Stmt::Alloc { tensor, body } => {
+                    self.written[tensor.0 as usize] = false;
+                    self.stmts(body)?
+                }
                 Stmt::Store { tensor, indices, value } => {
                     self.access(*tensor, indices, None)?;
                     self.expr(*value)?;
+                    self.written[tensor.0 as usize] = true;
                 }
             }
         }
@@ -238,6 +247,14 @@ impl Checker<'_> {
 
     fn access(&mut self, t: TensorId, idx: &[TExprId], load: Option<TExprId>) -> Result<(), Diagnostic> {
         let d = self.f.p.tensor(t);
+        if let Some(l) = load {
+            if d.role == texc_compiler::tir::TensorRole::Temp && !self.written[t.0 as usize] {
+                return Err(Diagnostic::at(
+                    self.f.p.span(l),
+                    format!("`{}` is read before any statement above stores to it", d.name),
+                ));
+            }
+        }
         for (k, &i) in idx.iter().enumerate() {
             self.expr(i)?;
             let iv = self.interval(i);
