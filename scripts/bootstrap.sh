@@ -12,6 +12,12 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 [ -e /usr/lib/llvm-19/lib/libPolly.a ] || need_apt+=(libpolly-19-dev)
 [ -e /usr/include/zstd.h ] || need_apt+=(libzstd-dev)
 [ -e /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
+# MLIR 19 for the MLIR export (feature `mlir`: melior links the MLIR C API;
+# its bindgen needs libclang), and mlir-opt/mlir-translate, which the tests
+# use to lower, compile and run the exported MLIR.
+[ -e /usr/lib/llvm-19/include/mlir-c/IR.h ] || need_apt+=(libmlir-19-dev)
+[ -x /usr/lib/llvm-19/bin/mlir-opt ] || need_apt+=(mlir-19-tools)
+[ -e /usr/lib/llvm-19/lib/libclang.so ] || need_apt+=(libclang-19-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "bootstrap: installing ${need_apt[*]} with apt"
     apt-get update -qq

@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 cargo fmt --all -- --check
-cargo test --workspace --locked
+# `mlir`: the MLIR export is built and its tests run (tests/tests/mlir.rs).
+cargo test --workspace --locked --features texc/mlir

@@ -32,7 +32,8 @@ macro_rules! outp {
     ($($t:tt)*) => { out(format_args!($($t)*)) };
 }
 
-const STAGES: [&str; 11] = ["ast", "tir", "graph", "egraph", "loops", "llvm", "asm", "clif", "vcode", "ptx", "mlir"];
+const STAGES: [&str; 12] =
+    ["ast", "tir", "graph", "egraph", "loops", "llvm", "asm", "clif", "vcode", "ptx", "mlir", "mlir-linalg"];
 
 /// How a command ended when it failed: rendered diagnostics (exit 1) or misuse (exit 2).
 enum Fail {
@@ -224,6 +225,9 @@ fn emit(pl: &mut Pipeline, c: &Common, stage: &str) -> Result<(), Error> {
     if !STAGES.contains(&stage) {
         return Err(usage(format!("unknown stage `{stage}`; stages: {}", STAGES.join(", "))));
     }
+    if stage.starts_with("mlir") {
+        return emit_mlir(pl, c, stage);
+    }
     let t = pl.target();
     let backend_stage = !matches!(stage, "ast" | "tir" | "graph" | "egraph" | "loops");
     if stage == "loops" || backend_stage {
@@ -292,6 +296,75 @@ fn emit(pl: &mut Pipeline, c: &Common, stage: &str) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// `emit --stage mlir` (the target's legalized loop nests) and `--stage
+/// mlir-linalg` (the tensor IR that runs, before scheduling).
+fn emit_mlir(pl: &mut Pipeline, c: &Common, stage: &str) -> Result<(), Error> {
+    if stage == "mlir" {
+        pl.require_compiled("`--stage mlir` (the loop nests of a target's schedule)")?;
+    }
+    if texc_pipeline::is_loops_file(&c.file) {
+        no_sizes_for_loops(c)?;
+        let lf = pl.load_loops(&c.file)?;
+        return match (stage, &lf.legal) {
+            ("mlir", Some(legal)) => Ok(outp!("{}", mlir::loops(legal)?)),
+            _ => Err(usage(format!(
+                "{}: a .loops file is already loop IR: it has no tensor IR to export as linalg",
+                c.file.display()
+            ))),
+        };
+    }
+    let m = pl.load(&c.file)?;
+    let k = pl.kernel(m, c.kernel.as_deref())?;
+    let b = bindings(c)?;
+    if stage == "mlir" {
+        let (_, loops) = pl.build(k, &b)?;
+        outp!("{}", mlir::loops(&loops.legal)?);
+    } else {
+        let built = pl.program(k, &b)?;
+        outp!("{}", mlir::linalg(&built.runs)?);
+    }
+    Ok(())
+}
+
+/// The MLIR export, or why this build has none.
+mod mlir {
+    use texc_grammar::Diagnostic;
+    use texc_pipeline::Error;
+
+    #[cfg(feature = "mlir")]
+    fn fail(e: texc_mlir::MlirError) -> Error {
+        Error::from(Diagnostic::error(e.to_string()))
+    }
+
+    #[cfg(feature = "mlir")]
+    pub fn loops(f: &texc_schedules::LoopFunc) -> Result<String, Error> {
+        texc_mlir::export_loops(f).map_err(fail)
+    }
+
+    #[cfg(feature = "mlir")]
+    pub fn linalg(p: &texc_compiler::Program) -> Result<String, Error> {
+        texc_mlir::export_linalg(p).map_err(fail)
+    }
+
+    #[cfg(not(feature = "mlir"))]
+    fn missing() -> Error {
+        Error::from(Diagnostic::error(
+            "this texc was built without MLIR export: build it with `cargo build --features mlir` \
+             (which needs MLIR 19: apt install libmlir-19-dev libclang-19-dev)",
+        ))
+    }
+
+    #[cfg(not(feature = "mlir"))]
+    pub fn loops(_: &texc_schedules::LoopFunc) -> Result<String, Error> {
+        Err(missing())
+    }
+
+    #[cfg(not(feature = "mlir"))]
+    pub fn linalg(_: &texc_compiler::Program) -> Result<String, Error> {
+        Err(missing())
+    }
 }
 
 /// Every `--output NAME=PATH` must be writable before any work starts (a
