@@ -69,10 +69,19 @@ struct Gen<'c, 'f> {
     f: &'f LoopFunc,
 }
 
+/// The type of a tensor's elements in memory: texc stores a `bool` as a
+/// byte (a `vector<L x i1>` in memory would be a packed bit mask).
+fn mem_ty(f: &LoopFunc, t: TensorId) -> Ty {
+    match f.p.tensor(t).elem {
+        ElemType::Bool => Ty::Elem(ElemType::U8),
+        e => Ty::Elem(e),
+    }
+}
+
 fn memref_name(f: &LoopFunc, t: TensorId) -> String {
     let d = f.p.tensor(t);
     let dims: String = d.shape.iter().map(|x| format!("{x}x")).collect();
-    format!("memref<{dims}{}>", crate::emit::elem_name(d.elem))
+    format!("memref<{dims}{}>", crate::emit::ty_name(mem_ty(f, t)))
 }
 
 /// Types of the function's arguments, with their names for the signature.
@@ -338,15 +347,18 @@ impl<'c> Gen<'c, '_> {
     ) -> R<()> {
         let buf = self.buffer(env, t)?;
         let v = self.expr(blk, env, value)?;
+        let (vt, mt) = (self.f.p.ty(value), mem_ty(self.f, t));
         let Some(l) = env.vec else {
-            let mut operands = vec![unwrap_scalar(v), buf];
+            let v = self.b.cast(blk, unwrap_scalar(v), vt, mt, None);
+            let mut operands = vec![v, buf];
             for &i in idx {
                 operands.push(self.scalar(blk, env, i)?);
             }
             self.b.op(blk, "memref.store", &operands, &[], &[]);
             return Ok(());
         };
-        let v = self.as_vec(blk, v, self.f.p.ty(value), l.n);
+        let v = self.as_vec(blk, v, vt, l.n);
+        let v = self.b.cast(blk, v, vt, mt, Some(l.n));
         let at = self.lane0(blk, env, idx)?;
         let mut operands = vec![];
         match env.mask {

@@ -263,10 +263,16 @@ fn agree_text(name: &str, p: &Program, mlir: &str, pre: &[&str], seed: u64) {
     let want = interp::run(p, args.clone()).expect("interp");
     let dir = scratch(name);
     let got = execute(&dir, p, mlir, pre, &args);
-    for (w, g) in want.iter().zip(&got) {
+    for ((w, g), t) in want.iter().zip(&got).zip(&p.outputs) {
         let err = texc_tests::rel_error(g, w);
         let tol = if w.dtype().is_float() { 1e-5 } else { 0.0 };
-        assert!(err <= tol, "{name}: exported MLIR differs from the interpreter by {err:e}\n{mlir}");
+        let out = &p.tensor(*t).name;
+        assert!(
+            err <= tol,
+            "{name}: output `{out}` of the exported MLIR differs from the interpreter by {err:e}\nwant {:?}\ngot  {:?}\n{mlir}",
+            w.to_f64(),
+            g.to_f64()
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -327,5 +333,27 @@ fn exported_random_schedules_run_like_the_interpreter() {
             let f = pl.legalize(f).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
             agree(&format!("{file} trial {trial}"), &base, &f, trial);
         }
+    }
+}
+
+/// Saturating float-to-integer conversions, unsigned and bool results,
+/// floor division and modulo of negative values, through both exports.
+#[test]
+fn integer_semantics_survive_the_export() {
+    if skip() {
+        return;
+    }
+    let src = "kernel q(X: f32[N = 37], s: f32 = 300.0) -> (Y: i8[N], Z: u8[N], B: bool[N], D: i32[N]) {
+        Y[i] = i8(X[i] * s);
+        Z[i] = u8(X[i] * s);
+        B[i] = X[i] > 0.0;
+        D[i] = (i32(X[i] * 1000.0) / 7) % 5 + i32(i) / 3 - i32(X[i] * 1000.0) / i32(i);
+    }";
+    for target in ["x86-avx2", "x86-avx512"] {
+        let (mut pl, k) = texc_tests::load_text(target, "q.tex", src, None).expect("front end");
+        let p = texc_tests::specialize(&mut pl, k, &texc_compiler::Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        agree(&format!("ints {target}"), &p, &f, 11);
+        agree_linalg(&format!("ints linalg {target}"), &p, 12);
     }
 }
