@@ -124,8 +124,26 @@ impl<'c> B<'c> {
         B { cx, loc: Location::unknown(cx), externs: RefCell::default() }
     }
 
+    /// Add the kernel's function (`entry` its body) and the declarations of
+    /// the C functions it calls to module `m`.
+    pub fn finish_module(&self, m: &melior::ir::Module<'c>, name: &str, function_type: &str, entry: Block<'c>) {
+        use melior::ir::RegionLike;
+        let region = melior::ir::Region::new();
+        region.append_block(entry);
+        let func = OperationBuilder::new("func.func", self.loc)
+            .add_attributes(&[
+                (Identifier::new(self.cx, "sym_name"), self.attr(&format!("\"{name}\""))),
+                (Identifier::new(self.cx, "function_type"), self.attr(function_type)),
+            ])
+            .add_regions([region])
+            .build()
+            .expect("func.func");
+        m.body().append_operation(func);
+        self.declare_externs(m);
+    }
+
     /// Declare the C functions that were called: `func.func private @erfcf(f32) -> f32`.
-    pub fn declare_externs(&self, module: &melior::ir::Module<'c>) {
+    fn declare_externs(&self, module: &melior::ir::Module<'c>) {
         for name in self.externs.borrow().iter() {
             let t = if *name == "erfc" { "f64" } else { "f32" };
             let f = OperationBuilder::new("func.func", self.loc)

@@ -118,21 +118,8 @@ pub fn build<'c>(cx: &'c Context, m: &Module<'c>, p: &Program) -> R<()> {
             .collect::<R<_>>()?;
         g.b.op(&entry, "func.return", &outs, &[], &[]);
     }
-    let region = Region::new();
-    region.append_block(entry);
-    let func = OperationBuilder::new("func.func", g.b.loc)
-        .add_attributes(&[
-            (Identifier::new(cx, "sym_name"), g.b.attr(&format!("\"{}\"", q.name))),
-            (
-                Identifier::new(cx, "function_type"),
-                g.b.attr(&format!("({}) -> ({})", sig.join(", "), results.join(", "))),
-            ),
-        ])
-        .add_regions([region])
-        .build()
-        .expect("func.func");
-    m.body().append_operation(func);
-    g.b.declare_externs(m);
+    let ty = format!("({}) -> ({})", sig.join(", "), results.join(", "));
+    g.b.finish_module(m, &q.name, &ty, entry);
     Ok(())
 }
 

@@ -139,18 +139,7 @@ pub fn build<'c>(cx: &'c Context, m: &Module<'c>, f: &LoopFunc) -> R<()> {
         }
         g.b.op(&entry, "func.return", &[], &[], &[]);
     }
-    let region = Region::new();
-    region.append_block(entry);
-    let func = OperationBuilder::new("func.func", g.b.loc)
-        .add_attributes(&[
-            (Identifier::new(cx, "sym_name"), g.b.attr(&format!("\"{}\"", f.p.name))),
-            (Identifier::new(cx, "function_type"), g.b.attr(&format!("({}) -> ()", sig.join(", ")))),
-        ])
-        .add_regions([region])
-        .build()
-        .expect("func.func");
-    m.body().append_operation(func);
-    g.b.declare_externs(m);
+    g.b.finish_module(m, &f.p.name, &format!("({}) -> ()", sig.join(", ")), entry);
     Ok(())
 }
 
