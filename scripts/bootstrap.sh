@@ -34,3 +34,12 @@ if ! python3 -c 'import numpy' >/dev/null 2>&1; then
     echo "bootstrap: installing numpy with pip"
     python3 -m pip install -q numpy 2>/dev/null || python3 -m pip install -q --break-system-packages numpy
 fi
+
+# CUDA's offline tools for the NVPTX backend, no GPU needed: `ptxas` (tests
+# assemble every kernel's PTX) and libdevice (GPU math), from NVIDIA's PyPI
+# wheel (40 MB). texc finds them through python3 (codegen/src/cuda.rs).
+if ! python3 -c 'import nvidia.cuda_nvcc' >/dev/null 2>&1; then
+    echo "bootstrap: installing nvidia-cuda-nvcc-cu12 (ptxas, libdevice) with pip"
+    python3 -m pip install -q nvidia-cuda-nvcc-cu12==12.9.86 2>/dev/null \
+        || python3 -m pip install -q --break-system-packages nvidia-cuda-nvcc-cu12==12.9.86
+fi

@@ -73,6 +73,14 @@ impl Compiled {
         Ok(Compiled { code, layout: Layout::of(f), backend: backend.kind(), compile_time: start.elapsed() })
     }
 
+    /// Compile `f`'s GPU kernels for this CPU (GPU target `target`): each
+    /// launch's blocks run on the thread pool, each block's threads in order.
+    pub fn emulated(f: &LoopFunc, target: &Target) -> Result<Compiled, CodegenError> {
+        let start = Instant::now();
+        let code = crate::llvm::nvptx::emulate(f, target)?;
+        Ok(Compiled { code, layout: Layout::of(f), backend: BackendKind::Nvptx, compile_time: start.elapsed() })
+    }
+
     /// Check and copy arguments (in parameter order) into aligned buffers.
     pub fn prepare(&self, args: Vec<Arg>) -> Result<Buffers, CodegenError> {
         let l = &self.layout;

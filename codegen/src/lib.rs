@@ -8,7 +8,10 @@
 //!   all produce (argument checks, buffers, calls), written once;
 //! - [`abi`]: the calling convention and the C entry of objects, and
 //!   [`header`] its C header — the same for every backend;
-//! - [`llvm`]: LLVM 19 through inkwell (x86-64 AVX2/AVX-512, MCJIT);
+//! - [`llvm`]: LLVM 19 through inkwell (x86-64 AVX2/AVX-512, MCJIT), and
+//!   [`llvm::nvptx`], its NVPTX target: PTX for NVIDIA GPUs, and the CPU
+//!   emulation of GPU kernels;
+//! - [`cuda`]: CUDA's offline tools (`ptxas`, libdevice), found, not linked;
 //! - `cranelift` (feature `cranelift`, on by default): Cranelift 0.135,
 //!   128-bit SIMD, the fast-compiling target.
 //!
@@ -20,6 +23,7 @@ pub mod abi;
 pub mod backend;
 #[cfg(feature = "cranelift")]
 pub mod cranelift;
+pub mod cuda;
 pub mod header;
 pub mod llvm;
 
@@ -52,6 +56,7 @@ pub fn backend_for(target: &Target) -> Result<&'static dyn Backend, CodegenError
         BackendKind::Cranelift => Err(CodegenError::Unsupported(
             "this texc was built without the Cranelift backend (cargo feature `cranelift`)".into(),
         )),
+        BackendKind::Nvptx => Ok(&llvm::nvptx::NvptxBackend),
         BackendKind::Interp => {
             Err(CodegenError::Unsupported(format!("target `{target}` is the interpreter: it runs no compiled code")))
         }

@@ -38,17 +38,21 @@ pub enum BackendKind {
     Llvm,
     /// Cranelift (x86-64, 128-bit SIMD): compiles fast.
     Cranelift,
+    /// LLVM 19's NVPTX backend through inkwell: PTX for NVIDIA GPUs.
+    Nvptx,
 }
 
 impl BackendKind {
     /// Every backend; the conformance tests run each one (tests/tests/backends.rs).
-    pub const ALL: [BackendKind; 3] = [BackendKind::Interp, BackendKind::Llvm, BackendKind::Cranelift];
+    pub const ALL: [BackendKind; 4] =
+        [BackendKind::Interp, BackendKind::Llvm, BackendKind::Cranelift, BackendKind::Nvptx];
 
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Interp => "interp",
             BackendKind::Llvm => "llvm",
             BackendKind::Cranelift => "cranelift",
+            BackendKind::Nvptx => "nvptx",
         }
     }
 }
@@ -97,6 +101,21 @@ pub struct LlvmTarget {
     pub cpu: LlvmCpu,
 }
 
+/// What a GPU allows one launch (CUDA's limits for the compute capability).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuSpec {
+    /// Compute capability times ten (80 for sm_80).
+    pub sm: u32,
+    pub max_threads_per_block: i64,
+    /// Largest block extent per dimension (x, y, z).
+    pub max_block: [i64; 3],
+    /// Largest grid extent per dimension (x, y, z).
+    pub max_grid: [i64; 3],
+    /// Shared memory one block may use, in bytes (with the opt-in carve-out).
+    pub shared_bytes_per_block: i64,
+    pub warp_size: i64,
+}
+
 /// A machine's roofline: f32 peak and memory bandwidth.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Roofline {
@@ -117,6 +136,8 @@ pub struct Target {
     /// Vector registers available to a kernel (register blocking).
     pub vector_registers: u32,
     pub llvm: Option<LlvmTarget>,
+    /// GPU launch limits (GPU targets only).
+    pub gpu: Option<GpuSpec>,
     pub loops: &'static [LoopKind],
     pub scopes: &'static [MemScope],
     pub intrinsics: Vec<Intrinsic>,
@@ -165,6 +186,7 @@ impl Target {
         match (self.backend, e) {
             (Some(BackendKind::Llvm), ElemType::BF16) => Some("the x86 backends do not support bf16 yet"),
             (Some(BackendKind::Cranelift), ElemType::BF16) => Some("the Cranelift backend does not support bf16 yet"),
+            (Some(BackendKind::Nvptx), ElemType::BF16) => Some("the NVPTX backend does not support bf16 yet"),
             _ => None,
         }
     }
@@ -206,6 +228,14 @@ impl Target {
 
     /// Whether code for this target can run on this machine (emitting it never needs that).
     pub fn check_runs_here(&self) -> Result<(), TargetError> {
+        if self.kind == TargetKind::Gpu {
+            return Err(TargetError::CannotRun {
+                name: self.name.into(),
+                why: "texc cannot launch GPU code yet (the CUDA runtime is not built); `emit --stage ptx` and \
+                      `compile -o k.ptx` work, and `run --emulate-gpu` runs the GPU kernels on this CPU"
+                    .into(),
+            });
+        }
         let missing: Vec<&str> = self.requires.iter().copied().filter(|f| !cpu_has(f)).collect();
         if missing.is_empty() {
             return Ok(());
@@ -265,6 +295,7 @@ fn x86(
         vector_bits,
         vector_registers: if wide { 32 } else { 16 },
         llvm: Some(LlvmTarget { triple: X86_TRIPLE, cpu }),
+        gpu: None,
         loops: CPU_LOOPS,
         scopes: CPU_SCOPES,
         intrinsics: if requires.contains(&"fma") { vec![Intrinsic::Fma] } else { vec![] },
@@ -296,23 +327,37 @@ fn host() -> Target {
     t
 }
 
-fn gpu(name: &'static str, summary: &'static str, nominal: Roofline) -> Target {
+const NVPTX_TRIPLE: &str = "nvptx64-nvidia-cuda";
+
+fn gpu(name: &'static str, summary: &'static str, cpu: &'static str, spec: GpuSpec, nominal: Roofline) -> Target {
     Target {
         name,
         kind: TargetKind::Gpu,
-        backend: None,
+        backend: Some(BackendKind::Nvptx),
         summary,
         vector_bits: 128,
         vector_registers: 255,
-        llvm: None,
+        // PTX ISA 7.8 (CUDA 11.8) is the oldest that knows both sm_80 and sm_90.
+        llvm: Some(LlvmTarget { triple: NVPTX_TRIPLE, cpu: LlvmCpu::Named { cpu, features: "+ptx78" } }),
+        gpu: Some(spec),
         loops: GPU_LOOPS,
         scopes: GPU_SCOPES,
-        intrinsics: vec![],
+        intrinsics: vec![Intrinsic::Fma],
         nominal,
-        requires: &["a CUDA GPU"],
+        requires: &[],
         extends: None,
     }
 }
+
+/// Launch limits every GPU since compute capability 3.0 shares.
+const CUDA_LIMITS: GpuSpec = GpuSpec {
+    sm: 0,
+    max_threads_per_block: 1024,
+    max_block: [1024, 1024, 64],
+    max_grid: [(1 << 31) - 1, 65535, 65535],
+    shared_bytes_per_block: 48 * 1024,
+    warp_size: 32,
+};
 
 fn build_registry() -> Vec<Target> {
     let cranelift_fma = cpu_has("fma");
@@ -325,6 +370,7 @@ fn build_registry() -> Vec<Target> {
             vector_bits: 0,
             vector_registers: 0,
             llvm: None,
+            gpu: None,
             loops: CPU_LOOPS,
             scopes: CPU_SCOPES,
             intrinsics: vec![],
@@ -361,6 +407,7 @@ fn build_registry() -> Vec<Target> {
             vector_bits: 128,
             vector_registers: 16,
             llvm: None,
+            gpu: None,
             loops: CPU_LOOPS,
             scopes: CPU_SCOPES,
             intrinsics: if cranelift_fma { vec![Intrinsic::Fma] } else { vec![] },
@@ -371,11 +418,15 @@ fn build_registry() -> Vec<Target> {
         gpu(
             "nvptx-sm80",
             "NVIDIA Ampere (A100) through LLVM NVPTX",
+            "sm_80",
+            GpuSpec { sm: 80, shared_bytes_per_block: 163 * 1024, ..CUDA_LIMITS },
             Roofline { peak_gflops: 19_500.0, bandwidth_gbs: 1555.0 },
         ),
         gpu(
             "nvptx-sm90",
             "NVIDIA Hopper (H100) through LLVM NVPTX",
+            "sm_90",
+            GpuSpec { sm: 90, shared_bytes_per_block: 227 * 1024, ..CUDA_LIMITS },
             Roofline { peak_gflops: 67_000.0, bandwidth_gbs: 3350.0 },
         ),
     ]

@@ -217,7 +217,10 @@ impl<'c> Gen<'c, '_> {
         }
         let (l, h, one) = (self.b.index(blk, lo), self.b.index(blk, lo + extent), self.b.index(blk, 1));
         let index = self.b.ty("index");
-        let parallel = kind == ForKind::Parallel && env.vec.is_none();
+        // Loops bound to GPU blocks or threads have independent iterations (the
+        // launch rules of `texc_schedules::gpu`): `scf.parallel`, from which
+        // MLIR's own GPU mapping starts.
+        let parallel = (kind == ForKind::Parallel || kind.is_gpu()) && env.vec.is_none();
         let region = self.region(env, &[index], |g, inner, child| {
             child.vars.insert(var, inner.argument(0).expect("induction variable").into());
             g.stmts(inner, child, body)?;

@@ -430,10 +430,28 @@ impl Pipeline {
         Ok(f)
     }
 
+    /// An error unless target `t` can run loop nests `f` (its loop kinds,
+    /// and on GPUs the launch rules of `texc_schedules::gpu`): the user's
+    /// schedule is at fault, so the error points at kernel `k`'s block.
+    pub fn check_target(&self, k: Option<KernelRef>, f: &LoopFunc, t: &Target) -> Result<(), Error> {
+        let Err(why) = texc_schedules::verify::check_target(f, t) else {
+            return Ok(());
+        };
+        let block = k.and_then(|k| texc_schedules::find_schedule(&self.session, k, t));
+        Err(match block {
+            Some(sc) => Diagnostic::at(sc.block.span, format!("this schedule cannot run on {t}: {why}")).into(),
+            None if k.is_some() => {
+                Diagnostic::error(format!("internal error: the default schedule for {t} breaks a rule: {why}")).into()
+            }
+            None => Diagnostic::error(format!("these loop nests cannot run on {t}: {why}")).into(),
+        })
+    }
+
     /// *schedule*, *lower* and *legalize* kernel `k`'s program `p`.
     pub fn loops(&mut self, k: KernelRef, p: Program) -> Result<Loops, Error> {
         let s = self.schedule(k, p)?;
         let lowered = self.lower(s)?;
+        self.check_target(Some(k), &lowered, self.options.target)?;
         let legal = self.legalize(lowered.clone())?;
         Ok(Loops { lowered, legal })
     }
@@ -443,6 +461,7 @@ impl Pipeline {
     pub fn default_loops(&mut self, mut p: Program) -> Result<Loops, Error> {
         let (schedules, regions) = self.schedule_for(None, &mut p, self.options.target)?;
         let lowered = self.lower(Scheduled { p, schedules, regions })?;
+        self.check_target(None, &lowered, self.options.target)?;
         let legal = self.legalize(lowered.clone())?;
         Ok(Loops { lowered, legal })
     }
@@ -473,11 +492,14 @@ impl Pipeline {
     /// *codegen*: JIT-compile legalized loops with the target's backend.
     pub fn compile(&mut self, f: &LoopFunc) -> Result<Compiled, Error> {
         let t = self.options.target;
-        t.check_runs_here().map_err(|e| Error::Usage(e.to_string()))?;
+        let emulate = self.options.emulate_gpu && t.kind == TargetKind::Gpu;
+        if !emulate {
+            t.check_runs_here().map_err(|e| Error::Usage(e.to_string()))?;
+        }
         supported_elems(f, t)?;
         let t0 = Instant::now();
         let backend = texc_codegen::backend_for(t)?;
-        let k = Compiled::new(backend, f, t)?;
+        let k = if emulate { Compiled::emulated(f, t)? } else { Compiled::new(backend, f, t)? };
         let ms = k.compile_time.as_secs_f64() * 1e3;
         after(
             &self.options,
@@ -542,6 +564,30 @@ impl Pipeline {
         Ok((objects, header))
     }
 
+    /// *codegen* for a GPU target: one PTX module with the kernels of every
+    /// function of `fs` (the launches written as comments at its top), and
+    /// the C header describing their parameters and launches.
+    pub fn emit_ptx(&mut self, fs: &[&LoopFunc]) -> Result<(String, String), Error> {
+        let t = self.options.target;
+        if t.kind != TargetKind::Gpu {
+            return Err(Error::Usage(format!("target `{t}` is not a GPU: it has no PTX")));
+        }
+        let t0 = Instant::now();
+        for f in fs {
+            supported_elems(f, t)?;
+        }
+        let ptx = texc_codegen::llvm::nvptx::NvptxBackend.ptx(fs, t)?;
+        let parts: Vec<texc_codegen::header::GpuPart> = fs
+            .iter()
+            .zip(&ptx.kernels)
+            .map(|(f, k)| texc_codegen::header::GpuPart { f, launches: &k.launches, kernels: &k.names })
+            .collect();
+        let header = texc_codegen::header::gpu_header(&parts, t.name);
+        let text = format!("{}{}", ptx.launch_comment(fs), ptx.text);
+        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, || Ok(()))?;
+        Ok((text, header))
+    }
+
     // ------------------------------------------------------------ whole commands
 
     /// Apply every schedule block kernel `k` has for a compiled target to
@@ -556,7 +602,7 @@ impl Pipeline {
             let lowered = self
                 .schedule_for(Some(k), &mut q, t)
                 .and_then(|(schedules, regions)| self.lower(Scheduled { p: q, schedules, regions }));
-            match lowered {
+            match lowered.and_then(|f| self.check_target(Some(k), &f, t).map(|()| f)) {
                 Ok(mut f) => texc_schedules::legalize::legalize(&mut f, t),
                 Err(Error::Input(d)) => diags.extend(d),
                 Err(Error::Usage(m)) => diags.push(Diagnostic::error(m)),

@@ -55,7 +55,13 @@ impl Pipeline {
             Some((src, span)) => Some(self.oracle(path, src, *span, &parsed.func)?),
             None => None,
         };
-        let legal = if self.options.target.is_compiled() { Some(self.legalize(parsed.func.clone())?) } else { None };
+        let t = self.options.target;
+        let legal = if t.is_compiled() {
+            self.check_target(None, &parsed.func, t)?;
+            Some(self.legalize(parsed.func.clone())?)
+        } else {
+            None
+        };
         Ok(LoopsFile { lowered: parsed.func, legal, oracle })
     }
 

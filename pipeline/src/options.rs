@@ -136,6 +136,9 @@ pub struct Options {
     /// Forbid rewrites whose rounding error grows beyond the computation as
     /// written (`--exact`: no Winograd).
     pub exact: bool,
+    /// Run GPU targets' kernels on this CPU (`--emulate-gpu`): each launch's
+    /// blocks on the thread pool, each block's threads in order.
+    pub emulate_gpu: bool,
 }
 
 impl Options {
@@ -169,6 +172,7 @@ impl Options {
             max_memory: None,
             tolerance: None,
             exact: false,
+            emulate_gpu: false,
         }
     }
 

@@ -45,7 +45,8 @@ enum Atom {
     Fixed(TExprId),
 }
 
-fn involves(p: &Program, e: TExprId, var: VarId) -> bool {
+/// Whether `e` mentions loop variable `var`.
+pub fn involves(p: &Program, e: TExprId, var: VarId) -> bool {
     matches!(p.expr(e), TExpr::Var(v) if *v == var) || p.children(e).into_iter().any(|c| involves(p, c, var))
 }
 

@@ -7,7 +7,7 @@
 //! choice, or `--knob t=16`), else the first value of `tune t in [...]`, else
 //! the largest divisor of the extent that is at most 32.
 
-use crate::ir::ForKind;
+use crate::ir::{ForKind, GpuDim};
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
 use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule};
 use crate::ScheduleSrc;
@@ -278,21 +278,9 @@ pub fn apply_with(
                     format!("`{}` is a GPU primitive; target `{}` is a CPU", prim_name(&prim.kind), target.name),
                 ));
             }
-            PrimKind::Bind { axis, unit, dim } if !sized => {
-                let (si, name) = stage_of(&axis.stage)?;
-                s.stages[si].leaf(&name, &axis.axis.name, axis.axis.span)?;
-                if !matches!(unit.name.as_str(), "block" | "thread") {
-                    return Err(Diagnostic::at(
-                        unit.span,
-                        format!("unknown GPU unit `{}`; units: block, thread", unit.name),
-                    ));
-                }
-                if !matches!(dim.name.as_str(), "x" | "y" | "z") {
-                    return Err(Diagnostic::at(
-                        dim.span,
-                        format!("unknown GPU dimension `{}`; dimensions: x, y, z", dim.name),
-                    ));
-                }
+            PrimKind::Bind { axis, unit, dim } => {
+                let kind = bound_kind(unit, dim)?;
+                annotate(p, &mut s, axis, kind, target, span, sized)?;
             }
             PrimKind::Tensorize { stage, axes, .. } if !sized => {
                 let (si, name) = stage_of(stage)?;
@@ -300,10 +288,10 @@ pub fn apply_with(
                     s.stages[si].leaf(&name, &a.name, a.span)?;
                 }
             }
-            PrimKind::Bind { .. } | PrimKind::Tensorize { .. } => {
+            PrimKind::Tensorize { .. } => {
                 return Err(Diagnostic::at(
                     span,
-                    format!("`{}` is not built yet: texc has no GPU loop IR", prim_name(&prim.kind)),
+                    "`tensorize` is not built yet: texc's GPU loop IR has no tensor-core operations",
                 ));
             }
         }
@@ -490,6 +478,19 @@ fn check_scope(sc: &Ident, target: &Target, sized: bool) -> Result<(), Diagnosti
         _ => "is not built yet",
     };
     Err(Diagnostic::at(sc.span, format!("memory scope `{}` {why}", sc.name)))
+}
+
+/// `block.x`, `thread.y`, ... as a loop kind.
+fn bound_kind(unit: &Ident, dim: &Ident) -> Result<ForKind, Diagnostic> {
+    let block = match unit.name.as_str() {
+        "block" => true,
+        "thread" => false,
+        other => return Err(Diagnostic::at(unit.span, format!("unknown GPU unit `{other}`; units: block, thread"))),
+    };
+    let d = GpuDim::parse(&dim.name).ok_or_else(|| {
+        Diagnostic::at(dim.span, format!("unknown GPU dimension `{}`; dimensions: x, y, z", dim.name))
+    })?;
+    Ok(if block { ForKind::Block(d) } else { ForKind::Thread(d) })
 }
 
 fn annotate(

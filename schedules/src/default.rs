@@ -1,4 +1,6 @@
-//! The default schedule for CPU targets, for kernels without a `schedule`.
+//! The default schedule for kernels without a `schedule`: for CPU targets
+//! as below, for GPU targets a grid over each stage's elements
+//! ([`gpu_schedule`]).
 //! Every machine parameter (vector width per element type, register count)
 //! comes from the [`Target`].
 //!
@@ -22,10 +24,10 @@
 //!   needs its own part (a row's statistics, a softmax's exponentials) are
 //!   computed inside that loop (`compute_at`), so that the part stays in L1.
 
-use crate::ir::ForKind;
+use crate::ir::{ForKind, GpuDim};
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
 use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule};
-use texc_compiler::target::Target;
+use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
 use texc_grammar::Span;
 
@@ -230,6 +232,9 @@ pub fn default_schedule(p: &mut Program, target: &Target) -> Schedules {
 pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
     default_inlining(p);
     hoist_reductions(p);
+    if target.kind == TargetKind::Gpu {
+        return gpu_schedule(p);
+    }
     // Row reductions of floats are factored so that their partial results vectorize.
     let mut si = 0;
     while si < p.stages.len() {
@@ -263,6 +268,37 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
         pack_operand(p, &mut s, si, req);
     }
     attach_producers(p, &mut s);
+    s
+}
+
+/// Threads per block of the default GPU schedule: a multiple of the warp
+/// that leaves registers for a few blocks per multiprocessor.
+const GPU_THREADS: i64 = 256;
+
+/// The default GPU schedule: each stage's spatial loops fused into one,
+/// split into blocks of [`GPU_THREADS`] threads (consecutive threads take
+/// consecutive elements of the innermost axis, so their accesses coalesce),
+/// and its reduction loops run by each thread for its element. A stage
+/// without spatial loops runs on one thread.
+fn gpu_schedule(p: &Program) -> Schedules {
+    let span = Span::default();
+    let mut s = Schedules::new(p);
+    for ss in &mut s.stages {
+        let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| !ss.ivs[l].reduce).collect();
+        let Some((&first, rest)) = spatial.split_first() else { continue };
+        let mut fused = first;
+        for &next in rest {
+            let name = format!("{}.{}", ss.ivs[fused].name, ss.ivs[next].name);
+            fused = ss.fuse(fused, next, (&name, span), span).expect("spatial loops come first, in order");
+        }
+        let threads = GPU_THREADS.min(ss.ivs[fused].extent).max(1);
+        let name = ss.ivs[fused].name.clone();
+        let (b, t) = ss
+            .split(fused, threads, (&format!("{name}.b"), span), (&format!("{name}.t"), span), span)
+            .expect("fresh names");
+        ss.annotate(b, ForKind::Block(GpuDim::X), span).expect("spatial");
+        ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("spatial");
+    }
     s
 }
 

@@ -23,6 +23,38 @@ pub enum ForKind {
     Vectorized,
     /// The loop is unrolled.
     Unrolled,
+    /// Iterations are GPU blocks along one grid dimension (`bind ... to block.x`).
+    Block(GpuDim),
+    /// Iterations are GPU threads of a block along one dimension (`bind ... to thread.x`).
+    Thread(GpuDim),
+}
+
+/// A dimension of a GPU grid or block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GpuDim {
+    X,
+    Y,
+    Z,
+}
+
+impl GpuDim {
+    pub const ALL: [GpuDim; 3] = [GpuDim::X, GpuDim::Y, GpuDim::Z];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuDim::X => "x",
+            GpuDim::Y => "y",
+            GpuDim::Z => "z",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<GpuDim> {
+        GpuDim::ALL.into_iter().find(|d| d.name() == s)
+    }
 }
 
 impl ForKind {
@@ -33,16 +65,30 @@ impl ForKind {
             ForKind::Parallel => LoopKind::Parallel,
             ForKind::Vectorized => LoopKind::Vectorized,
             ForKind::Unrolled => LoopKind::Unrolled,
+            ForKind::Block(_) => LoopKind::GpuBlock,
+            ForKind::Thread(_) => LoopKind::GpuThread,
         }
     }
 
+    /// The suffix the printer writes after a loop's range (` parallel`, ` block.x`).
     pub fn name(self) -> &'static str {
         match self {
             ForKind::Serial => "",
             ForKind::Parallel => " parallel",
             ForKind::Vectorized => " vectorized",
             ForKind::Unrolled => " unrolled",
+            ForKind::Block(GpuDim::X) => " block.x",
+            ForKind::Block(GpuDim::Y) => " block.y",
+            ForKind::Block(GpuDim::Z) => " block.z",
+            ForKind::Thread(GpuDim::X) => " thread.x",
+            ForKind::Thread(GpuDim::Y) => " thread.y",
+            ForKind::Thread(GpuDim::Z) => " thread.z",
         }
+    }
+
+    /// Whether the loop is bound to GPU blocks or threads.
+    pub fn is_gpu(self) -> bool {
+        matches!(self, ForKind::Block(_) | ForKind::Thread(_))
     }
 }
 

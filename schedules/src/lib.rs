@@ -11,6 +11,8 @@
 //! - *legalize*: integer semantics and target intrinsics made explicit
 //!   ([`legalize`]); verified by [`verify::verify_legal`].
 //!
+//! [`gpu`] describes how loop nests for GPU targets launch, and checks
+//! the rules that make their bound loops independent.
 //! [`analysis`] holds what backends ask of loop IR (access patterns, lane
 //! uniformity); [`eval`] runs loop IR directly, for tests; [`text`] reads
 //! the printed loop IR back (`.loops` files).
@@ -20,6 +22,7 @@ pub mod apply;
 pub mod attach;
 pub mod default;
 pub mod eval;
+pub mod gpu;
 pub mod index;
 pub mod ir;
 pub mod legalize;

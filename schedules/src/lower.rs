@@ -164,7 +164,12 @@ fn tails(ss: &StageSchedule, relevant: &dyn Fn(usize) -> bool) -> Vec<Tail> {
 /// split's outer loop encloses its inner loop) and those that keep a guard.
 fn split_tails(ss: &StageSchedule, leaves: &[usize], relevant: &dyn Fn(usize) -> bool) -> (Vec<Tail>, Vec<Tail>) {
     let pos = |iv: usize| leaves.iter().position(|&l| l == iv);
-    tails(ss, relevant).into_iter().partition(|t| matches!((pos(t.outer), pos(t.inner)), (Some(o), Some(i)) if o < i))
+    // A bound loop's extent is its grid or block size: it cannot be
+    // partitioned into a second, shorter loop, so its tails keep a guard.
+    let bound = |iv: usize| ss.ivs[iv].kind.is_gpu();
+    tails(ss, relevant).into_iter().partition(|t| {
+        !bound(t.outer) && !bound(t.inner) && matches!((pos(t.outer), pos(t.inner)), (Some(o), Some(i)) if o < i)
+    })
 }
 
 type Bounds = HashMap<usize, (i64, i64)>;

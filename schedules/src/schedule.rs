@@ -233,8 +233,9 @@ impl StageSchedule {
             ForKind::Parallel => "parallelize",
             ForKind::Unrolled => "unroll",
             ForKind::Serial => "",
+            ForKind::Block(_) | ForKind::Thread(_) => "bind",
         };
-        if v.reduce && matches!(kind, ForKind::Vectorized | ForKind::Parallel) {
+        if v.reduce && (kind.is_gpu() || matches!(kind, ForKind::Vectorized | ForKind::Parallel)) {
             return Err(Diagnostic::at(span, format!("cannot {what} `{}`: it is a reduction axis", v.name)).with_note(
                 "iterations of a reduction depend on each other; split it and reorder a spatial axis inward instead",
             ));
@@ -300,6 +301,7 @@ impl StageSchedule {
                 .with_note("reorder the reduction loops below the cache_write axis"));
             }
         }
+        self.check_gpu_order(stage, span)?;
         if let Some(&last) = self.leaves.last() {
             for &l in &self.leaves {
                 if self.ivs[l].kind == ForKind::Vectorized && l != last {
@@ -316,6 +318,46 @@ impl StageSchedule {
                     .with_note(format!("loop order, outermost first: {}", order.join(", ")))
                     .with_note("only the innermost loop can be vectorized; reorder it to the end"));
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StageSchedule {
+    fn annotation_span(&self, iv: usize, fallback: Span) -> Span {
+        self.annotated_at.iter().rev().find(|(v, _)| *v == iv).map_or(fallback, |(_, s)| *s)
+    }
+
+    /// Block loops are the outermost loops, and each block or thread
+    /// dimension is bound once per stage.
+    fn check_gpu_order(&self, stage: &str, span: Span) -> Result<(), Diagnostic> {
+        let mut seen: Vec<ForKind> = Vec::new();
+        let mut unbound_outside: Option<usize> = None;
+        for &l in &self.leaves {
+            let kind = self.ivs[l].kind;
+            if kind.is_gpu() && seen.contains(&kind) {
+                return Err(Diagnostic::at(
+                    self.annotation_span(l, span),
+                    format!("in `{stage}`, `{}` is a second loop bound to{}", self.ivs[l].name, kind.name()),
+                ));
+            }
+            seen.push(kind);
+            match (kind, unbound_outside) {
+                (ForKind::Block(_), Some(o)) => {
+                    let order: Vec<&str> = self.leaves.iter().map(|&x| self.ivs[x].name.as_str()).collect();
+                    return Err(Diagnostic::at(
+                        self.annotation_span(l, span),
+                        format!(
+                            "in `{stage}`, `{}` is bound to a block but `{}` is outside it: block loops are the \
+                             outermost loops",
+                            self.ivs[l].name, self.ivs[o].name
+                        ),
+                    )
+                    .with_note(format!("loop order, outermost first: {}", order.join(", "))));
+                }
+                (ForKind::Block(_), None) => {}
+                _ => unbound_outside = unbound_outside.or(Some(l)),
             }
         }
         Ok(())
@@ -400,6 +442,8 @@ impl Schedules {
                     || ss
                         .split_children(iv)
                         .is_some_and(|(o, i, _)| available(ss, o, provided) && available(ss, i, provided))
+                    // A part of a fused loop that was split further.
+                    || ss.fused_parent(iv).is_some_and(|(f, _, _)| provided[f] == 0 && available(ss, f, provided))
             }
             for &l in &ss.leaves {
                 provide(ss, l, &mut provided);

@@ -100,6 +100,37 @@ fn legal(f: &LoopFunc, e: TExprId, target: &Target, seen: &mut [bool], bad: &mut
     }
 }
 
+/// What the target can run (errors in the user's schedule or `.loops`
+/// file, not in texc): every loop kind is one the target has, and on a GPU
+/// the launch rules of [`crate::gpu`] hold.
+pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), String> {
+    fn kinds(f: &LoopFunc, body: &[Stmt], target: &Target) -> Result<(), String> {
+        for s in body {
+            match s {
+                Stmt::For { var, kind, body, .. } => {
+                    if !target.supports_loop(kind.loop_kind()) {
+                        return Err(format!(
+                            "loop `{}` is{}, which target `{}` does not have",
+                            f.vars[*var as usize].name,
+                            kind.name(),
+                            target.name
+                        ));
+                    }
+                    kinds(f, body, target)?
+                }
+                Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => kinds(f, body, target)?,
+                Stmt::Store { .. } => {}
+            }
+        }
+        Ok(())
+    }
+    kinds(f, &f.body, target)?;
+    if target.gpu.is_some() {
+        crate::gpu::launches(f, target)?;
+    }
+    Ok(())
+}
+
 /// Call `visit` on the root expressions of every statement.
 pub fn walk_exprs(body: &[Stmt], visit: &mut dyn FnMut(TExprId)) {
     for s in body {

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use texc_compiler::target::Target;
+use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::{Bindings, KernelRef, Program};
 use texc_pipeline::{Error, Options, Pipeline};
 use texc_runtime::{SplitMix64, Tensor};
@@ -15,10 +15,13 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
 }
 
-/// A pipeline for a target, with every verifier on.
+/// A pipeline for a target, with every verifier on; GPU targets run their
+/// kernels in the CPU emulation (CI has no GPU).
 pub fn pipeline(target: &str) -> Pipeline {
-    let mut o = Options::new(texc_compiler::target::lookup(target).expect("a registered target"));
+    let t = texc_compiler::target::lookup(target).expect("a registered target");
+    let mut o = Options::new(t);
     o.verify = true;
+    o.emulate_gpu = t.kind == TargetKind::Gpu;
     Pipeline::new(o)
 }
 
@@ -133,12 +136,15 @@ pub fn compile_loops(target: &Target, f: &texc_schedules::LoopFunc) -> Result<te
 }
 
 /// Targets whose code the conformance tests run on this machine, with the
-/// reason for each compiled target that is skipped.
+/// reason for each compiled target that is skipped. GPU targets run in the
+/// CPU emulation of their kernels ([`pipeline`]); the kernels' bodies are the
+/// ones their PTX has.
 pub fn runnable_targets() -> (Vec<&'static Target>, Vec<String>) {
     let (mut run, mut skipped) = (Vec::new(), Vec::new());
     for t in texc_compiler::target::all().iter().filter(|t| t.is_compiled()) {
         match t.check_runs_here() {
             Ok(()) => run.push(t),
+            Err(_) if t.kind == TargetKind::Gpu => run.push(t),
             Err(e) => skipped.push(e.to_string()),
         }
     }
@@ -153,6 +159,27 @@ pub fn run(p: &Program, inputs: HashMap<String, Tensor>) -> Vec<Tensor> {
 
 /// Draw a random legal schedule for one stage.
 pub fn random_schedule(ss: &mut texc_schedules::schedule::StageSchedule, rng: &mut SplitMix64) {
+    let span = Default::default();
+    let pick = |rng: &mut SplitMix64, n: usize| (rng.next_u64() % n as u64) as usize;
+    random_shape(ss, rng);
+    let last = *ss.leaves.last().expect("leaves");
+    if !ss.ivs[last].reduce && ss.ivs[last].extent <= 64 && pick(rng, 2) == 0 {
+        ss.annotate(last, texc_schedules::ir::ForKind::Vectorized, span).expect("vectorize");
+    }
+    let first = ss.leaves[0];
+    if !ss.ivs[first].reduce && ss.ivs[first].kind == texc_schedules::ir::ForKind::Serial {
+        ss.annotate(first, texc_schedules::ir::ForKind::Parallel, span).expect("parallel");
+    }
+    let any = ss.leaves[pick(rng, ss.leaves.len())];
+    if ss.ivs[any].kind == texc_schedules::ir::ForKind::Serial
+        && ss.ivs[any].extent <= texc_schedules::schedule::MAX_UNROLLED_COPIES
+    {
+        ss.annotate(any, texc_schedules::ir::ForKind::Unrolled, span).expect("unroll");
+    }
+}
+
+/// Random splits, reorders and fusions of one stage's loops.
+fn random_shape(ss: &mut texc_schedules::schedule::StageSchedule, rng: &mut SplitMix64) {
     let span = Default::default();
     let pick = |rng: &mut SplitMix64, n: usize| (rng.next_u64() % n as u64) as usize;
     for step in 0..(2 + pick(rng, 5)) {
@@ -182,20 +209,56 @@ pub fn random_schedule(ss: &mut texc_schedules::schedule::StageSchedule, rng: &m
             }
         }
     }
-    let last = *ss.leaves.last().expect("leaves");
-    if !ss.ivs[last].reduce && ss.ivs[last].extent <= 64 && pick(rng, 2) == 0 {
-        ss.annotate(last, texc_schedules::ir::ForKind::Vectorized, span).expect("vectorize");
+}
+
+/// Draw a random legal GPU schedule for one stage: random splits, reorders
+/// and fusions; then some of the leading spatial loops bound to blocks, and
+/// some spatial loops inside them to threads (at most 1024 per block).
+pub fn random_gpu_schedule(ss: &mut texc_schedules::schedule::StageSchedule, rng: &mut SplitMix64) {
+    use texc_schedules::ir::{ForKind, GpuDim};
+    let span = Default::default();
+    random_shape(ss, rng);
+    let coin = |rng: &mut SplitMix64| !rng.next_u64().is_multiple_of(3);
+    let leaves = ss.leaves.clone();
+    let mut at = 0;
+    for d in [GpuDim::X, GpuDim::Y] {
+        match leaves.get(at) {
+            Some(&l) if !ss.ivs[l].reduce && coin(rng) => {
+                ss.annotate(l, ForKind::Block(d), span).expect("bind a block");
+                at += 1;
+            }
+            _ => break,
+        }
     }
-    let first = ss.leaves[0];
-    if !ss.ivs[first].reduce && ss.ivs[first].kind == texc_schedules::ir::ForKind::Serial {
-        ss.annotate(first, texc_schedules::ir::ForKind::Parallel, span).expect("parallel");
+    let mut threads = 1;
+    let mut dims = [GpuDim::X, GpuDim::Y].into_iter();
+    for &l in &leaves[at..] {
+        let ext = ss.ivs[l].extent;
+        if !ss.ivs[l].reduce && threads * ext <= 1024 && coin(rng) {
+            let Some(d) = dims.next() else { break };
+            ss.annotate(l, ForKind::Thread(d), span).expect("bind threads");
+            threads *= ext;
+        }
     }
-    let any = ss.leaves[pick(rng, ss.leaves.len())];
-    if ss.ivs[any].kind == texc_schedules::ir::ForKind::Serial
-        && ss.ivs[any].extent <= texc_schedules::schedule::MAX_UNROLLED_COPIES
-    {
-        ss.annotate(any, texc_schedules::ir::ForKind::Unrolled, span).expect("unroll");
+}
+
+/// `base` with a random GPU schedule ([`random_gpu_schedule`]) for every
+/// stage (inlined or not), lowered and verified.
+pub fn randomly_gpu_scheduled(base: &Program, rng: &mut SplitMix64) -> texc_schedules::LoopFunc {
+    let mut p = base.clone();
+    if rng.next_u64() % 2 == 0 {
+        texc_schedules::default::default_inlining(&mut p);
     }
+    texc_schedules::normalize::hoist_reductions(&mut p);
+    let mut s = texc_schedules::schedule::Schedules::new(&p);
+    for ss in &mut s.stages {
+        random_gpu_schedule(ss, rng);
+    }
+    s.verify(&p).expect("random GPU schedules verify");
+    let regions = texc_schedules::attach::infer(&p, &mut s).expect("no attachments");
+    let f = texc_schedules::lower::lower(p, &s, &regions);
+    texc_schedules::verify::verify(&f).expect("verifies");
+    f
 }
 
 /// Every kernel of every example at its default sizes, or, when that is more

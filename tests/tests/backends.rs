@@ -1,14 +1,15 @@
 //! The conformance set every backend runs: each compiled target that this
 //! machine can run, against the interpreter, on every example and std.nn
 //! operator with its default schedule, the example schedules, and random
-//! legal schedules, at sizes no tile divides. Targets come from the
+//! legal schedules (GPU ones for GPU targets, whose kernels run in the CPU
+//! emulation), at sizes no tile divides. Targets come from the
 //! registry, so a new target or backend is run here without being listed;
 //! [`every_backend_runs_the_conformance_set`] fails if a backend has no
 //! target that does.
 
 use std::collections::HashMap;
 use texc_compiler::interp;
-use texc_compiler::target::{BackendKind, Target};
+use texc_compiler::target::{BackendKind, Target, TargetKind};
 use texc_compiler::{Bindings, Program};
 use texc_runtime::SplitMix64;
 use texc_schedules::LoopFunc;
@@ -19,7 +20,7 @@ use texc_tests::rel_error;
 fn tolerance(kind: BackendKind) -> f64 {
     match kind {
         BackendKind::Interp => 0.0,
-        BackendKind::Llvm | BackendKind::Cranelift => 1e-5,
+        BackendKind::Llvm | BackendKind::Cranelift | BackendKind::Nvptx => 1e-5,
     }
 }
 
@@ -93,7 +94,8 @@ fn example_schedules_at_odd_sizes() {
         ("examples/matmul.tex", vec![("M", 1), ("K", 1), ("N", 1)]),
         ("examples/matmul.tex", vec![("M", 33), ("K", 65), ("N", 129)]),
     ];
-    for target in targets() {
+    // GPU targets run GPU schedules: random ones below, and those of tests/tests/gpu.rs.
+    for target in targets().into_iter().filter(|t| t.kind != TargetKind::Gpu) {
         for (file, shapes) in &cases {
             let (p, f) = texc_tests::example_with_its_schedule(file, shapes);
             check(&format!("{file} {shapes:?}"), &p, &f, target, 6);
@@ -108,7 +110,10 @@ fn random_legal_schedules() {
         for (file, kernel, shapes) in texc_tests::RANDOM_SCHEDULE_CASES {
             let base = texc_tests::random_case_program(file, kernel, shapes);
             for trial in 0..8 {
-                let f = texc_tests::randomly_scheduled(&base, &mut rng);
+                let f = match target.kind {
+                    TargetKind::Gpu => texc_tests::randomly_gpu_scheduled(&base, &mut rng),
+                    _ => texc_tests::randomly_scheduled(&base, &mut rng),
+                };
                 check(&format!("{file} trial {trial}"), &base, &f, target, trial);
             }
         }

@@ -79,7 +79,9 @@ fn targets_are_resolved_in_one_place() {
     assert!(runs_here(host));
     assert_eq!(avx512.lineage().iter().map(|t| t.name).collect::<Vec<_>>(), ["x86-avx512", "x86-avx2"]);
     let gpu = target::lookup("nvptx-sm90").expect("described");
-    assert!(gpu.backend().expect_err("not built").to_string().contains("not built yet"));
+    assert_eq!(gpu.backend().expect("compiles"), target::BackendKind::Nvptx);
+    let why = gpu.check_runs_here().expect_err("texc launches no GPU code yet").to_string();
+    assert!(why.contains("--emulate-gpu"), "{why}");
 }
 
 /// Knobs give tunables their values; an unknown knob and a value outside a

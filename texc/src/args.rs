@@ -84,6 +84,10 @@ pub struct RunArgs {
     /// Compare with the interpreter and print the relative error (max |got - exact| / max |exact|).
     #[arg(long)]
     pub check: bool,
+    /// Run a GPU target's kernels on this CPU: each launch's blocks on the thread pool,
+    /// each block's threads in order (checks GPU schedules without a GPU; not a benchmark of one).
+    #[arg(long)]
+    pub emulate_gpu: bool,
 }
 
 #[derive(Args, Debug, Clone)]

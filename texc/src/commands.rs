@@ -545,7 +545,18 @@ fn prepare_job(
     Ok(Job { p: prep.built.written, legal: prep.loops.map(|l| l.legal), evaluate: None, args: prep.args, rewritten })
 }
 
+/// `--emulate-gpu`: GPU kernels run on this CPU (a GPU target only).
+fn set_emulation(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
+    let t = pl.target();
+    if r.emulate_gpu && t.kind != texc_compiler::target::TargetKind::Gpu {
+        return Err(usage(format!("--emulate-gpu: target `{t}` is not a GPU")));
+    }
+    pl.options.emulate_gpu = r.emulate_gpu;
+    Ok(())
+}
+
 fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
+    set_emulation(pl, r)?;
     let c = &r.common;
     let t = pl.target();
     if r.check {
@@ -612,6 +623,12 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
 /// cores (more threads share them and compute no more). Returns the
 /// thread count the roofline is for.
 fn machine(t: &Target) -> (texc_runtime::roofline::Roofline, &'static str, usize) {
+    if t.kind == texc_compiler::target::TargetKind::Gpu {
+        // Not this machine's: the GPU's data sheet.
+        let n = t.nominal;
+        let roof = texc_runtime::roofline::Roofline { peak_gflops: n.peak_gflops, bandwidth_gbs: n.bandwidth_gbs };
+        return (roof, "nominal", 1);
+    }
     let threads = texc_runtime::pool::num_threads().min(texc_runtime::pool::available_cores());
     let lanes = t.lanes(texc_compiler::types::ElemType::F32) as usize;
     let (roof, source) = texc_runtime::roofline::roofline(t.name, lanes, threads);
@@ -642,6 +659,12 @@ fn check_outputs(
 
 fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     use crate::report::{Json, Limit, Stats};
+    if a.run.emulate_gpu {
+        return Err(usage(
+            "--emulate-gpu: `bench` times code on its target; the CPU emulation's times say nothing about a GPU \
+             (use `run --emulate-gpu --check` to check GPU kernels)",
+        ));
+    }
     let t = pl.target();
     pl.require_compiled("`texc bench` times compiled code:")?;
     const MAX_RUNS: usize = 1_000_000;
@@ -913,10 +936,13 @@ fn kernels_to_compile(pl: &mut Pipeline, c: &Common) -> Result<Vec<texc_schedule
 
 fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(), Error> {
     let Some(out) = output else {
-        return Err(usage("`texc compile` needs `-o out.o` or `-o out.so`"));
+        return Err(usage("`texc compile` needs `-o out.o` or `-o out.so` (`-o out.ptx` or `-o out.cubin` for GPUs)"));
     };
     pl.require_compiled("`texc compile`")?;
     let ext = out.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if pl.target().kind == texc_compiler::target::TargetKind::Gpu {
+        return compile_gpu(pl, c, out, ext);
+    }
     if ext != "o" && ext != "so" {
         return Err(usage(format!("`-o {}`: the output must end in .o or .so", out.display())));
     }
@@ -977,6 +1003,40 @@ fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(
     Ok(())
 }
 
+/// `texc compile -o k.ptx` (or `k.cubin`, assembled by `ptxas`) for a GPU target, and its header.
+fn compile_gpu(pl: &mut Pipeline, c: &Common, out: &Path, ext: &str) -> Result<(), Error> {
+    let t = pl.target();
+    if ext != "ptx" && ext != "cubin" {
+        return Err(usage(format!("`-o {}`: for GPU target {t} the output ends in .ptx or .cubin", out.display())));
+    }
+    let fail = |e: String| Error::from(Diagnostic::error(e));
+    let funcs = kernels_to_compile(pl, c)?;
+    let refs: Vec<&texc_schedules::LoopFunc> = funcs.iter().collect();
+    let (ptx, header) = pl.emit_ptx(&refs)?;
+    let bytes = if ext == "cubin" {
+        let sm = format!("sm_{}", t.gpu.expect("a GPU target").sm);
+        let (cubin, resources) = texc_codegen::cuda::assemble(&ptx, &sm).map_err(fail)?;
+        for r in resources {
+            outln!(
+                "{}: {} registers, {} bytes spill stores, {} bytes spill loads ({sm})",
+                r.kernel,
+                r.registers,
+                r.spill_stores,
+                r.spill_loads
+            );
+        }
+        cubin
+    } else {
+        ptx.into_bytes()
+    };
+    texc_runtime::atomic::write(out, &bytes).map_err(|e| fail(format!("cannot write {}: {e}", out.display())))?;
+    let header_path = out.with_extension("h");
+    texc_runtime::atomic::write(&header_path, header.as_bytes())
+        .map_err(|e| fail(format!("cannot write {}: {e}", header_path.display())))?;
+    outln!("wrote {} and {}", out.display(), header_path.display());
+    Ok(())
+}
+
 fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool) -> Result<(), Error> {
     let t = pl.target();
     pl.require_compiled("`texc analyze` needs the machine of a target:")?;
@@ -994,12 +1054,15 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
     let sizes: Vec<String> = built.written.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
     outln!("analyze `{}` for {t} [{}]", p.name, sizes.join(", "));
     outln!("  {}", analyzed_plan(pl, k, &built, as_written));
+    let whose = match t.kind {
+        texc_compiler::target::TargetKind::Gpu => "the GPU's data sheet".to_string(),
+        _ => format!("{threads} thread{}, {source}", if threads == 1 { "" } else { "s" }),
+    };
     outln!(
-        "  machine: {:.1} GFLOP/s peak, {:.1} GB/s, ridge {:.2} FLOP/byte ({threads} thread{}, {source})",
+        "  machine: {:.1} GFLOP/s peak, {:.1} GB/s, ridge {:.2} FLOP/byte ({whose})",
         roof.peak_gflops,
         roof.bandwidth_gbs,
         roof.ridge(),
-        if threads == 1 { "" } else { "s" }
     );
     outln!(
         "  {:<36} {:>12} {:>12} {:>9} {:>8} {:>12}",

@@ -169,6 +169,7 @@ struct Trial {
 pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     let c = &a.common;
     pl.require_compiled("`texc tune` measures compiled code:")?;
+    pl.target().check_runs_here().map_err(|e| usage(format!("`texc tune` measures on the target: {e}")))?;
     if texc_pipeline::is_loops_file(&c.file) {
         return Err(usage("`texc tune` tunes a kernel's schedule template: give the .tex file"));
     }

@@ -118,3 +118,58 @@ fn compile_help_describes_every_option() {
     assert!(help.contains("-o <OUT.o|OUT.so>") && help.contains("the header is written beside it"), "{help}");
     assert!(help.contains("--kernel <NAME,...>") && help.contains("every kernel of the file"), "{help}");
 }
+
+/// GPU targets: `-o k.ptx` (PTX and a header with the launches), `-o k.cubin`
+/// through ptxas (with registers and spills), a header that compiles as C,
+/// and the clear errors of what is not built.
+#[test]
+fn compile_for_a_gpu_writes_ptx_cubin_and_a_header() {
+    let dir = tmp("gpu");
+    let ptx = dir.join("norms.ptx");
+    let o = texc(&["compile", "examples/norms.tex", "--target", "nvptx-sm90", "-o", ptx.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", err(&o));
+    let text = std::fs::read_to_string(&ptx).expect("ptx written");
+    assert!(text.contains(".target sm_90") && text.contains(".visible .entry"), "{text}");
+    let header = dir.join("norms.h");
+    let h = std::fs::read_to_string(&header).expect("header written");
+    assert!(h.contains("texc_launch") && h.contains("_k0"), "{h}");
+    // The header is valid C: include it and read the launch table.
+    let c = dir.join("launches.c");
+    std::fs::write(&c, "#include \"norms.h\"\nint main(void) { return texc_bn_launches[0].block[0] == 0; }\n")
+        .expect("write");
+    let cc = Command::new("cc").arg("-I").arg(&dir).arg(&c).arg("-o").arg(dir.join("launches")).output().expect("cc");
+    assert!(cc.status.success(), "{}\n{h}", String::from_utf8_lossy(&cc.stderr));
+
+    let cubin = dir.join("norms.cubin");
+    let o = texc(&["compile", "examples/norms.tex", "--target", "nvptx-sm80", "-o", cubin.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(std::fs::read(&cubin).expect("cubin").starts_with(b"\x7fELF"));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("registers") && out.contains("(sm_80)"), "{out}");
+
+    let o = texc(&["compile", "examples/norms.tex", "--target", "nvptx-sm90", "-o", "norms.o"]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("the output ends in .ptx or .cubin"), "{}", err(&o));
+}
+
+#[test]
+fn gpu_runs_need_a_gpu_or_the_emulation() {
+    let o = texc(&["run", "examples/softmax.tex", "--target", "nvptx-sm90", "--shape", "N=3,D=50"]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("texc cannot launch GPU code yet") && err(&o).contains("--emulate-gpu"), "{}", err(&o));
+    let args = ["run", "examples/softmax.tex", "--target", "nvptx-sm90", "--shape", "N=3,D=50", "--emulate-gpu"];
+    let o = texc(&[&args[..], &["--check"]].concat());
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("relative error"));
+    let o = texc(&["run", "examples/softmax.tex", "--target", "x86-avx2", "--emulate-gpu"]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("--emulate-gpu: target `x86-avx2` is not a GPU"), "{}", err(&o));
+}
+
+#[test]
+fn ptx_is_the_same_on_every_run() {
+    let emit = || texc(&["emit", "examples/conv_bn_relu.tex", "--target", "nvptx-sm90", "--stage", "ptx"]).stdout;
+    let first = emit();
+    assert!(String::from_utf8_lossy(&first).contains(".visible .entry"));
+    assert_eq!(first, emit());
+}

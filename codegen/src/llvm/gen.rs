@@ -67,6 +67,10 @@ pub(super) struct Gen<'ctx, 'a> {
     pub used: Vec<TensorId>,
     /// Parallel regions outlined so far.
     pub tasks: u32,
+    /// The GPU kernel being built (block and thread indices, block size).
+    pub gpu: Option<super::gpu::GpuKernel<'ctx>>,
+    /// Math built-ins call CUDA's libdevice (code for an NVIDIA GPU).
+    pub libdevice: bool,
 }
 
 /// Build the LLVM module of a kernel. With a C entry `c` (objects), the
@@ -84,16 +88,23 @@ pub(super) fn build_module<'ctx>(
             t.name
         )));
     }
-    let g = Gen {
-        cx,
-        m: cx.create_module(&f.p.name),
-        b: cx.create_builder(),
-        f,
-        spec,
-        used: abi::used_tensors(f),
-        tasks: 0,
-    };
-    g.build(c)
+    Gen::new(cx, f, spec).build(c)
+}
+
+impl<'ctx, 'a> Gen<'ctx, 'a> {
+    pub(super) fn new(cx: &'ctx Context, f: &'a LoopFunc, spec: &'a CpuSpec) -> Gen<'ctx, 'a> {
+        Gen {
+            cx,
+            m: cx.create_module(&f.p.name),
+            b: cx.create_builder(),
+            f,
+            spec,
+            used: abi::used_tensors(f),
+            tasks: 0,
+            gpu: None,
+            libdevice: false,
+        }
+    }
 }
 
 impl<'ctx> Gen<'ctx, '_> {
@@ -124,7 +135,7 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// The entry of `abi`: unpack the buffer and scalar arrays, call the body.
-    fn entry(&self, body: FunctionValue<'ctx>) -> R<FunctionValue<'ctx>> {
+    pub(super) fn entry(&self, body: FunctionValue<'ctx>) -> R<FunctionValue<'ctx>> {
         let ptr = self.cx.ptr_type(AddressSpace::default());
         let i64t = self.cx.i64_type();
         let entry = self.m.add_function(

@@ -6,7 +6,7 @@ use super::expr::{float_ty, unsigned_ty};
 use super::gen::{Gen, Mode};
 use super::R;
 use inkwell::module::Linkage;
-use inkwell::types::VectorType;
+use inkwell::types::{BasicMetadataTypeEnum, VectorType};
 use inkwell::values::{BasicValueEnum, VectorValue};
 use texc_compiler::ops::{BinOp, Intrinsic, MathFn};
 use texc_compiler::tir::Ty;
@@ -33,6 +33,11 @@ impl<'ctx> Gen<'ctx, '_> {
         ty: Ty,
         mode: Mode<'ctx>,
     ) -> R<BasicValueEnum<'ctx>> {
+        if self.libdevice {
+            if let Some(name) = libdevice_fn(f, ty) {
+                return self.device_call(name, a, ty);
+            }
+        }
         let t = self.ty_in(ty, mode);
         let float = float_ty(ty);
         let un = |name: &str| -> R<BasicValueEnum<'ctx>> {
@@ -60,7 +65,10 @@ impl<'ctx> Gen<'ctx, '_> {
             MathFn::Sigmoid => {
                 let zero = self.const_of(ty, 0, 0.0, mode)?;
                 let neg = self.arith(BinOp::Sub, zero, a[0], ty)?;
-                let e = self.call(self.intrinsic("llvm.exp", &[t])?, &[neg])?;
+                let e = match libdevice_fn(MathFn::Exp, ty) {
+                    Some(name) if self.libdevice => self.device_call(name, &[neg], ty)?,
+                    _ => self.call(self.intrinsic("llvm.exp", &[t])?, &[neg])?,
+                };
                 let one = self.const_of(ty, 1, 1.0, mode)?;
                 let d = self.arith(BinOp::Add, one, e, ty)?;
                 self.arith(BinOp::Div, one, d, ty)
@@ -141,6 +149,23 @@ impl<'ctx> Gen<'ctx, '_> {
         self.sel(small, c(0.0)?, y)
     }
 
+    /// A call of libdevice function `name` (scalar code); f16 goes through f32.
+    fn device_call(&self, name: &str, args: &[BasicValueEnum<'ctx>], ty: Ty) -> R<BasicValueEnum<'ctx>> {
+        let half = ty == Ty::Elem(ElemType::F16);
+        let cty = if ty == Ty::Elem(ElemType::F64) { self.cx.f64_type() } else { self.cx.f32_type() };
+        let params: Vec<BasicMetadataTypeEnum> = args.iter().map(|_| cty.into()).collect();
+        let f = self
+            .m
+            .get_function(name)
+            .unwrap_or_else(|| self.m.add_function(name, cty.fn_type(&params, false), Some(Linkage::External)));
+        let mut wide = Vec::new();
+        for &v in args {
+            wide.push(if half { self.b.build_float_ext(v.into_float_value(), cty, "ext")?.into() } else { v });
+        }
+        let r = self.call(f, &wide)?;
+        Ok(if half { self.b.build_float_trunc(r.into_float_value(), self.cx.f16_type(), "tr")?.into() } else { r })
+    }
+
     /// A C math library call, lane by lane in vector code; f16 goes through f32.
     pub(super) fn libm(
         &self,
@@ -175,4 +200,28 @@ impl<'ctx> Gen<'ctx, '_> {
             }
         }
     }
+}
+
+/// The libdevice function computing `f` on `ty`, where LLVM's NVPTX
+/// backend has no instruction for it (the rest are intrinsics it lowers).
+fn libdevice_fn(f: MathFn, ty: Ty) -> Option<&'static str> {
+    let double = ty == Ty::Elem(ElemType::F64);
+    if !float_ty(ty) {
+        return None;
+    }
+    Some(match (f, double) {
+        (MathFn::Exp, false) => "__nv_expf",
+        (MathFn::Exp, true) => "__nv_exp",
+        (MathFn::Log, false) => "__nv_logf",
+        (MathFn::Log, true) => "__nv_log",
+        (MathFn::Tanh, false) => "__nv_tanhf",
+        (MathFn::Tanh, true) => "__nv_tanh",
+        (MathFn::Erf, false) => "__nv_erff",
+        (MathFn::Erf, true) => "__nv_erf",
+        (MathFn::Erfc, false) => "__nv_erfcf",
+        (MathFn::Erfc, true) => "__nv_erfc",
+        (MathFn::Pow, false) => "__nv_powf",
+        (MathFn::Pow, true) => "__nv_pow",
+        _ => return None,
+    })
 }

@@ -22,8 +22,10 @@
 
 mod expr;
 mod gen;
+pub mod gpu;
 mod math;
 mod memory;
+pub mod nvptx;
 mod stmt;
 
 use crate::abi::{self, CEntry};
@@ -76,7 +78,10 @@ fn cpu_spec(t: &Target) -> R<CpuSpec> {
 
 fn machine(t: &Target, spec: &CpuSpec) -> R<TargetMachine> {
     static INIT: Once = Once::new();
-    INIT.call_once(|| LlTarget::initialize_x86(&InitializationConfig::default()));
+    INIT.call_once(|| {
+        LlTarget::initialize_x86(&InitializationConfig::default());
+        LlTarget::initialize_nvptx(&InitializationConfig::default());
+    });
     let triple = TargetTriple::create(t.llvm.as_ref().expect("checked by cpu_spec").triple);
     let lt = LlTarget::from_triple(&triple).map_err(llvm_err)?;
     lt.create_target_machine(
@@ -90,35 +95,48 @@ fn machine(t: &Target, spec: &CpuSpec) -> R<TargetMachine> {
     .ok_or_else(|| llvm_err(format!("no target machine for {}", spec.cpu)))
 }
 
-/// Build, verify and optimize a kernel's module.
-fn optimized<'ctx>(
-    cx: &'ctx Context,
-    f: &LoopFunc,
-    spec: &CpuSpec,
-    tm: &TargetMachine,
-    c: Option<&CEntry>,
-) -> R<Module<'ctx>> {
-    let m = gen::build_module(cx, f, spec, c)?;
+/// Set the module's target, verify it and optimize it.
+fn optimize(m: &Module, tm: &TargetMachine) -> R<()> {
     m.set_triple(&tm.get_triple());
     m.set_data_layout(&tm.get_target_data().get_data_layout());
     m.verify().map_err(|e| llvm_err(format!("invalid module: {e}")))?;
-    m.run_passes("default<O3>", tm, PassBuilderOptions::create()).map_err(llvm_err)?;
-    Ok(m)
+    m.run_passes("default<O3>", tm, PassBuilderOptions::create()).map_err(llvm_err)
 }
 
-/// Build and optimize a kernel's module in a fresh context, then hand it
-/// (with its target machine) to `then`.
+/// Build (with `build`) and optimize a kernel's module in a fresh context,
+/// then hand it (with its target machine) to `then`.
 fn with_module<T>(
-    f: &LoopFunc,
     t: &Target,
-    c: Option<&CEntry>,
+    build: impl for<'c> FnOnce(&'c Context, &CpuSpec) -> R<Module<'c>>,
     then: impl FnOnce(&Module, &TargetMachine) -> R<T>,
 ) -> R<T> {
     let spec = cpu_spec(t)?;
     let tm = machine(t, &spec)?;
     let cx = Context::create();
-    let m = optimized(&cx, f, &spec, &tm, c)?;
+    let m = build(&cx, &spec)?;
+    optimize(&m, &tm)?;
     then(&m, &tm)
+}
+
+/// JIT-compile the module `build` makes for CPU target `t`; its entry is
+/// `crate::abi`'s for `f`.
+fn jit_module(f: &LoopFunc, t: &Target, build: impl for<'c> FnOnce(&'c Context, &CpuSpec) -> R<Module<'c>>) -> R<Code> {
+    let spec = cpu_spec(t)?;
+    let tm = machine(t, &spec)?;
+    let cx = Box::new(Context::create());
+    // SAFETY: the context is boxed (stable address) and outlives the
+    // engine, which `Jitted::drop` releases first.
+    let cx_ref: &'static Context = unsafe { &*(cx.as_ref() as *const Context) };
+    let m = build(cx_ref, &spec)?;
+    optimize(&m, &tm)?;
+    let engine = m.create_jit_execution_engine(OptimizationLevel::Aggressive).map_err(llvm_err)?;
+    if let Some(pf) = m.get_function(abi::PARALLEL_FOR) {
+        engine.add_global_mapping(&pf, abi::runtime_parallel_for() as usize);
+    }
+    let addr = engine.get_function_address(&abi::entry_name(f)).map_err(llvm_err)?;
+    // SAFETY: the entry function has exactly this signature (see `gen`).
+    let entry: EntryFn = unsafe { std::mem::transmute::<usize, EntryFn>(addr) };
+    Ok(Code { entry, owner: Box::new(Jitted { engine: Some(engine), _cx: cx }) })
 }
 
 /// The JIT's code: the execution engine with the context it lives in.
@@ -152,38 +170,32 @@ impl Backend for LlvmBackend {
     }
 
     fn jit(&self, f: &LoopFunc, t: &Target) -> R<Code> {
-        let spec = cpu_spec(t)?;
-        let tm = machine(t, &spec)?;
-        let cx = Box::new(Context::create());
-        // SAFETY: the context is boxed (stable address) and outlives the
-        // engine, which `Jitted::drop` releases first.
-        let cx_ref: &'static Context = unsafe { &*(cx.as_ref() as *const Context) };
-        let m = optimized(cx_ref, f, &spec, &tm, None)?;
-        let engine = m.create_jit_execution_engine(OptimizationLevel::Aggressive).map_err(llvm_err)?;
-        if let Some(pf) = m.get_function(abi::PARALLEL_FOR) {
-            engine.add_global_mapping(&pf, abi::runtime_parallel_for() as usize);
-        }
-        let addr = engine.get_function_address(&abi::entry_name(f)).map_err(llvm_err)?;
-        // SAFETY: the entry function has exactly this signature (see `gen`).
-        let entry: EntryFn = unsafe { std::mem::transmute::<usize, EntryFn>(addr) };
-        Ok(Code { entry, owner: Box::new(Jitted { engine: Some(engine), _cx: cx }) })
+        jit_module(f, t, |cx, spec| gen::build_module(cx, f, spec, None))
     }
 
     fn emit_text(&self, f: &LoopFunc, t: &Target, stage: &str) -> R<String> {
-        with_module(f, t, None, |m, tm| match stage {
-            "llvm" => Ok(m.print_to_string().to_string()),
-            "asm" => {
-                let buf = tm.write_to_memory_buffer(m, FileType::Assembly).map_err(llvm_err)?;
-                Ok(String::from_utf8_lossy(buf.as_slice()).to_string())
-            }
-            other => Err(CodegenError::Unsupported(format!("the LLVM backend has no stage `{other}`"))),
-        })
+        with_module(
+            t,
+            |cx, spec| gen::build_module(cx, f, spec, None),
+            |m, tm| match stage {
+                "llvm" => Ok(m.print_to_string().to_string()),
+                "asm" => {
+                    let buf = tm.write_to_memory_buffer(m, FileType::Assembly).map_err(llvm_err)?;
+                    Ok(String::from_utf8_lossy(buf.as_slice()).to_string())
+                }
+                other => Err(CodegenError::Unsupported(format!("the LLVM backend has no stage `{other}`"))),
+            },
+        )
     }
 
     fn emit_object(&self, f: &LoopFunc, t: &Target, c: &CEntry) -> R<Vec<u8>> {
-        with_module(f, t, Some(c), |m, tm| {
-            let buf = tm.write_to_memory_buffer(m, FileType::Object).map_err(llvm_err)?;
-            Ok(buf.as_slice().to_vec())
-        })
+        with_module(
+            t,
+            |cx, spec| gen::build_module(cx, f, spec, Some(c)),
+            |m, tm| {
+                let buf = tm.write_to_memory_buffer(m, FileType::Object).map_err(llvm_err)?;
+                Ok(buf.as_slice().to_vec())
+            },
+        )
     }
 }

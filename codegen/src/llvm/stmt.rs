@@ -40,6 +40,9 @@ impl<'ctx> Gen<'ctx, '_> {
                         Ok(())
                     }
                     ForKind::Parallel if *extent > 1 => self.parallel(fr, *var, *lo, *extent, body),
+                    ForKind::Block(_) | ForKind::Thread(_) if self.gpu.is_some() => {
+                        self.bound_loop(fr, *var, *lo, *extent, *kind, body)
+                    }
                     _ => self.serial_loop(fr, *var, int(*lo), int(*lo + *extent), body),
                 }
             }

@@ -24,7 +24,7 @@
 
 pub mod safety;
 
-use crate::ir::{ForKind, LoopFunc, Stmt};
+use crate::ir::{ForKind, GpuDim, LoopFunc, Stmt};
 use pest::iterators::{Pair, Pairs};
 use pest::Parser;
 use texc_compiler::ops::{BinOp, Intrinsic, MathFn, UnOp};
@@ -372,11 +372,9 @@ impl Builder {
                             format!("empty range {lo}..{hi}: the end is below the start"),
                         ));
                     }
-                    let kind = match it.next().map(|k| k.as_rule()) {
-                        Some(Rule::parallel) => ForKind::Parallel,
-                        Some(Rule::vectorized) => ForKind::Vectorized,
-                        Some(Rule::unrolled) => ForKind::Unrolled,
-                        _ => ForKind::Serial,
+                    let kind = match it.next() {
+                        Some(k) => for_kind(k),
+                        None => ForKind::Serial,
                     };
                     // Index simplification assumes a variable ranges over 0..extent.
                     if lo < 0 {
@@ -763,5 +761,25 @@ fn rule_name(r: Rule) -> String {
         Rule::for_loop => "a `for` loop".into(),
         Rule::store => "a store `T[...] = value`".into(),
         r => format!("{r:?}").replace('_', " "),
+    }
+}
+
+/// The kind written after a loop's range (`parallel`, `block.x`, ...).
+fn for_kind(k: Pair<Rule>) -> ForKind {
+    match k.as_rule() {
+        Rule::parallel => ForKind::Parallel,
+        Rule::vectorized => ForKind::Vectorized,
+        Rule::unrolled => ForKind::Unrolled,
+        Rule::gpu_bound => {
+            let mut it = k.into_inner();
+            let unit = it.next().expect("unit").as_str();
+            let dim = GpuDim::parse(it.next().expect("dim").as_str()).expect("grammar: x, y or z");
+            if unit == "block" {
+                ForKind::Block(dim)
+            } else {
+                ForKind::Thread(dim)
+            }
+        }
+        _ => ForKind::Serial,
     }
 }

@@ -1,0 +1,283 @@
+//! GPU kernels: each launch of a GPU loop nest (`texc_schedules::gpu`)
+//! becomes one kernel function whose parameters are the tensors the kernel
+//! uses (`noalias` pointers) and its scalars.
+//!
+//! A loop bound to `block.d` is no loop: its variable is `lo + blockIdx.d`
+//! (the grid has exactly its extent); a loop bound to `thread.d` is
+//! `lo + threadIdx.d`, guarded by `threadIdx.d < extent` when the block is
+//! larger than the loop. Everything else is the CPU emitter's scalar code.
+//!
+//! The same kernels are built two ways:
+//! - for PTX ([`Gen::build_ptx`]): block and thread indices are NVVM's
+//!   special registers, kernels are marked in `!nvvm.annotations` with their
+//!   exact block size (`reqntid`), and math built-ins call libdevice;
+//! - for the CPU emulation ([`Gen::build_emulation`]): the indices are six
+//!   extra parameters, and the entry of `crate::abi` runs each launch's
+//!   blocks on the thread pool and, in each block, its threads in order.
+//!   The launch rules make the threads of a launch independent, so this
+//!   computes what the GPU computes, with the kernel bodies the PTX has.
+
+use super::gen::{Frame, Gen, Mode};
+use super::R;
+use inkwell::attributes::AttributeLoc;
+use inkwell::module::{Linkage, Module};
+use inkwell::types::BasicMetadataTypeEnum;
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue};
+use inkwell::{AddressSpace, IntPredicate};
+use texc_compiler::tir::VarId;
+use texc_schedules::gpu::Launch;
+use texc_schedules::ir::{ForKind, Stmt};
+
+/// The kernel being built: where its thread runs.
+#[derive(Clone, Copy)]
+pub(super) struct GpuKernel<'ctx> {
+    /// `blockIdx.{x,y,z}` as i64.
+    pub block_idx: [IntValue<'ctx>; 3],
+    /// `threadIdx.{x,y,z}` as i64.
+    pub thread_idx: [IntValue<'ctx>; 3],
+    /// Threads per block (x, y, z).
+    pub block: [i64; 3],
+}
+
+/// The name of launch `i`'s kernel.
+pub fn kernel_name(f: &texc_schedules::LoopFunc, i: usize) -> String {
+    format!("{}_k{i}", f.p.name.replace(|c: char| !c.is_ascii_alphanumeric() && c != '_', "_"))
+}
+
+const SREG: [[&str; 3]; 2] = [
+    ["llvm.nvvm.read.ptx.sreg.ctaid.x", "llvm.nvvm.read.ptx.sreg.ctaid.y", "llvm.nvvm.read.ptx.sreg.ctaid.z"],
+    ["llvm.nvvm.read.ptx.sreg.tid.x", "llvm.nvvm.read.ptx.sreg.tid.y", "llvm.nvvm.read.ptx.sreg.tid.z"],
+];
+
+impl<'ctx> Gen<'ctx, '_> {
+    /// A module with one PTX kernel per launch.
+    pub(super) fn build_ptx(mut self, launches: &[Launch]) -> R<Module<'ctx>> {
+        self.libdevice = true;
+        for (i, l) in launches.iter().enumerate() {
+            let k = self.kernel_fn(&kernel_name(self.f, i), 0, Linkage::External);
+            let bb = self.cx.append_basic_block(k, "entry");
+            self.b.position_at_end(bb);
+            let sreg = |g: &Self, unit: usize, d: usize, n: i64| -> R<IntValue<'ctx>> {
+                let i64t = g.cx.i64_type();
+                if n <= 1 {
+                    return Ok(i64t.const_zero());
+                }
+                let v = g.call(g.intrinsic(SREG[unit][d], &[])?, &[])?.into_int_value();
+                Ok(g.b.build_int_z_extend(v, i64t, "idx")?)
+            };
+            let block_idx =
+                [sreg(&self, 0, 0, l.grid[0])?, sreg(&self, 0, 1, l.grid[1])?, sreg(&self, 0, 2, l.grid[2])?];
+            let thread_idx =
+                [sreg(&self, 1, 0, l.block[0])?, sreg(&self, 1, 1, l.block[1])?, sreg(&self, 1, 2, l.block[2])?];
+            self.kernel_body(k, l, block_idx, thread_idx)?;
+            self.annotate_kernel(k, l)?;
+        }
+        Ok(self.m)
+    }
+
+    /// A module whose `crate::abi` entry runs every launch on the CPU.
+    pub(super) fn build_emulation(mut self, launches: &[Launch]) -> R<Module<'ctx>> {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let i64t = self.cx.i64_type();
+        let pf = self.m.add_function(
+            crate::abi::PARALLEL_FOR,
+            self.cx.void_type().fn_type(&[ptr.into(), ptr.into(), i64t.into()], false),
+            Some(Linkage::External),
+        );
+        let mut tasks = Vec::new();
+        for (i, l) in launches.iter().enumerate() {
+            let k = self.kernel_fn(&kernel_name(self.f, i), 6, Linkage::Internal);
+            let n = (self.used.len() + self.f.p.scalars.len()) as u32;
+            let bb = self.cx.append_basic_block(k, "entry");
+            self.b.position_at_end(bb);
+            let p = |j: u32| k.get_nth_param(n + j).expect("index param").into_int_value();
+            self.kernel_body(k, l, [p(0), p(1), p(2)], [p(3), p(4), p(5)])?;
+            tasks.push(self.block_task(i, l, k)?);
+        }
+        // The body: one context with every tensor and scalar, then each launch.
+        let body = self.region_fn("texc_body", &[], &[], false)?;
+        let fr = self.frame_from_params(body, &[], &[]);
+        let bb = self.cx.append_basic_block(body, "entry");
+        self.b.position_at_end(bb);
+        let slots = self.slot_types(&[], 0);
+        let ctx = self.entry_alloca(body, i64t.array_type(slots.len().max(1) as u32).into())?;
+        let values: Vec<BasicValueEnum> =
+            self.used.iter().map(|t| fr.tensors[t].into()).chain(fr.scalars.iter().copied()).collect();
+        for (j, v) in values.iter().enumerate() {
+            let slot = self.gep(i64t.into(), ctx, i64t.const_int(j as u64, false))?;
+            self.b.build_store(slot, *v)?;
+        }
+        for (task, l) in tasks.iter().zip(launches) {
+            let task = task.as_global_value().as_pointer_value();
+            let n = i64t.const_int(l.blocks() as u64, false);
+            self.b.build_call(pf, &[task.into(), ctx.into(), n.into()], "")?;
+        }
+        self.b.build_return(None)?;
+        self.entry(body)?;
+        Ok(self.m)
+    }
+
+    /// `kernel(tensors..., scalars..., extra i64s...)`.
+    fn kernel_fn(&mut self, name: &str, extra: usize, linkage: Linkage) -> FunctionValue<'ctx> {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let mut params: Vec<BasicMetadataTypeEnum> = self.used.iter().map(|_| ptr.into()).collect();
+        for s in &self.f.p.scalars {
+            params.push(self.scalar_ty(texc_compiler::tir::Ty::Elem(s.elem)).into());
+        }
+        params.extend((0..extra).map(|_| BasicMetadataTypeEnum::from(self.cx.i64_type())));
+        let k = self.m.add_function(name, self.cx.void_type().fn_type(&params, false), Some(linkage));
+        self.attrs(k);
+        for i in 0..self.used.len() {
+            k.add_attribute(AttributeLoc::Param(i as u32), self.enum_attr("noalias"));
+        }
+        k
+    }
+
+    /// The statements of launch `l` in kernel `k` (positioned at its entry).
+    fn kernel_body(
+        &mut self,
+        k: FunctionValue<'ctx>,
+        l: &Launch,
+        block_idx: [IntValue<'ctx>; 3],
+        thread_idx: [IntValue<'ctx>; 3],
+    ) -> R<()> {
+        let mut fr = self.frame_from_params(k, &[], &[]);
+        self.gpu = Some(GpuKernel { block_idx, thread_idx, block: l.block });
+        let stmt = self.f.body[l.stmt].clone();
+        self.stmt(&mut fr, &stmt, Mode::Scalar)?;
+        self.gpu = None;
+        self.b.build_return(None)?;
+        Ok(())
+    }
+
+    /// `!nvvm.annotations`: `k` is a kernel launched with exactly `l.block` threads.
+    fn annotate_kernel(&self, k: FunctionValue<'ctx>, l: &Launch) -> R<()> {
+        let i32t = self.cx.i32_type();
+        let fptr = k.as_global_value().as_pointer_value();
+        let mut notes: Vec<(&str, u64)> = vec![("kernel", 1)];
+        notes.extend(["reqntidx", "reqntidy", "reqntidz"].into_iter().zip(l.block.map(|n| n as u64)));
+        for (key, v) in notes {
+            let md = self.cx.metadata_node(&[
+                fptr.into(),
+                self.cx.metadata_string(key).into(),
+                i32t.const_int(v, false).into(),
+            ]);
+            self.m.add_global_metadata("nvvm.annotations", &md).map_err(super::llvm_err)?;
+        }
+        Ok(())
+    }
+
+    /// The emulation's task for launch `i`: blocks `lo..hi`, each block's
+    /// threads in order, as calls of kernel `k`.
+    fn block_task(&mut self, i: usize, l: &Launch, k: FunctionValue<'ctx>) -> R<FunctionValue<'ctx>> {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let i64t = self.cx.i64_type();
+        let task = self.m.add_function(
+            &format!("texc_launch{i}"),
+            self.cx.void_type().fn_type(&[ptr.into(), i64t.into(), i64t.into()], false),
+            Some(Linkage::Internal),
+        );
+        self.attrs(task);
+        let bb = self.cx.append_basic_block(task, "entry");
+        self.b.position_at_end(bb);
+        let ctx = task.get_nth_param(0).expect("ctx").into_pointer_value();
+        let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+        for (j, ty) in self.slot_types(&[], 0).into_iter().enumerate() {
+            let slot = self.gep(i64t.into(), ctx, i64t.const_int(j as u64, false))?;
+            args.push(self.b.build_load(ty, slot, "arg")?.into());
+        }
+        let lo = task.get_nth_param(1).expect("lo").into_int_value();
+        let hi = task.get_nth_param(2).expect("hi").into_int_value();
+        let threads = i64t.const_int(l.threads() as u64, false);
+        self.count(task, lo, hi, &mut |g, b| {
+            let zero = i64t.const_zero();
+            g.count(task, zero, threads, &mut |g, t| {
+                let mut call = args.clone();
+                for (flat, dims) in [(b, l.grid), (t, l.block)] {
+                    for v in g.unflatten(flat, dims)? {
+                        call.push(v.into());
+                    }
+                }
+                g.b.build_call(k, &call, "")?;
+                Ok(())
+            })
+        })?;
+        self.b.build_return(None)?;
+        Ok(task)
+    }
+
+    /// (x, y, z) of a flat index over `dims` (x fastest).
+    fn unflatten(&self, flat: IntValue<'ctx>, dims: [i64; 3]) -> R<[IntValue<'ctx>; 3]> {
+        let c = |v: i64| self.cx.i64_type().const_int(v as u64, false);
+        let x = self.b.build_int_unsigned_rem(flat, c(dims[0]), "x")?;
+        let rest = self.b.build_int_unsigned_div(flat, c(dims[0]), "yz")?;
+        let y = self.b.build_int_unsigned_rem(rest, c(dims[1]), "y")?;
+        let z = self.b.build_int_unsigned_div(rest, c(dims[1]), "z")?;
+        Ok([x, y, z])
+    }
+
+    /// `for i in lo..hi: body(i)` in function `func`.
+    fn count(
+        &mut self,
+        func: FunctionValue<'ctx>,
+        lo: IntValue<'ctx>,
+        hi: IntValue<'ctx>,
+        body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> R<()>,
+    ) -> R<()> {
+        let i64t = self.cx.i64_type();
+        let pre = self.b.get_insert_block().expect("positioned");
+        let header = self.cx.append_basic_block(func, "loop");
+        let body_bb = self.cx.append_basic_block(func, "body");
+        let exit = self.cx.append_basic_block(func, "exit");
+        self.b.build_unconditional_branch(header)?;
+        self.b.position_at_end(header);
+        let phi = self.b.build_phi(i64t, "i")?;
+        let i = phi.as_basic_value().into_int_value();
+        let c = self.b.build_int_compare(IntPredicate::SLT, i, hi, "cond")?;
+        self.b.build_conditional_branch(c, body_bb, exit)?;
+        self.b.position_at_end(body_bb);
+        body(self, i)?;
+        let next = self.b.build_int_add(i, i64t.const_int(1, false), "next")?;
+        let end = self.b.get_insert_block().expect("positioned");
+        self.b.build_unconditional_branch(header)?;
+        phi.add_incoming(&[(&lo, pre), (&next, end)]);
+        self.b.position_at_end(exit);
+        Ok(())
+    }
+
+    /// A loop bound to a block or thread index: its one iteration on this thread.
+    pub(super) fn bound_loop(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        var: VarId,
+        lo: i64,
+        extent: i64,
+        kind: ForKind,
+        body: &[Stmt],
+    ) -> R<()> {
+        let k = self.gpu.expect("inside a GPU kernel");
+        let i64t = self.cx.i64_type();
+        let (idx, size) = match kind {
+            ForKind::Block(d) => (k.block_idx[d.index()], extent),
+            ForKind::Thread(d) => (k.thread_idx[d.index()], k.block[d.index()]),
+            _ => unreachable!("bound loops only"),
+        };
+        let v = self.b.build_int_add(idx, i64t.const_int(lo as u64, true), &self.f.vars[var as usize].name)?;
+        fr.vars.insert(var, v);
+        let r = if extent < size {
+            let then_bb = self.cx.append_basic_block(fr.func, "active");
+            let merge = self.cx.append_basic_block(fr.func, "inactive");
+            let c = self.b.build_int_compare(IntPredicate::SLT, idx, i64t.const_int(extent as u64, true), "on")?;
+            self.b.build_conditional_branch(c, then_bb, merge)?;
+            self.b.position_at_end(then_bb);
+            self.stmts(fr, body, Mode::Scalar)?;
+            self.b.build_unconditional_branch(merge)?;
+            self.b.position_at_end(merge);
+            Ok(())
+        } else {
+            self.stmts(fr, body, Mode::Scalar)
+        };
+        fr.vars.remove(&var);
+        r
+    }
+}

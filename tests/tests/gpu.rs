@@ -1,0 +1,215 @@
+//! GPU targets without a GPU: every std operator and example, with the
+//! default GPU schedule and with random GPU schedules, compiles to PTX that
+//! `ptxas` assembles for sm_80 and sm_90 (registers and spills reported);
+//! GPU schedules that break a launch rule are spanned errors; PTX snapshots.
+//! (Their results against the interpreter, through the CPU emulation of the
+//! kernels, are in tests/backends.rs with every other backend.)
+
+use texc_compiler::Bindings;
+use texc_runtime::SplitMix64;
+use texc_schedules::LoopFunc;
+use texc_tests::rendered;
+
+const GPUS: [&str; 2] = ["nvptx-sm80", "nvptx-sm90"];
+
+fn sm(target: &str) -> String {
+    format!("sm_{}", texc_compiler::target::lookup(target).expect("registered").gpu.expect("a GPU").sm)
+}
+
+/// PTX of legal GPU loop nests `f` for `target`, assembled by `ptxas`:
+/// (kernels, their largest register count, total spill bytes).
+fn assemble(name: &str, f: &LoopFunc, target: &str) -> (usize, u32, u32) {
+    let mut pl = texc_tests::pipeline(target);
+    let legal = pl.legalize(f.clone()).unwrap_or_else(|e| panic!("{name}: {}", rendered(&pl, e)));
+    let (ptx, header) = pl.emit_ptx(&[&legal]).unwrap_or_else(|e| panic!("{name} on {target}: {}", rendered(&pl, e)));
+    assert!(header.contains("texc_launch"), "{name}: the header describes the launches");
+    let (cubin, res) = texc_codegen::cuda::assemble(&ptx, &sm(target))
+        .unwrap_or_else(|e| panic!("{name} on {target}: {e}\n{}\n{ptx}", texc_schedules::ir::print(f)));
+    assert!(cubin.starts_with(b"\x7fELF"), "{name}: a cubin is an ELF file");
+    let launches = texc_schedules::gpu::launches(&legal, pl.target()).expect("legal");
+    assert_eq!(res.len(), launches.len(), "{name}: one kernel per launch");
+    let regs = res.iter().map(|r| r.registers).max().unwrap_or(0);
+    let spills = res.iter().map(|r| r.spill_stores + r.spill_loads).sum();
+    (res.len(), regs, spills)
+}
+
+fn require_ptxas() {
+    assert!(
+        texc_codegen::cuda::ptxas().is_some(),
+        "ptxas not found ({}); scripts/bootstrap.sh installs it",
+        texc_codegen::cuda::searched()
+    );
+}
+
+#[test]
+fn every_example_and_std_operator_assembles_for_sm80_and_sm90() {
+    require_ptxas();
+    let mut programs = texc_tests::example_programs(2e8);
+    programs.extend(texc_tests::std_op_programs(11));
+    for target in GPUS {
+        let mut table = Vec::new();
+        for (name, p) in &programs {
+            let f = texc_tests::default_lowered(target, p);
+            let (kernels, regs, spills) = assemble(name, &f, target);
+            table.push(format!("{name:<48} {kernels:>2} kernels {regs:>4} registers {spills:>6} spill bytes"));
+        }
+        eprintln!("ptxas -arch={} ({} programs):\n{}", sm(target), table.len(), table.join("\n"));
+    }
+}
+
+#[test]
+fn random_gpu_schedules_assemble() {
+    require_ptxas();
+    let mut rng = SplitMix64::new(11);
+    let mut bound = 0;
+    for (file, kernel, shapes) in texc_tests::RANDOM_SCHEDULE_CASES {
+        let base = texc_tests::random_case_program(file, kernel, shapes);
+        for trial in 0..4 {
+            let f = texc_tests::randomly_gpu_scheduled(&base, &mut rng);
+            bound += usize::from(texc_schedules::gpu::has_bound_loops(&f));
+            for target in GPUS {
+                assemble(&format!("{file} trial {trial}"), &f, target);
+            }
+        }
+    }
+    assert!(bound >= 4, "random GPU schedules bind loops ({bound} did)");
+}
+
+/// The error `texc check` gives for a GPU schedule of a matrix product.
+fn schedule_error(schedule: &str) -> String {
+    let src = format!(
+        "kernel mm(A: f32[M = 40, K = 24], B: f32[K, N = 72]) -> C: f32[M, N] {{\n    \
+         C[i, j] = sum[k](A[i, k] * B[k, j]);\n}}\nschedule mm for nvptx-sm90 {{\n{schedule}\n}}\n"
+    );
+    texc_tests::check_text("mm.tex", &src).expect_err("the schedule is rejected")
+}
+
+#[test]
+fn gpu_schedules_that_break_a_rule_are_spanned_errors() {
+    let cases = [
+        ("    bind C.k to thread.x;", "cannot bind `k`: it is a reduction axis"),
+        ("    bind C.i to block.x;\n    bind C.j to block.x;", "`j` is a second loop bound to block.x"),
+        ("    bind C.j to block.x;", "`j` is bound to a block but `i` is outside it"),
+        ("    bind C.i to thread.x;\n    bind C.j to thread.y;", "2880 threads per block, more than the target's 1024"),
+        ("    bind C.j to thread.z;", "72 threads per block along z, more than the target's 64"),
+        ("    bind C.i to warp.x;", "unknown GPU unit `warp`"),
+        ("    bind C.i to block.w;", "unknown GPU dimension `w`"),
+        ("    tensorize C(i, j, k) with mma_m16n8k16_f16f32;", "`tensorize` is not built yet"),
+    ];
+    for (schedule, want) in cases {
+        let err = schedule_error(schedule);
+        assert!(err.contains(want), "{schedule}: expected `{want}` in\n{err}");
+        assert!(err.contains("mm.tex:"), "{schedule}: the error has a position\n{err}");
+    }
+}
+
+#[test]
+fn a_good_gpu_schedule_checks_and_runs_like_the_interpreter() {
+    let src = "kernel mm(A: f32[M = 37, K = 19], B: f32[K, N = 70]) -> C: f32[M, N] {\n    \
+               C[i, j] = sum[k](A[i, k] * B[k, j]);\n}\nschedule mm for nvptx-sm90 {\n    \
+               tile C(i, j) by (8, 32) -> (io, jo, ii, ji);\n    reorder C(io, jo, ii, k, ji);\n    \
+               bind C.io to block.y;\n    bind C.jo to block.x;\n    bind C.ii to thread.y;\n    \
+               bind C.ji to thread.x;\n}\n";
+    texc_tests::check_text("mm.tex", src).expect("a legal GPU schedule checks");
+    let (mut pl, k) = texc_tests::load_text("nvptx-sm90", "mm.tex", src, None).expect("loads");
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let f = texc_tests::loops(&mut pl, k, &p);
+    let launches = texc_schedules::gpu::launches(&f, pl.target()).expect("legal");
+    let shapes: Vec<_> = launches.iter().map(|l| (l.grid, l.block)).collect();
+    // The zeroing nest and the product, each on a 3×5 grid of 32×8 blocks.
+    assert_eq!(shapes, vec![([3, 5, 1], [32, 8, 1]); 2]);
+    let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 3).expect("binds");
+    let want = texc_compiler::interp::run(&p, args()).expect("interp");
+    let got = pl.compile(&f).expect("emulated").run(args()).expect("runs");
+    assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-6);
+}
+
+/// `.loops` text for a GPU target: parsed, then checked against the launch rules.
+fn loops_error(body: &str) -> String {
+    let text = format!("func k [N=64]\n  input A: f32[64]\n  output B: f32[64]\n  temp T: f32[64]\n{body}");
+    let mut pl = texc_tests::pipeline("nvptx-sm90");
+    let dir = std::env::temp_dir().join(format!("texc-gpu-loops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(format!("k{}.loops", text.len()));
+    std::fs::write(&path, &text).expect("write");
+    let r = pl.load_loops(&path).map(|_| ()).map_err(|e| rendered(&pl, e));
+    let _ = std::fs::remove_file(&path);
+    match r {
+        Ok(()) => String::new(),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn loop_nests_that_break_a_launch_rule_are_rejected() {
+    let cases = [
+        (
+            "  for b in 0..2 block.x:\n    for t in 0..32 thread.x:\n      B[t] = A[t]\n",
+            "the store to `B` does not depend on bound loop `b`",
+        ),
+        (
+            "  for b in 0..2 block.x:\n    B[b] = A[b]\n    for t in 0..32 thread.x:\n      B[b * 32 + t] = A[t]\n",
+            "the store to `B` is outside the thread.x loops",
+        ),
+        (
+            "  for i in 0..2:\n    for b in 0..32 block.x:\n      B[i * 32 + b] = A[b]\n",
+            "`b` is bound to block.x but is not one of the loops that open its launch",
+        ),
+        (
+            "  for t in 0..8 thread.x:\n    for u in 0..8 thread.x:\n      B[t * 8 + u] = A[u]\n",
+            "`u` is bound to thread.x inside another thread.x loop",
+        ),
+        (
+            "  for b in 0..2 block.x:\n    for t in 0..32 thread.x:\n      T[b * 32 + t] = A[t]\n    for u in 0..32 thread.x:\n      B[b * 32 + u] = T[63 - b * 32 - u]\n",
+            "`T` is written and read by different iterations of one launch",
+        ),
+        (
+            "  for b in 0..64 block.x:\n    local L: f32[1]:\n      for t in 0..1 thread.x:\n        L[0] = A[b]\n      for u in 0..1 thread.x:\n        B[b + u] = L[0]\n",
+            "local buffer `L` is outside the thread.x loops",
+        ),
+        ("  for i in 0..64 parallel:\n    B[i] = A[i]\n", "loop `i` is parallel, which target `nvptx-sm90` does not have"),
+    ];
+    for (body, want) in cases {
+        let err = loops_error(body);
+        assert!(err.contains(want), "expected `{want}` for\n{body}\ngot: {err}");
+    }
+    // Each thread accumulating into its own element is fine, and so is one launch per statement.
+    let ok = "  for b in 0..2 block.x:\n    for t in 0..32 thread.x:\n      T[b * 32 + t] = A[b * 32 + t]\n      \
+              T[b * 32 + t] = T[b * 32 + t] + 1.0f32\n  for i in 0..64:\n    B[i] = T[63 - i]\n";
+    assert_eq!(loops_error(ok), "");
+}
+
+#[test]
+fn bound_loops_print_and_parse_back() {
+    let text = "func k [N=64]\n  input A: f32[64]\n  output B: f32[64]\n  for b in 0..2 block.x:\n    \
+                for t in 0..32 thread.x:\n      B[b * 32 + t] = A[b * 32 + t]\n";
+    let parsed = texc_schedules::text::parse(text, texc_grammar::FileId(0)).expect("parses");
+    assert_eq!(texc_schedules::ir::print(&parsed.func), text);
+}
+
+#[test]
+fn cpu_targets_reject_bound_loops() {
+    let src = "kernel e(X: f32[N = 64]) -> Y: f32[N] {\n    Y[i] = X[i];\n}\n\
+               schedule e for x86-avx2 {\n    bind Y.i to block.x;\n}\n";
+    let err = texc_tests::check_text("e.tex", src).expect_err("rejected");
+    assert!(err.contains("`bind` is a GPU primitive; target `x86-avx2` is a CPU"), "{err}");
+}
+
+/// PTX of a few kernels, pinned: element-wise with a libdevice call, a
+/// matrix product, and softmax's rows (three launches).
+#[test]
+fn ptx_snapshots() {
+    let cases = [
+        ("gelu", "examples/gelu.tex", vec![("N", 3), ("D", 257)]),
+        ("matmul", "examples/matmul.tex", vec![("M", 37), ("K", 19), ("N", 70)]),
+        ("softmax", "examples/softmax.tex", vec![("N", 5), ("D", 100)]),
+    ];
+    for (name, file, shapes) in cases {
+        let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Default::default() };
+        let (mut pl, k) = texc_tests::load_file("nvptx-sm90", file, None).expect("loads");
+        let p = texc_tests::specialize(&mut pl, k, &b);
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        insta::assert_snapshot!(format!("ptx_{name}"), ptx);
+    }
+}
