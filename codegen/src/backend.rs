@@ -18,6 +18,8 @@ use crate::CodegenError;
 use std::time::{Duration, Instant};
 use texc_compiler::interp::Arg;
 use texc_compiler::target::{BackendKind, Target};
+use texc_compiler::tir::TensorId;
+use texc_compiler::types::ElemType;
 use texc_runtime::{AlignedBuf, Tensor};
 use texc_schedules::LoopFunc;
 
@@ -55,10 +57,26 @@ pub trait Backend: Sync {
     fn emit_object(&self, f: &LoopFunc, target: &Target, c: &CEntry) -> Result<Vec<u8>, CodegenError>;
 }
 
+/// Where a compiled kernel's code runs.
+enum Exec {
+    /// Machine code in this process.
+    Host(Code),
+    /// PTX loaded on the GPU.
+    Device(GpuCode),
+}
+
+/// A kernel's launches on the GPU, and the scalar types of its parameters.
+pub struct GpuCode {
+    pub device: &'static texc_runtime::cuda::Device,
+    pub module: texc_runtime::cuda::Module,
+    /// The tensors the kernels take, in parameter order.
+    pub tensors: Vec<TensorId>,
+}
+
 /// A compiled kernel, ready to run on host tensors. It can be built on one
 /// thread and run on another (`Send + Sync`).
 pub struct Compiled {
-    code: Code,
+    exec: Exec,
     layout: Layout,
     pub backend: BackendKind,
     /// Wall time spent in the backend (building, optimizing, machine code).
@@ -70,7 +88,12 @@ impl Compiled {
     pub fn new(backend: &dyn Backend, f: &LoopFunc, target: &Target) -> Result<Compiled, CodegenError> {
         let start = Instant::now();
         let code = backend.jit(f, target)?;
-        Ok(Compiled { code, layout: Layout::of(f), backend: backend.kind(), compile_time: start.elapsed() })
+        Ok(Compiled {
+            exec: Exec::Host(code),
+            layout: Layout::of(f),
+            backend: backend.kind(),
+            compile_time: start.elapsed(),
+        })
     }
 
     /// Compile `f`'s GPU kernels for this CPU (GPU target `target`): each
@@ -78,7 +101,16 @@ impl Compiled {
     pub fn emulated(f: &LoopFunc, target: &Target) -> Result<Compiled, CodegenError> {
         let start = Instant::now();
         let code = crate::llvm::nvptx::emulate(f, target)?;
-        Ok(Compiled { code, layout: Layout::of(f), backend: BackendKind::Nvptx, compile_time: start.elapsed() })
+        let layout = Layout::of(f);
+        Ok(Compiled { exec: Exec::Host(code), layout, backend: BackendKind::Nvptx, compile_time: start.elapsed() })
+    }
+
+    /// Compile `f` to PTX for GPU target `target` and load it on this machine's GPU.
+    pub fn on_gpu(f: &LoopFunc, target: &Target) -> Result<Compiled, CodegenError> {
+        let start = Instant::now();
+        let code = crate::llvm::nvptx::load(f, target)?;
+        let layout = Layout::of(f);
+        Ok(Compiled { exec: Exec::Device(code), layout, backend: BackendKind::Nvptx, compile_time: start.elapsed() })
     }
 
     /// Check and copy arguments (in parameter order) into aligned buffers.
@@ -103,27 +135,78 @@ impl Compiled {
         for (t, b) in bufs.iter_mut() {
             ptrs[t.0 as usize] = b.as_mut_ptr();
         }
-        Ok(Buffers { bufs, ptrs, scalars })
+        let device = match &self.exec {
+            Exec::Host(_) => None,
+            Exec::Device(g) => {
+                let host: Vec<&[u8]> = g
+                    .tensors
+                    .iter()
+                    .map(|id| {
+                        bufs.iter().find(|(t, _)| t == id).map(|(_, b)| b.bytes()).expect("every tensor has a buffer")
+                    })
+                    .collect();
+                Some(g.device.upload(&host).map_err(CodegenError::Run)?)
+            }
+        };
+        Ok(Buffers { bufs, ptrs, scalars, device })
     }
 
     /// Run on prepared buffers (may be called repeatedly, e.g. by `bench`).
-    pub fn call(&self, b: &mut Buffers) {
-        // SAFETY: every tensor the kernel touches has a buffer of its declared
-        // size (prepare), the kernel stays inside them (bounds checking), and
-        // the code is alive while `self` is.
-        unsafe { (self.code.entry)(b.ptrs.as_ptr(), b.scalars.as_ptr()) }
+    /// On a GPU the buffers stay on the device between calls; [`Compiled::outputs`] copies them back.
+    pub fn call(&self, b: &mut Buffers) -> Result<(), CodegenError> {
+        match &self.exec {
+            // SAFETY: every tensor the kernel touches has a buffer of its declared
+            // size (prepare), the kernel stays inside them (bounds checking), and
+            // the code is alive while `self` is.
+            Exec::Host(code) => unsafe { (code.entry)(b.ptrs.as_ptr(), b.scalars.as_ptr()) },
+            Exec::Device(g) => {
+                let scalars: Vec<texc_runtime::cuda::ScalarArg> =
+                    self.layout.scalars.iter().zip(&b.scalars).map(|(&e, &slot)| scalar_arg(e, slot)).collect();
+                let bufs = b.device.as_ref().expect("prepared for the device");
+                g.device.run(&g.module, bufs, &scalars).map_err(CodegenError::Run)?;
+            }
+        }
+        Ok(())
     }
 
-    pub fn outputs(&self, b: &Buffers) -> Vec<Tensor> {
-        let find = |id| b.bufs.iter().find(|(t, _)| *t == id).map(|(_, buf)| buf.to_tensor());
-        self.layout.outputs.iter().map(|o| find(o.id).expect("outputs have buffers")).collect()
+    pub fn outputs(&self, b: &Buffers) -> Result<Vec<Tensor>, CodegenError> {
+        let find = |id| b.bufs.iter().find(|(t, _)| *t == id).map(|(_, buf)| buf);
+        let mut out = Vec::new();
+        for o in &self.layout.outputs {
+            let host = find(o.id).expect("outputs have buffers");
+            match (&self.exec, &b.device) {
+                (Exec::Device(g), Some(dev)) => {
+                    let i = g.tensors.iter().position(|&t| t == o.id).expect("the kernels take every output");
+                    let mut copy = AlignedBuf::zeroed(host.dtype, host.shape.clone()).map_err(oom)?;
+                    g.device.download(dev, i, copy.bytes_mut()).map_err(CodegenError::Run)?;
+                    out.push(copy.to_tensor());
+                }
+                _ => out.push(host.to_tensor()),
+            }
+        }
+        Ok(out)
     }
 
     /// Prepare, call once, return the outputs.
     pub fn run(&self, args: Vec<Arg>) -> Result<Vec<Tensor>, CodegenError> {
         let mut b = self.prepare(args)?;
-        self.call(&mut b);
-        Ok(self.outputs(&b))
+        self.call(&mut b)?;
+        self.outputs(&b)
+    }
+}
+
+/// A scalar's 8-byte slot (see `abi`) as the kernel parameter of its type.
+fn scalar_arg(e: ElemType, slot: u64) -> texc_runtime::cuda::ScalarArg {
+    use texc_runtime::cuda::ScalarArg as S;
+    let f = f64::from_bits(slot);
+    match e {
+        ElemType::F64 => S::F64(f),
+        ElemType::F32 => S::F32(f as f32),
+        ElemType::F16 => S::B16(half::f16::from_f64(f).to_bits()),
+        ElemType::BF16 => S::B16(half::bf16::from_f64(f).to_bits()),
+        ElemType::I64 => S::I64(slot as i64),
+        ElemType::I32 => S::I32(slot as i64 as i32),
+        ElemType::I8 | ElemType::U8 | ElemType::Bool => S::B8(slot as i64 as u8),
     }
 }
 
@@ -136,6 +219,8 @@ pub struct Buffers {
     bufs: Vec<(texc_compiler::tir::TensorId, AlignedBuf)>,
     ptrs: Vec<*mut u8>,
     scalars: Vec<u64>,
+    /// The same buffers on the GPU, for kernels that run there.
+    device: Option<texc_runtime::cuda::DeviceBuffers>,
 }
 
 // SAFETY: the raw pointers point into `bufs`, which the value owns; moving

@@ -228,12 +228,18 @@ impl Target {
 
     /// Whether code for this target can run on this machine (emitting it never needs that).
     pub fn check_runs_here(&self) -> Result<(), TargetError> {
-        if self.kind == TargetKind::Gpu {
+        if let Some(spec) = self.gpu {
+            let why = match texc_runtime::cuda::device() {
+                Ok(d) if d.sm >= spec.sm => return Ok(()),
+                Ok(d) => format!("its GPU ({}) is sm_{}, older than sm_{}", d.name, d.sm, spec.sm),
+                Err(e) => e,
+            };
             return Err(TargetError::CannotRun {
                 name: self.name.into(),
-                why: "texc cannot launch GPU code yet (the CUDA runtime is not built); `emit --stage ptx` and \
-                      `compile -o k.ptx` work, and `run --emulate-gpu` runs the GPU kernels on this CPU"
-                    .into(),
+                why: format!(
+                    "{why}; `run --emulate-gpu` runs the GPU kernels on this CPU, and `emit --stage ptx` and \
+                     `compile -o k.ptx` need no GPU"
+                ),
             });
         }
         let missing: Vec<&str> = self.requires.iter().copied().filter(|f| !cpu_has(f)).collect();

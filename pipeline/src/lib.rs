@@ -499,7 +499,11 @@ impl Pipeline {
         supported_elems(f, t)?;
         let t0 = Instant::now();
         let backend = texc_codegen::backend_for(t)?;
-        let k = if emulate { Compiled::emulated(f, t)? } else { Compiled::new(backend, f, t)? };
+        let k = match t.kind {
+            TargetKind::Gpu if emulate => Compiled::emulated(f, t)?,
+            TargetKind::Gpu => Compiled::on_gpu(f, t)?,
+            _ => Compiled::new(backend, f, t)?,
+        };
         let ms = k.compile_time.as_secs_f64() * 1e3;
         after(
             &self.options,

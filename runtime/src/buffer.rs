@@ -43,18 +43,19 @@ impl AlignedBuf {
         self.len() == 0
     }
 
-    pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.ptr
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: the allocation holds at least len * size bytes.
+    /// The buffer's bytes (its elements, not the alignment padding).
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the allocation holds at least `len * size` initialized bytes.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len() * self.dtype.size()) }
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and we hold the only reference.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `bytes`, and `&mut self` makes the access exclusive.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len() * self.dtype.size()) }
+    }
+
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
     }
 
     /// Copy a tensor in (bools as bytes 0/1, f16/bf16 as their bits).

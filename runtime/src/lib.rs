@@ -3,10 +3,12 @@
 //!
 //! Pipeline position: last. The interpreter and the JIT backends read
 //! inputs and write outputs as [`Tensor`]s. Every malformed file is a
-//! [`NpyError`], never a panic.
+//! [`NpyError`], never a panic. [`cuda`] reaches NVIDIA GPUs through the
+//! driver API, loaded at run time.
 
 pub mod atomic;
 mod buffer;
+pub mod cuda;
 pub mod memory;
 mod npy;
 mod npz;

@@ -16,12 +16,12 @@ pub fn root() -> PathBuf {
 }
 
 /// A pipeline for a target, with every verifier on; GPU targets run their
-/// kernels in the CPU emulation (CI has no GPU).
+/// kernels on the GPU where there is one, else in the CPU emulation (CI has no GPU).
 pub fn pipeline(target: &str) -> Pipeline {
     let t = texc_compiler::target::lookup(target).expect("a registered target");
     let mut o = Options::new(t);
     o.verify = true;
-    o.emulate_gpu = t.kind == TargetKind::Gpu;
+    o.emulate_gpu = t.kind == TargetKind::Gpu && t.check_runs_here().is_err();
     Pipeline::new(o)
 }
 
@@ -136,9 +136,9 @@ pub fn compile_loops(target: &Target, f: &texc_schedules::LoopFunc) -> Result<te
 }
 
 /// Targets whose code the conformance tests run on this machine, with the
-/// reason for each compiled target that is skipped. GPU targets run in the
-/// CPU emulation of their kernels ([`pipeline`]); the kernels' bodies are the
-/// ones their PTX has.
+/// reason for each compiled target that is skipped. GPU targets run on the
+/// GPU, or without one in the CPU emulation of their kernels ([`pipeline`]),
+/// whose bodies are the ones their PTX has.
 pub fn runnable_targets() -> (Vec<&'static Target>, Vec<String>) {
     let (mut run, mut skipped) = (Vec::new(), Vec::new());
     for t in texc_compiler::target::all().iter().filter(|t| t.is_compiled()) {

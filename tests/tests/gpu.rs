@@ -213,3 +213,36 @@ fn ptx_snapshots() {
         insta::assert_snapshot!(format!("ptx_{name}"), ptx);
     }
 }
+
+/// On a machine with an NVIDIA GPU, the examples and std operators run on
+/// it and match the interpreter (tests/tests/backends.rs runs the whole
+/// conformance set there too); elsewhere this test says why it skipped.
+#[test]
+fn kernels_run_on_the_gpu_when_there_is_one() {
+    let device = match texc_runtime::cuda::device() {
+        Ok(d) => d,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    eprintln!("running on {} (sm_{})", device.name, device.sm);
+    let target = if device.sm >= 90 { "nvptx-sm90" } else { "nvptx-sm80" };
+    let mut programs = texc_tests::example_programs(2e8);
+    programs.extend(texc_tests::std_op_programs(11));
+    for (name, p) in &programs {
+        let mut pl = texc_tests::pipeline(target);
+        assert!(!pl.options.emulate_gpu, "a GPU is present: no emulation");
+        let f = texc_tests::default_lowered(target, p);
+        let legal = pl.legalize(f).unwrap_or_else(|e| panic!("{name}: {}", rendered(&pl, e)));
+        let k = pl.compile(&legal).unwrap_or_else(|e| panic!("{name}: {}", rendered(&pl, e)));
+        let args = || texc_compiler::interp::bind_args(p, Default::default(), &[], 1).expect("binds");
+        let want = texc_compiler::interp::run(p, args()).expect("interp");
+        let got = k.run(args()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for (g, w) in got.iter().zip(&want) {
+            let tol = if w.dtype().is_float() { 1e-5 } else { 0.0 };
+            let err = texc_tests::rel_error(g, w);
+            assert!(err <= tol, "{name} on {}: error {err:e}", device.name);
+        }
+    }
+}

@@ -692,11 +692,21 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
         pl.compile(job.legal.as_ref().expect("a compiled target"))?
     };
     let mut bufs = compiled.prepare(job.args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?;
-    let times = crate::progress::timed_runs(a.warmup, a.repeat, || compiled.call(&mut bufs));
+    // One call first: a kernel that cannot run (a GPU launch refused) fails here, before timing.
+    compiled.call(&mut bufs)?;
+    let mut failed = None;
+    let times = crate::progress::timed_runs(a.warmup, a.repeat, || {
+        if let Err(e) = compiled.call(&mut bufs) {
+            failed.get_or_insert(e);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
     let st = Stats::of(&times);
     // What the timed runs left in the outputs is what is checked and written:
     // a kernel that is wrong when called again is caught too.
-    let results = compiled.outputs(&bufs);
+    let results = compiled.outputs(&bufs)?;
     let counts = texc_compiler::cost::count(p);
     let pool_threads = texc_runtime::pool::num_threads();
     let (mut roof, mut source, threads) = machine(t);

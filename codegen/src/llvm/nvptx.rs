@@ -138,12 +138,9 @@ impl Backend for NvptxBackend {
         &["llvm", "ptx"]
     }
 
-    fn jit(&self, f: &LoopFunc, t: &Target) -> R<Code> {
-        let _ = f;
-        Err(CodegenError::Unsupported(format!(
-            "texc cannot launch GPU code yet (the CUDA runtime is not built), so `{t}` kernels do not run here; \
-             `--emulate-gpu` runs them on this CPU"
-        )))
+    /// GPU kernels do not run in this process: see [`load`] (and [`emulate`]).
+    fn jit(&self, _f: &LoopFunc, t: &Target) -> R<Code> {
+        Err(CodegenError::Unsupported(format!("`{t}` kernels run on a GPU, not in this process")))
     }
 
     fn emit_text(&self, f: &LoopFunc, t: &Target, stage: &str) -> R<String> {
@@ -178,4 +175,27 @@ pub fn emulate(f: &LoopFunc, t: &Target) -> R<Code> {
     let host = texc_compiler::target::lookup("host").map_err(|e| CodegenError::Backend(e.to_string()))?;
     cpu_spec(host)?;
     jit_module(f, host, |cx, spec| Gen::new(cx, f, spec).build_emulation(&launches))
+}
+
+/// Compile `f` to PTX and load it on this machine's GPU (see `texc_runtime::cuda`).
+pub fn load(f: &LoopFunc, t: &Target) -> R<crate::backend::GpuCode> {
+    let device = texc_runtime::cuda::device().map_err(CodegenError::Unsupported)?;
+    let want = t.gpu.map_or(0, |g| g.sm);
+    if device.sm < want {
+        return Err(CodegenError::Unsupported(format!(
+            "this GPU ({}) is sm_{}, older than target `{t}` (sm_{want})",
+            device.name, device.sm
+        )));
+    }
+    let ptx = NvptxBackend.ptx(&[f], t)?;
+    let k = &ptx.kernels[0];
+    let dims = |d: [i64; 3]| d.map(|n| n as u32);
+    let launches: Vec<texc_runtime::cuda::Launch> = k
+        .names
+        .iter()
+        .zip(&k.launches)
+        .map(|(name, l)| texc_runtime::cuda::Launch { kernel: name.clone(), grid: dims(l.grid), block: dims(l.block) })
+        .collect();
+    let module = device.load(&ptx.text, &launches).map_err(CodegenError::Run)?;
+    Ok(crate::backend::GpuCode { device, module, tensors: crate::abi::used_tensors(f) })
 }
