@@ -113,6 +113,8 @@ pub struct GpuSpec {
     pub max_grid: [i64; 3],
     /// Shared memory one block may use, in bytes (with the opt-in carve-out).
     pub shared_bytes_per_block: i64,
+    /// Shared memory a kernel may declare statically (the rest is dynamic).
+    pub static_shared_bytes: i64,
     pub warp_size: i64,
 }
 
@@ -362,6 +364,7 @@ const CUDA_LIMITS: GpuSpec = GpuSpec {
     max_block: [1024, 1024, 64],
     max_grid: [(1 << 31) - 1, 65535, 65535],
     shared_bytes_per_block: 48 * 1024,
+    static_shared_bytes: 48 * 1024,
     warp_size: 32,
 };
 

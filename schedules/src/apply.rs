@@ -212,7 +212,7 @@ pub fn apply_with(
                     ));
                 }
                 if let Some(sc) = scope {
-                    check_scope(sc, target, sized)?;
+                    check_scope(sc, target, sized, false)?;
                 }
                 if !matches!(p.expr(p.stages[si].value), texc_compiler::tir::TExpr::Reduce(..)) {
                     return Err(Diagnostic::at(
@@ -248,15 +248,21 @@ pub fn apply_with(
                 let hoisted = format!("{pname}.r");
                 for qi in 0..pi {
                     if p.tensor(p.stages[qi].tensor).name.starts_with(&hoisted) {
-                        attach_stage(&mut s, qi, Attach { owner: ci, leaf, layout: None, span }, &pname)?;
+                        attach_stage(
+                            &mut s,
+                            qi,
+                            Attach { owner: ci, leaf, layout: None, shared: false, span },
+                            &pname,
+                        )?;
                     }
                 }
-                attach_stage(&mut s, pi, Attach { owner: ci, leaf, layout: None, span }, &pname)?;
+                attach_stage(&mut s, pi, Attach { owner: ci, leaf, layout: None, shared: false, span }, &pname)?;
             }
             PrimKind::CacheRead { tensor, consumer, at, scope, layout, name } => {
-                if let Some(sc) = scope {
-                    check_scope(sc, target, sized)?;
-                }
+                let shared = match scope {
+                    Some(sc) => check_scope(sc, target, sized, true)? == MemScope::Shared,
+                    None => false,
+                };
                 let (ci, cname) = stage_of(consumer)?;
                 if at.stage.name != consumer.name {
                     return Err(Diagnostic::at(
@@ -270,7 +276,7 @@ pub fn apply_with(
                     Some(l) => Some(parse_layout(src.ast, l, &p.stages[bi], span)?),
                     None => None,
                 };
-                attach_stage(&mut s, bi, Attach { owner: ci, leaf, layout, span }, &name.name)?;
+                attach_stage(&mut s, bi, Attach { owner: ci, leaf, layout, shared, span }, &name.name)?;
             }
             PrimKind::Bind { .. } | PrimKind::Tensorize { .. } if !target.supports_loop(LoopKind::GpuThread) => {
                 return Err(Diagnostic::at(
@@ -462,7 +468,8 @@ fn prim_name(k: &PrimKind) -> &'static str {
 }
 
 /// A memory scope the target must have (`local`, `shared`).
-fn check_scope(sc: &Ident, target: &Target, sized: bool) -> Result<(), Diagnostic> {
+/// The scope a cache is asked for; `built` says whether `shared` is lowered for this primitive.
+fn check_scope(sc: &Ident, target: &Target, sized: bool, built: bool) -> Result<MemScope, Diagnostic> {
     let scope = match sc.name.as_str() {
         "local" => MemScope::Local,
         "shared" => MemScope::Shared,
@@ -470,12 +477,12 @@ fn check_scope(sc: &Ident, target: &Target, sized: bool) -> Result<(), Diagnosti
         other => return Err(Diagnostic::at(sc.span, format!("unknown memory scope `{other}`; scopes: local, shared"))),
     };
     let why = match scope {
-        MemScope::Local => return Ok(()),
+        MemScope::Local => return Ok(scope),
         MemScope::Global => "cannot hold a cache; caches are `local`",
         _ if !target.supports_scope(scope) => "is for GPUs; on CPUs a cache is `local`",
         // Validating without sizes checks what is written, not what texc can lower yet.
-        _ if !sized => return Ok(()),
-        _ => "is not built yet",
+        _ if !sized || built => return Ok(scope),
+        _ => "is not built yet for this primitive",
     };
     Err(Diagnostic::at(sc.span, format!("memory scope `{}` {why}", sc.name)))
 }

@@ -346,7 +346,7 @@ fn attach_producers(p: &Program, s: &mut Schedules) {
                     v.kind = ForKind::Serial;
                 }
             }
-            trial.attach[pi] = Some(Attach { owner: o, leaf: a, layout: None, span: Span::default() });
+            trial.attach[pi] = Some(Attach { owner: o, leaf: a, layout: None, shared: false, span: Span::default() });
             let Ok(regions) = crate::attach::infer(p, &mut trial.clone()) else { continue };
             let r = regions[pi].as_ref().expect("attached");
             if cuts_reuse(p, &p.stages[pi], &r.ext) {
@@ -668,7 +668,7 @@ fn pack_operand(p: &mut Program, s: &mut Schedules, ci: usize, req: PackRequest)
     let mut layout = vec![LayoutDim::Div(last, req.width)];
     layout.extend((0..last).map(LayoutDim::Whole));
     layout.push(LayoutDim::Rem(last, req.width));
-    s.attach[bi] = Some(Attach { owner: ci, leaf: req.leaf, layout: Some(layout), span });
+    s.attach[bi] = Some(Attach { owner: ci, leaf: req.leaf, layout: Some(layout), shared: false, span });
     let ss = &mut s.stages[bi];
     let lname = ss.ivs[last].name.clone();
     let (_, v) =

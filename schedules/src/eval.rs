@@ -18,6 +18,7 @@ pub fn run(f: &LoopFunc, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
 fn exec(f: &LoopFunc, m: &mut Machine, body: &[Stmt], env: &mut Vec<i64>) -> Result<(), InterpError> {
     for s in body {
         match s {
+            Stmt::Barrier => {}
             Stmt::For { var, lo, extent, body, .. } => {
                 for x in *lo..*lo + *extent {
                     env[*var as usize] = x;

@@ -21,17 +21,29 @@
 //! - a tensor the launch writes is read in it only by the stores that write
 //!   it, at the same indices (an accumulation): no thread reads what
 //!   another thread wrote, since nothing orders them;
-//! - the grid and the block fit the target's limits.
+//! - a block's shared buffer (`shared` in the loop IR, `in shared` in a
+//!   schedule) is declared inside the block loops and outside the thread
+//!   loops; its threads store distinct elements of it, and two statements
+//!   that access it, one of them writing, have a barrier between them
+//!   (checked by walking the block's statements in order, loops twice,
+//!   each thread loop one statement);
+//!   barriers are outside thread loops and `if`s, so every thread reaches them;
+//! - the grid, the block and the shared memory fit the target's limits.
 //!
-//! Under these rules the iterations of bound loops are independent, so
-//! running them in order (the loop-IR evaluator, the CPU emulation of the
-//! backend) computes what the GPU computes.
+//! Under these rules the iterations of bound loops are independent between
+//! barriers, so running the loop nest in order — each thread loop to its
+//! end before the next statement, as the loop-IR evaluator and the CPU
+//! emulation do — computes what the GPU computes. (For stores, texc checks
+//! that they depend on every bound loop; for a hand-written `.loops` file it
+//! does not prove that distinct iterations write distinct elements.)
 
 use crate::analysis::involves;
 use crate::ir::{ForKind, GpuDim, LoopFunc, Stmt};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use texc_compiler::target::{GpuSpec, Target};
 use texc_compiler::tir::{TExpr, TExprId, TensorId, VarId};
+
+type R = Result<(), String>;
 
 /// One kernel launch: top-level statement `stmt` of the body.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,7 +77,7 @@ pub fn has_bound_loops(f: &LoopFunc) -> bool {
         body.iter().any(|s| match s {
             Stmt::For { kind, body, .. } => kind.is_gpu() || any(body),
             Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
-            Stmt::Store { .. } => false,
+            Stmt::Store { .. } | Stmt::Barrier => false,
         })
     }
     any(&f.body)
@@ -86,8 +98,9 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
         bound.push(*var);
         inner = body;
     }
-    let mut w = Walk { f, locals: locals(f), block: [1; 3], used: [false; 3], written: HashSet::new() };
-    w.stmts(inner, &mut bound.clone(), &mut [false; 3])?;
+    let private = locals(f).into_iter().filter(|t| !f.shared.contains(t)).collect();
+    let mut w = Walk { f, private, blocks: bound.len(), block: [1; 3], used: [false; 3], written: HashSet::new() };
+    w.stmts(inner, &mut bound.clone(), &mut [false; 3], false)?;
     let threads = w.used.iter().any(|&u| u);
     if threads {
         w.check_coverage(inner, &mut [false; 3])?;
@@ -96,18 +109,30 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
     if threads || !bound.is_empty() {
         w.check_reads(inner)?;
     }
+    w.check_shared(inner)?;
     let l = Launch { stmt, grid, block: w.block };
     check_limits(f, &l, spec)?;
+    let shared = shared_bytes(f, inner);
+    if shared > spec.static_shared_bytes {
+        return Err(format!(
+            "launch {} uses {shared} bytes of shared memory, more than the {} a block may declare",
+            stmt + 1,
+            spec.static_shared_bytes
+        ));
+    }
     Ok(l)
 }
 
 struct Walk<'a> {
     f: &'a LoopFunc,
+    /// How many of the bound loops are block loops (they come first).
+    blocks: usize,
     block: [i64; 3],
     used: [bool; 3],
-    /// Tensors (not local buffers) the launch stores to.
+    /// Tensors in memory every block sees that the launch stores to.
     written: HashSet<TensorId>,
-    locals: HashSet<TensorId>,
+    /// Buffers private to a thread (local `Alloc`s).
+    private: HashSet<TensorId>,
 }
 
 impl Walk<'_> {
@@ -116,9 +141,31 @@ impl Walk<'_> {
     }
 
     /// Thread extents, nesting, and the independence of bound iterations.
-    fn stmts(&mut self, body: &[Stmt], bound: &mut Vec<VarId>, open: &mut [bool; 3]) -> Result<(), String> {
+    fn stmts(&mut self, body: &[Stmt], bound: &mut Vec<VarId>, open: &mut [bool; 3], guarded: bool) -> R {
         for s in body {
             match s {
+                Stmt::Barrier if open.iter().any(|&o| o) => {
+                    return Err("a barrier inside a thread loop: every thread of the block must reach it, so \
+                                barriers are outside the thread loops"
+                        .into());
+                }
+                Stmt::Barrier if guarded => {
+                    return Err("a barrier under an `if`: every thread of the block must reach it".into());
+                }
+                Stmt::Barrier => {}
+                Stmt::Alloc { tensor, .. } if self.f.shared.contains(tensor) && bound.len() > self.blocks => {
+                    return Err(format!(
+                        "shared buffer `{}` is inside a thread loop: a block's shared buffers are outside its \
+                         thread loops",
+                        self.tensor_name(*tensor)
+                    ));
+                }
+                Stmt::Alloc { tensor, .. } if self.f.shared.contains(tensor) && self.blocks == 0 => {
+                    return Err(format!(
+                        "shared buffer `{}` is outside the launch's block loops: each block has its own",
+                        self.tensor_name(*tensor)
+                    ));
+                }
                 Stmt::For { var, kind: ForKind::Block(d), .. } => {
                     return Err(format!(
                         "`{}` is bound to block.{} but is not one of the loops that open its launch: \
@@ -141,18 +188,20 @@ impl Walk<'_> {
                     self.used[i] = true;
                     open[i] = true;
                     bound.push(*var);
-                    self.stmts(body, bound, open)?;
+                    self.stmts(body, bound, open, guarded)?;
                     bound.pop();
                     open[i] = false;
                 }
-                Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
-                    self.stmts(body, bound, open)?
-                }
+                Stmt::For { body, .. } | Stmt::Alloc { body, .. } => self.stmts(body, bound, open, guarded)?,
+                Stmt::If { then, .. } => self.stmts(then, bound, open, true)?,
                 Stmt::Store { tensor, indices, .. } => {
-                    if self.is_local(*tensor) {
+                    if self.private.contains(tensor) {
                         continue;
                     }
-                    for &v in bound.iter() {
+                    // A block's shared buffer: its threads must write distinct elements.
+                    let shared = self.f.shared.contains(tensor);
+                    let vars = if shared { &bound[self.blocks..] } else { &bound[..] };
+                    for &v in vars {
                         if !indices.iter().any(|&i| involves(&self.f.p, i, v)) {
                             return Err(format!(
                                 "the store to `{}` does not depend on bound loop `{}`: its iterations would all \
@@ -162,7 +211,9 @@ impl Walk<'_> {
                             ));
                         }
                     }
-                    self.written.insert(*tensor);
+                    if !shared {
+                        self.written.insert(*tensor);
+                    }
                 }
             }
         }
@@ -180,6 +231,7 @@ impl Walk<'_> {
                     self.check_coverage(body, open)?;
                     open[d.index()] = false;
                 }
+                Stmt::Alloc { tensor, body } if self.f.shared.contains(tensor) => self.check_coverage(body, open)?,
                 Stmt::Alloc { tensor, body } => {
                     if let Some(d) = missing(open) {
                         return Err(format!(
@@ -193,6 +245,7 @@ impl Walk<'_> {
                     self.check_coverage(body, open)?;
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => self.check_coverage(body, open)?,
+                Stmt::Barrier => {}
                 Stmt::Store { tensor, .. } => {
                     if let Some(d) = missing(open) {
                         return Err(format!(
@@ -231,6 +284,7 @@ impl Walk<'_> {
                         indices.iter().for_each(|&i| check(i, None));
                         check(*value, Some((*tensor, indices)));
                     }
+                    Stmt::Barrier => {}
                 }
             }
         }
@@ -242,6 +296,93 @@ impl Walk<'_> {
                 self.tensor_name(t)
             )),
             None => Ok(()),
+        }
+    }
+
+    /// Shared buffers: two statements of a block that access one, at least
+    /// one of them writing it, have a barrier between them (a loop's next
+    /// iteration follows its last statement); within one statement, the
+    /// threads that write it read it only where they wrote it themselves.
+    fn check_shared(&self, body: &[Stmt]) -> R {
+        if self.f.shared.is_empty() {
+            return Ok(());
+        }
+        self.phases(body, &mut HashMap::new())
+    }
+
+    fn phases(&self, body: &[Stmt], phase: &mut HashMap<TensorId, Access>) -> R {
+        for s in body {
+            match s {
+                Stmt::Barrier => phase.clear(),
+                // Block-level code: the statements inside, in order.
+                Stmt::For { kind, extent, body, .. } if !kind.is_gpu() => {
+                    for _ in 0..(*extent).clamp(0, 2) {
+                        self.phases(body, phase)?;
+                    }
+                }
+                Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => self.phases(body, phase)?,
+                // A thread loop (or a store the block makes once).
+                unit => {
+                    let mut acc: HashMap<TensorId, Access> = HashMap::new();
+                    self.shared_accesses(std::slice::from_ref(unit), &mut acc);
+                    for (t, a) in acc {
+                        let name = self.tensor_name(t);
+                        if a.write && a.foreign_read {
+                            return Err(format!(
+                                "shared buffer `{name}` is written and read by the threads of one statement, with \
+                                 no barrier possible between them; write it in one thread loop and read it in \
+                                 another, after a barrier"
+                            ));
+                        }
+                        let p = phase.entry(t).or_default();
+                        // Another pass of a loop over the same stores writes other elements (each
+                        // stage's nest writes each element once); other stores may not race it.
+                        let other_writer = p.writers.iter().any(|w| !a.writers.contains(w));
+                        if (a.write && (p.read || other_writer)) || (a.read && p.write) {
+                            return Err(format!(
+                                "shared buffer `{name}` is written by one statement and used by another with no \
+                                 barrier between them: the block's threads would race"
+                            ));
+                        }
+                        p.read |= a.read;
+                        p.write |= a.write;
+                        p.writers.extend(a.writers);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How the statements `body` access each shared buffer.
+    fn shared_accesses(&self, body: &[Stmt], acc: &mut HashMap<TensorId, Access>) {
+        let reads = |this: &Self, e: TExprId, own: Option<(TensorId, &[TExprId])>, acc: &mut HashMap<_, Access>| {
+            this.loads(e, &mut |t, idx| {
+                if this.f.shared.contains(&t) {
+                    let a = acc.entry(t).or_default();
+                    a.read = true;
+                    a.foreign_read |= !own.is_some_and(|(o, oi)| o == t && this.same_indices(oi, idx));
+                }
+            })
+        };
+        for s in body {
+            match s {
+                Stmt::For { body, .. } | Stmt::Alloc { body, .. } => self.shared_accesses(body, acc),
+                Stmt::If { cond, then } => {
+                    reads(self, *cond, None, acc);
+                    self.shared_accesses(then, acc);
+                }
+                Stmt::Store { tensor, indices, value } => {
+                    indices.iter().for_each(|&i| reads(self, i, None, acc));
+                    reads(self, *value, Some((*tensor, indices)), acc);
+                    if self.f.shared.contains(tensor) {
+                        let a = acc.entry(*tensor).or_default();
+                        a.write = true;
+                        a.writers.push(s as *const Stmt as usize);
+                    }
+                }
+                Stmt::Barrier => {}
+            }
         }
     }
 
@@ -258,10 +399,6 @@ impl Walk<'_> {
         // Printing is deterministic and shows every operand, so equal text is the same computation.
         let same = |x: TExprId, y: TExprId| x == y || crate::ir::expr(self.f, x) == crate::ir::expr(self.f, y);
         a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| same(x, y))
-    }
-
-    fn is_local(&self, t: TensorId) -> bool {
-        self.locals.contains(&t)
     }
 
     fn tensor_name(&self, t: TensorId) -> &str {
@@ -307,11 +444,37 @@ fn locals(f: &LoopFunc) -> HashSet<TensorId> {
                     walk(body, out)
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(body, out),
-                Stmt::Store { .. } => {}
+                Stmt::Store { .. } | Stmt::Barrier => {}
             }
         }
     }
     let mut out = HashSet::new();
     walk(&f.body, &mut out);
     out
+}
+
+/// How one statement of a block uses a shared buffer.
+#[derive(Clone, Default)]
+struct Access {
+    read: bool,
+    write: bool,
+    /// The stores that write it (by address: statements of this loop nest).
+    writers: Vec<usize>,
+    /// A read of an element other than the one the same store writes.
+    foreign_read: bool,
+}
+
+/// Bytes of the shared buffers of a launch's statements.
+fn shared_bytes(f: &LoopFunc, body: &[Stmt]) -> i64 {
+    body.iter()
+        .map(|s| match s {
+            Stmt::Alloc { tensor, body } => {
+                let t = f.p.tensor(*tensor);
+                let own = if f.shared.contains(tensor) { t.len().saturating_mul(t.elem.size() as i64) } else { 0 };
+                own.saturating_add(shared_bytes(f, body))
+            }
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } => shared_bytes(f, body),
+            Stmt::Store { .. } | Stmt::Barrier => 0,
+        })
+        .fold(0, i64::saturating_add)
 }

@@ -171,6 +171,7 @@ pub fn simplify_indices(f: &mut LoopFunc) {
     fn stmts(f: &mut LoopFunc, body: &mut [crate::ir::Stmt]) {
         for s in body {
             match s {
+                crate::ir::Stmt::Barrier => {}
                 crate::ir::Stmt::For { body, .. } | crate::ir::Stmt::Alloc { body, .. } => stmts(f, body),
                 crate::ir::Stmt::If { cond, then } => {
                     loads(f, *cond);

@@ -10,6 +10,7 @@
 //! enclosing `For`, each loop variable is bound once, loads and stores have
 //! one index per dimension, and no expression contains a reduction.
 
+use std::collections::BTreeSet;
 use std::fmt::Write;
 use texc_compiler::target::LoopKind;
 use texc_compiler::tir::{Program, ProgramParam, TExpr, TExprId, TensorId, TensorRole, VarDecl, VarId};
@@ -117,6 +118,10 @@ pub enum Stmt {
         indices: Vec<TExprId>,
         value: TExprId,
     },
+    /// GPU targets: every thread of the block waits here until all have
+    /// arrived (`bar.sync`), so that what threads stored to shared buffers
+    /// before it is visible to all after it (see `crate::gpu`).
+    Barrier,
 }
 
 #[derive(Clone, Debug)]
@@ -124,6 +129,9 @@ pub struct LoopFunc {
     pub p: Program,
     pub vars: Vec<VarDecl>,
     pub body: Vec<Stmt>,
+    /// `Alloc`ated buffers that one GPU block's threads share (`in shared`);
+    /// other `Alloc`s are private to whatever runs their body.
+    pub shared: BTreeSet<TensorId>,
 }
 
 impl LoopFunc {
@@ -141,6 +149,7 @@ impl LoopFunc {
                         walk(body, seen, local)
                     }
                     Stmt::Store { tensor, .. } => seen[tensor.0 as usize] = true,
+                    Stmt::Barrier => {}
                 }
             }
         }
@@ -203,7 +212,8 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
             Stmt::Alloc { tensor, body } => {
                 let d = f.p.tensor(*tensor);
                 let dims: Vec<String> = d.shape.iter().map(|x| x.to_string()).collect();
-                let _ = writeln!(out, "{pad}local {}: {}[{}]:", d.name, d.elem, dims.join(", "));
+                let what = if f.shared.contains(tensor) { "shared" } else { "local" };
+                let _ = writeln!(out, "{pad}{what} {}: {}[{}]:", d.name, d.elem, dims.join(", "));
                 stmts(f, body, depth + 1, out);
             }
             Stmt::Store { tensor, indices, value } => {
@@ -211,6 +221,9 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
                 let name = &f.p.tensor(*tensor).name;
                 let lhs = if idx.is_empty() { name.clone() } else { format!("{name}[{}]", idx.join(", ")) };
                 let _ = writeln!(out, "{pad}{lhs} = {}", expr(f, *value));
+            }
+            Stmt::Barrier => {
+                let _ = writeln!(out, "{pad}barrier");
             }
         }
     }
@@ -249,6 +262,7 @@ pub fn emitted_size(f: &LoopFunc) -> u64 {
                     let n = indices.iter().map(|&i| tree(f, i)).fold(tree(f, *value), u64::saturating_add);
                     copies.saturating_mul(n)
                 }
+                Stmt::Barrier => copies,
             })
             .fold(0u64, u64::saturating_add)
     }

@@ -22,6 +22,7 @@ pub fn legalize(f: &mut LoopFunc, target: &Target) {
 fn stmts(body: &mut [Stmt], lz: &mut Legalizer, p: &mut Program) {
     for s in body {
         match s {
+            Stmt::Barrier => {}
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => stmts(body, lz, p),
             Stmt::If { cond, then } => {
                 *cond = lz.expr(p, *cond);

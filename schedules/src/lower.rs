@@ -31,7 +31,7 @@ use texc_compiler::types::ElemType;
 pub fn lower(mut p: Program, s: &Schedules, regions: &[Option<Region>]) -> LoopFunc {
     let stages = std::mem::take(&mut p.stages);
     let full: Vec<Vec<i64>> = stages.iter().map(|st| p.tensor(st.tensor).shape.clone()).collect();
-    let mut f = LoopFunc { p, vars: Vec::new(), body: Vec::new() };
+    let mut f = LoopFunc { p, vars: Vec::new(), body: Vec::new(), shared: Default::default() };
     for (st, r) in stages.iter().zip(regions) {
         if let Some(r) = r {
             f.p.tensors[st.tensor.0 as usize].shape = r.local_shape.clone();
@@ -444,8 +444,27 @@ impl Lowerer<'_> {
             places.push(pl);
         }
         let mut body = Vec::new();
+        // Shared buffers are computed by the block's threads together: a
+        // barrier before them (every thread is done with their last contents)
+        // and one after (all of them are written before anyone reads them);
+        // consecutive shared buffers share their barriers.
+        let mut pending = false;
         for (&pi, pl) in attached.iter().zip(&places) {
+            let shared = self.s.attach[pi].as_ref().is_some_and(|a| a.shared);
+            if shared && !pending {
+                body.push(Stmt::Barrier);
+            }
+            if !shared && std::mem::take(&mut pending) {
+                body.push(Stmt::Barrier);
+            }
+            if shared {
+                f.shared.insert(self.stages[pi].tensor);
+                pending = true;
+            }
             body.extend(self.stage(f, pi, Some(pl)));
+        }
+        if pending {
+            body.push(Stmt::Barrier);
         }
         body.extend(inner(f));
         for &pi in attached.iter().rev() {

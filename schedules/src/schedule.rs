@@ -381,6 +381,9 @@ pub struct Attach {
     pub owner: usize,
     pub leaf: usize,
     pub layout: Option<Vec<LayoutDim>>,
+    /// The buffer is a GPU block's shared memory (`cache_read ... in shared`),
+    /// computed by the block's threads together between two barriers.
+    pub shared: bool,
     pub span: Span,
 }
 

@@ -17,6 +17,7 @@ pub fn verify(f: &LoopFunc) -> Result<(), String> {
 fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool>) -> Result<(), String> {
     for s in body {
         match s {
+            Stmt::Barrier => {}
             Stmt::For { var, extent, body, .. } => {
                 let v = *var as usize;
                 if seen[v] {
@@ -118,8 +119,18 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), String> {
                     }
                     kinds(f, body, target)?
                 }
+                Stmt::Alloc { tensor, .. } if target.gpu.is_none() && f.shared.contains(tensor) => {
+                    return Err(format!(
+                        "`{}` is a shared buffer, which only GPU targets have; target `{}` has local ones",
+                        f.p.tensor(*tensor).name,
+                        target.name
+                    ));
+                }
+                Stmt::Barrier if target.gpu.is_none() => {
+                    return Err(format!("barriers are for GPU targets; target `{}` is not one", target.name));
+                }
                 Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => kinds(f, body, target)?,
-                Stmt::Store { .. } => {}
+                Stmt::Store { .. } | Stmt::Barrier => {}
             }
         }
         Ok(())
@@ -135,6 +146,7 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), String> {
 pub fn walk_exprs(body: &[Stmt], visit: &mut dyn FnMut(TExprId)) {
     for s in body {
         match s {
+            Stmt::Barrier => {}
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => walk_exprs(body, visit),
             Stmt::If { cond, then } => {
                 visit(*cond);

@@ -345,7 +345,7 @@ pub fn random_attachments(p: &Program, s: &mut texc_schedules::schedule::Schedul
         let leaf = leaves[(rng.next_u64() % leaves.len() as u64) as usize];
         let mut trial = s.clone();
         let span = Default::default();
-        trial.attach[pi] = Some(texc_schedules::schedule::Attach { owner, leaf, layout: None, span });
+        trial.attach[pi] = Some(texc_schedules::schedule::Attach { owner, leaf, layout: None, shared: false, span });
         if texc_schedules::attach::infer(p, &mut trial.clone()).is_ok() {
             *s = trial;
         }

@@ -246,3 +246,110 @@ fn kernels_run_on_the_gpu_when_there_is_one() {
         }
     }
 }
+
+/// A matrix product tiled through shared memory: each block stages tiles of
+/// `A` and `B` in shared buffers that its threads load together between two
+/// barriers, then reads them; at tile sizes and shapes that divide nothing.
+fn shared_matmul(tile: i64, kt: i64) -> String {
+    format!(
+        "kernel mm(A: f32[M = 37, K = 21], B: f32[K, N = 45]) -> C: f32[M, N] {{\n    \
+         C[i, j] = sum[k](A[i, k] * B[k, j]);\n}}\nschedule mm for nvptx-sm90 {{\n    \
+         tile C(i, j) by ({tile}, {tile}) -> (io, jo, ii, ji);\n    split C.k by {kt} -> (ko, ki);\n    \
+         reorder C(io, jo, ko, ii, ji, ki);\n    cache_read A for C at C.ko in shared -> As;\n    \
+         cache_read B for C at C.ko in shared -> Bs;\n    bind C.io to block.y;\n    bind C.jo to block.x;\n    \
+         bind C.ii to thread.y;\n    bind C.ji to thread.x;\n    bind As.i to thread.y;\n    bind As.k to thread.x;\n    \
+         bind Bs.k to thread.y;\n    bind Bs.j to thread.x;\n}}\n"
+    )
+}
+
+#[test]
+fn shared_memory_tiles_run_like_the_interpreter_and_assemble() {
+    require_ptxas();
+    for (tile, kt, shapes) in [
+        (16, 16, [("M", 37), ("K", 21), ("N", 45)]),
+        (8, 4, [("M", 64), ("K", 64), ("N", 64)]),
+        (16, 8, [("M", 1), ("K", 1), ("N", 1)]),
+        (4, 16, [("M", 9), ("K", 70), ("N", 13)]),
+    ] {
+        let src = shared_matmul(tile, kt);
+        texc_tests::check_text("mm.tex", &src).unwrap_or_else(|e| panic!("{e}"));
+        let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Default::default() };
+        let (mut pl, k) = texc_tests::load_text("nvptx-sm90", "mm.tex", &src, None).expect("loads");
+        let p = texc_tests::specialize(&mut pl, k, &b);
+        let f = texc_tests::loops(&mut pl, k, &p);
+        assert!(!f.shared.is_empty(), "the tiles are shared buffers");
+        let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 4).expect("binds");
+        let want = texc_compiler::interp::run(&p, args()).expect("interp");
+        let got = pl.compile(&f).expect("compiles").run(args()).expect("runs");
+        let err = texc_tests::rel_error(&got[0], &want[0]);
+        assert!(err < 1e-5, "tile {tile}, k {kt}, {shapes:?}: error {err}");
+        for target in GPUS {
+            let mut gpl = texc_tests::pipeline(target);
+            let (ptx, _) = gpl.emit_ptx(&[&f]).expect("PTX");
+            assert!(ptx.contains("bar.sync") && ptx.contains("ld.shared") && ptx.contains("st.shared"), "{ptx}");
+            texc_codegen::cuda::assemble(&ptx, &sm(target)).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
+
+#[test]
+fn shared_memory_rules() {
+    // 2 × 128 × 128 f32 tiles: 128 KiB of shared memory.
+    let src = shared_matmul(128, 128)
+        .replace("M = 37, K = 21", "M = 256, K = 256")
+        .replace("N = 45", "N = 256")
+        .replace("bind C.ii to thread.y;", "")
+        .replace("bind As.i to thread.y;", "")
+        .replace("bind Bs.k to thread.y;", "");
+    let err = texc_tests::check_text("mm.tex", &src).expect_err("too much shared memory");
+    assert!(err.contains("131072 bytes of shared memory, more than the 49152 a block may declare"), "{err}");
+    let cases = [
+        (
+            "  for b in 0..2 block.x:\n    shared S: f32[32]:\n      for t in 0..32 thread.x:\n        S[t] = A[b * 32 + t]\n      \
+             for u in 0..32 thread.x:\n        B[b * 32 + u] = S[31 - u]\n",
+            "shared buffer `S` is written by one statement and used by another with no barrier between them",
+        ),
+        (
+            "  for b in 0..2 block.x:\n    for k in 0..2:\n      shared S: f32[32]:\n        for t in 0..32 thread.x:\n          \
+             S[t] = A[b * 32 + t]\n        barrier\n        for u in 0..32 thread.x:\n          T[b * 32 + u] = S[31 - u] + \
+             f32(k)\n",
+            "shared buffer `S` is written by one statement and used by another with no barrier between them",
+        ),
+        (
+            "  for b in 0..2 block.x:\n    shared S: f32[32]:\n      for t in 0..32 thread.x:\n        S[t] = A[b * 32 + t]\n        \
+             barrier\n",
+            "a barrier inside a thread loop",
+        ),
+        (
+            "  for b in 0..2 block.x:\n    if b > 0:\n      barrier\n    for t in 0..32 thread.x:\n      B[b * 32 + t] = A[t]\n",
+            "a barrier under an `if`",
+        ),
+        (
+            "  for b in 0..2 block.x:\n    for t in 0..32 thread.x:\n      shared S: f32[1]:\n        S[0] = A[t]\n        \
+             B[b * 32 + t] = S[0]\n",
+            "shared buffer `S` is inside a thread loop",
+        ),
+        (
+            "  shared S: f32[64]:\n    for t in 0..64:\n      S[t] = A[t]\n    for u in 0..64:\n      B[u] = S[63 - u]\n",
+            "shared buffer `S` is outside the launch's block loops",
+        ),
+        (
+            "  for b in 0..2 block.x:\n    shared S: f32[32]:\n      for t in 0..32 thread.x:\n        S[t] = A[b * 32 + t]\n        \
+             B[b * 32 + t] = S[31 - t]\n",
+            "written and read by the threads of one statement",
+        ),
+    ];
+    for (body, want) in cases {
+        let err = loops_error(body);
+        assert!(err.contains(want), "expected `{want}` for\n{body}\ngot: {err}");
+    }
+    // With barriers, the same nests are fine, in a loop too.
+    let ok = "  for b in 0..2 block.x:\n    for k in 0..2:\n      shared S: f32[32]:\n        barrier\n        \
+              for t in 0..32 thread.x:\n          S[t] = A[b * 32 + t]\n        barrier\n        \
+              for u in 0..32 thread.x:\n          T[b * 32 + u] = S[31 - u] + f32(k)\n  for i in 0..64:\n    B[i] = T[i]\n";
+    assert_eq!(loops_error(ok), "");
+    // The loop-IR text keeps shared buffers and barriers.
+    let text = format!("func k [N=64]\n  input A: f32[64]\n  output B: f32[64]\n  temp T: f32[64]\n{ok}");
+    let parsed = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("parses");
+    assert_eq!(texc_schedules::ir::print(&parsed.func), text);
+}

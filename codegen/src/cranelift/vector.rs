@@ -43,7 +43,7 @@ impl VecMode {
         body.iter().all(|s| match s {
             Stmt::Store { .. } => true,
             Stmt::If { then, .. } => VecMode::handles(then),
-            Stmt::For { .. } | Stmt::Alloc { .. } => false,
+            Stmt::For { .. } | Stmt::Alloc { .. } | Stmt::Barrier => false,
         })
     }
 }
@@ -113,8 +113,8 @@ impl<M: Module> FnGen<'_, '_, M> {
                         self.at_lane(vm, l, |g| g.stmts(std::slice::from_ref(s)))?;
                     }
                 }
-                Stmt::For { .. } | Stmt::Alloc { .. } => {
-                    return Err(CodegenError::Backend("a loop or buffer inside a vectorized loop".into()))
+                Stmt::For { .. } | Stmt::Alloc { .. } | Stmt::Barrier => {
+                    return Err(CodegenError::Backend("a loop, buffer or barrier inside a vectorized loop".into()))
                 }
             }
         }

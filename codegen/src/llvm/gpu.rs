@@ -11,18 +11,21 @@
 //! - for PTX ([`Gen::build_ptx`]): block and thread indices are NVVM's
 //!   special registers, kernels are marked in `!nvvm.annotations` with their
 //!   exact block size (`reqntid`), and math built-ins call libdevice;
-//! - for the CPU emulation ([`Gen::build_emulation`]): the indices are six
-//!   extra parameters, and the entry of `crate::abi` runs each launch's
-//!   blocks on the thread pool and, in each block, its threads in order.
-//!   The launch rules make the threads of a launch independent, so this
-//!   computes what the GPU computes, with the kernel bodies the PTX has.
+//!   shared buffers are `.shared` arrays and barriers `bar.sync`;
+//! - for the CPU emulation ([`Gen::build_emulation`]): the block index is
+//!   three extra parameters, thread loops are loops, shared buffers stack
+//!   arrays, barriers nothing; the entry of `crate::abi` runs each launch's
+//!   blocks on the thread pool. The launch rules make the threads of a block
+//!   independent between barriers, so running each thread loop to its end
+//!   computes what the GPU computes, with the statements the PTX has.
 
 use super::gen::{Frame, Gen, Mode};
 use super::R;
 use inkwell::attributes::AttributeLoc;
 use inkwell::module::{Linkage, Module};
 use inkwell::types::BasicMetadataTypeEnum;
-use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue};
+use inkwell::types::BasicType;
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 use texc_compiler::tir::VarId;
 use texc_schedules::gpu::Launch;
@@ -33,8 +36,9 @@ use texc_schedules::ir::{ForKind, Stmt};
 pub(super) struct GpuKernel<'ctx> {
     /// `blockIdx.{x,y,z}` as i64.
     pub block_idx: [IntValue<'ctx>; 3],
-    /// `threadIdx.{x,y,z}` as i64.
-    pub thread_idx: [IntValue<'ctx>; 3],
+    /// `threadIdx.{x,y,z}` as i64 on the GPU; `None` in the emulation, where
+    /// thread loops are loops (one call of the kernel runs a whole block).
+    pub thread_idx: Option<[IntValue<'ctx>; 3]>,
     /// Threads per block (x, y, z).
     pub block: [i64; 3],
 }
@@ -69,7 +73,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 [sreg(&self, 0, 0, l.grid[0])?, sreg(&self, 0, 1, l.grid[1])?, sreg(&self, 0, 2, l.grid[2])?];
             let thread_idx =
                 [sreg(&self, 1, 0, l.block[0])?, sreg(&self, 1, 1, l.block[1])?, sreg(&self, 1, 2, l.block[2])?];
-            self.kernel_body(k, l, block_idx, thread_idx)?;
+            self.kernel_body(k, l, block_idx, Some(thread_idx))?;
             self.annotate_kernel(k, l)?;
         }
         Ok(self.m)
@@ -86,12 +90,12 @@ impl<'ctx> Gen<'ctx, '_> {
         );
         let mut tasks = Vec::new();
         for (i, l) in launches.iter().enumerate() {
-            let k = self.kernel_fn(&kernel_name(self.f, i), 6, Linkage::Internal);
+            let k = self.kernel_fn(&kernel_name(self.f, i), 3, Linkage::Internal);
             let n = (self.used.len() + self.f.p.scalars.len()) as u32;
             let bb = self.cx.append_basic_block(k, "entry");
             self.b.position_at_end(bb);
             let p = |j: u32| k.get_nth_param(n + j).expect("index param").into_int_value();
-            self.kernel_body(k, l, [p(0), p(1), p(2)], [p(3), p(4), p(5)])?;
+            self.kernel_body(k, l, [p(0), p(1), p(2)], None)?;
             tasks.push(self.block_task(i, l, k)?);
         }
         // The body: one context with every tensor and scalar, then each launch.
@@ -139,7 +143,7 @@ impl<'ctx> Gen<'ctx, '_> {
         k: FunctionValue<'ctx>,
         l: &Launch,
         block_idx: [IntValue<'ctx>; 3],
-        thread_idx: [IntValue<'ctx>; 3],
+        thread_idx: Option<[IntValue<'ctx>; 3]>,
     ) -> R<()> {
         let mut fr = self.frame_from_params(k, &[], &[]);
         self.gpu = Some(GpuKernel { block_idx, thread_idx, block: l.block });
@@ -167,8 +171,8 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(())
     }
 
-    /// The emulation's task for launch `i`: blocks `lo..hi`, each block's
-    /// threads in order, as calls of kernel `k`.
+    /// The emulation's task for launch `i`: blocks `lo..hi`, one call of
+    /// kernel `k` each (its thread loops run in order).
     fn block_task(&mut self, i: usize, l: &Launch, k: FunctionValue<'ctx>) -> R<FunctionValue<'ctx>> {
         let ptr = self.cx.ptr_type(AddressSpace::default());
         let i64t = self.cx.i64_type();
@@ -188,22 +192,52 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         let lo = task.get_nth_param(1).expect("lo").into_int_value();
         let hi = task.get_nth_param(2).expect("hi").into_int_value();
-        let threads = i64t.const_int(l.threads() as u64, false);
         self.count(task, lo, hi, &mut |g, b| {
-            let zero = i64t.const_zero();
-            g.count(task, zero, threads, &mut |g, t| {
-                let mut call = args.clone();
-                for (flat, dims) in [(b, l.grid), (t, l.block)] {
-                    for v in g.unflatten(flat, dims)? {
-                        call.push(v.into());
-                    }
-                }
-                g.b.build_call(k, &call, "")?;
-                Ok(())
-            })
+            let mut call = args.clone();
+            call.extend(g.unflatten(b, l.grid)?.map(BasicMetadataValueEnum::from));
+            g.b.build_call(k, &call, "")?;
+            Ok(())
         })?;
         self.b.build_return(None)?;
         Ok(task)
+    }
+
+    /// A block's shared buffer on the GPU: a `.shared` array of the module
+    /// (address space 3), used through a generic pointer.
+    pub(super) fn shared_buffer(&mut self, tensor: texc_compiler::tir::TensorId) -> R<PointerValue<'ctx>> {
+        let d = self.f.p.tensor(tensor);
+        let ty = self.mem_ty(d.elem).array_type(d.len().max(1) as u32);
+        let name = format!("{}_shared_{}", self.f.p.name, tensor.0);
+        let g = match self.m.get_global(&name) {
+            Some(g) => g,
+            None => {
+                let g = self.m.add_global(ty, Some(AddressSpace::from(3u16)), &name);
+                g.set_linkage(Linkage::Internal);
+                g.set_initializer(&ty.get_undef());
+                g.set_alignment(16);
+                g
+            }
+        };
+        let generic = self.cx.ptr_type(AddressSpace::default());
+        Ok(self.b.build_address_space_cast(g.as_pointer_value(), generic, "shared")?)
+    }
+
+    /// `bar.sync 0` on the GPU; nothing in the emulation, whose thread loops
+    /// run to their end before the next statement.
+    pub(super) fn barrier(&mut self) -> R<()> {
+        match self.gpu {
+            Some(GpuKernel { thread_idx: Some(_), .. }) => {
+                self.b.build_call(self.intrinsic("llvm.nvvm.barrier0", &[])?, &[], "")?;
+                Ok(())
+            }
+            Some(_) => Ok(()),
+            None => Err(crate::CodegenError::Unsupported("a barrier outside a GPU kernel".into())),
+        }
+    }
+
+    /// Whether code is being built for the GPU itself (not the emulation).
+    pub(super) fn on_device(&self) -> bool {
+        matches!(self.gpu, Some(GpuKernel { thread_idx: Some(_), .. }))
     }
 
     /// (x, y, z) of a flat index over `dims` (x fastest).
@@ -257,9 +291,14 @@ impl<'ctx> Gen<'ctx, '_> {
     ) -> R<()> {
         let k = self.gpu.expect("inside a GPU kernel");
         let i64t = self.cx.i64_type();
-        let (idx, size) = match kind {
-            ForKind::Block(d) => (k.block_idx[d.index()], extent),
-            ForKind::Thread(d) => (k.thread_idx[d.index()], k.block[d.index()]),
+        let (idx, size) = match (kind, k.thread_idx) {
+            (ForKind::Block(d), _) => (k.block_idx[d.index()], extent),
+            (ForKind::Thread(d), Some(tid)) => (tid[d.index()], k.block[d.index()]),
+            // The emulation: the block's threads one after another.
+            (ForKind::Thread(_), None) => {
+                let int = |v: i64| i64t.const_int(v as u64, true);
+                return self.serial_loop(fr, var, int(lo), int(lo + extent), body);
+            }
             _ => unreachable!("bound loops only"),
         };
         let v = self.b.build_int_add(idx, i64t.const_int(lo as u64, true), &self.f.vars[var as usize].name)?;

@@ -63,6 +63,14 @@ impl<'ctx> Gen<'ctx, '_> {
                 let v = self.expr(fr, *value, mode)?;
                 self.store(fr, *tensor, indices, v, mode)
             }
+            Stmt::Barrier => self.barrier(),
+            Stmt::Alloc { tensor, body } if self.on_device() && self.f.shared.contains(tensor) => {
+                let p = self.shared_buffer(*tensor)?;
+                fr.tensors.insert(*tensor, p);
+                let r = self.stmts(fr, body, mode);
+                fr.tensors.remove(tensor);
+                r
+            }
             Stmt::Alloc { tensor, body } => {
                 // A stack array in the function's entry block: private to each
                 // task, and promoted to registers by SROA when indices are constant.

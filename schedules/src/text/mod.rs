@@ -64,6 +64,7 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
         tensors: Vec::new(),
         depth: Vec::new(),
         stack_bytes: 0,
+        shared: Default::default(),
     };
     let mut at = 0;
     let first = lines
@@ -111,7 +112,7 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
         return Err(b.err(l.start, l.end, "unexpected line after the loop nest"));
     }
     b.p.source = source.as_ref().map(|(s, _): &(String, Span)| s.clone());
-    let f = LoopFunc { p: b.p, vars: b.vars, body };
+    let f = LoopFunc { p: b.p, vars: b.vars, body, shared: b.shared };
     crate::verify::verify(&f).map_err(|e| Diagnostic::at(Span::new(file, 0, 0), format!("invalid loop nest: {e}")))?;
     safety::check(&f)?;
     Ok(Parsed { func: f, source })
@@ -193,6 +194,8 @@ struct Builder {
     depth: Vec<u32>,
     /// Bytes of the `local` buffers enclosing the current line.
     stack_bytes: i64,
+    /// Buffers declared `shared` (a GPU block's).
+    shared: std::collections::BTreeSet<TensorId>,
 }
 
 /// Deepest expression (and deepest nesting of brackets on a line) read:
@@ -400,8 +403,11 @@ impl Builder {
                     let then = self.body(lines, at, depth, span, trips)?;
                     out.push(Stmt::If { cond, then });
                 }
+                Rule::barrier => out.push(Stmt::Barrier),
                 Rule::local => {
-                    let d = pair.into_inner().nth(1).expect("decl");
+                    let mut it = pair.into_inner();
+                    let shared = it.next().expect("keyword").as_rule() == Rule::kw_shared;
+                    let d = it.next().expect("decl");
                     let tensor = self.decl(d, offset, TensorRole::Temp)?;
                     // Locals are stack arrays, nested ones all live at once:
                     // together they get what one attached buffer may take.
@@ -421,6 +427,9 @@ impl Builder {
                     let body = self.body(lines, at, depth, span, trips)?;
                     self.stack_bytes -= bytes;
                     self.tensors.retain(|&t| t != tensor);
+                    if shared {
+                        self.shared.insert(tensor);
+                    }
                     out.push(Stmt::Alloc { tensor, body });
                 }
                 Rule::store => out.push(self.store(pair, offset)?),
