@@ -43,3 +43,9 @@ if ! python3 -c 'import nvidia.cuda_nvcc' >/dev/null 2>&1; then
     python3 -m pip install -q nvidia-cuda-nvcc-cu12==12.9.86 2>/dev/null \
         || python3 -m pip install -q --break-system-packages nvidia-cuda-nvcc-cu12==12.9.86
 fi
+# nvdisasm (5 MB): tests check that tensor-core kernels contain HMMA instructions.
+if ! python3 -m pip show -q nvidia-cuda-nvdisasm >/dev/null 2>&1; then
+    echo "bootstrap: installing nvidia-cuda-nvdisasm with pip"
+    python3 -m pip install -q nvidia-cuda-nvdisasm==13.5.37 2>/dev/null \
+        || python3 -m pip install -q --break-system-packages nvidia-cuda-nvdisasm==13.5.37
+fi

@@ -1,5 +1,6 @@
-//! Finding CUDA's offline tools: `ptxas` (PTX to a cubin) and libdevice
-//! (the math library GPU kernels link). Neither needs a GPU.
+//! Finding CUDA's offline tools: `ptxas` (PTX to a cubin), libdevice (the
+//! math library GPU kernels link) and `nvdisasm` (a cubin's machine code).
+//! None needs a GPU.
 //!
 //! Where texc looks, first match wins: `$TEXC_CUDA_DIR`, `$CUDA_HOME`,
 //! `$CUDA_PATH`, `/usr/local/cuda`, `ptxas` on `PATH` (its toolkit), and the
@@ -56,6 +57,33 @@ pub fn ptxas() -> Option<PathBuf> {
 /// libdevice's bitcode, if a CUDA toolkit (or the nvcc wheel) is installed.
 pub fn libdevice() -> Option<PathBuf> {
     find("nvvm/libdevice/libdevice.10.bc")
+}
+
+/// `nvdisasm` (cubin to SASS), if installed: a toolkit's, or the PyPI
+/// wheel `nvidia-cuda-nvdisasm` (which installs under `nvidia/cu13`).
+pub fn nvdisasm() -> Option<PathBuf> {
+    find("bin/nvdisasm").or_else(|| {
+        let out = Command::new("python3")
+            .args(["-c", "import nvidia, os; print('\\n'.join(os.path.join(p, 'cu13', 'bin', 'nvdisasm') for p in nvidia.__path__))"])
+            .output()
+            .ok()?;
+        String::from_utf8(out.stdout).ok()?.lines().map(PathBuf::from).find(|p| p.is_file())
+    })
+}
+
+/// The SASS of a cubin (`nvdisasm`), for checking which instructions a kernel uses.
+pub fn disassemble(cubin: &[u8]) -> Result<String, String> {
+    let tool = nvdisasm().ok_or_else(|| format!("`nvdisasm` not found: {}", searched()))?;
+    let dir = tempdir()?;
+    let path = dir.join("kernel.cubin");
+    std::fs::write(&path, cubin).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let out = Command::new(&tool).arg(&path).output().map_err(|e| format!("running {}: {e}", tool.display()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out?;
+    if !out.status.success() {
+        return Err(format!("nvdisasm failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Where texc looked, for messages.

@@ -408,16 +408,22 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    fn load(&self, st: &[VarDecl], t: TensorId, idx: &[TExprId], env: &mut [i64]) -> Result<V, InterpError> {
-        let mut off = 0i64;
+    /// Load one element at concrete indices.
+    pub fn load_at(&self, t: TensorId, idx: &[i64]) -> Result<V, InterpError> {
         let shape = &self.p.tensor(t).shape;
-        for (d, &i) in idx.iter().enumerate() {
-            let x = self.eval(st, i, env)?.i();
+        let oob = || InterpError::OutOfBounds(self.p.tensor(t).name.clone());
+        let mut off = 0i64;
+        for (d, &x) in idx.iter().enumerate() {
             if x < 0 || x >= shape[d] {
-                return Err(InterpError::OutOfBounds(self.p.tensor(t).name.clone()));
+                return Err(oob());
             }
             off += x * self.strides[t.0 as usize][d];
         }
+        self.element(t, off)
+    }
+
+    /// Element `off` (row-major) of tensor `t`.
+    fn element(&self, t: TensorId, off: i64) -> Result<V, InterpError> {
         let oob = || InterpError::OutOfBounds(self.p.tensor(t).name.clone());
         Ok(match &self.bufs[t.0 as usize] {
             Some(Buf::F(v)) => V::F(*v.get(off as usize).ok_or_else(oob)?),
@@ -431,6 +437,19 @@ impl<'a> Machine<'a> {
             }
             None => return Err(oob()),
         })
+    }
+
+    fn load(&self, st: &[VarDecl], t: TensorId, idx: &[TExprId], env: &mut [i64]) -> Result<V, InterpError> {
+        let mut off = 0i64;
+        let shape = &self.p.tensor(t).shape;
+        for (d, &i) in idx.iter().enumerate() {
+            let x = self.eval(st, i, env)?.i();
+            if x < 0 || x >= shape[d] {
+                return Err(InterpError::OutOfBounds(self.p.tensor(t).name.clone()));
+            }
+            off += x * self.strides[t.0 as usize][d];
+        }
+        self.element(t, off)
     }
 
     /// Evaluate an expression; `vars` gives the extents of its variables

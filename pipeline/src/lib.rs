@@ -401,7 +401,8 @@ impl Pipeline {
     /// *lower* a scheduled program to loop nests.
     pub fn lower(&mut self, s: Scheduled) -> Result<LoopFunc, Error> {
         let t0 = Instant::now();
-        let f = texc_schedules::lower::lower(s.p, &s.schedules, &s.regions);
+        let mut f = texc_schedules::lower::lower(s.p, &s.schedules, &s.regions);
+        texc_schedules::tensorize::tensorize(&mut f, &s.schedules)?;
         after(
             &self.options,
             &mut self.timings,

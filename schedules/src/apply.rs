@@ -7,9 +7,9 @@
 //! choice, or `--knob t=16`), else the first value of `tune t in [...]`, else
 //! the largest divisor of the extent that is at most 32.
 
-use crate::ir::{ForKind, GpuDim};
+use crate::ir::{ForKind, GpuDim, MmaOp};
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
-use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule};
+use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule, Tensorize};
 use crate::ScheduleSrc;
 use std::collections::{BTreeMap, HashMap};
 use texc_compiler::target::{LoopKind, MemScope, Target};
@@ -288,17 +288,9 @@ pub fn apply_with(
                 let kind = bound_kind(unit, dim)?;
                 annotate(p, &mut s, axis, kind, target, span, sized)?;
             }
-            PrimKind::Tensorize { stage, axes, .. } if !sized => {
+            PrimKind::Tensorize { stage, axes, intrinsic } => {
                 let (si, name) = stage_of(stage)?;
-                for a in axes {
-                    s.stages[si].leaf(&name, &a.name, a.span)?;
-                }
-            }
-            PrimKind::Tensorize { .. } => {
-                return Err(Diagnostic::at(
-                    span,
-                    "`tensorize` is not built yet: texc's GPU loop IR has no tensor-core operations",
-                ));
+                tensorize(p, &mut s.stages[si], si, &name, axes, intrinsic, span, sized)?;
             }
         }
     }
@@ -485,6 +477,71 @@ fn check_scope(sc: &Ident, target: &Target, sized: bool, built: bool) -> Result<
         _ => "is not built yet for this primitive",
     };
     Err(Diagnostic::at(sc.span, format!("memory scope `{}` {why}", sc.name)))
+}
+
+/// `tensorize S(m, n, k) with op`: the leaves of the op's m, n and k
+/// extents, checked against the op's tile shape and types (whether the
+/// stage's computation is the op's is checked on its loop nest, by
+/// `crate::tensorize`).
+#[allow(clippy::too_many_arguments)]
+fn tensorize(
+    p: &Program,
+    ss: &mut StageSchedule,
+    si: usize,
+    name: &str,
+    axes: &[Ident],
+    intrinsic: &Ident,
+    span: Span,
+    sized: bool,
+) -> Result<(), Diagnostic> {
+    let op = MmaOp::ALL.into_iter().find(|o| o.schedule_name() == intrinsic.name).ok_or_else(|| {
+        let known: Vec<&str> = MmaOp::ALL.iter().map(|o| o.schedule_name()).collect();
+        Diagnostic::at(
+            intrinsic.span,
+            format!("unknown tensor-core operation `{}`; operations: {}", intrinsic.name, known.join(", ")),
+        )
+    })?;
+    let [m, n, k] = axes else {
+        return Err(Diagnostic::at(span, format!("`tensorize` names three axes of `{name}`: its m, n and k loops")));
+    };
+    let leaves = [ss.leaf(name, &m.name, m.span)?, ss.leaf(name, &n.name, n.span)?, ss.leaf(name, &k.name, k.span)?];
+    if ss.tensorize.is_some() {
+        return Err(Diagnostic::at(span, format!("`{name}` is already tensorized")));
+    }
+    let (ab, acc) = op.types();
+    let out = p.tensor(p.stages[si].tensor);
+    if out.elem != acc {
+        return Err(Diagnostic::at(
+            span,
+            format!("`{}` accumulates in {acc}, but `{name}` is {}", intrinsic.name, out.elem),
+        ));
+    }
+    let (em, en, ek) = op.shape();
+    for ((axis, &l), (want, reduce)) in axes.iter().zip(&leaves).zip([(em, false), (en, false), (ek, true)]) {
+        let iv = &ss.ivs[l];
+        if iv.reduce != reduce {
+            let what = if reduce { "the reduction axis" } else { "a spatial axis" };
+            return Err(Diagnostic::at(
+                axis.span,
+                format!("`{}` is not {what} that `{}` needs here", axis.name, intrinsic.name),
+            ));
+        }
+        if iv.kind != ForKind::Serial {
+            return Err(Diagnostic::at(axis.span, format!("`{}` is already marked{}", axis.name, iv.kind.name())));
+        }
+        if sized && iv.extent != want {
+            return Err(Diagnostic::at(
+                axis.span,
+                format!(
+                    "`{}` tiles are {want} long along `{}`, which has {} iterations; split it by {want} first",
+                    intrinsic.name, axis.name, iv.extent
+                ),
+            ));
+        }
+    }
+    let _ = ab;
+    ss.tensorize = Some(Tensorize { op, leaves, span });
+    Ok(())
 }
 
 /// `block.x`, `thread.y`, ... as a loop kind.

@@ -4,8 +4,9 @@
 //! comparing it with the interpreter checks lowering and scheduling
 //! independently of any code generator.
 
-use crate::ir::{LoopFunc, Stmt};
+use crate::ir::{LoopFunc, MmaOp, Stmt, Tile};
 use texc_compiler::interp::{Arg, InterpError, Machine};
+use texc_compiler::semantics::V;
 use texc_runtime::Tensor;
 
 pub fn run(f: &LoopFunc, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
@@ -15,10 +16,11 @@ pub fn run(f: &LoopFunc, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
     Ok(m.outputs())
 }
 
-fn exec(f: &LoopFunc, m: &mut Machine, body: &[Stmt], env: &mut Vec<i64>) -> Result<(), InterpError> {
+fn exec(f: &LoopFunc, m: &mut Machine, body: &[Stmt], env: &mut [i64]) -> Result<(), InterpError> {
     for s in body {
         match s {
             Stmt::Barrier => {}
+            Stmt::Mma { op, c, a, b } => mma(f, m, *op, [c, a, b], env)?,
             Stmt::For { var, lo, extent, body, .. } => {
                 for x in *lo..*lo + *extent {
                     env[*var as usize] = x;
@@ -40,4 +42,89 @@ fn exec(f: &LoopFunc, m: &mut Machine, body: &[Stmt], env: &mut Vec<i64>) -> Res
         }
     }
     Ok(())
+}
+
+/// `c += a × b` on one tile of each, as the warp computes it: every lane
+/// loads the fragment elements [`MmaOp::fragments`] assigns it, the
+/// operation assembles the tiles from the 32 lanes' fragments by the same
+/// layout, multiplies (products of f16 exact, sums in f64, rounded once where
+/// `c` is stored), and each lane stores its part of the result. A layout that
+/// lost or doubled an element would show here.
+fn mma(f: &LoopFunc, m: &mut Machine, op: MmaOp, [c, a, b]: [&Tile; 3], env: &mut [i64]) -> Result<(), InterpError> {
+    let origin = |m: &Machine, t: &Tile, env: &mut [i64]| -> Result<Vec<i64>, InterpError> {
+        t.origin.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect()
+    };
+    let at = |o: &[i64], t: &Tile, (r, col): (i64, i64)| {
+        let mut idx = o.to_vec();
+        idx[t.rows] += r;
+        idx[t.cols] += col;
+        idx
+    };
+    let (co, ao, bo) = (origin(m, c, env)?, origin(m, a, env)?, origin(m, b, env)?);
+    let (mm, nn, kk) = op.shape();
+    let frag = op.fragments();
+    // Each lane's registers, loaded from memory.
+    let mut regs: [Vec<Vec<f64>>; 3] = Default::default();
+    for (slot, (t, o, coords)) in [(a, &ao, frag.a), (b, &bo, frag.b), (c, &co, frag.c)].into_iter().enumerate() {
+        for lane in 0..32 {
+            let r = coords.iter().map(|x| m.load_at(t.tensor, &at(o, t, x.at(lane))).map(|v| v.f()));
+            regs[slot].push(r.collect::<Result<_, _>>()?);
+        }
+    }
+    // The tiles, assembled from the fragments.
+    let tile = |slot: usize, coords: &[crate::ir::Coord], rows: i64, cols: i64| {
+        let mut x = vec![f64::NAN; (rows * cols) as usize];
+        for lane in 0..32 {
+            for (i, c) in coords.iter().enumerate() {
+                let (r, col) = c.at(lane);
+                x[(r * cols + col) as usize] = regs[slot][lane as usize][i];
+            }
+        }
+        x
+    };
+    let (ta, tb, tc) = (tile(0, frag.a, mm, kk), tile(1, frag.b, kk, nn), tile(2, frag.c, mm, nn));
+    for lane in 0..32 {
+        for x in frag.c {
+            let (r, col) = x.at(lane);
+            let mut acc = tc[(r * nn + col) as usize];
+            for k in 0..kk {
+                acc += ta[(r * kk + k) as usize] * tb[(k * nn + col) as usize];
+            }
+            m.store(c.tensor, &at(&co, c, (r, col)), V::F(acc))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::MmaOp;
+    use std::collections::HashSet;
+
+    /// Every element of every tile is in exactly one lane's fragment.
+    #[test]
+    fn fragments_cover_each_tile_once() {
+        for op in MmaOp::ALL {
+            let (m, n, k) = op.shape();
+            let f = op.fragments();
+            for (coords, rows, cols) in [(f.a, m, k), (f.b, k, n), (f.c, m, n)] {
+                let places: HashSet<(i64, i64)> = (0..32).flat_map(|l| coords.iter().map(move |c| c.at(l))).collect();
+                assert_eq!(places.len() as i64, 32 * coords.len() as i64, "{op:?}: no element twice");
+                assert_eq!(places.len() as i64, rows * cols, "{op:?}: every element");
+                assert!(places.iter().all(|&(r, c)| (0..rows).contains(&r) && (0..cols).contains(&c)));
+            }
+        }
+    }
+
+    /// Lane 5 (group 1, position 1) of `m16n8k16` with f16 inputs, as the PTX ISA's figures show it.
+    #[test]
+    fn fragments_match_the_ptx_isa() {
+        let f = MmaOp::M16n8k16F16F32.fragments();
+        let a: Vec<_> = f.a.iter().map(|c| c.at(5)).collect();
+        assert_eq!(a, [(1, 2), (1, 3), (9, 2), (9, 3), (1, 10), (1, 11), (9, 10), (9, 11)]);
+        let b: Vec<_> = f.b.iter().map(|c| c.at(5)).collect();
+        assert_eq!(b, [(2, 1), (3, 1), (10, 1), (11, 1)]);
+        let c: Vec<_> = f.c.iter().map(|c| c.at(5)).collect();
+        assert_eq!(c, [(1, 2), (1, 3), (9, 2), (9, 3)]);
+    }
 }

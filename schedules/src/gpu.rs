@@ -77,6 +77,7 @@ pub fn has_bound_loops(f: &LoopFunc) -> bool {
         body.iter().any(|s| match s {
             Stmt::For { kind, body, .. } => kind.is_gpu() || any(body),
             Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
+            Stmt::Mma { .. } => true,
             Stmt::Store { .. } | Stmt::Barrier => false,
         })
     }
@@ -99,8 +100,17 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
         inner = body;
     }
     let private = locals(f).into_iter().filter(|t| !f.shared.contains(t)).collect();
-    let mut w = Walk { f, private, blocks: bound.len(), block: [1; 3], used: [false; 3], written: HashSet::new() };
+    let mut w =
+        Walk { f, private, blocks: bound.len(), block: [1; 3], used: [false; 3], written: HashSet::new(), mma: false };
     w.stmts(inner, &mut bound.clone(), &mut [false; 3], false)?;
+    if w.mma && w.block[0] != WARP {
+        return Err(format!(
+            "launch {} has `mma` and {} threads along x: the 32 lanes of a warp are thread.x, so thread.x loops \
+             beside it have at most 32 iterations",
+            stmt + 1,
+            w.block[0]
+        ));
+    }
     let threads = w.used.iter().any(|&u| u);
     if threads {
         w.check_coverage(inner, &mut [false; 3])?;
@@ -133,7 +143,12 @@ struct Walk<'a> {
     written: HashSet<TensorId>,
     /// Buffers private to a thread (local `Alloc`s).
     private: HashSet<TensorId>,
+    /// The launch has tensor-core operations (its block is one warp wide).
+    mma: bool,
 }
+
+/// Threads of a warp.
+const WARP: i64 = 32;
 
 impl Walk<'_> {
     fn name(&self, v: VarId) -> &str {
@@ -153,6 +168,38 @@ impl Walk<'_> {
                     return Err("a barrier under an `if`: every thread of the block must reach it".into());
                 }
                 Stmt::Barrier => {}
+                Stmt::Mma { c, a, b, .. } => {
+                    if open[0] {
+                        return Err("`mma` inside a thread.x loop: the warp's 32 lanes are thread.x, so `mma` \
+                                    stands where a thread.x loop would"
+                            .into());
+                    }
+                    for t in [c, a, b] {
+                        if self.private.contains(&t.tensor) {
+                            return Err(format!(
+                                "`mma` on `{}`, a buffer private to each thread: its tiles are in global or shared \
+                                 memory",
+                                self.tensor_name(t.tensor)
+                            ));
+                        }
+                    }
+                    self.mma = true;
+                    self.used[0] = true;
+                    self.block[0] = self.block[0].max(WARP);
+                    // The warp's tile of `c` is its own: it depends on every bound loop but the lanes.
+                    let vars = if self.f.shared.contains(&c.tensor) { &bound[self.blocks..] } else { &bound[..] };
+                    if let Some(&v) = vars.iter().find(|&&v| !c.origin.iter().any(|&i| involves(&self.f.p, i, v))) {
+                        return Err(format!(
+                            "the `mma` tile of `{}` does not depend on bound loop `{}`: its warps would all \
+                             accumulate into the same tile",
+                            self.tensor_name(c.tensor),
+                            self.name(v)
+                        ));
+                    }
+                    if !self.f.shared.contains(&c.tensor) {
+                        self.written.insert(c.tensor);
+                    }
+                }
                 Stmt::Alloc { tensor, .. } if self.f.shared.contains(tensor) && bound.len() > self.blocks => {
                     return Err(format!(
                         "shared buffer `{}` is inside a thread loop: a block's shared buffers are outside its \
@@ -246,6 +293,18 @@ impl Walk<'_> {
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => self.check_coverage(body, open)?,
                 Stmt::Barrier => {}
+                // The warp's lanes are its thread.x.
+                Stmt::Mma { c, .. } => {
+                    let mut lanes = *open;
+                    lanes[0] = true;
+                    if let Some(d) = missing(&lanes) {
+                        return Err(format!(
+                            "the `mma` on `{}` is outside the thread.{} loops of its launch: every thread would make it",
+                            self.tensor_name(c.tensor),
+                            d.name()
+                        ));
+                    }
+                }
                 Stmt::Store { tensor, .. } => {
                     if let Some(d) = missing(open) {
                         return Err(format!(
@@ -284,11 +343,27 @@ impl Walk<'_> {
                         indices.iter().for_each(|&i| check(i, None));
                         check(*value, Some((*tensor, indices)));
                     }
+                    Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).for_each(|&i| check(i, None)),
                     Stmt::Barrier => {}
                 }
             }
         }
         walk(body, &mut check);
+        // The tiles `mma` reads: other threads' elements.
+        fn operands(body: &[Stmt], out: &mut Vec<TensorId>) {
+            for s in body {
+                match s {
+                    Stmt::Mma { a, b, .. } => out.extend([a.tensor, b.tensor]),
+                    Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
+                        operands(body, out)
+                    }
+                    Stmt::Store { .. } | Stmt::Barrier => {}
+                }
+            }
+        }
+        let mut read = Vec::new();
+        operands(body, &mut read);
+        bad = bad.or_else(|| read.into_iter().find(|t| self.written.contains(t)));
         match bad {
             Some(t) => Err(format!(
                 "`{}` is written and read by different iterations of one launch, which nothing orders on a GPU; \
@@ -381,6 +456,20 @@ impl Walk<'_> {
                         a.writers.push(s as *const Stmt as usize);
                     }
                 }
+                Stmt::Mma { c, a, b, .. } => {
+                    for t in [a, b] {
+                        if self.f.shared.contains(&t.tensor) {
+                            let x = acc.entry(t.tensor).or_default();
+                            x.read = true;
+                            x.foreign_read = true;
+                        }
+                    }
+                    if self.f.shared.contains(&c.tensor) {
+                        let x = acc.entry(c.tensor).or_default();
+                        (x.read, x.write) = (true, true);
+                        x.writers.push(s as *const Stmt as usize);
+                    }
+                }
                 Stmt::Barrier => {}
             }
         }
@@ -444,7 +533,7 @@ fn locals(f: &LoopFunc) -> HashSet<TensorId> {
                     walk(body, out)
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(body, out),
-                Stmt::Store { .. } | Stmt::Barrier => {}
+                Stmt::Store { .. } | Stmt::Barrier | Stmt::Mma { .. } => {}
             }
         }
     }
@@ -474,7 +563,7 @@ fn shared_bytes(f: &LoopFunc, body: &[Stmt]) -> i64 {
                 own.saturating_add(shared_bytes(f, body))
             }
             Stmt::For { body, .. } | Stmt::If { then: body, .. } => shared_bytes(f, body),
-            Stmt::Store { .. } | Stmt::Barrier => 0,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Mma { .. } => 0,
         })
         .fold(0, i64::saturating_add)
 }

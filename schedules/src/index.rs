@@ -172,6 +172,14 @@ pub fn simplify_indices(f: &mut LoopFunc) {
         for s in body {
             match s {
                 crate::ir::Stmt::Barrier => {}
+                crate::ir::Stmt::Mma { c, a, b, .. } => {
+                    for t in [c, a, b] {
+                        for i in t.origin.iter_mut() {
+                            loads(f, *i);
+                            *i = simplify_index(f, *i);
+                        }
+                    }
+                }
                 crate::ir::Stmt::For { body, .. } | crate::ir::Stmt::Alloc { body, .. } => stmts(f, body),
                 crate::ir::Stmt::If { cond, then } => {
                     loads(f, *cond);

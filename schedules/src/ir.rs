@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write;
 use texc_compiler::target::LoopKind;
 use texc_compiler::tir::{Program, ProgramParam, TExpr, TExprId, TensorId, TensorRole, VarDecl, VarId};
+use texc_compiler::types::ElemType;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ForKind {
@@ -28,6 +29,120 @@ pub enum ForKind {
     Block(GpuDim),
     /// Iterations are GPU threads of a block along one dimension (`bind ... to thread.x`).
     Thread(GpuDim),
+}
+
+/// A tensor-core operation (PTX `mma.sync`): its tile shape and types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MmaOp {
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`: f16 × f16 → f32.
+    M16n8k16F16F32,
+}
+
+impl MmaOp {
+    pub const ALL: [MmaOp; 1] = [MmaOp::M16n8k16F16F32];
+
+    /// The name in schedules (`tensorize ... with mma_m16n8k16_f16f32`).
+    pub fn schedule_name(self) -> &'static str {
+        match self {
+            MmaOp::M16n8k16F16F32 => "mma_m16n8k16_f16f32",
+        }
+    }
+
+    /// The name in the loop IR (`mma m16n8k16.f16.f32 ...`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MmaOp::M16n8k16F16F32 => "m16n8k16.f16.f32",
+        }
+    }
+
+    /// Tile extents (m, n, k): `c` is m × n, `a` m × k, `b` k × n.
+    pub fn shape(self) -> (i64, i64, i64) {
+        match self {
+            MmaOp::M16n8k16F16F32 => (16, 8, 16),
+        }
+    }
+
+    /// Where each lane of a warp holds the elements of each operand (PTX ISA
+    /// §9.7.13.4.8 for `m16n8k16` with `.f16` inputs; lane `l` is in group
+    /// `g = l / 4` at position `t = l % 4`), in register order: `a` as 8
+    /// halves (4 pairs), `b` as 4 halves (2 pairs), `c` and `d` as 4 floats.
+    pub fn fragments(self) -> Fragments {
+        match self {
+            MmaOp::M16n8k16F16F32 => Fragments { a: &M16N8K16_A, b: &M16N8K16_B, c: &M16N8K16_C },
+        }
+    }
+
+    /// Element types of `a` and `b`, and of `c`.
+    pub fn types(self) -> (ElemType, ElemType) {
+        match self {
+            MmaOp::M16n8k16F16F32 => (ElemType::F16, ElemType::F32),
+        }
+    }
+}
+
+const M16N8K16_A: [Coord; 8] = [
+    Coord::new(0, 1, 0, 0, 0, 2),
+    Coord::new(0, 1, 0, 1, 0, 2),
+    Coord::new(8, 1, 0, 0, 0, 2),
+    Coord::new(8, 1, 0, 1, 0, 2),
+    Coord::new(0, 1, 0, 8, 0, 2),
+    Coord::new(0, 1, 0, 9, 0, 2),
+    Coord::new(8, 1, 0, 8, 0, 2),
+    Coord::new(8, 1, 0, 9, 0, 2),
+];
+const M16N8K16_B: [Coord; 4] = [
+    Coord::new(0, 0, 2, 0, 1, 0),
+    Coord::new(1, 0, 2, 0, 1, 0),
+    Coord::new(8, 0, 2, 0, 1, 0),
+    Coord::new(9, 0, 2, 0, 1, 0),
+];
+const M16N8K16_C: [Coord; 4] = [
+    Coord::new(0, 1, 0, 0, 0, 2),
+    Coord::new(0, 1, 0, 1, 0, 2),
+    Coord::new(8, 1, 0, 0, 0, 2),
+    Coord::new(8, 1, 0, 1, 0, 2),
+];
+
+/// The fragment layouts of a tensor-core operation (see [`MmaOp::fragments`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Fragments {
+    pub a: &'static [Coord],
+    pub b: &'static [Coord],
+    pub c: &'static [Coord],
+}
+
+/// A fragment element's place in its tile, for the lane in group `g` at
+/// position `t`: row `r0 + rg·g + rt·t`, column `c0 + cg·g + ct·t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Coord {
+    pub r0: i64,
+    pub rg: i64,
+    pub rt: i64,
+    pub c0: i64,
+    pub cg: i64,
+    pub ct: i64,
+}
+
+impl Coord {
+    const fn new(r0: i64, rg: i64, rt: i64, c0: i64, cg: i64, ct: i64) -> Coord {
+        Coord { r0, rg, rt, c0, cg, ct }
+    }
+
+    /// (row, column) for lane `lane`.
+    pub fn at(self, lane: i64) -> (i64, i64) {
+        let (g, t) = (lane / 4, lane % 4);
+        (self.r0 + self.rg * g + self.rt * t, self.c0 + self.cg * g + self.ct * t)
+    }
+}
+
+/// A tile of a tensor: element (r, c) of the tile is the tensor's element
+/// at `origin` plus `r` along dimension `rows` and `c` along `cols`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tile {
+    pub tensor: TensorId,
+    pub origin: Vec<TExprId>,
+    pub rows: usize,
+    pub cols: usize,
 }
 
 /// A dimension of a GPU grid or block.
@@ -118,6 +233,15 @@ pub enum Stmt {
         indices: Vec<TExprId>,
         value: TExprId,
     },
+    /// GPU targets: a warp's tensor-core operation `c += a × b` on one tile
+    /// of each operand (`tensorize`). The warp's 32 lanes are the block's
+    /// `thread.x`: it stands where a `thread.x` loop would.
+    Mma {
+        op: MmaOp,
+        c: Tile,
+        a: Tile,
+        b: Tile,
+    },
     /// GPU targets: every thread of the block waits here until all have
     /// arrived (`bar.sync`), so that what threads stored to shared buffers
     /// before it is visible to all after it (see `crate::gpu`).
@@ -148,7 +272,9 @@ impl LoopFunc {
                         local[tensor.0 as usize] = true;
                         walk(body, seen, local)
                     }
-                    Stmt::Store { tensor, .. } => seen[tensor.0 as usize] = true,
+                    Stmt::Store { tensor, .. } | Stmt::Mma { c: Tile { tensor, .. }, .. } => {
+                        seen[tensor.0 as usize] = true
+                    }
                     Stmt::Barrier => {}
                 }
             }
@@ -225,6 +351,13 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
             Stmt::Barrier => {
                 let _ = writeln!(out, "{pad}barrier");
             }
+            Stmt::Mma { op, c, a, b } => {
+                let t = |t: &Tile| {
+                    let idx: Vec<String> = t.origin.iter().map(|&i| expr(f, i)).collect();
+                    format!("{}[{}] @ ({}, {})", f.p.tensor(t.tensor).name, idx.join(", "), t.rows, t.cols)
+                };
+                let _ = writeln!(out, "{pad}mma {} {} += {} * {}", op.name(), t(c), t(a), t(b));
+            }
         }
     }
 }
@@ -263,6 +396,10 @@ pub fn emitted_size(f: &LoopFunc) -> u64 {
                     copies.saturating_mul(n)
                 }
                 Stmt::Barrier => copies,
+                Stmt::Mma { op, .. } => {
+                    let (m, n, k) = op.shape();
+                    copies.saturating_mul((m * n * k) as u64)
+                }
             })
             .fold(0u64, u64::saturating_add)
     }

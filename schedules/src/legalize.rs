@@ -23,6 +23,13 @@ fn stmts(body: &mut [Stmt], lz: &mut Legalizer, p: &mut Program) {
     for s in body {
         match s {
             Stmt::Barrier => {}
+            Stmt::Mma { c, a, b, .. } => {
+                for t in [c, a, b] {
+                    for i in t.origin.iter_mut() {
+                        *i = lz.expr(p, *i);
+                    }
+                }
+            }
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => stmts(body, lz, p),
             Stmt::If { cond, then } => {
                 *cond = lz.expr(p, *cond);

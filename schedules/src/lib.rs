@@ -7,7 +7,8 @@
 //!   [`normalize`], then the boxes of attached stages ([`attach`]);
 //!   verified by [`Schedules::verify`](schedule::Schedules::verify);
 //! - *lower*: to the loop IR ([`ir`], with [`index`] simplifying the indices
-//!   of attached buffers); verified by [`verify::verify`];
+//!   of attached buffers), then tensor-core operations for `tensorize`
+//!   ([`tensorize`]); verified by [`verify::verify`];
 //! - *legalize*: integer semantics and target intrinsics made explicit
 //!   ([`legalize`]); verified by [`verify::verify_legal`].
 //!
@@ -29,6 +30,7 @@ pub mod legalize;
 pub mod lower;
 pub mod normalize;
 pub mod schedule;
+pub mod tensorize;
 pub mod text;
 pub mod tuning;
 pub mod validate;

@@ -44,6 +44,17 @@ pub struct StageSchedule {
     pub cache_write_span: Span,
     /// The span of the primitive that annotated each annotated iteration variable.
     pub annotated_at: Vec<(usize, Span)>,
+    /// `tensorize S(m, n, k) with op`: the three innermost loops become one
+    /// tensor-core operation per warp (`crate::tensorize`).
+    pub tensorize: Option<Tensorize>,
+}
+
+/// A `tensorize`: the operation and the leaves of its m, n and k extents.
+#[derive(Clone, Debug)]
+pub struct Tensorize {
+    pub op: crate::ir::MmaOp,
+    pub leaves: [usize; 3],
+    pub span: Span,
 }
 
 impl StageSchedule {
@@ -61,7 +72,14 @@ impl StageSchedule {
             })
             .collect();
         let leaves = (0..ivs.len()).collect();
-        StageSchedule { ivs, leaves, cache_write: None, cache_write_span: Span::default(), annotated_at: Vec::new() }
+        StageSchedule {
+            ivs,
+            leaves,
+            cache_write: None,
+            cache_write_span: Span::default(),
+            annotated_at: Vec::new(),
+            tensorize: None,
+        }
     }
 
     /// The (outer, inner, factor) split of `iv`, if it was split.
@@ -240,6 +258,9 @@ impl StageSchedule {
                 "iterations of a reduction depend on each other; split it and reorder a spatial axis inward instead",
             ));
         }
+        if self.tensorize.as_ref().is_some_and(|t| t.leaves.contains(&iv)) {
+            return Err(Diagnostic::at(span, format!("`{}` is tensorized: the tensor-core operation runs it", v.name)));
+        }
         if v.kind != ForKind::Serial && v.kind != kind {
             return Err(Diagnostic::at(span, format!("`{}` is already marked{}", v.name, v.kind.name())));
         }
@@ -302,6 +323,21 @@ impl StageSchedule {
             }
         }
         self.check_gpu_order(stage, span)?;
+        if let Some(t) = &self.tensorize {
+            let n = self.leaves.len();
+            let inner = &self.leaves[n.saturating_sub(3)..];
+            if let Some(&l) = t.leaves.iter().find(|l| !inner.contains(l)) {
+                let order: Vec<&str> = self.leaves.iter().map(|&x| self.ivs[x].name.as_str()).collect();
+                return Err(Diagnostic::at(
+                    t.span,
+                    format!(
+                        "`{}` is tensorized but is not one of the three innermost loops of `{stage}`",
+                        self.ivs[l].name
+                    ),
+                )
+                .with_note(format!("loop order, outermost first: {}", order.join(", "))));
+            }
+        }
         if let Some(&last) = self.leaves.last() {
             for &l in &self.leaves {
                 if self.ivs[l].kind == ForKind::Vectorized && l != last {

@@ -18,6 +18,24 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
     for s in body {
         match s {
             Stmt::Barrier => {}
+            Stmt::Mma { op, c, a, b } => {
+                let (ab, acc) = op.types();
+                for (t, elem) in [(c, acc), (a, ab), (b, ab)] {
+                    let d = f.p.tensor(t.tensor);
+                    if t.origin.len() != d.shape.len() || t.rows == t.cols || t.rows.max(t.cols) >= d.shape.len() {
+                        return Err(format!("the `mma` tile of `{}` does not fit its dimensions", d.name));
+                    }
+                    if d.elem != elem {
+                        return Err(format!("`mma {}` needs `{}` to be {elem}, not {}", op.name(), d.name, d.elem));
+                    }
+                    for &i in &t.origin {
+                        if f.p.ty(i) != Ty::Index {
+                            return Err("an `mma` tile origin is not an index".into());
+                        }
+                        expr(f, i, bound)?;
+                    }
+                }
+            }
             Stmt::For { var, extent, body, .. } => {
                 let v = *var as usize;
                 if seen[v] {
@@ -129,8 +147,15 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), String> {
                 Stmt::Barrier if target.gpu.is_none() => {
                     return Err(format!("barriers are for GPU targets; target `{}` is not one", target.name));
                 }
+                Stmt::Mma { op, .. } if target.gpu.is_none() => {
+                    return Err(format!(
+                        "`mma {}` is a tensor-core operation of GPU targets; target `{}` is not one",
+                        op.name(),
+                        target.name
+                    ));
+                }
                 Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => kinds(f, body, target)?,
-                Stmt::Store { .. } | Stmt::Barrier => {}
+                Stmt::Store { .. } | Stmt::Barrier | Stmt::Mma { .. } => {}
             }
         }
         Ok(())
@@ -147,6 +172,7 @@ pub fn walk_exprs(body: &[Stmt], visit: &mut dyn FnMut(TExprId)) {
     for s in body {
         match s {
             Stmt::Barrier => {}
+            Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).for_each(|&i| visit(i)),
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => walk_exprs(body, visit),
             Stmt::If { cond, then } => {
                 visit(*cond);

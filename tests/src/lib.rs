@@ -245,11 +245,7 @@ pub fn random_gpu_schedule(ss: &mut texc_schedules::schedule::StageSchedule, rng
 /// `base` with a random GPU schedule ([`random_gpu_schedule`]) for every
 /// stage (inlined or not), lowered and verified.
 pub fn randomly_gpu_scheduled(base: &Program, rng: &mut SplitMix64) -> texc_schedules::LoopFunc {
-    let mut p = base.clone();
-    if rng.next_u64() % 2 == 0 {
-        texc_schedules::default::default_inlining(&mut p);
-    }
-    texc_schedules::normalize::hoist_reductions(&mut p);
+    let p = randomly_inlined(base, rng);
     let mut s = texc_schedules::schedule::Schedules::new(&p);
     for ss in &mut s.stages {
         random_gpu_schedule(ss, rng);
@@ -357,13 +353,19 @@ fn reads(p: &Program, e: texc_compiler::tir::TExprId, t: texc_compiler::tir::Ten
         || p.children(e).into_iter().any(|c| reads(p, c, t))
 }
 
-/// Lower `base` with a random legal schedule (and, at random, default inlining).
-pub fn randomly_scheduled(base: &Program, rng: &mut SplitMix64) -> texc_schedules::LoopFunc {
+/// `base` with, at random, the default inlining, and its reductions hoisted.
+fn randomly_inlined(base: &Program, rng: &mut SplitMix64) -> Program {
     let mut p = base.clone();
-    if rng.next_u64() % 2 == 0 {
+    if rng.next_u64().is_multiple_of(2) {
         texc_schedules::default::default_inlining(&mut p);
     }
     texc_schedules::normalize::hoist_reductions(&mut p);
+    p
+}
+
+/// Lower `base` with a random legal schedule (and, at random, default inlining).
+pub fn randomly_scheduled(base: &Program, rng: &mut SplitMix64) -> texc_schedules::LoopFunc {
+    let p = randomly_inlined(base, rng);
     let mut s = texc_schedules::schedule::Schedules::new(&p);
     for ss in &mut s.stages {
         random_schedule(ss, rng);

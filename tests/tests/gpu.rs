@@ -94,7 +94,7 @@ fn gpu_schedules_that_break_a_rule_are_spanned_errors() {
         ("    bind C.j to thread.z;", "72 threads per block along z, more than the target's 64"),
         ("    bind C.i to warp.x;", "unknown GPU unit `warp`"),
         ("    bind C.i to block.w;", "unknown GPU dimension `w`"),
-        ("    tensorize C(i, j, k) with mma_m16n8k16_f16f32;", "`tensorize` is not built yet"),
+        ("    tensorize C(i, j, k) with mma_m16n8k16_f16f32;", "tiles are 16 long along `i`, which has 40 iterations"),
     ];
     for (schedule, want) in cases {
         let err = schedule_error(schedule);
@@ -352,4 +352,82 @@ fn shared_memory_rules() {
     let text = format!("func k [N=64]\n  input A: f32[64]\n  output B: f32[64]\n  temp T: f32[64]\n{ok}");
     let parsed = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("parses");
     assert_eq!(texc_schedules::ir::print(&parsed.func), text);
+}
+
+/// A mixed-precision matrix product on tensor cores: 16×8 tiles of `C`, one
+/// per warp (four warps per block along `thread.y`), `k` in slices of 16.
+fn tensor_core_gemm(target: &str, extra: &str) -> String {
+    format!(
+        "kernel hgemm(A: f16[M = 64, K = 48], B: f16[K, N = 32]) -> C: f32[M, N] {{\n    \
+         C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]));\n}}\nschedule hgemm for {target} {{\n    \
+         tile C(i, j) by (16, 8) -> (io, jo, ii, ji);\n    split C.k by 16 -> (ko, ki);\n    \
+         split C.io by 4 -> (ib, iw);\n    reorder C(ib, jo, iw, ko, ii, ji, ki);\n    bind C.ib to block.y;\n    \
+         bind C.jo to block.x;\n    bind C.iw to thread.y;\n{extra}    tensorize C(ii, ji, ki) with mma_m16n8k16_f16f32;\n}}\n"
+    )
+}
+
+#[test]
+fn tensor_cores_run_like_the_interpreter_and_assemble_to_hmma() {
+    require_ptxas();
+    for target in GPUS {
+        let src = tensor_core_gemm(target, "");
+        texc_tests::check_text("hgemm.tex", &src).unwrap_or_else(|e| panic!("{e}"));
+        for shapes in
+            [[("M", 64), ("K", 48), ("N", 32)], [("M", 16), ("K", 16), ("N", 8)], [("M", 128), ("K", 80), ("N", 40)]]
+        {
+            let b =
+                Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Default::default() };
+            let (mut pl, k) = texc_tests::load_text(target, "hgemm.tex", &src, None).expect("loads");
+            let p = texc_tests::specialize(&mut pl, k, &b);
+            let lowered =
+                pl.schedule(k, p.clone()).and_then(|s| pl.lower(s)).unwrap_or_else(|e| panic!("{}", rendered(&pl, e)));
+            let text = texc_schedules::ir::print(&lowered);
+            assert!(text.contains("mma m16n8k16.f16.f32"), "tensorized");
+            let again = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("the loop IR text parses");
+            assert_eq!(texc_schedules::ir::print(&again.func), text, "and prints back the same");
+            let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 6).expect("binds");
+            let want = texc_compiler::interp::run(&p, args()).expect("interp");
+            // The loop IR, warp fragments and all, and the compiled kernels (emulated or on the GPU).
+            let eval = texc_schedules::eval::run(&lowered, args()).expect("evaluates");
+            assert!(texc_tests::rel_error(&eval[0], &want[0]) < 1e-6, "{shapes:?}: loop IR");
+            let legal = pl.legalize(lowered).expect("legal");
+            let got = pl.compile(&legal).expect("compiles").run(args()).expect("runs");
+            assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{shapes:?} on {target}");
+            let (ptx, _) = pl.emit_ptx(&[&legal]).expect("PTX");
+            assert!(ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), "{ptx}");
+            let (cubin, _) = texc_codegen::cuda::assemble(&ptx, &sm(target)).unwrap_or_else(|e| panic!("{e}"));
+            match texc_codegen::cuda::disassemble(&cubin) {
+                Ok(sass) => assert!(sass.contains("HMMA.16816.F32"), "{target}: no HMMA in\n{sass}"),
+                Err(why) => eprintln!("not disassembled: {why}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn tensorize_errors_are_spanned() {
+    let gemm = tensor_core_gemm("nvptx-sm90", "");
+    let cases = [
+        (gemm.replace("by (16, 8)", "by (32, 8)"), "tiles are 16 long along `ii`, which has 32 iterations"),
+        (gemm.replace("mma_m16n8k16_f16f32", "mma_m8n8k4"), "unknown tensor-core operation `mma_m8n8k4`"),
+        (gemm.replace("tensorize C(ii, ji, ki)", "tensorize C(ii, ki, ji)"), "`ki` is not a spatial axis"),
+        (
+            gemm.replace("f16[M = 64, K = 48], B: f16", "f32[M = 64, K = 48], B: f32"),
+            "is not computed as `sum(f32(A) * f32(B))` of f16 tensors",
+        ),
+        (gemm.replace("M = 64", "M = 72"), "the tiles must divide the tensors"),
+        (
+            gemm.replace("reorder C(ib, jo, iw, ko, ii, ji, ki);", "reorder C(ib, jo, iw, ii, ko, ji, ki);"),
+            "`ii` is tensorized but is not one of the three innermost loops",
+        ),
+        (
+            tensor_core_gemm("nvptx-sm90", "    bind C.jo to thread.x;\n").replace("bind C.jo to block.x;\n", ""),
+            "inside a thread.x loop",
+        ),
+    ];
+    for (src, want) in cases {
+        let err = texc_tests::check_text("hgemm.tex", &src).expect_err("rejected");
+        assert!(err.contains(want), "expected `{want}` in\n{err}");
+        assert!(err.contains("hgemm.tex:"), "spanned: {err}");
+    }
 }

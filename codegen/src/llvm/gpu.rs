@@ -192,7 +192,7 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         let lo = task.get_nth_param(1).expect("lo").into_int_value();
         let hi = task.get_nth_param(2).expect("hi").into_int_value();
-        self.count(task, lo, hi, &mut |g, b| {
+        self.count(task, "block", lo, hi, &mut |g, b| {
             let mut call = args.clone();
             call.extend(g.unflatten(b, l.grid)?.map(BasicMetadataValueEnum::from));
             g.b.build_call(k, &call, "")?;
@@ -248,35 +248,6 @@ impl<'ctx> Gen<'ctx, '_> {
         let y = self.b.build_int_unsigned_rem(rest, c(dims[1]), "y")?;
         let z = self.b.build_int_unsigned_div(rest, c(dims[1]), "z")?;
         Ok([x, y, z])
-    }
-
-    /// `for i in lo..hi: body(i)` in function `func`.
-    fn count(
-        &mut self,
-        func: FunctionValue<'ctx>,
-        lo: IntValue<'ctx>,
-        hi: IntValue<'ctx>,
-        body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> R<()>,
-    ) -> R<()> {
-        let i64t = self.cx.i64_type();
-        let pre = self.b.get_insert_block().expect("positioned");
-        let header = self.cx.append_basic_block(func, "loop");
-        let body_bb = self.cx.append_basic_block(func, "body");
-        let exit = self.cx.append_basic_block(func, "exit");
-        self.b.build_unconditional_branch(header)?;
-        self.b.position_at_end(header);
-        let phi = self.b.build_phi(i64t, "i")?;
-        let i = phi.as_basic_value().into_int_value();
-        let c = self.b.build_int_compare(IntPredicate::SLT, i, hi, "cond")?;
-        self.b.build_conditional_branch(c, body_bb, exit)?;
-        self.b.position_at_end(body_bb);
-        body(self, i)?;
-        let next = self.b.build_int_add(i, i64t.const_int(1, false), "next")?;
-        let end = self.b.get_insert_block().expect("positioned");
-        self.b.build_unconditional_branch(header)?;
-        phi.add_incoming(&[(&lo, pre), (&next, end)]);
-        self.b.position_at_end(exit);
-        Ok(())
     }
 
     /// A loop bound to a block or thread index: its one iteration on this thread.

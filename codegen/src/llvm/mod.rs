@@ -25,6 +25,7 @@ mod gen;
 pub mod gpu;
 mod math;
 mod memory;
+mod mma;
 pub mod nvptx;
 mod stmt;
 

@@ -64,6 +64,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 self.store(fr, *tensor, indices, v, mode)
             }
             Stmt::Barrier => self.barrier(),
+            Stmt::Mma { op, c, a, b } => self.mma(fr, *op, c, a, b),
             Stmt::Alloc { tensor, body } if self.on_device() && self.f.shared.contains(tensor) => {
                 let p = self.shared_buffer(*tensor)?;
                 fr.tensors.insert(*tensor, p);
@@ -107,26 +108,42 @@ impl<'ctx> Gen<'ctx, '_> {
         hi: IntValue<'ctx>,
         body: &[Stmt],
     ) -> R<()> {
+        let name = self.f.vars[var as usize].name.clone();
+        self.count(fr.func, &name, lo, hi, &mut |g, i| {
+            fr.vars.insert(var, i);
+            g.stmts(fr, body, Mode::Scalar)
+        })?;
+        fr.vars.remove(&var);
+        Ok(())
+    }
+
+    /// `for i in lo..hi: body(i)` in function `func` (`name` names `i`).
+    pub(super) fn count(
+        &mut self,
+        func: FunctionValue<'ctx>,
+        name: &str,
+        lo: IntValue<'ctx>,
+        hi: IntValue<'ctx>,
+        body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> R<()>,
+    ) -> R<()> {
         let i64t = self.cx.i64_type();
         let pre = self.b.get_insert_block().expect("positioned");
-        let header = self.cx.append_basic_block(fr.func, "loop");
-        let body_bb = self.cx.append_basic_block(fr.func, "body");
-        let exit = self.cx.append_basic_block(fr.func, "exit");
+        let header = self.cx.append_basic_block(func, "loop");
+        let body_bb = self.cx.append_basic_block(func, "body");
+        let exit = self.cx.append_basic_block(func, "exit");
         self.b.build_unconditional_branch(header)?;
         self.b.position_at_end(header);
-        let phi = self.b.build_phi(i64t, &self.f.vars[var as usize].name)?;
+        let phi = self.b.build_phi(i64t, name)?;
         let i = phi.as_basic_value().into_int_value();
         let c = self.b.build_int_compare(IntPredicate::SLT, i, hi, "cond")?;
         self.b.build_conditional_branch(c, body_bb, exit)?;
         self.b.position_at_end(body_bb);
-        fr.vars.insert(var, i);
-        self.stmts(fr, body, Mode::Scalar)?;
+        body(self, i)?;
         let next = self.b.build_int_add(i, i64t.const_int(1, false), "next")?;
         let end = self.b.get_insert_block().expect("positioned");
         self.b.build_unconditional_branch(header)?;
         phi.add_incoming(&[(&lo, pre), (&next, end)]);
         self.b.position_at_end(exit);
-        fr.vars.remove(&var);
         Ok(())
     }
 

@@ -24,7 +24,7 @@
 
 pub mod safety;
 
-use crate::ir::{ForKind, GpuDim, LoopFunc, Stmt};
+use crate::ir::{ForKind, GpuDim, LoopFunc, MmaOp, Stmt, Tile};
 use pest::iterators::{Pair, Pairs};
 use pest::Parser;
 use texc_compiler::ops::{BinOp, Intrinsic, MathFn, UnOp};
@@ -404,6 +404,7 @@ impl Builder {
                     out.push(Stmt::If { cond, then });
                 }
                 Rule::barrier => out.push(Stmt::Barrier),
+                Rule::mma => out.push(self.mma(pair, offset)?),
                 Rule::local => {
                     let mut it = pair.into_inner();
                     let shared = it.next().expect("keyword").as_rule() == Rule::kw_shared;
@@ -485,6 +486,64 @@ impl Builder {
             ));
         }
         Ok(Stmt::Store { tensor, indices, value })
+    }
+
+    /// `mma OP C[..] @ (r, c) += A[..] @ (r, c) * B[..] @ (r, c)`.
+    fn mma(&mut self, pair: Pair<Rule>, offset: usize) -> R<Stmt> {
+        let mut it = pair.into_inner();
+        it.next(); // `mma`
+        let op_p = it.next().expect("op");
+        let op = MmaOp::ALL.into_iter().find(|o| o.name() == op_p.as_str()).expect("the grammar lists the ops");
+        let (ab, acc) = op.types();
+        let c = self.tile(it.next().expect("c"), offset, acc, true)?;
+        let a = self.tile(it.next().expect("a"), offset, ab, false)?;
+        let b = self.tile(it.next().expect("b"), offset, ab, false)?;
+        Ok(Stmt::Mma { op, c, a, b })
+    }
+
+    fn tile(&mut self, pair: Pair<Rule>, offset: usize, elem: ElemType, written: bool) -> R<Tile> {
+        let mut parts: Vec<Pair<Rule>> = pair.into_inner().collect();
+        let cols_p = parts.pop().expect("cols");
+        let rows_p = parts.pop().expect("rows");
+        let name_p = parts.remove(0);
+        let span = self.span(offset, &name_p);
+        let tensor = self
+            .tensor_named(name_p.as_str())
+            .ok_or_else(|| Diagnostic::at(span, format!("unknown tensor `{}`", name_p.as_str())))?;
+        let decl = self.p.tensor(tensor);
+        if written && decl.role == TensorRole::Input {
+            return Err(Diagnostic::at(
+                span,
+                format!("`{}` is an input: a kernel does not write its inputs", decl.name),
+            ));
+        }
+        if decl.elem != elem {
+            return Err(Diagnostic::at(
+                span,
+                format!("this `mma` takes {elem} here, but `{}` holds {}", decl.name, decl.elem),
+            ));
+        }
+        let mut origin = Vec::new();
+        for i in parts {
+            origin.push(self.index(i, offset)?);
+        }
+        self.check_rank(tensor, origin.len(), span)?;
+        let dim = |p: &Pair<Rule>| -> R<usize> {
+            p.as_str().parse::<usize>().ok().filter(|&d| d < origin.len()).ok_or_else(|| {
+                Diagnostic::at(
+                    self.span(offset, p),
+                    format!("expected a dimension of `{}` (0 to {})", name_p.as_str(), origin.len() - 1),
+                )
+            })
+        };
+        let (rows, cols) = (dim(&rows_p)?, dim(&cols_p)?);
+        if rows == cols {
+            return Err(Diagnostic::at(
+                self.span(offset, &cols_p),
+                "a tile's rows and columns run along two different dimensions",
+            ));
+        }
+        Ok(Tile { tensor, origin, rows, cols })
     }
 
     fn check_rank(&self, t: TensorId, n: usize, span: Span) -> R<()> {

@@ -12,7 +12,7 @@
 //! printed nest passes; an access that it cannot prove is an error, even if
 //! it happens to be safe.
 
-use crate::ir::{LoopFunc, Stmt};
+use crate::ir::{LoopFunc, Stmt, Tile};
 use texc_compiler::affine::{affine_of, Affine};
 use texc_compiler::ops::{BinOp, MathFn, UnOp};
 use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
@@ -203,6 +203,13 @@ impl Checker<'_> {
                     self.expr(*value)?;
                     self.written[tensor.0 as usize] = true;
                 }
+                Stmt::Mma { op, c, a, b } => {
+                    let (m, n, k) = op.shape();
+                    for (t, rows, cols) in [(c, m, n), (a, m, k), (b, k, n)] {
+                        self.tile(t, rows, cols)?;
+                    }
+                    self.written[c.tensor.0 as usize] = true;
+                }
             }
         }
         Ok(())
@@ -276,6 +283,35 @@ impl Checker<'_> {
                 )
                 .with_note(
                     "a loop nest read from text must keep every access inside its tensor; guard it with `if` or `select`",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A tile of `rows` × `cols` elements at `t.origin`: read before any
+    /// statement above writes it (a temporary), or leaving its tensor.
+    fn tile(&mut self, t: &Tile, rows: i64, cols: i64) -> Result<(), Diagnostic> {
+        let d = self.f.p.tensor(t.tensor);
+        let at = t.origin.first().map_or_else(Default::default, |&i| self.f.p.span(i));
+        if d.role == texc_compiler::tir::TensorRole::Temp && !self.written[t.tensor.0 as usize] {
+            return Err(Diagnostic::at(at, format!("`{}` is read before any statement above stores to it", d.name)));
+        }
+        for (k, &i) in t.origin.iter().enumerate() {
+            self.expr(i)?;
+            let iv = self.interval(i);
+            let ext = if k == t.rows {
+                rows - 1
+            } else if k == t.cols {
+                cols - 1
+            } else {
+                0
+            } as i128;
+            let size = d.shape[k] as i128;
+            if !matches!((iv.lo, iv.hi), (Some(lo), Some(hi)) if lo >= 0 && hi + ext < size) {
+                return Err(Diagnostic::at(
+                    self.f.p.span(i),
+                    format!("cannot prove the `mma` tile of `{}` in bounds along dimension {k} (size {size})", d.name),
                 ));
             }
         }

@@ -1,0 +1,192 @@
+//! The *tensorize* step of lowering: the three innermost loops of a stage
+//! that a schedule tensorizes (`tensorize C(ii, ji, ki) with op`) become
+//! one tensor-core operation per warp ([`Stmt::Mma`]).
+//!
+//! It runs on the lowered loop nest. The stage's update nest must end in
+//! the three loops, perfectly nested, each as long as the op's tile
+//! (16, 8, 16), without guards (the tiles divide the tensors), around the
+//! accumulation `C[..] = C[..] + f32(A[..]) * f32(B[..])`, where each
+//! operand is indexed by its two tile loops with coefficient 1, each in its
+//! own dimension, and by none of the third. The tiles' origins are the
+//! indices with the three loops at 0. Anything else is an error that says
+//! what differs; nothing is left untensorized silently.
+
+use crate::analysis::{coefficient, involves};
+use crate::ir::{ForKind, LoopFunc, MmaOp, Stmt, Tile};
+use crate::normalize::subst;
+use crate::schedule::Schedules;
+use std::collections::HashMap;
+use texc_compiler::ops::BinOp;
+use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
+use texc_grammar::Diagnostic;
+
+/// Replace every tensorized stage's innermost loops by its `mma`.
+pub fn tensorize(f: &mut LoopFunc, s: &Schedules) -> Result<(), Diagnostic> {
+    for (si, ss) in s.stages.iter().enumerate() {
+        let Some(t) = &ss.tensorize else { continue };
+        let names: Vec<String> = t.leaves.iter().map(|&l| ss.ivs[l].name.clone()).collect();
+        let tensor = f.p.stages[si].tensor;
+        let want = Want { tensor, names: &names, op: t.op };
+        let mut body = std::mem::take(&mut f.body);
+        let found = replace(f, &mut body, &want);
+        f.body = body;
+        match found {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Diagnostic::at(
+                    t.span,
+                    format!(
+                        "no loop nest of `{}` ends in `{}`, perfectly nested and without guards: the tiles must \
+                         divide the tensor (its extents multiples of {:?}), and nothing may sit between the loops",
+                        f.p.tensor(tensor).name,
+                        names.join("`, `"),
+                        t.op.shape()
+                    ),
+                ))
+            }
+            Err(why) => return Err(Diagnostic::at(t.span, why)),
+        }
+    }
+    Ok(())
+}
+
+struct Want<'a> {
+    tensor: TensorId,
+    /// Loop names of the m, n and k extents.
+    names: &'a [String],
+    op: MmaOp,
+}
+
+/// Replace the first matching nest in `body`; whether one was found.
+fn replace(f: &mut LoopFunc, body: &mut [Stmt], w: &Want) -> Result<bool, String> {
+    for s in body.iter_mut() {
+        if let Some(mma) = matching(f, s, w)? {
+            *s = mma;
+            return Ok(true);
+        }
+        let found = match s {
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => replace(f, body, w)?,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Mma { .. } => false,
+        };
+        if found {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// `s` as an `mma`, if it is the three loops around the stage's accumulation.
+fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want) -> Result<Option<Stmt>, String> {
+    let mut vars: [Option<VarId>; 3] = [None; 3];
+    let mut at = s;
+    for _ in 0..3 {
+        let Stmt::For { var, extent, kind, body, .. } = at else { return Ok(None) };
+        let name = &f.vars[*var as usize].name;
+        let Some(role) = w.names.iter().position(|n| n == name) else { return Ok(None) };
+        let (m, n, k) = w.op.shape();
+        let want = [m, n, k][role];
+        if *kind != ForKind::Serial || *extent != want || vars[role].is_some() {
+            return Err(format!(
+                "loop `{name}` has {extent} iterations{}, but a tile is {want} long: the tiles must divide the tensors",
+                kind.name()
+            ));
+        }
+        vars[role] = Some(*var);
+        let [inner] = body.as_slice() else {
+            return Err(format!("loop `{name}` holds more than the tensorized loops and the accumulation"));
+        };
+        at = inner;
+    }
+    let Stmt::Store { tensor, indices, value } = at else {
+        return Err(format!(
+            "the tensorized loops hold a guard, not the accumulation into `{}`: the tiles must divide the tensors",
+            f.p.tensor(w.tensor).name
+        ));
+    };
+    if *tensor != w.tensor {
+        return Ok(None);
+    }
+    let [m, n, k] = vars.map(|v| v.expect("three loops"));
+    let (a, b) = accumulation(f, *value, *tensor, indices).ok_or_else(|| {
+        format!("`{}` is not computed as `sum(f32(A) * f32(B))` of f16 tensors", f.p.tensor(w.tensor).name)
+    })?;
+    // The operand indexed by m and k is `a`, by k and n `b`.
+    let (a, b) = if uses(f, &a.1, m) { (a, b) } else { (b, a) };
+    let (ab, _) = w.op.types();
+    for (t, _) in [&a, &b] {
+        if f.p.tensor(*t).elem != ab {
+            return Err(format!(
+                "`{}` is {}, but the operation multiplies {ab}",
+                f.p.tensor(*t).name,
+                f.p.tensor(*t).elem
+            ));
+        }
+    }
+    let c = tile(f, *tensor, indices, m, n, k)?;
+    let a = tile(f, a.0, &a.1, m, k, n)?;
+    let b = tile(f, b.0, &b.1, k, n, m)?;
+    Ok(Some(Stmt::Mma { op: w.op, c, a, b }))
+}
+
+type Operand = (TensorId, Vec<TExprId>);
+
+/// `C[idx] + f32(A[..]) * f32(B[..])` (either order of sum and product).
+fn accumulation(f: &LoopFunc, e: TExprId, c: TensorId, idx: &[TExprId]) -> Option<(Operand, Operand)> {
+    let p = &f.p;
+    let TExpr::Binary(BinOp::Add, x, y) = p.expr(e) else { return None };
+    let is_c = |e: TExprId| matches!(p.expr(e), TExpr::Load(t, i) if *t == c && same(f, i, idx));
+    let prod = if is_c(*x) {
+        *y
+    } else if is_c(*y) {
+        *x
+    } else {
+        return None;
+    };
+    let TExpr::Binary(BinOp::Mul, a, b) = p.expr(prod) else { return None };
+    let operand = |e: TExprId| -> Option<Operand> {
+        let TExpr::Cast(inner) = p.expr(e) else { return None };
+        match p.expr(*inner) {
+            TExpr::Load(t, i) if p.ty(e) == Ty::Elem(texc_compiler::types::ElemType::F32) => Some((*t, i.clone())),
+            _ => None,
+        }
+    };
+    Some((operand(*a)?, operand(*b)?))
+}
+
+fn same(f: &LoopFunc, a: &[TExprId], b: &[TExprId]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| x == y || crate::ir::expr(f, x) == crate::ir::expr(f, y))
+}
+
+fn uses(f: &LoopFunc, idx: &[TExprId], v: VarId) -> bool {
+    idx.iter().any(|&i| involves(&f.p, i, v))
+}
+
+/// The tile of `t[idx]` whose rows run along `rows` and columns along
+/// `cols` (each with coefficient 1, in a dimension of its own), and which
+/// does not depend on `other`.
+fn tile(
+    f: &mut LoopFunc,
+    t: TensorId,
+    idx: &[TExprId],
+    rows: VarId,
+    cols: VarId,
+    other: VarId,
+) -> Result<Tile, String> {
+    let name = f.p.tensor(t).name.clone();
+    let var = |v: VarId| f.vars[v as usize].name.clone();
+    let dim_of = |v: VarId| -> Result<usize, String> {
+        let dims: Vec<usize> = (0..idx.len()).filter(|&d| involves(&f.p, idx[d], v)).collect();
+        match dims.as_slice() {
+            [d] if coefficient(&f.p, idx[*d], v) == Some(1) => Ok(*d),
+            _ => Err(format!("`{name}` is not indexed by `{}` + a tile origin in one dimension", var(v))),
+        }
+    };
+    let (r, c) = (dim_of(rows)?, dim_of(cols)?);
+    if r == c || uses(f, idx, other) {
+        return Err(format!("`{name}` is not a tile over `{}` and `{}`", var(rows), var(cols)));
+    }
+    let zero = f.p.alloc(TExpr::Int(0), Ty::Index, Default::default());
+    let at_zero: HashMap<VarId, TExprId> = [(rows, zero), (cols, zero)].into_iter().collect();
+    let origin = idx.iter().map(|&i| subst(&mut f.p, i, &at_zero, &HashMap::new())).collect();
+    Ok(Tile { tensor: t, origin, rows: r, cols: c })
+}
