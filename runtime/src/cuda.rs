@@ -117,6 +117,11 @@ impl Device {
     /// Run every launch of `m` in order on `b` and `scalars`, and wait for them.
     pub fn run(&self, m: &Module, b: &DeviceBuffers, scalars: &[ScalarArg]) -> Result<(), String> {
         for (f, cfg) in &m.launches {
+            // A loop of no iterations bound to the grid or block: nothing to launch.
+            let (g, t) = (cfg.grid_dim, cfg.block_dim);
+            if [g.0, g.1, g.2, t.0, t.1, t.2].contains(&0) {
+                continue;
+            }
             let mut args = self.stream.launch_builder(f);
             for buf in &b.bufs {
                 args.arg(buf);

@@ -24,7 +24,7 @@
 //!   needs its own part (a row's statistics, a softmax's exponentials) are
 //!   computed inside that loop (`compute_at`), so that the part stays in L1.
 
-use crate::ir::{ForKind, GpuDim};
+use crate::ir::{ForKind, GpuDim, MmaOp};
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
 use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule};
 use texc_compiler::target::{Target, TargetKind};
@@ -275,7 +275,8 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
 /// that leaves registers for a few blocks per multiprocessor.
 const GPU_THREADS: i64 = 256;
 
-/// The default GPU schedule: each stage's spatial loops fused into one,
+/// The default GPU schedule: matrix products of f16 matrices on tensor
+/// cores ([`tensor_core_gemm`]); for the other stages, the spatial loops fused into one,
 /// split into blocks of [`GPU_THREADS`] threads (consecutive threads take
 /// consecutive elements of the innermost axis, so their accesses coalesce),
 /// and its reduction loops run by each thread for its element. A stage
@@ -283,7 +284,10 @@ const GPU_THREADS: i64 = 256;
 fn gpu_schedule(p: &Program) -> Schedules {
     let span = Span::default();
     let mut s = Schedules::new(p);
-    for ss in &mut s.stages {
+    for (si, ss) in s.stages.iter_mut().enumerate() {
+        if tensor_core_gemm(p, &p.stages[si], ss) {
+            continue;
+        }
         let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| !ss.ivs[l].reduce).collect();
         let Some((&first, rest)) = spatial.split_first() else { continue };
         let mut fused = first;
@@ -300,6 +304,48 @@ fn gpu_schedule(p: &Program) -> Schedules {
         ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("spatial");
     }
     s
+}
+
+/// Tiles of the tensor-core operation the default GPU schedule uses.
+const MMA: MmaOp = MmaOp::M16n8k16F16F32;
+
+/// A matrix product of f16 matrices into f32, `C[i, j] = sum[k](f32(A[i, k])
+/// * f32(B[k, j]))`, whose extents the tiles divide, on tensor cores: one
+/// 16×8 tile of `C` per warp, up to four warps per block stacked along `i`,
+/// `k` in slices of 16. Whether the stage is one (and is now so scheduled).
+fn tensor_core_gemm(p: &Program, st: &Stage, ss: &mut StageSchedule) -> bool {
+    let (tm, tn, tk) = MMA.shape();
+    let (ab, acc) = MMA.types();
+    let var = |e: TExprId, v: u32| matches!(p.expr(e), TExpr::Var(x) if *x == v);
+    let operand = |e: TExprId, rows: u32, cols: u32| match p.expr(e) {
+        TExpr::Cast(l) => matches!(p.expr(*l), TExpr::Load(t, idx)
+            if p.tensor(*t).elem == ab && idx.len() == 2 && var(idx[0], rows) && var(idx[1], cols)),
+        _ => false,
+    };
+    let TExpr::Reduce(texc_compiler::ops::ReduceOp::Sum, _, body) = p.expr(st.value) else { return false };
+    let TExpr::Binary(texc_compiler::ops::BinOp::Mul, x, y) = p.expr(*body) else { return false };
+    let (i, j, k) = (0, 1, 2);
+    let gemm = st.n_axes == 2
+        && st.vars.len() == 3
+        && p.tensor(st.tensor).elem == acc
+        && ((operand(*x, i, k) && operand(*y, k, j)) || (operand(*y, i, k) && operand(*x, k, j)));
+    let ext: Vec<i64> = st.vars.iter().map(|v| v.extent).collect();
+    if !gemm || ext[0] % tm != 0 || ext[1] % tn != 0 || ext[2] % tk != 0 {
+        return false;
+    }
+    let span = Span::default();
+    let n = |s: &'static str| (s, span);
+    let (io, ii) = ss.split(0, tm, n("io"), n("ii"), span).expect("fresh names");
+    let (jo, ji) = ss.split(1, tn, n("jo"), n("ji"), span).expect("fresh names");
+    let (ko, ki) = ss.split(2, tk, n("ko"), n("ki"), span).expect("fresh names");
+    let warps = [4, 2, 1].into_iter().find(|w| ss.ivs[io].extent % w == 0).expect("1 divides");
+    let (ib, iw) = ss.split(io, warps, n("ib"), n("iw"), span).expect("fresh names");
+    ss.reorder(&[ib, jo, iw, ko, ii, ji, ki], span).expect("a permutation of the leaves");
+    ss.annotate(ib, ForKind::Block(GpuDim::Y), span).expect("spatial");
+    ss.annotate(jo, ForKind::Block(GpuDim::X), span).expect("spatial");
+    ss.annotate(iw, ForKind::Thread(GpuDim::Y), span).expect("spatial");
+    ss.tensorize = Some(crate::schedule::Tensorize { op: MMA, leaves: [ii, ji, ki], span });
+    true
 }
 
 /// Whether a box with extents `ext` cuts a reduction stage along an axis

@@ -431,3 +431,23 @@ fn tensorize_errors_are_spanned() {
         assert!(err.contains("hgemm.tex:"), "spanned: {err}");
     }
 }
+
+/// Without a schedule, an f16 matrix product whose sizes the tiles divide
+/// runs on tensor cores; one they do not divide, on plain threads.
+#[test]
+fn the_default_gpu_schedule_uses_tensor_cores_where_the_tiles_fit() {
+    let src = "kernel hgemm(A: f16[M, K], B: f16[K, N]) -> C: f32[M, N] {\n    \
+               C[i, j] = sum[k](f32(B[k, j]) * f32(A[i, k]));\n}\n";
+    for (m, k, n, tensor_cores) in [(64, 48, 32, true), (48, 32, 24, true), (16, 16, 8, true), (48, 40, 33, false)] {
+        let b = Bindings { shapes: vec![("M".into(), m), ("K".into(), k), ("N".into(), n)], ..Default::default() };
+        let (mut pl, kr) = texc_tests::load_text("nvptx-sm90", "hgemm.tex", src, None).expect("loads");
+        let p = texc_tests::specialize(&mut pl, kr, &b);
+        let f = texc_tests::loops(&mut pl, kr, &p);
+        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        assert_eq!(ptx.contains("mma.sync"), tensor_cores, "{m}×{k}×{n}");
+        let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 8).expect("binds");
+        let want = texc_compiler::interp::run(&p, args()).expect("interp");
+        let got = pl.compile(&f).expect("compiles").run(args()).expect("runs");
+        assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{m}×{k}×{n}");
+    }
+}
