@@ -403,6 +403,7 @@ impl Pipeline {
         let t0 = Instant::now();
         let mut f = texc_schedules::lower::lower(s.p, &s.schedules, &s.regions);
         texc_schedules::tensorize::tensorize(&mut f, &s.schedules)?;
+        texc_schedules::cross_thread::lower_cross_thread(&mut f, &s.schedules)?;
         after(
             &self.options,
             &mut self.timings,

@@ -276,7 +276,8 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
 const GPU_THREADS: i64 = 256;
 
 /// The default GPU schedule: matrix products of f16 matrices on tensor
-/// cores ([`tensor_core_gemm`]); for the other stages, the spatial loops fused into one,
+/// cores ([`tensor_core_gemm`]), few long reductions a block each
+/// ([`block_per_element`]); for the other stages, the spatial loops fused into one,
 /// split into blocks of [`GPU_THREADS`] threads (consecutive threads take
 /// consecutive elements of the innermost axis, so their accesses coalesce),
 /// and its reduction loops run by each thread for its element. A stage
@@ -285,7 +286,7 @@ fn gpu_schedule(p: &Program) -> Schedules {
     let span = Span::default();
     let mut s = Schedules::new(p);
     for (si, ss) in s.stages.iter_mut().enumerate() {
-        if tensor_core_gemm(p, &p.stages[si], ss) {
+        if tensor_core_gemm(p, &p.stages[si], ss) || block_per_element(ss) {
             continue;
         }
         let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| !ss.ivs[l].reduce).collect();
@@ -304,6 +305,45 @@ fn gpu_schedule(p: &Program) -> Schedules {
         ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("spatial");
     }
     s
+}
+
+/// Reductions at least this long, of stages with fewer elements than
+/// [`FEW_ELEMENTS`] (too few for one thread each to fill a GPU), are
+/// computed by a block per element.
+const LONG_REDUCTION: i64 = 64;
+const FEW_ELEMENTS: i64 = 65536;
+
+/// A reduction stage with few, long reductions (a softmax's or a
+/// normalization's rows): one block per element, whose threads each reduce
+/// a strided part of it (consecutive threads read consecutive elements),
+/// combined through shared memory (`crate::cross_thread`). Whether the
+/// stage is one (and is now so scheduled).
+fn block_per_element(ss: &mut StageSchedule) -> bool {
+    let span = Span::default();
+    let (spatial, reduce): (Vec<usize>, Vec<usize>) = ss.leaves.iter().partition(|&&l| !ss.ivs[l].reduce);
+    let elements: i64 = spatial.iter().map(|&l| ss.ivs[l].extent).product();
+    let length: i64 = reduce.iter().map(|&l| ss.ivs[l].extent).product();
+    if reduce.is_empty() || length < LONG_REDUCTION || elements >= FEW_ELEMENTS {
+        return false;
+    }
+    let fuse_all = |ss: &mut StageSchedule, leaves: &[usize]| -> usize {
+        let mut fused = leaves[0];
+        for &next in &leaves[1..] {
+            let name = format!("{}.{}", ss.ivs[fused].name, ss.ivs[next].name);
+            fused = ss.fuse(fused, next, (&name, span), span).expect("adjacent loops of one kind");
+        }
+        fused
+    };
+    if !spatial.is_empty() {
+        let e = fuse_all(ss, &spatial);
+        ss.annotate(e, ForKind::Block(GpuDim::X), span).expect("spatial");
+    }
+    let r = fuse_all(ss, &reduce);
+    let threads = GPU_THREADS.min((length + 31) / 32 * 32);
+    let name = ss.ivs[r].name.clone();
+    let (_, t) = ss.split(r, threads, (&format!("{name}.o"), span), (&format!("{name}.t"), span), span).expect("fresh");
+    ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("a reduction over threads");
+    true
 }
 
 /// Tiles of the tensor-core operation the default GPU schedule uses.

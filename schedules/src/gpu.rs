@@ -207,12 +207,6 @@ impl Walk<'_> {
                         self.tensor_name(*tensor)
                     ));
                 }
-                Stmt::Alloc { tensor, .. } if self.f.shared.contains(tensor) && self.blocks == 0 => {
-                    return Err(format!(
-                        "shared buffer `{}` is outside the launch's block loops: each block has its own",
-                        self.tensor_name(*tensor)
-                    ));
-                }
                 Stmt::For { var, kind: ForKind::Block(d), .. } => {
                     return Err(format!(
                         "`{}` is bound to block.{} but is not one of the loops that open its launch: \
@@ -234,9 +228,15 @@ impl Walk<'_> {
                     self.block[i] = self.block[i].max(*extent);
                     self.used[i] = true;
                     open[i] = true;
-                    bound.push(*var);
+                    // One iteration runs on one thread: nothing to tell apart.
+                    let one = *extent == 1;
+                    if !one {
+                        bound.push(*var);
+                    }
                     self.stmts(body, bound, open, guarded)?;
-                    bound.pop();
+                    if !one {
+                        bound.pop();
+                    }
                     open[i] = false;
                 }
                 Stmt::For { body, .. } | Stmt::Alloc { body, .. } => self.stmts(body, bound, open, guarded)?,

@@ -8,7 +8,8 @@
 //!   verified by [`Schedules::verify`](schedule::Schedules::verify);
 //! - *lower*: to the loop IR ([`ir`], with [`index`] simplifying the indices
 //!   of attached buffers), then tensor-core operations for `tensorize`
-//!   ([`tensorize`]); verified by [`verify::verify`];
+//!   ([`tensorize`]) and reductions over a block's threads
+//!   ([`cross_thread`]); verified by [`verify::verify`];
 //! - *legalize*: integer semantics and target intrinsics made explicit
 //!   ([`legalize`]); verified by [`verify::verify_legal`].
 //!
@@ -21,6 +22,7 @@
 pub mod analysis;
 pub mod apply;
 pub mod attach;
+pub mod cross_thread;
 pub mod default;
 pub mod eval;
 pub mod gpu;

@@ -253,7 +253,9 @@ impl StageSchedule {
             ForKind::Serial => "",
             ForKind::Block(_) | ForKind::Thread(_) => "bind",
         };
-        if v.reduce && (kind.is_gpu() || matches!(kind, ForKind::Vectorized | ForKind::Parallel)) {
+        // A reduction over a block's threads (`crate::cross_thread`) is bound to thread.x.
+        let cross_thread = kind == ForKind::Thread(crate::ir::GpuDim::X);
+        if v.reduce && ((kind.is_gpu() && !cross_thread) || matches!(kind, ForKind::Vectorized | ForKind::Parallel)) {
             return Err(Diagnostic::at(span, format!("cannot {what} `{}`: it is a reduction axis", v.name)).with_note(
                 "iterations of a reduction depend on each other; split it and reorder a spatial axis inward instead",
             ));

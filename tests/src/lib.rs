@@ -232,12 +232,26 @@ pub fn random_gpu_schedule(ss: &mut texc_schedules::schedule::StageSchedule, rng
     }
     let mut threads = 1;
     let mut dims = [GpuDim::X, GpuDim::Y].into_iter();
+    let mut any_thread = false;
     for &l in &leaves[at..] {
         let ext = ss.ivs[l].extent;
         if !ss.ivs[l].reduce && threads * ext <= 1024 && coin(rng) {
             let Some(d) = dims.next() else { break };
             ss.annotate(l, ForKind::Thread(d), span).expect("bind threads");
             threads *= ext;
+            any_thread = true;
+        }
+    }
+    // Without threads on the elements, a reduction over the block's threads,
+    // where the reduction loops are the innermost.
+    let first_reduce = leaves.iter().position(|&l| ss.ivs[l].reduce);
+    let reductions_inside = first_reduce.is_some_and(|r| leaves[r..].iter().all(|&l| ss.ivs[l].reduce));
+    if !any_thread && reductions_inside && coin(rng) {
+        let reduce: Vec<usize> =
+            leaves.iter().copied().filter(|&l| ss.ivs[l].reduce && ss.ivs[l].extent <= 1024).collect();
+        if !reduce.is_empty() {
+            let l = reduce[(rng.next_u64() % reduce.len() as u64) as usize];
+            ss.annotate(l, ForKind::Thread(GpuDim::X), span).expect("a reduction over threads");
         }
     }
 }
@@ -252,7 +266,8 @@ pub fn randomly_gpu_scheduled(base: &Program, rng: &mut SplitMix64) -> texc_sche
     }
     s.verify(&p).expect("random GPU schedules verify");
     let regions = texc_schedules::attach::infer(&p, &mut s).expect("no attachments");
-    let f = texc_schedules::lower::lower(p, &s, &regions);
+    let mut f = texc_schedules::lower::lower(p, &s, &regions);
+    texc_schedules::cross_thread::lower_cross_thread(&mut f, &s).expect("reductions over threads lower");
     texc_schedules::verify::verify(&f).expect("verifies");
     f
 }

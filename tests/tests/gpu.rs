@@ -61,18 +61,20 @@ fn every_example_and_std_operator_assembles_for_sm80_and_sm90() {
 fn random_gpu_schedules_assemble() {
     require_ptxas();
     let mut rng = SplitMix64::new(11);
-    let mut bound = 0;
+    let (mut bound, mut cross) = (0, 0);
     for (file, kernel, shapes) in texc_tests::RANDOM_SCHEDULE_CASES {
         let base = texc_tests::random_case_program(file, kernel, shapes);
         for trial in 0..4 {
             let f = texc_tests::randomly_gpu_scheduled(&base, &mut rng);
             bound += usize::from(texc_schedules::gpu::has_bound_loops(&f));
+            cross += usize::from(!f.shared.is_empty());
             for target in GPUS {
                 assemble(&format!("{file} trial {trial}"), &f, target);
             }
         }
     }
     assert!(bound >= 4, "random GPU schedules bind loops ({bound} did)");
+    assert!(cross >= 1, "random GPU schedules reduce over threads ({cross} did)");
 }
 
 /// The error `texc check` gives for a GPU schedule of a matrix product.
@@ -87,7 +89,11 @@ fn schedule_error(schedule: &str) -> String {
 #[test]
 fn gpu_schedules_that_break_a_rule_are_spanned_errors() {
     let cases = [
-        ("    bind C.k to thread.x;", "cannot bind `k`: it is a reduction axis"),
+        ("    bind C.k to thread.y;", "cannot bind `k`: it is a reduction axis"),
+        (
+            "    bind C.i to thread.y;\n    bind C.k to thread.x;",
+            "`k` is a reduction bound to thread.x, so `C`'s other loops are not bound to threads",
+        ),
         ("    bind C.i to block.x;\n    bind C.j to block.x;", "`j` is a second loop bound to block.x"),
         ("    bind C.j to block.x;", "`j` is bound to a block but `i` is outside it"),
         ("    bind C.i to thread.x;\n    bind C.j to thread.y;", "2880 threads per block, more than the target's 1024"),
@@ -330,8 +336,8 @@ fn shared_memory_rules() {
             "shared buffer `S` is inside a thread loop",
         ),
         (
-            "  shared S: f32[64]:\n    for t in 0..64:\n      S[t] = A[t]\n    for u in 0..64:\n      B[u] = S[63 - u]\n",
-            "shared buffer `S` is outside the launch's block loops",
+            "  shared S: f32[64]:\n    for b in 0..2 block.x:\n      for t in 0..32 thread.x:\n        S[b * 32 + t] = A[t]\n",
+            "`b` is bound to block.x but is not one of the loops that open its launch",
         ),
         (
             "  for b in 0..2 block.x:\n    shared S: f32[32]:\n      for t in 0..32 thread.x:\n        S[t] = A[b * 32 + t]\n        \
@@ -450,4 +456,39 @@ fn the_default_gpu_schedule_uses_tensor_cores_where_the_tiles_fit() {
         let got = pl.compile(&f).expect("compiles").run(args()).expect("runs");
         assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{m}×{k}×{n}");
     }
+}
+
+/// Reductions over a block's threads (`bind S.r to thread.x`): every
+/// reduction operator, thread counts that divide the row and ones that do
+/// not, against the interpreter; and the default schedule's block per row.
+#[test]
+fn reductions_over_a_blocks_threads() {
+    require_ptxas();
+    for (op, init) in [("sum", ""), ("max", ""), ("min", ""), ("prod", "0.5 + 0.25 * ")] {
+        for (d, split) in [(100, 64), (64, 32), (1, 32), (300, 256), (33, 8)] {
+            let src = format!(
+                "kernel r(X: f32[N = 5, D = {d}]) -> Y: f32[N] {{\n    Y[n] = {op}[d]({init}X[n, d]);\n}}\n\
+                 schedule r for nvptx-sm90 {{\n    split Y.d by {split} -> (dout, din);\n    bind Y.n to block.x;\n    \
+                 bind Y.din to thread.x;\n}}\n"
+            );
+            texc_tests::check_text("r.tex", &src).unwrap_or_else(|e| panic!("{e}"));
+            let (mut pl, k) = texc_tests::load_text("nvptx-sm90", "r.tex", &src, None).expect("loads");
+            let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+            let f = texc_tests::loops(&mut pl, k, &p);
+            assert!(!f.shared.is_empty(), "{op} {d}/{split}: the parts are shared");
+            let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 2).expect("binds");
+            let want = texc_compiler::interp::run(&p, args()).expect("interp");
+            let got = pl.compile(&f).expect("compiles").run(args()).expect("runs");
+            let err = texc_tests::rel_error(&got[0], &want[0]);
+            assert!(err < 1e-5, "{op} over {d} by {split}: error {err}");
+            let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+            texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    // The default schedule: a block per row of a softmax.
+    let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "examples/softmax.tex", None).expect("loads");
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let f = texc_tests::loops(&mut pl, k, &p);
+    let text = texc_schedules::ir::print(&f);
+    assert!(text.contains("shared m.part") && text.contains("shared s.part"), "{text}");
 }
