@@ -65,9 +65,10 @@ fn mma(f: &LoopFunc, m: &mut Machine, op: MmaOp, [c, a, b]: [&Tile; 3], env: &mu
     let frag = op.fragments();
     // Each lane's registers, loaded from memory.
     let mut regs: [Vec<Vec<f64>>; 3] = Default::default();
+    let input = |slot: usize, v: f64| if slot < 2 && op.rounds_to_tf32() { tf32(v) } else { v };
     for (slot, (t, o, coords)) in [(a, &ao, frag.a), (b, &bo, frag.b), (c, &co, frag.c)].into_iter().enumerate() {
         for lane in 0..32 {
-            let r = coords.iter().map(|x| m.load_at(t.tensor, &at(o, t, x.at(lane))).map(|v| v.f()));
+            let r = coords.iter().map(|x| m.load_at(t.tensor, &at(o, t, x.at(lane))).map(|v| input(slot, v.f())));
             regs[slot].push(r.collect::<Result<_, _>>()?);
         }
     }
@@ -96,6 +97,16 @@ fn mma(f: &LoopFunc, m: &mut Machine, op: MmaOp, [c, a, b]: [&Tile; 3], env: &mu
     Ok(())
 }
 
+/// An f32 rounded to TF32 as `cvt.rna.tf32.f32` does: 10 bits of mantissa,
+/// to nearest, ties away from zero (NaN stays NaN; overflow gives infinity).
+pub fn tf32(v: f64) -> f64 {
+    let x = v as f32;
+    if x.is_nan() {
+        return v;
+    }
+    f32::from_bits(x.to_bits().wrapping_add(0x1000) & !0x1fff) as f64
+}
+
 #[cfg(test)]
 mod tests {
     use crate::ir::MmaOp;
@@ -114,6 +125,26 @@ mod tests {
                 assert!(places.iter().all(|&(r, c)| (0..rows).contains(&r) && (0..cols).contains(&c)));
             }
         }
+    }
+
+    #[test]
+    fn tf32_rounds_to_nearest_ties_away() {
+        let one = 1.0f32.to_bits();
+        let at = |bits: u32| super::tf32(f32::from_bits(bits) as f64);
+        assert_eq!(at(one + 0xfff), 1.0);
+        assert_eq!(at(one + 0x1000), f32::from_bits(one + 0x2000) as f64);
+        assert_eq!(at(f32::MAX.to_bits()), f64::INFINITY);
+        assert!(super::tf32(f64::NAN).is_nan());
+    }
+
+    /// Lane 5 of `m16n8k8` with TF32 inputs.
+    #[test]
+    fn tf32_fragments_match_the_ptx_isa() {
+        let f = MmaOp::M16n8k8Tf32F32.fragments();
+        let a: Vec<_> = f.a.iter().map(|c| c.at(5)).collect();
+        assert_eq!(a, [(1, 1), (9, 1), (1, 5), (9, 5)]);
+        let b: Vec<_> = f.b.iter().map(|c| c.at(5)).collect();
+        assert_eq!(b, [(1, 1), (5, 1)]);
     }
 
     /// Lane 5 (group 1, position 1) of `m16n8k16` with f16 inputs, as the PTX ISA's figures show it.

@@ -36,15 +36,19 @@ pub enum ForKind {
 pub enum MmaOp {
     /// `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`: f16 × f16 → f32.
     M16n8k16F16F32,
+    /// `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`: f32 inputs
+    /// rounded to TF32 (10-bit mantissa, to nearest, ties away) → f32.
+    M16n8k8Tf32F32,
 }
 
 impl MmaOp {
-    pub const ALL: [MmaOp; 1] = [MmaOp::M16n8k16F16F32];
+    pub const ALL: [MmaOp; 2] = [MmaOp::M16n8k16F16F32, MmaOp::M16n8k8Tf32F32];
 
     /// The name in schedules (`tensorize ... with mma_m16n8k16_f16f32`).
     pub fn schedule_name(self) -> &'static str {
         match self {
             MmaOp::M16n8k16F16F32 => "mma_m16n8k16_f16f32",
+            MmaOp::M16n8k8Tf32F32 => "mma_m16n8k8_tf32f32",
         }
     }
 
@@ -52,6 +56,7 @@ impl MmaOp {
     pub fn name(self) -> &'static str {
         match self {
             MmaOp::M16n8k16F16F32 => "m16n8k16.f16.f32",
+            MmaOp::M16n8k8Tf32F32 => "m16n8k8.tf32.f32",
         }
     }
 
@@ -59,16 +64,19 @@ impl MmaOp {
     pub fn shape(self) -> (i64, i64, i64) {
         match self {
             MmaOp::M16n8k16F16F32 => (16, 8, 16),
+            MmaOp::M16n8k8Tf32F32 => (16, 8, 8),
         }
     }
 
     /// Where each lane of a warp holds the elements of each operand (PTX ISA
-    /// §9.7.13.4.8 for `m16n8k16` with `.f16` inputs; lane `l` is in group
-    /// `g = l / 4` at position `t = l % 4`), in register order: `a` as 8
-    /// halves (4 pairs), `b` as 4 halves (2 pairs), `c` and `d` as 4 floats.
+    /// §9.7.13.4.8, `m16n8k16` with `.f16` inputs, and §9.7.13.4.7,
+    /// `m16n8k8` with `.tf32`; lane `l` is in group `g = l / 4` at position
+    /// `t = l % 4`), in register order: f16 `a` as 8 halves (4 pairs), `b` as
+    /// 4 halves (2 pairs); TF32 `a` as 4 values, `b` as 2; `c` and `d` as 4 floats.
     pub fn fragments(self) -> Fragments {
         match self {
             MmaOp::M16n8k16F16F32 => Fragments { a: &M16N8K16_A, b: &M16N8K16_B, c: &M16N8K16_C },
+            MmaOp::M16n8k8Tf32F32 => Fragments { a: &M16N8K8_TF32_A, b: &M16N8K8_TF32_B, c: &M16N8K16_C },
         }
     }
 
@@ -76,7 +84,14 @@ impl MmaOp {
     pub fn types(self) -> (ElemType, ElemType) {
         match self {
             MmaOp::M16n8k16F16F32 => (ElemType::F16, ElemType::F32),
+            MmaOp::M16n8k8Tf32F32 => (ElemType::F32, ElemType::F32),
         }
+    }
+
+    /// Whether the inputs are rounded to TF32 first (results differ from
+    /// f32 arithmetic by about 1e-3 relative: the user asks for it by name).
+    pub fn rounds_to_tf32(self) -> bool {
+        self == MmaOp::M16n8k8Tf32F32
     }
 }
 
@@ -96,6 +111,13 @@ const M16N8K16_B: [Coord; 4] = [
     Coord::new(8, 0, 2, 0, 1, 0),
     Coord::new(9, 0, 2, 0, 1, 0),
 ];
+const M16N8K8_TF32_A: [Coord; 4] = [
+    Coord::new(0, 1, 0, 0, 0, 1),
+    Coord::new(8, 1, 0, 0, 0, 1),
+    Coord::new(0, 1, 0, 4, 0, 1),
+    Coord::new(8, 1, 0, 4, 0, 1),
+];
+const M16N8K8_TF32_B: [Coord; 2] = [Coord::new(0, 0, 1, 0, 1, 0), Coord::new(4, 0, 1, 0, 1, 0)];
 const M16N8K16_C: [Coord; 4] = [
     Coord::new(0, 1, 0, 0, 0, 2),
     Coord::new(0, 1, 0, 1, 0, 2),

@@ -108,7 +108,10 @@ fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want) -> Result<Option<Stmt>, String
     }
     let [m, n, k] = vars.map(|v| v.expect("three loops"));
     let (a, b) = accumulation(f, *value, *tensor, indices).ok_or_else(|| {
-        format!("`{}` is not computed as `sum(f32(A) * f32(B))` of f16 tensors", f.p.tensor(w.tensor).name)
+        format!(
+            "`{}` is not computed as a sum of products `f32(A) * f32(B)` (or `A * B` of f32)",
+            f.p.tensor(w.tensor).name
+        )
     })?;
     // The operand indexed by m and k is `a`, by k and n `b`.
     let (a, b) = if uses(f, &a.1, m) { (a, b) } else { (b, a) };
@@ -143,9 +146,13 @@ fn accumulation(f: &LoopFunc, e: TExprId, c: TensorId, idx: &[TExprId]) -> Optio
         return None;
     };
     let TExpr::Binary(BinOp::Mul, a, b) = p.expr(prod) else { return None };
+    // `f32(A[..])` of f16 inputs, or `A[..]` itself of f32 ones.
     let operand = |e: TExprId| -> Option<Operand> {
-        let TExpr::Cast(inner) = p.expr(e) else { return None };
-        match p.expr(*inner) {
+        let load = match p.expr(e) {
+            TExpr::Cast(inner) => *inner,
+            _ => e,
+        };
+        match p.expr(load) {
             TExpr::Load(t, i) if p.ty(e) == Ty::Elem(texc_compiler::types::ElemType::F32) => Some((*t, i.clone())),
             _ => None,
         }

@@ -419,7 +419,7 @@ fn tensorize_errors_are_spanned() {
         (gemm.replace("tensorize C(ii, ji, ki)", "tensorize C(ii, ki, ji)"), "`ki` is not a spatial axis"),
         (
             gemm.replace("f16[M = 64, K = 48], B: f16", "f32[M = 64, K = 48], B: f32"),
-            "is not computed as `sum(f32(A) * f32(B))` of f16 tensors",
+            "`A` is f32, but the operation multiplies f16",
         ),
         (gemm.replace("M = 64", "M = 72"), "the tiles must divide the tensors"),
         (
@@ -491,4 +491,37 @@ fn reductions_over_a_blocks_threads() {
     let f = texc_tests::loops(&mut pl, k, &p);
     let text = texc_schedules::ir::print(&f);
     assert!(text.contains("shared m.part") && text.contains("shared s.part"), "{text}");
+}
+
+/// TF32 tensor cores for an f32 product, asked for by name: inputs rounded
+/// to TF32 (so about 1e-3 from f32 arithmetic), in the loop-IR evaluator and
+/// in the compiled kernels alike.
+#[test]
+fn tf32_tensor_cores_round_their_inputs() {
+    require_ptxas();
+    let src = "kernel sgemm(A: f32[M = 64, K = 48], B: f32[K, N = 32]) -> C: f32[M, N] {\n    \
+               C[i, j] = sum[k](A[i, k] * B[k, j]);\n}\nschedule sgemm for nvptx-sm80 {\n    \
+               tile C(i, j) by (16, 8) -> (io, jo, ii, ji);\n    split C.k by 8 -> (ko, ki);\n    \
+               reorder C(io, jo, ko, ii, ji, ki);\n    bind C.io to block.y;\n    bind C.jo to block.x;\n    \
+               tensorize C(ii, ji, ki) with mma_m16n8k8_tf32f32;\n}\n";
+    texc_tests::check_text("sgemm.tex", src).unwrap_or_else(|e| panic!("{e}"));
+    let (mut pl, k) = texc_tests::load_text("nvptx-sm80", "sgemm.tex", src, None).expect("loads");
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let lowered = pl.schedule(k, p.clone()).and_then(|s| pl.lower(s)).expect("lowers");
+    let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 9).expect("binds");
+    let exact = texc_compiler::interp::run(&p, args()).expect("interp");
+    let eval = texc_schedules::eval::run(&lowered, args()).expect("evaluates");
+    let legal = pl.legalize(lowered).expect("legal");
+    let got = pl.compile(&legal).expect("compiles").run(args()).expect("runs");
+    for (what, x) in [("loop IR", &eval[0]), ("kernels", &got[0])] {
+        let err = texc_tests::rel_error(x, &exact[0]);
+        assert!(err > 1e-5 && err < 2e-3, "{what}: TF32 error {err}");
+    }
+    assert!(texc_tests::rel_error(&got[0], &eval[0]) < 1e-5, "both round the same inputs");
+    let (ptx, _) = pl.emit_ptx(&[&legal]).expect("PTX");
+    assert!(ptx.contains("cvt.rna.tf32.f32") && ptx.contains("m16n8k8.row.col.f32.tf32.tf32.f32"), "{ptx}");
+    let (cubin, _) = texc_codegen::cuda::assemble(&ptx, "sm_80").unwrap_or_else(|e| panic!("{e}"));
+    if let Ok(sass) = texc_codegen::cuda::disassemble(&cubin) {
+        assert!(sass.contains("HMMA.1688.F32.TF32"), "{sass}");
+    }
 }

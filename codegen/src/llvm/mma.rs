@@ -1,8 +1,8 @@
 //! Tensor-core operations (`Stmt::Mma`): on the GPU, one `mma.sync` per
 //! warp, each lane loading its fragment elements where PTX's ISA guide puts
-//! them (§9.7.13.4.8, `m16n8k16` with `.f16` inputs: lane `l` is in group
-//! `g = l / 4` at position `t = l % 4`); in the CPU emulation, the tile
-//! product as three loops.
+//! them (`MmaOp::fragments`: lane `l` is in group `g = l / 4` at position
+//! `t = l % 4`); in the CPU emulation, the tile product as three loops
+//! (TF32 inputs rounded as `cvt.rna.tf32.f32` rounds them).
 
 use super::gen::{Frame, Gen, Mode};
 use super::gpu::GpuKernel;
@@ -94,9 +94,18 @@ impl<'ctx> Gen<'ctx, '_> {
             Ok((lin(x.r0, x.rg, x.rt)?, lin(x.c0, x.cg, x.ct)?))
         };
         let frag = op.fragments();
-        // Halves go in pairs, in register order.
         let mut args: Vec<BasicValueEnum<'ctx>> = Vec::new();
         for (tile, coords) in [(a, frag.a), (b, frag.b)] {
+            if op.rounds_to_tf32() {
+                // One TF32 value (`cvt.rna.tf32.f32`) per register.
+                for &x in coords {
+                    let (r, col) = coord(self, x)?;
+                    let e = self.load_at(tile, r, col)?;
+                    args.push(self.call(self.intrinsic("llvm.nvvm.f2tf32.rna", &[])?, &[e])?);
+                }
+                continue;
+            }
+            // Halves go in pairs, in register order.
             for pair in coords.chunks(2) {
                 let mut v = VectorType::const_vector(&[self.cx.f16_type().const_zero(); 2]);
                 for (i, &x) in pair.iter().enumerate() {
@@ -113,7 +122,11 @@ impl<'ctx> Gen<'ctx, '_> {
             args.push(self.load_at(c, r, col)?);
             places.push((r, col));
         }
-        let f = self.intrinsic("llvm.nvvm.mma.m16n8k16.row.col.f32.f32", &[])?;
+        let name = match op {
+            MmaOp::M16n8k16F16F32 => "llvm.nvvm.mma.m16n8k16.row.col.f32.f32",
+            MmaOp::M16n8k8Tf32F32 => "llvm.nvvm.mma.m16n8k8.row.col.tf32",
+        };
+        let f = self.intrinsic(name, &[])?;
         let d = self.call(f, &args)?.into_struct_value();
         for (i, &(r, col)) in places.iter().enumerate() {
             let v = self.b.build_extract_value(d, i as u32, "d")?;
@@ -121,6 +134,18 @@ impl<'ctx> Gen<'ctx, '_> {
             self.b.build_store(p, v)?;
         }
         Ok(())
+    }
+
+    /// `x` rounded to TF32 as `cvt.rna.tf32.f32` does: add half of the last
+    /// kept bit, clear the 13 bits TF32 drops (NaN stays NaN).
+    fn tf32(&self, x: inkwell::values::FloatValue<'ctx>) -> R<inkwell::values::FloatValue<'ctx>> {
+        let i32t = self.cx.i32_type();
+        let bits = self.b.build_bit_cast(x, i32t, "bits")?.into_int_value();
+        let up = self.b.build_int_add(bits, i32t.const_int(0x1000, false), "up")?;
+        let cut = self.b.build_and(up, i32t.const_int(!0x1fffu32 as u64, false), "cut")?;
+        let r = self.b.build_bit_cast(cut, self.cx.f32_type(), "tf32")?.into_float_value();
+        let nan = self.b.build_float_compare(inkwell::FloatPredicate::UNO, x, x, "nan")?;
+        Ok(self.b.build_select(nan, x, r, "r")?.into_float_value())
     }
 
     /// The tile product `c += a × b` as loops (the emulation runs a whole
@@ -147,8 +172,11 @@ impl<'ctx> Gen<'ctx, '_> {
                 g.count(func, "k", zero, i64t.const_int(kk as u64, false), &mut |g, k| {
                     let x = g.load_at(a, r, k)?.into_float_value();
                     let y = g.load_at(b, k, col)?.into_float_value();
-                    let x = g.b.build_float_ext(x, f32t, "a")?;
-                    let y = g.b.build_float_ext(y, f32t, "b")?;
+                    let (x, y) = if op.rounds_to_tf32() {
+                        (g.tf32(x)?, g.tf32(y)?)
+                    } else {
+                        (g.b.build_float_ext(x, f32t, "a")?, g.b.build_float_ext(y, f32t, "b")?)
+                    };
                     let prod = g.b.build_float_mul(x, y, "ab")?;
                     let acc = g.b.build_load(f32t, slot, "acc")?.into_float_value();
                     let sum = g.b.build_float_add(acc, prod, "sum")?;
