@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{ProgramParam, TExpr, TExprId, TensorId, Ty, VarId};
 use texc_compiler::types::ElemType;
-use texc_schedules::analysis;
+use texc_schedules::analysis::{self, involves};
 use texc_schedules::ir::{ForKind, LoopFunc, Stmt};
 
 /// A value in vector code: the same scalar in every lane, or one per lane.
@@ -620,10 +620,6 @@ impl<'c> Gen<'c, '_> {
             Side::Bool(b) => Ok(Val::U(self.b.int(blk, ty, b as i64))),
         }
     }
-}
-
-fn involves(p: &texc_compiler::Program, e: TExprId, var: VarId) -> bool {
-    matches!(p.expr(e), TExpr::Var(v) if *v == var) || p.children(e).into_iter().any(|c| involves(p, c, var))
 }
 
 fn unwrap_scalar<'c, 'a>(v: Val<'c, 'a>) -> Value<'c, 'a> {

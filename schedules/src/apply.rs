@@ -505,6 +505,12 @@ fn tensorize(
         return Err(Diagnostic::at(span, format!("`tensorize` names three axes of `{name}`: its m, n and k loops")));
     };
     let leaves = [ss.leaf(name, &m.name, m.span)?, ss.leaf(name, &n.name, n.span)?, ss.leaf(name, &k.name, k.span)?];
+    if p.stages[si].vars.len() == p.stages[si].n_axes {
+        return Err(Diagnostic::at(span, format!("`{name}` has no reduction: `tensorize` maps a sum of products")));
+    }
+    if leaves[0] == leaves[1] || leaves[1] == leaves[2] || leaves[0] == leaves[2] {
+        return Err(Diagnostic::at(span, "`tensorize` names three different loops"));
+    }
     if ss.tensorize.is_some() {
         return Err(Diagnostic::at(span, format!("`{name}` is already tensorized")));
     }

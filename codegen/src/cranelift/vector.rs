@@ -25,7 +25,7 @@ use cranelift_module::Module;
 use texc_compiler::ops::{BinOp, Intrinsic, MathFn, UnOp};
 use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
 use texc_compiler::types::ElemType;
-use texc_schedules::analysis::{self, Access};
+use texc_schedules::analysis::{self, involves, Access};
 use texc_schedules::ir::Stmt;
 
 /// A loop being vectorized: its variable takes `base..base + lanes`.
@@ -80,10 +80,6 @@ fn mask_ty(ty: Type) -> Type {
 fn vflags() -> MemFlagsData {
     // Vector accesses are element-aligned, not 16-byte aligned.
     MemFlagsData::new().with_notrap()
-}
-
-fn involves(p: &texc_compiler::Program, e: TExprId, var: VarId) -> bool {
-    matches!(p.expr(e), TExpr::Var(v) if *v == var) || p.children(e).into_iter().any(|c| involves(p, c, var))
 }
 
 impl<M: Module> FnGen<'_, '_, M> {
