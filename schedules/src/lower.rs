@@ -16,7 +16,7 @@
 
 use crate::attach::{Atom, Lin, Region};
 use crate::index;
-use crate::ir::{LoopFunc, Stmt};
+use crate::ir::{ForKind, GpuDim, LoopFunc, Stmt};
 use crate::normalize::subst;
 use crate::schedule::{LayoutDim, Schedules, StageSchedule};
 use std::cell::RefCell;
@@ -167,8 +167,14 @@ fn split_tails(ss: &StageSchedule, leaves: &[usize], relevant: &dyn Fn(usize) ->
     // A bound loop's extent is its grid or block size: it cannot be
     // partitioned into a second, shorter loop, so its tails keep a guard.
     let bound = |iv: usize| ss.ivs[iv].kind.is_gpu();
+    // Nor is a loop partitioned around a reduction over threads, which
+    // `crate::cross_thread` rewrites as one loop.
+    let cross_thread_inside =
+        |o: usize| leaves[o..].iter().any(|&l| ss.ivs[l].reduce && ss.ivs[l].kind == ForKind::Thread(GpuDim::X));
     tails(ss, relevant).into_iter().partition(|t| {
-        !bound(t.outer) && !bound(t.inner) && matches!((pos(t.outer), pos(t.inner)), (Some(o), Some(i)) if o < i)
+        !bound(t.outer)
+            && !bound(t.inner)
+            && matches!((pos(t.outer), pos(t.inner)), (Some(o), Some(i)) if o < i && !cross_thread_inside(o))
     })
 }
 

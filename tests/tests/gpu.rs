@@ -485,6 +485,17 @@ fn reductions_over_a_blocks_threads() {
             texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
         }
     }
+    // A split of the reduction around the threads' loop: its tail is guarded, not copied.
+    let src = "kernel r(X: f32[N = 5, D = 100]) -> Y: f32[N] {\n    Y[n] = sum[d](X[n, d]);\n}\n\
+               schedule r for nvptx-sm90 {\n    split Y.d by 32 -> (dout, din);\n    split Y.dout by 3 -> (da, db);\n    \
+               reorder Y(n, da, din, db);\n    bind Y.n to block.x;\n    bind Y.din to thread.x;\n}\n";
+    let (mut pl, k) = texc_tests::load_text("nvptx-sm90", "r.tex", src, None).expect("loads");
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let f = texc_tests::loops(&mut pl, k, &p);
+    let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 2).expect("binds");
+    let want = texc_compiler::interp::run(&p, args()).expect("interp");
+    let got = pl.compile(&f).expect("compiles").run(args()).expect("runs");
+    assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5);
     // The default schedule: a block per row of a softmax.
     let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "examples/softmax.tex", None).expect("loads");
     let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
