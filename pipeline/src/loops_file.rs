@@ -18,6 +18,7 @@ use texc_compiler::Bindings;
 use texc_grammar::span::Span;
 use texc_grammar::Diagnostic;
 use texc_runtime::Tensor;
+use texc_schedules::gpu::Site;
 use texc_schedules::LoopFunc;
 
 /// A loaded `.loops` file.
@@ -57,7 +58,17 @@ impl Pipeline {
         };
         let t = self.options.target;
         let legal = if t.is_compiled() {
-            self.check_target(None, &parsed.func, t)?;
+            if let Err(e) = texc_schedules::verify::check_target(&parsed.func, t) {
+                let f = &parsed.func;
+                let msg = format!("these loop nests cannot run on {t}: {e}");
+                return Err(match e.at {
+                    Some(Site::Loop(v)) => Diagnostic::at(parsed.loop_spans[v as usize], msg),
+                    Some(Site::Tensor(x)) => Diagnostic::at(f.p.tensor(x).span, msg),
+                    Some(Site::Expr(x)) => Diagnostic::at(f.p.span(x), msg),
+                    None => Diagnostic::error(msg),
+                }
+                .into());
+            }
             Some(self.legalize(parsed.func.clone())?)
         } else {
             None

@@ -43,7 +43,47 @@ use std::collections::{HashMap, HashSet};
 use texc_compiler::target::{GpuSpec, Target};
 use texc_compiler::tir::{TExpr, TExprId, TensorId, VarId};
 
-type R = Result<(), String>;
+type R = Result<(), RuleError>;
+
+/// A launch rule a loop nest breaks, and where, when one statement is at fault.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleError {
+    pub message: String,
+    pub at: Option<Site>,
+}
+
+/// What a [`RuleError`] is about.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Site {
+    Loop(VarId),
+    Tensor(TensorId),
+    /// An expression of the statement at fault (a store's value).
+    Expr(TExprId),
+}
+
+impl RuleError {
+    pub fn at(site: Site, message: String) -> RuleError {
+        RuleError { message, at: Some(site) }
+    }
+}
+
+impl From<String> for RuleError {
+    fn from(message: String) -> RuleError {
+        RuleError { message, at: None }
+    }
+}
+
+impl From<&str> for RuleError {
+    fn from(message: &str) -> RuleError {
+        message.to_string().into()
+    }
+}
+
+impl std::fmt::Display for RuleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
 
 /// One kernel launch: top-level statement `stmt` of the body.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,8 +106,8 @@ impl Launch {
 }
 
 /// The launches of `f` on GPU target `t`, or the rule a statement breaks.
-pub fn launches(f: &LoopFunc, t: &Target) -> Result<Vec<Launch>, String> {
-    let spec = t.gpu.ok_or_else(|| format!("target `{t}` is not a GPU"))?;
+pub fn launches(f: &LoopFunc, t: &Target) -> Result<Vec<Launch>, RuleError> {
+    let spec = t.gpu.ok_or_else(|| RuleError::from(format!("target `{t}` is not a GPU")))?;
     f.body.iter().enumerate().map(|(i, s)| launch(f, i, s, &spec)).collect()
 }
 
@@ -84,7 +124,7 @@ pub fn has_bound_loops(f: &LoopFunc) -> bool {
     any(&f.body)
 }
 
-fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch, String> {
+fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch, RuleError> {
     let name = |v: VarId| f.vars[v as usize].name.clone();
     let mut grid = [1i64; 3];
     let mut seen = [false; 3];
@@ -93,7 +133,10 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
     // The grid: the chain of block loops that opens the statement.
     while let [Stmt::For { var, extent, kind: ForKind::Block(d), body, .. }] = inner {
         if std::mem::replace(&mut seen[d.index()], true) {
-            return Err(format!("`{}` is a second loop bound to block.{}", name(*var), d.name()));
+            return Err(RuleError::at(
+                Site::Loop(*var),
+                format!("`{}` is a second loop bound to block.{}", name(*var), d.name()),
+            ));
         }
         grid[d.index()] = *extent;
         bound.push(*var);
@@ -104,12 +147,12 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
         Walk { f, private, blocks: bound.len(), block: [1; 3], used: [false; 3], written: HashSet::new(), mma: false };
     w.stmts(inner, &mut bound.clone(), &mut [false; 3], false)?;
     if w.mma && w.block[0] != WARP {
-        return Err(format!(
+        return Err(RuleError::from(format!(
             "launch {} has `mma` and {} threads along x: the 32 lanes of a warp are thread.x, so thread.x loops \
              beside it have at most 32 iterations",
             stmt + 1,
             w.block[0]
-        ));
+        )));
     }
     let threads = w.used.iter().any(|&u| u);
     if threads {
@@ -124,11 +167,11 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
     check_limits(f, &l, spec)?;
     let shared = shared_bytes(f, inner);
     if shared > spec.static_shared_bytes {
-        return Err(format!(
+        return Err(RuleError::from(format!(
             "launch {} uses {shared} bytes of shared memory, more than the {} a block may declare",
             stmt + 1,
             spec.static_shared_bytes
-        ));
+        )));
     }
     Ok(l)
 }
@@ -176,10 +219,13 @@ impl Walk<'_> {
                     }
                     for t in [c, a, b] {
                         if self.private.contains(&t.tensor) {
-                            return Err(format!(
+                            return Err(RuleError::at(
+                                Site::Tensor(t.tensor),
+                                format!(
                                 "`mma` on `{}`, a buffer private to each thread: its tiles are in global or shared \
                                  memory",
                                 self.tensor_name(t.tensor)
+                            ),
                             ));
                         }
                     }
@@ -189,11 +235,14 @@ impl Walk<'_> {
                     // The warp's tile of `c` is its own: it depends on every bound loop but the lanes.
                     let vars = if self.f.shared.contains(&c.tensor) { &bound[self.blocks..] } else { &bound[..] };
                     if let Some(&v) = vars.iter().find(|&&v| !c.origin.iter().any(|&i| involves(&self.f.p, i, v))) {
-                        return Err(format!(
-                            "the `mma` tile of `{}` does not depend on bound loop `{}`: its warps would all \
+                        return Err(RuleError::at(
+                            Site::Tensor(c.tensor),
+                            format!(
+                                "the `mma` tile of `{}` does not depend on bound loop `{}`: its warps would all \
                              accumulate into the same tile",
-                            self.tensor_name(c.tensor),
-                            self.name(v)
+                                self.tensor_name(c.tensor),
+                                self.name(v)
+                            ),
                         ));
                     }
                     if !self.f.shared.contains(&c.tensor) {
@@ -201,28 +250,37 @@ impl Walk<'_> {
                     }
                 }
                 Stmt::Alloc { tensor, .. } if self.f.shared.contains(tensor) && bound.len() > self.blocks => {
-                    return Err(format!(
-                        "shared buffer `{}` is inside a thread loop: a block's shared buffers are outside its \
+                    return Err(RuleError::at(
+                        Site::Tensor(*tensor),
+                        format!(
+                            "shared buffer `{}` is inside a thread loop: a block's shared buffers are outside its \
                          thread loops",
-                        self.tensor_name(*tensor)
+                            self.tensor_name(*tensor)
+                        ),
                     ));
                 }
                 Stmt::For { var, kind: ForKind::Block(d), .. } => {
-                    return Err(format!(
-                        "`{}` is bound to block.{} but is not one of the loops that open its launch: \
+                    return Err(RuleError::at(
+                        Site::Loop(*var),
+                        format!(
+                            "`{}` is bound to block.{} but is not one of the loops that open its launch: \
                          block loops are the outermost loops of a nest",
-                        self.name(*var),
-                        d.name()
+                            self.name(*var),
+                            d.name()
+                        ),
                     ));
                 }
                 Stmt::For { var, extent, kind: ForKind::Thread(d), body, .. } => {
                     let i = d.index();
                     if open[i] {
-                        return Err(format!(
-                            "`{}` is bound to thread.{} inside another thread.{} loop",
-                            self.name(*var),
-                            d.name(),
-                            d.name()
+                        return Err(RuleError::at(
+                            Site::Loop(*var),
+                            format!(
+                                "`{}` is bound to thread.{} inside another thread.{} loop",
+                                self.name(*var),
+                                d.name(),
+                                d.name()
+                            ),
                         ));
                     }
                     self.block[i] = self.block[i].max(*extent);
@@ -241,7 +299,7 @@ impl Walk<'_> {
                 }
                 Stmt::For { body, .. } | Stmt::Alloc { body, .. } => self.stmts(body, bound, open, guarded)?,
                 Stmt::If { then, .. } => self.stmts(then, bound, open, true)?,
-                Stmt::Store { tensor, indices, .. } => {
+                Stmt::Store { tensor, indices, value } => {
                     if self.private.contains(tensor) {
                         continue;
                     }
@@ -250,11 +308,14 @@ impl Walk<'_> {
                     let vars = if shared { &bound[self.blocks..] } else { &bound[..] };
                     for &v in vars {
                         if !indices.iter().any(|&i| involves(&self.f.p, i, v)) {
-                            return Err(format!(
-                                "the store to `{}` does not depend on bound loop `{}`: its iterations would all \
+                            return Err(RuleError::at(
+                                Site::Expr(*value),
+                                format!(
+                                    "the store to `{}` does not depend on bound loop `{}`: its iterations would all \
                                  write the same element",
-                                self.tensor_name(*tensor),
-                                self.name(v)
+                                    self.tensor_name(*tensor),
+                                    self.name(v)
+                                ),
                             ));
                         }
                     }
@@ -269,7 +330,7 @@ impl Walk<'_> {
 
     /// In a launch with threads, stores and local buffers lie inside thread
     /// loops of every dimension the launch uses.
-    fn check_coverage(&self, body: &[Stmt], open: &mut [bool; 3]) -> Result<(), String> {
+    fn check_coverage(&self, body: &[Stmt], open: &mut [bool; 3]) -> R {
         let missing = |open: &[bool; 3]| GpuDim::ALL.into_iter().find(|d| self.used[d.index()] && !open[d.index()]);
         for s in body {
             match s {
@@ -281,12 +342,15 @@ impl Walk<'_> {
                 Stmt::Alloc { tensor, body } if self.f.shared.contains(tensor) => self.check_coverage(body, open)?,
                 Stmt::Alloc { tensor, body } => {
                     if let Some(d) = missing(open) {
-                        return Err(format!(
-                            "local buffer `{}` is outside the thread.{} loops of its launch: the block's threads \
+                        return Err(RuleError::at(
+                            Site::Tensor(*tensor),
+                            format!(
+                                "local buffer `{}` is outside the thread.{} loops of its launch: the block's threads \
                              would share it, which needs shared memory (not built yet); compute it inside the \
                              thread loops",
-                            self.tensor_name(*tensor),
-                            d.name()
+                                self.tensor_name(*tensor),
+                                d.name()
+                            ),
                         ));
                     }
                     self.check_coverage(body, open)?;
@@ -298,20 +362,23 @@ impl Walk<'_> {
                     let mut lanes = *open;
                     lanes[0] = true;
                     if let Some(d) = missing(&lanes) {
-                        return Err(format!(
+                        return Err(RuleError::at(Site::Tensor(c.tensor), format!(
                             "the `mma` on `{}` is outside the thread.{} loops of its launch: every thread would make it",
                             self.tensor_name(c.tensor),
                             d.name()
-                        ));
+                        )));
                     }
                 }
-                Stmt::Store { tensor, .. } => {
+                Stmt::Store { tensor, value, .. } => {
                     if let Some(d) = missing(open) {
-                        return Err(format!(
-                            "the store to `{}` is outside the thread.{} loops of its launch: every thread would \
+                        return Err(RuleError::at(
+                            Site::Expr(*value),
+                            format!(
+                                "the store to `{}` is outside the thread.{} loops of its launch: every thread would \
                              make it",
-                            self.tensor_name(*tensor),
-                            d.name()
+                                self.tensor_name(*tensor),
+                                d.name()
+                            ),
                         ));
                     }
                 }
@@ -321,7 +388,7 @@ impl Walk<'_> {
     }
 
     /// A tensor the launch writes is read only by its own accumulations.
-    fn check_reads(&self, body: &[Stmt]) -> Result<(), String> {
+    fn check_reads(&self, body: &[Stmt]) -> R {
         let mut bad = None;
         let mut check = |e: TExprId, own: Option<(TensorId, &[TExprId])>| {
             self.loads(e, &mut |t, idx| {
@@ -365,10 +432,13 @@ impl Walk<'_> {
         operands(body, &mut read);
         bad = bad.or_else(|| read.into_iter().find(|t| self.written.contains(t)));
         match bad {
-            Some(t) => Err(format!(
-                "`{}` is written and read by different iterations of one launch, which nothing orders on a GPU; \
+            Some(t) => Err(RuleError::at(
+                Site::Tensor(t),
+                format!(
+                    "`{}` is written and read by different iterations of one launch, which nothing orders on a GPU; \
                  compute it in a nest of its own",
-                self.tensor_name(t)
+                    self.tensor_name(t)
+                ),
             )),
             None => Ok(()),
         }
@@ -403,10 +473,13 @@ impl Walk<'_> {
                     for (t, a) in acc {
                         let name = self.tensor_name(t);
                         if a.write && a.foreign_read {
-                            return Err(format!(
-                                "shared buffer `{name}` is written and read by the threads of one statement, with \
+                            return Err(RuleError::at(
+                                Site::Tensor(t),
+                                format!(
+                                    "shared buffer `{name}` is written and read by the threads of one statement, with \
                                  no barrier possible between them; write it in one thread loop and read it in \
                                  another, after a barrier"
+                                ),
                             ));
                         }
                         let p = phase.entry(t).or_default();
@@ -414,9 +487,12 @@ impl Walk<'_> {
                         // stage's nest writes each element once); other stores may not race it.
                         let other_writer = p.writers.iter().any(|w| !a.writers.contains(w));
                         if (a.write && (p.read || other_writer)) || (a.read && p.write) {
-                            return Err(format!(
-                                "shared buffer `{name}` is written by one statement and used by another with no \
+                            return Err(RuleError::at(
+                                Site::Tensor(t),
+                                format!(
+                                    "shared buffer `{name}` is written by one statement and used by another with no \
                                  barrier between them: the block's threads would race"
+                                ),
                             ));
                         }
                         p.read |= a.read;

@@ -3,6 +3,7 @@
 //! reductions remain. [`verify_legal`] (after *legalize*): that, and only
 //! operations backends translate one to one.
 
+use crate::gpu::{RuleError, Site};
 use crate::ir::{LoopFunc, Stmt};
 use texc_compiler::ops::BinOp;
 use texc_compiler::target::Target;
@@ -122,37 +123,44 @@ fn legal(f: &LoopFunc, e: TExprId, target: &Target, seen: &mut [bool], bad: &mut
 /// What the target can run (errors in the user's schedule or `.loops`
 /// file, not in texc): every loop kind is one the target has, and on a GPU
 /// the launch rules of [`crate::gpu`] hold.
-pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), String> {
-    fn kinds(f: &LoopFunc, body: &[Stmt], target: &Target) -> Result<(), String> {
+pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
+    fn kinds(f: &LoopFunc, body: &[Stmt], target: &Target) -> Result<(), RuleError> {
         for s in body {
             match s {
                 Stmt::For { var, kind, body, .. } => {
                     if !target.supports_loop(kind.loop_kind()) {
-                        return Err(format!(
-                            "loop `{}` is{}, which target `{}` does not have",
-                            f.vars[*var as usize].name,
-                            kind.name(),
-                            target.name
+                        return Err(RuleError::at(
+                            Site::Loop(*var),
+                            format!(
+                                "loop `{}` is{}, which target `{}` does not have",
+                                f.vars[*var as usize].name,
+                                kind.name(),
+                                target.name
+                            ),
                         ));
                     }
                     kinds(f, body, target)?
                 }
                 Stmt::Alloc { tensor, .. } if target.gpu.is_none() && f.shared.contains(tensor) => {
-                    return Err(format!(
-                        "`{}` is a shared buffer, which only GPU targets have; target `{}` has local ones",
-                        f.p.tensor(*tensor).name,
-                        target.name
+                    return Err(RuleError::at(
+                        Site::Tensor(*tensor),
+                        format!(
+                            "`{}` is a shared buffer, which only GPU targets have; target `{}` has local ones",
+                            f.p.tensor(*tensor).name,
+                            target.name
+                        ),
                     ));
                 }
                 Stmt::Barrier if target.gpu.is_none() => {
-                    return Err(format!("barriers are for GPU targets; target `{}` is not one", target.name));
+                    return Err(format!("barriers are for GPU targets; target `{}` is not one", target.name).into());
                 }
                 Stmt::Mma { op, .. } if target.gpu.is_none() => {
                     return Err(format!(
                         "`mma {}` is a tensor-core operation of GPU targets; target `{}` is not one",
                         op.name(),
                         target.name
-                    ));
+                    )
+                    .into());
                 }
                 Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => kinds(f, body, target)?,
                 Stmt::Store { .. } | Stmt::Barrier | Stmt::Mma { .. } => {}

@@ -178,6 +178,8 @@ fn loop_nests_that_break_a_launch_rule_are_rejected() {
     for (body, want) in cases {
         let err = loops_error(body);
         assert!(err.contains(want), "expected `{want}` for\n{body}\ngot: {err}");
+        // The loop, buffer or store at fault is shown.
+        assert!(err.contains(".loops:"), "{err}");
     }
     // Each thread accumulating into its own element is fine, and so is one launch per statement.
     let ok = "  for b in 0..2 block.x:\n    for t in 0..32 thread.x:\n      T[b * 32 + t] = A[b * 32 + t]\n      \

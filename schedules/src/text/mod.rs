@@ -43,6 +43,8 @@ struct LineParser;
 #[derive(Debug)]
 pub struct Parsed {
     pub func: LoopFunc,
+    /// The line of each loop, by loop variable (for errors about a loop).
+    pub loop_spans: Vec<Span>,
     /// The `source` line: the `.tex` file whose kernel is the oracle, and where it was named.
     pub source: Option<(String, Span)>,
 }
@@ -65,6 +67,7 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
         depth: Vec::new(),
         stack_bytes: 0,
         shared: Default::default(),
+        loop_spans: Vec::new(),
     };
     let mut at = 0;
     let first = lines
@@ -112,10 +115,11 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
         return Err(b.err(l.start, l.end, "unexpected line after the loop nest"));
     }
     b.p.source = source.as_ref().map(|(s, _): &(String, Span)| s.clone());
+    let loop_spans = std::mem::take(&mut b.loop_spans);
     let f = LoopFunc { p: b.p, vars: b.vars, body, shared: b.shared };
     crate::verify::verify(&f).map_err(|e| Diagnostic::at(Span::new(file, 0, 0), format!("invalid loop nest: {e}")))?;
     safety::check(&f)?;
-    Ok(Parsed { func: f, source })
+    Ok(Parsed { func: f, loop_spans, source })
 }
 
 struct Line {
@@ -196,6 +200,8 @@ struct Builder {
     stack_bytes: i64,
     /// Buffers declared `shared` (a GPU block's).
     shared: std::collections::BTreeSet<TensorId>,
+    /// The line of each loop, by variable.
+    loop_spans: Vec<Span>,
 }
 
 /// Deepest expression (and deepest nesting of brackets on a line) read:
@@ -388,6 +394,7 @@ impl Builder {
                         .filter(|&t| t <= MAX_ITERATIONS)
                         .ok_or_else(|| Diagnostic::at(span, "this loop nest runs more than 2^40 iterations"))?;
                     self.vars.push(VarDecl { name: name.clone(), extent: hi });
+                    self.loop_spans.push(span);
                     let var = self.vars.len() as VarId - 1;
                     self.scope.push((name, var));
                     let body = self.body(lines, at, depth, span, trips)?;
