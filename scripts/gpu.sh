@@ -10,7 +10,9 @@ nvidia-smi -L 2>/dev/null || echo "gpu.sh: nvidia-smi not found: the tests will 
 cargo build --release -p texc
 cargo test -p texc-tests --test gpu --test backends -- --nocapture 2>&1 | grep -E "^test |running on|skipped|ptxas -arch|test result"
 for t in nvptx-sm80 nvptx-sm90; do
-    for k in examples/softmax.tex examples/norms.tex examples/matmul.tex examples/conv2d.tex; do
-        ./target/release/texc run "$k" --target "$t" --check | grep -E "check|error" || true
+    for k in "examples/softmax.tex" "examples/norms.tex --kernel ln" "examples/matmul.tex" \
+             "examples/conv2d.tex" "examples/gemm_f16.tex"; do
+        # shellcheck disable=SC2086 # the kernel's arguments are words
+        ./target/release/texc run $k --target "$t" --check 2>&1 | grep -E "check|error" || true
     done
 done
