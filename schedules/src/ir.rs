@@ -309,6 +309,19 @@ impl LoopFunc {
     }
 }
 
+/// Whether `f` has TF32 tensor-core operations, whose results differ from
+/// f32 arithmetic by about 1e-3 relative (`MmaOp::rounds_to_tf32`).
+pub fn rounds_to_tf32(f: &LoopFunc) -> bool {
+    fn any(body: &[Stmt]) -> bool {
+        body.iter().any(|s| match s {
+            Stmt::Mma { op, .. } => op.rounds_to_tf32(),
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
+            Stmt::Store { .. } | Stmt::Barrier => false,
+        })
+    }
+    any(&f.body)
+}
+
 /// Deterministic printer (`texc emit --stage loops`).
 pub fn print(f: &LoopFunc) -> String {
     let mut out = String::new();

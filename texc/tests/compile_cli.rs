@@ -179,3 +179,31 @@ fn ptx_is_the_same_on_every_run() {
     assert!(String::from_utf8_lossy(&first).contains(".visible .entry"));
     assert_eq!(first, emit());
 }
+
+/// `--check` of a kernel on TF32 tensor cores uses their rounding's tolerance
+/// (saying so), unless `--tolerance` asks for another.
+#[test]
+fn tf32_kernels_are_checked_at_their_own_tolerance() {
+    let dir = tmp("tf32");
+    let src = dir.join("sgemm.tex");
+    std::fs::write(
+        &src,
+        "kernel sgemm(A: f32[M = 32, K = 16], B: f32[K, N = 16]) -> C: f32[M, N] {\n    \
+         C[i, j] = sum[k](A[i, k] * B[k, j]);\n}\nschedule sgemm for nvptx-sm80 {\n    \
+         tile C(i, j) by (16, 8) -> (io, jo, ii, ji);\n    split C.k by 8 -> (ko, ki);\n    \
+         reorder C(io, jo, ko, ii, ji, ki);\n    bind C.io to block.y;\n    bind C.jo to block.x;\n    \
+         tensorize C(ii, ji, ki) with mma_m16n8k8_tf32f32;\n}\n",
+    )
+    .expect("write");
+    let path = src.to_str().expect("utf-8");
+    let o = texc(&["run", path, "--target", "nvptx-sm80", "--emulate-gpu", "--check"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        err(&o).contains("TF32 tensor cores round their inputs") && err(&o).contains("tolerance 1e-2"),
+        "{}",
+        err(&o)
+    );
+    let o = texc(&["run", path, "--target", "nvptx-sm80", "--emulate-gpu", "--check", "--tolerance", "1e-6"]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(err(&o).contains("differs from the interpreter"), "{}", err(&o));
+}
