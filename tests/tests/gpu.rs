@@ -12,6 +12,23 @@ use texc_tests::rendered;
 
 const GPUS: [&str; 2] = ["nvptx-sm80", "nvptx-sm90"];
 
+/// Kernel `src` (file `name`) on nvptx-sm90 at sizes `b`: its pipeline,
+/// specialized program and legal loop nests.
+fn gpu_loops(name: &str, src: &str, b: &Bindings) -> (texc_pipeline::Pipeline, texc_compiler::Program, LoopFunc) {
+    let (mut pl, k) = texc_tests::load_text("nvptx-sm90", name, src, None).expect("loads");
+    let p = texc_tests::specialize(&mut pl, k, b);
+    let f = texc_tests::loops(&mut pl, k, &p);
+    (pl, p, f)
+}
+
+/// Relative error of `f`'s kernels (emulated, or on the GPU) against the interpreter, on inputs of `seed`.
+fn error_vs_interp(pl: &mut texc_pipeline::Pipeline, p: &texc_compiler::Program, f: &LoopFunc, seed: u64) -> f64 {
+    let args = || texc_compiler::interp::bind_args(p, Default::default(), &[], seed).expect("binds");
+    let want = texc_compiler::interp::run(p, args()).expect("interp");
+    let got = pl.compile(f).expect("compiles").run(args()).expect("runs");
+    texc_tests::rel_error(&got[0], &want[0])
+}
+
 fn sm(target: &str) -> String {
     format!("sm_{}", texc_compiler::target::lookup(target).expect("registered").gpu.expect("a GPU").sm)
 }
@@ -117,17 +134,12 @@ fn a_good_gpu_schedule_checks_and_runs_like_the_interpreter() {
                bind C.io to block.y;\n    bind C.jo to block.x;\n    bind C.ii to thread.y;\n    \
                bind C.ji to thread.x;\n}\n";
     texc_tests::check_text("mm.tex", src).expect("a legal GPU schedule checks");
-    let (mut pl, k) = texc_tests::load_text("nvptx-sm90", "mm.tex", src, None).expect("loads");
-    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-    let f = texc_tests::loops(&mut pl, k, &p);
+    let (mut pl, p, f) = gpu_loops("mm.tex", src, &Bindings::default());
     let launches = texc_schedules::gpu::launches(&f, pl.target()).expect("legal");
     let shapes: Vec<_> = launches.iter().map(|l| (l.grid, l.block)).collect();
     // The zeroing nest and the product, each on a 3×5 grid of 32×8 blocks.
     assert_eq!(shapes, vec![([3, 5, 1], [32, 8, 1]); 2]);
-    let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 3).expect("binds");
-    let want = texc_compiler::interp::run(&p, args()).expect("interp");
-    let got = pl.compile(&f).expect("emulated").run(args()).expect("runs");
-    assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-6);
+    assert!(error_vs_interp(&mut pl, &p, &f, 3) < 1e-6);
 }
 
 /// `.loops` text for a GPU target: parsed, then checked against the launch rules.
@@ -282,14 +294,9 @@ fn shared_memory_tiles_run_like_the_interpreter_and_assemble() {
         let src = shared_matmul(tile, kt);
         texc_tests::check_text("mm.tex", &src).unwrap_or_else(|e| panic!("{e}"));
         let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Default::default() };
-        let (mut pl, k) = texc_tests::load_text("nvptx-sm90", "mm.tex", &src, None).expect("loads");
-        let p = texc_tests::specialize(&mut pl, k, &b);
-        let f = texc_tests::loops(&mut pl, k, &p);
+        let (mut pl, p, f) = gpu_loops("mm.tex", &src, &b);
         assert!(!f.shared.is_empty(), "the tiles are shared buffers");
-        let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 4).expect("binds");
-        let want = texc_compiler::interp::run(&p, args()).expect("interp");
-        let got = pl.compile(&f).expect("compiles").run(args()).expect("runs");
-        let err = texc_tests::rel_error(&got[0], &want[0]);
+        let err = error_vs_interp(&mut pl, &p, &f, 4);
         assert!(err < 1e-5, "tile {tile}, k {kt}, {shapes:?}: error {err}");
         for target in GPUS {
             let mut gpl = texc_tests::pipeline(target);
@@ -448,15 +455,10 @@ fn the_default_gpu_schedule_uses_tensor_cores_where_the_tiles_fit() {
                C[i, j] = sum[k](f32(B[k, j]) * f32(A[i, k]));\n}\n";
     for (m, k, n, tensor_cores) in [(64, 48, 32, true), (48, 32, 24, true), (16, 16, 8, true), (48, 40, 33, false)] {
         let b = Bindings { shapes: vec![("M".into(), m), ("K".into(), k), ("N".into(), n)], ..Default::default() };
-        let (mut pl, kr) = texc_tests::load_text("nvptx-sm90", "hgemm.tex", src, None).expect("loads");
-        let p = texc_tests::specialize(&mut pl, kr, &b);
-        let f = texc_tests::loops(&mut pl, kr, &p);
+        let (mut pl, p, f) = gpu_loops("hgemm.tex", src, &b);
         let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
         assert_eq!(ptx.contains("mma.sync"), tensor_cores, "{m}×{k}×{n}");
-        let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 8).expect("binds");
-        let want = texc_compiler::interp::run(&p, args()).expect("interp");
-        let got = pl.compile(&f).expect("compiles").run(args()).expect("runs");
-        assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{m}×{k}×{n}");
+        assert!(error_vs_interp(&mut pl, &p, &f, 8) < 1e-5, "{m}×{k}×{n}");
     }
 }
 
@@ -474,14 +476,9 @@ fn reductions_over_a_blocks_threads() {
                  bind Y.din to thread.x;\n}}\n"
             );
             texc_tests::check_text("r.tex", &src).unwrap_or_else(|e| panic!("{e}"));
-            let (mut pl, k) = texc_tests::load_text("nvptx-sm90", "r.tex", &src, None).expect("loads");
-            let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-            let f = texc_tests::loops(&mut pl, k, &p);
+            let (mut pl, p, f) = gpu_loops("r.tex", &src, &Bindings::default());
             assert!(!f.shared.is_empty(), "{op} {d}/{split}: the parts are shared");
-            let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 2).expect("binds");
-            let want = texc_compiler::interp::run(&p, args()).expect("interp");
-            let got = pl.compile(&f).expect("compiles").run(args()).expect("runs");
-            let err = texc_tests::rel_error(&got[0], &want[0]);
+            let err = error_vs_interp(&mut pl, &p, &f, 2);
             assert!(err < 1e-5, "{op} over {d} by {split}: error {err}");
             let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
             texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
@@ -491,13 +488,8 @@ fn reductions_over_a_blocks_threads() {
     let src = "kernel r(X: f32[N = 5, D = 100]) -> Y: f32[N] {\n    Y[n] = sum[d](X[n, d]);\n}\n\
                schedule r for nvptx-sm90 {\n    split Y.d by 32 -> (dout, din);\n    split Y.dout by 3 -> (da, db);\n    \
                reorder Y(n, da, din, db);\n    bind Y.n to block.x;\n    bind Y.din to thread.x;\n}\n";
-    let (mut pl, k) = texc_tests::load_text("nvptx-sm90", "r.tex", src, None).expect("loads");
-    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-    let f = texc_tests::loops(&mut pl, k, &p);
-    let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 2).expect("binds");
-    let want = texc_compiler::interp::run(&p, args()).expect("interp");
-    let got = pl.compile(&f).expect("compiles").run(args()).expect("runs");
-    assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5);
+    let (mut pl, p, f) = gpu_loops("r.tex", src, &Bindings::default());
+    assert!(error_vs_interp(&mut pl, &p, &f, 2) < 1e-5);
     // The default schedule: a block per row of a softmax.
     let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "examples/softmax.tex", None).expect("loads");
     let p = texc_tests::specialize(&mut pl, k, &Bindings::default());

@@ -7,7 +7,7 @@
 //! NVVM reflection is told that denormals are kept (`nvvm-reflect-ftz` 0).
 
 use super::gen::Gen;
-use super::{cpu_spec, jit_module, llvm_err, with_module, CpuSpec, R};
+use super::{jit_module, llvm_err, with_module, CpuSpec, R};
 use crate::abi::CEntry;
 use crate::backend::{Backend, Code};
 use crate::{cuda, CodegenError};
@@ -173,7 +173,6 @@ impl Backend for NvptxBackend {
 pub fn emulate(f: &LoopFunc, t: &Target) -> R<Code> {
     let launches = launches_of(f, t)?;
     let host = texc_compiler::target::lookup("host").map_err(|e| CodegenError::Backend(e.to_string()))?;
-    cpu_spec(host)?;
     jit_module(f, host, |cx, spec| Gen::new(cx, f, spec).build_emulation(&launches))
 }
 
