@@ -35,6 +35,14 @@ if ! python3 -c 'import numpy' >/dev/null 2>&1; then
     python3 -m pip install -q numpy 2>/dev/null || python3 -m pip install -q --break-system-packages numpy
 fi
 
+# ONNX models for the importer's tests (tests/onnx/models.py builds them with
+# onnx's graph builder and takes reference outputs from ONNX Runtime; 37 MB).
+if ! python3 -c 'import onnx, onnxruntime' >/dev/null 2>&1; then
+    echo "bootstrap: installing onnx and onnxruntime with pip"
+    python3 -m pip install -q onnx==1.23.2 onnxruntime==1.32.0 2>/dev/null \
+        || python3 -m pip install -q --break-system-packages onnx==1.23.2 onnxruntime==1.32.0
+fi
+
 # CUDA's offline tools for the NVPTX backend, no GPU needed: `ptxas` (tests
 # assemble every kernel's PTX) and libdevice (GPU math), from NVIDIA's PyPI
 # wheel (40 MB). texc finds them through python3 (codegen/src/cuda.rs).

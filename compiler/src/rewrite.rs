@@ -94,6 +94,14 @@ fn shape_of(op: &str, ch: &[Info]) -> Option<Vec<i64>> {
             let (x, w) = (s(0)?, s(1)?);
             vec![x[0], w[0], x[2], x[3]]
         }
+        "max_pool2d" | "avg_pool2d" => {
+            let x = s(0)?;
+            let (k, stride, pad) = (num(ch.get(1)?)?, num(ch.get(2)?)?, num(ch.get(3)?)?);
+            let out = |h: i64| (h + 2 * pad - k).div_euclid(stride.max(1)) + 1;
+            vec![x[0], x[1], out(x[2]), out(x[3])]
+        }
+        "global_avg_pool2d" => vec![s(0)?[0], s(0)?[1], 1, 1],
+        "dense" => vec![s(0)?[0], s(1)?[0]],
         "matmul" => vec![s(0)?[0], s(1)?[1]],
         "batch_matmul" => vec![s(0)?[0], s(0)?[1], s(1)?[2]],
         "batch_norm" | "relu" | "relu6" | "sigmoid" | "tanh" | "gelu" | "silu" | "leaky_relu" | "bias_add" | "add"
@@ -666,6 +674,36 @@ fn term_cost(term: &RecExpr<SymbolLang>, shapes: Shapes, peak: f64, bw: f64) -> 
     ex.find_best_cost(root)
 }
 
+/// A term as text with each subterm used more than once written once, as
+/// `$n` (numbered in dependency order): printed as a tree, a graph with
+/// residual connections doubles in size with every block.
+fn shared_term(e: &RecExpr<SymbolLang>) -> (String, Vec<String>) {
+    let nodes = e.as_ref();
+    let mut uses = vec![0usize; nodes.len()];
+    for n in nodes {
+        for &c in n.children() {
+            uses[usize::from(c)] += 1;
+        }
+    }
+    let mut text: Vec<String> = Vec::with_capacity(nodes.len());
+    let mut shared = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let s = if n.children().is_empty() {
+            n.op.to_string()
+        } else {
+            let args: Vec<&str> = n.children().iter().map(|&c| text[usize::from(c)].as_str()).collect();
+            format!("({} {})", n.op, args.join(" "))
+        };
+        if uses[i] > 1 && !n.children().is_empty() {
+            shared.push(s);
+            text.push(format!("${}", shared.len()));
+        } else {
+            text.push(s);
+        }
+    }
+    (text.pop().unwrap_or_default(), shared)
+}
+
 /// The chosen term as a `.tex` kernel: one statement per operator node.
 fn plan_source(
     p: &Program,
@@ -748,7 +786,11 @@ pub fn print_plan(plan: &Plan, target: &Target, kept_original: Option<&str>) -> 
         plan.best_cost / 1e3,
         plan.extraction
     );
-    let _ = writeln!(out, "  chosen term: {}", plan.best);
+    let (root, shared) = shared_term(&plan.best);
+    let _ = writeln!(out, "  chosen term: {root}");
+    for (i, t) in shared.iter().enumerate() {
+        let _ = writeln!(out, "    where ${} = {t}", i + 1);
+    }
     if !plan.alternatives.is_empty() {
         let _ = writeln!(out, "  alternatives (estimated µs of the subgraph, cheapest first):");
         for (label, alts) in &plan.alternatives {

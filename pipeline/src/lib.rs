@@ -23,6 +23,11 @@ pub mod oracle;
 pub mod tuning;
 
 pub use loops_file::{is_loops_file, LoopsFile};
+
+/// An ONNX model, which `load` imports.
+pub fn is_onnx_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "onnx")
+}
 pub use options::{Dump, Options, Pass, KNOB_REWRITE, KNOB_WINOGRAD};
 
 use std::collections::HashMap;
@@ -143,6 +148,9 @@ pub struct Pipeline {
     pub session: Session,
     pub options: Options,
     timings: Vec<Timing>,
+    /// The weights of an imported ONNX model: inputs a run takes from the
+    /// model unless the command line gives them.
+    model_inputs: HashMap<String, Tensor>,
 }
 
 /// After a pass: record its time, dump its IR, verify it. (A free function
@@ -179,7 +187,7 @@ fn after(
 
 impl Pipeline {
     pub fn new(options: Options) -> Pipeline {
-        Pipeline { session: Session::new(), options, timings: Vec::new() }
+        Pipeline { session: Session::new(), options, timings: Vec::new(), model_inputs: HashMap::new() }
     }
 
     pub fn target(&self) -> &'static Target {
@@ -209,6 +217,9 @@ impl Pipeline {
 
     /// *parse* and *resolve* a file and its imports; returns the module.
     pub fn load(&mut self, path: &Path) -> Result<usize, Error> {
+        if is_onnx_file(path) {
+            return self.load_onnx(path);
+        }
         let t0 = Instant::now();
         let m = self.session.parse_root(path)?;
         self.after_parse(m, t0)
@@ -219,6 +230,22 @@ impl Pipeline {
         let t0 = Instant::now();
         let m = self.session.parse_text(name, text, path)?;
         self.after_parse(m, t0)
+    }
+
+    /// *import* an ONNX model, then *parse* and *resolve* its `.tex` text;
+    /// its weights become the inputs runs take by default.
+    fn load_onnx(&mut self, path: &Path) -> Result<usize, Error> {
+        let t0 = Instant::now();
+        let options = texc_onnx::Options { dims: self.options.model_dims.clone(), kernel: None, base_dir: None };
+        let shown = path.display().to_string();
+        let imported = texc_onnx::import_file(path, "the model", &options)
+            .map_err(|e| Diagnostic::error(format!("{shown}: {e}")))?;
+        let source = imported.source.clone();
+        after(&self.options, &mut self.timings, Pass::Import, t0, || source, || Ok(()))?;
+        self.model_inputs = imported.weights.into_iter().collect();
+        // Diagnostics name the generated text `model.onnx.tex`. It has no path: it imports
+        // only std.nn, and a kernel the rewriter generates must not import the binary model.
+        self.load_text(&format!("{shown}.tex"), &imported.source, None)
     }
 
     fn after_parse(&mut self, m: usize, t0: Instant) -> Result<usize, Error> {
@@ -633,6 +660,10 @@ impl Pipeline {
         seed: u64,
         check: bool,
     ) -> Result<Prepared, Error> {
+        let mut files = files;
+        for (n, t) in &self.model_inputs {
+            files.entry(n.clone()).or_insert_with(|| t.clone());
+        }
         let info = self.session.kernel(k);
         for n in files.keys().chain(scalars.iter().map(|(n, _)| n)) {
             if info.param_index(n).is_none() {

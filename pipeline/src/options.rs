@@ -10,6 +10,8 @@ use texc_compiler::target::Target;
 /// The passes, in the order they run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Pass {
+    /// An ONNX model to `.tex` source and weights (`texc_onnx`); only for `.onnx` files.
+    Import,
     /// Source text to AST, with imports (`texc_compiler::session`).
     Parse,
     /// Names, types and calls (`texc_compiler::resolve`).
@@ -29,7 +31,8 @@ pub enum Pass {
 }
 
 impl Pass {
-    pub const ALL: [Pass; 8] = [
+    pub const ALL: [Pass; 9] = [
+        Pass::Import,
         Pass::Parse,
         Pass::Resolve,
         Pass::Specialize,
@@ -42,6 +45,7 @@ impl Pass {
 
     pub fn name(self) -> &'static str {
         match self {
+            Pass::Import => "import",
             Pass::Parse => "parse",
             Pass::Resolve => "resolve",
             Pass::Specialize => "specialize",
@@ -56,6 +60,7 @@ impl Pass {
     /// The IR the pass produces (for dump headers).
     pub fn ir(self) -> &'static str {
         match self {
+            Pass::Import => "tex",
             Pass::Parse => "ast",
             Pass::Resolve => "kernels",
             Pass::Specialize | Pass::Rewrite => "tir",
@@ -139,6 +144,8 @@ pub struct Options {
     /// Run GPU targets' kernels on this CPU (`--emulate-gpu`): each launch's
     /// blocks on the thread pool, each block's threads in order.
     pub emulate_gpu: bool,
+    /// Sizes of an ONNX model's symbolic input dimensions (`--dim batch=1`).
+    pub model_dims: Vec<(String, i64)>,
 }
 
 impl Options {
@@ -173,6 +180,7 @@ impl Options {
             tolerance: None,
             exact: false,
             emulate_gpu: false,
+            model_dims: Vec::new(),
         }
     }
 

@@ -13,7 +13,7 @@ pub struct Cli {
 
 #[derive(Args, Debug, Clone)]
 pub struct Common {
-    /// The .tex file.
+    /// The .tex file (or a .loops file, or an ONNX model: .onnx).
     pub file: PathBuf,
     /// Kernel to use when the file defines several.
     #[arg(long)]
@@ -21,6 +21,9 @@ pub struct Common {
     /// Shape symbol values: `--shape M=1024,N=512` (repeatable).
     #[arg(long, value_name = "NAME=SIZE,...")]
     pub shape: Vec<String>,
+    /// Sizes of an ONNX model's symbolic input dimensions: `--dim batch=1` (repeatable).
+    #[arg(long, value_name = "NAME=SIZE,...")]
+    pub dim: Vec<String>,
     /// Compile-time constants: `--const pad=1,stride=2` (repeatable).
     #[arg(long = "const", value_name = "NAME=VALUE,...")]
     pub consts: Vec<String>,
@@ -161,8 +164,25 @@ pub struct DbArgs {
     pub other_versions: bool,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct ImportArgs {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// The .tex file to write; the weights go beside it, as an .npz archive of the same name.
+    #[arg(short = 'o', value_name = "OUT.tex")]
+    pub output: PathBuf,
+    /// Sizes of symbolic input dimensions: `--dim batch=1` (repeatable).
+    #[arg(long, value_name = "NAME=SIZE,...")]
+    pub dim: Vec<String>,
+    /// The kernel's name (default: the graph's).
+    #[arg(long)]
+    pub kernel: Option<String>,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Import an ONNX model: a .tex kernel of std.nn calls, one statement per node, and its weights (.npz).
+    Import(ImportArgs),
     /// Parse and type/shape-check a file; diagnostics only.
     Check(Common),
     /// Print one compilation stage.

@@ -52,6 +52,10 @@ impl From<Error> for Fail {
 
 pub fn run(cli: Cli) -> i32 {
     let result = match cli.command {
+        Command::Import(a) => crate::import::import(&a).map_err(|e| match e {
+            Error::Input(d) => Fail::Input(texc_grammar::diagnostic::render_all(&d, &Default::default())),
+            Error::Usage(m) => Fail::Usage(m),
+        }),
         Command::Check(c) => with_pipeline(&c, |pl| check(pl, &c)),
         Command::Emit { common, stage, spans: false } => with_pipeline(&common, |pl| emit(pl, &common, &stage)),
         Command::Emit { common, stage, spans: true } => with_pipeline(&common, |pl| emit_spanned(pl, &common, &stage)),
@@ -107,6 +111,12 @@ fn options(c: &Common) -> Result<Options, Fail> {
     }
     o.verify |= c.verify_ir;
     o.time_passes = c.time_passes;
+    o.model_dims = parse_ints("--dim", &c.dim)?;
+    if !c.dim.is_empty() && !texc_pipeline::is_onnx_file(&c.file) {
+        return Err(Fail::Usage(
+            "--dim sizes an ONNX model's symbolic dimensions; use --shape for a .tex kernel".into(),
+        ));
+    }
     o.rewrite = !c.no_rewrite;
     o.exact = c.exact;
     if let Some(t) = c.tolerance {
@@ -155,7 +165,7 @@ fn parse_pairs(flag: &str, values: &[String]) -> Result<Vec<(String, String)>, E
     Ok(out)
 }
 
-fn parse_ints(flag: &str, values: &[String]) -> Result<Vec<(String, i64)>, Error> {
+pub(crate) fn parse_ints(flag: &str, values: &[String]) -> Result<Vec<(String, i64)>, Error> {
     parse_pairs(flag, values)?
         .into_iter()
         .map(|(n, v)| match v.parse::<i64>() {

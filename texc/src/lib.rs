@@ -8,6 +8,7 @@
 
 mod args;
 mod commands;
+mod import;
 mod progress;
 mod report;
 mod tune;

@@ -1,0 +1,513 @@
+//! ONNX import: an ONNX model becomes one `.tex` kernel, one statement per
+//! node, that calls `std.nn` where it has the operator and writes the
+//! operator's index expression where it does not (broadcasting arithmetic,
+//! reshapes, concatenation, reductions over an axis). The model's initializers
+//! become the kernel's tensor parameters, in the order the graph first uses
+//! them, and their values come back beside the text (`Imported::weights`) for
+//! an `.npz` archive.
+//!
+//! Invariants:
+//! - every shape is concrete: symbolic input dimensions must be given sizes
+//!   (`Options::dims`), and the importer infers every value's shape itself,
+//!   checking each node's operands as the ONNX operator defines them;
+//! - anything the importer does not translate exactly (an operator, an
+//!   attribute, a value of an attribute, an element type) is an error that
+//!   names the node and what is missing; nothing is ignored, so a model is
+//!   either imported with its meaning or refused;
+//! - the output is deterministic: the same model and options give the same
+//!   bytes.
+
+mod attrs;
+mod names;
+mod ops;
+pub mod proto;
+#[cfg(test)]
+mod tests;
+
+use names::Names;
+use prost::Message;
+use proto::{data_type, DimensionValue};
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::path::Path;
+use texc_runtime::{Data, Tensor};
+
+#[derive(Debug, thiserror::Error)]
+pub enum OnnxError {
+    /// The caller names the file.
+    #[error("cannot read the model: {source}")]
+    Read { source: std::io::Error },
+    #[error("not a valid ONNX model: {0}")]
+    Decode(String),
+    /// A property of the whole model (opset, inputs, outputs, initializers).
+    #[error("{0}")]
+    Model(String),
+    #[error("node `{node}` ({op}): {reason}")]
+    Node { node: String, op: String, reason: String },
+}
+
+/// What the caller decides about a model.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Sizes of symbolic input dimensions (`dim_param`), such as a batch size.
+    pub dims: Vec<(String, i64)>,
+    /// The kernel's name (default: the graph's name, else `model`).
+    pub kernel: Option<String>,
+    /// Where initializers stored outside the model (external data) are
+    /// looked for: the model's directory.
+    pub base_dir: Option<std::path::PathBuf>,
+}
+
+/// An imported model.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    pub kernel: String,
+    /// `.tex` source; its comment header names `weights_file`.
+    pub source: String,
+    /// The initializers the kernel takes as parameters, by parameter name.
+    pub weights: Vec<(String, Tensor)>,
+    pub nodes: usize,
+    /// Elements in all weights.
+    pub parameters: usize,
+}
+
+/// Import `path`; `weights_file` is the name the header tells users to pass.
+pub fn import_file(path: &Path, weights_file: &str, options: &Options) -> Result<Imported, OnnxError> {
+    let bytes = std::fs::read(path).map_err(|source| OnnxError::Read { source })?;
+    let from = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut options = options.clone();
+    options.base_dir = Some(path.parent().map_or_else(|| ".".into(), Path::to_path_buf));
+    import_bytes(&bytes, &from, weights_file, &options)
+}
+
+pub fn import_bytes(bytes: &[u8], from: &str, weights_file: &str, options: &Options) -> Result<Imported, OnnxError> {
+    let model = proto::ModelProto::decode(bytes).map_err(|e| OnnxError::Decode(e.to_string()))?;
+    let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Decode("the model has no graph".into()))?;
+    let opset = default_opset(&model)?;
+    if !model.functions.is_empty() {
+        return Err(OnnxError::Model("model-local functions are not supported".into()));
+    }
+    if !graph.sparse_initializer.is_empty() {
+        return Err(OnnxError::Model("sparse initializers are not supported".into()));
+    }
+    let wanted = options.kernel.clone().unwrap_or_else(|| graph.name.clone());
+    let mut im = Importer::new(opset, graph, options, if wanted.is_empty() { "model" } else { &wanted })?;
+    for (i, node) in graph.node.iter().enumerate() {
+        let label = if node.name.is_empty() { format!("#{i}") } else { node.name.clone() };
+        let fail = |reason: String| OnnxError::Node { node: label.clone(), op: node.op_type.clone(), reason };
+        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+            return Err(fail(format!("operators of domain `{}` are not supported", node.domain)));
+        }
+        im.translate(node).map_err(fail)?;
+    }
+    im.finish(&model, graph, from, weights_file)
+}
+
+/// The version of the default operator set: it decides attribute defaults
+/// (Softmax's axis) and whether some operands are inputs or attributes.
+fn default_opset(model: &proto::ModelProto) -> Result<i64, OnnxError> {
+    let default = model.opset_import.iter().find(|o| o.domain.is_empty() || o.domain == "ai.onnx");
+    match default {
+        Some(o) if (7..=23).contains(&o.version) => Ok(o.version),
+        Some(o) => Err(OnnxError::Model(format!("opset {} is not supported (7 to 23 are)", o.version))),
+        None => Err(OnnxError::Model("the model imports no version of the default operator set".into())),
+    }
+}
+
+// ---------------------------------------------------------------- values
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct ValueId(u32);
+
+/// Constant data, as the model stores it.
+#[derive(Clone, Debug)]
+enum Values {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I64(Vec<i64>),
+}
+
+impl Values {
+    fn len(&self) -> usize {
+        match self {
+            Values::F32(v) => v.len(),
+            Values::F64(v) => v.len(),
+            Values::I64(v) => v.len(),
+        }
+    }
+
+    fn as_f64(&self) -> Vec<f64> {
+        match self {
+            Values::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            Values::F64(v) => v.clone(),
+            Values::I64(v) => v.iter().map(|&x| x as f64).collect(),
+        }
+    }
+
+    fn as_i64(&self) -> Option<Vec<i64>> {
+        match self {
+            Values::I64(v) => Some(v.clone()),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Value {
+    ident: String,
+    shape: Vec<usize>,
+    /// Constants (initializers, `Constant` nodes) carry their data.
+    data: Option<Values>,
+    /// A parameter of the kernel: a graph input, or a constant used as a tensor.
+    param: bool,
+}
+
+struct Importer<'m> {
+    opset: i64,
+    values: Vec<Value>,
+    by_name: HashMap<String, ValueId>,
+    names: Names,
+    /// Parameters in signature order.
+    params: Vec<ValueId>,
+    graph_outputs: HashSet<&'m str>,
+    body: Vec<String>,
+    kernel: String,
+}
+
+impl<'m> Importer<'m> {
+    fn new(
+        opset: i64,
+        graph: &'m proto::GraphProto,
+        options: &Options,
+        kernel: &str,
+    ) -> Result<Importer<'m>, OnnxError> {
+        let mut names = Names::new();
+        let kernel = names.fresh(kernel);
+        let mut im = Importer {
+            opset,
+            values: Vec::new(),
+            by_name: HashMap::new(),
+            names,
+            kernel,
+            params: Vec::new(),
+            graph_outputs: graph.output.iter().map(|o| o.name.as_str()).collect(),
+            body: Vec::new(),
+        };
+        let initialized: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+        // Before IR version 4, initializers were also listed as inputs.
+        for input in graph.input.iter().filter(|i| !initialized.contains(i.name.as_str())) {
+            let shape = input_shape(input, options).map_err(OnnxError::Model)?;
+            let id = im.add(&input.name, shape, None).map_err(OnnxError::Model)?;
+            im.values[id.0 as usize].param = true;
+            im.params.push(id);
+        }
+        for t in &graph.initializer {
+            let (shape, data) =
+                tensor_data(t, options.base_dir.as_deref()).map_err(|e| OnnxError::Model(format!("initializer `{}`: {e}", t.name)))?;
+            im.add(&t.name, shape, Some(data)).map_err(OnnxError::Model)?;
+        }
+        for o in &graph.output {
+            if im.by_name.contains_key(&o.name) && !initialized.contains(o.name.as_str()) {
+                continue;
+            }
+            if initialized.contains(o.name.as_str()) {
+                return Err(OnnxError::Model(format!(
+                    "graph output `{}` is an initializer: a constant output",
+                    o.name
+                )));
+            }
+        }
+        Ok(im)
+    }
+
+    /// A new value named `onnx_name`; names are defined once.
+    fn add(&mut self, onnx_name: &str, shape: Vec<usize>, data: Option<Values>) -> Result<ValueId, String> {
+        if onnx_name.is_empty() {
+            return Err("a value has an empty name".into());
+        }
+        if self.by_name.contains_key(onnx_name) {
+            return Err(format!("value `{onnx_name}` is defined twice"));
+        }
+        if elements(&shape).is_none() {
+            return Err(format!("value `{onnx_name}` of shape {shape:?} has more than 2^40 elements"));
+        }
+        // Empty integer constants are lists (no axes); an empty tensor of data is not supported.
+        if shape.contains(&0) && !matches!(data, Some(Values::I64(_))) {
+            return Err(format!("value `{onnx_name}` of shape {shape:?} is empty: not supported"));
+        }
+        let id = ValueId(self.values.len() as u32);
+        let ident = self.names.fresh(onnx_name);
+        self.values.push(Value { ident, shape, data, param: false });
+        self.by_name.insert(onnx_name.to_string(), id);
+        Ok(id)
+    }
+
+    fn value(&self, id: ValueId) -> &Value {
+        &self.values[id.0 as usize]
+    }
+
+    fn shape(&self, id: ValueId) -> &[usize] {
+        &self.values[id.0 as usize].shape
+    }
+
+    /// The value an operand names; it must be defined already (ONNX graphs
+    /// are topologically sorted).
+    fn lookup(&self, onnx_name: &str) -> Result<ValueId, String> {
+        self.by_name
+            .get(onnx_name)
+            .copied()
+            .ok_or_else(|| format!("input `{onnx_name}` is not defined before this node"))
+    }
+
+    /// A constant's data, for operands the importer reads at import time
+    /// (shapes, axes, clip bounds).
+    fn constant(&self, id: ValueId) -> Option<&Values> {
+        self.value(id).data.as_ref()
+    }
+
+    /// The identifier that stands for `id` in an expression; a constant used
+    /// this way becomes a parameter of the kernel.
+    fn tensor(&mut self, id: ValueId) -> Result<String, String> {
+        let v = &self.values[id.0 as usize];
+        if v.data.is_some() && !v.param {
+            if !matches!(v.data, Some(Values::F32(_))) {
+                return Err(format!(
+                    "`{}` is a constant of integer or f64 elements used as data: only f32 tensors are supported",
+                    v.ident
+                ));
+            }
+            if v.shape.is_empty() {
+                return Err(format!("`{}` is a 0-d tensor used as data: not supported here", v.ident));
+            }
+            self.values[id.0 as usize].param = true;
+            self.params.push(id);
+        }
+        Ok(self.values[id.0 as usize].ident.clone())
+    }
+
+    fn is_graph_output(&self, onnx_name: &str) -> bool {
+        self.graph_outputs.contains(onnx_name)
+    }
+
+    fn line(&mut self, s: String) {
+        self.body.push(s);
+    }
+
+    fn finish(
+        self,
+        model: &proto::ModelProto,
+        graph: &proto::GraphProto,
+        from: &str,
+        weights_file: &str,
+    ) -> Result<Imported, OnnxError> {
+        let mut outputs = Vec::new();
+        for o in &graph.output {
+            let id = *self
+                .by_name
+                .get(&o.name)
+                .ok_or_else(|| OnnxError::Model(format!("graph output `{}` is never computed", o.name)))?;
+            let v = self.value(id);
+            if v.param {
+                return Err(OnnxError::Model(format!("graph output `{}` is an input: nothing to compute", o.name)));
+            }
+            if let Some(declared) = declared_shape(o) {
+                if declared != v.shape {
+                    return Err(OnnxError::Model(format!(
+                        "graph output `{}` is declared {:?} but computes {:?}",
+                        o.name, declared, v.shape
+                    )));
+                }
+            }
+            outputs.push(format!("{}: f32{}", v.ident, dims(&v.shape)));
+        }
+        if outputs.is_empty() {
+            return Err(OnnxError::Model("the graph has no outputs".into()));
+        }
+        let mut weights = Vec::new();
+        let mut parameters = 0;
+        let mut signature = Vec::new();
+        for &id in &self.params {
+            let v = self.value(id);
+            signature.push(format!("{}: f32{}", v.ident, dims(&v.shape)));
+            if let Some(Values::F32(data)) = &v.data {
+                parameters += data.len();
+                weights.push((v.ident.clone(), Tensor { shape: v.shape.clone(), data: Data::F32(data.clone()) }));
+            }
+        }
+        let mut s = String::new();
+        let producer = format!("{} {}", model.producer_name, model.producer_version);
+        let _ = writeln!(
+            s,
+            "# Imported from {from} by texc {} (ONNX IR version {}, opset {}, producer `{}`).",
+            env!("CARGO_PKG_VERSION"),
+            model.ir_version,
+            self.opset,
+            producer.trim()
+        );
+        let _ = writeln!(
+            s,
+            "# {} nodes; {} weights with {parameters} parameters, in {weights_file}:",
+            graph.node.len(),
+            weights.len()
+        );
+        if let Some(stem) = weights_file.strip_suffix(".npz") {
+            let _ = writeln!(s, "#     texc run {stem}.tex --input {weights_file}");
+        }
+        let _ = writeln!(s, "import std.nn;\n");
+        let _ = writeln!(s, "kernel {}(", self.kernel);
+        for (i, p) in signature.iter().enumerate() {
+            let _ = writeln!(s, "    {p}{}", if i + 1 < signature.len() { "," } else { "" });
+        }
+        if outputs.len() == 1 {
+            let _ = writeln!(s, ") -> {} {{", outputs[0]);
+        } else {
+            let _ = writeln!(s, ") -> ({}) {{", outputs.join(", "));
+        }
+        for l in &self.body {
+            let _ = writeln!(s, "    {l}");
+        }
+        s.push_str("}\n");
+        Ok(Imported { kernel: self.kernel.clone(), source: s, weights, nodes: graph.node.len(), parameters })
+    }
+}
+
+/// The number of elements of `shape`, if at most 2^40 (texc's bound on a tensor).
+fn elements(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).filter(|&n| n <= 1 << 40)
+}
+
+/// `[1, 3, 224, 224]`
+fn dims(shape: &[usize]) -> String {
+    format!("[{}]", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))
+}
+
+fn input_shape(input: &proto::ValueInfoProto, options: &Options) -> Result<Vec<usize>, String> {
+    let tensor = input
+        .r#type
+        .as_ref()
+        .and_then(|t| t.tensor_type.as_ref())
+        .ok_or_else(|| format!("graph input `{}` is not a tensor", input.name))?;
+    if tensor.elem_type != data_type::FLOAT {
+        return Err(format!(
+            "graph input `{}` has elements of type {}: only float (f32) inputs are supported",
+            input.name,
+            data_type::name(tensor.elem_type)
+        ));
+    }
+    let shape = tensor.shape.as_ref().ok_or_else(|| format!("graph input `{}` has no shape", input.name))?;
+    let mut out = Vec::new();
+    for d in &shape.dim {
+        let size = match &d.value {
+            Some(DimensionValue::DimValue(v)) => *v,
+            Some(DimensionValue::DimParam(p)) => {
+                options.dims.iter().find(|(n, _)| n == p).map(|(_, v)| *v).ok_or_else(|| {
+                    format!(
+                        "graph input `{}` has a symbolic dimension `{p}`: give it a size with --dim {p}=SIZE",
+                        input.name
+                    )
+                })?
+            }
+            None => return Err(format!("graph input `{}` has a dimension of unknown size", input.name)),
+        };
+        if !(1..=1 << 32).contains(&size) {
+            return Err(format!("graph input `{}` has a dimension of size {size}", input.name));
+        }
+        out.push(size as usize);
+    }
+    Ok(out)
+}
+
+/// A graph output's declared shape, when every dimension is a number.
+fn declared_shape(o: &proto::ValueInfoProto) -> Option<Vec<usize>> {
+    let shape = o.r#type.as_ref()?.tensor_type.as_ref()?.shape.as_ref()?;
+    shape
+        .dim
+        .iter()
+        .map(|d| match d.value {
+            Some(DimensionValue::DimValue(v)) if v >= 0 => Some(v as usize),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A tensor's shape and elements; the element count must match its dims.
+/// External data is read from `base` (the model's directory).
+fn tensor_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<(Vec<usize>, Values), String> {
+    let external;
+    let raw_data = if t.data_location == 1 {
+        external = external_data(t, base)?;
+        &external
+    } else {
+        &t.raw_data
+    };
+    let mut shape = Vec::new();
+    let mut count: usize = 1;
+    for &d in &t.dims {
+        let d = usize::try_from(d).map_err(|_| format!("negative dimension {d}"))?;
+        count = count.checked_mul(d).filter(|&c| c <= 1 << 34).ok_or("too many elements")?;
+        shape.push(d);
+    }
+    let raw = |width: usize| -> Result<Vec<[u8; 8]>, String> {
+        if raw_data.len() != count * width {
+            return Err(format!("raw data of {} bytes for {count} elements", raw_data.len()));
+        }
+        Ok(raw_data
+            .chunks_exact(width)
+            .map(|c| {
+                let mut b = [0u8; 8];
+                b[..width].copy_from_slice(c);
+                b
+            })
+            .collect())
+    };
+    let has_raw = !raw_data.is_empty() || count == 0;
+    let values = match t.data_type {
+        data_type::FLOAT if has_raw => {
+            Values::F32(raw(4)?.iter().map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        }
+        data_type::FLOAT => Values::F32(t.float_data.clone()),
+        data_type::DOUBLE if has_raw => Values::F64(raw(8)?.iter().map(|b| f64::from_le_bytes(*b)).collect()),
+        data_type::DOUBLE => Values::F64(t.double_data.clone()),
+        data_type::INT64 if has_raw => Values::I64(raw(8)?.iter().map(|b| i64::from_le_bytes(*b)).collect()),
+        data_type::INT64 => Values::I64(t.int64_data.clone()),
+        data_type::INT32 if has_raw => {
+            Values::I64(raw(4)?.iter().map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64).collect())
+        }
+        data_type::INT32 => Values::I64(t.int32_data.iter().map(|&x| x as i64).collect()),
+        other => return Err(format!("elements of type {} are not supported", data_type::name(other))),
+    };
+    if values.len() != count {
+        return Err(format!("{} elements for dimensions {:?}", values.len(), shape));
+    }
+    Ok((shape, values))
+}
+
+/// The bytes of a tensor stored in another file: `location` (relative to
+/// the model, inside its directory), from `offset`, `length` bytes (or to
+/// the end).
+fn external_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<Vec<u8>, String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let entry = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
+    let location = entry("location").ok_or("its external data has no location")?;
+    let relative = Path::new(location);
+    if relative.is_absolute() || relative.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(format!("external data `{location}` is outside the model's directory"));
+    }
+    let base = base.ok_or("its data is stored in another file, and the model's directory is not known")?;
+    let number = |k: &str| -> Result<Option<u64>, String> {
+        entry(k).map(|v| v.parse::<u64>().map_err(|_| format!("external data {k} `{v}` is not a number"))).transpose()
+    };
+    let (offset, length) = (number("offset")?.unwrap_or(0), number("length")?);
+    let path = base.join(relative);
+    let fail = |e: std::io::Error| format!("external data {}: {e}", path.display());
+    let mut f = std::fs::File::open(&path).map_err(fail)?;
+    let size = f.metadata().map_err(fail)?.len();
+    let length = length.unwrap_or(size.saturating_sub(offset));
+    if offset.checked_add(length).is_none_or(|end| end > size) {
+        return Err(format!("external data {}: bytes {offset}..+{length} beyond its {size} bytes", path.display()));
+    }
+    f.seek(SeekFrom::Start(offset)).map_err(fail)?;
+    let mut bytes = Vec::new();
+    f.take(length).read_to_end(&mut bytes).map_err(fail)?;
+    Ok(bytes)
+}

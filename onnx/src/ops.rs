@@ -1,0 +1,1034 @@
+//! One translation per ONNX operator. Each reads the node's attributes (any
+//! it does not know is an error), checks its operands' shapes as the operator
+//! defines them, infers the output's shape, and writes one statement: a call
+//! of the `std.nn` operator with the same semantics where there is one, and
+//! the operator's index expression otherwise.
+
+use crate::attrs::Attrs;
+use crate::proto::NodeProto;
+use crate::{elements, tensor_data, Importer, ValueId, Values};
+
+type R<T = ()> = Result<T, String>;
+
+/// Ranks the element-wise operators of `std.nn` have overloads for.
+const STD_RANKS: std::ops::RangeInclusive<usize> = 1..=4;
+
+impl Importer<'_> {
+    pub(crate) fn translate(&mut self, n: &NodeProto) -> R {
+        match n.op_type.as_str() {
+            "Conv" => self.conv(n),
+            "BatchNormalization" => self.batch_norm(n),
+            "Relu" => self.unary(n, &[], Some("relu"), |x| format!("max({x}, 0.0)")),
+            "Sigmoid" => self.unary(n, &[], Some("sigmoid"), |x| format!("sigmoid({x})")),
+            "Tanh" => self.unary(n, &[], Some("tanh"), |x| format!("tanh({x})")),
+            "Erf" => self.unary(n, &[], None, |x| format!("erf({x})")),
+            "Sqrt" => self.unary(n, &[], None, |x| format!("sqrt({x})")),
+            "Exp" => self.unary(n, &[], None, |x| format!("exp({x})")),
+            "Log" => self.unary(n, &[], None, |x| format!("log({x})")),
+            "Abs" => self.unary(n, &[], None, |x| format!("abs({x})")),
+            "Neg" => self.unary(n, &[], None, |x| format!("-{x}")),
+            "Reciprocal" => self.unary(n, &[], None, |x| format!("1.0 / {x}")),
+            "Floor" => self.unary(n, &[], None, |x| format!("floor({x})")),
+            "Ceil" => self.unary(n, &[], None, |x| format!("ceil({x})")),
+            "Round" => self.unary(n, &[], None, |x| format!("round({x})")),
+            "Softplus" => self.unary(n, &[], None, |x| format!("log(exp({x}) + 1.0)")),
+            "HardSwish" => self.unary(n, &[], None, |x| format!("{x} * clamp({x} + 3.0, 0.0, 6.0) / 6.0")),
+            "HardSigmoid" => self.hard_sigmoid(n),
+            "LeakyRelu" => self.leaky_relu(n),
+            "Clip" => self.clip(n),
+            "Gelu" => self.gelu(n),
+            "Add" => self.binary(n, "add", "+"),
+            "Sub" => self.binary(n, "sub", "-"),
+            "Mul" => self.binary(n, "mul", "*"),
+            "Div" => self.binary(n, "div", "/"),
+            "Pow" => self.pow(n),
+            "MaxPool" | "AveragePool" => self.pool(n),
+            "GlobalAveragePool" => self.global_avg_pool(n),
+            "Flatten" => self.flatten(n),
+            "Reshape" => self.reshape(n),
+            "Squeeze" | "Unsqueeze" => self.squeeze(n),
+            "Transpose" => self.transpose(n),
+            "Gemm" => self.gemm(n),
+            "MatMul" => self.matmul(n),
+            "Softmax" => self.softmax(n),
+            "Identity" | "Dropout" => self.identity(n),
+            "Constant" => self.constant_node(n),
+            "Concat" => self.concat(n),
+            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => self.reduce(n),
+            "LayerNormalization" => self.layer_norm(n),
+            other => Err(format!("operator `{other}` is not supported")),
+        }
+    }
+
+    // ------------------------------------------------------------ operands
+
+    /// The node's inputs, `None` for an omitted optional one (an empty name).
+    fn inputs(&self, n: &NodeProto, min: usize, max: usize) -> R<Vec<Option<ValueId>>> {
+        let count = n.input.len();
+        if count < min || count > max {
+            let want = if min == max { format!("{min}") } else { format!("{min} to {max}") };
+            return Err(format!("has {count} inputs, expected {want}"));
+        }
+        n.input.iter().map(|i| if i.is_empty() { Ok(None) } else { self.lookup(i).map(Some) }).collect()
+    }
+
+    fn required(ins: &[Option<ValueId>], i: usize) -> R<ValueId> {
+        ins.get(i).copied().flatten().ok_or_else(|| format!("input {i} is required"))
+    }
+
+    /// The node's one output; further outputs must be unused (empty names).
+    fn output<'n>(&self, n: &'n NodeProto) -> R<&'n str> {
+        let first = n.output.first().filter(|o| !o.is_empty()).ok_or("has no output")?;
+        if let Some((i, o)) = n.output.iter().enumerate().skip(1).find(|(_, o)| !o.is_empty()) {
+            return Err(format!("output {i} (`{o}`) is used: only the first output is supported"));
+        }
+        Ok(first)
+    }
+
+    /// A scalar constant operand (clip bounds, exponents).
+    fn scalar_constant(&self, id: ValueId, what: &str) -> R<f64> {
+        match self.constant(id) {
+            Some(v) if v.len() == 1 => Ok(v.as_f64()[0]),
+            Some(_) => Err(format!("{what} must be a single value")),
+            None => Err(format!("{what} must be a constant (an initializer or a Constant node)")),
+        }
+    }
+
+    /// A constant vector of integers (shapes, axes).
+    fn int_constant(&self, id: ValueId, what: &str) -> R<Vec<i64>> {
+        self.constant(id)
+            .and_then(Values::as_i64)
+            .ok_or_else(|| format!("{what} must be a constant of integers (an initializer or a Constant node)"))
+    }
+
+    /// `x` at index variables `vars` of a result of rank `vars.len()`,
+    /// broadcast as NumPy does (right-aligned; an axis of size 1 stays at 0).
+    /// A one-element constant becomes a literal.
+    fn broadcast_access(&mut self, x: ValueId, vars: &[String]) -> R<String> {
+        if let Some(v) = self.constant(x) {
+            if v.len() == 1 && self.value(x).shape.iter().all(|&d| d == 1) {
+                return literal(v.as_f64()[0]);
+            }
+        }
+        let shape = self.shape(x).to_vec();
+        let skip = vars.len() - shape.len();
+        let idx: Vec<String> =
+            shape.iter().enumerate().map(|(k, &d)| if d == 1 { "0".into() } else { vars[skip + k].clone() }).collect();
+        Ok(format!("{}[{}]", self.tensor(x)?, idx.join(", ")))
+    }
+
+    // ------------------------------------------------------------ results
+
+    /// `out = CALL;`
+    fn emit_call(&mut self, out: &str, shape: Vec<usize>, call: String) -> R {
+        let id = self.add(out, shape, None)?;
+        let ident = self.value(id).ident.clone();
+        self.line(format!("{ident} = {call};"));
+        Ok(())
+    }
+
+    /// `out[i0, i1, ...] = RHS;` with the axes' ranges written unless `out`
+    /// is a graph output, whose declared shape gives them.
+    fn emit_def(&mut self, out: &str, shape: Vec<usize>, rhs: String) -> R {
+        if shape.is_empty() {
+            return Err("its result is a 0-d tensor: not supported".into());
+        }
+        let ranged = !self.is_graph_output(out);
+        let lhs: Vec<String> = vars("i", shape.len())
+            .into_iter()
+            .zip(&shape)
+            .map(|(v, d)| if ranged { format!("{v} in 0..{d}") } else { v })
+            .collect();
+        let id = self.add(out, shape, None)?;
+        let ident = self.value(id).ident.clone();
+        self.line(format!("{ident}[{}] = {rhs};", lhs.join(", ")));
+        Ok(())
+    }
+
+    /// `out` is `src`: the same value under a second name, or a copy when
+    /// `out` is a graph output or `src` a parameter.
+    fn alias(&mut self, out: &str, src: ValueId) -> R {
+        let v = self.value(src);
+        if self.is_graph_output(out) || v.param || v.data.is_some() {
+            let shape = v.shape.clone();
+            let iv = vars("i", shape.len());
+            let rhs = format!("{}[{}]", self.tensor(src)?, iv.join(", "));
+            return self.emit_def(out, shape, rhs);
+        }
+        if self.by_name.contains_key(out) {
+            return Err(format!("value `{out}` is defined twice"));
+        }
+        self.by_name.insert(out.to_string(), src);
+        Ok(())
+    }
+
+    /// A constant the importer makes (a reshaped or transposed weight).
+    fn synthetic(&mut self, name: String, shape: Vec<usize>, data: Vec<f32>) -> R<ValueId> {
+        self.add(&name, shape, Some(Values::F32(data)))
+    }
+
+    // ------------------------------------------------------------ element-wise
+
+    fn unary(&mut self, n: &NodeProto, attrs: &[&str], std: Option<&str>, f: impl Fn(&str) -> String) -> R {
+        Attrs::new(n, attrs)?;
+        let ins = self.inputs(n, 1, 1)?;
+        let x = Self::required(&ins, 0)?;
+        self.unary_with(n, x, std, f)
+    }
+
+    fn unary_with(&mut self, n: &NodeProto, x: ValueId, std: Option<&str>, f: impl Fn(&str) -> String) -> R {
+        let out = self.output(n)?;
+        let shape = self.shape(x).to_vec();
+        match std {
+            Some(name) if STD_RANKS.contains(&shape.len()) => {
+                let call = format!("{name}({})", self.tensor(x)?);
+                self.emit_call(out, shape, call)
+            }
+            _ => {
+                let v = vars("i", shape.len());
+                let xa = self.broadcast_access(x, &v)?;
+                self.emit_def(out, shape, f(&xa))
+            }
+        }
+    }
+
+    fn hard_sigmoid(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["alpha", "beta"])?;
+        let (alpha, beta) = (literal(a.float("alpha", 0.2)? as f64)?, literal(a.float("beta", 0.5)? as f64)?);
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        self.unary_with(n, x, None, |x| format!("clamp({alpha} * {x} + {beta}, 0.0, 1.0)"))
+    }
+
+    fn leaky_relu(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["alpha"])?;
+        let alpha = a.float("alpha", 0.01)?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let out = self.output(n)?;
+        let shape = self.shape(x).to_vec();
+        if STD_RANKS.contains(&shape.len()) {
+            let call = format!("leaky_relu({}, alpha = {})", self.tensor(x)?, literal(alpha as f64)?);
+            return self.emit_call(out, shape, call);
+        }
+        let al = literal(alpha as f64)?;
+        self.unary_with(n, x, None, |x| format!("select({x} >= 0.0, {x}, {al} * {x})"))
+    }
+
+    fn clip(&mut self, n: &NodeProto) -> R {
+        let (x, lo, hi) = if self.opset < 11 {
+            let a = Attrs::new(n, &["min", "max"])?;
+            let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+            (x, a.float("min", f32::NEG_INFINITY)? as f64, a.float("max", f32::INFINITY)? as f64)
+        } else {
+            Attrs::new(n, &[])?;
+            let ins = self.inputs(n, 1, 3)?;
+            let bound = |i: usize, what: &str, default: f64| match ins.get(i).copied().flatten() {
+                Some(id) => self.scalar_constant(id, what),
+                None => Ok(default),
+            };
+            (
+                Self::required(&ins, 0)?,
+                bound(1, "the lower bound", f64::NEG_INFINITY)?,
+                bound(2, "the upper bound", f64::INFINITY)?,
+            )
+        };
+        let (lo32, hi32) = (lo as f32 as f64, hi as f32 as f64);
+        match (lo32, hi32) {
+            (0.0, 6.0) => self.unary_with(n, x, Some("relu6"), |x| format!("clamp({x}, 0.0, 6.0)")),
+            (0.0, f64::INFINITY) => self.unary_with(n, x, Some("relu"), |x| format!("max({x}, 0.0)")),
+            (f64::NEG_INFINITY, f64::INFINITY) => {
+                let out = self.output(n)?;
+                self.alias(out, x)
+            }
+            (f64::NEG_INFINITY, _) => {
+                let h = literal(hi32)?;
+                self.unary_with(n, x, None, |x| format!("min({x}, {h})"))
+            }
+            (_, f64::INFINITY) => {
+                let l = literal(lo32)?;
+                self.unary_with(n, x, None, |x| format!("max({x}, {l})"))
+            }
+            _ => {
+                let (l, h) = (literal(lo32)?, literal(hi32)?);
+                self.unary_with(n, x, None, |x| format!("clamp({x}, {l}, {h})"))
+            }
+        }
+    }
+
+    fn gelu(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["approximate"])?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        match a.string("approximate", "none")?.as_str() {
+            "none" => {
+                self.unary_with(n, x, Some("gelu"), |x| format!("0.5 * {x} * (1.0 + erf({x} * 0.70710678118654752))"))
+            }
+            "tanh" => self.unary_with(n, x, None, |x| {
+                format!("0.5 * {x} * (1.0 + tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))")
+            }),
+            other => Err(format!("approximate = \"{other}\": expected \"none\" or \"tanh\"")),
+        }
+    }
+
+    fn binary(&mut self, n: &NodeProto, std: &str, op: &str) -> R {
+        let a = Attrs::new(n, &["broadcast", "axis"])?;
+        if a.has("broadcast") || a.has("axis") {
+            return Err("the `broadcast`/`axis` attributes of opsets before 7 are not supported".into());
+        }
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, y) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let out = self.output(n)?;
+        let shape = broadcast(self.shape(x), self.shape(y))?;
+        let scalar = |id: ValueId| self.constant(id).is_some_and(|v| v.len() == 1);
+        let same = self.shape(x) == shape.as_slice() && self.shape(y) == shape.as_slice();
+        if same && STD_RANKS.contains(&shape.len()) && !scalar(x) && !scalar(y) {
+            let call = format!("{std}({}, {})", self.tensor(x)?, self.tensor(y)?);
+            return self.emit_call(out, shape, call);
+        }
+        let v = vars("i", shape.len());
+        let rhs = format!("{} {op} {}", self.broadcast_access(x, &v)?, self.broadcast_access(y, &v)?);
+        self.emit_def(out, shape, rhs)
+    }
+
+    fn pow(&mut self, n: &NodeProto) -> R {
+        Attrs::new(n, &[])?;
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, e) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let exponent = self.constant(e).filter(|v| v.len() == 1).map(|v| v.as_f64()[0]);
+        let out = self.output(n)?;
+        match exponent {
+            Some(p) if broadcast(self.shape(x), self.shape(e))? == self.shape(x) => {
+                let text = match p {
+                    1.0 => return self.alias(out, x),
+                    2.0 => |x: &str| format!("{x} * {x}"),
+                    3.0 => |x: &str| format!("{x} * {x} * {x}"),
+                    0.5 => |x: &str| format!("sqrt({x})"),
+                    _ => {
+                        let l = literal(p)?;
+                        return self.unary_with(n, x, None, |x| format!("pow({x}, {l})"));
+                    }
+                };
+                self.unary_with(n, x, None, text)
+            }
+            _ => {
+                let shape = broadcast(self.shape(x), self.shape(e))?;
+                let v = vars("i", shape.len());
+                let rhs = format!("pow({}, {})", self.broadcast_access(x, &v)?, self.broadcast_access(e, &v)?);
+                self.emit_def(out, shape, rhs)
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ convolution, pooling, normalization
+
+    fn conv(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"])?;
+        let ins = self.inputs(n, 2, 3)?;
+        let (x, w) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let bias = ins.get(2).copied().flatten();
+        let (xs, ws) = (self.shape(x).to_vec(), self.shape(w).to_vec());
+        if xs.len() != 4 || ws.len() != 4 {
+            return Err(format!(
+                "input of rank {} and weight of rank {}: only 2-D convolution (NCHW input, KCRS weight) is supported",
+                xs.len(),
+                ws.len()
+            ));
+        }
+        let groups = a.int("group", 1)?;
+        let g =
+            usize::try_from(groups).ok().filter(|&g| (1..=xs[1]).contains(&g)).ok_or(format!("group = {groups}"))?;
+        if xs[1] % g != 0 || ws[1] * g != xs[1] || ws[0] % g != 0 {
+            return Err(format!(
+                "input channels {}, weight {:?} and group {g} do not fit (weight [K, C/group, R, S] with K divisible by group)",
+                xs[1], ws
+            ));
+        }
+        if let Some(k) = a.ints("kernel_shape")? {
+            if k != [ws[2] as i64, ws[3] as i64] {
+                return Err(format!("kernel_shape {k:?} differs from the weight's {:?}", &ws[2..]));
+            }
+        }
+        if let Some(b) = bias {
+            if self.shape(b) != [ws[0]] {
+                return Err(format!("bias of shape {:?}, expected [{}]", self.shape(b), ws[0]));
+            }
+        }
+        let stride = same_on_both_axes("strides", a.ints("strides")?, 1)?;
+        let dilation = same_on_both_axes("dilations", a.ints("dilations")?, 1)?;
+        let window = [dilation * (ws[2] - 1) + 1, dilation * (ws[3] - 1) + 1];
+        let pads = pads(&a, [xs[2], xs[3]], window, stride)?;
+        let out = self.output(n)?;
+        let oh = conv_out(xs[2], pads[0] + pads[2], window[0], stride)?;
+        let ow = conv_out(xs[3], pads[1] + pads[3], window[1], stride)?;
+        let mut input = self.tensor(x)?;
+        let mut pad = pads[0];
+        if pads.iter().any(|&p| p != pads[0]) {
+            // Unequal padding: an explicit pad, then an unpadded convolution.
+            let [t, l, b, r] = pads;
+            let padded = format!("{out}#pad");
+            let call = format!("pad({input}, b0 = 0, b1 = 0, b2 = {t}, b3 = {l}, a0 = 0, a1 = 0, a2 = {b}, a3 = {r})");
+            self.emit_call(&padded, vec![xs[0], xs[1], xs[2] + t + b, xs[3] + l + r], call)?;
+            input = self.value(self.lookup(&padded)?).ident.clone();
+            pad = 0;
+        }
+        let mut args = vec![input, self.tensor(w)?];
+        let name = match bias {
+            Some(b) => {
+                args.push(self.tensor(b)?);
+                "conv2d_bias"
+            }
+            None => "conv2d",
+        };
+        for (k, v, default) in [("pad", pad, 0), ("stride", stride, 1), ("dilation", dilation, 1), ("groups", g, 1)] {
+            if v != default {
+                args.push(format!("{k} = {v}"));
+            }
+        }
+        self.emit_call(out, vec![xs[0], ws[0], oh, ow], format!("{name}({})", args.join(", ")))
+    }
+
+    fn batch_norm(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["epsilon", "momentum", "training_mode", "spatial", "is_test"])?;
+        if a.int("training_mode", 0)? != 0 {
+            return Err("training_mode = 1: only inference is supported".into());
+        }
+        if a.int("spatial", 1)? != 1 {
+            return Err("spatial = 0 is not supported".into());
+        }
+        let ins = self.inputs(n, 5, 5)?;
+        let ids: Vec<ValueId> = (0..5).map(|i| Self::required(&ins, i)).collect::<R<_>>()?;
+        let out = self.output(n)?;
+        let xs = self.shape(ids[0]).to_vec();
+        if !(xs.len() == 2 || xs.len() == 4) {
+            return Err(format!("input of rank {}: batch normalization of rank 2 and 4 inputs is supported", xs.len()));
+        }
+        for &p in &ids[1..] {
+            if self.shape(p) != [xs[1]] {
+                return Err(format!("parameter of shape {:?}, expected [{}]", self.shape(p), xs[1]));
+            }
+        }
+        let mut args = ids.iter().map(|&i| self.tensor(i)).collect::<R<Vec<_>>>()?;
+        let eps = a.float("epsilon", 1e-5)?;
+        if eps != 1e-5 {
+            args.push(format!("eps = {}", literal(eps as f64)?));
+        }
+        self.emit_call(out, xs, format!("batch_norm({})", args.join(", ")))
+    }
+
+    fn pool(&mut self, n: &NodeProto) -> R {
+        let max = n.op_type == "MaxPool";
+        let known: &[&str] = if max {
+            &["auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"]
+        } else {
+            &["auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"]
+        };
+        let a = Attrs::new(n, known)?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        if xs.len() != 4 {
+            return Err(format!("input of rank {}: only 2-D pooling (NCHW) is supported", xs.len()));
+        }
+        let k = a.ints("kernel_shape")?.ok_or("kernel_shape is required")?;
+        if k.len() != 2 || k[0] != k[1] || !(1..=1 << 20).contains(&k[0]) {
+            return Err(format!("kernel_shape {k:?}: only square 2-D windows are supported"));
+        }
+        let k = k[0] as usize;
+        let stride = same_on_both_axes("strides", a.ints("strides")?, 1)?;
+        if same_on_both_axes("dilations", a.ints("dilations")?, 1)? != 1 {
+            return Err("dilated pooling is not supported".into());
+        }
+        if a.int("storage_order", 0)? != 0 {
+            return Err("storage_order = 1 is not supported".into());
+        }
+        let pads = pads(&a, [xs[2], xs[3]], [k, k], stride)?;
+        if pads.iter().any(|&p| p != pads[0]) {
+            return Err(format!("pads {pads:?}: only equal padding on every side is supported for pooling"));
+        }
+        let p = pads[0];
+        let (oh, ow) = (conv_out(xs[2], 2 * p, k, stride)?, conv_out(xs[3], 2 * p, k, stride)?);
+        if a.int("ceil_mode", 0)? != 0 {
+            // Rounding up changes the result only where a window would start inside the padding's end.
+            let up = |h: usize| (h + 2 * p - k).div_ceil(stride) + 1;
+            if up(xs[2]) != oh || up(xs[3]) != ow {
+                return Err("ceil_mode = 1 gives a larger output here: not supported".into());
+            }
+        }
+        if !max && p > 0 && a.int("count_include_pad", 0)? == 0 {
+            return Err("padding excluded from the average (count_include_pad = 0) is not supported".into());
+        }
+        let mut args = vec![self.tensor(x)?, format!("k = {k}"), format!("stride = {stride}")];
+        if p > 0 {
+            args.push(format!("pad = {p}"));
+        }
+        let name = if max { "max_pool2d" } else { "avg_pool2d" };
+        self.emit_call(out, vec![xs[0], xs[1], oh, ow], format!("{name}({})", args.join(", ")))
+    }
+
+    fn global_avg_pool(&mut self, n: &NodeProto) -> R {
+        Attrs::new(n, &[])?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        if xs.len() != 4 {
+            return Err(format!("input of rank {}: only NCHW inputs are supported", xs.len()));
+        }
+        let call = format!("global_avg_pool2d({})", self.tensor(x)?);
+        self.emit_call(out, vec![xs[0], xs[1], 1, 1], call)
+    }
+
+    fn layer_norm(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["axis", "epsilon", "stash_type"])?;
+        let ins = self.inputs(n, 2, 3)?;
+        let (x, scale) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        let axis = normalize_axis(a.int("axis", -1)?, xs.len())?;
+        if axis + 1 != xs.len() || !(xs.len() == 2 || xs.len() == 3) {
+            return Err(format!(
+                "normalizing from axis {axis} of a rank-{} input: only the last axis of rank 2 and 3 inputs is supported",
+                xs.len()
+            ));
+        }
+        let d = xs[axis];
+        let bias = match ins.get(2).copied().flatten() {
+            Some(b) => b,
+            None => self.synthetic(format!("{out}#zero_bias"), vec![d], vec![0.0; d])?,
+        };
+        for p in [scale, bias] {
+            if self.shape(p) != [d] {
+                return Err(format!("scale or bias of shape {:?}, expected [{d}]", self.shape(p)));
+            }
+        }
+        let mut args = vec![self.tensor(x)?, self.tensor(scale)?, self.tensor(bias)?];
+        let eps = a.float("epsilon", 1e-5)?;
+        if eps != 1e-5 {
+            args.push(format!("eps = {}", literal(eps as f64)?));
+        }
+        self.emit_call(out, xs, format!("layer_norm({})", args.join(", ")))
+    }
+
+    fn softmax(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["axis"])?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        let default = if self.opset < 13 { 1 } else { -1 };
+        let axis = normalize_axis(a.int("axis", default)?, xs.len())?;
+        // Before opset 13 the axis flattens the trailing axes into one; it
+        // is the last-axis softmax only when it is the last axis.
+        if axis + 1 != xs.len() || !(2..=4).contains(&xs.len()) {
+            return Err(format!(
+                "softmax over axis {axis} of a rank-{} tensor: only the last axis of rank 2 to 4 tensors is supported",
+                xs.len()
+            ));
+        }
+        let call = format!("softmax({})", self.tensor(x)?);
+        self.emit_call(out, xs, call)
+    }
+
+    // ------------------------------------------------------------ linear algebra
+
+    fn gemm(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["alpha", "beta", "transA", "transB"])?;
+        let ins = self.inputs(n, 2, 3)?;
+        let (x, y) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let c = ins.get(2).copied().flatten();
+        let out = self.output(n)?;
+        let (ta, tb) = (a.int("transA", 0)? != 0, a.int("transB", 0)? != 0);
+        let (alpha, beta) = (a.float("alpha", 1.0)?, a.float("beta", 1.0)?);
+        let (xs, ys) = (self.shape(x).to_vec(), self.shape(y).to_vec());
+        if xs.len() != 2 || ys.len() != 2 {
+            return Err(format!("operands of shapes {xs:?} and {ys:?}: Gemm takes matrices"));
+        }
+        let (m, k) = if ta { (xs[1], xs[0]) } else { (xs[0], xs[1]) };
+        let (k2, nn) = if tb { (ys[1], ys[0]) } else { (ys[0], ys[1]) };
+        if k != k2 {
+            return Err(format!("inner dimensions differ: {k} and {k2}"));
+        }
+        let shape = vec![m, nn];
+        if let Some(c) = c {
+            broadcast(self.shape(c), &shape).ok().filter(|s| *s == shape).ok_or_else(|| {
+                format!("C of shape {:?} does not broadcast to the result's [{m}, {nn}]", self.shape(c))
+            })?;
+        }
+        // The common case, a fully connected layer: dense(X, W, b) = X·Wᵀ + b.
+        let bias_row = c.filter(|&c| matches!(self.shape(c), [d] | [1, d] if *d == nn));
+        let weight = if tb { Some(y) } else { self.transposed_constant(y)? };
+        if let (false, 1.0, 1.0, Some(b), Some(w)) = (ta, alpha, beta, bias_row, weight) {
+            let b = self.as_vector(b)?;
+            let call = format!("dense({}, {}, {})", self.tensor(x)?, self.tensor(w)?, self.tensor(b)?);
+            return self.emit_call(out, shape, call);
+        }
+        let v = vars("i", 2);
+        let xa = if ta { format!("[r0, {}]", v[0]) } else { format!("[{}, r0]", v[0]) };
+        let ya = if tb { format!("[{}, r0]", v[1]) } else { format!("[r0, {}]", v[1]) };
+        let mut rhs = format!("sum[r0 in 0..{k}]({}{xa} * {}{ya})", self.tensor(x)?, self.tensor(y)?);
+        if alpha != 1.0 {
+            rhs = format!("{} * {rhs}", literal(alpha as f64)?);
+        }
+        if let Some(c) = c.filter(|_| beta != 0.0) {
+            let ca = self.broadcast_access(c, &v)?;
+            rhs =
+                if beta == 1.0 { format!("{rhs} + {ca}") } else { format!("{rhs} + {} * {ca}", literal(beta as f64)?) };
+        }
+        self.emit_def(out, shape, rhs)
+    }
+
+    /// `w` transposed, when it is a constant matrix; made at import time.
+    fn transposed_constant(&mut self, w: ValueId) -> R<Option<ValueId>> {
+        let (shape, data) = match (&self.value(w).data, self.shape(w)) {
+            (Some(Values::F32(d)), &[r, c]) => ([r, c], d.clone()),
+            _ => return Ok(None),
+        };
+        let [r, c] = shape;
+        let t: Vec<f32> = (0..c * r).map(|i| data[(i % r) * c + i / r]).collect();
+        let name = format!("{}_t", self.value(w).ident);
+        self.synthetic(name, vec![c, r], t).map(Some)
+    }
+
+    /// A `[1, N]` constant as an `[N]` one.
+    fn as_vector(&mut self, b: ValueId) -> R<ValueId> {
+        match (self.shape(b).len(), &self.value(b).data) {
+            (1, _) => Ok(b),
+            (_, Some(Values::F32(d))) => {
+                let (d, name) = (d.clone(), format!("{}_row", self.value(b).ident));
+                self.synthetic(name, vec![d.len()], d)
+            }
+            _ => Err("a bias of shape [1, N] must be a constant".into()),
+        }
+    }
+
+    fn matmul(&mut self, n: &NodeProto) -> R {
+        Attrs::new(n, &[])?;
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, y) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let out = self.output(n)?;
+        let (xs, ys) = (self.shape(x).to_vec(), self.shape(y).to_vec());
+        if xs.len() < 2 || ys.len() < 2 {
+            return Err(format!("operands of shapes {xs:?} and {ys:?}: matrix-vector products are not supported"));
+        }
+        let (m, k) = (xs[xs.len() - 2], xs[xs.len() - 1]);
+        let (k2, nn) = (ys[ys.len() - 2], ys[ys.len() - 1]);
+        if k != k2 {
+            return Err(format!("inner dimensions differ: {k} and {k2}"));
+        }
+        let batch = broadcast(&xs[..xs.len() - 2], &ys[..ys.len() - 2])?;
+        let mut shape = batch.clone();
+        shape.extend([m, nn]);
+        if xs.len() == 2 && ys.len() == 2 {
+            let call = format!("matmul({}, {})", self.tensor(x)?, self.tensor(y)?);
+            return self.emit_call(out, shape, call);
+        }
+        if xs.len() == 3 && xs[..1] == ys[..ys.len() - 2] && ys.len() == 3 {
+            let call = format!("batch_matmul({}, {})", self.tensor(x)?, self.tensor(y)?);
+            return self.emit_call(out, shape, call);
+        }
+        let v = vars("i", shape.len());
+        let r = shape.len();
+        // Each operand is indexed like a broadcast batch, then its matrix axes.
+        let index = |this: &mut Self, id: ValueId, rows: &str, cols: &str| -> R<String> {
+            let s = this.shape(id).to_vec();
+            let skip = r - s.len();
+            let mut idx: Vec<String> =
+                (0..s.len() - 2).map(|a| if s[a] == 1 { "0".into() } else { v[skip + a].clone() }).collect();
+            idx.extend([rows.to_string(), cols.to_string()]);
+            Ok(format!("{}[{}]", this.tensor(id)?, idx.join(", ")))
+        };
+        let xa = index(self, x, &v[r - 2], "r0")?;
+        let ya = index(self, y, "r0", &v[r - 1])?;
+        self.emit_def(out, shape, format!("sum[r0 in 0..{k}]({xa} * {ya})"))
+    }
+
+    // ------------------------------------------------------------ layout
+
+    fn flatten(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["axis"])?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let xs = self.shape(x).to_vec();
+        let axis = normalize_axis_inclusive(a.int("axis", 1)?, xs.len())?;
+        let shape = vec![xs[..axis].iter().product(), xs[axis..].iter().product()];
+        self.reshape_to(n, x, shape)
+    }
+
+    fn reshape(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["allowzero", "shape"])?;
+        let (x, target) = if self.opset < 5 {
+            let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+            (x, a.ints("shape")?.ok_or("the shape attribute is required")?)
+        } else {
+            let ins = self.inputs(n, 2, 2)?;
+            let s = Self::required(&ins, 1)?;
+            (Self::required(&ins, 0)?, self.int_constant(s, "the shape")?)
+        };
+        let xs = self.shape(x).to_vec();
+        let allow_zero = a.int("allowzero", 0)? != 0;
+        let total = elements(&xs).ok_or("too many elements")?;
+        let mut shape = Vec::new();
+        let mut infer = None;
+        for (k, &d) in target.iter().enumerate() {
+            match d {
+                -1 if infer.is_none() => {
+                    infer = Some(k);
+                    shape.push(1)
+                }
+                0 if !allow_zero => shape.push(*xs.get(k).ok_or(format!("shape {target:?}: no axis {k} to copy"))?),
+                d if (1..=1 << 40).contains(&d) => shape.push(d as usize),
+                _ => return Err(format!("shape {target:?} is not supported")),
+            }
+        }
+        if let Some(k) = infer {
+            let known = elements(&shape).ok_or_else(|| format!("shape {target:?} has too many elements"))?;
+            if known == 0 || !total.is_multiple_of(known) {
+                return Err(format!("shape {target:?} does not fit {total} elements"));
+            }
+            shape[k] = total / known;
+        }
+        self.reshape_to(n, x, shape)
+    }
+
+    fn squeeze(&mut self, n: &NodeProto) -> R {
+        let squeeze = n.op_type == "Squeeze";
+        let a = Attrs::new(n, &["axes"])?;
+        let ins = self.inputs(n, 1, 2)?;
+        let x = Self::required(&ins, 0)?;
+        let xs = self.shape(x).to_vec();
+        let axes = match (self.opset < 13, ins.get(1).copied().flatten()) {
+            (true, _) => a.ints("axes")?,
+            (false, Some(id)) => Some(self.int_constant(id, "the axes")?),
+            (false, None) => None,
+        };
+        let shape = if squeeze {
+            let axes = match axes {
+                Some(list) => list.iter().map(|&ax| normalize_axis(ax, xs.len())).collect::<R<Vec<_>>>()?,
+                None => (0..xs.len()).filter(|&k| xs[k] == 1).collect(),
+            };
+            if let Some(&k) = axes.iter().find(|&&k| xs[k] != 1) {
+                return Err(format!("axis {k} has size {}, not 1", xs[k]));
+            }
+            xs.iter().enumerate().filter(|(k, _)| !axes.contains(k)).map(|(_, &d)| d).collect()
+        } else {
+            let axes = axes.ok_or("the axes are required")?;
+            let rank = xs.len() + axes.len();
+            let axes = axes.iter().map(|&ax| normalize_axis(ax, rank)).collect::<R<Vec<_>>>()?;
+            let mut rest = xs.iter();
+            (0..rank).map(|k| if axes.contains(&k) { 1 } else { *rest.next().unwrap_or(&1) }).collect()
+        };
+        self.reshape_to(n, x, shape)
+    }
+
+    /// The elements of `x` in row-major order, in `shape`.
+    fn reshape_to(&mut self, n: &NodeProto, x: ValueId, shape: Vec<usize>) -> R {
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        if elements(&shape).is_none() || elements(&xs) != elements(&shape) {
+            return Err(format!("cannot reshape {xs:?} to {shape:?}: different element counts"));
+        }
+        if xs == shape {
+            return self.alias(out, x);
+        }
+        let v = vars("i", shape.len());
+        let linear = linear_index(&v, &shape);
+        let total: usize = shape.iter().product();
+        let mut stride = total;
+        let mut idx = Vec::new();
+        for &d in &xs {
+            stride /= d;
+            let i = if d == 1 {
+                "0".to_string()
+            } else {
+                let q = if stride == 1 { linear.clone() } else { format!("({linear}) / {stride}") };
+                // No modulo where the quotient stays below the axis's size (the first axis of size > 1).
+                if total / stride <= d {
+                    q
+                } else {
+                    format!("({q}) % {d}")
+                }
+            };
+            idx.push(i);
+        }
+        let rhs = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
+        self.emit_def(out, shape, rhs)
+    }
+
+    fn transpose(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["perm"])?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        let perm: Vec<usize> = match a.ints("perm")? {
+            Some(p) => p.iter().map(|&k| normalize_axis(k, xs.len())).collect::<R<_>>()?,
+            None => (0..xs.len()).rev().collect(),
+        };
+        let mut sorted = perm.clone();
+        sorted.sort_unstable();
+        if sorted != (0..xs.len()).collect::<Vec<_>>() {
+            return Err(format!("perm {perm:?} is not a permutation of the {} axes", xs.len()));
+        }
+        if perm.iter().enumerate().all(|(k, &p)| k == p) {
+            return self.alias(out, x);
+        }
+        let shape: Vec<usize> = perm.iter().map(|&p| xs[p]).collect();
+        if (2..=4).contains(&xs.len()) {
+            let mut args = vec![self.tensor(x)?];
+            args.extend(perm.iter().enumerate().map(|(k, p)| format!("p{k} = {p}")));
+            return self.emit_call(out, shape, format!("transpose({})", args.join(", ")));
+        }
+        let v = vars("i", shape.len());
+        let mut idx = vec![String::new(); xs.len()];
+        for (k, &p) in perm.iter().enumerate() {
+            idx[p] = v[k].clone();
+        }
+        let rhs = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
+        self.emit_def(out, shape, rhs)
+    }
+
+    fn concat(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["axis"])?;
+        let ins = self.inputs(n, 1, usize::MAX)?;
+        let ids: Vec<ValueId> = (0..ins.len()).map(|i| Self::required(&ins, i)).collect::<R<_>>()?;
+        let out = self.output(n)?;
+        let first = self.shape(ids[0]).to_vec();
+        let axis = normalize_axis(a.int("axis", i64::MIN).map(|v| if v == i64::MIN { 0 } else { v })?, first.len())?;
+        if !a.has("axis") {
+            return Err("the axis attribute is required".into());
+        }
+        let mut offsets = Vec::new();
+        let mut total = 0;
+        for &id in &ids {
+            let s = self.shape(id);
+            let fits =
+                s.len() == first.len() && s.iter().zip(&first).enumerate().all(|(k, (a, b))| k == axis || a == b);
+            if !fits {
+                return Err(format!("inputs of shapes {first:?} and {s:?} cannot be joined along axis {axis}"));
+            }
+            offsets.push(total);
+            total += s[axis];
+        }
+        if ids.len() == 1 {
+            return self.alias(out, ids[0]);
+        }
+        let mut shape = first;
+        shape[axis] = total;
+        let v = vars("i", shape.len());
+        let mut rhs = "0.0".to_string();
+        for (j, &id) in ids.iter().enumerate().rev() {
+            let (lo, hi) = (offsets[j], offsets[j] + self.shape(id)[axis]);
+            let mut idx = v.clone();
+            if lo > 0 {
+                idx[axis] = format!("{} - {lo}", v[axis]);
+            }
+            let access = format!("{}[{}]", self.tensor(id)?, idx.join(", "));
+            let mut cond = Vec::new();
+            if lo > 0 {
+                cond.push(format!("{} >= {lo}", v[axis]));
+            }
+            if hi < total {
+                cond.push(format!("{} < {hi}", v[axis]));
+            }
+            rhs = if cond.is_empty() { access } else { format!("select({}, {access}, {rhs})", cond.join(" && ")) };
+        }
+        self.emit_def(out, shape, rhs)
+    }
+
+    fn reduce(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["axes", "keepdims", "noop_with_empty_axes"])?;
+        let axes_are_input = self.opset >= 18 || (n.op_type == "ReduceSum" && self.opset >= 13);
+        let ins = self.inputs(n, 1, if axes_are_input { 2 } else { 1 })?;
+        let x = Self::required(&ins, 0)?;
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        let axes = match (axes_are_input, ins.get(1).copied().flatten()) {
+            (false, _) => a.ints("axes")?,
+            (true, Some(id)) => Some(self.int_constant(id, "the axes")?),
+            (true, None) => None,
+        };
+        let mut axes: Vec<usize> = match axes.filter(|l| !l.is_empty()) {
+            Some(list) => list.iter().map(|&ax| normalize_axis(ax, xs.len())).collect::<R<_>>()?,
+            None if a.int("noop_with_empty_axes", 0)? != 0 => return self.alias(out, x),
+            None => (0..xs.len()).collect(),
+        };
+        axes.sort_unstable();
+        axes.dedup();
+        let keep = a.int("keepdims", 1)? != 0;
+        let shape: Vec<usize> =
+            (0..xs.len()).filter_map(|k| if axes.contains(&k) { keep.then_some(1) } else { Some(xs[k]) }).collect();
+        let v = vars("i", shape.len());
+        let mut out_axis = v.iter();
+        let mut reduced = Vec::new();
+        let mut idx = Vec::new();
+        for (k, &d) in xs.iter().enumerate() {
+            if axes.contains(&k) {
+                let r = format!("r{}", reduced.len());
+                reduced.push(format!("{r} in 0..{d}"));
+                idx.push(r);
+                if keep {
+                    out_axis.next();
+                }
+            } else {
+                idx.push(out_axis.next().cloned().unwrap_or_default());
+            }
+        }
+        let access = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
+        let count: usize = axes.iter().map(|&k| xs[k]).product();
+        let (op, scale) = match n.op_type.as_str() {
+            "ReduceMean" => ("sum", format!(" / {}", literal(count as f64)?)),
+            "ReduceSum" => ("sum", String::new()),
+            "ReduceMax" => ("max", String::new()),
+            _ => ("min", String::new()),
+        };
+        if shape.is_empty() {
+            return Err("it reduces every axis to a 0-d tensor (keepdims = 0): not supported".into());
+        }
+        self.emit_def(out, shape, format!("{op}[{}]({access}){scale}", reduced.join(", ")))
+    }
+
+    // ------------------------------------------------------------ values
+
+    fn identity(&mut self, n: &NodeProto) -> R {
+        let dropout = n.op_type == "Dropout";
+        Attrs::new(n, if dropout { &["seed", "ratio", "is_test"] } else { &[] })?;
+        let ins = self.inputs(n, 1, if dropout { 3 } else { 1 })?;
+        if let Some(t) = ins.get(2).copied().flatten() {
+            if self.scalar_constant(t, "training_mode")? != 0.0 {
+                return Err("training_mode = true: only inference is supported".into());
+            }
+        }
+        let x = Self::required(&ins, 0)?;
+        let out = self.output(n)?;
+        self.alias(out, x)
+    }
+
+    fn constant_node(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["value", "value_float", "value_floats", "value_int", "value_ints"])?;
+        self.inputs(n, 0, 0)?;
+        let out = self.output(n)?;
+        let (shape, data) = if let Some(t) = a.tensor("value")? {
+            tensor_data(t, None)?
+        } else if let Some(f) = a.floats("value_floats")? {
+            (vec![f.len()], Values::F32(f))
+        } else if let Some(i) = a.ints("value_ints")? {
+            (vec![i.len()], Values::I64(i))
+        } else if a.has("value_float") {
+            (vec![], Values::F32(vec![a.float("value_float", 0.0)?]))
+        } else if a.has("value_int") {
+            (vec![], Values::I64(vec![a.int("value_int", 0)?]))
+        } else {
+            return Err("has no value".into());
+        };
+        self.add(out, shape, Some(data)).map(|_| ())
+    }
+}
+
+// ---------------------------------------------------------------- helpers
+
+/// `i0, i1, ...`
+fn vars(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|k| format!("{prefix}{k}")).collect()
+}
+
+/// A float literal that reads back as the same f32.
+fn literal(v: f64) -> R<String> {
+    if v.is_nan() {
+        return Err("a NaN constant is not supported".into());
+    }
+    if v.is_infinite() {
+        return Ok(if v > 0.0 { "inf".into() } else { "-inf".into() });
+    }
+    let s = format!("{:?}", v as f32);
+    Ok(if s.contains(['.', 'e', 'E']) { s } else { format!("{s}.0") })
+}
+
+/// NumPy broadcasting of two shapes.
+fn broadcast(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
+    let r = a.len().max(b.len());
+    let at = |s: &[usize], k: usize| if k + s.len() >= r { s[k + s.len() - r] } else { 1 };
+    (0..r)
+        .map(|k| match (at(a, k), at(b, k)) {
+            (x, y) if x == y => Ok(x),
+            (1, y) => Ok(y),
+            (x, 1) => Ok(x),
+            _ => Err(format!("shapes {a:?} and {b:?} do not broadcast")),
+        })
+        .collect()
+}
+
+fn normalize_axis(axis: i64, rank: usize) -> R<usize> {
+    let r = rank as i64;
+    if (-r..r).contains(&axis) {
+        Ok(axis.rem_euclid(r.max(1)) as usize)
+    } else {
+        Err(format!("axis {axis} is out of range for rank {rank}"))
+    }
+}
+
+/// Flatten's axis may also be the rank itself.
+fn normalize_axis_inclusive(axis: i64, rank: usize) -> R<usize> {
+    if axis == rank as i64 {
+        Ok(rank)
+    } else {
+        normalize_axis(axis, rank)
+    }
+}
+
+/// A per-axis attribute whose two values must agree (std.nn's operators
+/// take one stride and one dilation for both axes).
+fn same_on_both_axes(name: &str, v: Option<Vec<i64>>, default: usize) -> R<usize> {
+    match v.as_deref() {
+        None => Ok(default),
+        Some([a, b]) if a == b && (1..=1 << 20).contains(a) => Ok(*a as usize),
+        Some(other) => Err(format!("{name} = {other:?}: only equal values for both axes are supported")),
+    }
+}
+
+/// `[top, left, bottom, right]` from `pads` or `auto_pad`.
+fn pads(a: &Attrs, size: [usize; 2], window: [usize; 2], stride: usize) -> R<[usize; 4]> {
+    match a.string("auto_pad", "NOTSET")?.as_str() {
+        "NOTSET" => match a.ints("pads")?.as_deref() {
+            None => Ok([0; 4]),
+            Some(&[t, l, b, r]) if [t, l, b, r].iter().all(|&p| (0..1 << 20).contains(&p)) => {
+                Ok([t as usize, l as usize, b as usize, r as usize])
+            }
+            Some(other) => Err(format!("pads = {other:?}: expected four non-negative values")),
+        },
+        "VALID" => Ok([0; 4]),
+        mode @ ("SAME_UPPER" | "SAME_LOWER") => {
+            let mut p = [0; 4];
+            for k in 0..2 {
+                let out = size[k].div_ceil(stride);
+                let total = ((out - 1) * stride + window[k]).saturating_sub(size[k]);
+                let small = total / 2;
+                let (begin, end) = if mode == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
+                p[k] = begin;
+                p[k + 2] = end;
+            }
+            Ok(p)
+        }
+        other => Err(format!("auto_pad = \"{other}\" is not supported")),
+    }
+}
+
+/// Output size of a window sliding over `size + padding`.
+fn conv_out(size: usize, padding: usize, window: usize, stride: usize) -> R<usize> {
+    let span = size + padding;
+    if span < window {
+        return Err(format!("a window of {window} does not fit an axis of {size} padded by {padding}"));
+    }
+    Ok((span - window) / stride + 1)
+}
+
+/// `i0 * 6 + i1 * 3 + i2` for row-major `shape` (axes of size 1 dropped).
+fn linear_index(v: &[String], shape: &[usize]) -> String {
+    let mut stride = 1;
+    let mut terms = Vec::new();
+    for (k, &d) in shape.iter().enumerate().rev() {
+        if d != 1 {
+            terms.push(if stride == 1 { v[k].clone() } else { format!("{} * {stride}", v[k]) });
+        }
+        stride *= d;
+    }
+    terms.reverse();
+    if terms.is_empty() {
+        "0".into()
+    } else {
+        terms.join(" + ")
+    }
+}

@@ -1,0 +1,241 @@
+//! Models built here with the proto structs (no Python needed): the text the
+//! importer writes for them, the errors it gives, and that no byte string
+//! makes it panic. The numerical comparison with ONNX Runtime is in
+//! `texc/tests/onnx_cli.rs`.
+
+use crate::proto::*;
+use crate::{import_bytes, OnnxError, Options};
+use prost::Message;
+
+fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
+    let dim = dims.iter().map(|&d| Dimension { value: Some(DimensionValue::DimValue(d)) }).collect();
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor { elem_type: data_type::FLOAT, shape: Some(TensorShapeProto { dim }) }),
+        }),
+    }
+}
+
+fn tensor(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+    TensorProto {
+        dims: dims.to_vec(),
+        data_type: data_type::FLOAT,
+        raw_data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn ints_tensor(name: &str, values: &[i64]) -> TensorProto {
+    TensorProto {
+        dims: vec![values.len() as i64],
+        data_type: data_type::INT64,
+        int64_data: values.to_vec(),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: attribute_type::INTS, ints: v.to_vec(), ..Default::default() }
+}
+
+fn int(name: &str, i: i64) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: attribute_type::INT, i, ..Default::default() }
+}
+
+fn node(op: &str, inputs: &[&str], output: &str, attribute: Vec<AttributeProto>) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        name: format!("/{output}"),
+        op_type: op.into(),
+        attribute,
+        ..Default::default()
+    }
+}
+
+/// Conv → Relu → GlobalAveragePool → Flatten → Gemm, with a Reshape of an
+/// initializer shape, over a [1, 2, 5, 5] input.
+fn cnn() -> ModelProto {
+    let w: Vec<f32> = (0..3 * 2 * 3 * 3).map(|i| (i as f32 * 0.37).sin()).collect();
+    let graph = GraphProto {
+        name: "tiny.net".into(),
+        node: vec![
+            node("Conv", &["x", "w"], "c", vec![ints("pads", &[1, 1, 1, 1]), ints("kernel_shape", &[3, 3])]),
+            node("Relu", &["c"], "r", vec![]),
+            node("GlobalAveragePool", &["r"], "g", vec![]),
+            node("Flatten", &["g"], "f", vec![int("axis", 1)]),
+            node("Gemm", &["f", "fc", "fb"], "d", vec![int("transB", 1)]),
+            node("Reshape", &["d", "shape"], "y", vec![]),
+        ],
+        initializer: vec![
+            tensor("w", &[3, 2, 3, 3], &w),
+            tensor("fc", &[4, 3], &[0.5, -0.25, 1.0, 2.0, 0.0, 1.5, -1.0, 0.25, 0.75, 0.1, 0.2, 0.3]),
+            tensor("fb", &[4], &[0.1, 0.2, 0.3, 0.4]),
+            ints_tensor("shape", &[1, 2, -1]),
+        ],
+        input: vec![value_info("x", &[1, 2, 5, 5])],
+        output: vec![value_info("y", &[1, 2, 2])],
+        ..Default::default()
+    };
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
+        producer_name: "texc".into(),
+        graph: Some(graph),
+        ..Default::default()
+    }
+}
+
+fn import(m: &ModelProto) -> Result<crate::Imported, OnnxError> {
+    import_bytes(&m.encode_to_vec(), "m.onnx", "m.npz", &Options::default())
+}
+
+#[test]
+fn a_small_cnn_becomes_std_calls() {
+    let im = import(&cnn()).expect("imports");
+    let body: Vec<&str> = im.source.lines().skip_while(|l| !l.starts_with(')')).skip(1).collect();
+    assert_eq!(
+        body,
+        [
+            "    c = conv2d(x, w, pad = 1);",
+            "    r = relu(c);",
+            "    g = global_avg_pool2d(r);",
+            "    f[i0 in 0..1, i1 in 0..3] = g[0, i1, 0, 0];",
+            "    d = dense(f, fc, fb);",
+            "    y[i0, i1, i2] = d[0, i1 * 2 + i2];",
+            "}",
+        ],
+        "{}",
+        im.source
+    );
+    assert!(im.source.contains("kernel tiny_net(\n    x: f32[1, 2, 5, 5],\n    w: f32[3, 2, 3, 3],"), "{}", im.source);
+    assert!(im.source.contains(") -> y: f32[1, 2, 2] {"), "{}", im.source);
+    // The shape initializer is read at import time, not passed.
+    let names: Vec<&str> = im.weights.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["w", "fc", "fb"]);
+    assert_eq!(im.parameters, 54 + 12 + 4);
+    assert_eq!(import(&cnn()).expect("again").source, im.source, "the text is deterministic");
+}
+
+#[test]
+fn a_weight_gemm_without_transb_is_transposed_at_import() {
+    let mut m = cnn();
+    let g = m.graph.as_mut().expect("graph");
+    g.node[4].attribute.clear();
+    g.initializer[1] = tensor("fc", &[3, 4], &[0.5, -0.25, 1.0, 2.0, 0.0, 1.5, -1.0, 0.25, 0.75, 0.1, 0.2, 0.3]);
+    let im = import(&m).expect("imports");
+    assert!(im.source.contains("d = dense(f, fc_t, fb);"), "{}", im.source);
+    let (_, t) = im.weights.iter().find(|(n, _)| n == "fc_t").expect("transposed weight");
+    assert_eq!(t.shape, [4, 3]);
+    let texc_runtime::Data::F32(v) = &t.data else { panic!("f32") };
+    assert_eq!(&v[..3], &[0.5, 0.0, 0.75], "column 0 of fc is row 0 of fc_t");
+}
+
+#[test]
+fn what_is_not_imported_is_an_error_naming_the_node() {
+    let err = |m: ModelProto| import(&m).expect_err("refused").to_string();
+    let mut m = cnn();
+    m.graph.as_mut().expect("graph").node[0].attribute.push(ints("strides", &[2, 1]));
+    assert_eq!(err(m), "node `/c` (Conv): strides = [2, 1]: only equal values for both axes are supported");
+    let mut m = cnn();
+    m.graph.as_mut().expect("graph").node[1].op_type = "Selu".into();
+    assert_eq!(err(m), "node `/r` (Selu): operator `Selu` is not supported");
+    let mut m = cnn();
+    m.graph.as_mut().expect("graph").node[1].attribute.push(int("alpha", 1));
+    assert_eq!(err(m), "node `/r` (Relu): attribute `alpha` is not supported");
+    let mut m = cnn();
+    m.graph.as_mut().expect("graph").node[2].input[0] = "nowhere".into();
+    assert_eq!(err(m), "node `/g` (GlobalAveragePool): input `nowhere` is not defined before this node");
+    let mut m = cnn();
+    m.graph.as_mut().expect("graph").output[0] = value_info("y", &[1, 4]);
+    assert_eq!(err(m), "graph output `y` is declared [1, 4] but computes [1, 2, 2]");
+    let mut m = cnn();
+    m.opset_import[0].version = 3;
+    assert_eq!(err(m), "opset 3 is not supported (7 to 23 are)");
+    let mut m = cnn();
+    m.graph.as_mut().expect("graph").node[1].domain = "com.microsoft".into();
+    assert_eq!(err(m), "node `/r` (Relu): operators of domain `com.microsoft` are not supported");
+    let mut m = cnn();
+    m.graph.as_mut().expect("graph").initializer[0].raw_data.pop();
+    assert_eq!(err(m), "initializer `w`: raw data of 215 bytes for 54 elements");
+    let mut m = cnn();
+    let g = m.graph.as_mut().expect("graph");
+    g.input[0]
+        .r#type
+        .as_mut()
+        .and_then(|t| t.tensor_type.as_mut())
+        .expect("tensor")
+        .shape
+        .as_mut()
+        .expect("shape")
+        .dim[0] = Dimension { value: Some(DimensionValue::DimParam("N".into())) };
+    assert_eq!(err(m.clone()), "graph input `x` has a symbolic dimension `N`: give it a size with --dim N=SIZE");
+    let sized = Options { dims: vec![("N".into(), 1)], kernel: None, base_dir: None };
+    assert!(import_bytes(&m.encode_to_vec(), "m.onnx", "m.npz", &sized).is_ok());
+    assert!(matches!(import_bytes(b"\x07\x07\x07", "m.onnx", "m.npz", &Options::default()), Err(OnnxError::Decode(_))));
+}
+
+/// Every byte string is imported or refused with an error; none panics.
+/// (A deterministic mutation loop; `fuzz/` has the coverage-guided target.)
+#[test]
+fn mutated_models_never_panic() {
+    let bytes = cnn().encode_to_vec();
+    let mut state = 0x9e3779b97f4a7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut ok, mut refused) = (0, 0);
+    for _ in 0..3000 {
+        let mut b = bytes.clone();
+        for _ in 0..1 + next() % 4 {
+            let i = (next() % b.len() as u64) as usize;
+            match next() % 3 {
+                0 => b[i] = next() as u8,
+                1 => b.truncate(i.max(1)),
+                _ => b.insert(i, next() as u8),
+            }
+        }
+        match import_bytes(&b, "m.onnx", "m.npz", &Options::default()) {
+            Ok(_) => ok += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(ok > 0 && refused > 0, "{ok} imported, {refused} refused");
+}
+
+/// Initializers stored in a file beside the model (what `torch.onnx.export`
+/// writes for large models) are read from the model's directory; a location
+/// outside it is refused.
+#[test]
+fn external_data_is_read_beside_the_model() {
+    let dir = std::env::temp_dir().join(format!("texc-onnx-external-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let mut m = cnn();
+    let w = &mut m.graph.as_mut().expect("graph").initializer[0];
+    let bytes = std::mem::take(&mut w.raw_data);
+    std::fs::write(dir.join("weights.bin"), [vec![0u8; 16], bytes.clone()].concat()).expect("write");
+    w.data_location = 1;
+    let entry = |k: &str, v: &str| StringStringEntryProto { key: k.into(), value: v.into() };
+    w.external_data =
+        vec![entry("location", "weights.bin"), entry("offset", "16"), entry("length", &bytes.len().to_string())];
+    let path = dir.join("m.onnx");
+    std::fs::write(&path, m.encode_to_vec()).expect("write");
+    let external = crate::import_file(&path, "m.npz", &Options::default()).expect("imports");
+    assert_eq!(external.weights, import(&cnn()).expect("inline").weights);
+
+    m.graph.as_mut().expect("graph").initializer[0].external_data[0].value = "../weights.bin".into();
+    std::fs::write(&path, m.encode_to_vec()).expect("write");
+    let e = crate::import_file(&path, "m.npz", &Options::default()).expect_err("refused").to_string();
+    assert_eq!(e, "initializer `w`: external data `../weights.bin` is outside the model's directory");
+    m.graph.as_mut().expect("graph").initializer[0].external_data[0].value = "weights.bin".into();
+    m.graph.as_mut().expect("graph").initializer[0].external_data[1].value = "17".into();
+    std::fs::write(&path, m.encode_to_vec()).expect("write");
+    let e = crate::import_file(&path, "m.npz", &Options::default()).expect_err("refused").to_string();
+    assert!(e.contains("bytes 17..+216 beyond its 232 bytes"), "{e}");
+}

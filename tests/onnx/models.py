@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Builds the ONNX test models with random weights, made by the `onnx`
+package's graph builder (nothing is downloaded), and runs them on ONNX
+Runtime for reference outputs.
+
+    python3 tests/onnx/models.py MODEL OUT_DIR [--size S] [--seed N]
+
+MODEL is resnet18, mobilenetv2, encoder or one of the small cases below.
+Writes OUT_DIR/MODEL.onnx, OUT_DIR/x.npy (the input) and OUT_DIR/expected.npy
+(ONNX Runtime's output, one thread, all graph optimizations off so that the
+reference is the model as written)."""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+class Builder:
+    """A graph under construction: nodes, initializers and unique names."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.nodes = []
+        self.inits = []
+        self.count = 0
+
+    def name(self, base):
+        self.count += 1
+        return f"{base}_{self.count}"
+
+    def weight(self, base, shape, scale=None, kind="normal"):
+        n = self.name(base)
+        if kind == "normal":
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+            s = scale if scale is not None else np.sqrt(2.0 / fan_in)
+            a = self.rng.normal(0.0, s, shape)
+        elif kind == "positive":
+            a = self.rng.uniform(0.5, 1.5, shape)
+        else:
+            a = self.rng.uniform(-0.1, 0.1, shape)
+        self.inits.append(numpy_helper.from_array(a.astype(np.float32), n))
+        return n
+
+    def const(self, base, array):
+        n = self.name(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(array), n))
+        return n
+
+    def op(self, op_type, inputs, base=None, **attrs):
+        out = self.name(base or op_type.lower())
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=f"/{out}/{op_type}", **attrs))
+        return out
+
+    # ---------------------------------------------------------------- layers
+
+    def conv(self, x, cin, cout, k, stride=1, pad=0, group=1, bias=False, pads=None):
+        w = self.weight("w", [cout, cin // group, k, k])
+        ins = [x, w] + ([self.weight("b", [cout], kind="small")] if bias else [])
+        return self.op("Conv", ins, "conv", kernel_shape=[k, k], strides=[stride, stride],
+                       pads=pads or [pad] * 4, group=group)
+
+    def bn(self, x, c):
+        ins = [x, self.weight("gamma", [c], kind="positive"), self.weight("beta", [c], kind="small"),
+               self.weight("mean", [c], kind="small"), self.weight("var", [c], kind="positive")]
+        return self.op("BatchNormalization", ins, "bn", epsilon=1e-5)
+
+    def model(self, x_shape, out_name, out_shape, opset=17):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
+        y = helper.make_tensor_value_info(out_name, TensorProto.FLOAT, out_shape)
+        g = helper.make_graph(self.nodes, "model", [x], [y], self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="texc-tests")
+        m.ir_version = 8
+        onnx.checker.check_model(m)
+        return m
+
+
+def rename_output(b, y):
+    """Make the last node's output the graph output `y`."""
+    b.nodes[-1].output[0] = "y"
+    return "y"
+
+
+def resnet18(size, seed):
+    b = Builder(seed)
+    x = b.op("Relu", [b.bn(b.conv("x", 3, 64, 7, stride=2, pad=3), 64)])
+    x = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for cout, stride in [(64, 1), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1)]:
+        y = b.op("Relu", [b.bn(b.conv(x, cin, cout, 3, stride=stride, pad=1), cout)])
+        y = b.bn(b.conv(y, cout, cout, 3, pad=1), cout)
+        shortcut = x if (stride == 1 and cin == cout) else b.bn(b.conv(x, cin, cout, 1, stride=stride), cout)
+        x = b.op("Relu", [b.op("Add", [y, shortcut])])
+        cin = cout
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    b.op("Gemm", [x, b.weight("fc_w", [1000, 512]), b.weight("fc_b", [1000], kind="small")], transB=1)
+    return b.model([1, 3, size, size], rename_output(b, "y"), [1, 1000])
+
+
+def mobilenetv2(size, seed):
+    b = Builder(seed)
+
+    def conv_bn(x, cin, cout, k, stride=1, group=1, act=True):
+        y = b.bn(b.conv(x, cin, cout, k, stride=stride, pad=k // 2, group=group), cout)
+        return b.op("Clip", [y, b.const("lo", np.float32(0.0)), b.const("hi", np.float32(6.0))]) if act else y
+
+    x = conv_bn("x", 3, 32, 3, stride=2)
+    cin = 32
+    for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                       (6, 320, 1, 1)]:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            y = conv_bn(x, cin, hidden, 1) if t != 1 else x
+            y = conv_bn(y, hidden, hidden, 3, stride=stride, group=hidden)
+            y = conv_bn(y, hidden, c, 1, act=False)
+            x = b.op("Add", [x, y]) if stride == 1 and cin == c else y
+            cin = c
+    x = conv_bn(x, cin, 1280, 1)
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    b.op("Gemm", [x, b.weight("fc_w", [1000, 1280]), b.weight("fc_b", [1000], kind="small")], transB=1)
+    return b.model([1, 3, size, size], rename_output(b, "y"), [1, 1000])
+
+
+def encoder(size, seed):
+    """A post-norm transformer encoder block as PyTorch exports it:
+    attention with 4 heads, GELU (erf form) feed-forward, LayerNormalization."""
+    b = Builder(seed)
+    s, d, h = size, 64, 4
+    dh = d // h
+
+    def linear(x, din, dout):
+        y = b.op("MatMul", [x, b.weight("w", [din, dout], scale=1.0 / np.sqrt(din))])
+        return b.op("Add", [y, b.weight("b", [dout], kind="small")])
+
+    def heads(x, perm):
+        y = b.op("Reshape", [x, b.const("shape", np.array([1, s, h, dh], np.int64))])
+        return b.op("Transpose", [y], perm=perm)
+
+    def layer_norm(x):
+        return b.op("LayerNormalization", [x, b.weight("ln_g", [d], kind="positive"),
+                                            b.weight("ln_b", [d], kind="small")], axis=-1, epsilon=1e-5)
+
+    q = heads(linear("x", d, d), [0, 2, 1, 3])
+    k = heads(linear("x", d, d), [0, 2, 3, 1])
+    v = heads(linear("x", d, d), [0, 2, 1, 3])
+    scores = b.op("Div", [b.op("MatMul", [q, k]), b.const("scale", np.float32(np.sqrt(dh)))])
+    ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+    ctx = b.op("Reshape", [b.op("Transpose", [ctx], perm=[0, 2, 1, 3]),
+                           b.const("shape", np.array([1, s, d], np.int64))])
+    x = layer_norm(b.op("Add", ["x", linear(ctx, d, d)]))
+    f = linear(x, d, 4 * d)
+    # GELU as torch.onnx exports nn.GELU(): x * 0.5 * (1 + erf(x / sqrt(2)))
+    g = b.op("Erf", [b.op("Div", [f, b.const("sqrt2", np.float32(np.sqrt(2.0)))])])
+    g = b.op("Mul", [b.op("Mul", [f, b.op("Add", [g, b.const("one", np.float32(1.0))])]),
+                     b.const("half", np.float32(0.5))])
+    x = layer_norm(b.op("Add", [x, linear(g, 4 * d, d)]))
+    return b.model([1, s, d], rename_output(b, "y"), [1, s, d])
+
+
+def small(size, seed):
+    """Operators the big models do not use: asymmetric padding, strides and
+    dilation, average pooling, Concat, ReduceMean, Pow/Sqrt, Sigmoid, Tanh,
+    LeakyRelu, HardSwish, broadcasting Sub, Squeeze/Unsqueeze, MatMul of matrices."""
+    b = Builder(seed)
+    x = b.conv("x", 3, 8, 3, stride=2, pads=[0, 1, 1, 0], bias=True)
+    x = b.op("LeakyRelu", [x], alpha=0.1)
+    y = b.op("Conv", [x, b.weight("w", [8, 8, 3, 3])], kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2])
+    y = b.op("HardSwish", [y])
+    x = b.op("Concat", [x, b.op("Sigmoid", [y]), b.op("Tanh", [x])], axis=1)
+    x = b.op("AveragePool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    mean = b.op("ReduceMean", [x], axes=[2, 3], keepdims=1)
+    centered = b.op("Sub", [x, mean])
+    var = b.op("ReduceMean", [b.op("Pow", [centered, b.const("two", np.float32(2.0))])], axes=[2, 3], keepdims=1)
+    x = b.op("Div", [centered, b.op("Sqrt", [b.op("Add", [var, b.const("eps", np.float32(1e-5))])])])
+    x = b.op("ReduceMax", [x], axes=[2, 3], keepdims=1)
+    x = b.op("Squeeze", [x, b.const("axes", np.array([2, 3], np.int64))])
+    x = b.op("MatMul", [x, b.weight("m", [24, 10])])
+    x = b.op("Unsqueeze", [x, b.const("axes", np.array([1], np.int64))])
+    b.op("Softmax", [x], axis=-1)
+    return b.model([1, 3, size, size], rename_output(b, "y"), [1, 1, 10])
+
+
+def symbolic(size, seed):
+    """A batch dimension left symbolic, as torch.onnx.export's dynamic_axes leaves it."""
+    b = Builder(seed)
+    b.op("Relu", [b.conv("x", 3, 4, 3, pad=1, bias=True)])
+    m = b.model(["batch", 3, size, size], rename_output(b, "y"), ["batch", 4, size, size])
+    return m
+
+
+def unsupported_op(size, seed):
+    """An operator texc does not import (Hardmax)."""
+    b = Builder(seed)
+    b.op("Hardmax", [b.op("Relu", ["x"])], axis=-1)
+    return b.model([1, size], rename_output(b, "y"), [1, size])
+
+
+def bad_strides(size, seed):
+    """A convolution with different strides per axis."""
+    b = Builder(seed)
+    b.op("Conv", ["x", b.weight("w", [4, 3, 3, 3])], kernel_shape=[3, 3], strides=[2, 1])
+    return b.model([1, 3, size, size], rename_output(b, "y"), [1, 4, (size - 3) // 2 + 1, size - 2])
+
+
+MODELS = {"resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
+          "small": (small, 17), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
+          "bad_strides": (bad_strides, 9)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", choices=sorted(MODELS))
+    ap.add_argument("out")
+    ap.add_argument("--size", type=int)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    build, default_size = MODELS[a.model]
+    m = build(a.size or default_size, a.seed)
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, f"{a.model}.onnx")
+    onnx.save(m, path)
+    # A symbolic dimension is 1 in the reference run.
+    shape = [d.dim_value or 1 for d in m.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(a.seed + 1).normal(0.0, 1.0, shape).astype(np.float32)
+    np.save(os.path.join(a.out, "x.npy"), x)
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"x": x})[0]
+    np.save(os.path.join(a.out, "expected.npy"), y)
+    print(f"{path}: {len(m.graph.node)} nodes, output {list(y.shape)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+//! `texc import` and `.onnx` files given to `run`: models built by
+//! `tests/onnx/models.py` with the `onnx` package (random weights, nothing
+//! downloaded) are imported and run on `interp` and `x86-avx2`, and compared
+//! with ONNX Runtime on the same input (normwise relative error ≤ 1e-4);
+//! unsupported and malformed models give clear errors.
+//!
+//! The models need Python with `onnx` and `onnxruntime` (scripts/bootstrap.sh
+//! installs them). Without them the tests print why and pass, except under CI
+//! (`CI` set), where a missing tool is a failure rather than a silent skip.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use texc_runtime::{read_npy, Data};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("parent").to_path_buf()
+}
+
+fn texc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_texc")).args(args).current_dir(root()).output().expect("texc runs")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Build `model` into a fresh directory with its input and ONNX Runtime's
+/// output; `None` (with the reason printed) when Python lacks the packages.
+fn build(model: &str, extra: &[&str]) -> Option<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("texc-onnx-{}", std::process::id())).join(model);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new("python3")
+        .arg(root().join("tests/onnx/models.py"))
+        .arg(model)
+        .arg(&dir)
+        .args(extra)
+        .output()
+        .expect("python3 runs");
+    if out.status.success() {
+        return Some(dir);
+    }
+    let why = text(&out);
+    if why.contains("No module named") && std::env::var_os("CI").is_none() {
+        eprintln!("skipped: Python lacks onnx or onnxruntime (scripts/bootstrap.sh installs them): {why}");
+        return None;
+    }
+    panic!("tests/onnx/models.py {model} failed:\n{why}");
+}
+
+fn f32s(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let t = read_npy(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    match t.data {
+        Data::F32(v) => (t.shape, v),
+        other => panic!("{}: not f32: {:?}", path.display(), other),
+    }
+}
+
+/// ‖got − want‖₂ / ‖want‖₂
+fn normwise_error(got: &Path, want: &Path) -> f64 {
+    let ((gs, g), (ws, w)) = (f32s(got), f32s(want));
+    assert_eq!(gs, ws, "output shapes differ");
+    let diff: f64 = g.iter().zip(&w).map(|(a, b)| (*a as f64 - *b as f64).powi(2)).sum();
+    let norm: f64 = w.iter().map(|b| (*b as f64).powi(2)).sum();
+    (diff / norm).sqrt()
+}
+
+/// Import `model`, run it on each target with the reference input, and
+/// compare with ONNX Runtime.
+fn imported_model_matches_onnx_runtime(model: &str, targets: &[&str]) {
+    let Some(dir) = build(model, &[]) else { return };
+    let s = |p: PathBuf| p.display().to_string();
+    let onnx = s(dir.join(format!("{model}.onnx")));
+    let tex = s(dir.join(format!("{model}.tex")));
+    let o = texc(&["import", &onnx, "-o", &tex]);
+    assert!(o.status.success(), "{}", text(&o));
+    let again = std::fs::read(&tex).expect("tex");
+    let npz = s(dir.join(format!("{model}.npz")));
+    let x = format!("x={}", s(dir.join("x.npy")));
+    for target in targets {
+        let y = dir.join(format!("y_{target}.npy"));
+        let out = format!("y={}", s(y.clone()));
+        let o = texc(&["run", &tex, "--input", &npz, "--input", &x, "--output", &out, "--target", target]);
+        assert!(o.status.success(), "{model} on {target}: {}", text(&o));
+        let e = normwise_error(&y, &dir.join("expected.npy"));
+        eprintln!("{model} on {target}: normwise relative error {e:.3e} against ONNX Runtime");
+        assert!(e <= 1e-4, "{model} on {target}: error {e:.3e} against ONNX Runtime");
+    }
+    let o = texc(&["import", &onnx, "-o", &tex]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read(&tex).expect("tex"), again, "import is deterministic");
+}
+
+#[test]
+fn resnet18_matches_onnx_runtime() {
+    imported_model_matches_onnx_runtime("resnet18", &["interp", "x86-avx2"]);
+}
+
+#[test]
+fn mobilenetv2_matches_onnx_runtime() {
+    imported_model_matches_onnx_runtime("mobilenetv2", &["interp", "x86-avx2"]);
+}
+
+#[test]
+fn transformer_encoder_matches_onnx_runtime() {
+    imported_model_matches_onnx_runtime("encoder", &["interp", "x86-avx2"]);
+}
+
+#[test]
+fn other_operators_match_onnx_runtime() {
+    imported_model_matches_onnx_runtime("small", &["interp", "x86-avx2", "cranelift"]);
+}
+
+/// `run` takes the `.onnx` file itself, with its weights, and `--check` works on it.
+#[test]
+fn run_takes_an_onnx_file() {
+    let Some(dir) = build("symbolic", &[]) else { return };
+    let onnx = dir.join("symbolic.onnx").display().to_string();
+    let x = format!("x={}", dir.join("x.npy").display());
+    let y = dir.join("y.npy");
+    let out = format!("y={}", y.display());
+    let o = texc(&["run", &onnx, "--input", &x, "--target", "x86-avx2", "--check"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("graph input `x` has a symbolic dimension `batch`: give it a size with --dim batch=SIZE"),
+        "{}",
+        text(&o)
+    );
+    let o =
+        texc(&["run", &onnx, "--dim", "batch=1", "--input", &x, "--output", &out, "--target", "x86-avx2", "--check"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("check `y` against interp"), "{}", text(&o));
+    assert!(normwise_error(&y, &dir.join("expected.npy")) <= 1e-6);
+}
+
+#[test]
+fn unsupported_and_malformed_models_are_refused_clearly() {
+    let expect = |model: &str, message: &str| {
+        let Some(dir) = build(model, &[]) else { return };
+        let onnx = dir.join(format!("{model}.onnx")).display().to_string();
+        let tex = dir.join("out.tex");
+        let o = texc(&["import", &onnx, "-o", &tex.display().to_string()]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(text(&o).contains(message), "{model}: {}", text(&o));
+        assert!(!tex.exists(), "nothing is written for a refused model");
+    };
+    expect("unsupported_op", "node `/hardmax_2/Hardmax` (Hardmax): operator `Hardmax` is not supported");
+    expect(
+        "bad_strides",
+        "node `/conv_2/Conv` (Conv): strides = [2, 1]: only equal values for both axes are supported",
+    );
+
+    let dir = std::env::temp_dir().join(format!("texc-onnx-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let bad = dir.join("bad.onnx");
+    std::fs::write(&bad, b"\x07not a model").expect("write");
+    let bad = bad.display().to_string();
+    for args in [vec!["import", &bad, "-o", "/tmp/never.tex"], vec!["run", &bad], vec!["check", &bad]] {
+        let o = texc(&args);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(text(&o).contains("bad.onnx: not a valid ONNX model"), "{}", text(&o));
+    }
+    let o = texc(&["import", "no/such/model.onnx", "-o", "/tmp/never.tex"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("no/such/model.onnx: cannot read the model"), "{}", text(&o));
+    let o = texc(&["import", &bad, "-o", "out.txt"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = texc(&["run", "examples/gelu.tex", "--dim", "batch=1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
