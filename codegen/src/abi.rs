@@ -82,6 +82,8 @@ pub struct Layout {
     pub scalars: Vec<ElemType>,
     pub outputs: Vec<TensorDesc>,
     pub temps: Vec<TensorDesc>,
+    /// Where the temporaries live in one arena on the host.
+    pub plan: texc_schedules::memory_plan::MemoryPlan,
 }
 
 fn desc(f: &LoopFunc, t: TensorId) -> TensorDesc {
@@ -107,6 +109,7 @@ impl Layout {
             scalars: p.scalars.iter().map(|s| s.elem).collect(),
             outputs: p.outputs.iter().map(|&t| desc(f, t)).collect(),
             temps: f.live_temps().into_iter().map(|t| desc(f, t)).collect(),
+            plan: texc_schedules::memory_plan::plan(f),
         }
     }
 }
@@ -192,8 +195,10 @@ pub struct CEntry {
     /// The entry it calls: `texc_<kernel>`.
     pub entry: String,
     pub params: Vec<CParam>,
-    /// Temporaries to allocate: tensor and size in bytes (a multiple of 64, at least 64).
+    /// Temporaries: each tensor's offset in one arena of `arena_bytes`
+    /// (the memory plan, `texc_schedules::memory_plan`), allocated per call.
     pub temps: Vec<(TensorId, u64)>,
+    pub arena_bytes: u64,
     pub n_tensors: usize,
     pub n_scalars: usize,
 }
@@ -210,20 +215,14 @@ impl CEntry {
             })
             .collect();
         params.extend(p.outputs.iter().map(|&t| CParam::Tensor { t, output: true }));
-        let temps = f
-            .live_temps()
-            .into_iter()
-            .map(|t| {
-                let d = p.tensor(t);
-                let bytes = (d.len().max(0) as u64).saturating_mul(d.elem.size() as u64).max(1);
-                (t, bytes.div_ceil(64).saturating_mul(64))
-            })
-            .collect();
+        let plan = texc_schedules::memory_plan::plan(f);
+        let temps = plan.slots.iter().map(|s| (s.tensor, s.offset)).collect();
         CEntry {
             name: format!("{}_run", entry_name(f)),
             entry: entry_name(f),
             params,
             temps,
+            arena_bytes: plan.arena_bytes,
             n_tensors: p.tensors.len(),
             n_scalars: p.scalars.len(),
         }

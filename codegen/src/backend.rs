@@ -129,8 +129,27 @@ impl Compiled {
                 _ => return Err(CodegenError::Run("a tensor and a scalar argument are swapped".into())),
             }
         }
-        for t in l.outputs.iter().chain(&l.temps) {
+        for t in &l.outputs {
             bufs.push((t.id, AlignedBuf::zeroed(t.elem, t.shape.clone()).map_err(oom)?));
+        }
+        // On the host the temporaries share one arena (the memory plan); a
+        // GPU gets a buffer for each, as its launches take them one by one.
+        let mut arena = None;
+        match &self.exec {
+            Exec::Host(_) if !l.temps.is_empty() => {
+                let mut a =
+                    AlignedBuf::zeroed(texc_runtime::DType::U8, vec![l.plan.arena_bytes as usize]).map_err(oom)?;
+                for s in &l.plan.slots {
+                    // SAFETY: the plan keeps every slot inside the arena.
+                    ptrs[s.tensor.0 as usize] = unsafe { a.as_mut_ptr().add(s.offset as usize) };
+                }
+                arena = Some(a);
+            }
+            _ => {
+                for t in &l.temps {
+                    bufs.push((t.id, AlignedBuf::zeroed(t.elem, t.shape.clone()).map_err(oom)?));
+                }
+            }
         }
         for (t, b) in bufs.iter_mut() {
             ptrs[t.0 as usize] = b.as_mut_ptr();
@@ -148,7 +167,7 @@ impl Compiled {
                 Some(g.device.upload(&host).map_err(CodegenError::Run)?)
             }
         };
-        Ok(Buffers { bufs, ptrs, scalars, device })
+        Ok(Buffers { bufs, _arena: arena, ptrs, scalars, device })
     }
 
     /// Run on prepared buffers (may be called repeatedly, e.g. by `bench`).
@@ -217,6 +236,8 @@ fn oom(e: texc_runtime::OutOfMemory) -> CodegenError {
 /// Buffers for one call: inputs copied in, outputs and temporaries zeroed.
 pub struct Buffers {
     bufs: Vec<(texc_compiler::tir::TensorId, AlignedBuf)>,
+    /// The temporaries of a host kernel, at the offsets of its memory plan.
+    _arena: Option<AlignedBuf>,
     ptrs: Vec<*mut u8>,
     scalars: Vec<u64>,
     /// The same buffers on the GPU, for kernels that run there.

@@ -51,7 +51,7 @@ pub enum OnnxError {
 pub struct Options {
     /// Sizes of symbolic input dimensions (`dim_param`), such as a batch size.
     pub dims: Vec<(String, i64)>,
-    /// The kernel's name (default: the graph's name, else `model`).
+    /// The kernel's name, made an identifier (default: the graph's name, else `model`).
     pub kernel: Option<String>,
     /// Where initializers stored outside the model (external data) are
     /// looked for: the model's directory.
@@ -202,8 +202,8 @@ impl<'m> Importer<'m> {
             im.params.push(id);
         }
         for t in &graph.initializer {
-            let (shape, data) =
-                tensor_data(t, options.base_dir.as_deref()).map_err(|e| OnnxError::Model(format!("initializer `{}`: {e}", t.name)))?;
+            let (shape, data) = tensor_data(t, options.base_dir.as_deref())
+                .map_err(|e| OnnxError::Model(format!("initializer `{}`: {e}", t.name)))?;
             im.add(&t.name, shape, Some(data)).map_err(OnnxError::Model)?;
         }
         for o in &graph.output {

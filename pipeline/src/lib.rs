@@ -232,11 +232,18 @@ impl Pipeline {
         self.after_parse(m, t0)
     }
 
+    /// The weights of the ONNX model `load` imported, by parameter name (empty otherwise).
+    pub fn model_inputs(&self) -> &HashMap<String, Tensor> {
+        &self.model_inputs
+    }
+
     /// *import* an ONNX model, then *parse* and *resolve* its `.tex` text;
     /// its weights become the inputs runs take by default.
     fn load_onnx(&mut self, path: &Path) -> Result<usize, Error> {
         let t0 = Instant::now();
-        let options = texc_onnx::Options { dims: self.options.model_dims.clone(), kernel: None, base_dir: None };
+        // The kernel is named after the file (`resnet18.onnx`: `texc_resnet18_run`).
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        let options = texc_onnx::Options { dims: self.options.model_dims.clone(), kernel: stem, base_dir: None };
         let shown = path.display().to_string();
         let imported = texc_onnx::import_file(path, "the model", &options)
             .map_err(|e| Diagnostic::error(format!("{shown}: {e}")))?;
@@ -782,7 +789,7 @@ fn run_memory(written: &Program, compiled: Option<&LoopFunc>, interpret: bool) -
     let outputs = sum(&mut written.outputs.iter().map(|&t| bytes(written.tensor(t))));
     let mut total = inputs.saturating_mul(2).saturating_add(outputs);
     if let Some(f) = compiled {
-        let temps = sum(&mut f.live_temps().into_iter().map(|t| bytes(f.p.tensor(t))));
+        let temps = texc_schedules::memory_plan::plan(f).arena_bytes;
         total = total.saturating_add(inputs).saturating_add(outputs.saturating_mul(2)).saturating_add(temps);
     }
     if interpret {

@@ -30,6 +30,7 @@ pub mod index;
 pub mod ir;
 pub mod legalize;
 pub mod lower;
+pub mod memory_plan;
 pub mod normalize;
 pub mod schedule;
 pub mod tensorize;

@@ -174,7 +174,7 @@ pub struct ImportArgs {
     /// Sizes of symbolic input dimensions: `--dim batch=1` (repeatable).
     #[arg(long, value_name = "NAME=SIZE,...")]
     pub dim: Vec<String>,
-    /// The kernel's name (default: the graph's).
+    /// The kernel's name (default: the name of the .tex file).
     #[arg(long)]
     pub kernel: Option<String>,
 }

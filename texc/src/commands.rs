@@ -998,10 +998,14 @@ fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(
     }
     let funcs = kernels_to_compile(pl, c)?;
     let refs: Vec<&texc_schedules::LoopFunc> = funcs.iter().collect();
-    let (objects, header) = pl.emit_objects(&refs)?;
+    let (objects, mut header) = pl.emit_objects(&refs)?;
+    let embedded = embed_weights(pl, &funcs, out)?;
+    if let Some((_, declaration)) = &embedded {
+        header = texc_codegen::header::with_declaration(&header, declaration);
+    }
     // Every output is written beside its path and renamed over it, so a
     // reader (or a concurrent texc) never sees half a file.
-    if ext == "o" && objects.len() == 1 {
+    if ext == "o" && objects.len() == 1 && embedded.is_none() {
         texc_runtime::atomic::write(out, &objects[0]).map_err(cannot)?;
     } else {
         // Several objects become one relocatable object (`cc -r`) or a library.
@@ -1016,6 +1020,7 @@ fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(
                 break;
             }
         }
+        parts.extend(embedded.as_ref().map(|(o, _)| o.clone()));
         let status = written.map(|()| {
             std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
                 .args([if ext == "so" { "-shared" } else { "-r" }, "-o"])
@@ -1044,6 +1049,45 @@ fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(
 }
 
 /// `texc compile -o k.ptx` (or `k.cubin`, assembled by `ptxas`) for a GPU target, and its header.
+/// An ONNX model's weights compiled into its library, with the entry
+/// `texc_<kernel>_infer` that passes them: the object to link and the
+/// entry's declaration for the header. `None` for a `.tex` file.
+fn embed_weights(
+    pl: &Pipeline,
+    funcs: &[texc_schedules::LoopFunc],
+    out: &Path,
+) -> Result<Option<(PathBuf, String)>, Error> {
+    let weights = pl.model_inputs();
+    let [f] = funcs else { return Ok(None) };
+    if weights.is_empty() {
+        return Ok(None);
+    }
+    let fail = |what: String| Error::from(Diagnostic::error(format!("cannot write {}: {what}", out.display())));
+    let bytes = |name: &str| {
+        weights.get(name).and_then(|t| texc_runtime::AlignedBuf::from_tensor(t).ok()).map(|b| b.bytes().to_vec())
+    };
+    let blob_path = texc_runtime::atomic::temporary_beside(&out.with_extension("weights"));
+    let c = texc_codegen::abi::CEntry::of(f);
+    let e = texc_codegen::header::embedded_weights(f, &c, &bytes, &blob_path);
+    let source = texc_runtime::atomic::temporary_beside(&out.with_extension("c")).with_extension("c");
+    let object = texc_runtime::atomic::temporary_beside(&out.with_extension("o"));
+    let compiled =
+        std::fs::write(&blob_path, &e.blob).and_then(|()| std::fs::write(&source, &e.c_source)).and_then(|()| {
+            std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+                .args(["-c", "-O2", "-fPIC", "-o"])
+                .arg(&object)
+                .arg(&source)
+                .status()
+        });
+    let _ = std::fs::remove_file(&blob_path);
+    let _ = std::fs::remove_file(&source);
+    match compiled {
+        Ok(s) if s.success() => Ok(Some((object, e.declaration))),
+        Ok(_) => Err(fail("the C compiler failed on the weights' entry".into())),
+        Err(err) => Err(fail(err.to_string())),
+    }
+}
+
 fn compile_gpu(pl: &mut Pipeline, c: &Common, out: &Path, ext: &str) -> Result<(), Error> {
     let t = pl.target();
     if ext != "ptx" && ext != "cubin" {
@@ -1141,6 +1185,21 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
         total_us
     );
     print_summary(p, &texc_compiler::graph::summary(p));
+    if !as_written && t.kind != texc_compiler::target::TargetKind::Gpu {
+        let loops = pl.loops(k, built.runs.clone())?;
+        let plan = texc_schedules::memory_plan::plan(&loops.legal);
+        if plan.slots.is_empty() {
+            outln!("    memory plan  the compiled loop nests have no temporaries");
+        } else {
+            outln!(
+            "    memory plan  {} temporaries of the compiled loop nests in one arena of {} bytes, against {} bytes for a buffer each ({:.0} %)",
+            plan.slots.len(),
+            thousands(plan.arena_bytes.min(i64::MAX as u64) as i64),
+            thousands(plan.sum_bytes.min(i64::MAX as u64) as i64),
+            100.0 * plan.arena_bytes as f64 / plan.sum_bytes.max(1) as f64
+            );
+        }
+    }
     if let Some(path) = plot {
         texc_runtime::atomic::write(path, roofline_svg(&p.name, &roof, &ops).as_bytes())
             .map_err(|e| Error::from(Diagnostic::error(format!("cannot write {}: {e}", path.display()))))?;
@@ -1181,23 +1240,25 @@ fn analyzed_plan(pl: &Pipeline, k: KernelRef, built: &texc_pipeline::Built, as_w
     format!("plan that runs on {t}: the graph as written, {} ({why})", ops(&built.written))
 }
 
+/// `1,234,567`
+fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
 /// The kernel's sizing figures under the operator table.
 fn print_summary(p: &texc_compiler::tir::Program, s: &texc_compiler::graph::Summary) {
-    let thousands = |n: i64| {
-        let digits = n.unsigned_abs().to_string();
-        let mut out = String::new();
-        for (i, ch) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i).is_multiple_of(3) {
-                out.push(',');
-            }
-            out.push(ch);
-        }
-        if n < 0 {
-            format!("-{out}")
-        } else {
-            out
-        }
-    };
     let names = |ts: &[texc_compiler::tir::TensorId], sizes: bool| {
         let mut list: Vec<String> = ts
             .iter()

@@ -16,7 +16,10 @@ pub fn import(a: &ImportArgs) -> Result<(), Error> {
     }
     let weights_path = a.output.with_extension("npz");
     let weights_name = file_name(&weights_path);
-    let options = texc_onnx::Options { dims: parse_ints("--dim", &a.dim)?, kernel: a.kernel.clone(), base_dir: None };
+    // The kernel is named after the file written, unless --kernel says otherwise.
+    let stem = a.output.file_stem().map(|s| s.to_string_lossy().into_owned());
+    let kernel = a.kernel.clone().or(stem);
+    let options = texc_onnx::Options { dims: parse_ints("--dim", &a.dim)?, kernel, base_dir: None };
     let shown = a.model.display().to_string();
     let imported = texc_onnx::import_file(&a.model, &weights_name, &options)
         .map_err(|e| Diagnostic::error(format!("{shown}: {e}")))?;

@@ -27,7 +27,9 @@ fn text(o: &Output) -> String {
 /// Build `model` into a fresh directory with its input and ONNX Runtime's
 /// output; `None` (with the reason printed) when Python lacks the packages.
 fn build(model: &str, extra: &[&str]) -> Option<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("texc-onnx-{}", std::process::id())).join(model);
+    // One directory per model and arguments: tests run in parallel.
+    let name = [model].iter().chain(extra).copied().collect::<Vec<_>>().join("_").replace('-', "");
+    let dir = std::env::temp_dir().join(format!("texc-onnx-{}", std::process::id())).join(name);
     let _ = std::fs::remove_dir_all(&dir);
     let out = Command::new("python3")
         .arg(root().join("tests/onnx/models.py"))
@@ -166,4 +168,46 @@ fn unsupported_and_malformed_models_are_refused_clearly() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let o = texc(&["run", "examples/gelu.tex", "--dim", "batch=1"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+/// `texc compile model.onnx -o model.so`: one library with the weights
+/// inside; `texc_<kernel>_infer(x, y)` called from C (examples/c/model_main.c)
+/// gives ONNX Runtime's output.
+#[test]
+fn a_compiled_model_carries_its_weights_and_runs_from_c() {
+    let Some(dir) = build("resnet18", &["--size", "32"]) else { return };
+    let onnx = dir.join("resnet18.onnx").display().to_string();
+    let lib = dir.join("resnet18.so");
+    let o = texc(&["compile", &onnx, "--target", "x86-avx2", "-o", &lib.display().to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let header = std::fs::read_to_string(dir.join("resnet18.h")).expect("header");
+    assert!(header.contains("int texc_resnet18_infer(const float *x, float *y);"), "{header}");
+    let exe = dir.join("classify");
+    let cc = Command::new("cc")
+        .arg("-I")
+        .arg(&dir)
+        .args(["-DMODEL_H=\"resnet18.h\"", "-DINFER=texc_resnet18_infer", "-DN_IN=3072", "-DN_OUT=1000"])
+        .arg(root().join("examples/c/model_main.c"))
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("cc runs");
+    assert!(cc.status.success(), "{}", text(&cc));
+    let (_, x) = f32s(&dir.join("x.npy"));
+    let raw: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(dir.join("x.f32"), raw).expect("write");
+    let run = Command::new(&exe).arg(dir.join("x.f32")).arg(dir.join("y.f32")).output().expect("runs");
+    assert!(run.status.success(), "{}", text(&run));
+    assert!(text(&run).contains("class"), "{}", text(&run));
+    let y: Vec<f32> = std::fs::read(dir.join("y.f32"))
+        .expect("outputs")
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let (_, want) = f32s(&dir.join("expected.npy"));
+    let diff: f64 = y.iter().zip(&want).map(|(a, b)| (*a as f64 - *b as f64).powi(2)).sum();
+    let norm: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+    assert!((diff / norm).sqrt() <= 1e-4, "error {:.3e}", (diff / norm).sqrt());
 }

@@ -279,34 +279,33 @@ fn define_c_entry<M: Module>(cx: &mut ModuleCx<M>, c: &CEntry, entry: FuncId) ->
                 }
             }
         }
-        // Temporaries: all allocated first; if any failed, free them all (free(NULL) does nothing).
+        // One arena for every temporary, at the offsets of the memory plan.
         let alloc_ref = g.fref(alloc);
         let free_ref = g.fref(free);
-        let mut temps = Vec::new();
+        let mut arena = None;
         let mut failed = g.iconst(types::I8, 0);
-        for &(t, bytes) in &c.temps {
+        if !c.temps.is_empty() {
             let align = g.iconst(types::I64, 64);
-            let size = g.iconst(types::I64, bytes as i64);
+            let size = g.iconst(types::I64, c.arena_bytes as i64);
             let call = g.b.ins().call(alloc_ref, &[align, size]);
             let mem = g.b.inst_results(call)[0];
-            g.b.ins().stack_store(ptr, mem, bufs, 8 * t.0 as i32);
-            let null = g.b.ins().icmp_imm_s(IntCC::Equal, mem, 0);
-            failed = g.b.ins().bor(failed, null);
-            temps.push(mem);
+            failed = g.b.ins().icmp_imm_s(IntCC::Equal, mem, 0);
+            for &(t, offset) in &c.temps {
+                let p = g.b.ins().iadd_imm_s(mem, offset as i64);
+                g.b.ins().stack_store(ptr, p, bufs, 8 * t.0 as i32);
+            }
+            arena = Some(mem);
         }
         let (oom, run) = (g.b.create_block(), g.b.create_block());
         g.b.ins().brif(failed, oom, &[], run, &[]);
         g.b.switch_to_block(oom);
-        for &m in &temps {
-            g.b.ins().call(free_ref, &[m]);
-        }
         ret(&mut g, abi::STATUS_NO_MEMORY);
         g.b.switch_to_block(run);
         let bufs_addr = g.b.ins().stack_addr(ptr, bufs, 0);
         let slots_addr = g.b.ins().stack_addr(ptr, slots, 0);
         let entry_ref = g.fref(entry);
         g.b.ins().call(entry_ref, &[bufs_addr, slots_addr]);
-        for &m in &temps {
+        if let Some(m) = arena {
             g.b.ins().call(free_ref, &[m]);
         }
         ret(&mut g, abi::STATUS_OK);

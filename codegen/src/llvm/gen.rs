@@ -255,27 +255,26 @@ impl<'ctx> Gen<'ctx, '_> {
                 }
             }
         }
-        let mut temps = Vec::new();
+        // One arena for every temporary, at the offsets of the memory plan.
+        let mut arena = None;
         let mut failed = self.cx.bool_type().const_zero();
-        for &(t, bytes) in &c.temps {
-            let mem = self.call(alloc, &[i64t.const_int(64, false).into(), i64t.const_int(bytes, false).into()])?;
-            let mem = mem.into_pointer_value();
-            let at = self.gep(ptr.into(), bufs, i64t.const_int(t.0 as u64, false))?;
-            self.b.build_store(at, mem)?;
-            let is_null = self.b.build_is_null(mem, "nomem")?;
-            failed = self.b.build_or(failed, is_null, "failed")?;
-            temps.push(mem);
+        if !c.temps.is_empty() {
+            let size = i64t.const_int(c.arena_bytes, false);
+            let mem = self.call(alloc, &[i64t.const_int(64, false).into(), size.into()])?.into_pointer_value();
+            failed = self.b.build_is_null(mem, "nomem")?;
+            for &(t, offset) in &c.temps {
+                let p = self.gep(self.cx.i8_type().into(), mem, i64t.const_int(offset, false))?;
+                let at = self.gep(ptr.into(), bufs, i64t.const_int(t.0 as u64, false))?;
+                self.b.build_store(at, p)?;
+            }
+            arena = Some(mem);
         }
         self.b.build_conditional_branch(failed, oom, run)?;
-        // Out of memory: free what was allocated (free(NULL) does nothing).
         self.b.position_at_end(oom);
-        for &m in &temps {
-            self.b.build_call(free, &[m.into()], "")?;
-        }
         self.b.build_return(Some(&i32t.const_int(abi::STATUS_NO_MEMORY as u64, false)))?;
         self.b.position_at_end(run);
         self.b.build_call(entry, &[bufs.into(), slots.into()], "")?;
-        for &m in &temps {
+        if let Some(m) = arena {
             self.b.build_call(free, &[m.into()], "")?;
         }
         self.b.build_return(Some(&i32t.const_int(abi::STATUS_OK as u64, false)))?;
