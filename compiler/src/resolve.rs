@@ -521,14 +521,14 @@ fn std_nn_names() -> &'static [String] {
 /// What users of other frameworks call operators that `std.nn` has under another name.
 const STD_ALIASES: [(&str, &str, &str); 4] = [
     ("swish", "silu", "PyTorch's name for swish"),
-    ("gelu_tanh", "gelu", "the exact form, with erf; std.nn has no tanh approximation"),
+    ("gelu_new", "gelu_tanh", "Hugging Face's name for the tanh approximation"),
     ("gelu_erf", "gelu", "the exact form, with erf"),
     ("linear", "dense", "torch.nn.functional.linear"),
 ];
 
 /// The name among `candidates` nearest `name`, for unknown functions: within
 /// an edit distance of a third of the name (at least 2), or one name a
-/// prefix of the other (`gelu_tanh`, `gelu`).
+/// prefix of the other (`gelu_erf`, `gelu`).
 fn nearest_function<'n>(name: &str, candidates: impl Iterator<Item = &'n str>) -> Option<&'n str> {
     let limit = (name.chars().count() / 3).max(2);
     candidates

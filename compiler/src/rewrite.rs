@@ -39,6 +39,10 @@ pub struct Shapes {
     pub of: HashMap<String, Vec<i64>>,
     /// FLOPs and bytes of opaque operators, by symbol.
     pub opaque_cost: HashMap<String, (f64, f64)>,
+    /// Whether convolutions' compute time counts the share of the peak that
+    /// texc's CPU code measurably reaches ([`cpu_efficiency`]); GPU targets
+    /// have no measurements yet and use the nominal peak.
+    pub calibrated: bool,
 }
 
 impl Analysis<SymbolLang> for Shapes {
@@ -226,8 +230,57 @@ fn node_time(egraph: &EGraph<SymbolLang, Shapes>, enode: &SymbolLang, peak: f64,
         }
         bytes = bytes.max(0.0);
     }
+    let efficiency = if egraph.analysis.calibrated { cpu_efficiency(enode.op.as_str(), &ch, flops) } else { 1.0 };
+    // A fused epilogue (bias, relu: one operation per output each) runs at
+    // the rate of the element-wise operator it replaces, not the convolution's.
+    let op = enode.op.as_str();
+    let epilogue = if op.starts_with("conv2d") {
+        shape(&out).map_or(0.0, numel) * (op.matches("_bias").count() + op.matches("_relu").count()) as f64
+    } else {
+        0.0
+    };
+    let compute = (flops - epilogue).max(0.0) / (peak * efficiency) + epilogue / peak;
     // Ties go to fewer bytes, then to fewer operators (each one is a loop nest to run).
-    (flops / peak).max(bytes / bw) + 1e-6 * bytes / bw + 1e-3
+    compute.max(bytes / bw) + 1e-6 * bytes / bw + 1e-3
+}
+
+/// The share of the peak that texc's default CPU schedules reach on an
+/// operator, measured (1 thread, x86-avx2 and x86-avx512, ResNet-18's
+/// layers at 224×224: `benches/models.py`, docs/onnx.md): direct
+/// convolutions 0.5–0.64 at stride 1 but 0.18–0.27 at stride 2 and for
+/// 3-channel inputs, where im2col's matrix product reaches 0.4–0.62; Winograd
+/// 0.34–0.6 of its reduced work, less on small images. Without these the
+/// roofline ties a direct strided convolution with im2col, and the direct
+/// one, 3.3× slower, was chosen. Below 10 MFLOP the data stays in the
+/// first-level cache and direct convolutions keep their speed (a 16-channel
+/// 10×10 strided layer: 0.010 ms direct, 0.026 ms by im2col), so the
+/// penalty is for larger layers only. Operators not listed reach the peak
+/// their roofline bound allows as far as the model knows.
+fn cpu_efficiency(op: &str, ch: &[Info], flops: f64) -> f64 {
+    let x = ch.first().and_then(shape);
+    let stride = |k: usize| ch.get(k).and_then(num).unwrap_or(1);
+    match op {
+        "conv2d" | "conv2d_bias" | "conv2d_bias_relu" => {
+            let k = if op == "conv2d" { 3 } else { 4 };
+            let few_channels = x.is_some_and(|x| x[1] < 8);
+            if (stride(k) > 1 || few_channels) && flops > 1e7 {
+                0.22
+            } else {
+                0.6
+            }
+        }
+        "conv2d_im2col" => 0.55,
+        op if op.starts_with("conv2d_winograd_") => {
+            // Fewer tiles to spread the transforms over on small images.
+            let small = x.is_some_and(|x| x[2] * x[3] <= 14 * 14);
+            if small {
+                0.35
+            } else {
+                0.55
+            }
+        }
+        _ => 1.0,
+    }
 }
 
 /// Operators computed point by point, which the scheduler fuses into their
@@ -540,7 +593,7 @@ pub fn rewrite(
     extraction: Extraction,
     accuracy: Accuracy,
 ) -> Plan {
-    let mut shapes = Shapes::default();
+    let mut shapes = Shapes { calibrated: target.kind == crate::target::TargetKind::Cpu, ..Shapes::default() };
     let (term, node_of) = graph_term(p, &mut shapes);
     let runner = Runner::<SymbolLang, Shapes>::new(shapes)
         .with_expr(&term)
@@ -584,7 +637,11 @@ pub fn rewrite(
     let original_cost = match extraction {
         Extraction::Greedy => term_cost(
             &term,
-            Shapes { of: egraph.analysis.of.clone(), opaque_cost: egraph.analysis.opaque_cost.clone() },
+            Shapes {
+                of: egraph.analysis.of.clone(),
+                opaque_cost: egraph.analysis.opaque_cost.clone(),
+                calibrated: egraph.analysis.calibrated,
+            },
             peak,
             bw,
         ),

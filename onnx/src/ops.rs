@@ -31,8 +31,14 @@ impl Importer<'_> {
             "Floor" => self.unary(n, &[], None, |x| format!("floor({x})")),
             "Ceil" => self.unary(n, &[], None, |x| format!("ceil({x})")),
             "Round" => self.unary(n, &[], None, |x| format!("round({x})")),
-            "Softplus" => self.unary(n, &[], None, |x| format!("log(exp({x}) + 1.0)")),
-            "HardSwish" => self.unary(n, &[], None, |x| format!("{x} * clamp({x} + 3.0, 0.0, 6.0) / 6.0")),
+            // ONNX's log(exp(x) + 1) and PyTorch's (linear above 20) agree in f32.
+            "Softplus" => self.unary(n, &[], Some("softplus"), |x| format!("log(exp({x}) + 1.0)")),
+            "HardSwish" => self.unary(n, &[], Some("hardswish"), |x| format!("{x} * clamp({x} + 3.0, 0.0, 6.0) / 6.0")),
+            "Mish" => self.unary(n, &[], Some("mish"), |x| format!("{x} * tanh(log(exp({x}) + 1.0))")),
+            "Elu" => self.elu(n),
+            "Selu" => self.selu(n),
+            "PRelu" => self.prelu(n),
+            "GlobalMaxPool" => self.global_max_pool(n),
             "HardSigmoid" => self.hard_sigmoid(n),
             "LeakyRelu" => self.leaky_relu(n),
             "Clip" => self.clip(n),
@@ -50,7 +56,7 @@ impl Importer<'_> {
             "Transpose" => self.transpose(n),
             "Gemm" => self.gemm(n),
             "MatMul" => self.matmul(n),
-            "Softmax" => self.softmax(n),
+            "Softmax" | "LogSoftmax" => self.softmax(n),
             "Identity" | "Dropout" => self.identity(n),
             "Constant" => self.constant_node(n),
             "Concat" => self.concat(n),
@@ -194,9 +200,60 @@ impl Importer<'_> {
 
     fn hard_sigmoid(&mut self, n: &NodeProto) -> R {
         let a = Attrs::new(n, &["alpha", "beta"])?;
-        let (alpha, beta) = (literal(a.float("alpha", 0.2)? as f64)?, literal(a.float("beta", 0.5)? as f64)?);
+        let (alpha, beta) = (a.float("alpha", 0.2)?, a.float("beta", 0.5)?);
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
-        self.unary_with(n, x, None, |x| format!("clamp({alpha} * {x} + {beta}, 0.0, 1.0)"))
+        // PyTorch's hardsigmoid is alpha = 1/6, beta = 1/2 (what it exports).
+        let std = (alpha == 1.0 / 6.0 && beta == 0.5).then_some("hardsigmoid");
+        let (alpha, beta) = (literal(alpha as f64)?, literal(beta as f64)?);
+        self.unary_with(n, x, std, |x| format!("clamp({alpha} * {x} + {beta}, 0.0, 1.0)"))
+    }
+
+    fn elu(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["alpha"])?;
+        let alpha = a.float("alpha", 1.0)?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let out = self.output(n)?;
+        let shape = self.shape(x).to_vec();
+        let al = literal(alpha as f64)?;
+        if STD_RANKS.contains(&shape.len()) {
+            let call = format!("elu({}, alpha = {al})", self.tensor(x)?);
+            return self.emit_call(out, shape, call);
+        }
+        self.unary_with(n, x, None, |x| format!("select({x} > 0.0, {x}, {al} * (exp({x}) - 1.0))"))
+    }
+
+    fn selu(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["alpha", "gamma"])?;
+        let (alpha, gamma) = (a.float("alpha", 1.673_263_2)?, a.float("gamma", 1.050_701)?);
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let std = (alpha == 1.673_263_2 && gamma == 1.050_701).then_some("selu");
+        let (al, ga) = (literal(alpha as f64)?, literal(gamma as f64)?);
+        self.unary_with(n, x, std, |x| format!("{ga} * select({x} > 0.0, {x}, {al} * (exp({x}) - 1.0))"))
+    }
+
+    /// One slope per channel (axis 1), as PyTorch exports `nn.PReLU(C)`; other slopes broadcast.
+    fn prelu(&mut self, n: &NodeProto) -> R {
+        Attrs::new(n, &[])?;
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, slope) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        let ss = self.shape(slope).to_vec();
+        let channel_slope = xs.len() >= 2
+            && ss.first() == Some(&xs[1])
+            && ss.len() == xs.len() - 1
+            && ss[1..].iter().all(|&d| d == 1)
+            && (2..=4).contains(&xs.len());
+        if let (true, Some(Values::F32(d))) = (channel_slope, &self.value(slope).data) {
+            let (d, name) = (d.clone(), format!("{}_c", self.value(slope).ident));
+            let a = if ss.len() == 1 { slope } else { self.synthetic(name, vec![xs[1]], d)? };
+            let call = format!("prelu({}, {})", self.tensor(x)?, self.tensor(a)?);
+            return self.emit_call(out, xs, call);
+        }
+        let shape = broadcast(&xs, &ss)?;
+        let v = vars("i", shape.len());
+        let (xa, sa) = (self.broadcast_access(x, &v)?, self.broadcast_access(slope, &v)?);
+        self.emit_def(out, shape, format!("select({xa} >= 0.0, {xa}, {sa} * {xa})"))
     }
 
     fn leaky_relu(&mut self, n: &NodeProto) -> R {
@@ -261,7 +318,7 @@ impl Importer<'_> {
             "none" => {
                 self.unary_with(n, x, Some("gelu"), |x| format!("0.5 * {x} * (1.0 + erf({x} * 0.70710678118654752))"))
             }
-            "tanh" => self.unary_with(n, x, None, |x| {
+            "tanh" => self.unary_with(n, x, Some("gelu_tanh"), |x| {
                 format!("0.5 * {x} * (1.0 + tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))")
             }),
             other => Err(format!("approximate = \"{other}\": expected \"none\" or \"tanh\"")),
@@ -397,8 +454,8 @@ impl Importer<'_> {
         let ids: Vec<ValueId> = (0..5).map(|i| Self::required(&ins, i)).collect::<R<_>>()?;
         let out = self.output(n)?;
         let xs = self.shape(ids[0]).to_vec();
-        if !(xs.len() == 2 || xs.len() == 4) {
-            return Err(format!("input of rank {}: batch normalization of rank 2 and 4 inputs is supported", xs.len()));
+        if !(2..=4).contains(&xs.len()) {
+            return Err(format!("input of rank {}: batch normalization of rank 2 to 4 inputs is supported", xs.len()));
         }
         for &p in &ids[1..] {
             if self.shape(p) != [xs[1]] {
@@ -475,6 +532,18 @@ impl Importer<'_> {
         self.emit_call(out, vec![xs[0], xs[1], 1, 1], call)
     }
 
+    fn global_max_pool(&mut self, n: &NodeProto) -> R {
+        Attrs::new(n, &[])?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        if xs.len() != 4 {
+            return Err(format!("input of rank {}: only NCHW inputs are supported", xs.len()));
+        }
+        let call = format!("global_max_pool2d({})", self.tensor(x)?);
+        self.emit_call(out, vec![xs[0], xs[1], 1, 1], call)
+    }
+
     fn layer_norm(&mut self, n: &NodeProto) -> R {
         let a = Attrs::new(n, &["axis", "epsilon", "stash_type"])?;
         let ins = self.inputs(n, 2, 3)?;
@@ -517,11 +586,13 @@ impl Importer<'_> {
         // is the last-axis softmax only when it is the last axis.
         if axis + 1 != xs.len() || !(2..=4).contains(&xs.len()) {
             return Err(format!(
-                "softmax over axis {axis} of a rank-{} tensor: only the last axis of rank 2 to 4 tensors is supported",
+                "{} over axis {axis} of a rank-{} tensor: only the last axis of rank 2 to 4 tensors is supported",
+                n.op_type,
                 xs.len()
             ));
         }
-        let call = format!("softmax({})", self.tensor(x)?);
+        let name = if n.op_type == "LogSoftmax" { "log_softmax" } else { "softmax" };
+        let call = format!("{name}({})", self.tensor(x)?);
         self.emit_call(out, xs, call)
     }
 
@@ -646,6 +717,11 @@ impl Importer<'_> {
         let xs = self.shape(x).to_vec();
         let axis = normalize_axis_inclusive(a.int("axis", 1)?, xs.len())?;
         let shape = vec![xs[..axis].iter().product(), xs[axis..].iter().product()];
+        if axis == 1 && (xs.len() == 3 || xs.len() == 4) && xs[2..].iter().any(|&d| d != 1) {
+            let out = self.output(n)?;
+            let call = format!("flatten({})", self.tensor(x)?);
+            return self.emit_call(out, shape, call);
+        }
         self.reshape_to(n, x, shape)
     }
 

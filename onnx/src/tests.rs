@@ -141,8 +141,8 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
     m.graph.as_mut().expect("graph").node[0].attribute.push(ints("strides", &[2, 1]));
     assert_eq!(err(m), "node `/c` (Conv): strides = [2, 1]: only equal values for both axes are supported");
     let mut m = cnn();
-    m.graph.as_mut().expect("graph").node[1].op_type = "Selu".into();
-    assert_eq!(err(m), "node `/r` (Selu): operator `Selu` is not supported");
+    m.graph.as_mut().expect("graph").node[1].op_type = "Hardmax".into();
+    assert_eq!(err(m), "node `/r` (Hardmax): operator `Hardmax` is not supported");
     let mut m = cnn();
     m.graph.as_mut().expect("graph").node[1].attribute.push(int("alpha", 1));
     assert_eq!(err(m), "node `/r` (Relu): attribute `alpha` is not supported");

@@ -552,7 +552,12 @@ fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     let n_axes = st.n_axes;
     let inner = n_axes - 1;
     let row = ss.ivs[inner].extent;
-    let lanes = m.lanes;
+    // A row shorter than half a full vector uses the half-width vector
+    // (AVX-512: a 7-wide row is one masked 256-bit vector, not 7 scalars).
+    let lanes = match m.half_lanes {
+        Some(half) if 2 * row < m.lanes => half,
+        _ => m.lanes,
+    };
     // A row of at least half a vector is one (partial) vector; a shorter row
     // stays scalar, one accumulator per element. Only rows of many full
     // vectors take the BLIS structure.

@@ -184,6 +184,29 @@ def small(size, seed):
     return b.model([1, 3, size, size], rename_output(b, "y"), [1, 1, 10])
 
 
+def activations(size, seed):
+    """Activations, pooling and normalization forms that map to std.nn
+    operators added for ONNX (opset 18: Mish)."""
+    b = Builder(seed)
+    x = b.op("Elu", ["x"], alpha=0.5)
+    x = b.op("Selu", [x])
+    x = b.op("Conv", [x, b.weight("w", [4, 4, 3, 3])], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    x = b.op("Softplus", [x])
+    x = b.op("Mish", [b.op("Sub", [x, b.const("one", np.float32(1.0))])])
+    x = b.op("PRelu", [x, b.weight("slope", [4, 1, 1], scale=0.25)])
+    x = b.op("HardSigmoid", [x], alpha=1.0 / 6.0, beta=0.5)
+    x = b.op("HardSwish", [b.op("Mul", [x, b.const("four", np.float32(4.0))])])
+    g = b.op("Flatten", [b.op("GlobalMaxPool", [x])], axis=1)
+    f = b.op("Flatten", [x], axis=1)
+    x = b.op("Concat", [g, b.op("Gemm", [f, b.weight("fc", [4, 4 * size * size])], transB=1)], axis=1)
+    x = b.op("Reshape", [x, b.const("shape", np.array([1, 2, 4], np.int64))])
+    x = b.op("BatchNormalization", [x, b.weight("g", [2], kind="positive"), b.weight("b", [2], kind="small"),
+                                    b.weight("m", [2], kind="small"), b.weight("v", [2], kind="positive")])
+    x = b.op("Gelu", [x], approximate="tanh")
+    b.op("LogSoftmax", [x], axis=-1)
+    return b.model([1, 4, size, size], rename_output(b, "y"), [1, 2, 4], opset=20)
+
+
 def symbolic(size, seed):
     """A batch dimension left symbolic, as torch.onnx.export's dynamic_axes leaves it."""
     b = Builder(seed)
@@ -207,7 +230,7 @@ def bad_strides(size, seed):
 
 
 MODELS = {"resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
-          "small": (small, 17), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
+          "small": (small, 17), "activations": (activations, 6), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
           "bad_strides": (bad_strides, 9)}
 
 

@@ -270,6 +270,39 @@ case("ex_inorm", "examples/norms.tex", "inorm", {"X": X}, {"Y": as32(instance_no
 X, g, b = f32(2, 6, 5, 3), f32(6), f32(6)
 case("ex_gn", "examples/norms.tex", "gn", {"X": X, "gamma": g, "beta": b}, {"Y": as32(group_norm(X, g, b, 3))})
 
+# ---- activations, layout and pooling added for ONNX models (PyTorch's definitions)
+X = f32(2, 3, 4, 5, lo=-5, hi=5)
+case("hardswish", S, "t_hardswish", {"X": X}, {"Y": as32(d64(X) * np.clip(d64(X) + 3, 0, 6) / 6)})
+X = f32(6, 7, lo=-5, hi=5)
+case("hardsigmoid", S, "t_hardsigmoid", {"X": X}, {"Y": as32(np.clip(d64(X) / 6 + 0.5, 0, 1))})
+X = f32(23, lo=-3, hi=3)
+case("hardtanh", S, "t_hardtanh", {"X": X}, {"Y": as32(np.clip(d64(X), -0.5, 2.0))})
+X = f32(2, 3, 7, lo=-3, hi=3)
+case("elu", S, "t_elu", {"X": X}, {"Y": as32(np.where(X > 0, d64(X), d64(np.float32(0.7)) * np.expm1(d64(X))))})
+X = f32(5, 6, lo=-3, hi=3)
+case("selu", S, "t_selu", {"X": X},
+     {"Y": as32(1.0507009873554805 * np.where(X > 0, d64(X), 1.6732632423543772 * np.expm1(d64(X))))})
+X = f32(5, 9, lo=-8, hi=8)
+case("softplus", S, "t_softplus", {"X": X},
+     {"Y": as32(np.where(2 * d64(X) > 10, d64(X), np.log1p(np.exp(2 * d64(X))) / 2))})
+X = f32(2, 3, 4, 5, lo=-5, hi=5)
+case("mish", S, "t_mish", {"X": X}, {"Y": as32(d64(X) * np.tanh(np.log1p(np.exp(d64(X)))))})
+X = f32(4, 9, lo=-4, hi=4)
+case("gelu_tanh", S, "t_gelu_tanh", {"X": X},
+     {"Y": as32(0.5 * d64(X) * (1 + np.tanh(math.sqrt(2 / math.pi) * (d64(X) + 0.044715 * d64(X) ** 3))))})
+X, a = f32(2, 3, 4, 5), f32(3, lo=0.0, hi=0.5)
+case("prelu", S, "t_prelu", {"X": X, "a": a}, {"Y": as32(np.where(X >= 0, d64(X), d64(a).reshape(1, -1, 1, 1) * d64(X)))})
+X = f32(2, 5, 13, lo=-4, hi=4)
+m = d64(X).max(-1, keepdims=True)
+case("log_softmax", S, "t_log_softmax", {"X": X}, {"Y": as32(d64(X) - m - np.log(np.exp(d64(X) - m).sum(-1, keepdims=True)))})
+X, g, b, m, v = f32(2, 6, 7), f32(6), f32(6), f32(6), positive(6)
+case("batch_norm3", S, "t_batch_norm3", {"X": X, "g": g, "b": b, "m": m, "v": v},
+     {"Y": as32((d64(X) - d64(m)[:, None]) / np.sqrt(d64(v)[:, None] + d64(np.float32(1e-5))) * d64(g)[:, None] + d64(b)[:, None])})
+X = f32(2, 3, 5, 7)
+case("global_max_pool2d", S, "t_global_max_pool", {"X": X}, {"Y": X.max((2, 3), keepdims=True)})
+X = f32(2, 3, 5, 7)
+case("flatten", S, "t_flatten", {"X": X}, {"Y": X.reshape(2, -1)})
+
 with open(os.path.join(OUT, "manifest.txt"), "w") as f:
     f.write("\n".join(manifest) + "\n")
 print(f"{len(manifest)} cases")

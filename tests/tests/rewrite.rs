@@ -150,8 +150,9 @@ fn a_50_layer_chain_rewrites_quickly() {
     let (_, r) = rewritten(&src, &[]);
     assert!(start.elapsed().as_secs_f64() < 2.0 * 4.0, "debug builds are slower; release takes well under 2 s");
     assert!(r.kept_original.is_none(), "{:?}", r.kept_original);
-    let fused = r.program.ops.iter().filter(|o| o.op == "conv2d_bias_relu").count();
-    assert_eq!(fused, layers);
+    // Folded and fused: direct or Winograd, as the cost model prefers at this size.
+    let fused = r.program.ops.iter().filter(|o| o.op.starts_with("conv2d") && o.op.ends_with("_bias_relu")).count();
+    assert_eq!(fused, layers, "{:?}", r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>());
 }
 
 #[test]

@@ -112,6 +112,11 @@ fn other_operators_match_onnx_runtime() {
     imported_model_matches_onnx_runtime("small", &["interp", "x86-avx2", "cranelift"]);
 }
 
+#[test]
+fn activations_match_onnx_runtime() {
+    imported_model_matches_onnx_runtime("activations", &["interp", "x86-avx2", "cranelift"]);
+}
+
 /// `run` takes the `.onnx` file itself, with its weights, and `--check` works on it.
 #[test]
 fn run_takes_an_onnx_file() {
