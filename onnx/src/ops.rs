@@ -60,6 +60,12 @@ impl Importer<'_> {
             "Identity" | "Dropout" => self.identity(n),
             "Constant" => self.constant_node(n),
             "Concat" => self.concat(n),
+            "Slice" => self.slice(n),
+            "Split" => self.split(n),
+            "Gather" => self.gather(n),
+            "Resize" | "Upsample" => self.resize(n),
+            "DepthToSpace" => self.depth_to_space(n),
+            "Cast" => self.cast(n),
             "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => self.reduce(n),
             "LayerNormalization" => self.layer_norm(n),
             other => Err(format!("operator `{other}` is not supported")),
@@ -382,6 +388,9 @@ impl Importer<'_> {
         let (x, w) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
         let bias = ins.get(2).copied().flatten();
         let (xs, ws) = (self.shape(x).to_vec(), self.shape(w).to_vec());
+        if xs.len() == 3 && ws.len() == 3 {
+            return self.conv1d(n, &a, x, w, bias);
+        }
         if xs.len() != 4 || ws.len() != 4 {
             return Err(format!(
                 "input of rank {} and weight of rank {}: only 2-D convolution (NCHW input, KCRS weight) is supported",
@@ -442,6 +451,54 @@ impl Importer<'_> {
         self.emit_call(out, vec![xs[0], ws[0], oh, ow], format!("{name}({})", args.join(", ")))
     }
 
+    /// `conv1d`: groups, dilation, stride; equal padding at both ends.
+    fn conv1d(&mut self, n: &NodeProto, a: &Attrs, x: ValueId, w: ValueId, bias: Option<ValueId>) -> R {
+        let (xs, ws) = (self.shape(x).to_vec(), self.shape(w).to_vec());
+        let groups = a.int("group", 1)?;
+        let g =
+            usize::try_from(groups).ok().filter(|&g| (1..=xs[1]).contains(&g)).ok_or(format!("group = {groups}"))?;
+        if ws[1] * g != xs[1] || ws[0] % g != 0 {
+            return Err(format!("input channels {}, weight {ws:?} and group {g} do not fit", xs[1]));
+        }
+        if let Some(b) = bias {
+            if self.shape(b) != [ws[0]] {
+                return Err(format!("bias of shape {:?}, expected [{}]", self.shape(b), ws[0]));
+            }
+        }
+        let one = |name: &str| -> R<usize> {
+            match a.ints(name)?.as_deref() {
+                None => Ok(1),
+                Some(&[v]) if (1..=1 << 20).contains(&v) => Ok(v as usize),
+                Some(v) => Err(format!("{name} = {v:?}: expected one value")),
+            }
+        };
+        if a.ints("kernel_shape")?.is_some_and(|k| k != [ws[2] as i64]) {
+            return Err(format!("kernel_shape differs from the weight's [{}]", ws[2]));
+        }
+        let (stride, dilation) = (one("strides")?, one("dilations")?);
+        let window = dilation * (ws[2] - 1) + 1;
+        let pads = pads_nd(a, &xs[2..], &[window], &[stride])?;
+        let (pb, pe) = pads[0];
+        if pb != pe {
+            return Err(format!(
+                "pads {pb} and {pe}: only equal padding at both ends is supported for 1-D convolution"
+            ));
+        }
+        let out = self.output(n)?;
+        let ol = conv_out(xs[2], pb + pe, window, stride)?;
+        let mut args = vec![self.tensor(x)?, self.tensor(w)?];
+        if let Some(b) = bias {
+            args.push(self.tensor(b)?);
+        }
+        for (k, v, default) in [("pad", pb, 0), ("stride", stride, 1), ("dilation", dilation, 1), ("groups", g, 1)] {
+            if v != default {
+                args.push(format!("{k} = {v}"));
+            }
+        }
+        let name = if bias.is_some() { "conv1d_bias" } else { "conv1d" };
+        self.emit_call(out, vec![xs[0], ws[0], ol], format!("{name}({})", args.join(", ")))
+    }
+
     fn batch_norm(&mut self, n: &NodeProto) -> R {
         let a = Attrs::new(n, &["epsilon", "momentum", "training_mode", "spatial", "is_test"])?;
         if a.int("training_mode", 0)? != 0 {
@@ -481,43 +538,103 @@ impl Importer<'_> {
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
-        if xs.len() != 4 {
-            return Err(format!("input of rank {}: only 2-D pooling (NCHW) is supported", xs.len()));
-        }
-        let k = a.ints("kernel_shape")?.ok_or("kernel_shape is required")?;
-        if k.len() != 2 || k[0] != k[1] || !(1..=1 << 20).contains(&k[0]) {
-            return Err(format!("kernel_shape {k:?}: only square 2-D windows are supported"));
-        }
-        let k = k[0] as usize;
-        let stride = same_on_both_axes("strides", a.ints("strides")?, 1)?;
-        if same_on_both_axes("dilations", a.ints("dilations")?, 1)? != 1 {
-            return Err("dilated pooling is not supported".into());
+        if !(xs.len() == 3 || xs.len() == 4) {
+            return Err(format!("input of rank {}: 1-D and 2-D pooling (NCL, NCHW) are supported", xs.len()));
         }
         if a.int("storage_order", 0)? != 0 {
             return Err("storage_order = 1 is not supported".into());
         }
-        let pads = pads(&a, [xs[2], xs[3]], [k, k], stride)?;
-        if pads.iter().any(|&p| p != pads[0]) {
-            return Err(format!("pads {pads:?}: only equal padding on every side is supported for pooling"));
-        }
-        let p = pads[0];
-        let (oh, ow) = (conv_out(xs[2], 2 * p, k, stride)?, conv_out(xs[3], 2 * p, k, stride)?);
-        if a.int("ceil_mode", 0)? != 0 {
-            // Rounding up changes the result only where a window would start inside the padding's end.
-            let up = |h: usize| (h + 2 * p - k).div_ceil(stride) + 1;
-            if up(xs[2]) != oh || up(xs[3]) != ow {
-                return Err("ceil_mode = 1 gives a larger output here: not supported".into());
+        let axes = xs.len() - 2;
+        let per_axis = |name: &str, default: usize| -> R<Vec<usize>> {
+            match a.ints(name)? {
+                None => Ok(vec![default; axes]),
+                Some(v) if v.len() == axes && v.iter().all(|d| (1..=1 << 20).contains(d)) => {
+                    Ok(v.iter().map(|&d| d as usize).collect())
+                }
+                Some(v) => Err(format!("{name} = {v:?}: expected {axes} values from 1 to 2^20")),
             }
+        };
+        let k = match a.ints("kernel_shape")? {
+            Some(_) => per_axis("kernel_shape", 1)?,
+            None => return Err("kernel_shape is required".into()),
+        };
+        let (stride, dilation) = (per_axis("strides", 1)?, per_axis("dilations", 1)?);
+        let window: Vec<usize> = (0..axes).map(|j| dilation[j] * (k[j] - 1) + 1).collect();
+        let pads = pads_nd(&a, &xs[2..], &window, &stride)?;
+        let ceil = a.int("ceil_mode", 0)? != 0;
+        let mut shape = xs[..2].to_vec();
+        for j in 0..axes {
+            shape.push(pool_out(xs[2 + j], pads[j], window[j], stride[j], ceil)?);
         }
-        if !max && p > 0 && a.int("count_include_pad", 0)? == 0 {
-            return Err("padding excluded from the average (count_include_pad = 0) is not supported".into());
+        let floor_shape: Vec<usize> =
+            (0..axes).map(|j| pool_out(xs[2 + j], pads[j], window[j], stride[j], false)).collect::<R<_>>()?;
+        let include_pad = a.int("count_include_pad", 0)? != 0;
+        let padded = pads.iter().any(|&(b, e)| b + e > 0);
+        if !max && include_pad && shape[2..] != floor_shape[..] {
+            return Err(
+                "ceil_mode = 1 with count_include_pad = 1 gives windows beyond the padding: not supported".into()
+            );
         }
-        let mut args = vec![self.tensor(x)?, format!("k = {k}"), format!("stride = {stride}")];
-        if p > 0 {
-            args.push(format!("pad = {p}"));
+        // std.nn's pools: square 2-D windows, one stride, equal padding, no dilation.
+        let p = pads[0].0;
+        let square = axes == 2 && k[0] == k[1] && stride[0] == stride[1] && dilation == [1, 1];
+        let std_form = square && pads.iter().all(|&(b, e)| b == p && e == p) && shape[2..] == floor_shape[..];
+        if std_form && (max || include_pad || p == 0) {
+            let mut args = vec![self.tensor(x)?, format!("k = {}", k[0]), format!("stride = {}", stride[0])];
+            if p > 0 {
+                args.push(format!("pad = {p}"));
+            }
+            let name = if max { "max_pool2d" } else { "avg_pool2d" };
+            return self.emit_call(out, shape, format!("{name}({})", args.join(", ")));
         }
-        let name = if max { "max_pool2d" } else { "avg_pool2d" };
-        self.emit_call(out, vec![xs[0], xs[1], oh, ow], format!("{name}({})", args.join(", ")))
+        // Otherwise the window as an expression: positions outside the input are
+        // -inf for max, and left out of the average (or counted as zeros).
+        let v = vars("i", shape.len());
+        let mut conds = Vec::new();
+        let mut idx = vec![v[0].clone(), v[1].clone()];
+        let mut ranges = Vec::new();
+        let mut count_ranges = Vec::new();
+        for j in 0..axes {
+            let (size, (pb, _)) = (xs[2 + j], pads[j]);
+            let mut pos = if stride[j] == 1 { v[2 + j].clone() } else { format!("{} * {}", v[2 + j], stride[j]) };
+            pos = match dilation[j] {
+                1 => format!("{pos} + r{j}"),
+                d => format!("{pos} + r{j} * {d}"),
+            };
+            let last = (shape[2 + j] - 1) * stride[j] + window[j] - 1;
+            if pb > 0 {
+                conds.push(format!("{pos} >= {pb}"));
+            }
+            if last >= size + pb {
+                conds.push(format!("{pos} < {}", size + pb));
+            }
+            idx.push(if pb > 0 { format!("{pos} - {pb}") } else { pos });
+            ranges.push(format!("r{j} in 0..{}", k[j]));
+            count_ranges.push(format!("r{} in 0..{}", axes + j, k[j]));
+        }
+        let access = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
+        let cond = conds.join(" && ");
+        let guarded = |value: &str, outside: &str| {
+            if conds.is_empty() {
+                value.to_string()
+            } else {
+                format!("select({cond}, {value}, {outside})")
+            }
+        };
+        let rhs = if max {
+            format!("max[{}]({})", ranges.join(", "), guarded(&access, "-inf"))
+        } else {
+            let total = format!("sum[{}]({})", ranges.join(", "), guarded(&access, "0.0"));
+            if include_pad || !padded {
+                format!("{total} / {}", literal(k.iter().product::<usize>() as f64)?)
+            } else {
+                // The count uses its own variables: a second reduction over the same window.
+                let count_cond =
+                    (0..axes).fold(cond.clone(), |c, j| c.replace(&format!("r{j}"), &format!("r{}", axes + j)));
+                format!("{total} / sum[{}](select({count_cond}, 1.0, 0.0))", count_ranges.join(", "))
+            }
+        };
+        self.emit_def(out, shape, rhs)
     }
 
     fn global_avg_pool(&mut self, n: &NodeProto) -> R {
@@ -905,6 +1022,264 @@ impl Importer<'_> {
         self.emit_def(out, shape, rhs)
     }
 
+    /// Constant starts, ends, axes and steps (inputs from opset 10, attributes before).
+    fn slice(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["starts", "ends", "axes"])?;
+        let (x, starts, ends, axes, steps) = if self.opset < 10 {
+            let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+            let need = |k: &str| a.ints(k)?.ok_or_else(|| format!("the {k} attribute is required"));
+            (x, need("starts")?, need("ends")?, a.ints("axes")?, None)
+        } else {
+            let ins = self.inputs(n, 3, 5)?;
+            let list = |i: usize, what: &str| -> R<Option<Vec<i64>>> {
+                ins.get(i).copied().flatten().map(|id| self.int_constant(id, what)).transpose()
+            };
+            (
+                Self::required(&ins, 0)?,
+                list(1, "starts")?.unwrap_or_default(),
+                list(2, "ends")?.unwrap_or_default(),
+                list(3, "axes")?,
+                list(4, "steps")?,
+            )
+        };
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        let axes = match axes {
+            Some(list) => list.iter().map(|&ax| normalize_axis(ax, xs.len())).collect::<R<Vec<_>>>()?,
+            None => (0..starts.len()).collect(),
+        };
+        let steps = steps.unwrap_or_else(|| vec![1; axes.len()]);
+        if starts.len() != axes.len() || ends.len() != axes.len() || steps.len() != axes.len() {
+            return Err("starts, ends, axes and steps differ in length".into());
+        }
+        let v = vars("i", xs.len());
+        let (mut shape, mut idx) = (xs.clone(), v.clone());
+        for (j, &ax) in axes.iter().enumerate() {
+            let (d, step) = (xs[ax] as i64, steps[j]);
+            if step == 0 {
+                return Err("a step of 0".into());
+            }
+            // ONNX: negative positions count from the end; then clamp to the axis.
+            let at = |p: i64| if p < 0 { p.saturating_add(d) } else { p };
+            let (lo, hi) = if step > 0 { (0, d) } else { (-1, d - 1) };
+            let (start, end) = (at(starts[j]).clamp(lo, hi), at(ends[j]).clamp(lo, hi));
+            let len = if step > 0 { (end - start).max(0) } else { (start - end).max(0) };
+            let len = (len + step.abs() - 1) / step.abs();
+            if len == 0 {
+                return Err(format!("the slice of axis {ax} is empty: not supported"));
+            }
+            shape[ax] = len as usize;
+            idx[ax] = match (start, step) {
+                (0, 1) => v[ax].clone(),
+                (s0, 1) => format!("{} + {s0}", v[ax]),
+                (s0, st) => format!("{s0} + {} * {st}", v[ax]),
+            };
+        }
+        let rhs = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
+        self.emit_def(out, shape, rhs)
+    }
+
+    /// Every output is a slice along the axis.
+    fn split(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["axis", "split", "num_outputs"])?;
+        let ins = self.inputs(n, 1, 2)?;
+        let x = Self::required(&ins, 0)?;
+        let xs = self.shape(x).to_vec();
+        let axis = normalize_axis(a.int("axis", 0)?, xs.len())?;
+        let parts = n.output.len();
+        let sizes: Vec<usize> = match (ins.get(1).copied().flatten(), a.ints("split")?) {
+            (Some(id), _) => self.int_constant(id, "the split sizes")?.iter().map(|&d| d.max(0) as usize).collect(),
+            (None, Some(list)) => list.iter().map(|&d| d.max(0) as usize).collect(),
+            // Equal parts, the last one smaller (opset 18's num_outputs).
+            (None, None) => {
+                let each = xs[axis].div_ceil(parts.max(1));
+                (0..parts).map(|i| each.min(xs[axis].saturating_sub(i * each))).collect()
+            }
+        };
+        if sizes.len() != parts || sizes.iter().sum::<usize>() != xs[axis] || sizes.contains(&0) {
+            return Err(format!("split sizes {sizes:?} do not divide axis {axis} of {xs:?} into {parts} outputs"));
+        }
+        let mut offset = 0;
+        for (o, &len) in n.output.iter().zip(&sizes) {
+            if !o.is_empty() {
+                let v = vars("i", xs.len());
+                let mut idx = v.clone();
+                if offset > 0 {
+                    idx[axis] = format!("{} + {offset}", v[axis]);
+                }
+                let mut shape = xs.clone();
+                shape[axis] = len;
+                let rhs = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
+                self.emit_def(o, shape, rhs)?;
+            }
+            offset += len;
+        }
+        Ok(())
+    }
+
+    /// Constant indices: one, or a list (a chain of selects, at most 64).
+    fn gather(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["axis"])?;
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, i) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        let axis = normalize_axis(a.int("axis", 0)?, xs.len())?;
+        let ishape = self.shape(i).to_vec();
+        let indices = self.int_constant(i, "the indices")?;
+        let d = xs[axis] as i64;
+        let indices: Vec<i64> = indices
+            .iter()
+            .map(|&k| {
+                if (-d..d).contains(&k) {
+                    Ok(k.rem_euclid(d))
+                } else {
+                    Err(format!("index {k} is outside an axis of {d}"))
+                }
+            })
+            .collect::<R<_>>()?;
+        if ishape.len() > 1 || indices.len() > 64 {
+            return Err(format!("indices of shape {ishape:?}: a scalar or up to 64 indices are supported"));
+        }
+        let mut shape = xs[..axis].to_vec();
+        shape.extend(&ishape);
+        shape.extend(&xs[axis + 1..]);
+        let v = vars("i", shape.len());
+        let t = self.tensor(x)?;
+        let at = |k: String| {
+            let mut idx: Vec<String> = v[..axis].to_vec();
+            idx.push(k);
+            idx.extend(v[axis + ishape.len()..].iter().cloned());
+            format!("{t}[{}]", idx.join(", "))
+        };
+        let rhs = if ishape.is_empty() {
+            at(indices[0].to_string())
+        } else if indices.windows(2).all(|w| w[1] == w[0] + 1) {
+            at(if indices[0] == 0 { v[axis].clone() } else { format!("{} + {}", v[axis], indices[0]) })
+        } else {
+            let mut e = at(indices[indices.len() - 1].to_string());
+            for (j, &k) in indices.iter().enumerate().rev().skip(1) {
+                e = format!("select({} == {j}, {}, {e})", v[axis], at(k.to_string()));
+            }
+            e
+        };
+        if shape.is_empty() {
+            return Err("it gathers a 0-d tensor: not supported".into());
+        }
+        self.emit_def(out, shape, rhs)
+    }
+
+    /// Nearest-neighbour upsampling by whole factors (what
+    /// `F.interpolate(mode="nearest")` exports): output index / factor.
+    fn resize(&mut self, n: &NodeProto) -> R {
+        let upsample = n.op_type == "Upsample";
+        let known: &[&str] = if upsample {
+            &["mode", "scales"]
+        } else {
+            &[
+                "mode",
+                "coordinate_transformation_mode",
+                "nearest_mode",
+                "antialias",
+                "axes",
+                "cubic_coeff_a",
+                "exclude_outside",
+                "extrapolation_value",
+                "keep_aspect_ratio_policy",
+            ]
+        };
+        let a = Attrs::new(n, known)?;
+        let ins = self.inputs(n, 1, 4)?;
+        let x = Self::required(&ins, 0)?;
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        let mode = a.string("mode", "nearest")?;
+        if mode != "nearest" {
+            return Err(format!("mode = \"{mode}\": only nearest-neighbour resizing is supported"));
+        }
+        if !upsample {
+            let ct = a.string("coordinate_transformation_mode", "half_pixel")?;
+            let nm = a.string("nearest_mode", "round_prefer_floor")?;
+            // With whole factors, asymmetric+floor and the other common pairs pick the same element.
+            let whole_factor_modes = matches!(
+                (ct.as_str(), nm.as_str()),
+                ("asymmetric", "floor")
+                    | ("half_pixel" | "pytorch_half_pixel", "round_prefer_floor" | "round_prefer_ceil")
+            );
+            if !whole_factor_modes || a.has("axes") || a.int("antialias", 0)? != 0 {
+                return Err(format!(
+                    "coordinate_transformation_mode = \"{ct}\" with nearest_mode = \"{nm}\" is not supported"
+                ));
+            }
+        }
+        let float_list = |this: &Self, id: ValueId| this.constant(id).map(|v| v.as_f64());
+        let scales: Vec<f64> = if upsample {
+            match (a.floats("scales")?, ins.get(1).copied().flatten()) {
+                (Some(f), _) => f.iter().map(|&v| v as f64).collect(),
+                (None, Some(id)) => float_list(self, id).ok_or("the scales must be a constant")?,
+                _ => return Err("the scales are required".into()),
+            }
+        } else {
+            // Opset 10's Resize takes the scales second; later opsets put the ROI there.
+            let (scales_at, sizes_at) = if self.opset < 11 { (1, usize::MAX) } else { (2, 3) };
+            match (ins.get(scales_at).copied().flatten(), ins.get(sizes_at).copied().flatten()) {
+                (Some(id), _) if self.shape(id).iter().product::<usize>() > 0 => {
+                    float_list(self, id).ok_or("the scales must be a constant")?
+                }
+                (_, Some(id)) => {
+                    let sizes = self.int_constant(id, "the sizes")?;
+                    sizes.iter().zip(&xs).map(|(&s, &d)| s as f64 / d as f64).collect()
+                }
+                _ => return Err("scales or sizes are required".into()),
+            }
+        };
+        if scales.len() != xs.len() || scales.iter().any(|&f| f < 1.0 || f.fract() != 0.0 || f > 1024.0) {
+            return Err(format!("scales {scales:?}: whole factors from 1 to 1024 for every axis are supported"));
+        }
+        let f: Vec<usize> = scales.iter().map(|&v| v as usize).collect();
+        let shape: Vec<usize> = xs.iter().zip(&f).map(|(d, k)| d * k).collect();
+        let v = vars("i", shape.len());
+        let idx: Vec<String> =
+            v.iter().zip(&f).map(|(i, &k)| if k == 1 { i.clone() } else { format!("{i} / {k}") }).collect();
+        let rhs = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
+        self.emit_def(out, shape, rhs)
+    }
+
+    /// `[N, C·b², H, W]` to `[N, C, H·b, W·b]`: DCR (the default) or CRD (`pixel_shuffle`).
+    fn depth_to_space(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["blocksize", "mode"])?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        let b = a.int("blocksize", 0)?;
+        if xs.len() != 4 || !(1..=64).contains(&b) || xs[1] % (b * b) as usize != 0 {
+            return Err(format!("blocksize {b} does not fit an input of shape {xs:?}"));
+        }
+        let b = b as usize;
+        let c = xs[1] / (b * b);
+        let shape = vec![xs[0], c, xs[2] * b, xs[3] * b];
+        let channel = match a.string("mode", "DCR")?.as_str() {
+            "DCR" => format!("(i2 % {b}) * {} + (i3 % {b}) * {c} + i1", b * c),
+            "CRD" => format!("i1 * {} + (i2 % {b}) * {b} + i3 % {b}", b * b),
+            other => return Err(format!("mode = \"{other}\" is not supported")),
+        };
+        let rhs = format!("{}[i0, {channel}, i2 / {b}, i3 / {b}]", self.tensor(x)?);
+        self.emit_def(out, shape, rhs)
+    }
+
+    /// A cast to f32 of a float tensor changes nothing; other casts are not supported.
+    fn cast(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["to", "saturate"])?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let out = self.output(n)?;
+        let to = a.int("to", 0)?;
+        let float_data = self.constant(x).is_none_or(|v| matches!(v, Values::F32(_)));
+        if to != crate::proto::data_type::FLOAT as i64 || !float_data {
+            return Err(format!("a cast to {} is not supported", crate::proto::data_type::name(to as i32)));
+        }
+        self.alias(out, x)
+    }
+
     fn reduce(&mut self, n: &NodeProto) -> R {
         let a = Attrs::new(n, &["axes", "keepdims", "noop_with_empty_axes"])?;
         let axes_are_input = self.opset >= 18 || (n.op_type == "ReduceSum" && self.opset >= 13);
@@ -1080,6 +1455,49 @@ fn pads(a: &Attrs, size: [usize; 2], window: [usize; 2], stride: usize) -> R<[us
         }
         other => Err(format!("auto_pad = \"{other}\" is not supported")),
     }
+}
+
+/// `(begin, end)` padding of each spatial axis from `pads` or `auto_pad`.
+fn pads_nd(a: &Attrs, size: &[usize], window: &[usize], stride: &[usize]) -> R<Vec<(usize, usize)>> {
+    let axes = size.len();
+    match a.string("auto_pad", "NOTSET")?.as_str() {
+        "NOTSET" => match a.ints("pads")? {
+            None => Ok(vec![(0, 0); axes]),
+            Some(p) if p.len() == 2 * axes && p.iter().all(|&q| (0..1 << 20).contains(&q)) => {
+                Ok((0..axes).map(|j| (p[j] as usize, p[axes + j] as usize)).collect())
+            }
+            Some(p) => Err(format!("pads = {p:?}: expected {} non-negative values", 2 * axes)),
+        },
+        "VALID" => Ok(vec![(0, 0); axes]),
+        mode @ ("SAME_UPPER" | "SAME_LOWER") => Ok((0..axes)
+            .map(|j| {
+                let out = size[j].div_ceil(stride[j]);
+                let total = ((out - 1) * stride[j] + window[j]).saturating_sub(size[j]);
+                let small = total / 2;
+                if mode == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                }
+            })
+            .collect()),
+        other => Err(format!("auto_pad = \"{other}\" is not supported")),
+    }
+}
+
+/// Output size of pooling along an axis: floor, or with `ceil` rounded up
+/// as ONNX and PyTorch do (the last window must start inside the input or
+/// its leading padding).
+fn pool_out(size: usize, (begin, end): (usize, usize), window: usize, stride: usize, ceil: bool) -> R<usize> {
+    let span = size + begin + end;
+    if span < window {
+        return Err(format!("a window of {window} does not fit an axis of {size} padded by {}", begin + end));
+    }
+    let mut out = if ceil { (span - window).div_ceil(stride) + 1 } else { (span - window) / stride + 1 };
+    if ceil && (out - 1) * stride >= size + begin {
+        out -= 1;
+    }
+    Ok(out)
 }
 
 /// Output size of a window sliding over `size + padding`.

@@ -69,11 +69,15 @@ class Builder:
         return self.op("BatchNormalization", ins, "bn", epsilon=1e-5)
 
     def model(self, x_shape, out_name, out_shape, opset=17):
+        """`out_shape` None: the output's shape is left to shape inference."""
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
         y = helper.make_tensor_value_info(out_name, TensorProto.FLOAT, out_shape)
         g = helper.make_graph(self.nodes, "model", [x], [y], self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="texc-tests")
         m.ir_version = 8
+        if out_shape is None:
+            inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+            m.graph.output[0].CopyFrom(inferred.graph.output[0])
         onnx.checker.check_model(m)
         return m
 
@@ -207,6 +211,39 @@ def activations(size, seed):
     return b.model([1, 4, size, size], rename_output(b, "y"), [1, 2, 4], opset=20)
 
 
+def layout(size, seed):
+    """Pooling beyond std.nn's square windows (ceil_mode, asymmetric pads,
+    averages without the padding), Resize, DepthToSpace, Slice, Split,
+    Gather, Cast and 1-D convolution."""
+    b = Builder(seed)
+    m = b.op("MaxPool", ["x"], kernel_shape=[2, 3], strides=[2, 1], pads=[0, 1, 1, 1], ceil_mode=1)
+    a = b.op("AveragePool", ["x"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=0)
+    a = b.op("Cast", [a], to=TensorProto.FLOAT)
+    m = b.op("Slice", [m, b.const("s", np.array([0], np.int64)), b.const("e", np.array([a_h(size)], np.int64)),
+                       b.const("ax", np.array([3], np.int64))])
+    a = b.op("Slice", [a, b.const("s", np.array([0], np.int64)), b.const("e", np.array([size], np.int64)),
+                       b.const("ax", np.array([2], np.int64))])
+    x = b.op("Concat", [m, a, a, m], axis=1)
+    x = b.op("Resize", [x, "", b.const("scales", np.array([1, 1, 2, 2], np.float32))], mode="nearest",
+             coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    x = b.op("DepthToSpace", [x], blocksize=2, mode="CRD")
+    x = b.op("Slice", [x, b.const("s", np.array([1, -1], np.int64)), b.const("e", np.array([-1, 0], np.int64)),
+                       b.const("ax", np.array([2, 3], np.int64)), b.const("st", np.array([2, -3], np.int64))])
+    lo, hi = "lo_part", "hi_part"
+    b.nodes.append(helper.make_node("Split", [x, b.const("sp", np.array([1, 1], np.int64))], [lo, hi], name="/split/Split", axis=1))
+    x = b.op("Concat", [hi, lo, b.op("Gather", [x, b.const("g", np.array([1, 0], np.int64))], axis=1)], axis=1)
+    x = b.op("Gather", [x, b.const("row", np.array(0, np.int64))], axis=0)
+    # [4, H', W'] as a batch of 1-D signals: [1, 4, H'·W'] through a 1-D convolution
+    hw = b.name("flat")
+    b.nodes.append(helper.make_node("Reshape", [x, b.const("shape", np.array([1, 4, -1], np.int64))], [hw], name="/r/Reshape"))
+    b.op("Conv", [hw, b.weight("w1", [3, 4, 3]), b.weight("b1", [3], kind="small")], kernel_shape=[3], pads=[1, 1], strides=[2])
+    return b.model([1, 2, size, size + 1], rename_output(b, "y"), None, opset=13)
+
+
+def a_h(size):
+    return (size + 1) // 2
+
+
 def symbolic(size, seed):
     """A batch dimension left symbolic, as torch.onnx.export's dynamic_axes leaves it."""
     b = Builder(seed)
@@ -230,7 +267,7 @@ def bad_strides(size, seed):
 
 
 MODELS = {"resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
-          "small": (small, 17), "activations": (activations, 6), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
+          "small": (small, 17), "activations": (activations, 6), "layout": (layout, 9), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
           "bad_strides": (bad_strides, 9)}
 
 

@@ -302,6 +302,14 @@ X = f32(2, 3, 5, 7)
 case("global_max_pool2d", S, "t_global_max_pool", {"X": X}, {"Y": X.max((2, 3), keepdims=True)})
 X = f32(2, 3, 5, 7)
 case("flatten", S, "t_flatten", {"X": X}, {"Y": X.reshape(2, -1)})
+X, W, b = f32(2, 6, 17), f32(4, 3, 3), f32(4)
+Xp = np.pad(d64(X), ((0, 0), (0, 0), (2, 2)))
+ref = np.zeros((2, 4, (17 + 4 - 4 - 1) // 2 + 1))
+for k in range(4):
+    g = k // 2
+    for l in range(ref.shape[2]):
+        ref[:, k, l] = sum((Xp[:, g * 3 + c, l * 2 + r * 2] * W[k, c, r]) for c in range(3) for r in range(3)) + b[k]
+case("conv1d", S, "t_conv1d", {"X": X, "Wt": W, "b": b}, {"Y": as32(ref)})
 
 with open(os.path.join(OUT, "manifest.txt"), "w") as f:
     f.write("\n".join(manifest) + "\n")

@@ -311,6 +311,9 @@ pub fn std_op_programs(size: i64) -> Vec<(String, Program)> {
                 .map(|sym| {
                     let v = match (info.name.as_str(), sym.name.as_str()) {
                         ("t_conv2d_groups", "Cg") => 3,
+                        ("t_conv1d", "Cg" | "R") => 3,
+                        ("t_conv1d", "C") => 6,
+                        ("t_conv1d", "K") => 4,
                         ("t_conv2d_groups", "K") => 4,
                         ("t_conv2d_groups", "C") => 6,
                         ("t_group_norm", "C") => 8,

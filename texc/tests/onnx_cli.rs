@@ -117,6 +117,11 @@ fn activations_match_onnx_runtime() {
     imported_model_matches_onnx_runtime("activations", &["interp", "x86-avx2", "cranelift"]);
 }
 
+#[test]
+fn layout_and_pooling_forms_match_onnx_runtime() {
+    imported_model_matches_onnx_runtime("layout", &["interp", "x86-avx2", "cranelift"]);
+}
+
 /// `run` takes the `.onnx` file itself, with its weights, and `--check` works on it.
 #[test]
 fn run_takes_an_onnx_file() {
