@@ -38,7 +38,7 @@ impl Importer<'_> {
             "Elu" => self.elu(n),
             "Selu" => self.selu(n),
             "PRelu" => self.prelu(n),
-            "GlobalMaxPool" => self.global_max_pool(n),
+            "GlobalMaxPool" => self.global_pool(n),
             "HardSigmoid" => self.hard_sigmoid(n),
             "LeakyRelu" => self.leaky_relu(n),
             "Clip" => self.clip(n),
@@ -49,7 +49,7 @@ impl Importer<'_> {
             "Div" => self.binary(n, "div", "/"),
             "Pow" => self.pow(n),
             "MaxPool" | "AveragePool" => self.pool(n),
-            "GlobalAveragePool" => self.global_avg_pool(n),
+            "GlobalAveragePool" => self.global_pool(n),
             "Flatten" => self.flatten(n),
             "Reshape" => self.reshape(n),
             "Squeeze" | "Unsqueeze" => self.squeeze(n),
@@ -637,7 +637,8 @@ impl Importer<'_> {
         self.emit_def(out, shape, rhs)
     }
 
-    fn global_avg_pool(&mut self, n: &NodeProto) -> R {
+    /// GlobalAveragePool and GlobalMaxPool of NCHW inputs.
+    fn global_pool(&mut self, n: &NodeProto) -> R {
         Attrs::new(n, &[])?;
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
         let out = self.output(n)?;
@@ -645,19 +646,8 @@ impl Importer<'_> {
         if xs.len() != 4 {
             return Err(format!("input of rank {}: only NCHW inputs are supported", xs.len()));
         }
-        let call = format!("global_avg_pool2d({})", self.tensor(x)?);
-        self.emit_call(out, vec![xs[0], xs[1], 1, 1], call)
-    }
-
-    fn global_max_pool(&mut self, n: &NodeProto) -> R {
-        Attrs::new(n, &[])?;
-        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
-        let out = self.output(n)?;
-        let xs = self.shape(x).to_vec();
-        if xs.len() != 4 {
-            return Err(format!("input of rank {}: only NCHW inputs are supported", xs.len()));
-        }
-        let call = format!("global_max_pool2d({})", self.tensor(x)?);
+        let name = if n.op_type == "GlobalMaxPool" { "global_max_pool2d" } else { "global_avg_pool2d" };
+        let call = format!("{name}({})", self.tensor(x)?);
         self.emit_call(out, vec![xs[0], xs[1], 1, 1], call)
     }
 
@@ -1252,7 +1242,7 @@ impl Importer<'_> {
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
         let b = a.int("blocksize", 0)?;
-        if xs.len() != 4 || !(1..=64).contains(&b) || xs[1] % (b * b) as usize != 0 {
+        if xs.len() != 4 || !(1..=64).contains(&b) || !xs[1].is_multiple_of((b * b) as usize) {
             return Err(format!("blocksize {b} does not fit an input of shape {xs:?}"));
         }
         let b = b as usize;
