@@ -430,6 +430,13 @@ pub fn rules(accuracy: Accuracy) -> Vec<Rewrite<SymbolLang, Shapes>> {
         // Activation fusion: relu(conv(X, W) + b) in one stage.
         rw!("conv-bias-relu-fuse";
             "(relu (conv2d_bias ?x ?w ?b ?p ?s ?d ?g))" => "(conv2d_bias_relu ?x ?w ?b ?p ?s ?d ?g)"),
+        // The fusions read backwards: a convolution that arrives fused (an
+        // exporter folded batch norm into a Conv with bias) is also its parts,
+        // so it can still take the im2col form, which has no fused variant.
+        rw!("conv-bias-unfuse";
+            "(conv2d_bias ?x ?w ?b ?p ?s ?d ?g)" => "(bias_add (conv2d ?x ?w ?p ?s ?d ?g) ?b)"),
+        rw!("conv-bias-relu-unfuse";
+            "(conv2d_bias_relu ?x ?w ?b ?p ?s ?d ?g)" => "(relu (conv2d_bias ?x ?w ?b ?p ?s ?d ?g))"),
         // Transposes that reverse the axes cancel: (Xᵀ)ᵀ = X (ranks 2 to 4).
         rw!("transpose-cancel"; "(transpose (transpose ?x 1 0) 1 0)" => "?x"),
         rw!("transpose-cancel-3"; "(transpose (transpose ?x 2 1 0) 2 1 0)" => "?x"),

@@ -239,3 +239,45 @@ fn external_data_is_read_beside_the_model() {
     let e = crate::import_file(&path, "m.npz", &Options::default()).expect_err("refused").to_string();
     assert!(e.contains("bytes 17..+216 beyond its 232 bytes"), "{e}");
 }
+
+/// The mutation loop over real models, for longer runs by hand:
+/// `TEXC_ONNX_CORPUS=a.onnx:b.onnx TEXC_ONNX_MUTATIONS=100000 cargo test -p texc-onnx --release -- --ignored`.
+#[test]
+#[ignore]
+fn mutated_corpus_models_never_panic() {
+    let corpus = std::env::var("TEXC_ONNX_CORPUS").unwrap_or_default();
+    let rounds: usize = std::env::var("TEXC_ONNX_MUTATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let mut state = 0x2545f4914f6cdd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for path in corpus.split(':').filter(|p| !p.is_empty()) {
+        let bytes = std::fs::read(path).expect("corpus file");
+        let (mut ok, mut refused) = (0, 0);
+        for _ in 0..rounds {
+            let mut b = bytes.clone();
+            for _ in 0..1 + next() % 8 {
+                let i = (next() % b.len() as u64) as usize;
+                match next() % 4 {
+                    0 => b[i] = next() as u8,
+                    1 => b[i] ^= 1 << (next() % 8),
+                    2 => b.truncate(i.max(1)),
+                    _ => b.insert(i, next() as u8),
+                }
+            }
+            match import_bytes(
+                &b,
+                "m.onnx",
+                "m.npz",
+                &Options { dims: vec![("batch".into(), 1)], ..Options::default() },
+            ) {
+                Ok(_) => ok += 1,
+                Err(_) => refused += 1,
+            }
+        }
+        eprintln!("{path}: {ok} imported, {refused} refused");
+    }
+}

@@ -68,7 +68,7 @@ fn batch_norm_folds_into_one_fused_convolution() {
     {
         let (original, r) = rewritten(CONV_BN_RELU, &shapes);
         assert!(r.kept_original.is_none(), "{:?}", r.kept_original);
-        assert_eq!(r.plan.fired, vec!["bn-fold", "conv-im2col", "conv-bias-relu-fuse"]);
+        assert_eq!(r.plan.fired, vec!["bn-fold", "conv-im2col", "conv-bias-relu-fuse", "conv-bias-unfuse"]);
         // One fused operator for the conv, bn and relu; the folding itself is weights-only.
         let ops: Vec<&str> = r.program.ops.iter().map(|o| o.op.as_str()).collect();
         assert_eq!(ops, vec!["bn_fold_weight", "bn_fold_bias", "conv2d_bias_relu"]);
