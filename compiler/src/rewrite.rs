@@ -94,7 +94,7 @@ fn shape_of(op: &str, ch: &[Info]) -> Option<Vec<i64>> {
             let out = |h: i64, r: i64| (h + 2 * pad - dil * (r - 1) - 1).div_euclid(stride.max(1)) + 1;
             vec![x[0], w[0], out(x[2], w[2]), out(x[3], w[3])]
         }
-        op if op.starts_with("conv2d_winograd_") || op == "conv2d_1x1" => {
+        op if op.starts_with("conv2d_winograd_") || op.starts_with("conv2d_1x1") => {
             let (x, w) = (s(0)?, s(1)?);
             vec![x[0], w[0], x[2], x[3]]
         }
@@ -174,6 +174,7 @@ fn op_cost(op: &str, ch: &[Info], out: &Info, opaque: &HashMap<String, (f64, f64
 fn op_flops(op: &str, ch: &[Info], o: f64) -> f64 {
     match op {
         "conv2d_1x1" => 2.0 * o * ch.first().and_then(shape).map_or(0.0, |x| x[1] as f64),
+        "conv2d_1x1_bias" => (2.0 * ch.first().and_then(shape).map_or(0.0, |x| x[1] as f64) + 1.0) * o,
         "matmul" => {
             let k = ch.first().and_then(shape).map_or(0.0, |a| a[1] as f64);
             2.0 * o * k
@@ -247,7 +248,8 @@ fn node_time(egraph: &EGraph<SymbolLang, Shapes>, enode: &SymbolLang, peak: f64,
 /// The share of the peak that texc's default CPU schedules reach on an
 /// operator, measured (1 thread, x86-avx2 and x86-avx512, ResNet-18's
 /// layers at 224×224: `benches/models.py`, docs/onnx.md): direct
-/// convolutions 0.5–0.64 at stride 1 but 0.18–0.27 at stride 2 and for
+/// convolutions 0.5–0.64 at stride 1 (0.4 with 1×1 filters, whose matrix
+/// products reach 0.58–0.78) but 0.18–0.27 at stride 2 and for
 /// 3-channel inputs, where im2col's matrix product reaches 0.4–0.62; Winograd
 /// 0.34–0.6 of its reduced work, less on small images. Without these the
 /// roofline ties a direct strided convolution with im2col, and the direct
@@ -263,12 +265,19 @@ fn cpu_efficiency(op: &str, ch: &[Info], flops: f64) -> f64 {
         "conv2d" | "conv2d_bias" | "conv2d_bias_relu" => {
             let k = if op == "conv2d" { 3 } else { 4 };
             let few_channels = x.is_some_and(|x| x[1] < 8);
+            let pointwise = ch.get(1).and_then(shape).is_some_and(|w| w[2] == 1 && w[3] == 1);
             if (stride(k) > 1 || few_channels) && flops > 1e7 {
                 0.22
+            } else if pointwise {
+                // A 1×1 filter leaves the direct nest no window to reuse.
+                0.4
             } else {
                 0.6
             }
         }
+        // 1×1 convolutions as products (56×56, 24→144): 0.78 alone, 0.58 with the bias added in.
+        "conv2d_1x1" => 0.78,
+        "conv2d_1x1_bias" => 0.58,
         "conv2d_im2col" => 0.55,
         op if op.starts_with("conv2d_winograd_") => {
             // Fewer tiles to spread the transforms over on small images.
@@ -446,6 +455,9 @@ pub fn rules(accuracy: Accuracy) -> Vec<Rewrite<SymbolLang, Shapes>> {
         // A 1×1 convolution (no padding, stride 1, one group) is a matrix
         // product per image: Y[n] = W[:, :, 0, 0] · X[n].
         rw!("conv1x1-matmul"; "(conv2d ?x ?w 0 1 ?d 1)" => "(conv2d_1x1 ?x ?w)" if filter_is("?w", 1)),
+        // The same with the bias added in the product's stage.
+        rw!("conv1x1-bias-matmul";
+            "(conv2d_bias ?x ?w ?b 0 1 ?d 1)" => "(conv2d_1x1_bias ?x ?w ?b)" if filter_is("?w", 1)),
         // Winograd F(2×2, 3×3) for 3×3, stride 1, pad 1, one group, even H and W:
         // Y = Aᵀ[(G g Gᵀ) ⊙ (Bᵀ d B)]A per 2×2 tile (Lavin & Gray 2016).
         rw!("conv3x3-winograd"; "(conv2d ?x ?w 1 1 1 1)" => "(conv2d_winograd_f2 ?x ?w)" if filter_is("?w", 3) if image_multiple_of("?x", 2) if within(2)),

@@ -310,6 +310,9 @@ for k in range(4):
     for l in range(ref.shape[2]):
         ref[:, k, l] = sum((Xp[:, g * 3 + c, l * 2 + r * 2] * W[k, c, r]) for c in range(3) for r in range(3)) + b[k]
 case("conv1d", S, "t_conv1d", {"X": X, "Wt": W, "b": b}, {"Y": as32(ref)})
+X, W, b = f32(2, 5, 3, 7), f32(6, 5, 1, 1), f32(6)
+case("conv2d_1x1_bias", S, "t_conv2d_1x1_bias", {"X": X, "Wt": W, "b": b},
+     {"Y": as32(conv2d(X, W) + d64(b).reshape(1, -1, 1, 1))})
 
 with open(os.path.join(OUT, "manifest.txt"), "w") as f:
     f.write("\n".join(manifest) + "\n")

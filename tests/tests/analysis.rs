@@ -30,7 +30,7 @@ fn weight_positions_name_weights_of_the_standard_library() {
                     "{name} parameter {at} is not a tensor"
                 );
                 assert!(
-                    ["Wt", "W", "b", "gamma", "beta", "mean", "var"].contains(&p.name.as_str()),
+                    ["Wt", "W", "b", "gamma", "beta", "mean", "var", "slope"].contains(&p.name.as_str()),
                     "{name} parameter {at} is `{}`, not a weight",
                     p.name
                 );
