@@ -150,6 +150,25 @@ impl Values {
             _ => None,
         }
     }
+
+    /// The elements at flat positions `at`, in that order.
+    fn pick(&self, at: &[usize]) -> Values {
+        match self {
+            Values::F32(v) => Values::F32(at.iter().map(|&i| v[i]).collect()),
+            Values::F64(v) => Values::F64(at.iter().map(|&i| v[i]).collect()),
+            Values::I64(v) => Values::I64(at.iter().map(|&i| v[i]).collect()),
+        }
+    }
+
+    /// `self` followed by `other` (of the same kind).
+    fn concat(&self, other: &Values) -> Option<Values> {
+        Some(match (self, other) {
+            (Values::F32(a), Values::F32(b)) => Values::F32([a.as_slice(), b].concat()),
+            (Values::F64(a), Values::F64(b)) => Values::F64([a.as_slice(), b].concat()),
+            (Values::I64(a), Values::I64(b)) => Values::I64([a.as_slice(), b].concat()),
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -10,11 +10,17 @@ use crate::{elements, tensor_data, Importer, ValueId, Values};
 
 type R<T = ()> = Result<T, String>;
 
+/// A sliced axis: the axis, its first index, the step and the length.
+type SlicedAxis = (usize, i64, i64, usize);
+
 /// Ranks the element-wise operators of `std.nn` have overloads for.
 const STD_RANKS: std::ops::RangeInclusive<usize> = 1..=4;
 
 impl Importer<'_> {
     pub(crate) fn translate(&mut self, n: &NodeProto) -> R {
+        if self.fold(n)? {
+            return Ok(());
+        }
         match n.op_type.as_str() {
             "Conv" => self.conv(n),
             "BatchNormalization" => self.batch_norm(n),
@@ -161,7 +167,7 @@ impl Importer<'_> {
     /// `out` is a graph output or `src` a parameter.
     fn alias(&mut self, out: &str, src: ValueId) -> R {
         let v = self.value(src);
-        if self.is_graph_output(out) || v.param || v.data.is_some() {
+        if self.is_graph_output(out) || v.param {
             let shape = v.shape.clone();
             let iv = vars("i", shape.len());
             let rhs = format!("{}[{}]", self.tensor(src)?, iv.join(", "));
@@ -908,6 +914,9 @@ impl Importer<'_> {
         if xs == shape {
             return self.alias(out, x);
         }
+        if let Some(data) = self.constant(x).cloned() {
+            return self.add(out, shape, Some(data)).map(|_| ());
+        }
         let v = vars("i", shape.len());
         let linear = linear_index(&v, &shape);
         let total: usize = shape.iter().product();
@@ -918,12 +927,12 @@ impl Importer<'_> {
             let i = if d == 1 {
                 "0".to_string()
             } else {
-                let q = if stride == 1 { linear.clone() } else { format!("({linear}) / {stride}") };
+                let q = if stride == 1 { linear.clone() } else { format!("{} / {stride}", parenthesized(&linear)) };
                 // No modulo where the quotient stays below the axis's size (the first axis of size > 1).
                 if total / stride <= d {
                     q
                 } else {
-                    format!("({q}) % {d}")
+                    format!("{} % {d}", parenthesized(&q))
                 }
             };
             idx.push(i);
@@ -1014,6 +1023,24 @@ impl Importer<'_> {
 
     /// Constant starts, ends, axes and steps (inputs from opset 10, attributes before).
     fn slice(&mut self, n: &NodeProto) -> R {
+        let (x, plan) = self.slice_plan(n)?;
+        let out = self.output(n)?;
+        let v = vars("i", self.shape(x).len());
+        let (mut shape, mut idx) = (self.shape(x).to_vec(), v.clone());
+        for &(ax, start, step, len) in &plan {
+            shape[ax] = len;
+            idx[ax] = match (start, step) {
+                (0, 1) => v[ax].clone(),
+                (s0, 1) => format!("{} + {s0}", v[ax]),
+                (s0, st) => format!("{s0} + {} * {st}", v[ax]),
+            };
+        }
+        let rhs = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
+        self.emit_def(out, shape, rhs)
+    }
+
+    /// The sliced tensor, and each sliced axis.
+    fn slice_plan(&self, n: &NodeProto) -> R<(ValueId, Vec<SlicedAxis>)> {
         let a = Attrs::new(n, &["starts", "ends", "axes"])?;
         let (x, starts, ends, axes, steps) = if self.opset < 10 {
             let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
@@ -1024,16 +1051,10 @@ impl Importer<'_> {
             let list = |i: usize, what: &str| -> R<Option<Vec<i64>>> {
                 ins.get(i).copied().flatten().map(|id| self.int_constant(id, what)).transpose()
             };
-            (
-                Self::required(&ins, 0)?,
-                list(1, "starts")?.unwrap_or_default(),
-                list(2, "ends")?.unwrap_or_default(),
-                list(3, "axes")?,
-                list(4, "steps")?,
-            )
+            let (starts, ends) = (list(1, "starts")?.unwrap_or_default(), list(2, "ends")?.unwrap_or_default());
+            (Self::required(&ins, 0)?, starts, ends, list(3, "axes")?, list(4, "steps")?)
         };
-        let out = self.output(n)?;
-        let xs = self.shape(x).to_vec();
+        let xs = self.shape(x);
         let axes = match axes {
             Some(list) => list.iter().map(|&ax| normalize_axis(ax, xs.len())).collect::<R<Vec<_>>>()?,
             None => (0..starts.len()).collect(),
@@ -1042,8 +1063,7 @@ impl Importer<'_> {
         if starts.len() != axes.len() || ends.len() != axes.len() || steps.len() != axes.len() {
             return Err("starts, ends, axes and steps differ in length".into());
         }
-        let v = vars("i", xs.len());
-        let (mut shape, mut idx) = (xs.clone(), v.clone());
+        let mut plan = Vec::new();
         for (j, &ax) in axes.iter().enumerate() {
             let (d, step) = (xs[ax] as i64, steps[j]);
             if step == 0 {
@@ -1058,15 +1078,9 @@ impl Importer<'_> {
             if len == 0 {
                 return Err(format!("the slice of axis {ax} is empty: not supported"));
             }
-            shape[ax] = len as usize;
-            idx[ax] = match (start, step) {
-                (0, 1) => v[ax].clone(),
-                (s0, 1) => format!("{} + {s0}", v[ax]),
-                (s0, st) => format!("{s0} + {} * {st}", v[ax]),
-            };
+            plan.push((ax, start, step, len as usize));
         }
-        let rhs = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
-        self.emit_def(out, shape, rhs)
+        Ok((x, plan))
     }
 
     /// Every output is a slice along the axis.
@@ -1109,27 +1123,11 @@ impl Importer<'_> {
 
     /// Constant indices: one, or a list (a chain of selects, at most 64).
     fn gather(&mut self, n: &NodeProto) -> R {
-        let a = Attrs::new(n, &["axis"])?;
-        let ins = self.inputs(n, 2, 2)?;
-        let (x, i) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let (x, axis, ishape, indices) = self.gather_plan(n)?;
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
-        let axis = normalize_axis(a.int("axis", 0)?, xs.len())?;
-        let ishape = self.shape(i).to_vec();
-        let indices = self.int_constant(i, "the indices")?;
-        let d = xs[axis] as i64;
-        let indices: Vec<i64> = indices
-            .iter()
-            .map(|&k| {
-                if (-d..d).contains(&k) {
-                    Ok(k.rem_euclid(d))
-                } else {
-                    Err(format!("index {k} is outside an axis of {d}"))
-                }
-            })
-            .collect::<R<_>>()?;
-        if ishape.len() > 1 || indices.len() > 64 {
-            return Err(format!("indices of shape {ishape:?}: a scalar or up to 64 indices are supported"));
+        if indices.len() > 64 {
+            return Err(format!("{} indices: up to 64 are supported", indices.len()));
         }
         let mut shape = xs[..axis].to_vec();
         shape.extend(&ishape);
@@ -1157,6 +1155,81 @@ impl Importer<'_> {
             return Err("it gathers a 0-d tensor: not supported".into());
         }
         self.emit_def(out, shape, rhs)
+    }
+
+    /// The gathered tensor, the axis, the indices' shape (scalar or 1-D) and
+    /// the indices made non-negative.
+    fn gather_plan(&self, n: &NodeProto) -> R<(ValueId, usize, Vec<usize>, Vec<i64>)> {
+        let a = Attrs::new(n, &["axis"])?;
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, i) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let xs = self.shape(x);
+        let axis = normalize_axis(a.int("axis", 0)?, xs.len())?;
+        let ishape = self.shape(i).to_vec();
+        if ishape.len() > 1 {
+            return Err(format!("indices of shape {ishape:?}: a scalar or a list is supported"));
+        }
+        let d = xs[axis] as i64;
+        let indices = self
+            .int_constant(i, "the indices")?
+            .iter()
+            .map(|&k| {
+                if (-d..d).contains(&k) {
+                    Ok(k.rem_euclid(d))
+                } else {
+                    Err(format!("index {k} is outside an axis of {d}"))
+                }
+            })
+            .collect::<R<Vec<i64>>>()?;
+        Ok((x, axis, ishape, indices))
+    }
+
+    /// Gather or Slice of a constant: the output's shape and, for each output
+    /// element in row-major order, the flat position of its input element.
+    fn constant_index_map(&self, n: &NodeProto) -> R<(ValueId, Vec<usize>, Vec<usize>)> {
+        let strides = |shape: &[usize]| -> Vec<usize> {
+            let mut st = vec![1; shape.len()];
+            for k in (0..shape.len().saturating_sub(1)).rev() {
+                st[k] = st[k + 1] * shape[k + 1];
+            }
+            st
+        };
+        if n.op_type == "Slice" {
+            let (x, plan) = self.slice_plan(n)?;
+            let xs = self.shape(x).to_vec();
+            let mut shape = xs.clone();
+            for &(ax, _, _, len) in &plan {
+                shape[ax] = len;
+            }
+            let (sx, count) = (strides(&xs), elements(&shape).ok_or("too many elements")?);
+            let at = (0..count)
+                .map(|flat| {
+                    let mut rest = flat;
+                    let mut pos = 0i64;
+                    for (k, st) in strides(&shape).iter().enumerate() {
+                        let i = (rest / st) as i64;
+                        rest %= st;
+                        let i = plan.iter().find(|p| p.0 == k).map_or(i, |&(_, start, step, _)| start + i * step);
+                        pos += i * sx[k] as i64;
+                    }
+                    pos as usize
+                })
+                .collect();
+            return Ok((x, shape, at));
+        }
+        let (x, axis, ishape, indices) = self.gather_plan(n)?;
+        let xs = self.shape(x).to_vec();
+        let (outer, inner): (usize, usize) = (xs[..axis].iter().product(), xs[axis + 1..].iter().product());
+        let mut shape = xs[..axis].to_vec();
+        shape.extend(&ishape);
+        shape.extend(&xs[axis + 1..]);
+        let mut at = Vec::new();
+        for o in 0..outer {
+            for &k in &indices {
+                at.extend((0..inner).map(|j| (o * xs[axis] + k as usize) * inner + j));
+            }
+        }
+        Ok((x, shape, at))
     }
 
     /// Nearest-neighbour upsampling by whole factors (what
@@ -1322,6 +1395,162 @@ impl Importer<'_> {
         self.emit_def(out, shape, format!("{op}[{}]({access}){scale}", reduced.join(", ")))
     }
 
+    // ------------------------------------------------------------ constant folding
+
+    /// Nodes whose inputs are all constants compute at import time: the
+    /// shape arithmetic exporters write (Shape → Gather → Unsqueeze → Concat
+    /// → Reshape) and reshapes of weights. Returns whether `n` was folded.
+    fn fold(&mut self, n: &NodeProto) -> R<bool> {
+        let op = n.op_type.as_str();
+        if op == "Shape" {
+            return self.fold_shape(n).map(|()| true);
+        }
+        if op == "ConstantOfShape" {
+            return self.fold_constant_of_shape(n).map(|()| true);
+        }
+        let foldable = ["Concat", "Gather", "Slice", "Cast", "Add", "Sub", "Mul", "Div"];
+        let ins: Vec<Option<ValueId>> = n.input.iter().map(|i| self.by_name.get(i).copied()).collect();
+        let all_constant = !ins.is_empty()
+            && ins
+                .iter()
+                .zip(&n.input)
+                .all(|(id, name)| name.is_empty() || id.is_some_and(|id| self.constant(id).is_some()));
+        if !foldable.contains(&op) || !all_constant {
+            return Ok(false);
+        }
+        let data_is_int = ins[0].and_then(|id| self.constant(id)).is_some_and(|v| matches!(v, Values::I64(_)));
+        match op {
+            // Integer arithmetic only: f32 arithmetic is left to the kernel, which rounds as texc does.
+            "Add" | "Sub" | "Mul" | "Div" if data_is_int => self.fold_arithmetic(n).map(|()| true),
+            "Concat" | "Gather" | "Slice" | "Cast" => self.fold_layout(n).map(|()| true),
+            _ => Ok(false),
+        }
+    }
+
+    fn fold_shape(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["start", "end"])?;
+        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let out = self.output(n)?;
+        let dims: Vec<i64> = self.shape(x).iter().map(|&d| d as i64).collect();
+        let r = dims.len() as i64;
+        let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+        let (start, end) = (clamp(a.int("start", 0)?), clamp(a.int("end", r)?));
+        let picked = dims[start..end.max(start)].to_vec();
+        self.add(out, vec![picked.len()], Some(Values::I64(picked))).map(|_| ())
+    }
+
+    fn fold_constant_of_shape(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["value"])?;
+        let s = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+        let out = self.output(n)?;
+        let dims = self.int_constant(s, "the shape")?;
+        let shape: Vec<usize> =
+            dims.iter().map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d}"))).collect::<R<_>>()?;
+        let count = elements(&shape).filter(|&c| c <= 1 << 26).ok_or("too many elements for a constant")?;
+        let value = match a.tensor("value")? {
+            Some(t) => tensor_data(t, None)?.1,
+            None => Values::F32(vec![0.0]),
+        };
+        if value.len() != 1 {
+            return Err("value must hold one element".into());
+        }
+        self.add(out, shape, Some(value.pick(&vec![0; count]))).map(|_| ())
+    }
+
+    /// Integer Add, Sub, Mul, Div (truncating, as ONNX's integer Div) with broadcasting.
+    fn fold_arithmetic(&mut self, n: &NodeProto) -> R {
+        Attrs::new(n, &[])?;
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, y) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let out = self.output(n)?;
+        let (a, b) = (self.int_constant(x, "an operand")?, self.int_constant(y, "an operand")?);
+        let (xs, ys) = (self.shape(x).to_vec(), self.shape(y).to_vec());
+        let shape = broadcast(&xs, &ys)?;
+        let (ia, ib) = (broadcast_positions(&xs, &shape), broadcast_positions(&ys, &shape));
+        let v = ia
+            .iter()
+            .zip(&ib)
+            .map(|(&i, &j)| {
+                let (p, q) = (a[i], b[j]);
+                match n.op_type.as_str() {
+                    "Add" => p.checked_add(q),
+                    "Sub" => p.checked_sub(q),
+                    "Mul" => p.checked_mul(q),
+                    _ => p.checked_div(q),
+                }
+                .ok_or_else(|| format!("integer overflow or division by zero: {p} and {q}"))
+            })
+            .collect::<R<Vec<i64>>>()?;
+        self.add(out, shape, Some(Values::I64(v))).map(|_| ())
+    }
+
+    /// Concat, Gather, Slice and Cast of constants: the same node translated
+    /// as usual into a scratch importer-free form would be an expression; here
+    /// the elements are picked directly.
+    fn fold_layout(&mut self, n: &NodeProto) -> R {
+        let out = self.output(n)?.to_string();
+        match n.op_type.as_str() {
+            "Cast" => {
+                let a = Attrs::new(n, &["to", "saturate"])?;
+                let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+                let data = self.constant(x).cloned().ok_or("a constant")?;
+                let to = a.int("to", 0)? as i32;
+                let cast = match to {
+                    crate::proto::data_type::INT64 | crate::proto::data_type::INT32 => {
+                        Values::I64(data.as_f64().iter().map(|&v| v as i64).collect())
+                    }
+                    crate::proto::data_type::FLOAT => Values::F32(data.as_f64().iter().map(|&v| v as f32).collect()),
+                    other => {
+                        return Err(format!("a cast to {} is not supported", crate::proto::data_type::name(other)))
+                    }
+                };
+                let shape = self.shape(x).to_vec();
+                self.add(&out, shape, Some(cast)).map(|_| ())
+            }
+            "Concat" => {
+                let a = Attrs::new(n, &["axis"])?;
+                let ins = self.inputs(n, 1, usize::MAX)?;
+                let ids: Vec<ValueId> = (0..ins.len()).map(|i| Self::required(&ins, i)).collect::<R<_>>()?;
+                let first = self.shape(ids[0]).to_vec();
+                let axis = normalize_axis(a.int("axis", 0)?, first.len())?;
+                // Row-major: blocks of the inner axes, one input after another.
+                let outer: usize = first[..axis].iter().product();
+                let mut shape = first.clone();
+                shape[axis] = 0;
+                let mut parts = Vec::new();
+                for &id in &ids {
+                    let s = self.shape(id).to_vec();
+                    if s.len() != first.len() || (0..s.len()).any(|k| k != axis && s[k] != first[k]) {
+                        return Err(format!(
+                            "constants of shapes {first:?} and {s:?} cannot be joined along axis {axis}"
+                        ));
+                    }
+                    shape[axis] += s[axis];
+                    parts.push((self.constant(id).cloned().ok_or("a constant")?, s[axis..].iter().product::<usize>()));
+                }
+                let mut joined: Option<Values> = None;
+                for o in 0..outer {
+                    for (data, block) in &parts {
+                        let piece = data.pick(&(o * block..(o + 1) * block).collect::<Vec<_>>());
+                        joined = Some(match joined {
+                            None => piece,
+                            Some(j) => j.concat(&piece).ok_or("constants of different element types")?,
+                        });
+                    }
+                }
+                let joined = joined.ok_or("nothing to join")?;
+                self.add(&out, shape, Some(joined)).map(|_| ())
+            }
+            _ => {
+                // Gather and Slice: translate as for activations into an index
+                // map over the constant's elements.
+                let (x, shape, at) = self.constant_index_map(n)?;
+                let data = self.constant(x).cloned().ok_or("a constant")?;
+                self.add(&out, shape, Some(data.pick(&at))).map(|_| ())
+            }
+        }
+    }
+
     // ------------------------------------------------------------ values
 
     fn identity(&mut self, n: &NodeProto) -> R {
@@ -1376,6 +1605,29 @@ fn literal(v: f64) -> R<String> {
     }
     let s = format!("{:?}", v as f32);
     Ok(if s.contains(['.', 'e', 'E']) { s } else { format!("{s}.0") })
+}
+
+/// For each element of `shape` in row-major order, the flat position of
+/// the element of an operand of shape `from` that broadcasting reads.
+fn broadcast_positions(from: &[usize], shape: &[usize]) -> Vec<usize> {
+    let skip = shape.len() - from.len();
+    let count: usize = shape.iter().product();
+    (0..count)
+        .map(|flat| {
+            let (mut rest, mut pos, mut stride) = (flat, 0, 1);
+            for k in (0..shape.len()).rev() {
+                let i = rest % shape[k];
+                rest /= shape[k];
+                if k >= skip && from[k - skip] != 1 {
+                    pos += i * stride;
+                }
+                if k >= skip {
+                    stride *= from[k - skip];
+                }
+            }
+            pos
+        })
+        .collect()
 }
 
 /// NumPy broadcasting of two shapes.
@@ -1497,6 +1749,15 @@ fn conv_out(size: usize, padding: usize, window: usize, stride: usize) -> R<usiz
         return Err(format!("a window of {window} does not fit an axis of {size} padded by {padding}"));
     }
     Ok((span - window) / stride + 1)
+}
+
+/// An index expression ready to be an operand: in parentheses unless it is one term.
+fn parenthesized(e: &str) -> String {
+    if e.contains(' ') {
+        format!("({e})")
+    } else {
+        e.to_string()
+    }
 }
 
 /// `i0 * 6 + i1 * 3 + i2` for row-major `shape` (axes of size 1 dropped).

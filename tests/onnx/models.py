@@ -244,6 +244,29 @@ def a_h(size):
     return (size + 1) // 2
 
 
+def shapes(size, seed):
+    """The shape arithmetic of exporters, which the importer computes at
+    import time: Shape → Gather → Unsqueeze → Concat → Reshape (a flatten),
+    integer Mul and Div, Slice and Cast of constants, ConstantOfShape."""
+    b = Builder(seed)
+    c = b.conv("x", 3, 4, 3, pad=1, bias=True)
+    s = b.op("Shape", [c])
+    n = b.op("Unsqueeze", [b.op("Gather", [s, b.const("zero", np.array(0, np.int64))], axis=0),
+                           b.const("ax", np.array([0], np.int64))])
+    hw = b.op("Slice", [s, b.const("s", np.array([2], np.int64)), b.const("e", np.array([4], np.int64))])
+    area = b.op("Mul", [b.op("Gather", [hw, b.const("zero", np.array(0, np.int64))], axis=0),
+                        b.op("Gather", [hw, b.const("one", np.array(1, np.int64))], axis=0)])
+    per = b.op("Div", [b.op("Mul", [area, b.const("four", np.array(4, np.int64))]), b.const("one", np.array(1, np.int64))])
+    shape = b.op("Concat", [n, b.op("Unsqueeze", [per, b.const("ax", np.array([0], np.int64))])], axis=0)
+    f = b.op("Reshape", [c, shape])
+    y = b.op("Gemm", [f, b.weight("fc", [5, 4 * size * size]), b.weight("fb", [5], kind="small")], transB=1)
+    bias = b.op("ConstantOfShape", [b.const("shape", np.array([1, 5], np.int64))],
+                value=numpy_helper.from_array(np.array([0.5], np.float32)))
+    scale = b.op("Cast", [b.op("Gather", [s, b.const("c", np.array(1, np.int64))], axis=0)], to=TensorProto.FLOAT)
+    b.op("Add", [b.op("Mul", [y, scale]), bias])
+    return b.model([1, 3, size, size], rename_output(b, "y"), [1, 5], opset=13)
+
+
 def symbolic(size, seed):
     """A batch dimension left symbolic, as torch.onnx.export's dynamic_axes leaves it."""
     b = Builder(seed)
@@ -267,7 +290,7 @@ def bad_strides(size, seed):
 
 
 MODELS = {"resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
-          "small": (small, 17), "activations": (activations, 6), "layout": (layout, 9), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
+          "small": (small, 17), "activations": (activations, 6), "layout": (layout, 9), "shapes": (shapes, 5), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
           "bad_strides": (bad_strides, 9)}
 
 

@@ -122,6 +122,11 @@ fn layout_and_pooling_forms_match_onnx_runtime() {
     imported_model_matches_onnx_runtime("layout", &["interp", "x86-avx2", "cranelift"]);
 }
 
+#[test]
+fn exporters_shape_arithmetic_is_computed_at_import() {
+    imported_model_matches_onnx_runtime("shapes", &["interp", "x86-avx2"]);
+}
+
 /// `run` takes the `.onnx` file itself, with its weights, and `--check` works on it.
 #[test]
 fn run_takes_an_onnx_file() {
