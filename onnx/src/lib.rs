@@ -225,17 +225,6 @@ impl<'m> Importer<'m> {
                 .map_err(|e| OnnxError::Model(format!("initializer `{}`: {e}", t.name)))?;
             im.add(&t.name, shape, Some(data)).map_err(OnnxError::Model)?;
         }
-        for o in &graph.output {
-            if im.by_name.contains_key(&o.name) && !initialized.contains(o.name.as_str()) {
-                continue;
-            }
-            if initialized.contains(o.name.as_str()) {
-                return Err(OnnxError::Model(format!(
-                    "graph output `{}` is an initializer: a constant output",
-                    o.name
-                )));
-            }
-        }
         Ok(im)
     }
 
@@ -326,6 +315,13 @@ impl<'m> Importer<'m> {
                 .get(&o.name)
                 .ok_or_else(|| OnnxError::Model(format!("graph output `{}` is never computed", o.name)))?;
             let v = self.value(id);
+            // An initializer, or a node computed at import time from constants only.
+            if v.data.is_some() {
+                return Err(OnnxError::Model(format!(
+                    "graph output `{}` is a constant: nothing to compute at run time",
+                    o.name
+                )));
+            }
             if v.param {
                 return Err(OnnxError::Model(format!("graph output `{}` is an input: nothing to compute", o.name)));
             }

@@ -221,17 +221,22 @@ impl Importer<'_> {
     }
 
     fn elu(&mut self, n: &NodeProto) -> R {
+        self.with_alpha(n, "elu", 1.0, |x, al| format!("select({x} > 0.0, {x}, {al} * (exp({x}) - 1.0))"))
+    }
+
+    /// An activation with one `alpha` attribute: the std.nn operator of that
+    /// name for ranks 1–4, else `f(x, alpha)`.
+    fn with_alpha(&mut self, n: &NodeProto, std: &str, default: f32, f: impl Fn(&str, &str) -> String) -> R {
         let a = Attrs::new(n, &["alpha"])?;
-        let alpha = a.float("alpha", 1.0)?;
+        let al = literal(a.float("alpha", default)? as f64)?;
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
         let out = self.output(n)?;
         let shape = self.shape(x).to_vec();
-        let al = literal(alpha as f64)?;
         if STD_RANKS.contains(&shape.len()) {
-            let call = format!("elu({}, alpha = {al})", self.tensor(x)?);
+            let call = format!("{std}({}, alpha = {al})", self.tensor(x)?);
             return self.emit_call(out, shape, call);
         }
-        self.unary_with(n, x, None, |x| format!("select({x} > 0.0, {x}, {al} * (exp({x}) - 1.0))"))
+        self.unary_with(n, x, None, |x| f(x, &al))
     }
 
     fn selu(&mut self, n: &NodeProto) -> R {
@@ -269,17 +274,7 @@ impl Importer<'_> {
     }
 
     fn leaky_relu(&mut self, n: &NodeProto) -> R {
-        let a = Attrs::new(n, &["alpha"])?;
-        let alpha = a.float("alpha", 0.01)?;
-        let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
-        let out = self.output(n)?;
-        let shape = self.shape(x).to_vec();
-        if STD_RANKS.contains(&shape.len()) {
-            let call = format!("leaky_relu({}, alpha = {})", self.tensor(x)?, literal(alpha as f64)?);
-            return self.emit_call(out, shape, call);
-        }
-        let al = literal(alpha as f64)?;
-        self.unary_with(n, x, None, |x| format!("select({x} >= 0.0, {x}, {al} * {x})"))
+        self.with_alpha(n, "leaky_relu", 0.01, |x, al| format!("select({x} >= 0.0, {x}, {al} * {x})"))
     }
 
     fn clip(&mut self, n: &NodeProto) -> R {
@@ -979,10 +974,10 @@ impl Importer<'_> {
         let ids: Vec<ValueId> = (0..ins.len()).map(|i| Self::required(&ins, i)).collect::<R<_>>()?;
         let out = self.output(n)?;
         let first = self.shape(ids[0]).to_vec();
-        let axis = normalize_axis(a.int("axis", i64::MIN).map(|v| if v == i64::MIN { 0 } else { v })?, first.len())?;
         if !a.has("axis") {
             return Err("the axis attribute is required".into());
         }
+        let axis = normalize_axis(a.int("axis", 0)?, first.len())?;
         let mut offsets = Vec::new();
         let mut total = 0;
         for &id in &ids {
@@ -1484,9 +1479,9 @@ impl Importer<'_> {
         self.add(out, shape, Some(Values::I64(v))).map(|_| ())
     }
 
-    /// Concat, Gather, Slice and Cast of constants: the same node translated
-    /// as usual into a scratch importer-free form would be an expression; here
-    /// the elements are picked directly.
+    /// Concat, Gather, Slice and Cast of constants: the elements of the
+    /// result, picked from the constants' (Gather and Slice read the same
+    /// plans as their translations into expressions).
     fn fold_layout(&mut self, n: &NodeProto) -> R {
         let out = self.output(n)?.to_string();
         match n.op_type.as_str() {

@@ -153,6 +153,13 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
     m.graph.as_mut().expect("graph").output[0] = value_info("y", &[1, 4]);
     assert_eq!(err(m), "graph output `y` is declared [1, 4] but computes [1, 2, 2]");
     let mut m = cnn();
+    m.graph.as_mut().expect("graph").node.push(node("Shape", &["x"], "s", vec![]));
+    m.graph.as_mut().expect("graph").output.push(value_info("s", &[4]));
+    assert_eq!(err(m), "graph output `s` is a constant: nothing to compute at run time");
+    let mut m = cnn();
+    m.graph.as_mut().expect("graph").output[0].name = "fb".into();
+    assert_eq!(err(m), "graph output `fb` is a constant: nothing to compute at run time");
+    let mut m = cnn();
     m.opset_import[0].version = 3;
     assert_eq!(err(m), "opset 3 is not supported (7 to 23 are)");
     let mut m = cnn();
