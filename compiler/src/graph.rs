@@ -76,6 +76,7 @@ pub const WEIGHT_PARAMS: &[(&str, &[usize])] = &[
     ("conv2d_winograd_f4_bias", &[1, 2]),
     ("conv2d_winograd_f4_bias_relu", &[1, 2]),
     ("conv2d_im2col", &[1]),
+    ("conv2d_im2col_t", &[1]),
     ("conv2d_1x1", &[1]),
     ("conv2d_1x1_bias", &[1, 2]),
     ("conv1d", &[1]),

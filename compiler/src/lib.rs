@@ -14,6 +14,7 @@
 
 pub mod affine;
 pub mod bounds;
+pub mod constants;
 pub mod cost;
 pub mod graph;
 pub mod interp;

@@ -21,7 +21,7 @@ use egg::{
     rewrite as rw, Analysis, CostFunction, DidMerge, EGraph, Extractor, Id, Language, RecExpr, Rewrite, Runner,
     SymbolLang,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 use std::time::Duration;
 
@@ -43,6 +43,10 @@ pub struct Shapes {
     /// texc's CPU code measurably reaches ([`cpu_efficiency`]); GPU targets
     /// have no measurements yet and use the nominal peak.
     pub calibrated: bool,
+    /// Inputs whose values are fixed before the calls (an imported model's
+    /// weights): stages that read only them run once (`crate::constants`), so
+    /// forms that transform the weights at no cost per call may be chosen.
+    pub constants: HashSet<String>,
 }
 
 impl Analysis<SymbolLang> for Shapes {
@@ -87,9 +91,9 @@ fn num(i: &Info) -> Option<i64> {
 fn shape_of(op: &str, ch: &[Info]) -> Option<Vec<i64>> {
     let s = |i: usize| ch.get(i).and_then(shape);
     Some(match op {
-        "conv2d" | "conv2d_bias" | "conv2d_bias_relu" | "conv2d_im2col" => {
+        "conv2d" | "conv2d_bias" | "conv2d_bias_relu" | "conv2d_im2col" | "conv2d_im2col_t" => {
             let (x, w) = (s(0)?, s(1)?);
-            let k = if op == "conv2d" || op == "conv2d_im2col" { 2 } else { 3 };
+            let k = if matches!(op, "conv2d" | "conv2d_im2col" | "conv2d_im2col_t") { 2 } else { 3 };
             let (pad, stride, dil) = (num(ch.get(k)?)?, num(ch.get(k + 1)?)?, num(ch.get(k + 2)?)?);
             let out = |h: i64, r: i64| (h + 2 * pad - dil * (r - 1) - 1).div_euclid(stride.max(1)) + 1;
             vec![x[0], w[0], out(x[2], w[2]), out(x[3], w[3])]
@@ -145,7 +149,7 @@ fn op_cost(op: &str, ch: &[Info], out: &Info, opaque: &HashMap<String, (f64, f64
             let f = o * 2.0 * w + if op == "conv2d" { 0.0 } else { o } + if op == "conv2d_bias_relu" { o } else { 0.0 };
             (f, 2.0 * padded(pad))
         }
-        "conv2d_im2col" => {
+        "conv2d_im2col" | "conv2d_im2col_t" => {
             // The direct convolution's work, plus the patch matrix written and read.
             let w = ch.get(1).and_then(shape).map_or(0.0, |w| (w[1] * w[2] * w[3]) as f64);
             let k = ch.get(1).and_then(shape).map_or(1.0, |w| w[0] as f64);
@@ -261,6 +265,9 @@ fn node_time(egraph: &EGraph<SymbolLang, Shapes>, enode: &SymbolLang, peak: f64,
 fn cpu_efficiency(op: &str, ch: &[Info], flops: f64) -> f64 {
     let x = ch.first().and_then(shape);
     let stride = |k: usize| ch.get(k).and_then(num).unwrap_or(1);
+    // Output pixels per image and filter: below 100 (7×7), rows of pixels
+    // fill vectors badly and the products over them slow down.
+    let few_pixels = shape_of(op, ch).is_some_and(|o| o.len() == 4 && o[2] * o[3] < 100);
     match op {
         "conv2d" | "conv2d_bias" | "conv2d_bias_relu" => {
             let k = if op == "conv2d" { 3 } else { 4 };
@@ -268,8 +275,9 @@ fn cpu_efficiency(op: &str, ch: &[Info], flops: f64) -> f64 {
             let pointwise = ch.get(1).and_then(shape).is_some_and(|w| w[2] == 1 && w[3] == 1);
             if (stride(k) > 1 || few_channels) && flops > 1e7 {
                 0.22
-            } else if pointwise {
-                // A 1×1 filter leaves the direct nest no window to reuse.
+            } else if pointwise || few_pixels {
+                // A 1×1 filter leaves the direct nest no window to reuse; a
+                // 7×7 image, rows of 7 in 8-lane vectors (3×3 at 7×7×512: 0.37).
                 0.4
             } else {
                 0.6
@@ -278,7 +286,11 @@ fn cpu_efficiency(op: &str, ch: &[Info], flops: f64) -> f64 {
         // 1×1 convolutions as products (56×56, 24→144): 0.78 alone, 0.58 with the bias added in.
         "conv2d_1x1" => 0.78,
         "conv2d_1x1_bias" => 0.58,
+        // 3×3 at 7×7×512: 0.39 by pixel rows, 0.63 by filter rows (weights folded).
+        "conv2d_im2col" if few_pixels => 0.4,
         "conv2d_im2col" => 0.55,
+        "conv2d_im2col_t" if few_pixels => 0.63,
+        "conv2d_im2col_t" => 0.45,
         op if op.starts_with("conv2d_winograd_") => {
             // Fewer tiles to spread the transforms over on small images.
             let small = x.is_some_and(|x| x[2] * x[3] <= 14 * 14);
@@ -467,6 +479,10 @@ pub fn rules(accuracy: Accuracy) -> Vec<Rewrite<SymbolLang, Shapes>> {
         // im2col: Y[n] = W' · cols(X[n]) with W' the filters as a K × (C·R·S)
         // matrix and cols the (C·R·S) × (Ho·Wo) matrix of patches (one group).
         rw!("conv-im2col"; "(conv2d ?x ?w ?p ?s ?d 1)" => "(conv2d_im2col ?x ?w ?p ?s ?d)"),
+        // The same product turned around, Yᵀ[n] = cols(X[n])ᵀ · W'ᵀ, vectors
+        // along the filters: only for constant filters, whose transposed copy
+        // W'ᵀ is then made once rather than on every call.
+        rw!("conv-im2col-t"; "(conv2d ?x ?w ?p ?s ?d 1)" => "(conv2d_im2col_t ?x ?w ?p ?s ?d)" if is_constant("?w")),
         // The same for convolutions with a fused epilogue (after bn-fold and bias/relu fusion).
         rw!("conv3x3-winograd-bias"; "(conv2d_bias ?x ?w ?b 1 1 1 1)" => "(conv2d_winograd_f2_bias ?x ?w ?b)"
             if filter_is("?w", 3) if image_multiple_of("?x", 2) if within(2)),
@@ -477,6 +493,11 @@ pub fn rules(accuracy: Accuracy) -> Vec<Rewrite<SymbolLang, Shapes>> {
         rw!("conv3x3-winograd-f4-bias-relu"; "(conv2d_bias_relu ?x ?w ?b 1 1 1 1)" => "(conv2d_winograd_f4_bias_relu ?x ?w ?b)"
             if filter_is("?w", 3) if image_multiple_of("?x", 4) if within(4)),
     ]
+}
+
+fn is_constant(var: &str) -> impl Fn(&mut EGraph<SymbolLang, Shapes>, Id, &egg::Subst) -> bool {
+    let v: egg::Var = var.parse().expect("a pattern variable");
+    move |g, _, subst| g[subst[v]].nodes.iter().any(|n| n.is_leaf() && g.analysis.constants.contains(n.op.as_str()))
 }
 
 fn filter_is(var: &str, size: i64) -> impl Fn(&mut EGraph<SymbolLang, Shapes>, Id, &egg::Subst) -> bool {
@@ -611,8 +632,13 @@ pub fn rewrite(
     source_of: &dyn Fn(usize) -> String,
     extraction: Extraction,
     accuracy: Accuracy,
+    constants: &HashSet<String>,
 ) -> Plan {
-    let mut shapes = Shapes { calibrated: target.kind == crate::target::TargetKind::Cpu, ..Shapes::default() };
+    let mut shapes = Shapes {
+        calibrated: target.kind == crate::target::TargetKind::Cpu,
+        constants: constants.clone(),
+        ..Shapes::default()
+    };
     let (term, node_of) = graph_term(p, &mut shapes);
     let runner = Runner::<SymbolLang, Shapes>::new(shapes)
         .with_expr(&term)
@@ -660,6 +686,7 @@ pub fn rewrite(
                 of: egraph.analysis.of.clone(),
                 opaque_cost: egraph.analysis.opaque_cost.clone(),
                 calibrated: egraph.analysis.calibrated,
+                constants: egraph.analysis.constants.clone(),
             },
             peak,
             bw,
@@ -914,10 +941,11 @@ pub fn rewrite_kernel(
     target: &Target,
     extraction: Extraction,
     accuracy: Accuracy,
+    constants: &HashSet<String>,
 ) -> Plan {
     let header = kernel_header(s, k);
     let source_of = |i: usize| s.sources.snippet(original.ops[i].span).to_string();
-    let mut plan = rewrite(original, target, &header, &source_of, extraction, accuracy);
+    let mut plan = rewrite(original, target, &header, &source_of, extraction, accuracy, constants);
     let m = s.module(k.module as usize);
     if let Some(path) = &m.path {
         let shown = &s.sources.file(m.ast.file).name;

@@ -1,7 +1,7 @@
 //! texc's compiler driver: the one place that knows the order of the passes.
 //!
 //! ```text
-//! parse → resolve → specialize → rewrite → schedule → lower → legalize → codegen
+//! parse → resolve → specialize → rewrite → fold → schedule → lower → legalize → codegen
 //! ```
 //!
 //! Each pass is a method of [`Pipeline`] that runs the pass's crate function
@@ -13,7 +13,10 @@
 //! their own for the target (and when [`Options::rewrite`]); *schedule*
 //! applies the kernel's `schedule` block for the target or the target's
 //! default schedule; *codegen* goes through the target's backend
-//! ([`texc_codegen::backend_for`]).
+//! ([`texc_codegen::backend_for`]). *fold* runs for imported models on
+//! compiled targets: the stages that read only the model's weights become a
+//! prologue computed once ([`Pipeline::constants`]), and what runs on every
+//! call takes its results as inputs.
 
 pub mod check;
 pub mod domain;
@@ -30,7 +33,7 @@ pub fn is_onnx_file(path: &Path) -> bool {
 }
 pub use options::{Dump, Options, Pass, KNOB_REWRITE, KNOB_WINOGRAD};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use texc_codegen::abi::CEntry;
@@ -38,6 +41,7 @@ use texc_codegen::Compiled;
 use texc_compiler::interp::{self, Arg};
 use texc_compiler::rewrite::{self, Plan};
 use texc_compiler::target::{self, Target, TargetKind};
+use texc_compiler::tir::ProgramParam;
 use texc_compiler::{Bindings, KernelRef, Program, Session};
 use texc_grammar::diagnostic::render_all;
 use texc_grammar::{Diagnostic, Diagnostics};
@@ -130,8 +134,11 @@ pub struct Prepared {
     pub built: Built,
     /// For compiled targets.
     pub loops: Option<Loops>,
-    /// Arguments in parameter order.
+    /// Arguments in the parameter order of the program as written (what the interpreter runs).
     pub args: Vec<Arg>,
+    /// Arguments of the compiled loops (`built.runs`'s parameters): `args`,
+    /// less the weights only folded stages read, plus the folded constants.
+    pub run_args: Vec<Arg>,
 }
 
 /// Time spent in one pass (all its runs).
@@ -151,6 +158,8 @@ pub struct Pipeline {
     /// The weights of an imported ONNX model: inputs a run takes from the
     /// model unless the command line gives them.
     model_inputs: HashMap<String, Tensor>,
+    /// The constant stages *fold* split off the model's program last (see [`Pipeline::constants`]).
+    prologue: Option<Program>,
 }
 
 /// After a pass: record its time, dump its IR, verify it. (A free function
@@ -187,7 +196,7 @@ fn after(
 
 impl Pipeline {
     pub fn new(options: Options) -> Pipeline {
-        Pipeline { session: Session::new(), options, timings: Vec::new(), model_inputs: HashMap::new() }
+        Pipeline { session: Session::new(), options, timings: Vec::new(), model_inputs: HashMap::new(), prologue: None }
     }
 
     pub fn target(&self) -> &'static Target {
@@ -336,6 +345,7 @@ impl Pipeline {
             self.options.target,
             self.options.extraction,
             self.options.accuracy(),
+            &self.model_inputs.keys().cloned().collect(),
         );
         if plan.best_cost >= plan.original_cost {
             return kept(Some(plan), "no cheaper plan", original);
@@ -502,12 +512,87 @@ impl Pipeline {
         Ok(Loops { lowered, legal })
     }
 
-    /// Everything up to code generation for kernel `k` at sizes `b` on a compiled target.
+    /// Everything up to code generation for kernel `k` at sizes `b` on a
+    /// compiled target. An imported model's constant stages are folded (the
+    /// C entry of a compiled model has no run-time scalars to fold with).
     pub fn build(&mut self, k: KernelRef, b: &Bindings) -> Result<(Built, Loops), Error> {
-        let built = self.program(k, b)?;
+        let mut built = self.program(k, b)?;
         self.require_compiled("this command")?;
+        let weights: HashSet<String> = self.model_inputs.keys().cloned().collect();
+        self.fold(&mut built, &|n| weights.contains(n), &|_| false)?;
         let loops = self.loops(k, built.runs.clone())?;
         Ok((built, loops))
+    }
+
+    /// *fold*: for an imported model on a compiled target, split the stages
+    /// of `built.runs` that read only constants — tensors `is_constant`
+    /// names, scalars `known_scalar` names — off into a prologue
+    /// ([`texc_compiler::constants`]), kept for [`Pipeline::constants`];
+    /// `built.runs` becomes the program that runs on every call.
+    fn fold(
+        &mut self,
+        built: &mut Built,
+        is_constant: &dyn Fn(&str) -> bool,
+        known_scalar: &dyn Fn(&str) -> bool,
+    ) -> Result<(), Error> {
+        self.prologue = None;
+        if self.model_inputs.is_empty() || !self.options.target.is_compiled() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        if let Some(split) = texc_compiler::constants::split(&built.runs, is_constant, known_scalar) {
+            built.runs = split.main;
+            self.prologue = Some(split.prologue);
+        }
+        let prologue = self.prologue.as_ref();
+        let runs = &built.runs;
+        let dump = || {
+            let pro =
+                prologue.map(texc_compiler::print::print_program).unwrap_or_else(|| "// nothing to fold\n".into());
+            format!("// computed once:\n{pro}// on every call:\n{}", texc_compiler::print::print_program(runs))
+        };
+        let verify = || {
+            prologue.map_or(Ok(()), texc_compiler::verify::verify)?;
+            texc_compiler::verify::verify(runs)
+        };
+        after(&self.options, &mut self.timings, Pass::Fold, t0, dump, verify)
+    }
+
+    /// The constants the last *fold* split off, computed from `values` (the
+    /// weights by name) and `scalars` (by name): each folded tensor by its
+    /// parameter name in the program that runs. The prologue runs once, so
+    /// it is compiled by Cranelift, the backend that compiles fastest.
+    pub fn constants(
+        &mut self,
+        values: &HashMap<String, Tensor>,
+        scalars: &HashMap<String, f64>,
+    ) -> Result<Vec<(String, Tensor)>, Error> {
+        let Some(prologue) = self.prologue.clone() else { return Ok(Vec::new()) };
+        let mut args = Vec::new();
+        for q in &prologue.params {
+            let arg = match q {
+                ProgramParam::Tensor(t) => values.get(&prologue.tensor(*t).name).cloned().map(Arg::Tensor),
+                ProgramParam::Scalar(s) => scalars.get(&prologue.scalars[*s as usize].name).map(|&v| Arg::Scalar(v)),
+            };
+            args.push(arg.ok_or_else(|| {
+                Diagnostic::error("internal error: a folded stage reads a value that is not a constant")
+            })?);
+        }
+        let target = self.options.target;
+        self.options.target = target::lookup("cranelift").map_err(|e| Error::Usage(e.to_string()))?;
+        let compiled = self.default_loops(prologue.clone()).and_then(|l| self.compile(&l.legal));
+        self.options.target = target;
+        let results = compiled?.run(args).map_err(|e| Diagnostic::error(e.to_string()))?;
+        Ok(prologue.outputs.iter().map(|&t| prologue.tensor(t).name.clone()).zip(results).collect())
+    }
+
+    /// The tensors a compiled model takes from its library: the weights, and
+    /// the constants folded from them by the last [`Pipeline::build`].
+    pub fn model_constants(&mut self) -> Result<HashMap<String, Tensor>, Error> {
+        let folded = self.constants(&self.model_inputs.clone(), &HashMap::new())?;
+        let mut all = self.model_inputs.clone();
+        all.extend(folded);
+        Ok(all)
     }
 
     /// An error unless the target compiles code (`what` names the command asking).
@@ -683,7 +768,13 @@ impl Pipeline {
         }
         let mut b = b.clone();
         b.input_shapes = files.iter().map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect())).collect();
-        let built = self.program(k, &b)?;
+        let mut built = self.program(k, &b)?;
+        let mut known: HashMap<String, f64> =
+            built.written.scalars.iter().filter_map(|s| Some((s.name.clone(), s.default?))).collect();
+        known.extend(scalars.iter().cloned());
+        let weights: HashSet<String> = self.model_inputs.keys().cloned().collect();
+        self.fold(&mut built, &|n| weights.contains(n), &|n| known.contains_key(n))?;
+        let folded = self.constants(&files, &known)?;
         let loops = if self.options.target.is_compiled() { Some(self.loops(k, built.runs.clone())?) } else { None };
         let interpret = loops.is_none() || check;
         let needed = run_memory(&built.written, loops.as_ref().map(|l| &l.legal), interpret);
@@ -691,7 +782,8 @@ impl Pipeline {
         let given: Vec<String> = files.keys().cloned().collect();
         let mut args = interp::bind_args(&built.written, files, scalars, seed).map_err(Diagnostic::error)?;
         domain::into_domain(&built.written, &mut args, &given);
-        Ok(Prepared { built, loops, args })
+        let run_args = run_args(&built, &args, folded);
+        Ok(Prepared { built, loops, args, run_args })
     }
 
     /// The per-pass timing table (`--time-passes`).
@@ -830,6 +922,41 @@ fn check_scalar(name: &str, v: f64, info: &texc_compiler::kernel::ParamInfo) -> 
 }
 
 /// Run a program on the interpreter.
+/// The arguments of `built.runs` in its parameter order: those of the
+/// program as written (`args`, in its order) by name, and the `folded` constants.
+fn run_args(built: &Built, args: &[Arg], folded: Vec<(String, Tensor)>) -> Vec<Arg> {
+    if folded.is_empty() {
+        return args.to_vec();
+    }
+    let w = &built.written;
+    let written: HashMap<&str, &Arg> = w
+        .params
+        .iter()
+        .map(|q| match q {
+            ProgramParam::Tensor(t) => w.tensor(*t).name.as_str(),
+            ProgramParam::Scalar(s) => w.scalars[*s as usize].name.as_str(),
+        })
+        .zip(args)
+        .collect();
+    let mut folded: HashMap<String, Tensor> = folded.into_iter().collect();
+    let r = &built.runs;
+    r.params
+        .iter()
+        .map(|q| {
+            let name = match q {
+                ProgramParam::Tensor(t) => r.tensor(*t).name.as_str(),
+                ProgramParam::Scalar(s) => r.scalars[*s as usize].name.as_str(),
+            };
+            match folded.remove(name) {
+                Some(t) => Arg::Tensor(t),
+                None => {
+                    written.get(name).map(|a| (*a).clone()).expect("the program that runs keeps its parameters' names")
+                }
+            }
+        })
+        .collect()
+}
+
 pub fn interpret(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, Error> {
     interp::run(p, args).map_err(|e| Diagnostic::error(e.to_string()).into())
 }

@@ -20,6 +20,8 @@ pub enum Pass {
     Specialize,
     /// E-graph rewriting of the operator graph (`texc_compiler::rewrite`).
     Rewrite,
+    /// An imported model's constant stages split off, to run once (`texc_compiler::constants`).
+    Fold,
     /// The schedule block or the default schedule (`texc_schedules::{apply, default, attach}`).
     Schedule,
     /// Loop nests (`texc_schedules::lower`).
@@ -31,12 +33,13 @@ pub enum Pass {
 }
 
 impl Pass {
-    pub const ALL: [Pass; 9] = [
+    pub const ALL: [Pass; 10] = [
         Pass::Import,
         Pass::Parse,
         Pass::Resolve,
         Pass::Specialize,
         Pass::Rewrite,
+        Pass::Fold,
         Pass::Schedule,
         Pass::Lower,
         Pass::Legalize,
@@ -50,6 +53,7 @@ impl Pass {
             Pass::Resolve => "resolve",
             Pass::Specialize => "specialize",
             Pass::Rewrite => "rewrite",
+            Pass::Fold => "fold",
             Pass::Schedule => "schedule",
             Pass::Lower => "lower",
             Pass::Legalize => "legalize",
@@ -63,7 +67,7 @@ impl Pass {
             Pass::Import => "tex",
             Pass::Parse => "ast",
             Pass::Resolve => "kernels",
-            Pass::Specialize | Pass::Rewrite => "tir",
+            Pass::Specialize | Pass::Rewrite | Pass::Fold => "tir",
             Pass::Schedule => "schedules",
             Pass::Lower | Pass::Legalize => "loops",
             Pass::Codegen => "code",

@@ -444,7 +444,16 @@ fn attach_producers(p: &Program, s: &mut Schedules) {
             // Boxes may overrun the tensor at the end (those points are not computed) or overlap a little.
             let computed = r.ext.iter().product::<i64>() * trips;
             if bytes <= ATTACH_BYTES && 4 * computed <= 5 * p.tensor(t).len() {
+                // The producer's threads become the owner's: a reader too small to
+                // be worth threads on its own (a convolution's bias epilogue over
+                // 7×7×512 outputs) now carries the producer's work.
+                let was_parallel = s.stages[pi].ivs.iter().any(|v| v.kind == ForKind::Parallel);
                 *s = trial;
+                let owner = &mut s.stages[o];
+                let threaded = owner.ivs.iter().any(|v| v.kind == ForKind::Parallel);
+                if was_parallel && !threaded && owner.ivs[a].kind == ForKind::Serial && owner.ivs[a].extent >= 2 {
+                    owner.annotate(a, ForKind::Parallel, Span::default()).expect("a spatial leaf");
+                }
             }
         }
     }

@@ -143,6 +143,7 @@ case("dense", S, "t_dense", {"X": X, "W": W, "b": b}, {"Y": as32(d64(X) @ d64(W)
 X, W = f32(2, 3, 11, 10), f32(4, 3, 3, 3)
 case("conv2d_pad_stride_dilation", S, "t_conv2d", {"X": X, "Wt": W}, {"Y": as32(conv2d(X, W, 1, 2, 2))})
 case("conv2d_im2col", S, "t_conv2d_im2col", {"X": X, "Wt": W}, {"Y": as32(conv2d(X, W, 1, 2, 2))})
+case("conv2d_im2col_t", S, "t_conv2d_im2col_t", {"X": X, "Wt": W}, {"Y": as32(conv2d(X, W, 1, 2, 2))})
 X, W, b = f32(2, 3, 8, 12), f32(4, 3, 3, 3), f32(4)
 bias = d64(b).reshape(1, -1, 1, 1)
 case("winograd_f2_bias_relu", S, "t_winograd_f2", {"X": X, "Wt": W, "b": b},

@@ -317,7 +317,7 @@ pub fn std_op_programs(size: i64) -> Vec<(String, Program)> {
                         ("t_conv2d_groups", "K") => 4,
                         ("t_conv2d_groups", "C") => 6,
                         ("t_group_norm", "C") => 8,
-                        ("t_conv2d" | "t_conv2d_im2col", "R" | "S") => 3,
+                        ("t_conv2d" | "t_conv2d_im2col" | "t_conv2d_im2col_t", "R" | "S") => 3,
                         ("t_winograd_f2" | "t_winograd_f4", "H" | "W") => 8,
                         _ => size,
                     };

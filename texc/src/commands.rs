@@ -524,7 +524,11 @@ struct Job {
     legal: Option<texc_schedules::LoopFunc>,
     /// A `.loops` nest on `interp`: run by the loop evaluator.
     evaluate: Option<texc_schedules::LoopFunc>,
+    /// Arguments of `p` (what the interpreter runs).
     args: Vec<texc_compiler::interp::Arg>,
+    /// Arguments of `legal`: `args`, or for a model the weights its
+    /// constant stages did not consume and the constants they computed.
+    run_args: Vec<texc_compiler::interp::Arg>,
     /// The program that runs is a rewritten plan, not the one written.
     rewritten: bool,
 }
@@ -542,7 +546,7 @@ fn prepare_job(
         let args = pl.prepare_loops(&lf, files, scalars, r.seed, r.check)?;
         let evaluate = lf.legal.is_none().then(|| lf.lowered.clone());
         let p = lf.oracle.clone().unwrap_or(lf.lowered.p);
-        return Ok(Job { p, legal: lf.legal, evaluate, args, rewritten: false });
+        return Ok(Job { p, legal: lf.legal, evaluate, run_args: args.clone(), args, rewritten: false });
     }
     let k = kernel(pl, c)?;
     let b = bindings(c)?;
@@ -552,7 +556,14 @@ fn prepare_job(
         eprintln!("note: {why}; running the graph as written");
     }
     let rewritten = prep.built.runs.name != prep.built.written.name || prep.built.plan.is_some();
-    Ok(Job { p: prep.built.written, legal: prep.loops.map(|l| l.legal), evaluate: None, args: prep.args, rewritten })
+    Ok(Job {
+        p: prep.built.written,
+        legal: prep.loops.map(|l| l.legal),
+        evaluate: None,
+        args: prep.args,
+        run_args: prep.run_args,
+        rewritten,
+    })
 }
 
 /// `--emulate-gpu`: GPU kernels run on this CPU (a GPU target only).
@@ -597,7 +608,7 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
             };
             outln!("compiled `{}` for {t} in {:.3} s", p.name, compiled.compile_time.as_secs_f64());
             let _busy = crate::progress::Activity::spinner(format!("running `{}` on {t}", p.name));
-            compiled.run(job.args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?
+            compiled.run(job.run_args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?
         }
     };
     outln!("ran `{}` on {t} [{}]", p.name, sizes.join(", "));
@@ -720,7 +731,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
         let _busy = crate::progress::Activity::spinner(format!("compiling `{}` for {t}", p.name));
         pl.compile(job.legal.as_ref().expect("a compiled target"))?
     };
-    let mut bufs = compiled.prepare(job.args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?;
+    let mut bufs = compiled.prepare(job.run_args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?;
     // One call first: a kernel that cannot run (a GPU launch refused) fails here, before timing.
     compiled.call(&mut bufs)?;
     let mut failed = None;
@@ -1053,15 +1064,15 @@ fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(
 /// `texc_<kernel>_infer` that passes them: the object to link and the
 /// entry's declaration for the header. `None` for a `.tex` file.
 fn embed_weights(
-    pl: &Pipeline,
+    pl: &mut Pipeline,
     funcs: &[texc_schedules::LoopFunc],
     out: &Path,
 ) -> Result<Option<(PathBuf, String)>, Error> {
-    let weights = pl.model_inputs();
     let [f] = funcs else { return Ok(None) };
-    if weights.is_empty() {
+    if pl.model_inputs().is_empty() {
         return Ok(None);
     }
+    let weights = pl.model_constants()?;
     let fail = |what: String| Error::from(Diagnostic::error(format!("cannot write {}: {what}", out.display())));
     let bytes = |name: &str| {
         weights.get(name).and_then(|t| texc_runtime::AlignedBuf::from_tensor(t).ok()).map(|b| b.bytes().to_vec())

@@ -1,0 +1,189 @@
+//! Constant stages: the stages of a program that read nothing but constants
+//! (an imported model's weights, and scalars of known value) are split off
+//! into a *prologue* that runs once, and the program that runs on every call
+//! (*main*) takes what the prologue computes as inputs. Batch-norm folding,
+//! Winograd's filter transform `U = G g Gᵀ` and im2col's weight matrix are
+//! such stages: inference engines compute them when a model is loaded, not
+//! per image.
+//!
+//! Invariants of a [`Split`]: both programs keep `p`'s tensor table, scalars
+//! and expression arena (ids are unchanged); every stage of `p` is in exactly
+//! one of them, in its original order; the prologue's outputs are exactly the
+//! prologue tensors main reads (the *frontier*), which are inputs of main,
+//! appended to its parameters under C-identifier names; main's parameters
+//! are `p`'s, less the constants it no longer reads. A program output is
+//! never folded. Neither program carries operator records (`ops`): they
+//! describe the program as written, which [`Split`] does not change.
+
+use crate::tir::{Program, ProgramParam, TExpr, TExprId, TensorId, TensorRole};
+use std::collections::HashSet;
+
+/// A folded tensor may be this many times larger than the constant inputs it
+/// derives from (Winograd F(4×4, 3×3)'s filter transform: 36/9 = 4), plus
+/// [`GROWTH_SLACK`] elements: beyond that, reading it on every call would cost
+/// more memory traffic than computing it from its smaller sources.
+const MAX_GROWTH: i64 = 4;
+const GROWTH_SLACK: i64 = 4096;
+
+/// `p` cut into the stages that run once and those that run on every call.
+pub struct Split {
+    /// The constant stages: parameters are the constants (tensors, then
+    /// scalars, in `p`'s order) they read; outputs are the frontier.
+    pub prologue: Program,
+    /// The remaining stages, with the frontier as extra inputs.
+    pub main: Program,
+    /// The frontier tensors, in the order of the prologue's outputs (and of
+    /// main's last parameters): their names in both programs.
+    pub frontier: Vec<TensorId>,
+}
+
+/// Split `p` given which tensor parameters are constants and which scalars
+/// have known values (by name); `None` when no stage reads only constants.
+pub fn split(p: &Program, constant_input: &dyn Fn(&str) -> bool, known_scalar: &dyn Fn(&str) -> bool) -> Option<Split> {
+    let n = p.tensors.len();
+    let mut constant = vec![false; n];
+    // Elements of the constant parameters a constant tensor derives from.
+    let mut source = vec![0i64; n];
+    for t in p.input_tensors() {
+        if constant_input(&p.tensor(t).name) {
+            constant[t.0 as usize] = true;
+            source[t.0 as usize] = p.tensor(t).len();
+        }
+    }
+    let mut folded = vec![false; p.stages.len()];
+    for (si, st) in p.stages.iter().enumerate() {
+        let decl = p.tensor(st.tensor);
+        if decl.role == TensorRole::Output {
+            continue;
+        }
+        let mut read = HashSet::new();
+        if !reads_only_constants(p, st.value, &constant, known_scalar, &mut read) {
+            continue;
+        }
+        let from: i64 = read.iter().map(|t: &TensorId| source[t.0 as usize]).sum();
+        if decl.len() > MAX_GROWTH.saturating_mul(from).saturating_add(GROWTH_SLACK) {
+            continue;
+        }
+        folded[si] = true;
+        constant[st.tensor.0 as usize] = true;
+        source[st.tensor.0 as usize] = from;
+    }
+    if !folded.contains(&true) {
+        return None;
+    }
+    let produced: HashSet<TensorId> =
+        p.stages.iter().zip(&folded).filter(|(_, &f)| f).map(|(st, _)| st.tensor).collect();
+    let (mut read_by_main, mut read_by_prologue) = (HashSet::new(), HashSet::new());
+    let mut scalars_of_prologue = HashSet::new();
+    for (st, &f) in p.stages.iter().zip(&folded) {
+        let (tensors, scalars) = reads(p, st.value);
+        if f {
+            read_by_prologue.extend(tensors);
+            scalars_of_prologue.extend(scalars);
+        } else {
+            read_by_main.extend(tensors);
+        }
+    }
+    let frontier: Vec<TensorId> =
+        (0..n as u32).map(TensorId).filter(|t| produced.contains(t) && read_by_main.contains(t)).collect();
+    let names = identifier_names(p, &frontier);
+
+    let mut main = p.clone();
+    main.ops.clear();
+    main.stages = p.stages.iter().zip(&folded).filter(|(_, &f)| !f).map(|(st, _)| st.clone()).collect();
+    main.params.retain(|q| match q {
+        ProgramParam::Tensor(t) => !constant[t.0 as usize] || read_by_main.contains(t),
+        ProgramParam::Scalar(_) => true,
+    });
+    for (&t, name) in frontier.iter().zip(&names) {
+        let d = &mut main.tensors[t.0 as usize];
+        d.role = TensorRole::Input;
+        d.name = name.clone();
+        main.params.push(ProgramParam::Tensor(t));
+    }
+
+    let mut prologue = p.clone();
+    prologue.ops.clear();
+    prologue.name = format!("{}_constants", p.name);
+    prologue.stages = p.stages.iter().zip(&folded).filter(|(_, &f)| f).map(|(st, _)| st.clone()).collect();
+    prologue.params.retain(|q| match q {
+        ProgramParam::Tensor(t) => read_by_prologue.contains(t),
+        ProgramParam::Scalar(s) => scalars_of_prologue.contains(s),
+    });
+    for d in &mut prologue.tensors {
+        if d.role == TensorRole::Output {
+            d.role = TensorRole::Temp;
+        }
+    }
+    for (&t, name) in frontier.iter().zip(&names) {
+        let d = &mut prologue.tensors[t.0 as usize];
+        d.role = TensorRole::Output;
+        d.name = name.clone();
+    }
+    prologue.outputs = frontier.clone();
+    Some(Split { prologue, main, frontier })
+}
+
+/// Whether `e` reads only constant tensors and known scalars (collecting the tensors it reads).
+fn reads_only_constants(
+    p: &Program,
+    e: TExprId,
+    constant: &[bool],
+    known_scalar: &dyn Fn(&str) -> bool,
+    read: &mut HashSet<TensorId>,
+) -> bool {
+    let here = match p.expr(e) {
+        TExpr::Load(t, _) => {
+            read.insert(*t);
+            constant[t.0 as usize]
+        }
+        TExpr::Scalar(s) => known_scalar(&p.scalars[*s as usize].name),
+        _ => true,
+    };
+    here && p.children(e).into_iter().all(|c| reads_only_constants(p, c, constant, known_scalar, read))
+}
+
+/// The tensors and scalars `e` reads.
+fn reads(p: &Program, e: TExprId) -> (HashSet<TensorId>, HashSet<u32>) {
+    let (mut tensors, mut scalars) = (HashSet::new(), HashSet::new());
+    let mut stack = vec![e];
+    while let Some(e) = stack.pop() {
+        match p.expr(e) {
+            TExpr::Load(t, _) => {
+                tensors.insert(*t);
+            }
+            TExpr::Scalar(s) => {
+                scalars.insert(*s);
+            }
+            _ => {}
+        }
+        stack.extend(p.children(e));
+    }
+    (tensors, scalars)
+}
+
+/// Names for the frontier that are C identifiers (they become parameters of
+/// a C entry) and clash with no other tensor or scalar of `p`: the tensor's
+/// name with every other character made `_` (`conv.Wm` → `conv_Wm`).
+fn identifier_names(p: &Program, frontier: &[TensorId]) -> Vec<String> {
+    let mut taken: HashSet<String> = p.tensors.iter().map(|t| t.name.clone()).collect();
+    taken.extend(p.scalars.iter().map(|s| s.name.clone()));
+    frontier
+        .iter()
+        .map(|&t| {
+            let name = &p.tensor(t).name;
+            let base: String =
+                name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+            let base = if base.starts_with(|c: char| c.is_ascii_digit()) { format!("_{base}") } else { base };
+            if base == *name {
+                return base;
+            }
+            let fresh = (0..)
+                .map(|k| if k == 0 { base.clone() } else { format!("{base}_{k}") })
+                .find(|c| !taken.contains(c))
+                .expect("a free name");
+            taken.insert(fresh.clone());
+            fresh
+        })
+        .collect()
+}
