@@ -81,12 +81,17 @@ pub const WEIGHT_PARAMS: &[(&str, &[usize])] = &[
     ("conv2d_1x1_bias", &[1, 2]),
     ("conv1d", &[1]),
     ("conv1d_bias", &[1, 2]),
+    ("conv_transpose2d", &[1]),
+    ("conv_transpose2d_bias", &[1, 2]),
+    ("conv3d", &[1]),
+    ("conv3d_bias", &[1, 2]),
     ("prelu", &[1]),
     ("bn_fold_weight", &[0, 1, 2]),
     ("bn_fold_bias", &[0, 1, 2, 3]),
     ("bias_add", &[1]),
     ("batch_norm", &[1, 2, 3, 4]),
     ("layer_norm", &[1, 2]),
+    ("layer_norm2", &[1, 2]),
     ("group_norm", &[1, 2]),
 ];
 

@@ -74,6 +74,8 @@ impl Importer<'_> {
             "Cast" => self.cast(n),
             "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => self.reduce(n),
             "LayerNormalization" => self.layer_norm(n),
+            "ConvTranspose" => self.conv_transpose(n),
+            "Attention" => self.attention(n),
             other => Err(format!("operator `{other}` is not supported")),
         }
     }
@@ -392,6 +394,9 @@ impl Importer<'_> {
         if xs.len() == 3 && ws.len() == 3 {
             return self.conv1d(n, &a, x, w, bias);
         }
+        if xs.len() == 5 && ws.len() == 5 {
+            return self.conv3d(n, &a, x, w, bias);
+        }
         if xs.len() != 4 || ws.len() != 4 {
             return Err(format!(
                 "input of rank {} and weight of rank {}: only 2-D convolution (NCHW input, KCRS weight) is supported",
@@ -450,6 +455,134 @@ impl Importer<'_> {
             }
         }
         self.emit_call(out, vec![xs[0], ws[0], oh, ow], format!("{name}({})", args.join(", ")))
+    }
+
+    /// `conv_transpose2d` (PyTorch's ConvTranspose2d): one group, no
+    /// dilation, the same stride, padding and output padding on both axes.
+    fn conv_transpose(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(
+            n,
+            &["auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"],
+        )?;
+        let ins = self.inputs(n, 2, 3)?;
+        let (x, w) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let bias = ins.get(2).copied().flatten();
+        let (xs, ws) = (self.shape(x).to_vec(), self.shape(w).to_vec());
+        if xs.len() != 4 || ws.len() != 4 || ws[0] != xs[1] {
+            return Err(format!(
+                "input {xs:?} and weight {ws:?}: only 2-D transposed convolution (NCHW input, weight [C, K, R, S]) is supported"
+            ));
+        }
+        if a.int("group", 1)? != 1 {
+            return Err(format!("group = {}: only one group is supported", a.int("group", 1)?));
+        }
+        if same_on_both_axes("dilations", a.ints("dilations")?, 1)? != 1 {
+            return Err("dilations other than 1 are not supported".into());
+        }
+        if let Some(k) = a.ints("kernel_shape")? {
+            if k != [ws[2] as i64, ws[3] as i64] {
+                return Err(format!("kernel_shape {k:?} differs from the weight's {:?}", &ws[2..]));
+            }
+        }
+        if a.string("auto_pad", "NOTSET")? != "NOTSET" {
+            return Err(format!("auto_pad = \"{}\" is not supported", a.string("auto_pad", "NOTSET")?));
+        }
+        if let Some(b) = bias {
+            if self.shape(b) != [ws[1]] {
+                return Err(format!("bias of shape {:?}, expected [{}]", self.shape(b), ws[1]));
+            }
+        }
+        let stride = same_on_both_axes("strides", a.ints("strides")?, 1)?;
+        let extra = match a.ints("output_padding")?.as_deref() {
+            None => 0,
+            Some(&[p, q]) if p == q && (0..stride as i64).contains(&p) => p as usize,
+            Some(other) => {
+                return Err(format!("output_padding = {other:?}: equal values below the stride are supported"))
+            }
+        };
+        let pad = match a.ints("pads")?.as_deref() {
+            None => 0,
+            Some(&[t, l, b, r]) if [l, b, r].iter().all(|&p| p == t) && (0..1 << 20).contains(&t) => t as usize,
+            Some(other) => return Err(format!("pads = {other:?}: only equal padding on every side is supported")),
+        };
+        let side = |d: usize, r: usize| ((d - 1) * stride + r + extra).checked_sub(2 * pad).filter(|&o| o > 0);
+        let (Some(oh), Some(ow)) = (side(xs[2], ws[2]), side(xs[3], ws[3])) else {
+            return Err(format!("pads = {pad} leave no output"));
+        };
+        if let Some(shape) = a.ints("output_shape")? {
+            if shape[shape.len().saturating_sub(2)..] != [oh as i64, ow as i64] {
+                return Err(format!(
+                    "output_shape = {shape:?}: only the shape the padding gives, [{oh}, {ow}], is supported"
+                ));
+            }
+        }
+        let out = self.output(n)?;
+        let mut args = vec![self.tensor(x)?, self.tensor(w)?];
+        let name = match bias {
+            Some(b) => {
+                args.push(self.tensor(b)?);
+                "conv_transpose2d_bias"
+            }
+            None => "conv_transpose2d",
+        };
+        for (k, v, default) in [("stride", stride, 1), ("pad", pad, 0), ("output_padding", extra, 0)] {
+            if v != default {
+                args.push(format!("{k} = {v}"));
+            }
+        }
+        self.emit_call(out, vec![xs[0], ws[1], oh, ow], format!("{name}({})", args.join(", ")))
+    }
+
+    /// `conv3d`: one group, no dilation, the same stride and padding on every side of every axis.
+    fn conv3d(&mut self, n: &NodeProto, a: &Attrs, x: ValueId, w: ValueId, bias: Option<ValueId>) -> R {
+        let (xs, ws) = (self.shape(x).to_vec(), self.shape(w).to_vec());
+        if a.int("group", 1)? != 1 || ws[1] != xs[1] {
+            return Err(format!("input {xs:?}, weight {ws:?}: 3-D convolution of one group is supported"));
+        }
+        let same = |name: &str, v: Option<Vec<i64>>, len: usize, default: i64| -> R<usize> {
+            match v.as_deref() {
+                None => Ok(default as usize),
+                Some(v) if v.len() == len && v.iter().all(|&e| e == v[0]) && (0..1 << 20).contains(&v[0]) => {
+                    Ok(v[0] as usize)
+                }
+                Some(other) => Err(format!("{name} = {other:?}: only equal values on every axis are supported")),
+            }
+        };
+        if same("dilations", a.ints("dilations")?, 3, 1)? != 1 {
+            return Err("dilations other than 1 are not supported".into());
+        }
+        if a.string("auto_pad", "NOTSET")? != "NOTSET" {
+            return Err("auto_pad is not supported for 3-D convolutions".into());
+        }
+        if let Some(k) = a.ints("kernel_shape")? {
+            if k != [ws[2] as i64, ws[3] as i64, ws[4] as i64] {
+                return Err(format!("kernel_shape {k:?} differs from the weight's {:?}", &ws[2..]));
+            }
+        }
+        if let Some(b) = bias {
+            if self.shape(b) != [ws[0]] {
+                return Err(format!("bias of shape {:?}, expected [{}]", self.shape(b), ws[0]));
+            }
+        }
+        let stride = same("strides", a.ints("strides")?, 3, 1)?.max(1);
+        let pad = same("pads", a.ints("pads")?, 6, 0)?;
+        let side = |k: usize| conv_out(xs[k], 2 * pad, ws[k], stride);
+        let shape = vec![xs[0], ws[0], side(2)?, side(3)?, side(4)?];
+        let out = self.output(n)?;
+        let mut args = vec![self.tensor(x)?, self.tensor(w)?];
+        let name = match bias {
+            Some(b) => {
+                args.push(self.tensor(b)?);
+                "conv3d_bias"
+            }
+            None => "conv3d",
+        };
+        for (k, v, default) in [("pad", pad, 0), ("stride", stride, 1)] {
+            if v != default {
+                args.push(format!("{k} = {v}"));
+            }
+        }
+        self.emit_call(out, shape, format!("{name}({})", args.join(", ")))
     }
 
     /// `conv1d`: groups, dilation, stride; equal padding at both ends.
@@ -659,20 +792,24 @@ impl Importer<'_> {
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
         let axis = normalize_axis(a.int("axis", -1)?, xs.len())?;
-        if axis + 1 != xs.len() || !(xs.len() == 2 || xs.len() == 3) {
+        // The last axis of rank 2 and 3 inputs (`layer_norm`), or the last two
+        // of rank 3 and 4 inputs (`layer_norm2`).
+        let last_two = axis + 2 == xs.len() && (xs.len() == 3 || xs.len() == 4);
+        if !(axis + 1 == xs.len() && (xs.len() == 2 || xs.len() == 3) || last_two) {
             return Err(format!(
-                "normalizing from axis {axis} of a rank-{} input: only the last axis of rank 2 and 3 inputs is supported",
+                "normalizing from axis {axis} of a rank-{} input: only the last axis of rank 2 and 3 inputs, \
+                 or the last two of rank 3 and 4 inputs, are supported",
                 xs.len()
             ));
         }
-        let d = xs[axis];
+        let d = xs[axis..].to_vec();
         let bias = match ins.get(2).copied().flatten() {
             Some(b) => b,
-            None => self.synthetic(format!("{out}#zero_bias"), vec![d], vec![0.0; d])?,
+            None => self.synthetic(format!("{out}#zero_bias"), d.clone(), vec![0.0; d.iter().product()])?,
         };
         for p in [scale, bias] {
-            if self.shape(p) != [d] {
-                return Err(format!("scale or bias of shape {:?}, expected [{d}]", self.shape(p)));
+            if self.shape(p) != d {
+                return Err(format!("scale or bias of shape {:?}, expected {d:?}", self.shape(p)));
             }
         }
         let mut args = vec![self.tensor(x)?, self.tensor(scale)?, self.tensor(bias)?];
@@ -680,7 +817,8 @@ impl Importer<'_> {
         if eps != 1e-5 {
             args.push(format!("eps = {}", literal(eps as f64)?));
         }
-        self.emit_call(out, xs, format!("layer_norm({})", args.join(", ")))
+        let name = if last_two { "layer_norm2" } else { "layer_norm" };
+        self.emit_call(out, xs, format!("{name}({})", args.join(", ")))
     }
 
     fn softmax(&mut self, n: &NodeProto) -> R {
@@ -692,16 +830,75 @@ impl Importer<'_> {
         let axis = normalize_axis(a.int("axis", default)?, xs.len())?;
         // Before opset 13 the axis flattens the trailing axes into one; it
         // is the last-axis softmax only when it is the last axis.
-        if axis + 1 != xs.len() || !(2..=4).contains(&xs.len()) {
+        // Opset 13 on: one axis. The last axis of ranks 2 to 4, or the channels
+        // (axis 1) of ranks 3 and 4 (`softmax_dim1`, which opsets before 13
+        // mean only for rank 2, where it is the last axis).
+        let channels = axis == 1 && (xs.len() == 3 || xs.len() == 4) && self.opset >= 13;
+        if !(axis + 1 == xs.len() && (2..=4).contains(&xs.len()) || channels) {
             return Err(format!(
-                "{} over axis {axis} of a rank-{} tensor: only the last axis of rank 2 to 4 tensors is supported",
+                "{} over axis {axis} of a rank-{} tensor: only the last axis of rank 2 to 4 tensors, \
+                 or axis 1 of rank 3 and 4 tensors from opset 13, is supported",
                 n.op_type,
                 xs.len()
             ));
         }
-        let name = if n.op_type == "LogSoftmax" { "log_softmax" } else { "softmax" };
+        let name = match (n.op_type == "LogSoftmax", channels) {
+            (true, false) => "log_softmax",
+            (false, false) => "softmax",
+            (true, true) => "log_softmax_dim1",
+            (false, true) => "softmax_dim1",
+        };
         let call = format!("{name}({})", self.tensor(x)?);
         self.emit_call(out, xs, call)
+    }
+
+    /// Opset 23's Attention on 4-D Q, K, V without a mask, cache or softcap:
+    /// `scaled_dot_product_attention` (`_causal` with `is_causal = 1`).
+    fn attention(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(
+            n,
+            &[
+                "is_causal",
+                "kv_num_heads",
+                "q_num_heads",
+                "qk_matmul_output_mode",
+                "scale",
+                "softcap",
+                "softmax_precision",
+            ],
+        )?;
+        let ins = self.inputs(n, 3, 6)?;
+        if ins[3..].iter().any(Option::is_some) {
+            return Err("an attention mask or past key and value inputs are not supported".into());
+        }
+        if n.output.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err("only the first output (the attention result) is supported".into());
+        }
+        let (q, k, v) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?, Self::required(&ins, 2)?);
+        let (qs, ks, vs) = (self.shape(q).to_vec(), self.shape(k).to_vec(), self.shape(v).to_vec());
+        let fits = qs.len() == 4
+            && ks.len() == 4
+            && vs.len() == 4
+            && qs[..2] == ks[..2]
+            && ks[..3] == vs[..3]
+            && qs[3] == ks[3];
+        if !fits {
+            return Err(format!(
+                "Q {qs:?}, K {ks:?}, V {vs:?}: 4-D [batch, heads, length, size] with equal heads are supported"
+            ));
+        }
+        if a.float("softcap", 0.0)? != 0.0 || a.int("qk_matmul_output_mode", 0)? != 0 {
+            return Err("softcap and qk_matmul_output_mode are not supported".into());
+        }
+        if a.has("scale") && (a.float("scale", 1.0)? as f64 - 1.0 / (qs[3] as f64).sqrt()).abs() > 1e-7 {
+            return Err("a scale other than 1/√(head size) is not supported".into());
+        }
+        // ONNX's causal mask is aligned top-left, as PyTorch's and std.nn's.
+        let causal = a.int("is_causal", 0)? != 0;
+        let name = if causal { "scaled_dot_product_attention_causal" } else { "scaled_dot_product_attention" };
+        let call = format!("{name}({}, {}, {})", self.tensor(q)?, self.tensor(k)?, self.tensor(v)?);
+        let out = self.output(n)?;
+        self.emit_call(out, vec![qs[0], qs[1], qs[2], vs[3]], call)
     }
 
     // ------------------------------------------------------------ linear algebra
@@ -1229,6 +1426,10 @@ impl Importer<'_> {
 
     /// Nearest-neighbour upsampling by whole factors (what
     /// `F.interpolate(mode="nearest")` exports): output index / factor.
+    /// Nearest-neighbour resizing by whole factors (an index expression);
+    /// with other factors, PyTorch's `nearest` (`upsample_nearest2d`) and
+    /// `bilinear` without corner alignment (`upsample_bilinear2d`) of the
+    /// two spatial axes.
     fn resize(&mut self, n: &NodeProto) -> R {
         let upsample = n.op_type == "Upsample";
         let known: &[&str] = if upsample {
@@ -1252,55 +1453,91 @@ impl Importer<'_> {
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
         let mode = a.string("mode", "nearest")?;
-        if mode != "nearest" {
-            return Err(format!("mode = \"{mode}\": only nearest-neighbour resizing is supported"));
-        }
-        if !upsample {
-            let ct = a.string("coordinate_transformation_mode", "half_pixel")?;
-            let nm = a.string("nearest_mode", "round_prefer_floor")?;
-            // With whole factors, asymmetric+floor and the other common pairs pick the same element.
-            let whole_factor_modes = matches!(
-                (ct.as_str(), nm.as_str()),
-                ("asymmetric", "floor")
-                    | ("half_pixel" | "pytorch_half_pixel", "round_prefer_floor" | "round_prefer_ceil")
-            );
-            if !whole_factor_modes || a.has("axes") || a.int("antialias", 0)? != 0 {
-                return Err(format!(
-                    "coordinate_transformation_mode = \"{ct}\" with nearest_mode = \"{nm}\" is not supported"
-                ));
+        let (ct, nm) = if upsample {
+            ("asymmetric".to_string(), "floor".to_string())
+        } else {
+            if a.has("axes") || a.int("antialias", 0)? != 0 {
+                return Err("axes and antialias are not supported".into());
             }
-        }
+            (a.string("coordinate_transformation_mode", "half_pixel")?, a.string("nearest_mode", "round_prefer_floor")?)
+        };
         let float_list = |this: &Self, id: ValueId| this.constant(id).map(|v| v.as_f64());
-        let scales: Vec<f64> = if upsample {
-            match (a.floats("scales")?, ins.get(1).copied().flatten()) {
+        // The output sizes, and whether each is the input's times its scale exactly.
+        let (scales, sizes): (Vec<f64>, Vec<usize>) = if upsample {
+            let scales: Vec<f64> = match (a.floats("scales")?, ins.get(1).copied().flatten()) {
                 (Some(f), _) => f.iter().map(|&v| v as f64).collect(),
                 (None, Some(id)) => float_list(self, id).ok_or("the scales must be a constant")?,
                 _ => return Err("the scales are required".into()),
-            }
+            };
+            let sizes = xs.iter().zip(&scales).map(|(&d, &f)| (d as f64 * f).floor() as usize).collect();
+            (scales, sizes)
         } else {
             // Opset 10's Resize takes the scales second; later opsets put the ROI there.
             let (scales_at, sizes_at) = if self.opset < 11 { (1, usize::MAX) } else { (2, 3) };
             match (ins.get(scales_at).copied().flatten(), ins.get(sizes_at).copied().flatten()) {
                 (Some(id), _) if self.shape(id).iter().product::<usize>() > 0 => {
-                    float_list(self, id).ok_or("the scales must be a constant")?
+                    let scales = float_list(self, id).ok_or("the scales must be a constant")?;
+                    let sizes = xs.iter().zip(&scales).map(|(&d, &f)| (d as f64 * f).floor() as usize).collect();
+                    (scales, sizes)
                 }
                 (_, Some(id)) => {
                     let sizes = self.int_constant(id, "the sizes")?;
-                    sizes.iter().zip(&xs).map(|(&s, &d)| s as f64 / d as f64).collect()
+                    let sizes: Vec<usize> = sizes.iter().map(|&s| s.clamp(0, 1 << 20) as usize).collect();
+                    (sizes.iter().zip(&xs).map(|(&s, &d)| s as f64 / d as f64).collect(), sizes)
                 }
                 _ => return Err("scales or sizes are required".into()),
             }
         };
-        if scales.len() != xs.len() || scales.iter().any(|&f| f < 1.0 || f.fract() != 0.0 || f > 1024.0) {
-            return Err(format!("scales {scales:?}: whole factors from 1 to 1024 for every axis are supported"));
+        if scales.len() != xs.len() || sizes.len() != xs.len() {
+            return Err(format!("{} scales or sizes for a rank-{} input", scales.len().max(sizes.len()), xs.len()));
         }
-        let f: Vec<usize> = scales.iter().map(|&v| v as usize).collect();
-        let shape: Vec<usize> = xs.iter().zip(&f).map(|(d, k)| d * k).collect();
-        let v = vars("i", shape.len());
-        let idx: Vec<String> =
-            v.iter().zip(&f).map(|(i, &k)| if k == 1 { i.clone() } else { format!("{i} / {k}") }).collect();
-        let rhs = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
-        self.emit_def(out, shape, rhs)
+        // The coordinates scale by the ratio of the sizes: given sizes, or scales that give them exactly.
+        let given_sizes = !upsample && {
+            let scales_at = if self.opset < 11 { 1 } else { 2 };
+            ins.get(scales_at).copied().flatten().is_none_or(|id| self.shape(id).iter().product::<usize>() == 0)
+        };
+        let exact = given_sizes || sizes.iter().zip(&xs).zip(&scales).all(|((&o, &d), &f)| o as f64 == d as f64 * f);
+        let whole = scales.iter().all(|&f| (1.0..=1024.0).contains(&f) && f.fract() == 0.0);
+        let spatial_only =
+            xs.len() == 4 && sizes[..2] == xs[..2] && sizes[2..].iter().all(|&o| (1..=1 << 16).contains(&o));
+        let nearest_whole = matches!(
+            (ct.as_str(), nm.as_str()),
+            ("asymmetric", "floor") | ("half_pixel" | "pytorch_half_pixel", "round_prefer_floor" | "round_prefer_ceil")
+        );
+        let (oh, ow) = (sizes.get(2).copied().unwrap_or(0), sizes.get(3).copied().unwrap_or(0));
+        let call = match mode.as_str() {
+            // With whole factors, asymmetric+floor and the other common pairs pick the same element.
+            "nearest" if whole && nearest_whole => {
+                let f: Vec<usize> = scales.iter().map(|&v| v as usize).collect();
+                let shape: Vec<usize> = xs.iter().zip(&f).map(|(d, k)| d * k).collect();
+                let v = vars("i", shape.len());
+                let idx: Vec<String> =
+                    v.iter().zip(&f).map(|(i, &k)| if k == 1 { i.clone() } else { format!("{i} / {k}") }).collect();
+                let rhs = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
+                return self.emit_def(out, shape, rhs);
+            }
+            "nearest" if (ct.as_str(), nm.as_str()) == ("asymmetric", "floor") && exact && spatial_only => {
+                format!("upsample_nearest2d({}, {oh}, {ow})", self.tensor(x)?)
+            }
+            "nearest" => {
+                return Err(format!(
+                    "nearest resizing with coordinate_transformation_mode = \"{ct}\", nearest_mode = \"{nm}\" and \
+                     scales {scales:?}: whole factors, or asymmetric + floor (PyTorch's `nearest`) on the spatial axes, \
+                     are supported"
+                ))
+            }
+            "linear" if matches!(ct.as_str(), "half_pixel" | "pytorch_half_pixel") && exact && spatial_only && oh > 1 && ow > 1 => {
+                format!("upsample_bilinear2d({}, {oh}, {ow})", self.tensor(x)?)
+            }
+            "linear" => {
+                return Err(format!(
+                    "linear resizing with coordinate_transformation_mode = \"{ct}\" and scales {scales:?}: only \
+                     half_pixel (PyTorch's bilinear, align_corners=False) of the spatial axes of an NCHW tensor is supported"
+                ))
+            }
+            other => return Err(format!("mode = \"{other}\": only nearest and linear resizing are supported")),
+        };
+        self.emit_call(out, sizes, call)
     }
 
     /// `[N, C·b², H, W]` to `[N, C, H·b, W·b]`: DCR (the default) or CRD (`pixel_shuffle`).
@@ -1318,7 +1555,10 @@ impl Importer<'_> {
         let shape = vec![xs[0], c, xs[2] * b, xs[3] * b];
         let channel = match a.string("mode", "DCR")?.as_str() {
             "DCR" => format!("(i2 % {b}) * {} + (i3 % {b}) * {c} + i1", b * c),
-            "CRD" => format!("i1 * {} + (i2 % {b}) * {b} + i3 % {b}", b * b),
+            "CRD" => {
+                let call = format!("pixel_shuffle({}, {b})", self.tensor(x)?);
+                return self.emit_call(out, shape, call);
+            }
             other => return Err(format!("mode = \"{other}\" is not supported")),
         };
         let rhs = format!("{}[i0, {channel}, i2 / {b}, i3 / {b}]", self.tensor(x)?);

@@ -160,6 +160,13 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
     m.graph.as_mut().expect("graph").output[0].name = "fb".into();
     assert_eq!(err(m), "graph output `fb` is a constant: nothing to compute at run time");
     let mut m = cnn();
+    m.graph.as_mut().expect("graph").node[0].op_type = "ConvTranspose".into();
+    assert_eq!(
+        err(m),
+        "node `/c` (ConvTranspose): input [1, 2, 5, 5] and weight [3, 2, 3, 3]: only 2-D transposed convolution \
+         (NCHW input, weight [C, K, R, S]) is supported"
+    );
+    let mut m = cnn();
     m.opset_import[0].version = 3;
     assert_eq!(err(m), "opset 3 is not supported (7 to 23 are)");
     let mut m = cnn();

@@ -7,10 +7,22 @@
 //! serially, so the pool can never deadlock on itself. The number of threads
 //! is the machine's parallelism, or `TEXC_NUM_THREADS`, or what
 //! [`set_num_threads`] last asked for.
+//!
+//! A model runs hundreds of parallel loops of a few microseconds each, so
+//! handing work over must take less than that: a worker that finishes
+//! polls for the next loop, and a caller for its loop's end, for [`SPIN`]
+//! before sleeping on a condition variable (waking a sleeping thread takes
+//! tens of microseconds; MobileNetV2 on two threads ran slower than on one).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long an idle worker polls for work, and a caller for its workers,
+/// before sleeping: longer than the gap between two parallel loops of a model
+/// (its serial stages), short enough that an idle pool soon stops using the CPU.
+const SPIN: Duration = Duration::from_micros(300);
 
 /// `task(ctx, start, end)` runs iterations `start..end`.
 pub type Task = unsafe extern "C" fn(*mut u8, i64, i64);
@@ -26,6 +38,42 @@ struct Shared {
     queue: Mutex<(Vec<Job>, usize)>, // pending jobs, jobs not yet finished
     work: Condvar,
     done: Condvar,
+    /// `queue.0.len()` and `queue.1` as last stored under the lock, for
+    /// polling without it.
+    queued: AtomicUsize,
+    unfinished: AtomicUsize,
+    /// Whether waiting threads poll: not when there are more threads than
+    /// cores, where a poller would take the core a working thread needs.
+    spin: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, (Vec<Job>, usize)> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Poll `ready` for up to [`SPIN`] (when `s` polls at all); whether it became true.
+fn spin_until(s: &Shared, ready: impl Fn() -> bool) -> bool {
+    if !s.spin.load(Ordering::Relaxed) {
+        return ready();
+    }
+    let t0 = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if t0.elapsed() >= SPIN {
+            return ready();
+        }
+        // On a machine shared with other work, a thread that only polls
+        // would keep a core from a thread that has work (one of ours
+        // preempted in its chunk): offer the core between polls.
+        std::thread::yield_now();
+    }
 }
 
 struct Pool {
@@ -62,8 +110,14 @@ fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
     POOL.get_or_init(|| {
         let threads = threads_from_env().ok().flatten().unwrap_or_else(available_cores);
-        let shared =
-            Arc::new(Shared { queue: Mutex::new((Vec::new(), 0)), work: Condvar::new(), done: Condvar::new() });
+        let shared = Arc::new(Shared {
+            queue: Mutex::new((Vec::new(), 0)),
+            work: Condvar::new(),
+            done: Condvar::new(),
+            queued: AtomicUsize::new(0),
+            unfinished: AtomicUsize::new(0),
+            spin: AtomicBool::new(false),
+        });
         let p = Pool { shared, threads: AtomicUsize::new(1), workers: Mutex::new(0), busy: Mutex::new(()) };
         p.grow(threads);
         p
@@ -80,6 +134,7 @@ impl Pool {
             std::thread::spawn(move || worker(&s));
             *started += 1;
         }
+        self.shared.spin.store(threads <= available_cores(), Ordering::Relaxed);
         self.threads.store(threads, Ordering::Release);
     }
 }
@@ -104,9 +159,11 @@ fn worker(s: &Shared) {
     IN_TASK.with(|f| f.set(true));
     loop {
         let job = {
-            let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
+            spin_until(s, || s.queued.load(Ordering::Acquire) > 0);
+            let mut q = s.lock();
             loop {
                 if let Some(j) = q.0.pop() {
+                    s.queued.store(q.0.len(), Ordering::Release);
                     break j;
                 }
                 q = s.work.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -114,8 +171,10 @@ fn worker(s: &Shared) {
         };
         // SAFETY: the caller of `texc_parallel_for` keeps `ctx` alive until every job is done.
         unsafe { (job.task)(job.ctx as *mut u8, job.start, job.end) };
-        let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = s.lock();
         q.1 -= 1;
+        // Release: the job's writes are visible to a caller that sees the count drop.
+        s.unfinished.store(q.1, Ordering::Release);
         if q.1 == 0 {
             s.done.notify_all();
         }
@@ -144,22 +203,28 @@ pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
     };
     let chunks = (threads as i64).min(n);
     let bounds = |c: i64| (n * c / chunks, n * (c + 1) / chunks);
+    let s = &p.shared;
     {
-        let mut q = p.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = s.lock();
         for c in 1..chunks {
             let (start, end) = bounds(c);
             q.0.push(Job { task, ctx: ctx as usize, start, end });
         }
         q.1 += chunks as usize - 1;
+        s.queued.store(q.0.len(), Ordering::Release);
+        s.unfinished.store(q.1, Ordering::Release);
     }
-    p.shared.work.notify_all();
+    s.work.notify_all();
     let (start, end) = bounds(0);
     IN_TASK.with(|f| f.set(true));
     // SAFETY: forwarded from the caller.
     unsafe { task(ctx, start, end) };
     IN_TASK.with(|f| f.set(false));
-    let mut q = p.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+    if spin_until(s, || s.unfinished.load(Ordering::Acquire) == 0) {
+        return;
+    }
+    let mut q = s.lock();
     while q.1 > 0 {
-        q = p.shared.done.wait(q).unwrap_or_else(|e| e.into_inner());
+        q = s.done.wait(q).unwrap_or_else(|e| e.into_inner());
     }
 }

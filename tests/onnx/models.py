@@ -240,6 +240,46 @@ def layout(size, seed):
     return b.model([1, 2, size, size + 1], rename_output(b, "y"), None, opset=13)
 
 
+def decoder(size, seed):
+    """A decoder's operators: ConvTranspose (stride 2, padding, output
+    padding, bias, and without), bilinear and non-integer nearest Resize
+    (PyTorch's interpolate), Softmax over the channels, LayerNormalization
+    over the last two axes."""
+    b = Builder(seed)
+    x = b.conv("x", 3, 6, 3, stride=2, pad=1, bias=True)
+    x = b.op("Relu", [x])
+    h = (size + 1) // 2
+    x = b.op("ConvTranspose", [x, b.weight("wt", [6, 5, 3, 3]), b.weight("bt", [5], kind="small")],
+             kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
+    up = 2 * h
+    x = b.op("Resize", [x, "", "", b.const("sizes", np.array([1, 5, up + up // 2, up + up // 2], np.int64))],
+             mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
+    x = b.op("ConvTranspose", [x, b.weight("wt", [5, 4, 2, 2])], kernel_shape=[2, 2])
+    s3 = up + up // 2 + 1
+    x = b.op("Resize", [x, "", "", b.const("sizes", np.array([1, 4, s3 - 2, s3 + 3], np.int64))],
+             mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    x = b.op("Softmax", [x], axis=1)
+    b.op("LayerNormalization", [x, b.weight("g", [s3 - 2, s3 + 3], kind="positive"),
+                                b.weight("beta", [s3 - 2, s3 + 3], kind="small")], axis=-2, epsilon=1e-5)
+    return b.model([1, 3, size, size], rename_output(b, "y"), None, opset=17)
+
+
+def attention3d(size, seed):
+    """A 3-D convolution (with and without bias, stride and padding) and
+    opset 23's Attention, causal and not."""
+    b = Builder(seed)
+    x = b.op("Conv", ["x", b.weight("w", [4, 2, 3, 3, 3]), b.weight("b", [4], kind="small")],
+             kernel_shape=[3, 3, 3], pads=[1] * 6)
+    x = b.op("Relu", [x])
+    k = b.op("Conv", [x, b.weight("w", [4, 4, 1, 1, 1])], kernel_shape=[1, 1, 1])
+    q = b.op("Reshape", [x, b.const("shape", np.array([1, 4, 4, size * size], np.int64))])
+    k = b.op("Reshape", [k, b.const("shape", np.array([1, 4, 4, size * size], np.int64))])
+    a = b.op("Attention", [q, k, q], is_causal=1)
+    c = b.op("Attention", [a, q, k])
+    b.op("Add", [a, c])
+    return b.model([1, 2, 4, size, size], rename_output(b, "y"), None, opset=23)
+
+
 def a_h(size):
     return (size + 1) // 2
 
@@ -289,7 +329,7 @@ def bad_strides(size, seed):
     return b.model([1, 3, size, size], rename_output(b, "y"), [1, 4, (size - 3) // 2 + 1, size - 2])
 
 
-MODELS = {"resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
+MODELS = {"decoder": (decoder, 9), "attention3d": (attention3d, 5), "resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
           "small": (small, 17), "activations": (activations, 6), "layout": (layout, 9), "shapes": (shapes, 5), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
           "bad_strides": (bad_strides, 9)}
 

@@ -315,6 +315,140 @@ X, W, b = f32(2, 5, 3, 7), f32(6, 5, 1, 1), f32(6)
 case("conv2d_1x1_bias", S, "t_conv2d_1x1_bias", {"X": X, "Wt": W, "b": b},
      {"Y": as32(conv2d(X, W) + d64(b).reshape(1, -1, 1, 1))})
 
+# ---- operators added for ONNX models, part 2 (PyTorch's definitions)
+def conv_transpose2d(x, w, stride=1, pad=0, output_padding=0):
+    # scatter form: input pixel (y, x) adds W[c, k] at y·stride + r, x·stride + s of the
+    # uncropped output, which is then cropped by pad on each side (output_padding extends the end)
+    x, w = d64(x), d64(w)
+    n, c, h, wd = x.shape
+    _, k, r, s = w.shape
+    full = np.zeros((n, k, (h - 1) * stride + r + output_padding, (wd - 1) * stride + s + output_padding))
+    for y in range(h):
+        for xx in range(wd):
+            full[:, :, y * stride: y * stride + r, xx * stride: xx * stride + s] += np.einsum("nc,ckrs->nkrs", x[:, :, y, xx], w)
+    oh = (h - 1) * stride - 2 * pad + r + output_padding
+    ow = (wd - 1) * stride - 2 * pad + s + output_padding
+    return full[:, :, pad: pad + oh, pad: pad + ow]
+
+
+def adaptive_pool(x, oh, ow, op):
+    x = d64(x)
+    n, c, h, w = x.shape
+    y = np.zeros((n, c, oh, ow))
+    for i in range(oh):
+        h0, h1 = math.floor(i * h / oh), math.ceil((i + 1) * h / oh)
+        for j in range(ow):
+            w0, w1 = math.floor(j * w / ow), math.ceil((j + 1) * w / ow)
+            win = x[:, :, h0:h1, w0:w1]
+            y[:, :, i, j] = win.max((2, 3)) if op == "max" else win.mean((2, 3))
+    return y
+
+
+def upsample_bilinear(x, oh, ow):
+    # ATen's upsample_bilinear2d (align_corners = False), in float64
+    x = d64(x)
+    n, c, h, w = x.shape
+
+    def src(dst, insize, outsize):
+        s = max((dst + 0.5) * insize / outsize - 0.5, 0.0)
+        i0 = int(s)
+        return i0, i0 + (1 if i0 < insize - 1 else 0), s - i0
+
+    y = np.zeros((n, c, oh, ow))
+    for i in range(oh):
+        h0, h1, lh = src(i, h, oh)
+        for j in range(ow):
+            w0, w1, lw = src(j, w, ow)
+            y[:, :, i, j] = ((1 - lh) * ((1 - lw) * x[:, :, h0, w0] + lw * x[:, :, h0, w1])
+                             + lh * ((1 - lw) * x[:, :, h1, w0] + lw * x[:, :, h1, w1]))
+    return y
+
+
+def upsample_nearest(x, oh, ow):
+    n, c, h, w = x.shape
+    hi = [min(int(math.floor(np.float32(i) * (np.float32(h) / np.float32(oh)))), h - 1) for i in range(oh)]
+    wi = [min(int(math.floor(np.float32(j) * (np.float32(w) / np.float32(ow)))), w - 1) for j in range(ow)]
+    # ATen computes the source index in float32; at these sizes it is the exact floor(i·H/OH)
+    assert hi == [i * h // oh for i in range(oh)] and wi == [j * w // ow for j in range(ow)]
+    return x[:, :, hi][:, :, :, wi]
+
+
+def sdpa(q, k, v, causal=False):
+    q, k, v = d64(q), d64(k), d64(v)
+    s = np.einsum("bhld,bhsd->bhls", q, k) / math.sqrt(q.shape[-1])
+    if causal:
+        s = np.where(np.tril(np.ones((q.shape[2], k.shape[2]), dtype=bool)), s, -np.inf)
+    return np.einsum("bhls,bhse->bhle", softmax(s), v)
+
+
+def conv3d(x, w, pad=0, stride=1):
+    x, w = d64(x), d64(w)
+    n, c, d, h, wd = x.shape
+    k, _, t, r, s = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad), (pad, pad)))
+    od, oh, ow = (d + 2 * pad - t) // stride + 1, (h + 2 * pad - r) // stride + 1, (wd + 2 * pad - s) // stride + 1
+    y = np.zeros((n, k, od, oh, ow))
+    for ti in range(t):
+        for ri in range(r):
+            for si in range(s):
+                patch = xp[:, :, ti: ti + stride * (od - 1) + 1: stride, ri: ri + stride * (oh - 1) + 1: stride,
+                           si: si + stride * (ow - 1) + 1: stride]
+                y += np.einsum("ncdhw,kc->nkdhw", patch, w[:, :, ti, ri, si])
+    return y
+
+
+for (h, w, stride, pad, op) in [(5, 7, 2, 1, 1), (4, 3, 3, 2, 2), (6, 5, 1, 0, 0)]:
+    X, W = f32(2, 3, h, w), f32(3, 5, 3, 4)
+    case(f"conv_transpose2d_s{stride}_p{pad}_op{op}", S, "t_conv_transpose2d", {"X": X, "Wt": W},
+         {"Y": as32(conv_transpose2d(X, W, stride, pad, op))}, consts=f"stride={stride},pad={pad},op={op}")
+X, W, b = f32(2, 4, 5, 6), f32(4, 3, 5, 3), f32(3)
+case("conv_transpose2d_bias", S, "t_conv_transpose2d_bias", {"X": X, "Wt": W, "b": b},
+     {"Y": as32(conv_transpose2d(X, W, 3, 2, 1) + d64(b).reshape(1, -1, 1, 1))})
+for (h, w, oh, ow) in [(10, 10, 3, 4), (10, 11, 7, 6), (5, 7, 7, 3), (9, 5, 1, 5)]:
+    X = f32(2, 3, h, w)
+    case(f"adaptive_avg_pool2d_{h}x{w}_{oh}x{ow}", S, "t_adaptive_avg_pool2d", {"X": X},
+         {"Y": as32(adaptive_pool(X, oh, ow, "avg"))}, consts=f"OH={oh},OW={ow}")
+    case(f"adaptive_max_pool2d_{h}x{w}_{oh}x{ow}", S, "t_adaptive_max_pool2d", {"X": X},
+         {"Y": as32(adaptive_pool(X, oh, ow, "max"))}, consts=f"OH={oh},OW={ow}")
+for (h, w, oh, ow) in [(11, 6, 5, 13), (5, 7, 10, 7), (7, 4, 3, 11), (1, 3, 4, 1)]:
+    X = f32(2, 3, h, w)
+    case(f"upsample_bilinear2d_{h}x{w}_{oh}x{ow}", S, "t_upsample_bilinear2d", {"X": X},
+         {"Y": as32(upsample_bilinear(X, oh, ow))}, consts=f"OH={oh},OW={ow}")
+    case(f"upsample_nearest2d_{h}x{w}_{oh}x{ow}", S, "t_upsample_nearest2d", {"X": X},
+         {"Y": upsample_nearest(X, oh, ow)}, consts=f"OH={oh},OW={ow}")
+for (l, s) in [(7, 5), (5, 11)]:
+    Q, K, V = f32(2, 3, l, 5, lo=-2, hi=2), f32(2, 3, s, 5, lo=-2, hi=2), f32(2, 3, s, 6)
+    case(f"sdpa_{l}x{s}", S, "t_sdpa", {"Q": Q, "K": K, "V": V}, {"Y": as32(sdpa(Q, K, V))})
+    case(f"sdpa_causal_{l}x{s}", S, "t_sdpa_causal", {"Q": Q, "K": K, "V": V}, {"Y": as32(sdpa(Q, K, V, True))})
+Q, K, V = f32(1, 2, 7, 3, lo=-2, hi=2), f32(1, 2, 7, 3, lo=-2, hi=2), f32(1, 2, 7, 5)
+case("sdpa_causal_square", S, "t_sdpa_causal", {"Q": Q, "K": K, "V": V}, {"Y": as32(sdpa(Q, K, V, True))})
+X = f32(2, 7, 5, lo=-4, hi=4)
+case("softmax_dim1_3", S, "t_softmax_dim1_3", {"X": X}, {"Y": as32(np.moveaxis(softmax(np.moveaxis(X, 1, -1)), -1, 1))})
+m = d64(X).max(1, keepdims=True)
+case("log_softmax_dim1_3", S, "t_log_softmax_dim1_3", {"X": X},
+     {"Y": as32(d64(X) - m - np.log(np.exp(d64(X) - m).sum(1, keepdims=True)))})
+X = f32(2, 5, 3, 7, lo=-4, hi=4)
+case("softmax_dim1_4", S, "t_softmax_dim1_4", {"X": X}, {"Y": as32(np.moveaxis(softmax(np.moveaxis(X, 1, -1)), -1, 1))})
+m = d64(X).max(1, keepdims=True)
+case("log_softmax_dim1_4", S, "t_log_softmax_dim1_4", {"X": X},
+     {"Y": as32(d64(X) - m - np.log(np.exp(d64(X) - m).sum(1, keepdims=True)))})
+X, g, b = f32(3, 5, 7), f32(5, 7), f32(5, 7)
+case("layer_norm2_3", S, "t_layer_norm2_3", {"X": X, "g": g, "b": b},
+     {"Y": as32(layer_norm(d64(X).reshape(3, -1), d64(g).reshape(-1), d64(b).reshape(-1)).reshape(3, 5, 7))})
+X, g, b = f32(2, 3, 5, 7), f32(5, 7), f32(5, 7)
+case("layer_norm2_4", S, "t_layer_norm2_4", {"X": X, "g": g, "b": b},
+     {"Y": as32(layer_norm(d64(X).reshape(2, 3, -1), d64(g).reshape(-1), d64(b).reshape(-1), d64(np.float32(1e-3)))
+                .reshape(2, 3, 5, 7))})
+X, W = f32(2, 3, 5, 7, 6), f32(4, 3, 3, 2, 3)
+case("conv3d_pad_stride", S, "t_conv3d", {"X": X, "Wt": W}, {"Y": as32(conv3d(X, W, 1, 2))})
+X, W, b = f32(1, 2, 5, 6, 7), f32(3, 2, 2, 3, 3), f32(3)
+case("conv3d_bias", S, "t_conv3d_bias", {"X": X, "Wt": W, "b": b},
+     {"Y": as32(conv3d(X, W) + d64(b).reshape(1, -1, 1, 1, 1))})
+for r in [2, 3]:
+    X = f32(2, 2 * r * r, 3, 5)
+    ref = X.reshape(2, 2, r, r, 3, 5).transpose(0, 1, 4, 2, 5, 3).reshape(2, 2, 3 * r, 5 * r)
+    case(f"pixel_shuffle_r{r}", S, "t_pixel_shuffle", {"X": X}, {"Y": ref}, consts=f"r={r}")
+
 with open(os.path.join(OUT, "manifest.txt"), "w") as f:
     f.write("\n".join(manifest) + "\n")
 print(f"{len(manifest)} cases")

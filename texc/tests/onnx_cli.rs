@@ -132,6 +132,16 @@ fn layout_and_pooling_forms_match_onnx_runtime() {
 }
 
 #[test]
+fn decoder_operators_match_onnx_runtime() {
+    imported_model_matches_onnx_runtime("decoder", &["interp", "x86-avx2", "cranelift"]);
+}
+
+#[test]
+fn attention_and_3d_convolution_match_onnx_runtime() {
+    imported_model_matches_onnx_runtime("attention3d", &["interp", "x86-avx2", "cranelift"]);
+}
+
+#[test]
 fn exporters_shape_arithmetic_is_computed_at_import() {
     imported_model_matches_onnx_runtime("shapes", &["interp", "x86-avx2"]);
 }

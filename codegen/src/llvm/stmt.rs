@@ -157,7 +157,12 @@ impl<'ctx> Gen<'ctx, '_> {
         let mut locals: Vec<TensorId> = fr.tensors.keys().copied().filter(|t| !self.used.contains(t)).collect();
         locals.sort_unstable();
         self.tasks += 1;
-        let id = self.tasks;
+        // Named after the tensor the loop writes first, so that a profile of a
+        // compiled model (`perf report`) says which stage each task is.
+        let id = match first_store(body) {
+            Some(t) => format!("{}_{}", self.tasks, symbol_part(&self.f.p.tensor(t).name)),
+            None => self.tasks.to_string(),
+        };
         // The region: (tensors, scalars, captured vars, locals, lo, hi).
         let region = self.region_fn(&format!("texc_region{id}"), &captured, &locals, true)?;
         let saved = self.b.get_insert_block().expect("positioned");
@@ -233,4 +238,21 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         Ok(tmp.build_alloca(ty, "ctx")?)
     }
+}
+
+/// The tensor the first store in `body` writes.
+fn first_store(body: &[Stmt]) -> Option<TensorId> {
+    body.iter().find_map(|s| match s {
+        Stmt::Store { tensor, .. } => Some(*tensor),
+        Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => first_store(body),
+        Stmt::Mma { c, .. } => Some(c.tensor),
+        Stmt::Barrier => None,
+    })
+}
+
+/// A tensor name as part of a symbol: letters, digits and `_`; its last 48
+/// characters (a stage's suffix, `.T.Am`, tells more than a long prefix).
+fn symbol_part(name: &str) -> String {
+    let s: Vec<char> = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    s[s.len().saturating_sub(48)..].iter().collect()
 }
