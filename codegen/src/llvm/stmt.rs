@@ -157,9 +157,10 @@ impl<'ctx> Gen<'ctx, '_> {
         let mut locals: Vec<TensorId> = fr.tensors.keys().copied().filter(|t| !self.used.contains(t)).collect();
         locals.sort_unstable();
         self.tasks += 1;
-        // Named after the tensor the loop writes first, so that a profile of a
-        // compiled model (`perf report`) says which stage each task is.
-        let id = match first_store(body) {
+        // Named after the tensor the loop writes last (its stage; producers
+        // attached inside it come first), so that a profile of a compiled
+        // model (`perf report`) says which stage each task is.
+        let id = match last_store(body) {
             Some(t) => format!("{}_{}", self.tasks, symbol_part(&self.f.p.tensor(t).name)),
             None => self.tasks.to_string(),
         };
@@ -240,11 +241,11 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 }
 
-/// The tensor the first store in `body` writes.
-fn first_store(body: &[Stmt]) -> Option<TensorId> {
-    body.iter().find_map(|s| match s {
+/// The tensor the last store in `body` writes.
+fn last_store(body: &[Stmt]) -> Option<TensorId> {
+    body.iter().rev().find_map(|s| match s {
         Stmt::Store { tensor, .. } => Some(*tensor),
-        Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => first_store(body),
+        Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => last_store(body),
         Stmt::Mma { c, .. } => Some(c.tensor),
         Stmt::Barrier => None,
     })
