@@ -76,6 +76,7 @@ impl Importer<'_> {
             "LayerNormalization" => self.layer_norm(n),
             "ConvTranspose" => self.conv_transpose(n),
             "Attention" => self.attention(n),
+            "Expand" => self.expand(n),
             other => Err(format!("operator `{other}` is not supported")),
         }
     }
@@ -351,6 +352,27 @@ impl Importer<'_> {
         }
         let v = vars("i", shape.len());
         let rhs = format!("{} {op} {}", self.broadcast_access(x, &v)?, self.broadcast_access(y, &v)?);
+        self.emit_def(out, shape, rhs)
+    }
+
+    /// `Expand`: the input broadcast (both ways, as NumPy) with a constant shape.
+    fn expand(&mut self, n: &NodeProto) -> R {
+        Attrs::new(n, &[])?;
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, s) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let out = self.output(n)?;
+        let target = self.int_constant(s, "the shape")?;
+        let target: Vec<usize> = target
+            .iter()
+            .map(|&d| usize::try_from(d).ok().filter(|d| (1..=1 << 24).contains(d)))
+            .collect::<Option<_>>()
+            .ok_or_else(|| format!("shape {target:?}: sizes from 1 to 2^24 are supported"))?;
+        let shape = broadcast(self.shape(x), &target)?;
+        if shape == self.shape(x) {
+            return self.alias(out, x);
+        }
+        let v = vars("i", shape.len());
+        let rhs = self.broadcast_access(x, &v)?;
         self.emit_def(out, shape, rhs)
     }
 

@@ -244,7 +244,7 @@ def decoder(size, seed):
     """A decoder's operators: ConvTranspose (stride 2, padding, output
     padding, bias, and without), bilinear and non-integer nearest Resize
     (PyTorch's interpolate), Softmax over the channels, LayerNormalization
-    over the last two axes."""
+    over the last two axes, Expand of a weight and of a result."""
     b = Builder(seed)
     x = b.conv("x", 3, 6, 3, stride=2, pad=1, bias=True)
     x = b.op("Relu", [x])
@@ -259,8 +259,12 @@ def decoder(size, seed):
     x = b.op("Resize", [x, "", "", b.const("sizes", np.array([1, 4, s3 - 2, s3 + 3], np.int64))],
              mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
     x = b.op("Softmax", [x], axis=1)
-    b.op("LayerNormalization", [x, b.weight("g", [s3 - 2, s3 + 3], kind="positive"),
-                                b.weight("beta", [s3 - 2, s3 + 3], kind="small")], axis=-2, epsilon=1e-5)
+    x = b.op("LayerNormalization", [x, b.weight("g", [s3 - 2, s3 + 3], kind="positive"),
+                                    b.weight("beta", [s3 - 2, s3 + 3], kind="small")], axis=-2, epsilon=1e-5)
+    shift = b.op("Expand", [b.weight("shift", [4, 1, 1], kind="small"),
+                            b.const("shape", np.array([1, 1, s3 - 2, 1], np.int64))])
+    x = b.op("Add", [x, shift])
+    b.op("Expand", [x, b.const("shape", np.array([2, 1, 1, 1], np.int64))])
     return b.model([1, 3, size, size], rename_output(b, "y"), None, opset=17)
 
 
