@@ -1195,7 +1195,13 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
         "",
         total_us
     );
-    print_summary(p, &texc_compiler::graph::summary(p));
+    let mut summary = texc_compiler::graph::summary(p);
+    if !pl.model_inputs().is_empty() {
+        // A model says which inputs are weights: its initializers, whatever reads them.
+        summary.weights = p.input_tensors().filter(|t| pl.model_inputs().contains_key(&p.tensor(*t).name)).collect();
+        summary.parameters = summary.weights.iter().map(|&t| p.tensor(t).len()).sum();
+    }
+    print_summary(p, &summary);
     if !as_written && t.kind != texc_compiler::target::TargetKind::Gpu {
         let loops = pl.loops(k, built.runs.clone())?;
         let plan = texc_schedules::memory_plan::plan(&loops.legal);

@@ -245,3 +245,16 @@ fn a_compiled_model_carries_its_weights_and_runs_from_c() {
     let norm: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
     assert!((diff / norm).sqrt() <= 1e-4, "error {:.3e}", (diff / norm).sqrt());
 }
+
+/// `analyze` counts every initializer a model's nodes read as a parameter,
+/// also those an index expression reads (the decoder's Expand of `shift`).
+#[test]
+fn analyze_counts_the_models_initializers_as_parameters() {
+    let Some(dir) = build("decoder", &[]) else { return };
+    let onnx = dir.join("decoder.onnx").display().to_string();
+    let o = texc(&["analyze", &onnx, "--target", "x86-avx2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    let line = out.lines().find(|l| l.trim_start().starts_with("parameters")).expect("a parameters line");
+    assert!(line.contains("1,059 (") && line.contains("shift_18 4"), "{line}");
+}
