@@ -9,7 +9,8 @@
 //!   Constant divisors get the short forms; with a non-negative dividend
 //!   (loop variables) and a positive constant divisor, unsigned division
 //!   ([`BinOp::UDiv`], [`BinOp::URem`]), so index arithmetic is a shift or
-//!   a mask for powers of two.
+//!   a mask for powers of two; an index with a negative lower bound
+//!   (`x - 1`) is first shifted up by a multiple of the divisor.
 //! - `a * b + c` on f32/f64 becomes [`Intrinsic::Fma`] where the target has it.
 //!
 //! Guarantees: the result evaluates, under [`crate::semantics`], to the same
@@ -114,6 +115,32 @@ pub fn non_negative(p: &Program, e: TExprId) -> bool {
     }
 }
 
+/// `(m, k·m)` with `a + k·m ≥ 0` for every value of `a`, from its lower bound
+/// (kept small enough that the sum cannot overflow an index).
+fn shift_up(p: &Program, a: TExprId, k: i64) -> Option<(i64, i64)> {
+    let lo = lower_bound(p, a).filter(|&lo| lo >= -(1 << 31))?;
+    let m = (-lo).checked_add(k - 1)? / k;
+    Some((m, m.checked_mul(k)?))
+}
+
+/// A lower bound of integer expression `e` built from loop variables (≥ 0),
+/// constants, sums, differences with a constant, products of non-negative
+/// terms and unsigned divisions; `None` when it is not one of those.
+fn lower_bound(p: &Program, e: TExprId) -> Option<i64> {
+    match p.expr(e) {
+        TExpr::Int(k) => Some(*k),
+        TExpr::Var(_) => Some(0),
+        TExpr::Binary(BinOp::Add, a, b) => lower_bound(p, *a)?.checked_add(lower_bound(p, *b)?),
+        TExpr::Binary(BinOp::Sub, a, b) => lower_bound(p, *a)?.checked_sub(int_const(p, *b)?),
+        TExpr::Binary(BinOp::Mul, a, b) => {
+            let (x, y) = (lower_bound(p, *a)?, lower_bound(p, *b)?);
+            (x >= 0 && y >= 0).then(|| x.checked_mul(y)).flatten()
+        }
+        _ if non_negative(p, e) => Some(0),
+        _ => None,
+    }
+}
+
 struct Build<'p> {
     p: &'p mut Program,
     ty: Ty,
@@ -166,6 +193,22 @@ fn floor_division(p: &mut Program, op: BinOp, a: TExprId, b: TExprId, ty: Ty) ->
         Some(-1) if !unsigned(ty) => return if div { g.neg(a) } else { g.int(0) },
         Some(k) if k > 0 && (a_nonneg || unsigned(ty)) => {
             return g.bin(if div { BinOp::UDiv } else { BinOp::URem }, a, b);
+        }
+        // An index with a known negative lower bound (`x - 1` over a loop
+        // variable: a padded index) is shifted up by a multiple of the divisor:
+        // floor(a / k) = (a + k·m) / k − m and a mod k = (a + k·m) mod k with
+        // a + k·m ≥ 0, so unsigned division applies, and a vectorizer sees
+        // lanes at constant offsets (one load and a shuffle, not a gather).
+        Some(k) if k > 0 && ty == Ty::Index && shift_up(g.p, a, k).is_some() => {
+            let (m, km) = shift_up(g.p, a, k).expect("checked");
+            let km = g.int(km);
+            let shifted = g.bin(BinOp::Add, a, km);
+            if !div {
+                return g.bin(BinOp::URem, shifted, b);
+            }
+            let q = g.bin(BinOp::UDiv, shifted, b);
+            let m = g.int(m);
+            return g.bin(BinOp::Sub, q, m);
         }
         Some(k) => {
             // A constant divisor other than 0 and -1: truncating division is safe;

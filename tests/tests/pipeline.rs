@@ -21,6 +21,34 @@ fn edges(t: DType) -> Vec<i64> {
     v
 }
 
+/// Index arithmetic below zero (`x - 3` over a loop variable, a padded
+/// image's index) divided by a constant: legalization shifts the dividend up
+/// by a multiple of the divisor so that unsigned division applies (no
+/// truncating division and sign fix-up is left), and the results — quotients
+/// and remainders of negative values among them — equal the interpreter's
+/// on every runnable backend, at sizes no vector width divides.
+#[test]
+fn floor_division_of_indices_below_zero() {
+    let src = "kernel d(A: f32[C = 3, T = 9]) -> (Y: f32[C, X = 37], Q: i64[X], R: i64[X]) {
+    Y[c, x] = select(x >= 3 && x < 35, A[c, (x - 3) / 4] + f32((x - 3) % 4), 0.0);
+    Q[x] = (x - 7) / 3 + (2 * x - 5) / 4;
+    R[x] = (x - 7) % 3 + (x - 1) % 8;
+}";
+    let (targets, _) = texc_tests::runnable_targets();
+    let a: Vec<f64> = (0..27).map(|i| i as f64 * 0.5 - 3.0).collect();
+    let args = || vec![Arg::Tensor(Tensor::from_f64(DType::F32, vec![3, 9], &a))];
+    for t in &targets {
+        let (mut pl, k) = texc_tests::load_text(t.name, "d.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let want = interp::run(&p, args()).expect("interp");
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let text = texc_schedules::ir::print(&f);
+        assert!(!text.contains("@tdiv") && !text.contains("@trem"), "{t}: only unsigned division is left:\n{text}");
+        let compiled = texc_tests::compile_loops(t, &f).expect("compiles").run(args()).expect("runs");
+        assert_eq!(compiled, want, "{t}");
+    }
+}
+
 /// `a / b` and `a % b` (and by constants) for every pair of edge values of
 /// every integer type: the interpreter, the legalized loop nest on the loop
 /// evaluator, and each runnable backend agree exactly.
