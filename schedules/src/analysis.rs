@@ -171,12 +171,12 @@ fn lane_value_binary(p: &Program, e: TExprId, var: VarId, base: i64, lanes: usiz
         // proved the dividend non-negative, where they agree with floor).
         BinOp::FloorDiv | BinOp::FloorMod | BinOp::UDiv | BinOp::URem => {
             let c = exact(&b).filter(|&c| c > 0)?;
+            let div = matches!(op, BinOp::FloorDiv | BinOp::UDiv);
             // F = r + g·k with c | g: (F + t) / c = g·k / c + (r + t) / c.
             if a.fixed.g % c != 0 {
-                return None;
+                return within_one_period(&a, c, div);
             }
             let shifted = |t: i64| a.fixed.r.checked_add(t);
-            let div = matches!(op, BinOp::FloorDiv | BinOp::UDiv);
             let table = a
                 .table
                 .iter()
@@ -187,6 +187,23 @@ fn lane_value_binary(p: &Program, e: TExprId, var: VarId, base: i64, lanes: usiz
         }
         _ => None,
     }
+}
+
+/// `(F + t) / c` or `(F + t) % c` when `F = r + g·k` with `g | c` and every
+/// lane's `r + t` lies in `0..g` (16 lanes of `p % 112` with `p = 16·po + pv`):
+/// `g·k mod c` is a multiple of `g` at most `c − g`, so no lane crosses a
+/// multiple of `c`: the quotient is the same in every lane and the remainder
+/// moves with `t`. `None` otherwise.
+fn within_one_period(a: &LaneValue, c: i64, div: bool) -> Option<LaneValue> {
+    let Residue { g, r } = a.fixed;
+    if g == 0 || c % g != 0 || !a.table.iter().all(|&t| r.checked_add(t).is_some_and(|x| (0..g).contains(&x))) {
+        return None;
+    }
+    Some(if div {
+        LaneValue { table: vec![0; a.table.len()], fixed: Residue::UNKNOWN }
+    } else {
+        LaneValue { table: a.table.iter().map(|&t| r + t).collect(), fixed: Residue::normalized(g, 0) }
+    })
 }
 
 /// The flat offset of each lane of `t[idx]` from lane 0's, for lanes
