@@ -162,6 +162,14 @@ fn reads(p: &Program, e: TExprId) -> (HashSet<TensorId>, HashSet<u32>) {
     (tensors, scalars)
 }
 
+/// C keywords and type names a generated header could not use as parameter names.
+const C_KEYWORDS: &[&str] = &[
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float",
+    "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof",
+    "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "bool", "size_t",
+    "int32_t", "int64_t", "uint8_t", "int8_t",
+];
+
 /// Names for the frontier that are C identifiers (they become parameters of
 /// a C entry) and clash with no other tensor or scalar of `p`: the tensor's
 /// name with every other character made `_` (`conv.Wm` → `conv_Wm`).
@@ -174,7 +182,11 @@ fn identifier_names(p: &Program, frontier: &[TensorId]) -> Vec<String> {
             let name = &p.tensor(t).name;
             let base: String =
                 name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
-            let base = if base.starts_with(|c: char| c.is_ascii_digit()) { format!("_{base}") } else { base };
+            let base = if base.starts_with(|c: char| c.is_ascii_digit()) || C_KEYWORDS.contains(&base.as_str()) {
+                format!("_{base}")
+            } else {
+                base
+            };
             if base == *name {
                 return base;
             }

@@ -1475,11 +1475,16 @@ impl Importer<'_> {
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
         let mode = a.string("mode", "nearest")?;
-        let (ct, nm) = if upsample {
+        // Opset 10's Resize has Upsample's semantics: asymmetric coordinates, floor.
+        let (ct, nm) = if upsample || self.opset < 11 {
             ("asymmetric".to_string(), "floor".to_string())
         } else {
-            if a.has("axes") || a.int("antialias", 0)? != 0 {
-                return Err("axes and antialias are not supported".into());
+            if a.has("axes") || a.int("antialias", 0)? != 0 || a.int("exclude_outside", 0)? != 0 {
+                return Err("axes, antialias and exclude_outside are not supported".into());
+            }
+            let policy = a.string("keep_aspect_ratio_policy", "stretch")?;
+            if policy != "stretch" {
+                return Err(format!("keep_aspect_ratio_policy = \"{policy}\": only \"stretch\" is supported"));
             }
             (a.string("coordinate_transformation_mode", "half_pixel")?, a.string("nearest_mode", "round_prefer_floor")?)
         };

@@ -513,13 +513,18 @@ impl Pipeline {
     }
 
     /// Everything up to code generation for kernel `k` at sizes `b` on a
-    /// compiled target. An imported model's constant stages are folded (the
-    /// C entry of a compiled model has no run-time scalars to fold with).
+    /// compiled target. An imported model's constant stages are folded on
+    /// CPU targets (the C entry of a compiled model has no run-time scalars
+    /// to fold with).
     pub fn build(&mut self, k: KernelRef, b: &Bindings) -> Result<(Built, Loops), Error> {
         let mut built = self.program(k, b)?;
         self.require_compiled("this command")?;
-        let weights: HashSet<String> = self.model_inputs.keys().cloned().collect();
-        self.fold(&mut built, &|n| weights.contains(n), &|_| false)?;
+        // GPU code (`compile -o k.ptx`) has no place for folded constants: its
+        // caller passes the weights, so nothing is folded there.
+        if self.options.target.kind != TargetKind::Gpu {
+            let weights: HashSet<String> = self.model_inputs.keys().cloned().collect();
+            self.fold(&mut built, &|n| weights.contains(n), &|_| false)?;
+        }
         let loops = self.loops(k, built.runs.clone())?;
         Ok((built, loops))
     }

@@ -9,19 +9,23 @@
 //! [`set_num_threads`] last asked for.
 //!
 //! A model runs hundreds of parallel loops of a few microseconds each, so
-//! handing work over must take less than that: a worker that finishes
-//! polls for the next loop, and a caller for its loop's end, for [`SPIN`]
-//! before sleeping on a condition variable (waking a sleeping thread takes
-//! tens of microseconds; MobileNetV2 on two threads ran slower than on one).
+//! handing work over must take less than that: the caller, once its own
+//! chunk is done, polls for the others' end for [`SPIN`] before sleeping on
+//! a condition variable (waking a sleeping thread takes tens of
+//! microseconds; MobileNetV2 on two threads ran slower than on one). Idle
+//! workers do not poll: on a machine whose cores other programs keep busy,
+//! workers that polled for the next loop lost their turn to run when it
+//! came (MobileNetV2 on 2 threads beside two busy processes: 13–296 ms with
+//! polling workers, 13–19 ms without, 37 ms with no polling at all).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How long an idle worker polls for work, and a caller for its workers,
-/// before sleeping: longer than the gap between two parallel loops of a model
-/// (its serial stages), short enough that an idle pool soon stops using the CPU.
+/// How long a caller polls for its workers before sleeping: longer than most
+/// chunks of a model's small parallel loops, short enough not to matter
+/// beside a long one.
 const SPIN: Duration = Duration::from_micros(300);
 
 /// `task(ctx, start, end)` runs iterations `start..end`.
@@ -38,9 +42,7 @@ struct Shared {
     queue: Mutex<(Vec<Job>, usize)>, // pending jobs, jobs not yet finished
     work: Condvar,
     done: Condvar,
-    /// `queue.0.len()` and `queue.1` as last stored under the lock, for
-    /// polling without it.
-    queued: AtomicUsize,
+    /// `queue.1` as last stored under the lock, for polling without it.
     unfinished: AtomicUsize,
     /// Whether waiting threads poll: not when there are more threads than
     /// cores, where a poller would take the core a working thread needs.
@@ -114,7 +116,6 @@ fn pool() -> &'static Pool {
             queue: Mutex::new((Vec::new(), 0)),
             work: Condvar::new(),
             done: Condvar::new(),
-            queued: AtomicUsize::new(0),
             unfinished: AtomicUsize::new(0),
             spin: AtomicBool::new(false),
         });
@@ -159,11 +160,9 @@ fn worker(s: &Shared) {
     IN_TASK.with(|f| f.set(true));
     loop {
         let job = {
-            spin_until(s, || s.queued.load(Ordering::Acquire) > 0);
             let mut q = s.lock();
             loop {
                 if let Some(j) = q.0.pop() {
-                    s.queued.store(q.0.len(), Ordering::Release);
                     break j;
                 }
                 q = s.work.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -211,7 +210,6 @@ pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
             q.0.push(Job { task, ctx: ctx as usize, start, end });
         }
         q.1 += chunks as usize - 1;
-        s.queued.store(q.0.len(), Ordering::Release);
         s.unfinished.store(q.1, Ordering::Release);
     }
     s.work.notify_all();

@@ -1037,6 +1037,8 @@ fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(
                 .args([if ext == "so" { "-shared" } else { "-r" }, "-o"])
                 .arg(&linked)
                 .args(&parts)
+                // A library records the math library its kernels call (expf, erff, ...).
+                .args(if ext == "so" { &["-lm"][..] } else { &[][..] })
                 .status()
         });
         for p in &parts {
