@@ -239,8 +239,10 @@ impl<'m> Importer<'m> {
         if elements(&shape).is_none() {
             return Err(format!("value `{onnx_name}` of shape {shape:?} has more than 2^40 elements"));
         }
-        // Empty integer constants are lists (no axes); an empty tensor of data is not supported.
-        if shape.contains(&0) && !matches!(data, Some(Values::I64(_))) {
+        // Empty constants are lists (no axes) or inputs left out (an empty
+        // `roi`); an empty tensor computed at run time is not supported, and an
+        // empty constant used as data is refused where it is used ([`Importer::tensor`]).
+        if shape.contains(&0) && data.is_none() {
             return Err(format!("value `{onnx_name}` of shape {shape:?} is empty: not supported"));
         }
         let id = ValueId(self.values.len() as u32);
@@ -286,6 +288,9 @@ impl<'m> Importer<'m> {
             }
             if v.shape.is_empty() {
                 return Err(format!("`{}` is a 0-d tensor used as data: not supported here", v.ident));
+            }
+            if v.shape.contains(&0) {
+                return Err(format!("`{}` of shape {:?} is empty: not supported as data", v.ident, v.shape));
             }
             self.values[id.0 as usize].param = true;
             self.params.push(id);

@@ -224,7 +224,8 @@ def layout(size, seed):
     a = b.op("Slice", [a, b.const("s", np.array([0], np.int64)), b.const("e", np.array([size], np.int64)),
                        b.const("ax", np.array([2], np.int64))])
     x = b.op("Concat", [m, a, a, m], axis=1)
-    x = b.op("Resize", [x, "", b.const("scales", np.array([1, 1, 2, 2], np.float32))], mode="nearest",
+    # An empty `roi` initializer, as tf2onnx and older exporters write the omitted input.
+    x = b.op("Resize", [x, b.const("roi", np.array([], np.float32)), b.const("scales", np.array([1, 1, 2, 2], np.float32))], mode="nearest",
              coordinate_transformation_mode="asymmetric", nearest_mode="floor")
     x = b.op("DepthToSpace", [x], blocksize=2, mode="CRD")
     x = b.op("Slice", [x, b.const("s", np.array([1, -1], np.int64)), b.const("e", np.array([-1, 0], np.int64)),
