@@ -136,9 +136,17 @@ pub struct Prepared {
     pub loops: Option<Loops>,
     /// Arguments in the parameter order of the program as written (what the interpreter runs).
     pub args: Vec<Arg>,
-    /// Arguments of the compiled loops (`built.runs`'s parameters): `args`,
-    /// less the weights only folded stages read, plus the folded constants.
-    pub run_args: Vec<Arg>,
+    /// Arguments of the compiled loops (`built.runs`'s parameters) when they
+    /// differ from `args`: those less the weights only folded stages read,
+    /// plus the folded constants ([`Prepared::compiled_args`]).
+    pub run_args: Option<Vec<Arg>>,
+}
+
+impl Prepared {
+    /// The arguments of the compiled loops, in their parameter order.
+    pub fn compiled_args(&self) -> &[Arg] {
+        self.run_args.as_deref().unwrap_or(&self.args)
+    }
 }
 
 /// Time spent in one pass (all its runs).
@@ -927,11 +935,12 @@ fn check_scalar(name: &str, v: f64, info: &texc_compiler::kernel::ParamInfo) -> 
 }
 
 /// Run a program on the interpreter.
-/// The arguments of `built.runs` in its parameter order: those of the
-/// program as written (`args`, in its order) by name, and the `folded` constants.
-fn run_args(built: &Built, args: &[Arg], folded: Vec<(String, Tensor)>) -> Vec<Arg> {
+/// The arguments of `built.runs` in its parameter order, when constants were
+/// folded (`None`: `args` themselves): those of the program as written
+/// (`args`, in its order) by name, and the `folded` constants.
+fn run_args(built: &Built, args: &[Arg], folded: Vec<(String, Tensor)>) -> Option<Vec<Arg>> {
     if folded.is_empty() {
-        return args.to_vec();
+        return None;
     }
     let w = &built.written;
     let written: HashMap<&str, &Arg> = w
@@ -945,7 +954,8 @@ fn run_args(built: &Built, args: &[Arg], folded: Vec<(String, Tensor)>) -> Vec<A
         .collect();
     let mut folded: HashMap<String, Tensor> = folded.into_iter().collect();
     let r = &built.runs;
-    r.params
+    let args = r
+        .params
         .iter()
         .map(|q| {
             let name = match q {
@@ -959,7 +969,8 @@ fn run_args(built: &Built, args: &[Arg], folded: Vec<(String, Tensor)>) -> Vec<A
                 }
             }
         })
-        .collect()
+        .collect();
+    Some(args)
 }
 
 pub fn interpret(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, Error> {

@@ -526,11 +526,18 @@ struct Job {
     evaluate: Option<texc_schedules::LoopFunc>,
     /// Arguments of `p` (what the interpreter runs).
     args: Vec<texc_compiler::interp::Arg>,
-    /// Arguments of `legal`: `args`, or for a model the weights its
-    /// constant stages did not consume and the constants they computed.
-    run_args: Vec<texc_compiler::interp::Arg>,
+    /// Arguments of `legal` when they differ from `args`: for a model, the
+    /// weights its constant stages did not consume and the constants they computed.
+    run_args: Option<Vec<texc_compiler::interp::Arg>>,
     /// The program that runs is a rewritten plan, not the one written.
     rewritten: bool,
+}
+
+impl Job {
+    /// The arguments of `legal`, in its parameter order.
+    fn compiled_args(&self) -> &[texc_compiler::interp::Arg] {
+        self.run_args.as_deref().unwrap_or(&self.args)
+    }
 }
 
 fn prepare_job(
@@ -546,7 +553,7 @@ fn prepare_job(
         let args = pl.prepare_loops(&lf, files, scalars, r.seed, r.check)?;
         let evaluate = lf.legal.is_none().then(|| lf.lowered.clone());
         let p = lf.oracle.clone().unwrap_or(lf.lowered.p);
-        return Ok(Job { p, legal: lf.legal, evaluate, run_args: args.clone(), args, rewritten: false });
+        return Ok(Job { p, legal: lf.legal, evaluate, run_args: None, args, rewritten: false });
     }
     let k = kernel(pl, c)?;
     let b = bindings(c)?;
@@ -608,7 +615,7 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
             };
             outln!("compiled `{}` for {t} in {:.3} s", p.name, compiled.compile_time.as_secs_f64());
             let _busy = crate::progress::Activity::spinner(format!("running `{}` on {t}", p.name));
-            compiled.run(job.run_args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?
+            compiled.run(job.compiled_args().to_vec()).map_err(|e| Diagnostic::error(e.to_string()))?
         }
     };
     outln!("ran `{}` on {t} [{}]", p.name, sizes.join(", "));
@@ -731,7 +738,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
         let _busy = crate::progress::Activity::spinner(format!("compiling `{}` for {t}", p.name));
         pl.compile(job.legal.as_ref().expect("a compiled target"))?
     };
-    let mut bufs = compiled.prepare(job.run_args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?;
+    let mut bufs = compiled.prepare(job.compiled_args().to_vec()).map_err(|e| Diagnostic::error(e.to_string()))?;
     // One call first: a kernel that cannot run (a GPU launch refused) fails here, before timing.
     compiled.call(&mut bufs)?;
     let mut failed = None;
