@@ -353,7 +353,7 @@ impl Pipeline {
             self.options.target,
             self.options.extraction,
             self.options.accuracy(),
-            &self.model_inputs.keys().cloned().collect(),
+            &self.folded_weights(),
         );
         if plan.best_cost >= plan.original_cost {
             return kept(Some(plan), "no cheaper plan", original);
@@ -529,12 +529,19 @@ impl Pipeline {
         self.require_compiled("this command")?;
         // GPU code (`compile -o k.ptx`) has no place for folded constants: its
         // caller passes the weights, so nothing is folded there.
-        if self.options.target.kind != TargetKind::Gpu {
-            let weights: HashSet<String> = self.model_inputs.keys().cloned().collect();
-            self.fold(&mut built, &|n| weights.contains(n), &|_| false)?;
-        }
+        let weights = self.folded_weights();
+        self.fold(&mut built, &|n| weights.contains(n), &|_| false)?;
         let loops = self.loops(k, built.runs.clone())?;
         Ok((built, loops))
+    }
+
+    /// The weights *fold* treats as constants on this target: the model's,
+    /// except on GPUs, whose compiled kernels take the weights from their caller.
+    fn folded_weights(&self) -> HashSet<String> {
+        match self.options.target.kind {
+            TargetKind::Gpu => HashSet::new(),
+            _ => self.model_inputs.keys().cloned().collect(),
+        }
     }
 
     /// *fold*: for an imported model on a compiled target, split the stages
@@ -785,7 +792,7 @@ impl Pipeline {
         let mut known: HashMap<String, f64> =
             built.written.scalars.iter().filter_map(|s| Some((s.name.clone(), s.default?))).collect();
         known.extend(scalars.iter().cloned());
-        let weights: HashSet<String> = self.model_inputs.keys().cloned().collect();
+        let weights = self.folded_weights();
         self.fold(&mut built, &|n| weights.contains(n), &|n| known.contains_key(n))?;
         let folded = self.constants(&files, &known)?;
         let loops = if self.options.target.is_compiled() { Some(self.loops(k, built.runs.clone())?) } else { None };
