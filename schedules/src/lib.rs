@@ -26,6 +26,7 @@ pub mod cross_thread;
 pub mod default;
 pub mod eval;
 pub mod gpu;
+pub mod guards;
 pub mod index;
 pub mod ir;
 pub mod legalize;

@@ -54,6 +54,7 @@ pub fn lower(mut p: Program, s: &Schedules, regions: &[Option<Region>]) -> LoopF
         }
     }
     f.p.stages = stages;
+    crate::guards::drop_proven_guards(&mut f);
     f
 }
 

@@ -21,6 +21,40 @@ fn edges(t: DType) -> Vec<i64> {
     v
 }
 
+/// A guard that the loop ranges decide is dropped (`guards.rs`): on
+/// x86-avx512 a 784-column product is 6 blocks of 4 panels of 32 and a last
+/// panel of 16; the full blocks keep no `j < 784` test (which made every
+/// vector a masked one), the last panel keeps it, and the result is the
+/// interpreter's on every runnable backend.
+#[test]
+fn guards_the_loop_ranges_decide_are_dropped() {
+    let src =
+        "import std.nn;\nkernel mm(A: f32[M = 128, K = 300], B: f32[K, N = 784]) -> C: f32[M, N] { C = matmul(A, B); }";
+    let (mut pl, k) = texc_tests::load_text("x86-avx512", "mm.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let f = texc_tests::loops(&mut pl, k, &p);
+    let text = texc_schedules::ir::print(&f);
+    let full_block = text.split("for j.oo in 6..7").next().expect("text");
+    assert!(!full_block.contains("if "), "the full blocks are unguarded:\n{text}");
+    assert!(text.contains("< 784"), "the last panel keeps its guard:\n{text}");
+    let mut rng = texc_runtime::SplitMix64::new(3);
+    let mut t = |shape: Vec<usize>| {
+        let n = shape.iter().product();
+        Tensor::from_f64(DType::F32, shape, &(0..n).map(|_| rng.next_f64() - 0.5).collect::<Vec<_>>())
+    };
+    let args = vec![Arg::Tensor(t(vec![128, 300])), Arg::Tensor(t(vec![300, 784]))];
+    let want = interp::run(&p, args.clone()).expect("interp");
+    let (targets, _) = texc_tests::runnable_targets();
+    for target in &targets {
+        let (mut pl, k) = texc_tests::load_text(target.name, "mm.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args.clone()).expect("runs");
+        let err = texc_pipeline::oracle::compare(&["C".into()], &got, &want, None);
+        assert!(err[0].passed(), "{target}: relative error {}", err[0].error);
+    }
+}
+
 /// Index arithmetic below zero (`x - 3` over a loop variable, a padded
 /// image's index) divided by a constant: legalization shifts the dividend up
 /// by a multiple of the divisor so that unsigned division applies (no
