@@ -471,11 +471,12 @@ impl Importer<'_> {
             }
             None => "conv2d",
         };
-        for (k, v, default) in [("pad", pad, 0), ("stride", stride, 1), ("dilation", dilation, 1), ("groups", g, 1)] {
-            if v != default {
-                args.push(format!("{k} = {v}"));
-            }
-        }
+        args.extend(keyword_args(&[
+            ("pad", pad, 0),
+            ("stride", stride, 1),
+            ("dilation", dilation, 1),
+            ("groups", g, 1),
+        ]));
         self.emit_call(out, vec![xs[0], ws[0], oh, ow], format!("{name}({})", args.join(", ")))
     }
 
@@ -547,11 +548,7 @@ impl Importer<'_> {
             }
             None => "conv_transpose2d",
         };
-        for (k, v, default) in [("stride", stride, 1), ("pad", pad, 0), ("output_padding", extra, 0)] {
-            if v != default {
-                args.push(format!("{k} = {v}"));
-            }
-        }
+        args.extend(keyword_args(&[("stride", stride, 1), ("pad", pad, 0), ("output_padding", extra, 0)]));
         self.emit_call(out, vec![xs[0], ws[1], oh, ow], format!("{name}({})", args.join(", ")))
     }
 
@@ -599,11 +596,7 @@ impl Importer<'_> {
             }
             None => "conv3d",
         };
-        for (k, v, default) in [("pad", pad, 0), ("stride", stride, 1)] {
-            if v != default {
-                args.push(format!("{k} = {v}"));
-            }
-        }
+        args.extend(keyword_args(&[("pad", pad, 0), ("stride", stride, 1)]));
         self.emit_call(out, shape, format!("{name}({})", args.join(", ")))
     }
 
@@ -646,11 +639,12 @@ impl Importer<'_> {
         if let Some(b) = bias {
             args.push(self.tensor(b)?);
         }
-        for (k, v, default) in [("pad", pb, 0), ("stride", stride, 1), ("dilation", dilation, 1), ("groups", g, 1)] {
-            if v != default {
-                args.push(format!("{k} = {v}"));
-            }
-        }
+        args.extend(keyword_args(&[
+            ("pad", pb, 0),
+            ("stride", stride, 1),
+            ("dilation", dilation, 1),
+            ("groups", g, 1),
+        ]));
         let name = if bias.is_some() { "conv1d_bias" } else { "conv1d" };
         self.emit_call(out, vec![xs[0], ws[0], ol], format!("{name}({})", args.join(", ")))
     }
@@ -1926,6 +1920,11 @@ fn normalize_axis_inclusive(axis: i64, rank: usize) -> R<usize> {
 
 /// A per-axis attribute whose two values must agree (std.nn's operators
 /// take one stride and one dilation for both axes).
+/// `name = value` arguments of a std.nn call, for those that differ from the default.
+fn keyword_args(args: &[(&str, usize, usize)]) -> Vec<String> {
+    args.iter().filter(|(_, v, default)| v != default).map(|(k, v, _)| format!("{k} = {v}")).collect()
+}
+
 fn same_on_both_axes(name: &str, v: Option<Vec<i64>>, default: usize) -> R<usize> {
     match v.as_deref() {
         None => Ok(default),

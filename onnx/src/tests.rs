@@ -41,6 +41,10 @@ fn ints(name: &str, v: &[i64]) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::INTS, ints: v.to_vec(), ..Default::default() }
 }
 
+fn string(name: &str, v: &str) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: attribute_type::STRING, s: v.as_bytes().to_vec(), ..Default::default() }
+}
+
 fn int(name: &str, i: i64) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: attribute_type::INT, i, ..Default::default() }
 }
@@ -165,6 +169,26 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
         err(m),
         "node `/c` (ConvTranspose): input [1, 2, 5, 5] and weight [3, 2, 3, 3]: only 2-D transposed convolution \
          (NCHW input, weight [C, K, R, S]) is supported"
+    );
+    // Resize forms that are refused rather than computed with other semantics.
+    let resize = |opset: i64, inputs: &[&str], attrs: Vec<AttributeProto>| {
+        let mut m = cnn();
+        let g = m.graph.as_mut().expect("graph");
+        g.node[1] = node("Resize", inputs, "r", attrs);
+        g.initializer.push(tensor("scales", &[4], &[1.0, 1.0, 2.0, 2.0]));
+        g.initializer.push(ints_tensor("sizes", &[1, 3, 10, 10]));
+        m.opset_import[0].version = opset;
+        err(m)
+    };
+    assert_eq!(
+        resize(10, &["c", "scales"], vec![string("mode", "linear")]),
+        "node `/r` (Resize): linear resizing with coordinate_transformation_mode = \"asymmetric\" and scales \
+         [1.0, 1.0, 2.0, 2.0]: only half_pixel (PyTorch's bilinear, align_corners=False) of the spatial axes of an \
+         NCHW tensor is supported"
+    );
+    assert_eq!(
+        resize(18, &["c", "", "", "sizes"], vec![string("keep_aspect_ratio_policy", "not_larger")]),
+        "node `/r` (Resize): keep_aspect_ratio_policy = \"not_larger\": only \"stretch\" is supported"
     );
     let mut m = cnn();
     m.opset_import[0].version = 3;
