@@ -1,18 +1,60 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU: build texc, run the GPU tests on the
-# device (every example, std operator and random GPU schedule against the
-# interpreter; PTX assembled by ptxas), and run a few kernels with --check.
-# Without a GPU the same tests run the CPU emulation and say so.
-set -euo pipefail
+# On a machine with an NVIDIA GPU: run the GPU tests on the device (every
+# example, std operator and random GPU schedule against the interpreter; PTX
+# assembled by ptxas), a few kernels with `run --check`, and the GPU
+# benchmarks against PyTorch (benches/gpu.py), then print one table.
+#
+#   bash scripts/gpu.sh                   builds texc and the tests here first
+#   bash scripts/gpu.sh --prebuilt DIR    uses DIR/{texc,gpu,backends,pipeline}
+#                                         (a GPU machine without Rust: see
+#                                         scripts/gpu_bundle.sh)
+# Full logs go to $LOG_DIR (default: a new temporary directory). Without a
+# GPU the same tests run the CPU emulation and say so.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh
+logs=${LOG_DIR:-$(mktemp -d)}
+if [ "${1:-}" = --prebuilt ]; then
+    bin=${2:?--prebuilt DIR}
+    texc=$bin/texc
+    tests=("$bin/gpu" "$bin/backends" "$bin/pipeline")
+    # No cargo to ask for the workspace: the snapshots are under this checkout.
+    export INSTA_WORKSPACE_ROOT=$PWD
+else
+    bash scripts/bootstrap.sh
+    cargo build --release -p texc || exit 1
+    texc=target/release/texc
+    mapfile -t tests < <(cargo test --release --no-run -p texc-tests --test gpu --test backends --test pipeline \
+        --message-format=json | python3 -c 'import json, sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["executable"])')
+fi
 nvidia-smi -L 2>/dev/null || echo "gpu.sh: nvidia-smi not found: the tests will say whether the CUDA driver is there"
-cargo build --release -p texc
-cargo test -p texc-tests --test gpu --test backends -- --nocapture 2>&1 | grep -E "^test |running on|skipped|ptxas -arch|test result"
+status=0
+summary=()
+for t in "${tests[@]}"; do
+    name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
+    # The conformance set on the GPU targets only (the CPU ones run in CI).
+    TEXC_TEST_TARGETS=nvptx-sm80,nvptx-sm90 "$t" --nocapture >"$logs/test-$name.log" 2>&1 || status=1
+    grep -E "^test .*(FAILED|ok)$|running on|skipped|panicked" "$logs/test-$name.log" | sort | uniq -c | sort -rn | head -40
+    summary+=("tests/$name: $(grep -E '^test result' "$logs/test-$name.log" | tail -1)")
+done
+checks=()
 for t in nvptx-sm80 nvptx-sm90; do
     for k in "examples/softmax.tex" "examples/norms.tex --kernel ln" "examples/matmul.tex" \
-             "examples/conv2d.tex" "examples/gemm_f16.tex"; do
+             "examples/conv2d.tex" "examples/gemm_f16.tex" "benches/gemm_tf32.tex --shape M=256,K=128,N=192" \
+             "benches/conv_f16.tex --shape N=2,C=32,H=18,W=20,K=48"; do
+        [ "$t" = nvptx-sm80 ] && [[ $k == *tf32* ]] && continue  # its schedule is written for sm90
         # shellcheck disable=SC2086 # the kernel's arguments are words
-        ./target/release/texc run $k --target "$t" --check 2>&1 | grep -E "check|error" || true
+        line=$("$texc" run $k --target "$t" --check 2>&1 | grep -E "check|error" | head -3 | tr '\n' ' ')
+        checks+=("$t $k: $line")
+        [[ $line == *error:* ]] && status=1
     done
 done
+echo
+echo "# scripts/gpu.sh: logs in $logs"
+printf '%s\n' "${summary[@]}" "${checks[@]}"
+echo
+python3 benches/gpu.py --texc "$texc" 2>&1 | tee "$logs/bench.log" | grep -v "^#" || status=1
+exit $status

@@ -141,7 +141,11 @@ pub fn compile_loops(target: &Target, f: &texc_schedules::LoopFunc) -> Result<te
 /// whose bodies are the ones their PTX has.
 pub fn runnable_targets() -> (Vec<&'static Target>, Vec<String>) {
     let (mut run, mut skipped) = (Vec::new(), Vec::new());
-    for t in texc_compiler::target::all().iter().filter(|t| t.is_compiled()) {
+    // `TEXC_TEST_TARGETS=nvptx-sm80,nvptx-sm90`: only these (scripts/gpu.sh on a GPU machine).
+    let only: Option<Vec<String>> =
+        std::env::var("TEXC_TEST_TARGETS").ok().map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let wanted = |t: &Target| only.as_ref().is_none_or(|o| o.iter().any(|n| n == t.name));
+    for t in texc_compiler::target::all().iter().filter(|t| t.is_compiled() && wanted(t)) {
         match t.check_runs_here() {
             Ok(()) => run.push(t),
             Err(_) if t.kind == TargetKind::Gpu => run.push(t),

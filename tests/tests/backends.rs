@@ -48,6 +48,10 @@ fn check(name: &str, p: &Program, f: &LoopFunc, target: &Target, seed: u64) {
 
 #[test]
 fn every_backend_runs_the_conformance_set() {
+    if std::env::var_os("TEXC_TEST_TARGETS").is_some() {
+        eprintln!("skipped: TEXC_TEST_TARGETS chooses the targets");
+        return;
+    }
     let registry = texc_compiler::target::all();
     let run = targets();
     for kind in BackendKind::ALL.into_iter().filter(|&k| k != BackendKind::Interp) {
@@ -147,7 +151,11 @@ fn vector_exp_matches_the_interpreter_elementwise() {
 /// this machine's widest target.
 #[test]
 fn avx512_schedules_on_this_machine() {
-    let here = targets().into_iter().find(|t| t.name == "host").expect("host runs");
+    let Some(here) = targets().into_iter().find(|t| t.name == "host") else {
+        assert!(std::env::var_os("TEXC_TEST_TARGETS").is_some(), "host runs");
+        eprintln!("skipped: TEXC_TEST_TARGETS leaves `host` out");
+        return;
+    };
     for (name, p) in texc_tests::example_programs(2e7).into_iter().chain(texc_tests::std_op_programs(11)) {
         let f = texc_tests::default_lowered("x86-avx512", &p);
         check(&format!("{name} (x86-avx512 schedule)"), &p, &f, here, 8);

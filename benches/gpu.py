@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""texc on an NVIDIA GPU against PyTorch (cuBLAS, cuDNN, its own softmax and
+layer_norm) in one run, on the sizes of the GPU issue: fp16 GEMM 4096³ with
+f32 sums, a TF32 GEMM 4096³, conv 3×3 56²×64 and 14²×256 at batch 32 (fp16
+inputs, f32 sums), softmax and layer_norm rows 16384×4096 (f32).
+
+Usage: python3 benches/gpu.py [--texc PATH] [--target nvptx-sm90] [--repeat 20]
+Prints one line per kernel: texc's median time and TFLOP/s or GB/s, PyTorch's,
+the ratio texc/PyTorch (higher is better) and texc's share of the GPU's
+data-sheet peak. Needs a GPU and a PyTorch built with CUDA; texc's times come
+from `texc bench --json` (launches followed by a synchronize, data resident
+on the device), PyTorch's from CUDA events around the same repeats.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# H100 SXM data sheet (dense): fp16/bf16 989 TFLOP/s, TF32 495, f32 67; 3.35 TB/s.
+PEAK = {"fp16": 989e12, "tf32": 495e12, "f32": 67e12, "bw": 3.35e12}
+
+G = 4096
+CASES = [
+    # name, texc file, texc args, kind of peak, flops or None, bytes, torch setup
+    ("hgemm 4096³ f16→f32 (default)", "examples/gemm_f16.tex", ["--shape", f"M={G},K={G},N={G}"],
+     "fp16", 2 * G**3, None, "hgemm"),
+    ("tf32 gemm 4096³ (benches schedule)", "benches/gemm_tf32.tex", [], "tf32", 2 * G**3, None, "tf32"),
+    ("conv 3×3 56²×64 b32 f16 (default)", "benches/conv_f16.tex", [], "fp16",
+     2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
+    ("conv 3×3 14²×256 b32 f16 (default)", "benches/conv_f16.tex",
+     ["--shape", "N=32,C=256,H=16,W=16,K=256"], "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14, None, "conv14"),
+    ("softmax rows 16384×4096 (default)", "examples/softmax.tex", ["--shape", "N=16384,D=4096"], "bw",
+     None, 2 * 16384 * 4096 * 4, "softmax"),
+    ("layer_norm rows 16384×4096 (default)", "benches/layer_norm.tex", ["--shape", "N=16384,D=4096"], "bw",
+     None, 2 * 16384 * 4096 * 4, "layer_norm"),
+]
+
+
+def torch_time(case, repeat):
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    dev = "cuda"
+    if case == "hgemm":
+        a = torch.randn(G, G, device=dev, dtype=torch.float16)
+        b = torch.randn(G, G, device=dev, dtype=torch.float16)
+        f = lambda: a @ b  # noqa: E731 (cuBLAS, f32 accumulation, f16 result)
+    elif case == "tf32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        a = torch.randn(G, G, device=dev)
+        b = torch.randn(G, G, device=dev)
+        f = lambda: a @ b  # noqa: E731
+    elif case.startswith("conv"):
+        torch.backends.cudnn.benchmark = True
+        c, hw = (64, 56) if case == "conv56" else (256, 14)
+        x = torch.randn(32, c, hw, hw, device=dev, dtype=torch.float16)
+        w = torch.randn(c, c, 3, 3, device=dev, dtype=torch.float16)
+        f = lambda: F.conv2d(x, w, padding=1)  # noqa: E731
+    elif case == "softmax":
+        x = torch.randn(16384, 4096, device=dev)
+        f = lambda: torch.softmax(x, -1)  # noqa: E731
+    else:
+        x = torch.randn(16384, 4096, device=dev)
+        g = torch.randn(4096, device=dev)
+        b = torch.randn(4096, device=dev)
+        f = lambda: F.layer_norm(x, (4096,), g, b)  # noqa: E731
+    for _ in range(5):
+        f()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        f()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def texc_time(texc, target, file, args, repeat):
+    cmd = [texc, "bench", os.path.join(ROOT, file), "--target", target, "--json", "--repeat", str(repeat)] + args
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, (r.stderr.strip().splitlines() or ["failed"])[-1]
+    j = json.loads(r.stdout)
+    return j["time_ms"]["median"] / 1e3, None
+
+
+def rate(flops, nbytes, t):
+    return f"{flops / t / 1e12:7.1f} TFLOP/s" if flops else f"{nbytes / t / 1e9:7.0f} GB/s   "
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--texc", default=os.path.join(ROOT, "target", "release", "texc"))
+    ap.add_argument("--target", default="nvptx-sm90")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    a = ap.parse_args()
+    rows = []
+    for name, file, args, peak, flops, nbytes, tcase in CASES:
+        if a.only not in name:
+            continue
+        t, why = texc_time(a.texc, a.target, file, args, a.repeat)
+        try:
+            pt = torch_time(tcase, a.repeat)
+        except Exception as e:  # noqa: BLE001 (a missing CUDA PyTorch is reported, not fatal)
+            pt, why_t = None, str(e).splitlines()[0]
+        else:
+            why_t = None
+        work = flops if flops else nbytes
+        share = (work / t) / PEAK[peak] if t else None
+        line = f"{name:40s} "
+        line += f"texc {t * 1e3:8.3f} ms {rate(flops, nbytes, t)} ({100 * share:5.1f}% of peak)  " if t else f"texc: {why}  "
+        line += f"torch {pt * 1e3:8.3f} ms {rate(flops, nbytes, pt)}  " if pt else f"torch: {why_t}  "
+        if t and pt:
+            line += f"texc/torch {pt / t:5.2f}×"
+        rows.append(line)
+        print(line, flush=True)
+    print(f"# texc on the GPU against PyTorch (CUDA events), medians of {a.repeat} runs", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

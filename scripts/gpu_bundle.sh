@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Packs what scripts/gpu.sh needs on a GPU machine that has no Rust, no LLVM
+# and no network (only the NVIDIA driver, CUDA's tools and a PyTorch): the
+# texc binary and the GPU test binaries (stripped), libLLVM-19 with the
+# libraries it needs that such a machine may lack, and an entry script.
+#
+#   bash scripts/gpu_bundle.sh DIR      (DIR inside the checkout, e.g. .dev)
+#   then, on the GPU machine, in a copy of this checkout: bash DIR/run.sh
+#
+# The test binaries find the repository's files at the path they were built
+# in ($PWD here); run.sh links that path to the copy when it does not exist.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:?usage: scripts/gpu_bundle.sh DIR}
+mkdir -p "$dir/bins" "$dir/lib"
+cargo build -p texc
+mapfile -t tests < <(cargo test --no-run -p texc-tests --test gpu --test backends --test pipeline \
+    --message-format=json | python3 -c 'import json, sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["executable"])')
+strip -o "$dir/bins/texc" target/debug/texc
+for t in "${tests[@]}"; do strip -o "$dir/bins/$(basename "$t" | sed 's/-[0-9a-f]*$//')" "$t"; done
+llvm=$(ldd target/debug/texc | awk '/libLLVM/ {print $3}')
+cp -L "$llvm" "$dir/lib/"
+# libLLVM's own needs, but not the C/C++ runtime every machine has.
+ldd "$llvm" | awk '$3 ~ /^\// {print $3}' \
+    | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64|libz|libzstd|liblzma)\.so' \
+    | xargs -I{} cp -L {} "$dir/lib/"
+(cd "$dir" && tar cf - bins | xz -6 -T0 > bins.tar.xz && tar cf - lib | xz -6 -T0 > lib.tar.xz && rm -r bins lib)
+cat > "$dir/run.sh" <<RUN
+#!/usr/bin/env bash
+# Made by scripts/gpu_bundle.sh: unpack, then bash scripts/gpu.sh --prebuilt.
+set -eu
+here=\$(cd "\$(dirname "\$0")" && pwd)
+repo=\$(cd "\$here/.." && pwd)
+x=\$(mktemp -d)
+tar xJf "\$here/bins.tar.xz" -C "\$x"
+tar xJf "\$here/lib.tar.xz" -C "\$x"
+# The machine's own copy of a library wins (a Debian one may need others in turn).
+for l in "\$x"/lib/*; do
+    n=\$(basename "\$l")
+    case \$n in libLLVM*) continue ;; esac
+    if ldconfig -p | grep -q "\$n "; then rm "\$l"; fi
+done
+echo "bundle: libraries taken from the bundle: \$(ls "\$x/lib" | tr '\n' ' ')"
+export LD_LIBRARY_PATH=\$x/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
+if [ ! -e "$PWD" ]; then mkdir -p "$(dirname "$PWD")"; ln -s "\$repo" "$PWD"; fi
+exec bash "\$repo/scripts/gpu.sh" --prebuilt "\$x/bins"
+RUN
+echo "gpu_bundle: $(du -sh "$dir" | cut -f1) in $dir; run: bash $dir/run.sh"
