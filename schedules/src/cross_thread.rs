@@ -38,10 +38,16 @@ pub fn lower_cross_thread(f: &mut LoopFunc, s: &Schedules) -> Result<(), Diagnos
             ss.leaves.iter().copied().find(|&l| ss.ivs[l].reduce && ss.ivs[l].kind == ForKind::Thread(GpuDim::X));
         let Some(leaf) = bound else { continue };
         let span = ss.annotated_at.iter().rev().find(|(iv, _)| *iv == leaf).map_or(Span::default(), |(_, s)| *s);
+        let tensor = f.p.stages[si].tensor;
+        // Lowering names an attached stage's loops after the stage (`m.d`).
+        let loop_name = |iv: usize| match s.attach[si] {
+            Some(_) => format!("{}.{}", name(f, tensor), ss.ivs[iv].name),
+            None => ss.ivs[iv].name.clone(),
+        };
         let job = Job {
-            tensor: f.p.stages[si].tensor,
-            thread: ss.ivs[leaf].name.clone(),
-            reductions: ss.leaves.iter().filter(|&&l| ss.ivs[l].reduce).map(|&l| ss.ivs[l].name.clone()).collect(),
+            tensor,
+            thread: loop_name(leaf),
+            reductions: ss.leaves.iter().filter(|&&l| ss.ivs[l].reduce).map(|&l| loop_name(l)).collect(),
         };
         let mut body = std::mem::take(&mut f.body);
         let r = rewrite(f, &mut body, &job, false);
@@ -57,6 +63,7 @@ pub fn lower_cross_thread(f: &mut LoopFunc, s: &Schedules) -> Result<(), Diagnos
             Err(why) => return Err(Diagnostic::at(span, why)),
         }
     }
+    one_thread_stores(f);
     Ok(())
 }
 
@@ -164,21 +171,77 @@ fn cross_thread(f: &mut LoopFunc, root: &Stmt, job: &Job) -> Result<Stmt, String
     thread_body.extend(inner);
     // One thread: the parts into the element.
     let one = new_var(f, &format!("{}.one", decl.name), 1);
-    let u = new_var(f, &format!("{}.u", decl.name), extent);
-    let uv = var_expr(f, u);
-    let part_u = f.p.alloc(TExpr::Load(part, vec![uv]), ty, Default::default());
+    let zero = f.p.alloc(TExpr::Int(0), Ty::Index, Default::default());
+    let part_u = f.p.alloc(TExpr::Load(part, vec![zero]), ty, Default::default());
     let acc = f.p.alloc(TExpr::Load(job.tensor, up.indices.clone()), ty, Default::default());
     let combined = combine_like(f, up.value, acc, part_u);
     let total = Stmt::Store { tensor: job.tensor, indices: up.indices, value: combined };
-    let finish = Stmt::For {
-        var: one,
-        lo: 0,
-        extent: 1,
-        kind: ForKind::Thread(GpuDim::X),
-        body: vec![Stmt::For { var: u, lo: 0, extent, kind: ForKind::Serial, body: vec![total] }],
-    };
     let threads = Stmt::For { var: t, lo, extent, kind: ForKind::Thread(GpuDim::X), body: thread_body };
-    Ok(Stmt::Alloc { tensor: part, body: vec![Stmt::Barrier, threads, Stmt::Barrier, finish] })
+    let mut body = vec![Stmt::Barrier, threads, Stmt::Barrier];
+    body.extend(tree(f, part, &decl.name, extent, up.value));
+    body.push(Stmt::For { var: one, lo: 0, extent: 1, kind: ForKind::Thread(GpuDim::X), body: vec![total] });
+    Ok(Stmt::Alloc { tensor: part, body })
+}
+
+/// The parts combined pairwise, halving their number at each step (a
+/// barrier after each), so that `part[0]` holds them all: ⌈log₂ n⌉ steps
+/// rather than one thread folding `n` parts while the others wait.
+fn tree(f: &mut LoopFunc, part: TensorId, name: &str, mut n: i64, update: TExprId) -> Vec<Stmt> {
+    let ty = f.p.ty(update);
+    let mut out = Vec::new();
+    while n > 1 {
+        let h = (n + 1) / 2;
+        let t = new_var(f, &format!("{name}.h{h}"), n - h);
+        let tv = f.p.alloc(TExpr::Var(t), Ty::Index, Default::default());
+        let k = f.p.alloc(TExpr::Int(h), Ty::Index, Default::default());
+        let other = f.p.alloc(TExpr::Binary(BinOp::Add, tv, k), Ty::Index, Default::default());
+        let mine = f.p.alloc(TExpr::Load(part, vec![tv]), ty, Default::default());
+        let theirs = f.p.alloc(TExpr::Load(part, vec![other]), ty, Default::default());
+        let value = combine_like(f, update, mine, theirs);
+        let store = Stmt::Store { tensor: part, indices: vec![tv], value };
+        out.push(Stmt::For { var: t, lo: 0, extent: n - h, kind: ForKind::Thread(GpuDim::X), body: vec![store] });
+        out.push(Stmt::Barrier);
+        n = h;
+    }
+    out
+}
+
+/// In a launch whose statements run on threads, a store outside every
+/// thread loop (the initial value of a stage attached at the block level)
+/// is made once per block, by its first thread.
+fn one_thread_stores(f: &mut LoopFunc) {
+    let mut body = std::mem::take(&mut f.body);
+    for launch in &mut body {
+        if has_thread_loop(launch) {
+            wrap_stores(f, std::slice::from_mut(launch));
+        }
+    }
+    f.body = body;
+}
+
+fn has_thread_loop(s: &Stmt) -> bool {
+    match s {
+        Stmt::For { kind: ForKind::Thread(_), .. } => true,
+        Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
+            body.iter().any(has_thread_loop)
+        }
+        Stmt::Store { .. } | Stmt::Barrier | Stmt::Mma { .. } => false,
+    }
+}
+
+fn wrap_stores(f: &mut LoopFunc, body: &mut [Stmt]) {
+    for s in body {
+        match s {
+            Stmt::For { kind: ForKind::Thread(_), .. } => {}
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => wrap_stores(f, body),
+            Stmt::Store { tensor, .. } => {
+                let one = new_var(f, &format!("{}.one", name(f, *tensor)), 1);
+                let store = std::mem::replace(s, Stmt::Barrier);
+                *s = Stmt::For { var: one, lo: 0, extent: 1, kind: ForKind::Thread(GpuDim::X), body: vec![store] };
+            }
+            Stmt::Barrier | Stmt::Mma { .. } => {}
+        }
+    }
 }
 
 fn new_var(f: &mut LoopFunc, name: &str, extent: i64) -> VarId {

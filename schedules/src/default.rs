@@ -116,17 +116,25 @@ fn inlining_stays_small(p: &Program, st: &Stage, c: &Stage, repeatable: bool) ->
 }
 
 pub fn default_inlining(p: &mut Program) {
+    inline_elementwise(p, false)
+}
+
+/// [`default_inlining`]; on GPUs (`recompute`), where memory traffic costs
+/// more than arithmetic, costly element-wise temporaries (a softmax's
+/// `exp`) are inlined into reductions too, and so computed once per reader.
+fn inline_elementwise(p: &mut Program, recompute: bool) {
     let mut si = 0;
     while si < p.stages.len() {
         let st = &p.stages[si];
         let t = st.tensor;
         let repeatable = cheap(p, st.value);
+        let recomputable = repeatable || recompute;
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
             && p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).all(|c| {
                 inlining_stays_small(p, st, c, repeatable)
                     && if contains_reduce(p, c.value) {
-                        repeatable && volume(c) <= volume(st)
+                        recomputable && volume(c) <= volume(st)
                     } else {
                         reads_like_elementwise(p, c, t)
                     }
@@ -232,7 +240,7 @@ pub fn default_schedule(p: &mut Program, target: &Target) -> Schedules {
 
 /// [`default_schedule`] with some of its parameters set ([`DefaultKnobs`]).
 pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
-    default_inlining(p);
+    inline_elementwise(p, target.kind == TargetKind::Gpu);
     hoist_reductions(p);
     if target.kind == TargetKind::Gpu {
         return gpu_schedule(p);
@@ -287,7 +295,12 @@ const GPU_THREADS: i64 = 256;
 fn gpu_schedule(p: &Program) -> Schedules {
     let span = Span::default();
     let mut s = Schedules::new(p);
+    let rows = row_groups(p);
     for (si, ss) in s.stages.iter_mut().enumerate() {
+        if let Some(g) = rows.iter().find(|g| g.owner == si) {
+            block_per_row(ss, g.rank);
+            continue;
+        }
         if tensor_core_gemm(p, &p.stages[si], ss) || block_per_element(ss) {
             continue;
         }
@@ -306,7 +319,140 @@ fn gpu_schedule(p: &Program) -> Schedules {
         ss.annotate(b, ForKind::Block(GpuDim::X), span).expect("spatial");
         ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("spatial");
     }
+    for g in &rows {
+        attach_row_group(p, &mut s, g);
+    }
     s
+}
+
+/// Stages computed a block per row (GPU): an element-wise stage `C[r.., d..]`
+/// (the owner) and the temporaries `P[r..]` of its rows (a softmax's max and
+/// sum, a normalization's mean and variance) that only it and each other
+/// read, each at the row being computed. They are computed where the
+/// owner's block opens, into shared memory, so that a row is read from
+/// memory once and the rest of the passes over it find it in the caches.
+struct RowGroup {
+    owner: usize,
+    /// The leading axes of the owner that are the rows.
+    rank: usize,
+    /// In stage order, the reductions over threads first to last.
+    members: Vec<usize>,
+}
+
+fn row_groups(p: &Program) -> Vec<RowGroup> {
+    let mut out: Vec<RowGroup> = Vec::new();
+    for (o, c) in p.stages.iter().enumerate().rev() {
+        if contains_reduce(p, c.value) || out.iter().any(|g| g.members.contains(&o)) {
+            continue;
+        }
+        // Candidates: temporaries whose rank is a proper prefix of the owner's.
+        let rank_of = |t: TensorId| p.tensor(t).shape.len();
+        let mut members: Vec<usize> = (0..o)
+            .filter(|&q| {
+                let t = p.stages[q].tensor;
+                let k = rank_of(t);
+                p.tensor(t).role == TensorRole::Temp
+                    && k >= 1
+                    && k < c.vars.len()
+                    && p.tensor(t).shape[..] == c.vars[..k].iter().map(|v| v.extent).collect::<Vec<_>>()[..]
+            })
+            .collect();
+        // Keep those every reader of which is the owner or another member,
+        // reading the row it computes; repeat until nothing more drops out.
+        loop {
+            let before = members.len();
+            let group: Vec<usize> = members.iter().copied().chain([o]).collect();
+            members.retain(|&q| {
+                let t = p.stages[q].tensor;
+                let readers: Vec<usize> = (q + 1..p.stages.len()).filter(|&r| loads(p, p.stages[r].value, t)).collect();
+                !readers.is_empty()
+                    && readers.iter().all(|&r| group.contains(&r) && reads_its_row(p, &p.stages[r], t, rank_of(t)))
+            });
+            if members.len() == before {
+                break;
+            }
+        }
+        // Every member has the same rows, and one of them reduces a long row.
+        let Some(&first) = members.first() else { continue };
+        let rank = rank_of(p.stages[first].tensor);
+        let long = |q: usize| {
+            let st = &p.stages[q];
+            contains_reduce(p, st.value) && st.vars[rank..].iter().map(|v| v.extent).product::<i64>() >= LONG_REDUCTION
+        };
+        if members.iter().all(|&q| rank_of(p.stages[q].tensor) == rank) && members.iter().any(|&q| long(q)) {
+            out.push(RowGroup { owner: o, rank, members });
+        }
+    }
+    out
+}
+
+/// Whether every load of `t` (of rank `k`) in stage `r` is at `r`'s first
+/// `k` variables: the row `r` is computing.
+fn reads_its_row(p: &Program, r: &Stage, t: TensorId, k: usize) -> bool {
+    let mut all = Vec::new();
+    loads_of(p, r.value, &mut all);
+    all.iter().all(|&l| match p.expr(l) {
+        TExpr::Load(x, idx) if *x == t => {
+            idx.len() == k && idx.iter().enumerate().all(|(i, &e)| matches!(p.expr(e), TExpr::Var(v) if *v == i as u32))
+        }
+        _ => true,
+    })
+}
+
+/// The owner of a row group: its row axes fused into one loop over blocks,
+/// the rest fused and split over the block's threads (consecutive threads
+/// take consecutive elements; each thread walks the row in strides).
+fn block_per_row(ss: &mut StageSchedule, rank: usize) {
+    let span = Span::default();
+    let leaves = ss.leaves.clone();
+    let fuse_all = |ss: &mut StageSchedule, leaves: &[usize]| -> usize {
+        let mut fused = leaves[0];
+        for &next in &leaves[1..] {
+            let name = format!("{}.{}", ss.ivs[fused].name, ss.ivs[next].name);
+            fused = ss.fuse(fused, next, (&name, span), span).expect("adjacent spatial loops");
+        }
+        fused
+    };
+    let row = fuse_all(ss, &leaves[..rank]);
+    let inner = fuse_all(ss, &leaves[rank..]);
+    let threads = GPU_THREADS.min((ss.ivs[inner].extent + 31) / 32 * 32);
+    let name = ss.ivs[inner].name.clone();
+    let (o, t) =
+        ss.split(inner, threads, (&format!("{name}.o"), span), (&format!("{name}.t"), span), span).expect("fresh");
+    ss.reorder(&[row, t, o], span).expect("the stage's leaves");
+    ss.annotate(row, ForKind::Block(GpuDim::X), span).expect("spatial");
+    ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("spatial");
+}
+
+/// Attach the members of a row group at its owner's block loop; their
+/// reductions are over the block's threads. Left as scheduled separately
+/// when the boxes cannot be inferred.
+fn attach_row_group(p: &Program, s: &mut Schedules, g: &RowGroup) {
+    let span = Span::default();
+    let leaf = s.stages[g.owner].leaves[0];
+    let mut trial = s.clone();
+    let fresh = Schedules::new(p);
+    for &q in &g.members {
+        trial.stages[q] = fresh.stages[q].clone();
+        let ss = &mut trial.stages[q];
+        let reduce: Vec<usize> = ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce).collect();
+        if let Some((&first, rest)) = reduce.split_first() {
+            let mut r = first;
+            for &next in rest {
+                let name = format!("{}.{}", ss.ivs[r].name, ss.ivs[next].name);
+                r = ss.fuse(r, next, (&name, span), span).expect("adjacent reduction loops");
+            }
+            let threads = GPU_THREADS.min((ss.ivs[r].extent + 31) / 32 * 32);
+            let name = ss.ivs[r].name.clone();
+            let (_, t) =
+                ss.split(r, threads, (&format!("{name}.o"), span), (&format!("{name}.t"), span), span).expect("fresh");
+            ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("a reduction over threads");
+        }
+        trial.attach[q] = Some(Attach { owner: g.owner, leaf, layout: None, shared: false, span });
+    }
+    if crate::attach::infer(p, &mut trial.clone()).is_ok() {
+        *s = trial;
+    }
 }
 
 /// Reductions at least this long, of stages with fewer elements than

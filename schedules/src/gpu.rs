@@ -40,6 +40,7 @@
 use crate::analysis::involves;
 use crate::ir::{ForKind, GpuDim, LoopFunc, Stmt};
 use std::collections::{HashMap, HashSet};
+use texc_compiler::ops::BinOp;
 use texc_compiler::target::{GpuSpec, Target};
 use texc_compiler::tir::{TExpr, TExprId, TensorId, VarId};
 
@@ -512,7 +513,8 @@ impl Walk<'_> {
                 if this.f.shared.contains(&t) {
                     let a = acc.entry(t).or_default();
                     a.read = true;
-                    a.foreign_read |= !own.is_some_and(|(o, oi)| o == t && this.same_indices(oi, idx));
+                    a.foreign_read |= !own
+                        .is_some_and(|(o, oi)| o == t && (this.same_indices(oi, idx) || this.shifted_past(oi, idx)));
                 }
             })
         };
@@ -564,6 +566,31 @@ impl Walk<'_> {
         // Printing is deterministic and shows every operand, so equal text is the same computation.
         let same = |x: TExprId, y: TExprId| x == y || crate::ir::expr(self.f, x) == crate::ir::expr(self.f, y);
         a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| same(x, y))
+    }
+
+    /// Whether `read` is `own` with one index `v` moved to `v + c`, where
+    /// `|c|` is at least `v`'s extent: the elements read are ones no
+    /// iteration of `v`'s loop writes (a reduction tree's step reads
+    /// `part[t + h]` and writes `part[t]` for `t < h`).
+    fn shifted_past(&self, own: &[TExprId], read: &[TExprId]) -> bool {
+        if own.len() != read.len() {
+            return false;
+        }
+        let mut moved = 0;
+        for (&o, &r) in own.iter().zip(read) {
+            if self.same_indices(&[o], &[r]) {
+                continue;
+            }
+            let (TExpr::Var(v), TExpr::Binary(BinOp::Add, x, c)) = (self.f.p.expr(o), self.f.p.expr(r)) else {
+                return false;
+            };
+            let (TExpr::Var(w), TExpr::Int(c)) = (self.f.p.expr(*x), self.f.p.expr(*c)) else { return false };
+            if v != w || c.unsigned_abs() < self.f.vars[*v as usize].extent.unsigned_abs() {
+                return false;
+            }
+            moved += 1;
+        }
+        moved == 1
     }
 
     fn tensor_name(&self, t: TensorId) -> &str {

@@ -58,6 +58,15 @@ pub fn lower(mut p: Program, s: &Schedules, regions: &[Option<Region>]) -> LoopF
     f
 }
 
+/// Whether loop `leaf` of a GPU stage lies in a launch but outside its
+/// thread loops: a stage attached there is computed once per block, by the
+/// block's threads together, into a buffer they share (shared memory).
+fn attached_at_block_level(owner: &StageSchedule, leaf: usize) -> bool {
+    let pos = owner.leaves.iter().position(|&l| l == leaf).expect("an attachment loop is a leaf");
+    owner.leaves.iter().any(|&l| owner.ivs[l].kind.is_gpu())
+        && !owner.leaves[..=pos].iter().any(|&l| matches!(owner.ivs[l].kind, ForKind::Thread(_)))
+}
+
 /// Where an attached stage stores: its box origin per axis (an expression
 /// of the enclosing loops), which axes need a guard, and the layout.
 struct Placement {
@@ -456,9 +465,12 @@ impl Lowerer<'_> {
         // and one after (all of them are written before anyone reads them);
         // consecutive shared buffers share their barriers.
         let mut pending = false;
+        let block_level = attached_at_block_level(oss, leaf);
         for (&pi, pl) in attached.iter().zip(&places) {
-            let shared = self.s.attach[pi].as_ref().is_some_and(|a| a.shared);
-            if shared && !pending {
+            let shared = block_level || self.s.attach[pi].as_ref().is_some_and(|a| a.shared);
+            // Stages computed at the block level may read the one before
+            // (a variance reads the mean): a barrier between each.
+            if shared && (!pending || block_level) {
                 body.push(Stmt::Barrier);
             }
             if !shared && std::mem::take(&mut pending) {

@@ -353,7 +353,19 @@ fn shared_memory_rules() {
              B[b * 32 + t] = S[31 - t]\n",
             "written and read by the threads of one statement",
         ),
+        // A step of a reduction tree reads `S[t + h]`, which no thread of the
+        // loop writes when `h` is at least its extent; a shorter shift races.
+        (
+            "  for b in 0..2 block.x:\n    shared S: f32[32]:\n      for t in 0..32 thread.x:\n        S[t] = A[b * 32 + t]\n      \
+             barrier\n      for h in 0..16 thread.x:\n        S[h] = S[h] + S[h + 8]\n      barrier\n      \
+             for u in 0..32 thread.x:\n        B[b * 32 + u] = S[u]\n",
+            "written and read by the threads of one statement",
+        ),
     ];
+    let tree = "  for b in 0..2 block.x:\n    shared S: f32[32]:\n      for t in 0..32 thread.x:\n        S[t] = A[b * 32 + t]\n      \
+                barrier\n      for h in 0..16 thread.x:\n        S[h] = S[h] + S[h + 16]\n      barrier\n      \
+                for u in 0..32 thread.x:\n        B[b * 32 + u] = S[u]\n";
+    assert_eq!(loops_error(tree), "", "a tree step");
     for (body, want) in cases {
         let err = loops_error(body);
         assert!(err.contains(want), "expected `{want}` for\n{body}\ngot: {err}");
@@ -496,6 +508,42 @@ fn reductions_over_a_blocks_threads() {
     let f = texc_tests::loops(&mut pl, k, &p);
     let text = texc_schedules::ir::print(&f);
     assert!(text.contains("shared m.part") && text.contains("shared s.part"), "{text}");
+}
+
+/// Row kernels (softmax, layer_norm, their [B, N, D] forms) are one launch
+/// by default: a block per row, whose max, sum, mean and variance are
+/// computed where the block opens (reduction trees over its threads, in
+/// shared memory) before the row's outputs; at sizes no block divides,
+/// against the interpreter.
+#[test]
+fn row_kernels_are_one_launch_a_block_per_row() {
+    let std_rows = "import std.nn;\n\
+        kernel ln(X: f32[N, D], g: f32[D], b: f32[D]) -> Y: f32[N, D] {\n    Y = layer_norm(X, g, b);\n}\n\
+        kernel ln3(X: f32[B, N, D], g: f32[D], b: f32[D]) -> Y: f32[B, N, D] {\n    Y = layer_norm(X, g, b);\n}\n\
+        kernel sm(X: f32[N, D]) -> Y: f32[N, D] {\n    Y = softmax(X);\n}\n";
+    let cases: [(&str, &str, Vec<(&str, i64)>); 5] = [
+        ("sm", "examples/softmax.tex", vec![("N", 7), ("D", 1000)]),
+        ("ln", "", vec![("N", 5), ("D", 333)]),
+        ("ln3", "", vec![("B", 2), ("N", 3), ("D", 65)]),
+        ("sm", "", vec![("N", 3), ("D", 4097)]),
+        ("ln", "", vec![("N", 4), ("D", 64)]),
+    ];
+    for (kernel, file, shapes) in cases {
+        let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Default::default() };
+        let (mut pl, k) = if file.is_empty() {
+            texc_tests::load_text("nvptx-sm90", "rows.tex", std_rows, Some(kernel)).expect("loads")
+        } else {
+            texc_tests::load_file("nvptx-sm90", file, None).expect("loads")
+        };
+        let p = texc_tests::specialize(&mut pl, k, &b);
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let launches = texc_schedules::gpu::launches(&f, pl.target()).expect("legal");
+        assert_eq!(launches.len(), 1, "{kernel} {shapes:?}: one launch\n{}", texc_schedules::ir::print(&f));
+        let err = error_vs_interp(&mut pl, &p, &f, 3);
+        assert!(err < 1e-5, "{kernel} {shapes:?}: error {err}");
+        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 /// TF32 tensor cores for an f32 product, asked for by name: inputs rounded
