@@ -28,6 +28,10 @@ cp -L "$llvm" "$dir/lib/"
 ldd "$llvm" | awk '$3 ~ /^\// {print $3}' \
     | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64|libz|libzstd|liblzma)\.so' \
     | xargs -I{} cp -L {} "$dir/lib/"
+# The libdevice the tests here compiled against: the PTX snapshots hold its
+# code, and a GPU machine's own CUDA may have another version.
+libdevice=$(python3 -c 'import nvidia.cuda_nvcc as m, os; print(os.path.join(list(m.__path__)[0], "nvvm", "libdevice", "libdevice.10.bc"))' 2>/dev/null || true)
+if [ -f "$libdevice" ]; then mkdir -p "$dir/bins/cuda/nvvm/libdevice" && cp "$libdevice" "$dir/bins/cuda/nvvm/libdevice/"; fi
 (cd "$dir" && tar cf - bins | xz -6 -T0 > bins.tar.xz && tar cf - lib | xz -6 -T0 > lib.tar.xz && rm -r bins lib)
 cat > "$dir/run.sh" <<RUN
 #!/usr/bin/env bash
@@ -45,6 +49,7 @@ for l in "\$x"/lib/*; do
     if ldconfig -p | grep -q "\$n "; then rm "\$l"; fi
 done
 echo "bundle: libraries taken from the bundle: \$(ls "\$x/lib" | tr '\n' ' ')"
+if [ -d "\$x/bins/cuda" ]; then export TEXC_CUDA_DIR=\$x/bins/cuda; fi
 export LD_LIBRARY_PATH=\$x/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 if [ ! -e "$PWD" ]; then mkdir -p "$(dirname "$PWD")"; ln -s "\$repo" "$PWD"; fi
 exec bash "\$repo/scripts/gpu.sh" --prebuilt "\$x/bins"

@@ -498,9 +498,11 @@ fn block_per_element(ss: &mut StageSchedule) -> bool {
 const MMA: MmaOp = MmaOp::M16n8k16F16F32;
 
 /// A matrix product of f16 matrices into f32, `C[i, j] = sum[k](f32(A[i, k])
-/// * f32(B[k, j]))`, whose extents the tiles divide, on tensor cores: one
-/// 16×8 tile of `C` per warp, up to four warps per block stacked along `i`,
-/// `k` in slices of 16. Whether the stage is one (and is now so scheduled).
+/// * f32(B[k, j]))`, whose extents the tiles divide, on tensor cores: each
+/// warp computes a tile of up to 2×8 operations' tiles (32×64 of `C`, whose
+/// accumulators stay in registers through the reduction), up to 2×2 warps
+/// per block, `k` in slices of 16. Whether the stage is one (and is now so
+/// scheduled).
 fn tensor_core_gemm(p: &Program, st: &Stage, ss: &mut StageSchedule) -> bool {
     let (tm, tn, tk) = MMA.shape();
     let (ab, acc) = MMA.types();
@@ -526,12 +528,20 @@ fn tensor_core_gemm(p: &Program, st: &Stage, ss: &mut StageSchedule) -> bool {
     let (io, ii) = ss.split(0, tm, n("io"), n("ii"), span).expect("fresh names");
     let (jo, ji) = ss.split(1, tn, n("jo"), n("ji"), span).expect("fresh names");
     let (ko, ki) = ss.split(2, tk, n("ko"), n("ki"), span).expect("fresh names");
-    let warps = [4, 2, 1].into_iter().find(|w| ss.ivs[io].extent % w == 0).expect("1 divides");
-    let (ib, iw) = ss.split(io, warps, n("ib"), n("iw"), span).expect("fresh names");
-    ss.reorder(&[ib, jo, iw, ko, ii, ji, ki], span).expect("a permutation of the leaves");
+    let divides = |ss: &StageSchedule, iv: usize, f: i64| ss.ivs[iv].extent % f == 0;
+    let mt = [2, 1].into_iter().find(|&f| divides(ss, io, f)).expect("1 divides");
+    let nt = [8, 4, 2, 1].into_iter().find(|&f| divides(ss, jo, f)).expect("1 divides");
+    let (iwt, mi) = ss.split(io, mt, n("iwt"), n("mi"), span).expect("fresh names");
+    let (jwt, nj) = ss.split(jo, nt, n("jwt"), n("nj"), span).expect("fresh names");
+    let wi = [2, 1].into_iter().find(|&f| divides(ss, iwt, f)).expect("1 divides");
+    let wj = [2, 1].into_iter().find(|&f| divides(ss, jwt, f)).expect("1 divides");
+    let (ib, iw) = ss.split(iwt, wi, n("ib"), n("iw"), span).expect("fresh names");
+    let (jb, jw) = ss.split(jwt, wj, n("jb"), n("jw"), span).expect("fresh names");
+    ss.reorder(&[ib, jb, iw, jw, ko, mi, nj, ii, ji, ki], span).expect("a permutation of the leaves");
     ss.annotate(ib, ForKind::Block(GpuDim::Y), span).expect("spatial");
-    ss.annotate(jo, ForKind::Block(GpuDim::X), span).expect("spatial");
-    ss.annotate(iw, ForKind::Thread(GpuDim::Y), span).expect("spatial");
+    ss.annotate(jb, ForKind::Block(GpuDim::X), span).expect("spatial");
+    ss.annotate(iw, ForKind::Thread(GpuDim::Z), span).expect("spatial");
+    ss.annotate(jw, ForKind::Thread(GpuDim::Y), span).expect("spatial");
     ss.tensorize = Some(crate::schedule::Tensorize { op: MMA, leaves: [ii, ji, ki], span });
     true
 }

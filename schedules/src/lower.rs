@@ -317,6 +317,45 @@ fn index_bin(f: &mut LoopFunc, op: BinOp, a: TExprId, b: TExprId) -> TExprId {
     f.p.alloc(TExpr::Binary(op, a, b), ty, Default::default())
 }
 
+/// `T[..] = value` for every element of `T` (of shape `shape`) as a launch
+/// of its own: a grid of blocks of 256 threads, consecutive threads on
+/// consecutive elements. A tensorized stage starts so: its tiles belong to
+/// warps, and the nest over them would give each thread a whole tile.
+fn grid_fill(f: &mut LoopFunc, t: TensorId, shape: &[i64], value: TExprId) -> Stmt {
+    const THREADS: i64 = 256;
+    let n: i64 = shape.iter().product();
+    let threads = THREADS.min(n.max(1));
+    let blocks = (n + threads - 1) / threads;
+    let name = f.p.tensor(t).name.clone();
+    let var = |f: &mut LoopFunc, suffix: &str, extent: i64| {
+        f.vars.push(VarDecl { name: format!("{name}.{suffix}"), extent });
+        (f.vars.len() - 1) as VarId
+    };
+    let (b, th) = (var(f, "fill.b", blocks), var(f, "fill.t", threads));
+    let bv = f.p.alloc(TExpr::Var(b), Ty::Index, Default::default());
+    let tv = f.p.alloc(TExpr::Var(th), Ty::Index, Default::default());
+    let k = index_int(f, threads);
+    let base = index_bin(f, BinOp::Mul, bv, k);
+    let e = index_bin(f, BinOp::Add, base, tv);
+    let mut indices = Vec::new();
+    let mut stride = n;
+    for &d in shape {
+        stride /= d.max(1);
+        let s = index_int(f, stride.max(1));
+        let q = f.p.alloc(TExpr::Binary(BinOp::FloorDiv, e, s), Ty::Index, Default::default());
+        let dk = index_int(f, d);
+        indices.push(f.p.alloc(TExpr::Binary(BinOp::FloorMod, q, dk), Ty::Index, Default::default()));
+    }
+    let mut store = Stmt::Store { tensor: t, indices, value };
+    if blocks * threads != n {
+        let nk = index_int(f, n);
+        let cond = index_bin(f, BinOp::Lt, e, nk);
+        store = Stmt::If { cond, then: vec![store] };
+    }
+    let inner = Stmt::For { var: th, lo: 0, extent: threads, kind: ForKind::Thread(GpuDim::X), body: vec![store] };
+    Stmt::For { var: b, lo: 0, extent: blocks, kind: ForKind::Block(GpuDim::X), body: vec![inner] }
+}
+
 fn index_int(f: &mut LoopFunc, k: i64) -> TExprId {
     f.p.alloc(TExpr::Int(k), Ty::Index, Default::default())
 }
@@ -410,7 +449,13 @@ impl Lowerer<'_> {
                     return self.cached_reduction(f, si, &parts, &domain, attach);
                 }
                 let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
-                let mut out = emit_nest(f, ss, spatial, &init, &domain, true, None);
+                let gpu = ss.leaves.iter().any(|&l| ss.ivs[l].kind.is_gpu());
+                let mut out = if ss.tensorize.is_some() && gpu && place.is_none() {
+                    let identity = f.p.alloc(TExpr::reduce_identity(op, Ty::Elem(elem)), ty, st.span);
+                    vec![grid_fill(f, st.tensor, &self.full[si], identity)]
+                } else {
+                    emit_nest(f, ss, spatial, &init, &domain, true, None)
+                };
                 out.extend(emit_nest(f, ss, ss.leaves.clone(), &update, &domain, false, attach));
                 out
             }

@@ -474,6 +474,41 @@ fn the_default_gpu_schedule_uses_tensor_cores_where_the_tiles_fit() {
     }
 }
 
+/// A warp's tiles of tensor-core operations (here 2×2 of them, the
+/// reduction in slices of 32 with two operations each) keep their
+/// accumulators in registers through the reduction loop: the loop's PTX
+/// loads and stores no `C`. Against the interpreter on the GPU (the
+/// emulation computes each operation in memory), and assembled without
+/// spills; the default schedule's warp tiles do the same.
+#[test]
+fn warp_tiles_keep_their_accumulators_in_registers() {
+    require_ptxas();
+    let src = "kernel hgemm(A: f16[M = 64, K = 96], B: f16[K, N = 48]) -> C: f32[M, N] {\n    \
+               C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]));\n}\nschedule hgemm for nvptx-sm90 {\n    \
+               tile C(i, j) by (32, 16) -> (iwt, jwt, i2, j2);\n    tile C(i2, j2) by (16, 8) -> (mi, nj, ii, ji);\n    \
+               split C.k by 32 -> (ko, k2);\n    split C.k2 by 16 -> (kk, ki);\n    \
+               reorder C(iwt, jwt, ko, kk, mi, nj, ii, ji, ki);\n    bind C.iwt to block.y;\n    \
+               bind C.jwt to thread.y;\n    tensorize C(ii, ji, ki) with mma_m16n8k16_f16f32;\n}\n";
+    texc_tests::check_text("hgemm.tex", src).unwrap_or_else(|e| panic!("{e}"));
+    let (mut pl, p, f) = gpu_loops("hgemm.tex", src, &Bindings::default());
+    assert!(error_vs_interp(&mut pl, &p, &f, 5) < 1e-5);
+    let default = "kernel hgemm(A: f16[M = 128, K = 64], B: f16[K, N = 256]) -> C: f32[M, N] {\n    \
+                   C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]));\n}\n";
+    let (mut dpl, dp, df) = gpu_loops("hgemm.tex", default, &Bindings::default());
+    assert!(error_vs_interp(&mut dpl, &dp, &df, 6) < 1e-5, "the default schedule");
+    for (mut pl, f, mmas) in [(pl, f, 8), (dpl, df, 16)] {
+        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
+        let label = kernel.find("$L__BB").expect("a loop");
+        let back = kernel.rfind("bra").expect("its branch back");
+        let body = &kernel[label..back];
+        assert_eq!(body.matches("mma.sync").count(), mmas, "{kernel}");
+        assert!(!body.contains("ld.global.f32") && !body.contains("st.global.f32"), "C in the loop:\n{kernel}");
+        let (_, res) = texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+        assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "no spills: {res:?}");
+    }
+}
+
 /// Reductions over a block's threads (`bind S.r to thread.x`): every
 /// reduction operator, thread counts that divide the row and ones that do
 /// not, against the interpreter; and the default schedule's block per row.

@@ -10,7 +10,41 @@ use super::R;
 use crate::CodegenError;
 use inkwell::types::VectorType;
 use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
-use texc_schedules::ir::{Coord, MmaOp, Tile};
+use texc_schedules::ir::{Coord, ForKind, MmaOp, Stmt, Tile};
+
+/// Most tensor-core operations whose accumulators a loop keeps in
+/// registers (four f32 registers per lane each).
+const MAX_RESIDENT: usize = 32;
+
+/// The tensor-core operations of `body`, once per value of the loops around
+/// them (serial or unrolled, of known extent): whether `body` is only such
+/// loops and operations.
+fn mma_instances<'s>(
+    body: &'s [Stmt],
+    binds: &mut Vec<(texc_compiler::tir::VarId, i64)>,
+    out: &mut Vec<(Vec<(texc_compiler::tir::VarId, i64)>, &'s Stmt)>,
+) -> bool {
+    for s in body {
+        match s {
+            Stmt::Mma { .. } => out.push((binds.clone(), s)),
+            Stmt::For { var, lo, extent, kind: ForKind::Serial | ForKind::Unrolled, body } => {
+                for k in *lo..*lo + *extent {
+                    if out.len() > MAX_RESIDENT {
+                        return false;
+                    }
+                    binds.push((*var, k));
+                    let ok = mma_instances(body, binds, out);
+                    binds.pop();
+                    if !ok {
+                        return false;
+                    }
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
 
 /// A tile in memory: the tensor's base, the tile's origin, the tensor's strides.
 #[derive(Clone)]
@@ -81,25 +115,55 @@ impl<'ctx> Gen<'ctx, '_> {
         a: &Placed<'ctx>,
         b: &Placed<'ctx>,
     ) -> R<()> {
+        let places = self.c_places(op, lane)?;
+        let mut acc = Vec::new();
+        for &(r, col) in &places {
+            acc.push(self.load_at(c, r, col)?);
+        }
+        let d = self.mma_call(op, lane, a, b, acc)?;
+        for (v, &(r, col)) in d.into_iter().zip(&places) {
+            let p = self.element(c, r, col)?;
+            self.b.build_store(p, v)?;
+        }
+        Ok(())
+    }
+
+    /// Where lane `lane`'s accumulator elements lie in the tile (row, column).
+    fn c_places(&self, op: MmaOp, lane: IntValue<'ctx>) -> R<Vec<(IntValue<'ctx>, IntValue<'ctx>)>> {
+        op.fragments().c.iter().map(|&x| self.coord(lane, x)).collect()
+    }
+
+    /// Fragment coordinate `x` of lane `lane`: (row, column) in its tile.
+    fn coord(&self, lane: IntValue<'ctx>, x: Coord) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
         let i64t = self.cx.i64_type();
         let k = |v: i64| i64t.const_int(v as u64, true);
         let g = self.b.build_right_shift(lane, k(2), false, "group")?;
         let t = self.b.build_and(lane, k(3), "pos")?;
-        let coord = |gen: &Self, x: Coord| -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
-            let lin = |c0: i64, cg: i64, ct: i64| -> R<IntValue<'ctx>> {
-                let v = gen.b.build_int_mul(g, k(cg), "g")?;
-                let v = gen.b.build_int_add(v, gen.b.build_int_mul(t, k(ct), "t")?, "gt")?;
-                Ok(gen.b.build_int_add(v, k(c0), "at")?)
-            };
-            Ok((lin(x.r0, x.rg, x.rt)?, lin(x.c0, x.cg, x.ct)?))
+        let lin = |c0: i64, cg: i64, ct: i64| -> R<IntValue<'ctx>> {
+            let v = self.b.build_int_mul(g, k(cg), "g")?;
+            let v = self.b.build_int_add(v, self.b.build_int_mul(t, k(ct), "t")?, "gt")?;
+            Ok(self.b.build_int_add(v, k(c0), "at")?)
         };
+        Ok((lin(x.r0, x.rg, x.rt)?, lin(x.c0, x.cg, x.ct)?))
+    }
+
+    /// The `mma.sync` of the warp on `a` and `b` (each lane loading its
+    /// fragments) and the lane's accumulators `acc`: the lane's results.
+    fn mma_call(
+        &mut self,
+        op: MmaOp,
+        lane: IntValue<'ctx>,
+        a: &Placed<'ctx>,
+        b: &Placed<'ctx>,
+        acc: Vec<BasicValueEnum<'ctx>>,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let frag = op.fragments();
         let mut args: Vec<BasicValueEnum<'ctx>> = Vec::new();
         for (tile, coords) in [(a, frag.a), (b, frag.b)] {
             if op.rounds_to_tf32() {
                 // One TF32 value (`cvt.rna.tf32.f32`) per register.
                 for &x in coords {
-                    let (r, col) = coord(self, x)?;
+                    let (r, col) = self.coord(lane, x)?;
                     let e = self.load_at(tile, r, col)?;
                     args.push(self.call(self.intrinsic("llvm.nvvm.f2tf32.rna", &[])?, &[e])?);
                 }
@@ -109,31 +173,139 @@ impl<'ctx> Gen<'ctx, '_> {
             for pair in coords.chunks(2) {
                 let mut v = VectorType::const_vector(&[self.cx.f16_type().const_zero(); 2]);
                 for (i, &x) in pair.iter().enumerate() {
-                    let (r, col) = coord(self, x)?;
+                    let (r, col) = self.coord(lane, x)?;
                     let e = self.load_at(tile, r, col)?;
                     v = self.b.build_insert_element(v, e, self.cx.i32_type().const_int(i as u64, false), "h")?;
                 }
                 args.push(v.into());
             }
         }
-        let mut places = Vec::new();
-        for &x in frag.c {
-            let (r, col) = coord(self, x)?;
-            args.push(self.load_at(c, r, col)?);
-            places.push((r, col));
-        }
+        let n = acc.len();
+        args.extend(acc);
         let name = match op {
             MmaOp::M16n8k16F16F32 => "llvm.nvvm.mma.m16n8k16.row.col.f32.f32",
             MmaOp::M16n8k8Tf32F32 => "llvm.nvvm.mma.m16n8k8.row.col.tf32",
         };
         let f = self.intrinsic(name, &[])?;
         let d = self.call(f, &args)?.into_struct_value();
-        for (i, &(r, col)) in places.iter().enumerate() {
-            let v = self.b.build_extract_value(d, i as u32, "d")?;
-            let p = self.element(c, r, col)?;
-            self.b.build_store(p, v)?;
+        (0..n).map(|i| Ok(self.b.build_extract_value(d, i as u32, "d")?)).collect()
+    }
+
+    /// A serial loop on the GPU whose body is only tensor-core operations
+    /// (in loops of known, small extents) accumulating into tiles that do
+    /// not move with it — the reduction loop of a warp's tiles: each
+    /// accumulator tile is loaded into registers before the loop, stays
+    /// there through it, and is stored after it, instead of a round trip
+    /// to memory per operation (which LLVM does not remove on its own).
+    /// Whether the loop was of that form (and so emitted).
+    pub(super) fn resident_accumulators(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        var: texc_compiler::tir::VarId,
+        lo: i64,
+        extent: i64,
+        body: &[Stmt],
+    ) -> R<bool> {
+        let Some(GpuKernel { thread_idx: Some(tid), .. }) = self.gpu else { return Ok(false) };
+        let lane = tid[0];
+        let mut found = Vec::new();
+        if extent < 2 || !mma_instances(body, &mut Vec::new(), &mut found) || found.is_empty() {
+            return Ok(false);
         }
-        Ok(())
+        let p = &self.f.p;
+        let involves = |e, v| texc_schedules::analysis::involves(p, e, v);
+        // Accumulators that do not move with the loop, in tensors the operands do not read.
+        let fixed = found.iter().all(|(_, m)| {
+            let Stmt::Mma { c, a, b, .. } = m else { return false };
+            !c.origin.iter().any(|&e| involves(e, var)) && c.tensor != a.tensor && c.tensor != b.tensor
+        });
+        if !fixed || found.len() > MAX_RESIDENT {
+            return Ok(false);
+        }
+        // Instances whose tile origin is the same expression of the same values share a slot.
+        let key = |binds: &[(texc_compiler::tir::VarId, i64)], m: &Stmt| -> Vec<(texc_compiler::tir::VarId, i64)> {
+            let Stmt::Mma { c, .. } = m else { unreachable!("mma instances") };
+            binds.iter().copied().filter(|&(v, _)| c.origin.iter().any(|&e| involves(e, v))).collect()
+        };
+        let keys: Vec<_> = found.iter().map(|(binds, m)| (key(binds, m), std::ptr::from_ref(*m))).collect();
+        let mut slots: Vec<(Vec<(texc_compiler::tir::VarId, i64)>, usize)> = Vec::new();
+        let mut slot_of = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let j = match slots.iter().position(|(sk, first)| keys[*first].1 == k.1 && *sk == k.0) {
+                Some(j) => j,
+                None => {
+                    slots.push((k.0.clone(), i));
+                    slots.len() - 1
+                }
+            };
+            slot_of.push(j);
+        }
+        let f32t = self.cx.f32_type();
+        let i64t = self.cx.i64_type();
+        let int = move |v: i64| i64t.const_int(v as u64, true);
+        let bind = move |fr: &mut Frame<'ctx>, binds: &[(texc_compiler::tir::VarId, i64)]| {
+            for &(v, x) in binds {
+                fr.vars.insert(v, int(x));
+            }
+        };
+        let unbind = |fr: &mut Frame<'ctx>, binds: &[(texc_compiler::tir::VarId, i64)]| {
+            for &(v, _) in binds {
+                fr.vars.remove(&v);
+            }
+        };
+        // Before the loop: every accumulator tile into registers.
+        let mut regs = Vec::new();
+        for &(_, first) in &slots {
+            let (binds, m) = &found[first];
+            let Stmt::Mma { op, c, .. } = m else { unreachable!("mma instances") };
+            bind(fr, binds);
+            let c = self.place(fr, c)?;
+            let places = self.c_places(*op, lane)?;
+            let mut r = Vec::new();
+            for &(row, col) in &places {
+                let slot = self.entry_alloca(fr.func, f32t.into())?;
+                let v = self.load_at(&c, row, col)?;
+                self.b.build_store(slot, v)?;
+                r.push(slot);
+            }
+            unbind(fr, binds);
+            regs.push(r);
+        }
+        let name = self.f.vars[var as usize].name.clone();
+        self.count(fr.func, &name, int(lo), int(lo + extent), &mut |g, i| {
+            fr.vars.insert(var, i);
+            for ((binds, m), &slot) in found.iter().zip(&slot_of) {
+                let Stmt::Mma { op, a, b, .. } = m else { unreachable!("mma instances") };
+                bind(fr, binds);
+                let (a, b) = (g.place(fr, a)?, g.place(fr, b)?);
+                let mut acc = Vec::new();
+                for &r in &regs[slot] {
+                    acc.push(g.b.build_load(f32t, r, "acc")?);
+                }
+                let d = g.mma_call(*op, lane, &a, &b, acc)?;
+                for (v, &r) in d.into_iter().zip(&regs[slot]) {
+                    g.b.build_store(r, v)?;
+                }
+                unbind(fr, binds);
+            }
+            Ok(())
+        })?;
+        fr.vars.remove(&var);
+        // After it: the tiles back to memory.
+        for (&(_, first), r) in slots.iter().zip(&regs) {
+            let (binds, m) = &found[first];
+            let Stmt::Mma { op, c, .. } = m else { unreachable!("mma instances") };
+            bind(fr, binds);
+            let c = self.place(fr, c)?;
+            let places = self.c_places(*op, lane)?;
+            for (&slot, &(row, col)) in r.iter().zip(&places) {
+                let v = self.b.build_load(f32t, slot, "acc")?;
+                let ptr = self.element(&c, row, col)?;
+                self.b.build_store(ptr, v)?;
+            }
+            unbind(fr, binds);
+        }
+        Ok(true)
     }
 
     /// `x` rounded to TF32 as `cvt.rna.tf32.f32` does: add half of the last

@@ -43,6 +43,7 @@ impl<'ctx> Gen<'ctx, '_> {
                     ForKind::Block(_) | ForKind::Thread(_) if self.gpu.is_some() => {
                         self.bound_loop(fr, *var, *lo, *extent, *kind, body)
                     }
+                    ForKind::Serial if self.resident_accumulators(fr, *var, *lo, *extent, body)? => Ok(()),
                     _ => self.serial_loop(fr, *var, int(*lo), int(*lo + *extent), body),
                 }
             }
