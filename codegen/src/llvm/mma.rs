@@ -9,7 +9,7 @@ use super::gpu::GpuKernel;
 use super::R;
 use crate::CodegenError;
 use inkwell::types::VectorType;
-use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
+use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue};
 use texc_schedules::ir::{Coord, ForKind, MmaOp, Stmt, Tile};
 
 /// Most tensor-core operations whose accumulators a loop keeps in
@@ -55,6 +55,20 @@ struct Placed<'ctx> {
     rows: usize,
     cols: usize,
     elem: texc_compiler::types::ElemType,
+    /// Whether each origin index is provably even.
+    even: Vec<bool>,
+}
+
+/// Whether `e` is even for every value of its variables.
+fn even(p: &texc_compiler::tir::Program, e: texc_compiler::tir::TExprId) -> bool {
+    use texc_compiler::ops::BinOp;
+    use texc_compiler::tir::TExpr;
+    match p.expr(e) {
+        TExpr::Int(k) => k % 2 == 0,
+        TExpr::Binary(BinOp::Mul, a, b) => even(p, *a) || even(p, *b),
+        TExpr::Binary(BinOp::Add | BinOp::Sub, a, b) => even(p, *a) && even(p, *b),
+        _ => false,
+    }
 }
 
 impl<'ctx> Gen<'ctx, '_> {
@@ -79,7 +93,8 @@ impl<'ctx> Gen<'ctx, '_> {
         for &i in &t.origin {
             origin.push(self.expr(fr, i, Mode::Scalar)?.into_int_value());
         }
-        Ok(Placed { base: fr.tensors[&t.tensor], origin, strides, rows, cols, elem })
+        let even = t.origin.iter().map(|&i| even(&self.f.p, i)).collect();
+        Ok(Placed { base: fr.tensors[&t.tensor], origin, strides, rows, cols, elem, even })
     }
 
     /// The address of element (r, c) of tile `t`.
@@ -169,8 +184,13 @@ impl<'ctx> Gen<'ctx, '_> {
                 }
                 continue;
             }
-            // Halves go in pairs, in register order.
+            // Halves go in pairs, in register order: one 32-bit load where
+            // the pair is adjacent in memory and provably 4-byte aligned.
             for pair in coords.chunks(2) {
+                if let Some(v) = self.pair_load(tile, lane, pair)? {
+                    args.push(v);
+                    continue;
+                }
                 let mut v = VectorType::const_vector(&[self.cx.f16_type().const_zero(); 2]);
                 for (i, &x) in pair.iter().enumerate() {
                     let (r, col) = self.coord(lane, x)?;
@@ -189,6 +209,35 @@ impl<'ctx> Gen<'ctx, '_> {
         let f = self.intrinsic(name, &[])?;
         let d = self.call(f, &args)?.into_struct_value();
         (0..n).map(|i| Ok(self.b.build_extract_value(d, i as u32, "d")?)).collect()
+    }
+
+    /// The two halves at `pair` as one aligned `<2 x half>` load, when they
+    /// are neighbours along the tile's contiguous columns and every term of
+    /// the first one's offset is even (device buffers and shared arrays are
+    /// at least 16-byte aligned, so an even offset in halves is 4-byte aligned).
+    fn pair_load(&self, t: &Placed<'ctx>, lane: IntValue<'ctx>, pair: &[Coord]) -> R<Option<BasicValueEnum<'ctx>>> {
+        let [x, y] = pair else { return Ok(None) };
+        let next = Coord { c0: x.c0 + 1, ..*x };
+        let contiguous = *y == next && t.strides[t.cols] == 1;
+        let aligned = (0..t.strides.len()).all(|d| {
+            let stride_even = t.strides[d] % 2 == 0;
+            if d == t.rows {
+                stride_even
+            } else if d == t.cols {
+                t.even[d] && [x.c0, x.cg, x.ct].iter().all(|k| k % 2 == 0)
+            } else {
+                stride_even || t.even[d]
+            }
+        });
+        if !contiguous || !aligned || t.elem != texc_compiler::types::ElemType::F16 {
+            return Ok(None);
+        }
+        let (r, c) = self.coord(lane, *x)?;
+        let p = self.element(t, r, c)?;
+        let ty = self.cx.f16_type().vec_type(2);
+        let v = self.b.build_load(ty, p, "pair")?;
+        v.as_instruction_value().expect("a load").set_alignment(4).map_err(super::llvm_err)?;
+        Ok(Some(v))
     }
 
     /// A serial loop on the GPU whose body is only tensor-core operations
