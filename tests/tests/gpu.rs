@@ -496,7 +496,7 @@ fn warp_tiles_keep_their_accumulators_in_registers() {
                    C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]));\n}\n";
     let (mut dpl, dp, df) = gpu_loops("hgemm.tex", default, &Bindings::default());
     assert!(error_vs_interp(&mut dpl, &dp, &df, 6) < 1e-5, "the default schedule");
-    for (mut pl, f, mmas, default) in [(pl, f, 8, false), (dpl, df, 16, true)] {
+    for (mut pl, f, mmas, default) in [(pl, f, 8, false), (dpl, df, 32, true)] {
         let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
         let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
         let label = kernel.find("$L__BB").expect("a loop");
