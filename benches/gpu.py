@@ -27,6 +27,7 @@ CASES = [
     # name, texc file, texc args, kind of peak, flops or None, bytes, torch setup
     ("hgemm 4096³ f16→f32 (default)", "examples/gemm_f16.tex", ["--shape", f"M={G},K={G},N={G}"],
      "fp16", 2 * G**3, None, "hgemm"),
+    ("hgemm 4096³ f16→f32 (shared, ldmatrix)", "benches/hgemm_shared.tex", [], "fp16", 2 * G**3, None, "hgemm"),
     ("tf32 gemm 4096³ (benches schedule)", "benches/gemm_tf32.tex", [], "tf32", 2 * G**3, None, "tf32"),
     ("conv 3×3 56²×64 b32 f16 (default)", "benches/conv_f16.tex", [], "fp16",
      2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),

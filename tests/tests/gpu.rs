@@ -510,6 +510,33 @@ fn warp_tiles_keep_their_accumulators_in_registers() {
     }
 }
 
+/// Operands staged in shared memory for tensor cores (benches/hgemm_shared.tex
+/// at sizes the tiles divide): the block's threads load slices of `A` and
+/// `B` between barriers, the warps take their fragments with `ldmatrix`
+/// (`.trans` for `B`), and the accumulators stay in registers through the
+/// `k` loop that holds the loads and barriers: `C` is read and written once.
+#[test]
+fn shared_tiles_feed_tensor_cores_through_ldmatrix() {
+    require_ptxas();
+    let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "benches/hgemm_shared.tex", None).expect("loads");
+    let b = Bindings {
+        shapes: [("M", 256), ("K", 96), ("N", 384)].iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        ..Default::default()
+    };
+    let p = texc_tests::specialize(&mut pl, k, &b);
+    let f = texc_tests::loops(&mut pl, k, &p);
+    assert!(error_vs_interp(&mut pl, &p, &f, 7) < 1e-5);
+    let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+    let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
+    assert!(kernel.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), "{kernel}");
+    assert!(kernel.contains("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16"), "{kernel}");
+    // 4×8 tiles of four accumulators per lane: loaded once, stored once.
+    assert_eq!(kernel.matches("ld.global.f32").count(), 128, "{kernel}");
+    assert_eq!(kernel.matches("st.global.f32").count(), 128, "{kernel}");
+    let (_, res) = texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "no spills: {res:?}");
+}
+
 /// Reductions over a block's threads (`bind S.r to thread.x`): every
 /// reduction operator, thread counts that divide the row and ones that do
 /// not, against the interpreter; and the default schedule's block per row.

@@ -25,6 +25,9 @@ pub(super) struct Frame<'ctx> {
     pub tensors: HashMap<TensorId, PointerValue<'ctx>>,
     pub scalars: Vec<BasicValueEnum<'ctx>>,
     pub vars: HashMap<VarId, IntValue<'ctx>>,
+    /// Inside a reduction loop whose tensor-core accumulators are kept in
+    /// registers ([`Resident`]).
+    pub resident: Option<super::mma::Resident<'ctx>>,
 }
 
 /// Scalar code, or vector code for loop `var` with `lanes` lanes under `mask`.
@@ -342,7 +345,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let scalars = self.f.p.scalars.iter().map(|_| next()).collect();
         let vars = vars.iter().map(|&v| (v, next().into_int_value())).collect();
         tensors.extend(locals.iter().map(|&t| (t, next().into_pointer_value())));
-        Frame { func, tensors, scalars, vars }
+        Frame { func, tensors, scalars, vars, resident: None }
     }
 
     /// A scalar's slot (an f64 or an i64, see `abi`) converted to its element type.

@@ -10,40 +10,80 @@ use super::R;
 use crate::CodegenError;
 use inkwell::types::VectorType;
 use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue};
+use inkwell::AddressSpace;
+use std::collections::{HashMap, HashSet};
+use texc_compiler::tir::{TensorId, VarId};
 use texc_schedules::ir::{Coord, ForKind, MmaOp, Stmt, Tile};
 
 /// Most tensor-core operations whose accumulators a loop keeps in
 /// registers (four f32 registers per lane each).
 const MAX_RESIDENT: usize = 32;
 
-/// The tensor-core operations of `body`, once per value of the loops around
-/// them (serial or unrolled, of known extent): whether `body` is only such
-/// loops and operations.
-fn mma_instances<'s>(
-    body: &'s [Stmt],
-    binds: &mut Vec<(texc_compiler::tir::VarId, i64)>,
-    out: &mut Vec<(Vec<(texc_compiler::tir::VarId, i64)>, &'s Stmt)>,
-) -> bool {
+/// A loop around a tensor-core operation, inside the loop being emitted.
+#[derive(Clone, Copy)]
+struct Around {
+    var: VarId,
+    lo: i64,
+    extent: i64,
+    kind: ForKind,
+}
+
+/// The tensor-core operations of `body` with the loops around each:
+/// whether none is under an `if` (their warps would diverge).
+fn mma_sites<'s>(body: &'s [Stmt], around: &mut Vec<Around>, out: &mut Vec<(Vec<Around>, &'s Stmt)>) -> bool {
     for s in body {
-        match s {
-            Stmt::Mma { .. } => out.push((binds.clone(), s)),
-            Stmt::For { var, lo, extent, kind: ForKind::Serial | ForKind::Unrolled, body } => {
-                for k in *lo..*lo + *extent {
-                    if out.len() > MAX_RESIDENT {
-                        return false;
-                    }
-                    binds.push((*var, k));
-                    let ok = mma_instances(body, binds, out);
-                    binds.pop();
-                    if !ok {
-                        return false;
-                    }
-                }
+        let ok = match s {
+            Stmt::Mma { .. } => {
+                out.push((around.clone(), s));
+                true
             }
-            _ => return false,
+            Stmt::For { var, lo, extent, kind, body } => {
+                around.push(Around { var: *var, lo: *lo, extent: *extent, kind: *kind });
+                let ok = mma_sites(body, around, out);
+                around.pop();
+                ok
+            }
+            Stmt::Alloc { body, .. } => mma_sites(body, around, out),
+            Stmt::If { then, .. } => {
+                let mut inner = Vec::new();
+                mma_sites(then, &mut Vec::new(), &mut inner) && inner.is_empty()
+            }
+            Stmt::Store { .. } | Stmt::Barrier => true,
+        };
+        if !ok {
+            return false;
         }
     }
     true
+}
+
+/// The variables of `e`.
+fn vars_of(p: &texc_compiler::tir::Program, e: texc_compiler::tir::TExprId) -> Vec<VarId> {
+    let mut out = Vec::new();
+    if let texc_compiler::tir::TExpr::Var(v) = p.expr(e) {
+        out.push(*v);
+    }
+    for c in p.children(e) {
+        out.extend(vars_of(p, c));
+    }
+    out
+}
+
+/// Whether a statement of `body` other than a tensor-core operation stores
+/// to or loads `t`.
+fn touches(p: &texc_compiler::tir::Program, body: &[Stmt], t: TensorId) -> bool {
+    let loads = |e| loads_tensor(p, e, t);
+    body.iter().any(|s| match s {
+        Stmt::For { body, .. } | Stmt::Alloc { body, .. } => touches(p, body, t),
+        Stmt::If { cond, then } => loads(*cond) || touches(p, then, t),
+        Stmt::Store { tensor, indices, value } => *tensor == t || loads(*value) || indices.iter().any(|&i| loads(i)),
+        Stmt::Barrier | Stmt::Mma { .. } => false,
+    })
+}
+
+fn loads_tensor(p: &texc_compiler::tir::Program, e: texc_compiler::tir::TExprId, t: TensorId) -> bool {
+    matches!(p.expr(e), texc_compiler::tir::TExpr::Load(x, _) if *x == t)
+        || p.children(e).into_iter().any(|c| loads_tensor(p, c, t))
 }
 
 /// A tile in memory: the tensor's base, the tile's origin, the tensor's strides.
@@ -55,8 +95,42 @@ struct Placed<'ctx> {
     rows: usize,
     cols: usize,
     elem: texc_compiler::types::ElemType,
-    /// Whether each origin index is provably even.
+    /// Whether each origin index is provably even, and a multiple of 8.
     even: Vec<bool>,
+    eight: Vec<bool>,
+    tensor: TensorId,
+    /// A shared-memory array of the block (the GPU, not the emulation).
+    shared: bool,
+}
+
+/// A reduction loop's tensor-core accumulators in registers: the tile of
+/// tensor `tensor` that each value of the unrolled `loops` involved in its
+/// origin names, as the lane's four registers (stack slots that SROA
+/// promotes).
+#[derive(Clone)]
+pub(super) struct Resident<'ctx> {
+    pub tensor: TensorId,
+    pub loops: HashSet<VarId>,
+    slots: HashMap<Vec<(VarId, u64)>, Vec<PointerValue<'ctx>>>,
+}
+
+/// Whether `e` is a multiple of `m` for every value of its variables.
+fn multiple_of(p: &texc_compiler::tir::Program, e: texc_compiler::tir::TExprId, m: i64) -> bool {
+    use texc_compiler::ops::BinOp;
+    use texc_compiler::tir::TExpr;
+    match p.expr(e) {
+        TExpr::Int(k) => k % m == 0,
+        TExpr::Binary(BinOp::Mul, a, b) => {
+            multiple_of(p, *a, m)
+                || multiple_of(p, *b, m)
+                || matches!((p.expr(*a), p.expr(*b)), (TExpr::Int(x), _) | (_, TExpr::Int(x)) if m % x == 0 && {
+                    let other = if matches!(p.expr(*a), TExpr::Int(_)) { *b } else { *a };
+                    multiple_of(p, other, m / x)
+                })
+        }
+        TExpr::Binary(BinOp::Add | BinOp::Sub, a, b) => multiple_of(p, *a, m) && multiple_of(p, *b, m),
+        _ => false,
+    }
 }
 
 /// Whether `e` is even for every value of its variables.
@@ -73,9 +147,15 @@ fn even(p: &texc_compiler::tir::Program, e: texc_compiler::tir::TExprId) -> bool
 
 impl<'ctx> Gen<'ctx, '_> {
     pub(super) fn mma(&mut self, fr: &mut Frame<'ctx>, op: MmaOp, c: &Tile, a: &Tile, b: &Tile) -> R<()> {
+        let c_tile = c;
         let [c, a, b] = [c, a, b].map(|t| self.place(fr, t));
         let (c, a, b) = (c?, a?, b?);
         match self.gpu {
+            Some(GpuKernel { thread_idx: Some(tid), .. })
+                if fr.resident.as_ref().is_some_and(|r| r.tensor == c.tensor) =>
+            {
+                self.mma_resident(fr, op, tid[0], c_tile, &a, &b)
+            }
             Some(GpuKernel { thread_idx: Some(tid), .. }) => self.mma_warp(op, tid[0], &c, &a, &b),
             Some(_) => self.mma_loops(fr, op, &c, &a, &b),
             None => Err(CodegenError::Unsupported("a tensor-core operation outside a GPU kernel".into())),
@@ -94,7 +174,20 @@ impl<'ctx> Gen<'ctx, '_> {
             origin.push(self.expr(fr, i, Mode::Scalar)?.into_int_value());
         }
         let even = t.origin.iter().map(|&i| even(&self.f.p, i)).collect();
-        Ok(Placed { base: fr.tensors[&t.tensor], origin, strides, rows, cols, elem, even })
+        let eight = t.origin.iter().map(|&i| multiple_of(&self.f.p, i, 8)).collect();
+        let shared = self.on_device() && self.f.shared.contains(&t.tensor);
+        Ok(Placed {
+            base: fr.tensors[&t.tensor],
+            origin,
+            strides,
+            rows,
+            cols,
+            elem,
+            even,
+            eight,
+            tensor: t.tensor,
+            shared,
+        })
     }
 
     /// The address of element (r, c) of tile `t`.
@@ -174,7 +267,13 @@ impl<'ctx> Gen<'ctx, '_> {
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let frag = op.fragments();
         let mut args: Vec<BasicValueEnum<'ctx>> = Vec::new();
-        for (tile, coords) in [(a, frag.a), (b, frag.b)] {
+        for (tile, coords, is_a) in [(a, frag.a, true), (b, frag.b, false)] {
+            if op == MmaOp::M16n8k16F16F32 {
+                if let Some(regs) = self.ldmatrix(tile, lane, is_a)? {
+                    args.extend(regs);
+                    continue;
+                }
+            }
             if op.rounds_to_tf32() {
                 // One TF32 value (`cvt.rna.tf32.f32`) per register.
                 for &x in coords {
@@ -211,6 +310,54 @@ impl<'ctx> Gen<'ctx, '_> {
         (0..n).map(|i| Ok(self.b.build_extract_value(d, i as u32, "d")?)).collect()
     }
 
+    /// The fragment of an m16n8k16 operand in shared memory by `ldmatrix`:
+    /// `A` (16×16, rows along `m`) as four 8×8 matrices, each lane giving
+    /// the address of one of their rows (lanes 8q..8q+7 the rows of matrix
+    /// q: rows 0–7 and 8–15 of columns 0–7, then of columns 8–15); `B`
+    /// (16×8, rows along `k`) as two, transposed on the way (`.trans`), so
+    /// that each lane receives the column pairs the operation takes. The
+    /// rows must be 16-byte aligned and contiguous: the tile's columns are
+    /// its tensor's last axis, its row stride a multiple of 8 halves, and
+    /// every other term of its origin a multiple of 8.
+    fn ldmatrix(&self, t: &Placed<'ctx>, lane: IntValue<'ctx>, is_a: bool) -> R<Option<Vec<BasicValueEnum<'ctx>>>> {
+        let aligned = (0..t.strides.len()).all(|d| {
+            if d == t.rows {
+                t.strides[d] % 8 == 0
+            } else if d == t.cols {
+                t.strides[d] == 1 && t.eight[d]
+            } else {
+                t.strides[d] % 8 == 0 || t.eight[d]
+            }
+        });
+        if !t.shared || !aligned || t.elem != texc_compiler::types::ElemType::F16 {
+            return Ok(None);
+        }
+        let i64t = self.cx.i64_type();
+        let k = |v: u64| i64t.const_int(v, false);
+        let (row, col, name, n) = if is_a {
+            let low = self.b.build_and(lane, k(7), "r")?;
+            let half = self.b.build_and(self.b.build_right_shift(lane, k(3), false, "q")?, k(1), "h")?;
+            let row = self.b.build_int_add(low, self.b.build_int_mul(half, k(8), "h8")?, "row")?;
+            let col = self.b.build_int_mul(self.b.build_right_shift(lane, k(4), false, "q2")?, k(8), "col")?;
+            (row, col, "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16", 4)
+        } else {
+            (self.b.build_and(lane, k(15), "row")?, k(0), "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.trans.b16", 2)
+        };
+        let p = self.element(t, row, col)?;
+        let shared = self.b.build_address_space_cast(p, self.cx.ptr_type(AddressSpace::from(3u16)), "smem")?;
+        // Overloaded on the pointer's address space (`.p3`).
+        let f = self.intrinsic(name, &[self.cx.ptr_type(AddressSpace::from(3u16)).into()])?;
+        let d = self.call(f, &[shared.into()])?.into_struct_value();
+        let ty = self.cx.f16_type().vec_type(2);
+        (0..n)
+            .map(|i| {
+                let r = self.b.build_extract_value(d, i, "m")?;
+                Ok(self.b.build_bit_cast(r, ty, "halves")?)
+            })
+            .collect::<R<Vec<_>>>()
+            .map(Some)
+    }
+
     /// The two halves at `pair` as one aligned `<2 x half>` load, when they
     /// are neighbours along the tile's contiguous columns and every term of
     /// the first one's offset is even (device buffers and shared arrays are
@@ -240,121 +387,186 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(Some(v))
     }
 
-    /// A serial loop on the GPU whose body is only tensor-core operations
-    /// (in loops of known, small extents) accumulating into tiles that do
-    /// not move with it — the reduction loop of a warp's tiles: each
-    /// accumulator tile is loaded into registers before the loop, stays
-    /// there through it, and is stored after it, instead of a round trip
-    /// to memory per operation (which LLVM does not remove on its own).
+    /// A serial loop on the GPU around tensor-core operations that
+    /// accumulate into tiles that do not move with it — the reduction loop
+    /// of a warp's tiles, with or without the block's loads of the operands
+    /// into shared memory and its barriers: each accumulator tile is loaded
+    /// into registers before the loop, stays there through it, and is
+    /// stored after it, instead of a round trip to memory per operation
+    /// (which LLVM does not remove on its own). The loops between it and the
+    /// operations are unrolled (of known extent: at most [`MAX_RESIDENT`]
+    /// tiles); the thread loops among them must span their block dimension.
     /// Whether the loop was of that form (and so emitted).
     pub(super) fn resident_accumulators(
         &mut self,
         fr: &mut Frame<'ctx>,
-        var: texc_compiler::tir::VarId,
+        var: VarId,
         lo: i64,
         extent: i64,
         body: &[Stmt],
     ) -> R<bool> {
-        let Some(GpuKernel { thread_idx: Some(tid), .. }) = self.gpu else { return Ok(false) };
-        let lane = tid[0];
-        let mut found = Vec::new();
-        if extent < 2 || !mma_instances(body, &mut Vec::new(), &mut found) || found.is_empty() {
+        let Some(GpuKernel { thread_idx: Some(tid), block, .. }) = self.gpu else { return Ok(false) };
+        if extent < 2 || fr.resident.is_some() {
+            return Ok(false);
+        }
+        let mut sites = Vec::new();
+        if !mma_sites(body, &mut Vec::new(), &mut sites) || sites.is_empty() {
             return Ok(false);
         }
         let p = &self.f.p;
-        let involves = |e, v| texc_schedules::analysis::involves(p, e, v);
-        // Accumulators that do not move with the loop, in tensors the operands do not read.
-        let fixed = found.iter().all(|(_, m)| {
+        let Stmt::Mma { c: first, .. } = sites[0].1 else { unreachable!("mma sites") };
+        let tensor = first.tensor;
+        let loops: HashSet<VarId> = sites
+            .iter()
+            .flat_map(|(around, _)| around.iter().filter(|l| !matches!(l.kind, ForKind::Thread(_))).map(|l| l.var))
+            .collect();
+        let fits = sites.iter().all(|(around, m)| {
             let Stmt::Mma { c, a, b, .. } = m else { return false };
-            !c.origin.iter().any(|&e| involves(e, var)) && c.tensor != a.tensor && c.tensor != b.tensor
+            let known = |v: VarId| v != var && (fr.vars.contains_key(&v) || around.iter().any(|l| l.var == v));
+            c.tensor == tensor
+                && a.tensor != tensor
+                && b.tensor != tensor
+                && c.origin.iter().all(|&e| vars_of(p, e).into_iter().all(known))
+                && around.iter().all(|l| match l.kind {
+                    ForKind::Thread(d) => l.lo == 0 && l.extent == block[d.index()],
+                    ForKind::Serial | ForKind::Unrolled => true,
+                    _ => false,
+                })
         });
-        if !fixed || found.len() > MAX_RESIDENT {
+        if !fits || touches(p, body, tensor) {
             return Ok(false);
         }
-        // Instances whose tile origin is the same expression of the same values share a slot.
-        let key = |binds: &[(texc_compiler::tir::VarId, i64)], m: &Stmt| -> Vec<(texc_compiler::tir::VarId, i64)> {
-            let Stmt::Mma { c, .. } = m else { unreachable!("mma instances") };
-            binds.iter().copied().filter(|&(v, _)| c.origin.iter().any(|&e| involves(e, v))).collect()
-        };
-        let keys: Vec<_> = found.iter().map(|(binds, m)| (key(binds, m), std::ptr::from_ref(*m))).collect();
-        let mut slots: Vec<(Vec<(texc_compiler::tir::VarId, i64)>, usize)> = Vec::new();
-        let mut slot_of = Vec::new();
-        for (i, k) in keys.iter().enumerate() {
-            let j = match slots.iter().position(|(sk, first)| keys[*first].1 == k.1 && *sk == k.0) {
-                Some(j) => j,
-                None => {
-                    slots.push((k.0.clone(), i));
-                    slots.len() - 1
+        // One slot per tile: the values of the unrolled loops its origin involves.
+        let mut keys: Vec<(usize, Vec<(VarId, u64)>)> = Vec::new();
+        for (si, (around, m)) in sites.iter().enumerate() {
+            let Stmt::Mma { c, .. } = m else { unreachable!("mma sites") };
+            let named: Vec<&Around> = around
+                .iter()
+                .filter(|l| !matches!(l.kind, ForKind::Thread(_)))
+                .filter(|l| c.origin.iter().any(|&e| texc_schedules::analysis::involves(p, e, l.var)))
+                .collect();
+            let mut combos: Vec<Vec<(VarId, u64)>> = vec![Vec::new()];
+            for l in named {
+                combos = combos
+                    .into_iter()
+                    .flat_map(|k| (l.lo..l.lo + l.extent).map(move |x| [k.clone(), vec![(l.var, x as u64)]].concat()))
+                    .collect();
+                if combos.len() > MAX_RESIDENT {
+                    return Ok(false);
                 }
-            };
-            slot_of.push(j);
+            }
+            for k in combos {
+                if !keys.iter().any(|(_, have)| *have == k) {
+                    keys.push((si, k));
+                }
+            }
         }
+        if keys.len() > MAX_RESIDENT {
+            return Ok(false);
+        }
+        let lane = tid[0];
         let f32t = self.cx.f32_type();
         let i64t = self.cx.i64_type();
-        let int = move |v: i64| i64t.const_int(v as u64, true);
-        let bind = move |fr: &mut Frame<'ctx>, binds: &[(texc_compiler::tir::VarId, i64)]| {
-            for &(v, x) in binds {
-                fr.vars.insert(v, int(x));
+        // Bind a site's thread loops to the thread and its unrolled loops to `key`.
+        let bind = |fr: &mut Frame<'ctx>, around: &[Around], key: &[(VarId, u64)]| {
+            for l in around {
+                if let ForKind::Thread(d) = l.kind {
+                    fr.vars.insert(l.var, tid[d.index()]);
+                }
+            }
+            for &(v, x) in key {
+                fr.vars.insert(v, i64t.const_int(x, false));
             }
         };
-        let unbind = |fr: &mut Frame<'ctx>, binds: &[(texc_compiler::tir::VarId, i64)]| {
-            for &(v, _) in binds {
-                fr.vars.remove(&v);
-            }
+        let unbind = |fr: &mut Frame<'ctx>, around: &[Around], key: &[(VarId, u64)]| {
+            around.iter().for_each(|l| {
+                fr.vars.remove(&l.var);
+            });
+            key.iter().for_each(|(v, _)| {
+                fr.vars.remove(v);
+            });
         };
-        // Before the loop: every accumulator tile into registers.
-        let mut regs = Vec::new();
-        for &(_, first) in &slots {
-            let (binds, m) = &found[first];
-            let Stmt::Mma { op, c, .. } = m else { unreachable!("mma instances") };
-            bind(fr, binds);
+        let mut slots = HashMap::new();
+        for (si, key) in &keys {
+            let (around, m) = &sites[*si];
+            let Stmt::Mma { op, c, .. } = m else { unreachable!("mma sites") };
+            bind(fr, around, key);
             let c = self.place(fr, c)?;
-            let places = self.c_places(*op, lane)?;
-            let mut r = Vec::new();
-            for &(row, col) in &places {
+            let mut regs = Vec::new();
+            for (row, col) in self.c_places(*op, lane)? {
                 let slot = self.entry_alloca(fr.func, f32t.into())?;
-                let v = self.load_at(&c, row, col)?;
-                self.b.build_store(slot, v)?;
-                r.push(slot);
+                self.b.build_store(slot, self.load_at(&c, row, col)?)?;
+                regs.push(slot);
             }
-            unbind(fr, binds);
-            regs.push(r);
+            unbind(fr, around, key);
+            slots.insert(key.clone(), regs);
         }
-        let name = self.f.vars[var as usize].name.clone();
-        self.count(fr.func, &name, int(lo), int(lo + extent), &mut |g, i| {
-            fr.vars.insert(var, i);
-            for ((binds, m), &slot) in found.iter().zip(&slot_of) {
-                let Stmt::Mma { op, a, b, .. } = m else { unreachable!("mma instances") };
-                bind(fr, binds);
-                let (a, b) = (g.place(fr, a)?, g.place(fr, b)?);
-                let mut acc = Vec::new();
-                for &r in &regs[slot] {
-                    acc.push(g.b.build_load(f32t, r, "acc")?);
-                }
-                let d = g.mma_call(*op, lane, &a, &b, acc)?;
-                for (v, &r) in d.into_iter().zip(&regs[slot]) {
-                    g.b.build_store(r, v)?;
-                }
-                unbind(fr, binds);
-            }
-            Ok(())
-        })?;
-        fr.vars.remove(&var);
-        // After it: the tiles back to memory.
-        for (&(_, first), r) in slots.iter().zip(&regs) {
-            let (binds, m) = &found[first];
-            let Stmt::Mma { op, c, .. } = m else { unreachable!("mma instances") };
-            bind(fr, binds);
+        fr.resident = Some(Resident { tensor, loops, slots });
+        let r = self.serial_loop(
+            fr,
+            var,
+            i64t.const_int(lo as u64, true),
+            i64t.const_int((lo + extent) as u64, true),
+            body,
+        );
+        let resident = fr.resident.take().expect("set above");
+        r?;
+        for (si, key) in &keys {
+            let (around, m) = &sites[*si];
+            let Stmt::Mma { op, c, .. } = m else { unreachable!("mma sites") };
+            bind(fr, around, key);
             let c = self.place(fr, c)?;
-            let places = self.c_places(*op, lane)?;
-            for (&slot, &(row, col)) in r.iter().zip(&places) {
+            for (&slot, (row, col)) in resident.slots[key].iter().zip(self.c_places(*op, lane)?) {
                 let v = self.b.build_load(f32t, slot, "acc")?;
                 let ptr = self.element(&c, row, col)?;
                 self.b.build_store(ptr, v)?;
             }
-            unbind(fr, binds);
+            unbind(fr, around, key);
         }
         Ok(true)
+    }
+
+    /// One operation inside a [`Resident`] loop: its accumulators from and
+    /// back to the registers of its tile.
+    fn mma_resident(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        op: MmaOp,
+        lane: IntValue<'ctx>,
+        c: &Tile,
+        a: &Placed<'ctx>,
+        b: &Placed<'ctx>,
+    ) -> R<()> {
+        let r = fr.resident.as_ref().expect("a resident loop");
+        let p = &self.f.p;
+        let mut key = Vec::new();
+        for &v in &r.loops {
+            if c.origin.iter().any(|&e| texc_schedules::analysis::involves(p, e, v)) {
+                let x = fr.vars[&v].get_zero_extended_constant().expect("unrolled loops are constants");
+                key.push((v, x));
+            }
+        }
+        key.sort_unstable();
+        let slots = r
+            .slots
+            .iter()
+            .find(|(k, _)| {
+                let mut k = (*k).clone();
+                k.sort_unstable();
+                k == key
+            })
+            .map(|(_, s)| s.clone())
+            .ok_or_else(|| CodegenError::Unsupported("a tensor-core tile without registers".into()))?;
+        let f32t = self.cx.f32_type();
+        let mut acc = Vec::new();
+        for &s in &slots {
+            acc.push(self.b.build_load(f32t, s, "acc")?);
+        }
+        let d = self.mma_call(op, lane, a, b, acc)?;
+        for (v, &s) in d.into_iter().zip(&slots) {
+            self.b.build_store(s, v)?;
+        }
+        Ok(())
     }
 
     /// `x` rounded to TF32 as `cvt.rna.tf32.f32` does: add half of the last

@@ -32,6 +32,18 @@ impl<'ctx> Gen<'ctx, '_> {
                         let lanes = *extent as u32;
                         self.stmts(fr, body, Mode::Vector { var: *var, base: *lo, lanes, mask: None })
                     }
+                    // The loops around tensor-core operations whose accumulators
+                    // are in registers: unrolled, so that each names its registers.
+                    ForKind::Serial | ForKind::Unrolled
+                        if fr.resident.as_ref().is_some_and(|r| r.loops.contains(var)) =>
+                    {
+                        for k in *lo..*lo + *extent {
+                            fr.vars.insert(*var, int(k));
+                            self.stmts(fr, body, mode)?;
+                        }
+                        fr.vars.remove(var);
+                        Ok(())
+                    }
                     ForKind::Unrolled if *extent <= 64 => {
                         for k in *lo..*lo + *extent {
                             fr.vars.insert(*var, int(k));
