@@ -497,9 +497,9 @@ fn block_per_element(ss: &mut StageSchedule) -> bool {
 /// Tiles of the tensor-core operation the default GPU schedule uses.
 const MMA: MmaOp = MmaOp::M16n8k16F16F32;
 
-/// A matrix product of f16 matrices into f32, `C[i, j] = sum[k](f32(A[i, k])
-/// * f32(B[k, j]))`, whose extents the tiles divide, on tensor cores: each
-/// warp computes a tile of up to 4×8 operations' tiles (64×64 of `C`, whose
+/// A matrix product of f16 matrices into f32,
+/// `C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]))`, whose extents the tiles
+/// divide, on tensor cores: each warp computes a tile of up to 4×8 operations' tiles (64×64 of `C`, whose
 /// accumulators stay in registers through the reduction: 128 per lane, and
 /// 1.45× the speed of 32×64 tiles at 4096³ on an H100), up to 2×2 warps per
 /// block, `k` in slices of 16. Whether the stage is one (and is now so

@@ -584,7 +584,8 @@ fn row_kernels_are_one_launch_a_block_per_row() {
         kernel ln(X: f32[N, D], g: f32[D], b: f32[D]) -> Y: f32[N, D] {\n    Y = layer_norm(X, g, b);\n}\n\
         kernel ln3(X: f32[B, N, D], g: f32[D], b: f32[D]) -> Y: f32[B, N, D] {\n    Y = layer_norm(X, g, b);\n}\n\
         kernel sm(X: f32[N, D]) -> Y: f32[N, D] {\n    Y = softmax(X);\n}\n";
-    let cases: [(&str, &str, Vec<(&str, i64)>); 5] = [
+    type Case = (&'static str, &'static str, Vec<(&'static str, i64)>);
+    let cases: [Case; 5] = [
         ("sm", "examples/softmax.tex", vec![("N", 7), ("D", 1000)]),
         ("ln", "", vec![("N", 5), ("D", 333)]),
         ("ln3", "", vec![("B", 2), ("N", 3), ("D", 65)]),
