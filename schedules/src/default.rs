@@ -305,12 +305,10 @@ fn gpu_schedule(p: &Program) -> Schedules {
             continue;
         }
         let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| !ss.ivs[l].reduce).collect();
-        let Some((&first, rest)) = spatial.split_first() else { continue };
-        let mut fused = first;
-        for &next in rest {
-            let name = format!("{}.{}", ss.ivs[fused].name, ss.ivs[next].name);
-            fused = ss.fuse(fused, next, (&name, span), span).expect("spatial loops come first, in order");
+        if spatial.is_empty() {
+            continue;
         }
+        let fused = fuse_all(ss, &spatial);
         let threads = GPU_THREADS.min(ss.ivs[fused].extent).max(1);
         let name = ss.ivs[fused].name.clone();
         let (b, t) = ss
@@ -399,29 +397,41 @@ fn reads_its_row(p: &Program, r: &Stage, t: TensorId, k: usize) -> bool {
     })
 }
 
+/// Fuse adjacent loops `leaves` (outer first, of one kind) into one.
+fn fuse_all(ss: &mut StageSchedule, leaves: &[usize]) -> usize {
+    let span = Span::default();
+    let mut fused = leaves[0];
+    for &next in &leaves[1..] {
+        let name = format!("{}.{}", ss.ivs[fused].name, ss.ivs[next].name);
+        fused = ss.fuse(fused, next, (&name, span), span).expect("adjacent loops of one kind");
+    }
+    fused
+}
+
+/// Split loop `leaf` over up to [`GPU_THREADS`] threads (whole warps),
+/// `thread.x` inside: consecutive threads take consecutive iterations.
+/// The outer loop and the threads' loop.
+fn over_threads(ss: &mut StageSchedule, leaf: usize) -> (usize, usize) {
+    let span = Span::default();
+    let threads = GPU_THREADS.min((ss.ivs[leaf].extent + 31) / 32 * 32);
+    let name = ss.ivs[leaf].name.clone();
+    let (o, t) =
+        ss.split(leaf, threads, (&format!("{name}.o"), span), (&format!("{name}.t"), span), span).expect("fresh");
+    ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("a loop of threads");
+    (o, t)
+}
+
 /// The owner of a row group: its row axes fused into one loop over blocks,
 /// the rest fused and split over the block's threads (consecutive threads
 /// take consecutive elements; each thread walks the row in strides).
 fn block_per_row(ss: &mut StageSchedule, rank: usize) {
     let span = Span::default();
     let leaves = ss.leaves.clone();
-    let fuse_all = |ss: &mut StageSchedule, leaves: &[usize]| -> usize {
-        let mut fused = leaves[0];
-        for &next in &leaves[1..] {
-            let name = format!("{}.{}", ss.ivs[fused].name, ss.ivs[next].name);
-            fused = ss.fuse(fused, next, (&name, span), span).expect("adjacent spatial loops");
-        }
-        fused
-    };
     let row = fuse_all(ss, &leaves[..rank]);
     let inner = fuse_all(ss, &leaves[rank..]);
-    let threads = GPU_THREADS.min((ss.ivs[inner].extent + 31) / 32 * 32);
-    let name = ss.ivs[inner].name.clone();
-    let (o, t) =
-        ss.split(inner, threads, (&format!("{name}.o"), span), (&format!("{name}.t"), span), span).expect("fresh");
+    let (o, t) = over_threads(ss, inner);
     ss.reorder(&[row, t, o], span).expect("the stage's leaves");
     ss.annotate(row, ForKind::Block(GpuDim::X), span).expect("spatial");
-    ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("spatial");
 }
 
 /// Attach the members of a row group at its owner's block loop; their
@@ -436,17 +446,9 @@ fn attach_row_group(p: &Program, s: &mut Schedules, g: &RowGroup) {
         trial.stages[q] = fresh.stages[q].clone();
         let ss = &mut trial.stages[q];
         let reduce: Vec<usize> = ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce).collect();
-        if let Some((&first, rest)) = reduce.split_first() {
-            let mut r = first;
-            for &next in rest {
-                let name = format!("{}.{}", ss.ivs[r].name, ss.ivs[next].name);
-                r = ss.fuse(r, next, (&name, span), span).expect("adjacent reduction loops");
-            }
-            let threads = GPU_THREADS.min((ss.ivs[r].extent + 31) / 32 * 32);
-            let name = ss.ivs[r].name.clone();
-            let (_, t) =
-                ss.split(r, threads, (&format!("{name}.o"), span), (&format!("{name}.t"), span), span).expect("fresh");
-            ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("a reduction over threads");
+        if !reduce.is_empty() {
+            let r = fuse_all(ss, &reduce);
+            over_threads(ss, r);
         }
         trial.attach[q] = Some(Attach { owner: g.owner, leaf, layout: None, shared: false, span });
     }
@@ -474,23 +476,12 @@ fn block_per_element(ss: &mut StageSchedule) -> bool {
     if reduce.is_empty() || length < LONG_REDUCTION || elements >= FEW_ELEMENTS {
         return false;
     }
-    let fuse_all = |ss: &mut StageSchedule, leaves: &[usize]| -> usize {
-        let mut fused = leaves[0];
-        for &next in &leaves[1..] {
-            let name = format!("{}.{}", ss.ivs[fused].name, ss.ivs[next].name);
-            fused = ss.fuse(fused, next, (&name, span), span).expect("adjacent loops of one kind");
-        }
-        fused
-    };
     if !spatial.is_empty() {
         let e = fuse_all(ss, &spatial);
         ss.annotate(e, ForKind::Block(GpuDim::X), span).expect("spatial");
     }
     let r = fuse_all(ss, &reduce);
-    let threads = GPU_THREADS.min((length + 31) / 32 * 32);
-    let name = ss.ivs[r].name.clone();
-    let (_, t) = ss.split(r, threads, (&format!("{name}.o"), span), (&format!("{name}.t"), span), span).expect("fresh");
-    ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("a reduction over threads");
+    over_threads(ss, r);
     true
 }
 

@@ -15,9 +15,12 @@ use std::collections::{HashMap, HashSet};
 use texc_compiler::tir::{TensorId, VarId};
 use texc_schedules::ir::{Coord, ForKind, MmaOp, Stmt, Tile};
 
-/// Most tensor-core operations whose accumulators a loop keeps in
-/// registers (four f32 registers per lane each).
+/// Most tensor-core tiles whose accumulators a loop keeps in registers
+/// (four f32 registers per lane each).
 const MAX_RESIDENT: usize = 32;
+
+/// Most copies of an operation that unrolling the loops around it makes.
+const MAX_UNROLLED: i64 = 128;
 
 /// A loop around a tensor-core operation, inside the loop being emitted.
 #[derive(Clone, Copy)]
@@ -433,7 +436,11 @@ impl<'ctx> Gen<'ctx, '_> {
                     _ => false,
                 })
         });
-        if !fits || touches(p, body, tensor) {
+        // The loops around each operation are unrolled: a bounded number of copies.
+        let copies = |around: &[Around]| -> i64 {
+            around.iter().filter(|l| !matches!(l.kind, ForKind::Thread(_))).map(|l| l.extent.max(1)).product()
+        };
+        if !fits || touches(p, body, tensor) || sites.iter().any(|(around, _)| copies(around) > MAX_UNROLLED) {
             return Ok(false);
         }
         // One slot per tile: the values of the unrolled loops its origin involves.
