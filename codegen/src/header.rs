@@ -23,6 +23,35 @@ fn macro_part(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
 }
 
+/// `macro_part` of each name, made distinct: names that differ only in
+/// case or punctuation (an ONNX model's `X` and `x`) get `_2`, `_3`, …
+/// after the first, in order.
+fn distinct_macro_parts<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut taken = std::collections::HashSet::new();
+    names
+        .into_iter()
+        .map(|n| {
+            let base = macro_part(n);
+            let mut m = base.clone();
+            let mut k = 2;
+            while !taken.insert(m.clone()) {
+                m = format!("{base}_{k}");
+                k += 1;
+            }
+            m
+        })
+        .collect()
+}
+
+/// A C identifier starting with `base` that is none of `taken`.
+fn fresh_ident(base: &str, taken: &std::collections::HashSet<String>) -> String {
+    let mut name = base.to_string();
+    while taken.contains(&name) {
+        name.push('_');
+    }
+    name
+}
+
 /// The header of one kernel's object.
 pub fn header(f: &LoopFunc, c: &CEntry, target: &str) -> String {
     header_of_many(&[(f, c)], target)
@@ -31,13 +60,13 @@ pub fn header(f: &LoopFunc, c: &CEntry, target: &str) -> String {
 /// The header of an object holding several kernels (`texc compile` with
 /// several): each kernel's sizes, status codes and entries, one guard.
 pub fn header_of_many(kernels: &[(&LoopFunc, &CEntry)], target: &str) -> String {
-    let names: Vec<String> = kernels.iter().map(|(f, _)| macro_part(&f.p.name)).collect();
+    let names = distinct_macro_parts(kernels.iter().map(|(f, _)| f.p.name.as_str()));
     let guard = format!("TEXC_{}_H", names.join("_"));
     let mut docs = Vec::new();
     let mut defines = Vec::new();
     let mut decls = Vec::new();
-    for (f, c) in kernels {
-        let k = kernel_part(f, c);
+    for ((f, c), kernel) in kernels.iter().zip(&names) {
+        let k = kernel_part(f, c, kernel);
         docs.push(k.docs);
         defines.push(k.defines);
         decls.push(k.decls);
@@ -57,9 +86,9 @@ struct KernelPart {
     decls: String,
 }
 
-fn kernel_part(f: &LoopFunc, c: &CEntry) -> KernelPart {
+/// The parts of kernel `f`'s header, its macros named `TEXC_{kernel}_...`.
+fn kernel_part(f: &LoopFunc, c: &CEntry, kernel: &str) -> KernelPart {
     let p = &f.p;
-    let kernel = macro_part(&p.name);
     let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
     let mut params = Vec::new();
     let mut docs = vec![format!(" * kernel {} [{}]", p.name, sizes.join(", "))];
@@ -68,19 +97,29 @@ fn kernel_part(f: &LoopFunc, c: &CEntry) -> KernelPart {
     let mut sized_params = Vec::new();
     let mut size_checks = Vec::new();
     let mut call_args = Vec::new();
-    for prm in &c.params {
+    let param_name = |prm: &CParam| match prm {
+        CParam::Tensor { t, .. } => p.tensor(*t).name.as_str(),
+        CParam::Scalar { s, .. } => p.scalars[*s as usize].name.as_str(),
+    };
+    // The sized entry's length parameters must not take a parameter's name
+    // (a tensor `x_len` beside a tensor `x`), nor the macros each other's.
+    let mut taken: std::collections::HashSet<String> = c.params.iter().map(|prm| param_name(prm).to_string()).collect();
+    let macros = distinct_macro_parts(c.params.iter().map(param_name));
+    for (prm, part) in c.params.iter().zip(&macros) {
         match prm {
             CParam::Tensor { t, output } => {
                 let d = p.tensor(*t);
                 let dims: Vec<String> = d.shape.iter().map(|x| x.to_string()).collect();
                 let q = if *output { "" } else { "const " };
+                let len = fresh_ident(&format!("{}_len", d.name), &taken);
+                taken.insert(len.clone());
                 params.push(format!("{q}{} *{}", c_type(d.elem), d.name));
-                sized_params.push(format!("{q}{} *{}, size_t {}_len", c_type(d.elem), d.name, d.name));
-                size_checks.push(format!("{}_len != TEXC_{kernel}_{}_SIZE", d.name, macro_part(&d.name)));
+                sized_params.push(format!("{q}{} *{}, size_t {len}", c_type(d.elem), d.name));
+                size_checks.push(format!("{len} != TEXC_{kernel}_{part}_SIZE"));
                 call_args.push(d.name.clone());
                 let role = if *output { "output" } else { "input" };
                 docs.push(format!(" *   {}: {}[{}], {role}, row-major", d.name, d.elem, dims.join("][")));
-                let prefix = format!("TEXC_{kernel}_{}", macro_part(&d.name));
+                let prefix = format!("TEXC_{kernel}_{part}");
                 consts.push(format!("#define {prefix}_RANK {}", d.shape.len()));
                 for (k, x) in d.shape.iter().enumerate() {
                     consts.push(format!("#define {prefix}_DIM{k} {x}"));
@@ -138,7 +177,9 @@ pub fn gpu_header(parts: &[GpuPart], target: &str) -> String {
             sizes.join(", ")
         ));
         let temps = g.f.live_temps();
-        for t in crate::abi::used_tensors(g.f) {
+        let used = crate::abi::used_tensors(g.f);
+        let macros = distinct_macro_parts(used.iter().map(|&t| p.tensor(t).name.as_str()));
+        for (&t, part) in used.iter().zip(&macros) {
             let d = p.tensor(t);
             let dims: Vec<String> = d.shape.iter().map(|x| x.to_string()).collect();
             let role = if p.outputs.contains(&t) {
@@ -155,7 +196,7 @@ pub fn gpu_header(parts: &[GpuPart], target: &str) -> String {
                 d.elem,
                 dims.join("][")
             ));
-            defines.push(format!("#define TEXC_{kernel}_{}_SIZE {}", macro_part(&d.name), d.len()));
+            defines.push(format!("#define TEXC_{kernel}_{part}_SIZE {}", d.len()));
         }
         for s in &p.scalars {
             docs.push(format!(" *   {}: {} scalar, passed as {}", s.name, s.elem, c_type(s.elem)));

@@ -207,3 +207,46 @@ fn tf32_kernels_are_checked_at_their_own_tolerance() {
     assert_eq!(o.status.code(), Some(1), "{}", err(&o));
     assert!(err(&o).contains("differs from the interpreter"), "{}", err(&o));
 }
+
+/// Tensors whose names differ only in case (`X`, `x`, as ONNX models have),
+/// and one named like another's length parameter (`x_len`): the header's
+/// macros and the sized entry's parameters are still distinct, so it
+/// compiles (warnings as errors) and the kernel runs from C.
+#[test]
+fn names_that_clash_in_c_get_distinct_macros_and_parameters() {
+    let dir = tmp("clash");
+    let src = dir.join("clash.tex");
+    std::fs::write(
+        &src,
+        "kernel clash(X: f32[N = 4], x: f32[N], x_len: f32[N]) -> Y: f32[N] {\n    Y[i] = X[i] + x[i] * x_len[i];\n}\n",
+    )
+    .expect("write");
+    let lib = dir.join("clash.so");
+    let o = texc(&["compile", src.to_str().expect("utf8"), "--target", "x86-avx2", "-o", lib.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let h = std::fs::read_to_string(dir.join("clash.h")).expect("header");
+    assert!(h.contains("#define TEXC_CLASH_X_SIZE 4") && h.contains("#define TEXC_CLASH_X_2_SIZE 4"), "{h}");
+    assert!(h.contains("size_t x_len_,") || h.contains("size_t x_len_)"), "a fresh length parameter:\n{h}");
+    let c = dir.join("main.c");
+    std::fs::write(
+        &c,
+        "#include \"clash.h\"\nint main(void) {\n    float a[4] = {1, 2, 3, 4}, b[4] = {1, 1, 1, 1}, c[4] = {2, 2, 2, 2}, y[4];\n    \
+         if (texc_clash_run_sized(a, TEXC_CLASH_X_SIZE, b, TEXC_CLASH_X_2_SIZE, c, TEXC_CLASH_X_LEN_SIZE, y,\n                             \
+         TEXC_CLASH_Y_SIZE))\n        return 1;\n    return y[3] == 6.0f ? 0 : 2;\n}\n",
+    )
+    .expect("write");
+    let exe = dir.join("clash");
+    let cc = Command::new("cc")
+        .args(["-Wall", "-Werror", "-I"])
+        .arg(&dir)
+        .arg(&c)
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("cc runs");
+    assert!(cc.status.success(), "{}\n{h}", String::from_utf8_lossy(&cc.stderr));
+    let run = Command::new(&exe).output().expect("runs");
+    assert_eq!(run.status.code(), Some(0), "Y = X + x * x_len");
+}
