@@ -533,9 +533,10 @@ impl Importer<'_> {
             return Err(format!("pads = {pad} leave no output"));
         };
         if let Some(shape) = a.ints("output_shape")? {
-            if shape[shape.len().saturating_sub(2)..] != [oh as i64, ow as i64] {
+            // The spatial shape only, as ONNX Runtime reads it (it refuses [N, C, H, W]).
+            if shape[..] != [oh as i64, ow as i64] {
                 return Err(format!(
-                    "output_shape = {shape:?}: only the shape the padding gives, [{oh}, {ow}], is supported"
+                    "output_shape = {shape:?}: only the spatial shape the padding gives, [{oh}, {ow}], is supported"
                 ));
             }
         }

@@ -170,6 +170,23 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
         "node `/c` (ConvTranspose): input [1, 2, 5, 5] and weight [3, 2, 3, 3]: only 2-D transposed convolution \
          (NCHW input, weight [C, K, R, S]) is supported"
     );
+    // ConvTranspose's output_shape is the spatial shape (as ONNX Runtime reads it).
+    let transposed = |shape: &[i64]| {
+        let mut m = cnn();
+        let g = m.graph.as_mut().expect("graph");
+        g.node[0].op_type = "ConvTranspose".into();
+        g.node[0].input[1] = "wt".into();
+        g.node[0].attribute.push(ints("output_shape", shape));
+        g.initializer.push(tensor("wt", &[2, 3, 3, 3], &[0.25; 54]));
+        import(&m).map(|_| ()).map_err(|e| e.to_string())
+    };
+    assert_eq!(transposed(&[5, 5]), Ok(()));
+    assert_eq!(
+        transposed(&[1, 3, 5, 5]),
+        Err("node `/c` (ConvTranspose): output_shape = [1, 3, 5, 5]: only the spatial shape the padding gives, \
+             [5, 5], is supported"
+            .into())
+    );
     // Resize forms that are refused rather than computed with other semantics.
     let resize = |opset: i64, inputs: &[&str], attrs: Vec<AttributeProto>| {
         let mut m = cnn();
