@@ -41,7 +41,7 @@ use texc_codegen::Compiled;
 use texc_compiler::interp::{self, Arg};
 use texc_compiler::rewrite::{self, Plan};
 use texc_compiler::target::{self, Target, TargetKind};
-use texc_compiler::tir::ProgramParam;
+use texc_compiler::tir::{ProgramParam, TensorId};
 use texc_compiler::{Bindings, KernelRef, Program, Session};
 use texc_grammar::diagnostic::render_all;
 use texc_grammar::{Diagnostic, Diagnostics};
@@ -794,11 +794,12 @@ impl Pipeline {
         known.extend(scalars.iter().cloned());
         let weights = self.folded_weights();
         self.fold(&mut built, &|n| weights.contains(n), &|n| known.contains_key(n))?;
-        let folded = self.constants(&files, &known)?;
         let loops = if self.options.target.is_compiled() { Some(self.loops(k, built.runs.clone())?) } else { None };
         let interpret = loops.is_none() || check;
-        let needed = run_memory(&built.written, loops.as_ref().map(|l| &l.legal), interpret);
+        let needed = run_memory(&built.written, loops.as_ref().map(|l| &l.legal), interpret)
+            .saturating_add(self.prologue.as_ref().map_or(0, prologue_memory));
         self.check_memory(needed)?;
+        let folded = self.constants(&files, &known)?;
         let given: Vec<String> = files.keys().cloned().collect();
         let mut args = interp::bind_args(&built.written, files, scalars, seed).map_err(Diagnostic::error)?;
         domain::into_domain(&built.written, &mut args, &given);
@@ -911,6 +912,18 @@ fn run_memory(written: &Program, compiled: Option<&LoopFunc>, interpret: bool) -
     total
 }
 
+/// Bytes the fold prologue adds to a run: the tensors it computes (its
+/// results, which the run keeps as inputs, and its temporaries), twice for
+/// the copies its compiled code takes.
+fn prologue_memory(prologue: &Program) -> u64 {
+    let computed: HashSet<TensorId> = prologue.stages.iter().map(|st| st.tensor).collect();
+    computed
+        .into_iter()
+        .map(|t| prologue.tensor(t))
+        .map(|d| (d.len().max(0) as u64).saturating_mul(d.elem.size() as u64).saturating_mul(2))
+        .fold(0u64, u64::saturating_add)
+}
+
 /// A `--scalar` value must suit its parameter: integers integral and in
 /// range, bools 0 or 1, and never a tensor.
 fn check_scalar(name: &str, v: f64, info: &texc_compiler::kernel::ParamInfo) -> Result<(), String> {
@@ -982,4 +995,23 @@ fn run_args(built: &Built, args: &[Arg], folded: Vec<(String, Tensor)>) -> Optio
 
 pub fn interpret(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, Error> {
     interp::run(p, args).map_err(|e| Diagnostic::error(e.to_string()).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The prologue's results and temporaries count towards a run's memory
+    /// (twice: the compiled code's copies); the constants it reads do not.
+    #[test]
+    fn prologue_memory_counts_what_the_prologue_computes() {
+        let src = "kernel k(X: f32[5, 7], W: f32[7, 3]) -> Y: f32[5, 3] {\n    \
+                   Wt[j, i] = W[i, j] * 2.0;\n    Y[i, j] = sum[k](X[i, k] * Wt[j, k]);\n}\n";
+        let mut pl = Pipeline::new(Options::new(target::lookup("interp").expect("registered")));
+        let m = pl.load_text("k.tex", src, None).expect("loads");
+        let k = pl.kernel(m, None).expect("one kernel");
+        let built = pl.program(k, &Bindings::default()).expect("specializes");
+        let split = texc_compiler::constants::split(&built.written, &|n| n == "W", &|_| false).expect("Wt folds");
+        assert_eq!(prologue_memory(&split.prologue), 2 * 7 * 3 * 4);
+    }
 }
