@@ -578,6 +578,17 @@ impl Pipeline {
         after(&self.options, &mut self.timings, Pass::Fold, t0, dump, verify)
     }
 
+    /// *fold* as [`Pipeline::prepare`] folds for a run with the scalars at
+    /// their defaults (for `analyze`): `built.runs` becomes the program that
+    /// runs on every call; the prologue computed once, if anything folded.
+    pub fn fold_for_analysis(&mut self, built: &mut Built) -> Result<Option<&Program>, Error> {
+        let weights = self.folded_weights();
+        let known: HashSet<String> =
+            built.written.scalars.iter().filter(|s| s.default.is_some()).map(|s| s.name.clone()).collect();
+        self.fold(built, &|n| weights.contains(n), &|n| known.contains(n))?;
+        Ok(self.prologue.as_ref())
+    }
+
     /// The constants the last *fold* split off, computed from `values` (the
     /// weights by name) and `scalars` (by name): each folded tensor by its
     /// parameter name in the program that runs. The prologue runs once, so

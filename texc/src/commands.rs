@@ -1152,6 +1152,18 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
     let k = kernel(pl, c)?;
     // The plan `run` would run, unless the graph as written is asked for.
     let built = pl.program(k, &bindings(c)?)?;
+    // A model's weight-only stages, which a run computes once (the fold pass).
+    let folded = if as_written {
+        None
+    } else {
+        let mut copy = texc_pipeline::Built {
+            written: built.written.clone(),
+            runs: built.runs.clone(),
+            plan: None,
+            kept_original: None,
+        };
+        pl.fold_for_analysis(&mut copy)?.cloned()
+    };
     let rewritten = built.plan.is_some() && built.kept_original.is_none();
     let p = if as_written || !rewritten { &built.written } else { &built.runs };
     let (roof, source, threads) = machine(t);
@@ -1204,6 +1216,31 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
         "",
         total_us
     );
+    if let Some(pro) = &folded {
+        let once = texc_compiler::cost::count(pro);
+        let (flops, bytes) = ((all.flops - once.flops).max(0.0), (moved - once.bytes).max(0.0));
+        let us = (flops / (roof.peak_gflops * 1e3)).max(bytes / (roof.bandwidth_gbs * 1e3));
+        outln!(
+            "  {:<36} {:>12.3} {:>12.1} {:>9} {:>8} {:>12}   ({} on the weights: the fold pass computes {} once)",
+            "  of which folded",
+            once.flops / 1e6,
+            once.bytes / 1e3,
+            "",
+            "",
+            "",
+            if pro.stages.len() == 1 { "1 stage".to_string() } else { format!("{} stages", pro.stages.len()) },
+            if pro.stages.len() == 1 { "it" } else { "them" },
+        );
+        outln!(
+            "  {:<36} {:>12.3} {:>12.1} {:>9.2} {:>8} {:>12.2}",
+            "total per call (without them)",
+            flops / 1e6,
+            bytes / 1e3,
+            flops / bytes.max(1.0),
+            "",
+            us
+        );
+    }
     let mut summary = texc_compiler::graph::summary(p);
     if !pl.model_inputs().is_empty() {
         // A model says which inputs are weights: its initializers, whatever reads them.

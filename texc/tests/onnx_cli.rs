@@ -257,4 +257,8 @@ fn analyze_counts_the_models_initializers_as_parameters() {
     let out = text(&o);
     let line = out.lines().find(|l| l.trim_start().starts_with("parameters")).expect("a parameters line");
     assert!(line.contains("1,059 (") && line.contains("shift_18 4"), "{line}");
+    // The weight-only stages (batch-norm folding) are computed once, apart from the per-call total.
+    assert!(out.contains("of which folded") && out.contains("total per call (without them)"), "{out}");
+    let o = texc(&["analyze", &onnx, "--target", "x86-avx2", "--as-written"]);
+    assert!(o.status.success() && !text(&o).contains("of which folded"), "{}", text(&o));
 }
