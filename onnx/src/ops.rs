@@ -77,6 +77,15 @@ impl Importer<'_> {
             "ConvTranspose" => self.conv_transpose(n),
             "Attention" => self.attention(n),
             "Expand" => self.expand(n),
+            "Equal" => self.logical(n, 2, |a| format!("{} == {}", a[0], a[1])),
+            "Greater" => self.logical(n, 2, |a| format!("{} > {}", a[0], a[1])),
+            "GreaterOrEqual" => self.logical(n, 2, |a| format!("{} >= {}", a[0], a[1])),
+            "Less" => self.logical(n, 2, |a| format!("{} < {}", a[0], a[1])),
+            "LessOrEqual" => self.logical(n, 2, |a| format!("{} <= {}", a[0], a[1])),
+            "And" => self.logical(n, 2, |a| format!("{} && {}", a[0], a[1])),
+            "Or" => self.logical(n, 2, |a| format!("{} || {}", a[0], a[1])),
+            "Not" => self.logical(n, 1, |a| format!("!{}", a[0])),
+            "Where" => self.logical(n, 3, |a| format!("select({}, {}, {})", a[0], a[1], a[2])),
             other => Err(format!("operator `{other}` is not supported")),
         }
     }
@@ -353,6 +362,23 @@ impl Importer<'_> {
         let v = vars("i", shape.len());
         let rhs = format!("{} {op} {}", self.broadcast_access(x, &v)?, self.broadcast_access(y, &v)?);
         self.emit_def(out, shape, rhs)
+    }
+
+    /// Comparisons, logic and `Where`: the result of `rhs` over the inputs'
+    /// accesses, element by element, the inputs broadcast as NumPy does.
+    /// (Their boolean results are temporaries of the kernel.)
+    fn logical(&mut self, n: &NodeProto, arity: usize, rhs: impl Fn(&[String]) -> String) -> R {
+        Attrs::new(n, &[])?;
+        let ins = self.inputs(n, arity, arity)?;
+        let ids: Vec<ValueId> = (0..arity).map(|i| Self::required(&ins, i)).collect::<R<_>>()?;
+        let out = self.output(n)?;
+        let mut shape = self.shape(ids[0]).to_vec();
+        for &id in &ids[1..] {
+            shape = broadcast(&shape, self.shape(id))?;
+        }
+        let v = vars("i", shape.len());
+        let access: Vec<String> = ids.iter().map(|&id| self.broadcast_access(id, &v)).collect::<R<_>>()?;
+        self.emit_def(out, shape, rhs(&access))
     }
 
     /// `Expand`: the input broadcast (both ways, as NumPy) with a constant shape.

@@ -168,7 +168,8 @@ def encoder(size, seed):
 def small(size, seed):
     """Operators the big models do not use: asymmetric padding, strides and
     dilation, average pooling, Concat, ReduceMean, Pow/Sqrt, Sigmoid, Tanh,
-    LeakyRelu, HardSwish, broadcasting Sub, Squeeze/Unsqueeze, MatMul of matrices."""
+    LeakyRelu, HardSwish, broadcasting Sub, Squeeze/Unsqueeze, MatMul of
+    matrices, comparisons, And/Or/Not and Where."""
     b = Builder(seed)
     x = b.conv("x", 3, 8, 3, stride=2, pads=[0, 1, 1, 0], bias=True)
     x = b.op("LeakyRelu", [x], alpha=0.1)
@@ -183,6 +184,13 @@ def small(size, seed):
     x = b.op("ReduceMax", [x], axes=[2, 3], keepdims=1)
     x = b.op("Squeeze", [x, b.const("axes", np.array([2, 3], np.int64))])
     x = b.op("MatMul", [x, b.weight("m", [24, 10])])
+    # Comparisons and logic feeding Where (attention masks do this).
+    f = lambda v: b.const("c", np.float32(v))  # noqa: E731
+    pos = b.op("Greater", [x, f(0.5)])
+    inside = b.op("And", [b.op("GreaterOrEqual", [x, f(-100.0)]), b.op("LessOrEqual", [x, f(100.0)])])
+    keep = b.op("And", [b.op("Or", [pos, b.op("Not", [b.op("Less", [x, f(100.0)])])]), inside])
+    keep = b.op("And", [keep, b.op("Equal", [x, x])])
+    x = b.op("Where", [keep, x, b.op("Mul", [x, f(0.1)])])
     x = b.op("Unsqueeze", [x, b.const("axes", np.array([1], np.int64))])
     b.op("Softmax", [x], axis=-1)
     return b.model([1, 3, size, size], rename_output(b, "y"), [1, 1, 10])
