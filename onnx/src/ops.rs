@@ -86,6 +86,10 @@ impl Importer<'_> {
             "Or" => self.logical(n, 2, |a| format!("{} || {}", a[0], a[1])),
             "Not" => self.logical(n, 1, |a| format!("!{}", a[0])),
             "Where" => self.logical(n, 3, |a| format!("select({}, {}, {})", a[0], a[1], a[2])),
+            // Constant ranges fold at import (`fold_range`); a computed one has a data-dependent length.
+            "Range" => {
+                Err("start, limit and delta must be constants: a computed range's length depends on data".into())
+            }
             other => Err(format!("operator `{other}` is not supported")),
         }
     }
@@ -1691,7 +1695,7 @@ impl Importer<'_> {
         if op == "ConstantOfShape" {
             return self.fold_constant_of_shape(n).map(|()| true);
         }
-        let foldable = ["Concat", "Gather", "Slice", "Cast", "Add", "Sub", "Mul", "Div"];
+        let foldable = ["Concat", "Gather", "Slice", "Cast", "Add", "Sub", "Mul", "Div", "Range"];
         let ins: Vec<Option<ValueId>> = n.input.iter().map(|i| self.by_name.get(i).copied()).collect();
         let all_constant = !ins.is_empty()
             && ins
@@ -1706,7 +1710,52 @@ impl Importer<'_> {
             // Integer arithmetic only: f32 arithmetic is left to the kernel, which rounds as texc does.
             "Add" | "Sub" | "Mul" | "Div" if data_is_int => self.fold_arithmetic(n).map(|()| true),
             "Concat" | "Gather" | "Slice" | "Cast" => self.fold_layout(n).map(|()| true),
+            "Range" => self.fold_range(n).map(|()| true),
             _ => Ok(false),
+        }
+    }
+
+    /// `Range(start, limit, delta)` of constants: its values (integers, or
+    /// f32 as ONNX computes them, `start + i * delta`).
+    fn fold_range(&mut self, n: &NodeProto) -> R {
+        Attrs::new(n, &[])?;
+        let ins = self.inputs(n, 3, 3)?;
+        let ids: Vec<ValueId> = (0..3).map(|i| Self::required(&ins, i)).collect::<R<_>>()?;
+        let out = self.output(n)?;
+        let scalar = |id: ValueId, what: &str| -> R<Values> {
+            let v = self.constant(id).ok_or_else(|| format!("{what} must be a constant"))?;
+            if v.len() != 1 {
+                return Err(format!("{what} must be a single value"));
+            }
+            Ok(v.clone())
+        };
+        let (start, limit, delta) = (scalar(ids[0], "start")?, scalar(ids[1], "limit")?, scalar(ids[2], "delta")?);
+        const MAX: f64 = (1u64 << 24) as f64;
+        let one = |v: &Values| v.as_i64().map(|x| x[0]);
+        match (one(&start), one(&limit), one(&delta)) {
+            (Some(s), Some(l), Some(d)) => {
+                if d == 0 {
+                    return Err("delta = 0: the range would not end".into());
+                }
+                let count = ((l as f64 - s as f64) / d as f64).ceil().max(0.0);
+                if count > MAX {
+                    return Err(format!("{count} elements: at most 2^24 are supported"));
+                }
+                let v: Vec<i64> = (0..count as i64).map(|i| s + i * d).collect();
+                self.add(out, vec![v.len()], Some(Values::I64(v))).map(|_| ())
+            }
+            _ => {
+                let (s, l, d) = (start.as_f64()[0], limit.as_f64()[0], delta.as_f64()[0]);
+                if d == 0.0 || !(s.is_finite() && l.is_finite() && d.is_finite()) {
+                    return Err(format!("start {s}, limit {l}, delta {d}: the range would not end"));
+                }
+                let count = ((l - s) / d).ceil().max(0.0);
+                if count > MAX {
+                    return Err(format!("{count} elements: at most 2^24 are supported"));
+                }
+                let v: Vec<f32> = (0..count as usize).map(|i| (s as f32) + (i as f32) * (d as f32)).collect();
+                self.add(out, vec![v.len()], Some(Values::F32(v))).map(|_| ())
+            }
         }
     }
 

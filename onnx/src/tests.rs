@@ -170,6 +170,29 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
         "node `/c` (ConvTranspose): input [1, 2, 5, 5] and weight [3, 2, 3, 3]: only 2-D transposed convolution \
          (NCHW input, weight [C, K, R, S]) is supported"
     );
+    // Range folds when its inputs are constants; a computed one is refused.
+    let ranged = |limit: &str| {
+        let mut m = cnn();
+        let g = m.graph.as_mut().expect("graph");
+        g.node[5].input[0] = "d2".into();
+        g.node.insert(5, node("Range", &["zero", limit, "one"], "rng", vec![]));
+        g.node.insert(6, node("Add", &["d", "rng"], "d2", vec![]));
+        g.initializer.push(tensor("zero", &[], &[0.0]));
+        g.initializer.push(tensor("four", &[], &[4.0]));
+        g.initializer.push(tensor("one", &[], &[1.0]));
+        import(&m).map(|i| i.source).map_err(|e| e.to_string())
+    };
+    let text = ranged("four").expect("a constant range folds");
+    assert!(!text.contains("Range") && text.contains("d2"), "{text}");
+    let mut m = cnn();
+    let g = m.graph.as_mut().expect("graph");
+    g.node.insert(5, node("Range", &["zero", "x", "one"], "rng", vec![]));
+    g.initializer.push(tensor("zero", &[], &[0.0]));
+    g.initializer.push(tensor("one", &[], &[1.0]));
+    assert_eq!(
+        err(m),
+        "node `/rng` (Range): start, limit and delta must be constants: a computed range's length depends on data"
+    );
     // ConvTranspose's output_shape is the spatial shape (as ONNX Runtime reads it).
     let transposed = |shape: &[i64]| {
         let mut m = cnn();

@@ -169,7 +169,7 @@ def small(size, seed):
     """Operators the big models do not use: asymmetric padding, strides and
     dilation, average pooling, Concat, ReduceMean, Pow/Sqrt, Sigmoid, Tanh,
     LeakyRelu, HardSwish, broadcasting Sub, Squeeze/Unsqueeze, MatMul of
-    matrices, comparisons, And/Or/Not and Where."""
+    matrices, comparisons, And/Or/Not, Where and a constant Range."""
     b = Builder(seed)
     x = b.conv("x", 3, 8, 3, stride=2, pads=[0, 1, 1, 0], bias=True)
     x = b.op("LeakyRelu", [x], alpha=0.1)
@@ -191,6 +191,7 @@ def small(size, seed):
     keep = b.op("And", [b.op("Or", [pos, b.op("Not", [b.op("Less", [x, f(100.0)])])]), inside])
     keep = b.op("And", [keep, b.op("Equal", [x, x])])
     x = b.op("Where", [keep, x, b.op("Mul", [x, f(0.1)])])
+    x = b.op("Add", [x, b.op("Mul", [b.op("Range", [f(0.0), f(10.0), f(1.0)]), f(0.01)])])
     x = b.op("Unsqueeze", [x, b.const("axes", np.array([1], np.int64))])
     b.op("Softmax", [x], axis=-1)
     return b.model([1, 3, size, size], rename_output(b, "y"), [1, 1, 10])
