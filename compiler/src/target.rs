@@ -165,7 +165,8 @@ pub enum TargetError {
 }
 
 const CPU_LOOPS: &[LoopKind] = &[LoopKind::Serial, LoopKind::Parallel, LoopKind::Vectorized, LoopKind::Unrolled];
-const GPU_LOOPS: &[LoopKind] = &[LoopKind::Serial, LoopKind::Unrolled, LoopKind::GpuBlock, LoopKind::GpuThread];
+const GPU_LOOPS: &[LoopKind] =
+    &[LoopKind::Serial, LoopKind::Unrolled, LoopKind::Vectorized, LoopKind::GpuBlock, LoopKind::GpuThread];
 const CPU_SCOPES: &[MemScope] = &[MemScope::Global, MemScope::Local];
 const GPU_SCOPES: &[MemScope] = &[MemScope::Global, MemScope::Local, MemScope::Shared];
 const X86_TRIPLE: &str = "x86_64-unknown-linux-gnu";

@@ -537,6 +537,32 @@ fn shared_tiles_feed_tensor_cores_through_ldmatrix() {
     assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "no spills: {res:?}");
 }
 
+/// `vectorize` on a GPU: a thread's contiguous elements are one access of
+/// up to 16 bytes where the first one's offset is provably aligned (8
+/// halves in, 2×4 floats out), else element by element; the same results
+/// as the interpreter either way.
+#[test]
+fn vectorized_gpu_accesses_are_16_bytes_where_aligned() {
+    require_ptxas();
+    let src = |shift: &str| {
+        format!(
+            "kernel cp(A: f16[M = 16, K = 72]) -> B: f32[M, 64] {{\n    B[i, k] = f32(A[i, k{shift}]) * 2.0;\n}}\n\
+             schedule cp for nvptx-sm90 {{\n    split B.k by 8 -> (ko, kv);\n    bind B.i to block.x;\n    \
+             bind B.ko to thread.x;\n    vectorize B.kv;\n}}\n"
+        )
+    };
+    for (shift, wide_loads) in [("", true), (" + 1", false), (" + 8", true)] {
+        let text = src(shift);
+        texc_tests::check_text("cp.tex", &text).unwrap_or_else(|e| panic!("{e}"));
+        let (mut pl, p, f) = gpu_loops("cp.tex", &text, &Bindings::default());
+        assert_eq!(error_vs_interp(&mut pl, &p, &f, 3), 0.0, "A[i, k{shift}]");
+        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        assert_eq!(ptx.contains("ld.global.nc.v4.u32"), wide_loads, "A[i, k{shift}]:\n{ptx}");
+        assert!(ptx.contains("st.global.v4.f32"), "the output's offsets are aligned:\n{ptx}");
+        texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
 /// Reductions over a block's threads (`bind S.r to thread.x`): every
 /// reduction operator, thread counts that divide the row and ones that do
 /// not, against the interpreter; and the default schedule's block per row.

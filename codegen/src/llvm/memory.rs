@@ -38,6 +38,33 @@ impl<'ctx> Gen<'ctx, '_> {
         })
     }
 
+    /// The alignment of a contiguous vector access to `t` at `idx` whose
+    /// lane 0 is at `var = base`: on the GPU, where a vector access wider
+    /// than its alignment is split into element accesses, the vector's size
+    /// (at most 16 bytes, the widest access) when its offset provably allows
+    /// it (device buffers and shared arrays are 16-byte aligned); else an element.
+    fn vector_alignment(&self, t: TensorId, idx: &[TExprId], var: VarId, base: i64, lanes: u32) -> u32 {
+        let d = self.f.p.tensor(t);
+        let elem = d.elem.size() as u32;
+        let bytes = (elem * lanes).min(16);
+        if !self.on_device() || !lanes.is_power_of_two() || d.elem == ElemType::Bool || bytes <= elem {
+            return elem;
+        }
+        // Aligned to `bytes`: the first lane's offset a multiple of this many elements.
+        let l = (bytes / elem) as i64;
+        let mut stride = 1i64;
+        let mut aligned = true;
+        for (k, &e) in idx.iter().enumerate().rev() {
+            aligned &= stride % l == 0 || multiple_of(&self.f.p, e, l, Some((var, base)));
+            stride *= d.shape.get(k).copied().unwrap_or(1);
+        }
+        if aligned {
+            bytes
+        } else {
+            elem
+        }
+    }
+
     pub(super) fn load(
         &mut self,
         fr: &mut Frame<'ctx>,
@@ -67,7 +94,8 @@ impl<'ctx> Gen<'ctx, '_> {
                         match mask {
                             None => {
                                 let ld = self.b.build_load(vt, p, "vld")?;
-                                ld.as_instruction_value().expect("load").set_alignment(align).map_err(llvm_err)?;
+                                let al = self.vector_alignment(t, idx, var, base, lanes);
+                                ld.as_instruction_value().expect("load").set_alignment(al).map_err(llvm_err)?;
                                 ld
                             }
                             Some(m) => {
@@ -283,7 +311,7 @@ impl<'ctx> Gen<'ctx, '_> {
                     match mask {
                         None => {
                             let st = self.b.build_store(p, v)?;
-                            st.set_alignment(align).map_err(llvm_err)?;
+                            st.set_alignment(self.vector_alignment(t, idx, var, base, lanes)).map_err(llvm_err)?;
                         }
                         Some(m) => {
                             let f = self.intrinsic("llvm.masked.store", &[vt.into(), p.get_type().into()])?;
@@ -312,5 +340,27 @@ impl<'ctx> Gen<'ctx, '_> {
             Some(a) => self.b.build_and(a, b, "mask")?,
             None => b,
         })
+    }
+}
+
+/// Whether `e` is a multiple of `m` for every value of its variables, `var`
+/// taking the value `base` (the first lane of a vector) where `lane0` names it.
+pub(super) fn multiple_of(p: &texc_compiler::tir::Program, e: TExprId, m: i64, lane0: Option<(VarId, i64)>) -> bool {
+    use texc_compiler::tir::TExpr;
+    if m == 1 {
+        return true;
+    }
+    match p.expr(e) {
+        TExpr::Int(k) => k % m == 0,
+        TExpr::Var(v) => lane0.is_some_and(|(var, base)| *v == var && base % m == 0),
+        TExpr::Binary(BinOp::Mul, a, b) => {
+            let factor = |x: TExprId, y: TExprId| match p.expr(x) {
+                TExpr::Int(k) if *k != 0 && m % k == 0 => multiple_of(p, y, m / k, lane0),
+                _ => false,
+            };
+            multiple_of(p, *a, m, lane0) || multiple_of(p, *b, m, lane0) || factor(*a, *b) || factor(*b, *a)
+        }
+        TExpr::Binary(BinOp::Add | BinOp::Sub, a, b) => multiple_of(p, *a, m, lane0) && multiple_of(p, *b, m, lane0),
+        _ => false,
     }
 }

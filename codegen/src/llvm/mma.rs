@@ -117,25 +117,6 @@ pub(super) struct Resident<'ctx> {
     slots: HashMap<Vec<(VarId, u64)>, Vec<PointerValue<'ctx>>>,
 }
 
-/// Whether `e` is a multiple of `m` for every value of its variables.
-fn multiple_of(p: &texc_compiler::tir::Program, e: texc_compiler::tir::TExprId, m: i64) -> bool {
-    use texc_compiler::ops::BinOp;
-    use texc_compiler::tir::TExpr;
-    match p.expr(e) {
-        TExpr::Int(k) => k % m == 0,
-        TExpr::Binary(BinOp::Mul, a, b) => {
-            multiple_of(p, *a, m)
-                || multiple_of(p, *b, m)
-                || matches!((p.expr(*a), p.expr(*b)), (TExpr::Int(x), _) | (_, TExpr::Int(x)) if m % x == 0 && {
-                    let other = if matches!(p.expr(*a), TExpr::Int(_)) { *b } else { *a };
-                    multiple_of(p, other, m / x)
-                })
-        }
-        TExpr::Binary(BinOp::Add | BinOp::Sub, a, b) => multiple_of(p, *a, m) && multiple_of(p, *b, m),
-        _ => false,
-    }
-}
-
 /// Whether `e` is even for every value of its variables.
 fn even(p: &texc_compiler::tir::Program, e: texc_compiler::tir::TExprId) -> bool {
     use texc_compiler::ops::BinOp;
@@ -177,7 +158,7 @@ impl<'ctx> Gen<'ctx, '_> {
             origin.push(self.expr(fr, i, Mode::Scalar)?.into_int_value());
         }
         let even = t.origin.iter().map(|&i| even(&self.f.p, i)).collect();
-        let eight = t.origin.iter().map(|&i| multiple_of(&self.f.p, i, 8)).collect();
+        let eight = t.origin.iter().map(|&i| super::memory::multiple_of(&self.f.p, i, 8, None)).collect();
         let shared = self.on_device() && self.f.shared.contains(&t.tensor);
         Ok(Placed {
             base: fr.tensors[&t.tensor],
