@@ -117,18 +117,6 @@ pub(super) struct Resident<'ctx> {
     slots: HashMap<Vec<(VarId, u64)>, Vec<PointerValue<'ctx>>>,
 }
 
-/// Whether `e` is even for every value of its variables.
-fn even(p: &texc_compiler::tir::Program, e: texc_compiler::tir::TExprId) -> bool {
-    use texc_compiler::ops::BinOp;
-    use texc_compiler::tir::TExpr;
-    match p.expr(e) {
-        TExpr::Int(k) => k % 2 == 0,
-        TExpr::Binary(BinOp::Mul, a, b) => even(p, *a) || even(p, *b),
-        TExpr::Binary(BinOp::Add | BinOp::Sub, a, b) => even(p, *a) && even(p, *b),
-        _ => false,
-    }
-}
-
 impl<'ctx> Gen<'ctx, '_> {
     pub(super) fn mma(&mut self, fr: &mut Frame<'ctx>, op: MmaOp, c: &Tile, a: &Tile, b: &Tile) -> R<()> {
         let c_tile = c;
@@ -157,7 +145,7 @@ impl<'ctx> Gen<'ctx, '_> {
         for &i in &t.origin {
             origin.push(self.expr(fr, i, Mode::Scalar)?.into_int_value());
         }
-        let even = t.origin.iter().map(|&i| even(&self.f.p, i)).collect();
+        let even = t.origin.iter().map(|&i| super::memory::multiple_of(&self.f.p, i, 2, None)).collect();
         let eight = t.origin.iter().map(|&i| super::memory::multiple_of(&self.f.p, i, 8, None)).collect();
         let shared = self.on_device() && self.f.shared.contains(&t.tensor);
         Ok(Placed {
