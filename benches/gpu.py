@@ -19,8 +19,23 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# H100 SXM data sheet (dense): fp16/bf16 989 TFLOP/s, TF32 495, f32 67; 3.35 TB/s.
-PEAK = {"fp16": 989e12, "tf32": 495e12, "f32": 67e12, "bw": 3.35e12}
+# Data sheets (dense): H100 SXM fp16/bf16 989 TFLOP/s, TF32 495, f32 67, 3.35 TB/s;
+# the H200 has the same arithmetic and 4.8 TB/s.
+PEAKS = {
+    "H100": {"fp16": 989e12, "tf32": 495e12, "f32": 67e12, "bw": 3.35e12},
+    "H200": {"fp16": 989e12, "tf32": 495e12, "f32": 67e12, "bw": 4.8e12},
+}
+
+
+def peaks():
+    """The data sheet of the GPU PyTorch sees (the H100's if it is neither)."""
+    try:
+        import torch
+
+        name = torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 (no CUDA PyTorch: the H100's figures)
+        name = ""
+    return next((v for k, v in PEAKS.items() if k in name), PEAKS["H100"]), name or "unknown GPU"
 
 G = 4096
 CASES = [
@@ -104,7 +119,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     a = ap.parse_args()
-    rows = []
+    peak_of, gpu = peaks()
+    print(f"# {gpu}: shares of its data sheet's peaks", flush=True)
     for name, file, args, peak, flops, nbytes, tcase in CASES:
         if a.only not in name:
             continue
@@ -116,13 +132,12 @@ def main():
         else:
             why_t = None
         work = flops if flops else nbytes
-        share = (work / t) / PEAK[peak] if t else None
+        share = (work / t) / peak_of[peak] if t else None
         line = f"{name:40s} "
         line += f"texc {t * 1e3:8.3f} ms {rate(flops, nbytes, t)} ({100 * share:5.1f}% of peak)  " if t else f"texc: {why}  "
         line += f"torch {pt * 1e3:8.3f} ms {rate(flops, nbytes, pt)}  " if pt else f"torch: {why_t}  "
         if t and pt:
             line += f"texc/torch {pt / t:5.2f}×"
-        rows.append(line)
         print(line, flush=True)
     print(f"# texc on the GPU against PyTorch (CUDA events), medians of {a.repeat} runs", file=sys.stderr)
 
