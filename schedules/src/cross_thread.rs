@@ -29,7 +29,7 @@
 use crate::ir::{ForKind, GpuDim, LoopFunc, Stmt};
 use crate::schedule::Schedules;
 use texc_compiler::ops::{BinOp, MathFn};
-use texc_compiler::tir::{TExpr, TExprId, TensorDecl, TensorId, TensorRole, Ty, VarDecl, VarId};
+use texc_compiler::tir::{TExpr, TExprId, TensorDecl, TensorId, TensorRole, Ty, VarId};
 use texc_grammar::{Diagnostic, Span};
 
 pub fn lower_cross_thread(f: &mut LoopFunc, s: &Schedules) -> Result<(), Diagnostic> {
@@ -170,7 +170,7 @@ fn cross_thread(f: &mut LoopFunc, root: &Stmt, job: &Job) -> Result<Stmt, String
     retarget(f, &mut inner, job.tensor, part, slot);
     thread_body.extend(inner);
     // One thread: the parts into the element.
-    let one = new_var(f, &format!("{}.one", decl.name), 1);
+    let one = f.new_var(&format!("{}.one", decl.name), 1);
     let zero = f.p.alloc(TExpr::Int(0), Ty::Index, Default::default());
     let part_u = f.p.alloc(TExpr::Load(part, vec![zero]), ty, Default::default());
     let acc = f.p.alloc(TExpr::Load(job.tensor, up.indices.clone()), ty, Default::default());
@@ -191,7 +191,7 @@ fn tree(f: &mut LoopFunc, part: TensorId, name: &str, mut n: i64, update: TExprI
     let mut out = Vec::new();
     while n > 1 {
         let h = (n + 1) / 2;
-        let t = new_var(f, &format!("{name}.h{h}"), n - h);
+        let t = f.new_var(&format!("{name}.h{h}"), n - h);
         let tv = f.p.alloc(TExpr::Var(t), Ty::Index, Default::default());
         let k = f.p.alloc(TExpr::Int(h), Ty::Index, Default::default());
         let other = f.p.alloc(TExpr::Binary(BinOp::Add, tv, k), Ty::Index, Default::default());
@@ -235,18 +235,13 @@ fn wrap_stores(f: &mut LoopFunc, body: &mut [Stmt]) {
             Stmt::For { kind: ForKind::Thread(_), .. } => {}
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => wrap_stores(f, body),
             Stmt::Store { tensor, .. } => {
-                let one = new_var(f, &format!("{}.one", name(f, *tensor)), 1);
+                let one = f.new_var(&format!("{}.one", name(f, *tensor)), 1);
                 let store = std::mem::replace(s, Stmt::Barrier);
                 *s = Stmt::For { var: one, lo: 0, extent: 1, kind: ForKind::Thread(GpuDim::X), body: vec![store] };
             }
             Stmt::Barrier | Stmt::Mma { .. } => {}
         }
     }
-}
-
-fn new_var(f: &mut LoopFunc, name: &str, extent: i64) -> VarId {
-    f.vars.push(VarDecl { name: name.into(), extent });
-    (f.vars.len() - 1) as VarId
 }
 
 /// The reduction nest without the bound loop (its body spliced in place).

@@ -281,6 +281,12 @@ pub struct LoopFunc {
 }
 
 impl LoopFunc {
+    /// A new loop variable of `extent` iterations.
+    pub fn new_var(&mut self, name: impl Into<String>, extent: i64) -> VarId {
+        self.vars.push(VarDecl { name: name.into(), extent });
+        (self.vars.len() - 1) as VarId
+    }
+
     /// Temporaries that the body writes and that live for the whole kernel
     /// (inlined stages and `Alloc`ated locals are not among them).
     pub fn live_temps(&self) -> Vec<TensorId> {

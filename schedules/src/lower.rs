@@ -297,8 +297,7 @@ impl NestCtx<'_> {
         vars: &mut HashMap<usize, VarId>,
     ) -> Vec<Stmt> {
         let iv = &self.ss.ivs[leaf];
-        f.vars.push(VarDecl { name: iv.name.clone(), extent: lo + extent });
-        let var = f.vars.len() as VarId - 1;
+        let var = f.new_var(iv.name.clone(), lo + extent);
         vars.insert(leaf, var);
         let body = match self.attach {
             Some(a) if a.leaves.contains(&leaf) => {
@@ -327,11 +326,7 @@ fn grid_fill(f: &mut LoopFunc, t: TensorId, shape: &[i64], value: TExprId) -> St
     let threads = THREADS.min(n.max(1));
     let blocks = (n + threads - 1) / threads;
     let name = f.p.tensor(t).name.clone();
-    let var = |f: &mut LoopFunc, suffix: &str, extent: i64| {
-        f.vars.push(VarDecl { name: format!("{name}.{suffix}"), extent });
-        (f.vars.len() - 1) as VarId
-    };
-    let (b, th) = (var(f, "fill.b", blocks), var(f, "fill.t", threads));
+    let (b, th) = (f.new_var(format!("{name}.fill.b"), blocks), f.new_var(format!("{name}.fill.t"), threads));
     let bv = f.p.alloc(TExpr::Var(b), Ty::Index, Default::default());
     let tv = f.p.alloc(TExpr::Var(th), Ty::Index, Default::default());
     let k = index_int(f, threads);
@@ -341,8 +336,12 @@ fn grid_fill(f: &mut LoopFunc, t: TensorId, shape: &[i64], value: TExprId) -> St
     let mut stride = n;
     for &d in shape {
         stride /= d.max(1);
-        let s = index_int(f, stride.max(1));
-        let q = f.p.alloc(TExpr::Binary(BinOp::FloorDiv, e, s), Ty::Index, Default::default());
+        let q = if stride > 1 {
+            let s = index_int(f, stride);
+            f.p.alloc(TExpr::Binary(BinOp::FloorDiv, e, s), Ty::Index, Default::default())
+        } else {
+            e
+        };
         let dk = index_int(f, d);
         indices.push(f.p.alloc(TExpr::Binary(BinOp::FloorMod, q, dk), Ty::Index, Default::default()));
     }
