@@ -475,7 +475,10 @@ impl<'ctx> Gen<'ctx, '_> {
                 regs.push(slot);
             }
             unbind(fr, around, key);
-            slots.insert(key.clone(), regs);
+            // Keyed by the sorted values, as `mma_resident` looks them up.
+            let mut sorted = key.clone();
+            sorted.sort_unstable();
+            slots.insert(sorted, regs);
         }
         fr.resident = Some(Resident { tensor, loops, slots });
         let r = self.serial_loop(
@@ -492,7 +495,9 @@ impl<'ctx> Gen<'ctx, '_> {
             let Stmt::Mma { op, c, .. } = m else { unreachable!("mma sites") };
             bind(fr, around, key);
             let c = self.place(fr, c)?;
-            for (&slot, (row, col)) in resident.slots[key].iter().zip(self.c_places(*op, lane)?) {
+            let mut sorted = key.clone();
+            sorted.sort_unstable();
+            for (&slot, (row, col)) in resident.slots[&sorted].iter().zip(self.c_places(*op, lane)?) {
                 let v = self.b.build_load(f32t, slot, "acc")?;
                 let ptr = self.element(&c, row, col)?;
                 self.b.build_store(ptr, v)?;
@@ -525,13 +530,8 @@ impl<'ctx> Gen<'ctx, '_> {
         key.sort_unstable();
         let slots = r
             .slots
-            .iter()
-            .find(|(k, _)| {
-                let mut k = (*k).clone();
-                k.sort_unstable();
-                k == key
-            })
-            .map(|(_, s)| s.clone())
+            .get(&key)
+            .cloned()
             .ok_or_else(|| CodegenError::Unsupported("a tensor-core tile without registers".into()))?;
         let f32t = self.cx.f32_type();
         let mut acc = Vec::new();
