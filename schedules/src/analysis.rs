@@ -13,6 +13,8 @@
 //! Both rest on [`coefficient`], the constant coefficient of `var` in an
 //! expression that is affine in it (sub-terms that do not involve `var` are
 //! constants of the lane, whatever they are).
+//! - [`flat_coefficient`] reads an index list as one flat offset, so that the
+//!   div/mod pairs of fused loops (`t[f / W, f % W]`) are the offset `f`.
 //! - [`lane_offsets`] refines a gather: when every lane's offset from lane 0
 //!   is a compile-time constant (`Y[(16·wo + wv) / 4]`: lanes 0–3 read one
 //!   element, lanes 4–7 the next), a backend can load the span once and
@@ -21,6 +23,7 @@
 //!   dividend is known modulo `c`, so the walk tracks that residue.
 
 use crate::ir::LoopFunc;
+use std::collections::BTreeMap;
 use texc_compiler::affine::{affine_of, Affine};
 use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{Program, TExpr, TExprId, TensorId, VarId};
@@ -71,16 +74,141 @@ pub fn lane_uniform(f: &LoopFunc, e: TExprId, var: VarId) -> bool {
     !involves(&f.p, e, var) && !reads_memory(&f.p, e)
 }
 
+/// An atom of a flat offset: a variable, or a non-affine sub-term keyed by
+/// its structure (so that the `e` of `e / c` and of `e % c` match however
+/// often it was written).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Term {
+    Var(VarId),
+    Opaque(String),
+}
+
+fn structure(p: &Program, e: TExprId) -> String {
+    let kids: Vec<String> = p.children(e).into_iter().map(|c| structure(p, c)).collect();
+    let head = match p.expr(e) {
+        TExpr::Int(k) => format!("{k}"),
+        TExpr::Var(v) => format!("v{v}"),
+        TExpr::Scalar(s) => format!("s{s}"),
+        TExpr::Load(t, _) => format!("L{}", t.0),
+        TExpr::Binary(op, ..) => format!("{op:?}"),
+        TExpr::Unary(op, _) => format!("{op:?}"),
+        other => format!("{other:?}"),
+    };
+    format!("{head}({})", kids.join(","))
+}
+
+/// `e / c` (`Some((e, c, true))`) or `e % c` (`Some((e, c, false))`) for a
+/// positive constant `c`, floor semantics.
+fn div_or_mod(p: &Program, e: TExprId) -> Option<(TExprId, i64, bool)> {
+    let TExpr::Binary(op, a, b) = p.expr(e) else { return None };
+    let TExpr::Int(c) = p.expr(*b) else { return None };
+    let div = match op {
+        BinOp::FloorDiv | BinOp::UDiv => true,
+        BinOp::FloorMod | BinOp::URem => false,
+        _ => return None,
+    };
+    (*c > 0).then_some((*a, *c, div))
+}
+
+/// The linear form of `e` over variables and opaque sub-terms; `exprs`
+/// remembers an expression of each opaque term.
+fn term_form(p: &Program, e: TExprId, exprs: &mut BTreeMap<Term, TExprId>) -> Option<Affine<Term>> {
+    affine_of(p, e, &mut |x| {
+        let t = match p.expr(x) {
+            TExpr::Var(v) => Term::Var(*v),
+            _ => Term::Opaque(structure(p, x)),
+        };
+        exprs.entry(t.clone()).or_insert(x);
+        Some(Affine::atom(t))
+    })
+}
+
+/// The flat offset of `t[idx]` as a linear form, with every pair
+/// `α·(e / c) + β·(e % c)` where `α = c·β` replaced by `β·e`: `⌊e/c⌋·c +
+/// e mod c = e` for every integer `e`. A fused loop's `t[f / W, f % W]`
+/// over a dimension of `W` is then `t`'s flat `f`, which moves with the
+/// lanes although neither index is affine.
+fn flat_form(p: &Program, t: TensorId, idx: &[TExprId]) -> Option<(Affine<Term>, BTreeMap<Term, TExprId>)> {
+    let shape = &p.tensor(t).shape;
+    let mut exprs = BTreeMap::new();
+    let mut form = Affine::constant(0);
+    let mut stride = 1i128;
+    for d in (0..idx.len()).rev() {
+        form = form.add(&term_form(p, idx[d], &mut exprs)?.scale(stride)?, 1)?;
+        stride = stride.checked_mul(i128::from(shape[d]))?;
+    }
+    'merge: loop {
+        for (div_term, &alpha) in &form.terms {
+            let Term::Opaque(_) = div_term else { continue };
+            let Some((e, c, true)) = div_or_mod(p, exprs[div_term]) else { continue };
+            if alpha % i128::from(c) != 0 {
+                continue;
+            }
+            let beta = alpha / i128::from(c);
+            let key = structure(p, e);
+            let matching = form.terms.iter().find(|(m, &b)| {
+                b == beta
+                    && matches!(div_or_mod(p, exprs[*m]), Some((e2, c2, false)) if c2 == c && structure(p, e2) == key)
+            });
+            let Some((mod_term, _)) = matching else { continue };
+            let (div_term, mod_term) = (div_term.clone(), mod_term.clone());
+            form.terms.remove(&div_term);
+            form.terms.remove(&mod_term);
+            form = form.add(&term_form(p, e, &mut exprs)?.scale(beta)?, 1)?;
+            continue 'merge;
+        }
+        return Some((form, exprs));
+    }
+}
+
+/// The coefficient of `var` in the flat offset of `t[idx]` (see [`flat_form`]),
+/// if that offset is affine in `var`.
+pub fn flat_coefficient(p: &Program, t: TensorId, idx: &[TExprId], var: VarId) -> Option<i64> {
+    let (form, exprs) = flat_form(p, t, idx)?;
+    let opaque_moves = form.terms.keys().any(|k| matches!(k, Term::Opaque(_)) && involves(p, exprs[k], var));
+    if opaque_moves {
+        return None;
+    }
+    i64::try_from(form.coeff(&Term::Var(var))).ok()
+}
+
+/// Every read in `e`, outermost first.
+pub fn loads_in(p: &Program, e: TExprId, out: &mut Vec<TExprId>) {
+    if let TExpr::Load(..) = p.expr(e) {
+        out.push(e);
+    }
+    for c in p.children(e) {
+        loads_in(p, c, out);
+    }
+}
+
+/// Whether variable `v` occurs in `e` other than inside the indices of a read.
+pub fn outside_indices(p: &Program, e: TExprId, v: VarId) -> bool {
+    match p.expr(e) {
+        TExpr::Var(x) => *x == v,
+        TExpr::Load(..) => false,
+        _ => p.children(e).into_iter().any(|c| outside_indices(p, c, v)),
+    }
+}
+
+/// Whether variables `(a, b)` of `value`, `b` running over `b_extent`, walk
+/// every read in `loads` as one dense variable `a·b_extent + b` would: each
+/// flat offset moves with `a` as with `b_extent` steps of `b`, and neither
+/// variable occurs outside read indices. Fusing them into one loop (or one
+/// reduction variable) then keeps every access as regular as it was.
+pub fn dense_pair(p: &Program, value: TExprId, loads: &[TExprId], (a, b): (VarId, VarId), b_extent: i64) -> bool {
+    let indices_only = !outside_indices(p, value, a) && !outside_indices(p, value, b);
+    indices_only
+        && loads.iter().all(|&l| {
+            let TExpr::Load(t, idx) = p.expr(l) else { return false };
+            let coeff = |v| flat_coefficient(p, *t, idx, v);
+            matches!((coeff(a), coeff(b)), (Some(ca), Some(cb)) if cb.checked_mul(b_extent) == Some(ca))
+        })
+}
+
 /// The access pattern of `t[idx]` in a loop vectorized over `var`.
 pub fn access(f: &LoopFunc, t: TensorId, idx: &[TExprId], var: VarId) -> Access {
-    let shape = &f.p.tensor(t).shape;
-    let mut stride = 1i64;
-    let mut total = Some(0i64);
-    for d in (0..idx.len()).rev() {
-        total = (|| total?.checked_add(coefficient(&f.p, idx[d], var)?.checked_mul(stride)?))();
-        stride = stride.saturating_mul(shape[d]);
-    }
-    match total {
+    match flat_coefficient(&f.p, t, idx, var) {
         Some(0) => Access::Uniform,
         Some(1) => Access::Contiguous,
         Some(k) => Access::Strided(k),

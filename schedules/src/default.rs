@@ -8,12 +8,20 @@
 //!   read them at one position per point, through affine indices) are
 //!   inlined (fused) into them; producers of reductions stay materialized,
 //!   so that they are not recomputed for every reduction step.
-//! - Float reductions along rows are factored into vector-width partial
-//!   results first (`normalize::rfactor`), so that they vectorize.
+//! - Index quotients and remainders the variables' ranges decide are
+//!   simplified (`normalize::simplify_div_mod`); trailing reduction
+//!   variables that walk every read as one dense row become one
+//!   (`normalize::fuse_dense_reductions`); then float reductions along rows
+//!   are factored into vector-width partial results (`normalize::rfactor`),
+//!   so that they vectorize.
 //! - Reductions run with their reduction loops outside the innermost
 //!   spatial loop, so that the innermost loop writes contiguous memory —
 //!   unless they reduce along rows (`max[d](X[n, d])`): then the reduction
 //!   runs innermost over contiguous memory and the rows run in parallel.
+//! - An element-wise stage's short rows (`W = 3`) are fused with the axes
+//!   before them while every read walks them as one dense row
+//!   ([`fuse_short_rows`]); a stage of short rows that divides per element uses 256-bit
+//!   vectors on AVX-512.
 //! - The innermost spatial loop is split by the vector width and vectorized;
 //!   rows of another spatial loop are unrolled inside the reduction loops
 //!   (register blocking, 3/4 of the vector registers as accumulators), and
@@ -26,11 +34,13 @@
 //!   needs its own part (a row's statistics, a softmax's exponentials) are
 //!   computed inside that loop (`compute_at`), so that the part stays in L1.
 
+use crate::analysis::loads_in;
 use crate::ir::{ForKind, GpuDim, MmaOp};
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
 use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule};
+use texc_compiler::ops::{BinOp, MathFn};
 use texc_compiler::target::{Target, TargetKind};
-use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole, VarId};
 use texc_grammar::Span;
 
 fn loads(p: &Program, e: TExprId, t: TensorId) -> bool {
@@ -55,7 +65,7 @@ fn volume(st: &Stage) -> i64 {
 /// vector lane instead of once per loop iteration.
 fn reads_like_elementwise(p: &Program, c: &Stage, t: TensorId) -> bool {
     let mut all = Vec::new();
-    loads_of(p, c.value, &mut all);
+    loads_in(p, c.value, &mut all);
     let mut positions: Vec<Vec<String>> = Vec::new();
     for l in all {
         let TExpr::Load(x, idx) = p.expr(l) else { continue };
@@ -215,7 +225,19 @@ impl Machine {
         let lanes = target.compute_lanes(p.tensor(st.tensor).elem).max(1);
         let half_bits = target.vector_bits as i64 / 2;
         let half_lanes = (half_bits >= 256 && lanes >= 2).then_some(lanes / 2);
-        Machine { lanes, accumulators: (target.vector_registers as i64 * 3 / 4).max(2), half_lanes, knobs }
+        let accumulators = (target.vector_registers as i64 * 3 / 4).max(2);
+        // Short rows (under four full vectors) that divide per element use
+        // the 256-bit vector: a 512-bit vector's tail costs as much as a whole
+        // 256-bit one, and division and square root run no faster per element
+        // in 512-bit vectors (measured here, Zen 5: 1.5× slower). Long rows
+        // keep 512 bits (`layer_norm` over 1024: 15 % faster).
+        if let (Some(half), Some(inner)) = (half_lanes, st.n_axes.checked_sub(1)) {
+            let short = st.vars[inner].extent < 4 * lanes;
+            if short && divides_per_element(p, st.value, inner as VarId) {
+                return Machine { lanes: half, accumulators, half_lanes: None, knobs };
+            }
+        }
+        Machine { lanes, accumulators, half_lanes, knobs }
     }
 
     /// The vector width for an innermost loop of `extent` iterations: the
@@ -233,6 +255,16 @@ impl Machine {
     }
 }
 
+/// Whether `e` divides, or takes a square root of, a float that varies along variable `v`.
+fn divides_per_element(p: &Program, e: TExprId, v: VarId) -> bool {
+    let float = matches!(p.ty(e), texc_compiler::tir::Ty::Elem(t) if t.is_float());
+    let here = match p.expr(e) {
+        TExpr::Binary(BinOp::Div, ..) | TExpr::Math(MathFn::Sqrt | MathFn::Rsqrt, _) => float && uses_var(p, e, v),
+        _ => false,
+    };
+    here || p.children(e).into_iter().any(|c| divides_per_element(p, c, v))
+}
+
 /// The default schedule of `p` for `target`; inlines and factors stages of `p` first.
 pub fn default_schedule(p: &mut Program, target: &Target) -> Schedules {
     default_schedule_with(p, target, DefaultKnobs::default())
@@ -248,8 +280,12 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
     // Row reductions of floats are factored so that their partial results vectorize.
     let mut si = 0;
     while si < p.stages.len() {
+        crate::normalize::simplify_div_mod(p, si);
+        let float = p.tensor(p.stages[si].tensor).elem.is_float();
+        if float && reduces_along_rows(p, &p.stages[si]) {
+            crate::normalize::fuse_dense_reductions(p, si);
+        }
         let st = &p.stages[si];
-        let float = p.tensor(st.tensor).elem.is_float();
         let m = Machine::of(target, st, p, knobs);
         // Partial results are combined one by one at the end of each row: a
         // row of fewer than four full vectors keeps fewer of them.
@@ -388,7 +424,7 @@ fn row_groups(p: &Program) -> Vec<RowGroup> {
 /// `k` variables: the row `r` is computing.
 fn reads_its_row(p: &Program, r: &Stage, t: TensorId, k: usize) -> bool {
     let mut all = Vec::new();
-    loads_of(p, r.value, &mut all);
+    loads_in(p, r.value, &mut all);
     all.iter().all(|&l| match p.expr(l) {
         TExpr::Load(x, idx) if *x == t => {
             idx.len() == k && idx.iter().enumerate().all(|(i, &e)| matches!(p.expr(e), TExpr::Var(v) if *v == i as u32))
@@ -547,7 +583,7 @@ fn cuts_reuse(p: &Program, st: &Stage, ext: &[i64]) -> bool {
         return false;
     }
     let mut all = Vec::new();
-    loads_of(p, st.value, &mut all);
+    loads_in(p, st.value, &mut all);
     (0..st.n_axes).any(|a| ext[a] < st.vars[a].extent && all.iter().any(|&l| !uses_var(p, l, a as u32)))
 }
 
@@ -611,15 +647,6 @@ fn uses_var(p: &Program, e: TExprId, v: u32) -> bool {
     matches!(p.expr(e), TExpr::Var(x) if *x == v) || p.children(e).into_iter().any(|c| uses_var(p, c, v))
 }
 
-fn loads_of(p: &Program, e: TExprId, out: &mut Vec<TExprId>) {
-    if let TExpr::Load(..) = p.expr(e) {
-        out.push(e);
-    }
-    for c in p.children(e) {
-        loads_of(p, c, out);
-    }
-}
-
 /// A reduction whose reads run along their contiguous dimension with the
 /// reduction variable (`max[d](X[n, d])`) while no read is contiguous in
 /// the innermost spatial axis: vectorizing that spatial axis would turn
@@ -630,7 +657,7 @@ fn reduces_along_rows(p: &Program, st: &texc_compiler::tir::Stage) -> bool {
     }
     let inner = st.n_axes as u32 - 1;
     let mut loads = Vec::new();
-    loads_of(p, st.value, &mut loads);
+    loads_in(p, st.value, &mut loads);
     let last_index = |l: &TExprId| match p.expr(*l) {
         TExpr::Load(_, idx) => idx.last().copied(),
         _ => None,
@@ -678,10 +705,12 @@ fn worth_threads(ss: &StageSchedule) -> bool {
 /// vector operands (loads contiguous in the innermost axis) do not depend
 /// on, so that every unrolled row reuses the same vector loads and only
 /// adds a broadcast (the `i` of a matmul, the filter `k` of a convolution).
-fn reuse_axis(p: &Program, st: &Stage) -> usize {
+/// Without such an axis (a depthwise convolution's rows each load their own
+/// input), the axis outside the innermost, and `false`.
+fn reuse_axis(p: &Program, st: &Stage) -> (usize, bool) {
     let inner = st.n_axes as u32 - 1;
     let mut loads = Vec::new();
-    loads_of(p, st.value, &mut loads);
+    loads_in(p, st.value, &mut loads);
     let vector_loads: Vec<TExprId> = loads
         .into_iter()
         .filter(|&l| match p.expr(l) {
@@ -692,7 +721,7 @@ fn reuse_axis(p: &Program, st: &Stage) -> usize {
     (0..st.n_axes - 1)
         .rev()
         .find(|&a| st.vars[a].extent >= 2 && !vector_loads.iter().any(|&l| uses_var(p, l, a as u32)))
-        .unwrap_or(st.n_axes - 2)
+        .map_or((st.n_axes - 2, false), |a| (a, true))
 }
 
 /// Register blocking for reductions: rows of a spatial axis (see
@@ -709,10 +738,18 @@ fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     let n_axes = st.n_axes;
     let inner = n_axes - 1;
     let row = ss.ivs[inner].extent;
+    let (a, shared) = reuse_axis(p, st);
     // A row shorter than half a full vector uses the half-width vector
-    // (AVX-512: a 7-wide row is one masked 256-bit vector, not 7 scalars).
+    // (AVX-512: a 7-wide row is one 256-bit vector, not 7 scalars). So does
+    // a row shorter than a full vector, of a lane count LLVM must split (13:
+    // 8, 4 and 1), whose block rows each load their own vectors: the pieces
+    // of every load are reassembled, which rows sharing their loads (a
+    // convolution's filters) amortize and rows of their own (a depthwise
+    // convolution's) do not (measured: W = 9..15, 8 + tail 1.1–1.5× faster
+    // on depthwise, 1.2–1.8× slower on a 16-filter convolution).
+    let split_by_llvm = row.count_ones() > 1;
     let lanes = match m.half_lanes {
-        Some(half) if 2 * row < m.lanes => half,
+        Some(half) if 2 * row < m.lanes || row < m.lanes && split_by_llvm && !shared => half,
         _ => m.lanes,
     };
     // A row of at least half a vector is one (partial) vector; a shorter row
@@ -728,7 +765,6 @@ fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     };
     let long = row >= lanes && short_vectors > 6;
     let vectors = if long { 2 } else { short_vectors };
-    let a = reuse_axis(p, st);
     let f = block_rows(m.knobs.rows.unwrap_or(m.accumulators / vectors), ss.ivs[a].extent);
     if f < 2 {
         vectorize_inner(ss, inner, m);
@@ -818,7 +854,7 @@ struct PackRequest {
 fn vector_operand(p: &Program, st: &Stage) -> Option<TensorId> {
     let inner = st.n_axes as u32 - 1;
     let mut loads = Vec::new();
-    loads_of(p, st.value, &mut loads);
+    loads_in(p, st.value, &mut loads);
     let mut found = None;
     for l in loads {
         let TExpr::Load(t, idx) = p.expr(l) else { continue };
@@ -834,11 +870,12 @@ fn vector_operand(p: &Program, st: &Stage) -> Option<TensorId> {
 }
 
 /// Rows per register block: at most `max`, preferring a divisor of the
-/// extent of at least `max / 2` (a partial block would need a guard in the
-/// innermost loop, where the accumulators live).
+/// extent of at least `max / 3` (a partial block would need a guard in the
+/// innermost loop, where the accumulators live: 15 rows of at most 12 are
+/// blocks of 5, not 12 and a tail of 3).
 fn block_rows(max: i64, extent: i64) -> i64 {
     let max = max.min(extent);
-    (((max + 1) / 2).max(2)..=max).rev().find(|f| extent % f == 0).unwrap_or(max)
+    ((max / 3).max(2)..=max).rev().find(|f| extent % f == 0).unwrap_or(max)
 }
 
 /// Split the innermost loop by the vector width ([`Machine::width_for`]) and vectorize the lanes.
@@ -852,6 +889,42 @@ fn vectorize_inner(ss: &mut StageSchedule, inner: usize, m: Machine) {
             .expect("fresh names");
         ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
     }
+}
+
+/// Rows shorter than a full vector, or than a few vectors and not a
+/// multiple of one (`[N, C, 5, 3]`), spend most of their time in tails; when every read moves through the
+/// trailing axes as through one dense axis (`X[n, c, h, w]` walks `h, w` in
+/// order, `group_norm`'s statistics and `gamma[c]` stay put along them), those
+/// axes are fused into one longer row first. Returns the fused loop.
+fn fuse_short_rows(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<usize> {
+    let n = st.n_axes;
+    if st.vars.len() != n || n < 2 || ss.leaves.len() != n {
+        return None;
+    }
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let mut first = n - 1;
+    let mut row = st.vars[first].extent;
+    let short = |row: i64| row < m.lanes || row % m.width_for(row) != 0;
+    while first > 0 && short(row) && row < 4 * m.lanes && dense_pair(p, st, &loads, first - 1) {
+        first -= 1;
+        row *= st.vars[first].extent;
+    }
+    let span = Span::default();
+    let mut fused = ss.leaves[first];
+    for _ in first + 1..n {
+        let next = ss.leaves[first + 1];
+        let name = format!("{}.{}", ss.ivs[fused].name, ss.ivs[next].name);
+        fused = ss.fuse(fused, next, (&name, span), span).expect("adjacent spatial loops");
+    }
+    (first < n - 1).then_some(fused)
+}
+
+/// Whether axes `a` and `a + 1` of `st` are one dense axis to every read and
+/// appear nowhere but in read indices: each flat offset moves with `a` as
+/// with `extent(a + 1)` steps of `a + 1` (the store's does by construction).
+fn dense_pair(p: &Program, st: &Stage, loads: &[TExprId], a: usize) -> bool {
+    crate::analysis::dense_pair(p, st.value, loads, (a as VarId, a as VarId + 1), st.vars[a + 1].extent)
 }
 
 fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<PackRequest> {
@@ -872,7 +945,8 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     if ss.ivs.iter().any(|v| v.reduce) && n_axes >= 2 {
         pack = register_block(ss, p, st, m);
     } else {
-        vectorize_inner(ss, inner, m);
+        let row = fuse_short_rows(ss, p, st, m).unwrap_or(inner);
+        vectorize_inner(ss, row, m);
     }
     // Fuse leading spatial loops until there is enough parallel work.
     let mut outer = ss.leaves[0];

@@ -10,6 +10,7 @@
 //! its stage.
 
 use std::collections::HashMap;
+use texc_compiler::affine::Affine;
 use texc_compiler::ops::BinOp;
 use texc_compiler::tir::*;
 use texc_compiler::types::ElemType;
@@ -163,6 +164,128 @@ fn replace_loads(p: &mut Program, e: TExprId, st: &Stage) {
             let copy = subst(p, st.value, &vars, &HashMap::new());
             p.exprs[e.0 as usize] = p.exprs[copy.0 as usize].clone();
         }
+    }
+}
+
+/// Replace `e / k` and `e % k` in stage `si` by `X` and `Y` where
+/// `e = k·X + Y` with `Y` provably in `[0, k)` over the variables' extents:
+/// `group_norm`'s statistics read as `mu[n, (g·Cg + c) / Cg]` inside a sum
+/// over `c < Cg` are `mu[n, g]`, the same in every term. Floor semantics, so
+/// the rewrite holds for every value, negative ones included.
+pub fn simplify_div_mod(p: &mut Program, si: usize) {
+    let extents: Vec<i64> = p.stages[si].vars.iter().map(|v| v.extent).collect();
+    let value = p.stages[si].value;
+    let value = simplify_div_mod_in(p, value, &extents);
+    p.stages[si].value = value;
+}
+
+fn simplify_div_mod_in(p: &mut Program, e: TExprId, extents: &[i64]) -> TExprId {
+    if let TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod), a, b) = p.expr(e).clone() {
+        if let (&TExpr::Int(k), Ty::Index) = (p.expr(b), p.ty(e)) {
+            if let Some((x, y)) = split_by(p, a, k, extents) {
+                let part = if op == BinOp::FloorDiv { x } else { y };
+                let span = p.span(e);
+                return build_affine(p, &part, span);
+            }
+        }
+    }
+    let children = p.children(e);
+    if children.is_empty() {
+        return e;
+    }
+    let new: Vec<TExprId> = children.iter().map(|&c| simplify_div_mod_in(p, c, extents)).collect();
+    if new == children {
+        return e;
+    }
+    let node = match p.expr(e).clone() {
+        TExpr::Load(t, _) => TExpr::Load(t, new),
+        TExpr::Unary(op, _) => TExpr::Unary(op, new[0]),
+        TExpr::Binary(op, ..) => TExpr::Binary(op, new[0], new[1]),
+        TExpr::Select(..) => TExpr::Select(new[0], new[1], new[2]),
+        TExpr::Math(f, _) => TExpr::Math(f, new),
+        TExpr::Intrinsic(i, _) => TExpr::Intrinsic(i, new),
+        TExpr::Cast(_) => TExpr::Cast(new[0]),
+        TExpr::Reduce(op, rv, _) => TExpr::Reduce(op, rv, new[0]),
+        leaf => leaf,
+    };
+    let (ty, span) = (p.ty(e), p.span(e));
+    p.alloc(node, ty, span)
+}
+
+/// `(X, Y)` with `e = k·X + Y` and `0 ≤ Y < k` for every value of `e`'s
+/// variables, if `e` is affine in them and such a split exists.
+fn split_by(p: &Program, e: TExprId, k: i64, extents: &[i64]) -> Option<(Affine<VarId>, Affine<VarId>)> {
+    if k <= 0 {
+        return None;
+    }
+    let form = texc_compiler::affine::affine_in_vars(p, e)?;
+    let k = k as i128;
+    let (mut x, mut y) = (Affine::constant(form.c.div_euclid(k)), Affine::constant(form.c.rem_euclid(k)));
+    let mut y_max = y.c;
+    for (&v, &coeff) in &form.terms {
+        let (q, r) = (coeff.div_euclid(k), coeff.rem_euclid(k));
+        x = x.add(&Affine::atom(v).scale(q)?, 1)?;
+        y = y.add(&Affine::atom(v).scale(r)?, 1)?;
+        y_max = y_max.checked_add(r.checked_mul(i128::from(*extents.get(v as usize)?).checked_sub(1)?)?)?;
+    }
+    (y_max < k).then_some((x, y))
+}
+
+fn build_affine(p: &mut Program, a: &Affine<VarId>, span: texc_grammar::Span) -> TExprId {
+    let mut acc = (a.c != 0 || a.terms.is_empty()).then(|| p.alloc(TExpr::Int(a.c as i64), Ty::Index, span));
+    for (&v, &coeff) in &a.terms {
+        let var = p.alloc(TExpr::Var(v), Ty::Index, span);
+        let term = if coeff == 1 {
+            var
+        } else {
+            let k = p.alloc(TExpr::Int(coeff as i64), Ty::Index, span);
+            p.alloc(TExpr::Binary(BinOp::Mul, k, var), Ty::Index, span)
+        };
+        acc = Some(match acc {
+            Some(s) => p.alloc(TExpr::Binary(BinOp::Add, s, term), Ty::Index, span),
+            None => term,
+        });
+    }
+    acc.expect("a constant or a term")
+}
+
+/// Fuse the innermost reduction variables of stage `si` while they walk
+/// every read as one dense variable (see [`crate::analysis::dense_pair`]):
+/// `sum[h, w](X[n, c, h, w])` becomes `sum[hw < H·W](X[n, c, hw / W, hw % W])`,
+/// one long row that [`rfactor`] can vectorize where `w` alone is too short.
+/// The order of the terms does not change. Returns whether it fused.
+pub fn fuse_dense_reductions(p: &mut Program, si: usize) -> bool {
+    let mut fused = false;
+    loop {
+        let st = p.stages[si].clone();
+        let TExpr::Reduce(op, rvars, body) = p.expr(st.value).clone() else { return fused };
+        let [.., a, b] = rvars[..] else { return fused };
+        // Only the stage's last two variables: no other variable is renumbered.
+        let n = st.vars.len() as VarId;
+        if (a, b) != (n - 2, n - 1) || (a as usize) < st.n_axes {
+            return fused;
+        }
+        let mut loads = Vec::new();
+        crate::analysis::loads_in(p, body, &mut loads);
+        let wb = st.vars[b as usize].extent;
+        if !crate::analysis::dense_pair(p, body, &loads, (a, b), wb) {
+            return fused;
+        }
+        let span = st.span;
+        let av = p.alloc(TExpr::Var(a), Ty::Index, span);
+        let w = p.alloc(TExpr::Int(wb), Ty::Index, span);
+        let hi = p.alloc(TExpr::Binary(BinOp::FloorDiv, av, w), Ty::Index, span);
+        let lo = p.alloc(TExpr::Binary(BinOp::FloorMod, av, w), Ty::Index, span);
+        let body = subst(p, body, &HashMap::from([(a, hi), (b, lo)]), &HashMap::new());
+        let value =
+            p.alloc(TExpr::Reduce(op, rvars[..rvars.len() - 1].to_vec(), body), p.ty(st.value), p.span(st.value));
+        let stage = &mut p.stages[si];
+        stage.vars.pop();
+        let fused_var = &mut stage.vars[a as usize];
+        fused_var.name = format!("{}.{}", fused_var.name, st.vars[b as usize].name);
+        fused_var.extent *= wb;
+        stage.value = value;
+        fused = true;
     }
 }
 
