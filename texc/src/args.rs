@@ -145,6 +145,9 @@ pub struct TuneArgs {
     /// join their databases with `texc db merge`.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
+    /// Search without the learned cost model (random points and mutations of the fastest only).
+    #[arg(long)]
+    pub no_model: bool,
 }
 
 #[derive(Args, Debug, Clone)]

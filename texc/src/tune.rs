@@ -8,7 +8,11 @@
 //! zero is the template's own choice, so the best is never slower than the
 //! untuned kernel. Spaces no larger than `--trials` are measured whole (in
 //! a seeded order); larger ones by an evolutionary search: random points
-//! first, then mutations of one knob of the fastest so far. Trials already
+//! first, then mutations of one knob of the fastest so far. Once enough
+//! trials are measured, three candidates in four are picked by the learned
+//! cost model (`texc_schedules::tuning::model`, refitted after every
+//! trial): of a pool of unseen mutations and random points, built in
+//! process but not compiled, the one it predicts fastest. Trials already
 //! in the database for the same key are not measured again: a second `tune`
 //! continues the first.
 
@@ -22,7 +26,9 @@ use texc_compiler::{Bindings, KernelRef};
 use texc_grammar::Diagnostic;
 use texc_pipeline::{Error, Pipeline};
 use texc_runtime::SplitMix64;
+use texc_schedules::ir::LoopFunc;
 use texc_schedules::tuning::db::{self, Db, Measured, Record};
+use texc_schedules::tuning::model::{self, CostModel};
 use texc_schedules::tuning::space::Tunable;
 
 macro_rules! outln {
@@ -36,6 +42,9 @@ pub fn database(c: &Common) -> Db {
 
 /// A point of the space: a value per tunable, or `None` for the template's own choice.
 type Point = Vec<Option<i64>>;
+
+/// Knob values by name.
+type Knobs = Vec<(String, i64)>;
 
 fn knobs_of(ts: &[Tunable], p: &Point) -> Vec<(String, i64)> {
     ts.iter().zip(p).filter_map(|(t, v)| v.map(|v| (t.name.clone(), v))).collect()
@@ -164,6 +173,78 @@ struct Trial {
     /// Seconds since tuning started when it ended (0 for records read from the database).
     at: f64,
     from_db: bool,
+    /// The cost model's predicted log time, when the model chose this candidate.
+    predicted: Option<f64>,
+}
+
+/// The loop nest of `k` built with `knobs` (the pipeline's knobs are
+/// restored after), or why it cannot be built.
+fn build_nest(pl: &mut Pipeline, k: KernelRef, b: &Bindings, knobs: &[(String, i64)]) -> Result<LoopFunc, String> {
+    pl.options.knobs = knobs.iter().cloned().collect();
+    let built = pl.build(k, b).map(|(_, loops)| loops.legal);
+    pl.options.knobs.clear();
+    built.map_err(|e| first_line(&pl.render_error(e)))
+}
+
+/// Candidates the model ranks per pick: mutations of the fastest and random points.
+const MODEL_POOL: usize = 24;
+
+/// The candidate the cost model predicts fastest among a pool of unseen
+/// mutations of the four fastest trials and random points (whose loop
+/// nests differ from every nest measured: `nests`), with its
+/// predicted log time; `None` when the model is not fitted or no pool
+/// candidate builds.
+fn model_pick(
+    pl: &mut Pipeline,
+    (k, b): (KernelRef, &Bindings),
+    model: &CostModel,
+    trials: &[Trial],
+    ts: &[Tunable],
+    (seen, nests): (&HashSet<Knobs>, &HashSet<String>),
+    rng: &mut SplitMix64,
+) -> Option<(Point, f64)> {
+    let names: Vec<String> = ts.iter().map(|t| t.name.clone()).collect();
+    let mut pool: Vec<(Point, Vec<f64>)> = Vec::new();
+    let mut proposed: HashSet<Knobs> = HashSet::new();
+    for _ in 0..4 * MODEL_POOL {
+        if pool.len() >= MODEL_POOL {
+            break;
+        }
+        let p = if rng.next_u64().is_multiple_of(4) {
+            random_point(ts, rng)
+        } else {
+            mutation_of_fastest(trials, ts, rng)?
+        };
+        let knobs = knobs_of(ts, &p);
+        if seen.contains(&knobs) || !proposed.insert(knobs.clone()) {
+            continue;
+        }
+        match build_nest(pl, k, b, &knobs) {
+            Ok(nest) if !nests.contains(&db::stable_hash(texc_schedules::ir::print(&nest).as_bytes())) => {
+                pool.push((p, model::features(&nest, &knobs, &names)))
+            }
+            _ => {}
+        }
+    }
+    let rows: Vec<Vec<f64>> = pool.iter().map(|(_, f)| f.clone()).collect();
+    let predicted = model.predict(&rows)?;
+    let best = (0..pool.len()).min_by(|&i, &j| predicted[i].total_cmp(&predicted[j]))?;
+    Some((pool.swap_remove(best).0, predicted[best]))
+}
+
+/// A one-knob mutation of one of the four fastest trials (`None` before any succeeded).
+fn mutation_of_fastest(trials: &[Trial], ts: &[Tunable], rng: &mut SplitMix64) -> Option<Point> {
+    let mut ok: Vec<(&Trial, f64)> = trials.iter().filter_map(|t| t.result.as_ref().ok().map(|&ms| (t, ms))).collect();
+    if ok.is_empty() {
+        return None;
+    }
+    ok.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let parent = ok[(rng.next_u64() % ok.len().min(4) as u64) as usize].0;
+    let p: Point = ts
+        .iter()
+        .map(|t| parent.knobs.iter().find(|(n, _)| *n == t.name).map(|(_, v)| *v).or(Some(t.candidates[0])))
+        .collect();
+    Some(mutate(ts, &p, rng))
 }
 
 pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
@@ -208,7 +289,7 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
         |e: std::io::Error| Error::from(Diagnostic::error(format!("tuning database {}: {e}", db.path.display())));
     let mut trials: Vec<Trial> = Vec::new();
     for r in db.load().map_err(cannot)?.records.into_iter().filter(|r| r.key == key) {
-        trials.push(Trial { knobs: r.knobs, result: Ok(r.time_ms), at: 0.0, from_db: true });
+        trials.push(Trial { knobs: r.knobs, result: Ok(r.time_ms), at: 0.0, from_db: true, predicted: None });
     }
     let resumed = trials.len();
     let mut rng = SplitMix64::new(a.seed);
@@ -230,6 +311,17 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     let trial_limit = if shard.is_some() { queue.len() + trials.len() } else { a.trials };
     let mut seen: HashSet<Vec<(String, i64)>> = trials.iter().map(|t| t.knobs.clone()).collect();
     let names: Vec<&str> = ts.iter().map(|t| t.name.as_str()).collect();
+    let knob_names: Vec<String> = ts.iter().map(|t| t.name.clone()).collect();
+    // The cost model learns from every measured trial, those of earlier runs included.
+    let mut model = CostModel::new();
+    if evolutionary {
+        for t in &trials {
+            if let (Ok(ms), Ok(nest)) = (&t.result, build_nest(pl, k, &b, &t.knobs)) {
+                model.observe(model::features(&nest, &t.knobs, &knob_names), *ms);
+            }
+        }
+        model.fit();
+    }
     let sizes: Vec<String> = written.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
     let tty = std::io::stderr().is_terminal();
     eprintln!(
@@ -256,9 +348,17 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     let mut duplicates = 0;
     let mut nests: HashSet<String> = HashSet::new();
     while trials.len() < trial_limit && started.elapsed().as_secs_f64() < a.time_budget && misses < 200 {
-        let point = match next_point(&mut queue, evolutionary, &trials, &ts, &mut rng) {
-            Some(p) => p,
-            None => break,
+        // Three picks in four from the cost model once it has learned
+        // enough; the fourth explores as the model-free search does.
+        let by_model = (evolutionary && !a.no_model && queue.is_empty() && !rng.next_u64().is_multiple_of(4))
+            .then(|| model_pick(pl, (k, &b), &model, &trials, &ts, (&seen, &nests), &mut rng))
+            .flatten();
+        let (point, predicted) = match by_model {
+            Some((p, y)) => (p, Some(y)),
+            None => match next_point(&mut queue, evolutionary, &trials, &ts, &mut rng) {
+                Some(p) => (p, None),
+                None => break,
+            },
         };
         let knobs = knobs_of(&ts, &point);
         if !seen.insert(knobs.clone()) {
@@ -268,18 +368,25 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
         // Built here first: an illegal candidate is rejected before any
         // worker compiles it, and one whose loop nests another already had
         // is not measured again.
-        pl.options.knobs = knobs.iter().cloned().collect();
-        let built = pl.build(k, &b).map(|(_, loops)| texc_schedules::ir::print(&loops.legal));
-        pl.options.knobs.clear();
-        let result = match built {
-            Err(e) => Err(format!("rejected before compiling: {}", first_line(&pl.render_error(e)))),
-            Ok(nest) if !nests.insert(db::stable_hash(nest.as_bytes())) => {
+        let mut features = None;
+        let result = match build_nest(pl, k, &b, &knobs) {
+            Err(e) => Err(format!("rejected before compiling: {e}")),
+            Ok(nest) if !nests.insert(db::stable_hash(texc_schedules::ir::print(&nest).as_bytes())) => {
                 duplicates += 1;
                 misses += 1;
                 continue;
             }
-            Ok(_) => measure(a, &knobs),
+            Ok(nest) => {
+                features = Some(model::features(&nest, &knobs, &knob_names));
+                measure(a, &knobs)
+            }
         };
+        if let (Ok(ms), Some(f)) = (&result, features) {
+            model.observe(f, *ms);
+            if evolutionary {
+                model.fit();
+            }
+        }
         misses = 0;
         let at = started.elapsed().as_secs_f64();
         if let Ok(ms) = result {
@@ -318,7 +425,7 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
             }
             None => eprintln!("{line}"),
         }
-        trials.push(Trial { knobs, result, at, from_db: false });
+        trials.push(Trial { knobs, result, at, from_db: false, predicted });
     }
     if let Some(pb) = bar {
         pb.finish_and_clear();
@@ -344,16 +451,11 @@ fn next_point(
     if !evolutionary {
         return None;
     }
-    let mut ok: Vec<(&Trial, f64)> = trials.iter().filter_map(|t| t.result.as_ref().ok().map(|&ms| (t, ms))).collect();
-    ok.sort_by(|a, b| a.1.total_cmp(&b.1));
     // A quarter of the trials explore; the rest refine the four fastest.
-    if ok.is_empty() || rng.next_u64() % 4 == 0 {
+    if rng.next_u64().is_multiple_of(4) {
         return Some(random_point(ts, rng));
     }
-    let parent = ok[(rng.next_u64() % ok.len().min(4) as u64) as usize].0;
-    let p: Point = ts.iter().map(|t| parent.knobs.iter().find(|(n, _)| *n == t.name).map(|(_, v)| *v)).collect();
-    let p: Point = p.iter().zip(ts).map(|(v, t)| v.or(Some(t.candidates[0]))).collect();
-    Some(mutate(ts, &p, rng))
+    mutation_of_fastest(trials, ts, rng).or_else(|| Some(random_point(ts, rng)))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -392,6 +494,17 @@ fn report(
     let now: Vec<&Trial> = trials.iter().filter(|t| !t.from_db && t.result.is_ok()).collect();
     if let Some(first) = now.iter().find(|t| t.result.as_ref().is_ok_and(|&ms| best_ms / ms >= 0.9)) {
         outln!("  90 % of the best (within 1.11× its time) reached at {:.1} s of tuning", first.at);
+    }
+    let chosen: Vec<(f64, f64)> =
+        now.iter().filter_map(|t| Some((t.predicted?, t.result.as_ref().ok()?.ln()))).collect();
+    if !chosen.is_empty() {
+        let (p, m): (Vec<f64>, Vec<f64>) = chosen.iter().copied().unzip();
+        outln!(
+            "  cost model: chose {} of the {} trials measured now; rank correlation of predicted and measured times {:.2}",
+            chosen.len(),
+            now.len(),
+            model::spearman(&p, &m)
+        );
     }
     outln!("  recorded in {}", db.path.display());
     if let Some(path) = &a.plot {

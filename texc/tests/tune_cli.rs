@@ -270,3 +270,50 @@ fn plot_draws_the_best_time_per_trial() {
     let line = body.lines().find(|l| l.starts_with("<polyline")).expect("a line");
     assert_eq!(line.matches(',').count(), 4, "one point per trial: {line}");
 }
+
+/// A space larger than the trials is searched with the learned cost model
+/// once it has seen enough trials: most later candidates are its picks, it
+/// says how well its predictions ranked them, and `--no-model` searches
+/// without it. Every tuned result matches the interpreter.
+#[test]
+fn the_cost_model_picks_candidates_in_large_spaces() {
+    let shape = ["--shape", "M=40,K=96,N=72"];
+    let base =
+        ["tune", "benches/matmul.tex", "--target", "x86-avx2", "--trials", "16", "--repeat", "2", "--warmup", "1"];
+    let db = tmp("model.jsonl");
+    let mut args = base.to_vec();
+    args.extend(shape);
+    let o = texc(&db, &args);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    let line = out.lines().find(|l| l.contains("cost model: chose")).unwrap_or_else(|| panic!("no model line:\n{out}"));
+    let chosen: usize =
+        line.split("chose ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).expect("count");
+    assert!(chosen >= 3, "the model chose {chosen} of 16 trials:\n{out}");
+    let best = records(&db)
+        .into_iter()
+        .min_by(|a, b| a["time_ms"].as_f64().expect("t").total_cmp(&b["time_ms"].as_f64().expect("t")))
+        .expect("records");
+    let knobs: Vec<String> =
+        best["knobs"].as_object().expect("knobs").iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut run = vec!["run", "benches/matmul.tex", "--target", "x86-avx2", "--check", "--no-db"];
+    run.extend(shape);
+    let joined = knobs.join(",");
+    if !knobs.is_empty() {
+        run.extend(["--knob", &joined]);
+    }
+    let o = texc(&db, &run);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    // Without the model: no model line.
+    let db = tmp("no-model.jsonl");
+    let mut args = base.to_vec();
+    args.extend(shape);
+    args.push("--no-model");
+    let o = texc(&db, &args);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(!out.contains("cost model"), "{out}");
+    // (It may stop early: most mutations here repeat a loop nest already measured.)
+    let n = records(&db).len();
+    assert!((1..=16).contains(&n), "{n} records:\n{out}\n{e}");
+}
