@@ -47,6 +47,10 @@ pub struct Shapes {
     /// weights): stages that read only them run once (`crate::constants`), so
     /// forms that transform the weights at no cost per call may be chosen.
     pub constants: HashSet<String>,
+    /// Operators whose name starts with this are made nearly free, so that
+    /// extraction takes them wherever the rules allow: the tuner's
+    /// `winograd=2|4` measures that Winograd tile, not the cost model's pick.
+    pub prefer: Option<String>,
 }
 
 impl Analysis<SymbolLang> for Shapes {
@@ -246,7 +250,11 @@ fn node_time(egraph: &EGraph<SymbolLang, Shapes>, enode: &SymbolLang, peak: f64,
     };
     let compute = (flops - epilogue).max(0.0) / (peak * efficiency) + epilogue / peak;
     // Ties go to fewer bytes, then to fewer operators (each one is a loop nest to run).
-    compute.max(bytes / bw) + 1e-6 * bytes / bw + 1e-3
+    let time = compute.max(bytes / bw) + 1e-6 * bytes / bw + 1e-3;
+    match &egraph.analysis.prefer {
+        Some(p) if op.starts_with(p.as_str()) => time * 1e-3,
+        _ => time,
+    }
 }
 
 /// The share of the peak that texc's default CPU schedules reach on an
@@ -401,11 +409,14 @@ fn dag_cost(egraph: &EGraph<SymbolLang, Shapes>, term: &RecExpr<SymbolLang>, pea
 }
 
 /// The numerical error a user accepts from rewrites (`--tolerance`,
-/// `--exact`). Most rules compute the same sums in another order or place,
-/// whose rounding is that of the computation as written. Winograd
-/// transforms amplify rounding, increasingly with the reduction length, so
-/// they are applied only where their error model ([`winograd_error`]) stays
-/// within the tolerance, and never when approximate rewrites are off.
+/// `--exact`), and which alternatives the rewriter may choose among. Most
+/// rules compute the same sums in another order or place, whose rounding
+/// is that of the computation as written. Winograd transforms amplify
+/// rounding, increasingly with the reduction length, so they are applied
+/// only where their error model ([`winograd_error`]) stays within the
+/// tolerance, and never when approximate rewrites are off. The autotuner
+/// narrows the alternatives (`winograd_tile`, `im2col`) to measure each
+/// rather than trust the cost model's choice.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Accuracy {
     /// Relative error accepted on f32 outputs, in the measure `run --check`
@@ -413,12 +424,17 @@ pub struct Accuracy {
     pub tolerance: f64,
     /// Whether rewrites with amplified rounding error may be chosen at all.
     pub approximate: bool,
+    /// Winograd with this output tile (2: F(2×2, 3×3), 4: F(4×4, 3×3))
+    /// wherever it applies, and no other; `None`: either, as the cost model picks.
+    pub winograd_tile: Option<i64>,
+    /// Whether convolutions may become im2col products.
+    pub im2col: bool,
 }
 
 impl Default for Accuracy {
-    /// The tolerance `run --check` applies to f32 outputs; approximate rewrites allowed.
+    /// The tolerance `run --check` applies to f32 outputs; every rewrite allowed.
     fn default() -> Accuracy {
-        Accuracy { tolerance: 1e-5, approximate: true }
+        Accuracy { tolerance: 1e-5, approximate: true, winograd_tile: None, im2col: true }
     }
 }
 
@@ -439,6 +455,8 @@ pub fn winograd_error(m: i64, channels: i64) -> f64 {
 /// The rewrite rules, each with its algebra, as `accuracy` allows them.
 pub fn rules(accuracy: Accuracy) -> Vec<Rewrite<SymbolLang, Shapes>> {
     let within = |m: i64| accurate_enough("?x", m, accuracy);
+    let im2col = accuracy.im2col;
+    let im2col_allowed = move |_: &mut EGraph<SymbolLang, Shapes>, _: Id, _: &egg::Subst| im2col;
     vec![
         // Batch-norm folding into the preceding convolution:
         //   γ·(conv(X, W) − μ)/√(σ²+ε) + β  =  conv(X, W·s) + (β − μ·s),  s = γ/√(σ²+ε)
@@ -478,11 +496,12 @@ pub fn rules(accuracy: Accuracy) -> Vec<Rewrite<SymbolLang, Shapes>> {
         rw!("conv3x3-winograd-f4"; "(conv2d ?x ?w 1 1 1 1)" => "(conv2d_winograd_f4 ?x ?w)" if filter_is("?w", 3) if image_multiple_of("?x", 4) if within(4)),
         // im2col: Y[n] = W' · cols(X[n]) with W' the filters as a K × (C·R·S)
         // matrix and cols the (C·R·S) × (Ho·Wo) matrix of patches (one group).
-        rw!("conv-im2col"; "(conv2d ?x ?w ?p ?s ?d 1)" => "(conv2d_im2col ?x ?w ?p ?s ?d)"),
+        rw!("conv-im2col"; "(conv2d ?x ?w ?p ?s ?d 1)" => "(conv2d_im2col ?x ?w ?p ?s ?d)" if im2col_allowed),
         // The same product turned around, Yᵀ[n] = cols(X[n])ᵀ · W'ᵀ, vectors
         // along the filters: only for constant filters, whose transposed copy
         // W'ᵀ is then made once rather than on every call.
-        rw!("conv-im2col-t"; "(conv2d ?x ?w ?p ?s ?d 1)" => "(conv2d_im2col_t ?x ?w ?p ?s ?d)" if is_constant("?w")),
+        rw!("conv-im2col-t"; "(conv2d ?x ?w ?p ?s ?d 1)" => "(conv2d_im2col_t ?x ?w ?p ?s ?d)"
+            if is_constant("?w") if im2col_allowed),
         // The same for convolutions with a fused epilogue (after bn-fold and bias/relu fusion).
         rw!("conv3x3-winograd-bias"; "(conv2d_bias ?x ?w ?b 1 1 1 1)" => "(conv2d_winograd_f2_bias ?x ?w ?b)"
             if filter_is("?w", 3) if image_multiple_of("?x", 2) if within(2)),
@@ -505,7 +524,7 @@ fn filter_is(var: &str, size: i64) -> impl Fn(&mut EGraph<SymbolLang, Shapes>, I
     move |g, _, subst| matches!(&g[subst[v]].data, Info::Shape(s) if s.len() == 4 && s[2] == size && s[3] == size)
 }
 
-/// Whether Winograd F(m×m, 3×3) on input `var` (N, C, H, W) stays within `accuracy`.
+/// Whether Winograd F(m×m, 3×3) on input `var` (N, C, H, W) stays within `accuracy` (and is allowed by it).
 fn accurate_enough(
     var: &str,
     m: i64,
@@ -514,6 +533,7 @@ fn accurate_enough(
     let v: egg::Var = var.parse().expect("a pattern variable");
     move |g, _, subst| {
         accuracy.approximate
+            && accuracy.winograd_tile.is_none_or(|t| t == m)
             && matches!(&g[subst[v]].data, Info::Shape(s) if s.len() == 4 && winograd_error(m, s[1]) <= accuracy.tolerance)
     }
 }
@@ -637,6 +657,7 @@ pub fn rewrite(
     let mut shapes = Shapes {
         calibrated: target.kind == crate::target::TargetKind::Cpu,
         constants: constants.clone(),
+        prefer: accuracy.winograd_tile.map(|m| format!("conv2d_winograd_f{m}")),
         ..Shapes::default()
     };
     let (term, node_of) = graph_term(p, &mut shapes);
@@ -687,6 +708,7 @@ pub fn rewrite(
                 opaque_cost: egraph.analysis.opaque_cost.clone(),
                 calibrated: egraph.analysis.calibrated,
                 constants: egraph.analysis.constants.clone(),
+                prefer: None,
             },
             peak,
             bw,

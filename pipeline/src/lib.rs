@@ -31,7 +31,7 @@ pub use loops_file::{is_loops_file, LoopsFile};
 pub fn is_onnx_file(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "onnx")
 }
-pub use options::{Dump, Options, Pass, KNOB_REWRITE, KNOB_WINOGRAD};
+pub use options::{Dump, Options, Pass, KNOB_IM2COL, KNOB_REWRITE, KNOB_WINOGRAD, PIPELINE_KNOBS};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -216,10 +216,10 @@ impl Pipeline {
         render_all(diags, &self.session.sources)
     }
 
-    /// The knobs of the schedule: all but the pipeline's own ([`KNOB_REWRITE`], [`KNOB_WINOGRAD`]).
+    /// The knobs of the schedule: all but the pipeline's own ([`PIPELINE_KNOBS`]).
     fn schedule_knobs(&self) -> texc_schedules::Knobs {
-        let own = [KNOB_REWRITE, KNOB_WINOGRAD];
-        self.options.knobs.iter().filter(|(k, _)| !own.contains(&k.as_str())).map(|(k, v)| (k.clone(), *v)).collect()
+        let own = |k: &str| PIPELINE_KNOBS.iter().any(|(n, _)| *n == k);
+        self.options.knobs.iter().filter(|(k, _)| !own(k)).map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// An error as the command line prints it.

@@ -119,9 +119,16 @@ impl Dump {
 
 /// Knobs of the pipeline itself, which the autotuner sets like schedule
 /// knobs: `rewrite=0` runs the graph as written (as `--no-rewrite`),
-/// `winograd=0` leaves Winograd out of the rewrites (as `--exact`).
+/// `winograd=0` leaves Winograd out of the rewrites (as `--exact`),
+/// `winograd=2` or `4` allows only F(2×2, 3×3) or F(4×4, 3×3), `im2col=0`
+/// leaves im2col out. `1` (or no knob) lets the cost model choose.
 pub const KNOB_REWRITE: &str = "rewrite";
 pub const KNOB_WINOGRAD: &str = "winograd";
+pub const KNOB_IM2COL: &str = "im2col";
+
+/// The pipeline's knobs with the values each takes.
+pub const PIPELINE_KNOBS: [(&str, &[i64]); 3] =
+    [(KNOB_REWRITE, &[1, 0]), (KNOB_WINOGRAD, &[1, 0, 2, 4]), (KNOB_IM2COL, &[1, 0])];
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -161,8 +168,13 @@ impl Options {
     /// What the rewriter may trade for speed: the f32 tolerance, and whether approximate rewrites are allowed.
     pub fn accuracy(&self) -> Accuracy {
         let f32_tolerance = crate::oracle::tolerance(texc_runtime::DType::F32);
-        let approximate = !self.exact && self.knobs.get(KNOB_WINOGRAD) != Some(&0);
-        Accuracy { tolerance: self.tolerance.unwrap_or(f32_tolerance), approximate }
+        let winograd = self.knobs.get(KNOB_WINOGRAD).copied();
+        Accuracy {
+            tolerance: self.tolerance.unwrap_or(f32_tolerance),
+            approximate: !self.exact && winograd != Some(0),
+            winograd_tile: winograd.filter(|&t| t == 2 || t == 4),
+            im2col: self.knobs.get(KNOB_IM2COL) != Some(&0),
+        }
     }
 
     /// Whether the e-graph rewrites: `--no-rewrite`, or the knob `rewrite=0`, turn it off.

@@ -28,12 +28,13 @@ impl Pipeline {
         }
         match self.template(k) {
             Some(src) => space::tunables(src),
-            // The e-graph's choices too: the plan as written, or without Winograd,
-            // measured rather than trusted to the cost model.
+            // The e-graph's choices too: the plan as written, without Winograd,
+            // with only one Winograd tile, without im2col, measured rather
+            // than trusted to the cost model.
             None => texc_schedules::default::DefaultKnobs::SPACE
                 .iter()
                 .copied()
-                .chain([(crate::KNOB_REWRITE, &[1, 0][..]), (crate::KNOB_WINOGRAD, &[1, 0][..])])
+                .chain(crate::PIPELINE_KNOBS)
                 .map(|(name, values)| Tunable { name: name.to_string(), candidates: values.to_vec(), listed: false })
                 .collect(),
         }

@@ -192,7 +192,7 @@ impl DefaultKnobs {
                 "rows" | "kslice" | "cols" | "pack" => false,
                 _ => {
                     return Err(format!(
-                        "knob `{name}` is not a knob of the default schedule (its knobs: rows, kslice, cols, pack; the pipeline's: rewrite, winograd)"
+                        "knob `{name}` is not a knob of the default schedule (its knobs: rows, kslice, cols, pack; the pipeline's: rewrite, winograd, im2col)"
                     ))
                 }
             };

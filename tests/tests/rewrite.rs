@@ -465,3 +465,41 @@ kernel layer(X: f32[N = 1, C = 512, H = 16, W = 16], Wt: f32[K = 32, C, 3, 3]) -
     assert!(texc_compiler::rewrite::winograd_error(4, 64) <= texc_compiler::rewrite::Accuracy::default().tolerance);
     assert!(texc_compiler::rewrite::winograd_error(4, 128) > texc_compiler::rewrite::Accuracy::default().tolerance);
 }
+
+/// The tuner's knobs narrow the e-graph's alternatives: `winograd=2` or `4`
+/// allows only that tile, `winograd=0` none, `im2col=0` no im2col form;
+/// every plan they give computes the same convolution.
+#[test]
+fn tuning_knobs_choose_among_the_alternatives() {
+    let src = "import std.nn;
+kernel layer(X: f32[N = 1, C = 16, H = 8, W = 8], Wt: f32[K = 16, C, 3, 3]) -> Y: f32[N, K, H, W] {
+    Y = conv2d(X, Wt, pad = 1);
+}";
+    let plan_ops = |knobs: &[(&str, i64)]| {
+        let (mut pl, k) = texc_tests::load_text("x86-avx2", "r.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+        pl.options.knobs = knobs.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        let (_, r) = rewrite_pass(&mut pl, k, &Bindings::default());
+        let ops: Vec<String> = r.program.ops.iter().map(|o| o.op.clone()).collect();
+        (r.plan.fired.clone(), ops, r.program)
+    };
+    let exact = {
+        let (_, _, p) = plan_ops(&[("rewrite", 0)]);
+        interp::run(&p, interp::bind_args(&p, HashMap::new(), &[], 3).expect("binds")).expect("runs")
+    };
+    for (knobs, want, never) in [
+        (&[("winograd", 2)][..], Some("conv2d_winograd_f2"), "winograd_f4"),
+        (&[("winograd", 4)][..], Some("conv2d_winograd_f4"), "winograd_f2"),
+        (&[("winograd", 0), ("im2col", 0)][..], None, "winograd"),
+        (&[("winograd", 0), ("im2col", 0)][..], None, "im2col"),
+        (&[("winograd", 0)][..], None, "winograd"),
+    ] {
+        let (fired, ops, p) = plan_ops(knobs);
+        if let Some(w) = want {
+            assert!(ops.iter().any(|o| o == w), "{knobs:?}: {ops:?}");
+        }
+        assert!(!ops.iter().any(|o| o.contains(never)), "{knobs:?}: {ops:?} ({fired:?})");
+        let got = interp::run(&p, interp::bind_args(&p, HashMap::new(), &[], 3).expect("binds")).expect("runs");
+        let e = rel_error(&got[0], &exact[0]);
+        assert!(e < 1e-4, "{knobs:?}: relative error {e:e}");
+    }
+}

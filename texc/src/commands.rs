@@ -131,9 +131,11 @@ fn options(c: &Common) -> Result<Options, Fail> {
         o.max_memory = Some(bytes);
     }
     for (name, value) in parse_ints("--knob", &c.knob)? {
-        let pipeline_knob = name == texc_pipeline::KNOB_REWRITE || name == texc_pipeline::KNOB_WINOGRAD;
-        if pipeline_knob && value != 0 && value != 1 {
-            return Err(Fail::Usage(format!("--knob {name}={value}: expected 0 or 1")));
+        if let Some((_, values)) = texc_pipeline::PIPELINE_KNOBS.iter().find(|(n, _)| *n == name) {
+            if !values.contains(&value) {
+                let list: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+                return Err(Fail::Usage(format!("--knob {name}={value}: expected one of {}", list.join(", "))));
+            }
         }
         o.knobs.insert(name, value);
     }

@@ -226,7 +226,9 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     for r in &rs[1..] {
         let knobs = r["knobs"].as_object().expect("knobs");
         assert!(
-            knobs.keys().all(|k| ["rows", "kslice", "cols", "pack", "rewrite", "winograd"].contains(&k.as_str())),
+            knobs
+                .keys()
+                .all(|k| ["rows", "kslice", "cols", "pack", "rewrite", "winograd", "im2col"].contains(&k.as_str())),
             "{r}"
         );
         assert!(r["schedule"].as_str().expect("text").starts_with("# the default schedule with --knob "), "{r}");
@@ -245,12 +247,18 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     run.extend(shape);
     let o = texc(&db, &run);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    // The pipeline's knobs take their own values only.
+    let mut odd = vec!["run", "benches/matmul.tex", "--target", "x86-avx2", "--knob", "winograd=3"];
+    odd.extend(shape);
+    let o = texc(&db, &odd);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("--knob winograd=3: expected one of 1, 0, 2, 4"), "{}", text(&o).1);
     let mut bad = vec!["run", "benches/matmul.tex", "--target", "x86-avx2", "--knob", "tile=4"];
     bad.extend(shape);
     let o = texc(&db, &bad);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, kslice, cols, pack; the pipeline's: rewrite, winograd)"),
+        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, kslice, cols, pack; the pipeline's: rewrite, winograd, im2col)"),
         "{}",
         text(&o).1
     );
