@@ -707,7 +707,7 @@ fn worth_threads(ss: &StageSchedule) -> bool {
 /// adds a broadcast (the `i` of a matmul, the filter `k` of a convolution).
 /// Without such an axis (a depthwise convolution's rows each load their own
 /// input), the axis outside the innermost, and `false`.
-fn reuse_axis(p: &Program, st: &Stage) -> (usize, bool) {
+fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
     let inner = st.n_axes as u32 - 1;
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
@@ -718,10 +718,10 @@ fn reuse_axis(p: &Program, st: &Stage) -> (usize, bool) {
             _ => false,
         })
         .collect();
-    (0..st.n_axes - 1)
+    (0..first_row_axis)
         .rev()
         .find(|&a| st.vars[a].extent >= 2 && !vector_loads.iter().any(|&l| uses_var(p, l, a as u32)))
-        .map_or((st.n_axes - 2, false), |a| (a, true))
+        .map_or((first_row_axis - 1, false), |a| (a, true))
 }
 
 /// Register blocking for reductions: rows of a spatial axis (see
@@ -733,12 +733,16 @@ fn reuse_axis(p: &Program, st: &Stage) -> (usize, bool) {
 /// AVX-512) whose loop moves outside the reductions, in groups spanning 128
 /// columns, and a single long reduction cut into slices of 256; the returned
 /// request asks to pack the vector operand per slice and column block.
-fn register_block(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<PackRequest> {
+fn register_block(
+    ss: &mut StageSchedule,
+    p: &Program,
+    st: &Stage,
+    m: Machine,
+    (inner, first_row_axis): (usize, usize),
+) -> Option<PackRequest> {
     let span = Span::default();
-    let n_axes = st.n_axes;
-    let inner = n_axes - 1;
     let row = ss.ivs[inner].extent;
-    let (a, shared) = reuse_axis(p, st);
+    let (a, shared) = reuse_axis(p, st, first_row_axis);
     // A row shorter than half a full vector uses the half-width vector
     // (AVX-512: a 7-wide row is one 256-bit vector, not 7 scalars). So does
     // a row shorter than a full vector, of a lane count LLVM must split (13:
@@ -892,13 +896,16 @@ fn vectorize_inner(ss: &mut StageSchedule, inner: usize, m: Machine) {
 }
 
 /// Rows shorter than a full vector, or than a few vectors and not a
-/// multiple of one (`[N, C, 5, 3]`), spend most of their time in tails; when every read moves through the
-/// trailing axes as through one dense axis (`X[n, c, h, w]` walks `h, w` in
-/// order, `group_norm`'s statistics and `gamma[c]` stay put along them), those
-/// axes are fused into one longer row first. Returns the fused loop.
-fn fuse_short_rows(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<usize> {
+/// multiple of one (`[N, C, 5, 3]`), spend most of their time in tails;
+/// when every read moves through the trailing axes as through one dense
+/// axis (`X[n, c, h, w]` walks `h, w` in order, `group_norm`'s statistics
+/// and `gamma[c]` stay put along them; a 1×1 convolution's filters too),
+/// those axes are fused into one longer row first. Returns the fused loop
+/// and the first axis fused into it.
+fn fuse_short_rows(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<(usize, usize)> {
     let n = st.n_axes;
-    if st.vars.len() != n || n < 2 || ss.leaves.len() != n {
+    // Before any other primitive: the leaves are the axes, then the reduction variables.
+    if n < 2 || ss.leaves.len() != st.vars.len() || ss.leaves.iter().enumerate().any(|(i, &l)| i != l) {
         return None;
     }
     let mut loads = Vec::new();
@@ -917,7 +924,7 @@ fn fuse_short_rows(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) 
         let name = format!("{}.{}", ss.ivs[fused].name, ss.ivs[next].name);
         fused = ss.fuse(fused, next, (&name, span), span).expect("adjacent spatial loops");
     }
-    (first < n - 1).then_some(fused)
+    (first < n - 1).then_some((fused, first))
 }
 
 /// Whether axes `a` and `a + 1` of `st` are one dense axis to every read and
@@ -933,19 +940,20 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     if n_axes == 0 {
         return None;
     }
-    let inner = n_axes - 1;
+    // The innermost spatial loop: the last axis, or the trailing axes fused.
+    let (row, first_row_axis) = fuse_short_rows(ss, p, st, m).unwrap_or((n_axes - 1, n_axes - 1));
     // Reduction loops outside the innermost spatial loop.
-    if ss.ivs.len() > n_axes {
-        let mut order: Vec<usize> = (0..inner).collect();
-        order.extend(n_axes..ss.ivs.len());
-        order.push(inner);
+    if ss.ivs.iter().any(|v| v.reduce) {
+        let (reductions, mut order): (Vec<usize>, Vec<usize>) =
+            ss.leaves.iter().copied().filter(|&l| l != row).partition(|&l| ss.ivs[l].reduce);
+        order.extend(reductions);
+        order.push(row);
         ss.reorder(&order, span).expect("a permutation of the leaves");
     }
     let mut pack = None;
-    if ss.ivs.iter().any(|v| v.reduce) && n_axes >= 2 {
-        pack = register_block(ss, p, st, m);
+    if ss.ivs.iter().any(|v| v.reduce) && n_axes >= 2 && first_row_axis > 0 {
+        pack = register_block(ss, p, st, m, (row, first_row_axis));
     } else {
-        let row = fuse_short_rows(ss, p, st, m).unwrap_or(inner);
         vectorize_inner(ss, row, m);
     }
     // Fuse leading spatial loops until there is enough parallel work.
