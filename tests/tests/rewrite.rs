@@ -32,6 +32,13 @@ fn rewritten(src: &str, shapes: &[(&str, i64)]) -> (Program, Rewritten) {
     rewrite_pass(&mut pl, k, &b)
 }
 
+/// [`rewritten`] at the kernel's own sizes, with the pipeline's options set by `options` first.
+fn rewritten_with(src: &str, options: impl FnOnce(&mut texc_pipeline::Pipeline)) -> (Program, Rewritten) {
+    let (mut pl, k) = texc_tests::load_text("x86-avx2", "r.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+    options(&mut pl);
+    rewrite_pass(&mut pl, k, &Bindings::default())
+}
+
 fn same_results(a: &Program, b: &Program, seed: u64, tol: f64) {
     let args = |p: &Program| interp::bind_args(p, HashMap::new(), &[], seed).expect("binds");
     let (x, y) = (interp::run(a, args(a)).expect("runs"), interp::run(b, args(b)).expect("runs"));
@@ -447,10 +454,10 @@ kernel layer(X: f32[N = 1, C = 512, H = 16, W = 16], Wt: f32[K = 32, C, 3, 3]) -
     Y = conv2d(X, Wt, pad = 1);
 }";
     let plan_ops = |tolerance: Option<f64>, exact: bool| {
-        let (mut pl, k) = texc_tests::load_text("x86-avx2", "r.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
-        pl.options.tolerance = tolerance;
-        pl.options.exact = exact;
-        let (_, r) = rewrite_pass(&mut pl, k, &Bindings::default());
+        let (_, r) = rewritten_with(src, |pl| {
+            pl.options.tolerance = tolerance;
+            pl.options.exact = exact;
+        });
         (r.plan.fired.clone(), r.program.ops.iter().map(|o| o.op.clone()).collect::<Vec<_>>())
     };
     let (fired, ops) = plan_ops(None, false);
@@ -476,9 +483,8 @@ kernel layer(X: f32[N = 1, C = 16, H = 8, W = 8], Wt: f32[K = 16, C, 3, 3]) -> Y
     Y = conv2d(X, Wt, pad = 1);
 }";
     let plan_ops = |knobs: &[(&str, i64)]| {
-        let (mut pl, k) = texc_tests::load_text("x86-avx2", "r.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
-        pl.options.knobs = knobs.iter().map(|(n, v)| (n.to_string(), *v)).collect();
-        let (_, r) = rewrite_pass(&mut pl, k, &Bindings::default());
+        let (_, r) =
+            rewritten_with(src, |pl| pl.options.knobs = knobs.iter().map(|(n, v)| (n.to_string(), *v)).collect());
         let ops: Vec<String> = r.program.ops.iter().map(|o| o.op.clone()).collect();
         (r.plan.fired.clone(), ops, r.program)
     };

@@ -242,6 +242,12 @@ schedule sgemm for x86-avx2 {
 /// The default schedule runs a normalization or a softmax as one pass over
 /// the rows: the statistics (and exponentials) of each row are computed
 /// inside the row loop, in buffers private to it.
+/// `N=67,D=501` as bindings.
+fn shape_bindings(text: &str) -> Bindings {
+    let shapes = text.split(',').map(|kv| kv.split_once('=').expect("k=v"));
+    Bindings { shapes: shapes.map(|(k, v)| (k.into(), v.parse().expect("int"))).collect(), ..Bindings::default() }
+}
+
 #[test]
 fn default_schedule_fuses_row_passes() {
     for (file, shapes) in [
@@ -250,14 +256,7 @@ fn default_schedule_fuses_row_passes() {
         ("examples/softmax.tex", "N=67,D=501"),
         ("examples/norms.tex", "N=67,D=501"),
     ] {
-        let b = Bindings {
-            shapes: shapes
-                .split(',')
-                .map(|kv| kv.split_once('=').expect("k=v"))
-                .map(|(k, v)| (k.into(), v.parse().expect("int")))
-                .collect(),
-            ..Bindings::default()
-        };
+        let b = shape_bindings(shapes);
         let kernel = (file == "examples/norms.tex").then_some("ln");
         let p = texc_tests::compile(file, kernel, &b).expect("compiles");
         let f = texc_tests::default_lowered("x86-avx2", &p);
@@ -281,14 +280,7 @@ fn default_schedule_fuses_short_rows() {
         ("inorm", "N=2,C=3,H=9,W=4", &["for h.w.v in 0..8 vectorized", "local Y.mu.r0.rf:", "local Y.var.r0.rf:"][..]),
         ("inorm", "N=3,C=5,H=7,W=5", &["for h.w.v in 0..8 vectorized", "local Y.var.r0.rf:"][..]),
     ] {
-        let b = Bindings {
-            shapes: shapes
-                .split(',')
-                .map(|kv| kv.split_once('=').expect("k=v"))
-                .map(|(k, v)| (k.into(), v.parse().expect("int")))
-                .collect(),
-            ..Bindings::default()
-        };
+        let b = shape_bindings(shapes);
         let p = texc_tests::compile("examples/norms.tex", Some(kernel), &b).expect("compiles");
         let f = texc_tests::default_lowered("x86-avx2", &p);
         let text = texc_schedules::ir::print(&f);
