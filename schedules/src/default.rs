@@ -132,6 +132,36 @@ pub fn default_inlining(p: &mut Program) {
 /// [`default_inlining`]; on GPUs (`recompute`), where memory traffic costs
 /// more than arithmetic, costly element-wise temporaries (a softmax's
 /// `exp`) are inlined into reductions too, and so computed once per reader.
+/// After [`hoist_reductions`]: an element-wise stage over the same points
+/// as every element-wise stage that reads it is inlined into them, so that a
+/// reduction's epilogue and the operators after it are one pass over the
+/// output (a convolution's `y0 = y0.r0 + b[k]` hoisted out of
+/// `conv2d_bias`, then `clip(y0, 0, 6)`), not one pass each. Statistics
+/// read at fewer points than their readers have (`mu[n]` in `X[n, d] - mu[n]`)
+/// stay as they are.
+fn inline_epilogues(p: &mut Program) {
+    let mut si = 0;
+    while si < p.stages.len() {
+        let st = &p.stages[si];
+        let t = st.tensor;
+        let mut readers = p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).peekable();
+        let inlinable = p.tensor(t).role == TensorRole::Temp
+            && !contains_reduce(p, st.value)
+            && readers.peek().is_some()
+            && readers.all(|c| {
+                !contains_reduce(p, c.value)
+                    && volume(c) == volume(st)
+                    && reads_like_elementwise(p, c, t)
+                    && inlining_stays_small(p, st, c, cheap(p, st.value))
+            });
+        if inlinable {
+            inline_stage(p, si);
+        } else {
+            si += 1;
+        }
+    }
+}
+
 fn inline_elementwise(p: &mut Program, recompute: bool) {
     let mut si = 0;
     while si < p.stages.len() {
@@ -277,6 +307,7 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
     if target.kind == TargetKind::Gpu {
         return gpu_schedule(p);
     }
+    inline_epilogues(p);
     // Row reductions of floats are factored so that their partial results vectorize.
     let mut si = 0;
     while si < p.stages.len() {

@@ -142,3 +142,27 @@ fn check_and_emit_read_loops_files() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).1.contains("already loop IR"), "{}", text(&o).1);
 }
+
+/// A convolution's bias (hoisted out of its reduction) and the activation
+/// after it are one pass over the output, not two, and the result matches
+/// the interpreter.
+#[test]
+fn a_convolutions_bias_and_activation_are_one_pass() {
+    let src = "import std.nn;
+kernel pw(X: f32[N = 1, C = 16, H = 112, W = 112], Wt: f32[K = 96, C, 1, 1], b: f32[K]) -> Y: f32[N, K, H, W] {
+    y0 = conv2d_1x1_bias(X, Wt, b);
+    Y = relu6(y0);
+}";
+    let path = tmp("pw.tex");
+    std::fs::write(&path, src).expect("write");
+    let file = path.to_str().expect("utf-8");
+    let o = texc(&["emit", file, "--stage", "loops", "--target", "x86-avx2"]);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    let temps: Vec<&str> = out.lines().filter(|l| l.trim_start().starts_with("temp ")).collect();
+    assert_eq!(temps, vec!["  temp y0.r0: f32[1, 96, 112, 112]"], "no biased copy of the sums:\n{out}");
+    let passes = out.lines().filter(|l| l.starts_with("  for ")).count();
+    assert_eq!(passes, 3, "zeroing, sums, then bias and relu6 in one pass:\n{out}");
+    let o = texc(&["run", file, "--target", "x86-avx2", "--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+}
