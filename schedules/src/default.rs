@@ -8,6 +8,9 @@
 //!   read them at one position per point, through affine indices) are
 //!   inlined (fused) into them; producers of reductions stay materialized,
 //!   so that they are not recomputed for every reduction step.
+//! - After reductions are hoisted, an element-wise stage read at the same
+//!   points by element-wise stages only is inlined into them
+//!   ([`inline_epilogues`]: a convolution's bias and activation in one pass).
 //! - Index quotients and remainders the variables' ranges decide are
 //!   simplified (`normalize::simplify_div_mod`); trailing reduction
 //!   variables that walk every read as one dense row become one
