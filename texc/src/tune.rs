@@ -206,8 +206,11 @@ fn model_pick(
     let names: Vec<String> = ts.iter().map(|t| t.name.clone()).collect();
     let mut pool: Vec<(Point, Vec<f64>)> = Vec::new();
     let mut proposed: HashSet<Knobs> = HashSet::new();
+    // Building is in process but not free (a whole model takes a while):
+    // the pool stops growing after a second once it has a few candidates.
+    let started = Instant::now();
     for _ in 0..4 * MODEL_POOL {
-        if pool.len() >= MODEL_POOL {
+        if pool.len() >= MODEL_POOL || pool.len() >= 4 && started.elapsed() > Duration::from_secs(1) {
             break;
         }
         let p = if rng.next_u64().is_multiple_of(4) {
