@@ -83,15 +83,19 @@ enum Term {
     Opaque(String),
 }
 
-fn structure(p: &Program, e: TExprId) -> String {
+/// A key of `e`'s structure: equal for equal expressions however often
+/// they were written (index simplification and [`flat_coefficient`] match
+/// sub-terms by it).
+pub(crate) fn structure(p: &Program, e: TExprId) -> String {
     let kids: Vec<String> = p.children(e).into_iter().map(|c| structure(p, c)).collect();
     let head = match p.expr(e) {
         TExpr::Int(k) => format!("{k}"),
         TExpr::Var(v) => format!("v{v}"),
         TExpr::Scalar(s) => format!("s{s}"),
         TExpr::Load(t, _) => format!("L{}", t.0),
-        TExpr::Binary(op, ..) => format!("{op:?}"),
         TExpr::Unary(op, _) => format!("{op:?}"),
+        TExpr::Binary(op, ..) => format!("{op:?}"),
+        TExpr::Math(b, _) => format!("{b:?}"),
         other => format!("{other:?}"),
     };
     format!("{head}({})", kids.join(","))

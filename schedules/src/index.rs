@@ -29,28 +29,13 @@ struct Lin {
     exprs: HashMap<Key, TExprId>,
 }
 
-fn key(f: &LoopFunc, e: TExprId) -> String {
-    let kids: Vec<String> = f.p.children(e).into_iter().map(|c| key(f, c)).collect();
-    let head = match f.p.expr(e) {
-        TExpr::Int(k) => format!("{k}"),
-        TExpr::Var(v) => format!("v{v}"),
-        TExpr::Scalar(s) => format!("s{s}"),
-        TExpr::Load(t, _) => format!("L{}", t.0),
-        TExpr::Unary(op, _) => format!("{op:?}"),
-        TExpr::Binary(op, ..) => format!("{op:?}"),
-        TExpr::Math(b, _) => format!("{b:?}"),
-        other => format!("{other:?}"),
-    };
-    format!("{head}({})", kids.join(","))
-}
-
 /// The linear form of `e`; `None` only if its arithmetic overflows.
 fn lin(f: &LoopFunc, e: TExprId) -> Option<Lin> {
     let mut exprs = HashMap::new();
     let form = affine_of(&f.p, e, &mut |x| {
         let k = match f.p.expr(x) {
             TExpr::Var(v) => Key::Var(*v),
-            _ => Key::Opaque(key(f, x)),
+            _ => Key::Opaque(crate::analysis::structure(&f.p, x)),
         };
         exprs.entry(k.clone()).or_insert(x);
         Some(Affine::atom(k))

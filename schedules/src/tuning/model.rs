@@ -45,15 +45,6 @@ fn lg(x: f64) -> f64 {
     (1.0 + x.max(0.0)).log2()
 }
 
-fn loads(f: &LoopFunc, e: TExprId, out: &mut Vec<TExprId>) {
-    if matches!(f.p.expr(e), TExpr::Load(..)) {
-        out.push(e);
-    }
-    for c in f.p.children(e) {
-        loads(f, c, out);
-    }
-}
-
 /// The loop nest's walk: `trips` iterations reach `body`, inside a vector
 /// loop over `vector` (its lanes), `unrolled` copies deep.
 fn walk(
@@ -100,7 +91,7 @@ fn walk(
                 Some((var, _)) => {
                     w.vector_stores += trips;
                     let mut ls = Vec::new();
-                    loads(f, *value, &mut ls);
+                    analysis::loads_in(&f.p, *value, &mut ls);
                     let mut accesses: Vec<(texc_compiler::tir::TensorId, Vec<TExprId>)> = ls
                         .iter()
                         .filter_map(|&l| match f.p.expr(l) {
