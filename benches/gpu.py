@@ -43,6 +43,7 @@ CASES = [
     ("hgemm 4096³ f16→f32 (default)", "examples/gemm_f16.tex", ["--shape", f"M={G},K={G},N={G}"],
      "fp16", 2 * G**3, None, "hgemm"),
     ("hgemm 4096³ f16→f32 (shared, ldmatrix)", "benches/hgemm_shared.tex", [], "fp16", 2 * G**3, None, "hgemm"),
+    ("hgemm 4096³ f16→f32 (cp.async, 2 stages)", "benches/hgemm_pipelined.tex", [], "fp16", 2 * G**3, None, "hgemm"),
     ("tf32 gemm 4096³ (benches schedule)", "benches/gemm_tf32.tex", [], "tf32", 2 * G**3, None, "tf32"),
     ("conv 3×3 56²×64 b32 f16 (default)", "benches/conv_f16.tex", [], "fp16",
      2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
@@ -118,10 +119,13 @@ def main():
     ap.add_argument("--target", default="nvptx-sm90")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--hgemm", nargs="*", default=[], help="more schedules of the 4096³ f16 GEMM to time (.tex files)")
     a = ap.parse_args()
+    cases = CASES + [(f"hgemm 4096³ {os.path.basename(f)}", os.path.abspath(f), [], "fp16", 2 * G**3, None, "hgemm")
+                     for f in a.hgemm]
     peak_of, gpu = peaks()
     print(f"# {gpu}: shares of its data sheet's peaks", flush=True)
-    for name, file, args, peak, flops, nbytes, tcase in CASES:
+    for name, file, args, peak, flops, nbytes, tcase in cases:
         if a.only not in name:
             continue
         t, why = texc_time(a.texc, a.target, file, args, a.repeat)

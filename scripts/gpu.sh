@@ -44,9 +44,10 @@ checks=()
 for t in nvptx-sm80 nvptx-sm90; do
     for k in "examples/softmax.tex" "examples/norms.tex --kernel ln" "examples/matmul.tex" \
              "examples/conv2d.tex" "examples/gemm_f16.tex" "benches/gemm_tf32.tex --shape M=256,K=128,N=256" "benches/hgemm_shared.tex --shape M=256,K=96,N=384" \
+             "benches/hgemm_pipelined.tex --shape M=256,K=160,N=384" \
              "benches/conv_f16.tex --shape N=2,C=32,H=18,W=20,K=48" \
              "examples/softmax.tex --shape N=1000,D=4097" "benches/layer_norm.tex --shape N=999,D=4096"; do
-        [ "$t" = nvptx-sm80 ] && [[ $k == *tf32* || $k == *shared* ]] && continue  # schedules written for sm90
+        [ "$t" = nvptx-sm80 ] && [[ $k == *tf32* || $k == *hgemm_* ]] && continue  # schedules written for sm90
         # shellcheck disable=SC2086 # the kernel's arguments are words
         line=$("$texc" run $k --target "$t" --check 2>&1 | grep -E "check|error" | head -3 | tr '\n' ' ')
         checks+=("$t $k: $line")
@@ -57,5 +58,6 @@ echo
 echo "# scripts/gpu.sh: logs in $logs"
 printf '%s\n' "${summary[@]}" "${checks[@]}"
 echo
-python3 benches/gpu.py --texc "$texc" 2>&1 | tee "$logs/bench.log" | grep -v "^#" || status=1
+# shellcheck disable=SC2086 # GPU_BENCH_HGEMM: more GEMM schedules to time, separated by spaces
+python3 benches/gpu.py --texc "$texc" ${GPU_BENCH_HGEMM:+--hgemm $GPU_BENCH_HGEMM} 2>&1 | tee "$logs/bench.log" | grep -v "^#" || status=1
 exit $status

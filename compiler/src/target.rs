@@ -70,6 +70,8 @@ pub enum LoopKind {
     GpuBlock,
     /// Bound to GPU threads (`bind ... to thread.x`).
     GpuThread,
+    /// The elements of one asynchronous global-to-shared copy (`cp.async`).
+    AsyncCopy,
 }
 
 /// Where a buffer may live.
@@ -165,8 +167,14 @@ pub enum TargetError {
 }
 
 const CPU_LOOPS: &[LoopKind] = &[LoopKind::Serial, LoopKind::Parallel, LoopKind::Vectorized, LoopKind::Unrolled];
-const GPU_LOOPS: &[LoopKind] =
-    &[LoopKind::Serial, LoopKind::Unrolled, LoopKind::Vectorized, LoopKind::GpuBlock, LoopKind::GpuThread];
+const GPU_LOOPS: &[LoopKind] = &[
+    LoopKind::Serial,
+    LoopKind::Unrolled,
+    LoopKind::Vectorized,
+    LoopKind::GpuBlock,
+    LoopKind::GpuThread,
+    LoopKind::AsyncCopy,
+];
 const CPU_SCOPES: &[MemScope] = &[MemScope::Global, MemScope::Local];
 const GPU_SCOPES: &[MemScope] = &[MemScope::Global, MemScope::Local, MemScope::Shared];
 const X86_TRIPLE: &str = "x86_64-unknown-linux-gnu";

@@ -240,6 +240,12 @@ pub enum Factor {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum PrimKind {
+    /// `pipeline S.a by n`: the shared buffers computed at `S.a` are
+    /// refilled `n - 1` slices ahead with asynchronous copies.
+    Pipeline {
+        axis: AxisRef,
+        stages: Factor,
+    },
     Split {
         axis: AxisRef,
         factor: Factor,

@@ -84,6 +84,7 @@ pub enum Prim {
     CacheWrite,
     Bind,
     Tensorize,
+    Pipeline,
     Tune,
 }
 
@@ -103,11 +104,12 @@ impl Prim {
             Prim::CacheWrite => "cache_write",
             Prim::Bind => "bind",
             Prim::Tensorize => "tensorize",
+            Prim::Pipeline => "pipeline",
             Prim::Tune => "tune",
         }
     }
 
-    const ALL: [Prim; 14] = [
+    const ALL: [Prim; 15] = [
         Prim::Split,
         Prim::Tile,
         Prim::Fuse,
@@ -121,6 +123,7 @@ impl Prim {
         Prim::CacheWrite,
         Prim::Bind,
         Prim::Tensorize,
+        Prim::Pipeline,
         Prim::Tune,
     ];
 }

@@ -287,6 +287,9 @@ impl Printer<'_> {
                 PrimKind::Tensorize { stage, axes, intrinsic } => {
                     format!("tensorize {}({}) with {}", self.ident(stage), self.names(axes), self.ident(intrinsic))
                 }
+                PrimKind::Pipeline { axis, stages } => {
+                    format!("pipeline {} by {}", self.axis(axis), self.factor(stages))
+                }
                 PrimKind::Tune { name, values } => {
                     let v: Vec<String> = values.iter().map(|(v, s)| format!("{v}{}", self.sp(*s))).collect();
                     format!("tune {} in [{}]", self.ident(name), v.join(", "))

@@ -193,7 +193,7 @@ impl<'c> Gen<'c, '_> {
                     blk.append_operation(op);
                 }
                 Stmt::Store { tensor, indices, value } => self.store(blk, env, *tensor, indices, *value)?,
-                Stmt::Barrier | Stmt::Mma { .. } => {
+                Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {
                     return Err(MlirError::Unsupported(
                         "a GPU barrier or tensor-core operation: their MLIR export (the gpu and nvgpu dialects) is \
                          not built yet"
@@ -253,7 +253,7 @@ impl<'c> Gen<'c, '_> {
         body.iter().all(|s| match s {
             Stmt::Store { indices, .. } => self.contiguous(indices, var),
             Stmt::If { then, .. } => self.vector_ok(then, var),
-            Stmt::For { .. } | Stmt::Alloc { .. } | Stmt::Barrier | Stmt::Mma { .. } => false,
+            Stmt::For { .. } | Stmt::Alloc { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
         })
     }
 

@@ -456,6 +456,10 @@ impl Pipeline {
         let mut f = texc_schedules::lower::lower(s.p, &s.schedules, &s.regions);
         texc_schedules::tensorize::tensorize(&mut f, &s.schedules)?;
         texc_schedules::cross_thread::lower_cross_thread(&mut f, &s.schedules)?;
+        texc_schedules::multistage::pipeline(&mut f, &s.schedules)?;
+        if let Some(gpu) = self.options.target.gpu {
+            texc_schedules::multistage::pad_ldmatrix_rows(&mut f, gpu.shared_bytes_per_block);
+        }
         after(
             &self.options,
             &mut self.timings,

@@ -64,6 +64,8 @@ pub struct Launch {
     pub kernel: String,
     pub grid: [u32; 3],
     pub block: [u32; 3],
+    /// Bytes of dynamic shared memory (more than 48 KiB needs the kernel's opt-in).
+    pub dynamic_shared: u32,
 }
 
 /// A PTX module loaded on the device, with the launches of one texc kernel.
@@ -84,7 +86,18 @@ impl Device {
             .iter()
             .map(|l| {
                 let f = m.load_function(&l.kernel).map_err(|e| format!("CUDA: kernel `{}`: {e}", l.kernel))?;
-                let cfg = LaunchConfig { grid_dim: tuple(l.grid), block_dim: tuple(l.block), shared_mem_bytes: 0 };
+                if l.dynamic_shared > 48 * 1024 {
+                    use cudarc::driver::sys::CUfunction_attribute_enum as A;
+                    f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.dynamic_shared as i32)
+                        .map_err(|e| {
+                            format!("CUDA: kernel `{}`: {} bytes of shared memory: {e}", l.kernel, l.dynamic_shared)
+                        })?;
+                }
+                let cfg = LaunchConfig {
+                    grid_dim: tuple(l.grid),
+                    block_dim: tuple(l.block),
+                    shared_mem_bytes: l.dynamic_shared,
+                };
                 Ok((f, cfg))
             })
             .collect::<Result<_, String>>()?;

@@ -75,7 +75,8 @@ fn tunable_values(prims: &[texc_grammar::ast::Primitive], knobs: &Knobs) -> Resu
             PrimKind::Tune { name, values } => {
                 declared.insert(&name.name, (values, prim.span));
             }
-            PrimKind::Split { factor: Factor::Tunable(n), .. } => used.push(&n.name),
+            PrimKind::Split { factor: Factor::Tunable(n), .. }
+            | PrimKind::Pipeline { stages: Factor::Tunable(n), .. } => used.push(&n.name),
             PrimKind::Tile { factors, .. } => used.extend(factors.iter().filter_map(|f| match f {
                 Factor::Tunable(n) => Some(n.name.as_str()),
                 Factor::Const(..) => None,
@@ -278,7 +279,9 @@ pub fn apply_with(
                 };
                 attach_stage(&mut s, bi, Attach { owner: ci, leaf, layout, shared, span }, &name.name)?;
             }
-            PrimKind::Bind { .. } | PrimKind::Tensorize { .. } if !target.supports_loop(LoopKind::GpuThread) => {
+            PrimKind::Bind { .. } | PrimKind::Tensorize { .. } | PrimKind::Pipeline { .. }
+                if !target.supports_loop(LoopKind::GpuThread) =>
+            {
                 return Err(Diagnostic::at(
                     span,
                     format!("`{}` is a GPU primitive; target `{}` is a CPU", prim_name(&prim.kind), target.name),
@@ -291,6 +294,29 @@ pub fn apply_with(
             PrimKind::Tensorize { stage, axes, intrinsic } => {
                 let (si, name) = stage_of(stage)?;
                 tensorize(p, &mut s.stages[si], si, &name, axes, intrinsic, span, sized)?;
+            }
+            PrimKind::Pipeline { axis, stages } => {
+                let (si, name) = stage_of(&axis.stage)?;
+                let ss = &mut s.stages[si];
+                let iv = ss.leaf(&name, &axis.axis.name, axis.axis.span)?;
+                // An undeclared `?n` double-buffers.
+                let n = match stages {
+                    Factor::Tunable(k) if !tunes.contains_key(&k.name) => 2,
+                    f => factor(f, 2, &tunes)?,
+                };
+                if !(2..=8).contains(&n) {
+                    return Err(Diagnostic::at(factor_span(stages), format!("a pipeline has 2 to 8 stages, not {n}")));
+                }
+                if ss.ivs[iv].kind != ForKind::Serial {
+                    return Err(Diagnostic::at(
+                        span,
+                        format!("`{}` is{}: only a serial loop is pipelined", ss.ivs[iv].name, ss.ivs[iv].kind.name()),
+                    ));
+                }
+                if ss.pipeline.is_some() {
+                    return Err(Diagnostic::at(span, format!("`{name}` already has a pipelined loop")));
+                }
+                ss.pipeline = Some((iv, n, span));
             }
         }
     }
@@ -455,6 +481,7 @@ fn prim_name(k: &PrimKind) -> &'static str {
     match k {
         PrimKind::Bind { .. } => "bind",
         PrimKind::Tensorize { .. } => "tensorize",
+        PrimKind::Pipeline { .. } => "pipeline",
         _ => "primitive",
     }
 }

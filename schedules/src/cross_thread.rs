@@ -111,7 +111,7 @@ fn rewrite(f: &mut LoopFunc, body: &mut [Stmt], job: &Job, in_threads: bool) -> 
                 rewrite(f, body, job, threads)?
             }
             Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => rewrite(f, body, job, in_threads)?,
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Mma { .. } => false,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
         };
     }
     Ok(any)
@@ -123,7 +123,7 @@ fn stores_to(s: &Stmt, t: TensorId) -> bool {
             body.iter().any(|s| stores_to(s, t))
         }
         Stmt::Store { tensor, .. } => *tensor == t,
-        Stmt::Barrier | Stmt::Mma { .. } => false,
+        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
     }
 }
 
@@ -225,7 +225,7 @@ fn has_thread_loop(s: &Stmt) -> bool {
         Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
             body.iter().any(has_thread_loop)
         }
-        Stmt::Store { .. } | Stmt::Barrier | Stmt::Mma { .. } => false,
+        Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
     }
 }
 
@@ -239,7 +239,7 @@ fn wrap_stores(f: &mut LoopFunc, body: &mut [Stmt]) {
                 let store = std::mem::replace(s, Stmt::Barrier);
                 *s = Stmt::For { var: one, lo: 0, extent: 1, kind: ForKind::Thread(GpuDim::X), body: vec![store] };
             }
-            Stmt::Barrier | Stmt::Mma { .. } => {}
+            Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {}
         }
     }
 }

@@ -3,8 +3,13 @@
 //! loops, guards and accumulation order that the schedule produced, so
 //! comparing it with the interpreter checks lowering and scheduling
 //! independently of any code generator.
+//!
+//! Asynchronous copies (`ForKind::Async`) read their source when issued
+//! and write their destination only when an `async wait` retires their
+//! group, as late as the GPU may: a schedule that reads a shared buffer
+//! before its copy was waited for reads stale data here too.
 
-use crate::ir::{LoopFunc, MmaOp, Stmt, Tile};
+use crate::ir::{AsyncStep, ForKind, LoopFunc, MmaOp, Stmt, Tile};
 use texc_compiler::interp::{Arg, InterpError, Machine};
 use texc_compiler::semantics::V;
 use texc_runtime::Tensor;
@@ -12,32 +17,67 @@ use texc_runtime::Tensor;
 pub fn run(f: &LoopFunc, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
     let mut m = Machine::new(&f.p, args)?;
     let mut env = vec![0i64; f.vars.len()];
-    exec(f, &mut m, &f.body, &mut env)?;
+    let mut copies = Copies::default();
+    exec(f, &mut m, &f.body, &mut env, &mut copies, false)?;
     Ok(m.outputs())
 }
 
-fn exec(f: &LoopFunc, m: &mut Machine, body: &[Stmt], env: &mut [i64]) -> Result<(), InterpError> {
+/// An element an asynchronous copy writes when it lands.
+type Landing = (texc_compiler::tir::TensorId, Vec<i64>, V);
+
+/// Asynchronous copies in flight: the elements of the open group and of
+/// the committed groups, oldest first. Every thread of a block issues the
+/// same groups, so one queue stands for all.
+#[derive(Default)]
+struct Copies {
+    open: Vec<Landing>,
+    committed: std::collections::VecDeque<Vec<Landing>>,
+}
+
+fn exec(
+    f: &LoopFunc,
+    m: &mut Machine,
+    body: &[Stmt],
+    env: &mut [i64],
+    copies: &mut Copies,
+    in_async: bool,
+) -> Result<(), InterpError> {
     for s in body {
         match s {
             Stmt::Barrier => {}
-            Stmt::Mma { op, c, a, b } => mma(f, m, *op, [c, a, b], env)?,
-            Stmt::For { var, lo, extent, body, .. } => {
-                for x in *lo..*lo + *extent {
-                    env[*var as usize] = x;
-                    exec(f, m, body, env)?;
+            Stmt::Async(AsyncStep::Commit) => {
+                let group = std::mem::take(&mut copies.open);
+                copies.committed.push_back(group);
+            }
+            Stmt::Async(AsyncStep::Wait(n)) => {
+                while copies.committed.len() as i64 > (*n).max(0) {
+                    for (t, idx, v) in copies.committed.pop_front().unwrap_or_default() {
+                        m.store(t, &idx, v)?;
+                    }
                 }
             }
-            Stmt::Alloc { body, .. } => exec(f, m, body, env)?,
+            Stmt::Mma { op, c, a, b } => mma(f, m, *op, [c, a, b], env)?,
+            Stmt::For { var, lo, extent, body, kind } => {
+                for x in *lo..*lo + *extent {
+                    env[*var as usize] = x;
+                    exec(f, m, body, env, copies, in_async || *kind == ForKind::Async)?;
+                }
+            }
+            Stmt::Alloc { body, .. } => exec(f, m, body, env, copies, in_async)?,
             Stmt::If { cond, then } => {
                 if m.eval(&f.vars, *cond, env)?.b() {
-                    exec(f, m, then, env)?;
+                    exec(f, m, then, env, copies, in_async)?;
                 }
             }
             Stmt::Store { tensor, indices, value } => {
                 let idx =
                     indices.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
                 let v = m.eval(&f.vars, *value, env)?;
-                m.store(*tensor, &idx, v)?;
+                if in_async {
+                    copies.open.push((*tensor, idx, v));
+                } else {
+                    m.store(*tensor, &idx, v)?;
+                }
             }
         }
     }

@@ -38,7 +38,7 @@
 //! does not prove that distinct iterations write distinct elements.)
 
 use crate::analysis::involves;
-use crate::ir::{ForKind, GpuDim, LoopFunc, Stmt};
+use crate::ir::{AsyncStep, ForKind, GpuDim, LoopFunc, Stmt};
 use std::collections::{HashMap, HashSet};
 use texc_compiler::ops::BinOp;
 use texc_compiler::target::{GpuSpec, Target};
@@ -94,6 +94,10 @@ pub struct Launch {
     pub grid: [i64; 3],
     /// Threads per block dimension (x, y, z).
     pub block: [i64; 3],
+    /// Bytes of dynamic shared memory the launch asks for: its shared
+    /// buffers, where they are more than a kernel may declare statically
+    /// (each then lies at [`shared_offsets`] in one dynamic array); else 0.
+    pub dynamic_shared: i64,
 }
 
 impl Launch {
@@ -119,7 +123,7 @@ pub fn has_bound_loops(f: &LoopFunc) -> bool {
             Stmt::For { kind, body, .. } => kind.is_gpu() || any(body),
             Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
             Stmt::Mma { .. } => true,
-            Stmt::Store { .. } | Stmt::Barrier => false,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) => false,
         })
     }
     any(&f.body)
@@ -164,14 +168,15 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
         w.check_reads(inner)?;
     }
     w.check_shared(inner)?;
-    let l = Launch { stmt, grid, block: w.block };
-    check_limits(f, &l, spec)?;
     let shared = shared_bytes(f, inner);
-    if shared > spec.static_shared_bytes {
+    let dynamic_shared = if shared > spec.static_shared_bytes { shared } else { 0 };
+    let l = Launch { stmt, grid, block: w.block, dynamic_shared };
+    check_limits(f, &l, spec)?;
+    if shared > spec.shared_bytes_per_block {
         return Err(RuleError::from(format!(
-            "launch {} uses {shared} bytes of shared memory, more than the {} a block may declare",
+            "launch {} uses {shared} bytes of shared memory, more than the {} a block may have",
             stmt + 1,
-            spec.static_shared_bytes
+            spec.shared_bytes_per_block
         )));
     }
     Ok(l)
@@ -208,10 +213,15 @@ impl Walk<'_> {
                                 barriers are outside the thread loops"
                         .into());
                 }
+                Stmt::Async(_) if open.iter().any(|&o| o) || guarded => {
+                    return Err("an `async commit` or `async wait` inside a thread loop or under an `if`: every \
+                                thread of the block takes these steps together"
+                        .into());
+                }
                 Stmt::Barrier if guarded => {
                     return Err("a barrier under an `if`: every thread of the block must reach it".into());
                 }
-                Stmt::Barrier => {}
+                Stmt::Barrier | Stmt::Async(_) => {}
                 Stmt::Mma { c, a, b, .. } => {
                     if open[0] {
                         return Err("`mma` inside a thread.x loop: the warp's 32 lanes are thread.x, so `mma` \
@@ -357,7 +367,7 @@ impl Walk<'_> {
                     self.check_coverage(body, open)?;
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => self.check_coverage(body, open)?,
-                Stmt::Barrier => {}
+                Stmt::Barrier | Stmt::Async(_) => {}
                 // The warp's lanes are its thread.x.
                 Stmt::Mma { c, .. } => {
                     let mut lanes = *open;
@@ -412,7 +422,7 @@ impl Walk<'_> {
                         check(*value, Some((*tensor, indices)));
                     }
                     Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).for_each(|&i| check(i, None)),
-                    Stmt::Barrier => {}
+                    Stmt::Barrier | Stmt::Async(_) => {}
                 }
             }
         }
@@ -425,7 +435,7 @@ impl Walk<'_> {
                     Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
                         operands(body, out)
                     }
-                    Stmt::Store { .. } | Stmt::Barrier => {}
+                    Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) => {}
                 }
             }
         }
@@ -449,33 +459,59 @@ impl Walk<'_> {
     /// one of them writing it, have a barrier between them (a loop's next
     /// iteration follows its last statement); within one statement, the
     /// threads that write it read it only where they wrote it themselves.
+    /// Accesses whose first index is a known constant in the walk (a slot
+    /// of a pipelined buffer, `As[(ko + 2) % 3, ...]`) touch only that slot.
+    /// An asynchronous copy's elements are written when an `async wait`
+    /// retires its group: nothing uses them before, and other threads only
+    /// after a barrier that follows the wait.
     fn check_shared(&self, body: &[Stmt]) -> R {
         if self.f.shared.is_empty() {
             return Ok(());
         }
-        self.phases(body, &mut HashMap::new())
+        self.phases(body, &mut Phase::default())
     }
 
-    fn phases(&self, body: &[Stmt], phase: &mut HashMap<TensorId, Access>) -> R {
+    fn phases(&self, body: &[Stmt], ph: &mut Phase) -> R {
         for s in body {
             match s {
-                Stmt::Barrier => phase.clear(),
-                // Block-level code: the statements inside, in order.
-                Stmt::For { kind, extent, body, .. } if !kind.is_gpu() => {
-                    for _ in 0..(*extent).clamp(0, 2) {
-                        self.phases(body, phase)?;
+                Stmt::Barrier => ph.now.clear(),
+                Stmt::Async(AsyncStep::Commit) => {
+                    let open = std::mem::take(&mut ph.open);
+                    ph.groups.push(open);
+                }
+                Stmt::Async(AsyncStep::Wait(n)) => {
+                    let keep = ph.groups.len().saturating_sub((*n).max(0) as usize);
+                    for (key, _) in ph.groups.drain(..keep).flatten() {
+                        let a = ph.now.entry(key).or_default();
+                        a.write = true;
+                        a.writers.push(usize::MAX);
                     }
                 }
-                Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => self.phases(body, phase)?,
+                // Block-level code: the statements inside, in order. A loop
+                // with a barrier of its own is walked with its first two
+                // values (slots move from one iteration to the next).
+                Stmt::For { var, lo, kind, extent, body } if !kind.is_gpu() => {
+                    let known = body.iter().any(|s| matches!(s, Stmt::Barrier));
+                    for pass in 0..(*extent).clamp(0, 2) {
+                        if known {
+                            ph.env.insert(*var, lo + pass);
+                        }
+                        self.phases(body, ph)?;
+                    }
+                    ph.env.remove(var);
+                }
+                Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => self.phases(body, ph)?,
                 // A thread loop (or a store the block makes once).
                 unit => {
-                    let mut acc: HashMap<TensorId, Access> = HashMap::new();
-                    self.shared_accesses(std::slice::from_ref(unit), &mut acc);
-                    for (t, a) in acc {
-                        let name = self.tensor_name(t);
+                    let mut acc: HashMap<Key, Access> = HashMap::new();
+                    self.shared_accesses(std::slice::from_ref(unit), &ph.env, false, &mut acc);
+                    let mut acc: Vec<(Key, Access)> = acc.into_iter().collect();
+                    acc.sort_by_key(|(k, _)| *k);
+                    for (key, a) in acc {
+                        let name = self.tensor_name(key.0);
                         if a.write && a.foreign_read {
                             return Err(RuleError::at(
-                                Site::Tensor(t),
+                                Site::Tensor(key.0),
                                 format!(
                                     "shared buffer `{name}` is written and read by the threads of one statement, with \
                                  no barrier possible between them; write it in one thread loop and read it in \
@@ -483,19 +519,35 @@ impl Walk<'_> {
                                 ),
                             ));
                         }
-                        let p = phase.entry(t).or_default();
-                        // Another pass of a loop over the same stores writes other elements (each
-                        // stage's nest writes each element once); other stores may not race it.
-                        let other_writer = p.writers.iter().any(|w| !a.writers.contains(w));
-                        if (a.write && (p.read || other_writer)) || (a.read && p.write) {
+                        // Another pass of a loop over the same copies copies other elements.
+                        let same_copy = |w: &[usize]| a.copy && !a.read && a.writers.iter().all(|x| w.contains(x));
+                        if ph.in_flight().any(|(k, w)| overlap(*k, key) && !same_copy(w)) {
                             return Err(RuleError::at(
-                                Site::Tensor(t),
+                                Site::Tensor(key.0),
                                 format!(
-                                    "shared buffer `{name}` is written by one statement and used by another with no \
-                                 barrier between them: the block's threads would race"
+                                    "shared buffer `{name}` is used while an asynchronous copy into it is in flight: \
+                                 `async wait` for its group, then a barrier, first"
                                 ),
                             ));
                         }
+                        for (_, p) in ph.now.iter().filter(|(k, _)| overlap(**k, key)) {
+                            // Another pass of a loop over the same stores writes other elements (each
+                            // stage's nest writes each element once); other stores may not race it.
+                            let other_writer = p.writers.iter().any(|w| !a.writers.contains(w));
+                            if (a.write && (p.read || other_writer)) || (a.read && p.write) {
+                                return Err(RuleError::at(
+                                    Site::Tensor(key.0),
+                                    format!(
+                                        "shared buffer `{name}` is written by one statement and used by another with \
+                                     no barrier between them: the block's threads would race"
+                                    ),
+                                ));
+                            }
+                        }
+                        if a.copy {
+                            ph.open.push((key, a.writers.clone()));
+                        }
+                        let p = ph.now.entry(key).or_default();
                         p.read |= a.read;
                         p.write |= a.write;
                         p.writers.extend(a.writers);
@@ -506,49 +558,53 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// How the statements `body` access each shared buffer.
-    fn shared_accesses(&self, body: &[Stmt], acc: &mut HashMap<TensorId, Access>) {
-        let reads = |this: &Self, e: TExprId, own: Option<(TensorId, &[TExprId])>, acc: &mut HashMap<_, Access>| {
-            this.loads(e, &mut |t, idx| {
-                if this.f.shared.contains(&t) {
-                    let a = acc.entry(t).or_default();
+    /// How the statements `body` access each shared buffer (`copy`: inside
+    /// an asynchronous copy's loop).
+    fn shared_accesses(&self, body: &[Stmt], env: &HashMap<VarId, i64>, copy: bool, acc: &mut HashMap<Key, Access>) {
+        let key = |t: TensorId, idx: &[TExprId]| (t, idx.first().and_then(|&i| slot(&self.f.p, i, env)));
+        let reads = |e: TExprId, own: Option<(TensorId, &[TExprId])>, acc: &mut HashMap<Key, Access>| {
+            self.loads(e, &mut |t, idx| {
+                if self.f.shared.contains(&t) {
+                    let a = acc.entry(key(t, idx)).or_default();
                     a.read = true;
                     a.foreign_read |= !own
-                        .is_some_and(|(o, oi)| o == t && (this.same_indices(oi, idx) || this.shifted_past(oi, idx)));
+                        .is_some_and(|(o, oi)| o == t && (self.same_indices(oi, idx) || self.shifted_past(oi, idx)));
                 }
             })
         };
         for s in body {
             match s {
-                Stmt::For { body, .. } | Stmt::Alloc { body, .. } => self.shared_accesses(body, acc),
+                Stmt::For { kind, body, .. } => self.shared_accesses(body, env, copy || *kind == ForKind::Async, acc),
+                Stmt::Alloc { body, .. } => self.shared_accesses(body, env, copy, acc),
                 Stmt::If { cond, then } => {
-                    reads(self, *cond, None, acc);
-                    self.shared_accesses(then, acc);
+                    reads(*cond, None, acc);
+                    self.shared_accesses(then, env, copy, acc);
                 }
                 Stmt::Store { tensor, indices, value } => {
-                    indices.iter().for_each(|&i| reads(self, i, None, acc));
-                    reads(self, *value, Some((*tensor, indices)), acc);
+                    indices.iter().for_each(|&i| reads(i, None, acc));
+                    reads(*value, Some((*tensor, indices)), acc);
                     if self.f.shared.contains(tensor) {
-                        let a = acc.entry(*tensor).or_default();
+                        let a = acc.entry(key(*tensor, indices)).or_default();
                         a.write = true;
+                        a.copy |= copy;
                         a.writers.push(s as *const Stmt as usize);
                     }
                 }
                 Stmt::Mma { c, a, b, .. } => {
                     for t in [a, b] {
                         if self.f.shared.contains(&t.tensor) {
-                            let x = acc.entry(t.tensor).or_default();
+                            let x = acc.entry(key(t.tensor, &t.origin)).or_default();
                             x.read = true;
                             x.foreign_read = true;
                         }
                     }
                     if self.f.shared.contains(&c.tensor) {
-                        let x = acc.entry(c.tensor).or_default();
+                        let x = acc.entry(key(c.tensor, &c.origin)).or_default();
                         (x.read, x.write) = (true, true);
                         x.writers.push(s as *const Stmt as usize);
                     }
                 }
-                Stmt::Barrier => {}
+                Stmt::Barrier | Stmt::Async(_) => {}
             }
         }
     }
@@ -636,7 +692,7 @@ fn locals(f: &LoopFunc) -> HashSet<TensorId> {
                     walk(body, out)
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(body, out),
-                Stmt::Store { .. } | Stmt::Barrier | Stmt::Mma { .. } => {}
+                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {}
             }
         }
     }
@@ -645,15 +701,105 @@ fn locals(f: &LoopFunc) -> HashSet<TensorId> {
     out
 }
 
+/// A shared buffer, and the slot (first index) an access touches where the
+/// walk knows it (`None`: any).
+type Key = (TensorId, Option<i64>);
+
+fn overlap(a: Key, b: Key) -> bool {
+    a.0 == b.0 && (a.1.is_none() || b.1.is_none() || a.1 == b.1)
+}
+
+/// The state of [`Walk::phases`] at a statement of the block.
+#[derive(Default)]
+struct Phase {
+    /// Accesses since the last barrier.
+    now: HashMap<Key, Access>,
+    /// The values of loops walked with known values.
+    env: HashMap<VarId, i64>,
+    /// What the open group of asynchronous copies writes (and by which
+    /// stores), and the committed groups', oldest first.
+    open: Vec<(Key, Vec<usize>)>,
+    groups: Vec<Vec<(Key, Vec<usize>)>>,
+}
+
+impl Phase {
+    fn in_flight(&self) -> impl Iterator<Item = &(Key, Vec<usize>)> + '_ {
+        self.open.iter().chain(self.groups.iter().flatten())
+    }
+}
+
+/// The value of `e` when it is `a` or `a % m`, `a` affine in the loops of
+/// `env` with constant coefficients (whether two iterations' accesses
+/// meet then depends only on their distance, so two passes of a loop see
+/// every case).
+fn slot(p: &texc_compiler::tir::Program, e: TExprId, env: &HashMap<VarId, i64>) -> Option<i64> {
+    fn affine(p: &texc_compiler::tir::Program, e: TExprId, env: &HashMap<VarId, i64>) -> Option<i64> {
+        match p.expr(e) {
+            TExpr::Int(k) => Some(*k),
+            TExpr::Var(v) => env.get(v).copied(),
+            TExpr::Binary(BinOp::Add, a, b) => affine(p, *a, env)?.checked_add(affine(p, *b, env)?),
+            TExpr::Binary(BinOp::Sub, a, b) => affine(p, *a, env)?.checked_sub(affine(p, *b, env)?),
+            TExpr::Binary(BinOp::Mul, a, b) => match (p.expr(*a), p.expr(*b)) {
+                (TExpr::Int(k), _) => affine(p, *b, env)?.checked_mul(*k),
+                (_, TExpr::Int(k)) => affine(p, *a, env)?.checked_mul(*k),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+    // Legalization writes `%` of a non-negative value as `URem` (`TruncRem` if signed).
+    match p.expr(e) {
+        TExpr::Binary(op @ (BinOp::FloorMod | BinOp::URem | BinOp::TruncRem), a, m) => match p.expr(*m) {
+            TExpr::Int(m) if *m > 0 => {
+                let a = affine(p, *a, env)?;
+                Some(if *op == BinOp::TruncRem { a % m } else { a.rem_euclid(*m) })
+            }
+            _ => None,
+        },
+        _ => affine(p, e, env),
+    }
+}
+
 /// How one statement of a block uses a shared buffer.
 #[derive(Clone, Default)]
 struct Access {
     read: bool,
     write: bool,
+    /// Written by an asynchronous copy (it lands at an `async wait`).
+    copy: bool,
     /// The stores that write it (by address: statements of this loop nest).
     writers: Vec<usize>,
     /// A read of an element other than the one the same store writes.
     foreign_read: bool,
+}
+
+/// Where each shared buffer of launch statement `stmt` lies in its dynamic
+/// shared memory: one after another, in order, each at a multiple of 16 bytes.
+pub fn shared_offsets(f: &LoopFunc, stmt: &Stmt) -> HashMap<TensorId, i64> {
+    fn walk(f: &LoopFunc, body: &[Stmt], at: &mut i64, out: &mut HashMap<TensorId, i64>) {
+        for s in body {
+            match s {
+                Stmt::Alloc { tensor, body } => {
+                    if f.shared.contains(tensor) {
+                        out.insert(*tensor, *at);
+                        *at = at.saturating_add(buffer_bytes(f, *tensor));
+                    }
+                    walk(f, body, at, out)
+                }
+                Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(f, body, at, out),
+                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {}
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    walk(f, std::slice::from_ref(stmt), &mut 0, &mut out);
+    out
+}
+
+/// A shared buffer's bytes, rounded up to 16 (the widest access).
+fn buffer_bytes(f: &LoopFunc, t: TensorId) -> i64 {
+    let d = f.p.tensor(t);
+    d.len().saturating_mul(d.elem.size() as i64).saturating_add(15) / 16 * 16
 }
 
 /// Bytes of the shared buffers of a launch's statements.
@@ -661,12 +807,11 @@ fn shared_bytes(f: &LoopFunc, body: &[Stmt]) -> i64 {
     body.iter()
         .map(|s| match s {
             Stmt::Alloc { tensor, body } => {
-                let t = f.p.tensor(*tensor);
-                let own = if f.shared.contains(tensor) { t.len().saturating_mul(t.elem.size() as i64) } else { 0 };
+                let own = if f.shared.contains(tensor) { buffer_bytes(f, *tensor) } else { 0 };
                 own.saturating_add(shared_bytes(f, body))
             }
             Stmt::For { body, .. } | Stmt::If { then: body, .. } => shared_bytes(f, body),
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Mma { .. } => 0,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => 0,
         })
         .fold(0, i64::saturating_add)
 }

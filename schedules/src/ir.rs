@@ -29,6 +29,25 @@ pub enum ForKind {
     Block(GpuDim),
     /// Iterations are GPU threads of a block along one dimension (`bind ... to thread.x`).
     Thread(GpuDim),
+    /// GPU targets: iterations are the elements of one asynchronous copy
+    /// from global memory into a shared buffer (`cp.async`, 4, 8 or 16
+    /// bytes); its body is one store of a global load. The copy belongs to
+    /// the thread's open group ([`AsyncStep::Commit`] closes it) and has
+    /// landed once an [`AsyncStep::Wait`] retires that group (made by the
+    /// `pipeline` primitive, `crate::multistage`).
+    Async,
+}
+
+/// GPU targets: the steps that order a thread's asynchronous copies
+/// ([`ForKind::Async`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncStep {
+    /// Close the thread's open group of copies (`cp.async.commit_group`).
+    Commit,
+    /// Wait until at most this many of the thread's groups are in flight
+    /// (`cp.async.wait_group n`): the older ones have landed, for this
+    /// thread; a barrier after it shows them to the block.
+    Wait(i64),
 }
 
 /// A tensor-core operation (PTX `mma.sync`): its tile shape and types.
@@ -205,6 +224,7 @@ impl ForKind {
             ForKind::Unrolled => LoopKind::Unrolled,
             ForKind::Block(_) => LoopKind::GpuBlock,
             ForKind::Thread(_) => LoopKind::GpuThread,
+            ForKind::Async => LoopKind::AsyncCopy,
         }
     }
 
@@ -221,6 +241,7 @@ impl ForKind {
             ForKind::Thread(GpuDim::X) => " thread.x",
             ForKind::Thread(GpuDim::Y) => " thread.y",
             ForKind::Thread(GpuDim::Z) => " thread.z",
+            ForKind::Async => " async",
         }
     }
 
@@ -268,6 +289,9 @@ pub enum Stmt {
     /// arrived (`bar.sync`), so that what threads stored to shared buffers
     /// before it is visible to all after it (see `crate::gpu`).
     Barrier,
+    /// GPU targets: a step of the thread's asynchronous copies (uniform:
+    /// every thread of the block takes it, like a barrier).
+    Async(AsyncStep),
 }
 
 #[derive(Clone, Debug)]
@@ -303,7 +327,7 @@ impl LoopFunc {
                     Stmt::Store { tensor, .. } | Stmt::Mma { c: Tile { tensor, .. }, .. } => {
                         seen[tensor.0 as usize] = true
                     }
-                    Stmt::Barrier => {}
+                    Stmt::Barrier | Stmt::Async(_) => {}
                 }
             }
         }
@@ -322,7 +346,7 @@ pub fn rounds_to_tf32(f: &LoopFunc) -> bool {
         body.iter().any(|s| match s {
             Stmt::Mma { op, .. } => op.rounds_to_tf32(),
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
-            Stmt::Store { .. } | Stmt::Barrier => false,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) => false,
         })
     }
     any(&f.body)
@@ -392,6 +416,12 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
             Stmt::Barrier => {
                 let _ = writeln!(out, "{pad}barrier");
             }
+            Stmt::Async(AsyncStep::Commit) => {
+                let _ = writeln!(out, "{pad}async commit");
+            }
+            Stmt::Async(AsyncStep::Wait(n)) => {
+                let _ = writeln!(out, "{pad}async wait {n}");
+            }
             Stmt::Mma { op, c, a, b } => {
                 let t = |t: &Tile| {
                     let idx: Vec<String> = t.origin.iter().map(|&i| expr(f, i)).collect();
@@ -436,7 +466,7 @@ pub fn emitted_size(f: &LoopFunc) -> u64 {
                     let n = indices.iter().map(|&i| tree(f, i)).fold(tree(f, *value), u64::saturating_add);
                     copies.saturating_mul(n)
                 }
-                Stmt::Barrier => copies,
+                Stmt::Barrier | Stmt::Async(_) => copies,
                 Stmt::Mma { op, .. } => {
                     let (m, n, k) = op.shape();
                     copies.saturating_mul((m * n * k) as u64)

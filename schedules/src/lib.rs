@@ -9,7 +9,8 @@
 //! - *lower*: to the loop IR ([`ir`], with [`index`] simplifying the indices
 //!   of attached buffers), then tensor-core operations for `tensorize`
 //!   ([`tensorize`]) and reductions over a block's threads
-//!   ([`cross_thread`]); verified by [`verify::verify`];
+//!   ([`cross_thread`]), and software pipelines of shared-memory copies
+//!   ([`multistage`]); verified by [`verify::verify`];
 //! - *legalize*: integer semantics and target intrinsics made explicit
 //!   ([`legalize`]); verified by [`verify::verify_legal`].
 //!
@@ -32,6 +33,7 @@ pub mod ir;
 pub mod legalize;
 pub mod lower;
 pub mod memory_plan;
+pub mod multistage;
 pub mod normalize;
 pub mod schedule;
 pub mod tensorize;

@@ -122,7 +122,7 @@ fn stmt_tensors(p: &Program, s: &Stmt, seen: &mut HashSet<TExprId>, out: &mut Ve
                 out.push(*tensor);
             }
         }
-        Stmt::Barrier => {}
+        Stmt::Barrier | Stmt::Async(_) => {}
     }
 }
 

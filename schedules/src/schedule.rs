@@ -47,6 +47,9 @@ pub struct StageSchedule {
     /// `tensorize S(m, n, k) with op`: the three innermost loops become one
     /// tensor-core operation per warp (`crate::tensorize`).
     pub tensorize: Option<Tensorize>,
+    /// `pipeline S.a by n`: the leaf `a`, the number of slices in flight,
+    /// and the primitive's span (`crate::multistage`).
+    pub pipeline: Option<(usize, i64, Span)>,
 }
 
 /// A `tensorize`: the operation and the leaves of its m, n and k extents.
@@ -78,6 +81,7 @@ impl StageSchedule {
             cache_write: None,
             cache_write_span: Span::default(),
             annotated_at: Vec::new(),
+            pipeline: None,
             tensorize: None,
         }
     }
@@ -252,6 +256,7 @@ impl StageSchedule {
             ForKind::Unrolled => "unroll",
             ForKind::Serial => "",
             ForKind::Block(_) | ForKind::Thread(_) => "bind",
+            ForKind::Async => "copy asynchronously",
         };
         // A reduction over a block's threads (`crate::cross_thread`) is bound to thread.x.
         let cross_thread = kind == ForKind::Thread(crate::ir::GpuDim::X);

@@ -18,7 +18,7 @@ pub fn verify(f: &LoopFunc) -> Result<(), String> {
 fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool>) -> Result<(), String> {
     for s in body {
         match s {
-            Stmt::Barrier => {}
+            Stmt::Barrier | Stmt::Async(_) => {}
             Stmt::Mma { op, c, a, b } => {
                 let (ab, acc) = op.types();
                 for (t, elem) in [(c, acc), (a, ab), (b, ab)] {
@@ -163,7 +163,7 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
                     .into());
                 }
                 Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => kinds(f, body, target)?,
-                Stmt::Store { .. } | Stmt::Barrier | Stmt::Mma { .. } => {}
+                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {}
             }
         }
         Ok(())
@@ -179,7 +179,7 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
 pub fn walk_exprs(body: &[Stmt], visit: &mut dyn FnMut(TExprId)) {
     for s in body {
         match s {
-            Stmt::Barrier => {}
+            Stmt::Barrier | Stmt::Async(_) => {}
             Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).for_each(|&i| visit(i)),
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => walk_exprs(body, visit),
             Stmt::If { cond, then } => {

@@ -309,15 +309,26 @@ fn shared_memory_tiles_run_like_the_interpreter_and_assemble() {
 
 #[test]
 fn shared_memory_rules() {
-    // 2 × 128 × 128 f32 tiles: 128 KiB of shared memory.
-    let src = shared_matmul(128, 128)
-        .replace("M = 37, K = 21", "M = 256, K = 256")
-        .replace("N = 45", "N = 256")
-        .replace("bind C.ii to thread.y;", "")
-        .replace("bind As.i to thread.y;", "")
-        .replace("bind Bs.k to thread.y;", "");
-    let err = texc_tests::check_text("mm.tex", &src).expect_err("too much shared memory");
-    assert!(err.contains("131072 bytes of shared memory, more than the 49152 a block may declare"), "{err}");
+    let big = |kt: i64| {
+        shared_matmul(128, kt)
+            .replace("M = 37, K = 21", "M = 256, K = 256")
+            .replace("N = 45", "N = 256")
+            .replace("bind C.ii to thread.y;", "")
+            .replace("bind As.i to thread.y;", "")
+            .replace("bind Bs.k to thread.y;", "")
+    };
+    // 2 × 128 × 128 f32 tiles: 128 KiB, more than a kernel may declare
+    // statically, is dynamic shared memory (sized at launch).
+    let src = big(128);
+    texc_tests::check_text("mm.tex", &src).unwrap_or_else(|e| panic!("{e}"));
+    let (mut pl, _, f) = gpu_loops("mm.tex", &src, &Bindings::default());
+    let (ptx, header) = pl.emit_ptx(&[&f]).expect("PTX");
+    assert!(ptx.contains(".extern .shared .align 16 .b8 texc_dynamic_shared[];"), "{ptx}");
+    assert!(ptx.contains(", 131072>>>(A, B, C)"), "the launch comment says how much: {ptx}");
+    assert!(header.contains(", 131072}"), "{header}");
+    // 2 × 128 × 256: 256 KiB, more than an H100's block may have.
+    let err = texc_tests::check_text("mm.tex", &big(256)).expect_err("too much shared memory");
+    assert!(err.contains("262144 bytes of shared memory, more than the 232448 a block may have"), "{err}");
     let cases = [
         (
             "  for b in 0..2 block.x:\n    shared S: f32[32]:\n      for t in 0..32 thread.x:\n        S[t] = A[b * 32 + t]\n      \
@@ -479,7 +490,7 @@ fn the_default_gpu_schedule_uses_tensor_cores_where_the_tiles_fit() {
 /// accumulators in registers through the reduction loop: the loop's PTX
 /// loads and stores no `C`. Against the interpreter on the GPU (the
 /// emulation computes each operation in memory); the default schedule's
-/// warp tiles do the same, and assemble without spills.
+/// warp tiles (through shared memory) do the same, and assemble without spills.
 #[test]
 fn warp_tiles_keep_their_accumulators_in_registers() {
     require_ptxas();
@@ -496,18 +507,24 @@ fn warp_tiles_keep_their_accumulators_in_registers() {
                    C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]));\n}\n";
     let (mut dpl, dp, df) = gpu_loops("hgemm.tex", default, &Bindings::default());
     assert!(error_vs_interp(&mut dpl, &dp, &df, 6) < 1e-5, "the default schedule");
-    for (mut pl, f, mmas, default) in [(pl, f, 8, false), (dpl, df, 32, true)] {
-        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
-        let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
-        let label = kernel.find("$L__BB").expect("a loop");
-        let back = kernel.rfind("bra").expect("its branch back");
-        let body = &kernel[label..back];
-        assert_eq!(body.matches("mma.sync").count(), mmas, "{kernel}");
-        assert!(!body.contains("ld.global.f32") && !body.contains("st.global.f32"), "C in the loop:\n{kernel}");
-        let (_, res) = texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
-        // (ptxas spills 4 bytes of the small hand-written kernel: a choice of its own.)
-        assert!(!default || res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "no spills: {res:?}");
-    }
+    let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+    let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
+    let label = kernel.find("$L__BB").expect("a loop");
+    let back = kernel.rfind("bra").expect("its branch back");
+    let body = &kernel[label..back];
+    assert_eq!(body.matches("mma.sync").count(), 8, "{kernel}");
+    assert!(!body.contains("ld.global.f32") && !body.contains("st.global.f32"), "C in the loop:\n{kernel}");
+    // (ptxas spills 4 bytes of the small hand-written kernel: a choice of its own.)
+    texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    // The default's warps (64×64 of C: 4×8 tiles of four accumulators per
+    // lane) load C once and store it once, around the pipelined k loop.
+    let (ptx, _) = dpl.emit_ptx(&[&df]).expect("PTX");
+    let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
+    assert_eq!(kernel.matches("ld.global.f32").count(), 128, "{kernel}");
+    assert_eq!(kernel.matches("st.global.f32").count(), 128, "{kernel}");
+    assert!(kernel.contains("cp.async.cg.shared.global") && kernel.contains("ldmatrix"), "{kernel}");
+    let (_, res) = texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "no spills: {res:?}");
 }
 
 /// Operands staged in shared memory for tensor cores (benches/hgemm_shared.tex
@@ -666,5 +683,76 @@ fn tf32_tensor_cores_round_their_inputs() {
     let (cubin, _) = texc_codegen::cuda::assemble(&ptx, "sm_80").unwrap_or_else(|e| panic!("{e}"));
     if let Ok(sass) = texc_codegen::cuda::disassemble(&cubin) {
         assert!(sass.contains("HMMA.1688.F32.TF32"), "{sass}");
+    }
+}
+
+/// `pipeline C.ko by n` on the shared-memory GEMM: the copies become
+/// `cp.async` groups `n - 1` slices ahead, in `n` slots per buffer.
+/// Against the interpreter for 2 to 4 stages and 1 to 5 slices of k (fewer
+/// slices than stages too): on the CPU emulation (or the GPU), and in the
+/// loop-IR evaluator, whose copies land only at the `async wait` that
+/// retires them — so a wait too few or too late would read stale slots.
+/// The PTX has the copies, the groups and `ldmatrix` from padded rows.
+#[test]
+fn pipelined_copies_feed_the_tensor_cores() {
+    require_ptxas();
+    let text = |stages: i64, k: i64| {
+        let src = std::fs::read_to_string(texc_tests::root().join("benches/hgemm_pipelined.tex")).expect("bench file");
+        let src = src.replace("M = 4096, K = 4096", &format!("M = 128, K = {k}")).replace("N = 4096", "N = 256");
+        let i = src.rfind("pipeline C.ko by").expect("pipelined");
+        let j = i + src[i..].find(';').expect("statement");
+        format!("{}pipeline C.ko by {stages}{}", &src[..i], &src[j..])
+    };
+    for (stages, slices) in [(2, 1), (2, 4), (3, 1), (3, 2), (3, 5)] {
+        let src = text(stages, 32 * slices);
+        texc_tests::check_text("hp.tex", &src).unwrap_or_else(|e| panic!("{e}"));
+        let (mut pl, p, f) = gpu_loops("hp.tex", &src, &Bindings::default());
+        let what = format!("{stages} stages, {slices} slices");
+        assert!(error_vs_interp(&mut pl, &p, &f, 11) < 1e-5, "{what}");
+        let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 11).expect("binds");
+        let want = texc_compiler::interp::run(&p, args()).expect("interp");
+        let got = texc_schedules::eval::run(&f, args()).expect("evaluates");
+        assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "loop-IR evaluator, {what}");
+        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
+        assert!(kernel.contains("cp.async.cg.shared.global"), "{what}:\n{kernel}");
+        assert!(kernel.contains(&format!("cp.async.wait_group {}", stages - 2)), "{what}:\n{kernel}");
+        assert!(kernel.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), "{what}");
+        texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+}
+
+/// The evaluator's copies land at their wait: loop nests that read a slot
+/// before waiting for it compute something else, and the launch rules
+/// reject them (a wait for too few groups; no barrier after the wait).
+#[test]
+fn reading_a_copy_before_it_lands_is_refused() {
+    let src = std::fs::read_to_string(texc_tests::root().join("benches/hgemm_pipelined.tex")).expect("bench");
+    let src = src.replace("M = 4096, K = 4096", "M = 128, K = 96").replace("N = 4096", "N = 128");
+    let src = src.replace("pipeline C.ko by 2;", "pipeline C.ko by 3;");
+    let (_, p, f) = gpu_loops("hp.tex", &src, &Bindings::default());
+    let text = texc_schedules::ir::print(&f);
+    assert!(text.contains("async wait 1\n"), "{text}");
+    let t = texc_compiler::target::lookup("nvptx-sm90").expect("target");
+    let parsed = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("parses");
+    let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 5).expect("binds");
+    let want = texc_compiler::interp::run(&p, args()).expect("interp");
+    let got = texc_schedules::eval::run(&parsed.func, args()).expect("evaluates");
+    assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "as printed");
+    for (broken, why) in [
+        (text.replacen("async wait 1\n", "async wait 2\n", 1), "used while an asynchronous copy into it is in flight"),
+        (text.replacen("async wait 1\n            barrier\n", "async wait 1\n", 1), "in flight"),
+    ] {
+        assert_ne!(broken, text);
+        let parsed = texc_schedules::text::parse(&broken, texc_grammar::FileId(0)).expect("parses");
+        let err = texc_schedules::gpu::launches(&parsed.func, t).expect_err("refused");
+        assert!(err.message.contains(why), "{}", err.message);
+        // Run anyway, a wait for too few groups reads slots not yet copied
+        // (never written: an error; or stale: other numbers).
+        if broken.contains("async wait 2") {
+            let wrong = texc_schedules::eval::run(&parsed.func, args())
+                .map_or(true, |got| texc_tests::rel_error(&got[0], &want[0]) > 1e-2);
+            assert!(wrong, "a late wait reads what is not there yet");
+        }
     }
 }

@@ -144,9 +144,9 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
 
     fn stmt(&mut self, s: &Stmt) -> R<()> {
         match s {
-            Stmt::Barrier | Stmt::Mma { .. } => {
-                Err(CodegenError::Unsupported("barriers and tensor-core operations are for GPU targets".into()))
-            }
+            Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => Err(CodegenError::Unsupported(
+                "barriers, asynchronous copies and tensor-core operations are for GPU targets".into(),
+            )),
             Stmt::For { var, lo, extent, kind, body } => match kind {
                 ForKind::Vectorized if *extent > 1 && VecMode::handles(body) => {
                     self.vector_stmts(body, VecMode { var: *var, base: *lo, lanes: *extent as u32 })

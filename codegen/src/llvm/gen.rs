@@ -72,6 +72,9 @@ pub(super) struct Gen<'ctx, 'a> {
     pub tasks: u32,
     /// The GPU kernel being built (block and thread indices, block size).
     pub gpu: Option<super::gpu::GpuKernel<'ctx>>,
+    /// The byte offsets of the kernel's shared buffers in its dynamic shared
+    /// memory, when it has more than it may declare statically (else empty).
+    pub dynamic_shared: std::collections::HashMap<TensorId, i64>,
     /// Math built-ins call CUDA's libdevice (code for an NVIDIA GPU).
     pub libdevice: bool,
 }
@@ -105,6 +108,7 @@ impl<'ctx, 'a> Gen<'ctx, 'a> {
             used: abi::used_tensors(f),
             tasks: 0,
             gpu: None,
+            dynamic_shared: Default::default(),
             libdevice: false,
         }
     }

@@ -29,7 +29,7 @@ use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, Int
 use inkwell::{AddressSpace, IntPredicate};
 use texc_compiler::tir::VarId;
 use texc_schedules::gpu::Launch;
-use texc_schedules::ir::{ForKind, Stmt};
+use texc_schedules::ir::{AsyncStep, ForKind, Stmt};
 
 /// The kernel being built: where its thread runs.
 #[derive(Clone, Copy)]
@@ -73,6 +73,11 @@ impl<'ctx> Gen<'ctx, '_> {
                 [sreg(&self, 0, 0, l.grid[0])?, sreg(&self, 0, 1, l.grid[1])?, sreg(&self, 0, 2, l.grid[2])?];
             let thread_idx =
                 [sreg(&self, 1, 0, l.block[0])?, sreg(&self, 1, 1, l.block[1])?, sreg(&self, 1, 2, l.block[2])?];
+            self.dynamic_shared = if l.dynamic_shared > 0 {
+                texc_schedules::gpu::shared_offsets(self.f, &self.f.body[l.stmt])
+            } else {
+                Default::default()
+            };
             self.kernel_body(k, l, block_idx, Some(thread_idx))?;
             self.annotate_kernel(k, l)?;
         }
@@ -203,8 +208,22 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// A block's shared buffer on the GPU: a `.shared` array of the module
-    /// (address space 3), used through a generic pointer.
+    /// (address space 3), or its place in the kernel's dynamic shared memory
+    /// (`.extern .shared`, sized at launch), used through a generic pointer.
     pub(super) fn shared_buffer(&mut self, tensor: texc_compiler::tir::TensorId) -> R<PointerValue<'ctx>> {
+        let generic = self.cx.ptr_type(AddressSpace::default());
+        if let Some(&at) = self.dynamic_shared.get(&tensor) {
+            let name = "texc_dynamic_shared";
+            let bytes = self.cx.i8_type().array_type(0);
+            let g = self.m.get_global(name).unwrap_or_else(|| {
+                let g = self.m.add_global(bytes, Some(AddressSpace::from(3u16)), name);
+                g.set_linkage(Linkage::External);
+                g.set_alignment(16);
+                g
+            });
+            let base = self.b.build_address_space_cast(g.as_pointer_value(), generic, "dynamic_shared")?;
+            return self.gep(self.cx.i8_type().into(), base, self.cx.i64_type().const_int(at as u64, false));
+        }
         let d = self.f.p.tensor(tensor);
         let ty = self.mem_ty(d.elem).array_type(d.len().max(1) as u32);
         let name = format!("{}_shared_{}", self.f.p.name, tensor.0);
@@ -218,7 +237,6 @@ impl<'ctx> Gen<'ctx, '_> {
                 g
             }
         };
-        let generic = self.cx.ptr_type(AddressSpace::default());
         Ok(self.b.build_address_space_cast(g.as_pointer_value(), generic, "shared")?)
     }
 
@@ -233,6 +251,72 @@ impl<'ctx> Gen<'ctx, '_> {
             Some(_) => Ok(()),
             None => Err(crate::CodegenError::Unsupported("a barrier outside a GPU kernel".into())),
         }
+    }
+
+    /// An asynchronous copy (`ForKind::Async`) on the GPU: one `cp.async` of
+    /// the loop's elements from the global tensor its store loads to the
+    /// shared buffer it writes (16 bytes through L2 only, `.cg`; 4 or 8
+    /// through L1). Both ends must be provably aligned to the copy's size.
+    pub(super) fn async_copy(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        var: VarId,
+        lo: i64,
+        extent: i64,
+        body: &[Stmt],
+    ) -> R<()> {
+        let unsupported = |why: &str| Err(crate::CodegenError::Unsupported(format!("asynchronous copy: {why}")));
+        let [Stmt::Store { tensor, indices, value }] = body else {
+            return unsupported("its loop must hold one store and nothing else");
+        };
+        let texc_compiler::tir::TExpr::Load(src, src_idx) = self.f.p.expr(*value).clone() else {
+            return unsupported("the stored value must be a load of a global tensor");
+        };
+        let elem = self.f.p.tensor(*tensor).elem;
+        let bytes = elem.size() as i64 * extent;
+        if self.f.p.tensor(src).elem != elem || !matches!(bytes, 4 | 8 | 16) {
+            return unsupported(&format!("copies are 4, 8 or 16 bytes of one type, not {bytes}"));
+        }
+        let lanes = extent as u32;
+        for (t, idx) in [(*tensor, indices.as_slice()), (src, src_idx.as_slice())] {
+            if self.vector_alignment(t, idx, var, lo, lanes) as i64 != bytes {
+                return unsupported(&format!(
+                    "`{}`'s elements are not provably aligned to {bytes} bytes",
+                    self.f.p.tensor(t).name
+                ));
+            }
+        }
+        let mty = self.mem_ty(elem);
+        let dst = self.lane0_address(fr, *tensor, indices, var, lo, mty)?;
+        let from = self.lane0_address(fr, src, &src_idx, var, lo, mty)?;
+        let dst = self.b.build_address_space_cast(dst, self.cx.ptr_type(AddressSpace::from(3u16)), "dst")?;
+        let from = self.b.build_address_space_cast(from, self.cx.ptr_type(AddressSpace::from(1u16)), "src")?;
+        let name = match bytes {
+            16 => "llvm.nvvm.cp.async.cg.shared.global.16",
+            8 => "llvm.nvvm.cp.async.ca.shared.global.8",
+            _ => "llvm.nvvm.cp.async.ca.shared.global.4",
+        };
+        self.b.build_call(self.intrinsic(name, &[])?, &[dst.into(), from.into()], "")?;
+        Ok(())
+    }
+
+    /// `cp.async.commit_group` / `cp.async.wait_group n` on the GPU; nothing
+    /// in the emulation, whose copies land when they are made.
+    pub(super) fn async_step(&mut self, step: AsyncStep) -> R<()> {
+        if !self.on_device() {
+            return Ok(());
+        }
+        let i32t = self.cx.i32_type();
+        match step {
+            AsyncStep::Commit => {
+                self.b.build_call(self.intrinsic("llvm.nvvm.cp.async.commit.group", &[])?, &[], "")?;
+            }
+            AsyncStep::Wait(n) => {
+                let n = i32t.const_int(n.max(0) as u64, false);
+                self.b.build_call(self.intrinsic("llvm.nvvm.cp.async.wait.group", &[])?, &[n.into()], "")?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether code is being built for the GPU itself (not the emulation).

@@ -43,7 +43,7 @@ impl<'ctx> Gen<'ctx, '_> {
     /// than its alignment is split into element accesses, the vector's size
     /// (at most 16 bytes, the widest access) when its offset provably allows
     /// it (device buffers and shared arrays are 16-byte aligned); else an element.
-    fn vector_alignment(&self, t: TensorId, idx: &[TExprId], var: VarId, base: i64, lanes: u32) -> u32 {
+    pub(super) fn vector_alignment(&self, t: TensorId, idx: &[TExprId], var: VarId, base: i64, lanes: u32) -> u32 {
         let d = self.f.p.tensor(t);
         let elem = d.elem.size() as u32;
         let bytes = (elem * lanes).min(16);

@@ -51,7 +51,7 @@ fn mma_sites<'s>(body: &'s [Stmt], around: &mut Vec<Around>, out: &mut Vec<(Vec<
                 let mut inner = Vec::new();
                 mma_sites(then, &mut Vec::new(), &mut inner) && inner.is_empty()
             }
-            Stmt::Store { .. } | Stmt::Barrier => true,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) => true,
         };
         if !ok {
             return false;
@@ -80,7 +80,7 @@ fn touches(p: &texc_compiler::tir::Program, body: &[Stmt], t: TensorId) -> bool 
         Stmt::For { body, .. } | Stmt::Alloc { body, .. } => touches(p, body, t),
         Stmt::If { cond, then } => loads(*cond) || touches(p, then, t),
         Stmt::Store { tensor, indices, value } => *tensor == t || loads(*value) || indices.iter().any(|&i| loads(i)),
-        Stmt::Barrier | Stmt::Mma { .. } => false,
+        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
     })
 }
 

@@ -121,8 +121,12 @@ impl Ptx {
             for (name, l) in k.names.iter().zip(&k.launches) {
                 let [gx, gy, gz] = l.grid;
                 let [bx, by, bz] = l.block;
-                let _ =
-                    writeln!(out, "// texc: {name}<<<({gx}, {gy}, {gz}), ({bx}, {by}, {bz})>>>({})", params.join(", "));
+                let shared = if l.dynamic_shared > 0 { format!(", {}", l.dynamic_shared) } else { String::new() };
+                let _ = writeln!(
+                    out,
+                    "// texc: {name}<<<({gx}, {gy}, {gz}), ({bx}, {by}, {bz}){shared}>>>({})",
+                    params.join(", ")
+                );
             }
         }
         out
@@ -193,7 +197,12 @@ pub fn load(f: &LoopFunc, t: &Target) -> R<crate::backend::GpuCode> {
         .names
         .iter()
         .zip(&k.launches)
-        .map(|(name, l)| texc_runtime::cuda::Launch { kernel: name.clone(), grid: dims(l.grid), block: dims(l.block) })
+        .map(|(name, l)| texc_runtime::cuda::Launch {
+            kernel: name.clone(),
+            grid: dims(l.grid),
+            block: dims(l.block),
+            dynamic_shared: l.dynamic_shared as u32,
+        })
         .collect();
     let module = device.load(&ptx.text, &launches).map_err(CodegenError::Run)?;
     Ok(crate::backend::GpuCode { device, module, tensors: crate::abi::used_tensors(f) })

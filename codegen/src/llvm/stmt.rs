@@ -28,7 +28,9 @@ impl<'ctx> Gen<'ctx, '_> {
                 }
                 let int = |v: i64| self.cx.i64_type().const_int(v as u64, true);
                 match kind {
-                    ForKind::Vectorized if *extent > 1 => {
+                    ForKind::Async if self.on_device() => self.async_copy(fr, *var, *lo, *extent, body),
+                    // The emulation's copies land at once: its thread loops run in order.
+                    ForKind::Vectorized | ForKind::Async if *extent > 1 => {
                         let lanes = *extent as u32;
                         self.stmts(fr, body, Mode::Vector { var: *var, base: *lo, lanes, mask: None })
                     }
@@ -77,6 +79,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 self.store(fr, *tensor, indices, v, mode)
             }
             Stmt::Barrier => self.barrier(),
+            Stmt::Async(step) => self.async_step(*step),
             Stmt::Mma { op, c, a, b } => self.mma(fr, *op, c, a, b),
             Stmt::Alloc { tensor, body } if self.on_device() && self.f.shared.contains(tensor) => {
                 let p = self.shared_buffer(*tensor)?;
@@ -260,7 +263,7 @@ fn last_store(body: &[Stmt]) -> Option<TensorId> {
         Stmt::Store { tensor, .. } => Some(*tensor),
         Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => last_store(body),
         Stmt::Mma { c, .. } => Some(c.tensor),
-        Stmt::Barrier => None,
+        Stmt::Barrier | Stmt::Async(_) => None,
     })
 }
 

@@ -24,7 +24,7 @@
 
 pub mod safety;
 
-use crate::ir::{ForKind, GpuDim, LoopFunc, MmaOp, Stmt, Tile};
+use crate::ir::{AsyncStep, ForKind, GpuDim, LoopFunc, MmaOp, Stmt, Tile};
 use pest::iterators::{Pair, Pairs};
 use pest::Parser;
 use texc_compiler::ops::{BinOp, Intrinsic, MathFn, UnOp};
@@ -411,6 +411,19 @@ impl Builder {
                     out.push(Stmt::If { cond, then });
                 }
                 Rule::barrier => out.push(Stmt::Barrier),
+                Rule::async_step => {
+                    let step = pair.into_inner().nth(1).expect("step");
+                    out.push(Stmt::Async(match step.as_rule() {
+                        Rule::async_wait => {
+                            let n = step.into_inner().next().expect("count");
+                            let groups = n.as_str().parse::<i64>().ok().filter(|g| (0..=7).contains(g));
+                            AsyncStep::Wait(groups.ok_or_else(|| {
+                                Diagnostic::at(self.span(offset, &n), "`async wait` takes 0 to 7 groups")
+                            })?)
+                        }
+                        _ => AsyncStep::Commit,
+                    }));
+                }
                 Rule::mma => out.push(self.mma(pair, offset)?),
                 Rule::local => {
                     let mut it = pair.into_inner();
@@ -845,6 +858,7 @@ fn for_kind(k: Pair<Rule>) -> ForKind {
         Rule::parallel => ForKind::Parallel,
         Rule::vectorized => ForKind::Vectorized,
         Rule::unrolled => ForKind::Unrolled,
+        Rule::async_copy => ForKind::Async,
         Rule::gpu_bound => {
             let mut it = k.into_inner();
             let unit = it.next().expect("unit").as_str();

@@ -65,7 +65,7 @@ fn walk(
                 let inner = if body.iter().any(|b| matches!(b, Stmt::For { .. })) { 0.0 } else { n };
                 w.innermost_trips = w.innermost_trips.max(inner);
                 match kind {
-                    ForKind::Vectorized => {
+                    ForKind::Vectorized | ForKind::Async => {
                         w.max_lanes = w.max_lanes.max(n);
                         walk(f, body, trips, Some((*var, n)), unrolled, depth + 1.0, w);
                     }
@@ -111,7 +111,7 @@ fn walk(
                 }
             },
             Stmt::Mma { .. } => w.vector_stores += trips,
-            Stmt::Barrier => {}
+            Stmt::Barrier | Stmt::Async(_) => {}
         }
     }
 }
