@@ -40,14 +40,14 @@ def peaks():
 G = 4096
 CASES = [
     # name, texc file, texc args, kind of peak, flops or None, bytes, torch setup
-    ("hgemm 4096³ f16→f32 (default)", "examples/gemm_f16.tex", ["--shape", f"M={G},K={G},N={G}"],
+    ("hgemm 4096³ f16→f32 (default: 3 stages)", "examples/gemm_f16.tex", ["--shape", f"M={G},K={G},N={G}"],
      "fp16", 2 * G**3, None, "hgemm"),
     ("hgemm 4096³ f16→f32 (shared, ldmatrix)", "benches/hgemm_shared.tex", [], "fp16", 2 * G**3, None, "hgemm"),
     ("hgemm 4096³ f16→f32 (cp.async, 2 stages)", "benches/hgemm_pipelined.tex", [], "fp16", 2 * G**3, None, "hgemm"),
     ("tf32 gemm 4096³ (benches schedule)", "benches/gemm_tf32.tex", [], "tf32", 2 * G**3, None, "tf32"),
-    ("conv 3×3 56²×64 b32 f16 (default)", "benches/conv_f16.tex", [], "fp16",
+    ("conv 3×3 56²×64 b32 f16 (default: im2col)", "benches/conv_f16.tex", [], "fp16",
      2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
-    ("conv 3×3 14²×256 b32 f16 (default)", "benches/conv_f16.tex",
+    ("conv 3×3 14²×256 b32 f16 (default: im2col)", "benches/conv_f16.tex",
      ["--shape", "N=32,C=256,H=16,W=16,K=256"], "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14, None, "conv14"),
     ("softmax rows 16384×4096 (default)", "examples/softmax.tex", ["--shape", "N=16384,D=4096"], "bw",
      None, 2 * 16384 * 4096 * 4, "softmax"),

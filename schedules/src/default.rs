@@ -308,6 +308,7 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
     inline_elementwise(p, target.kind == TargetKind::Gpu);
     hoist_reductions(p);
     if target.kind == TargetKind::Gpu {
+        crate::im2col::convolutions_to_gemm(p);
         return gpu_schedule(p);
     }
     inline_epilogues(p);

@@ -28,6 +28,7 @@ pub mod default;
 pub mod eval;
 pub mod gpu;
 pub mod guards;
+pub mod im2col;
 pub mod index;
 pub mod ir;
 pub mod legalize;

@@ -756,3 +756,33 @@ fn reading_a_copy_before_it_lands_is_refused() {
         }
     }
 }
+
+/// Without a schedule, an f16 convolution whose sizes the shared-memory
+/// product's tiles divide becomes im2col and a tensor-core product
+/// (`schedules/src/im2col.rs`); others keep the direct schedule. Against the
+/// interpreter either way (on the GPU where there is one).
+#[test]
+fn the_default_gpu_schedule_runs_convolutions_as_tensor_core_products() {
+    require_ptxas();
+    for (shape, products) in [
+        ("N=2,C=32,H=18,W=34,K=64", true),
+        ("N=1,C=32,H=10,W=10,K=128", true),
+        ("N=2,C=32,H=18,W=20,K=48", false),
+        ("N=1,C=7,H=10,W=10,K=64", false),
+    ] {
+        let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "benches/conv_f16.tex", None).expect("loads");
+        let shapes = shape.split(',').map(|kv| {
+            let (n, v) = kv.split_once('=').expect("name=value");
+            (n.to_string(), v.parse().expect("a number"))
+        });
+        let b = Bindings { shapes: shapes.collect(), ..Default::default() };
+        let p = texc_tests::specialize(&mut pl, k, &b);
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let temps: Vec<String> = f.live_temps().iter().map(|&t| f.p.tensor(t).name.clone()).collect();
+        assert_eq!(temps.contains(&"Y.cols".to_string()), products, "{shape}: {temps:?}");
+        assert!(error_vs_interp(&mut pl, &p, &f, 3) < 1e-5, "{shape}");
+        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        assert_eq!(ptx.contains("mma.sync") && ptx.contains("cp.async"), products, "{shape}");
+        texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{shape}: {e}"));
+    }
+}
