@@ -786,3 +786,29 @@ fn the_default_gpu_schedule_runs_convolutions_as_tensor_core_products() {
         texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{shape}: {e}"));
     }
 }
+
+/// `pipeline` errors point at the schedule, with the reason.
+#[test]
+fn pipeline_errors_are_spanned() {
+    let src = std::fs::read_to_string(texc_tests::root().join("benches/hgemm_pipelined.tex")).expect("bench");
+    let src = src.replace("M = 4096, K = 4096", "M = 128, K = 96").replace("N = 4096", "N = 128");
+    let cases = [
+        (src.replace("pipeline C.ko by 2;", "pipeline C.ko by 9;"), "a pipeline has 2 to 8 stages, not 9"),
+        (src.replace("pipeline C.ko by 2;", "pipeline C.kk by 2;"), "no shared buffer is computed at it"),
+        (src.replace("    vectorize As.akv;\n", ""), "each thread copies 2 bytes of `As` at a time"),
+        (src.replace("pipeline C.ko by 2;", "pipeline C.iw by 2;"), "`iw` is thread.z: only a serial loop"),
+        (src.replace("pipeline C.ko by 2;", "pipeline C.ko by 2;\n    pipeline C.kk by 2;"), "already has a pipelined"),
+        (
+            "kernel mm(A: f32[M = 8, K = 8], B: f32[K, N = 8]) -> C: f32[M, N] {\n    \
+             C[i, j] = sum[k](A[i, k] * B[k, j]);\n}\nschedule mm for x86-avx2 {\n    \
+             split C.k by 4 -> (ko, ki);\n    pipeline C.ko by 2;\n}\n"
+                .to_string(),
+            "`pipeline` is a GPU primitive",
+        ),
+    ];
+    for (text, want) in cases {
+        let err = texc_tests::check_text("hp.tex", &text).expect_err("rejected");
+        assert!(err.contains(want), "expected `{want}` in\n{err}");
+        assert!(err.contains("hp.tex:"), "spanned: {err}");
+    }
+}
