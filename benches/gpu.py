@@ -53,6 +53,8 @@ CASES = [
      None, 2 * 16384 * 4096 * 4, "softmax"),
     ("layer_norm rows 16384×4096 (default)", "benches/layer_norm.tex", ["--shape", "N=16384,D=4096"], "bw",
      None, 2 * 16384 * 4096 * 4, "layer_norm"),
+    ("gelu (erf) 16384×4096 (default)", "examples/gelu.tex", ["--shape", "N=16384,D=4096"], "bw",
+     None, 2 * 16384 * 4096 * 4, "gelu"),
 ]
 
 
@@ -77,6 +79,9 @@ def torch_time(case, repeat):
         x = torch.randn(32, c, hw, hw, device=dev, dtype=torch.float16)
         w = torch.randn(c, c, 3, 3, device=dev, dtype=torch.float16)
         f = lambda: F.conv2d(x, w, padding=1)  # noqa: E731
+    elif case == "gelu":
+        x = torch.randn(16384, 4096, device=dev)
+        f = lambda: F.gelu(x)  # noqa: E731 (the exact erf form)
     elif case == "softmax":
         x = torch.randn(16384, 4096, device=dev)
         f = lambda: torch.softmax(x, -1)  # noqa: E731

@@ -390,9 +390,17 @@ fn gpu_schedule(p: &mut Program) -> Schedules {
         if spatial.is_empty() {
             continue;
         }
-        let fused = fuse_all(ss, &spatial);
-        let threads = GPU_THREADS.min(ss.ivs[fused].extent).max(1);
+        let lanes = gpu_vector_lanes(p, &p.stages[si], ss, &spatial);
+        let mut fused = fuse_all(ss, &spatial);
         let name = ss.ivs[fused].name.clone();
+        if lanes > 1 {
+            let (outer, v) = ss
+                .split(fused, lanes, (&format!("{name}.e"), span), (&format!("{name}.v"), span), span)
+                .expect("fresh names");
+            ss.annotate(v, ForKind::Vectorized, span).expect("spatial");
+            fused = outer;
+        }
+        let threads = GPU_THREADS.min(ss.ivs[fused].extent).max(1);
         let (b, t) = ss
             .split(fused, threads, (&format!("{name}.b"), span), (&format!("{name}.t"), span), span)
             .expect("fresh names");
@@ -407,6 +415,44 @@ fn gpu_schedule(p: &mut Program) -> Schedules {
         attach_row_group(p, &mut s, g);
     }
     s
+}
+
+/// Elements per thread of the default GPU schedule's grid over an
+/// element-wise stage: 16 bytes of its element (4 floats) where every
+/// tensor it reads or writes is 4 bytes wide and walks the innermost axis
+/// densely or not at all (its 16-byte vectors then stay aligned: the
+/// stage's element count is a multiple of 4 and of a block's threads), and
+/// there are at least as many vectors as a block has threads; else 1.
+fn gpu_vector_lanes(p: &Program, st: &Stage, ss: &StageSchedule, spatial: &[usize]) -> i64 {
+    const LANES: i64 = 4;
+    let inner = st.n_axes as u32 - 1;
+    let elements: i64 = spatial.iter().map(|&l| ss.ivs[l].extent).product();
+    if spatial.len() != st.n_axes || st.vars.len() != st.n_axes || elements % (LANES * GPU_THREADS) != 0 {
+        return 1;
+    }
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let word = |t: TensorId| p.tensor(t).elem.size() == 4;
+    let dense = |e: TExprId| {
+        let TExpr::Load(t, idx) = p.expr(e) else { return false };
+        let last = idx.len().checked_sub(1);
+        let along = |i: usize| idx.iter().enumerate().all(|(d, &x)| (d == i) != !uses_var(p, x, inner));
+        word(*t)
+            && match last {
+                Some(l) if uses_var(p, idx[l], inner) => {
+                    along(l)
+                        && matches!(p.expr(idx[l]), TExpr::Var(v) if *v == inner)
+                        && p.tensor(*t).shape[l] == st.vars[inner as usize].extent
+                }
+                _ => !idx.iter().any(|&x| uses_var(p, x, inner)),
+            }
+    };
+    let out = word(st.tensor) && ss.ivs[*spatial.last().expect("axes")].extent % LANES == 0;
+    if out && loads.iter().all(|&l| dense(l)) {
+        LANES
+    } else {
+        1
+    }
 }
 
 /// Stages computed a block per row (GPU): an element-wise stage `C[r.., d..]`

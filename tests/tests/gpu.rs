@@ -812,3 +812,34 @@ fn pipeline_errors_are_spanned() {
         assert!(err.contains("hp.tex:"), "spanned: {err}");
     }
 }
+
+/// Without a schedule, an element-wise stage of 4-byte elements whose reads
+/// walk the innermost axis densely (or not at all) moves 16 bytes per
+/// thread access (4 lanes, `ld.global.nc.v4` / `st.global.v4`); a read
+/// across rows, or a count of elements the vectors do not divide, keeps
+/// element accesses. Against the interpreter either way, libdevice calls
+/// (`erf`) lane by lane.
+#[test]
+fn the_default_gpu_schedule_moves_16_bytes_per_access_in_element_wise_stages() {
+    require_ptxas();
+    let kernel = |d: i64, body: &str| {
+        format!(
+            "kernel ew(X: f32[N = 64, D = {d}], T: f32[D, N], g: f32[D], b: f32[N]) -> Y: f32[N, D] {{\n    \
+             Y[n, d] = {body};\n}}\n"
+        )
+    };
+    for (d, body, wide) in [
+        (256, "0.5 * X[n, d] * (1.0 + erf(X[n, d] / sqrt(2.0)))", true),
+        (256, "X[n, d] * g[d] + b[n]", true),
+        (257, "X[n, d] * g[d] + b[n]", false),
+        (256, "X[n, d] + T[d, n]", false),
+    ] {
+        let src = kernel(d, body);
+        let (mut pl, p, f) = gpu_loops("ew.tex", &src, &Bindings::default());
+        assert!(error_vs_interp(&mut pl, &p, &f, 4) < 1e-6, "{body} at D = {d}");
+        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        assert_eq!(ptx.contains("st.global.v4.f32"), wide, "{body} at D = {d}:\n{ptx}");
+        assert_eq!(ptx.contains("ld.global.nc.v4.f32"), wide, "{body} at D = {d}");
+        texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    }
+}

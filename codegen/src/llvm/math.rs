@@ -149,8 +149,27 @@ impl<'ctx> Gen<'ctx, '_> {
         self.sel(small, c(0.0)?, y)
     }
 
-    /// A call of libdevice function `name` (scalar code); f16 goes through f32.
+    /// A call of libdevice function `name`, lane by lane in vector code
+    /// (libdevice is scalar); f16 goes through f32.
     fn device_call(&self, name: &str, args: &[BasicValueEnum<'ctx>], ty: Ty) -> R<BasicValueEnum<'ctx>> {
+        let Some(BasicValueEnum::VectorValue(first)) = args.first() else {
+            return self.device_call_scalar(name, args, ty);
+        };
+        let i32t = self.cx.i32_type();
+        let mut out = first.get_type().get_undef();
+        for l in 0..first.get_type().get_size() {
+            let at = i32t.const_int(l as u64, false);
+            let lane: Vec<BasicValueEnum> = args
+                .iter()
+                .map(|v| self.b.build_extract_element(v.into_vector_value(), at, "lane"))
+                .collect::<Result<_, _>>()?;
+            let r = self.device_call_scalar(name, &lane, ty)?;
+            out = self.b.build_insert_element(out, r, at, "lanes")?;
+        }
+        Ok(out.into())
+    }
+
+    fn device_call_scalar(&self, name: &str, args: &[BasicValueEnum<'ctx>], ty: Ty) -> R<BasicValueEnum<'ctx>> {
         let half = ty == Ty::Elem(ElemType::F16);
         let cty = if ty == Ty::Elem(ElemType::F64) { self.cx.f64_type() } else { self.cx.f32_type() };
         let params: Vec<BasicMetadataTypeEnum> = args.iter().map(|_| cty.into()).collect();

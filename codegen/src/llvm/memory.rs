@@ -361,6 +361,10 @@ pub(super) fn multiple_of(p: &texc_compiler::tir::Program, e: TExprId, m: i64, l
             multiple_of(p, *a, m, lane0) || multiple_of(p, *b, m, lane0) || factor(*a, *b) || factor(*b, *a)
         }
         TExpr::Binary(BinOp::Add | BinOp::Sub, a, b) => multiple_of(p, *a, m, lane0) && multiple_of(p, *b, m, lane0),
+        // `a % k` with `m` dividing `k` keeps `a`'s multiples of `m` (legalized as `URem` or `TruncRem`).
+        TExpr::Binary(BinOp::FloorMod | BinOp::URem | BinOp::TruncRem, a, b) => {
+            matches!(p.expr(*b), TExpr::Int(k) if *k != 0 && k % m == 0) && multiple_of(p, *a, m, lane0)
+        }
         _ => false,
     }
 }
