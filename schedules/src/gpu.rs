@@ -209,14 +209,20 @@ impl Walk<'_> {
         for s in body {
             match s {
                 Stmt::Barrier if open.iter().any(|&o| o) => {
-                    return Err("a barrier inside a thread loop: every thread of the block must reach it, so \
-                                barriers are outside the thread loops"
-                        .into());
+                    return Err(RuleError {
+                        message: "a barrier inside a thread loop: every thread of the block must reach it, so \
+                                  barriers are outside the thread loops"
+                            .into(),
+                        at: bound.last().map(|&v| Site::Loop(v)),
+                    });
                 }
                 Stmt::Async(_) if open.iter().any(|&o| o) || guarded => {
-                    return Err("an `async commit` or `async wait` inside a thread loop or under an `if`: every \
-                                thread of the block takes these steps together"
-                        .into());
+                    return Err(RuleError {
+                        message: "an `async commit` or `async wait` inside a thread loop or under an `if`: every \
+                                  thread of the block takes these steps together"
+                            .into(),
+                        at: bound.last().map(|&v| Site::Loop(v)),
+                    });
                 }
                 Stmt::Barrier if guarded => {
                     return Err("a barrier under an `if`: every thread of the block must reach it".into());
@@ -269,6 +275,10 @@ impl Walk<'_> {
                             self.tensor_name(*tensor)
                         ),
                     ));
+                }
+                Stmt::For { var, kind: ForKind::Async, extent, body, .. } => {
+                    self.check_async_copy(*var, *extent, body)?;
+                    self.stmts(body, bound, open, guarded)?;
                 }
                 Stmt::For { var, kind: ForKind::Block(d), .. } => {
                     return Err(RuleError::at(
@@ -335,6 +345,33 @@ impl Walk<'_> {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// An `async` loop is one `cp.async`: a store of a global tensor's
+    /// elements, unchanged, into a shared buffer, 4, 8 or 16 bytes in all.
+    fn check_async_copy(&self, var: VarId, extent: i64, body: &[Stmt]) -> R {
+        let at = |why: String| Err(RuleError::at(Site::Loop(var), format!("`async` loop `{}`: {why}", self.name(var))));
+        let [Stmt::Store { tensor, value, .. }] = body else {
+            return at("its body must be one store (an asynchronous copy of its elements)".into());
+        };
+        let TExpr::Load(src, _) = self.f.p.expr(*value) else {
+            return at("it stores a computed value; an asynchronous copy only moves elements".into());
+        };
+        let (dst, from) = (self.f.p.tensor(*tensor), self.f.p.tensor(*src));
+        if !self.f.shared.contains(tensor) || self.f.shared.contains(src) || self.private.contains(src) {
+            return at(format!(
+                "it copies `{}` into `{}`; asynchronous copies go from global to shared memory",
+                from.name, dst.name
+            ));
+        }
+        let bytes = extent * dst.elem.size() as i64;
+        if from.elem != dst.elem || !matches!(bytes, 4 | 8 | 16) {
+            return at(format!(
+                "it copies {bytes} bytes of {} into {}; `cp.async` copies 4, 8 or 16 of one type",
+                from.elem, dst.elem
+            ));
         }
         Ok(())
     }

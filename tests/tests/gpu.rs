@@ -186,6 +186,15 @@ fn loop_nests_that_break_a_launch_rule_are_rejected() {
             "local buffer `L` is outside the thread.x loops",
         ),
         ("  for i in 0..64 parallel:\n    B[i] = A[i]\n", "loop `i` is parallel, which target `nvptx-sm90` does not have"),
+        // Asynchronous copies: elements of a global tensor, unchanged, 4, 8 or 16 bytes, into shared memory.
+        ("  for b in 0..1 block.x:\n    shared S: f32[64]:\n      for t in 0..16 thread.x:\n        for v in 0..4 async:\n          S[t * 4 + v] = A[t * 4 + v] * 2.0f32\n      async commit\n      async wait 0\n      barrier\n      for u in 0..64 thread.x:\n        B[b * 64 + u] = S[63 - u]\n", "`async` loop `v`: it stores a computed value"),
+        ("  for b in 0..1 block.x:\n    shared S: f32[64]:\n      for t in 0..16 thread.x:\n        for v in 0..3 async:\n          S[t * 4 + v] = A[t * 4 + v]\n      async commit\n      async wait 0\n      barrier\n      for u in 0..64 thread.x:\n        B[b * 64 + u] = S[63 - u]\n", "it copies 12 bytes of f32 into f32"),
+        (
+            "  for b in 0..1 block.x:\n    for t in 0..16 thread.x:\n      for v in 0..4 async:\n        \
+             B[b * 64 + t * 4 + v] = A[t * 4 + v]\n",
+            "asynchronous copies go from global to shared memory",
+        ),
+        ("  for b in 0..1 block.x:\n    shared S: f32[64]:\n      for t in 0..16 thread.x:\n        for v in 0..4 async:\n          S[t * 4 + v] = A[t * 4 + v]\n        async commit\n      async commit\n      async wait 0\n      barrier\n      for u in 0..64 thread.x:\n        B[b * 64 + u] = S[63 - u]\n", "an `async commit` or `async wait` inside a thread loop"),
     ];
     for (body, want) in cases {
         let err = loops_error(body);
