@@ -44,6 +44,7 @@ CASES = [
      "fp16", 2 * G**3, None, "hgemm"),
     ("hgemm 4096³ f16→f32 (shared, ldmatrix)", "benches/hgemm_shared.tex", [], "fp16", 2 * G**3, None, "hgemm"),
     ("hgemm 4096³ f16→f32 (cp.async, 2 stages)", "benches/hgemm_pipelined.tex", [], "fp16", 2 * G**3, None, "hgemm"),
+    ("bf16 gemm 4096³ bf16→f32 (default)", "benches/gemm_bf16.tex", [], "fp16", 2 * G**3, None, "bgemm"),
     ("tf32 gemm 4096³ (benches schedule)", "benches/gemm_tf32.tex", [], "tf32", 2 * G**3, None, "tf32"),
     ("conv 3×3 56²×64 b32 f16 (default: im2col)", "benches/conv_f16.tex", [], "fp16",
      2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
@@ -68,6 +69,10 @@ def torch_time(case, repeat):
         a = torch.randn(G, G, device=dev, dtype=torch.float16)
         b = torch.randn(G, G, device=dev, dtype=torch.float16)
         f = lambda: a @ b  # noqa: E731 (cuBLAS, f32 accumulation, f16 result)
+    elif case == "bgemm":
+        a = torch.randn(G, G, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(G, G, device=dev, dtype=torch.bfloat16)
+        f = lambda: a @ b  # noqa: E731 (cuBLAS, f32 accumulation, bf16 result)
     elif case == "tf32":
         torch.backends.cuda.matmul.allow_tf32 = True
         a = torch.randn(G, G, device=dev)

@@ -44,7 +44,7 @@ checks=()
 for t in nvptx-sm80 nvptx-sm90; do
     for k in "examples/softmax.tex" "examples/norms.tex --kernel ln" "examples/matmul.tex" \
              "examples/conv2d.tex" "examples/gemm_f16.tex" "benches/gemm_tf32.tex --shape M=256,K=128,N=256" "benches/hgemm_shared.tex --shape M=256,K=96,N=384" \
-             "benches/hgemm_pipelined.tex --shape M=256,K=160,N=384" \
+             "benches/hgemm_pipelined.tex --shape M=256,K=160,N=384" "benches/gemm_bf16.tex --shape M=256,K=96,N=128" \
              "benches/conv_f16.tex --shape N=2,C=32,H=18,W=20,K=48" \
              "examples/softmax.tex --shape N=1000,D=4097" "benches/layer_norm.tex --shape N=999,D=4096"; do
         [ "$t" = nvptx-sm80 ] && [[ $k == *tf32* || $k == *hgemm_* ]] && continue  # schedules written for sm90

@@ -376,10 +376,10 @@ fn gpu_schedule(p: &mut Program) -> Schedules {
         if let Some(gemm) = tensor_core_operands(p, &p.stages[si]) {
             match shared_gemm_tiles(&gemm) {
                 Some(tiles) => {
-                    pipelined_gemm(ss, tiles);
+                    pipelined_gemm(ss, tiles, gemm.op);
                     staged.push((si, gemm, tiles));
                 }
-                None => tensor_core_gemm(ss),
+                None => tensor_core_gemm(ss, gemm.op),
             }
             continue;
         }
@@ -617,13 +617,15 @@ fn block_per_element(ss: &mut StageSchedule) -> bool {
     true
 }
 
-/// Tiles of the tensor-core operation the default GPU schedule uses.
-const MMA: MmaOp = MmaOp::M16n8k16F16F32;
+/// The tensor-core operations the default GPU schedule uses, by the
+/// operands' element type.
+const MMAS: [MmaOp; 2] = [MmaOp::M16n8k16F16F32, MmaOp::M16n8k16Bf16F32];
 
-/// A matrix product of f16 matrices into f32 that tensor cores can run:
-/// `C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]))` with extents the
-/// operation's tiles divide.
+/// A matrix product of f16 (or bf16) matrices into f32 that tensor cores
+/// can run: `C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]))` with extents
+/// the operation's tiles divide.
 struct TensorCoreGemm {
+    op: MmaOp,
     a: TensorId,
     b: TensorId,
     /// Extents of `i`, `j` and `k`.
@@ -631,8 +633,12 @@ struct TensorCoreGemm {
 }
 
 fn tensor_core_operands(p: &Program, st: &Stage) -> Option<TensorCoreGemm> {
-    let (tm, tn, tk) = MMA.shape();
-    let (ab, acc) = MMA.types();
+    MMAS.into_iter().find_map(|op| tensor_core_operands_of(p, st, op))
+}
+
+fn tensor_core_operands_of(p: &Program, st: &Stage, op: MmaOp) -> Option<TensorCoreGemm> {
+    let (tm, tn, tk) = op.shape();
+    let (ab, acc) = op.types();
     let var = |e: TExprId, v: u32| matches!(p.expr(e), TExpr::Var(x) if *x == v);
     let operand = |e: TExprId, rows: u32, cols: u32| match p.expr(e) {
         TExpr::Cast(l) => match p.expr(*l) {
@@ -656,7 +662,7 @@ fn tensor_core_operands(p: &Program, st: &Stage) -> Option<TensorCoreGemm> {
         _ => (operand(*y, i, k)?, operand(*x, k, j)?),
     };
     let ext = [st.vars[0].extent, st.vars[1].extent, st.vars[2].extent];
-    (ext[0] % tm == 0 && ext[1] % tn == 0 && ext[2] % tk == 0).then_some(TensorCoreGemm { a, b, ext })
+    (ext[0] % tm == 0 && ext[1] % tn == 0 && ext[2] % tk == 0).then_some(TensorCoreGemm { op, a, b, ext })
 }
 
 /// A tensor-core product whose operands come straight from global memory:
@@ -665,8 +671,8 @@ fn tensor_core_operands(p: &Program, st: &Stage) -> Option<TensorCoreGemm> {
 /// lane, and 1.45× the speed of 32×64 tiles at 4096³ on an H100), up to
 /// 2×2 warps per block, `k` in slices of 16. For shapes that
 /// [`pipelined_gemm`] does not divide.
-fn tensor_core_gemm(ss: &mut StageSchedule) {
-    let (tm, tn, tk) = MMA.shape();
+fn tensor_core_gemm(ss: &mut StageSchedule, op: MmaOp) {
+    let (tm, tn, tk) = op.shape();
     let span = Span::default();
     let n = |s: &'static str| (s, span);
     let (io, ii) = ss.split(0, tm, n("io"), n("ii"), span).expect("fresh names");
@@ -686,7 +692,7 @@ fn tensor_core_gemm(ss: &mut StageSchedule) {
     ss.annotate(jb, ForKind::Block(GpuDim::X), span).expect("spatial");
     ss.annotate(iw, ForKind::Thread(GpuDim::Z), span).expect("spatial");
     ss.annotate(jw, ForKind::Thread(GpuDim::Y), span).expect("spatial");
-    ss.tensorize = Some(crate::schedule::Tensorize { op: MMA, leaves: [ii, ji, ki], span });
+    ss.tensorize = Some(crate::schedule::Tensorize { op, leaves: [ii, ji, ki], span });
 }
 
 /// Rows and columns of `C` a block computes through shared memory, and the
@@ -719,8 +725,8 @@ fn shared_gemm_tiles(g: &TensorCoreGemm) -> Option<GemmTiles> {
 /// [`GEMM_STAGES`] slices in flight (`pipeline`); its warps take their
 /// fragments from there (`ldmatrix`) for 64×64 tiles of `C` whose
 /// accumulators stay in registers.
-fn pipelined_gemm(ss: &mut StageSchedule, t: GemmTiles) {
-    let (tm, tn, tk) = MMA.shape();
+fn pipelined_gemm(ss: &mut StageSchedule, t: GemmTiles, op: MmaOp) {
+    let (tm, tn, tk) = op.shape();
     let span = Span::default();
     let n = |s: &'static str| (s, span);
     let split = |ss: &mut StageSchedule, iv: usize, f: i64, o: &'static str, i: &'static str| {
@@ -739,7 +745,7 @@ fn pipelined_gemm(ss: &mut StageSchedule, t: GemmTiles) {
     ss.annotate(jb, ForKind::Block(GpuDim::X), span).expect("spatial");
     ss.annotate(iw, ForKind::Thread(GpuDim::Z), span).expect("spatial");
     ss.annotate(jw, ForKind::Thread(GpuDim::Y), span).expect("spatial");
-    ss.tensorize = Some(crate::schedule::Tensorize { op: MMA, leaves: [ii, ji, ki], span });
+    ss.tensorize = Some(crate::schedule::Tensorize { op, leaves: [ii, ji, ki], span });
     ss.pipeline = Some((ko, GEMM_STAGES, span));
 }
 

@@ -55,18 +55,21 @@ pub enum AsyncStep {
 pub enum MmaOp {
     /// `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`: f16 × f16 → f32.
     M16n8k16F16F32,
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`: bf16 × bf16 → f32.
+    M16n8k16Bf16F32,
     /// `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`: f32 inputs
     /// rounded to TF32 (10-bit mantissa, to nearest, ties away) → f32.
     M16n8k8Tf32F32,
 }
 
 impl MmaOp {
-    pub const ALL: [MmaOp; 2] = [MmaOp::M16n8k16F16F32, MmaOp::M16n8k8Tf32F32];
+    pub const ALL: [MmaOp; 3] = [MmaOp::M16n8k16F16F32, MmaOp::M16n8k16Bf16F32, MmaOp::M16n8k8Tf32F32];
 
     /// The name in schedules (`tensorize ... with mma_m16n8k16_f16f32`).
     pub fn schedule_name(self) -> &'static str {
         match self {
             MmaOp::M16n8k16F16F32 => "mma_m16n8k16_f16f32",
+            MmaOp::M16n8k16Bf16F32 => "mma_m16n8k16_bf16f32",
             MmaOp::M16n8k8Tf32F32 => "mma_m16n8k8_tf32f32",
         }
     }
@@ -75,6 +78,7 @@ impl MmaOp {
     pub fn name(self) -> &'static str {
         match self {
             MmaOp::M16n8k16F16F32 => "m16n8k16.f16.f32",
+            MmaOp::M16n8k16Bf16F32 => "m16n8k16.bf16.f32",
             MmaOp::M16n8k8Tf32F32 => "m16n8k8.tf32.f32",
         }
     }
@@ -82,7 +86,7 @@ impl MmaOp {
     /// Tile extents (m, n, k): `c` is m × n, `a` m × k, `b` k × n.
     pub fn shape(self) -> (i64, i64, i64) {
         match self {
-            MmaOp::M16n8k16F16F32 => (16, 8, 16),
+            MmaOp::M16n8k16F16F32 | MmaOp::M16n8k16Bf16F32 => (16, 8, 16),
             MmaOp::M16n8k8Tf32F32 => (16, 8, 8),
         }
     }
@@ -94,7 +98,10 @@ impl MmaOp {
     /// 4 halves (2 pairs); TF32 `a` as 4 values, `b` as 2; `c` and `d` as 4 floats.
     pub fn fragments(self) -> Fragments {
         match self {
-            MmaOp::M16n8k16F16F32 => Fragments { a: &M16N8K16_A, b: &M16N8K16_B, c: &M16N8K16_C },
+            // bf16 fragments are laid out as f16's (PTX ISA §9.7.13.4.8).
+            MmaOp::M16n8k16F16F32 | MmaOp::M16n8k16Bf16F32 => {
+                Fragments { a: &M16N8K16_A, b: &M16N8K16_B, c: &M16N8K16_C }
+            }
             MmaOp::M16n8k8Tf32F32 => Fragments { a: &M16N8K8_TF32_A, b: &M16N8K8_TF32_B, c: &M16N8K16_C },
         }
     }
@@ -103,6 +110,7 @@ impl MmaOp {
     pub fn types(self) -> (ElemType, ElemType) {
         match self {
             MmaOp::M16n8k16F16F32 => (ElemType::F16, ElemType::F32),
+            MmaOp::M16n8k16Bf16F32 => (ElemType::BF16, ElemType::F32),
             MmaOp::M16n8k8Tf32F32 => (ElemType::F32, ElemType::F32),
         }
     }

@@ -335,7 +335,10 @@ pub fn pad_ldmatrix_rows(f: &mut LoopFunc, limit: i64) {
             let d = f.p.tensor(t);
             let (elem, last) = (d.elem.size() as i64, *d.shape.last()?);
             let units = last * elem / 16;
-            (d.elem == ElemType::F16 && d.shape.len() >= 2 && last * elem % 16 == 0 && units % 2 == 0)
+            (matches!(d.elem, ElemType::F16 | ElemType::BF16)
+                && d.shape.len() >= 2
+                && last * elem % 16 == 0
+                && units % 2 == 0)
                 .then_some((t, 16 / elem))
         })
         .collect();

@@ -852,3 +852,45 @@ fn the_default_gpu_schedule_moves_16_bytes_per_access_in_element_wise_stages() {
         texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+/// bf16 products on tensor cores (`mma.sync ... bf16.bf16.f32`): the default
+/// schedule's pipelined product through shared memory (`ldmatrix` of bf16
+/// rows), its product from global memory at sizes the shared tiles do not
+/// divide, and a hand schedule's `tensorize ... with mma_m16n8k16_bf16f32`.
+/// Against the interpreter (bf16 is exact in f32, so only the order of the
+/// f32 sums differs), assembled by ptxas.
+#[test]
+fn bf16_products_run_on_tensor_cores() {
+    require_ptxas();
+    let default = "kernel g(A: bf16[M, K], B: bf16[K, N]) -> C: f32[M, N] {\n    \
+                   C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]));\n}\n";
+    for (m, k, n, shared) in [(128, 96, 256, true), (48, 32, 24, false)] {
+        let b = Bindings { shapes: vec![("M".into(), m), ("K".into(), k), ("N".into(), n)], ..Default::default() };
+        let (mut pl, p, f) = gpu_loops("g.tex", default, &b);
+        assert!(error_vs_interp(&mut pl, &p, &f, 9) < 1e-5, "{m}×{k}×{n}");
+        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        assert!(ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), "{m}×{k}×{n}");
+        assert_eq!(ptx.contains("ldmatrix") && ptx.contains("cp.async"), shared, "{m}×{k}×{n}");
+        texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    }
+    let hand = tensor_core_gemm("nvptx-sm90", "")
+        .replace("f16[M = 64, K = 48], B: f16", "bf16[M = 64, K = 48], B: bf16")
+        .replace("mma_m16n8k16_f16f32", "mma_m16n8k16_bf16f32");
+    texc_tests::check_text("hgemm.tex", &hand).unwrap_or_else(|e| panic!("{e}"));
+    let (mut pl, p, f) = gpu_loops("hgemm.tex", &hand, &Bindings::default());
+    assert!(error_vs_interp(&mut pl, &p, &f, 2) < 1e-5);
+    // The loop-IR evaluator assembles the warp's fragments from the same layouts.
+    let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 2).expect("binds");
+    let want = texc_compiler::interp::run(&p, args()).expect("interp");
+    let got = texc_schedules::eval::run(&f, args()).expect("evaluates");
+    assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5);
+    let err = texc_tests::check_text("hgemm.tex", &hand.replace("mma_m16n8k16_bf16f32", "mma_m16n8k16_f16f32"))
+        .expect_err("f16 operation on bf16 operands");
+    assert!(err.contains("`A` is bf16, but the operation multiplies f16"), "{err}");
+    // Arithmetic on bf16 values is refused by name, for the GPU and its emulation alike.
+    let arith = "kernel s(X: bf16[N = 64]) -> Y: bf16[N] {\n    Y[i] = X[i] * X[i];\n}\n";
+    let (mut pl, _, f) = gpu_loops("s.tex", arith, &Bindings::default());
+    let err = pl.emit_ptx(&[&f]).map(|_| ()).expect_err("bf16 arithmetic");
+    assert!(format!("{err:?}").contains("computes on bf16 values"), "{err:?}");
+    assert!(pl.compile(&f).is_err(), "the emulation refuses it too");
+}

@@ -326,6 +326,16 @@ impl<'ctx> Gen<'ctx, '_> {
         if from == to {
             return Ok(x);
         }
+        // bf16 converts through f32, whose upper half it is.
+        let (bf16, f32t) = (Ty::Elem(ElemType::BF16), Ty::Elem(ElemType::F32));
+        if from == bf16 {
+            let wide = self.bf16_to_f32(x, lanes)?;
+            return self.cast(wide, f32t, to, lanes);
+        }
+        if to == bf16 {
+            let wide = self.cast(x, from, f32t, lanes)?;
+            return self.f32_to_bf16(wide, lanes);
+        }
         let mode = match lanes {
             Some(l) => Mode::Vector { var: u32::MAX, base: 0, lanes: l, mask: None },
             None => Mode::Scalar,
@@ -383,6 +393,60 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 }
 
+impl<'ctx> Gen<'ctx, '_> {
+    /// The f32 whose upper half are bf16 bits `x` (exact).
+    pub(super) fn bf16_to_f32(&self, x: BasicValueEnum<'ctx>, lanes: Option<u32>) -> R<BasicValueEnum<'ctx>> {
+        let mode = lanes.map_or(Mode::Scalar, |l| Mode::Vector { var: u32::MAX, base: 0, lanes: l, mask: None });
+        let (i32t, f32t) = (self.ty_in(Ty::Elem(ElemType::I32), mode), self.ty_in(Ty::Elem(ElemType::F32), mode));
+        let sixteen = self.const_of(Ty::Elem(ElemType::I32), 16, 0.0, mode)?;
+        Ok(match x {
+            BasicValueEnum::VectorValue(v) => {
+                let w = self.b.build_int_z_extend(v, i32t.into_vector_type(), "bf")?;
+                let w = self.b.build_left_shift(w, sixteen.into_vector_value(), "bf")?;
+                self.b.build_bit_cast(w, f32t, "bf")?
+            }
+            _ => {
+                let w = self.b.build_int_z_extend(x.into_int_value(), i32t.into_int_type(), "bf")?;
+                let w = self.b.build_left_shift(w, sixteen.into_int_value(), "bf")?;
+                self.b.build_bit_cast(w, f32t, "bf")?
+            }
+        })
+    }
+
+    /// f32 `x` rounded to bf16 bits, to nearest even (NaN stays a quiet NaN
+    /// of its sign), as the interpreter rounds.
+    pub(super) fn f32_to_bf16(&self, x: BasicValueEnum<'ctx>, lanes: Option<u32>) -> R<BasicValueEnum<'ctx>> {
+        let mode = lanes.map_or(Mode::Scalar, |l| Mode::Vector { var: u32::MAX, base: 0, lanes: l, mask: None });
+        let i32ty = Ty::Elem(ElemType::I32);
+        let k = |v: i64| self.const_of(i32ty, v, 0.0, mode);
+        let bits = self.b.build_bit_cast(x, self.ty_in(i32ty, mode), "bits")?;
+        let nan = self.compare(BinOp::Ne, x, x, Ty::Elem(ElemType::F32))?;
+        let high = self.lshr(bits, k(16)?)?;
+        let lsb = self.and(high, k(1)?)?;
+        let bias = self.arith(BinOp::Add, k(0x7FFF)?, lsb, i32ty)?;
+        let rounded = self.lshr(self.arith(BinOp::Add, bits, bias, i32ty)?, k(16)?)?;
+        let quiet = self.or(high, k(0x40)?)?;
+        let pick = self.select_value(nan, quiet, rounded)?;
+        let i16t = self.ty_in(Ty::Elem(ElemType::BF16), mode);
+        Ok(match pick {
+            BasicValueEnum::VectorValue(v) => self.b.build_int_truncate(v, i16t.into_vector_type(), "bf16")?.into(),
+            _ => self.b.build_int_truncate(pick.into_int_value(), i16t.into_int_type(), "bf16")?.into(),
+        })
+    }
+
+    fn select_value(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        Ok(match c {
+            BasicValueEnum::VectorValue(m) => self.b.build_select(m, a, b, "sel")?,
+            _ => self.b.build_select(c.into_int_value(), a, b, "sel")?,
+        })
+    }
+}
+
 macro_rules! int_op {
     ($name:ident, $build:ident) => {
         impl<'ctx> Gen<'ctx, '_> {
@@ -401,3 +465,17 @@ int_op!(sdiv, build_int_signed_div);
 int_op!(srem, build_int_signed_rem);
 int_op!(udiv, build_int_unsigned_div);
 int_op!(urem, build_int_unsigned_rem);
+int_op!(and, build_and);
+int_op!(or, build_or);
+
+impl<'ctx> Gen<'ctx, '_> {
+    /// `x >> y`, filling with zeros.
+    pub(super) fn lshr(&self, x: BasicValueEnum<'ctx>, y: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        Ok(match (x, y) {
+            (BasicValueEnum::VectorValue(a), BasicValueEnum::VectorValue(b)) => {
+                self.b.build_right_shift(a, b, false, "shr")?.into()
+            }
+            _ => self.b.build_right_shift(x.into_int_value(), y.into_int_value(), false, "shr")?.into(),
+        })
+    }
+}

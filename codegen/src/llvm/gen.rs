@@ -88,13 +88,54 @@ pub(super) fn build_module<'ctx>(
     spec: &CpuSpec,
     c: Option<&CEntry>,
 ) -> R<Module<'ctx>> {
-    if let Some(t) = f.p.tensors.iter().find(|t| t.elem == ElemType::BF16) {
-        return Err(CodegenError::Unsupported(format!(
-            "`{}` is bf16, which the x86 backends do not support yet",
-            t.name
-        )));
-    }
+    refuse_bf16_arithmetic(f)?;
     Gen::new(cx, f, spec).build(c)
+}
+
+/// An error if `f` computes on bf16 values (every LLVM module checks this first).
+pub(super) fn refuse_bf16_arithmetic(f: &LoopFunc) -> R<()> {
+    match bf16_arithmetic(f) {
+        Some(e) => Err(CodegenError::Unsupported(format!(
+            "`{e}` computes on bf16 values: the LLVM backends do not support bf16 arithmetic yet (they load, store, \
+             select and convert bf16): compute in f32 (`f32(x)`) and convert the result (`bf16(...)`)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The first expression of `f` that computes on bf16 values (loads,
+/// stores, selects and conversions of them are code-generated: bf16 is the
+/// upper half of an f32, converted by rounding to nearest even).
+fn bf16_arithmetic(f: &LoopFunc) -> Option<String> {
+    use texc_compiler::tir::{TExpr, TExprId};
+    use texc_schedules::ir::Stmt;
+    fn expr(f: &LoopFunc, e: TExprId) -> Option<String> {
+        let p = &f.p;
+        let bf16 = |x: TExprId| p.ty(x) == Ty::Elem(ElemType::BF16);
+        let moves = matches!(
+            p.expr(e),
+            TExpr::Load(..)
+                | TExpr::Cast(_)
+                | TExpr::Select(..)
+                | TExpr::Var(_)
+                | TExpr::Int(_)
+                | TExpr::Float(_)
+                | TExpr::Scalar(_)
+        );
+        if !moves && (bf16(e) || p.children(e).into_iter().any(bf16)) {
+            return Some(texc_schedules::ir::expr(f, e));
+        }
+        p.children(e).into_iter().find_map(|c| expr(f, c))
+    }
+    fn stmts(f: &LoopFunc, body: &[Stmt]) -> Option<String> {
+        body.iter().find_map(|s| match s {
+            Stmt::For { body, .. } | Stmt::Alloc { body, .. } => stmts(f, body),
+            Stmt::If { cond, then } => expr(f, *cond).or_else(|| stmts(f, then)),
+            Stmt::Store { indices, value, .. } => indices.iter().chain([value]).find_map(|&e| expr(f, e)),
+            Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => None,
+        })
+    }
+    stmts(f, &f.body)
 }
 
 impl<'ctx, 'a> Gen<'ctx, 'a> {
@@ -437,6 +478,10 @@ impl<'ctx> Gen<'ctx, '_> {
 
     pub(super) fn const_of(&self, t: Ty, int: i64, float: f64, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
         let s: BasicValueEnum = match self.scalar_ty(t) {
+            // bf16 is stored as its bits.
+            BasicTypeEnum::IntType(it) if t == Ty::Elem(ElemType::BF16) => {
+                it.const_int(half::bf16::from_f64(float).to_bits() as u64, false).into()
+            }
             BasicTypeEnum::FloatType(ft) => ft.const_float(float).into(),
             BasicTypeEnum::IntType(it) => it.const_int(int as u64, true).into(),
             _ => unreachable!(),

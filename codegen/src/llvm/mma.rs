@@ -8,11 +8,12 @@ use super::gen::{Frame, Gen, Mode};
 use super::gpu::GpuKernel;
 use super::R;
 use crate::CodegenError;
-use inkwell::types::VectorType;
+use inkwell::types::{BasicTypeEnum, VectorType};
 use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue};
 use inkwell::AddressSpace;
 use std::collections::{HashMap, HashSet};
 use texc_compiler::tir::{TensorId, VarId};
+use texc_compiler::types::ElemType;
 use texc_schedules::ir::{Coord, ForKind, MmaOp, Stmt, Tile};
 
 /// Most tensor-core tiles whose accumulators a loop keeps in registers
@@ -240,7 +241,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let frag = op.fragments();
         let mut args: Vec<BasicValueEnum<'ctx>> = Vec::new();
         for (tile, coords, is_a) in [(a, frag.a, true), (b, frag.b, false)] {
-            if op == MmaOp::M16n8k16F16F32 {
+            if matches!(op, MmaOp::M16n8k16F16F32 | MmaOp::M16n8k16Bf16F32) {
                 if let Some(regs) = self.ldmatrix(tile, lane, is_a)? {
                     args.extend(regs);
                     continue;
@@ -262,6 +263,20 @@ impl<'ctx> Gen<'ctx, '_> {
                     args.push(v);
                     continue;
                 }
+                if tile.elem == ElemType::BF16 {
+                    // Two bf16 in one 32-bit register, the first in the low half.
+                    let i32t = self.cx.i32_type();
+                    let mut v = i32t.const_zero();
+                    for (i, &x) in pair.iter().enumerate() {
+                        let (r, col) = self.coord(lane, x)?;
+                        let e = self.load_at(tile, r, col)?.into_int_value();
+                        let w = self.b.build_int_z_extend(e, i32t, "bf")?;
+                        let w = self.b.build_left_shift(w, i32t.const_int(16 * i as u64, false), "bf")?;
+                        v = self.b.build_or(v, w, "bfs")?;
+                    }
+                    args.push(v.into());
+                    continue;
+                }
                 let mut v = VectorType::const_vector(&[self.cx.f16_type().const_zero(); 2]);
                 for (i, &x) in pair.iter().enumerate() {
                     let (r, col) = self.coord(lane, x)?;
@@ -275,6 +290,7 @@ impl<'ctx> Gen<'ctx, '_> {
         args.extend(acc);
         let name = match op {
             MmaOp::M16n8k16F16F32 => "llvm.nvvm.mma.m16n8k16.row.col.f32.f32",
+            MmaOp::M16n8k16Bf16F32 => "llvm.nvvm.mma.m16n8k16.row.col.bf16",
             MmaOp::M16n8k8Tf32F32 => "llvm.nvvm.mma.m16n8k8.row.col.tf32",
         };
         let f = self.intrinsic(name, &[])?;
@@ -301,7 +317,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 t.strides[d] % 8 == 0 || t.eight[d]
             }
         });
-        if !t.shared || !aligned || t.elem != texc_compiler::types::ElemType::F16 {
+        if !t.shared || !aligned || !matches!(t.elem, ElemType::F16 | ElemType::BF16) {
             return Ok(None);
         }
         let i64t = self.cx.i64_type();
@@ -320,11 +336,13 @@ impl<'ctx> Gen<'ctx, '_> {
         // Overloaded on the pointer's address space (`.p3`).
         let f = self.intrinsic(name, &[self.cx.ptr_type(AddressSpace::from(3u16)).into()])?;
         let d = self.call(f, &[shared.into()])?.into_struct_value();
+        // f16 pairs as `<2 x half>`; bf16 pairs stay 32-bit registers.
         let ty = self.cx.f16_type().vec_type(2);
+        let bf16 = t.elem == ElemType::BF16;
         (0..n)
             .map(|i| {
                 let r = self.b.build_extract_value(d, i, "m")?;
-                Ok(self.b.build_bit_cast(r, ty, "halves")?)
+                Ok(if bf16 { r } else { self.b.build_bit_cast(r, ty, "halves")? })
             })
             .collect::<R<Vec<_>>>()
             .map(Some)
@@ -348,12 +366,13 @@ impl<'ctx> Gen<'ctx, '_> {
                 stride_even || t.even[d]
             }
         });
-        if !contiguous || !aligned || t.elem != texc_compiler::types::ElemType::F16 {
+        if !contiguous || !aligned || !matches!(t.elem, ElemType::F16 | ElemType::BF16) {
             return Ok(None);
         }
         let (r, c) = self.coord(lane, *x)?;
         let p = self.element(t, r, c)?;
-        let ty = self.cx.f16_type().vec_type(2);
+        let ty: BasicTypeEnum =
+            if t.elem == ElemType::BF16 { self.cx.i32_type().into() } else { self.cx.f16_type().vec_type(2).into() };
         let v = self.b.build_load(ty, p, "pair")?;
         v.as_instruction_value().expect("a load").set_alignment(4).map_err(super::llvm_err)?;
         Ok(Some(v))
@@ -579,12 +598,18 @@ impl<'ctx> Gen<'ctx, '_> {
                 let slot = g.entry_alloca(func, f32t.into())?;
                 g.b.build_store(slot, acc0)?;
                 g.count(func, "k", zero, i64t.const_int(kk as u64, false), &mut |g, k| {
-                    let x = g.load_at(a, r, k)?.into_float_value();
-                    let y = g.load_at(b, k, col)?.into_float_value();
+                    let x = g.load_at(a, r, k)?;
+                    let y = g.load_at(b, k, col)?;
                     let (x, y) = if op.rounds_to_tf32() {
-                        (g.tf32(x)?, g.tf32(y)?)
+                        (g.tf32(x.into_float_value())?, g.tf32(y.into_float_value())?)
+                    } else if op == MmaOp::M16n8k16Bf16F32 {
+                        let wide = |g: &mut Self, v| g.bf16_to_f32(v, None).map(|w| w.into_float_value());
+                        (wide(g, x)?, wide(g, y)?)
                     } else {
-                        (g.b.build_float_ext(x, f32t, "a")?, g.b.build_float_ext(y, f32t, "b")?)
+                        (
+                            g.b.build_float_ext(x.into_float_value(), f32t, "a")?,
+                            g.b.build_float_ext(y.into_float_value(), f32t, "b")?,
+                        )
                     };
                     let prod = g.b.build_float_mul(x, y, "ab")?;
                     let acc = g.b.build_load(f32t, slot, "acc")?.into_float_value();

@@ -41,6 +41,9 @@ fn launches_of(f: &LoopFunc, t: &Target) -> R<Vec<Launch>> {
 /// One PTX module with the kernels of every function of `fs`, libdevice
 /// linked and internalized.
 fn ptx_module<'c>(cx: &'c Context, fs: &[&LoopFunc], spec: &CpuSpec, launches: &[Vec<Launch>]) -> R<Module<'c>> {
+    for f in fs {
+        super::gen::refuse_bf16_arithmetic(f)?;
+    }
     let mut modules = fs.iter().zip(launches).map(|(f, l)| Gen::new(cx, f, spec).build_ptx(l));
     let m = modules.next().ok_or_else(|| CodegenError::Backend("no kernel to compile".into()))??;
     for other in modules {
@@ -177,6 +180,7 @@ impl Backend for NvptxBackend {
 pub fn emulate(f: &LoopFunc, t: &Target) -> R<Code> {
     let launches = launches_of(f, t)?;
     let host = texc_compiler::target::lookup("host").map_err(|e| CodegenError::Backend(e.to_string()))?;
+    super::gen::refuse_bf16_arithmetic(f)?;
     jit_module(f, host, |cx, spec| Gen::new(cx, f, spec).build_emulation(&launches))
 }
 
