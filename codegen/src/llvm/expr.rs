@@ -426,23 +426,11 @@ impl<'ctx> Gen<'ctx, '_> {
         let bias = self.arith(BinOp::Add, k(0x7FFF)?, lsb, i32ty)?;
         let rounded = self.lshr(self.arith(BinOp::Add, bits, bias, i32ty)?, k(16)?)?;
         let quiet = self.or(high, k(0x40)?)?;
-        let pick = self.select_value(nan, quiet, rounded)?;
+        let pick = self.sel(nan, quiet, rounded)?;
         let i16t = self.ty_in(Ty::Elem(ElemType::BF16), mode);
         Ok(match pick {
             BasicValueEnum::VectorValue(v) => self.b.build_int_truncate(v, i16t.into_vector_type(), "bf16")?.into(),
             _ => self.b.build_int_truncate(pick.into_int_value(), i16t.into_int_type(), "bf16")?.into(),
-        })
-    }
-
-    fn select_value(
-        &self,
-        c: BasicValueEnum<'ctx>,
-        a: BasicValueEnum<'ctx>,
-        b: BasicValueEnum<'ctx>,
-    ) -> R<BasicValueEnum<'ctx>> {
-        Ok(match c {
-            BasicValueEnum::VectorValue(m) => self.b.build_select(m, a, b, "sel")?,
-            _ => self.b.build_select(c.into_int_value(), a, b, "sel")?,
         })
     }
 }
