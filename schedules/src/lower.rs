@@ -311,8 +311,9 @@ impl NestCtx<'_> {
     }
 }
 
-fn index_bin(f: &mut LoopFunc, op: BinOp, a: TExprId, b: TExprId) -> TExprId {
-    let ty = if matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul) { Ty::Index } else { Ty::Elem(ElemType::Bool) };
+/// `a op b` on indices: an index, or a bool for comparisons and logic.
+pub(crate) fn index_bin(f: &mut LoopFunc, op: BinOp, a: TExprId, b: TExprId) -> TExprId {
+    let ty = if op.is_comparison() || op.is_logic() { Ty::Elem(ElemType::Bool) } else { Ty::Index };
     f.p.alloc(TExpr::Binary(op, a, b), ty, Default::default())
 }
 
@@ -355,7 +356,7 @@ fn grid_fill(f: &mut LoopFunc, t: TensorId, shape: &[i64], value: TExprId) -> St
     Stmt::For { var: b, lo: 0, extent: blocks, kind: ForKind::Block(GpuDim::X), body: vec![inner] }
 }
 
-fn index_int(f: &mut LoopFunc, k: i64) -> TExprId {
+pub(crate) fn index_int(f: &mut LoopFunc, k: i64) -> TExprId {
     f.p.alloc(TExpr::Int(k), Ty::Index, Default::default())
 }
 

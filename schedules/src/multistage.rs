@@ -30,6 +30,7 @@
 //! bytes (the sizes of `cp.async`).
 
 use crate::ir::{AsyncStep, ForKind, LoopFunc, Stmt, Tile};
+use crate::lower::{index_bin as bin, index_int as int};
 use crate::normalize::subst;
 use crate::schedule::Schedules;
 use std::collections::{HashMap, HashSet};
@@ -152,7 +153,7 @@ fn pipelined(f: &mut LoopFunc, old: Stmt, n: i64, staged: &mut HashSet<TensorId>
     let (next, at) = (slot(f, n - 1), slot(f, 0));
     let refill: Vec<Stmt> = copies.iter().map(|c| copy_of(f, c, v, ahead, next, &buffers)).collect();
     let end = int(f, lo + extent);
-    let more = f.p.alloc(TExpr::Binary(BinOp::Lt, ahead, end), Ty::Elem(ElemType::Bool), Default::default());
+    let more = bin(f, BinOp::Lt, ahead, end);
     each.push(Stmt::If { cond: more, then: refill });
     each.push(Stmt::Async(AsyncStep::Commit));
     let mut done = HashSet::new();
@@ -373,12 +374,4 @@ fn mma_operands(body: &[Stmt], out: &mut Vec<TensorId>) {
 
 fn var(f: &mut LoopFunc, v: VarId) -> TExprId {
     f.p.alloc(TExpr::Var(v), Ty::Index, Default::default())
-}
-
-fn int(f: &mut LoopFunc, k: i64) -> TExprId {
-    f.p.alloc(TExpr::Int(k), Ty::Index, Default::default())
-}
-
-fn bin(f: &mut LoopFunc, op: BinOp, a: TExprId, b: TExprId) -> TExprId {
-    f.p.alloc(TExpr::Binary(op, a, b), Ty::Index, Default::default())
 }
