@@ -193,10 +193,10 @@ impl<'c> Gen<'c, '_> {
                     blk.append_operation(op);
                 }
                 Stmt::Store { tensor, indices, value } => self.store(blk, env, *tensor, indices, *value)?,
-                Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {
+                Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => {
                     return Err(MlirError::Unsupported(
-                        "a GPU barrier or tensor-core operation: their MLIR export (the gpu and nvgpu dialects) is \
-                         not built yet"
+                        "a GPU barrier, asynchronous copy, warp reduction or tensor-core operation: their MLIR export \
+                         (the gpu and nvgpu dialects) is not built yet"
                             .into(),
                     ))
                 }
@@ -253,7 +253,12 @@ impl<'c> Gen<'c, '_> {
         body.iter().all(|s| match s {
             Stmt::Store { indices, .. } => self.contiguous(indices, var),
             Stmt::If { then, .. } => self.vector_ok(then, var),
-            Stmt::For { .. } | Stmt::Alloc { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
+            Stmt::For { .. }
+            | Stmt::Alloc { .. }
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::Mma { .. }
+            | Stmt::WarpReduce(_) => false,
         })
     }
 

@@ -361,3 +361,56 @@ pub fn lane_offsets(
     }
     Some(offsets)
 }
+
+/// The alignment of a contiguous vector access of `lanes` elements to `t`
+/// at `idx` whose lane 0 is at `var = base`, on a GPU (device buffers and
+/// shared arrays are 16-byte aligned; a vector access wider than its
+/// alignment is split into element accesses): the vector's size, at most
+/// 16 bytes (the widest access), when its offset provably allows it; else
+/// an element's.
+pub fn vector_alignment(p: &Program, t: TensorId, idx: &[TExprId], var: VarId, base: i64, lanes: u32) -> u32 {
+    let d = p.tensor(t);
+    let elem = d.elem.size() as u32;
+    let bytes = (elem * lanes).min(16);
+    if !lanes.is_power_of_two() || d.elem == texc_compiler::types::ElemType::Bool || bytes <= elem {
+        return elem;
+    }
+    // Aligned to `bytes`: the first lane's offset a multiple of this many elements.
+    let l = (bytes / elem) as i64;
+    let mut stride = 1i64;
+    let mut aligned = true;
+    for (k, &e) in idx.iter().enumerate().rev() {
+        aligned &= stride % l == 0 || multiple_of(p, e, l, Some((var, base)));
+        stride *= d.shape.get(k).copied().unwrap_or(1);
+    }
+    if aligned {
+        bytes
+    } else {
+        elem
+    }
+}
+
+/// Whether `e` is a multiple of `m` for every value of its variables, `var`
+/// taking the value `base` (the first lane of a vector) where `lane0` names it.
+pub fn multiple_of(p: &Program, e: TExprId, m: i64, lane0: Option<(VarId, i64)>) -> bool {
+    if m == 1 {
+        return true;
+    }
+    match p.expr(e) {
+        TExpr::Int(k) => k % m == 0,
+        TExpr::Var(v) => lane0.is_some_and(|(var, base)| *v == var && base % m == 0),
+        TExpr::Binary(BinOp::Mul, a, b) => {
+            let factor = |x: TExprId, y: TExprId| match p.expr(x) {
+                TExpr::Int(k) if *k != 0 && m % k == 0 => multiple_of(p, y, m / k, lane0),
+                _ => false,
+            };
+            multiple_of(p, *a, m, lane0) || multiple_of(p, *b, m, lane0) || factor(*a, *b) || factor(*b, *a)
+        }
+        TExpr::Binary(BinOp::Add | BinOp::Sub, a, b) => multiple_of(p, *a, m, lane0) && multiple_of(p, *b, m, lane0),
+        // `a % k` with `m` dividing `k` keeps `a`'s multiples of `m` (legalized as `URem` or `TruncRem`).
+        TExpr::Binary(BinOp::FloorMod | BinOp::URem | BinOp::TruncRem, a, b) => {
+            matches!(p.expr(*b), TExpr::Int(k) if *k != 0 && k % m == 0) && multiple_of(p, *a, m, lane0)
+        }
+        _ => false,
+    }
+}

@@ -3,10 +3,42 @@
 //! has its reduction computed by a block's threads together.
 //!
 //! Each thread accumulates its part of the reduction into its own element
-//! of a shared buffer (the bound loop becomes the outermost of the
-//! reduction loops — the reduction is reassociated, as `rfactor` does on
-//! CPUs, which changes float rounding only); after a barrier, one thread
-//! combines the parts into the stage's element:
+//! of a buffer (the bound loop becomes the outermost of the reduction
+//! loops — the reduction is reassociated, as `rfactor` does on CPUs, which
+//! changes float rounding only). The parts then meet:
+//!
+//! - **in warp shuffles** where the elements are 4 or 8 bytes and the
+//!   launch's threads are along x only: the parts are in registers (a
+//!   `registers` buffer), a [`WarpReduce`] combines each warp's; with
+//!   several warps, lane 0 of each stores its warp's total to shared
+//!   memory and, after one barrier, the first lanes of warp 0 reduce those
+//!   the same way. A thread loop that is not whole warps is widened to
+//!   them (or to a power of two below 32), its extra threads holding the
+//!   identity:
+//!
+//! ```text
+//! for n in 0..N block.x:
+//!   registers S.part: f32[128]:
+//!     barrier
+//!     for ri in 0..128 thread.x:
+//!       S.part[ri] = 0.0f32
+//!       if ri < 100:
+//!         S.part[ri] = S.part[ri] + X[n, ri]
+//!     warp_reduce sum S.part by 32
+//!     shared S.warps: f32[4]:
+//!       for S.w in 0..128 thread.x:
+//!         if S.w % 32 == 0:
+//!           S.warps[S.w / 32] = S.part[S.w]
+//!       barrier
+//!       for S.l in 0..4 thread.x:
+//!         S.part[S.l] = S.warps[S.l]
+//!       warp_reduce sum S.part by 4
+//!       for S.one in 0..1 thread.x:
+//!         S[n] = S[n] + S.part[S.one]
+//! ```
+//!
+//! - **else in a tree in shared memory**, halving the parts at each step
+//!   with a barrier after each, then one thread combines what is left:
 //!
 //! ```text
 //! for n in 0..N block.x:              for n in 0..N block.x:
@@ -25,11 +57,15 @@
 //! Requirements (errors otherwise, at the `bind`): the loops outside the
 //! reduction loops are not bound to threads (one block per element), and
 //! the reduction loops hold nothing but themselves, guards and the update.
+//!
+//! [`warp_reductions_as_loops`] turns warp reductions into loops for the
+//! CPU emulation of GPU code, whose threads run one after another.
 
-use crate::ir::{ForKind, GpuDim, LoopFunc, Stmt};
+use crate::ir::{ForKind, GpuDim, LoopFunc, Stmt, WarpReduce};
 use crate::schedule::Schedules;
-use texc_compiler::ops::{BinOp, MathFn};
+use texc_compiler::ops::{BinOp, MathFn, ReduceOp};
 use texc_compiler::tir::{TExpr, TExprId, TensorDecl, TensorId, TensorRole, Ty, VarId};
+use texc_compiler::types::ElemType;
 use texc_grammar::{Diagnostic, Span};
 
 pub fn lower_cross_thread(f: &mut LoopFunc, s: &Schedules) -> Result<(), Diagnostic> {
@@ -48,9 +84,17 @@ pub fn lower_cross_thread(f: &mut LoopFunc, s: &Schedules) -> Result<(), Diagnos
             tensor,
             thread: loop_name(leaf),
             reductions: ss.leaves.iter().filter(|&&l| ss.ivs[l].reduce).map(|&l| loop_name(l)).collect(),
+            warps: false,
         };
         let mut body = std::mem::take(&mut f.body);
-        let r = rewrite(f, &mut body, &job, false);
+        let mut r = Ok(false);
+        for launch in body.iter_mut() {
+            let job = Job { warps: !has_thread_loop_of(launch, &[GpuDim::Y, GpuDim::Z]), ..job.clone() };
+            r = match (r, rewrite(f, std::slice::from_mut(launch), &job, false)) {
+                (Ok(a), Ok(b)) => Ok(a || b),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            };
+        }
         f.body = body;
         match r {
             Ok(true) => {}
@@ -67,12 +111,16 @@ pub fn lower_cross_thread(f: &mut LoopFunc, s: &Schedules) -> Result<(), Diagnos
     Ok(())
 }
 
+#[derive(Clone)]
 struct Job {
     tensor: TensorId,
     /// The reduction loop bound to `thread.x`.
     thread: String,
     /// Every reduction loop of the stage.
     reductions: Vec<String>,
+    /// The launch's threads are along x only, so its warps are groups of
+    /// 32 consecutive `thread.x` (shuffles can combine their parts).
+    warps: bool,
 }
 
 fn name(f: &LoopFunc, t: TensorId) -> String {
@@ -111,7 +159,7 @@ fn rewrite(f: &mut LoopFunc, body: &mut [Stmt], job: &Job, in_threads: bool) -> 
                 rewrite(f, body, job, threads)?
             }
             Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => rewrite(f, body, job, in_threads)?,
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => false,
         };
     }
     Ok(any)
@@ -123,7 +171,7 @@ fn stores_to(s: &Stmt, t: TensorId) -> bool {
             body.iter().any(|s| stores_to(s, t))
         }
         Stmt::Store { tensor, .. } => *tensor == t,
-        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
+        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => false,
     }
 }
 
@@ -143,16 +191,12 @@ fn cross_thread(f: &mut LoopFunc, root: &Stmt, job: &Job) -> Result<Stmt, String
     let up = update.expect("the nest stores to the stage");
     let decl = f.p.tensor(job.tensor).clone();
     let ty = Ty::Elem(decl.elem);
+    let op = reduce_op(f, up.value)?;
+    if job.warps && by_warps(decl.elem, lo, extent) {
+        return Ok(warp_reduction(f, inner, t, extent, job.tensor, up, op));
+    }
     // The shared buffer of partial results, one per thread.
-    let part = f.p.tensors.len() as u32;
-    f.p.tensors.push(TensorDecl {
-        name: format!("{}.part", decl.name),
-        elem: decl.elem,
-        shape: vec![extent],
-        role: TensorRole::Temp,
-        ..decl.clone()
-    });
-    let part = TensorId(part);
+    let part = new_buffer(f, &decl, ".part", extent);
     f.shared.insert(part);
     let var_expr = |f: &mut LoopFunc, v: VarId| f.p.alloc(TExpr::Var(v), Ty::Index, Default::default());
     let tv = var_expr(f, t);
@@ -162,7 +206,6 @@ fn cross_thread(f: &mut LoopFunc, root: &Stmt, job: &Job) -> Result<Stmt, String
         let l = f.p.alloc(TExpr::Int(lo), Ty::Index, Default::default());
         f.p.alloc(TExpr::Binary(BinOp::Sub, tv, l), Ty::Index, Default::default())
     };
-    let op = reduce_op(f, up.value)?;
     let identity = f.p.alloc(TExpr::reduce_identity(op, ty), ty, Default::default());
     // Each thread: its part.
     let mut thread_body = vec![Stmt::Store { tensor: part, indices: vec![slot], value: identity }];
@@ -181,6 +224,127 @@ fn cross_thread(f: &mut LoopFunc, root: &Stmt, job: &Job) -> Result<Stmt, String
     body.extend(tree(f, part, &decl.name, extent, up.value));
     body.push(Stmt::For { var: one, lo: 0, extent: 1, kind: ForKind::Thread(GpuDim::X), body: vec![total] });
     Ok(Stmt::Alloc { tensor: part, body })
+}
+
+/// A buffer of `n` elements of `like`'s type, named after it.
+fn new_buffer(f: &mut LoopFunc, like: &TensorDecl, suffix: &str, n: i64) -> TensorId {
+    let t = TensorId(f.p.tensors.len() as u32);
+    f.p.tensors.push(TensorDecl {
+        name: format!("{}{suffix}", like.name),
+        elem: like.elem,
+        shape: vec![n],
+        role: TensorRole::Temp,
+        ..like.clone()
+    });
+    t
+}
+
+/// Whether the parts of a reduction over `thread.x` loop `lo..lo + n` can
+/// be combined by warp shuffles: 4- or 8-byte elements (a shuffle moves 32
+/// bits) of at least two threads.
+fn by_warps(elem: ElemType, lo: i64, n: i64) -> bool {
+    lo == 0 && n >= 2 && matches!(elem.size(), 4 | 8) && elem != ElemType::Bool
+}
+
+/// The threads a warp reduction of `n` parts runs on: whole warps, or a
+/// power of two of the first lanes of one (the extra threads hold the
+/// identity).
+fn warp_width(n: i64) -> i64 {
+    if n < WARP {
+        (n as u64).next_power_of_two() as i64
+    } else {
+        (n + WARP - 1) / WARP * WARP
+    }
+}
+
+const WARP: i64 = 32;
+
+/// The reduction's parts combined by warp shuffles: each thread's part in
+/// its registers, a warp reduction, and where there are several warps,
+/// one part per warp through shared memory into a second warp reduction.
+/// One barrier (two with several warps) instead of a tree's ⌈log₂ n⌉.
+fn warp_reduction(
+    f: &mut LoopFunc,
+    mut inner: Vec<Stmt>,
+    t: VarId,
+    n: i64,
+    stage: TensorId,
+    up: Update,
+    op: ReduceOp,
+) -> Stmt {
+    let decl = f.p.tensor(stage).clone();
+    let ty = Ty::Elem(decl.elem);
+    let idx = |f: &mut LoopFunc, e: TExpr| f.p.alloc(e, Ty::Index, Default::default());
+    let identity = f.p.alloc(TExpr::reduce_identity(op, ty), ty, Default::default());
+    let parts = n;
+    let n = warp_width(parts);
+    let part = new_buffer(f, &decl, ".part", n);
+    f.registers.insert(part);
+    let tv = idx(f, TExpr::Var(t));
+    let mut thread_body = vec![Stmt::Store { tensor: part, indices: vec![tv], value: identity }];
+    retarget(f, &mut inner, stage, part, tv);
+    if n > parts {
+        let k = idx(f, TExpr::Int(parts));
+        let cond = f.p.alloc(TExpr::Binary(BinOp::Lt, tv, k), Ty::Elem(ElemType::Bool), Default::default());
+        thread_body.push(Stmt::If { cond, then: inner });
+    } else {
+        thread_body.extend(inner);
+    }
+    let mut body = vec![
+        Stmt::Barrier,
+        Stmt::For { var: t, lo: 0, extent: n, kind: ForKind::Thread(GpuDim::X), body: thread_body },
+        Stmt::WarpReduce(WarpReduce { tensor: part, lanes: n.min(WARP), op }),
+    ];
+    let warps = n / WARP;
+    let mut last = &mut body;
+    if warps > 1 {
+        // Lane 0 of each warp: the warp's total into shared memory; then
+        // the first lanes of warp 0 (a power of two of them) reduce those.
+        let totals = new_buffer(f, &decl, ".warps", warps);
+        f.shared.insert(totals);
+        let lane = f.new_var(format!("{}.w", decl.name), n);
+        let lv = idx(f, TExpr::Var(lane));
+        let w = idx(f, TExpr::Int(WARP));
+        let zero = idx(f, TExpr::Int(0));
+        let rem = idx(f, TExpr::Binary(BinOp::FloorMod, lv, w));
+        let first = f.p.alloc(TExpr::Binary(BinOp::Eq, rem, zero), Ty::Elem(ElemType::Bool), Default::default());
+        let which = idx(f, TExpr::Binary(BinOp::FloorDiv, lv, w));
+        let mine = f.p.alloc(TExpr::Load(part, vec![lv]), ty, Default::default());
+        let publish =
+            Stmt::If { cond: first, then: vec![Stmt::Store { tensor: totals, indices: vec![which], value: mine }] };
+        let lanes = (warps as u64).next_power_of_two() as i64;
+        let l = f.new_var(format!("{}.l", decl.name), lanes);
+        let lv = idx(f, TExpr::Var(l));
+        let total = f.p.alloc(TExpr::Load(totals, vec![lv]), ty, Default::default());
+        let gather = if lanes == warps {
+            vec![Stmt::Store { tensor: part, indices: vec![lv], value: total }]
+        } else {
+            let k = idx(f, TExpr::Int(warps));
+            let inside = f.p.alloc(TExpr::Binary(BinOp::Lt, lv, k), Ty::Elem(ElemType::Bool), Default::default());
+            vec![
+                Stmt::Store { tensor: part, indices: vec![lv], value: identity },
+                Stmt::If { cond: inside, then: vec![Stmt::Store { tensor: part, indices: vec![lv], value: total }] },
+            ]
+        };
+        let inner = vec![
+            Stmt::For { var: lane, lo: 0, extent: n, kind: ForKind::Thread(GpuDim::X), body: vec![publish] },
+            Stmt::Barrier,
+            Stmt::For { var: l, lo: 0, extent: lanes, kind: ForKind::Thread(GpuDim::X), body: gather },
+            Stmt::WarpReduce(WarpReduce { tensor: part, lanes, op }),
+        ];
+        body.push(Stmt::Alloc { tensor: totals, body: inner });
+        let Some(Stmt::Alloc { body: b, .. }) = body.last_mut() else { unreachable!("pushed above") };
+        last = b;
+    }
+    // Thread 0: its element of the parts, now the total, into the stage's element.
+    let one = f.new_var(format!("{}.one", decl.name), 1);
+    let ov = idx(f, TExpr::Var(one));
+    let acc = f.p.alloc(TExpr::Load(stage, up.indices.clone()), ty, Default::default());
+    let sum = f.p.alloc(TExpr::Load(part, vec![ov]), ty, Default::default());
+    let value = combine_like(f, up.value, acc, sum);
+    let store = Stmt::Store { tensor: stage, indices: up.indices, value };
+    last.push(Stmt::For { var: one, lo: 0, extent: 1, kind: ForKind::Thread(GpuDim::X), body: vec![store] });
+    Stmt::Alloc { tensor: part, body }
 }
 
 /// The parts combined pairwise, halving their number at each step (a
@@ -220,12 +384,16 @@ fn one_thread_stores(f: &mut LoopFunc) {
 }
 
 fn has_thread_loop(s: &Stmt) -> bool {
+    has_thread_loop_of(s, &GpuDim::ALL)
+}
+
+fn has_thread_loop_of(s: &Stmt, dims: &[GpuDim]) -> bool {
     match s {
-        Stmt::For { kind: ForKind::Thread(_), .. } => true,
+        Stmt::For { kind: ForKind::Thread(d), .. } if dims.contains(d) => true,
         Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
-            body.iter().any(has_thread_loop)
+            body.iter().any(|s| has_thread_loop_of(s, dims))
         }
-        Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
+        Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => false,
     }
 }
 
@@ -239,7 +407,7 @@ fn wrap_stores(f: &mut LoopFunc, body: &mut [Stmt]) {
                 let store = std::mem::replace(s, Stmt::Barrier);
                 *s = Stmt::For { var: one, lo: 0, extent: 1, kind: ForKind::Thread(GpuDim::X), body: vec![store] };
             }
-            Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {}
+            Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => {}
         }
     }
 }
@@ -325,8 +493,7 @@ fn combine_like(f: &mut LoopFunc, update: TExprId, acc: TExprId, term: TExprId) 
     f.p.alloc(e, ty, Default::default())
 }
 
-fn reduce_op(f: &LoopFunc, update: TExprId) -> Result<texc_compiler::ops::ReduceOp, String> {
-    use texc_compiler::ops::ReduceOp;
+fn reduce_op(f: &LoopFunc, update: TExprId) -> Result<ReduceOp, String> {
     match f.p.expr(update) {
         TExpr::Binary(BinOp::Add, ..) => Ok(ReduceOp::Sum),
         TExpr::Binary(BinOp::Mul, ..) => Ok(ReduceOp::Prod),
@@ -334,4 +501,67 @@ fn reduce_op(f: &LoopFunc, update: TExprId) -> Result<texc_compiler::ops::Reduce
         TExpr::Math(MathFn::Min, a) if a.len() == 2 => Ok(ReduceOp::Min),
         _ => Err("the reduction's update is not one texc knows how to split".into()),
     }
+}
+
+/// For a CPU that runs a block's threads one after another (the loop-IR
+/// emulation of GPU code): every warp reduction as loops over the pairs
+/// of each butterfly step, `part[i]` and `part[i + d]` both set to their
+/// combination, as the two lanes compute it. The launch rules are checked
+/// before: the buffers are now stored outside thread loops.
+pub fn warp_reductions_as_loops(f: &mut LoopFunc) {
+    let mut body = std::mem::take(&mut f.body);
+    expand_warp_reductions(f, &mut body);
+    f.body = body;
+}
+
+fn expand_warp_reductions(f: &mut LoopFunc, body: &mut Vec<Stmt>) {
+    let mut out = Vec::with_capacity(body.len());
+    for mut s in body.drain(..) {
+        match &mut s {
+            Stmt::WarpReduce(w) => {
+                let w = *w;
+                out.extend(w.steps().map(|d| butterfly_step(f, w, d)).collect::<Vec<_>>());
+                continue;
+            }
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
+                expand_warp_reductions(f, body)
+            }
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {}
+        }
+        out.push(s);
+    }
+    *body = out;
+}
+
+/// `for g in 0..n/2d: for r in 0..d: i = g*2d + r; part[i] = op(part[i], part[i + d]); part[i + d] = part[i]`
+/// (legalized code: no division).
+fn butterfly_step(f: &mut LoopFunc, w: WarpReduce, d: i64) -> Stmt {
+    let decl = f.p.tensor(w.tensor).clone();
+    let ty = Ty::Elem(decl.elem);
+    let groups = decl.len() / (2 * d);
+    let g = f.new_var(format!("{}.g{d}", decl.name), groups);
+    let r = f.new_var(format!("{}.r{d}", decl.name), d);
+    let idx = |f: &mut LoopFunc, e: TExpr| f.p.alloc(e, Ty::Index, Default::default());
+    let (gv, rv) = (idx(f, TExpr::Var(g)), idx(f, TExpr::Var(r)));
+    let dv = idx(f, TExpr::Int(d));
+    let d2 = idx(f, TExpr::Int(2 * d));
+    let base = idx(f, TExpr::Binary(BinOp::Mul, gv, d2));
+    let i = idx(f, TExpr::Binary(BinOp::Add, base, rv));
+    let j = idx(f, TExpr::Binary(BinOp::Add, i, dv));
+    let a = f.p.alloc(TExpr::Load(w.tensor, vec![i]), ty, Default::default());
+    let b = f.p.alloc(TExpr::Load(w.tensor, vec![j]), ty, Default::default());
+    let combined = match w.op {
+        ReduceOp::Sum => TExpr::Binary(BinOp::Add, a, b),
+        ReduceOp::Prod => TExpr::Binary(BinOp::Mul, a, b),
+        ReduceOp::Max => TExpr::Math(MathFn::Max, vec![a, b]),
+        ReduceOp::Min => TExpr::Math(MathFn::Min, vec![a, b]),
+    };
+    let combined = f.p.alloc(combined, ty, Default::default());
+    let again = f.p.alloc(TExpr::Load(w.tensor, vec![i]), ty, Default::default());
+    let body = vec![
+        Stmt::Store { tensor: w.tensor, indices: vec![i], value: combined },
+        Stmt::Store { tensor: w.tensor, indices: vec![j], value: again },
+    ];
+    let inner = Stmt::For { var: r, lo: 0, extent: d, kind: ForKind::Serial, body };
+    Stmt::For { var: g, lo: 0, extent: groups, kind: ForKind::Serial, body: vec![inner] }
 }

@@ -194,13 +194,16 @@ fn inline_elementwise(p: &mut Program, recompute: bool) {
 /// may set for a kernel without a schedule block of its own: `rows` (rows
 /// of a register block), `kslice` (depth of the reduction slices of long
 /// products), `cols` (columns of a block of packed panels), `pack` (0: no
-/// packing of the vector operand). Unset, each keeps its machine-derived value.
+/// packing of the vector operand); on GPUs, `gather` (0: a convolution's
+/// columns are written out, an explicit im2col, instead of gathered from
+/// the image into shared memory). Unset, each keeps its machine-derived value.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct DefaultKnobs {
     pub rows: Option<i64>,
     pub kslice: Option<i64>,
     pub cols: Option<i64>,
     pub pack: Option<bool>,
+    pub gather: Option<bool>,
 }
 
 impl DefaultKnobs {
@@ -222,16 +225,17 @@ impl DefaultKnobs {
                 "kslice" if (1..=1 << 20).contains(&v) => d.kslice.replace(v).is_none(),
                 "cols" if (1..=1 << 20).contains(&v) => d.cols.replace(v).is_none(),
                 "pack" if v == 0 || v == 1 => d.pack.replace(v == 1).is_none(),
-                "rows" | "kslice" | "cols" | "pack" => false,
+                "gather" if v == 0 || v == 1 => d.gather.replace(v == 1).is_none(),
+                "rows" | "kslice" | "cols" | "pack" | "gather" => false,
                 _ => {
                     return Err(format!(
-                        "knob `{name}` is not a knob of the default schedule (its knobs: rows, kslice, cols, pack; the pipeline's: rewrite, winograd, im2col)"
+                        "knob `{name}` is not a knob of the default schedule (its knobs: rows, kslice, cols, pack, gather; the pipeline's: rewrite, winograd, im2col)"
                     ))
                 }
             };
             if !ok {
                 return Err(format!(
-                    "knob `{name}` = {v} is out of its range (rows 1..=64, kslice and cols ≥ 1, pack 0 or 1)"
+                    "knob `{name}` = {v} is out of its range (rows 1..=64, kslice and cols ≥ 1, pack and gather 0 or 1)"
                 ));
             }
         }
@@ -309,7 +313,7 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
     hoist_reductions(p);
     if target.kind == TargetKind::Gpu {
         crate::im2col::convolutions_to_gemm(p);
-        return gpu_schedule(p);
+        return gpu_schedule(p, knobs);
     }
     inline_epilogues(p);
     // Row reductions of floats are factored so that their partial results vectorize.
@@ -363,7 +367,7 @@ const GPU_THREADS: i64 = 256;
 /// consecutive elements of the innermost axis, so their accesses coalesce),
 /// and its reduction loops run by each thread for its element. A stage
 /// without spatial loops runs on one thread.
-fn gpu_schedule(p: &mut Program) -> Schedules {
+fn gpu_schedule(p: &mut Program, knobs: DefaultKnobs) -> Schedules {
     let span = Span::default();
     let mut s = Schedules::new(p);
     let rows = row_groups(p);
@@ -409,7 +413,7 @@ fn gpu_schedule(p: &mut Program) -> Schedules {
     }
     // Last first: inserting a stage moves the later ones.
     for (si, gemm, tiles) in staged.into_iter().rev() {
-        stage_gemm_operands(p, &mut s, si, &gemm, tiles);
+        stage_gemm_operands(p, &mut s, si, &gemm, tiles, knobs.gather != Some(false));
     }
     for g in &rows {
         attach_row_group(p, &mut s, g);
@@ -598,7 +602,7 @@ const FEW_ELEMENTS: i64 = 65536;
 /// A reduction stage with few, long reductions (a softmax's or a
 /// normalization's rows): one block per element, whose threads each reduce
 /// a strided part of it (consecutive threads read consecutive elements),
-/// combined through shared memory (`crate::cross_thread`). Whether the
+/// combined by warp shuffles (`crate::cross_thread`). Whether the
 /// stage is one (and is now so scheduled).
 fn block_per_element(ss: &mut StageSchedule) -> bool {
     let span = Span::default();
@@ -753,7 +757,7 @@ fn pipelined_gemm(ss: &mut StageSchedule, t: GemmTiles, op: MmaOp) {
 /// and `B`'s columns of the block, one slice of `k`, computed at `C.ko`
 /// by the block's threads together, 16 bytes (8 halves) each at a time,
 /// consecutive threads on consecutive 16 bytes of a row.
-fn stage_gemm_operands(p: &mut Program, s: &mut Schedules, ci: usize, g: &TensorCoreGemm, t: GemmTiles) {
+fn stage_gemm_operands(p: &mut Program, s: &mut Schedules, ci: usize, g: &TensorCoreGemm, t: GemmTiles, gather: bool) {
     let span = Span::default();
     let ko = s.stages[ci].pipeline.expect("pipelined").0;
     let warps = [t.block[0] / WARP_TILE, t.block[1] / WARP_TILE];
@@ -762,7 +766,13 @@ fn stage_gemm_operands(p: &mut Program, s: &mut Schedules, ci: usize, g: &Tensor
     let mut ci = ci;
     for (operand, name) in [(g.b, "Bs"), (g.a, "As")] {
         let name = fresh_name(p, &format!("{}.{name}", p.tensor(p.stages[ci].tensor).name));
-        let (bi, owner) = crate::apply::insert_cache_stage(p, s, operand, ci, &name, span);
+        let (mut bi, mut owner) = crate::apply::insert_cache_stage(p, s, operand, ci, &name, span);
+        if let Some(gather) = expanding_gather(p, operand, bi).filter(|_| gather) {
+            // An implicit im2col: the copy reads the image itself.
+            inline_stage(p, gather);
+            s.remove(gather);
+            (bi, owner) = (bi - 1, owner - 1);
+        }
         ci = owner;
         s.attach[bi] = Some(Attach { owner, leaf: ko, layout: None, shared: true, span });
         let ss = &mut s.stages[bi];
@@ -782,6 +792,17 @@ fn stage_gemm_operands(p: &mut Program, s: &mut Schedules, ci: usize, g: &Tensor
         ss.annotate(x, ForKind::Thread(GpuDim::X), span).expect("spatial");
         ss.annotate(v, ForKind::Vectorized, span).expect("spatial");
     }
+}
+
+/// The stage of temporary `t`, where it only gathers elements of a smaller
+/// tensor (`Y.cols[q, m] = X[..]`, `R*S` times `X`) and only stage `reader`
+/// reads it: cheaper gathered where it is read than written and read back.
+fn expanding_gather(p: &Program, t: TensorId, reader: usize) -> Option<usize> {
+    let si = p.stages.iter().position(|st| st.tensor == t)?;
+    let TExpr::Load(src, _) = p.expr(p.stages[si].value) else { return None };
+    let only_reader = (0..p.stages.len()).filter(|&q| loads(p, p.stages[q].value, t)).eq([reader]);
+    let expands = p.tensor(*src).len() < p.tensor(t).len();
+    (p.tensor(t).role == TensorRole::Temp && only_reader && expands).then_some(si)
 }
 
 fn fresh_name(p: &Program, base: &str) -> String {

@@ -9,7 +9,7 @@
 //! group, as late as the GPU may: a schedule that reads a shared buffer
 //! before its copy was waited for reads stale data here too.
 
-use crate::ir::{AsyncStep, ForKind, LoopFunc, MmaOp, Stmt, Tile};
+use crate::ir::{AsyncStep, ForKind, LoopFunc, MmaOp, Stmt, Tile, WarpReduce};
 use texc_compiler::interp::{Arg, InterpError, Machine};
 use texc_compiler::semantics::V;
 use texc_runtime::Tensor;
@@ -57,6 +57,7 @@ fn exec(
                 }
             }
             Stmt::Mma { op, c, a, b } => mma(f, m, *op, [c, a, b], env)?,
+            Stmt::WarpReduce(w) => warp_reduce(f, m, *w)?,
             Stmt::For { var, lo, extent, body, kind } => {
                 for x in *lo..*lo + *extent {
                     env[*var as usize] = x;
@@ -79,6 +80,23 @@ fn exec(
                     m.store(*tensor, &idx, v)?;
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// A warp reduction's butterfly ([`WarpReduce`]): at each step every
+/// element combined with its partner's value from before the step, each
+/// result rounded to the buffer's type as the lanes' registers hold it.
+fn warp_reduce(f: &LoopFunc, m: &mut Machine, w: WarpReduce) -> Result<(), InterpError> {
+    let d = f.p.tensor(w.tensor);
+    let ty = texc_compiler::tir::Ty::Elem(d.elem);
+    let n = d.shape[0];
+    for step in w.steps() {
+        let before = (0..n).map(|i| m.load_at(w.tensor, &[i])).collect::<Result<Vec<_>, _>>()?;
+        for i in 0..n {
+            let v = texc_compiler::semantics::reduce_step(w.op, ty, before[i as usize], before[(i ^ step) as usize]);
+            m.store(w.tensor, &[i], v)?;
         }
     }
     Ok(())

@@ -122,7 +122,7 @@ pub fn has_bound_loops(f: &LoopFunc) -> bool {
         body.iter().any(|s| match s {
             Stmt::For { kind, body, .. } => kind.is_gpu() || any(body),
             Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
-            Stmt::Mma { .. } => true,
+            Stmt::Mma { .. } | Stmt::WarpReduce(_) => true,
             Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) => false,
         })
     }
@@ -147,10 +147,22 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
         bound.push(*var);
         inner = body;
     }
-    let private = locals(f).into_iter().filter(|t| !f.shared.contains(t)).collect();
-    let mut w =
-        Walk { f, private, blocks: bound.len(), block: [1; 3], used: [false; 3], written: HashSet::new(), mma: false };
+    let private = locals(f).into_iter().filter(|t| !f.shared.contains(t) && !f.registers.contains(t)).collect();
+    let mut w = Walk {
+        f,
+        private,
+        blocks: bound.len(),
+        block: [1; 3],
+        used: [false; 3],
+        written: HashSet::new(),
+        mma: false,
+        thread_x: None,
+        warp_reduce: None,
+    };
     w.stmts(inner, &mut bound.clone(), &mut [false; 3], false)?;
+    if let Some(t) = w.warp_reduce {
+        w.check_warp_reduce(t)?;
+    }
     if w.mma && w.block[0] != WARP {
         return Err(RuleError::from(format!(
             "launch {} has `mma` and {} threads along x: the 32 lanes of a warp are thread.x, so thread.x loops \
@@ -194,6 +206,11 @@ struct Walk<'a> {
     private: HashSet<TensorId>,
     /// The launch has tensor-core operations (its block is one warp wide).
     mma: bool,
+    /// The variable of the open `thread.x` loop, where it starts at 0: the
+    /// index of the thread's element of a `registers` buffer.
+    thread_x: Option<VarId>,
+    /// The buffer of the launch's first warp reduction.
+    warp_reduce: Option<TensorId>,
 }
 
 /// Threads of a warp.
@@ -228,6 +245,19 @@ impl Walk<'_> {
                     return Err("a barrier under an `if`: every thread of the block must reach it".into());
                 }
                 Stmt::Barrier | Stmt::Async(_) => {}
+                Stmt::WarpReduce(w) => {
+                    if open.iter().any(|&o| o) || guarded {
+                        return Err(RuleError::at(
+                            Site::Tensor(w.tensor),
+                            format!(
+                                "the warp reduction of `{}` is inside a thread loop or under an `if`: it stands where \
+                                 a thread.x loop over its elements would",
+                                self.tensor_name(w.tensor)
+                            ),
+                        ));
+                    }
+                    self.warp_reduce.get_or_insert(w.tensor);
+                }
                 Stmt::Mma { c, a, b, .. } => {
                     if open[0] {
                         return Err("`mma` inside a thread.x loop: the warp's 32 lanes are thread.x, so `mma` \
@@ -235,7 +265,7 @@ impl Walk<'_> {
                             .into());
                     }
                     for t in [c, a, b] {
-                        if self.private.contains(&t.tensor) {
+                        if self.private.contains(&t.tensor) || self.f.registers.contains(&t.tensor) {
                             return Err(RuleError::at(
                                 Site::Tensor(t.tensor),
                                 format!(
@@ -266,11 +296,15 @@ impl Walk<'_> {
                         self.written.insert(c.tensor);
                     }
                 }
-                Stmt::Alloc { tensor, .. } if self.f.shared.contains(tensor) && bound.len() > self.blocks => {
+                Stmt::Alloc { tensor, .. }
+                    if (self.f.shared.contains(tensor) || self.f.registers.contains(tensor))
+                        && open.iter().any(|&o| o) =>
+                {
+                    let scope = if self.f.shared.contains(tensor) { "shared" } else { "registers" };
                     return Err(RuleError::at(
                         Site::Tensor(*tensor),
                         format!(
-                            "shared buffer `{}` is inside a thread loop: a block's shared buffers are outside its \
+                            "{scope} buffer `{}` is inside a thread loop: a block's {scope} buffers are outside its \
                          thread loops",
                             self.tensor_name(*tensor)
                         ),
@@ -291,7 +325,7 @@ impl Walk<'_> {
                         ),
                     ));
                 }
-                Stmt::For { var, extent, kind: ForKind::Thread(d), body, .. } => {
+                Stmt::For { var, lo, extent, kind: ForKind::Thread(d), body } => {
                     let i = d.index();
                     if open[i] {
                         return Err(RuleError::at(
@@ -312,15 +346,31 @@ impl Walk<'_> {
                     if !one {
                         bound.push(*var);
                     }
+                    if *d == GpuDim::X {
+                        self.thread_x = (*lo == 0).then_some(*var);
+                    }
                     self.stmts(body, bound, open, guarded)?;
+                    if *d == GpuDim::X {
+                        self.thread_x = None;
+                    }
                     if !one {
                         bound.pop();
                     }
                     open[i] = false;
                 }
                 Stmt::For { body, .. } | Stmt::Alloc { body, .. } => self.stmts(body, bound, open, guarded)?,
-                Stmt::If { then, .. } => self.stmts(then, bound, open, true)?,
+                Stmt::If { cond, then } => {
+                    self.check_register_reads(*cond)?;
+                    self.stmts(then, bound, open, true)?
+                }
                 Stmt::Store { tensor, indices, value } => {
+                    for &e in indices.iter().chain([value]) {
+                        self.check_register_reads(e)?;
+                    }
+                    if self.f.registers.contains(tensor) {
+                        self.check_own_element(*tensor, indices, *value)?;
+                        continue;
+                    }
                     if self.private.contains(tensor) {
                         continue;
                     }
@@ -347,6 +397,51 @@ impl Walk<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A thread touches only its own element of a `registers` buffer: the
+    /// one at the variable of its `thread.x` loop (which starts at 0).
+    fn check_own_element(&self, t: TensorId, indices: &[TExprId], at: TExprId) -> R {
+        let own =
+            matches!((indices, self.thread_x), ([i], Some(x)) if matches!(self.f.p.expr(*i), TExpr::Var(v) if *v == x));
+        if own {
+            return Ok(());
+        }
+        Err(RuleError::at(
+            Site::Expr(at),
+            format!(
+                "`{}` is held in registers, an element per thread: a thread.x loop from 0 touches it only at its \
+                 own variable",
+                self.tensor_name(t)
+            ),
+        ))
+    }
+
+    fn check_register_reads(&self, e: TExprId) -> R {
+        let mut bad = None;
+        self.loads(e, &mut |t, idx| {
+            if self.f.registers.contains(&t) && bad.is_none() && self.check_own_element(t, idx, e).is_err() {
+                bad = Some(t);
+            }
+        });
+        match bad {
+            Some(t) => self.check_own_element(t, &[], e),
+            None => Ok(()),
+        }
+    }
+
+    /// A warp reduction's groups are warps (or their first lanes) when the
+    /// block's threads are along x only, and each of its elements is a thread's.
+    fn check_warp_reduce(&self, t: TensorId) -> R {
+        let n = self.f.p.tensor(t).len();
+        let why = if self.block[1] > 1 || self.block[2] > 1 {
+            "its launch has threads along y or z, so its warps are not groups of thread.x"
+        } else if n > self.block[0] {
+            "it has more elements than the block has threads"
+        } else {
+            return Ok(());
+        };
+        Err(RuleError::at(Site::Tensor(t), format!("the warp reduction of `{}`: {why}", self.tensor_name(t))))
     }
 
     /// An `async` loop is one `cp.async`: a store of a global tensor's
@@ -387,7 +482,9 @@ impl Walk<'_> {
                     self.check_coverage(body, open)?;
                     open[d.index()] = false;
                 }
-                Stmt::Alloc { tensor, body } if self.f.shared.contains(tensor) => self.check_coverage(body, open)?,
+                Stmt::Alloc { tensor, body } if self.f.shared.contains(tensor) || self.f.registers.contains(tensor) => {
+                    self.check_coverage(body, open)?
+                }
                 Stmt::Alloc { tensor, body } => {
                     if let Some(d) = missing(open) {
                         return Err(RuleError::at(
@@ -404,7 +501,7 @@ impl Walk<'_> {
                     self.check_coverage(body, open)?;
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => self.check_coverage(body, open)?,
-                Stmt::Barrier | Stmt::Async(_) => {}
+                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 // The warp's lanes are its thread.x.
                 Stmt::Mma { c, .. } => {
                     let mut lanes = *open;
@@ -459,7 +556,7 @@ impl Walk<'_> {
                         check(*value, Some((*tensor, indices)));
                     }
                     Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).for_each(|&i| check(i, None)),
-                    Stmt::Barrier | Stmt::Async(_) => {}
+                    Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 }
             }
         }
@@ -472,7 +569,7 @@ impl Walk<'_> {
                     Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
                         operands(body, out)
                     }
-                    Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) => {}
+                    Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 }
             }
         }
@@ -641,7 +738,7 @@ impl Walk<'_> {
                         x.writers.push(s as *const Stmt as usize);
                     }
                 }
-                Stmt::Barrier | Stmt::Async(_) => {}
+                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
             }
         }
     }
@@ -729,7 +826,7 @@ fn locals(f: &LoopFunc) -> HashSet<TensorId> {
                     walk(body, out)
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(body, out),
-                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {}
+                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => {}
             }
         }
     }
@@ -824,7 +921,7 @@ pub fn shared_offsets(f: &LoopFunc, stmt: &Stmt) -> HashMap<TensorId, i64> {
                     walk(f, body, at, out)
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(f, body, at, out),
-                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {}
+                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => {}
             }
         }
     }
@@ -848,7 +945,7 @@ fn shared_bytes(f: &LoopFunc, body: &[Stmt]) -> i64 {
                 own.saturating_add(shared_bytes(f, body))
             }
             Stmt::For { body, .. } | Stmt::If { then: body, .. } => shared_bytes(f, body),
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => 0,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => 0,
         })
         .fold(0, i64::saturating_add)
 }

@@ -14,9 +14,11 @@
 //! The product is the one the default schedule runs through shared memory
 //! on tensor cores (`crate::default`), with the image's positions as its
 //! columns: the copies into `Y.cols` and out of `Y.gemm` walk `w`, the
-//! innermost axis of `X` and `Y`, with consecutive threads. The columns are
-//! materialized (an explicit im2col, `R*S` times the image), not gathered
-//! inside the product.
+//! innermost axis of `X` and `Y`, with consecutive threads. The default
+//! schedule then inlines `Y.cols` into its copy into shared memory, so the
+//! columns are gathered from the image slice by slice inside the product
+//! (an implicit GEMM), not written out (`R*S` times the image; the knob
+//! `gather=0` keeps that explicit im2col).
 //!
 //! Applied where that product's tiles divide it: `K` a multiple of 64, the
 //! positions `N*H*W` of 64 and `C*R*S` of 32 (else the stage keeps its

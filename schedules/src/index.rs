@@ -156,7 +156,7 @@ pub fn simplify_indices(f: &mut LoopFunc) {
     fn stmts(f: &mut LoopFunc, body: &mut [crate::ir::Stmt]) {
         for s in body {
             match s {
-                crate::ir::Stmt::Barrier | crate::ir::Stmt::Async(_) => {}
+                crate::ir::Stmt::Barrier | crate::ir::Stmt::Async(_) | crate::ir::Stmt::WarpReduce(_) => {}
                 crate::ir::Stmt::Mma { c, a, b, .. } => {
                     for t in [c, a, b] {
                         for i in t.origin.iter_mut() {

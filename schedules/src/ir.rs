@@ -12,6 +12,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
+use texc_compiler::ops::ReduceOp;
 use texc_compiler::target::LoopKind;
 use texc_compiler::tir::{Program, ProgramParam, TExpr, TExprId, TensorId, TensorRole, VarDecl, VarId};
 use texc_compiler::types::ElemType;
@@ -48,6 +49,30 @@ pub enum AsyncStep {
     /// (`cp.async.wait_group n`): the older ones have landed, for this
     /// thread; a barrier after it shows them to the block.
     Wait(i64),
+}
+
+/// GPU targets: a reduction across the lanes of warps (`shfl.sync.bfly`)
+/// of a buffer held in registers ([`LoopFunc::registers`]), element `t`
+/// in thread `t`. Each group of `lanes` consecutive elements (a warp, or
+/// the first `lanes` threads of one) gets, in every element, the group's
+/// combination by `op`, made as a butterfly: at each step `d` of
+/// `lanes / 2, …, 2, 1`, every element is combined with the one whose
+/// index differs from its own in bit `d` (the two results are equal: the
+/// operations are commutative). `lanes` is a power of two from 2 to 32
+/// and divides the buffer's length, and the launch's block is `thread.x`
+/// only, so that the groups are warps or their first lanes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WarpReduce {
+    pub tensor: TensorId,
+    pub lanes: i64,
+    pub op: ReduceOp,
+}
+
+impl WarpReduce {
+    /// The butterfly's steps, largest first.
+    pub fn steps(self) -> impl Iterator<Item = i64> {
+        std::iter::successors(Some(self.lanes / 2), |d| Some(d / 2)).take_while(|&d| d >= 1)
+    }
 }
 
 /// A tensor-core operation (PTX `mma.sync`): its tile shape and types.
@@ -300,6 +325,9 @@ pub enum Stmt {
     /// GPU targets: a step of the thread's asynchronous copies (uniform:
     /// every thread of the block takes it, like a barrier).
     Async(AsyncStep),
+    /// GPU targets: a reduction across warp lanes (see [`WarpReduce`]). It
+    /// stands where a `thread.x` loop over the buffer's elements would.
+    WarpReduce(WarpReduce),
 }
 
 #[derive(Clone, Debug)]
@@ -310,6 +338,11 @@ pub struct LoopFunc {
     /// `Alloc`ated buffers that one GPU block's threads share (`in shared`);
     /// other `Alloc`s are private to whatever runs their body.
     pub shared: BTreeSet<TensorId>,
+    /// `Alloc`ated buffers of a GPU block with one element per thread of
+    /// its `thread.x` loops, held in that thread's registers (`registers`
+    /// in the text): thread `t` touches only element `t`, and the threads'
+    /// elements meet only in [`Stmt::WarpReduce`].
+    pub registers: BTreeSet<TensorId>,
 }
 
 impl LoopFunc {
@@ -335,7 +368,7 @@ impl LoopFunc {
                     Stmt::Store { tensor, .. } | Stmt::Mma { c: Tile { tensor, .. }, .. } => {
                         seen[tensor.0 as usize] = true
                     }
-                    Stmt::Barrier | Stmt::Async(_) => {}
+                    Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 }
             }
         }
@@ -354,7 +387,7 @@ pub fn rounds_to_tf32(f: &LoopFunc) -> bool {
         body.iter().any(|s| match s {
             Stmt::Mma { op, .. } => op.rounds_to_tf32(),
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) => false,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => false,
         })
     }
     any(&f.body)
@@ -411,7 +444,13 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
             Stmt::Alloc { tensor, body } => {
                 let d = f.p.tensor(*tensor);
                 let dims: Vec<String> = d.shape.iter().map(|x| x.to_string()).collect();
-                let what = if f.shared.contains(tensor) { "shared" } else { "local" };
+                let what = if f.shared.contains(tensor) {
+                    "shared"
+                } else if f.registers.contains(tensor) {
+                    "registers"
+                } else {
+                    "local"
+                };
                 let _ = writeln!(out, "{pad}{what} {}: {}[{}]:", d.name, d.elem, dims.join(", "));
                 stmts(f, body, depth + 1, out);
             }
@@ -429,6 +468,9 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
             }
             Stmt::Async(AsyncStep::Wait(n)) => {
                 let _ = writeln!(out, "{pad}async wait {n}");
+            }
+            Stmt::WarpReduce(w) => {
+                let _ = writeln!(out, "{pad}warp_reduce {} {} by {}", w.op.name(), f.p.tensor(w.tensor).name, w.lanes);
             }
             Stmt::Mma { op, c, a, b } => {
                 let t = |t: &Tile| {
@@ -475,6 +517,7 @@ pub fn emitted_size(f: &LoopFunc) -> u64 {
                     copies.saturating_mul(n)
                 }
                 Stmt::Barrier | Stmt::Async(_) => copies,
+                Stmt::WarpReduce(w) => copies.saturating_mul(f.p.tensor(w.tensor).len().max(1) as u64),
                 Stmt::Mma { op, .. } => {
                     let (m, n, k) = op.shape();
                     copies.saturating_mul((m * n * k) as u64)

@@ -3,7 +3,9 @@
 //! (`cache_read ... at C.ko in shared`) with the work that reads them.
 //!
 //! Each buffer gets `n` slots (a new first dimension). Its copies become
-//! asynchronous (`cp.async`, [`ForKind::Async`]): before the loop, the
+//! asynchronous (`cp.async`, [`ForKind::Async`]) where both ends are
+//! provably aligned to the copy's size, else stay synchronous copies of
+//! the slice ahead (a gathered operand, `X[.., w + s]`): before the loop, the
 //! block starts the copies of the first `n - 1` slices, one group each;
 //! iteration `ko` waits for slice `ko` (at most `n - 2` groups still in
 //! flight), and after one barrier starts the copy of slice `ko + n - 1`
@@ -80,7 +82,7 @@ fn rewrite(
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
                 n += rewrite(f, body, name, stages, staged)?
             }
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {}
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Mma { .. } => {}
         }
     }
     Ok(n)
@@ -187,19 +189,29 @@ fn stored(st: &Stmt, out: &mut Vec<TensorId>) {
         Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
             body.iter().for_each(|s| stored(s, out))
         }
-        Stmt::Barrier | Stmt::Async(_) => {}
+        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
     }
 }
 
-/// Turns the vectorized loops of a copy into asynchronous copies.
+/// Turns the vectorized loops of a copy into asynchronous copies where
+/// both ends are provably aligned to the copy's size (`cp.async` needs
+/// it); others stay synchronous copies of the slice ahead (an implicit
+/// im2col's columns, `X[.., w + s]`).
 fn make_async(f: &LoopFunc, st: &mut Stmt, buffers: &[TensorId]) -> Result<(), String> {
     match st {
-        Stmt::For { kind: kind @ ForKind::Vectorized, extent, body, .. } => {
-            let [Stmt::Store { tensor, value, .. }] = body.as_slice() else {
+        Stmt::For { var, lo, kind: kind @ ForKind::Vectorized, extent, body } => {
+            let [Stmt::Store { tensor, indices, value }] = body.as_slice() else {
                 return Err("a copy's vectorized loop holds more than one store".into());
             };
             check_copy(f, *tensor, *value, *extent, buffers)?;
-            *kind = ForKind::Async;
+            let TExpr::Load(src, src_idx) = f.p.expr(*value) else { unreachable!("checked by check_copy") };
+            let bytes = (*extent * f.p.tensor(*tensor).elem.size() as i64) as u32;
+            let aligned = |t: TensorId, idx: &[TExprId]| {
+                crate::analysis::vector_alignment(&f.p, t, idx, *var, *lo, *extent as u32) == bytes
+            };
+            if aligned(*tensor, indices) && aligned(*src, src_idx) {
+                *kind = ForKind::Async;
+            }
             Ok(())
         }
         Stmt::For { body, .. } | Stmt::If { then: body, .. } => {
@@ -207,7 +219,7 @@ fn make_async(f: &LoopFunc, st: &mut Stmt, buffers: &[TensorId]) -> Result<(), S
         }
         Stmt::Store { tensor, value, .. } => check_copy(f, *tensor, *value, 1, buffers),
         Stmt::Alloc { .. } | Stmt::Mma { .. } => Err("a copy holds more than stores".into()),
-        Stmt::Barrier | Stmt::Async(_) => Ok(()),
+        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => Ok(()),
     }
 }
 
@@ -263,7 +275,7 @@ fn clone_stmt(f: &mut LoopFunc, st: &Stmt, map: &mut HashMap<VarId, TExprId>) ->
             let indices = indices.iter().map(|&i| e(f, i, map)).collect();
             Stmt::Store { tensor: *tensor, indices, value: e(f, *value, map) }
         }
-        Stmt::Alloc { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) => st.clone(),
+        Stmt::Alloc { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => st.clone(),
     }
 }
 
@@ -294,7 +306,7 @@ fn add_slot(f: &mut LoopFunc, st: &mut Stmt, buffers: &[TensorId], slot: TExprId
                 }
             }
         }
-        Stmt::Barrier | Stmt::Async(_) => {}
+        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
     }
 }
 
@@ -367,7 +379,7 @@ fn mma_operands(body: &[Stmt], out: &mut Vec<TensorId>) {
         match s {
             Stmt::Mma { a, b, .. } => out.extend([a.tensor, b.tensor]),
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => mma_operands(body, out),
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) => {}
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
         }
     }
 }

@@ -453,6 +453,18 @@ impl Schedules {
         self.attach.insert(si, None);
     }
 
+    /// Drop stage `si`'s schedule (the stage was inlined); no stage may be attached at it.
+    pub fn remove(&mut self, si: usize) {
+        debug_assert!(self.attach.iter().flatten().all(|a| a.owner != si), "a stage is attached at {si}");
+        for a in self.attach.iter_mut().flatten() {
+            if a.owner > si {
+                a.owner -= 1;
+            }
+        }
+        self.stages.remove(si);
+        self.attach.remove(si);
+    }
+
     /// Stages attached at loop `leaf` of stage `owner`, in program order.
     pub fn attached_at(&self, owner: usize, leaf: usize) -> Vec<usize> {
         (0..self.attach.len())

@@ -66,7 +66,7 @@ fn replace(f: &mut LoopFunc, body: &mut [Stmt], w: &Want) -> Result<bool, String
         }
         let found = match s {
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => replace(f, body, w)?,
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Mma { .. } => false,
         };
         if found {
             return Ok(true);

@@ -19,6 +19,17 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
     for s in body {
         match s {
             Stmt::Barrier | Stmt::Async(_) => {}
+            Stmt::WarpReduce(w) => {
+                let d = f.p.tensor(w.tensor);
+                let fits = d.shape.len() == 1 && [2, 4, 8, 16, 32].contains(&w.lanes) && d.shape[0] % w.lanes == 0;
+                if !f.registers.contains(&w.tensor) || !fits {
+                    return Err(format!(
+                        "`warp_reduce` by {} lanes needs a one-dimensional `registers` buffer whose length they \
+                         divide; `{}` is not one",
+                        w.lanes, d.name
+                    ));
+                }
+            }
             Stmt::Mma { op, c, a, b } => {
                 let (ab, acc) = op.types();
                 for (t, elem) in [(c, acc), (a, ab), (b, ab)] {
@@ -141,11 +152,14 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
                     }
                     kinds(f, body, target)?
                 }
-                Stmt::Alloc { tensor, .. } if target.gpu.is_none() && f.shared.contains(tensor) => {
+                Stmt::Alloc { tensor, .. }
+                    if target.gpu.is_none() && (f.shared.contains(tensor) || f.registers.contains(tensor)) =>
+                {
+                    let scope = if f.shared.contains(tensor) { "shared" } else { "registers" };
                     return Err(RuleError::at(
                         Site::Tensor(*tensor),
                         format!(
-                            "`{}` is a shared buffer, which only GPU targets have; target `{}` has local ones",
+                            "`{}` is a {scope} buffer, which only GPU targets have; target `{}` has local ones",
                             f.p.tensor(*tensor).name,
                             target.name
                         ),
@@ -153,6 +167,12 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
                 }
                 Stmt::Barrier if target.gpu.is_none() => {
                     return Err(format!("barriers are for GPU targets; target `{}` is not one", target.name).into());
+                }
+                Stmt::WarpReduce(w) if target.gpu.is_none() => {
+                    return Err(RuleError::at(
+                        Site::Tensor(w.tensor),
+                        format!("warp reductions are for GPU targets; target `{}` is not one", target.name),
+                    ));
                 }
                 Stmt::Mma { op, .. } if target.gpu.is_none() => {
                     return Err(format!(
@@ -163,7 +183,7 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
                     .into());
                 }
                 Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => kinds(f, body, target)?,
-                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {}
+                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => {}
             }
         }
         Ok(())
@@ -179,7 +199,7 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
 pub fn walk_exprs(body: &[Stmt], visit: &mut dyn FnMut(TExprId)) {
     for s in body {
         match s {
-            Stmt::Barrier | Stmt::Async(_) => {}
+            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
             Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).for_each(|&i| visit(i)),
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => walk_exprs(body, visit),
             Stmt::If { cond, then } => {

@@ -84,7 +84,7 @@ fn random_gpu_schedules_assemble() {
         for trial in 0..4 {
             let f = texc_tests::randomly_gpu_scheduled(&base, &mut rng);
             bound += usize::from(texc_schedules::gpu::has_bound_loops(&f));
-            cross += usize::from(!f.shared.is_empty());
+            cross += usize::from(!f.shared.is_empty() || !f.registers.is_empty());
             for target in GPUS {
                 assemble(&format!("{file} trial {trial}"), &f, target);
             }
@@ -158,6 +158,15 @@ fn loops_error(body: &str) -> String {
     }
 }
 
+/// A block of 64 threads that fills registers buffer `P` (`fill`, by
+/// thread `t`), takes `between` and reads it back (`read`, by thread `u`).
+fn warp_nest(fill: &str, between: &str, read: &str) -> String {
+    format!(
+        "  for b in 0..1 block.x:\n    registers P: f32[64]:\n      for t in 0..64 thread.x:\n        {fill}\n      \
+         {between}\n      for u in 0..64 thread.x:\n        {read}\n"
+    )
+}
+
 #[test]
 fn loop_nests_that_break_a_launch_rule_are_rejected() {
     let cases = [
@@ -195,9 +204,22 @@ fn loop_nests_that_break_a_launch_rule_are_rejected() {
             "asynchronous copies go from global to shared memory",
         ),
         ("  for b in 0..1 block.x:\n    shared S: f32[64]:\n      for t in 0..16 thread.x:\n        for v in 0..4 async:\n          S[t * 4 + v] = A[t * 4 + v]\n        async commit\n      async commit\n      async wait 0\n      barrier\n      for u in 0..64 thread.x:\n        B[b * 64 + u] = S[63 - u]\n", "an `async commit` or `async wait` inside a thread loop"),
+        // Registers: a thread's own element; warp reductions between thread loops, warps along x.
+        (&warp_nest("P[t] = A[t]", "warp_reduce sum P by 32", "B[b * 64 + u] = P[u]"), ""),
+        (&warp_nest("P[t] = A[t]", "warp_reduce sum P by 32", "B[b * 64 + u] = P[0]"), "`P` is held in registers, an element per thread"),
+        (&warp_nest("P[63 - t] = A[t]", "warp_reduce sum P by 32", "B[b * 64 + u] = P[u]"), "`P` is held in registers"),
+        (&warp_nest("P[t] = A[t]\n        warp_reduce sum P by 32", "barrier", "B[b * 64 + u] = P[u]"), "the warp reduction of `P` is inside a thread loop"),
+        (&warp_nest("P[t] = A[t]", "warp_reduce sum P by 32\n      for y in 0..2 thread.y:\n        B[b * 64 + y] = A[y]", "B[b * 64 + u] = P[u]"), "its launch has threads along y or z"),
+        (&warp_nest("P[t] = A[t]", "warp_reduce sum P by 32", "B[b * 64 + u] = P[u]").replace("P: f32[64]", "P: f32[128]"), "it has more elements than the block has threads"),
+        ("  for b in 0..1 block.x:\n    local P: f32[64]:\n      for t in 0..64 thread.x:\n        B[t] = A[t]\n      warp_reduce sum P by 32\n", "`P` is not a buffer declared `registers`"),
+        (&warp_nest("P[t] = A[t]", "warp_reduce sum P by 64", "B[b * 64 + u] = P[u]"), "a warp reduction is by 2, 4, 8, 16 or 32 lanes"),
     ];
     for (body, want) in cases {
         let err = loops_error(body);
+        if want.is_empty() {
+            assert_eq!(err, "", "{body}");
+            continue;
+        }
         assert!(err.contains(want), "expected `{want}` for\n{body}\ngot: {err}");
         // The loop, buffer or store at fault is shown.
         assert!(err.contains(".loops:"), "{err}");
@@ -590,25 +612,42 @@ fn vectorized_gpu_accesses_are_16_bytes_where_aligned() {
 }
 
 /// Reductions over a block's threads (`bind S.r to thread.x`): every
-/// reduction operator, thread counts that divide the row and ones that do
-/// not, against the interpreter; and the default schedule's block per row.
+/// reduction operator, thread counts that fill whole warps, part of one,
+/// and several with a part of the last, against the interpreter; the
+/// parts meet in warp shuffles (`shfl.sync.bfly`, 8-byte elements as two
+/// words), else (bytes, one thread) in a tree in shared memory; and the
+/// default schedule's block per row.
 #[test]
 fn reductions_over_a_blocks_threads() {
     require_ptxas();
+    let cases = [(100, 64), (64, 32), (1, 32), (300, 256), (33, 8), (200, 200), (40, 3)];
     for (op, init) in [("sum", ""), ("max", ""), ("min", ""), ("prod", "0.5 + 0.25 * ")] {
-        for (d, split) in [(100, 64), (64, 32), (1, 32), (300, 256), (33, 8)] {
+        for (elem, (d, split)) in ["f32", "f64", "i32", "i8"].into_iter().flat_map(|e| cases.map(|c| (e, c))) {
+            let init = if elem.starts_with('i') { "" } else { init };
             let src = format!(
-                "kernel r(X: f32[N = 5, D = {d}]) -> Y: f32[N] {{\n    Y[n] = {op}[d]({init}X[n, d]);\n}}\n\
+                "kernel r(X: {elem}[N = 5, D = {d}]) -> Y: {elem}[N] {{\n    Y[n] = {op}[d]({init}X[n, d]);\n}}\n\
                  schedule r for nvptx-sm90 {{\n    split Y.d by {split} -> (dout, din);\n    bind Y.n to block.x;\n    \
                  bind Y.din to thread.x;\n}}\n"
             );
-            texc_tests::check_text("r.tex", &src).unwrap_or_else(|e| panic!("{e}"));
+            let what = format!("{op} of {elem} over {d} by {split}");
+            texc_tests::check_text("r.tex", &src).unwrap_or_else(|e| panic!("{what}: {e}"));
             let (mut pl, p, f) = gpu_loops("r.tex", &src, &Bindings::default());
-            assert!(!f.shared.is_empty(), "{op} {d}/{split}: the parts are shared");
+            let shuffles = elem != "i8" && split.min(d) > 1;
+            assert_eq!(!f.registers.is_empty(), shuffles, "{what}: parts in registers");
+            assert_eq!(!f.shared.is_empty(), !shuffles || split.min(d) > 32, "{what}: parts in shared memory");
             let err = error_vs_interp(&mut pl, &p, &f, 2);
-            assert!(err < 1e-5, "{op} over {d} by {split}: error {err}");
+            assert!(err < 1e-5, "{what}: error {err}");
+            // The loop IR's own evaluator, on the nest as printed and parsed back.
+            let text = texc_schedules::ir::print(&f);
+            let again = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("parses");
+            assert_eq!(texc_schedules::ir::print(&again.func), text, "{what}: prints back the same");
+            let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 4).expect("binds");
+            let want = texc_compiler::interp::run(&p, args()).expect("interp");
+            let got = texc_schedules::eval::run(&again.func, args()).expect("evaluates");
+            assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{what}: loop-IR evaluator");
             let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
-            texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(ptx.contains("shfl.sync.bfly.b32"), shuffles, "{what}");
+            texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
         }
     }
     // A split of the reduction around the threads' loop: its tail is guarded, not copied.
@@ -622,13 +661,13 @@ fn reductions_over_a_blocks_threads() {
     let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
     let f = texc_tests::loops(&mut pl, k, &p);
     let text = texc_schedules::ir::print(&f);
-    assert!(text.contains("shared m.part") && text.contains("shared s.part"), "{text}");
+    assert!(text.contains("registers m.part") && text.contains("warp_reduce sum s.part by 32"), "{text}");
 }
 
 /// Row kernels (softmax, layer_norm, their [B, N, D] forms) are one launch
 /// by default: a block per row, whose max, sum, mean and variance are
-/// computed where the block opens (reduction trees over its threads, in
-/// shared memory) before the row's outputs; at sizes no block divides,
+/// computed where the block opens (over its threads, by warp shuffles)
+/// before the row's outputs; at sizes no block divides,
 /// against the interpreter.
 #[test]
 fn row_kernels_are_one_launch_a_block_per_row() {
@@ -767,19 +806,25 @@ fn reading_a_copy_before_it_lands_is_refused() {
 }
 
 /// Without a schedule, an f16 convolution whose sizes the shared-memory
-/// product's tiles divide becomes im2col and a tensor-core product
-/// (`schedules/src/im2col.rs`); others keep the direct schedule. Against the
-/// interpreter either way (on the GPU where there is one).
+/// product's tiles divide becomes a tensor-core product
+/// (`schedules/src/im2col.rs`) whose columns are gathered from the image
+/// into shared memory (an implicit im2col: synchronous copies, the
+/// filters' by `cp.async`), or with `--knob gather=0` written out first;
+/// others keep the direct schedule. Against the interpreter either way (on
+/// the GPU where there is one).
 #[test]
 fn the_default_gpu_schedule_runs_convolutions_as_tensor_core_products() {
     require_ptxas();
-    for (shape, products) in [
-        ("N=2,C=32,H=18,W=34,K=64", true),
-        ("N=1,C=32,H=10,W=10,K=128", true),
-        ("N=2,C=32,H=18,W=20,K=48", false),
-        ("N=1,C=7,H=10,W=10,K=64", false),
+    for (shape, products, gather) in [
+        ("N=2,C=32,H=18,W=34,K=64", true, true),
+        ("N=2,C=32,H=18,W=34,K=64", true, false),
+        ("N=1,C=32,H=10,W=10,K=128", true, true),
+        ("N=1,C=32,H=10,W=10,K=128", true, false),
+        ("N=2,C=32,H=18,W=20,K=48", false, true),
+        ("N=1,C=7,H=10,W=10,K=64", false, true),
     ] {
         let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "benches/conv_f16.tex", None).expect("loads");
+        pl.options.knobs.insert("gather".into(), i64::from(gather));
         let shapes = shape.split(',').map(|kv| {
             let (n, v) = kv.split_once('=').expect("name=value");
             (n.to_string(), v.parse().expect("a number"))
@@ -788,8 +833,17 @@ fn the_default_gpu_schedule_runs_convolutions_as_tensor_core_products() {
         let p = texc_tests::specialize(&mut pl, k, &b);
         let f = texc_tests::loops(&mut pl, k, &p);
         let temps: Vec<String> = f.live_temps().iter().map(|&t| f.p.tensor(t).name.clone()).collect();
-        assert_eq!(temps.contains(&"Y.cols".to_string()), products, "{shape}: {temps:?}");
+        let shape = format!("{shape}, gather={gather}");
+        assert_eq!(temps.contains(&"Y.cols".to_string()), products && !gather, "{shape}: {temps:?}");
+        assert_eq!(temps.contains(&"Y.gemm".to_string()), products, "{shape}: {temps:?}");
+        let text = texc_schedules::ir::print(&f);
+        let gathered = text.lines().any(|l| l.contains("Y.gemm.Bs[") && l.contains("= X["));
+        assert_eq!(gathered, products && gather, "{shape}: the columns' copy reads the image");
         assert!(error_vs_interp(&mut pl, &p, &f, 3) < 1e-5, "{shape}");
+        let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 3).expect("binds");
+        let want = texc_compiler::interp::run(&p, args()).expect("interp");
+        let got = texc_schedules::eval::run(&f, args()).expect("evaluates");
+        assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{shape}: loop-IR evaluator");
         let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
         assert_eq!(ptx.contains("mma.sync") && ptx.contains("cp.async"), products, "{shape}");
         texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{shape}: {e}"));

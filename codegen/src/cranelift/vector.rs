@@ -43,7 +43,12 @@ impl VecMode {
         body.iter().all(|s| match s {
             Stmt::Store { .. } => true,
             Stmt::If { then, .. } => VecMode::handles(then),
-            Stmt::For { .. } | Stmt::Alloc { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
+            Stmt::For { .. }
+            | Stmt::Alloc { .. }
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::Mma { .. }
+            | Stmt::WarpReduce(_) => false,
         })
     }
 }
@@ -109,7 +114,12 @@ impl<M: Module> FnGen<'_, '_, M> {
                         self.at_lane(vm, l, |g| g.stmts(std::slice::from_ref(s)))?;
                     }
                 }
-                Stmt::For { .. } | Stmt::Alloc { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {
+                Stmt::For { .. }
+                | Stmt::Alloc { .. }
+                | Stmt::Barrier
+                | Stmt::Async(_)
+                | Stmt::Mma { .. }
+                | Stmt::WarpReduce(_) => {
                     return Err(CodegenError::Backend("a loop, buffer or barrier inside a vectorized loop".into()))
                 }
             }

@@ -27,9 +27,10 @@ use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::types::BasicType;
 use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
+use texc_compiler::ops::{BinOp, MathFn, ReduceOp};
 use texc_compiler::tir::VarId;
 use texc_schedules::gpu::Launch;
-use texc_schedules::ir::{AsyncStep, ForKind, Stmt};
+use texc_schedules::ir::{AsyncStep, ForKind, Stmt, WarpReduce};
 
 /// The kernel being built: where its thread runs.
 #[derive(Clone, Copy)]
@@ -317,6 +318,91 @@ impl<'ctx> Gen<'ctx, '_> {
             }
         }
         Ok(())
+    }
+
+    /// A warp reduction on the GPU: each thread below the buffer's length
+    /// combines its element with its partners' by `shfl.sync.bfly`, lanes
+    /// `d` apart for each step `d`. (The emulation has it as loops,
+    /// `texc_schedules::cross_thread::warp_reductions_as_loops`.)
+    pub(super) fn warp_reduce(&mut self, fr: &mut Frame<'ctx>, w: WarpReduce) -> R<()> {
+        let unsupported = |why: String| Err(crate::CodegenError::Unsupported(format!("warp reduction: {why}")));
+        let Some(GpuKernel { thread_idx: Some(tid), block, .. }) = self.gpu else {
+            return unsupported("the emulation runs warp reductions as loops; this one was left".into());
+        };
+        let d = self.f.p.tensor(w.tensor);
+        let (n, elem) = (d.len(), d.elem);
+        if !matches!(elem.size(), 4 | 8) || elem == texc_compiler::types::ElemType::Bool {
+            return unsupported(format!("shuffles move 4- or 8-byte elements, not {elem}"));
+        }
+        let (i32t, i64t) = (self.cx.i32_type(), self.cx.i64_type());
+        let x = tid[0];
+        let merge = if n < block[0] {
+            let on = self.cx.append_basic_block(fr.func, "warp.on");
+            let merge = self.cx.append_basic_block(fr.func, "warp.off");
+            let c = self.b.build_int_compare(IntPredicate::SLT, x, i64t.const_int(n as u64, true), "in")?;
+            self.b.build_conditional_branch(c, on, merge)?;
+            self.b.position_at_end(on);
+            Some(merge)
+        } else {
+            None
+        };
+        // The lanes of this thread's warp that take part: all, or the first
+        // `n - warp_base` of the last warp.
+        let mask = if n % 32 == 0 {
+            i32t.const_all_ones()
+        } else {
+            let base = self.b.build_and(x, i64t.const_int(!31u64, false), "warp.base")?;
+            let left = self.b.build_int_sub(i64t.const_int(n as u64, false), base, "warp.left")?;
+            let left = self.b.build_int_truncate(left, i32t, "left")?;
+            let bit = self.b.build_left_shift(i32t.const_int(1, false), left, "bit")?;
+            let some = self.b.build_int_sub(bit, i32t.const_int(1, false), "some")?;
+            let full = self.b.build_int_compare(IntPredicate::UGE, left, i32t.const_int(32, false), "full")?;
+            self.b.build_select(full, i32t.const_all_ones(), some, "mask")?.into_int_value()
+        };
+        let ty = texc_compiler::tir::Ty::Elem(elem);
+        let p = fr.tensors[&w.tensor];
+        let mty = self.mem_ty(elem);
+        let mut v = self.b.build_load(mty, p, "lane.v")?;
+        for step in w.steps() {
+            let other = self.shuffle_xor(v, elem.size() as u32 / 4, mask, step)?;
+            v = match w.op {
+                ReduceOp::Sum => self.arith(BinOp::Add, v, other, ty)?,
+                ReduceOp::Prod => self.arith(BinOp::Mul, v, other, ty)?,
+                ReduceOp::Max => self.math(MathFn::Max, &[v, other], ty, super::gen::Mode::Scalar)?,
+                ReduceOp::Min => self.math(MathFn::Min, &[v, other], ty, super::gen::Mode::Scalar)?,
+            };
+        }
+        self.b.build_store(p, v)?;
+        if let Some(merge) = merge {
+            self.b.build_unconditional_branch(merge)?;
+            self.b.position_at_end(merge);
+        }
+        Ok(())
+    }
+
+    /// The value `v` of lane `lane ^ step`, in `halves` 32-bit words
+    /// (`shfl.sync.bfly.b32` each).
+    fn shuffle_xor(
+        &self,
+        v: BasicValueEnum<'ctx>,
+        halves: u32,
+        mask: IntValue<'ctx>,
+        step: i64,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let i32t = self.cx.i32_type();
+        let ty = v.get_type();
+        let words = self.b.build_bit_cast(v, i32t.vec_type(halves), "words")?.into_vector_value();
+        let f = self.intrinsic("llvm.nvvm.shfl.sync.bfly.i32", &[])?;
+        let mut out = i32t.vec_type(halves).get_undef();
+        for h in 0..halves {
+            let at = i32t.const_int(h as u64, false);
+            let word = self.b.build_extract_element(words, at, "word")?;
+            let args =
+                [mask.into(), word.into(), i32t.const_int(step as u64, false).into(), i32t.const_int(31, false).into()];
+            let got = self.call(f, &args)?;
+            out = self.b.build_insert_element(out, got, at, "got")?;
+        }
+        Ok(self.b.build_bit_cast(out, ty, "shfl")?)
     }
 
     /// Whether code is being built for the GPU itself (not the emulation).

@@ -19,6 +19,10 @@ impl<'ctx> Gen<'ctx, '_> {
         idx: &[TExprId],
         mode: Mode<'ctx>,
     ) -> R<BasicValueEnum<'ctx>> {
+        if self.on_device() && self.f.registers.contains(&t) {
+            // A `registers` buffer: each thread has only its own element.
+            return self.const_of(Ty::Index, 0, 0.0, mode);
+        }
         let shape = &self.f.p.tensor(t).shape;
         let mut stride = 1i64;
         let mut acc: Option<BasicValueEnum> = None;
@@ -44,25 +48,10 @@ impl<'ctx> Gen<'ctx, '_> {
     /// (at most 16 bytes, the widest access) when its offset provably allows
     /// it (device buffers and shared arrays are 16-byte aligned); else an element.
     pub(super) fn vector_alignment(&self, t: TensorId, idx: &[TExprId], var: VarId, base: i64, lanes: u32) -> u32 {
-        let d = self.f.p.tensor(t);
-        let elem = d.elem.size() as u32;
-        let bytes = (elem * lanes).min(16);
-        if !self.on_device() || !lanes.is_power_of_two() || d.elem == ElemType::Bool || bytes <= elem {
-            return elem;
+        if !self.on_device() {
+            return self.f.p.tensor(t).elem.size() as u32;
         }
-        // Aligned to `bytes`: the first lane's offset a multiple of this many elements.
-        let l = (bytes / elem) as i64;
-        let mut stride = 1i64;
-        let mut aligned = true;
-        for (k, &e) in idx.iter().enumerate().rev() {
-            aligned &= stride % l == 0 || multiple_of(&self.f.p, e, l, Some((var, base)));
-            stride *= d.shape.get(k).copied().unwrap_or(1);
-        }
-        if aligned {
-            bytes
-        } else {
-            elem
-        }
+        analysis::vector_alignment(&self.f.p, t, idx, var, base, lanes)
     }
 
     pub(super) fn load(
@@ -340,31 +329,5 @@ impl<'ctx> Gen<'ctx, '_> {
             Some(a) => self.b.build_and(a, b, "mask")?,
             None => b,
         })
-    }
-}
-
-/// Whether `e` is a multiple of `m` for every value of its variables, `var`
-/// taking the value `base` (the first lane of a vector) where `lane0` names it.
-pub(super) fn multiple_of(p: &texc_compiler::tir::Program, e: TExprId, m: i64, lane0: Option<(VarId, i64)>) -> bool {
-    use texc_compiler::tir::TExpr;
-    if m == 1 {
-        return true;
-    }
-    match p.expr(e) {
-        TExpr::Int(k) => k % m == 0,
-        TExpr::Var(v) => lane0.is_some_and(|(var, base)| *v == var && base % m == 0),
-        TExpr::Binary(BinOp::Mul, a, b) => {
-            let factor = |x: TExprId, y: TExprId| match p.expr(x) {
-                TExpr::Int(k) if *k != 0 && m % k == 0 => multiple_of(p, y, m / k, lane0),
-                _ => false,
-            };
-            multiple_of(p, *a, m, lane0) || multiple_of(p, *b, m, lane0) || factor(*a, *b) || factor(*b, *a)
-        }
-        TExpr::Binary(BinOp::Add | BinOp::Sub, a, b) => multiple_of(p, *a, m, lane0) && multiple_of(p, *b, m, lane0),
-        // `a % k` with `m` dividing `k` keeps `a`'s multiples of `m` (legalized as `URem` or `TruncRem`).
-        TExpr::Binary(BinOp::FloorMod | BinOp::URem | BinOp::TruncRem, a, b) => {
-            matches!(p.expr(*b), TExpr::Int(k) if *k != 0 && k % m == 0) && multiple_of(p, *a, m, lane0)
-        }
-        _ => false,
     }
 }

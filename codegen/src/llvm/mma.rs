@@ -52,7 +52,7 @@ fn mma_sites<'s>(body: &'s [Stmt], around: &mut Vec<Around>, out: &mut Vec<(Vec<
                 let mut inner = Vec::new();
                 mma_sites(then, &mut Vec::new(), &mut inner) && inner.is_empty()
             }
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) => true,
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => true,
         };
         if !ok {
             return false;
@@ -82,6 +82,7 @@ fn touches(p: &texc_compiler::tir::Program, body: &[Stmt], t: TensorId) -> bool 
         Stmt::If { cond, then } => loads(*cond) || touches(p, then, t),
         Stmt::Store { tensor, indices, value } => *tensor == t || loads(*value) || indices.iter().any(|&i| loads(i)),
         Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
+        Stmt::WarpReduce(w) => w.tensor == t,
     })
 }
 
@@ -146,8 +147,8 @@ impl<'ctx> Gen<'ctx, '_> {
         for &i in &t.origin {
             origin.push(self.expr(fr, i, Mode::Scalar)?.into_int_value());
         }
-        let even = t.origin.iter().map(|&i| super::memory::multiple_of(&self.f.p, i, 2, None)).collect();
-        let eight = t.origin.iter().map(|&i| super::memory::multiple_of(&self.f.p, i, 8, None)).collect();
+        let even = t.origin.iter().map(|&i| texc_schedules::analysis::multiple_of(&self.f.p, i, 2, None)).collect();
+        let eight = t.origin.iter().map(|&i| texc_schedules::analysis::multiple_of(&self.f.p, i, 8, None)).collect();
         let shared = self.on_device() && self.f.shared.contains(&t.tensor);
         Ok(Placed {
             base: fr.tensors[&t.tensor],

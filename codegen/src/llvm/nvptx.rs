@@ -181,6 +181,10 @@ pub fn emulate(f: &LoopFunc, t: &Target) -> R<Code> {
     let launches = launches_of(f, t)?;
     let host = texc_compiler::target::lookup("host").map_err(|e| CodegenError::Backend(e.to_string()))?;
     super::gen::refuse_bf16_arithmetic(f)?;
+    // The block's threads run one after another: a warp's lanes meet in loops.
+    let mut f = f.clone();
+    texc_schedules::cross_thread::warp_reductions_as_loops(&mut f);
+    let f = &f;
     jit_module(f, host, |cx, spec| Gen::new(cx, f, spec).build_emulation(&launches))
 }
 

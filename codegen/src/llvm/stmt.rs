@@ -81,6 +81,16 @@ impl<'ctx> Gen<'ctx, '_> {
             Stmt::Barrier => self.barrier(),
             Stmt::Async(step) => self.async_step(*step),
             Stmt::Mma { op, c, a, b } => self.mma(fr, *op, c, a, b),
+            Stmt::WarpReduce(w) => self.warp_reduce(fr, *w),
+            Stmt::Alloc { tensor, body } if self.on_device() && self.f.registers.contains(tensor) => {
+                // The thread's own element, in a register after SROA.
+                let ty = self.mem_ty(self.f.p.tensor(*tensor).elem);
+                let p = self.entry_alloca(fr.func, ty.into())?;
+                fr.tensors.insert(*tensor, p);
+                let r = self.stmts(fr, body, mode);
+                fr.tensors.remove(tensor);
+                r
+            }
             Stmt::Alloc { tensor, body } if self.on_device() && self.f.shared.contains(tensor) => {
                 let p = self.shared_buffer(*tensor)?;
                 fr.tensors.insert(*tensor, p);
@@ -263,7 +273,7 @@ fn last_store(body: &[Stmt]) -> Option<TensorId> {
         Stmt::Store { tensor, .. } => Some(*tensor),
         Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => last_store(body),
         Stmt::Mma { c, .. } => Some(c.tensor),
-        Stmt::Barrier | Stmt::Async(_) => None,
+        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => None,
     })
 }
 

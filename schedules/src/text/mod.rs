@@ -27,7 +27,7 @@ pub mod safety;
 use crate::ir::{AsyncStep, ForKind, GpuDim, LoopFunc, MmaOp, Stmt, Tile};
 use pest::iterators::{Pair, Pairs};
 use pest::Parser;
-use texc_compiler::ops::{BinOp, Intrinsic, MathFn, UnOp};
+use texc_compiler::ops::{BinOp, Intrinsic, MathFn, ReduceOp, UnOp};
 use texc_compiler::tir::{
     Program, ProgramParam, ScalarDecl, TExpr, TExprId, TensorDecl, TensorId, TensorRole, Ty, VarDecl, VarId,
 };
@@ -67,6 +67,7 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
         depth: Vec::new(),
         stack_bytes: 0,
         shared: Default::default(),
+        registers: Default::default(),
         loop_spans: Vec::new(),
     };
     let mut at = 0;
@@ -116,7 +117,7 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
     }
     b.p.source = source.as_ref().map(|(s, _): &(String, Span)| s.clone());
     let loop_spans = std::mem::take(&mut b.loop_spans);
-    let f = LoopFunc { p: b.p, vars: b.vars, body, shared: b.shared };
+    let f = LoopFunc { p: b.p, vars: b.vars, body, shared: b.shared, registers: b.registers };
     crate::verify::verify(&f).map_err(|e| Diagnostic::at(Span::new(file, 0, 0), format!("invalid loop nest: {e}")))?;
     safety::check(&f)?;
     Ok(Parsed { func: f, loop_spans, source })
@@ -200,6 +201,8 @@ struct Builder {
     stack_bytes: i64,
     /// Buffers declared `shared` (a GPU block's).
     shared: std::collections::BTreeSet<TensorId>,
+    /// Buffers declared `registers` (a GPU block's, an element per thread).
+    registers: std::collections::BTreeSet<TensorId>,
     /// The line of each loop, by variable.
     loop_spans: Vec<Span>,
 }
@@ -425,9 +428,10 @@ impl Builder {
                     }));
                 }
                 Rule::mma => out.push(self.mma(pair, offset)?),
+                Rule::warp_reduce => out.push(self.warp_reduce(pair, offset)?),
                 Rule::local => {
                     let mut it = pair.into_inner();
-                    let shared = it.next().expect("keyword").as_rule() == Rule::kw_shared;
+                    let scope = it.next().expect("keyword").as_rule();
                     let d = it.next().expect("decl");
                     let tensor = self.decl(d, offset, TensorRole::Temp)?;
                     // Locals are stack arrays, nested ones all live at once:
@@ -445,12 +449,14 @@ impl Builder {
                         ));
                     }
                     self.stack_bytes = on_stack;
+                    match scope {
+                        Rule::kw_shared => self.shared.insert(tensor),
+                        Rule::kw_registers => self.registers.insert(tensor),
+                        _ => false,
+                    };
                     let body = self.body(lines, at, depth, span, trips)?;
                     self.stack_bytes -= bytes;
                     self.tensors.retain(|&t| t != tensor);
-                    if shared {
-                        self.shared.insert(tensor);
-                    }
                     out.push(Stmt::Alloc { tensor, body });
                 }
                 Rule::store => out.push(self.store(pair, offset)?),
@@ -506,6 +512,28 @@ impl Builder {
             ));
         }
         Ok(Stmt::Store { tensor, indices, value })
+    }
+
+    /// `warp_reduce OP BUF by LANES` (the rules of `crate::gpu` check the rest).
+    fn warp_reduce(&mut self, pair: Pair<Rule>, offset: usize) -> R<Stmt> {
+        let mut it = pair.into_inner();
+        it.next(); // `warp_reduce`
+        let op = ReduceOp::from_name(it.next().expect("op").as_str()).expect("the grammar lists the ops");
+        let name_p = it.next().expect("buffer");
+        let span = self.span(offset, &name_p);
+        let tensor = self
+            .tensor_named(name_p.as_str())
+            .ok_or_else(|| Diagnostic::at(span, format!("unknown tensor `{}`", name_p.as_str())))?;
+        if !self.registers.contains(&tensor) {
+            return Err(Diagnostic::at(span, format!("`{}` is not a buffer declared `registers`", name_p.as_str())));
+        }
+        it.next(); // `by`
+        let lanes_p = it.next().expect("lanes");
+        let lanes = lanes_p.as_str().parse::<i64>().ok().filter(|l| [2, 4, 8, 16, 32].contains(l));
+        let lanes = lanes.ok_or_else(|| {
+            Diagnostic::at(self.span(offset, &lanes_p), "a warp reduction is by 2, 4, 8, 16 or 32 lanes")
+        })?;
+        Ok(Stmt::WarpReduce(crate::ir::WarpReduce { tensor, lanes, op }))
     }
 
     /// `mma OP C[..] @ (r, c) += A[..] @ (r, c) * B[..] @ (r, c)`.

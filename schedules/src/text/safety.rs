@@ -175,7 +175,7 @@ impl Checker<'_> {
     fn stmts(&mut self, body: &[Stmt]) -> Result<(), Diagnostic> {
         for s in body {
             match s {
-                Stmt::Barrier | Stmt::Async(_) => {}
+                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 Stmt::For { var, lo, extent, body, .. } => {
                     if *extent == 0 {
                         continue;

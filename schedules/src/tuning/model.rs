@@ -111,7 +111,7 @@ fn walk(
                 }
             },
             Stmt::Mma { .. } => w.vector_stores += trips,
-            Stmt::Barrier | Stmt::Async(_) => {}
+            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
         }
     }
 }
