@@ -3,7 +3,9 @@
 //!
 //! FLOPs count float arithmetic and math functions of element values (index
 //! arithmetic is free); a reduction costs its body plus one combining
-//! operation per term, so a matmul is the usual 2·M·N·K. Bytes are the
+//! operation per term, so a matmul is the usual 2·M·N·K; a one-hot sum
+//! (a gather, [`Stage::one_hot`]) costs its one term, as compiled code
+//! computes it. Bytes are the
 //! compulsory traffic: every input read once, every output written once.
 
 use crate::tir::*;
@@ -46,7 +48,16 @@ fn cost(p: &Program, st: &Stage, e: TExprId) -> f64 {
 
 /// FLOPs of a range of stages.
 pub fn cost_of_stages(p: &Program, stages: std::ops::Range<usize>) -> f64 {
-    p.stages[stages].iter().map(|st| p.tensor(st.tensor).len() as f64 * cost(p, st, st.value)).sum()
+    p.stages[stages]
+        .iter()
+        .map(|st| {
+            let per_element = match st.one_hot(p) {
+                Some(g) => cost(p, st, g.hit),
+                None => cost(p, st, st.value),
+            };
+            p.tensor(st.tensor).len() as f64 * per_element
+        })
+        .sum()
 }
 
 pub fn count(p: &Program) -> Counts {

@@ -193,7 +193,53 @@ pub struct Program {
     pub spans: Vec<Span>,
 }
 
+/// A stage whose value is a one-hot sum, how `.tex` writes a gather
+/// (`std.nn`'s `embedding`): `sum[v](select(index == T(v), hit, 0))` with
+/// `index` an integer expression that does not involve `v`, the stage's
+/// last variable and the sum's only one. Exactly one term can be non-zero:
+/// `hit` at `v = index`, where `index` is in `0..extent`.
+#[derive(Clone, Copy, Debug)]
+pub struct OneHot {
+    pub var: VarId,
+    pub extent: i64,
+    pub index: TExprId,
+    pub hit: TExprId,
+    pub miss: TExprId,
+}
+
+impl Stage {
+    pub fn one_hot(&self, p: &Program) -> Option<OneHot> {
+        let TExpr::Reduce(ReduceOp::Sum, rvars, body) = p.expr(self.value) else { return None };
+        let [v] = rvars[..] else { return None };
+        if v as usize + 1 != self.vars.len() || (v as usize) < self.n_axes {
+            return None;
+        }
+        let TExpr::Select(cond, hit, miss) = p.expr(*body) else { return None };
+        let zero = matches!(p.expr(*miss), TExpr::Float(x) if *x == 0.0) || matches!(p.expr(*miss), TExpr::Int(0));
+        let TExpr::Binary(BinOp::Eq, l, r) = p.expr(*cond) else { return None };
+        let is_v = |x: TExprId| match p.expr(x) {
+            TExpr::Cast(a) => matches!(p.expr(*a), TExpr::Var(w) if *w == v),
+            TExpr::Var(w) => *w == v,
+            _ => false,
+        };
+        let index = match (is_v(*l), is_v(*r)) {
+            (true, false) => *r,
+            (false, true) => *l,
+            _ => return None,
+        };
+        let int = matches!(p.ty(index), Ty::Elem(t) if t.is_int());
+        let extent = self.vars[v as usize].extent;
+        (zero && int && !p.mentions(index, v)).then_some(OneHot { var: v, extent, index, hit: *hit, miss: *miss })
+    }
+}
+
 impl Program {
+    /// Whether `e` mentions variable `var`.
+    pub fn mentions(&self, e: TExprId, var: VarId) -> bool {
+        matches!(self.expr(e), TExpr::Var(v) if *v == var)
+            || self.children(e).into_iter().any(|c| self.mentions(c, var))
+    }
+
     pub fn alloc(&mut self, e: TExpr, ty: Ty, span: Span) -> TExprId {
         self.exprs.push(e);
         self.tys.push(ty);

@@ -179,6 +179,9 @@ struct Value {
     data: Option<Values>,
     /// A parameter of the kernel: a graph input, or a constant used as a tensor.
     param: bool,
+    /// The element type of a graph input of integers (`i64`, `i32`): only
+    /// the indices of a Gather. `None`: f32.
+    int: Option<&'static str>,
 }
 
 struct Importer<'m> {
@@ -215,9 +218,10 @@ impl<'m> Importer<'m> {
         let initialized: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
         // Before IR version 4, initializers were also listed as inputs.
         for input in graph.input.iter().filter(|i| !initialized.contains(i.name.as_str())) {
-            let shape = input_shape(input, options).map_err(OnnxError::Model)?;
+            let (shape, int) = input_shape(input, options).map_err(OnnxError::Model)?;
             let id = im.add(&input.name, shape, None).map_err(OnnxError::Model)?;
             im.values[id.0 as usize].param = true;
+            im.values[id.0 as usize].int = int;
             im.params.push(id);
         }
         for t in &graph.initializer {
@@ -247,7 +251,7 @@ impl<'m> Importer<'m> {
         }
         let id = ValueId(self.values.len() as u32);
         let ident = self.names.fresh(onnx_name);
-        self.values.push(Value { ident, shape, data, param: false });
+        self.values.push(Value { ident, shape, data, param: false, int: None });
         self.by_name.insert(onnx_name.to_string(), id);
         Ok(id)
     }
@@ -279,6 +283,12 @@ impl<'m> Importer<'m> {
     /// this way becomes a parameter of the kernel.
     fn tensor(&mut self, id: ValueId) -> Result<String, String> {
         let v = &self.values[id.0 as usize];
+        if let Some(int) = v.int {
+            return Err(format!(
+                "`{}` holds integers ({int}) and is used as data: integer inputs are supported only as the indices of a Gather",
+                v.ident
+            ));
+        }
         if v.data.is_some() && !v.param {
             if !matches!(v.data, Some(Values::F32(_))) {
                 return Err(format!(
@@ -348,7 +358,7 @@ impl<'m> Importer<'m> {
         let mut signature = Vec::new();
         for &id in &self.params {
             let v = self.value(id);
-            signature.push(format!("{}: f32{}", v.ident, dims(&v.shape)));
+            signature.push(format!("{}: {}{}", v.ident, v.int.unwrap_or("f32"), dims(&v.shape)));
             if let Some(Values::F32(data)) = &v.data {
                 parameters += data.len();
                 weights.push((v.ident.clone(), Tensor { shape: v.shape.clone(), data: Data::F32(data.clone()) }));
@@ -401,19 +411,26 @@ fn dims(shape: &[usize]) -> String {
     format!("[{}]", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))
 }
 
-fn input_shape(input: &proto::ValueInfoProto, options: &Options) -> Result<Vec<usize>, String> {
+/// A graph input's shape, and its element type where it holds integers.
+fn input_shape(input: &proto::ValueInfoProto, options: &Options) -> Result<(Vec<usize>, Option<&'static str>), String> {
     let tensor = input
         .r#type
         .as_ref()
         .and_then(|t| t.tensor_type.as_ref())
         .ok_or_else(|| format!("graph input `{}` is not a tensor", input.name))?;
-    if tensor.elem_type != data_type::FLOAT {
-        return Err(format!(
-            "graph input `{}` has elements of type {}: only float (f32) inputs are supported",
-            input.name,
-            data_type::name(tensor.elem_type)
-        ));
-    }
+    let int = match tensor.elem_type {
+        data_type::FLOAT => None,
+        data_type::INT64 => Some("i64"),
+        data_type::INT32 => Some("i32"),
+        other => {
+            return Err(format!(
+                "graph input `{}` has elements of type {}: float (f32) inputs are supported, and int64 or int32 \
+                 ones as the indices of a Gather",
+                input.name,
+                data_type::name(other)
+            ))
+        }
+    };
     let shape = tensor.shape.as_ref().ok_or_else(|| format!("graph input `{}` has no shape", input.name))?;
     let mut out = Vec::new();
     for d in &shape.dim {
@@ -434,7 +451,7 @@ fn input_shape(input: &proto::ValueInfoProto, options: &Options) -> Result<Vec<u
         }
         out.push(size as usize);
     }
-    Ok(out)
+    Ok((out, int))
 }
 
 /// A graph output's declared shape, when every dimension is a number.

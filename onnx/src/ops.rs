@@ -1362,6 +1362,11 @@ impl Importer<'_> {
 
     /// Constant indices: one, or a list (a chain of selects, at most 64).
     fn gather(&mut self, n: &NodeProto) -> R {
+        let ins = self.inputs(n, 2, 2)?;
+        let i = Self::required(&ins, 1)?;
+        if self.constant(i).is_none() && self.value(i).int.is_some() {
+            return self.gather_by_data(n, Self::required(&ins, 0)?, i);
+        }
         let (x, axis, ishape, indices) = self.gather_plan(n)?;
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
@@ -1393,6 +1398,40 @@ impl Importer<'_> {
         if shape.is_empty() {
             return Err("it gathers a 0-d tensor: not supported".into());
         }
+        self.emit_def(out, shape, rhs)
+    }
+
+    /// A Gather whose indices are an integer input (token ids into an
+    /// embedding): each output element a one-hot sum over the axis, which
+    /// texc computes as a load of the picked element (see
+    /// `texc_schedules::normalize::one_hot_gather`). A negative index counts
+    /// from the end, as in ONNX; one outside the axis gives 0 (ONNX Runtime
+    /// refuses it).
+    fn gather_by_data(&mut self, n: &NodeProto, x: ValueId, i: ValueId) -> R {
+        let a = Attrs::new(n, &["axis"])?;
+        let xs = self.shape(x).to_vec();
+        let axis = normalize_axis(a.int("axis", 0)?, xs.len())?;
+        let ishape = self.shape(i).to_vec();
+        if ishape.is_empty() {
+            return Err("its indices are a 0-d input: not supported".into());
+        }
+        let out = self.output(n)?;
+        let mut shape = xs[..axis].to_vec();
+        shape.extend(&ishape);
+        shape.extend(&xs[axis + 1..]);
+        let v = vars("i", shape.len());
+        let data = self.tensor(x)?;
+        let (idx, int) = (self.value(i).ident.clone(), self.value(i).int.expect("an integer input"));
+        let at = format!("{idx}[{}]", v[axis..axis + ishape.len()].join(", "));
+        // The one-hot variable: `r0` (the importer's names never take it).
+        let mut xi: Vec<String> = v[..axis].to_vec();
+        xi.push("r0".into());
+        xi.extend(v[axis + ishape.len()..].iter().cloned());
+        let d = xs[axis];
+        let rhs = format!(
+            "sum[r0 in 0..{d}](select({at} + select({at} < 0, {d}, 0) == {int}(r0), {data}[{}], 0.0))",
+            xi.join(", ")
+        );
         self.emit_def(out, shape, rhs)
     }
 

@@ -170,6 +170,34 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
         "node `/c` (ConvTranspose): input [1, 2, 5, 5] and weight [3, 2, 3, 3]: only 2-D transposed convolution \
          (NCHW input, weight [C, K, R, S]) is supported"
     );
+    // Integer inputs: the indices of a Gather, nothing else.
+    let with_ids = |elem: i32, use_as: &str| {
+        let mut m = cnn();
+        let g = m.graph.as_mut().expect("graph");
+        let mut ids = value_info("ids", &[1, 3]);
+        ids.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()).expect("a tensor").elem_type = elem;
+        g.input.push(ids);
+        let node = match use_as {
+            "indices" => node("Gather", &["fb", "ids"], "e", vec![]),
+            _ => node("Relu", &["ids"], "e", vec![]),
+        };
+        g.node.push(node);
+        g.output.push(ValueInfoProto { name: "e".into(), ..Default::default() });
+        import(&m).map(|i| i.source).map_err(|e| e.to_string())
+    };
+    let text = with_ids(data_type::INT64, "indices").expect("token ids index a table");
+    assert!(text.contains("ids: i64[1, 3]") && text.contains("== i64(r0), fb[r0], 0.0)"), "{text}");
+    assert!(with_ids(data_type::INT32, "indices").expect("int32 ids").contains("ids: i32[1, 3]"));
+    assert_eq!(
+        with_ids(data_type::INT64, "data").expect_err("refused"),
+        "node `/e` (Relu): `ids` holds integers (i64) and is used as data: integer inputs are supported only as the \
+         indices of a Gather"
+    );
+    assert_eq!(
+        with_ids(data_type::DOUBLE, "indices").expect_err("refused"),
+        "graph input `ids` has elements of type double: float (f32) inputs are supported, and int64 or int32 ones as \
+         the indices of a Gather"
+    );
     // Range folds when its inputs are constants; a computed one is refused.
     let ranged = |limit: &str| {
         let mut m = cnn();

@@ -50,7 +50,7 @@ enum Atom {
 
 /// Whether `e` mentions loop variable `var`.
 pub fn involves(p: &Program, e: TExprId, var: VarId) -> bool {
-    matches!(p.expr(e), TExpr::Var(v) if *v == var) || p.children(e).into_iter().any(|c| involves(p, c, var))
+    p.mentions(e, var)
 }
 
 /// The coefficient of `var` in `e`, if `e` is affine in `var`.

@@ -309,9 +309,16 @@ pub fn default_schedule(p: &mut Program, target: &Target) -> Schedules {
 
 /// [`default_schedule`] with some of its parameters set ([`DefaultKnobs`]).
 pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
+    for si in 0..p.stages.len() {
+        crate::normalize::one_hot_gather(p, si);
+    }
     inline_elementwise(p, target.kind == TargetKind::Gpu);
     hoist_reductions(p);
     if target.kind == TargetKind::Gpu {
+        // A convolution of one group reads `X[n, k / K * C + c, ..]`: `X[n, c, ..]`.
+        for si in 0..p.stages.len() {
+            crate::normalize::simplify_div_mod(p, si);
+        }
         crate::im2col::convolutions_to_gemm(p);
         return gpu_schedule(p, knobs);
     }
@@ -387,7 +394,7 @@ fn gpu_schedule(p: &mut Program, knobs: DefaultKnobs) -> Schedules {
             }
             continue;
         }
-        if block_per_element(ss) {
+        if register_tiled(p, &p.stages[si], ss) || block_per_element(ss) {
             continue;
         }
         let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| !ss.ivs[l].reduce).collect();
@@ -591,6 +598,99 @@ fn attach_row_group(p: &Program, s: &mut Schedules, g: &RowGroup) {
     if crate::attach::infer(p, &mut trial.clone()).is_ok() {
         *s = trial;
     }
+}
+
+/// Elements a thread of [`register_tiled`] computes along each of its two
+/// axes (4×4 accumulators in registers).
+const THREAD_TILE: i64 = 4;
+/// Threads along each axis of a block of [`register_tiled`] (16×16 = 256).
+const TILE_THREADS: i64 = 16;
+
+/// A contraction that tensor cores do not run (f32 products, Winograd's
+/// batched products, direct convolutions): each thread computes a 4×4
+/// block of two spatial axes `i` and `j` with its accumulators in registers
+/// (`cache_write` at its thread loop), so that each element it reads of an
+/// operand that does not depend on `i` (or `j`) serves 4 products; blocks of
+/// 16×16 threads (64×64 of the result), the other spatial axes fused over
+/// `block.z`. `j` is the innermost spatial axis, fused with the ones
+/// before it while shorter than a block's 64 columns (an image's
+/// positions; consecutive threads write consecutive elements) and an `i`
+/// remains: the innermost other axis that some read does not depend on
+/// while another read does not depend on `j` (an outer product: `A[i, k]`
+/// and `B[k, j]`), at least 16 long, as `j` is. Whether the stage is one
+/// (and is now so scheduled).
+fn register_tiled(p: &Program, st: &Stage, ss: &mut StageSchedule) -> bool {
+    let span = Span::default();
+    let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| !ss.ivs[l].reduce).collect();
+    let reduce: Vec<usize> = ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce).collect();
+    if reduce.is_empty() || !contains_reduce(p, st.value) {
+        return false;
+    }
+    let mut all = Vec::new();
+    loads_in(p, st.value, &mut all);
+    let free_of = |l: TExprId, v: usize| !uses_var(p, l, v as u32);
+    // `i` for trailing axes `j_axes`: the innermost other axis of an outer product.
+    let find_i = |others: &[usize], j_axes: &[usize]| {
+        let free_of_j = |l: TExprId| j_axes.iter().all(|&v| free_of(l, v));
+        let outer = |i: usize| {
+            all.iter().any(|&a| free_of(a, i) && all.iter().any(|&b| b != a && free_of_j(b) && !free_of(b, i)))
+        };
+        others.iter().rev().copied().find(|&i| ss.ivs[i].extent >= TILE_THREADS && outer(i))
+    };
+    // As many trailing axes as make a block's 64 columns, where an `i` remains.
+    let mut pick = None;
+    for js in 1..spatial.len() {
+        let (others, j_axes) = spatial.split_at(spatial.len() - js);
+        let columns: i64 = j_axes.iter().map(|&l| ss.ivs[l].extent).product();
+        if columns >= TILE_THREADS {
+            if let Some(i) = find_i(others, j_axes) {
+                pick = Some((js, i));
+            }
+        }
+        if columns >= TILE_THREADS * THREAD_TILE {
+            break;
+        }
+    }
+    let Some((js, i)) = pick else { return false };
+    let (others, j_axes) = spatial.split_at(spatial.len() - js);
+    let batch: Vec<usize> = others.iter().copied().filter(|&l| l != i).collect();
+    let blocks_z: i64 = batch.iter().map(|&l| ss.ivs[l].extent).product();
+    if blocks_z > 65535 {
+        return false;
+    }
+    let name = |ss: &StageSchedule, l: usize, s: &str| format!("{}.{s}", ss.ivs[l].name);
+    let order: Vec<usize> =
+        batch.iter().copied().chain([i]).chain(j_axes.iter().copied()).chain(reduce.iter().copied()).collect();
+    ss.reorder(&order, span).expect("the stage's leaves");
+    let j = fuse_all(ss, j_axes);
+    let z = (!batch.is_empty()).then(|| fuse_all(ss, &batch));
+    let mut tiles = Vec::new();
+    for a in [i, j] {
+        let (b, a2) = ss
+            .split(a, TILE_THREADS * THREAD_TILE, (&name(ss, a, "b"), span), (&name(ss, a, "2"), span), span)
+            .expect("fresh names");
+        let (t, r) =
+            ss.split(a2, THREAD_TILE, (&name(ss, a, "t"), span), (&name(ss, a, "r"), span), span).expect("fresh names");
+        tiles.push((b, t, r));
+    }
+    let [(ib, it, ir), (jb, jt, jr)] = tiles[..] else { unreachable!("two axes") };
+    let order: Vec<usize> = z.into_iter().chain([ib, jb, it, jt]).chain(reduce).chain([ir, jr]).collect();
+    ss.reorder(&order, span).expect("the stage's leaves");
+    if let Some(z) = z {
+        ss.annotate(z, ForKind::Block(GpuDim::Z), span).expect("spatial");
+    }
+    for (l, kind) in [
+        (ib, ForKind::Block(GpuDim::Y)),
+        (jb, ForKind::Block(GpuDim::X)),
+        (it, ForKind::Thread(GpuDim::Y)),
+        (jt, ForKind::Thread(GpuDim::X)),
+        (ir, ForKind::Unrolled),
+        (jr, ForKind::Unrolled),
+    ] {
+        ss.annotate(l, kind, span).expect("spatial");
+    }
+    ss.cache_write = Some((jt, fresh_name(p, &format!("{}.acc", p.tensor(st.tensor).name))));
+    true
 }
 
 /// Reductions at least this long, of stages with fewer elements than

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use texc_compiler::affine::Affine;
-use texc_compiler::ops::BinOp;
+use texc_compiler::ops::{BinOp, MathFn};
 use texc_compiler::tir::*;
 use texc_compiler::types::ElemType;
 
@@ -347,5 +347,37 @@ pub fn rfactor(p: &mut Program, si: usize, lanes: i64) -> bool {
     final_vars.push(VarDecl { name: format!("{}.l", st.vars[r as usize].name), extent: lanes });
     p.stages[si] = Stage { tensor: st.tensor, vars: final_vars, n_axes: st.n_axes, value: total, span };
     p.stages.insert(si, Stage { tensor: t, vars, n_axes: st.n_axes + 1, value: partial, span });
+    true
+}
+
+/// A one-hot sum ([`Stage::one_hot`], how `.tex` writes `embedding`,
+/// whose index is data) is a gather:
+///
+/// ```text
+/// Y[a..] = sum[v < V](select(e == T(v), body(v), 0))   (e does not involve v)
+///   ⇒ Y[a..] = select(0 <= e && e < V, body(clamp(e, 0, V - 1)), 0)
+/// ```
+///
+/// Exactly one term of the sum is the body where `e` is in range, none
+/// otherwise, so the result is the same (up to the sign of a zero); O(1)
+/// per element instead of O(V). Returns whether stage `si` was rewritten.
+pub fn one_hot_gather(p: &mut Program, si: usize) -> bool {
+    let st = p.stages[si].clone();
+    let Some(OneHot { var, extent, index: e, hit, miss }) = st.one_hot(p) else { return false };
+    let (span, ety) = (st.span, p.ty(e));
+    let bool_ty = Ty::Elem(ElemType::Bool);
+    let lo = p.alloc(TExpr::Int(0), ety, span);
+    let hi = p.alloc(TExpr::Int(extent), ety, span);
+    let last = p.alloc(TExpr::Int(extent - 1), ety, span);
+    let above = p.alloc(TExpr::Binary(BinOp::Ge, e, lo), bool_ty, span);
+    let below = p.alloc(TExpr::Binary(BinOp::Lt, e, hi), bool_ty, span);
+    let inside = p.alloc(TExpr::Binary(BinOp::And, above, below), bool_ty, span);
+    let clamped = p.alloc(TExpr::Math(MathFn::Clamp, vec![e, lo, last]), ety, span);
+    let index = p.alloc(TExpr::Cast(clamped), Ty::Index, span);
+    let picked = subst(p, hit, &HashMap::from([(var, index)]), &HashMap::new());
+    let value = p.alloc(TExpr::Select(inside, picked, miss), p.ty(st.value), p.span(st.value));
+    let stage = &mut p.stages[si];
+    stage.vars.pop();
+    stage.value = value;
     true
 }

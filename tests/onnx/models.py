@@ -68,9 +68,9 @@ class Builder:
                self.weight("mean", [c], kind="small"), self.weight("var", [c], kind="positive")]
         return self.op("BatchNormalization", ins, "bn", epsilon=1e-5)
 
-    def model(self, x_shape, out_name, out_shape, opset=17):
+    def model(self, x_shape, out_name, out_shape, opset=17, x_type=TensorProto.FLOAT):
         """`out_shape` None: the output's shape is left to shape inference."""
-        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
+        x = helper.make_tensor_value_info("x", x_type, x_shape)
         y = helper.make_tensor_value_info(out_name, TensorProto.FLOAT, out_shape)
         g = helper.make_graph(self.nodes, "model", [x], [y], self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="texc-tests")
@@ -163,6 +163,27 @@ def encoder(size, seed):
                      b.const("half", np.float32(0.5))])
     x = layer_norm(b.op("Add", [x, linear(g, 4 * d, d)]))
     return b.model([1, s, d], rename_output(b, "y"), [1, s, d])
+
+
+VOCAB = 50
+
+
+def embedding(size, seed):
+    """A transformer's front: token embeddings (a Gather of int64 ids, some
+    negative: they count from the end), position embeddings (a Gather of
+    constant positions), a Gather of the ids along a table's second axis,
+    LayerNormalization and a projection."""
+    b = Builder(seed)
+    s, d = size, 32
+    tok = b.op("Gather", [b.weight("tok", [VOCAB, d], scale=1.0), "x"], axis=0)
+    pos = b.op("Gather", [b.weight("pos", [s, d], scale=1.0), b.const("positions", np.arange(s, dtype=np.int64))],
+               axis=0)
+    col = b.op("Transpose", [b.op("Gather", [b.weight("cols", [d, VOCAB], scale=1.0), "x"], axis=1)], perm=[1, 2, 0])
+    h = b.op("Add", [b.op("Add", [tok, pos]), col])
+    h = b.op("LayerNormalization", [h, b.weight("ln_g", [d], kind="positive"), b.weight("ln_b", [d], kind="small")],
+             axis=-1, epsilon=1e-5)
+    b.op("MatMul", [h, b.weight("proj", [d, 16], scale=1.0 / np.sqrt(d))])
+    return b.model([1, s], rename_output(b, "y"), [1, s, 16], x_type=TensorProto.INT64)
 
 
 def small(size, seed):
@@ -343,7 +364,7 @@ def bad_strides(size, seed):
     return b.model([1, 3, size, size], rename_output(b, "y"), [1, 4, (size - 3) // 2 + 1, size - 2])
 
 
-MODELS = {"decoder": (decoder, 9), "attention3d": (attention3d, 5), "resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
+MODELS = {"embedding": (embedding, 12), "decoder": (decoder, 9), "attention3d": (attention3d, 5), "resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
           "small": (small, 17), "activations": (activations, 6), "layout": (layout, 9), "shapes": (shapes, 5), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
           "bad_strides": (bad_strides, 9)}
 
@@ -362,7 +383,11 @@ def main():
     onnx.save(m, path)
     # A symbolic dimension is 1 in the reference run.
     shape = [d.dim_value or 1 for d in m.graph.input[0].type.tensor_type.shape.dim]
-    x = np.random.default_rng(a.seed + 1).normal(0.0, 1.0, shape).astype(np.float32)
+    rng = np.random.default_rng(a.seed + 1)
+    if m.graph.input[0].type.tensor_type.elem_type == TensorProto.INT64:
+        x = rng.integers(-VOCAB, VOCAB, shape).astype(np.int64)
+    else:
+        x = rng.normal(0.0, 1.0, shape).astype(np.float32)
     np.save(os.path.join(a.out, "x.npy"), x)
     import onnxruntime as ort
     so = ort.SessionOptions()

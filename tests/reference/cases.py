@@ -449,6 +449,15 @@ for r in [2, 3]:
     ref = X.reshape(2, 2, r, r, 3, 5).transpose(0, 1, 4, 2, 5, 3).reshape(2, 2, 3 * r, 5 * r)
     case(f"pixel_shuffle_r{r}", S, "t_pixel_shuffle", {"X": X}, {"Y": ref}, consts=f"r={r}")
 
+# Indices outside 0..V (PyTorch raises) give rows of zeros.
+W = f32(11, 6)
+I = rng.integers(-2, 13, 9).astype(np.int64)
+case("embedding_1", S, "t_embedding_1", {"I": I, "W": W},
+     {"Y": np.where(((I >= 0) & (I < 11))[:, None], W[np.clip(I, 0, 10)], 0).astype(np.float32)})
+W = f32(40, 5)
+I = rng.integers(0, 40, (3, 7)).astype(np.int64)
+case("embedding_2", S, "t_embedding_2", {"I": I, "W": W}, {"Y": W[I]})
+
 with open(os.path.join(OUT, "manifest.txt"), "w") as f:
     f.write("\n".join(manifest) + "\n")
 print(f"{len(manifest)} cases")

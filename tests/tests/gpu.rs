@@ -948,3 +948,44 @@ fn bf16_products_run_on_tensor_cores() {
     assert!(format!("{err:?}").contains("computes on bf16 values"), "{err:?}");
     assert!(pl.compile(&f).is_err(), "the emulation refuses it too");
 }
+
+/// Contractions that tensor cores do not run (f32 products, batched
+/// products, direct convolutions and Winograd's batched products): by
+/// default each thread computes 4×4 of the result with its accumulators in
+/// registers; at sizes the tiles do not divide, against the interpreter
+/// (the loop IR's evaluator and the kernels), and PTX without spills.
+#[test]
+fn the_default_gpu_schedule_keeps_a_threads_products_in_registers() {
+    require_ptxas();
+    let cases = [
+        ("examples/matmul.tex", "M=37,K=19,N=70", "local C.acc: f32[4, 4]"),
+        ("examples/matmul.tex", "M=130,K=33,N=257", "local C.acc: f32[4, 4]"),
+        ("benches/conv_layer.tex", "C=16,H=14,W=14,K=32", "local Y.acc: f32[4, 4]"),
+        ("benches/conv_layer.tex", "C=16,H=24,W=24,K=48", "local Y.acc: f32[4, 4]"),
+        // Winograd F(4×4, 3×3): its batched product over the 36 transform positions (block.z).
+        ("benches/conv_layer.tex", "C=64,H=28,W=28,K=64", "for n.i.j in 0..36 block.z:"),
+    ];
+    for (file, shapes, local) in cases {
+        let (mut pl, k) = texc_tests::load_file("nvptx-sm90", file, None).expect("loads");
+        pl.options.rewrite = true;
+        let shapes = shapes.split(',').map(|kv| {
+            let (n, v) = kv.split_once('=').expect("name=value");
+            (n.to_string(), v.parse().expect("a number"))
+        });
+        let b = Bindings { shapes: shapes.collect(), ..Default::default() };
+        // The e-graph's plan (Winograd where it pays), against the graph as written.
+        let (built, loops) = pl.build(k, &b).unwrap_or_else(|e| panic!("{}", rendered(&pl, e)));
+        let (p, f) = (built.written, loops.legal);
+        let text = texc_schedules::ir::print(&f);
+        let what = format!("{file} {:?}", b.shapes);
+        assert!(text.contains(local) && text.contains(".acc: f32[4, 4]"), "{what}:\n{text}");
+        assert!(error_vs_interp(&mut pl, &p, &f, 4) < 1e-5, "{what}");
+        let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 4).expect("binds");
+        let want = texc_compiler::interp::run(&p, args()).expect("interp");
+        let got = texc_schedules::eval::run(&f, args()).expect("evaluates");
+        assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{what}: loop-IR evaluator");
+        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let (_, res) = texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "{what}: no spills: {res:?}");
+    }
+}

@@ -360,3 +360,67 @@ schedule up for x86-avx2 {
         assert_outputs(&format!("pattern loads on {}", t.name), &p, &f, 3, got);
     }
 }
+
+/// Indices in `lo..hi` for `I`, random data for the rest.
+fn args_with_indices(p: &Program, lo: i64, hi: i64, seed: u64) -> Vec<Arg> {
+    let i = p.params.iter().find_map(|param| match param {
+        texc_compiler::tir::ProgramParam::Tensor(t) if p.tensor(*t).name == "I" => Some(p.tensor(*t).clone()),
+        _ => None,
+    });
+    let i = i.expect("an index input `I`");
+    let shape: Vec<usize> = i.shape.iter().map(|&d| d as usize).collect();
+    let mut rng = SplitMix64::new(seed);
+    let n: usize = shape.iter().product();
+    let span = (hi - lo) as u64;
+    let data: Vec<i64> = (0..n).map(|_| lo + (rng.next_u64() % span) as i64).collect();
+    let data = match i.elem {
+        texc_runtime::DType::I32 => texc_runtime::Data::I32(data.into_iter().map(|x| x as i32).collect()),
+        _ => texc_runtime::Data::I64(data),
+    };
+    let ids = texc_runtime::Tensor { shape, data };
+    interp::bind_args(p, HashMap::from([("I".to_string(), ids)]), &[], seed).expect("binds")
+}
+
+/// A one-hot sum (how `std.nn`'s `embedding` is written) runs as one load
+/// of the picked row (`normalize::one_hot_gather`), with the same results
+/// as the interpreter's sum, indices outside the table included, on every
+/// target; a sum whose condition involves the summed variable on both
+/// sides is left as it is.
+#[test]
+fn one_hot_sums_run_as_gathers() {
+    let emb = "import std.nn;\nkernel e1(I: i64[N], W: f32[V, D]) -> Y: f32[N, D] { Y = embedding(I, W); }\n\
+               kernel e2(I: i64[B, N], W: f32[V, D]) -> Y: f32[B, N, D] { Y = embedding(I, W); }\n\
+               kernel e3(I: i32[N], W: f32[D, V]) -> Y: f32[N, D] {\n    \
+               Y[n, d] = sum[v](select(i32(v) == I[n] - 1, W[d, v], 0.0));\n}\n\
+               kernel e4(I: i64[N], W: f32[V, D]) -> Y: f32[N, D] {\n    \
+               Y[n, d] = sum[v](select(I[n] + i64(v) == i64(2 * v), W[v, d], 0.0));\n}\n";
+    for (kernel, shapes, gather) in [
+        ("e1", "N=9,V=13,D=7", true),
+        ("e2", "B=3,N=5,V=40,D=33", true),
+        ("e3", "N=17,V=6,D=9", true),
+        ("e4", "N=8,V=10,D=4", false),
+    ] {
+        let b = shape_bindings(shapes);
+        let (mut pl, k) = texc_tests::load_text("interp", "emb.tex", emb, Some(kernel)).expect("loads");
+        let p = texc_tests::specialize(&mut pl, k, &b);
+        let v = shapes.split(',').find_map(|kv| kv.strip_prefix("V=")).and_then(|x| x.parse::<i64>().ok());
+        let v = v.expect("V");
+        for target in ["x86-avx2", "x86-avx512", "cranelift", "nvptx-sm90"] {
+            let t = texc_compiler::target::lookup(target).expect("registered");
+            let f = texc_tests::default_lowered(target, &p);
+            let text = texc_schedules::ir::print(&f);
+            assert_eq!(text.contains("index(clamp("), gather, "{kernel} on {target}:\n{text}");
+            let args = || args_with_indices(&p, -3, v + 3, 7);
+            let want = interp::run(&p, args()).expect("interp");
+            let eval = eval::run(&f, args()).expect("evaluates");
+            assert_eq!(rel_error(&eval[0], &want[0]), 0.0, "{kernel} on {target}: loop IR");
+            if t.check_runs_here().is_err() && t.gpu.is_none() {
+                continue;
+            }
+            let mut pl = texc_tests::pipeline(target);
+            let legal = pl.legalize(f).expect("legal");
+            let got = pl.compile(&legal).expect("compiles").run(args()).expect("runs");
+            assert_eq!(rel_error(&got[0], &want[0]), 0.0, "{kernel} on {target}");
+        }
+    }
+}

@@ -101,6 +101,13 @@ fn imported_model_matches_onnx_runtime(model: &str, targets: &[&str]) {
     assert_eq!(std::fs::read(&tex).expect("tex"), again, "import is deterministic");
 }
 
+/// Token ids (int64 inputs) index embeddings: Gather of data, which texc
+/// writes as a one-hot sum and runs as a load of the row.
+#[test]
+fn embeddings_of_token_ids_match_onnx_runtime() {
+    imported_model_matches_onnx_runtime("embedding", &["interp", "x86-avx2", "x86-avx512", "cranelift"]);
+}
+
 #[test]
 fn resnet18_matches_onnx_runtime() {
     imported_model_matches_onnx_runtime("resnet18", &["interp", "x86-avx2"]);

@@ -36,6 +36,24 @@ fn both(a: Option<i128>, b: Option<i128>, f: impl Fn(i128, i128) -> Option<i128>
 }
 
 impl Iv {
+    /// `max(x, y)`: at least the larger known lower bound, whatever the other is.
+    fn max(self, o: Iv) -> Iv {
+        let lo = match (self.lo, o.lo) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        Iv { lo, hi: both(self.hi, o.hi, |a, b| Some(a.max(b))) }
+    }
+
+    /// `min(x, y)`: at most the smaller known upper bound, whatever the other is.
+    fn min(self, o: Iv) -> Iv {
+        let hi = match (self.hi, o.hi) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Iv { lo: both(self.lo, o.lo, |a, b| Some(a.min(b))), hi }
+    }
+
     fn add(self, o: Iv) -> Iv {
         Iv { lo: both(self.lo, o.lo, i128::checked_add), hi: both(self.hi, o.hi, i128::checked_add) }
     }
@@ -352,13 +370,11 @@ impl Checker<'_> {
                     _ => ANY,
                 }
             }
-            TExpr::Math(MathFn::Min, args) if args.len() == 2 => {
-                let (x, y) = (self.interval(args[0]), self.interval(args[1]));
-                Iv { lo: both(x.lo, y.lo, |a, b| Some(a.min(b))), hi: both(x.hi, y.hi, |a, b| Some(a.min(b))) }
-            }
-            TExpr::Math(MathFn::Max, args) if args.len() == 2 => {
-                let (x, y) = (self.interval(args[0]), self.interval(args[1]));
-                Iv { lo: both(x.lo, y.lo, |a, b| Some(a.max(b))), hi: both(x.hi, y.hi, |a, b| Some(a.max(b))) }
+            TExpr::Math(MathFn::Min, args) if args.len() == 2 => self.interval(args[0]).min(self.interval(args[1])),
+            TExpr::Math(MathFn::Max, args) if args.len() == 2 => self.interval(args[0]).max(self.interval(args[1])),
+            // `clamp(x, lo, hi)` is `min(max(x, lo), hi)`, in range whatever `x` is (a gather's index).
+            TExpr::Math(MathFn::Clamp, args) if args.len() == 3 && is_integer(p.ty(e)) => {
+                self.interval(args[0]).max(self.interval(args[1])).min(self.interval(args[2]))
             }
             TExpr::Select(_, a, b) => self.interval(*a).union(self.interval(*b)),
             // Integer conversions keep values that fit (checked below).
