@@ -118,6 +118,9 @@ pub struct GpuSpec {
     /// Shared memory a kernel may declare statically (the rest is dynamic).
     pub static_shared_bytes: i64,
     pub warp_size: i64,
+    /// 32-bit registers one thread may have, and one block's threads together.
+    pub registers_per_thread: i64,
+    pub registers_per_block: i64,
 }
 
 /// A machine's roofline: f32 peak and memory bandwidth.
@@ -374,6 +377,8 @@ const CUDA_LIMITS: GpuSpec = GpuSpec {
     shared_bytes_per_block: 48 * 1024,
     static_shared_bytes: 48 * 1024,
     warp_size: 32,
+    registers_per_thread: 255,
+    registers_per_block: 65536,
 };
 
 fn build_registry() -> Vec<Target> {

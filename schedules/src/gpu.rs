@@ -28,7 +28,9 @@
 //!   (checked by walking the block's statements in order, loops twice,
 //!   each thread loop one statement);
 //!   barriers are outside thread loops and `if`s, so every thread reaches them;
-//! - the grid, the block and the shared memory fit the target's limits.
+//! - the grid, the block and the shared memory fit the target's limits, and
+//!   so do the thread-private buffers open at once, in registers (255 a
+//!   thread, 65536 a block).
 //!
 //! Under these rules the iterations of bound loops are independent between
 //! barriers, so running the loop nest in order — each thread loop to its
@@ -158,11 +160,14 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
         mma: false,
         thread_x: None,
         warp_reduce: None,
+        local_words: 0,
+        most_local: (0, None),
     };
     w.stmts(inner, &mut bound.clone(), &mut [false; 3], false)?;
     if let Some(t) = w.warp_reduce {
         w.check_warp_reduce(t)?;
     }
+    w.check_registers(spec)?;
     if w.mma && w.block[0] != WARP {
         return Err(RuleError::from(format!(
             "launch {} has `mma` and {} threads along x: the 32 lanes of a warp are thread.x, so thread.x loops \
@@ -211,6 +216,11 @@ struct Walk<'a> {
     thread_x: Option<VarId>,
     /// The buffer of the launch's first warp reduction.
     warp_reduce: Option<TensorId>,
+    /// 32-bit words of the thread-private buffers open at the statement
+    /// being walked, and the most at any statement (with the innermost
+    /// buffer open there).
+    local_words: i64,
+    most_local: (i64, Option<TensorId>),
 }
 
 /// Threads of a warp.
@@ -358,6 +368,16 @@ impl Walk<'_> {
                     }
                     open[i] = false;
                 }
+                Stmt::Alloc { tensor, body } if self.private.contains(tensor) => {
+                    let d = self.f.p.tensor(*tensor);
+                    let words = d.len().saturating_mul(d.elem.size() as i64).saturating_add(3) / 4;
+                    self.local_words = self.local_words.saturating_add(words);
+                    if self.local_words > self.most_local.0 {
+                        self.most_local = (self.local_words, Some(*tensor));
+                    }
+                    self.stmts(body, bound, open, guarded)?;
+                    self.local_words -= words;
+                }
                 Stmt::For { body, .. } | Stmt::Alloc { body, .. } => self.stmts(body, bound, open, guarded)?,
                 Stmt::If { cond, then } => {
                     self.check_register_reads(*cond)?;
@@ -428,6 +448,33 @@ impl Walk<'_> {
             Some(t) => self.check_own_element(t, &[], e),
             None => Ok(()),
         }
+    }
+
+    /// A thread's private buffers (accumulators, small arrays) are meant for
+    /// its registers: together they fit in the registers a thread may have,
+    /// and the block's threads' in the registers of a block. (Beyond that
+    /// they would live in local memory, a round trip per access; `ptxas`
+    /// reports what it spills besides.)
+    fn check_registers(&self, spec: &GpuSpec) -> R {
+        let (words, Some(t)) = self.most_local else { return Ok(()) };
+        let threads: i64 = self.block.iter().product();
+        let name = self.tensor_name(t);
+        let why = if words > spec.registers_per_thread {
+            format!(
+                "a thread's local buffers (with `{name}`) take {words} 32-bit registers, more than the {} a thread has",
+                spec.registers_per_thread
+            )
+        } else if words.saturating_mul(threads) > spec.registers_per_block {
+            format!(
+                "a thread's local buffers (with `{name}`) take {words} 32-bit registers, and {threads} threads need {}, \
+                 more than the {} of a block",
+                words.saturating_mul(threads),
+                spec.registers_per_block
+            )
+        } else {
+            return Ok(());
+        };
+        Err(RuleError::at(Site::Tensor(t), why))
     }
 
     /// A warp reduction's groups are warps (or their first lanes) when the

@@ -213,6 +213,9 @@ fn loop_nests_that_break_a_launch_rule_are_rejected() {
         (&warp_nest("P[t] = A[t]", "warp_reduce sum P by 32", "B[b * 64 + u] = P[u]").replace("P: f32[64]", "P: f32[128]"), "it has more elements than the block has threads"),
         ("  for b in 0..1 block.x:\n    local P: f32[64]:\n      for t in 0..64 thread.x:\n        B[t] = A[t]\n      warp_reduce sum P by 32\n", "`P` is not a buffer declared `registers`"),
         (&warp_nest("P[t] = A[t]", "warp_reduce sum P by 64", "B[b * 64 + u] = P[u]"), "a warp reduction is by 2, 4, 8, 16 or 32 lanes"),
+        // A thread's local buffers are its registers: 255 a thread, 65536 a block.
+        ("  for b in 0..2 block.x:\n    for t in 0..32 thread.x:\n      local L: f32[300]:\n        L[0] = A[t]\n        B[b * 32 + t] = L[0]\n", "`L`) take 300 32-bit registers, more than the 255 a thread has"),
+        ("  for t in 0..1024 thread.x:\n    local L: f32[65]:\n      L[0] = A[t % 64]\n      T[t % 64] = L[0]\n", "1024 threads need 66560, more than the 65536 of a block"),
     ];
     for (body, want) in cases {
         let err = loops_error(body);
