@@ -130,8 +130,9 @@ pub fn apply_with(
 ) -> Result<Schedules, Diagnostic> {
     let sched = src.block;
     let ScheduleBody::Primitives(prims) = &sched.body else {
-        return Err(Diagnostic::at(sched.span, "`= auto` needs the autotuner, which texc does not have yet")
-            .with_note("remove this schedule to get the default schedule for the target"));
+        // `= auto`: the default schedule with the autotuner's knobs (`crate::find_schedule`).
+        let defaults = crate::default::DefaultKnobs::from_knobs(knobs).map_err(|m| Diagnostic::at(sched.span, m))?;
+        return Ok(crate::default::default_schedule_with(p, target, defaults));
     };
     let tunes = tunable_values(prims, knobs)?;
     for prim in prims {

@@ -59,9 +59,12 @@ pub struct ScheduleSrc<'s> {
 
 /// The `schedule` block of kernel `k` for `target`, or else for the
 /// nearest target it extends (`x86-avx512` runs an `x86-avx2` schedule), if
-/// the source has one.
+/// the source has one that is not `= auto`.
 pub fn find_schedule<'s>(s: &'s Session, k: KernelRef, target: &Target) -> Option<ScheduleSrc<'s>> {
-    target.lineage().into_iter().find_map(|t| own_schedule_block(s, k, t))
+    let found = target.lineage().into_iter().find_map(|t| own_schedule_block(s, k, t))?;
+    // `= auto` hands the kernel to the autotuner: the default schedule and its
+    // knobs, set by `--knob` or the tuning database, as without a block.
+    (!matches!(found.block.body, texc_grammar::ast::ScheduleBody::Auto)).then_some(found)
 }
 
 /// The `schedule` block written for exactly `target` (no fallback), for checking it.

@@ -424,3 +424,32 @@ fn one_hot_sums_run_as_gathers() {
         }
     }
 }
+
+/// `schedule K for T = auto;` hands the kernel to the autotuner: it runs the
+/// default schedule for `T`, with the knobs given (or the tuning
+/// database's), not the schedule of a target `T` extends; `texc check`
+/// accepts it.
+#[test]
+fn an_auto_schedule_is_the_default_schedule_and_its_knobs() {
+    let src = "kernel mm(A: f32[M = 96, K = 64], B: f32[K, N = 80]) -> C: f32[M, N] {\n    \
+               C[i, j] = sum[k](A[i, k] * B[k, j]);\n}\n\
+               schedule mm for x86-avx2 {\n    split C.j by 8 -> (jo, ji);\n    reorder C(i, jo, k, ji);\n    \
+               vectorize C.ji;\n}\nschedule mm for x86-avx512 = auto;\nschedule mm for nvptx-sm90 = auto;\n";
+    texc_tests::check_text("auto.tex", src).unwrap_or_else(|e| panic!("{e}"));
+    let lowered = |target: &str, knobs: &[(&str, i64)]| {
+        let (mut pl, k) = texc_tests::load_text(target, "auto.tex", src, None).expect("loads");
+        pl.options.knobs = knobs.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        (texc_schedules::ir::print(&texc_tests::loops(&mut pl, k, &p)), p)
+    };
+    let (hand, _) = lowered("x86-avx2", &[]);
+    assert!(hand.contains("for jo in 0..10"), "{hand}");
+    for target in ["x86-avx512", "nvptx-sm90"] {
+        let (auto, p) = lowered(target, &[]);
+        let mut pl = texc_tests::pipeline(target);
+        let legal = pl.legalize(texc_tests::default_lowered(target, &p)).expect("legal");
+        assert_eq!(auto, texc_schedules::ir::print(&legal), "{target}: the default schedule");
+    }
+    let (rows, _) = lowered("x86-avx512", &[("rows", 2)]);
+    assert_ne!(rows, lowered("x86-avx512", &[]).0, "a knob of the default schedule applies");
+}

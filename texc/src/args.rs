@@ -110,6 +110,11 @@ pub struct BenchArgs {
     /// Print one JSON object (times in ms, rates, bound, check) instead of the report.
     #[arg(long)]
     pub json: bool,
+    /// For `texc tune`'s workers: once compiled, print `compiled` and wait
+    /// for a line on standard input before timing (so that candidates
+    /// compile together and are timed one at a time).
+    #[arg(long, hide = true)]
+    pub wait_to_time: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -131,9 +136,13 @@ pub struct TuneArgs {
     /// Untimed runs per candidate first.
     #[arg(long, default_value_t = 2)]
     pub warmup: usize,
-    /// Seconds a candidate may take (compiling and measuring) before its worker is killed.
+    /// Seconds a candidate may take to compile, and again to be measured, before its worker is killed.
     #[arg(long, value_name = "S", default_value_t = 60.0)]
     pub trial_timeout: f64,
+    /// Candidates compiled at once, each by its worker (default: the machine's cores); they are
+    /// measured one at a time, after all have compiled.
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
     /// Print the winning schedule, ready to paste into the kernel's file.
     #[arg(long)]
     pub emit_schedule: bool,

@@ -706,6 +706,20 @@ fn check_outputs(
     (checks, bad)
 }
 
+/// A tuning worker, compiled: says so on standard output and waits for a
+/// line on standard input (its turn to time, on an otherwise idle machine).
+fn wait_for_turn() -> Result<(), Error> {
+    use std::io::{BufRead, Write};
+    let mut stdout = std::io::stdout();
+    let said = writeln!(stdout, "compiled").and_then(|()| stdout.flush());
+    let mut line = String::new();
+    match said.and_then(|()| std::io::stdin().lock().read_line(&mut line)) {
+        Ok(n) if n > 0 => Ok(()),
+        Ok(_) => Err(Diagnostic::error("the tuner went away before this candidate's turn").into()),
+        Err(e) => Err(Diagnostic::error(format!("talking to the tuner: {e}")).into()),
+    }
+}
+
 fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     use crate::report::{Json, Limit, Stats};
     if a.run.emulate_gpu {
@@ -741,6 +755,9 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
         pl.compile(job.legal.as_ref().expect("a compiled target"))?
     };
     let mut bufs = compiled.prepare(job.compiled_args().to_vec()).map_err(|e| Diagnostic::error(e.to_string()))?;
+    if a.wait_to_time {
+        wait_for_turn()?;
+    }
     // One call first: a kernel that cannot run (a GPU launch refused) fails here, before timing.
     compiled.call(&mut bufs)?;
     let mut failed = None;

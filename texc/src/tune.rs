@@ -2,9 +2,10 @@
 //! and the tuning database they are recorded in.
 //!
 //! Each candidate is measured by a worker process (`texc bench --json`
-//! with the candidate's `--knob`s), one at a time, so that a candidate that
-//! crashes, hangs past `--trial-timeout` or is rejected loses only its own
-//! trial, and the measuring process has the machine to itself. Candidate
+//! with the candidate's `--knob`s), so that a candidate that crashes, hangs
+//! past `--trial-timeout` or is rejected loses only its own trial. Workers
+//! come in batches of `--jobs`: they compile at once, then time one at a
+//! time, so that the measuring process has the machine to itself. Candidate
 //! zero is the template's own choice, so the best is never slower than the
 //! untuned kernel. Spaces no larger than `--trials` are measured whole (in
 //! a seeded order); larger ones by an evolutionary search: random points
@@ -120,8 +121,9 @@ fn sample_points(ts: &[Tunable], count: usize, rng: &mut SplitMix64) -> Vec<Poin
     pts
 }
 
-/// One worker's measurement: the median in ms, or why it failed.
-fn measure(a: &TuneArgs, knobs: &[(String, i64)]) -> Result<f64, String> {
+/// The worker process that compiles and times one candidate: `texc bench
+/// --json` with its knobs (`gate`: it waits, compiled, for its turn to time).
+fn worker(a: &TuneArgs, knobs: &[(String, i64)], gate: bool) -> Result<std::process::Child, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find texc itself: {e}"))?;
     let c = &a.common;
     let mut cmd = Command::new(exe);
@@ -139,31 +141,128 @@ fn measure(a: &TuneArgs, knobs: &[(String, i64)]) -> Result<f64, String> {
     if !knobs.is_empty() {
         cmd.args(["--knob", &knobs.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(",")]);
     }
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + Duration::from_secs_f64(a.trial_timeout);
+    if gate {
+        cmd.arg("--wait-to-time");
+    }
+    let stdin = if gate { Stdio::piped() } else { Stdio::null() };
+    cmd.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())
+}
+
+/// A running worker: its process, and its output read by threads (so that
+/// a full pipe never stalls it). `ready` gets one message when it has
+/// compiled (or its output ended).
+struct Running {
+    child: std::process::Child,
+    stdout: std::thread::JoinHandle<Vec<u8>>,
+    stderr: std::thread::JoinHandle<Vec<u8>>,
+}
+
+fn start(
+    a: &TuneArgs,
+    knobs: &[(String, i64)],
+    gate: bool,
+    ready: std::sync::mpsc::Sender<usize>,
+    id: usize,
+) -> Result<Running, String> {
+    use std::io::{BufRead, Read};
+    let mut child = worker(a, knobs, gate)?;
+    let out = child.stdout.take().expect("piped");
+    let err = child.stderr.take().expect("piped");
+    let stdout = std::thread::spawn(move || {
+        let mut r = std::io::BufReader::new(out);
+        let mut first = Vec::new();
+        let _ = r.read_until(b'\n', &mut first);
+        let said = first == b"compiled\n";
+        let _ = ready.send(id);
+        let mut rest = if said { Vec::new() } else { first };
+        let _ = r.read_to_end(&mut rest);
+        rest
+    });
+    let stderr = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::BufReader::new(err).read_to_end(&mut v);
+        v
+    });
+    Ok(Running { child, stdout, stderr })
+}
+
+/// Wait for `r` to end, at most until `deadline`: its median in ms, or why it failed.
+fn finish(mut r: Running, deadline: Instant, timeout: f64) -> Result<f64, String> {
     loop {
-        match child.try_wait().map_err(|e| e.to_string())? {
+        match r.child.try_wait().map_err(|e| e.to_string())? {
             Some(_) => break,
             None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("killed after {} s", a.trial_timeout));
+                let _ = r.child.kill();
+                let _ = r.child.wait();
+                return Err(format!("killed after {timeout} s"));
             }
             None => std::thread::sleep(Duration::from_millis(5)),
         }
     }
-    let o = child.wait_with_output().map_err(|e| e.to_string())?;
-    if !o.status.success() {
-        let err = String::from_utf8_lossy(&o.stderr);
+    let status = r.child.wait().map_err(|e| e.to_string())?;
+    let (out, err) = (r.stdout.join().unwrap_or_default(), r.stderr.join().unwrap_or_default());
+    if !status.success() {
+        let err = String::from_utf8_lossy(&err);
         let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-        return Err(match o.status.code() {
+        return Err(match status.code() {
             Some(code) => format!("rejected (exit {code}): {first}"),
             None => "the worker crashed".to_string(),
         });
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(&o.stdout).map_err(|e| format!("unreadable worker output: {e}"))?;
+    let v: serde_json::Value = serde_json::from_slice(&out).map_err(|e| format!("unreadable worker output: {e}"))?;
     v.pointer("/time_ms/median").and_then(|x| x.as_f64()).ok_or_else(|| "no median in the worker output".into())
+}
+
+/// Measure a batch of candidates: their workers compile at once, then
+/// time one at a time, each alone on the machine (the others wait,
+/// compiled). Each phase of a worker may take `--trial-timeout` seconds;
+/// a worker that crashes, hangs or is rejected loses only its own trial.
+fn measure_batch(a: &TuneArgs, batch: &[Knobs]) -> Vec<Result<f64, String>> {
+    let gate = batch.len() > 1;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut running: Vec<Option<Result<Running, String>>> =
+        batch.iter().enumerate().map(|(id, k)| Some(start(a, k, gate, tx.clone(), id))).collect();
+    drop(tx);
+    let mut ready = HashSet::new();
+    if gate {
+        // All compiled (or failed) before any is timed; one still compiling
+        // after `--trial-timeout` seconds is killed.
+        let deadline = Instant::now() + Duration::from_secs_f64(a.trial_timeout);
+        let waiting = running.iter().filter(|r| matches!(r, Some(Ok(_)))).count();
+        while ready.len() < waiting {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(id) => ready.insert(id),
+                Err(_) => break,
+            };
+        }
+    }
+    let mut out = Vec::new();
+    for (id, r) in running.iter_mut().enumerate() {
+        out.push(match r.take().expect("each once") {
+            Err(e) => Err(e),
+            Ok(mut w) if gate && !ready.contains(&id) => {
+                let _ = w.child.kill();
+                let _ = w.child.wait();
+                Err(format!("killed after {} s compiling", a.trial_timeout))
+            }
+            Ok(mut w) => {
+                if let Some(stdin) = w.child.stdin.as_mut() {
+                    use std::io::Write;
+                    let _ = stdin.write_all(b"go\n").and_then(|()| stdin.flush());
+                }
+                finish(w, Instant::now() + Duration::from_secs_f64(a.trial_timeout), a.trial_timeout)
+            }
+        });
+    }
+    out
+}
+
+/// A candidate of a batch: its knobs, its loop nests' features (or why it
+/// was rejected before compiling), and the model's prediction if it picked it.
+struct Candidate {
+    knobs: Knobs,
+    features: Result<Vec<f64>, String>,
+    predicted: Option<f64>,
 }
 
 struct Trial {
@@ -350,85 +449,101 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     let mut misses = 0;
     let mut duplicates = 0;
     let mut nests: HashSet<String> = HashSet::new();
-    while trials.len() < trial_limit && started.elapsed().as_secs_f64() < a.time_budget && misses < 200 {
-        // Three picks in four from the cost model once it has learned
-        // enough; the fourth explores as the model-free search does.
-        let by_model = (evolutionary && !a.no_model && queue.is_empty() && !rng.next_u64().is_multiple_of(4))
-            .then(|| model_pick(pl, (k, &b), &model, &trials, &ts, (&seen, &nests), &mut rng))
-            .flatten();
-        let (point, predicted) = match by_model {
-            Some((p, y)) => (p, Some(y)),
-            None => match next_point(&mut queue, evolutionary, &trials, &ts, &mut rng) {
-                Some(p) => (p, None),
-                None => break,
-            },
-        };
-        let knobs = knobs_of(&ts, &point);
-        if !seen.insert(knobs.clone()) {
-            misses += 1;
-            continue;
-        }
-        // Built here first: an illegal candidate is rejected before any
-        // worker compiles it, and one whose loop nests another already had
-        // is not measured again.
-        let mut features = None;
-        let result = match build_nest(pl, k, &b, &knobs) {
-            Err(e) => Err(format!("rejected before compiling: {e}")),
-            Ok(nest) if !nests.insert(db::stable_hash(texc_schedules::ir::print(&nest).as_bytes())) => {
-                duplicates += 1;
+    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let mut exhausted = false;
+    while !exhausted && trials.len() < trial_limit && started.elapsed().as_secs_f64() < a.time_budget && misses < 200 {
+        // A batch of candidates, each built here first: an illegal one is
+        // rejected before any worker compiles it, and one whose loop nests
+        // another already had is not measured again.
+        let mut batch: Vec<Candidate> = Vec::new();
+        while batch.len() < jobs.min(trial_limit - trials.len()) && misses < 200 {
+            // Three picks in four from the cost model once it has learned
+            // enough; the fourth explores as the model-free search does.
+            let by_model = (evolutionary && !a.no_model && queue.is_empty() && !rng.next_u64().is_multiple_of(4))
+                .then(|| model_pick(pl, (k, &b), &model, &trials, &ts, (&seen, &nests), &mut rng))
+                .flatten();
+            let (point, predicted) = match by_model {
+                Some((p, y)) => (p, Some(y)),
+                None => match next_point(&mut queue, evolutionary, &trials, &ts, &mut rng) {
+                    Some(p) => (p, None),
+                    None => {
+                        exhausted = true;
+                        break;
+                    }
+                },
+            };
+            let knobs = knobs_of(&ts, &point);
+            if !seen.insert(knobs.clone()) {
                 misses += 1;
                 continue;
             }
-            Ok(nest) => {
-                features = Some(model::features(&nest, &knobs, &knob_names));
-                measure(a, &knobs)
-            }
-        };
-        if let (Ok(ms), Some(f)) = (&result, features) {
-            model.observe(f, *ms);
-            if evolutionary {
-                model.fit();
-            }
-        }
-        misses = 0;
-        let at = started.elapsed().as_secs_f64();
-        if let Ok(ms) = result {
-            let record = Record {
-                key: key.clone(),
-                kernel: written.name.clone(),
-                texc_version: texc_pipeline::tuning::TEXC_VERSION.to_string(),
-                knobs: knobs.clone(),
-                schedule: pl.instantiate(k, &knobs).unwrap_or_default(),
-                time_ms: ms,
-                measured: Measured {
-                    runs: a.repeat as u64,
-                    warmup: a.warmup as u64,
-                    threads: texc_runtime::pool::num_threads() as u64,
-                },
-                unix_time: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs()),
+            let features = match build_nest(pl, k, &b, &knobs) {
+                Err(e) => Err(format!("rejected before compiling: {e}")),
+                Ok(nest) if !nests.insert(db::stable_hash(texc_schedules::ir::print(&nest).as_bytes())) => {
+                    duplicates += 1;
+                    misses += 1;
+                    continue;
+                }
+                Ok(nest) => Ok(model::features(&nest, &knobs, &knob_names)),
             };
-            db.append(&record).map_err(cannot)?;
+            misses = 0;
+            batch.push(Candidate { knobs, features, predicted });
         }
-        let best = trials
-            .iter()
-            .filter_map(|t| t.result.as_ref().ok().copied())
-            .chain(result.as_ref().ok().copied())
-            .fold(f64::INFINITY, f64::min);
-        let line = match &result {
-            Ok(ms) => format!("trial {}: {}: {ms:.4} ms (best {best:.4} ms)", trials.len() + 1, show_knobs(&knobs)),
-            Err(why) => format!("trial {}: {}: {why}", trials.len() + 1, show_knobs(&knobs)),
-        };
-        match &bar {
-            Some(pb) => {
-                pb.inc(1);
-                pb.set_message(format!("best {best:.4} ms"));
-                pb.println(line);
+        let built: Vec<Knobs> = batch.iter().filter(|c| c.features.is_ok()).map(|c| c.knobs.clone()).collect();
+        let mut measured = measure_batch(a, &built).into_iter();
+        for Candidate { knobs, features, predicted } in batch {
+            let result = match features {
+                Err(e) => Err(e),
+                Ok(f) => {
+                    let result = measured.next().expect("one result per built candidate");
+                    if let Ok(ms) = &result {
+                        model.observe(f, *ms);
+                        if evolutionary {
+                            model.fit();
+                        }
+                    }
+                    result
+                }
+            };
+            let at = started.elapsed().as_secs_f64();
+            if let Ok(ms) = result {
+                let record = Record {
+                    key: key.clone(),
+                    kernel: written.name.clone(),
+                    texc_version: texc_pipeline::tuning::TEXC_VERSION.to_string(),
+                    knobs: knobs.clone(),
+                    schedule: pl.instantiate(k, &knobs).unwrap_or_default(),
+                    time_ms: ms,
+                    measured: Measured {
+                        runs: a.repeat as u64,
+                        warmup: a.warmup as u64,
+                        threads: texc_runtime::pool::num_threads() as u64,
+                    },
+                    unix_time: std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs()),
+                };
+                db.append(&record).map_err(cannot)?;
             }
-            None => eprintln!("{line}"),
+            let best = trials
+                .iter()
+                .filter_map(|t| t.result.as_ref().ok().copied())
+                .chain(result.as_ref().ok().copied())
+                .fold(f64::INFINITY, f64::min);
+            let line = match &result {
+                Ok(ms) => format!("trial {}: {}: {ms:.4} ms (best {best:.4} ms)", trials.len() + 1, show_knobs(&knobs)),
+                Err(why) => format!("trial {}: {}: {why}", trials.len() + 1, show_knobs(&knobs)),
+            };
+            match &bar {
+                Some(pb) => {
+                    pb.inc(1);
+                    pb.set_message(format!("best {best:.4} ms"));
+                    pb.println(line);
+                }
+                None => eprintln!("{line}"),
+            }
+            trials.push(Trial { knobs, result, at, from_db: false, predicted });
         }
-        trials.push(Trial { knobs, result, at, from_db: false, predicted });
     }
     if let Some(pb) = bar {
         pb.finish_and_clear();

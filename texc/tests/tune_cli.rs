@@ -325,3 +325,27 @@ fn the_cost_model_picks_candidates_in_large_spaces() {
     let n = records(&db).len();
     assert!((1..=16).contains(&n), "{n} records:\n{out}\n{e}");
 }
+
+/// `--jobs 2`: candidates compile two at a time and are timed one at a
+/// time; a worker still compiling after `--trial-timeout` is killed and
+/// loses only its trial (here every one: the tuner says none could be
+/// measured, and records nothing).
+#[test]
+fn candidates_compile_together_and_time_alone() {
+    let db = tmp("jobs.jsonl");
+    let mut args: Vec<&str> = TUNE.to_vec();
+    args.extend(["--repeat", "3", "--trials", "6", "--jobs", "2"]);
+    let o = texc(&db, &args);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(out.contains("6 trials (6 measured now"), "{out}");
+    assert_eq!(records(&db).len(), 6, "{e}");
+    let db = tmp("jobs_killed.jsonl");
+    args.extend(["--trial-timeout", "0.001"]);
+    let o = texc(&db, &args);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{e}");
+    assert!(e.contains("s compiling"), "{e}");
+    assert!(e.contains("no candidate of `mm` could be measured"), "{out}\n{e}");
+    assert!(records(&db).is_empty());
+}
