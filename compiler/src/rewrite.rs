@@ -25,6 +25,49 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 use std::time::Duration;
 
+/// Corrections of the cost model measured by `texc tune` on this machine
+/// (`texc_pipeline::tuning::calibration`): each sample is an operator, the
+/// model's estimate of a plan that is that operator alone (ns), and how
+/// many times slower than the model said that plan ran, relative to the
+/// other plans measured for the same kernel (measured over estimated time,
+/// divided by its geometric mean over the kernel's plans). A node is
+/// scaled by the geometric mean of the samples of its operator whose
+/// estimates are within [`Calibration::NEAR`] of its own; without one, 1.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Calibration {
+    pub samples: Vec<CalibrationSample>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct CalibrationSample {
+    pub op: String,
+    pub estimated_ns: f64,
+    pub factor: f64,
+}
+
+impl Calibration {
+    /// How far (as a ratio of estimates) a sample's size may be from a node's.
+    pub const NEAR: f64 = 4.0;
+
+    pub fn factor(&self, op: &str, estimated_ns: f64) -> f64 {
+        let logs: Vec<f64> = self
+            .samples
+            .iter()
+            .filter(|s| s.op == op && (s.estimated_ns / estimated_ns).ln().abs() <= Self::NEAR.ln())
+            .map(|s| s.factor.ln())
+            .collect();
+        if logs.is_empty() {
+            1.0
+        } else {
+            (logs.iter().sum::<f64>() / logs.len() as f64).exp()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+}
+
 /// What is known about an e-class: a tensor's shape, or a number.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Info {
@@ -51,6 +94,8 @@ pub struct Shapes {
     /// extraction takes them wherever the rules allow: the tuner's
     /// `winograd=2|4` measures that Winograd tile, not the cost model's pick.
     pub prefer: Option<String>,
+    /// Measured corrections of the estimates ([`Calibration`]).
+    pub calibration: Calibration,
 }
 
 impl Analysis<SymbolLang> for Shapes {
@@ -251,6 +296,7 @@ fn node_time(egraph: &EGraph<SymbolLang, Shapes>, enode: &SymbolLang, peak: f64,
     let compute = (flops - epilogue).max(0.0) / (peak * efficiency) + epilogue / peak;
     // Ties go to fewer bytes, then to fewer operators (each one is a loop nest to run).
     let time = compute.max(bytes / bw) + 1e-6 * bytes / bw + 1e-3;
+    let time = time * egraph.analysis.calibration.factor(op, time);
     match &egraph.analysis.prefer {
         Some(p) if op.starts_with(p.as_str()) => time * 1e-3,
         _ => time,
@@ -642,6 +688,18 @@ fn graph_term(p: &Program, shapes: &mut Shapes) -> (RecExpr<SymbolLang>, HashMap
     (e, node_of)
 }
 
+/// The cost model's estimate of `p`'s graph as written, in ns on
+/// `target`'s nominal machine (uncorrected: what calibration measures).
+pub fn written_cost(p: &Program, target: &Target, constants: &HashSet<String>) -> f64 {
+    let mut shapes = Shapes {
+        calibrated: target.kind == crate::target::TargetKind::Cpu,
+        constants: constants.clone(),
+        ..Shapes::default()
+    };
+    let (term, _) = graph_term(p, &mut shapes);
+    term_cost(&term, shapes, target.nominal.peak_gflops, target.nominal.bandwidth_gbs)
+}
+
 /// Rewrite the operator graph of `p` for `target`. `source_of` gives the
 /// text of a statement (for opaque operators, copied into the new kernel);
 /// `header` is the kernel's signature and imports.
@@ -653,11 +711,13 @@ pub fn rewrite(
     extraction: Extraction,
     accuracy: Accuracy,
     constants: &HashSet<String>,
+    calibration: &Calibration,
 ) -> Plan {
     let mut shapes = Shapes {
         calibrated: target.kind == crate::target::TargetKind::Cpu,
         constants: constants.clone(),
         prefer: accuracy.winograd_tile.map(|m| format!("conv2d_winograd_f{m}")),
+        calibration: calibration.clone(),
         ..Shapes::default()
     };
     let (term, node_of) = graph_term(p, &mut shapes);
@@ -709,6 +769,7 @@ pub fn rewrite(
                 calibrated: egraph.analysis.calibrated,
                 constants: egraph.analysis.constants.clone(),
                 prefer: None,
+                calibration: egraph.analysis.calibration.clone(),
             },
             peak,
             bw,
@@ -964,10 +1025,11 @@ pub fn rewrite_kernel(
     extraction: Extraction,
     accuracy: Accuracy,
     constants: &HashSet<String>,
+    calibration: &Calibration,
 ) -> Plan {
     let header = kernel_header(s, k);
     let source_of = |i: usize| s.sources.snippet(original.ops[i].span).to_string();
-    let mut plan = rewrite(original, target, &header, &source_of, extraction, accuracy, constants);
+    let mut plan = rewrite(original, target, &header, &source_of, extraction, accuracy, constants, calibration);
     let m = s.module(k.module as usize);
     if let Some(path) = &m.path {
         let shown = &s.sources.file(m.ast.file).name;
@@ -975,4 +1037,22 @@ pub fn rewrite_kernel(
             plan.source.replace(&format!("import \"{}\";", path.display()), &format!("import \"{shown}\";"));
     }
     plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Calibration, CalibrationSample};
+
+    /// A node takes the geometric mean of its operator's samples of a size
+    /// within 4× of its estimate; others are left as the model has them.
+    #[test]
+    fn calibration_applies_to_nearby_sizes_of_an_operator() {
+        let s = |op: &str, estimated_ns: f64, factor: f64| CalibrationSample { op: op.into(), estimated_ns, factor };
+        let cal = Calibration { samples: vec![s("conv2d", 1e6, 2.0), s("conv2d", 3e6, 8.0), s("matmul", 1e6, 0.5)] };
+        assert!((cal.factor("conv2d", 1.5e6) - 4.0).abs() < 1e-9, "both samples: √(2·8)");
+        assert!((cal.factor("conv2d", 0.3e6) - 2.0).abs() < 1e-9, "the near one only");
+        assert_eq!(cal.factor("conv2d", 1e8), 1.0, "none near");
+        assert_eq!(cal.factor("conv2d_winograd_f2", 1e6), 1.0, "another operator");
+        assert!((cal.factor("matmul", 1e6) - 0.5).abs() < 1e-9);
+    }
 }

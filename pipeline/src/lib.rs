@@ -89,6 +89,24 @@ pub struct Built {
     pub plan: Option<Plan>,
     /// Why the plan is not what runs, when it is not.
     pub kept_original: Option<String>,
+    /// Without a plan, where the rewrite pass was turned off (`--no-rewrite`,
+    /// the tuner's `rewrite=0`): the cost model's estimate of the graph as
+    /// written, in ns (what the tuner's measurements calibrate).
+    pub written_estimate_ns: Option<f64>,
+}
+
+impl Built {
+    /// The operators of the program that runs and the cost model's estimate
+    /// of it (ns, the target's nominal machine), where the e-graph chose it.
+    pub fn plan_run(&self) -> Option<texc_schedules::tuning::db::PlanRun> {
+        let estimated_ns = match self.plan.as_ref().filter(|p| p.extraction != "none") {
+            Some(plan) if self.kept_original.is_some() => plan.original_cost,
+            Some(plan) => plan.best_cost,
+            None => self.written_estimate_ns?,
+        };
+        let ops = self.runs.ops.iter().map(|o| o.op.clone()).collect();
+        Some(texc_schedules::tuning::db::PlanRun { ops, estimated_ns })
+    }
 }
 
 /// Why the graph as written runs without the e-graph choosing a plan.
@@ -341,6 +359,7 @@ impl Pipeline {
             written,
             plan,
             kept_original: Some(why.to_string()),
+            written_estimate_ns: None,
         };
         if original.ops.iter().any(|o| o.outputs.len() > 1) {
             // The term has one node per tensor; calls with several results stay as written.
@@ -354,6 +373,7 @@ impl Pipeline {
             self.options.extraction,
             self.options.accuracy(),
             &self.folded_weights(),
+            &self.options.calibration,
         );
         if plan.best_cost >= plan.original_cost {
             return kept(Some(plan), "no cheaper plan", original);
@@ -369,7 +389,9 @@ impl Pipeline {
             .and_then(|m| s2.entry_kernel(m, Some(&original.name)))
             .and_then(|k2| texc_compiler::specialize::specialize(&s2, k2, b));
         match built {
-            Ok(runs) => Built { written: original, runs, plan: Some(plan), kept_original: None },
+            Ok(runs) => {
+                Built { written: original, runs, plan: Some(plan), kept_original: None, written_estimate_ns: None }
+            }
             Err(d) => {
                 let why = format!("the rewritten kernel does not compile: {}", d.render(&s2.sources));
                 kept(Some(plan), &why, original)
@@ -382,8 +404,10 @@ impl Pipeline {
     /// the kernel has no schedule of its own for the target.
     pub fn program(&mut self, k: KernelRef, b: &Bindings) -> Result<Built, Error> {
         let written = self.specialize(k, b)?;
-        if self.rewrite_skipped(k).is_some() {
-            return Ok(Built { runs: written.clone(), written, plan: None, kept_original: None });
+        if let Some(why) = self.rewrite_skipped(k) {
+            let written_estimate_ns = (why == NoRewrite::Disabled && self.options.target.is_compiled())
+                .then(|| rewrite::written_cost(&written, self.options.target, &self.folded_weights()));
+            return Ok(Built { runs: written.clone(), written, plan: None, kept_original: None, written_estimate_ns });
         }
         self.rewrite(k, b, written)
     }

@@ -157,6 +157,9 @@ pub struct Options {
     pub emulate_gpu: bool,
     /// Sizes of an ONNX model's symbolic input dimensions (`--dim batch=1`).
     pub model_dims: Vec<(String, i64)>,
+    /// Corrections of the e-graph's cost model measured by `texc tune`
+    /// (`crate::tuning::calibration`); empty: the model as it is.
+    pub calibration: texc_compiler::rewrite::Calibration,
 }
 
 impl Options {
@@ -197,6 +200,7 @@ impl Options {
             exact: false,
             emulate_gpu: false,
             model_dims: Vec::new(),
+            calibration: Default::default(),
         }
     }
 

@@ -84,3 +84,37 @@ impl Pipeline {
 
 /// The version records are written with.
 pub const TEXC_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The cost model's corrections that `records` measured on `machine` for
+/// `target` (this version of texc's): for each kernel tuned with at least
+/// two plans that are a single operator each (a convolution direct, by
+/// Winograd, by im2col: the `winograd`/`im2col` knobs), the fastest time of
+/// each plan over the model's estimate of it, relative to the geometric
+/// mean of that ratio over the kernel's plans (the machine's speed cancels:
+/// what remains is which form the model over- or underrates).
+pub fn calibration(records: &[Record], target: &str, machine: &str) -> texc_compiler::rewrite::Calibration {
+    use std::collections::BTreeMap;
+    use texc_compiler::rewrite::{Calibration, CalibrationSample};
+    let mut fastest: BTreeMap<(&str, &str), (f64, f64)> = BTreeMap::new();
+    for r in records {
+        let mine = r.key.target == target && r.key.machine == machine && r.texc_version == TEXC_VERSION;
+        let Some(plan) = r.plan.as_ref().filter(|p| mine && p.ops.len() == 1 && r.time_ms > 0.0) else { continue };
+        let e =
+            fastest.entry((r.key.kernel_hash.as_str(), plan.ops[0].as_str())).or_insert((r.time_ms, plan.estimated_ns));
+        if r.time_ms < e.0 {
+            *e = (r.time_ms, plan.estimated_ns);
+        }
+    }
+    let mut by_kernel: BTreeMap<&str, Vec<(&str, f64, f64)>> = BTreeMap::new();
+    for ((kernel, op), (ms, est)) in fastest {
+        by_kernel.entry(kernel).or_default().push((op, est, (ms * 1e6 / est).ln()));
+    }
+    let mut samples = Vec::new();
+    for plans in by_kernel.values().filter(|p| p.len() >= 2) {
+        let mean = plans.iter().map(|p| p.2).sum::<f64>() / plans.len() as f64;
+        for &(op, estimated_ns, log_ratio) in plans {
+            samples.push(CalibrationSample { op: op.to_string(), estimated_ns, factor: (log_ratio - mean).exp() });
+        }
+    }
+    Calibration { samples }
+}

@@ -194,25 +194,31 @@ fn inline_elementwise(p: &mut Program, recompute: bool) {
 /// may set for a kernel without a schedule block of its own: `rows` (rows
 /// of a register block), `kslice` (depth of the reduction slices of long
 /// products), `cols` (columns of a block of packed panels), `pack` (0: no
-/// packing of the vector operand); on GPUs, `gather` (0: a convolution's
-/// columns are written out, an explicit im2col, instead of gathered from
-/// the image into shared memory). Unset, each keeps its machine-derived value.
+/// packing of the vector operand), `par` (0: no loop runs on the thread
+/// pool), `vec` (vector width in bits, at most the target's: 256 on an
+/// AVX-512 target); on GPUs, `gather` (0: a convolution's columns are
+/// written out, an explicit im2col, instead of gathered from the image into
+/// shared memory). Unset, each keeps its machine-derived value.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct DefaultKnobs {
     pub rows: Option<i64>,
     pub kslice: Option<i64>,
     pub cols: Option<i64>,
     pub pack: Option<bool>,
+    pub par: Option<bool>,
+    pub vec: Option<i64>,
     pub gather: Option<bool>,
 }
 
 impl DefaultKnobs {
     /// The knobs and the values the autotuner tries for each.
-    pub const SPACE: [(&'static str, &'static [i64]); 4] = [
+    pub const SPACE: [(&'static str, &'static [i64]); 6] = [
         ("rows", &[2, 3, 4, 6, 8, 12]),
         ("kslice", &[64, 128, 256, 512]),
         ("cols", &[64, 128, 256]),
         ("pack", &[1, 0]),
+        ("par", &[1, 0]),
+        ("vec", &[512, 256]),
     ];
 
     /// From `--knob` values; a name that is not one of them, or a value out
@@ -226,16 +232,18 @@ impl DefaultKnobs {
                 "cols" if (1..=1 << 20).contains(&v) => d.cols.replace(v).is_none(),
                 "pack" if v == 0 || v == 1 => d.pack.replace(v == 1).is_none(),
                 "gather" if v == 0 || v == 1 => d.gather.replace(v == 1).is_none(),
-                "rows" | "kslice" | "cols" | "pack" | "gather" => false,
+                "par" if v == 0 || v == 1 => d.par.replace(v == 1).is_none(),
+                "vec" if [128, 256, 512].contains(&v) => d.vec.replace(v).is_none(),
+                "rows" | "kslice" | "cols" | "pack" | "gather" | "par" | "vec" => false,
                 _ => {
                     return Err(format!(
-                        "knob `{name}` is not a knob of the default schedule (its knobs: rows, kslice, cols, pack, gather; the pipeline's: rewrite, winograd, im2col)"
+                        "knob `{name}` is not a knob of the default schedule (its knobs: rows, kslice, cols, pack, par, vec, gather; the pipeline's: rewrite, winograd, im2col)"
                     ))
                 }
             };
             if !ok {
                 return Err(format!(
-                    "knob `{name}` = {v} is out of its range (rows 1..=64, kslice and cols ≥ 1, pack and gather 0 or 1)"
+                    "knob `{name}` = {v} is out of its range (rows 1..=64, kslice and cols ≥ 1, pack, par and gather 0 or 1, vec 128, 256 or 512)"
                 ));
             }
         }
@@ -259,8 +267,11 @@ struct Machine {
 
 impl Machine {
     fn of(target: &Target, st: &Stage, p: &Program, knobs: DefaultKnobs) -> Machine {
-        let lanes = target.compute_lanes(p.tensor(st.tensor).elem).max(1);
-        let half_bits = target.vector_bits as i64 / 2;
+        let full_bits = target.vector_bits as i64;
+        // `vec`: narrower vectors than the target's (256-bit ones on AVX-512).
+        let bits = knobs.vec.map_or(full_bits, |b| b.min(full_bits)).max(1);
+        let lanes = (target.compute_lanes(p.tensor(st.tensor).elem) * bits / full_bits.max(1)).max(1);
+        let half_bits = bits / 2;
         let half_lanes = (half_bits >= 256 && lanes >= 2).then_some(lanes / 2);
         let accumulators = (target.vector_registers as i64 * 3 / 4).max(2);
         // Short rows (under four full vectors) that divide per element use
@@ -360,6 +371,14 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
         pack_operand(p, &mut s, si, req);
     }
     attach_producers(p, &mut s);
+    if knobs.par == Some(false) {
+        // One thread: a small kernel's work below what handing it to the pool costs.
+        for v in s.stages.iter_mut().flat_map(|ss| ss.ivs.iter_mut()) {
+            if v.kind == ForKind::Parallel {
+                v.kind = ForKind::Serial;
+            }
+        }
+    }
     s
 }
 

@@ -453,3 +453,35 @@ fn an_auto_schedule_is_the_default_schedule_and_its_knobs() {
     let (rows, _) = lowered("x86-avx512", &[("rows", 2)]);
     assert_ne!(rows, lowered("x86-avx512", &[]).0, "a knob of the default schedule applies");
 }
+
+/// The default schedule's `vec` and `par` knobs: 256-bit vectors on an
+/// AVX-512 target, and no loop on the thread pool; results unchanged.
+#[test]
+fn vector_width_and_threads_are_knobs_of_the_default_schedule() {
+    for (file, shapes) in [("benches/layer_norm.tex", "N=300,D=200"), ("benches/matmul.tex", "M=67,K=45,N=129")] {
+        let b = shape_bindings(shapes);
+        let p = texc_tests::compile(file, None, &b).expect("compiles");
+        let lowered = |knobs: &[(&str, i64)]| {
+            let mut pl = texc_tests::pipeline("x86-avx512");
+            pl.options.knobs = knobs.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+            pl.default_loops(p.clone()).expect("schedules and lowers").lowered
+        };
+        let wide = texc_schedules::ir::print(&lowered(&[]));
+        let narrow = lowered(&[("vec", 256), ("par", 0)]);
+        let text = texc_schedules::ir::print(&narrow);
+        let widest = |t: &str| {
+            t.lines()
+                .filter_map(|l| l.trim().strip_suffix(" vectorized:")?.rsplit("..").next()?.parse::<i64>().ok())
+                .max()
+                .unwrap_or(0)
+        };
+        assert_eq!(widest(&wide), 2 * widest(&text), "{file}: half the lanes:\n{text}");
+        assert!(wide.contains("parallel") && !text.contains("parallel"), "{file}:\n{text}");
+        assert_same(file, &p, &narrow, 3);
+        let t = texc_compiler::target::lookup("x86-avx512").expect("registered");
+        if t.check_runs_here().is_ok() {
+            let got = texc_tests::compile_loops(t, &narrow).expect("compiles").run(random_args(&p, 3)).expect("runs");
+            assert_outputs(&format!("{file}: x86-avx512"), &p, &narrow, 3, got);
+        }
+    }
+}

@@ -533,6 +533,8 @@ struct Job {
     run_args: Option<Vec<texc_compiler::interp::Arg>>,
     /// The program that runs is a rewritten plan, not the one written.
     rewritten: bool,
+    /// The e-graph's plan that runs, where it chose one.
+    plan: Option<texc_schedules::tuning::db::PlanRun>,
 }
 
 impl Job {
@@ -555,7 +557,7 @@ fn prepare_job(
         let args = pl.prepare_loops(&lf, files, scalars, r.seed, r.check)?;
         let evaluate = lf.legal.is_none().then(|| lf.lowered.clone());
         let p = lf.oracle.clone().unwrap_or(lf.lowered.p);
-        return Ok(Job { p, legal: lf.legal, evaluate, run_args: None, args, rewritten: false });
+        return Ok(Job { p, legal: lf.legal, evaluate, run_args: None, args, rewritten: false, plan: None });
     }
     let k = kernel(pl, c)?;
     let b = bindings(c)?;
@@ -565,7 +567,9 @@ fn prepare_job(
         eprintln!("note: {why}; running the graph as written");
     }
     let rewritten = prep.built.runs.name != prep.built.written.name || prep.built.plan.is_some();
+    let plan = prep.built.plan_run();
     Ok(Job {
+        plan,
         p: prep.built.written,
         legal: prep.loops.map(|l| l.legal),
         evaluate: None,
@@ -891,6 +895,15 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
             ),
             ("written", Json::Arr(outputs.iter().map(|(_, path)| Json::str(path.as_str())).collect())),
             ("notes", Json::Arr(notes.iter().map(|n| Json::str(n.as_str())).collect())),
+            (
+                "plan",
+                job.plan.as_ref().map_or(Json::Null, |p| {
+                    Json::obj([
+                        ("ops", Json::Arr(p.ops.iter().map(|o| Json::str(o.as_str())).collect())),
+                        ("estimated_ns", Json::Num(p.estimated_ns)),
+                    ])
+                }),
+            ),
         ]);
         outln!("{j}");
     } else {
@@ -1180,6 +1193,7 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
             runs: built.runs.clone(),
             plan: None,
             kept_original: None,
+            written_estimate_ns: None,
         };
         pl.fold_for_analysis(&mut copy)?.cloned()
     };

@@ -28,7 +28,7 @@ use texc_grammar::Diagnostic;
 use texc_pipeline::{Error, Pipeline};
 use texc_runtime::SplitMix64;
 use texc_schedules::ir::LoopFunc;
-use texc_schedules::tuning::db::{self, Db, Measured, Record};
+use texc_schedules::tuning::db::{self, Db, Measured, PlanRun, Record};
 use texc_schedules::tuning::model::{self, CostModel};
 use texc_schedules::tuning::space::Tunable;
 
@@ -186,8 +186,11 @@ fn start(
     Ok(Running { child, stdout, stderr })
 }
 
-/// Wait for `r` to end, at most until `deadline`: its median in ms, or why it failed.
-fn finish(mut r: Running, deadline: Instant, timeout: f64) -> Result<f64, String> {
+/// What a worker measured: the median in ms, and the e-graph's plan that ran.
+type Measurement = (f64, Option<PlanRun>);
+
+/// Wait for `r` to end, at most until `deadline`: what it measured, or why it failed.
+fn finish(mut r: Running, deadline: Instant, timeout: f64) -> Result<Measurement, String> {
     loop {
         match r.child.try_wait().map_err(|e| e.to_string())? {
             Some(_) => break,
@@ -210,14 +213,15 @@ fn finish(mut r: Running, deadline: Instant, timeout: f64) -> Result<f64, String
         });
     }
     let v: serde_json::Value = serde_json::from_slice(&out).map_err(|e| format!("unreadable worker output: {e}"))?;
-    v.pointer("/time_ms/median").and_then(|x| x.as_f64()).ok_or_else(|| "no median in the worker output".into())
+    let ms = v.pointer("/time_ms/median").and_then(|x| x.as_f64()).ok_or("no median in the worker output")?;
+    Ok((ms, v.get("plan").and_then(PlanRun::from_json)))
 }
 
 /// Measure a batch of candidates: their workers compile at once, then
 /// time one at a time, each alone on the machine (the others wait,
 /// compiled). Each phase of a worker may take `--trial-timeout` seconds;
 /// a worker that crashes, hangs or is rejected loses only its own trial.
-fn measure_batch(a: &TuneArgs, batch: &[Knobs]) -> Vec<Result<f64, String>> {
+fn measure_batch(a: &TuneArgs, batch: &[Knobs]) -> Vec<Result<Measurement, String>> {
     let gate = batch.len() > 1;
     let (tx, rx) = std::sync::mpsc::channel();
     let mut running: Vec<Option<Result<Running, String>>> =
@@ -492,18 +496,18 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
         let built: Vec<Knobs> = batch.iter().filter(|c| c.features.is_ok()).map(|c| c.knobs.clone()).collect();
         let mut measured = measure_batch(a, &built).into_iter();
         for Candidate { knobs, features, predicted } in batch {
-            let result = match features {
-                Err(e) => Err(e),
-                Ok(f) => {
-                    let result = measured.next().expect("one result per built candidate");
-                    if let Ok(ms) = &result {
-                        model.observe(f, *ms);
+            let (result, plan) = match features {
+                Err(e) => (Err(e), None),
+                Ok(f) => match measured.next().expect("one result per built candidate") {
+                    Ok((ms, plan)) => {
+                        model.observe(f, ms);
                         if evolutionary {
                             model.fit();
                         }
+                        (Ok(ms), plan)
                     }
-                    result
-                }
+                    Err(e) => (Err(e), None),
+                },
             };
             let at = started.elapsed().as_secs_f64();
             if let Ok(ms) = result {
@@ -522,6 +526,7 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
                     unix_time: std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_secs()),
+                    plan,
                 };
                 db.append(&record).map_err(cannot)?;
             }
@@ -708,14 +713,19 @@ pub fn db_command(a: &DbArgs) -> Result<(), Error> {
     }
 }
 
-/// Before a run, bench or compile: take the tuned knobs of kernel `k` from
-/// the database when no `--knob` is given, and say so.
+/// Before a run, bench or compile: correct the e-graph's cost model by
+/// what the database measured on this machine, and take the tuned knobs of
+/// kernel `k` when no `--knob` is given; say so.
 pub fn apply_tuned_knobs(pl: &mut Pipeline, c: &Common, k: KernelRef, b: &Bindings) -> Result<(), Error> {
-    if c.no_db || !pl.options.knobs.is_empty() || pl.tunables(k).is_empty() || !pl.target().is_compiled() {
+    if c.no_db || !pl.target().is_compiled() {
         return Ok(());
     }
     let db = database(c);
     if !db.path.exists() {
+        return Ok(());
+    }
+    apply_calibration(pl, &db)?;
+    if !pl.options.knobs.is_empty() || pl.tunables(k).is_empty() {
         return Ok(());
     }
     let written = pl.specialize(k, b)?;
@@ -729,6 +739,28 @@ pub fn apply_tuned_knobs(pl: &mut Pipeline, c: &Common, k: KernelRef, b: &Bindin
         );
         pl.options.knobs = r.knobs.into_iter().collect();
     }
+    Ok(())
+}
+
+/// The cost model's corrections from `db` ([`texc_pipeline::tuning::calibration`]).
+fn apply_calibration(pl: &mut Pipeline, db: &Db) -> Result<(), Error> {
+    let loaded = db
+        .load()
+        .map_err(|e| Diagnostic::error(format!("cannot read the tuning database {}: {e}", db.path.display())))?;
+    let cal = texc_pipeline::tuning::calibration(&loaded.records, pl.target().name, &db::this_machine());
+    if cal.is_empty() {
+        return Ok(());
+    }
+    let mut ops: Vec<&str> = cal.samples.iter().map(|s| s.op.as_str()).collect();
+    ops.sort_unstable();
+    ops.dedup();
+    eprintln!(
+        "note: the e-graph's cost model is corrected by {} plans measured by `texc tune` ({}) from {} (--no-db to ignore)",
+        cal.samples.len(),
+        ops.join(", "),
+        db.path.display()
+    );
+    pl.options.calibration = cal;
     Ok(())
 }
 

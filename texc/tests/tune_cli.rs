@@ -208,7 +208,7 @@ fn shards_merged_equal_one_run() {
 }
 
 /// A kernel without a schedule block is tuned through the default
-/// schedule's knobs (rows, kslice, cols, pack); candidates whose loop nests
+/// schedule's knobs (rows, kslice, cols, pack, par, vec); candidates whose loop nests
 /// an earlier one already had are not measured again; the knobs are checked.
 #[test]
 fn kernels_without_a_template_tune_the_default_schedule() {
@@ -226,9 +226,8 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     for r in &rs[1..] {
         let knobs = r["knobs"].as_object().expect("knobs");
         assert!(
-            knobs
-                .keys()
-                .all(|k| ["rows", "kslice", "cols", "pack", "rewrite", "winograd", "im2col"].contains(&k.as_str())),
+            knobs.keys().all(|k| ["rows", "kslice", "cols", "pack", "par", "vec", "rewrite", "winograd", "im2col"]
+                .contains(&k.as_str())),
             "{r}"
         );
         assert!(r["schedule"].as_str().expect("text").starts_with("# the default schedule with --knob "), "{r}");
@@ -258,7 +257,7 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     let o = texc(&db, &bad);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, kslice, cols, pack, gather; the pipeline's: rewrite, winograd, im2col)"),
+        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, kslice, cols, pack, par, vec, gather; the pipeline's: rewrite, winograd, im2col)"),
         "{}",
         text(&o).1
     );
@@ -348,4 +347,41 @@ fn candidates_compile_together_and_time_alone() {
     assert!(e.contains("s compiling"), "{e}");
     assert!(e.contains("no candidate of `mm` could be measured"), "{out}\n{e}");
     assert!(records(&db).is_empty());
+}
+
+/// The tuner records which e-graph plan each candidate ran and the cost
+/// model's estimate of it; `run`/`bench` correct the model by those of
+/// this machine (relative to the other plans of the same kernel) before
+/// choosing a plan, and say so. Here two made-up measurements say that
+/// Winograd F(2×2, 3×3) runs 5× slower than the model thinks next to a
+/// direct convolution: a layer of that size then runs direct.
+#[test]
+fn measured_plans_correct_the_cost_model() {
+    let db = tmp("calibration.jsonl");
+    let o = tune(&db, 1, 0);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let mut r = records(&db).into_iter().next().expect("a record");
+    let plan_of = |args: &[&str]| {
+        let mut all = vec!["bench", "benches/conv_layer.tex", "--target", "x86-avx2", "--shape"];
+        all.extend(["C=256,H=14,W=14,K=256", "--repeat", "1", "--warmup", "0", "--json"]);
+        all.extend(args);
+        let o = texc(&db, &all);
+        let (out, e) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{e}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        (v["plan"]["ops"].clone(), e)
+    };
+    let (nominal, _) = plan_of(&["--no-db"]);
+    assert_eq!(nominal, serde_json::json!(["conv2d_winograd_f2"]), "the model's own choice");
+    let mut lines = Vec::new();
+    for (op, estimated_ns, ms) in [("conv2d", 1.6e6, 1.0), ("conv2d_winograd_f2", 1.2e6, 3.75)] {
+        r["kernel_hash"] = serde_json::json!("calibration-test");
+        r["time_ms"] = serde_json::json!(ms);
+        r["plan"] = serde_json::json!({"ops": [op], "estimated_ns": estimated_ns});
+        lines.push(r.to_string());
+    }
+    std::fs::write(&db, lines.join("\n") + "\n").expect("write");
+    let (corrected, e) = plan_of(&[]);
+    assert!(e.contains("cost model is corrected by 2 plans measured by `texc tune`"), "{e}");
+    assert_eq!(corrected, serde_json::json!(["conv2d"]), "{e}");
 }

@@ -51,6 +51,17 @@ pub struct Record {
     pub time_ms: f64,
     pub measured: Measured,
     pub unix_time: u64,
+    /// The e-graph's plan that ran, where it chose one: its operators and
+    /// its estimated time (calibrates the cost model, `texc_pipeline::tuning`).
+    pub plan: Option<PlanRun>,
+}
+
+/// The operators of a plan that ran, and the cost model's estimate of it
+/// in ns on the target's nominal machine.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanRun {
+    pub ops: Vec<String>,
+    pub estimated_ns: f64,
 }
 
 impl Record {
@@ -68,6 +79,7 @@ impl Record {
             "time_ms": self.time_ms,
             "measured": {"stat": "median", "runs": self.measured.runs, "warmup": self.measured.warmup, "threads": self.measured.threads},
             "unix_time": self.unix_time,
+            "plan": self.plan.as_ref().map(|p| json!({"ops": p.ops, "estimated_ns": p.estimated_ns})),
         })
         .to_string()
     }
@@ -98,7 +110,16 @@ impl Record {
             time_ms,
             measured: Measured { runs: u("runs")?, warmup: u("warmup")?, threads: u("threads")? },
             unix_time: v.get("unix_time")?.as_u64()?,
+            plan: v.get("plan").and_then(PlanRun::from_json),
         })
+    }
+}
+
+impl PlanRun {
+    pub fn from_json(v: &Value) -> Option<PlanRun> {
+        let ops = v.get("ops")?.as_array()?.iter().map(|o| o.as_str().map(str::to_string)).collect::<Option<_>>()?;
+        let estimated_ns = v.get("estimated_ns")?.as_f64().filter(|t| t.is_finite() && *t > 0.0)?;
+        Some(PlanRun { ops, estimated_ns })
     }
 }
 
@@ -301,6 +322,7 @@ mod tests {
             time_ms: ms,
             measured: Measured { runs: 10, warmup: 2, threads: 1 },
             unix_time: 1,
+            plan: None,
         }
     }
 
@@ -308,6 +330,8 @@ mod tests {
     fn lines_round_trip_and_torn_lines_are_skipped() {
         let r = rec("00aa", 1.5, 8);
         assert_eq!(Record::from_line(&r.to_line()), Some(r.clone()));
+        let planned = Record { plan: Some(PlanRun { ops: vec!["conv2d".into()], estimated_ns: 2.5e5 }), ..r.clone() };
+        assert_eq!(Record::from_line(&planned.to_line()), Some(planned));
         let line = r.to_line();
         let text = format!("{line}\n{}\n\n{line}", &line[..line.len() / 2]);
         let l = parse_all(&text);
