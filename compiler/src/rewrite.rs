@@ -593,7 +593,11 @@ fn image_multiple_of(var: &str, m: i64) -> impl Fn(&mut EGraph<SymbolLang, Shape
 pub struct Plan {
     /// The chosen term.
     pub best: RecExpr<SymbolLang>,
+    /// Its cost as extraction saw it (the tuner's `winograd=2|4` makes that
+    /// tile nearly free there: [`Shapes::prefer`]).
     pub best_cost: f64,
+    /// Its cost by the model alone, in ns on the nominal machine.
+    pub estimated_cost: f64,
     /// The cost of the graph as written.
     pub original_cost: f64,
     /// Rules that fired, in order of first use.
@@ -619,6 +623,7 @@ impl Plan {
         Plan {
             best: RecExpr::default(),
             best_cost: 0.0,
+            estimated_cost: 0.0,
             original_cost: 0.0,
             fired: Vec::new(),
             source: String::new(),
@@ -760,22 +765,21 @@ pub fn rewrite(
         names.entry(egraph.find(class_of[usize::from(id)])).or_insert_with(|| p.tensor(t).name.clone());
     }
     let node_names: Vec<Option<String>> = classes.iter().map(|c| names.get(c).cloned()).collect();
+    // Costs without the tuner's preference (which only steers extraction).
+    let unpreferred = || Shapes {
+        of: egraph.analysis.of.clone(),
+        opaque_cost: egraph.analysis.opaque_cost.clone(),
+        calibrated: egraph.analysis.calibrated,
+        constants: egraph.analysis.constants.clone(),
+        prefer: None,
+        calibration: egraph.analysis.calibration.clone(),
+    };
     let original_cost = match extraction {
-        Extraction::Greedy => term_cost(
-            &term,
-            Shapes {
-                of: egraph.analysis.of.clone(),
-                opaque_cost: egraph.analysis.opaque_cost.clone(),
-                calibrated: egraph.analysis.calibrated,
-                constants: egraph.analysis.constants.clone(),
-                prefer: None,
-                calibration: egraph.analysis.calibration.clone(),
-            },
-            peak,
-            bw,
-        ),
+        Extraction::Greedy => term_cost(&term, unpreferred(), peak, bw),
         Extraction::Ilp => dag_cost(egraph, &term, peak, bw),
     };
+    let estimated_cost =
+        if egraph.analysis.prefer.is_some() { term_cost(&best, unpreferred(), peak, bw) } else { best_cost };
     let mut fired = Vec::new();
     for it in &runner.iterations {
         let mut names: Vec<String> = it.applied.keys().map(|s| s.to_string()).collect();
@@ -794,6 +798,7 @@ pub fn rewrite(
         display_source: source.clone(),
         best,
         best_cost,
+        estimated_cost,
         original_cost,
         fired,
         source,

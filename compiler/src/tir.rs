@@ -227,8 +227,14 @@ impl Stage {
             (false, true) => *l,
             _ => return None,
         };
-        let int = matches!(p.ty(index), Ty::Elem(t) if t.is_int());
+        // i32 or i64 indices, which hold every `v` (narrower ones would wrap,
+        // and `V` itself would not fit the range check).
         let extent = self.vars[v as usize].extent;
+        let int = match p.ty(index) {
+            Ty::Elem(ElemType::I64) => true,
+            Ty::Elem(ElemType::I32) => extent <= i32::MAX as i64,
+            _ => false,
+        };
         (zero && int && !p.mentions(index, v)).then_some(OneHot { var: v, extent, index, hit: *hit, miss: *miss })
     }
 }

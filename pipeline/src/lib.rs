@@ -101,7 +101,7 @@ impl Built {
     pub fn plan_run(&self) -> Option<texc_schedules::tuning::db::PlanRun> {
         let estimated_ns = match self.plan.as_ref().filter(|p| p.extraction != "none") {
             Some(plan) if self.kept_original.is_some() => plan.original_cost,
-            Some(plan) => plan.best_cost,
+            Some(plan) => plan.estimated_cost,
             None => self.written_estimate_ns?,
         };
         let ops = self.runs.ops.iter().map(|o| o.op.clone()).collect();

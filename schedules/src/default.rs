@@ -437,12 +437,14 @@ fn gpu_schedule(p: &mut Program, knobs: DefaultKnobs) -> Schedules {
         ss.annotate(b, ForKind::Block(GpuDim::X), span).expect("spatial");
         ss.annotate(t, ForKind::Thread(GpuDim::X), span).expect("spatial");
     }
+    // Row groups first: their stage indices are from before the operands'
+    // stages are inserted (and gathers removed); attachments move with those.
+    for g in &rows {
+        attach_row_group(p, &mut s, g);
+    }
     // Last first: inserting a stage moves the later ones.
     for (si, gemm, tiles) in staged.into_iter().rev() {
         stage_gemm_operands(p, &mut s, si, &gemm, tiles, knobs.gather != Some(false));
-    }
-    for g in &rows {
-        attach_row_group(p, &mut s, g);
     }
     s
 }
@@ -674,7 +676,8 @@ fn register_tiled(p: &Program, st: &Stage, ss: &mut StageSchedule) -> bool {
     let (others, j_axes) = spatial.split_at(spatial.len() - js);
     let batch: Vec<usize> = others.iter().copied().filter(|&l| l != i).collect();
     let blocks_z: i64 = batch.iter().map(|&l| ss.ivs[l].extent).product();
-    if blocks_z > 65535 {
+    let blocks_y = (ss.ivs[i].extent + TILE_THREADS * THREAD_TILE - 1) / (TILE_THREADS * THREAD_TILE);
+    if blocks_z > 65535 || blocks_y > 65535 {
         return false;
     }
     let name = |ss: &StageSchedule, l: usize, s: &str| format!("{}.{s}", ss.ivs[l].name);

@@ -159,12 +159,12 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
         written: HashSet::new(),
         mma: false,
         thread_x: None,
-        warp_reduce: None,
+        warp_reduces: Vec::new(),
         local_words: 0,
         most_local: (0, None),
     };
     w.stmts(inner, &mut bound.clone(), &mut [false; 3], false)?;
-    if let Some(t) = w.warp_reduce {
+    for &t in &w.warp_reduces {
         w.check_warp_reduce(t)?;
     }
     w.check_registers(spec)?;
@@ -214,8 +214,8 @@ struct Walk<'a> {
     /// The variable of the open `thread.x` loop, where it starts at 0: the
     /// index of the thread's element of a `registers` buffer.
     thread_x: Option<VarId>,
-    /// The buffer of the launch's first warp reduction.
-    warp_reduce: Option<TensorId>,
+    /// The buffers of the launch's warp reductions.
+    warp_reduces: Vec<TensorId>,
     /// 32-bit words of the thread-private buffers open at the statement
     /// being walked, and the most at any statement (with the innermost
     /// buffer open there).
@@ -266,7 +266,7 @@ impl Walk<'_> {
                             ),
                         ));
                     }
-                    self.warp_reduce.get_or_insert(w.tensor);
+                    self.warp_reduces.push(w.tensor);
                 }
                 Stmt::Mma { c, a, b, .. } => {
                     if open[0] {

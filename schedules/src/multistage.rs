@@ -206,8 +206,10 @@ fn make_async(f: &LoopFunc, st: &mut Stmt, buffers: &[TensorId]) -> Result<(), S
             check_copy(f, *tensor, *value, *extent, buffers)?;
             let TExpr::Load(src, src_idx) = f.p.expr(*value) else { unreachable!("checked by check_copy") };
             let bytes = (*extent * f.p.tensor(*tensor).elem.size() as i64) as u32;
+            // `cp.async` moves one contiguous, aligned run of elements on each side.
             let aligned = |t: TensorId, idx: &[TExprId]| {
-                crate::analysis::vector_alignment(&f.p, t, idx, *var, *lo, *extent as u32) == bytes
+                crate::analysis::access(f, t, idx, *var) == crate::analysis::Access::Contiguous
+                    && crate::analysis::vector_alignment(&f.p, t, idx, *var, *lo, *extent as u32) == bytes
             };
             if aligned(*tensor, indices) && aligned(*src, src_idx) {
                 *kind = ForKind::Async;

@@ -29,6 +29,14 @@ fn error_vs_interp(pl: &mut texc_pipeline::Pipeline, p: &texc_compiler::Program,
     texc_tests::rel_error(&got[0], &want[0])
 }
 
+/// Relative error of the loop-IR evaluator's run of `f` against the interpreter's of `p`.
+fn eval_error(p: &texc_compiler::Program, f: &LoopFunc, seed: u64) -> f64 {
+    let args = || texc_compiler::interp::bind_args(p, Default::default(), &[], seed).expect("binds");
+    let want = texc_compiler::interp::run(p, args()).expect("interp");
+    let got = texc_schedules::eval::run(f, args()).expect("evaluates");
+    texc_tests::rel_error(&got[0], &want[0])
+}
+
 fn sm(target: &str) -> String {
     format!("sm_{}", texc_compiler::target::lookup(target).expect("registered").gpu.expect("a GPU").sm)
 }
@@ -211,6 +219,7 @@ fn loop_nests_that_break_a_launch_rule_are_rejected() {
         (&warp_nest("P[t] = A[t]\n        warp_reduce sum P by 32", "barrier", "B[b * 64 + u] = P[u]"), "the warp reduction of `P` is inside a thread loop"),
         (&warp_nest("P[t] = A[t]", "warp_reduce sum P by 32\n      for y in 0..2 thread.y:\n        B[b * 64 + y] = A[y]", "B[b * 64 + u] = P[u]"), "its launch has threads along y or z"),
         (&warp_nest("P[t] = A[t]", "warp_reduce sum P by 32", "B[b * 64 + u] = P[u]").replace("P: f32[64]", "P: f32[128]"), "it has more elements than the block has threads"),
+        (&warp_nest("P[t] = A[t]", "warp_reduce sum P by 32\n      registers Q: f32[128]:\n        warp_reduce sum Q by 32", "B[b * 64 + u] = P[u]"), "the warp reduction of `Q`: it has more elements than the block"),
         ("  for b in 0..1 block.x:\n    local P: f32[64]:\n      for t in 0..64 thread.x:\n        B[t] = A[t]\n      warp_reduce sum P by 32\n", "`P` is not a buffer declared `registers`"),
         (&warp_nest("P[t] = A[t]", "warp_reduce sum P by 64", "B[b * 64 + u] = P[u]"), "a warp reduction is by 2, 4, 8, 16 or 32 lanes"),
         // A thread's local buffers are its registers: 255 a thread, 65536 a block.
@@ -644,10 +653,7 @@ fn reductions_over_a_blocks_threads() {
             let text = texc_schedules::ir::print(&f);
             let again = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("parses");
             assert_eq!(texc_schedules::ir::print(&again.func), text, "{what}: prints back the same");
-            let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 4).expect("binds");
-            let want = texc_compiler::interp::run(&p, args()).expect("interp");
-            let got = texc_schedules::eval::run(&again.func, args()).expect("evaluates");
-            assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{what}: loop-IR evaluator");
+            assert!(eval_error(&p, &again.func, 4) < 1e-5, "{what}: loop-IR evaluator");
             let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
             assert_eq!(ptx.contains("shfl.sync.bfly.b32"), shuffles, "{what}");
             texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -760,10 +766,7 @@ fn pipelined_copies_feed_the_tensor_cores() {
         let (mut pl, p, f) = gpu_loops("hp.tex", &src, &Bindings::default());
         let what = format!("{stages} stages, {slices} slices");
         assert!(error_vs_interp(&mut pl, &p, &f, 11) < 1e-5, "{what}");
-        let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 11).expect("binds");
-        let want = texc_compiler::interp::run(&p, args()).expect("interp");
-        let got = texc_schedules::eval::run(&f, args()).expect("evaluates");
-        assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "loop-IR evaluator, {what}");
+        assert!(eval_error(&p, &f, 11) < 1e-5, "loop-IR evaluator, {what}");
         let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
         let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
         assert!(kernel.contains("cp.async.cg.shared.global"), "{what}:\n{kernel}");
@@ -786,10 +789,9 @@ fn reading_a_copy_before_it_lands_is_refused() {
     assert!(text.contains("async wait 1\n"), "{text}");
     let t = texc_compiler::target::lookup("nvptx-sm90").expect("target");
     let parsed = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("parses");
+    assert!(eval_error(&p, &parsed.func, 5) < 1e-5, "as printed");
     let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 5).expect("binds");
     let want = texc_compiler::interp::run(&p, args()).expect("interp");
-    let got = texc_schedules::eval::run(&parsed.func, args()).expect("evaluates");
-    assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "as printed");
     for (broken, why) in [
         (text.replacen("async wait 1\n", "async wait 2\n", 1), "used while an asynchronous copy into it is in flight"),
         (text.replacen("async wait 1\n            barrier\n", "async wait 1\n", 1), "in flight"),
@@ -843,10 +845,7 @@ fn the_default_gpu_schedule_runs_convolutions_as_tensor_core_products() {
         let gathered = text.lines().any(|l| l.contains("Y.gemm.Bs[") && l.contains("= X["));
         assert_eq!(gathered, products && gather, "{shape}: the columns' copy reads the image");
         assert!(error_vs_interp(&mut pl, &p, &f, 3) < 1e-5, "{shape}");
-        let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 3).expect("binds");
-        let want = texc_compiler::interp::run(&p, args()).expect("interp");
-        let got = texc_schedules::eval::run(&f, args()).expect("evaluates");
-        assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{shape}: loop-IR evaluator");
+        assert!(eval_error(&p, &f, 3) < 1e-5, "{shape}: loop-IR evaluator");
         let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
         assert_eq!(ptx.contains("mma.sync") && ptx.contains("cp.async"), products, "{shape}");
         texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{shape}: {e}"));
@@ -983,12 +982,28 @@ fn the_default_gpu_schedule_keeps_a_threads_products_in_registers() {
         let what = format!("{file} {:?}", b.shapes);
         assert!(text.contains(local) && text.contains(".acc: f32[4, 4]"), "{what}:\n{text}");
         assert!(error_vs_interp(&mut pl, &p, &f, 4) < 1e-5, "{what}");
-        let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 4).expect("binds");
-        let want = texc_compiler::interp::run(&p, args()).expect("interp");
-        let got = texc_schedules::eval::run(&f, args()).expect("evaluates");
-        assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{what}: loop-IR evaluator");
+        assert!(eval_error(&p, &f, 4) < 1e-5, "{what}: loop-IR evaluator");
         let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
         let (_, res) = texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "{what}: no spills: {res:?}");
     }
+}
+
+/// Attention scores and their softmax: the product on tensor cores, then
+/// the rows in one launch whose max and sum are warp shuffles (the row
+/// group's stages are found before the product's operand stages are
+/// inserted), against the interpreter.
+#[test]
+fn a_product_then_a_softmax_of_its_rows() {
+    require_ptxas();
+    let src = "kernel att(Q: f16[M = 64, K = 64], Kt: f16[K, N = 256]) -> Y: f32[M, N] {\n    \
+               S[i, j] = sum[k](f32(Q[i, k]) * f32(Kt[k, j]));\n    m[i] = max[j](S[i, j]);\n    \
+               e[i, j] = exp(S[i, j] - m[i]);\n    s[i] = sum[j](e[i, j]);\n    Y[i, j] = e[i, j] / s[i];\n}\n";
+    let (mut pl, p, f) = gpu_loops("att.tex", src, &Bindings::default());
+    assert!(error_vs_interp(&mut pl, &p, &f, 8) < 1e-5);
+    let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+    let launches: Vec<&str> = ptx.lines().filter(|l| l.starts_with("// texc: att_k")).collect();
+    assert_eq!(launches.len(), 3, "zero the scores, the product, the rows:\n{}", launches.join("\n"));
+    assert!(ptx.contains("mma.sync") && ptx.contains("shfl.sync.bfly"), "{ptx}");
+    texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
 }

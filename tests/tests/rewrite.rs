@@ -508,4 +508,15 @@ kernel layer(X: f32[N = 1, C = 16, H = 8, W = 8], Wt: f32[K = 16, C, 3, 3]) -> Y
         let e = rel_error(&got[0], &exact[0]);
         assert!(e < 1e-4, "{knobs:?}: relative error {e:e}");
     }
+    // The estimate a tuning record keeps is the model's own, not the one
+    // extraction saw with `winograd=2|4` (that tile made nearly free).
+    let estimate = |knobs: &[(&str, i64)]| {
+        let (_, r) =
+            rewritten_with(src, |pl| pl.options.knobs = knobs.iter().map(|(n, v)| (n.to_string(), *v)).collect());
+        (r.plan.estimated_cost, r.plan.best_cost)
+    };
+    let (forced, extraction) = estimate(&[("winograd", 4)]);
+    assert!(extraction < forced / 100.0, "extraction saw {extraction}, the model {forced}");
+    let (direct, _) = estimate(&[("winograd", 0), ("im2col", 0)]);
+    assert!(forced > direct / 10.0 && forced < direct * 10.0, "F(4,3) {forced} ns, direct {direct} ns");
 }

@@ -758,10 +758,12 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
         let _busy = crate::progress::Activity::spinner(format!("compiling `{}` for {t}", p.name));
         pl.compile(job.legal.as_ref().expect("a compiled target"))?
     };
-    let mut bufs = compiled.prepare(job.compiled_args().to_vec()).map_err(|e| Diagnostic::error(e.to_string()))?;
     if a.wait_to_time {
+        // Before its buffers (on a GPU, its device memory) exist: the
+        // batch's other workers wait here too.
         wait_for_turn()?;
     }
+    let mut bufs = compiled.prepare(job.compiled_args().to_vec()).map_err(|e| Diagnostic::error(e.to_string()))?;
     // One call first: a kernel that cannot run (a GPU launch refused) fails here, before timing.
     compiled.call(&mut bufs)?;
     let mut failed = None;

@@ -239,16 +239,19 @@ fn measure_batch(a: &TuneArgs, batch: &[Knobs]) -> Vec<Result<Measurement, Strin
                 Err(_) => break,
             };
         }
-    }
-    let mut out = Vec::new();
-    for (id, r) in running.iter_mut().enumerate() {
-        out.push(match r.take().expect("each once") {
-            Err(e) => Err(e),
-            Ok(mut w) if gate && !ready.contains(&id) => {
+        // Before any is timed: the timing has the machine to itself.
+        for (id, r) in running.iter_mut().enumerate() {
+            if let Some(Ok(w)) = r.as_mut().filter(|_| !ready.contains(&id)) {
                 let _ = w.child.kill();
                 let _ = w.child.wait();
-                Err(format!("killed after {} s compiling", a.trial_timeout))
+                *r = Some(Err(format!("killed after {} s compiling", a.trial_timeout)));
             }
+        }
+    }
+    let mut out = Vec::new();
+    for r in running.iter_mut() {
+        out.push(match r.take().expect("each once") {
+            Err(e) => Err(e),
             Ok(mut w) => {
                 if let Some(stdin) = w.child.stdin.as_mut() {
                     use std::io::Write;

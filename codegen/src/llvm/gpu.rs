@@ -280,6 +280,9 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         let lanes = extent as u32;
         for (t, idx) in [(*tensor, indices.as_slice()), (src, src_idx.as_slice())] {
+            if texc_schedules::analysis::access(self.f, t, idx, var) != texc_schedules::analysis::Access::Contiguous {
+                return unsupported(&format!("`{}`'s elements are not consecutive", self.f.p.tensor(t).name));
+            }
             if self.vector_alignment(t, idx, var, lo, lanes) as i64 != bytes {
                 return unsupported(&format!(
                     "`{}`'s elements are not provably aligned to {bytes} bytes",
