@@ -37,6 +37,15 @@ fn eval_error(p: &texc_compiler::Program, f: &LoopFunc, seed: u64) -> f64 {
     texc_tests::rel_error(&got[0], &want[0])
 }
 
+/// `--shape`'s `N=2,C=32,...` as bindings.
+fn sizes(text: &str) -> Bindings {
+    let shapes = text.split(',').map(|kv| {
+        let (n, v) = kv.split_once('=').expect("name=value");
+        (n.to_string(), v.parse().expect("a number"))
+    });
+    Bindings { shapes: shapes.collect(), ..Default::default() }
+}
+
 fn sm(target: &str) -> String {
     format!("sm_{}", texc_compiler::target::lookup(target).expect("registered").gpu.expect("a GPU").sm)
 }
@@ -830,11 +839,7 @@ fn the_default_gpu_schedule_runs_convolutions_as_tensor_core_products() {
     ] {
         let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "benches/conv_f16.tex", None).expect("loads");
         pl.options.knobs.insert("gather".into(), i64::from(gather));
-        let shapes = shape.split(',').map(|kv| {
-            let (n, v) = kv.split_once('=').expect("name=value");
-            (n.to_string(), v.parse().expect("a number"))
-        });
-        let b = Bindings { shapes: shapes.collect(), ..Default::default() };
+        let b = sizes(shape);
         let p = texc_tests::specialize(&mut pl, k, &b);
         let f = texc_tests::loops(&mut pl, k, &p);
         let temps: Vec<String> = f.live_temps().iter().map(|&t| f.p.tensor(t).name.clone()).collect();
@@ -970,11 +975,7 @@ fn the_default_gpu_schedule_keeps_a_threads_products_in_registers() {
     for (file, shapes, local) in cases {
         let (mut pl, k) = texc_tests::load_file("nvptx-sm90", file, None).expect("loads");
         pl.options.rewrite = true;
-        let shapes = shapes.split(',').map(|kv| {
-            let (n, v) = kv.split_once('=').expect("name=value");
-            (n.to_string(), v.parse().expect("a number"))
-        });
-        let b = Bindings { shapes: shapes.collect(), ..Default::default() };
+        let b = sizes(shapes);
         // The e-graph's plan (Winograd where it pays), against the graph as written.
         let (built, loops) = pl.build(k, &b).unwrap_or_else(|e| panic!("{}", rendered(&pl, e)));
         let (p, f) = (built.written, loops.legal);
