@@ -37,6 +37,15 @@ fn eval_error(p: &texc_compiler::Program, f: &LoopFunc, seed: u64) -> f64 {
     texc_tests::rel_error(&got[0], &want[0])
 }
 
+/// Each source of `cases` is rejected by `texc check` with its message, at a place in `file`.
+fn assert_spanned_errors(file: &str, cases: &[(String, &str)]) {
+    for (src, want) in cases {
+        let err = texc_tests::check_text(file, src).expect_err("rejected");
+        assert!(err.contains(want), "expected `{want}` in\n{err}");
+        assert!(err.contains(&format!("{file}:")), "spanned: {err}");
+    }
+}
+
 /// `--shape`'s `N=2,C=32,...` as bindings.
 fn sizes(text: &str) -> Bindings {
     let shapes = text.split(',').map(|kv| {
@@ -515,11 +524,7 @@ fn tensorize_errors_are_spanned() {
             "inside a thread.x loop",
         ),
     ];
-    for (src, want) in cases {
-        let err = texc_tests::check_text("hgemm.tex", &src).expect_err("rejected");
-        assert!(err.contains(want), "expected `{want}` in\n{err}");
-        assert!(err.contains("hgemm.tex:"), "spanned: {err}");
-    }
+    assert_spanned_errors("hgemm.tex", &cases);
 }
 
 /// Without a schedule, an f16 matrix product whose sizes the tiles divide
@@ -876,11 +881,7 @@ fn pipeline_errors_are_spanned() {
             "`pipeline` is a GPU primitive",
         ),
     ];
-    for (text, want) in cases {
-        let err = texc_tests::check_text("hp.tex", &text).expect_err("rejected");
-        assert!(err.contains(want), "expected `{want}` in\n{err}");
-        assert!(err.contains("hp.tex:"), "spanned: {err}");
-    }
+    assert_spanned_errors("hp.tex", &cases);
 }
 
 /// Without a schedule, an element-wise stage of 4-byte elements whose reads
