@@ -191,14 +191,29 @@ fn inline_elementwise(p: &mut Program, recompute: bool) {
 }
 
 /// Parameters of the default schedule that `--knob` (and the autotuner)
-/// may set for a kernel without a schedule block of its own: `rows` (rows
-/// of a register block), `kslice` (depth of the reduction slices of long
-/// products), `cols` (columns of a block of packed panels), `pack` (0: no
-/// packing of the vector operand), `par` (0: no loop runs on the thread
-/// pool), `vec` (vector width in bits, at most the target's: 256 on an
-/// AVX-512 target); on GPUs, `gather` (0: a convolution's columns are
-/// written out, an explicit im2col, instead of gathered from the image into
-/// shared memory). Unset, each keeps its machine-derived value.
+/// may set for a kernel without a schedule block of its own — together the
+/// space `texc tune` searches for it, generated from the kernel's structure
+/// rather than a template:
+/// - register blocking: `rows` (rows of a register block, taken as given:
+///   a last, shorter block is a copy of the loops), `nvec` (vectors across a
+///   BLIS-style micro-kernel, which is also the width of its packed panels);
+/// - multi-level tiling: `kslice` (depth of the reduction slices of long
+///   products), `cols` (columns of a block of packed panels);
+/// - `pack` (0: no packing of the vector operand);
+/// - `order` (1: a long product's column panels outside its row blocks,
+///   so a packed panel stays in L1 across the rows instead of a block of
+///   rows across the panels);
+/// - `unroll` (the innermost reduction loop of a register block unrolled by
+///   that many iterations);
+/// - `par` (0: no loop runs on the thread pool), `vec` (vector width in
+///   bits, at most the target's: 256 on an AVX-512 target);
+/// - `attach` (0: every stage in a loop nest of its own, instead of
+///   temporaries computed inside the loop of the stage that reads them);
+/// - on GPUs, `gather` (0: a convolution's columns are written out, an
+///   explicit im2col, instead of gathered from the image into shared
+///   memory).
+///
+/// Unset, each keeps its machine-derived value.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct DefaultKnobs {
     pub rows: Option<i64>,
@@ -207,18 +222,26 @@ pub struct DefaultKnobs {
     pub pack: Option<bool>,
     pub par: Option<bool>,
     pub vec: Option<i64>,
+    pub nvec: Option<i64>,
+    pub order: Option<bool>,
+    pub unroll: Option<i64>,
+    pub attach: Option<bool>,
     pub gather: Option<bool>,
 }
 
 impl DefaultKnobs {
     /// The knobs and the values the autotuner tries for each.
-    pub const SPACE: [(&'static str, &'static [i64]); 6] = [
-        ("rows", &[2, 3, 4, 6, 8, 12]),
+    pub const SPACE: [(&'static str, &'static [i64]); 10] = [
+        ("rows", &[2, 3, 4, 5, 6, 8, 12]),
+        ("nvec", &[2, 1, 3]),
         ("kslice", &[64, 128, 256, 512]),
         ("cols", &[64, 128, 256]),
         ("pack", &[1, 0]),
+        ("order", &[0, 1]),
+        ("unroll", &[1, 2, 4]),
         ("par", &[1, 0]),
         ("vec", &[512, 256]),
+        ("attach", &[1, 0]),
     ];
 
     /// From `--knob` values; a name that is not one of them, or a value out
@@ -234,16 +257,22 @@ impl DefaultKnobs {
                 "gather" if v == 0 || v == 1 => d.gather.replace(v == 1).is_none(),
                 "par" if v == 0 || v == 1 => d.par.replace(v == 1).is_none(),
                 "vec" if [128, 256, 512].contains(&v) => d.vec.replace(v).is_none(),
-                "rows" | "kslice" | "cols" | "pack" | "gather" | "par" | "vec" => false,
+                "nvec" if (1..=4).contains(&v) => d.nvec.replace(v).is_none(),
+                "order" if v == 0 || v == 1 => d.order.replace(v == 1).is_none(),
+                "unroll" if (1..=16).contains(&v) => d.unroll.replace(v).is_none(),
+                "attach" if v == 0 || v == 1 => d.attach.replace(v == 1).is_none(),
+                "rows" | "kslice" | "cols" | "pack" | "gather" | "par" | "vec" | "nvec" | "order" | "unroll"
+                | "attach" => false,
                 _ => {
                     return Err(format!(
-                        "knob `{name}` is not a knob of the default schedule (its knobs: rows, kslice, cols, pack, par, vec, gather; the pipeline's: rewrite, winograd, im2col)"
+                        "knob `{name}` is not a knob of the default schedule (its knobs: {}, gather; the pipeline's: rewrite, winograd, im2col)",
+                        Self::SPACE.map(|(n, _)| n).join(", ")
                     ))
                 }
             };
             if !ok {
                 return Err(format!(
-                    "knob `{name}` = {v} is out of its range (rows 1..=64, kslice and cols ≥ 1, pack, par and gather 0 or 1, vec 128, 256 or 512)"
+                    "knob `{name}` = {v} is out of its range (rows 1..=64, nvec 1..=4, kslice and cols ≥ 1, unroll 1..=16, pack, order, par, attach and gather 0 or 1, vec 128, 256 or 512)"
                 ));
             }
         }
@@ -370,7 +399,9 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
     for (si, req) in packs.into_iter().rev() {
         pack_operand(p, &mut s, si, req);
     }
-    attach_producers(p, &mut s);
+    if knobs.attach != Some(false) {
+        attach_producers(p, &mut s);
+    }
     if knobs.par == Some(false) {
         // One thread: a small kernel's work below what handing it to the pool costs.
         for v in s.stages.iter_mut().flat_map(|ss| ss.ivs.iter_mut()) {
@@ -1126,8 +1157,13 @@ fn register_block(
         row.max(1)
     };
     let long = row >= lanes && short_vectors > 6;
-    let vectors = if long { 2 } else { short_vectors };
-    let f = block_rows(m.knobs.rows.unwrap_or(m.accumulators / vectors), ss.ivs[a].extent);
+    let vectors = if long { m.knobs.nvec.unwrap_or(2) } else { short_vectors };
+    let f = match m.knobs.rows {
+        // An explicit request is taken as it is: the last block is then a
+        // shorter copy of the loops (partitioned), or guarded.
+        Some(rows) => rows.min(ss.ivs[a].extent),
+        None => default_rows(m.accumulators / vectors, ss.ivs[a].extent, long),
+    };
     if f < 2 {
         vectorize_inner(ss, inner, m);
         return None;
@@ -1156,11 +1192,13 @@ fn register_block(
         order.extend(row_loops);
         ss.reorder(&order, span).expect("a permutation of the leaves");
         ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
+        unroll_reduction(ss, m.knobs.unroll);
         return None;
     }
-    // The micro-kernel is two vectors wide; packed panels have its width, and
-    // a block of panels spans 128 columns (128 KiB of f32 per 256-deep slice).
-    let width = 2 * lanes;
+    // The micro-kernel is two vectors wide (`nvec`); packed panels have its
+    // width, and a block of panels spans 128 columns (128 KiB of f32 per
+    // 256-deep slice).
+    let width = vectors * lanes;
     let (o, v) =
         ss.split(inner, width, (&format!("{iname}.o"), span), (&format!("{iname}.v"), span), span).expect("fresh");
     ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
@@ -1189,19 +1227,38 @@ fn register_block(
         .collect();
     order.extend(oo);
     order.extend(slices.map(|(ko, _)| ko));
-    order.push(ab);
-    order.push(oi);
+    if m.knobs.order == Some(true) {
+        order.extend([oi, ab]);
+    } else {
+        order.extend([ab, oi]);
+    }
     order.extend(ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce && Some(l) != slices.map(|(ko, _)| ko)));
     order.push(r);
     order.push(v);
     ss.reorder(&order, span).expect("a permutation of the leaves");
     ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
+    unroll_reduction(ss, m.knobs.unroll);
     let (ko, _) = slices?;
     panels?;
     if m.knobs.pack == Some(false) {
         return None;
     }
     vector_operand(p, st).map(|tensor| PackRequest { leaf: ko, tensor, width })
+}
+
+/// The `unroll` knob: the innermost reduction loop of a register block
+/// (just outside its unrolled rows) unrolled by `by` iterations, where it
+/// has at least two such groups.
+fn unroll_reduction(ss: &mut StageSchedule, by: Option<i64>) {
+    let span = Span::default();
+    let Some(by) = by.filter(|&u| u >= 2) else { return };
+    let Some(&k) = ss.leaves.iter().rev().find(|&&l| ss.ivs[l].reduce) else { return };
+    if ss.ivs[k].extent < 2 * by || ss.ivs[k].kind != ForKind::Serial {
+        return;
+    }
+    let name = ss.ivs[k].name.clone();
+    let (_, u) = ss.split(k, by, (&format!("{name}.uo"), span), (&format!("{name}.u"), span), span).expect("fresh");
+    ss.annotate(u, ForKind::Unrolled, span).expect("serial leaf");
 }
 
 /// Pack `tensor` (read by the stage) into panels `width` columns wide at reduction slice `leaf`.
@@ -1229,6 +1286,25 @@ fn vector_operand(p: &Program, st: &Stage) -> Option<TensorId> {
         }
     }
     found
+}
+
+/// Rows of A that a BLIS-style micro-kernel may read at once without
+/// evicting one another from L1: its rows lie a power-of-two stride apart in
+/// the usual shapes, so all fall in one set of the 8-way L1.
+const L1_WAYS: i64 = 8;
+
+/// Rows per register block when no knob sets them. A BLIS-style micro-kernel
+/// (`long`) takes all `max` rows when they stay within [`L1_WAYS`]; its
+/// block loop encloses the reductions, so a last, shorter block is a
+/// partitioned copy of the loops, not a guard. (SGEMM 1024³ on AVX2: 6 rows
+/// and a tail of 4, 106 GFLOP/s; 4 rows dividing 1024, 100 GFLOP/s. On
+/// AVX-512, 12 rows ran at 96 GFLOP/s and 8 at 107.)
+fn default_rows(max: i64, extent: i64, long: bool) -> i64 {
+    if long && max <= L1_WAYS {
+        max.min(extent)
+    } else {
+        block_rows(max, extent)
+    }
 }
 
 /// Rows per register block: at most `max`, preferring a divisor of the
@@ -1322,7 +1398,12 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     while ss.ivs[outer].extent < 64 && ss.leaves.len() > 2 {
         let next = ss.leaves[1];
         // A split with a tail under a fusion could not be partitioned: its guard would sit innermost.
-        if ss.ivs[next].reduce || ss.ivs[next].kind != ForKind::Serial || ss.leaves.len() < 3 || has_tail(ss, next) {
+        if ss.ivs[next].reduce
+            || ss.ivs[next].kind != ForKind::Serial
+            || ss.leaves.len() < 3
+            || has_tail(ss, next)
+            || has_tail(ss, outer)
+        {
             break;
         }
         let name = format!("{}.{}", ss.ivs[outer].name, ss.ivs[next].name);

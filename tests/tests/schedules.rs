@@ -490,3 +490,49 @@ fn vector_width_and_threads_are_knobs_of_the_default_schedule() {
         }
     }
 }
+
+/// The space `texc tune` searches for a kernel without a schedule block is
+/// the default schedule's knobs (`DefaultKnobs::SPACE`): every point of it
+/// must compute what the interpreter computes. Random points, on odd sizes
+/// that no block, panel or vector divides, of each kind of kernel the space
+/// was made for: long products (packed panels, k slices), short-row
+/// contractions (a convolution, a 1×1 convolution), a depthwise
+/// convolution, and row reductions with their element-wise passes.
+#[test]
+fn random_points_of_the_default_schedules_space_match_the_interpreter() {
+    let space = texc_schedules::default::DefaultKnobs::SPACE;
+    let cases = [
+        ("benches/matmul.tex", "M=45,K=530,N=203"),
+        ("benches/matmul.tex", "M=13,K=7,N=61"),
+        ("benches/conv_layer.tex", "C=5,H=9,W=11,K=14"),
+        ("benches/conv1x1.tex", "C=6,H=7,W=9,K=19"),
+        ("examples/depthwise.tex", "N=1,C=5,H=11,W=13"),
+        ("examples/softmax.tex", "N=37,D=300"),
+        ("benches/layer_norm.tex", "N=9,D=77"),
+    ];
+    let target = texc_compiler::target::lookup("x86-avx512").expect("registered");
+    let runs_here = target.check_runs_here().is_ok();
+    let mut rng = SplitMix64::new(2026);
+    for (file, shapes) in cases {
+        let p = texc_tests::compile(file, None, &shape_bindings(shapes)).expect("compiles");
+        let mut nests = std::collections::HashSet::new();
+        for seed in 0..4 {
+            let knobs: Vec<(String, i64)> = space
+                .iter()
+                .map(|(name, values)| (name.to_string(), values[(rng.next_u64() % values.len() as u64) as usize]))
+                .collect();
+            let mut pl = texc_tests::pipeline(target.name);
+            pl.options.knobs = knobs.iter().cloned().collect();
+            let f = pl.default_loops(p.clone()).expect("schedules and lowers").lowered;
+            let what = format!("{file} [{shapes}] with {knobs:?}");
+            nests.insert(texc_schedules::ir::print(&f));
+            let got = eval::run(&f, random_args(&p, seed)).expect("loop eval");
+            assert_outputs(&format!("{what}: loop nest"), &p, &f, seed, got);
+            if runs_here {
+                let got = texc_tests::compile_loops(target, &f).expect("compiles").run(random_args(&p, seed));
+                assert_outputs(&format!("{what}: x86-avx512"), &p, &f, seed, got.expect("runs"));
+            }
+        }
+        assert!(nests.len() >= 2, "{file}: the knobs change the loop nest");
+    }
+}

@@ -397,7 +397,7 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     let cannot =
         |e: std::io::Error| Error::from(Diagnostic::error(format!("tuning database {}: {e}", db.path.display())));
     let mut trials: Vec<Trial> = Vec::new();
-    for r in db.load().map_err(cannot)?.records.into_iter().filter(|r| r.key == key) {
+    for r in db.load().map_err(cannot)?.records.into_iter().filter(|r| r.key == key && r.measured.rounds == 0) {
         trials.push(Trial { knobs: r.knobs, result: Ok(r.time_ms), at: 0.0, from_db: true, predicted: None });
     }
     let resumed = trials.len();
@@ -514,24 +514,8 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
             };
             let at = started.elapsed().as_secs_f64();
             if let Ok(ms) = result {
-                let record = Record {
-                    key: key.clone(),
-                    kernel: written.name.clone(),
-                    texc_version: texc_pipeline::tuning::TEXC_VERSION.to_string(),
-                    knobs: knobs.clone(),
-                    schedule: pl.instantiate(k, &knobs).unwrap_or_default(),
-                    time_ms: ms,
-                    measured: Measured {
-                        runs: a.repeat as u64,
-                        warmup: a.warmup as u64,
-                        threads: texc_runtime::pool::num_threads() as u64,
-                    },
-                    unix_time: std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_secs()),
-                    plan,
-                };
-                db.append(&record).map_err(cannot)?;
+                let about = (k, &key, written.name.as_str());
+                db.append(&record(pl, a, about, &knobs, (ms, plan), 0)).map_err(cannot)?;
             }
             let best = trials
                 .iter()
@@ -559,7 +543,114 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     if duplicates > 0 {
         eprintln!("{duplicates} candidates gave loop nests an earlier one had, and were not measured again");
     }
-    report(pl, a, k, &written.name, &sizes, &trials, started.elapsed().as_secs_f64(), &db)
+    let seconds = started.elapsed().as_secs_f64();
+    // Sharded, the other shards' trials are not here: `db merge` joins them
+    // and a later unsharded `tune` holds the head-to-head.
+    let h2h = match shard {
+        Some(_) => None,
+        None => head_to_head(pl, a, (k, &key, written.name.as_str()), &trials, &db)?,
+    };
+    let kept = db.best(&key).map_err(cannot)?.map(|r| r.knobs);
+    report(pl, a, k, &written.name, &sizes, &trials, seconds, &db, (h2h, kept))
+}
+
+/// Alternating rounds of the head-to-head that confirms a tuning's winner.
+const HEAD_TO_HEAD_ROUNDS: usize = 3;
+
+/// A head-to-head's two sides: knobs and the median of their rounds, winner first.
+struct HeadToHead {
+    winner: (Knobs, f64),
+    loser: (Knobs, f64),
+    rounds: usize,
+}
+
+/// The kernel a record is about: its reference, key and name.
+type About<'a> = (KernelRef, &'a db::Key, &'a str);
+
+/// Each trial is one measurement, and on a shared machine the fastest of
+/// many is often the luckiest: before a search's fastest candidate replaces
+/// the schedule in force — the winner of the key's latest head-to-head, else
+/// candidate zero, the default — both are timed again in alternating rounds
+/// (each a worker of its own, the order swapped each round), and the medians
+/// of their rounds decide. Both sides are recorded as the key's latest
+/// head-to-head, which the database then takes as its best
+/// ([`db::best_of`]). A candidate that lost a head-to-head is not
+/// challenged with again; none is held when the fastest is the one in force.
+fn head_to_head(
+    pl: &mut Pipeline,
+    a: &TuneArgs,
+    about: About,
+    trials: &[Trial],
+    db: &Db,
+) -> Result<Option<HeadToHead>, Error> {
+    let (k, key, _) = about;
+    let cannot =
+        |e: std::io::Error| Error::from(Diagnostic::error(format!("tuning database {}: {e}", db.path.display())));
+    let mine: Vec<Record> = db.load().map_err(cannot)?.records.into_iter().filter(|r| &r.key == key).collect();
+    let held: HashSet<&Knobs> = mine.iter().filter(|r| r.measured.rounds > 0).map(|r| &r.knobs).collect();
+    let ts = pl.tunables(k);
+    let in_force = db::best_of(mine.iter().filter(|r| r.measured.rounds > 0).cloned())
+        .map_or_else(|| knobs_of(&ts, &point_zero(&ts)), |r| r.knobs);
+    let challenger = trials
+        .iter()
+        .filter(|t| !held.contains(&t.knobs))
+        .filter_map(|t| t.result.as_ref().ok().map(|&ms| (&t.knobs, ms)))
+        .min_by(|x, y| x.1.total_cmp(&y.1));
+    let Some((challenger, _)) = challenger.filter(|(c, _)| **c != in_force) else {
+        return Ok(None);
+    };
+    let sides = [in_force, challenger.clone()];
+    let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut plans: [Option<PlanRun>; 2] = [None, None];
+    for round in 0..HEAD_TO_HEAD_ROUNDS {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        let batch: Vec<Knobs> = order.iter().map(|&i| sides[i].clone()).collect();
+        for (&i, m) in order.iter().zip(measure_batch(a, &batch)) {
+            if let Ok((ms, plan)) = m {
+                times[i].push(ms);
+                plans[i] = plan.or(plans[i].take());
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let (Some(kept), Some(new)) = (median(&mut times[0]), median(&mut times[1])) else {
+        eprintln!("note: the head-to-head of the fastest candidate with the schedule in force could not be measured");
+        return Ok(None);
+    };
+    let rounds = times[0].len().min(times[1].len());
+    let [p0, p1] = plans;
+    let [s0, s1] = sides;
+    let first = record(pl, a, about, &s0, (kept, p0), rounds as u64);
+    // One head-to-head, one time: the database tells them apart by it.
+    let second = Record { unix_time: first.unix_time, ..record(pl, a, about, &s1, (new, p1), rounds as u64) };
+    db.append(&first).map_err(cannot)?;
+    db.append(&second).map_err(cannot)?;
+    let (winner, loser) = if new < kept { ((s1, new), (s0, kept)) } else { ((s0, kept), (s1, new)) };
+    Ok(Some(HeadToHead { winner, loser, rounds }))
+}
+
+/// The database record of one measurement (`rounds` > 0: one side of a head-to-head).
+fn record(pl: &Pipeline, a: &TuneArgs, about: About, knobs: &Knobs, m: Measurement, rounds: u64) -> Record {
+    let (k, key, name) = about;
+    Record {
+        key: key.clone(),
+        kernel: name.to_string(),
+        texc_version: texc_pipeline::tuning::TEXC_VERSION.to_string(),
+        knobs: knobs.clone(),
+        schedule: pl.instantiate(k, knobs).unwrap_or_default(),
+        time_ms: m.0,
+        measured: Measured {
+            runs: a.repeat as u64,
+            warmup: a.warmup as u64,
+            threads: texc_runtime::pool::num_threads() as u64,
+            rounds,
+        },
+        unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        plan: m.1,
+    }
 }
 
 /// The next candidate: the queue's (enumeration, or candidate zero first),
@@ -594,6 +685,7 @@ fn report(
     trials: &[Trial],
     seconds: f64,
     db: &Db,
+    (h2h, kept): (Option<HeadToHead>, Option<Knobs>),
 ) -> Result<(), Error> {
     let t = pl.target();
     let measured = trials.iter().filter(|t| !t.from_db).count();
@@ -617,6 +709,19 @@ fn report(
     }
     let speedup = default.map(|d| format!("  {:.2}× the default", d / best_ms)).unwrap_or_default();
     outln!("  best      {:>10.4} ms  {}{speedup}", best_ms, show_knobs(&best.knobs));
+    let kept = kept.unwrap_or_else(|| best.knobs.clone());
+    if let Some(h) = &h2h {
+        outln!(
+            "  head-to-head over {} alternating rounds: {:.4} ms {} against {:.4} ms {}: the first is kept",
+            h.rounds,
+            h.winner.1,
+            show_knobs(&h.winner.0),
+            h.loser.1,
+            show_knobs(&h.loser.0)
+        );
+    } else if kept != best.knobs {
+        outln!("  kept      {} (it won a head-to-head with the best)", show_knobs(&kept));
+    }
     let now: Vec<&Trial> = trials.iter().filter(|t| !t.from_db && t.result.is_ok()).collect();
     if let Some(first) = now.iter().find(|t| t.result.as_ref().is_ok_and(|&ms| best_ms / ms >= 0.9)) {
         outln!("  90 % of the best (within 1.11× its time) reached at {:.1} s of tuning", first.at);
@@ -640,7 +745,7 @@ fn report(
         outln!("  plotted in {}", path.display());
     }
     if a.emit_schedule {
-        outln!("{}", pl.instantiate(k, &best.knobs).unwrap_or_default());
+        outln!("{}", pl.instantiate(k, &kept).unwrap_or_default());
     }
     Ok(())
 }
@@ -668,9 +773,11 @@ pub fn db_command(a: &DbArgs) -> Result<(), Error> {
             );
             for ((kernel, target, hash), rs) in &groups {
                 let best = db::best_of(rs.iter().map(|r| (*r).clone())).expect("a group has records");
+                let rounds = rs.iter().filter(|r| r.measured.rounds > 0).count();
                 outln!(
-                    "  {kernel} on {target} [{hash}]: {} trials, best {:.4} ms with {}",
-                    rs.len(),
+                    "  {kernel} on {target} [{hash}]: {} trials{}, best {:.4} ms with {}",
+                    rs.len() - rounds,
+                    if rounds > 0 { format!(" and {rounds} head-to-head measurements") } else { String::new() },
                     best.time_ms,
                     show_knobs(&best.knobs)
                 );
@@ -709,7 +816,7 @@ pub fn db_command(a: &DbArgs) -> Result<(), Error> {
             let kept = db::prune(l.records, current);
             let n = kept.len();
             db.rewrite(kept).map_err(|e| cannot(&db.path, e))?;
-            outln!("{}: kept {n} of {before} records (the fastest of each kernel)", db.path.display());
+            outln!("{}: kept {n} of {before} records (the best of each kernel)", db.path.display());
             Ok(())
         }
         other => Err(usage(format!("unknown `texc db` action `{other}`; actions: list, show, merge, prune"))),

@@ -43,6 +43,11 @@ fn records(db: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(db).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
+/// The records of trials (not of a closing head-to-head).
+fn trials(db: &Path) -> Vec<serde_json::Value> {
+    records(db).into_iter().filter(|r| r["measured"]["rounds"].is_null()).collect()
+}
+
 #[test]
 fn tunes_records_resumes_and_is_used_by_run() {
     let db = tmp("resume.jsonl");
@@ -51,7 +56,7 @@ fn tunes_records_resumes_and_is_used_by_run() {
     assert_eq!(o.status.code(), Some(0), "{e}");
     assert!(out.contains("tuned `mm` on x86-avx2 [M=64, K=64, N=64]: 5 trials"), "{out}");
     assert!(out.contains("default") && out.contains("best"), "{out}");
-    let first = records(&db);
+    let first = trials(&db);
     assert_eq!(first.len(), 5, "{out}\n{e}");
     // Candidate zero (each list's first value) is always measured first.
     assert_eq!(first[0]["knobs"], serde_json::json!({"ti": 4, "tj": 16, "tk": 4}));
@@ -62,7 +67,7 @@ fn tunes_records_resumes_and_is_used_by_run() {
     let (out, e) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{e}");
     assert!(out.contains("9 trials (4 measured now") && out.contains("5 from the database"), "{out}");
-    let all = records(&db);
+    let all = trials(&db);
     assert_eq!(all.len(), 9);
     let knobs: std::collections::HashSet<String> = all.iter().map(|r| r["knobs"].to_string()).collect();
     assert_eq!(knobs.len(), 9, "no candidate measured twice");
@@ -89,6 +94,42 @@ fn tunes_records_resumes_and_is_used_by_run() {
     assert!(text(&o).0.contains("mm on x86-avx2") && text(&o).0.contains("9 trials"), "{}", text(&o).0);
 }
 
+/// The search's fastest trial is one measurement; before it replaces the
+/// schedule in force it is timed again against it in alternating rounds,
+/// and the database then keeps the faster side. Here a made-up trial
+/// claims 1 ns: it is measured for real and cannot win on its claim.
+#[test]
+fn a_lucky_trial_must_win_a_head_to_head() {
+    let db = tmp("head-to-head.jsonl");
+    let o = tune(&db, 2, 1);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let mut lucky = trials(&db).into_iter().next().expect("a trial");
+    lucky["knobs"] = serde_json::json!({"ti": 8, "tj": 64, "tk": 8});
+    lucky["time_ms"] = serde_json::json!(1e-6);
+    let mut body = std::fs::read_to_string(&db).expect("db");
+    body.push_str(&format!("{lucky}\n"));
+    std::fs::write(&db, body).expect("write");
+    let o = tune(&db, 3, 1);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(out.contains("head-to-head over 3 alternating rounds"), "{out}");
+    let h2h: Vec<serde_json::Value> = records(&db).into_iter().filter(|r| r["measured"]["rounds"] == 3).collect();
+    let sides: Vec<String> = h2h.iter().map(|r| r["knobs"].to_string()).collect();
+    assert!(sides.contains(&lucky["knobs"].to_string()), "{sides:?}");
+    let last = &h2h[h2h.len() - 2..];
+    assert_eq!(last[0]["unix_time"], last[1]["unix_time"], "one head-to-head, one time");
+    for r in last {
+        assert!(r["time_ms"].as_f64().expect("time") > 1e-4, "measured for real: {r}");
+    }
+    let winner = last.iter().min_by(|a, b| a["time_ms"].as_f64().unwrap().total_cmp(&b["time_ms"].as_f64().unwrap()));
+    let winner_ms = format!("({:.4} ms when tuned)", winner.expect("a side")["time_ms"].as_f64().expect("time"));
+    let run = ["run", "examples/tuned_matmul.tex", "--target", "x86-avx2", "--shape", "M=64,K=64,N=64", "--check"];
+    let o = texc(&db, &run);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(e.contains(&winner_ms) && out.contains("check `C` against interp"), "{winner_ms}\n{e}");
+}
+
 #[test]
 fn a_killed_tuner_loses_at_most_its_trial_in_flight() {
     let db = tmp("killed.jsonl");
@@ -97,12 +138,12 @@ fn a_killed_tuner_loses_at_most_its_trial_in_flight() {
     let mut child = texc_cmd(&db, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
     // Let it record a few trials, then kill -9.
     let start = std::time::Instant::now();
-    while records(&db).len() < 2 && start.elapsed().as_secs() < 60 {
+    while trials(&db).len() < 2 && start.elapsed().as_secs() < 60 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     child.kill().expect("kill -9");
     child.wait().expect("reaped");
-    let before = records(&db).len();
+    let before = trials(&db).len();
     assert!(before >= 2, "records before the kill: {before}");
     // Simulate the worst moment: a record torn in the middle of its line.
     {
@@ -114,8 +155,8 @@ fn a_killed_tuner_loses_at_most_its_trial_in_flight() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
     let o = texc(&db, &["db", "list"]);
     let (out, _) = text(&o);
-    assert!(out.contains("18 records, 1 damaged lines skipped"), "{out}");
-    assert_eq!(records(&db).len(), 18);
+    assert!(out.contains("1 damaged lines skipped") && out.contains(": 18 trials"), "{out}");
+    assert_eq!(trials(&db).len(), 18);
 }
 
 #[test]
@@ -132,8 +173,8 @@ fn two_tuners_at_once_write_whole_records() {
         assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     }
     let text = std::fs::read_to_string(&db).expect("db");
-    assert_eq!(text.lines().count(), 12, "{text}");
-    assert_eq!(records(&db).len(), 12, "every line is a whole record");
+    assert_eq!(text.lines().count(), records(&db).len(), "every line is a whole record:\n{text}");
+    assert_eq!(trials(&db).len(), 12, "{text}");
 }
 
 #[test]
@@ -208,7 +249,7 @@ fn shards_merged_equal_one_run() {
 }
 
 /// A kernel without a schedule block is tuned through the default
-/// schedule's knobs (rows, kslice, cols, pack, par, vec); candidates whose loop nests
+/// schedule's knobs (`DefaultKnobs::SPACE`); candidates whose loop nests
 /// an earlier one already had are not measured again; the knobs are checked.
 #[test]
 fn kernels_without_a_template_tune_the_default_schedule() {
@@ -220,14 +261,17 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     let (out, e) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{e}");
     assert!(out.contains("tuned `matmul`"), "{out}");
-    let rs = records(&db);
+    let rs = trials(&db);
     assert!(!rs.is_empty() && rs.len() <= 6, "{out}\n{e}");
     assert_eq!(rs[0]["knobs"], serde_json::json!({}), "candidate zero is the default schedule itself");
     for r in &rs[1..] {
         let knobs = r["knobs"].as_object().expect("knobs");
         assert!(
-            knobs.keys().all(|k| ["rows", "kslice", "cols", "pack", "par", "vec", "rewrite", "winograd", "im2col"]
-                .contains(&k.as_str())),
+            knobs.keys().all(|k| [
+                "rows", "nvec", "kslice", "cols", "pack", "order", "unroll", "par", "vec", "attach", "rewrite",
+                "winograd", "im2col"
+            ]
+            .contains(&k.as_str())),
             "{r}"
         );
         assert!(r["schedule"].as_str().expect("text").starts_with("# the default schedule with --knob "), "{r}");
@@ -257,7 +301,7 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     let o = texc(&db, &bad);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, kslice, cols, pack, par, vec, gather; the pipeline's: rewrite, winograd, im2col)"),
+        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, nvec, kslice, cols, pack, order, unroll, par, vec, attach, gather; the pipeline's: rewrite, winograd, im2col)"),
         "{}",
         text(&o).1
     );
@@ -321,7 +365,7 @@ fn the_cost_model_picks_candidates_in_large_spaces() {
     assert_eq!(o.status.code(), Some(0), "{e}");
     assert!(!out.contains("cost model"), "{out}");
     // (It may stop early: most mutations here repeat a loop nest already measured.)
-    let n = records(&db).len();
+    let n = trials(&db).len();
     assert!((1..=16).contains(&n), "{n} records:\n{out}\n{e}");
 }
 
@@ -338,7 +382,7 @@ fn candidates_compile_together_and_time_alone() {
     let (out, e) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{e}");
     assert!(out.contains("6 trials (6 measured now"), "{out}");
-    assert_eq!(records(&db).len(), 6, "{e}");
+    assert_eq!(trials(&db).len(), 6, "{e}");
     let db = tmp("jobs_killed.jsonl");
     args.extend(["--trial-timeout", "0.001"]);
     let o = texc(&db, &args);

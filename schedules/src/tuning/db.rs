@@ -9,6 +9,13 @@
 //! most one torn last line, which readers skip and the next append
 //! terminates. Rewrites (`merge`, `prune`) write a new file beside the old
 //! and rename it over, under the lock.
+//!
+//! A key's best record is the fastest, unless the key has head-to-head
+//! records (`measured.rounds` > 0: a tuning's winner timed again in
+//! alternating rounds against the schedule it would replace): then it is
+//! the faster side of the latest head-to-head. A single trial's time on a
+//! noisy machine is one draw, and the fastest of many draws is often the
+//! luckiest.
 
 use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
@@ -35,6 +42,9 @@ pub struct Measured {
     pub runs: u64,
     pub warmup: u64,
     pub threads: u64,
+    /// 0 for a trial; otherwise the alternating rounds of a head-to-head,
+    /// whose time is the median of the rounds' medians.
+    pub rounds: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -77,7 +87,7 @@ impl Record {
             "knobs": knobs,
             "schedule": self.schedule,
             "time_ms": self.time_ms,
-            "measured": {"stat": "median", "runs": self.measured.runs, "warmup": self.measured.warmup, "threads": self.measured.threads},
+            "measured": self.measured.to_json(),
             "unix_time": self.unix_time,
             "plan": self.plan.as_ref().map(|p| json!({"ops": p.ops, "estimated_ns": p.estimated_ns})),
         })
@@ -108,10 +118,26 @@ impl Record {
             knobs,
             schedule: s("schedule")?,
             time_ms,
-            measured: Measured { runs: u("runs")?, warmup: u("warmup")?, threads: u("threads")? },
+            measured: Measured {
+                runs: u("runs")?,
+                warmup: u("warmup")?,
+                threads: u("threads")?,
+                rounds: u("rounds").unwrap_or(0),
+            },
             unix_time: v.get("unix_time")?.as_u64()?,
             plan: v.get("plan").and_then(PlanRun::from_json),
         })
+    }
+}
+
+impl Measured {
+    fn to_json(&self) -> Value {
+        let mut m = json!({"stat": "median", "runs": self.runs, "warmup": self.warmup, "threads": self.threads});
+        if self.rounds > 0 {
+            m["stat"] = json!("median of alternating rounds");
+            m["rounds"] = json!(self.rounds);
+        }
+        m
     }
 }
 
@@ -252,9 +278,15 @@ pub fn sort(records: &mut [Record]) {
     });
 }
 
-/// The fastest of `records` (ties: the earliest).
+/// The best of one key's `records`: the faster side of the latest
+/// head-to-head if there is one, else the fastest (ties: the earliest).
 pub fn best_of(records: impl Iterator<Item = Record>) -> Option<Record> {
-    records.min_by(|a, b| a.time_ms.total_cmp(&b.time_ms).then(a.unix_time.cmp(&b.unix_time)))
+    let records: Vec<Record> = records.collect();
+    let latest = records.iter().filter(|r| r.measured.rounds > 0).map(|r| r.unix_time).max();
+    records
+        .into_iter()
+        .filter(|r| latest.is_none_or(|t| r.measured.rounds > 0 && r.unix_time == t))
+        .min_by(|a, b| a.time_ms.total_cmp(&b.time_ms).then(a.unix_time.cmp(&b.unix_time)))
 }
 
 /// Records of several databases as one: identical lines once.
@@ -270,18 +302,13 @@ pub fn merge(inputs: &[Loaded]) -> Vec<Record> {
     out
 }
 
-/// The fastest record of each key, and of each key only those of this texc version when `current` is given.
+/// The best record of each key ([`best_of`]), and of each key only those of this texc version when `current` is given.
 pub fn prune(records: Vec<Record>, current: Option<&str>) -> Vec<Record> {
-    let mut best: std::collections::BTreeMap<Key, Record> = std::collections::BTreeMap::new();
+    let mut by_key: std::collections::BTreeMap<Key, Vec<Record>> = std::collections::BTreeMap::new();
     for r in records.into_iter().filter(|r| current.is_none_or(|v| r.texc_version == v)) {
-        match best.get(&r.key) {
-            Some(b) if b.time_ms <= r.time_ms => {}
-            _ => {
-                best.insert(r.key.clone(), r);
-            }
-        }
+        by_key.entry(r.key.clone()).or_default().push(r);
     }
-    best.into_values().collect()
+    by_key.into_values().filter_map(|rs| best_of(rs.into_iter())).collect()
 }
 
 /// FNV-1a, 64 bits: a stable hash (std's is not promised to stay the same across Rust versions).
@@ -320,7 +347,7 @@ mod tests {
             knobs: vec![("ti".into(), ti)],
             schedule: format!("schedule mm for x86-avx2 {{\n    split C.i by {ti} -> (io, ii);\n}}"),
             time_ms: ms,
-            measured: Measured { runs: 10, warmup: 2, threads: 1 },
+            measured: Measured { runs: 10, warmup: 2, threads: 1, rounds: 0 },
             unix_time: 1,
             plan: None,
         }
@@ -357,6 +384,26 @@ mod tests {
         db.rewrite(pruned).expect("rewrite");
         assert_eq!(db.load().expect("load").records.len(), 1);
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn the_latest_head_to_head_decides_over_single_trials() {
+        let h2h = |ms: f64, ti: i64, at: u64| Record {
+            measured: Measured { rounds: 3, ..rec("a", 0.0, 0).measured },
+            unix_time: at,
+            ..rec("a", ms, ti)
+        };
+        // A lucky trial (ti=2 once at 0.5 ms) lost its head-to-head with ti=8.
+        let mut rs = vec![rec("a", 0.5, 2), rec("a", 0.9, 8), h2h(0.8, 8, 5), h2h(0.85, 2, 5)];
+        assert_eq!(best_of(rs.clone().into_iter()).map(|r| r.knobs[0].1), Some(8));
+        let back = Record::from_line(&rs[2].to_line()).expect("a record");
+        assert_eq!(back.measured.rounds, 3);
+        // A later head-to-head replaces it; without any, the fastest wins.
+        rs.extend([h2h(0.7, 4, 9), h2h(0.75, 8, 9)]);
+        assert_eq!(best_of(rs.clone().into_iter()).map(|r| r.knobs[0].1), Some(4));
+        assert_eq!(best_of(rs[..2].iter().cloned()).map(|r| r.knobs[0].1), Some(2));
+        let pruned = prune(rs, None);
+        assert_eq!((pruned.len(), pruned[0].knobs[0].1, pruned[0].measured.rounds), (1, 4, 3));
     }
 
     #[test]
