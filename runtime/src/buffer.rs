@@ -1,10 +1,19 @@
 //! 64-byte aligned host buffers, the memory generated code reads and writes.
+//!
+//! Buffers of 2 MiB or more are 2 MiB aligned and, on Linux, asked to be
+//! backed by transparent huge pages (`madvise(MADV_HUGEPAGE)`, before their
+//! first touch), as NumPy does for its large arrays: a matrix product's
+//! rows, thousands of 4 KiB pages apart, otherwise miss the TLB on every
+//! register block (SGEMM 2048³ on AVX2, one thread: MEASURED).
 
 use crate::{DType, Data, Tensor};
 use half::{bf16, f16};
-use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
 
 pub const ALIGN: usize = 64;
+
+/// Size and alignment of a huge page: buffers at least this large use them.
+const HUGE: usize = 2 << 20;
 
 /// Zero-initialised, 64-byte aligned memory for one tensor.
 pub struct AlignedBuf {
@@ -26,12 +35,8 @@ impl AlignedBuf {
     /// Zeroed memory for a tensor; an error, never an abort, when there is none.
     pub fn zeroed(dtype: DType, shape: Vec<usize>) -> Result<AlignedBuf, OutOfMemory> {
         let bytes = shape.iter().try_fold(dtype.size(), |a, &d| a.checked_mul(d)).ok_or(OutOfMemory(usize::MAX))?;
-        let layout = Layout::from_size_align(bytes.max(ALIGN), ALIGN).map_err(|_| OutOfMemory(bytes))?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(OutOfMemory(bytes));
-        }
+        let ptr_layout = if bytes >= HUGE { huge_zeroed(bytes) } else { small_zeroed(bytes) };
+        let (ptr, layout) = ptr_layout.ok_or(OutOfMemory(bytes))?;
         Ok(AlignedBuf { ptr, layout, dtype, shape })
     }
 
@@ -107,6 +112,33 @@ impl AlignedBuf {
         };
         Tensor { shape: self.shape.clone(), data }
     }
+}
+
+fn small_zeroed(bytes: usize) -> Option<(*mut u8, Layout)> {
+    let layout = Layout::from_size_align(bytes.max(ALIGN), ALIGN).ok()?;
+    // SAFETY: the layout has a non-zero size.
+    let ptr = unsafe { alloc_zeroed(layout) };
+    (!ptr.is_null()).then_some((ptr, layout))
+}
+
+/// Whole huge pages, advised as such before they are first touched (by
+/// the zeroing), so that the kernel backs them with 2 MiB pages.
+fn huge_zeroed(bytes: usize) -> Option<(*mut u8, Layout)> {
+    let layout = Layout::from_size_align(bytes.checked_next_multiple_of(HUGE)?, HUGE).ok()?;
+    // SAFETY: the layout has a non-zero size.
+    let ptr = unsafe { alloc(layout) };
+    if ptr.is_null() {
+        return None;
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: `ptr` starts `layout.size()` bytes this function owns. The advice
+    // may fail (huge pages disabled): the memory is then ordinary pages.
+    unsafe {
+        libc::madvise(ptr.cast(), layout.size(), libc::MADV_HUGEPAGE);
+    }
+    // SAFETY: as above.
+    unsafe { std::ptr::write_bytes(ptr, 0, layout.size()) };
+    Some((ptr, layout))
 }
 
 impl Drop for AlignedBuf {
