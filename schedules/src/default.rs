@@ -211,6 +211,10 @@ fn inline_elementwise(p: &mut Program, recompute: bool) {
 ///   temporaries computed inside the loop of the stage that reads them);
 /// - `racc` (vectors of partial results of a float row reduction: its
 ///   independent combining chains);
+/// - `recip` (1: every float division by a value that stays the same along
+///   the row, `/ sqrt(v[n] + eps)` too, is a multiplication by a reciprocal
+///   computed once per row; by default only divisions by a loaded value,
+///   a softmax's `/ s[n]`);
 /// - on GPUs, `gather` (0: a convolution's columns are written out, an
 ///   explicit im2col, instead of gathered from the image into shared
 ///   memory).
@@ -229,12 +233,13 @@ pub struct DefaultKnobs {
     pub unroll: Option<i64>,
     pub attach: Option<bool>,
     pub racc: Option<i64>,
+    pub recip: Option<bool>,
     pub gather: Option<bool>,
 }
 
 impl DefaultKnobs {
     /// The knobs and the values the autotuner tries for each.
-    pub const SPACE: [(&'static str, &'static [i64]); 11] = [
+    pub const SPACE: [(&'static str, &'static [i64]); 12] = [
         ("rows", &[2, 3, 4, 5, 6, 8, 12]),
         ("nvec", &[2, 1, 3]),
         ("kslice", &[64, 128, 256, 512]),
@@ -246,6 +251,7 @@ impl DefaultKnobs {
         ("vec", &[512, 256]),
         ("attach", &[1, 0]),
         ("racc", &[4, 2, 1]),
+        ("recip", &[0, 1]),
     ];
 
     /// From `--knob` values; a name that is not one of them, or a value out
@@ -266,8 +272,9 @@ impl DefaultKnobs {
                 "unroll" if (1..=16).contains(&v) => d.unroll.replace(v).is_none(),
                 "attach" if v == 0 || v == 1 => d.attach.replace(v == 1).is_none(),
                 "racc" if (1..=8).contains(&v) => d.racc.replace(v).is_none(),
+                "recip" if v == 0 || v == 1 => d.recip.replace(v == 1).is_none(),
                 "rows" | "kslice" | "cols" | "pack" | "gather" | "par" | "vec" | "nvec" | "order" | "unroll"
-                | "attach" | "racc" => false,
+                | "attach" | "racc" | "recip" => false,
                 _ => {
                     return Err(format!(
                         "knob `{name}` is not a knob of the default schedule (its knobs: {}, gather; the pipeline's: rewrite, winograd, im2col)",
@@ -277,7 +284,7 @@ impl DefaultKnobs {
             };
             if !ok {
                 return Err(format!(
-                    "knob `{name}` = {v} is out of its range (rows 1..=64, nvec 1..=4, racc 1..=8, kslice and cols ≥ 1, unroll 1..=16, pack, order, par, attach and gather 0 or 1, vec 128, 256 or 512)"
+                    "knob `{name}` = {v} is out of its range (rows 1..=64, nvec 1..=4, racc 1..=8, kslice and cols ≥ 1, unroll 1..=16, pack, order, par, attach, recip and gather 0 or 1, vec 128, 256 or 512)"
                 ));
             }
         }
@@ -385,6 +392,10 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
     let mut si = 0;
     while si < p.stages.len() {
         crate::normalize::simplify_div_mod(p, si);
+        if crate::normalize::reciprocal_divisors(p, si, knobs.recip == Some(true)) {
+            // The reciprocals' stage, now at `si`, is scheduled as any other.
+            continue;
+        }
         let float = p.tensor(p.stages[si].tensor).elem.is_float();
         if float && reduces_along_rows(p, &p.stages[si]) {
             crate::normalize::fuse_dense_reductions(p, si);
