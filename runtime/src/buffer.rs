@@ -122,7 +122,8 @@ fn small_zeroed(bytes: usize) -> Option<(*mut u8, Layout)> {
 }
 
 /// Whole huge pages, advised as such before they are first touched (by
-/// the zeroing), so that the kernel backs them with 2 MiB pages.
+/// the zeroing), so that the kernel backs them with 2 MiB pages; the
+/// tensor's `bytes` are zeroed.
 fn huge_zeroed(bytes: usize) -> Option<(*mut u8, Layout)> {
     let layout = Layout::from_size_align(bytes.checked_next_multiple_of(HUGE)?, HUGE).ok()?;
     // SAFETY: the layout has a non-zero size.
@@ -136,8 +137,10 @@ fn huge_zeroed(bytes: usize) -> Option<(*mut u8, Layout)> {
     unsafe {
         libc::madvise(ptr.cast(), layout.size(), libc::MADV_HUGEPAGE);
     }
-    // SAFETY: as above.
-    unsafe { std::ptr::write_bytes(ptr, 0, layout.size()) };
+    // Only the tensor's bytes are touched: the rest of the last huge page is
+    // never read, and stays uncommitted.
+    // SAFETY: as above, and `bytes <= layout.size()`.
+    unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
     Some((ptr, layout))
 }
 

@@ -213,8 +213,8 @@ fn inline_elementwise(p: &mut Program, recompute: bool) {
 ///   independent combining chains);
 /// - `recip` (1: every float division by a value that stays the same along
 ///   the row, `/ sqrt(v[n] + eps)` too, is a multiplication by a reciprocal
-///   computed once per row; by default only divisions by a loaded value,
-///   a softmax's `/ s[n]`);
+///   computed once per row; 0: none is; by default only divisions by a
+///   loaded value, a softmax's `/ s[n]`);
 /// - on GPUs, `gather` (0: a convolution's columns are written out, an
 ///   explicit im2col, instead of gathered from the image into shared
 ///   memory).
@@ -352,9 +352,15 @@ impl Machine {
 /// softmax 4.35 → 3.86 ms and layer_norm 1.63 → 1.18 ms (4096 rows, 1
 /// thread); on AVX-512 two chains ran softmax 3.56 → 3.10 ms, layer_norm
 /// 1.09 → 1.17 ms.
+/// A row that whole vectors divide keeps to counts that divide it too (1000
+/// lanes of f32 on AVX2: one vector, not four and a guard on every element).
 fn partial_vectors(row: i64, lanes: i64, racc: Option<i64>) -> i64 {
-    let most = racc.unwrap_or((32 / lanes.max(1)).clamp(1, 4));
-    most.min(row / (8 * lanes.max(1))).max(1)
+    let lanes = lanes.max(1);
+    let most = racc.unwrap_or((32 / lanes).clamp(1, 4)).min(row / (8 * lanes)).max(1);
+    if row % lanes != 0 {
+        return most;
+    }
+    (1..=most).rev().find(|k| row % (k * lanes) == 0).unwrap_or(1)
 }
 
 /// Whether `e` divides, or takes a square root of, a float that varies along variable `v`.
@@ -392,7 +398,7 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
     let mut si = 0;
     while si < p.stages.len() {
         crate::normalize::simplify_div_mod(p, si);
-        if crate::normalize::reciprocal_divisors(p, si, knobs.recip == Some(true)) {
+        if knobs.recip != Some(false) && crate::normalize::reciprocal_divisors(p, si, knobs.recip == Some(true)) {
             // The reciprocals' stage, now at `si`, is scheduled as any other.
             continue;
         }

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use texc_compiler::affine::Affine;
-use texc_compiler::ops::{BinOp, MathFn};
+use texc_compiler::ops::{BinOp, MathFn, UnOp};
 use texc_compiler::tir::*;
 use texc_compiler::types::ElemType;
 
@@ -229,7 +229,8 @@ fn with_children(p: &mut Program, e: TExprId, new: Vec<TExprId>) -> TExprId {
 /// (the stage itself is then at `si + 1`).
 pub fn reciprocal_divisors(p: &mut Program, si: usize, any: bool) -> bool {
     let st = p.stages[si].clone();
-    if st.n_axes < 2 || contains_reduce(p, st.value) {
+    let float_out = matches!(p.tensor(st.tensor).elem, ElemType::F32 | ElemType::F64);
+    if st.n_axes < 2 || !float_out || contains_reduce(p, st.value) {
         return false;
     }
     // A stage of reciprocals (this pass's own) stays one.
@@ -245,7 +246,11 @@ pub fn reciprocal_divisors(p: &mut Program, si: usize, any: bool) -> bool {
     }
     let (ty, span) = (p.ty(div), p.span(div));
     let Ty::Elem(elem) = ty else { return false };
-    let name = format!("{}.inv", p.tensor(st.tensor).name);
+    let base = format!("{}.inv", p.tensor(st.tensor).name);
+    let name = (0..)
+        .map(|k| if k == 0 { base.clone() } else { format!("{base}{k}") })
+        .find(|n| p.tensors.iter().all(|t| &t.name != n))
+        .expect("a free name");
     let shape: Vec<i64> = st.vars[..st.n_axes - 1].iter().map(|v| v.extent).collect();
     p.tensors.push(TensorDecl { name, elem, shape, role: TensorRole::Temp, span });
     let t = TensorId(p.tensors.len() as u32 - 1);
@@ -262,15 +267,28 @@ pub fn reciprocal_divisors(p: &mut Program, si: usize, any: bool) -> bool {
 }
 
 /// The first float division in `e` (and its divisor) whose divisor does not
-/// vary along `inner` and is not a constant.
+/// vary along `inner` and is not a constant. Only through float arithmetic
+/// that is evaluated at every point and whose result moves continuously
+/// with its operands: not into the branches of a `select` (a guarded read
+/// would be read unguarded in the reciprocals' stage), comparisons, casts,
+/// indices or rounding (an ulp there can flip a result).
 fn row_invariant_division(p: &Program, e: TExprId, inner: VarId) -> Option<(TExprId, TExprId)> {
-    if let TExpr::Binary(BinOp::Div, _, b) = *p.expr(e) {
-        let float = matches!(p.ty(e), Ty::Elem(ElemType::F32 | ElemType::F64));
-        if float && !varies_along(p, b, inner) && !is_constant(p, b) {
-            return Some((e, b));
-        }
+    if !matches!(p.ty(e), Ty::Elem(ElemType::F32 | ElemType::F64)) {
+        return None;
     }
-    p.children(e).into_iter().find_map(|c| row_invariant_division(p, c, inner))
+    let operands = match p.expr(e) {
+        TExpr::Binary(BinOp::Div, a, b) => {
+            if !varies_along(p, *b, inner) && !is_constant(p, *b) {
+                return Some((e, *b));
+            }
+            vec![*a, *b]
+        }
+        TExpr::Binary(BinOp::Add | BinOp::Sub | BinOp::Mul, a, b) => vec![*a, *b],
+        TExpr::Unary(UnOp::Neg, a) => vec![*a],
+        TExpr::Math(f, args) if !matches!(f, MathFn::Floor | MathFn::Ceil | MathFn::Round) => args.clone(),
+        _ => return None,
+    };
+    operands.into_iter().find_map(|c| row_invariant_division(p, c, inner))
 }
 
 /// `e` with the division `div` (`a / b`) replaced by `a * reciprocal`.

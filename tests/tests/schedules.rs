@@ -536,3 +536,52 @@ fn random_points_of_the_default_schedules_space_match_the_interpreter() {
         assert!(nests.len() >= 2, "{file}: the knobs change the loop nest");
     }
 }
+
+/// The default schedule multiplies by the reciprocal of a row's divisor
+/// only where that keeps the kernel's meaning: not inside a `select`
+/// branch (the divisor may be a read that only the guard keeps in bounds),
+/// not for integer results (an ulp can move a floor or a rounding), and
+/// each reciprocal stage under a name of its own; results match the
+/// interpreter, compiled and in the evaluator on the reparsed loop text.
+#[test]
+fn reciprocals_of_row_divisors_keep_guards_and_integers() {
+    let cases = [
+        (
+            "guarded",
+            "kernel g(X: f32[N = 6, D = 40], S: f32[M = 3]) -> Y: f32[N, D] {\n    \
+                     Y[n, d] = select(n >= 3, X[n, d] / S[n - 3], 0.0);\n}\n",
+            0,
+        ),
+        (
+            "integer",
+            "kernel q(X: f32[N = 5, D = 40], S: f32[N]) -> Q: i32[N, D] {\n    \
+                     Q[n, d] = i32(floor(X[n, d] * 1000.0 / S[n]));\n}\n",
+            0,
+        ),
+        (
+            "two",
+            "kernel t(X: f32[N = 5, D = 40], S: f32[N], T: f32[N]) -> Y: f32[N, D] {\n    \
+                 Y[n, d] = X[n, d] / S[n] + X[n, d] / T[n];\n}\n",
+            2,
+        ),
+        (
+            "softmax-like",
+            "kernel s(X: f32[N = 5, D = 40]) -> Y: f32[N, D] {\n    \
+                          e[n, d] = exp(X[n, d]);\n    s[n] = sum[d](e[n, d]);\n    Y[n, d] = e[n, d] / s[n];\n}\n",
+            1,
+        ),
+    ];
+    for (name, src, reciprocals) in cases {
+        let (mut pl, k) = texc_tests::load_text("x86-avx2", &format!("{name}.tex"), src, None).expect("loads");
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = pl.default_loops(p.clone()).expect("schedules and lowers").lowered;
+        let text = texc_schedules::ir::print(&f);
+        let declared = |l: &str| l.trim_start().starts_with("local ") || l.trim_start().starts_with("temp ");
+        let stages = text.lines().filter(|l| l.contains(".inv") && declared(l)).count();
+        assert_eq!(stages, reciprocals, "{name}:\n{text}");
+        let again =
+            texc_schedules::text::parse(&text, texc_grammar::FileId(0)).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_same(name, &p, &again.func, 5);
+        assert_same_compiled(name, &p, &f, 5);
+    }
+}

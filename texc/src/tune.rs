@@ -47,8 +47,11 @@ type Point = Vec<Option<i64>>;
 /// Knob values by name.
 type Knobs = Vec<(String, i64)>;
 
+/// The knobs a point sets, by name (as records read back from the database have them).
 fn knobs_of(ts: &[Tunable], p: &Point) -> Vec<(String, i64)> {
-    ts.iter().zip(p).filter_map(|(t, v)| v.map(|v| (t.name.clone(), v))).collect()
+    let mut k: Vec<(String, i64)> = ts.iter().zip(p).filter_map(|(t, v)| v.map(|v| (t.name.clone(), v))).collect();
+    k.sort();
+    k
 }
 
 fn show_knobs(k: &[(String, i64)]) -> String {
@@ -397,7 +400,7 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     let cannot =
         |e: std::io::Error| Error::from(Diagnostic::error(format!("tuning database {}: {e}", db.path.display())));
     let mut trials: Vec<Trial> = Vec::new();
-    for r in db.load().map_err(cannot)?.records.into_iter().filter(|r| r.key == key && r.measured.rounds == 0) {
+    for r in db.load().map_err(cannot)?.records.into_iter().filter(|r| r.key == key && r.measured.duel.is_none()) {
         trials.push(Trial { knobs: r.knobs, result: Ok(r.time_ms), at: 0.0, from_db: true, predicted: None });
     }
     let resumed = trials.len();
@@ -515,7 +518,7 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
             let at = started.elapsed().as_secs_f64();
             if let Ok(ms) = result {
                 let about = (k, &key, written.name.as_str());
-                db.append(&record(pl, a, about, &knobs, (ms, plan), 0)).map_err(cannot)?;
+                db.append(&record(pl, a, about, &knobs, (ms, plan), None)).map_err(cannot)?;
             }
             let best = trials
                 .iter()
@@ -550,8 +553,10 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
         Some(_) => None,
         None => head_to_head(pl, a, (k, &key, written.name.as_str()), &trials, &db)?,
     };
-    let kept = db.best(&key).map_err(cannot)?.map(|r| r.knobs);
-    report(pl, a, k, &written.name, &sizes, &trials, seconds, &db, (h2h, kept))
+    let mine: Vec<Record> = db.load().map_err(cannot)?.records.into_iter().filter(|r| r.key == key).collect();
+    let lost = db::losers(&mine);
+    let kept = db::best_of(mine.into_iter()).map(|r| r.knobs);
+    report(pl, a, k, &written.name, &sizes, &trials, seconds, &db, (h2h, kept, lost))
 }
 
 /// Alternating rounds of the head-to-head that confirms a tuning's winner.
@@ -561,7 +566,7 @@ const HEAD_TO_HEAD_ROUNDS: usize = 3;
 struct HeadToHead {
     winner: (Knobs, f64),
     loser: (Knobs, f64),
-    rounds: usize,
+    rounds: u64,
 }
 
 /// The kernel a record is about: its reference, key and name.
@@ -572,10 +577,11 @@ type About<'a> = (KernelRef, &'a db::Key, &'a str);
 /// the schedule in force — the winner of the key's latest head-to-head, else
 /// candidate zero, the default — both are timed again in alternating rounds
 /// (each a worker of its own, the order swapped each round), and the medians
-/// of their rounds decide. Both sides are recorded as the key's latest
-/// head-to-head, which the database then takes as its best
-/// ([`db::best_of`]). A candidate that lost a head-to-head is not
-/// challenged with again; none is held when the fastest is the one in force.
+/// of their rounds decide (a tie keeps the schedule in force). Both sides
+/// are recorded under one id, the winner marked; the database then takes
+/// that winner as its best ([`db::best_of`]). A candidate that lost a
+/// head-to-head does not challenge again; none is held when the fastest of
+/// the others is the schedule in force.
 fn head_to_head(
     pl: &mut Pipeline,
     a: &TuneArgs,
@@ -587,13 +593,13 @@ fn head_to_head(
     let cannot =
         |e: std::io::Error| Error::from(Diagnostic::error(format!("tuning database {}: {e}", db.path.display())));
     let mine: Vec<Record> = db.load().map_err(cannot)?.records.into_iter().filter(|r| &r.key == key).collect();
-    let held: HashSet<&Knobs> = mine.iter().filter(|r| r.measured.rounds > 0).map(|r| &r.knobs).collect();
+    let lost = db::losers(&mine);
     let ts = pl.tunables(k);
-    let in_force = db::best_of(mine.iter().filter(|r| r.measured.rounds > 0).cloned())
+    let in_force = db::best_of(mine.iter().filter(|r| r.measured.duel.is_some()).cloned())
         .map_or_else(|| knobs_of(&ts, &point_zero(&ts)), |r| r.knobs);
     let challenger = trials
         .iter()
-        .filter(|t| !held.contains(&t.knobs))
+        .filter(|t| !lost.contains(&t.knobs))
         .filter_map(|t| t.result.as_ref().ok().map(|&ms| (&t.knobs, ms)))
         .min_by(|x, y| x.1.total_cmp(&y.1));
     let Some((challenger, _)) = challenger.filter(|(c, _)| **c != in_force) else {
@@ -620,20 +626,23 @@ fn head_to_head(
         eprintln!("note: the head-to-head of the fastest candidate with the schedule in force could not be measured");
         return Ok(None);
     };
-    let rounds = times[0].len().min(times[1].len());
+    let rounds = times[0].len().min(times[1].len()) as u64;
     let [p0, p1] = plans;
     let [s0, s1] = sides;
-    let first = record(pl, a, about, &s0, (kept, p0), rounds as u64);
-    // One head-to-head, one time: the database tells them apart by it.
-    let second = Record { unix_time: first.unix_time, ..record(pl, a, about, &s1, (new, p1), rounds as u64) };
+    let id = db::Duel::fresh_id();
+    let challenger_won = new < kept;
+    let duel = |won: bool| db::Duel { id: id.clone(), rounds, won };
+    let first = record(pl, a, about, &s0, (kept, p0), Some(duel(!challenger_won)));
+    let second =
+        Record { unix_time: first.unix_time, ..record(pl, a, about, &s1, (new, p1), Some(duel(challenger_won))) };
     db.append(&first).map_err(cannot)?;
     db.append(&second).map_err(cannot)?;
-    let (winner, loser) = if new < kept { ((s1, new), (s0, kept)) } else { ((s0, kept), (s1, new)) };
+    let (winner, loser) = if challenger_won { ((s1, new), (s0, kept)) } else { ((s0, kept), (s1, new)) };
     Ok(Some(HeadToHead { winner, loser, rounds }))
 }
 
-/// The database record of one measurement (`rounds` > 0: one side of a head-to-head).
-fn record(pl: &Pipeline, a: &TuneArgs, about: About, knobs: &Knobs, m: Measurement, rounds: u64) -> Record {
+/// The database record of one measurement (`duel`: one side of a head-to-head).
+fn record(pl: &Pipeline, a: &TuneArgs, about: About, knobs: &Knobs, m: Measurement, duel: Option<db::Duel>) -> Record {
     let (k, key, name) = about;
     Record {
         key: key.clone(),
@@ -646,7 +655,7 @@ fn record(pl: &Pipeline, a: &TuneArgs, about: About, knobs: &Knobs, m: Measureme
             runs: a.repeat as u64,
             warmup: a.warmup as u64,
             threads: texc_runtime::pool::num_threads() as u64,
-            rounds,
+            duel,
         },
         unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         plan: m.1,
@@ -685,15 +694,22 @@ fn report(
     trials: &[Trial],
     seconds: f64,
     db: &Db,
-    (h2h, kept): (Option<HeadToHead>, Option<Knobs>),
+    (h2h, kept, lost): (Option<HeadToHead>, Option<Knobs>, HashSet<Knobs>),
 ) -> Result<(), Error> {
     let t = pl.target();
     let measured = trials.iter().filter(|t| !t.from_db).count();
     let failed = trials.iter().filter(|t| t.result.is_err()).count();
     let zero_knobs = knobs_of(&pl.tunables(k), &point_zero(&pl.tunables(k)));
     let default = trials.iter().find(|t| t.knobs == zero_knobs).and_then(|t| t.result.as_ref().ok().copied());
-    let best =
-        trials.iter().filter_map(|t| t.result.as_ref().ok().map(|&ms| (t, ms))).min_by(|a, b| a.1.total_cmp(&b.1));
+    // The fastest trial that has not lost a head-to-head (a lucky one that did is not the best).
+    let fastest = |with_losers: bool| {
+        trials
+            .iter()
+            .filter(|t| with_losers || !lost.contains(&t.knobs))
+            .filter_map(|t| t.result.as_ref().ok().map(|&ms| (t, ms)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    };
+    let best = fastest(false).or_else(|| fastest(true));
     outln!(
         "tuned `{name}` on {t} [{}]: {} trials ({measured} measured now in {seconds:.1} s, {} from the database, {failed} rejected or failed)",
         sizes.join(", "),
@@ -720,7 +736,7 @@ fn report(
             show_knobs(&h.loser.0)
         );
     } else if kept != best.knobs {
-        outln!("  kept      {} (it won a head-to-head with the best)", show_knobs(&kept));
+        outln!("  kept      {} (the winner of the latest head-to-head)", show_knobs(&kept));
     }
     let now: Vec<&Trial> = trials.iter().filter(|t| !t.from_db && t.result.is_ok()).collect();
     if let Some(first) = now.iter().find(|t| t.result.as_ref().is_ok_and(|&ms| best_ms / ms >= 0.9)) {
@@ -773,7 +789,7 @@ pub fn db_command(a: &DbArgs) -> Result<(), Error> {
             );
             for ((kernel, target, hash), rs) in &groups {
                 let best = db::best_of(rs.iter().map(|r| (*r).clone())).expect("a group has records");
-                let rounds = rs.iter().filter(|r| r.measured.rounds > 0).count();
+                let rounds = rs.iter().filter(|r| r.measured.duel.is_some()).count();
                 outln!(
                     "  {kernel} on {target} [{hash}]: {} trials{}, best {:.4} ms with {}",
                     rs.len() - rounds,

@@ -11,11 +11,11 @@
 //! and rename it over, under the lock.
 //!
 //! A key's best record is the fastest, unless the key has head-to-head
-//! records (`measured.rounds` > 0: a tuning's winner timed again in
-//! alternating rounds against the schedule it would replace): then it is
-//! the faster side of the latest head-to-head. A single trial's time on a
-//! noisy machine is one draw, and the fastest of many draws is often the
-//! luckiest.
+//! records (`measured.duel`: a tuning's winner timed again in alternating
+//! rounds against the schedule it would replace, both sides recorded under
+//! one id, the winner marked): then it is the winner of the latest
+//! head-to-head. A single trial's time on a noisy machine is one draw, and
+//! the fastest of many draws is often the luckiest.
 
 use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
@@ -42,9 +42,26 @@ pub struct Measured {
     pub runs: u64,
     pub warmup: u64,
     pub threads: u64,
-    /// 0 for a trial; otherwise the alternating rounds of a head-to-head,
-    /// whose time is the median of the rounds' medians.
+    /// One side of a head-to-head (its time the median of the rounds'
+    /// medians); `None` for a trial.
+    pub duel: Option<Duel>,
+}
+
+/// One side of a head-to-head.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Duel {
+    /// The same on both sides; unique to the head-to-head (time and process).
+    pub id: String,
     pub rounds: u64,
+    pub won: bool,
+}
+
+impl Duel {
+    /// A fresh id: nanoseconds since the epoch and the process id.
+    pub fn fresh_id() -> String {
+        let ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        format!("{ns:x}-{}", std::process::id())
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -122,7 +139,7 @@ impl Record {
                 runs: u("runs")?,
                 warmup: u("warmup")?,
                 threads: u("threads")?,
-                rounds: u("rounds").unwrap_or(0),
+                duel: m.get("duel").and_then(Duel::from_json),
             },
             unix_time: v.get("unix_time")?.as_u64()?,
             plan: v.get("plan").and_then(PlanRun::from_json),
@@ -133,11 +150,21 @@ impl Record {
 impl Measured {
     fn to_json(&self) -> Value {
         let mut m = json!({"stat": "median", "runs": self.runs, "warmup": self.warmup, "threads": self.threads});
-        if self.rounds > 0 {
+        if let Some(d) = &self.duel {
             m["stat"] = json!("median of alternating rounds");
-            m["rounds"] = json!(self.rounds);
+            m["duel"] = json!({"id": d.id, "rounds": d.rounds, "won": d.won});
         }
         m
+    }
+}
+
+impl Duel {
+    fn from_json(v: &Value) -> Option<Duel> {
+        Some(Duel {
+            id: v.get("id")?.as_str()?.to_string(),
+            rounds: v.get("rounds")?.as_u64()?,
+            won: v.get("won")?.as_bool()?,
+        })
     }
 }
 
@@ -278,15 +305,26 @@ pub fn sort(records: &mut [Record]) {
     });
 }
 
-/// The best of one key's `records`: the faster side of the latest
-/// head-to-head if there is one, else the fastest (ties: the earliest).
+/// The best of one key's `records`: the winner of the latest head-to-head
+/// (by time, then id) if there is one, else the fastest (ties: the earliest).
 pub fn best_of(records: impl Iterator<Item = Record>) -> Option<Record> {
     let records: Vec<Record> = records.collect();
-    let latest = records.iter().filter(|r| r.measured.rounds > 0).map(|r| r.unix_time).max();
-    records
-        .into_iter()
-        .filter(|r| latest.is_none_or(|t| r.measured.rounds > 0 && r.unix_time == t))
-        .min_by(|a, b| a.time_ms.total_cmp(&b.time_ms).then(a.unix_time.cmp(&b.unix_time)))
+    let latest = records.iter().filter_map(|r| r.measured.duel.as_ref().map(|d| (r.unix_time, d.id.clone()))).max();
+    let fastest = |rs: Vec<Record>| {
+        rs.into_iter().min_by(|a, b| a.time_ms.total_cmp(&b.time_ms).then(a.unix_time.cmp(&b.unix_time)))
+    };
+    let Some((_, id)) = latest else { return fastest(records) };
+    let sides: Vec<Record> =
+        records.into_iter().filter(|r| r.measured.duel.as_ref().is_some_and(|d| d.id == id)).collect();
+    match sides.iter().find(|r| r.measured.duel.as_ref().is_some_and(|d| d.won)) {
+        Some(w) => Some(w.clone()),
+        None => fastest(sides),
+    }
+}
+
+/// The knobs that lost a head-to-head among `records`.
+pub fn losers(records: &[Record]) -> std::collections::HashSet<Vec<(String, i64)>> {
+    records.iter().filter(|r| r.measured.duel.as_ref().is_some_and(|d| !d.won)).map(|r| r.knobs.clone()).collect()
 }
 
 /// Records of several databases as one: identical lines once.
@@ -347,7 +385,7 @@ mod tests {
             knobs: vec![("ti".into(), ti)],
             schedule: format!("schedule mm for x86-avx2 {{\n    split C.i by {ti} -> (io, ii);\n}}"),
             time_ms: ms,
-            measured: Measured { runs: 10, warmup: 2, threads: 1, rounds: 0 },
+            measured: Measured { runs: 10, warmup: 2, threads: 1, duel: None },
             unix_time: 1,
             plan: None,
         }
@@ -388,22 +426,26 @@ mod tests {
 
     #[test]
     fn the_latest_head_to_head_decides_over_single_trials() {
-        let h2h = |ms: f64, ti: i64, at: u64| Record {
-            measured: Measured { rounds: 3, ..rec("a", 0.0, 0).measured },
+        let side = |ms: f64, ti: i64, at: u64, id: &str, won: bool| Record {
+            measured: Measured { duel: Some(Duel { id: id.into(), rounds: 3, won }), ..rec("a", 0.0, 0).measured },
             unix_time: at,
             ..rec("a", ms, ti)
         };
         // A lucky trial (ti=2 once at 0.5 ms) lost its head-to-head with ti=8.
-        let mut rs = vec![rec("a", 0.5, 2), rec("a", 0.9, 8), h2h(0.8, 8, 5), h2h(0.85, 2, 5)];
+        let mut rs = vec![rec("a", 0.5, 2), rec("a", 0.9, 8), side(0.8, 8, 5, "x", true), side(0.85, 2, 5, "x", false)];
         assert_eq!(best_of(rs.clone().into_iter()).map(|r| r.knobs[0].1), Some(8));
-        let back = Record::from_line(&rs[2].to_line()).expect("a record");
-        assert_eq!(back.measured.rounds, 3);
-        // A later head-to-head replaces it; without any, the fastest wins.
-        rs.extend([h2h(0.7, 4, 9), h2h(0.75, 8, 9)]);
+        assert_eq!(losers(&rs), [vec![("ti".to_string(), 2)]].into_iter().collect());
+        let back = Record::from_line(&rs[3].to_line()).expect("a record");
+        assert_eq!(back, rs[3]);
+        // A later head-to-head in the same second, even one its winner won on
+        // a tie (ti=4 kept at the same time as ti=16), replaces it.
+        rs.extend([side(0.7, 4, 5, "y", true), side(0.7, 16, 5, "y", false)]);
         assert_eq!(best_of(rs.clone().into_iter()).map(|r| r.knobs[0].1), Some(4));
+        // Without any, the fastest wins.
         assert_eq!(best_of(rs[..2].iter().cloned()).map(|r| r.knobs[0].1), Some(2));
         let pruned = prune(rs, None);
-        assert_eq!((pruned.len(), pruned[0].knobs[0].1, pruned[0].measured.rounds), (1, 4, 3));
+        assert_eq!((pruned.len(), pruned[0].knobs[0].1), (1, 4));
+        assert!(pruned[0].measured.duel.as_ref().is_some_and(|d| d.won));
     }
 
     #[test]
