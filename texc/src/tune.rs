@@ -562,6 +562,11 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
 /// Alternating rounds of the head-to-head that confirms a tuning's winner.
 const HEAD_TO_HEAD_ROUNDS: usize = 3;
 
+/// How much faster a challenger must be to replace the schedule in force:
+/// less is within what two runs of one schedule differ by here, and the
+/// schedule in force (the default, at first) is the one already trusted.
+const HEAD_TO_HEAD_MARGIN: f64 = 0.02;
+
 /// A head-to-head's two sides: knobs and the median of their rounds, winner first.
 struct HeadToHead {
     winner: (Knobs, f64),
@@ -577,7 +582,8 @@ type About<'a> = (KernelRef, &'a db::Key, &'a str);
 /// the schedule in force — the winner of the key's latest head-to-head, else
 /// candidate zero, the default — both are timed again in alternating rounds
 /// (each a worker of its own, the order swapped each round), and the medians
-/// of their rounds decide (a tie keeps the schedule in force). Both sides
+/// of their rounds decide: the challenger must be [`HEAD_TO_HEAD_MARGIN`]
+/// faster, else the schedule in force stays. Both sides
 /// are recorded under one id, the winner marked; the database then takes
 /// that winner as its best ([`db::best_of`]). A candidate that lost a
 /// head-to-head does not challenge again; none is held when the fastest of
@@ -630,7 +636,7 @@ fn head_to_head(
     let [p0, p1] = plans;
     let [s0, s1] = sides;
     let id = db::Duel::fresh_id();
-    let challenger_won = new < kept;
+    let challenger_won = new < kept * (1.0 - HEAD_TO_HEAD_MARGIN);
     let duel = |won: bool| db::Duel { id: id.clone(), rounds, won };
     let first = record(pl, a, about, &s0, (kept, p0), Some(duel(!challenger_won)));
     let second =
