@@ -39,7 +39,7 @@
 
 use crate::analysis::loads_in;
 use crate::ir::{ForKind, GpuDim, MmaOp};
-use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
+use crate::normalize::{contains_reduce, fresh_name, hoist_reductions, inline_stage};
 use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule};
 use texc_compiler::ops::{BinOp, MathFn};
 use texc_compiler::target::{Target, TargetKind};
@@ -994,11 +994,6 @@ fn expanding_gather(p: &Program, t: TensorId, reader: usize) -> Option<usize> {
     (p.tensor(t).role == TensorRole::Temp && only_reader && expands).then_some(si)
 }
 
-fn fresh_name(p: &Program, base: &str) -> String {
-    let taken = |n: &str| p.tensors.iter().any(|t| t.name == n);
-    (0..).map(|k| if k == 0 { base.to_string() } else { format!("{base}{k}") }).find(|n| !taken(n)).expect("a name")
-}
-
 /// Whether a box with extents `ext` cuts a reduction stage along an axis
 /// that one of its operands does not depend on: the operand would then be
 /// reloaded for every box instead of being reused across that axis (the
@@ -1481,12 +1476,7 @@ fn has_tail(ss: &StageSchedule, l: usize) -> bool {
 fn pack_operand(p: &mut Program, s: &mut Schedules, ci: usize, req: PackRequest) {
     let span = Span::default();
     // One operand may feed several products; each gets its own packed copy.
-    let base = format!("{}.packed", p.tensor(req.tensor).name);
-    let taken = |n: &str| p.tensors.iter().any(|t| t.name == n);
-    let name = (0..)
-        .map(|k| if k == 0 { base.clone() } else { format!("{base}{k}") })
-        .find(|n| !taken(n))
-        .expect("a free name");
+    let name = fresh_name(p, &format!("{}.packed", p.tensor(req.tensor).name));
     let (bi, ci) = crate::apply::insert_cache_stage(p, s, req.tensor, ci, &name, span);
     let last = p.stages[bi].n_axes - 1;
     let mut layout = vec![LayoutDim::Div(last, req.width)];

@@ -246,11 +246,7 @@ pub fn reciprocal_divisors(p: &mut Program, si: usize, any: bool) -> bool {
     }
     let (ty, span) = (p.ty(div), p.span(div));
     let Ty::Elem(elem) = ty else { return false };
-    let base = format!("{}.inv", p.tensor(st.tensor).name);
-    let name = (0..)
-        .map(|k| if k == 0 { base.clone() } else { format!("{base}{k}") })
-        .find(|n| p.tensors.iter().all(|t| &t.name != n))
-        .expect("a free name");
+    let name = fresh_name(p, &format!("{}.inv", p.tensor(st.tensor).name));
     let shape: Vec<i64> = st.vars[..st.n_axes - 1].iter().map(|v| v.extent).collect();
     p.tensors.push(TensorDecl { name, elem, shape, role: TensorRole::Temp, span });
     let t = TensorId(p.tensors.len() as u32 - 1);
@@ -264,6 +260,12 @@ pub fn reciprocal_divisors(p: &mut Program, si: usize, any: bool) -> bool {
     let vars = st.vars[..st.n_axes - 1].to_vec();
     p.stages.insert(si, Stage { tensor: t, n_axes: vars.len(), vars, value: reciprocal, span });
     true
+}
+
+/// `base`, or `base` with the first number that makes it a name no tensor of `p` has.
+pub fn fresh_name(p: &Program, base: &str) -> String {
+    let taken = |n: &str| p.tensors.iter().any(|t| t.name == n);
+    (0..).map(|k| if k == 0 { base.to_string() } else { format!("{base}{k}") }).find(|n| !taken(n)).expect("a name")
 }
 
 /// The first float division in `e` (and its divisor) whose divisor does not
