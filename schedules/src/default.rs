@@ -215,6 +215,10 @@ fn inline_elementwise(p: &mut Program, recompute: bool) {
 ///   the row, `/ sqrt(v[n] + eps)` too, is a multiplication by a reciprocal
 ///   computed once per row; 0: none is; by default only divisions by a
 ///   loaded value, a softmax's `/ s[n]`);
+/// - `acc` (0: a register block accumulates into its output in memory,
+///   initialised by a nest of its own, and its epilogue is a pass of its
+///   own, instead of accumulators in registers written once through the
+///   epilogue: [`local_accumulators`], [`fold_epilogues`]);
 /// - on GPUs, `gather` (0: a convolution's columns are written out, an
 ///   explicit im2col, instead of gathered from the image into shared
 ///   memory).
@@ -234,12 +238,13 @@ pub struct DefaultKnobs {
     pub attach: Option<bool>,
     pub racc: Option<i64>,
     pub recip: Option<bool>,
+    pub acc: Option<bool>,
     pub gather: Option<bool>,
 }
 
 impl DefaultKnobs {
     /// The knobs and the values the autotuner tries for each.
-    pub const SPACE: [(&'static str, &'static [i64]); 12] = [
+    pub const SPACE: [(&'static str, &'static [i64]); 13] = [
         ("rows", &[2, 3, 4, 5, 6, 8, 12]),
         ("nvec", &[2, 1, 3]),
         ("kslice", &[64, 128, 256, 512]),
@@ -252,6 +257,7 @@ impl DefaultKnobs {
         ("attach", &[1, 0]),
         ("racc", &[4, 2, 1]),
         ("recip", &[0, 1]),
+        ("acc", &[1, 0]),
     ];
 
     /// From `--knob` values; a name that is not one of them, or a value out
@@ -273,8 +279,9 @@ impl DefaultKnobs {
                 "attach" if v == 0 || v == 1 => d.attach.replace(v == 1).is_none(),
                 "racc" if (1..=8).contains(&v) => d.racc.replace(v).is_none(),
                 "recip" if v == 0 || v == 1 => d.recip.replace(v == 1).is_none(),
+                "acc" if v == 0 || v == 1 => d.acc.replace(v == 1).is_none(),
                 "rows" | "kslice" | "cols" | "pack" | "gather" | "par" | "vec" | "nvec" | "order" | "unroll"
-                | "attach" | "racc" | "recip" => false,
+                | "attach" | "racc" | "recip" | "acc" => false,
                 _ => {
                     return Err(format!(
                         "knob `{name}` is not a knob of the default schedule (its knobs: {}, gather; the pipeline's: rewrite, winograd, im2col)",
@@ -284,7 +291,7 @@ impl DefaultKnobs {
             };
             if !ok {
                 return Err(format!(
-                    "knob `{name}` = {v} is out of its range (rows 1..=64, nvec 1..=4, racc 1..=8, kslice and cols ≥ 1, unroll 1..=16, pack, order, par, attach, recip and gather 0 or 1, vec 128, 256 or 512)"
+                    "knob `{name}` = {v} is out of its range (rows 1..=64, nvec 1..=4, racc 1..=8, kslice and cols ≥ 1, unroll 1..=16, pack, order, par, attach, recip, acc and gather 0 or 1, vec 128, 256 or 512)"
                 ));
             }
         }
@@ -425,10 +432,13 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
     let mut packs = Vec::new();
     for (si, ss) in s.stages.iter_mut().enumerate() {
         let st = &p.stages[si];
+        let m = Machine::of(target, st, p, knobs);
         if reduces_along_rows(p, st) {
             schedule_row_reduction(ss);
-        } else if let Some(req) = schedule_stage(ss, p, st, Machine::of(target, st, p, knobs)) {
+        } else if let Some(req) = schedule_stage(ss, p, st, m) {
             packs.push((si, req));
+        } else if knobs.acc != Some(false) {
+            local_accumulators(ss, p, st, m);
         }
     }
     // Last first: inserting a stage moves the later ones.
@@ -446,7 +456,71 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
             }
         }
     }
+    fold_epilogues(p, &mut s);
     s
+}
+
+/// A register block's accumulators (the spatial loops inside its reduction
+/// loops: unrolled rows, vectors of a row) in a local buffer at the loop
+/// just outside the reductions (`cache_write`), registers after LLVM's
+/// SROA: the block is initialised there and stored once, instead of an init
+/// nest writing the whole output first and the update reading it back. A
+/// block of more than twice the accumulator registers (a long product's
+/// column block, whose reduction is sliced outside it) stays in memory.
+fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) {
+    let Some(first) = ss.leaves.iter().position(|&l| ss.ivs[l].reduce) else { return };
+    let Some(&at) = first.checked_sub(1).map(|i| &ss.leaves[i]) else { return };
+    let inner: Vec<usize> = ss.leaves[first..].iter().copied().filter(|&l| !ss.ivs[l].reduce).collect();
+    let blocked = inner.iter().any(|&l| ss.ivs[l].kind == ForKind::Unrolled);
+    let elements: i64 = inner.iter().map(|&l| ss.ivs[l].extent).product();
+    if blocked && elements <= 2 * m.accumulators * m.lanes {
+        ss.cache_write = Some((at, fresh_name(p, &format!("{}.acc", p.tensor(st.tensor).name))));
+    }
+}
+
+/// An element-wise stage that alone reads a reduction with local
+/// accumulators, at its own points (`y[n, k, h, w] = clip(y.r0[n, k, h, w] +
+/// b[k], 0, 6)` after [`inline_epilogues`]), becomes that reduction's
+/// epilogue: its write-back stores `y` from the accumulators, and `y.r0` is
+/// never written (1×1 convolutions of MobileNetV2: one pass over the output
+/// instead of three). Both stages at the root, nothing computed inside the
+/// epilogue's loops, and no stage between them writes what the epilogue reads.
+fn fold_epilogues(p: &Program, s: &mut Schedules) {
+    for ai in 0..p.stages.len() {
+        if s.stages[ai].cache_write.is_none() || s.attach[ai].is_some() || s.is_epilogue(ai) {
+            continue;
+        }
+        let a = &p.stages[ai];
+        let t = a.tensor;
+        let readers: Vec<usize> = (0..p.stages.len()).filter(|&i| loads(p, p.stages[i].value, t)).collect();
+        let [bi] = readers[..] else { continue };
+        let b = &p.stages[bi];
+        let mut reads = Vec::new();
+        loads_in(p, b.value, &mut reads);
+        let at_own_point = |&l: &TExprId| match p.expr(l) {
+            TExpr::Load(x, idx) if *x == t => {
+                idx.iter().enumerate().all(|(d, &i)| matches!(p.expr(i), TExpr::Var(v) if *v as usize == d))
+            }
+            _ => true,
+        };
+        let written_between = |l: &TExprId| match p.expr(*l) {
+            TExpr::Load(x, _) => p.stages[ai + 1..bi].iter().any(|c| c.tensor == *x),
+            _ => false,
+        };
+        let foldable = bi > ai
+            && p.tensor(t).role == TensorRole::Temp
+            && !contains_reduce(p, b.value)
+            && b.vars.len() == b.n_axes
+            && b.n_axes == a.n_axes
+            && p.tensor(b.tensor).shape == p.tensor(t).shape
+            && reads.iter().all(at_own_point)
+            && !reads.iter().any(written_between)
+            && s.attach[bi].is_none()
+            && !s.attach.iter().any(|x| matches!(x, Some(x) if x.owner == bi));
+        if foldable {
+            s.stages[ai].epilogue = Some(bi);
+        }
+    }
 }
 
 /// Threads per block of the default GPU schedule: a multiple of the warp

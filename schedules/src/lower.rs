@@ -49,7 +49,7 @@ pub fn lower(mut p: Program, s: &Schedules, regions: &[Option<Region>]) -> LoopF
     let s = &s;
     let lw = Lowerer { stages: &stages, s, regions, full: &full, scope: RefCell::new(HashMap::new()) };
     for si in 0..stages.len() {
-        if s.attach[si].is_none() {
+        if s.attach[si].is_none() && !s.is_epilogue(si) {
             let body = lw.stage(&mut f, si, None);
             f.body.extend(body);
         }
@@ -611,8 +611,19 @@ impl Lowerer<'_> {
         let write_back = |f: &mut LoopFunc, nest: &mut Nest| {
             let indices = (c.store_idx)(f, nest);
             let from = local_idx(f, nest);
-            let value = f.p.alloc(TExpr::Load(local, from), ty, st.span);
-            Stmt::Store { tensor: st.tensor, indices, value }
+            match ss.epilogue.map(|e| &self.stages[e]) {
+                // The epilogue's variables are this stage's axes (it reads
+                // the accumulated tensor at its own point, `crate::default`).
+                Some(e) => {
+                    let value = (c.value_of)(f, nest, e.value);
+                    let value = read_local(f, value, st.tensor, local, &from);
+                    Stmt::Store { tensor: e.tensor, indices, value }
+                }
+                None => {
+                    let value = f.p.alloc(TExpr::Load(local, from), ty, st.span);
+                    Stmt::Store { tensor: st.tensor, indices, value }
+                }
+            }
         };
         let no_guard = |_: &mut LoopFunc, _: &mut Nest| None;
         let init_t = store_terminal(ss, &[], &init, &no_guard);
@@ -639,6 +650,17 @@ struct CachedParts<'a> {
     name: &'a str,
     store_idx: &'a dyn Fn(&mut LoopFunc, &mut Nest) -> Vec<TExprId>,
     value_of: &'a dyn Fn(&mut LoopFunc, &mut Nest, TExprId) -> TExprId,
+}
+
+/// `e` with its loads of `from` (at the write-back's point) reading `local` at `idx`.
+fn read_local(f: &mut LoopFunc, e: TExprId, from: TensorId, local: TensorId, idx: &[TExprId]) -> TExprId {
+    if let TExpr::Load(t, _) = f.p.expr(e) {
+        if *t == from {
+            return f.p.alloc(TExpr::Load(local, idx.to_vec()), f.p.ty(e), f.p.span(e));
+        }
+    }
+    let new: Vec<TExprId> = f.p.children(e).into_iter().map(|c| read_local(f, c, from, local, idx)).collect();
+    crate::normalize::with_children(&mut f.p, e, new)
 }
 
 fn combine(f: &mut LoopFunc, op: ReduceOp, acc: TExprId, term: TExprId, ty: Ty, span: texc_grammar::Span) -> TExprId {

@@ -195,7 +195,7 @@ fn simplify_div_mod_in(p: &mut Program, e: TExprId, extents: &[i64]) -> TExprId 
 }
 
 /// `e` with its children replaced by `new` (`e` itself when they are the same).
-fn with_children(p: &mut Program, e: TExprId, new: Vec<TExprId>) -> TExprId {
+pub(crate) fn with_children(p: &mut Program, e: TExprId, new: Vec<TExprId>) -> TExprId {
     if new == p.children(e) {
         return e;
     }

@@ -42,6 +42,13 @@ pub struct StageSchedule {
     /// `cache_write S at S.a -> L`: the leaf `a`, the local's name, and the primitive's span.
     pub cache_write: Option<(usize, String)>,
     pub cache_write_span: Span,
+    /// With `cache_write`: the element-wise stage whose value the write-back
+    /// stores instead of the accumulator (its reads of this stage's tensor
+    /// read the accumulator), so that a reduction's epilogue — a
+    /// convolution's bias and activation — is applied to the block while it
+    /// is in registers; that stage has no loops of its own, and this stage's
+    /// tensor is never written (default schedules only: [`crate::default`]).
+    pub epilogue: Option<usize>,
     /// The span of the primitive that annotated each annotated iteration variable.
     pub annotated_at: Vec<(usize, Span)>,
     /// `tensorize S(m, n, k) with op`: the three innermost loops become one
@@ -80,6 +87,7 @@ impl StageSchedule {
             leaves,
             cache_write: None,
             cache_write_span: Span::default(),
+            epilogue: None,
             annotated_at: Vec::new(),
             pipeline: None,
             tensorize: None,
@@ -466,6 +474,12 @@ impl Schedules {
     }
 
     /// Stages attached at loop `leaf` of stage `owner`, in program order.
+    /// Whether stage `si` is the epilogue of another stage's write-back
+    /// (and so has no loops of its own).
+    pub fn is_epilogue(&self, si: usize) -> bool {
+        self.stages.iter().any(|ss| ss.epilogue == Some(si))
+    }
+
     pub fn attached_at(&self, owner: usize, leaf: usize) -> Vec<usize> {
         (0..self.attach.len())
             .filter(|&i| matches!(&self.attach[i], Some(a) if a.owner == owner && a.leaf == leaf))
@@ -574,6 +588,9 @@ pub fn print(p: &Program, s: &Schedules) -> String {
         }
         if let Some((at, local)) = &ss.cache_write {
             let _ = write!(out, "; cache_write at {} -> {local}", ss.ivs[*at].name);
+        }
+        if let Some(e) = ss.epilogue {
+            let _ = write!(out, "; epilogue {}", p.tensor(p.stages[e].tensor).name);
         }
         out.push('\n');
     }

@@ -275,7 +275,7 @@ fn kernels_without_a_template_tune_the_default_schedule() {
         assert!(
             knobs.keys().all(|k| [
                 "rows", "nvec", "kslice", "cols", "pack", "order", "unroll", "par", "vec", "attach", "racc", "recip",
-                "rewrite", "winograd", "im2col"
+                "acc", "rewrite", "winograd", "im2col"
             ]
             .contains(&k.as_str())),
             "{r}"
@@ -315,7 +315,7 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     let o = texc(&db, &bad);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, nvec, kslice, cols, pack, order, unroll, par, vec, attach, racc, recip, gather; the pipeline's: rewrite, winograd, im2col)"),
+        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, nvec, kslice, cols, pack, order, unroll, par, vec, attach, racc, recip, acc, gather; the pipeline's: rewrite, winograd, im2col)"),
         "{}",
         text(&o).1
     );
