@@ -214,6 +214,58 @@ impl Compiled {
     }
 }
 
+/// One top-level loop nest of a host kernel, compiled as a kernel of its
+/// own over the same tensors ([`Compiled::parts`]): it runs on the buffers
+/// the whole kernel prepared, so that each nest can be timed alone
+/// (`texc bench --profile`).
+pub struct Part {
+    /// What the nest computes: the tensors it writes (not its local buffers).
+    pub label: String,
+    /// Whether some loop of the nest runs on the thread pool.
+    pub parallel: bool,
+    code: Code,
+}
+
+impl Part {
+    /// Run the nest on buffers the whole kernel prepared (the nests before it
+    /// have run, or their results are stale: times, not results, are the point).
+    pub fn call(&self, b: &mut Buffers) {
+        // SAFETY: the part's tensors are the whole kernel's (the same
+        // program), whose buffers `b` holds at the whole kernel's sizes; the
+        // code is alive while `self` is.
+        unsafe { (self.code.entry)(b.ptrs.as_ptr(), b.scalars.as_ptr()) }
+    }
+}
+
+impl Compiled {
+    /// Each top-level loop nest of `f` compiled alone with `backend` (host
+    /// targets), in program order, to run on [`Compiled::prepare`]'s buffers
+    /// of the whole `f`.
+    pub fn parts(&self, backend: &dyn Backend, f: &LoopFunc, target: &Target) -> Result<Vec<Part>, CodegenError> {
+        if !matches!(self.exec, Exec::Host(_)) {
+            return Err(CodegenError::Unsupported("timing loop nests one by one on a GPU".into()));
+        }
+        f.body
+            .iter()
+            .map(|s| {
+                let one = LoopFunc {
+                    p: f.p.clone(),
+                    vars: f.vars.clone(),
+                    body: vec![s.clone()],
+                    shared: f.shared.clone(),
+                    registers: f.registers.clone(),
+                };
+                let code = backend.jit(&one, target)?;
+                Ok(Part {
+                    label: texc_schedules::ir::nest_label(f, s),
+                    parallel: texc_schedules::ir::has_parallel_loop(s),
+                    code,
+                })
+            })
+            .collect()
+    }
+}
+
 /// A scalar's 8-byte slot (see `abi`) as the kernel parameter of its type.
 fn scalar_arg(e: ElemType, slot: u64) -> texc_runtime::cuda::ScalarArg {
     use texc_runtime::cuda::ScalarArg as S;

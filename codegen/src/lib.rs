@@ -27,7 +27,7 @@ pub mod cuda;
 pub mod header;
 pub mod llvm;
 
-pub use backend::{Backend, Buffers, Compiled};
+pub use backend::{Backend, Buffers, Compiled, Part};
 
 use texc_compiler::target::{BackendKind, Target};
 use thiserror::Error;

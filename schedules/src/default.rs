@@ -118,6 +118,38 @@ fn load_count(p: &Program, e: TExprId, t: TensorId) -> usize {
         + p.children(e).into_iter().map(|c| load_count(p, c, t)).sum::<usize>()
 }
 
+/// Whether inlining stage `st` into each of its `consumers` stages costs
+/// no more memory traffic than storing it once and reading it back there:
+/// each copy loads what `st` loads (`k·L` loads against `L + 1 + k`). A
+/// Winograd output transform (18 loads, gathered) read by a residual
+/// add and the next layer's padding is stored instead (ResNet-18:
+/// recomputed per reader, it cost 0.4–0.5 ms per reader).
+///
+/// Nor is a stage that branches on a layout change along its innermost
+/// axis (`Am[.., x / 4]` under `select(x % 4 == ..)`, a Winograd output
+/// transform; a broadcast `mu[n, w / 8]` takes no branch):
+/// inlined into a reader whose vectors run along `x`, every lane would
+/// gather its own element and take its own branch; stored by its own
+/// nest, the branches are per loop iteration (ResNet-18's first padded
+/// layer input: 0.67 → 0.25 ms).
+fn recomputing_pays(p: &Program, st: &Stage, consumers: usize) -> bool {
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let relaid = st.n_axes.checked_sub(1).is_some_and(|a| branches_per_lane(p, st.value, a as VarId));
+    !relaid && (consumers <= 1 || (consumers - 1) * loads.len() <= consumers + 1)
+}
+
+/// Whether `e` has a `select` whose condition divides or takes the
+/// remainder of an expression of `v`.
+fn branches_per_lane(p: &Program, e: TExprId, v: VarId) -> bool {
+    fn div_mod_of(p: &Program, e: TExprId, v: VarId) -> bool {
+        let here = matches!(p.expr(e), TExpr::Binary(BinOp::FloorDiv | BinOp::FloorMod, a, _) if uses_var(p, *a, v));
+        here || p.children(e).into_iter().any(|c| div_mod_of(p, c, v))
+    }
+    let here = matches!(p.expr(e), TExpr::Select(c, ..) if div_mod_of(p, *c, v));
+    here || p.children(e).into_iter().any(|c| branches_per_lane(p, c, v))
+}
+
 /// Whether inlining stage `st` into consumer `c` keeps `c` within bounds:
 /// a producer read more than once is copied once per read, so only cheap
 /// ones are (never an `exp` twice), and never past [`MAX_INLINED_NODES`].
@@ -148,8 +180,10 @@ fn inline_epilogues(p: &mut Program) {
         let st = &p.stages[si];
         let t = st.tensor;
         let mut readers = p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).peekable();
+        let consumers = p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).count();
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
+            && recomputing_pays(p, st, consumers)
             && readers.peek().is_some()
             && readers.all(|c| {
                 !contains_reduce(p, c.value)
@@ -172,8 +206,10 @@ fn inline_elementwise(p: &mut Program, recompute: bool) {
         let t = st.tensor;
         let repeatable = cheap(p, st.value);
         let recomputable = repeatable || recompute;
+        let consumers = p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).count();
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
+            && (recompute || recomputing_pays(p, st, consumers))
             && p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).all(|c| {
                 inlining_stays_small(p, st, c, repeatable)
                     && if contains_reduce(p, c.value) {

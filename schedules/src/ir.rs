@@ -352,31 +352,103 @@ impl LoopFunc {
         (self.vars.len() - 1) as VarId
     }
 
-    /// Temporaries that the body writes and that live for the whole kernel
-    /// (inlined stages and `Alloc`ated locals are not among them).
+    /// Temporaries that the body writes or reads and that live for the
+    /// whole kernel (inlined stages and `Alloc`ated locals are not among
+    /// them). In a whole kernel each one read is written too; a part of one
+    /// (one loop nest, `texc bench --profile`) may read what others write.
     pub fn live_temps(&self) -> Vec<TensorId> {
         let mut seen = vec![false; self.p.tensors.len()];
         let mut local = vec![false; self.p.tensors.len()];
-        fn walk(s: &[Stmt], seen: &mut [bool], local: &mut [bool]) {
+        let p = &self.p;
+        let mut reads = |e: TExprId, seen: &mut [bool]| {
+            let mut loads = Vec::new();
+            crate::analysis::loads_in(p, e, &mut loads);
+            for l in loads {
+                if let TExpr::Load(t, _) = p.expr(l) {
+                    seen[t.0 as usize] = true;
+                }
+            }
+        };
+        fn walk(s: &[Stmt], seen: &mut [bool], local: &mut [bool], reads: &mut dyn FnMut(TExprId, &mut [bool])) {
             for st in s {
                 match st {
-                    Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(body, seen, local),
+                    Stmt::For { body, .. } => walk(body, seen, local, reads),
+                    Stmt::If { cond, then } => {
+                        reads(*cond, seen);
+                        walk(then, seen, local, reads)
+                    }
                     Stmt::Alloc { tensor, body } => {
                         local[tensor.0 as usize] = true;
-                        walk(body, seen, local)
+                        walk(body, seen, local, reads)
                     }
-                    Stmt::Store { tensor, .. } | Stmt::Mma { c: Tile { tensor, .. }, .. } => {
-                        seen[tensor.0 as usize] = true
+                    Stmt::Store { tensor, indices, value } => {
+                        seen[tensor.0 as usize] = true;
+                        indices.iter().chain([value]).for_each(|&e| reads(e, seen));
+                    }
+                    Stmt::Mma { c, a, b, .. } => {
+                        for t in [c, a, b] {
+                            seen[t.tensor.0 as usize] = true;
+                        }
                     }
                     Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 }
             }
         }
-        walk(&self.body, &mut seen, &mut local);
+        walk(&self.body, &mut seen, &mut local, &mut reads);
         (0..self.p.tensors.len())
             .map(|i| TensorId(i as u32))
             .filter(|t| seen[t.0 as usize] && !local[t.0 as usize] && self.p.tensor(*t).role == TensorRole::Temp)
             .collect()
+    }
+}
+
+/// What a top-level loop nest computes, for profiles: the tensors it
+/// writes, other than its local buffers, in order (`y0.r0 (init)` for a
+/// nest that stores constants only, a reduction's init nest).
+pub fn nest_label(f: &LoopFunc, s: &Stmt) -> String {
+    fn walk(s: &Stmt, f: &LoopFunc, local: &mut Vec<TensorId>, out: &mut Vec<TensorId>, constant: &mut bool) {
+        match s {
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } => {
+                body.iter().for_each(|s| walk(s, f, local, out, constant))
+            }
+            Stmt::Alloc { tensor, body } => {
+                local.push(*tensor);
+                body.iter().for_each(|s| walk(s, f, local, out, constant))
+            }
+            Stmt::Store { tensor, value, .. } => {
+                *constant &= matches!(f.p.expr(*value), TExpr::Int(_) | TExpr::Float(_));
+                if !local.contains(tensor) && !out.contains(tensor) {
+                    out.push(*tensor);
+                }
+            }
+            Stmt::Mma { c: Tile { tensor, .. }, .. } => {
+                *constant = false;
+                if !local.contains(tensor) && !out.contains(tensor) {
+                    out.push(*tensor);
+                }
+            }
+            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+        }
+    }
+    let (mut local, mut out, mut constant) = (Vec::new(), Vec::new(), true);
+    walk(s, f, &mut local, &mut out, &mut constant);
+    let names: Vec<&str> = out.iter().map(|&t| f.p.tensor(t).name.as_str()).collect();
+    let names = if names.is_empty() { "(nothing)".to_string() } else { names.join(", ") };
+    if constant && !out.is_empty() {
+        format!("{names} (init)")
+    } else {
+        names
+    }
+}
+
+/// Whether some loop of `s` runs on the thread pool.
+pub fn has_parallel_loop(s: &Stmt) -> bool {
+    match s {
+        Stmt::For { kind: ForKind::Parallel, .. } => true,
+        Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
+            body.iter().any(has_parallel_loop)
+        }
+        _ => false,
     }
 }
 

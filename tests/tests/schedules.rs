@@ -585,3 +585,34 @@ fn reciprocals_of_row_divisors_keep_guards_and_integers() {
         assert_same_compiled(name, &p, &f, 5);
     }
 }
+
+/// Which element-wise temporaries the default schedule stores once rather
+/// than recomputes in each reader: one that branches on a layout change
+/// along its rows (a Winograd output transform's `A[n, w / 4]` under
+/// `w % 4`), and one with more loads than storing it costs when it has two
+/// readers; a one-load temporary with two readers, and a broadcast of a
+/// per-group value (`M[n, w / 8]`, no branch) are inlined. Results match the
+/// interpreter.
+#[test]
+fn costly_or_relaid_temporaries_are_stored_once() {
+    let src = "kernel k(A: f32[N = 3, W = 37], B: f32[N, W], M: f32[N, G = 5]) -> Y: f32[N, W] {
+    r[n, w in 0..W] = select(w % 4 == 0, A[n, w / 4] + 1.0, A[n, w / 4 + 1] * 2.0);
+    five[n, w] = A[n, w] + B[n, w] * A[n, w] - B[n, w] + A[n, w] * A[n, w];
+    one[n, w] = A[n, w] * 3.0;
+    g[n, w] = B[n, w] - M[n, w / 8];
+    s[n] = sum[w](five[n, w] * one[n, w]);
+    Y[n, w] = r[n, w] + five[n, w] + one[n, w] + g[n, w] + s[n];
+}";
+    let (mut pl, k) = texc_tests::load_text("interp", "relaid.tex", src, None).expect("loads");
+    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let f = texc_tests::default_lowered("x86-avx2", &p);
+    let text = texc_schedules::ir::print(&f);
+    let buffers: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("temp ").or(l.trim_start().strip_prefix("local ")))
+        .filter_map(|l| l.split(':').next())
+        .filter(|&b| !b.starts_with("s"))
+        .collect();
+    assert_eq!(buffers, ["r", "five"], "{text}");
+    assert_same_compiled("relaid", &p, &f, 7);
+}

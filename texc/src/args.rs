@@ -110,6 +110,11 @@ pub struct BenchArgs {
     /// Print one JSON object (times in ms, rates, bound, check) instead of the report.
     #[arg(long)]
     pub json: bool,
+    /// Also time each top-level loop nest alone (each compiled as a kernel of
+    /// its own, run in order on the whole kernel's buffers): a model's layers,
+    /// slowest first, with their share of the total.
+    #[arg(long)]
+    pub profile: bool,
     /// For `texc tune`'s workers: once compiled, print `compiled` and wait
     /// for a line on standard input before timing (so that candidates
     /// compile together and are timed one at a time).

@@ -724,6 +724,75 @@ fn wait_for_turn() -> Result<(), Error> {
     }
 }
 
+/// One loop nest's line of `bench --profile`.
+struct NestTime {
+    nest: usize,
+    label: String,
+    parallel: bool,
+    /// Median seconds.
+    median: f64,
+}
+
+/// `bench --profile`: each top-level loop nest of `f` compiled alone and
+/// timed in program order on the whole kernel's buffers, `--warmup` and
+/// `--repeat` rounds of all of them; slowest first.
+fn profile_nests(
+    pl: &Pipeline,
+    f: &texc_schedules::LoopFunc,
+    compiled: &texc_codegen::Compiled,
+    bufs: &mut texc_codegen::Buffers,
+    a: &BenchArgs,
+) -> Result<Vec<NestTime>, Error> {
+    let t = pl.target();
+    let backend = texc_codegen::backend_for(t)?;
+    let parts = {
+        let _busy = crate::progress::Activity::spinner(format!(
+            "compiling the {} loop nests of `{}` one by one",
+            f.body.len(),
+            f.p.name
+        ));
+        compiled.parts(backend, f, t)?
+    };
+    let mut times = vec![Vec::with_capacity(a.repeat); parts.len()];
+    let _ = crate::progress::timed_runs(a.warmup, a.repeat, || {
+        for (part, ts) in parts.iter().zip(times.iter_mut()) {
+            let start = std::time::Instant::now();
+            part.call(bufs);
+            ts.push(start.elapsed().as_secs_f64());
+        }
+    });
+    let mut rows: Vec<NestTime> = parts
+        .into_iter()
+        .zip(times)
+        .enumerate()
+        .map(|(nest, (part, ts))| {
+            // The warm-up rounds are timed too; only the last `repeat` count.
+            let ts = &ts[ts.len() - a.repeat..];
+            let median = crate::report::Stats::of(ts).median;
+            NestTime { nest, label: part.label, parallel: part.parallel, median }
+        })
+        .collect();
+    rows.sort_by(|x, y| y.median.total_cmp(&x.median).then(x.nest.cmp(&y.nest)));
+    Ok(rows)
+}
+
+/// The table of `bench --profile`: slowest nest first, with its share of
+/// the nests' sum.
+fn print_profile(rows: &[NestTime], repeat: usize) {
+    let total: f64 = rows.iter().map(|r| r.median).sum();
+    outln!(
+        "  profile   {} loop nests, each timed alone (median of {repeat} runs): {:.4} ms in all",
+        rows.len(),
+        total * 1e3
+    );
+    outln!("            {:>10}  {:>6}  {:>5}  loop nest (what it writes)", "ms", "share", "nest");
+    for r in rows {
+        let share = if total > 0.0 { 100.0 * r.median / total } else { 0.0 };
+        let par = if r.parallel { "  [parallel]" } else { "" };
+        outln!("            {:>10.4}  {share:>5.1}%  {:>5}  {}{par}", r.median * 1e3, format!("#{}", r.nest), r.label);
+    }
+}
+
 fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     use crate::report::{Json, Limit, Stats};
     if a.run.emulate_gpu {
@@ -779,6 +848,10 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     // What the timed runs left in the outputs is what is checked and written:
     // a kernel that is wrong when called again is caught too.
     let results = compiled.outputs(&bufs)?;
+    let profile = match a.profile {
+        true => Some(profile_nests(pl, job.legal.as_ref().expect("a compiled target"), &compiled, &mut bufs, a)?),
+        false => None,
+    };
     let counts = texc_compiler::cost::count(p);
     let pool_threads = texc_runtime::pool::num_threads();
     let (mut roof, mut source, threads) = machine(t);
@@ -896,6 +969,23 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
                 },
             ),
             ("written", Json::Arr(outputs.iter().map(|(_, path)| Json::str(path.as_str())).collect())),
+            (
+                "profile",
+                profile.as_ref().map_or(Json::Null, |rows| {
+                    Json::Arr(
+                        rows.iter()
+                            .map(|r| {
+                                Json::obj([
+                                    ("nest", Json::Num(r.nest as f64)),
+                                    ("label", Json::str(&r.label)),
+                                    ("parallel", Json::Bool(r.parallel)),
+                                    ("median_ms", Json::Num(r.median * 1e3)),
+                                ])
+                            })
+                            .collect(),
+                    )
+                }),
+            ),
             ("notes", Json::Arr(notes.iter().map(|n| Json::str(n.as_str())).collect())),
             (
                 "plan",
@@ -959,6 +1049,9 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
         }
         for line in &wrote {
             outln!("  {line}");
+        }
+        if let Some(rows) = &profile {
+            print_profile(rows, a.repeat);
         }
     }
     match check {

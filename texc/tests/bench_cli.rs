@@ -222,3 +222,45 @@ fn output_writes_what_the_timed_runs_computed() {
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("`Z` is not an output of kernel `matmul`"), "{}", err(&o));
 }
+
+/// `--profile` times every top-level loop nest alone, compiled as a kernel
+/// of its own on the whole kernel's buffers: one row per nest (the weights
+/// folded with the batch norm, the padded input, the convolution, the
+/// epilogue), slowest first, named by what it writes; the results are
+/// still checked. On both CPU backends.
+#[test]
+fn profile_times_each_loop_nest() {
+    let cache = cache_with("cache-profile", "x86-avx2 1 1000000.0 1000000.0\ncranelift 1 1000000.0 1000000.0\n");
+    for target in ["x86-avx2", "cranelift"] {
+        let args = [
+            "examples/conv_bn_relu.tex",
+            "--target",
+            target,
+            "--repeat",
+            "3",
+            "--threads",
+            "1",
+            "--check",
+            "--profile",
+        ];
+        let o = bench(&[&args[..], &["--json"]].concat(), &cache);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        let j = json(&o);
+        assert_eq!(j["check"][0]["passed"], true, "{j}");
+        let rows = j["profile"].as_array().expect("profile rows");
+        let mut nests: Vec<u64> = rows.iter().map(|r| r["nest"].as_u64().expect("index")).collect();
+        let times: Vec<f64> = rows.iter().map(|r| r["median_ms"].as_f64().expect("ms")).collect();
+        assert!(times.iter().all(|&t| t > 0.0) && times.windows(2).all(|w| w[0] >= w[1]), "{target}: {times:?}");
+        nests.sort();
+        assert_eq!(nests, (0..rows.len() as u64).collect::<Vec<_>>(), "{target}: each nest once");
+        let labels: Vec<&str> = rows.iter().map(|r| r["label"].as_str().expect("label")).collect();
+        for want in ["Y.Xp", "Y"] {
+            assert!(labels.contains(&want), "{target}: no nest writing {want}: {labels:?}");
+        }
+        let o = bench(&args, &cache);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let want = format!("profile   {} loop nests, each timed alone (median of 3 runs)", rows.len());
+        assert!(out.contains(&want), "{out}");
+    }
+}
