@@ -616,3 +616,34 @@ fn costly_or_relaid_temporaries_are_stored_once() {
     assert_eq!(buffers, ["r", "five"], "{text}");
     assert_same_compiled("relaid", &p, &f, 7);
 }
+
+/// An im2col gather (`cols[q, p] = X[p / W * 2 + q / 3, p % W * 2 + q % 3]`)
+/// runs its flattened positions `p` as rows of `W`, each one vector (`W`
+/// not a multiple of the vector width) or whole vectors, so that its lanes
+/// read at constant offsets instead of gathering; results match the
+/// interpreter at every width, on each x86 target that runs here.
+#[test]
+fn flattened_positions_run_as_rows() {
+    for (w, piece) in [(28, "p.col in 0..28 vectorized"), (14, "p.col in 0..14 vectorized"), (32, "p.col.v in 0..")] {
+        let src = format!(
+            "kernel im2col(X: f32[H = {h}, V = {v}]) -> C: f32[Q = 9, P = {p}] {{
+    C[q, p] = X[p / {w} * 2 + q / 3, p % {w} * 2 + q % 3];
+}}",
+            h = 2 * w + 1,
+            v = 2 * w + 1,
+            p = w * w,
+        );
+        let (mut pl, k) = texc_tests::load_text("interp", "im2col.tex", &src, None).expect("loads");
+        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        for target in ["x86-avx2", "x86-avx512"] {
+            let t = texc_compiler::target::lookup(target).expect("registered");
+            let f = texc_tests::default_lowered(target, &p);
+            let text = texc_schedules::ir::print(&f);
+            assert!(text.contains(piece), "{w}, {target}: `{piece}`:\n{text}");
+            if t.check_runs_here().is_ok() {
+                let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 3)).expect("runs");
+                assert_outputs(&format!("im2col {w} {target}"), &p, &f, 3, got);
+            }
+        }
+    }
+}
