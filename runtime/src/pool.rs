@@ -2,8 +2,8 @@
 //!
 //! Generated code calls [`texc_parallel_for`] with a task function, a context
 //! pointer and an iteration count; the range is cut into one contiguous
-//! chunk per thread, the calling thread runs the first chunk and waits for
-//! the others. A call made from inside a task (nested parallelism) runs
+//! chunk per thread, the calling thread runs the first chunk, then any
+//! chunk no worker has taken yet, and waits for the others. A call made from inside a task (nested parallelism) runs
 //! serially, so the pool can never deadlock on itself. The number of threads
 //! is the machine's parallelism, or `TEXC_NUM_THREADS`, or what
 //! [`set_num_threads`] last asked for.
@@ -27,6 +27,13 @@ use std::time::{Duration, Instant};
 /// chunks of a model's small parallel loops, short enough not to matter
 /// beside a long one.
 const SPIN: Duration = Duration::from_micros(300);
+
+/// Chunks a parallel loop is cut into per thread. The caller takes those
+/// no worker has started once its own is done (a worker still waking up
+/// then costs nothing); finer chunks, which would also bound what a
+/// preempted worker holds up, measured slower here (4 per thread:
+/// MobileNetV2 on 2 threads 5.9–7.0 ms median, against 5.4–5.5 ms).
+const CHUNKS_PER_THREAD: i64 = 1;
 
 /// `task(ctx, start, end)` runs iterations `start..end`.
 pub type Task = unsafe extern "C" fn(*mut u8, i64, i64);
@@ -170,13 +177,18 @@ fn worker(s: &Shared) {
         };
         // SAFETY: the caller of `texc_parallel_for` keeps `ctx` alive until every job is done.
         unsafe { (job.task)(job.ctx as *mut u8, job.start, job.end) };
-        let mut q = s.lock();
-        q.1 -= 1;
-        // Release: the job's writes are visible to a caller that sees the count drop.
-        s.unfinished.store(q.1, Ordering::Release);
-        if q.1 == 0 {
-            s.done.notify_all();
-        }
+        finish_job(s);
+    }
+}
+
+/// Count a job done; wake the caller when it was the last.
+fn finish_job(s: &Shared) {
+    let mut q = s.lock();
+    q.1 -= 1;
+    // Release: the job's writes are visible to a caller that sees the count drop.
+    s.unfinished.store(q.1, Ordering::Release);
+    if q.1 == 0 {
+        s.done.notify_all();
     }
 }
 
@@ -200,7 +212,7 @@ pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
         unsafe { task(ctx, 0, n) };
         return;
     };
-    let chunks = (threads as i64).min(n);
+    let chunks = (threads as i64 * CHUNKS_PER_THREAD).min(n);
     let bounds = |c: i64| (n * c / chunks, n * (c + 1) / chunks);
     let s = &p.shared;
     {
@@ -217,6 +229,16 @@ pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
     IN_TASK.with(|f| f.set(true));
     // SAFETY: forwarded from the caller.
     unsafe { task(ctx, start, end) };
+    // Then the chunks no worker has taken yet: a worker still waking up, or
+    // preempted by another program, delays the loop by its chunk in hand at most.
+    loop {
+        // (Its own statement: the lock is released before the job runs.)
+        let job = s.lock().0.pop();
+        let Some(job) = job else { break };
+        // SAFETY: as above; every job is a chunk of this loop.
+        unsafe { (job.task)(job.ctx as *mut u8, job.start, job.end) };
+        finish_job(s);
+    }
     IN_TASK.with(|f| f.set(false));
     if spin_until(s, || s.unfinished.load(Ordering::Acquire) == 0) {
         return;
@@ -224,5 +246,37 @@ pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
     let mut q = s.lock();
     while q.1 > 0 {
         q = s.done.wait(q).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    /// Marks each iteration of the loop it is given as run once more.
+    unsafe extern "C" fn mark(ctx: *mut u8, start: i64, end: i64) {
+        // SAFETY: `ctx` is the test's counter slice, one per iteration.
+        let counts = unsafe { &*(ctx as *const Vec<AtomicU32>) };
+        for i in start..end {
+            counts[i as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Every iteration runs exactly once, whoever runs its chunk (the
+    /// caller takes the chunks no worker has started), for loops shorter
+    /// and longer than the thread count, many times over (workers asleep,
+    /// waking, or busy).
+    #[test]
+    fn each_iteration_runs_once() {
+        set_num_threads(3).expect("threads");
+        for n in [1i64, 2, 3, 5, 64, 1000] {
+            for _ in 0..200 {
+                let counts: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+                // SAFETY: `mark` touches only its own iterations' counters.
+                unsafe { texc_parallel_for(mark, &counts as *const Vec<AtomicU32> as *mut u8, n) };
+                assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1), "n = {n}");
+            }
+        }
     }
 }
