@@ -521,7 +521,8 @@ fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machin
 /// epilogue: its write-back stores `y` from the accumulators, and `y.r0` is
 /// never written (1×1 convolutions of MobileNetV2: one pass over the output
 /// instead of three). Both stages at the root, nothing computed inside the
-/// epilogue's loops, and no stage between them writes what the epilogue reads.
+/// epilogue's loops, and what the epilogue reads is written neither between
+/// them nor inside some stage's loops.
 fn fold_epilogues(p: &Program, s: &mut Schedules) {
     for ai in 0..p.stages.len() {
         if s.stages[ai].cache_write.is_none() || s.attach[ai].is_some() || s.is_epilogue(ai) {
@@ -540,8 +541,14 @@ fn fold_epilogues(p: &Program, s: &mut Schedules) {
             }
             _ => true,
         };
+        // Stages between them have not run at the write-back; attached ones
+        // exist only inside their owner's loops (perhaps not around it).
         let written_between = |l: &TExprId| match p.expr(*l) {
-            TExpr::Load(x, _) => p.stages[ai + 1..bi].iter().any(|c| c.tensor == *x),
+            TExpr::Load(x, _) => p
+                .stages
+                .iter()
+                .enumerate()
+                .any(|(ci, c)| c.tensor == *x && ((ai + 1..bi).contains(&ci) || s.attach[ci].is_some())),
             _ => false,
         };
         let foldable = bi > ai
@@ -1631,11 +1638,36 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
         }
         at += 1;
     }
-    let par = ss.leaves[at];
+    let mut par = ss.leaves[at];
+    if ss.ivs[par].extent < 2 {
+        par = inside_slices(ss, at).unwrap_or(par);
+    }
     if ss.ivs[par].extent >= 2 && worth_threads(ss) {
         ss.annotate(par, ForKind::Parallel, span).expect("spatial");
     }
     pack
+}
+
+/// A long product without column blocks (`[1, 256, 196]` ← `[256, 1152] ×
+/// [1152, 196]`, ResNet-18's stride-2 convolution at 14²) has only its
+/// reduction slices outside its row blocks: the first spatial loop inside
+/// the slices (from leaf position `at`, past loops of one iteration) runs
+/// in parallel instead, one parallel loop per slice, rather than none.
+fn inside_slices(ss: &StageSchedule, at: usize) -> Option<usize> {
+    let slice = |l: usize| ss.ivs[l].reduce && matches!(ss.ivs[l].rel, crate::schedule::Rel::Split { outer: true, .. });
+    let mut i = at;
+    let mut past_slice = false;
+    while i < ss.leaves.len() {
+        let l = ss.leaves[i];
+        match ss.ivs[l] {
+            _ if slice(l) => past_slice = true,
+            ref v if v.reduce || v.kind != ForKind::Serial => return None,
+            ref v if v.extent >= 2 => return past_slice.then_some(l),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Whether leaf `l` is the outer loop of a split whose factor does not divide its extent.

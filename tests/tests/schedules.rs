@@ -647,3 +647,32 @@ fn flattened_positions_run_as_rows() {
         }
     }
 }
+
+/// A long product whose only outer loops are its reduction slices (no
+/// column blocks: 196 columns; one batch) runs its row blocks in parallel
+/// inside each slice instead of on one thread; results match the
+/// interpreter at sizes with tails.
+#[test]
+fn long_products_without_column_blocks_run_their_row_blocks_in_parallel() {
+    let src = "kernel gemm(W: f32[K = 70, Q = 1100], C: f32[N = 1, Q, P = 196]) -> Y: f32[N, K, P] {
+    Y[n, k, p] = sum[q](W[k, q] * C[n, q, p]);
+}";
+    let (mut pl, k) = texc_tests::load_text("interp", "slices.tex", src, None).expect("loads");
+    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    for target in ["x86-avx2", "x86-avx512"] {
+        let t = texc_compiler::target::lookup(target).expect("registered");
+        let f = texc_tests::default_lowered(target, &p);
+        let text = texc_schedules::ir::print(&f);
+        let slice = text.find("for q.o in 0..").expect("reduction slices");
+        let parallel = text[slice..].find(" parallel:").map(|i| slice + i);
+        let vector = text[slice..].find(" vectorized:").map(|i| slice + i);
+        assert!(
+            matches!((parallel, vector), (Some(a), Some(b)) if a < b),
+            "{target}: a parallel loop inside the slices:\n{text}"
+        );
+        if t.check_runs_here().is_ok() {
+            let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 4)).expect("runs");
+            assert_outputs(&format!("slices {target}"), &p, &f, 4, got);
+        }
+    }
+}
