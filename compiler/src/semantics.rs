@@ -71,6 +71,13 @@ pub fn cast_f64_to_int(v: f64, t: ElemType) -> i64 {
 pub fn nan_max(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
+    } else if a == b {
+        // ±0: +0 is the larger (IEEE 754-2019 `maximum`, as LLVM and AVX-512's `vrange`).
+        if a.is_sign_positive() {
+            a
+        } else {
+            b
+        }
     } else {
         a.max(b)
     }
@@ -79,6 +86,12 @@ pub fn nan_max(a: f64, b: f64) -> f64 {
 pub fn nan_min(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
+    } else if a == b {
+        if a.is_sign_negative() {
+            a
+        } else {
+            b
+        }
     } else {
         a.min(b)
     }
