@@ -180,13 +180,12 @@ fn inline_epilogues(p: &mut Program) {
     while si < p.stages.len() {
         let st = &p.stages[si];
         let t = st.tensor;
-        let mut readers = p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).peekable();
-        let consumers = p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).count();
+        let readers: Vec<&Stage> = p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).collect();
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
-            && recomputing_pays(p, st, consumers)
-            && readers.peek().is_some()
-            && readers.all(|c| {
+            && recomputing_pays(p, st, readers.len())
+            && !readers.is_empty()
+            && readers.iter().all(|c| {
                 !contains_reduce(p, c.value)
                     && volume(c) == volume(st)
                     && reads_like_elementwise(p, c, t)
@@ -1655,17 +1654,16 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
 /// in parallel instead, one parallel loop per slice, rather than none.
 fn inside_slices(ss: &StageSchedule, at: usize) -> Option<usize> {
     let slice = |l: usize| ss.ivs[l].reduce && matches!(ss.ivs[l].rel, crate::schedule::Rel::Split { outer: true, .. });
-    let mut i = at;
     let mut past_slice = false;
-    while i < ss.leaves.len() {
-        let l = ss.leaves[i];
-        match ss.ivs[l] {
-            _ if slice(l) => past_slice = true,
-            ref v if v.reduce || v.kind != ForKind::Serial => return None,
-            ref v if v.extent >= 2 => return past_slice.then_some(l),
-            _ => {}
+    for &l in &ss.leaves[at..] {
+        let v = &ss.ivs[l];
+        if slice(l) {
+            past_slice = true;
+        } else if v.reduce || v.kind != ForKind::Serial {
+            return None;
+        } else if v.extent >= 2 {
+            return past_slice.then_some(l);
         }
-        i += 1;
     }
     None
 }
