@@ -3,10 +3,11 @@
 //! Generated code calls [`texc_parallel_for`] with a task function, a context
 //! pointer and an iteration count; the range is cut into one contiguous
 //! chunk per thread, the calling thread runs the first chunk, then any
-//! chunk no worker has taken yet, and waits for the others. A call made from inside a task (nested parallelism) runs
-//! serially, so the pool can never deadlock on itself. The number of threads
-//! is the machine's parallelism, or `TEXC_NUM_THREADS`, or what
-//! [`set_num_threads`] last asked for.
+//! chunk no worker has taken yet, and waits for the others. A call made
+//! from inside a task (nested parallelism) runs serially, so the pool can
+//! never deadlock on itself. The number of threads is the machine's
+//! parallelism, or `TEXC_NUM_THREADS`, or what [`set_num_threads`] last
+//! asked for.
 //!
 //! A model runs hundreds of parallel loops of a few microseconds each, so
 //! handing work over must take less than that: the caller, once its own
@@ -27,13 +28,6 @@ use std::time::{Duration, Instant};
 /// chunks of a model's small parallel loops, short enough not to matter
 /// beside a long one.
 const SPIN: Duration = Duration::from_micros(300);
-
-/// Chunks a parallel loop is cut into per thread. The caller takes those
-/// no worker has started once its own is done (a worker still waking up
-/// then costs nothing); finer chunks, which would also bound what a
-/// preempted worker holds up, measured slower here (4 per thread:
-/// MobileNetV2 on 2 threads 5.9–7.0 ms median, against 5.4–5.5 ms).
-const CHUNKS_PER_THREAD: i64 = 1;
 
 /// `task(ctx, start, end)` runs iterations `start..end`.
 pub type Task = unsafe extern "C" fn(*mut u8, i64, i64);
@@ -212,7 +206,10 @@ pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
         unsafe { task(ctx, 0, n) };
         return;
     };
-    let chunks = (threads as i64 * CHUNKS_PER_THREAD).min(n);
+    // One chunk per thread: finer chunks, which would also bound what a
+    // preempted worker holds up, measured slower here (4 per thread:
+    // MobileNetV2 on 2 threads 5.9–7.0 ms median, against 5.4–5.5 ms).
+    let chunks = (threads as i64).min(n);
     let bounds = |c: i64| (n * c / chunks, n * (c + 1) / chunks);
     let s = &p.shared;
     {
