@@ -2,20 +2,28 @@
 """texc on an NVIDIA GPU against PyTorch (cuBLAS, cuDNN, its own softmax and
 layer_norm) in one run, on the sizes of the GPU issue: fp16 GEMM 4096³ with
 f32 sums, a TF32 GEMM 4096³, conv 3×3 56²×64 and 14²×256 at batch 32 (fp16
-inputs, f32 sums), softmax and layer_norm rows 16384×4096 (f32).
+inputs, f32 sums; also f32 through std.nn), an f32 GEMM 4096³, softmax and
+layer_norm rows 16384×4096 (f32).
 
 Usage: python3 benches/gpu.py [--texc PATH] [--target nvptx-sm90] [--repeat 20]
+                              [--only TEXT] [--tune TRIALS [--budget S]]
 Prints one line per kernel: texc's median time and TFLOP/s or GB/s, PyTorch's,
 the ratio texc/PyTorch (higher is better) and texc's share of the GPU's
 data-sheet peak. Needs a GPU and a PyTorch built with CUDA; texc's times come
 from `texc bench --json` (launches followed by a synchronize, data resident
-on the device), PyTorch's from CUDA events around the same repeats.
+on the device), PyTorch's from CUDA events around the same repeats. With
+--tune, each product and convolution that runs the default schedule is also
+tuned (`texc tune`, the GPU schedule's knobs and the e-graph's choices, a
+fresh database each) and timed again with its tuned knobs.
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,10 +54,19 @@ CASES = [
     ("hgemm 4096³ f16→f32 (cp.async, 2 stages)", "benches/hgemm_pipelined.tex", [], "fp16", 2 * G**3, None, "hgemm"),
     ("bf16 gemm 4096³ bf16→f32 (default)", "benches/gemm_bf16.tex", [], "fp16", 2 * G**3, None, "bgemm"),
     ("tf32 gemm 4096³ (benches schedule)", "benches/gemm_tf32.tex", [], "tf32", 2 * G**3, None, "tf32"),
-    ("conv 3×3 56²×64 b32 f16 (default: im2col)", "benches/conv_f16.tex", [], "fp16",
+    ("sgemm 4096³ f32 (default: registers)", "benches/matmul.tex", ["--shape", f"M={G},K={G},N={G}"], "f32",
+     2 * G**3, None, "sgemm"),
+    ("conv 3×3 56²×64 b32 f16 (default: implicit)", "benches/conv_f16.tex", [], "fp16",
      2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
-    ("conv 3×3 14²×256 b32 f16 (default: im2col)", "benches/conv_f16.tex",
+    ("conv 3×3 56²×64 b32 f16 (explicit im2col)", "benches/conv_f16.tex", ["--knob", "gather=0"], "fp16",
+     2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
+    ("conv 3×3 14²×256 b32 f16 (default: implicit)", "benches/conv_f16.tex",
      ["--shape", "N=32,C=256,H=16,W=16,K=256"], "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14, None, "conv14"),
+    ("conv 3×3 14²×256 b32 f16 (explicit im2col)", "benches/conv_f16.tex",
+     ["--shape", "N=32,C=256,H=16,W=16,K=256", "--knob", "gather=0"], "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14,
+     None, "conv14"),
+    ("conv 3×3 56²×64 b32 f32 std.nn (default)", "benches/conv_layer.tex", ["--shape", "N=32"], "f32",
+     2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56f32"),
     ("softmax rows 16384×4096 (default)", "examples/softmax.tex", ["--shape", "N=16384,D=4096"], "bw",
      None, 2 * 16384 * 4096 * 4, "softmax"),
     ("layer_norm rows 16384×4096 (default)", "benches/layer_norm.tex", ["--shape", "N=16384,D=4096"], "bw",
@@ -78,11 +95,18 @@ def torch_time(case, repeat):
         a = torch.randn(G, G, device=dev)
         b = torch.randn(G, G, device=dev)
         f = lambda: a @ b  # noqa: E731
+    elif case == "sgemm":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        a = torch.randn(G, G, device=dev)
+        b = torch.randn(G, G, device=dev)
+        f = lambda: a @ b  # noqa: E731 (cuBLAS, f32 FMA, no TF32)
     elif case.startswith("conv"):
         torch.backends.cudnn.benchmark = True
-        c, hw = (64, 56) if case == "conv56" else (256, 14)
-        x = torch.randn(32, c, hw, hw, device=dev, dtype=torch.float16)
-        w = torch.randn(c, c, 3, 3, device=dev, dtype=torch.float16)
+        torch.backends.cudnn.allow_tf32 = False
+        c, hw = (64, 56) if case.startswith("conv56") else (256, 14)
+        dt = torch.float32 if case.endswith("f32") else torch.float16
+        x = torch.randn(32, c, hw, hw, device=dev, dtype=dt)
+        w = torch.randn(c, c, 3, 3, device=dev, dtype=dt)
         f = lambda: F.conv2d(x, w, padding=1)  # noqa: E731
     elif case == "gelu":
         x = torch.randn(16384, 4096, device=dev)
@@ -110,13 +134,38 @@ def torch_time(case, repeat):
     return times[len(times) // 2]
 
 
-def texc_time(texc, target, file, args, repeat):
+def texc_time(texc, target, file, args, repeat, db=None):
     cmd = [texc, "bench", os.path.join(ROOT, file), "--target", target, "--json", "--repeat", str(repeat)] + args
+    cmd += ["--db", db] if db else ["--no-db"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return None, (r.stderr.strip().splitlines() or ["failed"])[-1]
     j = json.loads(r.stdout)
     return j["time_ms"]["median"] / 1e3, None
+
+
+def texc_tune(texc, target, file, args, trials, budget, db):
+    """Tunes the kernel into `db`: its wall seconds and trials, or why not."""
+    # A case's --knob fixes what tuning chooses: tune its shape only.
+    cmd = [texc, "tune", os.path.join(ROOT, file), "--target", target, "--trials", str(trials),
+           "--time-budget", str(budget), "--db", db] + shape_args(args)
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    out = r.stdout + r.stderr
+    if os.environ.get("LOG_DIR"):
+        with open(os.path.join(os.environ["LOG_DIR"], "tune.log"), "a") as log:
+            log.write(f"$ {' '.join(cmd)}\n{out}\n")
+    if r.returncode != 0:
+        return None, (out.strip().splitlines() or ["failed"])[-1]
+    done = re.search(r": (\d+) trials \(", out)
+    best = re.search(r"^\s*best\s+\S+ ms\s+\((.*)\)", out, re.M)
+    return f"{wall:.0f} s, {done.group(1) if done else '?'} trials", best.group(1) if best else ""
+
+
+def shape_args(args):
+    """The `--shape` arguments of a case's texc arguments."""
+    return [a for i, a in enumerate(args) if a == "--shape" or (i > 0 and args[i - 1] == "--shape")]
 
 
 def rate(flops, nbytes, t):
@@ -130,6 +179,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     ap.add_argument("--hgemm", nargs="*", default=[], help="more schedules of the 4096³ f16 GEMM to time (.tex files)")
+    ap.add_argument("--tune", type=int, default=0, metavar="TRIALS",
+                    help="also tune each default-schedule case (`texc tune`, a fresh database each) and time the tuned kernel")
+    ap.add_argument("--budget", type=int, default=60, help="seconds of tuning per case (with --tune)")
     a = ap.parse_args()
     cases = CASES + [(f"hgemm 4096³ {os.path.basename(f)}", os.path.abspath(f), [], "fp16", 2 * G**3, None, "hgemm")
                      for f in a.hgemm]
@@ -153,6 +205,15 @@ def main():
         if t and pt:
             line += f"texc/torch {pt / t:5.2f}×"
         print(line, flush=True)
+        if a.tune and "(default" in name and flops:
+            db = os.path.join(tempfile.mkdtemp(), "tuning.jsonl")
+            how, best = texc_tune(a.texc, a.target, file, args, a.tune, a.budget, db)
+            tt, why = texc_time(a.texc, a.target, file, shape_args(args), a.repeat, db) if how else (None, best)
+            line = f"{'  tuned':40s} "
+            line += f"texc {tt * 1e3:8.3f} ms ({how}; default ÷ tuned {t / tt:5.2f}×)" if tt and t else f"tune: {why}"
+            if tt and pt:
+                line += f"  texc/torch {pt / tt:5.2f}×"
+            print(line, f"  {best}" if best else "", flush=True)
     print(f"# texc on the GPU against PyTorch (CUDA events), medians of {a.repeat} runs", file=sys.stderr)
 
 

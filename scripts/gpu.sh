@@ -9,7 +9,9 @@
 #                                         (a GPU machine without Rust: see
 #                                         scripts/gpu_bundle.sh)
 # Full logs go to $LOG_DIR (default: a new temporary directory). Without a
-# GPU the same tests run the CPU emulation and say so.
+# GPU the same tests run the CPU emulation and say so. GPU_TESTS=0 skips
+# the tests and checks; GPU_BENCH_ARGS are more arguments of benches/gpu.py
+# (`--tune 12 --budget 30`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${LOG_DIR:-$(mktemp -d)}
@@ -33,6 +35,7 @@ fi
 nvidia-smi -L 2>/dev/null || echo "gpu.sh: nvidia-smi not found: the tests will say whether the CUDA driver is there"
 status=0
 summary=()
+[ "${GPU_TESTS:-1}" = 0 ] && tests=()
 for t in "${tests[@]}"; do
     name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
     # The conformance set on the GPU targets only (the CPU ones run in CI).
@@ -41,11 +44,15 @@ for t in "${tests[@]}"; do
     summary+=("tests/$name: $(grep -E '^test result' "$logs/test-$name.log" | tail -1)")
 done
 checks=()
-for t in nvptx-sm80 nvptx-sm90; do
+targets=(nvptx-sm80 nvptx-sm90)
+[ "${GPU_TESTS:-1}" = 0 ] && targets=()
+for t in "${targets[@]}"; do
     for k in "examples/softmax.tex" "examples/norms.tex --kernel ln" "examples/matmul.tex" \
              "examples/conv2d.tex" "examples/gemm_f16.tex" "benches/gemm_tf32.tex --shape M=256,K=128,N=256" "benches/hgemm_shared.tex --shape M=256,K=96,N=384" \
              "benches/hgemm_pipelined.tex --shape M=256,K=160,N=384" "benches/gemm_bf16.tex --shape M=256,K=96,N=128" \
              "benches/conv_f16.tex --shape N=2,C=32,H=18,W=20,K=48" \
+             "benches/conv_f16.tex --shape N=2,C=32,H=18,W=20,K=48 --knob gather=0" \
+             "benches/matmul.tex --shape M=200,K=96,N=130" "benches/conv_layer.tex --shape N=2,C=32,H=14,W=14" \
              "examples/softmax.tex --shape N=1000,D=4097" "benches/layer_norm.tex --shape N=999,D=4096"; do
         [ "$t" = nvptx-sm80 ] && [[ $k == *tf32* || $k == *hgemm_* ]] && continue  # schedules written for sm90
         # shellcheck disable=SC2086 # the kernel's arguments are words
@@ -59,5 +66,5 @@ echo "# scripts/gpu.sh: logs in $logs"
 printf '%s\n' "${summary[@]}" "${checks[@]}"
 echo
 # shellcheck disable=SC2086 # GPU_BENCH_HGEMM: more GEMM schedules to time, separated by spaces
-python3 benches/gpu.py --texc "$texc" ${GPU_BENCH_HGEMM:+--hgemm $GPU_BENCH_HGEMM} 2>&1 | tee "$logs/bench.log" | grep -v "^#" || status=1
+python3 benches/gpu.py --texc "$texc" ${GPU_BENCH_HGEMM:+--hgemm $GPU_BENCH_HGEMM} ${GPU_BENCH_ARGS:-} 2>&1 | tee "$logs/bench.log" | grep -v "^#" || status=1
 exit $status

@@ -82,10 +82,10 @@ pub struct Shapes {
     pub of: HashMap<String, Vec<i64>>,
     /// FLOPs and bytes of opaque operators, by symbol.
     pub opaque_cost: HashMap<String, (f64, f64)>,
-    /// Whether convolutions' compute time counts the share of the peak that
-    /// texc's CPU code measurably reaches ([`cpu_efficiency`]); GPU targets
-    /// have no measurements yet and use the nominal peak.
-    pub calibrated: bool,
+    /// The kind of machine whose measured shares of the peak convolutions'
+    /// compute time counts ([`cpu_efficiency`], [`gpu_efficiency`]); none
+    /// (the nominal peak) for the others.
+    pub efficiency_of: Option<crate::target::TargetKind>,
     /// Inputs whose values are fixed before the calls (an imported model's
     /// weights): stages that read only them run once (`crate::constants`), so
     /// forms that transform the weights at no cost per call may be chosen.
@@ -284,7 +284,11 @@ fn node_time(egraph: &EGraph<SymbolLang, Shapes>, enode: &SymbolLang, peak: f64,
         }
         bytes = bytes.max(0.0);
     }
-    let efficiency = if egraph.analysis.calibrated { cpu_efficiency(enode.op.as_str(), &ch, flops) } else { 1.0 };
+    let efficiency = match egraph.analysis.efficiency_of {
+        Some(crate::target::TargetKind::Cpu) => cpu_efficiency(enode.op.as_str(), &ch, flops),
+        Some(crate::target::TargetKind::Gpu) => gpu_efficiency(enode.op.as_str()),
+        _ => 1.0,
+    };
     // A fused epilogue (bias, relu: one operation per output each) runs at
     // the rate of the element-wise operator it replaces, not the convolution's.
     let op = enode.op.as_str();
@@ -354,6 +358,22 @@ fn cpu_efficiency(op: &str, ch: &[Info], flops: f64) -> f64 {
                 0.55
             }
         }
+        _ => 1.0,
+    }
+}
+
+/// The share of the f32 peak that texc's default GPU schedules reach on an
+/// operator, measured on an H200 (`benches/gpu.py --tune`: ResNet-50's
+/// 56×56×64 3×3 layer at batch 32, f32): the direct convolution, a 4×4 block
+/// of outputs per thread with its accumulators in registers, 0.2 (0.54 ms),
+/// as the same blocks reach on a 4096³ product (the im2col form's); Winograd
+/// F(4×4, 3×3) 0.035 of its reduced work (0.96 ms: its transforms and
+/// batched products are launches of their own, each through global memory).
+/// At the nominal peak the model had chosen Winograd, 1.8× slower.
+fn gpu_efficiency(op: &str) -> f64 {
+    match op {
+        op if op.starts_with("conv2d_winograd_") => 0.035,
+        op if op.starts_with("conv2d") => 0.2,
         _ => 1.0,
     }
 }
@@ -696,11 +716,7 @@ fn graph_term(p: &Program, shapes: &mut Shapes) -> (RecExpr<SymbolLang>, HashMap
 /// The cost model's estimate of `p`'s graph as written, in ns on
 /// `target`'s nominal machine (uncorrected: what calibration measures).
 pub fn written_cost(p: &Program, target: &Target, constants: &HashSet<String>) -> f64 {
-    let mut shapes = Shapes {
-        calibrated: target.kind == crate::target::TargetKind::Cpu,
-        constants: constants.clone(),
-        ..Shapes::default()
-    };
+    let mut shapes = Shapes { efficiency_of: Some(target.kind), constants: constants.clone(), ..Shapes::default() };
     let (term, _) = graph_term(p, &mut shapes);
     term_cost(&term, shapes, target.nominal.peak_gflops, target.nominal.bandwidth_gbs)
 }
@@ -719,7 +735,7 @@ pub fn rewrite(
     calibration: &Calibration,
 ) -> Plan {
     let mut shapes = Shapes {
-        calibrated: target.kind == crate::target::TargetKind::Cpu,
+        efficiency_of: Some(target.kind),
         constants: constants.clone(),
         prefer: accuracy.winograd_tile.map(|m| format!("conv2d_winograd_f{m}")),
         calibration: calibration.clone(),
@@ -769,7 +785,7 @@ pub fn rewrite(
     let unpreferred = || Shapes {
         of: egraph.analysis.of.clone(),
         opaque_cost: egraph.analysis.opaque_cost.clone(),
-        calibrated: egraph.analysis.calibrated,
+        efficiency_of: egraph.analysis.efficiency_of,
         constants: egraph.analysis.constants.clone(),
         prefer: None,
         calibration: egraph.analysis.calibration.clone(),

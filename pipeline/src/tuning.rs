@@ -8,6 +8,7 @@
 //! applied to the computation and template it was measured with.
 
 use super::{Error, Pipeline};
+use texc_compiler::target::Target;
 use texc_compiler::tir::Program;
 use texc_compiler::KernelRef;
 use texc_schedules::tuning::db::{stable_hash, this_machine, Db, Key, Record};
@@ -31,12 +32,16 @@ impl Pipeline {
             // The e-graph's choices too: the plan as written, without Winograd,
             // with only one Winograd tile, without im2col, measured rather
             // than trusted to the cost model.
-            None => texc_schedules::default::DefaultKnobs::SPACE
-                .iter()
-                .copied()
-                .chain(crate::PIPELINE_KNOBS)
-                .map(|(name, values)| Tunable { name: name.to_string(), candidates: values.to_vec(), listed: false })
-                .collect(),
+            None => if self.options.target.gpu.is_some() {
+                &texc_schedules::default::DefaultKnobs::GPU_SPACE[..]
+            } else {
+                &texc_schedules::default::DefaultKnobs::SPACE[..]
+            }
+            .iter()
+            .copied()
+            .chain(crate::PIPELINE_KNOBS)
+            .map(|(name, values)| Tunable { name: name.to_string(), candidates: values.to_vec(), listed: false })
+            .collect(),
         }
     }
 
@@ -61,7 +66,7 @@ impl Pipeline {
             format!("{}\n{template}\ntexc {}", texc_compiler::print::print_program(written), env!("CARGO_PKG_VERSION"));
         Key {
             target: self.options.target.name.to_string(),
-            machine: this_machine(),
+            machine: machine_of(&self.options.target),
             kernel_hash: stable_hash(text.as_bytes()),
         }
     }
@@ -79,6 +84,20 @@ impl Pipeline {
                 db.path.display()
             ))])
         })
+    }
+}
+
+/// The machine `target`'s records are measured on: the GPU's name and SM
+/// for a GPU target (its host CPU does not set a kernel's speed), else this
+/// CPU's model and feature flags.
+pub fn machine_of(target: &Target) -> String {
+    if target.gpu.is_none() {
+        return this_machine();
+    }
+    match texc_runtime::cuda::device() {
+        Ok(d) => format!("{} / sm_{}", d.name, d.sm),
+        // No GPU: nothing can be measured, and no record was measured here.
+        Err(_) => "no GPU".to_string(),
     }
 }
 

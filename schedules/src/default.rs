@@ -255,9 +255,12 @@ fn inline_elementwise(p: &mut Program, recompute: bool) {
 ///   initialised by a nest of its own, and its epilogue is a pass of its
 ///   own, instead of accumulators in registers written once through the
 ///   epilogue: [`local_accumulators`], [`fold_epilogues`]);
-/// - on GPUs, `gather` (0: a convolution's columns are written out, an
-///   explicit im2col, instead of gathered from the image into shared
-///   memory).
+/// - on GPUs ([`DefaultKnobs::GPU_SPACE`]), `gather` (0: a convolution's
+///   columns are written out, an explicit im2col, instead of gathered from
+///   the image into shared memory), and for tensor-core products through
+///   shared memory `gtile` (the largest block tile side tried: 128 or 64;
+///   the 64×64 warp tiles stay), `gslice` (the largest slice of the
+///   reduction tried: 64 or 32) and `stages` (slices in flight, 2 to 4).
 ///
 /// Unset, each keeps its machine-derived value.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -276,6 +279,9 @@ pub struct DefaultKnobs {
     pub recip: Option<bool>,
     pub acc: Option<bool>,
     pub gather: Option<bool>,
+    pub gtile: Option<i64>,
+    pub gslice: Option<i64>,
+    pub stages: Option<i64>,
 }
 
 impl DefaultKnobs {
@@ -295,6 +301,11 @@ impl DefaultKnobs {
         ("recip", &[0, 1]),
         ("acc", &[1, 0]),
     ];
+
+    /// The knobs of the default GPU schedule and the values the autotuner
+    /// tries for each (the CPU ones change nothing there).
+    pub const GPU_SPACE: [(&'static str, &'static [i64]); 4] =
+        [("gather", &[1, 0]), ("gtile", &[128, 64]), ("gslice", &[64, 32]), ("stages", &[3, 2, 4])];
 
     /// From `--knob` values; a name that is not one of them, or a value out
     /// of its range, is an error naming the knobs there are.
@@ -316,18 +327,22 @@ impl DefaultKnobs {
                 "racc" if (1..=8).contains(&v) => d.racc.replace(v).is_none(),
                 "recip" if v == 0 || v == 1 => d.recip.replace(v == 1).is_none(),
                 "acc" if v == 0 || v == 1 => d.acc.replace(v == 1).is_none(),
+                "gtile" if [64, 128].contains(&v) => d.gtile.replace(v).is_none(),
+                "gslice" if [32, 64].contains(&v) => d.gslice.replace(v).is_none(),
+                "stages" if (2..=4).contains(&v) => d.stages.replace(v).is_none(),
                 "rows" | "kslice" | "cols" | "pack" | "gather" | "par" | "vec" | "nvec" | "order" | "unroll"
-                | "attach" | "racc" | "recip" | "acc" => false,
+                | "attach" | "racc" | "recip" | "acc" | "gtile" | "gslice" | "stages" => false,
                 _ => {
                     return Err(format!(
-                        "knob `{name}` is not a knob of the default schedule (its knobs: {}, gather; the pipeline's: rewrite, winograd, im2col)",
-                        Self::SPACE.map(|(n, _)| n).join(", ")
+                        "knob `{name}` is not a knob of the default schedule (its knobs: {}; on GPUs: {}; the pipeline's: rewrite, winograd, im2col)",
+                        Self::SPACE.map(|(n, _)| n).join(", "),
+                        Self::GPU_SPACE.map(|(n, _)| n).join(", ")
                     ))
                 }
             };
             if !ok {
                 return Err(format!(
-                    "knob `{name}` = {v} is out of its range (rows 1..=64, nvec 1..=4, racc 1..=8, kslice and cols ≥ 1, unroll 1..=16, pack, order, par, attach, recip, acc and gather 0 or 1, vec 128, 256 or 512)"
+                    "knob `{name}` = {v} is out of its range (rows 1..=64, nvec 1..=4, racc 1..=8, kslice and cols ≥ 1, unroll 1..=16, pack, order, par, attach, recip, acc and gather 0 or 1, vec 128, 256 or 512, gtile 64 or 128, gslice 32 or 64, stages 2..=4)"
                 ));
             }
         }
@@ -588,7 +603,7 @@ fn gpu_schedule(p: &mut Program, knobs: DefaultKnobs) -> Schedules {
             continue;
         }
         if let Some(gemm) = tensor_core_operands(p, &p.stages[si]) {
-            match shared_gemm_tiles(&gemm) {
+            match shared_gemm_tiles(&gemm, knobs) {
                 Some(tiles) => {
                     pipelined_gemm(ss, tiles, gemm.op);
                     staged.push((si, gemm, tiles));
@@ -1011,6 +1026,7 @@ fn tensor_core_gemm(ss: &mut StageSchedule, op: MmaOp) {
 struct GemmTiles {
     block: [i64; 2],
     k_slice: i64,
+    stages: i64,
 }
 
 /// Each warp of the shared-memory product computes 64×64 of `C`.
@@ -1022,17 +1038,21 @@ const GEMM_STAGES: i64 = 3;
 /// The block tile of a product run through shared memory: 128 or 64 rows
 /// and columns (2×2 warps at most), dividing the product, and slices of
 /// `k` of 64 (four `mma` steps between barriers: 252 TFLOP/s against 246
-/// with slices of 32 at 4096³) or 32. `None` where none divides.
-fn shared_gemm_tiles(g: &TensorCoreGemm) -> Option<GemmTiles> {
-    let pick = |n: i64| [2 * WARP_TILE, WARP_TILE].into_iter().find(|&t| n % t == 0);
-    let k_slice = [64, 32].into_iter().find(|&s| g.ext[2] % s == 0)?;
-    Some(GemmTiles { block: [pick(g.ext[0])?, pick(g.ext[1])?], k_slice })
+/// with slices of 32 at 4096³) or 32. `None` where none divides. Knobs
+/// `gtile` and `gslice` cap the sizes tried, `stages` sets the slices in flight.
+fn shared_gemm_tiles(g: &TensorCoreGemm, knobs: DefaultKnobs) -> Option<GemmTiles> {
+    let most = knobs.gtile.unwrap_or(2 * WARP_TILE);
+    let pick = |n: i64| [2 * WARP_TILE, WARP_TILE].into_iter().find(|&t| t <= most && n % t == 0);
+    let most_k = knobs.gslice.unwrap_or(64);
+    let k_slice = [64, 32].into_iter().find(|&s| s <= most_k && g.ext[2] % s == 0)?;
+    let stages = knobs.stages.unwrap_or(GEMM_STAGES);
+    Some(GemmTiles { block: [pick(g.ext[0])?, pick(g.ext[1])?], k_slice, stages })
 }
 
 /// A tensor-core product through shared memory (as `benches/hgemm_pipelined.tex`
 /// writes it): each block copies its rows of `A` and columns of `B` a slice
 /// of `k` at a time into shared memory ([`stage_gemm_operands`]),
-/// [`GEMM_STAGES`] slices in flight (`pipeline`); its warps take their
+/// [`GEMM_STAGES`] slices in flight by default (`pipeline`); its warps take their
 /// fragments from there (`ldmatrix`) for 64×64 tiles of `C` whose
 /// accumulators stay in registers.
 fn pipelined_gemm(ss: &mut StageSchedule, t: GemmTiles, op: MmaOp) {
@@ -1056,7 +1076,7 @@ fn pipelined_gemm(ss: &mut StageSchedule, t: GemmTiles, op: MmaOp) {
     ss.annotate(iw, ForKind::Thread(GpuDim::Z), span).expect("spatial");
     ss.annotate(jw, ForKind::Thread(GpuDim::Y), span).expect("spatial");
     ss.tensorize = Some(crate::schedule::Tensorize { op, leaves: [ii, ji, ki], span });
-    ss.pipeline = Some((ko, GEMM_STAGES, span));
+    ss.pipeline = Some((ko, t.stages, span));
 }
 
 /// The shared-memory copies of [`pipelined_gemm`]'s operands: `A`'s rows

@@ -862,6 +862,36 @@ fn the_default_gpu_schedule_runs_convolutions_as_tensor_core_products() {
     }
 }
 
+/// The default GPU schedule's own knobs (`DefaultKnobs::GPU_SPACE`) are
+/// what `tune` searches there, and each reaches the shared-memory product:
+/// `gtile` its block tile, `gslice` its slice of the reduction, `stages` the
+/// slots of its buffers. Against the interpreter at each (on the GPU where
+/// there is one).
+#[test]
+fn the_default_gpu_schedules_knobs_set_its_tiles_slices_and_stages() {
+    require_ptxas();
+    let (pl, k) = texc_tests::load_file("nvptx-sm90", "examples/gemm_f16.tex", None).expect("loads");
+    let names: Vec<String> = pl.tunables(k).into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["gather", "gtile", "gslice", "stages", "rewrite", "winograd", "im2col"]);
+    for (tile, slice, stages) in [(128, 64, 3), (64, 32, 2), (128, 32, 4), (64, 64, 3)] {
+        let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "examples/gemm_f16.tex", None).expect("loads");
+        for (n, v) in [("gtile", tile), ("gslice", slice), ("stages", stages)] {
+            pl.options.knobs.insert(n.into(), v);
+        }
+        let p = texc_tests::specialize(&mut pl, k, &sizes("M=128,K=192,N=256"));
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let text = texc_schedules::ir::print(&f);
+        let what = format!("gtile={tile}, gslice={slice}, stages={stages}");
+        // Rows padded by 8 halves against bank conflicts.
+        let a = format!("shared C.As: f16[{stages}, {tile}, {}]", slice + 8);
+        assert!(text.contains(&a), "{what}: no `{a}`:\n{text}");
+        assert!(text.contains(&format!("for ib in 0..{} block.y", 128 / tile)), "{what}:\n{text}");
+        assert!(error_vs_interp(&mut pl, &p, &f, 4) < 1e-5, "{what}");
+        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+}
+
 /// `pipeline` errors point at the schedule, with the reason.
 #[test]
 fn pipeline_errors_are_spanned() {
@@ -970,12 +1000,16 @@ fn the_default_gpu_schedule_keeps_a_threads_products_in_registers() {
         ("examples/matmul.tex", "M=130,K=33,N=257", "local C.acc: f32[4, 4]"),
         ("benches/conv_layer.tex", "C=16,H=14,W=14,K=32", "local Y.acc: f32[4, 4]"),
         ("benches/conv_layer.tex", "C=16,H=24,W=24,K=48", "local Y.acc: f32[4, 4]"),
-        // Winograd F(4×4, 3×3): its batched product over the 36 transform positions (block.z).
+        // Winograd F(4×4, 3×3) (`--knob winograd=4`: the cost model does not
+        // choose it on GPUs): its batched product over the 36 transform positions (block.z).
         ("benches/conv_layer.tex", "C=64,H=28,W=28,K=64", "for n.i.j in 0..36 block.z:"),
     ];
     for (file, shapes, local) in cases {
         let (mut pl, k) = texc_tests::load_file("nvptx-sm90", file, None).expect("loads");
         pl.options.rewrite = true;
+        if local.contains("0..36") {
+            pl.options.knobs.insert(texc_pipeline::KNOB_WINOGRAD.into(), 4);
+        }
         let b = sizes(shapes);
         // The e-graph's plan (Winograd where it pays), against the graph as written.
         let (built, loops) = pl.build(k, &b).unwrap_or_else(|e| panic!("{}", rendered(&pl, e)));

@@ -879,7 +879,11 @@ fn apply_calibration(pl: &mut Pipeline, db: &Db) -> Result<(), Error> {
     let loaded = db
         .load()
         .map_err(|e| Diagnostic::error(format!("cannot read the tuning database {}: {e}", db.path.display())))?;
-    let cal = texc_pipeline::tuning::calibration(&loaded.records, pl.target().name, &db::this_machine());
+    let cal = texc_pipeline::tuning::calibration(
+        &loaded.records,
+        pl.target().name,
+        &texc_pipeline::tuning::machine_of(pl.target()),
+    );
     if cal.is_empty() {
         return Ok(());
     }

@@ -303,7 +303,7 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).1.contains("--knob winograd=3: expected one of 1, 0, 2, 4"), "{}", text(&o).1);
     // The generated space's knobs are checked too: a value outside a knob's range is an error naming the ranges.
-    for knob in ["racc=0", "nvec=5", "recip=2", "unroll=0", "order=3", "attach=7", "acc=2"] {
+    for knob in ["racc=0", "nvec=5", "recip=2", "unroll=0", "order=3", "attach=7", "acc=2", "gtile=96", "stages=1"] {
         let mut out_of_range = vec!["run", "benches/matmul.tex", "--target", "x86-avx2", "--knob", knob];
         out_of_range.extend(shape);
         let o = texc(&db, &out_of_range);
@@ -315,7 +315,7 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     let o = texc(&db, &bad);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, nvec, kslice, cols, pack, order, unroll, par, vec, attach, racc, recip, acc, gather; the pipeline's: rewrite, winograd, im2col)"),
+        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, nvec, kslice, cols, pack, order, unroll, par, vec, attach, racc, recip, acc; on GPUs: gather, gtile, gslice, stages; the pipeline's: rewrite, winograd, im2col)"),
         "{}",
         text(&o).1
     );
