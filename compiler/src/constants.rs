@@ -41,33 +41,7 @@ pub struct Split {
 /// have known values (by name); `None` when no stage reads only constants.
 pub fn split(p: &Program, constant_input: &dyn Fn(&str) -> bool, known_scalar: &dyn Fn(&str) -> bool) -> Option<Split> {
     let n = p.tensors.len();
-    let mut constant = vec![false; n];
-    // Elements of the constant parameters a constant tensor derives from.
-    let mut source = vec![0i64; n];
-    for t in p.input_tensors() {
-        if constant_input(&p.tensor(t).name) {
-            constant[t.0 as usize] = true;
-            source[t.0 as usize] = p.tensor(t).len();
-        }
-    }
-    let mut folded = vec![false; p.stages.len()];
-    for (si, st) in p.stages.iter().enumerate() {
-        let decl = p.tensor(st.tensor);
-        if decl.role == TensorRole::Output {
-            continue;
-        }
-        let mut read = HashSet::new();
-        if !reads_only_constants(p, st.value, &constant, known_scalar, &mut read) {
-            continue;
-        }
-        let from: i64 = read.iter().map(|t: &TensorId| source[t.0 as usize]).sum();
-        if decl.len() > MAX_GROWTH.saturating_mul(from).saturating_add(GROWTH_SLACK) {
-            continue;
-        }
-        folded[si] = true;
-        constant[st.tensor.0 as usize] = true;
-        source[st.tensor.0 as usize] = from;
-    }
+    let (constant, folded) = marks(p, constant_input, known_scalar);
     if !folded.contains(&true) {
         return None;
     }
@@ -122,6 +96,53 @@ pub fn split(p: &Program, constant_input: &dyn Fn(&str) -> bool, known_scalar: &
     }
     prologue.outputs = frontier.clone();
     Some(Split { prologue, main, frontier })
+}
+
+/// Which tensors of `p` are constants (inputs `constant_input` names, and
+/// what the stages that fold compute), and which stages fold.
+pub fn constant_tensors(
+    p: &Program,
+    constant_input: &dyn Fn(&str) -> bool,
+    known_scalar: &dyn Fn(&str) -> bool,
+) -> Vec<bool> {
+    marks(p, constant_input, known_scalar).0
+}
+
+/// The constant tensors of `p` and the stages that fold (see [`split`]).
+fn marks(
+    p: &Program,
+    constant_input: &dyn Fn(&str) -> bool,
+    known_scalar: &dyn Fn(&str) -> bool,
+) -> (Vec<bool>, Vec<bool>) {
+    let n = p.tensors.len();
+    let mut constant = vec![false; n];
+    // Elements of the constant parameters a constant tensor derives from.
+    let mut source = vec![0i64; n];
+    for t in p.input_tensors() {
+        if constant_input(&p.tensor(t).name) {
+            constant[t.0 as usize] = true;
+            source[t.0 as usize] = p.tensor(t).len();
+        }
+    }
+    let mut folded = vec![false; p.stages.len()];
+    for (si, st) in p.stages.iter().enumerate() {
+        let decl = p.tensor(st.tensor);
+        if decl.role == TensorRole::Output {
+            continue;
+        }
+        let mut read = HashSet::new();
+        if !reads_only_constants(p, st.value, &constant, known_scalar, &mut read) {
+            continue;
+        }
+        let from: i64 = read.iter().map(|t: &TensorId| source[t.0 as usize]).sum();
+        if decl.len() > MAX_GROWTH.saturating_mul(from).saturating_add(GROWTH_SLACK) {
+            continue;
+        }
+        folded[si] = true;
+        constant[st.tensor.0 as usize] = true;
+        source[st.tensor.0 as usize] = from;
+    }
+    (constant, folded)
 }
 
 /// Whether `e` reads only constant tensors and known scalars (collecting the tensors it reads).

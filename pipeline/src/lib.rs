@@ -588,6 +588,7 @@ impl Pipeline {
             return Ok(());
         }
         let t0 = Instant::now();
+        self.prepack(&mut built.runs, is_constant, known_scalar)?;
         if let Some(split) = texc_compiler::constants::split(&built.runs, is_constant, known_scalar) {
             built.runs = split.main;
             self.prologue = Some(split.prologue);
@@ -604,6 +605,23 @@ impl Pipeline {
             texc_compiler::verify::verify(runs)
         };
         after(&self.options, &mut self.timings, Pass::Fold, t0, dump, verify)
+    }
+
+    /// The panels the default CPU schedule would pack constant operands
+    /// into on every call, made by stages of their own that fold
+    /// ([`texc_schedules::prepack`]).
+    fn prepack(
+        &self,
+        p: &mut Program,
+        is_constant: &dyn Fn(&str) -> bool,
+        known_scalar: &dyn Fn(&str) -> bool,
+    ) -> Result<(), Error> {
+        let knobs = texc_schedules::default::DefaultKnobs::from_knobs(&self.schedule_knobs()).map_err(|m| {
+            Diagnostic::error(format!("{m}: the kernel runs the default schedule on {}", self.options.target.name))
+        })?;
+        let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
+        texc_schedules::prepack::prepack_constant_operands(p, self.options.target, knobs, &|t| constant[t.0 as usize]);
+        Ok(())
     }
 
     /// *fold* as [`Pipeline::prepare`] folds for a run with the scalars at

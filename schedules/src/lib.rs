@@ -36,6 +36,7 @@ pub mod lower;
 pub mod memory_plan;
 pub mod multistage;
 pub mod normalize;
+pub mod prepack;
 pub mod schedule;
 pub mod tensorize;
 pub mod text;

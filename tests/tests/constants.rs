@@ -90,3 +90,58 @@ fn plain_kernels_are_not_folded() {
     assert!(prep.run_args.is_none(), "the compiled loops take the arguments as written");
     assert_eq!(prep.compiled_args().len(), prep.args.len());
 }
+
+/// A long product whose vector operand is a constant (`W`, an imported
+/// model's weights) reads it from panels made once: the panels' stage
+/// (`W.panels`, the default schedule's panel width) folds into the
+/// prologue, and the product's loops pack nothing on every call. Against
+/// the program as written, interpreted and compiled. A `W` that is not
+/// constant, or whose columns the panel width does not divide, keeps the
+/// per-call packing.
+#[test]
+fn constant_operands_are_packed_once() {
+    let src = |n: i64| {
+        format!(
+            "kernel mm(X: f32[M = 29, K = 600], W: f32[K, N = {n}]) -> Y: f32[M, N] {{
+    Y[i, j] = sum[k](X[i, k] * W[k, j]);
+}}"
+        )
+    };
+    let knobs = texc_schedules::default::DefaultKnobs::default();
+    for t in ["x86-avx2", "x86-avx512"] {
+        let target = texc_compiler::target::lookup(t).expect("target");
+        let (mut pl, k) = texc_tests::load_text(t, "mm.tex", &src(512), None).unwrap_or_else(|e| panic!("{e}"));
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let w = p.tensors.iter().position(|d| d.name == "W").expect("W") as u32;
+        let mut packed = p.clone();
+        let made = texc_schedules::prepack::prepack_constant_operands(&mut packed, target, knobs, &|t| t.0 == w);
+        assert_eq!(made, 1, "{t}");
+        texc_compiler::verify::verify(&packed).expect("verifies");
+        let width = if t == "x86-avx2" { 16 } else { 32 };
+        let panels = packed.tensors.iter().find(|d| d.name == "W.panels").expect("panels");
+        assert_eq!(panels.shape, [512 / width, 600, width], "{t}");
+        let s = split(&packed, &|n| n == "W", &|_| false).expect("the panels fold");
+        assert_eq!(names(&s.main), ["X", "W_panels"], "{t}");
+        let f = texc_tests::default_lowered(t, &s.main);
+        let text = texc_schedules::ir::print(&f);
+        assert!(!text.contains("packed"), "{t}: packs on every call:\n{text}");
+        let mut rng = SplitMix64::new(3);
+        let (x, wv) = (random(vec![29, 600], &mut rng), random(vec![600, 512], &mut rng));
+        let want = interp::run(&p, vec![Arg::Tensor(x.clone()), Arg::Tensor(wv.clone())]).expect("runs");
+        let folded = interp::run(&s.prologue, vec![Arg::Tensor(wv)]).expect("the prologue runs");
+        let args = vec![Arg::Tensor(x), Arg::Tensor(folded[0].clone())];
+        assert_eq!(interp::run(&s.main, args.clone()).expect("main runs"), want, "{t}: interpreted");
+        let (targets, _) = texc_tests::runnable_targets();
+        if targets.iter().any(|r| r.name == t) {
+            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args).expect("runs");
+            let err = texc_pipeline::oracle::compare(&["Y".into()], &got, &want, None);
+            assert!(err[0].passed(), "{t}: relative error {}", err[0].error);
+        }
+        // Not constant; columns the panels do not divide.
+        let mut q = p.clone();
+        assert_eq!(texc_schedules::prepack::prepack_constant_operands(&mut q, target, knobs, &|_| false), 0);
+        let (mut pl, k) = texc_tests::load_text(t, "mm.tex", &src(520), None).unwrap_or_else(|e| panic!("{e}"));
+        let mut q = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        assert_eq!(texc_schedules::prepack::prepack_constant_operands(&mut q, target, knobs, &|t| t.0 == w), 0);
+    }
+}
