@@ -34,6 +34,25 @@ pub fn tolerance(dtype: DType) -> f64 {
     }
 }
 
+/// Whether `p` rounds values to a half-precision type (`f16`, `bf16`) on
+/// the way to its outputs: arithmetic, a reduction, a cast or a temporary of
+/// that type. The interpreter rounds only where values are stored or cast,
+/// compiled code after every half-precision operation, so the two agree to
+/// the half type's precision, not to that of an `f32` output computed
+/// through it (`f32(sum[k](A[i, k] * B[k, j]))` with f16 `A` and `B`).
+pub fn rounds_to_half(p: &texc_compiler::tir::Program) -> bool {
+    use texc_compiler::tir::{TExpr, TensorRole, Ty};
+    let half = |ty: Ty| matches!(ty, Ty::Elem(e) if matches!(e, texc_compiler::types::ElemType::F16 | texc_compiler::types::ElemType::BF16));
+    let rounded_temp = p.stages.iter().any(|st| {
+        let t = p.tensor(st.tensor);
+        t.role != TensorRole::Output && half(Ty::Elem(t.elem))
+    });
+    let rounding_expr = p.exprs.iter().zip(&p.tys).any(|(e, &ty)| {
+        half(ty) && !matches!(e, TExpr::Load(..) | TExpr::Float(_) | TExpr::Int(_) | TExpr::Var(_) | TExpr::Scalar(_))
+    });
+    rounded_temp || rounding_expr
+}
+
 /// One output compared with the interpreter's.
 #[derive(Clone, Debug)]
 pub struct OutputCheck {

@@ -605,7 +605,7 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
     let p = &job.p;
     check_output_names(p, &outputs)?;
     if r.check {
-        tf32_tolerance(pl, &job);
+        reduced_precision_tolerance(pl, &job);
     }
     let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
     let results = match (&job.legal, &job.evaluate) {
@@ -656,20 +656,29 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// Relative error `--check` accepts of TF32 tensor cores when `--tolerance` is not given.
-const TF32_TOLERANCE: f64 = 1e-2;
+/// Relative error `--check` accepts of TF32 tensor cores, and of outputs
+/// computed through half-precision values, when `--tolerance` is not given.
+const REDUCED_TOLERANCE: f64 = 1e-2;
 
-/// A kernel on TF32 tensor cores is checked against the tolerance of their
-/// rounding (10-bit mantissas), not f32's, unless `--tolerance` says otherwise.
-fn tf32_tolerance(pl: &mut Pipeline, job: &Job) {
-    let nest = job.legal.as_ref().or(job.evaluate.as_ref());
-    if pl.options.tolerance.is_none() && nest.is_some_and(texc_schedules::ir::rounds_to_tf32) {
-        eprintln!(
-            "note: TF32 tensor cores round their inputs to 10 bits of mantissa: checked with tolerance \
-             {TF32_TOLERANCE:e} (--tolerance sets another)"
-        );
-        pl.options.tolerance = Some(TF32_TOLERANCE);
+/// A kernel on TF32 tensor cores, or one whose values pass through f16 or
+/// bf16 on the way to an f32 output, is checked against the tolerance of
+/// that rounding (10 or 8 bits of mantissa), not f32's, unless
+/// `--tolerance` says otherwise.
+fn reduced_precision_tolerance(pl: &mut Pipeline, job: &Job) {
+    if pl.options.tolerance.is_some() {
+        return;
     }
+    let nest = job.legal.as_ref().or(job.evaluate.as_ref());
+    let why = if nest.is_some_and(texc_schedules::ir::rounds_to_tf32) {
+        "TF32 tensor cores round their inputs to 10 bits of mantissa"
+    } else if texc_pipeline::oracle::rounds_to_half(&job.p) {
+        "values pass through f16 or bf16, which compiled code rounds after every operation and the interpreter \
+         where they are stored"
+    } else {
+        return;
+    };
+    eprintln!("note: {why}: checked with tolerance {REDUCED_TOLERANCE:e} (--tolerance sets another)");
+    pl.options.tolerance = Some(REDUCED_TOLERANCE);
 }
 
 /// The roofline for a target: the pool's threads, but no more than the
@@ -900,7 +909,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     };
     let percent = 100.0 * achieved / bound;
     let check = if a.run.check {
-        tf32_tolerance(pl, &job);
+        reduced_precision_tolerance(pl, &job);
         let want =
             crate::progress::interpret(p, job.args.clone(), &format!("checking `{}` on the interpreter", p.name))?;
         Some(check_outputs(pl, p, &results, &want))

@@ -22,6 +22,10 @@ fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }
 
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
 /// Build examples/c/norms_main.c against `lib` (with `norms.h` beside it) and run it.
 fn link_and_run(dir: &Path, lib: &Path) {
     let exe = dir.join("norms");
@@ -206,6 +210,32 @@ fn tf32_kernels_are_checked_at_their_own_tolerance() {
     let o = texc(&["run", path, "--target", "nvptx-sm80", "--emulate-gpu", "--check", "--tolerance", "1e-6"]);
     assert_eq!(o.status.code(), Some(1), "{}", err(&o));
     assert!(err(&o).contains("differs from the interpreter"), "{}", err(&o));
+}
+
+/// An f32 output computed through f16 values (a sum of f16 products, which
+/// compiled code rounds to f16 and the interpreter keeps exact) is checked
+/// at f16's tolerance, saying so; f16 inputs converted to f32 first keep
+/// f32's, and `--tolerance` still asks for another.
+#[test]
+fn outputs_computed_through_f16_are_checked_at_its_tolerance() {
+    let dir = tmp("f16sum");
+    let src = dir.join("h.tex");
+    std::fs::write(
+        &src,
+        "kernel h(A: f16[M = 37, K = 70], B: f16[K, N = 45]) -> C: f32[M, N] {\n    \
+         C[i, j] = f32(sum[k](A[i, k] * B[k, j])) * 3.0;\n}\n",
+    )
+    .expect("write");
+    let path = src.to_str().expect("utf-8");
+    for t in ["x86-avx2", "cranelift"] {
+        let o = texc(&["run", path, "--target", t, "--check"]);
+        assert!(o.status.success(), "{t}: {}", err(&o));
+        assert!(err(&o).contains("pass through f16 or bf16") && out(&o).contains("tolerance 1e-2"), "{}", err(&o));
+        let o = texc(&["run", path, "--target", t, "--check", "--tolerance", "1e-5"]);
+        assert_eq!(o.status.code(), Some(1), "{t}: {}", err(&o));
+    }
+    let o = texc(&["run", "examples/gemm_f16.tex", "--target", "x86-avx2", "--check"]);
+    assert!(o.status.success() && out(&o).contains("tolerance 1e-5") && !err(&o).contains("note"), "{}", err(&o));
 }
 
 /// Tensors whose names differ only in case (`X`, `x`, as ONNX models have),
