@@ -676,3 +676,30 @@ fn long_products_without_column_blocks_run_their_row_blocks_in_parallel() {
         }
     }
 }
+
+/// A depthwise convolution's register block, whose rows each load their own
+/// input, keeps at most 12 accumulator vectors on AVX-512 (2 rows of 4
+/// vectors at 56 wide, 4 rows of 2 at 28) where a convolution's, whose rows
+/// share their loads, keeps up to 24; results match the interpreter, with
+/// tails (56 = 3 vectors and a half).
+#[test]
+fn depthwise_register_blocks_keep_fewer_accumulators() {
+    for (w, acc) in [(56, "acc: f32[2, 4, 16]"), (28, "acc: f32[4, 2, 16]")] {
+        let src = format!(
+            "import std.nn;
+kernel dw(X: f32[N = 1, C = 3, H = {w}, W = {w}], Wt: f32[C, 1, 3, 3]) -> Y: f32[N, C, H, W] {{
+    Y = conv2d(X, Wt, pad = 1, groups = C);
+}}"
+        );
+        let (mut pl, k) = texc_tests::load_text("interp", "dw.tex", &src, None).expect("loads");
+        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let t = texc_compiler::target::lookup("x86-avx512").expect("registered");
+        let f = texc_tests::default_lowered(t.name, &p);
+        let text = texc_schedules::ir::print(&f);
+        assert!(text.contains(acc), "{w}: `{acc}`:\n{text}");
+        if t.check_runs_here().is_ok() {
+            let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 5)).expect("runs");
+            assert_outputs(&format!("depthwise {w}"), &p, &f, 5, got);
+        }
+    }
+}
