@@ -14,13 +14,18 @@
 //! chunk is done, polls for the others' end for [`SPIN`] before sleeping on
 //! a condition variable (waking a sleeping thread takes tens of
 //! microseconds; MobileNetV2 on two threads ran slower than on one). Idle
-//! workers do not poll: on a machine whose cores other programs keep busy,
-//! workers that polled for the next loop lost their turn to run when it
-//! came (MobileNetV2 on 2 threads beside two busy processes: 13–296 ms with
-//! polling workers, 13–19 ms without, 37 ms with no polling at all).
+//! workers poll for the next loop as long, so that a worker still waking
+//! up does not leave its chunk to the caller (MobileNetV2 on 2 threads,
+//! median of 8 alternated batches: 4.50 → 4.34 ms). Every poll offers the
+//! core to other threads, and stops when one took it. On a machine whose
+//! cores other programs keep busy, a polling worker takes chunks it is then
+//! preempted in, and the loop waits for it (MobileNetV2 on 2 threads beside
+//! two busy processes: batches of 28–44 ms): a caller that waited long for
+//! its workers ([`STALLED`]) stops them polling for a while ([`CALM`]),
+//! which keeps such batches at 7.8–9.0 ms.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -28,6 +33,17 @@ use std::time::{Duration, Instant};
 /// chunks of a model's small parallel loops, short enough not to matter
 /// beside a long one.
 const SPIN: Duration = Duration::from_micros(300);
+
+/// A caller that waits this long for its workers after its own chunks (and
+/// longer than those took) ran on a contended machine: workers stop polling for [`CALM`]. (MobileNetV2
+/// on 2 threads beside two busy processes: batches of 28–44 ms with workers
+/// that always poll, 7.8–9.0 ms with this, 7.9–8.6 without polling workers.)
+const STALLED: Duration = Duration::from_millis(1);
+const CALM: Duration = Duration::from_millis(500);
+
+/// A yield that returns later than this ran another thread: the core is
+/// contended, and polling would take time from work.
+const YIELDED: Duration = Duration::from_micros(20);
 
 /// `task(ctx, start, end)` runs iterations `start..end`.
 pub type Task = unsafe extern "C" fn(*mut u8, i64, i64);
@@ -45,12 +61,24 @@ struct Shared {
     done: Condvar,
     /// `queue.1` as last stored under the lock, for polling without it.
     unfinished: AtomicUsize,
+    /// `queue.0.len()` as last stored under the lock, for polling without it.
+    pending: AtomicUsize,
     /// Whether waiting threads poll: not when there are more threads than
     /// cores, where a poller would take the core a working thread needs.
     spin: AtomicBool,
+    /// Idle workers poll for the next loop only after this time (ns since
+    /// `epoch`): a loop whose caller waited long for a worker ran on a
+    /// contended machine, where a polling worker takes chunks it is then
+    /// preempted in.
+    workers_poll_after: AtomicU64,
+    epoch: Instant,
 }
 
 impl Shared {
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
     fn lock(&self) -> MutexGuard<'_, (Vec<Job>, usize)> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -74,8 +102,13 @@ fn spin_until(s: &Shared, ready: impl Fn() -> bool) -> bool {
         }
         // On a machine shared with other work, a thread that only polls
         // would keep a core from a thread that has work (one of ours
-        // preempted in its chunk): offer the core between polls.
+        // preempted in its chunk): offer the core between polls, and stop
+        // polling once another thread took it (the yield came back late).
+        let before = Instant::now();
         std::thread::yield_now();
+        if before.elapsed() >= YIELDED {
+            return ready();
+        }
     }
 }
 
@@ -118,7 +151,10 @@ fn pool() -> &'static Pool {
             work: Condvar::new(),
             done: Condvar::new(),
             unfinished: AtomicUsize::new(0),
+            pending: AtomicUsize::new(0),
             spin: AtomicBool::new(false),
+            workers_poll_after: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         let p = Pool { shared, threads: AtomicUsize::new(1), workers: Mutex::new(0), busy: Mutex::new(()) };
         p.grow(threads);
@@ -160,10 +196,16 @@ pub fn available_cores() -> usize {
 fn worker(s: &Shared) {
     IN_TASK.with(|f| f.set(true));
     loop {
+        // The next loop of a model often starts microseconds after the last
+        // one ended: a worker polls for it a while before sleeping, so that
+        // its chunk is not taken by the caller while it wakes up.
+        if s.now_ns() >= s.workers_poll_after.load(Ordering::Relaxed) {
+            spin_until(s, || s.pending.load(Ordering::Acquire) > 0);
+        }
         let job = {
             let mut q = s.lock();
             loop {
-                if let Some(j) = q.0.pop() {
+                if let Some(j) = pop(s, &mut q) {
                     break j;
                 }
                 q = s.work.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -173,6 +215,13 @@ fn worker(s: &Shared) {
         unsafe { (job.task)(job.ctx as *mut u8, job.start, job.end) };
         finish_job(s);
     }
+}
+
+/// The next pending job, if any (under the queue's lock).
+fn pop(s: &Shared, q: &mut (Vec<Job>, usize)) -> Option<Job> {
+    let job = q.0.pop();
+    s.pending.store(q.0.len(), Ordering::Release);
+    job
 }
 
 /// Count a job done; wake the caller when it was the last.
@@ -220,9 +269,11 @@ pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
         }
         q.1 += chunks as usize - 1;
         s.unfinished.store(q.1, Ordering::Release);
+        s.pending.store(q.0.len(), Ordering::Release);
     }
     s.work.notify_all();
     let (start, end) = bounds(0);
+    let began = Instant::now();
     IN_TASK.with(|f| f.set(true));
     // SAFETY: forwarded from the caller.
     unsafe { task(ctx, start, end) };
@@ -230,19 +281,25 @@ pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
     // preempted by another program, delays the loop by its chunk in hand at most.
     loop {
         // (Its own statement: the lock is released before the job runs.)
-        let job = s.lock().0.pop();
+        let job = pop(s, &mut s.lock());
         let Some(job) = job else { break };
         // SAFETY: as above; every job is a chunk of this loop.
         unsafe { (job.task)(job.ctx as *mut u8, job.start, job.end) };
         finish_job(s);
     }
     IN_TASK.with(|f| f.set(false));
-    if spin_until(s, || s.unfinished.load(Ordering::Acquire) == 0) {
-        return;
+    let own_done = Instant::now();
+    if !spin_until(s, || s.unfinished.load(Ordering::Acquire) == 0) {
+        let mut q = s.lock();
+        while q.1 > 0 {
+            q = s.done.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
     }
-    let mut q = s.lock();
-    while q.1 > 0 {
-        q = s.done.wait(q).unwrap_or_else(|e| e.into_inner());
+    // Longer than the caller's own share took too: not a chunk that is merely larger.
+    let waited = own_done.elapsed();
+    if waited >= STALLED && waited >= own_done - began {
+        let after = s.now_ns() + CALM.as_nanos() as u64;
+        s.workers_poll_after.store(after, Ordering::Relaxed);
     }
 }
 
@@ -258,6 +315,43 @@ mod tests {
         for i in start..end {
             counts[i as usize].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    struct SlowCtx {
+        caller: std::thread::ThreadId,
+        by_worker: AtomicBool,
+    }
+
+    /// Sleeps in every chunk but the first, noting whether a worker ran one.
+    unsafe extern "C" fn slow_worker_chunk(ctx: *mut u8, start: i64, _end: i64) {
+        // SAFETY: `ctx` is the test's `SlowCtx`.
+        let ctx = unsafe { &*(ctx as *const SlowCtx) };
+        if start > 0 {
+            std::thread::sleep(Duration::from_millis(3));
+            if std::thread::current().id() != ctx.caller {
+                ctx.by_worker.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A loop whose caller waits long for a worker's chunk (a worker
+    /// preempted, here asleep) stops idle workers polling for a while.
+    #[test]
+    fn a_stalled_loop_calms_the_workers() {
+        set_num_threads(2).expect("threads");
+        let s = &pool().shared;
+        // (Serially while another test holds the pool; a worker may also be slow to wake.)
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            let ctx = SlowCtx { caller: std::thread::current().id(), by_worker: AtomicBool::new(false) };
+            // SAFETY: the task only reads the caller's id and sets its flag.
+            unsafe { texc_parallel_for(slow_worker_chunk, &ctx as *const SlowCtx as *mut u8, 2) };
+            if ctx.by_worker.load(Ordering::Relaxed) {
+                assert!(s.workers_poll_after.load(Ordering::Relaxed) > s.now_ns(), "workers calmed");
+                return;
+            }
+        }
+        panic!("no worker ever took a chunk");
     }
 
     /// Every iteration runs exactly once, whoever runs its chunk (the
