@@ -9,7 +9,7 @@ times every engine at each thread count: median and p99 latency in ms.
 
 Usage: python3 benches/models.py [--peers ~/peers/bin/python] [--threads 1,2]
        [--repeat 30] [--targets x86-avx2,x86-avx512] [--texc PATH]
-       [--models resnet18,mobilenet_v2] [--no-compile]
+       [--models resnet18,mobilenet_v2] [--no-compile] [--rounds 1]
 `--peers` is a Python with torch, torchvision, onnx and onnxruntime
 (../shared/notes/ANCHORS.md: `python3 -m venv ~/peers && ~/peers/bin/pip
 install numpy torch torchvision onnx onnxruntime onnxscript`). PyTorch is
@@ -80,6 +80,12 @@ def error(peers, a, b):
     return float(run([peers, "-c", code, a, b]))
 
 
+def median_of(samples):
+    """(median, p99, compile s) of rounds: the median of each column (the first compile time)."""
+    mid = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return mid([m for m, _, _ in samples]), mid([p for _, p, _ in samples]), samples[0][2]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--peers", default=os.path.expanduser("~/peers/bin/python"))
@@ -89,6 +95,9 @@ def main():
     ap.add_argument("--texc", default=os.path.join(ROOT, "target", "release", "texc"))
     ap.add_argument("--models", default="resnet18,mobilenet_v2")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time texc and ONNX Runtime this many times, alternated, and report the median of "
+                         "their medians (ONNX Runtime's own times move between runs on a shared machine)")
     a = ap.parse_args()
     if not os.path.exists(a.texc):
         run(["cargo", "build", "--release", "-p", "texc"], cwd=ROOT)
@@ -108,19 +117,24 @@ def main():
                 y = f"{d}/y_texc_{target}.npy"
                 run([a.texc, "run", tex, "--input", f"{d}/{model}.npz", "--input", x, "--output", f"y={y}",
                      "--target", target])
-            # texc first at every thread count, then the peers: torch.compile's
+            # texc and ONNX Runtime in rounds, then PyTorch: torch.compile's
             # compile workers outlive their run for a while and would share the cores.
-            times = {t: {} for t in threads}
+            samples = {t: {} for t in threads}
+            for _ in range(a.rounds):
+                for t in threads:
+                    for target in targets:
+                        out = run([a.texc, "bench", onnx, "--input", x, "--target", target, "--threads", str(t),
+                                   "--repeat", str(a.repeat), "--json"])
+                        j = json.loads(out)
+                        sample = (j["time_ms"]["median"], j["time_ms"]["p99"], j["compile_s"])
+                        samples[t].setdefault(f"texc {target}", []).append(sample)
+                    j = json.loads(run([a.peers, "-c", PEER, "ort", model, str(t), str(a.repeat), d]))
+                    samples[t].setdefault("ort", []).append((j["median"], j["p99"], None))
             for t in threads:
-                for target in targets:
-                    out = run([a.texc, "bench", onnx, "--input", x, "--target", target, "--threads", str(t),
-                               "--repeat", str(a.repeat), "--json"])
-                    j = json.loads(out)
-                    times[t][f"texc {target}"] = (j["time_ms"]["median"], j["time_ms"]["p99"], j["compile_s"])
-            for t in threads:
-                for e in engines:
+                for e in engines[1:]:
                     j = json.loads(run([a.peers, "-c", PEER, e, model, str(t), str(a.repeat), d]))
-                    times[t][e] = (j["median"], j["p99"], None)
+                    samples[t][e] = [(j["median"], j["p99"], None)]
+            times = {t: {n: median_of(v) for n, v in samples[t].items()} for t in threads}
             rows.extend((model, t, times[t]) for t in threads)
             ref = f"{d}/y_torch.npy"
             for target in targets:
@@ -137,7 +151,9 @@ def main():
         cells = [f"{times[n][0]:.2f} (p99 {times[n][1]:.2f})" for n in names]
         best = min(v[0] for n, v in times.items() if n.startswith("texc"))
         print(f"| {model} | {t} | " + " | ".join(cells) + f" | {times['ort'][0] / best:.2f}× |")
-    print("\nms, median (p99) of", a.repeat, "runs; the last column is ONNX Runtime's time over texc's best (higher is better).")
+    rounds = f"; texc and ONNX Runtime: medians of {a.rounds} alternated rounds" if a.rounds > 1 else ""
+    print("\nms, median (p99) of", a.repeat, f"runs{rounds}; the last column is ONNX Runtime's time over texc's best "
+          "(higher is better).")
     for model, t, times in rows[:1]:
         comp = [f"{n}: {v[2]:.1f} s" for n, v in times.items() if v[2] is not None]
         print("texc compile time (" + model + "): " + ", ".join(comp))
