@@ -240,6 +240,12 @@ impl Pipeline {
         self.options.knobs.iter().filter(|(k, _)| !own(k)).map(|(k, v)| (k.clone(), *v)).collect()
     }
 
+    /// The `--knob` values of the default schedule on `t`; an error naming its knobs otherwise.
+    fn default_knobs(&self, t: &Target) -> Result<texc_schedules::default::DefaultKnobs, Error> {
+        texc_schedules::default::DefaultKnobs::from_knobs(&self.schedule_knobs())
+            .map_err(|m| Diagnostic::error(format!("{m}: the kernel runs the default schedule on {}", t.name)).into())
+    }
+
     /// An error as the command line prints it.
     pub fn render_error(&self, e: Error) -> String {
         match e {
@@ -454,9 +460,7 @@ impl Pipeline {
         let mut schedules = match block {
             Some(sc) => texc_schedules::apply::apply(p, sc, t, &self.schedule_knobs())?,
             None => {
-                let knobs = texc_schedules::default::DefaultKnobs::from_knobs(&self.schedule_knobs()).map_err(|m| {
-                    Diagnostic::error(format!("{m}: the kernel runs the default schedule on {}", t.name))
-                })?;
+                let knobs = self.default_knobs(t)?;
                 texc_schedules::default::default_schedule_with(p, t, knobs)
             }
         };
@@ -616,9 +620,7 @@ impl Pipeline {
         is_constant: &dyn Fn(&str) -> bool,
         known_scalar: &dyn Fn(&str) -> bool,
     ) -> Result<(), Error> {
-        let knobs = texc_schedules::default::DefaultKnobs::from_knobs(&self.schedule_knobs()).map_err(|m| {
-            Diagnostic::error(format!("{m}: the kernel runs the default schedule on {}", self.options.target.name))
-        })?;
+        let knobs = self.default_knobs(self.options.target)?;
         let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
         texc_schedules::prepack::prepack_constant_operands(p, self.options.target, knobs, &|t| constant[t.0 as usize]);
         Ok(())
