@@ -496,6 +496,9 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
     for (si, req) in packs.into_iter().rev() {
         pack_operand(p, &mut s, si, req);
     }
+    // Before attaching: a bias and activation applied as the accumulators are
+    // stored costs nothing, one attached to the stage reading them is a pass of its own.
+    fold_epilogues(p, &mut s);
     if knobs.attach != Some(false) {
         attach_producers(p, &mut s);
     }
@@ -507,7 +510,6 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
             }
         }
     }
-    fold_epilogues(p, &mut s);
     s
 }
 
@@ -1159,13 +1161,17 @@ const ATTACH_BYTES: i64 = 64 * 1024;
 fn attach_producers(p: &Program, s: &mut Schedules) {
     for o in (0..p.stages.len()).rev() {
         let Some(&a) = s.stages[o].leaves.first() else { continue };
-        if s.attach[o].is_some() || s.stages[o].ivs[a].reduce {
+        if s.attach[o].is_some() || s.stages[o].ivs[a].reduce || s.is_epilogue(o) {
             continue;
         }
         let trips = s.stages[o].ivs[a].extent;
         for pi in (0..o).rev() {
             let t = p.stages[pi].tensor;
-            if p.tensor(t).role != TensorRole::Temp || s.attach[pi].is_some() {
+            if p.tensor(t).role != TensorRole::Temp
+                || s.attach[pi].is_some()
+                || s.is_epilogue(pi)
+                || s.stages[pi].epilogue.is_some()
+            {
                 continue;
             }
             let mut readers = (pi + 1..p.stages.len()).filter(|&q| loads(p, p.stages[q].value, t)).peekable();
