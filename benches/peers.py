@@ -12,12 +12,15 @@ the best.
 
 Usage: python3 benches/peers.py [--targets x86-avx2,x86-avx512]
        [--threads 1,2] [--trials 64] [--budget 60] [--texc PATH]
-       [--python PATH] [--only NAME,...]
+       [--python PATH] [--only NAME,...] [--rounds R]
+The peer, the default and the tuned kernel are timed in R alternated rounds
+(medians of their medians).
 """
 import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -120,6 +123,21 @@ def texc_tune(texc, file, shape, target, threads, trials, budget, db):
             float(reach.group(1)) if reach else None, int(trials_done.group(1)) if trials_done else None)
 
 
+def alternated(rounds, timers):
+    """Run each timer once per round, in forward then reverse order, and
+    return the median of each one's results: the peer's (ms, name), then the
+    texc times."""
+    results = [[] for _ in timers]
+    for r in range(rounds):
+        order = range(len(timers)) if r % 2 == 0 else reversed(range(len(timers)))
+        for i in order:
+            results[i].append(timers[i]())
+    peer_ms = [ms for ms, _ in results[0] if ms is not None]
+    name = results[0][0][1]
+    return (statistics.median(peer_ms) if peer_ms else None, name,
+            *(statistics.median(r) for r in results[1:]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--targets", default="x86-avx2,x86-avx512")
@@ -129,6 +147,7 @@ def main():
     ap.add_argument("--texc", default=os.path.join(ROOT, "target", "release", "texc"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--only", default="")
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     only = [s for s in a.only.split(",") if s]
     print("| kernel | target | threads | peer | peer ms | texc default ms | texc tuned ms | peer ÷ default | "
@@ -139,12 +158,17 @@ def main():
             for name, file, shape, kind in KERNELS:
                 if only and not any(o in name for o in only):
                     continue
-                pms, pname = peer(a.python, name, kind, target, threads)
-                default = texc_bench(a.texc, file, shape, target, threads)
                 with tempfile.TemporaryDirectory() as d:
                     db = os.path.join(d, "tuning.jsonl")
                     secs, reach, n = texc_tune(a.texc, file, shape, target, threads, a.trials, a.budget, db)
-                    tuned = texc_bench(a.texc, file, shape, target, threads, db)
+                    # The three timed in alternated rounds: a shared machine's
+                    # speed drifts over seconds, which a comparison of runs
+                    # taken minutes apart would report as a difference.
+                    pms, pname, default, tuned = alternated(a.rounds, [
+                        lambda: peer(a.python, name, kind, target, threads),
+                        lambda: texc_bench(a.texc, file, shape, target, threads),
+                        lambda: texc_bench(a.texc, file, shape, target, threads, db),
+                    ])
                 ratio = lambda t: f"{pms / t:.2f}" if pms else "—"
                 peer_ms = f"{pms:.3f}" if pms else f"— ({pname})"
                 print(f"| {name} | {target} | {threads} | {pname if pms else '—'} | {peer_ms} | {default:.3f} | "

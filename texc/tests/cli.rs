@@ -143,6 +143,27 @@ fn compiled_targets_run_check_and_emit() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("vfmadd"), "FMA expected in the matmul loop");
 }
 
+/// A softmax on AVX-512: the row maximum in `vrangeps` (not LLVM's six
+/// instructions for `maximum`), the exponentials' 2^k in `vscalefps`, their
+/// polynomial in FMAs; on AVX2 FMAs and neither AVX-512 instruction. (Their
+/// results against the interpreter: `vector_max_and_min_match_the_interpreter_elementwise`
+/// and `vector_exp_matches_the_interpreter_elementwise` in tests/tests/backends.rs.)
+#[test]
+fn softmax_uses_range_scalef_and_fma_instructions() {
+    let asm = |target: &str| {
+        let o = texc(&["emit", "examples/softmax.tex", "--stage", "asm", "--target", target, "--shape", "N=64,D=1024"]);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let wide = asm("x86-avx512");
+    for want in ["vrangeps", "vscalefps", "vfmadd"] {
+        assert!(wide.contains(want), "{want} expected in the AVX-512 softmax");
+    }
+    let narrow = asm("x86-avx2");
+    assert!(narrow.contains("vfmadd"), "FMA expected in the AVX2 exponentials");
+    assert!(!narrow.contains("vrange") && !narrow.contains("vscalef"), "AVX-512 instructions on AVX2");
+}
+
 #[test]
 fn bench_reports_rates_and_the_roofline() {
     let o = Command::new(env!("CARGO_BIN_EXE_texc"))

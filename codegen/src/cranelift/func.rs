@@ -514,12 +514,18 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
             MathFn::Erf => self.call1(libm("erff", "erf"), rt, a[0])?,
             MathFn::Erfc => self.call1(libm("erfcf", "erfc"), rt, a[0])?,
             MathFn::Pow => self.call_import(libm("powf", "pow"), &[rt, rt], Some(rt), &[a[0], a[1]])?.expect("result"),
+            // As the LLVM backend: e^−|x|, which never overflows.
             MathFn::Sigmoid => {
-                let neg = self.b.ins().fneg(a[0]);
+                let abs = self.b.ins().fabs(a[0]);
+                let neg = self.b.ins().fneg(abs);
                 let e = self.call1(libm("expf", "exp"), rt, neg)?;
                 let one = self.constant(ty, 1, 1.0);
                 let d = self.b.ins().fadd(one, e);
-                self.b.ins().fdiv(one, d)
+                let t = self.b.ins().fdiv(one, d);
+                let below = self.b.ins().fmul(e, t);
+                let zero = self.constant(ty, 0, 0.0);
+                let nonnegative = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, a[0], zero);
+                self.b.ins().select(nonnegative, t, below)
             }
             MathFn::Sqrt => self.b.ins().sqrt(a[0]),
             MathFn::Rsqrt => {

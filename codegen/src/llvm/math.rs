@@ -62,16 +62,22 @@ impl<'ctx> Gen<'ctx, '_> {
                 let one = self.const_of(ty, 1, 1.0, mode)?;
                 self.arith(BinOp::Div, one, s, ty)
             }
+            // 1 / (1 + e^−x) for x ≥ 0, e^x / (1 + e^x) below: e^−|x| never
+            // overflows, so sigmoid(−95) is the denormal e^−95, not 1 / ∞.
             MathFn::Sigmoid => {
                 let zero = self.const_of(ty, 0, 0.0, mode)?;
-                let neg = self.arith(BinOp::Sub, zero, a[0], ty)?;
+                let neg = self.arith(BinOp::Sub, zero, un("llvm.fabs")?, ty)?;
                 let e = match libdevice_fn(MathFn::Exp, ty) {
                     Some(name) if self.libdevice => self.device_call(name, &[neg], ty)?,
+                    _ if ty == Ty::Elem(ElemType::F32) && mode.lanes().is_some() => self.vector_expf(neg, mode)?,
                     _ => self.call(self.intrinsic("llvm.exp", &[t])?, &[neg])?,
                 };
                 let one = self.const_of(ty, 1, 1.0, mode)?;
                 let d = self.arith(BinOp::Add, one, e, ty)?;
-                self.arith(BinOp::Div, one, d, ty)
+                let t = self.arith(BinOp::Div, one, d, ty)?;
+                let nonnegative = self.compare(BinOp::Ge, a[0], zero, ty)?;
+                let below = self.arith(BinOp::Mul, e, t, ty)?;
+                self.sel(nonnegative, t, below)
             }
             MathFn::Tanh => self.libm(if ty == Ty::Elem(ElemType::F64) { "tanh" } else { "tanhf" }, a[0], ty, mode),
             MathFn::Erf => self.libm(if ty == Ty::Elem(ElemType::F64) { "erf" } else { "erff" }, a[0], ty, mode),
@@ -88,6 +94,11 @@ impl<'ctx> Gen<'ctx, '_> {
                 } else {
                     ("llvm.smax", "llvm.smin")
                 };
+                if f != MathFn::Clamp {
+                    if let Some(r) = self.vrange(f == MathFn::Max, a[0], a[1], ty, mode)? {
+                        return Ok(r);
+                    }
+                }
                 let fmax = self.intrinsic(mx, &[t])?;
                 let fmin = self.intrinsic(mn, &[t])?;
                 match f {
@@ -102,31 +113,92 @@ impl<'ctx> Gen<'ctx, '_> {
         }
     }
 
+    /// IEEE `maximum`/`minimum` of two float vectors that are not constants
+    /// in three AVX-512DQ instructions: `vrangeps` orders −0 below +0 but
+    /// returns the other operand for a NaN, so lanes where either is NaN take
+    /// `a + b` (NaN) instead. LLVM 19 lowers `llvm.maximum` to six (a sign
+    /// blend of each operand, then `vmaxps` and a NaN blend): the chain of a
+    /// softmax's row maximum. `None` where the target lacks the instruction
+    /// or an operand is constant (`relu`'s `max(x, 0)` is two for LLVM).
+    fn vrange(
+        &self,
+        max: bool,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+        ty: Ty,
+        mode: Mode<'ctx>,
+    ) -> R<Option<BasicValueEnum<'ctx>>> {
+        let (Some(lanes), BasicValueEnum::VectorValue(va), BasicValueEnum::VectorValue(vb)) = (mode.lanes(), a, b)
+        else {
+            return Ok(None);
+        };
+        let (suffix, bits) = match ty {
+            Ty::Elem(ElemType::F32) => ("ps", 32),
+            Ty::Elem(ElemType::F64) => ("pd", 64),
+            _ => return Ok(None),
+        };
+        let has = |feature: &str| self.spec.features.split(',').any(|f| f == feature);
+        let width = lanes * bits;
+        let wide_enough = width == 512 || ((width == 128 || width == 256) && has("+avx512vl"));
+        if !has("+avx512dq") || !wide_enough || va.is_const() || vb.is_const() {
+            return Ok(None);
+        }
+        let f = self.intrinsic(&format!("llvm.x86.avx512.mask.range.{suffix}.{width}"), &[])?;
+        let i32t = self.cx.i32_type();
+        // imm8: bits 1:0 pick max (01) or min (00), bits 3:2 the sign from the comparison (01).
+        let imm = i32t.const_int(if max { 0b0101 } else { 0b0100 }, false);
+        let mask_ty = if lanes > 8 { self.cx.i16_type() } else { self.cx.i8_type() };
+        let all = mask_ty.const_all_ones();
+        let mut args: Vec<BasicValueEnum<'ctx>> = vec![a, b, imm.into(), va.get_type().get_undef().into(), all.into()];
+        if width == 512 {
+            // _MM_FROUND_CUR_DIRECTION
+            args.push(i32t.const_int(4, false).into());
+        }
+        let ranged = self.call(f, &args)?.into_vector_value();
+        let nan = self.b.build_float_compare(inkwell::FloatPredicate::UNO, va, vb, "nan")?;
+        let sum = self.b.build_float_add(va, vb, "nan_sum")?;
+        Ok(Some(self.b.build_select(nan, sum, ranged, "maximum")?))
+    }
+
     /// `exp` on f32 vectors without a libm call per lane (Cephes `expf`):
     /// exp(x) = 2^k · p(r), k = round(x·log2 e), r = x − k·ln 2 in two parts,
     /// p a degree-7 polynomial; about 1 ulp, denormal results included.
+    /// Fused multiply-adds where the target has them (half the instructions
+    /// of a softmax's exponentials), and on AVX-512 `vscalefps` for 2^k · p,
+    /// which rounds overflow to ∞ and underflow to denormals or 0 itself.
     pub(super) fn vector_expf(&self, x: BasicValueEnum<'ctx>, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
         let ty = Ty::Elem(ElemType::F32);
         let t = self.ty_in(ty, mode);
         let c = |v: f64| self.const_of(ty, 0, v, mode);
-        let call2 = |name: &str, a: BasicValueEnum<'ctx>, b: BasicValueEnum<'ctx>| -> R<BasicValueEnum<'ctx>> {
-            self.call(self.intrinsic(name, &[t])?, &[a, b])
-        };
         let mul = |a, b| self.arith(BinOp::Mul, a, b, ty);
         let add = |a, b| self.arith(BinOp::Add, a, b, ty);
-        let sub = |a, b| self.arith(BinOp::Sub, a, b, ty);
-        let xc = call2("llvm.minimum", call2("llvm.maximum", x, c(-104.0)?)?, c(88.8)?)?;
+        let fma = |a: BasicValueEnum<'ctx>, b: BasicValueEnum<'ctx>, c: BasicValueEnum<'ctx>| {
+            self.call(self.intrinsic("llvm.fmuladd", &[t])?, &[a, b, c])
+        };
+        // Clamped by compares, not `maximum`/`minimum`: a NaN compares false
+        // and passes through unchanged (and to the result) in two instructions.
+        let clamp = |x, bound: f64, op: BinOp| -> R<BasicValueEnum<'ctx>> {
+            let b = c(bound)?;
+            let out = self.compare(op, x, b, ty)?;
+            self.sel(out, b, x)
+        };
+        // Beyond 88.8 the result is ∞ and below −104 it is 0 (e^−104 is under half the least denormal).
+        let xc = clamp(clamp(x, 88.8, BinOp::Gt)?, -104.0, BinOp::Lt)?;
         let k = self.call(self.intrinsic("llvm.roundeven", &[t])?, &[mul(xc, c(std::f64::consts::LOG2_E)?)?])?;
-        let r = sub(sub(xc, mul(k, c(0.693359375)?)?)?, mul(k, c(-2.121_944_4e-4)?)?)?;
+        let r = fma(k, c(-0.693359375)?, xc)?;
+        let r = fma(k, c(2.121_944_4e-4)?, r)?;
         let mut poly = c(1.987_569_15e-4)?;
         for coef in [1.398_199_950_7e-3, 8.333_451_907_3e-3, 4.166_579_589_4e-2, 1.666_666_545_9e-1, 5.000_000_120_1e-1]
         {
-            poly = add(mul(poly, r)?, c(coef)?)?;
+            poly = fma(poly, r, c(coef)?)?;
         }
-        let p = add(add(mul(poly, mul(r, r)?)?, r)?, c(1.0)?)?;
+        let p = add(fma(poly, mul(r, r)?, r)?, c(1.0)?)?;
+        let lanes = mode.lanes().expect("vector mode");
+        if let Some(y) = self.scalef(p, k, lanes)? {
+            return Ok(y);
+        }
         // 2^k = 2^(k>>1) · 2^(k - (k>>1)), each a biased exponent field, so
         // that k ∈ [-150, 128] (denormal results included) never overflows the field.
-        let lanes = mode.lanes().expect("vector mode");
         let i32v = self.cx.i32_type().vec_type(lanes);
         // k is in [-150, 128] or NaN (then the result is NaN anyway): make it
         // a number so that the plain conversion is defined.
@@ -141,12 +213,27 @@ impl<'ctx> Gen<'ctx, '_> {
             let shifted = self.b.build_left_shift(biased, splat_i(23), "e")?;
             Ok(self.b.build_bit_cast(shifted, t, "pow2")?)
         };
-        let y = mul(mul(p, field(half)?)?, field(rest)?)?;
-        // Outside the clamp range: overflow to infinity, underflow to zero (NaN passes through).
-        let big = self.compare(BinOp::Gt, x, c(88.722_83)?, ty)?;
-        let y = self.sel(big, c(f64::INFINITY)?, y)?;
-        let small = self.compare(BinOp::Lt, x, c(-104.0)?, ty)?;
-        self.sel(small, c(0.0)?, y)
+        mul(mul(p, field(half)?)?, field(rest)?)
+    }
+
+    /// `p · 2^k` for f32 vectors in one AVX-512 `vscalefps` (k integral),
+    /// rounded once, ∞ on overflow, denormal or 0 on underflow, NaN through;
+    /// `None` on targets without it.
+    fn scalef(&self, p: BasicValueEnum<'ctx>, k: BasicValueEnum<'ctx>, lanes: u32) -> R<Option<BasicValueEnum<'ctx>>> {
+        let has = |feature: &str| self.spec.features.split(',').any(|f| f == feature);
+        let width = lanes * 32;
+        if !has("+avx512f") || !(width == 512 || ((width == 128 || width == 256) && has("+avx512vl"))) {
+            return Ok(None);
+        }
+        let f = self.intrinsic(&format!("llvm.x86.avx512.mask.scalef.ps.{width}"), &[])?;
+        let mask_ty = if lanes > 8 { self.cx.i16_type() } else { self.cx.i8_type() };
+        let undef = p.into_vector_value().get_type().get_undef();
+        let mut args: Vec<BasicValueEnum<'ctx>> = vec![p, k, undef.into(), mask_ty.const_all_ones().into()];
+        if width == 512 {
+            // _MM_FROUND_CUR_DIRECTION
+            args.push(self.cx.i32_type().const_int(4, false).into());
+        }
+        Ok(Some(self.call(f, &args)?))
     }
 
     /// A call of libdevice function `name`, lane by lane in vector code
