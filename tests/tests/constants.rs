@@ -107,42 +107,17 @@ fn constant_operands_are_packed_once() {
 }}"
         )
     };
-    let knobs = texc_schedules::default::DefaultKnobs::default();
     for t in ["x86-avx2", "x86-avx512"] {
-        let target = texc_compiler::target::lookup(t).expect("target");
-        let (mut pl, k) = texc_tests::load_text(t, "mm.tex", &src(512), None).unwrap_or_else(|e| panic!("{e}"));
-        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-        let w = p.tensors.iter().position(|d| d.name == "W").expect("W") as u32;
-        let mut packed = p.clone();
-        let made = texc_schedules::prepack::prepack_constant_operands(&mut packed, target, knobs, &|t| t.0 == w);
+        let (p, packed, made) = prepacked(t, &src(512), true);
         assert_eq!(made, 1, "{t}");
-        texc_compiler::verify::verify(&packed).expect("verifies");
         let width = if t == "x86-avx2" { 16 } else { 32 };
         let panels = packed.tensors.iter().find(|d| d.name == "W.panels").expect("panels");
         assert_eq!(panels.shape, [512 / width, 600, width], "{t}");
-        let s = split(&packed, &|n| n == "W", &|_| false).expect("the panels fold");
-        assert_eq!(names(&s.main), ["X", "W_panels"], "{t}");
-        let f = texc_tests::default_lowered(t, &s.main);
-        let text = texc_schedules::ir::print(&f);
+        let text = folded_matches_interpreter(t, &p, &packed, "W_panels", [vec![29, 600], vec![600, 512]]);
         assert!(!text.contains("packed"), "{t}: packs on every call:\n{text}");
-        let mut rng = SplitMix64::new(3);
-        let (x, wv) = (random(vec![29, 600], &mut rng), random(vec![600, 512], &mut rng));
-        let want = interp::run(&p, vec![Arg::Tensor(x.clone()), Arg::Tensor(wv.clone())]).expect("runs");
-        let folded = interp::run(&s.prologue, vec![Arg::Tensor(wv)]).expect("the prologue runs");
-        let args = vec![Arg::Tensor(x), Arg::Tensor(folded[0].clone())];
-        assert_eq!(interp::run(&s.main, args.clone()).expect("main runs"), want, "{t}: interpreted");
-        let (targets, _) = texc_tests::runnable_targets();
-        if targets.iter().any(|r| r.name == t) {
-            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args).expect("runs");
-            let err = texc_pipeline::oracle::compare(&["Y".into()], &got, &want, None);
-            assert!(err[0].passed(), "{t}: relative error {}", err[0].error);
-        }
         // Not constant; columns the panels do not divide.
-        let mut q = p.clone();
-        assert_eq!(texc_schedules::prepack::prepack_constant_operands(&mut q, target, knobs, &|_| false), 0);
-        let (mut pl, k) = texc_tests::load_text(t, "mm.tex", &src(520), None).unwrap_or_else(|e| panic!("{e}"));
-        let mut q = texc_tests::specialize(&mut pl, k, &Bindings::default());
-        assert_eq!(texc_schedules::prepack::prepack_constant_operands(&mut q, target, knobs, &|t| t.0 == w), 0);
+        assert_eq!(prepacked(t, &src(512), false).2, 0);
+        assert_eq!(prepacked(t, &src(520), true).2, 0);
     }
 }
 
@@ -152,45 +127,59 @@ fn constant_operands_are_packed_once() {
 /// instead of `rows` strided ones. Not for an operand that is not constant.
 #[test]
 fn broadcast_constant_operands_are_packed_by_rows() {
-    let src = |k: i64| {
-        format!(
-            "kernel pw(X: f32[C = 40, P = 49], W: f32[K = {k}, C]) -> Y: f32[K, P] {{
+    let src = "kernel pw(X: f32[C = 40, P = 49], W: f32[K = 160, C]) -> Y: f32[K, P] {
     Y[k, p] = sum[c](W[k, c] * X[c, p]);
-}}"
-        )
-    };
-    let knobs = texc_schedules::default::DefaultKnobs::default();
+}";
     for t in ["x86-avx2", "x86-avx512"] {
-        let target = texc_compiler::target::lookup(t).expect("target");
-        let (mut pl, k) = texc_tests::load_text(t, "pw.tex", &src(160), None).unwrap_or_else(|e| panic!("{e}"));
-        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-        let w = p.tensors.iter().position(|d| d.name == "W").expect("W") as u32;
-        let mut packed = p.clone();
-        let made = texc_schedules::prepack::prepack_constant_operands(&mut packed, target, knobs, &|t| t.0 == w);
+        let (p, packed, made) = prepacked(t, src, true);
         assert_eq!(made, 1, "{t}");
-        texc_compiler::verify::verify(&packed).expect("verifies");
         let rows = packed.tensors.iter().find(|d| d.name == "W.rows").expect("rows");
         let r = rows.shape[2];
         // AVX2's blocks of 6 filters leave 4 in the last, which reads zeros past them.
         assert!(r > 1 && rows.shape == [(160 + r - 1) / r, 40, r], "{t}: {:?}", rows.shape);
-        let s = split(&packed, &|n| n == "W", &|_| false).expect("the rows fold");
-        assert_eq!(names(&s.main), ["X", "W_rows"], "{t}");
-        let f = texc_tests::default_lowered(t, &s.main);
-        let text = texc_schedules::ir::print(&f);
+        let text = folded_matches_interpreter(t, &p, &packed, "W_rows", [vec![40, 49], vec![160, 40]]);
         assert!(text.contains(&format!("W_rows[(k.b * {r} + k.r) / {r}, c, (k.b * {r} + k.r) % {r}]")), "{t}:\n{text}");
-        let mut rng = SplitMix64::new(5);
-        let (x, wv) = (random(vec![40, 49], &mut rng), random(vec![160, 40], &mut rng));
-        let want = interp::run(&p, vec![Arg::Tensor(x.clone()), Arg::Tensor(wv.clone())]).expect("runs");
-        let folded = interp::run(&s.prologue, vec![Arg::Tensor(wv)]).expect("the prologue runs");
-        let args = vec![Arg::Tensor(x), Arg::Tensor(folded[0].clone())];
-        assert_eq!(interp::run(&s.main, args.clone()).expect("main runs"), want, "{t}: interpreted");
-        let (targets, _) = texc_tests::runnable_targets();
-        if targets.iter().any(|r| r.name == t) {
-            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args).expect("runs");
-            let err = texc_pipeline::oracle::compare(&["Y".into()], &got, &want, None);
-            assert!(err[0].passed(), "{t}: relative error {}", err[0].error);
-        }
-        let mut q = p.clone();
-        assert_eq!(texc_schedules::prepack::prepack_constant_operands(&mut q, target, knobs, &|_| false), 0);
+        assert_eq!(prepacked(t, src, false).2, 0, "{t}: not constant");
     }
+}
+
+/// `src` specialized for target `t`, and after `prepack_constant_operands`
+/// with `W` constant (or nothing, unless `constant`): both programs, and the
+/// number of packed tensors made.
+fn prepacked(t: &str, src: &str, constant: bool) -> (Program, Program, usize) {
+    let target = texc_compiler::target::lookup(t).expect("target");
+    let (mut pl, k) = texc_tests::load_text(t, "k.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let w = p.tensors.iter().position(|d| d.name == "W").expect("W") as u32;
+    let mut packed = p.clone();
+    let knobs = texc_schedules::default::DefaultKnobs::default();
+    let made =
+        texc_schedules::prepack::prepack_constant_operands(&mut packed, target, knobs, &|t| constant && t.0 == w);
+    texc_compiler::verify::verify(&packed).expect("verifies");
+    (p, packed, made)
+}
+
+/// Fold `packed` (`W` constant): its main program takes `X` and the packed
+/// tensor `name`, and gives `p`'s output `Y` on random inputs of `shapes`
+/// (`X`, `W`) — interpreted, and compiled for `t` where it runs. The main
+/// program's loop nests, printed.
+fn folded_matches_interpreter(t: &str, p: &Program, packed: &Program, name: &str, shapes: [Vec<usize>; 2]) -> String {
+    let s = split(packed, &|n| n == "W", &|_| false).expect("the packed tensor folds");
+    assert_eq!(names(&s.main), ["X", name], "{t}");
+    let f = texc_tests::default_lowered(t, &s.main);
+    let [xs, ws] = shapes;
+    let mut rng = SplitMix64::new(3);
+    let (x, wv) = (random(xs, &mut rng), random(ws, &mut rng));
+    let want = interp::run(p, vec![Arg::Tensor(x.clone()), Arg::Tensor(wv.clone())]).expect("runs");
+    let folded = interp::run(&s.prologue, vec![Arg::Tensor(wv)]).expect("the prologue runs");
+    let args = vec![Arg::Tensor(x), Arg::Tensor(folded[0].clone())];
+    assert_eq!(interp::run(&s.main, args.clone()).expect("main runs"), want, "{t}: interpreted");
+    let (targets, _) = texc_tests::runnable_targets();
+    if targets.iter().any(|r| r.name == t) {
+        let target = texc_compiler::target::lookup(t).expect("target");
+        let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args).expect("runs");
+        let err = texc_pipeline::oracle::compare(&["Y".into()], &got, &want, None);
+        assert!(err[0].passed(), "{t}: relative error {}", err[0].error);
+    }
+    texc_schedules::ir::print(&f)
 }
