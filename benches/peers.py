@@ -149,6 +149,8 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
     only = [s for s in a.only.split(",") if s]
     print("| kernel | target | threads | peer | peer ms | texc default ms | texc tuned ms | peer ÷ default | "
           "peer ÷ tuned | tuning s: search + setup and head-to-head (trials) | 90 % at s |")

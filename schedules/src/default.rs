@@ -538,7 +538,10 @@ fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machin
 /// never written (1×1 convolutions of MobileNetV2: one pass over the output
 /// instead of three). Both stages at the root, nothing computed inside the
 /// epilogue's loops, and what the epilogue reads is written neither between
-/// them nor inside some stage's loops.
+/// them nor inside some stage's loops. It runs before [`attach_producers`]
+/// (only the schedule's packing stages are attached yet), which keeps these
+/// true: it attaches neither an epilogue, nor a stage with one, nor anything
+/// into an epilogue or that one reads.
 fn fold_epilogues(p: &Program, s: &mut Schedules) {
     for ai in 0..p.stages.len() {
         if s.stages[ai].cache_write.is_none() || s.attach[ai].is_some() || s.is_epilogue(ai) {
@@ -1157,7 +1160,10 @@ const ATTACH_BYTES: i64 = 64 * 1024;
 /// statistics and rows of a normalization, a softmax's exponentials): the
 /// part then goes from producer to reader through L1 instead of memory.
 /// Kept only when the parts hardly overlap (little recomputation) and are
-/// at most [`ATTACH_BYTES`].
+/// at most [`ATTACH_BYTES`]. Epilogues ([`fold_epilogues`], before this) and
+/// the reductions they store stay where they are: storing a bias and an
+/// activation from the accumulators costs nothing, a pass inside the
+/// reader costs one over its part.
 fn attach_producers(p: &Program, s: &mut Schedules) {
     for o in (0..p.stages.len()).rev() {
         let Some(&a) = s.stages[o].leaves.first() else { continue };

@@ -74,7 +74,14 @@ pub fn packs(p: &Program, target: &Target, knobs: DefaultKnobs) -> Vec<Pack> {
 fn schedule_packs(p: &Program, target: &Target, knobs: DefaultKnobs) -> (Vec<Pack>, Vec<RowPack>) {
     let mut q = p.clone();
     let s = default_schedule_with(&mut q, target, knobs);
-    let rows = s.stages.iter().enumerate().flat_map(|(si, ss)| row_operands(&q, &q.stages[si], ss)).collect();
+    // Operands the schedule made on the copy (`.r0`, `.packed`, ..) are not `p`'s.
+    let rows = s
+        .stages
+        .iter()
+        .enumerate()
+        .flat_map(|(si, ss)| row_operands(&q, &q.stages[si], ss))
+        .filter(|pack| (pack.operand.0 as usize) < p.tensors.len())
+        .collect();
     let mut found = Vec::new();
     for (bi, at) in s.attach.iter().enumerate() {
         let Some(a) = at else { continue };

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use texc_compiler::interp;
 use texc_compiler::target::{BackendKind, Target, TargetKind};
 use texc_compiler::{Bindings, Program};
-use texc_runtime::SplitMix64;
+use texc_runtime::{DType, SplitMix64};
 use texc_schedules::LoopFunc;
 use texc_tests::rel_error;
 
@@ -181,43 +181,50 @@ fn avx512_schedules_on_this_machine() {
 /// bit on every target that runs here, vectorized: NaN in either operand
 /// gives NaN, −0 is below +0 (IEEE 754-2019 `maximum`/`minimum`, which the
 /// interpreter now follows too), infinities and denormals order as numbers.
-/// (On AVX-512 two vectors go through `vrangeps`, which orders signed zeros
-/// but returns the other operand for a NaN, and a NaN lane takes `a + b`.)
+/// (On AVX-512 two vectors go through `vrangeps`/`vrangepd`, which order signed zeros
+/// but return the other operand for a NaN, and a NaN lane takes `a + b`.)
 #[test]
 fn vector_max_and_min_match_the_interpreter_elementwise() {
-    let src = "kernel m(X: f32[N = 64], Z: f32[N]) -> (A: f32[N], B: f32[N], C: f32[N]) {
+    let special = [0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e-40, -1e-40, 1.0, -1.0, 3.5];
+    let mut pairs = Vec::new();
+    for (i, &a) in special.iter().enumerate() {
+        for &b in &special[i % 3..i % 3 + 6] {
+            pairs.push((a, b));
+        }
+    }
+    pairs.truncate(64);
+    while pairs.len() < 64 {
+        pairs.push((pairs.len() as f64 - 30.0, 19.0 - pairs.len() as f64));
+    }
+    // 512-bit vectors of f32 and f64; 7 lanes of f32 take AVX-512's 256-bit form.
+    for (elem, n, dtype) in [("f32", 64, DType::F32), ("f64", 64, DType::F64), ("f32", 7, DType::F32)] {
+        let src = format!(
+            "kernel m(X: {elem}[N = {n}], Z: {elem}[N]) -> (A: {elem}[N], B: {elem}[N], C: {elem}[N]) {{
     A[i] = max(X[i], Z[i]);
     B[i] = min(X[i], Z[i]);
     C[i] = min(max(X[i], -1.5), Z[i]);
-}";
-    let special = [0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e-40, -1e-40, 1.0, -1.0, 3.5];
-    let mut xs = Vec::new();
-    let mut zs = Vec::new();
-    for (i, &a) in special.iter().enumerate() {
-        for &b in &special[i % 3..i % 3 + 6] {
-            xs.push(a);
-            zs.push(b);
-        }
-    }
-    xs.truncate(64);
-    zs.truncate(64);
-    while xs.len() < 64 {
-        xs.push(xs.len() as f64 - 30.0);
-        zs.push(20.0 - xs.len() as f64);
-    }
-    for target in targets() {
-        let (mut pl, k) = texc_tests::load_text(target.name, "m.tex", src, None).expect("front end");
-        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-        let f = texc_tests::loops(&mut pl, k, &p);
-        let x = texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![64], &xs);
-        let z = texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![64], &zs);
-        let args = || vec![interp::Arg::Tensor(x.clone()), interp::Arg::Tensor(z.clone())];
-        let want = interp::run(&p, args()).expect("interp");
-        let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args()).expect("runs");
-        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-            for (i, (g, w)) in g.to_f64().iter().zip(w.to_f64()).enumerate() {
-                let same = (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits();
-                assert!(same, "output {o}, ({}, {}): {g} on {target}, interpreter says {w}", xs[i], zs[i]);
+}}"
+        );
+        // Every ninth pair: the short kernel still meets NaNs, zeros of both signs and infinities.
+        let (xs, zs): (Vec<f64>, Vec<f64>) = (0..n).map(|i| pairs[i * if n < 64 { 9 } else { 1 } % 64]).unzip();
+        for target in targets() {
+            let (mut pl, k) = texc_tests::load_text(target.name, "m.tex", &src, None).expect("front end");
+            let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+            let f = texc_tests::loops(&mut pl, k, &p);
+            let x = texc_runtime::Tensor::from_f64(dtype, vec![n], &xs);
+            let z = texc_runtime::Tensor::from_f64(dtype, vec![n], &zs);
+            let args = || vec![interp::Arg::Tensor(x.clone()), interp::Arg::Tensor(z.clone())];
+            let want = interp::run(&p, args()).expect("interp");
+            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args()).expect("runs");
+            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                for (i, (g, w)) in g.to_f64().iter().zip(w.to_f64()).enumerate() {
+                    let same = (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits();
+                    assert!(
+                        same,
+                        "{elem}[{n}] output {o}, ({}, {}): {g} on {target}, interpreter says {w}",
+                        xs[i], zs[i]
+                    );
+                }
             }
         }
     }

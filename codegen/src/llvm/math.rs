@@ -157,7 +157,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let ranged = self.call(f, &args)?.into_vector_value();
         let nan = self.b.build_float_compare(inkwell::FloatPredicate::UNO, va, vb, "nan")?;
         let sum = self.b.build_float_add(va, vb, "nan_sum")?;
-        Ok(Some(self.b.build_select(nan, sum, ranged, "maximum")?))
+        Ok(Some(self.b.build_select(nan, sum, ranged, if max { "maximum" } else { "minimum" })?))
     }
 
     /// `exp` on f32 vectors without a libm call per lane (Cephes `expf`):
