@@ -721,13 +721,15 @@ fn check_outputs(
 
 /// A tuning worker, compiled: says so on standard output and waits for a
 /// line on standard input (its turn to time, on an otherwise idle machine).
-fn wait_for_turn() -> Result<(), Error> {
+/// The tuner's `go` may carry a limit in ms (`go 530.5`): a candidate
+/// whose first run takes longer is measured by that run alone.
+fn wait_for_turn() -> Result<Option<f64>, Error> {
     use std::io::{BufRead, Write};
     let mut stdout = std::io::stdout();
     let said = writeln!(stdout, "compiled").and_then(|()| stdout.flush());
     let mut line = String::new();
     match said.and_then(|()| std::io::stdin().lock().read_line(&mut line)) {
-        Ok(n) if n > 0 => Ok(()),
+        Ok(n) if n > 0 => Ok(line.split_whitespace().nth(1).and_then(|l| l.parse::<f64>().ok())),
         Ok(_) => Err(Diagnostic::error("the tuner went away before this candidate's turn").into()),
         Err(e) => Err(Diagnostic::error(format!("talking to the tuner: {e}")).into()),
     }
@@ -836,20 +838,28 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
         let _busy = crate::progress::Activity::spinner(format!("compiling `{}` for {t}", p.name));
         pl.compile(job.legal.as_ref().expect("a compiled target"))?
     };
-    if a.wait_to_time {
-        // Before its buffers (on a GPU, its device memory) exist: the
-        // batch's other workers wait here too.
-        wait_for_turn()?;
-    }
+    // Before its buffers (on a GPU, its device memory) exist: the batch's
+    // other workers wait here too.
+    let limit_ms = if a.wait_to_time { wait_for_turn()? } else { None };
     let mut bufs = compiled.prepare(job.compiled_args().to_vec()).map_err(|e| Diagnostic::error(e.to_string()))?;
     // One call first: a kernel that cannot run (a GPU launch refused) fails here, before timing.
+    let first = std::time::Instant::now();
     compiled.call(&mut bufs)?;
+    let first = first.elapsed().as_secs_f64();
+    // A candidate far slower than the tuner's best is timed no further:
+    // its warm-up and runs would take the tuning budget (a 2048³ product
+    // at 7 s a run, against 0.18 s).
+    let cut_short = limit_ms.is_some_and(|l| first * 1e3 > l);
+    let (warmup, repeat) = if cut_short { (0, 1) } else { (a.warmup, a.repeat) };
     let mut failed = None;
-    let times = crate::progress::timed_runs(a.warmup, a.repeat, || {
-        if let Err(e) = compiled.call(&mut bufs) {
-            failed.get_or_insert(e);
-        }
-    });
+    let times = match cut_short {
+        true => vec![first],
+        false => crate::progress::timed_runs(a.warmup, a.repeat, || {
+            if let Err(e) = compiled.call(&mut bufs) {
+                failed.get_or_insert(e);
+            }
+        }),
+    };
     if let Some(e) = failed {
         return Err(e.into());
     }
@@ -930,8 +940,8 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
             ("threads", Json::Num(pool_threads as f64)),
             ("roofline_threads", Json::Num(threads as f64)),
             ("compile_s", Json::Num(compiled.compile_time.as_secs_f64())),
-            ("runs", Json::Num(a.repeat as f64)),
-            ("warmup", Json::Num(a.warmup as f64)),
+            ("runs", Json::Num(repeat as f64)),
+            ("warmup", Json::Num(warmup as f64)),
             ("time_ms", Json::obj(st.fields().map(|(n, v)| (n, ms(v))))),
             ("flops", Json::Num(counts.flops)),
             ("bytes", Json::Num(counts.bytes)),

@@ -190,7 +190,15 @@ fn start(
 }
 
 /// What a worker measured: the median in ms, and the e-graph's plan that ran.
-type Measurement = (f64, Option<PlanRun>);
+/// A candidate's median ms, its plan, and whether its worker timed one run
+/// only (slower than [`CUT_SHORT`] times the best).
+type Measurement = (f64, Option<PlanRun>, bool);
+
+/// A candidate whose first run takes this many times the best trial's
+/// median is measured by that run alone: a product of 2048³ whose worst
+/// candidates take 7 s a run spent the whole tuning budget on warm-up and
+/// timed runs of one (2 trials in 60 s, against 32).
+const CUT_SHORT: f64 = 4.0;
 
 /// Wait for `r` to end, at most until `deadline`: what it measured, or why it failed.
 fn finish(mut r: Running, deadline: Instant, timeout: f64) -> Result<Measurement, String> {
@@ -217,14 +225,19 @@ fn finish(mut r: Running, deadline: Instant, timeout: f64) -> Result<Measurement
     }
     let v: serde_json::Value = serde_json::from_slice(&out).map_err(|e| format!("unreadable worker output: {e}"))?;
     let ms = v.pointer("/time_ms/median").and_then(|x| x.as_f64()).ok_or("no median in the worker output")?;
-    Ok((ms, v.get("plan").and_then(PlanRun::from_json)))
+    let one_run =
+        v.get("warmup").and_then(|x| x.as_u64()) == Some(0) && v.get("runs").and_then(|x| x.as_u64()) == Some(1);
+    Ok((ms, v.get("plan").and_then(PlanRun::from_json), one_run))
 }
 
 /// Measure a batch of candidates: their workers compile at once, then
 /// time one at a time, each alone on the machine (the others wait,
 /// compiled). Each phase of a worker may take `--trial-timeout` seconds;
 /// a worker that crashes, hangs or is rejected loses only its own trial.
-fn measure_batch(a: &TuneArgs, batch: &[Knobs]) -> Vec<Result<Measurement, String>> {
+/// With `cut`, a worker whose first run takes [`CUT_SHORT`] times the best
+/// median (`best_ms`, or of the batch's candidates timed before it) stops there.
+fn measure_batch(a: &TuneArgs, batch: &[Knobs], cut: bool, best_ms: Option<f64>) -> Vec<Result<Measurement, String>> {
+    let mut best_ms = best_ms;
     let gate = batch.len() > 1;
     let (tx, rx) = std::sync::mpsc::channel();
     let mut running: Vec<Option<Result<Running, String>>> =
@@ -258,9 +271,17 @@ fn measure_batch(a: &TuneArgs, batch: &[Knobs]) -> Vec<Result<Measurement, Strin
             Ok(mut w) => {
                 if let Some(stdin) = w.child.stdin.as_mut() {
                     use std::io::Write;
-                    let _ = stdin.write_all(b"go\n").and_then(|()| stdin.flush());
+                    let go = match best_ms.filter(|_| cut) {
+                        Some(b) => format!("go {}\n", b * CUT_SHORT),
+                        None => "go\n".to_string(),
+                    };
+                    let _ = stdin.write_all(go.as_bytes()).and_then(|()| stdin.flush());
                 }
-                finish(w, Instant::now() + Duration::from_secs_f64(a.trial_timeout), a.trial_timeout)
+                let m = finish(w, Instant::now() + Duration::from_secs_f64(a.trial_timeout), a.trial_timeout);
+                if let Ok((ms, ..)) = &m {
+                    best_ms = Some(best_ms.map_or(*ms, |b| b.min(*ms)));
+                }
+                m
             }
         });
     }
@@ -500,17 +521,18 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
             batch.push(Candidate { knobs, features, predicted });
         }
         let built: Vec<Knobs> = batch.iter().filter(|c| c.features.is_ok()).map(|c| c.knobs.clone()).collect();
-        let mut measured = measure_batch(a, &built).into_iter();
+        let best_ms = trials.iter().filter_map(|t| t.result.as_ref().ok().copied()).reduce(f64::min);
+        let mut measured = measure_batch(a, &built, true, best_ms).into_iter();
         for Candidate { knobs, features, predicted } in batch {
             let (result, plan) = match features {
                 Err(e) => (Err(e), None),
                 Ok(f) => match measured.next().expect("one result per built candidate") {
-                    Ok((ms, plan)) => {
+                    Ok((ms, plan, one_run)) => {
                         model.observe(f, ms);
                         if evolutionary {
                             model.fit();
                         }
-                        (Ok(ms), plan)
+                        (Ok(ms), Some((plan, one_run)))
                     }
                     Err(e) => (Err(e), None),
                 },
@@ -518,7 +540,8 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
             let at = started.elapsed().as_secs_f64();
             if let Ok(ms) = result {
                 let about = (k, &key, written.name.as_str());
-                db.append(&record(pl, a, about, &knobs, (ms, plan), None)).map_err(cannot)?;
+                let (plan, one_run) = plan.expect("measured");
+                db.append(&record(pl, a, about, &knobs, (ms, plan, one_run), None)).map_err(cannot)?;
             }
             let best = trials
                 .iter()
@@ -617,8 +640,8 @@ fn head_to_head(
     for round in 0..HEAD_TO_HEAD_ROUNDS {
         let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         let batch: Vec<Knobs> = order.iter().map(|&i| sides[i].clone()).collect();
-        for (&i, m) in order.iter().zip(measure_batch(a, &batch)) {
-            if let Ok((ms, plan)) = m {
+        for (&i, m) in order.iter().zip(measure_batch(a, &batch, false, None)) {
+            if let Ok((ms, plan, _)) = m {
                 times[i].push(ms);
                 plans[i] = plan.or(plans[i].take());
             }
@@ -638,9 +661,11 @@ fn head_to_head(
     let id = db::Duel::fresh_id();
     let challenger_won = new < kept * (1.0 - HEAD_TO_HEAD_MARGIN);
     let duel = |won: bool| db::Duel { id: id.clone(), rounds, won };
-    let first = record(pl, a, about, &s0, (kept, p0), Some(duel(!challenger_won)));
-    let second =
-        Record { unix_time: first.unix_time, ..record(pl, a, about, &s1, (new, p1), Some(duel(challenger_won))) };
+    let first = record(pl, a, about, &s0, (kept, p0, false), Some(duel(!challenger_won)));
+    let second = Record {
+        unix_time: first.unix_time,
+        ..record(pl, a, about, &s1, (new, p1, false), Some(duel(challenger_won)))
+    };
     db.append(&first).map_err(cannot)?;
     db.append(&second).map_err(cannot)?;
     let (winner, loser) = if challenger_won { ((s1, new), (s0, kept)) } else { ((s0, kept), (s1, new)) };
@@ -658,8 +683,8 @@ fn record(pl: &Pipeline, a: &TuneArgs, about: About, knobs: &Knobs, m: Measureme
         schedule: pl.instantiate(k, knobs).unwrap_or_default(),
         time_ms: m.0,
         measured: Measured {
-            runs: a.repeat as u64,
-            warmup: a.warmup as u64,
+            runs: if m.2 { 1 } else { a.repeat as u64 },
+            warmup: if m.2 { 0 } else { a.warmup as u64 },
             threads: texc_runtime::pool::num_threads() as u64,
             duel,
         },

@@ -443,3 +443,29 @@ fn measured_plans_correct_the_cost_model() {
     assert!(e.contains("cost model is corrected by 2 plans measured by `texc tune`"), "{e}");
     assert_eq!(corrected, serde_json::json!(["conv2d"]), "{e}");
 }
+
+/// A tuner's worker told a limit (`go 0.000001`, in ms) that its first run
+/// exceeds is measured by that run alone, and says so (`runs` 1, `warmup`
+/// 0); told none, it makes all its runs. (The tuner's limit: 4× its best.)
+#[test]
+fn a_worker_past_the_tuners_limit_times_one_run() {
+    let db = tmp("cut.jsonl");
+    let worker = |go: &str| {
+        let mut c = texc_cmd(&db, &["bench", "examples/matmul.tex", "--target", "x86-avx2"]);
+        c.args(["--json", "--no-db", "--repeat", "5", "--warmup", "2", "--wait-to-time"]);
+        let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawns");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(go.as_bytes()).expect("go");
+        }
+        let o = child.wait_with_output().expect("worker ends");
+        let (out, e) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{e}");
+        let json = out.lines().find(|l| l.starts_with('{')).expect("the JSON line").to_string();
+        let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+        (v["runs"].as_u64(), v["warmup"].as_u64())
+    };
+    assert_eq!(worker("go 0.000001\n"), (Some(1), Some(0)));
+    assert_eq!(worker("go\n"), (Some(5), Some(2)));
+}
