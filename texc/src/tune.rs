@@ -189,15 +189,14 @@ fn start(
     Ok(Running { child, stdout, stderr })
 }
 
-/// What a worker measured: the median in ms, and the e-graph's plan that ran.
-/// A candidate's median ms, its plan, and whether its worker timed one run
-/// only (slower than [`CUT_SHORT`] times the best).
+/// What a worker measured: the median in ms, the e-graph's plan that ran,
+/// and whether it timed one run only (its first, past [`CUT_SHORT`]).
 type Measurement = (f64, Option<PlanRun>, bool);
 
-/// A candidate whose first run takes this many times the best trial's
-/// median is measured by that run alone: a product of 2048³ whose worst
-/// candidates take 7 s a run spent the whole tuning budget on warm-up and
-/// timed runs of one (2 trials in 60 s, against 32).
+/// A candidate whose first run takes this many times the best median so far
+/// is measured by that run alone: the worst candidates of a 2048³ product
+/// take 7 s a run, and their warm-up and timed runs spent a 30 s budget on
+/// 2 trials (10 with this).
 const CUT_SHORT: f64 = 4.0;
 
 /// Wait for `r` to end, at most until `deadline`: what it measured, or why it failed.
