@@ -137,24 +137,17 @@ impl<'ctx> Gen<'ctx, '_> {
             Ty::Elem(ElemType::F64) => ("pd", 64),
             _ => return Ok(None),
         };
-        let has = |feature: &str| self.spec.features.split(',').any(|f| f == feature);
-        let width = lanes * bits;
-        let wide_enough = width == 512 || ((width == 128 || width == 256) && has("+avx512vl"));
-        if !has("+avx512dq") || !wide_enough || va.is_const() || vb.is_const() {
+        if va.is_const() || vb.is_const() {
             return Ok(None);
         }
-        let f = self.intrinsic(&format!("llvm.x86.avx512.mask.range.{suffix}.{width}"), &[])?;
-        let i32t = self.cx.i32_type();
         // imm8: bits 1:0 pick max (01) or min (00), bits 3:2 the sign from the comparison (01).
-        let imm = i32t.const_int(if max { 0b0101 } else { 0b0100 }, false);
-        let mask_ty = if lanes > 8 { self.cx.i16_type() } else { self.cx.i8_type() };
-        let all = mask_ty.const_all_ones();
-        let mut args: Vec<BasicValueEnum<'ctx>> = vec![a, b, imm.into(), va.get_type().get_undef().into(), all.into()];
-        if width == 512 {
-            // _MM_FROUND_CUR_DIRECTION
-            args.push(i32t.const_int(4, false).into());
-        }
-        let ranged = self.call(f, &args)?.into_vector_value();
+        let imm = self.cx.i32_type().const_int(if max { 0b0101 } else { 0b0100 }, false);
+        let Some(ranged) =
+            self.avx512_masked(&format!("range.{suffix}"), "+avx512dq", lanes * bits, vec![a, b, imm.into()])?
+        else {
+            return Ok(None);
+        };
+        let ranged = ranged.into_vector_value();
         let nan = self.b.build_float_compare(inkwell::FloatPredicate::UNO, va, vb, "nan")?;
         let sum = self.b.build_float_add(va, vb, "nan_sum")?;
         Ok(Some(self.b.build_select(nan, sum, ranged, if max { "maximum" } else { "minimum" })?))
@@ -220,15 +213,29 @@ impl<'ctx> Gen<'ctx, '_> {
     /// rounded once, ∞ on overflow, denormal or 0 on underflow, NaN through;
     /// `None` on targets without it.
     fn scalef(&self, p: BasicValueEnum<'ctx>, k: BasicValueEnum<'ctx>, lanes: u32) -> R<Option<BasicValueEnum<'ctx>>> {
-        let has = |feature: &str| self.spec.features.split(',').any(|f| f == feature);
-        let width = lanes * 32;
-        if !has("+avx512f") || !(width == 512 || ((width == 128 || width == 256) && has("+avx512vl"))) {
+        self.avx512_masked("scalef.ps", "+avx512f", lanes * 32, vec![p, k])
+    }
+
+    /// `llvm.x86.avx512.mask.{op}.{width}` on `args` (vectors of `width`
+    /// bits, then any immediate), with an undefined pass-through, every lane
+    /// enabled and, at 512 bits, the current rounding mode; `None` where the
+    /// target lacks `feature`, or AVX512VL for 128- and 256-bit vectors.
+    fn avx512_masked(
+        &self,
+        op: &str,
+        feature: &str,
+        width: u32,
+        mut args: Vec<BasicValueEnum<'ctx>>,
+    ) -> R<Option<BasicValueEnum<'ctx>>> {
+        let has = |f: &str| self.spec.features.split(',').any(|x| x == f);
+        if !has(feature) || !(width == 512 || ((width == 128 || width == 256) && has("+avx512vl"))) {
             return Ok(None);
         }
-        let f = self.intrinsic(&format!("llvm.x86.avx512.mask.scalef.ps.{width}"), &[])?;
-        let mask_ty = if lanes > 8 { self.cx.i16_type() } else { self.cx.i8_type() };
-        let undef = p.into_vector_value().get_type().get_undef();
-        let mut args: Vec<BasicValueEnum<'ctx>> = vec![p, k, undef.into(), mask_ty.const_all_ones().into()];
+        let f = self.intrinsic(&format!("llvm.x86.avx512.mask.{op}.{width}"), &[])?;
+        let vt = args[0].into_vector_value().get_type();
+        let mask = if vt.get_size() > 8 { self.cx.i16_type() } else { self.cx.i8_type() };
+        args.push(vt.get_undef().into());
+        args.push(mask.const_all_ones().into());
         if width == 512 {
             // _MM_FROUND_CUR_DIRECTION
             args.push(self.cx.i32_type().const_int(4, false).into());
