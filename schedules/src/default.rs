@@ -47,7 +47,8 @@ use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole, VarId};
 use texc_grammar::Span;
 
-fn loads(p: &Program, e: TExprId, t: TensorId) -> bool {
+/// Whether `e` loads tensor `t`.
+pub(crate) fn loads(p: &Program, e: TExprId, t: TensorId) -> bool {
     matches!(p.expr(e), TExpr::Load(x, _) if *x == t) || p.children(e).into_iter().any(|c| loads(p, c, t))
 }
 

@@ -203,7 +203,8 @@ pub fn prepack_constant_operands(
             continue;
         }
         // One reader, which reads it as the block did: weights of one layer.
-        let readers: Vec<usize> = (0..p.stages.len()).filter(|&i| loads(p, p.stages[i].value, pack.operand)).collect();
+        let readers: Vec<usize> =
+            (0..p.stages.len()).filter(|&i| crate::default::loads(p, p.stages[i].value, pack.operand)).collect();
         let [ci] = readers[..] else { continue };
         if !reads_by_rows(p, ci, pack) {
             continue;
@@ -275,12 +276,6 @@ fn insert_rows(p: &mut Program, at: usize, pack: RowPack) -> TensorId {
     vars.push(VarDecl { name: "r".into(), extent: pack.rows });
     insert_stage(p, at, Stage { tensor: rows, n_axes: vars.len(), vars, value, span });
     rows
-}
-
-fn loads(p: &Program, e: TExprId, t: TensorId) -> bool {
-    let mut all = Vec::new();
-    crate::analysis::loads_in(p, e, &mut all);
-    all.iter().any(|&l| matches!(p.expr(l), TExpr::Load(x, _) if *x == t))
 }
 
 /// `e` with every load `b[.., k, ..]` (`k` at `pack.dim`) replaced by
