@@ -120,7 +120,8 @@ impl Dump {
 /// Knobs of the pipeline itself, which the autotuner sets like schedule
 /// knobs: `rewrite=0` runs the graph as written (as `--no-rewrite`),
 /// `winograd=0` leaves Winograd out of the rewrites (as `--exact`),
-/// `winograd=2` or `4` allows only F(2×2, 3×3) or F(4×4, 3×3), `im2col=0`
+/// `winograd=2`, `3` or `4` allows only F(2×2, 3×3) (vectors along the
+/// tiles), F(2×2, 3×3) with vectors along the filters, or F(4×4, 3×3); `im2col=0`
 /// leaves im2col out. `1` (or no knob) lets the cost model choose.
 pub const KNOB_REWRITE: &str = "rewrite";
 pub const KNOB_WINOGRAD: &str = "winograd";
@@ -128,7 +129,7 @@ pub const KNOB_IM2COL: &str = "im2col";
 
 /// The pipeline's knobs with the values each takes.
 pub const PIPELINE_KNOBS: [(&str, &[i64]); 3] =
-    [(KNOB_REWRITE, &[1, 0]), (KNOB_WINOGRAD, &[1, 0, 2, 4]), (KNOB_IM2COL, &[1, 0])];
+    [(KNOB_REWRITE, &[1, 0]), (KNOB_WINOGRAD, &[1, 0, 2, 3, 4]), (KNOB_IM2COL, &[1, 0])];
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -175,7 +176,7 @@ impl Options {
         Accuracy {
             tolerance: self.tolerance.unwrap_or(f32_tolerance),
             approximate: !self.exact && winograd != Some(0),
-            winograd_tile: winograd.filter(|&t| t == 2 || t == 4),
+            winograd: winograd.and_then(texc_compiler::rewrite::WinogradForm::from_knob),
             im2col: self.knobs.get(KNOB_IM2COL) != Some(&0),
         }
     }

@@ -25,6 +25,10 @@
 //!   before them while every read walks them as one dense row
 //!   ([`fuse_short_rows`]); a stage of short rows that divides per element uses 256-bit
 //!   vectors on AVX-512.
+//! - An element-wise stage that transposes (its vectors gather from a
+//!   tensor over 32 KiB, one cache line per lane) runs a block of lanes
+//!   outermost and walks the gathered lines in order inside it
+//!   ([`transposing_order`]).
 //! - The innermost spatial loop is split by the vector width and vectorized;
 //!   rows of another spatial loop are unrolled inside the reduction loops
 //!   (register blocking, 3/4 of the vector registers as accumulators), and
@@ -1650,14 +1654,18 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     if ss.ivs.iter().any(|v| v.reduce) && n_axes >= 2 && first_row_axis > 0 {
         pack = register_block(ss, p, st, m, (row, first_row_axis));
     } else {
-        match split_at_row_breaks(ss, p, st, row, m) {
-            // A piece no vector width divides is one vector (of 28 lanes, say):
-            // every lane's quotient and remainder then follow from the lane.
-            Some(piece) if ss.ivs[piece].extent % m.lanes != 0 && ss.ivs[piece].extent <= 4 * m.lanes => {
-                ss.annotate(piece, ForKind::Vectorized, Span::default()).expect("spatial innermost")
+        if transposing_order(ss, p, st, m, (row, first_row_axis)) {
+            // Vectorized and ordered.
+        } else {
+            match split_at_row_breaks(ss, p, st, row, m) {
+                // A piece no vector width divides is one vector (of 28 lanes, say):
+                // every lane's quotient and remainder then follow from the lane.
+                Some(piece) if ss.ivs[piece].extent % m.lanes != 0 && ss.ivs[piece].extent <= 4 * m.lanes => {
+                    ss.annotate(piece, ForKind::Vectorized, Span::default()).expect("spatial innermost")
+                }
+                Some(piece) => vectorize_inner(ss, piece, m),
+                None => vectorize_inner(ss, row, m),
             }
-            Some(piece) => vectorize_inner(ss, piece, m),
-            None => vectorize_inner(ss, row, m),
         }
     }
     // Fuse leading spatial loops until there is enough parallel work.
@@ -1696,6 +1704,74 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
         ss.annotate(par, ForKind::Parallel, span).expect("spatial");
     }
     pack
+}
+
+/// A stage that transposes (`T[q, c, k] = A[k, c, q]`, a Winograd filter
+/// transform writing `U[i, j, c, k]` from `Wt[k, c, r, s]`) gathers each
+/// vector from as many cache lines as it has lanes. In the axes' order the
+/// next vector moves along `q` to other lines, and those lines are read
+/// again only a whole pass of the gathered tensor later: from memory, and
+/// at power-of-two strides from lines that evict each other. So the row is
+/// split by the vector width with its outer loop outermost, and the other
+/// axes follow by their stride in the gathered tensor, largest first (those
+/// it does not move with, innermost): within one block of lanes the loops
+/// walk each lane's line in order, and consecutive vectors reuse them from
+/// L1. Applies where the gathered tensor is over 32 KiB (smaller ones stay
+/// in L1 in any order) and its lanes are a cache line or more apart.
+fn transposing_order(
+    ss: &mut StageSchedule,
+    p: &Program,
+    st: &Stage,
+    m: Machine,
+    (row, first_row_axis): (usize, usize),
+) -> bool {
+    const LINE: u64 = 64;
+    const L1: u64 = 32 << 10;
+    let last = (st.n_axes - 1) as VarId;
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let gathered = loads
+        .iter()
+        .filter_map(|&l| {
+            let TExpr::Load(t, idx) = p.expr(l) else { return None };
+            let d = p.tensor(*t);
+            let bytes = (d.len().max(0) as u64).saturating_mul(d.elem.size() as u64);
+            let stride = crate::analysis::flat_coefficient(p, *t, idx, last)?.unsigned_abs();
+            (stride.saturating_mul(d.elem.size() as u64) >= LINE && bytes > L1).then_some((bytes, *t, idx))
+        })
+        .max_by_key(|&(bytes, ..)| bytes);
+    let Some((_, t, idx)) = gathered else { return false };
+    let mut others = Vec::with_capacity(first_row_axis);
+    for a in 0..first_row_axis {
+        let Some(stride) = crate::analysis::flat_coefficient(p, t, idx, a as VarId) else { return false };
+        others.push((stride.unsigned_abs(), ss.leaves[a]));
+    }
+    let lanes = m.width_for(ss.ivs[row].extent);
+    if lanes <= 1 || others.is_empty() {
+        return false;
+    }
+    // Stable: axes of equal stride keep their order.
+    others.sort_by_key(|&(stride, _)| std::cmp::Reverse(stride));
+    let span = Span::default();
+    let name = ss.ivs[row].name.clone();
+    let (o, v) =
+        ss.split(row, lanes, (&format!("{name}.o"), span), (&format!("{name}.v"), span), span).expect("fresh names");
+    let order: Vec<usize> = std::iter::once(o).chain(others.iter().map(|&(_, l)| l)).chain([v]).collect();
+    ss.reorder(&order, span).expect("a permutation of the leaves");
+    ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+    // Axes the gathered tensor does not move with (the `i, j` of a filter
+    // transform, in its selects) are unrolled, up to 16 copies: their
+    // copies then share one gather of each element.
+    let mut copies = 1;
+    for &(stride, l) in others.iter().rev().take_while(|&&(stride, _)| stride == 0) {
+        copies *= ss.ivs[l].extent;
+        if copies > 16 {
+            break;
+        }
+        debug_assert_eq!(stride, 0);
+        ss.annotate(l, ForKind::Unrolled, span).expect("spatial");
+    }
+    true
 }
 
 /// A long product without column blocks (`[1, 256, 196]` ← `[256, 1152] ×

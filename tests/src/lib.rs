@@ -323,6 +323,8 @@ pub fn std_op_programs(size: i64) -> Vec<(String, Program)> {
                         ("t_group_norm", "C") => 8,
                         ("t_conv2d" | "t_conv2d_im2col" | "t_conv2d_im2col_t", "R" | "S") => 3,
                         ("t_winograd_f2" | "t_winograd_f4", "H" | "W") => 8,
+                        ("t_winograd_f2k", "H") => 6,
+                        ("t_winograd_f2k", "W") => 10,
                         ("t_conv_transpose2d" | "t_conv_transpose2d_bias" | "t_conv3d" | "t_conv3d_bias", "C") => 3,
                         ("t_conv_transpose2d" | "t_conv_transpose2d_bias" | "t_conv3d" | "t_conv3d_bias", "K") => 4,
                         (

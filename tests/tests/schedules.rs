@@ -703,3 +703,51 @@ kernel dw(X: f32[N = 1, C = 3, H = {w}, W = {w}], Wt: f32[C, 1, 3, 3]) -> Y: f32
         }
     }
 }
+
+/// A stage that transposes gathers each vector from one cache line per
+/// lane: by default its loops run a block of lanes outermost and walk the
+/// gathered tensor's lines in order inside it (`T[q, c, k] = A[k, c, q]`:
+/// `k.o, c, q, k.v`), and the axes the tensor does not move with (a filter
+/// transform's `i, j`) are unrolled so that their copies share the gathers.
+/// Results match the interpreter at sizes whose lanes leave tails; a
+/// gathered tensor that fits in L1 keeps the axes' order.
+#[test]
+fn transposing_stages_run_blocks_of_lanes_outermost() {
+    let transpose = "kernel tr(A: f32[K = 37, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
+    let filters = "import std.nn;
+kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 37, C, 3, 3]) -> Y: f32[N, K, H, W] {
+    Y = conv2d_winograd_f2k(X, Wt);
+}";
+    let small = "kernel tr(A: f32[K = 9, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
+    let lanes = |target: &str| if target == "x86-avx2" { 8 } else { 16 };
+    // The nest inside its block of lanes (one loop, `k.o`, around it).
+    for (src, nest) in [
+        (transpose, Some("\n    for c in 0..50:\n      for q in 0..16:\n        for k.v in 0..")),
+        (
+            filters,
+            Some("\n    for c in 0..40:\n      for i in 0..4 unrolled:\n        for j in 0..4 unrolled:\n          for k.v in 0.."),
+        ),
+        (small, None),
+    ] {
+        let (mut pl, k) = texc_tests::load_text("interp", "tr.tex", src, None).expect("loads");
+        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        for target in ["x86-avx2", "x86-avx512"] {
+            let t = texc_compiler::target::lookup(target).expect("registered");
+            let f = texc_tests::default_lowered(target, &p);
+            let text = texc_schedules::ir::print(&f);
+            match nest {
+                Some(n) => {
+                    let blocks = format!("\n  for k.o in 0..{}", 37 / lanes(target));
+                    let ok = [":", " parallel:"].iter().any(|kind| text.contains(&format!("{blocks}{kind}{n}")));
+                    assert!(ok, "{target}: `{n}`:\n{text}");
+                }
+                None => assert!(text.contains("\n  for q.c in 0..800"), "{target}: axes' order kept:\n{text}"),
+            }
+            assert_same(target, &p, &f, 4);
+            if t.check_runs_here().is_ok() {
+                let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 4)).expect("runs");
+                assert_outputs(&format!("{target}: x86"), &p, &f, 4, got);
+            }
+        }
+    }
+}
