@@ -869,9 +869,12 @@ pub fn db_command(a: &DbArgs) -> Result<(), Error> {
     }
 }
 
-/// Before a run, bench or compile: correct the e-graph's cost model by
-/// what the database measured on this machine, and take the tuned knobs of
-/// kernel `k` when no `--knob` is given; say so.
+/// Before a run, bench or compile: take the tuned knobs of kernel `k` when
+/// no `--knob` is given, else correct the e-graph's cost model by what the
+/// database measured on this machine; say so. Not both: a record's knobs
+/// were measured with the plan the model as it is chose for them (`tune`
+/// does not correct it), which a corrected model may not choose again —
+/// the knobs would then run on a plan they were not measured with.
 pub fn apply_tuned_knobs(pl: &mut Pipeline, c: &Common, k: KernelRef, b: &Bindings) -> Result<(), Error> {
     if c.no_db || !pl.target().is_compiled() {
         return Ok(());
@@ -880,21 +883,21 @@ pub fn apply_tuned_knobs(pl: &mut Pipeline, c: &Common, k: KernelRef, b: &Bindin
     if !db.path.exists() {
         return Ok(());
     }
-    apply_calibration(pl, &db)?;
     if !pl.options.knobs.is_empty() || pl.tunables(k).is_empty() {
-        return Ok(());
+        return apply_calibration(pl, &db);
     }
     let written = pl.specialize(k, b)?;
-    if let Some(r) = pl.best_record(&db, k, &written)? {
-        eprintln!(
-            "note: using tuned knobs {} of `{}` ({:.4} ms when tuned) from {} (--no-db to ignore)",
-            show_knobs(&r.knobs),
-            r.kernel,
-            r.time_ms,
-            db.path.display()
-        );
-        pl.options.knobs = r.knobs.into_iter().collect();
-    }
+    let Some(r) = pl.best_record(&db, k, &written)? else {
+        return apply_calibration(pl, &db);
+    };
+    eprintln!(
+        "note: using tuned knobs {} of `{}` ({:.4} ms when tuned) from {} (--no-db to ignore)",
+        show_knobs(&r.knobs),
+        r.kernel,
+        r.time_ms,
+        db.path.display()
+    );
+    pl.options.knobs = r.knobs.into_iter().collect();
     Ok(())
 }
 

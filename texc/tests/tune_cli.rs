@@ -412,7 +412,8 @@ fn candidates_compile_together_and_time_alone() {
 /// this machine (relative to the other plans of the same kernel) before
 /// choosing a plan, and say so. Here made-up measurements say that both
 /// forms of Winograd F(2×2, 3×3) run 4–5× slower than the model thinks next
-/// to a direct convolution: a layer of that size then runs direct.
+/// to a direct convolution: a layer of that size then runs direct — unless
+/// it has a tuning record of its own.
 #[test]
 fn measured_plans_correct_the_cost_model() {
     let db = tmp("calibration.jsonl");
@@ -443,6 +444,15 @@ fn measured_plans_correct_the_cost_model() {
     let (corrected, e) = plan_of(&[]);
     assert!(e.contains("cost model is corrected by 3 plans measured by `texc tune`"), "{e}");
     assert_eq!(corrected, serde_json::json!(["conv2d"]), "{e}");
+    // Once the layer has a record of its own, its knobs run on the plan
+    // they were measured with: the model's own choice, uncorrected.
+    let mut tune_layer = vec!["tune", "benches/conv_layer.tex", "--target", "x86-avx2", "--shape"];
+    tune_layer.extend(["C=256,H=14,W=14,K=256", "--trials", "1", "--repeat", "1", "--warmup", "0"]);
+    let o = texc(&db, &tune_layer);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let (tuned, e) = plan_of(&[]);
+    assert!(e.contains("using tuned knobs") && !e.contains("corrected"), "{e}");
+    assert_eq!(tuned, nominal, "{e}");
 }
 
 /// A tuner's worker told a limit (`go 0.000001`, in ms) that its first run
