@@ -14,7 +14,9 @@ Usage: python3 benches/peers.py [--targets x86-avx2,x86-avx512]
        [--threads 1,2] [--trials 64] [--budget 60] [--texc PATH]
        [--python PATH] [--only NAME,...] [--rounds R]
 The peer, the default and the tuned kernel are timed in R alternated rounds
-(medians of their medians).
+(medians of their medians). A tuned time marked "(= default)" is the
+default schedule again (tuning found nothing faster): the two columns then
+time the same code, and differ by this machine's noise.
 """
 import argparse
 import json
@@ -100,11 +102,15 @@ def peer(python, name, kind, target, threads):
     return v["ms"], v["peer"]
 
 
-def texc_bench(texc, file, shape, target, threads, db=None):
+def texc_bench(texc, file, shape, target, threads, db=None, kept=None):
+    """The median ms; with a tuning database, `kept` (a list) also learns
+    whether the record in force is the default schedule itself."""
     args = [texc, "bench", file, "--shape", shape, "--target", target, "--repeat", "20", "--json"]
     args += ["--db", db] if db else ["--no-db"]
     env = dict(os.environ, TEXC_NUM_THREADS=str(threads))
     r = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    if kept is not None:
+        kept.append("using tuned knobs (no knobs" in r.stderr)
     return json.loads(r.stdout)["time_ms"]["median"]
 
 
@@ -166,15 +172,18 @@ def main():
                     # The three timed in alternated rounds: a shared machine's
                     # speed drifts over seconds, which a comparison of runs
                     # taken minutes apart would report as a difference.
+                    kept_default = []
                     pms, pname, default, tuned = alternated(a.rounds, [
                         lambda: peer(a.python, name, kind, target, threads),
                         lambda: texc_bench(a.texc, file, shape, target, threads),
-                        lambda: texc_bench(a.texc, file, shape, target, threads, db),
+                        lambda: texc_bench(a.texc, file, shape, target, threads, db, kept_default),
                     ])
                 ratio = lambda t: f"{pms / t:.2f}" if pms else "—"
                 peer_ms = f"{pms:.3f}" if pms else f"— ({pname})"
+                # Tuning kept the default: both columns time the same code.
+                same = " (= default)" if kept_default and all(kept_default) else ""
                 print(f"| {name} | {target} | {threads} | {pname if pms else '—'} | {peer_ms} | {default:.3f} | "
-                      f"{tuned:.3f} | {ratio(default)} | {ratio(tuned)} | {secs} ({n}) | {reach} |", flush=True)
+                      f"{tuned:.3f}{same} | {ratio(default)} | {ratio(tuned)} | {secs} ({n}) | {reach} |", flush=True)
 
 
 if __name__ == "__main__":

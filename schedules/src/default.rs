@@ -1653,19 +1653,15 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     let mut pack = None;
     if ss.ivs.iter().any(|v| v.reduce) && n_axes >= 2 && first_row_axis > 0 {
         pack = register_block(ss, p, st, m, (row, first_row_axis));
-    } else {
-        if transposing_order(ss, p, st, m, (row, first_row_axis)) {
-            // Vectorized and ordered.
-        } else {
-            match split_at_row_breaks(ss, p, st, row, m) {
-                // A piece no vector width divides is one vector (of 28 lanes, say):
-                // every lane's quotient and remainder then follow from the lane.
-                Some(piece) if ss.ivs[piece].extent % m.lanes != 0 && ss.ivs[piece].extent <= 4 * m.lanes => {
-                    ss.annotate(piece, ForKind::Vectorized, Span::default()).expect("spatial innermost")
-                }
-                Some(piece) => vectorize_inner(ss, piece, m),
-                None => vectorize_inner(ss, row, m),
+    } else if !transposing_order(ss, p, st, m, (row, first_row_axis)) {
+        match split_at_row_breaks(ss, p, st, row, m) {
+            // A piece no vector width divides is one vector (of 28 lanes, say):
+            // every lane's quotient and remainder then follow from the lane.
+            Some(piece) if ss.ivs[piece].extent % m.lanes != 0 && ss.ivs[piece].extent <= 4 * m.lanes => {
+                ss.annotate(piece, ForKind::Vectorized, Span::default()).expect("spatial innermost")
             }
+            Some(piece) => vectorize_inner(ss, piece, m),
+            None => vectorize_inner(ss, row, m),
         }
     }
     // Fuse leading spatial loops until there is enough parallel work.
@@ -1763,12 +1759,11 @@ fn transposing_order(
     // transform, in its selects) are unrolled, up to 16 copies: their
     // copies then share one gather of each element.
     let mut copies = 1;
-    for &(stride, l) in others.iter().rev().take_while(|&&(stride, _)| stride == 0) {
+    for &(_, l) in others.iter().rev().take_while(|&&(stride, _)| stride == 0) {
         copies *= ss.ivs[l].extent;
         if copies > 16 {
             break;
         }
-        debug_assert_eq!(stride, 0);
         ss.annotate(l, ForKind::Unrolled, span).expect("spatial");
     }
     true
