@@ -314,6 +314,19 @@ fn default_gemm_schedule_packs_panels() {
     let text = texc_schedules::ir::print(&f);
     assert!(text.contains("local B.packed: f32[8, 256, 16]:"), "expected packed panels:\n{text}");
     assert_same_compiled("default gemm", &p, &f, 4);
+    // A reduction of one slice (K ≤ 256) under long rows: packed once per
+    // block of 256 columns (the outer, parallel loop), its accumulators in
+    // registers; 2100 columns leave a partial block and a partial panel.
+    let b = Bindings {
+        shapes: [("M", 13), ("K", 100), ("N", 2100)].iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        ..Bindings::default()
+    };
+    let p = texc_tests::compile("benches/matmul.tex", None, &b).expect("compiles");
+    let f = texc_tests::default_lowered("x86-avx2", &p);
+    let text = texc_schedules::ir::print(&f);
+    let want = "  for j.oo in 0..8 parallel:\n    local B.packed: f32[16, 100, 16]:";
+    assert!(text.contains(want) && text.contains("local C.acc"), "expected `{want}` and accumulators:\n{text}");
+    assert_same_compiled("default gemm, one slice", &p, &f, 4);
     // An operand of two products gets a packed copy per product, each named apart.
     let two = "kernel two(A: f32[M = 13, K = 300], B: f32[K, N = 270], E: f32[M, K]) -> (C: f32[M, N], D: f32[M, N]) {
     C[i, j] = sum[k](A[i, k] * B[k, j]);
