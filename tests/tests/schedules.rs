@@ -243,6 +243,25 @@ schedule sgemm for x86-avx2 {
 /// the rows: the statistics (and exponentials) of each row are computed
 /// inside the row loop, in buffers private to it.
 /// `N=67,D=501` as bindings.
+/// The only kernel of `src` at its declared sizes, lowered with the default
+/// schedule for each x86 target: `check(target, loops as text)`, then the
+/// loop nest and, where this CPU runs it, its compiled code against the
+/// interpreter (seed 4).
+fn default_on_x86(name: &str, src: &str, check: impl Fn(&str, &str)) {
+    let (mut pl, k) = texc_tests::load_text("interp", &format!("{name}.tex"), src, None).expect("loads");
+    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    for target in ["x86-avx2", "x86-avx512"] {
+        let t = texc_compiler::target::lookup(target).expect("registered");
+        let f = texc_tests::default_lowered(target, &p);
+        check(target, &texc_schedules::ir::print(&f));
+        assert_same(&format!("{name} {target}"), &p, &f, 4);
+        if t.check_runs_here().is_ok() {
+            let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 4)).expect("runs");
+            assert_outputs(&format!("{name} {target}: x86"), &p, &f, 4, got);
+        }
+    }
+}
+
 fn shape_bindings(text: &str) -> Bindings {
     let shapes = text.split(',').map(|kv| kv.split_once('=').expect("k=v"));
     Bindings { shapes: shapes.map(|(k, v)| (k.into(), v.parse().expect("int"))).collect(), ..Bindings::default() }
@@ -305,25 +324,18 @@ fn default_schedule_fuses_short_rows() {
 /// panels per slice — at sizes where every split leaves a tail.
 #[test]
 fn default_gemm_schedule_packs_panels() {
-    let b = Bindings {
-        shapes: [("M", 13), ("K", 520), ("N", 270)].iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-        ..Bindings::default()
+    let default_loops = |shapes: &str| {
+        let p = texc_tests::compile("benches/matmul.tex", None, &shape_bindings(shapes)).expect("compiles");
+        let f = texc_tests::default_lowered("x86-avx2", &p);
+        (texc_schedules::ir::print(&f), p, f)
     };
-    let p = texc_tests::compile("benches/matmul.tex", None, &b).expect("compiles");
-    let f = texc_tests::default_lowered("x86-avx2", &p);
-    let text = texc_schedules::ir::print(&f);
+    let (text, p, f) = default_loops("M=13,K=520,N=270");
     assert!(text.contains("local B.packed: f32[8, 256, 16]:"), "expected packed panels:\n{text}");
     assert_same_compiled("default gemm", &p, &f, 4);
     // A reduction of one slice (K ≤ 256) under long rows: packed once per
     // block of 256 columns (the outer, parallel loop), its accumulators in
     // registers; 2100 columns leave a partial block and a partial panel.
-    let b = Bindings {
-        shapes: [("M", 13), ("K", 100), ("N", 2100)].iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-        ..Bindings::default()
-    };
-    let p = texc_tests::compile("benches/matmul.tex", None, &b).expect("compiles");
-    let f = texc_tests::default_lowered("x86-avx2", &p);
-    let text = texc_schedules::ir::print(&f);
+    let (text, p, f) = default_loops("M=13,K=100,N=2100");
     let want = "  for j.oo in 0..8 parallel:\n    local B.packed: f32[16, 100, 16]:";
     assert!(text.contains(want) && text.contains("local C.acc"), "expected `{want}` and accumulators:\n{text}");
     assert_same_compiled("default gemm, one slice", &p, &f, 4);
@@ -670,12 +682,7 @@ fn long_products_without_column_blocks_run_their_row_blocks_in_parallel() {
     let src = "kernel gemm(W: f32[K = 70, Q = 1100], C: f32[N = 1, Q, P = 196]) -> Y: f32[N, K, P] {
     Y[n, k, p] = sum[q](W[k, q] * C[n, q, p]);
 }";
-    let (mut pl, k) = texc_tests::load_text("interp", "slices.tex", src, None).expect("loads");
-    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
-    for target in ["x86-avx2", "x86-avx512"] {
-        let t = texc_compiler::target::lookup(target).expect("registered");
-        let f = texc_tests::default_lowered(target, &p);
-        let text = texc_schedules::ir::print(&f);
+    default_on_x86("slices", src, |target, text| {
         let slice = text.find("for q.o in 0..").expect("reduction slices");
         let parallel = text[slice..].find(" parallel:").map(|i| slice + i);
         let vector = text[slice..].find(" vectorized:").map(|i| slice + i);
@@ -683,11 +690,7 @@ fn long_products_without_column_blocks_run_their_row_blocks_in_parallel() {
             matches!((parallel, vector), (Some(a), Some(b)) if a < b),
             "{target}: a parallel loop inside the slices:\n{text}"
         );
-        if t.check_runs_here().is_ok() {
-            let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 4)).expect("runs");
-            assert_outputs(&format!("slices {target}"), &p, &f, 4, got);
-        }
-    }
+    });
 }
 
 /// A depthwise convolution's register block, whose rows each load their own
@@ -742,25 +745,13 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 37, C, 3, 3]) -> Y: 
         ),
         (small, None),
     ] {
-        let (mut pl, k) = texc_tests::load_text("interp", "tr.tex", src, None).expect("loads");
-        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
-        for target in ["x86-avx2", "x86-avx512"] {
-            let t = texc_compiler::target::lookup(target).expect("registered");
-            let f = texc_tests::default_lowered(target, &p);
-            let text = texc_schedules::ir::print(&f);
-            match nest {
-                Some(n) => {
-                    let blocks = format!("\n  for k.o in 0..{}", 37 / lanes(target));
-                    let ok = [":", " parallel:"].iter().any(|kind| text.contains(&format!("{blocks}{kind}{n}")));
-                    assert!(ok, "{target}: `{n}`:\n{text}");
-                }
-                None => assert!(text.contains("\n  for q.c in 0..800"), "{target}: axes' order kept:\n{text}"),
+        default_on_x86("tr", src, |target, text| match nest {
+            Some(n) => {
+                let blocks = format!("\n  for k.o in 0..{}", 37 / lanes(target));
+                let ok = [":", " parallel:"].iter().any(|kind| text.contains(&format!("{blocks}{kind}{n}")));
+                assert!(ok, "{target}: `{n}`:\n{text}");
             }
-            assert_same(target, &p, &f, 4);
-            if t.check_runs_here().is_ok() {
-                let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 4)).expect("runs");
-                assert_outputs(&format!("{target}: x86"), &p, &f, 4, got);
-            }
-        }
+            None => assert!(text.contains("\n  for q.c in 0..800"), "{target}: axes' order kept:\n{text}"),
+        });
     }
 }
