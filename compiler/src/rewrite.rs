@@ -209,7 +209,7 @@ fn op_cost(op: &str, ch: &[Info], out: &Info, opaque: &HashMap<String, (f64, f64
             // Per m×m output tile and (k, c): (m+2)² multiply-adds. Transforms,
             // per transformed element: input 2·(m+2)/2 adds, output about as many;
             // a fused epilogue adds one operation (bias) or two (bias, relu) per output.
-            let m = if op.starts_with("conv2d_winograd_f2") { 2.0 } else { 4.0 };
+            let m = winograd_tile(op);
             let epilogue = o * (op.matches("_bias").count() + op.matches("_relu").count()) as f64;
             let a = (m + 2.0) * (m + 2.0);
             let c = ch.first().and_then(shape).map_or(0.0, |x| x[1] as f64);
@@ -222,6 +222,12 @@ fn op_cost(op: &str, ch: &[Info], out: &Info, opaque: &HashMap<String, (f64, f64
         _ => (op_flops(op, ch, o), 0.0),
     };
     (flops, bytes + extra * 4.0)
+}
+
+/// The output tile side of Winograd operator `op` (of any form and epilogue).
+fn winograd_tile(op: &str) -> f64 {
+    let tile = [WinogradForm::F2, WinogradForm::F2k, WinogradForm::F4].into_iter().find(|f| f.has(op));
+    tile.map_or(4, WinogradForm::tile) as f64
 }
 
 fn op_flops(op: &str, ch: &[Info], o: f64) -> f64 {
@@ -276,7 +282,7 @@ fn node_time(egraph: &EGraph<SymbolLang, Shapes>, enode: &SymbolLang, peak: f64,
     // (then once, at compile time): U, (m+2)² values per filter and channel,
     // written and read again.
     if winograd && !constant_filters {
-        let m = if enode.op.as_str().starts_with("conv2d_winograd_f2") { 2.0 } else { 4.0 };
+        let m = winograd_tile(enode.op.as_str());
         let kc = ch.get(1).and_then(shape).map_or(0.0, |w| (w[0] * w[1]) as f64);
         bytes += 2.0 * 4.0 * kc * (m + 2.0) * (m + 2.0);
     }
@@ -361,11 +367,12 @@ fn cpu_efficiency(op: &str, ch: &[Info], flops: f64, constant_filters: bool) -> 
         "conv2d_im2col_t" => 0.45,
         // Vectors along the filters, 1 thread (3×3, direct measured at 0.6):
         // 14×14×256 0.42 (AVX-512) and 0.38 (AVX2), where the other layout
-        // reaches 0.27; 28×28×128 0.52, 56×56×64 0.41, where it reaches 0.55.
-        // With constant filters the other layout reads U packed by rows of
-        // filters (`prepack`) and its products run 1.25× faster (ResNet-18's
-        // 14×14×256 layers, AVX-512: 1.0 against 1.25 ms). Few filters fill
-        // few vectors.
+        // measured 0.27 (the model keeps its 0.35 below); 28×28×128 0.52 and
+        // 56×56×64 0.41, where the other reaches 0.55. With constant filters
+        // the other layout reads U packed by rows of filters (`prepack`) and
+        // its products run 1.25× faster (ResNet-18's 14×14×256 layers,
+        // AVX-512: 1.0 against 1.25 ms). Few filters fill few vectors. So
+        // 0.28, below the other layout, wherever it was not measured faster.
         op if op.starts_with("conv2d_winograd_f2k") => {
             let many_filters = ch.get(1).and_then(shape).is_some_and(|w| w[0] >= 128);
             let small = x.is_some_and(|x| x[2] * x[3] <= 14 * 14);

@@ -496,8 +496,9 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
             continue;
         }
         let pack = schedule_stage(ss, p, st, m);
-        // (A block whose reduction is sliced outside it stays in memory.)
-        if knobs.acc != Some(false) {
+        // A block whose reduction is sliced outside it stays in memory; one
+        // packed per column block (its whole reduction inside) does not.
+        if knobs.acc != Some(false) && pack.as_ref().is_none_or(|r| !ss.ivs[r.leaf].reduce) {
             local_accumulators(ss, p, st, m);
         }
         packs.extend(pack.map(|req| (si, req)));
@@ -1315,7 +1316,8 @@ fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
 /// SGEMM: blocks of two vectors (a 6×16 micro-kernel on AVX2, 12×32 on
 /// AVX-512) whose loop moves outside the reductions, in groups spanning 128
 /// or 256 columns, and a single long reduction cut into slices of 256; the returned
-/// request asks to pack the vector operand per slice and column block.
+/// request asks to pack the vector operand per slice and column block (a
+/// reduction of one slice: per column block, where those are outermost).
 fn register_block(
     ss: &mut StageSchedule,
     p: &Program,
@@ -1400,13 +1402,22 @@ fn register_block(
     // L3 once per column block, then serves twice as many panels (SGEMM
     // 2048³ on AVX2: 96 → 100 GFLOP/s). Shorter ones keep 128, so that the
     // column blocks still give the threads eight loops or more.
-    let cols = m.knobs.cols.unwrap_or(if row >= 2048 { 256 } else { 128 });
+    let elem = p.tensor(st.tensor).elem.size() as i64;
+    let depth: i64 = reductions.iter().map(|&l| ss.ivs[l].extent).product();
+    let sliced = matches!(reductions[..], [k] if ss.ivs[k].extent > m.knobs.kslice.unwrap_or(256));
+    // A reduction of one slice packs a block's panels whole (below): they
+    // and the block's accumulators share the stack's 256 KiB.
+    let one_slice_fits = |cols: i64| cols * depth * elem + f * width * elem <= crate::attach::MAX_LOCAL_BYTES;
+    let cols = m.knobs.cols.unwrap_or(match row >= 2048 {
+        true if sliced || one_slice_fits(256) => 256,
+        _ => 128,
+    });
     let per_block = (cols / width).max(1);
     let panels = (per_block > 1 && ss.ivs[o].extent >= 2 * per_block).then(|| {
         ss.split(o, per_block, (&format!("{iname}.oo"), span), (&format!("{iname}.oi"), span), span).expect("fresh")
     });
     let slices = match reductions[..] {
-        [k] if ss.ivs[k].extent > m.knobs.kslice.unwrap_or(256) => {
+        [k] if sliced => {
             let kname = ss.ivs[k].name.clone();
             let depth = m.knobs.kslice.unwrap_or(256);
             Some(ss.split(k, depth, (&format!("{kname}.o"), span), (&format!("{kname}.i"), span), span).expect("fresh"))
@@ -1451,12 +1462,12 @@ fn register_block(
     let leaf = match slices {
         Some((ko, _)) => ko,
         None => {
-            let depth: i64 = ss.leaves.iter().filter(|&&l| ss.ivs[l].reduce).map(|&l| ss.ivs[l].extent).product();
             // Only where the column blocks are the outermost loop, of 8 or
-            // more: the loop that runs in parallel, not fused with the row
-            // blocks inside it (which would pack once per row block).
+            // more: the loop that runs in parallel, which `schedule_stage`
+            // then does not fuse with the row blocks inside it (packing once
+            // per row block).
             let outermost = ss.leaves.first() == Some(&oo) && ss.ivs[oo].extent >= 8;
-            if !outermost || first_row_axis + 1 != st.n_axes || per_block * width * depth * 4 > 256 << 10 {
+            if !outermost || first_row_axis + 1 != st.n_axes || !one_slice_fits(per_block * width) {
                 return None;
             }
             oo
@@ -1695,6 +1706,10 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
         return pack;
     }
     while ss.ivs[outer].extent < 64 && ss.leaves.len() > 2 {
+        // Packed per iteration of `outer`: fusing it would pack per row block.
+        if pack.as_ref().is_some_and(|r: &PackRequest| r.leaf == outer) {
+            break;
+        }
         let next = ss.leaves[1];
         // A split with a tail under a fusion could not be partitioned: its guard would sit innermost.
         if ss.ivs[next].reduce
@@ -1768,7 +1783,11 @@ fn transposing_order(
         others.push((stride.unsigned_abs(), ss.leaves[a]));
     }
     let lanes = m.width_for(ss.ivs[row].extent);
-    if lanes <= 1 || others.is_empty() {
+    // The blocks of lanes become the outer loop: with a partial block it is
+    // not fused with the next, and is all the parallel work there is.
+    let extent = ss.ivs[row].extent;
+    let parallel_enough = extent % lanes.max(1) == 0 || extent / lanes.max(1) >= 8;
+    if lanes <= 1 || others.is_empty() || !parallel_enough {
         return false;
     }
     // Stable: axes of equal stride keep their order.

@@ -324,21 +324,36 @@ fn default_schedule_fuses_short_rows() {
 /// panels per slice — at sizes where every split leaves a tail.
 #[test]
 fn default_gemm_schedule_packs_panels() {
-    let default_loops = |shapes: &str| {
-        let p = texc_tests::compile("benches/matmul.tex", None, &shape_bindings(shapes)).expect("compiles");
+    let default_loops_of = |elem: &str, shapes: &str| {
+        let src = std::fs::read_to_string(texc_tests::root().join("benches/matmul.tex")).expect("reads");
+        let (mut pl, k) = texc_tests::load_text("interp", "mm.tex", &src.replace("f32", elem), None).expect("loads");
+        let p = pl.specialize(k, &shape_bindings(shapes)).expect("specializes");
         let f = texc_tests::default_lowered("x86-avx2", &p);
         (texc_schedules::ir::print(&f), p, f)
     };
+    let default_loops = |shapes: &str| default_loops_of("f32", shapes);
     let (text, p, f) = default_loops("M=13,K=520,N=270");
     assert!(text.contains("local B.packed: f32[8, 256, 16]:"), "expected packed panels:\n{text}");
     assert_same_compiled("default gemm", &p, &f, 4);
     // A reduction of one slice (K ≤ 256) under long rows: packed once per
-    // block of 256 columns (the outer, parallel loop), its accumulators in
-    // registers; 2100 columns leave a partial block and a partial panel.
-    let (text, p, f) = default_loops("M=13,K=100,N=2100");
-    let want = "  for j.oo in 0..8 parallel:\n    local B.packed: f32[16, 100, 16]:";
-    assert!(text.contains(want) && text.contains("local C.acc"), "expected `{want}` and accumulators:\n{text}");
-    assert_same_compiled("default gemm, one slice", &p, &f, 4);
+    // block of 256 columns (the outer, parallel loop, not fused with the
+    // row blocks where neither has a tail, as at 12 × 2048), its
+    // accumulators in registers; 2100 columns leave a partial block and panel.
+    for n in [2048, 2100] {
+        let one_slice = format!(
+            "kernel mm(A: f32[M = 12, K = 100], B: f32[K, N = {n}]) -> C: f32[M, N] {{
+    C[i, j] = sum[k](A[i, k] * B[k, j]);
+}}"
+        );
+        default_on_x86("one slice", &one_slice, |target, text| {
+            let panels = if target == "x86-avx2" { "f32[16, 100, 16]" } else { "f32[8, 100, 32]" };
+            let want = format!("  for j.oo in 0..8 parallel:\n    local B.packed: {panels}:");
+            assert!(text.contains(&want) && text.contains("local C.acc"), "{target}: `{want}`, accumulators:\n{text}");
+        });
+    }
+    // f64 panels are twice as large: 256 columns of 200 would take 400 KiB.
+    let (text, _, _) = default_loops_of("f64", "M=13,K=200,N=4100");
+    assert!(text.contains("local B.packed: f64[16, 200, 8]:"), "128 columns a block:\n{text}");
     // An operand of two products gets a packed copy per product, each named apart.
     let two = "kernel two(A: f32[M = 13, K = 300], B: f32[K, N = 270], E: f32[M, K]) -> (C: f32[M, N], D: f32[M, N]) {
     C[i, j] = sum[k](A[i, k] * B[k, j]);
@@ -726,15 +741,19 @@ kernel dw(X: f32[N = 1, C = 3, H = {w}, W = {w}], Wt: f32[C, 1, 3, 3]) -> Y: f32
 /// `k.o, c, q, k.v`), and the axes the tensor does not move with (a filter
 /// transform's `i, j`) are unrolled so that their copies share the gathers.
 /// Results match the interpreter at sizes whose lanes leave tails; a
-/// gathered tensor that fits in L1 keeps the axes' order.
+/// gathered tensor that fits in L1, or blocks of lanes too few to share
+/// between threads, keep the axes' order.
 #[test]
 fn transposing_stages_run_blocks_of_lanes_outermost() {
-    let transpose = "kernel tr(A: f32[K = 37, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
+    let transpose = "kernel tr(A: f32[K = 140, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
     let filters = "import std.nn;
-kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 37, C, 3, 3]) -> Y: f32[N, K, H, W] {
+kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y: f32[N, K, H, W] {
     Y = conv2d_winograd_f2k(X, Wt);
 }";
     let small = "kernel tr(A: f32[K = 9, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
+    // Large enough, but 37 filters make 4 blocks and a part on AVX2: too
+    // little parallel work for the blocks as the outer loop.
+    let few = "kernel tr(A: f32[K = 37, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
     let lanes = |target: &str| if target == "x86-avx2" { 8 } else { 16 };
     // The nest inside its block of lanes (one loop, `k.o`, around it).
     for (src, nest) in [
@@ -744,10 +763,11 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 37, C, 3, 3]) -> Y: 
             Some("\n    for c in 0..40:\n      for i in 0..4 unrolled:\n        for j in 0..4 unrolled:\n          for k.v in 0.."),
         ),
         (small, None),
+        (few, None),
     ] {
         default_on_x86("tr", src, |target, text| match nest {
             Some(n) => {
-                let blocks = format!("\n  for k.o in 0..{}", 37 / lanes(target));
+                let blocks = format!("\n  for k.o in 0..{}", 140 / lanes(target));
                 let ok = [":", " parallel:"].iter().any(|kind| text.contains(&format!("{blocks}{kind}{n}")));
                 assert!(ok, "{target}: `{n}`:\n{text}");
             }
