@@ -1766,6 +1766,8 @@ fn transposing_order(
     let last = (st.n_axes - 1) as VarId;
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
+    // The largest gathered read whose offset is affine in every axis: the
+    // axes' strides in it order the loops.
     let gathered = loads
         .iter()
         .filter_map(|&l| {
@@ -1773,15 +1775,18 @@ fn transposing_order(
             let d = p.tensor(*t);
             let bytes = (d.len().max(0) as u64).saturating_mul(d.elem.size() as u64);
             let stride = crate::analysis::flat_coefficient(p, *t, idx, last)?.unsigned_abs();
-            (stride.saturating_mul(d.elem.size() as u64) >= LINE && bytes > L1).then_some((bytes, *t, idx))
+            if stride.saturating_mul(d.elem.size() as u64) < LINE || bytes <= L1 {
+                return None;
+            }
+            let strides = (0..first_row_axis)
+                .map(|a| {
+                    Some((crate::analysis::flat_coefficient(p, *t, idx, a as VarId)?.unsigned_abs(), ss.leaves[a]))
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some((bytes, strides))
         })
-        .max_by_key(|&(bytes, ..)| bytes);
-    let Some((_, t, idx)) = gathered else { return false };
-    let mut others = Vec::with_capacity(first_row_axis);
-    for a in 0..first_row_axis {
-        let Some(stride) = crate::analysis::flat_coefficient(p, t, idx, a as VarId) else { return false };
-        others.push((stride.unsigned_abs(), ss.leaves[a]));
-    }
+        .max_by_key(|(bytes, _)| *bytes);
+    let Some((_, mut others)) = gathered else { return false };
     let lanes = m.width_for(ss.ivs[row].extent);
     // The blocks of lanes become the outer loop: with a partial block it is
     // not fused with the next, and is all the parallel work there is.

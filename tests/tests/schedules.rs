@@ -740,9 +740,10 @@ kernel dw(X: f32[N = 1, C = 3, H = {w}, W = {w}], Wt: f32[C, 1, 3, 3]) -> Y: f32
 /// gathered tensor's lines in order inside it (`T[q, c, k] = A[k, c, q]`:
 /// `k.o, c, q, k.v`), and the axes the tensor does not move with (a filter
 /// transform's `i, j`) are unrolled so that their copies share the gathers.
-/// Results match the interpreter at sizes whose lanes leave tails; a
-/// gathered tensor that fits in L1, or blocks of lanes too few to share
-/// between threads, keep the axes' order.
+/// Results match the interpreter at sizes whose lanes leave tails (also
+/// where one read of the tensor is not affine); a gathered tensor that
+/// fits in L1, or blocks of lanes too few to share between threads, keep
+/// the axes' order.
 #[test]
 fn transposing_stages_run_blocks_of_lanes_outermost() {
     let transpose = "kernel tr(A: f32[K = 140, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
@@ -754,6 +755,8 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y:
     // Large enough, but 37 filters make 4 blocks and a part on AVX2: too
     // little parallel work for the blocks as the outer loop.
     let few = "kernel tr(A: f32[K = 37, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
+    // Read twice, once through a remainder: the strides come from the other read.
+    let twice = "kernel tr(A: f32[K = 140, C = 200]) -> T: f32[C, K] { T[c, k] = A[k, c] + 2.0 * A[k, (c + 1) % C]; }";
     let lanes = |target: &str| if target == "x86-avx2" { 8 } else { 16 };
     // The nest inside its block of lanes (one loop, `k.o`, around it).
     for (src, nest) in [
@@ -762,6 +765,7 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y:
             filters,
             Some("\n    for c in 0..40:\n      for i in 0..4 unrolled:\n        for j in 0..4 unrolled:\n          for k.v in 0.."),
         ),
+        (twice, Some("\n    for c in 0..200:\n      for k.v in 0..")),
         (small, None),
         (few, None),
     ] {
