@@ -342,6 +342,8 @@ fn cpu_efficiency(op: &str, ch: &[Info], flops: f64, constant_filters: bool) -> 
     // Output pixels per image and filter: below 100 (7×7), rows of pixels
     // fill vectors badly and the products over them slow down.
     let few_pixels = shape_of(op, ch).is_some_and(|o| o.len() == 4 && o[2] * o[3] < 100);
+    // Images of at most 14×14: few Winograd tiles.
+    let small = x.is_some_and(|x| x.len() == 4 && x[2] * x[3] <= 14 * 14);
     match op {
         "conv2d" | "conv2d_bias" | "conv2d_bias_relu" => {
             let k = if op == "conv2d" { 3 } else { 4 };
@@ -375,7 +377,6 @@ fn cpu_efficiency(op: &str, ch: &[Info], flops: f64, constant_filters: bool) -> 
         // 0.28, below the other layout, wherever it was not measured faster.
         op if op.starts_with("conv2d_winograd_f2k") => {
             let many_filters = ch.get(1).and_then(shape).is_some_and(|w| w[0] >= 128);
-            let small = x.is_some_and(|x| x[2] * x[3] <= 14 * 14);
             if small && many_filters && !constant_filters {
                 0.42
             } else {
@@ -384,7 +385,6 @@ fn cpu_efficiency(op: &str, ch: &[Info], flops: f64, constant_filters: bool) -> 
         }
         op if op.starts_with("conv2d_winograd_") => {
             // Fewer tiles to spread the transforms over on small images.
-            let small = x.is_some_and(|x| x[2] * x[3] <= 14 * 14);
             if small {
                 0.35
             } else {
@@ -667,21 +667,24 @@ pub fn rules(accuracy: Accuracy) -> Vec<Rewrite<SymbolLang, Shapes>> {
 /// operator of constants (the folded filters of batch norm), looked at up
 /// to three operators deep.
 fn constant(g: &EGraph<SymbolLang, Shapes>, id: Id) -> bool {
-    fn within(g: &EGraph<SymbolLang, Shapes>, id: Id, depth: u32) -> bool {
-        g[id].nodes.iter().any(|n| {
-            if n.is_leaf() {
-                g.analysis.constants.contains(n.op.as_str()) || n.op.as_str().parse::<f64>().is_ok()
-            } else {
-                depth > 0 && n.children.iter().all(|&c| within(g, c, depth - 1))
-            }
-        })
-    }
-    within(g, id, 3)
+    constant_within(g, id, 3)
 }
 
+/// [`constant`], looking `depth` operators deep (0: a constant input or a number).
+fn constant_within(g: &EGraph<SymbolLang, Shapes>, id: Id, depth: u32) -> bool {
+    g[id].nodes.iter().any(|n| {
+        if n.is_leaf() {
+            g.analysis.constants.contains(n.op.as_str()) || n.op.as_str().parse::<f64>().is_ok()
+        } else {
+            depth > 0 && n.children.iter().all(|&c| constant_within(g, c, depth - 1))
+        }
+    })
+}
+
+/// Whether pattern variable `var` is a constant input itself (a model's weights).
 fn is_constant(var: &str) -> impl Fn(&mut EGraph<SymbolLang, Shapes>, Id, &egg::Subst) -> bool {
     let v: egg::Var = var.parse().expect("a pattern variable");
-    move |g, _, subst| g[subst[v]].nodes.iter().any(|n| n.is_leaf() && g.analysis.constants.contains(n.op.as_str()))
+    move |g, _, subst| constant_within(g, subst[v], 0)
 }
 
 fn filter_is(var: &str, size: i64) -> impl Fn(&mut EGraph<SymbolLang, Shapes>, Id, &egg::Subst) -> bool {

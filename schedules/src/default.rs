@@ -1619,16 +1619,19 @@ fn row_breaks(p: &Program, e: TExprId, v: VarId, divisors: &mut Vec<i64>) -> boo
 }
 
 /// Split the innermost loop by the vector width ([`Machine::width_for`]) and vectorize the lanes.
-fn vectorize_inner(ss: &mut StageSchedule, inner: usize, m: Machine) {
+/// Split `inner` by the vector width and vectorize its inner part; the two
+/// loops, outer first (none where the width is 0).
+fn vectorize_inner(ss: &mut StageSchedule, inner: usize, m: Machine) -> Option<(usize, usize)> {
     let span = Span::default();
     let lanes = m.width_for(ss.ivs[inner].extent);
-    if lanes > 0 {
-        let name = ss.ivs[inner].name.clone();
-        let (_, v) = ss
-            .split(inner, lanes, (&format!("{name}.o"), span), (&format!("{name}.v"), span), span)
-            .expect("fresh names");
-        ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+    if lanes == 0 {
+        return None;
     }
+    let name = ss.ivs[inner].name.clone();
+    let (o, v) =
+        ss.split(inner, lanes, (&format!("{name}.o"), span), (&format!("{name}.v"), span), span).expect("fresh names");
+    ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+    Some((o, v))
 }
 
 /// Rows shorter than a full vector, or than a few vectors and not a
@@ -1696,8 +1699,12 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
             Some(piece) if ss.ivs[piece].extent % m.lanes != 0 && ss.ivs[piece].extent <= 4 * m.lanes => {
                 ss.annotate(piece, ForKind::Vectorized, Span::default()).expect("spatial innermost")
             }
-            Some(piece) => vectorize_inner(ss, piece, m),
-            None => vectorize_inner(ss, row, m),
+            Some(piece) => {
+                vectorize_inner(ss, piece, m);
+            }
+            None => {
+                vectorize_inner(ss, row, m);
+            }
         }
     }
     // Fuse leading spatial loops until there is enough parallel work.
@@ -1798,12 +1805,9 @@ fn transposing_order(
     // Stable: axes of equal stride keep their order.
     others.sort_by_key(|&(stride, _)| std::cmp::Reverse(stride));
     let span = Span::default();
-    let name = ss.ivs[row].name.clone();
-    let (o, v) =
-        ss.split(row, lanes, (&format!("{name}.o"), span), (&format!("{name}.v"), span), span).expect("fresh names");
+    let (o, v) = vectorize_inner(ss, row, m).expect("a vector width");
     let order: Vec<usize> = std::iter::once(o).chain(others.iter().map(|&(_, l)| l)).chain([v]).collect();
     ss.reorder(&order, span).expect("a permutation of the leaves");
-    ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
     // Axes the gathered tensor does not move with (the `i, j` of a filter
     // transform, in its selects) are unrolled, up to 16 copies: their
     // copies then share one gather of each element.
