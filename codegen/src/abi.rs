@@ -237,3 +237,19 @@ pub const PARALLEL_FOR: &str = "texc_parallel_for";
 pub fn runtime_parallel_for() -> *const u8 {
     texc_runtime::pool::texc_parallel_for as *const u8
 }
+
+/// `void *texc_local_alloc(uint64_t bytes)`: a 64-byte aligned buffer for a
+/// local over [`MAX_STACK_BYTES`](texc_schedules::attach::MAX_STACK_BYTES),
+/// never NULL. Objects define it weakly over `aligned_alloc` (aborting when
+/// that fails); JIT code calls the runtime's.
+pub const LOCAL_ALLOC: &str = "texc_local_alloc";
+/// `void texc_local_free(void *p)`: gives back a [`LOCAL_ALLOC`] buffer.
+pub const LOCAL_FREE: &str = "texc_local_free";
+
+/// The runtime's [`LOCAL_ALLOC`] and [`LOCAL_FREE`], for JIT backends.
+pub fn runtime_local_memory() -> [(&'static str, *const u8); 2] {
+    [
+        (LOCAL_ALLOC, texc_runtime::local::texc_local_alloc as *const u8),
+        (LOCAL_FREE, texc_runtime::local::texc_local_free as *const u8),
+    ]
+}

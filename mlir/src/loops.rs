@@ -3,7 +3,9 @@
 //! - Loops become `scf.for` (serial and unrolled ones; unrolling is left to
 //!   MLIR) and `scf.parallel`; guards `scf.if`; temporaries `memref.alloc`
 //!   (freed at the end), locals `memref.alloca` inside `memref.alloca_scope`
-//!   (so a local in a loop does not grow the stack each iteration).
+//!   (so a local in a loop does not grow the stack each iteration), or
+//!   `memref.alloc` and `memref.dealloc` there when they are larger than the
+//!   stack's share (`texc_schedules::attach::on_heap`).
 //! - A vectorized loop of `L` iterations whose statements store contiguously
 //!   (the last index moves by one per lane, the others not at all) becomes
 //!   straight-line `vector` code on `vector<L x T>`: uniform values stay
@@ -179,10 +181,15 @@ impl<'c> Gen<'c, '_> {
                 Stmt::If { cond, then } => self.guard(blk, env, *cond, then)?,
                 Stmt::Alloc { tensor, body } => {
                     let t = *tensor;
+                    let d = self.f.p.tensor(t);
+                    let heap = texc_schedules::attach::on_heap(d.len().max(1) * d.elem.size() as i64);
                     let region = self.region(env, &[], |g, inner, child| {
-                        let buf = g.alloc(inner, "memref.alloca", t);
+                        let buf = g.alloc(inner, if heap { "memref.alloc" } else { "memref.alloca" }, t);
                         child.bufs[t.0 as usize] = Some(buf);
                         g.stmts(inner, child, body)?;
+                        if heap {
+                            g.b.op(inner, "memref.dealloc", &[buf], &[], &[]);
+                        }
                         g.b.op(inner, "memref.alloca_scope.return", &[], &[], &[]);
                         Ok(())
                     })?;

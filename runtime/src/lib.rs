@@ -9,6 +9,7 @@
 pub mod atomic;
 mod buffer;
 pub mod cuda;
+pub mod local;
 pub mod memory;
 mod npy;
 mod npz;

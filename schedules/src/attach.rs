@@ -30,8 +30,22 @@ use texc_compiler::ops::{BinOp, UnOp};
 use texc_compiler::tir::{Program, TExpr, TExprId, TensorId};
 use texc_grammar::Diagnostic;
 
-/// Buffers of attached stages live on the stack of the thread that runs them.
-pub const MAX_LOCAL_BYTES: i64 = 256 * 1024;
+/// Local buffers (attached stages, `local` in loop text) up to this size
+/// live on the stack of the thread that runs them; larger ones on the heap
+/// (CPU code asks the runtime's `texc_local_alloc` for them, see
+/// `texc_codegen::abi`), whose cost is one allocation per execution of the
+/// loop that holds them.
+pub const MAX_STACK_BYTES: i64 = 256 * 1024;
+
+/// The most one local buffer may take: a packed block of a matrix product
+/// (2 MiB at 512 × 1024 floats) with room to spare, and few enough that a
+/// schedule's mistake is an error rather than gigabytes per thread.
+pub const MAX_LOCAL_BYTES: i64 = 16 * 1024 * 1024;
+
+/// Whether a local buffer of `bytes` lives on the heap (CPU code).
+pub fn on_heap(bytes: i64) -> bool {
+    bytes > MAX_STACK_BYTES
+}
 
 /// A term of a box base: an iteration variable of the owner (fixed at the
 /// attachment loop) or the offset of one of the owner's axes.
@@ -387,7 +401,7 @@ pub fn infer_with(p: &Program, s: &mut Schedules, sized: bool) -> Result<Vec<Opt
         if sized && bytes > MAX_LOCAL_BYTES {
             return Err(err(format!(
                 "the part of `{name}` computed per iteration of `{owner_name}.{}` takes {bytes} bytes; \
-                 attached buffers live on the stack and may take at most {MAX_LOCAL_BYTES}",
+                 an attached buffer may take at most {MAX_LOCAL_BYTES}",
                 oss.ivs[at.leaf].name
             ))
             .with_note("attach it at an inner loop, or split the loops inside the attachment point"));

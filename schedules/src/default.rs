@@ -296,8 +296,8 @@ impl DefaultKnobs {
     pub const SPACE: [(&'static str, &'static [i64]); 13] = [
         ("rows", &[2, 3, 4, 5, 6, 8, 12]),
         ("nvec", &[2, 1, 3]),
-        ("kslice", &[64, 128, 256, 512]),
-        ("cols", &[64, 128, 256]),
+        ("kslice", &[64, 128, 256, 512, 1024]),
+        ("cols", &[64, 128, 256, 512, 1024]),
         ("pack", &[1, 0]),
         ("order", &[0, 1]),
         ("unroll", &[1, 2, 4]),
@@ -1318,6 +1318,22 @@ fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
 /// or 256 columns, and a single long reduction cut into slices of 256; the returned
 /// request asks to pack the vector operand per slice and column block (a
 /// reduction of one slice: per column block, where those are outermost).
+/// The depth of a sliced product's reduction slices: 512 where the
+/// reduction is deeper than that, else 256 (products of 257 to 512 keep the
+/// slices they had). Every slice reads and writes the accumulators of the
+/// whole output once more, from L3 when the output is large: on this Zen 4
+/// with AVX2, 1 thread, SGEMM 2048³ ran 168 ms with slices of 256 and 163
+/// with 512, 1024³ 20.3 and 19.5 ms (`texc bench benches/matmul.tex
+/// --knob kslice=256|512`); the packed block of 512 × 256 floats then lives
+/// on the heap (`attach::on_heap`).
+fn default_kslice(depth: i64) -> i64 {
+    if depth > 512 {
+        512
+    } else {
+        256
+    }
+}
+
 fn register_block(
     ss: &mut StageSchedule,
     p: &Program,
@@ -1397,17 +1413,18 @@ fn register_block(
     let (o, v) =
         ss.split(inner, width, (&format!("{iname}.o"), span), (&format!("{iname}.v"), span), span).expect("fresh");
     ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
-    // Long rows take blocks of 256 columns (a 256 KiB packed block per
-    // 256-deep slice, a quarter of L2): each row block of A, streamed from
-    // L3 once per column block, then serves twice as many panels (SGEMM
-    // 2048³ on AVX2: 96 → 100 GFLOP/s). Shorter ones keep 128, so that the
+    // Long rows take blocks of 256 columns (a 512 KiB packed block per
+    // 512-deep slice, half of L2): each row block of A, streamed from L3
+    // once per column block, then serves twice as many panels (SGEMM 2048³
+    // on AVX2: 96 → 100 GFLOP/s). Shorter ones keep 128, so that the
     // column blocks still give the threads eight loops or more.
     let elem = p.tensor(st.tensor).elem.size() as i64;
     let depth: i64 = reductions.iter().map(|&l| ss.ivs[l].extent).product();
-    let sliced = matches!(reductions[..], [k] if ss.ivs[k].extent > m.knobs.kslice.unwrap_or(256));
+    let kslice = m.knobs.kslice.unwrap_or(default_kslice(depth));
+    let sliced = matches!(reductions[..], [_] if depth > kslice);
     // A reduction of one slice packs a block's panels whole (below): they
     // and the block's accumulators share the stack's 256 KiB.
-    let one_slice_fits = |cols: i64| cols * depth * elem + f * width * elem <= crate::attach::MAX_LOCAL_BYTES;
+    let one_slice_fits = |cols: i64| cols * depth * elem + f * width * elem <= crate::attach::MAX_STACK_BYTES;
     let cols = m.knobs.cols.unwrap_or(match row >= 2048 {
         true if sliced || one_slice_fits(256) => 256,
         _ => 128,
@@ -1419,8 +1436,9 @@ fn register_block(
     let slices = match reductions[..] {
         [k] if sliced => {
             let kname = ss.ivs[k].name.clone();
-            let depth = m.knobs.kslice.unwrap_or(256);
-            Some(ss.split(k, depth, (&format!("{kname}.o"), span), (&format!("{kname}.i"), span), span).expect("fresh"))
+            Some(
+                ss.split(k, kslice, (&format!("{kname}.o"), span), (&format!("{kname}.i"), span), span).expect("fresh"),
+            )
         }
         _ => None,
     };

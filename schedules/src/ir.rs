@@ -400,6 +400,29 @@ impl LoopFunc {
             .filter(|t| seen[t.0 as usize] && !local[t.0 as usize] && self.p.tensor(*t).role == TensorRole::Temp)
             .collect()
     }
+
+    /// The `Alloc`ated buffers that CPU code takes from the heap
+    /// ([`crate::attach::on_heap`]), in statement order.
+    pub fn heap_locals(&self) -> Vec<TensorId> {
+        fn walk(f: &LoopFunc, s: &[Stmt], out: &mut Vec<TensorId>) {
+            for st in s {
+                match st {
+                    Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(f, body, out),
+                    Stmt::Alloc { tensor, body } => {
+                        let d = f.p.tensor(*tensor);
+                        if crate::attach::on_heap(d.len().max(1) * d.elem.size() as i64) {
+                            out.push(*tensor);
+                        }
+                        walk(f, body, out)
+                    }
+                    Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(self, &self.body, &mut out);
+        out
+    }
 }
 
 /// What a top-level loop nest computes, for profiles: the tensors it

@@ -173,7 +173,7 @@ fn avx512_schedules_on_this_machine() {
     let p = texc_tests::compile("benches/matmul.tex", None, &b).expect("compiles");
     let f = texc_tests::default_lowered("x86-avx512", &p);
     let text = texc_schedules::ir::print(&f);
-    assert!(text.contains("local B.packed: f32[4, 256, 32]:"), "32-wide panels for the 32-wide micro-kernel:\n{text}");
+    assert!(text.contains("local B.packed: f32[4, 512, 32]:"), "32-wide panels for the 32-wide micro-kernel:\n{text}");
     check("default gemm (x86-avx512 schedule)", &p, &f, here, 9);
 }
 

@@ -222,13 +222,21 @@ fn wrapping_index_arithmetic_is_not_trusted() {
     assert!(texc_schedules::text::parse(&ok, id).is_ok(), "{ok}");
 }
 
-/// `local` buffers are stack arrays: nested ones together get 256 KiB (a
-/// 400 MB one overflowed the stack of compiled code).
+/// `local` buffers up to 256 KiB are stack arrays, and nested ones together
+/// get 256 KiB (a 400 MB one overflowed the stack of compiled code); larger
+/// ones live on the heap, up to 16 MiB together.
 #[test]
 fn locals_are_bounded_like_attached_buffers() {
     let head = "func k [N=4]\n  input X: f32[4]\n  output Y: f32[4]\n";
     let big = format!("{head}  for i in 0..4:\n    local T: f32[100000000]:\n      T[0] = X[i]\n      Y[i] = T[0]\n");
-    assert!(errors("big", &big).contains("local buffers here take 400000000 bytes of stack"));
+    assert!(errors("big", &big).contains("local buffers here take 400000000 bytes of heap, more than 16777216"));
+    let heap = |n: usize| {
+        format!("{head}  local A: f32[{n}]:\n    local B: f32[{n}]:\n      A[0] = X[0]\n      B[0] = A[0]\n      Y[0] = B[0]\n")
+    };
+    assert!(errors("heap", &heap(3_000_000)).contains("take 24000000 bytes of heap"));
+    let mut sm = SourceMap::new();
+    let id = sm.add("heap.loops", heap(1_000_000));
+    assert!(texc_schedules::text::parse(&heap(1_000_000), id).is_ok(), "two 4 MB locals fit the heap's share");
     let nested = format!(
         "{head}  local A: f32[40000]:\n    local B: f32[40000]:\n      A[0] = X[0]\n      B[0] = A[0]\n      Y[0] = B[0]\n"
     );

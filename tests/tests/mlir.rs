@@ -336,6 +336,28 @@ fn exported_random_schedules_run_like_the_interpreter() {
     }
 }
 
+/// A local over the stack's share (a 512 KiB packed block of a product
+/// sliced 1024 deep) is `memref.alloc`ed and `memref.dealloc`ed in its
+/// scope, and runs like the interpreter.
+#[test]
+fn exported_heap_locals_run_like_the_interpreter() {
+    let src = "kernel mm(A: f32[M = 13, K = 1100], B: f32[K, N = 300]) -> C: f32[M, N] {\n    C[i, j] = sum[k](A[i, k] * B[k, j]);\n}\n";
+    let (mut pl, k) = texc_tests::load_text("x86-avx2", "heap.tex", src, None).expect("loads");
+    let p = pl.specialize(k, &texc_compiler::Bindings::default()).expect("specializes");
+    pl.options.knobs = [("kslice".to_string(), 1024), ("cols".to_string(), 128)].into();
+    let f = pl.default_loops(p.clone()).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e))).legal;
+    assert!(!f.heap_locals().is_empty(), "the pack is on the heap");
+    let mlir = texc_mlir::export_loops(&f).expect("exports");
+    assert!(
+        mlir.contains("memref.alloc() {alignment = 64 : i64} : memref<") && mlir.contains("memref.dealloc"),
+        "{mlir}"
+    );
+    if skip() {
+        return;
+    }
+    agree("heap locals", &p, &f, 5);
+}
+
 /// Saturating float-to-integer conversions, unsigned and bool results,
 /// floor division and modulo of negative values, through both exports.
 #[test]

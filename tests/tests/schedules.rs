@@ -103,7 +103,7 @@ fn illegal_attachments_are_spanned_errors() {
         ("compute_at U C.i;", "`V` also reads `U`, but it does not run inside `C.i`"),
         ("compute_at U V.i;", "`C` also reads `U`"),
         ("compute_at W C.j;", "index `i / 2` is not affine"),
-        ("reorder C(j, i, k); compute_at T C.j;", "attached buffers live on the stack"),
+        ("reorder C(j, i, k); compute_at T C.j;", "an attached buffer may take at most 16777216"),
         ("compute_at T V.i;", "`C` also reads `T`, but it does not run inside `V.i`"),
         ("cache_read A for C at C.k in shared -> As;", "memory scope `shared` is for GPUs"),
         ("cache_read Q for C at C.k -> As;", "no tensor named `Q`"),
@@ -115,7 +115,8 @@ fn illegal_attachments_are_spanned_errors() {
         ("cache_read B for C at C.k layout (j, q) -> Bs;", "the cache has no axis `q`"),
         ("cache_read B for C at C.k layout (j, k * 2) -> Bs;", "a layout dimension is an axis"),
     ];
-    let kernel = "kernel two(A: f32[M = 300, K = 300], B: f32[K, N = 8]) -> C: f32[M, N] {
+    // T whole is 2100 × 2100 floats, over what a local buffer may take.
+    let kernel = "kernel two(A: f32[M = 2100, K = 2100], B: f32[K, N = 8]) -> C: f32[M, N] {
     T[i, k] = A[i, k] * 2.0;
     U[i, k] = A[i, k] + 1.0;
     V[i, k] = U[i, k] * U[i, k];
@@ -320,8 +321,9 @@ fn default_schedule_fuses_short_rows() {
 }
 
 /// Long GEMM rows get BLIS's structure by default: a 16-wide register
-/// block, 256-deep reduction slices and the vector operand packed into
-/// panels per slice — at sizes where every split leaves a tail.
+/// block, 256-deep reduction slices (512-deep beyond 512) and the vector
+/// operand packed into panels per slice — at sizes where every split
+/// leaves a tail.
 #[test]
 fn default_gemm_schedule_packs_panels() {
     let default_loops_of = |elem: &str, shapes: &str| {
@@ -332,9 +334,11 @@ fn default_gemm_schedule_packs_panels() {
         (texc_schedules::ir::print(&f), p, f)
     };
     let default_loops = |shapes: &str| default_loops_of("f32", shapes);
-    let (text, p, f) = default_loops("M=13,K=520,N=270");
-    assert!(text.contains("local B.packed: f32[8, 256, 16]:"), "expected packed panels:\n{text}");
-    assert_same_compiled("default gemm", &p, &f, 4);
+    for (shapes, pack) in [("M=13,K=500,N=270", "f32[8, 256, 16]"), ("M=13,K=1100,N=270", "f32[8, 512, 16]")] {
+        let (text, p, f) = default_loops(shapes);
+        assert!(text.contains(&format!("local B.packed: {pack}:")), "expected packed panels:\n{text}");
+        assert_same_compiled(&format!("default gemm {shapes}"), &p, &f, 4);
+    }
     // A reduction of one slice (K ≤ 256) under long rows: packed once per
     // block of 256 columns (the outer, parallel loop, not fused with the
     // row blocks where neither has a tail, as at 12 × 2048), its
@@ -777,5 +781,34 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y:
             }
             None => assert!(text.contains("\n  for q.c in 0..800"), "{target}: axes' order kept:\n{text}"),
         });
+    }
+}
+
+/// Locals larger than the stack's share (`attach::MAX_STACK_BYTES`) live on
+/// the heap: a product sliced 1024 deep with blocks of 128 columns packs
+/// 512 KiB per block, inside the parallel loop over column blocks (each
+/// worker takes its own), with a partial slice and a partial block. The
+/// loop nest, both x86 targets and Cranelift agree with the interpreter.
+#[test]
+fn heap_locals_run_like_the_interpreter() {
+    let src = "kernel mm(A: f32[M = 13, K = 1100], B: f32[K, N = 300]) -> C: f32[M, N] {\n    C[i, j] = sum[k](A[i, k] * B[k, j]);\n}\n";
+    let (mut pl, k) = texc_tests::load_text("interp", "heap.tex", src, None).expect("loads");
+    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    for target in ["x86-avx2", "x86-avx512", "cranelift"] {
+        let t = texc_compiler::target::lookup(target).expect("registered");
+        let mut pl = texc_tests::pipeline(target);
+        pl.options.knobs = [("kslice".to_string(), 1024), ("cols".to_string(), 128)].into();
+        let loops = pl.default_loops(p.clone()).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+        let text = texc_schedules::ir::print(&loops.lowered);
+        assert!(text.contains("local B.packed: f32[") && text.contains(", 1024, "), "{target}: {text}");
+        let bytes = |f: &texc_schedules::LoopFunc| {
+            f.p.tensors.iter().filter(|d| d.name.ends_with(".packed")).map(|d| d.len() * 4).max().unwrap_or(0)
+        };
+        assert!(texc_schedules::attach::on_heap(bytes(&loops.legal)), "{target}: the pack is on the heap");
+        assert_same(&format!("heap locals {target}"), &p, &loops.lowered, 5);
+        if t.check_runs_here().is_ok() {
+            let got = pl.compile(&loops.legal).expect("compiles").run(random_args(&p, 5)).expect("runs");
+            assert_outputs(&format!("heap locals {target}: compiled"), &p, &loops.legal, 5, got);
+        }
     }
 }

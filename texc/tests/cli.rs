@@ -219,6 +219,63 @@ fn aot_object_links_into_a_c_program(target: &str) {
     assert!(so.exists() && dir.join("libcbr.h").exists());
 }
 
+/// An object whose kernel packs more than the stack's share (a product
+/// sliced 1024 deep: 512 KiB per block of columns) takes it from
+/// `texc_local_alloc`: the object's weak definition by default, the
+/// program's own when it links one. Both runs match C's product
+/// (`benches/matmul.tex` has no schedule: the default one's knobs apply).
+#[test]
+fn ahead_of_time_heap_locals_take_the_programs_allocator_when_it_has_one() {
+    for target in ["x86-avx2", "cranelift"] {
+        let dir = tmp(&format!("aot-heap-{target}"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let obj = dir.join("matmul.o");
+        let o = texc(&[
+            "compile",
+            "benches/matmul.tex",
+            "--target",
+            target,
+            "--shape",
+            "M=13,K=1100,N=300",
+            "--knob",
+            "kslice=1024,cols=128",
+            "-o",
+            obj.to_str().expect("utf8"),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        let header = std::fs::read_to_string(dir.join("matmul.h")).expect("header written");
+        assert!(header.contains("void *texc_local_alloc(uint64_t bytes);"), "{header}");
+        let own = dir.join("own_alloc.c");
+        std::fs::write(
+            &own,
+            "#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\nstatic int calls;\n\
+             void *texc_local_alloc(uint64_t n) { calls++; return aligned_alloc(64, (n + 63) / 64 * 64); }\n\
+             void texc_local_free(void *p) { free(p); }\n\
+             __attribute__((destructor)) static void report(void) { printf(\"own allocator calls: %d\\n\", calls); }\n",
+        )
+        .expect("written");
+        for with_own in [false, true] {
+            let exe = dir.join(if with_own { "own" } else { "weak" });
+            let mut cc = Command::new("cc");
+            cc.arg("-I").arg(&dir).arg(root().join("examples/c/matmul_main.c")).arg(&obj);
+            if with_own {
+                cc.arg(&own);
+            }
+            let cc = cc.arg("-o").arg(&exe).arg("-lm").output().expect("cc runs");
+            assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+            let run = Command::new(&exe).output().expect("runs");
+            let out = String::from_utf8_lossy(&run.stdout);
+            assert!(run.status.success() && out.contains("relative error"), "{target}: {out}");
+            let calls: Option<u32> =
+                out.lines().find_map(|l| l.strip_prefix("own allocator calls: ")).map(|n| n.parse().expect("a count"));
+            match with_own {
+                true => assert!(calls.is_some_and(|n| n > 0), "{target}: the program's allocator unused: {out}"),
+                false => assert_eq!(calls, None),
+            }
+        }
+    }
+}
+
 #[test]
 fn analyze_agrees_with_hand_counts() {
     let svg = tmp("roof.svg");

@@ -175,9 +175,23 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
                 let addr = self.address(*tensor, indices)?;
                 self.store_value(*tensor, v, addr)
             }
+            Stmt::Alloc { tensor, body } if texc_schedules::attach::on_heap(self.local_bytes(*tensor) as i64) => {
+                // Over the stack's share: from the heap around the body.
+                let (alloc, free) = self.cx.local_memory()?;
+                let n = self.iconst(types::I64, self.local_bytes(*tensor) as i64);
+                let fr = self.fref(alloc);
+                let inst = self.b.ins().call(fr, &[n]);
+                let p = self.b.inst_results(inst)[0];
+                self.tensors.insert(*tensor, p);
+                let r = self.stmts(body);
+                self.tensors.remove(tensor);
+                r?;
+                let fr = self.fref(free);
+                self.b.ins().call(fr, &[p]);
+                Ok(())
+            }
             Stmt::Alloc { tensor, body } => {
-                let d = self.cx.f.p.tensor(*tensor);
-                let bytes = (d.len().max(1) as u64) * d.elem.size() as u64;
+                let bytes = self.local_bytes(*tensor);
                 let bytes =
                     u32::try_from(bytes).map_err(|_| CodegenError::Unsupported("a local buffer over 4 GiB".into()))?;
                 let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6));
@@ -188,6 +202,11 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
                 r
             }
         }
+    }
+
+    fn local_bytes(&self, t: TensorId) -> u64 {
+        let d = self.cx.f.p.tensor(t);
+        (d.len().max(1) as u64) * d.elem.size() as u64
     }
 
     /// `if c { then }` as a branch.

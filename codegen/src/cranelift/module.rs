@@ -77,6 +77,24 @@ impl<'m, M: Module> ModuleCx<'m, M> {
         Ok(id)
     }
 
+    /// `abi::LOCAL_ALLOC` and `abi::LOCAL_FREE`: the runtime's in the JIT,
+    /// defined weakly in objects ([`define_weak_local_memory`]).
+    pub fn local_memory(&mut self) -> R<(FuncId, FuncId)> {
+        let linkage = if self.object { Linkage::Preemptible } else { Linkage::Import };
+        let declare = |cx: &mut Self, name: &'static str, params: &[Type], ret: Option<Type>| -> R<FuncId> {
+            if let Some(&id) = cx.imports.get(name) {
+                return Ok(id);
+            }
+            let sig = cx.signature(params, ret);
+            let id = cx.module.declare_function(name, linkage, &sig).map_err(module_err)?;
+            cx.imports.insert(name, id);
+            Ok(id)
+        };
+        let alloc = declare(self, abi::LOCAL_ALLOC, &[types::I64], Some(self.ptr))?;
+        let free = declare(self, abi::LOCAL_FREE, &[self.ptr], None)?;
+        Ok((alloc, free))
+    }
+
     /// A fresh parallel task `(ctx, lo, hi)`.
     pub fn task_id(&mut self) -> R<FuncId> {
         self.tasks += 1;
@@ -154,6 +172,9 @@ pub(super) fn build<M: Module>(
     let entry = define_entry(&mut cx)?;
     if let Some(c) = c {
         define_serial_pool(&mut cx)?;
+        if cx.imports.contains_key(abi::LOCAL_ALLOC) {
+            define_weak_local_memory(&mut cx)?;
+        }
         define_c_entry(&mut cx, c, entry)?;
     }
     Ok((entry, cx.texts))
@@ -211,6 +232,57 @@ fn define_serial_pool<M: Module>(cx: &mut ModuleCx<M>) -> R<()> {
         g.finish();
     }
     cx.define(id, func)
+}
+
+/// `texc_local_alloc(n)` as `aligned_alloc(64, n rounded up to 64)`,
+/// calling `abort` when that fails, and `texc_local_free(p)` as `free(p)`;
+/// preemptible (weak), like the serial pool.
+fn define_weak_local_memory<M: Module>(cx: &mut ModuleCx<M>) -> R<()> {
+    let (alloc_id, free_id) = cx.local_memory()?;
+    let aligned_alloc = cx.import("aligned_alloc", &[types::I64, types::I64], Some(cx.ptr))?;
+    let free = cx.import("free", &[cx.ptr], None)?;
+    let abort = cx.import("abort", &[], None)?;
+    let sig = cx.signature(&[types::I64], Some(cx.ptr));
+    let mut func = Function::with_name_signature(UserFuncName::user(0, alloc_id.as_u32()), sig);
+    let mut fbc = FunctionBuilderContext::new();
+    {
+        let mut g = FnGen::new(cx, &mut func, &mut fbc);
+        let block = g.b.create_block();
+        g.b.append_block_params_for_function_params(block);
+        g.b.switch_to_block(block);
+        let n = g.b.block_params(block)[0];
+        let up = g.b.ins().iadd_imm_u(n, 63);
+        let size = g.b.ins().band_imm_s(up, -64);
+        let align = g.iconst(types::I64, 64);
+        let fr = g.fref(aligned_alloc);
+        let inst = g.b.ins().call(fr, &[align, size]);
+        let p = g.b.inst_results(inst)[0];
+        let (failed, done) = (g.b.create_block(), g.b.create_block());
+        g.b.ins().brif(p, done, &[], failed, &[]);
+        g.b.switch_to_block(failed);
+        let fr = g.fref(abort);
+        g.b.ins().call(fr, &[]);
+        g.b.ins().trap(cranelift_codegen::ir::TrapCode::unwrap_user(1));
+        g.b.switch_to_block(done);
+        g.b.ins().return_(&[p]);
+        g.finish();
+    }
+    cx.define(alloc_id, func)?;
+    let sig = cx.signature(&[cx.ptr], None);
+    let mut func = Function::with_name_signature(UserFuncName::user(0, free_id.as_u32()), sig);
+    let mut fbc = FunctionBuilderContext::new();
+    {
+        let mut g = FnGen::new(cx, &mut func, &mut fbc);
+        let block = g.b.create_block();
+        g.b.append_block_params_for_function_params(block);
+        g.b.switch_to_block(block);
+        let p = g.b.block_params(block)[0];
+        let fr = g.fref(free);
+        g.b.ins().call(fr, &[p]);
+        g.b.ins().return_(&[]);
+        g.finish();
+    }
+    cx.define(free_id, func)
 }
 
 /// The typed C entry of `abi::CEntry`.

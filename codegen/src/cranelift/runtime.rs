@@ -91,4 +91,7 @@ pub(super) fn symbols() -> Vec<Symbol> {
         s("texc_f64_to_f16", texc_f64_to_f16 as *const u8),
         s(crate::abi::PARALLEL_FOR, crate::abi::runtime_parallel_for()),
     ]
+    .into_iter()
+    .chain(crate::abi::runtime_local_memory().map(|(name, addr)| s(name, addr)))
+    .collect()
 }

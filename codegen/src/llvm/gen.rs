@@ -177,9 +177,60 @@ impl<'ctx> Gen<'ctx, '_> {
         let entry = self.entry(body)?;
         if let Some(c) = c {
             self.serial_pool(pf)?;
+            self.weak_local_memory()?;
             self.c_entry(c, entry)?;
         }
         Ok(self.m)
+    }
+
+    /// C's `aligned_alloc` and `free`, declared once.
+    fn libc_memory(&self) -> (FunctionValue<'ctx>, FunctionValue<'ctx>) {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let i64t = self.cx.i64_type();
+        let declare = |name: &str, ty| {
+            self.m.get_function(name).unwrap_or_else(|| self.m.add_function(name, ty, Some(Linkage::External)))
+        };
+        let alloc = declare("aligned_alloc", ptr.fn_type(&[i64t.into(), i64t.into()], false));
+        let free = declare("free", self.cx.void_type().fn_type(&[ptr.into()], false));
+        (alloc, free)
+    }
+
+    /// Objects whose code takes heap locals define `abi::LOCAL_ALLOC` and
+    /// `abi::LOCAL_FREE` weakly: `aligned_alloc` of the size rounded up to
+    /// 64 bytes (`abort` when it fails: a loop cannot go on without its
+    /// buffer, and the header says how to supply an allocator of one's own)
+    /// and `free`.
+    fn weak_local_memory(&self) -> R<()> {
+        let Some(local_alloc) = self.m.get_function(abi::LOCAL_ALLOC) else { return Ok(()) };
+        let local_free = self.m.get_function(abi::LOCAL_FREE).expect("declared with texc_local_alloc");
+        let (alloc, free) = self.libc_memory();
+        let i64t = self.cx.i64_type();
+        let abort = self.m.get_function("abort").unwrap_or_else(|| {
+            self.m.add_function("abort", self.cx.void_type().fn_type(&[], false), Some(Linkage::External))
+        });
+        local_alloc.set_linkage(Linkage::WeakAny);
+        let bb = self.cx.append_basic_block(local_alloc, "entry");
+        let failed = self.cx.append_basic_block(local_alloc, "failed");
+        let done = self.cx.append_basic_block(local_alloc, "done");
+        self.b.position_at_end(bb);
+        let bytes = local_alloc.get_nth_param(0).expect("bytes").into_int_value();
+        let up = self.b.build_int_add(bytes, i64t.const_int(63, false), "up")?;
+        let size = self.b.build_and(up, i64t.const_int(!63u64, false), "size")?;
+        let p = self.call(alloc, &[i64t.const_int(64, false).into(), size.into()])?.into_pointer_value();
+        let null = self.b.build_is_null(p, "null")?;
+        self.b.build_conditional_branch(null, failed, done)?;
+        self.b.position_at_end(failed);
+        self.b.build_call(abort, &[], "")?;
+        self.b.build_unreachable()?;
+        self.b.position_at_end(done);
+        self.b.build_return(Some(&p))?;
+        local_free.set_linkage(Linkage::WeakAny);
+        let bb = self.cx.append_basic_block(local_free, "entry");
+        self.b.position_at_end(bb);
+        let q = local_free.get_nth_param(0).expect("p");
+        self.b.build_call(free, &[q.into()], "")?;
+        self.b.build_return(None)?;
+        Ok(())
     }
 
     /// The entry of `abi`: unpack the buffer and scalar arrays, call the body.
@@ -255,13 +306,7 @@ impl<'ctx> Gen<'ctx, '_> {
             .collect();
         let f = self.m.add_function(&c.name, i32t.fn_type(&params, false), None);
         self.attrs(f);
-        let alloc = self.m.add_function(
-            "aligned_alloc",
-            ptr.fn_type(&[i64t.into(), i64t.into()], false),
-            Some(Linkage::External),
-        );
-        let free =
-            self.m.add_function("free", self.cx.void_type().fn_type(&[ptr.into()], false), Some(Linkage::External));
+        let (alloc, free) = self.libc_memory();
         let start = self.cx.append_basic_block(f, "entry");
         let null_bb = self.cx.append_basic_block(f, "null_argument");
         let fill = self.cx.append_basic_block(f, "fill");

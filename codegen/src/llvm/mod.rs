@@ -134,6 +134,11 @@ fn jit_module(f: &LoopFunc, t: &Target, build: impl for<'c> FnOnce(&'c Context, 
     if let Some(pf) = m.get_function(abi::PARALLEL_FOR) {
         engine.add_global_mapping(&pf, abi::runtime_parallel_for() as usize);
     }
+    for (name, addr) in abi::runtime_local_memory() {
+        if let Some(f) = m.get_function(name) {
+            engine.add_global_mapping(&f, addr as usize);
+        }
+    }
     let addr = engine.get_function_address(&abi::entry_name(f)).map_err(llvm_err)?;
     // SAFETY: the entry function has exactly this signature (see `gen`).
     let entry: EntryFn = unsafe { std::mem::transmute::<usize, EntryFn>(addr) };

@@ -3,7 +3,7 @@
 
 use super::gen::{Frame, Gen, Mode};
 use super::{llvm_err, R};
-use crate::CodegenError;
+use crate::{abi, CodegenError};
 use inkwell::module::Linkage;
 use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue};
@@ -98,6 +98,17 @@ impl<'ctx> Gen<'ctx, '_> {
                 fr.tensors.remove(tensor);
                 r
             }
+            Stmt::Alloc { tensor, body } if texc_schedules::attach::on_heap(self.local_bytes(*tensor)) => {
+                let bytes = self.local_bytes(*tensor);
+                if self.on_device() {
+                    let name = &self.f.p.tensor(*tensor).name;
+                    return Err(CodegenError::Unsupported(format!(
+                        "`{name}` takes {bytes} bytes per GPU thread: private buffers may take at most {}",
+                        texc_schedules::attach::MAX_STACK_BYTES
+                    )));
+                }
+                self.heap_local(fr, *tensor, bytes, body, mode)
+            }
             Stmt::Alloc { tensor, body } => {
                 // A stack array in the function's entry block: private to each
                 // task, and promoted to registers by SROA when indices are constant.
@@ -111,6 +122,53 @@ impl<'ctx> Gen<'ctx, '_> {
                 r
             }
         }
+    }
+
+    fn local_bytes(&self, t: TensorId) -> i64 {
+        let d = self.f.p.tensor(t);
+        d.len().max(1) * d.elem.size() as i64
+    }
+
+    /// A local over the stack's share: taken from the heap around `body`
+    /// (once per execution of the enclosing loop; the runtime keeps a
+    /// block per thread for the next one).
+    fn heap_local(&mut self, fr: &mut Frame<'ctx>, t: TensorId, bytes: i64, body: &[Stmt], mode: Mode<'ctx>) -> R<()> {
+        let (alloc, free) = self.local_memory();
+        let n = self.cx.i64_type().const_int(bytes as u64, false);
+        let p = self.call(alloc, &[n.into()])?.into_pointer_value();
+        fr.tensors.insert(t, p);
+        let r = self.stmts(fr, body, mode);
+        fr.tensors.remove(&t);
+        r?;
+        self.b.build_call(free, &[p.into()], "")?;
+        Ok(())
+    }
+
+    /// `abi::LOCAL_ALLOC` and `abi::LOCAL_FREE`, declared once. The buffer
+    /// is `noalias` (like `malloc`'s), 64-byte aligned and never null, so
+    /// that LLVM treats it as it does a stack array.
+    fn local_memory(&self) -> (FunctionValue<'ctx>, FunctionValue<'ctx>) {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let i64t = self.cx.i64_type();
+        let alloc = self.m.get_function(abi::LOCAL_ALLOC).unwrap_or_else(|| {
+            let f = self.m.add_function(abi::LOCAL_ALLOC, ptr.fn_type(&[i64t.into()], false), Some(Linkage::External));
+            self.attrs(f);
+            for (name, v) in [("noalias", 0), ("nonnull", 0), ("align", 64)] {
+                let a = self.cx.create_enum_attribute(inkwell::attributes::Attribute::get_named_enum_kind_id(name), v);
+                f.add_attribute(inkwell::attributes::AttributeLoc::Return, a);
+            }
+            f
+        });
+        let free = self.m.get_function(abi::LOCAL_FREE).unwrap_or_else(|| {
+            let f = self.m.add_function(
+                abi::LOCAL_FREE,
+                self.cx.void_type().fn_type(&[ptr.into()], false),
+                Some(Linkage::External),
+            );
+            self.attrs(f);
+            f
+        });
+        (alloc, free)
     }
 
     /// `if cond: then` as a branch; `cond` is evaluated as a scalar.

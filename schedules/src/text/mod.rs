@@ -66,6 +66,7 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
         tensors: Vec::new(),
         depth: Vec::new(),
         stack_bytes: 0,
+        heap_bytes: 0,
         shared: Default::default(),
         registers: Default::default(),
         loop_spans: Vec::new(),
@@ -197,8 +198,10 @@ struct Builder {
     tensors: Vec<TensorId>,
     /// Depth of each expression tree, by id.
     depth: Vec<u32>,
-    /// Bytes of the `local` buffers enclosing the current line.
+    /// Bytes of the buffers enclosing the current line that live on the
+    /// stack, and of those that live on the heap (`attach::on_heap`).
     stack_bytes: i64,
+    heap_bytes: i64,
     /// Buffers declared `shared` (a GPU block's).
     shared: std::collections::BTreeSet<TensorId>,
     /// Buffers declared `registers` (a GPU block's, an element per thread).
@@ -434,28 +437,34 @@ impl Builder {
                     let scope = it.next().expect("keyword").as_rule();
                     let d = it.next().expect("decl");
                     let tensor = self.decl(d, offset, TensorRole::Temp)?;
-                    // Locals are stack arrays, nested ones all live at once:
-                    // together they get what one attached buffer may take.
+                    // Nested locals all live at once: those on the stack
+                    // together get what one stack buffer may take, those on
+                    // the heap what one heap buffer may.
                     let t = self.p.tensor(tensor);
                     let bytes = t.len().saturating_mul(t.elem.size() as i64);
-                    let on_stack = self.stack_bytes.saturating_add(bytes);
-                    if on_stack > crate::attach::MAX_LOCAL_BYTES {
+                    let heap = scope == Rule::kw_local && crate::attach::on_heap(bytes);
+                    let (held, limit, kind) = match heap {
+                        true => (&mut self.heap_bytes, crate::attach::MAX_LOCAL_BYTES, "heap"),
+                        false => (&mut self.stack_bytes, crate::attach::MAX_STACK_BYTES, "stack"),
+                    };
+                    let live = held.saturating_add(bytes);
+                    if live > limit {
                         return Err(Diagnostic::at(
                             span,
-                            format!(
-                                "local buffers here take {on_stack} bytes of stack, more than {}",
-                                crate::attach::MAX_LOCAL_BYTES
-                            ),
+                            format!("local buffers here take {live} bytes of {kind}, more than {limit}"),
                         ));
                     }
-                    self.stack_bytes = on_stack;
+                    *held = live;
                     match scope {
                         Rule::kw_shared => self.shared.insert(tensor),
                         Rule::kw_registers => self.registers.insert(tensor),
                         _ => false,
                     };
                     let body = self.body(lines, at, depth, span, trips)?;
-                    self.stack_bytes -= bytes;
+                    match heap {
+                        true => self.heap_bytes -= bytes,
+                        false => self.stack_bytes -= bytes,
+                    }
                     self.tensors.retain(|&t| t != tensor);
                     out.push(Stmt::Alloc { tensor, body });
                 }
