@@ -4,8 +4,8 @@
 //!   MLIR) and `scf.parallel`; guards `scf.if`; temporaries `memref.alloc`
 //!   (freed at the end), locals `memref.alloca` inside `memref.alloca_scope`
 //!   (so a local in a loop does not grow the stack each iteration), or
-//!   `memref.alloc` and `memref.dealloc` there when they are larger than the
-//!   stack's share (`texc_schedules::attach::on_heap`).
+//!   `memref.alloc` and `memref.dealloc` there when the CPU backends take
+//!   them from the heap (`LoopFunc::heap_locals`).
 //! - A vectorized loop of `L` iterations whose statements store contiguously
 //!   (the last index moves by one per lane, the others not at all) becomes
 //!   straight-line `vector` code on `vector<L x T>`: uniform values stay
@@ -69,6 +69,8 @@ enum Side {
 struct Gen<'c, 'f> {
     b: B<'c>,
     f: &'f LoopFunc,
+    /// Local buffers the CPU backends take from the heap (`LoopFunc::heap_locals`).
+    heap: std::collections::BTreeSet<TensorId>,
 }
 
 /// The type of a tensor's elements in memory: texc stores a `bool` as a
@@ -101,7 +103,7 @@ fn signature(f: &LoopFunc) -> Vec<String> {
 }
 
 pub fn build<'c>(cx: &'c Context, m: &Module<'c>, f: &LoopFunc) -> R<()> {
-    let g = Gen { b: B::new(cx), f };
+    let g = Gen { b: B::new(cx), f, heap: f.heap_locals() };
     let sig = signature(f);
     let arg_tys: Vec<Type<'c>> = sig.iter().map(|s| g.b.ty(s)).collect();
     let entry = Block::new(&arg_tys.iter().map(|&t| (t, g.b.loc)).collect::<Vec<_>>());
@@ -181,8 +183,7 @@ impl<'c> Gen<'c, '_> {
                 Stmt::If { cond, then } => self.guard(blk, env, *cond, then)?,
                 Stmt::Alloc { tensor, body } => {
                     let t = *tensor;
-                    let d = self.f.p.tensor(t);
-                    let heap = texc_schedules::attach::on_heap(d.len().max(1) * d.elem.size() as i64);
+                    let heap = self.heap.contains(&t);
                     let region = self.region(env, &[], |g, inner, child| {
                         let buf = g.alloc(inner, if heap { "memref.alloc" } else { "memref.alloca" }, t);
                         child.bufs[t.0 as usize] = Some(buf);

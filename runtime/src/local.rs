@@ -1,15 +1,18 @@
 //! Heap memory for generated code's large local buffers.
 //!
 //! A local buffer (a packed block of a matrix product, an attached stage's
-//! box) over the stack's share (`texc_schedules::attach::MAX_STACK_BYTES`)
-//! is taken from here for each execution of the loop that holds it and
-//! given back at that loop's end: [`texc_local_alloc`] and
-//! [`texc_local_free`], which JIT-compiled code calls (objects define
-//! weak stand-ins over `aligned_alloc`). Each thread keeps the last block it
-//! gave back and hands it out again when it is large enough, so a loop that
-//! takes a 2 MiB block on every iteration neither calls the allocator nor
-//! touches fresh pages each time. Invariant: a kept block is owned by its
-//! thread only and freed when the thread ends.
+//! box) that would take its frame past the stack's share
+//! (`texc_schedules::ir::LoopFunc::heap_locals`) is taken from here for
+//! each execution of the statement that holds it and given back at its
+//! end: [`texc_local_alloc`] and [`texc_local_free`], which JIT-compiled
+//! code calls (objects define weak stand-ins over `aligned_alloc`). Each
+//! thread keeps one block, the largest it gave back, and hands it out again
+//! to a request it can hold, so a loop that takes a 2 MiB block on every
+//! iteration neither calls the allocator nor touches fresh pages each time
+//! (the inner one of two nested buffers does, each time). Invariant: a
+//! kept block is owned by its thread only and freed when the thread ends —
+//! for the pool's workers, which never end, it stays (at most 16 MiB,
+//! `attach::MAX_LOCAL_BYTES`, per thread).
 
 use std::alloc::{alloc, dealloc, Layout};
 use std::cell::Cell;

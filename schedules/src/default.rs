@@ -1308,16 +1308,6 @@ fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
         .map_or((first_row_axis - 1, false), |a| (a, true))
 }
 
-/// Register blocking for reductions: rows of a spatial axis (see
-/// [`reuse_axis`]) are unrolled inside the reduction loops, so that
-/// independent accumulator vectors (3/4 of the target's registers: 12 of
-/// AVX2's 16, 24 of AVX-512's 32) hide the FMA latency and share their
-/// vector loads. Rows longer than 6 vectors get the structure of BLIS's
-/// SGEMM: blocks of two vectors (a 6×16 micro-kernel on AVX2, 12×32 on
-/// AVX-512) whose loop moves outside the reductions, in groups spanning 128
-/// or 256 columns, and a single long reduction cut into slices of 256; the returned
-/// request asks to pack the vector operand per slice and column block (a
-/// reduction of one slice: per column block, where those are outermost).
 /// The depth of a sliced product's reduction slices: 512 where the
 /// reduction is deeper than that, else 256 (products of 257 to 512 keep the
 /// slices they had). Every slice reads and writes the accumulators of the
@@ -1325,7 +1315,7 @@ fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
 /// with AVX2, 1 thread, SGEMM 2048³ ran 168 ms with slices of 256 and 163
 /// with 512, 1024³ 20.3 and 19.5 ms (`texc bench benches/matmul.tex
 /// --knob kslice=256|512`); the packed block of 512 × 256 floats then lives
-/// on the heap (`attach::on_heap`).
+/// on the heap (`LoopFunc::heap_locals`).
 fn default_kslice(depth: i64) -> i64 {
     if depth > 512 {
         512
@@ -1334,6 +1324,16 @@ fn default_kslice(depth: i64) -> i64 {
     }
 }
 
+/// Register blocking for reductions: rows of a spatial axis (see
+/// [`reuse_axis`]) are unrolled inside the reduction loops, so that
+/// independent accumulator vectors (3/4 of the target's registers: 12 of
+/// AVX2's 16, 24 of AVX-512's 32) hide the FMA latency and share their
+/// vector loads. Rows longer than 6 vectors get the structure of BLIS's
+/// SGEMM: blocks of two vectors (a 6×16 micro-kernel on AVX2, 12×32 on
+/// AVX-512) whose loop moves outside the reductions, in groups spanning 128
+/// or 256 columns, and a single long reduction cut into slices ([`default_kslice`]); the returned
+/// request asks to pack the vector operand per slice and column block (a
+/// reduction of one slice: per column block, where those are outermost).
 fn register_block(
     ss: &mut StageSchedule,
     p: &Program,
@@ -1413,10 +1413,10 @@ fn register_block(
     let (o, v) =
         ss.split(inner, width, (&format!("{iname}.o"), span), (&format!("{iname}.v"), span), span).expect("fresh");
     ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
-    // Long rows take blocks of 256 columns (a 512 KiB packed block per
-    // 512-deep slice, half of L2): each row block of A, streamed from L3
-    // once per column block, then serves twice as many panels (SGEMM 2048³
-    // on AVX2: 96 → 100 GFLOP/s). Shorter ones keep 128, so that the
+    // Long rows take blocks of 256 columns (a packed block of 256 KiB per
+    // 256-deep slice, 512 KiB per 512-deep one: a quarter or half of L2):
+    // each row block of A, streamed from L3 once per column block, then
+    // serves twice as many panels (SGEMM 2048³ on AVX2: 96 → 100 GFLOP/s). Shorter ones keep 128, so that the
     // column blocks still give the threads eight loops or more.
     let elem = p.tensor(st.tensor).elem.size() as i64;
     let depth: i64 = reductions.iter().map(|&l| ss.ivs[l].extent).product();

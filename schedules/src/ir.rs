@@ -299,7 +299,8 @@ pub enum Stmt {
         cond: TExprId,
         then: Vec<Stmt>,
     },
-    /// A buffer private to each execution of `body` (a stack array).
+    /// A buffer private to each execution of `body`: a stack array, or a
+    /// heap block on CPUs where [`LoopFunc::heap_locals`] says so.
     Alloc {
         tensor: TensorId,
         body: Vec<Stmt>,
@@ -401,27 +402,53 @@ impl LoopFunc {
             .collect()
     }
 
-    /// The `Alloc`ated buffers that CPU code takes from the heap
-    /// ([`crate::attach::on_heap`]), in statement order.
-    pub fn heap_locals(&self) -> Vec<TensorId> {
-        fn walk(f: &LoopFunc, s: &[Stmt], out: &mut Vec<TensorId>) {
-            for st in s {
-                match st {
-                    Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(f, body, out),
-                    Stmt::Alloc { tensor, body } => {
-                        let d = f.p.tensor(*tensor);
-                        if crate::attach::on_heap(d.len().max(1) * d.elem.size() as i64) {
-                            out.push(*tensor);
+    /// The `Alloc`ated buffers that CPU code takes from the heap: those over
+    /// [`crate::attach::MAX_STACK_BYTES`], and those that would take a
+    /// frame's stack arrays past it. A frame is the kernel's body or the
+    /// body of a parallel loop of two or more iterations (an outlined task);
+    /// backends give each buffer one stack array per frame, in its entry
+    /// (unrolled copies and split tails share it), so a frame's stack
+    /// arrays are its buffers' sum, nested or not. GPU block buffers
+    /// (`shared`, `registers`) are not among them.
+    pub fn heap_locals(&self) -> BTreeSet<TensorId> {
+        struct Frames<'f> {
+            f: &'f LoopFunc,
+            heap: BTreeSet<TensorId>,
+            decided: BTreeSet<TensorId>,
+        }
+        impl Frames<'_> {
+            fn walk(&mut self, s: &[Stmt], stack: &mut i64) {
+                for st in s {
+                    match st {
+                        Stmt::For { kind: ForKind::Parallel, extent, body, .. } if *extent > 1 => {
+                            self.walk(body, &mut 0)
                         }
-                        walk(f, body, out)
+                        Stmt::For { body, .. } | Stmt::If { then: body, .. } => self.walk(body, stack),
+                        Stmt::Alloc { tensor, body } => {
+                            let t = *tensor;
+                            let block = self.f.shared.contains(&t) || self.f.registers.contains(&t);
+                            if !block && self.decided.insert(t) {
+                                let d = self.f.p.tensor(t);
+                                let bytes = d.len().max(1) * d.elem.size() as i64;
+                                match crate::attach::on_heap(*stack + bytes) {
+                                    true => _ = self.heap.insert(t),
+                                    false => *stack += bytes,
+                                }
+                            }
+                            self.walk(body, stack)
+                        }
+                        Stmt::Store { .. }
+                        | Stmt::Mma { .. }
+                        | Stmt::Barrier
+                        | Stmt::Async(_)
+                        | Stmt::WarpReduce(_) => {}
                     }
-                    Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 }
             }
         }
-        let mut out = Vec::new();
-        walk(self, &self.body, &mut out);
-        out
+        let mut frames = Frames { f: self, heap: BTreeSet::new(), decided: BTreeSet::new() };
+        frames.walk(&self.body, &mut 0);
+        frames.heap
     }
 }
 

@@ -245,6 +245,15 @@ fn ahead_of_time_heap_locals_take_the_programs_allocator_when_it_has_one() {
         assert_eq!(o.status.code(), Some(0), "{}", err(&o));
         let header = std::fs::read_to_string(dir.join("matmul.h")).expect("header written");
         assert!(header.contains("void *texc_local_alloc(uint64_t bytes);"), "{header}");
+        // The object's own definitions are weak, so that a program's take precedence.
+        let nm = Command::new("nm").arg(&obj).output().expect("nm runs (binutils)");
+        let symbols = String::from_utf8_lossy(&nm.stdout);
+        for name in ["texc_local_alloc", "texc_local_free"] {
+            assert!(
+                symbols.lines().any(|l| l.ends_with(&format!(" W {name}"))),
+                "{target}: {name} not weak:\n{symbols}"
+            );
+        }
         let own = dir.join("own_alloc.c");
         std::fs::write(
             &own,

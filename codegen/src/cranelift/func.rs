@@ -69,6 +69,9 @@ pub(super) struct FnGen<'a, 'm, M: Module> {
     pub scalars: Vec<Value>,
     pub vars: HashMap<VarId, Value>,
     frefs: HashMap<FuncId, FuncRef>,
+    /// The function's stack slot for each local buffer on the stack, made
+    /// on first use (unrolled copies of a body share it).
+    slots: HashMap<TensorId, cranelift_codegen::ir::StackSlot>,
 }
 
 impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
@@ -80,6 +83,7 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
             scalars: Vec::new(),
             vars: HashMap::new(),
             frefs: HashMap::new(),
+            slots: HashMap::new(),
         }
     }
 
@@ -175,7 +179,7 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
                 let addr = self.address(*tensor, indices)?;
                 self.store_value(*tensor, v, addr)
             }
-            Stmt::Alloc { tensor, body } if texc_schedules::attach::on_heap(self.local_bytes(*tensor) as i64) => {
+            Stmt::Alloc { tensor, body } if self.cx.heap.contains(tensor) => {
                 // Over the stack's share: from the heap around the body.
                 let (alloc, free) = self.cx.local_memory()?;
                 let n = self.iconst(types::I64, self.local_bytes(*tensor) as i64);
@@ -191,10 +195,17 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
                 Ok(())
             }
             Stmt::Alloc { tensor, body } => {
-                let bytes = self.local_bytes(*tensor);
-                let bytes =
-                    u32::try_from(bytes).map_err(|_| CodegenError::Unsupported("a local buffer over 4 GiB".into()))?;
-                let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6));
+                let slot = match self.slots.get(tensor) {
+                    Some(&slot) => slot,
+                    None => {
+                        // At most `attach::MAX_STACK_BYTES`: larger ones are on the heap.
+                        let bytes = self.local_bytes(*tensor) as u32;
+                        let data = StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6);
+                        let slot = self.b.create_sized_stack_slot(data);
+                        self.slots.insert(*tensor, slot);
+                        slot
+                    }
+                };
                 let p = self.b.ins().stack_addr(self.cx.ptr, slot, 0);
                 self.tensors.insert(*tensor, p);
                 let r = self.stmts(body);

@@ -38,6 +38,8 @@ pub(super) struct ModuleCx<'m, M: Module> {
     pub call_conv: CallConv,
     /// Tensors the entry receives.
     pub used: Vec<TensorId>,
+    /// Local buffers taken from the heap (`LoopFunc::heap_locals`).
+    pub heap: std::collections::BTreeSet<TensorId>,
     /// Objects define `texc_parallel_for` themselves (weakly); the JIT imports the runtime's.
     object: bool,
     imports: HashMap<&'static str, FuncId>,
@@ -163,6 +165,7 @@ pub(super) fn build<M: Module>(
         ptr,
         call_conv,
         used: abi::used_tensors(f),
+        heap: f.heap_locals(),
         object: c.is_some(),
         imports: HashMap::new(),
         tasks: 0,

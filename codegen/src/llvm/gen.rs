@@ -77,6 +77,11 @@ pub(super) struct Gen<'ctx, 'a> {
     pub dynamic_shared: std::collections::HashMap<TensorId, i64>,
     /// Math built-ins call CUDA's libdevice (code for an NVIDIA GPU).
     pub libdevice: bool,
+    /// Local buffers taken from the heap (`LoopFunc::heap_locals`).
+    pub heap: std::collections::BTreeSet<TensorId>,
+    /// Each function's stack array for a local buffer, made once in its
+    /// entry block (unrolled copies of a body share it).
+    pub stack_arrays: std::collections::HashMap<(FunctionValue<'ctx>, TensorId), PointerValue<'ctx>>,
 }
 
 /// Build the LLVM module of a kernel. With a C entry `c` (objects), the
@@ -151,6 +156,8 @@ impl<'ctx, 'a> Gen<'ctx, 'a> {
             gpu: None,
             dynamic_shared: Default::default(),
             libdevice: false,
+            heap: f.heap_locals(),
+            stack_arrays: Default::default(),
         }
     }
 }

@@ -98,7 +98,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 fr.tensors.remove(tensor);
                 r
             }
-            Stmt::Alloc { tensor, body } if texc_schedules::attach::on_heap(self.local_bytes(*tensor)) => {
+            Stmt::Alloc { tensor, body } if self.heap.contains(tensor) => {
                 let bytes = self.local_bytes(*tensor);
                 if self.on_device() {
                     let name = &self.f.p.tensor(*tensor).name;
@@ -112,16 +112,26 @@ impl<'ctx> Gen<'ctx, '_> {
             Stmt::Alloc { tensor, body } => {
                 // A stack array in the function's entry block: private to each
                 // task, and promoted to registers by SROA when indices are constant.
-                let d = self.f.p.tensor(*tensor);
-                let ty = self.mem_ty(d.elem).array_type(d.len().max(1) as u32);
-                let p = self.entry_alloca(fr.func, ty.into())?;
-                p.as_instruction().expect("alloca").set_alignment(64).map_err(llvm_err)?;
+                let p = self.stack_array(fr.func, *tensor)?;
                 fr.tensors.insert(*tensor, p);
                 let r = self.stmts(fr, body, mode);
                 fr.tensors.remove(tensor);
                 r
             }
         }
+    }
+
+    /// `t`'s stack array in `func`, made on first use.
+    fn stack_array(&mut self, func: FunctionValue<'ctx>, t: TensorId) -> R<PointerValue<'ctx>> {
+        if let Some(&p) = self.stack_arrays.get(&(func, t)) {
+            return Ok(p);
+        }
+        let d = self.f.p.tensor(t);
+        let ty = self.mem_ty(d.elem).array_type(d.len().max(1) as u32);
+        let p = self.entry_alloca(func, ty.into())?;
+        p.as_instruction().expect("alloca").set_alignment(64).map_err(llvm_err)?;
+        self.stack_arrays.insert((func, t), p);
+        Ok(p)
     }
 
     fn local_bytes(&self, t: TensorId) -> i64 {

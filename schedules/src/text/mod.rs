@@ -65,8 +65,7 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
         scope: Vec::new(),
         tensors: Vec::new(),
         depth: Vec::new(),
-        stack_bytes: 0,
-        heap_bytes: 0,
+        block_bytes: 0,
         shared: Default::default(),
         registers: Default::default(),
         loop_spans: Vec::new(),
@@ -198,10 +197,8 @@ struct Builder {
     tensors: Vec<TensorId>,
     /// Depth of each expression tree, by id.
     depth: Vec<u32>,
-    /// Bytes of the buffers enclosing the current line that live on the
-    /// stack, and of those that live on the heap (`attach::on_heap`).
-    stack_bytes: i64,
-    heap_bytes: i64,
+    /// Bytes of the GPU block buffers (`shared`, `registers`) enclosing the current line.
+    block_bytes: i64,
     /// Buffers declared `shared` (a GPU block's).
     shared: std::collections::BTreeSet<TensorId>,
     /// Buffers declared `registers` (a GPU block's, an element per thread).
@@ -437,33 +434,33 @@ impl Builder {
                     let scope = it.next().expect("keyword").as_rule();
                     let d = it.next().expect("decl");
                     let tensor = self.decl(d, offset, TensorRole::Temp)?;
-                    // Nested locals all live at once: those on the stack
-                    // together get what one stack buffer may take, those on
-                    // the heap what one heap buffer may.
+                    // A `local` may take what an attached buffer may (where
+                    // a frame's buffers would pass the stack's share the
+                    // backends take some from the heap: `LoopFunc::heap_locals`);
+                    // a GPU block's buffers, nested ones together, what
+                    // the stack may.
                     let t = self.p.tensor(tensor);
                     let bytes = t.len().saturating_mul(t.elem.size() as i64);
-                    let heap = scope == Rule::kw_local && crate::attach::on_heap(bytes);
-                    let (held, limit, kind) = match heap {
-                        true => (&mut self.heap_bytes, crate::attach::MAX_LOCAL_BYTES, "heap"),
-                        false => (&mut self.stack_bytes, crate::attach::MAX_STACK_BYTES, "stack"),
-                    };
-                    let live = held.saturating_add(bytes);
+                    let block = scope != Rule::kw_local;
+                    let live = if block { self.block_bytes.saturating_add(bytes) } else { bytes };
+                    let limit = if block { crate::attach::MAX_STACK_BYTES } else { crate::attach::MAX_LOCAL_BYTES };
                     if live > limit {
                         return Err(Diagnostic::at(
                             span,
-                            format!("local buffers here take {live} bytes of {kind}, more than {limit}"),
+                            format!("local buffers here take {live} bytes, more than {limit}"),
                         ));
                     }
-                    *held = live;
+                    if block {
+                        self.block_bytes = live;
+                    }
                     match scope {
                         Rule::kw_shared => self.shared.insert(tensor),
                         Rule::kw_registers => self.registers.insert(tensor),
                         _ => false,
                     };
                     let body = self.body(lines, at, depth, span, trips)?;
-                    match heap {
-                        true => self.heap_bytes -= bytes,
-                        false => self.stack_bytes -= bytes,
+                    if block {
+                        self.block_bytes -= bytes;
                     }
                     self.tensors.retain(|&t| t != tensor);
                     out.push(Stmt::Alloc { tensor, body });
