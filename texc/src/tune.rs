@@ -364,7 +364,11 @@ fn model_pick(
     Some((pool.swap_remove(best).0, predicted[best]))
 }
 
-/// A one-knob mutation of one of the four fastest trials (`None` before any succeeded).
+/// A one-knob mutation of one of the four fastest trials (`None` before any
+/// succeeded). The knobs the parent leaves to the template (candidate zero
+/// leaves them all) stay so: the mutation is the parent's neighbour, not a
+/// point with every other knob at its first candidate (the default
+/// schedule's `kslice=64, cols=64, rows=2, ...`).
 fn mutation_of_fastest(trials: &[Trial], ts: &[Tunable], rng: &mut SplitMix64) -> Option<Point> {
     let mut ok: Vec<(&Trial, f64)> = trials.iter().filter_map(|t| t.result.as_ref().ok().map(|&ms| (t, ms))).collect();
     if ok.is_empty() {
@@ -372,10 +376,7 @@ fn mutation_of_fastest(trials: &[Trial], ts: &[Tunable], rng: &mut SplitMix64) -
     }
     ok.sort_by(|a, b| a.1.total_cmp(&b.1));
     let parent = ok[(rng.next_u64() % ok.len().min(4) as u64) as usize].0;
-    let p: Point = ts
-        .iter()
-        .map(|t| parent.knobs.iter().find(|(n, _)| *n == t.name).map(|(_, v)| *v).or(Some(t.candidates[0])))
-        .collect();
+    let p: Point = ts.iter().map(|t| parent.knobs.iter().find(|(n, _)| *n == t.name).map(|(_, v)| *v)).collect();
     Some(mutate(ts, &p, rng))
 }
 
