@@ -239,7 +239,8 @@ pub fn runtime_parallel_for() -> *const u8 {
 }
 
 /// `void *texc_local_alloc(uint64_t bytes)`: a 64-byte aligned buffer for a
-/// local over [`MAX_STACK_BYTES`](texc_schedules::attach::MAX_STACK_BYTES),
+/// local that CPU code takes from the heap
+/// ([`LoopFunc::heap_locals`](texc_schedules::LoopFunc::heap_locals)),
 /// never NULL. Objects define it weakly over `aligned_alloc` (aborting when
 /// that fails); JIT code calls the runtime's.
 pub const LOCAL_ALLOC: &str = "texc_local_alloc";

@@ -67,7 +67,7 @@ pub fn header_of_many(kernels: &[(&LoopFunc, &CEntry)], target: &str) -> String 
     let mut decls = Vec::new();
     let heap = match kernels.iter().any(|(f, _)| !f.heap_locals().is_empty()) {
         true => format!(
-            " * Local buffers over {} bytes come from texc_local_alloc and go back to\n * texc_local_free, which the object defines weakly over aligned_alloc and free\n * (calling abort if aligned_alloc fails); link definitions of your own,\n *   void *texc_local_alloc(uint64_t bytes);  (64-byte aligned, never NULL)\n *   void texc_local_free(void *p);\n * to use another allocator.\n",
+            " * Local buffers that would take a function's stack arrays past {} bytes\n * come from texc_local_alloc and go back to texc_local_free, which the\n * object defines weakly over aligned_alloc and free (calling abort if\n * aligned_alloc fails); link definitions of your own,\n *   void *texc_local_alloc(uint64_t bytes);  (64-byte aligned, never NULL)\n *   void texc_local_free(void *p);\n * to use another allocator.\n",
             texc_schedules::attach::MAX_STACK_BYTES
         ),
         false => String::new(),

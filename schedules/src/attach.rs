@@ -30,19 +30,21 @@ use texc_compiler::ops::{BinOp, UnOp};
 use texc_compiler::tir::{Program, TExpr, TExprId, TensorId};
 use texc_grammar::Diagnostic;
 
-/// Local buffers (attached stages, `local` in loop text) up to this size
-/// live on the stack of the thread that runs them; larger ones on the heap
-/// (CPU code asks the runtime's `texc_local_alloc` for them, see
-/// `texc_codegen::abi`), whose cost is one allocation per execution of the
-/// loop that holds them.
+/// The stack arrays of a function's local buffers (attached stages, `local`
+/// in loop text) take at most this together; larger buffers, and those that
+/// would take a function past it, live on the heap
+/// ([`crate::ir::LoopFunc::heap_locals`]; CPU code asks the runtime's
+/// `texc_local_alloc` for them, see `texc_codegen::abi`), at the cost of one
+/// allocation per execution of the statement that holds them.
 pub const MAX_STACK_BYTES: i64 = 256 * 1024;
 
 /// The most one local buffer may take: a packed block of a matrix product
 /// (2 MiB at 512 × 1024 floats) with room to spare, and few enough that a
-/// schedule's mistake is an error rather than gigabytes per thread.
+/// schedule's mistake in one buffer is an error rather than gigabytes per
+/// thread (nested buffers add up; each takes a line of the loop nest).
 pub const MAX_LOCAL_BYTES: i64 = 16 * 1024 * 1024;
 
-/// Whether a local buffer of `bytes` lives on the heap (CPU code).
+/// Whether a local buffer of `bytes` (or stack arrays of `bytes` in all) is over the stack's share.
 pub fn on_heap(bytes: i64) -> bool {
     bytes > MAX_STACK_BYTES
 }

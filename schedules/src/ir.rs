@@ -411,44 +411,42 @@ impl LoopFunc {
     /// arrays are its buffers' sum, nested or not. GPU block buffers
     /// (`shared`, `registers`) are not among them.
     pub fn heap_locals(&self) -> BTreeSet<TensorId> {
-        struct Frames<'f> {
-            f: &'f LoopFunc,
-            heap: BTreeSet<TensorId>,
-            decided: BTreeSet<TensorId>,
+        /// A frame's stack arrays: their bytes, and the buffers counted.
+        #[derive(Default)]
+        struct Frame {
+            bytes: i64,
+            counted: BTreeSet<TensorId>,
         }
-        impl Frames<'_> {
-            fn walk(&mut self, s: &[Stmt], stack: &mut i64) {
-                for st in s {
-                    match st {
-                        Stmt::For { kind: ForKind::Parallel, extent, body, .. } if *extent > 1 => {
-                            self.walk(body, &mut 0)
-                        }
-                        Stmt::For { body, .. } | Stmt::If { then: body, .. } => self.walk(body, stack),
-                        Stmt::Alloc { tensor, body } => {
-                            let t = *tensor;
-                            let block = self.f.shared.contains(&t) || self.f.registers.contains(&t);
-                            if !block && self.decided.insert(t) {
-                                let d = self.f.p.tensor(t);
-                                let bytes = d.len().max(1) * d.elem.size() as i64;
-                                match crate::attach::on_heap(*stack + bytes) {
-                                    true => _ = self.heap.insert(t),
-                                    false => *stack += bytes,
-                                }
-                            }
-                            self.walk(body, stack)
-                        }
-                        Stmt::Store { .. }
-                        | Stmt::Mma { .. }
-                        | Stmt::Barrier
-                        | Stmt::Async(_)
-                        | Stmt::WarpReduce(_) => {}
+        fn walk(f: &LoopFunc, s: &[Stmt], frame: &mut Frame, heap: &mut BTreeSet<TensorId>) {
+            for st in s {
+                match st {
+                    Stmt::For { kind: ForKind::Parallel, extent, body, .. } if *extent > 1 => {
+                        walk(f, body, &mut Frame::default(), heap)
                     }
+                    Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(f, body, frame, heap),
+                    Stmt::Alloc { tensor, body } => {
+                        let t = *tensor;
+                        let block = f.shared.contains(&t) || f.registers.contains(&t);
+                        // Counted in every frame that holds it (a split's full
+                        // tiles in a task, its tail in the body); moved to the
+                        // heap by whichever frame it would take past the share.
+                        if !block && !heap.contains(&t) && frame.counted.insert(t) {
+                            let d = f.p.tensor(t);
+                            let bytes = d.len().max(1) * d.elem.size() as i64;
+                            match crate::attach::on_heap(frame.bytes + bytes) {
+                                true => _ = heap.insert(t),
+                                false => frame.bytes += bytes,
+                            }
+                        }
+                        walk(f, body, frame, heap)
+                    }
+                    Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 }
             }
         }
-        let mut frames = Frames { f: self, heap: BTreeSet::new(), decided: BTreeSet::new() };
-        frames.walk(&self.body, &mut 0);
-        frames.heap
+        let mut heap = BTreeSet::new();
+        walk(self, &self.body, &mut Frame::default(), &mut heap);
+        heap
     }
 }
 

@@ -257,6 +257,21 @@ fn locals_are_bounded_like_attached_buffers() {
         "{head}  local A: f32[3000000]:\n    local B: f32[3000000]:\n      A[0] = X[0]\n      B[0] = A[0]\n      Y[0] = B[0]\n"
     );
     assert_eq!(heap_of("two big", &two_big), "A B");
+    // A split's tail runs its full tiles' body again in the kernel's frame
+    // (a parallel loop of one iteration is not a task): the buffer counts
+    // there too, and pushes a sibling of the same size to the heap.
+    let split = format!(
+        "{head}  for i in 0..2 parallel:\n    local P: f32[51200]:\n      P[0] = X[i]\n      Y[i] = P[0]\n  local Q: f32[51200]:\n    Q[0] = X[2]\n    Y[2] = Q[0]\n"
+    );
+    let mut sm = SourceMap::new();
+    let id = sm.add("split.loops", split.clone());
+    let mut f = texc_schedules::text::parse(&split, id).expect("parses").func;
+    let texc_schedules::ir::Stmt::For { var, body, .. } = f.body[0].clone() else { panic!("a loop first") };
+    let tail =
+        texc_schedules::ir::Stmt::For { var, lo: 2, extent: 1, kind: texc_schedules::ir::ForKind::Parallel, body };
+    f.body.insert(1, tail);
+    let heap: Vec<String> = f.heap_locals().iter().map(|&t| f.p.tensor(t).name.clone()).collect();
+    assert_eq!(heap, ["Q"]);
 }
 
 /// Buffers on the heap and the stack, as `locals_are_bounded_like_attached_buffers`

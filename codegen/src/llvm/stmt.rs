@@ -103,7 +103,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 if self.on_device() {
                     let name = &self.f.p.tensor(*tensor).name;
                     return Err(CodegenError::Unsupported(format!(
-                        "`{name}` takes {bytes} bytes per GPU thread: private buffers may take at most {}",
+                        "`{name}` ({bytes} bytes) would take a GPU thread's private buffers past {} bytes",
                         texc_schedules::attach::MAX_STACK_BYTES
                     )));
                 }

@@ -137,7 +137,8 @@ pub fn features(f: &LoopFunc, knobs: &[(String, i64)], names: &[String]) -> Vec<
     ];
     debug_assert_eq!(v.len(), N_LOOP_FEATURES);
     for n in names {
-        v.push(knobs.iter().find(|(k, _)| k == n).map_or(0.0, |&(_, x)| lg(x.unsigned_abs() as f64)));
+        // A knob left to the template is -1, apart from every value (`lg` ≥ 0).
+        v.push(knobs.iter().find(|(k, _)| k == n).map_or(-1.0, |&(_, x)| lg(x.unsigned_abs() as f64)));
     }
     v
 }
