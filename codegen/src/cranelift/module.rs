@@ -10,7 +10,7 @@ use crate::abi::{self, CEntry, CParam, CScalar};
 use crate::CodegenError;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
-    types, AbiParam, Function, InstBuilder, Signature, StackSlotData, StackSlotKind, Type, UserFuncName,
+    types, AbiParam, Function, InstBuilder, Signature, StackSlotData, StackSlotKind, Type, UserFuncName, Value,
 };
 use cranelift_codegen::isa::CallConv;
 use cranelift_codegen::Context;
@@ -215,11 +215,14 @@ fn define_entry<M: Module>(cx: &mut ModuleCx<M>) -> R<FuncId> {
     Ok(id)
 }
 
-/// `texc_parallel_for(task, ctx, n)` as `task(ctx, 0, n)`, preemptible (weak).
-fn define_serial_pool<M: Module>(cx: &mut ModuleCx<M>) -> R<()> {
-    let id = cx.parallel_for()?;
-    let sig = cx.signature(&[cx.ptr, cx.ptr, types::I64], None);
-    let task_sig = cx.signature(&[cx.ptr, types::I64, types::I64], None);
+/// Define function `id` (signature `sig`): `body` fills its one block from
+/// the block's parameters and returns.
+fn define_simple<M: Module>(
+    cx: &mut ModuleCx<M>,
+    id: FuncId,
+    sig: Signature,
+    body: impl FnOnce(&mut FnGen<'_, '_, M>, &[Value]),
+) -> R<()> {
     let mut func = Function::with_name_signature(UserFuncName::user(0, id.as_u32()), sig);
     let mut fbc = FunctionBuilderContext::new();
     {
@@ -227,14 +230,25 @@ fn define_serial_pool<M: Module>(cx: &mut ModuleCx<M>) -> R<()> {
         let block = g.b.create_block();
         g.b.append_block_params_for_function_params(block);
         g.b.switch_to_block(block);
-        let [task, ctx, n] = [0, 1, 2].map(|k| g.b.block_params(block)[k]);
+        let params = g.b.block_params(block).to_vec();
+        body(&mut g, &params);
+        g.finish();
+    }
+    cx.define(id, func)
+}
+
+/// `texc_parallel_for(task, ctx, n)` as `task(ctx, 0, n)`, preemptible (weak).
+fn define_serial_pool<M: Module>(cx: &mut ModuleCx<M>) -> R<()> {
+    let id = cx.parallel_for()?;
+    let sig = cx.signature(&[cx.ptr, cx.ptr, types::I64], None);
+    let task_sig = cx.signature(&[cx.ptr, types::I64, types::I64], None);
+    define_simple(cx, id, sig, |g, params| {
+        let [task, ctx, n] = [params[0], params[1], params[2]];
         let sr = g.b.import_signature(task_sig);
         let zero = g.iconst(types::I64, 0);
         g.b.ins().call_indirect(sr, task, &[ctx, zero, n]);
         g.b.ins().return_(&[]);
-        g.finish();
-    }
-    cx.define(id, func)
+    })
 }
 
 /// `texc_local_alloc(n)` as `aligned_alloc(64, n rounded up to 64)`,
@@ -246,15 +260,8 @@ fn define_weak_local_memory<M: Module>(cx: &mut ModuleCx<M>) -> R<()> {
     let free = cx.import("free", &[cx.ptr], None)?;
     let abort = cx.import("abort", &[], None)?;
     let sig = cx.signature(&[types::I64], Some(cx.ptr));
-    let mut func = Function::with_name_signature(UserFuncName::user(0, alloc_id.as_u32()), sig);
-    let mut fbc = FunctionBuilderContext::new();
-    {
-        let mut g = FnGen::new(cx, &mut func, &mut fbc);
-        let block = g.b.create_block();
-        g.b.append_block_params_for_function_params(block);
-        g.b.switch_to_block(block);
-        let n = g.b.block_params(block)[0];
-        let up = g.b.ins().iadd_imm_u(n, 63);
+    define_simple(cx, alloc_id, sig, |g, params| {
+        let up = g.b.ins().iadd_imm_u(params[0], 63);
         let size = g.b.ins().band_imm_s(up, -64);
         let align = g.iconst(types::I64, 64);
         let fr = g.fref(aligned_alloc);
@@ -268,24 +275,13 @@ fn define_weak_local_memory<M: Module>(cx: &mut ModuleCx<M>) -> R<()> {
         g.b.ins().trap(cranelift_codegen::ir::TrapCode::unwrap_user(1));
         g.b.switch_to_block(done);
         g.b.ins().return_(&[p]);
-        g.finish();
-    }
-    cx.define(alloc_id, func)?;
+    })?;
     let sig = cx.signature(&[cx.ptr], None);
-    let mut func = Function::with_name_signature(UserFuncName::user(0, free_id.as_u32()), sig);
-    let mut fbc = FunctionBuilderContext::new();
-    {
-        let mut g = FnGen::new(cx, &mut func, &mut fbc);
-        let block = g.b.create_block();
-        g.b.append_block_params_for_function_params(block);
-        g.b.switch_to_block(block);
-        let p = g.b.block_params(block)[0];
+    define_simple(cx, free_id, sig, |g, params| {
         let fr = g.fref(free);
-        g.b.ins().call(fr, &[p]);
+        g.b.ins().call(fr, &[params[0]]);
         g.b.ins().return_(&[]);
-        g.finish();
-    }
-    cx.define(free_id, func)
+    })
 }
 
 /// The typed C entry of `abi::CEntry`.
