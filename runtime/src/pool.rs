@@ -339,10 +339,15 @@ mod tests {
         }
     }
 
+    /// The tests that set or check the workers' calm run one at a time: one's
+    /// stalled loop renews the calm that the other checks is not renewed.
+    static CALM_TESTS: Mutex<()> = Mutex::new(());
+
     /// A loop whose caller waits long for a worker's chunk (a worker
     /// preempted, here asleep) stops idle workers polling for a while.
     #[test]
     fn a_stalled_loop_calms_the_workers() {
+        let _one = CALM_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         set_num_threads(2).expect("threads");
         let s = &pool().shared;
         // (Serially while another test holds the pool; a worker may also be slow to wake.)
@@ -363,6 +368,7 @@ mod tests {
     /// took long) does not renew their calm, which would otherwise last for good.
     #[test]
     fn a_wait_while_calm_does_not_renew_it() {
+        let _one = CALM_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         set_num_threads(2).expect("threads");
         let s = &pool().shared;
         // Calm until `until`; no loop sets a later time before then (its workers are not polling).

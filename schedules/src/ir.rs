@@ -402,50 +402,58 @@ impl LoopFunc {
             .collect()
     }
 
-    /// The `Alloc`ated buffers that CPU code takes from the heap: those over
-    /// [`crate::attach::MAX_STACK_BYTES`], and those that would take a
-    /// frame's stack arrays past it. A frame is the kernel's body or the
-    /// body of a parallel loop of two or more iterations (an outlined task);
-    /// backends give each buffer one stack array per frame, in its entry
-    /// (unrolled copies and split tails share it), so a frame's stack
-    /// arrays are its buffers' sum, nested or not. GPU block buffers
-    /// (`shared`, `registers`) are not among them.
+    /// The `Alloc`ated buffers that CPU code takes from the heap. A frame —
+    /// the kernel's body, or the body of a parallel loop of two or more
+    /// iterations (an outlined task) — gives each buffer it holds one stack
+    /// array in its entry (unrolled copies and split tails share it), so its
+    /// stack arrays take their buffers' sum, nested or not; where that is
+    /// over [`crate::attach::MAX_STACK_BYTES`], its largest buffers go to the
+    /// heap until the rest fit (of equal ones, the later first). Small ones
+    /// — a register block's accumulators, which LLVM keeps in registers —
+    /// stay on the stack. GPU block buffers (`shared`, `registers`) are not
+    /// among them.
     pub fn heap_locals(&self) -> BTreeSet<TensorId> {
-        /// A frame's stack arrays: their bytes, and the buffers counted.
-        #[derive(Default)]
-        struct Frame {
-            bytes: i64,
-            counted: BTreeSet<TensorId>,
-        }
-        fn walk(f: &LoopFunc, s: &[Stmt], frame: &mut Frame, heap: &mut BTreeSet<TensorId>) {
+        /// Each frame's buffers, in order of first appearance, with their bytes.
+        fn walk(f: &LoopFunc, s: &[Stmt], frame: usize, frames: &mut Vec<Vec<(TensorId, i64)>>) {
             for st in s {
                 match st {
                     Stmt::For { kind: ForKind::Parallel, extent, body, .. } if *extent > 1 => {
-                        walk(f, body, &mut Frame::default(), heap)
+                        frames.push(Vec::new());
+                        walk(f, body, frames.len() - 1, frames)
                     }
-                    Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(f, body, frame, heap),
+                    Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(f, body, frame, frames),
                     Stmt::Alloc { tensor, body } => {
                         let t = *tensor;
                         let block = f.shared.contains(&t) || f.registers.contains(&t);
                         // Counted in every frame that holds it (a split's full
-                        // tiles in a task, its tail in the body); moved to the
-                        // heap by whichever frame it would take past the share.
-                        if !block && !heap.contains(&t) && frame.counted.insert(t) {
+                        // tiles in a task, its tail in the body).
+                        if !block && !frames[frame].iter().any(|&(u, _)| u == t) {
                             let d = f.p.tensor(t);
-                            let bytes = d.len().max(1) * d.elem.size() as i64;
-                            match crate::attach::on_heap(frame.bytes + bytes) {
-                                true => _ = heap.insert(t),
-                                false => frame.bytes += bytes,
-                            }
+                            frames[frame].push((t, d.len().max(1) * d.elem.size() as i64));
                         }
-                        walk(f, body, frame, heap)
+                        walk(f, body, frame, frames)
                     }
                     Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 }
             }
         }
+        let mut frames = vec![Vec::new()];
+        walk(self, &self.body, 0, &mut frames);
         let mut heap = BTreeSet::new();
-        walk(self, &self.body, &mut Frame::default(), &mut heap);
+        for frame in frames {
+            let mut order: Vec<(usize, TensorId, i64)> =
+                frame.into_iter().enumerate().map(|(i, (t, bytes))| (i, t, bytes)).collect();
+            order.sort_by(|a, b| b.2.cmp(&a.2).then(b.0.cmp(&a.0)));
+            let mut total: i64 = order.iter().filter(|(_, t, _)| !heap.contains(t)).map(|&(_, _, b)| b).sum();
+            for (_, t, bytes) in order {
+                if !crate::attach::on_heap(total) {
+                    break;
+                }
+                if heap.insert(t) {
+                    total -= bytes;
+                }
+            }
+        }
         heap
     }
 }
