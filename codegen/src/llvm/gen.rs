@@ -10,7 +10,7 @@ use inkwell::builder::Builder;
 use inkwell::context::Context;
 use inkwell::intrinsics::Intrinsic;
 use inkwell::module::{Linkage, Module};
-use inkwell::types::{BasicMetadataTypeEnum, BasicTypeEnum, VectorType};
+use inkwell::types::{BasicMetadataTypeEnum, BasicTypeEnum, FunctionType, VectorType};
 use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue, VectorValue};
 use inkwell::AddressSpace;
 use std::collections::HashMap;
@@ -190,15 +190,17 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(self.m)
     }
 
-    /// C's `aligned_alloc` and `free`, declared once.
+    /// The module's function `name`, declared external with type `ty` on first use.
+    pub(super) fn external(&self, name: &str, ty: FunctionType<'ctx>) -> FunctionValue<'ctx> {
+        self.m.get_function(name).unwrap_or_else(|| self.m.add_function(name, ty, Some(Linkage::External)))
+    }
+
+    /// C's `aligned_alloc` and `free`.
     fn libc_memory(&self) -> (FunctionValue<'ctx>, FunctionValue<'ctx>) {
         let ptr = self.cx.ptr_type(AddressSpace::default());
         let i64t = self.cx.i64_type();
-        let declare = |name: &str, ty| {
-            self.m.get_function(name).unwrap_or_else(|| self.m.add_function(name, ty, Some(Linkage::External)))
-        };
-        let alloc = declare("aligned_alloc", ptr.fn_type(&[i64t.into(), i64t.into()], false));
-        let free = declare("free", self.cx.void_type().fn_type(&[ptr.into()], false));
+        let alloc = self.external("aligned_alloc", ptr.fn_type(&[i64t.into(), i64t.into()], false));
+        let free = self.external("free", self.cx.void_type().fn_type(&[ptr.into()], false));
         (alloc, free)
     }
 
@@ -212,9 +214,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let local_free = self.m.get_function(abi::LOCAL_FREE).expect("declared with texc_local_alloc");
         let (alloc, free) = self.libc_memory();
         let i64t = self.cx.i64_type();
-        let abort = self.m.get_function("abort").unwrap_or_else(|| {
-            self.m.add_function("abort", self.cx.void_type().fn_type(&[], false), Some(Linkage::External))
-        });
+        let abort = self.external("abort", self.cx.void_type().fn_type(&[], false));
         local_alloc.set_linkage(Linkage::WeakAny);
         let bb = self.cx.append_basic_block(local_alloc, "entry");
         let failed = self.cx.append_basic_block(local_alloc, "failed");

@@ -139,8 +139,8 @@ impl<'ctx> Gen<'ctx, '_> {
         d.len().max(1) * d.elem.size() as i64
     }
 
-    /// A local over the stack's share: taken from the heap around `body`
-    /// (once per execution of the enclosing loop; the runtime keeps a
+    /// A local that `LoopFunc::heap_locals` puts on the heap: taken around
+    /// `body` (once per execution of the enclosing loop; the runtime keeps a
     /// block per thread for the next one).
     fn heap_local(&mut self, fr: &mut Frame<'ctx>, t: TensorId, bytes: i64, body: &[Stmt], mode: Mode<'ctx>) -> R<()> {
         let (alloc, free) = self.local_memory();
@@ -154,30 +154,21 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(())
     }
 
-    /// `abi::LOCAL_ALLOC` and `abi::LOCAL_FREE`, declared once. The buffer
-    /// is `noalias` (like `malloc`'s), 64-byte aligned and never null, so
-    /// that LLVM treats it as it does a stack array.
+    /// `abi::LOCAL_ALLOC` and `abi::LOCAL_FREE`. The buffer is `noalias`
+    /// (like `malloc`'s), 64-byte aligned and never null, so that LLVM
+    /// treats it as it does a stack array.
     fn local_memory(&self) -> (FunctionValue<'ctx>, FunctionValue<'ctx>) {
         let ptr = self.cx.ptr_type(AddressSpace::default());
         let i64t = self.cx.i64_type();
-        let alloc = self.m.get_function(abi::LOCAL_ALLOC).unwrap_or_else(|| {
-            let f = self.m.add_function(abi::LOCAL_ALLOC, ptr.fn_type(&[i64t.into()], false), Some(Linkage::External));
+        let alloc = self.external(abi::LOCAL_ALLOC, ptr.fn_type(&[i64t.into()], false));
+        let free = self.external(abi::LOCAL_FREE, self.cx.void_type().fn_type(&[ptr.into()], false));
+        for f in [alloc, free] {
             self.attrs(f);
-            for (name, v) in [("noalias", 0), ("nonnull", 0), ("align", 64)] {
-                let a = self.cx.create_enum_attribute(inkwell::attributes::Attribute::get_named_enum_kind_id(name), v);
-                f.add_attribute(inkwell::attributes::AttributeLoc::Return, a);
-            }
-            f
-        });
-        let free = self.m.get_function(abi::LOCAL_FREE).unwrap_or_else(|| {
-            let f = self.m.add_function(
-                abi::LOCAL_FREE,
-                self.cx.void_type().fn_type(&[ptr.into()], false),
-                Some(Linkage::External),
-            );
-            self.attrs(f);
-            f
-        });
+        }
+        for (name, v) in [("noalias", 0), ("nonnull", 0), ("align", 64)] {
+            let a = self.cx.create_enum_attribute(inkwell::attributes::Attribute::get_named_enum_kind_id(name), v);
+            alloc.add_attribute(inkwell::attributes::AttributeLoc::Return, a);
+        }
         (alloc, free)
     }
 
