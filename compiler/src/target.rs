@@ -269,8 +269,27 @@ impl fmt::Display for Target {
     }
 }
 
-/// Whether this CPU has a feature (names as `is_x86_feature_detected!` spells them).
+/// Features this process pretends the CPU lacks: `TEXC_CPU_LACKS=avx512f`
+/// (comma-separated `is_x86_feature_detected!` names) makes texc behave as on
+/// a machine without them — targets needing them cannot run, `host` is the
+/// widest ISA left, and its LLVM code avoids them — so that the tests of an
+/// AVX2-only machine can be run on a wider one.
+pub fn masked_features() -> &'static [String] {
+    static MASK: OnceLock<Vec<String>> = OnceLock::new();
+    MASK.get_or_init(|| {
+        std::env::var("TEXC_CPU_LACKS")
+            .map(|v| v.split(',').map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect())
+            .unwrap_or_default()
+    })
+}
+
+/// Whether this CPU has a feature (names as `is_x86_feature_detected!` spells
+/// them), unless [`masked_features`] hides it.
 pub fn cpu_has(feature: &str) -> bool {
+    !masked_features().iter().any(|m| m == feature) && detected(feature)
+}
+
+fn detected(feature: &str) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         match feature {

@@ -72,9 +72,29 @@ fn cpu_spec(t: &Target) -> R<CpuSpec> {
         LlvmCpu::Named { cpu, features } => CpuSpec { cpu: cpu.to_string(), features: features.to_string() },
         LlvmCpu::Host => CpuSpec {
             cpu: TargetMachine::get_host_cpu_name().to_string(),
-            features: TargetMachine::get_host_cpu_features().to_string(),
+            features: without_masked(&TargetMachine::get_host_cpu_features().to_string()),
         },
     })
+}
+
+/// Host features with those the process pretends to lack turned off
+/// (`texc_compiler::target::masked_features`), and with them the features
+/// that build on them: without AVX-512F, every `avx512*` (and the 512-bit
+/// and AVX10 encodings); without AVX2, those and AVX2's own. Code reads
+/// features from this string, so none may stay on.
+fn without_masked(host: &str) -> String {
+    let masked = texc_compiler::target::masked_features();
+    let off = |f: &str| {
+        let wide = f.starts_with("avx512") || f.starts_with("avx10") || f == "evex512";
+        masked.iter().any(|m| m == f || (wide && (m == "avx512f" || m == "avx2")) || (m == "avx2" && f == "avx2"))
+    };
+    host.split(',')
+        .map(|entry| match entry.strip_prefix('+') {
+            Some(f) if off(f) => format!("-{f}"),
+            _ => entry.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn machine(t: &Target, spec: &CpuSpec) -> R<TargetMachine> {
