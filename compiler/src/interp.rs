@@ -307,6 +307,18 @@ impl<'a> Machine<'a> {
         self.p.outputs.iter().map(|&t| self.to_tensor(t)).collect()
     }
 
+    /// Set every element of `t` to zero (a local buffer, allocated anew).
+    pub fn clear(&mut self, t: TensorId) {
+        let decl = self.p.tensor(t);
+        let n = decl.len() as usize;
+        match &mut self.bufs[t.0 as usize] {
+            Some(Buf::F(b)) => b.fill(0.0),
+            Some(Buf::I(b)) => b.fill(0),
+            slot @ None if decl.elem.is_float() => *slot = Some(Buf::F(vec![0.0; n])),
+            slot @ None => *slot = Some(Buf::I(vec![0; n])),
+        }
+    }
+
     /// Store one element (rounded or wrapped to the tensor's type).
     pub fn store(&mut self, t: TensorId, idx: &[i64], v: V) -> Result<(), InterpError> {
         let decl = self.p.tensor(t);

@@ -494,16 +494,27 @@ impl Pipeline {
             Pass::Lower,
             t0,
             || texc_schedules::ir::print(&f),
-            || texc_schedules::verify::verify(&f),
+            || texc_schedules::verify::verify_lowered(&f),
         )?;
         check_emitted_size(&f)?;
         Ok(f)
     }
 
+    /// *zero* buffers that may be read before they are stored, then
     /// *legalize* loop nests for the target.
     pub fn legalize(&mut self, mut f: LoopFunc) -> Result<LoopFunc, Error> {
         let t0 = Instant::now();
         let t = self.options.target;
+        texc_schedules::zeroing::zero_uncovered(&mut f, t.gpu.is_some());
+        after(
+            &self.options,
+            &mut self.timings,
+            Pass::Zero,
+            t0,
+            || texc_schedules::ir::print(&f),
+            || texc_schedules::verify::verify(&f),
+        )?;
+        let t0 = Instant::now();
         texc_schedules::legalize::legalize(&mut f, t);
         after(
             &self.options,

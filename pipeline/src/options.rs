@@ -26,6 +26,8 @@ pub enum Pass {
     Schedule,
     /// Loop nests (`texc_schedules::lower`).
     Lower,
+    /// Zeros first in buffers that may be read before they are stored (`texc_schedules::zeroing`).
+    Zero,
     /// Target-legal operations (`texc_schedules::legalize`).
     Legalize,
     /// Machine code, text or objects (`texc_codegen`).
@@ -33,7 +35,7 @@ pub enum Pass {
 }
 
 impl Pass {
-    pub const ALL: [Pass; 10] = [
+    pub const ALL: [Pass; 11] = [
         Pass::Import,
         Pass::Parse,
         Pass::Resolve,
@@ -42,6 +44,7 @@ impl Pass {
         Pass::Fold,
         Pass::Schedule,
         Pass::Lower,
+        Pass::Zero,
         Pass::Legalize,
         Pass::Codegen,
     ];
@@ -57,6 +60,7 @@ impl Pass {
             Pass::Schedule => "schedule",
             Pass::Lower => "lower",
             Pass::Legalize => "legalize",
+            Pass::Zero => "zero",
             Pass::Codegen => "codegen",
         }
     }
@@ -69,7 +73,7 @@ impl Pass {
             Pass::Resolve => "kernels",
             Pass::Specialize | Pass::Rewrite | Pass::Fold => "tir",
             Pass::Schedule => "schedules",
-            Pass::Lower | Pass::Legalize => "loops",
+            Pass::Lower | Pass::Legalize | Pass::Zero => "loops",
             Pass::Codegen => "code",
         }
     }
@@ -206,14 +210,14 @@ impl Options {
     }
 
     /// [`Options::new`] adjusted by `TEXC_DUMP_IR` (see [`Dump::parse`]),
-    /// `TEXC_VERIFY=1` and `TEXC_EXTRACT=greedy|ilp`.
+    /// `TEXC_VERIFY=1|0` (on or off; the default is on in debug builds) and `TEXC_EXTRACT=greedy|ilp`.
     pub fn from_env(target: &'static Target) -> Result<Options, String> {
         let mut o = Options::new(target);
         if let Ok(v) = std::env::var("TEXC_DUMP_IR") {
             o.dump = Dump::parse(&v).map_err(|e| format!("TEXC_DUMP_IR={v}: {e}"))?;
         }
-        if std::env::var("TEXC_VERIFY").is_ok_and(|v| !v.is_empty() && v != "0") {
-            o.verify = true;
+        if let Ok(v) = std::env::var("TEXC_VERIFY") {
+            o.verify = !v.is_empty() && v != "0";
         }
         if let Ok(v) = std::env::var("TEXC_EXTRACT") {
             o.extraction = Extraction::from_name(&v).map_err(|e| format!("TEXC_EXTRACT={v}: {e}"))?;

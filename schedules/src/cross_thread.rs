@@ -175,17 +175,32 @@ fn stores_to(s: &Stmt, t: TensorId) -> bool {
     }
 }
 
-/// The update of the stage: `S[idx] = combine(S[idx], term)`.
+/// The update of the stage: `S[idx] = combine(S[idx], term)`, and the
+/// guards around it that do not involve the reduction's loops (the tails
+/// of the stage's own splits): they guard the store of the total too.
 struct Update {
     indices: Vec<TExprId>,
     value: TExprId,
+    guards: Vec<TExprId>,
+}
+
+impl Update {
+    /// `store` under the update's guards that do not involve the reduction.
+    fn guarded(&self, f: &mut LoopFunc, store: Stmt) -> Stmt {
+        let Some((&first, rest)) = self.guards.split_first() else { return store };
+        let bool_ty = Ty::Elem(ElemType::Bool);
+        let cond = rest
+            .iter()
+            .fold(first, |acc, &g| f.p.alloc(TExpr::Binary(BinOp::And, acc, g), bool_ty, Default::default()));
+        Stmt::If { cond, then: vec![store] }
+    }
 }
 
 fn cross_thread(f: &mut LoopFunc, root: &Stmt, job: &Job) -> Result<Stmt, String> {
     // The bound loop, and the reduction nest without it.
     let mut found: Option<(VarId, i64, i64)> = None;
     let mut update: Option<Update> = None;
-    let inner = strip(f, root, job, &mut found, &mut update)?;
+    let inner = strip(f, root, job, &mut Path::default(), &mut found, &mut update)?;
     let (t, lo, extent) =
         found.ok_or_else(|| format!("`{}` is not inside `{}`'s reduction loops", job.thread, name(f, job.tensor)))?;
     let up = update.expect("the nest stores to the stage");
@@ -218,7 +233,8 @@ fn cross_thread(f: &mut LoopFunc, root: &Stmt, job: &Job) -> Result<Stmt, String
     let part_u = f.p.alloc(TExpr::Load(part, vec![zero]), ty, Default::default());
     let acc = f.p.alloc(TExpr::Load(job.tensor, up.indices.clone()), ty, Default::default());
     let combined = combine_like(f, up.value, acc, part_u);
-    let total = Stmt::Store { tensor: job.tensor, indices: up.indices, value: combined };
+    let total = Stmt::Store { tensor: job.tensor, indices: up.indices.clone(), value: combined };
+    let total = up.guarded(f, total);
     let threads = Stmt::For { var: t, lo, extent, kind: ForKind::Thread(GpuDim::X), body: thread_body };
     let mut body = vec![Stmt::Barrier, threads, Stmt::Barrier];
     body.extend(tree(f, part, &decl.name, extent, up.value));
@@ -342,7 +358,8 @@ fn warp_reduction(
     let acc = f.p.alloc(TExpr::Load(stage, up.indices.clone()), ty, Default::default());
     let sum = f.p.alloc(TExpr::Load(part, vec![ov]), ty, Default::default());
     let value = combine_like(f, up.value, acc, sum);
-    let store = Stmt::Store { tensor: stage, indices: up.indices, value };
+    let store = Stmt::Store { tensor: stage, indices: up.indices.clone(), value };
+    let store = up.guarded(f, store);
     last.push(Stmt::For { var: one, lo: 0, extent: 1, kind: ForKind::Thread(GpuDim::X), body: vec![store] });
     Stmt::Alloc { tensor: part, body }
 }
@@ -413,10 +430,18 @@ fn wrap_stores(f: &mut LoopFunc, body: &mut [Stmt]) {
 }
 
 /// The reduction nest without the bound loop (its body spliced in place).
+/// The reduction loops and guards around the statement [`strip`] is at.
+#[derive(Clone, Default)]
+struct Path {
+    loops: Vec<VarId>,
+    guards: Vec<TExprId>,
+}
+
 fn strip(
     f: &LoopFunc,
     s: &Stmt,
     job: &Job,
+    path: &mut Path,
     found: &mut Option<(VarId, i64, i64)>,
     update: &mut Option<Update>,
 ) -> Result<Vec<Stmt>, String> {
@@ -428,9 +453,11 @@ fn strip(
                 return Err(what());
             }
             let mut inner = Vec::new();
+            path.loops.push(*var);
             for b in body {
-                inner.extend(strip(f, b, job, found, update)?);
+                inner.extend(strip(f, b, job, path, found, update)?);
             }
+            path.loops.pop();
             if n == job.thread {
                 *found = Some((*var, *lo, *extent));
                 Ok(inner)
@@ -440,16 +467,32 @@ fn strip(
         }
         Stmt::If { cond, then } => {
             let mut inner = Vec::new();
+            path.guards.push(*cond);
             for b in then {
-                inner.extend(strip(f, b, job, found, update)?);
+                inner.extend(strip(f, b, job, path, found, update)?);
             }
+            path.guards.pop();
             Ok(vec![Stmt::If { cond: *cond, then: inner }])
         }
         Stmt::Store { tensor, indices, value } if *tensor == job.tensor => {
-            *update = Some(Update { indices: indices.clone(), value: *value });
+            let mut conjuncts = Vec::new();
+            path.guards.iter().for_each(|&g| conjuncts_of(f, g, &mut conjuncts));
+            conjuncts.retain(|&g| !path.loops.iter().any(|&v| f.p.mentions(g, v)));
+            *update = Some(Update { indices: indices.clone(), value: *value, guards: conjuncts });
             Ok(vec![s.clone()])
         }
         _ => Err(what()),
+    }
+}
+
+/// The conjuncts of `g` (`a && b` is both of `a`'s and `b`'s).
+fn conjuncts_of(f: &LoopFunc, g: TExprId, out: &mut Vec<TExprId>) {
+    match f.p.expr(g) {
+        TExpr::Binary(BinOp::And, a, b) => {
+            conjuncts_of(f, *a, out);
+            conjuncts_of(f, *b, out);
+        }
+        _ => out.push(g),
     }
 }
 

@@ -8,17 +8,68 @@
 //! and write their destination only when an `async wait` retires their
 //! group, as late as the GPU may: a schedule that reads a shared buffer
 //! before its copy was waited for reads stale data here too.
+//!
+//! A buffer `Alloc`ated by a statement holds zeros each time the statement
+//! runs (what compiled code gives it, see `crate::zeroing`).
+//!
+//! **Races.** The evaluator runs concurrent iterations one after another;
+//! compiled code runs them at once. It watches for the difference: within
+//! each run of a `parallel` or `vectorized` loop, each GPU launch (its
+//! blocks) and each block between two barriers (its threads), every
+//! element records which iteration wrote it and which read it, and an
+//! element that one iteration writes and another reads or writes is an
+//! error ([`EvalError::Race`]) instead of an answer that depends on the
+//! order. (Iterations' own buffers — `Alloc`ated inside the loop, a
+//! thread's locals and registers — are theirs alone.) It catches, at the
+//! sizes run, what the static proof of `crate::independence` refuses.
 
 use crate::ir::{AsyncStep, ForKind, LoopFunc, MmaOp, Stmt, Tile, WarpReduce};
+use std::collections::{HashMap, HashSet};
 use texc_compiler::interp::{Arg, InterpError, Machine};
+use texc_compiler::ops::BinOp;
 use texc_compiler::semantics::V;
+use texc_compiler::tir::{TExpr, TExprId, TensorId};
 use texc_runtime::Tensor;
 
-pub fn run(f: &LoopFunc, args: Vec<Arg>) -> Result<Vec<Tensor>, InterpError> {
+/// Why the evaluator stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error(transparent)]
+    Interp(#[from] InterpError),
+    #[error("{0}")]
+    Race(Box<Race>),
+}
+
+/// Two iterations of a concurrent region touching one element, one writing it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "a race: `{tensor}`[{index}] is {first} by {a} and {second} by {b} of {region}, which compiled code runs at once"
+)]
+pub struct Race {
+    pub tensor: String,
+    pub index: String,
+    pub first: &'static str,
+    pub second: &'static str,
+    pub a: String,
+    pub b: String,
+    pub region: String,
+}
+
+pub fn run(f: &LoopFunc, args: Vec<Arg>) -> Result<Vec<Tensor>, EvalError> {
     let mut m = Machine::new(&f.p, args)?;
     let mut env = vec![0i64; f.vars.len()];
-    let mut copies = Copies::default();
-    exec(f, &mut m, &f.body, &mut env, &mut copies, false)?;
+    let mut ev = Eval { f, copies: Copies::default(), races: Races::default() };
+    for (n, s) in f.body.iter().enumerate() {
+        // A launch with threads but no block loops is one block.
+        let one_block = !matches!(s, Stmt::For { kind: ForKind::Block(_), .. }) && crate::gpu::has_bound_loops(f);
+        if one_block {
+            ev.races.push(Region::Threads, format!("the threads of launch {}", n + 1));
+        }
+        ev.exec(&mut m, std::slice::from_ref(s), &mut env, false, n)?;
+        if one_block {
+            ev.races.pop();
+        }
+    }
     Ok(m.outputs())
 }
 
@@ -34,55 +85,332 @@ struct Copies {
     committed: std::collections::VecDeque<Vec<Landing>>,
 }
 
-fn exec(
-    f: &LoopFunc,
-    m: &mut Machine,
-    body: &[Stmt],
-    env: &mut [i64],
-    copies: &mut Copies,
-    in_async: bool,
-) -> Result<(), InterpError> {
-    for s in body {
-        match s {
-            Stmt::Barrier => {}
-            Stmt::Async(AsyncStep::Commit) => {
-                let group = std::mem::take(&mut copies.open);
-                copies.committed.push_back(group);
+/// Which iteration of a concurrent region (its party).
+type Party = [i64; 3];
+
+/// What a region's parties are.
+#[derive(Clone, Copy, PartialEq)]
+enum Region {
+    /// The iterations of a `parallel` or `vectorized` loop.
+    Loop,
+    /// The blocks of a launch.
+    Blocks,
+    /// The threads of a block, between two barriers.
+    Threads,
+}
+
+/// Who touched an element within a region.
+#[derive(Clone, Copy, Default)]
+struct Cell {
+    writer: Option<Party>,
+    reader: Reader,
+}
+
+#[derive(Clone, Copy, Default)]
+enum Reader {
+    #[default]
+    None,
+    One(Party),
+    /// Two or more parties.
+    Many,
+}
+
+struct Frame {
+    region: Region,
+    /// For messages: `the iterations of parallel loop `i``.
+    what: String,
+    party: Party,
+    /// Buffers each party has its own of.
+    private: HashSet<TensorId>,
+    cells: HashMap<(TensorId, i64), Cell>,
+}
+
+/// The open concurrent regions, outermost first, and the GPU coordinates
+/// of the thread and block being run.
+#[derive(Default)]
+struct Races {
+    frames: Vec<Frame>,
+    thread: Party,
+    block: Party,
+}
+
+impl Races {
+    fn push(&mut self, region: Region, what: String) {
+        let party = match region {
+            Region::Threads => self.thread,
+            Region::Blocks => self.block,
+            Region::Loop => [0; 3],
+        };
+        self.frames.push(Frame { region, what, party, private: HashSet::new(), cells: HashMap::new() });
+    }
+
+    fn pop(&mut self) {
+        self.frames.pop();
+    }
+
+    /// The coordinates changed: the innermost regions of that kind see a new party.
+    fn moved(&mut self, region: Region) {
+        let party = if region == Region::Threads { self.thread } else { self.block };
+        if let Some(fr) = self.frames.iter_mut().rev().find(|fr| fr.region == region) {
+            fr.party = party;
+        }
+    }
+
+    /// A barrier: what the block's threads did before it is ordered before what they do after.
+    fn barrier(&mut self) {
+        if let Some(fr) = self.frames.iter_mut().rev().find(|fr| fr.region == Region::Threads) {
+            fr.cells.clear();
+        }
+    }
+
+    /// `t` is allocated here: private to the parties of the open regions
+    /// (but a block's shared and register buffers are its threads' together).
+    fn allocate(&mut self, f: &LoopFunc, t: TensorId) -> Vec<usize> {
+        let block_wide = f.shared.contains(&t) || f.registers.contains(&t);
+        let mut marked = Vec::new();
+        for (i, fr) in self.frames.iter_mut().enumerate() {
+            if !(block_wide && fr.region == Region::Threads) && fr.private.insert(t) {
+                marked.push(i);
             }
-            Stmt::Async(AsyncStep::Wait(n)) => {
-                while copies.committed.len() as i64 > (*n).max(0) {
-                    for (t, idx, v) in copies.committed.pop_front().unwrap_or_default() {
-                        m.store(t, &idx, v)?;
-                    }
-                }
-            }
-            Stmt::Mma { op, c, a, b } => mma(f, m, *op, [c, a, b], env)?,
-            Stmt::WarpReduce(w) => warp_reduce(f, m, *w)?,
-            Stmt::For { var, lo, extent, body, kind } => {
-                for x in *lo..*lo + *extent {
-                    env[*var as usize] = x;
-                    exec(f, m, body, env, copies, in_async || *kind == ForKind::Async)?;
-                }
-            }
-            Stmt::Alloc { body, .. } => exec(f, m, body, env, copies, in_async)?,
-            Stmt::If { cond, then } => {
-                if m.eval(&f.vars, *cond, env)?.b() {
-                    exec(f, m, then, env, copies, in_async)?;
-                }
-            }
-            Stmt::Store { tensor, indices, value } => {
-                let idx =
-                    indices.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
-                let v = m.eval(&f.vars, *value, env)?;
-                if in_async {
-                    copies.open.push((*tensor, idx, v));
-                } else {
-                    m.store(*tensor, &idx, v)?;
-                }
+        }
+        marked
+    }
+
+    fn release(&mut self, t: TensorId, marked: &[usize]) {
+        for &i in marked {
+            if let Some(fr) = self.frames.get_mut(i) {
+                fr.private.remove(&t);
             }
         }
     }
-    Ok(())
+
+    /// Record an access; a race when another party of an open region wrote
+    /// the element, or read it and this writes it.
+    fn touch(&mut self, f: &LoopFunc, t: TensorId, idx: &[i64], write: bool) -> Result<(), EvalError> {
+        // A thread's register element is its own (the launch rules check it).
+        if f.registers.contains(&t) {
+            return Ok(());
+        }
+        let d = f.p.tensor(t);
+        let flat = idx.iter().zip(&d.shape).fold(0i64, |acc, (&i, &n)| acc.wrapping_mul(n).wrapping_add(i));
+        for fr in self.frames.iter_mut().filter(|fr| !fr.private.contains(&t)) {
+            let me = fr.party;
+            let cell = fr.cells.entry((t, flat)).or_default();
+            let other = match (write, cell.writer, cell.reader) {
+                (_, Some(w), _) if w != me => Some((w, "written")),
+                (true, _, Reader::One(r)) if r != me => Some((r, "read")),
+                (true, _, Reader::Many) => Some((me, "read")),
+                _ => None,
+            };
+            if let Some((them, how)) = other {
+                let who = |p: Party| match fr.region {
+                    Region::Loop => format!("iteration {}", p[0]),
+                    _ => format!("({}, {}, {})", p[0], p[1], p[2]),
+                };
+                let b = if how == "read" && them == me { "another".to_string() } else { who(them) };
+                let index: Vec<String> = idx.iter().map(|i| i.to_string()).collect();
+                return Err(EvalError::Race(Box::new(Race {
+                    tensor: d.name.clone(),
+                    index: index.join(", "),
+                    first: if write { "written" } else { "read" },
+                    second: how,
+                    a: who(me),
+                    b,
+                    region: fr.what.clone(),
+                })));
+            }
+            if write {
+                cell.writer = Some(me);
+            } else {
+                cell.reader = match cell.reader {
+                    Reader::None => Reader::One(me),
+                    Reader::One(r) if r == me => Reader::One(r),
+                    _ => Reader::Many,
+                };
+            }
+        }
+        Ok(())
+    }
+
+    fn watching(&self) -> bool {
+        !self.frames.is_empty()
+    }
+}
+
+struct Eval<'f> {
+    f: &'f LoopFunc,
+    copies: Copies,
+    races: Races,
+}
+
+impl Eval<'_> {
+    fn exec(
+        &mut self,
+        m: &mut Machine,
+        body: &[Stmt],
+        env: &mut [i64],
+        in_async: bool,
+        launch: usize,
+    ) -> Result<(), EvalError> {
+        let f = self.f;
+        for s in body {
+            match s {
+                Stmt::Barrier => self.races.barrier(),
+                Stmt::Async(AsyncStep::Commit) => {
+                    let group = std::mem::take(&mut self.copies.open);
+                    self.copies.committed.push_back(group);
+                }
+                Stmt::Async(AsyncStep::Wait(n)) => {
+                    while self.copies.committed.len() as i64 > (*n).max(0) {
+                        for (t, idx, v) in self.copies.committed.pop_front().unwrap_or_default() {
+                            m.store(t, &idx, v)?;
+                        }
+                    }
+                }
+                Stmt::Mma { op, c, a, b } => mma(f, m, *op, [c, a, b], env)?,
+                Stmt::WarpReduce(w) => warp_reduce(f, m, *w)?,
+                Stmt::For { var, lo, extent, body, kind } => {
+                    self.for_loop(m, (*var, *lo, *extent, *kind), body, env, in_async, launch)?
+                }
+                Stmt::Alloc { tensor, body } => {
+                    m.clear(*tensor);
+                    let marked = self.races.allocate(f, *tensor);
+                    self.exec(m, body, env, in_async, launch)?;
+                    self.races.release(*tensor, &marked);
+                }
+                Stmt::If { cond, then } => {
+                    self.watch_reads(m, *cond, env)?;
+                    if m.eval(&f.vars, *cond, env)?.b() {
+                        self.exec(m, then, env, in_async, launch)?;
+                    }
+                }
+                Stmt::Store { tensor, indices, value } => {
+                    for &e in indices.iter().chain([value]) {
+                        self.watch_reads(m, e, env)?;
+                    }
+                    let idx = indices
+                        .iter()
+                        .map(|&i| m.eval(&f.vars, i, env).map(|v| v.i()))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let v = m.eval(&f.vars, *value, env)?;
+                    if self.races.watching() {
+                        self.races.touch(f, *tensor, &idx, true)?;
+                    }
+                    if in_async {
+                        self.copies.open.push((*tensor, idx, v));
+                    } else {
+                        m.store(*tensor, &idx, v)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A loop: a concurrent region around its iterations where they run at once.
+    fn for_loop(
+        &mut self,
+        m: &mut Machine,
+        (var, lo, extent, kind): (texc_compiler::tir::VarId, i64, i64, ForKind),
+        body: &[Stmt],
+        env: &mut [i64],
+        in_async: bool,
+        launch: usize,
+    ) -> Result<(), EvalError> {
+        let name = &self.f.vars[var as usize].name;
+        let region = match kind {
+            ForKind::Parallel | ForKind::Vectorized if extent > 1 => {
+                Some((Region::Loop, format!("the iterations of {} loop `{name}`", kind.name().trim())))
+            }
+            ForKind::Block(_) if !self.races.frames.iter().any(|fr| fr.region == Region::Blocks) => {
+                Some((Region::Blocks, format!("the blocks of launch {}", launch + 1)))
+            }
+            _ => None,
+        };
+        // The innermost block loop's body is one block: its threads are a region.
+        let block_body =
+            matches!(kind, ForKind::Block(_)) && !matches!(body, [Stmt::For { kind: ForKind::Block(_), .. }]);
+        let opened = region.is_some();
+        if let Some((r, what)) = region {
+            self.races.push(r, what);
+        }
+        for x in lo..lo + extent {
+            env[var as usize] = x;
+            match kind {
+                ForKind::Parallel | ForKind::Vectorized => {
+                    if let Some(fr) = self.races.frames.last_mut().filter(|_| opened) {
+                        fr.party = [x, 0, 0];
+                    }
+                }
+                ForKind::Block(d) => {
+                    self.races.block[d.index()] = x - lo;
+                    self.races.moved(Region::Blocks);
+                }
+                ForKind::Thread(d) => {
+                    self.races.thread[d.index()] = x - lo;
+                    self.races.moved(Region::Threads);
+                }
+                _ => {}
+            }
+            if block_body {
+                self.races.push(Region::Threads, format!("the threads of a block of launch {}", launch + 1));
+            }
+            let r = self.exec(m, body, env, in_async || kind == ForKind::Async, launch);
+            if block_body {
+                self.races.pop();
+            }
+            r?;
+        }
+        match kind {
+            ForKind::Block(d) => self.races.block[d.index()] = 0,
+            ForKind::Thread(d) => {
+                self.races.thread[d.index()] = 0;
+                self.races.moved(Region::Threads);
+            }
+            _ => {}
+        }
+        if opened {
+            self.races.pop();
+        }
+        Ok(())
+    }
+
+    /// Record the reads evaluating `e` makes (the side of a `select` it
+    /// takes, the operands `&&` and `||` evaluate), when a region is open.
+    fn watch_reads(&mut self, m: &Machine, e: TExprId, env: &mut [i64]) -> Result<(), EvalError> {
+        if !self.races.watching() {
+            return Ok(());
+        }
+        let f = self.f;
+        match f.p.expr(e) {
+            TExpr::Load(t, idx) => {
+                for &i in idx {
+                    self.watch_reads(m, i, env)?;
+                }
+                let at = idx.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
+                self.races.touch(f, *t, &at, false)
+            }
+            TExpr::Select(c, a, b) => {
+                self.watch_reads(m, *c, env)?;
+                let side = if m.eval(&f.vars, *c, env)?.b() { *a } else { *b };
+                self.watch_reads(m, side, env)
+            }
+            TExpr::Binary(op @ (BinOp::And | BinOp::Or), a, b) => {
+                self.watch_reads(m, *a, env)?;
+                let x = m.eval(&f.vars, *a, env)?;
+                match (op, x) {
+                    (BinOp::And, V::B(false)) | (BinOp::Or, V::B(true)) => Ok(()),
+                    _ => self.watch_reads(m, *b, env),
+                }
+            }
+            _ => {
+                for c in f.p.children(e) {
+                    self.watch_reads(m, c, env)?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A warp reduction's butterfly ([`WarpReduce`]): at each step every

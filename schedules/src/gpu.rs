@@ -16,8 +16,10 @@
 //! - in a launch with threads, every store and every local buffer lies
 //!   inside thread loops of every dimension the launch uses (otherwise every
 //!   thread would store the same element, or share one buffer);
-//! - a store to a tensor other than a local buffer depends on every bound
-//!   loop around it (otherwise two threads or blocks write one element);
+//! - distinct threads and blocks store distinct elements of a tensor other
+//!   than a local buffer (proven as [`crate::independence`] says, from the
+//!   stores' indices: all of a launch's stores to a global tensor together,
+//!   each store to a shared buffer on its own);
 //! - a tensor the launch writes is read in it only by the stores that write
 //!   it, at the same indices (an accumulation): no thread reads what
 //!   another thread wrote, since nothing orders them;
@@ -35,11 +37,10 @@
 //! Under these rules the iterations of bound loops are independent between
 //! barriers, so running the loop nest in order — each thread loop to its
 //! end before the next statement, as the loop-IR evaluator and the CPU
-//! emulation do — computes what the GPU computes. (For stores, texc checks
-//! that they depend on every bound loop; for a hand-written `.loops` file it
-//! does not prove that distinct iterations write distinct elements.)
+//! emulation do — computes what the GPU computes.
 
-use crate::analysis::involves;
+use crate::independence::{Access as Touch, Parties, Role};
+use crate::interval::{self, Iv};
 use crate::ir::{AsyncStep, ForKind, GpuDim, LoopFunc, Stmt};
 use std::collections::{HashMap, HashSet};
 use texc_compiler::ops::BinOp;
@@ -113,9 +114,21 @@ impl Launch {
 }
 
 /// The launches of `f` on GPU target `t`, or the rule a statement breaks.
+/// That threads and blocks store distinct elements is proven from the
+/// indices, or else by running `f` where that is a proof
+/// ([`crate::independence::runs_without_races`]).
 pub fn launches(f: &LoopFunc, t: &Target) -> Result<Vec<Launch>, RuleError> {
+    launches_with(f, t, true)
+}
+
+/// [`launches`] with distinct stores proven from the indices alone.
+pub fn launches_from_indices(f: &LoopFunc, t: &Target) -> Result<Vec<Launch>, RuleError> {
+    launches_with(f, t, false)
+}
+
+fn launches_with(f: &LoopFunc, t: &Target, or_by_running: bool) -> Result<Vec<Launch>, RuleError> {
     let spec = t.gpu.ok_or_else(|| RuleError::from(format!("target `{t}` is not a GPU")))?;
-    f.body.iter().enumerate().map(|(i, s)| launch(f, i, s, &spec)).collect()
+    f.body.iter().enumerate().map(|(i, s)| launch(f, i, s, &spec, or_by_running)).collect()
 }
 
 /// Whether `f` has loops bound to blocks or threads.
@@ -131,14 +144,15 @@ pub fn has_bound_loops(f: &LoopFunc) -> bool {
     any(&f.body)
 }
 
-fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch, RuleError> {
+fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec, or_by_running: bool) -> Result<Launch, RuleError> {
     let name = |v: VarId| f.vars[v as usize].name.clone();
     let mut grid = [1i64; 3];
     let mut seen = [false; 3];
     let mut bound: Vec<VarId> = Vec::new();
     let mut inner = std::slice::from_ref(s);
     // The grid: the chain of block loops that opens the statement.
-    while let [Stmt::For { var, extent, kind: ForKind::Block(d), body, .. }] = inner {
+    let mut parties = Parties::new(f, vec![interval::exact(0); 6]);
+    while let [Stmt::For { var, lo, extent, kind: ForKind::Block(d), body }] = inner {
         if std::mem::replace(&mut seen[d.index()], true) {
             return Err(RuleError::at(
                 Site::Loop(*var),
@@ -146,6 +160,7 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
             ));
         }
         grid[d.index()] = *extent;
+        parties.set(*var, Role::Id { id: BLOCK_IDS + d.index(), offset: *lo });
         bound.push(*var);
         inner = body;
     }
@@ -153,7 +168,6 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
     let mut w = Walk {
         f,
         private,
-        blocks: bound.len(),
         block: [1; 3],
         used: [false; 3],
         written: HashSet::new(),
@@ -162,6 +176,10 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
         warp_reduces: Vec::new(),
         local_words: 0,
         most_local: (0, None),
+        parties,
+        guards: Vec::new(),
+        threads: [1; 3],
+        writes: Vec::new(),
     };
     w.stmts(inner, &mut bound.clone(), &mut [false; 3], false)?;
     for &t in &w.warp_reduces {
@@ -180,6 +198,7 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
     if threads {
         w.check_coverage(inner, &mut [false; 3])?;
     }
+    w.check_distinct_writes(grid, or_by_running)?;
     // With one thread in one block, nothing runs at once.
     if threads || !bound.is_empty() {
         w.check_reads(inner)?;
@@ -201,8 +220,6 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec) -> Result<Launch,
 
 struct Walk<'a> {
     f: &'a LoopFunc,
-    /// How many of the bound loops are block loops (they come first).
-    blocks: usize,
     block: [i64; 3],
     used: [bool; 3],
     /// Tensors in memory every block sees that the launch stores to.
@@ -221,7 +238,28 @@ struct Walk<'a> {
     /// buffer open there).
     local_words: i64,
     most_local: (i64, Option<TensorId>),
+    /// The role of each loop variable for telling threads and blocks apart
+    /// (ids: thread x, y, z, then block x, y, z).
+    parties: Parties,
+    /// The conditions of the `if`s around the statement being walked.
+    guards: Vec<TExprId>,
+    /// The extent of the open thread loop of each dimension (1 where none is open).
+    threads: [i64; 3],
+    /// The launch's stores and tensor-core tiles to memory that more than
+    /// one thread sees, for [`Walk::check_distinct_writes`].
+    writes: Vec<Write>,
 }
+
+/// A store (or an `mma` tile) to a global or shared tensor.
+struct Write {
+    access: Touch,
+    /// A warp's tensor-core tile: its lanes make it together.
+    mma: bool,
+    at: Site,
+}
+
+/// The first of the ids of [`Walk::parties`] that are block coordinates.
+const BLOCK_IDS: usize = 3;
 
 /// Threads of a warp.
 const WARP: i64 = 32;
@@ -268,7 +306,7 @@ impl Walk<'_> {
                     }
                     self.warp_reduces.push(w.tensor);
                 }
-                Stmt::Mma { c, a, b, .. } => {
+                Stmt::Mma { op, c, a, b } => {
                     if open[0] {
                         return Err("`mma` inside a thread.x loop: the warp's 32 lanes are thread.x, so `mma` \
                                     stands where a thread.x loop would"
@@ -289,19 +327,11 @@ impl Walk<'_> {
                     self.mma = true;
                     self.used[0] = true;
                     self.block[0] = self.block[0].max(WARP);
-                    // The warp's tile of `c` is its own: it depends on every bound loop but the lanes.
-                    let vars = if self.f.shared.contains(&c.tensor) { &bound[self.blocks..] } else { &bound[..] };
-                    if let Some(&v) = vars.iter().find(|&&v| !c.origin.iter().any(|&i| involves(&self.f.p, i, v))) {
-                        return Err(RuleError::at(
-                            Site::Tensor(c.tensor),
-                            format!(
-                                "the `mma` tile of `{}` does not depend on bound loop `{}`: its warps would all \
-                             accumulate into the same tile",
-                                self.tensor_name(c.tensor),
-                                self.name(v)
-                            ),
-                        ));
-                    }
+                    let (m, n, _) = op.shape();
+                    let mut access = self.made_here(Touch::tile(c, m, n, true));
+                    // Every lane of the warp takes part.
+                    access.within[0] = (0, interval::range(0, WARP as i128 - 1));
+                    self.writes.push(Write { access, mma: true, at: Site::Tensor(c.tensor) });
                     if !self.f.shared.contains(&c.tensor) {
                         self.written.insert(c.tensor);
                     }
@@ -322,6 +352,8 @@ impl Walk<'_> {
                 }
                 Stmt::For { var, kind: ForKind::Async, extent, body, .. } => {
                     self.check_async_copy(*var, *extent, body)?;
+                    // Not bound: each thread at any of its values while another runs.
+                    self.parties.set(*var, Role::Free);
                     self.stmts(body, bound, open, guarded)?;
                 }
                 Stmt::For { var, kind: ForKind::Block(d), .. } => {
@@ -351,6 +383,8 @@ impl Walk<'_> {
                     self.block[i] = self.block[i].max(*extent);
                     self.used[i] = true;
                     open[i] = true;
+                    self.parties.set(*var, Role::Id { id: i, offset: *lo });
+                    let outer = std::mem::replace(&mut self.threads[i], *extent);
                     // One iteration runs on one thread: nothing to tell apart.
                     let one = *extent == 1;
                     if !one {
@@ -366,6 +400,7 @@ impl Walk<'_> {
                     if !one {
                         bound.pop();
                     }
+                    self.threads[i] = outer;
                     open[i] = false;
                 }
                 Stmt::Alloc { tensor, body } if self.private.contains(tensor) => {
@@ -378,10 +413,18 @@ impl Walk<'_> {
                     self.stmts(body, bound, open, guarded)?;
                     self.local_words -= words;
                 }
-                Stmt::For { body, .. } | Stmt::Alloc { body, .. } => self.stmts(body, bound, open, guarded)?,
+                Stmt::For { var, body, .. } => {
+                    // Not bound: each thread at any of its values while another runs.
+                    self.parties.set(*var, Role::Free);
+                    self.stmts(body, bound, open, guarded)?
+                }
+                Stmt::Alloc { body, .. } => self.stmts(body, bound, open, guarded)?,
                 Stmt::If { cond, then } => {
                     self.check_register_reads(*cond)?;
-                    self.stmts(then, bound, open, true)?
+                    self.guards.push(*cond);
+                    let r = self.stmts(then, bound, open, true);
+                    self.guards.pop();
+                    r?
                 }
                 Stmt::Store { tensor, indices, value } => {
                     for &e in indices.iter().chain([value]) {
@@ -394,25 +437,65 @@ impl Walk<'_> {
                     if self.private.contains(tensor) {
                         continue;
                     }
-                    // A block's shared buffer: its threads must write distinct elements.
-                    let shared = self.f.shared.contains(tensor);
-                    let vars = if shared { &bound[self.blocks..] } else { &bound[..] };
-                    for &v in vars {
-                        if !indices.iter().any(|&i| involves(&self.f.p, i, v)) {
-                            return Err(RuleError::at(
-                                Site::Expr(*value),
-                                format!(
-                                    "the store to `{}` does not depend on bound loop `{}`: its iterations would all \
-                                 write the same element",
-                                    self.tensor_name(*tensor),
-                                    self.name(v)
-                                ),
-                            ));
-                        }
-                    }
-                    if !shared {
+                    let access = self.made_here(Touch::element(*tensor, indices, true));
+                    self.writes.push(Write { access, mma: false, at: Site::Expr(*value) });
+                    if !self.f.shared.contains(tensor) {
                         self.written.insert(*tensor);
                     }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `a` as made where the walk is: under its guards, by the threads of
+    /// the open thread loops.
+    fn made_here(&self, mut a: Touch) -> Touch {
+        a.guards = self.guards.clone();
+        a.within = (0..3).map(|d| (d, interval::range(0, (self.threads[d] - 1) as i128))).collect();
+        a
+    }
+
+    /// Distinct threads and blocks store distinct elements
+    /// ([`crate::independence`]): of a global tensor, over all the
+    /// launch's stores to it; of a shared buffer, within each store (its
+    /// blocks have buffers of their own, and statements are ordered by
+    /// barriers, see [`Walk::check_shared`]). A warp's lanes make its
+    /// `mma` together: only its other coordinates tell its tiles apart.
+    fn check_distinct_writes(&self, grid: [i64; 3], or_by_running: bool) -> R {
+        let ids: Vec<Iv> = self.block.iter().chain(&grid).map(|&n| interval::range(0, (n - 1) as i128)).collect();
+        let in_block = |ids: &mut Vec<Iv>| ids[BLOCK_IDS..].fill(interval::exact(0));
+        let mut tensors: Vec<TensorId> = self.writes.iter().map(|w| w.access.tensor).collect();
+        tensors.sort();
+        tensors.dedup();
+        for t in tensors {
+            let of_t: Vec<&Write> = self.writes.iter().filter(|w| w.access.tensor == t).collect();
+            let groups: Vec<Vec<&Write>> =
+                if self.f.shared.contains(&t) { of_t.into_iter().map(|w| vec![w]).collect() } else { vec![of_t] };
+            for group in groups {
+                let mut ids = ids.clone();
+                if self.f.shared.contains(&t) {
+                    in_block(&mut ids);
+                }
+                if group.iter().all(|w| w.mma) {
+                    ids[0] = interval::exact(0);
+                }
+                let parties = self.parties.with_ids(ids);
+                let accesses: Vec<&Touch> = group.iter().map(|w| &w.access).collect();
+                let unseparated = parties.unseparated(self.f, &accesses);
+                let ran = || or_by_running && crate::independence::runs_without_races(self.f);
+                if let Some(id) = unseparated.filter(|_| !ran()) {
+                    let who = if id < BLOCK_IDS { "thread" } else { "block" };
+                    let dim = GpuDim::ALL[id % BLOCK_IDS].name();
+                    let what = if group[0].mma { "the `mma` tile of" } else { "the store to" };
+                    return Err(RuleError::at(
+                        group[0].at,
+                        format!(
+                            "{what} `{}` may write an element that another {who} writes: no index tells {who}.{dim} \
+                             apart, so they would race (distinct threads and blocks store distinct elements)",
+                            self.tensor_name(t)
+                        ),
+                    ));
                 }
             }
         }

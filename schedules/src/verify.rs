@@ -9,6 +9,13 @@ use texc_compiler::ops::BinOp;
 use texc_compiler::target::Target;
 use texc_compiler::tir::{TExpr, TExprId, Ty};
 
+/// [`verify`], and that the iterations of parallel and vectorized loops
+/// are proven independent ([`crate::independence`]): what *lower* produces.
+pub fn verify_lowered(f: &LoopFunc) -> Result<(), String> {
+    verify(f)?;
+    crate::independence::check_loops(f).map_err(|c| c.message(f))
+}
+
 pub fn verify(f: &LoopFunc) -> Result<(), String> {
     let mut bound = vec![false; f.vars.len()];
     let mut seen = vec![false; f.vars.len()];

@@ -198,8 +198,28 @@ fn loop_nests_that_break_a_launch_rule_are_rejected() {
     let cases = [
         (
             "  for b in 0..2 block.x:\n    for t in 0..32 thread.x:\n      B[t] = A[t]\n",
-            "the store to `B` does not depend on bound loop `b`",
+            "the store to `B` may write an element that another block writes: no index tells block.x apart",
         ),
+        // Every index mentions the thread, yet threads share elements (issue 35).
+        (
+            "  for b in 0..1 block.x:\n    for t in 0..64 thread.x:\n      B[b + t / 64] = B[b + t / 64] + A[b * 64 + t]\n",
+            "the store to `B` may write an element that another thread writes: no index tells thread.x apart",
+        ),
+        (
+            "  for b in 0..2 block.x:\n    for jo in 0..2 thread.y:\n      for ji in 0..16 thread.x:\n        \
+             B[b * 32 + jo * 16 + ji / 2] = A[jo * 16 + ji]\n",
+            "the store to `B` may write an element that another thread writes: no index tells thread.x apart",
+        ),
+        (
+            "  for b in 0..2 block.x:\n    for t in 0..32 thread.x:\n      B[b * 32 + t] = A[t]\n    \
+             for u in 0..32 thread.x:\n      B[b * 32 + 31 - u] = A[u]\n",
+            "the store to `B` may write an element that another thread writes",
+        ),
+        // Fused loops, a serial loop inside the threads, a guard that picks one thread of a warp: distinct elements.
+        ("  for f in 0..2 block.x:\n    for t in 0..32 thread.x:\n      B[(f * 32 + t) / 8 % 8 * 8 + (f * 32 + t) % 8] = A[t]\n", ""),
+        ("  for k in 0..2:\n    for t in 0..32 thread.x:\n      B[k * 32 + t] = A[t]\n", ""),
+        ("  for t in 0..64 thread.x:\n    if t % 32 == 0:\n      B[t / 32] = A[t]\n", ""),
+        ("  for t in 0..64 thread.x:\n    if t % 32 == 1:\n      B[t / 32] = A[t]\n    if t % 32 == 0:\n      B[2 + t / 32] = A[t]\n", ""),
         (
             "  for b in 0..2 block.x:\n    B[b] = A[b]\n    for t in 0..32 thread.x:\n      B[b * 32 + t] = A[t]\n",
             "the store to `B` is outside the thread.x loops",

@@ -226,7 +226,10 @@ fn every_pass_is_timed_and_dumped() {
     let (_, loops) = pl.build(k, &Bindings::default()).expect("builds");
     pl.compile(&loops.legal).expect("compiles");
     let timed: Vec<&str> = pl.timings().iter().map(|t| t.pass.name()).collect();
-    assert_eq!(timed, ["parse", "resolve", "specialize", "rewrite", "schedule", "lower", "legalize", "codegen"]);
+    assert_eq!(
+        timed,
+        ["parse", "resolve", "specialize", "rewrite", "schedule", "lower", "zero", "legalize", "codegen"]
+    );
     let table = pl.timing_table();
     assert!(table.contains("legalize") && table.contains("total"), "{table}");
 }

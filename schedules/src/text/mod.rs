@@ -120,6 +120,10 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
     let f = LoopFunc { p: b.p, vars: b.vars, body, shared: b.shared, registers: b.registers };
     crate::verify::verify(&f).map_err(|e| Diagnostic::at(Span::new(file, 0, 0), format!("invalid loop nest: {e}")))?;
     safety::check(&f)?;
+    crate::independence::check_loops(&f).map_err(|c| {
+        Diagnostic::at(loop_spans[c.var as usize], c.message(&f))
+            .with_note("make the loop serial, or give each iteration elements of its own")
+    })?;
     Ok(Parsed { func: f, loop_spans, source })
 }
 

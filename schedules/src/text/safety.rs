@@ -12,102 +12,12 @@
 //! printed nest passes; an access that it cannot prove is an error, even if
 //! it happens to be safe.
 
+use crate::interval::{exact, within_type, Iv, ANY};
 use crate::ir::{LoopFunc, Stmt, Tile};
 use texc_compiler::affine::{affine_of, Affine};
-use texc_compiler::ops::{BinOp, MathFn, UnOp};
+use texc_compiler::ops::{BinOp, UnOp};
 use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
 use texc_grammar::diagnostic::Diagnostic;
-
-/// A closed interval; `None` bounds are unknown (unbounded).
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Iv {
-    lo: Option<i128>,
-    hi: Option<i128>,
-}
-
-const ANY: Iv = Iv { lo: None, hi: None };
-
-fn exact(c: i128) -> Iv {
-    Iv { lo: Some(c), hi: Some(c) }
-}
-
-fn both(a: Option<i128>, b: Option<i128>, f: impl Fn(i128, i128) -> Option<i128>) -> Option<i128> {
-    f(a?, b?)
-}
-
-impl Iv {
-    /// `max(x, y)`: at least the larger known lower bound, whatever the other is.
-    fn max(self, o: Iv) -> Iv {
-        let lo = match (self.lo, o.lo) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-        Iv { lo, hi: both(self.hi, o.hi, |a, b| Some(a.max(b))) }
-    }
-
-    /// `min(x, y)`: at most the smaller known upper bound, whatever the other is.
-    fn min(self, o: Iv) -> Iv {
-        let hi = match (self.hi, o.hi) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        Iv { lo: both(self.lo, o.lo, |a, b| Some(a.min(b))), hi }
-    }
-
-    fn add(self, o: Iv) -> Iv {
-        Iv { lo: both(self.lo, o.lo, i128::checked_add), hi: both(self.hi, o.hi, i128::checked_add) }
-    }
-
-    fn neg(self) -> Iv {
-        Iv { lo: self.hi.and_then(i128::checked_neg), hi: self.lo.and_then(i128::checked_neg) }
-    }
-
-    fn mul(self, o: Iv) -> Iv {
-        let (Some(a), Some(b), Some(c), Some(d)) = (self.lo, self.hi, o.lo, o.hi) else { return ANY };
-        let ps = [a.checked_mul(c), a.checked_mul(d), b.checked_mul(c), b.checked_mul(d)];
-        if ps.iter().any(Option::is_none) {
-            return ANY;
-        }
-        let ps = ps.map(Option::unwrap);
-        Iv { lo: ps.iter().min().copied(), hi: ps.iter().max().copied() }
-    }
-
-    fn union(self, o: Iv) -> Iv {
-        Iv { lo: both(self.lo, o.lo, |a, b| Some(a.min(b))), hi: both(self.hi, o.hi, |a, b| Some(a.max(b))) }
-    }
-
-    fn meet(self, o: Iv) -> Iv {
-        let pick = |a: Option<i128>, b: Option<i128>, f: fn(i128, i128) -> i128| match (a, b) {
-            (Some(x), Some(y)) => Some(f(x, y)),
-            (x, None) => x,
-            (None, y) => y,
-        };
-        Iv { lo: pick(self.lo, o.lo, i128::max), hi: pick(self.hi, o.hi, i128::min) }
-    }
-}
-
-fn is_integer(t: Ty) -> bool {
-    matches!(t, Ty::Index) || matches!(t, Ty::Elem(e) if e.is_int())
-}
-
-/// `iv` if every value in it fits type `ty`, else unknown: integer
-/// arithmetic wraps at its width, so a value computed beyond the range is
-/// not the mathematical one. (Checked at every node, this makes each known
-/// interval exact: `+`, `-` and `*` of values in range wrap to the
-/// mathematical result whenever that result is in range.)
-fn within_type(iv: Iv, ty: Ty) -> Iv {
-    let (lo, hi): (i128, i128) = match ty {
-        Ty::Index | Ty::Elem(texc_compiler::types::ElemType::I64) => (i64::MIN as i128, i64::MAX as i128),
-        Ty::Elem(texc_compiler::types::ElemType::I32) => (i32::MIN as i128, i32::MAX as i128),
-        Ty::Elem(texc_compiler::types::ElemType::I8) => (i8::MIN as i128, i8::MAX as i128),
-        Ty::Elem(texc_compiler::types::ElemType::U8) => (0, u8::MAX as i128),
-        _ => return ANY,
-    };
-    match (iv.lo, iv.hi) {
-        (Some(a), Some(b)) if a >= lo && b <= hi => iv,
-        _ => ANY,
-    }
-}
 
 /// A term of an affine form: a loop variable, or a sub-expression that is
 /// not affine (`x % 22`), known by its structure so that the same term in a
@@ -338,50 +248,8 @@ impl Checker<'_> {
 
     fn interval(&self, e: TExprId) -> Iv {
         let p = &self.f.p;
-        let iv = match p.expr(e) {
-            TExpr::Int(c) => exact(*c as i128),
-            TExpr::Var(v) => self.vars[*v as usize].unwrap_or(ANY),
-            TExpr::Unary(UnOp::Neg, a) => self.interval(*a).neg(),
-            TExpr::Binary(op, a, b) => {
-                let (x, y) = (self.interval(*a), self.interval(*b));
-                match op {
-                    BinOp::Add => x.add(y),
-                    BinOp::Sub => x.add(y.neg()),
-                    BinOp::Mul => x.mul(y),
-                    BinOp::FloorDiv | BinOp::UDiv | BinOp::TruncDiv => match (y.lo, y.hi) {
-                        (Some(c), Some(c2))
-                            if c == c2 && c > 0 && (*op == BinOp::FloorDiv || x.lo.is_some_and(|l| l >= 0)) =>
-                        {
-                            Iv { lo: x.lo.map(|l| l.div_euclid(c)), hi: x.hi.map(|h| h.div_euclid(c)) }
-                        }
-                        _ => ANY,
-                    },
-                    BinOp::FloorMod | BinOp::URem | BinOp::TruncRem => match (y.lo, y.hi) {
-                        (Some(c), Some(c2))
-                            if c == c2 && c > 0 && (*op == BinOp::FloorMod || x.lo.is_some_and(|l| l >= 0)) =>
-                        {
-                            match (x.lo, x.hi) {
-                                (Some(l), Some(h)) if l >= 0 && h < c => x,
-                                _ => Iv { lo: Some(0), hi: Some(c - 1) },
-                            }
-                        }
-                        _ => ANY,
-                    },
-                    _ => ANY,
-                }
-            }
-            TExpr::Math(MathFn::Min, args) if args.len() == 2 => self.interval(args[0]).min(self.interval(args[1])),
-            TExpr::Math(MathFn::Max, args) if args.len() == 2 => self.interval(args[0]).max(self.interval(args[1])),
-            // `clamp(x, lo, hi)` is `min(max(x, lo), hi)`, in range whatever `x` is (a gather's index).
-            TExpr::Math(MathFn::Clamp, args) if args.len() == 3 && is_integer(p.ty(e)) => {
-                self.interval(args[0]).max(self.interval(args[1])).min(self.interval(args[2]))
-            }
-            TExpr::Select(_, a, b) => self.interval(*a).union(self.interval(*b)),
-            // Integer conversions keep values that fit (checked below).
-            TExpr::Cast(a) if is_integer(p.ty(e)) && is_integer(p.ty(*a)) => self.interval(*a),
-            _ => ANY,
-        };
-        let iv = within_type(iv, p.ty(e));
+        let var = |v: VarId| self.vars[v as usize].unwrap_or(ANY);
+        let iv = within_type(crate::interval::node(p, e, &var, &mut |c| self.interval(c)), p.ty(e));
         self.sharpen(e, iv)
     }
 

@@ -1,0 +1,669 @@
+//! *zero*: buffers that may be read before they are stored hold zeros — a
+//! local each time its `Alloc` runs, a temporary from the first statement
+//! that touches it — as the loop-IR evaluator has them. Compiled code gives
+//! a local an uninitialized stack array or heap block, and a temporary
+//! memory an earlier one used (the memory plan), so this pass stores zeros
+//! first wherever it cannot prove that every element read was stored before.
+//!
+//! The proof ([`covered`]): in the order statements run, every read of
+//! the buffer lies inside what stores before it have written. An access's
+//! indices are read as forms over digits of loops ([`crate::digits`]),
+//! split into a part over the loops it shares with the other access (the
+//! same iteration for both: a *fixed* part) and a part over its own loops:
+//! - a store *writes a box*: each dimension's own part a sum of digits
+//!   that fill an interval without gaps, different dimensions different
+//!   digits, digits of one loop taking every combination (its extent a
+//!   multiple of its largest weight), and its guards dropping only indices
+//!   outside the buffer; boxes of stores that share their fixed parts
+//!   merge where they meet (a loop's body and its split tail);
+//! - a read *reads a box*, its own part's interval in each dimension;
+//! - the read is covered where its fixed parts equal a store's and its box
+//!   lies in that store's (merged) box. A store made later in the same
+//!   iteration, or a read of the element a statement is about to store,
+//!   does not count.
+//!
+//! What the default schedules produce (accumulators set to the identity,
+//! packs, attached stages, reductions' initial values) is covered; the rest
+//! of a hand-written nest is zeroed. A GPU block's `shared` and `registers`
+//! buffers are the block's threads' together: they are not zeroed (the
+//! launch rules order their stores and reads).
+//!
+//! Invariant after the pass: every local and temporary is [`covered`] (a
+//! zeroing nest covers what it precedes).
+
+use crate::digits::{Atom, Env, Forms, Role, Site, Src};
+use crate::interval;
+use crate::ir::{ForKind, LoopFunc, Stmt};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use texc_compiler::affine::Affine;
+use texc_compiler::ops::BinOp;
+use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
+
+/// Store zeros into every buffer that is not [`covered`] where it begins:
+/// first in each `Alloc` of a local, before the first top-level statement
+/// touching a temporary. Returns the buffers zeroed.
+pub fn zero_uncovered(f: &mut LoopFunc, gpu: bool) -> Vec<TensorId> {
+    let mut locals = BTreeSet::new();
+    uncovered_locals(f, &f.body, &mut locals);
+    let temps: Vec<TensorId> = f.live_temps().into_iter().filter(|&t| !covered(f, t, &f.body)).collect();
+    let mut body = std::mem::take(&mut f.body);
+    zero_locals(f, &mut body, &locals);
+    for &t in &temps {
+        let at = body.iter().position(|s| touches(f, s, t)).unwrap_or(0);
+        let nest = if gpu { zero_launch(f, t) } else { zero_nest(f, t) };
+        body.insert(at, nest);
+    }
+    f.body = body;
+    locals.into_iter().chain(temps).collect()
+}
+
+/// Locals of `body` (not a GPU block's buffers) that an `Alloc` of theirs
+/// does not cover.
+fn uncovered_locals(f: &LoopFunc, body: &[Stmt], out: &mut BTreeSet<TensorId>) {
+    for s in body {
+        match s {
+            Stmt::Alloc { tensor, body } => {
+                let block = f.shared.contains(tensor) || f.registers.contains(tensor);
+                if !block && !covered(f, *tensor, body) {
+                    out.insert(*tensor);
+                }
+                uncovered_locals(f, body, out)
+            }
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } => uncovered_locals(f, body, out),
+            Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+        }
+    }
+}
+
+fn zero_locals(f: &mut LoopFunc, body: &mut [Stmt], locals: &BTreeSet<TensorId>) {
+    for s in body {
+        match s {
+            Stmt::Alloc { tensor, body } => {
+                zero_locals(f, body, locals);
+                if locals.contains(tensor) {
+                    let nest = zero_nest(f, *tensor);
+                    body.insert(0, nest);
+                }
+            }
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } => zero_locals(f, body, locals),
+            Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+        }
+    }
+}
+
+/// `t[z0, …] = 0` over every element, serial loops (code generators make
+/// them a `memset` or vector stores).
+fn zero_nest(f: &mut LoopFunc, t: TensorId) -> Stmt {
+    let d = f.p.tensor(t).clone();
+    let span = d.span;
+    let zero = if d.elem.is_float() { TExpr::Float(0.0) } else { TExpr::Int(0) };
+    let value = f.p.alloc(zero, Ty::Elem(d.elem), span);
+    let vars: Vec<VarId> = d.shape.iter().enumerate().map(|(k, &n)| f.new_var(format!("{}.z{k}", d.name), n)).collect();
+    let indices = vars.iter().map(|&v| f.p.alloc(TExpr::Var(v), Ty::Index, span)).collect();
+    let mut nest = Stmt::Store { tensor: t, indices, value };
+    for (&var, &extent) in vars.iter().zip(&d.shape).rev() {
+        nest = Stmt::For { var, lo: 0, extent, kind: ForKind::Serial, body: vec![nest] };
+    }
+    nest
+}
+
+/// GPU targets: a temporary's zeros as a launch of its own, an element
+/// per thread (`t[x / s₀, x / s₁ % n₁, …]` for `x = 256·b + t`).
+fn zero_launch(f: &mut LoopFunc, t: TensorId) -> Stmt {
+    const THREADS: i64 = 256;
+    let d = f.p.tensor(t).clone();
+    let span = d.span;
+    let len = d.len().max(1);
+    let idx = |f: &mut LoopFunc, e: TExpr| f.p.alloc(e, Ty::Index, span);
+    let (b, th) = (
+        f.new_var(format!("{}.z.b", d.name), (len + THREADS - 1) / THREADS),
+        f.new_var(format!("{}.z.t", d.name), THREADS),
+    );
+    let (bv, tv, n) = (idx(f, TExpr::Var(b)), idx(f, TExpr::Var(th)), idx(f, TExpr::Int(THREADS)));
+    let first = idx(f, TExpr::Binary(BinOp::Mul, bv, n));
+    let x = idx(f, TExpr::Binary(BinOp::Add, first, tv));
+    let mut indices = Vec::new();
+    let mut stride = len;
+    for (k, &extent) in d.shape.iter().enumerate() {
+        stride /= extent.max(1);
+        let s = idx(f, TExpr::Int(stride));
+        let mut i = idx(f, TExpr::Binary(BinOp::FloorDiv, x, s));
+        if k > 0 {
+            let e = idx(f, TExpr::Int(extent));
+            i = idx(f, TExpr::Binary(BinOp::FloorMod, i, e));
+        }
+        indices.push(i);
+    }
+    let zero = if d.elem.is_float() { TExpr::Float(0.0) } else { TExpr::Int(0) };
+    let value = f.p.alloc(zero, Ty::Elem(d.elem), span);
+    let end = idx(f, TExpr::Int(len));
+    let inside = f.p.alloc(TExpr::Binary(BinOp::Lt, x, end), Ty::Elem(texc_compiler::types::ElemType::Bool), span);
+    let store = Stmt::If { cond: inside, then: vec![Stmt::Store { tensor: t, indices, value }] };
+    let threads =
+        Stmt::For { var: th, lo: 0, extent: THREADS, kind: ForKind::Thread(crate::ir::GpuDim::X), body: vec![store] };
+    Stmt::For {
+        var: b,
+        lo: 0,
+        extent: (len + THREADS - 1) / THREADS,
+        kind: ForKind::Block(crate::ir::GpuDim::X),
+        body: vec![threads],
+    }
+}
+
+/// Whether every read of `t` in `body` (in the order statements run) lies
+/// in what stores before it wrote (see the module's header).
+pub fn covered(f: &LoopFunc, t: TensorId, body: &[Stmt]) -> bool {
+    let mut events = Vec::new();
+    collect(f, t, body, &mut Vec::new(), &mut Vec::new(), &mut events);
+    if !events.iter().any(|e| !e.write) {
+        return true;
+    }
+    let mut env = Env::new(f, Vec::new());
+    for e in &events {
+        e.path.iter().for_each(|&v| env.set(v, Role::Free));
+    }
+    let mut forms = Forms::new(f, &env);
+    let sites: Vec<Site> = events.iter().map(|e| Site { indices: &e.indices, guards: &[], within: &[] }).collect();
+    forms.settle(&sites);
+    let check = Check { f, t, forms };
+    check.all_reads_covered(&events)
+}
+
+/// An access to the buffer where it is made: its indices (a tile's origin,
+/// reaching `reach` past it), the loops around it inside the scope
+/// (outermost first), the guards around it.
+struct Event {
+    write: bool,
+    indices: Vec<TExprId>,
+    reach: Vec<i64>,
+    path: Vec<VarId>,
+    guards: Vec<TExprId>,
+}
+
+/// The accesses of `t` in `body`, in the order they are made (a store's
+/// reads before its write).
+fn collect(
+    f: &LoopFunc,
+    t: TensorId,
+    body: &[Stmt],
+    path: &mut Vec<VarId>,
+    guards: &mut Vec<TExprId>,
+    out: &mut Vec<Event>,
+) {
+    let reads = |e: TExprId, path: &[VarId], guards: &[TExprId], out: &mut Vec<Event>| {
+        let mut loads = Vec::new();
+        guarded_loads(f, e, &mut guards.to_vec(), &mut loads);
+        for (idx, guards) in loads {
+            if let TExpr::Load(u, idx) = f.p.expr(idx) {
+                if *u == t {
+                    let reach = vec![0; idx.len()];
+                    out.push(Event { write: false, indices: idx.clone(), reach, path: path.to_vec(), guards });
+                }
+            }
+        }
+    };
+    for s in body {
+        match s {
+            Stmt::For { var, kind, body, .. } => {
+                // An asynchronous copy lands later: it writes nothing here.
+                if *kind == ForKind::Async {
+                    let mut later = Vec::new();
+                    collect(f, t, body, path, guards, &mut later);
+                    out.extend(later.into_iter().filter(|e| !e.write));
+                    continue;
+                }
+                path.push(*var);
+                collect(f, t, body, path, guards, out);
+                path.pop();
+            }
+            Stmt::Alloc { body, .. } => collect(f, t, body, path, guards, out),
+            Stmt::If { cond, then } => {
+                reads(*cond, path, guards, out);
+                guards.push(*cond);
+                collect(f, t, then, path, guards, out);
+                guards.pop();
+            }
+            Stmt::Store { tensor, indices, value } => {
+                for &e in indices.iter().chain([value]) {
+                    reads(e, path, guards, out);
+                }
+                if *tensor == t {
+                    let reach = vec![0; indices.len()];
+                    out.push(Event {
+                        write: true,
+                        indices: indices.clone(),
+                        reach,
+                        path: path.clone(),
+                        guards: guards.clone(),
+                    });
+                }
+            }
+            Stmt::Mma { op, c, a, b } => {
+                let (m, n, k) = op.shape();
+                for (tile, rows, cols) in [(a, m, k), (b, k, n), (c, m, n)] {
+                    tile.origin.iter().for_each(|&e| reads(e, path, guards, out));
+                    if tile.tensor == t {
+                        let mut reach = vec![0; tile.origin.len()];
+                        reach[tile.rows] += rows - 1;
+                        reach[tile.cols] += cols - 1;
+                        let (path, guards) = (path.clone(), guards.clone());
+                        out.push(Event { write: false, indices: tile.origin.clone(), reach, path, guards });
+                    }
+                }
+            }
+            // A warp's elements are the block's (not zeroed, see the header): read and written at once.
+            Stmt::WarpReduce(w) if w.tensor == t => {
+                let d = f.p.tensor(t);
+                let zero = Vec::new();
+                out.push(Event {
+                    write: false,
+                    indices: zero,
+                    reach: d.shape.iter().map(|&n| n - 1).collect(),
+                    path: path.clone(),
+                    guards: Vec::new(),
+                });
+            }
+            Stmt::WarpReduce(_) | Stmt::Barrier | Stmt::Async(_) => {}
+        }
+    }
+}
+
+/// The loads `e` makes, innermost first, each with the conditions that
+/// hold where it is made: `guards`, and the conditions of the `select`s
+/// and `&&`s that lead to it (a `select`'s other side, and `||`, add none).
+fn guarded_loads(f: &LoopFunc, e: TExprId, guards: &mut Vec<TExprId>, out: &mut Vec<(TExprId, Vec<TExprId>)>) {
+    let p = &f.p;
+    let (cond, first, second) = match p.expr(e) {
+        TExpr::Select(c, a, b) => (*c, *a, Some(*b)),
+        TExpr::Binary(BinOp::And, a, b) => (*a, *b, None),
+        _ => {
+            for c in p.children(e) {
+                guarded_loads(f, c, guards, out);
+            }
+            if matches!(p.expr(e), TExpr::Load(..)) {
+                out.push((e, guards.clone()));
+            }
+            return;
+        }
+    };
+    guarded_loads(f, cond, guards, out);
+    guards.push(cond);
+    guarded_loads(f, first, guards, out);
+    guards.pop();
+    if let Some(other) = second {
+        guarded_loads(f, other, guards, out);
+    }
+}
+
+/// A box: per dimension, the interval of an access's own part, for fixed
+/// parts (per dimension) that name the slice it is in.
+#[derive(Clone, Debug, PartialEq)]
+struct Slab {
+    fixed: Vec<Affine<Atom>>,
+    own: Vec<(i128, i128)>,
+}
+
+struct Check<'a> {
+    f: &'a LoopFunc,
+    t: TensorId,
+    forms: Forms<'a>,
+}
+
+impl Check<'_> {
+    fn all_reads_covered(mut self, events: &[Event]) -> bool {
+        (0..events.len()).all(|i| events[i].write || self.read_covered(&events[..i], &events[i]))
+    }
+
+    /// Whether the stores of `before` wrote all that `read` reads.
+    fn read_covered(&mut self, before: &[Event], read: &Event) -> bool {
+        let writes: Vec<&Event> = before.iter().filter(|e| e.write).collect();
+        let mut prefixes: Vec<usize> = writes.iter().map(|w| shared(&w.path, &read.path)).collect();
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        let rank = self.f.p.tensor(self.t).shape.len();
+        let views = views(rank);
+        let len = extent(&self.f.p.tensor(self.t).shape, &(0..rank));
+        prefixes.into_iter().any(|n| {
+            let fixed: BTreeSet<VarId> = read.path[..n].iter().copied().collect();
+            // A store that fills the whole buffer (a loop fused over it) covers any read.
+            let whole = writes.iter().filter(|w| shared(&w.path, &read.path) == n).any(|w| {
+                self.slab(w, &fixed, true, std::slice::from_ref(&(0..rank))).is_some_and(|b| {
+                    b.fixed.iter().all(|x| x.terms.is_empty())
+                        && b.own.first().is_some_and(|o| o.0 <= 0 && o.1 >= len - 1)
+                })
+            });
+            whole
+                || views.iter().any(|view| {
+                    let Some(want) = self.slab(read, &fixed, false, view) else { return false };
+                    let mut boxes: Vec<Slab> = writes
+                        .iter()
+                        .filter(|w| shared(&w.path, &read.path) == n)
+                        .filter_map(|w| self.slab(w, &fixed, true, view))
+                        .filter(|b| b.fixed == want.fixed)
+                        .collect();
+                    merge(&mut boxes);
+                    let empty = want.own.iter().any(|r| r.0 > r.1);
+                    empty || boxes.iter().any(|b| b.own.iter().zip(&want.own).all(|(w, r)| w.0 <= r.0 && r.1 <= w.1))
+                })
+        })
+    }
+
+    /// The box of `e` in `view` (runs of dimensions, each one flat offset),
+    /// with the loops `fixed` (and every loop outside the scope) fixed: for
+    /// a store, what it writes (`None` where it leaves gaps or its guards
+    /// may drop indices inside the buffer); for a read, what it may read.
+    fn slab(&mut self, e: &Event, fixed: &BTreeSet<VarId>, write: bool, view: &[Range<usize>]) -> Option<Slab> {
+        let shape = self.f.p.tensor(self.t).shape.clone();
+        if e.indices.is_empty() && !shape.is_empty() {
+            // A whole-buffer access (a warp reduction).
+            let own = view.iter().map(|r| (0, extent(&shape, r) - 1)).collect();
+            return (!write).then(|| Slab { fixed: Vec::new(), own });
+        }
+        // A read's guards narrow the intervals of its opaque terms.
+        self.forms.facts = if write {
+            Vec::new()
+        } else {
+            self.forms.facts_of(&Site { indices: &[], guards: &e.guards, within: &[] })
+        };
+        let slab = self.slab_under_facts(e, fixed, write, view, &shape);
+        self.forms.facts.clear();
+        slab
+    }
+
+    fn slab_under_facts(
+        &mut self,
+        e: &Event,
+        fixed: &BTreeSet<VarId>,
+        write: bool,
+        view: &[Range<usize>],
+        shape: &[i64],
+    ) -> Option<Slab> {
+        let own_var = |v: VarId| e.path.contains(&v) && !fixed.contains(&v);
+        let mut slab = Slab { fixed: Vec::new(), own: Vec::new() };
+        let mut seen: BTreeMap<Atom, usize> = BTreeMap::new();
+        let mut digits_of: BTreeMap<VarId, usize> = BTreeMap::new();
+        let mut forms = Vec::new();
+        for (d, run) in view.iter().enumerate() {
+            let form = self.run_form(e, run.clone())?;
+            let reach = run.clone().fold(0i128, |r, k| r * shape[k] as i128 + e.reach[k] as i128);
+            let (mut fixed_part, mut own) = (Affine::constant(form.c), Vec::new());
+            // What the own part takes (a read's opaque terms by their intervals).
+            let mut values = interval::exact(0);
+            let whole = self.whole_loops(&form, &own_var);
+            for (atom, &k) in &form.terms {
+                match atom {
+                    // Every digit of a loop at `k` times its weight: `k` times the loop, every value of it.
+                    Atom::Digit(Src::Var(v), w) if whole.contains_key(v) => {
+                        if write && seen.insert(atom.clone(), d).is_some() {
+                            return None;
+                        }
+                        if *w == 1 {
+                            let n = whole[v];
+                            own.push((k, n));
+                            values = values.add(interval::range(0, n - 1).mul(interval::exact(k)));
+                        }
+                    }
+                    Atom::Digit(Src::Var(v), w) if own_var(*v) => {
+                        let size = self.forms.radix.get(&Src::Var(*v))?.digits().find(|&(dw, _)| dw == *w)?.1;
+                        if write && seen.insert(atom.clone(), d).is_some() {
+                            return None;
+                        }
+                        *digits_of.entry(*v).or_default() += 1;
+                        own.push((k, size));
+                        // A read's guards may fix a digit (`if f / 64 % 4 == 0`).
+                        values = values.add(self.forms.digit_range(atom).mul(interval::exact(k)));
+                    }
+                    // A store's opaque terms of its own loops leave no box; a read's are bounded.
+                    Atom::Opaque(key) if self.mentions_own(key, &own_var) => {
+                        if write {
+                            return None;
+                        }
+                        values = values.add(self.forms.opaque_interval(atom).mul(interval::exact(k)));
+                    }
+                    _ => fixed_part = fixed_part.add(&Affine::atom(atom.clone()), k)?,
+                }
+            }
+            if write && !fills(&mut own) {
+                return None;
+            }
+            let c = fixed_part.c;
+            let (Some(lo), Some(hi)) = (values.lo, values.hi) else { return None };
+            let (mut a, mut b) = (c + lo, c + hi + reach);
+            if !write && fixed_part.terms.is_empty() {
+                // What the guards say of the index narrows what may be read
+                // (a guard false everywhere: nothing is).
+                for (op, bound) in self.bounds_of(&e.guards, &form) {
+                    match op {
+                        BinOp::Lt => b = b.min(bound - 1),
+                        BinOp::Le => b = b.min(bound),
+                        BinOp::Gt => a = a.max(bound + 1),
+                        BinOp::Ge => a = a.max(bound),
+                        _ => {}
+                    }
+                }
+            }
+            fixed_part.c = 0;
+            slab.own.push((a, b));
+            slab.fixed.push(fixed_part);
+            forms.push((form, extent(shape, run)));
+        }
+        if write {
+            // Two digits of one loop take every combination only in an exact radix.
+            let exact = |v: &VarId| {
+                self.forms.radix.get(&Src::Var(*v)).is_some_and(|r| r.n % r.weights.last().copied().unwrap_or(1) == 0)
+            };
+            if !digits_of.iter().all(|(v, &n)| n < 2 || exact(v)) {
+                return None;
+            }
+            for (d, &i) in e.indices.iter().enumerate() {
+                forms.push((self.forms.form(i)?, shape[d] as i128));
+            }
+            if !e.guards.iter().all(|&g| self.drops_only_outside(g, &forms)) {
+                return None;
+            }
+        }
+        Some(slab)
+    }
+
+    /// The own loops whose every digit (of more than one value) `form`
+    /// has at one multiple `k` of its weight — `k` times the loop — with
+    /// their numbers of values.
+    fn whole_loops(&self, form: &Affine<Atom>, own_var: &dyn Fn(VarId) -> bool) -> BTreeMap<VarId, i128> {
+        let mut out = BTreeMap::new();
+        for r in self.forms.radix.iter().filter_map(|(src, r)| match src {
+            Src::Var(v) if own_var(*v) => Some((*v, r)),
+            _ => None,
+        }) {
+            let (v, radix) = r;
+            let digits: Vec<(i128, i128)> = radix.digits().filter(|&(_, size)| size > 1).collect();
+            let coeff = |w: i128| form.coeff(&Atom::Digit(Src::Var(v), w));
+            let Some(&(w0, _)) = digits.first() else { continue };
+            let k = coeff(w0) / w0;
+            if digits.len() > 1 && k != 0 && digits.iter().all(|&(w, _)| coeff(w) == k * w) {
+                out.insert(v, radix.n);
+            }
+        }
+        out
+    }
+
+    /// The flat offset of `e` within the dimensions `run` (divisions and
+    /// remainders that add up to their dividend merged, see `crate::digits`).
+    fn run_form(&mut self, e: &Event, run: Range<usize>) -> Option<Affine<Atom>> {
+        let shape = &self.f.p.tensor(self.t).shape;
+        let mut flat = Affine::constant(0);
+        let mut stride = 1i128;
+        for d in run.rev() {
+            flat = flat.add(&self.forms.form(e.indices[d])?.scale(stride)?, 1)?;
+            stride = stride.checked_mul(shape[d] as i128)?;
+        }
+        self.forms.merge_pairs(&mut flat)?;
+        Some(flat)
+    }
+
+    /// The comparisons `index op bound` that conjuncts of `guards` make
+    /// of `index`'s value.
+    fn bounds_of(&mut self, guards: &[TExprId], index: &Affine<Atom>) -> Vec<(BinOp, i128)> {
+        let mut conjuncts = Vec::new();
+        guards.iter().for_each(|&g| conjuncts_of(&self.f.p, g, &mut conjuncts));
+        let mut out = Vec::new();
+        for g in conjuncts {
+            let TExpr::Binary(op, a, b) = self.f.p.expr(g) else { continue };
+            let (op, a, b) = (*op, *a, *b);
+            let (Some(x), Some(y)) = (self.forms.form(a), self.forms.form(b)) else { continue };
+            // `x op y` as `index op bound` where `x − y = index − bound`.
+            let Some(diff) = x.add(&y, -1) else { continue };
+            if diff.terms.is_empty() && !holds(op, diff.c) {
+                // Never made: an empty box.
+                return vec![(BinOp::Lt, i128::MIN / 4), (BinOp::Gt, i128::MAX / 4)];
+            }
+            if diff.terms == index.terms && !index.terms.is_empty() {
+                out.push((op, index.c - diff.c));
+            }
+        }
+        out
+    }
+
+    fn mentions_own(&self, key: &str, own_var: &dyn Fn(VarId) -> bool) -> bool {
+        let Some(&e) = self.forms.opaques.get(key) else { return true };
+        (0..self.f.vars.len() as VarId).any(|v| own_var(v) && self.f.p.mentions(e, v))
+    }
+
+    /// Whether guard `g` holds at every index inside the buffer: each
+    /// conjunct compares one index (or flat offset of a run of dimensions,
+    /// `indices`: forms with their extents) with a constant beyond its ends.
+    fn drops_only_outside(&mut self, g: TExprId, indices: &[(Affine<Atom>, i128)]) -> bool {
+        let p = &self.f.p;
+        let TExpr::Binary(op, a, b) = p.expr(g) else { return false };
+        let (op, a, b) = (*op, *a, *b);
+        if op == BinOp::And {
+            return self.drops_only_outside(a, indices) && self.drops_only_outside(b, indices);
+        }
+        if !op.is_comparison() {
+            return false;
+        }
+        let (Some(x), Some(y)) = (self.forms.form(a), self.forms.form(b)) else { return false };
+        let Some(diff) = x.add(&y, -1) else { return false };
+        // `diff = s·(index − index.c) + diff.c` for one index.
+        indices.iter().any(|(index, n)| {
+            let sign = if diff.terms == index.terms {
+                1
+            } else if diff.terms.len() == index.terms.len() && diff.terms.iter().all(|(a, k)| index.coeff(a) == -k) {
+                -1
+            } else {
+                return false;
+            };
+            let at = |x: i128| sign * (x - index.c) + diff.c;
+            [0, n - 1].iter().all(|&x| holds(op, at(x)))
+        })
+    }
+}
+
+/// Every way to cut `rank` dimensions into runs of consecutive ones.
+fn views(rank: usize) -> Vec<Vec<Range<usize>>> {
+    if rank == 0 {
+        return vec![Vec::new()];
+    }
+    (0..1u32 << (rank - 1))
+        .map(|cuts| {
+            let mut runs = Vec::new();
+            let mut start = 0;
+            for d in 1..rank {
+                if cuts & (1 << (d - 1)) != 0 {
+                    runs.push(start..d);
+                    start = d;
+                }
+            }
+            runs.push(start..rank);
+            runs
+        })
+        .collect()
+}
+
+/// Elements in the run `r` of dimensions of `shape`.
+fn extent(shape: &[i64], r: &Range<usize>) -> i128 {
+    shape[r.clone()].iter().map(|&n| n as i128).product()
+}
+
+/// How many loops two paths share, outermost first.
+fn shared(a: &[VarId], b: &[VarId]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Merge boxes that agree on every dimension but one, where they meet or
+/// overlap in that one, until none do.
+fn merge(boxes: &mut Vec<Slab>) {
+    'again: loop {
+        for i in 0..boxes.len() {
+            for j in i + 1..boxes.len() {
+                if let Some(m) = joined(&boxes[i], &boxes[j]) {
+                    boxes[i] = m;
+                    boxes.remove(j);
+                    continue 'again;
+                }
+            }
+        }
+        return;
+    }
+}
+
+fn joined(a: &Slab, b: &Slab) -> Option<Slab> {
+    let differ: Vec<usize> = (0..a.own.len()).filter(|&d| a.own[d] != b.own[d]).collect();
+    match differ[..] {
+        [] => Some(a.clone()),
+        [d] => {
+            let (x, y) = (a.own[d], b.own[d]);
+            (x.0 <= y.1 + 1 && y.0 <= x.1 + 1).then(|| {
+                let mut m = a.clone();
+                m.own[d] = (x.0.min(y.0), x.1.max(y.1));
+                m
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The conjuncts of `g` (`a && b` is both of `a`'s and `b`'s).
+fn conjuncts_of(p: &texc_compiler::tir::Program, g: TExprId, out: &mut Vec<TExprId>) {
+    match p.expr(g) {
+        TExpr::Binary(BinOp::And, a, b) => {
+            conjuncts_of(p, *a, out);
+            conjuncts_of(p, *b, out);
+        }
+        _ => out.push(g),
+    }
+}
+
+/// Whether `value op 0`.
+fn holds(op: BinOp, value: i128) -> bool {
+    match op {
+        BinOp::Lt => value < 0,
+        BinOp::Le => value <= 0,
+        BinOp::Gt => value > 0,
+        BinOp::Ge => value >= 0,
+        BinOp::Eq => value == 0,
+        BinOp::Ne => value != 0,
+        _ => false,
+    }
+}
+
+/// Whether terms `k·d` (`d` in `0..size`) sum to every value of an
+/// interval, without gaps.
+fn fills(terms: &mut [(i128, i128)]) -> bool {
+    terms.sort_unstable_by_key(|&(k, _)| k.abs());
+    let mut span = 0i128;
+    for &(k, size) in terms.iter().filter(|&&(_, size)| size > 1) {
+        if k.abs() > span + 1 {
+            return false;
+        }
+        span += k.abs() * (size - 1);
+    }
+    true
+}
+
+/// Whether `s` reads or writes `t`.
+fn touches(f: &LoopFunc, s: &Stmt, t: TensorId) -> bool {
+    let mut events = Vec::new();
+    collect(f, t, std::slice::from_ref(s), &mut Vec::new(), &mut Vec::new(), &mut events);
+    !events.is_empty()
+}

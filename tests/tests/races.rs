@@ -1,0 +1,359 @@
+//! Concurrent iterations and unwritten memory (issue 35, items 1–4):
+//! loop nests whose `parallel` or `vectorized` iterations, or GPU threads
+//! and blocks, may touch one element where one of them writes it are
+//! refused (`texc_schedules::independence`, the launch rules), and the
+//! loop-IR evaluator reports a race where it runs one; a buffer read
+//! before it is stored holds zeros on every backend, as in the evaluator
+//! (`texc_schedules::zeroing`), while the default schedules need no zeros.
+//! Properties: random GPU index maps against a brute-force count of who
+//! writes what, and random edits of parallel and vectorized loops against
+//! the evaluator.
+
+use std::collections::HashMap;
+use texc_compiler::Bindings;
+use texc_grammar::span::SourceMap;
+use texc_runtime::SplitMix64;
+use texc_schedules::ir::{ForKind, Stmt};
+use texc_schedules::LoopFunc;
+
+/// `text` parsed as a `.loops` file: the nest, or the rendered error.
+fn parse(text: &str) -> Result<LoopFunc, String> {
+    let mut sm = SourceMap::new();
+    let id = sm.add("t.loops".to_string(), text.to_string());
+    texc_schedules::text::parse(text, id).map(|p| p.func).map_err(|d| d.render(&sm))
+}
+
+fn args(f: &LoopFunc, seed: u64) -> Vec<texc_compiler::interp::Arg> {
+    texc_compiler::interp::bind_args(&f.p, Default::default(), &[], seed).expect("binds")
+}
+
+const HEAD: &str = "func k [N=64]\n  input X: f32[64]\n  output Y: f32[65]\n  output S: f32[1]\n";
+
+/// The issue's cases: a sum into one element from a parallel loop, two
+/// halves of a parallel loop writing the same elements, a vectorized loop
+/// carrying a dependence. Each is refused at its loop, and the evaluator,
+/// made to run it anyway, reports the race.
+#[test]
+fn racing_parallel_and_vectorized_loops_are_refused() {
+    let cases = [
+        ("  S[0] = 0.0f32\n  for i in 0..64 parallel:\n    S[0] = S[0] + X[i]\n", "parallel loop `i`", "`S`"),
+        ("  for h in 0..2 parallel:\n    for i in 0..32:\n      Y[i] = X[h * 32 + i]\n", "parallel loop `h`", "`Y`"),
+        (
+            "  Y[0] = 0.0f32\n  for i in 0..64 vectorized:\n    Y[i + 1] = Y[i] + X[i]\n",
+            "lanes of vectorized loop `i`",
+            "`Y`",
+        ),
+        // Iterations read what others write.
+        ("  for i in 0..64 parallel:\n    Y[i] = X[i]\n    Y[i + 1] = Y[i] * 2.0f32\n", "parallel loop `i`", "`Y`"),
+    ];
+    for (body, loop_, tensor) in cases {
+        let text = format!("{HEAD}{body}");
+        let err = parse(&text).expect_err("refused");
+        assert!(err.contains(loop_) && err.contains(tensor) && err.contains("t.loops:"), "{err}");
+        // The same nest with the loop serial parses; made concurrent again, the evaluator sees the race.
+        let serial = text.replace(" parallel:", ":").replace(" vectorized:", ":");
+        let mut f = parse(&serial).unwrap_or_else(|e| panic!("{e}"));
+        let kind = if body.contains("vectorized") { ForKind::Vectorized } else { ForKind::Parallel };
+        let Some(Stmt::For { kind: k, .. }) = f.body.iter_mut().find(|s| matches!(s, Stmt::For { .. })) else {
+            panic!("a loop")
+        };
+        *k = kind;
+        let err = texc_schedules::eval::run(&f, args(&f, 1)).expect_err("a race");
+        assert!(err.to_string().contains("a race"), "{err}");
+    }
+}
+
+/// Accesses that the proof tells apart: a fused loop's div/mod pair, a
+/// transposed one, rows padded past their length, a split's tail, a
+/// register block's private accumulators.
+#[test]
+fn independent_iterations_are_proven() {
+    let bodies = [
+        "  for f in 0..64 parallel:\n    Y[f / 8 * 8 + f % 8] = X[f]\n",
+        "  for f in 0..64 parallel:\n    Z[f % 8, f / 8] = X[f]\n",
+        "  for f in 0..80 parallel:\n    if f % 10 < 8:\n      Z[f / 10, f % 10] = X[f / 10 * 8 + f % 10]\n",
+        "  for o in 0..7 parallel:\n    for v in 0..8 vectorized:\n      Y[o * 8 + v] = X[o * 8 + v]\n  for o in 7..8 parallel:\n    \
+         for v in 0..8 vectorized:\n      Y[o * 8 + v] = X[o * 8 + v]\n",
+        "  for i in 0..8 parallel:\n    local acc: f32[8]:\n      for v in 0..8 vectorized:\n        acc[v] = 0.0f32\n      \
+         for v in 0..8 vectorized:\n        acc[v] = acc[v] + X[i * 8 + v]\n      for v in 0..8 vectorized:\n        Z[i, v] = acc[v]\n",
+    ];
+    for body in bodies {
+        let text = format!("{HEAD}  output Z: f32[8, 8]\n{body}");
+        let f = parse(&text).unwrap_or_else(|e| panic!("{body}\n{e}"));
+        assert_eq!(texc_schedules::independence::from_indices(&f), Ok(()), "proven from the indices:\n{body}");
+        texc_schedules::eval::run(&f, args(&f, 2)).unwrap_or_else(|e| panic!("{body}\n{e}"));
+    }
+}
+
+/// A little index expression over a launch's variables, printed and evaluated alike.
+#[derive(Clone, Debug)]
+enum Ix {
+    Var(usize),
+    Int(i64),
+    Add(Box<Ix>, Box<Ix>),
+    Mul(Box<Ix>, i64),
+    Div(Box<Ix>, i64),
+    Mod(Box<Ix>, i64),
+}
+
+const VARS: [&str; 4] = ["b", "k", "ty", "tx"];
+
+impl Ix {
+    fn print(&self) -> String {
+        match self {
+            Ix::Var(v) => VARS[*v].to_string(),
+            Ix::Int(c) => c.to_string(),
+            Ix::Add(a, b) => format!("({} + {})", a.print(), b.print()),
+            Ix::Mul(a, c) => format!("{} * {c}", a.print()),
+            Ix::Div(a, c) => format!("({}) / {c}", a.print()),
+            Ix::Mod(a, c) => format!("({}) % {c}", a.print()),
+        }
+    }
+
+    fn eval(&self, env: &[i64; 4]) -> i64 {
+        match self {
+            Ix::Var(v) => env[*v],
+            Ix::Int(c) => *c,
+            Ix::Add(a, b) => a.eval(env) + b.eval(env),
+            Ix::Mul(a, c) => a.eval(env) * c,
+            Ix::Div(a, c) => a.eval(env).div_euclid(*c),
+            Ix::Mod(a, c) => a.eval(env).rem_euclid(*c),
+        }
+    }
+
+    fn random(rng: &mut SplitMix64, depth: u32) -> Ix {
+        let pick = |rng: &mut SplitMix64, n: u64| rng.next_u64() % n;
+        let leaf = |rng: &mut SplitMix64| match pick(rng, 5) {
+            0 => Ix::Int(pick(rng, 4) as i64),
+            v => Ix::Var(v as usize - 1),
+        };
+        if depth == 0 {
+            return leaf(rng);
+        }
+        let small = |rng: &mut SplitMix64| 1 + pick(rng, 8) as i64;
+        match pick(rng, 6) {
+            0 => leaf(rng),
+            1 | 2 => Ix::Add(Box::new(Ix::random(rng, depth - 1)), Box::new(Ix::random(rng, depth - 1))),
+            3 => Ix::Mul(Box::new(Ix::random(rng, depth - 1)), small(rng)),
+            4 => Ix::Div(Box::new(Ix::random(rng, depth - 1)), small(rng)),
+            _ => Ix::Mod(Box::new(Ix::random(rng, depth - 1)), small(rng)),
+        }
+    }
+}
+
+/// Random launches storing to `B[(e0) % 8, (e1) % 8]` for random index
+/// maps `e0`, `e1` of a block, a serial loop and two thread coordinates:
+/// wherever the launch rules prove from the indices that distinct
+/// threads and blocks store distinct elements, a brute-force count agrees;
+/// the rules with their fallback (running the nest) accept exactly the
+/// launches the count finds race-free; and the evaluator reports a race
+/// in the others.
+#[test]
+fn random_gpu_index_maps_against_the_launch_rules() {
+    let t = texc_compiler::target::lookup("nvptx-sm90").expect("registered");
+    let mut rng = SplitMix64::new(0x35_1);
+    let (mut proven, mut free_of_races) = (0, 0);
+    for case in 0..400 {
+        let pick = |rng: &mut SplitMix64, n: u64| 1 + (rng.next_u64() % n) as i64;
+        let ext = [pick(&mut rng, 3), pick(&mut rng, 2), pick(&mut rng, 3), pick(&mut rng, 8)];
+        let ix = [Ix::random(&mut rng, 3), Ix::random(&mut rng, 3)];
+        let guard = (rng.next_u64() % 3 == 0).then(|| (Ix::random(&mut rng, 2), 1 + (rng.next_u64() % 6) as i64));
+        let store = format!("B[({}) % 8, ({}) % 8] = A[0]", ix[0].print(), ix[1].print());
+        let store = match &guard {
+            Some((g, c)) => format!("if {} < {c}:\n            {store}", g.print()),
+            None => store,
+        };
+        let text = format!(
+            "func k [N=1]\n  input A: f32[1]\n  output B: f32[8, 8]\n  for b in 0..{} block.x:\n    for k in 0..{}:\n      \
+             for ty in 0..{} thread.y:\n        for tx in 0..{} thread.x:\n          {store}\n",
+            ext[0], ext[1], ext[2], ext[3]
+        );
+        // Guards no index satisfies leave accesses the bounds check cannot place.
+        let Ok(f) = parse(&text) else { continue };
+        // Who stores each element: a party is (b, ty, tx).
+        let mut owner: HashMap<(i64, i64), (i64, i64, i64)> = HashMap::new();
+        let mut race = false;
+        for b in 0..ext[0] {
+            for k in 0..ext[1] {
+                for ty in 0..ext[2] {
+                    for tx in 0..ext[3] {
+                        let env = [b, k, ty, tx];
+                        if guard.as_ref().is_some_and(|(g, c)| g.eval(&env) >= *c) {
+                            continue;
+                        }
+                        let at = (ix[0].eval(&env).rem_euclid(8), ix[1].eval(&env).rem_euclid(8));
+                        race |= *owner.entry(at).or_insert((b, ty, tx)) != (b, ty, tx);
+                    }
+                }
+            }
+        }
+        let from_indices = texc_schedules::gpu::launches_from_indices(&f, t).is_ok();
+        assert!(!from_indices || !race, "case {case}: proven, yet two threads store one element:\n{text}");
+        assert_eq!(texc_schedules::gpu::launches(&f, t).is_ok(), !race, "case {case}:\n{text}");
+        assert_eq!(texc_schedules::eval::run(&f, args(&f, 0)).is_ok(), !race, "case {case}: the evaluator\n{text}");
+        proven += from_indices as u32;
+        free_of_races += !race as u32;
+    }
+    eprintln!("{proven} of {free_of_races} race-free launches proven from their indices");
+    assert!(proven * 2 > free_of_races, "the proof tells most race-free launches apart");
+}
+
+/// Random edits of printed CPU nests — a loop made parallel, vectorized or
+/// serial, an index moved by one, a variable swapped for another — that
+/// the `.loops` reader accepts run race-free on the evaluator and compute
+/// what it computes on every CPU backend this machine runs.
+#[test]
+fn random_loop_edits_that_are_accepted_match_the_evaluator() {
+    let mut rng = SplitMix64::new(0x35_2);
+    let cpus: Vec<&str> = ["x86-avx2", "x86-avx512", "cranelift"]
+        .into_iter()
+        .filter(|t| {
+            let ok = texc_compiler::target::lookup(t).expect("registered").check_runs_here();
+            ok.map_err(|e| eprintln!("skipped runs on {t}: {e}")).is_ok()
+        })
+        .collect();
+    let bases: Vec<String> = texc_tests::RANDOM_SCHEDULE_CASES
+        .iter()
+        .map(|(file, kernel, shapes)| {
+            let p = texc_tests::random_case_program(file, *kernel, shapes);
+            texc_schedules::ir::print(&texc_tests::default_lowered("x86-avx2", &p))
+        })
+        .collect();
+    let (mut accepted, mut tried) = (0, 0);
+    for case in 0..60 {
+        let base = &bases[case % bases.len()];
+        let edited = edit(base, &mut rng);
+        tried += 1;
+        let Ok(f) = parse(&edited) else { continue };
+        accepted += 1;
+        let want = texc_schedules::eval::run(&f, args(&f, 3))
+            .unwrap_or_else(|e| panic!("case {case}: accepted, yet the evaluator says: {e}\n{edited}"));
+        for t in &cpus {
+            let target = texc_compiler::target::lookup(t).expect("registered");
+            // A backend may refuse a nest it cannot build (a loop inside a vectorized one), with an error.
+            let Ok(code) = texc_tests::compile_loops(target, &f) else { continue };
+            let got = code.run(args(&f, 3)).expect("runs");
+            for (g, w) in got.iter().zip(&want) {
+                let err = texc_tests::rel_error(g, w);
+                assert!(err <= 1e-5, "case {case} on {t}: error {err:e}\n{edited}");
+            }
+        }
+    }
+    eprintln!("{accepted} of {tried} edited nests accepted");
+    assert!(accepted > 0);
+}
+
+/// One to three random edits of a printed nest.
+fn edit(text: &str, rng: &mut SplitMix64) -> String {
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let loops: Vec<usize> = (0..lines.len()).filter(|&i| lines[i].trim_start().starts_with("for ")).collect();
+    let stores: Vec<usize> = (0..lines.len()).filter(|&i| lines[i].contains(" = ")).collect();
+    for _ in 0..1 + rng.next_u64() % 3 {
+        match rng.next_u64() % 4 {
+            0 | 1 if !loops.is_empty() => {
+                let i = loops[(rng.next_u64() % loops.len() as u64) as usize];
+                let head = lines[i].trim_end_matches(':').trim_end_matches(" parallel").trim_end_matches(" vectorized");
+                let head = head.trim_end_matches(" unrolled");
+                let kind = ["", " parallel", " vectorized"][(rng.next_u64() % 3) as usize];
+                lines[i] = format!("{head}{kind}:");
+            }
+            2 if !stores.is_empty() => {
+                let i = stores[(rng.next_u64() % stores.len() as u64) as usize];
+                if let Some(at) = lines[i].find(']') {
+                    let shift = if rng.next_u64() % 2 == 0 { " + 1" } else { " - 1" };
+                    lines[i].insert_str(at, shift);
+                }
+            }
+            _ if !stores.is_empty() && !loops.is_empty() => {
+                // Swap a loop variable for another loop's in one store.
+                let i = stores[(rng.next_u64() % stores.len() as u64) as usize];
+                let name =
+                    |l: &String| l.trim_start().trim_start_matches("for ").split(' ').next().unwrap_or("").to_string();
+                let a = name(&lines[loops[(rng.next_u64() % loops.len() as u64) as usize]]);
+                let b = name(&lines[loops[(rng.next_u64() % loops.len() as u64) as usize]]);
+                if !a.is_empty() && !b.is_empty() {
+                    lines[i] = lines[i].replacen(&format!("[{a}"), &format!("[{b}"), 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+/// A local of which only one element is stored, read whole after a larger
+/// heap local held other data: zeros on every backend, as on the
+/// evaluator (before, x86 returned the earlier local's bytes).
+#[test]
+fn locals_read_before_they_are_stored_hold_zeros() {
+    let text = "func s [N=4]\n  input X: f32[70000]\n  output Y: f32[70000]\n  output Z: f32[8]\n  \
+                local A: f32[70000]:\n    for i in 0..70000:\n      A[i] = X[i] + 1.0f32\n    for i in 0..70000:\n      \
+                Y[i] = A[i]\n  local B: f32[70000]:\n    B[0] = X[0]\n    for i in 0..8:\n      Z[i] = B[i]\n  \
+                for r in 0..2:\n    local C: f32[4]:\n      if r == 1:\n        C[0] = X[r]\n      for i in 0..4:\n        \
+                Z[4 + i] = Z[4 + i] + C[i]\n";
+    let f = parse(text).unwrap_or_else(|e| panic!("{e}"));
+    let want = texc_schedules::eval::run(&f, args(&f, 5)).expect("evaluates");
+    let z = want[1].to_f64();
+    assert!(z[1..4].iter().all(|&v| v == 0.0) && z[0] != 0.0, "{z:?}");
+    for t in ["x86-avx2", "cranelift"] {
+        let target = texc_compiler::target::lookup(t).expect("registered");
+        if target.check_runs_here().is_err() {
+            continue;
+        }
+        let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args(&f, 5)).expect("runs");
+        assert_eq!(got[1].to_f64(), z, "{t}");
+    }
+    // What the zero pass did: stores zeros first in `B` and `C`, not in `A`.
+    let mut g = f.clone();
+    let zeroed = texc_schedules::zeroing::zero_uncovered(&mut g, false);
+    let names: Vec<&str> = zeroed.iter().map(|&t| g.p.tensor(t).name.as_str()).collect();
+    assert_eq!(names, ["B", "C"]);
+}
+
+/// What the default schedules make (accumulators, packs, attached stages,
+/// fused and padded loops, Winograd's transforms, GPU launches) reads
+/// only what it has stored: the zero pass adds nothing to them, so it
+/// costs them nothing.
+#[test]
+fn default_schedules_need_no_zeroing() {
+    let mut zeroed = Vec::new();
+    let mut check = |what: &str, f: &LoopFunc, gpu: bool| {
+        let mut g = f.clone();
+        let z = texc_schedules::zeroing::zero_uncovered(&mut g, gpu);
+        if !z.is_empty() {
+            zeroed.push(format!("{what}: {:?}", z.iter().map(|&t| g.p.tensor(t).name.clone()).collect::<Vec<_>>()));
+        }
+    };
+    for target in ["x86-avx2", "x86-avx512", "cranelift", "nvptx-sm90"] {
+        let gpu = target.starts_with("nvptx");
+        for file in texc_tests::example_files() {
+            let (mut pl, kernels) = texc_tests::kernels_of_file(target, &file);
+            for k in kernels {
+                let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+                if let Ok(loops) = pl.loops(k, p) {
+                    check(&format!("{file} on {target}"), &loops.lowered, gpu);
+                }
+            }
+        }
+        for (name, p) in texc_tests::std_op_programs(7) {
+            check(&format!("{name} on {target}"), &texc_tests::default_lowered(target, &p), gpu);
+        }
+        for (file, shapes, winograd) in [
+            ("benches/conv_layer.tex", "C=64,H=28,W=28,K=64", 4),
+            ("benches/conv_layer.tex", "C=16,H=14,W=14,K=32", 2),
+            ("benches/matmul.tex", "M=37,K=19,N=70", 0),
+        ] {
+            let (mut pl, k) = texc_tests::load_file(target, file, None).expect("loads");
+            pl.options.rewrite = true;
+            pl.options.knobs.insert(texc_pipeline::KNOB_WINOGRAD.into(), winograd);
+            let shapes = shapes.split(',').map(|kv| {
+                let (n, v) = kv.split_once('=').expect("name=value");
+                (n.to_string(), v.parse().expect("a number"))
+            });
+            let b = Bindings { shapes: shapes.collect(), ..Default::default() };
+            let (_, loops) = pl.build(k, &b).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+            check(&format!("{file} {b:?} on {target}"), &loops.lowered, gpu);
+        }
+    }
+    assert!(zeroed.is_empty(), "zeroed:\n{}", zeroed.join("\n"));
+}
