@@ -381,7 +381,10 @@ mod mlir {
 
 /// Every `--output NAME=PATH` must be writable before any work starts (a
 /// long run should not end in "cannot write"): the path is not a directory,
-/// its directory exists, and a file can be created there.
+/// and what it names can be written as outputs are
+/// ([`texc_runtime::atomic::check_writable`]: a file can be created beside a
+/// file or new path; a FIFO or device is written through; anything else is
+/// refused).
 fn check_output_paths(outputs: &[(String, String)]) -> Result<(), Error> {
     for (n, path) in outputs {
         let p = Path::new(path);
@@ -392,22 +395,7 @@ fn check_output_paths(outputs: &[(String, String)]) -> Result<(), Error> {
                 p.join(format!("{n}.npy")).display()
             )));
         }
-        let dir = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        if !dir.is_dir() {
-            let why = if dir.exists() { "is not a directory" } else { "does not exist" };
-            return Err(fail(format!("{} {why}", dir.display())));
-        }
-        // The output is written beside its path and renamed over it: try exactly that.
-        let probe = texc_runtime::atomic::temporary_beside(p);
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
-            Ok(_) => {
-                let _ = std::fs::remove_file(&probe);
-            }
-            Err(e) => return Err(fail(format!("cannot write in {}: {e}", dir.display()))),
-        }
+        texc_runtime::atomic::check_writable(p).map_err(|e| fail(e.to_string()))?;
     }
     Ok(())
 }
@@ -1160,6 +1148,8 @@ fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(
     if !dir.is_dir() {
         return Err(fail(format!("cannot write {}: there is no directory {}", out.display(), dir.display())));
     }
+    // A directory, socket or link to nothing is refused before compiling.
+    texc_runtime::atomic::check_writable(out).map_err(|e| fail(format!("cannot write {}: {e}", out.display())))?;
     let funcs = kernels_to_compile(pl, c)?;
     let refs: Vec<&texc_schedules::LoopFunc> = funcs.iter().collect();
     let (objects, mut header) = pl.emit_objects(&refs)?;

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use texc_runtime::atomic::Destination;
 
 /// Format version of a record line.
 pub const RECORD_VERSION: i64 = 1;
@@ -225,6 +226,12 @@ impl Db {
             std::fs::create_dir_all(dir)?;
         }
         let f = OpenOptions::new().read(true).append(true).create(true).open(&self.path)?;
+        // A FIFO opened so does not block (Linux), but reading it would wait
+        // for a writer forever: a database is a regular file.
+        let m = f.metadata()?;
+        if !m.is_file() {
+            return Err(std::io::Error::other(format!("{} is not a regular file", self.path.display())));
+        }
         if exclusive {
             f.lock()?;
         } else {
@@ -263,16 +270,22 @@ impl Db {
         f.sync_data()
     }
 
-    /// Replace the file's records by `records` (sorted, one per line), atomically, under the lock.
+    /// Replace the file's records by `records` (sorted, one per line),
+    /// atomically, under the lock. A FIFO or device (`db merge -o
+    /// /dev/stdout`) is written through, unlocked, and stays what it is
+    /// ([`texc_runtime::atomic`]).
     pub fn rewrite(&self, mut records: Vec<Record>) -> std::io::Result<()> {
-        let _lock = self.open_locked(true)?;
+        let _lock = match texc_runtime::atomic::destination(&self.path)? {
+            Destination::Replace { .. } => Some(self.open_locked(true)?),
+            Destination::Through { .. } => None,
+        };
         sort(&mut records);
         let mut text = String::new();
         for r in &records {
             text.push_str(&r.to_line());
             text.push('\n');
         }
-        write_replacing(&self.path, text.as_bytes())
+        texc_runtime::atomic::write(&self.path, text.as_bytes())
     }
 
     /// The fastest record of `key`.
@@ -288,14 +301,6 @@ fn read_bounded(f: &File, path: &Path) -> std::io::Result<String> {
         return Err(std::io::Error::other(format!("{} is larger than 1 GiB", path.display())));
     }
     Ok(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-fn write_replacing(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 /// Records in a stable order: by key, then time, then knobs.
