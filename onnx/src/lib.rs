@@ -535,9 +535,8 @@ fn external_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<Vec<u8>,
         entry(k).map(|v| v.parse::<u64>().map_err(|_| format!("external data {k} `{v}` is not a number"))).transpose()
     };
     let (offset, length) = (number("offset")?.unwrap_or(0), number("length")?);
-    let path = base.join(relative);
+    let (mut f, path) = open_inside(base, location)?;
     let fail = |e: std::io::Error| format!("external data {}: {e}", path.display());
-    let mut f = std::fs::File::open(&path).map_err(fail)?;
     let size = f.metadata().map_err(fail)?.len();
     let length = length.unwrap_or(size.saturating_sub(offset));
     if offset.checked_add(length).is_none_or(|end| end > size) {
@@ -547,4 +546,65 @@ fn external_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<Vec<u8>,
     let mut bytes = Vec::new();
     f.take(length).read_to_end(&mut bytes).map_err(fail)?;
     Ok(bytes)
+}
+
+/// Open external data `location` of the model in directory `base`: the
+/// path it resolves to (symbolic links followed) must be inside `base`
+/// resolved, and must be a regular file. A link beside the model to
+/// `/etc/passwd`, or through a linked directory, would otherwise be read
+/// (and `compile -o` would embed its bytes in a library), and a FIFO would
+/// block the import forever. The resolved path is opened without
+/// following a link at its end and without blocking (a FIFO put there
+/// after the check opens at once), and the opened file's own metadata
+/// decides that it is a regular file.
+fn open_inside(base: &Path, location: &str) -> Result<(std::fs::File, std::path::PathBuf), String> {
+    let shown = base.join(location);
+    let fail = |e: std::io::Error| format!("external data {}: {e}", shown.display());
+    let root = base.canonicalize().map_err(|e| format!("the model's directory {}: {e}", base.display()))?;
+    let resolved = shown.canonicalize().map_err(fail)?;
+    if !resolved.starts_with(&root) {
+        return Err(format!(
+            "external data `{location}` resolves to {}, outside the model's directory {}",
+            resolved.display(),
+            root.display()
+        ));
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+    }
+    let f = options.open(&resolved).map_err(fail)?;
+    let m = f.metadata().map_err(fail)?;
+    if !m.is_file() {
+        return Err(format!("external data {} is {}, not a regular file", shown.display(), file_kind(&m)));
+    }
+    Ok((f, shown))
+}
+
+/// What a file that is not a regular one is, in words.
+fn file_kind(m: &std::fs::Metadata) -> &'static str {
+    let t = m.file_type();
+    if t.is_dir() {
+        return "a directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    "not a regular file"
 }

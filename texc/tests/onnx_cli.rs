@@ -269,3 +269,155 @@ fn analyze_counts_the_models_initializers_as_parameters() {
     let o = texc(&["analyze", &onnx, "--target", "x86-avx2", "--as-written"]);
     assert!(o.status.success() && !text(&o).contains("of which folded"), "{}", text(&o));
 }
+
+/// Models built here from texc-onnx's proto structs, without Python: the
+/// tests of names and places (issue 35) need no ONNX Runtime.
+mod built {
+    use prost::Message;
+    use texc_onnx::proto::*;
+
+    pub fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
+        let dim = dims.iter().map(|&d| Dimension { value: Some(DimensionValue::DimValue(d)) }).collect();
+        ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TypeProtoTensor {
+                    elem_type: data_type::FLOAT,
+                    shape: Some(TensorShapeProto { dim }),
+                }),
+            }),
+        }
+    }
+
+    pub fn node(op: &str, inputs: &[&str], output: &str) -> NodeProto {
+        NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: vec![output.into()],
+            name: format!("/{op}_{output}"),
+            op_type: op.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn weight(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+        TensorProto {
+            dims: dims.to_vec(),
+            data_type: data_type::FLOAT,
+            raw_data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn model(
+        name: &str,
+        inputs: Vec<ValueInfoProto>,
+        node: Vec<NodeProto>,
+        initializer: Vec<TensorProto>,
+        outputs: Vec<ValueInfoProto>,
+    ) -> ModelProto {
+        ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
+            producer_name: "texc-tests".into(),
+            graph: Some(GraphProto {
+                name: name.into(),
+                node,
+                initializer,
+                input: inputs,
+                output: outputs,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub fn save(m: &ModelProto, path: &std::path::Path) {
+        std::fs::write(path, m.encode_to_vec()).expect("write the model");
+    }
+
+    /// `x[1, 4] + b -> y`, with `b` stored in the external file `location`.
+    pub fn with_external_bias(location: &str) -> ModelProto {
+        let mut b = weight("b", &[1, 4], &[1.0, 2.0, 3.0, 4.0]);
+        b.raw_data.clear();
+        b.data_location = 1;
+        b.external_data = vec![StringStringEntryProto { key: "location".into(), value: location.into() }];
+        model(
+            "ext",
+            vec![value_info("x", &[1, 4])],
+            vec![node("Add", &["x", "b"], "y")],
+            vec![b],
+            vec![value_info("y", &[1, 4])],
+        )
+    }
+}
+
+/// `texc ARGS`, killed (and the test failed) after 60 s.
+fn texc_within(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_texc"))
+        .args(args)
+        .current_dir(root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("texc runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().expect("waits").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("texc {args:?} did not finish in 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn fresh_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("texc-onnx-{}", std::process::id())).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp");
+    dir
+}
+
+/// Issue 35, items 5 and 6: external data that is a FIFO beside the model
+/// is refused at once (`run` blocked forever), and a link beside the model
+/// to `/etc/passwd` or through a linked directory is refused by `run`,
+/// `import` and `compile` (which would embed its bytes); a link that stays
+/// inside reads.
+#[test]
+fn external_data_is_a_regular_file_inside_the_models_directory() {
+    let dir = fresh_dir("external");
+    let model = dir.join("m.onnx");
+    let m = model.display().to_string();
+    let bias: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(dir.join("b.bin"), &bias).expect("write");
+    std::os::unix::fs::symlink("b.bin", dir.join("alias.bin")).expect("symlink");
+    built::save(&built::with_external_bias("alias.bin"), &model);
+    let o = texc_within(&["run", &m]);
+    assert_eq!(o.status.code(), Some(0), "a link inside reads: {}", text(&o));
+    assert!(Command::new("mkfifo").arg(dir.join("fifo.bin")).status().expect("mkfifo runs").success());
+    std::os::unix::fs::symlink("/etc/passwd", dir.join("passwd.bin")).expect("symlink");
+    std::os::unix::fs::symlink("/etc", dir.join("etc")).expect("symlink");
+    let cases = [
+        ("fifo.bin", "fifo.bin is a FIFO, not a regular file"),
+        ("passwd.bin", "external data `passwd.bin` resolves to /etc/passwd, outside the model's directory"),
+        ("etc/passwd", "external data `etc/passwd` resolves to /etc/passwd, outside the model's directory"),
+    ];
+    for (location, want) in cases {
+        built::save(&built::with_external_bias(location), &model);
+        let lib = dir.join("m.so").display().to_string();
+        let tex = dir.join("m.tex").display().to_string();
+        for args in
+            [vec!["run", &m], vec!["compile", &m, "--target", "x86-avx2", "-o", &lib], vec!["import", &m, "-o", &tex]]
+        {
+            let o = texc_within(&args);
+            assert_eq!(o.status.code(), Some(1), "{location} {args:?}: {}", text(&o));
+            assert!(
+                text(&o).contains("initializer `b`: external data") && text(&o).contains(want),
+                "{location} {args:?}: {}",
+                text(&o)
+            );
+            assert!(!dir.join("m.so").exists() && !dir.join("m.tex").exists(), "nothing written");
+        }
+    }
+}
