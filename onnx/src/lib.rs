@@ -69,6 +69,31 @@ pub struct Imported {
     pub nodes: usize,
     /// Elements in all weights.
     pub parameters: usize,
+    /// The ONNX name of each parameter (graph inputs and weights, in
+    /// signature order) and output, with the identifier the kernel calls it:
+    /// `("input.1", "input_1")`, `("191", "t_191")`. Runs of the `.onnx`
+    /// file accept and write the ONNX names.
+    pub names: Vec<ModelName>,
+}
+
+/// A value of the model that is a parameter or an output of its kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelName {
+    /// As the model names it.
+    pub onnx: String,
+    /// As the kernel names it: an identifier (characters outside `[A-Za-z0-9_]`
+    /// become `_`, a leading digit gets `t_`, a clash a suffix).
+    pub ident: String,
+    pub role: Role,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A graph input: what a run is given.
+    Input,
+    /// An initializer the kernel takes as a parameter (its value comes with the model).
+    Weight,
+    Output,
 }
 
 /// Import `path`; `weights_file` is the name the header tells users to pass.
@@ -173,6 +198,9 @@ impl Values {
 
 #[derive(Clone, Debug)]
 struct Value {
+    /// The name the model defines it under (an alias by `Identity` adds
+    /// other names for the same value).
+    onnx: String,
     ident: String,
     shape: Vec<usize>,
     /// Constants (initializers, `Constant` nodes) carry their data.
@@ -251,7 +279,7 @@ impl<'m> Importer<'m> {
         }
         let id = ValueId(self.values.len() as u32);
         let ident = self.names.fresh(onnx_name);
-        self.values.push(Value { ident, shape, data, param: false, int: None });
+        self.values.push(Value { onnx: onnx_name.to_string(), ident, shape, data, param: false, int: None });
         self.by_name.insert(onnx_name.to_string(), id);
         Ok(id)
     }
@@ -324,7 +352,14 @@ impl<'m> Importer<'m> {
         weights_file: &str,
     ) -> Result<Imported, OnnxError> {
         let mut outputs = Vec::new();
+        let mut names = Vec::new();
+        let mut listed = HashSet::new();
         for o in &graph.output {
+            // The kernel's results are named once each; a second listing
+            // would be refused by the front end, in text that is no file.
+            if !listed.insert(o.name.as_str()) {
+                return Err(OnnxError::Model(format!("graph output `{}` is listed twice", o.name)));
+            }
             let id = *self
                 .by_name
                 .get(&o.name)
@@ -349,6 +384,7 @@ impl<'m> Importer<'m> {
                 }
             }
             outputs.push(format!("{}: f32{}", v.ident, dims(&v.shape)));
+            names.push(ModelName { onnx: o.name.clone(), ident: v.ident.clone(), role: Role::Output });
         }
         if outputs.is_empty() {
             return Err(OnnxError::Model("the graph has no outputs".into()));
@@ -356,8 +392,11 @@ impl<'m> Importer<'m> {
         let mut weights = Vec::new();
         let mut parameters = 0;
         let mut signature = Vec::new();
+        let mut params = Vec::new();
         for &id in &self.params {
             let v = self.value(id);
+            let role = if v.data.is_some() { Role::Weight } else { Role::Input };
+            params.push(ModelName { onnx: v.onnx.clone(), ident: v.ident.clone(), role });
             signature.push(format!("{}: {}{}", v.ident, v.int.unwrap_or("f32"), dims(&v.shape)));
             if let Some(Values::F32(data)) = &v.data {
                 parameters += data.len();
@@ -397,7 +436,15 @@ impl<'m> Importer<'m> {
             let _ = writeln!(s, "    {l}");
         }
         s.push_str("}\n");
-        Ok(Imported { kernel: self.kernel.clone(), source: s, weights, nodes: graph.node.len(), parameters })
+        params.extend(names);
+        Ok(Imported {
+            kernel: self.kernel.clone(),
+            source: s,
+            weights,
+            nodes: graph.node.len(),
+            parameters,
+            names: params,
+        })
     }
 }
 

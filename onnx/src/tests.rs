@@ -346,6 +346,98 @@ fn external_data_is_read_beside_the_model() {
     assert!(e.contains("bytes 17..+216 beyond its 232 bytes"), "{e}");
 }
 
+/// Issue 35, item 9: a graph output listed twice is refused by the
+/// importer, naming the output (the front end refused the generated text,
+/// at `m.onnx.tex:7:21`, a file that does not exist).
+#[test]
+fn a_graph_output_listed_twice_is_refused() {
+    let mut m = cnn();
+    let g = m.graph.as_mut().expect("graph");
+    g.output.push(g.output[0].clone());
+    let e = import(&m).expect_err("refused").to_string();
+    assert_eq!(e, "graph output `y` is listed twice");
+}
+
+/// The ONNX names of a kernel's parameters and outputs come back with the
+/// identifiers the kernel calls them (torchvision's `input.1` and `191`).
+#[test]
+fn onnx_names_come_back_with_their_identifiers() {
+    let mut m = cnn();
+    let g = m.graph.as_mut().expect("graph");
+    g.input[0].name = "input.1".into();
+    g.node[0].input[0] = "input.1".into();
+    g.initializer[0].name = "conv1.weight".into();
+    g.node[0].input[1] = "conv1.weight".into();
+    g.output[0].name = "191".into();
+    g.node[5].output[0] = "191".into();
+    let im = import(&m).expect("imports");
+    let names: Vec<(&str, &str, crate::Role)> =
+        im.names.iter().map(|n| (n.onnx.as_str(), n.ident.as_str(), n.role)).collect();
+    use crate::Role::*;
+    assert_eq!(
+        names,
+        [
+            ("input.1", "input_1", Input),
+            ("conv1.weight", "conv1_weight", Weight),
+            ("fc", "fc", Weight),
+            ("fb", "fb", Weight),
+            ("191", "t_191", Output),
+        ]
+    );
+    assert!(im.source.contains(") -> t_191: f32[1, 2, 2] {"), "{}", im.source);
+}
+
+/// Property: whatever the model names its input, weight and output
+/// (dots, slashes, digits first, keywords, the importer's own index names,
+/// non-ASCII, names that sanitize alike), each comes back once, with a
+/// distinct identifier, and the kernel's signature uses those identifiers.
+#[test]
+fn any_onnx_names_map_to_distinct_identifiers() {
+    let pieces =
+        ["input", ".", "1", "191", "/", "x", "kernel", "i0", "r1", "_", "é", "-", " ", "t_191", "onnx::", "Conv"];
+    let mut state = 0x51_7cc1_b727_220au64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..300 {
+        let mut names: Vec<String> = Vec::new();
+        while names.len() < 3 {
+            let n: String = (0..1 + next() % 4).map(|_| pieces[(next() % pieces.len() as u64) as usize]).collect();
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        let (x, w, y) = (&names[0], &names[1], &names[2]);
+        let m = ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
+            graph: Some(GraphProto {
+                name: "g".into(),
+                node: vec![node("Add", &[x, w], y, vec![])],
+                initializer: vec![tensor(w, &[1, 4], &[1.0, 2.0, 3.0, 4.0])],
+                input: vec![value_info(x, &[1, 4])],
+                output: vec![value_info(y, &[1, 4])],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let im = import(&m).unwrap_or_else(|e| panic!("{names:?}: {e}"));
+        let got: Vec<&str> = im.names.iter().map(|n| n.onnx.as_str()).collect();
+        assert_eq!(got, [x.as_str(), w, y], "{names:?}");
+        let idents: std::collections::HashSet<&str> = im.names.iter().map(|n| n.ident.as_str()).collect();
+        assert_eq!(idents.len(), 3, "distinct: {:?}", im.names);
+        for n in &im.names {
+            let ok = n.ident.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && n.ident.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            assert!(ok, "{:?}", n);
+            assert!(im.source.contains(&format!("{}: f32[1, 4]", n.ident)), "{:?}\n{}", n, im.source);
+        }
+    }
+}
+
 /// A model in a fresh directory whose first initializer (`w`, 216 bytes)
 /// is external data at `location`, with `weights.bin` holding it; the
 /// directory, the model's path and `w`'s bytes.

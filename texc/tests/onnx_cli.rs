@@ -421,3 +421,138 @@ fn external_data_is_a_regular_file_inside_the_models_directory() {
         }
     }
 }
+
+/// `input.1 @ fc.weight -> 190`, `relu(190) -> 191`: torchvision's names.
+fn torch_named() -> texc_onnx::proto::ModelProto {
+    let w: Vec<f32> = (0..16).map(|i| if i % 5 == 0 { 1.0 } else { 0.0 }).collect();
+    built::model(
+        "r18",
+        vec![built::value_info("input.1", &[1, 4])],
+        vec![built::node("MatMul", &["input.1", "fc.weight"], "190"), built::node("Relu", &["190"], "191")],
+        vec![built::weight("fc.weight", &[4, 4], &w)],
+        vec![built::value_info("191", &[1, 4])],
+    )
+}
+
+/// Issue 35, item 9: running an `.onnx` file, `--input` and `--output`
+/// take the model's own names (`input.1`, `191`) and texc's (`input_1`,
+/// `t_191`); archives and messages use the model's; an unknown name's
+/// error lists the names there are.
+#[test]
+fn a_models_own_names_are_accepted_and_written() {
+    let dir = fresh_dir("names");
+    let model = dir.join("r18.onnx");
+    built::save(&torch_named(), &model);
+    let m = model.display().to_string();
+    let x = dir.join("x.npy");
+    let input = texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![1, 4], &[1.0, -2.0, 3.0, -4.0]);
+    texc_runtime::write_npy(&x, &input).expect("write");
+    let all = dir.join("all.npz");
+    for (target, given, output) in [
+        ("interp", "input.1", "191"),
+        ("interp", "input_1", "t_191"),
+        ("x86-avx2", "input.1", "t_191"),
+        ("cranelift", "input_1", "191"),
+    ] {
+        let y = dir.join(format!("y-{target}-{given}.npz"));
+        let args = [
+            "run",
+            &m,
+            "--target",
+            target,
+            "--input",
+            &format!("{given}={}", x.display()),
+            "--output",
+            &format!("{output}={}", y.display()),
+            "--output",
+            &all.display().to_string(),
+        ];
+        let o = texc(&args);
+        assert_eq!(o.status.code(), Some(0), "{target} {given} {output}: {}", text(&o));
+        assert!(text(&o).contains("  191: f32[1, 4]") && text(&o).contains("wrote `191` to"), "{}", text(&o));
+        for archive in [&y, &all] {
+            let arrays = texc_runtime::read_npz_limited(archive, u64::MAX).expect("an archive");
+            let names: Vec<&str> = arrays.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, ["191"], "{}", archive.display());
+            assert_eq!(arrays[0].1.to_f64(), [1.0, 0.0, 3.0, 0.0], "relu(x): the given input was used");
+        }
+    }
+    // An archive of inputs by their ONNX names feeds the model.
+    let inputs = dir.join("inputs.npz");
+    texc_runtime::write_npz(&inputs, &[("input.1", &input)]).expect("write");
+    let o = texc(&[
+        "bench",
+        &m,
+        "--target",
+        "x86-avx2",
+        "--repeat",
+        "1",
+        "--input",
+        &inputs.display().to_string(),
+        "--check",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // The printed nest names the model (not `r18.onnx.tex`, which is no
+    // file), and runs checked against it, with its names and weights.
+    let o = texc(&["emit", &m, "--stage", "loops", "--target", "x86-avx2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let nest = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(nest.contains(&format!("  source \"{m}\"\n")), "{nest}");
+    let loops = dir.join("r18.loops");
+    std::fs::write(&loops, nest).expect("write");
+    let given = format!("input.1={}", x.display());
+    let o = texc(&["run", &loops.display().to_string(), "--target", "x86-avx2", "--check", "--input", &given]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("check `191` against interp") && text(&o).contains("first [1.000000, 0.000000, 3.000000"),
+        "{}",
+        text(&o)
+    );
+    // Unknown names: status 1, the names there are listed.
+    let o = texc(&["run", &m, "--input", &format!("input={}", x.display())]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("`input` is not an input of the model")
+            && text(&o).contains("its inputs: `input.1` (or `input_1`); its weight may be given by name too"),
+        "{}",
+        text(&o)
+    );
+    let o = texc(&["run", &m, "--output", &format!("192={}", dir.join("z.npy").display())]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("`192` is not an output of kernel") && text(&o).contains("its outputs: `191` (or `t_191`)"),
+        "{}",
+        text(&o)
+    );
+    // Both names of one input: misuse.
+    let o = texc(&[
+        "run",
+        &m,
+        "--input",
+        &format!("input.1={}", x.display()),
+        "--input",
+        &format!("input_1={}", x.display()),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("both name the parameter `input_1`"), "{}", text(&o));
+}
+
+/// Issue 35, item 9: a graph output listed twice is an error that names the
+/// model and the output, not a place in the generated `m.onnx.tex`.
+#[test]
+fn a_graph_output_listed_twice_names_the_model() {
+    let dir = fresh_dir("twice");
+    let mut m = torch_named();
+    let g = m.graph.as_mut().expect("graph");
+    g.output.push(g.output[0].clone());
+    let model = dir.join("dup.onnx");
+    built::save(&m, &model);
+    let shown = model.display().to_string();
+    let tex = dir.join("dup.tex").display().to_string();
+    for args in [vec!["run", &shown], vec!["check", &shown], vec!["import", &shown, "-o", &tex]] {
+        let o = texc(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(&format!("{shown}: graph output `191` is listed twice")), "{args:?}: {}", text(&o));
+        assert!(!text(&o).contains(".onnx.tex"), "{args:?}: {}", text(&o));
+    }
+}
