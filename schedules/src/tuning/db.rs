@@ -135,7 +135,7 @@ impl Record {
     /// A valid record from one line; `None` for anything else ([`parse_line`]).
     pub fn from_line(line: &str) -> Option<Record> {
         match parse_line(line) {
-            Line::Record(r) => Some(r),
+            Line::Record(r) => Some(*r),
             Line::Invalid(_) | Line::Damaged => None,
         }
     }
@@ -156,7 +156,8 @@ pub struct Invalid {
 /// What a line of a database is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Line {
-    Record(Record),
+    /// Boxed: a record is several times the size of the other cases.
+    Record(Box<Record>),
     /// A record of a key that cannot be used ([`Invalid`]).
     Invalid(Invalid),
     /// Not a record: not JSON, a torn last line, another format version, no key.
@@ -175,7 +176,7 @@ pub fn parse_line(line: &str) -> Line {
     };
     let key = Key { target, machine, kernel_hash };
     match record_of(&v, key.clone()).and_then(|r| r.check_own_space().map(|()| r)) {
-        Ok(r) => Line::Record(r),
+        Ok(r) => Line::Record(Box::new(r)),
         Err(reason) => Line::Invalid(Invalid { key, reason }),
     }
 }
@@ -281,7 +282,7 @@ fn parse_all(text: &str) -> Loaded {
     let mut out = Loaded::default();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         match parse_line(line) {
-            Line::Record(r) => out.records.push(r),
+            Line::Record(r) => out.records.push(*r),
             Line::Invalid(i) => out.invalid.push(i),
             Line::Damaged => out.skipped += 1,
         }
