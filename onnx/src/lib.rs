@@ -69,6 +69,31 @@ pub struct Imported {
     pub nodes: usize,
     /// Elements in all weights.
     pub parameters: usize,
+    /// The ONNX name of each parameter (graph inputs and weights, in
+    /// signature order) and output, with the identifier the kernel calls it:
+    /// `("input.1", "input_1")`, `("191", "t_191")`. Runs of the `.onnx`
+    /// file accept and write the ONNX names.
+    pub names: Vec<ModelName>,
+}
+
+/// A value of the model that is a parameter or an output of its kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelName {
+    /// As the model names it.
+    pub onnx: String,
+    /// As the kernel names it: an identifier (characters outside `[A-Za-z0-9_]`
+    /// become `_`, a leading digit gets `t_`, a clash a suffix).
+    pub ident: String,
+    pub role: Role,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A graph input: what a run is given.
+    Input,
+    /// An initializer the kernel takes as a parameter (its value comes with the model).
+    Weight,
+    Output,
 }
 
 /// Import `path`; `weights_file` is the name the header tells users to pass.
@@ -173,6 +198,9 @@ impl Values {
 
 #[derive(Clone, Debug)]
 struct Value {
+    /// The name the model defines it under (an alias by `Identity` adds
+    /// other names for the same value).
+    onnx: String,
     ident: String,
     shape: Vec<usize>,
     /// Constants (initializers, `Constant` nodes) carry their data.
@@ -251,7 +279,7 @@ impl<'m> Importer<'m> {
         }
         let id = ValueId(self.values.len() as u32);
         let ident = self.names.fresh(onnx_name);
-        self.values.push(Value { ident, shape, data, param: false, int: None });
+        self.values.push(Value { onnx: onnx_name.to_string(), ident, shape, data, param: false, int: None });
         self.by_name.insert(onnx_name.to_string(), id);
         Ok(id)
     }
@@ -324,7 +352,14 @@ impl<'m> Importer<'m> {
         weights_file: &str,
     ) -> Result<Imported, OnnxError> {
         let mut outputs = Vec::new();
+        let mut names = Vec::new();
+        let mut listed = HashSet::new();
         for o in &graph.output {
+            // The kernel's results are named once each; a second listing
+            // would be refused by the front end, in text that is no file.
+            if !listed.insert(o.name.as_str()) {
+                return Err(OnnxError::Model(format!("graph output `{}` is listed twice", o.name)));
+            }
             let id = *self
                 .by_name
                 .get(&o.name)
@@ -349,6 +384,7 @@ impl<'m> Importer<'m> {
                 }
             }
             outputs.push(format!("{}: f32{}", v.ident, dims(&v.shape)));
+            names.push(ModelName { onnx: o.name.clone(), ident: v.ident.clone(), role: Role::Output });
         }
         if outputs.is_empty() {
             return Err(OnnxError::Model("the graph has no outputs".into()));
@@ -356,8 +392,11 @@ impl<'m> Importer<'m> {
         let mut weights = Vec::new();
         let mut parameters = 0;
         let mut signature = Vec::new();
+        let mut params = Vec::new();
         for &id in &self.params {
             let v = self.value(id);
+            let role = if v.data.is_some() { Role::Weight } else { Role::Input };
+            params.push(ModelName { onnx: v.onnx.clone(), ident: v.ident.clone(), role });
             signature.push(format!("{}: {}{}", v.ident, v.int.unwrap_or("f32"), dims(&v.shape)));
             if let Some(Values::F32(data)) = &v.data {
                 parameters += data.len();
@@ -397,7 +436,15 @@ impl<'m> Importer<'m> {
             let _ = writeln!(s, "    {l}");
         }
         s.push_str("}\n");
-        Ok(Imported { kernel: self.kernel.clone(), source: s, weights, nodes: graph.node.len(), parameters })
+        params.extend(names);
+        Ok(Imported {
+            kernel: self.kernel.clone(),
+            source: s,
+            weights,
+            nodes: graph.node.len(),
+            parameters,
+            names: params,
+        })
     }
 }
 
@@ -535,9 +582,8 @@ fn external_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<Vec<u8>,
         entry(k).map(|v| v.parse::<u64>().map_err(|_| format!("external data {k} `{v}` is not a number"))).transpose()
     };
     let (offset, length) = (number("offset")?.unwrap_or(0), number("length")?);
-    let path = base.join(relative);
+    let (mut f, path) = open_inside(base, location)?;
     let fail = |e: std::io::Error| format!("external data {}: {e}", path.display());
-    let mut f = std::fs::File::open(&path).map_err(fail)?;
     let size = f.metadata().map_err(fail)?.len();
     let length = length.unwrap_or(size.saturating_sub(offset));
     if offset.checked_add(length).is_none_or(|end| end > size) {
@@ -547,4 +593,65 @@ fn external_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<Vec<u8>,
     let mut bytes = Vec::new();
     f.take(length).read_to_end(&mut bytes).map_err(fail)?;
     Ok(bytes)
+}
+
+/// Open external data `location` of the model in directory `base`: the
+/// path it resolves to (symbolic links followed) must be inside `base`
+/// resolved, and must be a regular file. A link beside the model to
+/// `/etc/passwd`, or through a linked directory, would otherwise be read
+/// (and `compile -o` would embed its bytes in a library), and a FIFO would
+/// block the import forever. The resolved path is opened without
+/// following a link at its end and without blocking (a FIFO put there
+/// after the check opens at once), and the opened file's own metadata
+/// decides that it is a regular file.
+fn open_inside(base: &Path, location: &str) -> Result<(std::fs::File, std::path::PathBuf), String> {
+    let shown = base.join(location);
+    let fail = |e: std::io::Error| format!("external data {}: {e}", shown.display());
+    let root = base.canonicalize().map_err(|e| format!("the model's directory {}: {e}", base.display()))?;
+    let resolved = shown.canonicalize().map_err(fail)?;
+    if !resolved.starts_with(&root) {
+        return Err(format!(
+            "external data `{location}` resolves to {}, outside the model's directory {}",
+            resolved.display(),
+            root.display()
+        ));
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+    }
+    let f = options.open(&resolved).map_err(fail)?;
+    let m = f.metadata().map_err(fail)?;
+    if !m.is_file() {
+        return Err(format!("external data {} is {}, not a regular file", shown.display(), file_kind(&m)));
+    }
+    Ok((f, shown))
+}
+
+/// What a file that is not a regular one is, in words.
+fn file_kind(m: &std::fs::Metadata) -> &'static str {
+    let t = m.file_type();
+    if t.is_dir() {
+        return "a directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    "not a regular file"
 }

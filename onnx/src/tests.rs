@@ -346,6 +346,281 @@ fn external_data_is_read_beside_the_model() {
     assert!(e.contains("bytes 17..+216 beyond its 232 bytes"), "{e}");
 }
 
+/// Issue 35, item 9: a graph output listed twice is refused by the
+/// importer, naming the output (the front end refused the generated text,
+/// at `m.onnx.tex:7:21`, a file that does not exist).
+#[test]
+fn a_graph_output_listed_twice_is_refused() {
+    let mut m = cnn();
+    let g = m.graph.as_mut().expect("graph");
+    g.output.push(g.output[0].clone());
+    let e = import(&m).expect_err("refused").to_string();
+    assert_eq!(e, "graph output `y` is listed twice");
+}
+
+/// The ONNX names of a kernel's parameters and outputs come back with the
+/// identifiers the kernel calls them (torchvision's `input.1` and `191`).
+#[test]
+fn onnx_names_come_back_with_their_identifiers() {
+    let mut m = cnn();
+    let g = m.graph.as_mut().expect("graph");
+    g.input[0].name = "input.1".into();
+    g.node[0].input[0] = "input.1".into();
+    g.initializer[0].name = "conv1.weight".into();
+    g.node[0].input[1] = "conv1.weight".into();
+    g.output[0].name = "191".into();
+    g.node[5].output[0] = "191".into();
+    let im = import(&m).expect("imports");
+    let names: Vec<(&str, &str, crate::Role)> =
+        im.names.iter().map(|n| (n.onnx.as_str(), n.ident.as_str(), n.role)).collect();
+    use crate::Role::*;
+    assert_eq!(
+        names,
+        [
+            ("input.1", "input_1", Input),
+            ("conv1.weight", "conv1_weight", Weight),
+            ("fc", "fc", Weight),
+            ("fb", "fb", Weight),
+            ("191", "t_191", Output),
+        ]
+    );
+    assert!(im.source.contains(") -> t_191: f32[1, 2, 2] {"), "{}", im.source);
+}
+
+/// Property: whatever the model names its input, weight and output
+/// (dots, slashes, digits first, keywords, the importer's own index names,
+/// non-ASCII, names that sanitize alike), each comes back once, with a
+/// distinct identifier, and the kernel's signature uses those identifiers.
+#[test]
+fn any_onnx_names_map_to_distinct_identifiers() {
+    let pieces =
+        ["input", ".", "1", "191", "/", "x", "kernel", "i0", "r1", "_", "é", "-", " ", "t_191", "onnx::", "Conv"];
+    let mut state = 0x51_7cc1_b727_220au64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..300 {
+        let mut names: Vec<String> = Vec::new();
+        while names.len() < 3 {
+            let n: String = (0..1 + next() % 4).map(|_| pieces[(next() % pieces.len() as u64) as usize]).collect();
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        let (x, w, y) = (&names[0], &names[1], &names[2]);
+        let m = ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
+            graph: Some(GraphProto {
+                name: "g".into(),
+                node: vec![node("Add", &[x, w], y, vec![])],
+                initializer: vec![tensor(w, &[1, 4], &[1.0, 2.0, 3.0, 4.0])],
+                input: vec![value_info(x, &[1, 4])],
+                output: vec![value_info(y, &[1, 4])],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let im = import(&m).unwrap_or_else(|e| panic!("{names:?}: {e}"));
+        let got: Vec<&str> = im.names.iter().map(|n| n.onnx.as_str()).collect();
+        assert_eq!(got, [x.as_str(), w, y], "{names:?}");
+        let idents: std::collections::HashSet<&str> = im.names.iter().map(|n| n.ident.as_str()).collect();
+        assert_eq!(idents.len(), 3, "distinct: {:?}", im.names);
+        for n in &im.names {
+            let ok = n.ident.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && n.ident.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            assert!(ok, "{:?}", n);
+            assert!(im.source.contains(&format!("{}: f32[1, 4]", n.ident)), "{:?}\n{}", n, im.source);
+        }
+    }
+}
+
+/// A model in a fresh directory whose first initializer (`w`, 216 bytes)
+/// is external data at `location`, with `weights.bin` holding it; the
+/// directory, the model's path and `w`'s bytes.
+fn external_model(name: &str, location: &str) -> (std::path::PathBuf, std::path::PathBuf, Vec<u8>) {
+    let dir = std::env::temp_dir().join(format!("texc-onnx-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("model")).expect("tmp");
+    let mut m = cnn();
+    let w = &mut m.graph.as_mut().expect("graph").initializer[0];
+    let bytes = std::mem::take(&mut w.raw_data);
+    std::fs::write(dir.join("model/weights.bin"), &bytes).expect("write");
+    w.data_location = 1;
+    w.external_data = vec![StringStringEntryProto { key: "location".into(), value: location.into() }];
+    let path = dir.join("model/m.onnx");
+    std::fs::write(&path, m.encode_to_vec()).expect("write");
+    (dir, path, bytes)
+}
+
+/// Set the location of `w`'s external data in the model at `path`.
+fn relocate(path: &std::path::Path, location: &str) {
+    let mut m = ModelProto::decode(std::fs::read(path).expect("read").as_slice()).expect("decode");
+    m.graph.as_mut().expect("graph").initializer[0].external_data[0].value = location.into();
+    std::fs::write(path, m.encode_to_vec()).expect("write");
+}
+
+/// Import `path` on a thread; `None` when it has not finished in 10 s (a
+/// FIFO opened for reading waits for a writer: the test then fails instead
+/// of hanging).
+fn import_within(path: &std::path::Path) -> Option<Result<crate::Imported, String>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(crate::import_file(&path, "m.npz", &Options::default()).map_err(|e| e.to_string()));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10)).ok()
+}
+
+fn mkfifo(p: &std::path::Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
+}
+
+/// Issue 35, item 5: external data that is a FIFO beside the model is
+/// refused at once (it blocked the import forever); so is a directory.
+#[test]
+fn external_data_that_is_not_a_regular_file_is_refused() {
+    let (dir, path, _) = external_model("fifo", "weights.fifo");
+    mkfifo(&dir.join("model/weights.fifo"));
+    let e = import_within(&path).expect("the import ends").expect_err("refused");
+    assert!(
+        e.starts_with("initializer `w`: external data ") && e.ends_with("weights.fifo is a FIFO, not a regular file"),
+        "{e}"
+    );
+    std::fs::create_dir_all(dir.join("model/sub")).expect("dir");
+    relocate(&path, "sub");
+    let e = import_within(&path).expect("the import ends").expect_err("refused");
+    assert!(e.ends_with("sub is a directory, not a regular file"), "{e}");
+    // A link to the FIFO is refused the same way.
+    std::os::unix::fs::symlink("weights.fifo", dir.join("model/to-fifo.bin")).expect("symlink");
+    relocate(&path, "to-fifo.bin");
+    let e = import_within(&path).expect("the import ends").expect_err("refused");
+    assert!(e.ends_with("is a FIFO, not a regular file"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 35, item 6: the path external data resolves to, links followed,
+/// must stay inside the model's directory: a link beside the model to
+/// `/etc/passwd`, or a location through a linked directory, is refused; a
+/// link that stays inside still reads.
+#[test]
+fn external_data_links_must_resolve_inside_the_models_directory() {
+    let (dir, path, bytes) = external_model("links", "passwd");
+    std::os::unix::fs::symlink("/etc/passwd", dir.join("model/passwd")).expect("symlink");
+    let e = import_within(&path).expect("the import ends").expect_err("refused");
+    assert!(e.contains("external data `passwd` resolves to /etc/passwd, outside the model's directory"), "{e}");
+    std::os::unix::fs::symlink("/etc", dir.join("model/etc")).expect("symlink");
+    relocate(&path, "etc/passwd");
+    let e = import_within(&path).expect("the import ends").expect_err("refused");
+    assert!(e.contains("external data `etc/passwd` resolves to /etc/passwd, outside"), "{e}");
+    // A linked directory beside the model that points above it.
+    std::fs::write(dir.join("secret.bin"), &bytes).expect("write");
+    std::os::unix::fs::symlink("..", dir.join("model/up")).expect("symlink");
+    relocate(&path, "up/secret.bin");
+    let e = import_within(&path).expect("the import ends").expect_err("refused");
+    assert!(e.contains("outside the model's directory"), "{e}");
+    // Links that stay inside read as before.
+    std::os::unix::fs::symlink("weights.bin", dir.join("model/alias.bin")).expect("symlink");
+    std::os::unix::fs::symlink(".", dir.join("model/here")).expect("symlink");
+    for location in ["alias.bin", "here/weights.bin", "here/here/alias.bin", "up/model/weights.bin"] {
+        relocate(&path, location);
+        let im = import_within(&path).expect("the import ends").unwrap_or_else(|e| panic!("{location}: {e}"));
+        assert_eq!(im.weights, import(&cnn()).expect("inline").weights, "{location}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Property: whatever path of links, directories, FIFOs and files a
+/// location names, the import ends, and it reads external data only when
+/// the location resolves to a regular file inside the model's directory;
+/// never the bytes of a file outside it.
+#[test]
+fn external_data_never_reads_outside_the_model_or_blocks() {
+    let (dir, path, _) = external_model("paths", "weights.bin");
+    let m = dir.join("model");
+    // Outside: a file of the same size with other bytes.
+    std::fs::write(dir.join("secret.bin"), vec![0x5a; 216]).expect("write");
+    mkfifo(&m.join("fifo"));
+    std::fs::create_dir_all(m.join("sub")).expect("dir");
+    std::fs::write(m.join("sub/w.bin"), std::fs::read(m.join("weights.bin")).expect("read")).expect("write");
+    let links = [
+        ("in", "weights.bin"),
+        ("out", "../secret.bin"),
+        ("up", ".."),
+        ("here", "."),
+        ("abs", "/etc"),
+        ("self", "self"),
+        ("tofifo", "fifo"),
+        ("sub/back", ".."),
+        ("sub/escape", "../../secret.bin"),
+    ];
+    for (name, to) in links {
+        std::os::unix::fs::symlink(to, m.join(name)).expect("symlink");
+    }
+    let parts = [
+        ".",
+        "sub",
+        "up",
+        "here",
+        "in",
+        "out",
+        "abs",
+        "self",
+        "fifo",
+        "tofifo",
+        "weights.bin",
+        "w.bin",
+        "back",
+        "escape",
+        "secret.bin",
+        "model",
+        "passwd",
+        "missing",
+    ];
+    let inline = import(&cnn()).expect("inline").weights;
+    let root = m.canonicalize().expect("canonical");
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut read, mut refused) = (0, 0);
+    for _ in 0..300 {
+        let n = 1 + next() % 4;
+        let location: Vec<&str> = (0..n).map(|_| parts[(next() % parts.len() as u64) as usize]).collect();
+        let location = location.join("/");
+        relocate(&path, &location);
+        let got = import_within(&path).unwrap_or_else(|| panic!("`{location}`: the import did not end"));
+        let inside_file = m
+            .join(&location)
+            .canonicalize()
+            .ok()
+            .filter(|p| p.starts_with(&root))
+            .and_then(|p| std::fs::metadata(p).ok())
+            .is_some_and(|md| md.is_file());
+        match got {
+            Ok(im) => {
+                assert!(inside_file, "`{location}` was read");
+                assert_eq!(im.weights, inline, "`{location}`: the bytes of the file inside");
+                read += 1;
+            }
+            Err(e) => {
+                assert!(!inside_file || e.contains("raw data of"), "`{location}` refused: {e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(read > 0 && refused > 0, "{read} read, {refused} refused");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The mutation loop over real models, for longer runs by hand:
 /// `TEXC_ONNX_CORPUS=a.onnx:b.onnx TEXC_ONNX_MUTATIONS=100000 cargo test -p texc-onnx --release -- --ignored`.
 #[test]

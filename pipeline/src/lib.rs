@@ -21,6 +21,7 @@
 pub mod check;
 pub mod domain;
 mod loops_file;
+mod model;
 mod options;
 pub mod oracle;
 pub mod tuning;
@@ -186,6 +187,8 @@ pub struct Pipeline {
     model_inputs: HashMap<String, Tensor>,
     /// The constant stages *fold* split off the model's program last (see [`Pipeline::constants`]).
     prologue: Option<Program>,
+    /// The ONNX model `load` imported, if any.
+    model: Option<model::Model>,
 }
 
 /// After a pass: record its time, dump its IR, verify it. (A free function
@@ -222,7 +225,14 @@ fn after(
 
 impl Pipeline {
     pub fn new(options: Options) -> Pipeline {
-        Pipeline { session: Session::new(), options, timings: Vec::new(), model_inputs: HashMap::new(), prologue: None }
+        Pipeline {
+            session: Session::new(),
+            options,
+            timings: Vec::new(),
+            model_inputs: HashMap::new(),
+            prologue: None,
+            model: None,
+        }
     }
 
     pub fn target(&self) -> &'static Target {
@@ -293,7 +303,21 @@ impl Pipeline {
         self.model_inputs = imported.weights.into_iter().collect();
         // Diagnostics name the generated text `model.onnx.tex`. It has no path: it imports
         // only std.nn, and a kernel the rewriter generates must not import the binary model.
-        self.load_text(&format!("{shown}.tex"), &imported.source, None)
+        // The importer checks what the text would refuse (a graph output listed twice is
+        // an error naming the model); an error left in the text is the importer's.
+        let m = self.load_text(&format!("{shown}.tex"), &imported.source, None).map_err(|e| match e {
+            Error::Input(mut d) => {
+                let hint = format!(
+                    "internal error: the text imported from {shown} does not compile (see it with \
+                     `texc import {shown} -o model.tex`); please report it"
+                );
+                d.insert(0, Diagnostic::error(hint));
+                Error::Input(d)
+            }
+            u => u,
+        })?;
+        self.model = Some(model::Model { path: path.to_path_buf(), module: m, names: imported.names });
+        Ok(m)
     }
 
     fn after_parse(&mut self, m: usize, t0: Instant) -> Result<usize, Error> {
@@ -330,7 +354,12 @@ impl Pipeline {
     /// *specialize* kernel `k` to sizes.
     pub fn specialize(&mut self, k: KernelRef, b: &Bindings) -> Result<Program, Error> {
         let t0 = Instant::now();
-        let p = texc_compiler::specialize::specialize(&self.session, k, b)?;
+        let mut p = texc_compiler::specialize::specialize(&self.session, k, b)?;
+        // A model's kernel comes from the `.onnx` file (its text `model.onnx.tex` is
+        // no file): a `.loops` file of it names the model.
+        if let Some(model) = self.model.as_ref().filter(|m| m.module == k.module as usize) {
+            p.source = Some(model.path.display().to_string());
+        }
         after(
             &self.options,
             &mut self.timings,
@@ -395,7 +424,12 @@ impl Pipeline {
             .and_then(|m| s2.entry_kernel(m, Some(&original.name)))
             .and_then(|k2| texc_compiler::specialize::specialize(&s2, k2, b));
         match built {
-            Ok(runs) => {
+            Ok(mut runs) => {
+                // The rewritten kernel computes the kernel as written, with its
+                // parameters: a `.loops` file of it names the file as written
+                // (`<rewritten>/F.tex` exists nowhere), so that it can be run
+                // and checked against that kernel.
+                runs.source = original.source.clone();
                 Built { written: original, runs, plan: Some(plan), kept_original: None, written_estimate_ns: None }
             }
             Err(d) => {
@@ -842,14 +876,15 @@ impl Pipeline {
         seed: u64,
         check: bool,
     ) -> Result<Prepared, Error> {
-        let mut files = files;
+        let mut files: HashMap<String, Tensor> = self.kernel_names(files.into_iter().collect())?.into_iter().collect();
+        let scalars = &self.kernel_names(scalars.to_vec())?;
         for (n, t) in &self.model_inputs {
             files.entry(n.clone()).or_insert_with(|| t.clone());
         }
         let info = self.session.kernel(k);
         for n in files.keys().chain(scalars.iter().map(|(n, _)| n)) {
             if info.param_index(n).is_none() {
-                return Err(Diagnostic::error(format!("`{n}` is not a parameter of kernel `{}`", info.name)).into());
+                return Err(self.unknown_param(n, info));
             }
         }
         for (n, v) in scalars {

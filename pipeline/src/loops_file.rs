@@ -128,6 +128,15 @@ impl Pipeline {
             ));
         }
         let p = lf.oracle.as_ref().unwrap_or(&lf.lowered.p);
+        // An ONNX model's names (`input.1`) name its parameters here too, and
+        // its weights are the arguments the command line does not give.
+        let mut files: HashMap<String, Tensor> = self.kernel_names(files.into_iter().collect())?.into_iter().collect();
+        let scalars = &self.kernel_names(scalars.to_vec())?;
+        if lf.oracle.is_some() {
+            for (n, t) in self.model_inputs() {
+                files.entry(n.clone()).or_insert_with(|| t.clone());
+            }
+        }
         for n in files.keys().chain(scalars.iter().map(|(n, _)| n)) {
             let known = p.params.iter().any(|q| match q {
                 ProgramParam::Tensor(t) => p.tensor(*t).name == *n,

@@ -11,7 +11,7 @@ use super::{Error, Pipeline};
 use texc_compiler::target::Target;
 use texc_compiler::tir::Program;
 use texc_compiler::KernelRef;
-use texc_schedules::tuning::db::{stable_hash, this_machine, Db, Key, Record};
+use texc_schedules::tuning::db::{self, stable_hash, this_machine, Db, KernelRecords, Key, Record};
 use texc_schedules::tuning::space::{self, Tunable};
 
 impl Pipeline {
@@ -71,19 +71,22 @@ impl Pipeline {
         }
     }
 
-    /// The fastest record in `db` for kernel `k` at the sizes of `written`,
-    /// when its template has tunables.
-    pub fn best_record(&self, db: &Db, k: KernelRef, written: &Program) -> Result<Option<Record>, Error> {
-        if self.tunables(k).is_empty() {
-            return Ok(None);
+    /// The records in `db` of kernel `k` at the sizes of `written`, checked
+    /// against its tunables ([`db::for_kernel`]): what `run`, `bench`,
+    /// `compile` and `tune` read. None when its template has no tunables.
+    pub fn kernel_records(&self, db: &Db, k: KernelRef, written: &Program) -> Result<KernelRecords, Error> {
+        let ts = self.tunables(k);
+        if ts.is_empty() {
+            return Ok(KernelRecords::default());
         }
         let key = self.tuning_key(k, written);
-        db.best(&key).map_err(|e| {
+        let loaded = db.load().map_err(|e| {
             Error::Input(vec![texc_grammar::Diagnostic::error(format!(
                 "cannot read the tuning database {}: {e}",
                 db.path.display()
             ))])
-        })
+        })?;
+        Ok(db::for_kernel(&loaded, &key, &space::table(&ts)))
     }
 }
 

@@ -381,7 +381,10 @@ mod mlir {
 
 /// Every `--output NAME=PATH` must be writable before any work starts (a
 /// long run should not end in "cannot write"): the path is not a directory,
-/// its directory exists, and a file can be created there.
+/// and what it names can be written as outputs are
+/// ([`texc_runtime::atomic::check_writable`]: a file can be created beside a
+/// file or new path; a FIFO or device is written through; anything else is
+/// refused).
 fn check_output_paths(outputs: &[(String, String)]) -> Result<(), Error> {
     for (n, path) in outputs {
         let p = Path::new(path);
@@ -392,22 +395,7 @@ fn check_output_paths(outputs: &[(String, String)]) -> Result<(), Error> {
                 p.join(format!("{n}.npy")).display()
             )));
         }
-        let dir = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        if !dir.is_dir() {
-            let why = if dir.exists() { "is not a directory" } else { "does not exist" };
-            return Err(fail(format!("{} {why}", dir.display())));
-        }
-        // The output is written beside its path and renamed over it: try exactly that.
-        let probe = texc_runtime::atomic::temporary_beside(p);
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
-            Ok(_) => {
-                let _ = std::fs::remove_file(&probe);
-            }
-            Err(e) => return Err(fail(format!("cannot write in {}: {e}", dir.display()))),
-        }
+        texc_runtime::atomic::check_writable(p).map_err(|e| fail(e.to_string()))?;
     }
     Ok(())
 }
@@ -477,19 +465,47 @@ fn run_inputs(
     Ok((files, scalars, outputs))
 }
 
-/// An error unless every named `--output` is an output of `p`.
-fn check_output_names(p: &texc_compiler::tir::Program, outputs: &[(String, String)]) -> Result<(), Error> {
-    for (n, _) in outputs.iter().filter(|(n, _)| !n.is_empty()) {
-        if !p.outputs.iter().any(|&o| p.tensor(o).name == *n) {
-            return Err(Diagnostic::error(format!("`{n}` is not an output of kernel `{}`", p.name)).into());
-        }
+/// Every named `--output` must be an output of `p`: by its name or, for an
+/// ONNX model, by its ONNX name (`191` as well as `t_191`). The outputs
+/// with the kernel's names; an error listing the names there are otherwise.
+fn check_output_names(
+    pl: &Pipeline,
+    p: &texc_compiler::tir::Program,
+    outputs: &[(String, String)],
+) -> Result<Vec<(String, String)>, Error> {
+    let names: Vec<&str> = p.outputs.iter().map(|&o| p.tensor(o).name.as_str()).collect();
+    let mut out = Vec::new();
+    for (n, path) in outputs {
+        let ident =
+            if n.is_empty() || names.contains(&n.as_str()) { Some(n.as_str()) } else { pl.model_ident(n, true) };
+        let Some(ident) = ident.filter(|i| i.is_empty() || names.contains(i)) else {
+            let listed: Vec<String> = names
+                .iter()
+                .map(|&i| match pl.model_output_name(i) {
+                    onnx if onnx != i => format!("`{onnx}` (or `{i}`)"),
+                    _ => format!("`{i}`"),
+                })
+                .collect();
+            return Err(Diagnostic::error(format!("`{n}` is not an output of kernel `{}`", p.name))
+                .with_note(format!("its outputs: {}", listed.join(", ")))
+                .into());
+        };
+        out.push((ident.to_string(), path.clone()));
     }
-    Ok(())
+    Ok(out)
+}
+
+/// The names of `p`'s outputs as a run shows them: an ONNX model's as the
+/// model names them (`191`, not `t_191`).
+fn shown_outputs(pl: &Pipeline, p: &texc_compiler::tir::Program) -> Vec<String> {
+    p.outputs.iter().map(|&o| pl.model_output_name(&p.tensor(o).name).to_string()).collect()
 }
 
 /// Write `--output` files: `.npy` for one output, `.npz` for one (`Y=f.npz`)
-/// or all (`f.npz`). Returns the lines that say what was written.
+/// or all (`f.npz`); an archive names each array as the model does where
+/// the kernel is an ONNX model's. Returns the lines that say what was written.
 fn write_outputs(
+    pl: &Pipeline,
     p: &texc_compiler::tir::Program,
     results: &[Tensor],
     outputs: &[(String, String)],
@@ -503,6 +519,7 @@ fn write_outputs(
             .zip(results)
             .map(|(&o, t)| (p.tensor(o).name.as_str(), t))
             .filter(|(name, _)| n.is_empty() || name == n)
+            .map(|(name, t)| (pl.model_output_name(name), t))
             .collect();
         if path.ends_with(".npz") {
             texc_runtime::write_npz(Path::new(path), &named).map_err(fail)?;
@@ -603,7 +620,7 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
         prepare_job(pl, r, files, &scalars)?
     };
     let p = &job.p;
-    check_output_names(p, &outputs)?;
+    let outputs = check_output_names(pl, p, &outputs)?;
     if r.check {
         reduced_precision_tolerance(pl, &job);
     }
@@ -625,15 +642,15 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
         }
     };
     outln!("ran `{}` on {t} [{}]", p.name, sizes.join(", "));
-    for (&o, x) in p.outputs.iter().zip(&results) {
-        outln!("  {}", summary(&p.tensor(o).name, x));
+    for (name, x) in shown_outputs(pl, p).iter().zip(&results) {
+        outln!("  {}", summary(name, x));
     }
-    for line in write_outputs(p, &results, &outputs)? {
+    for line in write_outputs(pl, p, &results, &outputs)? {
         outln!("  {line}");
     }
     if r.check {
         let want = crate::progress::interpret(p, job.args, &format!("checking `{}` on the interpreter", p.name))?;
-        let names: Vec<String> = p.outputs.iter().map(|&o| p.tensor(o).name.clone()).collect();
+        let names = shown_outputs(pl, p);
         let mut bad = Vec::new();
         for ch in texc_pipeline::oracle::compare(&names, &results, &want, pl.options.tolerance) {
             outln!(
@@ -704,7 +721,7 @@ fn check_outputs(
     got: &[Tensor],
     want: &[Tensor],
 ) -> (Vec<texc_pipeline::oracle::OutputCheck>, Vec<Diagnostic>) {
-    let names: Vec<String> = p.outputs.iter().map(|&o| p.tensor(o).name.clone()).collect();
+    let names = shown_outputs(pl, p);
     let checks = texc_pipeline::oracle::compare(&names, got, want, pl.options.tolerance);
     let bad = checks
         .iter()
@@ -833,7 +850,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     check_output_paths(&outputs)?;
     let job = prepare_job(pl, &a.run, files, &scalars)?;
     let p = &job.p;
-    check_output_names(p, &outputs)?;
+    let outputs = check_output_names(pl, p, &outputs)?;
     let compiled = {
         let _busy = crate::progress::Activity::spinner(format!("compiling `{}` for {t}", p.name));
         pl.compile(job.legal.as_ref().expect("a compiled target"))?
@@ -926,7 +943,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     } else {
         None
     };
-    let wrote = write_outputs(p, &results, &outputs)?;
+    let wrote = write_outputs(pl, p, &results, &outputs)?;
     for n in &notes {
         eprintln!("note: {n}");
     }
@@ -1160,6 +1177,8 @@ fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(
     if !dir.is_dir() {
         return Err(fail(format!("cannot write {}: there is no directory {}", out.display(), dir.display())));
     }
+    // A directory, socket or link to nothing is refused before compiling.
+    texc_runtime::atomic::check_writable(out).map_err(|e| fail(format!("cannot write {}: {e}", out.display())))?;
     let funcs = kernels_to_compile(pl, c)?;
     let refs: Vec<&texc_schedules::LoopFunc> = funcs.iter().collect();
     let (objects, mut header) = pl.emit_objects(&refs)?;

@@ -421,7 +421,11 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     let cannot =
         |e: std::io::Error| Error::from(Diagnostic::error(format!("tuning database {}: {e}", db.path.display())));
     let mut trials: Vec<Trial> = Vec::new();
-    for r in db.load().map_err(cannot)?.records.into_iter().filter(|r| r.key == key && r.measured.duel.is_none()) {
+    // Records outside the kernel's space are never trials: a record claiming
+    // `ti=3` 13425 times faster than the default is not crowned.
+    let mine = pl.kernel_records(&db, k, &written)?;
+    note_invalid(&mine, &written.name, &db);
+    for r in mine.records.into_iter().filter(|r| r.measured.duel.is_none()) {
         trials.push(Trial { knobs: r.knobs, result: Ok(r.time_ms), at: 0.0, from_db: true, predicted: None });
     }
     let resumed = trials.len();
@@ -574,11 +578,11 @@ pub fn tune(pl: &mut Pipeline, a: &TuneArgs) -> Result<(), Error> {
     // and a later unsharded `tune` holds the head-to-head.
     let h2h = match shard {
         Some(_) => None,
-        None => head_to_head(pl, a, (k, &key, written.name.as_str()), &trials, &db)?,
+        None => head_to_head(pl, a, (k, &key, written.name.as_str()), &trials, &db, &written)?,
     };
-    let mine: Vec<Record> = db.load().map_err(cannot)?.records.into_iter().filter(|r| r.key == key).collect();
-    let lost = db::losers(&mine);
-    let kept = db::best_of(mine.into_iter()).map(|r| r.knobs);
+    let mine = pl.kernel_records(&db, k, &written)?;
+    let lost = db::losers(&mine.records);
+    let kept = mine.best().map(|r| r.knobs);
     report(pl, a, k, &written.name, &sizes, &trials, seconds, &db, (h2h, kept, lost))
 }
 
@@ -617,11 +621,12 @@ fn head_to_head(
     about: About,
     trials: &[Trial],
     db: &Db,
+    written: &texc_compiler::tir::Program,
 ) -> Result<Option<HeadToHead>, Error> {
-    let (k, key, _) = about;
+    let (k, _, _) = about;
     let cannot =
         |e: std::io::Error| Error::from(Diagnostic::error(format!("tuning database {}: {e}", db.path.display())));
-    let mine: Vec<Record> = db.load().map_err(cannot)?.records.into_iter().filter(|r| &r.key == key).collect();
+    let mine = pl.kernel_records(db, k, written)?.records;
     let lost = db::losers(&mine);
     let ts = pl.tunables(k);
     let in_force = db::best_of(mine.iter().filter(|r| r.measured.duel.is_some()).cloned())
@@ -680,6 +685,7 @@ fn record(pl: &Pipeline, a: &TuneArgs, about: About, knobs: &Knobs, m: Measureme
         kernel: name.to_string(),
         texc_version: texc_pipeline::tuning::TEXC_VERSION.to_string(),
         knobs: knobs.clone(),
+        space: Some(texc_schedules::tuning::space::table(&pl.tunables(k))),
         schedule: pl.instantiate(k, knobs).unwrap_or_default(),
         time_ms: m.0,
         measured: Measured {
@@ -812,11 +818,18 @@ pub fn db_command(a: &DbArgs) -> Result<(), Error> {
                 }
                 groups.entry((r.kernel.clone(), r.key.target.clone(), r.key.kernel_hash.clone())).or_default().push(r);
             }
+            let mut also = Vec::new();
+            if !l.invalid.is_empty() {
+                also.push(format!("{} invalid records skipped (the first: {})", l.invalid.len(), l.invalid[0].reason));
+            }
+            if l.skipped > 0 {
+                also.push(format!("{} damaged lines skipped", l.skipped));
+            }
             outln!(
                 "{}: {} records{}",
                 db.path.display(),
                 l.records.len(),
-                if l.skipped > 0 { format!(", {} damaged lines skipped", l.skipped) } else { String::new() }
+                also.iter().map(|a| format!(", {a}")).collect::<String>()
             );
             for ((kernel, target, hash), rs) in &groups {
                 let best = db::best_of(rs.iter().map(|r| (*r).clone())).expect("a group has records");
@@ -850,20 +863,26 @@ pub fn db_command(a: &DbArgs) -> Result<(), Error> {
                 }
                 loaded.push(Db::new(&path).load().map_err(|e| cannot(&path, e))?);
             }
-            let merged = db::merge(&loaded);
+            let (merged, dropped) = db::merge(&loaded);
             let n = merged.len();
             Db::new(out_path).rewrite(merged).map_err(|e| cannot(out_path, e))?;
             outln!("wrote {} ({n} records from {} databases)", out_path.display(), a.args.len());
+            if let Some(note) = dropped.note(" (not merged)") {
+                eprintln!("note: tuning database: {note}");
+            }
             Ok(())
         }
         "prune" => {
             let l = db.load().map_err(|e| cannot(&db.path, e))?;
-            let before = l.records.len();
+            let before = l.records.len() + l.invalid.len();
             let current = a.other_versions.then_some(texc_pipeline::tuning::TEXC_VERSION);
-            let kept = db::prune(l.records, current);
+            let (kept, dropped) = db::prune(l, current);
             let n = kept.len();
             db.rewrite(kept).map_err(|e| cannot(&db.path, e))?;
             outln!("{}: kept {n} of {before} records (the best of each kernel)", db.path.display());
+            if let Some(note) = dropped.note(" (dropped)") {
+                eprintln!("note: tuning database: {note}");
+            }
             Ok(())
         }
         other => Err(usage(format!("unknown `texc db` action `{other}`; actions: list, show, merge, prune"))),
@@ -888,7 +907,9 @@ pub fn apply_tuned_knobs(pl: &mut Pipeline, c: &Common, k: KernelRef, b: &Bindin
         return apply_calibration(pl, &db);
     }
     let written = pl.specialize(k, b)?;
-    let Some(r) = pl.best_record(&db, k, &written)? else {
+    let mine = pl.kernel_records(&db, k, &written)?;
+    note_invalid(&mine, &written.name, &db);
+    let Some(r) = mine.best() else {
         return apply_calibration(pl, &db);
     };
     eprintln!(
@@ -900,6 +921,13 @@ pub fn apply_tuned_knobs(pl: &mut Pipeline, c: &Common, k: KernelRef, b: &Bindin
     );
     pl.options.knobs = r.knobs.into_iter().collect();
     Ok(())
+}
+
+/// One line on stderr when records of the kernel were skipped as invalid.
+fn note_invalid(mine: &db::KernelRecords, kernel: &str, db: &Db) {
+    if let Some(note) = mine.invalid.note(&format!(" of `{kernel}` in {}", db.path.display())) {
+        eprintln!("note: tuning database: {note}");
+    }
 }
 
 /// The cost model's corrections from `db` ([`texc_pipeline::tuning::calibration`]).

@@ -114,6 +114,54 @@ fn compile_errors_name_the_output_and_the_flag() {
     }
 }
 
+/// Issue 35, item 7: `compile -o` renames over a regular file or a new path
+/// only. A link to a library stays a link (the library it names is
+/// replaced), a FIFO gets the object written through and stays a FIFO, and a
+/// link to nothing is refused before anything is compiled.
+#[test]
+fn compile_outputs_that_are_not_files_are_not_replaced() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tmp("not-files");
+    std::fs::create_dir_all(dir.join("elsewhere")).expect("dir");
+    let real = dir.join("elsewhere/real.so");
+    std::fs::write(&real, "old").expect("write");
+    let link = dir.join("norms.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    let o = texc(&["compile", "examples/norms.tex", "--target", "x86-avx2", "-o", link.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(std::fs::symlink_metadata(&link).expect("link").file_type().is_symlink(), "the link was replaced");
+    assert!(std::fs::read(&real).expect("library").starts_with(b"\x7fELF"), "the linked file is the library");
+    link_and_run(&dir, &link);
+    // One object written through a FIFO (its reader gives up after 30 s:
+    // a FIFO replaced by a file is never written, and must not hang the test).
+    let fifo = dir.join("matmul.o");
+    let _ = std::fs::remove_file(&fifo);
+    assert!(Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs").success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reading = fifo.clone();
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        if let Ok(mut f) = std::fs::File::open(&reading) {
+            let _ = std::io::Read::read_to_end(&mut f, &mut v);
+        }
+        let _ = tx.send(v);
+    });
+    let o = texc(&["compile", "examples/matmul.tex", "--target", "x86-avx2", "-o", fifo.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let object = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("the FIFO was written to");
+    assert!(object.starts_with(b"\x7fELF"), "an object came through");
+    assert!(std::fs::symlink_metadata(&fifo).expect("fifo").file_type().is_fifo(), "the FIFO was replaced");
+    // A link to nothing.
+    let dangling = dir.join("dangling.so");
+    let _ = std::fs::remove_file(&dangling);
+    std::os::unix::fs::symlink(dir.join("nowhere/x.so"), &dangling).expect("symlink");
+    let o = texc(&["compile", "examples/matmul.tex", "--target", "x86-avx2", "-o", dangling.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(err(&o).contains("which does not exist"), "{}", err(&o));
+    assert!(!dir.join("nowhere").exists());
+}
+
 #[test]
 fn compile_help_describes_every_option() {
     let o = texc(&["compile", "--help"]);

@@ -168,3 +168,147 @@ fn ast_dump_has_spans_only_when_asked() {
     assert_eq!(o.status.code(), Some(2));
     assert!(err(&o).contains("--spans shows source spans in `--stage ast`"), "{}", err(&o));
 }
+
+/// `texc ARGS` killed (and the test failed) after `secs` seconds: a FIFO
+/// output that nobody reads must not hang the suite.
+fn texc_within(args: &[&str], secs: u64) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_texc"))
+        .args(args)
+        .current_dir(root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("texc runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().expect("waits").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("texc {args:?} did not finish in {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn mkfifo(p: &Path) {
+    let _ = std::fs::remove_file(p);
+    let o = Command::new("mkfifo").arg(p).output().expect("mkfifo runs");
+    assert!(o.status.success(), "mkfifo {}: {}", p.display(), err(&o));
+}
+
+fn kind(p: &Path) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(p).map(|m| m.file_type()) {
+        Ok(t) if t.is_fifo() => "fifo",
+        Ok(t) if t.is_symlink() => "symlink",
+        Ok(t) if t.is_char_device() => "char device",
+        Ok(t) if t.is_file() => "file",
+        Ok(_) => "other",
+        Err(_) => "missing",
+    }
+}
+
+/// A reader of the FIFO `p` on a thread; [`FifoReader::bytes`] gives up
+/// after 30 s, so that a writer that replaced the FIFO instead of writing
+/// through it (the reader then waits forever) fails the test.
+struct FifoReader(std::sync::mpsc::Receiver<Vec<u8>>);
+
+impl FifoReader {
+    fn new(p: &Path) -> FifoReader {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = p.to_path_buf();
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Ok(mut f) = std::fs::File::open(&p) {
+                let _ = std::io::Read::read_to_end(&mut f, &mut v);
+            }
+            let _ = tx.send(v);
+        });
+        FifoReader(rx)
+    }
+
+    fn bytes(self) -> Vec<u8> {
+        self.0.recv_timeout(std::time::Duration::from_secs(30)).expect("the FIFO was written to")
+    }
+}
+
+/// Issue 35, item 7: outputs are renamed over a regular file or a new path
+/// only. A FIFO is written through (the reader gets the `.npy` or `.npz`
+/// bytes) and stays a FIFO; a symbolic link to a file stays a link and the
+/// file it names gets the output; a character device is written through; a
+/// link to nothing is refused before the run.
+#[test]
+fn outputs_that_are_not_regular_files_are_not_replaced() {
+    let dir = tmp("not-files");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let run = ["run", "examples/matmul.tex", "--shape", "M=3,N=4,K=5", "--output"];
+    // `.npy` and `.npz` (written with seeks) through a FIFO.
+    for (name, arg) in [("c.npy", "C="), ("all.npz", "")] {
+        let fifo = dir.join(name);
+        mkfifo(&fifo);
+        let reader = FifoReader::new(&fifo);
+        let out = format!("{arg}{}", fifo.display());
+        let o = texc_within(&[&run[..], &[&out]].concat(), 60);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        let bytes = reader.bytes();
+        assert_eq!(kind(&fifo), "fifo", "{name}: the FIFO was replaced");
+        let copy = dir.join(format!("copy-{name}"));
+        std::fs::write(&copy, &bytes).expect("write");
+        let shape = if name.ends_with(".npz") {
+            let arrays = texc_runtime::read_npz_limited(&copy, u64::MAX).expect("an .npz came through");
+            assert_eq!(arrays[0].0, "C");
+            arrays[0].1.shape.clone()
+        } else {
+            texc_runtime::read_npy(&copy).expect("an .npy came through").shape
+        };
+        assert_eq!(shape, vec![3, 4]);
+    }
+    // A link to a file in another directory: the link stays, the file is replaced.
+    std::fs::create_dir_all(dir.join("elsewhere")).expect("dir");
+    let real = dir.join("elsewhere/real.npy");
+    std::fs::write(&real, "old").expect("write");
+    let link = dir.join("link.npy");
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    let o = texc_within(&[&run[..], &[&format!("C={}", link.display())]].concat(), 60);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(kind(&link), "symlink");
+    assert_eq!(texc_runtime::read_npy(&real).expect("the linked file has the output").shape, vec![3, 4]);
+    // A link to nothing: refused before the run, nothing created.
+    let dangling = dir.join("dangling.npy");
+    std::os::unix::fs::symlink(dir.join("nowhere/x.npy"), &dangling).expect("symlink");
+    let o = texc_within(&[&run[..], &[&format!("C={}", dangling.display())]].concat(), 60);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(err(&o).contains("is a symbolic link to") && err(&o).contains("which does not exist"), "{}", err(&o));
+    assert!(stdout(&o).is_empty() && kind(&dangling) == "symlink" && !dir.join("nowhere").exists());
+    // A character device: a null device node made here as root (so that a
+    // regression replaces it, not the system's), `/dev/null` otherwise.
+    let null = if Command::new("id").arg("-u").output().is_ok_and(|o| stdout(&o).trim() == "0") {
+        let p = dir.join("null");
+        let made = Command::new("mknod").arg(&p).args(["c", "1", "3"]).status().is_ok_and(|s| s.success());
+        made.then_some(p)
+    } else {
+        Some(PathBuf::from("/dev/null"))
+    };
+    if let Some(null) = null {
+        let o = texc_within(&[&run[..], &[&format!("C={}", null.display())]].concat(), 60);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        assert_eq!(kind(&null), "char device", "{} was replaced", null.display());
+    }
+    // `db merge -o` through a FIFO, and onto a link to a file.
+    let db = dir.join("a.jsonl");
+    std::fs::write(&db, "").expect("write");
+    let merged = dir.join("merged.jsonl");
+    mkfifo(&merged);
+    let reader = FifoReader::new(&merged);
+    let db_s = db.to_str().expect("utf8");
+    let o = texc_within(&["db", "merge", db_s, "-o", merged.to_str().expect("utf8")], 60);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let _ = reader.bytes();
+    assert_eq!(kind(&merged), "fifo", "db merge replaced the FIFO");
+    let db_link = dir.join("db-link.jsonl");
+    std::os::unix::fs::symlink(&db, &db_link).expect("symlink");
+    let o = texc_within(&["db", "merge", db_s, "-o", db_link.to_str().expect("utf8")], 60);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(kind(&db_link), "symlink");
+}

@@ -224,3 +224,49 @@ fn runs_here(target: &str) -> bool {
     let t = texc_compiler::target::lookup(target).expect("a known target");
     t.check_runs_here().map_err(|e| eprintln!("skipped the run on {target}: {e}")).is_ok()
 }
+
+/// Issue 35, item 9: the nest of a kernel the e-graph rewrote (conv2d →
+/// batch_norm → relu) names the file as written in its `source` line, not
+/// `<rewritten>/F.tex`, so the printed `.loops` runs and is checked against
+/// that kernel. Property: on every example that builds, the `source` line
+/// of the printed nest names a file that exists.
+#[test]
+fn a_rewritten_kernels_nest_names_its_file() {
+    for target in ["x86-avx2", "cranelift"] {
+        let o = texc(&["emit", "examples/conv_bn_relu.tex", "--stage", "loops", "--target", target]);
+        let (out, e) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{e}");
+        assert!(out.contains("  source \"examples/conv_bn_relu.tex\"\n"), "{target}: {out}");
+        let path = tmp(&format!("conv_bn_relu-{target}.loops"));
+        std::fs::write(&path, &out).expect("write");
+        let o = texc(&["run", path.to_str().expect("utf-8"), "--target", target, "--check"]);
+        let (out, e) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{target}: {e}");
+        assert!(out.contains("check `Y` against interp"), "{target}: {out}");
+    }
+    let mut examples: Vec<PathBuf> = std::fs::read_dir(root().join("examples"))
+        .expect("examples")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tex"))
+        .collect();
+    examples.sort();
+    let mut printed = 0;
+    for ex in &examples {
+        let name = format!("examples/{}", ex.file_name().expect("name").to_string_lossy());
+        let o = texc(&["check", &name]);
+        // `ok: 4 kernels checked: bn, ln, inorm, gn`
+        let (out, _) = text(&o);
+        let listed = out.lines().next().and_then(|l| l.split_once("checked: ")).map_or("", |(_, ks)| ks);
+        let kernels: Vec<String> = listed.split(", ").filter(|k| !k.is_empty()).map(str::to_string).collect();
+        assert!(!kernels.is_empty(), "{name}: {out}");
+        for k in kernels {
+            let o = texc(&["emit", &name, "--kernel", &k, "--stage", "loops", "--target", "x86-avx2"]);
+            let (out, _) = text(&o);
+            let Some(source) = out.lines().find_map(|l| l.trim().strip_prefix("source ")) else { continue };
+            let file = source.trim_matches('"');
+            assert!(root().join(file).is_file(), "{name} --kernel {k}: source {source} is no file");
+            printed += 1;
+        }
+    }
+    assert!(printed >= 10, "only {printed} nests printed");
+}

@@ -282,3 +282,290 @@ fn analyze_counts_the_models_initializers_as_parameters() {
     let o = texc(&["analyze", &onnx, "--target", "x86-avx2", "--as-written"]);
     assert!(o.status.success() && !text(&o).contains("of which folded"), "{}", text(&o));
 }
+
+/// Models built here from texc-onnx's proto structs, without Python: the
+/// tests of names and places (issue 35) need no ONNX Runtime.
+mod built {
+    use prost::Message;
+    use texc_onnx::proto::*;
+
+    pub fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
+        let dim = dims.iter().map(|&d| Dimension { value: Some(DimensionValue::DimValue(d)) }).collect();
+        ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TypeProtoTensor {
+                    elem_type: data_type::FLOAT,
+                    shape: Some(TensorShapeProto { dim }),
+                }),
+            }),
+        }
+    }
+
+    pub fn node(op: &str, inputs: &[&str], output: &str) -> NodeProto {
+        NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: vec![output.into()],
+            name: format!("/{op}_{output}"),
+            op_type: op.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn weight(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+        TensorProto {
+            dims: dims.to_vec(),
+            data_type: data_type::FLOAT,
+            raw_data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn model(
+        name: &str,
+        inputs: Vec<ValueInfoProto>,
+        node: Vec<NodeProto>,
+        initializer: Vec<TensorProto>,
+        outputs: Vec<ValueInfoProto>,
+    ) -> ModelProto {
+        ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
+            producer_name: "texc-tests".into(),
+            graph: Some(GraphProto {
+                name: name.into(),
+                node,
+                initializer,
+                input: inputs,
+                output: outputs,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub fn save(m: &ModelProto, path: &std::path::Path) {
+        std::fs::write(path, m.encode_to_vec()).expect("write the model");
+    }
+
+    /// `x[1, 4] + b -> y`, with `b` stored in the external file `location`.
+    pub fn with_external_bias(location: &str) -> ModelProto {
+        let mut b = weight("b", &[1, 4], &[1.0, 2.0, 3.0, 4.0]);
+        b.raw_data.clear();
+        b.data_location = 1;
+        b.external_data = vec![StringStringEntryProto { key: "location".into(), value: location.into() }];
+        model(
+            "ext",
+            vec![value_info("x", &[1, 4])],
+            vec![node("Add", &["x", "b"], "y")],
+            vec![b],
+            vec![value_info("y", &[1, 4])],
+        )
+    }
+}
+
+/// `texc ARGS`, killed (and the test failed) after 60 s.
+fn texc_within(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_texc"))
+        .args(args)
+        .current_dir(root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("texc runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().expect("waits").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("texc {args:?} did not finish in 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn fresh_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("texc-onnx-{}", std::process::id())).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp");
+    dir
+}
+
+/// Issue 35, items 5 and 6: external data that is a FIFO beside the model
+/// is refused at once (`run` blocked forever), and a link beside the model
+/// to `/etc/passwd` or through a linked directory is refused by `run`,
+/// `import` and `compile` (which would embed its bytes); a link that stays
+/// inside reads.
+#[test]
+fn external_data_is_a_regular_file_inside_the_models_directory() {
+    let dir = fresh_dir("external");
+    let model = dir.join("m.onnx");
+    let m = model.display().to_string();
+    let bias: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(dir.join("b.bin"), &bias).expect("write");
+    std::os::unix::fs::symlink("b.bin", dir.join("alias.bin")).expect("symlink");
+    built::save(&built::with_external_bias("alias.bin"), &model);
+    let o = texc_within(&["run", &m]);
+    assert_eq!(o.status.code(), Some(0), "a link inside reads: {}", text(&o));
+    assert!(Command::new("mkfifo").arg(dir.join("fifo.bin")).status().expect("mkfifo runs").success());
+    std::os::unix::fs::symlink("/etc/passwd", dir.join("passwd.bin")).expect("symlink");
+    std::os::unix::fs::symlink("/etc", dir.join("etc")).expect("symlink");
+    let cases = [
+        ("fifo.bin", "fifo.bin is a FIFO, not a regular file"),
+        ("passwd.bin", "external data `passwd.bin` resolves to /etc/passwd, outside the model's directory"),
+        ("etc/passwd", "external data `etc/passwd` resolves to /etc/passwd, outside the model's directory"),
+    ];
+    for (location, want) in cases {
+        built::save(&built::with_external_bias(location), &model);
+        let lib = dir.join("m.so").display().to_string();
+        let tex = dir.join("m.tex").display().to_string();
+        for args in
+            [vec!["run", &m], vec!["compile", &m, "--target", "x86-avx2", "-o", &lib], vec!["import", &m, "-o", &tex]]
+        {
+            let o = texc_within(&args);
+            assert_eq!(o.status.code(), Some(1), "{location} {args:?}: {}", text(&o));
+            assert!(
+                text(&o).contains("initializer `b`: external data") && text(&o).contains(want),
+                "{location} {args:?}: {}",
+                text(&o)
+            );
+            assert!(!dir.join("m.so").exists() && !dir.join("m.tex").exists(), "nothing written");
+        }
+    }
+}
+
+/// `input.1 @ fc.weight -> 190`, `relu(190) -> 191`: torchvision's names.
+fn torch_named() -> texc_onnx::proto::ModelProto {
+    let w: Vec<f32> = (0..16).map(|i| if i % 5 == 0 { 1.0 } else { 0.0 }).collect();
+    built::model(
+        "r18",
+        vec![built::value_info("input.1", &[1, 4])],
+        vec![built::node("MatMul", &["input.1", "fc.weight"], "190"), built::node("Relu", &["190"], "191")],
+        vec![built::weight("fc.weight", &[4, 4], &w)],
+        vec![built::value_info("191", &[1, 4])],
+    )
+}
+
+/// Issue 35, item 9: running an `.onnx` file, `--input` and `--output`
+/// take the model's own names (`input.1`, `191`) and texc's (`input_1`,
+/// `t_191`); archives and messages use the model's; an unknown name's
+/// error lists the names there are.
+#[test]
+fn a_models_own_names_are_accepted_and_written() {
+    let dir = fresh_dir("names");
+    let model = dir.join("r18.onnx");
+    built::save(&torch_named(), &model);
+    let m = model.display().to_string();
+    let x = dir.join("x.npy");
+    let input = texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![1, 4], &[1.0, -2.0, 3.0, -4.0]);
+    texc_runtime::write_npy(&x, &input).expect("write");
+    let all = dir.join("all.npz");
+    for (target, given, output) in [
+        ("interp", "input.1", "191"),
+        ("interp", "input_1", "t_191"),
+        ("x86-avx2", "input.1", "t_191"),
+        ("cranelift", "input_1", "191"),
+    ] {
+        let y = dir.join(format!("y-{target}-{given}.npz"));
+        let args = [
+            "run",
+            &m,
+            "--target",
+            target,
+            "--input",
+            &format!("{given}={}", x.display()),
+            "--output",
+            &format!("{output}={}", y.display()),
+            "--output",
+            &all.display().to_string(),
+        ];
+        let o = texc(&args);
+        assert_eq!(o.status.code(), Some(0), "{target} {given} {output}: {}", text(&o));
+        assert!(text(&o).contains("  191: f32[1, 4]") && text(&o).contains("wrote `191` to"), "{}", text(&o));
+        for archive in [&y, &all] {
+            let arrays = texc_runtime::read_npz_limited(archive, u64::MAX).expect("an archive");
+            let names: Vec<&str> = arrays.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, ["191"], "{}", archive.display());
+            assert_eq!(arrays[0].1.to_f64(), [1.0, 0.0, 3.0, 0.0], "relu(x): the given input was used");
+        }
+    }
+    // An archive of inputs by their ONNX names feeds the model.
+    let inputs = dir.join("inputs.npz");
+    texc_runtime::write_npz(&inputs, &[("input.1", &input)]).expect("write");
+    let o = texc(&[
+        "bench",
+        &m,
+        "--target",
+        "x86-avx2",
+        "--repeat",
+        "1",
+        "--input",
+        &inputs.display().to_string(),
+        "--check",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // The printed nest names the model (not `r18.onnx.tex`, which is no
+    // file), and runs checked against it, with its names and weights.
+    let o = texc(&["emit", &m, "--stage", "loops", "--target", "x86-avx2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let nest = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(nest.contains(&format!("  source \"{m}\"\n")), "{nest}");
+    let loops = dir.join("r18.loops");
+    std::fs::write(&loops, nest).expect("write");
+    let given = format!("input.1={}", x.display());
+    let o = texc(&["run", &loops.display().to_string(), "--target", "x86-avx2", "--check", "--input", &given]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("check `191` against interp") && text(&o).contains("first [1.000000, 0.000000, 3.000000"),
+        "{}",
+        text(&o)
+    );
+    // Unknown names: status 1, the names there are listed.
+    let o = texc(&["run", &m, "--input", &format!("input={}", x.display())]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("`input` is not an input of the model")
+            && text(&o).contains("its inputs: `input.1` (or `input_1`); its weight may be given by name too"),
+        "{}",
+        text(&o)
+    );
+    let o = texc(&["run", &m, "--output", &format!("192={}", dir.join("z.npy").display())]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("`192` is not an output of kernel") && text(&o).contains("its outputs: `191` (or `t_191`)"),
+        "{}",
+        text(&o)
+    );
+    // Both names of one input: misuse.
+    let o = texc(&[
+        "run",
+        &m,
+        "--input",
+        &format!("input.1={}", x.display()),
+        "--input",
+        &format!("input_1={}", x.display()),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("both name the parameter `input_1`"), "{}", text(&o));
+}
+
+/// Issue 35, item 9: a graph output listed twice is an error that names the
+/// model and the output, not a place in the generated `m.onnx.tex`.
+#[test]
+fn a_graph_output_listed_twice_names_the_model() {
+    let dir = fresh_dir("twice");
+    let mut m = torch_named();
+    let g = m.graph.as_mut().expect("graph");
+    g.output.push(g.output[0].clone());
+    let model = dir.join("dup.onnx");
+    built::save(&m, &model);
+    let shown = model.display().to_string();
+    let tex = dir.join("dup.tex").display().to_string();
+    for args in [vec!["run", &shown], vec!["check", &shown], vec!["import", &shown, "-o", &tex]] {
+        let o = texc(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(&format!("{shown}: graph output `191` is listed twice")), "{args:?}: {}", text(&o));
+        assert!(!text(&o).contains(".onnx.tex"), "{args:?}: {}", text(&o));
+    }
+}

@@ -215,6 +215,79 @@ fn merge_prune_and_errors() {
     assert!(e.contains("not one of its candidates") && e.contains("tuned_matmul.tex:"), "{e}");
 }
 
+/// Issue 35, item 8: records of the kernel's key whose knobs are not a
+/// point of its space (outside the candidates, zero, negative, 2^62, an
+/// unknown name, a float, a string, null), each claiming 1 ns, are skipped
+/// and counted by `run`, `bench`, `compile` and `tune`, never adopted or
+/// crowned, and dropped by `db prune`, which keeps the valid best.
+#[test]
+fn invalid_records_are_skipped_everywhere() {
+    let db = tmp("invalid.jsonl");
+    let o = tune(&db, 2, 1);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let model = trials(&db).into_iter().next().expect("a trial");
+    assert!(model["space"]["ti"] == serde_json::json!([4, 2, 8]), "tune records the space: {model}");
+    let bad = [
+        serde_json::json!(3),
+        serde_json::json!(0),
+        serde_json::json!(-4),
+        serde_json::json!(1i64 << 62),
+        serde_json::json!(4.5),
+        serde_json::json!("4"),
+        serde_json::Value::Null,
+    ];
+    let mut body = std::fs::read_to_string(&db).expect("db");
+    let mut forged = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut r = model.clone();
+        r["time_ms"] = serde_json::json!(1e-6);
+        edit(&mut r);
+        body.push_str(&format!("{r}\n"));
+    };
+    for v in &bad {
+        forged(&|r| r["knobs"]["ti"] = v.clone());
+    }
+    forged(&|r| r["knobs"]["tq"] = serde_json::json!(2));
+    // As an older texc wrote it: no space to judge it by but the kernel's.
+    forged(&|r| {
+        r["knobs"]["ti"] = serde_json::json!(3);
+        r.as_object_mut().expect("object").remove("space");
+    });
+    std::fs::write(&db, body).expect("write");
+    let skipped = "note: tuning database: skipped 9 invalid records of `mm` in";
+    let sizes = ["--target", "x86-avx2", "--shape", "M=64,K=64,N=64"];
+    let o = texc(&db, &[&["run", "examples/tuned_matmul.tex", "--check"][..], &sizes].concat());
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "run: {e}");
+    assert!(e.contains(skipped) && e.contains("note: using tuned knobs"), "{e}");
+    assert!(!e.contains("ti=3") && out.contains("check `C` against interp"), "{e}{out}");
+    let o =
+        texc(&db, &[&["bench", "examples/tuned_matmul.tex", "--repeat", "1", "--warmup", "0"][..], &sizes].concat());
+    assert_eq!(o.status.code(), Some(0), "bench: {}", text(&o).1);
+    assert!(text(&o).1.contains(skipped), "{}", text(&o).1);
+    let lib = tmp("invalid.so");
+    let o =
+        texc(&db, &[&["compile", "examples/tuned_matmul.tex", "-o", lib.to_str().expect("utf8")][..], &sizes].concat());
+    assert_eq!(o.status.code(), Some(0), "compile: {}", text(&o).1);
+    // tune does not crown them: no best of 0.0000 ms, no absurd speedup.
+    let o = tune(&db, 4, 1);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "tune: {e}");
+    assert!(e.contains(skipped), "{e}");
+    let best = out.lines().find(|l| l.trim_start().starts_with("best")).expect("a best line");
+    assert!(!best.contains(" 0.0000 ms") && !best.contains("ti=3"), "{out}");
+    let o = texc(&db, &["db", "list"]);
+    assert!(text(&o).0.contains("8 invalid records skipped"), "{}", text(&o).0);
+    // prune drops them (and the one without a space, by its key's) and keeps a valid best.
+    let o = texc(&db, &["db", "prune"]);
+    let (out, e) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "prune: {e}");
+    assert!(e.contains("skipped 9 invalid records (dropped)"), "{out}{e}");
+    let left = records(&db);
+    assert_eq!(left.len(), 1, "{left:?}");
+    let ti = left[0]["knobs"]["ti"].as_i64();
+    assert!(ti.is_none_or(|ti| [4, 2, 8].contains(&ti)) && left[0]["time_ms"].as_f64() > Some(1e-4), "{left:?}");
+}
+
 /// `--shard i/n` splits the candidate stream: the shards of one seed and
 /// trial count, merged, measure exactly the candidates one unsplit run
 /// (`--shard 0/1`) measures. (A space larger than --trials is sampled at

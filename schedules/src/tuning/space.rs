@@ -58,6 +58,12 @@ pub fn tunables(src: ScheduleSrc) -> Vec<Tunable> {
     out
 }
 
+/// The space as records list it: each tunable's name and candidates
+/// (what [`crate::tuning::db::check_knobs`] checks knobs against).
+pub fn table(ts: &[Tunable]) -> crate::tuning::db::Table {
+    ts.iter().map(|t| (t.name.clone(), t.candidates.clone())).collect()
+}
+
 /// Number of points of the space (saturating).
 pub fn size(ts: &[Tunable]) -> u64 {
     ts.iter().fold(1u64, |n, t| n.saturating_mul(t.candidates.len() as u64))
