@@ -299,6 +299,12 @@ impl<'a> Machine<'a> {
                 }
             }
         }
+        // Outputs and temporaries hold zeros until stored (what code generators give them).
+        for t in 0..p.tensors.len() {
+            if m.bufs[t].is_none() {
+                m.clear(TensorId(t as u32));
+            }
+        }
         Ok(m)
     }
 

@@ -193,13 +193,28 @@ pub fn arith_i64(op: BinOp, ty: Ty, a: i64, b: i64) -> i64 {
         BinOp::TruncDiv if b != 0 => a.wrapping_div(b),
         BinOp::TruncRem if b != 0 => a.wrapping_rem(b),
         BinOp::TruncDiv => 0,
-        // Non-negative operands: unsigned and truncating division agree.
-        BinOp::UDiv if b > 0 => a.wrapping_div(b),
-        BinOp::URem if b > 0 => a.wrapping_rem(b),
+        // As code generators divide: the operands' bits as unsigned numbers of the type's width.
+        BinOp::UDiv | BinOp::URem if b != 0 => {
+            let (x, y) = (unsigned(ty, a), unsigned(ty, b));
+            (if op == BinOp::UDiv { x / y } else { x % y }) as i64
+        }
         BinOp::UDiv => 0,
         _ => a,
     };
     wrap(ty, r)
+}
+
+/// `v`'s bits, at the width of `ty`, as an unsigned number.
+fn unsigned(ty: Ty, v: i64) -> u64 {
+    let bits = match ty {
+        Ty::Elem(e) if e.is_int() && e.size() < 8 => 8 * e.size() as u32,
+        _ => 64,
+    };
+    if bits == 64 {
+        v as u64
+    } else {
+        (v as u64) & ((1u64 << bits) - 1)
+    }
 }
 
 /// A comparison `op` (the operands' type decides whether they are compared as floats or integers).

@@ -96,6 +96,11 @@ pub(crate) fn structure(p: &Program, e: TExprId) -> String {
         TExpr::Unary(op, _) => format!("{op:?}"),
         TExpr::Binary(op, ..) => format!("{op:?}"),
         TExpr::Math(b, _) => format!("{b:?}"),
+        // By what it computes, never by its children's ids (which equal trees do not share).
+        TExpr::Cast(_) => format!("Cast:{}", p.ty(e)),
+        TExpr::Select(..) => "Select".to_string(),
+        TExpr::Float(x) => format!("F{x:?}:{}", p.ty(e)),
+        TExpr::Intrinsic(i, _) => format!("{i:?}"),
         other => format!("{other:?}"),
     };
     format!("{head}({})", kids.join(","))

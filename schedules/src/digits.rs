@@ -193,8 +193,10 @@ impl<'a> Forms<'a> {
             let Atom::Opaque(key) = atom else { continue };
             let Some((x, c, div, floor)) = self.opaques.get(key).and_then(|&e| division(&f.p, e)) else { continue };
             let Some(dividend) = self.form(x) else { continue };
-            // Truncating and unsigned forms agree with floor ones on values ≥ 0.
-            if !floor && self.interval(&dividend).lo.is_none_or(|l| l < 0) {
+            // Truncating and unsigned forms agree with floor ones on values ≥ 0;
+            // a dividend that may wrap is not its form.
+            let iv = self.interval(&dividend);
+            if !fits_i64(iv) || (!floor && iv.lo.is_none_or(|l| l < 0)) {
                 continue;
             }
             if let Some((q, r)) = self.split(&dividend, c) {
@@ -353,10 +355,13 @@ impl<'a> Forms<'a> {
         let Some(e) = self.opaque_expr(key) else { return ANY };
         let p = &self.f.p;
         let plain = interval::of(p, e, &|v| self.var_range(v));
-        let Some((x, c, div)) = div_or_mod(p, e) else { return plain };
+        let Some((x, c, div, floor)) = division(p, e) else { return plain };
         let Some(dividend) = self.form(x) else { return plain };
         let iv = self.interval(&dividend);
         let (Some(lo), Some(hi)) = (iv.lo, iv.hi) else { return plain };
+        if !fits_i64(iv) || (!floor && lo < 0) {
+            return plain;
+        }
         let narrowed = if div {
             interval::range(lo.div_euclid(c), hi.div_euclid(c))
         } else if lo >= 0 && hi < c {
@@ -417,6 +422,10 @@ impl<'a> Forms<'a> {
             return;
         }
         let (Some(x), Some(y)) = (self.form(a), self.form(b)) else { return };
+        // The comparison is of the values as computed: sides that may wrap say nothing.
+        if !fits_i64(self.interval(&x)) || !fits_i64(self.interval(&y)) {
+            return;
+        }
         let Some(d) = x.add(&y, -1) else { return };
         // `terms + d.c op 0`.
         let bound = -d.c;
@@ -477,6 +486,12 @@ impl Env {
     }
 }
 
+/// Whether every value of `iv` is an `i64`: an index computed in it did
+/// not wrap, so it is the value its form says (known bounds only).
+pub(crate) fn fits_i64(iv: Iv) -> bool {
+    iv.lo.is_some_and(|l| l >= i64::MIN as i128) && iv.hi.is_some_and(|h| h <= i64::MAX as i128)
+}
+
 /// `e / c` or `e % c` for a positive constant `c`, any semantics: the
 /// dividend, the divisor, whether it divides, whether floor (or unsigned)
 /// semantics hold for every dividend (truncation only for ones ≥ 0).
@@ -484,10 +499,12 @@ pub(crate) fn division(p: &texc_compiler::tir::Program, e: TExprId) -> Option<(T
     let TExpr::Binary(op, a, b) = p.expr(e) else { return None };
     let TExpr::Int(c) = p.expr(*b) else { return None };
     let (div, floor) = match op {
-        BinOp::FloorDiv | BinOp::UDiv => (true, true),
-        BinOp::FloorMod | BinOp::URem => (false, true),
-        BinOp::TruncDiv => (true, false),
-        BinOp::TruncRem => (false, false),
+        BinOp::FloorDiv => (true, true),
+        BinOp::FloorMod => (false, true),
+        // Unsigned (the bits as an unsigned number) and truncating division
+        // agree with floor division on dividends ≥ 0 only.
+        BinOp::UDiv | BinOp::TruncDiv => (true, false),
+        BinOp::URem | BinOp::TruncRem => (false, false),
         _ => return None,
     };
     (*c > 0).then_some((*a, *c as i128, div, floor))

@@ -267,7 +267,12 @@ impl Eval<'_> {
                         }
                     }
                 }
-                Stmt::Mma { op, c, a, b } => mma(f, m, *op, [c, a, b], env)?,
+                Stmt::Mma { op, c, a, b } => {
+                    if self.races.watching() {
+                        self.watch_tiles(m, *op, [c, a, b], env)?;
+                    }
+                    mma(f, m, *op, [c, a, b], env)?
+                }
                 Stmt::WarpReduce(w) => warp_reduce(f, m, *w)?,
                 Stmt::For { var, lo, extent, body, kind } => {
                     self.for_loop(m, (*var, *lo, *extent, *kind), body, env, in_async, launch)?
@@ -371,6 +376,27 @@ impl Eval<'_> {
         }
         if opened {
             self.races.pop();
+        }
+        Ok(())
+    }
+
+    /// Record a tensor-core operation's accesses, made by the warp (its
+    /// lanes are one party): every element of `a` and `b` read, of `c`
+    /// read and written.
+    fn watch_tiles(&mut self, m: &Machine, op: MmaOp, [c, a, b]: [&Tile; 3], env: &mut [i64]) -> Result<(), EvalError> {
+        let f = self.f;
+        let (mm, nn, kk) = op.shape();
+        for (t, rows, cols, write) in [(a, mm, kk, false), (b, kk, nn, false), (c, mm, nn, false), (c, mm, nn, true)] {
+            let origin =
+                t.origin.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
+            for r in 0..rows {
+                for col in 0..cols {
+                    let mut idx = origin.clone();
+                    idx[t.rows] += r;
+                    idx[t.cols] += col;
+                    self.races.touch(f, t.tensor, &idx, write)?;
+                }
+            }
         }
         Ok(())
     }

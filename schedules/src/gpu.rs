@@ -179,6 +179,7 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec, or_by_running: bo
         parties,
         guards: Vec::new(),
         threads: [1; 3],
+        units: 0,
         writes: Vec::new(),
     };
     w.stmts(inner, &mut bound.clone(), &mut [false; 3], false)?;
@@ -245,6 +246,8 @@ struct Walk<'a> {
     guards: Vec<TExprId>,
     /// The extent of the open thread loop of each dimension (1 where none is open).
     threads: [i64; 3],
+    /// Counts the block-level statements with threads walked so far.
+    units: usize,
     /// The launch's stores and tensor-core tiles to memory that more than
     /// one thread sees, for [`Walk::check_distinct_writes`].
     writes: Vec<Write>,
@@ -256,6 +259,8 @@ struct Write {
     /// A warp's tensor-core tile: its lanes make it together.
     mma: bool,
     at: Site,
+    /// The block-level statement (a thread loop, between barriers) it is in.
+    unit: usize,
 }
 
 /// The first of the ids of [`Walk::parties`] that are block coordinates.
@@ -331,7 +336,7 @@ impl Walk<'_> {
                     let mut access = self.made_here(Touch::tile(c, m, n, true));
                     // Every lane of the warp takes part.
                     access.within[0] = (0, interval::range(0, WARP as i128 - 1));
-                    self.writes.push(Write { access, mma: true, at: Site::Tensor(c.tensor) });
+                    self.writes.push(Write { access, mma: true, at: Site::Tensor(c.tensor), unit: self.units });
                     if !self.f.shared.contains(&c.tensor) {
                         self.written.insert(c.tensor);
                     }
@@ -382,6 +387,9 @@ impl Walk<'_> {
                     }
                     self.block[i] = self.block[i].max(*extent);
                     self.used[i] = true;
+                    if !open.iter().any(|&o| o) {
+                        self.units += 1;
+                    }
                     open[i] = true;
                     self.parties.set(*var, Role::Id { id: i, offset: *lo });
                     let outer = std::mem::replace(&mut self.threads[i], *extent);
@@ -438,7 +446,7 @@ impl Walk<'_> {
                         continue;
                     }
                     let access = self.made_here(Touch::element(*tensor, indices, true));
-                    self.writes.push(Write { access, mma: false, at: Site::Expr(*value) });
+                    self.writes.push(Write { access, mma: false, at: Site::Expr(*value), unit: self.units });
                     if !self.f.shared.contains(tensor) {
                         self.written.insert(*tensor);
                     }
@@ -458,9 +466,9 @@ impl Walk<'_> {
 
     /// Distinct threads and blocks store distinct elements
     /// ([`crate::independence`]): of a global tensor, over all the
-    /// launch's stores to it; of a shared buffer, within each store (its
-    /// blocks have buffers of their own, and statements are ordered by
-    /// barriers, see [`Walk::check_shared`]). A warp's lanes make its
+    /// launch's stores to it; of a shared buffer, within each block-level
+    /// statement (its blocks have buffers of their own, and statements are
+    /// ordered by barriers, see [`Walk::check_shared`]). A warp's lanes make its
     /// `mma` together: only its other coordinates tell its tiles apart.
     fn check_distinct_writes(&self, grid: [i64; 3], or_by_running: bool) -> R {
         let ids: Vec<Iv> = self.block.iter().chain(&grid).map(|&n| interval::range(0, (n - 1) as i128)).collect();
@@ -470,8 +478,14 @@ impl Walk<'_> {
         tensors.dedup();
         for t in tensors {
             let of_t: Vec<&Write> = self.writes.iter().filter(|w| w.access.tensor == t).collect();
-            let groups: Vec<Vec<&Write>> =
-                if self.f.shared.contains(&t) { of_t.into_iter().map(|w| vec![w]).collect() } else { vec![of_t] };
+            // A shared buffer's stores race only within one statement between barriers.
+            let groups: Vec<Vec<&Write>> = if self.f.shared.contains(&t) {
+                let mut units: Vec<usize> = of_t.iter().map(|w| w.unit).collect();
+                units.dedup();
+                units.into_iter().map(|u| of_t.iter().copied().filter(|w| w.unit == u).collect()).collect()
+            } else {
+                vec![of_t]
+            };
             for group in groups {
                 let mut ids = ids.clone();
                 if self.f.shared.contains(&t) {

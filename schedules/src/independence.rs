@@ -101,13 +101,28 @@ struct Window {
     facts: Vec<Fact>,
 }
 
-/// The shape of a padded pair `α·(e / c) + β·(e % c) + constant`.
+/// The shape of a padded pair `α·(e / c) + β·(e % c) + constant`, with
+/// the values its quotient `q` and remainder `r` take in the access.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Code {
     alpha: i128,
     beta: i128,
     c: i128,
     constant: i128,
+    q: Iv,
+    r: Iv,
+}
+
+impl Code {
+    /// Whether this pair and `o` have one shape and `(q, r) ↦ α·q + β·r`
+    /// is one to one over the values both take: one coefficient more than
+    /// the other's span (rows of `α` padded, or columns of `β` transposed).
+    fn one_to_one(&self, o: &Code) -> bool {
+        let shape = |x: &Code| (x.alpha, x.beta, x.c, x.constant);
+        let (q, r) = (self.q.union(o.q).width(), self.r.union(o.r).width());
+        let (a, b) = (self.alpha.abs(), self.beta.abs());
+        shape(self) == shape(o) && (r.is_some_and(|r| a > b * r) || q.is_some_and(|q| b > a * q))
+    }
 }
 
 /// One side of `X = X'`: `Σ k·t + constant`, where the term `is_v` is the
@@ -327,16 +342,17 @@ impl Parties {
         })?;
         // `(q, r) ↦ α·q + β·r` is one to one where one coefficient is more
         // than the other's span (rows of `α` padded, or columns of `β` transposed).
-        let span = |forms: &mut Forms, a: &Atom| forms.interval(&Affine::atom(a.clone())).width();
-        let (q, r) = (span(forms, &div), span(forms, &modulo));
-        let fits = r.is_some_and(|r| alpha.abs() > beta.abs() * r) || q.is_some_and(|q| beta.abs() > alpha.abs() * q);
+        let values = |forms: &mut Forms, a: &Atom| forms.interval(&Affine::atom(a.clone()));
+        let (q, r) = (values(forms, &div), values(forms, &modulo));
+        let code = Code { alpha, beta, c, constant: 0, q, r };
+        let fits = code.one_to_one(&code);
         let mut rest = flat.clone();
         rest.terms.remove(&div);
         rest.terms.remove(&modulo);
         if !fits || !rest.terms.keys().all(|a| self.is_common(forms, a, done)) {
             return None;
         }
-        let code = Code { alpha, beta, c, constant: rest.c };
+        let code = Code { constant: rest.c, ..code };
         rest.c = 0;
         *flat = rest.add(&forms.form(e)?, 1)?;
         Some(code)
@@ -364,6 +380,9 @@ impl Parties {
                 Role::Free => true,
                 Role::Common => false,
             },
+            // Other buffers may hold different values for the two parties
+            // (a local of each, a block's shared one) or change meanwhile.
+            TExpr::Load(t, _) if p.tensor(*t).role != texc_compiler::tir::TensorRole::Input => true,
             _ => p.children(e).into_iter().any(|c| self.differs(forms, c, done)),
         }
     }
@@ -377,7 +396,12 @@ impl Parties {
 /// values of `v` make different accesses, and the values those reach apart
 /// from `K` must not meet.
 fn disjoint(a: &Window, b: &Window) -> bool {
-    if a.common != b.common || a.code != b.code {
+    let codes = match (a.code, b.code) {
+        (None, None) => true,
+        (Some(x), Some(y)) => x.one_to_one(&y),
+        _ => false,
+    };
+    if a.common != b.common || !codes {
         return false;
     }
     let c = match (a.c, b.c) {
@@ -573,51 +597,87 @@ impl Conflict {
     }
 }
 
-/// How many statements a loop nest may run for [`runs_without_races`] to
-/// run it: enough for the sizes of tests and hand-written nests, a
-/// fraction of a second on the evaluator.
-pub const ENUMERATION_BUDGET: u64 = 1 << 20;
+/// How many expression nodes a loop nest may evaluate, and how many
+/// elements its tensors may hold, for [`runs_without_races`] to run it:
+/// enough for the sizes of tests and hand-written nests, a fraction of a
+/// second and some megabytes on the evaluator.
+pub const ENUMERATION_BUDGET: u64 = 1 << 22;
+pub const ENUMERATION_ELEMENTS: i64 = 1 << 22;
 
 /// Where the proof from the indices fails: whether running `f` on the
 /// loop-IR evaluator, with its race detector, finds no two concurrent
-/// iterations touching one element where either writes — a proof too,
-/// for these sizes, when no index or guard reads memory (the elements
-/// touched do not depend on the data) and `f` runs at most
-/// [`ENUMERATION_BUDGET`] statements.
+/// iterations touching one element where either writes. That is a proof
+/// too, for these sizes, where which elements are touched cannot depend
+/// on the data: no index, guard, `select` or `&&`/`||` condition reads
+/// memory or a scalar (so every run touches what this one does), and `f`
+/// is small ([`ENUMERATION_BUDGET`], [`ENUMERATION_ELEMENTS`]).
 pub fn runs_without_races(f: &LoopFunc) -> bool {
-    if statements_run(&f.body) > ENUMERATION_BUDGET || reads_memory_for_addresses(f, &f.body) {
+    let elements = f.p.tensors.iter().map(|t| t.len().max(0)).fold(0i64, i64::saturating_add);
+    if elements > ENUMERATION_ELEMENTS || nodes_run(f, &f.body) > ENUMERATION_BUDGET || addresses_read_data(f, &f.body)
+    {
         return false;
     }
     let Ok(args) = texc_compiler::interp::bind_args(&f.p, Default::default(), &[], 0) else { return false };
     crate::eval::run(f, args).is_ok()
 }
 
-/// How many statements `body` runs (saturating).
-fn statements_run(body: &[Stmt]) -> u64 {
+/// How many expression nodes `body` evaluates (saturating).
+fn nodes_run(f: &LoopFunc, body: &[Stmt]) -> u64 {
+    let size = |e: TExprId| tree_size(f, e);
     body.iter()
         .map(|s| match s {
-            Stmt::For { extent, body, .. } => ((*extent).max(0) as u64).saturating_mul(statements_run(body).max(1)),
-            Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => 1u64.saturating_add(statements_run(body)),
-            Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => 1,
+            Stmt::For { extent, body, .. } => ((*extent).max(0) as u64).saturating_mul(nodes_run(f, body).max(1)),
+            Stmt::If { cond, then } => size(*cond).saturating_add(nodes_run(f, then)),
+            Stmt::Alloc { tensor, body } => {
+                (f.p.tensor(*tensor).len().max(1) as u64).saturating_add(nodes_run(f, body))
+            }
+            Stmt::Store { indices, value, .. } => {
+                indices.iter().map(|&i| size(i)).fold(size(*value), u64::saturating_add)
+            }
+            Stmt::Mma { op, .. } => {
+                let (m, n, k) = op.shape();
+                (m * n * k) as u64
+            }
+            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => 1,
         })
         .fold(0u64, u64::saturating_add)
 }
 
-/// Whether an index or a guard of `body` reads memory.
-fn reads_memory_for_addresses(f: &LoopFunc, body: &[Stmt]) -> bool {
-    let reads = |e: TExprId| crate::analysis::reads_memory(&f.p, e);
-    let loads_read = |e: TExprId| {
-        let mut loads = Vec::new();
-        crate::analysis::loads_in(&f.p, e, &mut loads);
-        loads.iter().any(|&l| matches!(f.p.expr(l), TExpr::Load(_, idx) if idx.iter().any(|&i| reads(i))))
-    };
+fn tree_size(f: &LoopFunc, e: TExprId) -> u64 {
+    1 + f.p.children(e).into_iter().map(|c| tree_size(f, c)).fold(0u64, u64::saturating_add)
+}
+
+/// Whether which elements `body` touches may depend on the data: an
+/// index, a guard, or a condition deciding which operands are evaluated
+/// reads memory or a scalar.
+fn addresses_read_data(f: &LoopFunc, body: &[Stmt]) -> bool {
+    let p = &f.p;
+    let data = |e: TExprId| reads_data(p, e);
     body.iter().any(|s| match s {
-        Stmt::For { body, .. } | Stmt::Alloc { body, .. } => reads_memory_for_addresses(f, body),
-        Stmt::If { cond, then } => reads(*cond) || reads_memory_for_addresses(f, then),
-        Stmt::Store { indices, value, .. } => indices.iter().any(|&i| reads(i)) || loads_read(*value),
-        Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).any(|&i| reads(i)),
+        Stmt::For { body, .. } | Stmt::Alloc { body, .. } => addresses_read_data(f, body),
+        Stmt::If { cond, then } => data(*cond) || addresses_read_data(f, then),
+        Stmt::Store { indices, value, .. } => indices.iter().any(|&i| data(i)) || controls_read_data(p, *value),
+        Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).any(|&i| data(i)),
         Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => false,
     })
+}
+
+/// Whether `e` reads memory or a scalar.
+fn reads_data(p: &texc_compiler::tir::Program, e: TExprId) -> bool {
+    matches!(p.expr(e), TExpr::Load(..) | TExpr::Scalar(_)) || p.children(e).into_iter().any(|c| reads_data(p, c))
+}
+
+/// Whether, inside `e`, a load's index or a condition that decides what
+/// is evaluated (`select`, the left side of `&&` and `||`) reads data.
+fn controls_read_data(p: &texc_compiler::tir::Program, e: TExprId) -> bool {
+    let control = match p.expr(e) {
+        TExpr::Load(_, idx) => idx.iter().any(|&i| reads_data(p, i)),
+        TExpr::Select(c, ..) | TExpr::Binary(texc_compiler::ops::BinOp::And | texc_compiler::ops::BinOp::Or, c, _) => {
+            reads_data(p, *c)
+        }
+        _ => false,
+    };
+    control || p.children(e).into_iter().any(|c| controls_read_data(p, c))
 }
 
 /// The first `parallel` or `vectorized` loop of `f` (outermost first)

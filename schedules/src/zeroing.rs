@@ -31,7 +31,7 @@
 //! Invariant after the pass: every local and temporary is [`covered`] (a
 //! zeroing nest covers what it precedes).
 
-use crate::digits::{Atom, Env, Forms, Role, Site, Src};
+use crate::digits::{fits_i64, Atom, Env, Forms, Role, Site, Src};
 use crate::interval;
 use crate::ir::{ForKind, LoopFunc, Stmt};
 use std::collections::{BTreeMap, BTreeSet};
@@ -205,6 +205,8 @@ fn collect(
     };
     for s in body {
         match s {
+            // A loop of no iterations runs nothing.
+            Stmt::For { extent, .. } if *extent <= 0 => {}
             Stmt::For { var, kind, body, .. } => {
                 // An asynchronous copy lands later: it writes nothing here.
                 if *kind == ForKind::Async {
@@ -421,8 +423,14 @@ impl Check<'_> {
                         }
                         values = values.add(self.forms.opaque_interval(atom).mul(interval::exact(k)));
                     }
+                    // A value read from memory another statement may change: no slice to name.
+                    Atom::Opaque(key) if self.reads_changing(key) => return None,
                     _ => fixed_part = fixed_part.add(&Affine::atom(atom.clone()), k)?,
                 }
+            }
+            // An index that may wrap is not the value its form says.
+            if !fits_i64(self.forms.interval(&form)) {
+                return None;
             }
             if write && !fills(&mut own) {
                 return None;
@@ -511,6 +519,10 @@ impl Check<'_> {
             let TExpr::Binary(op, a, b) = self.f.p.expr(g) else { continue };
             let (op, a, b) = (*op, *a, *b);
             let (Some(x), Some(y)) = (self.forms.form(a), self.forms.form(b)) else { continue };
+            // Sides that may wrap compare other values than their forms say.
+            if !fits_i64(self.forms.interval(&x)) || !fits_i64(self.forms.interval(&y)) {
+                continue;
+            }
             // `x op y` as `index op bound` where `x − y = index − bound`.
             let Some(diff) = x.add(&y, -1) else { continue };
             if diff.terms.is_empty() && !holds(op, diff.c) {
@@ -522,6 +534,16 @@ impl Check<'_> {
             }
         }
         out
+    }
+
+    /// Whether the opaque term `key` reads a tensor other than an input.
+    fn reads_changing(&self, key: &str) -> bool {
+        let Some(&e) = self.forms.opaques.get(key) else { return true };
+        let mut loads = Vec::new();
+        crate::analysis::loads_in(&self.f.p, e, &mut loads);
+        loads.iter().any(|&l| {
+            matches!(self.f.p.expr(l), TExpr::Load(t, _) if self.f.p.tensor(*t).role != texc_compiler::tir::TensorRole::Input)
+        })
     }
 
     fn mentions_own(&self, key: &str, own_var: &dyn Fn(VarId) -> bool) -> bool {
@@ -543,6 +565,9 @@ impl Check<'_> {
             return false;
         }
         let (Some(x), Some(y)) = (self.forms.form(a), self.forms.form(b)) else { return false };
+        if !fits_i64(self.forms.interval(&x)) || !fits_i64(self.forms.interval(&y)) {
+            return false;
+        }
         let Some(diff) = x.add(&y, -1) else { return false };
         // `diff = s·(index − index.c) + diff.c` for one index.
         indices.iter().any(|(index, n)| {
@@ -559,10 +584,23 @@ impl Check<'_> {
     }
 }
 
-/// Every way to cut `rank` dimensions into runs of consecutive ones.
+/// The ways to cut `rank` dimensions into runs of consecutive ones that
+/// the proof tries: every way up to [`MAX_VIEW_RANK`] dimensions; beyond,
+/// each dimension alone, all together, and each pair of neighbours joined.
 fn views(rank: usize) -> Vec<Vec<Range<usize>>> {
     if rank == 0 {
         return vec![Vec::new()];
+    }
+    if rank > MAX_VIEW_RANK {
+        let alone: Vec<Range<usize>> = (0..rank).map(|d| d..d + 1).collect();
+        let mut out = vec![alone.clone(), vec![0..rank]];
+        for d in 0..rank - 1 {
+            let mut pair: Vec<Range<usize>> = (0..d).map(|k| k..k + 1).collect();
+            pair.push(d..d + 2);
+            pair.extend((d + 2..rank).map(|k| k..k + 1));
+            out.push(pair);
+        }
+        return out;
     }
     (0..1u32 << (rank - 1))
         .map(|cuts| {
@@ -579,6 +617,9 @@ fn views(rank: usize) -> Vec<Vec<Range<usize>>> {
         })
         .collect()
 }
+
+/// Ranks up to which [`views`] tries every cut (2^(rank−1) of them).
+const MAX_VIEW_RANK: usize = 6;
 
 /// Elements in the run `r` of dimensions of `shape`.
 fn extent(shape: &[i64], r: &Range<usize>) -> i128 {
@@ -642,7 +683,7 @@ fn holds(op: BinOp, value: i128) -> bool {
         BinOp::Gt => value > 0,
         BinOp::Ge => value >= 0,
         BinOp::Eq => value == 0,
-        BinOp::Ne => value != 0,
+        // `!=` is not convex: holding at both ends says nothing between them.
         _ => false,
     }
 }

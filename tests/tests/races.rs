@@ -357,3 +357,199 @@ fn default_schedules_need_no_zeroing() {
     }
     assert!(zeroed.is_empty(), "zeroed:\n{}", zeroed.join("\n"));
 }
+/// Nests a review of the proofs found accepted though they race (a scalar,
+/// data-dependent `select`, a local's value, wrapping index arithmetic,
+/// padded pairs of two accesses, unsigned division): refused now.
+const REVIEWED_RACES: [&str; 7] = [
+    r#"func k [N=64]
+  input X: f32[64]
+  scalar k: i32 = 0
+  output Y: f32[65]
+  Y[64] = 0.0f32
+  for o in 0..8:
+    for v in 0..8 vectorized:
+      Y[o * 8 + v + index(k) % 2] = Y[o * 8 + v] + X[o * 8 + v]
+"#,
+    r#"func k [N=64]
+  input X: f32[64]
+  output Y: f32[65]
+  Y[64] = 0.0f32
+  for o in 0..8:
+    for v in 0..8 vectorized:
+      Y[o * 8 + v + 1] = select(X[o * 8 + v] > 100.0f32, Y[o * 8 + v] + 1.0f32, X[o * 8 + v])
+"#,
+    r#"func k [N=64]
+  input X: f32[64]
+  output Y: f32[72]
+  for i in 0..64 parallel:
+    local L: i32[1]:
+      L[0] = i32(7 - i % 8)
+      Y[i + index(L[0]) % 8] = X[i]
+"#,
+    r#"func k [N=64]
+  input X: f32[64]
+  output Y: f32[8]
+  Y[0] = 0.0f32
+  for o in 0..8:
+    for i in 0..8 vectorized:
+      if i + 9223372036854775807 <= 9223372036854775807:
+        Y[0] = Y[0] + X[o * 8 + i]
+"#,
+    r#"func k [N=64]
+  input X: f32[64]
+  output Y: f32[4]
+  Y[3] = 0.0f32
+  for o in 0..1:
+    for j in 0..3 vectorized:
+      Y[(j + max(j, 0) * 3 * 4611686018427387904) % 3] = Y[(j + max(j, 0) * 3 * 4611686018427387904) % 3] + X[j]
+"#,
+    r#"func k [N=64]
+  input X: f32[64]
+  output Y: f32[36]
+  Y[35] = 0.0f32
+  for i in 0..16 vectorized:
+    if i % 3 <= 2 && i % 8 < 3:
+      Y[4 * (i / 8) + i % 8] = X[i]
+    if i % 8 >= 5:
+      Y[4 * (i / 8) + i % 8] = Y[4 * (i / 8) + i % 8] * 2.0f32 + X[i]
+"#,
+    r#"func k [N=64]
+  input X: f32[64]
+  output Y: f32[8]
+  Y[1] = 0.0f32
+  for o in 0..1:
+    for i in 0..33 vectorized:
+      if i % 2 == 0 && @udiv(i - 10, 2) > 10:
+        Y[0] = Y[0] + X[i]
+"#,
+];
+
+/// GPU nests the review found accepted though threads or blocks race (two
+/// blocks on one `mma` tile, a thread's local or a shared value in an
+/// index, two stores of one thread loop to a shared buffer).
+const REVIEWED_GPU_RACES: [&str; 4] = [
+    r#"func k [M=16]
+  input A: f16[16, 32]
+  input B: f16[32, 8]
+  output C: f32[16, 8]
+  for t in 0..128 thread.x:
+    C[t / 8, t % 8] = 0.0f32
+  for b in 0..2 block.x:
+    mma m16n8k16.f16.f32 C[0, 0] @ (0, 1) += A[0, b * 16] @ (0, 1) * B[b * 16, 0] @ (0, 1)
+"#,
+    r#"func k [N=64]
+  input X: f32[64]
+  output Y: f32[128]
+  for b in 0..2 block.x:
+    for t in 0..32 thread.x:
+      local L: i32[1]:
+        L[0] = i32(32 - b * 32)
+        Y[b * 32 + t + index(L[0]) % 64] = X[b * 32 + t]
+"#,
+    r#"func k [N=64]
+  input X: f32[64]
+  output Y: f32[64]
+  for b in 0..2 block.x:
+    shared S: f32[33]:
+      for t in 0..32 thread.x:
+        S[t] = X[b * 32 + t]
+        S[t + 1] = X[b * 32 + t] * 2.0f32
+      barrier
+      for t in 0..32 thread.x:
+        Y[b * 32 + t] = S[t]
+"#,
+    r#"func k [N=64]
+  input X: f32[64]
+  output Y: f32[128]
+  for b in 0..2 block.x:
+    shared S: i32[1]:
+      for t in 0..1 thread.x:
+        S[0] = i32(32 - b * 32)
+      barrier
+      for t in 0..32 thread.x:
+        Y[b * 32 + t + index(S[0]) % 64] = X[b * 32 + t]
+"#,
+];
+
+/// Locals the zero proof took as stored everywhere: under `!=`, by a loop
+/// of no iterations, under a guard whose sides wrap.
+const REVIEWED_UNWRITTEN: [&str; 3] = [
+    r#"func k [N=8]
+  input X: f32[8]
+  output Y: f32[8]
+  output Z: f32[8]
+  local M: f32[8]:
+    for j in 0..8:
+      M[j] = X[j] + 100.0f32
+    for j in 0..8:
+      Z[j] = M[j]
+  local L: f32[8]:
+    for j in 0..8:
+      if j != 3:
+        L[j] = 1.0f32
+    for j in 0..8:
+      Y[j] = L[j]
+"#,
+    r#"func k [N=8]
+  input X: f32[8]
+  output Y: f32[8]
+  output Z: f32[8]
+  local M: f32[8]:
+    for j in 0..8:
+      M[j] = X[j] + 100.0f32
+    for j in 0..8:
+      Z[j] = M[j]
+  local L: f32[8]:
+    L[0] = 2.0f32
+    for e in 5..5:
+      for j in 0..8:
+        L[j] = 1.0f32
+    for j in 0..8:
+      Y[j] = L[j]
+"#,
+    r#"func k [N=8]
+  input X: f32[8]
+  output Y: f32[8]
+  output Z: f32[8]
+  local M: f32[8]:
+    for j in 0..8:
+      M[j] = X[j] + 100.0f32
+    for j in 0..8:
+      Z[j] = M[j]
+  local L: f32[8]:
+    L[0] = 1.0f32
+    for j in 0..8:
+      if j + 9223372036854775807 <= 9223372036854775807:
+        Y[j] = L[j]
+"#,
+];
+
+/// The review's nests: the racing ones are refused (for GPU nests, by the
+/// launch rules), and the ones reading unwritten elements compute on every
+/// CPU backend what the evaluator does (zeros there).
+#[test]
+fn reviewed_holes_are_closed() {
+    for text in REVIEWED_RACES {
+        let err = parse(text).expect_err("refused");
+        assert!(err.contains("may touch one element"), "{err}\n{text}");
+    }
+    let t = texc_compiler::target::lookup("nvptx-sm90").expect("registered");
+    for text in REVIEWED_GPU_RACES {
+        let f = parse(text).unwrap_or_else(|e| panic!("{e}"));
+        let err = texc_schedules::gpu::launches(&f, t).expect_err("refused");
+        assert!(err.message.contains("may write an element"), "{}\n{text}", err.message);
+        assert!(texc_schedules::eval::run(&f, args(&f, 1)).is_err(), "the evaluator sees the race:\n{text}");
+    }
+    for text in REVIEWED_UNWRITTEN {
+        let f = parse(text).unwrap_or_else(|e| panic!("{e}"));
+        let want = texc_schedules::eval::run(&f, args(&f, 4)).expect("evaluates");
+        for name in ["x86-avx2", "cranelift"] {
+            let target = texc_compiler::target::lookup(name).expect("registered");
+            if target.check_runs_here().is_err() {
+                continue;
+            }
+            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args(&f, 4)).expect("runs");
+            assert_eq!(got[0].to_f64(), want[0].to_f64(), "{name}:\n{text}");
+        }
+    }
+}
