@@ -196,14 +196,22 @@ pub fn print_kernels(kernels: &[KernelInfo], name_of: &dyn Fn(KernelRef) -> Stri
     out
 }
 
+/// A broken invariant of a resolved kernel: which kernel, and what.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("kernel `{kernel}`: {fault}")]
+pub struct SessionError {
+    pub kernel: String,
+    pub fault: String,
+}
+
 /// Check what resolution guarantees about every resolved kernel of a
 /// session: slots in range, calls with as many arguments and results as
 /// their callee has parameters and outputs.
-pub fn verify_session(s: &crate::Session) -> Result<(), String> {
+pub fn verify_session(s: &crate::Session) -> Result<(), SessionError> {
     for m in &s.modules {
         for k in &m.kernels {
             let n = k.tensors.len() as u32;
-            let err = |what: &str| format!("kernel `{}`: {what}", k.name);
+            let err = |what: &str| SessionError { kernel: k.name.clone(), fault: what.to_string() };
             if k.outputs.iter().any(|&t| t >= n) {
                 return Err(err("an output slot is out of range"));
             }

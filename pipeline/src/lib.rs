@@ -191,15 +191,20 @@ pub struct Pipeline {
     model: Option<model::Model>,
 }
 
+/// What passes without a verifier of their IR verify.
+fn unverified() -> Result<(), std::convert::Infallible> {
+    Ok(())
+}
+
 /// After a pass: record its time, dump its IR, verify it. (A free function
 /// over the fields it needs, so that dumps and verifiers may borrow the session.)
-fn after(
+fn after<E: std::fmt::Display>(
     options: &Options,
     timings: &mut Vec<Timing>,
     pass: Pass,
     started: Instant,
     dump: impl FnOnce() -> String,
-    verify: impl FnOnce() -> Result<(), String>,
+    verify: impl FnOnce() -> Result<(), E>,
 ) -> Result<(), Error> {
     let time = started.elapsed();
     if options.dump.wants(pass) {
@@ -299,7 +304,7 @@ impl Pipeline {
         let imported = texc_onnx::import_file(path, "the model", &options)
             .map_err(|e| Diagnostic::error(format!("{shown}: {e}")))?;
         let source = imported.source.clone();
-        after(&self.options, &mut self.timings, Pass::Import, t0, || source, || Ok(()))?;
+        after(&self.options, &mut self.timings, Pass::Import, t0, || source, unverified)?;
         self.model_inputs = imported.weights.into_iter().collect();
         // Diagnostics name the generated text `model.onnx.tex`. It has no path: it imports
         // only std.nn, and a kernel the rewriter generates must not import the binary model.
@@ -324,7 +329,7 @@ impl Pipeline {
         let s = &self.session;
         // The parser builds its arenas by construction; there is nothing to verify.
         let ast = || texc_grammar::print::print_ast(&s.module(m).ast);
-        after(&self.options, &mut self.timings, Pass::Parse, t0, ast, || Ok(()))?;
+        after(&self.options, &mut self.timings, Pass::Parse, t0, ast, unverified)?;
         let t0 = Instant::now();
         texc_compiler::resolve::resolve_session(&mut self.session)?;
         let s = &self.session;
@@ -489,13 +494,15 @@ impl Pipeline {
         p: &mut Program,
         t: &Target,
     ) -> Result<(Schedules, Vec<Option<Region>>), Error> {
-        let t0 = Instant::now();
         let block = k.and_then(|k| texc_schedules::find_schedule(&self.session, k, t));
+        let mut t0 = Instant::now();
         let mut schedules = match block {
             Some(sc) => texc_schedules::apply::apply(p, sc, t, &self.schedule_knobs())?,
             None => {
                 let knobs = self.default_knobs(t)?;
-                texc_schedules::default::default_schedule_with(p, t, knobs)
+                self.prepare_for_default(p, t, knobs)?;
+                t0 = Instant::now();
+                texc_schedules::default::schedule_prepared(p, t, knobs)
             }
         };
         let regions = texc_schedules::attach::infer(p, &mut schedules)?;
@@ -512,26 +519,62 @@ impl Pipeline {
         Ok((schedules, regions))
     }
 
+    /// The preparation passes of `t`'s default schedule, one by one.
+    fn prepare_for_default(
+        &mut self,
+        p: &mut Program,
+        t: &Target,
+        knobs: texc_schedules::default::DefaultKnobs,
+    ) -> Result<(), Error> {
+        for step in texc_schedules::prepare::steps(t) {
+            let t0 = Instant::now();
+            (step.run)(p, t, knobs);
+            let q: &Program = p;
+            let (dump, verify) = (|| texc_compiler::print::print_program(q), || texc_compiler::verify::verify(q));
+            after(&self.options, &mut self.timings, Pass::Prepare(step.name), t0, dump, verify)?;
+        }
+        Ok(())
+    }
+
     /// *lower* a scheduled program to loop nests.
     pub fn lower(&mut self, s: Scheduled) -> Result<LoopFunc, Error> {
+        self.lower_for(s, self.options.target)
+    }
+
+    /// *lower* for target `t` (the GPU passes run for GPU targets).
+    fn lower_for(&mut self, s: Scheduled, t: &Target) -> Result<LoopFunc, Error> {
         let t0 = Instant::now();
         let mut f = texc_schedules::lower::lower(s.p, &s.schedules, &s.regions);
-        texc_schedules::tensorize::tensorize(&mut f, &s.schedules)?;
-        texc_schedules::cross_thread::lower_cross_thread(&mut f, &s.schedules)?;
-        texc_schedules::multistage::pipeline(&mut f, &s.schedules)?;
-        if let Some(gpu) = self.options.target.gpu {
+        self.after_loops(Pass::Lower, t0, &f)?;
+        // GPU targets: what bound loops, tensor cores and shared memory make of the nests.
+        if let Some(gpu) = t.gpu {
+            let t0 = Instant::now();
+            texc_schedules::tensorize::tensorize(&mut f, &s.schedules)?;
+            self.after_loops(Pass::Tensorize, t0, &f)?;
+            let t0 = Instant::now();
+            texc_schedules::cross_thread::lower_cross_thread(&mut f, &s.schedules)?;
+            self.after_loops(Pass::CrossThread, t0, &f)?;
+            let t0 = Instant::now();
+            texc_schedules::multistage::pipeline(&mut f, &s.schedules)?;
+            self.after_loops(Pass::Multistage, t0, &f)?;
+            let t0 = Instant::now();
             texc_schedules::multistage::pad_ldmatrix_rows(&mut f, gpu.shared_bytes_per_block);
+            self.after_loops(Pass::PadLdmatrix, t0, &f)?;
         }
+        check_emitted_size(&f)?;
+        Ok(f)
+    }
+
+    /// [`after`] a loop-IR pass: dump, verify (that lowered nests are proven independent too), time.
+    fn after_loops(&mut self, pass: Pass, t0: Instant, f: &LoopFunc) -> Result<(), Error> {
         after(
             &self.options,
             &mut self.timings,
-            Pass::Lower,
+            pass,
             t0,
-            || texc_schedules::ir::print(&f),
-            || texc_schedules::verify::verify_lowered(&f),
-        )?;
-        check_emitted_size(&f)?;
-        Ok(f)
+            || texc_schedules::ir::print(f),
+            || texc_schedules::verify::verify_lowered(f),
+        )
     }
 
     /// *zero* buffers that may be read before they are stored, then
@@ -756,7 +799,7 @@ impl Pipeline {
             Pass::Codegen,
             t0,
             || format!("compiled `{}` with {} in {ms:.3} ms\n", f.p.name, backend.kind().name()),
-            || Ok(()),
+            unverified,
         )?;
         Ok(k)
     }
@@ -774,7 +817,7 @@ impl Pipeline {
         }
         let t0 = Instant::now();
         let text = backend.emit_text(f, t, stage)?;
-        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, || Ok(()))?;
+        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, unverified)?;
         Ok(text)
     }
 
@@ -792,7 +835,7 @@ impl Pipeline {
         let c = CEntry::of(f);
         let object = backend.emit_object(f, t, &c)?;
         let header = texc_codegen::header::header(f, &c, t.name);
-        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, || Ok(()))?;
+        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, unverified)?;
         Ok((object, header))
     }
 
@@ -809,7 +852,7 @@ impl Pipeline {
         let objects = fs.iter().zip(&entries).map(|(f, c)| backend.emit_object(f, t, c)).collect::<Result<_, _>>()?;
         let parts: Vec<(&LoopFunc, &CEntry)> = fs.iter().copied().zip(&entries).collect();
         let header = texc_codegen::header::header_of_many(&parts, t.name);
-        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, || Ok(()))?;
+        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, unverified)?;
         Ok((objects, header))
     }
 
@@ -833,7 +876,7 @@ impl Pipeline {
             .collect();
         let header = texc_codegen::header::gpu_header(&parts, t.name);
         let text = format!("{}{}", ptx.launch_comment(fs), ptx.text);
-        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, || Ok(()))?;
+        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, unverified)?;
         Ok((text, header))
     }
 
@@ -850,7 +893,7 @@ impl Pipeline {
             let mut q = p.clone();
             let lowered = self
                 .schedule_for(Some(k), &mut q, t)
-                .and_then(|(schedules, regions)| self.lower(Scheduled { p: q, schedules, regions }));
+                .and_then(|(schedules, regions)| self.lower_for(Scheduled { p: q, schedules, regions }, t));
             match lowered.and_then(|f| self.check_target(Some(k), &f, t).map(|()| f)) {
                 Ok(mut f) => texc_schedules::legalize::legalize(&mut f, t),
                 Err(Error::Input(d)) => diags.extend(d),
@@ -921,12 +964,12 @@ impl Pipeline {
         let total: Duration = self.timings.iter().map(|t| t.time + t.verify).sum();
         let share = |d: Duration| 100.0 * d.as_secs_f64() / total.as_secs_f64().max(1e-12);
         let mut out =
-            format!("{:<12} {:>5} {:>12} {:>7} {:>12}\n", "pass", "runs", "time (ms)", "share", "verify (ms)");
+            format!("{:<22} {:>5} {:>12} {:>7} {:>12}\n", "pass", "runs", "time (ms)", "share", "verify (ms)");
         let mut rows = self.timings.clone();
         rows.sort_by_key(|t| t.pass);
         for t in &rows {
             out += &format!(
-                "{:<12} {:>5} {:>12.3} {:>6.1}% {:>12.3}\n",
+                "{:<22} {:>5} {:>12.3} {:>6.1}% {:>12.3}\n",
                 t.pass.name(),
                 t.runs,
                 t.time.as_secs_f64() * 1e3,
@@ -934,7 +977,7 @@ impl Pipeline {
                 t.verify.as_secs_f64() * 1e3
             );
         }
-        out += &format!("{:<12} {:>5} {:>12.3}\n", "total", "", total.as_secs_f64() * 1e3);
+        out += &format!("{:<22} {:>5} {:>12.3}\n", "total", "", total.as_secs_f64() * 1e3);
         out
     }
 }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use texc_compiler::rewrite::{Accuracy, Extraction};
 use texc_compiler::target::Target;
 
-/// The passes, in the order they run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The passes, in the order they run (their order, as [`Pass::all`] lists them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Pass {
     /// An ONNX model to `.tex` source and weights (`texc_onnx`); only for `.onnx` files.
     Import,
@@ -22,10 +22,20 @@ pub enum Pass {
     Rewrite,
     /// An imported model's constant stages split off, to run once (`texc_compiler::constants`).
     Fold,
+    /// A preparation pass of the target's default schedule (`texc_schedules::prepare`), by name.
+    Prepare(&'static str),
     /// The schedule block or the default schedule (`texc_schedules::{apply, default, attach}`).
     Schedule,
     /// Loop nests (`texc_schedules::lower`).
     Lower,
+    /// GPU targets: tensor-core operations for `tensorize` (`texc_schedules::tensorize`).
+    Tensorize,
+    /// GPU targets: reductions over a block's threads (`texc_schedules::cross_thread`).
+    CrossThread,
+    /// GPU targets: software pipelines of shared-memory copies (`texc_schedules::multistage`).
+    Multistage,
+    /// GPU targets: shared tiles read by `ldmatrix` padded against bank conflicts (`texc_schedules::multistage`).
+    PadLdmatrix,
     /// Zeros first in buffers that may be read before they are stored (`texc_schedules::zeroing`).
     Zero,
     /// Target-legal operations (`texc_schedules::legalize`).
@@ -35,19 +45,28 @@ pub enum Pass {
 }
 
 impl Pass {
-    pub const ALL: [Pass; 11] = [
-        Pass::Import,
-        Pass::Parse,
-        Pass::Resolve,
-        Pass::Specialize,
-        Pass::Rewrite,
-        Pass::Fold,
-        Pass::Schedule,
-        Pass::Lower,
-        Pass::Zero,
-        Pass::Legalize,
-        Pass::Codegen,
-    ];
+    /// Every pass, in the order they run (a target runs those its family has).
+    pub fn all() -> Vec<Pass> {
+        let mut out = vec![Pass::Import, Pass::Parse, Pass::Resolve, Pass::Specialize, Pass::Rewrite, Pass::Fold];
+        out.extend(texc_schedules::prepare::names().into_iter().map(Pass::Prepare));
+        out.extend([
+            Pass::Schedule,
+            Pass::Lower,
+            Pass::Tensorize,
+            Pass::CrossThread,
+            Pass::Multistage,
+            Pass::PadLdmatrix,
+            Pass::Zero,
+            Pass::Legalize,
+            Pass::Codegen,
+        ]);
+        out
+    }
+
+    /// Where the pass runs among [`Pass::all`].
+    fn rank(self) -> usize {
+        Pass::all().iter().position(|&p| p == self).unwrap_or(usize::MAX)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -57,8 +76,13 @@ impl Pass {
             Pass::Specialize => "specialize",
             Pass::Rewrite => "rewrite",
             Pass::Fold => "fold",
+            Pass::Prepare(name) => name,
             Pass::Schedule => "schedule",
             Pass::Lower => "lower",
+            Pass::Tensorize => "tensorize",
+            Pass::CrossThread => "cross-thread",
+            Pass::Multistage => "multistage",
+            Pass::PadLdmatrix => "pad-ldmatrix",
             Pass::Legalize => "legalize",
             Pass::Zero => "zero",
             Pass::Codegen => "codegen",
@@ -71,15 +95,33 @@ impl Pass {
             Pass::Import => "tex",
             Pass::Parse => "ast",
             Pass::Resolve => "kernels",
-            Pass::Specialize | Pass::Rewrite | Pass::Fold => "tir",
+            Pass::Specialize | Pass::Rewrite | Pass::Fold | Pass::Prepare(_) => "tir",
             Pass::Schedule => "schedules",
-            Pass::Lower | Pass::Legalize | Pass::Zero => "loops",
+            Pass::Lower
+            | Pass::Tensorize
+            | Pass::CrossThread
+            | Pass::Multistage
+            | Pass::PadLdmatrix
+            | Pass::Zero
+            | Pass::Legalize => "loops",
             Pass::Codegen => "code",
         }
     }
 
     pub fn from_name(s: &str) -> Option<Pass> {
-        Pass::ALL.into_iter().find(|p| p.name() == s)
+        Pass::all().into_iter().find(|p| p.name() == s)
+    }
+}
+
+impl PartialOrd for Pass {
+    fn partial_cmp(&self, o: &Pass) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl Ord for Pass {
+    fn cmp(&self, o: &Pass) -> std::cmp::Ordering {
+        self.rank().cmp(&o.rank())
     }
 }
 
@@ -103,7 +145,7 @@ impl Dump {
                 .map(|n| {
                     let n = n.trim();
                     Pass::from_name(n).ok_or_else(|| {
-                        let names: Vec<&str> = Pass::ALL.iter().map(|p| p.name()).collect();
+                        let names: Vec<&str> = Pass::all().iter().map(|p| p.name()).collect();
                         format!("no pass `{n}` to dump; passes: {}, or `all`", names.join(", "))
                     })
                 })

@@ -443,34 +443,77 @@ pub fn default_schedule(p: &mut Program, target: &Target) -> Schedules {
     default_schedule_with(p, target, DefaultKnobs::default())
 }
 
-/// [`default_schedule`] with some of its parameters set ([`DefaultKnobs`]).
-pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
+// ---------------------------------------------------- preparation passes
+// What each target family's default schedule needs of the tensor IR first;
+// `crate::prepare` lists them in order.
+
+/// *one-hot-gathers*: sums of one-hot products (`sum[v](E[v, d] * (ids[i] == v))`) as loads.
+pub(crate) fn one_hot_gathers(p: &mut Program, _: &Target, _: DefaultKnobs) {
     for si in 0..p.stages.len() {
         crate::normalize::one_hot_gather(p, si);
     }
-    inline_elementwise(p, target.kind == TargetKind::Gpu);
-    hoist_reductions(p);
-    if target.kind == TargetKind::Gpu {
-        // A convolution of one group reads `X[n, k / K * C + c, ..]`: `X[n, c, ..]`.
-        for si in 0..p.stages.len() {
-            crate::normalize::simplify_div_mod(p, si);
-        }
-        crate::im2col::convolutions_to_gemm(p);
-        return gpu_schedule(p, knobs);
+}
+
+/// *inline-elementwise*: element-wise temporaries into their readers (on
+/// GPUs costly ones into reductions too: [`inline_elementwise`]).
+pub(crate) fn inline_elementwise_step(p: &mut Program, t: &Target, _: DefaultKnobs) {
+    inline_elementwise(p, t.kind == TargetKind::Gpu)
+}
+
+/// *hoist-reductions*: a reduction inside a larger expression becomes a stage of its own.
+pub(crate) fn hoist_reductions_step(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    hoist_reductions(p)
+}
+
+/// *inline-epilogues*: a reduction's epilogue and the operators after it as one pass ([`inline_epilogues`]).
+pub(crate) fn inline_epilogues_step(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    inline_epilogues(p)
+}
+
+/// *simplify-div-mod*: divisions and remainders the sizes make trivial (a
+/// convolution of one group reads `X[n, k / K * C + c, ..]`: `X[n, c, ..]`).
+pub(crate) fn simplify_div_mod(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    for si in 0..p.stages.len() {
+        crate::normalize::simplify_div_mod(p, si);
     }
-    inline_epilogues(p);
-    // Row reductions of floats are factored so that their partial results vectorize.
+}
+
+/// *im2col* (GPUs): convolutions whose tiles fit as tensor-core products.
+pub(crate) fn im2col(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    crate::im2col::convolutions_to_gemm(p);
+}
+
+/// *reciprocals*: a divisor that varies only along outer loops is inverted
+/// once per row, a stage of its own (knob `recip`).
+pub(crate) fn reciprocals(p: &mut Program, _: &Target, knobs: DefaultKnobs) {
+    if knobs.recip == Some(false) {
+        return;
+    }
     let mut si = 0;
     while si < p.stages.len() {
-        crate::normalize::simplify_div_mod(p, si);
-        if knobs.recip != Some(false) && crate::normalize::reciprocal_divisors(p, si, knobs.recip == Some(true)) {
-            // The reciprocals' stage, now at `si`, is scheduled as any other.
+        if crate::normalize::reciprocal_divisors(p, si, knobs.recip == Some(true)) {
+            // The reciprocals' stage, now at `si`, is prepared as any other.
+            crate::normalize::simplify_div_mod(p, si);
             continue;
         }
-        let float = p.tensor(p.stages[si].tensor).elem.is_float();
-        if float && reduces_along_rows(p, &p.stages[si]) {
+        si += 1;
+    }
+}
+
+/// *fuse-dense-reductions*: a float reduction along rows over dense loops as one loop.
+pub(crate) fn fuse_dense_reductions(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    for si in 0..p.stages.len() {
+        if p.tensor(p.stages[si].tensor).elem.is_float() && reduces_along_rows(p, &p.stages[si]) {
             crate::normalize::fuse_dense_reductions(p, si);
         }
+    }
+}
+
+/// *rfactor*: row reductions of floats factored so that their partial results vectorize.
+pub(crate) fn rfactor(p: &mut Program, target: &Target, knobs: DefaultKnobs) {
+    let mut si = 0;
+    while si < p.stages.len() {
+        let float = p.tensor(p.stages[si].tensor).elem.is_float();
         let st = &p.stages[si];
         let m = Machine::of(target, st, p, knobs);
         // Partial results are combined one by one at the end of each row: a
@@ -485,6 +528,22 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
             si += 1;
         }
         si += 1;
+    }
+}
+
+/// [`default_schedule`] with some of its parameters set ([`DefaultKnobs`]):
+/// the target's preparation passes ([`crate::prepare`]), then
+/// [`schedule_prepared`]. (The pipeline runs the passes one by one.)
+pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
+    crate::prepare::prepare(p, target, knobs);
+    schedule_prepared(p, target, knobs)
+}
+
+/// The default schedule of `p`, which the target's preparation passes
+/// ([`crate::prepare`]) have run on.
+pub fn schedule_prepared(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
+    if target.kind == TargetKind::Gpu {
+        return gpu_schedule(p, knobs);
     }
     let mut s = Schedules::new(p);
     let mut packs = Vec::new();

@@ -2,15 +2,21 @@
 //!
 //! Passes (run in this order by `texc-pipeline`, which dumps, verifies and
 //! times each):
+//! - without a `schedule` block, the target's *preparation passes*
+//!   ([`prepare`]: TIR → TIR steps of [`default`] over [`normalize`]);
 //! - *schedule*: the kernel's `schedule` block for the target ([`apply`]) or
-//!   the target's default schedule ([`default`]), both via the TIR passes of
-//!   [`normalize`], then the boxes of attached stages ([`attach`]);
-//!   verified by [`Schedules::verify`](schedule::Schedules::verify);
+//!   the target's default schedule ([`default::schedule_prepared`]), then
+//!   the boxes of attached stages ([`attach`]); verified by
+//!   [`Schedules::verify`](schedule::Schedules::verify);
 //! - *lower*: to the loop IR ([`ir`], with [`index`] simplifying the indices
-//!   of attached buffers), then tensor-core operations for `tensorize`
-//!   ([`tensorize`]) and reductions over a block's threads
-//!   ([`cross_thread`]), and software pipelines of shared-memory copies
-//!   ([`multistage`]); verified by [`verify::verify`];
+//!   of attached buffers); verified by [`verify::verify_lowered`], which
+//!   proves parallel and vectorized loops independent ([`independence`]);
+//! - GPU targets: *tensorize* (tensor-core operations, [`tensorize`]),
+//!   *cross-thread* (reductions over a block's threads, [`cross_thread`]),
+//!   *multistage* and *pad-ldmatrix* (software pipelines of shared-memory
+//!   copies, [`multistage`]);
+//! - *zero*: zeros first where a read may reach an unwritten element
+//!   ([`zeroing`]);
 //! - *legalize*: integer semantics and target intrinsics made explicit
 //!   ([`legalize`]); verified by [`verify::verify_legal`].
 //!
@@ -40,6 +46,7 @@ pub mod memory_plan;
 pub mod multistage;
 pub mod normalize;
 pub mod prepack;
+pub mod prepare;
 pub mod schedule;
 pub mod tensorize;
 pub mod text;

@@ -487,18 +487,34 @@ impl Schedules {
     }
 }
 
+/// A broken invariant of a schedule: the stage (by its tensor) and what.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub struct ScheduleError {
+    pub stage: Option<String>,
+    pub fault: String,
+}
+
+impl std::fmt::Display for ScheduleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.stage {
+            Some(s) => write!(f, "stage `{s}`: {}", self.fault),
+            None => f.write_str(&self.fault),
+        }
+    }
+}
+
 impl Schedules {
     /// Check the invariants lowering relies on: each stage's leaves are
     /// distinct and cover each of its variables exactly once, extents agree
     /// with the splits and fusions, only the innermost loop is vectorized,
     /// and attachments name leaves of earlier-lowered owners.
-    pub fn verify(&self, p: &Program) -> Result<(), String> {
+    pub fn verify(&self, p: &Program) -> Result<(), ScheduleError> {
         if self.stages.len() != p.stages.len() || self.attach.len() != p.stages.len() {
-            return Err("one schedule per stage".into());
+            return Err(ScheduleError { stage: None, fault: "one schedule per stage".into() });
         }
         for (si, ss) in self.stages.iter().enumerate() {
             let name = &p.tensor(p.stages[si].tensor).name;
-            let err = |m: String| format!("stage `{name}`: {m}");
+            let err = |m: String| ScheduleError { stage: Some(name.clone()), fault: m };
             // Each leaf provides itself, a fused loop also its two parts; a
             // variable is available when provided or when both parts of its split are.
             let mut provided = vec![0u32; ss.ivs.len()];

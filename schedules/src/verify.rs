@@ -9,20 +9,54 @@ use texc_compiler::ops::BinOp;
 use texc_compiler::target::Target;
 use texc_compiler::tir::{TExpr, TExprId, Ty};
 
-/// [`verify`], and that the iterations of parallel and vectorized loops
-/// are proven independent ([`crate::independence`]): what *lower* produces.
-pub fn verify_lowered(f: &LoopFunc) -> Result<(), String> {
-    verify(f)?;
-    crate::independence::check_loops(f).map_err(|c| c.message(f))
+/// A broken invariant of a loop nest, naming the loop, buffer or
+/// expression node at fault.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LoopError {
+    #[error("`warp_reduce` by {lanes} lanes needs a one-dimensional `registers` buffer whose length they divide; `{buffer}` is not one")]
+    WarpReduce { buffer: String, lanes: i64 },
+    #[error("the `mma` tile of `{0}` does not fit its dimensions")]
+    MmaTile(String),
+    #[error("`mma {op}` needs `{buffer}` to be {want}, not {got}")]
+    MmaType { op: &'static str, buffer: String, want: String, got: String },
+    #[error("loop variable `{0}` is bound twice")]
+    BoundTwice(String),
+    #[error("loop `{0}` has a negative extent")]
+    NegativeExtent(String),
+    #[error("{what} of `{buffer}` has the wrong number of indices")]
+    Rank { what: &'static str, buffer: String },
+    #[error("node {0}: an index is not of type index")]
+    IndexType(u32),
+    #[error("store to `{buffer}` has type {ty}")]
+    StoreType { buffer: String, ty: String },
+    #[error("node {node}: variable {var} is used outside its loop")]
+    Unbound { node: u32, var: u32 },
+    #[error("node {0}: a reduction remains in the loop IR")]
+    Reduction(u32),
+    #[error("node {node}: `{op}` remains after legalization")]
+    Unlegalized { node: u32, op: String },
+    #[error("node {node}: intrinsic `{intrinsic}` is not one target `{target}` has")]
+    Intrinsic { node: u32, intrinsic: String, target: String },
+    #[error("{0}")]
+    Race(String),
 }
 
-pub fn verify(f: &LoopFunc) -> Result<(), String> {
+type R = Result<(), LoopError>;
+
+/// [`verify`], and that the iterations of parallel and vectorized loops
+/// are proven independent ([`crate::independence`]): what *lower* produces.
+pub fn verify_lowered(f: &LoopFunc) -> R {
+    verify(f)?;
+    crate::independence::check_loops(f).map_err(|c| LoopError::Race(c.message(f)))
+}
+
+pub fn verify(f: &LoopFunc) -> R {
     let mut bound = vec![false; f.vars.len()];
     let mut seen = vec![false; f.vars.len()];
     stmts(f, &f.body, &mut bound, &mut seen)
 }
 
-fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool>) -> Result<(), String> {
+fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool>) -> R {
     for s in body {
         match s {
             Stmt::Barrier | Stmt::Async(_) => {}
@@ -30,11 +64,7 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
                 let d = f.p.tensor(w.tensor);
                 let fits = d.shape.len() == 1 && [2, 4, 8, 16, 32].contains(&w.lanes) && d.shape[0] % w.lanes == 0;
                 if !f.registers.contains(&w.tensor) || !fits {
-                    return Err(format!(
-                        "`warp_reduce` by {} lanes needs a one-dimensional `registers` buffer whose length they \
-                         divide; `{}` is not one",
-                        w.lanes, d.name
-                    ));
+                    return Err(LoopError::WarpReduce { buffer: d.name.clone(), lanes: w.lanes });
                 }
             }
             Stmt::Mma { op, c, a, b } => {
@@ -42,14 +72,15 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
                 for (t, elem) in [(c, acc), (a, ab), (b, ab)] {
                     let d = f.p.tensor(t.tensor);
                     if t.origin.len() != d.shape.len() || t.rows == t.cols || t.rows.max(t.cols) >= d.shape.len() {
-                        return Err(format!("the `mma` tile of `{}` does not fit its dimensions", d.name));
+                        return Err(LoopError::MmaTile(d.name.clone()));
                     }
                     if d.elem != elem {
-                        return Err(format!("`mma {}` needs `{}` to be {elem}, not {}", op.name(), d.name, d.elem));
+                        let (want, got) = (elem.to_string(), d.elem.to_string());
+                        return Err(LoopError::MmaType { op: op.name(), buffer: d.name.clone(), want, got });
                     }
                     for &i in &t.origin {
                         if f.p.ty(i) != Ty::Index {
-                            return Err("an `mma` tile origin is not an index".into());
+                            return Err(LoopError::IndexType(i.0));
                         }
                         expr(f, i, bound)?;
                     }
@@ -58,10 +89,10 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
             Stmt::For { var, extent, body, .. } => {
                 let v = *var as usize;
                 if seen[v] {
-                    return Err(format!("loop variable `{}` is bound twice", f.vars[v].name));
+                    return Err(LoopError::BoundTwice(f.vars[v].name.clone()));
                 }
                 if *extent < 0 {
-                    return Err(format!("loop `{}` has a negative extent", f.vars[v].name));
+                    return Err(LoopError::NegativeExtent(f.vars[v].name.clone()));
                 }
                 seen[v] = true;
                 bound[v] = true;
@@ -75,16 +106,17 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
             }
             Stmt::Store { tensor, indices, value } => {
                 if indices.len() != f.p.tensor(*tensor).shape.len() {
-                    return Err(format!("store to `{}` has the wrong number of indices", f.p.tensor(*tensor).name));
+                    return Err(LoopError::Rank { what: "store", buffer: f.p.tensor(*tensor).name.clone() });
                 }
                 for &i in indices {
                     if f.p.ty(i) != Ty::Index {
-                        return Err("a store index is not an index".into());
+                        return Err(LoopError::IndexType(i.0));
                     }
                     expr(f, i, bound)?;
                 }
                 if f.p.ty(*value) != Ty::Elem(f.p.tensor(*tensor).elem) {
-                    return Err(format!("store to `{}` has type {}", f.p.tensor(*tensor).name, f.p.ty(*value)));
+                    let (buffer, ty) = (f.p.tensor(*tensor).name.clone(), f.p.ty(*value).to_string());
+                    return Err(LoopError::StoreType { buffer, ty });
                 }
                 expr(f, *value, bound)?;
             }
@@ -93,14 +125,14 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
     Ok(())
 }
 
-fn expr(f: &LoopFunc, e: TExprId, bound: &[bool]) -> Result<(), String> {
+fn expr(f: &LoopFunc, e: TExprId, bound: &[bool]) -> R {
     match f.p.expr(e) {
         TExpr::Var(v) if !bound.get(*v as usize).copied().unwrap_or(false) => {
-            return Err(format!("variable {v} is used outside its loop"));
+            return Err(LoopError::Unbound { node: e.0, var: *v });
         }
-        TExpr::Reduce(..) => return Err("a reduction remains in the loop IR".into()),
+        TExpr::Reduce(..) => return Err(LoopError::Reduction(e.0)),
         TExpr::Load(t, idx) if idx.len() != f.p.tensor(*t).shape.len() => {
-            return Err(format!("load of `{}` has the wrong number of indices", f.p.tensor(*t).name));
+            return Err(LoopError::Rank { what: "load", buffer: f.p.tensor(*t).name.clone() });
         }
         _ => {}
     }
@@ -112,7 +144,7 @@ fn expr(f: &LoopFunc, e: TExprId, bound: &[bool]) -> Result<(), String> {
 
 /// [`verify`], plus: no floor division or modulo remains, and every
 /// intrinsic is one the target has.
-pub fn verify_legal(f: &LoopFunc, target: &Target) -> Result<(), String> {
+pub fn verify_legal(f: &LoopFunc, target: &Target) -> R {
     verify(f)?;
     let mut seen = vec![false; f.p.exprs.len()];
     let mut bad = None;
@@ -120,16 +152,16 @@ pub fn verify_legal(f: &LoopFunc, target: &Target) -> Result<(), String> {
     bad.map_or(Ok(()), Err)
 }
 
-fn legal(f: &LoopFunc, e: TExprId, target: &Target, seen: &mut [bool], bad: &mut Option<String>) {
+fn legal(f: &LoopFunc, e: TExprId, target: &Target, seen: &mut [bool], bad: &mut Option<LoopError>) {
     if std::mem::replace(&mut seen[e.0 as usize], true) || bad.is_some() {
         return;
     }
     match f.p.expr(e) {
         TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod), ..) => {
-            *bad = Some(format!("`{op:?}` remains after legalization"));
+            *bad = Some(LoopError::Unlegalized { node: e.0, op: format!("{op:?}") });
         }
         TExpr::Intrinsic(i, _) if !target.has_intrinsic(*i) => {
-            *bad = Some(format!("intrinsic `{i}` is not one target `{}` has", target.name));
+            *bad = Some(LoopError::Intrinsic { node: e.0, intrinsic: i.to_string(), target: target.name.to_string() });
         }
         _ => {}
     }

@@ -24,12 +24,12 @@ fn run_pass(pass: &str, mut f: LoopFunc) -> Result<String, String> {
         ["legalize", target] => {
             let t = texc_compiler::target::lookup(target).map_err(|e| e.to_string())?;
             texc_schedules::legalize::legalize(&mut f, t);
-            texc_schedules::verify::verify_legal(&f, t)?;
+            texc_schedules::verify::verify_legal(&f, t).map_err(|e| e.to_string())?;
             Ok(ir::print(&f))
         }
         ["simplify-indices"] => {
             texc_schedules::index::simplify_indices(&mut f);
-            texc_schedules::verify::verify(&f)?;
+            texc_schedules::verify::verify(&f).map_err(|e| e.to_string())?;
             Ok(ir::print(&f))
         }
         ["access"] => Ok(access_report(&f)),

@@ -188,9 +188,34 @@ fn schedule_verifier_catches_broken_schedules() {
     s.verify(&p).expect("a fresh schedule is fine");
     let leaf = s.stages[0].leaves[0];
     s.stages[0].leaves.push(leaf);
-    assert!(s.verify(&p).expect_err("twice").contains("appears twice"));
+    let twice = s.verify(&p).expect_err("twice");
+    assert_eq!(twice.stage.as_deref(), Some("C"), "{twice}");
+    assert!(twice.fault.contains("appears twice"), "{twice}");
     s.stages[0].leaves.clear();
-    assert!(s.verify(&p).expect_err("uncovered").contains("is not covered"));
+    assert!(s.verify(&p).expect_err("uncovered").fault.contains("is not covered"));
+}
+
+/// The verifiers' errors are typed and name what is at fault: the stage
+/// and expression node of a tensor program, the loop or buffer of a nest.
+#[test]
+fn verifier_errors_name_what_is_at_fault() {
+    use texc_compiler::verify::{ExprFault, TirError};
+    use texc_schedules::verify::LoopError;
+    let mut p = texc_tests::compile("examples/matmul.tex", None, &Bindings::default()).expect("compiles");
+    let value = p.stages[0].value;
+    let st = p.stages[0].clone();
+    p.exprs[value.0 as usize] = texc_compiler::tir::TExpr::Var(st.vars.len() as u32 + 3);
+    match texc_compiler::verify::verify(&p) {
+        Err(TirError::Expr { stage: 0, tensor, node, fault: ExprFault::Var(_) }) => {
+            assert_eq!((tensor.as_str(), node), ("C", value.0))
+        }
+        other => panic!("{other:?}"),
+    }
+    let p = texc_tests::compile("examples/matmul.tex", None, &Bindings::default()).expect("compiles");
+    let mut f = texc_tests::default_lowered("x86-avx2", &p);
+    let texc_schedules::ir::Stmt::For { var, .. } = f.body[0].clone() else { panic!("a loop") };
+    f.body.push(f.body[0].clone());
+    assert_eq!(texc_schedules::verify::verify(&f), Err(LoopError::BoundTwice(f.vars[var as usize].name.clone())));
 }
 
 /// A kernel compiled on one thread runs on others, concurrently.
@@ -226,10 +251,23 @@ fn every_pass_is_timed_and_dumped() {
     let (_, loops) = pl.build(k, &Bindings::default()).expect("builds");
     pl.compile(&loops.legal).expect("compiles");
     let timed: Vec<&str> = pl.timings().iter().map(|t| t.pass.name()).collect();
-    assert_eq!(
-        timed,
-        ["parse", "resolve", "specialize", "rewrite", "schedule", "lower", "zero", "legalize", "codegen"]
-    );
+    let prepare = texc_schedules::prepare::steps(pl.target()).iter().map(|s| s.name);
+    let mut want: Vec<&str> = vec!["parse", "resolve", "specialize", "rewrite"];
+    want.extend(prepare);
+    want.extend(["schedule", "lower", "zero", "legalize", "codegen"]);
+    assert_eq!(timed, want);
     let table = pl.timing_table();
-    assert!(table.contains("legalize") && table.contains("total"), "{table}");
+    assert!(table.contains("legalize") && table.contains("rfactor") && table.contains("total"), "{table}");
+    // GPU targets run their own preparation passes, and the loop-IR passes of bound loops.
+    let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "examples/softmax.tex", None).expect("loads");
+    pl.build(k, &Bindings::default()).expect("builds");
+    let timed: Vec<&str> = pl.timings().iter().map(|t| t.pass.name()).collect();
+    for pass in ["im2col", "tensorize", "cross-thread", "multistage", "pad-ldmatrix"] {
+        assert!(timed.contains(&pass), "{pass} in {timed:?}");
+    }
+    assert!(!timed.contains(&"rfactor"), "{timed:?}");
+    // Each pass's dump is asked for by its name.
+    for pass in ["rfactor", "cross-thread", "zero"] {
+        assert!(texc_pipeline::Dump::parse(pass).is_ok(), "{pass}");
+    }
 }
