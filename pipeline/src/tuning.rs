@@ -24,6 +24,7 @@ impl Pipeline {
     /// without a template the default schedule's knobs
     /// ([`DefaultKnobs`](texc_schedules::default::DefaultKnobs)); none on the interpreter.
     pub fn tunables(&self, k: KernelRef) -> Vec<Tunable> {
+        use texc_schedules::knobs::Family;
         if !self.options.target.is_compiled() {
             return Vec::new();
         }
@@ -32,14 +33,10 @@ impl Pipeline {
             // The e-graph's choices too: the plan as written, without Winograd,
             // with only one Winograd tile, without im2col, measured rather
             // than trusted to the cost model.
-            None => if self.options.target.gpu.is_some() {
-                &texc_schedules::default::DefaultKnobs::GPU_SPACE[..]
-            } else {
-                &texc_schedules::default::DefaultKnobs::SPACE[..]
+            None => {
+                let family = if self.options.target.gpu.is_some() { Family::Gpu } else { Family::Cpu };
+                texc_schedules::knobs::space(family).into_iter().chain(crate::PIPELINE_KNOBS)
             }
-            .iter()
-            .copied()
-            .chain(crate::PIPELINE_KNOBS)
             .map(|(name, values)| Tunable { name: name.to_string(), candidates: values.to_vec(), listed: false })
             .collect(),
         }

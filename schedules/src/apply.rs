@@ -131,7 +131,8 @@ pub fn apply_with(
     let sched = src.block;
     let ScheduleBody::Primitives(prims) = &sched.body else {
         // `= auto`: the default schedule with the autotuner's knobs (`crate::find_schedule`).
-        let defaults = crate::default::DefaultKnobs::from_knobs(knobs).map_err(|m| Diagnostic::at(sched.span, m))?;
+        let defaults =
+            crate::default::DefaultKnobs::from_knobs(knobs).map_err(|m| Diagnostic::at(sched.span, m.to_string()))?;
         return Ok(crate::default::default_schedule_with(p, target, defaults));
     };
     let tunes = tunable_values(prims, knobs)?;

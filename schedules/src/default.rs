@@ -262,14 +262,15 @@ fn inline_elementwise(p: &mut Program, recompute: bool) {
 ///   initialised by a nest of its own, and its epilogue is a pass of its
 ///   own, instead of accumulators in registers written once through the
 ///   epilogue: [`local_accumulators`], [`fold_epilogues`]);
-/// - on GPUs ([`DefaultKnobs::GPU_SPACE`]), `gather` (0: a convolution's
+/// - on GPUs, `gather` (0: a convolution's
 ///   columns are written out, an explicit im2col, instead of gathered from
 ///   the image into shared memory), and for tensor-core products through
 ///   shared memory `gtile` (the largest block tile side tried: 128 or 64;
 ///   the 64×64 warp tiles stay), `gslice` (the largest slice of the
 ///   reduction tried: 64 or 32) and `stages` (slices in flight, 2 to 4).
 ///
-/// Unset, each keeps its machine-derived value.
+/// Unset, each keeps its machine-derived value. [`crate::knobs`] is the
+/// table of them: names, the values `--knob` accepts and `tune` tries.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct DefaultKnobs {
     pub rows: Option<i64>,
@@ -289,72 +290,6 @@ pub struct DefaultKnobs {
     pub gtile: Option<i64>,
     pub gslice: Option<i64>,
     pub stages: Option<i64>,
-}
-
-impl DefaultKnobs {
-    /// The knobs and the values the autotuner tries for each.
-    pub const SPACE: [(&'static str, &'static [i64]); 13] = [
-        ("rows", &[2, 3, 4, 5, 6, 8, 12]),
-        ("nvec", &[2, 1, 3]),
-        ("kslice", &[64, 128, 256, 512, 1024]),
-        ("cols", &[64, 128, 256, 512, 1024]),
-        ("pack", &[1, 0]),
-        ("order", &[0, 1]),
-        ("unroll", &[1, 2, 4]),
-        ("par", &[1, 0]),
-        ("vec", &[512, 256]),
-        ("attach", &[1, 0]),
-        ("racc", &[4, 2, 1]),
-        ("recip", &[0, 1]),
-        ("acc", &[1, 0]),
-    ];
-
-    /// The knobs of the default GPU schedule and the values the autotuner
-    /// tries for each (the CPU ones change nothing there).
-    pub const GPU_SPACE: [(&'static str, &'static [i64]); 4] =
-        [("gather", &[1, 0]), ("gtile", &[128, 64]), ("gslice", &[64, 32]), ("stages", &[3, 2, 4])];
-
-    /// From `--knob` values; a name that is not one of them, or a value out
-    /// of its range, is an error naming the knobs there are.
-    pub fn from_knobs(knobs: &crate::Knobs) -> Result<DefaultKnobs, String> {
-        let mut d = DefaultKnobs::default();
-        for (name, &v) in knobs {
-            let ok = match name.as_str() {
-                "rows" if (1..=64).contains(&v) => d.rows.replace(v).is_none(),
-                "kslice" if (1..=1 << 20).contains(&v) => d.kslice.replace(v).is_none(),
-                "cols" if (1..=1 << 20).contains(&v) => d.cols.replace(v).is_none(),
-                "pack" if v == 0 || v == 1 => d.pack.replace(v == 1).is_none(),
-                "gather" if v == 0 || v == 1 => d.gather.replace(v == 1).is_none(),
-                "par" if v == 0 || v == 1 => d.par.replace(v == 1).is_none(),
-                "vec" if [128, 256, 512].contains(&v) => d.vec.replace(v).is_none(),
-                "nvec" if (1..=4).contains(&v) => d.nvec.replace(v).is_none(),
-                "order" if v == 0 || v == 1 => d.order.replace(v == 1).is_none(),
-                "unroll" if (1..=16).contains(&v) => d.unroll.replace(v).is_none(),
-                "attach" if v == 0 || v == 1 => d.attach.replace(v == 1).is_none(),
-                "racc" if (1..=8).contains(&v) => d.racc.replace(v).is_none(),
-                "recip" if v == 0 || v == 1 => d.recip.replace(v == 1).is_none(),
-                "acc" if v == 0 || v == 1 => d.acc.replace(v == 1).is_none(),
-                "gtile" if [64, 128].contains(&v) => d.gtile.replace(v).is_none(),
-                "gslice" if [32, 64].contains(&v) => d.gslice.replace(v).is_none(),
-                "stages" if (2..=4).contains(&v) => d.stages.replace(v).is_none(),
-                "rows" | "kslice" | "cols" | "pack" | "gather" | "par" | "vec" | "nvec" | "order" | "unroll"
-                | "attach" | "racc" | "recip" | "acc" | "gtile" | "gslice" | "stages" => false,
-                _ => {
-                    return Err(format!(
-                        "knob `{name}` is not a knob of the default schedule (its knobs: {}; on GPUs: {}; the pipeline's: rewrite, winograd, im2col)",
-                        Self::SPACE.map(|(n, _)| n).join(", "),
-                        Self::GPU_SPACE.map(|(n, _)| n).join(", ")
-                    ))
-                }
-            };
-            if !ok {
-                return Err(format!(
-                    "knob `{name}` = {v} is out of its range (rows 1..=64, nvec 1..=4, racc 1..=8, kslice and cols ≥ 1, unroll 1..=16, pack, order, par, attach, recip, acc and gather 0 or 1, vec 128, 256 or 512, gtile 64 or 128, gslice 32 or 64, stages 2..=4)"
-                ));
-            }
-        }
-        Ok(d)
-    }
 }
 
 /// The machine a default schedule is made for: vector width and registers.

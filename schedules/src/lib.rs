@@ -40,6 +40,7 @@ pub mod independence;
 pub mod index;
 pub mod interval;
 pub mod ir;
+pub mod knobs;
 pub mod legalize;
 pub mod lower;
 pub mod memory_plan;

@@ -882,7 +882,7 @@ fn the_default_gpu_schedule_runs_convolutions_as_tensor_core_products() {
     }
 }
 
-/// The default GPU schedule's own knobs (`DefaultKnobs::GPU_SPACE`) are
+/// The default GPU schedule's own knobs (`texc_schedules::knobs`, family GPU) are
 /// what `tune` searches there, and each reaches the shared-memory product:
 /// `gtile` its block tile, `gslice` its slice of the reduction, `stages` the
 /// slots of its buffers. Against the interpreter at each (on the GPU where

@@ -536,7 +536,7 @@ fn vector_width_and_threads_are_knobs_of_the_default_schedule() {
 }
 
 /// The space `texc tune` searches for a kernel without a schedule block is
-/// the default schedule's knobs (`DefaultKnobs::SPACE`): every point of it
+/// the default schedule's knobs (`texc_schedules::knobs`): every point of it
 /// must compute what the interpreter computes. Random points, on odd sizes
 /// that no block, panel or vector divides, of each kind of kernel the space
 /// was made for: long products (packed panels, k slices), short-row
@@ -544,7 +544,7 @@ fn vector_width_and_threads_are_knobs_of_the_default_schedule() {
 /// convolution, and row reductions with their element-wise passes.
 #[test]
 fn random_points_of_the_default_schedules_space_match_the_interpreter() {
-    let space = texc_schedules::default::DefaultKnobs::SPACE;
+    let space = texc_schedules::knobs::space(texc_schedules::knobs::Family::Cpu);
     let cases = [
         ("benches/matmul.tex", "M=45,K=530,N=203"),
         ("benches/matmul.tex", "M=13,K=7,N=61"),

@@ -328,7 +328,7 @@ fn shards_merged_equal_one_run() {
 }
 
 /// A kernel without a schedule block is tuned through the default
-/// schedule's knobs (`DefaultKnobs::SPACE`); candidates whose loop nests
+/// schedule's knobs (`texc_schedules::knobs`); candidates whose loop nests
 /// an earlier one already had are not measured again; the knobs are checked.
 #[test]
 fn kernels_without_a_template_tune_the_default_schedule() {
