@@ -14,11 +14,11 @@
 //! header — is here and in [`crate::abi`], written once for all backends.
 
 use crate::abi::{self, CEntry, Layout};
+use crate::device::{DeviceBuffers, DeviceCode, GpuBackend};
 use crate::CodegenError;
 use std::time::{Duration, Instant};
 use texc_compiler::interp::Arg;
 use texc_compiler::target::{BackendKind, Target};
-use texc_compiler::tir::TensorId;
 use texc_compiler::types::ElemType;
 use texc_runtime::{AlignedBuf, Tensor};
 use texc_schedules::LoopFunc;
@@ -55,22 +55,20 @@ pub trait Backend: Sync {
     /// An ELF object with the entry of [`crate::abi`], the typed C entry `c`,
     /// and a weak serial `texc_parallel_for`.
     fn emit_object(&self, f: &LoopFunc, target: &Target, c: &CEntry) -> Result<Vec<u8>, CodegenError>;
+
+    /// The device half of a GPU backend: its kernels run on a device, not
+    /// through [`Backend::jit`] (see [`crate::device`]).
+    fn gpu(&self) -> Option<&dyn GpuBackend> {
+        None
+    }
 }
 
 /// Where a compiled kernel's code runs.
 enum Exec {
     /// Machine code in this process.
     Host(Code),
-    /// PTX loaded on the GPU.
-    Device(GpuCode),
-}
-
-/// A kernel's launches on the GPU, and the scalar types of its parameters.
-pub struct GpuCode {
-    pub device: &'static texc_runtime::cuda::Device,
-    pub module: texc_runtime::cuda::Module,
-    /// The tensors the kernels take, in parameter order.
-    pub tensors: Vec<TensorId>,
+    /// Kernels loaded on a device.
+    Device(Box<dyn DeviceCode>),
 }
 
 /// A compiled kernel, ready to run on host tensors. It can be built on one
@@ -96,21 +94,22 @@ impl Compiled {
         })
     }
 
-    /// Compile `f`'s GPU kernels for this CPU (GPU target `target`): each
-    /// launch's blocks run on the thread pool, each block's threads in order.
-    pub fn emulated(f: &LoopFunc, target: &Target) -> Result<Compiled, CodegenError> {
+    /// Compile `f`'s GPU kernels for this CPU (GPU target `target`) with
+    /// the emulation of `backend`'s [`GpuBackend`]: each launch's blocks run
+    /// on the thread pool, each block's threads in order.
+    pub fn emulated(backend: &dyn Backend, f: &LoopFunc, target: &Target) -> Result<Compiled, CodegenError> {
         let start = Instant::now();
-        let code = crate::llvm::nvptx::emulate(f, target)?;
+        let code = device_half(backend, target)?.emulate(f, target)?;
         let layout = Layout::of(f);
-        Ok(Compiled { exec: Exec::Host(code), layout, backend: BackendKind::Nvptx, compile_time: start.elapsed() })
+        Ok(Compiled { exec: Exec::Host(code), layout, backend: backend.kind(), compile_time: start.elapsed() })
     }
 
-    /// Compile `f` to PTX for GPU target `target` and load it on this machine's GPU.
-    pub fn on_gpu(f: &LoopFunc, target: &Target) -> Result<Compiled, CodegenError> {
+    /// Compile `f` for GPU target `target` and load it on this machine's device.
+    pub fn on_device(backend: &dyn Backend, f: &LoopFunc, target: &Target) -> Result<Compiled, CodegenError> {
         let start = Instant::now();
-        let code = crate::llvm::nvptx::load(f, target)?;
+        let code = device_half(backend, target)?.load(f, target)?;
         let layout = Layout::of(f);
-        Ok(Compiled { exec: Exec::Device(code), layout, backend: BackendKind::Nvptx, compile_time: start.elapsed() })
+        Ok(Compiled { exec: Exec::Device(code), layout, backend: backend.kind(), compile_time: start.elapsed() })
     }
 
     /// Check and copy arguments (in parameter order) into aligned buffers.
@@ -158,13 +157,13 @@ impl Compiled {
             Exec::Host(_) => None,
             Exec::Device(g) => {
                 let host: Vec<&[u8]> = g
-                    .tensors
+                    .tensors()
                     .iter()
                     .map(|id| {
                         bufs.iter().find(|(t, _)| t == id).map(|(_, b)| b.bytes()).expect("every tensor has a buffer")
                     })
                     .collect();
-                Some(g.device.upload(&host).map_err(CodegenError::Run)?)
+                Some(g.upload(&host)?)
             }
         };
         Ok(Buffers { bufs, _arena: arena, ptrs, scalars, device })
@@ -179,10 +178,10 @@ impl Compiled {
             // the code is alive while `self` is.
             Exec::Host(code) => unsafe { (code.entry)(b.ptrs.as_ptr(), b.scalars.as_ptr()) },
             Exec::Device(g) => {
-                let scalars: Vec<texc_runtime::cuda::ScalarArg> =
-                    self.layout.scalars.iter().zip(&b.scalars).map(|(&e, &slot)| scalar_arg(e, slot)).collect();
+                let scalars: Vec<(ElemType, u64)> =
+                    self.layout.scalars.iter().copied().zip(b.scalars.clone()).collect();
                 let bufs = b.device.as_ref().expect("prepared for the device");
-                g.device.run(&g.module, bufs, &scalars).map_err(CodegenError::Run)?;
+                g.launch(bufs, &scalars)?;
             }
         }
         Ok(())
@@ -195,9 +194,9 @@ impl Compiled {
             let host = find(o.id).expect("outputs have buffers");
             match (&self.exec, &b.device) {
                 (Exec::Device(g), Some(dev)) => {
-                    let i = g.tensors.iter().position(|&t| t == o.id).expect("the kernels take every output");
+                    let i = g.tensors().iter().position(|&t| t == o.id).expect("the kernels take every output");
                     let mut copy = AlignedBuf::zeroed(host.dtype, host.shape.clone()).map_err(oom)?;
-                    g.device.download(dev, i, copy.bytes_mut()).map_err(CodegenError::Run)?;
+                    g.download(dev, i, copy.bytes_mut())?;
                     out.push(copy.to_tensor());
                 }
                 _ => out.push(host.to_tensor()),
@@ -266,19 +265,10 @@ impl Compiled {
     }
 }
 
-/// A scalar's 8-byte slot (see `abi`) as the kernel parameter of its type.
-fn scalar_arg(e: ElemType, slot: u64) -> texc_runtime::cuda::ScalarArg {
-    use texc_runtime::cuda::ScalarArg as S;
-    let f = f64::from_bits(slot);
-    match e {
-        ElemType::F64 => S::F64(f),
-        ElemType::F32 => S::F32(f as f32),
-        ElemType::F16 => S::B16(half::f16::from_f64(f).to_bits()),
-        ElemType::BF16 => S::B16(half::bf16::from_f64(f).to_bits()),
-        ElemType::I64 => S::I64(slot as i64),
-        ElemType::I32 => S::I32(slot as i64 as i32),
-        ElemType::I8 | ElemType::U8 | ElemType::Bool => S::B8(slot as i64 as u8),
-    }
+fn device_half<'b>(backend: &'b dyn Backend, target: &Target) -> Result<&'b dyn GpuBackend, CodegenError> {
+    backend.gpu().ok_or_else(|| {
+        CodegenError::Unsupported(format!("the {} backend of `{target}` has no device code", backend.kind().name()))
+    })
 }
 
 fn oom(e: texc_runtime::OutOfMemory) -> CodegenError {
@@ -292,8 +282,8 @@ pub struct Buffers {
     _arena: Option<AlignedBuf>,
     ptrs: Vec<*mut u8>,
     scalars: Vec<u64>,
-    /// The same buffers on the GPU, for kernels that run there.
-    device: Option<texc_runtime::cuda::DeviceBuffers>,
+    /// The same buffers on the device, for kernels that run there.
+    device: Option<DeviceBuffers>,
 }
 
 // SAFETY: the raw pointers point into `bufs`, which the value owns; moving

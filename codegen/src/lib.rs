@@ -8,6 +8,8 @@
 //!   all produce (argument checks, buffers, calls), written once;
 //! - [`abi`]: the calling convention and the C entry of objects, and
 //!   [`header`] its C header — the same for every backend;
+//! - [`device`]: the [`GpuBackend`] interface GPU backends add to
+//!   [`Backend`] (device code, its files, loading and launching, emulation);
 //! - [`llvm`]: LLVM 19 through inkwell (x86-64 AVX2/AVX-512, MCJIT), and
 //!   [`llvm::nvptx`], its NVPTX target: PTX for NVIDIA GPUs, and the CPU
 //!   emulation of GPU kernels;
@@ -24,10 +26,12 @@ pub mod backend;
 #[cfg(feature = "cranelift")]
 pub mod cranelift;
 pub mod cuda;
+pub mod device;
 pub mod header;
 pub mod llvm;
 
 pub use backend::{Backend, Buffers, Compiled, Part};
+pub use device::{gpu_backend_for, GpuBackend};
 
 use texc_compiler::target::{BackendKind, Target};
 use thiserror::Error;

@@ -38,7 +38,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use texc_codegen::abi::CEntry;
-use texc_codegen::Compiled;
+use texc_codegen::device::Encoded;
+use texc_codegen::{Compiled, GpuBackend};
 use texc_compiler::interp::{self, Arg};
 use texc_compiler::rewrite::{self, Plan};
 use texc_compiler::target::{self, Target, TargetKind};
@@ -787,10 +788,10 @@ impl Pipeline {
         supported_elems(f, t)?;
         let t0 = Instant::now();
         let backend = texc_codegen::backend_for(t)?;
-        let k = match t.kind {
-            TargetKind::Gpu if emulate => Compiled::emulated(f, t)?,
-            TargetKind::Gpu => Compiled::on_gpu(f, t)?,
-            _ => Compiled::new(backend, f, t)?,
+        let k = match backend.gpu() {
+            Some(_) if emulate => Compiled::emulated(backend, f, t)?,
+            Some(_) => Compiled::on_device(backend, f, t)?,
+            None => Compiled::new(backend, f, t)?,
         };
         let ms = k.compile_time.as_secs_f64() * 1e3;
         after(
@@ -856,28 +857,51 @@ impl Pipeline {
         Ok((objects, header))
     }
 
-    /// *codegen* for a GPU target: one PTX module with the kernels of every
-    /// function of `fs` (the launches written as comments at its top), and
-    /// the C header describing their parameters and launches.
-    pub fn emit_ptx(&mut self, fs: &[&LoopFunc]) -> Result<(String, String), Error> {
+    /// The GPU backend of the target, or a usage error for a CPU target.
+    fn gpu_backend(&self) -> Result<&'static dyn GpuBackend, Error> {
         let t = self.options.target;
         if t.kind != TargetKind::Gpu {
-            return Err(Error::Usage(format!("target `{t}` is not a GPU: it has no PTX")));
+            return Err(Error::Usage(format!("target `{t}` is not a GPU: it has no device code")));
         }
+        Ok(texc_codegen::gpu_backend_for(t)?)
+    }
+
+    /// *codegen* for a GPU target: one device module (PTX on NVPTX) with the
+    /// kernels of every function of `fs` (the launches written as comments
+    /// at its top), and the C header describing their parameters and launches.
+    pub fn emit_gpu(&mut self, fs: &[&LoopFunc]) -> Result<(String, String), Error> {
+        let t = self.options.target;
+        let gpu = self.gpu_backend()?;
         let t0 = Instant::now();
         for f in fs {
             supported_elems(f, t)?;
         }
-        let ptx = texc_codegen::llvm::nvptx::NvptxBackend.ptx(fs, t)?;
+        let module = gpu.module(fs, t)?;
         let parts: Vec<texc_codegen::header::GpuPart> = fs
             .iter()
-            .zip(&ptx.kernels)
+            .zip(&module.kernels)
             .map(|(f, k)| texc_codegen::header::GpuPart { f, launches: &k.launches, kernels: &k.names })
             .collect();
         let header = texc_codegen::header::gpu_header(&parts, t.name);
-        let text = format!("{}{}", ptx.launch_comment(fs), ptx.text);
+        let text = format!("{}{}", module.launch_comment(fs), module.text);
         after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, unverified)?;
         Ok((text, header))
+    }
+
+    /// The file formats `texc compile -o` writes for the GPU target, by
+    /// extension (`ptx`, `cubin`); the first is [`Pipeline::emit_gpu`]'s text.
+    pub fn gpu_formats(&self) -> Result<&'static [&'static str], Error> {
+        Ok(self.gpu_backend()?.formats())
+    }
+
+    /// *codegen*: [`Pipeline::emit_gpu`]'s text as a file of `format`, and
+    /// what the device assembler said of each kernel.
+    pub fn encode_gpu(&mut self, text: &str, format: &str) -> Result<Encoded, Error> {
+        let gpu = self.gpu_backend()?;
+        let t0 = Instant::now();
+        let encoded = gpu.encode(text, self.options.target, format)?;
+        after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, unverified)?;
+        Ok(encoded)
     }
 
     // ------------------------------------------------------------ whole commands

@@ -64,7 +64,7 @@ fn sm(target: &str) -> String {
 fn assemble(name: &str, f: &LoopFunc, target: &str) -> (usize, u32, u32) {
     let mut pl = texc_tests::pipeline(target);
     let legal = pl.legalize(f.clone()).unwrap_or_else(|e| panic!("{name}: {}", rendered(&pl, e)));
-    let (ptx, header) = pl.emit_ptx(&[&legal]).unwrap_or_else(|e| panic!("{name} on {target}: {}", rendered(&pl, e)));
+    let (ptx, header) = pl.emit_gpu(&[&legal]).unwrap_or_else(|e| panic!("{name} on {target}: {}", rendered(&pl, e)));
     assert!(header.contains("texc_launch"), "{name}: the header describes the launches");
     let (cubin, res) = texc_codegen::cuda::assemble(&ptx, &sm(target))
         .unwrap_or_else(|e| panic!("{name} on {target}: {e}\n{}\n{ptx}", texc_schedules::ir::print(f)));
@@ -166,6 +166,49 @@ fn a_good_gpu_schedule_checks_and_runs_like_the_interpreter() {
     // The zeroing nest and the product, each on a 3×5 grid of 32×8 blocks.
     assert_eq!(shapes, vec![([3, 5, 1], [32, 8, 1]); 2]);
     assert!(error_vs_interp(&mut pl, &p, &f, 3) < 1e-6);
+}
+
+/// GPU code is reached through the `GpuBackend` interface only: a CPU
+/// target has none, NVPTX's writes PTX as it is and a cubin through
+/// `ptxas` (a note per kernel), refuses other formats, and its emulation
+/// runs like the interpreter.
+#[test]
+fn gpu_code_goes_through_the_gpu_backend_interface() {
+    let cpu = texc_compiler::target::lookup("x86-avx2").expect("registered");
+    let refused = texc_codegen::gpu_backend_for(cpu).err().expect("a CPU target has no device code").to_string();
+    assert!(refused.contains("not a GPU"), "{refused}");
+    let cpu_pl = texc_tests::pipeline("x86-avx2");
+    assert!(matches!(cpu_pl.gpu_formats(), Err(texc_pipeline::Error::Usage(_))));
+
+    let src = "kernel scale(X: f32[N = 1000]) -> Y: f32[N] {\n    Y[i] = 2.0 * X[i] + 1.0;\n}\n";
+    let (mut pl, p, f) = gpu_loops("scale.tex", src, &Bindings::default());
+    let t = pl.target();
+    let gpu = texc_codegen::gpu_backend_for(t).expect("NVPTX has device code");
+    assert_eq!(gpu.formats(), ["ptx", "cubin"]);
+    let legal = pl.legalize(f.clone()).expect("legal");
+    let (text, header) = pl.emit_gpu(&[&legal]).expect("PTX");
+    assert!(text.contains(".entry") && header.contains("texc_launch"), "{text}");
+    let ptx = pl.encode_gpu(&text, "ptx").expect("PTX as it is");
+    assert_eq!(ptx.bytes, text.as_bytes());
+    assert!(ptx.notes.is_empty());
+    let other = pl.encode_gpu(&text, "o").map(|_| ()).expect_err("not a device format");
+    assert!(rendered(&pl, other).contains(".ptx or .cubin"));
+    if texc_codegen::cuda::ptxas().is_some() {
+        let cubin = pl.encode_gpu(&text, "cubin").expect("ptxas assembles it");
+        assert!(cubin.bytes.starts_with(b"\x7fELF"));
+        let launches = texc_schedules::gpu::launches(&legal, t).expect("legal").len();
+        assert_eq!(cubin.notes.len(), launches, "a note per kernel: {:?}", cubin.notes);
+        assert!(cubin.notes.iter().all(|n| n.contains("registers") && n.contains("(sm_90)")), "{:?}", cubin.notes);
+    }
+    let backend = texc_codegen::backend_for(t).expect("NVPTX");
+    let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 5).expect("binds");
+    let want = texc_compiler::interp::run(&p, args()).expect("interp");
+    let got = texc_codegen::Compiled::emulated(backend, &legal, t).expect("emulates").run(args()).expect("runs");
+    assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-6);
+    let cpu_backend = texc_codegen::backend_for(cpu).expect("LLVM");
+    let no_device =
+        texc_codegen::Compiled::emulated(cpu_backend, &legal, t).err().expect("LLVM x86 has no device half");
+    assert!(no_device.to_string().contains("has no device code"), "{no_device}");
 }
 
 /// `.loops` text for a GPU target: parsed, then checked against the launch rules.
@@ -310,7 +353,7 @@ fn ptx_snapshots() {
         let (mut pl, k) = texc_tests::load_file("nvptx-sm90", file, None).expect("loads");
         let p = texc_tests::specialize(&mut pl, k, &b);
         let f = texc_tests::loops(&mut pl, k, &p);
-        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
         insta::assert_snapshot!(format!("ptx_{name}"), ptx);
     }
 }
@@ -381,7 +424,7 @@ fn shared_memory_tiles_run_like_the_interpreter_and_assemble() {
         assert!(err < 1e-5, "tile {tile}, k {kt}, {shapes:?}: error {err}");
         for target in GPUS {
             let mut gpl = texc_tests::pipeline(target);
-            let (ptx, _) = gpl.emit_ptx(&[&f]).expect("PTX");
+            let (ptx, _) = gpl.emit_gpu(&[&f]).expect("PTX");
             assert!(ptx.contains("bar.sync") && ptx.contains("ld.shared") && ptx.contains("st.shared"), "{ptx}");
             texc_codegen::cuda::assemble(&ptx, &sm(target)).unwrap_or_else(|e| panic!("{e}"));
         }
@@ -403,7 +446,7 @@ fn shared_memory_rules() {
     let src = big(128);
     texc_tests::check_text("mm.tex", &src).unwrap_or_else(|e| panic!("{e}"));
     let (mut pl, _, f) = gpu_loops("mm.tex", &src, &Bindings::default());
-    let (ptx, header) = pl.emit_ptx(&[&f]).expect("PTX");
+    let (ptx, header) = pl.emit_gpu(&[&f]).expect("PTX");
     assert!(ptx.contains(".extern .shared .align 16 .b8 texc_dynamic_shared[];"), "{ptx}");
     assert!(ptx.contains(", 131072>>>(A, B, C)"), "the launch comment says how much: {ptx}");
     assert!(header.contains(", 131072}"), "{header}");
@@ -512,7 +555,7 @@ fn tensor_cores_run_like_the_interpreter_and_assemble_to_hmma() {
             let legal = pl.legalize(lowered).expect("legal");
             let got = pl.compile(&legal).expect("compiles").run(args()).expect("runs");
             assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{shapes:?} on {target}");
-            let (ptx, _) = pl.emit_ptx(&[&legal]).expect("PTX");
+            let (ptx, _) = pl.emit_gpu(&[&legal]).expect("PTX");
             assert!(ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), "{ptx}");
             let (cubin, _) = texc_codegen::cuda::assemble(&ptx, &sm(target)).unwrap_or_else(|e| panic!("{e}"));
             match texc_codegen::cuda::disassemble(&cubin) {
@@ -556,7 +599,7 @@ fn the_default_gpu_schedule_uses_tensor_cores_where_the_tiles_fit() {
     for (m, k, n, tensor_cores) in [(64, 48, 32, true), (48, 32, 24, true), (16, 16, 8, true), (48, 40, 33, false)] {
         let b = Bindings { shapes: vec![("M".into(), m), ("K".into(), k), ("N".into(), n)], ..Default::default() };
         let (mut pl, p, f) = gpu_loops("hgemm.tex", src, &b);
-        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
         assert_eq!(ptx.contains("mma.sync"), tensor_cores, "{m}×{k}×{n}");
         assert!(error_vs_interp(&mut pl, &p, &f, 8) < 1e-5, "{m}×{k}×{n}");
     }
@@ -584,7 +627,7 @@ fn warp_tiles_keep_their_accumulators_in_registers() {
                    C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]));\n}\n";
     let (mut dpl, dp, df) = gpu_loops("hgemm.tex", default, &Bindings::default());
     assert!(error_vs_interp(&mut dpl, &dp, &df, 6) < 1e-5, "the default schedule");
-    let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+    let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
     let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
     let label = kernel.find("$L__BB").expect("a loop");
     let back = kernel.rfind("bra").expect("its branch back");
@@ -595,7 +638,7 @@ fn warp_tiles_keep_their_accumulators_in_registers() {
     texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
     // The default's warps (64×64 of C: 4×8 tiles of four accumulators per
     // lane) load C once and store it once, around the pipelined k loop.
-    let (ptx, _) = dpl.emit_ptx(&[&df]).expect("PTX");
+    let (ptx, _) = dpl.emit_gpu(&[&df]).expect("PTX");
     let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
     assert_eq!(kernel.matches("ld.global.f32").count(), 128, "{kernel}");
     assert_eq!(kernel.matches("st.global.f32").count(), 128, "{kernel}");
@@ -620,7 +663,7 @@ fn shared_tiles_feed_tensor_cores_through_ldmatrix() {
     let p = texc_tests::specialize(&mut pl, k, &b);
     let f = texc_tests::loops(&mut pl, k, &p);
     assert!(error_vs_interp(&mut pl, &p, &f, 7) < 1e-5);
-    let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+    let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
     let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
     assert!(kernel.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), "{kernel}");
     assert!(kernel.contains("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16"), "{kernel}");
@@ -650,7 +693,7 @@ fn vectorized_gpu_accesses_are_16_bytes_where_aligned() {
         texc_tests::check_text("cp.tex", &text).unwrap_or_else(|e| panic!("{e}"));
         let (mut pl, p, f) = gpu_loops("cp.tex", &text, &Bindings::default());
         assert_eq!(error_vs_interp(&mut pl, &p, &f, 3), 0.0, "A[i, k{shift}]");
-        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
         assert_eq!(ptx.contains("ld.global.nc.v4.u32"), wide_loads, "A[i, k{shift}]:\n{ptx}");
         assert!(ptx.contains("st.global.v4.f32"), "the output's offsets are aligned:\n{ptx}");
         texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
@@ -688,7 +731,7 @@ fn reductions_over_a_blocks_threads() {
             let again = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("parses");
             assert_eq!(texc_schedules::ir::print(&again.func), text, "{what}: prints back the same");
             assert!(eval_error(&p, &again.func, 4) < 1e-5, "{what}: loop-IR evaluator");
-            let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+            let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
             assert_eq!(ptx.contains("shfl.sync.bfly.b32"), shuffles, "{what}");
             texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
         }
@@ -739,7 +782,7 @@ fn row_kernels_are_one_launch_a_block_per_row() {
         assert_eq!(launches.len(), 1, "{kernel} {shapes:?}: one launch\n{}", texc_schedules::ir::print(&f));
         let err = error_vs_interp(&mut pl, &p, &f, 3);
         assert!(err < 1e-5, "{kernel} {shapes:?}: error {err}");
-        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
         texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
     }
 }
@@ -769,7 +812,7 @@ fn tf32_tensor_cores_round_their_inputs() {
         assert!(err > 1e-5 && err < 2e-3, "{what}: TF32 error {err}");
     }
     assert!(texc_tests::rel_error(&got[0], &eval[0]) < 1e-5, "both round the same inputs");
-    let (ptx, _) = pl.emit_ptx(&[&legal]).expect("PTX");
+    let (ptx, _) = pl.emit_gpu(&[&legal]).expect("PTX");
     assert!(ptx.contains("cvt.rna.tf32.f32") && ptx.contains("m16n8k8.row.col.f32.tf32.tf32.f32"), "{ptx}");
     let (cubin, _) = texc_codegen::cuda::assemble(&ptx, "sm_80").unwrap_or_else(|e| panic!("{e}"));
     if let Ok(sass) = texc_codegen::cuda::disassemble(&cubin) {
@@ -801,7 +844,7 @@ fn pipelined_copies_feed_the_tensor_cores() {
         let what = format!("{stages} stages, {slices} slices");
         assert!(error_vs_interp(&mut pl, &p, &f, 11) < 1e-5, "{what}");
         assert!(eval_error(&p, &f, 11) < 1e-5, "loop-IR evaluator, {what}");
-        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
         let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
         assert!(kernel.contains("cp.async.cg.shared.global"), "{what}:\n{kernel}");
         assert!(kernel.contains(&format!("cp.async.wait_group {}", stages - 2)), "{what}:\n{kernel}");
@@ -876,7 +919,7 @@ fn the_default_gpu_schedule_runs_convolutions_as_tensor_core_products() {
         assert_eq!(gathered, products && gather, "{shape}: the columns' copy reads the image");
         assert!(error_vs_interp(&mut pl, &p, &f, 3) < 1e-5, "{shape}");
         assert!(eval_error(&p, &f, 3) < 1e-5, "{shape}: loop-IR evaluator");
-        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
         assert_eq!(ptx.contains("mma.sync") && ptx.contains("cp.async"), products, "{shape}");
         texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{shape}: {e}"));
     }
@@ -907,7 +950,7 @@ fn the_default_gpu_schedules_knobs_set_its_tiles_slices_and_stages() {
         assert!(text.contains(&a), "{what}: no `{a}`:\n{text}");
         assert!(text.contains(&format!("for ib in 0..{} block.y", 128 / tile)), "{what}:\n{text}");
         assert!(error_vs_interp(&mut pl, &p, &f, 4) < 1e-5, "{what}");
-        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
         texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
     }
 }
@@ -958,7 +1001,7 @@ fn the_default_gpu_schedule_moves_16_bytes_per_access_in_element_wise_stages() {
         let src = kernel(d, body);
         let (mut pl, p, f) = gpu_loops("ew.tex", &src, &Bindings::default());
         assert!(error_vs_interp(&mut pl, &p, &f, 4) < 1e-6, "{body} at D = {d}");
-        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
         assert_eq!(ptx.contains("st.global.v4.f32"), wide, "{body} at D = {d}:\n{ptx}");
         assert_eq!(ptx.contains("ld.global.nc.v4.f32"), wide, "{body} at D = {d}");
         texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
@@ -980,7 +1023,7 @@ fn bf16_products_run_on_tensor_cores() {
         let b = Bindings { shapes: vec![("M".into(), m), ("K".into(), k), ("N".into(), n)], ..Default::default() };
         let (mut pl, p, f) = gpu_loops("g.tex", default, &b);
         assert!(error_vs_interp(&mut pl, &p, &f, 9) < 1e-5, "{m}×{k}×{n}");
-        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
         assert!(ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), "{m}×{k}×{n}");
         assert_eq!(ptx.contains("ldmatrix") && ptx.contains("cp.async"), shared, "{m}×{k}×{n}");
         texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
@@ -1002,7 +1045,7 @@ fn bf16_products_run_on_tensor_cores() {
     // Arithmetic on bf16 values is refused by name, for the GPU and its emulation alike.
     let arith = "kernel s(X: bf16[N = 64]) -> Y: bf16[N] {\n    Y[i] = X[i] * X[i];\n}\n";
     let (mut pl, _, f) = gpu_loops("s.tex", arith, &Bindings::default());
-    let err = pl.emit_ptx(&[&f]).map(|_| ()).expect_err("bf16 arithmetic");
+    let err = pl.emit_gpu(&[&f]).map(|_| ()).expect_err("bf16 arithmetic");
     assert!(format!("{err:?}").contains("computes on bf16 values"), "{err:?}");
     assert!(pl.compile(&f).is_err(), "the emulation refuses it too");
 }
@@ -1039,7 +1082,7 @@ fn the_default_gpu_schedule_keeps_a_threads_products_in_registers() {
         assert!(text.contains(local) && text.contains(".acc: f32[4, 4]"), "{what}:\n{text}");
         assert!(error_vs_interp(&mut pl, &p, &f, 4) < 1e-5, "{what}");
         assert!(eval_error(&p, &f, 4) < 1e-5, "{what}: loop-IR evaluator");
-        let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
         let (_, res) = texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "{what}: no spills: {res:?}");
     }
@@ -1057,7 +1100,7 @@ fn a_product_then_a_softmax_of_its_rows() {
                e[i, j] = exp(S[i, j] - m[i]);\n    s[i] = sum[j](e[i, j]);\n    Y[i, j] = e[i, j] / s[i];\n}\n";
     let (mut pl, p, f) = gpu_loops("att.tex", src, &Bindings::default());
     assert!(error_vs_interp(&mut pl, &p, &f, 8) < 1e-5);
-    let (ptx, _) = pl.emit_ptx(&[&f]).expect("PTX");
+    let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
     let launches: Vec<&str> = ptx.lines().filter(|l| l.starts_with("// texc: att_k")).collect();
     assert_eq!(launches.len(), 3, "zero the scores, the product, the rows:\n{}", launches.join("\n"));
     assert!(ptx.contains("mma.sync") && ptx.contains("shfl.sync.bfly"), "{ptx}");

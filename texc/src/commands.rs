@@ -1275,30 +1275,25 @@ fn embed_weights(
 
 fn compile_gpu(pl: &mut Pipeline, c: &Common, out: &Path, ext: &str) -> Result<(), Error> {
     let t = pl.target();
-    if ext != "ptx" && ext != "cubin" {
-        return Err(usage(format!("`-o {}`: for GPU target {t} the output ends in .ptx or .cubin", out.display())));
+    let formats = pl.gpu_formats()?;
+    if !formats.contains(&ext) {
+        let listed: Vec<String> = formats.iter().map(|f| format!(".{f}")).collect();
+        return Err(usage(format!(
+            "`-o {}`: for GPU target {t} the output ends in {}",
+            out.display(),
+            listed.join(" or ")
+        )));
     }
     let fail = |e: String| Error::from(Diagnostic::error(e));
     let funcs = kernels_to_compile(pl, c)?;
     let refs: Vec<&texc_schedules::LoopFunc> = funcs.iter().collect();
-    let (ptx, header) = pl.emit_ptx(&refs)?;
-    let bytes = if ext == "cubin" {
-        let sm = format!("sm_{}", t.gpu.expect("a GPU target").sm);
-        let (cubin, resources) = texc_codegen::cuda::assemble(&ptx, &sm).map_err(fail)?;
-        for r in resources {
-            outln!(
-                "{}: {} registers, {} bytes spill stores, {} bytes spill loads ({sm})",
-                r.kernel,
-                r.registers,
-                r.spill_stores,
-                r.spill_loads
-            );
-        }
-        cubin
-    } else {
-        ptx.into_bytes()
-    };
-    texc_runtime::atomic::write(out, &bytes).map_err(|e| fail(format!("cannot write {}: {e}", out.display())))?;
+    let (text, header) = pl.emit_gpu(&refs)?;
+    let encoded = pl.encode_gpu(&text, ext)?;
+    for note in &encoded.notes {
+        outln!("{note}");
+    }
+    texc_runtime::atomic::write(out, &encoded.bytes)
+        .map_err(|e| fail(format!("cannot write {}: {e}", out.display())))?;
     let header_path = out.with_extension("h");
     texc_runtime::atomic::write(&header_path, header.as_bytes())
         .map_err(|e| fail(format!("cannot write {}: {e}", header_path.display())))?;

@@ -10,29 +10,20 @@ use super::gen::Gen;
 use super::{jit_module, llvm_err, with_module, CpuSpec, R};
 use crate::abi::CEntry;
 use crate::backend::{Backend, Code};
+use crate::device::{DeviceBuffers, DeviceCode, DeviceKernel, DeviceModule, Encoded, GpuBackend};
 use crate::{cuda, CodegenError};
 use inkwell::context::Context;
 use inkwell::module::{FlagBehavior, Linkage, Module};
 use inkwell::targets::FileType;
-use std::fmt::Write;
 use texc_compiler::target::{BackendKind, Target};
+use texc_compiler::tir::TensorId;
+use texc_compiler::types::ElemType;
+use texc_runtime::cuda::ScalarArg;
 use texc_schedules::gpu::{self, Launch};
 use texc_schedules::LoopFunc;
 
 /// The NVPTX backend (stateless).
 pub struct NvptxBackend;
-
-/// A PTX module and how to launch its kernels.
-pub struct Ptx {
-    pub text: String,
-    /// For each texc kernel compiled: its launches, and the kernel of each.
-    pub kernels: Vec<PtxKernel>,
-}
-
-pub struct PtxKernel {
-    pub launches: Vec<Launch>,
-    pub names: Vec<String>,
-}
 
 fn launches_of(f: &LoopFunc, t: &Target) -> R<Vec<Launch>> {
     gpu::launches(f, t).map_err(|e| CodegenError::Backend(format!("GPU launches of `{}`: {e}", f.p.name)))
@@ -88,7 +79,7 @@ fn link_libdevice<'c>(cx: &'c Context, m: &Module<'c>) -> R<()> {
 
 impl NvptxBackend {
     /// One PTX module for the functions `fs` on GPU target `t`, with their launches.
-    pub fn ptx(&self, fs: &[&LoopFunc], t: &Target) -> R<Ptx> {
+    fn ptx(&self, fs: &[&LoopFunc], t: &Target) -> R<DeviceModule> {
         let launches = fs.iter().map(|f| launches_of(f, t)).collect::<R<Vec<_>>>()?;
         let text = with_module(
             t,
@@ -103,36 +94,10 @@ impl NvptxBackend {
             .zip(launches)
             .map(|(f, launches)| {
                 let names = (0..launches.len()).map(|i| super::gpu::kernel_name(f, i)).collect();
-                PtxKernel { launches, names }
+                DeviceKernel { launches, names }
             })
             .collect();
-        Ok(Ptx { text, kernels })
-    }
-}
-
-impl Ptx {
-    /// The launches as PTX comments: kernel, grid, block, parameters.
-    pub fn launch_comment(&self, fs: &[&LoopFunc]) -> String {
-        let mut out = String::from("// texc: launch these kernels in order; the parameters are device buffers,\n");
-        out.push_str("// then scalars (see the header `texc compile -o k.ptx` writes beside it)\n");
-        for (f, k) in fs.iter().zip(&self.kernels) {
-            let params: Vec<String> = crate::abi::used_tensors(f)
-                .iter()
-                .map(|&t| f.p.tensor(t).name.clone())
-                .chain(f.p.scalars.iter().map(|s| s.name.clone()))
-                .collect();
-            for (name, l) in k.names.iter().zip(&k.launches) {
-                let [gx, gy, gz] = l.grid;
-                let [bx, by, bz] = l.block;
-                let shared = if l.dynamic_shared > 0 { format!(", {}", l.dynamic_shared) } else { String::new() };
-                let _ = writeln!(
-                    out,
-                    "// texc: {name}<<<({gx}, {gy}, {gz}), ({bx}, {by}, {bz}){shared}>>>({})",
-                    params.join(", ")
-                );
-            }
-        }
-        out
+        Ok(DeviceModule { text, kernels })
     }
 }
 
@@ -145,7 +110,12 @@ impl Backend for NvptxBackend {
         &["llvm", "ptx"]
     }
 
-    /// GPU kernels do not run in this process: see [`load`] (and [`emulate`]).
+    fn gpu(&self) -> Option<&dyn GpuBackend> {
+        Some(self)
+    }
+
+    /// GPU kernels do not run in this process: see [`GpuBackend::load`]
+    /// (and [`GpuBackend::emulate`]).
     fn jit(&self, _f: &LoopFunc, t: &Target) -> R<Code> {
         Err(CodegenError::Unsupported(format!("`{t}` kernels run on a GPU, not in this process")))
     }
@@ -175,43 +145,116 @@ impl Backend for NvptxBackend {
     }
 }
 
-/// Run `f`'s GPU kernels on this CPU: each launch's blocks on the thread
-/// pool, each block's threads in order (see [`super::gpu`]).
-pub fn emulate(f: &LoopFunc, t: &Target) -> R<Code> {
-    let launches = launches_of(f, t)?;
-    let host = texc_compiler::target::lookup("host").map_err(|e| CodegenError::Backend(e.to_string()))?;
-    super::gen::refuse_bf16_arithmetic(f)?;
-    // The block's threads run one after another: a warp's lanes meet in loops.
-    let mut f = f.clone();
-    texc_schedules::cross_thread::warp_reductions_as_loops(&mut f);
-    let f = &f;
-    jit_module(f, host, |cx, spec| Gen::new(cx, f, spec).build_emulation(&launches))
+impl GpuBackend for NvptxBackend {
+    fn module(&self, fs: &[&LoopFunc], t: &Target) -> R<DeviceModule> {
+        self.ptx(fs, t)
+    }
+
+    fn formats(&self) -> &'static [&'static str] {
+        &["ptx", "cubin"]
+    }
+
+    /// PTX as it is; a cubin through `ptxas` for the target's `sm_NN`.
+    fn encode(&self, text: &str, t: &Target, format: &str) -> R<Encoded> {
+        match format {
+            "ptx" => Ok(Encoded { bytes: text.as_bytes().to_vec(), notes: Vec::new() }),
+            "cubin" => {
+                let sm = format!("sm_{}", gpu_spec(t)?.sm);
+                let (bytes, resources) = cuda::assemble(text, &sm).map_err(CodegenError::Unsupported)?;
+                let notes = resources
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{}: {} registers, {} bytes spill stores, {} bytes spill loads ({sm})",
+                            r.kernel, r.registers, r.spill_stores, r.spill_loads
+                        )
+                    })
+                    .collect();
+                Ok(Encoded { bytes, notes })
+            }
+            other => Err(CodegenError::Unsupported(format!("the NVPTX backend writes .ptx or .cubin, not .{other}"))),
+        }
+    }
+
+    fn load(&self, f: &LoopFunc, t: &Target) -> R<Box<dyn DeviceCode>> {
+        let device = texc_runtime::cuda::device().map_err(CodegenError::Unsupported)?;
+        let want = gpu_spec(t)?.sm;
+        if device.sm < want {
+            return Err(CodegenError::Unsupported(format!(
+                "this GPU ({}) is sm_{}, older than target `{t}` (sm_{want})",
+                device.name, device.sm
+            )));
+        }
+        let ptx = self.ptx(&[f], t)?;
+        let k = &ptx.kernels[0];
+        let dims = |d: [i64; 3]| d.map(|n| n as u32);
+        let launches: Vec<texc_runtime::cuda::Launch> = k
+            .names
+            .iter()
+            .zip(&k.launches)
+            .map(|(name, l)| texc_runtime::cuda::Launch {
+                kernel: name.clone(),
+                grid: dims(l.grid),
+                block: dims(l.block),
+                dynamic_shared: l.dynamic_shared as u32,
+            })
+            .collect();
+        let module = device.load(&ptx.text, &launches).map_err(CodegenError::Run)?;
+        Ok(Box::new(CudaCode { device, module, tensors: crate::abi::used_tensors(f) }))
+    }
+
+    /// The block's threads run one after another: a warp's lanes meet in loops.
+    fn emulate(&self, f: &LoopFunc, t: &Target) -> R<Code> {
+        let launches = launches_of(f, t)?;
+        let host = texc_compiler::target::lookup("host").map_err(|e| CodegenError::Backend(e.to_string()))?;
+        super::gen::refuse_bf16_arithmetic(f)?;
+        let mut f = f.clone();
+        texc_schedules::cross_thread::warp_reductions_as_loops(&mut f);
+        let f = &f;
+        jit_module(f, host, |cx, spec| Gen::new(cx, f, spec).build_emulation(&launches))
+    }
 }
 
-/// Compile `f` to PTX and load it on this machine's GPU (see `texc_runtime::cuda`).
-pub fn load(f: &LoopFunc, t: &Target) -> R<crate::backend::GpuCode> {
-    let device = texc_runtime::cuda::device().map_err(CodegenError::Unsupported)?;
-    let want = t.gpu.map_or(0, |g| g.sm);
-    if device.sm < want {
-        return Err(CodegenError::Unsupported(format!(
-            "this GPU ({}) is sm_{}, older than target `{t}` (sm_{want})",
-            device.name, device.sm
-        )));
+fn gpu_spec(t: &Target) -> R<texc_compiler::target::GpuSpec> {
+    t.gpu.ok_or_else(|| CodegenError::Unsupported(format!("target `{t}` is not a GPU")))
+}
+
+/// NVPTX kernels loaded through the CUDA driver (`texc_runtime::cuda`).
+struct CudaCode {
+    device: &'static texc_runtime::cuda::Device,
+    module: texc_runtime::cuda::Module,
+    tensors: Vec<TensorId>,
+}
+
+impl DeviceCode for CudaCode {
+    fn tensors(&self) -> &[TensorId] {
+        &self.tensors
     }
-    let ptx = NvptxBackend.ptx(&[f], t)?;
-    let k = &ptx.kernels[0];
-    let dims = |d: [i64; 3]| d.map(|n| n as u32);
-    let launches: Vec<texc_runtime::cuda::Launch> = k
-        .names
-        .iter()
-        .zip(&k.launches)
-        .map(|(name, l)| texc_runtime::cuda::Launch {
-            kernel: name.clone(),
-            grid: dims(l.grid),
-            block: dims(l.block),
-            dynamic_shared: l.dynamic_shared as u32,
-        })
-        .collect();
-    let module = device.load(&ptx.text, &launches).map_err(CodegenError::Run)?;
-    Ok(crate::backend::GpuCode { device, module, tensors: crate::abi::used_tensors(f) })
+
+    fn upload(&self, host: &[&[u8]]) -> R<DeviceBuffers> {
+        self.device.upload(host).map(DeviceBuffers::new).map_err(CodegenError::Run)
+    }
+
+    fn launch(&self, bufs: &DeviceBuffers, scalars: &[(ElemType, u64)]) -> R<()> {
+        let scalars: Vec<ScalarArg> = scalars.iter().map(|&(e, slot)| scalar_arg(e, slot)).collect();
+        self.device.run(&self.module, bufs.get()?, &scalars).map_err(CodegenError::Run)
+    }
+
+    fn download(&self, bufs: &DeviceBuffers, i: usize, out: &mut [u8]) -> R<()> {
+        self.device.download(bufs.get()?, i, out).map_err(CodegenError::Run)
+    }
+}
+
+/// A scalar's 8-byte slot (see `abi`) as the kernel parameter of its type.
+fn scalar_arg(e: ElemType, slot: u64) -> ScalarArg {
+    let f = f64::from_bits(slot);
+    match e {
+        ElemType::F64 => ScalarArg::F64(f),
+        ElemType::F32 => ScalarArg::F32(f as f32),
+        ElemType::F16 => ScalarArg::B16(half::f16::from_f64(f).to_bits()),
+        ElemType::BF16 => ScalarArg::B16(half::bf16::from_f64(f).to_bits()),
+        ElemType::I64 => ScalarArg::I64(slot as i64),
+        ElemType::I32 => ScalarArg::I32(slot as i64 as i32),
+        ElemType::I8 | ElemType::U8 | ElemType::Bool => ScalarArg::B8(slot as i64 as u8),
+    }
 }
