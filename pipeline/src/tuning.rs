@@ -85,6 +85,60 @@ impl Pipeline {
         })?;
         Ok(db::for_kernel(&loaded, &key, &space::table(&ts)))
     }
+
+    /// Before kernel `k` is compiled at sizes `b`: take its best record's
+    /// knobs from `db` when no knobs are set, else correct the e-graph's cost
+    /// model by what `db` measured on this machine ([`calibration`]). Not
+    /// both: a record's knobs were measured with the plan the model as it is
+    /// chose for them (`tune` does not correct it), which a corrected model
+    /// may not choose again — the knobs would then run on a plan they were
+    /// not measured with. What `texc run`, `bench` and `compile` do unless
+    /// given `--no-db`; the result says what changed, for the caller to report.
+    pub fn use_tuning_db(&mut self, db: &Db, k: KernelRef, b: &texc_compiler::Bindings) -> Result<TuningUse, Error> {
+        if !self.options.target.is_compiled() || !db.path.exists() {
+            return Ok(TuningUse::default());
+        }
+        if !self.options.knobs.is_empty() || self.tunables(k).is_empty() {
+            return self.use_calibration(db);
+        }
+        let written = self.specialize(k, b)?;
+        let mine = self.kernel_records(db, k, &written)?;
+        let skipped = mine.invalid.note(&format!(" of `{}` in {}", written.name, db.path.display()));
+        let Some(record) = mine.best() else {
+            return Ok(TuningUse { skipped, ..self.use_calibration(db)? });
+        };
+        self.options.knobs = record.knobs.iter().cloned().collect();
+        Ok(TuningUse { knobs_of: Some(record), skipped, calibrated_ops: Vec::new() })
+    }
+
+    /// The cost model's corrections from `db` ([`calibration`]).
+    fn use_calibration(&mut self, db: &Db) -> Result<TuningUse, Error> {
+        let loaded = db.load().map_err(|e| {
+            Error::Input(vec![texc_grammar::Diagnostic::error(format!(
+                "cannot read the tuning database {}: {e}",
+                db.path.display()
+            ))])
+        })?;
+        let target = self.options.target;
+        let cal = calibration(&loaded.records, target.name, &machine_of(target));
+        let mut ops: Vec<String> = cal.samples.iter().map(|s| s.op.clone()).collect();
+        ops.sort_unstable();
+        ops.dedup();
+        self.options.calibration = cal;
+        Ok(TuningUse { calibrated_ops: ops, ..TuningUse::default() })
+    }
+}
+
+/// What [`Pipeline::use_tuning_db`] took from the database.
+#[derive(Clone, Debug, Default)]
+pub struct TuningUse {
+    /// The record whose knobs the kernel now compiles with.
+    pub knobs_of: Option<Record>,
+    /// The operators whose estimates measured plans now correct (with the
+    /// number of samples in `Options::calibration`).
+    pub calibrated_ops: Vec<String>,
+    /// Records of the kernel skipped as invalid, in one line.
+    pub skipped: Option<String>,
 }
 
 /// The machine `target`'s records are measured on: the GPU's name and SM

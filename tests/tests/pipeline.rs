@@ -271,3 +271,47 @@ fn every_pass_is_timed_and_dumped() {
         assert!(texc_pipeline::Dump::parse(pass).is_ok(), "{pass}");
     }
 }
+
+/// A library caller compiles what `texc run` runs: `use_tuning_db` takes
+/// the best valid record's knobs of the kernel at its sizes, leaves knobs
+/// given by the caller alone, and reports the invalid records it skipped.
+#[test]
+fn the_pipeline_takes_the_tuning_databases_knobs() {
+    use texc_schedules::tuning::db::{Db, Measured, Record};
+    let src = "kernel mm(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N] { C[i, j] = sum[k](A[i, k] * B[k, j]); }";
+    let (mut pl, k) = texc_tests::load_text("x86-avx2", "mm.tex", src, None).expect("loads");
+    let shapes = ["M", "K", "N"].iter().map(|n| (n.to_string(), 64)).collect();
+    let b = Bindings { shapes, ..Bindings::default() };
+    let ts = pl.tunables(k);
+    let t = ts.first().expect("the default schedule has knobs");
+    let written = pl.specialize(k, &b).expect("specializes");
+    let dir = std::env::temp_dir().join(format!("texc-db-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let db = Db::new(dir.join("db.jsonl"));
+    let record = |value: i64, time_ms: f64| Record {
+        key: pl.tuning_key(k, &written),
+        kernel: "mm".into(),
+        texc_version: texc_pipeline::tuning::TEXC_VERSION.into(),
+        knobs: vec![(t.name.clone(), value)],
+        space: Some(texc_schedules::tuning::space::table(&ts)),
+        schedule: String::new(),
+        time_ms,
+        measured: Measured { runs: 1, warmup: 0, threads: 1, duel: None },
+        unix_time: 0,
+        plan: None,
+    };
+    let (slow, fast) = (t.candidates[0], *t.candidates.last().expect("candidates"));
+    db.append(&record(slow, 2.0)).expect("writes");
+    db.append(&record(fast, 1.0)).expect("writes");
+    db.append(&record(-5, 0.5)).expect("writes");
+    let used = pl.use_tuning_db(&db, k, &b).expect("reads");
+    assert_eq!(used.knobs_of.as_ref().map(|r| r.time_ms), Some(1.0), "the fastest valid record");
+    assert_eq!(pl.options.knobs.get(&t.name), Some(&fast));
+    assert!(used.skipped.is_some_and(|s| s.contains("skipped 1 invalid record")));
+    // Knobs given by the caller win; the database then only corrects the cost model.
+    pl.options.knobs = [(t.name.clone(), slow)].into_iter().collect();
+    let used = pl.use_tuning_db(&db, k, &b).expect("reads");
+    assert!(used.knobs_of.is_none());
+    assert_eq!(pl.options.knobs.get(&t.name), Some(&slow));
+    let _ = std::fs::remove_dir_all(&dir);
+}

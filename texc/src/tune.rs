@@ -889,37 +889,33 @@ pub fn db_command(a: &DbArgs) -> Result<(), Error> {
     }
 }
 
-/// Before a run, bench or compile: take the tuned knobs of kernel `k` when
-/// no `--knob` is given, else correct the e-graph's cost model by what the
-/// database measured on this machine; say so. Not both: a record's knobs
-/// were measured with the plan the model as it is chose for them (`tune`
-/// does not correct it), which a corrected model may not choose again —
-/// the knobs would then run on a plan they were not measured with.
+/// Before a run, bench or compile: the tuning database's knobs or
+/// corrections for kernel `k` ([`Pipeline::use_tuning_db`]), said on stderr.
 pub fn apply_tuned_knobs(pl: &mut Pipeline, c: &Common, k: KernelRef, b: &Bindings) -> Result<(), Error> {
-    if c.no_db || !pl.target().is_compiled() {
+    if c.no_db {
         return Ok(());
     }
     let db = database(c);
-    if !db.path.exists() {
-        return Ok(());
+    let used = pl.use_tuning_db(&db, k, b)?;
+    if let Some(note) = &used.skipped {
+        eprintln!("note: tuning database: {note}");
     }
-    if !pl.options.knobs.is_empty() || pl.tunables(k).is_empty() {
-        return apply_calibration(pl, &db);
+    if let Some(r) = &used.knobs_of {
+        eprintln!(
+            "note: using tuned knobs {} of `{}` ({:.4} ms when tuned) from {} (--no-db to ignore)",
+            show_knobs(&r.knobs),
+            r.kernel,
+            r.time_ms,
+            db.path.display()
+        );
+    } else if !used.calibrated_ops.is_empty() {
+        eprintln!(
+            "note: the e-graph's cost model is corrected by {} plans measured by `texc tune` ({}) from {} (--no-db to ignore)",
+            pl.options.calibration.samples.len(),
+            used.calibrated_ops.join(", "),
+            db.path.display()
+        );
     }
-    let written = pl.specialize(k, b)?;
-    let mine = pl.kernel_records(&db, k, &written)?;
-    note_invalid(&mine, &written.name, &db);
-    let Some(r) = mine.best() else {
-        return apply_calibration(pl, &db);
-    };
-    eprintln!(
-        "note: using tuned knobs {} of `{}` ({:.4} ms when tuned) from {} (--no-db to ignore)",
-        show_knobs(&r.knobs),
-        r.kernel,
-        r.time_ms,
-        db.path.display()
-    );
-    pl.options.knobs = r.knobs.into_iter().collect();
     Ok(())
 }
 
@@ -928,32 +924,6 @@ fn note_invalid(mine: &db::KernelRecords, kernel: &str, db: &Db) {
     if let Some(note) = mine.invalid.note(&format!(" of `{kernel}` in {}", db.path.display())) {
         eprintln!("note: tuning database: {note}");
     }
-}
-
-/// The cost model's corrections from `db` ([`texc_pipeline::tuning::calibration`]).
-fn apply_calibration(pl: &mut Pipeline, db: &Db) -> Result<(), Error> {
-    let loaded = db
-        .load()
-        .map_err(|e| Diagnostic::error(format!("cannot read the tuning database {}: {e}", db.path.display())))?;
-    let cal = texc_pipeline::tuning::calibration(
-        &loaded.records,
-        pl.target().name,
-        &texc_pipeline::tuning::machine_of(pl.target()),
-    );
-    if cal.is_empty() {
-        return Ok(());
-    }
-    let mut ops: Vec<&str> = cal.samples.iter().map(|s| s.op.as_str()).collect();
-    ops.sort_unstable();
-    ops.dedup();
-    eprintln!(
-        "note: the e-graph's cost model is corrected by {} plans measured by `texc tune` ({}) from {} (--no-db to ignore)",
-        cal.samples.len(),
-        ops.join(", "),
-        db.path.display()
-    );
-    pl.options.calibration = cal;
-    Ok(())
 }
 
 /// The best time so far after each trial, as an SVG line (failed trials keep the line flat).
