@@ -60,46 +60,8 @@ pub fn op_costs(p: &Program) -> Vec<(String, Counts)> {
         .collect()
 }
 
-/// Parameter positions of standard-library operators that take a layer's
-/// learned weights: filters, biases and normalization statistics. Only
-/// these count as parameters: the operands of `matmul`, `add` and the like
-/// may equally be activations, and a kernel does not say which.
-pub const WEIGHT_PARAMS: &[(&str, &[usize])] = &[
-    ("dense", &[1, 2]),
-    ("conv2d", &[1]),
-    ("conv2d_bias", &[1, 2]),
-    ("conv2d_bias_relu", &[1, 2]),
-    ("conv2d_winograd_f2", &[1]),
-    ("conv2d_winograd_f4", &[1]),
-    ("conv2d_winograd_f2_bias", &[1, 2]),
-    ("conv2d_winograd_f2_bias_relu", &[1, 2]),
-    ("conv2d_winograd_f4_bias", &[1, 2]),
-    ("conv2d_winograd_f4_bias_relu", &[1, 2]),
-    ("conv2d_winograd_f2k", &[1]),
-    ("conv2d_winograd_f2k_bias", &[1, 2]),
-    ("conv2d_winograd_f2k_bias_relu", &[1, 2]),
-    ("conv2d_im2col", &[1]),
-    ("conv2d_im2col_t", &[1]),
-    ("conv2d_1x1", &[1]),
-    ("conv2d_1x1_bias", &[1, 2]),
-    ("conv1d", &[1]),
-    ("conv1d_bias", &[1, 2]),
-    ("conv_transpose2d", &[1]),
-    ("conv_transpose2d_bias", &[1, 2]),
-    ("conv3d", &[1]),
-    ("conv3d_bias", &[1, 2]),
-    ("prelu", &[1]),
-    ("bn_fold_weight", &[0, 1, 2]),
-    ("bn_fold_bias", &[0, 1, 2, 3]),
-    ("bias_add", &[1]),
-    ("batch_norm", &[1, 2, 3, 4]),
-    ("layer_norm", &[1, 2]),
-    ("layer_norm2", &[1, 2]),
-    ("group_norm", &[1, 2]),
-];
-
 /// The kernel's weights: input tensors every use of which is a weight
-/// parameter ([`WEIGHT_PARAMS`]) of a standard-library call or of a
+/// parameter (`crate::nn::OpRow::weights`) of a standard-library call or of a
 /// hand-written operator recognized as one. An input that anything else
 /// reads is an activation. In parameter order.
 pub fn weights(p: &Program) -> Vec<TensorId> {
@@ -107,16 +69,16 @@ pub fn weights(p: &Program) -> Vec<TensorId> {
     let mut otherwise = vec![false; p.tensors.len()];
     for (i, op) in p.ops.iter().enumerate() {
         let recognized;
-        let (name, args) = if op.std_callee {
-            (op.op.as_str(), op.args.as_slice())
+        let (nn, args) = if op.std_callee {
+            (crate::nn::NnOp::from_name(&op.op), op.args.as_slice())
         } else {
             recognized = crate::recognize::recognize(p, i);
             match &recognized {
-                Some((name, args)) => (*name, args.as_slice()),
-                None => ("", &[][..]),
+                Some((nn, args)) => (Some(*nn), args.as_slice()),
+                None => (None, &[][..]),
             }
         };
-        let positions = WEIGHT_PARAMS.iter().find(|(n, _)| *n == name).map_or(&[][..], |(_, at)| *at);
+        let positions = nn.map_or(&[][..], crate::nn::NnOp::weights);
         let mut weight_uses = Vec::new();
         for (at, a) in args.iter().enumerate() {
             if let OpArg::Tensor(t) = a {

@@ -20,6 +20,7 @@ pub mod graph;
 pub mod interp;
 pub mod kernel;
 pub mod legalize;
+pub mod nn;
 pub mod ops;
 pub mod print;
 pub mod recognize;

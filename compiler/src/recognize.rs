@@ -16,13 +16,14 @@
 //!   definition `Xp[n, c, y, x] = select(y >= p && y < H + p && x >= p &&
 //!   x < W + p, X0[n, c, y - p, x - p], 0.0)`, → `conv2d(X0, W, pad = p, ...)`.
 
+use crate::nn::{Epilogue, NnOp};
 use crate::ops::{BinOp, ReduceOp};
 use crate::tir::*;
 use crate::types::ElemType;
 
 /// The operator that op `i` of `p` computes, with its arguments in the
 /// operator's parameter order, if it is one of the patterns.
-pub fn recognize(p: &Program, i: usize) -> Option<(&'static str, Vec<OpArg>)> {
+pub fn recognize(p: &Program, i: usize) -> Option<(NnOp, Vec<OpArg>)> {
     let op = &p.ops[i];
     if op.op != "compute" || op.stages.len() != 1 || op.outputs.len() != 1 {
         return None;
@@ -53,14 +54,14 @@ fn vars_are(p: &Program, idx: &[TExprId], vars: &[VarId]) -> bool {
     idx.len() == vars.len() && idx.iter().zip(vars).all(|(&e, &v)| is_var(p, e, v))
 }
 
-fn matmul(p: &Program, st: &Stage, (a, ia): Access, (b, ib): Access) -> Option<(&'static str, Vec<OpArg>)> {
+fn matmul(p: &Program, st: &Stage, (a, ia): Access, (b, ib): Access) -> Option<(NnOp, Vec<OpArg>)> {
     (st.n_axes == 2 && st.vars.len() == 3 && vars_are(p, ia, &[0, 2]) && vars_are(p, ib, &[2, 1]))
-        .then(|| ("matmul", vec![OpArg::Tensor(a), OpArg::Tensor(b)]))
+        .then(|| (NnOp::Matmul, vec![OpArg::Tensor(a), OpArg::Tensor(b)]))
 }
 
-fn batch_matmul(p: &Program, st: &Stage, (a, ia): Access, (b, ib): Access) -> Option<(&'static str, Vec<OpArg>)> {
+fn batch_matmul(p: &Program, st: &Stage, (a, ia): Access, (b, ib): Access) -> Option<(NnOp, Vec<OpArg>)> {
     (st.n_axes == 3 && st.vars.len() == 4 && vars_are(p, ia, &[0, 1, 3]) && vars_are(p, ib, &[0, 3, 2]))
-        .then(|| ("batch_matmul", vec![OpArg::Tensor(a), OpArg::Tensor(b)]))
+        .then(|| (NnOp::BatchMatmul, vec![OpArg::Tensor(a), OpArg::Tensor(b)]))
 }
 
 /// `k·u + m·v` with constant `k`, `m`: returns (k, m).
@@ -79,7 +80,7 @@ fn two_terms(p: &Program, e: TExprId, u: VarId, v: VarId) -> Option<(i64, i64)> 
     Some((scaled(*l, u)?, scaled(*r, v)?))
 }
 
-fn conv2d(p: &Program, st: &Stage, (x, ix): Access, (w, iw): Access) -> Option<(&'static str, Vec<OpArg>)> {
+fn conv2d(p: &Program, st: &Stage, (x, ix): Access, (w, iw): Access) -> Option<(NnOp, Vec<OpArg>)> {
     // Y[n, k, h, w] = sum[c, r, s](X[n, c, st·h + d·r, st·w + d·s] · W[k, c, r, s])
     if st.n_axes != 4 || st.vars.len() != 7 || ix.len() != 4 || !vars_are(p, iw, &[1, 4, 5, 6]) {
         return None;
@@ -108,7 +109,7 @@ fn conv2d(p: &Program, st: &Stage, (x, ix): Access, (w, iw): Access) -> Option<(
         OpArg::Const(dh),
         OpArg::Const(1),
     ];
-    Some(("conv2d", args))
+    Some((NnOp::Conv2d(Epilogue::None), args))
 }
 
 /// If `t` is defined by a zero-padding definition of another tensor, that

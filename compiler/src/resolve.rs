@@ -15,6 +15,7 @@
 //! `specialize`, when shapes are known.
 
 pub use crate::kernel::*;
+use crate::nn::NnOp;
 use crate::ops::{MathFn, ReduceOp};
 use crate::session::Session;
 use crate::types::{ElemType, RTy};
@@ -519,11 +520,11 @@ fn std_nn_names() -> &'static [String] {
 }
 
 /// What users of other frameworks call operators that `std.nn` has under another name.
-const STD_ALIASES: [(&str, &str, &str); 4] = [
-    ("swish", "silu", "PyTorch's name for swish"),
-    ("gelu_new", "gelu_tanh", "Hugging Face's name for the tanh approximation"),
-    ("gelu_erf", "gelu", "the exact form, with erf"),
-    ("linear", "dense", "torch.nn.functional.linear"),
+const STD_ALIASES: [(&str, NnOp, &str); 4] = [
+    ("swish", NnOp::Silu, "PyTorch's name for swish"),
+    ("gelu_new", NnOp::GeluTanh, "Hugging Face's name for the tanh approximation"),
+    ("gelu_erf", NnOp::Gelu, "the exact form, with erf"),
+    ("linear", NnOp::Dense, "torch.nn.functional.linear"),
 ];
 
 /// The name among `candidates` nearest `name`, for unknown functions: within
@@ -983,7 +984,7 @@ impl<'a> Body<'a> {
             }
         };
         if let Some((_, to, why)) = STD_ALIASES.iter().find(|(from, ..)| *from == func.name) {
-            return d.with_note(format!("did you mean {}? ({why})", hint(to)));
+            return d.with_note(format!("did you mean {}? ({why})", hint(to.name())));
         }
         let mut names: Vec<&str> = builtin_names().collect();
         names.extend(scope.keys().map(String::as_str));

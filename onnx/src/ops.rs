@@ -7,6 +7,7 @@
 use crate::attrs::Attrs;
 use crate::proto::NodeProto;
 use crate::{elements, tensor_data, Importer, ValueId, Values};
+use texc_compiler::nn::{Epilogue, NnOp};
 
 type R<T = ()> = Result<T, String>;
 
@@ -24,9 +25,9 @@ impl Importer<'_> {
         match n.op_type.as_str() {
             "Conv" => self.conv(n),
             "BatchNormalization" => self.batch_norm(n),
-            "Relu" => self.unary(n, &[], Some("relu"), |x| format!("max({x}, 0.0)")),
-            "Sigmoid" => self.unary(n, &[], Some("sigmoid"), |x| format!("sigmoid({x})")),
-            "Tanh" => self.unary(n, &[], Some("tanh"), |x| format!("tanh({x})")),
+            "Relu" => self.unary(n, &[], Some(NnOp::Relu), |x| format!("max({x}, 0.0)")),
+            "Sigmoid" => self.unary(n, &[], Some(NnOp::Sigmoid), |x| format!("sigmoid({x})")),
+            "Tanh" => self.unary(n, &[], Some(NnOp::Tanh), |x| format!("tanh({x})")),
             "Erf" => self.unary(n, &[], None, |x| format!("erf({x})")),
             "Sqrt" => self.unary(n, &[], None, |x| format!("sqrt({x})")),
             "Exp" => self.unary(n, &[], None, |x| format!("exp({x})")),
@@ -38,9 +39,11 @@ impl Importer<'_> {
             "Ceil" => self.unary(n, &[], None, |x| format!("ceil({x})")),
             "Round" => self.unary(n, &[], None, |x| format!("round({x})")),
             // ONNX's log(exp(x) + 1) and PyTorch's (linear above 20) agree in f32.
-            "Softplus" => self.unary(n, &[], Some("softplus"), |x| format!("log(exp({x}) + 1.0)")),
-            "HardSwish" => self.unary(n, &[], Some("hardswish"), |x| format!("{x} * clamp({x} + 3.0, 0.0, 6.0) / 6.0")),
-            "Mish" => self.unary(n, &[], Some("mish"), |x| format!("{x} * tanh(log(exp({x}) + 1.0))")),
+            "Softplus" => self.unary(n, &[], Some(NnOp::Softplus), |x| format!("log(exp({x}) + 1.0)")),
+            "HardSwish" => {
+                self.unary(n, &[], Some(NnOp::Hardswish), |x| format!("{x} * clamp({x} + 3.0, 0.0, 6.0) / 6.0"))
+            }
+            "Mish" => self.unary(n, &[], Some(NnOp::Mish), |x| format!("{x} * tanh(log(exp({x}) + 1.0))")),
             "Elu" => self.elu(n),
             "Selu" => self.selu(n),
             "PRelu" => self.prelu(n),
@@ -49,10 +52,10 @@ impl Importer<'_> {
             "LeakyRelu" => self.leaky_relu(n),
             "Clip" => self.clip(n),
             "Gelu" => self.gelu(n),
-            "Add" => self.binary(n, "add", "+"),
-            "Sub" => self.binary(n, "sub", "-"),
-            "Mul" => self.binary(n, "mul", "*"),
-            "Div" => self.binary(n, "div", "/"),
+            "Add" => self.binary(n, NnOp::Add, "+"),
+            "Sub" => self.binary(n, NnOp::Sub, "-"),
+            "Mul" => self.binary(n, NnOp::Mul, "*"),
+            "Div" => self.binary(n, NnOp::Div, "/"),
             "Pow" => self.pow(n),
             "MaxPool" | "AveragePool" => self.pool(n),
             "GlobalAveragePool" => self.global_pool(n),
@@ -203,14 +206,14 @@ impl Importer<'_> {
 
     // ------------------------------------------------------------ element-wise
 
-    fn unary(&mut self, n: &NodeProto, attrs: &[&str], std: Option<&str>, f: impl Fn(&str) -> String) -> R {
+    fn unary(&mut self, n: &NodeProto, attrs: &[&str], std: Option<NnOp>, f: impl Fn(&str) -> String) -> R {
         Attrs::new(n, attrs)?;
         let ins = self.inputs(n, 1, 1)?;
         let x = Self::required(&ins, 0)?;
         self.unary_with(n, x, std, f)
     }
 
-    fn unary_with(&mut self, n: &NodeProto, x: ValueId, std: Option<&str>, f: impl Fn(&str) -> String) -> R {
+    fn unary_with(&mut self, n: &NodeProto, x: ValueId, std: Option<NnOp>, f: impl Fn(&str) -> String) -> R {
         let out = self.output(n)?;
         let shape = self.shape(x).to_vec();
         match std {
@@ -231,18 +234,18 @@ impl Importer<'_> {
         let (alpha, beta) = (a.float("alpha", 0.2)?, a.float("beta", 0.5)?);
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
         // PyTorch's hardsigmoid is alpha = 1/6, beta = 1/2 (what it exports).
-        let std = (alpha == 1.0 / 6.0 && beta == 0.5).then_some("hardsigmoid");
+        let std = (alpha == 1.0 / 6.0 && beta == 0.5).then_some(NnOp::Hardsigmoid);
         let (alpha, beta) = (literal(alpha as f64)?, literal(beta as f64)?);
         self.unary_with(n, x, std, |x| format!("clamp({alpha} * {x} + {beta}, 0.0, 1.0)"))
     }
 
     fn elu(&mut self, n: &NodeProto) -> R {
-        self.with_alpha(n, "elu", 1.0, |x, al| format!("select({x} > 0.0, {x}, {al} * (exp({x}) - 1.0))"))
+        self.with_alpha(n, NnOp::Elu, 1.0, |x, al| format!("select({x} > 0.0, {x}, {al} * (exp({x}) - 1.0))"))
     }
 
     /// An activation with one `alpha` attribute: the std.nn operator of that
     /// name for ranks 1–4, else `f(x, alpha)`.
-    fn with_alpha(&mut self, n: &NodeProto, std: &str, default: f32, f: impl Fn(&str, &str) -> String) -> R {
+    fn with_alpha(&mut self, n: &NodeProto, std: NnOp, default: f32, f: impl Fn(&str, &str) -> String) -> R {
         let a = Attrs::new(n, &["alpha"])?;
         let al = literal(a.float("alpha", default)? as f64)?;
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
@@ -259,7 +262,7 @@ impl Importer<'_> {
         let a = Attrs::new(n, &["alpha", "gamma"])?;
         let (alpha, gamma) = (a.float("alpha", 1.673_263_2)?, a.float("gamma", 1.050_701)?);
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
-        let std = (alpha == 1.673_263_2 && gamma == 1.050_701).then_some("selu");
+        let std = (alpha == 1.673_263_2 && gamma == 1.050_701).then_some(NnOp::Selu);
         let (al, ga) = (literal(alpha as f64)?, literal(gamma as f64)?);
         self.unary_with(n, x, std, |x| format!("{ga} * select({x} > 0.0, {x}, {al} * (exp({x}) - 1.0))"))
     }
@@ -290,7 +293,7 @@ impl Importer<'_> {
     }
 
     fn leaky_relu(&mut self, n: &NodeProto) -> R {
-        self.with_alpha(n, "leaky_relu", 0.01, |x, al| format!("select({x} >= 0.0, {x}, {al} * {x})"))
+        self.with_alpha(n, NnOp::LeakyRelu, 0.01, |x, al| format!("select({x} >= 0.0, {x}, {al} * {x})"))
     }
 
     fn clip(&mut self, n: &NodeProto) -> R {
@@ -313,8 +316,8 @@ impl Importer<'_> {
         };
         let (lo32, hi32) = (lo as f32 as f64, hi as f32 as f64);
         match (lo32, hi32) {
-            (0.0, 6.0) => self.unary_with(n, x, Some("relu6"), |x| format!("clamp({x}, 0.0, 6.0)")),
-            (0.0, f64::INFINITY) => self.unary_with(n, x, Some("relu"), |x| format!("max({x}, 0.0)")),
+            (0.0, 6.0) => self.unary_with(n, x, Some(NnOp::Relu6), |x| format!("clamp({x}, 0.0, 6.0)")),
+            (0.0, f64::INFINITY) => self.unary_with(n, x, Some(NnOp::Relu), |x| format!("max({x}, 0.0)")),
             (f64::NEG_INFINITY, f64::INFINITY) => {
                 let out = self.output(n)?;
                 self.alias(out, x)
@@ -338,17 +341,16 @@ impl Importer<'_> {
         let a = Attrs::new(n, &["approximate"])?;
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
         match a.string("approximate", "none")?.as_str() {
-            "none" => {
-                self.unary_with(n, x, Some("gelu"), |x| format!("0.5 * {x} * (1.0 + erf({x} * 0.70710678118654752))"))
-            }
-            "tanh" => self.unary_with(n, x, Some("gelu_tanh"), |x| {
+            "none" => self
+                .unary_with(n, x, Some(NnOp::Gelu), |x| format!("0.5 * {x} * (1.0 + erf({x} * 0.70710678118654752))")),
+            "tanh" => self.unary_with(n, x, Some(NnOp::GeluTanh), |x| {
                 format!("0.5 * {x} * (1.0 + tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))")
             }),
             other => Err(format!("approximate = \"{other}\": expected \"none\" or \"tanh\"")),
         }
     }
 
-    fn binary(&mut self, n: &NodeProto, std: &str, op: &str) -> R {
+    fn binary(&mut self, n: &NodeProto, std: NnOp, op: &str) -> R {
         let a = Attrs::new(n, &["broadcast", "axis"])?;
         if a.has("broadcast") || a.has("axis") {
             return Err("the `broadcast`/`axis` attributes of opsets before 7 are not supported".into());
@@ -497,9 +499,9 @@ impl Importer<'_> {
         let name = match bias {
             Some(b) => {
                 args.push(self.tensor(b)?);
-                "conv2d_bias"
+                NnOp::Conv2d(Epilogue::Bias)
             }
-            None => "conv2d",
+            None => NnOp::Conv2d(Epilogue::None),
         };
         args.extend(keyword_args(&[
             ("pad", pad, 0),
@@ -575,9 +577,9 @@ impl Importer<'_> {
         let name = match bias {
             Some(b) => {
                 args.push(self.tensor(b)?);
-                "conv_transpose2d_bias"
+                NnOp::ConvTranspose2d(Epilogue::Bias)
             }
-            None => "conv_transpose2d",
+            None => NnOp::ConvTranspose2d(Epilogue::None),
         };
         args.extend(keyword_args(&[("stride", stride, 1), ("pad", pad, 0), ("output_padding", extra, 0)]));
         self.emit_call(out, vec![xs[0], ws[1], oh, ow], format!("{name}({})", args.join(", ")))
@@ -623,9 +625,9 @@ impl Importer<'_> {
         let name = match bias {
             Some(b) => {
                 args.push(self.tensor(b)?);
-                "conv3d_bias"
+                NnOp::Conv3d(Epilogue::Bias)
             }
-            None => "conv3d",
+            None => NnOp::Conv3d(Epilogue::None),
         };
         args.extend(keyword_args(&[("pad", pad, 0), ("stride", stride, 1)]));
         self.emit_call(out, shape, format!("{name}({})", args.join(", ")))
@@ -676,7 +678,7 @@ impl Importer<'_> {
             ("dilation", dilation, 1),
             ("groups", g, 1),
         ]));
-        let name = if bias.is_some() { "conv1d_bias" } else { "conv1d" };
+        let name = if bias.is_some() { NnOp::Conv1d(Epilogue::Bias) } else { NnOp::Conv1d(Epilogue::None) };
         self.emit_call(out, vec![xs[0], ws[0], ol], format!("{name}({})", args.join(", ")))
     }
 
@@ -765,7 +767,7 @@ impl Importer<'_> {
             if p > 0 {
                 args.push(format!("pad = {p}"));
             }
-            let name = if max { "max_pool2d" } else { "avg_pool2d" };
+            let name = if max { NnOp::MaxPool2d } else { NnOp::AvgPool2d };
             return self.emit_call(out, shape, format!("{name}({})", args.join(", ")));
         }
         // Otherwise the window as an expression: positions outside the input are
@@ -827,7 +829,7 @@ impl Importer<'_> {
         if xs.len() != 4 {
             return Err(format!("input of rank {}: only NCHW inputs are supported", xs.len()));
         }
-        let name = if n.op_type == "GlobalMaxPool" { "global_max_pool2d" } else { "global_avg_pool2d" };
+        let name = if n.op_type == "GlobalMaxPool" { NnOp::GlobalMaxPool2d } else { NnOp::GlobalAvgPool2d };
         let call = format!("{name}({})", self.tensor(x)?);
         self.emit_call(out, vec![xs[0], xs[1], 1, 1], call)
     }
@@ -864,7 +866,7 @@ impl Importer<'_> {
         if eps != 1e-5 {
             args.push(format!("eps = {}", literal(eps as f64)?));
         }
-        let name = if last_two { "layer_norm2" } else { "layer_norm" };
+        let name = if last_two { NnOp::LayerNorm2 } else { NnOp::LayerNorm };
         self.emit_call(out, xs, format!("{name}({})", args.join(", ")))
     }
 
@@ -890,10 +892,10 @@ impl Importer<'_> {
             ));
         }
         let name = match (n.op_type == "LogSoftmax", channels) {
-            (true, false) => "log_softmax",
-            (false, false) => "softmax",
-            (true, true) => "log_softmax_dim1",
-            (false, true) => "softmax_dim1",
+            (true, false) => NnOp::LogSoftmax,
+            (false, false) => NnOp::Softmax,
+            (true, true) => NnOp::LogSoftmaxDim1,
+            (false, true) => NnOp::SoftmaxDim1,
         };
         let call = format!("{name}({})", self.tensor(x)?);
         self.emit_call(out, xs, call)
@@ -942,7 +944,7 @@ impl Importer<'_> {
         }
         // ONNX's causal mask is aligned top-left, as PyTorch's and std.nn's.
         let causal = a.int("is_causal", 0)? != 0;
-        let name = if causal { "scaled_dot_product_attention_causal" } else { "scaled_dot_product_attention" };
+        let name = if causal { NnOp::ScaledDotProductAttentionCausal } else { NnOp::ScaledDotProductAttention };
         let call = format!("{name}({}, {}, {})", self.tensor(q)?, self.tensor(k)?, self.tensor(v)?);
         let out = self.output(n)?;
         self.emit_call(out, vec![qs[0], qs[1], qs[2], vs[3]], call)

@@ -9,24 +9,21 @@
 //! Inputs read from files are never changed.
 
 use texc_compiler::interp::Arg;
+use texc_compiler::nn::NnOp;
 use texc_compiler::tir::{OpArg, ProgramParam, TensorId};
 use texc_compiler::Program;
 
-/// Standard-library parameters whose values must be ≥ 0: kernel name,
-/// parameter position (the same in every overload), parameter name.
-pub const NON_NEGATIVE: &[(&str, usize, &str)] = &[("batch_norm", 4, "var")];
-
-/// Input tensors of `p` passed to a parameter of [`NON_NEGATIVE`].
+/// Input tensors of `p` passed to a parameter whose values must be ≥ 0
+/// (`texc_compiler::nn::OpRow::non_negative`).
 pub fn non_negative_inputs(p: &Program) -> Vec<TensorId> {
     let inputs: Vec<TensorId> = p.input_tensors().collect();
     let mut out = Vec::new();
     for op in p.ops.iter().filter(|op| op.std_callee) {
-        for &(kernel, at, _) in NON_NEGATIVE {
-            if op.op == kernel {
-                if let Some(OpArg::Tensor(t)) = op.args.get(at) {
-                    if inputs.contains(t) && !out.contains(t) {
-                        out.push(*t);
-                    }
+        let Some(nn) = NnOp::from_name(&op.op) else { continue };
+        for &(at, _) in nn.row().non_negative {
+            if let Some(OpArg::Tensor(t)) = op.args.get(at) {
+                if inputs.contains(t) && !out.contains(t) {
+                    out.push(*t);
                 }
             }
         }

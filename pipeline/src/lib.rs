@@ -411,6 +411,7 @@ impl Pipeline {
             k,
             &original,
             self.options.target,
+            texc_schedules::performance::for_target(self.options.target),
             self.options.extraction,
             self.options.accuracy(),
             &self.folded_weights(),
@@ -451,8 +452,14 @@ impl Pipeline {
     pub fn program(&mut self, k: KernelRef, b: &Bindings) -> Result<Built, Error> {
         let written = self.specialize(k, b)?;
         if let Some(why) = self.rewrite_skipped(k) {
-            let written_estimate_ns = (why == NoRewrite::Disabled && self.options.target.is_compiled())
-                .then(|| rewrite::written_cost(&written, self.options.target, &self.folded_weights()));
+            let written_estimate_ns = (why == NoRewrite::Disabled && self.options.target.is_compiled()).then(|| {
+                rewrite::written_cost(
+                    &written,
+                    self.options.target,
+                    texc_schedules::performance::for_target(self.options.target),
+                    &self.folded_weights(),
+                )
+            });
             return Ok(Built { runs: written.clone(), written, plan: None, kept_original: None, written_estimate_ns });
         }
         self.rewrite(k, b, written)

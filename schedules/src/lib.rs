@@ -46,6 +46,7 @@ pub mod lower;
 pub mod memory_plan;
 pub mod multistage;
 pub mod normalize;
+pub mod performance;
 pub mod prepack;
 pub mod prepare;
 pub mod schedule;

@@ -2,12 +2,14 @@
 //! parameter count and peak memory against hand counts, and which plan the
 //! pipeline says runs (`Pipeline::rewrite_skipped`).
 
-use texc_compiler::graph::{summary, weights, WEIGHT_PARAMS};
+use texc_compiler::graph::{summary, weights};
+use texc_compiler::nn::TABLE;
 use texc_compiler::{Bindings, KernelRef};
 use texc_pipeline::NoRewrite;
 
-/// Every position of [`WEIGHT_PARAMS`] is a tensor parameter of every
-/// overload of that std.nn kernel, named as weights are named there.
+/// Every weight position of the operator table is a tensor parameter of
+/// every overload of that std.nn kernel, named as weights are named there;
+/// every non-negative position names its parameter.
 #[test]
 fn weight_positions_name_weights_of_the_standard_library() {
     let (pl, _) = texc_tests::load_text(
@@ -19,7 +21,8 @@ fn weight_positions_name_weights_of_the_standard_library() {
     .expect("loads");
     let std = pl.session.modules.iter().find(|m| m.path.is_none() && m.kernels.iter().any(|k| k.name == "conv2d"));
     let std = std.expect("std.nn is loaded");
-    for (name, positions) in WEIGHT_PARAMS {
+    for row in TABLE {
+        let (name, positions) = (&row.name, &row.weights);
         let overloads: Vec<_> = std.kernels.iter().filter(|k| k.name == *name).collect();
         assert!(!overloads.is_empty(), "`{name}` is not a std.nn kernel");
         for k in overloads {
@@ -34,6 +37,9 @@ fn weight_positions_name_weights_of_the_standard_library() {
                     "{name} parameter {at} is `{}`, not a weight",
                     p.name
                 );
+            }
+            for &(at, param) in row.non_negative {
+                assert_eq!(k.params[at].name, param, "{name} parameter {at}");
             }
         }
     }

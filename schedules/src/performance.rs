@@ -1,0 +1,121 @@
+//! The performance models of the default schedules: how fast the CPU and
+//! GPU strategies' schedules run each operator, as a share of the nominal
+//! peak — the efficiencies the e-graph's cost model prices operators with
+//! (`texc_compiler::rewrite::PerformanceModel`). They live beside the
+//! schedules they describe: a schedule change that moves an operator's
+//! speed updates its efficiency here, in the same change.
+
+use texc_compiler::nn::{Info, NnOp};
+use texc_compiler::rewrite::{Nominal, OpNode, PerformanceModel};
+use texc_compiler::target::{Target, TargetKind};
+
+/// The default CPU schedules' efficiencies.
+pub struct CpuModel;
+
+/// The default GPU schedules' efficiencies.
+pub struct GpuModel;
+
+impl PerformanceModel for CpuModel {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    /// The share of the peak that texc's default CPU schedules reach on an
+    /// operator, measured (1 thread, x86-avx2 and x86-avx512, ResNet-18's
+    /// layers at 224×224: `benches/models.py`, docs/onnx.md): direct
+    /// convolutions 0.5–0.64 at stride 1 (0.4 with 1×1 filters, whose matrix
+    /// products reach 0.58–0.78) but 0.18–0.27 at stride 2 and for
+    /// 3-channel inputs, where im2col's matrix product reaches 0.4–0.62; Winograd
+    /// 0.34–0.6 of its reduced work, less on small images. Without these the
+    /// roofline ties a direct strided convolution with im2col, and the direct
+    /// one, 3.3× slower, was chosen. Below 10 MFLOP the data stays in the
+    /// first-level cache and direct convolutions keep their speed (a 16-channel
+    /// 10×10 strided layer: 0.010 ms direct, 0.026 ms by im2col), so the
+    /// penalty is for larger layers only. Operators not listed reach the peak
+    /// their roofline bound allows as far as the model knows.
+    fn efficiency(&self, node: &OpNode<'_>) -> f64 {
+        let (op, ch) = (node.op, node.args);
+        let x = ch.first().and_then(Info::shape);
+        let stride = |k: usize| ch.get(k).and_then(Info::num).unwrap_or(1);
+        // Output pixels per image and filter: below 100 (7×7), rows of pixels
+        // fill vectors badly and the products over them slow down.
+        let few_pixels = op.shape(ch).is_some_and(|o| o.len() == 4 && o[2] * o[3] < 100);
+        // Images of at most 14×14: few Winograd tiles.
+        let small = x.is_some_and(|x| x.len() == 4 && x[2] * x[3] <= 14 * 14);
+        match op {
+            NnOp::Conv2d(_) => {
+                let few_channels = x.is_some_and(|x| x[1] < 8);
+                let pointwise = ch.get(1).and_then(Info::shape).is_some_and(|w| w[2] == 1 && w[3] == 1);
+                if (stride(op.conv_pad_at() + 1) > 1 || few_channels) && node.flops > 1e7 {
+                    0.22
+                } else if pointwise || few_pixels {
+                    // A 1×1 filter leaves the direct nest no window to reuse; a
+                    // 7×7 image, rows of 7 in 8-lane vectors (3×3 at 7×7×512: 0.37).
+                    0.4
+                } else {
+                    0.6
+                }
+            }
+            // 1×1 convolutions as products (56×56, 24→144): 0.78 alone, 0.58 with the bias added in.
+            NnOp::Conv2d1x1(e) if e == texc_compiler::nn::Epilogue::None => 0.78,
+            NnOp::Conv2d1x1(_) => 0.58,
+            // 3×3 at 7×7×512: 0.39 by pixel rows, 0.63 by filter rows (weights folded).
+            NnOp::Conv2dIm2col if few_pixels => 0.4,
+            NnOp::Conv2dIm2col => 0.55,
+            NnOp::Conv2dIm2colT if few_pixels => 0.63,
+            NnOp::Conv2dIm2colT => 0.45,
+            // Vectors along the filters, 1 thread (3×3, direct measured at 0.6):
+            // 14×14×256 0.42 (AVX-512) and 0.38 (AVX2), where the other layout
+            // measured 0.27 (the model keeps its 0.35 below); 28×28×128 0.52 and
+            // 56×56×64 0.41, where the other reaches 0.55. With constant filters
+            // the other layout reads U packed by rows of filters (`prepack`) and
+            // its products run 1.25× faster (ResNet-18's 14×14×256 layers,
+            // AVX-512: 1.0 against 1.25 ms). Few filters fill few vectors. So
+            // 0.28, below the other layout, wherever it was not measured faster.
+            NnOp::Conv2dWinograd(texc_compiler::nn::WinogradForm::F2k, _) => {
+                let many_filters = ch.get(1).and_then(Info::shape).is_some_and(|w| w[0] >= 128);
+                if small && many_filters && !node.constant_filters {
+                    0.42
+                } else {
+                    0.28
+                }
+            }
+            // Fewer tiles to spread the transforms over on small images.
+            NnOp::Conv2dWinograd(..) if small => 0.35,
+            NnOp::Conv2dWinograd(..) => 0.55,
+            _ => 1.0,
+        }
+    }
+}
+
+impl PerformanceModel for GpuModel {
+    fn name(&self) -> &'static str {
+        "gpu"
+    }
+
+    /// The share of the f32 peak that texc's default GPU schedules reach on an
+    /// operator, measured on an H200 (`benches/gpu.py --tune`: ResNet-50's
+    /// 56×56×64 3×3 layer at batch 32, f32): the direct convolution, a 4×4 block
+    /// of outputs per thread with its accumulators in registers, 0.2 (0.54 ms),
+    /// as the same blocks reach on a 4096³ product (the im2col form's); Winograd
+    /// F(4×4, 3×3) 0.035 of its reduced work (0.96 ms: its transforms and
+    /// batched products are launches of their own, each through global memory).
+    /// At the nominal peak the model had chosen Winograd, 1.8× slower.
+    fn efficiency(&self, node: &OpNode<'_>) -> f64 {
+        match node.op {
+            NnOp::Conv2dWinograd(..) => 0.035,
+            op if op.is_conv2d() => 0.2,
+            _ => 1.0,
+        }
+    }
+}
+
+/// The performance model of `target`'s default schedules (the interpreter
+/// has none: every operator at its roofline bound).
+pub fn for_target(target: &Target) -> &'static dyn PerformanceModel {
+    match target.kind {
+        TargetKind::Cpu => &CpuModel,
+        TargetKind::Gpu => &GpuModel,
+        TargetKind::Interp => &Nominal,
+    }
+}
