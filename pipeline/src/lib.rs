@@ -20,6 +20,7 @@
 
 pub mod check;
 pub mod domain;
+pub mod emit;
 mod loops_file;
 mod model;
 mod options;

@@ -32,9 +32,6 @@ macro_rules! outp {
     ($($t:tt)*) => { out(format_args!($($t)*)) };
 }
 
-const STAGES: [&str; 12] =
-    ["ast", "tir", "graph", "egraph", "loops", "llvm", "asm", "clif", "vcode", "ptx", "mlir", "mlir-linalg"];
-
 /// How a command ended when it failed: rendered diagnostics (exit 1) or misuse (exit 2).
 enum Fail {
     Input(String),
@@ -234,149 +231,13 @@ fn check(pl: &mut Pipeline, c: &Common) -> Result<(), Error> {
 }
 
 fn emit(pl: &mut Pipeline, c: &Common, stage: &str) -> Result<(), Error> {
-    if !STAGES.contains(&stage) {
-        return Err(usage(format!("unknown stage `{stage}`; stages: {}", STAGES.join(", "))));
-    }
-    if stage.starts_with("mlir") {
-        return emit_mlir(pl, c, stage);
-    }
-    let t = pl.target();
-    let backend_stage = !matches!(stage, "ast" | "tir" | "graph" | "egraph" | "loops");
-    if stage == "loops" || backend_stage {
-        pl.require_compiled(&format!("`--stage {stage}`"))?;
-    }
-    if backend_stage && !pl.text_stages().contains(&stage) {
-        let printing: Vec<&str> = texc_compiler::target::all()
-            .iter()
-            .filter(|t| texc_codegen::backend_for(t).is_ok_and(|b| b.text_stages().contains(&stage)))
-            .map(|t| t.name)
-            .collect();
-        return Err(if printing.is_empty() {
-            usage(format!("stage `{stage}` is not built yet: it needs a later part of the compiler"))
-        } else {
-            usage(format!("target `{t}` has no stage `{stage}`; targets that print it: {}", printing.join(", ")))
-        });
-    }
-    if texc_pipeline::is_loops_file(&c.file) {
+    if texc_pipeline::is_loops_file(&c.file) && texc_pipeline::emit::STAGES.contains(&stage) {
         no_sizes_for_loops(c)?;
-        let lf = pl.load_loops(&c.file)?;
-        match (stage, &lf.legal) {
-            ("loops", _) => outp!("{}", texc_schedules::ir::print(&lf.lowered)),
-            (s, Some(legal)) if backend_stage => outp!("{}", pl.emit_text(legal, s)?),
-            _ => {
-                return Err(usage(format!(
-                    "{}: a .loops file is already loop IR: its stages are loops and the target's ({})",
-                    c.file.display(),
-                    pl.text_stages().join(", ")
-                )))
-            }
-        }
-        return Ok(());
     }
-    let m = pl.load(&c.file)?;
-    if stage == "ast" {
-        outp!("{}", texc_grammar::print::print_ast(&pl.session.module(m).ast));
-        return Ok(());
-    }
-    let k = pl.kernel(m, c.kernel.as_deref())?;
     let b = bindings(c)?;
-    match stage {
-        "egraph" => {
-            let written = pl.specialize(k, &b)?;
-            // Only what `run` would do: no e-graph plan where none would be used.
-            if let Some(skip) = pl.rewrite_skipped(k) {
-                outln!("egraph for {t}: not run: {skip}");
-                outln!("  what runs on {t} is the graph as written:");
-                for line in texc_compiler::graph::print_graph(&written).lines() {
-                    outln!("    {line}");
-                }
-                return Ok(());
-            }
-            let built = pl.rewrite(k, &b, written)?;
-            let plan = built.plan.as_ref().expect("the rewrite pass makes a plan");
-            outp!("{}", texc_compiler::rewrite::print_plan(plan, t, built.kept_original.as_deref()));
-        }
-        "graph" => outp!("{}", texc_compiler::graph::print_graph(&pl.specialize(k, &b)?)),
-        "tir" => outp!("{}", texc_compiler::print::print_program(&pl.specialize(k, &b)?)),
-        "loops" => {
-            let (_, loops) = pl.build(k, &b)?;
-            outp!("{}", texc_schedules::ir::print(&loops.lowered));
-        }
-        _ => {
-            let (_, loops) = pl.build(k, &b)?;
-            outp!("{}", pl.emit_text(&loops.legal, stage)?);
-        }
-    }
+    let r = texc_pipeline::emit::EmitRequest { file: &c.file, kernel: c.kernel.as_deref(), bindings: &b, stage };
+    outp!("{}", pl.emit(&r)?);
     Ok(())
-}
-
-/// `emit --stage mlir` (the target's legalized loop nests) and `--stage
-/// mlir-linalg` (the tensor IR that runs, before scheduling).
-fn emit_mlir(pl: &mut Pipeline, c: &Common, stage: &str) -> Result<(), Error> {
-    if stage == "mlir" {
-        pl.require_compiled("`--stage mlir` (the loop nests of a target's schedule)")?;
-    }
-    if texc_pipeline::is_loops_file(&c.file) {
-        no_sizes_for_loops(c)?;
-        let lf = pl.load_loops(&c.file)?;
-        return match (stage, &lf.legal) {
-            ("mlir", Some(legal)) => Ok(outp!("{}", mlir::loops(legal)?)),
-            _ => Err(usage(format!(
-                "{}: a .loops file is already loop IR: it has no tensor IR to export as linalg",
-                c.file.display()
-            ))),
-        };
-    }
-    let m = pl.load(&c.file)?;
-    let k = pl.kernel(m, c.kernel.as_deref())?;
-    let b = bindings(c)?;
-    if stage == "mlir" {
-        let (_, loops) = pl.build(k, &b)?;
-        outp!("{}", mlir::loops(&loops.legal)?);
-    } else {
-        let built = pl.program(k, &b)?;
-        outp!("{}", mlir::linalg(&built.runs)?);
-    }
-    Ok(())
-}
-
-/// The MLIR export, or why this build has none.
-mod mlir {
-    use texc_grammar::Diagnostic;
-    use texc_pipeline::Error;
-
-    #[cfg(feature = "mlir")]
-    fn fail(e: texc_mlir::MlirError) -> Error {
-        Error::from(Diagnostic::error(e.to_string()))
-    }
-
-    #[cfg(feature = "mlir")]
-    pub fn loops(f: &texc_schedules::LoopFunc) -> Result<String, Error> {
-        texc_mlir::export_loops(f).map_err(fail)
-    }
-
-    #[cfg(feature = "mlir")]
-    pub fn linalg(p: &texc_compiler::Program) -> Result<String, Error> {
-        texc_mlir::export_linalg(p).map_err(fail)
-    }
-
-    #[cfg(not(feature = "mlir"))]
-    fn missing() -> Error {
-        Error::from(Diagnostic::error(
-            "this texc was built without MLIR export: build it with `cargo build --features mlir` \
-             (which needs MLIR 19: apt install libmlir-19-dev libclang-19-dev)",
-        ))
-    }
-
-    #[cfg(not(feature = "mlir"))]
-    pub fn loops(_: &texc_schedules::LoopFunc) -> Result<String, Error> {
-        Err(missing())
-    }
-
-    #[cfg(not(feature = "mlir"))]
-    pub fn linalg(_: &texc_compiler::Program) -> Result<String, Error> {
-        Err(missing())
-    }
 }
 
 /// Every `--output NAME=PATH` must be writable before any work starts (a

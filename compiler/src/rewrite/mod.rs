@@ -348,6 +348,7 @@ fn kernel_header(s: &crate::Session, k: crate::KernelRef) -> String {
 /// Rewrite kernel `k` (specialized as `original`) for `target`: the plan,
 /// with its source as a `.tex` kernel that replaces `k` (imports and
 /// signature copied from `k`), shown with the file name the user knows.
+#[allow(clippy::too_many_arguments)]
 pub fn rewrite_kernel(
     s: &crate::Session,
     k: crate::KernelRef,
