@@ -1021,144 +1021,19 @@ fn compile_aot(pl: &mut Pipeline, c: &Common, output: Option<&Path>) -> Result<(
         return Err(usage("`texc compile` needs `-o out.o` or `-o out.so` (`-o out.ptx` or `-o out.cubin` for GPUs)"));
     };
     pl.require_compiled("`texc compile`")?;
-    let ext = out.extension().and_then(|e| e.to_str()).unwrap_or("");
-    if pl.target().kind == texc_compiler::target::TargetKind::Gpu {
-        return compile_gpu(pl, c, out, ext);
-    }
-    if ext != "o" && ext != "so" {
-        return Err(usage(format!("`-o {}`: the output must end in .o or .so", out.display())));
-    }
-    let fail = |e: String| Error::from(Diagnostic::error(e));
-    // Temporary files go beside the output: an error names the output, not them.
-    let cannot = |e: std::io::Error| fail(format!("cannot write {}: {e}", out.display()));
-    let dir = match out.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if !dir.is_dir() {
-        return Err(fail(format!("cannot write {}: there is no directory {}", out.display(), dir.display())));
-    }
-    // A directory, socket or link to nothing is refused before compiling.
-    texc_runtime::atomic::check_writable(out).map_err(|e| fail(format!("cannot write {}: {e}", out.display())))?;
+    // What the output's name asks for is checked before anything compiles.
+    pl.check_library_path(out)?;
     let funcs = kernels_to_compile(pl, c)?;
-    let refs: Vec<&texc_schedules::LoopFunc> = funcs.iter().collect();
-    let (objects, mut header) = pl.emit_objects(&refs)?;
-    let embedded = embed_weights(pl, &funcs, out)?;
-    if let Some((_, declaration)) = &embedded {
-        header = texc_codegen::header::with_declaration(&header, declaration);
-    }
-    // Every output is written beside its path and renamed over it, so a
-    // reader (or a concurrent texc) never sees half a file.
-    if ext == "o" && objects.len() == 1 && embedded.is_none() {
-        texc_runtime::atomic::write(out, &objects[0]).map_err(cannot)?;
-    } else {
-        // Several objects become one relocatable object (`cc -r`) or a library.
-        let linked = texc_runtime::atomic::temporary_beside(out);
-        let mut parts = Vec::new();
-        let mut written = Ok(());
-        for obj in &objects {
-            let part = texc_runtime::atomic::temporary_beside(&out.with_extension("o"));
-            written = texc_runtime::atomic::write(&part, obj);
-            parts.push(part);
-            if written.is_err() {
-                break;
-            }
-        }
-        parts.extend(embedded.as_ref().map(|(o, _)| o.clone()));
-        let status = written.map(|()| {
-            std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-                .args([if ext == "so" { "-shared" } else { "-r" }, "-o"])
-                .arg(&linked)
-                .args(&parts)
-                // A library records the math library its kernels call (expf, erff, ...).
-                .args(if ext == "so" { &["-lm"][..] } else { &[][..] })
-                .status()
-        });
-        for p in &parts {
-            let _ = std::fs::remove_file(p);
-        }
-        let status = status
-            .map_err(cannot)?
-            .map_err(|e| fail(format!("cannot run the C compiler to link {}: {e}", out.display())))?;
-        if !status.success() {
-            let _ = std::fs::remove_file(&linked);
-            return Err(fail(format!("linking {} failed", out.display())));
-        }
-        texc_runtime::atomic::replace(&linked, out).map_err(cannot)?;
-    }
-    let header_path = out.with_extension("h");
-    texc_runtime::atomic::write(&header_path, header.as_bytes())
-        .map_err(|e| fail(format!("cannot write {}: {e}", header_path.display())))?;
-    let entries: Vec<String> = funcs.iter().map(|f| format!("int texc_{}_run(...)", f.p.name)).collect();
-    outln!("wrote {} and {} ({})", out.display(), header_path.display(), entries.join(", "));
-    Ok(())
-}
-
-/// `texc compile -o k.ptx` (or `k.cubin`, assembled by `ptxas`) for a GPU target, and its header.
-/// An ONNX model's weights compiled into its library, with the entry
-/// `texc_<kernel>_infer` that passes them: the object to link and the
-/// entry's declaration for the header. `None` for a `.tex` file.
-fn embed_weights(
-    pl: &mut Pipeline,
-    funcs: &[texc_schedules::LoopFunc],
-    out: &Path,
-) -> Result<Option<(PathBuf, String)>, Error> {
-    let [f] = funcs else { return Ok(None) };
-    if pl.model_inputs().is_empty() {
-        return Ok(None);
-    }
-    let weights = pl.model_constants()?;
-    let fail = |what: String| Error::from(Diagnostic::error(format!("cannot write {}: {what}", out.display())));
-    let bytes = |name: &str| {
-        weights.get(name).and_then(|t| texc_runtime::AlignedBuf::from_tensor(t).ok()).map(|b| b.bytes().to_vec())
-    };
-    let blob_path = texc_runtime::atomic::temporary_beside(&out.with_extension("weights"));
-    let c = texc_codegen::abi::CEntry::of(f);
-    let e = texc_codegen::header::embedded_weights(f, &c, &bytes, &blob_path);
-    let source = texc_runtime::atomic::temporary_beside(&out.with_extension("c")).with_extension("c");
-    let object = texc_runtime::atomic::temporary_beside(&out.with_extension("o"));
-    let compiled =
-        std::fs::write(&blob_path, &e.blob).and_then(|()| std::fs::write(&source, &e.c_source)).and_then(|()| {
-            std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-                .args(["-c", "-O2", "-fPIC", "-o"])
-                .arg(&object)
-                .arg(&source)
-                .status()
-        });
-    let _ = std::fs::remove_file(&blob_path);
-    let _ = std::fs::remove_file(&source);
-    match compiled {
-        Ok(s) if s.success() => Ok(Some((object, e.declaration))),
-        Ok(_) => Err(fail("the C compiler failed on the weights' entry".into())),
-        Err(err) => Err(fail(err.to_string())),
-    }
-}
-
-fn compile_gpu(pl: &mut Pipeline, c: &Common, out: &Path, ext: &str) -> Result<(), Error> {
-    let t = pl.target();
-    let formats = pl.gpu_formats()?;
-    if !formats.contains(&ext) {
-        let listed: Vec<String> = formats.iter().map(|f| format!(".{f}")).collect();
-        return Err(usage(format!(
-            "`-o {}`: for GPU target {t} the output ends in {}",
-            out.display(),
-            listed.join(" or ")
-        )));
-    }
-    let fail = |e: String| Error::from(Diagnostic::error(e));
-    let funcs = kernels_to_compile(pl, c)?;
-    let refs: Vec<&texc_schedules::LoopFunc> = funcs.iter().collect();
-    let (text, header) = pl.emit_gpu(&refs)?;
-    let encoded = pl.encode_gpu(&text, ext)?;
-    for note in &encoded.notes {
+    let written = pl.write_library(&funcs, out)?;
+    for note in &written.notes {
         outln!("{note}");
     }
-    texc_runtime::atomic::write(out, &encoded.bytes)
-        .map_err(|e| fail(format!("cannot write {}: {e}", out.display())))?;
-    let header_path = out.with_extension("h");
-    texc_runtime::atomic::write(&header_path, header.as_bytes())
-        .map_err(|e| fail(format!("cannot write {}: {e}", header_path.display())))?;
-    outln!("wrote {} and {}", out.display(), header_path.display());
+    if pl.target().kind == texc_compiler::target::TargetKind::Gpu {
+        outln!("wrote {} and {}", out.display(), written.header.display());
+    } else {
+        let entries: Vec<String> = funcs.iter().map(|f| format!("int texc_{}_run(...)", f.p.name)).collect();
+        outln!("wrote {} and {} ({})", out.display(), written.header.display(), entries.join(", "));
+    }
     Ok(())
 }
 
