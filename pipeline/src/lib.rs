@@ -259,8 +259,8 @@ impl Pipeline {
     }
 
     /// The `--knob` values of the default schedule on `t`; an error naming its knobs otherwise.
-    fn default_knobs(&self, t: &Target) -> Result<texc_schedules::default::DefaultKnobs, Error> {
-        texc_schedules::default::DefaultKnobs::from_knobs(&self.schedule_knobs())
+    fn default_knobs(&self, t: &Target) -> Result<texc_schedules::knobs::DefaultKnobs, Error> {
+        texc_schedules::knobs::DefaultKnobs::from_knobs(&self.schedule_knobs())
             .map_err(|m| Diagnostic::error(format!("{m}: the kernel runs the default schedule on {}", t.name)).into())
     }
 
@@ -512,7 +512,7 @@ impl Pipeline {
                 let knobs = self.default_knobs(t)?;
                 self.prepare_for_default(p, t, knobs)?;
                 t0 = Instant::now();
-                texc_schedules::default::schedule_prepared(p, t, knobs)
+                texc_schedules::strategy::schedule_prepared(p, t, knobs)
             }
         };
         let regions = texc_schedules::attach::infer(p, &mut schedules)?;
@@ -534,7 +534,7 @@ impl Pipeline {
         &mut self,
         p: &mut Program,
         t: &Target,
-        knobs: texc_schedules::default::DefaultKnobs,
+        knobs: texc_schedules::knobs::DefaultKnobs,
     ) -> Result<(), Error> {
         for step in texc_schedules::prepare::steps(t) {
             let t0 = Instant::now();

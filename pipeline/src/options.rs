@@ -24,7 +24,7 @@ pub enum Pass {
     Fold,
     /// A preparation pass of the target's default schedule (`texc_schedules::prepare`), by name.
     Prepare(&'static str),
-    /// The schedule block or the default schedule (`texc_schedules::{apply, default, attach}`).
+    /// The schedule block or the default schedule (`texc_schedules::{apply, strategy, attach}`).
     Schedule,
     /// Loop nests (`texc_schedules::lower`).
     Lower,

@@ -22,7 +22,7 @@ impl Pipeline {
 
     /// The tunables of kernel `k` on the target: its schedule template's, or
     /// without a template the default schedule's knobs
-    /// ([`DefaultKnobs`](texc_schedules::default::DefaultKnobs)); none on the interpreter.
+    /// ([`DefaultKnobs`](texc_schedules::knobs::DefaultKnobs)); none on the interpreter.
     pub fn tunables(&self, k: KernelRef) -> Vec<Tunable> {
         use texc_schedules::knobs::Family;
         if !self.options.target.is_compiled() {

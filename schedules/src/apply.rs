@@ -132,8 +132,8 @@ pub fn apply_with(
     let ScheduleBody::Primitives(prims) = &sched.body else {
         // `= auto`: the default schedule with the autotuner's knobs (`crate::find_schedule`).
         let defaults =
-            crate::default::DefaultKnobs::from_knobs(knobs).map_err(|m| Diagnostic::at(sched.span, m.to_string()))?;
-        return Ok(crate::default::default_schedule_with(p, target, defaults));
+            crate::knobs::DefaultKnobs::from_knobs(knobs).map_err(|m| Diagnostic::at(sched.span, m.to_string()))?;
+        return Ok(crate::strategy::default_schedule_with(p, target, defaults));
     };
     let tunes = tunable_values(prims, knobs)?;
     for prim in prims {

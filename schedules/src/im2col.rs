@@ -12,9 +12,9 @@
 //! ```
 //!
 //! The product is the one the default schedule runs through shared memory
-//! on tensor cores (`crate::default`), with the image's positions as its
-//! columns: the copies into `Y.cols` and out of `Y.gemm` walk `w`, the
-//! innermost axis of `X` and `Y`, with consecutive threads. The default
+//! on tensor cores (`strategy/gpu/tensor_cores.rs`), with the image's
+//! positions as its columns: the copies into `Y.cols` and out of `Y.gemm`
+//! walk `w`, the innermost axis of `X` and `Y`, with consecutive threads. The default
 //! schedule then inlines `Y.cols` into its copy into shared memory, so the
 //! columns are gathered from the image slice by slice inside the product
 //! (an implicit GEMM), not written out (`R*S` times the image; the knob

@@ -2,9 +2,68 @@
 //! name, target family, the values the autotuner tries, the values `--knob`
 //! accepts, what it means and which field of [`DefaultKnobs`] it sets.
 //! `--knob`, `texc tune`'s search space and the tuning database's checks
-//! all read this table; a knob's name is spelled here only.
+//! all read this table; a knob's name is spelled here only. Each
+//! family's knobs are listed together: a strategy hands its rows out as one
+//! slice ([`of`]).
 
-use crate::default::DefaultKnobs;
+/// Parameters of the default schedule that `--knob` (and the autotuner)
+/// may set for a kernel without a schedule block of its own — together the
+/// space `texc tune` searches for it, generated from the kernel's structure
+/// rather than a template:
+/// - register blocking: `rows` (rows of a register block, taken as given:
+///   a last, shorter block is a copy of the loops), `nvec` (vectors across a
+///   BLIS-style micro-kernel, which is also the width of its packed panels);
+/// - multi-level tiling: `kslice` (depth of the reduction slices of long
+///   products), `cols` (columns of a block of packed panels);
+/// - `pack` (0: no packing of the vector operand);
+/// - `order` (1: a long product's column panels outside its row blocks,
+///   so a packed panel stays in L1 across the rows instead of a block of
+///   rows across the panels);
+/// - `unroll` (the innermost reduction loop of a register block unrolled by
+///   that many iterations);
+/// - `par` (0: no loop runs on the thread pool), `vec` (vector width in
+///   bits, at most the target's: 256 on an AVX-512 target);
+/// - `attach` (0: every stage in a loop nest of its own, instead of
+///   temporaries computed inside the loop of the stage that reads them);
+/// - `racc` (vectors of partial results of a float row reduction: its
+///   independent combining chains);
+/// - `recip` (1: every float division by a value that stays the same along
+///   the row, `/ sqrt(v[n] + eps)` too, is a multiplication by a reciprocal
+///   computed once per row; 0: none is; by default only divisions by a
+///   loaded value, a softmax's `/ s[n]`);
+/// - `acc` (0: a register block accumulates into its output in memory,
+///   initialised by a nest of its own, and its epilogue is a pass of its
+///   own, instead of accumulators in registers written once through the
+///   epilogue: `local_accumulators` and `fold_epilogues` of the CPU strategy);
+/// - on GPUs, `gather` (0: a convolution's
+///   columns are written out, an explicit im2col, instead of gathered from
+///   the image into shared memory), and for tensor-core products through
+///   shared memory `gtile` (the largest block tile side tried: 128 or 64;
+///   the 64×64 warp tiles stay), `gslice` (the largest slice of the
+///   reduction tried: 64 or 32) and `stages` (slices in flight, 2 to 4).
+///
+/// Unset, each keeps its machine-derived value. [`KNOBS`] is the table of
+/// them: names, the values `--knob` accepts and `tune` tries.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DefaultKnobs {
+    pub rows: Option<i64>,
+    pub kslice: Option<i64>,
+    pub cols: Option<i64>,
+    pub pack: Option<bool>,
+    pub par: Option<bool>,
+    pub vec: Option<i64>,
+    pub nvec: Option<i64>,
+    pub order: Option<bool>,
+    pub unroll: Option<i64>,
+    pub attach: Option<bool>,
+    pub racc: Option<i64>,
+    pub recip: Option<bool>,
+    pub acc: Option<bool>,
+    pub gather: Option<bool>,
+    pub gtile: Option<i64>,
+    pub gslice: Option<i64>,
+    pub stages: Option<i64>,
+}
 
 /// The target family whose default schedule a knob steers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,6 +220,15 @@ pub fn lookup(name: &str) -> Option<&'static Knob> {
     KNOBS.iter().find(|k| k.name == name)
 }
 
+/// The knobs of `family` (a strategy's rows of [`KNOBS`], which lists each
+/// family's together).
+pub fn of(family: Family) -> &'static [Knob] {
+    const ALL: &[Knob] = &KNOBS;
+    let start = ALL.iter().position(|k| k.family == family).unwrap_or(ALL.len());
+    let len = ALL[start..].iter().take_while(|k| k.family == family).count();
+    &ALL[start..start + len]
+}
+
 /// The knobs of `family` with the values the autotuner tries.
 pub fn space(family: Family) -> Vec<(&'static str, &'static [i64])> {
     KNOBS.iter().filter(|k| k.family == family).map(|k| (k.name, k.candidates)).collect()
@@ -222,6 +290,16 @@ mod tests {
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), names.len());
+    }
+
+    /// [`of`] hands out a slice: each family's knobs must be listed together.
+    #[test]
+    fn each_familys_knobs_are_listed_together() {
+        for family in [Family::Cpu, Family::Gpu] {
+            let listed: Vec<&str> = of(family).iter().map(|k| k.name).collect();
+            let all: Vec<&str> = KNOBS.iter().filter(|k| k.family == family).map(|k| k.name).collect();
+            assert_eq!(listed, all);
+        }
     }
 
     #[test]

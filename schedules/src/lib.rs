@@ -3,9 +3,10 @@
 //! Passes (run in this order by `texc-pipeline`, which dumps, verifies and
 //! times each):
 //! - without a `schedule` block, the target's *preparation passes*
-//!   ([`prepare`]: TIR → TIR steps of [`default`] over [`normalize`]);
+//!   ([`prepare`]: TIR → TIR steps of the target family's [`strategy`]
+//!   over [`normalize`]);
 //! - *schedule*: the kernel's `schedule` block for the target ([`apply`]) or
-//!   the target's default schedule ([`default::schedule_prepared`]), then
+//!   the target's default schedule ([`strategy::schedule_prepared`]), then
 //!   the boxes of attached stages ([`attach`]); verified by
 //!   [`Schedules::verify`](schedule::Schedules::verify);
 //! - *lower*: to the loop IR ([`ir`], with [`index`] simplifying the indices
@@ -30,7 +31,6 @@ pub mod analysis;
 pub mod apply;
 pub mod attach;
 pub mod cross_thread;
-pub mod default;
 pub mod digits;
 pub mod eval;
 pub mod gpu;
@@ -50,6 +50,7 @@ pub mod performance;
 pub mod prepack;
 pub mod prepare;
 pub mod schedule;
+pub mod strategy;
 pub mod tensorize;
 pub mod text;
 pub mod tuning;

@@ -613,7 +613,8 @@ impl Lowerer<'_> {
             let from = local_idx(f, nest);
             match ss.epilogue.map(|e| &self.stages[e]) {
                 // The epilogue's variables are this stage's axes (it reads
-                // the accumulated tensor at its own point, `crate::default`).
+                // the accumulated tensor at its own point: `fold_epilogues`
+                // in `strategy/cpu/attach.rs`).
                 Some(e) => {
                     let value = (c.value_of)(f, nest, e.value);
                     let value = read_local(f, value, st.tensor, local, &from);

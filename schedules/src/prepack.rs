@@ -3,7 +3,7 @@
 //!
 //! The default CPU schedule packs the vector operand `B` of a long matrix
 //! product into panels as wide as its register block (`cache_read B ...
-//! layout (j / w, k, j % w)`, [`crate::default`]) for every slice of the
+//! layout (j / w, k, j % w)`, `strategy/cpu/pack.rs`) for every slice of the
 //! reduction and block of columns, on every call. When `B` is a constant —
 //! an imported model's weights, or a stage that reads only them, like
 //! im2col's filter matrix — those panels are the same on every call: this
@@ -33,10 +33,11 @@
 //! (the panels' stage goes just before the first product that reads it);
 //! operator records' stage ranges move with the inserted stages.
 
-use crate::default::{default_schedule_with, DefaultKnobs};
 use crate::ir::ForKind;
+use crate::knobs::DefaultKnobs;
 use crate::normalize::{fresh_name, with_children};
 use crate::schedule::{LayoutDim, Rel, StageSchedule};
+use crate::strategy::default_schedule_with;
 use texc_compiler::ops::BinOp;
 use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::tir::*;
@@ -204,7 +205,7 @@ pub fn prepack_constant_operands(
         }
         // One reader, which reads it as the block did: weights of one layer.
         let readers: Vec<usize> =
-            (0..p.stages.len()).filter(|&i| crate::default::loads(p, p.stages[i].value, pack.operand)).collect();
+            (0..p.stages.len()).filter(|&i| crate::strategy::loads(p, p.stages[i].value, pack.operand)).collect();
         let [ci] = readers[..] else { continue };
         if !reads_by_rows(p, ci, pack) {
             continue;

@@ -1,15 +1,19 @@
 //! The preparation passes of the default schedules: what each target
 //! family's default schedule needs of the tensor IR before it schedules
-//! it, in order. The pipeline runs them one by one as passes of their own
-//! (each dumped, verified and timed: `--time-passes`, `TEXC_DUMP_IR=rfactor`);
-//! [`prepare`] runs them all (the default schedule on a copy, for packs).
-//! A kernel's own `schedule` block runs none of them.
+//! it, in order. Each strategy lists its own
+//! ([`Strategy::preparation`](crate::strategy::Strategy::preparation), in
+//! `strategy/cpu/mod.rs` and `strategy/gpu/mod.rs`). The pipeline runs them
+//! one by one as passes of their own (each dumped, verified and timed:
+//! `--time-passes`, `TEXC_DUMP_IR=rfactor`); [`prepare`] runs them all (the
+//! default schedule on a copy, for packs). A kernel's own `schedule` block
+//! runs none of them.
 //!
 //! Invariants: each pass takes a verified tensor-IR program to a verified
 //! one computing the same outputs (up to reassociation of float sums).
 
-use crate::default::{self, DefaultKnobs};
-use texc_compiler::target::{Target, TargetKind};
+use crate::knobs::DefaultKnobs;
+use crate::strategy::{lookup, STRATEGIES};
+use texc_compiler::target::Target;
 use texc_compiler::tir::Program;
 
 /// One preparation pass.
@@ -20,37 +24,15 @@ pub struct Step {
     pub run: fn(&mut Program, &Target, DefaultKnobs),
 }
 
-const CPU: [Step; 8] = [
-    Step { name: "one-hot-gathers", run: default::one_hot_gathers },
-    Step { name: "inline-elementwise", run: default::inline_elementwise_step },
-    Step { name: "hoist-reductions", run: default::hoist_reductions_step },
-    Step { name: "inline-epilogues", run: default::inline_epilogues_step },
-    Step { name: "simplify-div-mod", run: default::simplify_div_mod },
-    Step { name: "reciprocals", run: default::reciprocals },
-    Step { name: "fuse-dense-reductions", run: default::fuse_dense_reductions },
-    Step { name: "rfactor", run: default::rfactor },
-];
-
-const GPU: [Step; 5] = [
-    Step { name: "one-hot-gathers", run: default::one_hot_gathers },
-    Step { name: "inline-elementwise", run: default::inline_elementwise_step },
-    Step { name: "hoist-reductions", run: default::hoist_reductions_step },
-    Step { name: "simplify-div-mod", run: default::simplify_div_mod },
-    Step { name: "im2col", run: default::im2col },
-];
-
 /// The preparation passes of `target`'s default schedule, in order.
 pub fn steps(target: &Target) -> &'static [Step] {
-    match target.kind {
-        TargetKind::Gpu => &GPU,
-        _ => &CPU,
-    }
+    lookup(target).preparation()
 }
 
 /// Every pass's name, once each (for `TEXC_DUMP_IR`).
 pub fn names() -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
-    for s in CPU.iter().chain(&GPU) {
+    for s in STRATEGIES.iter().flat_map(|s| s.preparation()) {
         if !out.contains(&s.name) {
             out.push(s.name);
         }

@@ -47,7 +47,8 @@ pub struct StageSchedule {
     /// read the accumulator), so that a reduction's epilogue — a
     /// convolution's bias and activation — is applied to the block while it
     /// is in registers; that stage has no loops of its own, and this stage's
-    /// tensor is never written (default schedules only: [`crate::default`]).
+    /// tensor is never written (default CPU schedules only: `fold_epilogues`
+    /// in `strategy/cpu/attach.rs`).
     pub epilogue: Option<usize>,
     /// The span of the primitive that annotated each annotated iteration variable.
     pub annotated_at: Vec<(usize, Span)>,

@@ -387,7 +387,7 @@ fn reads(p: &Program, e: texc_compiler::tir::TExprId, t: texc_compiler::tir::Ten
 fn randomly_inlined(base: &Program, rng: &mut SplitMix64) -> Program {
     let mut p = base.clone();
     if rng.next_u64().is_multiple_of(2) {
-        texc_schedules::default::default_inlining(&mut p);
+        texc_schedules::strategy::default_inlining(&mut p);
     }
     texc_schedules::normalize::hoist_reductions(&mut p);
     p

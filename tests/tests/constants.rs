@@ -152,7 +152,7 @@ fn prepacked(t: &str, src: &str, constant: bool) -> (Program, Program, usize) {
     let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
     let w = p.tensors.iter().position(|d| d.name == "W").expect("W") as u32;
     let mut packed = p.clone();
-    let knobs = texc_schedules::default::DefaultKnobs::default();
+    let knobs = texc_schedules::knobs::DefaultKnobs::default();
     let made =
         texc_schedules::prepack::prepack_constant_operands(&mut packed, target, knobs, &|t| constant && t.0 == w);
     texc_compiler::verify::verify(&packed).expect("verifies");

@@ -1,0 +1,177 @@
+//! What the CPU schedule decides across stages, once each is scheduled:
+//!
+//! - a register block's accumulators in a local buffer, registers after
+//!   LLVM's SROA ([`local_accumulators`]);
+//! - an element-wise stage that alone reads such a block becomes its
+//!   epilogue, stored from the accumulators ([`fold_epilogues`]);
+//! - temporaries of which each iteration of their reader's outermost loop
+//!   needs its own part (a row's statistics, a softmax's exponentials) are
+//!   computed inside that loop (`compute_at`), so that the part stays in
+//!   L1 (or L2) ([`attach_producers`]).
+//!
+//! Invariants: epilogues are folded before producers are attached, and
+//! attaching never moves an epilogue, a stage with one, or anything an
+//! epilogue reads; an attachment is kept only where `attach::infer`
+//! accepts it, it recomputes little, and it cuts no operand's reuse.
+
+use super::Machine;
+use crate::analysis::loads_in;
+use crate::ir::ForKind;
+use crate::normalize::{contains_reduce, fresh_name};
+use crate::schedule::{Attach, Schedules, StageSchedule};
+use crate::strategy::{loads, uses_var};
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorRole};
+use texc_grammar::Span;
+
+/// A register block's accumulators (the spatial loops inside its reduction
+/// loops: unrolled rows, vectors of a row) in a local buffer at the loop
+/// just outside the reductions (`cache_write`), registers after LLVM's
+/// SROA: the block is initialised there and stored once, instead of an init
+/// nest writing the whole output first and the update reading it back. A
+/// block of more than twice the accumulator registers (a long product's
+/// column block, whose reduction is sliced outside it) stays in memory.
+pub(super) fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) {
+    let Some(first) = ss.leaves.iter().position(|&l| ss.ivs[l].reduce) else { return };
+    let Some(&at) = first.checked_sub(1).map(|i| &ss.leaves[i]) else { return };
+    let inner: Vec<usize> = ss.leaves[first..].iter().copied().filter(|&l| !ss.ivs[l].reduce).collect();
+    let blocked = inner.iter().any(|&l| ss.ivs[l].kind == ForKind::Unrolled);
+    let elements: i64 = inner.iter().map(|&l| ss.ivs[l].extent).product();
+    if blocked && elements <= 2 * m.accumulators * m.lanes {
+        ss.cache_write = Some((at, fresh_name(p, &format!("{}.acc", p.tensor(st.tensor).name))));
+    }
+}
+
+/// An element-wise stage that alone reads a reduction with local
+/// accumulators, at its own points (`y[n, k, h, w] = clip(y.r0[n, k, h, w] +
+/// b[k], 0, 6)` after `inline_epilogues`), becomes that reduction's
+/// epilogue: its write-back stores `y` from the accumulators, and `y.r0` is
+/// never written (1×1 convolutions of MobileNetV2: one pass over the output
+/// instead of three). Both stages at the root, nothing computed inside the
+/// epilogue's loops, and what the epilogue reads is written neither between
+/// them nor inside some stage's loops. It runs before [`attach_producers`]
+/// (only the schedule's packing stages are attached yet), which keeps these
+/// true: it attaches neither an epilogue, nor a stage with one, nor anything
+/// into an epilogue or that one reads.
+pub(super) fn fold_epilogues(p: &Program, s: &mut Schedules) {
+    for ai in 0..p.stages.len() {
+        if s.stages[ai].cache_write.is_none() || s.attach[ai].is_some() || s.is_epilogue(ai) {
+            continue;
+        }
+        let a = &p.stages[ai];
+        let t = a.tensor;
+        let readers: Vec<usize> = (0..p.stages.len()).filter(|&i| loads(p, p.stages[i].value, t)).collect();
+        let [bi] = readers[..] else { continue };
+        let b = &p.stages[bi];
+        let mut reads = Vec::new();
+        loads_in(p, b.value, &mut reads);
+        let at_own_point = |&l: &TExprId| match p.expr(l) {
+            TExpr::Load(x, idx) if *x == t => {
+                idx.iter().enumerate().all(|(d, &i)| matches!(p.expr(i), TExpr::Var(v) if *v as usize == d))
+            }
+            _ => true,
+        };
+        // Stages between them have not run at the write-back; attached ones
+        // exist only inside their owner's loops (perhaps not around it).
+        let written_between = |l: &TExprId| match p.expr(*l) {
+            TExpr::Load(x, _) => p
+                .stages
+                .iter()
+                .enumerate()
+                .any(|(ci, c)| c.tensor == *x && ((ai + 1..bi).contains(&ci) || s.attach[ci].is_some())),
+            _ => false,
+        };
+        let foldable = bi > ai
+            && p.tensor(t).role == TensorRole::Temp
+            && !contains_reduce(p, b.value)
+            && b.vars.len() == b.n_axes
+            && b.n_axes == a.n_axes
+            && p.tensor(b.tensor).shape == p.tensor(t).shape
+            && reads.iter().all(at_own_point)
+            && !reads.iter().any(written_between)
+            && s.attach[bi].is_none()
+            && !s.attach.iter().any(|x| matches!(x, Some(x) if x.owner == bi));
+        if foldable {
+            s.stages[ai].epilogue = Some(bi);
+        }
+    }
+}
+
+/// Attached boxes the default schedule keeps: small enough for L1, or for
+/// L2 beside it (a stride-2 depthwise convolution's padded 114×114 plane,
+/// 52 KiB, made per channel instead of in a pass over all of them:
+/// MobileNetV2, 1 thread, 8.20 → 8.12 ms).
+const ATTACH_BYTES: i64 = 64 * 1024;
+
+/// Compute temporaries inside the outermost loop of the stage that reads
+/// them, where each iteration of that loop needs its own part of them (the
+/// statistics and rows of a normalization, a softmax's exponentials): the
+/// part then goes from producer to reader through L1 instead of memory.
+/// Kept only when the parts hardly overlap (little recomputation) and are
+/// at most [`ATTACH_BYTES`]. Epilogues ([`fold_epilogues`], before this) and
+/// the reductions they store stay where they are: storing a bias and an
+/// activation from the accumulators costs nothing, a pass inside the
+/// reader costs one over its part.
+pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
+    for o in (0..p.stages.len()).rev() {
+        let Some(&a) = s.stages[o].leaves.first() else { continue };
+        if s.attach[o].is_some() || s.stages[o].ivs[a].reduce || s.is_epilogue(o) {
+            continue;
+        }
+        let trips = s.stages[o].ivs[a].extent;
+        for pi in (0..o).rev() {
+            let t = p.stages[pi].tensor;
+            if p.tensor(t).role != TensorRole::Temp
+                || s.attach[pi].is_some()
+                || s.is_epilogue(pi)
+                || s.stages[pi].epilogue.is_some()
+            {
+                continue;
+            }
+            let mut readers = (pi + 1..p.stages.len()).filter(|&q| loads(p, p.stages[q].value, t)).peekable();
+            let inside = |q: usize| q == o || matches!(&s.attach[q], Some(x) if x.owner == o && x.leaf == a);
+            if readers.peek().is_none() || !readers.all(inside) {
+                continue;
+            }
+            let mut trial = s.clone();
+            for v in &mut trial.stages[pi].ivs {
+                if v.kind == ForKind::Parallel {
+                    v.kind = ForKind::Serial;
+                }
+            }
+            trial.attach[pi] = Some(Attach { owner: o, leaf: a, layout: None, shared: false, span: Span::default() });
+            let Ok(regions) = crate::attach::infer(p, &mut trial.clone()) else { continue };
+            let r = regions[pi].as_ref().expect("attached");
+            if cuts_reuse(p, &p.stages[pi], &r.ext) {
+                continue;
+            }
+            let bytes = r.local_shape.iter().product::<i64>() * p.tensor(t).elem.size() as i64;
+            // Boxes may overrun the tensor at the end (those points are not computed) or overlap a little.
+            let computed = r.ext.iter().product::<i64>() * trips;
+            if bytes <= ATTACH_BYTES && 4 * computed <= 5 * p.tensor(t).len() {
+                // The producer's threads become the owner's: a reader too small to
+                // be worth threads on its own (a convolution's bias epilogue over
+                // 7×7×512 outputs) now carries the producer's work.
+                let was_parallel = s.stages[pi].ivs.iter().any(|v| v.kind == ForKind::Parallel);
+                *s = trial;
+                let owner = &mut s.stages[o];
+                let threaded = owner.ivs.iter().any(|v| v.kind == ForKind::Parallel);
+                if was_parallel && !threaded && owner.ivs[a].kind == ForKind::Serial && owner.ivs[a].extent >= 2 {
+                    owner.annotate(a, ForKind::Parallel, Span::default()).expect("a spatial leaf");
+                }
+            }
+        }
+    }
+}
+
+/// Whether a box with extents `ext` cuts a reduction stage along an axis
+/// that one of its operands does not depend on: the operand would then be
+/// reloaded for every box instead of being reused across that axis (the
+/// rows of a matrix product computed one at a time).
+fn cuts_reuse(p: &Program, st: &Stage, ext: &[i64]) -> bool {
+    if st.vars.len() == st.n_axes {
+        return false;
+    }
+    let mut all = Vec::new();
+    loads_in(p, st.value, &mut all);
+    (0..st.n_axes).any(|a| ext[a] < st.vars[a].extent && all.iter().any(|&l| !uses_var(p, l, a as u32)))
+}

@@ -1,0 +1,293 @@
+//! Register blocking of reductions: rows of a spatial axis whose vector
+//! loads they share are unrolled inside the reduction loops, so that
+//! independent accumulator vectors (3/4 of the target's registers) hide the
+//! FMA latency. Long GEMM rows get BLIS-style blocking: a micro-kernel of
+//! two vectors (`nvec`), its column loop outside the reductions in blocks of
+//! 128 or 256 columns (`cols`), and a long reduction cut into slices
+//! ([`default_kslice`], `kslice`), whose panels of the vector operand are
+//! packed per slice ([`super::pack`]).
+//!
+//! Invariants: an explicit `rows` is taken as given (a last, shorter block
+//! is a copy of the loops); without it, rows are chosen so that no guard
+//! lands in the innermost loop, where the accumulators live. A block's
+//! unrolled rows are the innermost loop but for the vector lanes.
+
+use super::pack::{vector_operand, PackRequest};
+use super::vectorize::vectorize_inner;
+use super::Machine;
+use crate::analysis::loads_in;
+use crate::ir::ForKind;
+use crate::schedule::StageSchedule;
+use crate::strategy::uses_var;
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId};
+use texc_grammar::Span;
+
+/// Register blocking for reductions: rows of a spatial axis (see
+/// [`reuse_axis`]) are unrolled inside the reduction loops, so that
+/// independent accumulator vectors (3/4 of the target's registers: 12 of
+/// AVX2's 16, 24 of AVX-512's 32) hide the FMA latency and share their
+/// vector loads. Rows longer than 6 vectors get the structure of BLIS's
+/// SGEMM: blocks of two vectors (a 6×16 micro-kernel on AVX2, 12×32 on
+/// AVX-512) whose loop moves outside the reductions, in groups spanning 128
+/// or 256 columns, and a single long reduction cut into slices ([`default_kslice`]); the returned
+/// request asks to pack the vector operand per slice and column block (a
+/// reduction of one slice: per column block, where those are outermost).
+pub(super) fn register_block(
+    ss: &mut StageSchedule,
+    p: &Program,
+    st: &Stage,
+    m: Machine,
+    (inner, first_row_axis): (usize, usize),
+) -> Option<PackRequest> {
+    let span = Span::default();
+    let row = ss.ivs[inner].extent;
+    let (a, shared) = reuse_axis(p, st, first_row_axis);
+    // A row shorter than half a full vector uses the half-width vector
+    // (AVX-512: a 7-wide row is one 256-bit vector, not 7 scalars). So does
+    // a row shorter than a full vector, of a lane count LLVM must split (13:
+    // 8, 4 and 1), whose block rows each load their own vectors: the pieces
+    // of every load are reassembled, which rows sharing their loads (a
+    // convolution's filters) amortize and rows of their own (a depthwise
+    // convolution's) do not (measured: W = 9..15, 8 + tail 1.1–1.5× faster
+    // on depthwise, 1.2–1.8× slower on a 16-filter convolution).
+    let split_by_llvm = row.count_ones() > 1;
+    let lanes = match m.half_lanes {
+        Some(half) if 2 * row < m.lanes || row < m.lanes && split_by_llvm && !shared => half,
+        _ => m.lanes,
+    };
+    // A row of at least half a vector is one (partial) vector; a shorter row
+    // stays scalar, one accumulator per element. Only rows of many full
+    // vectors take the BLIS structure.
+    let partial = row < lanes && 2 * row >= lanes;
+    let short_vectors = if row >= lanes {
+        (row + lanes - 1) / lanes
+    } else if partial {
+        1
+    } else {
+        row.max(1)
+    };
+    let long = row >= lanes && short_vectors > 6;
+    let vectors = if long { m.knobs.nvec.unwrap_or(2) } else { short_vectors };
+    let f = match m.knobs.rows {
+        // An explicit request is taken as it is: the last block is then a
+        // shorter copy of the loops (partitioned), or guarded.
+        Some(rows) => rows.min(ss.ivs[a].extent),
+        None => default_rows(block_accumulators(m, shared) / vectors, ss.ivs[a].extent, long),
+    };
+    if f < 2 {
+        vectorize_inner(ss, inner, m);
+        return None;
+    }
+    let name = ss.ivs[a].name.clone();
+    let (ab, r) = ss.split(a, f, (&format!("{name}.b"), span), (&format!("{name}.r"), span), span).expect("fresh");
+    let iname = ss.ivs[inner].name.clone();
+    let reductions: Vec<usize> = ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce).collect();
+    if !long {
+        let row_loops: Vec<usize> = if row >= lanes {
+            let (o, v) = ss
+                .split(inner, lanes, (&format!("{iname}.o"), span), (&format!("{iname}.v"), span), span)
+                .expect("fresh");
+            ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+            vec![o, v]
+        } else {
+            if partial {
+                ss.annotate(inner, ForKind::Vectorized, span).expect("spatial innermost");
+            }
+            vec![inner]
+        };
+        let mut order: Vec<usize> =
+            ss.leaves.iter().copied().filter(|&l| !ss.ivs[l].reduce && l != r && !row_loops.contains(&l)).collect();
+        order.extend(reductions);
+        order.push(r);
+        order.extend(row_loops);
+        ss.reorder(&order, span).expect("a permutation of the leaves");
+        ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
+        unroll_reduction(ss, m.knobs.unroll);
+        return None;
+    }
+    // The micro-kernel is two vectors wide (`nvec`); packed panels have its
+    // width, and a block of panels spans 128 or 256 columns (`cols`).
+    let width = vectors * lanes;
+    let (o, v) =
+        ss.split(inner, width, (&format!("{iname}.o"), span), (&format!("{iname}.v"), span), span).expect("fresh");
+    ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+    // Long rows take blocks of 256 columns (a packed block of 256 KiB per
+    // 256-deep slice, 512 KiB per 512-deep one: a quarter or half of L2):
+    // each row block of A, streamed from L3 once per column block, then
+    // serves twice as many panels (SGEMM 2048³ on AVX2: 96 → 100 GFLOP/s). Shorter ones keep 128, so that the
+    // column blocks still give the threads eight loops or more.
+    let elem = p.tensor(st.tensor).elem.size() as i64;
+    let depth: i64 = reductions.iter().map(|&l| ss.ivs[l].extent).product();
+    let kslice = m.knobs.kslice.unwrap_or(default_kslice(depth));
+    let sliced = matches!(reductions[..], [_] if depth > kslice);
+    // A reduction of one slice packs a block's panels whole (below): they
+    // and the block's accumulators share the stack's 256 KiB.
+    let one_slice_fits = |cols: i64| cols * depth * elem + f * width * elem <= crate::attach::MAX_STACK_BYTES;
+    let cols = m.knobs.cols.unwrap_or(match row >= 2048 {
+        true if sliced || one_slice_fits(256) => 256,
+        _ => 128,
+    });
+    let per_block = (cols / width).max(1);
+    let panels = (per_block > 1 && ss.ivs[o].extent >= 2 * per_block).then(|| {
+        ss.split(o, per_block, (&format!("{iname}.oo"), span), (&format!("{iname}.oi"), span), span).expect("fresh")
+    });
+    let slices = match reductions[..] {
+        [k] if sliced => {
+            let kname = ss.ivs[k].name.clone();
+            Some(
+                ss.split(k, kslice, (&format!("{kname}.o"), span), (&format!("{kname}.i"), span), span).expect("fresh"),
+            )
+        }
+        _ => None,
+    };
+    let (oo, oi) = match panels {
+        Some((oo, oi)) => (Some(oo), oi),
+        None => (None, o),
+    };
+    let row_part = [oo, Some(oi), Some(v)];
+    let mut order: Vec<usize> = ss
+        .leaves
+        .iter()
+        .copied()
+        .filter(|&l| !ss.ivs[l].reduce && l != r && l != ab && !row_part.contains(&Some(l)))
+        .collect();
+    order.extend(oo);
+    order.extend(slices.map(|(ko, _)| ko));
+    if m.knobs.order == Some(true) {
+        order.extend([oi, ab]);
+    } else {
+        order.extend([ab, oi]);
+    }
+    order.extend(ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce && Some(l) != slices.map(|(ko, _)| ko)));
+    order.push(r);
+    order.push(v);
+    ss.reorder(&order, span).expect("a permutation of the leaves");
+    ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
+    unroll_reduction(ss, m.knobs.unroll);
+    let (oo, _) = panels?;
+    if m.knobs.pack == Some(false) {
+        return None;
+    }
+    // Packed per slice; without slices (a reduction no deeper than one),
+    // per column block where its panels fit the stack: read in place, a
+    // panel's rows lie a row of the operand apart, and with rows a multiple
+    // of 4 KiB apart they fall in one set of L1 and evict each other
+    // (2048×256 · 256×2048 on AVX2: NumPy 20.3 ms, texc unpacked 27.5,
+    // packed 19.7). Not for a row fused from several axes (`h, w`), whose
+    // block's box is inferred as whole rows of the image.
+    let leaf = match slices {
+        Some((ko, _)) => ko,
+        None => {
+            // Only where the column blocks are the outermost loop, of 8 or
+            // more: the loop that runs in parallel, which `schedule_stage`
+            // then does not fuse with the row blocks inside it (packing once
+            // per row block).
+            let outermost = ss.leaves.first() == Some(&oo) && ss.ivs[oo].extent >= 8;
+            if !outermost || first_row_axis + 1 != st.n_axes || !one_slice_fits(per_block * width) {
+                return None;
+            }
+            oo
+        }
+    };
+    vector_operand(p, st).map(|tensor| PackRequest { leaf, tensor, width })
+}
+
+/// The spatial axis whose rows a register block unrolls: one that the
+/// vector operands (loads contiguous in the innermost axis) do not depend
+/// on, so that every unrolled row reuses the same vector loads and only
+/// adds a broadcast (the `i` of a matmul, the filter `k` of a convolution).
+/// Without such an axis (a depthwise convolution's rows each load their own
+/// input), the axis outside the innermost, and `false`.
+fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
+    let inner = st.n_axes as u32 - 1;
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let vector_loads: Vec<TExprId> = loads
+        .into_iter()
+        .filter(|&l| match p.expr(l) {
+            TExpr::Load(_, idx) => idx.last().is_some_and(|&i| uses_var(p, i, inner)),
+            _ => false,
+        })
+        .collect();
+    (0..first_row_axis)
+        .rev()
+        .find(|&a| st.vars[a].extent >= 2 && !vector_loads.iter().any(|&l| uses_var(p, l, a as u32)))
+        .map_or((first_row_axis - 1, false), |a| (a, true))
+}
+
+/// The depth of a sliced product's reduction slices: 512 where the
+/// reduction is deeper than that, else 256 (products of 257 to 512 keep the
+/// slices they had). Every slice reads and writes the accumulators of the
+/// whole output once more, from L3 when the output is large: on this Zen 4
+/// with AVX2, 1 thread, SGEMM 2048³ ran 168 ms with slices of 256 and 163
+/// with 512, 1024³ 20.3 and 19.5 ms (`texc bench benches/matmul.tex
+/// --knob kslice=256|512`); the packed block of 512 × 256 floats then lives
+/// on the heap (`LoopFunc::heap_locals`).
+fn default_kslice(depth: i64) -> i64 {
+    if depth > 512 {
+        512
+    } else {
+        256
+    }
+}
+
+/// The `unroll` knob: the innermost reduction loop of a register block
+/// (just outside its unrolled rows) unrolled by `by` iterations, where it
+/// has at least two such groups.
+fn unroll_reduction(ss: &mut StageSchedule, by: Option<i64>) {
+    let span = Span::default();
+    let Some(by) = by.filter(|&u| u >= 2) else { return };
+    let Some(&k) = ss.leaves.iter().rev().find(|&&l| ss.ivs[l].reduce) else { return };
+    if ss.ivs[k].extent < 2 * by || ss.ivs[k].kind != ForKind::Serial {
+        return;
+    }
+    let name = ss.ivs[k].name.clone();
+    let (_, u) = ss.split(k, by, (&format!("{name}.uo"), span), (&format!("{name}.u"), span), span).expect("fresh");
+    ss.annotate(u, ForKind::Unrolled, span).expect("serial leaf");
+}
+
+/// Accumulator vectors of a register block whose rows share their vector
+/// loads (`shared`, see [`reuse_axis`]): the machine's. Rows that each load
+/// their own input (a depthwise convolution's) gain nothing from more
+/// accumulators than hide the FMA latency, at most [`UNSHARED_ACCUMULATORS`]:
+/// on AVX-512 (1 thread, 3×3 depthwise with bias and relu6): 56²×144 0.186
+/// → 0.145 ms (4 rows of 4 vectors → 3), 112²×32 0.137 → 0.114, 28²×192
+/// 0.052 → 0.047, 112²×96 at stride 2 0.35 → 0.30.
+fn block_accumulators(m: Machine, shared: bool) -> i64 {
+    if shared {
+        m.accumulators
+    } else {
+        m.accumulators.min(UNSHARED_ACCUMULATORS)
+    }
+}
+
+/// See [`block_accumulators`]: AVX2's count (3/4 of its 16 registers).
+const UNSHARED_ACCUMULATORS: i64 = 12;
+
+/// Rows of A that a BLIS-style micro-kernel may read at once without
+/// evicting one another from L1: its rows lie a power-of-two stride apart in
+/// the usual shapes, so all fall in one set of the 8-way L1.
+const L1_WAYS: i64 = 8;
+
+/// Rows per register block when no knob sets them. A BLIS-style micro-kernel
+/// (`long`) takes all `max` rows when they stay within [`L1_WAYS`]; its
+/// block loop encloses the reductions, so a last, shorter block is a
+/// partitioned copy of the loops, not a guard. (SGEMM 1024³ on AVX2: 6 rows
+/// and a tail of 4, 106 GFLOP/s; 4 rows dividing 1024, 100 GFLOP/s. On
+/// AVX-512, 12 rows ran at 96 GFLOP/s and 8 at 107.)
+fn default_rows(max: i64, extent: i64, long: bool) -> i64 {
+    if long && max <= L1_WAYS {
+        max.min(extent)
+    } else {
+        block_rows(max, extent)
+    }
+}
+
+/// Rows per register block: at most `max`, preferring a divisor of the
+/// extent of at least `max / 3` (a partial block would need a guard in the
+/// innermost loop, where the accumulators live: 15 rows of at most 12 are
+/// blocks of 5, not 12 and a tail of 3).
+fn block_rows(max: i64, extent: i64) -> i64 {
+    let max = max.min(extent);
+    ((max / 3).max(2)..=max).rev().find(|f| extent % f == 0).unwrap_or(max)
+}

@@ -1,0 +1,328 @@
+//! The default CPU schedule. Per stage:
+//!
+//! - Reductions run with their reduction loops outside the innermost
+//!   spatial loop, so that the innermost loop writes contiguous memory —
+//!   unless they reduce along rows (`max[d](X[n, d])`): then the reduction
+//!   runs innermost over contiguous memory and the rows run in parallel
+//!   ([`row_reductions`]).
+//! - The innermost spatial loop is split by the vector width and vectorized,
+//!   short rows fused first, transposes walked by cache line
+//!   ([`vectorize`]); in a reduction, rows of another spatial loop are
+//!   unrolled inside the reduction loops ([`blocking`]), long GEMM rows with
+//!   packed panels ([`pack`]).
+//! - Outer spatial loops are fused until there is enough parallel work
+//!   (≥ 64 iterations), and that loop runs on the thread pool — when the
+//!   stage has at least 2^15 loop iterations in all; smaller stages run on
+//!   one thread, faster than the pool can hand work out.
+//!
+//! Then across stages ([`attach`]): a register block's accumulators in
+//! registers, epilogues stored from them, and temporaries computed inside
+//! the loops of their readers.
+//!
+//! Before all that, the preparation passes ([`PREPARATION`]): besides the
+//! shared ones, index quotients and remainders the variables' ranges
+//! decide are simplified (`normalize::simplify_div_mod`), divisors constant
+//! along a row are inverted once per row, trailing reduction variables that
+//! walk every read as one dense row become one, and float reductions along
+//! rows are factored into vector-width partial results, so that they
+//! vectorize ([`row_reductions`]).
+//!
+//! Invariants: a stage is scheduled from its fresh loops (the axes, then
+//! the reduction variables), and only from what [`Machine`] says of the
+//! target and the knobs; stages are inserted into the program (packed
+//! operands) last first, after every stage is scheduled, so that the
+//! indices of the others stay valid.
+
+mod attach;
+mod blocking;
+mod pack;
+mod row_reductions;
+mod vectorize;
+
+use super::{preparation, uses_var, Strategy};
+use crate::ir::ForKind;
+use crate::knobs::{DefaultKnobs, Family};
+use crate::prepare::Step;
+use crate::schedule::{Schedules, StageSchedule};
+use attach::{attach_producers, fold_epilogues, local_accumulators};
+use blocking::register_block;
+use pack::{pack_operand, PackRequest};
+use row_reductions::{reduces_along_rows, schedule_row_reduction};
+use texc_compiler::ops::{BinOp, MathFn};
+use texc_compiler::target::Target;
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId, VarId};
+use texc_grammar::Span;
+use vectorize::{fuse_short_rows, split_at_row_breaks, transposing_order, vectorize_inner};
+
+/// The default schedule of CPU targets.
+pub(super) struct Cpu;
+
+impl Strategy for Cpu {
+    fn family(&self) -> Family {
+        Family::Cpu
+    }
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn preparation(&self) -> &'static [Step] {
+        &PREPARATION
+    }
+
+    fn schedule(&self, p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
+        schedule(p, target, knobs)
+    }
+}
+
+/// Epilogues are inlined once reductions are hoisted out of them, and a row
+/// reduction's dense loops are fused before it is factored into
+/// vector-width partial results.
+const PREPARATION: [Step; 8] = [
+    Step { name: "one-hot-gathers", run: preparation::one_hot_gathers },
+    Step { name: "inline-elementwise", run: preparation::inline_elementwise_step },
+    Step { name: "hoist-reductions", run: preparation::hoist_reductions_step },
+    Step { name: "inline-epilogues", run: preparation::inline_epilogues_step },
+    Step { name: "simplify-div-mod", run: preparation::simplify_div_mod },
+    Step { name: "reciprocals", run: reciprocals },
+    Step { name: "fuse-dense-reductions", run: row_reductions::fuse_dense_reductions },
+    Step { name: "rfactor", run: row_reductions::rfactor },
+];
+
+/// *reciprocals*: a divisor that varies only along outer loops is inverted
+/// once per row, a stage of its own (knob `recip`).
+fn reciprocals(p: &mut Program, _: &Target, knobs: DefaultKnobs) {
+    if knobs.recip == Some(false) {
+        return;
+    }
+    let mut si = 0;
+    while si < p.stages.len() {
+        if crate::normalize::reciprocal_divisors(p, si, knobs.recip == Some(true)) {
+            // The reciprocals' stage, now at `si`, is prepared as any other.
+            crate::normalize::simplify_div_mod(p, si);
+            continue;
+        }
+        si += 1;
+    }
+}
+
+/// The machine a default schedule is made for: vector width and registers.
+#[derive(Clone, Copy)]
+struct Machine {
+    /// Lanes of the stage's compute type.
+    lanes: i64,
+    /// Accumulator vectors a register block keeps (about 3/4 of the registers).
+    accumulators: i64,
+    /// Lanes of the half-width vector, where that is still 256 bits or more
+    /// (AVX-512 machines run 256-bit vectors at full rate): loops shorter than
+    /// a full vector but at least this long use it instead of staying scalar.
+    half_lanes: Option<i64>,
+    knobs: DefaultKnobs,
+}
+
+impl Machine {
+    fn of(target: &Target, st: &Stage, p: &Program, knobs: DefaultKnobs) -> Machine {
+        let full_bits = target.vector_bits as i64;
+        // `vec`: narrower vectors than the target's (256-bit ones on AVX-512).
+        let bits = knobs.vec.map_or(full_bits, |b| b.min(full_bits)).max(1);
+        let lanes = (target.compute_lanes(p.tensor(st.tensor).elem) * bits / full_bits.max(1)).max(1);
+        let half_bits = bits / 2;
+        let half_lanes = (half_bits >= 256 && lanes >= 2).then_some(lanes / 2);
+        let accumulators = (target.vector_registers as i64 * 3 / 4).max(2);
+        // Short rows (under four full vectors) that divide per element use
+        // the 256-bit vector: a 512-bit vector's tail costs as much as a whole
+        // 256-bit one, and division and square root run no faster per element
+        // in 512-bit vectors (measured here, Zen 5: 1.5× slower). Long rows
+        // keep 512 bits (`layer_norm` over 1024: 15 % faster).
+        if let (Some(half), Some(inner)) = (half_lanes, st.n_axes.checked_sub(1)) {
+            let short = st.vars[inner].extent < 4 * lanes;
+            if short && divides_per_element(p, st.value, inner as VarId) {
+                return Machine { lanes: half, accumulators, half_lanes: None, knobs };
+            }
+        }
+        Machine { lanes, accumulators, half_lanes, knobs }
+    }
+
+    /// The vector width for an innermost loop of `extent` iterations: the
+    /// full vector when the loop fills one, else the half-width vector when
+    /// it fills that, else none (0).
+    fn width_for(self, extent: i64) -> i64 {
+        match self.half_lanes {
+            _ if extent >= self.lanes => self.lanes,
+            Some(half) if extent >= half => half,
+            // AVX-512 masks partial vectors at full speed: a row of half a
+            // 256-bit vector or more is one vector of its own length.
+            Some(half) if 2 * extent >= half => extent,
+            _ => 0,
+        }
+    }
+}
+
+/// Whether `e` divides, or takes a square root of, a float that varies along variable `v`.
+fn divides_per_element(p: &Program, e: TExprId, v: VarId) -> bool {
+    let float = matches!(p.ty(e), texc_compiler::tir::Ty::Elem(t) if t.is_float());
+    let here = match p.expr(e) {
+        TExpr::Binary(BinOp::Div, ..) | TExpr::Math(MathFn::Sqrt | MathFn::Rsqrt, _) => float && uses_var(p, e, v),
+        _ => false,
+    };
+    here || p.children(e).into_iter().any(|c| divides_per_element(p, c, v))
+}
+
+/// The CPU schedule of a prepared program: each stage on its own
+/// ([`schedule_stage`], or a row reduction), then what concerns several
+/// stages: packed operands, epilogues, attachments, and the `par` knob.
+fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
+    let mut s = Schedules::new(p);
+    let mut packs = Vec::new();
+    for (si, ss) in s.stages.iter_mut().enumerate() {
+        let st = &p.stages[si];
+        let m = Machine::of(target, st, p, knobs);
+        if reduces_along_rows(p, st) {
+            schedule_row_reduction(ss);
+            continue;
+        }
+        let pack = schedule_stage(ss, p, st, m);
+        // A block whose reduction is sliced outside it stays in memory; one
+        // packed per column block (its whole reduction inside) does not.
+        if knobs.acc != Some(false) && pack.as_ref().is_none_or(|r| !ss.ivs[r.leaf].reduce) {
+            local_accumulators(ss, p, st, m);
+        }
+        packs.extend(pack.map(|req| (si, req)));
+    }
+    // Last first: inserting a stage moves the later ones.
+    for (si, req) in packs.into_iter().rev() {
+        pack_operand(p, &mut s, si, req);
+    }
+    // Before attaching: a bias and activation applied as the accumulators are
+    // stored costs nothing, one attached to the stage reading them is a pass of its own.
+    fold_epilogues(p, &mut s);
+    if knobs.attach != Some(false) {
+        attach_producers(p, &mut s);
+    }
+    if knobs.par == Some(false) {
+        // One thread: a small kernel's work below what handing it to the pool costs.
+        for v in s.stages.iter_mut().flat_map(|ss| ss.ivs.iter_mut()) {
+            if v.kind == ForKind::Parallel {
+                v.kind = ForKind::Serial;
+            }
+        }
+    }
+    s
+}
+
+fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<PackRequest> {
+    let span = Span::default();
+    let n_axes = st.n_axes;
+    if n_axes == 0 {
+        return None;
+    }
+    // The innermost spatial loop: the last axis, or the trailing axes fused.
+    let (row, first_row_axis) = fuse_short_rows(ss, p, st, m).unwrap_or((n_axes - 1, n_axes - 1));
+    // Reduction loops outside the innermost spatial loop.
+    if ss.ivs.iter().any(|v| v.reduce) {
+        let (reductions, mut order): (Vec<usize>, Vec<usize>) =
+            ss.leaves.iter().copied().filter(|&l| l != row).partition(|&l| ss.ivs[l].reduce);
+        order.extend(reductions);
+        order.push(row);
+        ss.reorder(&order, span).expect("a permutation of the leaves");
+    }
+    let mut pack = None;
+    if ss.ivs.iter().any(|v| v.reduce) && n_axes >= 2 && first_row_axis > 0 {
+        pack = register_block(ss, p, st, m, (row, first_row_axis));
+    } else if !transposing_order(ss, p, st, m, (row, first_row_axis)) {
+        match split_at_row_breaks(ss, p, st, row, m) {
+            // A piece no vector width divides is one vector (of 28 lanes, say):
+            // every lane's quotient and remainder then follow from the lane.
+            Some(piece) if ss.ivs[piece].extent % m.lanes != 0 && ss.ivs[piece].extent <= 4 * m.lanes => {
+                ss.annotate(piece, ForKind::Vectorized, Span::default()).expect("spatial innermost")
+            }
+            Some(piece) => {
+                vectorize_inner(ss, piece, m);
+            }
+            None => {
+                vectorize_inner(ss, row, m);
+            }
+        }
+    }
+    // Fuse leading spatial loops until there is enough parallel work.
+    let mut outer = ss.leaves[0];
+    if ss.ivs[outer].reduce || ss.leaves.len() == 1 && ss.ivs[outer].kind == ForKind::Vectorized {
+        return pack;
+    }
+    while ss.ivs[outer].extent < 64 && ss.leaves.len() > 2 {
+        // Packed per iteration of `outer`: fusing it would pack per row block.
+        if pack.as_ref().is_some_and(|r: &PackRequest| r.leaf == outer) {
+            break;
+        }
+        let next = ss.leaves[1];
+        // A split with a tail under a fusion could not be partitioned: its guard would sit innermost.
+        if ss.ivs[next].reduce
+            || ss.ivs[next].kind != ForKind::Serial
+            || ss.leaves.len() < 3
+            || has_tail(ss, next)
+            || has_tail(ss, outer)
+        {
+            break;
+        }
+        let name = format!("{}.{}", ss.ivs[outer].name, ss.ivs[next].name);
+        outer = ss.fuse(outer, next, (&name, span), span).expect("adjacent spatial loops");
+    }
+    // Loops of one iteration in front do not count: the next one runs in parallel.
+    let mut at = 0;
+    while ss.ivs[ss.leaves[at]].extent == 1 && at + 2 < ss.leaves.len() {
+        let next = ss.leaves[at + 1];
+        if ss.ivs[next].reduce || ss.ivs[next].kind != ForKind::Serial {
+            break;
+        }
+        at += 1;
+    }
+    let mut par = ss.leaves[at];
+    if ss.ivs[par].extent < 2 {
+        par = inside_slices(ss, at).unwrap_or(par);
+    }
+    if ss.ivs[par].extent >= 2 && worth_threads(ss) {
+        ss.annotate(par, ForKind::Parallel, span).expect("spatial");
+    }
+    pack
+}
+
+/// A long product without column blocks (`[1, 256, 196]` ← `[256, 1152] ×
+/// [1152, 196]`, ResNet-18's stride-2 convolution at 14²) has only its
+/// reduction slices outside its row blocks: the first spatial loop inside
+/// the slices (from leaf position `at`, past loops of one iteration) runs
+/// in parallel instead, one parallel loop per slice, rather than none.
+fn inside_slices(ss: &StageSchedule, at: usize) -> Option<usize> {
+    let slice = |l: usize| ss.ivs[l].reduce && matches!(ss.ivs[l].rel, crate::schedule::Rel::Split { outer: true, .. });
+    let mut past_slice = false;
+    for &l in &ss.leaves[at..] {
+        let v = &ss.ivs[l];
+        if slice(l) {
+            past_slice = true;
+        } else if v.reduce || v.kind != ForKind::Serial {
+            return None;
+        } else if v.extent >= 2 {
+            return past_slice.then_some(l);
+        }
+    }
+    None
+}
+
+/// Whether leaf `l` is the outer loop of a split whose factor does not divide its extent.
+fn has_tail(ss: &StageSchedule, l: usize) -> bool {
+    match ss.ivs[l].rel {
+        crate::schedule::Rel::Split { parent, outer: true, factor } => ss.ivs[parent].extent % factor != 0,
+        _ => false,
+    }
+}
+
+/// Loop iterations below which a stage runs on one thread: handing work to
+/// the pool's threads and waiting for them costs tens of microseconds,
+/// more than a small stage's whole work (a normalization of a few hundred
+/// elements takes 0.3 µs on one thread and 130 µs split over two).
+const MIN_PARALLEL_ITERATIONS: i64 = 1 << 15;
+
+/// Whether stage `ss` does enough work for its loops to be shared by threads.
+fn worth_threads(ss: &StageSchedule) -> bool {
+    let iterations = ss.leaves.iter().fold(1i64, |n, &l| n.saturating_mul(ss.ivs[l].extent.max(1)));
+    iterations >= MIN_PARALLEL_ITERATIONS
+}

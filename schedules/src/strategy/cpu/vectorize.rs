@@ -1,0 +1,212 @@
+//! The innermost loop of a stage that is not register blocked: split by the
+//! vector width ([`super::Machine::width_for`]) and vectorized, after
+//!
+//! - an element-wise stage's short rows (`W = 3`) are fused with the axes
+//!   before them while every read walks them as one dense row
+//!   ([`fuse_short_rows`]); a stage of short rows that divides per element
+//!   uses 256-bit vectors on AVX-512 (`Machine::of`);
+//! - a row read only through `v / D` and `v % D` is cut into `D`-long
+//!   pieces ([`split_at_row_breaks`]);
+//! - an element-wise stage that transposes (its vectors gather from a
+//!   tensor over 32 KiB, one cache line per lane) runs a block of lanes
+//!   outermost and walks the gathered lines in order inside it
+//!   ([`transposing_order`]).
+//!
+//! Invariants: only spatial loops are fused or vectorized, and only before
+//! any other primitive has touched the stage where the functions say so;
+//! a width of 0 (a row shorter than half a vector) leaves the row scalar.
+
+use super::Machine;
+use crate::analysis::{loads_in, outside_indices};
+use crate::ir::ForKind;
+use crate::schedule::StageSchedule;
+use texc_compiler::ops::BinOp;
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId, VarId};
+use texc_grammar::Span;
+
+/// Split `inner` by the vector width ([`Machine::width_for`]) and vectorize
+/// its inner part; the two loops, outer first (none where the width is 0).
+pub(super) fn vectorize_inner(ss: &mut StageSchedule, inner: usize, m: Machine) -> Option<(usize, usize)> {
+    let span = Span::default();
+    let lanes = m.width_for(ss.ivs[inner].extent);
+    if lanes == 0 {
+        return None;
+    }
+    let name = ss.ivs[inner].name.clone();
+    let (o, v) =
+        ss.split(inner, lanes, (&format!("{name}.o"), span), (&format!("{name}.v"), span), span).expect("fresh names");
+    ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+    Some((o, v))
+}
+
+/// Rows shorter than a full vector, or than a few vectors and not a
+/// multiple of one (`[N, C, 5, 3]`), spend most of their time in tails;
+/// when every read moves through the trailing axes as through one dense
+/// axis (`X[n, c, h, w]` walks `h, w` in order, `group_norm`'s statistics
+/// and `gamma[c]` stay put along them; a 1×1 convolution's filters too),
+/// those axes are fused into one longer row first. Returns the fused loop
+/// and the first axis fused into it.
+pub(super) fn fuse_short_rows(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<(usize, usize)> {
+    let n = st.n_axes;
+    // Before any other primitive: the leaves are the axes, then the reduction variables.
+    if n < 2 || ss.leaves.len() != st.vars.len() || ss.leaves.iter().enumerate().any(|(i, &l)| i != l) {
+        return None;
+    }
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let mut first = n - 1;
+    let mut row = st.vars[first].extent;
+    let short = |row: i64| row < m.lanes || row % m.width_for(row) != 0;
+    while first > 0 && short(row) && row < 4 * m.lanes && dense_pair(p, st, &loads, first - 1) {
+        first -= 1;
+        row *= st.vars[first].extent;
+    }
+    let span = Span::default();
+    let mut fused = ss.leaves[first];
+    for _ in first + 1..n {
+        let next = ss.leaves[first + 1];
+        let name = format!("{}.{}", ss.ivs[fused].name, ss.ivs[next].name);
+        fused = ss.fuse(fused, next, (&name, span), span).expect("adjacent spatial loops");
+    }
+    (first < n - 1).then_some((fused, first))
+}
+
+/// Whether axes `a` and `a + 1` of `st` are one dense axis to every read and
+/// appear nowhere but in read indices: each flat offset moves with `a` as
+/// with `extent(a + 1)` steps of `a + 1` (the store's does by construction).
+fn dense_pair(p: &Program, st: &Stage, loads: &[TExprId], a: usize) -> bool {
+    crate::analysis::dense_pair(p, st.value, loads, (a as VarId, a as VarId + 1), st.vars[a + 1].extent)
+}
+
+/// An element-wise stage whose innermost axis `v` (flattened positions, an
+/// im2col matrix's `p`) is read only through `v / D` and `v % D` (`Xp[..,
+/// p / 28 * 2 + r, p % 28 * 2 + s]`) runs it as `D`-long pieces: vectors
+/// inside a piece then read at constant offsets from each other (a strided
+/// load and a shuffle) instead of gathering lane by lane across the breaks
+/// (ResNet-18's stride-2 im2col at 28², 1 thread: 0.58 → 0.04 ms). A piece
+/// of a length no vector width divides is one vector of that many lanes.
+/// `D` divides the axis and fills at least half a vector. Returns the
+/// piece's leaf.
+pub(super) fn split_at_row_breaks(
+    ss: &mut StageSchedule,
+    p: &Program,
+    st: &Stage,
+    row: usize,
+    m: Machine,
+) -> Option<usize> {
+    let crate::schedule::Rel::Root(v) = ss.ivs[row].rel else { return None };
+    let extent = ss.ivs[row].extent;
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let mut divisors = Vec::new();
+    for &l in &loads {
+        let TExpr::Load(_, idx) = p.expr(l) else { continue };
+        for &i in idx {
+            if !row_breaks(p, i, v as VarId, &mut divisors) {
+                return None;
+            }
+        }
+    }
+    let [d] = divisors[..] else { return None };
+    if d >= extent || extent % d != 0 || 2 * d < m.lanes || outside_indices(p, st.value, v as VarId) {
+        return None;
+    }
+    let span = Span::default();
+    let name = ss.ivs[row].name.clone();
+    let (_, inner) =
+        ss.split(row, d, (&format!("{name}.row"), span), (&format!("{name}.col"), span), span).expect("fresh names");
+    Some(inner)
+}
+
+/// Whether `e` uses `v` only as `v / D` or `v % D` for constants `D`
+/// (collected in `divisors`), or not at all.
+fn row_breaks(p: &Program, e: TExprId, v: VarId, divisors: &mut Vec<i64>) -> bool {
+    match p.expr(e) {
+        TExpr::Var(x) => *x != v,
+        TExpr::Binary(BinOp::FloorDiv | BinOp::FloorMod, a, d) if matches!(p.expr(*a), TExpr::Var(x) if *x == v) => {
+            match p.expr(*d) {
+                TExpr::Int(d) if *d > 0 => {
+                    if !divisors.contains(d) {
+                        divisors.push(*d);
+                    }
+                    true
+                }
+                _ => false,
+            }
+        }
+        _ => p.children(e).into_iter().all(|c| row_breaks(p, c, v, divisors)),
+    }
+}
+
+/// A stage that transposes (`T[q, c, k] = A[k, c, q]`, a Winograd filter
+/// transform writing `U[i, j, c, k]` from `Wt[k, c, r, s]`) gathers each
+/// vector from as many cache lines as it has lanes. In the axes' order the
+/// next vector moves along `q` to other lines, and those lines are read
+/// again only a whole pass of the gathered tensor later: from memory, and
+/// at power-of-two strides from lines that evict each other. So the row is
+/// split by the vector width with its outer loop outermost, and the other
+/// axes follow by their stride in the gathered tensor, largest first (those
+/// it does not move with, innermost): within one block of lanes the loops
+/// walk each lane's line in order, and consecutive vectors reuse them from
+/// L1. Applies where the gathered tensor is over 32 KiB (smaller ones stay
+/// in L1 in any order) and its lanes are a cache line or more apart.
+pub(super) fn transposing_order(
+    ss: &mut StageSchedule,
+    p: &Program,
+    st: &Stage,
+    m: Machine,
+    (row, first_row_axis): (usize, usize),
+) -> bool {
+    const LINE: u64 = 64;
+    const L1: u64 = 32 << 10;
+    let last = (st.n_axes - 1) as VarId;
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    // The largest gathered read whose offset is affine in every axis: the
+    // axes' strides in it order the loops.
+    let gathered = loads
+        .iter()
+        .filter_map(|&l| {
+            let TExpr::Load(t, idx) = p.expr(l) else { return None };
+            let d = p.tensor(*t);
+            let bytes = (d.len().max(0) as u64).saturating_mul(d.elem.size() as u64);
+            let stride = crate::analysis::flat_coefficient(p, *t, idx, last)?.unsigned_abs();
+            if stride.saturating_mul(d.elem.size() as u64) < LINE || bytes <= L1 {
+                return None;
+            }
+            let strides = (0..first_row_axis)
+                .map(|a| {
+                    Some((crate::analysis::flat_coefficient(p, *t, idx, a as VarId)?.unsigned_abs(), ss.leaves[a]))
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some((bytes, strides))
+        })
+        .max_by_key(|(bytes, _)| *bytes);
+    let Some((_, mut others)) = gathered else { return false };
+    let lanes = m.width_for(ss.ivs[row].extent);
+    // The blocks of lanes become the outer loop: with a partial block it is
+    // not fused with the next, and is all the parallel work there is.
+    let extent = ss.ivs[row].extent;
+    let parallel_enough = extent % lanes.max(1) == 0 || extent / lanes.max(1) >= 8;
+    if lanes <= 1 || others.is_empty() || !parallel_enough {
+        return false;
+    }
+    // Stable: axes of equal stride keep their order.
+    others.sort_by_key(|&(stride, _)| std::cmp::Reverse(stride));
+    let span = Span::default();
+    let (o, v) = vectorize_inner(ss, row, m).expect("a vector width");
+    let order: Vec<usize> = std::iter::once(o).chain(others.iter().map(|&(_, l)| l)).chain([v]).collect();
+    ss.reorder(&order, span).expect("a permutation of the leaves");
+    // Axes the gathered tensor does not move with (the `i, j` of a filter
+    // transform, in its selects) are unrolled, up to 16 copies: their
+    // copies then share one gather of each element.
+    let mut copies = 1;
+    for &(_, l) in others.iter().rev().take_while(|&&(stride, _)| stride == 0) {
+        copies *= ss.ivs[l].extent;
+        if copies > 16 {
+            break;
+        }
+        ss.annotate(l, ForKind::Unrolled, span).expect("spatial");
+    }
+    true
+}

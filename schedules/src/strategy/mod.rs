@@ -1,0 +1,97 @@
+//! The default schedules, one strategy per target family: what a kernel
+//! without a `schedule` block (or whose block is `= auto`) is compiled with.
+//! A [`Strategy`] names its family's knobs (its rows of
+//! [`crate::knobs::KNOBS`]), its preparation passes (tensor IR to tensor IR,
+//! which the pipeline runs one by one: [`crate::prepare`]) and the schedule
+//! it makes of the prepared program. [`lookup`] finds the strategy of a
+//! [`Target`], as Cranelift's `isa::lookup` finds an ISA; a new target of an
+//! existing family needs no code here, only its `Target` values.
+//!
+//! - `cpu` (`strategy/cpu/`): register blocking, vectorization, packed
+//!   panels, threads over the outer loops, producers computed inside the
+//!   loops of their readers;
+//! - `gpu` (`strategy/gpu/`): a grid over each stage's elements, a block per
+//!   row, register tiles, tensor-core products through shared memory;
+//! - `preparation`: the inlining and preparation steps the families share.
+//!
+//! Invariants: every machine parameter (vector width per element type,
+//! register count) comes from the [`Target`], every choice a knob can
+//! override from [`DefaultKnobs`]; nothing else (no environment, no
+//! measurement) decides a default schedule. A strategy applies only schedule
+//! primitives, so a default schedule computes what the program computes,
+//! and [`Schedules::verify`] accepts it.
+
+mod cpu;
+mod gpu;
+mod preparation;
+
+pub use preparation::default_inlining;
+
+use crate::knobs::{DefaultKnobs, Family, Knob};
+use crate::prepare::Step;
+use crate::schedule::Schedules;
+use texc_compiler::target::{Target, TargetKind};
+use texc_compiler::tir::{Program, TExpr, TExprId, TensorId};
+
+/// The default schedule of one target family.
+pub trait Strategy: Sync {
+    /// The family whose targets it schedules.
+    fn family(&self) -> Family;
+
+    /// Its name in messages: `cpu`, `gpu`.
+    fn name(&self) -> &'static str;
+
+    /// The knobs it reads: its family's rows of the one table of knobs.
+    fn knobs(&self) -> &'static [Knob] {
+        crate::knobs::of(self.family())
+    }
+
+    /// The passes that prepare the tensor IR for [`Strategy::schedule`], in order.
+    fn preparation(&self) -> &'static [Step];
+
+    /// The schedule of `p`, which [`Strategy::preparation`] has run on with
+    /// the same `knobs`. It may add stages to `p` (packed operands,
+    /// shared-memory copies) and remove ones it inlines.
+    fn schedule(&self, p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules;
+}
+
+/// Every strategy, the CPUs' first (the order `TEXC_DUMP_IR` lists passes in).
+pub static STRATEGIES: [&dyn Strategy; 2] = [&cpu::Cpu, &gpu::Gpu];
+
+/// The strategy of `target`'s family; targets that are not GPUs (the
+/// interpreter too) get the CPUs'.
+pub fn lookup(target: &Target) -> &'static dyn Strategy {
+    match target.kind {
+        TargetKind::Gpu => &gpu::Gpu,
+        TargetKind::Cpu | TargetKind::Interp => &cpu::Cpu,
+    }
+}
+
+/// The default schedule of `p` for `target`; inlines and factors stages of `p` first.
+pub fn default_schedule(p: &mut Program, target: &Target) -> Schedules {
+    default_schedule_with(p, target, DefaultKnobs::default())
+}
+
+/// [`default_schedule`] with some of its parameters set ([`DefaultKnobs`]):
+/// the target's preparation passes ([`crate::prepare`]), then
+/// [`schedule_prepared`]. (The pipeline runs the passes one by one.)
+pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
+    crate::prepare::prepare(p, target, knobs);
+    schedule_prepared(p, target, knobs)
+}
+
+/// The default schedule of `p`, which the target's preparation passes
+/// ([`crate::prepare`]) have run on.
+pub fn schedule_prepared(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
+    lookup(target).schedule(p, target, knobs)
+}
+
+/// Whether `e` loads tensor `t`.
+pub(crate) fn loads(p: &Program, e: TExprId, t: TensorId) -> bool {
+    matches!(p.expr(e), TExpr::Load(x, _) if *x == t) || p.children(e).into_iter().any(|c| loads(p, c, t))
+}
+
+/// Whether `e` reads variable `v`.
+fn uses_var(p: &Program, e: TExprId, v: u32) -> bool {
+    matches!(p.expr(e), TExpr::Var(x) if *x == v) || p.children(e).into_iter().any(|c| uses_var(p, c, v))
+}

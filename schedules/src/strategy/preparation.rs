@@ -1,0 +1,233 @@
+//! The preparation steps no family has to itself (only the CPUs' list
+//! inlines epilogues), and the inlining they are made of:
+//!
+//! - Element-wise temporaries whose consumers are all element-wise (and
+//!   read them at one position per point, through affine indices) are
+//!   inlined (fused) into them; producers of reductions stay materialized,
+//!   so that they are not recomputed for every reduction step.
+//! - After reductions are hoisted, an element-wise stage read at the same
+//!   points by element-wise stages only is inlined into them
+//!   ([`inline_epilogues`]: a convolution's bias and activation in one pass).
+//!
+//! Invariants: each step takes a verified tensor-IR program to a verified
+//! one computing the same outputs. Inlining only removes temporaries
+//! (never an input or an output), never copies a costly function into a
+//! reader that reads it twice, and never builds an expression of more than
+//! [`MAX_INLINED_NODES`] nodes, so that chains of statements compile in
+//! linear time.
+
+use super::{loads, uses_var};
+use crate::analysis::loads_in;
+use crate::knobs::DefaultKnobs;
+use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
+use texc_compiler::ops::BinOp;
+use texc_compiler::target::{Target, TargetKind};
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole, VarId};
+
+/// *one-hot-gathers*: sums of one-hot products (`sum[v](E[v, d] * (ids[i] == v))`) as loads.
+pub(super) fn one_hot_gathers(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    for si in 0..p.stages.len() {
+        crate::normalize::one_hot_gather(p, si);
+    }
+}
+
+/// *inline-elementwise*: element-wise temporaries into their readers (on
+/// GPUs costly ones into reductions too: [`inline_elementwise`]).
+pub(super) fn inline_elementwise_step(p: &mut Program, t: &Target, _: DefaultKnobs) {
+    inline_elementwise(p, t.kind == TargetKind::Gpu)
+}
+
+/// *hoist-reductions*: a reduction inside a larger expression becomes a stage of its own.
+pub(super) fn hoist_reductions_step(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    hoist_reductions(p)
+}
+
+/// *inline-epilogues*: a reduction's epilogue and the operators after it as one pass ([`inline_epilogues`]).
+pub(super) fn inline_epilogues_step(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    inline_epilogues(p)
+}
+
+/// *simplify-div-mod*: divisions and remainders the sizes make trivial (a
+/// convolution of one group reads `X[n, k / K * C + c, ..]`: `X[n, c, ..]`).
+pub(super) fn simplify_div_mod(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    for si in 0..p.stages.len() {
+        crate::normalize::simplify_div_mod(p, si);
+    }
+}
+
+/// Element-wise temporaries inlined into their readers as on CPUs
+/// (`inline_elementwise` without recomputation).
+pub fn default_inlining(p: &mut Program) {
+    inline_elementwise(p, false)
+}
+
+/// Inline element-wise temporaries into element-wise consumers (when that
+/// duplicates no costly work and keeps expressions small), and cheap
+/// ones into reductions that visit no more points than the temporary has
+/// (`sum[d](xc[n, d] * xc[n, d])` reads each `xc` once: inlining it saves
+/// a round trip to memory; a matmul operand is read `N` times: it stays).
+/// On GPUs (`recompute`), where memory traffic costs
+/// more than arithmetic, costly element-wise temporaries (a softmax's
+/// `exp`) are inlined into reductions too, and so computed once per reader.
+fn inline_elementwise(p: &mut Program, recompute: bool) {
+    let mut si = 0;
+    while si < p.stages.len() {
+        let st = &p.stages[si];
+        let t = st.tensor;
+        let repeatable = cheap(p, st.value);
+        let recomputable = repeatable || recompute;
+        let consumers = p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).count();
+        let inlinable = p.tensor(t).role == TensorRole::Temp
+            && !contains_reduce(p, st.value)
+            && (recompute || recomputing_pays(p, st, consumers))
+            && p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).all(|c| {
+                inlining_stays_small(p, st, c, repeatable)
+                    && if contains_reduce(p, c.value) {
+                        recomputable && volume(c) <= volume(st)
+                    } else {
+                        reads_like_elementwise(p, c, t)
+                    }
+            });
+        if inlinable {
+            inline_stage(p, si);
+        } else {
+            si += 1;
+        }
+    }
+}
+
+/// After [`hoist_reductions`]: an element-wise stage over the same points
+/// as every element-wise stage that reads it is inlined into them, so that a
+/// reduction's epilogue and the operators after it are one pass over the
+/// output (a convolution's `y0 = y0.r0 + b[k]` hoisted out of
+/// `conv2d_bias`, then `clip(y0, 0, 6)`), not one pass each. Statistics
+/// read at fewer points than their readers have (`mu[n]` in `X[n, d] - mu[n]`)
+/// stay as they are.
+fn inline_epilogues(p: &mut Program) {
+    let mut si = 0;
+    while si < p.stages.len() {
+        let st = &p.stages[si];
+        let t = st.tensor;
+        let readers: Vec<&Stage> = p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).collect();
+        let inlinable = p.tensor(t).role == TensorRole::Temp
+            && !contains_reduce(p, st.value)
+            && recomputing_pays(p, st, readers.len())
+            && !readers.is_empty()
+            && readers.iter().all(|c| {
+                !contains_reduce(p, c.value)
+                    && volume(c) == volume(st)
+                    && reads_like_elementwise(p, c, t)
+                    && inlining_stays_small(p, st, c, cheap(p, st.value))
+            });
+        if inlinable {
+            inline_stage(p, si);
+        } else {
+            si += 1;
+        }
+    }
+}
+
+/// Whether evaluating `e` is cheap enough to repeat: no transcendental functions.
+fn cheap(p: &Program, e: TExprId) -> bool {
+    let costly = matches!(p.expr(e), TExpr::Math(f, _) if f.is_costly());
+    !costly && p.children(e).into_iter().all(|c| cheap(p, c))
+}
+
+fn volume(st: &Stage) -> i64 {
+    st.vars.iter().map(|v| v.extent).product()
+}
+
+/// Whether stage `c` reads `t` at one position per point (the same access
+/// written twice counts once), through affine indices. Inlining `t` then
+/// computes each of its values once per use; reading several neighbours
+/// (`Bd[.., 0, ..] - Bd[.., 2, ..]`) would recompute it per neighbour, and a
+/// layout change (`Z[.., w % 4, w / 4]`) would evaluate its branches per
+/// vector lane instead of once per loop iteration.
+fn reads_like_elementwise(p: &Program, c: &Stage, t: TensorId) -> bool {
+    let mut all = Vec::new();
+    loads_in(p, c.value, &mut all);
+    let mut positions: Vec<Vec<String>> = Vec::new();
+    for l in all {
+        let TExpr::Load(x, idx) = p.expr(l) else { continue };
+        if *x != t {
+            continue;
+        }
+        if !idx.iter().all(|&i| affine(p, i)) {
+            return false;
+        }
+        let key: Vec<String> = idx.iter().map(|&i| texc_compiler::print::expr(p, c, i)).collect();
+        if !positions.contains(&key) {
+            positions.push(key);
+        }
+    }
+    positions.len() <= 1
+}
+
+fn affine(p: &Program, e: TExprId) -> bool {
+    texc_compiler::affine::affine_in_vars(p, e).is_some()
+}
+
+/// Largest expression (in nodes) that inlining may build; past it the
+/// producer is materialized, so that chains of element-wise statements
+/// compile in time linear in their length.
+const MAX_INLINED_NODES: usize = 512;
+
+/// Nodes of the tree of `e` (shared sub-expressions counted per use), counting at most to `cap`.
+fn tree_size(p: &Program, e: TExprId, cap: usize) -> usize {
+    let mut n = 1;
+    for c in p.children(e) {
+        if n >= cap {
+            break;
+        }
+        n += tree_size(p, c, cap - n);
+    }
+    n.min(cap)
+}
+
+/// Loads of `t` in `e`.
+fn load_count(p: &Program, e: TExprId, t: TensorId) -> usize {
+    usize::from(matches!(p.expr(e), TExpr::Load(x, _) if *x == t))
+        + p.children(e).into_iter().map(|c| load_count(p, c, t)).sum::<usize>()
+}
+
+/// Whether inlining stage `st` into each of its `consumers` stages costs
+/// no more memory traffic than storing it once and reading it back there:
+/// each copy loads what `st` loads (`k·L` loads against `L + 1 + k`). A
+/// Winograd output transform (18 loads, gathered) read by a residual
+/// add and the next layer's padding is stored instead (ResNet-18:
+/// recomputed per reader, it cost 0.4–0.5 ms per reader).
+///
+/// Nor is a stage that branches on a layout change along its innermost
+/// axis (`Am[.., x / 4]` under `select(x % 4 == ..)`, a Winograd output
+/// transform; a broadcast `mu[n, w / 8]` takes no branch):
+/// inlined into a reader whose vectors run along `x`, every lane would
+/// gather its own element and take its own branch; stored by its own
+/// nest, the branches are per loop iteration (ResNet-18's first padded
+/// layer input: 0.67 → 0.25 ms).
+fn recomputing_pays(p: &Program, st: &Stage, consumers: usize) -> bool {
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let relaid = st.n_axes.checked_sub(1).is_some_and(|a| branches_per_lane(p, st.value, a as VarId));
+    !relaid && (consumers <= 1 || (consumers - 1) * loads.len() <= consumers + 1)
+}
+
+/// Whether `e` has a `select` whose condition divides or takes the
+/// remainder of an expression of `v`.
+fn branches_per_lane(p: &Program, e: TExprId, v: VarId) -> bool {
+    fn div_mod_of(p: &Program, e: TExprId, v: VarId) -> bool {
+        let here = matches!(p.expr(e), TExpr::Binary(BinOp::FloorDiv | BinOp::FloorMod, a, _) if uses_var(p, *a, v));
+        here || p.children(e).into_iter().any(|c| div_mod_of(p, c, v))
+    }
+    let here = matches!(p.expr(e), TExpr::Select(c, ..) if div_mod_of(p, *c, v));
+    here || p.children(e).into_iter().any(|c| branches_per_lane(p, c, v))
+}
+
+/// Whether inlining stage `st` into consumer `c` keeps `c` within bounds:
+/// a producer read more than once is copied once per read, so only cheap
+/// ones are (never an `exp` twice), and never past [`MAX_INLINED_NODES`].
+fn inlining_stays_small(p: &Program, st: &Stage, c: &Stage, repeatable: bool) -> bool {
+    let reads = load_count(p, c.value, st.tensor);
+    let producer = tree_size(p, st.value, MAX_INLINED_NODES + 1);
+    let consumer = tree_size(p, c.value, MAX_INLINED_NODES + 1);
+    (reads <= 1 || repeatable) && consumer + reads * producer <= MAX_INLINED_NODES
+}
