@@ -413,7 +413,7 @@ impl Pipeline {
             k,
             &original,
             self.options.target,
-            texc_schedules::performance::for_target(self.options.target),
+            texc_schedules::strategy::performance_model(self.options.target),
             self.options.extraction,
             self.options.accuracy(),
             &self.folded_weights(),
@@ -458,7 +458,7 @@ impl Pipeline {
                 rewrite::written_cost(
                     &written,
                     self.options.target,
-                    texc_schedules::performance::for_target(self.options.target),
+                    texc_schedules::strategy::performance_model(self.options.target),
                     &self.folded_weights(),
                 )
             });

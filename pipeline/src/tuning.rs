@@ -24,7 +24,6 @@ impl Pipeline {
     /// without a template the default schedule's knobs
     /// ([`DefaultKnobs`](texc_schedules::knobs::DefaultKnobs)); none on the interpreter.
     pub fn tunables(&self, k: KernelRef) -> Vec<Tunable> {
-        use texc_schedules::knobs::Family;
         if !self.options.target.is_compiled() {
             return Vec::new();
         }
@@ -34,7 +33,7 @@ impl Pipeline {
             // with only one Winograd tile, without im2col, measured rather
             // than trusted to the cost model.
             None => {
-                let family = if self.options.target.gpu.is_some() { Family::Gpu } else { Family::Cpu };
+                let family = texc_schedules::strategy::lookup(self.options.target).family();
                 texc_schedules::knobs::space(family).into_iter().chain(crate::PIPELINE_KNOBS)
             }
             .map(|(name, values)| Tunable { name: name.to_string(), candidates: values.to_vec(), listed: false })

@@ -46,7 +46,6 @@ pub mod lower;
 pub mod memory_plan;
 pub mod multistage;
 pub mod normalize;
-pub mod performance;
 pub mod prepack;
 pub mod prepare;
 pub mod schedule;

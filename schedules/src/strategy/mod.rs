@@ -2,14 +2,15 @@
 //! without a `schedule` block (or whose block is `= auto`) is compiled with.
 //! A [`Strategy`] names its family's knobs (its rows of
 //! [`crate::knobs::KNOBS`]), its preparation passes (tensor IR to tensor IR,
-//! which the pipeline runs one by one: [`crate::prepare`]) and the schedule
-//! it makes of the prepared program. [`lookup`] finds the strategy of a
+//! which the pipeline runs one by one: [`crate::prepare`]), the schedule
+//! it makes of the prepared program, and its performance model (how fast
+//! those schedules run each operator, which the e-graph prices plans with). [`lookup`] finds the strategy of a
 //! [`Target`], as Cranelift's `isa::lookup` finds an ISA; a new target of an
 //! existing family needs no code here, only its `Target` values.
 //!
 //! - `cpu` (`strategy/cpu/`): register blocking, vectorization, packed
 //!   panels, threads over the outer loops, producers computed inside the
-//!   loops of their readers;
+//!   loops of their readers; `model.rs`, its measured efficiencies;
 //! - `gpu` (`strategy/gpu/`): a grid over each stage's elements, a block per
 //!   row, register tiles, tensor-core products through shared memory;
 //! - `preparation`: the inlining and preparation steps the families share.
@@ -30,6 +31,7 @@ pub use preparation::default_inlining;
 use crate::knobs::{DefaultKnobs, Family, Knob};
 use crate::prepare::Step;
 use crate::schedule::Schedules;
+use texc_compiler::rewrite::{Nominal, PerformanceModel};
 use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::tir::{Program, TExpr, TExprId, TensorId};
 
@@ -48,6 +50,11 @@ pub trait Strategy: Sync {
 
     /// The passes that prepare the tensor IR for [`Strategy::schedule`], in order.
     fn preparation(&self) -> &'static [Step];
+
+    /// How fast its schedules run each operator: the efficiencies the
+    /// e-graph prices operators with. A schedule change that moves an
+    /// operator's speed changes its entry in the same commit.
+    fn performance(&self) -> &'static dyn PerformanceModel;
 
     /// The schedule of `p`, which [`Strategy::preparation`] has run on with
     /// the same `knobs`. It may add stages to `p` (packed operands,
@@ -84,6 +91,16 @@ pub fn default_schedule_with(p: &mut Program, target: &Target, knobs: DefaultKno
 /// ([`crate::prepare`]) have run on.
 pub fn schedule_prepared(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
     lookup(target).schedule(p, target, knobs)
+}
+
+/// The performance model the e-graph prices operators with for `target`:
+/// its strategy's, and on the interpreter (which runs programs as written)
+/// the nominal machine's.
+pub fn performance_model(target: &Target) -> &'static dyn PerformanceModel {
+    match target.kind {
+        TargetKind::Interp => &Nominal,
+        _ => lookup(target).performance(),
+    }
 }
 
 /// Whether `e` loads tensor `t`.

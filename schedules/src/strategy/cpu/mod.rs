@@ -35,6 +35,7 @@
 
 mod attach;
 mod blocking;
+mod model;
 mod pack;
 mod row_reductions;
 mod vectorize;
@@ -49,6 +50,7 @@ use blocking::register_block;
 use pack::{pack_operand, PackRequest};
 use row_reductions::{reduces_along_rows, schedule_row_reduction};
 use texc_compiler::ops::{BinOp, MathFn};
+use texc_compiler::rewrite::PerformanceModel;
 use texc_compiler::target::Target;
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, VarId};
 use texc_grammar::Span;
@@ -68,6 +70,10 @@ impl Strategy for Cpu {
 
     fn preparation(&self) -> &'static [Step] {
         &PREPARATION
+    }
+
+    fn performance(&self) -> &'static dyn PerformanceModel {
+        &model::CpuModel
     }
 
     fn schedule(&self, p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {

@@ -16,6 +16,7 @@
 //! before operands' copies are inserted, and copies are inserted last
 //! first.
 
+mod model;
 mod rows;
 mod tensor_cores;
 mod tiles;
@@ -27,6 +28,7 @@ use crate::prepare::Step;
 use crate::schedule::{Schedules, StageSchedule};
 use rows::{attach_row_group, block_per_row, row_groups};
 use tensor_cores::{pipelined_gemm, shared_gemm_tiles, stage_gemm_operands, tensor_core_gemm, tensor_core_operands};
+use texc_compiler::rewrite::PerformanceModel;
 use texc_compiler::target::Target;
 use texc_compiler::tir::Program;
 use texc_grammar::Span;
@@ -46,6 +48,10 @@ impl Strategy for Gpu {
 
     fn preparation(&self) -> &'static [Step] {
         &PREPARATION
+    }
+
+    fn performance(&self) -> &'static dyn PerformanceModel {
+        &model::GpuModel
     }
 
     fn schedule(&self, p: &mut Program, _: &Target, knobs: DefaultKnobs) -> Schedules {

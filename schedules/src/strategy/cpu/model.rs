@@ -1,19 +1,15 @@
-//! The performance models of the default schedules: how fast the CPU and
-//! GPU strategies' schedules run each operator, as a share of the nominal
-//! peak — the efficiencies the e-graph's cost model prices operators with
-//! (`texc_compiler::rewrite::PerformanceModel`). They live beside the
-//! schedules they describe: a schedule change that moves an operator's
-//! speed updates its efficiency here, in the same change.
+//! The CPU strategy's performance model: the share of the nominal peak its
+//! schedules reach on each operator, which the e-graph's cost model prices
+//! operators with (`texc_compiler::rewrite::PerformanceModel`). It lives
+//! beside the schedules it describes: a schedule change that moves an
+//! operator's speed updates its efficiency here, in the same change, with
+//! the measurement.
 
-use texc_compiler::nn::{Info, NnOp};
-use texc_compiler::rewrite::{Nominal, OpNode, PerformanceModel};
-use texc_compiler::target::{Target, TargetKind};
+use texc_compiler::nn::{Epilogue, Info, NnOp, WinogradForm};
+use texc_compiler::rewrite::{OpNode, PerformanceModel};
 
 /// The default CPU schedules' efficiencies.
 pub struct CpuModel;
-
-/// The default GPU schedules' efficiencies.
-pub struct GpuModel;
 
 impl PerformanceModel for CpuModel {
     fn name(&self) -> &'static str {
@@ -57,7 +53,7 @@ impl PerformanceModel for CpuModel {
                 }
             }
             // 1×1 convolutions as products (56×56, 24→144): 0.78 alone, 0.58 with the bias added in.
-            NnOp::Conv2d1x1(e) if e == texc_compiler::nn::Epilogue::None => 0.78,
+            NnOp::Conv2d1x1(e) if e == Epilogue::None => 0.78,
             NnOp::Conv2d1x1(_) => 0.58,
             // 3×3 at 7×7×512: 0.39 by pixel rows, 0.63 by filter rows (weights folded).
             NnOp::Conv2dIm2col if few_pixels => 0.4,
@@ -72,7 +68,7 @@ impl PerformanceModel for CpuModel {
             // its products run 1.25× faster (ResNet-18's 14×14×256 layers,
             // AVX-512: 1.0 against 1.25 ms). Few filters fill few vectors. So
             // 0.28, below the other layout, wherever it was not measured faster.
-            NnOp::Conv2dWinograd(texc_compiler::nn::WinogradForm::F2k, _) => {
+            NnOp::Conv2dWinograd(WinogradForm::F2k, _) => {
                 let many_filters = ch.get(1).and_then(Info::shape).is_some_and(|w| w[0] >= 128);
                 if small && many_filters && !node.constant_filters {
                     0.42
@@ -85,37 +81,5 @@ impl PerformanceModel for CpuModel {
             NnOp::Conv2dWinograd(..) => 0.55,
             _ => 1.0,
         }
-    }
-}
-
-impl PerformanceModel for GpuModel {
-    fn name(&self) -> &'static str {
-        "gpu"
-    }
-
-    /// The share of the f32 peak that texc's default GPU schedules reach on an
-    /// operator, measured on an H200 (`benches/gpu.py --tune`: ResNet-50's
-    /// 56×56×64 3×3 layer at batch 32, f32): the direct convolution, a 4×4 block
-    /// of outputs per thread with its accumulators in registers, 0.2 (0.54 ms),
-    /// as the same blocks reach on a 4096³ product (the im2col form's); Winograd
-    /// F(4×4, 3×3) 0.035 of its reduced work (0.96 ms: its transforms and
-    /// batched products are launches of their own, each through global memory).
-    /// At the nominal peak the model had chosen Winograd, 1.8× slower.
-    fn efficiency(&self, node: &OpNode<'_>) -> f64 {
-        match node.op {
-            NnOp::Conv2dWinograd(..) => 0.035,
-            op if op.is_conv2d() => 0.2,
-            _ => 1.0,
-        }
-    }
-}
-
-/// The performance model of `target`'s default schedules (the interpreter
-/// has none: every operator at its roofline bound).
-pub fn for_target(target: &Target) -> &'static dyn PerformanceModel {
-    match target.kind {
-        TargetKind::Cpu => &CpuModel,
-        TargetKind::Gpu => &GpuModel,
-        TargetKind::Interp => &Nominal,
     }
 }
