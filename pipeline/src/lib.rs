@@ -18,6 +18,7 @@
 //! prologue computed once ([`Pipeline::constants`]), and what runs on every
 //! call takes its results as inputs.
 
+pub mod analyze;
 pub mod aot;
 pub mod check;
 pub mod domain;

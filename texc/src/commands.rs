@@ -4,7 +4,6 @@
 use crate::args::{BenchArgs, Cli, Command, Common, RunArgs};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use texc_compiler::target::Target;
 use texc_compiler::{Bindings, KernelRef};
 use texc_grammar::Diagnostic;
 use texc_pipeline::{Dump, Error, Options, Pipeline};
@@ -562,19 +561,6 @@ fn reduced_precision_tolerance(pl: &mut Pipeline, job: &Job) {
 /// The roofline for a target: the pool's threads, but no more than the
 /// cores (more threads share them and compute no more). Returns the
 /// thread count the roofline is for.
-fn machine(t: &Target) -> (texc_runtime::roofline::Roofline, &'static str, usize) {
-    if t.kind == texc_compiler::target::TargetKind::Gpu {
-        // Not this machine's: the GPU's data sheet.
-        let n = t.nominal;
-        let roof = texc_runtime::roofline::Roofline { peak_gflops: n.peak_gflops, bandwidth_gbs: n.bandwidth_gbs };
-        return (roof, "nominal", 1);
-    }
-    let threads = texc_runtime::pool::num_threads().min(texc_runtime::pool::available_cores());
-    let lanes = t.lanes(texc_compiler::types::ElemType::F32) as usize;
-    let (roof, source) = texc_runtime::roofline::roofline(t.name, lanes, threads);
-    (roof, source, threads)
-}
-
 /// Compare outputs with the interpreter's: every check, and an error for each that failed.
 fn check_outputs(
     pl: &Pipeline,
@@ -751,7 +737,8 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     };
     let counts = texc_compiler::cost::count(p);
     let pool_threads = texc_runtime::pool::num_threads();
-    let (mut roof, mut source, threads) = machine(t);
+    let m = pl.machine();
+    let (mut roof, mut source, threads) = (m.roofline, m.source, m.threads);
     let gflops = counts.flops / st.median / 1e9;
     let gbs = counts.bytes / st.median / 1e9;
     let mut notes = Vec::new();
@@ -1046,30 +1033,17 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
         }
     }
     let k = kernel(pl, c)?;
-    // The plan `run` would run, unless the graph as written is asked for.
-    let built = pl.program(k, &bindings(c)?)?;
-    // A model's weight-only stages, which a run computes once (the fold pass).
-    let folded = if as_written {
-        None
-    } else {
-        let mut copy = texc_pipeline::Built {
-            written: built.written.clone(),
-            runs: built.runs.clone(),
-            plan: None,
-            kept_original: None,
-            written_estimate_ns: None,
-        };
-        pl.fold_for_analysis(&mut copy)?.cloned()
-    };
-    let rewritten = built.plan.is_some() && built.kept_original.is_none();
-    let p = if as_written || !rewritten { &built.written } else { &built.runs };
-    let (roof, source, threads) = machine(t);
-    let sizes: Vec<String> = built.written.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    let a = pl.analyze(k, &bindings(c)?, as_written)?;
+    let (p, roof) = (&a.program, a.machine.roofline);
+    let sizes: Vec<String> = a.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
     outln!("analyze `{}` for {t} [{}]", p.name, sizes.join(", "));
-    outln!("  {}", analyzed_plan(pl, k, &built, as_written));
+    outln!("  {}", a.plan);
     let whose = match t.kind {
         texc_compiler::target::TargetKind::Gpu => "the GPU's data sheet".to_string(),
-        _ => format!("{threads} thread{}, {source}", if threads == 1 { "" } else { "s" }),
+        _ => {
+            let threads = a.machine.threads;
+            format!("{threads} thread{}, {}", if threads == 1 { "" } else { "s" }, a.machine.source)
+        }
     };
     outln!(
         "  machine: {:.1} GFLOP/s peak, {:.1} GB/s, ridge {:.2} FLOP/byte ({whose})",
@@ -1086,9 +1060,8 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
         "bound",
         "roofline µs"
     );
-    let ops = texc_compiler::graph::op_costs(p);
     let mut total_us = 0.0;
-    for (label, cnt) in &ops {
+    for (label, cnt) in &a.ops {
         let us = (cnt.flops / (roof.peak_gflops * 1e3)).max(cnt.bytes / (roof.bandwidth_gbs * 1e3));
         total_us += us;
         let bound = if cnt.intensity() < roof.ridge() { "memory" } else { "compute" };
@@ -1102,8 +1075,8 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
             us
         );
     }
-    let all = texc_compiler::cost::count(p);
-    let moved: f64 = ops.iter().map(|(_, c)| c.bytes).sum();
+    let all = a.total;
+    let moved: f64 = a.ops.iter().map(|(_, c)| c.bytes).sum();
     outln!(
         "  {:<36} {:>12.3} {:>12.1} {:>9.2} {:>8} {:>12.2}",
         "total (operators run one by one)",
@@ -1113,7 +1086,7 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
         "",
         total_us
     );
-    if let Some(pro) = &folded {
+    if let Some(pro) = &a.folded {
         let once = texc_compiler::cost::count(pro);
         let (flops, bytes) = ((all.flops - once.flops).max(0.0), (moved - once.bytes).max(0.0));
         let us = (flops / (roof.peak_gflops * 1e3)).max(bytes / (roof.bandwidth_gbs * 1e3));
@@ -1138,16 +1111,8 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
             us
         );
     }
-    let mut summary = texc_compiler::graph::summary(p);
-    if !pl.model_inputs().is_empty() {
-        // A model says which inputs are weights: its initializers, whatever reads them.
-        summary.weights = p.input_tensors().filter(|t| pl.model_inputs().contains_key(&p.tensor(*t).name)).collect();
-        summary.parameters = summary.weights.iter().map(|&t| p.tensor(t).len()).sum();
-    }
-    print_summary(p, &summary);
-    if !as_written && t.kind != texc_compiler::target::TargetKind::Gpu {
-        let loops = pl.loops(k, built.runs.clone())?;
-        let plan = texc_schedules::memory_plan::plan(&loops.legal);
+    print_summary(p, &a.summary);
+    if let Some(plan) = &a.memory_plan {
         if plan.slots.is_empty() {
             outln!("    memory plan  the compiled loop nests have no temporaries");
         } else {
@@ -1161,43 +1126,11 @@ fn analyze(pl: &mut Pipeline, c: &Common, plot: Option<&Path>, as_written: bool)
         }
     }
     if let Some(path) = plot {
-        texc_runtime::atomic::write(path, roofline_svg(&p.name, &roof, &ops).as_bytes())
+        texc_runtime::atomic::write(path, roofline_svg(&p.name, &roof, &a.ops).as_bytes())
             .map_err(|e| Error::from(Diagnostic::error(format!("cannot write {}: {e}", path.display()))))?;
         outln!("  wrote {}", path.display());
     }
     Ok(())
-}
-
-/// Which plan `analyze` describes, and why that one runs.
-fn analyzed_plan(pl: &Pipeline, k: KernelRef, built: &texc_pipeline::Built, as_written: bool) -> String {
-    let t = pl.target();
-    let ops = |p: &texc_compiler::tir::Program| {
-        let names: Vec<&str> = p.ops.iter().map(|o| o.op.as_str()).collect();
-        let list = if names.len() <= 6 { format!(": {}", names.join(", ")) } else { String::new() };
-        format!("{} operator{}{list}", names.len(), if names.len() == 1 { "" } else { "s" })
-    };
-    let rewritten = built.plan.is_some() && built.kept_original.is_none();
-    if as_written {
-        let runs = if rewritten {
-            format!("on {t} the e-graph's plan runs instead ({}; analyzed without --as-written)", ops(&built.runs))
-        } else {
-            format!("it is also the plan that runs on {t}")
-        };
-        return format!("plan: the graph as written, {} (--as-written); {runs}", ops(&built.written));
-    }
-    if rewritten {
-        return format!(
-            "plan that runs on {t}: the e-graph's rewrite, {} (as written: {}; see --as-written)",
-            ops(&built.runs),
-            ops(&built.written)
-        );
-    }
-    let why = match (pl.rewrite_skipped(k), &built.kept_original) {
-        (Some(skip), _) => skip.to_string(),
-        (None, Some(kept)) => format!("the e-graph kept it: {kept}"),
-        (None, None) => "the e-graph kept it".to_string(),
-    };
-    format!("plan that runs on {t}: the graph as written, {} ({why})", ops(&built.written))
 }
 
 /// `1,234,567`
