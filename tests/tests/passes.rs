@@ -1,17 +1,35 @@
 //! Pass file tests (in the spirit of Cranelift's filetests and LLVM's lit):
-//! each `tests/passes/*.loops` file names a pass on its first line
-//! (`# pass: NAME [ARG]`), then holds the input loop nest, a line
+//! each `tests/passes/*.loops` or `tests/passes/*.tex` file names a pass on
+//! its first line (`# pass: NAME [ARG]`), says on the comment lines after it
+//! what behaviour it pins down and why, then holds the input, a line
 //! `# expect:`, and the expected output. One test runs every file and
 //! prints a diff for each that differs. `TEXC_BLESS=1` rewrites the
 //! expected outputs instead (read the diff before committing them).
 //!
-//! Passes: `legalize TARGET` (integer semantics and intrinsics made
-//! explicit), `simplify-indices` (index arithmetic in linear form),
-//! `access TARGET-LANES` (how each access of a vectorized loop moves with
-//! its lanes: the analysis backends read).
+//! Inputs: a `.loops` file holds a loop nest (the text `texc emit --stage
+//! loops` prints); a `.tex` file holds a kernel in source form (`#` starts a
+//! comment, so the header is part of it), specialized at its default sizes
+//! as written (no e-graph rewriting, no tuning database).
+//!
+//! Passes of loop nests (`.loops`): `legalize TARGET` (integer semantics and
+//! intrinsics made explicit), `simplify-indices` (index arithmetic in linear
+//! form), `access` (how each access of a vectorized loop moves with its
+//! lanes: the analysis backends read).
+//!
+//! Passes of kernels (`.tex`):
+//! - a preparation pass of the default schedules, `NAME TARGET`
+//!   (`texc_schedules::prepare::steps`: `one-hot-gathers`,
+//!   `inline-elementwise`, `hoist-reductions`, `inline-epilogues`,
+//!   `simplify-div-mod`, `reciprocals`, `fuse-dense-reductions`, `rfactor` on
+//!   CPUs; `im2col` on GPUs): the tensor IR after the passes before it in
+//!   the target's list, then after the pass itself (or `unchanged`);
+//! - `default-schedule TARGET`: the decisions of the target's default
+//!   schedule (its schedules, as `--dump-ir schedule` prints them) and the
+//!   loop nests they lower to (as `texc emit --stage loops` prints them).
 
 use std::fmt::Write;
 use texc_compiler::tir::{TExpr, TExprId, VarId};
+use texc_compiler::Bindings;
 use texc_grammar::span::SourceMap;
 use texc_schedules::analysis::{self, Access};
 use texc_schedules::ir::{self, ForKind, LoopFunc, Stmt};
@@ -35,6 +53,56 @@ fn run_pass(pass: &str, mut f: LoopFunc) -> Result<String, String> {
         ["access"] => Ok(access_report(&f)),
         _ => Err(format!("unknown pass `{pass}`")),
     }
+}
+
+/// A pass of a kernel in source form (`.tex`): see the header. Errors come
+/// back as printed (diagnostics rendered).
+fn run_tex_pass(pass: &str, name: &str, source: &str) -> Result<String, String> {
+    let words: Vec<&str> = pass.split_whitespace().collect();
+    let [pass, target] = words[..] else {
+        return Err(format!("error: `{pass}`: a pass of a .tex file is `NAME TARGET`\n"));
+    };
+    let t = texc_compiler::target::lookup(target).map_err(|e| format!("error: {e}\n"))?;
+    let (mut pl, k) = texc_tests::load_text(target, name, source, None)?;
+    let mut p = pl.specialize(k, &Bindings::default()).map_err(|e| texc_tests::rendered(&pl, e))?;
+    if pass == "default-schedule" {
+        if !t.is_compiled() {
+            return Err(format!("error: {t} has no default schedule: it does not compile\n"));
+        }
+        if texc_schedules::find_schedule(&pl.session, k, t).is_some() {
+            return Err(format!("error: the kernel has a schedule block for {t}: no default schedule runs\n"));
+        }
+        // The pipeline's own passes, as `texc emit --stage loops` runs them.
+        let s = pl.schedule(k, p).map_err(|e| texc_tests::rendered(&pl, e))?;
+        let decisions = texc_schedules::schedule::print(&s.p, &s.schedules);
+        let lowered = pl.lower(s).map_err(|e| texc_tests::rendered(&pl, e))?;
+        pl.check_target(Some(k), &lowered, t).map_err(|e| texc_tests::rendered(&pl, e))?;
+        pl.legalize(lowered.clone()).map_err(|e| texc_tests::rendered(&pl, e))?;
+        return Ok(format!("{decisions}{}", ir::print(&lowered)));
+    }
+    let steps = texc_schedules::prepare::steps(t);
+    let Some(at) = steps.iter().position(|s| s.name == pass) else {
+        let names: Vec<&str> = steps.iter().map(|s| s.name).collect();
+        return Err(format!("error: unknown pass `{pass}` for {t}; its preparation passes: {}\n", names.join(", ")));
+    };
+    let knobs = texc_schedules::default::DefaultKnobs::default();
+    for step in &steps[..at] {
+        (step.run)(&mut p, t, knobs);
+        texc_compiler::verify::verify(&p).map_err(|e| format!("error: after {}: {e}\n", step.name))?;
+    }
+    let before = texc_compiler::print::print_program(&p);
+    (steps[at].run)(&mut p, t, knobs);
+    texc_compiler::verify::verify(&p).map_err(|e| format!("error: after {pass}: {e}\n"))?;
+    let after = texc_compiler::print::print_program(&p);
+    let mut ran = vec!["specialize"];
+    ran.extend(steps[..at].iter().map(|s| s.name));
+    let mut out = format!("# before {pass} (after {}):\n{before}", ran.join(", "));
+    if after == before {
+        out.push_str(&format!("# after {pass}: unchanged\n"));
+    } else {
+        out.push_str(&format!("# after {pass}:\n{after}"));
+    }
+    Ok(out)
 }
 
 /// One line per load and store inside a vectorized loop: its access pattern.
@@ -109,7 +177,7 @@ fn access_report(f: &LoopFunc) -> String {
 fn pass_files() {
     let dir = texc_tests::root().join("tests/passes");
     let mut files: Vec<_> = std::fs::read_dir(&dir).expect("tests/passes").map(|e| e.expect("entry").path()).collect();
-    files.retain(|p| p.extension().is_some_and(|e| e == "loops"));
+    files.retain(|p| p.extension().is_some_and(|e| e == "loops" || e == "tex"));
     files.sort();
     assert!(files.len() >= 4, "pass files in {}", dir.display());
     let bless = std::env::var_os("TEXC_BLESS").is_some();
@@ -122,15 +190,25 @@ fn pass_files() {
             failures.push_str(&format!("{name}: the first line must be `# pass: NAME`\n"));
             continue;
         };
+        if !text.lines().nth(1).is_some_and(|l| l.starts_with("# ")) {
+            failures
+                .push_str(&format!("{name}: the second line must be a comment: what the file pins down, and why\n"));
+            continue;
+        }
         let (input, expected) = match text.find(&format!("\n{EXPECT}\n")) {
             Some(at) => (&text[..at + 1], &text[at + EXPECT.len() + 2..]),
             None => (&text[..], ""),
         };
-        let mut sm = SourceMap::new();
-        let id = sm.add(name.clone(), input.to_string());
-        let got = match texc_schedules::text::parse(input, id) {
-            Ok(parsed) => run_pass(pass, parsed.func).unwrap_or_else(|e| format!("error: {e}\n")),
-            Err(d) => d.render(&sm),
+        let got = if name.ends_with(".tex") {
+            // Named as from the workspace root, so that printed IR is the same in every checkout.
+            run_tex_pass(pass, &format!("tests/passes/{name}"), input).unwrap_or_else(|e| e)
+        } else {
+            let mut sm = SourceMap::new();
+            let id = sm.add(name.clone(), input.to_string());
+            match texc_schedules::text::parse(input, id) {
+                Ok(parsed) => run_pass(pass, parsed.func).unwrap_or_else(|e| format!("error: {e}\n")),
+                Err(d) => d.render(&sm),
+            }
         };
         if got == expected {
             continue;
