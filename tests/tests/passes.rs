@@ -85,7 +85,7 @@ fn run_tex_pass(pass: &str, name: &str, source: &str) -> Result<String, String> 
         let names: Vec<&str> = steps.iter().map(|s| s.name).collect();
         return Err(format!("error: unknown pass `{pass}` for {t}; its preparation passes: {}\n", names.join(", ")));
     };
-    let knobs = texc_schedules::default::DefaultKnobs::default();
+    let knobs = texc_schedules::knobs::DefaultKnobs::default();
     for step in &steps[..at] {
         (step.run)(&mut p, t, knobs);
         texc_compiler::verify::verify(&p).map_err(|e| format!("error: after {}: {e}\n", step.name))?;
