@@ -788,6 +788,23 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Each top-level loop nest of `f` compiled alone, to be called on the
+    /// buffers of `compiled` (the whole of `f`): `bench --profile` times them.
+    pub fn compile_nests(&self, f: &LoopFunc, compiled: &Compiled) -> Result<Vec<texc_codegen::Part>, Error> {
+        let t = self.options.target;
+        Ok(compiled.parts(texc_codegen::backend_for(t)?, f, t)?)
+    }
+
+    /// A loop nest run on the loop evaluator (a `.loops` file on a target
+    /// that does not compile it): what it computes, races refused.
+    pub fn evaluate(
+        &self,
+        f: &LoopFunc,
+        args: Vec<texc_compiler::interp::Arg>,
+    ) -> Result<Vec<texc_runtime::Tensor>, Error> {
+        texc_schedules::eval::run(f, args).map_err(|e| Error::from(texc_grammar::Diagnostic::error(e.to_string())))
+    }
+
     /// *codegen*: JIT-compile legalized loops with the target's backend.
     pub fn compile(&mut self, f: &LoopFunc) -> Result<Compiled, Error> {
         let t = self.options.target;

@@ -488,7 +488,7 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
     let results = match (&job.legal, &job.evaluate) {
         (None, Some(nest)) => {
             let _busy = crate::progress::Activity::spinner(format!("evaluating the loop nest of `{}`", p.name));
-            texc_schedules::eval::run(nest, job.args.clone()).map_err(|e| Diagnostic::error(e.to_string()))?
+            pl.evaluate(nest, job.args.clone())?
         }
         (None, None) => crate::progress::interpret(p, job.args.clone(), &format!("interpreting `{}`", p.name))?,
         (Some(legal), _) => {
@@ -618,15 +618,13 @@ fn profile_nests(
     bufs: &mut texc_codegen::Buffers,
     a: &BenchArgs,
 ) -> Result<Vec<NestTime>, Error> {
-    let t = pl.target();
-    let backend = texc_codegen::backend_for(t)?;
     let parts = {
         let _busy = crate::progress::Activity::spinner(format!(
             "compiling the {} loop nests of `{}` one by one",
             f.body.len(),
             f.p.name
         ));
-        compiled.parts(backend, f, t)?
+        pl.compile_nests(f, compiled)?
     };
     let mut times = vec![Vec::with_capacity(a.repeat); parts.len()];
     let _ = crate::progress::timed_runs(a.warmup, a.repeat, || {
