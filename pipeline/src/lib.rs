@@ -23,6 +23,7 @@ pub mod aot;
 pub mod check;
 pub mod domain;
 pub mod emit;
+pub mod import;
 mod loops_file;
 mod model;
 mod options;
