@@ -1193,8 +1193,15 @@ fn run_args(built: &Built, args: &[Arg], folded: Vec<(String, Tensor)>) -> Optio
     Some(args)
 }
 
+/// `p` on the reference interpreter.
 pub fn interpret(p: &Program, args: Vec<Arg>) -> Result<Vec<Tensor>, Error> {
     interp::run(p, args).map_err(|e| Diagnostic::error(e.to_string()).into())
+}
+
+/// [`interpret`], counting the elements computed in `progress` (which a
+/// progress bar may read from another thread).
+pub fn interpret_with_progress(p: &Program, args: Vec<Arg>, progress: &interp::Progress) -> Result<Vec<Tensor>, Error> {
+    interp::run_with_progress(p, args, progress).map_err(|e| Diagnostic::error(e.to_string()).into())
 }
 
 #[cfg(test)]

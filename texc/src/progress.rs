@@ -16,9 +16,8 @@ use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use texc_compiler::interp::{self, Arg, Progress};
+use texc_compiler::interp::{Arg, Progress};
 use texc_compiler::tir::Program;
-use texc_grammar::Diagnostic;
 use texc_pipeline::Error;
 use texc_runtime::Tensor;
 
@@ -98,7 +97,7 @@ pub fn interpret(p: &Program, args: Vec<Arg>, what: &str) -> Result<Vec<Tensor>,
     let progress = Arc::new(Progress::default());
     let watched = Arc::clone(&progress);
     let _bar = Activity::counted(what, move || (watched.done(), watched.total()));
-    interp::run_with_progress(p, args, &progress).map_err(|e| Diagnostic::error(e.to_string()).into())
+    texc_pipeline::interpret_with_progress(p, args, &progress)
 }
 
 /// `warmup` untimed calls of `call`, then `repeat` timed ones (their times
