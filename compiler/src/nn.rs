@@ -444,6 +444,8 @@ impl NnOp {
             }
             NnOp::Conv2d1x1(e) => flops((2.0 * x.map_or(0.0, |x| x[1] as f64) + e.ops_per_output()) * out),
             NnOp::Matmul => flops(2.0 * out * x.map_or(0.0, |a| a[1] as f64)),
+            // Y = X·Wᵀ + b: a K-long dot product and the bias per output.
+            NnOp::Dense => flops((2.0 * x.map_or(0.0, |a| a[1] as f64) + 1.0) * out),
             NnOp::BatchMatmul => flops(2.0 * out * x.map_or(0.0, |a| a[2] as f64)),
             NnOp::BatchNorm => flops(6.0 * out),
             NnOp::BnFoldWeight => flops(4.0 * out),
@@ -488,6 +490,21 @@ mod tests {
             assert_eq!(a.op.to_string(), a.name);
         }
         assert!("conv2d_winograd_f3".parse::<NnOp>().is_err());
+    }
+
+    /// Products count two operations per multiply-add, whatever their form.
+    #[test]
+    fn work_counts_multiply_adds_twice() {
+        let t = |s: &[i64]| Info::Shape(s.to_vec());
+        let (n, k, m) = (4.0, 64.0, 10.0);
+        let dense = NnOp::Dense.work(&[t(&[4, 64]), t(&[10, 64]), t(&[10])], n * m);
+        assert_eq!(dense.flops, (2.0 * k + 1.0) * n * m, "dot products and the bias");
+        let matmul = NnOp::Matmul.work(&[t(&[4, 64]), t(&[64, 10])], n * m);
+        assert_eq!(matmul.flops, 2.0 * k * n * m);
+        let conv = NnOp::Conv2d(Epilogue::BiasRelu).work(&[t(&[1, 8, 6, 6]), t(&[16, 8, 3, 3])], 16.0 * 36.0);
+        assert_eq!(conv.flops, 16.0 * 36.0 * (2.0 * 72.0 + 2.0));
+        assert_eq!(NnOp::Relu.shape(&[t(&[3, 5])]), Some(vec![3, 5]));
+        assert_eq!(NnOp::Dense.shape(&[t(&[4, 64]), t(&[10, 64])]), Some(vec![4, 10]));
     }
 
     /// Every name of the table is a kernel of `std/nn.tex` and the other way round.
