@@ -28,6 +28,7 @@ mod loops_file;
 mod model;
 mod options;
 pub mod oracle;
+pub mod tune;
 pub mod tuning;
 
 pub use loops_file::{is_loops_file, LoopsFile};

@@ -315,3 +315,61 @@ fn the_pipeline_takes_the_tuning_databases_knobs() {
     assert_eq!(pl.options.knobs.get(&t.name), Some(&slow));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The tuner's search runs from the library with any way of measuring:
+/// here a model of the machine in which the time falls with the first
+/// knob's value. A space smaller than the trials is measured whole,
+/// candidate zero first; every measurement is recorded; the fastest wins
+/// its head-to-head and the database then holds it as the kernel's best.
+#[test]
+fn the_tuners_search_runs_with_any_measure() {
+    use texc_pipeline::tune::{Knobs, Measure, Measurement, TuneEvents, TuneSettings, TuneStart};
+    use texc_schedules::tuning::db::Db;
+    struct Model(usize);
+    impl Measure for Model {
+        fn measure(&mut self, batch: &[Knobs], _: bool, _: Option<f64>) -> Vec<Result<Measurement, String>> {
+            self.0 += batch.len();
+            batch.iter().map(|k| Ok((100.0 / (1 + k.first().map_or(0, |(_, v)| *v)) as f64, None, false))).collect()
+        }
+        fn runs(&self) -> (u64, u64) {
+            (1, 0)
+        }
+    }
+    #[derive(Default)]
+    struct Seen(Vec<usize>, Option<u64>, usize);
+    impl TuneEvents for Seen {
+        fn started(&mut self, s: &TuneStart) {
+            self.1 = Some(s.points);
+        }
+        fn trial(&mut self, n: usize, _: &Knobs, _: &Result<f64, String>, _: f64) {
+            self.0.push(n);
+        }
+        fn note(&mut self, _: &str) {}
+        fn searched(&mut self, duplicates: usize) {
+            self.2 = duplicates;
+        }
+    }
+    let src = "kernel t(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0; }\n\
+               schedule t for x86-avx2 { tune ti in [4, 8, 16]; split Y.i by ?ti -> (io, ii); }";
+    let (mut pl, k) = texc_tests::load_text("x86-avx2", "t.tex", src, None).expect("loads");
+    let b = Bindings { shapes: vec![("N".into(), 64)], ..Bindings::default() };
+    let dir = std::env::temp_dir().join(format!("texc-tune-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let db = Db::new(dir.join("db.jsonl"));
+    let settings = TuneSettings { trials: 10, time_budget: 60.0, seed: 1, shard: None, jobs: 1, no_model: true };
+    let (mut measure, mut seen) = (Model(0), Seen::default());
+    let o = pl.tune((k, &b), &db, &settings, &mut measure, &mut seen).expect("tunes");
+    assert_eq!(seen.1, Some(3), "three points");
+    assert_eq!(o.trials.len(), 3, "the whole space, once each");
+    assert_eq!(seen.0, vec![1, 2, 3]);
+    assert_eq!(o.trials[0].knobs, o.zero, "candidate zero first");
+    assert_eq!(o.zero, vec![("ti".to_string(), 4)]);
+    let h = o.head_to_head.as_ref().expect("the fastest challenges the default");
+    assert_eq!(h.winner.0, vec![("ti".to_string(), 16)]);
+    assert_eq!(o.kept, Some(vec![("ti".to_string(), 16)]), "the database's best is the winner");
+    assert_eq!(measure.0, 3 + 2 * 3, "three trials, three rounds of two");
+    // A second search continues the first: nothing left to measure.
+    let o = pl.tune((k, &b), &db, &settings, &mut Model(0), &mut Seen::default()).expect("tunes");
+    assert!(o.trials.iter().all(|t| t.from_db));
+    let _ = std::fs::remove_dir_all(&dir);
+}
