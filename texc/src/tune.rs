@@ -556,38 +556,3 @@ fn progress_svg(kernel: &str, target: &str, trials: &[Trial]) -> String {
     s += "</svg>\n";
     s
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Mutations of candidate zero (no knobs set) set exactly one knob, and
-    /// those of a trial with knobs keep all but one of them.
-    #[test]
-    fn mutations_are_neighbours_of_their_parent() {
-        let ts: Vec<Tunable> = [("rows", vec![2, 6, 8]), ("kslice", vec![64, 256, 512]), ("cols", vec![64, 128, 256])]
-            .into_iter()
-            .map(|(n, c)| Tunable { name: n.to_string(), candidates: c, listed: false })
-            .collect();
-        let trial = |knobs: Vec<(String, i64)>, ms: f64| Trial {
-            knobs,
-            result: Ok(ms),
-            at: 0.0,
-            from_db: false,
-            predicted: None,
-        };
-        let mut rng = SplitMix64::new(7);
-        let zero = [trial(Vec::new(), 1.0)];
-        for _ in 0..50 {
-            let p = mutation_of_fastest(&zero, &ts, &mut rng).expect("a parent");
-            assert_eq!(knobs_of(&ts, &p).len(), 1, "{p:?}");
-        }
-        let set = vec![("cols".to_string(), 64), ("kslice".to_string(), 512), ("rows".to_string(), 8)];
-        let parent = [trial(set.clone(), 1.0)];
-        for _ in 0..50 {
-            let k = knobs_of(&ts, &mutation_of_fastest(&parent, &ts, &mut rng).expect("a parent"));
-            assert_eq!(k.len(), 3);
-            assert!(k.iter().filter(|kv| !set.contains(kv)).count() <= 1, "{k:?}");
-        }
-    }
-}
