@@ -27,6 +27,7 @@ mod loops_file;
 mod model;
 mod options;
 pub mod oracle;
+pub mod stats;
 pub mod tuning;
 
 pub use loops_file::{is_loops_file, LoopsFile};
