@@ -140,6 +140,23 @@ def test_integer_and_double_kernels():
     assert (k(A) == A * 2).all()
 
 
+def test_half_bool_and_narrow_integer_dtypes():
+    k = texc.compile("kernel h(A: f16[N], B: f16[N]) -> C: f16[N] { C[n] = A[n] * B[n] + 1.0; }", shapes={"N": 37})
+    a, b = rand(37, dtype=np.float16), rand(37, dtype=np.float16)
+    c = k(a, b)
+    assert c.dtype == np.float16
+    close(c, a.astype(np.float64) * b + 1.0, tol=1e-3)
+    # NumPy has no bfloat16: bf16 parameters take float32 (rounded), outputs come back as float32.
+    k = texc.compile("kernel g(A: bf16[N]) -> C: bf16[N] { C[n] = bf16(f32(A[n]) * 2.0); }", shapes={"N": 5})
+    assert k.params == [("A", "float32", [5])]
+    assert (k(np.array([0, 1, 2, 3, 1 / 3], np.float32)) == [0, 2, 4, 6, 0.66796875]).all()
+    k = texc.compile("kernel p(A: f32[N]) -> C: bool[N] { C[n] = A[n] > 0.0; }", shapes={"N": 4})
+    assert k(np.array([-1, 2, -3, 4], np.float32)).tolist() == [False, True, False, True]
+    k = texc.compile("kernel q(A: u8[N], s: i64 = 3) -> C: i64[N] { C[n] = i64(A[n]) * s; }", shapes={"N": 4})
+    A = np.array([1, 2, 3, 250], np.uint8)
+    assert k(A).tolist() == [3, 6, 9, 750] and k(A, s=-1).tolist() == [-1, -2, -3, -250]
+
+
 def test_knobs_change_the_schedule_not_the_result():
     shapes = {"M": 40, "K": 24, "N": 56}
     plain = texc.compile(MATMUL, shapes=shapes)
@@ -326,6 +343,33 @@ def test_many_calls_do_not_grow_memory():
     # Each call moves 48 KiB in and out: a leak of its buffers would be 140 MiB.
     assert grown < 4 * 1024 * 1024, f"RSS grew by {grown / 1e6:.1f} MB over 3000 calls"
     close(C, A.astype(np.float64) @ B)
+
+
+def test_the_gil_is_released_while_a_kernel_runs():
+    import time
+
+    # The interpreter is slow enough for a call to take a while (~0.1-0.3 s).
+    k = texc.compile(MATMUL, target="interp", shapes={"M": 512, "K": 512, "N": 512})
+    A = rand(512, 512)
+    ticks, done = [], threading.Event()
+
+    def tick():
+        while not done.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    t = threading.Thread(target=tick)
+    t.start()
+    time.sleep(0.01)
+    start = time.perf_counter()
+    k(A, A)
+    end = time.perf_counter()
+    done.set()
+    t.join()
+    # Ticks strictly inside the call (with margins): none if the call held the GIL.
+    inside = [x for x in ticks if start + 0.01 < x < end - 0.01]
+    assert end - start > 0.05, "the call was too short to tell"
+    assert len(inside) >= 5, f"{len(inside)} ticks while a {1e3 * (end - start):.0f} ms call ran"
 
 
 def test_threads_at_once():
