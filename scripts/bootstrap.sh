@@ -6,6 +6,11 @@ set -euo pipefail
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+# `python3 -m venv` for the Python package's tests (scripts/test_python.sh):
+# Debian's own python3 makes virtual environments with pip only with python3-venv.
+case "$(command -v python3 || echo /usr/bin/python3)" in
+    /usr/bin/python3) dpkg -s python3-venv >/dev/null 2>&1 || need_apt+=(python3-venv) ;;
+esac
 # LLVM 19 for the x86 backend (inkwell links libLLVM-19 dynamically; llvm-sys
 # also wants Polly and zstd headers to be present).
 [ -x /usr/lib/llvm-19/bin/llvm-config ] || need_apt+=(llvm-19-dev)

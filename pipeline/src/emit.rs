@@ -27,39 +27,55 @@ pub struct EmitRequest<'a> {
 impl Pipeline {
     /// Stage `r.stage` of `r`'s kernel as text.
     pub fn emit(&mut self, r: &EmitRequest) -> Result<String, Error> {
-        let stage = r.stage;
-        if !STAGES.contains(&stage) {
-            return Err(Error::Usage(format!("unknown stage `{stage}`; stages: {}", STAGES.join(", "))));
-        }
-        if stage.starts_with("mlir") {
-            return self.emit_mlir(r);
-        }
-        let backend_stage = !matches!(stage, "ast" | "tir" | "graph" | "egraph" | "loops");
-        if stage == "loops" || backend_stage {
-            self.require_compiled(&format!("`--stage {stage}`"))?;
-        }
-        if backend_stage && !self.text_stages().contains(&stage) {
-            return Err(self.no_such_stage(stage));
-        }
+        self.check_stage(r.stage)?;
         if crate::is_loops_file(r.file) {
-            return self.emit_loops_file(r, backend_stage);
+            return self.emit_loops_file(r);
         }
         let m = self.load(r.file)?;
+        self.emit_loaded(m, r.kernel, r.bindings, r.stage)
+    }
+
+    /// Stage `stage` of kernel `kernel` (`None`: the module's only or last
+    /// kernel) of module `m`, which [`Pipeline::load`] or
+    /// [`Pipeline::load_text`] loaded, at sizes `b`, as text.
+    pub fn emit_loaded(&mut self, m: usize, kernel: Option<&str>, b: &Bindings, stage: &str) -> Result<String, Error> {
+        self.check_stage(stage)?;
         if stage == "ast" {
             return Ok(texc_grammar::print::print_ast(&self.session.module(m).ast));
         }
-        let k = self.kernel(m, r.kernel)?;
-        let b = r.bindings;
+        let k = self.kernel(m, kernel)?;
         Ok(match stage {
             "egraph" => self.emit_egraph(k, b)?,
             "graph" => texc_compiler::graph::print_graph(&self.specialize(k, b)?),
             "tir" => texc_compiler::print::print_program(&self.specialize(k, b)?),
             "loops" => texc_schedules::ir::print(&self.build(k, b)?.1.lowered),
+            "mlir" => mlir::loops(&self.build(k, b)?.1.legal)?,
+            "mlir-linalg" => mlir::linalg(&self.program(k, b)?.runs)?,
             _ => {
                 let (_, loops) = self.build(k, b)?;
                 self.emit_text(&loops.legal, stage)?
             }
         })
+    }
+
+    /// An error unless `stage` is a stage this pipeline's target has.
+    fn check_stage(&self, stage: &str) -> Result<(), Error> {
+        if !STAGES.contains(&stage) {
+            return Err(Error::Usage(format!("unknown stage `{stage}`; stages: {}", STAGES.join(", "))));
+        }
+        if stage == "mlir" {
+            return self.require_compiled("`--stage mlir` (the loop nests of a target's schedule)");
+        }
+        if stage.starts_with("mlir") {
+            return Ok(());
+        }
+        if stage == "loops" || is_backend_stage(stage) {
+            self.require_compiled(&format!("`--stage {stage}`"))?;
+        }
+        if is_backend_stage(stage) && !self.text_stages().contains(&stage) {
+            return Err(self.no_such_stage(stage));
+        }
+        Ok(())
     }
 
     /// Why the target has no text stage `stage`, naming the targets that do.
@@ -77,12 +93,17 @@ impl Pipeline {
         }
     }
 
-    /// A `.loops` file's stages: its loop nest, and the target's text of it.
-    fn emit_loops_file(&mut self, r: &EmitRequest, backend_stage: bool) -> Result<String, Error> {
+    /// A `.loops` file's stages: its loop nest, the target's text of it, and its MLIR.
+    fn emit_loops_file(&mut self, r: &EmitRequest) -> Result<String, Error> {
         let lf = self.load_loops(r.file)?;
         match (r.stage, &lf.legal) {
             ("loops", _) => Ok(texc_schedules::ir::print(&lf.lowered)),
-            (s, Some(legal)) if backend_stage => self.emit_text(legal, s),
+            ("mlir", Some(legal)) => mlir::loops(legal),
+            ("mlir-linalg", _) => Err(Error::Usage(format!(
+                "{}: a .loops file is already loop IR: it has no tensor IR to export as linalg",
+                r.file.display()
+            ))),
+            (s, Some(legal)) if is_backend_stage(s) => self.emit_text(legal, s),
             _ => Err(Error::Usage(format!(
                 "{}: a .loops file is already loop IR: its stages are loops and the target's ({})",
                 r.file.display(),
@@ -107,32 +128,11 @@ impl Pipeline {
         let plan = built.plan.as_ref().expect("the rewrite pass makes a plan");
         Ok(texc_compiler::rewrite::print_plan(plan, t, built.kept_original.as_deref()))
     }
+}
 
-    /// `mlir` (the target's legalized loop nests) and `mlir-linalg` (the
-    /// tensor IR that runs, before scheduling).
-    fn emit_mlir(&mut self, r: &EmitRequest) -> Result<String, Error> {
-        if r.stage == "mlir" {
-            self.require_compiled("`--stage mlir` (the loop nests of a target's schedule)")?;
-        }
-        if crate::is_loops_file(r.file) {
-            let lf = self.load_loops(r.file)?;
-            return match (r.stage, &lf.legal) {
-                ("mlir", Some(legal)) => mlir::loops(legal),
-                _ => Err(Error::Usage(format!(
-                    "{}: a .loops file is already loop IR: it has no tensor IR to export as linalg",
-                    r.file.display()
-                ))),
-            };
-        }
-        let m = self.load(r.file)?;
-        let k = self.kernel(m, r.kernel)?;
-        if r.stage == "mlir" {
-            let (_, loops) = self.build(k, r.bindings)?;
-            mlir::loops(&loops.legal)
-        } else {
-            mlir::linalg(&self.program(k, r.bindings)?.runs)
-        }
-    }
+/// A stage the target's backend prints (not the front end's, the loop nests or MLIR).
+fn is_backend_stage(stage: &str) -> bool {
+    !matches!(stage, "ast" | "tir" | "graph" | "egraph" | "loops") && !stage.starts_with("mlir")
 }
 
 /// The MLIR export, or why this build has none.

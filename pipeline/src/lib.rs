@@ -28,6 +28,7 @@ mod loops_file;
 mod model;
 mod options;
 pub mod oracle;
+pub mod stats;
 pub mod tune;
 pub mod tuning;
 

@@ -1,0 +1,710 @@
+//! texc from Python: `texc.compile` runs the pipeline (`texc_pipeline::Pipeline`,
+//! the same passes as the `texc` command) on a `.tex` file, `.tex` source
+//! text or an `.onnx` model, and returns a [`Kernel`] that runs on NumPy
+//! arrays, times itself and prints any stage of its compilation.
+//!
+//! Arrays are copied into texc's tensors and back (no zero-copy yet); the
+//! GIL is released while a kernel compiles and while it runs, so Python
+//! threads can call kernels at once (compiled kernels are `Send + Sync`).
+//! Problems in the input (source, sizes, knobs) raise `texc.TexcError` with
+//! texc's rendered diagnostic; misuse (an unknown target or stage) raises
+//! `ValueError`; arguments of the wrong type or shape raise `TypeError` or
+//! `ValueError` naming the parameter.
+
+use numpy::ndarray::{ArrayD, IxDyn};
+use numpy::{
+    Element, IntoPyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods,
+};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Instant;
+use texc_codegen::Compiled;
+use texc_compiler::interp::{self, Arg};
+use texc_compiler::tir::{Program, ProgramParam};
+use texc_compiler::Bindings;
+use texc_pipeline::{Error, Options, Pipeline};
+use texc_runtime::{DType, Data, Tensor};
+
+create_exception!(
+    texc,
+    TexcError,
+    PyException,
+    "A problem in what texc was given: the source (with file:line:col and an excerpt), an unknown kernel, \
+     sizes that do not fit, an unknown knob. `str(e)` is texc's rendered diagnostic."
+);
+
+/// How compiling or running failed, rendered while the pipeline (and its
+/// sources) still exist; becomes a Python exception once the GIL is held.
+enum Failure {
+    /// `TexcError`: texc's diagnostics, rendered with the source excerpts.
+    Input(String),
+    /// `ValueError`: texc was asked something it does not do.
+    Usage(String),
+}
+
+impl Failure {
+    fn of(pl: &Pipeline, e: Error) -> Failure {
+        match e {
+            Error::Input(d) => Failure::Input(pl.render(&d)),
+            Error::Usage(m) => Failure::Usage(m),
+        }
+    }
+
+    fn into_py(self) -> PyErr {
+        match self {
+            Failure::Input(text) => TexcError::new_err(text.trim_end().to_string()),
+            Failure::Usage(m) => PyValueError::new_err(m),
+        }
+    }
+}
+
+/// Where a kernel's source is: a file, or text given to `compile`.
+#[derive(Clone)]
+enum Source {
+    File(PathBuf),
+    Text(String),
+}
+
+/// The name diagnostics give source text passed as a string.
+const TEXT_NAME: &str = "<string>";
+
+impl Source {
+    /// `compile`'s first argument: a path (`os.PathLike`, or a one-line
+    /// string naming a `.tex`/`.onnx` file or an existing file) or source text.
+    fn of(x: &Bound<'_, PyAny>) -> PyResult<Source> {
+        if let Ok(s) = x.cast::<PyString>() {
+            let s = s.to_cow()?.into_owned();
+            let one_line = !s.contains('\n');
+            let named = s.ends_with(".tex") || s.ends_with(".onnx") || s.ends_with(".loops");
+            if one_line && (named || std::path::Path::new(&s).is_file()) {
+                return Source::file(PathBuf::from(s));
+            }
+            return Ok(Source::Text(s));
+        }
+        match x.extract::<PathBuf>() {
+            Ok(p) => Source::file(p),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "compile: expected .tex source text or the path of a .tex or .onnx file, got {}",
+                type_name(x)
+            ))),
+        }
+    }
+
+    fn file(p: PathBuf) -> PyResult<Source> {
+        if texc_pipeline::is_loops_file(&p) {
+            return Err(PyValueError::new_err(format!(
+                "{}: the Python package compiles .tex and .onnx files; run .loops files with the texc command",
+                p.display()
+            )));
+        }
+        Ok(Source::File(p))
+    }
+
+    /// Parse and resolve it in `pl`: the module.
+    fn load(&self, pl: &mut Pipeline) -> Result<usize, Error> {
+        match self {
+            Source::File(p) => pl.load(p),
+            Source::Text(t) => pl.load_text(TEXT_NAME, t, None),
+        }
+    }
+}
+
+fn type_name(x: &Bound<'_, PyAny>) -> String {
+    x.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// A parameter the caller gives: a tensor, or a scalar (with its default, if any).
+struct Param {
+    name: String,
+    dtype: DType,
+    /// `None` for scalars.
+    shape: Option<Vec<usize>>,
+    default: Option<f64>,
+}
+
+/// A scalar parameter with a default may be left out of a call.
+fn has_default(p: &Param) -> bool {
+    p.shape.is_none() && p.default.is_some()
+}
+
+/// An output: its name, element type and shape.
+struct Output {
+    name: String,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+/// What runs: compiled code, or the interpreter (`target="interp"`).
+enum Exec {
+    Compiled(Box<Compiled>),
+    Interp,
+}
+
+/// Everything a call needs, built by `compile` with the GIL released.
+struct Built {
+    name: String,
+    sizes: Vec<(String, i64)>,
+    /// The program as written: parameters, outputs, FLOPs, random inputs.
+    written: Program,
+    /// The caller's parameters, in order (an imported model's weights are not among them).
+    params: Vec<Param>,
+    outputs: Vec<Output>,
+    /// Parameter names of what runs, in its order.
+    run_params: Vec<String>,
+    /// Arguments of what runs that the caller does not give: an imported
+    /// model's weights and the constants folded from them.
+    fixed: HashMap<String, Tensor>,
+    exec: Exec,
+    compile_s: f64,
+}
+
+/// The names of a program's parameters, in order.
+fn param_names(p: &Program) -> Vec<String> {
+    p.params
+        .iter()
+        .map(|q| match q {
+            ProgramParam::Tensor(t) => p.tensor(*t).name.clone(),
+            ProgramParam::Scalar(s) => p.scalars[*s as usize].name.clone(),
+        })
+        .collect()
+}
+
+/// What `compile` was asked.
+struct Request {
+    source: Source,
+    kernel: Option<String>,
+    target: String,
+    bindings: Bindings,
+    knobs: BTreeMap<String, i64>,
+}
+
+impl Request {
+    /// The pipeline's options for this request (as the CLI sets them from its flags).
+    fn options(&self) -> Result<Options, Failure> {
+        let target = texc_pipeline::target(&self.target).map_err(|e| match e {
+            Error::Usage(m) => Failure::Usage(m),
+            Error::Input(_) => Failure::Usage(format!("unknown target `{}`", self.target)),
+        })?;
+        target.backend().map_err(|e| Failure::Usage(e.to_string()))?;
+        let mut o = Options::from_env(target).map_err(Failure::Usage)?;
+        for (name, &value) in &self.knobs {
+            if let Some((_, values)) = texc_pipeline::PIPELINE_KNOBS.iter().find(|(n, _)| n == name) {
+                if !values.contains(&value) {
+                    let list: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+                    return Err(Failure::Usage(format!("knob {name}={value}: expected one of {}", list.join(", "))));
+                }
+            }
+        }
+        o.knobs = self.knobs.clone();
+        Ok(o)
+    }
+
+    /// A pipeline with the source loaded: it and the kernel's module.
+    fn load(&self) -> Result<(Pipeline, usize), Failure> {
+        let mut pl = Pipeline::new(self.options()?);
+        let m = self.source.load(&mut pl).map_err(|e| Failure::of(&pl, e))?;
+        if self.kernel.is_none() {
+            let kernels = &pl.session.module(m).kernels;
+            if kernels.len() > 1 {
+                let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+                return Err(Failure::Usage(format!(
+                    "the source defines several kernels; choose one with kernel=... (kernels: {})",
+                    names.join(", ")
+                )));
+            }
+        }
+        Ok((pl, m))
+    }
+
+    /// Compile: everything up to runnable code (or the interpreter's program).
+    fn build(&self) -> Result<Built, Failure> {
+        let (mut pl, m) = self.load()?;
+        self.build_in(&mut pl, m).map_err(|e| Failure::of(&pl, e))
+    }
+
+    fn build_in(&self, pl: &mut Pipeline, m: usize) -> Result<Built, Error> {
+        let k = pl.kernel(m, self.kernel.as_deref())?;
+        let started = Instant::now();
+        let (written, exec, run_params, mut fixed) = if pl.target().is_compiled() {
+            let (built, loops) = pl.build(k, &self.bindings)?;
+            let compiled = pl.compile(&loops.legal)?;
+            let fixed = pl.model_constants()?;
+            (built.written, Exec::Compiled(Box::new(compiled)), param_names(&loops.legal.p), fixed)
+        } else {
+            let built = pl.program(k, &self.bindings)?;
+            let run_params = param_names(&built.written);
+            (built.written, Exec::Interp, run_params, pl.model_inputs().clone())
+        };
+        fixed.retain(|n, _| run_params.contains(n));
+        let weights = pl.model_inputs();
+        let params = written
+            .params
+            .iter()
+            .map(|q| match q {
+                ProgramParam::Tensor(t) => {
+                    let d = written.tensor(*t);
+                    let shape = d.shape.iter().map(|&s| s as usize).collect();
+                    Param { name: d.name.clone(), dtype: d.elem, shape: Some(shape), default: None }
+                }
+                ProgramParam::Scalar(s) => {
+                    let d = &written.scalars[*s as usize];
+                    Param { name: d.name.clone(), dtype: d.elem, shape: None, default: d.default }
+                }
+            })
+            .filter(|p| !weights.contains_key(&p.name))
+            .collect();
+        let outputs = written
+            .outputs
+            .iter()
+            .map(|&t| {
+                let d = written.tensor(t);
+                Output { name: d.name.clone(), dtype: d.elem, shape: d.shape.iter().map(|&s| s as usize).collect() }
+            })
+            .collect();
+        Ok(Built {
+            name: written.name.clone(),
+            sizes: written.bindings.clone(),
+            params,
+            outputs,
+            run_params,
+            fixed,
+            exec,
+            written,
+            compile_s: started.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// A compiled kernel. Call it on NumPy arrays: `kernel(A, B)` or
+/// `kernel(A=a, B=b)`; it returns one array, or a tuple for several outputs.
+#[pyclass(module = "texc", frozen)]
+struct Kernel {
+    request: Request,
+    target: &'static str,
+    b: Built,
+}
+
+/// The NumPy dtype that carries a texc element type (bf16, which NumPy
+/// lacks, travels as float32, as in texc's `.npy` files).
+fn numpy_name(d: DType) -> &'static str {
+    match d {
+        DType::F16 => "float16",
+        DType::BF16 | DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::I8 => "int8",
+        DType::U8 => "uint8",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::Bool => "bool",
+    }
+}
+
+fn shape_text(s: &[usize]) -> String {
+    match s {
+        [one] => format!("({one},)"),
+        _ => format!("({})", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// The elements of an array of `T` (checked by the caller), in row-major order.
+fn elements<T: Element + Clone>(x: &Bound<'_, PyUntypedArray>, name: &str) -> PyResult<Vec<T>> {
+    let a = x.cast::<PyArrayDyn<T>>().map_err(|e| PyTypeError::new_err(format!("argument `{name}`: {e}")))?;
+    let ro = a.try_readonly().map_err(|e| PyValueError::new_err(format!("argument `{name}`: {e}")))?;
+    // `as_slice` also accepts Fortran order (memory order, not row-major): C order only.
+    Ok(match ro.as_slice() {
+        Ok(s) if x.is_c_contiguous() => s.to_vec(),
+        _ => ro.as_array().iter().cloned().collect(),
+    })
+}
+
+/// An array as a tensor of parameter `p`: dtype and shape checked.
+fn tensor_arg(p: &Param, shape: &[usize], sizes: &str, x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let want = numpy_name(p.dtype);
+    let Ok(a) = x.cast::<PyUntypedArray>() else {
+        return Err(PyTypeError::new_err(format!(
+            "argument `{}`: expected a numpy.ndarray of {want} with shape {}, got {}",
+            p.name,
+            shape_text(shape),
+            type_name(x)
+        )));
+    };
+    let got = a.dtype().str()?.to_string();
+    let same = a.dtype().is_equiv_to(&numpy::PyArrayDescr::new(x.py(), want)?);
+    if !same {
+        return Err(PyTypeError::new_err(format!(
+            "argument `{}`: expected dtype {want}{}, got {got} (convert with .astype(numpy.{want}))",
+            p.name,
+            if p.dtype == DType::BF16 { " (a bf16 parameter takes float32, rounded to bf16)" } else { "" },
+        )));
+    }
+    if a.shape() != shape {
+        return Err(PyValueError::new_err(format!(
+            "argument `{}`: expected shape {}, got {}; the kernel is compiled for {sizes} (compile it again \
+             for other sizes)",
+            p.name,
+            shape_text(shape),
+            shape_text(a.shape()),
+        )));
+    }
+    let name = &p.name;
+    let data = match p.dtype {
+        DType::F16 => Data::F16(elements::<half::f16>(a, name)?),
+        DType::BF16 => Data::BF16(elements::<f32>(a, name)?.into_iter().map(half::bf16::from_f32).collect()),
+        DType::F32 => Data::F32(elements::<f32>(a, name)?),
+        DType::F64 => Data::F64(elements::<f64>(a, name)?),
+        DType::I8 => Data::I8(elements::<i8>(a, name)?),
+        DType::U8 => Data::U8(elements::<u8>(a, name)?),
+        DType::I32 => Data::I32(elements::<i32>(a, name)?),
+        DType::I64 => Data::I64(elements::<i64>(a, name)?),
+        DType::Bool => Data::Bool(elements::<bool>(a, name)?),
+    };
+    Ok(Tensor { shape: shape.to_vec(), data })
+}
+
+/// A Python number as scalar parameter `p`: integers must be integral and in range.
+fn scalar_arg(p: &Param, x: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let v: f64 = x.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "argument `{}`: expected a number ({} scalar), got {}",
+            p.name,
+            numpy_name(p.dtype),
+            type_name(x)
+        ))
+    })?;
+    let bounds = match p.dtype {
+        DType::Bool => Some((0.0, 1.0)),
+        DType::I8 => Some((i8::MIN as f64, i8::MAX as f64)),
+        DType::U8 => Some((0.0, u8::MAX as f64)),
+        DType::I32 => Some((i32::MIN as f64, i32::MAX as f64)),
+        DType::I64 => Some((-(2f64.powi(63)), 2f64.powi(63) - 1.0)),
+        _ => None,
+    };
+    match bounds {
+        Some((lo, hi)) if v.fract() != 0.0 || !v.is_finite() || v < lo || v > hi => {
+            Err(PyValueError::new_err(format!(
+                "argument `{}`: {v} is not a valid {} value (the integers {lo} to {hi})",
+                p.name,
+                numpy_name(p.dtype)
+            )))
+        }
+        _ => Ok(v),
+    }
+}
+
+/// A tensor as a NumPy array (bf16 as float32).
+fn to_numpy(py: Python<'_>, t: Tensor) -> PyResult<Py<PyAny>> {
+    fn arr<T: Element>(py: Python<'_>, shape: Vec<usize>, v: Vec<T>) -> PyResult<Py<PyAny>> {
+        let a = ArrayD::from_shape_vec(IxDyn(&shape), v).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok(a.into_pyarray(py).into_any().unbind())
+    }
+    let s = t.shape;
+    match t.data {
+        Data::F16(v) => arr(py, s, v),
+        Data::BF16(v) => arr(py, s, v.into_iter().map(|x| x.to_f32()).collect::<Vec<f32>>()),
+        Data::F32(v) => arr(py, s, v),
+        Data::F64(v) => arr(py, s, v),
+        Data::I8(v) => arr(py, s, v),
+        Data::U8(v) => arr(py, s, v),
+        Data::I32(v) => arr(py, s, v),
+        Data::I64(v) => arr(py, s, v),
+        Data::Bool(v) => arr(py, s, v),
+    }
+}
+
+impl Kernel {
+    /// The arguments a call gives, checked and converted, by parameter name.
+    fn given(&self, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<HashMap<String, Arg>> {
+        let params = &self.b.params;
+        let name = &self.b.name;
+        if args.len() > params.len() {
+            return Err(PyTypeError::new_err(format!(
+                "kernel `{name}` takes {} arguments ({}), got {}",
+                params.len(),
+                self.signature(),
+                args.len()
+            )));
+        }
+        let mut given: HashMap<String, Arg> = HashMap::new();
+        let sizes = self.sizes_text();
+        let convert = |p: &Param, x: &Bound<'_, PyAny>| -> PyResult<Arg> {
+            Ok(match &p.shape {
+                Some(shape) => Arg::Tensor(tensor_arg(p, shape, &sizes, x)?),
+                None => Arg::Scalar(scalar_arg(p, x)?),
+            })
+        };
+        for (p, x) in params.iter().zip(args.iter()) {
+            given.insert(p.name.clone(), convert(p, &x)?);
+        }
+        if let Some(kw) = kwargs {
+            for (k, x) in kw.iter() {
+                let k: String = k.extract()?;
+                let Some(p) = params.iter().find(|p| p.name == k) else {
+                    return Err(PyTypeError::new_err(format!(
+                        "kernel `{name}` has no parameter `{k}` (its parameters: {})",
+                        self.signature()
+                    )));
+                };
+                if given.contains_key(&k) {
+                    return Err(PyTypeError::new_err(format!("kernel `{name}`: argument `{k}` is given twice")));
+                }
+                given.insert(k, convert(p, &x)?);
+            }
+        }
+        let missing: Vec<&str> = params
+            .iter()
+            .filter(|p| !given.contains_key(&p.name) && !has_default(p))
+            .map(|p| p.name.as_str())
+            .collect();
+        if !missing.is_empty() {
+            return Err(PyTypeError::new_err(format!(
+                "kernel `{name}` is missing argument{} {} (its parameters: {})",
+                if missing.len() > 1 { "s" } else { "" },
+                missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "),
+                self.signature()
+            )));
+        }
+        Ok(given)
+    }
+
+    /// The arguments of what runs, in its order: the caller's, the fixed ones, scalar defaults.
+    fn run_args(&self, mut given: HashMap<String, Arg>) -> PyResult<Vec<Arg>> {
+        let b = &self.b;
+        b.run_params
+            .iter()
+            .map(|n| {
+                if let Some(a) = given.remove(n) {
+                    return Ok(a);
+                }
+                if let Some(t) = b.fixed.get(n) {
+                    return Ok(Arg::Tensor(t.clone()));
+                }
+                let default = b.written.scalars.iter().find(|s| &s.name == n).and_then(|s| s.default);
+                default.map(Arg::Scalar).ok_or_else(|| {
+                    PyRuntimeError::new_err(format!("internal error: no value for parameter `{n}` of `{}`", b.name))
+                })
+            })
+            .collect()
+    }
+
+    /// `N=100, K=64`.
+    fn sizes_text(&self) -> String {
+        self.b.sizes.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")
+    }
+
+    /// `A: float32 (5, 7), eps: float32 = 1e-05`.
+    fn signature(&self) -> String {
+        self.b
+            .params
+            .iter()
+            .map(|p| match (&p.shape, p.default) {
+                (Some(s), _) => format!("{}: {} {}", p.name, numpy_name(p.dtype), shape_text(s)),
+                (None, Some(d)) => format!("{}: {} = {d:?}", p.name, numpy_name(p.dtype)),
+                (None, None) => format!("{}: {}", p.name, numpy_name(p.dtype)),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Run on arguments in the order of what runs (GIL released by the caller).
+    fn execute(&self, args: Vec<Arg>) -> Result<Vec<Tensor>, String> {
+        match &self.b.exec {
+            Exec::Compiled(c) => c.run(args).map_err(|e| e.to_string()),
+            Exec::Interp => texc_pipeline::interpret(&self.b.written, args).map_err(|e| match e {
+                Error::Input(d) => d.iter().map(|d| format!("error: {}", d.message)).collect::<Vec<_>>().join("\n"),
+                Error::Usage(m) => m,
+            }),
+        }
+    }
+
+    /// Seeded random arguments for every parameter (as `texc bench` draws them).
+    fn random_given(&self) -> PyResult<HashMap<String, Arg>> {
+        let w = &self.b.written;
+        let mut args = interp::bind_args(w, HashMap::new(), &[], 0).map_err(PyRuntimeError::new_err)?;
+        texc_pipeline::domain::into_domain(w, &mut args, &[]);
+        let names = param_names(w);
+        Ok(names.into_iter().zip(args).filter(|(n, _)| self.b.params.iter().any(|p| &p.name == n)).collect())
+    }
+}
+
+#[pymethods]
+impl Kernel {
+    /// Run the kernel on NumPy arrays (and numbers for scalar parameters),
+    /// positionally in parameter order or by name. Returns one array, or a
+    /// tuple of arrays for several outputs.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let given = self.given(args, kwargs)?;
+        let run_args = self.run_args(given)?;
+        let results = py.detach(|| self.execute(run_args)).map_err(TexcError::new_err)?;
+        let mut arrays = Vec::with_capacity(results.len());
+        for t in results {
+            arrays.push(to_numpy(py, t)?);
+        }
+        if arrays.len() == 1 {
+            return Ok(arrays.pop().expect("one output"));
+        }
+        Ok(PyTuple::new(py, arrays)?.into_any().unbind())
+    }
+
+    /// Stage `stage` of this kernel's compilation as text: one of `ast`,
+    /// `tir`, `graph`, `egraph`, `loops`, `llvm`, `asm` (LLVM targets),
+    /// `clif` (cranelift), `ptx` (GPU targets), `mlir`,
+    /// `mlir-linalg` (builds with MLIR only).
+    fn source(&self, py: Python<'_>, stage: &str) -> PyResult<String> {
+        let r = &self.request;
+        py.detach(|| {
+            let (mut pl, m) = r.load()?;
+            pl.emit_loaded(m, r.kernel.as_deref(), &r.bindings, stage).map_err(|e| Failure::of(&pl, e))
+        })
+        .map_err(Failure::into_py)
+    }
+
+    /// Time the kernel: `warmup` calls, then `repeat` timed calls on the
+    /// same buffers. With no arrays, on seeded random inputs (as `texc
+    /// bench`). Returns times in ms (`mean_ms`, `std_dev_ms`, `min_ms`,
+    /// `median_ms`, `p90_ms`, `p99_ms`, `max_ms`) and `runs`, `warmup`,
+    /// `threads`, `compile_s`, `flops`, `bytes`, `gflops`, `gbs`.
+    #[pyo3(signature = (*args, repeat = 100, warmup = 10, **kwargs))]
+    fn bench<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        repeat: usize,
+        warmup: usize,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        const MAX_RUNS: usize = 1_000_000;
+        let Exec::Compiled(compiled) = &self.b.exec else {
+            return Err(PyValueError::new_err(
+                "bench times compiled code: compile for a compiled target (host, x86-avx2, cranelift, ...), not interp",
+            ));
+        };
+        if repeat == 0 || repeat > MAX_RUNS {
+            return Err(PyValueError::new_err(format!("repeat={repeat}: expected 1 to {MAX_RUNS} timed runs")));
+        }
+        if warmup > MAX_RUNS {
+            return Err(PyValueError::new_err(format!("warmup={warmup}: expected at most {MAX_RUNS} runs")));
+        }
+        let given = match (args.is_empty(), kwargs.is_none_or(|k| k.is_empty())) {
+            (true, true) => self.random_given()?,
+            _ => self.given(args, kwargs)?,
+        };
+        let run_args = self.run_args(given)?;
+        let times = py
+            .detach(|| -> Result<Vec<f64>, String> {
+                let mut bufs = compiled.prepare(run_args).map_err(|e| e.to_string())?;
+                for _ in 0..warmup {
+                    compiled.call(&mut bufs).map_err(|e| e.to_string())?;
+                }
+                let mut times = Vec::with_capacity(repeat);
+                for _ in 0..repeat {
+                    let t0 = Instant::now();
+                    compiled.call(&mut bufs).map_err(|e| e.to_string())?;
+                    times.push(t0.elapsed().as_secs_f64());
+                }
+                Ok(times)
+            })
+            .map_err(TexcError::new_err)?;
+        let st = texc_pipeline::stats::Stats::of(&times);
+        let counts = texc_compiler::cost::count(&self.b.written);
+        let d = PyDict::new(py);
+        for (n, v) in st.fields() {
+            d.set_item(format!("{n}_ms"), v * 1e3)?;
+        }
+        d.set_item("runs", repeat)?;
+        d.set_item("warmup", warmup)?;
+        d.set_item("threads", texc_runtime::pool::num_threads())?;
+        d.set_item("compile_s", self.b.compile_s)?;
+        d.set_item("flops", counts.flops)?;
+        d.set_item("bytes", counts.bytes)?;
+        d.set_item("gflops", counts.flops / st.median / 1e9)?;
+        d.set_item("gbs", counts.bytes / st.median / 1e9)?;
+        Ok(d)
+    }
+
+    /// The kernel's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.b.name
+    }
+
+    /// The target it was compiled for.
+    #[getter]
+    fn target(&self) -> &'static str {
+        self.target
+    }
+
+    /// The sizes it was specialized to: `{"M": 64, ...}`.
+    #[getter]
+    fn sizes(&self) -> BTreeMap<String, i64> {
+        self.b.sizes.iter().cloned().collect()
+    }
+
+    /// The parameters a call takes, in order: `(name, dtype, shape)`, with
+    /// `shape` `None` for scalars (dtype names as NumPy spells them).
+    #[getter]
+    fn params(&self) -> Vec<(String, &'static str, Option<Vec<usize>>)> {
+        self.b.params.iter().map(|p| (p.name.clone(), numpy_name(p.dtype), p.shape.clone())).collect()
+    }
+
+    /// The outputs a call returns, in order: `(name, dtype, shape)`.
+    #[getter]
+    fn outputs(&self) -> Vec<(String, &'static str, Vec<usize>)> {
+        self.b.outputs.iter().map(|o| (o.name.clone(), numpy_name(o.dtype), o.shape.clone())).collect()
+    }
+
+    /// Seconds compiling took (front end to machine code).
+    #[getter]
+    fn compile_s(&self) -> f64 {
+        self.b.compile_s
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<texc.Kernel {}({}) for {} [{}]>", self.b.name, self.signature(), self.target, self.sizes_text())
+    }
+}
+
+/// Compile a kernel for `target` and return it, ready to call on NumPy arrays.
+#[pyfunction]
+#[pyo3(signature = (source_or_path, kernel = None, target = "host", shapes = None, consts = None, knobs = None))]
+fn compile(
+    py: Python<'_>,
+    source_or_path: &Bound<'_, PyAny>,
+    kernel: Option<String>,
+    target: &str,
+    shapes: Option<BTreeMap<String, i64>>,
+    consts: Option<BTreeMap<String, i64>>,
+    knobs: Option<BTreeMap<String, i64>>,
+) -> PyResult<Kernel> {
+    let source = Source::of(source_or_path)?;
+    let shapes: Vec<(String, i64)> = shapes.unwrap_or_default().into_iter().collect();
+    if let Some((n, v)) = shapes.iter().find(|(_, v)| *v < 0) {
+        return Err(PyValueError::new_err(format!("shapes: `{n}={v}`: a size cannot be negative")));
+    }
+    let consts = consts.unwrap_or_default().into_iter().collect();
+    let bindings = Bindings { shapes, consts, input_shapes: HashMap::new() };
+    let request = Request { source, kernel, target: target.to_string(), bindings, knobs: knobs.unwrap_or_default() };
+    let built = py.detach(|| request.build()).map_err(Failure::into_py)?;
+    let target = texc_pipeline::target(&request.target).map(|t| t.name).unwrap_or("?");
+    Ok(Kernel { request, target, b: built })
+}
+
+/// texc's native module; the package `texc` re-exports it.
+#[pymodule]
+fn _texc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_class::<Kernel>()?;
+    m.add("TexcError", m.py().get_type::<TexcError>())?;
+    m.add("STAGES", texc_pipeline::emit::STAGES.to_vec())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

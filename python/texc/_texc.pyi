@@ -1,0 +1,98 @@
+"""Type stubs of texc's native module (``texc._texc``), re-exported by ``texc``."""
+
+import os
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+__version__: str
+
+STAGES: List[str]
+"""Every stage ``Kernel.source`` knows, in pipeline order: ``ast``, ``tir``,
+``graph``, ``egraph``, ``loops``, then the backend's text (``llvm`` and
+``asm`` on LLVM targets, ``clif`` and ``asm`` on ``cranelift``, ``llvm`` and
+``ptx`` on GPU targets), ``mlir`` and ``mlir-linalg`` (only in a build with
+the ``mlir`` feature). A stage the kernel's target does not print raises
+``ValueError`` naming the targets that do."""
+
+class TexcError(Exception):
+    """A problem in what texc was given: the source (``str(e)`` has
+    ``file:line:col``, the source line and the reason), an unknown kernel,
+    sizes that do not fit, an unknown knob, an error while the interpreter
+    runs. Misuse (an unknown target or stage, a negative size, a knob value
+    out of range) raises ``ValueError`` instead."""
+
+class Kernel:
+    """A kernel compiled for one target at fixed sizes.
+
+    Call it on NumPy arrays, positionally in parameter order or by name;
+    scalar parameters take Python numbers and may be left out when they
+    have a default. Each array must have the parameter's dtype (``TypeError``
+    otherwise; a ``bf16`` parameter takes ``float32``) and exactly its shape
+    (``ValueError`` otherwise); any memory layout is accepted (arrays are
+    copied). Returns a new array, or a tuple of arrays when the kernel has
+    several outputs (``bf16`` outputs come back as ``float32``). The GIL is
+    released while the kernel runs, so threads may call kernels at once.
+    """
+
+    def __call__(self, *arrays: Union[np.ndarray, float, int], **named: Union[np.ndarray, float, int]) -> Union[np.ndarray, Tuple[np.ndarray, ...]]: ...
+    def source(self, stage: str) -> str:
+        """Stage ``stage`` of this kernel's compilation as text (see ``STAGES``):
+        the same text as ``texc emit FILE --stage STAGE`` with this kernel's
+        target, sizes and knobs. ``ValueError`` for a stage the target does not have."""
+    def bench(self, *arrays: Union[np.ndarray, float, int], repeat: int = 100, warmup: int = 10, **named: Union[np.ndarray, float, int]) -> Dict[str, float]:
+        """Time the kernel: ``warmup`` untimed calls, then ``repeat`` timed
+        calls on the same buffers, on the arrays given or, with none, on
+        seeded random inputs (as ``texc bench``). Returns ``mean_ms``,
+        ``std_dev_ms``, ``min_ms``, ``median_ms``, ``p90_ms``, ``p99_ms``,
+        ``max_ms``, ``runs``, ``warmup``, ``threads``, ``compile_s``,
+        ``flops``, ``bytes``, ``gflops`` and ``gbs`` (rates at the median).
+        ``ValueError`` on the ``interp`` target."""
+    @property
+    def name(self) -> str:
+        """The kernel's name."""
+    @property
+    def target(self) -> str:
+        """The target it was compiled for, as named to ``compile``."""
+    @property
+    def sizes(self) -> Dict[str, int]:
+        """The sizes it was specialized to, by shape symbol and constant."""
+    @property
+    def params(self) -> List[Tuple[str, str, Optional[List[int]]]]:
+        """The parameters a call takes, in order: ``(name, dtype, shape)``;
+        ``shape`` is ``None`` for a scalar. An imported model's weights are
+        not parameters: the kernel holds them."""
+    @property
+    def outputs(self) -> List[Tuple[str, str, List[int]]]:
+        """The outputs a call returns, in order: ``(name, dtype, shape)``."""
+    @property
+    def compile_s(self) -> float:
+        """Seconds ``compile`` spent, front end to machine code."""
+
+def compile(
+    source_or_path: Union[str, "os.PathLike[str]"],
+    kernel: Optional[str] = None,
+    target: str = "host",
+    shapes: Optional[Mapping[str, int]] = None,
+    consts: Optional[Mapping[str, int]] = None,
+    knobs: Optional[Mapping[str, int]] = None,
+) -> Kernel:
+    """Compile a kernel and return it, ready to call on NumPy arrays.
+
+    ``source_or_path``: ``.tex`` source text, or the path of a ``.tex`` file
+    or an ``.onnx`` model (an ``os.PathLike``, or a one-line string ending
+    in ``.tex``/``.onnx`` or naming an existing file). ``kernel``: which
+    kernel of a source that defines several. ``target``: ``host`` (this
+    machine's widest x86 ISA), ``x86-avx2``, ``x86-avx512``, ``cranelift``,
+    ``interp`` (the reference interpreter) or a GPU target where a GPU is
+    present. ``shapes`` and ``consts``: sizes by name (``--shape``,
+    ``--const``); sizes with defaults in the source may be left out.
+    ``knobs``: schedule knobs (``--knob``): a schedule's tunables, or the
+    default schedule's (``rows``, ``kslice``, ``cols``, ``pack``, ``par``,
+    ``vec``, ``gather``) and the pipeline's (``rewrite``, ``winograd``,
+    ``im2col``). The tuning database is not consulted.
+
+    Raises ``TexcError`` for problems in the source, sizes or knobs, and
+    ``ValueError`` for misuse (unknown target, several kernels and no
+    ``kernel=``).
+    """

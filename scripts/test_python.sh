@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The Python package (python/, docs/python.md): build it into a virtual
+# environment and run its tests. Part of scripts/test.sh; runs alone too.
+# Idempotent: the environment (.venv-py, gitignored) and its tools are made
+# once; the package is rebuilt in the dev profile into the workspace's
+# target directory (python/.cargo/config.toml), so it reuses what
+# `cargo build`/`cargo test` compiled and only links the extension anew.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="$PWD/.venv-py"
+if [ ! -x "$venv/bin/python" ]; then
+    echo "test_python: creating $venv"
+    python3 -m venv "$venv"
+fi
+if ! "$venv/bin/python" -m pip show -q maturin pytest numpy onnx >/dev/null 2>&1; then
+    echo "test_python: installing maturin, pytest, numpy and onnx (a test builds a model) into $venv"
+    "$venv/bin/python" -m pip install -q maturin==1.16.0 pytest==9.2.0 numpy==2.4.6 onnx==1.23.2
+fi
+# From python/, so that cargo reads python/.cargo/config.toml (the shared target directory).
+(cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --locked --quiet)
+"$venv/bin/python" -m pytest -q python/tests
