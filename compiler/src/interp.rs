@@ -289,10 +289,7 @@ impl<'a> Machine<'a> {
                     m.scalars[*s as usize] = sem::cast(V::F(v), Ty::Elem(elem));
                 }
                 (param, arg) => {
-                    let name = match param {
-                        ProgramParam::Tensor(t) => p.tensor(*t).name.clone(),
-                        ProgramParam::Scalar(s) => p.scalars[*s as usize].name.clone(),
-                    };
+                    let name = p.param_name(param).to_string();
                     let got = if matches!(arg, Arg::Tensor(_)) { "a tensor" } else { "a scalar" };
                     let expected = if matches!(param, ProgramParam::Tensor(_)) { "a tensor" } else { "a scalar" };
                     return Err(InterpError::Mismatch { name, expected: expected.into(), got: got.into() });

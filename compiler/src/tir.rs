@@ -269,6 +269,19 @@ impl Program {
         &self.tensors[t.0 as usize]
     }
 
+    /// The name of parameter `q` (a tensor's or a scalar's).
+    pub fn param_name(&self, q: &ProgramParam) -> &str {
+        match q {
+            ProgramParam::Tensor(t) => &self.tensor(*t).name,
+            ProgramParam::Scalar(s) => &self.scalars[*s as usize].name,
+        }
+    }
+
+    /// The parameters' names, in order.
+    pub fn param_names(&self) -> Vec<String> {
+        self.params.iter().map(|q| self.param_name(q).to_string()).collect()
+    }
+
     pub fn input_tensors(&self) -> impl Iterator<Item = TensorId> + '_ {
         self.params.iter().filter_map(|p| match p {
             ProgramParam::Tensor(t) => Some(*t),

@@ -162,17 +162,6 @@ struct Built {
     compile_s: f64,
 }
 
-/// The names of a program's parameters, in order.
-fn param_names(p: &Program) -> Vec<String> {
-    p.params
-        .iter()
-        .map(|q| match q {
-            ProgramParam::Tensor(t) => p.tensor(*t).name.clone(),
-            ProgramParam::Scalar(s) => p.scalars[*s as usize].name.clone(),
-        })
-        .collect()
-}
-
 /// What `compile` was asked.
 struct Request {
     source: Source,
@@ -233,10 +222,10 @@ impl Request {
             let (built, loops) = pl.build(k, &self.bindings)?;
             let compiled = pl.compile(&loops.legal)?;
             let fixed = pl.model_constants()?;
-            (built.written, Exec::Compiled(Box::new(compiled)), param_names(&loops.legal.p), fixed)
+            (built.written, Exec::Compiled(Box::new(compiled)), loops.legal.p.param_names(), fixed)
         } else {
             let built = pl.program(k, &self.bindings)?;
-            let run_params = param_names(&built.written);
+            let run_params = built.written.param_names();
             (built.written, Exec::Interp, run_params, pl.model_inputs().clone())
         };
         fixed.retain(|n, _| run_params.contains(n));
@@ -525,7 +514,7 @@ impl Kernel {
         let w = &self.b.written;
         let mut args = interp::bind_args(w, HashMap::new(), &[], 0).map_err(PyRuntimeError::new_err)?;
         texc_pipeline::domain::into_domain(w, &mut args, &[]);
-        let names = param_names(w);
+        let names = w.param_names();
         Ok(names.into_iter().zip(args).filter(|(n, _)| self.b.params.iter().any(|p| &p.name == n)).collect())
     }
 }

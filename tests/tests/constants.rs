@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use texc_compiler::constants::split;
 use texc_compiler::interp::{self, Arg};
-use texc_compiler::tir::{Program, ProgramParam, TensorRole};
+use texc_compiler::tir::{Program, TensorRole};
 use texc_compiler::Bindings;
 use texc_runtime::{DType, SplitMix64, Tensor};
 
@@ -29,13 +29,7 @@ fn random(shape: Vec<usize>, rng: &mut SplitMix64) -> Tensor {
 }
 
 fn names(p: &Program) -> Vec<String> {
-    p.params
-        .iter()
-        .map(|q| match q {
-            ProgramParam::Tensor(t) => p.tensor(*t).name.clone(),
-            ProgramParam::Scalar(s) => p.scalars[*s as usize].name.clone(),
-        })
-        .collect()
+    p.param_names()
 }
 
 /// W, b and s are constants: `Wt` folds (it reads W and s); `Big` would be
