@@ -557,6 +557,26 @@ impl Kernel {
         .map_err(Failure::into_py)
     }
 
+    /// Compile the kernel ahead of time into `path` — `.o` or `.so` on a
+    /// CPU target (`.ptx` or `.cubin` on a GPU target) — with its C header
+    /// beside it (`.h`: the entry `texc_<kernel>_run`), as `texc compile -o`
+    /// does. Returns the header's path.
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<String> {
+        let r = &self.request;
+        py.detach(|| {
+            let (mut pl, m) = r.load()?;
+            let written = (|| {
+                pl.require_compiled("`Kernel.save`")?;
+                pl.check_library_path(&path)?;
+                let k = pl.kernel(m, r.kernel.as_deref())?;
+                let (_, loops) = pl.build(k, &r.bindings)?;
+                pl.write_library(&[loops.legal], &path)
+            })();
+            written.map(|l| l.header.display().to_string()).map_err(|e| Failure::of(&pl, e))
+        })
+        .map_err(Failure::into_py)
+    }
+
     /// Time the kernel: `warmup` calls, then `repeat` timed calls on the
     /// same buffers. With no arrays, on seeded random inputs (as `texc
     /// bench`). Returns times in ms (`mean_ms`, `std_dev_ms`, `min_ms`,

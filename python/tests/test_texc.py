@@ -228,6 +228,31 @@ def test_bench():
     assert r["runs"] == 3
 
 
+def test_save_writes_a_library_and_its_header(tmp_path):
+    import ctypes
+
+    k = texc.compile(MATMUL, shapes={"M": 5, "K": 7, "N": 9})
+    lib = tmp_path / "mm.so"
+    header = k.save(str(lib))
+    assert header == str(tmp_path / "mm.h")
+    text = pathlib.Path(header).read_text()
+    assert "int texc_matmul_run(const float *A, const float *B, float *C);" in text
+    assert "#define TEXC_MATMUL_C_SIZE 45" in text
+    # Called from C (through ctypes), the library computes what the kernel does.
+    a, b = rand(5, 7), rand(7, 9)
+    c = np.zeros((5, 9), np.float32)
+    ptr = ctypes.POINTER(ctypes.c_float)
+    run = ctypes.CDLL(str(lib)).texc_matmul_run
+    run.argtypes = [ptr, ptr, ptr]
+    assert run(a.ctypes.data_as(ptr), b.ctypes.data_as(ptr), c.ctypes.data_as(ptr)) == 0
+    close(c, a @ b)
+    close(c, k(a, b))
+    with pytest.raises(ValueError, match=r"\.o or \.so"):
+        k.save(str(tmp_path / "mm.dll"))
+    with pytest.raises(ValueError, match="compiled target"):
+        texc.compile(MATMUL, target="interp", shapes={"M": 2, "K": 2, "N": 2}).save(str(lib))
+
+
 # ---------------------------------------------------------------- errors
 
 

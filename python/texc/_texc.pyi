@@ -40,6 +40,12 @@ class Kernel:
         """Stage ``stage`` of this kernel's compilation as text (see ``STAGES``):
         the same text as ``texc emit FILE --stage STAGE`` with this kernel's
         target, sizes and knobs. ``ValueError`` for a stage the target does not have."""
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> str:
+        """Compile the kernel ahead of time into ``path`` (``.o`` or ``.so`` on
+        a CPU target, ``.ptx`` or ``.cubin`` on a GPU target) with its C
+        header beside it (``.h``, the entry ``texc_<kernel>_run``), as
+        ``texc compile -o`` does; returns the header's path. ``ValueError``
+        for another extension or the ``interp`` target."""
     def bench(self, *arrays: Union[np.ndarray, float, int], repeat: int = 100, warmup: int = 10, **named: Union[np.ndarray, float, int]) -> Dict[str, float]:
         """Time the kernel: ``warmup`` untimed calls, then ``repeat`` timed
         calls on the same buffers, on the arrays given or, with none, on
