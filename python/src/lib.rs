@@ -708,9 +708,27 @@ fn compile(
 }
 
 /// texc's native module; the package `texc` re-exports it.
+/// Run parallel loops on `n` threads from now on, in every kernel of this
+/// process (as `TEXC_NUM_THREADS` does at start-up); `ValueError` outside
+/// 1 to 1024. More threads than cores share them.
+#[pyfunction]
+fn set_num_threads(n: i64) -> PyResult<()> {
+    let threads = usize::try_from(n).unwrap_or(0);
+    texc_runtime::pool::set_num_threads(threads)
+        .map_err(|e| PyValueError::new_err(format!("set_num_threads({n}): {e}")))
+}
+
+/// The threads parallel loops run on.
+#[pyfunction]
+fn num_threads() -> usize {
+    texc_runtime::pool::num_threads()
+}
+
 #[pymodule]
 fn _texc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(num_threads, m)?)?;
     m.add_class::<Kernel>()?;
     m.add("TexcError", m.py().get_type::<TexcError>())?;
     m.add("STAGES", texc_pipeline::emit::STAGES.to_vec())?;

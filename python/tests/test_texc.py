@@ -362,12 +362,28 @@ def test_many_calls_do_not_grow_memory():
     for _ in range(200):  # warm up allocators and the thread pool
         k(A, B)
     before = rss_bytes()
-    for _ in range(3000):
+    for _ in range(10_000):
         C = k(A, B)
     grown = rss_bytes() - before
-    # Each call moves 48 KiB in and out: a leak of its buffers would be 140 MiB.
-    assert grown < 4 * 1024 * 1024, f"RSS grew by {grown / 1e6:.1f} MB over 3000 calls"
+    # Each call moves 48 KiB in and out: a leak of its buffers would be 470 MiB.
+    assert grown < 4 * 1024 * 1024, f"RSS grew by {grown / 1e6:.1f} MB over 10 000 calls"
     close(C, A.astype(np.float64) @ B)
+
+
+def test_thread_count_per_process():
+    k = texc.compile(MATMUL, shapes={"M": 256, "K": 64, "N": 256})
+    A, B = rand(256, 64), rand(64, 256)
+    before = texc.num_threads()
+    try:
+        for n in [1, 3, 2]:
+            texc.set_num_threads(n)
+            assert texc.num_threads() == n
+            close(k(A, B), A.astype(np.float64) @ B)
+        for bad in [0, -1, 1025]:
+            with pytest.raises(ValueError, match="thread count from 1 to 1024"):
+                texc.set_num_threads(bad)
+    finally:
+        texc.set_num_threads(before)
 
 
 def test_the_gil_is_released_while_a_kernel_runs():

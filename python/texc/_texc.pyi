@@ -102,3 +102,11 @@ def compile(
     ``ValueError`` for misuse (unknown target, several kernels and no
     ``kernel=``).
     """
+
+def set_num_threads(n: int) -> None:
+    """Run parallel loops on ``n`` threads from now on, in every kernel of
+    this process (as ``TEXC_NUM_THREADS`` does at start-up); ``ValueError``
+    outside 1 to 1024. More threads than cores share them."""
+
+def num_threads() -> int:
+    """The threads parallel loops run on."""
