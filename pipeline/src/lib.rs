@@ -1130,7 +1130,6 @@ fn prologue_memory(prologue: &Program) -> u64 {
 /// range, bools 0 or 1, and never a tensor.
 fn check_scalar(name: &str, v: f64, info: &texc_compiler::kernel::ParamInfo) -> Result<(), String> {
     use texc_compiler::kernel::ParamInfo;
-    use texc_compiler::types::ElemType;
     let elem = match info {
         ParamInfo::Scalar { elem, .. } => *elem,
         ParamInfo::Tensor(_) => {
@@ -1140,15 +1139,7 @@ fn check_scalar(name: &str, v: f64, info: &texc_compiler::kernel::ParamInfo) -> 
             return Err(format!("--scalar {name}: `{name}` is a compile-time constant; give it with --const"))
         }
     };
-    let bounds = match elem {
-        ElemType::Bool => Some((0.0, 1.0)),
-        ElemType::I8 => Some((i8::MIN as f64, i8::MAX as f64)),
-        ElemType::U8 => Some((0.0, u8::MAX as f64)),
-        ElemType::I32 => Some((i32::MIN as f64, i32::MAX as f64)),
-        ElemType::I64 => Some((-(2f64.powi(63)), 2f64.powi(63) - 1.0)),
-        _ => None,
-    };
-    match bounds {
+    match elem.integer_range() {
         Some((lo, hi)) if v.fract() != 0.0 || !v.is_finite() || v < lo || v > hi => {
             Err(format!("--scalar {name}={v}: `{name}` is {elem}, which holds the integers {lo} to {hi}"))
         }

@@ -364,15 +364,7 @@ fn scalar_arg(p: &Param, x: &Bound<'_, PyAny>) -> PyResult<f64> {
             type_name(x)
         ))
     })?;
-    let bounds = match p.dtype {
-        DType::Bool => Some((0.0, 1.0)),
-        DType::I8 => Some((i8::MIN as f64, i8::MAX as f64)),
-        DType::U8 => Some((0.0, u8::MAX as f64)),
-        DType::I32 => Some((i32::MIN as f64, i32::MAX as f64)),
-        DType::I64 => Some((-(2f64.powi(63)), 2f64.powi(63) - 1.0)),
-        _ => None,
-    };
-    match bounds {
+    match p.dtype.integer_range() {
         Some((lo, hi)) if v.fract() != 0.0 || !v.is_finite() || v < lo || v > hi => {
             Err(PyValueError::new_err(format!(
                 "argument `{}`: {v} is not a valid {} value (the integers {lo} to {hi})",

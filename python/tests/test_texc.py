@@ -140,6 +140,15 @@ def test_integer_and_double_kernels():
     assert (k(A) == A * 2).all()
 
 
+def test_integer_scalars_must_fit_their_type():
+    k = texc.compile("kernel f(A: i32[N], s: i32) -> C: i32[N] { C[n] = A[n] + s; }", shapes={"N": 4})
+    A = np.arange(4, dtype=np.int32)
+    assert (k(A, 2**31 - 4) == A + (2**31 - 4)).all()
+    for bad in [2**31, -(2**31) - 1, 1.5, float("nan")]:
+        with pytest.raises(ValueError, match=r"argument `s`: .* is not a valid int32 value \(the integers"):
+            k(A, bad)
+
+
 def test_half_bool_and_narrow_integer_dtypes():
     k = texc.compile("kernel h(A: f16[N], B: f16[N]) -> C: f16[N] { C[n] = A[n] * B[n] + 1.0; }", shapes={"N": 37})
     a, b = rand(37, dtype=np.float16), rand(37, dtype=np.float16)

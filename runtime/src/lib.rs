@@ -78,6 +78,20 @@ impl DType {
     pub fn is_float(self) -> bool {
         matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
     }
+
+    /// The integers an integer or bool element holds, as the bounds a
+    /// number given from outside (a scalar argument) must lie within;
+    /// `None` for floats.
+    pub fn integer_range(self) -> Option<(f64, f64)> {
+        match self {
+            DType::Bool => Some((0.0, 1.0)),
+            DType::I8 => Some((i8::MIN as f64, i8::MAX as f64)),
+            DType::U8 => Some((0.0, u8::MAX as f64)),
+            DType::I32 => Some((i32::MIN as f64, i32::MAX as f64)),
+            DType::I64 => Some((-(2f64.powi(63)), 2f64.powi(63) - 1.0)),
+            DType::F16 | DType::BF16 | DType::F32 | DType::F64 => None,
+        }
+    }
 }
 
 impl fmt::Display for DType {

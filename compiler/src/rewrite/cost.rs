@@ -171,7 +171,9 @@ pub fn node_time(egraph: &EGraph<Node, Shapes>, enode: &Node, peak: f64, bw: f64
     let compute = (flops - epilogue).max(0.0) / (peak * efficiency) + epilogue / peak;
     // Ties go to fewer bytes, then to fewer operators (each one is a loop nest to run).
     let time = compute.max(bytes / bw) + 1e-6 * bytes / bw + 1e-3;
-    let time = time * egraph.analysis.calibration.factor(&enode.to_string(), time);
+    // Samples name operators as they print; most runs have none to look up.
+    let calibration = &egraph.analysis.calibration;
+    let time = if calibration.is_empty() { time } else { time * calibration.factor(&enode.to_string(), time) };
     match (&egraph.analysis.prefer, winograd) {
         (Some(p), Some(form)) if *p == form => time * 1e-3,
         _ => time,
