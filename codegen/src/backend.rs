@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use texc_compiler::interp::Arg;
 use texc_compiler::target::{BackendKind, Target};
 use texc_compiler::types::ElemType;
-use texc_runtime::{AlignedBuf, Tensor};
+use texc_runtime::{AlignedBuf, DType, Tensor};
 use texc_schedules::LoopFunc;
 
 /// `entry(bufs, scalars)`: `bufs[t]` is the buffer of tensor `t`,
@@ -135,15 +135,7 @@ impl Compiled {
         // GPU gets a buffer for each, as its launches take them one by one.
         let mut arena = None;
         match &self.exec {
-            Exec::Host(_) if !l.temps.is_empty() => {
-                let mut a =
-                    AlignedBuf::zeroed(texc_runtime::DType::U8, vec![l.plan.arena_bytes as usize]).map_err(oom)?;
-                for s in &l.plan.slots {
-                    // SAFETY: the plan keeps every slot inside the arena.
-                    ptrs[s.tensor.0 as usize] = unsafe { a.as_mut_ptr().add(s.offset as usize) };
-                }
-                arena = Some(a);
-            }
+            Exec::Host(_) => arena = self.host_arena(&mut ptrs)?,
             _ => {
                 for t in &l.temps {
                     bufs.push((t.id, AlignedBuf::zeroed(t.elem, t.shape.clone()).map_err(oom)?));
@@ -211,6 +203,131 @@ impl Compiled {
         self.call(&mut b)?;
         self.outputs(&b)
     }
+}
+
+/// A tensor in memory the caller owns: its elements in row-major order,
+/// stored as generated code stores them (f16/bf16 as their bits, bools as
+/// bytes 0/1), aligned to the element's size.
+pub struct TensorRef<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub bytes: &'a [u8],
+}
+
+/// An output tensor in memory the caller owns (as [`TensorRef`]).
+pub struct TensorMut<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub bytes: &'a mut [u8],
+}
+
+/// An argument of [`Compiled::run_in_place`].
+pub enum ArgRef<'a> {
+    Tensor(TensorRef<'a>),
+    Scalar(f64),
+}
+
+impl Compiled {
+    /// The element type and shape of each output, in order.
+    pub fn output_shapes(&self) -> Vec<(DType, Vec<usize>)> {
+        self.layout.outputs.iter().map(|o| (o.elem, o.shape.clone())).collect()
+    }
+
+    /// Whether [`Compiled::run_in_place`] can run this kernel (host code).
+    pub fn runs_in_place(&self) -> bool {
+        matches!(self.exec, Exec::Host(_))
+    }
+
+    /// Run on the caller's memory without copying: inputs are read where
+    /// they are and outputs written where they are (zeroed first, as
+    /// [`Compiled::prepare`] zeroes its buffers); only the temporaries are
+    /// allocated. Host code only (a device needs its own copies).
+    ///
+    /// Generated host code needs no more alignment than the element's size
+    /// (vector accesses are unaligned loads and stores) and never writes a
+    /// parameter, so borrowed inputs stay as they were.
+    pub fn run_in_place(&self, args: &[ArgRef<'_>], outputs: &mut [TensorMut<'_>]) -> Result<(), CodegenError> {
+        let Exec::Host(code) = &self.exec else {
+            return Err(CodegenError::Unsupported("running a device kernel on host memory in place".into()));
+        };
+        let l = &self.layout;
+        let mut ptrs = vec![std::ptr::null_mut(); l.n_tensors];
+        let mut scalars = vec![0u64; l.scalars.len()];
+        // First, as `prepare` does: the parameters' and outputs' own memory
+        // replaces any slot the plan gives them.
+        let _arena = self.host_arena(&mut ptrs)?;
+        if args.len() != l.params.len() {
+            return Err(CodegenError::Run(format!("expected {} arguments, got {}", l.params.len(), args.len())));
+        }
+        let mut inputs = l.inputs.iter();
+        for (param, arg) in l.params.iter().zip(args) {
+            match (param, arg) {
+                (abi::Param::Tensor(t), ArgRef::Tensor(x)) => {
+                    let decl = inputs.next().expect("one declaration per tensor parameter");
+                    let want: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+                    check_memory(&decl.name, decl.elem, &want, x.dtype, x.shape, x.bytes)?;
+                    // The code only reads parameters (see above).
+                    ptrs[t.0 as usize] = x.bytes.as_ptr().cast_mut();
+                }
+                (abi::Param::Scalar(s), ArgRef::Scalar(v)) => {
+                    scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], *v)
+                }
+                _ => return Err(CodegenError::Run("a tensor and a scalar argument are swapped".into())),
+            }
+        }
+        if outputs.len() != l.outputs.len() {
+            return Err(CodegenError::Run(format!("expected {} outputs, got {}", l.outputs.len(), outputs.len())));
+        }
+        for (o, y) in l.outputs.iter().zip(outputs.iter_mut()) {
+            check_memory("an output", o.elem, &o.shape, y.dtype, y.shape, y.bytes)?;
+            y.bytes.fill(0);
+            ptrs[o.id.0 as usize] = y.bytes.as_mut_ptr();
+        }
+        // SAFETY: every tensor the kernel touches has memory of its declared
+        // size and type (checked above, or the arena of its memory plan), the
+        // kernel stays inside it (bounds checking), outputs are exclusive
+        // borrows, and the code is alive while `self` is.
+        unsafe { (code.entry)(ptrs.as_ptr(), scalars.as_ptr()) };
+        Ok(())
+    }
+
+    /// The temporaries of a host kernel in one zeroed arena at the offsets
+    /// of its memory plan, their pointers set in `ptrs`.
+    fn host_arena(&self, ptrs: &mut [*mut u8]) -> Result<Option<AlignedBuf>, CodegenError> {
+        let l = &self.layout;
+        if l.temps.is_empty() {
+            return Ok(None);
+        }
+        let mut a = AlignedBuf::zeroed(DType::U8, vec![l.plan.arena_bytes as usize]).map_err(oom)?;
+        for s in &l.plan.slots {
+            // SAFETY: the plan keeps every slot inside the arena.
+            ptrs[s.tensor.0 as usize] = unsafe { a.as_mut_ptr().add(s.offset as usize) };
+        }
+        Ok(Some(a))
+    }
+}
+
+/// Caller-owned memory must hold the tensor's type and shape exactly, and be
+/// aligned to its element's size.
+fn check_memory(
+    name: &str,
+    elem: ElemType,
+    want: &[usize],
+    dtype: DType,
+    shape: &[usize],
+    bytes: &[u8],
+) -> Result<(), CodegenError> {
+    if dtype != elem || shape != want {
+        return Err(CodegenError::Run(format!("{name}: expected {elem}{want:?}, got {dtype}{shape:?}")));
+    }
+    let size = want.iter().try_fold(elem.size(), |a, &d| a.checked_mul(d));
+    if size != Some(bytes.len()) {
+        return Err(CodegenError::Run(format!("{name}: {} bytes for {elem}{want:?}", bytes.len())));
+    }
+    if (bytes.as_ptr() as usize) % elem.size() != 0 {
+        return Err(CodegenError::Run(format!("{name}: memory not aligned to its {}-byte elements", elem.size())));
+    }
+    Ok(())
 }
 
 /// One top-level loop nest of a host kernel, compiled as a kernel of its

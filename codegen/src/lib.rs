@@ -30,7 +30,7 @@ pub mod device;
 pub mod header;
 pub mod llvm;
 
-pub use backend::{Backend, Buffers, Compiled, Part};
+pub use backend::{ArgRef, Backend, Buffers, Compiled, Part, TensorMut, TensorRef};
 pub use device::{gpu_backend_for, GpuBackend};
 
 use texc_compiler::target::{BackendKind, Target};

@@ -33,6 +33,8 @@ pub mod tune;
 pub mod tuning;
 
 pub use loops_file::{is_loops_file, LoopsFile};
+/// An imported model's names ([`Pipeline::model_names`]).
+pub use texc_onnx::{ModelName, Role as ModelRole};
 
 /// An ONNX model, which `load` imports.
 pub fn is_onnx_file(path: &Path) -> bool {

@@ -3,9 +3,11 @@
 //! text or an `.onnx` model, and returns a [`Kernel`] that runs on NumPy
 //! arrays, times itself and prints any stage of its compilation.
 //!
-//! Arrays are copied into texc's tensors and back (no zero-copy yet); the
-//! GIL is released while a kernel compiles and while it runs, so Python
-//! threads can call kernels at once (compiled kernels are `Send + Sync`).
+//! Compiled CPU kernels read C-order arrays (and DLPack tensors) where they
+//! are and write the arrays they return ([`Kernel::call_in_place`]); other
+//! layouts and targets copy into texc's tensors and back. The GIL is
+//! released while a kernel compiles and while it runs, so Python threads can
+//! call kernels at once (compiled kernels are `Send + Sync`).
 //! Problems in the input (source, sizes, knobs) raise `texc.TexcError` with
 //! texc's rendered diagnostic; misuse (an unknown target or stage) raises
 //! `ValueError`; arguments of the wrong type or shape raise `TypeError` or
@@ -160,6 +162,8 @@ struct Built {
     fixed: HashMap<String, Tensor>,
     exec: Exec,
     compile_s: f64,
+    /// An imported model's inputs and outputs: (ONNX name, parameter or output name).
+    onnx_names: Vec<(String, String)>,
 }
 
 /// What `compile` was asked.
@@ -169,6 +173,8 @@ struct Request {
     target: String,
     bindings: Bindings,
     knobs: BTreeMap<String, i64>,
+    /// Sizes of an ONNX model's symbolic dimensions (`load_onnx(dims=...)`).
+    model_dims: Vec<(String, i64)>,
 }
 
 impl Request {
@@ -189,6 +195,7 @@ impl Request {
             }
         }
         o.knobs = self.knobs.clone();
+        o.model_dims = self.model_dims.clone();
         Ok(o)
     }
 
@@ -264,6 +271,12 @@ impl Request {
             exec,
             written,
             compile_s: started.elapsed().as_secs_f64(),
+            onnx_names: pl
+                .model_names()
+                .iter()
+                .filter(|n| n.role != texc_pipeline::ModelRole::Weight)
+                .map(|n| (n.onnx.clone(), n.ident.clone()))
+                .collect(),
         })
     }
 }
@@ -275,6 +288,8 @@ struct Kernel {
     request: Request,
     target: &'static str,
     b: Built,
+    /// Tensor arguments copied because their memory could not be read as it is.
+    copies: std::sync::atomic::AtomicU64,
 }
 
 /// The NumPy dtype that carries a texc element type (bf16, which NumPy
@@ -299,28 +314,59 @@ fn shape_text(s: &[usize]) -> String {
     }
 }
 
-/// The elements of an array of `T` (checked by the caller), in row-major order.
+/// The elements of an array of `T` (checked by the caller), in row-major
+/// order. Arrays in another order, strided or unaligned (a `frombuffer` at
+/// an odd offset) are first copied by NumPy into a new C-order array.
 fn elements<T: Element + Clone>(x: &Bound<'_, PyUntypedArray>, name: &str) -> PyResult<Vec<T>> {
+    let aligned = (x.data_ptr() as usize) % std::mem::align_of::<T>() == 0;
+    let contiguous;
+    let x = if x.is_c_contiguous() && aligned {
+        x
+    } else {
+        // `ndarray.copy()` is a new, aligned, C-order array.
+        let c = x.call_method0("copy")?;
+        contiguous = c.cast_into::<PyUntypedArray>()?;
+        &contiguous
+    };
     let a = x.cast::<PyArrayDyn<T>>().map_err(|e| PyTypeError::new_err(format!("argument `{name}`: {e}")))?;
     let ro = a.try_readonly().map_err(|e| PyValueError::new_err(format!("argument `{name}`: {e}")))?;
-    // `as_slice` also accepts Fortran order (memory order, not row-major): C order only.
-    Ok(match ro.as_slice() {
-        Ok(s) if x.is_c_contiguous() => s.to_vec(),
-        _ => ro.as_array().iter().cloned().collect(),
-    })
+    Ok(ro.as_slice().map_err(|e| PyValueError::new_err(format!("argument `{name}`: {e}")))?.to_vec())
 }
 
-/// An array as a tensor of parameter `p`: dtype and shape checked.
-fn tensor_arg(p: &Param, shape: &[usize], sizes: &str, x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+/// Argument `x` of tensor parameter `p` as a NumPy array, dtype and shape
+/// checked: an ndarray, or an object with `__dlpack__` (a PyTorch CPU
+/// tensor), seen through `numpy.from_dlpack` without a copy.
+fn array_arg<'py>(
+    p: &Param,
+    shape: &[usize],
+    sizes: &str,
+    x: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyUntypedArray>> {
     let want = numpy_name(p.dtype);
-    let Ok(a) = x.cast::<PyUntypedArray>() else {
-        return Err(PyTypeError::new_err(format!(
-            "argument `{}`: expected a numpy.ndarray of {want} with shape {}, got {}",
-            p.name,
-            shape_text(shape),
-            type_name(x)
-        )));
+    let viewed;
+    let x = match x.cast::<PyUntypedArray>() {
+        Ok(_) => x,
+        Err(_) if x.hasattr("__dlpack__")? => {
+            viewed = x.py().import("numpy")?.getattr("from_dlpack")?.call1((x,)).map_err(|e| {
+                PyTypeError::new_err(format!(
+                    "argument `{}`: cannot view the {} as a NumPy array through DLPack (a tensor on a GPU \
+                     needs .cpu()): {e}",
+                    p.name,
+                    type_name(x)
+                ))
+            })?;
+            &viewed
+        }
+        Err(_) => {
+            return Err(PyTypeError::new_err(format!(
+                "argument `{}`: expected a numpy.ndarray (or a DLPack tensor) of {want} with shape {}, got {}",
+                p.name,
+                shape_text(shape),
+                type_name(x)
+            )))
+        }
     };
+    let a = x.cast::<PyUntypedArray>()?.clone();
     let got = a.dtype().str()?.to_string();
     let same = a.dtype().is_equiv_to(&numpy::PyArrayDescr::new(x.py(), want)?);
     if !same {
@@ -339,7 +385,13 @@ fn tensor_arg(p: &Param, shape: &[usize], sizes: &str, x: &Bound<'_, PyAny>) -> 
             shape_text(a.shape()),
         )));
     }
-    let name = &p.name;
+    Ok(a)
+}
+
+/// An array as a tensor of parameter `p` (a copy): dtype and shape checked.
+fn tensor_arg(p: &Param, shape: &[usize], sizes: &str, x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let a = array_arg(p, shape, sizes, x)?;
+    let (a, name) = (&a, &p.name);
     let data = match p.dtype {
         DType::F16 => Data::F16(elements::<half::f16>(a, name)?),
         DType::BF16 => Data::BF16(elements::<f32>(a, name)?.into_iter().map(half::bf16::from_f32).collect()),
@@ -352,6 +404,51 @@ fn tensor_arg(p: &Param, shape: &[usize], sizes: &str, x: &Bound<'_, PyAny>) -> 
         DType::Bool => Data::Bool(elements::<bool>(a, name)?),
     };
     Ok(Tensor { shape: shape.to_vec(), data })
+}
+
+trait DataPtr {
+    /// The address of the array's first element.
+    fn data_ptr(&self) -> *const u8;
+}
+
+impl DataPtr for Bound<'_, PyUntypedArray> {
+    fn data_ptr(&self) -> *const u8 {
+        // SAFETY: a live array object; its `data` field is its first element.
+        unsafe { (*self.as_array_ptr()).fields.data as *const u8 }
+    }
+}
+
+/// The memory of argument `x` of tensor parameter `p` (checked as
+/// [`array_arg`] does), where the kernel can read it as it is: C order and
+/// aligned to its elements (bf16 parameters take float32: never). `None`
+/// when it must be copied.
+fn memory_of(p: &Param, shape: &[usize], sizes: &str, x: &Bound<'_, PyAny>) -> PyResult<Option<(*const u8, usize)>> {
+    let a = array_arg(p, shape, sizes, x)?;
+    let ptr = a.data_ptr();
+    let len = shape.iter().product::<usize>() * p.dtype.size();
+    let aligned = (ptr as usize) % p.dtype.size() == 0;
+    Ok((p.dtype != DType::BF16 && a.is_c_contiguous() && aligned).then_some((ptr, len)))
+}
+
+/// A new zeroed array for an output: it, its memory and its size in bytes.
+fn zeros(py: Python<'_>, dtype: DType, shape: &[usize]) -> PyResult<(Py<PyAny>, *mut u8, usize)> {
+    fn of<T: Element>(py: Python<'_>, shape: &[usize]) -> (Py<PyAny>, *mut u8) {
+        let a = PyArrayDyn::<T>::zeros(py, IxDyn(shape), false);
+        let ptr = a.data() as *mut u8;
+        (a.into_any().unbind(), ptr)
+    }
+    let (a, ptr) = match dtype {
+        DType::F16 => of::<half::f16>(py, shape),
+        DType::F32 => of::<f32>(py, shape),
+        DType::F64 => of::<f64>(py, shape),
+        DType::I8 => of::<i8>(py, shape),
+        DType::U8 => of::<u8>(py, shape),
+        DType::I32 => of::<i32>(py, shape),
+        DType::I64 => of::<i64>(py, shape),
+        DType::Bool => of::<bool>(py, shape),
+        DType::BF16 => return Err(PyRuntimeError::new_err("internal error: a bf16 output has no NumPy dtype")),
+    };
+    Ok((a, ptr, shape.iter().product::<usize>() * dtype.size()))
 }
 
 /// A Python number as scalar parameter `p`: integers must be integral and in range.
@@ -397,8 +494,13 @@ fn to_numpy(py: Python<'_>, t: Tensor) -> PyResult<Py<PyAny>> {
 }
 
 impl Kernel {
-    /// The arguments a call gives, checked and converted, by parameter name.
-    fn given(&self, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<HashMap<String, Arg>> {
+    /// The objects a call gives, by parameter name: every parameter without
+    /// a default given once, positionally or by name.
+    fn bind<'py>(
+        &self,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<HashMap<String, Bound<'py, PyAny>>> {
         let params = &self.b.params;
         let name = &self.b.name;
         if args.len() > params.len() {
@@ -409,30 +511,22 @@ impl Kernel {
                 args.len()
             )));
         }
-        let mut given: HashMap<String, Arg> = HashMap::new();
-        let sizes = self.sizes_text();
-        let convert = |p: &Param, x: &Bound<'_, PyAny>| -> PyResult<Arg> {
-            Ok(match &p.shape {
-                Some(shape) => Arg::Tensor(tensor_arg(p, shape, &sizes, x)?),
-                None => Arg::Scalar(scalar_arg(p, x)?),
-            })
-        };
+        let mut given: HashMap<String, Bound<'py, PyAny>> = HashMap::new();
         for (p, x) in params.iter().zip(args.iter()) {
-            given.insert(p.name.clone(), convert(p, &x)?);
+            given.insert(p.name.clone(), x);
         }
         if let Some(kw) = kwargs {
             for (k, x) in kw.iter() {
                 let k: String = k.extract()?;
-                let Some(p) = params.iter().find(|p| p.name == k) else {
+                let Some(p) = self.param_named(&k) else {
                     return Err(PyTypeError::new_err(format!(
                         "kernel `{name}` has no parameter `{k}` (its parameters: {})",
                         self.signature()
                     )));
                 };
-                if given.contains_key(&k) {
+                if given.insert(p.name.clone(), x).is_some() {
                     return Err(PyTypeError::new_err(format!("kernel `{name}`: argument `{k}` is given twice")));
                 }
-                given.insert(k, convert(p, &x)?);
             }
         }
         let missing: Vec<&str> = params
@@ -451,6 +545,144 @@ impl Kernel {
         Ok(given)
     }
 
+    /// The parameter a keyword names: its name, or for an imported model its
+    /// ONNX name (`k(**{"input.1": x})`).
+    fn param_named(&self, k: &str) -> Option<&Param> {
+        let params = &self.b.params;
+        params.iter().find(|p| p.name == k).or_else(|| {
+            let ident = self.b.onnx_names.iter().find(|(onnx, _)| onnx == k).map(|(_, ident)| ident)?;
+            params.iter().find(|p| &p.name == ident)
+        })
+    }
+
+    /// The arguments a call gives, checked and converted, by parameter name.
+    fn given(&self, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<HashMap<String, Arg>> {
+        let sizes = self.sizes_text();
+        let mut given = HashMap::new();
+        for (name, x) in self.bind(args, kwargs)? {
+            let p = self.b.params.iter().find(|p| p.name == name).expect("bound to a parameter");
+            let arg = match &p.shape {
+                Some(shape) => Arg::Tensor(tensor_arg(p, shape, &sizes, &x)?),
+                None => Arg::Scalar(scalar_arg(p, &x)?),
+            };
+            given.insert(name, arg);
+        }
+        Ok(given)
+    }
+
+    /// Whether calls run on the arrays' memory ([`Kernel::call_in_place`]):
+    /// host code, and no bf16 tensor (NumPy has none: they are converted).
+    fn runs_in_place(&self) -> Option<&Compiled> {
+        let Exec::Compiled(c) = &self.b.exec else { return None };
+        let bf16 = |d: DType| d == DType::BF16;
+        let any_bf16 = self.b.params.iter().any(|p| p.shape.is_some() && bf16(p.dtype))
+            || self.b.outputs.iter().any(|o| bf16(o.dtype))
+            || self.b.fixed.values().any(|t| bf16(t.dtype()));
+        (c.runs_in_place() && !any_bf16).then_some(&**c)
+    }
+
+    /// A call without copies: arrays in the kernel's layout (C order, its
+    /// dtype, aligned) are read where they are, the outputs are new arrays
+    /// the kernel writes, and a model's weights are passed where texc keeps
+    /// them. Other arguments (Fortran order, strided views) are copied.
+    fn call_in_place<'py>(
+        &self,
+        py: Python<'py>,
+        c: &Compiled,
+        given: HashMap<String, Bound<'py, PyAny>>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let b = &self.b;
+        let sizes = self.sizes_text();
+        // What each parameter of the code reads: an array's memory (the array
+        // kept alive by `given`), a converted copy, or texc's own tensor.
+        enum Src<'a> {
+            Memory(*const u8, usize),
+            Copy(Tensor),
+            Fixed(&'a Tensor),
+            Scalar(f64),
+        }
+        let mut srcs = Vec::with_capacity(b.run_params.len());
+        for n in &b.run_params {
+            let src = match (given.get(n), b.params.iter().find(|p| &p.name == n)) {
+                (Some(x), Some(p)) => match &p.shape {
+                    Some(shape) => match memory_of(p, shape, &sizes, x)? {
+                        Some((ptr, len)) => Src::Memory(ptr, len),
+                        None => {
+                            self.copies.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            Src::Copy(tensor_arg(p, shape, &sizes, x)?)
+                        }
+                    },
+                    None => Src::Scalar(scalar_arg(p, x)?),
+                },
+                _ => match b.fixed.get(n) {
+                    Some(t) => Src::Fixed(t),
+                    None => Src::Scalar(self.default_of(n)?),
+                },
+            };
+            srcs.push(src);
+        }
+        fn tensor_ref(t: &Tensor) -> texc_codegen::ArgRef<'_> {
+            texc_codegen::ArgRef::Tensor(texc_codegen::TensorRef {
+                dtype: t.dtype(),
+                shape: &t.shape,
+                bytes: t.bytes(),
+            })
+        }
+        let mut shapes = Vec::new();
+        for (n, s) in b.run_params.iter().zip(&srcs) {
+            if let Src::Memory(..) = s {
+                let p = b.params.iter().find(|p| &p.name == n).expect("given parameters are the caller's");
+                shapes.push((p.dtype, p.shape.clone().expect("a tensor")));
+            }
+        }
+        let mut shape_of = shapes.iter();
+        let refs: Vec<texc_codegen::ArgRef<'_>> = srcs
+            .iter()
+            .map(|s| match s {
+                Src::Memory(ptr, len) => {
+                    let (dtype, shape) = shape_of.next().expect("one shape per array");
+                    // SAFETY: `memory_of` checked that the array is C-contiguous
+                    // with `len` bytes of this dtype at `ptr`; `given` keeps it
+                    // alive until the call returns.
+                    let bytes = unsafe { std::slice::from_raw_parts(*ptr, *len) };
+                    texc_codegen::ArgRef::Tensor(texc_codegen::TensorRef { dtype: *dtype, shape, bytes })
+                }
+                Src::Copy(t) => tensor_ref(t),
+                Src::Fixed(t) => tensor_ref(t),
+                Src::Scalar(v) => texc_codegen::ArgRef::Scalar(*v),
+            })
+            .collect();
+        let mut arrays = Vec::with_capacity(b.outputs.len());
+        let mut memory = Vec::with_capacity(b.outputs.len());
+        for o in &b.outputs {
+            let (a, ptr, len) = zeros(py, o.dtype, &o.shape)?;
+            arrays.push(a);
+            memory.push((ptr, len));
+        }
+        let mut outs: Vec<texc_codegen::TensorMut<'_>> = b
+            .outputs
+            .iter()
+            .zip(&memory)
+            .map(|(o, &(ptr, len))| texc_codegen::TensorMut {
+                dtype: o.dtype,
+                shape: &o.shape,
+                // SAFETY: a new array of `len` bytes that nothing else refers to yet.
+                bytes: unsafe { std::slice::from_raw_parts_mut(ptr, len) },
+            })
+            .collect();
+        py.detach(|| c.run_in_place(&refs, &mut outs)).map_err(|e| TexcError::new_err(e.to_string()))?;
+        Ok(arrays)
+    }
+
+    /// The default of scalar parameter `n`.
+    fn default_of(&self, n: &str) -> PyResult<f64> {
+        let b = &self.b;
+        let default = b.written.scalars.iter().find(|s| s.name == n).and_then(|s| s.default);
+        default.ok_or_else(|| {
+            PyRuntimeError::new_err(format!("internal error: no value for parameter `{n}` of `{}`", b.name))
+        })
+    }
+
     /// The arguments of what runs, in its order: the caller's, the fixed ones, scalar defaults.
     fn run_args(&self, mut given: HashMap<String, Arg>) -> PyResult<Vec<Arg>> {
         let b = &self.b;
@@ -463,10 +695,7 @@ impl Kernel {
                 if let Some(t) = b.fixed.get(n) {
                     return Ok(Arg::Tensor(t.clone()));
                 }
-                let default = b.written.scalars.iter().find(|s| &s.name == n).and_then(|s| s.default);
-                default.map(Arg::Scalar).ok_or_else(|| {
-                    PyRuntimeError::new_err(format!("internal error: no value for parameter `{n}` of `{}`", b.name))
-                })
+                self.default_of(n).map(Arg::Scalar)
             })
             .collect()
     }
@@ -523,13 +752,17 @@ impl Kernel {
         args: &Bound<'_, PyTuple>,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
-        let given = self.given(args, kwargs)?;
-        let run_args = self.run_args(given)?;
-        let results = py.detach(|| self.execute(run_args)).map_err(TexcError::new_err)?;
-        let mut arrays = Vec::with_capacity(results.len());
-        for t in results {
-            arrays.push(to_numpy(py, t)?);
-        }
+        let mut arrays = match self.runs_in_place() {
+            Some(c) => self.call_in_place(py, c, self.bind(args, kwargs)?)?,
+            None => {
+                let given = self.given(args, kwargs)?;
+                let tensors = given.values().filter(|a| matches!(a, Arg::Tensor(_))).count() as u64;
+                self.copies.fetch_add(tensors, std::sync::atomic::Ordering::Relaxed);
+                let run_args = self.run_args(given)?;
+                let results = py.detach(|| self.execute(run_args)).map_err(TexcError::new_err)?;
+                results.into_iter().map(|t| to_numpy(py, t)).collect::<PyResult<_>>()?
+            }
+        };
         if arrays.len() == 1 {
             return Ok(arrays.pop().expect("one output"));
         }
@@ -669,6 +902,22 @@ impl Kernel {
         self.b.compile_s
     }
 
+    /// An imported model's inputs and outputs: `(ONNX name, name here)`
+    /// (`params` and `outputs` use the names here; calls accept both).
+    #[getter]
+    fn onnx_names(&self) -> Vec<(String, String)> {
+        self.b.onnx_names.clone()
+    }
+
+    /// How many array arguments calls have copied so far. Calls on compiled
+    /// CPU code read arrays in C order of the parameter's dtype where they
+    /// are (zero-copy); Fortran-order or strided arrays, bf16 parameters,
+    /// the interpreter and GPU targets copy.
+    #[getter]
+    fn copies(&self) -> u64 {
+        self.copies.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn __repr__(&self) -> String {
         format!("<texc.Kernel {}({}) for {} [{}]>", self.b.name, self.signature(), self.target, self.sizes_text())
     }
@@ -693,10 +942,47 @@ fn compile(
     }
     let consts = consts.unwrap_or_default().into_iter().collect();
     let bindings = Bindings { shapes, consts, input_shapes: HashMap::new() };
-    let request = Request { source, kernel, target: target.to_string(), bindings, knobs: knobs.unwrap_or_default() };
-    let built = py.detach(|| request.build()).map_err(Failure::into_py)?;
-    let target = texc_pipeline::target(&request.target).map(|t| t.name).unwrap_or("?");
-    Ok(Kernel { request, target, b: built })
+    let knobs = knobs.unwrap_or_default();
+    let request = Request { source, kernel, target: target.to_string(), bindings, knobs, model_dims: Vec::new() };
+    Kernel::build(py, request)
+}
+
+/// Import an ONNX model and compile it: a `Kernel` whose parameters are
+/// the model's inputs (callable by their ONNX names as keywords) and whose
+/// outputs are the model's; the weights stay inside the kernel.
+#[pyfunction]
+#[pyo3(signature = (path, target = "host", dims = None, knobs = None))]
+fn load_onnx(
+    py: Python<'_>,
+    path: PathBuf,
+    target: &str,
+    dims: Option<BTreeMap<String, i64>>,
+    knobs: Option<BTreeMap<String, i64>>,
+) -> PyResult<Kernel> {
+    if path.extension().is_none_or(|e| e != "onnx") {
+        return Err(PyValueError::new_err(format!("load_onnx: {}: expected an .onnx file", path.display())));
+    }
+    let model_dims: Vec<(String, i64)> = dims.unwrap_or_default().into_iter().collect();
+    if let Some((n, v)) = model_dims.iter().find(|(_, v)| *v < 1) {
+        return Err(PyValueError::new_err(format!("dims: `{n}={v}`: a dimension must be at least 1")));
+    }
+    let request = Request {
+        source: Source::File(path),
+        kernel: None,
+        target: target.to_string(),
+        bindings: Bindings::default(),
+        knobs: knobs.unwrap_or_default(),
+        model_dims,
+    };
+    Kernel::build(py, request)
+}
+
+impl Kernel {
+    fn build(py: Python<'_>, request: Request) -> PyResult<Kernel> {
+        let built = py.detach(|| request.build()).map_err(Failure::into_py)?;
+        let target = texc_pipeline::target(&request.target).map(|t| t.name).unwrap_or("?");
+        Ok(Kernel { request, target, b: built, copies: Default::default() })
+    }
 }
 
 /// texc's native module; the package `texc` re-exports it.
@@ -719,6 +1005,7 @@ fn num_threads() -> usize {
 #[pymodule]
 fn _texc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(load_onnx, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(num_threads, m)?)?;
     m.add_class::<Kernel>()?;

@@ -5,6 +5,7 @@ Run from the repository root: `python -m pytest python/tests` (after
 `pip install ./python`, or `maturin develop`; scripts/test.sh does both).
 """
 
+import importlib.util
 import os
 import pathlib
 import threading
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 import texc
+from texc import TexcError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -207,6 +209,117 @@ def test_onnx_model_keeps_its_weights(tmp_path):
         assert [p[0] for p in k.params] == ["x"]  # the weights are inside
         x = rand(3, 8)
         close(k(x), np.maximum(x.astype(np.float64) @ W + B, 0.0))
+
+
+def test_load_onnx_takes_onnx_names_and_symbolic_dims(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    W = rand(6, 4)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["input.1", "W"], ["h"]), helper.make_node("Tanh", ["h"], ["out:0"])],
+        "names",
+        [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["batch", 6])],
+        [helper.make_tensor_value_info("out:0", TensorProto.FLOAT, ["batch", 4])],
+        [numpy_helper.from_array(W, "W")],
+    )
+    path = tmp_path / "names.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    k = texc.load_onnx(path, dims={"batch": 5})
+    names = dict(k.onnx_names)
+    assert set(names) == {"input.1", "out:0"}
+    x = rand(5, 6)
+    want = np.tanh(x.astype(np.float64) @ W)
+    close(k(**{"input.1": x}), want)  # the ONNX name
+    close(k(**{names["input.1"]: x}), want)  # the kernel's name
+    assert k.params[0][2] == [5, 6]
+    with pytest.raises(TexcError, match="batch"):
+        texc.load_onnx(path)  # the symbolic dimension needs a size
+    with pytest.raises(ValueError, match="at least 1"):
+        texc.load_onnx(path, dims={"batch": 0})
+    with pytest.raises(ValueError, match="expected an .onnx file"):
+        texc.load_onnx(EXAMPLES / "matmul.tex")
+
+
+# ---------------------------------------------------------------- zero-copy
+
+
+def test_arrays_in_c_order_are_not_copied():
+    k = texc.compile(MATMUL, shapes={"M": 9, "K": 7, "N": 5})
+    A, B = rand(9, 7), rand(7, 5)
+    A0, B0 = A.copy(), B.copy()
+    C1 = k(A, B)
+    C2 = k(A, B)
+    assert k.copies == 0
+    assert C1 is not C2 and not np.shares_memory(C1, C2)
+    C1[:] = 0  # outputs are the caller's own arrays
+    close(C2, A.astype(np.float64) @ B)
+    assert np.array_equal(A, A0) and np.array_equal(B, B0)  # inputs are only read
+
+
+def test_arrays_not_in_the_kernels_layout_are_copied():
+    k = texc.compile(MATMUL, shapes={"M": 9, "K": 7, "N": 5})
+    A, B = rand(9, 7), rand(7, 5)
+    want = A.astype(np.float64) @ B
+    close(k(np.asfortranarray(A), B), want)
+    assert k.copies == 1
+    big = rand(9, 14)
+    close(k(big[:, ::2], B), big[:, ::2].astype(np.float64) @ B)  # a strided view
+    assert k.copies == 2
+    raw = np.zeros(9 * 7 * 4 + 1, np.uint8)
+    unaligned = np.frombuffer(raw.data, np.float32, count=63, offset=1).reshape(9, 7)
+    assert unaligned.ctypes.data % 4 != 0
+    unaligned[...] = A
+    close(k(unaligned, B), want)
+    assert k.copies == 3
+
+
+class DLPackOnly:
+    """A tensor that offers only the DLPack protocol (as a PyTorch CPU tensor does)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kwargs):
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_dlpack_tensors_are_read_in_place():
+    k = texc.compile(MATMUL, shapes={"M": 4, "K": 3, "N": 2})
+    A, B = rand(4, 3), rand(3, 2)
+    close(k(DLPackOnly(A), DLPackOnly(B)), A.astype(np.float64) @ B)
+    assert k.copies == 0
+    with pytest.raises(TypeError, match="expected dtype float32"):
+        k(DLPackOnly(A.astype(np.float64)), B)
+
+
+def test_pytorch_module_compiled(tmp_path):
+    torch = pytest.importorskip("torch")
+    import texc.torch
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 10)
+    )
+    x = torch.randn(2, 3, 6, 6)
+    fast = texc.torch.compile(m, (x,))
+    y = fast(x)
+    assert isinstance(y, torch.Tensor) and y.shape == (2, 10)
+    close(y.numpy(), m(x).detach().numpy(), tol=1e-5)
+    with pytest.raises(ValueError, match="shape"):
+        fast(torch.randn(3, 3, 6, 6))  # compiled for batch 2
+    if importlib.util.find_spec("onnxscript"):  # the dynamo-based exporter needs it
+        close(texc.torch.compile(m, (x,), dynamo=True)(x).numpy(), m(x).detach().numpy(), tol=1e-5)
+
+    class Unexportable(torch.nn.Module):
+        def forward(self, x):
+            return torch.fft.fft(x).real
+
+    with pytest.raises(TexcError, match="Unexportable|fft|DFT"):
+        texc.torch.compile(Unexportable(), (torch.randn(8),))
 
 
 # ---------------------------------------------------------------- stages and timing

@@ -22,6 +22,6 @@ Problems in the source raise ``TexcError`` with texc's diagnostic
 See docs/python.md in texc's repository for a walkthrough.
 """
 
-from ._texc import STAGES, Kernel, TexcError, __version__, compile, num_threads, set_num_threads
+from ._texc import STAGES, Kernel, TexcError, __version__, compile, load_onnx, num_threads, set_num_threads
 
-__all__ = ["compile", "Kernel", "TexcError", "STAGES", "__version__", "set_num_threads", "num_threads"]
+__all__ = ["compile", "load_onnx", "Kernel", "TexcError", "STAGES", "__version__", "set_num_threads", "num_threads"]

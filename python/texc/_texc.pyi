@@ -29,8 +29,9 @@ class Kernel:
     scalar parameters take Python numbers and may be left out when they
     have a default. Each array must have the parameter's dtype (``TypeError``
     otherwise; a ``bf16`` parameter takes ``float32``) and exactly its shape
-    (``ValueError`` otherwise); any memory layout is accepted (arrays are
-    copied). Returns a new array, or a tuple of arrays when the kernel has
+    (``ValueError`` otherwise); any memory layout is accepted (C-order
+    arrays and DLPack tensors are read in place, others copied: see
+    ``copies``). Returns a new array, or a tuple of arrays when the kernel has
     several outputs (``bf16`` outputs come back as ``float32``). The GIL is
     released while the kernel runs, so threads may call kernels at once.
     """
@@ -74,6 +75,16 @@ class Kernel:
     @property
     def compile_s(self) -> float:
         """Seconds ``compile`` spent, front end to machine code."""
+    @property
+    def onnx_names(self) -> List[Tuple[str, str]]:
+        """An imported model's inputs and outputs: ``(ONNX name, name in
+        params/outputs)``. Calls accept either name as a keyword."""
+    @property
+    def copies(self) -> int:
+        """Array arguments calls have copied so far. Compiled CPU kernels
+        read C-order arrays of the parameter's dtype (and DLPack tensors)
+        where they are; Fortran-order, strided or unaligned arrays, bf16
+        parameters, ``interp`` and GPU targets copy."""
 
 def compile(
     source_or_path: Union[str, "os.PathLike[str]"],
@@ -101,6 +112,21 @@ def compile(
     Raises ``TexcError`` for problems in the source, sizes or knobs, and
     ``ValueError`` for misuse (unknown target, several kernels and no
     ``kernel=``).
+    """
+
+def load_onnx(
+    path: Union[str, "os.PathLike[str]"],
+    target: str = "host",
+    dims: Optional[Mapping[str, int]] = None,
+    knobs: Optional[Mapping[str, int]] = None,
+) -> Kernel:
+    """Import an ONNX model and compile it for ``target``. The kernel's
+    parameters are the model's inputs (keywords may use their ONNX names,
+    ``k(**{"input.1": x})``), its outputs the model's; the weights stay
+    inside it. ``dims``: sizes of symbolic dimensions (``{"batch": 8}``).
+
+    Raises ``TexcError`` naming the ONNX node texc cannot import, and
+    ``ValueError`` for a path that is not ``.onnx`` or a size below 1.
     """
 
 def set_num_threads(n: int) -> None:

@@ -143,6 +143,27 @@ pub fn wrap_to(dtype: DType, v: i64) -> i64 {
 }
 
 impl Tensor {
+    /// The elements' memory as generated code reads it (f16/bf16 as their
+    /// bits, bools as bytes 0/1; little-endian hosts), without a copy.
+    pub fn bytes(&self) -> &[u8] {
+        fn raw<T>(v: &[T]) -> &[u8] {
+            // SAFETY: every element type of `Data` is plain data without
+            // padding (`bool` is one byte, 0 or 1), so its bytes may be read.
+            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+        }
+        match &self.data {
+            Data::F16(v) => raw(v),
+            Data::BF16(v) => raw(v),
+            Data::F32(v) => raw(v),
+            Data::F64(v) => raw(v),
+            Data::I8(v) => raw(v),
+            Data::U8(v) => raw(v),
+            Data::I32(v) => raw(v),
+            Data::I64(v) => raw(v),
+            Data::Bool(v) => raw(v),
+        }
+    }
+
     pub fn dtype(&self) -> DType {
         match &self.data {
             Data::F16(_) => DType::F16,

@@ -8,10 +8,11 @@
 //! target that does.
 
 use std::collections::HashMap;
+use texc_codegen::{ArgRef, TensorMut, TensorRef};
 use texc_compiler::interp;
 use texc_compiler::target::{BackendKind, Target, TargetKind};
 use texc_compiler::{Bindings, Program};
-use texc_runtime::{DType, SplitMix64};
+use texc_runtime::{AlignedBuf, DType, SplitMix64, Tensor};
 use texc_schedules::LoopFunc;
 use texc_tests::rel_error;
 
@@ -44,6 +45,87 @@ fn check(name: &str, p: &Program, f: &LoopFunc, target: &Target, seed: u64) {
         let tol = if w.dtype().is_float() { tol } else { 0.0 };
         assert!(err <= tol, "{name} on {target}: error {err:e}\n{}", texc_schedules::ir::print(f));
     }
+    if k.runs_in_place() {
+        let placed = in_place(&k, &args());
+        for (i, (a, b)) in placed.iter().zip(&got).enumerate() {
+            let (a, b) = (a.bytes(), b.bytes());
+            if let Some(at) = (0..a.len()).find(|&j| a[j] != b[j]) {
+                panic!("{name} on {target}: output {i} run in place differs from run at byte {at} of {}", a.len());
+            }
+        }
+    }
+}
+
+fn tref(t: &Tensor) -> ArgRef<'_> {
+    ArgRef::Tensor(TensorRef { dtype: t.dtype(), shape: &t.shape, bytes: t.bytes() })
+}
+
+/// `k` run on memory the caller owns (no copies), its outputs filled with
+/// garbage beforehand: `run_in_place` must zero them as `run` does.
+fn in_place(k: &texc_codegen::Compiled, args: &[interp::Arg]) -> Vec<Tensor> {
+    let refs: Vec<ArgRef<'_>> = args
+        .iter()
+        .map(|a| match a {
+            interp::Arg::Tensor(t) => tref(t),
+            interp::Arg::Scalar(v) => ArgRef::Scalar(*v),
+        })
+        .collect();
+    let mut bufs: Vec<AlignedBuf> = k
+        .output_shapes()
+        .into_iter()
+        .map(|(dtype, shape)| {
+            let mut b = AlignedBuf::zeroed(dtype, shape).expect("memory");
+            b.bytes_mut().fill(0x7f);
+            b
+        })
+        .collect();
+    let shapes: Vec<Vec<usize>> = bufs.iter().map(|b| b.shape.clone()).collect();
+    let mut outs: Vec<TensorMut<'_>> = Vec::new();
+    for (b, shape) in bufs.iter_mut().zip(&shapes) {
+        outs.push(TensorMut { dtype: b.dtype, shape, bytes: b.bytes_mut() });
+    }
+    k.run_in_place(&refs, &mut outs).expect("runs in place");
+    drop(outs);
+    bufs.iter().map(AlignedBuf::to_tensor).collect()
+}
+
+/// `run_in_place` checks what it is given: the number of arguments, each
+/// tensor's type, shape, size and alignment; nothing runs on bad memory.
+#[test]
+fn run_in_place_refuses_memory_that_does_not_fit() {
+    let sizes = [("M", 5), ("K", 3), ("N", 4)].map(|(n, v)| (n.to_string(), v)).to_vec();
+    let b = Bindings { shapes: sizes, ..Bindings::default() };
+    let p = texc_tests::compile("examples/matmul.tex", None, &b).expect("specializes");
+    let f = texc_tests::default_lowered("x86-avx2", &p);
+    let k =
+        texc_tests::compile_loops(texc_compiler::target::lookup("cranelift").expect("a target"), &f).expect("compiles");
+    let args = interp::bind_args(&p, HashMap::new(), &[], 1).expect("binds");
+    let good = in_place(&k, &args);
+    assert_eq!(good, k.run(args.clone()).expect("runs"));
+    let a = match &args[0] {
+        interp::Arg::Tensor(t) => t,
+        _ => unreachable!("matmul takes tensors"),
+    };
+    let b = match &args[1] {
+        interp::Arg::Tensor(t) => t,
+        _ => unreachable!("matmul takes tensors"),
+    };
+    let mut out = AlignedBuf::zeroed(DType::F32, vec![5, 4]).expect("memory");
+    let run = |refs: &[ArgRef<'_>], out: &mut AlignedBuf| {
+        let shape = out.shape.clone();
+        k.run_in_place(refs, &mut [TensorMut { dtype: DType::F32, shape: &shape, bytes: out.bytes_mut() }])
+            .map_err(|e| e.to_string())
+    };
+    assert!(run(&[tref(a)], &mut out).unwrap_err().contains("expected 2 arguments"));
+    assert!(run(&[tref(b), tref(a)], &mut out).unwrap_err().contains("expected f32[5, 3]"));
+    let bytes = vec![0u8; a.bytes().len() + 4];
+    let skew = (0..4).find(|o| (bytes.as_ptr() as usize + o) % 4 != 0).expect("one of four offsets is odd");
+    let misaligned = &bytes[skew..];
+    let shape = a.shape.clone();
+    let odd = ArgRef::Tensor(TensorRef { dtype: DType::F32, shape: &shape, bytes: &misaligned[..a.bytes().len()] });
+    assert!(run(&[odd, tref(b)], &mut out).unwrap_err().contains("not aligned"));
+    let short = ArgRef::Tensor(TensorRef { dtype: DType::F32, shape: &shape, bytes: &a.bytes()[4..] });
+    assert!(run(&[short, tref(b)], &mut out).unwrap_err().contains("bytes for"));
 }
 
 #[test]
