@@ -324,7 +324,7 @@ fn check_memory(
     if size != Some(bytes.len()) {
         return Err(CodegenError::Run(format!("{name}: {} bytes for {elem}{want:?}", bytes.len())));
     }
-    if (bytes.as_ptr() as usize) % elem.size() != 0 {
+    if !(bytes.as_ptr() as usize).is_multiple_of(elem.size()) {
         return Err(CodegenError::Run(format!("{name}: memory not aligned to its {}-byte elements", elem.size())));
     }
     Ok(())

@@ -30,6 +30,9 @@ use texc_compiler::tir::{Program, ProgramParam};
 use texc_compiler::Bindings;
 use texc_pipeline::{Error, Options, Pipeline};
 use texc_runtime::{DType, Data, Tensor};
+use texc_schedules::tuning::db::Db;
+
+mod tune;
 
 create_exception!(
     texc,
@@ -164,9 +167,12 @@ struct Built {
     compile_s: f64,
     /// An imported model's inputs and outputs: (ONNX name, parameter or output name).
     onnx_names: Vec<(String, String)>,
+    /// The knobs of the tuning database's record it was compiled with.
+    tuned: Option<Vec<(String, i64)>>,
 }
 
 /// What `compile` was asked.
+#[derive(Clone)]
 struct Request {
     source: Source,
     kernel: Option<String>,
@@ -175,6 +181,8 @@ struct Request {
     knobs: BTreeMap<String, i64>,
     /// Sizes of an ONNX model's symbolic dimensions (`load_onnx(dims=...)`).
     model_dims: Vec<(String, i64)>,
+    /// The tuning database whose best record sets the knobs (`db=...`).
+    db: Option<PathBuf>,
 }
 
 impl Request {
@@ -225,6 +233,10 @@ impl Request {
     fn build_in(&self, pl: &mut Pipeline, m: usize) -> Result<Built, Error> {
         let k = pl.kernel(m, self.kernel.as_deref())?;
         let started = Instant::now();
+        let tuned = match &self.db {
+            Some(path) => pl.use_tuning_db(&Db::new(path), k, &self.bindings)?.knobs_of.map(|r| r.knobs),
+            None => None,
+        };
         let (written, exec, run_params, mut fixed) = if pl.target().is_compiled() {
             let (built, loops) = pl.build(k, &self.bindings)?;
             let compiled = pl.compile(&loops.legal)?;
@@ -271,6 +283,7 @@ impl Request {
             exec,
             written,
             compile_s: started.elapsed().as_secs_f64(),
+            tuned,
             onnx_names: pl
                 .model_names()
                 .iter()
@@ -318,7 +331,7 @@ fn shape_text(s: &[usize]) -> String {
 /// order. Arrays in another order, strided or unaligned (a `frombuffer` at
 /// an odd offset) are first copied by NumPy into a new C-order array.
 fn elements<T: Element + Clone>(x: &Bound<'_, PyUntypedArray>, name: &str) -> PyResult<Vec<T>> {
-    let aligned = (x.data_ptr() as usize) % std::mem::align_of::<T>() == 0;
+    let aligned = (x.data_ptr() as usize).is_multiple_of(std::mem::align_of::<T>());
     let contiguous;
     let x = if x.is_c_contiguous() && aligned {
         x
@@ -426,7 +439,7 @@ fn memory_of(p: &Param, shape: &[usize], sizes: &str, x: &Bound<'_, PyAny>) -> P
     let a = array_arg(p, shape, sizes, x)?;
     let ptr = a.data_ptr();
     let len = shape.iter().product::<usize>() * p.dtype.size();
-    let aligned = (ptr as usize) % p.dtype.size() == 0;
+    let aligned = (ptr as usize).is_multiple_of(p.dtype.size());
     Ok((p.dtype != DType::BF16 && a.is_c_contiguous() && aligned).then_some((ptr, len)))
 }
 
@@ -902,6 +915,16 @@ impl Kernel {
         self.b.compile_s
     }
 
+    /// The knobs it was compiled with: those given (`knobs=`), or the
+    /// tuning database's best record's (`db=`); `{}` for the schedule's own.
+    #[getter]
+    fn knobs(&self) -> BTreeMap<String, i64> {
+        match &self.b.tuned {
+            Some(k) => k.iter().cloned().collect(),
+            None => self.request.knobs.clone(),
+        }
+    }
+
     /// An imported model's inputs and outputs: `(ONNX name, name here)`
     /// (`params` and `outputs` use the names here; calls accept both).
     #[getter]
@@ -925,7 +948,8 @@ impl Kernel {
 
 /// Compile a kernel for `target` and return it, ready to call on NumPy arrays.
 #[pyfunction]
-#[pyo3(signature = (source_or_path, kernel = None, target = "host", shapes = None, consts = None, knobs = None))]
+#[pyo3(signature = (source_or_path, kernel = None, target = "host", shapes = None, consts = None, knobs = None, db = None))]
+#[allow(clippy::too_many_arguments)] // Python's keyword arguments
 fn compile(
     py: Python<'_>,
     source_or_path: &Bound<'_, PyAny>,
@@ -934,17 +958,36 @@ fn compile(
     shapes: Option<BTreeMap<String, i64>>,
     consts: Option<BTreeMap<String, i64>>,
     knobs: Option<BTreeMap<String, i64>>,
+    db: Option<PathBuf>,
 ) -> PyResult<Kernel> {
-    let source = Source::of(source_or_path)?;
-    let shapes: Vec<(String, i64)> = shapes.unwrap_or_default().into_iter().collect();
-    if let Some((n, v)) = shapes.iter().find(|(_, v)| *v < 0) {
-        return Err(PyValueError::new_err(format!("shapes: `{n}={v}`: a size cannot be negative")));
+    let request = Request::of(source_or_path, kernel, target, shapes, consts, knobs)?;
+    if db.is_some() && !request.knobs.is_empty() {
+        return Err(PyValueError::new_err("compile: give knobs= or db=, not both (the database chooses knobs)"));
     }
-    let consts = consts.unwrap_or_default().into_iter().collect();
-    let bindings = Bindings { shapes, consts, input_shapes: HashMap::new() };
-    let knobs = knobs.unwrap_or_default();
-    let request = Request { source, kernel, target: target.to_string(), bindings, knobs, model_dims: Vec::new() };
-    Kernel::build(py, request)
+    Kernel::build(py, Request { db, ..request })
+}
+
+impl Request {
+    /// What `compile` and `tune` are asked, checked.
+    fn of(
+        source_or_path: &Bound<'_, PyAny>,
+        kernel: Option<String>,
+        target: &str,
+        shapes: Option<BTreeMap<String, i64>>,
+        consts: Option<BTreeMap<String, i64>>,
+        knobs: Option<BTreeMap<String, i64>>,
+    ) -> PyResult<Request> {
+        let source = Source::of(source_or_path)?;
+        let shapes: Vec<(String, i64)> = shapes.unwrap_or_default().into_iter().collect();
+        if let Some((n, v)) = shapes.iter().find(|(_, v)| *v < 0) {
+            return Err(PyValueError::new_err(format!("shapes: `{n}={v}`: a size cannot be negative")));
+        }
+        let consts = consts.unwrap_or_default().into_iter().collect();
+        let bindings = Bindings { shapes, consts, input_shapes: HashMap::new() };
+        let knobs = knobs.unwrap_or_default();
+        let target = target.to_string();
+        Ok(Request { source, kernel, target, bindings, knobs, model_dims: Vec::new(), db: None })
+    }
 }
 
 /// Import an ONNX model and compile it: a `Kernel` whose parameters are
@@ -973,6 +1016,7 @@ fn load_onnx(
         bindings: Bindings::default(),
         knobs: knobs.unwrap_or_default(),
         model_dims,
+        db: None,
     };
     Kernel::build(py, request)
 }
@@ -1002,12 +1046,25 @@ fn num_threads() -> usize {
     texc_runtime::pool::num_threads()
 }
 
+/// The thread count of the kernels this Python thread calls from now on
+/// (0: the process's); returns the previous one. `texc.threads(n)`, the
+/// context manager, is the way to use it.
+#[pyfunction]
+fn _set_call_threads(n: i64) -> PyResult<usize> {
+    let threads = usize::try_from(n).map_err(|_| PyValueError::new_err(format!("threads({n}): expected 1 to 1024")))?;
+    texc_runtime::pool::set_call_threads(threads).map_err(|e| PyValueError::new_err(format!("threads({n}): {e}")))
+}
+
 #[pymodule]
 fn _texc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(load_onnx, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::tune, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::db, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::default_db, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_call_threads, m)?)?;
     m.add_class::<Kernel>()?;
     m.add("TexcError", m.py().get_type::<TexcError>())?;
     m.add("STAGES", texc_pipeline::emit::STAGES.to_vec())?;

@@ -241,6 +241,49 @@ def test_load_onnx_takes_onnx_names_and_symbolic_dims(tmp_path):
         texc.load_onnx(EXAMPLES / "matmul.tex")
 
 
+# ---------------------------------------------------------------- tuning
+
+TUNABLE = """
+kernel t(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0; }
+schedule t for x86-avx2 { tune ti in [4, 8, 16]; split Y.i by ?ti -> (io, ii); }
+"""
+
+
+def test_tune_records_and_compile_uses_the_best(tmp_path):
+    db = tmp_path / "tuning.jsonl"
+    sizes = {"N": 4096}
+    r = texc.tune(TUNABLE, target="x86-avx2", shapes=sizes, db=db, trials=3, repeat=3, warmup=1)
+    assert r["kernel"] == "t" and len(r["trials"]) == 3
+    times = [t["ms"] for t in r["trials"]]
+    assert all(ms > 0 for ms in times) and r["best_ms"] == min(times)
+    assert r["default_ms"] in times and str(r["db"]) == str(db)
+    assert r["knobs"] is not None and set(r["knobs"]) == {"ti"}
+    records = texc.db(db)
+    assert len(records) >= 3 and {rec["kernel"] for rec in records} == {"t"}
+    assert all(rec["target"] == "x86-avx2" and rec["time_ms"] > 0 for rec in records)
+    k = texc.compile(TUNABLE, target="x86-avx2", shapes=sizes, db=db)
+    assert k.knobs == r["knobs"]
+    x = rand(4096)
+    close(k(x), 2.0 * x.astype(np.float64))
+    # A second search continues the first: what is measured is not measured again.
+    again = texc.tune(TUNABLE, target="x86-avx2", shapes=sizes, db=db, trials=3, repeat=3, warmup=1)
+    assert sum(t["from_db"] for t in again["trials"]) >= 3
+
+
+def test_tune_errors(tmp_path):
+    db = tmp_path / "tuning.jsonl"
+    with pytest.raises(TexcError, match="unknown tensor `Z`"):
+        texc.tune("kernel t(X: f32[N]) -> Y: f32[N] { Y[i] = Z[i]; }", shapes={"N": 8}, db=db)
+    with pytest.raises(ValueError, match="trials=0"):
+        texc.tune(TUNABLE, target="x86-avx2", shapes={"N": 64}, db=db, trials=0)
+    with pytest.raises(ValueError, match="measures compiled code"):
+        texc.tune(TUNABLE, target="interp", shapes={"N": 64}, db=db)
+    with pytest.raises(ValueError, match="not both"):
+        texc.compile(TUNABLE, target="x86-avx2", shapes={"N": 64}, knobs={"ti": 8}, db=db)
+    assert texc.db(tmp_path / "missing.jsonl") == []
+    assert str(texc.default_db()).endswith(".jsonl")
+
+
 # ---------------------------------------------------------------- zero-copy
 
 
@@ -506,6 +549,31 @@ def test_thread_count_per_process():
                 texc.set_num_threads(bad)
     finally:
         texc.set_num_threads(before)
+
+
+def test_thread_count_per_call():
+    texc.set_num_threads(2)
+    k = texc.compile(MATMUL, shapes={"M": 67, "K": 33, "N": 45})
+    A, B = rand(67, 33), rand(33, 45)
+    want = A.astype(np.float64) @ B
+    with texc.threads(1):
+        assert texc.num_threads() == 1
+        close(k(A, B), want)
+        assert k.bench(A, B, repeat=2, warmup=0)["threads"] == 1
+        seen = []
+        other = threading.Thread(target=lambda: seen.append(texc.num_threads()))
+        other.start()
+        other.join()
+        assert seen == [2]  # another Python thread keeps the process's count
+        with texc.threads(3):
+            assert texc.num_threads() == 3
+            close(k(A, B), want)
+        assert texc.num_threads() == 1
+    assert texc.num_threads() == 2
+    for bad in [0, -1, 1025, 2.5, True]:
+        with pytest.raises(ValueError, match="expected 1 to 1024"):
+            with texc.threads(bad):
+                pass
 
 
 def test_the_gil_is_released_while_a_kernel_runs():

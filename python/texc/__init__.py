@@ -22,6 +22,54 @@ Problems in the source raise ``TexcError`` with texc's diagnostic
 See docs/python.md in texc's repository for a walkthrough.
 """
 
-from ._texc import STAGES, Kernel, TexcError, __version__, compile, load_onnx, num_threads, set_num_threads
+import contextlib as _contextlib
 
-__all__ = ["compile", "load_onnx", "Kernel", "TexcError", "STAGES", "__version__", "set_num_threads", "num_threads"]
+from ._texc import _set_call_threads
+from ._texc import (
+    STAGES,
+    Kernel,
+    TexcError,
+    __version__,
+    compile,
+    db,
+    default_db,
+    load_onnx,
+    num_threads,
+    set_num_threads,
+    tune,
+)
+
+
+@_contextlib.contextmanager
+def threads(n):
+    """Run the kernels this Python thread calls inside the ``with`` block on
+    ``n`` threads, whatever the process's count (``set_num_threads``): a
+    thread count per call. Other Python threads keep theirs. ``ValueError``
+    outside 1 to 1024.
+
+    >>> with texc.threads(1):
+    ...     y = k(x)
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
+        raise ValueError(f"threads({n!r}): expected 1 to 1024")
+    previous = _set_call_threads(n)
+    try:
+        yield
+    finally:
+        _set_call_threads(previous)
+
+
+__all__ = [
+    "compile",
+    "load_onnx",
+    "Kernel",
+    "TexcError",
+    "tune",
+    "db",
+    "default_db",
+    "set_num_threads",
+    "num_threads",
+    "threads",
+    "STAGES",
+    "__version__",
+]

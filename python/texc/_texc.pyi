@@ -76,6 +76,10 @@ class Kernel:
     def compile_s(self) -> float:
         """Seconds ``compile`` spent, front end to machine code."""
     @property
+    def knobs(self) -> Dict[str, int]:
+        """The knobs it was compiled with: ``knobs=``, or the tuning
+        database's best record's (``db=``); empty for the schedule's own."""
+    @property
     def onnx_names(self) -> List[Tuple[str, str]]:
         """An imported model's inputs and outputs: ``(ONNX name, name in
         params/outputs)``. Calls accept either name as a keyword."""
@@ -93,6 +97,7 @@ def compile(
     shapes: Optional[Mapping[str, int]] = None,
     consts: Optional[Mapping[str, int]] = None,
     knobs: Optional[Mapping[str, int]] = None,
+    db: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Kernel:
     """Compile a kernel and return it, ready to call on NumPy arrays.
 
@@ -107,7 +112,9 @@ def compile(
     ``knobs``: schedule knobs (``--knob``): a schedule's tunables, or the
     default schedule's (``rows``, ``kslice``, ``cols``, ``pack``, ``par``,
     ``vec``, ``gather``) and the pipeline's (``rewrite``, ``winograd``,
-    ``im2col``). The tuning database is not consulted.
+    ``im2col``). ``db``: a tuning database (``tune`` fills it) whose best
+    record for this kernel, target and machine sets the knobs
+    (``Kernel.knobs`` shows them); without it no database is consulted.
 
     Raises ``TexcError`` for problems in the source, sizes or knobs, and
     ``ValueError`` for misuse (unknown target, several kernels and no
@@ -128,6 +135,45 @@ def load_onnx(
     Raises ``TexcError`` naming the ONNX node texc cannot import, and
     ``ValueError`` for a path that is not ``.onnx`` or a size below 1.
     """
+
+def tune(
+    source_or_path: Union[str, "os.PathLike[str]"],
+    kernel: Optional[str] = None,
+    target: str = "host",
+    shapes: Optional[Mapping[str, int]] = None,
+    consts: Optional[Mapping[str, int]] = None,
+    db: Optional[Union[str, "os.PathLike[str]"]] = None,
+    trials: int = 32,
+    time_budget: float = 60.0,
+    seed: int = 0,
+    repeat: int = 20,
+    warmup: int = 3,
+    verbose: bool = False,
+) -> Dict[str, Any]:
+    """Search the knob values of a kernel's schedule (its ``?t`` factors and
+    ``tune`` lists, or the default schedule's knobs), as ``texc tune`` does,
+    measuring each candidate in this process on random inputs, and record
+    every measurement in ``db`` (default: ``default_db()``). A second search
+    continues the first. Returns ``kernel``, ``sizes``, ``trials`` (dicts of
+    ``knobs`` and ``ms`` or ``error``, and ``from_db``), ``default_ms``,
+    ``best_ms``, ``knobs`` (the best, now in force for ``compile(db=...)``),
+    ``seconds`` and ``db``. ``verbose`` prints a line per trial on stderr.
+
+    Raises ``TexcError`` for problems in the source and ``ValueError`` for
+    misuse (the ``interp`` target, counts out of range).
+    """
+
+def db(path: Optional[Union[str, "os.PathLike[str]"]] = None) -> List[Dict[str, Any]]:
+    """The records of a tuning database (default: ``default_db()``): dicts of
+    ``kernel``, ``target``, ``machine``, ``kernel_hash``, ``knobs``,
+    ``time_ms``, ``texc_version`` and ``unix_time``. A missing file has none."""
+
+def default_db() -> "os.PathLike[str]":
+    """The database ``tune`` and ``db`` use when given none:
+    ``TEXC_TUNING_DB``, else ``$XDG_CACHE_HOME/texc/tuning.jsonl``, else
+    ``~/.cache/texc/tuning.jsonl``."""
+
+def _set_call_threads(n: int) -> int: ...
 
 def set_num_threads(n: int) -> None:
     """Run parallel loops on ``n`` threads from now on, in every kernel of

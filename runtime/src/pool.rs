@@ -125,6 +125,40 @@ struct Pool {
 
 thread_local! {
     static IN_TASK: Cell<bool> = const { Cell::new(false) };
+    /// The thread count of this thread's calls inside [`with_threads`] (0: the pool's).
+    static CALL_THREADS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Run `f` with its parallel loops (those this thread starts) cut for `n`
+/// threads instead of the process's count: a thread count per call. An
+/// error if `n` is not from 1 to [`MAX_THREADS`].
+pub fn with_threads<R>(n: usize, f: impl FnOnce() -> R) -> Result<R, String> {
+    // Restored on the way out, a panic included, so that calls nest.
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CALL_THREADS.with(|c| c.set(self.0));
+        }
+    }
+    if n == 0 {
+        return Err(format!("expected a thread count from 1 to {MAX_THREADS}"));
+    }
+    let _restore = Restore(set_call_threads(n)?);
+    Ok(f())
+}
+
+/// Cut the parallel loops this thread starts from now on for `n` threads
+/// (0: the process's count again); returns the previous setting. For
+/// callers that cannot wrap the calls in [`with_threads`] (the Python
+/// package's `with texc.threads(n):`). An error if `n` is above [`MAX_THREADS`].
+pub fn set_call_threads(n: usize) -> Result<usize, String> {
+    if n > MAX_THREADS {
+        return Err(format!("expected a thread count from 1 to {MAX_THREADS}"));
+    }
+    if n > 0 {
+        pool().start_workers(n);
+    }
+    Ok(CALL_THREADS.with(|c| c.replace(n)))
 }
 
 /// Most threads `TEXC_NUM_THREADS` may ask for.
@@ -167,14 +201,19 @@ impl Pool {
     /// Start workers until `threads` can run at once, then cut loops for `threads`.
     /// Workers are only ever added: idle ones wait on the queue at no cost.
     fn grow(&self, threads: usize) {
+        self.start_workers(threads);
+        self.shared.spin.store(threads <= available_cores(), Ordering::Relaxed);
+        self.threads.store(threads, Ordering::Release);
+    }
+
+    /// Workers enough for loops cut for `threads` (with the caller's thread).
+    fn start_workers(&self, threads: usize) {
         let mut started = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         while *started + 1 < threads {
             let s = Arc::clone(&self.shared);
             std::thread::spawn(move || worker(&s));
             *started += 1;
         }
-        self.shared.spin.store(threads <= available_cores(), Ordering::Relaxed);
-        self.threads.store(threads, Ordering::Release);
     }
 }
 
@@ -236,9 +275,12 @@ fn finish_job(s: &Shared) {
     }
 }
 
-/// Number of threads parallel loops use.
+/// Number of threads the parallel loops this thread starts use.
 pub fn num_threads() -> usize {
-    pool().threads.load(Ordering::Acquire)
+    match CALL_THREADS.with(|c| c.get()) {
+        0 => pool().threads.load(Ordering::Acquire),
+        n => n,
+    }
 }
 
 /// Run `task` over `0..n` on the pool.
@@ -248,7 +290,7 @@ pub fn num_threads() -> usize {
 #[no_mangle]
 pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
     let p = pool();
-    let threads = p.threads.load(Ordering::Acquire);
+    let threads = num_threads();
     let nested = IN_TASK.with(|f| f.get());
     let guard = if nested || threads == 1 || n < 2 { None } else { p.busy.try_lock().ok() };
     let Some(_guard) = guard else {
@@ -320,6 +362,39 @@ mod tests {
         for i in start..end {
             counts[i as usize].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Records the chunk it is given.
+    unsafe extern "C" fn record(ctx: *mut u8, start: i64, end: i64) {
+        // SAFETY: `ctx` is the test's list of chunks.
+        let chunks = unsafe { &*(ctx as *const Mutex<Vec<(i64, i64)>>) };
+        chunks.lock().expect("lock").push((start, end));
+    }
+
+    /// The chunks of a loop of `n` run inside `with_threads(threads)`, in order.
+    fn chunks_with(threads: usize, n: i64) -> Vec<(i64, i64)> {
+        let chunks = Mutex::new(Vec::new());
+        // SAFETY: the task only appends to the list behind its lock.
+        with_threads(threads, || unsafe { texc_parallel_for(record, &chunks as *const _ as *mut u8, n) })
+            .expect("a valid count");
+        let mut c = chunks.into_inner().expect("lock");
+        c.sort();
+        c
+    }
+
+    /// A loop is cut for the call's thread count, whatever the process's,
+    /// and the process's count is back after the call.
+    #[test]
+    fn a_call_chooses_its_thread_count() {
+        let _one = CALM_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        set_num_threads(2).expect("threads");
+        assert_eq!(chunks_with(1, 64), vec![(0, 64)]);
+        // Another test may hold the pool (then the loop runs whole on the caller).
+        let three = chunks_with(3, 64);
+        assert!(three == vec![(0, 21), (21, 42), (42, 64)] || three == vec![(0, 64)], "{three:?}");
+        assert_eq!(num_threads(), 2);
+        assert_eq!(with_threads(5, num_threads), Ok(5));
+        assert!(with_threads(0, || ()).is_err() && with_threads(MAX_THREADS + 1, || ()).is_err());
     }
 
     struct SlowCtx {
