@@ -183,6 +183,8 @@ struct Request {
     model_dims: Vec<(String, i64)>,
     /// The tuning database whose best record sets the knobs (`db=...`).
     db: Option<PathBuf>,
+    /// Run a GPU target's kernels on this CPU (`emulate_gpu=True`).
+    emulate_gpu: bool,
 }
 
 impl Request {
@@ -204,6 +206,7 @@ impl Request {
         }
         o.knobs = self.knobs.clone();
         o.model_dims = self.model_dims.clone();
+        o.emulate_gpu = self.emulate_gpu;
         Ok(o)
     }
 
@@ -948,7 +951,8 @@ impl Kernel {
 
 /// Compile a kernel for `target` and return it, ready to call on NumPy arrays.
 #[pyfunction]
-#[pyo3(signature = (source_or_path, kernel = None, target = "host", shapes = None, consts = None, knobs = None, db = None))]
+#[pyo3(signature = (source_or_path, kernel = None, target = "host", shapes = None, consts = None, knobs = None, db = None,
+                    emulate_gpu = false))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments
 fn compile(
     py: Python<'_>,
@@ -959,12 +963,13 @@ fn compile(
     consts: Option<BTreeMap<String, i64>>,
     knobs: Option<BTreeMap<String, i64>>,
     db: Option<PathBuf>,
+    emulate_gpu: bool,
 ) -> PyResult<Kernel> {
     let request = Request::of(source_or_path, kernel, target, shapes, consts, knobs)?;
     if db.is_some() && !request.knobs.is_empty() {
         return Err(PyValueError::new_err("compile: give knobs= or db=, not both (the database chooses knobs)"));
     }
-    Kernel::build(py, Request { db, ..request })
+    Kernel::build(py, Request { db, emulate_gpu, ..request })
 }
 
 impl Request {
@@ -986,7 +991,7 @@ impl Request {
         let bindings = Bindings { shapes, consts, input_shapes: HashMap::new() };
         let knobs = knobs.unwrap_or_default();
         let target = target.to_string();
-        Ok(Request { source, kernel, target, bindings, knobs, model_dims: Vec::new(), db: None })
+        Ok(Request { source, kernel, target, bindings, knobs, model_dims: Vec::new(), db: None, emulate_gpu: false })
     }
 }
 
@@ -994,13 +999,14 @@ impl Request {
 /// the model's inputs (callable by their ONNX names as keywords) and whose
 /// outputs are the model's; the weights stay inside the kernel.
 #[pyfunction]
-#[pyo3(signature = (path, target = "host", dims = None, knobs = None))]
+#[pyo3(signature = (path, target = "host", dims = None, knobs = None, emulate_gpu = false))]
 fn load_onnx(
     py: Python<'_>,
     path: PathBuf,
     target: &str,
     dims: Option<BTreeMap<String, i64>>,
     knobs: Option<BTreeMap<String, i64>>,
+    emulate_gpu: bool,
 ) -> PyResult<Kernel> {
     if path.extension().is_none_or(|e| e != "onnx") {
         return Err(PyValueError::new_err(format!("load_onnx: {}: expected an .onnx file", path.display())));
@@ -1017,6 +1023,7 @@ fn load_onnx(
         knobs: knobs.unwrap_or_default(),
         model_dims,
         db: None,
+        emulate_gpu,
     };
     Kernel::build(py, request)
 }

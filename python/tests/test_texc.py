@@ -368,6 +368,15 @@ def test_pytorch_module_compiled(tmp_path):
 # ---------------------------------------------------------------- stages and timing
 
 
+@pytest.mark.parametrize("target", ["nvptx-sm80", "nvptx-sm90"])
+def test_gpu_kernels_in_the_emulation(target):
+    k = texc.compile(MATMUL, target=target, shapes={"M": 33, "K": 17, "N": 9}, emulate_gpu=True)
+    A, B = rand(33, 17), rand(17, 9)
+    close(k(A, B), A.astype(np.float64) @ B)
+    assert k.copies == 0  # the emulation is host code: it reads the arrays in place
+    assert ".entry" in k.source("ptx")
+
+
 def test_source_stages():
     k = texc.compile(MATMUL, shapes={"M": 8, "K": 8, "N": 8})
     for stage in ["ast", "tir", "graph", "egraph", "loops", "llvm", "asm"]:

@@ -88,7 +88,7 @@ class Kernel:
         """Array arguments calls have copied so far. Compiled CPU kernels
         read C-order arrays of the parameter's dtype (and DLPack tensors)
         where they are; Fortran-order, strided or unaligned arrays, bf16
-        parameters, ``interp`` and GPU targets copy."""
+        parameters, ``interp`` and GPUs (not their emulation) copy."""
 
 def compile(
     source_or_path: Union[str, "os.PathLike[str]"],
@@ -98,6 +98,7 @@ def compile(
     consts: Optional[Mapping[str, int]] = None,
     knobs: Optional[Mapping[str, int]] = None,
     db: Optional[Union[str, "os.PathLike[str]"]] = None,
+    emulate_gpu: bool = False,
 ) -> Kernel:
     """Compile a kernel and return it, ready to call on NumPy arrays.
 
@@ -115,6 +116,9 @@ def compile(
     ``im2col``). ``db``: a tuning database (``tune`` fills it) whose best
     record for this kernel, target and machine sets the knobs
     (``Kernel.knobs`` shows them); without it no database is consulted.
+    ``emulate_gpu``: a GPU target's kernels run on this CPU, each launch's
+    blocks on the thread pool (as ``texc run --emulate-gpu``): GPU code
+    checked without a GPU. Without it a GPU target needs a GPU.
 
     Raises ``TexcError`` for problems in the source, sizes or knobs, and
     ``ValueError`` for misuse (unknown target, several kernels and no
@@ -126,6 +130,7 @@ def load_onnx(
     target: str = "host",
     dims: Optional[Mapping[str, int]] = None,
     knobs: Optional[Mapping[str, int]] = None,
+    emulate_gpu: bool = False,
 ) -> Kernel:
     """Import an ONNX model and compile it for ``target``. The kernel's
     parameters are the model's inputs (keywords may use their ONNX names,
