@@ -1,0 +1,566 @@
+//! Attention as one operator on CPUs, computed flash-style: the online
+//! softmax over blocks of keys (Milakov & Gimelshein 2018; Dao et al. 2022),
+//! so that the scores are never materialized beyond one block of keys.
+//!
+//! Why a construction of its own: the language has no recurrences, so the
+//! online softmax — a running maximum `m`, a running sum `l` and an
+//! accumulator `O` rescaled by `exp(m_old − m_new)` at every block — cannot
+//! be written as statements, nor reached by schedule primitives from the
+//! five statements of `std.nn`'s `scaled_dot_product_attention` (scores, row
+//! maximum, exponentials, their sum, weighted sum), which a schedule can
+//! only keep as five passes over an `L × S` score matrix. So the decision
+//! lives here, in one place, in two halves:
+//!
+//! - [`fuse_attention`], the CPU strategy's first preparation pass, finds
+//!   the five-stage pattern in the tensor IR (whatever wrote it: the
+//!   standard library's kernel, or a hand-written kernel with the same
+//!   statements) and replaces it by one stage whose value is the same
+//!   computation as one exact expression,
+//!   `Y[.., j] = sum[s](exp(sc(s) − max[t] sc(t)) · V(s, j)) / sum[u](exp(sc(u) − max[w] sc(w)))`
+//!   ([`parts`] reads it back). The score `sc` is whatever the first
+//!   statement computed — any scale, additive mask, causal `select` — with
+//!   at most one `sum` (the `Q·Kᵀ` product) inside; `V(s, j)` any
+//!   expression without reductions. The other preparation passes leave the
+//!   stage alone (`normalize::hoist_reductions` and the CPU attachments ask
+//!   [`is_attention`]).
+//! - [`lower`] builds its loop nest, which the CPU schedule asks for with
+//!   [`Flash`] on the stage ([`crate::schedule::StageSchedule::flash`]):
+//!   rows (every axis but the last) in parallel, and per row, per block of
+//!   `block` keys: the block's scores into a local buffer of `block`
+//!   elements, the new running maximum, the rescaling of `l` and `O`, the
+//!   exponentials, `O += p · V`; at the end `Y = O / l`. Loops over the keys
+//!   of a block and over `j` are vectorized.
+//!
+//! Semantics are the interpreter's: a row whose scores are all `-inf` (fully
+//! masked) is NaN there (`exp(-inf − -inf)`); here its running maximum stays
+//! `-inf`, exponentials are taken against 0 instead (so masked keys add
+//! nothing and a partly masked first block does not poison the row), and the
+//! final `0 / 0` is NaN again. Only rounding differs (products of
+//! exponentials instead of one), within the tolerance of `run --check`.
+//!
+//! Invariant: [`fuse_attention`] rewrites only temporaries that nothing else
+//! reads, and its stage computes exactly what the five did.
+
+use crate::ir::{ForKind, LoopFunc, Stmt};
+use crate::normalize::{fresh_name, subst, with_children};
+use std::collections::HashMap;
+use texc_compiler::ops::{BinOp, MathFn, ReduceOp};
+use texc_compiler::tir::*;
+use texc_compiler::types::ElemType;
+
+/// How the CPU schedule computes an attention stage ([`lower`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flash {
+    /// Keys per block: the scores held at once, per row.
+    pub block: i64,
+    /// Vector lanes of the loops over a block's keys and over `j`.
+    pub lanes: i64,
+    /// Whether the rows run on the thread pool.
+    pub parallel: bool,
+}
+
+/// The parts of an attention stage: the score of key `s` (an expression in
+/// the row axes, `s` and the score's own reduction variables) and the
+/// value `V(s, j)`.
+#[derive(Clone, Copy, Debug)]
+pub struct Parts {
+    pub score: TExprId,
+    pub value: TExprId,
+    /// The key variable (the stage's variable after its axes).
+    pub key: VarId,
+}
+
+/// Whether stage `si` is an attention stage [`fuse_attention`] made.
+pub fn is_attention(p: &Program, si: usize) -> bool {
+    parts(p, &p.stages[si]).is_some()
+}
+
+/// The parts of `st` if it is an attention stage.
+pub fn parts(p: &Program, st: &Stage) -> Option<Parts> {
+    let n = st.n_axes;
+    if n == 0 || !matches!(p.tensor(st.tensor).elem, ElemType::F32) {
+        return None;
+    }
+    let TExpr::Binary(BinOp::Div, num, den) = p.expr(st.value) else { return None };
+    let TExpr::Reduce(ReduceOp::Sum, kv, body) = p.expr(*num) else { return None };
+    let TExpr::Reduce(ReduceOp::Sum, _, den_body) = p.expr(*den) else { return None };
+    let [key] = kv[..] else { return None };
+    let TExpr::Binary(BinOp::Mul, w, value) = p.expr(*body) else { return None };
+    let weight = |e: TExprId| -> Option<TExprId> {
+        let TExpr::Math(MathFn::Exp, a) = p.expr(e) else { return None };
+        let TExpr::Binary(BinOp::Sub, sc, mx) = p.expr(*a.first()?) else { return None };
+        matches!(p.expr(*mx), TExpr::Reduce(ReduceOp::Max, ..)).then_some(*sc)
+    };
+    let score = weight(*w)?;
+    weight(*den_body)?;
+    (key as usize == n && !crate::normalize::contains_reduce(p, *value)).then_some(Parts { score, value: *value, key })
+}
+
+/// The five stages of an attention starting at `si`, if they are one:
+/// `(scores, max, exp, sum, output)`, the first four temporaries read only
+/// by the others, and the output's weighted sum and its value expression.
+fn pattern(p: &Program, si: usize) -> Option<TExprId> {
+    let st = p.stages.get(si..si + 5)?;
+    let (a, m, e, z, y) = (&st[0], &st[1], &st[2], &st[3], &st[4]);
+    let n = a.n_axes;
+    let rows: Vec<i64> = a.vars[..n.checked_sub(1)?].iter().map(|v| v.extent).collect();
+    let same_rows =
+        |s: &Stage, axes: usize| s.n_axes == axes && s.vars[..n - 1].iter().map(|v| v.extent).eq(rows.iter().copied());
+    if !same_rows(m, n - 1) || !same_rows(e, n) || !same_rows(z, n - 1) || !same_rows(y, n) {
+        return None;
+    }
+    if e.vars[n - 1].extent != a.vars[n - 1].extent || y.vars.len() != n + 1 {
+        return None;
+    }
+    // Loads at the stage's own point, the last index possibly another variable.
+    let at = |x: TExprId, t: TensorId, axes: usize, last: Option<VarId>| match p.expr(x) {
+        TExpr::Load(l, idx) if *l == t && idx.len() == axes + last.is_some() as usize => {
+            idx.iter().enumerate().all(|(d, &i)| {
+                let want = if d == axes { last.expect("one more index") } else { d as VarId };
+                matches!(p.expr(i), TExpr::Var(v) if *v == want)
+            })
+        }
+        _ => false,
+    };
+    let single = |s: &Stage, op: ReduceOp| match p.expr(s.value) {
+        TExpr::Reduce(o, rv, body) if *o == op && rv[..] == [s.n_axes as VarId] => Some(*body),
+        _ => None,
+    };
+    let mb = single(m, ReduceOp::Max)?;
+    if !at(mb, a.tensor, n - 1, Some((n - 1) as VarId)) {
+        return None;
+    }
+    let TExpr::Math(MathFn::Exp, ea) = p.expr(e.value) else { return None };
+    let TExpr::Binary(BinOp::Sub, x, mx) = p.expr(*ea.first()?) else { return None };
+    if !at(*x, a.tensor, n, None) || !at(*mx, m.tensor, n - 1, None) {
+        return None;
+    }
+    if !at(single(z, ReduceOp::Sum)?, e.tensor, n - 1, Some((n - 1) as VarId)) {
+        return None;
+    }
+    let TExpr::Binary(BinOp::Div, num, den) = p.expr(y.value) else { return None };
+    if !at(*den, z.tensor, n - 1, None) {
+        return None;
+    }
+    let TExpr::Reduce(ReduceOp::Sum, rv, body) = p.expr(*num) else { return None };
+    if rv[..] != [n as VarId] || y.vars[n].extent != a.vars[n - 1].extent {
+        return None;
+    }
+    let TExpr::Binary(BinOp::Mul, pe, value) = p.expr(*body) else { return None };
+    // Products of `p` as written in either order.
+    let (pe, value) = if at(*pe, e.tensor, n - 1, Some(n as VarId)) {
+        (*pe, *value)
+    } else if at(*value, e.tensor, n - 1, Some(n as VarId)) {
+        (*value, *pe)
+    } else {
+        return None;
+    };
+    let _ = pe;
+    let temps = [a.tensor, m.tensor, e.tensor, z.tensor];
+    let private = temps.iter().all(|&t| {
+        p.tensor(t).role == TensorRole::Temp
+            && !p.outputs.contains(&t)
+            && p.stages
+                .iter()
+                .enumerate()
+                .all(|(i, s)| (si..si + 5).contains(&i) || !crate::strategy::loads(p, s.value, t))
+    });
+    let one_sum = reductions(p, a.value) <= 1 && !nested(p, a.value, false);
+    let clean =
+        !crate::normalize::contains_reduce(p, value) && temps.iter().all(|&t| !crate::strategy::loads(p, value, t));
+    let f32s = [a, y].iter().all(|s| p.tensor(s.tensor).elem == ElemType::F32);
+    (private && one_sum && clean && f32s && !crate::strategy::loads(p, a.value, y.tensor)).then_some(value)
+}
+
+/// Reductions in `e`.
+fn reductions(p: &Program, e: TExprId) -> usize {
+    let own = matches!(p.expr(e), TExpr::Reduce(ReduceOp::Sum, ..)) as usize;
+    let bad = matches!(p.expr(e), TExpr::Reduce(op, ..) if *op != ReduceOp::Sum) as usize * 2;
+    own + bad + p.children(e).into_iter().map(|c| reductions(p, c)).sum::<usize>()
+}
+
+/// Whether `e` has a reduction inside a reduction.
+fn nested(p: &Program, e: TExprId, inside: bool) -> bool {
+    let here = matches!(p.expr(e), TExpr::Reduce(..));
+    (here && inside) || p.children(e).into_iter().any(|c| nested(p, c, inside || here))
+}
+
+/// *fuse-attention*: every five-stage attention ([`pattern`]) becomes one
+/// stage ([`parts`] reads it): the CPU schedule computes it flash-style.
+pub fn fuse_attention(p: &mut Program) {
+    let mut si = 0;
+    while si + 5 <= p.stages.len() {
+        match pattern(p, si) {
+            Some(value) => fuse_at(p, si, value),
+            None => si += 1,
+        }
+    }
+}
+
+/// Replace the five stages at `si` by the output's stage in the exact
+/// one-expression form.
+fn fuse_at(p: &mut Program, si: usize, value: TExprId) {
+    let a = p.stages[si].clone();
+    let y = p.stages[si + 4].clone();
+    let n = y.n_axes;
+    let span = y.span;
+    let ty = p.ty(y.value);
+    let key = a.vars[n - 1].clone();
+    let k = a.vars.len() - a.n_axes;
+    let mut vars = y.vars[..n].to_vec();
+    for name in ["s", "t", "u", "w"] {
+        vars.push(VarDecl { name: name.into(), extent: key.extent });
+    }
+    for copy in 0..4 {
+        for v in &a.vars[a.n_axes..] {
+            vars.push(VarDecl { name: format!("{}{copy}", v.name), extent: v.extent });
+        }
+    }
+    // The score of key variable `kv`, with the `copy`-th set of reduction variables.
+    let score = |p: &mut Program, kv: usize, copy: usize| -> TExprId {
+        let mut map: HashMap<VarId, TExprId> = HashMap::new();
+        for d in 0..n - 1 {
+            map.insert(d as VarId, p.alloc(TExpr::Var(d as VarId), Ty::Index, span));
+        }
+        map.insert((n - 1) as VarId, p.alloc(TExpr::Var(kv as VarId), Ty::Index, span));
+        let rename: HashMap<VarId, VarId> =
+            (0..k).map(|r| ((a.n_axes + r) as VarId, (n + 4 + copy * k + r) as VarId)).collect();
+        subst(p, a.value, &map, &rename)
+    };
+    let weight = |p: &mut Program, kv: usize, mv: usize, copy: usize| -> TExprId {
+        let sc = score(p, kv, copy);
+        let inner = score(p, mv, copy + 1);
+        let mx = p.alloc(TExpr::Reduce(ReduceOp::Max, vec![mv as VarId], inner), ty, span);
+        let d = p.alloc(TExpr::Binary(BinOp::Sub, sc, mx), ty, span);
+        p.alloc(TExpr::Math(MathFn::Exp, vec![d]), ty, span)
+    };
+    let w = weight(p, n, n + 1, 0);
+    let wv = p.alloc(TExpr::Binary(BinOp::Mul, w, value), ty, span);
+    let num = p.alloc(TExpr::Reduce(ReduceOp::Sum, vec![n as VarId], wv), ty, span);
+    let w2 = weight(p, n + 2, n + 3, 2);
+    let den = p.alloc(TExpr::Reduce(ReduceOp::Sum, vec![(n + 2) as VarId], w2), ty, span);
+    let out = p.alloc(TExpr::Binary(BinOp::Div, num, den), ty, span);
+    let fused = Stage { tensor: y.tensor, vars, n_axes: n, value: out, span };
+    p.stages.splice(si..si + 5, [fused]);
+}
+
+/// The loop nest of attention stage `st` (not attached: it stores into its
+/// whole tensor), as [`Flash`] says.
+pub fn lower(f: &mut LoopFunc, st: &Stage, fl: Flash) -> Vec<Stmt> {
+    let parts = parts(&f.p, st).expect("the CPU schedule asks for flash only on attention stages");
+    let n = st.n_axes;
+    let (span, ty) = (st.span, Ty::Elem(ElemType::F32));
+    let name = f.p.tensor(st.tensor).name.clone();
+    let rows: Vec<i64> = st.vars[..n - 1].iter().map(|v| v.extent).collect();
+    let e_len = st.vars[n - 1].extent;
+    let keys = st.vars[parts.key as usize].extent;
+    let block = fl.block.clamp(1, keys.max(1));
+    let mut c = Ctx { f, span, ty, lanes: fl.lanes.max(1) };
+    let local = |c: &mut Ctx, what: &str, shape: Vec<i64>| {
+        let nm = fresh_name(&c.f.p, &format!("{name}.{what}"));
+        c.f.p.tensors.push(TensorDecl { name: nm, elem: ElemType::F32, shape, role: TensorRole::Temp, span });
+        TensorId(c.f.p.tensors.len() as u32 - 1)
+    };
+    let (m, l, mn, ms) = (
+        local(&mut c, "m", vec![1]),
+        local(&mut c, "l", vec![1]),
+        local(&mut c, "mn", vec![1]),
+        local(&mut c, "ms", vec![1]),
+    );
+    let acc = local(&mut c, "acc", vec![e_len]);
+    let sb = local(&mut c, "scores", vec![block]);
+    let total: i64 = rows.iter().product();
+    let row = c.f.new_var(format!("{name}.row"), total.max(1));
+    // The row's axes from the fused row variable.
+    let mut axis = Vec::new();
+    let mut inner = total.max(1);
+    for &ext in &rows {
+        inner /= ext.max(1);
+        let r = c.var(row);
+        let q = if inner > 1 { c.index(BinOp::FloorDiv, r, inner) } else { r };
+        axis.push(if ext > 1 { c.index(BinOp::FloorMod, q, ext) } else { c.int(0) });
+    }
+    let zero_idx = c.int(0);
+    let scalar = |c: &mut Ctx, t: TensorId| {
+        let z = c.int(0);
+        c.f.p.alloc(TExpr::Load(t, vec![z]), ty, span)
+    };
+    let mut body = Vec::new();
+    let neg_inf = c.f.p.alloc(TExpr::reduce_identity(ReduceOp::Max, ty), ty, span);
+    let fzero = c.float(0.0);
+    body.push(Stmt::Store { tensor: m, indices: vec![zero_idx], value: neg_inf });
+    body.push(Stmt::Store { tensor: l, indices: vec![zero_idx], value: fzero });
+    body.extend(c.vec_loop(&format!("{name}.j0"), e_len, &mut |c, j| {
+        let z = c.float(0.0);
+        vec![Stmt::Store { tensor: acc, indices: vec![j], value: z }]
+    }));
+    let full = keys / block;
+    let rest = keys % block;
+    let extents: Vec<i64> = st.vars.iter().map(|v| v.extent).collect();
+    let b = Block { parts, axis: &axis, acc, sb, m, l, mn, ms, e_len, extents: &extents };
+    if full > 0 {
+        let kb = c.f.new_var(format!("{name}.kb"), full);
+        let kv = c.var(kb);
+        let s0 = c.index(BinOp::Mul, kv, block);
+        let inner = b.emit(&mut c, &name, s0, block);
+        body.push(Stmt::For { var: kb, lo: 0, extent: full, kind: ForKind::Serial, body: inner });
+    }
+    if rest > 0 {
+        let s0 = c.int(full * block);
+        body.extend(b.emit(&mut c, &format!("{name}.tail"), s0, rest));
+    }
+    let lv = scalar(&mut c, l);
+    body.extend(c.vec_loop(&format!("{name}.j"), e_len, &mut |c, j| {
+        let o = c.f.p.alloc(TExpr::Load(acc, vec![j]), ty, span);
+        let value = c.f.p.alloc(TExpr::Binary(BinOp::Div, o, lv), ty, span);
+        let mut indices = axis.clone();
+        indices.push(j);
+        vec![Stmt::Store { tensor: st.tensor, indices, value }]
+    }));
+    for t in [sb, acc, ms, mn, l, m] {
+        body = vec![Stmt::Alloc { tensor: t, body }];
+    }
+    let kind = if fl.parallel && total >= 2 { ForKind::Parallel } else { ForKind::Serial };
+    vec![Stmt::For { var: row, lo: 0, extent: total.max(1), kind, body }]
+}
+
+/// What building the nest needs at hand.
+struct Ctx<'a> {
+    f: &'a mut LoopFunc,
+    span: texc_grammar::Span,
+    ty: Ty,
+    lanes: i64,
+}
+
+impl Ctx<'_> {
+    fn int(&mut self, k: i64) -> TExprId {
+        self.f.p.alloc(TExpr::Int(k), Ty::Index, self.span)
+    }
+    fn float(&mut self, x: f64) -> TExprId {
+        self.f.p.alloc(TExpr::Float(x), self.ty, self.span)
+    }
+    fn var(&mut self, v: VarId) -> TExprId {
+        self.f.p.alloc(TExpr::Var(v), Ty::Index, self.span)
+    }
+    fn index(&mut self, op: BinOp, a: TExprId, k: i64) -> TExprId {
+        let k = self.int(k);
+        self.f.p.alloc(TExpr::Binary(op, a, k), Ty::Index, self.span)
+    }
+    fn add(&mut self, a: TExprId, b: TExprId) -> TExprId {
+        self.f.p.alloc(TExpr::Binary(BinOp::Add, a, b), Ty::Index, self.span)
+    }
+
+    /// `body(i)` for `i` in `0..extent`: whole vectors, then one vector of the rest.
+    fn vec_loop(
+        &mut self,
+        name: &str,
+        extent: i64,
+        body: &mut dyn FnMut(&mut Self, TExprId) -> Vec<Stmt>,
+    ) -> Vec<Stmt> {
+        let w = self.lanes;
+        let mut out = Vec::new();
+        if w <= 1 {
+            let v = self.f.new_var(name, extent);
+            let i = self.var(v);
+            let b = body(self, i);
+            return vec![Stmt::For { var: v, lo: 0, extent, kind: ForKind::Serial, body: b }];
+        }
+        let whole = extent / w;
+        if whole > 0 {
+            let o = self.f.new_var(format!("{name}.o"), whole);
+            let v = self.f.new_var(format!("{name}.v"), w);
+            let (ov, vv) = (self.var(o), self.var(v));
+            let base = self.index(BinOp::Mul, ov, w);
+            let i = self.add(base, vv);
+            let b = body(self, i);
+            let inner = Stmt::For { var: v, lo: 0, extent: w, kind: ForKind::Vectorized, body: b };
+            out.push(Stmt::For { var: o, lo: 0, extent: whole, kind: ForKind::Serial, body: vec![inner] });
+        }
+        let rest = extent % w;
+        if rest > 0 {
+            let v = self.f.new_var(format!("{name}.r"), rest);
+            let vv = self.var(v);
+            let base = self.int(whole * w);
+            let i = self.add(base, vv);
+            let b = body(self, i);
+            out.push(Stmt::For { var: v, lo: 0, extent: rest, kind: ForKind::Vectorized, body: b });
+        }
+        out
+    }
+
+    fn serial(&mut self, name: &str, extent: i64, body: &mut dyn FnMut(&mut Self, TExprId) -> Vec<Stmt>) -> Stmt {
+        let v = self.f.new_var(name, extent);
+        let i = self.var(v);
+        let b = body(self, i);
+        Stmt::For { var: v, lo: 0, extent, kind: ForKind::Serial, body: b }
+    }
+}
+
+/// One block of keys: the buffers and expressions it works on.
+struct Block<'a> {
+    parts: Parts,
+    axis: &'a [TExprId],
+    acc: TensorId,
+    sb: TensorId,
+    m: TensorId,
+    l: TensorId,
+    mn: TensorId,
+    ms: TensorId,
+    e_len: i64,
+    /// Extents of the stage's variables (the score's reduction variables among them).
+    extents: &'a [i64],
+}
+
+impl Block<'_> {
+    /// `expr` with the row's axes, key `s` and further variables `more` substituted.
+    fn at(&self, c: &mut Ctx, e: TExprId, s: TExprId, more: &[(VarId, TExprId)]) -> TExprId {
+        let mut map: HashMap<VarId, TExprId> = HashMap::new();
+        for (d, &x) in self.axis.iter().enumerate() {
+            map.insert(d as VarId, x);
+        }
+        map.insert(self.parts.key, s);
+        map.extend(more.iter().copied());
+        subst(&mut c.f.p, e, &map, &HashMap::new())
+    }
+
+    fn load(&self, c: &mut Ctx, t: TensorId, i: TExprId) -> TExprId {
+        c.f.p.alloc(TExpr::Load(t, vec![i]), c.ty, c.span)
+    }
+
+    /// The statements of the block of `count` keys from `s0`.
+    fn emit(&self, c: &mut Ctx, name: &str, s0: TExprId, count: i64) -> Vec<Stmt> {
+        let (ty, span) = (c.ty, c.span);
+        let mut out = Vec::new();
+        let key = |c: &mut Ctx, i: TExprId| c.add(s0, i);
+        // Scores: the product's sum into the block buffer, then the rest of the score's expression.
+        match find_reduce(&c.f.p, self.parts.score) {
+            Some(r) => {
+                let TExpr::Reduce(_, rv, g) = c.f.p.expr(r).clone() else { unreachable!() };
+                out.extend(c.vec_loop(&format!("{name}.z"), count, &mut |c, i| {
+                    let z = c.float(0.0);
+                    vec![Stmt::Store { tensor: self.sb, indices: vec![i], value: z }]
+                }));
+                // Reduction loops outside, keys inside (vectorized).
+                let mut dvals = Vec::new();
+                let mut loop_vars = Vec::new();
+                for (q, &v) in rv.iter().enumerate() {
+                    let ext = self.extents[v as usize];
+                    let lv = c.f.new_var(format!("{name}.d{q}"), ext);
+                    loop_vars.push((lv, ext));
+                    let e = c.var(lv);
+                    dvals.push((v, e));
+                }
+                let mut inner = c.vec_loop(&format!("{name}.k"), count, &mut |c, i| {
+                    let s = key(c, i);
+                    let term = self.at(c, g, s, &dvals);
+                    let cur = self.load(c, self.sb, i);
+                    let value = c.f.p.alloc(TExpr::Binary(BinOp::Add, cur, term), ty, span);
+                    vec![Stmt::Store { tensor: self.sb, indices: vec![i], value }]
+                });
+                for &(lv, ext) in loop_vars.iter().rev() {
+                    inner = vec![Stmt::For { var: lv, lo: 0, extent: ext, kind: ForKind::Serial, body: inner }];
+                }
+                out.extend(inner);
+                let score = self.parts.score;
+                out.extend(c.vec_loop(&format!("{name}.sc"), count, &mut |c, i| {
+                    let s = key(c, i);
+                    let acc = self.load(c, self.sb, i);
+                    let e = replace(&mut c.f.p, score, r, acc);
+                    let value = self.at(c, e, s, &[]);
+                    vec![Stmt::Store { tensor: self.sb, indices: vec![i], value }]
+                }));
+            }
+            None => {
+                let score = self.parts.score;
+                out.extend(c.vec_loop(&format!("{name}.sc"), count, &mut |c, i| {
+                    let s = key(c, i);
+                    let value = self.at(c, score, s, &[]);
+                    vec![Stmt::Store { tensor: self.sb, indices: vec![i], value }]
+                }));
+            }
+        }
+        let zero = c.int(0);
+        let scalar = |c: &mut Ctx, t: TensorId| c.f.p.alloc(TExpr::Load(t, vec![zero]), ty, span);
+        // The new running maximum.
+        let m_old = scalar(c, self.m);
+        out.push(Stmt::Store { tensor: self.mn, indices: vec![zero], value: m_old });
+        out.push(c.serial(&format!("{name}.max"), count, &mut |c, i| {
+            let cur = scalar(c, self.mn);
+            let x = self.load(c, self.sb, i);
+            let value = c.f.p.alloc(TExpr::Math(MathFn::Max, vec![cur, x]), ty, span);
+            vec![Stmt::Store { tensor: self.mn, indices: vec![zero], value }]
+        }));
+        // Exponentials against 0 while every score so far is -inf.
+        let mn = scalar(c, self.mn);
+        let neg_inf = c.f.p.alloc(TExpr::reduce_identity(ReduceOp::Max, ty), ty, span);
+        let none = c.f.p.alloc(TExpr::Binary(BinOp::Eq, mn, neg_inf), Ty::Elem(ElemType::Bool), span);
+        let fz = c.float(0.0);
+        let safe = c.f.p.alloc(TExpr::Select(none, fz, mn), ty, span);
+        out.push(Stmt::Store { tensor: self.ms, indices: vec![zero], value: safe });
+        // Rescale: alpha = exp(m_old − m_safe) (into `m`, whose old value is spent).
+        let (mo, msv) = (scalar(c, self.m), scalar(c, self.ms));
+        let d = c.f.p.alloc(TExpr::Binary(BinOp::Sub, mo, msv), ty, span);
+        let alpha = c.f.p.alloc(TExpr::Math(MathFn::Exp, vec![d]), ty, span);
+        out.push(Stmt::Store { tensor: self.m, indices: vec![zero], value: alpha });
+        let (lv, al) = (scalar(c, self.l), scalar(c, self.m));
+        let scaled = c.f.p.alloc(TExpr::Binary(BinOp::Mul, lv, al), ty, span);
+        out.push(Stmt::Store { tensor: self.l, indices: vec![zero], value: scaled });
+        out.extend(c.vec_loop(&format!("{name}.a"), self.e_len, &mut |c, j| {
+            let o = self.load(c, self.acc, j);
+            let al = scalar(c, self.m);
+            let value = c.f.p.alloc(TExpr::Binary(BinOp::Mul, o, al), ty, span);
+            vec![Stmt::Store { tensor: self.acc, indices: vec![j], value }]
+        }));
+        // p = exp(s − m_safe), their sum, and O += p · V.
+        out.extend(c.vec_loop(&format!("{name}.p"), count, &mut |c, i| {
+            let x = self.load(c, self.sb, i);
+            let msv = scalar(c, self.ms);
+            let d = c.f.p.alloc(TExpr::Binary(BinOp::Sub, x, msv), ty, span);
+            let value = c.f.p.alloc(TExpr::Math(MathFn::Exp, vec![d]), ty, span);
+            vec![Stmt::Store { tensor: self.sb, indices: vec![i], value }]
+        }));
+        out.push(c.serial(&format!("{name}.sum"), count, &mut |c, i| {
+            let cur = scalar(c, self.l);
+            let x = self.load(c, self.sb, i);
+            let value = c.f.p.alloc(TExpr::Binary(BinOp::Add, cur, x), ty, span);
+            vec![Stmt::Store { tensor: self.l, indices: vec![zero], value }]
+        }));
+        let value_expr = self.parts.value;
+        let j_var = (self.axis.len()) as VarId;
+        out.push(c.serial(&format!("{name}.pv"), count, &mut |c, i| {
+            let s = key(c, i);
+            c.vec_loop(&format!("{name}.pv.j"), self.e_len, &mut |c, j| {
+                let pv = self.load(c, self.sb, i);
+                let v = self.at(c, value_expr, s, &[(j_var, j)]);
+                let term = c.f.p.alloc(TExpr::Binary(BinOp::Mul, pv, v), ty, span);
+                let o = self.load(c, self.acc, j);
+                let value = c.f.p.alloc(TExpr::Binary(BinOp::Add, o, term), ty, span);
+                vec![Stmt::Store { tensor: self.acc, indices: vec![j], value }]
+            })
+        }));
+        let mnv = scalar(c, self.mn);
+        out.push(Stmt::Store { tensor: self.m, indices: vec![zero], value: mnv });
+        out
+    }
+}
+
+/// The only reduction in `e`, if any.
+fn find_reduce(p: &Program, e: TExprId) -> Option<TExprId> {
+    if matches!(p.expr(e), TExpr::Reduce(..)) {
+        return Some(e);
+    }
+    p.children(e).into_iter().find_map(|c| find_reduce(p, c))
+}
+
+/// `e` with node `target` replaced by `with`.
+fn replace(p: &mut Program, e: TExprId, target: TExprId, with: TExprId) -> TExprId {
+    if e == target {
+        return with;
+    }
+    let children = p.children(e);
+    if children.is_empty() {
+        return e;
+    }
+    let new: Vec<TExprId> = children.into_iter().map(|c| replace(p, c, target, with)).collect();
+    with_children(p, e, new)
+}
