@@ -99,8 +99,10 @@ const PREPARATION: [Step; 9] = [
 
 /// *fuse-attention*: an attention's five statements as one operator,
 /// computed flash-style ([`crate::flash`]).
-fn fuse_attention(p: &mut Program, _: &Target, _: DefaultKnobs) {
-    crate::flash::fuse_attention(p)
+fn fuse_attention(p: &mut Program, _: &Target, knobs: DefaultKnobs) {
+    if knobs.flash != Some(false) {
+        crate::flash::fuse_attention(p)
+    }
 }
 
 /// *reciprocals*: a divisor that varies only along outer loops is inverted
@@ -192,7 +194,7 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
         let st = &p.stages[si];
         let m = Machine::of(target, st, p, knobs);
         if crate::flash::is_attention(p, si) {
-            ss.flash = Some(flash_schedule(st, m));
+            ss.flash = Some(flash_schedule(st, m, knobs));
             continue;
         }
         if reduces_along_rows(p, st) {
@@ -238,10 +240,14 @@ const FLASH_BLOCK: i64 = 64;
 
 /// The flash schedule of attention stage `st`: rows on the thread pool when
 /// there are enough of them and enough work.
-fn flash_schedule(st: &Stage, m: Machine) -> crate::flash::Flash {
+fn flash_schedule(st: &Stage, m: Machine, knobs: DefaultKnobs) -> crate::flash::Flash {
     let rows: i64 = st.vars[..st.n_axes - 1].iter().map(|v| v.extent).product();
     let work: i64 = st.vars.iter().take(st.n_axes + 1).map(|v| v.extent).product();
-    crate::flash::Flash { block: FLASH_BLOCK, lanes: m.lanes, parallel: rows >= 2 && work >= MIN_PARALLEL_ITERATIONS }
+    crate::flash::Flash {
+        block: knobs.fkeys.unwrap_or(FLASH_BLOCK),
+        lanes: m.lanes,
+        parallel: rows >= 2 && work >= MIN_PARALLEL_ITERATIONS,
+    }
 }
 
 fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<PackRequest> {
