@@ -96,28 +96,39 @@ pub fn parts(p: &Program, st: &Stage) -> Option<Parts> {
     (key as usize == n && !crate::normalize::contains_reduce(p, *value)).then_some(Parts { score, value: *value, key })
 }
 
-/// The five stages of an attention starting at `si`, if they are one:
-/// `(scores, max, exp, sum, output)`, the first four temporaries read only
-/// by the others, and the output's weighted sum and its value expression.
-fn pattern(p: &Program, si: usize) -> Option<TExprId> {
+/// An attention found at a stage index: how many stages it spans, and the
+/// value expression `V(s, j)` of its output's weighted sum.
+struct Found {
+    stages: usize,
+    value: TExprId,
+}
+
+/// The attention starting at stage `si`, if there is one: `(scores, max,
+/// exp, sum, output)` with `Y = sum[s](p · V) / z` (the standard library's
+/// form), or `(scores, max, exp, sum, softmax, output)` with
+/// `Y = sum[s]((p / z) · V)` (a softmax, then a product: the ONNX
+/// importer's form). The temporaries before the output are read by no
+/// other stage.
+fn pattern(p: &Program, si: usize) -> Option<Found> {
     let st = p.stages.get(si..si + 5)?;
-    let (a, m, e, z, y) = (&st[0], &st[1], &st[2], &st[3], &st[4]);
+    let (a, m, e, z) = (&st[0], &st[1], &st[2], &st[3]);
     let n = a.n_axes;
     let rows: Vec<i64> = a.vars[..n.checked_sub(1)?].iter().map(|v| v.extent).collect();
     let same_rows =
         |s: &Stage, axes: usize| s.n_axes == axes && s.vars[..n - 1].iter().map(|v| v.extent).eq(rows.iter().copied());
-    if !same_rows(m, n - 1) || !same_rows(e, n) || !same_rows(z, n - 1) || !same_rows(y, n) {
+    if !same_rows(m, n - 1) || !same_rows(e, n) || !same_rows(z, n - 1) || e.vars[n - 1].extent != a.vars[n - 1].extent
+    {
         return None;
     }
-    if e.vars[n - 1].extent != a.vars[n - 1].extent || y.vars.len() != n + 1 {
-        return None;
-    }
-    // Loads at the stage's own point, the last index possibly another variable.
+    // Loads at the stage's own point (a constant 0 along an axis of one
+    // element, as imported models index a batch of one), the last index
+    // possibly another variable.
     let at = |x: TExprId, t: TensorId, axes: usize, last: Option<VarId>| match p.expr(x) {
         TExpr::Load(l, idx) if *l == t && idx.len() == axes + last.is_some() as usize => {
             idx.iter().enumerate().all(|(d, &i)| {
                 let want = if d == axes { last.expect("one more index") } else { d as VarId };
                 matches!(p.expr(i), TExpr::Var(v) if *v == want)
+                    || (d < axes && p.tensor(t).shape[d] == 1 && matches!(p.expr(i), TExpr::Int(0)))
             })
         }
         _ => false,
@@ -138,38 +149,100 @@ fn pattern(p: &Program, si: usize) -> Option<TExprId> {
     if !at(single(z, ReduceOp::Sum)?, e.tensor, n - 1, Some((n - 1) as VarId)) {
         return None;
     }
-    let TExpr::Binary(BinOp::Div, num, den) = p.expr(y.value) else { return None };
-    if !at(*den, z.tensor, n - 1, None) {
-        return None;
-    }
-    let TExpr::Reduce(ReduceOp::Sum, rv, body) = p.expr(*num) else { return None };
-    if rv[..] != [n as VarId] || y.vars[n].extent != a.vars[n - 1].extent {
-        return None;
-    }
-    let TExpr::Binary(BinOp::Mul, pe, value) = p.expr(*body) else { return None };
-    // Products of `p` as written in either order.
-    let (pe, value) = if at(*pe, e.tensor, n - 1, Some(n as VarId)) {
-        (*pe, *value)
-    } else if at(*value, e.tensor, n - 1, Some(n as VarId)) {
-        (*value, *pe)
-    } else {
-        return None;
+    // The weighted sum `sum[s](w[.., s] · V)` of stage `y`, `w` read at the
+    // row's point and key `s`: its `V`.
+    let weighted = |y: &Stage, w: TensorId, num: TExprId| -> Option<TExprId> {
+        let TExpr::Reduce(ReduceOp::Sum, rv, body) = p.expr(num) else { return None };
+        if rv[..] != [n as VarId] || y.vars[n].extent != a.vars[n - 1].extent {
+            return None;
+        }
+        let TExpr::Binary(BinOp::Mul, f, g) = p.expr(*body) else { return None };
+        if at(*f, w, n - 1, Some(n as VarId)) {
+            Some(*g)
+        } else if at(*g, w, n - 1, Some(n as VarId)) {
+            Some(*f)
+        } else {
+            None
+        }
     };
-    let _ = pe;
-    let temps = [a.tensor, m.tensor, e.tensor, z.tensor];
+    let (stages, y, value) = match p.expr(st[4].value) {
+        // A softmax, then the product.
+        TExpr::Binary(BinOp::Div, pe, den) if at(*pe, e.tensor, n, None) && at(*den, z.tensor, n - 1, None) => {
+            let (sm, y) = (&st[4], p.stages.get(si + 5)?);
+            if !same_rows(sm, n) || sm.vars[n - 1].extent != a.vars[n - 1].extent {
+                return None;
+            }
+            let TExpr::Reduce(..) = p.expr(y.value) else { return None };
+            (6, y, weighted(y, sm.tensor, y.value)?)
+        }
+        // The standard library's form: the sum of p · V, divided once.
+        TExpr::Binary(BinOp::Div, num, den) if at(*den, z.tensor, n - 1, None) => {
+            let y = &st[4];
+            (5, y, weighted(y, e.tensor, *num)?)
+        }
+        _ => return None,
+    };
+    if !same_rows(y, n) || y.vars.len() != n + 1 {
+        return None;
+    }
+    let temps: Vec<TensorId> = p.stages[si..si + stages - 1].iter().map(|s| s.tensor).collect();
     let private = temps.iter().all(|&t| {
         p.tensor(t).role == TensorRole::Temp
             && !p.outputs.contains(&t)
             && p.stages
                 .iter()
                 .enumerate()
-                .all(|(i, s)| (si..si + 5).contains(&i) || !crate::strategy::loads(p, s.value, t))
+                .all(|(i, s)| (si..si + stages).contains(&i) || !crate::strategy::loads(p, s.value, t))
     });
     let one_sum = reductions(p, a.value) <= 1 && !nested(p, a.value, false);
     let clean =
         !crate::normalize::contains_reduce(p, value) && temps.iter().all(|&t| !crate::strategy::loads(p, value, t));
     let f32s = [a, y].iter().all(|s| p.tensor(s.tensor).elem == ElemType::F32);
-    (private && one_sum && clean && f32s && !crate::strategy::loads(p, a.value, y.tensor)).then_some(value)
+    (private && one_sum && clean && f32s && !crate::strategy::loads(p, a.value, y.tensor))
+        .then_some(Found { stages, value })
+}
+
+/// `p` with the product that scores stage `si` reads (`sc = QK[..] / c`,
+/// as imported models compute the scores in two statements) computed in
+/// the scores' own expression, and the index the scores' stage has then;
+/// `None` when `si` reads no such product. The product is a sum of
+/// element-wise terms, read once and by nothing else.
+fn with_product_inlined(p: &Program, si: usize) -> Option<(Program, usize)> {
+    let a = &p.stages[si];
+    if crate::normalize::contains_reduce(p, a.value) {
+        return None;
+    }
+    let mut loads = Vec::new();
+    crate::analysis::loads_in(p, a.value, &mut loads);
+    let (ti, load) = loads.iter().find_map(|&l| {
+        let TExpr::Load(t, _) = p.expr(l) else { return None };
+        let ti = p.stages.iter().position(|s| s.tensor == *t)?;
+        let st = &p.stages[ti];
+        let sum =
+            matches!(p.expr(st.value), TExpr::Reduce(ReduceOp::Sum, _, b) if !crate::normalize::contains_reduce(p, *b));
+        (ti < si && sum).then_some((ti, l))
+    })?;
+    let t = p.stages[ti].tensor;
+    let once = loads.iter().filter(|&&l| matches!(p.expr(l), TExpr::Load(x, _) if *x == t)).count() == 1;
+    let elsewhere = p.stages.iter().enumerate().any(|(i, s)| i != si && crate::strategy::loads(p, s.value, t));
+    if !once || elsewhere || p.tensor(t).role != TensorRole::Temp || p.outputs.contains(&t) {
+        return None;
+    }
+    let mut q = p.clone();
+    let prod = q.stages[ti].clone();
+    let TExpr::Load(_, idx) = q.expr(load).clone() else { unreachable!() };
+    // The product's axes become the load's indices, its reduction variables the scores' own.
+    let base = q.stages[si].vars.len();
+    let vars: HashMap<VarId, TExprId> = idx.iter().enumerate().map(|(d, &i)| (d as VarId, i)).collect();
+    let rename: HashMap<VarId, VarId> =
+        (prod.n_axes..prod.vars.len()).map(|v| (v as VarId, (base + v - prod.n_axes) as VarId)).collect();
+    let sum = subst(&mut q, prod.value, &vars, &rename);
+    let scores = q.stages[si].value;
+    let value = replace(&mut q, scores, load, sum);
+    q.stages[si].value = value;
+    q.stages[si].vars.extend(prod.vars[prod.n_axes..].iter().cloned());
+    q.stages.remove(ti);
+    Some((q, si - 1))
 }
 
 /// Reductions in `e`.
@@ -190,18 +263,30 @@ fn nested(p: &Program, e: TExprId, inside: bool) -> bool {
 pub fn fuse_attention(p: &mut Program) {
     let mut si = 0;
     while si + 5 <= p.stages.len() {
-        match pattern(p, si) {
-            Some(value) => fuse_at(p, si, value),
-            None => si += 1,
+        // Scores computed from a product of their own: the product in the fused stage too.
+        if let Some((q, at)) = with_product_inlined(p, si) {
+            if let Some(found) = pattern(&q, at) {
+                *p = q;
+                fuse_at(p, at, found);
+                si = at;
+                continue;
+            }
         }
+        if let Some(found) = pattern(p, si) {
+            fuse_at(p, si, found);
+            continue;
+        }
+        si += 1;
     }
 }
 
-/// Replace the five stages at `si` by the output's stage in the exact
-/// one-expression form.
-fn fuse_at(p: &mut Program, si: usize, value: TExprId) {
+/// Replace the stages of `found` at `si` by the output's stage in the
+/// one-expression form (a softmax's division moves after the sum: the
+/// same up to rounding).
+fn fuse_at(p: &mut Program, si: usize, found: Found) {
+    let Found { stages, value } = found;
     let a = p.stages[si].clone();
-    let y = p.stages[si + 4].clone();
+    let y = p.stages[si + stages - 1].clone();
     let n = y.n_axes;
     let span = y.span;
     let ty = p.ty(y.value);
@@ -241,7 +326,7 @@ fn fuse_at(p: &mut Program, si: usize, value: TExprId) {
     let den = p.alloc(TExpr::Reduce(ReduceOp::Sum, vec![(n + 2) as VarId], w2), ty, span);
     let out = p.alloc(TExpr::Binary(BinOp::Div, num, den), ty, span);
     let fused = Stage { tensor: y.tensor, vars, n_axes: n, value: out, span };
-    p.stages.splice(si..si + 5, [fused]);
+    p.stages.splice(si..si + stages, [fused]);
 }
 
 /// The loop nest of attention stage `st` (not attached: it stores into its

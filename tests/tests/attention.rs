@@ -184,6 +184,28 @@ fn fully_masked_rows_are_nan_as_in_the_interpreter() {
     check("fully masked rows", &p, &mask, 5, 140);
 }
 
+/// Attention as the ONNX importer writes a PyTorch export (`MatMul` with K
+/// already transposed, `Div`, `Softmax`, `MatMul`; a batch of one indexed
+/// by a constant 0): the product is taken into the scores and the softmax's
+/// division after the weighted sum.
+#[test]
+fn imported_form_is_fused_and_matches() {
+    let (h, l, s, d) = (3, 33, 90, 80);
+    let text = format!(
+        "import std.nn;\n\
+         kernel att(Q: f32[1, {h}, {l}, {d}], KT: f32[1, {h}, {d}, {s}], V: f32[1, {h}, {s}, {d}]) -> Y: f32[1, {h}, {l}, {d}] {{\n\
+         \x20   qk[i0 in 0..1, i1 in 0..{h}, i2 in 0..{l}, i3 in 0..{s}] = sum[r0 in 0..{d}](Q[0, i1, i2, r0] * KT[0, i1, r0, i3]);\n\
+         \x20   sc[i0 in 0..1, i1 in 0..{h}, i2 in 0..{l}, i3 in 0..{s}] = qk[0, i1, i2, i3] / 8.944272;\n\
+         \x20   sm = softmax(sc);\n\
+         \x20   Y[i0, i1, i2, i3] = sum[r0 in 0..{s}](sm[0, i1, i2, r0] * V[0, i1, r0, i3]);\n}}\n"
+    );
+    let p = program("att.tex", &text);
+    let mut fused = p.clone();
+    texc_schedules::flash::fuse_attention(&mut fused);
+    assert_eq!(fused.stages.len(), 1, "one stage");
+    check("imported form", &p, &HashMap::new(), l, s);
+}
+
 /// The five statements stay five where they are not an attention: a score
 /// read elsewhere is not a temporary of the operator.
 #[test]
