@@ -55,6 +55,9 @@ pub struct Flash {
     pub block: i64,
     /// Vector lanes of the loops over a block's keys and over `j`.
     pub lanes: i64,
+    /// Queries per block: each block of keys (laid out transposed once)
+    /// and each row of `V` serve that many queries.
+    pub queries: i64,
     /// Whether the rows run on the thread pool.
     pub parallel: bool,
 }
@@ -336,77 +339,107 @@ pub fn lower(f: &mut LoopFunc, st: &Stage, fl: Flash) -> Vec<Stmt> {
     let n = st.n_axes;
     let (span, ty) = (st.span, Ty::Elem(ElemType::F32));
     let name = f.p.tensor(st.tensor).name.clone();
-    let rows: Vec<i64> = st.vars[..n - 1].iter().map(|v| v.extent).collect();
+    // Row axes: the outer ones (batch, heads) whole, the last (the queries) in blocks.
+    let (outer, queries): (Vec<i64>, i64) =
+        if n >= 2 { (st.vars[..n - 2].iter().map(|v| v.extent).collect(), st.vars[n - 2].extent) } else { (vec![], 1) };
     let e_len = st.vars[n - 1].extent;
     let keys = st.vars[parts.key as usize].extent;
     let block = fl.block.clamp(1, keys.max(1));
+    let qb = fl.queries.clamp(1, queries.max(1));
+    let (full_q, rest_q) = (queries / qb, queries % qb);
+    let nqb = full_q + (rest_q > 0) as i64;
     let mut c = Ctx { f, span, ty, lanes: fl.lanes.max(1) };
+    let split = split_product(&c.f.p, parts.score, parts.key, (n >= 2).then(|| (n - 2) as VarId));
     let local = |c: &mut Ctx, what: &str, shape: Vec<i64>| {
         let nm = fresh_name(&c.f.p, &format!("{name}.{what}"));
         c.f.p.tensors.push(TensorDecl { name: nm, elem: ElemType::F32, shape, role: TensorRole::Temp, span });
         TensorId(c.f.p.tensors.len() as u32 - 1)
     };
-    let (m, l, mn, ms) = (
-        local(&mut c, "m", vec![1]),
-        local(&mut c, "l", vec![1]),
-        local(&mut c, "mn", vec![1]),
-        local(&mut c, "ms", vec![1]),
-    );
-    let acc = local(&mut c, "acc", vec![e_len]);
-    let sb = local(&mut c, "scores", vec![block]);
-    let total: i64 = rows.iter().product();
-    let row = c.f.new_var(format!("{name}.row"), total.max(1));
-    // The row's axes from the fused row variable.
+    let row_state = [local(&mut c, "m", vec![qb]), local(&mut c, "l", vec![qb]), local(&mut c, "mn", vec![qb])];
+    let ms = local(&mut c, "ms", vec![qb]);
+    let acc = local(&mut c, "acc", vec![qb, e_len]);
+    let sb = local(&mut c, "scores", vec![qb, block]);
+    let extents: Vec<i64> = st.vars.iter().map(|v| v.extent).collect();
+    let kt = split.map(|s| local(&mut c, "kt", vec![extents[s.d as usize], block]));
+    let total: i64 = outer.iter().product::<i64>() * nqb;
+    let rb = c.f.new_var(format!("{name}.rb"), total.max(1));
+    let r = c.var(rb);
+    let (ob, lb) =
+        if nqb > 1 { (c.index(BinOp::FloorDiv, r, nqb), c.index(BinOp::FloorMod, r, nqb)) } else { (r, c.int(0)) };
     let mut axis = Vec::new();
-    let mut inner = total.max(1);
-    for &ext in &rows {
+    let mut inner = outer.iter().product::<i64>().max(1);
+    for &ext in &outer {
         inner /= ext.max(1);
-        let r = c.var(row);
-        let q = if inner > 1 { c.index(BinOp::FloorDiv, r, inner) } else { r };
+        let q = if inner > 1 { c.index(BinOp::FloorDiv, ob, inner) } else { ob };
         axis.push(if ext > 1 { c.index(BinOp::FloorMod, q, ext) } else { c.int(0) });
     }
-    let zero_idx = c.int(0);
-    let scalar = |c: &mut Ctx, t: TensorId| {
-        let z = c.int(0);
-        c.f.p.alloc(TExpr::Load(t, vec![z]), ty, span)
+    let l0 = c.index(BinOp::Mul, lb, qb);
+    let b = Block {
+        parts,
+        outer: &axis,
+        l0: (n >= 2).then_some(l0),
+        acc,
+        sb,
+        kt,
+        split,
+        m: row_state[0],
+        l: row_state[1],
+        mn: row_state[2],
+        ms,
+        e_len,
+        extents: &extents,
+        out: st.tensor,
     };
-    let mut body = Vec::new();
-    let neg_inf = c.f.p.alloc(TExpr::reduce_identity(ReduceOp::Max, ty), ty, span);
-    let fzero = c.float(0.0);
-    body.push(Stmt::Store { tensor: m, indices: vec![zero_idx], value: neg_inf });
-    body.push(Stmt::Store { tensor: l, indices: vec![zero_idx], value: fzero });
-    body.extend(c.vec_loop(&format!("{name}.j0"), e_len, &mut |c, j| {
-        let z = c.float(0.0);
-        vec![Stmt::Store { tensor: acc, indices: vec![j], value: z }]
-    }));
-    let full = keys / block;
-    let rest = keys % block;
-    let extents: Vec<i64> = st.vars.iter().map(|v| v.extent).collect();
-    let b = Block { parts, axis: &axis, acc, sb, m, l, mn, ms, e_len, extents: &extents };
-    if full > 0 {
-        let kb = c.f.new_var(format!("{name}.kb"), full);
-        let kv = c.var(kb);
-        let s0 = c.index(BinOp::Mul, kv, block);
-        let inner = b.emit(&mut c, &name, s0, block);
-        body.push(Stmt::For { var: kb, lo: 0, extent: full, kind: ForKind::Serial, body: inner });
-    }
-    if rest > 0 {
-        let s0 = c.int(full * block);
-        body.extend(b.emit(&mut c, &format!("{name}.tail"), s0, rest));
-    }
-    let lv = scalar(&mut c, l);
-    body.extend(c.vec_loop(&format!("{name}.j"), e_len, &mut |c, j| {
-        let o = c.f.p.alloc(TExpr::Load(acc, vec![j]), ty, span);
-        let value = c.f.p.alloc(TExpr::Binary(BinOp::Div, o, lv), ty, span);
-        let mut indices = axis.clone();
-        indices.push(j);
-        vec![Stmt::Store { tensor: st.tensor, indices, value }]
-    }));
-    for t in [sb, acc, ms, mn, l, m] {
+    let mut body = if rest_q == 0 {
+        b.rows(&mut c, &name, qb, keys, block)
+    } else {
+        let full = c.int(full_q);
+        let in_full = c.f.p.alloc(TExpr::Binary(BinOp::Lt, lb, full), Ty::Elem(ElemType::Bool), span);
+        let in_rest = c.f.p.alloc(TExpr::Binary(BinOp::Ge, lb, full), Ty::Elem(ElemType::Bool), span);
+        let mut out = Vec::new();
+        if full_q > 0 {
+            let then = b.rows(&mut c, &name, qb, keys, block);
+            out.push(Stmt::If { cond: in_full, then });
+        }
+        let then = b.rows(&mut c, &format!("{name}.last"), rest_q, keys, block);
+        out.push(Stmt::If { cond: in_rest, then });
+        out
+    };
+    for t in kt.into_iter().chain([sb, acc, ms]).chain(row_state) {
         body = vec![Stmt::Alloc { tensor: t, body }];
     }
     let kind = if fl.parallel && total >= 2 { ForKind::Parallel } else { ForKind::Serial };
-    vec![Stmt::For { var: row, lo: 0, extent: total.max(1), kind, body }]
+    vec![Stmt::For { var: rb, lo: 0, extent: total.max(1), kind, body }]
+}
+
+/// The score's product `sum[d](q(d) · k(s, d))` with its factors apart: `q`
+/// free of the key, `k` free of the query axis, so that a block of keys is
+/// laid out once, transposed, for every query of a block.
+#[derive(Clone, Copy, Debug)]
+struct Split {
+    d: VarId,
+    q: TExprId,
+    k: TExprId,
+}
+
+fn split_product(p: &Program, score: TExprId, key: VarId, query: Option<VarId>) -> Option<Split> {
+    let sum = find_reduce(p, score)?;
+    let TExpr::Reduce(ReduceOp::Sum, rv, g) = p.expr(sum) else { return None };
+    let [d] = rv[..] else { return None };
+    let TExpr::Binary(BinOp::Mul, a, b) = p.expr(*g) else { return None };
+    let free = |e: TExprId, v: Option<VarId>| v.is_none_or(|v| !uses(p, e, v));
+    if free(*a, Some(key)) && free(*b, query) {
+        Some(Split { d, q: *a, k: *b })
+    } else if free(*b, Some(key)) && free(*a, query) {
+        Some(Split { d, q: *b, k: *a })
+    } else {
+        None
+    }
+}
+
+/// Whether `e` reads variable `v`.
+fn uses(p: &Program, e: TExprId, v: VarId) -> bool {
+    matches!(p.expr(e), TExpr::Var(x) if *x == v) || p.children(e).into_iter().any(|c| uses(p, c, v))
 }
 
 /// What building the nest needs at hand.
@@ -434,6 +467,12 @@ impl Ctx<'_> {
     fn add(&mut self, a: TExprId, b: TExprId) -> TExprId {
         self.f.p.alloc(TExpr::Binary(BinOp::Add, a, b), Ty::Index, self.span)
     }
+    fn bin(&mut self, op: BinOp, a: TExprId, b: TExprId) -> TExprId {
+        self.f.p.alloc(TExpr::Binary(op, a, b), self.ty, self.span)
+    }
+    fn load(&mut self, t: TensorId, idx: Vec<TExprId>) -> TExprId {
+        self.f.p.alloc(TExpr::Load(t, idx), self.ty, self.span)
+    }
 
     /// `body(i)` for `i` in `0..extent`: whole vectors, then one vector of the rest.
     fn vec_loop(
@@ -445,10 +484,7 @@ impl Ctx<'_> {
         let w = self.lanes;
         let mut out = Vec::new();
         if w <= 1 {
-            let v = self.f.new_var(name, extent);
-            let i = self.var(v);
-            let b = body(self, i);
-            return vec![Stmt::For { var: v, lo: 0, extent, kind: ForKind::Serial, body: b }];
+            return vec![self.serial(name, extent, ForKind::Serial, body)];
         }
         let whole = extent / w;
         if whole > 0 {
@@ -473,20 +509,31 @@ impl Ctx<'_> {
         out
     }
 
-    fn serial(&mut self, name: &str, extent: i64, body: &mut dyn FnMut(&mut Self, TExprId) -> Vec<Stmt>) -> Stmt {
+    fn serial(
+        &mut self,
+        name: &str,
+        extent: i64,
+        kind: ForKind,
+        body: &mut dyn FnMut(&mut Self, TExprId) -> Vec<Stmt>,
+    ) -> Stmt {
         let v = self.f.new_var(name, extent);
         let i = self.var(v);
         let b = body(self, i);
-        Stmt::For { var: v, lo: 0, extent, kind: ForKind::Serial, body: b }
+        Stmt::For { var: v, lo: 0, extent, kind, body: b }
     }
 }
 
-/// One block of keys: the buffers and expressions it works on.
+/// A block of queries: the buffers and expressions its nest works on.
 struct Block<'a> {
     parts: Parts,
-    axis: &'a [TExprId],
+    /// The outer row axes (batch, heads) of the block.
+    outer: &'a [TExprId],
+    /// The block's first query (`None`: the stage has no query axis).
+    l0: Option<TExprId>,
     acc: TensorId,
     sb: TensorId,
+    kt: Option<TensorId>,
+    split: Option<Split>,
     m: TensorId,
     l: TensorId,
     mn: TensorId,
@@ -494,137 +541,250 @@ struct Block<'a> {
     e_len: i64,
     /// Extents of the stage's variables (the score's reduction variables among them).
     extents: &'a [i64],
+    out: TensorId,
 }
 
 impl Block<'_> {
-    /// `expr` with the row's axes, key `s` and further variables `more` substituted.
-    fn at(&self, c: &mut Ctx, e: TExprId, s: TExprId, more: &[(VarId, TExprId)]) -> TExprId {
+    /// The map of the stage's variables for query `q` of the block (`None`:
+    /// the query axis left as is), key `s` and further variables `more`.
+    fn vars(
+        &self,
+        c: &mut Ctx,
+        q: Option<TExprId>,
+        s: Option<TExprId>,
+        more: &[(VarId, TExprId)],
+    ) -> HashMap<VarId, TExprId> {
         let mut map: HashMap<VarId, TExprId> = HashMap::new();
-        for (d, &x) in self.axis.iter().enumerate() {
+        for (d, &x) in self.outer.iter().enumerate() {
             map.insert(d as VarId, x);
         }
-        map.insert(self.parts.key, s);
+        if let (Some(l0), Some(q)) = (self.l0, q) {
+            let l = c.add(l0, q);
+            map.insert(self.outer.len() as VarId, l);
+        }
+        if let Some(s) = s {
+            map.insert(self.parts.key, s);
+        }
         map.extend(more.iter().copied());
+        map
+    }
+
+    fn at(&self, c: &mut Ctx, e: TExprId, q: TExprId, s: Option<TExprId>, more: &[(VarId, TExprId)]) -> TExprId {
+        let map = self.vars(c, Some(q), s, more);
         subst(&mut c.f.p, e, &map, &HashMap::new())
     }
 
-    fn load(&self, c: &mut Ctx, t: TensorId, i: TExprId) -> TExprId {
-        c.f.p.alloc(TExpr::Load(t, vec![i]), c.ty, c.span)
+    /// The nest of a block of `rows` queries over every key, in blocks of `block`.
+    fn rows(&self, c: &mut Ctx, name: &str, rows: i64, keys: i64, block: i64) -> Vec<Stmt> {
+        let (ty, span) = (c.ty, c.span);
+        let mut out = Vec::new();
+        out.push(c.serial(&format!("{name}.init"), rows, ForKind::Serial, &mut |c, q| {
+            let neg_inf = c.f.p.alloc(TExpr::reduce_identity(ReduceOp::Max, ty), ty, span);
+            let zero = c.float(0.0);
+            let mut s = vec![
+                Stmt::Store { tensor: self.m, indices: vec![q], value: neg_inf },
+                Stmt::Store { tensor: self.l, indices: vec![q], value: zero },
+            ];
+            s.extend(c.vec_loop(&format!("{name}.init.j"), self.e_len, &mut |c, j| {
+                let z = c.float(0.0);
+                vec![Stmt::Store { tensor: self.acc, indices: vec![q, j], value: z }]
+            }));
+            s
+        }));
+        let (full, rest) = (keys / block, keys % block);
+        if full > 0 {
+            let kb = c.f.new_var(format!("{name}.kb"), full);
+            let kv = c.var(kb);
+            let s0 = c.index(BinOp::Mul, kv, block);
+            let body = self.keys(c, name, rows, s0, block);
+            out.push(Stmt::For { var: kb, lo: 0, extent: full, kind: ForKind::Serial, body });
+        }
+        if rest > 0 {
+            let s0 = c.int(full * block);
+            out.extend(self.keys(c, &format!("{name}.tail"), rows, s0, rest));
+        }
+        out.push(c.serial(&format!("{name}.out"), rows, ForKind::Serial, &mut |c, q| {
+            c.vec_loop(&format!("{name}.out.j"), self.e_len, &mut |c, j| {
+                let o = c.load(self.acc, vec![q, j]);
+                let lv = c.load(self.l, vec![q]);
+                let value = c.bin(BinOp::Div, o, lv);
+                let mut indices: Vec<TExprId> = self.outer.to_vec();
+                if let Some(l0) = self.l0 {
+                    indices.push(c.add(l0, q));
+                }
+                indices.push(j);
+                vec![Stmt::Store { tensor: self.out, indices, value }]
+            })
+        }));
+        out
     }
 
-    /// The statements of the block of `count` keys from `s0`.
-    fn emit(&self, c: &mut Ctx, name: &str, s0: TExprId, count: i64) -> Vec<Stmt> {
+    /// The statements of one block of `count` keys from `s0` for `rows` queries.
+    fn keys(&self, c: &mut Ctx, name: &str, rows: i64, s0: TExprId, count: i64) -> Vec<Stmt> {
         let (ty, span) = (c.ty, c.span);
         let mut out = Vec::new();
         let key = |c: &mut Ctx, i: TExprId| c.add(s0, i);
-        // Scores: the product's sum into the block buffer, then the rest of the score's expression.
-        match find_reduce(&c.f.p, self.parts.score) {
-            Some(r) => {
-                let TExpr::Reduce(_, rv, g) = c.f.p.expr(r).clone() else { unreachable!() };
-                out.extend(c.vec_loop(&format!("{name}.z"), count, &mut |c, i| {
+        let score = self.parts.score;
+        let reduce = find_reduce(&c.f.p, score);
+        if let Some(r) = reduce {
+            out.push(c.serial(&format!("{name}.z"), rows, ForKind::Serial, &mut |c, q| {
+                c.vec_loop(&format!("{name}.z.k"), count, &mut |c, i| {
                     let z = c.float(0.0);
-                    vec![Stmt::Store { tensor: self.sb, indices: vec![i], value: z }]
-                }));
-                // Reduction loops outside, keys inside (vectorized).
-                let mut dvals = Vec::new();
-                let mut loop_vars = Vec::new();
-                for (q, &v) in rv.iter().enumerate() {
-                    let ext = self.extents[v as usize];
-                    let lv = c.f.new_var(format!("{name}.d{q}"), ext);
-                    loop_vars.push((lv, ext));
-                    let e = c.var(lv);
-                    dvals.push((v, e));
-                }
-                let mut inner = c.vec_loop(&format!("{name}.k"), count, &mut |c, i| {
-                    let s = key(c, i);
-                    let term = self.at(c, g, s, &dvals);
-                    let cur = self.load(c, self.sb, i);
-                    let value = c.f.p.alloc(TExpr::Binary(BinOp::Add, cur, term), ty, span);
-                    vec![Stmt::Store { tensor: self.sb, indices: vec![i], value }]
-                });
-                for &(lv, ext) in loop_vars.iter().rev() {
-                    inner = vec![Stmt::For { var: lv, lo: 0, extent: ext, kind: ForKind::Serial, body: inner }];
-                }
-                out.extend(inner);
-                let score = self.parts.score;
-                out.extend(c.vec_loop(&format!("{name}.sc"), count, &mut |c, i| {
-                    let s = key(c, i);
-                    let acc = self.load(c, self.sb, i);
-                    let e = replace(&mut c.f.p, score, r, acc);
-                    let value = self.at(c, e, s, &[]);
-                    vec![Stmt::Store { tensor: self.sb, indices: vec![i], value }]
-                }));
-            }
-            None => {
-                let score = self.parts.score;
-                out.extend(c.vec_loop(&format!("{name}.sc"), count, &mut |c, i| {
-                    let s = key(c, i);
-                    let value = self.at(c, score, s, &[]);
-                    vec![Stmt::Store { tensor: self.sb, indices: vec![i], value }]
-                }));
-            }
+                    vec![Stmt::Store { tensor: self.sb, indices: vec![q, i], value: z }]
+                })
+            }));
+            out.extend(match (self.split, self.kt) {
+                (Some(sp), Some(kt)) => self.product_packed(c, name, rows, s0, count, sp, kt),
+                _ => self.product(c, name, rows, s0, count, r),
+            });
         }
-        let zero = c.int(0);
-        let scalar = |c: &mut Ctx, t: TensorId| c.f.p.alloc(TExpr::Load(t, vec![zero]), ty, span);
-        // The new running maximum.
-        let m_old = scalar(c, self.m);
-        out.push(Stmt::Store { tensor: self.mn, indices: vec![zero], value: m_old });
-        out.push(c.serial(&format!("{name}.max"), count, &mut |c, i| {
-            let cur = scalar(c, self.mn);
-            let x = self.load(c, self.sb, i);
-            let value = c.f.p.alloc(TExpr::Math(MathFn::Max, vec![cur, x]), ty, span);
-            vec![Stmt::Store { tensor: self.mn, indices: vec![zero], value }]
+        // The rest of the score's expression (scale, mask, causal select).
+        if reduce != Some(score) {
+            out.push(c.serial(&format!("{name}.sc"), rows, ForKind::Serial, &mut |c, q| {
+                c.vec_loop(&format!("{name}.sc.k"), count, &mut |c, i| {
+                    let s = key(c, i);
+                    let e = match reduce {
+                        Some(r) => {
+                            let acc = c.load(self.sb, vec![q, i]);
+                            replace(&mut c.f.p, score, r, acc)
+                        }
+                        None => score,
+                    };
+                    let value = self.at(c, e, q, Some(s), &[]);
+                    vec![Stmt::Store { tensor: self.sb, indices: vec![q, i], value }]
+                })
+            }));
+        }
+        // Per query: the new running maximum, the rescaling, the exponentials and their sum.
+        out.push(c.serial(&format!("{name}.soft"), rows, ForKind::Serial, &mut |c, q| {
+            let mut s = Vec::new();
+            let m_old = c.load(self.m, vec![q]);
+            s.push(Stmt::Store { tensor: self.mn, indices: vec![q], value: m_old });
+            s.push(c.serial(&format!("{name}.max"), count, ForKind::Serial, &mut |c, i| {
+                let cur = c.load(self.mn, vec![q]);
+                let x = c.load(self.sb, vec![q, i]);
+                let value = c.f.p.alloc(TExpr::Math(MathFn::Max, vec![cur, x]), ty, span);
+                vec![Stmt::Store { tensor: self.mn, indices: vec![q], value }]
+            }));
+            // Exponentials against 0 while every score so far is -inf.
+            let mn = c.load(self.mn, vec![q]);
+            let neg_inf = c.f.p.alloc(TExpr::reduce_identity(ReduceOp::Max, ty), ty, span);
+            let none = c.f.p.alloc(TExpr::Binary(BinOp::Eq, mn, neg_inf), Ty::Elem(ElemType::Bool), span);
+            let fz = c.float(0.0);
+            let safe = c.f.p.alloc(TExpr::Select(none, fz, mn), ty, span);
+            s.push(Stmt::Store { tensor: self.ms, indices: vec![q], value: safe });
+            // alpha = exp(m_old − m_safe), into `m`, whose old value is spent.
+            let (mo, msv) = (c.load(self.m, vec![q]), c.load(self.ms, vec![q]));
+            let d = c.bin(BinOp::Sub, mo, msv);
+            let alpha = c.f.p.alloc(TExpr::Math(MathFn::Exp, vec![d]), ty, span);
+            s.push(Stmt::Store { tensor: self.m, indices: vec![q], value: alpha });
+            let (lv, al) = (c.load(self.l, vec![q]), c.load(self.m, vec![q]));
+            let scaled = c.bin(BinOp::Mul, lv, al);
+            s.push(Stmt::Store { tensor: self.l, indices: vec![q], value: scaled });
+            s.extend(c.vec_loop(&format!("{name}.a"), self.e_len, &mut |c, j| {
+                let o = c.load(self.acc, vec![q, j]);
+                let al = c.load(self.m, vec![q]);
+                let value = c.bin(BinOp::Mul, o, al);
+                vec![Stmt::Store { tensor: self.acc, indices: vec![q, j], value }]
+            }));
+            s.extend(c.vec_loop(&format!("{name}.p"), count, &mut |c, i| {
+                let x = c.load(self.sb, vec![q, i]);
+                let msv = c.load(self.ms, vec![q]);
+                let d = c.bin(BinOp::Sub, x, msv);
+                let value = c.f.p.alloc(TExpr::Math(MathFn::Exp, vec![d]), ty, span);
+                vec![Stmt::Store { tensor: self.sb, indices: vec![q, i], value }]
+            }));
+            s.push(c.serial(&format!("{name}.sum"), count, ForKind::Serial, &mut |c, i| {
+                let cur = c.load(self.l, vec![q]);
+                let x = c.load(self.sb, vec![q, i]);
+                let value = c.bin(BinOp::Add, cur, x);
+                vec![Stmt::Store { tensor: self.l, indices: vec![q], value }]
+            }));
+            let mnv = c.load(self.mn, vec![q]);
+            s.push(Stmt::Store { tensor: self.m, indices: vec![q], value: mnv });
+            s
         }));
-        // Exponentials against 0 while every score so far is -inf.
-        let mn = scalar(c, self.mn);
-        let neg_inf = c.f.p.alloc(TExpr::reduce_identity(ReduceOp::Max, ty), ty, span);
-        let none = c.f.p.alloc(TExpr::Binary(BinOp::Eq, mn, neg_inf), Ty::Elem(ElemType::Bool), span);
-        let fz = c.float(0.0);
-        let safe = c.f.p.alloc(TExpr::Select(none, fz, mn), ty, span);
-        out.push(Stmt::Store { tensor: self.ms, indices: vec![zero], value: safe });
-        // Rescale: alpha = exp(m_old − m_safe) (into `m`, whose old value is spent).
-        let (mo, msv) = (scalar(c, self.m), scalar(c, self.ms));
-        let d = c.f.p.alloc(TExpr::Binary(BinOp::Sub, mo, msv), ty, span);
-        let alpha = c.f.p.alloc(TExpr::Math(MathFn::Exp, vec![d]), ty, span);
-        out.push(Stmt::Store { tensor: self.m, indices: vec![zero], value: alpha });
-        let (lv, al) = (scalar(c, self.l), scalar(c, self.m));
-        let scaled = c.f.p.alloc(TExpr::Binary(BinOp::Mul, lv, al), ty, span);
-        out.push(Stmt::Store { tensor: self.l, indices: vec![zero], value: scaled });
-        out.extend(c.vec_loop(&format!("{name}.a"), self.e_len, &mut |c, j| {
-            let o = self.load(c, self.acc, j);
-            let al = scalar(c, self.m);
-            let value = c.f.p.alloc(TExpr::Binary(BinOp::Mul, o, al), ty, span);
-            vec![Stmt::Store { tensor: self.acc, indices: vec![j], value }]
-        }));
-        // p = exp(s − m_safe), their sum, and O += p · V.
-        out.extend(c.vec_loop(&format!("{name}.p"), count, &mut |c, i| {
-            let x = self.load(c, self.sb, i);
-            let msv = scalar(c, self.ms);
-            let d = c.f.p.alloc(TExpr::Binary(BinOp::Sub, x, msv), ty, span);
-            let value = c.f.p.alloc(TExpr::Math(MathFn::Exp, vec![d]), ty, span);
-            vec![Stmt::Store { tensor: self.sb, indices: vec![i], value }]
-        }));
-        out.push(c.serial(&format!("{name}.sum"), count, &mut |c, i| {
-            let cur = scalar(c, self.l);
-            let x = self.load(c, self.sb, i);
-            let value = c.f.p.alloc(TExpr::Binary(BinOp::Add, cur, x), ty, span);
-            vec![Stmt::Store { tensor: self.l, indices: vec![zero], value }]
-        }));
+        // O += p · V: each row of V once for the block's queries.
         let value_expr = self.parts.value;
-        let j_var = (self.axis.len()) as VarId;
-        out.push(c.serial(&format!("{name}.pv"), count, &mut |c, i| {
+        let j_var = (self.parts.key - 1) as VarId;
+        out.push(c.serial(&format!("{name}.pv"), count, ForKind::Serial, &mut |c, i| {
             let s = key(c, i);
-            c.vec_loop(&format!("{name}.pv.j"), self.e_len, &mut |c, j| {
-                let pv = self.load(c, self.sb, i);
-                let v = self.at(c, value_expr, s, &[(j_var, j)]);
-                let term = c.f.p.alloc(TExpr::Binary(BinOp::Mul, pv, v), ty, span);
-                let o = self.load(c, self.acc, j);
-                let value = c.f.p.alloc(TExpr::Binary(BinOp::Add, o, term), ty, span);
-                vec![Stmt::Store { tensor: self.acc, indices: vec![j], value }]
-            })
+            vec![c.serial(&format!("{name}.pv.q"), rows, ForKind::Unrolled, &mut |c, q| {
+                c.vec_loop(&format!("{name}.pv.j"), self.e_len, &mut |c, j| {
+                    let pv = c.load(self.sb, vec![q, i]);
+                    let v = self.at(c, value_expr, q, Some(s), &[(j_var, j)]);
+                    let term = c.bin(BinOp::Mul, pv, v);
+                    let o = c.load(self.acc, vec![q, j]);
+                    let value = c.bin(BinOp::Add, o, term);
+                    vec![Stmt::Store { tensor: self.acc, indices: vec![q, j], value }]
+                })
+            })]
         }));
-        let mnv = scalar(c, self.mn);
-        out.push(Stmt::Store { tensor: self.m, indices: vec![zero], value: mnv });
+        out
+    }
+
+    /// The product's sum with the keys as vector lanes, `k(s, d)` read where it lies.
+    fn product(&self, c: &mut Ctx, name: &str, rows: i64, s0: TExprId, count: i64, r: TExprId) -> Vec<Stmt> {
+        let TExpr::Reduce(_, rv, g) = c.f.p.expr(r).clone() else { unreachable!("a reduction") };
+        let mut dvals = Vec::new();
+        let mut loop_vars = Vec::new();
+        for (i, &v) in rv.iter().enumerate() {
+            let ext = self.extents[v as usize];
+            let lv = c.f.new_var(format!("{name}.d{i}"), ext);
+            loop_vars.push((lv, ext));
+            let e = c.var(lv);
+            dvals.push((v, e));
+        }
+        let mut inner = vec![c.serial(&format!("{name}.k.q"), rows, ForKind::Serial, &mut |c, q| {
+            c.vec_loop(&format!("{name}.k"), count, &mut |c, i| {
+                let s = c.add(s0, i);
+                let term = self.at(c, g, q, Some(s), &dvals);
+                let cur = c.load(self.sb, vec![q, i]);
+                let value = c.bin(BinOp::Add, cur, term);
+                vec![Stmt::Store { tensor: self.sb, indices: vec![q, i], value }]
+            })
+        })];
+        for &(lv, ext) in loop_vars.iter().rev() {
+            inner = vec![Stmt::For { var: lv, lo: 0, extent: ext, kind: ForKind::Serial, body: inner }];
+        }
+        inner
+    }
+
+    /// The product's sum from the block's keys laid out transposed once
+    /// (`kt[d, k]`), read contiguously by every query of the block.
+    #[allow(clippy::too_many_arguments)]
+    fn product_packed(
+        &self,
+        c: &mut Ctx,
+        name: &str,
+        rows: i64,
+        s0: TExprId,
+        count: i64,
+        sp: Split,
+        kt: TensorId,
+    ) -> Vec<Stmt> {
+        let dext = self.extents[sp.d as usize];
+        let mut out = Vec::new();
+        out.push(c.serial(&format!("{name}.pack"), count, ForKind::Serial, &mut |c, i| {
+            let s = c.add(s0, i);
+            vec![c.serial(&format!("{name}.pack.d"), dext, ForKind::Serial, &mut |c, d| {
+                let map = self.vars(c, None, Some(s), &[(sp.d, d)]);
+                let value = subst(&mut c.f.p, sp.k, &map, &HashMap::new());
+                vec![Stmt::Store { tensor: kt, indices: vec![d, i], value }]
+            })]
+        }));
+        out.push(c.serial(&format!("{name}.d"), dext, ForKind::Serial, &mut |c, d| {
+            vec![c.serial(&format!("{name}.k.q"), rows, ForKind::Unrolled, &mut |c, q| {
+                let qv = self.at(c, sp.q, q, None, &[(sp.d, d)]);
+                c.vec_loop(&format!("{name}.k"), count, &mut |c, i| {
+                    let kv = c.load(kt, vec![d, i]);
+                    let term = c.bin(BinOp::Mul, qv, kv);
+                    let cur = c.load(self.sb, vec![q, i]);
+                    let value = c.bin(BinOp::Add, cur, term);
+                    vec![Stmt::Store { tensor: self.sb, indices: vec![q, i], value }]
+                })
+            })]
+        }));
         out
     }
 }

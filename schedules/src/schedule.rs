@@ -616,7 +616,11 @@ pub fn print(p: &Program, s: &Schedules) -> String {
         }
         if let Some(fl) = ss.flash {
             let par = if fl.parallel { ", rows parallel" } else { "" };
-            let _ = write!(out, "; flash attention: {} keys per block, {} lanes{par}", fl.block, fl.lanes);
+            let _ = write!(
+                out,
+                "; flash attention: {} keys, {} queries per block, {} lanes{par}",
+                fl.block, fl.queries, fl.lanes
+            );
         }
         out.push('\n');
     }

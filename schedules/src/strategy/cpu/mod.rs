@@ -238,6 +238,10 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
 /// row's scores, exponentials and products run over it.
 const FLASH_BLOCK: i64 = 64;
 
+/// Queries per block of a flash-style attention: a row of `V` and a column
+/// of the transposed keys are read once for that many queries.
+const FLASH_QUERIES: i64 = 4;
+
 /// The flash schedule of attention stage `st`: rows on the thread pool when
 /// there are enough of them and enough work.
 fn flash_schedule(st: &Stage, m: Machine, knobs: DefaultKnobs) -> crate::flash::Flash {
@@ -245,6 +249,7 @@ fn flash_schedule(st: &Stage, m: Machine, knobs: DefaultKnobs) -> crate::flash::
     let work: i64 = st.vars.iter().take(st.n_axes + 1).map(|v| v.extent).product();
     crate::flash::Flash {
         block: knobs.fkeys.unwrap_or(FLASH_BLOCK),
+        queries: FLASH_QUERIES,
         lanes: m.lanes,
         parallel: rows >= 2 && work >= MIN_PARALLEL_ITERATIONS,
     }
