@@ -37,7 +37,7 @@
 ///   epilogue: `local_accumulators` and `fold_epilogues` of the CPU strategy);
 /// - `flash` (0: an attention's five statements scheduled one by one,
 ///   scores held whole, instead of one flash-style nest: `crate::flash`)
-///   and `fkeys` (keys per block of that nest);
+///   with `fkeys` and `fqueries` (keys and queries per block of that nest);
 /// - on GPUs, `gather` (0: a convolution's
 ///   columns are written out, an explicit im2col, instead of gathered from
 ///   the image into shared memory), and for tensor-core products through
@@ -64,6 +64,7 @@ pub struct DefaultKnobs {
     pub acc: Option<bool>,
     pub flash: Option<bool>,
     pub fkeys: Option<i64>,
+    pub fqueries: Option<i64>,
     pub gather: Option<bool>,
     pub gtile: Option<i64>,
     pub gslice: Option<i64>,
@@ -133,7 +134,7 @@ macro_rules! knob {
 }
 
 /// Every knob, CPU ones first, in the order the autotuner searches them.
-pub const KNOBS: [Knob; 19] = [
+pub const KNOBS: [Knob; 20] = [
     knob!("rows", Cpu, &[2, 3, 4, 5, 6, 8, 12], Accepts::Range(1, 64), "rows of a register block", |d, v| d
         .rows
         .replace(v)
@@ -209,6 +210,14 @@ pub const KNOBS: [Knob; 19] = [
         Accepts::OneOf(&[16, 32, 64, 128, 256]),
         "keys per block of a flash attention",
         |d, v| d.fkeys.replace(v).is_none()
+    ),
+    knob!(
+        "fqueries",
+        Cpu,
+        &[16, 8, 4],
+        Accepts::OneOf(&[1, 2, 4, 8, 16, 32]),
+        "queries per block of a flash attention",
+        |d, v| d.fqueries.replace(v).is_none()
     ),
     knob!("gather", Gpu, &[1, 0], Accepts::Flag, "0: a convolution's columns written out (explicit im2col)", |d, v| d
         .gather

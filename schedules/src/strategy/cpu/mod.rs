@@ -239,8 +239,11 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
 const FLASH_BLOCK: i64 = 64;
 
 /// Queries per block of a flash-style attention: a row of `V` and a column
-/// of the transposed keys are read once for that many queries.
-const FLASH_QUERIES: i64 = 4;
+/// of the transposed keys are read once for that many queries, and laying
+/// out a block of keys is paid once for them (B = 1, H = 12, D = 64 on Zen 5,
+/// 1 thread, GFLOP/s for 4 / 8 / 16 queries: L = 197 AVX-512 27 / 53 / 57,
+/// AVX2 31 / 40 / 51; L = 1024 AVX-512 28 / 43 / 42–45).
+const FLASH_QUERIES: i64 = 16;
 
 /// The flash schedule of attention stage `st`: rows on the thread pool when
 /// there are enough of them and enough work.
@@ -249,7 +252,7 @@ fn flash_schedule(st: &Stage, m: Machine, knobs: DefaultKnobs) -> crate::flash::
     let work: i64 = st.vars.iter().take(st.n_axes + 1).map(|v| v.extent).product();
     crate::flash::Flash {
         block: knobs.fkeys.unwrap_or(FLASH_BLOCK),
-        queries: FLASH_QUERIES,
+        queries: knobs.fqueries.unwrap_or(FLASH_QUERIES),
         lanes: m.lanes,
         parallel: rows >= 2 && work >= MIN_PARALLEL_ITERATIONS,
     }
