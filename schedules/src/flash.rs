@@ -205,25 +205,36 @@ fn pattern(p: &Program, si: usize) -> Option<Found> {
         .then_some(Found { stages, value })
 }
 
-/// `p` with the product that scores stage `si` reads (`sc = QK[..] / c`,
-/// as imported models compute the scores in two statements) computed in
-/// the scores' own expression, and the index the scores' stage has then;
-/// `None` when `si` reads no such product. The product is a sum of
-/// element-wise terms, read once and by nothing else.
-fn with_product_inlined(p: &Program, si: usize) -> Option<(Program, usize)> {
-    let a = &p.stages[si];
-    if crate::normalize::contains_reduce(p, a.value) {
-        return None;
+/// `p` with what scores stage `si` reads computed in the scores' own
+/// expression — element-wise statements (a scale, a mask applied by
+/// `Where`) and one product (`sc = QK[..] / c`, as imported models compute
+/// the scores in several statements) — and the index the scores' stage has
+/// then; `None` when there is nothing to take in. Each statement taken in
+/// is a temporary read once, by the scores alone.
+fn with_scores_inlined(p: &Program, si: usize) -> Option<(Program, usize)> {
+    let mut q = p.clone();
+    let mut si = si;
+    while let Some(next) = inline_one(&q, si) {
+        q = next;
+        si -= 1;
     }
+    (q.stages.len() < p.stages.len()).then_some((q, si))
+}
+
+/// [`with_scores_inlined`]'s step: one statement taken into stage `si`.
+fn inline_one(p: &Program, si: usize) -> Option<Program> {
+    let a = &p.stages[si];
+    let has_sum = crate::normalize::contains_reduce(p, a.value);
     let mut loads = Vec::new();
     crate::analysis::loads_in(p, a.value, &mut loads);
     let (ti, load) = loads.iter().find_map(|&l| {
         let TExpr::Load(t, _) = p.expr(l) else { return None };
         let ti = p.stages.iter().position(|s| s.tensor == *t)?;
         let st = &p.stages[ti];
-        let sum =
-            matches!(p.expr(st.value), TExpr::Reduce(ReduceOp::Sum, _, b) if !crate::normalize::contains_reduce(p, *b));
-        (ti < si && sum).then_some((ti, l))
+        let elementwise = !crate::normalize::contains_reduce(p, st.value);
+        let product = !has_sum
+            && matches!(p.expr(st.value), TExpr::Reduce(ReduceOp::Sum, _, b) if !crate::normalize::contains_reduce(p, *b));
+        (ti < si && (elementwise || product)).then_some((ti, l))
     })?;
     let t = p.stages[ti].tensor;
     let once = loads.iter().filter(|&&l| matches!(p.expr(l), TExpr::Load(x, _) if *x == t)).count() == 1;
@@ -232,20 +243,20 @@ fn with_product_inlined(p: &Program, si: usize) -> Option<(Program, usize)> {
         return None;
     }
     let mut q = p.clone();
-    let prod = q.stages[ti].clone();
+    let taken = q.stages[ti].clone();
     let TExpr::Load(_, idx) = q.expr(load).clone() else { unreachable!() };
-    // The product's axes become the load's indices, its reduction variables the scores' own.
+    // Its axes become the load's indices, its reduction variables the scores' own.
     let base = q.stages[si].vars.len();
     let vars: HashMap<VarId, TExprId> = idx.iter().enumerate().map(|(d, &i)| (d as VarId, i)).collect();
     let rename: HashMap<VarId, VarId> =
-        (prod.n_axes..prod.vars.len()).map(|v| (v as VarId, (base + v - prod.n_axes) as VarId)).collect();
-    let sum = subst(&mut q, prod.value, &vars, &rename);
+        (taken.n_axes..taken.vars.len()).map(|v| (v as VarId, (base + v - taken.n_axes) as VarId)).collect();
+    let value = subst(&mut q, taken.value, &vars, &rename);
     let scores = q.stages[si].value;
-    let value = replace(&mut q, scores, load, sum);
+    let value = replace(&mut q, scores, load, value);
     q.stages[si].value = value;
-    q.stages[si].vars.extend(prod.vars[prod.n_axes..].iter().cloned());
+    q.stages[si].vars.extend(taken.vars[taken.n_axes..].iter().cloned());
     q.stages.remove(ti);
-    Some((q, si - 1))
+    Some(q)
 }
 
 /// Reductions in `e`.
@@ -266,8 +277,8 @@ fn nested(p: &Program, e: TExprId, inside: bool) -> bool {
 pub fn fuse_attention(p: &mut Program) {
     let mut si = 0;
     while si + 5 <= p.stages.len() {
-        // Scores computed from a product of their own: the product in the fused stage too.
-        if let Some((q, at)) = with_product_inlined(p, si) {
+        // Scores computed by statements of their own: those in the fused stage too.
+        if let Some((q, at)) = with_scores_inlined(p, si) {
             if let Some(found) = pattern(&q, at) {
                 *p = q;
                 fuse_at(p, at, found);

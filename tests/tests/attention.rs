@@ -216,6 +216,31 @@ fn imported_form_is_fused_and_matches() {
     check("imported form", &p, &HashMap::new(), l, s);
 }
 
+/// The causal form an exporter writes with a constant lower-triangular
+/// mask (`Where(tril, scores, -inf)`) as a statement of its own after the
+/// scale: every statement before the softmax is taken into the scores.
+#[test]
+fn imported_causal_where_is_fused_and_matches() {
+    let (h, l, d) = (2, 75, 64);
+    let text = format!(
+        "import std.nn;\n\
+         kernel att(Q: f32[1, {h}, {l}, {d}], KT: f32[1, {h}, {d}, {l}], V: f32[1, {h}, {l}, {d}], T: f32[{l}, {l}]) -> Y: f32[1, {h}, {l}, {d}] {{\n\
+         \x20   qk[i0 in 0..1, i1 in 0..{h}, i2 in 0..{l}, i3 in 0..{l}] = sum[r0 in 0..{d}](Q[0, i1, i2, r0] * KT[0, i1, r0, i3]);\n\
+         \x20   sc[i0 in 0..1, i1 in 0..{h}, i2 in 0..{l}, i3 in 0..{l}] = qk[0, i1, i2, i3] / 8.0;\n\
+         \x20   w[i0 in 0..1, i1 in 0..{h}, i2 in 0..{l}, i3 in 0..{l}] = select(T[i2, i3] > 0.5, sc[0, i1, i2, i3], -inf);\n\
+         \x20   sm = softmax(w);\n\
+         \x20   Y[i0, i1, i2, i3] = sum[r0 in 0..{l}](sm[0, i1, i2, r0] * V[0, i1, r0, i3]);\n}}\n"
+    );
+    let p = program("att.tex", &text);
+    let mut fused = p.clone();
+    texc_schedules::flash::fuse_attention(&mut fused);
+    assert_eq!(fused.stages.len(), 1, "one stage");
+    let tril: Vec<f64> = (0..l * l).map(|i| if i % l <= i / l { 1.0 } else { 0.0 }).collect();
+    let files: HashMap<String, Tensor> =
+        [("T".to_string(), Tensor::from_f64(DType::F32, vec![l as usize, l as usize], &tril))].into();
+    check("imported causal Where", &p, &files, l as usize, l as usize);
+}
+
 /// The five statements stay five where they are not an attention: a score
 /// read elsewhere is not a temporary of the operator.
 #[test]
