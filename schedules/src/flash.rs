@@ -13,9 +13,12 @@
 //!
 //! - [`fuse_attention`], the CPU strategy's first preparation pass, finds
 //!   the five-stage pattern in the tensor IR (whatever wrote it: the
-//!   standard library's kernel, or a hand-written kernel with the same
-//!   statements) and replaces it by one stage whose value is the same
-//!   computation as one exact expression,
+//!   standard library's kernel, a hand-written kernel with the same
+//!   statements, or an imported model's `MatMul`, `Div`, `Where`,
+//!   `Softmax`, `MatMul`: the statements the scores are computed by are
+//!   taken into the scores first, and a softmax's division moves after the
+//!   weighted sum, the same up to rounding) and replaces it by one stage
+//!   whose value is the same computation as one expression,
 //!   `Y[.., j] = sum[s](exp(sc(s) − max[t] sc(t)) · V(s, j)) / sum[u](exp(sc(u) − max[w] sc(w)))`
 //!   ([`parts`] reads it back). The score `sc` is whatever the first
 //!   statement computed — any scale, additive mask, causal `select` — with
@@ -25,11 +28,12 @@
 //!   [`is_attention`]).
 //! - [`lower`] builds its loop nest, which the CPU schedule asks for with
 //!   [`Flash`] on the stage ([`crate::schedule::StageSchedule::flash`]):
-//!   rows (every axis but the last) in parallel, and per row, per block of
-//!   `block` keys: the block's scores into a local buffer of `block`
-//!   elements, the new running maximum, the rescaling of `l` and `O`, the
-//!   exponentials, `O += p · V`; at the end `Y = O / l`. Loops over the keys
-//!   of a block and over `j` are vectorized.
+//!   the outer row axes and blocks of `queries` queries in parallel, and per
+//!   block of queries, per block of `block` keys: the keys laid out
+//!   transposed once, the block's scores into a local `queries × block`
+//!   buffer (keys as vector lanes), per query the new running maximum, the
+//!   rescaling of `l` and `O`, the exponentials; `O += p · V` with each row
+//!   of `V` read once for the block's queries; at the end `Y = O / l`.
 //!
 //! Semantics are the interpreter's: a row whose scores are all `-inf` (fully
 //! masked) is NaN there (`exp(-inf − -inf)`); here its running maximum stays
