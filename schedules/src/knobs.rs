@@ -35,6 +35,9 @@
 ///   initialised by a nest of its own, and its epilogue is a pass of its
 ///   own, instead of accumulators in registers written once through the
 ///   epilogue: `local_accumulators` and `fold_epilogues` of the CPU strategy);
+/// - `flash` (0: an attention's five statements scheduled one by one,
+///   scores held whole, instead of one flash-style nest: `crate::flash`)
+///   with `fkeys` and `fqueries` (keys and queries per block of that nest);
 /// - on GPUs, `gather` (0: a convolution's
 ///   columns are written out, an explicit im2col, instead of gathered from
 ///   the image into shared memory), and for tensor-core products through
@@ -59,6 +62,9 @@ pub struct DefaultKnobs {
     pub racc: Option<i64>,
     pub recip: Option<bool>,
     pub acc: Option<bool>,
+    pub flash: Option<bool>,
+    pub fkeys: Option<i64>,
+    pub fqueries: Option<i64>,
     pub gather: Option<bool>,
     pub gtile: Option<i64>,
     pub gslice: Option<i64>,
@@ -128,7 +134,7 @@ macro_rules! knob {
 }
 
 /// Every knob, CPU ones first, in the order the autotuner searches them.
-pub const KNOBS: [Knob; 17] = [
+pub const KNOBS: [Knob; 20] = [
     knob!("rows", Cpu, &[2, 3, 4, 5, 6, 8, 12], Accepts::Range(1, 64), "rows of a register block", |d, v| d
         .rows
         .replace(v)
@@ -189,6 +195,30 @@ pub const KNOBS: [Knob; 17] = [
         .acc
         .replace(v == 1)
         .is_none()),
+    knob!(
+        "flash",
+        Cpu,
+        &[1, 0],
+        Accepts::Flag,
+        "0: an attention's statements one by one, scores held whole",
+        |d, v| d.flash.replace(v == 1).is_none()
+    ),
+    knob!(
+        "fkeys",
+        Cpu,
+        &[64, 32, 128],
+        Accepts::OneOf(&[16, 32, 64, 128, 256]),
+        "keys per block of a flash attention",
+        |d, v| d.fkeys.replace(v).is_none()
+    ),
+    knob!(
+        "fqueries",
+        Cpu,
+        &[16, 8, 4],
+        Accepts::OneOf(&[1, 2, 4, 8, 16, 32]),
+        "queries per block of a flash attention",
+        |d, v| d.fqueries.replace(v).is_none()
+    ),
     knob!("gather", Gpu, &[1, 0], Accepts::Flag, "0: a convolution's columns written out (explicit im2col)", |d, v| d
         .gather
         .replace(v == 1)

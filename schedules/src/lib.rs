@@ -33,6 +33,7 @@ pub mod attach;
 pub mod cross_thread;
 pub mod digits;
 pub mod eval;
+pub mod flash;
 pub mod gpu;
 pub mod guards;
 pub mod im2col;

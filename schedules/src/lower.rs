@@ -381,6 +381,10 @@ impl Lowerer<'_> {
     fn stage(&self, f: &mut LoopFunc, si: usize, place: Option<&Placement>) -> Vec<Stmt> {
         let st = &self.stages[si];
         let ss = &self.s.stages[si];
+        if let Some(fl) = ss.flash {
+            debug_assert!(place.is_none(), "an attention stage is never attached");
+            return crate::flash::lower(f, st, fl);
+        }
         let elem = f.p.tensor(st.tensor).elem;
         let ty = Ty::Elem(elem);
         let run = |f: &mut LoopFunc,

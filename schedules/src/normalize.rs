@@ -87,6 +87,11 @@ pub fn hoist_reductions(p: &mut Program) {
     let mut si = 0;
     while si < p.stages.len() {
         let st = p.stages[si].clone();
+        // An attention stage is one operator (`crate::flash`), computed by a nest of its own.
+        if crate::flash::is_attention(p, si) {
+            si += 1;
+            continue;
+        }
         let Some((r, enclosing)) = find_nested(p, st.value, true, &mut Vec::new()) else {
             si += 1;
             continue;

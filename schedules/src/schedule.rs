@@ -58,6 +58,10 @@ pub struct StageSchedule {
     /// `pipeline S.a by n`: the leaf `a`, the number of slices in flight,
     /// and the primitive's span (`crate::multistage`).
     pub pipeline: Option<(usize, i64, Span)>,
+    /// An attention stage computed flash-style by its own nest
+    /// ([`crate::flash::lower`]; default CPU schedules only): its leaves
+    /// stay as made, unused.
+    pub flash: Option<crate::flash::Flash>,
 }
 
 /// A `tensorize`: the operation and the leaves of its m, n and k extents.
@@ -92,6 +96,7 @@ impl StageSchedule {
             annotated_at: Vec::new(),
             pipeline: None,
             tensorize: None,
+            flash: None,
         }
     }
 
@@ -608,6 +613,14 @@ pub fn print(p: &Program, s: &Schedules) -> String {
         }
         if let Some(e) = ss.epilogue {
             let _ = write!(out, "; epilogue {}", p.tensor(p.stages[e].tensor).name);
+        }
+        if let Some(fl) = ss.flash {
+            let par = if fl.parallel { ", rows parallel" } else { "" };
+            let _ = write!(
+                out,
+                "; flash attention: {} keys, {} queries per block, {} lanes{par}",
+                fl.block, fl.queries, fl.lanes
+            );
         }
         out.push('\n');
     }

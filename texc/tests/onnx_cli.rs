@@ -131,6 +131,23 @@ fn mobilenetv2_matches_onnx_runtime() {
     imported_model_matches_onnx_runtime("mobilenetv2", &["interp", "x86-avx2"]);
 }
 
+/// The encoder's attention, as imported (`MatMul`, `Div`, `Softmax`,
+/// `MatMul` around the heads' reshapes and transposes), is one operator on
+/// CPUs, computed flash-style (`docs/attention.md`).
+#[test]
+fn imported_attention_is_one_flash_operator() {
+    let Some(dir) = build("encoder", &["--seed", "3"]) else { return };
+    let s = |p: PathBuf| p.display().to_string();
+    let tex = s(dir.join("encoder.tex"));
+    let o = texc(&["import", &s(dir.join("encoder.onnx")), "-o", &tex]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = texc(&["emit", &tex, "--stage", "loops", "--target", "x86-avx2", "--dump-ir", "schedule"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let schedules = text(&o);
+    let fused: Vec<&str> = schedules.lines().filter(|l| l.contains("; flash attention:")).collect();
+    assert_eq!(fused.len(), 1, "one fused attention:\n{schedules}");
+}
+
 #[test]
 fn transformer_encoder_matches_onnx_runtime() {
     imported_model_matches_onnx_runtime("encoder", &["interp", "x86-avx2"]);

@@ -348,7 +348,7 @@ fn kernels_without_a_template_tune_the_default_schedule() {
         assert!(
             knobs.keys().all(|k| [
                 "rows", "nvec", "kslice", "cols", "pack", "order", "unroll", "par", "vec", "attach", "racc", "recip",
-                "acc", "rewrite", "winograd", "im2col"
+                "acc", "flash", "fkeys", "fqueries", "rewrite", "winograd", "im2col"
             ]
             .contains(&k.as_str())),
             "{r}"

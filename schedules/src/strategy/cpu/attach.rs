@@ -61,6 +61,9 @@ pub(super) fn fold_epilogues(p: &Program, s: &mut Schedules) {
         let t = a.tensor;
         let readers: Vec<usize> = (0..p.stages.len()).filter(|&i| loads(p, p.stages[i].value, t)).collect();
         let [bi] = readers[..] else { continue };
+        if s.stages[bi].flash.is_some() {
+            continue;
+        }
         let b = &p.stages[bi];
         let mut reads = Vec::new();
         loads_in(p, b.value, &mut reads);
@@ -114,7 +117,7 @@ const ATTACH_BYTES: i64 = 64 * 1024;
 pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
     for o in (0..p.stages.len()).rev() {
         let Some(&a) = s.stages[o].leaves.first() else { continue };
-        if s.attach[o].is_some() || s.stages[o].ivs[a].reduce || s.is_epilogue(o) {
+        if s.attach[o].is_some() || s.stages[o].ivs[a].reduce || s.is_epilogue(o) || s.stages[o].flash.is_some() {
             continue;
         }
         let trips = s.stages[o].ivs[a].extent;
@@ -124,6 +127,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
                 || s.attach[pi].is_some()
                 || s.is_epilogue(pi)
                 || s.stages[pi].epilogue.is_some()
+                || s.stages[pi].flash.is_some()
             {
                 continue;
             }

@@ -81,10 +81,12 @@ impl Strategy for Cpu {
     }
 }
 
-/// Epilogues are inlined once reductions are hoisted out of them, and a row
+/// Attention first, while its five statements are as written; epilogues
+/// are inlined once reductions are hoisted out of them, and a row
 /// reduction's dense loops are fused before it is factored into
 /// vector-width partial results.
-const PREPARATION: [Step; 8] = [
+const PREPARATION: [Step; 9] = [
+    Step { name: "fuse-attention", run: fuse_attention },
     Step { name: "one-hot-gathers", run: preparation::one_hot_gathers },
     Step { name: "inline-elementwise", run: preparation::inline_elementwise_step },
     Step { name: "hoist-reductions", run: preparation::hoist_reductions_step },
@@ -94,6 +96,14 @@ const PREPARATION: [Step; 8] = [
     Step { name: "fuse-dense-reductions", run: row_reductions::fuse_dense_reductions },
     Step { name: "rfactor", run: row_reductions::rfactor },
 ];
+
+/// *fuse-attention*: an attention's five statements as one operator,
+/// computed flash-style ([`crate::flash`]).
+fn fuse_attention(p: &mut Program, _: &Target, knobs: DefaultKnobs) {
+    if knobs.flash != Some(false) {
+        crate::flash::fuse_attention(p)
+    }
+}
 
 /// *reciprocals*: a divisor that varies only along outer loops is inverted
 /// once per row, a stage of its own (knob `recip`).
@@ -183,6 +193,10 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
     for (si, ss) in s.stages.iter_mut().enumerate() {
         let st = &p.stages[si];
         let m = Machine::of(target, st, p, knobs);
+        if crate::flash::is_attention(p, si) {
+            ss.flash = Some(flash_schedule(st, m, knobs));
+            continue;
+        }
         if reduces_along_rows(p, st) {
             schedule_row_reduction(ss);
             continue;
@@ -212,8 +226,36 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
                 v.kind = ForKind::Serial;
             }
         }
+        for fl in s.stages.iter_mut().filter_map(|ss| ss.flash.as_mut()) {
+            fl.parallel = false;
+        }
     }
     s
+}
+
+/// Keys per block of a flash-style attention: a block of K and of V rows
+/// (64 × 64 floats each at D = 64, 32 KiB together) stays in L1 while the
+/// row's scores, exponentials and products run over it.
+const FLASH_BLOCK: i64 = 64;
+
+/// Queries per block of a flash-style attention: a row of `V` and a column
+/// of the transposed keys are read once for that many queries, and laying
+/// out a block of keys is paid once for them (B = 1, H = 12, D = 64 on Zen 5,
+/// 1 thread, GFLOP/s for 4 / 8 / 16 queries: L = 197 AVX-512 27 / 53 / 57,
+/// AVX2 31 / 40 / 51; L = 1024 AVX-512 28 / 43 / 42–45).
+const FLASH_QUERIES: i64 = 16;
+
+/// The flash schedule of attention stage `st`: rows on the thread pool when
+/// there are enough of them and enough work.
+fn flash_schedule(st: &Stage, m: Machine, knobs: DefaultKnobs) -> crate::flash::Flash {
+    let rows: i64 = st.vars[..st.n_axes - 1].iter().map(|v| v.extent).product();
+    let work: i64 = st.vars.iter().take(st.n_axes + 1).map(|v| v.extent).product();
+    crate::flash::Flash {
+        block: knobs.fkeys.unwrap_or(FLASH_BLOCK),
+        queries: knobs.fqueries.unwrap_or(FLASH_QUERIES),
+        lanes: m.lanes,
+        parallel: rows >= 2 && work >= MIN_PARALLEL_ITERATIONS,
+    }
 }
 
 fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<PackRequest> {
