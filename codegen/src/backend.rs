@@ -34,8 +34,46 @@ pub trait Artifact: Send + Sync {}
 
 /// Machine code in this process.
 pub struct Code {
-    pub entry: EntryFn,
+    pub entry: Entry,
     pub owner: Box<dyn Artifact>,
+}
+
+/// How a kernel's code is entered.
+pub enum Entry {
+    /// One function for the whole kernel.
+    One(EntryFn),
+    /// One function per top-level loop nest, called in order, each with the
+    /// buffers of its own tensors (`texc_schedules::nest`): nests equal up to
+    /// their buffers share a function.
+    Nests(Vec<NestCall>),
+}
+
+/// A call of a nest's function.
+pub struct NestCall {
+    pub entry: EntryFn,
+    /// The kernel's tensor behind each of the nest's tensors.
+    pub tensors: Vec<usize>,
+}
+
+impl Code {
+    /// Run the kernel on `ptrs` (a buffer per tensor of the kernel) and `scalars`.
+    ///
+    /// # Safety
+    /// As for calling an [`EntryFn`]: every tensor the kernel touches has a
+    /// buffer of its size in `ptrs`, and `scalars` holds every scalar's slot.
+    pub unsafe fn call(&self, ptrs: &[*mut u8], scalars: *const u64) {
+        match &self.entry {
+            Entry::One(f) => f(ptrs.as_ptr(), scalars),
+            Entry::Nests(calls) => {
+                let mut mine = Vec::new();
+                for c in calls {
+                    mine.clear();
+                    mine.extend(c.tensors.iter().map(|&t| ptrs[t]));
+                    (c.entry)(mine.as_ptr(), scalars)
+                }
+            }
+        }
+    }
 }
 
 /// A code generator. Implementations are stateless (`Sync`): every call
@@ -176,7 +214,7 @@ impl Compiled {
             // SAFETY: every tensor the kernel touches has a buffer of its declared
             // size (prepare), the kernel stays inside them (bounds checking), and
             // the code is alive while `self` is.
-            Exec::Host(code) => unsafe { (code.entry)(b.ptrs.as_ptr(), b.scalars.as_ptr()) },
+            Exec::Host(code) => unsafe { code.call(&b.ptrs, b.scalars.as_ptr()) },
             Exec::Device(g) => {
                 let scalars: Vec<(ElemType, u64)> =
                     self.layout.scalars.iter().copied().zip(b.scalars.clone()).collect();
@@ -232,7 +270,7 @@ impl Part {
         // SAFETY: the part's tensors are the whole kernel's (the same
         // program), whose buffers `b` holds at the whole kernel's sizes; the
         // code is alive while `self` is.
-        unsafe { (self.code.entry)(b.ptrs.as_ptr(), b.scalars.as_ptr()) }
+        unsafe { self.code.call(&b.ptrs, b.scalars.as_ptr()) }
     }
 }
 

@@ -23,6 +23,7 @@
 
 pub mod abi;
 pub mod backend;
+pub mod cache;
 #[cfg(feature = "cranelift")]
 pub mod cranelift;
 pub mod cuda;
