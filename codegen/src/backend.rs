@@ -36,6 +36,19 @@ pub trait Artifact: Send + Sync {}
 pub struct Code {
     pub entry: Entry,
     pub owner: Box<dyn Artifact>,
+    /// For code compiled nest by nest: what was compiled and what was cached.
+    pub nests: Option<NestStats>,
+}
+
+/// What a kernel compiled nest by nest was made of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NestStats {
+    /// Top-level loop nests.
+    pub nests: usize,
+    /// Distinct nests (equal up to their buffers): the functions linked.
+    pub distinct: usize,
+    /// Distinct nests whose code came from the compile cache.
+    pub cached: usize,
 }
 
 /// How a kernel's code is entered.
@@ -113,6 +126,8 @@ enum Exec {
 /// thread and run on another (`Send + Sync`).
 pub struct Compiled {
     exec: Exec,
+    /// For code compiled nest by nest: what was compiled and what was cached.
+    pub nests: Option<NestStats>,
     layout: Layout,
     pub backend: BackendKind,
     /// Wall time spent in the backend (building, optimizing, machine code).
@@ -125,6 +140,7 @@ impl Compiled {
         let start = Instant::now();
         let code = backend.jit(f, target)?;
         Ok(Compiled {
+            nests: code.nests,
             exec: Exec::Host(code),
             layout: Layout::of(f),
             backend: backend.kind(),
@@ -139,7 +155,13 @@ impl Compiled {
         let start = Instant::now();
         let code = device_half(backend, target)?.emulate(f, target)?;
         let layout = Layout::of(f);
-        Ok(Compiled { exec: Exec::Host(code), layout, backend: backend.kind(), compile_time: start.elapsed() })
+        Ok(Compiled {
+            exec: Exec::Host(code),
+            nests: None,
+            layout,
+            backend: backend.kind(),
+            compile_time: start.elapsed(),
+        })
     }
 
     /// Compile `f` for GPU target `target` and load it on this machine's device.
@@ -147,7 +169,13 @@ impl Compiled {
         let start = Instant::now();
         let code = device_half(backend, target)?.load(f, target)?;
         let layout = Layout::of(f);
-        Ok(Compiled { exec: Exec::Device(code), layout, backend: backend.kind(), compile_time: start.elapsed() })
+        Ok(Compiled {
+            exec: Exec::Device(code),
+            nests: None,
+            layout,
+            backend: backend.kind(),
+            compile_time: start.elapsed(),
+        })
     }
 
     /// Check and copy arguments (in parameter order) into aligned buffers.

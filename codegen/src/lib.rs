@@ -31,7 +31,7 @@ pub mod device;
 pub mod header;
 pub mod llvm;
 
-pub use backend::{Backend, Buffers, Compiled, Part};
+pub use backend::{Backend, Buffers, Compiled, NestStats, Part};
 pub use device::{gpu_backend_for, GpuBackend};
 
 use texc_compiler::target::{BackendKind, Target};

@@ -196,6 +196,8 @@ pub struct Pipeline {
     prologue: Option<Program>,
     /// The ONNX model `load` imported, if any.
     model: Option<model::Model>,
+    /// What *codegen* compiled nest by nest (`--time-passes` prints it).
+    code_notes: Vec<String>,
 }
 
 /// What passes without a verifier of their IR verify.
@@ -244,6 +246,7 @@ impl Pipeline {
             model_inputs: HashMap::new(),
             prologue: None,
             model: None,
+            code_notes: Vec::new(),
         }
     }
 
@@ -824,6 +827,16 @@ impl Pipeline {
             None => Compiled::new(backend, f, t)?,
         };
         let ms = k.compile_time.as_secs_f64() * 1e3;
+        if let Some(n) = k.nests {
+            let cache = match texc_codegen::cache::Cache::from_env() {
+                Some(c) => format!("{} from the compile cache ({})", n.cached, c.dir().display()),
+                None => "the compile cache is off".to_string(),
+            };
+            self.code_notes.push(format!(
+                "codegen `{}`: {} loop nests, {} distinct functions, {cache}",
+                f.p.name, n.nests, n.distinct
+            ));
+        }
         after(
             &self.options,
             &mut self.timings,
@@ -1032,6 +1045,9 @@ impl Pipeline {
             );
         }
         out += &format!("{:<22} {:>5} {:>12.3}\n", "total", "", total.as_secs_f64() * 1e3);
+        for n in &self.code_notes {
+            out += &format!("{n}\n");
+        }
         out
     }
 }

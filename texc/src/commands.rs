@@ -107,6 +107,9 @@ fn options(c: &Common) -> Result<Options, Fail> {
     }
     o.verify |= c.verify_ir;
     o.time_passes = c.time_passes;
+    if c.no_cache {
+        texc_codegen::cache::disable();
+    }
     o.model_dims = parse_ints("--dim", &c.dim)?;
     if !c.dim.is_empty() && !texc_pipeline::is_onnx_file(&c.file) {
         return Err(Fail::Usage(

@@ -30,8 +30,6 @@ pub mod nvptx;
 mod split;
 mod stmt;
 
-pub use split::{last_stats, SplitStats};
-
 use crate::abi::{self, CEntry};
 use crate::backend::{Artifact, Backend, Code, Entry, EntryFn};
 use crate::CodegenError;
@@ -170,7 +168,7 @@ fn jit_module(f: &LoopFunc, t: &Target, build: impl for<'c> FnOnce(&'c Context, 
     let addr = engine.get_function_address(&abi::entry_name(f)).map_err(llvm_err)?;
     // SAFETY: the entry function has exactly this signature (see `gen`).
     let entry: EntryFn = unsafe { std::mem::transmute::<usize, EntryFn>(addr) };
-    Ok(Code { entry: Entry::One(entry), owner: Box::new(Jitted { engine: Some(engine), _cx: cx }) })
+    Ok(Code { entry: Entry::One(entry), owner: Box::new(Jitted { engine: Some(engine), _cx: cx }), nests: None })
 }
 
 /// The JIT's code: the execution engine with the context it lives in.

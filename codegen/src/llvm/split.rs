@@ -20,7 +20,7 @@
 
 use super::{cpu_spec, gen, llvm_err, machine, optimize, CpuSpec, R};
 use crate::abi;
-use crate::backend::{Artifact, Code, Entry, EntryFn, NestCall};
+use crate::backend::{Artifact, Code, Entry, EntryFn, NestCall, NestStats};
 use crate::cache::{self, Cache, Lookup};
 use crate::CodegenError;
 use inkwell::context::Context;
@@ -34,23 +34,6 @@ use std::sync::Mutex;
 use texc_compiler::target::Target;
 use texc_schedules::nest::{self, Nest};
 use texc_schedules::LoopFunc;
-
-/// What a split compile did (for `--time-passes` and tests).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SplitStats {
-    pub nests: usize,
-    /// Distinct nests (functions linked).
-    pub distinct: usize,
-    /// Distinct nests found in the compile cache.
-    pub cached: usize,
-}
-
-static LAST_STATS: Mutex<SplitStats> = Mutex::new(SplitStats { nests: 0, distinct: 0, cached: 0 });
-
-/// What the last split compile of this process did.
-pub fn last_stats() -> SplitStats {
-    *LAST_STATS.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Whether `f` is compiled nest by nest: a host kernel of two or more
 /// top-level nests, none with GPU statements (`TEXC_SPLIT=0` turns it off).
@@ -104,9 +87,8 @@ pub(super) fn jit_nests(nests: Vec<Nest>, t: &Target) -> R<Code> {
         .map(|(n, d)| NestCall { entry: entries[d], tensors: n.tensors.iter().map(|t| t.0 as usize).collect() })
         .collect();
     let cached = objects.iter().filter(|o| o.1).count();
-    *LAST_STATS.lock().unwrap_or_else(|e| e.into_inner()) =
-        SplitStats { nests: calls.len(), distinct: distinct.len(), cached };
-    Ok(Code { entry: Entry::Nests(calls), owner: Box::new(jit) })
+    let nests = Some(NestStats { nests: calls.len(), distinct: distinct.len(), cached });
+    Ok(Code { entry: Entry::Nests(calls), owner: Box::new(jit), nests })
 }
 
 /// The name of the function of the nest with cache key `key`.
