@@ -180,16 +180,22 @@ impl Compiled {
 
     /// Check and copy arguments (in parameter order) into aligned buffers.
     pub fn prepare(&self, args: Vec<Arg>) -> Result<Buffers, CodegenError> {
+        self.prepare_from(&args)
+    }
+
+    /// [`Compiled::prepare`] from borrowed arguments (a model's weights are
+    /// copied once, into the aligned buffers, not cloned first).
+    pub fn prepare_from(&self, args: &[Arg]) -> Result<Buffers, CodegenError> {
         let l = &self.layout;
         let mut bufs = Vec::new();
         let mut ptrs = vec![std::ptr::null_mut(); l.n_tensors];
         let mut scalars = vec![0u64; l.scalars.len()];
-        abi::check_args(l, &args).map_err(CodegenError::Run)?;
+        abi::check_args(l, args).map_err(CodegenError::Run)?;
         for (param, arg) in l.params.iter().zip(args) {
             match (param, arg) {
-                (abi::Param::Tensor(t), Arg::Tensor(x)) => bufs.push((*t, AlignedBuf::from_tensor(&x).map_err(oom)?)),
+                (abi::Param::Tensor(t), Arg::Tensor(x)) => bufs.push((*t, AlignedBuf::from_tensor(x).map_err(oom)?)),
                 (abi::Param::Scalar(s), Arg::Scalar(v)) => {
-                    scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], v)
+                    scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], *v)
                 }
                 _ => return Err(CodegenError::Run("a tensor and a scalar argument are swapped".into())),
             }
@@ -273,7 +279,12 @@ impl Compiled {
 
     /// Prepare, call once, return the outputs.
     pub fn run(&self, args: Vec<Arg>) -> Result<Vec<Tensor>, CodegenError> {
-        let mut b = self.prepare(args)?;
+        self.run_from(&args)
+    }
+
+    /// [`Compiled::run`] on borrowed arguments.
+    pub fn run_from(&self, args: &[Arg]) -> Result<Vec<Tensor>, CodegenError> {
+        let mut b = self.prepare_from(args)?;
         self.call(&mut b)?;
         self.outputs(&b)
     }

@@ -102,13 +102,25 @@ pub fn import_file(path: &Path, weights_file: &str, options: &Options) -> Result
     let from = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     let mut options = options.clone();
     options.base_dir = Some(path.parent().map_or_else(|| ".".into(), Path::to_path_buf));
-    import_bytes(&bytes, &from, weights_file, &options)
+    let model = proto::ModelProto::decode(&bytes[..]).map_err(|e| OnnxError::Decode(e.to_string()))?;
+    // The file's bytes go before the weights are converted: held once less at the peak.
+    drop(bytes);
+    import_model(&model, &from, weights_file, &options)
 }
 
 pub fn import_bytes(bytes: &[u8], from: &str, weights_file: &str, options: &Options) -> Result<Imported, OnnxError> {
     let model = proto::ModelProto::decode(bytes).map_err(|e| OnnxError::Decode(e.to_string()))?;
+    import_model(&model, from, weights_file, options)
+}
+
+fn import_model(
+    model: &proto::ModelProto,
+    from: &str,
+    weights_file: &str,
+    options: &Options,
+) -> Result<Imported, OnnxError> {
     let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Decode("the model has no graph".into()))?;
-    let opset = default_opset(&model)?;
+    let opset = default_opset(model)?;
     if !model.functions.is_empty() {
         return Err(OnnxError::Model("model-local functions are not supported".into()));
     }
@@ -125,7 +137,7 @@ pub fn import_bytes(bytes: &[u8], from: &str, weights_file: &str, options: &Opti
         }
         im.translate(node).map_err(fail)?;
     }
-    im.finish(&model, graph, from, weights_file)
+    im.finish(model, graph, from, weights_file)
 }
 
 /// The version of the default operator set: it decides attribute defaults
@@ -531,32 +543,23 @@ fn tensor_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<(Vec<usize
         count = count.checked_mul(d).filter(|&c| c <= 1 << 34).ok_or("too many elements")?;
         shape.push(d);
     }
-    let raw = |width: usize| -> Result<Vec<[u8; 8]>, String> {
-        if raw_data.len() != count * width {
+    // Each element read straight from the bytes (no wider copy of a
+    // weight in between: the largest weights are hundreds of MB).
+    fn raw<const W: usize, T>(raw_data: &[u8], count: usize, f: impl Fn([u8; W]) -> T) -> Result<Vec<T>, String> {
+        if raw_data.len() != count * W {
             return Err(format!("raw data of {} bytes for {count} elements", raw_data.len()));
         }
-        Ok(raw_data
-            .chunks_exact(width)
-            .map(|c| {
-                let mut b = [0u8; 8];
-                b[..width].copy_from_slice(c);
-                b
-            })
-            .collect())
-    };
+        Ok(raw_data.chunks_exact(W).map(|c| f(c.try_into().expect("chunks of W bytes"))).collect())
+    }
     let has_raw = !raw_data.is_empty() || count == 0;
     let values = match t.data_type {
-        data_type::FLOAT if has_raw => {
-            Values::F32(raw(4)?.iter().map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
-        }
+        data_type::FLOAT if has_raw => Values::F32(raw(raw_data, count, f32::from_le_bytes)?),
         data_type::FLOAT => Values::F32(t.float_data.clone()),
-        data_type::DOUBLE if has_raw => Values::F64(raw(8)?.iter().map(|b| f64::from_le_bytes(*b)).collect()),
+        data_type::DOUBLE if has_raw => Values::F64(raw(raw_data, count, f64::from_le_bytes)?),
         data_type::DOUBLE => Values::F64(t.double_data.clone()),
-        data_type::INT64 if has_raw => Values::I64(raw(8)?.iter().map(|b| i64::from_le_bytes(*b)).collect()),
+        data_type::INT64 if has_raw => Values::I64(raw(raw_data, count, i64::from_le_bytes)?),
         data_type::INT64 => Values::I64(t.int64_data.clone()),
-        data_type::INT32 if has_raw => {
-            Values::I64(raw(4)?.iter().map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64).collect())
-        }
+        data_type::INT32 if has_raw => Values::I64(raw(raw_data, count, |b| i32::from_le_bytes(b) as i64)?),
         data_type::INT32 => Values::I64(t.int32_data.iter().map(|&x| x as i64).collect()),
         other => return Err(format!("elements of type {} are not supported", data_type::name(other))),
     };

@@ -988,9 +988,6 @@ impl Pipeline {
     ) -> Result<Prepared, Error> {
         let mut files: HashMap<String, Tensor> = self.kernel_names(files.into_iter().collect())?.into_iter().collect();
         let scalars = &self.kernel_names(scalars.to_vec())?;
-        for (n, t) in &self.model_inputs {
-            files.entry(n.clone()).or_insert_with(|| t.clone());
-        }
         let info = self.session.kernel(k);
         for n in files.keys().chain(scalars.iter().map(|(n, _)| n)) {
             if info.param_index(n).is_none() {
@@ -1002,13 +999,19 @@ impl Pipeline {
             check_scalar(n, *v, &param.info).map_err(Error::Usage)?;
         }
         let mut b = b.clone();
-        b.input_shapes = files.iter().map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect())).collect();
+        let weights_shapes = self.model_inputs.iter().filter(|(n, _)| !files.contains_key(*n));
+        b.input_shapes = files
+            .iter()
+            .chain(weights_shapes)
+            .map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect()))
+            .collect();
         let mut built = self.program(k, &b)?;
         let mut known: HashMap<String, f64> =
             built.written.scalars.iter().filter_map(|s| Some((s.name.clone(), s.default?))).collect();
         known.extend(scalars.iter().cloned());
         let weights = self.folded_weights();
         self.fold(&mut built, &|n| weights.contains(n), &|n| known.contains_key(n))?;
+        self.add_weights(&mut files);
         let loops = if self.options.target.is_compiled() { Some(self.loops(k, built.runs.clone())?) } else { None };
         let interpret = loops.is_none() || check;
         let needed = run_memory(&built.written, loops.as_ref().map(|l| &l.legal), interpret)
@@ -1018,8 +1021,24 @@ impl Pipeline {
         let given: Vec<String> = files.keys().cloned().collect();
         let mut args = interp::bind_args(&built.written, files, scalars, seed).map_err(Diagnostic::error)?;
         domain::into_domain(&built.written, &mut args, &given);
-        let run_args = run_args(&built, &args, folded);
+        // Without the interpreter, the weights move to the compiled loops'
+        // arguments (`args` keeps placeholders: nothing interprets them).
+        let run_args = run_args(&built, &mut args, folded, !interpret);
         Ok(Prepared { built, loops, args, run_args })
+    }
+
+    /// The model's weights added to `files` (which take precedence): moved
+    /// where [`Options::consume_weights`] says so, else copied.
+    fn add_weights(&mut self, files: &mut HashMap<String, Tensor>) {
+        if self.options.consume_weights {
+            for (n, t) in std::mem::take(&mut self.model_inputs) {
+                files.entry(n).or_insert(t);
+            }
+        } else {
+            for (n, t) in &self.model_inputs {
+                files.entry(n.clone()).or_insert_with(|| t.clone());
+            }
+        }
     }
 
     /// The per-pass timing table (`--time-passes`).
@@ -1167,12 +1186,12 @@ fn check_scalar(name: &str, v: f64, info: &texc_compiler::kernel::ParamInfo) -> 
 /// The arguments of `built.runs` in its parameter order, when constants were
 /// folded (`None`: `args` themselves): those of the program as written
 /// (`args`, in its order) by name, and the `folded` constants.
-fn run_args(built: &Built, args: &[Arg], folded: Vec<(String, Tensor)>) -> Option<Vec<Arg>> {
+fn run_args(built: &Built, args: &mut [Arg], folded: Vec<(String, Tensor)>, take: bool) -> Option<Vec<Arg>> {
     if folded.is_empty() {
         return None;
     }
     let w = &built.written;
-    let written: HashMap<&str, &Arg> = w
+    let mut written: HashMap<&str, &mut Arg> = w
         .params
         .iter()
         .map(|q| match q {
@@ -1194,7 +1213,14 @@ fn run_args(built: &Built, args: &[Arg], folded: Vec<(String, Tensor)>) -> Optio
             match folded.remove(name) {
                 Some(t) => Arg::Tensor(t),
                 None => {
-                    written.get(name).map(|a| (*a).clone()).expect("the program that runs keeps its parameters' names")
+                    let a = written.get_mut(name).expect("the program that runs keeps its parameters' names");
+                    match a {
+                        Arg::Tensor(t) if take => {
+                            let placeholder = Tensor { shape: vec![0], data: texc_runtime::Data::F32(Vec::new()) };
+                            Arg::Tensor(std::mem::replace(t, placeholder))
+                        }
+                        _ => (**a).clone(),
+                    }
                 }
             }
         })

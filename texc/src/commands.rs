@@ -107,6 +107,8 @@ fn options(c: &Common) -> Result<Options, Fail> {
     }
     o.verify |= c.verify_ir;
     o.time_passes = c.time_passes;
+    // A command prepares one run: a model's weights move into its arguments.
+    o.consume_weights = true;
     if c.no_cache {
         texc_codegen::cache::disable();
     }
@@ -501,7 +503,7 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
             };
             outln!("compiled `{}` for {t} in {:.3} s", p.name, compiled.compile_time.as_secs_f64());
             let _busy = crate::progress::Activity::spinner(format!("running `{}` on {t}", p.name));
-            compiled.run(job.compiled_args().to_vec()).map_err(|e| Diagnostic::error(e.to_string()))?
+            compiled.run_from(job.compiled_args()).map_err(|e| Diagnostic::error(e.to_string()))?
         }
     };
     outln!("ran `{}` on {t} [{}]", p.name, sizes.join(", "));
@@ -706,7 +708,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     // Before its buffers (on a GPU, its device memory) exist: the batch's
     // other workers wait here too.
     let limit_ms = if a.wait_to_time { wait_for_turn()? } else { None };
-    let mut bufs = compiled.prepare(job.compiled_args().to_vec()).map_err(|e| Diagnostic::error(e.to_string()))?;
+    let mut bufs = compiled.prepare_from(job.compiled_args()).map_err(|e| Diagnostic::error(e.to_string()))?;
     // One call first: a kernel that cannot run (a GPU launch refused) fails here, before timing.
     let first = std::time::Instant::now();
     compiled.call(&mut bufs)?;
