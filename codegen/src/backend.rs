@@ -16,6 +16,7 @@
 use crate::abi::{self, CEntry, Layout};
 use crate::device::{DeviceBuffers, DeviceCode, GpuBackend};
 use crate::CodegenError;
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 use texc_compiler::interp::Arg;
 use texc_compiler::target::{BackendKind, Target};
@@ -179,20 +180,27 @@ impl Compiled {
     }
 
     /// Check and copy arguments (in parameter order) into aligned buffers.
+    /// Each argument is dropped once copied: a model's weights are held
+    /// once and a tensor, not twice.
     pub fn prepare(&self, args: Vec<Arg>) -> Result<Buffers, CodegenError> {
-        self.prepare_from(&args)
+        abi::check_args(&self.layout, &args).map_err(CodegenError::Run)?;
+        self.prepare_checked(args.into_iter().map(Cow::Owned))
     }
 
-    /// [`Compiled::prepare`] from borrowed arguments (a model's weights are
-    /// copied once, into the aligned buffers, not cloned first).
+    /// [`Compiled::prepare`] from borrowed arguments (copied once, into the
+    /// aligned buffers, not cloned first).
     pub fn prepare_from(&self, args: &[Arg]) -> Result<Buffers, CodegenError> {
+        abi::check_args(&self.layout, args).map_err(CodegenError::Run)?;
+        self.prepare_checked(args.iter().map(Cow::Borrowed))
+    }
+
+    fn prepare_checked<'a>(&self, args: impl Iterator<Item = Cow<'a, Arg>>) -> Result<Buffers, CodegenError> {
         let l = &self.layout;
         let mut bufs = Vec::new();
         let mut ptrs = vec![std::ptr::null_mut(); l.n_tensors];
         let mut scalars = vec![0u64; l.scalars.len()];
-        abi::check_args(l, args).map_err(CodegenError::Run)?;
         for (param, arg) in l.params.iter().zip(args) {
-            match (param, arg) {
+            match (param, arg.as_ref()) {
                 (abi::Param::Tensor(t), Arg::Tensor(x)) => bufs.push((*t, AlignedBuf::from_tensor(x).map_err(oom)?)),
                 (abi::Param::Scalar(s), Arg::Scalar(v)) => {
                     scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], *v)
@@ -279,7 +287,9 @@ impl Compiled {
 
     /// Prepare, call once, return the outputs.
     pub fn run(&self, args: Vec<Arg>) -> Result<Vec<Tensor>, CodegenError> {
-        self.run_from(&args)
+        let mut b = self.prepare(args)?;
+        self.call(&mut b)?;
+        self.outputs(&b)
     }
 
     /// [`Compiled::run`] on borrowed arguments.

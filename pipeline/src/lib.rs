@@ -1198,11 +1198,11 @@ fn run_args(built: &Built, args: &mut [Arg], folded: Vec<(String, Tensor)>, take
             ProgramParam::Tensor(t) => w.tensor(*t).name.as_str(),
             ProgramParam::Scalar(s) => w.scalars[*s as usize].name.as_str(),
         })
-        .zip(args)
+        .zip(args.iter_mut())
         .collect();
     let mut folded: HashMap<String, Tensor> = folded.into_iter().collect();
     let r = &built.runs;
-    let args = r
+    let run = r
         .params
         .iter()
         .map(|q| {
@@ -1224,8 +1224,17 @@ fn run_args(built: &Built, args: &mut [Arg], folded: Vec<(String, Tensor)>, take
                 }
             }
         })
-        .collect();
-    Some(args)
+        .collect::<Vec<Arg>>();
+    if take {
+        // What is left are weights only the folded stages read: no longer needed.
+        drop(written);
+        for a in args.iter_mut() {
+            if let Arg::Tensor(t) = a {
+                *t = Tensor { shape: vec![0], data: texc_runtime::Data::F32(Vec::new()) };
+            }
+        }
+    }
+    Some(run)
 }
 
 /// `p` on the reference interpreter.
