@@ -454,7 +454,7 @@ fn external_model(name: &str, location: &str) -> (std::path::PathBuf, std::path:
     w.external_data = vec![StringStringEntryProto { key: "location".into(), value: location.into() }];
     let path = dir.join("model/m.onnx");
     std::fs::write(&path, m.encode_to_vec()).expect("write");
-    (dir, path, bytes)
+    (dir, path, bytes.to_vec())
 }
 
 /// Set the location of `w`'s external data in the model at `path`.
