@@ -289,7 +289,26 @@ impl Compiled {
     pub fn run(&self, args: Vec<Arg>) -> Result<Vec<Tensor>, CodegenError> {
         let mut b = self.prepare(args)?;
         self.call(&mut b)?;
-        self.outputs(&b)
+        self.into_outputs(b)
+    }
+
+    /// [`Compiled::outputs`] of host code, the other buffers freed first and
+    /// each output's freed once copied out (a model's folded constants are
+    /// held once and a tensor at a time, not twice).
+    fn into_outputs(&self, mut b: Buffers) -> Result<Vec<Tensor>, CodegenError> {
+        let ids: Vec<_> = self.layout.outputs.iter().map(|o| o.id).collect();
+        let distinct = ids.iter().collect::<std::collections::HashSet<_>>().len() == ids.len();
+        if !matches!(self.exec, Exec::Host(_)) || !distinct {
+            return self.outputs(&b);
+        }
+        b._arena = None;
+        b.bufs.retain(|(t, _)| ids.contains(t));
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let i = b.bufs.iter().position(|(t, _)| *t == id).expect("outputs have buffers");
+            out.push(b.bufs.swap_remove(i).1.to_tensor());
+        }
+        Ok(out)
     }
 
     /// [`Compiled::run`] on borrowed arguments.
