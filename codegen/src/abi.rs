@@ -32,7 +32,12 @@ pub const STATUS_BAD_SIZE: i32 = 3;
 
 /// The entry's symbol: `texc_<kernel>`.
 pub fn entry_name(f: &LoopFunc) -> String {
-    format!("{ENTRY_PREFIX}{}", f.p.name)
+    entry_name_of(&f.p.name)
+}
+
+/// The entry's name of a kernel named `name`.
+pub fn entry_name_of(name: &str) -> String {
+    format!("{ENTRY_PREFIX}{name}")
 }
 
 /// Tensors whose buffers the entry receives, in increasing id order:

@@ -16,6 +16,7 @@
 use crate::abi::{self, CEntry, Layout};
 use crate::device::{DeviceBuffers, DeviceCode, GpuBackend};
 use crate::CodegenError;
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 use texc_compiler::interp::Arg;
 use texc_compiler::target::{BackendKind, Target};
@@ -34,8 +35,59 @@ pub trait Artifact: Send + Sync {}
 
 /// Machine code in this process.
 pub struct Code {
-    pub entry: EntryFn,
+    pub entry: Entry,
     pub owner: Box<dyn Artifact>,
+    /// For code compiled nest by nest: what was compiled and what was cached.
+    pub nests: Option<NestStats>,
+}
+
+/// What a kernel compiled nest by nest was made of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NestStats {
+    /// Top-level loop nests.
+    pub nests: usize,
+    /// Distinct nests (equal up to their buffers): the functions linked.
+    pub distinct: usize,
+    /// Distinct nests whose code came from the compile cache.
+    pub cached: usize,
+}
+
+/// How a kernel's code is entered.
+pub enum Entry {
+    /// One function for the whole kernel.
+    One(EntryFn),
+    /// One function per top-level loop nest, called in order, each with the
+    /// buffers of its own tensors (`texc_schedules::nest`): nests equal up to
+    /// their buffers share a function.
+    Nests(Vec<NestCall>),
+}
+
+/// A call of a nest's function.
+pub struct NestCall {
+    pub entry: EntryFn,
+    /// The kernel's tensor behind each of the nest's tensors.
+    pub tensors: Vec<usize>,
+}
+
+impl Code {
+    /// Run the kernel on `ptrs` (a buffer per tensor of the kernel) and `scalars`.
+    ///
+    /// # Safety
+    /// As for calling an [`EntryFn`]: every tensor the kernel touches has a
+    /// buffer of its size in `ptrs`, and `scalars` holds every scalar's slot.
+    pub unsafe fn call(&self, ptrs: &[*mut u8], scalars: *const u64) {
+        match &self.entry {
+            Entry::One(f) => f(ptrs.as_ptr(), scalars),
+            Entry::Nests(calls) => {
+                let mut mine = Vec::new();
+                for c in calls {
+                    mine.clear();
+                    mine.extend(c.tensors.iter().map(|&t| ptrs[t]));
+                    (c.entry)(mine.as_ptr(), scalars)
+                }
+            }
+        }
+    }
 }
 
 /// A code generator. Implementations are stateless (`Sync`): every call
@@ -75,6 +127,8 @@ enum Exec {
 /// thread and run on another (`Send + Sync`).
 pub struct Compiled {
     exec: Exec,
+    /// For code compiled nest by nest: what was compiled and what was cached.
+    pub nests: Option<NestStats>,
     layout: Layout,
     pub backend: BackendKind,
     /// Wall time spent in the backend (building, optimizing, machine code).
@@ -87,6 +141,7 @@ impl Compiled {
         let start = Instant::now();
         let code = backend.jit(f, target)?;
         Ok(Compiled {
+            nests: code.nests,
             exec: Exec::Host(code),
             layout: Layout::of(f),
             backend: backend.kind(),
@@ -101,7 +156,13 @@ impl Compiled {
         let start = Instant::now();
         let code = device_half(backend, target)?.emulate(f, target)?;
         let layout = Layout::of(f);
-        Ok(Compiled { exec: Exec::Host(code), layout, backend: backend.kind(), compile_time: start.elapsed() })
+        Ok(Compiled {
+            exec: Exec::Host(code),
+            nests: None,
+            layout,
+            backend: backend.kind(),
+            compile_time: start.elapsed(),
+        })
     }
 
     /// Compile `f` for GPU target `target` and load it on this machine's device.
@@ -109,21 +170,40 @@ impl Compiled {
         let start = Instant::now();
         let code = device_half(backend, target)?.load(f, target)?;
         let layout = Layout::of(f);
-        Ok(Compiled { exec: Exec::Device(code), layout, backend: backend.kind(), compile_time: start.elapsed() })
+        Ok(Compiled {
+            exec: Exec::Device(code),
+            nests: None,
+            layout,
+            backend: backend.kind(),
+            compile_time: start.elapsed(),
+        })
     }
 
     /// Check and copy arguments (in parameter order) into aligned buffers.
+    /// Each argument is dropped once copied: a model's weights are held
+    /// once and a tensor, not twice.
     pub fn prepare(&self, args: Vec<Arg>) -> Result<Buffers, CodegenError> {
+        abi::check_args(&self.layout, &args).map_err(CodegenError::Run)?;
+        self.prepare_checked(args.into_iter().map(Cow::Owned))
+    }
+
+    /// [`Compiled::prepare`] from borrowed arguments (copied once, into the
+    /// aligned buffers, not cloned first).
+    pub fn prepare_from(&self, args: &[Arg]) -> Result<Buffers, CodegenError> {
+        abi::check_args(&self.layout, args).map_err(CodegenError::Run)?;
+        self.prepare_checked(args.iter().map(Cow::Borrowed))
+    }
+
+    fn prepare_checked<'a>(&self, args: impl Iterator<Item = Cow<'a, Arg>>) -> Result<Buffers, CodegenError> {
         let l = &self.layout;
         let mut bufs = Vec::new();
         let mut ptrs = vec![std::ptr::null_mut(); l.n_tensors];
         let mut scalars = vec![0u64; l.scalars.len()];
-        abi::check_args(l, &args).map_err(CodegenError::Run)?;
         for (param, arg) in l.params.iter().zip(args) {
-            match (param, arg) {
-                (abi::Param::Tensor(t), Arg::Tensor(x)) => bufs.push((*t, AlignedBuf::from_tensor(&x).map_err(oom)?)),
+            match (param, arg.as_ref()) {
+                (abi::Param::Tensor(t), Arg::Tensor(x)) => bufs.push((*t, AlignedBuf::from_tensor(x).map_err(oom)?)),
                 (abi::Param::Scalar(s), Arg::Scalar(v)) => {
-                    scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], v)
+                    scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], *v)
                 }
                 _ => return Err(CodegenError::Run("a tensor and a scalar argument are swapped".into())),
             }
@@ -168,7 +248,7 @@ impl Compiled {
             // SAFETY: every tensor the kernel touches has a buffer of its declared
             // size (prepare), the kernel stays inside them (bounds checking), and
             // the code is alive while `self` is.
-            Exec::Host(code) => unsafe { (code.entry)(b.ptrs.as_ptr(), b.scalars.as_ptr()) },
+            Exec::Host(code) => unsafe { code.call(&b.ptrs, b.scalars.as_ptr()) },
             Exec::Device(g) => {
                 let scalars: Vec<(ElemType, u64)> =
                     self.layout.scalars.iter().copied().zip(b.scalars.clone()).collect();
@@ -200,6 +280,32 @@ impl Compiled {
     /// Prepare, call once, return the outputs.
     pub fn run(&self, args: Vec<Arg>) -> Result<Vec<Tensor>, CodegenError> {
         let mut b = self.prepare(args)?;
+        self.call(&mut b)?;
+        self.into_outputs(b)
+    }
+
+    /// [`Compiled::outputs`] of host code, the other buffers freed first and
+    /// each output's freed once copied out (a model's folded constants are
+    /// held once and a tensor at a time, not twice).
+    fn into_outputs(&self, mut b: Buffers) -> Result<Vec<Tensor>, CodegenError> {
+        let ids: Vec<_> = self.layout.outputs.iter().map(|o| o.id).collect();
+        let distinct = ids.iter().collect::<std::collections::HashSet<_>>().len() == ids.len();
+        if !matches!(self.exec, Exec::Host(_)) || !distinct {
+            return self.outputs(&b);
+        }
+        b._arena = None;
+        b.bufs.retain(|(t, _)| ids.contains(t));
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let i = b.bufs.iter().position(|(t, _)| *t == id).expect("outputs have buffers");
+            out.push(b.bufs.swap_remove(i).1.to_tensor());
+        }
+        Ok(out)
+    }
+
+    /// [`Compiled::run`] on borrowed arguments.
+    pub fn run_from(&self, args: &[Arg]) -> Result<Vec<Tensor>, CodegenError> {
+        let mut b = self.prepare_from(args)?;
         self.call(&mut b)?;
         self.outputs(&b)
     }
@@ -278,16 +384,25 @@ impl Compiled {
         if outputs.len() != l.outputs.len() {
             return Err(CodegenError::Run(format!("expected {} outputs, got {}", l.outputs.len(), outputs.len())));
         }
-        for (o, y) in l.outputs.iter().zip(outputs.iter_mut()) {
+        // A tensor returned twice is written in its first output and copied to the others.
+        let mut copies = Vec::new();
+        for (i, (o, y)) in l.outputs.iter().zip(outputs.iter_mut()).enumerate() {
             check_memory("an output", o.elem, &o.shape, y.dtype, y.shape, y.bytes)?;
             y.bytes.fill(0);
-            ptrs[o.id.0 as usize] = y.bytes.as_mut_ptr();
+            match l.outputs[..i].iter().position(|p| p.id == o.id) {
+                Some(first) => copies.push((first, i)),
+                None => ptrs[o.id.0 as usize] = y.bytes.as_mut_ptr(),
+            }
         }
         // SAFETY: every tensor the kernel touches has memory of its declared
         // size and type (checked above, or the arena of its memory plan), the
         // kernel stays inside it (bounds checking), outputs are exclusive
         // borrows, and the code is alive while `self` is.
-        unsafe { (code.entry)(ptrs.as_ptr(), scalars.as_ptr()) };
+        unsafe { code.call(&ptrs, scalars.as_ptr()) };
+        for (first, i) in copies {
+            let (head, tail) = outputs.split_at_mut(i);
+            tail[0].bytes.copy_from_slice(head[first].bytes);
+        }
         Ok(())
     }
 
@@ -349,7 +464,7 @@ impl Part {
         // SAFETY: the part's tensors are the whole kernel's (the same
         // program), whose buffers `b` holds at the whole kernel's sizes; the
         // code is alive while `self` is.
-        unsafe { (self.code.entry)(b.ptrs.as_ptr(), b.scalars.as_ptr()) }
+        unsafe { self.code.call(&b.ptrs, b.scalars.as_ptr()) }
     }
 }
 

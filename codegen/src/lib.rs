@@ -23,6 +23,7 @@
 
 pub mod abi;
 pub mod backend;
+pub mod cache;
 #[cfg(feature = "cranelift")]
 pub mod cranelift;
 pub mod cuda;
@@ -30,7 +31,7 @@ pub mod device;
 pub mod header;
 pub mod llvm;
 
-pub use backend::{ArgRef, Backend, Buffers, Compiled, Part, TensorMut, TensorRef};
+pub use backend::{ArgRef, Backend, Buffers, Compiled, NestStats, Part, TensorMut, TensorRef};
 pub use device::{gpu_backend_for, GpuBackend};
 
 use texc_compiler::target::{BackendKind, Target};

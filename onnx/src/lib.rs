@@ -102,13 +102,47 @@ pub fn import_file(path: &Path, weights_file: &str, options: &Options) -> Result
     let from = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     let mut options = options.clone();
     options.base_dir = Some(path.parent().map_or_else(|| ".".into(), Path::to_path_buf));
-    import_bytes(&bytes, &from, weights_file, &options)
+    // Decoded from `Bytes`: the initializers' raw data are slices of the
+    // file's bytes, not copies of them (the weights are held once, then
+    // converted one by one).
+    let model =
+        proto::ModelProto::decode(prost::bytes::Bytes::from(bytes)).map_err(|e| OnnxError::Decode(e.to_string()))?;
+    import_model(model, &from, weights_file, &options)
 }
 
 pub fn import_bytes(bytes: &[u8], from: &str, weights_file: &str, options: &Options) -> Result<Imported, OnnxError> {
     let model = proto::ModelProto::decode(bytes).map_err(|e| OnnxError::Decode(e.to_string()))?;
+    import_model(model, from, weights_file, options)
+}
+
+/// Each initializer's shape and values, its bytes in the model freed as it
+/// is converted (the weights are held once at a time, not twice).
+fn initializer_values(
+    model: &mut proto::ModelProto,
+    options: &Options,
+) -> Result<Vec<(Vec<usize>, Values)>, OnnxError> {
+    let Some(graph) = model.graph.as_mut() else { return Ok(Vec::new()) };
+    let mut out = Vec::with_capacity(graph.initializer.len());
+    for t in &mut graph.initializer {
+        let converted = tensor_data(t, options.base_dir.as_deref())
+            .map_err(|e| OnnxError::Model(format!("initializer `{}`: {e}", t.name)))?;
+        t.raw_data = Default::default();
+        t.float_data = Vec::new();
+        out.push(converted);
+    }
+    Ok(out)
+}
+
+fn import_model(
+    mut model: proto::ModelProto,
+    from: &str,
+    weights_file: &str,
+    options: &Options,
+) -> Result<Imported, OnnxError> {
+    let initializers = initializer_values(&mut model, options)?;
+    let model = &model;
     let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Decode("the model has no graph".into()))?;
-    let opset = default_opset(&model)?;
+    let opset = default_opset(model)?;
     if !model.functions.is_empty() {
         return Err(OnnxError::Model("model-local functions are not supported".into()));
     }
@@ -116,7 +150,7 @@ pub fn import_bytes(bytes: &[u8], from: &str, weights_file: &str, options: &Opti
         return Err(OnnxError::Model("sparse initializers are not supported".into()));
     }
     let wanted = options.kernel.clone().unwrap_or_else(|| graph.name.clone());
-    let mut im = Importer::new(opset, graph, options, if wanted.is_empty() { "model" } else { &wanted })?;
+    let mut im = Importer::new(opset, graph, initializers, options, if wanted.is_empty() { "model" } else { &wanted })?;
     for (i, node) in graph.node.iter().enumerate() {
         let label = if node.name.is_empty() { format!("#{i}") } else { node.name.clone() };
         let fail = |reason: String| OnnxError::Node { node: label.clone(), op: node.op_type.clone(), reason };
@@ -125,7 +159,7 @@ pub fn import_bytes(bytes: &[u8], from: &str, weights_file: &str, options: &Opti
         }
         im.translate(node).map_err(fail)?;
     }
-    im.finish(&model, graph, from, weights_file)
+    im.finish(model, graph, from, weights_file)
 }
 
 /// The version of the default operator set: it decides attribute defaults
@@ -228,6 +262,7 @@ impl<'m> Importer<'m> {
     fn new(
         opset: i64,
         graph: &'m proto::GraphProto,
+        initializers: Vec<(Vec<usize>, Values)>,
         options: &Options,
         kernel: &str,
     ) -> Result<Importer<'m>, OnnxError> {
@@ -252,9 +287,8 @@ impl<'m> Importer<'m> {
             im.values[id.0 as usize].int = int;
             im.params.push(id);
         }
-        for t in &graph.initializer {
-            let (shape, data) = tensor_data(t, options.base_dir.as_deref())
-                .map_err(|e| OnnxError::Model(format!("initializer `{}`: {e}", t.name)))?;
+        // Converted by `initializer_values`, in the same order.
+        for (t, (shape, data)) in graph.initializer.iter().zip(initializers) {
             im.add(&t.name, shape, Some(data)).map_err(OnnxError::Model)?;
         }
         Ok(im)
@@ -345,7 +379,7 @@ impl<'m> Importer<'m> {
     }
 
     fn finish(
-        self,
+        mut self,
         model: &proto::ModelProto,
         graph: &proto::GraphProto,
         from: &str,
@@ -400,9 +434,19 @@ impl<'m> Importer<'m> {
             signature.push(format!("{}: {}{}", v.ident, v.int.unwrap_or("f32"), dims(&v.shape)));
             if let Some(Values::F32(data)) = &v.data {
                 parameters += data.len();
-                weights.push((v.ident.clone(), Tensor { shape: v.shape.clone(), data: Data::F32(data.clone()) }));
+                weights.push((id, v.ident.clone(), v.shape.clone()));
             }
         }
+        // The weights move out of the importer (`finish` consumes it): held once, not twice.
+        let weights: Vec<(String, Tensor)> = weights
+            .into_iter()
+            .map(|(id, ident, shape)| {
+                let Some(Values::F32(data)) = self.values[id.0 as usize].data.take() else {
+                    unreachable!("chosen above for its f32 data")
+                };
+                (ident, Tensor { shape, data: Data::F32(data) })
+            })
+            .collect();
         let mut s = String::new();
         let producer = format!("{} {}", model.producer_name, model.producer_version);
         let _ = writeln!(
@@ -518,11 +562,11 @@ fn declared_shape(o: &proto::ValueInfoProto) -> Option<Vec<usize>> {
 /// External data is read from `base` (the model's directory).
 fn tensor_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<(Vec<usize>, Values), String> {
     let external;
-    let raw_data = if t.data_location == 1 {
+    let raw_data: &[u8] = if t.data_location == 1 {
         external = external_data(t, base)?;
-        &external
+        &external[..]
     } else {
-        &t.raw_data
+        &t.raw_data[..]
     };
     let mut shape = Vec::new();
     let mut count: usize = 1;
@@ -531,32 +575,23 @@ fn tensor_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<(Vec<usize
         count = count.checked_mul(d).filter(|&c| c <= 1 << 34).ok_or("too many elements")?;
         shape.push(d);
     }
-    let raw = |width: usize| -> Result<Vec<[u8; 8]>, String> {
-        if raw_data.len() != count * width {
+    // Each element read straight from the bytes (no wider copy of a
+    // weight in between: the largest weights are hundreds of MB).
+    fn raw<const W: usize, T>(raw_data: &[u8], count: usize, f: impl Fn([u8; W]) -> T) -> Result<Vec<T>, String> {
+        if raw_data.len() != count * W {
             return Err(format!("raw data of {} bytes for {count} elements", raw_data.len()));
         }
-        Ok(raw_data
-            .chunks_exact(width)
-            .map(|c| {
-                let mut b = [0u8; 8];
-                b[..width].copy_from_slice(c);
-                b
-            })
-            .collect())
-    };
+        Ok(raw_data.chunks_exact(W).map(|c| f(c.try_into().expect("chunks of W bytes"))).collect())
+    }
     let has_raw = !raw_data.is_empty() || count == 0;
     let values = match t.data_type {
-        data_type::FLOAT if has_raw => {
-            Values::F32(raw(4)?.iter().map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
-        }
+        data_type::FLOAT if has_raw => Values::F32(raw(raw_data, count, f32::from_le_bytes)?),
         data_type::FLOAT => Values::F32(t.float_data.clone()),
-        data_type::DOUBLE if has_raw => Values::F64(raw(8)?.iter().map(|b| f64::from_le_bytes(*b)).collect()),
+        data_type::DOUBLE if has_raw => Values::F64(raw(raw_data, count, f64::from_le_bytes)?),
         data_type::DOUBLE => Values::F64(t.double_data.clone()),
-        data_type::INT64 if has_raw => Values::I64(raw(8)?.iter().map(|b| i64::from_le_bytes(*b)).collect()),
+        data_type::INT64 if has_raw => Values::I64(raw(raw_data, count, i64::from_le_bytes)?),
         data_type::INT64 => Values::I64(t.int64_data.clone()),
-        data_type::INT32 if has_raw => {
-            Values::I64(raw(4)?.iter().map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64).collect())
-        }
+        data_type::INT32 if has_raw => Values::I64(raw(raw_data, count, |b| i32::from_le_bytes(b) as i64)?),
         data_type::INT32 => Values::I64(t.int32_data.iter().map(|&x| x as i64).collect()),
         other => return Err(format!("elements of type {} are not supported", data_type::name(other))),
     };

@@ -223,8 +223,9 @@ pub struct TensorProto {
     pub int64_data: Vec<i64>,
     #[prost(string, tag = "8")]
     pub name: String,
-    #[prost(bytes = "vec", tag = "9")]
-    pub raw_data: Vec<u8>,
+    /// A slice of the model's bytes (decoded from `Bytes`, no copy).
+    #[prost(bytes = "bytes", tag = "9")]
+    pub raw_data: prost::bytes::Bytes,
     #[prost(double, repeated, tag = "10")]
     pub double_data: Vec<f64>,
     /// `DataLocation`: 1 is EXTERNAL (data in another file, which

@@ -265,7 +265,8 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
     m.graph.as_mut().expect("graph").node[1].domain = "com.microsoft".into();
     assert_eq!(err(m), "node `/r` (Relu): operators of domain `com.microsoft` are not supported");
     let mut m = cnn();
-    m.graph.as_mut().expect("graph").initializer[0].raw_data.pop();
+    let raw = &mut m.graph.as_mut().expect("graph").initializer[0].raw_data;
+    *raw = raw.slice(..raw.len() - 1);
     assert_eq!(err(m), "initializer `w`: raw data of 215 bytes for 54 elements");
     let mut m = cnn();
     let g = m.graph.as_mut().expect("graph");
@@ -325,7 +326,7 @@ fn external_data_is_read_beside_the_model() {
     let mut m = cnn();
     let w = &mut m.graph.as_mut().expect("graph").initializer[0];
     let bytes = std::mem::take(&mut w.raw_data);
-    std::fs::write(dir.join("weights.bin"), [vec![0u8; 16], bytes.clone()].concat()).expect("write");
+    std::fs::write(dir.join("weights.bin"), [vec![0u8; 16], bytes.to_vec()].concat()).expect("write");
     w.data_location = 1;
     let entry = |k: &str, v: &str| StringStringEntryProto { key: k.into(), value: v.into() };
     w.external_data =
@@ -453,7 +454,7 @@ fn external_model(name: &str, location: &str) -> (std::path::PathBuf, std::path:
     w.external_data = vec![StringStringEntryProto { key: "location".into(), value: location.into() }];
     let path = dir.join("model/m.onnx");
     std::fs::write(&path, m.encode_to_vec()).expect("write");
-    (dir, path, bytes)
+    (dir, path, bytes.to_vec())
 }
 
 /// Set the location of `w`'s external data in the model at `path`.

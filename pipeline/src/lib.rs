@@ -198,6 +198,8 @@ pub struct Pipeline {
     prologue: Option<Program>,
     /// The ONNX model `load` imported, if any.
     model: Option<model::Model>,
+    /// What *codegen* compiled nest by nest (`--time-passes` prints it).
+    code_notes: Vec<String>,
 }
 
 /// What passes without a verifier of their IR verify.
@@ -246,6 +248,7 @@ impl Pipeline {
             model_inputs: HashMap::new(),
             prologue: None,
             model: None,
+            code_notes: Vec::new(),
         }
     }
 
@@ -826,6 +829,16 @@ impl Pipeline {
             None => Compiled::new(backend, f, t)?,
         };
         let ms = k.compile_time.as_secs_f64() * 1e3;
+        if let Some(n) = k.nests {
+            let cache = match texc_codegen::cache::Cache::from_env() {
+                Some(c) => format!("{} from the compile cache ({})", n.cached, c.dir().display()),
+                None => "the compile cache is off".to_string(),
+            };
+            self.code_notes.push(format!(
+                "codegen `{}`: {} loop nests, {} distinct functions, {cache}",
+                f.p.name, n.nests, n.distinct
+            ));
+        }
         after(
             &self.options,
             &mut self.timings,
@@ -977,9 +990,6 @@ impl Pipeline {
     ) -> Result<Prepared, Error> {
         let mut files: HashMap<String, Tensor> = self.kernel_names(files.into_iter().collect())?.into_iter().collect();
         let scalars = &self.kernel_names(scalars.to_vec())?;
-        for (n, t) in &self.model_inputs {
-            files.entry(n.clone()).or_insert_with(|| t.clone());
-        }
         let info = self.session.kernel(k);
         for n in files.keys().chain(scalars.iter().map(|(n, _)| n)) {
             if info.param_index(n).is_none() {
@@ -991,13 +1001,19 @@ impl Pipeline {
             check_scalar(n, *v, &param.info).map_err(Error::Usage)?;
         }
         let mut b = b.clone();
-        b.input_shapes = files.iter().map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect())).collect();
+        let weights_shapes = self.model_inputs.iter().filter(|(n, _)| !files.contains_key(*n));
+        b.input_shapes = files
+            .iter()
+            .chain(weights_shapes)
+            .map(|(n, t)| (n.clone(), t.shape.iter().map(|&d| d as i64).collect()))
+            .collect();
         let mut built = self.program(k, &b)?;
         let mut known: HashMap<String, f64> =
             built.written.scalars.iter().filter_map(|s| Some((s.name.clone(), s.default?))).collect();
         known.extend(scalars.iter().cloned());
         let weights = self.folded_weights();
         self.fold(&mut built, &|n| weights.contains(n), &|n| known.contains_key(n))?;
+        self.add_weights(&mut files);
         let loops = if self.options.target.is_compiled() { Some(self.loops(k, built.runs.clone())?) } else { None };
         let interpret = loops.is_none() || check;
         let needed = run_memory(&built.written, loops.as_ref().map(|l| &l.legal), interpret)
@@ -1007,8 +1023,24 @@ impl Pipeline {
         let given: Vec<String> = files.keys().cloned().collect();
         let mut args = interp::bind_args(&built.written, files, scalars, seed).map_err(Diagnostic::error)?;
         domain::into_domain(&built.written, &mut args, &given);
-        let run_args = run_args(&built, &args, folded);
+        // Without the interpreter, the weights move to the compiled loops'
+        // arguments (`args` keeps placeholders: nothing interprets them).
+        let run_args = run_args(&built, &mut args, folded, !interpret);
         Ok(Prepared { built, loops, args, run_args })
+    }
+
+    /// The model's weights added to `files` (which take precedence): moved
+    /// where [`Options::consume_weights`] says so, else copied.
+    fn add_weights(&mut self, files: &mut HashMap<String, Tensor>) {
+        if self.options.consume_weights {
+            for (n, t) in std::mem::take(&mut self.model_inputs) {
+                files.entry(n).or_insert(t);
+            }
+        } else {
+            for (n, t) in &self.model_inputs {
+                files.entry(n.clone()).or_insert_with(|| t.clone());
+            }
+        }
     }
 
     /// The per-pass timing table (`--time-passes`).
@@ -1034,6 +1066,9 @@ impl Pipeline {
             );
         }
         out += &format!("{:<22} {:>5} {:>12.3}\n", "total", "", total.as_secs_f64() * 1e3);
+        for n in &self.code_notes {
+            out += &format!("{n}\n");
+        }
         out
     }
 }
@@ -1153,23 +1188,23 @@ fn check_scalar(name: &str, v: f64, info: &texc_compiler::kernel::ParamInfo) -> 
 /// The arguments of `built.runs` in its parameter order, when constants were
 /// folded (`None`: `args` themselves): those of the program as written
 /// (`args`, in its order) by name, and the `folded` constants.
-fn run_args(built: &Built, args: &[Arg], folded: Vec<(String, Tensor)>) -> Option<Vec<Arg>> {
+fn run_args(built: &Built, args: &mut [Arg], folded: Vec<(String, Tensor)>, take: bool) -> Option<Vec<Arg>> {
     if folded.is_empty() {
         return None;
     }
     let w = &built.written;
-    let written: HashMap<&str, &Arg> = w
+    let mut written: HashMap<&str, &mut Arg> = w
         .params
         .iter()
         .map(|q| match q {
             ProgramParam::Tensor(t) => w.tensor(*t).name.as_str(),
             ProgramParam::Scalar(s) => w.scalars[*s as usize].name.as_str(),
         })
-        .zip(args)
+        .zip(args.iter_mut())
         .collect();
     let mut folded: HashMap<String, Tensor> = folded.into_iter().collect();
     let r = &built.runs;
-    let args = r
+    let run = r
         .params
         .iter()
         .map(|q| {
@@ -1180,12 +1215,28 @@ fn run_args(built: &Built, args: &[Arg], folded: Vec<(String, Tensor)>) -> Optio
             match folded.remove(name) {
                 Some(t) => Arg::Tensor(t),
                 None => {
-                    written.get(name).map(|a| (*a).clone()).expect("the program that runs keeps its parameters' names")
+                    let a = written.get_mut(name).expect("the program that runs keeps its parameters' names");
+                    match a {
+                        Arg::Tensor(t) if take => {
+                            let placeholder = Tensor { shape: vec![0], data: texc_runtime::Data::F32(Vec::new()) };
+                            Arg::Tensor(std::mem::replace(t, placeholder))
+                        }
+                        _ => (**a).clone(),
+                    }
                 }
             }
         })
-        .collect();
-    Some(args)
+        .collect::<Vec<Arg>>();
+    if take {
+        // What is left are weights only the folded stages read: no longer needed.
+        drop(written);
+        for a in args.iter_mut() {
+            if let Arg::Tensor(t) = a {
+                *t = Tensor { shape: vec![0], data: texc_runtime::Data::F32(Vec::new()) };
+            }
+        }
+    }
+    Some(run)
 }
 
 /// `p` on the reference interpreter.

@@ -179,6 +179,10 @@ pub const PIPELINE_KNOBS: [(&str, &[i64]); 3] =
 
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// [`Pipeline::prepare`](crate::Pipeline::prepare) moves a model's
+    /// weights into the arguments instead of copying them (a command that
+    /// prepares one run: the weights are then held once, not twice).
+    pub consume_weights: bool,
     pub target: &'static Target,
     pub dump: Dump,
     /// Run the verifier of each IR after the pass that produced it.
@@ -248,6 +252,7 @@ impl Options {
             emulate_gpu: false,
             model_dims: Vec::new(),
             calibration: Default::default(),
+            consume_weights: false,
         }
     }
 

@@ -25,6 +25,7 @@
 
 use crate::ir::ForKind;
 use crate::schedule::{LayoutDim, Schedules, StageSchedule};
+use std::collections::{HashMap, HashSet};
 use texc_compiler::affine::Affine;
 use texc_compiler::ops::{BinOp, UnOp};
 use texc_compiler::tir::{Program, TExpr, TExprId, TensorId};
@@ -200,15 +201,39 @@ fn linearize(p: &Program, e: TExprId, vars: &[Desc]) -> Option<Desc> {
     }
 }
 
-fn loads_of(p: &Program, e: TExprId, t: TensorId, out: &mut Vec<Vec<TExprId>>) {
-    if let TExpr::Load(x, idx) = p.expr(e) {
-        if *x == t {
-            out.push(idx.clone());
+/// The loads of attached stages' tensors, by tensor: each reading stage
+/// in program order with its loads' indices in the order a walk of its
+/// value meets them. (One walk of the program, not one per attached stage:
+/// [`infer_with`] stays linear in a model's layers.)
+fn stage_loads(p: &Program, s: &Schedules) -> HashMap<TensorId, Vec<(usize, Vec<Vec<TExprId>>)>> {
+    fn walk(p: &Program, e: TExprId, wanted: &HashSet<TensorId>, out: &mut Vec<(TensorId, Vec<TExprId>)>) {
+        if let TExpr::Load(x, idx) = p.expr(e) {
+            if wanted.contains(x) {
+                out.push((*x, idx.clone()));
+            }
+        }
+        for c in p.children(e) {
+            walk(p, c, wanted, out);
         }
     }
-    for c in p.children(e) {
-        loads_of(p, c, t, out);
+    let wanted: HashSet<TensorId> =
+        (0..p.stages.len()).filter(|&i| s.attach[i].is_some()).map(|i| p.stages[i].tensor).collect();
+    let mut by_tensor: HashMap<TensorId, Vec<(usize, Vec<Vec<TExprId>>)>> = HashMap::new();
+    if wanted.is_empty() {
+        return by_tensor;
     }
+    for (qi, st) in p.stages.iter().enumerate() {
+        let mut found = Vec::new();
+        walk(p, st.value, &wanted, &mut found);
+        for (t, idx) in found {
+            let list = by_tensor.entry(t).or_default();
+            match list.last_mut() {
+                Some((q, idxs)) if *q == qi => idxs.push(idx),
+                _ => list.push((qi, vec![idx])),
+            }
+        }
+    }
+    by_tensor
 }
 
 /// The loops enclosing an attachment point, innermost last, across nested attachments.
@@ -245,6 +270,7 @@ pub fn infer(p: &Program, s: &mut Schedules) -> Result<Vec<Option<Region>>, Diag
 /// sizes) the size of each box is not limited.
 pub fn infer_with(p: &Program, s: &mut Schedules, sized: bool) -> Result<Vec<Option<Region>>, Diagnostic> {
     let mut regions: Vec<Option<Region>> = vec![None; p.stages.len()];
+    let readers = stage_loads(p, s);
     for pi in (0..p.stages.len()).rev() {
         let Some(at) = s.attach[pi].clone() else { continue };
         let st = &p.stages[pi];
@@ -273,12 +299,8 @@ pub fn infer_with(p: &Program, s: &mut Schedules, sized: bool) -> Result<Vec<Opt
             })
             .collect();
         let mut accesses: Vec<(usize, Vec<Desc>)> = Vec::new();
-        for qi in pi + 1..p.stages.len() {
-            let mut idxs = Vec::new();
-            loads_of(p, p.stages[qi].value, t, &mut idxs);
-            if idxs.is_empty() {
-                continue;
-            }
+        let later = readers.get(&t).into_iter().flatten().filter(|(qi, _)| *qi > pi);
+        for (qi, idxs) in later.map(|(qi, idxs)| (*qi, idxs.clone())) {
             let qname = &p.tensor(p.stages[qi].tensor).name;
             let vars: Vec<Desc> = if qi == at.owner {
                 owner_vars.clone()

@@ -46,6 +46,7 @@ pub mod legalize;
 pub mod lower;
 pub mod memory_plan;
 pub mod multistage;
+pub mod nest;
 pub mod normalize;
 pub mod prepack;
 pub mod prepare;

@@ -46,16 +46,73 @@ use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
 pub fn zero_uncovered(f: &mut LoopFunc, gpu: bool) -> Vec<TensorId> {
     let mut locals = BTreeSet::new();
     uncovered_locals(f, &f.body, &mut locals);
-    let temps: Vec<TensorId> = f.live_temps().into_iter().filter(|&t| !covered(f, t, &f.body)).collect();
-    let mut body = std::mem::take(&mut f.body);
-    zero_locals(f, &mut body, &locals);
-    for &t in &temps {
-        let at = body.iter().position(|s| touches(f, s, t)).unwrap_or(0);
-        let nest = if gpu { zero_launch(f, t) } else { zero_nest(f, t) };
-        body.insert(at, nest);
+    // Each temporary is checked on the top-level statements that may touch
+    // it, not the whole body: linear, not quadratic, in a model's layers.
+    let touched: Vec<BTreeSet<TensorId>> = f.body.iter().map(|s| tensors_of(f, s)).collect();
+    let mut zeroed = Vec::new();
+    let mut before: BTreeMap<usize, Vec<TensorId>> = BTreeMap::new();
+    for t in f.live_temps() {
+        let tops: Vec<usize> = (0..f.body.len()).filter(|&i| touched[i].contains(&t)).collect();
+        if covered_in(f, t, tops.iter().map(|&i| &f.body[i])) {
+            continue;
+        }
+        let at = tops.iter().copied().find(|&i| touches(f, &f.body[i], t)).unwrap_or(0);
+        before.entry(at).or_default().push(t);
+        zeroed.push(t);
+    }
+    let mut old = std::mem::take(&mut f.body);
+    zero_locals(f, &mut old, &locals);
+    let mut body = Vec::with_capacity(old.len() + zeroed.len());
+    for (i, s) in old.into_iter().enumerate() {
+        for &t in before.get(&i).into_iter().flatten() {
+            body.push(if gpu { zero_launch(f, t) } else { zero_nest(f, t) });
+        }
+        body.push(s);
     }
     f.body = body;
-    locals.into_iter().chain(temps).collect()
+    locals.into_iter().chain(zeroed).collect()
+}
+
+/// Every tensor `s` stores to or loads from (guards and indices included).
+fn tensors_of(f: &LoopFunc, s: &Stmt) -> BTreeSet<TensorId> {
+    fn expr(f: &LoopFunc, e: TExprId, out: &mut BTreeSet<TensorId>) {
+        if let TExpr::Load(t, _) = f.p.expr(e) {
+            out.insert(*t);
+        }
+        for c in f.p.children(e) {
+            expr(f, c, out);
+        }
+    }
+    fn walk(f: &LoopFunc, s: &Stmt, out: &mut BTreeSet<TensorId>) {
+        match s {
+            Stmt::For { body, .. } => body.iter().for_each(|s| walk(f, s, out)),
+            Stmt::If { cond, then } => {
+                expr(f, *cond, out);
+                then.iter().for_each(|s| walk(f, s, out))
+            }
+            Stmt::Alloc { tensor, body } => {
+                out.insert(*tensor);
+                body.iter().for_each(|s| walk(f, s, out))
+            }
+            Stmt::Store { tensor, indices, value } => {
+                out.insert(*tensor);
+                indices.iter().chain([value]).for_each(|&e| expr(f, e, out));
+            }
+            Stmt::Mma { c, a, b, .. } => {
+                for t in [c, a, b] {
+                    out.insert(t.tensor);
+                    t.origin.iter().for_each(|&e| expr(f, e, out));
+                }
+            }
+            Stmt::WarpReduce(w) => {
+                out.insert(w.tensor);
+            }
+            Stmt::Barrier | Stmt::Async(_) => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(f, s, &mut out);
+    out
 }
 
 /// Locals of `body` (not a GPU block's buffers) that an `Alloc` of theirs
@@ -154,8 +211,16 @@ fn zero_launch(f: &mut LoopFunc, t: TensorId) -> Stmt {
 /// Whether every read of `t` in `body` (in the order statements run) lies
 /// in what stores before it wrote (see the module's header).
 pub fn covered(f: &LoopFunc, t: TensorId, body: &[Stmt]) -> bool {
+    covered_in(f, t, body.iter())
+}
+
+/// [`covered`] over statements that follow one another (those of a body
+/// that may touch `t`: the others make no accesses to it).
+fn covered_in<'s>(f: &LoopFunc, t: TensorId, body: impl Iterator<Item = &'s Stmt>) -> bool {
     let mut events = Vec::new();
-    collect(f, t, body, &mut Vec::new(), &mut Vec::new(), &mut events);
+    for s in body {
+        collect(f, t, std::slice::from_ref(s), &mut Vec::new(), &mut Vec::new(), &mut events);
+    }
     if !events.iter().any(|e| !e.write) {
         return true;
     }

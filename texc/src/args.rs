@@ -61,6 +61,10 @@ pub struct Common {
     /// Do not take tuned knobs from the tuning database.
     #[arg(long)]
     pub no_db: bool,
+    /// Neither read nor write the compile cache of machine code (default: TEXC_CACHE_DIR, else
+    /// $XDG_CACHE_HOME/texc/code, else ~/.cache/texc/code; TEXC_NO_CACHE=1 turns it off too).
+    #[arg(long)]
+    pub no_cache: bool,
     /// Most memory a run may allocate, like 512M or 8G (default: what the machine has available).
     #[arg(long, value_name = "SIZE")]
     pub max_memory: Option<String>,

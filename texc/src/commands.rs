@@ -107,6 +107,11 @@ fn options(c: &Common) -> Result<Options, Fail> {
     }
     o.verify |= c.verify_ir;
     o.time_passes = c.time_passes;
+    // A command prepares one run: a model's weights move into its arguments.
+    o.consume_weights = true;
+    if c.no_cache {
+        texc_codegen::cache::disable();
+    }
     o.model_dims = parse_ints("--dim", &c.dim)?;
     if !c.dim.is_empty() && !texc_pipeline::is_onnx_file(&c.file) {
         return Err(Fail::Usage(
@@ -419,6 +424,11 @@ impl Job {
     fn compiled_args(&self) -> &[texc_compiler::interp::Arg] {
         self.run_args.as_deref().unwrap_or(&self.args)
     }
+
+    /// [`Job::compiled_args`], taken (for a run that interprets nothing).
+    fn take_compiled_args(&mut self) -> Vec<texc_compiler::interp::Arg> {
+        self.run_args.take().unwrap_or_else(|| std::mem::take(&mut self.args))
+    }
 }
 
 fn prepare_job(
@@ -475,11 +485,11 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
     }
     let (files, scalars, outputs) = run_inputs(r, pl.options.memory_budget())?;
     check_output_paths(&outputs)?;
-    let job = {
+    let mut job = {
         let _busy = crate::progress::Activity::spinner(format!("preparing {} for {t}", c.file.display()));
         prepare_job(pl, r, files, &scalars)?
     };
-    let p = &job.p;
+    let p = &job.p.clone();
     let outputs = check_output_names(pl, p, &outputs)?;
     if r.check {
         reduced_precision_tolerance(pl, &job);
@@ -498,7 +508,13 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
             };
             outln!("compiled `{}` for {t} in {:.3} s", p.name, compiled.compile_time.as_secs_f64());
             let _busy = crate::progress::Activity::spinner(format!("running `{}` on {t}", p.name));
-            compiled.run(job.compiled_args().to_vec()).map_err(|e| Diagnostic::error(e.to_string()))?
+            let run = if r.check {
+                compiled.run_from(job.compiled_args())
+            } else {
+                // Nothing else reads the arguments: each is freed once copied.
+                compiled.run(job.take_compiled_args())
+            };
+            run.map_err(|e| Diagnostic::error(e.to_string()))?
         }
     };
     outln!("ran `{}` on {t} [{}]", p.name, sizes.join(", "));
@@ -703,7 +719,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     // Before its buffers (on a GPU, its device memory) exist: the batch's
     // other workers wait here too.
     let limit_ms = if a.wait_to_time { wait_for_turn()? } else { None };
-    let mut bufs = compiled.prepare(job.compiled_args().to_vec()).map_err(|e| Diagnostic::error(e.to_string()))?;
+    let mut bufs = compiled.prepare_from(job.compiled_args()).map_err(|e| Diagnostic::error(e.to_string()))?;
     // One call first: a kernel that cannot run (a GPU launch refused) fails here, before timing.
     let first = std::time::Instant::now();
     compiled.call(&mut bufs)?;

@@ -94,7 +94,7 @@ impl Backend for CraneliftBackend {
         let addr = m.get_finalized_function(entry);
         // SAFETY: the entry has exactly the signature of `abi` (see `module`).
         let entry: EntryFn = unsafe { std::mem::transmute::<*const u8, EntryFn>(addr) };
-        Ok(Code { entry, owner: Box::new(Jitted(Some(m))) })
+        Ok(Code { entry: crate::backend::Entry::One(entry), owner: Box::new(Jitted(Some(m))), nests: None })
     }
 
     fn emit_text(&self, f: &LoopFunc, _t: &Target, stage: &str) -> R<String> {

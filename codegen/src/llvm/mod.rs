@@ -27,10 +27,11 @@ mod math;
 mod memory;
 mod mma;
 pub mod nvptx;
+mod split;
 mod stmt;
 
 use crate::abi::{self, CEntry};
-use crate::backend::{Artifact, Backend, Code, EntryFn};
+use crate::backend::{Artifact, Backend, Code, Entry, EntryFn};
 use crate::CodegenError;
 use inkwell::context::Context;
 use inkwell::execution_engine::ExecutionEngine;
@@ -97,12 +98,17 @@ fn without_masked(host: &str) -> String {
         .join(",")
 }
 
-fn machine(t: &Target, spec: &CpuSpec) -> R<TargetMachine> {
+/// Initialize LLVM's targets (once per process).
+fn init_targets() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         LlTarget::initialize_x86(&InitializationConfig::default());
         LlTarget::initialize_nvptx(&InitializationConfig::default());
     });
+}
+
+fn machine(t: &Target, spec: &CpuSpec) -> R<TargetMachine> {
+    init_targets();
     let triple = TargetTriple::create(t.llvm.as_ref().expect("checked by cpu_spec").triple);
     let lt = LlTarget::from_triple(&triple).map_err(llvm_err)?;
     lt.create_target_machine(
@@ -162,7 +168,7 @@ fn jit_module(f: &LoopFunc, t: &Target, build: impl for<'c> FnOnce(&'c Context, 
     let addr = engine.get_function_address(&abi::entry_name(f)).map_err(llvm_err)?;
     // SAFETY: the entry function has exactly this signature (see `gen`).
     let entry: EntryFn = unsafe { std::mem::transmute::<usize, EntryFn>(addr) };
-    Ok(Code { entry, owner: Box::new(Jitted { engine: Some(engine), _cx: cx }) })
+    Ok(Code { entry: Entry::One(entry), owner: Box::new(Jitted { engine: Some(engine), _cx: cx }), nests: None })
 }
 
 /// The JIT's code: the execution engine with the context it lives in.
@@ -196,6 +202,11 @@ impl Backend for LlvmBackend {
     }
 
     fn jit(&self, f: &LoopFunc, t: &Target) -> R<Code> {
+        // Several nests: compiled one by one, deduplicated, cached, in parallel.
+        if let Some(nests) = split::extract_all(f) {
+            gen::refuse_bf16_arithmetic(f)?;
+            return split::jit_nests(nests, t);
+        }
         jit_module(f, t, |cx, spec| gen::build_module(cx, f, spec, None))
     }
 

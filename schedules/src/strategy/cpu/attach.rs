@@ -20,7 +20,7 @@ use crate::ir::ForKind;
 use crate::normalize::{contains_reduce, fresh_name};
 use crate::schedule::{Attach, Schedules, StageSchedule};
 use crate::strategy::{loads, uses_var};
-use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorRole};
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
 use texc_grammar::Span;
 
 /// A register block's accumulators (the spatial loops inside its reduction
@@ -115,6 +115,25 @@ const ATTACH_BYTES: i64 = 64 * 1024;
 /// activation from the accumulators costs nothing, a pass inside the
 /// reader costs one over its part.
 pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
+    // Each stage's readers, found once (not once per pair of stages).
+    let mut readers_of: Vec<Vec<usize>> = vec![Vec::new(); p.stages.len()];
+    let mut stages_of: std::collections::HashMap<TensorId, Vec<usize>> = Default::default();
+    for (i, st) in p.stages.iter().enumerate() {
+        stages_of.entry(st.tensor).or_default().push(i);
+    }
+    for (q, st) in p.stages.iter().enumerate() {
+        let mut read = Vec::new();
+        loads_in(p, st.value, &mut read);
+        let mut tensors: Vec<TensorId> =
+            read.iter().filter_map(|&l| if let TExpr::Load(t, _) = p.expr(l) { Some(*t) } else { None }).collect();
+        tensors.sort();
+        tensors.dedup();
+        for t in tensors {
+            for &pi in stages_of.get(&t).into_iter().flatten().filter(|&&pi| pi < q) {
+                readers_of[pi].push(q);
+            }
+        }
+    }
     for o in (0..p.stages.len()).rev() {
         let Some(&a) = s.stages[o].leaves.first() else { continue };
         if s.attach[o].is_some() || s.stages[o].ivs[a].reduce || s.is_epilogue(o) || s.stages[o].flash.is_some() {
@@ -131,7 +150,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
             {
                 continue;
             }
-            let mut readers = (pi + 1..p.stages.len()).filter(|&q| loads(p, p.stages[q].value, t)).peekable();
+            let mut readers = readers_of[pi].iter().copied().peekable();
             let inside = |q: usize| q == o || matches!(&s.attach[q], Some(x) if x.owner == o && x.leaf == a);
             if readers.peek().is_none() || !readers.all(inside) {
                 continue;
