@@ -6,7 +6,7 @@
 
 use crate::attrs::Attrs;
 use crate::proto::NodeProto;
-use crate::{elements, tensor_data, Importer, ValueId, Values};
+use crate::{elements, fold, tensor_data, Importer, Ty, ValueId, Values};
 use texc_compiler::nn::{Epilogue, NnOp};
 
 type R<T = ()> = Result<T, String>;
@@ -22,6 +22,56 @@ impl Importer<'_> {
         if self.fold(n)? {
             return Ok(());
         }
+        let ty = self.result_ty(n)?;
+        let before = self.values.len();
+        self.translate_op(n)?;
+        for v in &mut self.values[before..] {
+            if v.data.is_none() {
+                v.ty = ty;
+            }
+        }
+        Ok(())
+    }
+
+    /// The element type of what `n` computes at run time; operators that
+    /// compute on f32 only refuse other inputs here, naming the type.
+    fn result_ty(&self, n: &NodeProto) -> R<Ty> {
+        let ty_of = |i: usize| -> Option<Ty> {
+            n.input.get(i).filter(|s| !s.is_empty()).and_then(|s| self.by_name.get(s)).map(|&id| self.value(id).ty)
+        };
+        let first = ty_of(0).unwrap_or(Ty::F32);
+        let op = n.op_type.as_str();
+        Ok(match op {
+            "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor" | "Not" => Ty::Bool,
+            "Where" => ty_of(1).unwrap_or(Ty::F32),
+            "Cast" => {
+                let to = Attrs::new(n, &["to", "saturate"])?.int("to", 0)? as i32;
+                match to {
+                    crate::proto::data_type::FLOAT => Ty::F32,
+                    crate::proto::data_type::INT64 => Ty::I64,
+                    crate::proto::data_type::INT32 => Ty::I32,
+                    crate::proto::data_type::BOOL => Ty::Bool,
+                    other => {
+                        return Err(format!("a cast to {} is not supported", crate::proto::data_type::name(other)))
+                    }
+                }
+            }
+            // Operators that move or pick elements, and integer arithmetic, keep their input's type.
+            "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Transpose" | "Concat" | "Slice"
+            | "Split" | "Gather" | "Expand" | "Trilu" | "Add" | "Sub" | "Mul" | "Neg" | "Abs" | "Max" | "Min"
+            | "ReduceMax" | "ReduceMin" => first,
+            // Dropout's mask output is refused where it is used.
+            _ if first == Ty::F32 => Ty::F32,
+            _ => {
+                return Err(format!(
+                    "an input of elements of type {}: this operator is supported on f32 tensors",
+                    first.name()
+                ))
+            }
+        })
+    }
+
+    fn translate_op(&mut self, n: &NodeProto) -> R {
         match n.op_type.as_str() {
             "Conv" => self.conv(n),
             "BatchNormalization" => self.batch_norm(n),
@@ -88,7 +138,9 @@ impl Importer<'_> {
             "And" => self.logical(n, 2, |a| format!("{} && {}", a[0], a[1])),
             "Or" => self.logical(n, 2, |a| format!("{} || {}", a[0], a[1])),
             "Not" => self.logical(n, 1, |a| format!("!{}", a[0])),
+            "Xor" => self.logical(n, 2, |a| format!("({0} || {1}) && !({0} && {1})", a[0], a[1])),
             "Where" => self.logical(n, 3, |a| format!("select({}, {}, {})", a[0], a[1], a[2])),
+            "Trilu" => self.trilu(n),
             // Constant ranges fold at import (`fold_range`); a computed one has a data-dependent length.
             "Range" => {
                 Err("start, limit and delta must be constants: a computed range's length depends on data".into())
@@ -144,7 +196,7 @@ impl Importer<'_> {
     fn broadcast_access(&mut self, x: ValueId, vars: &[String]) -> R<String> {
         if let Some(v) = self.constant(x) {
             if v.len() == 1 && self.value(x).shape.iter().all(|&d| d == 1) {
-                return literal(v.as_f64()[0]);
+                return typed_literal(v);
             }
         }
         let shape = self.shape(x).to_vec();
@@ -168,7 +220,10 @@ impl Importer<'_> {
     /// is a graph output, whose declared shape gives them.
     fn emit_def(&mut self, out: &str, shape: Vec<usize>, rhs: String) -> R {
         if shape.is_empty() {
-            return Err("its result is a 0-d tensor: not supported".into());
+            let id = self.add(out, shape, None)?;
+            let ident = self.value(id).ident.clone();
+            self.line(format!("{ident} = {rhs};"));
+            return Ok(());
         }
         let ranged = !self.is_graph_output(out);
         let lhs: Vec<String> = vars("i", shape.len())
@@ -217,7 +272,7 @@ impl Importer<'_> {
         let out = self.output(n)?;
         let shape = self.shape(x).to_vec();
         match std {
-            Some(name) if STD_RANKS.contains(&shape.len()) => {
+            Some(name) if STD_RANKS.contains(&shape.len()) && self.value(x).ty == Ty::F32 => {
                 let call = format!("{name}({})", self.tensor(x)?);
                 self.emit_call(out, shape, call)
             }
@@ -361,7 +416,8 @@ impl Importer<'_> {
         let shape = broadcast(self.shape(x), self.shape(y))?;
         let scalar = |id: ValueId| self.constant(id).is_some_and(|v| v.len() == 1);
         let same = self.shape(x) == shape.as_slice() && self.shape(y) == shape.as_slice();
-        if same && STD_RANKS.contains(&shape.len()) && !scalar(x) && !scalar(y) {
+        let f32s = self.value(x).ty == Ty::F32 && self.value(y).ty == Ty::F32;
+        if same && f32s && STD_RANKS.contains(&shape.len()) && !scalar(x) && !scalar(y) {
             let call = format!("{std}({}, {})", self.tensor(x)?, self.tensor(y)?);
             return self.emit_call(out, shape, call);
         }
@@ -841,15 +897,15 @@ impl Importer<'_> {
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
         let axis = normalize_axis(a.int("axis", -1)?, xs.len())?;
+        if n.output.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err("only the first output is supported (not the mean and inverse standard deviation)".into());
+        }
         // The last axis of rank 2 and 3 inputs (`layer_norm`), or the last two
-        // of rank 3 and 4 inputs (`layer_norm2`).
+        // of rank 3 and 4 inputs (`layer_norm2`); other trailing axes (a
+        // channels-last [N, H, W, C] tensor) through a reshape to rank 2.
         let last_two = axis + 2 == xs.len() && (xs.len() == 3 || xs.len() == 4);
         if !(axis + 1 == xs.len() && (xs.len() == 2 || xs.len() == 3) || last_two) {
-            return Err(format!(
-                "normalizing from axis {axis} of a rank-{} input: only the last axis of rank 2 and 3 inputs, \
-                 or the last two of rank 3 and 4 inputs, are supported",
-                xs.len()
-            ));
+            return self.layer_norm_flat(n, &a, x, scale, ins.get(2).copied().flatten(), axis);
         }
         let d = xs[axis..].to_vec();
         let bias = match ins.get(2).copied().flatten() {
@@ -868,6 +924,55 @@ impl Importer<'_> {
         }
         let name = if last_two { NnOp::LayerNorm2 } else { NnOp::LayerNorm };
         self.emit_call(out, xs, format!("{name}({})", args.join(", ")))
+    }
+
+    /// LayerNormalization over axes `axis..` of any rank: `layer_norm` of
+    /// the input reshaped to [outer, inner], the scale and bias broadcast to
+    /// the normalized shape and flattened, and the result reshaped back.
+    fn layer_norm_flat(
+        &mut self,
+        n: &NodeProto,
+        a: &Attrs,
+        x: ValueId,
+        scale: ValueId,
+        bias: Option<ValueId>,
+        axis: usize,
+    ) -> R {
+        let out = self.output(n)?.to_string();
+        let xs = self.shape(x).to_vec();
+        let d = xs[axis..].to_vec();
+        let (outer, inner) = (xs[..axis].iter().product::<usize>(), d.iter().product::<usize>());
+        let mut params = Vec::new();
+        for (p, what) in [(Some(scale), "scale"), (bias, "bias")] {
+            let flat = match p {
+                None => self.synthetic(format!("{out}#zero_bias"), vec![inner], vec![0.0; inner])?,
+                Some(p) => {
+                    if broadcast(self.shape(p), &d).ok().as_deref() != Some(&d[..]) {
+                        return Err(format!("{what} of shape {:?} does not broadcast to {d:?}", self.shape(p)));
+                    }
+                    let full = if self.shape(p) == d {
+                        p
+                    } else {
+                        let v = vars("i", d.len());
+                        let rhs = self.broadcast_access(p, &v)?;
+                        self.emit_def(&format!("{out}#{what}"), d.clone(), rhs)?;
+                        self.lookup(&format!("{out}#{what}"))?
+                    };
+                    self.reshape_named(&format!("{out}#{what}_flat"), full, vec![inner])?
+                }
+            };
+            params.push(flat);
+        }
+        let flat = self.reshape_named(&format!("{out}#flat"), x, vec![outer, inner])?;
+        let mut args = vec![self.tensor(flat)?, self.tensor(params[0])?, self.tensor(params[1])?];
+        let eps = a.float("epsilon", 1e-5)?;
+        if eps != 1e-5 {
+            args.push(format!("eps = {}", literal(eps as f64)?));
+        }
+        let normed = format!("{out}#normed");
+        self.emit_call(&normed, vec![outer, inner], format!("{}({})", NnOp::LayerNorm, args.join(", ")))?;
+        let normed = self.lookup(&normed)?;
+        self.reshape_into(&out, normed, xs)
     }
 
     fn softmax(&mut self, n: &NodeProto) -> R {
@@ -1071,7 +1176,8 @@ impl Importer<'_> {
         let xs = self.shape(x).to_vec();
         let axis = normalize_axis_inclusive(a.int("axis", 1)?, xs.len())?;
         let shape = vec![xs[..axis].iter().product(), xs[axis..].iter().product()];
-        if axis == 1 && (xs.len() == 3 || xs.len() == 4) && xs[2..].iter().any(|&d| d != 1) {
+        let f32_data = self.value(x).ty == Ty::F32 && self.constant(x).is_none();
+        if f32_data && axis == 1 && (xs.len() == 3 || xs.len() == 4) && xs[2..].iter().any(|&d| d != 1) {
             let out = self.output(n)?;
             let call = format!("flatten({})", self.tensor(x)?);
             return self.emit_call(out, shape, call);
@@ -1148,6 +1254,21 @@ impl Importer<'_> {
     /// The elements of `x` in row-major order, in `shape`.
     fn reshape_to(&mut self, n: &NodeProto, x: ValueId, shape: Vec<usize>) -> R {
         let out = self.output(n)?;
+        self.reshape_into(out, x, shape)
+    }
+
+    /// `x` reshaped, as a value the importer names (`x` itself when the
+    /// shape is its own).
+    fn reshape_named(&mut self, name: &str, x: ValueId, shape: Vec<usize>) -> R<ValueId> {
+        if self.shape(x) == shape.as_slice() {
+            return Ok(x);
+        }
+        self.reshape_into(name, x, shape)?;
+        self.lookup(name)
+    }
+
+    /// Value `out` is `x`'s elements in row-major order, in `shape`.
+    fn reshape_into(&mut self, out: &str, x: ValueId, shape: Vec<usize>) -> R {
         let xs = self.shape(x).to_vec();
         if elements(&shape).is_none() || elements(&xs) != elements(&shape) {
             return Err(format!("cannot reshape {xs:?} to {shape:?}: different element counts"));
@@ -1200,7 +1321,7 @@ impl Importer<'_> {
             return self.alias(out, x);
         }
         let shape: Vec<usize> = perm.iter().map(|&p| xs[p]).collect();
-        if (2..=4).contains(&xs.len()) {
+        if (2..=4).contains(&xs.len()) && self.value(x).ty == Ty::F32 {
             let mut args = vec![self.tensor(x)?];
             args.extend(perm.iter().enumerate().map(|(k, p)| format!("p{k} = {p}")));
             return self.emit_call(out, shape, format!("transpose({})", args.join(", ")));
@@ -1242,7 +1363,7 @@ impl Importer<'_> {
         let mut shape = first;
         shape[axis] = total;
         let v = vars("i", shape.len());
-        let mut rhs = "0.0".to_string();
+        let mut rhs = String::new();
         for (j, &id) in ids.iter().enumerate().rev() {
             let (lo, hi) = (offsets[j], offsets[j] + self.shape(id)[axis]);
             let mut idx = v.clone();
@@ -1250,14 +1371,9 @@ impl Importer<'_> {
                 idx[axis] = format!("{} - {lo}", v[axis]);
             }
             let access = format!("{}[{}]", self.tensor(id)?, idx.join(", "));
-            let mut cond = Vec::new();
-            if lo > 0 {
-                cond.push(format!("{} >= {lo}", v[axis]));
-            }
-            if hi < total {
-                cond.push(format!("{} < {hi}", v[axis]));
-            }
-            rhs = if cond.is_empty() { access } else { format!("select({}, {access}, {rhs})", cond.join(" && ")) };
+            // Inputs are tested in order, so each one's lower bound is the
+            // false branch of the test before it, and the last needs no test.
+            rhs = if rhs.is_empty() { access } else { format!("select({} < {hi}, {access}, {rhs})", v[axis]) };
         }
         self.emit_def(out, shape, rhs)
     }
@@ -1366,15 +1482,15 @@ impl Importer<'_> {
     fn gather(&mut self, n: &NodeProto) -> R {
         let ins = self.inputs(n, 2, 2)?;
         let i = Self::required(&ins, 1)?;
-        if self.constant(i).is_none() && self.value(i).int.is_some() {
+        if self.constant(i).is_none() || self.shape(i).len() > 1 || self.shape(i).iter().product::<usize>() > 64 {
+            if self.constant(i).is_some() {
+                self.gather_plan(n)?; // the indices checked against the axis
+            }
             return self.gather_by_data(n, Self::required(&ins, 0)?, i);
         }
         let (x, axis, ishape, indices) = self.gather_plan(n)?;
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
-        if indices.len() > 64 {
-            return Err(format!("{} indices: up to 64 are supported", indices.len()));
-        }
         let mut shape = xs[..axis].to_vec();
         shape.extend(&ishape);
         shape.extend(&xs[axis + 1..]);
@@ -1414,8 +1530,15 @@ impl Importer<'_> {
         let xs = self.shape(x).to_vec();
         let axis = normalize_axis(a.int("axis", 0)?, xs.len())?;
         let ishape = self.shape(i).to_vec();
-        if ishape.is_empty() {
-            return Err("its indices are a 0-d input: not supported".into());
+        let ity = self.value(i).ty;
+        if !ity.is_int() {
+            return Err(format!("indices of elements of type {}: integers are required", ity.name()));
+        }
+        if self.value(x).ty != Ty::F32 {
+            return Err(format!(
+                "gathering {} data at indices computed at run time: only f32 data is supported",
+                self.value(x).ty.name()
+            ));
         }
         let out = self.output(n)?;
         let mut shape = xs[..axis].to_vec();
@@ -1423,7 +1546,7 @@ impl Importer<'_> {
         shape.extend(&xs[axis + 1..]);
         let v = vars("i", shape.len());
         let data = self.tensor(x)?;
-        let (idx, int) = (self.value(i).ident.clone(), self.value(i).int.expect("an integer input"));
+        let (idx, int) = (self.tensor(i)?, ity.name());
         let at = format!("{idx}[{}]", v[axis..axis + ishape.len()].join(", "));
         // The one-hot variable: `r0` (the importer's names never take it).
         let mut xi: Vec<String> = v[..axis].to_vec();
@@ -1446,9 +1569,6 @@ impl Importer<'_> {
         let xs = self.shape(x);
         let axis = normalize_axis(a.int("axis", 0)?, xs.len())?;
         let ishape = self.shape(i).to_vec();
-        if ishape.len() > 1 {
-            return Err(format!("indices of shape {ishape:?}: a scalar or a list is supported"));
-        }
         let d = xs[axis] as i64;
         let indices = self
             .int_constant(i, "the indices")?
@@ -1658,17 +1778,49 @@ impl Importer<'_> {
         self.emit_def(out, shape, rhs)
     }
 
-    /// A cast to f32 of a float tensor changes nothing; other casts are not supported.
+    /// A cast between f32, i64, i32 and bool: texc's casts have ONNX's
+    /// meaning (floats truncate toward zero, `bool` tests `!= 0`, a bool
+    /// becomes 0 or 1); a cast to the same type is the input.
     fn cast(&mut self, n: &NodeProto) -> R {
-        let a = Attrs::new(n, &["to", "saturate"])?;
+        Attrs::new(n, &["to", "saturate"])?;
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
         let out = self.output(n)?;
-        let to = a.int("to", 0)?;
-        let float_data = self.constant(x).is_none_or(|v| matches!(v, Values::F32(_)));
-        if to != crate::proto::data_type::FLOAT as i64 || !float_data {
-            return Err(format!("a cast to {} is not supported", crate::proto::data_type::name(to as i32)));
+        let to = self.result_ty(n)?;
+        if matches!(self.constant(x), Some(Values::F64(_))) {
+            return Err("a cast of f64 data is not supported".into());
         }
-        self.alias(out, x)
+        if self.value(x).ty == to {
+            return self.alias(out, x);
+        }
+        let shape = self.shape(x).to_vec();
+        let access = self.broadcast_access(x, &vars("i", shape.len()))?;
+        self.emit_def(out, shape, format!("{}({access})", to.name()))
+    }
+
+    /// `Trilu`: the upper (default) or lower triangle of the last two axes,
+    /// shifted by the constant diagonal `k`; other elements are 0.
+    fn trilu(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["upper"])?;
+        let ins = self.inputs(n, 1, 2)?;
+        let x = Self::required(&ins, 0)?;
+        let k = match ins.get(1).copied().flatten() {
+            Some(id) => self.int_constant(id, "k")?.first().copied().ok_or("k must hold one value")?,
+            None => 0,
+        };
+        let out = self.output(n)?;
+        let shape = self.shape(x).to_vec();
+        if shape.len() < 2 {
+            return Err(format!("an input of rank {}: Trilu takes rank 2 or more", shape.len()));
+        }
+        let v = vars("i", shape.len());
+        let (row, col) = (&v[shape.len() - 2], &v[shape.len() - 1]);
+        // col - row >= k (upper) or <= k (lower), with non-negative terms on each side.
+        let (l, r) =
+            if k >= 0 { (col.clone(), format!("{row} + {k}")) } else { (format!("{col} + {}", -k), row.clone()) };
+        let keep = if a.int("upper", 1)? != 0 { format!("{l} >= {r}") } else { format!("{l} <= {r}") };
+        let zero = zero_literal(self.value(x).ty);
+        let access = format!("{}[{}]", self.tensor(x)?, v.join(", "));
+        self.emit_def(out, shape, format!("select({keep}, {access}, {zero})"))
     }
 
     fn reduce(&mut self, n: &NodeProto) -> R {
@@ -1736,7 +1888,38 @@ impl Importer<'_> {
         if op == "ConstantOfShape" {
             return self.fold_constant_of_shape(n).map(|()| true);
         }
-        let foldable = ["Concat", "Gather", "Slice", "Cast", "Add", "Sub", "Mul", "Div", "Range"];
+        let foldable = [
+            "Concat",
+            "Gather",
+            "Slice",
+            "Cast",
+            "Add",
+            "Sub",
+            "Mul",
+            "Div",
+            "Range",
+            "Equal",
+            "Less",
+            "Greater",
+            "LessOrEqual",
+            "GreaterOrEqual",
+            "And",
+            "Or",
+            "Xor",
+            "Not",
+            "Where",
+            "Neg",
+            "Abs",
+            "Sqrt",
+            "Reciprocal",
+            "Pow",
+            "Max",
+            "Min",
+            "Mod",
+            "Expand",
+            "Transpose",
+            "Trilu",
+        ];
         let ins: Vec<Option<ValueId>> = n.input.iter().map(|i| self.by_name.get(i).copied()).collect();
         let all_constant = !ins.is_empty()
             && ins
@@ -1746,14 +1929,91 @@ impl Importer<'_> {
         if !foldable.contains(&op) || !all_constant {
             return Ok(false);
         }
-        let data_is_int = ins[0].and_then(|id| self.constant(id)).is_some_and(|v| matches!(v, Values::I64(_)));
         match op {
-            // Integer arithmetic only: f32 arithmetic is left to the kernel, which rounds as texc does.
-            "Add" | "Sub" | "Mul" | "Div" if data_is_int => self.fold_arithmetic(n).map(|()| true),
             "Concat" | "Gather" | "Slice" | "Cast" => self.fold_layout(n).map(|()| true),
             "Range" => self.fold_range(n).map(|()| true),
-            _ => Ok(false),
+            "Expand" | "Transpose" | "Trilu" => self.fold_moves(n).map(|()| true),
+            _ => self.fold_elementwise(n),
         }
+    }
+
+    /// An element-wise operator of constants (`fold::elementwise`).
+    fn fold_elementwise(&mut self, n: &NodeProto) -> R<bool> {
+        if n.op_type == "Mod" {
+            if Attrs::new(n, &["fmod"])?.int("fmod", 0)? != 0 {
+                return Ok(false);
+            }
+        } else {
+            Attrs::new(n, &[])?;
+        }
+        let mut operands = Vec::new();
+        for i in &n.input {
+            let id = self.lookup(i)?;
+            operands.push((self.constant(id).cloned().ok_or("a constant")?, self.shape(id).to_vec()));
+        }
+        let Some((shape, data)) = fold::elementwise(&n.op_type, &operands)? else {
+            return Ok(false);
+        };
+        let out = self.output(n)?;
+        self.add(out, shape, Some(data)).map(|_| true)
+    }
+
+    /// Expand, Transpose and Trilu of a constant: its elements moved or zeroed.
+    fn fold_moves(&mut self, n: &NodeProto) -> R {
+        let out = self.output(n)?.to_string();
+        let ins = self.inputs(n, 1, 2)?;
+        let x = Self::required(&ins, 0)?;
+        let xs = self.shape(x).to_vec();
+        let data = self.constant(x).cloned().ok_or("a constant")?;
+        let (shape, at) = match n.op_type.as_str() {
+            "Expand" => {
+                Attrs::new(n, &[])?;
+                let s = Self::required(&ins, 1)?;
+                let target = self.int_constant(s, "the shape")?;
+                let target: Vec<usize> = target
+                    .iter()
+                    .map(|&d| usize::try_from(d).map_err(|_| format!("shape {target:?}")))
+                    .collect::<R<_>>()?;
+                let shape = broadcast(&xs, &target)?;
+                elements(&shape).filter(|&c| c <= 1 << 26).ok_or("too many elements for a constant")?;
+                let at = broadcast_positions(&xs, &shape);
+                (shape, at)
+            }
+            "Transpose" => {
+                let a = Attrs::new(n, &["perm"])?;
+                let perm: Vec<usize> = match a.ints("perm")? {
+                    Some(p) => p.iter().map(|&k| normalize_axis(k, xs.len())).collect::<R<_>>()?,
+                    None => (0..xs.len()).rev().collect(),
+                };
+                let mut sorted = perm.clone();
+                sorted.sort_unstable();
+                if sorted != (0..xs.len()).collect::<Vec<_>>() {
+                    return Err(format!("perm {perm:?} is not a permutation of the {} axes", xs.len()));
+                }
+                (perm.iter().map(|&p| xs[p]).collect(), fold::transpose_positions(&xs, &perm))
+            }
+            _ => {
+                let a = Attrs::new(n, &["upper"])?;
+                let k = match ins.get(1).copied().flatten() {
+                    Some(id) => self.int_constant(id, "k")?.first().copied().ok_or("k must hold one value")?,
+                    None => 0,
+                };
+                if xs.len() < 2 {
+                    return Err(format!("an input of rank {}: Trilu takes rank 2 or more", xs.len()));
+                }
+                let (rows, cols) = (xs[xs.len() - 2], xs[xs.len() - 1]);
+                let upper = a.int("upper", 1)? != 0;
+                let zero = fold::zero_like(&data);
+                let c: Vec<fold::Cell> = fold::cells(&data)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(f, v)| if fold::trilu_keeps(f / cols % rows, f % cols, k, upper) { v } else { zero })
+                    .collect();
+                let data = fold::values_like(&c, &data)?;
+                return self.add(&out, xs, Some(data)).map(|_| ());
+            }
+        };
+        self.add(&out, shape, Some(data.pick(&at))).map(|_| ())
     }
 
     /// `Range(start, limit, delta)` of constants: its values (integers, or
@@ -1830,33 +2090,6 @@ impl Importer<'_> {
         self.add(out, shape, Some(value.pick(&vec![0; count]))).map(|_| ())
     }
 
-    /// Integer Add, Sub, Mul, Div (truncating, as ONNX's integer Div) with broadcasting.
-    fn fold_arithmetic(&mut self, n: &NodeProto) -> R {
-        Attrs::new(n, &[])?;
-        let ins = self.inputs(n, 2, 2)?;
-        let (x, y) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
-        let out = self.output(n)?;
-        let (a, b) = (self.int_constant(x, "an operand")?, self.int_constant(y, "an operand")?);
-        let (xs, ys) = (self.shape(x).to_vec(), self.shape(y).to_vec());
-        let shape = broadcast(&xs, &ys)?;
-        let (ia, ib) = (broadcast_positions(&xs, &shape), broadcast_positions(&ys, &shape));
-        let v = ia
-            .iter()
-            .zip(&ib)
-            .map(|(&i, &j)| {
-                let (p, q) = (a[i], b[j]);
-                match n.op_type.as_str() {
-                    "Add" => p.checked_add(q),
-                    "Sub" => p.checked_sub(q),
-                    "Mul" => p.checked_mul(q),
-                    _ => p.checked_div(q),
-                }
-                .ok_or_else(|| format!("integer overflow or division by zero: {p} and {q}"))
-            })
-            .collect::<R<Vec<i64>>>()?;
-        self.add(out, shape, Some(Values::I64(v))).map(|_| ())
-    }
-
     /// Concat, Gather, Slice and Cast of constants: the elements of the
     /// result, picked from the constants' (Gather and Slice read the same
     /// plans as their translations into expressions).
@@ -1867,16 +2100,7 @@ impl Importer<'_> {
                 let a = Attrs::new(n, &["to", "saturate"])?;
                 let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
                 let data = self.constant(x).cloned().ok_or("a constant")?;
-                let to = a.int("to", 0)? as i32;
-                let cast = match to {
-                    crate::proto::data_type::INT64 | crate::proto::data_type::INT32 => {
-                        Values::I64(data.as_f64().iter().map(|&v| v as i64).collect())
-                    }
-                    crate::proto::data_type::FLOAT => Values::F32(data.as_f64().iter().map(|&v| v as f32).collect()),
-                    other => {
-                        return Err(format!("a cast to {} is not supported", crate::proto::data_type::name(other)))
-                    }
-                };
+                let cast = fold::cast(&data, a.int("to", 0)? as i32)?;
                 let shape = self.shape(x).to_vec();
                 self.add(&out, shape, Some(cast)).map(|_| ())
             }
@@ -1980,9 +2204,35 @@ fn literal(v: f64) -> R<String> {
     Ok(if s.contains(['.', 'e', 'E']) { s } else { format!("{s}.0") })
 }
 
+/// A one-element constant as a literal of its type.
+fn typed_literal(v: &Values) -> R<String> {
+    Ok(match v {
+        Values::F32(_) | Values::F64(_) => literal(v.as_f64()[0])?,
+        Values::I64(d) => format!("i64({})", d[0]),
+        Values::Bool(d) => bool_literal(d[0]).into(),
+    })
+}
+
+fn bool_literal(b: bool) -> &'static str {
+    if b {
+        "(0 == 0)"
+    } else {
+        "(0 == 1)"
+    }
+}
+
+/// The zero of a type, as a literal.
+fn zero_literal(ty: Ty) -> String {
+    match ty {
+        Ty::F32 => "0.0".into(),
+        Ty::Bool => bool_literal(false).into(),
+        int => format!("{}(0)", int.name()),
+    }
+}
+
 /// For each element of `shape` in row-major order, the flat position of
 /// the element of an operand of shape `from` that broadcasting reads.
-fn broadcast_positions(from: &[usize], shape: &[usize]) -> Vec<usize> {
+pub(crate) fn broadcast_positions(from: &[usize], shape: &[usize]) -> Vec<usize> {
     let skip = shape.len() - from.len();
     let count: usize = shape.iter().product();
     (0..count)
@@ -2004,7 +2254,7 @@ fn broadcast_positions(from: &[usize], shape: &[usize]) -> Vec<usize> {
 }
 
 /// NumPy broadcasting of two shapes.
-fn broadcast(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
+pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
     let r = a.len().max(b.len());
     let at = |s: &[usize], k: usize| if k + s.len() >= r { s[k + s.len() - r] } else { 1 };
     (0..r)

@@ -170,7 +170,8 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
         "node `/c` (ConvTranspose): input [1, 2, 5, 5] and weight [3, 2, 3, 3]: only 2-D transposed convolution \
          (NCHW input, weight [C, K, R, S]) is supported"
     );
-    // Integer inputs: the indices of a Gather, nothing else.
+    // Integer inputs: the indices of a Gather, or data of the operators that move, compare or pick
+    // elements; an operator that computes on f32 only refuses them, naming their type.
     let with_ids = |elem: i32, use_as: &str| {
         let mut m = cnn();
         let g = m.graph.as_mut().expect("graph");
@@ -190,13 +191,11 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
     assert!(with_ids(data_type::INT32, "indices").expect("int32 ids").contains("ids: i32[1, 3]"));
     assert_eq!(
         with_ids(data_type::INT64, "data").expect_err("refused"),
-        "node `/e` (Relu): `ids` holds integers (i64) and is used as data: integer inputs are supported only as the \
-         indices of a Gather"
+        "node `/e` (Relu): an input of elements of type i64: this operator is supported on f32 tensors"
     );
     assert_eq!(
         with_ids(data_type::DOUBLE, "indices").expect_err("refused"),
-        "graph input `ids` has elements of type double: float (f32) inputs are supported, and int64 or int32 ones as \
-         the indices of a Gather"
+        "graph input `ids` has elements of type double: float (f32), int64, int32 and bool inputs are supported"
     );
     // Range folds when its inputs are constants; a computed one is refused.
     let ranged = |limit: &str| {
