@@ -161,6 +161,12 @@ else:
     size = 299 if name == "inception_v3" else 224
     m, xs, names = m, (torch.randn(1, 3, size, size),), ["x"]
 m = m.eval()
+# Random weights throughout: some models zero their heads at initialization (vit_b_16), which would
+# make every output 0 and the comparison empty.
+with torch.no_grad():
+    for p in m.parameters():
+        if p.numel() > 1 and not p.any():
+            p.normal_(0.0, 0.02)
 # Not under no_grad: nn.MultiheadAttention would take its fused inference path, which opset 17 lacks.
 if exporter == "ts":
     torch.onnx.export(m, xs, f"{d}/model.onnx", input_names=names, dynamo=False, opset_version=17)

@@ -22,6 +22,7 @@ mod fold;
 mod names;
 mod ops;
 pub mod proto;
+mod rnn;
 #[cfg(test)]
 mod tests;
 

@@ -141,6 +141,8 @@ impl Importer<'_> {
             "Xor" => self.logical(n, 2, |a| format!("({0} || {1}) && !({0} && {1})", a[0], a[1])),
             "Where" => self.logical(n, 3, |a| format!("select({}, {}, {})", a[0], a[1], a[2])),
             "Trilu" => self.trilu(n),
+            "LSTM" => self.lstm(n),
+            "GRU" => self.gru(n),
             // Constant ranges fold at import (`fold_range`); a computed one has a data-dependent length.
             "Range" => {
                 Err("start, limit and delta must be constants: a computed range's length depends on data".into())
@@ -152,7 +154,7 @@ impl Importer<'_> {
     // ------------------------------------------------------------ operands
 
     /// The node's inputs, `None` for an omitted optional one (an empty name).
-    fn inputs(&self, n: &NodeProto, min: usize, max: usize) -> R<Vec<Option<ValueId>>> {
+    pub(crate) fn inputs(&self, n: &NodeProto, min: usize, max: usize) -> R<Vec<Option<ValueId>>> {
         let count = n.input.len();
         if count < min || count > max {
             let want = if min == max { format!("{min}") } else { format!("{min} to {max}") };
@@ -161,7 +163,7 @@ impl Importer<'_> {
         n.input.iter().map(|i| if i.is_empty() { Ok(None) } else { self.lookup(i).map(Some) }).collect()
     }
 
-    fn required(ins: &[Option<ValueId>], i: usize) -> R<ValueId> {
+    pub(crate) fn required(ins: &[Option<ValueId>], i: usize) -> R<ValueId> {
         ins.get(i).copied().flatten().ok_or_else(|| format!("input {i} is required"))
     }
 
@@ -184,7 +186,7 @@ impl Importer<'_> {
     }
 
     /// A constant vector of integers (shapes, axes).
-    fn int_constant(&self, id: ValueId, what: &str) -> R<Vec<i64>> {
+    pub(crate) fn int_constant(&self, id: ValueId, what: &str) -> R<Vec<i64>> {
         self.constant(id)
             .and_then(Values::as_i64)
             .ok_or_else(|| format!("{what} must be a constant of integers (an initializer or a Constant node)"))
@@ -218,7 +220,7 @@ impl Importer<'_> {
 
     /// `out[i0, i1, ...] = RHS;` with the axes' ranges written unless `out`
     /// is a graph output, whose declared shape gives them.
-    fn emit_def(&mut self, out: &str, shape: Vec<usize>, rhs: String) -> R {
+    pub(crate) fn emit_def(&mut self, out: &str, shape: Vec<usize>, rhs: String) -> R {
         if shape.is_empty() {
             let id = self.add(out, shape, None)?;
             let ident = self.value(id).ident.clone();
@@ -1380,7 +1382,7 @@ impl Importer<'_> {
 
     /// Constant starts, ends, axes and steps (inputs from opset 10, attributes before).
     fn slice(&mut self, n: &NodeProto) -> R {
-        let (x, plan) = self.slice_plan(n)?;
+        let (x, plan) = self.slice_plan(n, false)?;
         let out = self.output(n)?;
         let v = vars("i", self.shape(x).len());
         let (mut shape, mut idx) = (self.shape(x).to_vec(), v.clone());
@@ -1396,8 +1398,9 @@ impl Importer<'_> {
         self.emit_def(out, shape, rhs)
     }
 
-    /// The sliced tensor, and each sliced axis.
-    fn slice_plan(&self, n: &NodeProto) -> R<(ValueId, Vec<SlicedAxis>)> {
+    /// The sliced tensor, and each sliced axis; an empty slice only where
+    /// `empty_ok` (of a constant: an empty list of dimensions).
+    fn slice_plan(&self, n: &NodeProto, empty_ok: bool) -> R<(ValueId, Vec<SlicedAxis>)> {
         let a = Attrs::new(n, &["starts", "ends", "axes"])?;
         let (x, starts, ends, axes, steps) = if self.opset < 10 {
             let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
@@ -1432,7 +1435,7 @@ impl Importer<'_> {
             let (start, end) = (at(starts[j]).clamp(lo, hi), at(ends[j]).clamp(lo, hi));
             let len = if step > 0 { (end - start).max(0) } else { (start - end).max(0) };
             let len = (len + step.abs() - 1) / step.abs();
-            if len == 0 {
+            if len == 0 && !empty_ok {
                 return Err(format!("the slice of axis {ax} is empty: not supported"));
             }
             plan.push((ax, start, step, len as usize));
@@ -1595,7 +1598,7 @@ impl Importer<'_> {
             st
         };
         if n.op_type == "Slice" {
-            let (x, plan) = self.slice_plan(n)?;
+            let (x, plan) = self.slice_plan(n, true)?;
             let xs = self.shape(x).to_vec();
             let mut shape = xs.clone();
             for &(ax, _, _, len) in &plan {
