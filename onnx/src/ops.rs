@@ -58,8 +58,7 @@ impl Importer<'_> {
             }
             // Operators that move or pick elements, and integer arithmetic, keep their input's type.
             "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Transpose" | "Concat" | "Slice"
-            | "Split" | "Gather" | "Expand" | "Trilu" | "Add" | "Sub" | "Mul" | "Neg" | "Abs" | "Max" | "Min"
-            | "ReduceMax" | "ReduceMin" => first,
+            | "Split" | "Gather" | "Expand" | "Trilu" | "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Neg" | "Abs" => first,
             // Dropout's mask output is refused where it is used.
             _ if first == Ty::F32 => Ty::F32,
             _ => {
@@ -106,6 +105,7 @@ impl Importer<'_> {
             "Sub" => self.binary(n, NnOp::Sub, "-"),
             "Mul" => self.binary(n, NnOp::Mul, "*"),
             "Div" => self.binary(n, NnOp::Div, "/"),
+            "Mod" => self.modulo(n),
             "Pow" => self.pow(n),
             "MaxPool" | "AveragePool" => self.pool(n),
             "GlobalAveragePool" => self.global_pool(n),
@@ -424,7 +424,29 @@ impl Importer<'_> {
             return self.emit_call(out, shape, call);
         }
         let v = vars("i", shape.len());
-        let rhs = format!("{} {op} {}", self.broadcast_access(x, &v)?, self.broadcast_access(y, &v)?);
+        let (a, b) = (self.broadcast_access(x, &v)?, self.broadcast_access(y, &v)?);
+        let rhs = if op == "/" && self.value(x).ty.is_int() {
+            // ONNX's integer division truncates toward zero; texc's floors.
+            let q = format!("{a} / {b}");
+            format!("select({a} % {b} != 0 && ({a} < 0 && {b} > 0 || {a} > 0 && {b} < 0), {q} + 1, {q})")
+        } else {
+            format!("{a} {op} {b}")
+        };
+        self.emit_def(out, shape, rhs)
+    }
+
+    /// Integer `Mod` (`fmod = 0`): the remainder takes the divisor's sign, as texc's `%` does.
+    fn modulo(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["fmod"])?;
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, y) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        if a.int("fmod", 0)? != 0 || !self.value(x).ty.is_int() {
+            return Err("only the integer Mod with fmod = 0 is supported".into());
+        }
+        let out = self.output(n)?;
+        let shape = broadcast(self.shape(x), self.shape(y))?;
+        let v = vars("i", shape.len());
+        let rhs = format!("{} % {}", self.broadcast_access(x, &v)?, self.broadcast_access(y, &v)?);
         self.emit_def(out, shape, rhs)
     }
 
@@ -1872,9 +1894,6 @@ impl Importer<'_> {
             "ReduceMax" => ("max", String::new()),
             _ => ("min", String::new()),
         };
-        if shape.is_empty() {
-            return Err("it reduces every axis to a 0-d tensor (keepdims = 0): not supported".into());
-        }
         self.emit_def(out, shape, format!("{op}[{}]({access}){scale}", reduced.join(", ")))
     }
 

@@ -1,6 +1,6 @@
 //! `LSTM` and `GRU` with ONNX's semantics: forward, reverse and
-//! bidirectional, optional biases, initial states and (LSTM) peepholes, both
-//! layouts, every output (`Y`, `Y_h`, `Y_c`).
+//! bidirectional, optional biases, initial states and (LSTM) peepholes,
+//! every output (`Y`, `Y_h`, `Y_c`).
 //!
 //! Shapes are concrete, so the recurrence is unrolled at import: one
 //! statement computes the input projection of every time step at once, then
@@ -9,7 +9,8 @@
 //!
 //! Invariants: only what the operator computes exactly is translated: the
 //! default activations (sigmoid, tanh, tanh), no `clip`, no `input_forget`,
-//! and `sequence_lens` only when every sequence is the full length; anything
+//! `layout` 0 (ONNX Runtime, the reference, runs no other), and
+//! `sequence_lens` only when every sequence is the full length; anything
 //! else is refused naming the attribute or input.
 
 use crate::attrs::Attrs;
@@ -82,11 +83,9 @@ impl Importer<'_> {
             "bidirectional" => vec![false, true],
             other => return Err(format!("direction = \"{other}\"")),
         };
-        let batch_first = match a.int("layout", 0)? {
-            0 => false,
-            1 => true,
-            other => return Err(format!("layout = {other}")),
-        };
+        if a.int("layout", 0)? != 0 {
+            return Err(format!("layout = {}: only 0 ([seq, batch, …]) is supported", a.int("layout", 0)?));
+        }
         let ins = self.inputs(n, 3, if lstm { 8 } else { 6 })?;
         let (x, w, r) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?, Self::required(&ins, 2)?);
         let opt = |i: usize| ins.get(i).copied().flatten();
@@ -96,7 +95,7 @@ impl Importer<'_> {
         if xs.len() != 3 {
             return Err(format!("X of shape {xs:?}: expected rank 3"));
         }
-        let (steps, b, inp) = if batch_first { (xs[1], xs[0], xs[2]) } else { (xs[0], xs[1], xs[2]) };
+        let (steps, b, inp) = (xs[0], xs[1], xs[2]);
         let gates = if lstm { 4 } else { 3 };
         let ws = self.shape(w).to_vec();
         let nd = dirs.len();
@@ -141,8 +140,7 @@ impl Importer<'_> {
         let mut cs: Vec<Vec<String>> = Vec::new();
         for (d, &reverse) in dirs.iter().enumerate() {
             // The input projection of every step: gx[t, b, g] = X[t, b]·W[d, g] + Wb[d, g].
-            let xa = if batch_first { "[i1, i0, r0]" } else { "[i0, i1, r0]" };
-            let mut rhs = format!("sum[r0 in 0..{inp}]({xt}{xa} * {wt}[{d}, i2, r0])");
+            let mut rhs = format!("sum[r0 in 0..{inp}]({xt}[i0, i1, r0] * {wt}[{d}, i2, r0])");
             if let Some(bt) = &bt {
                 rhs = format!("{rhs} + {bt}[{d}, i2]");
             }
@@ -235,7 +233,7 @@ impl Importer<'_> {
             hs.push(hd);
             cs.push(cd);
         }
-        self.rnn_outputs(n, &hs, &cs, batch_first, &dirs, [steps, b, h])
+        self.rnn_outputs(n, &hs, &cs, &dirs, [steps, b, h])
     }
 
     /// `Y` (every step's hidden state), `Y_h` and `Y_c` (the last step's of each direction).
@@ -244,7 +242,6 @@ impl Importer<'_> {
         n: &NodeProto,
         hs: &[Vec<String>],
         cs: &[Vec<String>],
-        batch_first: bool,
         dirs: &[bool],
         [steps, b, h]: [usize; 3],
     ) -> R {
@@ -265,8 +262,8 @@ impl Importer<'_> {
             }
             match k {
                 0 => {
-                    // [T, dirs, B, H], or [B, T, dirs, H] with layout = 1.
-                    let (tv, dv, bv) = if batch_first { ("i1", "i2", "i0") } else { ("i0", "i1", "i2") };
+                    // [T, dirs, B, H]
+                    let (tv, dv, bv) = ("i0", "i1", "i2");
                     let per_dir: Vec<String> = (0..nd)
                         .map(|d| {
                             let mut e = format!("{}[{bv}, i3]", hs[d][steps - 1]);
@@ -277,7 +274,7 @@ impl Importer<'_> {
                         })
                         .collect();
                     let e = by_dir(dv, per_dir);
-                    let shape = if batch_first { vec![b, steps, nd, h] } else { vec![steps, nd, b, h] };
+                    let shape = vec![steps, nd, b, h];
                     self.emit_def(o, shape, e)?;
                 }
                 1 | 2 => {
@@ -285,11 +282,10 @@ impl Importer<'_> {
                     if states[0][0].is_empty() {
                         return Err(format!("output {k} is not an output of this operator"));
                     }
-                    // [dirs, B, H], or [B, dirs, H] with layout = 1.
-                    let (dv, bv) = if batch_first { ("i1", "i0") } else { ("i0", "i1") };
-                    let parts = (0..nd).map(|d| format!("{}[{bv}, i2]", states[d][last(d)])).collect();
-                    let e = by_dir(dv, parts);
-                    let shape = if batch_first { vec![b, nd, h] } else { vec![nd, b, h] };
+                    // [dirs, B, H]
+                    let parts = (0..nd).map(|d| format!("{}[i1, i2]", states[d][last(d)])).collect();
+                    let e = by_dir("i0", parts);
+                    let shape = vec![nd, b, h];
                     self.emit_def(o, shape, e)?;
                 }
                 _ => {
