@@ -661,3 +661,108 @@ fn mutated_corpus_models_never_panic() {
         eprintln!("{path}: {ok} imported, {refused} refused");
     }
 }
+
+/// A graph over input `x` of `x_dims` with the given nodes and initializers, and output `y` (shape inferred).
+fn graph_of(x_dims: &[i64], nodes: Vec<NodeProto>, initializer: Vec<TensorProto>) -> ModelProto {
+    let mut m = cnn();
+    let g = m.graph.as_mut().expect("graph");
+    g.node = nodes;
+    g.initializer = initializer;
+    g.input = vec![value_info("x", x_dims)];
+    g.output = vec![ValueInfoProto { name: "y".into(), ..Default::default() }];
+    m
+}
+
+fn lstm_with(attrs: Vec<AttributeProto>, extra: &[&str], inits: Vec<TensorProto>) -> Result<String, String> {
+    let mut inputs = vec!["x", "w", "r"];
+    inputs.extend(extra);
+    let mut n = node("LSTM", &inputs, "y", attrs);
+    n.name = "/rnn/LSTM".into();
+    let mut initializer = vec![tensor("w", &[1, 8, 3], &[0.1; 24]), tensor("r", &[1, 8, 2], &[0.2; 16])];
+    initializer.extend(inits);
+    import(&graph_of(&[4, 1, 3], vec![n], initializer)).map(|i| i.source).map_err(|e| e.to_string())
+}
+
+/// Issue 36: what the importer does not translate exactly is refused, naming the node.
+#[test]
+fn recurrent_forms_beyond_onnx_defaults_are_refused() {
+    let text = lstm_with(vec![], &[], vec![]).expect("a plain LSTM imports");
+    assert!(text.contains("sigmoid(") && text.contains("tanh("), "{text}");
+    let strings = |name: &str, v: &[&str]| AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::STRINGS,
+        strings: v.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        ..Default::default()
+    };
+    lstm_with(vec![strings("activations", &["Sigmoid", "Tanh", "Tanh"])], &[], vec![])
+        .expect("the defaults, spelled out");
+    assert_eq!(
+        lstm_with(vec![strings("activations", &["Sigmoid", "Relu", "Tanh"])], &[], vec![]).expect_err("refused"),
+        "node `/rnn/LSTM` (LSTM): activations [\"Sigmoid\", \"Relu\", \"Tanh\"]: only the defaults [\"Sigmoid\", \
+         \"Tanh\", \"Tanh\"] are supported"
+    );
+    assert_eq!(
+        lstm_with(vec![int("layout", 1)], &[], vec![]).expect_err("refused"),
+        "node `/rnn/LSTM` (LSTM): layout = 1: only 0 ([seq, batch, …]) is supported"
+    );
+    let clip = AttributeProto { name: "clip".into(), r#type: attribute_type::FLOAT, f: 3.0, ..Default::default() };
+    assert!(lstm_with(vec![clip], &[], vec![]).expect_err("refused").contains("clip are not supported"));
+    assert_eq!(
+        lstm_with(vec![int("hidden_size", 3)], &[], vec![]).expect_err("refused"),
+        "node `/rnn/LSTM` (LSTM): hidden_size 3 differs from W's 2"
+    );
+    let lens = |v: i64| ints_tensor("lens", &[v]);
+    lstm_with(vec![], &["", "lens"], vec![lens(4)]).expect("full-length sequences");
+    assert_eq!(
+        lstm_with(vec![], &["", "lens"], vec![lens(3)]).expect_err("refused"),
+        "node `/rnn/LSTM` (LSTM): sequence_lens [3]: only full-length sequences (4) are supported"
+    );
+}
+
+/// Issue 36: shape subgraphs and masks of constants are computed at import
+/// (ViT's `Where(Equal(shape, -1), 1, shape)` before an Expand); a bool
+/// initializer used as data is a `bool` parameter; integer operators that
+/// have no exact translation are refused.
+#[test]
+fn masks_and_shapes_of_constants_fold_and_inexact_forms_are_refused() {
+    let mut mask = ints_tensor("mask", &[]);
+    mask.data_type = data_type::BOOL;
+    mask.dims = vec![2, 2];
+    mask.raw_data = vec![1, 0, 1, 1];
+    let nodes = vec![
+        node("Equal", &["shape", "minus"], "eq", vec![]),
+        node("Where", &["eq", "ones", "shape"], "fixed", vec![]),
+        node("Expand", &["b", "fixed"], "e", vec![]),
+        node("Where", &["mask", "x", "e"], "y", vec![]),
+    ];
+    let inits = vec![
+        ints_tensor("shape", &[-1, 2]),
+        ints_tensor("minus", &[-1, -1]),
+        ints_tensor("ones", &[1, 1]),
+        tensor("b", &[1, 1], &[0.5]),
+        mask,
+    ];
+    let im = import(&graph_of(&[2, 2], nodes, inits)).expect("imports");
+    // The shape [-1, 2] becomes [1, 2]: `e` is the expanded constant, a parameter.
+    let wanted = ["mask: bool[2, 2]", "e: f32[1, 2]", "select(mask[i0, i1], x[i0, i1], e[0, i1])"];
+    assert!(wanted.iter().all(|w| im.source.contains(w)), "{}", im.source);
+    assert_eq!(im.source.matches(" = ").count(), 1, "one statement: the rest is computed at import\n{}", im.source);
+
+    let refused = |nodes: Vec<NodeProto>, inits: Vec<TensorProto>| {
+        import(&graph_of(&[2, 2], nodes, inits)).expect_err("refused").to_string()
+    };
+    let cast = |to: i32| node("Cast", &["x"], "c", vec![int("to", to as i64)]);
+    assert_eq!(
+        refused(vec![cast(data_type::INT64), node("Mod", &["c", "c"], "y", vec![int("fmod", 1)])], vec![]),
+        "node `/y` (Mod): only the integer Mod with fmod = 0 is supported"
+    );
+    assert_eq!(refused(vec![cast(data_type::DOUBLE)], vec![]), "node `/c` (Cast): a cast to double is not supported");
+    assert_eq!(
+        refused(vec![cast(data_type::BOOL), node("Relu", &["c"], "y", vec![])], vec![]),
+        "node `/y` (Relu): an input of elements of type bool: this operator is supported on f32 tensors"
+    );
+    assert_eq!(
+        refused(vec![node("Einsum", &["x", "x"], "y", vec![string("equation", "ij,jk->ik")])], vec![]),
+        "node `/y` (Einsum): operator `Einsum` is not supported"
+    );
+}
