@@ -142,6 +142,7 @@ impl Importer<'_> {
             "Where" => self.logical(n, 3, |a| format!("select({}, {}, {})", a[0], a[1], a[2])),
             "Trilu" => self.trilu(n),
             "LSTM" => self.lstm(n),
+            "Einsum" => self.einsum(n),
             "GRU" => self.gru(n),
             // Constant ranges fold at import (`fold_range`); a computed one has a data-dependent length.
             "Range" => {
@@ -1124,6 +1125,102 @@ impl Importer<'_> {
             rhs =
                 if beta == 1.0 { format!("{rhs} + {ca}") } else { format!("{rhs} + {} * {ca}", literal(beta as f64)?) };
         }
+        self.emit_def(out, shape, rhs)
+    }
+
+    /// `Einsum`: the sum over the letters missing from the output of the
+    /// product of the operands (explicit `->` or implicit output, `...`
+    /// for leading axes, a letter repeated in one operand for a diagonal).
+    fn einsum(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["equation"])?;
+        let ins = self.inputs(n, 1, 8)?;
+        let ids: Vec<ValueId> = (0..ins.len()).map(|i| Self::required(&ins, i)).collect::<R<_>>()?;
+        let out = self.output(n)?;
+        let eq: String = a.string("equation", "")?.chars().filter(|c| !c.is_whitespace()).collect();
+        let (lhs, explicit) = match eq.split_once("->") {
+            Some((l, r)) => (l.to_string(), Some(r.to_string())),
+            None => (eq.clone(), None),
+        };
+        let terms: Vec<&str> = lhs.split(',').collect();
+        if terms.len() != ids.len() {
+            return Err(format!("equation `{eq}` has {} operands, the node {}", terms.len(), ids.len()));
+        }
+        // Each operand's axes as letters; `...` stands for its leading axes, named by digits.
+        if eq.chars().any(|c| c.is_ascii_digit()) {
+            return Err(format!("equation `{eq}`: subscripts are letters"));
+        }
+        let ell = ids
+            .iter()
+            .zip(&terms)
+            .filter(|(_, t)| t.contains("..."))
+            .map(|(&id, t)| (self.shape(id).len() + 3).saturating_sub(t.len()))
+            .max()
+            .unwrap_or(0);
+        let expand = |t: &str, rank: usize| -> R<Vec<char>> {
+            let mut axes = Vec::new();
+            if let Some((pre, post)) = t.split_once("...") {
+                let k = rank.checked_sub(pre.len() + post.len()).ok_or(format!("`{t}` has more letters than axes"))?;
+                axes.extend(pre.chars());
+                axes.extend((ell - k..ell).map(|d| char::from(b'0' + d as u8)));
+                axes.extend(post.chars());
+            } else {
+                axes.extend(t.chars());
+            }
+            if axes.len() != rank || axes.iter().any(|c| !(c.is_ascii_alphanumeric())) || ell > 10 {
+                return Err(format!("`{t}` does not name the {rank} axes of its operand"));
+            }
+            Ok(axes)
+        };
+        let mut sizes: Vec<(char, usize)> = Vec::new();
+        let mut operands = Vec::new();
+        for (&id, t) in ids.iter().zip(&terms) {
+            let shape = self.shape(id).to_vec();
+            let axes = expand(t, shape.len())?;
+            for (&c, &d) in axes.iter().zip(&shape) {
+                match sizes.iter().find(|(l, _)| *l == c) {
+                    Some(&(_, e)) if e != d => return Err(format!("`{c}` has sizes {e} and {d}")),
+                    Some(_) => {}
+                    None => sizes.push((c, d)),
+                }
+            }
+            operands.push((id, axes));
+        }
+        let output: Vec<char> = match &explicit {
+            Some(r) => {
+                let digits: Vec<char> = (0..ell).map(|d| char::from(b'0' + d as u8)).collect();
+                let r = r.replace("...", &digits.iter().collect::<String>());
+                r.chars().collect()
+            }
+            None => {
+                let count =
+                    |c: char| operands.iter().map(|(_, a)| a.iter().filter(|&&x| x == c).count()).sum::<usize>();
+                let mut once: Vec<char> = sizes.iter().map(|&(c, _)| c).filter(|&c| count(c) == 1).collect();
+                once.sort_by_key(|&c| (c.is_ascii_alphabetic(), c));
+                once
+            }
+        };
+        let size = |c: char| sizes.iter().find(|(l, _)| *l == c).map(|&(_, d)| d);
+        let shape: Vec<usize> =
+            output.iter().map(|&c| size(c).ok_or(format!("output letter `{c}` names no axis"))).collect::<R<_>>()?;
+        let v = vars("i", output.len());
+        let reduced: Vec<char> = sizes.iter().map(|&(c, _)| c).filter(|c| !output.contains(c)).collect();
+        let var = |c: char| match output.iter().position(|&o| o == c) {
+            Some(k) => v[k].clone(),
+            None => format!("r{}", reduced.iter().position(|&x| x == c).unwrap_or(0)),
+        };
+        let mut factors = Vec::new();
+        for (id, axes) in &operands {
+            let idx: Vec<String> = axes.iter().map(|&c| var(c)).collect();
+            factors.push(format!("{}[{}]", self.tensor(*id)?, idx.join(", ")));
+        }
+        let product = factors.join(" * ");
+        let rhs = if reduced.is_empty() {
+            product
+        } else {
+            let ranges: Vec<String> =
+                reduced.iter().enumerate().map(|(k, &c)| format!("r{k} in 0..{}", size(c).unwrap_or(1))).collect();
+            format!("sum[{}]({product})", ranges.join(", "))
+        };
         self.emit_def(out, shape, rhs)
     }
 

@@ -761,8 +761,13 @@ fn masks_and_shapes_of_constants_fold_and_inexact_forms_are_refused() {
         refused(vec![cast(data_type::BOOL), node("Relu", &["c"], "y", vec![])], vec![]),
         "node `/y` (Relu): an input of elements of type bool: this operator is supported on f32 tensors"
     );
+    let einsum = |eq: &str| node("Einsum", &["x", "w"], "y", vec![string("equation", eq)]);
+    let w = || vec![tensor("w", &[2, 3], &[0.5; 6])];
+    import(&graph_of(&[2, 2], vec![einsum("ij,jk->ik")], w())).expect("a product");
+    assert_eq!(refused(vec![einsum("ij,ij->i")], w()), "node `/y` (Einsum): `j` has sizes 2 and 3");
+    assert_eq!(refused(vec![einsum("ij,jk->iz")], w()), "node `/y` (Einsum): output letter `z` names no axis");
     assert_eq!(
-        refused(vec![node("Einsum", &["x", "x"], "y", vec![string("equation", "ij,jk->ik")])], vec![]),
-        "node `/y` (Einsum): operator `Einsum` is not supported"
+        refused(vec![einsum("ijk,jk->ik")], w()),
+        "node `/y` (Einsum): `ijk` does not name the 2 axes of its operand"
     );
 }

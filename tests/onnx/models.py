@@ -459,6 +459,23 @@ def recurrent(size, seed):
     return b.model([t, n, i], rename_output(b, "y"), [total])
 
 
+def einsum(size, seed):
+    """Einsum as exporters write it: a batched product, attention scores with
+    `...`, the implicit output form, a diagonal and a reduction to a vector;
+    the results flattened and joined."""
+    b = Builder(seed)
+    flat = lambda v: b.op("Reshape", [v, b.const("flat", i64([-1]))])  # noqa: E731
+    e = lambda eq, *ins: b.op("Einsum", list(ins), equation=eq)  # noqa: E731
+    proj = e("bij,jk->bik", "x", b.weight("w", [4, 5], scale=0.5))
+    scores = e("...ij,...kj->...ik", "x", "x")
+    implicit = e("ij,jk", b.op("Reshape", ["x", b.const("s", i64([2 * size, 4]))]), b.weight("v", [4, 3], scale=0.5))
+    diag = e("bii->bi", b.op("MatMul", ["x", b.op("Transpose", ["x"], perm=[0, 2, 1])]))
+    vec = e("bij,bij->b", "x", "x")
+    b.op("Concat", [flat(v) for v in (proj, scores, implicit, diag, vec)], axis=0)
+    total = 2 * size * 5 + 2 * size * size + 2 * size * 3 + 2 * size + 2
+    return b.model([2, size, 4], rename_output(b, "y"), [total])
+
+
 def symbolic(size, seed):
     """A batch dimension left symbolic, as torch.onnx.export's dynamic_axes leaves it."""
     b = Builder(seed)
@@ -484,7 +501,7 @@ def bad_strides(size, seed):
 MODELS = {"embedding": (embedding, 12), "decoder": (decoder, 9), "attention3d": (attention3d, 5), "resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
           "small": (small, 17), "activations": (activations, 6), "layout": (layout, 9), "shapes": (shapes, 5), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
           "bad_strides": (bad_strides, 9), "masks": (masks, 6), "int_data": (int_data, 7),
-          "channels_last": (channels_last, 5), "recurrent": (recurrent, 5)}
+          "channels_last": (channels_last, 5), "recurrent": (recurrent, 5), "einsum": (einsum, 3)}
 
 
 def main():

@@ -200,6 +200,12 @@ fn lstm_and_gru_match_onnx_runtime() {
     imported_model_matches_onnx_runtime("recurrent", &["interp", "x86-avx2"]);
 }
 
+/// Issue 36: Einsum in the forms exporters write (batched products, `...`, implicit output, diagonals).
+#[test]
+fn einsum_matches_onnx_runtime() {
+    imported_model_matches_onnx_runtime("einsum", &["interp", "x86-avx2"]);
+}
+
 /// `run` takes the `.onnx` file itself, with its weights, and `--check` works on it.
 #[test]
 fn run_takes_an_onnx_file() {
