@@ -58,7 +58,8 @@ impl Importer<'_> {
             }
             // Operators that move or pick elements, and integer arithmetic, keep their input's type.
             "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Transpose" | "Concat" | "Slice"
-            | "Split" | "Gather" | "Expand" | "Trilu" | "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Neg" | "Abs" => first,
+            | "Split" | "Gather" | "Expand" | "Trilu" | "Pad" | "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Neg"
+            | "Abs" => first,
             // Dropout's mask output is refused where it is used.
             _ if first == Ty::F32 => Ty::F32,
             _ => {
@@ -143,6 +144,7 @@ impl Importer<'_> {
             "Trilu" => self.trilu(n),
             "LSTM" => self.lstm(n),
             "Einsum" => self.einsum(n),
+            "Pad" => self.pad(n),
             "GRU" => self.gru(n),
             // Constant ranges fold at import (`fold_range`); a computed one has a data-dependent length.
             "Range" => {
@@ -1917,6 +1919,63 @@ impl Importer<'_> {
         let shape = self.shape(x).to_vec();
         let access = self.broadcast_access(x, &vars("i", shape.len()))?;
         self.emit_def(out, shape, format!("{}({access})", to.name()))
+    }
+
+    /// `Pad` in `constant` mode with constant, non-negative pads (an
+    /// attribute before opset 11, inputs after; `axes` from opset 18): the
+    /// input where the index falls inside it, the constant value elsewhere.
+    fn pad(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["mode", "pads", "value"])?;
+        let mode = a.string("mode", "constant")?;
+        if mode != "constant" {
+            return Err(format!("mode = \"{mode}\": only constant padding is supported"));
+        }
+        let (x, pads, value, axes) = if self.opset < 11 {
+            let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+            (x, a.ints("pads")?.ok_or("the pads attribute is required")?, None, None)
+        } else {
+            let ins = self.inputs(n, 2, 4)?;
+            let pads = self.int_constant(Self::required(&ins, 1)?, "the pads")?;
+            let axes = ins.get(3).copied().flatten().map(|id| self.int_constant(id, "the axes")).transpose()?;
+            (Self::required(&ins, 0)?, pads, ins.get(2).copied().flatten(), axes)
+        };
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        let axes: Vec<usize> = match axes {
+            Some(list) => list.iter().map(|&ax| normalize_axis(ax, xs.len())).collect::<R<_>>()?,
+            None => (0..xs.len()).collect(),
+        };
+        if pads.len() != 2 * axes.len() || pads.iter().any(|&p| !(0..1 << 20).contains(&p)) {
+            return Err(format!("pads {pads:?}: {} non-negative values are supported", 2 * axes.len()));
+        }
+        let ty = self.value(x).ty;
+        let fill = match value {
+            Some(id) => {
+                let v = self.constant(id).filter(|v| v.len() == 1).ok_or("the value must be a one-element constant")?;
+                typed_literal(v)?
+            }
+            None if a.has("value") => literal(a.float("value", 0.0)? as f64)?,
+            None => zero_literal(ty),
+        };
+        if pads.iter().all(|&p| p == 0) {
+            return self.alias(out, x);
+        }
+        let mut shape = xs.clone();
+        let v = vars("i", xs.len());
+        let (mut idx, mut inside) = (v.clone(), Vec::new());
+        for (j, &ax) in axes.iter().enumerate() {
+            let (b, e) = (pads[j] as usize, pads[j + axes.len()] as usize);
+            shape[ax] = xs[ax] + b + e;
+            if b > 0 {
+                inside.push(format!("{} >= {b}", v[ax]));
+                idx[ax] = format!("{} - {b}", v[ax]);
+            }
+            if e > 0 {
+                inside.push(format!("{} < {}", v[ax], b + xs[ax]));
+            }
+        }
+        let access = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
+        self.emit_def(out, shape, format!("select({}, {access}, {fill})", inside.join(" && ")))
     }
 
     /// `Trilu`: the upper (default) or lower triangle of the last two axes,

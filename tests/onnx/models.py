@@ -419,7 +419,7 @@ def int_data(size, seed):
 def channels_last(size, seed):
     """LayerNormalization as Swin and ConvNeXt export it: over the channels
     of an [N, H, W, C] tensor; also over the last three axes, and with a
-    scale that broadcasts to the normalized shape."""
+    scale that broadcasts to the normalized shape; Pad of such a tensor."""
     b = Builder(seed)
     c = 6
     x = b.op("Transpose", [b.conv("x", 3, c, 3, pad=1, bias=True)], perm=[0, 2, 3, 1])
@@ -429,8 +429,11 @@ def channels_last(size, seed):
     h = ln(x, [c], -1)
     h = ln(h, [size, size, c], 1)
     h = b.op("LayerNormalization", [h, b.weight("g", [1, size, c], kind="positive")], axis=1, epsilon=1e-5)
+    # Swin pads its channels-last windows (zeros), here unevenly and with another value too.
+    h = b.op("Pad", [h, b.const("pads", i64([0, 1, 2, 0, 0, 2, 1, 0])), b.const("v", np.array(0.5, np.float32))])
+    h = b.op("Pad", [h, b.const("pads", i64([0, 0, 0, 0, 0, 0, 0, 0]))])
     b.op("Transpose", [h], perm=[0, 3, 1, 2])
-    return b.model([1, 3, size, size], rename_output(b, "y"), [1, c, size, size])
+    return b.model([1, 3, size, size], rename_output(b, "y"), [1, c, size + 3, size + 3])
 
 
 def recurrent(size, seed):
