@@ -14,6 +14,14 @@ type R<T = ()> = Result<T, String>;
 /// A sliced axis: the axis, its first index, the step and the length.
 type SlicedAxis = (usize, i64, i64, usize);
 
+/// Operators computed at import time when every input is a constant.
+#[rustfmt::skip]
+const FOLDABLE: &[&str] = &[
+    "Concat", "Gather", "Slice", "Cast", "Add", "Sub", "Mul", "Div", "Range", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "Where", "Neg", "Abs", "Sqrt", "Reciprocal",
+    "Pow", "Max", "Min", "Mod", "Expand", "Transpose", "Trilu", "ScatterND",
+];
+
 /// Ranks the element-wise operators of `std.nn` have overloads for.
 const STD_RANKS: std::ops::RangeInclusive<usize> = 1..=4;
 
@@ -146,6 +154,8 @@ impl Importer<'_> {
             "Einsum" => self.einsum(n),
             "Pad" => self.pad(n),
             "GRU" => self.gru(n),
+            // Swin's shifted-window mask: built from constants, computed at import (`fold_scatter_nd`).
+            "ScatterND" => Err("data, indices and updates must be constants (computed at import)".into()),
             // Constant ranges fold at import (`fold_range`); a computed one has a data-dependent length.
             "Range" => {
                 Err("start, limit and delta must be constants: a computed range's length depends on data".into())
@@ -2066,38 +2076,7 @@ impl Importer<'_> {
         if op == "ConstantOfShape" {
             return self.fold_constant_of_shape(n).map(|()| true);
         }
-        let foldable = [
-            "Concat",
-            "Gather",
-            "Slice",
-            "Cast",
-            "Add",
-            "Sub",
-            "Mul",
-            "Div",
-            "Range",
-            "Equal",
-            "Less",
-            "Greater",
-            "LessOrEqual",
-            "GreaterOrEqual",
-            "And",
-            "Or",
-            "Xor",
-            "Not",
-            "Where",
-            "Neg",
-            "Abs",
-            "Sqrt",
-            "Reciprocal",
-            "Pow",
-            "Max",
-            "Min",
-            "Mod",
-            "Expand",
-            "Transpose",
-            "Trilu",
-        ];
+        let foldable = FOLDABLE;
         let ins: Vec<Option<ValueId>> = n.input.iter().map(|i| self.by_name.get(i).copied()).collect();
         let all_constant = !ins.is_empty()
             && ins
@@ -2111,8 +2090,50 @@ impl Importer<'_> {
             "Concat" | "Gather" | "Slice" | "Cast" => self.fold_layout(n).map(|()| true),
             "Range" => self.fold_range(n).map(|()| true),
             "Expand" | "Transpose" | "Trilu" => self.fold_moves(n).map(|()| true),
+            "ScatterND" => self.fold_scatter_nd(n).map(|()| true),
             _ => self.fold_elementwise(n),
         }
+    }
+
+    /// `ScatterND` of constants (`reduction = none`): the data with the
+    /// slices the indices name replaced by the updates, in order.
+    fn fold_scatter_nd(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["reduction"])?;
+        if a.string("reduction", "none")? != "none" {
+            return Err("only reduction = \"none\" is supported".into());
+        }
+        let ins = self.inputs(n, 3, 3)?;
+        let (x, i, u) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?, Self::required(&ins, 2)?);
+        let out = self.output(n)?.to_string();
+        let (xs, is, us) = (self.shape(x).to_vec(), self.shape(i).to_vec(), self.shape(u).to_vec());
+        let k = *is.last().ok_or("0-d indices")?;
+        if k == 0 || k > xs.len() {
+            return Err(format!("indices of shape {is:?} for data of rank {}", xs.len()));
+        }
+        let mut want = is[..is.len() - 1].to_vec();
+        want.extend(&xs[k..]);
+        if us != want {
+            return Err(format!("updates of shape {us:?}, expected {want:?}"));
+        }
+        let indices = self.int_constant(i, "the indices")?;
+        let like = self.constant(x).cloned().ok_or("a constant")?;
+        let mut result = fold::cells(&like);
+        let updates = fold::cells(self.constant(u).ok_or("a constant")?);
+        let inner: usize = xs[k..].iter().product();
+        let st = fold::strides(&xs);
+        for (p, tuple) in indices.chunks(k).enumerate() {
+            let mut base = 0;
+            for (j, &t) in tuple.iter().enumerate() {
+                let d = xs[j] as i64;
+                if !(-d..d).contains(&t) {
+                    return Err(format!("index {t} is outside an axis of {d}"));
+                }
+                base += t.rem_euclid(d) as usize * st[j];
+            }
+            result[base..base + inner].copy_from_slice(&updates[p * inner..(p + 1) * inner]);
+        }
+        let data = fold::values_like(&result, &like)?;
+        self.add(&out, xs, Some(data)).map(|_| ())
     }
 
     /// An element-wise operator of constants (`fold::elementwise`).

@@ -352,7 +352,8 @@ def masks(size, seed):
     Expand's shape (ViT's class token), Trilu of a constant and of data,
     Gather of position embeddings with [1, T] indices and of data with 2-D
     indices, a 0-d Pow and 0-d values computed at run time, comparisons,
-    Not/And/Or/Xor and Casts of run-time bools."""
+    Not/And/Or/Xor and Casts of run-time bools, ScatterND of constants
+    (Swin's window mask)."""
     b = Builder(seed)
     t, d = size, 8
     x = b.op("MatMul", ["x", b.weight("wq", [d, d], scale=1.0)])
@@ -387,6 +388,14 @@ def masks(size, seed):
     logic = b.op("Or", [b.op("And", [pos_x, b.op("Not", [small])]), b.op("Xor", [pos_x, small])])
     scaled = b.op("Add", [scaled, b.op("Cast", [logic], to=TensorProto.FLOAT)])
     y = b.op("Add", [b.op("Add", [scaled, b.op("Add", [pos, token])]), b.op("Unsqueeze", [mixed, b.const("ax0", i64([0]))])])
+    # Swin's shifted-window mask: regions numbered by ScatterND into zeros, then compared.
+    regions = b.op("ConstantOfShape", [b.const("tt", i64([t, t]))], value=numpy_helper.from_array(np.array([0.0], np.float32)))
+    regions = b.op("ScatterND", [regions, b.const("at", i64([[[0, 1], [2, 3]], [[t - 1, 0], [1, 1]]])),
+                                 b.const("upd", np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))])
+    regions = b.op("ScatterND", [regions, b.const("row", i64([[t - 2]])), b.const("upd_row", np.full((1, t), 5.0, np.float32))])
+    region_mask = b.op("Where", [b.op("Equal", [regions, b.const("zero_f", np.array(0.0, np.float32))]),
+                                 b.const("zf2", np.array(0.0, np.float32)), b.const("m100", np.array(-100.0, np.float32))])
+    y = b.op("Add", [y, b.op("MatMul", [region_mask, b.op("Reshape", [att, b.const("td2", i64([t, d]))])])])
     b.op("Add", [y, picked])
     return b.model([1, t, d], rename_output(b, "y"), [1, t, d])
 
