@@ -18,7 +18,7 @@ counts. The last column is ONNX Runtime's time over texc's (higher is better).
 
 Usage: ~/peers/bin/python benches/zoo.py [--quick | --models a,b | --all]
        [--exporters ts,dynamo] [--targets x86-avx512] [--threads 1,2]
-       [--repeat 20] [--no-time] [--texc PATH] [--keep DIR]
+       [--repeat 20] [--no-time | --import-only] [--texc PATH] [--keep DIR]
 `--quick` (the default without --models/--all): the hand-written models and
 resnet18, mobilenet_v3_small, vit_b_16, swin_t, convnext_tiny.
 This script needs torch (the peers venv); CI checks the same operator forms
@@ -27,7 +27,6 @@ with small graph-builder models (tests/onnx/models.py).
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -209,7 +208,7 @@ print(worst)
 
 
 def attempt(cmd, timeout=None):
-    """(ok, stdout, first line of the error, peak RSS of the process in MB)."""
+    """(ok, stdout, the first line of the error that mentions one)."""
     t0 = time.time()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -217,28 +216,23 @@ def attempt(cmd, timeout=None):
     except subprocess.TimeoutExpired:
         p.kill()
         p.communicate()
-        return False, "", f"timed out after {time.time() - t0:.0f} s", 0.0
-    # ru_maxrss of the children so far: the largest child yet; texc is the largest we run.
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        return False, "", f"timed out after {time.time() - t0:.0f} s"
     if p.returncode != 0:
         lines = [line for line in (err or out).splitlines() if line.strip()]
         first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else f"exit {p.returncode}")
-        return False, out, first.strip()[:200], rss
-    return True, out, "", rss
+        return False, out, first.strip()[:200]
+    return True, out, ""
 
 
-def peak_rss(cmd, timeout=None):
-    """Peak RSS of one command, measured alone (through /usr/bin/time when present, else the wait4 rusage)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        _, status, ru = os.wait4(p.pid, 0)
-    except ChildProcessError:
-        return None
-    p.communicate(timeout=timeout)
-    return ru.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
+def peak_rss(cmd):
+    """(peak RSS in MB, exit code) of one command, from its own rusage (wait4); its output is dropped."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return ru.ru_maxrss / 1024, p.returncode
 
 
-def best_cpu_target(texc):
+def best_cpu_target():
     flags = open("/proc/cpuinfo").read()
     return "x86-avx512" if " avx512f " in flags else "x86-avx2"
 
@@ -254,6 +248,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-time", action="store_true", help="import and check only")
+    ap.add_argument("--import-only", action="store_true", help="export and import only (which models import)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds for one texc command")
     ap.add_argument("--texc", default=None)
     ap.add_argument("--keep", help="write the models here and keep them (default: a temporary directory)")
@@ -271,7 +266,7 @@ def main():
         models = a.models.split(",")
     else:
         models = QUICK
-    targets = a.targets.split(",") if a.targets else [best_cpu_target(texc)]
+    targets = a.targets.split(",") if a.targets else [best_cpu_target()]
     threads = [int(t) for t in a.threads.split(",")]
     rows = []
     root = a.keep or tempfile.mkdtemp(prefix="texc-zoo-")
@@ -282,17 +277,21 @@ def main():
             os.makedirs(d, exist_ok=True)
             row = {"model": model, "exporter": exporter}
             rows.append(row)
-            ok, _, err, _ = attempt([a.peers, "-c", EXPORT, model, exporter, d], timeout=a.timeout)
+            ok, _, err = attempt([a.peers, "-c", EXPORT, model, exporter, d], timeout=a.timeout)
             if not ok:
                 row["error"] = "export: " + err
                 report(row)
                 continue
-            ok, _, err, _ = attempt([texc, "import", f"{d}/model.onnx", "-o", f"{d}/model.tex"], timeout=a.timeout)
+            ok, _, err = attempt([texc, "import", f"{d}/model.onnx", "-o", f"{d}/model.tex"], timeout=a.timeout)
             if not ok:
                 row["error"] = err
                 report(row)
                 continue
-            ok, out, err, _ = attempt([a.peers, "-c", ORT, d, "1", "0"])
+            if a.import_only:
+                row["imported"] = True
+                report(row)
+                continue
+            ok, out, err = attempt([a.peers, "-c", ORT, d, "1", "0"])
             if not ok:
                 row["error"] = "ONNX Runtime: " + err
                 report(row)
@@ -302,19 +301,19 @@ def main():
                 cmd = [texc, "run", f"{d}/model.onnx", "--input", f"{d}/inputs.npz", "--output",
                        f"{d}/texc-{target}.npz", "--target", target]
                 t0 = time.time()
-                res = peak_rss(cmd, timeout=a.timeout)
+                res = peak_rss(cmd)
                 r["run_s"] = time.time() - t0
-                if res is None or res[1] != 0:
-                    _, _, err, _ = attempt(cmd, timeout=a.timeout)
+                if res[1] != 0:
+                    _, _, err = attempt(cmd, timeout=a.timeout)
                     r["error"] = err
                     continue
                 r["rss_mb"] = res[0]
-                ok, out, err, _ = attempt([a.peers, "-c", COMPARE, f"{d}/texc-{target}.npz", f"{d}/ort.npz"])
+                ok, out, err = attempt([a.peers, "-c", COMPARE, f"{d}/texc-{target}.npz", f"{d}/ort.npz"])
                 r["rel_err"] = out.strip() if ok else "compare: " + err
                 if a.no_time:
                     continue
                 for t in threads:
-                    ok, out, err, _ = attempt([texc, "bench", f"{d}/model.onnx", "--input", f"{d}/inputs.npz",
+                    ok, out, err = attempt([texc, "bench", f"{d}/model.onnx", "--input", f"{d}/inputs.npz",
                                                "--target", target, "--threads", str(t), "--repeat", str(a.repeat),
                                                "--json"], timeout=a.timeout)
                     if not ok:
@@ -322,7 +321,7 @@ def main():
                         break
                     j = json.loads(out)
                     r.setdefault("compile_s", j["compile_s"])
-                    ok, out, err, _ = attempt([a.peers, "-c", ORT, d, str(t), str(a.repeat)])
+                    ok, out, err = attempt([a.peers, "-c", ORT, d, str(t), str(a.repeat)])
                     ort_ms = json.loads(out)["median"] if ok else None
                     r[t] = median_of([(j["time_ms"]["median"], j["time_ms"]["p99"], j["compile_s"])])[0], ort_ms
             report(row)
@@ -333,6 +332,9 @@ def main():
     for row in rows:
         if "error" in row:
             print(f"| {row['model']} | {row['exporter']} | | {row['error']} | | | |" + " |" * len(threads))
+            continue
+        if row.get("imported"):
+            print(f"| {row['model']} | {row['exporter']} | | imports | | | |" + " |" * len(threads))
             continue
         for target, r in row.get("targets", {}).items():
             cells = []
