@@ -41,8 +41,8 @@ pub(crate) fn cells(v: &Values) -> Vec<Cell> {
     }
 }
 
-/// Cells of one kind back into data: floats rounded to f32.
-fn values(c: &[Cell], like: &Values) -> R<Values> {
+/// Cells back into data of `like`'s kind: floats rounded to f32.
+pub(crate) fn values(c: &[Cell], like: &Values) -> R<Values> {
     Ok(match like {
         Values::F32(_) | Values::F64(_) => Values::F32(c.iter().map(|x| x.f() as f32).collect()),
         Values::I64(_) => Values::I64(
@@ -228,9 +228,4 @@ pub(crate) fn zero_like(v: &Values) -> Cell {
         Values::I64(_) => Cell::I(0),
         Values::Bool(_) => Cell::B(false),
     }
-}
-
-/// Cells back into data of `like`'s kind.
-pub(crate) fn values_like(c: &[Cell], like: &Values) -> R<Values> {
-    values(c, like)
 }

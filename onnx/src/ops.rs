@@ -2132,7 +2132,7 @@ impl Importer<'_> {
             }
             result[base..base + inner].copy_from_slice(&updates[p * inner..(p + 1) * inner]);
         }
-        let data = fold::values_like(&result, &like)?;
+        let data = fold::values(&result, &like)?;
         self.add(&out, xs, Some(data)).map(|_| ())
     }
 
@@ -2208,7 +2208,7 @@ impl Importer<'_> {
                     .enumerate()
                     .map(|(f, v)| if fold::trilu_keeps(f / cols % rows, f % cols, k, upper) { v } else { zero })
                     .collect();
-                let data = fold::values_like(&c, &data)?;
+                let data = fold::values(&c, &data)?;
                 return self.add(&out, xs, Some(data)).map(|_| ());
             }
         };
