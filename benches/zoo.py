@@ -6,7 +6,8 @@ Models (random weights, batch 1): every torchvision classification model
 (`torchvision.models.list_models(module=torchvision.models)`), and
 hand-written small ones: `bert` (encoder with token, position and segment
 embeddings and a padding mask), `gpt2` (decoder with a causal mask, token
-and position embeddings), `vit_small`, `lstm` (2 layers, bidirectional),
+and position embeddings), `vit_small`, `sdpa` (F.scaled_dot_product_attention,
+causal and with a bool mask), `lstm` (2 layers, bidirectional),
 `gru`, `unet` (ConvTranspose and Resize). Each is exported with
 `torch.onnx.export(..., dynamo=False, opset_version=17)` ("ts") and with the
 dynamo-based exporter at opset 18 ("dynamo"), then, per texc target:
@@ -35,7 +36,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import ROOT, median_of  # noqa: E402  (the helpers benches/models.py times with)
 
-HAND = ["bert", "gpt2", "vit_small", "lstm", "gru", "unet"]
+HAND = ["bert", "gpt2", "vit_small", "sdpa", "lstm", "gru", "unet"]
 QUICK = HAND + ["resnet18", "mobilenet_v3_small", "vit_b_16", "swin_t", "convnext_tiny"]
 
 # Runs in the peers Python: builds model `name`, writes d/model.onnx and
@@ -121,6 +122,19 @@ class ViT(nn.Module):
             x = blk(x)
         return s.head(s.ln(x)[:, 0])
 
+class SDPA(nn.Module):
+    # F.scaled_dot_product_attention as models call it: causal, and with a bool padding mask.
+    def __init__(s, dim=64, heads=4):
+        super().__init__(); s.h = heads
+        s.qkv = nn.Linear(dim, 3 * dim); s.o = nn.Linear(dim, dim)
+    def forward(s, x):
+        b, t, c = x.shape
+        q, k, v = [z.view(b, t, s.h, c // s.h).transpose(1, 2) for z in s.qkv(x).split(c, dim=2)]
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        keep = torch.arange(t) < t - 5
+        y = F.scaled_dot_product_attention(y, k, v, attn_mask=keep[None, None, None, :])
+        return s.o(y.transpose(1, 2).reshape(b, t, c))
+
 class RNN(nn.Module):
     def __init__(s, kind):
         super().__init__()
@@ -148,6 +162,8 @@ if name == "gpt2":
 elif name == "bert":
     mask = torch.ones(1, 64, dtype=torch.long); mask[0, 50:] = 0
     m, xs, names = BERT(), (torch.randint(0, 500, (1, 64)), mask), ["ids", "mask"]
+elif name == "sdpa":
+    m, xs, names = SDPA(), (torch.randn(1, 32, 64),), ["x"]
 elif name == "vit_small":
     m, xs, names = ViT(), (torch.randn(1, 3, 32, 32),), ["x"]
 elif name in ("lstm", "gru"):

@@ -50,7 +50,8 @@ impl Importer<'_> {
         let first = ty_of(0).unwrap_or(Ty::F32);
         let op = n.op_type.as_str();
         Ok(match op {
-            "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor" | "Not" => Ty::Bool,
+            "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor" | "Not"
+            | "IsNaN" => Ty::Bool,
             "Where" => ty_of(1).unwrap_or(Ty::F32),
             "Cast" => {
                 let to = Attrs::new(n, &["to", "saturate"])?.int("to", 0)? as i32;
@@ -147,6 +148,8 @@ impl Importer<'_> {
             "And" => self.logical(n, 2, |a| format!("{} && {}", a[0], a[1])),
             "Or" => self.logical(n, 2, |a| format!("{} || {}", a[0], a[1])),
             "Not" => self.logical(n, 1, |a| format!("!{}", a[0])),
+            // NaN is the one value unequal to itself (IEEE 754), on every target.
+            "IsNaN" => self.logical(n, 1, |a| format!("{0} != {0}", a[0])),
             "Xor" => self.logical(n, 2, |a| format!("({0} || {1}) && !({0} && {1})", a[0], a[1])),
             "Where" => self.logical(n, 3, |a| format!("select({}, {}, {})", a[0], a[1], a[2])),
             "Trilu" => self.trilu(n),

@@ -352,7 +352,7 @@ def masks(size, seed):
     Expand's shape (ViT's class token), Trilu of a constant and of data,
     Gather of position embeddings with [1, T] indices and of data with 2-D
     indices, a 0-d Pow and 0-d values computed at run time, comparisons,
-    Not/And/Or/Xor and Casts of run-time bools, ScatterND of constants
+    Not/And/Or/Xor, IsNaN and Casts of run-time bools, ScatterND of constants
     (Swin's window mask)."""
     b = Builder(seed)
     t, d = size, 8
@@ -387,6 +387,10 @@ def masks(size, seed):
     small = b.op("Less", [b.op("Abs", [scaled]), b.const("lim", np.array(0.5, np.float32))])
     logic = b.op("Or", [b.op("And", [pos_x, b.op("Not", [small])]), b.op("Xor", [pos_x, small])])
     scaled = b.op("Add", [scaled, b.op("Cast", [logic], to=TensorProto.FLOAT)])
+    # IsNaN, as exporters guard a softmax whose row is all masked: log of the negatives is NaN.
+    logs = b.op("Log", [scaled])
+    scaled = b.op("Add", [scaled, b.op("Where", [b.op("IsNaN", [logs]), b.const("zf3", np.array(0.0, np.float32)),
+                                                 logs])])
     y = b.op("Add", [b.op("Add", [scaled, b.op("Add", [pos, token])]), b.op("Unsqueeze", [mixed, b.const("ax0", i64([0]))])])
     # Swin's shifted-window mask: regions numbered by ScatterND into zeros, then compared.
     regions = b.op("ConstantOfShape", [b.const("tt", i64([t, t]))], value=numpy_helper.from_array(np.array([0.0], np.float32)))
