@@ -1650,9 +1650,6 @@ impl Importer<'_> {
             }
             e
         };
-        if shape.is_empty() {
-            return Err("it gathers a 0-d tensor: not supported".into());
-        }
         self.emit_def(out, shape, rhs)
     }
 

@@ -382,6 +382,9 @@ def masks(size, seed):
     scale = b.op("Pow", [b.const("two", np.array(2.0, np.float32)), b.const("half", np.array(-0.5, np.float32))])
     total = b.op("ReduceMean", [att], keepdims=0)
     scaled = b.op("Mul", [b.op("Sub", [att, total]), scale])
+    # A 0-d element of data picked by a scalar index.
+    one = b.op("Gather", [b.op("Reshape", [att, b.const("flat_all", i64([-1]))]), b.const("k3", i64(3))], axis=0)
+    scaled = b.op("Add", [scaled, one])
     # Bools of data: comparisons, logic, Cast to f32.
     pos_x = b.op("Greater", [scaled, b.const("zf", np.array(0.0, np.float32))])
     small = b.op("Less", [b.op("Abs", [scaled]), b.const("lim", np.array(0.5, np.float32))])
