@@ -19,7 +19,7 @@ type SlicedAxis = (usize, i64, i64, usize);
 const FOLDABLE: &[&str] = &[
     "Concat", "Gather", "Slice", "Cast", "Add", "Sub", "Mul", "Div", "Range", "Equal", "Less", "Greater",
     "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "Where", "Neg", "Abs", "Sqrt", "Reciprocal",
-    "Pow", "Max", "Min", "Mod", "Expand", "Transpose", "Trilu", "ScatterND",
+    "Pow", "Max", "Min", "Mod", "Expand", "Transpose", "Trilu", "ScatterND", "GatherND",
 ];
 
 /// Ranks the element-wise operators of `std.nn` have overloads for.
@@ -135,7 +135,8 @@ impl Importer<'_> {
             "Resize" | "Upsample" => self.resize(n),
             "DepthToSpace" => self.depth_to_space(n),
             "Cast" => self.cast(n),
-            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => self.reduce(n),
+            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
+            | "ReduceSumSquare" => self.reduce(n),
             "LayerNormalization" => self.layer_norm(n),
             "ConvTranspose" => self.conv_transpose(n),
             "Attention" => self.attention(n),
@@ -159,6 +160,7 @@ impl Importer<'_> {
             "GRU" => self.gru(n),
             // Swin's shifted-window mask: built from constants, computed at import (`fold_scatter_nd`).
             "ScatterND" => Err("data, indices and updates must be constants (computed at import)".into()),
+            "GatherND" => self.gather_nd(n),
             // Constant ranges fold at import (`fold_range`); a computed one has a data-dependent length.
             "Range" => {
                 Err("start, limit and delta must be constants: a computed range's length depends on data".into())
@@ -1029,12 +1031,7 @@ impl Importer<'_> {
         // mean only for rank 2, where it is the last axis).
         let channels = axis == 1 && (xs.len() == 3 || xs.len() == 4) && self.opset >= 13;
         if !(axis + 1 == xs.len() && (2..=4).contains(&xs.len()) || channels) {
-            return Err(format!(
-                "{} over axis {axis} of a rank-{} tensor: only the last axis of rank 2 to 4 tensors, \
-                 or axis 1 of rank 3 and 4 tensors from opset 13, is supported",
-                n.op_type,
-                xs.len()
-            ));
+            return self.softmax_reshaped(n, x, axis);
         }
         let name = match (n.op_type == "LogSoftmax", channels) {
             (true, false) => NnOp::LogSoftmax,
@@ -1044,6 +1041,34 @@ impl Importer<'_> {
         };
         let call = format!("{name}({})", self.tensor(x)?);
         self.emit_call(out, xs, call)
+    }
+
+    /// Softmax over any axis: the input reshaped to [outer, d, inner] (the
+    /// axis alone from opset 13; the axis and every one after it, flattened,
+    /// before), `softmax` over the last axis of [outer, d] or `softmax_dim1`
+    /// of [outer, d, inner], reshaped back.
+    fn softmax_reshaped(&mut self, n: &NodeProto, x: ValueId, axis: usize) -> R {
+        let out = self.output(n)?.to_string();
+        let xs = self.shape(x).to_vec();
+        let outer: usize = xs[..axis].iter().product();
+        let (d, inner) = if self.opset < 13 {
+            (xs[axis..].iter().product::<usize>(), 1)
+        } else {
+            (xs[axis], xs[axis + 1..].iter().product::<usize>())
+        };
+        let log = n.op_type == "LogSoftmax";
+        let (shape, name) = match (inner, log) {
+            (1, false) => (vec![outer, d], NnOp::Softmax),
+            (1, true) => (vec![outer, d], NnOp::LogSoftmax),
+            (_, false) => (vec![outer, d, inner], NnOp::SoftmaxDim1),
+            (_, true) => (vec![outer, d, inner], NnOp::LogSoftmaxDim1),
+        };
+        let flat = self.reshape_named(&format!("{out}#flat"), x, shape.clone())?;
+        let call = format!("{name}({})", self.tensor(flat)?);
+        let normed = format!("{out}#normed");
+        self.emit_call(&normed, shape, call)?;
+        let normed = self.lookup(&normed)?;
+        self.reshape_into(&out, normed, xs)
     }
 
     /// Opset 23's Attention on 4-D Q, K, V without a mask, cache or softcap:
@@ -1661,8 +1686,14 @@ impl Importer<'_> {
     /// refuses it).
     fn gather_by_data(&mut self, n: &NodeProto, x: ValueId, i: ValueId) -> R {
         let a = Attrs::new(n, &["axis"])?;
+        let axis = normalize_axis(a.int("axis", 0)?, self.shape(x).len())?;
+        let out = self.output(n)?;
+        self.gather_rows(out, x, i, axis)
+    }
+
+    /// `out` = `x` gathered along `axis` at integer indices `i` (a one-hot sum).
+    fn gather_rows(&mut self, out: &str, x: ValueId, i: ValueId, axis: usize) -> R {
         let xs = self.shape(x).to_vec();
-        let axis = normalize_axis(a.int("axis", 0)?, xs.len())?;
         let ishape = self.shape(i).to_vec();
         let ity = self.value(i).ty;
         if !ity.is_int() {
@@ -1674,7 +1705,6 @@ impl Importer<'_> {
                 self.value(x).ty.name()
             ));
         }
-        let out = self.output(n)?;
         let mut shape = xs[..axis].to_vec();
         shape.extend(&ishape);
         shape.extend(&xs[axis + 1..]);
@@ -2054,13 +2084,18 @@ impl Importer<'_> {
         }
         let access = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
         let count: usize = axes.iter().map(|&k| xs[k]).product();
-        let (op, scale) = match n.op_type.as_str() {
-            "ReduceMean" => ("sum", format!(" / {}", literal(count as f64)?)),
-            "ReduceSum" => ("sum", String::new()),
-            "ReduceMax" => ("max", String::new()),
-            _ => ("min", String::new()),
+        let over = reduced.join(", ");
+        let rhs = match n.op_type.as_str() {
+            "ReduceMean" => format!("sum[{over}]({access}) / {}", literal(count as f64)?),
+            "ReduceSum" => format!("sum[{over}]({access})"),
+            "ReduceMax" => format!("max[{over}]({access})"),
+            "ReduceMin" => format!("min[{over}]({access})"),
+            "ReduceProd" => format!("prod[{over}]({access})"),
+            "ReduceL1" => format!("sum[{over}](abs({access}))"),
+            "ReduceL2" => format!("sqrt(sum[{over}]({access} * {access}))"),
+            _ => format!("sum[{over}]({access} * {access})"),
         };
-        self.emit_def(out, shape, format!("{op}[{}]({access}){scale}", reduced.join(", ")))
+        self.emit_def(out, shape, rhs)
     }
 
     // ------------------------------------------------------------ constant folding
@@ -2091,6 +2126,7 @@ impl Importer<'_> {
             "Range" => self.fold_range(n).map(|()| true),
             "Expand" | "Transpose" | "Trilu" => self.fold_moves(n).map(|()| true),
             "ScatterND" => self.fold_scatter_nd(n).map(|()| true),
+            "GatherND" => self.fold_gather_nd(n).map(|()| true),
             _ => self.fold_elementwise(n),
         }
     }
@@ -2134,6 +2170,72 @@ impl Importer<'_> {
         }
         let data = fold::values(&result, &like)?;
         self.add(&out, xs, Some(data)).map(|_| ())
+    }
+
+    /// `GatherND` of constants (`batch_dims = 0`; Swin V2's relative
+    /// position table): the slices of the data the index tuples name.
+    fn fold_gather_nd(&mut self, n: &NodeProto) -> R {
+        let (x, at, shape) = self.gather_nd_plan(n)?;
+        let out = self.output(n)?.to_string();
+        let data = self.constant(x).ok_or("a constant")?.pick(&at);
+        self.add(&out, shape, Some(data)).map(|_| ())
+    }
+
+    /// `GatherND` of data at constant indices: a Gather along the first axis
+    /// of the data with its indexed axes flattened into one.
+    fn gather_nd(&mut self, n: &NodeProto) -> R {
+        let (x, _, _) = self.gather_nd_plan(n)?;
+        let ins = self.inputs(n, 2, 2)?;
+        let i = Self::required(&ins, 1)?;
+        let out = self.output(n)?.to_string();
+        let (xs, is) = (self.shape(x).to_vec(), self.shape(i).to_vec());
+        let k = is[is.len() - 1];
+        let st = fold::strides(&xs[..k]);
+        let rows: Vec<i64> = self
+            .int_constant(i, "the indices")?
+            .chunks(k)
+            .map(|t| t.iter().zip(&xs).zip(&st).map(|((&t, &d), &s)| t.rem_euclid(d as i64) * s as i64).sum())
+            .collect();
+        let rows = self.add(&format!("{out}#rows"), is[..is.len() - 1].to_vec(), Some(Values::I64(rows)))?;
+        let mut flat = vec![xs[..k].iter().product::<usize>()];
+        flat.extend(&xs[k..]);
+        let flat = self.reshape_named(&format!("{out}#flat"), x, flat)?;
+        self.gather_rows(&out, flat, rows, 0)
+    }
+
+    /// The data, the flat position of each element of the result in the
+    /// data, and the result's shape; the indices checked.
+    fn gather_nd_plan(&self, n: &NodeProto) -> R<(ValueId, Vec<usize>, Vec<usize>)> {
+        let a = Attrs::new(n, &["batch_dims"])?;
+        if a.int("batch_dims", 0)? != 0 {
+            return Err("only batch_dims = 0 is supported".into());
+        }
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, i) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let (xs, is) = (self.shape(x).to_vec(), self.shape(i).to_vec());
+        let k = *is.last().ok_or("0-d indices")?;
+        if k == 0 || k > xs.len() {
+            return Err(format!("indices of shape {is:?} for data of rank {}", xs.len()));
+        }
+        let mut shape = is[..is.len() - 1].to_vec();
+        shape.extend(&xs[k..]);
+        elements(&shape).filter(|&c| c <= 1 << 26).ok_or("too many elements for a constant")?;
+        let indices = self.int_constant(i, "the indices")?;
+        let inner: usize = xs[k..].iter().product();
+        let st = fold::strides(&xs);
+        let mut at = Vec::new();
+        for tuple in indices.chunks(k) {
+            let mut base = 0;
+            for (j, &t) in tuple.iter().enumerate() {
+                let d = xs[j] as i64;
+                if !(-d..d).contains(&t) {
+                    return Err(format!("index {t} is outside an axis of {d}"));
+                }
+                base += t.rem_euclid(d) as usize * st[j];
+            }
+            at.extend(base..base + inner);
+        }
+        Ok((x, at, shape))
     }
 
     /// An element-wise operator of constants (`fold::elementwise`).

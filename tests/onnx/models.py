@@ -495,6 +495,32 @@ def einsum(size, seed):
     return b.model([2, size, 4], rename_output(b, "y"), [total])
 
 
+def rank5(size, seed):
+    """Forms of Swin V2 and MaxViT: Softmax and LogSoftmax over the last and a
+    middle axis of a rank-5 tensor; ReduceL2, ReduceL1, ReduceSumSquare and
+    ReduceProd; GatherND of constants and of data (1- and 2-element index
+    tuples). The results flattened and joined."""
+    b = Builder(seed)
+    flat = lambda v: b.op("Reshape", [v, b.const("flat", i64([-1]))])  # noqa: E731
+    x = "x"  # [1, 2, 3, size, 4]
+    outs = [b.op("Softmax", [x], axis=-1), b.op("LogSoftmax", [x], axis=2), b.op("Softmax", [x], axis=1)]
+    outs.append(b.op("ReduceL2", [x], axes=[3], keepdims=1))
+    outs.append(b.op("ReduceL1", [x], axes=[1, 4], keepdims=0))
+    outs.append(b.op("ReduceSumSquare", [x], axes=[2], keepdims=0))
+    outs.append(b.op("ReduceProd", [x], axes=[4], keepdims=0))
+    table = b.const("table", np.arange(24, dtype=np.float32).reshape(4, 6))
+    picked = b.op("GatherND", [table, b.const("ti", i64([[3], [0], [3]]))])
+    flat_x = b.op("Reshape", [x, b.const("s2", i64([6, size * 4]))])
+    outs.append(b.op("MatMul", [picked, b.op("Transpose", [b.op("Slice", [flat_x, b.const("z", i64([0])),
+                                                                        b.const("six", i64([6])),
+                                                                        b.const("one", i64([1]))])])]))
+    outs.append(b.op("GatherND", [flat_x, b.const("di", i64([[[5], [0]], [[1], [1]]]))]))
+    outs.append(b.op("GatherND", [b.op("Reshape", [x, b.const("s3", i64([6, size, 4]))]),
+                                  b.const("pairs", i64([[5, size - 1], [0, 0], [2, 1]]))]))
+    b.op("Concat", [flat(v) for v in outs], axis=0)
+    return b.model([1, 2, 3, size, 4], rename_output(b, "y"), None)
+
+
 def symbolic(size, seed):
     """A batch dimension left symbolic, as torch.onnx.export's dynamic_axes leaves it."""
     b = Builder(seed)
@@ -520,7 +546,8 @@ def bad_strides(size, seed):
 MODELS = {"embedding": (embedding, 12), "decoder": (decoder, 9), "attention3d": (attention3d, 5), "resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
           "small": (small, 17), "activations": (activations, 6), "layout": (layout, 9), "shapes": (shapes, 5), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
           "bad_strides": (bad_strides, 9), "masks": (masks, 6), "int_data": (int_data, 7),
-          "channels_last": (channels_last, 5), "recurrent": (recurrent, 5), "einsum": (einsum, 3)}
+          "channels_last": (channels_last, 5), "recurrent": (recurrent, 5), "einsum": (einsum, 3),
+          "rank5": (rank5, 5)}
 
 
 def main():

@@ -206,6 +206,12 @@ fn einsum_matches_onnx_runtime() {
     imported_model_matches_onnx_runtime("einsum", &["interp", "x86-avx2"]);
 }
 
+/// Issue 36: Swin V2's and MaxViT's forms (Softmax over any axis, L1/L2 reductions, GatherND).
+#[test]
+fn softmax_on_any_axis_and_gather_nd_match_onnx_runtime() {
+    imported_model_matches_onnx_runtime("rank5", &["interp", "x86-avx2"]);
+}
+
 /// `run` takes the `.onnx` file itself, with its weights, and `--check` works on it.
 #[test]
 fn run_takes_an_onnx_file() {
