@@ -58,15 +58,26 @@ pub(crate) fn values(c: &[Cell], like: &Values) -> R<Values> {
     })
 }
 
-/// The element-wise operator `op` of ONNX over broadcast operands; `None`
-/// when it is not one this module evaluates.
-pub(crate) fn elementwise(op: &str, operands: &[(Values, Vec<usize>)]) -> R<Option<(Vec<usize>, Values)>> {
-    let arity = match op {
+/// Whether `elementwise` evaluates `op`.
+pub(crate) fn is_elementwise(op: &str) -> bool {
+    arity(op).is_some()
+}
+
+fn arity(op: &str) -> Option<usize> {
+    Some(match op {
         "Not" | "Neg" | "Abs" | "Sqrt" | "Reciprocal" => 1,
         "Where" => 3,
         "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor" | "Add" | "Sub"
         | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Mod" => 2,
-        _ => return Ok(None),
+        _ => return None,
+    })
+}
+
+/// The element-wise operator `op` of ONNX over broadcast operands; `None`
+/// when it is not one this module evaluates.
+pub(crate) fn elementwise(op: &str, operands: &[(Values, Vec<usize>)]) -> R<Option<(Vec<usize>, Values)>> {
+    let Some(arity) = arity(op) else {
+        return Ok(None);
     };
     if operands.len() != arity {
         return Err(format!("has {} inputs, expected {arity}", operands.len()));

@@ -2118,7 +2118,7 @@ impl Importer<'_> {
                 .iter()
                 .zip(&n.input)
                 .all(|(id, name)| name.is_empty() || id.is_some_and(|id| self.constant(id).is_some()));
-        if !foldable.contains(&op) || !all_constant {
+        if !foldable.contains(&op) || !all_constant || self.fold_would_inflate(n) {
             return Ok(false);
         }
         match op {
@@ -2129,6 +2129,33 @@ impl Importer<'_> {
             "GatherND" => self.fold_gather_nd(n).map(|()| true),
             _ => self.fold_elementwise(n),
         }
+    }
+
+    /// Whether folding `n` would broadcast f32 data into a larger constant
+    /// (an Expand of a bias to a feature map): the kernel then broadcasts it
+    /// as it reads it instead, and the model's weights stay their size.
+    /// Integers and bools (shapes, masks) always fold.
+    fn fold_would_inflate(&self, n: &NodeProto) -> bool {
+        let ids: Vec<ValueId> = n.input.iter().filter_map(|i| self.by_name.get(i).copied()).collect();
+        let f32_data = |id: &ValueId| matches!(self.constant(*id), Some(Values::F32(_) | Values::F64(_)));
+        let data: Vec<ValueId> = match n.op_type.as_str() {
+            "Expand" => ids.first().into_iter().copied().collect(),
+            "Where" => ids.iter().skip(1).copied().collect(),
+            op if fold::is_elementwise(op) => ids.clone(),
+            _ => return false,
+        };
+        if !data.iter().any(f32_data) {
+            return false;
+        }
+        let largest = ids.iter().map(|&id| self.shape(id).iter().product::<usize>()).max().unwrap_or(0);
+        let shape = match n.op_type.as_str() {
+            "Expand" => match ids.get(1).and_then(|&s| self.constant(s)).and_then(Values::as_i64) {
+                Some(t) => broadcast(self.shape(ids[0]), &t.iter().map(|&d| d.max(0) as usize).collect::<Vec<_>>()),
+                None => return false,
+            },
+            _ => ids.iter().try_fold(Vec::new(), |s, &id| broadcast(&s, self.shape(id))),
+        };
+        shape.is_ok_and(|s| s.iter().product::<usize>() > largest)
     }
 
     /// `ScatterND` of constants (`reduction = none`): the data with the
