@@ -761,6 +761,12 @@ fn masks_and_shapes_of_constants_fold_and_inexact_forms_are_refused() {
         refused(vec![cast(data_type::BOOL), node("Relu", &["c"], "y", vec![])], vec![]),
         "node `/y` (Relu): an input of elements of type bool: this operator is supported on f32 tensors"
     );
+    let pads = || vec![ints_tensor("pads", &[0, 1, 0, 1])];
+    import(&graph_of(&[2, 2], vec![node("Pad", &["x", "pads"], "y", vec![])], pads())).expect("constant padding");
+    assert_eq!(
+        refused(vec![node("Pad", &["x", "pads"], "y", vec![string("mode", "reflect")])], pads()),
+        "node `/y` (Pad): mode = \"reflect\": only constant padding is supported"
+    );
     let einsum = |eq: &str| node("Einsum", &["x", "w"], "y", vec![string("equation", eq)]);
     let w = || vec![tensor("w", &[2, 3], &[0.5; 6])];
     import(&graph_of(&[2, 2], vec![einsum("ij,jk->ik")], w())).expect("a product");
