@@ -56,6 +56,12 @@ impl<'n> Attrs<'n> {
         Ok(self.get(name, ty::STRING)?.map_or(default.to_string(), |a| String::from_utf8_lossy(&a.s).into_owned()))
     }
 
+    pub fn strings(&self, name: &str) -> Result<Option<Vec<String>>, String> {
+        Ok(self
+            .get(name, ty::STRINGS)?
+            .map(|a| a.strings.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect()))
+    }
+
     pub fn tensor(&self, name: &str) -> Result<Option<&'n TensorProto>, String> {
         Ok(self.get(name, ty::TENSOR)?.and_then(|a| a.t.as_ref()))
     }

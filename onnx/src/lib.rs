@@ -18,9 +18,11 @@
 //!   bytes.
 
 mod attrs;
+mod fold;
 mod names;
 mod ops;
 pub mod proto;
+mod rnn;
 #[cfg(test)]
 mod tests;
 
@@ -178,12 +180,39 @@ fn default_opset(model: &proto::ModelProto) -> Result<i64, OnnxError> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct ValueId(u32);
 
+/// The element type of a value: what the kernel declares it as. ONNX's
+/// int32 is widened to i64 at import (the importer computes indices and
+/// masks in i64; an int32 graph input keeps its type, `Ty::I32`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ty {
+    F32,
+    I64,
+    I32,
+    Bool,
+}
+
+impl Ty {
+    fn name(self) -> &'static str {
+        match self {
+            Ty::F32 => "f32",
+            Ty::I64 => "i64",
+            Ty::I32 => "i32",
+            Ty::Bool => "bool",
+        }
+    }
+
+    fn is_int(self) -> bool {
+        matches!(self, Ty::I64 | Ty::I32)
+    }
+}
+
 /// Constant data, as the model stores it.
 #[derive(Clone, Debug)]
 enum Values {
     F32(Vec<f32>),
     F64(Vec<f64>),
     I64(Vec<i64>),
+    Bool(Vec<bool>),
 }
 
 impl Values {
@@ -192,6 +221,17 @@ impl Values {
             Values::F32(v) => v.len(),
             Values::F64(v) => v.len(),
             Values::I64(v) => v.len(),
+            Values::Bool(v) => v.len(),
+        }
+    }
+
+    /// The element type the kernel gives these values (f64 constants are
+    /// refused where they are used as data).
+    fn ty(&self) -> Ty {
+        match self {
+            Values::F32(_) | Values::F64(_) => Ty::F32,
+            Values::I64(_) => Ty::I64,
+            Values::Bool(_) => Ty::Bool,
         }
     }
 
@@ -200,6 +240,7 @@ impl Values {
             Values::F32(v) => v.iter().map(|&x| x as f64).collect(),
             Values::F64(v) => v.clone(),
             Values::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            Values::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
         }
     }
 
@@ -216,6 +257,7 @@ impl Values {
             Values::F32(v) => Values::F32(at.iter().map(|&i| v[i]).collect()),
             Values::F64(v) => Values::F64(at.iter().map(|&i| v[i]).collect()),
             Values::I64(v) => Values::I64(at.iter().map(|&i| v[i]).collect()),
+            Values::Bool(v) => Values::Bool(at.iter().map(|&i| v[i]).collect()),
         }
     }
 
@@ -225,6 +267,7 @@ impl Values {
             (Values::F32(a), Values::F32(b)) => Values::F32([a.as_slice(), b].concat()),
             (Values::F64(a), Values::F64(b)) => Values::F64([a.as_slice(), b].concat()),
             (Values::I64(a), Values::I64(b)) => Values::I64([a.as_slice(), b].concat()),
+            (Values::Bool(a), Values::Bool(b)) => Values::Bool([a.as_slice(), b].concat()),
             _ => return None,
         })
     }
@@ -241,9 +284,9 @@ struct Value {
     data: Option<Values>,
     /// A parameter of the kernel: a graph input, or a constant used as a tensor.
     param: bool,
-    /// The element type of a graph input of integers (`i64`, `i32`): only
-    /// the indices of a Gather. `None`: f32.
-    int: Option<&'static str>,
+    /// The element type: of the data for constants, of the input for graph
+    /// inputs, what the node computes otherwise.
+    ty: Ty,
 }
 
 struct Importer<'m> {
@@ -281,10 +324,10 @@ impl<'m> Importer<'m> {
         let initialized: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
         // Before IR version 4, initializers were also listed as inputs.
         for input in graph.input.iter().filter(|i| !initialized.contains(i.name.as_str())) {
-            let (shape, int) = input_shape(input, options).map_err(OnnxError::Model)?;
+            let (shape, ty) = input_shape(input, options).map_err(OnnxError::Model)?;
             let id = im.add(&input.name, shape, None).map_err(OnnxError::Model)?;
             im.values[id.0 as usize].param = true;
-            im.values[id.0 as usize].int = int;
+            im.values[id.0 as usize].ty = ty;
             im.params.push(id);
         }
         // Converted by `initializer_values`, in the same order.
@@ -313,7 +356,8 @@ impl<'m> Importer<'m> {
         }
         let id = ValueId(self.values.len() as u32);
         let ident = self.names.fresh(onnx_name);
-        self.values.push(Value { onnx: onnx_name.to_string(), ident, shape, data, param: false, int: None });
+        let ty = data.as_ref().map_or(Ty::F32, Values::ty);
+        self.values.push(Value { onnx: onnx_name.to_string(), ident, shape, data, param: false, ty });
         self.by_name.insert(onnx_name.to_string(), id);
         Ok(id)
     }
@@ -345,21 +389,12 @@ impl<'m> Importer<'m> {
     /// this way becomes a parameter of the kernel.
     fn tensor(&mut self, id: ValueId) -> Result<String, String> {
         let v = &self.values[id.0 as usize];
-        if let Some(int) = v.int {
-            return Err(format!(
-                "`{}` holds integers ({int}) and is used as data: integer inputs are supported only as the indices of a Gather",
-                v.ident
-            ));
-        }
         if v.data.is_some() && !v.param {
-            if !matches!(v.data, Some(Values::F32(_))) {
+            if matches!(v.data, Some(Values::F64(_))) {
                 return Err(format!(
-                    "`{}` is a constant of integer or f64 elements used as data: only f32 tensors are supported",
+                    "`{}` is a constant of f64 elements used as data: f32, integer and bool tensors are supported",
                     v.ident
                 ));
-            }
-            if v.shape.is_empty() {
-                return Err(format!("`{}` is a 0-d tensor used as data: not supported here", v.ident));
             }
             if v.shape.contains(&0) {
                 return Err(format!("`{}` of shape {:?} is empty: not supported as data", v.ident, v.shape));
@@ -417,7 +452,7 @@ impl<'m> Importer<'m> {
                     )));
                 }
             }
-            outputs.push(format!("{}: f32{}", v.ident, dims(&v.shape)));
+            outputs.push(format!("{}: {}{}", v.ident, v.ty.name(), dims(&v.shape)));
             names.push(ModelName { onnx: o.name.clone(), ident: v.ident.clone(), role: Role::Output });
         }
         if outputs.is_empty() {
@@ -431,9 +466,9 @@ impl<'m> Importer<'m> {
             let v = self.value(id);
             let role = if v.data.is_some() { Role::Weight } else { Role::Input };
             params.push(ModelName { onnx: v.onnx.clone(), ident: v.ident.clone(), role });
-            signature.push(format!("{}: {}{}", v.ident, v.int.unwrap_or("f32"), dims(&v.shape)));
-            if let Some(Values::F32(data)) = &v.data {
-                parameters += data.len();
+            signature.push(format!("{}: {}{}", v.ident, v.ty.name(), dims(&v.shape)));
+            if matches!(v.data, Some(Values::F32(_) | Values::I64(_) | Values::Bool(_))) {
+                parameters += v.data.as_ref().map_or(0, Values::len);
                 weights.push((id, v.ident.clone(), v.shape.clone()));
             }
         }
@@ -441,10 +476,13 @@ impl<'m> Importer<'m> {
         let weights: Vec<(String, Tensor)> = weights
             .into_iter()
             .map(|(id, ident, shape)| {
-                let Some(Values::F32(data)) = self.values[id.0 as usize].data.take() else {
-                    unreachable!("chosen above for its f32 data")
+                let data = match self.values[id.0 as usize].data.take() {
+                    Some(Values::F32(d)) => Data::F32(d),
+                    Some(Values::I64(d)) => Data::I64(d),
+                    Some(Values::Bool(d)) => Data::Bool(d),
+                    _ => unreachable!("chosen above for its f32, i64 or bool data"),
                 };
-                (ident, Tensor { shape, data: Data::F32(data) })
+                (ident, Tensor { shape, data })
             })
             .collect();
         let mut s = String::new();
@@ -503,20 +541,20 @@ fn dims(shape: &[usize]) -> String {
 }
 
 /// A graph input's shape, and its element type where it holds integers.
-fn input_shape(input: &proto::ValueInfoProto, options: &Options) -> Result<(Vec<usize>, Option<&'static str>), String> {
+fn input_shape(input: &proto::ValueInfoProto, options: &Options) -> Result<(Vec<usize>, Ty), String> {
     let tensor = input
         .r#type
         .as_ref()
         .and_then(|t| t.tensor_type.as_ref())
         .ok_or_else(|| format!("graph input `{}` is not a tensor", input.name))?;
-    let int = match tensor.elem_type {
-        data_type::FLOAT => None,
-        data_type::INT64 => Some("i64"),
-        data_type::INT32 => Some("i32"),
+    let ty = match tensor.elem_type {
+        data_type::FLOAT => Ty::F32,
+        data_type::INT64 => Ty::I64,
+        data_type::INT32 => Ty::I32,
+        data_type::BOOL => Ty::Bool,
         other => {
             return Err(format!(
-                "graph input `{}` has elements of type {}: float (f32) inputs are supported, and int64 or int32 \
-                 ones as the indices of a Gather",
+                "graph input `{}` has elements of type {}: float (f32), int64, int32 and bool inputs are supported",
                 input.name,
                 data_type::name(other)
             ))
@@ -542,7 +580,7 @@ fn input_shape(input: &proto::ValueInfoProto, options: &Options) -> Result<(Vec<
         }
         out.push(size as usize);
     }
-    Ok((out, int))
+    Ok((out, ty))
 }
 
 /// A graph output's declared shape, when every dimension is a number.
@@ -593,6 +631,8 @@ fn tensor_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<(Vec<usize
         data_type::INT64 => Values::I64(t.int64_data.clone()),
         data_type::INT32 if has_raw => Values::I64(raw(raw_data, count, |b| i32::from_le_bytes(b) as i64)?),
         data_type::INT32 => Values::I64(t.int32_data.iter().map(|&x| x as i64).collect()),
+        data_type::BOOL if has_raw => Values::Bool(raw(raw_data, count, |b: [u8; 1]| b[0] != 0)?),
+        data_type::BOOL => Values::Bool(t.int32_data.iter().map(|&x| x != 0).collect()),
         other => return Err(format!("elements of type {} are not supported", data_type::name(other))),
     };
     if values.len() != count {

@@ -6,13 +6,21 @@
 
 use crate::attrs::Attrs;
 use crate::proto::NodeProto;
-use crate::{elements, tensor_data, Importer, ValueId, Values};
+use crate::{elements, fold, tensor_data, Importer, Ty, ValueId, Values};
 use texc_compiler::nn::{Epilogue, NnOp};
 
 type R<T = ()> = Result<T, String>;
 
 /// A sliced axis: the axis, its first index, the step and the length.
 type SlicedAxis = (usize, i64, i64, usize);
+
+/// Operators computed at import time when every input is a constant.
+#[rustfmt::skip]
+const FOLDABLE: &[&str] = &[
+    "Concat", "Gather", "Slice", "Cast", "Add", "Sub", "Mul", "Div", "Range", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "Where", "Neg", "Abs", "Sqrt", "Reciprocal",
+    "Pow", "Max", "Min", "Mod", "Expand", "Transpose", "Trilu", "ScatterND", "GatherND",
+];
 
 /// Ranks the element-wise operators of `std.nn` have overloads for.
 const STD_RANKS: std::ops::RangeInclusive<usize> = 1..=4;
@@ -22,6 +30,57 @@ impl Importer<'_> {
         if self.fold(n)? {
             return Ok(());
         }
+        let ty = self.result_ty(n)?;
+        let before = self.values.len();
+        self.translate_op(n)?;
+        for v in &mut self.values[before..] {
+            if v.data.is_none() {
+                v.ty = ty;
+            }
+        }
+        Ok(())
+    }
+
+    /// The element type of what `n` computes at run time; operators that
+    /// compute on f32 only refuse other inputs here, naming the type.
+    fn result_ty(&self, n: &NodeProto) -> R<Ty> {
+        let ty_of = |i: usize| -> Option<Ty> {
+            n.input.get(i).filter(|s| !s.is_empty()).and_then(|s| self.by_name.get(s)).map(|&id| self.value(id).ty)
+        };
+        let first = ty_of(0).unwrap_or(Ty::F32);
+        let op = n.op_type.as_str();
+        Ok(match op {
+            "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor" | "Not"
+            | "IsNaN" => Ty::Bool,
+            "Where" => ty_of(1).unwrap_or(Ty::F32),
+            "Cast" => {
+                let to = Attrs::new(n, &["to", "saturate"])?.int("to", 0)? as i32;
+                match to {
+                    crate::proto::data_type::FLOAT => Ty::F32,
+                    crate::proto::data_type::INT64 => Ty::I64,
+                    crate::proto::data_type::INT32 => Ty::I32,
+                    crate::proto::data_type::BOOL => Ty::Bool,
+                    other => {
+                        return Err(format!("a cast to {} is not supported", crate::proto::data_type::name(other)))
+                    }
+                }
+            }
+            // Operators that move or pick elements, and integer arithmetic, keep their input's type.
+            "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Transpose" | "Concat" | "Slice"
+            | "Split" | "Gather" | "Expand" | "Trilu" | "Pad" | "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Neg"
+            | "Abs" => first,
+            // Dropout's mask output is refused where it is used.
+            _ if first == Ty::F32 => Ty::F32,
+            _ => {
+                return Err(format!(
+                    "an input of elements of type {}: this operator is supported on f32 tensors",
+                    first.name()
+                ))
+            }
+        })
+    }
+
+    fn translate_op(&mut self, n: &NodeProto) -> R {
         match n.op_type.as_str() {
             "Conv" => self.conv(n),
             "BatchNormalization" => self.batch_norm(n),
@@ -56,6 +115,7 @@ impl Importer<'_> {
             "Sub" => self.binary(n, NnOp::Sub, "-"),
             "Mul" => self.binary(n, NnOp::Mul, "*"),
             "Div" => self.binary(n, NnOp::Div, "/"),
+            "Mod" => self.modulo(n),
             "Pow" => self.pow(n),
             "MaxPool" | "AveragePool" => self.pool(n),
             "GlobalAveragePool" => self.global_pool(n),
@@ -75,7 +135,8 @@ impl Importer<'_> {
             "Resize" | "Upsample" => self.resize(n),
             "DepthToSpace" => self.depth_to_space(n),
             "Cast" => self.cast(n),
-            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => self.reduce(n),
+            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
+            | "ReduceSumSquare" => self.reduce(n),
             "LayerNormalization" => self.layer_norm(n),
             "ConvTranspose" => self.conv_transpose(n),
             "Attention" => self.attention(n),
@@ -88,7 +149,18 @@ impl Importer<'_> {
             "And" => self.logical(n, 2, |a| format!("{} && {}", a[0], a[1])),
             "Or" => self.logical(n, 2, |a| format!("{} || {}", a[0], a[1])),
             "Not" => self.logical(n, 1, |a| format!("!{}", a[0])),
+            // NaN is the one value unequal to itself (IEEE 754), on every target.
+            "IsNaN" => self.logical(n, 1, |a| format!("{0} != {0}", a[0])),
+            "Xor" => self.logical(n, 2, |a| format!("({0} || {1}) && !({0} && {1})", a[0], a[1])),
             "Where" => self.logical(n, 3, |a| format!("select({}, {}, {})", a[0], a[1], a[2])),
+            "Trilu" => self.trilu(n),
+            "LSTM" => self.lstm(n),
+            "Einsum" => self.einsum(n),
+            "Pad" => self.pad(n),
+            "GRU" => self.gru(n),
+            // Swin's shifted-window mask: built from constants, computed at import (`fold_scatter_nd`).
+            "ScatterND" => Err("data, indices and updates must be constants (computed at import)".into()),
+            "GatherND" => self.gather_nd(n),
             // Constant ranges fold at import (`fold_range`); a computed one has a data-dependent length.
             "Range" => {
                 Err("start, limit and delta must be constants: a computed range's length depends on data".into())
@@ -100,7 +172,7 @@ impl Importer<'_> {
     // ------------------------------------------------------------ operands
 
     /// The node's inputs, `None` for an omitted optional one (an empty name).
-    fn inputs(&self, n: &NodeProto, min: usize, max: usize) -> R<Vec<Option<ValueId>>> {
+    pub(crate) fn inputs(&self, n: &NodeProto, min: usize, max: usize) -> R<Vec<Option<ValueId>>> {
         let count = n.input.len();
         if count < min || count > max {
             let want = if min == max { format!("{min}") } else { format!("{min} to {max}") };
@@ -109,7 +181,7 @@ impl Importer<'_> {
         n.input.iter().map(|i| if i.is_empty() { Ok(None) } else { self.lookup(i).map(Some) }).collect()
     }
 
-    fn required(ins: &[Option<ValueId>], i: usize) -> R<ValueId> {
+    pub(crate) fn required(ins: &[Option<ValueId>], i: usize) -> R<ValueId> {
         ins.get(i).copied().flatten().ok_or_else(|| format!("input {i} is required"))
     }
 
@@ -132,7 +204,7 @@ impl Importer<'_> {
     }
 
     /// A constant vector of integers (shapes, axes).
-    fn int_constant(&self, id: ValueId, what: &str) -> R<Vec<i64>> {
+    pub(crate) fn int_constant(&self, id: ValueId, what: &str) -> R<Vec<i64>> {
         self.constant(id)
             .and_then(Values::as_i64)
             .ok_or_else(|| format!("{what} must be a constant of integers (an initializer or a Constant node)"))
@@ -144,7 +216,7 @@ impl Importer<'_> {
     fn broadcast_access(&mut self, x: ValueId, vars: &[String]) -> R<String> {
         if let Some(v) = self.constant(x) {
             if v.len() == 1 && self.value(x).shape.iter().all(|&d| d == 1) {
-                return literal(v.as_f64()[0]);
+                return typed_literal(v);
             }
         }
         let shape = self.shape(x).to_vec();
@@ -166,9 +238,12 @@ impl Importer<'_> {
 
     /// `out[i0, i1, ...] = RHS;` with the axes' ranges written unless `out`
     /// is a graph output, whose declared shape gives them.
-    fn emit_def(&mut self, out: &str, shape: Vec<usize>, rhs: String) -> R {
+    pub(crate) fn emit_def(&mut self, out: &str, shape: Vec<usize>, rhs: String) -> R {
         if shape.is_empty() {
-            return Err("its result is a 0-d tensor: not supported".into());
+            let id = self.add(out, shape, None)?;
+            let ident = self.value(id).ident.clone();
+            self.line(format!("{ident} = {rhs};"));
+            return Ok(());
         }
         let ranged = !self.is_graph_output(out);
         let lhs: Vec<String> = vars("i", shape.len())
@@ -217,7 +292,7 @@ impl Importer<'_> {
         let out = self.output(n)?;
         let shape = self.shape(x).to_vec();
         match std {
-            Some(name) if STD_RANKS.contains(&shape.len()) => {
+            Some(name) if STD_RANKS.contains(&shape.len()) && self.value(x).ty == Ty::F32 => {
                 let call = format!("{name}({})", self.tensor(x)?);
                 self.emit_call(out, shape, call)
             }
@@ -361,12 +436,35 @@ impl Importer<'_> {
         let shape = broadcast(self.shape(x), self.shape(y))?;
         let scalar = |id: ValueId| self.constant(id).is_some_and(|v| v.len() == 1);
         let same = self.shape(x) == shape.as_slice() && self.shape(y) == shape.as_slice();
-        if same && STD_RANKS.contains(&shape.len()) && !scalar(x) && !scalar(y) {
+        let f32s = self.value(x).ty == Ty::F32 && self.value(y).ty == Ty::F32;
+        if same && f32s && STD_RANKS.contains(&shape.len()) && !scalar(x) && !scalar(y) {
             let call = format!("{std}({}, {})", self.tensor(x)?, self.tensor(y)?);
             return self.emit_call(out, shape, call);
         }
         let v = vars("i", shape.len());
-        let rhs = format!("{} {op} {}", self.broadcast_access(x, &v)?, self.broadcast_access(y, &v)?);
+        let (a, b) = (self.broadcast_access(x, &v)?, self.broadcast_access(y, &v)?);
+        let rhs = if op == "/" && self.value(x).ty.is_int() {
+            // ONNX's integer division truncates toward zero; texc's floors.
+            let q = format!("{a} / {b}");
+            format!("select({a} % {b} != 0 && ({a} < 0 && {b} > 0 || {a} > 0 && {b} < 0), {q} + 1, {q})")
+        } else {
+            format!("{a} {op} {b}")
+        };
+        self.emit_def(out, shape, rhs)
+    }
+
+    /// Integer `Mod` (`fmod = 0`): the remainder takes the divisor's sign, as texc's `%` does.
+    fn modulo(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["fmod"])?;
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, y) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        if a.int("fmod", 0)? != 0 || !self.value(x).ty.is_int() {
+            return Err("only the integer Mod with fmod = 0 is supported".into());
+        }
+        let out = self.output(n)?;
+        let shape = broadcast(self.shape(x), self.shape(y))?;
+        let v = vars("i", shape.len());
+        let rhs = format!("{} % {}", self.broadcast_access(x, &v)?, self.broadcast_access(y, &v)?);
         self.emit_def(out, shape, rhs)
     }
 
@@ -841,15 +939,15 @@ impl Importer<'_> {
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
         let axis = normalize_axis(a.int("axis", -1)?, xs.len())?;
+        if n.output.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err("only the first output is supported (not the mean and inverse standard deviation)".into());
+        }
         // The last axis of rank 2 and 3 inputs (`layer_norm`), or the last two
-        // of rank 3 and 4 inputs (`layer_norm2`).
+        // of rank 3 and 4 inputs (`layer_norm2`); other trailing axes (a
+        // channels-last [N, H, W, C] tensor) through a reshape to rank 2.
         let last_two = axis + 2 == xs.len() && (xs.len() == 3 || xs.len() == 4);
         if !(axis + 1 == xs.len() && (xs.len() == 2 || xs.len() == 3) || last_two) {
-            return Err(format!(
-                "normalizing from axis {axis} of a rank-{} input: only the last axis of rank 2 and 3 inputs, \
-                 or the last two of rank 3 and 4 inputs, are supported",
-                xs.len()
-            ));
+            return self.layer_norm_flat(n, &a, x, scale, ins.get(2).copied().flatten(), axis);
         }
         let d = xs[axis..].to_vec();
         let bias = match ins.get(2).copied().flatten() {
@@ -870,6 +968,55 @@ impl Importer<'_> {
         self.emit_call(out, xs, format!("{name}({})", args.join(", ")))
     }
 
+    /// LayerNormalization over axes `axis..` of any rank: `layer_norm` of
+    /// the input reshaped to [outer, inner], the scale and bias broadcast to
+    /// the normalized shape and flattened, and the result reshaped back.
+    fn layer_norm_flat(
+        &mut self,
+        n: &NodeProto,
+        a: &Attrs,
+        x: ValueId,
+        scale: ValueId,
+        bias: Option<ValueId>,
+        axis: usize,
+    ) -> R {
+        let out = self.output(n)?.to_string();
+        let xs = self.shape(x).to_vec();
+        let d = xs[axis..].to_vec();
+        let (outer, inner) = (xs[..axis].iter().product::<usize>(), d.iter().product::<usize>());
+        let mut params = Vec::new();
+        for (p, what) in [(Some(scale), "scale"), (bias, "bias")] {
+            let flat = match p {
+                None => self.synthetic(format!("{out}#zero_bias"), vec![inner], vec![0.0; inner])?,
+                Some(p) => {
+                    if broadcast(self.shape(p), &d).ok().as_deref() != Some(&d[..]) {
+                        return Err(format!("{what} of shape {:?} does not broadcast to {d:?}", self.shape(p)));
+                    }
+                    let full = if self.shape(p) == d {
+                        p
+                    } else {
+                        let v = vars("i", d.len());
+                        let rhs = self.broadcast_access(p, &v)?;
+                        self.emit_def(&format!("{out}#{what}"), d.clone(), rhs)?;
+                        self.lookup(&format!("{out}#{what}"))?
+                    };
+                    self.reshape_named(&format!("{out}#{what}_flat"), full, vec![inner])?
+                }
+            };
+            params.push(flat);
+        }
+        let flat = self.reshape_named(&format!("{out}#flat"), x, vec![outer, inner])?;
+        let mut args = vec![self.tensor(flat)?, self.tensor(params[0])?, self.tensor(params[1])?];
+        let eps = a.float("epsilon", 1e-5)?;
+        if eps != 1e-5 {
+            args.push(format!("eps = {}", literal(eps as f64)?));
+        }
+        let normed = format!("{out}#normed");
+        self.emit_call(&normed, vec![outer, inner], format!("{}({})", NnOp::LayerNorm, args.join(", ")))?;
+        let normed = self.lookup(&normed)?;
+        self.reshape_into(&out, normed, xs)
+    }
+
     fn softmax(&mut self, n: &NodeProto) -> R {
         let a = Attrs::new(n, &["axis"])?;
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
@@ -884,12 +1031,7 @@ impl Importer<'_> {
         // mean only for rank 2, where it is the last axis).
         let channels = axis == 1 && (xs.len() == 3 || xs.len() == 4) && self.opset >= 13;
         if !(axis + 1 == xs.len() && (2..=4).contains(&xs.len()) || channels) {
-            return Err(format!(
-                "{} over axis {axis} of a rank-{} tensor: only the last axis of rank 2 to 4 tensors, \
-                 or axis 1 of rank 3 and 4 tensors from opset 13, is supported",
-                n.op_type,
-                xs.len()
-            ));
+            return self.softmax_reshaped(n, x, axis);
         }
         let name = match (n.op_type == "LogSoftmax", channels) {
             (true, false) => NnOp::LogSoftmax,
@@ -899,6 +1041,34 @@ impl Importer<'_> {
         };
         let call = format!("{name}({})", self.tensor(x)?);
         self.emit_call(out, xs, call)
+    }
+
+    /// Softmax over any axis: the input reshaped to [outer, d, inner] (the
+    /// axis alone from opset 13; the axis and every one after it, flattened,
+    /// before), `softmax` over the last axis of [outer, d] or `softmax_dim1`
+    /// of [outer, d, inner], reshaped back.
+    fn softmax_reshaped(&mut self, n: &NodeProto, x: ValueId, axis: usize) -> R {
+        let out = self.output(n)?.to_string();
+        let xs = self.shape(x).to_vec();
+        let outer: usize = xs[..axis].iter().product();
+        let (d, inner) = if self.opset < 13 {
+            (xs[axis..].iter().product::<usize>(), 1)
+        } else {
+            (xs[axis], xs[axis + 1..].iter().product::<usize>())
+        };
+        let log = n.op_type == "LogSoftmax";
+        let (shape, name) = match (inner, log) {
+            (1, false) => (vec![outer, d], NnOp::Softmax),
+            (1, true) => (vec![outer, d], NnOp::LogSoftmax),
+            (_, false) => (vec![outer, d, inner], NnOp::SoftmaxDim1),
+            (_, true) => (vec![outer, d, inner], NnOp::LogSoftmaxDim1),
+        };
+        let flat = self.reshape_named(&format!("{out}#flat"), x, shape.clone())?;
+        let call = format!("{name}({})", self.tensor(flat)?);
+        let normed = format!("{out}#normed");
+        self.emit_call(&normed, shape, call)?;
+        let normed = self.lookup(&normed)?;
+        self.reshape_into(&out, normed, xs)
     }
 
     /// Opset 23's Attention on 4-D Q, K, V without a mask, cache or softcap:
@@ -998,6 +1168,102 @@ impl Importer<'_> {
         self.emit_def(out, shape, rhs)
     }
 
+    /// `Einsum`: the sum over the letters missing from the output of the
+    /// product of the operands (explicit `->` or implicit output, `...`
+    /// for leading axes, a letter repeated in one operand for a diagonal).
+    fn einsum(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["equation"])?;
+        let ins = self.inputs(n, 1, 8)?;
+        let ids: Vec<ValueId> = (0..ins.len()).map(|i| Self::required(&ins, i)).collect::<R<_>>()?;
+        let out = self.output(n)?;
+        let eq: String = a.string("equation", "")?.chars().filter(|c| !c.is_whitespace()).collect();
+        let (lhs, explicit) = match eq.split_once("->") {
+            Some((l, r)) => (l.to_string(), Some(r.to_string())),
+            None => (eq.clone(), None),
+        };
+        let terms: Vec<&str> = lhs.split(',').collect();
+        if terms.len() != ids.len() {
+            return Err(format!("equation `{eq}` has {} operands, the node {}", terms.len(), ids.len()));
+        }
+        // Each operand's axes as letters; `...` stands for its leading axes, named by digits.
+        if eq.chars().any(|c| c.is_ascii_digit()) {
+            return Err(format!("equation `{eq}`: subscripts are letters"));
+        }
+        let ell = ids
+            .iter()
+            .zip(&terms)
+            .filter(|(_, t)| t.contains("..."))
+            .map(|(&id, t)| (self.shape(id).len() + 3).saturating_sub(t.len()))
+            .max()
+            .unwrap_or(0);
+        let expand = |t: &str, rank: usize| -> R<Vec<char>> {
+            let mut axes = Vec::new();
+            if let Some((pre, post)) = t.split_once("...") {
+                let k = rank.checked_sub(pre.len() + post.len()).ok_or(format!("`{t}` has more letters than axes"))?;
+                axes.extend(pre.chars());
+                axes.extend((ell - k..ell).map(|d| char::from(b'0' + d as u8)));
+                axes.extend(post.chars());
+            } else {
+                axes.extend(t.chars());
+            }
+            if axes.len() != rank || axes.iter().any(|c| !(c.is_ascii_alphanumeric())) || ell > 10 {
+                return Err(format!("`{t}` does not name the {rank} axes of its operand"));
+            }
+            Ok(axes)
+        };
+        let mut sizes: Vec<(char, usize)> = Vec::new();
+        let mut operands = Vec::new();
+        for (&id, t) in ids.iter().zip(&terms) {
+            let shape = self.shape(id).to_vec();
+            let axes = expand(t, shape.len())?;
+            for (&c, &d) in axes.iter().zip(&shape) {
+                match sizes.iter().find(|(l, _)| *l == c) {
+                    Some(&(_, e)) if e != d => return Err(format!("`{c}` has sizes {e} and {d}")),
+                    Some(_) => {}
+                    None => sizes.push((c, d)),
+                }
+            }
+            operands.push((id, axes));
+        }
+        let output: Vec<char> = match &explicit {
+            Some(r) => {
+                let digits: Vec<char> = (0..ell).map(|d| char::from(b'0' + d as u8)).collect();
+                let r = r.replace("...", &digits.iter().collect::<String>());
+                r.chars().collect()
+            }
+            None => {
+                let count =
+                    |c: char| operands.iter().map(|(_, a)| a.iter().filter(|&&x| x == c).count()).sum::<usize>();
+                let mut once: Vec<char> = sizes.iter().map(|&(c, _)| c).filter(|&c| count(c) == 1).collect();
+                once.sort_by_key(|&c| (c.is_ascii_alphabetic(), c));
+                once
+            }
+        };
+        let size = |c: char| sizes.iter().find(|(l, _)| *l == c).map(|&(_, d)| d);
+        let shape: Vec<usize> =
+            output.iter().map(|&c| size(c).ok_or(format!("output letter `{c}` names no axis"))).collect::<R<_>>()?;
+        let v = vars("i", output.len());
+        let reduced: Vec<char> = sizes.iter().map(|&(c, _)| c).filter(|c| !output.contains(c)).collect();
+        let var = |c: char| match output.iter().position(|&o| o == c) {
+            Some(k) => v[k].clone(),
+            None => format!("r{}", reduced.iter().position(|&x| x == c).unwrap_or(0)),
+        };
+        let mut factors = Vec::new();
+        for (id, axes) in &operands {
+            let idx: Vec<String> = axes.iter().map(|&c| var(c)).collect();
+            factors.push(format!("{}[{}]", self.tensor(*id)?, idx.join(", ")));
+        }
+        let product = factors.join(" * ");
+        let rhs = if reduced.is_empty() {
+            product
+        } else {
+            let ranges: Vec<String> =
+                reduced.iter().enumerate().map(|(k, &c)| format!("r{k} in 0..{}", size(c).unwrap_or(1))).collect();
+            format!("sum[{}]({product})", ranges.join(", "))
+        };
+        self.emit_def(out, shape, rhs)
+    }
+
     /// `w` transposed, when it is a constant matrix; made at import time.
     fn transposed_constant(&mut self, w: ValueId) -> R<Option<ValueId>> {
         let (shape, data) = match (&self.value(w).data, self.shape(w)) {
@@ -1071,7 +1337,8 @@ impl Importer<'_> {
         let xs = self.shape(x).to_vec();
         let axis = normalize_axis_inclusive(a.int("axis", 1)?, xs.len())?;
         let shape = vec![xs[..axis].iter().product(), xs[axis..].iter().product()];
-        if axis == 1 && (xs.len() == 3 || xs.len() == 4) && xs[2..].iter().any(|&d| d != 1) {
+        let f32_data = self.value(x).ty == Ty::F32 && self.constant(x).is_none();
+        if f32_data && axis == 1 && (xs.len() == 3 || xs.len() == 4) && xs[2..].iter().any(|&d| d != 1) {
             let out = self.output(n)?;
             let call = format!("flatten({})", self.tensor(x)?);
             return self.emit_call(out, shape, call);
@@ -1148,6 +1415,21 @@ impl Importer<'_> {
     /// The elements of `x` in row-major order, in `shape`.
     fn reshape_to(&mut self, n: &NodeProto, x: ValueId, shape: Vec<usize>) -> R {
         let out = self.output(n)?;
+        self.reshape_into(out, x, shape)
+    }
+
+    /// `x` reshaped, as a value the importer names (`x` itself when the
+    /// shape is its own).
+    fn reshape_named(&mut self, name: &str, x: ValueId, shape: Vec<usize>) -> R<ValueId> {
+        if self.shape(x) == shape.as_slice() {
+            return Ok(x);
+        }
+        self.reshape_into(name, x, shape)?;
+        self.lookup(name)
+    }
+
+    /// Value `out` is `x`'s elements in row-major order, in `shape`.
+    fn reshape_into(&mut self, out: &str, x: ValueId, shape: Vec<usize>) -> R {
         let xs = self.shape(x).to_vec();
         if elements(&shape).is_none() || elements(&xs) != elements(&shape) {
             return Err(format!("cannot reshape {xs:?} to {shape:?}: different element counts"));
@@ -1200,7 +1482,7 @@ impl Importer<'_> {
             return self.alias(out, x);
         }
         let shape: Vec<usize> = perm.iter().map(|&p| xs[p]).collect();
-        if (2..=4).contains(&xs.len()) {
+        if (2..=4).contains(&xs.len()) && self.value(x).ty == Ty::F32 {
             let mut args = vec![self.tensor(x)?];
             args.extend(perm.iter().enumerate().map(|(k, p)| format!("p{k} = {p}")));
             return self.emit_call(out, shape, format!("transpose({})", args.join(", ")));
@@ -1242,7 +1524,7 @@ impl Importer<'_> {
         let mut shape = first;
         shape[axis] = total;
         let v = vars("i", shape.len());
-        let mut rhs = "0.0".to_string();
+        let mut rhs = String::new();
         for (j, &id) in ids.iter().enumerate().rev() {
             let (lo, hi) = (offsets[j], offsets[j] + self.shape(id)[axis]);
             let mut idx = v.clone();
@@ -1250,21 +1532,16 @@ impl Importer<'_> {
                 idx[axis] = format!("{} - {lo}", v[axis]);
             }
             let access = format!("{}[{}]", self.tensor(id)?, idx.join(", "));
-            let mut cond = Vec::new();
-            if lo > 0 {
-                cond.push(format!("{} >= {lo}", v[axis]));
-            }
-            if hi < total {
-                cond.push(format!("{} < {hi}", v[axis]));
-            }
-            rhs = if cond.is_empty() { access } else { format!("select({}, {access}, {rhs})", cond.join(" && ")) };
+            // Inputs are tested in order, so each one's lower bound is the
+            // false branch of the test before it, and the last needs no test.
+            rhs = if rhs.is_empty() { access } else { format!("select({} < {hi}, {access}, {rhs})", v[axis]) };
         }
         self.emit_def(out, shape, rhs)
     }
 
     /// Constant starts, ends, axes and steps (inputs from opset 10, attributes before).
     fn slice(&mut self, n: &NodeProto) -> R {
-        let (x, plan) = self.slice_plan(n)?;
+        let (x, plan) = self.slice_plan(n, false)?;
         let out = self.output(n)?;
         let v = vars("i", self.shape(x).len());
         let (mut shape, mut idx) = (self.shape(x).to_vec(), v.clone());
@@ -1280,8 +1557,9 @@ impl Importer<'_> {
         self.emit_def(out, shape, rhs)
     }
 
-    /// The sliced tensor, and each sliced axis.
-    fn slice_plan(&self, n: &NodeProto) -> R<(ValueId, Vec<SlicedAxis>)> {
+    /// The sliced tensor, and each sliced axis; an empty slice only where
+    /// `empty_ok` (of a constant: an empty list of dimensions).
+    fn slice_plan(&self, n: &NodeProto, empty_ok: bool) -> R<(ValueId, Vec<SlicedAxis>)> {
         let a = Attrs::new(n, &["starts", "ends", "axes"])?;
         let (x, starts, ends, axes, steps) = if self.opset < 10 {
             let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
@@ -1316,7 +1594,7 @@ impl Importer<'_> {
             let (start, end) = (at(starts[j]).clamp(lo, hi), at(ends[j]).clamp(lo, hi));
             let len = if step > 0 { (end - start).max(0) } else { (start - end).max(0) };
             let len = (len + step.abs() - 1) / step.abs();
-            if len == 0 {
+            if len == 0 && !empty_ok {
                 return Err(format!("the slice of axis {ax} is empty: not supported"));
             }
             plan.push((ax, start, step, len as usize));
@@ -1366,15 +1644,15 @@ impl Importer<'_> {
     fn gather(&mut self, n: &NodeProto) -> R {
         let ins = self.inputs(n, 2, 2)?;
         let i = Self::required(&ins, 1)?;
-        if self.constant(i).is_none() && self.value(i).int.is_some() {
+        if self.constant(i).is_none() || self.shape(i).len() > 1 || self.shape(i).iter().product::<usize>() > 64 {
+            if self.constant(i).is_some() {
+                self.gather_plan(n)?; // the indices checked against the axis
+            }
             return self.gather_by_data(n, Self::required(&ins, 0)?, i);
         }
         let (x, axis, ishape, indices) = self.gather_plan(n)?;
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
-        if indices.len() > 64 {
-            return Err(format!("{} indices: up to 64 are supported", indices.len()));
-        }
         let mut shape = xs[..axis].to_vec();
         shape.extend(&ishape);
         shape.extend(&xs[axis + 1..]);
@@ -1397,9 +1675,6 @@ impl Importer<'_> {
             }
             e
         };
-        if shape.is_empty() {
-            return Err("it gathers a 0-d tensor: not supported".into());
-        }
         self.emit_def(out, shape, rhs)
     }
 
@@ -1411,19 +1686,31 @@ impl Importer<'_> {
     /// refuses it).
     fn gather_by_data(&mut self, n: &NodeProto, x: ValueId, i: ValueId) -> R {
         let a = Attrs::new(n, &["axis"])?;
-        let xs = self.shape(x).to_vec();
-        let axis = normalize_axis(a.int("axis", 0)?, xs.len())?;
-        let ishape = self.shape(i).to_vec();
-        if ishape.is_empty() {
-            return Err("its indices are a 0-d input: not supported".into());
-        }
+        let axis = normalize_axis(a.int("axis", 0)?, self.shape(x).len())?;
         let out = self.output(n)?;
+        self.gather_rows(out, x, i, axis)
+    }
+
+    /// `out` = `x` gathered along `axis` at integer indices `i` (a one-hot sum).
+    fn gather_rows(&mut self, out: &str, x: ValueId, i: ValueId, axis: usize) -> R {
+        let xs = self.shape(x).to_vec();
+        let ishape = self.shape(i).to_vec();
+        let ity = self.value(i).ty;
+        if !ity.is_int() {
+            return Err(format!("indices of elements of type {}: integers are required", ity.name()));
+        }
+        if self.value(x).ty != Ty::F32 {
+            return Err(format!(
+                "gathering {} data at indices computed at run time: only f32 data is supported",
+                self.value(x).ty.name()
+            ));
+        }
         let mut shape = xs[..axis].to_vec();
         shape.extend(&ishape);
         shape.extend(&xs[axis + 1..]);
         let v = vars("i", shape.len());
         let data = self.tensor(x)?;
-        let (idx, int) = (self.value(i).ident.clone(), self.value(i).int.expect("an integer input"));
+        let (idx, int) = (self.tensor(i)?, ity.name());
         let at = format!("{idx}[{}]", v[axis..axis + ishape.len()].join(", "));
         // The one-hot variable: `r0` (the importer's names never take it).
         let mut xi: Vec<String> = v[..axis].to_vec();
@@ -1446,9 +1733,6 @@ impl Importer<'_> {
         let xs = self.shape(x);
         let axis = normalize_axis(a.int("axis", 0)?, xs.len())?;
         let ishape = self.shape(i).to_vec();
-        if ishape.len() > 1 {
-            return Err(format!("indices of shape {ishape:?}: a scalar or a list is supported"));
-        }
         let d = xs[axis] as i64;
         let indices = self
             .int_constant(i, "the indices")?
@@ -1475,7 +1759,7 @@ impl Importer<'_> {
             st
         };
         if n.op_type == "Slice" {
-            let (x, plan) = self.slice_plan(n)?;
+            let (x, plan) = self.slice_plan(n, true)?;
             let xs = self.shape(x).to_vec();
             let mut shape = xs.clone();
             for &(ax, _, _, len) in &plan {
@@ -1658,17 +1942,106 @@ impl Importer<'_> {
         self.emit_def(out, shape, rhs)
     }
 
-    /// A cast to f32 of a float tensor changes nothing; other casts are not supported.
+    /// A cast between f32, i64, i32 and bool: texc's casts have ONNX's
+    /// meaning (floats truncate toward zero, `bool` tests `!= 0`, a bool
+    /// becomes 0 or 1); a cast to the same type is the input.
     fn cast(&mut self, n: &NodeProto) -> R {
-        let a = Attrs::new(n, &["to", "saturate"])?;
+        Attrs::new(n, &["to", "saturate"])?;
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
         let out = self.output(n)?;
-        let to = a.int("to", 0)?;
-        let float_data = self.constant(x).is_none_or(|v| matches!(v, Values::F32(_)));
-        if to != crate::proto::data_type::FLOAT as i64 || !float_data {
-            return Err(format!("a cast to {} is not supported", crate::proto::data_type::name(to as i32)));
+        let to = self.result_ty(n)?;
+        if matches!(self.constant(x), Some(Values::F64(_))) {
+            return Err("a cast of f64 data is not supported".into());
         }
-        self.alias(out, x)
+        if self.value(x).ty == to {
+            return self.alias(out, x);
+        }
+        let shape = self.shape(x).to_vec();
+        let access = self.broadcast_access(x, &vars("i", shape.len()))?;
+        self.emit_def(out, shape, format!("{}({access})", to.name()))
+    }
+
+    /// `Pad` in `constant` mode with constant, non-negative pads (an
+    /// attribute before opset 11, inputs after; `axes` from opset 18): the
+    /// input where the index falls inside it, the constant value elsewhere.
+    fn pad(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["mode", "pads", "value"])?;
+        let mode = a.string("mode", "constant")?;
+        if mode != "constant" {
+            return Err(format!("mode = \"{mode}\": only constant padding is supported"));
+        }
+        let (x, pads, value, axes) = if self.opset < 11 {
+            let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
+            (x, a.ints("pads")?.ok_or("the pads attribute is required")?, None, None)
+        } else {
+            let ins = self.inputs(n, 2, 4)?;
+            let pads = self.int_constant(Self::required(&ins, 1)?, "the pads")?;
+            let axes = ins.get(3).copied().flatten().map(|id| self.int_constant(id, "the axes")).transpose()?;
+            (Self::required(&ins, 0)?, pads, ins.get(2).copied().flatten(), axes)
+        };
+        let out = self.output(n)?;
+        let xs = self.shape(x).to_vec();
+        let axes: Vec<usize> = match axes {
+            Some(list) => list.iter().map(|&ax| normalize_axis(ax, xs.len())).collect::<R<_>>()?,
+            None => (0..xs.len()).collect(),
+        };
+        if pads.len() != 2 * axes.len() || pads.iter().any(|&p| !(0..1 << 20).contains(&p)) {
+            return Err(format!("pads {pads:?}: {} non-negative values are supported", 2 * axes.len()));
+        }
+        let ty = self.value(x).ty;
+        let fill = match value {
+            Some(id) => {
+                let v = self.constant(id).filter(|v| v.len() == 1).ok_or("the value must be a one-element constant")?;
+                typed_literal(v)?
+            }
+            None if a.has("value") => literal(a.float("value", 0.0)? as f64)?,
+            None => zero_literal(ty),
+        };
+        if pads.iter().all(|&p| p == 0) {
+            return self.alias(out, x);
+        }
+        let mut shape = xs.clone();
+        let v = vars("i", xs.len());
+        let (mut idx, mut inside) = (v.clone(), Vec::new());
+        for (j, &ax) in axes.iter().enumerate() {
+            let (b, e) = (pads[j] as usize, pads[j + axes.len()] as usize);
+            shape[ax] = xs[ax] + b + e;
+            if b > 0 {
+                inside.push(format!("{} >= {b}", v[ax]));
+                idx[ax] = format!("{} - {b}", v[ax]);
+            }
+            if e > 0 {
+                inside.push(format!("{} < {}", v[ax], b + xs[ax]));
+            }
+        }
+        let access = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
+        self.emit_def(out, shape, format!("select({}, {access}, {fill})", inside.join(" && ")))
+    }
+
+    /// `Trilu`: the upper (default) or lower triangle of the last two axes,
+    /// shifted by the constant diagonal `k`; other elements are 0.
+    fn trilu(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["upper"])?;
+        let ins = self.inputs(n, 1, 2)?;
+        let x = Self::required(&ins, 0)?;
+        let k = match ins.get(1).copied().flatten() {
+            Some(id) => self.int_constant(id, "k")?.first().copied().ok_or("k must hold one value")?,
+            None => 0,
+        };
+        let out = self.output(n)?;
+        let shape = self.shape(x).to_vec();
+        if shape.len() < 2 {
+            return Err(format!("an input of rank {}: Trilu takes rank 2 or more", shape.len()));
+        }
+        let v = vars("i", shape.len());
+        let (row, col) = (&v[shape.len() - 2], &v[shape.len() - 1]);
+        // col - row >= k (upper) or <= k (lower), with non-negative terms on each side.
+        let (l, r) =
+            if k >= 0 { (col.clone(), format!("{row} + {k}")) } else { (format!("{col} + {}", -k), row.clone()) };
+        let keep = if a.int("upper", 1)? != 0 { format!("{l} >= {r}") } else { format!("{l} <= {r}") };
+        let zero = zero_literal(self.value(x).ty);
+        let access = format!("{}[{}]", self.tensor(x)?, v.join(", "));
+        self.emit_def(out, shape, format!("select({keep}, {access}, {zero})"))
     }
 
     fn reduce(&mut self, n: &NodeProto) -> R {
@@ -1711,16 +2084,18 @@ impl Importer<'_> {
         }
         let access = format!("{}[{}]", self.tensor(x)?, idx.join(", "));
         let count: usize = axes.iter().map(|&k| xs[k]).product();
-        let (op, scale) = match n.op_type.as_str() {
-            "ReduceMean" => ("sum", format!(" / {}", literal(count as f64)?)),
-            "ReduceSum" => ("sum", String::new()),
-            "ReduceMax" => ("max", String::new()),
-            _ => ("min", String::new()),
+        let over = reduced.join(", ");
+        let rhs = match n.op_type.as_str() {
+            "ReduceMean" => format!("sum[{over}]({access}) / {}", literal(count as f64)?),
+            "ReduceSum" => format!("sum[{over}]({access})"),
+            "ReduceMax" => format!("max[{over}]({access})"),
+            "ReduceMin" => format!("min[{over}]({access})"),
+            "ReduceProd" => format!("prod[{over}]({access})"),
+            "ReduceL1" => format!("sum[{over}](abs({access}))"),
+            "ReduceL2" => format!("sqrt(sum[{over}]({access} * {access}))"),
+            _ => format!("sum[{over}]({access} * {access})"),
         };
-        if shape.is_empty() {
-            return Err("it reduces every axis to a 0-d tensor (keepdims = 0): not supported".into());
-        }
-        self.emit_def(out, shape, format!("{op}[{}]({access}){scale}", reduced.join(", ")))
+        self.emit_def(out, shape, rhs)
     }
 
     // ------------------------------------------------------------ constant folding
@@ -1736,24 +2111,237 @@ impl Importer<'_> {
         if op == "ConstantOfShape" {
             return self.fold_constant_of_shape(n).map(|()| true);
         }
-        let foldable = ["Concat", "Gather", "Slice", "Cast", "Add", "Sub", "Mul", "Div", "Range"];
+        let foldable = FOLDABLE;
         let ins: Vec<Option<ValueId>> = n.input.iter().map(|i| self.by_name.get(i).copied()).collect();
         let all_constant = !ins.is_empty()
             && ins
                 .iter()
                 .zip(&n.input)
                 .all(|(id, name)| name.is_empty() || id.is_some_and(|id| self.constant(id).is_some()));
-        if !foldable.contains(&op) || !all_constant {
+        if !foldable.contains(&op) || !all_constant || self.fold_would_inflate(n) {
             return Ok(false);
         }
-        let data_is_int = ins[0].and_then(|id| self.constant(id)).is_some_and(|v| matches!(v, Values::I64(_)));
         match op {
-            // Integer arithmetic only: f32 arithmetic is left to the kernel, which rounds as texc does.
-            "Add" | "Sub" | "Mul" | "Div" if data_is_int => self.fold_arithmetic(n).map(|()| true),
             "Concat" | "Gather" | "Slice" | "Cast" => self.fold_layout(n).map(|()| true),
             "Range" => self.fold_range(n).map(|()| true),
-            _ => Ok(false),
+            "Expand" | "Transpose" | "Trilu" => self.fold_moves(n).map(|()| true),
+            "ScatterND" => self.fold_scatter_nd(n).map(|()| true),
+            "GatherND" => self.fold_gather_nd(n).map(|()| true),
+            _ => self.fold_elementwise(n),
         }
+    }
+
+    /// Whether folding `n` would broadcast f32 data into a larger constant
+    /// (an Expand of a bias to a feature map): the kernel then broadcasts it
+    /// as it reads it instead, and the model's weights stay their size.
+    /// Integers and bools (shapes, masks) always fold.
+    fn fold_would_inflate(&self, n: &NodeProto) -> bool {
+        let ids: Vec<ValueId> = n.input.iter().filter_map(|i| self.by_name.get(i).copied()).collect();
+        let f32_data = |id: &ValueId| matches!(self.constant(*id), Some(Values::F32(_) | Values::F64(_)));
+        let data: Vec<ValueId> = match n.op_type.as_str() {
+            "Expand" => ids.first().into_iter().copied().collect(),
+            "Where" => ids.iter().skip(1).copied().collect(),
+            op if fold::is_elementwise(op) => ids.clone(),
+            _ => return false,
+        };
+        if !data.iter().any(f32_data) {
+            return false;
+        }
+        let largest = ids.iter().map(|&id| self.shape(id).iter().product::<usize>()).max().unwrap_or(0);
+        let shape = match n.op_type.as_str() {
+            "Expand" => match ids.get(1).and_then(|&s| self.constant(s)).and_then(Values::as_i64) {
+                Some(t) => broadcast(self.shape(ids[0]), &t.iter().map(|&d| d.max(0) as usize).collect::<Vec<_>>()),
+                None => return false,
+            },
+            _ => ids.iter().try_fold(Vec::new(), |s, &id| broadcast(&s, self.shape(id))),
+        };
+        shape.is_ok_and(|s| s.iter().product::<usize>() > largest)
+    }
+
+    /// `ScatterND` of constants (`reduction = none`): the data with the
+    /// slices the indices name replaced by the updates, in order.
+    fn fold_scatter_nd(&mut self, n: &NodeProto) -> R {
+        let a = Attrs::new(n, &["reduction"])?;
+        if a.string("reduction", "none")? != "none" {
+            return Err("only reduction = \"none\" is supported".into());
+        }
+        let ins = self.inputs(n, 3, 3)?;
+        let (x, i, u) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?, Self::required(&ins, 2)?);
+        let out = self.output(n)?.to_string();
+        let (xs, is, us) = (self.shape(x).to_vec(), self.shape(i).to_vec(), self.shape(u).to_vec());
+        let k = *is.last().ok_or("0-d indices")?;
+        if k == 0 || k > xs.len() {
+            return Err(format!("indices of shape {is:?} for data of rank {}", xs.len()));
+        }
+        let mut want = is[..is.len() - 1].to_vec();
+        want.extend(&xs[k..]);
+        if us != want {
+            return Err(format!("updates of shape {us:?}, expected {want:?}"));
+        }
+        let indices = self.int_constant(i, "the indices")?;
+        let like = self.constant(x).cloned().ok_or("a constant")?;
+        let mut result = fold::cells(&like);
+        let updates = fold::cells(self.constant(u).ok_or("a constant")?);
+        let inner: usize = xs[k..].iter().product();
+        let st = fold::strides(&xs);
+        for (p, tuple) in indices.chunks(k).enumerate() {
+            let mut base = 0;
+            for (j, &t) in tuple.iter().enumerate() {
+                let d = xs[j] as i64;
+                if !(-d..d).contains(&t) {
+                    return Err(format!("index {t} is outside an axis of {d}"));
+                }
+                base += t.rem_euclid(d) as usize * st[j];
+            }
+            result[base..base + inner].copy_from_slice(&updates[p * inner..(p + 1) * inner]);
+        }
+        let data = fold::values(&result, &like)?;
+        self.add(&out, xs, Some(data)).map(|_| ())
+    }
+
+    /// `GatherND` of constants (`batch_dims = 0`; Swin V2's relative
+    /// position table): the slices of the data the index tuples name.
+    fn fold_gather_nd(&mut self, n: &NodeProto) -> R {
+        let (x, at, shape) = self.gather_nd_plan(n)?;
+        let out = self.output(n)?.to_string();
+        let data = self.constant(x).ok_or("a constant")?.pick(&at);
+        self.add(&out, shape, Some(data)).map(|_| ())
+    }
+
+    /// `GatherND` of data at constant indices: a Gather along the first axis
+    /// of the data with its indexed axes flattened into one.
+    fn gather_nd(&mut self, n: &NodeProto) -> R {
+        let (x, _, _) = self.gather_nd_plan(n)?;
+        let ins = self.inputs(n, 2, 2)?;
+        let i = Self::required(&ins, 1)?;
+        let out = self.output(n)?.to_string();
+        let (xs, is) = (self.shape(x).to_vec(), self.shape(i).to_vec());
+        let k = is[is.len() - 1];
+        let st = fold::strides(&xs[..k]);
+        let rows: Vec<i64> = self
+            .int_constant(i, "the indices")?
+            .chunks(k)
+            .map(|t| t.iter().zip(&xs).zip(&st).map(|((&t, &d), &s)| t.rem_euclid(d as i64) * s as i64).sum())
+            .collect();
+        let rows = self.add(&format!("{out}#rows"), is[..is.len() - 1].to_vec(), Some(Values::I64(rows)))?;
+        let mut flat = vec![xs[..k].iter().product::<usize>()];
+        flat.extend(&xs[k..]);
+        let flat = self.reshape_named(&format!("{out}#flat"), x, flat)?;
+        self.gather_rows(&out, flat, rows, 0)
+    }
+
+    /// The data, the flat position of each element of the result in the
+    /// data, and the result's shape; the indices checked.
+    fn gather_nd_plan(&self, n: &NodeProto) -> R<(ValueId, Vec<usize>, Vec<usize>)> {
+        let a = Attrs::new(n, &["batch_dims"])?;
+        if a.int("batch_dims", 0)? != 0 {
+            return Err("only batch_dims = 0 is supported".into());
+        }
+        let ins = self.inputs(n, 2, 2)?;
+        let (x, i) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
+        let (xs, is) = (self.shape(x).to_vec(), self.shape(i).to_vec());
+        let k = *is.last().ok_or("0-d indices")?;
+        if k == 0 || k > xs.len() {
+            return Err(format!("indices of shape {is:?} for data of rank {}", xs.len()));
+        }
+        let mut shape = is[..is.len() - 1].to_vec();
+        shape.extend(&xs[k..]);
+        elements(&shape).filter(|&c| c <= 1 << 26).ok_or("too many elements for a constant")?;
+        let indices = self.int_constant(i, "the indices")?;
+        let inner: usize = xs[k..].iter().product();
+        let st = fold::strides(&xs);
+        let mut at = Vec::new();
+        for tuple in indices.chunks(k) {
+            let mut base = 0;
+            for (j, &t) in tuple.iter().enumerate() {
+                let d = xs[j] as i64;
+                if !(-d..d).contains(&t) {
+                    return Err(format!("index {t} is outside an axis of {d}"));
+                }
+                base += t.rem_euclid(d) as usize * st[j];
+            }
+            at.extend(base..base + inner);
+        }
+        Ok((x, at, shape))
+    }
+
+    /// An element-wise operator of constants (`fold::elementwise`).
+    fn fold_elementwise(&mut self, n: &NodeProto) -> R<bool> {
+        if n.op_type == "Mod" {
+            if Attrs::new(n, &["fmod"])?.int("fmod", 0)? != 0 {
+                return Ok(false);
+            }
+        } else {
+            Attrs::new(n, &[])?;
+        }
+        let mut operands = Vec::new();
+        for i in &n.input {
+            let id = self.lookup(i)?;
+            operands.push((self.constant(id).cloned().ok_or("a constant")?, self.shape(id).to_vec()));
+        }
+        let Some((shape, data)) = fold::elementwise(&n.op_type, &operands)? else {
+            return Ok(false);
+        };
+        let out = self.output(n)?;
+        self.add(out, shape, Some(data)).map(|_| true)
+    }
+
+    /// Expand, Transpose and Trilu of a constant: its elements moved or zeroed.
+    fn fold_moves(&mut self, n: &NodeProto) -> R {
+        let out = self.output(n)?.to_string();
+        let ins = self.inputs(n, 1, 2)?;
+        let x = Self::required(&ins, 0)?;
+        let xs = self.shape(x).to_vec();
+        let data = self.constant(x).cloned().ok_or("a constant")?;
+        let (shape, at) = match n.op_type.as_str() {
+            "Expand" => {
+                Attrs::new(n, &[])?;
+                let s = Self::required(&ins, 1)?;
+                let target = self.int_constant(s, "the shape")?;
+                let target: Vec<usize> = target
+                    .iter()
+                    .map(|&d| usize::try_from(d).map_err(|_| format!("shape {target:?}")))
+                    .collect::<R<_>>()?;
+                let shape = broadcast(&xs, &target)?;
+                elements(&shape).filter(|&c| c <= 1 << 26).ok_or("too many elements for a constant")?;
+                let at = broadcast_positions(&xs, &shape);
+                (shape, at)
+            }
+            "Transpose" => {
+                let a = Attrs::new(n, &["perm"])?;
+                let perm: Vec<usize> = match a.ints("perm")? {
+                    Some(p) => p.iter().map(|&k| normalize_axis(k, xs.len())).collect::<R<_>>()?,
+                    None => (0..xs.len()).rev().collect(),
+                };
+                let mut sorted = perm.clone();
+                sorted.sort_unstable();
+                if sorted != (0..xs.len()).collect::<Vec<_>>() {
+                    return Err(format!("perm {perm:?} is not a permutation of the {} axes", xs.len()));
+                }
+                (perm.iter().map(|&p| xs[p]).collect(), fold::transpose_positions(&xs, &perm))
+            }
+            _ => {
+                let a = Attrs::new(n, &["upper"])?;
+                let k = match ins.get(1).copied().flatten() {
+                    Some(id) => self.int_constant(id, "k")?.first().copied().ok_or("k must hold one value")?,
+                    None => 0,
+                };
+                if xs.len() < 2 {
+                    return Err(format!("an input of rank {}: Trilu takes rank 2 or more", xs.len()));
+                }
+                let (rows, cols) = (xs[xs.len() - 2], xs[xs.len() - 1]);
+                let upper = a.int("upper", 1)? != 0;
+                let zero = fold::zero_like(&data);
+                let c: Vec<fold::Cell> = fold::cells(&data)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(f, v)| if fold::trilu_keeps(f / cols % rows, f % cols, k, upper) { v } else { zero })
+                    .collect();
+                let data = fold::values(&c, &data)?;
+                return self.add(&out, xs, Some(data)).map(|_| ());
+            }
+        };
+        self.add(&out, shape, Some(data.pick(&at))).map(|_| ())
     }
 
     /// `Range(start, limit, delta)` of constants: its values (integers, or
@@ -1830,33 +2418,6 @@ impl Importer<'_> {
         self.add(out, shape, Some(value.pick(&vec![0; count]))).map(|_| ())
     }
 
-    /// Integer Add, Sub, Mul, Div (truncating, as ONNX's integer Div) with broadcasting.
-    fn fold_arithmetic(&mut self, n: &NodeProto) -> R {
-        Attrs::new(n, &[])?;
-        let ins = self.inputs(n, 2, 2)?;
-        let (x, y) = (Self::required(&ins, 0)?, Self::required(&ins, 1)?);
-        let out = self.output(n)?;
-        let (a, b) = (self.int_constant(x, "an operand")?, self.int_constant(y, "an operand")?);
-        let (xs, ys) = (self.shape(x).to_vec(), self.shape(y).to_vec());
-        let shape = broadcast(&xs, &ys)?;
-        let (ia, ib) = (broadcast_positions(&xs, &shape), broadcast_positions(&ys, &shape));
-        let v = ia
-            .iter()
-            .zip(&ib)
-            .map(|(&i, &j)| {
-                let (p, q) = (a[i], b[j]);
-                match n.op_type.as_str() {
-                    "Add" => p.checked_add(q),
-                    "Sub" => p.checked_sub(q),
-                    "Mul" => p.checked_mul(q),
-                    _ => p.checked_div(q),
-                }
-                .ok_or_else(|| format!("integer overflow or division by zero: {p} and {q}"))
-            })
-            .collect::<R<Vec<i64>>>()?;
-        self.add(out, shape, Some(Values::I64(v))).map(|_| ())
-    }
-
     /// Concat, Gather, Slice and Cast of constants: the elements of the
     /// result, picked from the constants' (Gather and Slice read the same
     /// plans as their translations into expressions).
@@ -1867,16 +2428,7 @@ impl Importer<'_> {
                 let a = Attrs::new(n, &["to", "saturate"])?;
                 let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
                 let data = self.constant(x).cloned().ok_or("a constant")?;
-                let to = a.int("to", 0)? as i32;
-                let cast = match to {
-                    crate::proto::data_type::INT64 | crate::proto::data_type::INT32 => {
-                        Values::I64(data.as_f64().iter().map(|&v| v as i64).collect())
-                    }
-                    crate::proto::data_type::FLOAT => Values::F32(data.as_f64().iter().map(|&v| v as f32).collect()),
-                    other => {
-                        return Err(format!("a cast to {} is not supported", crate::proto::data_type::name(other)))
-                    }
-                };
+                let cast = fold::cast(&data, a.int("to", 0)? as i32)?;
                 let shape = self.shape(x).to_vec();
                 self.add(&out, shape, Some(cast)).map(|_| ())
             }
@@ -1980,9 +2532,35 @@ fn literal(v: f64) -> R<String> {
     Ok(if s.contains(['.', 'e', 'E']) { s } else { format!("{s}.0") })
 }
 
+/// A one-element constant as a literal of its type.
+fn typed_literal(v: &Values) -> R<String> {
+    Ok(match v {
+        Values::F32(_) | Values::F64(_) => literal(v.as_f64()[0])?,
+        Values::I64(d) => format!("i64({})", d[0]),
+        Values::Bool(d) => bool_literal(d[0]).into(),
+    })
+}
+
+fn bool_literal(b: bool) -> &'static str {
+    if b {
+        "(0 == 0)"
+    } else {
+        "(0 == 1)"
+    }
+}
+
+/// The zero of a type, as a literal.
+fn zero_literal(ty: Ty) -> String {
+    match ty {
+        Ty::F32 => "0.0".into(),
+        Ty::Bool => bool_literal(false).into(),
+        int => format!("{}(0)", int.name()),
+    }
+}
+
 /// For each element of `shape` in row-major order, the flat position of
 /// the element of an operand of shape `from` that broadcasting reads.
-fn broadcast_positions(from: &[usize], shape: &[usize]) -> Vec<usize> {
+pub(crate) fn broadcast_positions(from: &[usize], shape: &[usize]) -> Vec<usize> {
     let skip = shape.len() - from.len();
     let count: usize = shape.iter().product();
     (0..count)
@@ -2004,7 +2582,7 @@ fn broadcast_positions(from: &[usize], shape: &[usize]) -> Vec<usize> {
 }
 
 /// NumPy broadcasting of two shapes.
-fn broadcast(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
+pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
     let r = a.len().max(b.len());
     let at = |s: &[usize], k: usize| if k + s.len() >= r { s[k + s.len() - r] } else { 1 };
     (0..r)

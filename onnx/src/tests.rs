@@ -170,7 +170,8 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
         "node `/c` (ConvTranspose): input [1, 2, 5, 5] and weight [3, 2, 3, 3]: only 2-D transposed convolution \
          (NCHW input, weight [C, K, R, S]) is supported"
     );
-    // Integer inputs: the indices of a Gather, nothing else.
+    // Integer inputs: the indices of a Gather, or data of the operators that move, compare or pick
+    // elements; an operator that computes on f32 only refuses them, naming their type.
     let with_ids = |elem: i32, use_as: &str| {
         let mut m = cnn();
         let g = m.graph.as_mut().expect("graph");
@@ -190,13 +191,11 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
     assert!(with_ids(data_type::INT32, "indices").expect("int32 ids").contains("ids: i32[1, 3]"));
     assert_eq!(
         with_ids(data_type::INT64, "data").expect_err("refused"),
-        "node `/e` (Relu): `ids` holds integers (i64) and is used as data: integer inputs are supported only as the \
-         indices of a Gather"
+        "node `/e` (Relu): an input of elements of type i64: this operator is supported on f32 tensors"
     );
     assert_eq!(
         with_ids(data_type::DOUBLE, "indices").expect_err("refused"),
-        "graph input `ids` has elements of type double: float (f32) inputs are supported, and int64 or int32 ones as \
-         the indices of a Gather"
+        "graph input `ids` has elements of type double: float (f32), int64, int32 and bool inputs are supported"
     );
     // Range folds when its inputs are constants; a computed one is refused.
     let ranged = |limit: &str| {
@@ -662,4 +661,120 @@ fn mutated_corpus_models_never_panic() {
         }
         eprintln!("{path}: {ok} imported, {refused} refused");
     }
+}
+
+/// A graph over input `x` of `x_dims` with the given nodes and initializers, and output `y` (shape inferred).
+fn graph_of(x_dims: &[i64], nodes: Vec<NodeProto>, initializer: Vec<TensorProto>) -> ModelProto {
+    let mut m = cnn();
+    let g = m.graph.as_mut().expect("graph");
+    g.node = nodes;
+    g.initializer = initializer;
+    g.input = vec![value_info("x", x_dims)];
+    g.output = vec![ValueInfoProto { name: "y".into(), ..Default::default() }];
+    m
+}
+
+fn lstm_with(attrs: Vec<AttributeProto>, extra: &[&str], inits: Vec<TensorProto>) -> Result<String, String> {
+    let mut inputs = vec!["x", "w", "r"];
+    inputs.extend(extra);
+    let mut n = node("LSTM", &inputs, "y", attrs);
+    n.name = "/rnn/LSTM".into();
+    let mut initializer = vec![tensor("w", &[1, 8, 3], &[0.1; 24]), tensor("r", &[1, 8, 2], &[0.2; 16])];
+    initializer.extend(inits);
+    import(&graph_of(&[4, 1, 3], vec![n], initializer)).map(|i| i.source).map_err(|e| e.to_string())
+}
+
+/// Issue 36: what the importer does not translate exactly is refused, naming the node.
+#[test]
+fn recurrent_forms_beyond_onnx_defaults_are_refused() {
+    let text = lstm_with(vec![], &[], vec![]).expect("a plain LSTM imports");
+    assert!(text.contains("sigmoid(") && text.contains("tanh("), "{text}");
+    let strings = |name: &str, v: &[&str]| AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::STRINGS,
+        strings: v.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        ..Default::default()
+    };
+    lstm_with(vec![strings("activations", &["Sigmoid", "Tanh", "Tanh"])], &[], vec![])
+        .expect("the defaults, spelled out");
+    assert_eq!(
+        lstm_with(vec![strings("activations", &["Sigmoid", "Relu", "Tanh"])], &[], vec![]).expect_err("refused"),
+        "node `/rnn/LSTM` (LSTM): activations [\"Sigmoid\", \"Relu\", \"Tanh\"]: only the defaults [\"Sigmoid\", \
+         \"Tanh\", \"Tanh\"] are supported"
+    );
+    assert_eq!(
+        lstm_with(vec![int("layout", 1)], &[], vec![]).expect_err("refused"),
+        "node `/rnn/LSTM` (LSTM): layout = 1: only 0 ([seq, batch, …]) is supported"
+    );
+    let clip = AttributeProto { name: "clip".into(), r#type: attribute_type::FLOAT, f: 3.0, ..Default::default() };
+    assert!(lstm_with(vec![clip], &[], vec![]).expect_err("refused").contains("clip are not supported"));
+    assert_eq!(
+        lstm_with(vec![int("hidden_size", 3)], &[], vec![]).expect_err("refused"),
+        "node `/rnn/LSTM` (LSTM): hidden_size 3 differs from W's 2"
+    );
+    let lens = |v: i64| ints_tensor("lens", &[v]);
+    lstm_with(vec![], &["", "lens"], vec![lens(4)]).expect("full-length sequences");
+    assert_eq!(
+        lstm_with(vec![], &["", "lens"], vec![lens(3)]).expect_err("refused"),
+        "node `/rnn/LSTM` (LSTM): sequence_lens [3]: only full-length sequences (4) are supported"
+    );
+}
+
+/// Issue 36: shape subgraphs and masks of constants are computed at import
+/// (ViT's `Where(Equal(shape, -1), 1, shape)` before an Expand); a bool
+/// initializer used as data is a `bool` parameter; integer operators that
+/// have no exact translation are refused.
+#[test]
+fn masks_and_shapes_of_constants_fold_and_inexact_forms_are_refused() {
+    let mut mask = ints_tensor("mask", &[]);
+    mask.data_type = data_type::BOOL;
+    mask.dims = vec![2, 2];
+    mask.raw_data = vec![1, 0, 1, 1];
+    let nodes = vec![
+        node("Equal", &["shape", "minus"], "eq", vec![]),
+        node("Where", &["eq", "ones", "shape"], "fixed", vec![]),
+        node("Expand", &["b", "fixed"], "e", vec![]),
+        node("Where", &["mask", "x", "e"], "y", vec![]),
+    ];
+    let inits = vec![
+        ints_tensor("shape", &[-1, 2]),
+        ints_tensor("minus", &[-1, -1]),
+        ints_tensor("ones", &[1, 1]),
+        tensor("b", &[1, 1], &[0.5]),
+        mask,
+    ];
+    let im = import(&graph_of(&[2, 2], nodes, inits)).expect("imports");
+    // The shape [-1, 2] becomes [1, 2]: `e` is the expanded constant, a parameter.
+    let wanted = ["mask: bool[2, 2]", "e: f32[1, 2]", "select(mask[i0, i1], x[i0, i1], e[0, i1])"];
+    assert!(wanted.iter().all(|w| im.source.contains(w)), "{}", im.source);
+    assert_eq!(im.source.matches(" = ").count(), 1, "one statement: the rest is computed at import\n{}", im.source);
+
+    let refused = |nodes: Vec<NodeProto>, inits: Vec<TensorProto>| {
+        import(&graph_of(&[2, 2], nodes, inits)).expect_err("refused").to_string()
+    };
+    let cast = |to: i32| node("Cast", &["x"], "c", vec![int("to", to as i64)]);
+    assert_eq!(
+        refused(vec![cast(data_type::INT64), node("Mod", &["c", "c"], "y", vec![int("fmod", 1)])], vec![]),
+        "node `/y` (Mod): only the integer Mod with fmod = 0 is supported"
+    );
+    assert_eq!(refused(vec![cast(data_type::DOUBLE)], vec![]), "node `/c` (Cast): a cast to double is not supported");
+    assert_eq!(
+        refused(vec![cast(data_type::BOOL), node("Relu", &["c"], "y", vec![])], vec![]),
+        "node `/y` (Relu): an input of elements of type bool: this operator is supported on f32 tensors"
+    );
+    let pads = || vec![ints_tensor("pads", &[0, 1, 0, 1])];
+    import(&graph_of(&[2, 2], vec![node("Pad", &["x", "pads"], "y", vec![])], pads())).expect("constant padding");
+    assert_eq!(
+        refused(vec![node("Pad", &["x", "pads"], "y", vec![string("mode", "reflect")])], pads()),
+        "node `/y` (Pad): mode = \"reflect\": only constant padding is supported"
+    );
+    let einsum = |eq: &str| node("Einsum", &["x", "w"], "y", vec![string("equation", eq)]);
+    let w = || vec![tensor("w", &[2, 3], &[0.5; 6])];
+    import(&graph_of(&[2, 2], vec![einsum("ij,jk->ik")], w())).expect("a product");
+    assert_eq!(refused(vec![einsum("ij,ij->i")], w()), "node `/y` (Einsum): `j` has sizes 2 and 3");
+    assert_eq!(refused(vec![einsum("ij,jk->iz")], w()), "node `/y` (Einsum): output letter `z` names no axis");
+    assert_eq!(
+        refused(vec![einsum("ijk,jk->ik")], w()),
+        "node `/y` (Einsum): `ijk` does not name the 2 axes of its operand"
+    );
 }

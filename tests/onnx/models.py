@@ -342,6 +342,185 @@ def shapes(size, seed):
     return b.model([1, 3, size, size], rename_output(b, "y"), [1, 5], opset=13)
 
 
+def i64(a):
+    return np.array(a, np.int64)
+
+
+def masks(size, seed):
+    """What PyTorch's exporters write for transformers: a bool initializer
+    (a causal mask) in Where, Equal and Where on integer constants around an
+    Expand's shape (ViT's class token), Trilu of a constant and of data,
+    Gather of position embeddings with [1, T] indices and of data with 2-D
+    indices, a 0-d Pow and 0-d values computed at run time, comparisons,
+    Not/And/Or/Xor, IsNaN and Casts of run-time bools, ScatterND of constants
+    (Swin's window mask)."""
+    b = Builder(seed)
+    t, d = size, 8
+    x = b.op("MatMul", ["x", b.weight("wq", [d, d], scale=1.0)])
+    scores = b.op("MatMul", [x, b.op("Transpose", [x], perm=[0, 2, 1])])
+    causal = b.const("causal", np.tril(np.ones((1, t, t), bool)))
+    scores = b.op("Where", [causal, scores, b.const("ninf", np.array(-np.inf, np.float32))])
+    att = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), x])
+    # The Expand shape of ViT's class token: Where(Equal(shape, -1), 1, shape).
+    shape = b.op("Concat", [b.const("one", i64([1])), b.const("m1", i64([-1])), b.const("d", i64([d]))], axis=0)
+    ones = b.op("ConstantOfShape", [b.const("three", i64([3]))], value=numpy_helper.from_array(i64([1])))
+    minus = b.op("Mul", [ones, b.const("m1", i64(-1))])
+    fixed = b.op("Where", [b.op("Equal", [shape, minus]), ones, shape])
+    token = b.op("Expand", [b.weight("cls", [1, 1, d], scale=1.0), fixed])
+    # Position embeddings: a Gather with [1, T] constant indices (Range → Unsqueeze).
+    pos_ids = b.op("Unsqueeze", [b.op("Range", [b.const("z", i64(0)), b.const("t", i64(t)), b.const("o", i64(1))]),
+                                 b.const("ax0", i64([0]))])
+    pos = b.op("Gather", [b.weight("wpe", [t + 3, d], scale=1.0), pos_ids], axis=0)
+    # A lower-triangular constant from Trilu, and Trilu of data (upper, k = -1).
+    tri = b.op("Trilu", [b.const("ones_tt", np.ones((t, t), np.float32))], upper=0)
+    mixed = b.op("MatMul", [tri, b.op("Trilu", [b.op("Reshape", [att, b.const("td", i64([t, d]))]),
+                                                b.const("k", i64(-1))], upper=1)])
+    # Gather of data with 2-D indices (rows picked twice, out of order).
+    picked = b.op("Gather", [mixed, b.const("rows", i64([[t - 1, 0], [1, t - 1]]))], axis=0)
+    picked = b.op("ReduceSum", [picked, b.const("ax01", i64([0, 1]))], keepdims=0)
+    # A 0-d Pow of constants (GPT-2's 1/sqrt(d)), and a 0-d value of data.
+    scale = b.op("Pow", [b.const("two", np.array(2.0, np.float32)), b.const("half", np.array(-0.5, np.float32))])
+    total = b.op("ReduceMean", [att], keepdims=0)
+    scaled = b.op("Mul", [b.op("Sub", [att, total]), scale])
+    # A 0-d element of data picked by a scalar index.
+    one = b.op("Gather", [b.op("Reshape", [att, b.const("flat_all", i64([-1]))]), b.const("k3", i64(3))], axis=0)
+    scaled = b.op("Add", [scaled, one])
+    # Bools of data: comparisons, logic, Cast to f32.
+    pos_x = b.op("Greater", [scaled, b.const("zf", np.array(0.0, np.float32))])
+    small = b.op("Less", [b.op("Abs", [scaled]), b.const("lim", np.array(0.5, np.float32))])
+    logic = b.op("Or", [b.op("And", [pos_x, b.op("Not", [small])]), b.op("Xor", [pos_x, small])])
+    scaled = b.op("Add", [scaled, b.op("Cast", [logic], to=TensorProto.FLOAT)])
+    # IsNaN, as exporters guard a softmax whose row is all masked: log of the negatives is NaN.
+    logs = b.op("Log", [scaled])
+    scaled = b.op("Add", [scaled, b.op("Where", [b.op("IsNaN", [logs]), b.const("zf3", np.array(0.0, np.float32)),
+                                                 logs])])
+    y = b.op("Add", [b.op("Add", [scaled, b.op("Add", [pos, token])]), b.op("Unsqueeze", [mixed, b.const("ax0", i64([0]))])])
+    # Swin's shifted-window mask: regions numbered by ScatterND into zeros, then compared.
+    regions = b.op("ConstantOfShape", [b.const("tt", i64([t, t]))], value=numpy_helper.from_array(np.array([0.0], np.float32)))
+    regions = b.op("ScatterND", [regions, b.const("at", i64([[[0, 1], [2, 3]], [[t - 1, 0], [1, 1]]])),
+                                 b.const("upd", np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))])
+    regions = b.op("ScatterND", [regions, b.const("row", i64([[t - 2]])), b.const("upd_row", np.full((1, t), 5.0, np.float32))])
+    region_mask = b.op("Where", [b.op("Equal", [regions, b.const("zero_f", np.array(0.0, np.float32))]),
+                                 b.const("zf2", np.array(0.0, np.float32)), b.const("m100", np.array(-100.0, np.float32))])
+    y = b.op("Add", [y, b.op("MatMul", [region_mask, b.op("Reshape", [att, b.const("td2", i64([t, d]))])])])
+    b.op("Add", [y, picked])
+    return b.model([1, t, d], rename_output(b, "y"), [1, t, d])
+
+
+def int_data(size, seed):
+    """Integer and bool tensors computed at run time from int64 ids, as a
+    BERT-style padding mask is: comparisons, Where of integers, Cast to f32
+    and bool, Unsqueeze and Expand of integers, integer arithmetic (Mod,
+    truncating Div)."""
+    b = Builder(seed)
+    keep = b.op("Greater", ["x", b.const("z", i64(0))])
+    ids = b.op("Where", [keep, "x", b.op("Neg", ["x"])])
+    ids = b.op("Add", [b.op("Mul", [ids, b.const("two", i64(2))]), b.const("one", i64(1))])
+    mask = b.op("Cast", [b.op("Unsqueeze", [keep, b.const("ax", i64([1]))]), ], to=TensorProto.FLOAT)
+    bias = b.op("Mul", [b.op("Sub", [b.const("onef", np.array(1.0, np.float32)), mask]),
+                        b.const("big", np.array(-100.0, np.float32))])
+    as_bool = b.op("Cast", [b.op("Expand", [ids, b.const("shape", i64([3, 1, size]))]), ], to=TensorProto.BOOL)
+    odd = b.op("Cast", [b.op("Equal", [b.op("Mod", [ids, b.const("three", i64(3))]), b.const("z2", i64(0))])],
+               to=TensorProto.FLOAT)
+    # Integer division truncates toward zero (some quotients here are negative).
+    quot = b.op("Cast", [b.op("Div", [b.op("Sub", [ids, b.const("c", i64(40))]), b.const("d", i64(7))])],
+                to=TensorProto.FLOAT)
+    emb = b.op("Gather", [b.weight("tok", [2 * VOCAB + 1, 4], scale=1.0), ids], axis=0)
+    y = b.op("Add", [b.op("Transpose", [emb], perm=[0, 2, 1]), bias])
+    y = b.op("Add", [y, b.op("Cast", [as_bool], to=TensorProto.FLOAT)])
+    b.op("Add", [b.op("Add", [y, odd]), quot])
+    return b.model([1, size], rename_output(b, "y"), [3, 4, size], x_type=TensorProto.INT64)
+
+
+def channels_last(size, seed):
+    """LayerNormalization as Swin and ConvNeXt export it: over the channels
+    of an [N, H, W, C] tensor; also over the last three axes, and with a
+    scale that broadcasts to the normalized shape; Pad of such a tensor."""
+    b = Builder(seed)
+    c = 6
+    x = b.op("Transpose", [b.conv("x", 3, c, 3, pad=1, bias=True)], perm=[0, 2, 3, 1])
+    ln = lambda h, shape, axis: b.op("LayerNormalization", [h, b.weight("g", shape, kind="positive"),  # noqa: E731
+                                                            b.weight("b", shape, kind="small")], axis=axis,
+                                     epsilon=1e-6)
+    h = ln(x, [c], -1)
+    h = ln(h, [size, size, c], 1)
+    h = b.op("LayerNormalization", [h, b.weight("g", [1, size, c], kind="positive")], axis=1, epsilon=1e-5)
+    # Swin pads its channels-last windows (zeros), here unevenly and with another value too.
+    h = b.op("Pad", [h, b.const("pads", i64([0, 1, 2, 0, 0, 2, 1, 0])), b.const("v", np.array(0.5, np.float32))])
+    h = b.op("Pad", [h, b.const("pads", i64([0, 0, 0, 0, 0, 0, 0, 0]))])
+    b.op("Transpose", [h], perm=[0, 3, 1, 2])
+    return b.model([1, 3, size, size], rename_output(b, "y"), [1, c, size + 3, size + 3])
+
+
+def recurrent(size, seed):
+    """LSTM and GRU as ONNX defines them: a bidirectional LSTM with biases,
+    initial states and peepholes; a reverse GRU (linear_before_reset = 1,
+    PyTorch's) and a forward one (linear_before_reset = 0) with an initial
+    state; every output, flattened and joined into one."""
+    b = Builder(seed)
+    t, n, i, h = size, 2, 5, 4
+    w = lambda shape: b.weight("w", shape, scale=0.5)  # noqa: E731
+    flat = lambda v: b.op("Reshape", [v, b.const("flat", i64([-1]))])  # noqa: E731
+    outs = [b.name("Y"), b.name("Y_h"), b.name("Y_c")]
+    b.nodes.append(helper.make_node(
+        "LSTM", ["x", w([2, 4 * h, i]), w([2, 4 * h, h]), w([2, 8 * h]), "", w([2, n, h]), w([2, n, h]), w([2, 3 * h])],
+        outs, name="/lstm/LSTM", direction="bidirectional", hidden_size=h))
+    # [T, 2, N, H] → [T, N, 2H], the next layer's input.
+    seq = b.op("Reshape", [b.op("Transpose", [outs[0]], perm=[0, 2, 1, 3]), b.const("tnh", i64([t, n, 2 * h]))])
+    g1 = [b.name("G1"), b.name("G1_h")]
+    b.nodes.append(helper.make_node("GRU", [seq, w([1, 3 * h, 2 * h]), w([1, 3 * h, h]), w([1, 6 * h])], g1,
+                                    name="/gru/GRU", direction="reverse", hidden_size=h, linear_before_reset=1))
+    g2 = [b.name("G2"), b.name("G2_h")]
+    b.nodes.append(helper.make_node("GRU", ["x", w([1, 3 * h, i]), w([1, 3 * h, h]), w([1, 6 * h]), "",
+                                            w([1, n, h])], g2, name="/gru2/GRU", hidden_size=h))
+    b.op("Concat", [flat(v) for v in outs + g1 + g2], axis=0)
+    total = t * 2 * n * h + 2 * (2 * n * h) + t * n * h + n * h + n * t * h + n * h
+    return b.model([t, n, i], rename_output(b, "y"), [total])
+
+
+def einsum(size, seed):
+    """Einsum as exporters write it: a batched product, attention scores with
+    `...`, the implicit output form, a diagonal and a reduction to a vector;
+    the results flattened and joined."""
+    b = Builder(seed)
+    flat = lambda v: b.op("Reshape", [v, b.const("flat", i64([-1]))])  # noqa: E731
+    e = lambda eq, *ins: b.op("Einsum", list(ins), equation=eq)  # noqa: E731
+    proj = e("bij,jk->bik", "x", b.weight("w", [4, 5], scale=0.5))
+    scores = e("...ij,...kj->...ik", "x", "x")
+    implicit = e("ij,jk", b.op("Reshape", ["x", b.const("s", i64([2 * size, 4]))]), b.weight("v", [4, 3], scale=0.5))
+    diag = e("bii->bi", b.op("MatMul", ["x", b.op("Transpose", ["x"], perm=[0, 2, 1])]))
+    vec = e("bij,bij->b", "x", "x")
+    b.op("Concat", [flat(v) for v in (proj, scores, implicit, diag, vec)], axis=0)
+    total = 2 * size * 5 + 2 * size * size + 2 * size * 3 + 2 * size + 2
+    return b.model([2, size, 4], rename_output(b, "y"), [total])
+
+
+def rank5(size, seed):
+    """Forms of Swin V2 and MaxViT: Softmax and LogSoftmax over the last and a
+    middle axis of a rank-5 tensor; ReduceL2, ReduceL1, ReduceSumSquare and
+    ReduceProd; GatherND of constants and of data (1- and 2-element index
+    tuples). The results flattened and joined."""
+    b = Builder(seed)
+    flat = lambda v: b.op("Reshape", [v, b.const("flat", i64([-1]))])  # noqa: E731
+    x = "x"  # [1, 2, 3, size, 4]
+    outs = [b.op("Softmax", [x], axis=-1), b.op("LogSoftmax", [x], axis=2), b.op("Softmax", [x], axis=1)]
+    outs.append(b.op("ReduceL2", [x], axes=[3], keepdims=1))
+    outs.append(b.op("ReduceL1", [x], axes=[1, 4], keepdims=0))
+    outs.append(b.op("ReduceSumSquare", [x], axes=[2], keepdims=0))
+    outs.append(b.op("ReduceProd", [x], axes=[4], keepdims=0))
+    table = b.const("table", np.arange(24, dtype=np.float32).reshape(4, 6))
+    picked = b.op("GatherND", [table, b.const("ti", i64([[3], [0], [3]]))])
+    flat_x = b.op("Reshape", [x, b.const("s2", i64([6, size * 4]))])
+    outs.append(b.op("MatMul", [picked, b.op("Transpose", [b.op("Slice", [flat_x, b.const("z", i64([0])),
+                                                                        b.const("six", i64([6])),
+                                                                        b.const("one", i64([1]))])])]))
+    outs.append(b.op("GatherND", [flat_x, b.const("di", i64([[[5], [0]], [[1], [1]]]))]))
+    outs.append(b.op("GatherND", [b.op("Reshape", [x, b.const("s3", i64([6, size, 4]))]),
+                                  b.const("pairs", i64([[5, size - 1], [0, 0], [2, 1]]))]))
+    b.op("Concat", [flat(v) for v in outs], axis=0)
+    return b.model([1, 2, 3, size, 4], rename_output(b, "y"), None)
+
+
 def symbolic(size, seed):
     """A batch dimension left symbolic, as torch.onnx.export's dynamic_axes leaves it."""
     b = Builder(seed)
@@ -366,7 +545,9 @@ def bad_strides(size, seed):
 
 MODELS = {"embedding": (embedding, 12), "decoder": (decoder, 9), "attention3d": (attention3d, 5), "resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
           "small": (small, 17), "activations": (activations, 6), "layout": (layout, 9), "shapes": (shapes, 5), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
-          "bad_strides": (bad_strides, 9)}
+          "bad_strides": (bad_strides, 9), "masks": (masks, 6), "int_data": (int_data, 7),
+          "channels_last": (channels_last, 5), "recurrent": (recurrent, 5), "einsum": (einsum, 3),
+          "rank5": (rank5, 5)}
 
 
 def main():

@@ -20,6 +20,14 @@ fn texc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_texc")).args(args).current_dir(root()).output().expect("texc runs")
 }
 
+/// Where the tests write their models: under cargo's per-target scratch
+/// directory with stable names, each emptied before use, so runs replace
+/// what the last run wrote instead of adding to it (a test run writes about
+/// 200 MB of models and outputs).
+fn scratch(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("onnx_cli").join(name)
+}
+
 fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
@@ -29,7 +37,7 @@ fn text(o: &Output) -> String {
 fn build(model: &str, extra: &[&str]) -> Option<PathBuf> {
     // One directory per model and arguments: tests run in parallel.
     let name = [model].iter().chain(extra).copied().collect::<Vec<_>>().join("_").replace('-', "");
-    let dir = std::env::temp_dir().join(format!("texc-onnx-{}", std::process::id())).join(name);
+    let dir = scratch(&name);
     let _ = std::fs::remove_dir_all(&dir);
     let out = Command::new("python3")
         .arg(root().join("tests/onnx/models.py"))
@@ -183,6 +191,44 @@ fn exporters_shape_arithmetic_is_computed_at_import() {
     imported_model_matches_onnx_runtime("shapes", &["interp", "x86-avx2"]);
 }
 
+/// Issue 36: what PyTorch's exporters write for transformers (bool masks,
+/// integer shape arithmetic, Trilu, Gather with 2-D indices, 0-d values).
+#[test]
+fn transformer_masks_and_shape_forms_match_onnx_runtime() {
+    imported_model_matches_onnx_runtime("masks", &["interp", "x86-avx2"]);
+}
+
+/// Issue 36: integer and bool tensors computed at run time (a padding mask from token ids).
+#[test]
+fn integer_and_bool_data_match_onnx_runtime() {
+    imported_model_matches_onnx_runtime("int_data", &["interp", "x86-avx2"]);
+}
+
+/// Issue 36: LayerNormalization over the channels of a channels-last tensor (Swin, ConvNeXt) and other trailing axes.
+#[test]
+fn channels_last_layer_norm_matches_onnx_runtime() {
+    imported_model_matches_onnx_runtime("channels_last", &["interp", "x86-avx2"]);
+}
+
+/// Issue 36: LSTM (bidirectional, initial states, peepholes) and GRU (both
+/// `linear_before_reset`, reverse), every output.
+#[test]
+fn lstm_and_gru_match_onnx_runtime() {
+    imported_model_matches_onnx_runtime("recurrent", &["interp", "x86-avx2"]);
+}
+
+/// Issue 36: Einsum in the forms exporters write (batched products, `...`, implicit output, diagonals).
+#[test]
+fn einsum_matches_onnx_runtime() {
+    imported_model_matches_onnx_runtime("einsum", &["interp", "x86-avx2"]);
+}
+
+/// Issue 36: Swin V2's and MaxViT's forms (Softmax over any axis, L1/L2 reductions, GatherND).
+#[test]
+fn softmax_on_any_axis_and_gather_nd_match_onnx_runtime() {
+    imported_model_matches_onnx_runtime("rank5", &["interp", "x86-avx2"]);
+}
+
 /// `run` takes the `.onnx` file itself, with its weights, and `--check` works on it.
 #[test]
 fn run_takes_an_onnx_file() {
@@ -222,7 +268,7 @@ fn unsupported_and_malformed_models_are_refused_clearly() {
         "node `/conv_2/Conv` (Conv): strides = [2, 1]: only equal values for both axes are supported",
     );
 
-    let dir = std::env::temp_dir().join(format!("texc-onnx-bad-{}", std::process::id()));
+    let dir = scratch("bad");
     std::fs::create_dir_all(&dir).expect("tmp");
     let bad = dir.join("bad.onnx");
     std::fs::write(&bad, b"\x07not a model").expect("write");
@@ -287,7 +333,8 @@ fn a_compiled_model_carries_its_weights_and_runs_from_c() {
 /// also those an index expression reads (the decoder's Expand of `shift`).
 #[test]
 fn analyze_counts_the_models_initializers_as_parameters() {
-    let Some(dir) = build("decoder", &[]) else { return };
+    // Its own directory (`--seed 0` is the default seed): the decoder test builds "decoder" at the same time.
+    let Some(dir) = build("decoder", &["--seed", "0"]) else { return };
     let onnx = dir.join("decoder.onnx").display().to_string();
     let o = texc(&["analyze", &onnx, "--target", "x86-avx2"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -403,7 +450,7 @@ fn texc_within(args: &[&str]) -> Output {
 }
 
 fn fresh_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("texc-onnx-{}", std::process::id())).join(name);
+    let dir = scratch(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("tmp");
     dir
