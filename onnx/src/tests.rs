@@ -729,7 +729,7 @@ fn masks_and_shapes_of_constants_fold_and_inexact_forms_are_refused() {
     let mut mask = ints_tensor("mask", &[]);
     mask.data_type = data_type::BOOL;
     mask.dims = vec![2, 2];
-    mask.raw_data = vec![1, 0, 1, 1];
+    mask.raw_data = vec![1u8, 0, 1, 1].into();
     let nodes = vec![
         node("Equal", &["shape", "minus"], "eq", vec![]),
         node("Where", &["eq", "ones", "shape"], "fixed", vec![]),
