@@ -34,7 +34,7 @@
 use crate::digits::{fits_i64, Atom, Env, Forms, Role, Site, Src};
 use crate::interval;
 use crate::ir::{ForKind, LoopFunc, Stmt};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use texc_compiler::affine::Affine;
 use texc_compiler::ops::BinOp;
@@ -231,7 +231,7 @@ fn covered_in<'s>(f: &LoopFunc, t: TensorId, body: impl Iterator<Item = &'s Stmt
     let mut forms = Forms::new(f, &env);
     let sites: Vec<Site> = events.iter().map(|e| Site { indices: &e.indices, guards: &[], within: &[] }).collect();
     forms.settle(&sites);
-    let check = Check { f, t, forms };
+    let check = Check { f, t, forms, written: HashMap::new() };
     check.all_reads_covered(&events)
 }
 
@@ -375,6 +375,9 @@ struct Check<'a> {
     f: &'a LoopFunc,
     t: TensorId,
     forms: Forms<'a>,
+    /// The box each store writes, by (event, fixed loops, view; `None`: the
+    /// whole buffer as one run): every read asks again of the same stores.
+    written: HashMap<(usize, Vec<VarId>, Option<usize>), Option<Slab>>,
 }
 
 impl Check<'_> {
@@ -384,8 +387,8 @@ impl Check<'_> {
 
     /// Whether the stores of `before` wrote all that `read` reads.
     fn read_covered(&mut self, before: &[Event], read: &Event) -> bool {
-        let writes: Vec<&Event> = before.iter().filter(|e| e.write).collect();
-        let mut prefixes: Vec<usize> = writes.iter().map(|w| shared(&w.path, &read.path)).collect();
+        let writes: Vec<(usize, &Event)> = before.iter().enumerate().filter(|(_, e)| e.write).collect();
+        let mut prefixes: Vec<usize> = writes.iter().map(|(_, w)| shared(&w.path, &read.path)).collect();
         prefixes.sort_unstable();
         prefixes.dedup();
         let rank = self.f.p.tensor(self.t).shape.len();
@@ -394,19 +397,19 @@ impl Check<'_> {
         prefixes.into_iter().any(|n| {
             let fixed: BTreeSet<VarId> = read.path[..n].iter().copied().collect();
             // A store that fills the whole buffer (a loop fused over it) covers any read.
-            let whole = writes.iter().filter(|w| shared(&w.path, &read.path) == n).any(|w| {
-                self.slab(w, &fixed, true, std::slice::from_ref(&(0..rank))).is_some_and(|b| {
+            let whole = writes.iter().filter(|(_, w)| shared(&w.path, &read.path) == n).any(|&(j, w)| {
+                self.written_box(j, w, &fixed, None, std::slice::from_ref(&(0..rank))).is_some_and(|b| {
                     b.fixed.iter().all(|x| x.terms.is_empty())
                         && b.own.first().is_some_and(|o| o.0 <= 0 && o.1 >= len - 1)
                 })
             });
             whole
-                || views.iter().any(|view| {
+                || views.iter().enumerate().any(|(vi, view)| {
                     let Some(want) = self.slab(read, &fixed, false, view) else { return false };
                     let mut boxes: Vec<Slab> = writes
                         .iter()
-                        .filter(|w| shared(&w.path, &read.path) == n)
-                        .filter_map(|w| self.slab(w, &fixed, true, view))
+                        .filter(|(_, w)| shared(&w.path, &read.path) == n)
+                        .filter_map(|&(j, w)| self.written_box(j, w, &fixed, Some(vi), view))
                         .filter(|b| b.fixed == want.fixed)
                         .collect();
                     merge(&mut boxes);
@@ -414,6 +417,24 @@ impl Check<'_> {
                     empty || boxes.iter().any(|b| b.own.iter().zip(&want.own).all(|(w, r)| w.0 <= r.0 && r.1 <= w.1))
                 })
         })
+    }
+
+    /// [`Check::slab`] of store `j` (`w`), remembered.
+    fn written_box(
+        &mut self,
+        j: usize,
+        w: &Event,
+        fixed: &BTreeSet<VarId>,
+        view_index: Option<usize>,
+        view: &[Range<usize>],
+    ) -> Option<Slab> {
+        let key = (j, fixed.iter().copied().collect(), view_index);
+        if let Some(b) = self.written.get(&key) {
+            return b.clone();
+        }
+        let b = self.slab(w, fixed, true, view);
+        self.written.insert(key, b.clone());
+        b
     }
 
     /// The box of `e` in `view` (runs of dimensions, each one flat offset),
