@@ -18,7 +18,8 @@ if ! "$venv/bin/python" -m pip show -q maturin pytest numpy onnx >/dev/null 2>&1
 fi
 # From python/, so that cargo reads python/.cargo/config.toml (the shared target directory).
 (cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --locked --quiet)
-"$venv/bin/python" -m pytest -q python/tests
+# The compile cache of the tests stays in the target directory (as cargo's tests' does).
+TEXC_CACHE_DIR="$PWD/target/texc-cache" "$venv/bin/python" -m pytest -q python/tests
 # The README's install line in a fresh virtual environment (issue 39): the
 # wheel builds (sharing the workspace's target directory), installs with
 # its dependencies, and runs a kernel.
@@ -26,7 +27,7 @@ fresh="$(mktemp -d)"
 trap 'rm -rf "$fresh"' EXIT
 python3 -m venv "$fresh/venv"
 "$fresh/venv/bin/pip" install -q ./python
-(cd "$fresh" && "$fresh/venv/bin/python" - <<'PY'
+(cd "$fresh" && TEXC_CACHE_DIR="$fresh/cache" "$fresh/venv/bin/python" - <<'PY'
 import numpy as np, texc
 k = texc.compile("kernel twice(X: f32[N]) -> Y: f32[N] { Y[i] = 2.0 * X[i]; }", shapes={"N": 5})
 x = np.arange(5, dtype=np.float32)
