@@ -376,6 +376,7 @@ pub fn lower(f: &mut LoopFunc, st: &Stage, fl: Flash) -> Vec<Stmt> {
     let sb = local(&mut c, "scores", vec![qb, block]);
     let extents: Vec<i64> = st.vars.iter().map(|v| v.extent).collect();
     let kt = split.map(|s| local(&mut c, "kt", vec![extents[s.d as usize], block]));
+    let tile = kt.map(|_| local(&mut c, "tile", vec![TILE_QUERIES, TILE_VECTORS, fl.lanes.max(1)]));
     let total: i64 = outer.iter().product::<i64>() * nqb;
     let rb = c.f.new_var(format!("{name}.rb"), total.max(1));
     let r = c.var(rb);
@@ -396,6 +397,7 @@ pub fn lower(f: &mut LoopFunc, st: &Stage, fl: Flash) -> Vec<Stmt> {
         acc,
         sb,
         kt,
+        tile,
         split,
         m: row_state[0],
         l: row_state[1],
@@ -548,6 +550,8 @@ struct Block<'a> {
     acc: TensorId,
     sb: TensorId,
     kt: Option<TensorId>,
+    /// The register tile of [`Block::tiled_product`] (with `kt`).
+    tile: Option<TensorId>,
     split: Option<Split>,
     m: TensorId,
     l: TensorId,
@@ -788,6 +792,11 @@ impl Block<'_> {
                 vec![Stmt::Store { tensor: kt, indices: vec![d, i], value }]
             })]
         }));
+        let (w, tq, tk) = (c.lanes, TILE_QUERIES, TILE_VECTORS);
+        if let Some(tile) = self.tile.filter(|_| w > 1 && rows % tq == 0 && count % (tk * w) == 0) {
+            out.push(self.tiled_product(c, name, rows, count, sp, kt, tile, dext));
+            return out;
+        }
         out.push(c.serial(&format!("{name}.d"), dext, ForKind::Serial, &mut |c, d| {
             vec![c.serial(&format!("{name}.k.q"), rows, ForKind::Unrolled, &mut |c, q| {
                 let qv = self.at(c, sp.q, q, None, &[(sp.d, d)]);
@@ -803,6 +812,76 @@ impl Block<'_> {
         out
     }
 }
+
+impl Block<'_> {
+    /// The scores of the block as register tiles of `TILE_QUERIES` queries
+    /// × `TILE_VECTORS` vectors of keys, summed over `d` in a local buffer
+    /// the unrolled loops index by constants (registers), then stored.
+    #[allow(clippy::too_many_arguments)]
+    fn tiled_product(
+        &self,
+        c: &mut Ctx,
+        name: &str,
+        rows: i64,
+        count: i64,
+        sp: Split,
+        kt: TensorId,
+        tile: TensorId,
+        dext: i64,
+    ) -> Stmt {
+        let (w, tq, tk) = (c.lanes, TILE_QUERIES, TILE_VECTORS);
+        c.serial(&format!("{name}.tq"), rows / tq, ForKind::Serial, &mut |c, qo| {
+            vec![c.serial(&format!("{name}.tk"), count / (tk * w), ForKind::Serial, &mut |c, ko| {
+                let q0 = c.index(BinOp::Mul, qo, tq);
+                let k0 = c.index(BinOp::Mul, ko, tk * w);
+                // Query `q0 + qi`, key `k0 + ki·w + v` of the block.
+                let at = |c: &mut Ctx, qi: TExprId, ki: TExprId, v: TExprId| {
+                    let q = c.add(q0, qi);
+                    let kw = c.index(BinOp::Mul, ki, w);
+                    let k = c.add(k0, kw);
+                    (q, c.add(k, v))
+                };
+                let mut body = Vec::new();
+                let each =
+                    |c: &mut Ctx, what: &str, f: &mut dyn FnMut(&mut Ctx, TExprId, TExprId, TExprId) -> Vec<Stmt>| {
+                        c.serial(&format!("{name}.{what}.qi"), tq, ForKind::Unrolled, &mut |c, qi| {
+                            vec![c.serial(&format!("{name}.{what}.ki"), tk, ForKind::Unrolled, &mut |c, ki| {
+                                vec![c.serial(&format!("{name}.{what}.v"), w, ForKind::Vectorized, &mut |c, v| {
+                                    f(c, qi, ki, v)
+                                })]
+                            })]
+                        })
+                    };
+                body.push(each(c, "t0", &mut |c, qi, ki, v| {
+                    let z = c.float(0.0);
+                    vec![Stmt::Store { tensor: tile, indices: vec![qi, ki, v], value: z }]
+                }));
+                body.push(c.serial(&format!("{name}.td"), dext, ForKind::Serial, &mut |c, d| {
+                    vec![each(c, "t", &mut |c, qi, ki, v| {
+                        let (q, k) = at(c, qi, ki, v);
+                        let qv = self.at(c, sp.q, q, None, &[(sp.d, d)]);
+                        let kv = c.load(kt, vec![d, k]);
+                        let term = c.bin(BinOp::Mul, qv, kv);
+                        let cur = c.load(tile, vec![qi, ki, v]);
+                        let value = c.bin(BinOp::Add, cur, term);
+                        vec![Stmt::Store { tensor: tile, indices: vec![qi, ki, v], value }]
+                    })]
+                }));
+                body.push(each(c, "ts", &mut |c, qi, ki, v| {
+                    let (q, k) = at(c, qi, ki, v);
+                    let value = c.load(tile, vec![qi, ki, v]);
+                    vec![Stmt::Store { tensor: self.sb, indices: vec![q, k], value }]
+                }));
+                vec![Stmt::Alloc { tensor: tile, body }]
+            })]
+        })
+    }
+}
+
+/// Queries and vectors of keys of a register tile of scores: 8 vector
+/// accumulators, and 2 loads of keys and 4 broadcasts per 8 FMAs.
+const TILE_QUERIES: i64 = 4;
+const TILE_VECTORS: i64 = 2;
 
 /// The only reduction in `e`, if any.
 fn find_reduce(p: &Program, e: TExprId) -> Option<TExprId> {
