@@ -1465,19 +1465,10 @@ impl Importer<'_> {
     }
 
     fn transpose(&mut self, n: &NodeProto) -> R {
-        let a = Attrs::new(n, &["perm"])?;
         let x = Self::required(&self.inputs(n, 1, 1)?, 0)?;
         let out = self.output(n)?;
         let xs = self.shape(x).to_vec();
-        let perm: Vec<usize> = match a.ints("perm")? {
-            Some(p) => p.iter().map(|&k| normalize_axis(k, xs.len())).collect::<R<_>>()?,
-            None => (0..xs.len()).rev().collect(),
-        };
-        let mut sorted = perm.clone();
-        sorted.sort_unstable();
-        if sorted != (0..xs.len()).collect::<Vec<_>>() {
-            return Err(format!("perm {perm:?} is not a permutation of the {} axes", xs.len()));
-        }
+        let perm = transpose_perm(n, xs.len())?;
         if perm.iter().enumerate().all(|(k, &p)| k == p) {
             return self.alias(out, x);
         }
@@ -2308,16 +2299,7 @@ impl Importer<'_> {
                 (shape, at)
             }
             "Transpose" => {
-                let a = Attrs::new(n, &["perm"])?;
-                let perm: Vec<usize> = match a.ints("perm")? {
-                    Some(p) => p.iter().map(|&k| normalize_axis(k, xs.len())).collect::<R<_>>()?,
-                    None => (0..xs.len()).rev().collect(),
-                };
-                let mut sorted = perm.clone();
-                sorted.sort_unstable();
-                if sorted != (0..xs.len()).collect::<Vec<_>>() {
-                    return Err(format!("perm {perm:?} is not a permutation of the {} axes", xs.len()));
-                }
+                let perm = transpose_perm(n, xs.len())?;
                 (perm.iter().map(|&p| xs[p]).collect(), fold::transpose_positions(&xs, &perm))
             }
             _ => {
@@ -2732,4 +2714,20 @@ fn linear_index(v: &[String], shape: &[usize]) -> String {
     } else {
         terms.join(" + ")
     }
+}
+
+/// Transpose's `perm` (default: the axes reversed), checked to be a
+/// permutation of `rank` axes.
+fn transpose_perm(n: &NodeProto, rank: usize) -> R<Vec<usize>> {
+    let a = Attrs::new(n, &["perm"])?;
+    let perm: Vec<usize> = match a.ints("perm")? {
+        Some(p) => p.iter().map(|&k| normalize_axis(k, rank)).collect::<R<_>>()?,
+        None => (0..rank).rev().collect(),
+    };
+    let mut sorted = perm.clone();
+    sorted.sort_unstable();
+    if sorted != (0..rank).collect::<Vec<_>>() {
+        return Err(format!("perm {perm:?} is not a permutation of the {rank} axes"));
+    }
+    Ok(perm)
 }
