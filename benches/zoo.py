@@ -15,7 +15,8 @@ imported (`texc import`; the first line of an error), run once on the same
 input as ONNX Runtime (max relative error over all outputs: max |texc − ort|
 / max |ort|), timed with `texc bench --json` (compile time, and the texc
 process's peak resident memory), and ONNX Runtime timed at the same thread
-counts. The last column is ONNX Runtime's time over texc's (higher is better).
+counts. texc runs without its compile cache (`--no-cache`), so compile times
+and memory are those of a cold compile. The last column is ONNX Runtime's time over texc's (higher is better).
 
 Usage: ~/peers/bin/python benches/zoo.py [--quick | --models a,b | --all]
        [--exporters ts,dynamo] [--targets x86-avx512] [--threads 1,2]
@@ -315,7 +316,7 @@ def main():
             for target in targets:
                 r = row.setdefault("targets", {}).setdefault(target, {})
                 cmd = [texc, "run", f"{d}/model.onnx", "--input", f"{d}/inputs.npz", "--output",
-                       f"{d}/texc-{target}.npz", "--target", target]
+                       f"{d}/texc-{target}.npz", "--target", target, "--no-cache"]
                 t0 = time.time()
                 res = peak_rss(cmd)
                 r["run_s"] = time.time() - t0
@@ -331,7 +332,7 @@ def main():
                 for t in threads:
                     ok, out, err = attempt([texc, "bench", f"{d}/model.onnx", "--input", f"{d}/inputs.npz",
                                                "--target", target, "--threads", str(t), "--repeat", str(a.repeat),
-                                               "--json"], timeout=a.timeout)
+                                               "--json", "--no-cache"], timeout=a.timeout)
                     if not ok:
                         r["error"] = err
                         break
