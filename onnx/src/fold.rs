@@ -240,3 +240,18 @@ pub(crate) fn zero_like(v: &Values) -> Cell {
         Values::Bool(_) => Cell::B(false),
     }
 }
+
+/// The flat offset of the leading-axes index `tuple` (ScatterND's and
+/// GatherND's indices; negative ones count from the end) in a tensor of
+/// shape `xs` with strides `st`; an index outside its axis is an error.
+pub(crate) fn offset_of(tuple: &[i64], xs: &[usize], st: &[usize]) -> Result<usize, String> {
+    let mut base = 0;
+    for (j, &t) in tuple.iter().enumerate() {
+        let d = xs[j] as i64;
+        if !(-d..d).contains(&t) {
+            return Err(format!("index {t} is outside an axis of {d}"));
+        }
+        base += t.rem_euclid(d) as usize * st[j];
+    }
+    Ok(base)
+}

@@ -2176,14 +2176,7 @@ impl Importer<'_> {
         let inner: usize = xs[k..].iter().product();
         let st = fold::strides(&xs);
         for (p, tuple) in indices.chunks(k).enumerate() {
-            let mut base = 0;
-            for (j, &t) in tuple.iter().enumerate() {
-                let d = xs[j] as i64;
-                if !(-d..d).contains(&t) {
-                    return Err(format!("index {t} is outside an axis of {d}"));
-                }
-                base += t.rem_euclid(d) as usize * st[j];
-            }
+            let base = fold::offset_of(tuple, &xs, &st)?;
             result[base..base + inner].copy_from_slice(&updates[p * inner..(p + 1) * inner]);
         }
         let data = fold::values(&result, &like)?;
@@ -2243,14 +2236,7 @@ impl Importer<'_> {
         let st = fold::strides(&xs);
         let mut at = Vec::new();
         for tuple in indices.chunks(k) {
-            let mut base = 0;
-            for (j, &t) in tuple.iter().enumerate() {
-                let d = xs[j] as i64;
-                if !(-d..d).contains(&t) {
-                    return Err(format!("index {t} is outside an axis of {d}"));
-                }
-                base += t.rem_euclid(d) as usize * st[j];
-            }
+            let base = fold::offset_of(tuple, &xs, &st)?;
             at.extend(base..base + inner);
         }
         Ok((x, at, shape))

@@ -612,7 +612,8 @@ impl Kernel {
         // What each parameter of the code reads: an array's memory (the array
         // kept alive by `given`), a converted copy, or texc's own tensor.
         enum Src<'a> {
-            Memory(*const u8, usize),
+            /// An array's memory: its address, bytes, dtype and shape.
+            Memory(*const u8, usize, DType, &'a [usize]),
             Copy(Tensor),
             Fixed(&'a Tensor),
             Scalar(f64),
@@ -622,7 +623,7 @@ impl Kernel {
             let src = match (given.get(n), b.params.iter().find(|p| &p.name == n)) {
                 (Some(x), Some(p)) => match &p.shape {
                     Some(shape) => match memory_of(p, shape, &sizes, x)? {
-                        Some((ptr, len)) => Src::Memory(ptr, len),
+                        Some((ptr, len)) => Src::Memory(ptr, len, p.dtype, shape),
                         None => {
                             self.copies.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             Src::Copy(tensor_arg(p, shape, &sizes, x)?)
@@ -644,19 +645,10 @@ impl Kernel {
                 bytes: t.bytes(),
             })
         }
-        let mut shapes = Vec::new();
-        for (n, s) in b.run_params.iter().zip(&srcs) {
-            if let Src::Memory(..) = s {
-                let p = b.params.iter().find(|p| &p.name == n).expect("given parameters are the caller's");
-                shapes.push((p.dtype, p.shape.clone().expect("a tensor")));
-            }
-        }
-        let mut shape_of = shapes.iter();
         let refs: Vec<texc_codegen::ArgRef<'_>> = srcs
             .iter()
             .map(|s| match s {
-                Src::Memory(ptr, len) => {
-                    let (dtype, shape) = shape_of.next().expect("one shape per array");
+                Src::Memory(ptr, len, dtype, shape) => {
                     // SAFETY: `memory_of` checked that the array is C-contiguous
                     // with `len` bytes of this dtype at `ptr`; `given` keeps it
                     // alive until the call returns.
