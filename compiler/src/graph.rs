@@ -4,7 +4,7 @@
 //! `texc analyze` costs it and sizes it ([`summary`]: FLOPs, parameters,
 //! bytes moved, peak memory).
 
-use crate::cost::{cost_of_stages, Counts};
+use crate::cost::{work_of_stages, Counts};
 use crate::tir::*;
 use std::fmt::Write;
 
@@ -47,7 +47,7 @@ pub fn op_costs(p: &Program) -> Vec<(String, Counts)> {
     p.ops
         .iter()
         .map(|op| {
-            let flops = cost_of_stages(p, op.stages.clone());
+            let (flops, int_ops) = work_of_stages(p, op.stages.clone());
             let bytes = op
                 .inputs
                 .iter()
@@ -55,7 +55,7 @@ pub fn op_costs(p: &Program) -> Vec<(String, Counts)> {
                 .map(|&t| p.tensor(t).len() as f64 * p.tensor(t).elem.size() as f64)
                 .sum();
             let names: Vec<&str> = op.outputs.iter().map(|&t| p.tensor(t).name.as_str()).collect();
-            (format!("{} = {}", names.join(", "), op.op), Counts { flops, bytes })
+            (format!("{} = {}", names.join(", "), op.op), Counts { flops, int_ops, bytes })
         })
         .collect()
 }

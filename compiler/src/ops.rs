@@ -240,21 +240,28 @@ impl MathFn {
 pub enum Intrinsic {
     /// Fused multiply-add `a * b + c` with one rounding (x86 FMA3, Cranelift `fma`).
     Fma,
+    /// `@dot4(c, a, b)` on `i32`: `c` plus the four products of `a`'s bytes,
+    /// unsigned, with `b`'s, signed (byte `t` is bits `8t..8t+8`), with
+    /// wrapping adds — one lane of x86 VNNI's `vpdpbusd`. Integer products
+    /// of `u8` by `i8` data packed four to an `i32` use it
+    /// (`schedules::dot4`).
+    Dot4,
 }
 
 impl Intrinsic {
-    pub const ALL: [Intrinsic; 1] = [Intrinsic::Fma];
+    pub const ALL: [Intrinsic; 2] = [Intrinsic::Fma, Intrinsic::Dot4];
 
     /// Printed form; the leading `@` keeps it apart from every user-callable name.
     pub fn name(self) -> &'static str {
         match self {
             Intrinsic::Fma => "@fma",
+            Intrinsic::Dot4 => "@dot4",
         }
     }
 
     pub fn arity(self) -> usize {
         match self {
-            Intrinsic::Fma => 3,
+            Intrinsic::Fma | Intrinsic::Dot4 => 3,
         }
     }
 }

@@ -292,7 +292,14 @@ pub fn intrinsic(i: Intrinsic, ty: Ty, a: &[V]) -> V {
     match i {
         Intrinsic::Fma if is_float(ty) => V::F(a[0].f() * a[1].f() + a[2].f()),
         Intrinsic::Fma => V::I(wrap(ty, a[0].i().wrapping_mul(a[1].i()).wrapping_add(a[2].i()))),
+        Intrinsic::Dot4 => V::I(wrap(ty, a[0].i().wrapping_add(dot4(a[1].i(), a[2].i())))),
     }
+}
+
+/// The four products of `a`'s bytes (unsigned) by `b`'s (signed), summed:
+/// [`Intrinsic::Dot4`] without its accumulator.
+pub fn dot4(a: i64, b: i64) -> i64 {
+    (0..4).map(|t| i64::from((a >> (8 * t)) as u8) * i64::from((b >> (8 * t)) as i8)).sum()
 }
 
 /// Convert a value to `ty`.

@@ -433,7 +433,25 @@ impl<'c> B<'c> {
                 let m = self.op1(blk, "arith.muli", &[a[0], a[1]], ty, &[]);
                 self.op1(blk, "arith.addi", &[m, a[2]], ty, &[])
             }
+            (Intrinsic::Dot4, _) => self.dot4(blk, t, a, lanes),
         }
+    }
+
+    /// `@dot4(c, a, b)` in `arith`: byte `t` of `a` shifted down and masked,
+    /// of `b` shifted to the top and arithmetically down, products summed into `c`.
+    fn dot4<'a>(&self, blk: &'a Block<'c>, t: Ty, a: &[Value<'c, '_>], lanes: Option<u32>) -> Value<'c, 'a> {
+        let ty = self.vty(t, lanes);
+        let k = |v: i64| self.constant_like(blk, t, v as f64, lanes);
+        let mut sum = self.op1(blk, "arith.addi", &[a[0], k(0)], ty, &[]);
+        for byte in 0..4 {
+            let ua = self.op1(blk, "arith.shrui", &[a[1], k(8 * byte)], ty, &[]);
+            let ua = self.op1(blk, "arith.andi", &[ua, k(255)], ty, &[]);
+            let sb = self.op1(blk, "arith.shli", &[a[2], k(24 - 8 * byte)], ty, &[]);
+            let sb = self.op1(blk, "arith.shrsi", &[sb, k(24)], ty, &[]);
+            let prod = self.op1(blk, "arith.muli", &[ua, sb], ty, &[]);
+            sum = self.op1(blk, "arith.addi", &[sum, prod], ty, &[]);
+        }
+        sum
     }
 
     /// Convert `v` from `from` to `to` (docs/language.md, "Semantics").

@@ -867,6 +867,8 @@ impl Kernel {
         d.set_item("threads", texc_runtime::pool::num_threads())?;
         d.set_item("compile_s", self.b.compile_s)?;
         d.set_item("flops", counts.flops)?;
+        d.set_item("int_ops", counts.int_ops)?;
+        d.set_item("gops", counts.int_ops / st.median / 1e9)?;
         d.set_item("bytes", counts.bytes)?;
         d.set_item("gflops", counts.flops / st.median / 1e9)?;
         d.set_item("gbs", counts.bytes / st.median / 1e9)?;

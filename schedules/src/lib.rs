@@ -32,6 +32,7 @@ pub mod apply;
 pub mod attach;
 pub mod cross_thread;
 pub mod digits;
+pub mod dot4;
 pub mod eval;
 pub mod flash;
 pub mod gpu;

@@ -3,7 +3,8 @@
 //! [`hoist_reductions`]: afterwards every stage is either *pure* (no
 //! reduction) or its value *is* one reduction. A reduction nested inside an
 //! expression (`sum[d](x[n, d]) / D`) moves into a stage of its own, whose
-//! axes are the stage's axes plus the variables of enclosing reductions.
+//! axes are those of the stage's axes and of the enclosing reductions'
+//! variables that it reads (all of them if it reads none).
 //!
 //! [`inline_stage`]: replaces every load of a pure temporary by its defining
 //! expression (with its axes substituted by the load's indices) and removes
@@ -99,12 +100,18 @@ pub fn hoist_reductions(p: &mut Program) {
         // New stage variables: axes, enclosing reduction variables, then the
         // variables of the reductions in `r` (not those of other reductions
         // of the stage: every variable past the axes is a loop of the stage).
-        let mut order: Vec<VarId> = (0..st.n_axes as VarId).collect();
-        order.extend(&enclosing);
+        // Only the axes and enclosing variables the reduction reads index it:
+        // a zero point's `sum[k](W[j, k])` inside a product's `C[i, j]` is
+        // one sum per `j`, not one per `(i, j)` (all of them if it reads none,
+        // so that the new tensor has a dimension).
+        let outer: Vec<VarId> = (0..st.n_axes as VarId).chain(enclosing.iter().copied()).collect();
+        let used: Vec<VarId> = outer.iter().copied().filter(|&v| crate::analysis::involves(p, r, v)).collect();
+        let indexed = if used.is_empty() { outer } else { used };
+        let mut order: Vec<VarId> = indexed.clone();
         order.extend(reduce_vars(p, r).into_iter().filter(|v| !enclosing.contains(v)));
         let rename: HashMap<VarId, VarId> = order.iter().enumerate().map(|(new, &old)| (old, new as VarId)).collect();
         let vars: Vec<VarDecl> = order.iter().map(|&v| st.vars[v as usize].clone()).collect();
-        let n_axes = st.n_axes + enclosing.len();
+        let n_axes = indexed.len();
         let value = subst(p, r, &HashMap::new(), &rename);
         let elem = match p.ty(r) {
             Ty::Elem(e) => e,
@@ -127,10 +134,7 @@ pub fn hoist_reductions(p: &mut Program) {
             _ => value,
         };
         // The old stage reads the new tensor where the reduction was.
-        let idx: Vec<TExprId> = (0..st.n_axes as VarId)
-            .chain(enclosing.iter().copied())
-            .map(|v| p.alloc(TExpr::Var(v), Ty::Index, span))
-            .collect();
+        let idx: Vec<TExprId> = indexed.iter().map(|&v| p.alloc(TExpr::Var(v), Ty::Index, span)).collect();
         let load = p.alloc(TExpr::Load(t, idx), Ty::Elem(elem), span);
         let replacement = if p.ty(r) == Ty::Elem(elem) { load } else { p.alloc(TExpr::Cast(load), p.ty(r), span) };
         p.exprs[r.0 as usize] = p.exprs[replacement.0 as usize].clone();
@@ -145,9 +149,37 @@ pub fn hoist_reductions(p: &mut Program) {
             old.vars = kept.iter().map(|&v| st.vars[v as usize].clone()).collect();
             old.value = value;
         }
-        p.stages.insert(si, Stage { tensor: t, vars, n_axes, value, span: st.span });
+        let at = cheaper_first(p, si, value, &vars, st.tensor);
+        p.stages.insert(at, Stage { tensor: t, vars, n_axes, value, span: st.span });
         // Re-examine the new stage (it may hold further nested reductions), then the old one.
+        si = si.min(at);
     }
+}
+
+/// Where a reduction hoisted out of the stage at `si` (value `value` over
+/// `vars`) goes: just before that stage, or before the reductions hoisted
+/// out of it earlier that do more work and that it does not read, so that
+/// the costliest one is last. Its epilogue (the old stage) then follows
+/// the product it belongs to: a quantized product's `sum[k](A·W) −
+/// za · sum[k](W)` computes the weights' sums first, and the product's
+/// register block stores the result.
+fn cheaper_first(p: &Program, si: usize, value: TExprId, vars: &[VarDecl], owner: TensorId) -> usize {
+    // Work as iterations: the terms of a sum are alike here (products, or loads).
+    let work = |vars: &[VarDecl]| -> f64 { vars.iter().map(|v| v.extent as f64).product() };
+    let sibling = |st: &Stage| {
+        let prefix = format!("{}.r", p.tensor(owner).name);
+        p.tensor(st.tensor).name.strip_prefix(&prefix).is_some_and(|k| k.parse::<u32>().is_ok())
+    };
+    let mut at = si;
+    while at > 0 {
+        let prev = &p.stages[at - 1];
+        let reads_prev = crate::strategy::loads(p, value, prev.tensor);
+        if !sibling(prev) || reads_prev || work(&prev.vars) <= work(vars) {
+            break;
+        }
+        at -= 1;
+    }
+    at
 }
 
 /// Inline stage `si` (pure, a temporary) into all later stages.

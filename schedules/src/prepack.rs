@@ -340,7 +340,7 @@ fn insert_panels(p: &mut Program, at: usize, b: TensorId, w: i64) -> TensorId {
 }
 
 /// Insert `st` at stage index `at`, in the operator of the stage there.
-fn insert_stage(p: &mut Program, at: usize, st: Stage) {
+pub(crate) fn insert_stage(p: &mut Program, at: usize, st: Stage) {
     p.stages.insert(at, st);
     // The packed operand belongs to the product's operator; later ones move up one.
     for op in &mut p.ops {

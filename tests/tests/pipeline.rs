@@ -129,7 +129,11 @@ fn runs_here(t: &Target) -> bool {
 #[test]
 fn targets_are_resolved_in_one_place() {
     let err = target::lookup("x86-sse").expect_err("unknown");
-    assert!(err.to_string().contains("targets: interp, x86-avx2, x86-avx512, host, cranelift"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("targets: interp, x86-avx2, x86-avx512, x86-avx2-vnni, x86-avx512-vnni, host, cranelift"),
+        "{err}"
+    );
     let avx2 = target::lookup("x86-avx2").expect("known");
     assert_eq!((avx2.lanes(DType::F32), avx2.lanes(DType::F64), avx2.lanes(DType::I8)), (8, 4, 32));
     let avx512 = target::lookup("x86-avx512").expect("known");

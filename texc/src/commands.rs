@@ -750,9 +750,19 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
         false => None,
     };
     let counts = texc_compiler::cost::count(p);
+    // A kernel of integer arithmetic mostly (a quantized product with its
+    // float requantization) is rated in operations, integer and float,
+    // against the target's 8-bit product peak (`Target::int8_speedup` times the f32 one).
+    let integer = counts.int_ops > counts.flops;
+    let counts = match integer {
+        true => texc_compiler::cost::Counts { flops: counts.int_ops + counts.flops, ..counts },
+        false => counts,
+    };
+    let (op, int8) = if integer { ("OP", t.int8_speedup()) } else { ("FLOP", 1.0) };
     let pool_threads = texc_runtime::pool::num_threads();
     let m = pl.machine();
     let (mut roof, mut source, threads) = (m.roofline, m.source, m.threads);
+    roof.peak_gflops *= int8;
     let gflops = counts.flops / st.median / 1e9;
     let gbs = counts.bytes / st.median / 1e9;
     let mut notes = Vec::new();
@@ -762,10 +772,11 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
         // measurement is found out by a kernel that beats it, and measured again.
         let lanes = t.lanes(texc_compiler::types::ElemType::F32) as usize;
         notes.push(format!(
-            "`{}` ran faster than the {source} roofline ({:.1} GFLOP/s, {:.1} GB/s): measured it again",
+            "`{}` ran faster than the {source} roofline ({:.1} G{op}/s, {:.1} GB/s): measured it again",
             p.name, roof.peak_gflops, roof.bandwidth_gbs
         ));
         roof = texc_runtime::roofline::remeasure(t.name, lanes, threads, roof);
+        roof.peak_gflops *= int8;
         source = "re-measured now";
     }
     // Still beaten: the bound does not hold for this kernel (its data stays in
@@ -773,7 +784,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     // is reported against what it achieved, never above 100 %.
     if gflops > roof.peak_gflops {
         notes.push(format!(
-            "{gflops:.1} GFLOP/s is above the {source} peak {:.1} GFLOP/s{}; the peak is taken as {gflops:.1}",
+            "{gflops:.1} G{op}/s is above the {source} peak {:.1} G{op}/s{}; the peak is taken as {gflops:.1}",
             roof.peak_gflops,
             if job.rewritten {
                 " (rates count the FLOPs of the program as written; a rewritten plan may do fewer)"
@@ -792,6 +803,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
         roof.bandwidth_gbs = gbs;
     }
     let limit = Limit::of(counts.flops, counts.intensity(), roof.ridge());
+    let unit = if integer && limit == Limit::Compute { "GOP/s" } else { limit.unit() };
     let (achieved, bound) = match limit {
         Limit::Memory => (gbs, roof.bandwidth_gbs),
         Limit::Compute => (gflops, roof.peak_gflops),
@@ -822,7 +834,9 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
             ("runs", Json::Num(repeat as f64)),
             ("warmup", Json::Num(warmup as f64)),
             ("time_ms", Json::obj(st.fields().map(|(n, v)| (n, ms(v))))),
-            ("flops", Json::Num(counts.flops)),
+            ("flops", Json::Num(if integer { counts.flops - counts.int_ops } else { counts.flops })),
+            ("int_ops", Json::Num(counts.int_ops)),
+            ("integer", Json::Bool(integer)),
             ("bytes", Json::Num(counts.bytes)),
             ("intensity", Json::Num(counts.intensity())),
             ("gflops", Json::Num(gflops)),
@@ -843,7 +857,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
                 Json::obj([
                     ("limit", Json::str(limit.name())),
                     ("value", Json::Num(bound)),
-                    ("unit", Json::str(limit.unit())),
+                    ("unit", Json::str(unit)),
                     ("percent", Json::Num(percent)),
                 ]),
             ),
@@ -915,8 +929,9 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
             st.max * 1e3
         );
         outln!(
-            "  compute   {gflops:.2} GFLOP/s ({:.4} GFLOP), {:.1}% of peak {:.1} GFLOP/s",
+            "  compute   {gflops:.2} G{op}/s ({:.4} G{op}{}), {:.1}% of peak {:.1} G{op}/s",
             counts.flops / 1e9,
+            if integer { ", integer" } else { "" },
             100.0 * gflops / roof.peak_gflops,
             roof.peak_gflops
         );
@@ -927,9 +942,9 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
             roof.bandwidth_gbs
         );
         outln!(
-            "  roofline  {percent:.1}% of the {} bound {bound:.1} {} ({}-bound at {:.2} FLOP/byte; ridge {:.2}; machine numbers {source}, {threads} thread{})",
+            "  roofline  {percent:.1}% of the {} bound {bound:.1} {} ({}-bound at {:.2} {op}/byte; ridge {:.2}; machine numbers {source}, {threads} thread{})",
             limit.name(),
-            limit.unit(),
+            unit,
             limit.name(),
             counts.intensity(),
             roof.ridge(),

@@ -164,6 +164,44 @@ fn softmax_uses_range_scalef_and_fma_instructions() {
     assert!(!narrow.contains("vrange") && !narrow.contains("vscalef"), "AVX-512 instructions on AVX2");
 }
 
+/// Integer products (`examples/qlinear.tex`): `vpdpbusd` on 512-bit
+/// registers with AVX-512 VNNI, VEX-encoded with AVX-VNNI, `vpmaddwd` on
+/// bytes widened to 16 bits without either (emitting needs no such CPU); the
+/// results are checked bit for bit in tests/tests/int8.rs.
+#[test]
+fn integer_products_use_dot_product_instructions() {
+    let asm = |target: &str| {
+        let o = texc(&["emit", "examples/qlinear.tex", "--stage", "asm", "--target", target]);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let zmm = asm("x86-avx512-vnni");
+    assert!(zmm.lines().any(|l| l.contains("vpdpbusd") && l.contains("%zmm")), "vpdpbusd on zmm expected");
+    assert!(asm("x86-avx2-vnni").contains("{vex}\tvpdpbusd"), "AVX-VNNI's vpdpbusd expected");
+    for target in ["x86-avx2", "x86-avx512"] {
+        let code = asm(target);
+        assert!(code.contains("vpmaddwd") && !code.contains("vpdpbusd"), "{target}: vpmaddwd, no VNNI");
+    }
+}
+
+/// A kernel of integer arithmetic mostly is rated in operations against the 8-bit peak.
+#[test]
+fn bench_rates_integer_kernels_in_operations() {
+    let o = Command::new(env!("CARGO_BIN_EXE_texc"))
+        .args(["bench", "examples/qlinear.tex", "--target", "x86-avx2", "--repeat", "3", "--warmup", "1"])
+        .args(["--shape", "M=8,K=16,N=16"])
+        .env("TEXC_ROOFLINE", "100,20")
+        .current_dir(root())
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    // x86-avx2's 8-bit peak is twice its f32 peak.
+    for want in ["GOP/s (0.0000 GOP, integer)", "% of peak 200.0 GOP/s", "OP/byte"] {
+        assert!(out.contains(want), "missing {want:?} in\n{out}");
+    }
+}
+
 #[test]
 fn bench_reports_rates_and_the_roofline() {
     let o = Command::new(env!("CARGO_BIN_EXE_texc"))

@@ -23,7 +23,173 @@ impl<'ctx> Gen<'ctx, '_> {
     ) -> R<BasicValueEnum<'ctx>> {
         match i {
             Intrinsic::Fma => self.call(self.intrinsic("llvm.fma", &[self.ty_in(ty, mode)])?, &[a[0], a[1], a[2]]),
+            Intrinsic::Dot4 => self.dot4(a[0], a[1], a[2], mode),
         }
+    }
+
+    /// `@dot4(c, a, b)`: `vpdpbusd` in pieces as wide as the CPU's VNNI
+    /// registers where the lanes fill them, else the bytes widened to
+    /// `i32`, multiplied, and each group of four summed (what the
+    /// instruction computes, so both agree bit for bit).
+    fn dot4(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let lanes = mode.lanes().unwrap_or(1);
+        // Pieces of 4, 8 or 16 lanes (`vpdpbusd` on xmm, ymm, zmm) that tile the vector.
+        let widest = self.vnni_lanes().unwrap_or(0);
+        let piece = [16, 8, 4].into_iter().find(|&w| w <= widest && lanes % w == 0);
+        match piece {
+            Some(w) => {
+                let f = self.intrinsic(&format!("llvm.x86.avx512.vpdpbusd.{}", 32 * w), &[])?;
+                let parts = (0..lanes / w)
+                    .map(|i| {
+                        let [c, a, b] = [c, a, b].map(|v| self.lanes_of(v.into_vector_value(), i * w, w));
+                        self.call(f, &[c?.into(), a?.into(), b?.into()]).map(|v| v.into_vector_value())
+                    })
+                    .collect::<R<Vec<_>>>()?;
+                Ok(self.concat(&parts)?.into())
+            }
+            None => match self.pmaddwd_lanes() {
+                Some(w) if mode.lanes().is_some() && (4 * lanes) % (2 * w) == 0 => self.dot4_pmaddwd(c, a, b, lanes, w),
+                _ => self.dot4_widened(c, a, b, lanes, mode.lanes().is_some()),
+            },
+        }
+    }
+
+    /// `i32` lanes of one `vpmaddwd` on this CPU: 16 with AVX-512BW, 8 with AVX2.
+    fn pmaddwd_lanes(&self) -> Option<u32> {
+        let on = |f: &str| self.spec.features.split(',').any(|x| x.strip_prefix('+') == Some(f));
+        match () {
+            _ if on("avx512bw") && !on("prefer-256-bit") => Some(16),
+            _ if on("avx2") => Some(8),
+            _ => None,
+        }
+    }
+
+    /// `@dot4` without VNNI: the bytes widened to 16 bits (exactly: zero- and
+    /// sign-extended, so no product or pair sum can saturate), `vpmaddwd`
+    /// summing pairs of products into `i32`, and adjacent pairs added.
+    fn dot4_pmaddwd(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+        lanes: u32,
+        w: u32,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let (i8t, i16t, i32t) = (self.cx.i8_type(), self.cx.i16_type(), self.cx.i32_type());
+        let n = 4 * lanes;
+        let widen = |v: BasicValueEnum<'ctx>, signed: bool| -> R<VectorValue<'ctx>> {
+            let bytes = self.b.build_bit_cast(v, i8t.vec_type(n), "bytes")?.into_vector_value();
+            Ok(match signed {
+                true => self.b.build_int_s_extend(bytes, i16t.vec_type(n), "b16")?,
+                false => self.b.build_int_z_extend(bytes, i16t.vec_type(n), "a16")?,
+            })
+        };
+        let (a16, b16) = (widen(a, false)?, widen(b, true)?);
+        let name = if w == 16 { "llvm.x86.avx512.pmaddw.d.512" } else { "llvm.x86.avx2.pmadd.wd" };
+        let f = self.intrinsic(name, &[])?;
+        let pairs = (0..n / (2 * w))
+            .map(|i| {
+                let x = self.lanes_of(a16, i * 2 * w, 2 * w)?;
+                let y = self.lanes_of(b16, i * 2 * w, 2 * w)?;
+                self.call(f, &[x.into(), y.into()]).map(|v| v.into_vector_value())
+            })
+            .collect::<R<Vec<_>>>()?;
+        let pairs = self.concat(&pairs)?;
+        let pick = |first: u32| -> R<VectorValue<'ctx>> {
+            let idx: Vec<_> = (0..lanes).map(|l| i32t.const_int((2 * l + first) as u64, false)).collect();
+            let undef = pairs.get_type().get_poison();
+            Ok(self.b.build_shuffle_vector(pairs, undef, VectorType::const_vector(&idx), "half")?)
+        };
+        let sum = self.b.build_int_add(pick(0)?, pick(1)?, "quads")?;
+        Ok(self.b.build_int_add(c.into_vector_value(), sum, "dot")?.into())
+    }
+
+    /// Lanes of one `vpdpbusd` on this CPU: 16 with AVX-512 VNNI, 8 with
+    /// AVX-VNNI or AVX-512 VNNI and VL; `None` without VNNI.
+    fn vnni_lanes(&self) -> Option<u32> {
+        let on = |f: &str| self.spec.features.split(',').any(|x| x.strip_prefix('+') == Some(f));
+        let avx512 = on("avx512vnni") && on("avx512f") && !on("prefer-256-bit");
+        match () {
+            _ if avx512 => Some(16),
+            _ if on("avxvnni") || (on("avx512vnni") && on("avx512vl")) => Some(8),
+            _ => None,
+        }
+    }
+
+    fn dot4_widened(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+        lanes: u32,
+        vector: bool,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let (i8t, i32t) = (self.cx.i8_type(), self.cx.i32_type());
+        let bytes = |v: BasicValueEnum<'ctx>| self.b.build_bit_cast(v, i8t.vec_type(4 * lanes), "bytes");
+        let wide = i32t.vec_type(4 * lanes);
+        let a = self.b.build_int_z_extend(bytes(a)?.into_vector_value(), wide, "a32")?;
+        let b = self.b.build_int_s_extend(bytes(b)?.into_vector_value(), wide, "b32")?;
+        let prod = self.b.build_int_mul(a, b, "prod")?;
+        let mut sum: BasicValueEnum<'ctx> = c;
+        for t in 0..4 {
+            let pick: Vec<_> = (0..lanes).map(|l| i32t.const_int((4 * l + t) as u64, false)).collect();
+            let part =
+                self.b.build_shuffle_vector(prod, wide.get_poison(), VectorType::const_vector(&pick), "group")?;
+            let part: BasicValueEnum<'ctx> = match vector {
+                true => part.into(),
+                false => self.b.build_extract_element(part, i32t.const_zero(), "one")?,
+            };
+            sum = match (sum, part) {
+                (BasicValueEnum::VectorValue(x), BasicValueEnum::VectorValue(y)) => {
+                    self.b.build_int_add(x, y, "dot")?.into()
+                }
+                (x, y) => self.b.build_int_add(x.into_int_value(), y.into_int_value(), "dot")?.into(),
+            };
+        }
+        Ok(sum)
+    }
+
+    /// Lanes `from..from + n` of `v`.
+    fn lanes_of(&self, v: VectorValue<'ctx>, from: u32, n: u32) -> R<VectorValue<'ctx>> {
+        if from == 0 && n == v.get_type().get_size() {
+            return Ok(v);
+        }
+        let i32t = self.cx.i32_type();
+        let pick: Vec<_> = (from..from + n).map(|l| i32t.const_int(l as u64, false)).collect();
+        Ok(self.b.build_shuffle_vector(v, v.get_type().get_poison(), VectorType::const_vector(&pick), "piece")?)
+    }
+
+    /// The pieces of [`Gen::lanes_of`] put back together, in order.
+    fn concat(&self, parts: &[VectorValue<'ctx>]) -> R<VectorValue<'ctx>> {
+        let mut out = parts[0];
+        for &p in &parts[1..] {
+            let n = out.get_type().get_size() + p.get_type().get_size();
+            let i32t = self.cx.i32_type();
+            // Both operands as wide as the result: shufflevector takes operands of one type.
+            let a = self.lanes_of_padded(out, n)?;
+            let b = self.lanes_of_padded(p, n)?;
+            let pick: Vec<_> = (0..out.get_type().get_size())
+                .chain(n..n + p.get_type().get_size())
+                .map(|l| i32t.const_int(l as u64, false))
+                .collect();
+            out = self.b.build_shuffle_vector(a, b, VectorType::const_vector(&pick), "concat")?;
+        }
+        Ok(out)
+    }
+
+    /// `v` with poison lanes appended up to `n` lanes.
+    fn lanes_of_padded(&self, v: VectorValue<'ctx>, n: u32) -> R<VectorValue<'ctx>> {
+        let i32t = self.cx.i32_type();
+        let len = v.get_type().get_size();
+        let pick: Vec<_> =
+            (0..n).map(|l| if l < len { i32t.const_int(l as u64, false) } else { i32t.get_undef() }).collect();
+        Ok(self.b.build_shuffle_vector(v, v.get_type().get_poison(), VectorType::const_vector(&pick), "pad")?)
     }
 
     pub(super) fn math(

@@ -87,7 +87,9 @@ fn without_masked(host: &str) -> String {
     let masked = texc_compiler::target::masked_features();
     let off = |f: &str| {
         let wide = f.starts_with("avx512") || f.starts_with("avx10") || f == "evex512";
-        masked.iter().any(|m| m == f || (wide && (m == "avx512f" || m == "avx2")) || (m == "avx2" && f == "avx2"))
+        masked.iter().any(|m| {
+            m == f || (wide && (m == "avx512f" || m == "avx2")) || (m == "avx2" && matches!(f, "avx2" | "avxvnni"))
+        })
     };
     host.split(',')
         .map(|entry| match entry.strip_prefix('+') {

@@ -81,11 +81,13 @@ impl Strategy for Cpu {
     }
 }
 
-/// Attention first, while its five statements are as written; epilogues
+/// Integer products on dot-product instructions and attention first, while
+/// their statements are as written; epilogues
 /// are inlined once reductions are hoisted out of them, and a row
 /// reduction's dense loops are fused before it is factored into
 /// vector-width partial results.
-const PREPARATION: [Step; 9] = [
+const PREPARATION: [Step; 10] = [
+    Step { name: "dot4-products", run: dot4_products },
     Step { name: "fuse-attention", run: fuse_attention },
     Step { name: "one-hot-gathers", run: preparation::one_hot_gathers },
     Step { name: "inline-elementwise", run: preparation::inline_elementwise_step },
@@ -96,6 +98,12 @@ const PREPARATION: [Step; 9] = [
     Step { name: "fuse-dense-reductions", run: row_reductions::fuse_dense_reductions },
     Step { name: "rfactor", run: row_reductions::rfactor },
 ];
+
+/// *dot4-products*: sums of `u8 × i8` products on the target's `@dot4`
+/// ([`crate::dot4`]; the pipeline made those of constant operands before folding).
+fn dot4_products(p: &mut Program, t: &Target, _: DefaultKnobs) {
+    crate::dot4::pack_products(p, t);
+}
 
 /// *fuse-attention*: an attention's five statements as one operator,
 /// computed flash-style ([`crate::flash`]).
@@ -144,7 +152,10 @@ impl Machine {
         let lanes = (target.compute_lanes(p.tensor(st.tensor).elem) * bits / full_bits.max(1)).max(1);
         let half_bits = bits / 2;
         let half_lanes = (half_bits >= 256 && lanes >= 2).then_some(lanes / 2);
-        let accumulators = (target.vector_registers as i64 * 3 / 4).max(2);
+        // `@dot4` without VNNI widens both operands to 16 bits first: four
+        // more registers per step (AVX2: 8 accumulators, not 12).
+        let widening = !target.has_vnni() && uses_dot4(p, st.value);
+        let accumulators = (target.vector_registers as i64 * 3 / 4 - if widening { 4 } else { 0 }).max(2);
         // Short rows (under four full vectors) that divide per element use
         // the 256-bit vector: a 512-bit vector's tail costs as much as a whole
         // 256-bit one, and division and square root run no faster per element
@@ -172,6 +183,12 @@ impl Machine {
             _ => 0,
         }
     }
+}
+
+/// Whether `e` computes a [`texc_compiler::ops::Intrinsic::Dot4`].
+fn uses_dot4(p: &Program, e: TExprId) -> bool {
+    matches!(p.expr(e), TExpr::Intrinsic(texc_compiler::ops::Intrinsic::Dot4, _))
+        || p.children(e).into_iter().any(|c| uses_dot4(p, c))
 }
 
 /// Whether `e` divides, or takes a square root of, a float that varies along variable `v`.

@@ -1,0 +1,370 @@
+//! Integer products on dot-product instructions: a TIR-to-TIR pass for
+//! targets with [`Intrinsic::Dot4`] (x86 VNNI's `vpdpbusd`).
+//!
+//! A sum of products of 8-bit integers widened to `i32`,
+//! `sum[k](i32(A[.., k, ..]) * i32(W[.., k, ..]))` with `A` in `u8` and
+//! `W` in `i8`, where the reduction variable `k` is, alone, one index of
+//! each operand (any dimension: a matrix product's inner one, a
+//! convolution's channels), becomes
+//! `sum[k4](@dot4(0, A.q4[.., k4, ..], W.q4[.., k4, ..]))`: the operands
+//! packed four consecutive `k` to an `i32` (byte `t` holds `k = 4·k4 + t`,
+//! zero past the end of `k`), one `vpdpbusd` lane per four products.
+//! Each packed operand is a stage of its own, inserted just before the
+//! product, so that a constant one (a model's weights) is packed once,
+//! when constants are folded: the pipeline runs this pass before folding,
+//! and again as the CPU strategy's first preparation step (for kernels
+//! whose weights are arguments). Legalization then moves the
+//! accumulator into the instruction (`c + @dot4(0, a, b)` → `@dot4(c, a, b)`).
+//!
+//! Products of two `i8` operands take `vpdpbusd`'s unsigned side offset by
+//! 128 (`a + 128` in `0..=255`) and subtract what that adds,
+//! `128 · Σ w` over the same variables: a stage of its own over the signed
+//! operand alone (`W.sum`), so constant weights' sums are folded too. That
+//! operand must be indexed by plain variables, each once (a matrix's or a
+//! filter's); where neither is, the product is left as written (LLVM
+//! widens it to 16 bits).
+//!
+//! Why not in the e-graph: the rewrite changes a reduction's extent and
+//! adds tensors whose layout the loop schedule reads; the operator graph
+//! has neither.
+//!
+//! Invariants: the program computes the same values bit for bit (integer
+//! sums wrap in `i32` either way, and the four products of a lane are the
+//! products of the original sum, zero bytes adding nothing); the packed
+//! variable is used by nothing but the two loads; stages stay in an order
+//! where every tensor is written before it is read; operator records'
+//! stage ranges move with the inserted stages.
+
+use crate::analysis::involves;
+use crate::normalize::{fresh_name, with_children};
+use crate::prepack::insert_stage;
+use texc_compiler::ops::{BinOp, Intrinsic, ReduceOp};
+use texc_compiler::target::Target;
+use texc_compiler::tir::*;
+use texc_compiler::types::ElemType;
+
+const I32: Ty = Ty::Elem(ElemType::I32);
+
+/// Rewrite every integer product of `p` that the target's `@dot4` can
+/// compute; the number rewritten.
+pub fn pack_products(p: &mut Program, target: &Target) -> usize {
+    if !target.has_intrinsic(Intrinsic::Dot4) {
+        return 0;
+    }
+    let mut made: Vec<(Packing, TensorId)> = Vec::new();
+    let mut rewritten = 0;
+    let mut si = 0;
+    while si < p.stages.len() {
+        match find_product(p, si) {
+            Some(prod) => {
+                si = rewrite(p, si, prod, &mut made);
+                rewritten += 1;
+            }
+            None => si += 1,
+        }
+    }
+    rewritten
+}
+
+/// One operand of a product: the load, and the dimension `k` indexes.
+#[derive(Clone, Copy)]
+struct Operand {
+    load: TExprId,
+    tensor: TensorId,
+    dim: usize,
+}
+
+/// A sum of `u8 × i8` (or `i8 × i8`) products over `k` (among the sum's
+/// variables); `a` is the unsigned side of `vpdpbusd`.
+struct Product {
+    reduce: TExprId,
+    k: VarId,
+    a: Operand,
+    w: Operand,
+    /// `a` is `i8`: packed offset by 128, and `128 · Σ w` subtracted.
+    offset: bool,
+}
+
+/// A packed tensor: `tensor`'s dimension `dim`, of which the first `len`,
+/// four to an `i32`, each element plus 128 where `offset`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Packing {
+    tensor: TensorId,
+    dim: usize,
+    len: i64,
+    offset: bool,
+}
+
+/// The first sum in stage `si`'s value that is such a product.
+fn find_product(p: &Program, si: usize) -> Option<Product> {
+    let st = &p.stages[si];
+    let mut stack = vec![st.value];
+    while let Some(e) = stack.pop() {
+        if let Some(prod) = as_product(p, st, e) {
+            return Some(prod);
+        }
+        stack.extend(p.children(e));
+    }
+    None
+}
+
+fn as_product(p: &Program, st: &Stage, e: TExprId) -> Option<Product> {
+    let TExpr::Reduce(ReduceOp::Sum, vars, body) = p.expr(e) else { return None };
+    let TExpr::Binary(BinOp::Mul, x, y) = *p.expr(*body) else { return None };
+    if p.ty(e) != I32 || p.ty(*body) != I32 {
+        return None;
+    }
+    let widened = |v: TExprId| -> Option<(TExprId, TensorId, ElemType)> {
+        let TExpr::Cast(l) = *p.expr(v) else { return None };
+        let TExpr::Load(t, _) = p.expr(l) else { return None };
+        match (p.ty(v), p.ty(l)) {
+            (I32, Ty::Elem(el @ (ElemType::U8 | ElemType::I8))) => Some((l, *t, el)),
+            _ => None,
+        }
+    };
+    let (x, y) = (widened(x)?, widened(y)?);
+    // `vpdpbusd`'s unsigned side: the `u8` operand, else either `i8` one
+    // (offset), the first whose partner's sum is a stage of its own.
+    let roles = match (x.2, y.2) {
+        (ElemType::U8, ElemType::I8) => vec![(x, y)],
+        (ElemType::I8, ElemType::U8) => vec![(y, x)],
+        (ElemType::I8, ElemType::I8) => vec![(x, y), (y, x)],
+        _ => return None,
+    };
+    for (a, w) in roles {
+        let offset = a.2 == ElemType::I8;
+        if offset && !summable(p, st, w.0, vars) {
+            continue;
+        }
+        let found = vars.iter().rev().find_map(|&k| {
+            let a = operand(p, (a.0, a.1), k)?;
+            let w = operand(p, (w.0, w.1), k)?;
+            (!used_outside(p, st.value, e, k)).then_some(Product { reduce: e, k, a, w, offset })
+        });
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
+/// Whether the signed operand `load` can be summed over the reduction
+/// `vars` in a stage of its own: each index a plain variable, each
+/// variable used once, every reduction variable among them.
+fn summable(p: &Program, st: &Stage, load: TExprId, vars: &[VarId]) -> bool {
+    let TExpr::Load(_, idx) = p.expr(load) else { return false };
+    let plain: Vec<VarId> = idx
+        .iter()
+        .filter_map(|&i| match p.expr(i) {
+            TExpr::Var(v) => Some(*v),
+            _ => None,
+        })
+        .collect();
+    let distinct = plain.iter().enumerate().all(|(i, v)| !plain[..i].contains(v));
+    let axes_or_sums = plain.iter().all(|&v| (v as usize) < st.n_axes || vars.contains(&v));
+    plain.len() == idx.len() && distinct && axes_or_sums && vars.iter().all(|v| plain.contains(v))
+}
+
+/// `load` as an operand packed along `k`: `k` alone is one of its indices, and in no other.
+fn operand(p: &Program, (load, tensor): (TExprId, TensorId), k: VarId) -> Option<Operand> {
+    let TExpr::Load(_, idx) = p.expr(load) else { return None };
+    let is_k = |i: TExprId| matches!(p.expr(i), TExpr::Var(v) if *v == k);
+    let dims: Vec<usize> = (0..idx.len()).filter(|&d| is_k(idx[d])).collect();
+    let [dim] = dims[..] else { return None };
+    let elsewhere = idx.iter().enumerate().any(|(d, &i)| d != dim && involves(p, i, k));
+    (!elsewhere).then_some(Operand { load, tensor, dim })
+}
+
+/// Whether variable `k` occurs in `e` outside the sum `inside` (another sum
+/// of the stage may reuse it, and its extent is about to change).
+fn used_outside(p: &Program, e: TExprId, inside: TExprId, k: VarId) -> bool {
+    if e == inside {
+        return false;
+    }
+    match p.expr(e) {
+        TExpr::Var(v) => *v == k,
+        TExpr::Reduce(_, vars, _) if vars.contains(&k) => true,
+        _ => p.children(e).into_iter().any(|c| used_outside(p, c, inside, k)),
+    }
+}
+
+/// Pack the product's operands (stages before `si`, shared with earlier
+/// products packed alike) and make it read them; the stage index of the
+/// product afterwards.
+fn rewrite(p: &mut Program, mut si: usize, prod: Product, made: &mut Vec<(Packing, TensorId)>) -> usize {
+    let k = prod.k as usize;
+    let len = p.stages[si].vars[k].extent;
+    let correction = match prod.offset {
+        true => {
+            let sum = insert_sum(p, si, prod.w.load, &prod);
+            si += 1;
+            Some(sum)
+        }
+        false => None,
+    };
+    let mut packed = [(prod.a, prod.offset), (prod.w, false)].map(|(o, offset)| (o, offset, TensorId(0)));
+    for (o, offset, out) in &mut packed {
+        let key = Packing { tensor: o.tensor, dim: o.dim, len, offset: *offset };
+        *out = match made.iter().find(|(m, _)| *m == key) {
+            Some(&(_, t)) => t,
+            None => {
+                let t = insert_packing(p, si, key, o.load);
+                si += 1;
+                made.push((key, t));
+                t
+            }
+        };
+    }
+    let st = &mut p.stages[si];
+    st.vars[k].extent = (len + 3) / 4;
+    st.vars[k].name = format!("{}4", st.vars[k].name);
+    let span = p.span(prod.reduce);
+    let [(a, _, pa), (w, _, pw)] = packed;
+    let load = |p: &mut Program, o: Operand, t: TensorId| {
+        let TExpr::Load(_, idx) = p.expr(o.load).clone() else { unreachable!("an operand is a load") };
+        let idx = packed_order(idx.len(), o.dim).into_iter().map(|d| idx[d]).collect();
+        p.alloc(TExpr::Load(t, idx), I32, span)
+    };
+    let (la, lw) = (load(p, a, pa), load(p, w, pw));
+    let zero = p.alloc(TExpr::Int(0), I32, span);
+    let dot = p.alloc(TExpr::Intrinsic(Intrinsic::Dot4, vec![zero, la, lw]), I32, span);
+    let TExpr::Reduce(op, vars, _) = p.expr(prod.reduce).clone() else { unreachable!("a product is a sum") };
+    let mut sum = p.alloc(TExpr::Reduce(op, vars, dot), I32, span);
+    if let Some((w_sum, idx)) = correction {
+        let added = p.alloc(TExpr::Load(w_sum, idx), I32, span);
+        let offset = p.alloc(TExpr::Int(128), I32, span);
+        let added = p.alloc(TExpr::Binary(BinOp::Mul, offset, added), I32, span);
+        sum = p.alloc(TExpr::Binary(BinOp::Sub, sum, added), I32, span);
+    }
+    let value = p.stages[si].value;
+    p.stages[si].value = replace(p, value, prod.reduce, sum);
+    si
+}
+
+/// A stage before `at` summing the signed operand `load` over the
+/// product's reduction variables (it is [`summable`]):
+/// `W.sum[a..] = sum[r..](i32(W[..]))` over the operand's dimensions that
+/// the product's axes index, in order; with the index the product reads it
+/// by.
+fn insert_sum(p: &mut Program, at: usize, load: TExprId, prod: &Product) -> (TensorId, Vec<TExprId>) {
+    let TExpr::Load(w, idx) = p.expr(load).clone() else { unreachable!("an operand is a load") };
+    let TExpr::Reduce(_, sums, _) = p.expr(prod.reduce).clone() else { unreachable!("a product is a sum") };
+    let st = &p.stages[at];
+    let var_of = |i: TExprId| match p.expr(i) {
+        TExpr::Var(v) => *v,
+        _ => unreachable!("summable: plain variables"),
+    };
+    let (axes, reduced): (Vec<usize>, Vec<usize>) = (0..idx.len()).partition(|&d| !sums.contains(&var_of(idx[d])));
+    let decl = p.tensor(w).clone();
+    let span = p.span(load);
+    let shape: Vec<i64> = axes.iter().map(|&d| decl.shape[d]).collect();
+    let mut vars: Vec<VarDecl> =
+        axes.iter().map(|&d| VarDecl { name: format!("d{d}"), extent: decl.shape[d] }).collect();
+    vars.extend(reduced.iter().map(|&d| st.vars[var_of(idx[d]) as usize].clone()));
+    let read: Vec<TExprId> = axes.iter().map(|&d| idx[d]).collect();
+    let name = fresh_name(p, &format!("{}.sum", decl.name));
+    p.tensors.push(TensorDecl { name, elem: ElemType::I32, shape, role: TensorRole::Temp, span });
+    let out = TensorId(p.tensors.len() as u32 - 1);
+    // The stage's variables: its axes first, in `axes` order, then the sums.
+    let stage_var = |d: usize| match axes.iter().position(|&a| a == d) {
+        Some(i) => i,
+        None => axes.len() + reduced.iter().position(|&r| r == d).expect("a reduced dimension"),
+    };
+    let index: Vec<TExprId> =
+        (0..idx.len()).map(|d| p.alloc(TExpr::Var(stage_var(d) as VarId), Ty::Index, span)).collect();
+    let elem = p.alloc(TExpr::Load(w, index), Ty::Elem(decl.elem), span);
+    let wide = p.alloc(TExpr::Cast(elem), I32, span);
+    let sum_vars: Vec<VarId> = (axes.len()..vars.len()).map(|v| v as VarId).collect();
+    let value = p.alloc(TExpr::Reduce(ReduceOp::Sum, sum_vars, wide), I32, span);
+    insert_stage(p, at, Stage { tensor: out, vars, n_axes: axes.len(), value, span });
+    (out, read)
+}
+
+/// The original dimensions of a packed tensor, in its order: the packed
+/// dimension first where it was the innermost one (so that the next one
+/// becomes the contiguous one: `W[j, k]` is packed as `W.q4[k4, j]`, whose
+/// rows of `j` are the vectors of a product's register block), else in place
+/// (a convolution's `X[n, c, h, w]` as `X.q4[n, c4, h, w]`).
+fn packed_order(rank: usize, dim: usize) -> Vec<usize> {
+    match dim + 1 == rank {
+        true => std::iter::once(dim).chain(0..dim).collect(),
+        false => (0..rank).collect(),
+    }
+}
+
+/// `e` with node `old` replaced by `new`.
+fn replace(p: &mut Program, e: TExprId, old: TExprId, new: TExprId) -> TExprId {
+    if e == old {
+        return new;
+    }
+    let children = p.children(e);
+    let replaced: Vec<TExprId> = children.iter().map(|&c| replace(p, c, old, new)).collect();
+    if replaced == children {
+        return e;
+    }
+    with_children(p, e, replaced)
+}
+
+/// A stage before `at` writing `key.tensor` packed along `key.dim`
+/// (dimensions in [`packed_order`]):
+/// `T.q4[.., q, ..] = Σ_t byte(T[.., 4q + t, ..]) · 256^t` over the first
+/// `key.len` indices (bytes past them 0), each byte as the low 8 bits of the
+/// element (`i8` through `u8`, so that it is not sign-extended into the
+/// next), or an `i8` element plus 128 where `key.offset`.
+fn insert_packing(p: &mut Program, at: usize, key: Packing, load: TExprId) -> TensorId {
+    let decl = p.tensor(key.tensor).clone();
+    let span = p.span(load);
+    let order = packed_order(decl.shape.len(), key.dim);
+    let extent = |d: usize| if d == key.dim { (key.len + 3) / 4 } else { decl.shape[d] };
+    let shape: Vec<i64> = order.iter().map(|&d| extent(d)).collect();
+    let name = fresh_name(p, &format!("{}.q4", decl.name));
+    p.tensors.push(TensorDecl { name, elem: ElemType::I32, shape: shape.clone(), role: TensorRole::Temp, span });
+    let packed = TensorId(p.tensors.len() as u32 - 1);
+    let int = |p: &mut Program, v: i64, ty: Ty| p.alloc(TExpr::Int(v), ty, span);
+    // The stage variable of original dimension `d`.
+    let var = |p: &mut Program, d: usize| {
+        let v = order.iter().position(|&o| o == d).expect("a permutation");
+        p.alloc(TExpr::Var(v as VarId), Ty::Index, span)
+    };
+    let four = int(p, 4, Ty::Index);
+    let q = var(p, key.dim);
+    let base = p.alloc(TExpr::Binary(BinOp::Mul, q, four), Ty::Index, span);
+    let mut value = None;
+    for t in 0..4 {
+        let off = int(p, t, Ty::Index);
+        let at_t = p.alloc(TExpr::Binary(BinOp::Add, base, off), Ty::Index, span);
+        let idx: Vec<TExprId> = (0..decl.shape.len()).map(|d| if d == key.dim { at_t } else { var(p, d) }).collect();
+        let elem = p.alloc(TExpr::Load(key.tensor, idx), Ty::Elem(decl.elem), span);
+        let mut byte = match (decl.elem, key.offset) {
+            (ElemType::U8, _) => p.alloc(TExpr::Cast(elem), I32, span),
+            (_, true) => {
+                let wide = p.alloc(TExpr::Cast(elem), I32, span);
+                let offset = int(p, 128, I32);
+                p.alloc(TExpr::Binary(BinOp::Add, wide, offset), I32, span)
+            }
+            (_, false) => {
+                let low = p.alloc(TExpr::Cast(elem), Ty::Elem(ElemType::U8), span);
+                p.alloc(TExpr::Cast(low), I32, span)
+            }
+        };
+        if t > 0 {
+            let scale = int(p, 1 << (8 * t), I32);
+            byte = p.alloc(TExpr::Binary(BinOp::Mul, byte, scale), I32, span);
+        }
+        if 4 * (extent(key.dim) - 1) + t >= key.len {
+            let end = int(p, key.len, Ty::Index);
+            let inside = p.alloc(TExpr::Binary(BinOp::Lt, at_t, end), Ty::Elem(ElemType::Bool), span);
+            let zero = int(p, 0, I32);
+            byte = p.alloc(TExpr::Select(inside, byte, zero), I32, span);
+        }
+        value = Some(match value {
+            None => byte,
+            Some(acc) => p.alloc(TExpr::Binary(BinOp::Add, acc, byte), I32, span),
+        });
+    }
+    let vars: Vec<VarDecl> =
+        order.iter().zip(&shape).map(|(&d, &extent)| VarDecl { name: format!("d{d}"), extent }).collect();
+    let n_axes = vars.len();
+    insert_stage(p, at, Stage { tensor: packed, vars, n_axes, value: value.expect("four bytes"), span });
+    packed
+}

@@ -1,0 +1,177 @@
+//! Integer products (`texc_schedules::dot4`): sums of `u8 × i8` products
+//! widened to `i32` are bit-exact against the interpreter on every CPU
+//! target that runs here — on the LLVM x86 targets as `@dot4` (`vpdpbusd`
+//! with VNNI, `vpmaddwd` on widened bytes without), on Cranelift as written
+//! — at sizes no vector, register block or group of four divides; `i8`
+//! activations offset by 128 with the weights' sums subtracted; products
+//! the instruction cannot take (two unsigned operands, a reduction variable
+//! read elsewhere) left alone. The instructions themselves: texc/tests/cli.rs.
+
+use texc_compiler::interp;
+use texc_compiler::target::{Target, TargetKind};
+use texc_compiler::{Bindings, Program};
+use texc_schedules::LoopFunc;
+
+fn cpu_targets() -> Vec<&'static Target> {
+    let (run, skipped) = texc_tests::runnable_targets();
+    for why in skipped {
+        eprintln!("skipped: {why}");
+    }
+    run.into_iter().filter(|t| t.kind == TargetKind::Cpu).collect()
+}
+
+fn program(text: &str) -> Program {
+    let (mut pl, k) = texc_tests::load_text("interp", "int8.tex", text, None).unwrap_or_else(|e| panic!("{e}"));
+    texc_tests::specialize(&mut pl, k, &Bindings::default())
+}
+
+/// The legalized default loop nests of `p` for `target` (code generation needs no CPU).
+fn legal_loops(target: &str, p: &Program) -> LoopFunc {
+    let mut pl = texc_tests::pipeline(target);
+    pl.default_loops(p.clone()).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e))).legal
+}
+
+/// Every CPU target here computes exactly the interpreter's outputs (random
+/// inputs over each integer type's whole range, two seeds).
+fn check_exact(name: &str, p: &Program) {
+    for seed in [3, 11] {
+        let args = || interp::bind_args(p, Default::default(), &[], seed).expect("binds");
+        let want = interp::run(p, args()).expect("interp");
+        for target in cpu_targets() {
+            let f = legal_loops(target.name, p);
+            let k = texc_tests::compile_loops(target, &f).unwrap_or_else(|e| panic!("{name} on {target}: {e}"));
+            let got = k.run(args()).expect("runs");
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.bytes(), w.bytes(), "{name} on {target} (seed {seed}): not bit-exact");
+            }
+            eprintln!("{name} on {target}: bit-exact");
+        }
+    }
+}
+
+fn gemm(m: i64, k: i64, n: i64, a: &str) -> String {
+    format!(
+        "kernel q(A: {a}[{m}, {k}], W: i8[{n}, {k}]) -> C: i32[{m}, {n}] {{\n\
+         \x20   C[i, j] = sum[k](i32(A[i, k]) * i32(W[j, k]));\n}}\n"
+    )
+}
+
+/// The requantized form of docs/language.md: bias in `i32`, per-channel
+/// scale, output zero point, rounding half to even, saturation.
+fn qlinear(m: i64, k: i64, n: i64) -> String {
+    format!(
+        "kernel q(A: u8[{m}, {k}], W: i8[{n}, {k}], bias: i32[{n}], scale: f32[{n}]) -> Y: u8[{m}, {n}] {{\n\
+         \x20   Y[i, j] = u8(clamp(round(f32(sum[k](i32(A[i, k]) * i32(W[j, k])) + bias[j]) * scale[j] * 0.001) + 7.0, 0.0, 255.0));\n}}\n"
+    )
+}
+
+/// A convolution reducing over channels, rows and columns: `c` is the
+/// packed variable, an inner index of both operands.
+fn conv(c: i64, k: i64, hw: i64) -> String {
+    format!(
+        "kernel q(X: u8[1, {c}, {hw}, {hw}], W: i8[{k}, {c}, 3, 3]) -> Y: i32[1, {k}, {o}, {o}] {{\n\
+         \x20   Y[n, f, y, x] = sum[c, r, s](i32(X[n, c, y + r, x + s]) * i32(W[f, c, r, s]));\n}}\n",
+        o = hw - 2
+    )
+}
+
+/// Whether the loop nests call `@dot4`, and with the accumulator inside it.
+fn dot4_form(f: &LoopFunc) -> (bool, bool) {
+    let text = texc_schedules::ir::print(f);
+    (text.contains("@dot4("), text.contains("@dot4(0i32"))
+}
+
+#[test]
+fn products_are_bit_exact_on_every_target() {
+    for (m, k, n) in [(7, 13, 21), (1, 1, 1), (5, 4, 33), (33, 67, 130), (2, 3, 17)] {
+        check_exact(&format!("u8 × i8 {m}×{k}×{n}"), &program(&gemm(m, k, n, "u8")));
+    }
+    check_exact("i8 × i8 9×10×19", &program(&gemm(9, 10, 19, "i8")));
+    check_exact("requantized 6×29×35", &program(&qlinear(6, 29, 35)));
+    check_exact("convolution 5→7 channels", &program(&conv(5, 7, 9)));
+}
+
+/// The extremes: every product 255 × −128 (and 255 × 127), over a reduction
+/// long enough that the packed path's 16-bit intermediates would saturate
+/// if it had any.
+#[test]
+fn extreme_values_are_exact() {
+    use texc_runtime::{DType, Tensor};
+    let (m, k, n) = (3, 1001, 19);
+    for (ty, dtype, value) in [("u8", DType::U8, 255.0), ("i8", DType::I8, -128.0)] {
+        let p = program(&gemm(m, k, n, ty));
+        let a = Tensor::from_f64(dtype, vec![m as usize, k as usize], &vec![value; (m * k) as usize]);
+        let w: Vec<f64> = (0..n * k).map(|i| if (i / k) % 2 == 0 { -128.0 } else { 127.0 }).collect();
+        let w = Tensor::from_f64(DType::I8, vec![n as usize, k as usize], &w);
+        let files = std::collections::HashMap::from([("A".to_string(), a), ("W".to_string(), w)]);
+        let args = || interp::bind_args(&p, files.clone(), &[], 0).expect("binds");
+        let want = interp::run(&p, args()).expect("interp");
+        assert_eq!(want[0].to_f64()[0], 1001.0 * value * -128.0);
+        for target in cpu_targets() {
+            let k = texc_tests::compile_loops(target, &legal_loops(target.name, &p)).expect("compiles");
+            assert_eq!(k.run(args()).expect("runs")[0].bytes(), want[0].bytes(), "{ty} on {target}");
+        }
+    }
+}
+
+#[test]
+fn x86_targets_compute_packed_products_and_cranelift_does_not() {
+    let p = program(&gemm(16, 70, 48, "u8"));
+    for target in ["x86-avx512-vnni", "x86-avx2-vnni", "x86-avx512", "x86-avx2"] {
+        let f = legal_loops(target, &p);
+        let text = texc_schedules::ir::print(&f);
+        // Seventy products: eighteen groups of four, the last two bytes zero.
+        assert!(text.contains("W.q4: i32[18, 48]"), "{target}:\n{text}");
+        assert!(text.contains("A.q4"), "{target}: the activations are packed too:\n{text}");
+        assert_eq!(dot4_form(&f), (true, false), "{target}: the accumulator goes into @dot4:\n{text}");
+    }
+    assert_eq!(dot4_form(&legal_loops("cranelift", &p)), (false, false), "cranelift has no @dot4");
+}
+
+#[test]
+fn signed_activations_are_offset_and_corrected() {
+    // `i8 × i8`: the activations packed plus 128, `128 · Σ W` subtracted,
+    // the weights' sums a stage of their own (folded for constant weights).
+    let p = program(&gemm(8, 30, 32, "i8"));
+    let f = legal_loops("x86-avx512-vnni", &p);
+    let text = texc_schedules::ir::print(&f);
+    assert!(dot4_form(&f).0 && text.contains("W.sum: i32[32]") && text.contains("128i32 * W.sum["), "{text}");
+    // A convolution's activations are read through `y + r`: only they can be
+    // the offset side, the filters' sums are per output channel.
+    let conv8 = conv(6, 5, 7).replace("X: u8", "X: i8");
+    let f = legal_loops("x86-avx2", &program(&conv8));
+    assert!(texc_schedules::ir::print(&f).contains("W.sum: i32[5]"), "{}", texc_schedules::ir::print(&f));
+    check_exact("i8 × i8 convolution", &program(&conv8));
+}
+
+#[test]
+fn products_the_instruction_cannot_take_stay_as_written() {
+    let as_written = |text: &str| {
+        let p = program(text);
+        assert!(!dot4_form(&legal_loops("x86-avx512-vnni", &p)).0, "packed:\n{text}");
+        check_exact("as written", &p);
+    };
+    // Two unsigned operands: `vpdpbusd`'s second is signed.
+    as_written(&gemm(8, 16, 32, "u8").replace("W: i8", "W: u8"));
+    // `k` read outside the loads: packing it would change what it counts.
+    as_written(
+        "kernel q(A: u8[8, 16], W: i8[32, 16]) -> C: i32[8, 32] {\n\
+         \x20   C[i, j] = sum[k](i32(A[i, k]) * i32(W[j, (k + 1) % 16]));\n}\n",
+    );
+    // Two signed operands, neither indexed by plain variables: no sum of
+    // either is a stage of its own.
+    as_written(
+        "kernel q(A: i8[8, 16], W: i8[32, 16]) -> C: i32[8, 32] {\n\
+         \x20   C[i, j] = sum[k](i32(A[(i + 1) % 8, k]) * i32(W[(j + 3) % 32, k]));\n}\n",
+    );
+}
+
+#[test]
+fn dot4_is_vpdpbusd_lane_semantics() {
+    use texc_compiler::semantics::dot4;
+    // Bytes little-endian: a = [1, 2, 3, 255] unsigned, b = [-1, 2, -3, 127] signed.
+    let a = i64::from(u32::from_le_bytes([1, 2, 3, 255]));
+    let b = i64::from(u32::from_le_bytes([0xff, 2, 0xfd, 127]));
+    assert_eq!(dot4(a, b), -1 + 4 - 9 + 255 * 127);
+    assert_eq!(dot4(0xffff_ffff, 0x8080_8080), 4 * 255 * -128);
+}
