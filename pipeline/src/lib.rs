@@ -728,8 +728,12 @@ impl Pipeline {
         known_scalar: &dyn Fn(&str) -> bool,
     ) -> Result<(), Error> {
         let knobs = self.default_knobs(self.options.target)?;
-        // Packed before folding, a constant operand of an integer product is packed once.
-        texc_schedules::dot4::pack_products(p, self.options.target);
+        // Packed or transposed before folding, a constant operand of a product is packed once.
+        if self.options.target.kind == TargetKind::Cpu {
+            texc_schedules::dot4::pack_products(p, self.options.target);
+            let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
+            texc_schedules::transpose::transpose_operands(p, Some(&|t: TensorId| constant[t.0 as usize]));
+        }
         let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
         texc_schedules::prepack::prepack_constant_operands(p, self.options.target, knobs, &|t| constant[t.0 as usize]);
         Ok(())

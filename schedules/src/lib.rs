@@ -55,6 +55,7 @@ pub mod schedule;
 pub mod strategy;
 pub mod tensorize;
 pub mod text;
+pub mod transpose;
 pub mod tuning;
 pub mod validate;
 pub mod verify;

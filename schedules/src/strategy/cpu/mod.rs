@@ -81,14 +81,15 @@ impl Strategy for Cpu {
     }
 }
 
-/// Integer products on dot-product instructions and attention first, while
-/// their statements are as written; epilogues
+/// Integer products on dot-product instructions, attention and transposed
+/// operands first, while their statements are as written; epilogues
 /// are inlined once reductions are hoisted out of them, and a row
 /// reduction's dense loops are fused before it is factored into
 /// vector-width partial results.
-const PREPARATION: [Step; 10] = [
+const PREPARATION: [Step; 11] = [
     Step { name: "dot4-products", run: dot4_products },
     Step { name: "fuse-attention", run: fuse_attention },
+    Step { name: "transpose-operands", run: transpose_operands },
     Step { name: "one-hot-gathers", run: preparation::one_hot_gathers },
     Step { name: "inline-elementwise", run: preparation::inline_elementwise_step },
     Step { name: "hoist-reductions", run: preparation::hoist_reductions_step },
@@ -103,6 +104,13 @@ const PREPARATION: [Step; 10] = [
 /// ([`crate::dot4`]; the pipeline made those of constant operands before folding).
 fn dot4_products(p: &mut Program, t: &Target, _: DefaultKnobs) {
     crate::dot4::pack_products(p, t);
+}
+
+/// *transpose-operands*: a product's vector operand read across its rows
+/// (`W[j, k]`) transposed once ([`crate::transpose`]; the pipeline made those
+/// of constant operands before folding).
+fn transpose_operands(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    crate::transpose::transpose_operands(p, None);
 }
 
 /// *fuse-attention*: an attention's five statements as one operator,
