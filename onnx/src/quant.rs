@@ -982,19 +982,19 @@ impl Importer<'_> {
             Geometry::Conv { groups, stride, dilation, .. } => {
                 let (cg, kg, r, s) = (bsh[1], bsh[0] / groups, bsh[2], bsh[3]);
                 let ch = match (groups, kg, cg) {
-                    (1, _, _) => "c".to_string(),
-                    (_, 1, 1) => format!("{j} + c"),
-                    (_, 1, _) => format!("{j} * {cg} + c"),
-                    (_, _, 1) => format!("{j} / {kg} + c"),
-                    _ => format!("({j} / {kg}) * {cg} + c"),
+                    (1, _, _) => "r0".to_string(),
+                    (_, 1, 1) => format!("{j} + r0"),
+                    (_, 1, _) => format!("{j} * {cg} + r0"),
+                    (_, _, 1) => format!("{j} / {kg} + r0"),
+                    _ => format!("({j} / {kg}) * {cg} + r0"),
                 };
                 let at = |o: &str, x: &str| {
                     let o = if stride == 1 { o.to_string() } else { format!("{o} * {stride}") };
                     let x = if dilation == 1 { x.to_string() } else { format!("{x} * {dilation}") };
                     format!("{o} + {x}")
                 };
-                let ra = format!("{a_name}[{}, {ch}, {}, {}]", v[0], at(&v[2], "r"), at(&v[3], "s"));
-                (ra, format!("{b_name}[{j}, c, r, s]"), format!("c in 0..{cg}, r in 0..{r}, s in 0..{s}"))
+                let ra = format!("{a_name}[{}, {ch}, {}, {}]", v[0], at(&v[2], "r1"), at(&v[3], "r2"));
+                (ra, format!("{b_name}[{j}, r0, r1, r2]"), format!("r0 in 0..{cg}, r1 in 0..{r}, r2 in 0..{s}"))
             }
             Geometry::MatMul { b_rows_out } => {
                 let rank = v.len();
@@ -1004,15 +1004,15 @@ impl Importer<'_> {
                     (0..s.len() - 2).map(|a| if s[a] == 1 { "0".into() } else { v[skip + a].clone() }).collect()
                 };
                 let mut ai = batch(ash);
-                ai.extend([v[rank - 2].clone(), "k".into()]);
+                ai.extend([v[rank - 2].clone(), "r0".into()]);
                 let rb = if rows_first || b_rows_out {
-                    format!("{b_name}[{j}, k]")
+                    format!("{b_name}[{j}, r0]")
                 } else {
                     let mut bi = batch(bsh);
-                    bi.extend(["k".to_string(), j.to_string()]);
+                    bi.extend(["r0".to_string(), j.to_string()]);
                     format!("{b_name}[{}]", bi.join(", "))
                 };
-                (format!("{a_name}[{}]", ai.join(", ")), rb, format!("k in 0..{k}"))
+                (format!("{a_name}[{}]", ai.join(", ")), rb, format!("r0 in 0..{k}"))
             }
         };
         let centered = |x: String, z: Option<String>| match z {

@@ -3,7 +3,7 @@
 nothing downloaded), quantizes them with ONNX Runtime's own tools, and runs
 the quantized model on ONNX Runtime for reference outputs.
 
-    python3 tests/onnx/quantized.py MODEL MODE OUT_DIR [--act u8|i8] [--per-channel] [--seed N]
+    python3 tests/onnx/quantized.py MODEL MODE OUT_DIR [--act u8|i8] [--per-channel] [--opset N] [--seed N]
 
 MODEL: cnn (conv + relu + max pool, depthwise and grouped conv, clip,
 global pool, gemm), encoder (tests/onnx/models.py's transformer block),
@@ -112,9 +112,13 @@ def main():
     ap.add_argument("--act", choices=["u8", "i8"], default="u8")
     ap.add_argument("--per-channel", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--opset", type=int, help="the f32 model's opset before quantizing (default: the builder's)")
     a = ap.parse_args()
     build, size = BUILDERS[a.model]
     m = build(size, a.seed)
+    if a.opset:
+        m.opset_import[0].version = a.opset
+        m.ir_version = 10 if a.opset >= 21 else 8
     os.makedirs(a.out, exist_ok=True)
     f32_path = os.path.join(a.out, f"{a.model}.f32.onnx")
     path = os.path.join(a.out, f"{a.model}.onnx")
@@ -133,6 +137,12 @@ def main():
             return next(self.batches, None)
 
     act = QuantType.QUInt8 if a.act == "u8" else QuantType.QInt8
+    if a.model in ("resnet18", "mobilenetv2"):
+        # As ONNX Runtime recommends before quantizing: batch normalization
+        # folded into the convolutions (otherwise every Conv feeds a
+        # BatchNormalization, not a QuantizeLinear).
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+        quant_pre_process(f32_path, f32_path)
     if a.mode in ("static", "qoperator"):
         fmt = QuantFormat.QDQ if a.mode == "static" else QuantFormat.QOperator
         quantize_static(f32_path, path, Calibration(), quant_format=fmt, per_channel=a.per_channel,
