@@ -213,9 +213,10 @@ impl Importer<'_> {
             };
             let ty = zero_ty.or(wanted).unwrap_or(Ty::U8);
             if ty.q8_range().is_none() {
+                // int32 constants are held as i64 (`tensor_data`).
+                let shown = if ty == Ty::I64 { "int32 or int64" } else { ty.name() };
                 return Err(format!(
-                    "a zero point of type {}: QuantizeLinear writes uint8 or int8, the zero point's type",
-                    ty.name()
+                    "a zero point of type {shown}: QuantizeLinear writes uint8 or int8, the zero point's type"
                 ));
             }
             if wanted.is_some_and(|w| w != ty) {
@@ -305,7 +306,8 @@ impl Importer<'_> {
         let q = self.linear_params(n, x, true)?;
         // Q(DQ(v)) with the same parameters is v.
         if let Some(d) = self.dq.get(&x).filter(|d| d.linear == q && self.constant(d.src).is_none()).cloned() {
-            return self.alias(out, d.src);
+            self.alias(out, d.src)?;
+            return self.set_ty(out, q.ty);
         }
         let shape = self.shape(x).to_vec();
         let v = vars("i", shape.len());
@@ -343,10 +345,12 @@ impl Importer<'_> {
         let xa = format!("i32({}[{}])", self.tensor(x)?, v.join(", "));
         let centered = z.map_or(xa.clone(), |z| format!("{xa} - {z}"));
         let rhs = format!("f32({centered}) * {s}");
-        if self.is_graph_output(&out) {
-            return self.emit_def(&out, shape, rhs);
-        }
-        let id = self.defer_def(&out, shape, rhs)?;
+        let id = if self.is_graph_output(&out) {
+            self.emit_def(&out, shape, rhs)?;
+            self.lookup(&out)?
+        } else {
+            self.defer_def(&out, shape, rhs)?
+        };
         self.dq.insert(id, Dequantized { src: x, linear: q });
         Ok(())
     }
@@ -423,6 +427,9 @@ impl Importer<'_> {
         let y = n.output.first().filter(|o| !o.is_empty()).ok_or("has no output")?.clone();
         let (scale, zero) = (named(1, format!("{y}#scale")), named(2, format!("{y}#zero")));
         let shape = self.shape(x).to_vec();
+        if shape.is_empty() {
+            return Err("a 0-d input is not supported".into());
+        }
         let r = vars("r", shape.len());
         let ranges: Vec<String> = r.iter().zip(&shape).map(|(v, d)| format!("{v} in 0..{d}")).collect();
         let xt = self.tensor(x)?;
@@ -560,6 +567,9 @@ impl Importer<'_> {
             Some((_, None)) => return Err(format!("{what}'s zero point must be a constant")),
         };
         let _ = n;
+        if z.len() != 1 && z.len() != count {
+            return Err(format!("{what}'s zero point has {} values, expected 1 or {count}", z.len()));
+        }
         let z = if z.len() == 1 && s.len() > 1 { vec![z[0]; s.len()] } else { z };
         let s = if s.len() == 1 && z.len() > 1 { vec![s[0]; z.len()] } else { s };
         Ok((s, z))
@@ -658,7 +668,8 @@ impl Importer<'_> {
             _ => None,
         };
         // The readers: one QuantizeLinear, possibly after one Relu or Clip.
-        let Some((q_node, skipped, bounds)) = self.quantize_reader(&n.output[0])? else { return Ok(None) };
+        let Some(out) = n.output.first().filter(|o| !o.is_empty()) else { return Ok(None) };
+        let Some((q_node, skipped, bounds)) = self.quantize_reader(out)? else { return Ok(None) };
         let Some((sy, zy)) = self.q_params_of(q_node)? else { return Ok(None) };
         let ty = self.q_ty_of(q_node);
         let Some((mut lo, mut hi)) = ty.q8_range() else { return Ok(None) };
@@ -713,7 +724,10 @@ impl Importer<'_> {
             "QuantizeLinear" => (first, None),
             "Relu" | "Clip" => {
                 let Some(b) = self.clip_bounds(first) else { return Ok(None) };
-                let Some(q) = sole(&first.output[0]).filter(|q| q.op_type == "QuantizeLinear") else {
+                let Some(out) = first.output.first().filter(|o| !o.is_empty() && first.output.len() == 1) else {
+                    return Ok(None);
+                };
+                let Some(q) = sole(out).filter(|q| q.op_type == "QuantizeLinear") else {
                     return Ok(None);
                 };
                 (q, Some(b))
