@@ -75,6 +75,8 @@ impl Importer<'_> {
             "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Transpose" | "Concat" | "Slice"
             | "Split" | "Gather" | "Expand" | "Trilu" | "Pad" | "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Neg"
             | "Abs" => first,
+            // The maximum of quantized data is quantized data (a monotone map commutes with it).
+            "MaxPool" if matches!(first, Ty::U8 | Ty::I8) => first,
             // Dropout's mask output is refused where it is used.
             _ if first == Ty::F32 => Ty::F32,
             _ => {
@@ -866,7 +868,9 @@ impl Importer<'_> {
         let p = pads[0].0;
         let square = axes == 2 && k[0] == k[1] && stride[0] == stride[1] && dilation == [1, 1];
         let std_form = square && pads.iter().all(|&(b, e)| b == p && e == p) && shape[2..] == floor_shape[..];
-        if std_form && (max || include_pad || p == 0) {
+        // Quantized data (u8, i8) is pooled by the expression, padded with the type's least value.
+        let ty = self.value(x).ty;
+        if std_form && (max || include_pad || p == 0) && ty == Ty::F32 {
             let mut args = vec![self.tensor(x)?, format!("k = {}", k[0]), format!("stride = {}", stride[0])];
             if p > 0 {
                 args.push(format!("pad = {p}"));
@@ -909,7 +913,11 @@ impl Importer<'_> {
             }
         };
         let rhs = if max {
-            format!("max[{}]({})", ranges.join(", "), guarded(&access, "-inf"))
+            let least = match ty.q8_range() {
+                Some((lo, _)) => format!("{}({lo})", ty.name()),
+                None => "-inf".into(),
+            };
+            format!("max[{}]({})", ranges.join(", "), guarded(&access, &least))
         } else {
             let total = format!("sum[{}]({})", ranges.join(", "), guarded(&access, "0.0"));
             if include_pad || !padded {

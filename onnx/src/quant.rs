@@ -34,7 +34,8 @@
 //! [`Importer::tensor`]); a QuantizeLinear of a DequantizeLinear with the
 //! same parameters is the quantized value itself; Reshape, Flatten,
 //! Transpose, Squeeze and Unsqueeze of a dequantized value move the integers
-//! and dequantize after (they commute with an element-wise map). Constant
+//! and dequantize after (they commute with an element-wise map), and so does
+//! MaxPool (a maximum commutes with an increasing map: a positive scale). Constant
 //! scales must be positive and finite, zero points of the type the operator
 //! requires: anything else is an error naming the node.
 
@@ -122,8 +123,10 @@ struct Requant {
     hi: i64,
 }
 
-/// Operators that move elements: on a dequantized value they move the integers instead.
-const MOVES: &[&str] = &["Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze"];
+/// Operators that move elements, and MaxPool (a maximum commutes with an
+/// increasing map: a positive scale): on a dequantized value they move or
+/// pool the integers instead.
+const MOVES: &[&str] = &["Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "MaxPool"];
 
 impl Importer<'_> {
     /// Translates `n` if it is a quantized operator or the start of an
@@ -393,6 +396,10 @@ impl Importer<'_> {
         let Some(d) = self.dq.get(&x).cloned() else { return Ok(false) };
         let out = self.output(n)?.to_string();
         if self.constant(d.src).is_some() || d.linear.axis.is_some() || self.is_graph_output(&out) {
+            return Ok(false);
+        }
+        // Constant scales are positive (checked); one computed at run time might not be.
+        if n.op_type == "MaxPool" && !matches!(d.linear.scale, Param::Const(_)) {
             return Ok(false);
         }
         let mut moved = n.clone();

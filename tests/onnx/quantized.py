@@ -3,7 +3,7 @@
 nothing downloaded), quantizes them with ONNX Runtime's own tools, and runs
 the quantized model on ONNX Runtime for reference outputs.
 
-    python3 tests/onnx/quantized.py MODEL MODE OUT_DIR [--act u8|i8] [--per-channel] [--opset N] [--seed N]
+    python3 tests/onnx/quantized.py MODEL MODE OUT_DIR [--act u8|i8] [--per-channel] [--size S] [--opset N] [--seed N]
 
 MODEL: cnn (conv + relu + max pool, depthwise and grouped conv, clip,
 global pool, gemm), encoder (tests/onnx/models.py's transformer block),
@@ -112,10 +112,11 @@ def main():
     ap.add_argument("--act", choices=["u8", "i8"], default="u8")
     ap.add_argument("--per-channel", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--size", type=int, help="the input's spatial size or sequence length (default: the builder's)")
     ap.add_argument("--opset", type=int, help="the f32 model's opset before quantizing (default: the builder's)")
     a = ap.parse_args()
     build, size = BUILDERS[a.model]
-    m = build(size, a.seed)
+    m = build(a.size or size, a.seed)
     if a.opset:
         m.opset_import[0].version = a.opset
         m.ir_version = 10 if a.opset >= 21 else 8

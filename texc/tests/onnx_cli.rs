@@ -735,6 +735,8 @@ fn static_quantized_cnn_runs_in_integers_and_matches_onnx_runtime() {
     };
     assert_eq!(integer_products(&tex), 5, "{tex}");
     assert!(!tex.contains("conv2d") && !tex.contains("dense("), "no f32 product is left: {tex}");
+    // DQ → MaxPool → Q pools the integers; the pair around it cancels.
+    assert!(!tex.contains("max_pool2d") && tex.contains("= max[r0 in 0..2, r1 in 0..2](relu_"), "{tex}");
     // Depthwise (one channel per group) and grouped (4 per group) reductions.
     assert!(tex.contains("sum[r0 in 0..1, r1 in 0..3, r2 in 0..3](i32("), "{tex}");
     assert!(tex.contains("(i1 / 8) * 4 + r0"), "{tex}");
