@@ -338,7 +338,7 @@ impl Importer<'_> {
         if let Some(data) = self.constant(x) {
             let folded = self.dequantize_constant(data, &shape, &q)?;
             let id = self.add(&out, shape, Some(Values::F32(folded)))?;
-            self.dq.insert(id, crate::quant::Dequantized { src: x, linear: q });
+            self.dq.insert(id, Dequantized { src: x, linear: q });
             return Ok(());
         }
         let v = vars("i", shape.len());
@@ -521,9 +521,9 @@ impl Importer<'_> {
             Geometry::Conv { .. } => self.shape(b)[0],
             Geometry::MatMul { .. } => *self.shape(b).last().ok_or("B has no axes")?,
         };
-        let (sa, za) = self.qlinear_params(n, id(1)?, Some(id(2)?), a, 1, "A")?;
-        let (sb, zb) = self.qlinear_params(n, id(4)?, Some(id(5)?), b, channels, "B")?;
-        let (sy, zy) = self.qlinear_params(n, id(6)?, Some(id(7)?), a, 1, "Y")?;
+        let (sa, za) = self.qlinear_params(id(1)?, Some(id(2)?), a, 1, "A")?;
+        let (sb, zb) = self.qlinear_params(id(4)?, Some(id(5)?), b, channels, "B")?;
+        let (sy, zy) = self.qlinear_params(id(6)?, Some(id(7)?), a, 1, "Y")?;
         let yty = self.value(id(7)?).ty;
         let bias = match ins.get(8).copied().flatten() {
             None => None,
@@ -544,7 +544,6 @@ impl Importer<'_> {
     /// `count` per channel), checked as QuantizeLinear's are.
     fn qlinear_params(
         &self,
-        n: &NodeProto,
         scale: ValueId,
         zero: Option<ValueId>,
         x: ValueId,
@@ -573,7 +572,6 @@ impl Importer<'_> {
             }
             Some((_, None)) => return Err(format!("{what}'s zero point must be a constant")),
         };
-        let _ = n;
         if z.len() != 1 && z.len() != count {
             return Err(format!("{what}'s zero point has {} values, expected 1 or {count}", z.len()));
         }
