@@ -883,6 +883,19 @@ impl<'a> Lower<'a> {
                 CallRes::Cast(elem) => {
                     let a = self.expr(inst, sv, args[0].value)?;
                     let from = fty(args[0].value);
+                    // An explicit cast of a computed float to its own type is
+                    // a rounding point (docs/language.md: floats are rounded
+                    // when stored and by explicit casts): the interpreter,
+                    // which computes in f64, rounds there, as the compiled
+                    // targets, which compute in the element type, do anyway.
+                    // `round(f32(x / s))` then rounds the f32 quotient everywhere.
+                    let computed = !matches!(
+                        self.p.expr(a),
+                        TExpr::Load(..) | TExpr::Float(_) | TExpr::Int(_) | TExpr::Scalar(_) | TExpr::Cast(_)
+                    );
+                    if elem.is_float() && self.p.ty(a) == Ty::Elem(elem) && computed {
+                        return Ok(self.p.alloc(TExpr::Cast(a), Ty::Elem(elem), span));
+                    }
                     self.coerce(a, from, RTy::Elem(elem))
                 }
                 CallRes::Select => {

@@ -38,6 +38,9 @@ pub(crate) fn cells(v: &Values) -> Vec<Cell> {
         Values::F64(d) => d.iter().map(|&x| Cell::F(x)).collect(),
         Values::I64(d) => d.iter().map(|&x| Cell::I(x)).collect(),
         Values::Bool(d) => d.iter().map(|&x| Cell::B(x)).collect(),
+        Values::I8(_) | Values::U8(_) | Values::I32(_) => {
+            v.as_wide_ints().expect("integer data").into_iter().map(Cell::I).collect()
+        }
     }
 }
 
@@ -55,6 +58,19 @@ pub(crate) fn values(c: &[Cell], like: &Values) -> R<Values> {
                 .map(|x| if let Cell::B(b) = x { Ok(*b) } else { Err("mixed element types".to_string()) })
                 .collect::<R<_>>()?,
         ),
+        // Quantized data is only moved (reshaped, transposed, gathered), so
+        // every cell fits the type it came from.
+        Values::I8(_) | Values::U8(_) | Values::I32(_) => {
+            let ints = c
+                .iter()
+                .map(|x| if let Cell::I(i) = x { Ok(*i) } else { Err("mixed element types".to_string()) })
+                .collect::<R<Vec<i64>>>()?;
+            match like {
+                Values::I8(_) => Values::I8(ints.iter().map(|&i| i as i8).collect()),
+                Values::U8(_) => Values::U8(ints.iter().map(|&i| i as u8).collect()),
+                _ => Values::I32(ints.iter().map(|&i| i as i32).collect()),
+            }
+        }
     })
 }
 
@@ -238,6 +254,7 @@ pub(crate) fn zero_like(v: &Values) -> Cell {
         Values::F32(_) | Values::F64(_) => Cell::F(0.0),
         Values::I64(_) => Cell::I(0),
         Values::Bool(_) => Cell::B(false),
+        Values::I8(_) | Values::U8(_) | Values::I32(_) => Cell::I(0),
     }
 }
 

@@ -22,6 +22,7 @@ mod fold;
 mod names;
 mod ops;
 pub mod proto;
+mod quant;
 mod rnn;
 #[cfg(test)]
 mod tests;
@@ -189,6 +190,9 @@ enum Ty {
     I64,
     I32,
     Bool,
+    /// Quantized tensors (QuantizeLinear's outputs, quantized weights).
+    U8,
+    I8,
 }
 
 impl Ty {
@@ -198,11 +202,22 @@ impl Ty {
             Ty::I64 => "i64",
             Ty::I32 => "i32",
             Ty::Bool => "bool",
+            Ty::U8 => "u8",
+            Ty::I8 => "i8",
         }
     }
 
     fn is_int(self) -> bool {
-        matches!(self, Ty::I64 | Ty::I32)
+        matches!(self, Ty::I64 | Ty::I32 | Ty::U8 | Ty::I8)
+    }
+
+    /// The range of an 8-bit quantized type.
+    fn q8_range(self) -> Option<(i64, i64)> {
+        match self {
+            Ty::U8 => Some((0, 255)),
+            Ty::I8 => Some((-128, 127)),
+            _ => None,
+        }
     }
 }
 
@@ -213,6 +228,11 @@ enum Values {
     F64(Vec<f64>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
+    /// Quantized data (int8 and uint8 initializers).
+    I8(Vec<i8>),
+    U8(Vec<u8>),
+    /// Integers the importer computes in i32 (an integer product's bias).
+    I32(Vec<i32>),
 }
 
 impl Values {
@@ -222,6 +242,9 @@ impl Values {
             Values::F64(v) => v.len(),
             Values::I64(v) => v.len(),
             Values::Bool(v) => v.len(),
+            Values::I8(v) => v.len(),
+            Values::U8(v) => v.len(),
+            Values::I32(v) => v.len(),
         }
     }
 
@@ -232,6 +255,9 @@ impl Values {
             Values::F32(_) | Values::F64(_) => Ty::F32,
             Values::I64(_) => Ty::I64,
             Values::Bool(_) => Ty::Bool,
+            Values::I8(_) => Ty::I8,
+            Values::U8(_) => Ty::U8,
+            Values::I32(_) => Ty::I32,
         }
     }
 
@@ -241,12 +267,26 @@ impl Values {
             Values::F64(v) => v.clone(),
             Values::I64(v) => v.iter().map(|&x| x as f64).collect(),
             Values::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+            Values::I8(v) => v.iter().map(|&x| x as f64).collect(),
+            Values::U8(v) => v.iter().map(|&x| x as f64).collect(),
+            Values::I32(v) => v.iter().map(|&x| x as f64).collect(),
         }
     }
 
     fn as_i64(&self) -> Option<Vec<i64>> {
         match self {
             Values::I64(v) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    /// Integer data of any width (quantized values, zero points).
+    fn as_wide_ints(&self) -> Option<Vec<i64>> {
+        match self {
+            Values::I64(v) => Some(v.clone()),
+            Values::I8(v) => Some(v.iter().map(|&x| x as i64).collect()),
+            Values::U8(v) => Some(v.iter().map(|&x| x as i64).collect()),
+            Values::I32(v) => Some(v.iter().map(|&x| x as i64).collect()),
             _ => None,
         }
     }
@@ -258,6 +298,9 @@ impl Values {
             Values::F64(v) => Values::F64(at.iter().map(|&i| v[i]).collect()),
             Values::I64(v) => Values::I64(at.iter().map(|&i| v[i]).collect()),
             Values::Bool(v) => Values::Bool(at.iter().map(|&i| v[i]).collect()),
+            Values::I8(v) => Values::I8(at.iter().map(|&i| v[i]).collect()),
+            Values::U8(v) => Values::U8(at.iter().map(|&i| v[i]).collect()),
+            Values::I32(v) => Values::I32(at.iter().map(|&i| v[i]).collect()),
         }
     }
 
@@ -268,6 +311,9 @@ impl Values {
             (Values::F64(a), Values::F64(b)) => Values::F64([a.as_slice(), b].concat()),
             (Values::I64(a), Values::I64(b)) => Values::I64([a.as_slice(), b].concat()),
             (Values::Bool(a), Values::Bool(b)) => Values::Bool([a.as_slice(), b].concat()),
+            (Values::I8(a), Values::I8(b)) => Values::I8([a.as_slice(), b].concat()),
+            (Values::U8(a), Values::U8(b)) => Values::U8([a.as_slice(), b].concat()),
+            (Values::I32(a), Values::I32(b)) => Values::I32([a.as_slice(), b].concat()),
             _ => return None,
         })
     }
@@ -299,6 +345,17 @@ struct Importer<'m> {
     graph_outputs: HashSet<&'m str>,
     body: Vec<String>,
     kernel: String,
+    /// The graph's nodes, and the nodes that read each value (by index):
+    /// the integer forms look at what reads a product.
+    nodes: &'m [proto::NodeProto],
+    readers: HashMap<&'m str, Vec<usize>>,
+    /// Dequantized values and what they dequantize (`quant.rs`).
+    dq: HashMap<ValueId, quant::Dequantized>,
+    /// Statements of dequantizations written at their first use (`tensor`),
+    /// never when only integer forms read the quantized value.
+    deferred: HashMap<ValueId, String>,
+    /// Outputs of nodes that an integer form computed with an earlier node.
+    done: HashSet<String>,
 }
 
 impl<'m> Importer<'m> {
@@ -320,7 +377,17 @@ impl<'m> Importer<'m> {
             params: Vec::new(),
             graph_outputs: graph.output.iter().map(|o| o.name.as_str()).collect(),
             body: Vec::new(),
+            nodes: &graph.node,
+            readers: HashMap::new(),
+            dq: HashMap::new(),
+            deferred: HashMap::new(),
+            done: HashSet::new(),
         };
+        for (i, node) in graph.node.iter().enumerate() {
+            for input in node.input.iter().filter(|s| !s.is_empty()) {
+                im.readers.entry(input.as_str()).or_default().push(i);
+            }
+        }
         let initialized: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
         // Before IR version 4, initializers were also listed as inputs.
         for input in graph.input.iter().filter(|i| !initialized.contains(i.name.as_str())) {
@@ -388,6 +455,9 @@ impl<'m> Importer<'m> {
     /// The identifier that stands for `id` in an expression; a constant used
     /// this way becomes a parameter of the kernel.
     fn tensor(&mut self, id: ValueId) -> Result<String, String> {
+        if let Some(line) = self.deferred.remove(&id) {
+            self.body.push(line);
+        }
         let v = &self.values[id.0 as usize];
         if v.data.is_some() && !v.param {
             if matches!(v.data, Some(Values::F64(_))) {
@@ -467,7 +537,7 @@ impl<'m> Importer<'m> {
             let role = if v.data.is_some() { Role::Weight } else { Role::Input };
             params.push(ModelName { onnx: v.onnx.clone(), ident: v.ident.clone(), role });
             signature.push(format!("{}: {}{}", v.ident, v.ty.name(), dims(&v.shape)));
-            if matches!(v.data, Some(Values::F32(_) | Values::I64(_) | Values::Bool(_))) {
+            if !matches!(v.data, None | Some(Values::F64(_))) {
                 parameters += v.data.as_ref().map_or(0, Values::len);
                 weights.push((id, v.ident.clone(), v.shape.clone()));
             }
@@ -480,7 +550,10 @@ impl<'m> Importer<'m> {
                     Some(Values::F32(d)) => Data::F32(d),
                     Some(Values::I64(d)) => Data::I64(d),
                     Some(Values::Bool(d)) => Data::Bool(d),
-                    _ => unreachable!("chosen above for its f32, i64 or bool data"),
+                    Some(Values::I8(d)) => Data::I8(d),
+                    Some(Values::U8(d)) => Data::U8(d),
+                    Some(Values::I32(d)) => Data::I32(d),
+                    _ => unreachable!("chosen above for data other than f64"),
                 };
                 (ident, Tensor { shape, data })
             })
@@ -552,9 +625,11 @@ fn input_shape(input: &proto::ValueInfoProto, options: &Options) -> Result<(Vec<
         data_type::INT64 => Ty::I64,
         data_type::INT32 => Ty::I32,
         data_type::BOOL => Ty::Bool,
+        data_type::UINT8 => Ty::U8,
+        data_type::INT8 => Ty::I8,
         other => {
             return Err(format!(
-                "graph input `{}` has elements of type {}: float (f32), int64, int32 and bool inputs are supported",
+                "graph input `{}` has elements of type {}: float (f32), int64, int32, uint8, int8 and bool inputs are supported",
                 input.name,
                 data_type::name(other)
             ))
@@ -633,6 +708,10 @@ fn tensor_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<(Vec<usize
         data_type::INT32 => Values::I64(t.int32_data.iter().map(|&x| x as i64).collect()),
         data_type::BOOL if has_raw => Values::Bool(raw(raw_data, count, |b: [u8; 1]| b[0] != 0)?),
         data_type::BOOL => Values::Bool(t.int32_data.iter().map(|&x| x != 0).collect()),
+        data_type::INT8 if has_raw => Values::I8(raw(raw_data, count, i8::from_le_bytes)?),
+        data_type::INT8 => Values::I8(t.int32_data.iter().map(|&x| x as i8).collect()),
+        data_type::UINT8 if has_raw => Values::U8(raw(raw_data, count, u8::from_le_bytes)?),
+        data_type::UINT8 => Values::U8(t.int32_data.iter().map(|&x| x as u8).collect()),
         other => return Err(format!("elements of type {} are not supported", data_type::name(other))),
     };
     if values.len() != count {

@@ -27,6 +27,12 @@ const STD_RANKS: std::ops::RangeInclusive<usize> = 1..=4;
 
 impl Importer<'_> {
     pub(crate) fn translate(&mut self, n: &NodeProto) -> R {
+        if n.output.first().is_some_and(|o| self.done.contains(o)) {
+            return Ok(());
+        }
+        if self.quantized(n)? {
+            return Ok(());
+        }
         if self.fold(n)? {
             return Ok(());
         }
@@ -69,6 +75,8 @@ impl Importer<'_> {
             "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Transpose" | "Concat" | "Slice"
             | "Split" | "Gather" | "Expand" | "Trilu" | "Pad" | "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Neg"
             | "Abs" => first,
+            // The maximum of quantized data is quantized data (a monotone map commutes with it).
+            "MaxPool" if matches!(first, Ty::U8 | Ty::I8) => first,
             // Dropout's mask output is refused where it is used.
             _ if first == Ty::F32 => Ty::F32,
             _ => {
@@ -186,7 +194,7 @@ impl Importer<'_> {
     }
 
     /// The node's one output; further outputs must be unused (empty names).
-    fn output<'n>(&self, n: &'n NodeProto) -> R<&'n str> {
+    pub(crate) fn output<'n>(&self, n: &'n NodeProto) -> R<&'n str> {
         let first = n.output.first().filter(|o| !o.is_empty()).ok_or("has no output")?;
         if let Some((i, o)) = n.output.iter().enumerate().skip(1).find(|(_, o)| !o.is_empty()) {
             return Err(format!("output {i} (`{o}`) is used: only the first output is supported"));
@@ -213,7 +221,7 @@ impl Importer<'_> {
     /// `x` at index variables `vars` of a result of rank `vars.len()`,
     /// broadcast as NumPy does (right-aligned; an axis of size 1 stays at 0).
     /// A one-element constant becomes a literal.
-    fn broadcast_access(&mut self, x: ValueId, vars: &[String]) -> R<String> {
+    pub(crate) fn broadcast_access(&mut self, x: ValueId, vars: &[String]) -> R<String> {
         if let Some(v) = self.constant(x) {
             if v.len() == 1 && self.value(x).shape.iter().all(|&d| d == 1) {
                 return typed_literal(v);
@@ -229,7 +237,7 @@ impl Importer<'_> {
     // ------------------------------------------------------------ results
 
     /// `out = CALL;`
-    fn emit_call(&mut self, out: &str, shape: Vec<usize>, call: String) -> R {
+    pub(crate) fn emit_call(&mut self, out: &str, shape: Vec<usize>, call: String) -> R {
         let id = self.add(out, shape, None)?;
         let ident = self.value(id).ident.clone();
         self.line(format!("{ident} = {call};"));
@@ -259,7 +267,7 @@ impl Importer<'_> {
 
     /// `out` is `src`: the same value under a second name, or a copy when
     /// `out` is a graph output or `src` a parameter.
-    fn alias(&mut self, out: &str, src: ValueId) -> R {
+    pub(crate) fn alias(&mut self, out: &str, src: ValueId) -> R {
         let v = self.value(src);
         if self.is_graph_output(out) || v.param {
             let shape = v.shape.clone();
@@ -860,7 +868,9 @@ impl Importer<'_> {
         let p = pads[0].0;
         let square = axes == 2 && k[0] == k[1] && stride[0] == stride[1] && dilation == [1, 1];
         let std_form = square && pads.iter().all(|&(b, e)| b == p && e == p) && shape[2..] == floor_shape[..];
-        if std_form && (max || include_pad || p == 0) {
+        // Quantized data (u8, i8) is pooled by the expression, padded with the type's least value.
+        let ty = self.value(x).ty;
+        if std_form && (max || include_pad || p == 0) && ty == Ty::F32 {
             let mut args = vec![self.tensor(x)?, format!("k = {}", k[0]), format!("stride = {}", stride[0])];
             if p > 0 {
                 args.push(format!("pad = {p}"));
@@ -903,7 +913,11 @@ impl Importer<'_> {
             }
         };
         let rhs = if max {
-            format!("max[{}]({})", ranges.join(", "), guarded(&access, "-inf"))
+            let least = match ty.q8_range() {
+                Some((lo, _)) => format!("{}({lo})", ty.name()),
+                None => "-inf".into(),
+            };
+            format!("max[{}]({})", ranges.join(", "), guarded(&access, &least))
         } else {
             let total = format!("sum[{}]({})", ranges.join(", "), guarded(&access, "0.0"));
             if include_pad || !padded {
@@ -2484,12 +2498,12 @@ impl Importer<'_> {
 // ---------------------------------------------------------------- helpers
 
 /// `i0, i1, ...`
-fn vars(prefix: &str, n: usize) -> Vec<String> {
+pub(crate) fn vars(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|k| format!("{prefix}{k}")).collect()
 }
 
 /// A float literal that reads back as the same f32.
-fn literal(v: f64) -> R<String> {
+pub(crate) fn literal(v: f64) -> R<String> {
     if v.is_nan() {
         return Err("a NaN constant is not supported".into());
     }
@@ -2506,6 +2520,9 @@ fn typed_literal(v: &Values) -> R<String> {
         Values::F32(_) | Values::F64(_) => literal(v.as_f64()[0])?,
         Values::I64(d) => format!("i64({})", d[0]),
         Values::Bool(d) => bool_literal(d[0]).into(),
+        Values::I8(d) => format!("i8({})", d[0]),
+        Values::U8(d) => format!("u8({})", d[0]),
+        Values::I32(d) => format!("i32({})", d[0]),
     })
 }
 
@@ -2563,7 +2580,7 @@ pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
         .collect()
 }
 
-fn normalize_axis(axis: i64, rank: usize) -> R<usize> {
+pub(crate) fn normalize_axis(axis: i64, rank: usize) -> R<usize> {
     let r = rank as i64;
     if (-r..r).contains(&axis) {
         Ok(axis.rem_euclid(r.max(1)) as usize)
@@ -2588,7 +2605,7 @@ fn keyword_args(args: &[(&str, usize, usize)]) -> Vec<String> {
     args.iter().filter(|(_, v, default)| v != default).map(|(k, v, _)| format!("{k} = {v}")).collect()
 }
 
-fn same_on_both_axes(name: &str, v: Option<Vec<i64>>, default: usize) -> R<usize> {
+pub(crate) fn same_on_both_axes(name: &str, v: Option<Vec<i64>>, default: usize) -> R<usize> {
     match v.as_deref() {
         None => Ok(default),
         Some([a, b]) if a == b && (1..=1 << 20).contains(a) => Ok(*a as usize),
@@ -2597,7 +2614,7 @@ fn same_on_both_axes(name: &str, v: Option<Vec<i64>>, default: usize) -> R<usize
 }
 
 /// `[top, left, bottom, right]` from `pads` or `auto_pad`.
-fn pads(a: &Attrs, size: [usize; 2], window: [usize; 2], stride: usize) -> R<[usize; 4]> {
+pub(crate) fn pads(a: &Attrs, size: [usize; 2], window: [usize; 2], stride: usize) -> R<[usize; 4]> {
     match a.string("auto_pad", "NOTSET")?.as_str() {
         "NOTSET" => match a.ints("pads")?.as_deref() {
             None => Ok([0; 4]),
@@ -2667,7 +2684,7 @@ fn pool_out(size: usize, (begin, end): (usize, usize), window: usize, stride: us
 }
 
 /// Output size of a window sliding over `size + padding`.
-fn conv_out(size: usize, padding: usize, window: usize, stride: usize) -> R<usize> {
+pub(crate) fn conv_out(size: usize, padding: usize, window: usize, stride: usize) -> R<usize> {
     let span = size + padding;
     if span < window {
         return Err(format!("a window of {window} does not fit an axis of {size} padded by {padding}"));

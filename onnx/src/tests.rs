@@ -195,7 +195,7 @@ fn what_is_not_imported_is_an_error_naming_the_node() {
     );
     assert_eq!(
         with_ids(data_type::DOUBLE, "indices").expect_err("refused"),
-        "graph input `ids` has elements of type double: float (f32), int64, int32 and bool inputs are supported"
+        "graph input `ids` has elements of type double: float (f32), int64, int32, uint8, int8 and bool inputs are supported"
     );
     // Range folds when its inputs are constants; a computed one is refused.
     let ranged = |limit: &str| {
@@ -777,4 +777,176 @@ fn masks_and_shapes_of_constants_fold_and_inexact_forms_are_refused() {
         refused(vec![einsum("ijk,jk->ik")], w()),
         "node `/y` (Einsum): `ijk` does not name the 2 axes of its operand"
     );
+}
+
+// ---------------------------------------------------------------- quantized models
+
+fn typed(name: &str, data_type: i32, dims: &[i64], raw_data: Vec<u8>) -> TensorProto {
+    TensorProto { dims: dims.to_vec(), data_type, raw_data: raw_data.into(), name: name.into(), ..Default::default() }
+}
+
+fn scalar(name: &str, v: f32) -> TensorProto {
+    tensor(name, &[], &[v])
+}
+
+fn u8s(name: &str, dims: &[i64], v: &[u8]) -> TensorProto {
+    typed(name, data_type::UINT8, dims, v.to_vec())
+}
+
+fn i8s(name: &str, dims: &[i64], v: &[i8]) -> TensorProto {
+    typed(name, data_type::INT8, dims, v.iter().map(|&x| x as u8).collect())
+}
+
+fn i32s(name: &str, dims: &[i64], v: &[i32]) -> TensorProto {
+    typed(name, data_type::INT32, dims, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+}
+
+/// x → Q → DQ → Conv(DQ(w), DQ(bias)) → Relu → Q → DQ → y, as
+/// `quantize_static` writes it (per-channel i8 weights, i32 bias at scale
+/// `s_x · s_w`).
+fn qdq_conv() -> ModelProto {
+    let (sx, sw) = (0.02f32, [0.01f32, 0.005]);
+    let w: Vec<i8> = (0..2 * 2 * 3 * 3).map(|i| ((i * 37) % 255 - 127) as i8).collect();
+    let nodes = vec![
+        node("QuantizeLinear", &["x", "sx", "zx"], "xq", vec![]),
+        node("DequantizeLinear", &["xq", "sx", "zx"], "xd", vec![]),
+        node("DequantizeLinear", &["w", "sw", "zw"], "wd", vec![int("axis", 0)]),
+        node("DequantizeLinear", &["b", "sb"], "bd", vec![int("axis", 0)]),
+        node("Conv", &["xd", "wd", "bd"], "c", vec![ints("pads", &[1, 1, 1, 1])]),
+        node("Relu", &["c"], "r", vec![]),
+        node("QuantizeLinear", &["r", "sy", "zy"], "yq", vec![]),
+        node("DequantizeLinear", &["yq", "sy", "zy"], "y", vec![]),
+    ];
+    let inits = vec![
+        scalar("sx", sx),
+        u8s("zx", &[], &[128]),
+        i8s("w", &[2, 2, 3, 3], &w),
+        tensor("sw", &[2], &sw),
+        i8s("zw", &[2], &[0, 0]),
+        i32s("b", &[2], &[100, -300]),
+        tensor("sb", &[2], &[sx * sw[0], sx * sw[1]]),
+        scalar("sy", 0.05),
+        u8s("zy", &[], &[10]),
+    ];
+    graph_of(&[1, 2, 4, 4], nodes, inits)
+}
+
+#[test]
+fn a_qdq_convolution_is_one_integer_product() {
+    let text = import(&qdq_conv()).expect("imports").source;
+    // The activation is quantized once and never dequantized for the product;
+    // the product reads the padded integers; bias and zero-point correction
+    // are one i32 vector, the requantization per channel; the Relu is the
+    // lower bound of the saturation (the output's zero point, 10).
+    assert!(text.contains("xq[i0 in 0..1, i1 in 0..2, i2 in 0..4, i3 in 0..4] = u8(clamp(round(f32(x[i0, i1, i2, i3] / 0.02)) + 128.0, 0.0, 255.0));"), "{text}");
+    assert!(!text.contains("xd["), "the dequantized input is never written: {text}");
+    assert!(
+        text.contains("select(i2 >= 1 && i2 < 5 && i3 >= 1 && i3 < 5, xq[i0, i1, i2 - 1, i3 - 1], u8(128))"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sum[r0 in 0..2, r1 in 0..3, r2 in 0..3](i32(yq_pad[i0, r0, i2 + r1, i3 + r2]) * i32(w[i1, r0, r1, r2])) + yq_bias[i1]"),
+        "{text}"
+    );
+    assert!(text.contains("* yq_requant[i1])) + 10.0, 10.0, 255.0));"), "{text}");
+    assert!(text.contains("yq_bias: i32[2]") && text.contains("w: i8[2, 2, 3, 3]"), "{text}");
+    assert!(!text.contains("conv2d") && !text.contains("max("), "{text}");
+    let m = qdq_conv();
+    let imported = import(&m).expect("imports");
+    let bias = imported.weights.iter().find(|(n, _)| n == "yq_bias").expect("the folded bias");
+    // bias − z_x · Σ w, per output channel.
+    let w = &m.graph.as_ref().expect("graph").initializer[2].raw_data;
+    let sum0: i32 = w[..18].iter().map(|&b| b as i8 as i32).sum();
+    match &bias.1.data {
+        texc_runtime::Data::I32(b) => assert_eq!(b[0], 100 - 128 * sum0),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Q(DQ(q)) with the same parameters is q; a weight with a zero point runs
+/// as the sum of the operands less their zero points.
+#[test]
+fn dq_q_pairs_cancel_and_other_zero_points_are_subtracted() {
+    let mut m = qdq_conv();
+    let g = m.graph.as_mut().expect("graph");
+    g.initializer[4] = i8s("zw", &[2], &[3, -1]);
+    g.node.push(node("QuantizeLinear", &["y", "sy", "zy"], "again", vec![]));
+    g.node.push(node("DequantizeLinear", &["again", "sy", "zy"], "z", vec![]));
+    g.output.push(ValueInfoProto { name: "z".into(), ..Default::default() });
+    let text = import(&m).expect("imports").source;
+    assert!(text.contains("(i32(w[i1, r0, r1, r2]) - yq_bzero[i1])"), "{text}");
+    assert!(!text.contains("again["), "the pair cancels: {text}");
+    assert!(text.contains("z[i0, i1, i2, i3] = f32(i32(yq[i0, i1, i2, i3]) - 10) * 0.05;"), "{text}");
+}
+
+/// Bad scales and zero points are errors naming the node; a DQ → Conv → Q
+/// that cannot run in integers (an f32 bias) runs in f32 between them.
+#[test]
+fn bad_quantization_parameters_are_errors_naming_the_node() {
+    let with = |f: &dyn Fn(&mut GraphProto)| {
+        let mut m = qdq_conv();
+        f(m.graph.as_mut().expect("graph"));
+        import(&m).map(|i| i.source).map_err(|e| e.to_string())
+    };
+    for (bad, shown) in
+        [(0.0f32, "scale 0"), (-0.5, "scale -0.5"), (f32::NAN, "scale NaN"), (f32::INFINITY, "scale inf")]
+    {
+        let e = with(&|g| g.initializer[0] = scalar("sx", bad)).expect_err("refused");
+        assert!(
+            e.contains(&format!("node `/xq` (QuantizeLinear): {shown}: a scale must be positive and finite")),
+            "{e}"
+        );
+    }
+    let e = with(&|g| g.initializer[3] = tensor("sw", &[2], &[0.01, -1.0])).expect_err("refused");
+    assert!(e.contains("node `/wd` (DequantizeLinear): scale -1 (element 1): a scale must be positive"), "{e}");
+    let e = with(&|g| g.initializer[1] = i32s("zx", &[], &[128])).expect_err("refused");
+    assert!(e.contains("node `/xq` (QuantizeLinear): a zero point of type int32 or int64"), "{e}");
+    let e = with(&|g| g.initializer[4] = u8s("zw", &[2], &[0, 0])).expect_err("refused");
+    assert!(e.contains("node `/wd` (DequantizeLinear): a zero point of type u8 for an input of type i8"), "{e}");
+    let e = with(&|g| g.initializer[4] = i8s("zw", &[3], &[0, 0, 0])).expect_err("refused");
+    assert!(e.contains("node `/wd` (DequantizeLinear): a zero point of shape [3] for a scale of shape [2]"), "{e}");
+    let e = with(&|g| g.initializer[3] = tensor("sw", &[3], &[0.1, 0.1, 0.1])).expect_err("refused");
+    assert!(e.contains("node `/wd` (DequantizeLinear): 3 scales for axis 0 of size 2"), "{e}");
+    let e = with(&|g| {
+        g.initializer.push(i32s("zb", &[2], &[0, 5]));
+        g.node[3].input = vec!["b".into(), "sb".into(), "zb".into()];
+    })
+    .expect_err("refused");
+    assert!(e.contains("node `/bd` (DequantizeLinear): an int32 zero point must be 0"), "{e}");
+    // An f32 bias: the pattern does not fit; f32 between DQ and Q.
+    let text = with(&|g| {
+        g.initializer[5] = tensor("b", &[2], &[0.1, 0.2]);
+        g.node[3] = node("Identity", &["b"], "bd", vec![]);
+    })
+    .expect("imports");
+    assert!(text.contains("conv2d_bias(xd, wd, b, pad = 1)") && text.contains("xd[i0 in 0..1"), "{text}");
+}
+
+#[test]
+fn mutated_quantized_models_never_panic() {
+    let bytes = qdq_conv().encode_to_vec();
+    let mut state = 0x2545f4914f6cdd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut ok, mut refused) = (0, 0);
+    for _ in 0..3000 {
+        let mut b = bytes.clone();
+        for _ in 0..1 + next() % 4 {
+            let i = (next() % b.len() as u64) as usize;
+            match next() % 3 {
+                0 => b[i] = next() as u8,
+                1 => b.truncate(i.max(1)),
+                _ => b.insert(i, next() as u8),
+            }
+        }
+        match import_bytes(&b, "m.onnx", "m.npz", &Options::default()) {
+            Ok(_) => ok += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(ok > 0 && refused > 0, "{ok} imported, {refused} refused");
 }

@@ -120,7 +120,9 @@ def sigmoid(x):
 
 
 def quantize(x, scale, zp):
-    return np.clip(np.round(d64(x) / scale) + zp, -128, 127).astype(np.int8)
+    # ONNX's QuantizeLinear: the quotient in f32 (as ONNX Runtime divides), then rounded half to even.
+    quotient = x.astype(np.float32) / np.asarray(scale, dtype=np.float32)
+    return np.clip(np.round(d64(quotient)) + zp, -128, 127).astype(np.int8)
 
 
 def as32(x):
@@ -226,6 +228,13 @@ case("dequantize", S, "t_dequantize", {"Q": Q}, {"Y": as32((Q.astype(np.int64) +
 Q, s, z = rng.integers(-128, 128, (3, 2, 2, 4)).astype(np.int8), f32(3, lo=0.01, hi=0.1), rng.integers(-5, 5, 3).astype(np.int32)
 case("dequantize_per_channel", S, "t_dequantize_pc", {"Q": Q, "s": s, "z": z},
      {"Y": as32((Q.astype(np.int64) - z.reshape(-1, 1, 1, 1)) * d64(s).reshape(-1, 1, 1, 1))})
+X, s, z = f32(2, 5, 3, lo=-3, hi=3), f32(5, lo=0.01, hi=0.05), rng.integers(0, 256, 5).astype(np.int32)
+q = X / s.reshape(1, -1, 1)  # the quotient in f32, as ONNX Runtime divides
+case("quantize_u8_axis1", S, "t_quantize_u8_axis1", {"X": X, "s": s, "z": z},
+     {"Q": np.clip(np.round(d64(q)) + z.reshape(1, -1, 1), 0, 255).astype(np.uint8)})
+Q, s, z = rng.integers(0, 256, (2, 3, 4)).astype(np.uint8), f32(4, lo=0.01, hi=0.05), rng.integers(0, 256, 4).astype(np.int32)
+case("dequantize_u8_axis2", S, "t_dequantize_u8_axis2", {"Q": Q, "s": s, "z": z},
+     {"Y": as32((Q.astype(np.int64) - z) * d64(s))})
 
 # ---- the examples, at their default sizes and at odd ones
 for (m, k, n) in [(64, 64, 64), (13, 7, 31)]:

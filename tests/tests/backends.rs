@@ -316,3 +316,41 @@ fn vector_max_and_min_match_the_interpreter_elementwise() {
         }
     }
 }
+
+/// `round` rounds half to even on every target (LLVM's `roundeven`,
+/// Cranelift's `nearest`), vectorized and not, and ONNX's requantization
+/// written as the importer writes it, `sat(round(f32(x / s)) + z)`, agrees
+/// with the interpreter bit for bit, ties and saturation included.
+#[test]
+fn round_and_requantization_are_half_to_even_on_every_backend() {
+    let src =
+        "kernel q(X: f32[N = 67], A: u8[N, K = 19], W: i8[M = 5, K]) -> (R: f32[N], Q: u8[N], S: i8[N], P: u8[N, M]) {
+    R[i] = round(X[i]);
+    Q[i] = u8(clamp(round(f32(X[i] / 0.5)) + 3.0, 0.0, 255.0));
+    S[i] = i8(clamp(round(f32(X[i] / 0.1)) - 128.0, -128.0, 127.0));
+    P[i, j] = u8(clamp(round(f32(f32(sum[k](i32(A[i, k]) * i32(W[j, k])) - 128 * 7) * 0.0625)) + 9.0, 0.0, 255.0));
+}";
+    let mut xs: Vec<f64> = (-24..24).map(|k| k as f64 + 0.5).collect();
+    xs.extend([0.25, -0.25, 0.75, -0.75, 0.05, 0.15, 0.25, -0.35, 1e9, -1e9, f64::NAN, 0.0, -0.0, 2.5, 3.5]);
+    xs.extend([12.8, -12.85, 127.5, -0.45]);
+    xs.truncate(67);
+    let x = Tensor::from_f64(DType::F32, vec![67], &xs);
+    let mut rng = SplitMix64::new(5);
+    let a: Vec<i64> = (0..67 * 19).map(|_| (rng.next_u64() % 256) as i64).collect();
+    let w: Vec<i64> = (0..5 * 19).map(|_| (rng.next_u64() % 256) as i64 - 128).collect();
+    let a = Tensor::from_i64(DType::U8, vec![67, 19], &a);
+    let w = Tensor::from_i64(DType::I8, vec![5, 19], &w);
+    for target in targets() {
+        let (mut pl, k) = texc_tests::load_text(target.name, "q.tex", src, None).expect("front end");
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let args =
+            || vec![interp::Arg::Tensor(x.clone()), interp::Arg::Tensor(a.clone()), interp::Arg::Tensor(w.clone())];
+        let want = interp::run(&p, args()).expect("interp");
+        assert_eq!(&want[0].to_f64()[..6], &[-24.0, -22.0, -22.0, -20.0, -20.0, -18.0], "half to even");
+        let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args()).expect("runs");
+        for (o, name) in ["round", "quantize u8", "quantize i8", "requantized product"].iter().enumerate() {
+            assert_eq!(got[o].bytes(), want[o].bytes(), "{name} on {target}: {:?} vs {:?}", got[o], want[o]);
+        }
+    }
+}

@@ -633,3 +633,168 @@ fn a_graph_output_listed_twice_names_the_model() {
         assert!(!text(&o).contains(".onnx.tex"), "{args:?}: {}", text(&o));
     }
 }
+
+/// Build `model` quantized by ONNX Runtime's own tools
+/// (`tests/onnx/quantized.py MODEL MODE`), with ORT's output for the
+/// quantized model and the output's quantization step; `None` (the reason
+/// printed) when Python lacks the packages.
+fn build_quantized(model: &str, mode: &str, extra: &[&str]) -> Option<PathBuf> {
+    let name = ["q", model, mode].iter().chain(extra).copied().collect::<Vec<_>>().join("_").replace('-', "");
+    let dir = scratch(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new("python3")
+        .arg(root().join("tests/onnx/quantized.py"))
+        .args([model, mode])
+        .arg(&dir)
+        .args(extra)
+        .output()
+        .expect("python3 runs");
+    if out.status.success() {
+        return Some(dir);
+    }
+    let why = text(&out);
+    if why.contains("No module named") && std::env::var_os("CI").is_none() {
+        eprintln!("skipped: Python lacks onnx or onnxruntime (scripts/bootstrap.sh installs them): {why}");
+        return None;
+    }
+    panic!("tests/onnx/quantized.py {model} {mode} failed:\n{why}");
+}
+
+/// Import a quantized model, run it on each target, and compare with ONNX
+/// Runtime running the same quantized model; returns the imported text.
+///
+/// Tolerance: where the output is quantized (QDQ models end in a
+/// DequantizeLinear), every element within one quantization step of ORT's.
+/// texc computes the products in integers with exact 32-bit sums and
+/// requantizes `round(f32(acc) · s_a·s_w/s_y)`, ORT (graph optimizations
+/// off: the model as written) dequantizes and convolves in f32 and divides
+/// by `s_y`; the two can round a value that falls within an f32 rounding of
+/// a half step differently, one step. Where the output is f32 (dynamic
+/// quantization: the i32 product scaled by run-time scales), normwise 1e-5:
+/// the integer parts are exact and DynamicQuantizeLinear rounds as ORT's, so
+/// what differs is f32 rounding in the float operators.
+fn quantized_model_matches_onnx_runtime(model: &str, mode: &str, extra: &[&str], targets: &[&str]) -> Option<String> {
+    let dir = build_quantized(model, mode, extra)?;
+    let s = |p: PathBuf| p.display().to_string();
+    let onnx = s(dir.join(format!("{model}.onnx")));
+    let tex = s(dir.join(format!("{model}.tex")));
+    let o = texc(&["import", &onnx, "-o", &tex]);
+    assert!(o.status.success(), "{}", text(&o));
+    let npz = s(dir.join(format!("{model}.npz")));
+    let x = format!("x={}", s(dir.join("x.npy")));
+    let step: f64 = std::fs::read_to_string(dir.join("step.txt")).expect("step").trim().parse().expect("a number");
+    let (_, want) = f32s(&dir.join("expected.npy"));
+    for target in targets {
+        if !runs_here(target) {
+            continue;
+        }
+        let y = dir.join(format!("y_{target}.npy"));
+        let out = format!("y={}", s(y.clone()));
+        // x86-avx2 runs the .onnx file (weight-only stages folded), the others the imported text.
+        let o = if *target == "x86-avx2" {
+            texc(&["run", &onnx, "--input", &x, "--output", &out, "--target", target])
+        } else {
+            texc(&["run", &tex, "--input", &npz, "--input", &x, "--output", &out, "--target", target])
+        };
+        assert!(o.status.success(), "{model} ({mode} {extra:?}) on {target}: {}", text(&o));
+        let what = format!("{model} ({mode} {extra:?}) on {target}");
+        if step > 0.0 {
+            let (_, got) = f32s(&y);
+            let worst = got.iter().zip(&want).map(|(g, w)| (*g as f64 - *w as f64).abs()).fold(0.0, f64::max);
+            let differ = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+            eprintln!(
+                "{what}: {differ} of {} outputs differ from ONNX Runtime's, by at most {:.2} steps",
+                got.len(),
+                worst / step
+            );
+            assert!(worst <= step * 1.001, "{what}: {worst} is more than one step ({step}) from ONNX Runtime");
+        } else {
+            let e = normwise_error(&y, &dir.join("expected.npy"));
+            eprintln!("{what}: normwise relative error {e:.3e} against ONNX Runtime");
+            assert!(e <= 1e-5, "{what}: error {e:.3e} against ONNX Runtime");
+        }
+    }
+    Some(std::fs::read_to_string(&tex).expect("tex"))
+}
+
+const ALL_CPU: &[&str] = &["interp", "x86-avx2", "x86-avx512", "cranelift"];
+
+/// The integer product as texc writes it: `sum[...](i32(A[..]) * i32(W[j, ..]))`.
+fn integer_products(tex: &str) -> usize {
+    tex.lines().filter(|l| l.contains("](i32(") && l.contains(") * i32(")).count()
+}
+
+/// A CNN (convolution, depthwise and grouped convolutions, max pooling,
+/// Clip, global pooling, Gemm) quantized by `quantize_static` (QDQ, u8
+/// activations, i8 weights per channel): every convolution and the Gemm
+/// run as integer products with their requantization in one statement.
+#[test]
+fn static_quantized_cnn_runs_in_integers_and_matches_onnx_runtime() {
+    let Some(tex) = quantized_model_matches_onnx_runtime("cnn", "static", &["--per-channel"], ALL_CPU) else {
+        return;
+    };
+    assert_eq!(integer_products(&tex), 5, "{tex}");
+    assert!(!tex.contains("conv2d") && !tex.contains("dense("), "no f32 product is left: {tex}");
+    // DQ → MaxPool → Q pools the integers; the pair around it cancels.
+    assert!(!tex.contains("max_pool2d") && tex.contains("= max[r0 in 0..2, r1 in 0..2](relu_"), "{tex}");
+    // Depthwise (one channel per group) and grouped (4 per group) reductions.
+    assert!(tex.contains("sum[r0 in 0..1, r1 in 0..3, r2 in 0..3](i32("), "{tex}");
+    assert!(tex.contains("(i1 / 8) * 4 + r0"), "{tex}");
+}
+
+/// i8 activations, per-tensor weights, opset 21; and u8 at opset 19.
+#[test]
+fn static_quantized_cnn_with_i8_activations_matches_onnx_runtime() {
+    let Some(tex) = quantized_model_matches_onnx_runtime("cnn", "static", &["--act", "i8", "--opset", "21"], ALL_CPU)
+    else {
+        return;
+    };
+    assert_eq!(integer_products(&tex), 5, "{tex}");
+    assert!(tex.contains("i8(clamp("), "i8 requantization: {tex}");
+    quantized_model_matches_onnx_runtime("cnn", "static", &["--opset", "19"], &["interp"]);
+}
+
+/// A transformer encoder block (attention, GELU feed-forward, LayerNormalization)
+/// quantized by `quantize_static`: the projections with constant weights are
+/// integer products in the canonical form, the products of two activations
+/// (QKᵀ, attention·V) integer sums with both zero points; softmax, layer
+/// norm and GELU run in f32 between their DequantizeLinear and QuantizeLinear.
+#[test]
+fn static_quantized_encoder_matches_onnx_runtime() {
+    let Some(tex) = quantized_model_matches_onnx_runtime("encoder", "static", &["--per-channel"], ALL_CPU) else {
+        return;
+    };
+    assert_eq!(tex.matches("layer_norm(").count(), 2, "{tex}");
+    assert!(integer_products(&tex) >= 6, "{tex}");
+    quantized_model_matches_onnx_runtime("encoder", "static", &["--act", "i8", "--opset", "21"], ALL_CPU);
+}
+
+/// `quantize_dynamic`: DynamicQuantizeLinear, MatMulInteger and
+/// ConvInteger with run-time zero points, then f32 scaling.
+#[test]
+fn dynamically_quantized_models_match_onnx_runtime() {
+    quantized_model_matches_onnx_runtime("cnn", "dynamic", &[], ALL_CPU);
+    quantized_model_matches_onnx_runtime("encoder", "dynamic", &["--per-channel"], ALL_CPU);
+}
+
+/// QLinearConv (per-channel weights, i32 bias), QLinearMatMul with a weight
+/// zero point, MatMulInteger and ConvInteger (u8 weights, asymmetric
+/// padding, stride 2) written by hand.
+#[test]
+fn qoperator_forms_match_onnx_runtime() {
+    quantized_model_matches_onnx_runtime("qop", "none", &[], ALL_CPU);
+}
+
+/// ResNet-18 and MobileNetV2 (at 32×32) as ORT quantizes them after its
+/// pre-processing (batch norm folded): every convolution is integer.
+#[test]
+fn static_quantized_resnet18_and_mobilenetv2_match_onnx_runtime() {
+    for (model, convs) in [("resnet18", 21), ("mobilenetv2", 53)] {
+        let targets = ["interp", "x86-avx2", "x86-avx512"];
+        let Some(tex) = quantized_model_matches_onnx_runtime(model, "static", &["--per-channel"], &targets) else {
+            return;
+        };
+        assert_eq!(integer_products(&tex), convs, "{model}");
+        assert!(!tex.contains("conv2d"), "{model}: no f32 convolution is left");
+    }
+}

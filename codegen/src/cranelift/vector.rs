@@ -336,6 +336,10 @@ impl<M: Module> FnGen<'_, '_, M> {
             TExpr::Cast(a) => {
                 let from = self.cx.f.p.ty(a);
                 let x = self.vexpr(a, vm)?;
+                if from == ty {
+                    // A rounding point for the interpreter; values of the type already.
+                    return Ok(x);
+                }
                 let lanes = self.lanes_of(x, from, vm);
                 let out = lanes.into_iter().map(|v| self.cast_v(v, from, ty)).collect::<R<Vec<_>>>()?;
                 Ok(VVal::Lanes(out))
