@@ -28,9 +28,11 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// `@dot4(c, a, b)`: `vpdpbusd` in pieces as wide as the CPU's VNNI
-    /// registers where the lanes fill them, else the bytes widened to
-    /// `i32`, multiplied, and each group of four summed (what the
-    /// instruction computes, so both agree bit for bit).
+    /// registers, else `vpmaddwd` on the bytes widened to 16 bits, else the
+    /// bytes widened to `i32`, multiplied, and each group of four summed
+    /// (what the instruction computes, so all agree bit for bit). A vector
+    /// the pieces do not tile (a 7-wide row) is padded to one they do, and
+    /// the padding's lanes dropped.
     fn dot4(
         &self,
         c: BasicValueEnum<'ctx>,
@@ -38,11 +40,32 @@ impl<'ctx> Gen<'ctx, '_> {
         b: BasicValueEnum<'ctx>,
         mode: Mode<'ctx>,
     ) -> R<BasicValueEnum<'ctx>> {
-        let lanes = mode.lanes().unwrap_or(1);
-        // Pieces of 4, 8 or 16 lanes (`vpdpbusd` on xmm, ymm, zmm) that tile the vector.
+        let Some(lanes) = mode.lanes() else { return self.dot4_widened(c, a, b, 1, false) };
+        let unit = match (self.vnni_lanes(), self.pmaddwd_lanes()) {
+            (Some(_), _) => 4,
+            (None, Some(w)) => w / 2,
+            (None, None) => return self.dot4_widened(c, a, b, lanes, true),
+        };
+        if lanes % unit == 0 {
+            return self.dot4_tiled(c, a, b, lanes);
+        }
+        let padded = lanes.div_ceil(unit) * unit;
+        let [c, a, b] = [c, a, b].map(|v| self.lanes_of_padded(v.into_vector_value(), padded));
+        let wide = self.dot4_tiled(c?.into(), a?.into(), b?.into(), padded)?;
+        Ok(self.lanes_of(wide.into_vector_value(), 0, lanes)?.into())
+    }
+
+    /// [`Gen::dot4`] on a vector of `lanes` that its instruction's pieces tile.
+    fn dot4_tiled(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+        lanes: u32,
+    ) -> R<BasicValueEnum<'ctx>> {
+        // Pieces of 4, 8 or 16 lanes (`vpdpbusd` on xmm, ymm, zmm).
         let widest = self.vnni_lanes().unwrap_or(0);
-        let piece = [16, 8, 4].into_iter().find(|&w| w <= widest && lanes % w == 0);
-        match piece {
+        match [16, 8, 4].into_iter().find(|&w| w <= widest && lanes % w == 0) {
             Some(w) => {
                 let f = self.intrinsic(&format!("llvm.x86.avx512.vpdpbusd.{}", 32 * w), &[])?;
                 let parts = (0..lanes / w)
@@ -53,10 +76,10 @@ impl<'ctx> Gen<'ctx, '_> {
                     .collect::<R<Vec<_>>>()?;
                 Ok(self.concat(&parts)?.into())
             }
-            None => match self.pmaddwd_lanes() {
-                Some(w) if mode.lanes().is_some() && (4 * lanes) % (2 * w) == 0 => self.dot4_pmaddwd(c, a, b, lanes, w),
-                _ => self.dot4_widened(c, a, b, lanes, mode.lanes().is_some()),
-            },
+            None => {
+                let w = self.pmaddwd_lanes().expect("dot4 tiles only with VNNI or vpmaddwd");
+                self.dot4_pmaddwd(c, a, b, lanes, w)
+            }
         }
     }
 
