@@ -5,7 +5,8 @@
 //! `sum[k](i32(A[.., k, ..]) * i32(W[.., k, ..]))` with `A` in `u8` and
 //! `W` in `i8`, where the reduction variable `k` is, alone, one index of
 //! each operand (any dimension: a matrix product's inner one, a
-//! convolution's channels), becomes
+//! convolution's channels; or `base + k` with `base` a multiple of 4, a
+//! grouped convolution's `g · Cg + c` where 4 divides `Cg`), becomes
 //! `sum[k4](@dot4(0, A.q4[.., k4, ..], W.q4[.., k4, ..]))`: the operands
 //! packed four consecutive `k` to an `i32` (byte `t` holds `k = 4·k4 + t`,
 //! zero past the end of `k`), one `vpdpbusd` lane per four products.
@@ -72,6 +73,9 @@ struct Operand {
     load: TExprId,
     tensor: TensorId,
     dim: usize,
+    /// The index is `base + k`, `base` a multiple of 4 (a grouped
+    /// convolution's `g · Cg + c`): the whole dimension is packed, and read at `base / 4 + k4`.
+    base: Option<TExprId>,
 }
 
 /// A sum of `u8 × i8` (or `i8 × i8`) products over `k` (among the sum's
@@ -137,8 +141,9 @@ fn as_product(p: &Program, st: &Stage, e: TExprId) -> Option<Product> {
             continue;
         }
         let found = vars.iter().rev().find_map(|&k| {
-            let a = operand(p, (a.0, a.1), k)?;
-            let w = operand(p, (w.0, w.1), k)?;
+            let len = st.vars[k as usize].extent;
+            let a = operand(p, (a.0, a.1), k, len)?;
+            let w = operand(p, (w.0, w.1), k, len)?;
             (!used_outside(p, st.value, e, k)).then_some(Product { reduce: e, k, a, w, offset })
         });
         if found.is_some() {
@@ -165,14 +170,39 @@ fn summable(p: &Program, st: &Stage, load: TExprId, vars: &[VarId]) -> bool {
     plain.len() == idx.len() && distinct && axes_or_sums && vars.iter().all(|v| plain.contains(v))
 }
 
-/// `load` as an operand packed along `k`: `k` alone is one of its indices, and in no other.
-fn operand(p: &Program, (load, tensor): (TExprId, TensorId), k: VarId) -> Option<Operand> {
+/// `load` as an operand packed along `k`: `k` alone is one of its indices,
+/// and in no other; or `base + k` is, with `base` a multiple of 4 and the
+/// dimension and `k`'s extent `len` too, so that groups of four never
+/// straddle two values of `base`.
+fn operand(p: &Program, (load, tensor): (TExprId, TensorId), k: VarId, len: i64) -> Option<Operand> {
     let TExpr::Load(_, idx) = p.expr(load) else { return None };
     let is_k = |i: TExprId| matches!(p.expr(i), TExpr::Var(v) if *v == k);
-    let dims: Vec<usize> = (0..idx.len()).filter(|&d| is_k(idx[d])).collect();
+    let dims: Vec<usize> = (0..idx.len()).filter(|&d| involves(p, idx[d], k)).collect();
     let [dim] = dims[..] else { return None };
-    let elsewhere = idx.iter().enumerate().any(|(d, &i)| d != dim && involves(p, i, k));
-    (!elsewhere).then_some(Operand { load, tensor, dim })
+    let base = match *p.expr(idx[dim]) {
+        _ if is_k(idx[dim]) => None,
+        TExpr::Binary(BinOp::Add, x, y) if is_k(y) || is_k(x) => {
+            let base = if is_k(y) { x } else { y };
+            let whole = p.tensor(tensor).shape[dim];
+            let aligned = multiple_of_4(p, base) && len % 4 == 0 && whole % 4 == 0 && !involves(p, base, k);
+            if !aligned {
+                return None;
+            }
+            Some(base)
+        }
+        _ => return None,
+    };
+    Some(Operand { load, tensor, dim, base })
+}
+
+/// Whether integer expression `e` is a multiple of 4 for every value of its variables.
+fn multiple_of_4(p: &Program, e: TExprId) -> bool {
+    match *p.expr(e) {
+        TExpr::Int(v) => v % 4 == 0,
+        TExpr::Binary(BinOp::Mul, a, b) => multiple_of_4(p, a) || multiple_of_4(p, b),
+        TExpr::Binary(BinOp::Add | BinOp::Sub, a, b) => multiple_of_4(p, a) && multiple_of_4(p, b),
+        _ => false,
+    }
 }
 
 /// Whether variable `k` occurs in `e` outside the sum `inside` (another sum
@@ -204,7 +234,10 @@ fn rewrite(p: &mut Program, mut si: usize, prod: Product, made: &mut Vec<(Packin
     };
     let mut packed = [(prod.a, prod.offset), (prod.w, false)].map(|(o, offset)| (o, offset, TensorId(0)));
     for (o, offset, out) in &mut packed {
-        let key = Packing { tensor: o.tensor, dim: o.dim, len, offset: *offset };
+        // A grouped operand packs its whole dimension (the groups read different parts).
+        let whole = p.tensor(o.tensor).shape[o.dim];
+        let key =
+            Packing { tensor: o.tensor, dim: o.dim, len: if o.base.is_some() { whole } else { len }, offset: *offset };
         *out = match made.iter().find(|(m, _)| *m == key) {
             Some(&(_, t)) => t,
             None => {
@@ -221,7 +254,13 @@ fn rewrite(p: &mut Program, mut si: usize, prod: Product, made: &mut Vec<(Packin
     let span = p.span(prod.reduce);
     let [(a, _, pa), (w, _, pw)] = packed;
     let load = |p: &mut Program, o: Operand, t: TensorId| {
-        let TExpr::Load(_, idx) = p.expr(o.load).clone() else { unreachable!("an operand is a load") };
+        let TExpr::Load(_, mut idx) = p.expr(o.load).clone() else { unreachable!("an operand is a load") };
+        if let Some(base) = o.base {
+            let four = p.alloc(TExpr::Int(4), Ty::Index, span);
+            let word = p.alloc(TExpr::Binary(BinOp::FloorDiv, base, four), Ty::Index, span);
+            let k = p.alloc(TExpr::Var(prod.k), Ty::Index, span);
+            idx[o.dim] = p.alloc(TExpr::Binary(BinOp::Add, word, k), Ty::Index, span);
+        }
         let idx = packed_order(idx.len(), o.dim).into_iter().map(|d| idx[d]).collect();
         p.alloc(TExpr::Load(t, idx), I32, span)
     };

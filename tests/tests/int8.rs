@@ -75,6 +75,17 @@ fn conv(c: i64, k: i64, hw: i64) -> String {
     )
 }
 
+/// A grouped convolution (`groups` groups of `cg` input and `kg` output
+/// channels), written as the importer writes it.
+fn grouped(groups: i64, cg: i64, kg: i64, x: &str) -> String {
+    format!(
+        "kernel q(X: {x}[1, {c}, 6, 6], W: i8[{k}, {cg}, 3, 3]) -> Y: i32[1, {k}, 4, 4] {{\n\
+         \x20   Y[n, f, y, z] = sum[c, r, s](i32(X[n, (f / {kg}) * {cg} + c, y + r, z + s]) * i32(W[f, c, r, s]));\n}}\n",
+        c = groups * cg,
+        k = groups * kg
+    )
+}
+
 /// Whether the loop nests call `@dot4`, and with the accumulator inside it.
 fn dot4_form(f: &LoopFunc) -> (bool, bool) {
     let text = texc_schedules::ir::print(f);
@@ -89,6 +100,16 @@ fn products_are_bit_exact_on_every_target() {
     check_exact("i8 × i8 9×10×19", &program(&gemm(9, 10, 19, "i8")));
     check_exact("requantized 6×29×35", &program(&qlinear(6, 29, 35)));
     check_exact("convolution 5→7 channels", &program(&conv(5, 7, 9)));
+    check_exact("grouped convolution", &program(&grouped(2, 8, 3, "u8")));
+    check_exact("grouped convolution, i8 activations", &program(&grouped(3, 4, 2, "i8")));
+    check_exact("grouped convolution, 6 channels a group", &program(&grouped(2, 6, 3, "u8")));
+}
+
+#[test]
+fn grouped_convolutions_pack_when_groups_are_whole_words() {
+    let packed = |text: &str| dot4_form(&legal_loops("x86-avx512-vnni", &program(text))).0;
+    assert!(packed(&grouped(2, 8, 3, "u8")), "8 channels a group: two words each");
+    assert!(!packed(&grouped(2, 6, 3, "u8")), "6 channels a group: a word would straddle two groups");
 }
 
 /// The extremes: every product 255 × −128 (and 255 × 127), over a reduction
