@@ -11,7 +11,7 @@
 //! to that); both steps and the schedule pick their stages with
 //! [`reduces_along_rows`].
 
-use super::{worth_threads, Machine};
+use super::{iterations, Machine};
 use crate::analysis::loads_in;
 use crate::ir::ForKind;
 use crate::knobs::DefaultKnobs;
@@ -97,10 +97,10 @@ pub(super) fn reduces_along_rows(p: &Program, st: &texc_compiler::tir::Stage) ->
 
 /// Reductions along rows: spatial loops outside, in parallel; the reduction
 /// runs innermost over contiguous memory, accumulating in a register.
-pub(super) fn schedule_row_reduction(ss: &mut StageSchedule) {
+pub(super) fn schedule_row_reduction(ss: &mut StageSchedule, m: Machine) {
     let span = Span::default();
     let mut outer = ss.leaves[0];
-    while ss.ivs[outer].extent < 64 && ss.leaves.len() > 1 {
+    while ss.ivs[outer].extent < m.parallel_iterations() && ss.leaves.len() > 1 {
         let next = ss.leaves[1];
         if ss.ivs[next].reduce {
             break;
@@ -108,7 +108,7 @@ pub(super) fn schedule_row_reduction(ss: &mut StageSchedule) {
         let name = format!("{}.{}", ss.ivs[outer].name, ss.ivs[next].name);
         outer = ss.fuse(outer, next, (&name, span), span).expect("adjacent spatial loops");
     }
-    if !ss.ivs[outer].reduce && ss.ivs[outer].extent >= 2 && worth_threads(ss) {
+    if !ss.ivs[outer].reduce && ss.ivs[outer].extent >= 2 && m.worth_threads(iterations(ss)) {
         ss.annotate(outer, ForKind::Parallel, span).expect("spatial");
     }
 }
