@@ -156,6 +156,75 @@ pub struct Target {
     /// The target this one extends: its machines run that target's code, so a
     /// kernel with no `schedule` block for this target uses that target's.
     pub extends: Option<&'static str>,
+    /// Caches and cores the CPU default schedule sizes its blocks by (CPU
+    /// targets): read from the machine for `host` and `cranelift`, nominal
+    /// for named targets, so that their code is the same on every machine.
+    pub caches: Option<CpuCaches>,
+}
+
+/// A CPU's data caches and cores, as the default schedule's blocking uses
+/// them (sizes in bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CpuCaches {
+    /// One core's L1 data cache.
+    pub l1d: i64,
+    /// One core's L2.
+    pub l2: i64,
+    /// One L3 (0: none), shared by `l3_cores` cores.
+    pub l3: i64,
+    pub l3_cores: i64,
+    /// Cores texc's threads may run on.
+    pub cores: i64,
+    pub source: CacheSource,
+}
+
+/// Where a target's [`CpuCaches`] come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CacheSource {
+    /// Fixed values: the named targets'.
+    Nominal,
+    /// Read from the machine (Linux sysfs, the cores texc may use).
+    Machine,
+    /// The machine's caches were unreadable: the nominal values, the machine's cores.
+    Fallback,
+    /// Set (in part) by `TEXC_HOST_CACHES`.
+    Env,
+}
+
+impl CpuCaches {
+    /// The machine the CPU default schedule's constants were measured on: two
+    /// cores of a Zen 4 (32 KiB L1d, 1 MiB L2 per core, a 32 MiB L3), the
+    /// cores of the named targets' nominal roofline. Its derived blocking is
+    /// the blocking measured there.
+    pub const NOMINAL: CpuCaches =
+        CpuCaches { l1d: 32 << 10, l2: 1 << 20, l3: 32 << 20, l3_cores: 2, cores: 2, source: CacheSource::Nominal };
+
+    /// One core's share of the L3.
+    pub fn l3_per_core(&self) -> i64 {
+        self.l3 / self.l3_cores.clamp(1, self.cores.max(1))
+    }
+
+    /// What tuning records and `texc targets` say of them: `l1d=48K,l2=1M,l3=32M/2,cores=2`.
+    pub fn describe(&self) -> String {
+        format!(
+            "l1d={},l2={},l3={}/{},cores={}",
+            size_text(self.l1d),
+            size_text(self.l2),
+            size_text(self.l3),
+            self.l3_cores,
+            self.cores
+        )
+    }
+}
+
+/// `48K`, `1M`, `1536K`: the largest unit that divides the size.
+fn size_text(bytes: i64) -> String {
+    for (unit, shift) in [("G", 30), ("M", 20), ("K", 10)] {
+        if bytes > 0 && bytes % (1 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
 }
 
 /// Why a target name cannot be used.
@@ -167,6 +236,8 @@ pub enum TargetError {
     NotBuilt { name: String, runnable: String },
     #[error("target `{name}` cannot run on this machine: {why}")]
     CannotRun { name: String, why: String },
+    #[error("TEXC_HOST_CACHES: {why} (expected comma-separated `l1d=48K,l2=1M,l3=32M,l3cores=8,cores=2`, any of them; sizes in bytes or with K, M, G)")]
+    HostCaches { why: String },
 }
 
 const CPU_LOOPS: &[LoopKind] = &[LoopKind::Serial, LoopKind::Parallel, LoopKind::Vectorized, LoopKind::Unrolled];
@@ -362,6 +433,7 @@ fn x86(
         nominal: if wide { AVX512_ROOF } else { AVX2_ROOF },
         requires,
         extends: None,
+        caches: Some(CpuCaches::NOMINAL),
     }
 }
 
@@ -403,7 +475,106 @@ fn host() -> Target {
     if bits == 128 {
         t.nominal = Roofline { peak_gflops: AVX2_ROOF.peak_gflops / 2.0, ..AVX2_ROOF };
     }
+    t.caches = Some(host_caches().unwrap_or(CpuCaches::NOMINAL));
     t
+}
+
+/// The caches and cores of the machine texc runs on, with `TEXC_HOST_CACHES`
+/// applied; its error where that variable is malformed (`lookup` then
+/// refuses `host` and `cranelift` with it).
+pub fn host_caches() -> Result<CpuCaches, TargetError> {
+    static HOST: OnceLock<Result<CpuCaches, TargetError>> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let machine = machine_caches();
+        match std::env::var("TEXC_HOST_CACHES") {
+            Ok(spec) => override_caches(machine, &spec).map_err(|why| TargetError::HostCaches { why }),
+            Err(_) => Ok(machine),
+        }
+    })
+    .clone()
+}
+
+/// This machine's caches from Linux sysfs (cpu0's L1 data cache, L2 and
+/// L3), and the cores texc may use (`available_parallelism`: the affinity
+/// mask and cgroup quota); the nominal caches where sysfs cannot be read.
+fn machine_caches() -> CpuCaches {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as i64);
+    let mut c = CpuCaches { cores, l3: 0, l3_cores: 1, ..CpuCaches::NOMINAL };
+    let (mut l1d, mut l2) = (None, None);
+    for i in 0.. {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).ok().map(|s| s.trim().to_string());
+        let Some(level) = read("level") else { break };
+        let kind = read("type").unwrap_or_default();
+        let Some(size) = read("size").and_then(|s| parse_size(&s).ok()) else { continue };
+        match (level.as_str(), kind.as_str()) {
+            ("1", "Data" | "Unified") => l1d = Some(size),
+            ("2", "Data" | "Unified") => l2 = Some(size),
+            ("3", "Data" | "Unified") => {
+                c.l3 = size;
+                c.l3_cores = read("shared_cpu_list").map_or(1, |l| cpu_list_len(&l)).max(1);
+            }
+            _ => {}
+        }
+    }
+    match (l1d, l2) {
+        (Some(l1d), Some(l2)) => CpuCaches { l1d, l2, source: CacheSource::Machine, ..c },
+        _ => CpuCaches { cores, source: CacheSource::Fallback, ..CpuCaches::NOMINAL },
+    }
+}
+
+/// CPUs in a sysfs list (`0-3,8-11`: 8).
+fn cpu_list_len(list: &str) -> i64 {
+    list.split(',')
+        .filter(|r| !r.trim().is_empty())
+        .map(|r| match r.trim().split_once('-') {
+            Some((a, b)) => b.parse::<i64>().unwrap_or(0) - a.parse::<i64>().unwrap_or(0) + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+/// A size in bytes: `49152`, `48K`, `1M`, `1G` (binary units, as sysfs writes them).
+fn parse_size(text: &str) -> Result<i64, String> {
+    let t = text.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    match digits.parse::<i64>() {
+        Ok(n) if n > 0 && n < (1 << (62 - shift)) => Ok(n << shift),
+        _ => Err(format!("`{text}` is not a positive size")),
+    }
+}
+
+/// `machine` with the values `spec` sets (`l2=512K,cores=8`): every key
+/// known, every value positive.
+pub fn override_caches(machine: CpuCaches, spec: &str) -> Result<CpuCaches, String> {
+    let mut c = CpuCaches { source: CacheSource::Env, ..machine };
+    let (mut l3_cores, mut l3_or_cores) = (None, false);
+    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(format!("`{item}` is not KEY=VALUE"));
+        };
+        let count = |v: &str| match v.trim().parse::<i64>() {
+            Ok(n) if (1..=4096).contains(&n) => Ok(n),
+            _ => Err(format!("`{key}={v}`: a count from 1 to 4096")),
+        };
+        let size = |v: &str| parse_size(v).map_err(|e| format!("`{key}`: {e}"));
+        match key.trim() {
+            "l1d" => c.l1d = size(value)?,
+            "l2" => c.l2 = size(value)?,
+            "l3" => (c.l3, l3_or_cores) = (size(value)?, true),
+            "l3cores" => l3_cores = Some(count(value)?),
+            "cores" => (c.cores, l3_or_cores) = (count(value)?, true),
+            other => return Err(format!("unknown key `{other}`")),
+        }
+    }
+    // An L3 set without its sharers is shared by all the cores.
+    c.l3_cores = l3_cores.unwrap_or(if l3_or_cores { c.cores } else { c.l3_cores });
+    Ok(c)
 }
 
 const NVPTX_TRIPLE: &str = "nvptx64-nvidia-cuda";
@@ -425,6 +596,7 @@ fn gpu(name: &'static str, summary: &'static str, cpu: &'static str, spec: GpuSp
         nominal,
         requires: &[],
         extends: None,
+        caches: None,
     }
 }
 
@@ -459,6 +631,7 @@ fn build_registry() -> Vec<Target> {
             nominal: AVX2_ROOF,
             requires: &[],
             extends: None,
+            caches: None,
         },
         x86(
             "x86-avx2",
@@ -519,6 +692,7 @@ fn build_registry() -> Vec<Target> {
             nominal: Roofline { peak_gflops: AVX2_ROOF.peak_gflops / 2.0, ..AVX2_ROOF },
             requires: &["sse4.1"],
             extends: None,
+            caches: Some(host_caches().unwrap_or(CpuCaches::NOMINAL)),
         },
         gpu(
             "nvptx-sm80",
@@ -554,10 +728,72 @@ fn runnable_names() -> String {
 
 /// The target of this name; unknown names get the one message that lists them all.
 pub fn lookup(name: &str) -> Result<&'static Target, TargetError> {
-    all().iter().find(|t| t.name == name).ok_or_else(|| TargetError::Unknown { name: name.into(), known: names() })
+    let t = all()
+        .iter()
+        .find(|t| t.name == name)
+        .ok_or_else(|| TargetError::Unknown { name: name.into(), known: names() })?;
+    // The targets of this machine are refused while the variable that describes it is malformed.
+    if matches!(t.name, "host" | "cranelift") {
+        host_caches()?;
+    }
+    Ok(t)
+}
+
+/// `base` (a CPU target) made for a machine with `caches`: a target of
+/// its own for the rest of the process (tests compile for simulated
+/// machines with it; `TEXC_HOST_CACHES` does the same for `host`).
+pub fn with_caches(base: &Target, caches: CpuCaches) -> &'static Target {
+    Box::leak(Box::new(Target { caches: Some(caches), ..base.clone() }))
 }
 
 /// The reference interpreter's target.
 pub fn interp() -> &'static Target {
     lookup("interp").expect("registered")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_caches_are_overridden_key_by_key() {
+        let c = override_caches(CpuCaches::NOMINAL, "l1d=48K, l2=2M,l3=16M,cores=8").expect("valid");
+        assert_eq!((c.l1d, c.l2, c.l3, c.l3_cores, c.cores), (48 << 10, 2 << 20, 16 << 20, 8, 8));
+        assert_eq!((c.source, c.l3_per_core()), (CacheSource::Env, 2 << 20));
+        // Keys left out keep the machine's values; an L3's sharers may be given.
+        let c = override_caches(CpuCaches::NOMINAL, "l2=524288").expect("valid");
+        assert_eq!((c.l1d, c.l2, c.l3_cores, c.cores), (32 << 10, 512 << 10, 2, 2));
+        let c = override_caches(CpuCaches::NOMINAL, "cores=16,l3cores=8").expect("valid");
+        assert_eq!((c.cores, c.l3_cores, c.describe()), (16, 8, "l1d=32K,l2=1M,l3=32M/8,cores=16".to_string()));
+    }
+
+    #[test]
+    fn malformed_host_caches_are_clear_errors() {
+        for (spec, want) in [
+            ("l2", "`l2` is not KEY=VALUE"),
+            ("l2=0", "`l2`: `0` is not a positive size"),
+            ("l2=1.5M", "`1.5M` is not a positive size"),
+            ("l4=1M", "unknown key `l4`"),
+            ("cores=0", "`cores=0`: a count from 1 to 4096"),
+            ("cores=two", "a count from 1 to 4096"),
+        ] {
+            let e = override_caches(CpuCaches::NOMINAL, spec).expect_err(spec);
+            assert!(e.contains(want), "{spec}: {e}");
+        }
+    }
+
+    #[test]
+    fn sysfs_lists_and_sizes_are_read() {
+        assert_eq!((cpu_list_len("0-3,8-11"), cpu_list_len("0"), cpu_list_len("0-1\n")), (8, 1, 2));
+        assert_eq!(
+            (parse_size("48K"), parse_size("32768K"), parse_size("1G")),
+            (Ok(48 << 10), Ok(32 << 20), Ok(1 << 30))
+        );
+        // Named targets do not depend on the machine: their code is the same everywhere.
+        for name in ["x86-avx2", "x86-avx512"] {
+            assert_eq!(lookup(name).expect("registered").caches, Some(CpuCaches::NOMINAL));
+        }
+        let host = lookup("host").expect("registered").caches.expect("a CPU");
+        assert!(host.l1d > 0 && host.l2 > 0 && host.cores >= 1, "{host:?}");
+    }
 }

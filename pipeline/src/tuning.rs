@@ -142,10 +142,18 @@ pub struct TuningUse {
 
 /// The machine `target`'s records are measured on: the GPU's name and SM
 /// for a GPU target (its host CPU does not set a kernel's speed), else this
-/// CPU's model and feature flags.
+/// CPU's model and feature flags — and for a target whose default schedule
+/// is sized by the machine's caches (`host`), those caches and cores: two
+/// machines, or two `TEXC_HOST_CACHES`, that give it different blocking
+/// keep records apart.
 pub fn machine_of(target: &Target) -> String {
     if target.gpu.is_none() {
-        return this_machine();
+        return match target.caches {
+            Some(c) if c.source != texc_compiler::target::CacheSource::Nominal => {
+                format!("{} / caches {}", this_machine(), c.describe())
+            }
+            _ => this_machine(),
+        };
     }
     match texc_runtime::cuda::device() {
         Ok(d) => format!("{} / sm_{}", d.name, d.sm),

@@ -18,7 +18,12 @@ pub fn root() -> PathBuf {
 /// A pipeline for a target, with every verifier on; GPU targets run their
 /// kernels on the GPU where there is one, else in the CPU emulation (CI has no GPU).
 pub fn pipeline(target: &str) -> Pipeline {
-    let t = texc_compiler::target::lookup(target).expect("a registered target");
+    pipeline_on(texc_compiler::target::lookup(target).expect("a registered target"))
+}
+
+/// [`pipeline`] for a target that need not be registered (one made for a
+/// simulated machine by `target::with_caches`).
+pub fn pipeline_on(t: &'static Target) -> Pipeline {
     let mut o = Options::new(t);
     o.verify = true;
     o.emulate_gpu = t.kind == TargetKind::Gpu && t.check_runs_here().is_err();
@@ -114,7 +119,12 @@ pub fn loops(pl: &mut Pipeline, k: KernelRef, p: &Program) -> texc_schedules::Lo
 
 /// `p` lowered with `target`'s default schedule (not yet legalized).
 pub fn default_lowered(target: &str, p: &Program) -> texc_schedules::LoopFunc {
-    let mut pl = pipeline(target);
+    default_lowered_on(texc_compiler::target::lookup(target).expect("a registered target"), p)
+}
+
+/// [`default_lowered`] for a target that need not be registered.
+pub fn default_lowered_on(t: &'static Target, p: &Program) -> texc_schedules::LoopFunc {
+    let mut pl = pipeline_on(t);
     pl.default_loops(p.clone()).unwrap_or_else(|e| panic!("{}", rendered(&pl, e))).lowered
 }
 

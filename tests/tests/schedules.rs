@@ -811,3 +811,96 @@ fn heap_locals_run_like_the_interpreter() {
         }
     }
 }
+
+/// Issue 36, item 4: the default CPU schedule sizes its blocks by the
+/// target's caches and its parallel work by the cores. Products, a
+/// convolution with long rows, a depthwise convolution and a softmax, at
+/// sizes no tile divides, scheduled for simulated machines (the nominal
+/// one, a small L2, a large L1 and L2, one core, 64 cores) run as x86 code
+/// like the interpreter; and the blocking is the one each machine's caches
+/// give: the packed block of the product is `[cols / 16, kslice, 16]` on
+/// AVX2 (`cols / 32, kslice, 32` on AVX-512), and one core runs nothing in
+/// parallel. (The product's N = 2080 is whole vectors but not whole blocks:
+/// with a partial vector at the end of B's last row, AVX2 code loads past
+/// B's end — a known codegen bug, issue 36's report — which can fault.)
+#[test]
+fn default_schedules_follow_the_caches_and_match_the_interpreter() {
+    use texc_compiler::target::{lookup, with_caches, CpuCaches};
+    let nominal = CpuCaches::NOMINAL;
+    // (name, caches, packed columns and slice of the product, whether anything runs in parallel)
+    let machines = [
+        ("nominal", nominal, (256, 512), true),
+        ("small L2", CpuCaches { l2: 256 << 10, ..nominal }, (128, 256), true),
+        ("large L1 and L2", CpuCaches { l1d: 64 << 10, l2: 4 << 20, ..nominal }, (256, 1024), true),
+        ("one core", CpuCaches { cores: 1, l3_cores: 1, ..nominal }, (256, 512), false),
+        ("64 cores", CpuCaches { cores: 64, l3_cores: 64, ..nominal }, (128, 512), true),
+    ];
+    let sources = [
+        ("mm", "kernel mm(A: f32[M = 5, K = 1100], B: f32[K, N = 2080]) -> C: f32[M, N] {\n    C[i, j] = sum[k](A[i, k] * B[k, j]);\n}"),
+        ("conv", "import std.nn;\nkernel conv(X: f32[N = 1, C = 20, H = 9, W = 130], Wt: f32[K = 7, C, 3, 3]) -> Y: f32[N, K, H, W] {\n    Y = conv2d(X, Wt, pad = 1);\n}"),
+        ("dw", "import std.nn;\nkernel dw(X: f32[N = 1, C = 3, H = 15, W = 37], Wt: f32[C, 1, 3, 3]) -> Y: f32[N, C, H, W] {\n    Y = conv2d(X, Wt, pad = 1, groups = C);\n}"),
+        ("softmax", "kernel softmax(X: f32[N = 131, D = 300]) -> Y: f32[N, D] {\n    m[n] = max[d](X[n, d]);\n    e[n, d] = exp(X[n, d] - m[n]);\n    s[n] = sum[d](e[n, d]);\n    Y[n, d] = e[n, d] / s[n];\n}"),
+    ];
+    for (name, src) in sources {
+        let (mut pl, k) = texc_tests::load_text("interp", &format!("{name}.tex"), src, None).expect("loads");
+        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let want = interp::run(&p, random_args(&p, 7)).expect("interp");
+        for base in ["x86-avx2", "x86-avx512"] {
+            let base = lookup(base).expect("registered");
+            let mut texts = Vec::new();
+            for (machine, caches, (cols, kslice), parallel) in machines {
+                let t = with_caches(base, caches);
+                let f = texc_tests::default_lowered_on(t, &p);
+                let text = texc_schedules::ir::print(&f);
+                let what = format!("{name} on {} with {machine} caches", base.name);
+                if name == "mm" {
+                    let width = base.vector_bits as i64 / 16;
+                    let packed = format!("local B.packed: f32[{}, {kslice}, {width}]", cols / width);
+                    assert!(text.contains(&packed), "{what}: `{packed}`:\n{text}");
+                }
+                if name == "mm" || name == "softmax" {
+                    assert_eq!(text.contains(" parallel:"), parallel, "{what}: parallel loops?\n{text}");
+                }
+                if base.check_runs_here().is_ok() {
+                    let got =
+                        texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 7)).expect("runs");
+                    for (w, g) in want.iter().zip(&got) {
+                        let err = rel_error(g, w);
+                        assert!(err <= 1e-5, "{what} differs from interp by {err:e}\n{text}");
+                    }
+                }
+                texts.push(text);
+            }
+            // The machines' blocking differs where their caches do.
+            if name == "mm" {
+                assert!(
+                    texts[0] != texts[1] && texts[0] != texts[2] && texts[0] != texts[4],
+                    "{name}: one blocking for all"
+                );
+            }
+        }
+    }
+}
+
+/// A row reduction whose streamed operand stays as the innermost axis moves
+/// (`S[l, s] = sum[d](Q[l, d] · K[s, d])`, attention's scores) combines its
+/// partial results for many outputs in one loop, which LLVM vectorizes
+/// across them: it keeps 8 partial results (one 256-bit vector on
+/// AVX-512; 16 made that loop 30× slower, one gather per partial result).
+/// A row reduction of one operand (`max[s](X[l, s])`) keeps its 32. Both
+/// match the interpreter at sizes no vector divides.
+#[test]
+fn row_reductions_combined_across_outputs_keep_eight_partial_results() {
+    let scores = "kernel scores(Q: f32[L = 37, D = 200], K: f32[S = 45, D]) -> Y: f32[L, S] {
+    Y[l, s] = sum[d](Q[l, d] * K[s, d]);
+}";
+    default_on_x86("scores", scores, |target, text| {
+        assert!(text.contains("temp Y.rf: f32[37, 45, 8]"), "{target}: 8 partial results:\n{text}");
+    });
+    let row_max = "kernel row_max(X: f32[L = 37, S = 300]) -> Y: f32[L] {
+    Y[l] = max[s](X[l, s]);
+}";
+    default_on_x86("row max", row_max, |target, text| {
+        assert!(text.contains("local Y.rf: f32[1, 32]"), "{target}: 32 partial results:\n{text}");
+    });
+}

@@ -248,4 +248,7 @@ pub enum Command {
         #[arg(long)]
         as_written: bool,
     },
+    /// The targets: backend, vector width, the caches and cores CPU default schedules are sized by,
+    /// and whether the target runs on this machine (`TEXC_HOST_CACHES` sets `host`'s caches).
+    Targets,
 }

@@ -66,6 +66,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Analyze { common, plot, as_written } => {
             with_pipeline(&common, |pl| analyze(pl, &common, plot.as_deref(), as_written))
         }
+        Command::Targets => targets(),
     };
     match result {
         Ok(()) => 0,
@@ -78,6 +79,37 @@ pub fn run(cli: Cli) -> i32 {
             2
         }
     }
+}
+
+/// `texc targets`: one line per target, then the caches and cores of each
+/// CPU target (where they come from: nominal, the machine, `TEXC_HOST_CACHES`).
+fn targets() -> Result<(), Fail> {
+    use texc_compiler::target::{self, CacheSource};
+    target::host_caches().map_err(|e| Fail::Usage(e.to_string()))?;
+    let width = target::all().iter().map(|t| t.name.len()).max().unwrap_or(0);
+    for t in target::all() {
+        let backend = t.backend().map_or("none yet", |b| b.name());
+        let runs = match t.check_runs_here() {
+            Ok(()) => "runs here".to_string(),
+            Err(e) => {
+                let e = e.to_string();
+                let why = e.split_once(": ").map_or(e.as_str(), |(_, why)| why);
+                why.split(';').next().unwrap_or(why).to_string()
+            }
+        };
+        let runs = if t.backend().is_ok() { runs } else { "not built yet".to_string() };
+        outln!("{:<width$} {:<10} {:>4}-bit  {}  [{runs}]", t.name, backend, t.vector_bits, t.summary);
+        if let Some(c) = t.caches {
+            let whence = match c.source {
+                CacheSource::Nominal => "nominal: the same on every machine",
+                CacheSource::Machine => "read from this machine",
+                CacheSource::Fallback => "this machine's caches were unreadable: nominal caches, its cores",
+                CacheSource::Env => "TEXC_HOST_CACHES",
+            };
+            outln!("{:<width$} caches {} ({whence})", "", c.describe());
+        }
+    }
+    Ok(())
 }
 
 /// Build the pipeline a command asks for, run `body` on it, and render its

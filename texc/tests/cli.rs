@@ -502,3 +502,56 @@ fn check_summarizes_what_it_verified() {
     let o = texc(&["check", bf16.to_str().expect("utf8")]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
 }
+
+fn texc_with_caches(caches: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_texc"))
+        .args(args)
+        .env("TEXC_HOST_CACHES", caches)
+        .current_dir(root())
+        .output()
+        .expect("texc runs")
+}
+
+/// Issue 36, item 4: `host`'s caches and cores come from the machine or
+/// `TEXC_HOST_CACHES`, and size its default schedule; the named targets'
+/// are nominal, so their code is the same on every machine. `texc targets`
+/// shows them; a malformed variable is a usage error naming it.
+#[test]
+fn host_caches_size_its_schedule_and_named_targets_stay_fixed() {
+    let o = texc(&["targets"]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(out.contains("caches l1d=32K,l2=1M,l3=32M/2,cores=2 (nominal"), "{out}");
+    let o = texc_with_caches("l1d=16K,l2=128K,cores=1", &["targets"]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("caches l1d=16K,l2=128K,") && out.contains(",cores=1 (TEXC_HOST_CACHES)"), "{out}");
+
+    let mm = ["benches/matmul.tex", "--shape", "M=37,K=1100,N=1200", "--stage", "loops"];
+    let emit = |caches: &str, target: &str| {
+        let o = texc_with_caches(caches, &[&["emit", "--target", target][..], &mm[..]].concat());
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    // The named targets ignore the variable; host's slices and parallel loops follow it.
+    assert_eq!(emit("l2=128K", "x86-avx2"), emit("l2=8M,cores=64", "x86-avx2"));
+    let (small, one_core) = (emit("l1d=32K,l2=256K,cores=2", "host"), emit("l1d=32K,l2=1M,cores=1", "host"));
+    assert!(small.contains(", 256, ") && small.contains(" parallel:"), "slices of 256:\n{small}");
+    assert!(one_core.contains(", 512, ") && !one_core.contains(" parallel:"), "slices of 512, one thread:\n{one_core}");
+
+    // Code for simulated machines computes what the interpreter does.
+    for caches in ["l1d=16K,l2=64K,cores=1", "l1d=64K,l2=8M,l3=64M,cores=16"] {
+        for (file, shape) in [("benches/matmul.tex", "M=37,K=700,N=1040"), ("examples/conv2d.tex", "H=21,W=19")] {
+            let o = texc_with_caches(caches, &["run", file, "--shape", shape, "--target", "host", "--check"]);
+            let out = String::from_utf8_lossy(&o.stdout).to_string();
+            assert!(o.status.code() == Some(0) && out.contains("relative error"), "{caches} {file}: {out}{}", err(&o));
+        }
+    }
+
+    for bad in ["l2=1.5M", "l4=1M", "cores=0", "l2"] {
+        let o = texc_with_caches(bad, &["run", "examples/matmul.tex", "--target", "host"]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", err(&o));
+        assert!(err(&o).contains("TEXC_HOST_CACHES: "), "{bad}: {}", err(&o));
+        let o = texc_with_caches(bad, &["run", "examples/matmul.tex", "--target", "x86-avx2"]);
+        assert_eq!(o.status.code(), Some(0), "a named target does not read it: {}", err(&o));
+    }
+}

@@ -3,9 +3,16 @@
 //! independent accumulator vectors (3/4 of the target's registers) hide the
 //! FMA latency. Long GEMM rows get BLIS-style blocking: a micro-kernel of
 //! two vectors (`nvec`), its column loop outside the reductions in blocks of
-//! 128 or 256 columns (`cols`), and a long reduction cut into slices
-//! ([`default_kslice`], `kslice`), whose panels of the vector operand are
-//! packed per slice ([`super::pack`]).
+//! columns (`cols`), and a long reduction cut into slices (`kslice`), whose
+//! panels of the vector operand are packed per slice ([`super::pack`]).
+//!
+//! The slices and column blocks are sized by the machine's caches and
+//! cores ([`LongBlocking::of`]): a micro-kernel's rows of A for one slice
+//! stay in L1 while it walks the panels of a block, the packed block of B
+//! stays in L2 while the row blocks walk it, and the column blocks give
+//! every core several to run. On the nominal machine (32 KiB L1d, 1 MiB
+//! L2, two cores) these are the slices of 512 (256 for reductions of 512
+//! or less) and blocks of 128 or 256 columns measured there.
 //!
 //! Invariants: an explicit `rows` is taken as given (a last, shorter block
 //! is a copy of the loops); without it, rows are chosen so that no guard
@@ -111,22 +118,16 @@ pub(super) fn register_block(
     let (o, v) =
         ss.split(inner, width, (&format!("{iname}.o"), span), (&format!("{iname}.v"), span), span).expect("fresh");
     ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
-    // Long rows take blocks of 256 columns (a packed block of 256 KiB per
-    // 256-deep slice, 512 KiB per 512-deep one: a quarter or half of L2):
-    // each row block of A, streamed from L3 once per column block, then
-    // serves twice as many panels (SGEMM 2048³ on AVX2: 96 → 100 GFLOP/s). Shorter ones keep 128, so that the
-    // column blocks still give the threads eight loops or more.
     let elem = p.tensor(st.tensor).elem.size() as i64;
     let depth: i64 = reductions.iter().map(|&l| ss.ivs[l].extent).product();
-    let kslice = m.knobs.kslice.unwrap_or(default_kslice(depth));
+    let blocking = LongBlocking::of(m, elem);
+    let kslice = m.knobs.kslice.unwrap_or(blocking.kslice(depth));
     let sliced = matches!(reductions[..], [_] if depth > kslice);
     // A reduction of one slice packs a block's panels whole (below): they
-    // and the block's accumulators share the stack's 256 KiB.
+    // and the block's accumulators share the stack's 256 KiB (a limit of
+    // the threads' stacks, not of the caches).
     let one_slice_fits = |cols: i64| cols * depth * elem + f * width * elem <= crate::attach::MAX_STACK_BYTES;
-    let cols = m.knobs.cols.unwrap_or(match row >= 2048 {
-        true if sliced || one_slice_fits(256) => 256,
-        _ => 128,
-    });
+    let cols = m.knobs.cols.unwrap_or_else(|| blocking.cols(row, |c| sliced || one_slice_fits(c)));
     let per_block = (cols / width).max(1);
     let panels = (per_block > 1 && ss.ivs[o].extent >= 2 * per_block).then(|| {
         ss.split(o, per_block, (&format!("{iname}.oo"), span), (&format!("{iname}.oi"), span), span).expect("fresh")
@@ -215,19 +216,90 @@ fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
         .map_or((first_row_axis - 1, false), |a| (a, true))
 }
 
-/// The depth of a sliced product's reduction slices: 512 where the
-/// reduction is deeper than that, else 256 (products of 257 to 512 keep the
-/// slices they had). Every slice reads and writes the accumulators of the
-/// whole output once more, from L3 when the output is large: on this Zen 4
-/// with AVX2, 1 thread, SGEMM 2048³ ran 168 ms with slices of 256 and 163
-/// with 512, 1024³ 20.3 and 19.5 ms (`texc bench benches/matmul.tex
-/// --knob kslice=256|512`); the packed block of 512 × 256 floats then lives
-/// on the heap (`LoopFunc::heap_locals`).
-fn default_kslice(depth: i64) -> i64 {
-    if depth > 512 {
-        512
+/// The cache blocking of long products (BLIS's, with the operands' roles
+/// as texc's loops have them: for one slice of the reduction, a register
+/// block of rows of A walks the packed panels of a block of B's columns):
+/// the deepest slice `kmax` and the widest column block `max_cols` the
+/// caches allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LongBlocking {
+    kmax: i64,
+    max_cols: i64,
+    cores: i64,
+}
+
+/// Columns of the narrowest block of packed panels a default schedule takes.
+const MIN_COLS: i64 = 128;
+
+/// Column blocks each core should have: the blocks are the parallel loop,
+/// and with fewer, one core's last block is another's wait (two cores: 8
+/// blocks, hence 256 columns from rows of 2048 on).
+const COL_BLOCKS_PER_CORE: i64 = 4;
+
+/// A reduction no deeper than `kmax` is still cut in two slices of half
+/// that where those are at least this deep (products of 257 to 512 floats
+/// keep the slices of 256 they were measured with).
+const MIN_HALF_SLICE: i64 = 256;
+
+impl LongBlocking {
+    /// The blocking for elements of `elem` bytes on `m`'s caches and cores:
+    ///
+    /// - a slice is as deep as lets a micro-kernel's rows of A for it (at
+    ///   most [`L1_WAYS`] rows: more would evict one another) fill half of
+    ///   L1, the other half left to the panel of B streaming past them —
+    ///   8 × 512 floats = 16 KiB on a 32 KiB L1. Deeper slices pay for the
+    ///   accumulators of the whole output, read and written once per slice
+    ///   (from L3 when the output is large), less often: on the nominal Zen 4
+    ///   with AVX2, 1 thread, SGEMM 2048³ ran 168 ms with slices of 256 and
+    ///   163 with 512, 1024³ 20.3 and 19.5 ms (`texc bench
+    ///   benches/matmul.tex --knob kslice=256|512`);
+    /// - a block of packed panels (slice × columns) fills at most half of
+    ///   L2, the rest left to the rows of A and the output streaming
+    ///   through: 512 × 256 floats = 512 KiB of a 1 MiB L2. Wider blocks
+    ///   read each row block of A (from L3) once for more panels (SGEMM
+    ///   2048³ on AVX2: 96 → 100 GFLOP/s from 128 to 256 columns). On an L2
+    ///   too small for a slice of `kmax` by [`MIN_COLS`], the slice shrinks
+    ///   instead (never below 64).
+    pub(super) fn of(m: Machine, elem: i64) -> LongBlocking {
+        let c = m.caches;
+        let by_l1 = c.l1d / 2 / (L1_WAYS * elem);
+        let by_l2 = c.l2 / 2 / (MIN_COLS * elem);
+        let kmax = floor_pow2(by_l1.min(by_l2).max(64));
+        let max_cols = floor_pow2((c.l2 / 2 / (kmax * elem)).max(MIN_COLS));
+        LongBlocking { kmax, max_cols, cores: c.cores.max(1) }
+    }
+
+    /// Slices of a reduction `depth` deep: `kmax` where it is deeper, else
+    /// two of half that (at least [`MIN_HALF_SLICE`]: a reduction that deep
+    /// is one slice). The packed block of 512 × 256 floats lives on the
+    /// heap (`LoopFunc::heap_locals`).
+    pub(super) fn kslice(self, depth: i64) -> i64 {
+        if depth > self.kmax {
+            self.kmax
+        } else {
+            (self.kmax / 2).max(MIN_HALF_SLICE)
+        }
+    }
+
+    /// Columns of a block of packed panels for rows `row` long: the widest
+    /// power of two from [`MIN_COLS`] to `max_cols` that leaves every core
+    /// [`COL_BLOCKS_PER_CORE`] blocks and that `fits` (a block packed whole
+    /// must fit the stack).
+    pub(super) fn cols(self, row: i64, fits: impl Fn(i64) -> bool) -> i64 {
+        let mut cols = MIN_COLS;
+        while cols * 2 <= self.max_cols && row / (cols * 2) >= COL_BLOCKS_PER_CORE * self.cores && fits(cols * 2) {
+            cols *= 2;
+        }
+        cols
+    }
+}
+
+/// The largest power of two not above `n` (1 for `n` < 2).
+fn floor_pow2(n: i64) -> i64 {
+    if n < 2 {
+        1
     } else {
-        256
+        1 << (63 - n.leading_zeros())
     }
 }
 
@@ -290,4 +362,51 @@ fn default_rows(max: i64, extent: i64, long: bool) -> i64 {
 fn block_rows(max: i64, extent: i64) -> i64 {
     let max = max.min(extent);
     ((max / 3).max(2)..=max).rev().find(|f| extent % f == 0).unwrap_or(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use texc_compiler::target::CpuCaches;
+
+    fn blocking(caches: CpuCaches, elem: i64) -> LongBlocking {
+        let m = Machine { lanes: 16, accumulators: 24, half_lanes: None, caches, knobs: Default::default() };
+        LongBlocking::of(m, elem)
+    }
+
+    fn caches(l1d_k: i64, l2_k: i64, cores: i64) -> CpuCaches {
+        CpuCaches { l1d: l1d_k << 10, l2: l2_k << 10, cores, ..CpuCaches::NOMINAL }
+    }
+
+    /// On the nominal machine, the blocking measured there: slices of 512
+    /// (256 up to 512 deep), blocks of 256 columns from rows of 2048 on.
+    #[test]
+    fn the_nominal_machine_keeps_the_measured_blocking() {
+        let b = blocking(CpuCaches::NOMINAL, 4);
+        assert_eq!([b.kslice(2048), b.kslice(513), b.kslice(512), b.kslice(300)], [512, 512, 256, 256]);
+        assert_eq!([b.cols(2048, |_| true), b.cols(2047, |_| true), b.cols(8192, |_| true)], [256, 128, 256]);
+        assert_eq!(b.cols(4096, |c| c < 256), 128, "a block packed whole must fit");
+        // f64: half as deep (the same bytes of L1), 256 columns still in half of L2.
+        let d = blocking(CpuCaches::NOMINAL, 8);
+        assert_eq!((d.kslice(1024), d.kslice(200), d.cols(4096, |_| true)), (256, 256, 256));
+    }
+
+    /// The blocking follows the caches and cores: a small L2 takes shallower
+    /// slices and narrower blocks, a large L1 and L2 deeper and wider ones,
+    /// one core wider blocks of shorter rows, many cores narrower ones.
+    #[test]
+    fn the_blocking_follows_the_caches_and_cores() {
+        let small = blocking(caches(32, 256, 2), 4);
+        assert_eq!((small.kslice(4096), small.cols(8192, |_| true)), (256, 128));
+        let tiny = blocking(caches(16, 64, 2), 4);
+        assert_eq!((tiny.kslice(4096), tiny.cols(8192, |_| true)), (64, 128));
+        let large = blocking(caches(64, 4096, 2), 4);
+        assert_eq!((large.kslice(4096), large.cols(8192, |_| true), large.cols(2048, |_| true)), (1024, 512, 256));
+        let one = blocking(caches(32, 1024, 1), 4);
+        assert_eq!(one.cols(1024, |_| true), 256);
+        let many = blocking(caches(32, 1024, 16), 4);
+        assert_eq!((many.cols(2048, |_| true), many.cols(16384, |_| true)), (128, 256));
+        // This machine (Zen 5: 48 KiB L1d, 1 MiB L2) blocks as the nominal one.
+        assert_eq!(blocking(caches(48, 1024, 2), 4), blocking(CpuCaches::NOMINAL, 4));
+    }
 }

@@ -11,9 +11,10 @@
 //!   unrolled inside the reduction loops ([`blocking`]), long GEMM rows with
 //!   packed panels ([`pack`]).
 //! - Outer spatial loops are fused until there is enough parallel work
-//!   (≥ 64 iterations), and that loop runs on the thread pool — when the
-//!   stage has at least 2^15 loop iterations in all; smaller stages run on
-//!   one thread, faster than the pool can hand work out.
+//!   (32 iterations per core: 64 on two), and that loop runs on the thread
+//!   pool — when the machine has several cores and the stage has at least
+//!   2^15 loop iterations in all; smaller stages run on one thread, faster
+//!   than the pool can hand work out.
 //!
 //! Then across stages ([`attach`]): a register block's accumulators in
 //! registers, epilogues stored from them, and temporaries computed inside
@@ -26,6 +27,12 @@
 //! walk every read as one dense row become one, and float reductions along
 //! rows are factored into vector-width partial results, so that they
 //! vectorize ([`row_reductions`]).
+//!
+//! The sizes of blocks and the parallel work follow from the target's
+//! caches and cores (`Target::caches`: read from the machine for `host`,
+//! nominal for the named targets), each choice with its reasoning where it
+//! is made ([`blocking`]); on the nominal machine they are the choices
+//! measured there.
 //!
 //! Invariants: a stage is scheduled from its fresh loops (the axes, then
 //! the reduction variables), and only from what [`Machine`] says of the
@@ -51,7 +58,7 @@ use pack::{pack_operand, PackRequest};
 use row_reductions::{reduces_along_rows, schedule_row_reduction};
 use texc_compiler::ops::{BinOp, MathFn};
 use texc_compiler::rewrite::PerformanceModel;
-use texc_compiler::target::Target;
+use texc_compiler::target::{CpuCaches, Target};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, VarId};
 use texc_grammar::Span;
 use vectorize::{fuse_short_rows, split_at_row_breaks, transposing_order, vectorize_inner};
@@ -138,7 +145,8 @@ fn reciprocals(p: &mut Program, _: &Target, knobs: DefaultKnobs) {
     }
 }
 
-/// The machine a default schedule is made for: vector width and registers.
+/// The machine a default schedule is made for: vector width and registers,
+/// caches and cores.
 #[derive(Clone, Copy)]
 struct Machine {
     /// Lanes of the stage's compute type.
@@ -149,6 +157,8 @@ struct Machine {
     /// (AVX-512 machines run 256-bit vectors at full rate): loops shorter than
     /// a full vector but at least this long use it instead of staying scalar.
     half_lanes: Option<i64>,
+    /// The target's caches and cores (the nominal ones for a target without).
+    caches: CpuCaches,
     knobs: DefaultKnobs,
 }
 
@@ -164,6 +174,7 @@ impl Machine {
         // more registers per step (AVX2: 8 accumulators, not 12).
         let widening = !target.has_vnni() && uses_dot4(p, st.value);
         let accumulators = (target.vector_registers as i64 * 3 / 4 - if widening { 4 } else { 0 }).max(2);
+        let caches = target.caches.unwrap_or(CpuCaches::NOMINAL);
         // Short rows (under four full vectors) that divide per element use
         // the 256-bit vector: a 512-bit vector's tail costs as much as a whole
         // 256-bit one, and division and square root run no faster per element
@@ -172,10 +183,22 @@ impl Machine {
         if let (Some(half), Some(inner)) = (half_lanes, st.n_axes.checked_sub(1)) {
             let short = st.vars[inner].extent < 4 * lanes;
             if short && divides_per_element(p, st.value, inner as VarId) {
-                return Machine { lanes: half, accumulators, half_lanes: None, knobs };
+                return Machine { lanes: half, accumulators, half_lanes: None, caches, knobs };
             }
         }
-        Machine { lanes, accumulators, half_lanes, knobs }
+        Machine { lanes, accumulators, half_lanes, caches, knobs }
+    }
+
+    /// Iterations a parallel loop should have: [`CHUNKS_PER_CORE`] per core.
+    fn parallel_iterations(self) -> i64 {
+        CHUNKS_PER_CORE * self.caches.cores
+    }
+
+    /// Whether a stage of `iterations` loop iterations in all is worth
+    /// sharing between threads: there are several cores, and the work is
+    /// more than handing it out costs ([`MIN_PARALLEL_ITERATIONS`]).
+    fn worth_threads(self, iterations: i64) -> bool {
+        self.caches.cores >= 2 && iterations >= MIN_PARALLEL_ITERATIONS
     }
 
     /// The vector width for an innermost loop of `extent` iterations: the
@@ -223,7 +246,7 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
             continue;
         }
         if reduces_along_rows(p, st) {
-            schedule_row_reduction(ss);
+            schedule_row_reduction(ss, m);
             continue;
         }
         let pack = schedule_stage(ss, p, st, m);
@@ -279,7 +302,7 @@ fn flash_schedule(st: &Stage, m: Machine, knobs: DefaultKnobs) -> crate::flash::
         block: knobs.fkeys.unwrap_or(FLASH_BLOCK),
         queries: knobs.fqueries.unwrap_or(FLASH_QUERIES),
         lanes: m.lanes,
-        parallel: rows >= 2 && work >= MIN_PARALLEL_ITERATIONS,
+        parallel: rows >= 2 && m.worth_threads(work),
     }
 }
 
@@ -322,7 +345,7 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     if ss.ivs[outer].reduce || ss.leaves.len() == 1 && ss.ivs[outer].kind == ForKind::Vectorized {
         return pack;
     }
-    while ss.ivs[outer].extent < 64 && ss.leaves.len() > 2 {
+    while ss.ivs[outer].extent < m.parallel_iterations() && ss.leaves.len() > 2 {
         // Packed per iteration of `outer`: fusing it would pack per row block.
         if pack.as_ref().is_some_and(|r: &PackRequest| r.leaf == outer) {
             break;
@@ -353,7 +376,7 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     if ss.ivs[par].extent < 2 {
         par = inside_slices(ss, at).unwrap_or(par);
     }
-    if ss.ivs[par].extent >= 2 && worth_threads(ss) {
+    if ss.ivs[par].extent >= 2 && m.worth_threads(iterations(ss)) {
         ss.annotate(par, ForKind::Parallel, span).expect("spatial");
     }
     pack
@@ -394,8 +417,13 @@ fn has_tail(ss: &StageSchedule, l: usize) -> bool {
 /// elements takes 0.3 µs on one thread and 130 µs split over two).
 const MIN_PARALLEL_ITERATIONS: i64 = 1 << 15;
 
-/// Whether stage `ss` does enough work for its loops to be shared by threads.
-fn worth_threads(ss: &StageSchedule) -> bool {
-    let iterations = ss.leaves.iter().fold(1i64, |n, &l| n.saturating_mul(ss.ivs[l].extent.max(1)));
-    iterations >= MIN_PARALLEL_ITERATIONS
+/// Iterations of a parallel loop per core: enough that cores finishing
+/// their share at different times (a partial last block, a core busy
+/// elsewhere) wait little for one another — 64 iterations on the nominal
+/// two cores, as measured there.
+const CHUNKS_PER_CORE: i64 = 32;
+
+/// The loop iterations of stage `ss`, all loops together.
+fn iterations(ss: &StageSchedule) -> i64 {
+    ss.leaves.iter().fold(1i64, |n, &l| n.saturating_mul(ss.ivs[l].extent.max(1)))
 }

@@ -11,7 +11,7 @@
 //! to that); both steps and the schedule pick their stages with
 //! [`reduces_along_rows`].
 
-use super::{worth_threads, Machine};
+use super::{iterations, Machine};
 use crate::analysis::loads_in;
 use crate::ir::ForKind;
 use crate::knobs::DefaultKnobs;
@@ -40,16 +40,48 @@ pub(super) fn rfactor(p: &mut Program, target: &Target, knobs: DefaultKnobs) {
         // Partial results are combined one by one at the end of each row: a
         // row of fewer than four full vectors keeps fewer of them.
         let row = st.vars.get(st.n_axes).map_or(0, |v| v.extent);
+        // Combined for many outputs in one loop, and rows short enough that
+        // the combining costs as much as the row (see [`combines_many`]).
+        let many = combines_many(p, st) && row < 64 * m.lanes;
         let lanes = match m.half_lanes {
-            Some(half) if row < 4 * m.lanes => half,
+            Some(half) if row < 4 * m.lanes || many => half,
             _ => m.lanes,
         };
-        let lanes = lanes * partial_vectors(row, lanes, knobs.racc);
+        let lanes = if many && knobs.racc.is_none() { lanes } else { lanes * partial_vectors(row, lanes, knobs.racc) };
         if float && lanes > 1 && reduces_along_rows(p, st) && crate::normalize::rfactor(p, si, lanes) {
             si += 1;
         }
         si += 1;
     }
+}
+
+/// Whether a row reduction's partial results are combined for many
+/// outputs in one loop: where a streamed operand does not move with the
+/// innermost axis (`S[b, l, s] = sum[d](Q[b, l, d] · K[b, s, d])`: `Q`
+/// stays as `s` moves), rows of that axis share its loads and are blocked
+/// together, and their partial results are combined in a loop over `s`.
+/// LLVM vectorizes that loop across outputs, reading each output's partial
+/// results as an interleaved group: in 8×8 blocks transposed in registers
+/// where there are at most 8 of them, with one gather per partial result
+/// where there are more. So such a reduction keeps 8 partial results, one
+/// 256-bit vector on AVX-512 (unfused attention, L = 197, D = 64,
+/// x86-avx512, 1 thread: the combining nest 10.4 → 0.33 ms with 16 partial
+/// results → 8, the whole kernel 12.5 → 1.9 ms; 32 partial results took
+/// 35 ms). A reduction of one operand along its rows (`max[s](S[b, l, s])`)
+/// combines each row's alone. Only rows shorter than 64 vectors take 8:
+/// in longer ones the combining is a small part of the work, and the
+/// partial results' independent chains count (a 4096² matrix-vector
+/// product on AVX-512, 1 thread: 25 GFLOP/s with 32 partial results, 16
+/// with 8; at 1000² about the same, 44–47 and 46–58).
+fn combines_many(p: &Program, st: &texc_compiler::tir::Stage) -> bool {
+    let Some(inner) = st.n_axes.checked_sub(1) else { return false };
+    if st.vars[inner].extent < 2 {
+        return false;
+    }
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let reduction = st.n_axes as u32..st.vars.len() as u32;
+    loads.iter().any(|&l| reduction.clone().any(|r| uses_var(p, l, r)) && !uses_var(p, l, inner as u32))
 }
 
 /// Vectors of partial results of a row reduction: its combining chains run
@@ -97,10 +129,10 @@ pub(super) fn reduces_along_rows(p: &Program, st: &texc_compiler::tir::Stage) ->
 
 /// Reductions along rows: spatial loops outside, in parallel; the reduction
 /// runs innermost over contiguous memory, accumulating in a register.
-pub(super) fn schedule_row_reduction(ss: &mut StageSchedule) {
+pub(super) fn schedule_row_reduction(ss: &mut StageSchedule, m: Machine) {
     let span = Span::default();
     let mut outer = ss.leaves[0];
-    while ss.ivs[outer].extent < 64 && ss.leaves.len() > 1 {
+    while ss.ivs[outer].extent < m.parallel_iterations() && ss.leaves.len() > 1 {
         let next = ss.leaves[1];
         if ss.ivs[next].reduce {
             break;
@@ -108,7 +140,7 @@ pub(super) fn schedule_row_reduction(ss: &mut StageSchedule) {
         let name = format!("{}.{}", ss.ivs[outer].name, ss.ivs[next].name);
         outer = ss.fuse(outer, next, (&name, span), span).expect("adjacent spatial loops");
     }
-    if !ss.ivs[outer].reduce && ss.ivs[outer].extent >= 2 && worth_threads(ss) {
+    if !ss.ivs[outer].reduce && ss.ivs[outer].extent >= 2 && m.worth_threads(iterations(ss)) {
         ss.annotate(outer, ForKind::Parallel, span).expect("spatial");
     }
 }

@@ -148,8 +148,9 @@ fn row_breaks(p: &Program, e: TExprId, v: VarId, divisors: &mut Vec<i64>) -> boo
 /// axes follow by their stride in the gathered tensor, largest first (those
 /// it does not move with, innermost): within one block of lanes the loops
 /// walk each lane's line in order, and consecutive vectors reuse them from
-/// L1. Applies where the gathered tensor is over 32 KiB (smaller ones stay
-/// in L1 in any order) and its lanes are a cache line or more apart.
+/// L1. Applies where the gathered tensor is larger than the target's L1
+/// data cache (smaller ones stay in L1 in any order) and its lanes are a
+/// cache line or more apart.
 pub(super) fn transposing_order(
     ss: &mut StageSchedule,
     p: &Program,
@@ -158,7 +159,7 @@ pub(super) fn transposing_order(
     (row, first_row_axis): (usize, usize),
 ) -> bool {
     const LINE: u64 = 64;
-    const L1: u64 = 32 << 10;
+    let l1 = m.caches.l1d as u64;
     let last = (st.n_axes - 1) as VarId;
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
@@ -171,7 +172,7 @@ pub(super) fn transposing_order(
             let d = p.tensor(*t);
             let bytes = (d.len().max(0) as u64).saturating_mul(d.elem.size() as u64);
             let stride = crate::analysis::flat_coefficient(p, *t, idx, last)?.unsigned_abs();
-            if stride.saturating_mul(d.elem.size() as u64) < LINE || bytes <= L1 {
+            if stride.saturating_mul(d.elem.size() as u64) < LINE || bytes <= l1 {
                 return None;
             }
             let strides = (0..first_row_axis)
