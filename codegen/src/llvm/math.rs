@@ -83,9 +83,14 @@ impl<'ctx> Gen<'ctx, '_> {
         }
     }
 
+    /// Whether the CPU code is generated for has LLVM feature `f` (`avx2`, `avxvnni`, ..).
+    fn has_feature(&self, f: &str) -> bool {
+        self.spec.features.split(',').any(|x| x.strip_prefix('+') == Some(f))
+    }
+
     /// `i32` lanes of one `vpmaddwd` on this CPU: 16 with AVX-512BW, 8 with AVX2.
     fn pmaddwd_lanes(&self) -> Option<u32> {
-        let on = |f: &str| self.spec.features.split(',').any(|x| x.strip_prefix('+') == Some(f));
+        let on = |f: &str| self.has_feature(f);
         match () {
             _ if on("avx512bw") && !on("prefer-256-bit") => Some(16),
             _ if on("avx2") => Some(8),
@@ -136,7 +141,7 @@ impl<'ctx> Gen<'ctx, '_> {
     /// Lanes of one `vpdpbusd` on this CPU: 16 with AVX-512 VNNI, 8 with
     /// AVX-VNNI or AVX-512 VNNI and VL; `None` without VNNI.
     fn vnni_lanes(&self) -> Option<u32> {
-        let on = |f: &str| self.spec.features.split(',').any(|x| x.strip_prefix('+') == Some(f));
+        let on = |f: &str| self.has_feature(f);
         let avx512 = on("avx512vnni") && on("avx512f") && !on("prefer-256-bit");
         match () {
             _ if avx512 => Some(16),
