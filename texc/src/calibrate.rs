@@ -253,7 +253,7 @@ fn compute_scale_zp(rmin: f32, rmax: f32, qmin: i32, qmax: i32, symmetric: bool)
         (rmin, rmax) = (-a, a);
     }
     let scale = (rmax - rmin) / (qmax - qmin) as f32;
-    if !(scale > f32::EPSILON) {
+    if scale.is_nan() || scale <= f32::EPSILON {
         return QParams { scale: 1.0, zero_point: if symmetric { (qmin + qmax + 1) / 2 } else { qmin }, qmin, qmax };
     }
     let zero_point = if symmetric {

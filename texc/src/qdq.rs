@@ -50,6 +50,14 @@ pub fn targets(g: &GraphProto, exclude: &[String]) -> Result<Vec<Target>, String
                 if names.is_empty() { "none".into() } else { names.join(", ") }
             ));
         }
+        let (_, n) = g.node.iter().enumerate().find(|(i, n)| label(*i, n) == *e).expect("found above");
+        if !QUANTIZED_OPS.contains(&n.op_type.as_str()) {
+            return Err(format!(
+                "--exclude {e}: node `{e}` ({}) is not quantized anyway (texc quantizes {})",
+                n.op_type,
+                QUANTIZED_OPS.join(", ")
+            ));
+        }
     }
     let inits: HashMap<&str, &TensorProto> = g.initializer.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut out = Vec::new();

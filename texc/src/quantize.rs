@@ -94,7 +94,14 @@ pub fn quantize(a: &QuantizeArgs) -> Result<(), Error> {
     let mut acts: HashMap<String, QParams> = HashMap::new();
     let mut ranges = Vec::new();
     for name in &calibrated {
-        let (lo, hi) = calibrate::range(method, &mm[name], hists.get(name));
+        let seen = &mm[name];
+        if !(seen.min.is_finite() && seen.max.is_finite()) {
+            return Err(input_error(format!(
+                "tensor `{name}` takes values in [{}, {}] on the calibration data: it cannot be quantized",
+                seen.min, seen.max
+            )));
+        }
+        let (lo, hi) = calibrate::range(method, seen, hists.get(name));
         let p = calibrate::activation_params(lo, hi, a.symmetric);
         ranges.push((name.clone(), mm[name], (lo, hi), p));
         acts.insert(name.clone(), p);
@@ -341,6 +348,11 @@ fn check_input(i: &Input, t: &Tensor, dims: &[(String, i64)]) -> Result<(), Stri
         data_type::BOOL => DType::Bool,
         e => return Err(format!("input `{}` has element type {}", i.name, data_type::name(e))),
     };
+    if let Data::F32(v) = &t.data {
+        if let Some(x) = v.iter().find(|x| !x.is_finite()) {
+            return Err(format!("input `{}` holds {x}: calibration data must be finite", i.name));
+        }
+    }
     if t.dtype() != want_dtype {
         return Err(format!("input `{}` is {:?} here; the model takes {:?}", i.name, t.dtype(), want_dtype));
     }

@@ -162,6 +162,9 @@ fn bad_calibration_data_and_flags_are_clear_errors() {
         1,
         "--exclude conv9: the model has no node `conv9` (nodes it quantizes: mm1, mm2)",
     );
+    expect(run(&good, &["--exclude", "tanh"]), 1, "--exclude tanh: node `tanh` (Tanh) is not quantized anyway");
+    let nan = write("nan.npz", &[("x", Tensor::from_f64(DType::F32, vec![5, 20], &[f64::NAN; 100]))]);
+    expect(run(&nan, &[]), 1, "input `x` holds NaN: calibration data must be finite");
     expect(run(&good, &["--method", "kl"]), 2, "--method kl: expected minmax, entropy, percentile");
     expect(run(&good, &["--method", "percentile=0"]), 2, "the percentile must be a number in (0, 100]");
     expect(run(&dir.join("nothing.npz"), &[]), 1, "nothing.npz");
