@@ -8,7 +8,13 @@
 //! the long tail of the ReLU outputs of random weights hard, which is its
 //! design, not a bug). Bad input gets a clear error naming what is wrong.
 //!
-//! Needs Python with `onnx` and `onnxruntime` (scripts/bootstrap.sh); without
+//! Accuracy: a small CNN trained (with NumPy, during the test) on
+//! scikit-learn's 8×8 digits loses at most 1 point of top-1 on held-out
+//! digits with each method (measured: f32 98.61 %; minmax 98.61, entropy
+//! 98.89, percentile 98.61).
+//!
+//! Needs Python with `onnx`, `onnxruntime` and, for the digits,
+//! `scikit-learn` (scripts/bootstrap.sh installs them); without
 //! them the tests print why and pass, except under CI (`CI` set).
 
 use std::path::{Path, PathBuf};
@@ -169,4 +175,38 @@ fn bad_calibration_data_and_flags_are_clear_errors() {
     expect(run(&good, &["--method", "percentile=0"]), 2, "the percentile must be a number in (0, 100]");
     expect(run(&dir.join("nothing.npz"), &[]), 1, "nothing.npz");
     assert!(!out.exists(), "a failed run wrote {}", out.display());
+}
+
+#[test]
+fn a_cnn_trained_on_digits_loses_at_most_one_point_of_top1_with_each_method() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("quantize_cli").join("digits");
+    let _ = std::fs::remove_dir_all(&dir);
+    let Some(_) = python(&["digits", s(&dir)]) else { return };
+    let model = dir.join("digits.onnx");
+    let test = dir.join("test.npz");
+    let top1 = |m: &Path| -> Option<f64> {
+        let printed = python(&["accuracy", s(m), s(&test)])?;
+        Some(printed.trim().strip_prefix("top1 ").unwrap_or_else(|| panic!("{printed}")).parse().expect("f64"))
+    };
+    let Some(f32_top1) = top1(&model) else { return };
+    assert!(f32_top1 > 90.0, "the CNN did not learn: top-1 {f32_top1}");
+    for method in ["minmax", "entropy", "percentile"] {
+        let out = dir.join(format!("{method}.onnx"));
+        let calib = dir.join("calib.npz");
+        let o = texc(&[
+            "quantize",
+            s(&model),
+            "--calibrate",
+            s(&calib),
+            "-o",
+            s(&out),
+            "--method",
+            method,
+            "--per-channel",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        let Some(q) = top1(&out) else { return };
+        eprintln!("digits: f32 top-1 {f32_top1:.2} %, {method} {q:.2} %");
+        assert!(q >= f32_top1 - 1.0, "{method}: top-1 {q} % against f32 {f32_top1} %\n{}", text(&o));
+    }
 }
