@@ -4,7 +4,8 @@
     python3 tests/onnx/quantize.py build MODEL OUT_DIR
         OUT_DIR/MODEL.onnx (random weights, opset 13), OUT_DIR/calib.npz
         (8 batches of the input stacked along a new first axis) and
-        OUT_DIR/eval.npy (another batch). MODEL: cnn or mlp.
+        OUT_DIR/eval.npy (another batch). MODEL: cnn, mlp or mlp_const (w2 in
+        a Constant node).
     python3 tests/onnx/quantize.py compare F32.onnx QDQ.onnx EVAL.npy
         Runs both models on ONNX Runtime and prints `relative_error E`
         (‖q − f‖₂ / ‖f‖₂ of the output) and `qdq_nodes N` (QuantizeLinear
@@ -65,12 +66,21 @@ def mlp(rng):
     return helper.make_graph(nodes, "mlp", [x], [y], inits), [5, 20]
 
 
+def mlp_const(rng):
+    """The MLP with its second weight in a Constant node, as some exporters write it."""
+    graph, shape = mlp(rng)
+    w2 = [t for t in graph.initializer if t.name == "w2"][0]
+    graph.initializer.remove(w2)
+    graph.node.insert(0, helper.make_node("Constant", [], ["w2"], name="w2_const", value=w2))
+    return graph, shape
+
+
 def build(model, out):
     import os
 
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(7)
-    graph, shape = {"cnn": cnn, "mlp": mlp}[model](rng)
+    graph, shape = {"cnn": cnn, "mlp": mlp, "mlp_const": mlp_const}[model](rng)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     onnx.checker.check_model(m)

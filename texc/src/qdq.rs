@@ -59,7 +59,6 @@ pub fn targets(g: &GraphProto, exclude: &[String]) -> Result<Vec<Target>, String
             ));
         }
     }
-    let inits: HashMap<&str, &TensorProto> = g.initializer.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut out = Vec::new();
     for (i, n) in g.node.iter().enumerate() {
         let l = label(i, n);
@@ -69,7 +68,7 @@ pub fn targets(g: &GraphProto, exclude: &[String]) -> Result<Vec<Target>, String
         let mut t = Target { node: i, label: l, activations: Vec::new(), weights: Vec::new() };
         // Data inputs: Conv X, W; MatMul A, B; Gemm A, B (bias stays f32).
         for (k, name) in n.input.iter().enumerate().take(2) {
-            match inits.get(name.as_str()) {
+            match constant(g, name) {
                 Some(w) if w.data_type == data_type::FLOAT => t.weights.push((name.clone(), channel_axis(n, k, w))),
                 Some(_) => {}
                 None => t.activations.push(name.clone()),
@@ -78,6 +77,15 @@ pub fn targets(g: &GraphProto, exclude: &[String]) -> Result<Vec<Target>, String
         out.push(t);
     }
     Ok(out)
+}
+
+/// The value of `name` when the model holds it: an initializer, or the
+/// `value` of a `Constant` node (as some exporters write weights).
+pub fn constant<'g>(g: &'g GraphProto, name: &str) -> Option<&'g TensorProto> {
+    g.initializer.iter().find(|t| t.name == name).or_else(|| {
+        let n = g.node.iter().find(|n| n.op_type == "Constant" && n.output.first().is_some_and(|o| o == name))?;
+        n.attribute.iter().find(|a| a.name == "value").and_then(|a| a.t.as_ref())
+    })
 }
 
 /// The axis of a weight's output channels: Conv's W is `[M, C, ...]`,

@@ -112,7 +112,7 @@ pub fn quantize(a: &QuantizeArgs) -> Result<(), Error> {
             if weights.contains_key(w) {
                 continue;
             }
-            let init = g.initializer.iter().find(|i| &i.name == w).expect("targets found it");
+            let init = qdq::constant(g, w).expect("targets found it");
             let values = weight_values(init).map_err(|e| input_error(format!("{shown}: weight `{w}`: {e}")))?;
             weights.insert(w.clone(), QuantWeight::new(&init.dims, &values, *axis, a.per_channel));
         }
