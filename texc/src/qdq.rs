@@ -301,11 +301,14 @@ fn quantize_activation(fresh: &mut Fresh, a: &str, p: &QParams, form: Form) -> A
             step("Clip", vec![t[2].clone(), lo.clone(), hi.clone()], &t[3]);
             step("Sub", vec![t[3].clone(), zp.clone()], &t[4]);
             step("Mul", vec![t[4].clone(), scale.clone()], &out);
+            // QuantizeLinear saturates to its type's whole range (-128 for
+            // i8 too, though symmetric scales are computed for [-127, 127]).
+            let (tmin, tmax) = if signed { (-128.0, 127.0) } else { (0.0, 255.0) };
             let inits = vec![
                 f32_tensor(&scale, &[], &[p.scale]),
                 f32_tensor(&zp, &[], &[p.zero_point as f32]),
-                f32_tensor(&lo, &[], &[p.qmin as f32]),
-                f32_tensor(&hi, &[], &[p.qmax as f32]),
+                f32_tensor(&lo, &[], &[tmin]),
+                f32_tensor(&hi, &[], &[tmax]),
             ];
             (nodes, inits, out)
         }
