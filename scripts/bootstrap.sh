@@ -48,6 +48,15 @@ if ! python3 -c 'import onnx, onnxruntime' >/dev/null 2>&1; then
         || python3 -m pip install -q --break-system-packages onnx==1.23.2 onnxruntime==1.32.0
 fi
 
+# scikit-learn for its 8x8 digits (inside the package, no download): the accuracy
+# test of `texc quantize` trains a small CNN on them (texc/tests/quantize_cli.rs).
+# About 165 MB installed, most of it SciPy, which scikit-learn requires.
+if ! python3 -c 'import sklearn' >/dev/null 2>&1; then
+    echo "bootstrap: installing scikit-learn with pip"
+    python3 -m pip install -q scikit-learn==1.9.1 2>/dev/null \
+        || python3 -m pip install -q --break-system-packages scikit-learn==1.9.1
+fi
+
 # CUDA's offline tools for the NVPTX backend, no GPU needed: `ptxas` (tests
 # assemble every kernel's PTX) and libdevice (GPU math), from NVIDIA's PyPI
 # wheel (40 MB). texc finds them through python3 (codegen/src/cuda.rs).

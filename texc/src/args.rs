@@ -200,8 +200,36 @@ pub struct ImportArgs {
     pub kernel: Option<String>,
 }
 
+#[derive(Args, Debug)]
+pub struct QuantizeArgs {
+    /// The f32 ONNX model.
+    pub model: PathBuf,
+    /// Calibration data: an .npz of arrays named after the model's inputs (one batch each, or a
+    /// stack of batches along a new first axis), or a directory of .npy batches.
+    #[arg(long, value_name = "DATA")]
+    pub calibrate: PathBuf,
+    /// The QDQ model to write.
+    #[arg(short = 'o', value_name = "OUT.onnx")]
+    pub output: PathBuf,
+    /// How each activation's range is chosen: minmax, entropy (KL divergence, TensorRT's) or
+    /// percentile[=P] (ONNX Runtime's, default 99.999).
+    #[arg(long, default_value = "minmax", value_name = "METHOD")]
+    pub method: String,
+    /// Quantize weights per output channel (default: per tensor).
+    #[arg(long)]
+    pub per_channel: bool,
+    /// Nodes left in f32 (by ONNX node name).
+    #[arg(long, value_name = "NODE", num_args = 1..)]
+    pub exclude: Vec<String>,
+    /// Activations as i8 symmetric about 0 (default: u8 with a zero point).
+    #[arg(long)]
+    pub symmetric: bool,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Quantize an ONNX model to INT8 (QDQ) by calibration on sample inputs, with an accuracy report.
+    Quantize(QuantizeArgs),
     /// Import an ONNX model: a .tex kernel of std.nn calls, one statement per node, and its weights (.npz).
     Import(ImportArgs),
     /// Parse and type/shape-check a file; diagnostics only.

@@ -52,6 +52,10 @@ pub fn run(cli: Cli) -> i32 {
             Error::Input(d) => Fail::Input(texc_grammar::diagnostic::render_all(&d, &Default::default())),
             Error::Usage(m) => Fail::Usage(m),
         }),
+        Command::Quantize(q) => crate::quantize::quantize(&q).map_err(|e| match e {
+            Error::Input(d) => Fail::Input(texc_grammar::diagnostic::render_all(&d, &Default::default())),
+            Error::Usage(m) => Fail::Usage(m),
+        }),
         Command::Check(c) => with_pipeline(&c, |pl| check(pl, &c)),
         Command::Emit { common, stage, spans: false } => with_pipeline(&common, |pl| emit(pl, &common, &stage)),
         Command::Emit { common, stage, spans: true } => with_pipeline(&common, |pl| emit_spanned(pl, &common, &stage)),

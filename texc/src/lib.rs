@@ -7,9 +7,12 @@
 //! an internal error (a panic).
 
 mod args;
+mod calibrate;
 mod commands;
 mod import;
 mod progress;
+mod qdq;
+mod quantize;
 mod report;
 mod tune;
 
