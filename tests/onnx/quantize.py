@@ -90,6 +90,18 @@ def build(model, out):
     np.save(f"{out}/eval.npy", rng.normal(0, 1, shape).astype(np.float32))
 
 
+def agree(qdq_path, eval_path, texc_out):
+    """ONNX Runtime's output of the QDQ model against texc's (`texc run` wrote `texc_out`)."""
+    import onnxruntime as ort
+
+    x = np.load(eval_path)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    q = ort.InferenceSession(qdq_path, opts, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    t = np.load(texc_out)
+    print(f"relative_error {np.linalg.norm(t - q) / np.linalg.norm(q):.6e}")
+
+
 def compare(f32_path, qdq_path, eval_path):
     import onnxruntime as ort
 
@@ -224,5 +236,7 @@ if __name__ == "__main__":
         digits(sys.argv[2])
     elif sys.argv[1] == "accuracy":
         accuracy(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "agree":
+        agree(*sys.argv[2:5])
     else:
         compare(*sys.argv[2:5])
