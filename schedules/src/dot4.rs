@@ -37,7 +37,7 @@
 //! stage ranges move with the inserted stages.
 
 use crate::analysis::involves;
-use crate::normalize::{fresh_name, with_children};
+use crate::normalize::{fresh_name, replace_node};
 use crate::prepack::insert_stage;
 use texc_compiler::ops::{BinOp, Intrinsic, ReduceOp};
 use texc_compiler::target::Target;
@@ -276,7 +276,7 @@ fn rewrite(p: &mut Program, mut si: usize, prod: Product, made: &mut Vec<(Packin
         sum = p.alloc(TExpr::Binary(BinOp::Sub, sum, added), I32, span);
     }
     let value = p.stages[si].value;
-    p.stages[si].value = replace(p, value, prod.reduce, sum);
+    p.stages[si].value = replace_node(p, value, prod.reduce, sum);
     si
 }
 
@@ -329,19 +329,6 @@ fn packed_order(rank: usize, dim: usize) -> Vec<usize> {
         true => std::iter::once(dim).chain(0..dim).collect(),
         false => (0..rank).collect(),
     }
-}
-
-/// `e` with node `old` replaced by `new`.
-fn replace(p: &mut Program, e: TExprId, old: TExprId, new: TExprId) -> TExprId {
-    if e == old {
-        return new;
-    }
-    let children = p.children(e);
-    let replaced: Vec<TExprId> = children.iter().map(|&c| replace(p, c, old, new)).collect();
-    if replaced == children {
-        return e;
-    }
-    with_children(p, e, replaced)
 }
 
 /// A stage before `at` writing `key.tensor` packed along `key.dim`

@@ -46,7 +46,7 @@
 //! reads, and its stage computes exactly what the five did.
 
 use crate::ir::{ForKind, LoopFunc, Stmt};
-use crate::normalize::{fresh_name, subst, with_children};
+use crate::normalize::{fresh_name, replace_node, subst};
 use std::collections::HashMap;
 use texc_compiler::ops::{BinOp, MathFn, ReduceOp};
 use texc_compiler::tir::*;
@@ -256,7 +256,7 @@ fn inline_one(p: &Program, si: usize) -> Option<Program> {
         (taken.n_axes..taken.vars.len()).map(|v| (v as VarId, (base + v - taken.n_axes) as VarId)).collect();
     let value = subst(&mut q, taken.value, &vars, &rename);
     let scores = q.stages[si].value;
-    let value = replace(&mut q, scores, load, value);
+    let value = replace_node(&mut q, scores, load, value);
     q.stages[si].value = value;
     q.stages[si].vars.extend(taken.vars[taken.n_axes..].iter().cloned());
     q.stages.remove(ti);
@@ -665,7 +665,7 @@ impl Block<'_> {
                     let e = match reduce {
                         Some(r) => {
                             let acc = c.load(self.sb, vec![q, i]);
-                            replace(&mut c.f.p, score, r, acc)
+                            replace_node(&mut c.f.p, score, r, acc)
                         }
                         None => score,
                     };
@@ -889,17 +889,4 @@ fn find_reduce(p: &Program, e: TExprId) -> Option<TExprId> {
         return Some(e);
     }
     p.children(e).into_iter().find_map(|c| find_reduce(p, c))
-}
-
-/// `e` with node `target` replaced by `with`.
-fn replace(p: &mut Program, e: TExprId, target: TExprId, with: TExprId) -> TExprId {
-    if e == target {
-        return with;
-    }
-    let children = p.children(e);
-    if children.is_empty() {
-        return e;
-    }
-    let new: Vec<TExprId> = children.into_iter().map(|c| replace(p, c, target, with)).collect();
-    with_children(p, e, new)
 }

@@ -182,6 +182,20 @@ fn cheaper_first(p: &Program, si: usize, value: TExprId, vars: &[VarDecl], owner
     at
 }
 
+/// `e` with node `old` replaced by `new` (the nodes on the way rebuilt,
+/// the rest shared).
+pub(crate) fn replace_node(p: &mut Program, e: TExprId, old: TExprId, new: TExprId) -> TExprId {
+    if e == old {
+        return new;
+    }
+    let children = p.children(e);
+    let replaced: Vec<TExprId> = children.iter().map(|&c| replace_node(p, c, old, new)).collect();
+    if replaced == children {
+        return e;
+    }
+    with_children(p, e, replaced)
+}
+
 /// Inline stage `si` (pure, a temporary) into all later stages.
 pub fn inline_stage(p: &mut Program, si: usize) {
     let st = p.stages.remove(si);

@@ -28,7 +28,7 @@
 //! stage ranges move with the inserted stages.
 
 use crate::analysis::involves;
-use crate::normalize::{fresh_name, with_children};
+use crate::normalize::{fresh_name, replace_node};
 use crate::prepack::insert_stage;
 use texc_compiler::ops::{BinOp, ReduceOp};
 use texc_compiler::tir::*;
@@ -150,16 +150,9 @@ fn transposed_order(rank: usize) -> Vec<usize> {
 
 /// `e` with the load `load` reading the transposed tensor `t` instead.
 fn read_transposed(p: &mut Program, e: TExprId, load: TExprId, t: TensorId) -> TExprId {
-    if e == load {
-        let TExpr::Load(_, idx) = p.expr(load).clone() else { unreachable!("a load") };
-        let idx = transposed_order(idx.len()).into_iter().map(|d| idx[d]).collect();
-        let (ty, span) = (p.ty(load), p.span(load));
-        return p.alloc(TExpr::Load(t, idx), ty, span);
-    }
-    let children = p.children(e);
-    let new: Vec<TExprId> = children.iter().map(|&c| read_transposed(p, c, load, t)).collect();
-    if new == children {
-        return e;
-    }
-    with_children(p, e, new)
+    let TExpr::Load(_, idx) = p.expr(load).clone() else { unreachable!("a load") };
+    let idx = transposed_order(idx.len()).into_iter().map(|d| idx[d]).collect();
+    let (ty, span) = (p.ty(load), p.span(load));
+    let transposed = p.alloc(TExpr::Load(t, idx), ty, span);
+    replace_node(p, e, load, transposed)
 }
