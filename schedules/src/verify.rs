@@ -5,7 +5,7 @@
 
 use crate::gpu::{RuleError, Site};
 use crate::ir::{LoopFunc, Stmt};
-use texc_compiler::ops::BinOp;
+use texc_compiler::ops::{BinOp, Intrinsic};
 use texc_compiler::target::Target;
 use texc_compiler::tir::{TExpr, TExprId, Ty};
 
@@ -228,10 +228,33 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
         Ok(())
     }
     kinds(f, &f.body, target)?;
+    if let Some((e, i)) = missing_intrinsic(f, target) {
+        return Err(RuleError::at(
+            Site::Expr(e),
+            format!("`{i}` is an instruction target `{}` does not have", target.name),
+        ));
+    }
     if target.gpu.is_some() {
         crate::gpu::launches(f, target)?;
     }
     Ok(())
+}
+
+/// The first target intrinsic in `f` (a `.loops` file's `@dot4`) that `target` lacks.
+fn missing_intrinsic(f: &LoopFunc, target: &Target) -> Option<(TExprId, Intrinsic)> {
+    fn find(f: &LoopFunc, e: TExprId, target: &Target) -> Option<(TExprId, Intrinsic)> {
+        match f.p.expr(e) {
+            TExpr::Intrinsic(i, _) if !target.has_intrinsic(*i) => Some((e, *i)),
+            _ => f.p.children(e).into_iter().find_map(|c| find(f, c, target)),
+        }
+    }
+    let mut found = None;
+    walk_exprs(&f.body, &mut |e| {
+        if found.is_none() {
+            found = find(f, e, target);
+        }
+    });
+    found
 }
 
 /// Call `visit` on the root expressions of every statement.

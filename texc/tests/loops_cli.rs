@@ -99,6 +99,33 @@ fn malformed_nests_and_misuse_exit_1_and_2() {
     assert!(text(&o).1.contains("a .loops file names its kernel and sizes itself"));
 }
 
+/// An integer product's `@dot4` (emitted for an x86 target) in a `.loops`
+/// file run on Cranelift, which has no such instruction, and `@dot4` with
+/// too few operands: spanned errors at the call, exit 1, no panic.
+#[test]
+fn dot4_where_the_target_lacks_it_is_located() {
+    let path = tmp("q.loops");
+    let o =
+        texc(&["emit", "examples/qlinear.tex", "--target", "x86-avx2", "--stage", "loops", "--shape", "M=4,K=8,N=16"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let nest = String::from_utf8(o.stdout).expect("utf-8");
+    assert!(nest.contains("@dot4(0i32, "), "{nest}");
+    std::fs::write(&path, &nest).expect("write");
+    let p = path.to_str().expect("utf-8");
+    let o = texc(&["run", p, "--target", "x86-avx2", "--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let o = texc(&["run", p, "--target", "cranelift"]);
+    let (_, e) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("q.loops:") && e.contains("`@dot4` is an instruction target `cranelift` does not have"), "{e}");
+    assert!(!e.contains("internal error"), "{e}");
+    std::fs::write(&path, nest.replace("@dot4(0i32, ", "@dot4(")).expect("write");
+    let o = texc(&["run", p, "--target", "x86-avx2"]);
+    let (_, e) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("q.loops:") && e.contains("`@dot4` takes 3 arguments, not 2"), "{e}");
+}
+
 /// A bf16 kernel on a backend without bf16 (Cranelift) is an error at the
 /// tensor's declaration before code generation (for a `.tex` file and a
 /// `.loops` file); the LLVM backends move and convert bf16, and refuse

@@ -109,16 +109,9 @@ impl<'ctx> Gen<'ctx, '_> {
         lanes: u32,
         w: u32,
     ) -> R<BasicValueEnum<'ctx>> {
-        let (i8t, i16t, i32t) = (self.cx.i8_type(), self.cx.i16_type(), self.cx.i32_type());
+        let (i16t, i32t) = (self.cx.i16_type(), self.cx.i32_type());
         let n = 4 * lanes;
-        let widen = |v: BasicValueEnum<'ctx>, signed: bool| -> R<VectorValue<'ctx>> {
-            let bytes = self.b.build_bit_cast(v, i8t.vec_type(n), "bytes")?.into_vector_value();
-            Ok(match signed {
-                true => self.b.build_int_s_extend(bytes, i16t.vec_type(n), "b16")?,
-                false => self.b.build_int_z_extend(bytes, i16t.vec_type(n), "a16")?,
-            })
-        };
-        let (a16, b16) = (widen(a, false)?, widen(b, true)?);
+        let (a16, b16) = self.widened_bytes(a, b, lanes, i16t.vec_type(n))?;
         let name = if w == 16 { "llvm.x86.avx512.pmaddw.d.512" } else { "llvm.x86.avx2.pmadd.wd" };
         let f = self.intrinsic(name, &[])?;
         let pairs = (0..n / (2 * w))
@@ -158,11 +151,9 @@ impl<'ctx> Gen<'ctx, '_> {
         lanes: u32,
         vector: bool,
     ) -> R<BasicValueEnum<'ctx>> {
-        let (i8t, i32t) = (self.cx.i8_type(), self.cx.i32_type());
-        let bytes = |v: BasicValueEnum<'ctx>| self.b.build_bit_cast(v, i8t.vec_type(4 * lanes), "bytes");
+        let i32t = self.cx.i32_type();
         let wide = i32t.vec_type(4 * lanes);
-        let a = self.b.build_int_z_extend(bytes(a)?.into_vector_value(), wide, "a32")?;
-        let b = self.b.build_int_s_extend(bytes(b)?.into_vector_value(), wide, "b32")?;
+        let (a, b) = self.widened_bytes(a, b, lanes, wide)?;
         let prod = self.b.build_int_mul(a, b, "prod")?;
         let mut sum: BasicValueEnum<'ctx> = c;
         for t in 0..4 {
@@ -181,6 +172,23 @@ impl<'ctx> Gen<'ctx, '_> {
             };
         }
         Ok(sum)
+    }
+
+    /// The bytes of `lanes` packed words `a` (zero-extended: `vpdpbusd`'s
+    /// unsigned side) and `b` (sign-extended), each widened to `to`.
+    fn widened_bytes(
+        &self,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+        lanes: u32,
+        to: VectorType<'ctx>,
+    ) -> R<(VectorValue<'ctx>, VectorValue<'ctx>)> {
+        let bytes = |v: BasicValueEnum<'ctx>| -> R<VectorValue<'ctx>> {
+            Ok(self.b.build_bit_cast(v, self.cx.i8_type().vec_type(4 * lanes), "bytes")?.into_vector_value())
+        };
+        let a = self.b.build_int_z_extend(bytes(a)?, to, "ua")?;
+        let b = self.b.build_int_s_extend(bytes(b)?, to, "sb")?;
+        Ok((a, b))
     }
 
     /// Lanes `from..from + n` of `v`.
