@@ -84,7 +84,7 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// Whether the CPU code is generated for has LLVM feature `f` (`avx2`, `avxvnni`, ..).
-    fn has_feature(&self, f: &str) -> bool {
+    pub(super) fn has_feature(&self, f: &str) -> bool {
         self.spec.features.split(',').any(|x| x.strip_prefix('+') == Some(f))
     }
 

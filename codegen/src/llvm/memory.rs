@@ -87,11 +87,7 @@ impl<'ctx> Gen<'ctx, '_> {
                                 ld.as_instruction_value().expect("load").set_alignment(al).map_err(llvm_err)?;
                                 ld
                             }
-                            Some(m) => {
-                                let f = self.intrinsic("llvm.masked.load", &[vt.into(), p.get_type().into()])?;
-                                let al = self.cx.i32_type().const_int(align as u64, false);
-                                self.call(f, &[p.into(), al.into(), m.into(), vt.const_zero().into()])?
-                            }
+                            Some(m) => self.masked_load(p, mty, m, align)?.into(),
                         }
                     }
                     // Small constant strides: one wide masked load of the span, then a
@@ -117,11 +113,7 @@ impl<'ctx> Gen<'ctx, '_> {
                             )?;
                             wide_mask = self.b.build_and(wide_mask, mw, "mw")?;
                         }
-                        let f = self.intrinsic("llvm.masked.load", &[wt.into(), p.get_type().into()])?;
-                        let al = i32t.const_int(align as u64, false);
-                        let wide = self
-                            .call(f, &[p.into(), al.into(), wide_mask.into(), wt.const_zero().into()])?
-                            .into_vector_value();
+                        let wide = self.masked_load(p, mty, wide_mask, align)?;
                         let pick: Vec<_> =
                             (0..lanes).map(|l| i32t.const_int((l * stride as u32) as u64, false)).collect();
                         self.b
@@ -191,9 +183,7 @@ impl<'ctx> Gen<'ctx, '_> {
             }
             Some(m) => {
                 let wide_mask = self.span_mask(m, &offsets, lo, span as u32)?;
-                let f = self.intrinsic("llvm.masked.load", &[wt.into(), start.get_type().into()])?;
-                let al = i32t.const_int(elem.size() as u64, false);
-                self.call(f, &[start.into(), al.into(), wide_mask.into(), wt.const_zero().into()])?
+                self.masked_load(start, mty, wide_mask, elem.size() as u32)?.into()
             }
         };
         let pick: Vec<_> = offsets.iter().map(|&o| i32t.const_int((o - lo) as u64, false)).collect();
@@ -302,10 +292,7 @@ impl<'ctx> Gen<'ctx, '_> {
                             let st = self.b.build_store(p, v)?;
                             st.set_alignment(self.vector_alignment(t, idx, var, base, lanes)).map_err(llvm_err)?;
                         }
-                        Some(m) => {
-                            let f = self.intrinsic("llvm.masked.store", &[vt.into(), p.get_type().into()])?;
-                            self.call_void(f, &[v, p.into(), al.into(), m.into()])?;
-                        }
+                        Some(m) => self.masked_store(p, mty, v.into_vector_value(), m, align)?,
                     }
                 } else {
                     let ptrs = self.lane_addresses(fr, t, idx, mode, elem)?;
@@ -316,6 +303,102 @@ impl<'ctx> Gen<'ctx, '_> {
             }
         }
         Ok(())
+    }
+
+    /// `llvm.masked.load` of `mask`'s lanes of `mty` from `p` (masked-off
+    /// lanes zero), as loads of one vector register each where it is wider.
+    /// LLVM 19's x86 backend splits a wider masked load itself, and where O3
+    /// had merged a uniform branch into a constant lane mask (`splat(g) &
+    /// <1, 1, 0, 0>`) it loaded the all-false half with a plain `vmovups`,
+    /// past the end of the tensor. A load of register width leaves it
+    /// nothing to split, and a piece whose lanes are all off folds away.
+    /// `align` is the element's size, the access's alignment.
+    fn masked_load(
+        &mut self,
+        p: PointerValue<'ctx>,
+        mty: BasicTypeEnum<'ctx>,
+        mask: VectorValue<'ctx>,
+        align: u32,
+    ) -> R<VectorValue<'ctx>> {
+        let lanes = mask.get_type().get_size();
+        let piece = self.masked_piece_lanes(align, lanes);
+        let al = self.cx.i32_type().const_int(align as u64, false);
+        let mut parts = Vec::new();
+        for first in (0..lanes).step_by(piece as usize) {
+            let m = self.lane_slice(mask, first, piece)?;
+            let vt = self.vec_ty(mty, piece);
+            let at = self.gep(mty, p, self.cx.i64_type().const_int(first as u64, false))?;
+            let f = self.intrinsic("llvm.masked.load", &[vt.into(), at.get_type().into()])?;
+            parts.push(self.call(f, &[at.into(), al.into(), m.into(), vt.const_zero().into()])?.into_vector_value());
+        }
+        self.concat_lanes(&parts, lanes)
+    }
+
+    /// `llvm.masked.store` of `v`'s `mask`ed lanes to `p`, in pieces of one
+    /// vector register each (see [`Self::masked_load`]).
+    fn masked_store(
+        &mut self,
+        p: PointerValue<'ctx>,
+        mty: BasicTypeEnum<'ctx>,
+        v: VectorValue<'ctx>,
+        mask: VectorValue<'ctx>,
+        align: u32,
+    ) -> R<()> {
+        let lanes = mask.get_type().get_size();
+        let piece = self.masked_piece_lanes(align, lanes);
+        let al = self.cx.i32_type().const_int(align as u64, false);
+        for first in (0..lanes).step_by(piece as usize) {
+            let m = self.lane_slice(mask, first, piece)?;
+            let x = self.lane_slice(v, first, piece)?;
+            let at = self.gep(mty, p, self.cx.i64_type().const_int(first as u64, false))?;
+            let f = self.intrinsic("llvm.masked.store", &[x.get_type().into(), at.get_type().into()])?;
+            self.call_void(f, &[x.into(), at.into(), al.into(), m.into()])?;
+        }
+        Ok(())
+    }
+
+    /// Lanes of a `bytes`-byte element in one masked access of register
+    /// width: 64 bytes with AVX-512 (unless it prefers 256-bit vectors), 32
+    /// with AVX; all `lanes` on GPUs and where masked accesses are not
+    /// instructions (LLVM expands them lane by lane).
+    fn masked_piece_lanes(&self, bytes: u32, lanes: u32) -> u32 {
+        let register = match () {
+            _ if self.on_device() => return lanes,
+            _ if self.has_feature("avx512f") && !self.has_feature("prefer-256-bit") => 64,
+            _ if self.has_feature("avx") || self.has_feature("avx2") => 32,
+            _ => return lanes,
+        };
+        (register / bytes.max(1)).clamp(1, lanes)
+    }
+
+    /// Lanes `first..first + n` of `v`; those past its end are zero (off, in a mask).
+    fn lane_slice(&self, v: VectorValue<'ctx>, first: u32, n: u32) -> R<VectorValue<'ctx>> {
+        let lanes = v.get_type().get_size();
+        if first == 0 && n == lanes {
+            return Ok(v);
+        }
+        let i32t = self.cx.i32_type();
+        // Index `lanes` picks the second operand's first lane: a zero.
+        let pick: Vec<_> = (first..first + n).map(|l| i32t.const_int(l.min(lanes) as u64, false)).collect();
+        Ok(self.b.build_shuffle_vector(v, v.get_type().const_zero(), VectorType::const_vector(&pick), "piece")?)
+    }
+
+    /// The first `lanes` lanes of `parts` (vectors of one type) end to end.
+    fn concat_lanes(&self, parts: &[VectorValue<'ctx>], lanes: u32) -> R<VectorValue<'ctx>> {
+        let n = parts[0].get_type().get_size();
+        if parts.len() == 1 && n == lanes {
+            return Ok(parts[0]);
+        }
+        let total = n * parts.len() as u32;
+        let vt = self.vec_ty(parts[0].get_type().get_element_type(), total);
+        let insert = self.intrinsic("llvm.vector.insert", &[vt.into(), parts[0].get_type().into()])?;
+        let i64t = self.cx.i64_type();
+        let mut acc: BasicValueEnum = vt.get_poison().into();
+        for (i, part) in parts.iter().enumerate() {
+            let at = i64t.const_int(i as u64 * n as u64, false);
+            acc = self.call(insert, &[acc, (*part).into(), at.into()])?;
+        }
+        self.lane_slice(acc.into_vector_value(), 0, lanes)
     }
 
     pub(super) fn call_void(&self, f: FunctionValue<'ctx>, args: &[BasicValueEnum<'ctx>]) -> R<()> {

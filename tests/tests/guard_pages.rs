@@ -1,0 +1,149 @@
+//! Generated code reads and writes only its tensors' elements: each tensor
+//! is placed so that it ends where an inaccessible region begins (and
+//! starts right after an inaccessible page), and the kernel runs on that
+//! memory in place. A vector access past a row's end, a tail iteration
+//! reading rows that do not exist, or a masked load the backend split into
+//! unmasked halves (LLVM 19 did, on AVX2: a packed panel's last partial
+//! column in a reduction slice's tail read up to a megabyte past `B`)
+//! faults here instead of reading a neighbour's memory.
+
+use std::collections::HashMap;
+use texc_codegen::{ArgRef, Compiled, TensorMut, TensorRef};
+use texc_compiler::interp;
+use texc_compiler::target::{Target, TargetKind};
+use texc_compiler::{Bindings, Program};
+use texc_runtime::Tensor;
+
+const PAGE: usize = 4096;
+/// Inaccessible bytes after each tensor: more than a reduction slice of rows
+/// past the end (a wild tail read lands in it, not in mapped memory).
+const AFTER: usize = 4 << 20;
+
+/// `len` bytes ending at an inaccessible region, starting after an inaccessible page.
+struct Fenced {
+    base: *mut u8,
+    total: usize,
+    len: usize,
+}
+
+impl Fenced {
+    fn new(len: usize) -> Fenced {
+        let data = len.div_ceil(PAGE) * PAGE;
+        let total = PAGE + data + AFTER;
+        // SAFETY: a fresh anonymous mapping, then protections on its own pages.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED, "mmap");
+            let base = base.cast::<u8>();
+            assert_eq!(libc::mprotect(base.cast(), PAGE, libc::PROT_NONE), 0);
+            assert_eq!(libc::mprotect(base.add(PAGE + data).cast(), AFTER, libc::PROT_NONE), 0);
+            Fenced { base, total, len }
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let data = self.len.div_ceil(PAGE) * PAGE;
+        // SAFETY: the `len` bytes before the trailing fence are mapped read-write and ours.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(PAGE + data - self.len), self.len) }
+    }
+}
+
+impl Drop for Fenced {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer borrowed.
+        unsafe { libc::munmap(self.base.cast(), self.total) };
+    }
+}
+
+/// `k` run in place on fenced copies of `args` and fenced outputs; its
+/// outputs must be those of an ordinary run, byte for byte.
+fn run_fenced(name: &str, k: &Compiled, args: &[interp::Arg]) {
+    let want = k.run(args.to_vec()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut inputs: Vec<(Fenced, &Tensor)> = Vec::new();
+    for a in args {
+        if let interp::Arg::Tensor(t) = a {
+            let mut f = Fenced::new(t.bytes().len());
+            f.bytes_mut().copy_from_slice(t.bytes());
+            inputs.push((f, t));
+        }
+    }
+    let mut ins = inputs.iter_mut();
+    let mut held = Vec::new();
+    for a in args {
+        held.push(match a {
+            interp::Arg::Tensor(_) => {
+                let (f, t) = ins.next().expect("one fence per tensor");
+                let bytes: &[u8] = f.bytes_mut();
+                ArgRef::Tensor(TensorRef { dtype: t.dtype(), shape: &t.shape, bytes })
+            }
+            interp::Arg::Scalar(v) => ArgRef::Scalar(*v),
+        });
+    }
+    let shapes = k.output_shapes();
+    let mut outs: Vec<Fenced> =
+        shapes.iter().map(|(d, s)| Fenced::new(d.size() * s.iter().product::<usize>())).collect();
+    let mut refs: Vec<TensorMut<'_>> = Vec::new();
+    for (f, (dtype, shape)) in outs.iter_mut().zip(&shapes) {
+        refs.push(TensorMut { dtype: *dtype, shape, bytes: f.bytes_mut() });
+    }
+    k.run_in_place(&held, &mut refs).unwrap_or_else(|e| panic!("{name}: {e}"));
+    drop(refs);
+    for (i, (f, w)) in outs.iter_mut().zip(&want).enumerate() {
+        assert!(f.bytes_mut() == w.bytes(), "{name}: output {i} differs from an ordinary run");
+    }
+}
+
+/// CPU targets this machine runs (the others are skipped, with the reason printed).
+fn cpu_targets() -> Vec<&'static Target> {
+    let (run, skipped) = texc_tests::runnable_targets();
+    for s in skipped {
+        println!("skipped: {s}");
+    }
+    run.into_iter().filter(|t| t.kind == TargetKind::Cpu).collect()
+}
+
+fn program(file: &str, shapes: &[(&str, i64)]) -> Program {
+    let b = Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Bindings::default() };
+    texc_tests::compile(file, None, &b).expect("specializes")
+}
+
+fn check_default(name: &str, p: &Program, t: &'static Target) {
+    let f = texc_tests::default_lowered_on(t, p);
+    let k = texc_tests::compile_loops(t, &f).unwrap_or_else(|e| panic!("{name} on {t}: {e}"));
+    let args = interp::bind_args(p, HashMap::new(), &[], 7).expect("binds");
+    run_fenced(&format!("{name} on {t}"), &k, &args);
+}
+
+/// Products at sizes whose last column panel and last reduction slice are
+/// partial (the shapes the AVX2 over-read showed on), on every CPU target.
+#[test]
+fn products_stay_inside_their_tensors() {
+    for shape in
+        [[("M", 197), ("K", 768), ("N", 1000)], [("M", 5), ("K", 1100), ("N", 2100)], [("M", 7), ("K", 13), ("N", 29)]]
+    {
+        let p = program("examples/matmul.tex", &shape);
+        for t in cpu_targets() {
+            check_default(&format!("matmul {shape:?}"), &p, t);
+        }
+    }
+}
+
+/// Every std operator at an odd size, with the host's default schedule.
+#[test]
+fn std_operators_stay_inside_their_tensors() {
+    let t = texc_compiler::target::lookup("host").expect("a target");
+    if let Err(e) = t.check_runs_here() {
+        println!("skipped: {e}");
+        return;
+    }
+    for (name, p) in texc_tests::std_op_programs(13) {
+        check_default(&name, &p, t);
+    }
+}
