@@ -3,19 +3,27 @@
 //! outer loop (784 columns as 6 blocks of 4 panels of 32, then one panel),
 //! the guard stays in the full blocks too, where no iteration fails it. This
 //! pass drops every comparison of a guard that the enclosing loops' ranges
+//! (and the guards around it comparing a loop variable with a constant)
 //! decide: `e < c` where `e`'s largest value is below `c`, `e >= c` where
 //! its smallest is at least `c`. A guard all of whose comparisons go is
-//! replaced by its body. (On AVX-512 such a guard made every vector of a
-//! matrix product a masked one: 128×512×784 ran 2.4× slower than on AVX2,
-//! whose 16-wide panels divide 784.)
+//! replaced by its body; a guard with a comparison that never holds goes
+//! with its body. (On AVX-512 such a guard made every vector of a matrix
+//! product a masked one: 128×512×784 ran 2.4× slower than on AVX2, whose
+//! 16-wide panels divide 784.) `crate::versioning` runs first and cuts
+//! loops so that more guards are decided.
 //!
-//! Invariants: only comparisons proven true for every iteration are dropped,
-//! so the nest computes what it did; loops, stores and their order are kept.
+//! Invariants: only comparisons decided for every iteration are dropped,
+//! and only statements that never run (and the CPU loops, guards and
+//! buffers they leave empty), so the nest computes what it did; the other
+//! loops, stores and their order are kept.
 
 use crate::ir::{LoopFunc, Stmt};
 use std::collections::HashMap;
 use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{TExpr, TExprId, VarId};
+
+/// Loop variables' smallest and largest values.
+pub(crate) type Ranges = HashMap<VarId, (i64, i64)>;
 
 /// Drop the comparisons of `f`'s guards that the loop ranges decide.
 pub fn drop_proven_guards(f: &mut LoopFunc) {
@@ -23,7 +31,7 @@ pub fn drop_proven_guards(f: &mut LoopFunc) {
     f.body = stmts(f, body, &mut HashMap::new());
 }
 
-fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut HashMap<VarId, (i64, i64)>) -> Vec<Stmt> {
+fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges) -> Vec<Stmt> {
     let mut out = Vec::with_capacity(body.len());
     for s in body {
         match s {
@@ -44,43 +52,89 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut HashMap<VarId, (i64, i6
                     Some(r) => ranges.insert(var, r),
                     None => ranges.remove(&var),
                 };
-                out.push(Stmt::For { var, lo, extent, kind, body });
-            }
-            Stmt::If { cond, then } => {
-                let then = stmts(f, then, ranges);
-                match simplify(f, cond, ranges) {
-                    Some(cond) => out.push(Stmt::If { cond, then }),
-                    None => out.extend(then),
+                // A loop left empty by the guards it held does nothing.
+                if !body.is_empty() {
+                    out.push(Stmt::For { var, lo, extent, kind, body });
                 }
             }
-            Stmt::Alloc { tensor, body } => out.push(Stmt::Alloc { tensor, body: stmts(f, body, ranges) }),
+            Stmt::If { cond, then } => {
+                let then = stmts(f, then, &mut crate::versioning::narrowed(f, cond, ranges));
+                match simplify(f, cond, ranges) {
+                    _ if then.is_empty() => {}
+                    Guard::Sometimes(cond) => out.push(Stmt::If { cond, then }),
+                    Guard::Always => out.extend(then),
+                    Guard::Never => {}
+                }
+            }
+            Stmt::Alloc { tensor, body } => {
+                let body = stmts(f, body, ranges);
+                if !body.is_empty() {
+                    out.push(Stmt::Alloc { tensor, body });
+                }
+            }
             other => out.push(other),
         }
     }
     out
 }
 
-/// `cond` without its comparisons that always hold; `None` when none is left.
-fn simplify(f: &mut LoopFunc, cond: TExprId, ranges: &HashMap<VarId, (i64, i64)>) -> Option<TExprId> {
+/// What the loop ranges say of a guard.
+enum Guard {
+    Always,
+    Never,
+    /// The comparisons they do not decide.
+    Sometimes(TExprId),
+}
+
+/// `cond` without its comparisons that always hold.
+fn simplify(f: &mut LoopFunc, cond: TExprId, ranges: &Ranges) -> Guard {
     match f.p.expr(cond).clone() {
         TExpr::Binary(BinOp::And, a, b) => match (simplify(f, a, ranges), simplify(f, b, ranges)) {
-            (None, rest) | (rest, None) => rest,
-            (Some(x), Some(y)) if (x, y) == (a, b) => Some(cond),
-            (Some(x), Some(y)) => Some(f.p.alloc(TExpr::Binary(BinOp::And, x, y), f.p.ty(cond), f.p.span(cond))),
+            (Guard::Never, _) | (_, Guard::Never) => Guard::Never,
+            (Guard::Always, rest) | (rest, Guard::Always) => rest,
+            (Guard::Sometimes(x), Guard::Sometimes(y)) if (x, y) == (a, b) => Guard::Sometimes(cond),
+            (Guard::Sometimes(x), Guard::Sometimes(y)) => {
+                Guard::Sometimes(f.p.alloc(TExpr::Binary(BinOp::And, x, y), f.p.ty(cond), f.p.span(cond)))
+            }
         },
-        TExpr::Binary(op @ (BinOp::Lt | BinOp::Ge), e, c) => {
-            let (TExpr::Int(c), Some((lo, hi))) = (f.p.expr(c).clone(), range(f, e, ranges)) else { return Some(cond) };
-            let holds = if op == BinOp::Lt { hi < c } else { lo >= c };
-            (!holds).then_some(cond)
+        _ => match decided(f, cond, ranges) {
+            Some(true) => Guard::Always,
+            Some(false) => Guard::Never,
+            None => Guard::Sometimes(cond),
+        },
+    }
+}
+
+/// The comparisons `cond` is the conjunction of.
+pub(crate) fn comparisons(f: &LoopFunc, cond: TExprId) -> Vec<TExprId> {
+    match f.p.expr(cond) {
+        TExpr::Binary(BinOp::And, a, b) => {
+            let mut out = comparisons(f, *a);
+            out.extend(comparisons(f, *b));
+            out
         }
-        _ => Some(cond),
+        _ => vec![cond],
+    }
+}
+
+/// Whether comparison `c` (`e < k` or `e >= k`) holds for every value of
+/// the loop variables in `ranges` (`Some(true)`), for none (`Some(false)`),
+/// or neither is known.
+pub(crate) fn decided(f: &LoopFunc, c: TExprId, ranges: &Ranges) -> Option<bool> {
+    let TExpr::Binary(op @ (BinOp::Lt | BinOp::Ge), e, k) = f.p.expr(c) else { return None };
+    let (TExpr::Int(k), Some((lo, hi))) = (f.p.expr(*k), range(f, *e, ranges)) else { return None };
+    let (always, never) = if *op == BinOp::Lt { (hi < *k, lo >= *k) } else { (lo >= *k, hi < *k) };
+    match (always, never) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
     }
 }
 
 /// The smallest and largest value of index expression `e` over the loop
 /// ranges: variables, constants, sums, differences and products by
 /// constants; `None` for anything else or on overflow.
-fn range(f: &LoopFunc, e: TExprId, ranges: &HashMap<VarId, (i64, i64)>) -> Option<(i64, i64)> {
+fn range(f: &LoopFunc, e: TExprId, ranges: &Ranges) -> Option<(i64, i64)> {
     match f.p.expr(e) {
         TExpr::Int(k) => Some((*k, *k)),
         TExpr::Var(v) => ranges.get(v).copied(),

@@ -59,6 +59,7 @@ pub mod transpose;
 pub mod tuning;
 pub mod validate;
 pub mod verify;
+pub mod versioning;
 pub mod zeroing;
 
 pub use apply::Knobs;

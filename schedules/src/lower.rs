@@ -55,6 +55,7 @@ pub fn lower(mut p: Program, s: &Schedules, regions: &[Option<Region>]) -> LoopF
         }
     }
     f.p.stages = stages;
+    crate::versioning::version_tails(&mut f);
     crate::guards::drop_proven_guards(&mut f);
     f
 }

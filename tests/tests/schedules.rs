@@ -905,3 +905,95 @@ fn row_reductions_combined_across_outputs_keep_eight_partial_results() {
         assert!(text.contains("local Y.rf: f32[1, 32]"), "{target}: 32 partial results:\n{text}");
     });
 }
+
+/// Iterations of `body`'s stores to `tensor`, and of those under a guard.
+/// `ranges` are the enclosing loops' (lo, hi), narrowed by the guards that
+/// compare a loop variable with a constant (the versions of a loop's body).
+fn store_work(
+    body: &[texc_schedules::ir::Stmt],
+    tensor: &str,
+    f: &texc_schedules::LoopFunc,
+    ranges: &mut HashMap<u32, (i64, i64)>,
+    guarded: bool,
+) -> (i64, i64) {
+    use texc_compiler::ops::BinOp;
+    use texc_compiler::tir::TExpr;
+    use texc_schedules::ir::Stmt;
+    let mut total = (0, 0);
+    for s in body {
+        let (all, under) = match s {
+            Stmt::For { var, lo, extent, body, .. } => {
+                ranges.insert(*var, (*lo, lo + extent - 1));
+                let w = store_work(body, tensor, f, ranges, guarded);
+                ranges.remove(var);
+                w
+            }
+            Stmt::If { cond, then } => {
+                let version = match f.p.expr(*cond) {
+                    TExpr::Binary(op @ (BinOp::Lt | BinOp::Ge), a, b) => match (f.p.expr(*a), f.p.expr(*b)) {
+                        (TExpr::Var(v), TExpr::Int(k)) => Some((*op, *v, *k)),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match version {
+                    Some((op, v, k)) => {
+                        let saved = ranges[&v];
+                        let r = ranges.get_mut(&v).expect("a loop variable");
+                        if op == BinOp::Lt {
+                            r.1 = r.1.min(k - 1)
+                        } else {
+                            r.0 = r.0.max(k)
+                        }
+                        let w = store_work(then, tensor, f, ranges, guarded);
+                        ranges.insert(v, saved);
+                        w
+                    }
+                    None => store_work(then, tensor, f, ranges, true),
+                }
+            }
+            Stmt::Alloc { body, .. } => store_work(body, tensor, f, ranges, guarded),
+            Stmt::Store { tensor: t, .. } if f.p.tensor(*t).name == tensor => {
+                let n: i64 = ranges.values().map(|(lo, hi)| (hi - lo + 1).max(0)).product();
+                (n, if guarded { n } else { 0 })
+            }
+            _ => (0, 0),
+        };
+        total = (total.0 + all, total.1 + under);
+    }
+    total
+}
+
+/// A product whose sizes no panel divides runs unguarded outside its last
+/// partial panel and reduction slice: the loops around a tail are cut where
+/// the guard is decided (`crate::versioning`), so the guarded (masked)
+/// share of the work is that of the tail, not all of it; results stay the
+/// interpreter's, on the evaluator and compiled.
+#[test]
+fn tails_are_cut_from_the_loops_around_them() {
+    for (m, k, n) in [(1000, 1000, 1000), (197, 768, 1000), (5, 1100, 2100)] {
+        let b = Bindings { shapes: vec![("M".into(), m), ("K".into(), k), ("N".into(), n)], ..Bindings::default() };
+        let p = texc_tests::compile("examples/matmul.tex", None, &b).expect("specializes");
+        for target in ["x86-avx512", "x86-avx2"] {
+            let f = texc_tests::default_lowered(target, &p);
+            let (all, guarded) = store_work(&f.body, "C", &f, &mut HashMap::new(), false);
+            assert!(all >= m * n * k, "{target} {m}×{k}×{n}: every product term is stored ({all})");
+            let share = guarded as f64 / all as f64;
+            assert!(
+                share < 0.1,
+                "{target} {m}×{k}×{n}: {:.0}% of C's stores guarded\n{}",
+                share * 100.0,
+                texc_schedules::ir::print(&f)
+            );
+        }
+    }
+    for (m, k, n) in [(13, 600, 200), (7, 530, 97)] {
+        let b = Bindings { shapes: vec![("M".into(), m), ("K".into(), k), ("N".into(), n)], ..Bindings::default() };
+        let p = texc_tests::compile("examples/matmul.tex", None, &b).expect("specializes");
+        for target in ["x86-avx512", "x86-avx2"] {
+            let f = texc_tests::default_lowered(target, &p);
+            assert_same(&format!("matmul {m}×{k}×{n} on {target}"), &p, &f, 3);
+            assert_same_compiled(&format!("matmul {m}×{k}×{n} on {target}"), &p, &f, 3);
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! Tail versioning: a loop whose guards hold (or fail) on a prefix or a
+//! suffix of its range is cut there, so the part where the guard is decided
+//! runs without it. A split that does not divide its extent leaves a guard
+//! on every iteration of the loops around the tail (1000 columns as 8
+//! blocks of 4 panels of 32: `(j.oo * 4 + j.oi) * 32 + j.v < 1000` stays on
+//! every vector of every block), and a guarded vector is a masked one whose
+//! accumulators LLVM cannot keep in registers: SGEMM at 1000³ ran 6× slower
+//! than at 1024³.
+//!
+//! For each loop (outermost first) the first comparison `e < c` or `e >= c`
+//! of a guard inside it that mentions its variable is decided, over the
+//! ranges of the loops around and inside, on the longest prefix (or suffix)
+//! of the loop's range (binary search: a comparison decided on a range is
+//! decided on its sub-ranges). Then:
+//! - a serial loop becomes two loops, `lo..cut` and `cut..hi` (the second a
+//!   copy with fresh variables);
+//! - a parallel loop keeps its one launch and its body is versioned:
+//!   `if x < cut: body'` and `if x >= cut: body` (`body'` a copy).
+//!
+//! Each piece is considered again with its narrower range; `crate::guards`
+//! then drops the comparisons each piece decides (and the statements whose
+//! guard fails everywhere). Vectorized, unrolled and GPU-bound loops are not
+//! cut (their iterations are lanes, copies or threads), nor loops holding
+//! GPU statements. Work is bounded: at most [`MAX_CUTS`] cuts per function,
+//! and a body is copied only while it has at most [`MAX_COPIED`] statements.
+//!
+//! Invariants: every iteration of every loop runs once, in the original
+//! order (a serial loop's pieces follow each other; a parallel loop's
+//! iterations each take one of two exclusive branches); only guards change.
+
+use crate::guards::{comparisons, decided, Ranges};
+use crate::ir::{ForKind, LoopFunc, Stmt};
+use crate::normalize::subst;
+use std::collections::HashMap;
+use texc_compiler::ops::BinOp;
+use texc_compiler::tir::{TExpr, TExprId, Ty, VarId};
+use texc_compiler::types::ElemType;
+
+/// Cuts per function: each copies a loop body once.
+pub const MAX_CUTS: usize = 32;
+/// Statements (counted recursively) a copied body may have.
+pub const MAX_COPIED: usize = 400;
+
+/// Cut `f`'s loops where their guards are decided (see the module header).
+pub fn version_tails(f: &mut LoopFunc) {
+    let body = std::mem::take(&mut f.body);
+    let mut v = Versioner { cuts: 0 };
+    f.body = v.stmts(f, body, &mut Ranges::new());
+}
+
+struct Versioner {
+    cuts: usize,
+}
+
+impl Versioner {
+    fn stmts(&mut self, f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges) -> Vec<Stmt> {
+        let mut out = Vec::with_capacity(body.len());
+        for s in body {
+            match s {
+                Stmt::For { var, lo, extent, kind, body } if cuttable(kind) && extent > 1 => {
+                    out.extend(self.cut_loop(f, var, lo, extent, kind, body, ranges));
+                }
+                Stmt::For { var, lo, extent, kind, body } => {
+                    let body = within(ranges, var, lo, extent, kind, |r| self.stmts(f, body, r));
+                    out.push(Stmt::For { var, lo, extent, kind, body });
+                }
+                Stmt::If { cond, then } => {
+                    let then = self.stmts(f, then, &mut narrowed(f, cond, ranges));
+                    out.push(Stmt::If { cond, then });
+                }
+                Stmt::Alloc { tensor, body } => out.push(Stmt::Alloc { tensor, body: self.stmts(f, body, ranges) }),
+                other => out.push(other),
+            }
+        }
+        out
+    }
+
+    /// Loop `var in lo..lo + extent`, cut where a guard inside it is decided.
+    #[allow(clippy::too_many_arguments)]
+    fn cut_loop(
+        &mut self,
+        f: &mut LoopFunc,
+        var: VarId,
+        lo: i64,
+        extent: i64,
+        kind: ForKind,
+        body: Vec<Stmt>,
+        ranges: &mut Ranges,
+    ) -> Vec<Stmt> {
+        let cut = if self.cuts < MAX_CUTS && size(&body) <= MAX_COPIED && !has_gpu_statements(&body) {
+            find_cut(f, var, lo, lo + extent, &body, ranges)
+        } else {
+            None
+        };
+        let Some(cut) = cut else {
+            let body = within(ranges, var, lo, extent, kind, |r| self.stmts(f, body, r));
+            return vec![Stmt::For { var, lo, extent, kind, body }];
+        };
+        self.cuts += 1;
+        match kind {
+            ForKind::Parallel => {
+                let copy = copy_stmts(f, &body);
+                let (below, rest) = (compare(f, var, BinOp::Lt, cut), compare(f, var, BinOp::Ge, cut));
+                let body = vec![Stmt::If { cond: below, then: copy }, Stmt::If { cond: rest, then: body }];
+                let body = within(ranges, var, lo, extent, kind, |r| self.stmts(f, body, r));
+                vec![Stmt::For { var, lo, extent, kind, body }]
+            }
+            _ => {
+                let (second, second_body) = copy_loop(f, var, &body);
+                let mut out = self.cut_loop(f, var, lo, cut - lo, kind, body, ranges);
+                out.extend(self.cut_loop(f, second, cut, lo + extent - cut, kind, second_body, ranges));
+                out
+            }
+        }
+    }
+}
+
+/// Loops whose range may be cut: their iterations are sequential code.
+fn cuttable(kind: ForKind) -> bool {
+    matches!(kind, ForKind::Serial | ForKind::Parallel)
+}
+
+/// `run` with `var`'s range known inside the loop (unknown for a GPU-bound
+/// loop, whose variable may run past it).
+fn within<T>(
+    ranges: &mut Ranges,
+    var: VarId,
+    lo: i64,
+    extent: i64,
+    kind: ForKind,
+    run: impl FnOnce(&mut Ranges) -> T,
+) -> T {
+    let saved = if kind.is_gpu() { ranges.remove(&var) } else { ranges.insert(var, (lo, lo + extent - 1)) };
+    let out = run(ranges);
+    match saved {
+        Some(r) => ranges.insert(var, r),
+        None => ranges.remove(&var),
+    };
+    out
+}
+
+/// `ranges` narrowed by guard `cond`'s comparisons of a loop variable with
+/// a constant (`x < c`, `x >= c`): the ranges inside the guard.
+pub(crate) fn narrowed(f: &LoopFunc, cond: TExprId, ranges: &Ranges) -> Ranges {
+    let mut inside = ranges.clone();
+    for c in comparisons(f, cond) {
+        let TExpr::Binary(op, a, b) = f.p.expr(c) else { continue };
+        let (TExpr::Var(v), TExpr::Int(k)) = (f.p.expr(*a), f.p.expr(*b)) else { continue };
+        if let Some(r) = inside.get_mut(v) {
+            match op {
+                BinOp::Lt => r.1 = r.1.min(k - 1),
+                BinOp::Ge => r.0 = r.0.max(*k),
+                _ => {}
+            }
+        }
+    }
+    inside
+}
+
+/// Where to cut `var in lo..hi`: the end of the longest prefix, or the start
+/// of the longest suffix, on which a comparison of a guard inside `body`
+/// that mentions `var` is decided (not on the whole range: that needs no cut).
+fn find_cut(f: &LoopFunc, var: VarId, lo: i64, hi: i64, body: &[Stmt], ranges: &Ranges) -> Option<i64> {
+    let mut found = None;
+    guards_in(f, body, &mut ranges.clone(), &mut |f, c, inner| {
+        if found.is_some() || !mentions(f, c, var) {
+            return;
+        }
+        let on = |a: i64, b: i64| {
+            let mut r = inner.clone();
+            r.insert(var, (a, b - 1));
+            decided(f, c, &r).is_some()
+        };
+        if on(lo, hi) {
+            return;
+        }
+        // The longest decided prefix lo..m, then the longest decided suffix m..hi.
+        let prefix = partition_point(lo + 1, hi, |m| on(lo, m));
+        if prefix > lo {
+            found = Some(prefix);
+            return;
+        }
+        let suffix = partition_point(lo + 1, hi, |m| !on(m, hi)) + 1;
+        if suffix < hi {
+            found = Some(suffix);
+        }
+    });
+    found
+}
+
+/// The largest `m` in `from..to` with `holds(m)` plus one, for a `holds`
+/// true up to some point and false after it (`from - 1` when none holds).
+fn partition_point(from: i64, to: i64, holds: impl Fn(i64) -> bool) -> i64 {
+    let (mut a, mut b) = (from, to);
+    while a < b {
+        let m = a + (b - a) / 2;
+        if holds(m) {
+            a = m + 1;
+        } else {
+            b = m;
+        }
+    }
+    a - 1
+}
+
+/// Calls `visit` with each comparison of each guard in `body` and the ranges
+/// of the loops around it.
+fn guards_in(f: &LoopFunc, body: &[Stmt], ranges: &mut Ranges, visit: &mut dyn FnMut(&LoopFunc, TExprId, &Ranges)) {
+    for s in body {
+        match s {
+            Stmt::For { var, lo, extent, kind, body } => {
+                within(ranges, *var, *lo, *extent, *kind, |r| guards_in(f, body, r, visit))
+            }
+            Stmt::If { cond, then } => {
+                for c in comparisons(f, *cond) {
+                    visit(f, c, ranges);
+                }
+                guards_in(f, then, &mut narrowed(f, *cond, ranges), visit);
+            }
+            Stmt::Alloc { body, .. } => guards_in(f, body, ranges, visit),
+            _ => {}
+        }
+    }
+}
+
+fn mentions(f: &LoopFunc, e: TExprId, var: VarId) -> bool {
+    matches!(f.p.expr(e), TExpr::Var(v) if *v == var) || f.p.children(e).into_iter().any(|c| mentions(f, c, var))
+}
+
+/// `var op k` as a guard.
+fn compare(f: &mut LoopFunc, var: VarId, op: BinOp, k: i64) -> TExprId {
+    let x = f.p.alloc(TExpr::Var(var), Ty::Index, Default::default());
+    let k = f.p.alloc(TExpr::Int(k), Ty::Index, Default::default());
+    f.p.alloc(TExpr::Binary(op, x, k), Ty::Elem(ElemType::Bool), Default::default())
+}
+
+/// Statements in `body`, counted recursively.
+fn size(body: &[Stmt]) -> usize {
+    body.iter()
+        .map(|s| match s {
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => 1 + size(body),
+            _ => 1,
+        })
+        .sum()
+}
+
+fn has_gpu_statements(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::For { kind, body, .. } => kind.is_gpu() || *kind == ForKind::Async || has_gpu_statements(body),
+        Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => has_gpu_statements(body),
+        Stmt::Store { .. } => false,
+        Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => true,
+    })
+}
+
+/// A fresh variable for a copy of loop `var`, and a copy of its body using it.
+fn copy_loop(f: &mut LoopFunc, var: VarId, body: &[Stmt]) -> (VarId, Vec<Stmt>) {
+    let d = f.vars[var as usize].clone();
+    let fresh = f.new_var(d.name, d.extent);
+    let mut rename = HashMap::from([(var, fresh)]);
+    let body = body.iter().map(|s| copy(f, s, &mut rename)).collect();
+    (fresh, body)
+}
+
+/// A copy of `body` whose loops have fresh variables.
+fn copy_stmts(f: &mut LoopFunc, body: &[Stmt]) -> Vec<Stmt> {
+    let mut rename = HashMap::new();
+    body.iter().map(|s| copy(f, s, &mut rename)).collect()
+}
+
+/// Deep copy of CPU statement `s` (no GPU statements: see `has_gpu_statements`).
+fn copy(f: &mut LoopFunc, s: &Stmt, rename: &mut HashMap<VarId, VarId>) -> Stmt {
+    let e = |f: &mut LoopFunc, x: TExprId, rename: &HashMap<VarId, VarId>| subst(&mut f.p, x, &HashMap::new(), rename);
+    match s {
+        Stmt::For { var, lo, extent, kind, body } => {
+            let d = f.vars[*var as usize].clone();
+            let fresh = f.new_var(d.name, d.extent);
+            rename.insert(*var, fresh);
+            let body = body.iter().map(|s| copy(f, s, rename)).collect();
+            Stmt::For { var: fresh, lo: *lo, extent: *extent, kind: *kind, body }
+        }
+        Stmt::If { cond, then } => {
+            let cond = e(f, *cond, rename);
+            Stmt::If { cond, then: then.iter().map(|s| copy(f, s, rename)).collect() }
+        }
+        Stmt::Alloc { tensor, body } => {
+            Stmt::Alloc { tensor: *tensor, body: body.iter().map(|s| copy(f, s, rename)).collect() }
+        }
+        Stmt::Store { tensor, indices, value } => {
+            let indices = indices.iter().map(|&i| e(f, i, rename)).collect();
+            Stmt::Store { tensor: *tensor, indices, value: e(f, *value, rename) }
+        }
+        Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {
+            unreachable!("bodies with GPU statements are not copied")
+        }
+    }
+}
