@@ -20,7 +20,7 @@
 
 use crate::interval::{self, Iv, ANY};
 use crate::ir::{LoopFunc, Stmt};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use texc_compiler::affine::{affine_of, Affine};
 use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{TExpr, TExprId, VarId};
@@ -111,6 +111,12 @@ pub(crate) struct Forms<'a> {
     pub(crate) opaques: BTreeMap<String, TExprId>,
     /// What holds where the access being read is made (see [`Forms::facts_of`]).
     pub(crate) facts: Vec<Fact>,
+    /// Forms already found without facts, once [`Forms::settle`] is done
+    /// (while it runs, a form's divisions ask for boundaries, and its
+    /// splits change the digits): a model's checks find the same index
+    /// forms many times.
+    memo: HashMap<TExprId, Option<Affine<Atom>>>,
+    settling: bool,
 }
 
 /// How many rounds of splitting digits [`Forms::settle`] runs at most:
@@ -119,12 +125,28 @@ pub(crate) const SETTLE_ROUNDS: usize = 6;
 
 impl<'a> Forms<'a> {
     pub(crate) fn new(f: &'a LoopFunc, env: &'a Env) -> Forms<'a> {
-        Forms { f, env, radix: BTreeMap::new(), wanted: Vec::new(), opaques: BTreeMap::new(), facts: Vec::new() }
+        Forms {
+            f,
+            env,
+            radix: BTreeMap::new(),
+            wanted: Vec::new(),
+            opaques: BTreeMap::new(),
+            facts: Vec::new(),
+            memo: HashMap::new(),
+            settling: false,
+        }
     }
 
     /// Split digits until every division of the accesses' indices and
     /// guards falls on boundaries (or cannot).
     pub(crate) fn settle(&mut self, sites: &[Site]) {
+        self.memo.clear();
+        self.settling = true;
+        self.settle_rounds(sites);
+        self.settling = false;
+    }
+
+    fn settle_rounds(&mut self, sites: &[Site]) {
         for _ in 0..SETTLE_ROUNDS {
             self.wanted.clear();
             for site in sites {
@@ -176,6 +198,18 @@ impl<'a> Forms<'a> {
     /// is `f` without splitting `f`'s digits at 19); those left are made
     /// exact on digits where they can be ([`Forms::split`]).
     pub(crate) fn form(&mut self, e: TExprId) -> Option<Affine<Atom>> {
+        if self.settling || !self.facts.is_empty() {
+            return self.find_form(e);
+        }
+        if let Some(known) = self.memo.get(&e) {
+            return known.clone();
+        }
+        let form = self.find_form(e);
+        self.memo.insert(e, form.clone());
+        form
+    }
+
+    fn find_form(&mut self, e: TExprId) -> Option<Affine<Atom>> {
         let mut form = self.form_of(e)?;
         loop {
             self.merge_pairs(&mut form)?;
