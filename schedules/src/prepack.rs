@@ -199,21 +199,21 @@ pub fn prepack_constant_operands(
         p.stages[ci].value = read_panels(p, value, pack.operand, panels, pack.width, inner);
     }
     let mut rows_made = 0;
+    let mut reads = crate::strategy::Reads::of(p);
     for pack in row_packs {
         if !constant(pack.operand) {
             continue;
         }
         // One reader, which reads it as the block did: weights of one layer.
-        let readers: Vec<usize> =
-            (0..p.stages.len()).filter(|&i| crate::strategy::loads(p, p.stages[i].value, pack.operand)).collect();
+        let readers: Vec<usize> = (0..p.stages.len()).filter(|&i| reads.loads(i, pack.operand)).collect();
         let [ci] = readers[..] else { continue };
         if !reads_by_rows(p, ci, pack) {
             continue;
         }
         let rows = insert_rows(p, ci, pack);
-        let ci = ci + 1;
-        let value = p.stages[ci].value;
-        p.stages[ci].value = read_rows(p, value, pack, rows);
+        let value = p.stages[ci + 1].value;
+        p.stages[ci + 1].value = read_rows(p, value, pack, rows);
+        reads.inserted(p, ci, ci + 1);
         rows_made += 1;
     }
     made.len() + rows_made

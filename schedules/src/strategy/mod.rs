@@ -108,6 +108,52 @@ pub(crate) fn loads(p: &Program, e: TExprId, t: TensorId) -> bool {
     matches!(p.expr(e), TExpr::Load(x, _) if *x == t) || p.children(e).into_iter().any(|c| loads(p, c, t))
 }
 
+/// The tensors each stage's value loads: "which stages read `t`" is then a
+/// lookup, not a walk of every later stage's expression (for each stage of
+/// a model's thousand, that walk made preparation quadratic).
+pub(crate) struct Reads(Vec<std::collections::BTreeSet<TensorId>>);
+
+impl Reads {
+    pub(crate) fn of(p: &Program) -> Reads {
+        Reads(p.stages.iter().map(|st| tensors_loaded(p, st.value)).collect())
+    }
+
+    /// Whether stage `si` loads `t`.
+    pub(crate) fn loads(&self, si: usize, t: TensorId) -> bool {
+        self.0[si].contains(&t)
+    }
+
+    /// After a stage was inserted at `si` and stage `changed` rewritten.
+    pub(crate) fn inserted(&mut self, p: &Program, si: usize, changed: usize) {
+        self.0.insert(si, tensors_loaded(p, p.stages[si].value));
+        self.0[changed] = tensors_loaded(p, p.stages[changed].value);
+    }
+
+    /// After [`crate::normalize::inline_stage`]`(p, si)`: stage `si` is gone
+    /// and each of its readers reads what it read instead of its tensor `t`.
+    pub(crate) fn inlined(&mut self, si: usize, t: TensorId) {
+        let gone = self.0.remove(si);
+        for reads in &mut self.0[si..] {
+            if reads.remove(&t) {
+                reads.extend(gone.iter().copied());
+            }
+        }
+    }
+}
+
+/// The tensors `e` loads.
+pub(crate) fn tensors_loaded(p: &Program, e: TExprId) -> std::collections::BTreeSet<TensorId> {
+    let mut found = Vec::new();
+    crate::analysis::loads_in(p, e, &mut found);
+    found
+        .into_iter()
+        .filter_map(|l| match p.expr(l) {
+            TExpr::Load(t, _) => Some(*t),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Whether `e` reads variable `v`.
 fn uses_var(p: &Program, e: TExprId, v: u32) -> bool {
     matches!(p.expr(e), TExpr::Var(x) if *x == v) || p.children(e).into_iter().any(|c| uses_var(p, c, v))

@@ -16,7 +16,7 @@
 //! [`MAX_INLINED_NODES`] nodes, so that chains of statements compile in
 //! linear time.
 
-use super::{loads, uses_var};
+use super::{uses_var, Reads};
 use crate::analysis::loads_in;
 use crate::knobs::DefaultKnobs;
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
@@ -70,17 +70,19 @@ pub fn default_inlining(p: &mut Program) {
 /// more than arithmetic, costly element-wise temporaries (a softmax's
 /// `exp`) are inlined into reductions too, and so computed once per reader.
 fn inline_elementwise(p: &mut Program, recompute: bool) {
+    let mut reads = Reads::of(p);
     let mut si = 0;
     while si < p.stages.len() {
         let st = &p.stages[si];
         let t = st.tensor;
         let repeatable = cheap(p, st.value);
         let recomputable = repeatable || recompute;
-        let consumers = p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).count();
+        let readers = || (si + 1..p.stages.len()).filter(|&c| reads.loads(c, t)).map(|c| &p.stages[c]);
+        let consumers = readers().count();
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
             && (recompute || recomputing_pays(p, st, consumers))
-            && p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).all(|c| {
+            && readers().all(|c| {
                 inlining_stays_small(p, st, c, repeatable)
                     && if contains_reduce(p, c.value) {
                         recomputable && volume(c) <= volume(st)
@@ -90,6 +92,7 @@ fn inline_elementwise(p: &mut Program, recompute: bool) {
             });
         if inlinable {
             inline_stage(p, si);
+            reads.inlined(si, t);
         } else {
             si += 1;
         }
@@ -104,11 +107,13 @@ fn inline_elementwise(p: &mut Program, recompute: bool) {
 /// read at fewer points than their readers have (`mu[n]` in `X[n, d] - mu[n]`)
 /// stay as they are.
 fn inline_epilogues(p: &mut Program) {
+    let mut reads = Reads::of(p);
     let mut si = 0;
     while si < p.stages.len() {
         let st = &p.stages[si];
         let t = st.tensor;
-        let readers: Vec<&Stage> = p.stages[si + 1..].iter().filter(|c| loads(p, c.value, t)).collect();
+        let readers: Vec<&Stage> =
+            (si + 1..p.stages.len()).filter(|&c| reads.loads(c, t)).map(|c| &p.stages[c]).collect();
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
             && recomputing_pays(p, st, readers.len())
@@ -121,6 +126,7 @@ fn inline_epilogues(p: &mut Program) {
             });
         if inlinable {
             inline_stage(p, si);
+            reads.inlined(si, t);
         } else {
             si += 1;
         }

@@ -19,7 +19,7 @@ use crate::analysis::loads_in;
 use crate::ir::ForKind;
 use crate::normalize::{contains_reduce, fresh_name};
 use crate::schedule::{Attach, Schedules, StageSchedule};
-use crate::strategy::{loads, uses_var};
+use crate::strategy::{uses_var, Reads};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
 use texc_grammar::Span;
 
@@ -53,13 +53,14 @@ pub(super) fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage
 /// true: it attaches neither an epilogue, nor a stage with one, nor anything
 /// into an epilogue or that one reads.
 pub(super) fn fold_epilogues(p: &Program, s: &mut Schedules) {
+    let reads = Reads::of(p);
     for ai in 0..p.stages.len() {
         if s.stages[ai].cache_write.is_none() || s.attach[ai].is_some() || s.is_epilogue(ai) {
             continue;
         }
         let a = &p.stages[ai];
         let t = a.tensor;
-        let readers: Vec<usize> = (0..p.stages.len()).filter(|&i| loads(p, p.stages[i].value, t)).collect();
+        let readers: Vec<usize> = (0..p.stages.len()).filter(|&i| reads.loads(i, t)).collect();
         let [bi] = readers[..] else { continue };
         if s.stages[bi].flash.is_some() {
             continue;
