@@ -21,8 +21,9 @@
 //! then drops the comparisons each piece decides (and the statements whose
 //! guard fails everywhere). Vectorized, unrolled and GPU-bound loops are not
 //! cut (their iterations are lanes, copies or threads), nor loops holding
-//! GPU statements. Work is bounded: at most [`MAX_CUTS`] cuts per function,
-//! and a body is copied only while it has at most [`MAX_COPIED`] statements.
+//! GPU statements. Work is bounded: at most [`MAX_CUTS`] cuts per top-level
+//! nest, and a body is copied only while it has at most [`MAX_COPIED`]
+//! statements, so code grows at most linearly in a model's nests.
 //!
 //! Invariants: every iteration of every loop runs once, in the original
 //! order (a serial loop's pieces follow each other; a parallel loop's
@@ -36,7 +37,7 @@ use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{TExpr, TExprId, Ty, VarId};
 use texc_compiler::types::ElemType;
 
-/// Cuts per function: each copies a loop body once.
+/// Cuts per top-level loop nest (a model has hundreds): each copies a loop body once.
 pub const MAX_CUTS: usize = 32;
 /// Statements (counted recursively) a copied body may have.
 pub const MAX_COPIED: usize = 400;
@@ -44,8 +45,11 @@ pub const MAX_COPIED: usize = 400;
 /// Cut `f`'s loops where their guards are decided (see the module header).
 pub fn version_tails(f: &mut LoopFunc) {
     let body = std::mem::take(&mut f.body);
-    let mut v = Versioner { cuts: 0 };
-    f.body = v.stmts(f, body, &mut Ranges::new());
+    let mut out = Vec::with_capacity(body.len());
+    for nest in body {
+        out.extend(Versioner { cuts: 0 }.stmts(f, vec![nest], &mut Ranges::new()));
+    }
+    f.body = out;
 }
 
 struct Versioner {
