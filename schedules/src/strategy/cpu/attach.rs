@@ -156,32 +156,40 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
             if readers.peek().is_none() || !readers.all(inside) {
                 continue;
             }
-            let mut trial = s.clone();
-            for v in &mut trial.stages[pi].ivs {
+            // The trial is made on `s` itself and undone if it does not pay
+            // (a copy of every stage's schedule per trial was most of a
+            // model's scheduling); `infer` rebases a copy.
+            let was_parallel = s.stages[pi].ivs.iter().any(|v| v.kind == ForKind::Parallel);
+            let undo = (s.stages[pi].ivs.clone(), s.attach[pi].take());
+            for v in &mut s.stages[pi].ivs {
                 if v.kind == ForKind::Parallel {
                     v.kind = ForKind::Serial;
                 }
             }
-            trial.attach[pi] = Some(Attach { owner: o, leaf: a, layout: None, shared: false, span: Span::default() });
-            let Ok(regions) = crate::attach::infer(p, &mut trial.clone()) else { continue };
-            let r = regions[pi].as_ref().expect("attached");
-            if cuts_reuse(p, &p.stages[pi], &r.ext) {
+            s.attach[pi] = Some(Attach { owner: o, leaf: a, layout: None, shared: false, span: Span::default() });
+            let pays = match crate::attach::infer(p, &mut s.clone()) {
+                Ok(regions) => {
+                    let r = regions[pi].as_ref().expect("attached");
+                    let bytes = r.local_shape.iter().product::<i64>() * p.tensor(t).elem.size() as i64;
+                    // Boxes may overrun the tensor at the end (those points are not computed) or overlap a little.
+                    let computed = r.ext.iter().product::<i64>() * trips;
+                    !cuts_reuse(p, &p.stages[pi], &r.ext)
+                        && bytes <= ATTACH_BYTES
+                        && 4 * computed <= 5 * p.tensor(t).len()
+                }
+                Err(_) => false,
+            };
+            if !pays {
+                (s.stages[pi].ivs, s.attach[pi]) = undo;
                 continue;
             }
-            let bytes = r.local_shape.iter().product::<i64>() * p.tensor(t).elem.size() as i64;
-            // Boxes may overrun the tensor at the end (those points are not computed) or overlap a little.
-            let computed = r.ext.iter().product::<i64>() * trips;
-            if bytes <= ATTACH_BYTES && 4 * computed <= 5 * p.tensor(t).len() {
-                // The producer's threads become the owner's: a reader too small to
-                // be worth threads on its own (a convolution's bias epilogue over
-                // 7×7×512 outputs) now carries the producer's work.
-                let was_parallel = s.stages[pi].ivs.iter().any(|v| v.kind == ForKind::Parallel);
-                *s = trial;
-                let owner = &mut s.stages[o];
-                let threaded = owner.ivs.iter().any(|v| v.kind == ForKind::Parallel);
-                if was_parallel && !threaded && owner.ivs[a].kind == ForKind::Serial && owner.ivs[a].extent >= 2 {
-                    owner.annotate(a, ForKind::Parallel, Span::default()).expect("a spatial leaf");
-                }
+            // The producer's threads become the owner's: a reader too small to
+            // be worth threads on its own (a convolution's bias epilogue over
+            // 7×7×512 outputs) now carries the producer's work.
+            let owner = &mut s.stages[o];
+            let threaded = owner.ivs.iter().any(|v| v.kind == ForKind::Parallel);
+            if was_parallel && !threaded && owner.ivs[a].kind == ForKind::Serial && owner.ivs[a].extent >= 2 {
+                owner.annotate(a, ForKind::Parallel, Span::default()).expect("a spatial leaf");
             }
         }
     }
