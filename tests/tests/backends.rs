@@ -206,6 +206,75 @@ fn random_legal_schedules() {
     }
 }
 
+/// `conv_transpose2d` as `std.nn` writes it (each output column phase a
+/// stage row reading its taps only, then interleaved) against the
+/// definition by scattering — every input pixel times every tap added at
+/// `y·stride − pad + r` — which shares nothing with it; then every CPU
+/// target's default schedule against the interpreter. Kernels smaller than,
+/// equal to and larger than the stride, not multiples of it, padding,
+/// output padding, odd sizes.
+#[test]
+fn conv_transpose_matches_its_scatter_definition() {
+    // (C, K, H, W, R, S, stride, pad, output_padding)
+    let cases = [
+        (3, 5, 5, 7, 2, 2, 2, 0, 0),
+        (2, 3, 4, 6, 3, 3, 2, 1, 1),
+        (3, 2, 5, 3, 1, 1, 2, 0, 1),
+        (2, 4, 3, 5, 5, 4, 3, 2, 0),
+        (4, 3, 6, 17, 4, 4, 2, 1, 0),
+        (2, 2, 3, 4, 3, 2, 1, 1, 0),
+    ];
+    for (c, k, h, w, r, s, stride, pad, op) in cases {
+        let oh = (h - 1) * stride - 2 * pad + r + op;
+        let ow = (w - 1) * stride - 2 * pad + s + op;
+        let src = format!(
+            "import std.nn;\n\
+             kernel t(X: f32[1, {c}, {h}, {w}], Wt: f32[{c}, {k}, {r}, {s}], b: f32[{k}]) -> Y: f32[1, {k}, {oh}, {ow}] {{\n\
+             \x20   Y = conv_transpose2d_bias(X, Wt, b, stride = {stride}, pad = {pad}, output_padding = {op});\n}}\n"
+        );
+        let name = format!("conv_transpose C={c} K={k} {h}×{w} {r}×{s} stride {stride} pad {pad} op {op}");
+        let (mut pl, kr) =
+            texc_tests::load_text("interp", "t.tex", &src, None).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let p = texc_tests::specialize(&mut pl, kr, &Bindings::default());
+        let args = interp::bind_args(&p, HashMap::new(), &[], 3).expect("binds");
+        let t = |i: usize| match &args[i] {
+            interp::Arg::Tensor(t) => t.to_f64(),
+            _ => panic!("a tensor"),
+        };
+        let (x, wt, bias) = (t(0), t(1), t(2));
+        let mut want = vec![0.0f64; k * oh * ow];
+        for kk in 0..k {
+            want[kk * oh * ow..(kk + 1) * oh * ow].iter_mut().for_each(|v| *v = bias[kk]);
+        }
+        for cc in 0..c {
+            for y in 0..h {
+                for xx in 0..w {
+                    for kk in 0..k {
+                        for rr in 0..r {
+                            for ss in 0..s {
+                                let (oy, ox) =
+                                    ((y * stride + rr) as i64 - pad as i64, (xx * stride + ss) as i64 - pad as i64);
+                                if oy >= 0 && ox >= 0 && (oy as usize) < oh && (ox as usize) < ow {
+                                    want[(kk * oh + oy as usize) * ow + ox as usize] +=
+                                        x[(cc * h + y) * w + xx] * wt[((cc * k + kk) * r + rr) * s + ss];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let got = interp::run(&p, args.clone()).expect("interp")[0].to_f64();
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+        let err = got.iter().zip(&want).fold(0f64, |m, (g, w)| m.max((g - w).abs())) / scale;
+        assert!(err <= 1e-6, "{name}: the interpreter is {err:e} from the scatter definition");
+        for target in targets().into_iter().filter(|t| t.kind == TargetKind::Cpu) {
+            let f = texc_tests::default_lowered(target.name, &p);
+            check(&name, &p, &f, target, 3);
+        }
+    }
+}
+
 /// The vector `exp` (a polynomial; on AVX-512 scaled by `vscalefps`) and
 /// the `sigmoid` built on it, lane by lane: overflow to ∞ past 88.72,
 /// denormal results down to −103.97, 0 below, NaN and infinities through.
