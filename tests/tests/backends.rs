@@ -275,6 +275,30 @@ fn conv_transpose_matches_its_scatter_definition() {
     }
 }
 
+/// Products with rows on two axes (`h, w`, a channels-last 1×1 convolution
+/// or a `Linear` over an image) and columns in blocks: the blocks' loop is
+/// outside the outer row axis, so that a block of the weight is read once
+/// for all rows; a batch axis the weight is indexed by stays outside it.
+/// Sizes no block or vector divides, every CPU target against the interpreter.
+#[test]
+fn column_blocks_enclose_the_rows_they_serve() {
+    let cases = [
+        ("rows", "kernel t(X: f32[5, 7, 37], B: f32[37, 600]) -> Y: f32[5, 7, 600] { Y[h, w, j] = sum[k](X[h, w, k] * B[k, j]); }", "j.oo"),
+        ("batch", "kernel t(X: f32[3, 7, 37], B: f32[3, 37, 600]) -> Y: f32[3, 7, 600] { Y[b, i, j] = sum[k](X[b, i, k] * B[b, k, j]); }", "b"),
+    ];
+    for (name, src, outer) in cases {
+        let (mut pl, k) = texc_tests::load_text("interp", "t.tex", src, None).expect("front end");
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        for target in targets().into_iter().filter(|t| t.kind == TargetKind::Cpu) {
+            let f = texc_tests::default_lowered(target.name, &p);
+            let text = texc_schedules::ir::print(&f);
+            let parallel = text.lines().find(|l| l.contains(" parallel:")).unwrap_or_else(|| panic!("{name}: {text}"));
+            assert!(parallel.trim_start().starts_with(&format!("for {outer}")), "{name} on {target}:\n{text}");
+            check(name, &p, &f, target, 5);
+        }
+    }
+}
+
 /// The vector `exp` (a polynomial; on AVX-512 scaled by `vscalefps`) and
 /// the `sigmoid` built on it, lane by lane: overflow to ∞ past 88.72,
 /// denormal results down to −103.97, 0 below, NaN and infinities through.

@@ -146,13 +146,22 @@ pub(super) fn register_block(
         None => (None, o),
     };
     let row_part = [oo, Some(oi), Some(v)];
-    let mut order: Vec<usize> = ss
+    let outer: Vec<usize> = ss
         .leaves
         .iter()
         .copied()
         .filter(|&l| !ss.ivs[l].reduce && l != r && l != ab && !row_part.contains(&Some(l)))
         .collect();
+    // With column blocks, the outer loops the vector operand does not read
+    // (more rows: `h` of a product over `h, w`) go inside the block loop,
+    // so that a block's panels are read once for all rows rather than once
+    // per outer row; those it reads (a batch) stay outside.
+    let (mut order, inside): (Vec<usize>, Vec<usize>) = match oo {
+        Some(_) => outer.iter().partition(|&&l| reads_along(p, st, &ss.ivs[l].rel)),
+        None => (outer, Vec::new()),
+    };
     order.extend(oo);
+    order.extend(inside);
     order.extend(slices.map(|(ko, _)| ko));
     if m.knobs.order == Some(true) {
         order.extend([oi, ab]);
@@ -191,6 +200,20 @@ pub(super) fn register_block(
         }
     };
     vector_operand(p, st).map(|tensor| PackRequest { leaf, tensor, width })
+}
+
+/// Whether the loop of `rel` may index the stage's vector operand (the
+/// load contiguous in the innermost axis): a root axis the operand's index
+/// uses, or any loop made by splitting or fusing (not looked into).
+fn reads_along(p: &Program, st: &Stage, rel: &crate::schedule::Rel) -> bool {
+    let crate::schedule::Rel::Root(a) = *rel else { return true };
+    let inner = st.n_axes as u32 - 1;
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    loads.into_iter().any(|l| match p.expr(l) {
+        TExpr::Load(_, idx) => idx.last().is_some_and(|&i| uses_var(p, i, inner)) && uses_var(p, l, a as u32),
+        _ => false,
+    })
 }
 
 /// The spatial axis whose rows a register block unrolls: one that the
