@@ -82,7 +82,11 @@ pub(super) fn register_block(
         None => default_rows(block_accumulators(m, shared) / vectors, ss.ivs[a].extent, long),
     };
     if f < 2 {
-        vectorize_inner(ss, inner, m);
+        if row >= 2 * m.lanes && ss.leaves.iter().any(|&l| ss.ivs[l].reduce) {
+            block_columns(ss, inner, m);
+        } else {
+            vectorize_inner(ss, inner, m);
+        }
         return None;
     }
     let name = ss.ivs[a].name.clone();
@@ -200,6 +204,31 @@ pub(super) fn register_block(
         }
     };
     vector_operand(p, st).map(|tensor| PackRequest { leaf, tensor, width })
+}
+
+/// A reduction without rows to block (a matrix-vector product `x · W` at
+/// one row, a classifier's head): its row of vectors is cut into blocks of
+/// [`UNSHARED_ACCUMULATORS`] at most, each block's loop outside the
+/// reductions and its vectors unrolled inside them, so that the block's
+/// accumulators stay in registers for the whole reduction (without blocks
+/// every step of the reduction loads and stores the whole row) and the
+/// blocks are loops to run in parallel.
+fn block_columns(ss: &mut StageSchedule, inner: usize, m: Machine) {
+    let span = Span::default();
+    let name = ss.ivs[inner].name.clone();
+    let (o, v) =
+        ss.split(inner, m.lanes, (&format!("{name}.o"), span), (&format!("{name}.v"), span), span).expect("fresh");
+    ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+    let per_block = block_accumulators(m, false).min(ss.ivs[o].extent);
+    let (ob, oi) =
+        ss.split(o, per_block, (&format!("{name}.ob"), span), (&format!("{name}.oi"), span), span).expect("fresh");
+    let mut order: Vec<usize> =
+        ss.leaves.iter().copied().filter(|&l| !ss.ivs[l].reduce && ![ob, oi, v].contains(&l)).collect();
+    order.push(ob);
+    order.extend(ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce));
+    order.extend([oi, v]);
+    ss.reorder(&order, span).expect("a permutation of the leaves");
+    ss.annotate(oi, ForKind::Unrolled, span).expect("serial leaf");
 }
 
 /// Whether the loop of `rel` may index the stage's vector operand (the
