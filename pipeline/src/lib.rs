@@ -732,7 +732,8 @@ impl Pipeline {
         if self.options.target.kind == TargetKind::Cpu {
             texc_schedules::dot4::pack_products(p, self.options.target);
             let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
-            texc_schedules::transpose::transpose_operands(p, Some(&|t: TensorId| constant[t.0 as usize]));
+            // Any row count: a constant's transpose costs nothing per run.
+            texc_schedules::transpose::transpose_operands(p, Some(&|t: TensorId| constant[t.0 as usize]), 1);
         }
         let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
         texc_schedules::prepack::prepack_constant_operands(p, self.options.target, knobs, &|t| constant[t.0 as usize]);

@@ -18,9 +18,13 @@
 //! Which products: a sum whose body multiplies two loads (each possibly
 //! converted), one of which (`W`) has the stage's innermost axis `j`, alone,
 //! as one of its indices but not its last, and a variable of the sum,
-//! alone, as its last; the other does not involve `j`. Only when the
-//! output has at least [`MIN_ROWS`] rows besides `j` (a matrix-vector
-//! product, which reads `W` once, is fastest as dot products along rows).
+//! alone, as its last; the other does not involve `j`. A `W` computed at
+//! run time only when the output has at least [`MIN_ROWS`] rows besides `j`
+//! (a matrix-vector product reads `W` once, so transposing it first would
+//! double its traffic); a constant `W` at any row count, as its transpose
+//! costs nothing per run and the `A[i, k] · B[k, j]` form needs no
+//! horizontal sums of the dot products' lanes (an LSTM's recurrent product
+//! at one row, its input projection at the sequence length).
 //!
 //! Invariants: the program computes the same values (the product's terms
 //! are the same products in the same order); stages stay in an order
@@ -34,18 +38,19 @@ use texc_compiler::ops::{BinOp, ReduceOp};
 use texc_compiler::tir::*;
 
 /// Output rows (the product of the extents of the axes besides `j`) from
-/// which transposing `W` (one pass over it) pays for itself.
+/// which transposing a `W` computed at run time (one pass over it) pays for itself.
 pub const MIN_ROWS: i64 = 16;
 
 /// Transpose the vector operand of every product that reads it across its
-/// rows (only those `only` accepts, where given); the number of products
-/// changed. Attention stages (`crate::flash`) are left to their own nest.
-pub fn transpose_operands(p: &mut Program, only: Option<&dyn Fn(TensorId) -> bool>) -> usize {
+/// rows (only those `only` accepts, where given) and has at least
+/// `min_rows` output rows; the number of products changed. Attention
+/// stages (`crate::flash`) are left to their own nest.
+pub fn transpose_operands(p: &mut Program, only: Option<&dyn Fn(TensorId) -> bool>, min_rows: i64) -> usize {
     let mut made: Vec<(TensorId, TensorId)> = Vec::new();
     let mut changed = 0;
     let mut si = 0;
     while si < p.stages.len() {
-        match find(p, si).filter(|&(_, w)| only.is_none_or(|f| f(w))) {
+        match find(p, si, min_rows).filter(|&(_, w)| only.is_none_or(|f| f(w))) {
             Some((load, w)) => {
                 let t = match made.iter().find(|(m, _)| *m == w) {
                     Some(&(_, t)) => t,
@@ -67,14 +72,14 @@ pub fn transpose_operands(p: &mut Program, only: Option<&dyn Fn(TensorId) -> boo
 }
 
 /// The first load of stage `si` to transpose, and its tensor.
-fn find(p: &Program, si: usize) -> Option<(TExprId, TensorId)> {
+fn find(p: &Program, si: usize, min_rows: i64) -> Option<(TExprId, TensorId)> {
     let st = &p.stages[si];
     if crate::flash::is_attention(p, si) {
         return None;
     }
     let j = st.n_axes.checked_sub(1)? as VarId;
     let rows: i64 = st.vars[..st.n_axes - 1].iter().map(|v| v.extent).product();
-    if rows < MIN_ROWS {
+    if rows < min_rows {
         return None;
     }
     let mut stack = vec![st.value];

@@ -206,6 +206,110 @@ fn random_legal_schedules() {
     }
 }
 
+/// `conv_transpose2d` as `std.nn` writes it (each output column phase a
+/// stage row reading its taps only, then interleaved) against the
+/// definition by scattering — every input pixel times every tap added at
+/// `y·stride − pad + r` — which shares nothing with it; then every CPU
+/// target's default schedule against the interpreter. Kernels smaller than,
+/// equal to and larger than the stride, not multiples of it, padding,
+/// output padding, odd sizes.
+#[test]
+fn conv_transpose_matches_its_scatter_definition() {
+    // (C, K, H, W, R, S, stride, pad, output_padding)
+    let cases = [
+        (3, 5, 5, 7, 2, 2, 2, 0, 0),
+        (2, 3, 4, 6, 3, 3, 2, 1, 1),
+        (3, 2, 5, 3, 1, 1, 2, 0, 1),
+        (2, 4, 3, 5, 5, 4, 3, 2, 0),
+        (4, 3, 6, 17, 4, 4, 2, 1, 0),
+        (2, 2, 3, 4, 3, 2, 1, 1, 0),
+    ];
+    for (c, k, h, w, r, s, stride, pad, op) in cases {
+        let oh = (h - 1) * stride - 2 * pad + r + op;
+        let ow = (w - 1) * stride - 2 * pad + s + op;
+        let src = format!(
+            "import std.nn;\n\
+             kernel t(X: f32[1, {c}, {h}, {w}], Wt: f32[{c}, {k}, {r}, {s}], b: f32[{k}]) -> Y: f32[1, {k}, {oh}, {ow}] {{\n\
+             \x20   Y = conv_transpose2d_bias(X, Wt, b, stride = {stride}, pad = {pad}, output_padding = {op});\n}}\n"
+        );
+        let name = format!("conv_transpose C={c} K={k} {h}×{w} {r}×{s} stride {stride} pad {pad} op {op}");
+        let (mut pl, kr) =
+            texc_tests::load_text("interp", "t.tex", &src, None).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let p = texc_tests::specialize(&mut pl, kr, &Bindings::default());
+        let args = interp::bind_args(&p, HashMap::new(), &[], 3).expect("binds");
+        let t = |i: usize| match &args[i] {
+            interp::Arg::Tensor(t) => t.to_f64(),
+            _ => panic!("a tensor"),
+        };
+        let (x, wt, bias) = (t(0), t(1), t(2));
+        let mut want = vec![0.0f64; k * oh * ow];
+        for kk in 0..k {
+            want[kk * oh * ow..(kk + 1) * oh * ow].iter_mut().for_each(|v| *v = bias[kk]);
+        }
+        for cc in 0..c {
+            for y in 0..h {
+                for xx in 0..w {
+                    for kk in 0..k {
+                        for rr in 0..r {
+                            for ss in 0..s {
+                                let (oy, ox) =
+                                    ((y * stride + rr) as i64 - pad as i64, (xx * stride + ss) as i64 - pad as i64);
+                                if oy >= 0 && ox >= 0 && (oy as usize) < oh && (ox as usize) < ow {
+                                    want[(kk * oh + oy as usize) * ow + ox as usize] +=
+                                        x[(cc * h + y) * w + xx] * wt[((cc * k + kk) * r + rr) * s + ss];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let got = interp::run(&p, args.clone()).expect("interp")[0].to_f64();
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+        let err = got.iter().zip(&want).fold(0f64, |m, (g, w)| m.max((g - w).abs())) / scale;
+        assert!(err <= 1e-6, "{name}: the interpreter is {err:e} from the scatter definition");
+        for target in targets().into_iter().filter(|t| t.kind == TargetKind::Cpu) {
+            let f = texc_tests::default_lowered(target.name, &p);
+            check(&name, &p, &f, target, 3);
+        }
+    }
+}
+
+/// Products with rows on two axes (`h, w`, a channels-last 1×1 convolution
+/// or a `Linear` over an image) and columns in blocks: the blocks' loop is
+/// outside the outer row axis, so that a block of the weight is read once
+/// for all rows; a batch axis the weight is indexed by stays outside it.
+/// Products of one row (a classifier's head) have blocks of columns too.
+/// Sizes no block or vector divides, every CPU target against the interpreter.
+#[test]
+fn column_blocks_enclose_the_rows_they_serve() {
+    let cases = [
+        ("rows", "kernel t(X: f32[5, 7, 37], B: f32[37, 600]) -> Y: f32[5, 7, 600] { Y[h, w, j] = sum[k](X[h, w, k] * B[k, j]); }", "j.oo"),
+        ("batch", "kernel t(X: f32[3, 7, 37], B: f32[3, 37, 600]) -> Y: f32[3, 7, 600] { Y[b, i, j] = sum[k](X[b, i, k] * B[b, k, j]); }", "b"),
+        // One row: blocks of columns outside the reduction, their accumulators in registers.
+        ("one row", "kernel t(X: f32[1, 37], B: f32[37, 203]) -> Y: f32[1, 203] { Y[i, j] = sum[k](X[i, k] * B[k, j]); }", "j.ob"),
+        ("one row, a batch", "kernel t(X: f32[2, 1, 45], B: f32[2, 45, 1000]) -> Y: f32[2, 1, 1000] { Y[b, i, j] = sum[k](X[b, i, k] * B[b, k, j]) + 1.0; }", "j.ob"),
+    ];
+    for (name, src, outer) in cases {
+        let (mut pl, k) = texc_tests::load_text("interp", "t.tex", src, None).expect("front end");
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        for target in targets().into_iter().filter(|t| t.kind == TargetKind::Cpu) {
+            let f = texc_tests::default_lowered(target.name, &p);
+            let text = texc_schedules::ir::print(&f);
+            if outer == "j.ob" {
+                // Too little work to run in parallel: the order is what counts.
+                let at = |s: &str| text.find(s).unwrap_or_else(|| panic!("{name} on {target}: no `{s}` in\n{text}"));
+                assert!(at("for j.ob in") < at("for k in"), "{name} on {target}:\n{text}");
+            } else {
+                let parallel =
+                    text.lines().find(|l| l.contains(" parallel:")).unwrap_or_else(|| panic!("{name}: {text}"));
+                assert!(parallel.trim_start().starts_with(&format!("for {outer}")), "{name} on {target}:\n{text}");
+            }
+            check(name, &p, &f, target, 5);
+        }
+    }
+}
+
 /// The vector `exp` (a polynomial; on AVX-512 scaled by `vscalefps`) and
 /// the `sigmoid` built on it, lane by lane: overflow to ∞ past 88.72,
 /// denormal results down to −103.97, 0 below, NaN and infinities through.
@@ -228,6 +332,35 @@ fn vector_exp_matches_the_interpreter_elementwise() {
                 // Denormal results (below 2^-126) keep fewer significant bits.
                 let tol = if w.abs() < 1.2e-38 { 1e-3 } else { 2e-7 };
                 let ok = (g.is_nan() && w.is_nan()) || *g == w || (g - w).abs() <= tol * w.abs();
+                assert!(ok, "{name}({x}) = {g} on {target}, interpreter says {w}");
+            }
+        }
+    }
+}
+
+/// The vector `tanh` and `erf` (polynomials and the vector `exp`, instead
+/// of a library call per lane) agree with the interpreter's to a few units
+/// in the last place on a dense sweep across both of their branches (tanh's
+/// at |x| = 0.625, erf's at 1 and the clamp at 4), tiny and huge arguments,
+/// signed zeros, infinities and NaN.
+#[test]
+fn vector_tanh_and_erf_match_the_interpreter_elementwise() {
+    let src = "kernel t(X: f32[N = 1037]) -> (T: f32[N], E: f32[N]) { T[i] = tanh(X[i]); E[i] = erf(X[i]); }";
+    for target in targets() {
+        let (mut pl, k) = texc_tests::load_text(target.name, "t.tex", src, None).expect("front end");
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let mut xs: Vec<f64> = (0..1000).map(|i| -6.0 + 12.0 * i as f64 / 999.0).collect();
+        xs.extend([0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e-30, -1e-30, 1e-7, -3e-5, 1e30, -1e30]);
+        xs.extend([0.625, -0.625, 0.62499994, 0.6250001, 1.0, -1.0, 0.99999994, 1.0000001, 4.0, -4.0, 3.9999998]);
+        xs.extend([4.0000005, 8.9, -9.1, 44.0, -88.0, 0.3, -0.7, 2.5, -3.7, 1e-3, 12.0, -0.05, 0.001, 5.5, -1.5]);
+        let x = texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![xs.len()], &xs);
+        let args = || vec![interp::Arg::Tensor(x.clone())];
+        let want = interp::run(&p, args()).expect("interp");
+        let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args()).expect("runs");
+        for (o, name) in ["tanh", "erf"].iter().enumerate() {
+            for ((g, w), x) in got[o].to_f64().iter().zip(want[o].to_f64()).zip(&xs) {
+                let ok = (g.is_nan() && w.is_nan()) || *g == w || (g - w).abs() <= 4e-7 * w.abs();
                 assert!(ok, "{name}({x}) = {g} on {target}, interpreter says {w}");
             }
         }

@@ -217,6 +217,25 @@ fn lstm_and_gru_match_onnx_runtime() {
     imported_model_matches_onnx_runtime("recurrent", &["interp", "x86-avx2"]);
 }
 
+/// The recurrences' products are matrix-vector (one row per time step) with
+/// constant weights `W[j, k]`: the weights are transposed once, when
+/// constants are folded, so that the products' vectors run along `j`
+/// instead of summing each dot product's lanes at every step (LSTM and GRU
+/// took 4× as long before).
+#[test]
+fn recurrent_weights_are_transposed_once() {
+    let Some(dir) = build("recurrent", &[]) else { return };
+    let onnx = dir.join("recurrent.onnx").display().to_string();
+    for target in ["x86-avx2", "x86-avx512"] {
+        let o = texc(&["emit", "--stage", "loops", &onnx, "--target", target]);
+        assert!(o.status.success(), "{}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let transposed = out.lines().filter(|l| l.trim_start().starts_with("input w_") && l.contains("_t:")).count();
+        // W and R of the LSTM and of both GRUs.
+        assert_eq!(transposed, 6, "on {target}:\n{out}");
+    }
+}
+
 /// Issue 36: Einsum in the forms exporters write (batched products, `...`, implicit output, diagonals).
 #[test]
 fn einsum_matches_onnx_runtime() {

@@ -1,5 +1,6 @@
-//! Built-in functions: LLVM intrinsics where they exist, a polynomial `exp`
-//! for f32 vectors, the C math library (lane by lane) for the rest; and
+//! Built-in functions: LLVM intrinsics where they exist, polynomial `exp`,
+//! `tanh` and `erf` for f32 vectors, the C math library (lane by lane) for
+//! the rest; and
 //! target intrinsics.
 
 use super::expr::{float_ty, unsigned_ty};
@@ -281,7 +282,9 @@ impl<'ctx> Gen<'ctx, '_> {
                 let below = self.arith(BinOp::Mul, e, t, ty)?;
                 self.sel(nonnegative, t, below)
             }
+            MathFn::Tanh if ty == Ty::Elem(ElemType::F32) && mode.lanes().is_some() => self.vector_tanhf(a[0], mode),
             MathFn::Tanh => self.libm(if ty == Ty::Elem(ElemType::F64) { "tanh" } else { "tanhf" }, a[0], ty, mode),
+            MathFn::Erf if ty == Ty::Elem(ElemType::F32) && mode.lanes().is_some() => self.vector_erff(a[0], mode),
             MathFn::Erf => self.libm(if ty == Ty::Elem(ElemType::F64) { "erf" } else { "erff" }, a[0], ty, mode),
             MathFn::Erfc => self.libm(if ty == Ty::Elem(ElemType::F64) { "erfc" } else { "erfcf" }, a[0], ty, mode),
             MathFn::Pow => {
@@ -411,6 +414,103 @@ impl<'ctx> Gen<'ctx, '_> {
         mul(mul(p, field(half)?)?, field(rest)?)
     }
 
+    /// `tanh` of an f32 vector without a library call per lane (a GELU's
+    /// or an LSTM's cell spends most of its time there otherwise): below
+    /// |x| = 0.625 the odd polynomial x + x³·P(x²) (Cephes' `tanhf`
+    /// coefficients, relative error under 1e-7), above it 1 − 2 / (e^2|x| + 1)
+    /// with x's sign, where the subtraction loses nothing; e^2|x| = ∞ gives
+    /// exactly ±1. A NaN fails the `|x| < 0.625` test and comes out of the
+    /// second form as NaN.
+    fn vector_tanhf(&self, x: BasicValueEnum<'ctx>, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let ty = Ty::Elem(ElemType::F32);
+        let t = self.ty_in(ty, mode);
+        let c = |v: f64| self.const_of(ty, 0, v, mode);
+        let ax = self.call(self.intrinsic("llvm.fabs", &[t])?, &[x])?;
+        let z = self.arith(BinOp::Mul, x, x, ty)?;
+        let p = self.horner(
+            &[
+                -5.704_988_727_45e-3,
+                2.063_908_879_54e-2,
+                -5.373_971_555_31e-2,
+                1.333_144_220_36e-1,
+                -3.333_328_194_22e-1,
+            ],
+            z,
+            mode,
+        )?;
+        let xz = self.arith(BinOp::Mul, x, z, ty)?;
+        let small = self.fmuladd(xz, p, x, mode)?;
+        let e = self.vector_expf(self.arith(BinOp::Add, ax, ax, ty)?, mode)?;
+        let d = self.arith(BinOp::Add, e, c(1.0)?, ty)?;
+        let big = self.arith(BinOp::Sub, c(1.0)?, self.arith(BinOp::Div, c(2.0)?, d, ty)?, ty)?;
+        let big = self.call(self.intrinsic("llvm.copysign", &[t])?, &[big, x])?;
+        let is_small = self.compare(BinOp::Lt, ax, c(0.625)?, ty)?;
+        self.sel(is_small, small, big)
+    }
+
+    /// `erf` of an f32 vector without a library call per lane (the GELU of
+    /// BERT-style models and ConvNeXt): below |x| = 1, x·P(x²); from 1 on,
+    /// 1 − e^−x²·Q(1/|x|) with x's sign, Q approximating erfcx(x) = e^x²·erfc(x)
+    /// on [1, 4], |x| clamped to 4 (erf(4) rounds to 1 in f32). Both fitted
+    /// by least squares on Chebyshev nodes (`scripts/fit_erf.py`): relative error
+    /// 1.7e-7 below 1, absolute error 7e-8 above. A NaN passes the clamp's
+    /// compare and comes out NaN.
+    fn vector_erff(&self, x: BasicValueEnum<'ctx>, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let ty = Ty::Elem(ElemType::F32);
+        let t = self.ty_in(ty, mode);
+        let c = |v: f64| self.const_of(ty, 0, v, mode);
+        let ax = self.call(self.intrinsic("llvm.fabs", &[t])?, &[x])?;
+        let z = self.arith(BinOp::Mul, x, x, ty)?;
+        let p = self.horner(
+            &[
+                7.889_459_811_849_52e-5,
+                -8.020_951_645_448_804e-4,
+                5.189_549_177_885_055_5e-3,
+                -2.685_445_360_839_367e-2,
+                1.128_360_033_035_278_3e-1,
+                -3.761_262_595_653_534e-1,
+                1.128_379_106_521_606_4,
+            ],
+            z,
+            mode,
+        )?;
+        let small = self.arith(BinOp::Mul, x, p, ty)?;
+        let four = c(4.0)?;
+        let above = self.compare(BinOp::Gt, ax, four, ty)?;
+        let axc = self.sel(above, four, ax)?;
+        let u = self.arith(BinOp::Div, c(1.0)?, axc, ty)?;
+        let q = self.horner(ERFCX_ON_1_4, u, mode)?;
+        let zc = self.arith(BinOp::Mul, axc, axc, ty)?;
+        let e = self.vector_expf(self.arith(BinOp::Sub, c(0.0)?, zc, ty)?, mode)?;
+        let big = self.arith(BinOp::Sub, c(1.0)?, self.arith(BinOp::Mul, e, q, ty)?, ty)?;
+        let big = self.call(self.intrinsic("llvm.copysign", &[t])?, &[big, x])?;
+        let is_small = self.compare(BinOp::Lt, ax, c(1.0)?, ty)?;
+        self.sel(is_small, small, big)
+    }
+
+    /// The polynomial with coefficients `cs` (highest degree first) at the
+    /// f32 vector `z`, by Horner's rule in fused multiply-adds.
+    fn horner(&self, cs: &[f64], z: BasicValueEnum<'ctx>, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let ty = Ty::Elem(ElemType::F32);
+        let mut r = self.const_of(ty, 0, cs[0], mode)?;
+        for &k in &cs[1..] {
+            r = self.fmuladd(r, z, self.const_of(ty, 0, k, mode)?, mode)?;
+        }
+        Ok(r)
+    }
+
+    /// a·b + c, fused where the target has FMA.
+    fn fmuladd(
+        &self,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+        c: BasicValueEnum<'ctx>,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let t = self.ty_in(Ty::Elem(ElemType::F32), mode);
+        self.call(self.intrinsic("llvm.fmuladd", &[t])?, &[a, b, c])
+    }
+
     /// `p · 2^k` for f32 vectors in one AVX-512 `vscalefps` (k integral),
     /// rounded once, ∞ on overflow, denormal or 0 on underflow, NaN through;
     /// `None` on targets without it.
@@ -516,6 +616,19 @@ impl<'ctx> Gen<'ctx, '_> {
         }
     }
 }
+
+/// erfcx(x) = e^x²·erfc(x) on [1, 4] as a polynomial in 1/x of degree 7,
+/// highest first (least squares on Chebyshev nodes; `vector_erff`).
+const ERFCX_ON_1_4: &[f64] = &[
+    -0.017_826_652_660_509_174,
+    0.120_712_525_517_150_86,
+    -0.354_458_471_229_819_44,
+    0.576_132_418_355_058_9,
+    -0.506_124_370_735_539_1,
+    0.051_064_800_871_750_24,
+    0.557_733_299_132_002_6,
+    0.000_350_057_377_690_601_86,
+];
 
 /// The libdevice function computing `f` on `ty`, where LLVM's NVPTX
 /// backend has no instruction for it (the rest are intrinsics it lowers).

@@ -82,7 +82,11 @@ pub(super) fn register_block(
         None => default_rows(block_accumulators(m, shared) / vectors, ss.ivs[a].extent, long),
     };
     if f < 2 {
-        vectorize_inner(ss, inner, m);
+        if row >= 2 * m.lanes && ss.leaves.iter().any(|&l| ss.ivs[l].reduce) {
+            block_columns(ss, inner, m);
+        } else {
+            vectorize_inner(ss, inner, m);
+        }
         return None;
     }
     let name = ss.ivs[a].name.clone();
@@ -146,13 +150,22 @@ pub(super) fn register_block(
         None => (None, o),
     };
     let row_part = [oo, Some(oi), Some(v)];
-    let mut order: Vec<usize> = ss
+    let outer: Vec<usize> = ss
         .leaves
         .iter()
         .copied()
         .filter(|&l| !ss.ivs[l].reduce && l != r && l != ab && !row_part.contains(&Some(l)))
         .collect();
+    // With column blocks, the outer loops the vector operand does not read
+    // (more rows: `h` of a product over `h, w`) go inside the block loop,
+    // so that a block's panels are read once for all rows rather than once
+    // per outer row; those it reads (a batch) stay outside.
+    let (mut order, inside): (Vec<usize>, Vec<usize>) = match oo {
+        Some(_) => outer.iter().partition(|&&l| reads_along(p, st, &ss.ivs[l].rel)),
+        None => (outer, Vec::new()),
+    };
     order.extend(oo);
+    order.extend(inside);
     order.extend(slices.map(|(ko, _)| ko));
     if m.knobs.order == Some(true) {
         order.extend([oi, ab]);
@@ -191,6 +204,45 @@ pub(super) fn register_block(
         }
     };
     vector_operand(p, st).map(|tensor| PackRequest { leaf, tensor, width })
+}
+
+/// A reduction without rows to block (a matrix-vector product `x · W` at
+/// one row, a classifier's head): its row of vectors is cut into blocks of
+/// [`UNSHARED_ACCUMULATORS`] at most, each block's loop outside the
+/// reductions and its vectors unrolled inside them, so that the block's
+/// accumulators stay in registers for the whole reduction (without blocks
+/// every step of the reduction loads and stores the whole row) and the
+/// blocks are loops to run in parallel.
+fn block_columns(ss: &mut StageSchedule, inner: usize, m: Machine) {
+    let span = Span::default();
+    let name = ss.ivs[inner].name.clone();
+    let (o, v) =
+        ss.split(inner, m.lanes, (&format!("{name}.o"), span), (&format!("{name}.v"), span), span).expect("fresh");
+    ss.annotate(v, ForKind::Vectorized, span).expect("spatial innermost");
+    let per_block = block_accumulators(m, false).min(ss.ivs[o].extent);
+    let (ob, oi) =
+        ss.split(o, per_block, (&format!("{name}.ob"), span), (&format!("{name}.oi"), span), span).expect("fresh");
+    let mut order: Vec<usize> =
+        ss.leaves.iter().copied().filter(|&l| !ss.ivs[l].reduce && ![ob, oi, v].contains(&l)).collect();
+    order.push(ob);
+    order.extend(ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce));
+    order.extend([oi, v]);
+    ss.reorder(&order, span).expect("a permutation of the leaves");
+    ss.annotate(oi, ForKind::Unrolled, span).expect("serial leaf");
+}
+
+/// Whether the loop of `rel` may index the stage's vector operand (the
+/// load contiguous in the innermost axis): a root axis the operand's index
+/// uses, or any loop made by splitting or fusing (not looked into).
+fn reads_along(p: &Program, st: &Stage, rel: &crate::schedule::Rel) -> bool {
+    let crate::schedule::Rel::Root(a) = *rel else { return true };
+    let inner = st.n_axes as u32 - 1;
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    loads.into_iter().any(|l| match p.expr(l) {
+        TExpr::Load(_, idx) => idx.last().is_some_and(|&i| uses_var(p, i, inner)) && uses_var(p, l, a as u32),
+        _ => false,
+    })
 }
 
 /// The spatial axis whose rows a register block unrolls: one that the

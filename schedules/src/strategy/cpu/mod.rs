@@ -117,7 +117,7 @@ fn dot4_products(p: &mut Program, t: &Target, _: DefaultKnobs) {
 /// (`W[j, k]`) transposed once ([`crate::transpose`]; the pipeline made those
 /// of constant operands before folding).
 fn transpose_operands(p: &mut Program, _: &Target, _: DefaultKnobs) {
-    crate::transpose::transpose_operands(p, None);
+    crate::transpose::transpose_operands(p, None, crate::transpose::MIN_ROWS);
 }
 
 /// *fuse-attention*: an attention's five statements as one operator,
