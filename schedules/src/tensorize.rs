@@ -10,12 +10,22 @@
 //! own dimension, and by none of the third. The tiles' origins are the
 //! indices with the three loops at 0. Anything else is an error that says
 //! what differs; nothing is left untensorized silently.
+//!
+//! A warpgroup's `wgmma` (64 × N × 16) reads `A` and `B` from shared
+//! buffers through matrix descriptors, so this pass also lays those
+//! buffers out as the descriptors say ([`SmemMatrix`]: K-major core
+//! matrices, no swizzling): a buffer `As[m, k]` becomes `As[k / 8, m, k % 8]`,
+//! every store and load of it rewritten, and the operation's operands
+//! point at their tiles' first elements in it. Such a buffer is 2-D, in
+//! shared memory, its K extent a multiple of 8 and each tile's K origin a
+//! provable multiple of 8.
 
 use crate::analysis::{coefficient, involves};
-use crate::ir::{ForKind, LoopFunc, MmaOp, Stmt, Tile};
+use crate::ir::{ForKind, LoopFunc, SmemMatrix, Stmt, TensorOp, Tile, Wgmma};
 use crate::normalize::subst;
 use crate::schedule::Schedules;
 use std::collections::HashMap;
+use std::collections::HashSet;
 use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
 use texc_grammar::Diagnostic;
@@ -28,10 +38,15 @@ pub fn tensorize(f: &mut LoopFunc, s: &Schedules) -> Result<(), Diagnostic> {
         let tensor = f.p.stages[si].tensor;
         let want = Want { tensor, names: &names, op: t.op };
         let mut body = std::mem::take(&mut f.body);
-        let found = replace(f, &mut body, &want);
+        let mut relayouts = Vec::new();
+        let found = replace(f, &mut body, &want, &mut relayouts);
         f.body = body;
         match found {
-            Ok(true) => {}
+            Ok(true) => {
+                for r in relayouts {
+                    relayout(f, r).map_err(|why| Diagnostic::at(t.span, why))?;
+                }
+            }
             Ok(false) => {
                 return Err(Diagnostic::at(
                     t.span,
@@ -54,19 +69,35 @@ struct Want<'a> {
     tensor: TensorId,
     /// Loop names of the m, n and k extents.
     names: &'a [String],
-    op: MmaOp,
+    op: TensorOp,
+}
+
+/// A wgmma operand's shared buffer to lay out as its descriptor says: its
+/// M-or-N and K dimensions.
+#[derive(Clone, Copy, PartialEq)]
+struct Relayout {
+    tensor: TensorId,
+    mn: usize,
+    k: usize,
 }
 
 /// Replace the first matching nest in `body`; whether one was found.
-fn replace(f: &mut LoopFunc, body: &mut [Stmt], w: &Want) -> Result<bool, String> {
+fn replace(f: &mut LoopFunc, body: &mut [Stmt], w: &Want, relayouts: &mut Vec<Relayout>) -> Result<bool, String> {
     for s in body.iter_mut() {
-        if let Some(mma) = matching(f, s, w)? {
+        if let Some(mma) = matching(f, s, w, relayouts)? {
             *s = mma;
             return Ok(true);
         }
         let found = match s {
-            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => replace(f, body, w)?,
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Mma { .. } => false,
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
+                replace(f, body, w, relayouts)?
+            }
+            Stmt::Store { .. }
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_)
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_) => false,
         };
         if found {
             return Ok(true);
@@ -76,7 +107,7 @@ fn replace(f: &mut LoopFunc, body: &mut [Stmt], w: &Want) -> Result<bool, String
 }
 
 /// `s` as an `mma`, if it is the three loops around the stage's accumulation.
-fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want) -> Result<Option<Stmt>, String> {
+fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want, relayouts: &mut Vec<Relayout>) -> Result<Option<Stmt>, String> {
     let mut vars: [Option<VarId>; 3] = [None; 3];
     let mut at = s;
     for _ in 0..3 {
@@ -128,10 +159,134 @@ fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want) -> Result<Option<Stmt>, String
     let c = tile(f, *tensor, indices, m, n, k)?;
     let a = tile(f, a.0, &a.1, m, k, n)?;
     let b = tile(f, b.0, &b.1, k, n, m)?;
-    Ok(Some(Stmt::Mma { op: w.op, c, a, b }))
+    match w.op {
+        TensorOp::Mma(op) => Ok(Some(Stmt::Mma { op, c, a, b })),
+        TensorOp::Wgmma(op) => {
+            // `a`'s rows run along M and `b`'s columns along N; K is the other dimension of each.
+            let a = operand(f, a, true, relayouts)?;
+            let b = operand(f, b, false, relayouts)?;
+            Ok(Some(Stmt::Wgmma(Box::new(Wgmma { op, c, a, b }))))
+        }
+    }
 }
 
 type Operand = (TensorId, Vec<TExprId>);
+
+/// A wgmma operand: its tile in a shared buffer, which [`relayout`] will
+/// lay out K-major (`mn_is_rows`: the tile's rows run along M or N, as
+/// `A`'s do; `B`'s columns run along N). Its origin is still the tile's
+/// logical one until then.
+fn operand(f: &LoopFunc, t: Tile, mn_is_rows: bool, relayouts: &mut Vec<Relayout>) -> Result<SmemMatrix, String> {
+    let d = f.p.tensor(t.tensor);
+    if !f.shared.contains(&t.tensor) {
+        return Err(format!(
+            "`wgmma` reads `{}` from shared memory through a matrix descriptor: stage it there first \
+             (`cache_read {} for ... in shared`)",
+            d.name, d.name
+        ));
+    }
+    let (mn, k) = if mn_is_rows { (t.rows, t.cols) } else { (t.cols, t.rows) };
+    if d.shape.len() != 2 || d.shape[k] % 8 != 0 {
+        return Err(format!(
+            "`wgmma` reads `{}` ({:?}) as K-major core matrices of 8 × 8: a 2-D shared buffer whose K extent is a \
+             multiple of 8",
+            d.name, d.shape
+        ));
+    }
+    if !crate::analysis::multiple_of(&f.p, t.origin[k], 8, None) {
+        return Err(format!("a `wgmma` tile of `{}` does not start at a multiple of 8 along K", d.name));
+    }
+    let r = Relayout { tensor: t.tensor, mn, k };
+    if relayouts.iter().any(|o| o.tensor == r.tensor && *o != r) {
+        return Err(format!("`{}` is read as two different `wgmma` operands", d.name));
+    }
+    if !relayouts.contains(&r) {
+        relayouts.push(r);
+    }
+    Ok(SmemMatrix { tensor: t.tensor, origin: t.origin, lbo: 16 * d.shape[mn], sbo: 128 })
+}
+
+/// Lays `r.tensor` out as K-major core matrices: `[K / 8, MN, 8]`, element
+/// (mn, k) at `[k / 8, mn, k % 8]`, in every store, load and `wgmma` operand.
+fn relayout(f: &mut LoopFunc, r: Relayout) -> Result<(), String> {
+    let shape = f.p.tensor(r.tensor).shape.clone();
+    f.p.tensors[r.tensor.0 as usize].shape = vec![shape[r.k] / 8, shape[r.mn], 8];
+    let mut body = std::mem::take(&mut f.body);
+    let mut done = HashSet::new();
+    let out = stmts(f, &mut body, r, &mut done);
+    f.body = body;
+    return out;
+
+    fn stmts(f: &mut LoopFunc, body: &mut [Stmt], r: Relayout, done: &mut HashSet<TExprId>) -> Result<(), String> {
+        for s in body {
+            match s {
+                Stmt::For { body, .. } | Stmt::Alloc { body, .. } => stmts(f, body, r, done)?,
+                Stmt::If { cond, then } => {
+                    loads(f, *cond, r, done);
+                    stmts(f, then, r, done)?
+                }
+                Stmt::Store { tensor, indices, value } => {
+                    for &e in indices.iter().chain([&*value]) {
+                        loads(f, e, r, done);
+                    }
+                    if *tensor == r.tensor {
+                        *indices = index(f, indices, r, false);
+                    }
+                }
+                Stmt::Wgmma(w) => {
+                    for &e in w.c.origin.clone().iter() {
+                        loads(f, e, r, done);
+                    }
+                    for m in [&mut w.a, &mut w.b] {
+                        if m.tensor == r.tensor {
+                            m.origin = index(f, &m.origin, r, true);
+                        }
+                    }
+                }
+                Stmt::Mma { c, a, b, .. } => {
+                    if [c, a, b].iter().any(|t| t.tensor == r.tensor) {
+                        return Err(format!(
+                            "`{}` is laid out for `wgmma`, and an `mma` reads it too",
+                            f.p.tensor(r.tensor).name
+                        ));
+                    }
+                }
+                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The loads of `r.tensor` in `e`, rewritten in place (the buffer is
+    /// the block's own: no other expression holds them; `done` keeps a
+    /// node shared by two statements from being rewritten twice).
+    fn loads(f: &mut LoopFunc, e: TExprId, r: Relayout, done: &mut HashSet<TExprId>) {
+        for c in f.p.children(e) {
+            loads(f, c, r, done);
+        }
+        if let TExpr::Load(t, idx) = f.p.expr(e).clone() {
+            if t == r.tensor && done.insert(e) {
+                let idx = index(f, &idx, r, false);
+                f.p.exprs[e.0 as usize] = TExpr::Load(t, idx);
+            }
+        }
+    }
+
+    /// `[k / 8, mn, k % 8]` of a logical index; a tile's origin (whose K
+    /// index is a multiple of 8) as `[k / 8, mn, 0]`.
+    fn index(f: &mut LoopFunc, idx: &[TExprId], r: Relayout, origin: bool) -> Vec<TExprId> {
+        let (mn, k) = (idx[r.mn], idx[r.k]);
+        let span = f.p.span(k);
+        let eight = f.p.alloc(TExpr::Int(8), Ty::Index, span);
+        let div = f.p.alloc(TExpr::Binary(BinOp::FloorDiv, k, eight), Ty::Index, span);
+        let rem = if origin {
+            f.p.alloc(TExpr::Int(0), Ty::Index, span)
+        } else {
+            f.p.alloc(TExpr::Binary(BinOp::FloorMod, k, eight), Ty::Index, span)
+        };
+        vec![div, mn, rem]
+    }
+}
 
 /// `C[idx] + f32(A[..]) * f32(B[..])` (either order of sum and product).
 fn accumulation(f: &LoopFunc, e: TExprId, c: TensorId, idx: &[TExprId]) -> Option<(Operand, Operand)> {

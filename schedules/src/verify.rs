@@ -19,6 +19,8 @@ pub enum LoopError {
     MmaTile(String),
     #[error("`mma {op}` needs `{buffer}` to be {want}, not {got}")]
     MmaType { op: &'static str, buffer: String, want: String, got: String },
+    #[error("`wgmma {op}` reads `{buffer}` through a matrix descriptor, but {why}")]
+    WgmmaLayout { op: String, buffer: String, why: String },
     #[error("loop variable `{0}` is bound twice")]
     BoundTwice(String),
     #[error("loop `{0}` has a negative extent")]
@@ -42,6 +44,60 @@ pub enum LoopError {
 }
 
 type R = Result<(), LoopError>;
+
+/// A `wgmma`'s types, its `c` tile, and its operands' buffers in the layout
+/// its descriptors give ([`crate::ir::SmemMatrix`]): the last three
+/// dimensions `[K / 8, MN, 8]` of f16 or bf16, the leading byte offset
+/// `16·MN`, the stride byte offset 128, the tile starting at a whole core
+/// matrix row (its last index 0), within the buffer's M or N extent.
+fn wgmma(f: &LoopFunc, w: &crate::ir::Wgmma, bound: &[bool]) -> R {
+    let op = w.op.name();
+    let c = f.p.tensor(w.c.tensor);
+    let t = &w.c;
+    if t.origin.len() != c.shape.len() || t.rows == t.cols || t.rows.max(t.cols) >= c.shape.len() {
+        return Err(LoopError::MmaTile(c.name.clone()));
+    }
+    if c.elem != texc_compiler::types::ElemType::F32 {
+        return Err(LoopError::WgmmaLayout {
+            op,
+            buffer: c.name.clone(),
+            why: format!("it accumulates f32, not {}", c.elem),
+        });
+    }
+    for (m, mn, _) in w.operands() {
+        let d = f.p.tensor(m.tensor);
+        let bad = |why: String| LoopError::WgmmaLayout { op: op.clone(), buffer: d.name.clone(), why };
+        if d.elem != w.op.ab {
+            return Err(bad(format!("it is {}, and the operation multiplies {}", d.elem, w.op.ab)));
+        }
+        let n = d.shape.len();
+        if n < 3 || m.origin.len() != n || d.shape[n - 1] != 8 || d.shape[n - 2] < mn {
+            return Err(bad(format!(
+                "its shape is {:?}: the descriptor's layout is [K / 8, MN, 8] (core matrices of 8 rows of 16 bytes)",
+                d.shape
+            )));
+        }
+        if m.lbo != 16 * d.shape[n - 2] || m.sbo != 128 {
+            return Err(bad(format!(
+                "the descriptor says lbo {} and sbo {} bytes; the buffer's core matrices are {} apart along K \
+                 and 128 along M or N",
+                m.lbo,
+                m.sbo,
+                16 * d.shape[n - 2]
+            )));
+        }
+        if !matches!(f.p.expr(m.origin[n - 1]), TExpr::Int(0)) {
+            return Err(bad("the tile starts inside a core-matrix row (its last index is not 0)".into()));
+        }
+        for &i in t.origin.iter().chain(&m.origin) {
+            if f.p.ty(i) != Ty::Index {
+                return Err(LoopError::IndexType(i.0));
+            }
+            expr(f, i, bound)?;
+        }
+    }
+    Ok(())
+}
 
 /// [`verify`], and that the iterations of parallel and vectorized loops
 /// are proven independent ([`crate::independence`]): what *lower* produces.
@@ -86,6 +142,7 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
                     }
                 }
             }
+            Stmt::Wgmma(w) => wgmma(f, w, bound)?,
             Stmt::For { var, extent, body, .. } => {
                 let v = *var as usize;
                 if seen[v] {
@@ -221,8 +278,24 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
                     )
                     .into());
                 }
+                Stmt::Wgmma(w) if target.gpu.is_none_or(|g| g.sm < 90) => {
+                    return Err(RuleError::at(
+                        Site::Tensor(w.c.tensor),
+                        format!(
+                            "`wgmma {}` is a warpgroup tensor-core operation of Hopper (sm_90a); target `{}` does not \
+                             have it (`mma_m16n8k16_*` runs on sm_80 and later)",
+                            w.op.name(),
+                            target.name
+                        ),
+                    ));
+                }
                 Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => kinds(f, body, target)?,
-                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => {}
+                Stmt::Store { .. }
+                | Stmt::Barrier
+                | Stmt::Async(_)
+                | Stmt::Mma { .. }
+                | Stmt::Wgmma(_)
+                | Stmt::WarpReduce(_) => {}
             }
         }
         Ok(())
@@ -263,6 +336,7 @@ pub fn walk_exprs(body: &[Stmt], visit: &mut dyn FnMut(TExprId)) {
         match s {
             Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
             Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).for_each(|&i| visit(i)),
+            Stmt::Wgmma(w) => w.origins().for_each(|&i| visit(i)),
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => walk_exprs(body, visit),
             Stmt::If { cond, then } => {
                 visit(*cond);

@@ -218,9 +218,13 @@ fn bench_reports_rates_and_the_roofline() {
         .expect("runs");
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    for want in
-        ["GFLOP/s (0.0005 GFLOP)", "% of peak 50000.0 GFLOP/s", "GB/s", "compute-bound", "machine numbers TEXC_ROOFLINE"]
-    {
+    for want in [
+        "GFLOP/s (0.0005 GFLOP)",
+        "% of peak 50000.0 GFLOP/s",
+        "GB/s",
+        "compute-bound",
+        "machine numbers TEXC_ROOFLINE",
+    ] {
         assert!(out.contains(want), "missing {want:?} in\n{out}");
     }
 }
