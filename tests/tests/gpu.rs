@@ -1147,6 +1147,8 @@ fn wgmma_runs_like_the_interpreter_and_assembles_to_hgmma() {
             let text = texc_schedules::ir::print(&lowered);
             assert!(text.contains(&format!("wgmma m64n{n}k16.{ab}.f32")), "tensorized:\n{text}");
             assert!(text.contains("desc(lbo"), "{text}");
+            let again = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("the loop IR text parses");
+            assert_eq!(texc_schedules::ir::print(&again.func), text, "and prints back the same");
             let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 6).expect("binds");
             let want = texc_compiler::interp::run(&p, args()).expect("interp");
             let eval = texc_schedules::eval::run(&lowered, args()).expect("evaluates");
@@ -1164,4 +1166,57 @@ fn wgmma_runs_like_the_interpreter_and_assembles_to_hgmma() {
             }
         }
     }
+}
+
+#[test]
+fn wgmma_errors_are_spanned() {
+    let gemm = wgmma_gemm(64, "f16", "");
+    let cases = [
+        (gemm.replace("for nvptx-sm90", "for nvptx-sm80"), "is a warpgroup operation of Hopper (sm_90a)"),
+        (gemm.replace("wgmma_m64n64k16", "wgmma_m64n12k16"), "unknown tensor-core operation `wgmma_m64n12k16_f16f32`"),
+        (gemm.replace("wgmma_m64n64k16", "wgmma_m64n32k16"), "tiles are 32 long along `ji`, which has 64 iterations"),
+        (
+            gemm.replace("    cache_read A for C at C.ko in shared -> As;\n", "").replace(
+                "    fuse As(i, k) -> aik;\n    split As.aik by 128 -> (aio, ait);\n    bind As.ait to thread.x;\n",
+                "",
+            ),
+            "`wgmma` reads `A` from shared memory through a matrix descriptor",
+        ),
+        (gemm.replace("split As.aik by 128", "split As.aik by 256"), "has `wgmma` and 256 threads along x"),
+        (
+            gemm.replace("f16[M = 128, K = 48], B: f16", "f32[M = 128, K = 48], B: f32"),
+            "`As` is f32, but the operation multiplies f16",
+        ),
+    ];
+    assert_spanned_errors("hgemm.tex", &cases);
+}
+
+/// benches/hgemm_wgmma.tex (two warpgroups per block, `m64n128k16`, slices
+/// of 64 of k) at sizes its tiles divide: the emulation and the loop IR
+/// match the interpreter, each warpgroup's 64 accumulators per thread are
+/// loaded and stored once around the k loop, and at 4096³ `ptxas`
+/// assembles it for sm_90a without spills.
+#[test]
+fn the_wgmma_bench_schedule_matches_the_interpreter_and_assembles() {
+    require_ptxas();
+    let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "benches/hgemm_wgmma.tex", None).expect("loads");
+    let b = Bindings {
+        shapes: [("M", 256), ("K", 192), ("N", 384)].iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        ..Default::default()
+    };
+    let p = texc_tests::specialize(&mut pl, k, &b);
+    let f = texc_tests::loops(&mut pl, k, &p);
+    assert!(error_vs_interp(&mut pl, &p, &f, 7) < 1e-5);
+    assert!(eval_error(&p, &f, 7) < 1e-6);
+    let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
+    let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
+    assert_eq!(kernel.matches("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16").count(), 4, "{kernel}");
+    assert_eq!(kernel.matches("ld.global.f32").count(), 64, "{kernel}");
+    assert_eq!(kernel.matches("st.global.f32").count(), 64, "{kernel}");
+    let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "benches/hgemm_wgmma.tex", None).expect("loads");
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let f = texc_tests::loops(&mut pl, k, &p);
+    let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
+    let (_, res) = texc_codegen::cuda::assemble(&ptx, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+    assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "no spills: {res:?}");
 }
