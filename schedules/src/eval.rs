@@ -568,7 +568,7 @@ fn wgmma(f: &LoopFunc, m: &mut Machine, w: &Wgmma, env: &mut [i64]) -> Result<()
         let mut out = vec![0.0; (rows * kk) as usize];
         for r in 0..rows {
             for k in 0..kk {
-                let byte = start as i64 + (r / 8) * sbo as i64 + (k / 8) * lbo as i64 + (r % 8) * 16 + (k % 8) * 2;
+                let byte = start as i64 + crate::ir::canonical_offset(x.major, lbo as i64, sbo as i64, r, k);
                 let mut at = byte / elem;
                 let mut idx = vec![0; shape.len()];
                 for d in (0..shape.len()).rev() {

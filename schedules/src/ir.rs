@@ -315,23 +315,43 @@ impl TensorOp {
     }
 }
 
-/// A wgmma operand in shared memory, as its matrix descriptor gives it:
-/// K-major without swizzling (the ISA's "interleave" canonical layout):
-/// core matrices of 8 rows (along M or N) × 16 bytes (8 elements along K),
-/// each 128 contiguous bytes, row `r` of one at byte `16 r`; the core
-/// matrix holding element (mn, k) starts `lbo` bytes apart per 8 of `k`
+/// Which way a wgmma operand's core matrices run: each is 8 × 8 elements
+/// of 2 bytes, 128 contiguous bytes in 8 rows of 16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Major {
+    /// A row is 8 elements along K (the operand's M or N indexes the rows):
+    /// the buffer `[K / 8, MN, 8]`, element (mn, k) at `[k / 8, mn, k % 8]`.
+    K,
+    /// A row is 8 elements along M or N (K indexes the rows; the
+    /// operation's transpose bit is set): the buffer `[K / 8, MN / 8, 8, 8]`,
+    /// element (mn, k) at `[k / 8, mn / 8, k % 8, mn % 8]`.
+    Mn,
+}
+
+/// A wgmma operand in shared memory, as its matrix descriptor gives it,
+/// without swizzling (the ISA's "interleave" canonical layouts; CUTLASS
+/// `make_gmma_desc`): core matrices of 128 contiguous bytes ([`Major`]);
+/// the one holding element (mn, k) starts `lbo` bytes apart per 8 of `k`
 /// (the leading dimension) and `sbo` bytes per 8 of `mn` (the stride
-/// dimension). Element (mn, k) lies at byte
-/// `start + (mn / 8)·sbo + (k / 8)·lbo + (mn % 8)·16 + (k % 8)·2`.
-/// The buffer `tensor` is laid out so by `crate::tensorize` (shape
-/// `[K / 8, MN, 8]`, element `[k / 8, mn, k % 8]`); `origin` indexes the
-/// tile's first element.
+/// dimension): [`canonical_offset`]. `crate::tensorize` lays the buffer
+/// `tensor` out so; `origin` indexes the tile's first element.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SmemMatrix {
     pub tensor: TensorId,
     pub origin: Vec<TExprId>,
+    pub major: Major,
     pub lbo: i64,
     pub sbo: i64,
+}
+
+/// The byte of element (mn, k) of an operand from its start, in the
+/// canonical layout of `major` with byte offsets `lbo` and `sbo`.
+pub fn canonical_offset(major: Major, lbo: i64, sbo: i64, mn: i64, k: i64) -> i64 {
+    let groups = (mn / 8) * sbo + (k / 8) * lbo;
+    match major {
+        Major::K => groups + (mn % 8) * 16 + (k % 8) * 2,
+        Major::Mn => groups + (k % 8) * 16 + (mn % 8) * 2,
+    }
 }
 
 impl SmemMatrix {
@@ -340,8 +360,12 @@ impl SmemMatrix {
     /// (The layout's dimensions are the buffer's last three; a pipeline's
     /// slot index may come first.)
     pub fn reach(&self, mn: i64, k: i64) -> Vec<i64> {
-        let mut r = vec![0; self.origin.len().saturating_sub(3)];
-        r.extend([k / 8 - 1, mn - 1, 7]);
+        let own = match self.major {
+            Major::K => vec![k / 8 - 1, mn - 1, 7],
+            Major::Mn => vec![k / 8 - 1, mn / 8 - 1, 7, 7],
+        };
+        let mut r = vec![0; self.origin.len().saturating_sub(own.len())];
+        r.extend(own);
         r
     }
 }
@@ -826,7 +850,9 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
                 let c = format!("{}[{}] @ ({}, {})", f.p.tensor(c.tensor).name, idx.join(", "), c.rows, c.cols);
                 let m = |m: &SmemMatrix| {
                     let idx: Vec<String> = m.origin.iter().map(|&i| expr(f, i)).collect();
-                    format!("{}[{}] desc(lbo {}, sbo {})", f.p.tensor(m.tensor).name, idx.join(", "), m.lbo, m.sbo)
+                    let major = if m.major == Major::Mn { "mn-major, " } else { "" };
+                    let name = &f.p.tensor(m.tensor).name;
+                    format!("{name}[{}] desc({major}lbo {}, sbo {})", idx.join(", "), m.lbo, m.sbo)
                 };
                 let _ = writeln!(out, "{pad}wgmma {} {c} += {} * {}", w.op.name(), m(&w.a), m(&w.b));
             }

@@ -14,14 +14,20 @@
 //! A warpgroup's `wgmma` (64 × N × 16) reads `A` and `B` from shared
 //! buffers through matrix descriptors, so this pass also lays those
 //! buffers out as the descriptors say ([`SmemMatrix`]: K-major core
-//! matrices, no swizzling): a buffer `As[m, k]` becomes `As[k / 8, m, k % 8]`,
-//! every store and load of it rewritten, and the operation's operands
-//! point at their tiles' first elements in it. Such a buffer is 2-D, in
-//! shared memory, its K extent a multiple of 8 and each tile's K origin a
-//! provable multiple of 8.
+//! matrices of 8 × 8, no swizzling): `A` K-major, a buffer `As[m, k]`
+//! becoming `As[k / 8, m, k % 8]`; `B` MN-major (its rows of 8 along N
+//! stay 16 contiguous bytes, as in the global tensor, so its copies stay
+//! 16-byte wide), `Bs[k, n]` becoming `Bs[k / 8, n / 8, k % 8, n % 8]`;
+//! every store and load rewritten, and the operation's operands pointing
+//! at their tiles' first elements. Such a buffer is 2-D, in shared memory,
+//! its K extent (and N extent, for `B`) a multiple of 8 and each tile's
+//! origin along them a provable multiple of 8. An index `8·a + b` with `b`
+//! a loop from 0 below 8 (a vectorized copy's lane) splits into `a` and
+//! `b` rather than `(8·a + b) / 8` and `% 8`, so that the copies stay
+//! visibly contiguous.
 
 use crate::analysis::{coefficient, involves};
-use crate::ir::{ForKind, LoopFunc, SmemMatrix, Stmt, TensorOp, Tile, Wgmma};
+use crate::ir::{ForKind, LoopFunc, Major, SmemMatrix, Stmt, TensorOp, Tile, Wgmma};
 use crate::normalize::subst;
 use crate::schedule::Schedules;
 use std::collections::HashMap;
@@ -79,6 +85,7 @@ struct Relayout {
     tensor: TensorId,
     mn: usize,
     k: usize,
+    major: Major,
 }
 
 /// Replace the first matching nest in `body`; whether one was found.
@@ -163,8 +170,8 @@ fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want, relayouts: &mut Vec<Relayout>)
         TensorOp::Mma(op) => Ok(Some(Stmt::Mma { op, c, a, b })),
         TensorOp::Wgmma(op) => {
             // `a`'s rows run along M and `b`'s columns along N; K is the other dimension of each.
-            let a = operand(f, a, true, relayouts)?;
-            let b = operand(f, b, false, relayouts)?;
+            let a = operand(f, a, true, Major::K, relayouts)?;
+            let b = operand(f, b, false, Major::Mn, relayouts)?;
             Ok(Some(Stmt::Wgmma(Box::new(Wgmma { op, c, a, b }))))
         }
     }
@@ -173,10 +180,16 @@ fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want, relayouts: &mut Vec<Relayout>)
 type Operand = (TensorId, Vec<TExprId>);
 
 /// A wgmma operand: its tile in a shared buffer, which [`relayout`] will
-/// lay out K-major (`mn_is_rows`: the tile's rows run along M or N, as
-/// `A`'s do; `B`'s columns run along N). Its origin is still the tile's
-/// logical one until then.
-fn operand(f: &LoopFunc, t: Tile, mn_is_rows: bool, relayouts: &mut Vec<Relayout>) -> Result<SmemMatrix, String> {
+/// lay out as `major` says (`mn_is_rows`: the tile's rows run along M or
+/// N, as `A`'s do; `B`'s columns run along N). Its origin is still the
+/// tile's logical one until then.
+fn operand(
+    f: &LoopFunc,
+    t: Tile,
+    mn_is_rows: bool,
+    major: Major,
+    relayouts: &mut Vec<Relayout>,
+) -> Result<SmemMatrix, String> {
     let d = f.p.tensor(t.tensor);
     if !f.shared.contains(&t.tensor) {
         return Err(format!(
@@ -186,60 +199,93 @@ fn operand(f: &LoopFunc, t: Tile, mn_is_rows: bool, relayouts: &mut Vec<Relayout
         ));
     }
     let (mn, k) = if mn_is_rows { (t.rows, t.cols) } else { (t.cols, t.rows) };
-    if d.shape.len() != 2 || d.shape[k] % 8 != 0 {
+    let mn_too = major == Major::Mn;
+    if d.shape.len() != 2 || d.shape[k] % 8 != 0 || (mn_too && d.shape[mn] % 8 != 0) {
         return Err(format!(
-            "`wgmma` reads `{}` ({:?}) as K-major core matrices of 8 × 8: a 2-D shared buffer whose K extent is a \
+            "`wgmma` reads `{}` ({:?}) as core matrices of 8 × 8: a 2-D shared buffer whose K extent{} is a \
              multiple of 8",
-            d.name, d.shape
+            d.name,
+            d.shape,
+            if mn_too { " and N extent" } else { "" }
         ));
     }
-    if !crate::analysis::multiple_of(&f.p, t.origin[k], 8, None) {
-        return Err(format!("a `wgmma` tile of `{}` does not start at a multiple of 8 along K", d.name));
+    let eight = |i: TExprId| crate::analysis::multiple_of(&f.p, i, 8, None);
+    if !eight(t.origin[k]) || (mn_too && !eight(t.origin[mn])) {
+        return Err(format!("a `wgmma` tile of `{}` does not start at a multiple of 8 along K (and N)", d.name));
     }
-    let r = Relayout { tensor: t.tensor, mn, k };
+    let r = Relayout { tensor: t.tensor, mn, k, major };
     if relayouts.iter().any(|o| o.tensor == r.tensor && *o != r) {
         return Err(format!("`{}` is read as two different `wgmma` operands", d.name));
     }
     if !relayouts.contains(&r) {
         relayouts.push(r);
     }
-    Ok(SmemMatrix { tensor: t.tensor, origin: t.origin, lbo: 16 * d.shape[mn], sbo: 128 })
+    Ok(SmemMatrix { tensor: t.tensor, origin: t.origin, major, lbo: 16 * d.shape[mn], sbo: 128 })
 }
 
-/// Lays `r.tensor` out as K-major core matrices: `[K / 8, MN, 8]`, element
-/// (mn, k) at `[k / 8, mn, k % 8]`, in every store, load and `wgmma` operand.
+/// Lays `r.tensor` out as core matrices ([`Major`]): `[K / 8, MN, 8]`
+/// K-major, `[K / 8, MN / 8, 8, 8]` MN-major, in every store, load and
+/// `wgmma` operand.
 fn relayout(f: &mut LoopFunc, r: Relayout) -> Result<(), String> {
     let shape = f.p.tensor(r.tensor).shape.clone();
-    f.p.tensors[r.tensor.0 as usize].shape = vec![shape[r.k] / 8, shape[r.mn], 8];
+    f.p.tensors[r.tensor.0 as usize].shape = match r.major {
+        Major::K => vec![shape[r.k] / 8, shape[r.mn], 8],
+        Major::Mn => vec![shape[r.k] / 8, shape[r.mn] / 8, 8, 8],
+    };
+    let mut lanes = HashSet::new();
+    small_loops(&f.body, &mut lanes);
     let mut body = std::mem::take(&mut f.body);
     let mut done = HashSet::new();
-    let out = stmts(f, &mut body, r, &mut done);
+    let out = stmts(f, &mut body, Env { r, lanes: &lanes }, &mut done);
     f.body = body;
     return out;
 
-    fn stmts(f: &mut LoopFunc, body: &mut [Stmt], r: Relayout, done: &mut HashSet<TExprId>) -> Result<(), String> {
+    /// What the rewrite needs: the buffer, and the loops from 0 below 8.
+    #[derive(Clone, Copy)]
+    struct Env<'a> {
+        r: Relayout,
+        lanes: &'a HashSet<VarId>,
+    }
+
+    fn small_loops(body: &[Stmt], out: &mut HashSet<VarId>) {
         for s in body {
             match s {
-                Stmt::For { body, .. } | Stmt::Alloc { body, .. } => stmts(f, body, r, done)?,
+                Stmt::For { var, lo, extent, body, .. } => {
+                    if *lo == 0 && *extent <= 8 {
+                        out.insert(*var);
+                    }
+                    small_loops(body, out)
+                }
+                Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => small_loops(body, out),
+                _ => {}
+            }
+        }
+    }
+
+    fn stmts(f: &mut LoopFunc, body: &mut [Stmt], e: Env, done: &mut HashSet<TExprId>) -> Result<(), String> {
+        let r = e.r;
+        for s in body {
+            match s {
+                Stmt::For { body, .. } | Stmt::Alloc { body, .. } => stmts(f, body, e, done)?,
                 Stmt::If { cond, then } => {
-                    loads(f, *cond, r, done);
-                    stmts(f, then, r, done)?
+                    loads(f, *cond, e, done);
+                    stmts(f, then, e, done)?
                 }
                 Stmt::Store { tensor, indices, value } => {
-                    for &e in indices.iter().chain([&*value]) {
-                        loads(f, e, r, done);
+                    for &x in indices.iter().chain([&*value]) {
+                        loads(f, x, e, done);
                     }
                     if *tensor == r.tensor {
-                        *indices = index(f, indices, r, false);
+                        *indices = index(f, indices, e, false);
                     }
                 }
                 Stmt::Wgmma(w) => {
-                    for &e in w.c.origin.clone().iter() {
-                        loads(f, e, r, done);
+                    for &x in w.c.origin.clone().iter() {
+                        loads(f, x, e, done);
                     }
                     for m in [&mut w.a, &mut w.b] {
                         if m.tensor == r.tensor {
-                            m.origin = index(f, &m.origin, r, true);
+                            m.origin = index(f, &m.origin, e, true);
                         }
                     }
                 }
@@ -260,31 +306,67 @@ fn relayout(f: &mut LoopFunc, r: Relayout) -> Result<(), String> {
     /// The loads of `r.tensor` in `e`, rewritten in place (the buffer is
     /// the block's own: no other expression holds them; `done` keeps a
     /// node shared by two statements from being rewritten twice).
-    fn loads(f: &mut LoopFunc, e: TExprId, r: Relayout, done: &mut HashSet<TExprId>) {
-        for c in f.p.children(e) {
-            loads(f, c, r, done);
+    fn loads(f: &mut LoopFunc, x: TExprId, e: Env, done: &mut HashSet<TExprId>) {
+        for c in f.p.children(x) {
+            loads(f, c, e, done);
         }
-        if let TExpr::Load(t, idx) = f.p.expr(e).clone() {
-            if t == r.tensor && done.insert(e) {
-                let idx = index(f, &idx, r, false);
-                f.p.exprs[e.0 as usize] = TExpr::Load(t, idx);
+        if let TExpr::Load(t, idx) = f.p.expr(x).clone() {
+            if t == e.r.tensor && done.insert(x) {
+                let idx = index(f, &idx, e, false);
+                f.p.exprs[x.0 as usize] = TExpr::Load(t, idx);
             }
         }
     }
 
-    /// `[k / 8, mn, k % 8]` of a logical index; a tile's origin (whose K
-    /// index is a multiple of 8) as `[k / 8, mn, 0]`.
-    fn index(f: &mut LoopFunc, idx: &[TExprId], r: Relayout, origin: bool) -> Vec<TExprId> {
-        let (mn, k) = (idx[r.mn], idx[r.k]);
-        let span = f.p.span(k);
+    /// The layout's index of a logical one; of a tile's origin (whose
+    /// indices split are multiples of 8), with zeros within the core matrix.
+    fn index(f: &mut LoopFunc, idx: &[TExprId], e: Env, origin: bool) -> Vec<TExprId> {
+        let r = e.r;
+        let (k_hi, k_lo) = split8(f, idx[r.k], e, origin);
+        match r.major {
+            Major::K => vec![k_hi, idx[r.mn], k_lo],
+            Major::Mn => {
+                let (mn_hi, mn_lo) = split8(f, idx[r.mn], e, origin);
+                vec![k_hi, mn_hi, k_lo, mn_lo]
+            }
+        }
+    }
+
+    /// `(e / 8, e % 8)`; `(a, b)` for `e = a * 8 + b` with `b` a loop
+    /// variable from 0 below 8; `(e / 8, 0)` for an origin.
+    fn split8(f: &mut LoopFunc, x: TExprId, env: Env, origin: bool) -> (TExprId, TExprId) {
+        let e = x;
+        let span = f.p.span(e);
+        if !origin {
+            if let Some(ab) = eights_and_lane(f, e, env.lanes) {
+                return ab;
+            }
+        }
         let eight = f.p.alloc(TExpr::Int(8), Ty::Index, span);
-        let div = f.p.alloc(TExpr::Binary(BinOp::FloorDiv, k, eight), Ty::Index, span);
+        let div = f.p.alloc(TExpr::Binary(BinOp::FloorDiv, e, eight), Ty::Index, span);
         let rem = if origin {
             f.p.alloc(TExpr::Int(0), Ty::Index, span)
         } else {
-            f.p.alloc(TExpr::Binary(BinOp::FloorMod, k, eight), Ty::Index, span)
+            f.p.alloc(TExpr::Binary(BinOp::FloorMod, e, eight), Ty::Index, span)
         };
-        vec![div, mn, rem]
+        (div, rem)
+    }
+
+    /// `(a, b)` where `e` is `a * 8 + b` (either order) and `b` a variable
+    /// of a loop from 0 of at most 8 iterations.
+    fn eights_and_lane(f: &LoopFunc, e: TExprId, lanes: &HashSet<VarId>) -> Option<(TExprId, TExprId)> {
+        let TExpr::Binary(BinOp::Add, x, y) = f.p.expr(e) else { return None };
+        let times8 = |t: TExprId| match f.p.expr(t) {
+            TExpr::Binary(BinOp::Mul, a, b) if matches!(f.p.expr(*b), TExpr::Int(8)) => Some(*a),
+            TExpr::Binary(BinOp::Mul, a, b) if matches!(f.p.expr(*a), TExpr::Int(8)) => Some(*b),
+            _ => None,
+        };
+        let lane = |t: TExprId| matches!(f.p.expr(t), TExpr::Var(v) if lanes.contains(v));
+        match (times8(*x), times8(*y)) {
+            (Some(a), _) if lane(*y) => Some((a, *y)),
+            (_, Some(a)) if lane(*x) => Some((a, *x)),
+            _ => None,
+        }
     }
 }
 

@@ -46,10 +46,11 @@ pub enum LoopError {
 type R = Result<(), LoopError>;
 
 /// A `wgmma`'s types, its `c` tile, and its operands' buffers in the layout
-/// its descriptors give ([`crate::ir::SmemMatrix`]): the last three
-/// dimensions `[K / 8, MN, 8]` of f16 or bf16, the leading byte offset
-/// `16·MN`, the stride byte offset 128, the tile starting at a whole core
-/// matrix row (its last index 0), within the buffer's M or N extent.
+/// its descriptors give ([`crate::ir::SmemMatrix`]): the last dimensions
+/// `[K / 8, MN, 8]` (K-major) or `[K / 8, MN / 8, 8, 8]` (MN-major) of f16
+/// or bf16, the leading byte offset `16·MN`, the stride byte offset 128,
+/// the tile starting at a core matrix (its indices within one 0), within
+/// the buffer's M or N extent.
 fn wgmma(f: &LoopFunc, w: &crate::ir::Wgmma, bound: &[bool]) -> R {
     let op = w.op.name();
     let c = f.p.tensor(w.c.tensor);
@@ -71,23 +72,31 @@ fn wgmma(f: &LoopFunc, w: &crate::ir::Wgmma, bound: &[bool]) -> R {
             return Err(bad(format!("it is {}, and the operation multiplies {}", d.elem, w.op.ab)));
         }
         let n = d.shape.len();
-        if n < 3 || m.origin.len() != n || d.shape[n - 1] != 8 || d.shape[n - 2] < mn {
+        // The layout's own dimensions, after a pipeline's slot index.
+        let (rank, mn_extent) = match m.major {
+            crate::ir::Major::K => (3, d.shape.get(n.wrapping_sub(2)).copied().unwrap_or(0)),
+            crate::ir::Major::Mn => (4, 8 * d.shape.get(n.wrapping_sub(3)).copied().unwrap_or(0)),
+        };
+        let layout = if rank == 3 { "[K / 8, MN, 8]" } else { "[K / 8, MN / 8, 8, 8]" };
+        let tail_ok = n >= rank && d.shape[n - 1] == 8 && (rank == 3 || d.shape[n - 2] == 8);
+        if !tail_ok || m.origin.len() != n || mn_extent < mn {
             return Err(bad(format!(
-                "its shape is {:?}: the descriptor's layout is [K / 8, MN, 8] (core matrices of 8 rows of 16 bytes)",
+                "its shape is {:?}: the descriptor's layout is {layout} (core matrices of 8 rows of 16 bytes)",
                 d.shape
             )));
         }
-        if m.lbo != 16 * d.shape[n - 2] || m.sbo != 128 {
+        if m.lbo != 16 * mn_extent || m.sbo != 128 {
             return Err(bad(format!(
                 "the descriptor says lbo {} and sbo {} bytes; the buffer's core matrices are {} apart along K \
                  and 128 along M or N",
                 m.lbo,
                 m.sbo,
-                16 * d.shape[n - 2]
+                16 * mn_extent
             )));
         }
-        if !matches!(f.p.expr(m.origin[n - 1]), TExpr::Int(0)) {
-            return Err(bad("the tile starts inside a core-matrix row (its last index is not 0)".into()));
+        let within = &m.origin[n + 1 - (rank - 1)..];
+        if !within.iter().all(|&i| matches!(f.p.expr(i), TExpr::Int(0))) {
+            return Err(bad("the tile starts inside a core matrix (its last indices are not 0)".into()));
         }
         for &i in t.origin.iter().chain(&m.origin) {
             if f.p.ty(i) != Ty::Index {

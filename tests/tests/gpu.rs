@@ -1192,8 +1192,10 @@ fn wgmma_errors_are_spanned() {
 }
 
 /// benches/hgemm_wgmma.tex (two warpgroups per block, `m64n128k16`, slices
-/// of 64 of k) at sizes its tiles divide: the emulation and the loop IR
-/// match the interpreter, each warpgroup's 64 accumulators per thread are
+/// of 64 of k, 3 stages of `cp.async`) at sizes its tiles divide: the
+/// emulation and the loop IR (whose copies land at their `async wait`)
+/// match the interpreter, the copies are 16-byte `cp.async` into the
+/// descriptors' layouts, each warpgroup's 64 accumulators per thread are
 /// loaded and stored once around the k loop, and at 4096³ `ptxas`
 /// assembles it for sm_90a without spills.
 #[test]
@@ -1211,6 +1213,7 @@ fn the_wgmma_bench_schedule_matches_the_interpreter_and_assembles() {
     let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
     let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
     assert_eq!(kernel.matches("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16").count(), 4, "{kernel}");
+    assert!(kernel.contains("cp.async.cg.shared.global") && !kernel.contains("st.shared"), "{kernel}");
     assert_eq!(kernel.matches("ld.global.f32").count(), 64, "{kernel}");
     assert_eq!(kernel.matches("st.global.f32").count(), 64, "{kernel}");
     let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "benches/hgemm_wgmma.tex", None).expect("loads");

@@ -23,7 +23,7 @@ use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, IntValue, PointerValue};
 use inkwell::AddressSpace;
 use texc_compiler::types::ElemType;
-use texc_schedules::ir::{SmemMatrix, Wgmma, WgmmaOp};
+use texc_schedules::ir::{Major, SmemMatrix, Wgmma, WgmmaOp};
 
 impl<'ctx> Gen<'ctx, '_> {
     pub(super) fn wgmma(&mut self, fr: &mut Frame<'ctx>, w: &Wgmma) -> R<()> {
@@ -86,7 +86,8 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         let da = self.descriptor(fr, &w.a)?;
         let db = self.descriptor(fr, &w.b)?;
-        let d = self.wgmma_asm(w.op, da, db, &acc)?;
+        let trans = [w.a.major, w.b.major].map(|m| m == Major::Mn);
+        let d = self.wgmma_asm(w.op, da, db, trans, &acc)?;
         if let Some(c) = &c {
             for (v, &(r, col)) in d.into_iter().zip(&places) {
                 let p = self.element(c, r, col)?;
@@ -106,6 +107,7 @@ impl<'ctx> Gen<'ctx, '_> {
         op: WgmmaOp,
         da: IntValue<'ctx>,
         db: IntValue<'ctx>,
+        [ta, tb]: [bool; 2],
         acc: &[BasicValueEnum<'ctx>],
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let n = acc.len();
@@ -114,16 +116,19 @@ impl<'ctx> Gen<'ctx, '_> {
         let regs: Vec<String> = (0..n).map(|i| format!("${i}")).collect();
         let ty = if op.ab == ElemType::BF16 { "bf16" } else { "f16" };
         // scale-d is a predicate made from an operand (1: d = a·b + d); the
-        // immediates: A and B not negated (1, 1), both K-major (0, 0).
+        // immediates: A and B not negated (1, 1), then whether each is
+        // MN-major (transposed from wgmma's K-major default).
         let asm = format!(
             "{{\n.reg .pred p;\nsetp.ne.b32 p, ${s}, 0;\nwgmma.fence.sync.aligned;\n\
-             wgmma.mma_async.sync.aligned.m64n{nn}k16.f32.{ty}.{ty} {{{regs}}}, ${a}, ${b}, p, 1, 1, 0, 0;\n\
+             wgmma.mma_async.sync.aligned.m64n{nn}k16.f32.{ty}.{ty} {{{regs}}}, ${a}, ${b}, p, 1, 1, {ta}, {tb};\n\
              wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}",
             nn = op.n,
             regs = regs.join(", "),
             a = n,
             b = n + 1,
             s = n + 2,
+            ta = ta as u8,
+            tb = tb as u8,
         );
         let mut constraints: Vec<String> = vec!["=f".to_string(); n];
         constraints.extend(["l".to_string(), "l".to_string(), "r".to_string()]);
@@ -153,28 +158,33 @@ impl<'ctx> Gen<'ctx, '_> {
         let i8t = self.cx.i8_type();
         let k = |v: i64| i64t.const_int(v as u64, true);
         let (pa, pb) = (self.smem_start(fr, &w.a)?, self.smem_start(fr, &w.b)?);
-        let (la, lb) = ((w.a.lbo, w.a.sbo), (w.b.lbo, w.b.sbo));
+        let (la, lb) = ((w.a.major, w.a.lbo, w.a.sbo), (w.b.major, w.b.lbo, w.b.sbo));
         let elem = self.mem_ty(w.op.ab);
         let bf16 = w.op.ab == ElemType::BF16;
         let func = fr.func;
         let zero = i64t.const_zero();
-        // Element (mn, k) of an operand: byte (mn/8)·sbo + (k/8)·lbo + (mn%8)·16 + (k%8)·2.
-        let at =
-            |g: &mut Self, base: PointerValue<'ctx>, (lbo, sbo): (i64, i64), r: IntValue<'ctx>, kv: IntValue<'ctx>| {
-                let b = &g.b;
-                let t1 = b.build_int_mul(b.build_int_unsigned_div(r, k(8), "r8")?, k(sbo), "sbo")?;
-                let t2 = b.build_int_mul(b.build_int_unsigned_div(kv, k(8), "k8")?, k(lbo), "lbo")?;
-                let t3 = b.build_int_mul(b.build_int_unsigned_rem(r, k(8), "rr")?, k(16), "row")?;
-                let t4 = b.build_int_mul(b.build_int_unsigned_rem(kv, k(8), "kr")?, k(2), "col")?;
-                let off = b.build_int_add(b.build_int_add(t1, t2, "o")?, b.build_int_add(t3, t4, "o")?, "off")?;
-                let p = g.gep(i8t.into(), base, off)?;
-                let v = g.b.build_load(elem, p, "x")?;
-                Ok::<_, CodegenError>(if bf16 {
-                    g.bf16_to_f32(v, None)?.into_float_value()
-                } else {
-                    g.b.build_float_ext(v.into_float_value(), f32t, "x")?
-                })
-            };
+        // Element (mn, k) of an operand: byte (mn/8)·sbo + (k/8)·lbo, plus
+        // (mn%8)·16 + (k%8)·2 K-major or (k%8)·16 + (mn%8)·2 MN-major.
+        let at = |g: &mut Self,
+                  base: PointerValue<'ctx>,
+                  (major, lbo, sbo): (Major, i64, i64),
+                  r: IntValue<'ctx>,
+                  kv: IntValue<'ctx>| {
+            let b = &g.b;
+            let (row, col) = if major == Major::K { (r, kv) } else { (kv, r) };
+            let t1 = b.build_int_mul(b.build_int_unsigned_div(r, k(8), "r8")?, k(sbo), "sbo")?;
+            let t2 = b.build_int_mul(b.build_int_unsigned_div(kv, k(8), "k8")?, k(lbo), "lbo")?;
+            let t3 = b.build_int_mul(b.build_int_unsigned_rem(row, k(8), "rr")?, k(16), "row")?;
+            let t4 = b.build_int_mul(b.build_int_unsigned_rem(col, k(8), "kr")?, k(2), "col")?;
+            let off = b.build_int_add(b.build_int_add(t1, t2, "o")?, b.build_int_add(t3, t4, "o")?, "off")?;
+            let p = g.gep(i8t.into(), base, off)?;
+            let v = g.b.build_load(elem, p, "x")?;
+            Ok::<_, CodegenError>(if bf16 {
+                g.bf16_to_f32(v, None)?.into_float_value()
+            } else {
+                g.b.build_float_ext(v.into_float_value(), f32t, "x")?
+            })
+        };
         self.count(func, "r", zero, k(mm), &mut |g, r| {
             g.count(func, "c", zero, k(nn), &mut |g, col| {
                 let p = g.element(&c, r, col)?;

@@ -24,7 +24,7 @@
 
 pub mod safety;
 
-use crate::ir::{AsyncStep, ForKind, GpuDim, LoopFunc, MmaOp, SmemMatrix, Stmt, Tile, Wgmma, WgmmaOp};
+use crate::ir::{AsyncStep, ForKind, GpuDim, LoopFunc, Major, MmaOp, SmemMatrix, Stmt, Tile, Wgmma, WgmmaOp};
 use pest::iterators::{Pair, Pairs};
 use pest::Parser;
 use texc_compiler::ops::{BinOp, Intrinsic, MathFn, ReduceOp, UnOp};
@@ -577,11 +577,18 @@ impl Builder {
         Ok(Stmt::Wgmma(Box::new(Wgmma { op, c, a, b })))
     }
 
-    /// `A[..] desc(lbo L, sbo S)`: a `wgmma` operand in shared memory.
+    /// `A[..] desc(lbo L, sbo S)` (K-major) or `desc(mn-major, lbo L, sbo S)`:
+    /// a `wgmma` operand in shared memory.
     fn smem_matrix(&mut self, pair: Pair<Rule>, offset: usize, elem: ElemType) -> R<SmemMatrix> {
         let mut parts: Vec<Pair<Rule>> = pair.into_inner().collect();
         let sbo_p = parts.pop().expect("sbo");
         let lbo_p = parts.pop().expect("lbo");
+        let major = if parts.last().is_some_and(|p| p.as_rule() == Rule::mn_major) {
+            parts.pop();
+            Major::Mn
+        } else {
+            Major::K
+        };
         let name_p = parts.remove(0);
         let span = self.span(offset, &name_p);
         let tensor = self
@@ -604,7 +611,7 @@ impl Builder {
                 Diagnostic::at(self.span(offset, p), "a descriptor's byte offset is a multiple of 16 below 2^18")
             })
         };
-        Ok(SmemMatrix { tensor, origin, lbo: bytes(&lbo_p)?, sbo: bytes(&sbo_p)? })
+        Ok(SmemMatrix { tensor, origin, major, lbo: bytes(&lbo_p)?, sbo: bytes(&sbo_p)? })
     }
 
     fn tile(&mut self, pair: Pair<Rule>, offset: usize, elem: ElemType, written: bool) -> R<Tile> {
