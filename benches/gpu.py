@@ -52,6 +52,8 @@ CASES = [
      "fp16", 2 * G**3, None, "hgemm"),
     ("hgemm 4096³ f16→f32 (shared, ldmatrix)", "benches/hgemm_shared.tex", [], "fp16", 2 * G**3, None, "hgemm"),
     ("hgemm 4096³ f16→f32 (cp.async, 2 stages)", "benches/hgemm_pipelined.tex", [], "fp16", 2 * G**3, None, "hgemm"),
+    ("hgemm 4096³ f16→f32 (wgmma sm_90a, 3 stages)", "benches/hgemm_wgmma.tex", [], "fp16", 2 * G**3, None,
+     "hgemm"),
     ("bf16 gemm 4096³ bf16→f32 (default)", "benches/gemm_bf16.tex", [], "fp16", 2 * G**3, None, "bgemm"),
     ("tf32 gemm 4096³ (benches schedule)", "benches/gemm_tf32.tex", [], "tf32", 2 * G**3, None, "tf32"),
     ("sgemm 4096³ f32 (default: registers)", "benches/matmul.tex", ["--shape", f"M={G},K={G},N={G}"], "f32",

@@ -50,6 +50,7 @@ for t in "${targets[@]}"; do
     for k in "examples/softmax.tex" "examples/norms.tex --kernel ln" "examples/matmul.tex" \
              "examples/conv2d.tex" "examples/gemm_f16.tex" "benches/gemm_tf32.tex --shape M=256,K=128,N=256" "benches/hgemm_shared.tex --shape M=256,K=96,N=384" \
              "benches/hgemm_pipelined.tex --shape M=256,K=160,N=384" "benches/gemm_bf16.tex --shape M=256,K=96,N=128" \
+             "benches/hgemm_wgmma.tex --shape M=256,K=192,N=384" \
              "benches/conv_f16.tex --shape N=2,C=32,H=18,W=20,K=48" \
              "benches/conv_f16.tex --shape N=2,C=32,H=18,W=20,K=48 --knob gather=0" \
              "benches/matmul.tex --shape M=200,K=96,N=130" "benches/conv_layer.tex --shape N=2,C=32,H=14,W=14" \

@@ -201,7 +201,7 @@ impl<'c> Gen<'c, '_> {
                     blk.append_operation(op);
                 }
                 Stmt::Store { tensor, indices, value } => self.store(blk, env, *tensor, indices, *value)?,
-                Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => {
+                Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => {
                     return Err(MlirError::Unsupported(
                         "a GPU barrier, asynchronous copy, warp reduction or tensor-core operation: their MLIR export \
                          (the gpu and nvgpu dialects) is not built yet"
@@ -266,6 +266,7 @@ impl<'c> Gen<'c, '_> {
             | Stmt::Barrier
             | Stmt::Async(_)
             | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
             | Stmt::WarpReduce(_) => false,
         })
     }

@@ -7,7 +7,7 @@
 //! choice, or `--knob t=16`), else the first value of `tune t in [...]`, else
 //! the largest divisor of the extent that is at most 32.
 
-use crate::ir::{ForKind, GpuDim, MmaOp};
+use crate::ir::{ForKind, GpuDim, TensorOp};
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
 use crate::schedule::{Attach, LayoutDim, Schedules, StageSchedule, Tensorize};
 use crate::ScheduleSrc;
@@ -295,7 +295,7 @@ pub fn apply_with(
             }
             PrimKind::Tensorize { stage, axes, intrinsic } => {
                 let (si, name) = stage_of(stage)?;
-                tensorize(p, &mut s.stages[si], si, &name, axes, intrinsic, span, sized)?;
+                tensorize(p, &mut s.stages[si], si, &name, axes, intrinsic, span, sized, target)?;
             }
             PrimKind::Pipeline { axis, stages } => {
                 let (si, name) = stage_of(&axis.stage)?;
@@ -522,14 +522,28 @@ fn tensorize(
     intrinsic: &Ident,
     span: Span,
     sized: bool,
+    target: &Target,
 ) -> Result<(), Diagnostic> {
-    let op = MmaOp::ALL.into_iter().find(|o| o.schedule_name() == intrinsic.name).ok_or_else(|| {
-        let known: Vec<&str> = MmaOp::ALL.iter().map(|o| o.schedule_name()).collect();
+    let op = TensorOp::parse_schedule_name(&intrinsic.name).ok_or_else(|| {
         Diagnostic::at(
             intrinsic.span,
-            format!("unknown tensor-core operation `{}`; operations: {}", intrinsic.name, known.join(", ")),
+            format!(
+                "unknown tensor-core operation `{}`; operations: {}",
+                intrinsic.name,
+                TensorOp::known_names().join(", ")
+            ),
         )
     })?;
+    if matches!(op, TensorOp::Wgmma(_)) && target.gpu.is_none_or(|g| g.sm < 90) {
+        return Err(Diagnostic::at(
+            intrinsic.span,
+            format!(
+                "`{}` is a warpgroup operation of Hopper (sm_90a); target `{}` does not have it \
+                 (`mma_m16n8k16_f16f32` runs on sm_80 and later)",
+                intrinsic.name, target.name
+            ),
+        ));
+    }
     let [m, n, k] = axes else {
         return Err(Diagnostic::at(span, format!("`tensorize` names three axes of `{name}`: its m, n and k loops")));
     };

@@ -159,7 +159,12 @@ fn rewrite(f: &mut LoopFunc, body: &mut [Stmt], job: &Job, in_threads: bool) -> 
                 rewrite(f, body, job, threads)?
             }
             Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => rewrite(f, body, job, in_threads)?,
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => false,
+            Stmt::Store { .. }
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::WarpReduce(_) => false,
         };
     }
     Ok(any)
@@ -171,7 +176,7 @@ fn stores_to(s: &Stmt, t: TensorId) -> bool {
             body.iter().any(|s| stores_to(s, t))
         }
         Stmt::Store { tensor, .. } => *tensor == t,
-        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => false,
+        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => false,
     }
 }
 
@@ -410,7 +415,12 @@ fn has_thread_loop_of(s: &Stmt, dims: &[GpuDim]) -> bool {
         Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
             body.iter().any(|s| has_thread_loop_of(s, dims))
         }
-        Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => false,
+        Stmt::Store { .. }
+        | Stmt::Barrier
+        | Stmt::Async(_)
+        | Stmt::Mma { .. }
+        | Stmt::Wgmma(_)
+        | Stmt::WarpReduce(_) => false,
     }
 }
 
@@ -424,7 +434,7 @@ fn wrap_stores(f: &mut LoopFunc, body: &mut [Stmt]) {
                 let store = std::mem::replace(s, Stmt::Barrier);
                 *s = Stmt::For { var: one, lo: 0, extent: 1, kind: ForKind::Thread(GpuDim::X), body: vec![store] };
             }
-            Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => {}
+            Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => {}
         }
     }
 }
@@ -569,7 +579,7 @@ fn expand_warp_reductions(f: &mut LoopFunc, body: &mut Vec<Stmt>) {
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
                 expand_warp_reductions(f, body)
             }
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => {}
+            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) => {}
         }
         out.push(s);
     }

@@ -497,7 +497,12 @@ impl Env {
                         walk(body, ranges)
                     }
                     Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => walk(body, ranges),
-                    Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+                    Stmt::Store { .. }
+                    | Stmt::Mma { .. }
+                    | Stmt::Wgmma(_)
+                    | Stmt::Barrier
+                    | Stmt::Async(_)
+                    | Stmt::WarpReduce(_) => {}
                 }
             }
         }

@@ -23,7 +23,7 @@
 //! thread's locals and registers — are theirs alone.) It catches, at the
 //! sizes run, what the static proof of `crate::independence` refuses.
 
-use crate::ir::{AsyncStep, ForKind, LoopFunc, MmaOp, Stmt, Tile, WarpReduce};
+use crate::ir::{AsyncStep, ForKind, LoopFunc, MmaOp, SmemMatrix, Stmt, Tile, WarpReduce, Wgmma};
 use std::collections::{HashMap, HashSet};
 use texc_compiler::interp::{Arg, InterpError, Machine};
 use texc_compiler::ops::BinOp;
@@ -273,6 +273,12 @@ impl Eval<'_> {
                     }
                     mma(f, m, *op, [c, a, b], env)?
                 }
+                Stmt::Wgmma(w) => {
+                    if self.races.watching() {
+                        self.watch_wgmma(m, w, env)?;
+                    }
+                    wgmma(f, m, w, env)?
+                }
                 Stmt::WarpReduce(w) => warp_reduce(f, m, *w)?,
                 Stmt::For { var, lo, extent, body, kind } => {
                     self.for_loop(m, (*var, *lo, *extent, *kind), body, env, in_async, launch)?
@@ -401,6 +407,33 @@ impl Eval<'_> {
         Ok(())
     }
 
+    /// Record a warpgroup operation's accesses (its 128 lanes are one
+    /// party): the boxes of `a` and `b` its descriptors span, read; `c`'s
+    /// tile read and written.
+    fn watch_wgmma(&mut self, m: &Machine, w: &Wgmma, env: &mut [i64]) -> Result<(), EvalError> {
+        let f = self.f;
+        let (mm, nn, _) = w.op.shape();
+        let mut reach = vec![0; w.c.origin.len()];
+        reach[w.c.rows] += mm - 1;
+        reach[w.c.cols] += nn - 1;
+        let mut boxes: Vec<(TensorId, &[TExprId], Vec<i64>, bool)> =
+            w.operands().iter().map(|(x, mn, k)| (x.tensor, x.origin.as_slice(), x.reach(*mn, *k), false)).collect();
+        boxes.push((w.c.tensor, &w.c.origin, reach.clone(), false));
+        boxes.push((w.c.tensor, &w.c.origin, reach, true));
+        for (t, origin, reach, write) in boxes {
+            let o = origin.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
+            let mut idx = o.clone();
+            loop {
+                self.races.touch(f, t, &idx, write)?;
+                // The next index of the box, last dimension fastest.
+                let Some(d) = (0..idx.len()).rev().find(|&d| idx[d] < o[d] + reach[d]) else { break };
+                idx[d] += 1;
+                idx[d + 1..].copy_from_slice(&o[d + 1..]);
+            }
+        }
+        Ok(())
+    }
+
     /// Record the reads evaluating `e` makes (the side of a `select` it
     /// takes, the operands `&&` and `||` evaluate), when a region is open.
     fn watch_reads(&mut self, m: &Machine, e: TExprId, env: &mut [i64]) -> Result<(), EvalError> {
@@ -509,6 +542,78 @@ fn mma(f: &LoopFunc, m: &mut Machine, op: MmaOp, [c, a, b]: [&Tile; 3], env: &mu
     Ok(())
 }
 
+/// A warpgroup's `wgmma` as the hardware computes it: each of the 128
+/// lanes loads the accumulators [`crate::ir::WgmmaOp::d_fragment`] assigns
+/// it; `a` and `b` are read from their shared buffers where their matrix
+/// descriptors (encoded, then decoded as the ISA's bit fields say) put each
+/// element in the canonical K-major layout — not by the buffers' logical
+/// indices, so a buffer filled in another layout than the descriptor's
+/// gives wrong products here; the tile assembled from the lanes (a lost
+/// or doubled element is an error), multiplied (products exact, sums in
+/// f64), and each lane stores its part.
+fn wgmma(f: &LoopFunc, m: &mut Machine, w: &Wgmma, env: &mut [i64]) -> Result<(), InterpError> {
+    let eval_all = |m: &Machine, o: &[TExprId], env: &mut [i64]| -> Result<Vec<i64>, InterpError> {
+        o.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect()
+    };
+    let (mm, nn, kk) = w.op.shape();
+    // The operands through their descriptors: element (mn, k) of each.
+    let operand = |m: &Machine, x: &SmemMatrix, rows: i64, env: &mut [i64]| -> Result<Vec<f64>, InterpError> {
+        let shape = &f.p.tensor(x.tensor).shape;
+        let elem = f.p.tensor(x.tensor).elem.size() as i64;
+        let origin = eval_all(m, &x.origin, env)?;
+        let flat = origin.iter().zip(shape).fold(0, |acc, (&i, &n)| acc * n + i);
+        let desc = crate::ir::wgmma_descriptor((flat * elem) as u64, x.lbo, x.sbo);
+        let (start, lbo, sbo, swizzle) = crate::ir::wgmma_descriptor_fields(desc);
+        debug_assert_eq!(swizzle, 0, "no swizzling yet");
+        let mut out = vec![0.0; (rows * kk) as usize];
+        for r in 0..rows {
+            for k in 0..kk {
+                let byte = start as i64 + crate::ir::canonical_offset(x.major, lbo as i64, sbo as i64, r, k);
+                let mut at = byte / elem;
+                let mut idx = vec![0; shape.len()];
+                for d in (0..shape.len()).rev() {
+                    idx[d] = at % shape[d];
+                    at /= shape[d];
+                }
+                out[(r * kk + k) as usize] = m.load_at(x.tensor, &idx)?.f();
+            }
+        }
+        Ok(out)
+    };
+    let ta = operand(m, &w.a, mm, env)?;
+    let tb = operand(m, &w.b, nn, env)?;
+    let co = eval_all(m, &w.c.origin, env)?;
+    let at = |(r, col): (i64, i64)| {
+        let mut idx = co.clone();
+        idx[w.c.rows] += r;
+        idx[w.c.cols] += col;
+        idx
+    };
+    let frag = w.op.d_fragment();
+    // An element no lane holds stays NaN (and so does the result): a
+    // table that lost or doubled one fails the comparison with the interpreter.
+    let mut tc = vec![f64::NAN; (mm * nn) as usize];
+    for lane in 0..crate::ir::WgmmaOp::LANES {
+        let r = frag.iter().map(|x| m.load_at(w.c.tensor, &at(x.at(lane))).map(|v| v.f()));
+        let r: Vec<f64> = r.collect::<Result<_, _>>()?;
+        for (x, &v) in frag.iter().zip(&r) {
+            let (row, col) = x.at(lane);
+            tc[(row * nn + col) as usize] = v;
+        }
+    }
+    for lane in 0..crate::ir::WgmmaOp::LANES {
+        for x in &frag {
+            let (r, col) = x.at(lane);
+            let mut acc = tc[(r * nn + col) as usize];
+            for k in 0..kk {
+                acc += ta[(r * kk + k) as usize] * tb[(col * kk + k) as usize];
+            }
+            m.store(w.c.tensor, &at((r, col)), V::F(acc))?;
+        }
+    }
+    Ok(())
+}
+
 /// An f32 rounded to TF32 as `cvt.rna.tf32.f32` does: 10 bits of mantissa,
 /// to nearest, ties away from zero (NaN stays NaN; overflow gives infinity).
 pub fn tf32(v: f64) -> f64 {
@@ -569,5 +674,39 @@ mod tests {
         assert_eq!(b, [(2, 1), (3, 1), (10, 1), (11, 1)]);
         let c: Vec<_> = f.c.iter().map(|c| c.at(5)).collect();
         assert_eq!(c, [(1, 2), (1, 3), (9, 2), (9, 3)]);
+    }
+
+    /// The warpgroup's accumulators: every element of the 64×N tile in
+    /// exactly one of the 128 lanes, N / 2 registers each.
+    #[test]
+    fn wgmma_fragments_cover_each_tile_once() {
+        for n in (8..=256).step_by(8) {
+            let op = crate::ir::WgmmaOp { n, ab: texc_compiler::types::ElemType::F16 };
+            let d = op.d_fragment();
+            assert_eq!(d.len() as i64, n / 2);
+            let places: HashSet<(i64, i64)> = (0..128).flat_map(|l| d.iter().map(move |c| c.at(l))).collect();
+            assert_eq!(places.len() as i64, 64 * n, "m64n{n}: every element once");
+            assert!(places.iter().all(|&(r, c)| (0..64).contains(&r) && (0..n).contains(&c)));
+        }
+    }
+
+    /// Lane 37 (warp 1, group 1, position 1) of `wgmma` m64n16k16's D, as
+    /// the PTX ISA's figure shows it: rows 16 + 1 and 16 + 9, columns 2, 3
+    /// and 10, 11.
+    #[test]
+    fn wgmma_fragments_match_the_ptx_isa() {
+        let op = crate::ir::WgmmaOp { n: 16, ab: texc_compiler::types::ElemType::F16 };
+        let d: Vec<_> = op.d_fragment().iter().map(|c| c.at(37)).collect();
+        assert_eq!(d, [(17, 2), (17, 3), (25, 2), (25, 3), (17, 10), (17, 11), (25, 10), (25, 11)]);
+    }
+
+    /// The descriptor's bit fields (CUTLASS `GmmaDescriptor`): start
+    /// address in bits 0–13, leading byte offset 16–29, stride byte offset
+    /// 32–45, each in 16-byte units; swizzle mode 0.
+    #[test]
+    fn wgmma_descriptors_have_the_isa_fields() {
+        let d = crate::ir::wgmma_descriptor(0x400, 1024, 128);
+        assert_eq!(d, 0x40 | (64 << 16) | (8 << 32));
+        assert_eq!(crate::ir::wgmma_descriptor_fields(d), (0x400, 1024, 128, 0));
     }
 }

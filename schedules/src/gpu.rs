@@ -41,7 +41,7 @@
 
 use crate::independence::{Access as Touch, Parties, Role};
 use crate::interval::{self, Iv};
-use crate::ir::{AsyncStep, ForKind, GpuDim, LoopFunc, Stmt};
+use crate::ir::{AsyncStep, ForKind, GpuDim, LoopFunc, Stmt, Wgmma, WgmmaOp};
 use std::collections::{HashMap, HashSet};
 use texc_compiler::ops::BinOp;
 use texc_compiler::target::{GpuSpec, Target};
@@ -137,7 +137,7 @@ pub fn has_bound_loops(f: &LoopFunc) -> bool {
         body.iter().any(|s| match s {
             Stmt::For { kind, body, .. } => kind.is_gpu() || any(body),
             Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
-            Stmt::Mma { .. } | Stmt::WarpReduce(_) => true,
+            Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => true,
             Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) => false,
         })
     }
@@ -172,6 +172,7 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec, or_by_running: bo
         used: [false; 3],
         written: HashSet::new(),
         mma: false,
+        wgmma: false,
         thread_x: None,
         warp_reduces: Vec::new(),
         local_words: 0,
@@ -193,6 +194,14 @@ fn launch(f: &LoopFunc, stmt: usize, s: &Stmt, spec: &GpuSpec, or_by_running: bo
              beside it have at most 32 iterations",
             stmt + 1,
             w.block[0]
+        )));
+    }
+    if w.wgmma && (w.mma || w.block[0] != WgmmaOp::LANES) {
+        return Err(RuleError::from(format!(
+            "launch {} has `wgmma` and {}: the 128 lanes of a warpgroup are thread.x, so thread.x loops beside it \
+             have at most 128 iterations, and `mma` does not share its launch",
+            stmt + 1,
+            if w.mma { "`mma`".to_string() } else { format!("{} threads along x", w.block[0]) }
         )));
     }
     let threads = w.used.iter().any(|&u| u);
@@ -229,6 +238,8 @@ struct Walk<'a> {
     private: HashSet<TensorId>,
     /// The launch has tensor-core operations (its block is one warp wide).
     mma: bool,
+    /// The launch has warpgroup operations (its block is 128 threads wide).
+    wgmma: bool,
     /// The variable of the open `thread.x` loop, where it starts at 0: the
     /// index of the thread's element of a `registers` buffer.
     thread_x: Option<VarId>,
@@ -270,6 +281,54 @@ const BLOCK_IDS: usize = 3;
 const WARP: i64 = 32;
 
 impl Walk<'_> {
+    /// A warpgroup's `wgmma`: outside thread.x loops and `if`s (its 128
+    /// lanes are thread.x and take it together), its accumulators in global
+    /// or shared memory, its operands in shared buffers laid out as its
+    /// descriptors say (`crate::tensorize` made them so; checked again here
+    /// for `.loops` files).
+    fn wgmma(&mut self, w: &Wgmma, open: &[bool; 3], guarded: bool) -> R {
+        if open[0] || guarded {
+            return Err(RuleError::at(
+                Site::Tensor(w.c.tensor),
+                format!(
+                    "`wgmma` on `{}` is inside a thread.x loop or under an `if`: the warpgroup's 128 lanes are \
+                     thread.x and take it together, so it stands where a thread.x loop would",
+                    self.tensor_name(w.c.tensor)
+                ),
+            ));
+        }
+        if self.private.contains(&w.c.tensor) || self.f.registers.contains(&w.c.tensor) {
+            return Err(RuleError::at(
+                Site::Tensor(w.c.tensor),
+                format!("`wgmma` on `{}`, a buffer private to each thread", self.tensor_name(w.c.tensor)),
+            ));
+        }
+        for m in [&w.a, &w.b] {
+            if !self.f.shared.contains(&m.tensor) {
+                return Err(RuleError::at(
+                    Site::Tensor(m.tensor),
+                    format!(
+                        "`wgmma` reads `{}` through a matrix descriptor, so it is a shared buffer \
+                         (`cache_read ... in shared`)",
+                        self.tensor_name(m.tensor)
+                    ),
+                ));
+            }
+        }
+        self.wgmma = true;
+        self.used[0] = true;
+        self.block[0] = self.block[0].max(WgmmaOp::LANES);
+        let (m, n, _) = w.op.shape();
+        let mut access = self.made_here(Touch::tile(&w.c, m, n, true));
+        // Every lane of the warpgroup takes part.
+        access.within[0] = (0, interval::range(0, WgmmaOp::LANES as i128 - 1));
+        self.writes.push(Write { access, mma: true, at: Site::Tensor(w.c.tensor), unit: self.units });
+        if !self.f.shared.contains(&w.c.tensor) {
+            self.written.insert(w.c.tensor);
+        }
+        Ok(())
+    }
+
     fn name(&self, v: VarId) -> &str {
         &self.f.vars[v as usize].name
     }
@@ -341,6 +400,7 @@ impl Walk<'_> {
                         self.written.insert(c.tensor);
                     }
                 }
+                Stmt::Wgmma(w) => self.wgmma(w, open, guarded)?,
                 Stmt::Alloc { tensor, .. }
                     if (self.f.shared.contains(tensor) || self.f.registers.contains(tensor))
                         && open.iter().any(|&o| o) =>
@@ -658,6 +718,21 @@ impl Walk<'_> {
                         )));
                     }
                 }
+                Stmt::Wgmma(w) => {
+                    let mut lanes = *open;
+                    lanes[0] = true;
+                    if let Some(d) = missing(&lanes) {
+                        return Err(RuleError::at(
+                            Site::Tensor(w.c.tensor),
+                            format!(
+                                "the `wgmma` on `{}` is outside the thread.{} loops of its launch: every thread \
+                                 would make it",
+                                self.tensor_name(w.c.tensor),
+                                d.name()
+                            ),
+                        ));
+                    }
+                }
                 Stmt::Store { tensor, value, .. } => {
                     if let Some(d) = missing(open) {
                         return Err(RuleError::at(
@@ -700,6 +775,9 @@ impl Walk<'_> {
                         check(*value, Some((*tensor, indices)));
                     }
                     Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).for_each(|&i| check(i, None)),
+                    Stmt::Wgmma(w) => {
+                        w.c.origin.iter().chain(&w.a.origin).chain(&w.b.origin).for_each(|&i| check(i, None))
+                    }
                     Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 }
             }
@@ -710,6 +788,7 @@ impl Walk<'_> {
             for s in body {
                 match s {
                     Stmt::Mma { a, b, .. } => out.extend([a.tensor, b.tensor]),
+                    Stmt::Wgmma(w) => out.extend([w.a.tensor, w.b.tensor]),
                     Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
                         operands(body, out)
                     }
@@ -882,6 +961,18 @@ impl Walk<'_> {
                         x.writers.push(s as *const Stmt as usize);
                     }
                 }
+                Stmt::Wgmma(w) => {
+                    for m in [&w.a, &w.b] {
+                        let x = acc.entry(key(m.tensor, &m.origin)).or_default();
+                        x.read = true;
+                        x.foreign_read = true;
+                    }
+                    if self.f.shared.contains(&w.c.tensor) {
+                        let x = acc.entry(key(w.c.tensor, &w.c.origin)).or_default();
+                        (x.read, x.write) = (true, true);
+                        x.writers.push(s as *const Stmt as usize);
+                    }
+                }
                 Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
             }
         }
@@ -970,7 +1061,12 @@ fn locals(f: &LoopFunc) -> HashSet<TensorId> {
                     walk(body, out)
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(body, out),
-                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => {}
+                Stmt::Store { .. }
+                | Stmt::Barrier
+                | Stmt::Async(_)
+                | Stmt::Mma { .. }
+                | Stmt::Wgmma(_)
+                | Stmt::WarpReduce(_) => {}
             }
         }
     }
@@ -1065,7 +1161,12 @@ pub fn shared_offsets(f: &LoopFunc, stmt: &Stmt) -> HashMap<TensorId, i64> {
                     walk(f, body, at, out)
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(f, body, at, out),
-                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => {}
+                Stmt::Store { .. }
+                | Stmt::Barrier
+                | Stmt::Async(_)
+                | Stmt::Mma { .. }
+                | Stmt::Wgmma(_)
+                | Stmt::WarpReduce(_) => {}
             }
         }
     }
@@ -1089,7 +1190,12 @@ fn shared_bytes(f: &LoopFunc, body: &[Stmt]) -> i64 {
                 own.saturating_add(shared_bytes(f, body))
             }
             Stmt::For { body, .. } | Stmt::If { then: body, .. } => shared_bytes(f, body),
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => 0,
+            Stmt::Store { .. }
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::WarpReduce(_) => 0,
         })
         .fold(0, i64::saturating_add)
 }

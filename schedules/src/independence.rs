@@ -538,6 +538,18 @@ pub fn accesses(f: &LoopFunc, body: &[Stmt], guards: &mut Vec<TExprId>, out: &mu
                     out.push(Access { guards: guards.clone(), ..Access::tile(t, rows, cols, write) });
                 }
             }
+            Stmt::Wgmma(w) => {
+                w.origins().for_each(|&e| loads(e, guards, out));
+                for (m, mn, k) in w.operands() {
+                    let mut a = Access::element(m.tensor, &m.origin, false);
+                    a.reach = m.reach(mn, k);
+                    out.push(Access { guards: guards.clone(), ..a });
+                }
+                let (m, n, _) = w.op.shape();
+                for write in [false, true] {
+                    out.push(Access { guards: guards.clone(), ..Access::tile(&w.c, m, n, write) });
+                }
+            }
             // A warp's lanes exchange their elements in step (`shfl.sync`).
             Stmt::WarpReduce(_) | Stmt::Barrier | Stmt::Async(_) => {}
         }
@@ -553,7 +565,12 @@ pub fn allocated(body: &[Stmt], out: &mut BTreeSet<TensorId>) {
                 allocated(body, out)
             }
             Stmt::For { body, .. } | Stmt::If { then: body, .. } => allocated(body, out),
-            Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            Stmt::Store { .. }
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_) => {}
         }
     }
 }
@@ -567,7 +584,12 @@ pub fn free_loops(body: &[Stmt], parties: &mut Parties) {
                 free_loops(body, parties)
             }
             Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => free_loops(body, parties),
-            Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            Stmt::Store { .. }
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_) => {}
         }
     }
 }
@@ -638,6 +660,10 @@ fn nodes_run(f: &LoopFunc, body: &[Stmt]) -> u64 {
                 let (m, n, k) = op.shape();
                 (m * n * k) as u64
             }
+            Stmt::Wgmma(w) => {
+                let (m, n, k) = w.op.shape();
+                (m * n * k) as u64
+            }
             Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => 1,
         })
         .fold(0u64, u64::saturating_add)
@@ -658,6 +684,7 @@ fn addresses_read_data(f: &LoopFunc, body: &[Stmt]) -> bool {
         Stmt::If { cond, then } => data(*cond) || addresses_read_data(f, then),
         Stmt::Store { indices, value, .. } => indices.iter().any(|&i| data(i)) || controls_read_data(p, *value),
         Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).any(|&i| data(i)),
+        Stmt::Wgmma(w) => w.origins().any(|&i| data(i)),
         Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => false,
     })
 }
@@ -702,7 +729,12 @@ pub fn from_indices(f: &LoopFunc) -> Result<(), Conflict> {
                     walk(f, body)?
                 }
                 Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => walk(f, body)?,
-                Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+                Stmt::Store { .. }
+                | Stmt::Mma { .. }
+                | Stmt::Wgmma(_)
+                | Stmt::Barrier
+                | Stmt::Async(_)
+                | Stmt::WarpReduce(_) => {}
             }
         }
         Ok(())

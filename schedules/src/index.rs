@@ -165,6 +165,12 @@ pub fn simplify_indices(f: &mut LoopFunc) {
                         }
                     }
                 }
+                crate::ir::Stmt::Wgmma(w) => {
+                    for i in w.origins_mut() {
+                        loads(f, *i);
+                        *i = simplify_index(f, *i);
+                    }
+                }
                 crate::ir::Stmt::For { body, .. } | crate::ir::Stmt::Alloc { body, .. } => stmts(f, body),
                 crate::ir::Stmt::If { cond, then } => {
                     loads(f, *cond);

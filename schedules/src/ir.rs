@@ -186,12 +186,14 @@ pub struct Fragments {
 }
 
 /// A fragment element's place in its tile, for the lane in group `g` at
-/// position `t`: row `r0 + rg·g + rt·t`, column `c0 + cg·g + ct·t`.
+/// position `t` of warp `w` (of a warpgroup; 0 for `mma.sync`): row
+/// `r0 + rw·w + rg·g + rt·t`, column `c0 + cg·g + ct·t`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Coord {
     pub r0: i64,
     pub rg: i64,
     pub rt: i64,
+    pub rw: i64,
     pub c0: i64,
     pub cg: i64,
     pub ct: i64,
@@ -199,14 +201,215 @@ pub struct Coord {
 
 impl Coord {
     const fn new(r0: i64, rg: i64, rt: i64, c0: i64, cg: i64, ct: i64) -> Coord {
-        Coord { r0, rg, rt, c0, cg, ct }
+        Coord { r0, rg, rt, rw: 0, c0, cg, ct }
     }
 
-    /// (row, column) for lane `lane`.
+    /// (row, column) for lane `lane` (of a warp, or of a warpgroup's 128).
     pub fn at(self, lane: i64) -> (i64, i64) {
-        let (g, t) = (lane / 4, lane % 4);
-        (self.r0 + self.rg * g + self.rt * t, self.c0 + self.cg * g + self.ct * t)
+        let (w, g, t) = (lane / 32, lane % 32 / 4, lane % 4);
+        (self.r0 + self.rw * w + self.rg * g + self.rt * t, self.c0 + self.cg * g + self.ct * t)
     }
+}
+
+/// A warpgroup's tensor-core operation (PTX `wgmma.mma_async`, sm_90a):
+/// `m64nNk16`, A and B read from shared memory through matrix descriptors
+/// ([`SmemMatrix`]), the accumulators in the 128 lanes' registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WgmmaOp {
+    /// The tile's columns: a multiple of 8 from 8 to 256.
+    pub n: i64,
+    /// The inputs' type: f16 or bf16 (the accumulators are f32).
+    pub ab: ElemType,
+}
+
+impl WgmmaOp {
+    /// Rows of the tile: 16 per warp of the warpgroup.
+    pub const M: i64 = 64;
+    pub const K: i64 = 16;
+    /// Threads of a warpgroup: four warps.
+    pub const LANES: i64 = 128;
+
+    /// The op a schedule names (`wgmma_m64n128k16_f16f32`, `..._bf16f32`).
+    pub fn parse_schedule_name(s: &str) -> Option<WgmmaOp> {
+        let rest = s.strip_prefix("wgmma_m64n")?;
+        let (n, ty) = rest.split_once("k16_")?;
+        let n: i64 = n.parse().ok()?;
+        let ab = match ty {
+            "f16f32" => ElemType::F16,
+            "bf16f32" => ElemType::BF16,
+            _ => return None,
+        };
+        (n % 8 == 0 && (8..=256).contains(&n)).then_some(WgmmaOp { n, ab })
+    }
+
+    pub fn schedule_name(self) -> String {
+        format!("wgmma_m64n{}k16_{}f32", self.n, self.ab)
+    }
+
+    /// The name in the loop IR (`wgmma m64n128k16.f16.f32 ...`).
+    pub fn name(self) -> String {
+        format!("m64n{}k16.{}.f32", self.n, self.ab)
+    }
+
+    pub fn shape(self) -> (i64, i64, i64) {
+        (WgmmaOp::M, self.n, WgmmaOp::K)
+    }
+
+    /// Where each of the warpgroup's 128 lanes holds the accumulators, in
+    /// register order (PTX ISA, "Register fragments" of `wgmma` `m64nNk16`,
+    /// the D matrix): warp `w` owns rows `16w..16w + 16`; within them the
+    /// lane in group `g` at position `t` holds, for every 8 columns `8j`,
+    /// registers `4j..4j + 4` at (g, 8j + 2t), (g, 8j + 2t + 1), (g + 8, 8j + 2t),
+    /// (g + 8, 8j + 2t + 1) — `mma.sync`'s m16n8 accumulator layout, N / 8 times.
+    pub fn d_fragment(self) -> Vec<Coord> {
+        (0..self.n / 2)
+            .map(|i| Coord { r0: 8 * ((i / 2) % 2), rg: 1, rt: 0, rw: 16, c0: 8 * (i / 4) + i % 2, cg: 0, ct: 2 })
+            .collect()
+    }
+}
+
+/// The operation a `tensorize` names: a warp's `mma.sync` or a warpgroup's `wgmma`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TensorOp {
+    Mma(MmaOp),
+    Wgmma(WgmmaOp),
+}
+
+impl TensorOp {
+    pub fn parse_schedule_name(s: &str) -> Option<TensorOp> {
+        MmaOp::ALL
+            .into_iter()
+            .find(|o| o.schedule_name() == s)
+            .map(TensorOp::Mma)
+            .or_else(|| WgmmaOp::parse_schedule_name(s).map(TensorOp::Wgmma))
+    }
+
+    /// The names schedules may give, for messages.
+    pub fn known_names() -> Vec<String> {
+        let mut v: Vec<String> = MmaOp::ALL.iter().map(|o| o.schedule_name().to_string()).collect();
+        v.push("wgmma_m64n{8, 16, .., 256}k16_f16f32 (sm_90a)".into());
+        v.push("wgmma_m64n{8, 16, .., 256}k16_bf16f32 (sm_90a)".into());
+        v
+    }
+
+    pub fn schedule_name(self) -> String {
+        match self {
+            TensorOp::Mma(o) => o.schedule_name().to_string(),
+            TensorOp::Wgmma(o) => o.schedule_name(),
+        }
+    }
+
+    pub fn shape(self) -> (i64, i64, i64) {
+        match self {
+            TensorOp::Mma(o) => o.shape(),
+            TensorOp::Wgmma(o) => o.shape(),
+        }
+    }
+
+    /// Element types of `a` and `b`, and of `c`.
+    pub fn types(self) -> (ElemType, ElemType) {
+        match self {
+            TensorOp::Mma(o) => o.types(),
+            TensorOp::Wgmma(o) => (o.ab, ElemType::F32),
+        }
+    }
+}
+
+/// Which way a wgmma operand's core matrices run: each is 8 × 8 elements
+/// of 2 bytes, 128 contiguous bytes in 8 rows of 16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Major {
+    /// A row is 8 elements along K (the operand's M or N indexes the rows):
+    /// the buffer `[K / 8, MN, 8]`, element (mn, k) at `[k / 8, mn, k % 8]`.
+    K,
+    /// A row is 8 elements along M or N (K indexes the rows; the
+    /// operation's transpose bit is set): the buffer `[K / 8, MN / 8, 8, 8]`,
+    /// element (mn, k) at `[k / 8, mn / 8, k % 8, mn % 8]`.
+    Mn,
+}
+
+/// A wgmma operand in shared memory, as its matrix descriptor gives it,
+/// without swizzling (the ISA's "interleave" canonical layouts; CUTLASS
+/// `make_gmma_desc`): core matrices of 128 contiguous bytes ([`Major`]);
+/// the one holding element (mn, k) starts `lbo` bytes apart per 8 of `k`
+/// (the leading dimension) and `sbo` bytes per 8 of `mn` (the stride
+/// dimension): [`canonical_offset`]. `crate::tensorize` lays the buffer
+/// `tensor` out so; `origin` indexes the tile's first element.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SmemMatrix {
+    pub tensor: TensorId,
+    pub origin: Vec<TExprId>,
+    pub major: Major,
+    pub lbo: i64,
+    pub sbo: i64,
+}
+
+/// The byte of element (mn, k) of an operand from its start, in the
+/// canonical layout of `major` with byte offsets `lbo` and `sbo`.
+pub fn canonical_offset(major: Major, lbo: i64, sbo: i64, mn: i64, k: i64) -> i64 {
+    let groups = (mn / 8) * sbo + (k / 8) * lbo;
+    match major {
+        Major::K => groups + (mn % 8) * 16 + (k % 8) * 2,
+        Major::Mn => groups + (k % 8) * 16 + (mn % 8) * 2,
+    }
+}
+
+impl SmemMatrix {
+    /// How far past `origin` the operand reaches in each dimension of its
+    /// buffer, for an operand of `mn` × `k` elements.
+    /// (The layout's dimensions are the buffer's last three; a pipeline's
+    /// slot index may come first.)
+    pub fn reach(&self, mn: i64, k: i64) -> Vec<i64> {
+        let own = match self.major {
+            Major::K => vec![k / 8 - 1, mn - 1, 7],
+            Major::Mn => vec![k / 8 - 1, mn / 8 - 1, 7, 7],
+        };
+        let mut r = vec![0; self.origin.len().saturating_sub(own.len())];
+        r.extend(own);
+        r
+    }
+}
+
+impl Wgmma {
+    /// `a` and `b` with their extents along M or N, and K.
+    pub fn operands(&self) -> [(&SmemMatrix, i64, i64); 2] {
+        [(&self.a, WgmmaOp::M, WgmmaOp::K), (&self.b, self.op.n, WgmmaOp::K)]
+    }
+
+    pub fn origins(&self) -> impl Iterator<Item = &TExprId> {
+        self.c.origin.iter().chain(&self.a.origin).chain(&self.b.origin)
+    }
+
+    pub fn origins_mut(&mut self) -> impl Iterator<Item = &mut TExprId> {
+        self.c.origin.iter_mut().chain(self.a.origin.iter_mut()).chain(self.b.origin.iter_mut())
+    }
+}
+
+/// The 64-bit wgmma matrix descriptor (PTX ISA "Matrix Descriptor Format";
+/// CUTLASS `GmmaDescriptor`): bits 0–13 the start address, 16–29 the
+/// leading-dimension byte offset, 32–45 the stride-dimension byte offset,
+/// each in 16-byte units; bits 49–51 the base offset (0: no swizzle), bits
+/// 62–63 the swizzle mode (0: none, 1: 128 bytes, 2: 64, 3: 32).
+pub fn wgmma_descriptor(start_bytes: u64, lbo: i64, sbo: i64) -> u64 {
+    let field = |bytes: u64| (bytes >> 4) & 0x3fff;
+    field(start_bytes) | field(lbo as u64) << 16 | field(sbo as u64) << 32
+}
+
+/// The fields of a descriptor: start address, leading and stride byte
+/// offsets (bytes), swizzle mode.
+pub fn wgmma_descriptor_fields(d: u64) -> (u64, u64, u64, u64) {
+    ((d & 0x3fff) << 4, (d >> 16 & 0x3fff) << 4, (d >> 32 & 0x3fff) << 4, d >> 62)
+}
+
+/// A warpgroup's `wgmma` ([`WgmmaOp`]): `c += a × b` on a 64×N tile of `c`
+/// (f32, in memory; the lanes load and store their fragments), `a` 64×16
+/// and `b` 16×N in shared memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wgmma {
+    pub op: WgmmaOp,
+    pub c: Tile,
+    pub a: SmemMatrix,
+    pub b: SmemMatrix,
 }
 
 /// A tile of a tensor: element (r, c) of the tile is the tensor's element
@@ -319,6 +522,11 @@ pub enum Stmt {
         a: Tile,
         b: Tile,
     },
+    /// GPU targets: a warpgroup's tensor-core operation ([`Wgmma`],
+    /// `tensorize ... with wgmma_m64nNk16_f16f32`). The warpgroup's 128
+    /// lanes are the block's `thread.x`: it stands where a `thread.x` loop
+    /// would.
+    Wgmma(Box<Wgmma>),
     /// GPU targets: every thread of the block waits here until all have
     /// arrived (`bar.sync`), so that what threads stored to shared buffers
     /// before it is visible to all after it (see `crate::gpu`).
@@ -391,6 +599,11 @@ impl LoopFunc {
                             seen[t.tensor.0 as usize] = true;
                         }
                     }
+                    Stmt::Wgmma(w) => {
+                        for t in [w.c.tensor, w.a.tensor, w.b.tensor] {
+                            seen[t.0 as usize] = true;
+                        }
+                    }
                     Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 }
             }
@@ -433,7 +646,12 @@ impl LoopFunc {
                         }
                         walk(f, body, frame, frames)
                     }
-                    Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+                    Stmt::Store { .. }
+                    | Stmt::Mma { .. }
+                    | Stmt::Wgmma(_)
+                    | Stmt::Barrier
+                    | Stmt::Async(_)
+                    | Stmt::WarpReduce(_) => {}
                 }
             }
         }
@@ -483,6 +701,12 @@ pub fn nest_label(f: &LoopFunc, s: &Stmt) -> String {
                     out.push(*tensor);
                 }
             }
+            Stmt::Wgmma(w) => {
+                *constant = false;
+                if !local.contains(&w.c.tensor) && !out.contains(&w.c.tensor) {
+                    out.push(w.c.tensor);
+                }
+            }
             Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
         }
     }
@@ -515,7 +739,20 @@ pub fn rounds_to_tf32(f: &LoopFunc) -> bool {
         body.iter().any(|s| match s {
             Stmt::Mma { op, .. } => op.rounds_to_tf32(),
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => false,
+            Stmt::Store { .. } | Stmt::Wgmma(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => false,
+        })
+    }
+    any(&f.body)
+}
+
+/// Whether `f` has warpgroup operations (`wgmma`): its GPU code needs
+/// sm_90a and PTX ISA 8.0.
+pub fn has_wgmma(f: &LoopFunc) -> bool {
+    fn any(body: &[Stmt]) -> bool {
+        body.iter().any(|s| match s {
+            Stmt::Wgmma(_) => true,
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
+            Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => false,
         })
     }
     any(&f.body)
@@ -607,6 +844,18 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
                 };
                 let _ = writeln!(out, "{pad}mma {} {} += {} * {}", op.name(), t(c), t(a), t(b));
             }
+            Stmt::Wgmma(w) => {
+                let c = &w.c;
+                let idx: Vec<String> = c.origin.iter().map(|&i| expr(f, i)).collect();
+                let c = format!("{}[{}] @ ({}, {})", f.p.tensor(c.tensor).name, idx.join(", "), c.rows, c.cols);
+                let m = |m: &SmemMatrix| {
+                    let idx: Vec<String> = m.origin.iter().map(|&i| expr(f, i)).collect();
+                    let major = if m.major == Major::Mn { "mn-major, " } else { "" };
+                    let name = &f.p.tensor(m.tensor).name;
+                    format!("{name}[{}] desc({major}lbo {}, sbo {})", idx.join(", "), m.lbo, m.sbo)
+                };
+                let _ = writeln!(out, "{pad}wgmma {} {c} += {} * {}", w.op.name(), m(&w.a), m(&w.b));
+            }
         }
     }
 }
@@ -650,6 +899,8 @@ pub fn emitted_size(f: &LoopFunc) -> u64 {
                     let (m, n, k) = op.shape();
                     copies.saturating_mul((m * n * k) as u64)
                 }
+                // One instruction; the lanes' accumulator loads and stores.
+                Stmt::Wgmma(w) => copies.saturating_mul(w.op.n as u64),
             })
             .fold(0u64, u64::saturating_add)
     }

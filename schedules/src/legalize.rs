@@ -30,6 +30,11 @@ fn stmts(body: &mut [Stmt], lz: &mut Legalizer, p: &mut Program) {
                     }
                 }
             }
+            Stmt::Wgmma(w) => {
+                for i in w.origins_mut() {
+                    *i = lz.expr(p, *i);
+                }
+            }
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => stmts(body, lz, p),
             Stmt::If { cond, then } => {
                 *cond = lz.expr(p, *cond);

@@ -122,6 +122,7 @@ fn stmt_tensors(p: &Program, s: &Stmt, seen: &mut HashSet<TExprId>, out: &mut Ve
                 out.push(*tensor);
             }
         }
+        Stmt::Wgmma(w) => out.extend([w.c.tensor, w.a.tensor, w.b.tensor]),
         Stmt::WarpReduce(w) => out.push(w.tensor),
         Stmt::Barrier | Stmt::Async(_) => {}
     }

@@ -82,7 +82,12 @@ fn rewrite(
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
                 n += rewrite(f, body, name, stages, staged)?
             }
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Mma { .. } => {}
+            Stmt::Store { .. }
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_)
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_) => {}
         }
     }
     Ok(n)
@@ -186,6 +191,7 @@ fn writes(st: &Stmt, t: TensorId) -> bool {
 fn stored(st: &Stmt, out: &mut Vec<TensorId>) {
     match st {
         Stmt::Store { tensor, .. } | Stmt::Mma { c: Tile { tensor, .. }, .. } => out.push(*tensor),
+        Stmt::Wgmma(w) => out.push(w.c.tensor),
         Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
             body.iter().for_each(|s| stored(s, out))
         }
@@ -220,7 +226,7 @@ fn make_async(f: &LoopFunc, st: &mut Stmt, buffers: &[TensorId]) -> Result<(), S
             body.iter_mut().try_for_each(|s| make_async(f, s, buffers))
         }
         Stmt::Store { tensor, value, .. } => check_copy(f, *tensor, *value, 1, buffers),
-        Stmt::Alloc { .. } | Stmt::Mma { .. } => Err("a copy holds more than stores".into()),
+        Stmt::Alloc { .. } | Stmt::Mma { .. } | Stmt::Wgmma(_) => Err("a copy holds more than stores".into()),
         Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => Ok(()),
     }
 }
@@ -277,7 +283,12 @@ fn clone_stmt(f: &mut LoopFunc, st: &Stmt, map: &mut HashMap<VarId, TExprId>) ->
             let indices = indices.iter().map(|&i| e(f, i, map)).collect();
             Stmt::Store { tensor: *tensor, indices, value: e(f, *value, map) }
         }
-        Stmt::Alloc { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => st.clone(),
+        Stmt::Alloc { .. }
+        | Stmt::Mma { .. }
+        | Stmt::Wgmma(_)
+        | Stmt::Barrier
+        | Stmt::Async(_)
+        | Stmt::WarpReduce(_) => st.clone(),
     }
 }
 
@@ -305,6 +316,18 @@ fn add_slot(f: &mut LoopFunc, st: &mut Stmt, buffers: &[TensorId], slot: TExprId
                     t.origin.insert(0, slot);
                     t.rows += 1;
                     t.cols += 1;
+                }
+            }
+        }
+        Stmt::Wgmma(w) => {
+            if buffers.contains(&w.c.tensor) {
+                w.c.origin.insert(0, slot);
+                w.c.rows += 1;
+                w.c.cols += 1;
+            }
+            for m in [&mut w.a, &mut w.b] {
+                if buffers.contains(&m.tensor) {
+                    m.origin.insert(0, slot);
                 }
             }
         }
@@ -381,7 +404,8 @@ fn mma_operands(body: &[Stmt], out: &mut Vec<TensorId>) {
         match s {
             Stmt::Mma { a, b, .. } => out.extend([a.tensor, b.tensor]),
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => mma_operands(body, out),
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            // Their layout is the descriptors': not padded.
+            Stmt::Wgmma(_) | Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
         }
     }
 }

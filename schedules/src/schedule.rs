@@ -67,7 +67,7 @@ pub struct StageSchedule {
 /// A `tensorize`: the operation and the leaves of its m, n and k extents.
 #[derive(Clone, Debug)]
 pub struct Tensorize {
-    pub op: crate::ir::MmaOp,
+    pub op: crate::ir::TensorOp,
     pub leaves: [usize; 3],
     pub span: Span,
 }

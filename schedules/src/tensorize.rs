@@ -10,12 +10,28 @@
 //! own dimension, and by none of the third. The tiles' origins are the
 //! indices with the three loops at 0. Anything else is an error that says
 //! what differs; nothing is left untensorized silently.
+//!
+//! A warpgroup's `wgmma` (64 × N × 16) reads `A` and `B` from shared
+//! buffers through matrix descriptors, so this pass also lays those
+//! buffers out as the descriptors say ([`SmemMatrix`]: K-major core
+//! matrices of 8 × 8, no swizzling): `A` K-major, a buffer `As[m, k]`
+//! becoming `As[k / 8, m, k % 8]`; `B` MN-major (its rows of 8 along N
+//! stay 16 contiguous bytes, as in the global tensor, so its copies stay
+//! 16-byte wide), `Bs[k, n]` becoming `Bs[k / 8, n / 8, k % 8, n % 8]`;
+//! every store and load rewritten, and the operation's operands pointing
+//! at their tiles' first elements. Such a buffer is 2-D, in shared memory,
+//! its K extent (and N extent, for `B`) a multiple of 8 and each tile's
+//! origin along them a provable multiple of 8. An index `8·a + b` with `b`
+//! a loop from 0 below 8 (a vectorized copy's lane) splits into `a` and
+//! `b` rather than `(8·a + b) / 8` and `% 8`, so that the copies stay
+//! visibly contiguous.
 
 use crate::analysis::{coefficient, involves};
-use crate::ir::{ForKind, LoopFunc, MmaOp, Stmt, Tile};
+use crate::ir::{ForKind, LoopFunc, Major, SmemMatrix, Stmt, TensorOp, Tile, Wgmma};
 use crate::normalize::subst;
 use crate::schedule::Schedules;
 use std::collections::HashMap;
+use std::collections::HashSet;
 use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
 use texc_grammar::Diagnostic;
@@ -28,10 +44,15 @@ pub fn tensorize(f: &mut LoopFunc, s: &Schedules) -> Result<(), Diagnostic> {
         let tensor = f.p.stages[si].tensor;
         let want = Want { tensor, names: &names, op: t.op };
         let mut body = std::mem::take(&mut f.body);
-        let found = replace(f, &mut body, &want);
+        let mut relayouts = Vec::new();
+        let found = replace(f, &mut body, &want, &mut relayouts);
         f.body = body;
         match found {
-            Ok(true) => {}
+            Ok(true) => {
+                for r in relayouts {
+                    relayout(f, r).map_err(|why| Diagnostic::at(t.span, why))?;
+                }
+            }
             Ok(false) => {
                 return Err(Diagnostic::at(
                     t.span,
@@ -54,19 +75,36 @@ struct Want<'a> {
     tensor: TensorId,
     /// Loop names of the m, n and k extents.
     names: &'a [String],
-    op: MmaOp,
+    op: TensorOp,
+}
+
+/// A wgmma operand's shared buffer to lay out as its descriptor says: its
+/// M-or-N and K dimensions.
+#[derive(Clone, Copy, PartialEq)]
+struct Relayout {
+    tensor: TensorId,
+    mn: usize,
+    k: usize,
+    major: Major,
 }
 
 /// Replace the first matching nest in `body`; whether one was found.
-fn replace(f: &mut LoopFunc, body: &mut [Stmt], w: &Want) -> Result<bool, String> {
+fn replace(f: &mut LoopFunc, body: &mut [Stmt], w: &Want, relayouts: &mut Vec<Relayout>) -> Result<bool, String> {
     for s in body.iter_mut() {
-        if let Some(mma) = matching(f, s, w)? {
+        if let Some(mma) = matching(f, s, w, relayouts)? {
             *s = mma;
             return Ok(true);
         }
         let found = match s {
-            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => replace(f, body, w)?,
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Mma { .. } => false,
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
+                replace(f, body, w, relayouts)?
+            }
+            Stmt::Store { .. }
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_)
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_) => false,
         };
         if found {
             return Ok(true);
@@ -76,7 +114,7 @@ fn replace(f: &mut LoopFunc, body: &mut [Stmt], w: &Want) -> Result<bool, String
 }
 
 /// `s` as an `mma`, if it is the three loops around the stage's accumulation.
-fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want) -> Result<Option<Stmt>, String> {
+fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want, relayouts: &mut Vec<Relayout>) -> Result<Option<Stmt>, String> {
     let mut vars: [Option<VarId>; 3] = [None; 3];
     let mut at = s;
     for _ in 0..3 {
@@ -128,10 +166,209 @@ fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want) -> Result<Option<Stmt>, String
     let c = tile(f, *tensor, indices, m, n, k)?;
     let a = tile(f, a.0, &a.1, m, k, n)?;
     let b = tile(f, b.0, &b.1, k, n, m)?;
-    Ok(Some(Stmt::Mma { op: w.op, c, a, b }))
+    match w.op {
+        TensorOp::Mma(op) => Ok(Some(Stmt::Mma { op, c, a, b })),
+        TensorOp::Wgmma(op) => {
+            // `a`'s rows run along M and `b`'s columns along N; K is the other dimension of each.
+            let a = operand(f, a, true, Major::K, relayouts)?;
+            let b = operand(f, b, false, Major::Mn, relayouts)?;
+            Ok(Some(Stmt::Wgmma(Box::new(Wgmma { op, c, a, b }))))
+        }
+    }
 }
 
 type Operand = (TensorId, Vec<TExprId>);
+
+/// A wgmma operand: its tile in a shared buffer, which [`relayout`] will
+/// lay out as `major` says (`mn_is_rows`: the tile's rows run along M or
+/// N, as `A`'s do; `B`'s columns run along N). Its origin is still the
+/// tile's logical one until then.
+fn operand(
+    f: &LoopFunc,
+    t: Tile,
+    mn_is_rows: bool,
+    major: Major,
+    relayouts: &mut Vec<Relayout>,
+) -> Result<SmemMatrix, String> {
+    let d = f.p.tensor(t.tensor);
+    if !f.shared.contains(&t.tensor) {
+        return Err(format!(
+            "`wgmma` reads `{}` from shared memory through a matrix descriptor: stage it there first \
+             (`cache_read {} for ... in shared`)",
+            d.name, d.name
+        ));
+    }
+    let (mn, k) = if mn_is_rows { (t.rows, t.cols) } else { (t.cols, t.rows) };
+    let mn_too = major == Major::Mn;
+    if d.shape.len() != 2 || d.shape[k] % 8 != 0 || (mn_too && d.shape[mn] % 8 != 0) {
+        return Err(format!(
+            "`wgmma` reads `{}` ({:?}) as core matrices of 8 × 8: a 2-D shared buffer whose K extent{} is a \
+             multiple of 8",
+            d.name,
+            d.shape,
+            if mn_too { " and N extent" } else { "" }
+        ));
+    }
+    let eight = |i: TExprId| crate::analysis::multiple_of(&f.p, i, 8, None);
+    if !eight(t.origin[k]) || (mn_too && !eight(t.origin[mn])) {
+        return Err(format!("a `wgmma` tile of `{}` does not start at a multiple of 8 along K (and N)", d.name));
+    }
+    let r = Relayout { tensor: t.tensor, mn, k, major };
+    if relayouts.iter().any(|o| o.tensor == r.tensor && *o != r) {
+        return Err(format!("`{}` is read as two different `wgmma` operands", d.name));
+    }
+    if !relayouts.contains(&r) {
+        relayouts.push(r);
+    }
+    Ok(SmemMatrix { tensor: t.tensor, origin: t.origin, major, lbo: 16 * d.shape[mn], sbo: 128 })
+}
+
+/// Lays `r.tensor` out as core matrices ([`Major`]): `[K / 8, MN, 8]`
+/// K-major, `[K / 8, MN / 8, 8, 8]` MN-major, in every store, load and
+/// `wgmma` operand.
+fn relayout(f: &mut LoopFunc, r: Relayout) -> Result<(), String> {
+    let shape = f.p.tensor(r.tensor).shape.clone();
+    f.p.tensors[r.tensor.0 as usize].shape = match r.major {
+        Major::K => vec![shape[r.k] / 8, shape[r.mn], 8],
+        Major::Mn => vec![shape[r.k] / 8, shape[r.mn] / 8, 8, 8],
+    };
+    let mut lanes = HashSet::new();
+    small_loops(&f.body, &mut lanes);
+    let mut body = std::mem::take(&mut f.body);
+    let mut done = HashSet::new();
+    let out = stmts(f, &mut body, Env { r, lanes: &lanes }, &mut done);
+    f.body = body;
+    return out;
+
+    /// What the rewrite needs: the buffer, and the loops from 0 below 8.
+    #[derive(Clone, Copy)]
+    struct Env<'a> {
+        r: Relayout,
+        lanes: &'a HashSet<VarId>,
+    }
+
+    fn small_loops(body: &[Stmt], out: &mut HashSet<VarId>) {
+        for s in body {
+            match s {
+                Stmt::For { var, lo, extent, body, .. } => {
+                    if *lo == 0 && *extent <= 8 {
+                        out.insert(*var);
+                    }
+                    small_loops(body, out)
+                }
+                Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => small_loops(body, out),
+                _ => {}
+            }
+        }
+    }
+
+    fn stmts(f: &mut LoopFunc, body: &mut [Stmt], e: Env, done: &mut HashSet<TExprId>) -> Result<(), String> {
+        let r = e.r;
+        for s in body {
+            match s {
+                Stmt::For { body, .. } | Stmt::Alloc { body, .. } => stmts(f, body, e, done)?,
+                Stmt::If { cond, then } => {
+                    loads(f, *cond, e, done);
+                    stmts(f, then, e, done)?
+                }
+                Stmt::Store { tensor, indices, value } => {
+                    for &x in indices.iter().chain([&*value]) {
+                        loads(f, x, e, done);
+                    }
+                    if *tensor == r.tensor {
+                        *indices = index(f, indices, e, false);
+                    }
+                }
+                Stmt::Wgmma(w) => {
+                    for &x in w.c.origin.clone().iter() {
+                        loads(f, x, e, done);
+                    }
+                    for m in [&mut w.a, &mut w.b] {
+                        if m.tensor == r.tensor {
+                            m.origin = index(f, &m.origin, e, true);
+                        }
+                    }
+                }
+                Stmt::Mma { c, a, b, .. } => {
+                    if [c, a, b].iter().any(|t| t.tensor == r.tensor) {
+                        return Err(format!(
+                            "`{}` is laid out for `wgmma`, and an `mma` reads it too",
+                            f.p.tensor(r.tensor).name
+                        ));
+                    }
+                }
+                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The loads of `r.tensor` in `e`, rewritten in place (the buffer is
+    /// the block's own: no other expression holds them; `done` keeps a
+    /// node shared by two statements from being rewritten twice).
+    fn loads(f: &mut LoopFunc, x: TExprId, e: Env, done: &mut HashSet<TExprId>) {
+        for c in f.p.children(x) {
+            loads(f, c, e, done);
+        }
+        if let TExpr::Load(t, idx) = f.p.expr(x).clone() {
+            if t == e.r.tensor && done.insert(x) {
+                let idx = index(f, &idx, e, false);
+                f.p.exprs[x.0 as usize] = TExpr::Load(t, idx);
+            }
+        }
+    }
+
+    /// The layout's index of a logical one; of a tile's origin (whose
+    /// indices split are multiples of 8), with zeros within the core matrix.
+    fn index(f: &mut LoopFunc, idx: &[TExprId], e: Env, origin: bool) -> Vec<TExprId> {
+        let r = e.r;
+        let (k_hi, k_lo) = split8(f, idx[r.k], e, origin);
+        match r.major {
+            Major::K => vec![k_hi, idx[r.mn], k_lo],
+            Major::Mn => {
+                let (mn_hi, mn_lo) = split8(f, idx[r.mn], e, origin);
+                vec![k_hi, mn_hi, k_lo, mn_lo]
+            }
+        }
+    }
+
+    /// `(e / 8, e % 8)`; `(a, b)` for `e = a * 8 + b` with `b` a loop
+    /// variable from 0 below 8; `(e / 8, 0)` for an origin.
+    fn split8(f: &mut LoopFunc, x: TExprId, env: Env, origin: bool) -> (TExprId, TExprId) {
+        let e = x;
+        let span = f.p.span(e);
+        if !origin {
+            if let Some(ab) = eights_and_lane(f, e, env.lanes) {
+                return ab;
+            }
+        }
+        let eight = f.p.alloc(TExpr::Int(8), Ty::Index, span);
+        let div = f.p.alloc(TExpr::Binary(BinOp::FloorDiv, e, eight), Ty::Index, span);
+        let rem = if origin {
+            f.p.alloc(TExpr::Int(0), Ty::Index, span)
+        } else {
+            f.p.alloc(TExpr::Binary(BinOp::FloorMod, e, eight), Ty::Index, span)
+        };
+        (div, rem)
+    }
+
+    /// `(a, b)` where `e` is `a * 8 + b` (either order) and `b` a variable
+    /// of a loop from 0 of at most 8 iterations.
+    fn eights_and_lane(f: &LoopFunc, e: TExprId, lanes: &HashSet<VarId>) -> Option<(TExprId, TExprId)> {
+        let TExpr::Binary(BinOp::Add, x, y) = f.p.expr(e) else { return None };
+        let times8 = |t: TExprId| match f.p.expr(t) {
+            TExpr::Binary(BinOp::Mul, a, b) if matches!(f.p.expr(*b), TExpr::Int(8)) => Some(*a),
+            TExpr::Binary(BinOp::Mul, a, b) if matches!(f.p.expr(*a), TExpr::Int(8)) => Some(*b),
+            _ => None,
+        };
+        let lane = |t: TExprId| matches!(f.p.expr(t), TExpr::Var(v) if lanes.contains(v));
+        match (times8(*x), times8(*y)) {
+            (Some(a), _) if lane(*y) => Some((a, *y)),
+            (_, Some(a)) if lane(*x) => Some((a, *x)),
+            _ => None,
+        }
+    }
+}
 
 /// `C[idx] + f32(A[..]) * f32(B[..])` (either order of sum and product).
 fn accumulation(f: &LoopFunc, e: TExprId, c: TensorId, idx: &[TExprId]) -> Option<(Operand, Operand)> {

@@ -19,6 +19,8 @@ pub enum LoopError {
     MmaTile(String),
     #[error("`mma {op}` needs `{buffer}` to be {want}, not {got}")]
     MmaType { op: &'static str, buffer: String, want: String, got: String },
+    #[error("`wgmma {op}` reads `{buffer}` through a matrix descriptor, but {why}")]
+    WgmmaLayout { op: String, buffer: String, why: String },
     #[error("loop variable `{0}` is bound twice")]
     BoundTwice(String),
     #[error("loop `{0}` has a negative extent")]
@@ -42,6 +44,69 @@ pub enum LoopError {
 }
 
 type R = Result<(), LoopError>;
+
+/// A `wgmma`'s types, its `c` tile, and its operands' buffers in the layout
+/// its descriptors give ([`crate::ir::SmemMatrix`]): the last dimensions
+/// `[K / 8, MN, 8]` (K-major) or `[K / 8, MN / 8, 8, 8]` (MN-major) of f16
+/// or bf16, the leading byte offset `16·MN`, the stride byte offset 128,
+/// the tile starting at a core matrix (its indices within one 0), within
+/// the buffer's M or N extent.
+fn wgmma(f: &LoopFunc, w: &crate::ir::Wgmma, bound: &[bool]) -> R {
+    let op = w.op.name();
+    let c = f.p.tensor(w.c.tensor);
+    let t = &w.c;
+    if t.origin.len() != c.shape.len() || t.rows == t.cols || t.rows.max(t.cols) >= c.shape.len() {
+        return Err(LoopError::MmaTile(c.name.clone()));
+    }
+    if c.elem != texc_compiler::types::ElemType::F32 {
+        return Err(LoopError::WgmmaLayout {
+            op,
+            buffer: c.name.clone(),
+            why: format!("it accumulates f32, not {}", c.elem),
+        });
+    }
+    for (m, mn, _) in w.operands() {
+        let d = f.p.tensor(m.tensor);
+        let bad = |why: String| LoopError::WgmmaLayout { op: op.clone(), buffer: d.name.clone(), why };
+        if d.elem != w.op.ab {
+            return Err(bad(format!("it is {}, and the operation multiplies {}", d.elem, w.op.ab)));
+        }
+        let n = d.shape.len();
+        // The layout's own dimensions, after a pipeline's slot index.
+        let (rank, mn_extent) = match m.major {
+            crate::ir::Major::K => (3, d.shape.get(n.wrapping_sub(2)).copied().unwrap_or(0)),
+            crate::ir::Major::Mn => (4, 8 * d.shape.get(n.wrapping_sub(3)).copied().unwrap_or(0)),
+        };
+        let layout = if rank == 3 { "[K / 8, MN, 8]" } else { "[K / 8, MN / 8, 8, 8]" };
+        let tail_ok = n >= rank && d.shape[n - 1] == 8 && (rank == 3 || d.shape[n - 2] == 8);
+        if !tail_ok || m.origin.len() != n || mn_extent < mn {
+            return Err(bad(format!(
+                "its shape is {:?}: the descriptor's layout is {layout} (core matrices of 8 rows of 16 bytes)",
+                d.shape
+            )));
+        }
+        if m.lbo != 16 * mn_extent || m.sbo != 128 {
+            return Err(bad(format!(
+                "the descriptor says lbo {} and sbo {} bytes; the buffer's core matrices are {} apart along K \
+                 and 128 along M or N",
+                m.lbo,
+                m.sbo,
+                16 * mn_extent
+            )));
+        }
+        let within = &m.origin[n + 1 - (rank - 1)..];
+        if !within.iter().all(|&i| matches!(f.p.expr(i), TExpr::Int(0))) {
+            return Err(bad("the tile starts inside a core matrix (its last indices are not 0)".into()));
+        }
+        for &i in t.origin.iter().chain(&m.origin) {
+            if f.p.ty(i) != Ty::Index {
+                return Err(LoopError::IndexType(i.0));
+            }
+            expr(f, i, bound)?;
+        }
+    }
+    Ok(())
+}
 
 /// [`verify`], and that the iterations of parallel and vectorized loops
 /// are proven independent ([`crate::independence`]): what *lower* produces.
@@ -86,6 +151,7 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
                     }
                 }
             }
+            Stmt::Wgmma(w) => wgmma(f, w, bound)?,
             Stmt::For { var, extent, body, .. } => {
                 let v = *var as usize;
                 if seen[v] {
@@ -221,8 +287,24 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
                     )
                     .into());
                 }
+                Stmt::Wgmma(w) if target.gpu.is_none_or(|g| g.sm < 90) => {
+                    return Err(RuleError::at(
+                        Site::Tensor(w.c.tensor),
+                        format!(
+                            "`wgmma {}` is a warpgroup tensor-core operation of Hopper (sm_90a); target `{}` does not \
+                             have it (`mma_m16n8k16_*` runs on sm_80 and later)",
+                            w.op.name(),
+                            target.name
+                        ),
+                    ));
+                }
                 Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => kinds(f, body, target)?,
-                Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => {}
+                Stmt::Store { .. }
+                | Stmt::Barrier
+                | Stmt::Async(_)
+                | Stmt::Mma { .. }
+                | Stmt::Wgmma(_)
+                | Stmt::WarpReduce(_) => {}
             }
         }
         Ok(())
@@ -263,6 +345,7 @@ pub fn walk_exprs(body: &[Stmt], visit: &mut dyn FnMut(TExprId)) {
         match s {
             Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
             Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).for_each(|&i| visit(i)),
+            Stmt::Wgmma(w) => w.origins().for_each(|&i| visit(i)),
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => walk_exprs(body, visit),
             Stmt::If { cond, then } => {
                 visit(*cond);

@@ -104,6 +104,10 @@ fn tensors_of(f: &LoopFunc, s: &Stmt) -> BTreeSet<TensorId> {
                     t.origin.iter().for_each(|&e| expr(f, e, out));
                 }
             }
+            Stmt::Wgmma(w) => {
+                out.extend([w.c.tensor, w.a.tensor, w.b.tensor]);
+                w.origins().for_each(|&e| expr(f, e, out));
+            }
             Stmt::WarpReduce(w) => {
                 out.insert(w.tensor);
             }
@@ -128,7 +132,12 @@ fn uncovered_locals(f: &LoopFunc, body: &[Stmt], out: &mut BTreeSet<TensorId>) {
                 uncovered_locals(f, body, out)
             }
             Stmt::For { body, .. } | Stmt::If { then: body, .. } => uncovered_locals(f, body, out),
-            Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            Stmt::Store { .. }
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_) => {}
         }
     }
 }
@@ -144,7 +153,12 @@ fn zero_locals(f: &mut LoopFunc, body: &mut [Stmt], locals: &BTreeSet<TensorId>)
                 }
             }
             Stmt::For { body, .. } | Stmt::If { then: body, .. } => zero_locals(f, body, locals),
-            Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            Stmt::Store { .. }
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_) => {}
         }
     }
 }
@@ -316,6 +330,22 @@ fn collect(
                         reach[tile.cols] += cols - 1;
                         let (path, guards) = (path.clone(), guards.clone());
                         out.push(Event { write: false, indices: tile.origin.clone(), reach, path, guards });
+                    }
+                }
+            }
+            Stmt::Wgmma(w) => {
+                w.origins().for_each(|&e| reads(e, path, guards, out));
+                let (m, n, _) = w.op.shape();
+                let mut boxes: Vec<(TensorId, &[TExprId], Vec<i64>)> =
+                    w.operands().iter().map(|(x, mn, k)| (x.tensor, x.origin.as_slice(), x.reach(*mn, *k))).collect();
+                let mut reach = vec![0; w.c.origin.len()];
+                reach[w.c.rows] += m - 1;
+                reach[w.c.cols] += n - 1;
+                boxes.push((w.c.tensor, &w.c.origin, reach));
+                for (u, origin, reach) in boxes {
+                    if u == t {
+                        let (path, guards) = (path.clone(), guards.clone());
+                        out.push(Event { write: false, indices: origin.to_vec(), reach, path, guards });
                     }
                 }
             }

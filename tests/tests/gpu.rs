@@ -1106,3 +1106,120 @@ fn a_product_then_a_softmax_of_its_rows() {
     assert!(ptx.contains("mma.sync") && ptx.contains("shfl.sync.bfly"), "{ptx}");
     texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// An f16 (or bf16) product on one warpgroup per block with
+/// `wgmma_m64n{n}k16`: 64×`n` of `C` per block, its operands staged in
+/// shared memory by the block's 128 threads, `k` in slices of 16.
+fn wgmma_gemm(n: i64, ab: &str, extra: &str) -> String {
+    format!(
+        "kernel hgemm(A: {ab}[M = 128, K = 48], B: {ab}[K, N = {n2}]) -> C: f32[M, N] {{\n    \
+         C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]));\n}}\nschedule hgemm for nvptx-sm90 {{\n    \
+         tile C(i, j) by (64, {n}) -> (ib, jb, ii, ji);\n    split C.k by 16 -> (ko, ki);\n    \
+         reorder C(ib, jb, ko, ii, ji, ki);\n    cache_read A for C at C.ko in shared -> As;\n    \
+         cache_read B for C at C.ko in shared -> Bs;\n    fuse As(i, k) -> aik;\n    \
+         split As.aik by 128 -> (aio, ait);\n    bind As.ait to thread.x;\n    fuse Bs(k, j) -> bkj;\n    \
+         split Bs.bkj by 128 -> (bko, bkt);\n    bind Bs.bkt to thread.x;\n    bind C.ib to block.y;\n    \
+         bind C.jb to block.x;\n{extra}    tensorize C(ii, ji, ki) with wgmma_m64n{n}k16_{ab}f32;\n}}\n",
+        n2 = 2 * n
+    )
+}
+
+/// `wgmma` against the interpreter: the loop-IR evaluator (the 128 lanes'
+/// accumulator fragments by the ISA's table, `A` and `B` read where their
+/// descriptors' canonical layout puts each element — so a wrong table or a
+/// buffer filled in another layout gives wrong products) and the CPU
+/// emulation (which reads the operands by the descriptor too), at several
+/// N and K; `ptxas` assembles the kernels for sm_90a, and their SASS has `HGMMA`.
+#[test]
+fn wgmma_runs_like_the_interpreter_and_assembles_to_hgmma() {
+    require_ptxas();
+    for (n, ab) in [(64, "f16"), (8, "f16"), (128, "bf16"), (256, "f16"), (24, "bf16")] {
+        let src = wgmma_gemm(n, ab, "");
+        texc_tests::check_text("hgemm.tex", &src).unwrap_or_else(|e| panic!("{e}"));
+        for (m, k) in [(128, 48), (64, 16), (192, 80)] {
+            let shapes = [("M", m), ("K", k), ("N", 2 * n)];
+            let b =
+                Bindings { shapes: shapes.iter().map(|(n, v)| (n.to_string(), *v)).collect(), ..Default::default() };
+            let (mut pl, kn) = texc_tests::load_text("nvptx-sm90", "hgemm.tex", &src, None).expect("loads");
+            let p = texc_tests::specialize(&mut pl, kn, &b);
+            let lowered =
+                pl.schedule(kn, p.clone()).and_then(|s| pl.lower(s)).unwrap_or_else(|e| panic!("{}", rendered(&pl, e)));
+            let text = texc_schedules::ir::print(&lowered);
+            assert!(text.contains(&format!("wgmma m64n{n}k16.{ab}.f32")), "tensorized:\n{text}");
+            assert!(text.contains("desc(lbo"), "{text}");
+            let again = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("the loop IR text parses");
+            assert_eq!(texc_schedules::ir::print(&again.func), text, "and prints back the same");
+            let args = || texc_compiler::interp::bind_args(&p, Default::default(), &[], 6).expect("binds");
+            let want = texc_compiler::interp::run(&p, args()).expect("interp");
+            let eval = texc_schedules::eval::run(&lowered, args()).expect("evaluates");
+            assert!(texc_tests::rel_error(&eval[0], &want[0]) < 1e-6, "{n} {ab} {shapes:?}: loop IR");
+            let legal = pl.legalize(lowered).expect("legal");
+            let got = pl.compile(&legal).expect("compiles").run(args()).expect("runs");
+            assert!(texc_tests::rel_error(&got[0], &want[0]) < 1e-5, "{n} {ab} {shapes:?}: emulation");
+            let (ptx, _) = pl.emit_gpu(&[&legal]).expect("PTX");
+            let op = format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}");
+            assert!(ptx.contains(&op) && ptx.contains(".target sm_90a") && ptx.contains(".version 8.0"), "{ptx}");
+            let (cubin, _) = texc_codegen::cuda::assemble(&ptx, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+            match texc_codegen::cuda::disassemble(&cubin) {
+                Ok(sass) => assert!(sass.contains("HGMMA.64x"), "no HGMMA in\n{sass}"),
+                Err(why) => eprintln!("not disassembled: {why}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn wgmma_errors_are_spanned() {
+    let gemm = wgmma_gemm(64, "f16", "");
+    let cases = [
+        (gemm.replace("for nvptx-sm90", "for nvptx-sm80"), "is a warpgroup operation of Hopper (sm_90a)"),
+        (gemm.replace("wgmma_m64n64k16", "wgmma_m64n12k16"), "unknown tensor-core operation `wgmma_m64n12k16_f16f32`"),
+        (gemm.replace("wgmma_m64n64k16", "wgmma_m64n32k16"), "tiles are 32 long along `ji`, which has 64 iterations"),
+        (
+            gemm.replace("    cache_read A for C at C.ko in shared -> As;\n", "").replace(
+                "    fuse As(i, k) -> aik;\n    split As.aik by 128 -> (aio, ait);\n    bind As.ait to thread.x;\n",
+                "",
+            ),
+            "`wgmma` reads `A` from shared memory through a matrix descriptor",
+        ),
+        (gemm.replace("split As.aik by 128", "split As.aik by 256"), "has `wgmma` and 256 threads along x"),
+        (
+            gemm.replace("f16[M = 128, K = 48], B: f16", "f32[M = 128, K = 48], B: f32"),
+            "`As` is f32, but the operation multiplies f16",
+        ),
+    ];
+    assert_spanned_errors("hgemm.tex", &cases);
+}
+
+/// benches/hgemm_wgmma.tex (two warpgroups per block, `m64n128k16`, slices
+/// of 64 of k, 3 stages of `cp.async`) at sizes its tiles divide: the
+/// emulation and the loop IR (whose copies land at their `async wait`)
+/// match the interpreter, the copies are 16-byte `cp.async` into the
+/// descriptors' layouts, each warpgroup's 64 accumulators per thread are
+/// loaded and stored once around the k loop, and at 4096³ `ptxas`
+/// assembles it for sm_90a without spills.
+#[test]
+fn the_wgmma_bench_schedule_matches_the_interpreter_and_assembles() {
+    require_ptxas();
+    let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "benches/hgemm_wgmma.tex", None).expect("loads");
+    let b = Bindings {
+        shapes: [("M", 256), ("K", 192), ("N", 384)].iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        ..Default::default()
+    };
+    let p = texc_tests::specialize(&mut pl, k, &b);
+    let f = texc_tests::loops(&mut pl, k, &p);
+    assert!(error_vs_interp(&mut pl, &p, &f, 7) < 1e-5);
+    assert!(eval_error(&p, &f, 7) < 1e-6);
+    let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
+    let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
+    assert_eq!(kernel.matches("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16").count(), 4, "{kernel}");
+    assert!(kernel.contains("cp.async.cg.shared.global") && !kernel.contains("st.shared"), "{kernel}");
+    assert_eq!(kernel.matches("ld.global.f32").count(), 64, "{kernel}");
+    assert_eq!(kernel.matches("st.global.f32").count(), 64, "{kernel}");
+    let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "benches/hgemm_wgmma.tex", None).expect("loads");
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let f = texc_tests::loops(&mut pl, k, &p);
+    let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
+    let (_, res) = texc_codegen::cuda::assemble(&ptx, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+    assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "no spills: {res:?}");
+}

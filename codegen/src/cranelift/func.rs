@@ -148,9 +148,12 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
 
     fn stmt(&mut self, s: &Stmt) -> R<()> {
         match s {
-            Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::WarpReduce(_) => Err(CodegenError::Unsupported(
-                "barriers, asynchronous copies, warp reductions and tensor-core operations are for GPU targets".into(),
-            )),
+            Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => {
+                Err(CodegenError::Unsupported(
+                    "barriers, asynchronous copies, warp reductions and tensor-core operations are for GPU targets"
+                        .into(),
+                ))
+            }
             Stmt::For { var, lo, extent, kind, body } => match kind {
                 ForKind::Vectorized if *extent > 1 && VecMode::handles(body) => {
                     self.vector_stmts(body, VecMode { var: *var, base: *lo, lanes: *extent as u32 })

@@ -48,6 +48,7 @@ impl VecMode {
             | Stmt::Barrier
             | Stmt::Async(_)
             | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
             | Stmt::WarpReduce(_) => false,
         })
     }
@@ -119,6 +120,7 @@ impl<M: Module> FnGen<'_, '_, M> {
                 | Stmt::Barrier
                 | Stmt::Async(_)
                 | Stmt::Mma { .. }
+                | Stmt::Wgmma(_)
                 | Stmt::WarpReduce(_) => {
                     return Err(CodegenError::Backend("a loop, buffer or barrier inside a vectorized loop".into()))
                 }

@@ -246,6 +246,14 @@ impl<'ctx> Gen<'ctx, '_> {
     pub(super) fn barrier(&mut self) -> R<()> {
         match self.gpu {
             Some(GpuKernel { thread_idx: Some(_), .. }) => {
+                if texc_schedules::ir::has_wgmma(self.f) {
+                    // The threads' stores to shared memory, visible to the
+                    // asynchronous proxy `wgmma` reads its operands through.
+                    let ty = self.cx.void_type().fn_type(&[], false);
+                    let fence = "fence.proxy.async.shared::cta;".to_string();
+                    let asm = self.cx.create_inline_asm(ty, fence, "~{memory}".into(), true, false, None, false);
+                    self.b.build_indirect_call(ty, asm, &[], "")?;
+                }
                 self.b.build_call(self.intrinsic("llvm.nvvm.barrier0", &[])?, &[], "")?;
                 Ok(())
             }

@@ -37,7 +37,7 @@ struct Around {
 fn mma_sites<'s>(body: &'s [Stmt], around: &mut Vec<Around>, out: &mut Vec<(Vec<Around>, &'s Stmt)>) -> bool {
     for s in body {
         let ok = match s {
-            Stmt::Mma { .. } => {
+            Stmt::Mma { .. } | Stmt::Wgmma(_) => {
                 out.push((around.clone(), s));
                 true
             }
@@ -61,6 +61,33 @@ fn mma_sites<'s>(body: &'s [Stmt], around: &mut Vec<Around>, out: &mut Vec<(Vec<
     true
 }
 
+/// The accumulator tile of a tensor-core statement.
+fn accumulators(s: &Stmt) -> &Tile {
+    match s {
+        Stmt::Mma { c, .. } => c,
+        Stmt::Wgmma(w) => &w.c,
+        _ => unreachable!("tensor-core sites"),
+    }
+}
+
+/// Where a lane holds the accumulators of a tensor-core statement.
+fn coords(s: &Stmt) -> Vec<Coord> {
+    match s {
+        Stmt::Mma { op, .. } => op.fragments().c.to_vec(),
+        Stmt::Wgmma(w) => w.op.d_fragment(),
+        _ => unreachable!("tensor-core sites"),
+    }
+}
+
+/// The tensors a tensor-core statement multiplies.
+fn operands(s: &Stmt) -> [TensorId; 2] {
+    match s {
+        Stmt::Mma { a, b, .. } => [a.tensor, b.tensor],
+        Stmt::Wgmma(w) => [w.a.tensor, w.b.tensor],
+        _ => unreachable!("tensor-core sites"),
+    }
+}
+
 /// The variables of `e`.
 fn vars_of(p: &texc_compiler::tir::Program, e: texc_compiler::tir::TExprId) -> Vec<VarId> {
     let mut out = Vec::new();
@@ -81,7 +108,7 @@ fn touches(p: &texc_compiler::tir::Program, body: &[Stmt], t: TensorId) -> bool 
         Stmt::For { body, .. } | Stmt::Alloc { body, .. } => touches(p, body, t),
         Stmt::If { cond, then } => loads(*cond) || touches(p, then, t),
         Stmt::Store { tensor, indices, value } => *tensor == t || loads(*value) || indices.iter().any(|&i| loads(i)),
-        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } => false,
+        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) => false,
         Stmt::WarpReduce(w) => w.tensor == t,
     })
 }
@@ -93,7 +120,7 @@ fn loads_tensor(p: &texc_compiler::tir::Program, e: texc_compiler::tir::TExprId,
 
 /// A tile in memory: the tensor's base, the tile's origin, the tensor's strides.
 #[derive(Clone)]
-struct Placed<'ctx> {
+pub(super) struct Placed<'ctx> {
     base: PointerValue<'ctx>,
     origin: Vec<IntValue<'ctx>>,
     strides: Vec<i64>,
@@ -136,7 +163,7 @@ impl<'ctx> Gen<'ctx, '_> {
         }
     }
 
-    fn place(&mut self, fr: &mut Frame<'ctx>, t: &Tile) -> R<Placed<'ctx>> {
+    pub(super) fn place(&mut self, fr: &mut Frame<'ctx>, t: &Tile) -> R<Placed<'ctx>> {
         let d = self.f.p.tensor(t.tensor);
         let mut strides = vec![1i64; d.shape.len()];
         for k in (0..d.shape.len().saturating_sub(1)).rev() {
@@ -165,7 +192,7 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// The address of element (r, c) of tile `t`.
-    fn element(&self, t: &Placed<'ctx>, r: IntValue<'ctx>, c: IntValue<'ctx>) -> R<PointerValue<'ctx>> {
+    pub(super) fn element(&self, t: &Placed<'ctx>, r: IntValue<'ctx>, c: IntValue<'ctx>) -> R<PointerValue<'ctx>> {
         let i64t = self.cx.i64_type();
         let mut off = i64t.const_zero();
         for (d, (&o, &s)) in t.origin.iter().zip(&t.strides).enumerate() {
@@ -182,7 +209,7 @@ impl<'ctx> Gen<'ctx, '_> {
         self.gep(self.mem_ty(t.elem), t.base, off)
     }
 
-    fn load_at(&self, t: &Placed<'ctx>, r: IntValue<'ctx>, c: IntValue<'ctx>) -> R<BasicValueEnum<'ctx>> {
+    pub(super) fn load_at(&self, t: &Placed<'ctx>, r: IntValue<'ctx>, c: IntValue<'ctx>) -> R<BasicValueEnum<'ctx>> {
         let p = self.element(t, r, c)?;
         Ok(self.b.build_load(self.mem_ty(t.elem), p, "el")?)
     }
@@ -212,21 +239,29 @@ impl<'ctx> Gen<'ctx, '_> {
 
     /// Where lane `lane`'s accumulator elements lie in the tile (row, column).
     fn c_places(&self, op: MmaOp, lane: IntValue<'ctx>) -> R<Vec<(IntValue<'ctx>, IntValue<'ctx>)>> {
-        op.fragments().c.iter().map(|&x| self.coord(lane, x)).collect()
+        self.places(op.fragments().c, lane)
+    }
+
+    /// Where lane `lane`'s elements of fragment `coords` lie in their tile.
+    pub(super) fn places(&self, coords: &[Coord], lane: IntValue<'ctx>) -> R<Vec<(IntValue<'ctx>, IntValue<'ctx>)>> {
+        coords.iter().map(|&x| self.coord(lane, x)).collect()
     }
 
     /// Fragment coordinate `x` of lane `lane`: (row, column) in its tile.
-    fn coord(&self, lane: IntValue<'ctx>, x: Coord) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+    pub(super) fn coord(&self, lane: IntValue<'ctx>, x: Coord) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
         let i64t = self.cx.i64_type();
         let k = |v: i64| i64t.const_int(v as u64, true);
-        let g = self.b.build_right_shift(lane, k(2), false, "group")?;
+        // Group and position within the warp; the warp within a warpgroup.
+        let g = self.b.build_and(self.b.build_right_shift(lane, k(2), false, "group")?, k(7), "group")?;
         let t = self.b.build_and(lane, k(3), "pos")?;
-        let lin = |c0: i64, cg: i64, ct: i64| -> R<IntValue<'ctx>> {
+        let w = self.b.build_right_shift(lane, k(5), false, "warp")?;
+        let lin = |c0: i64, cg: i64, ct: i64, cw: i64| -> R<IntValue<'ctx>> {
             let v = self.b.build_int_mul(g, k(cg), "g")?;
             let v = self.b.build_int_add(v, self.b.build_int_mul(t, k(ct), "t")?, "gt")?;
+            let v = if cw == 0 { v } else { self.b.build_int_add(v, self.b.build_int_mul(w, k(cw), "w")?, "gtw")? };
             Ok(self.b.build_int_add(v, k(c0), "at")?)
         };
-        Ok((lin(x.r0, x.rg, x.rt)?, lin(x.c0, x.cg, x.ct)?))
+        Ok((lin(x.r0, x.rg, x.rt, x.rw)?, lin(x.c0, x.cg, x.ct, 0)?))
     }
 
     /// The `mma.sync` of the warp on `a` and `b` (each lane loading its
@@ -406,18 +441,16 @@ impl<'ctx> Gen<'ctx, '_> {
             return Ok(false);
         }
         let p = &self.f.p;
-        let Stmt::Mma { c: first, .. } = sites[0].1 else { unreachable!("mma sites") };
-        let tensor = first.tensor;
+        let tensor = accumulators(sites[0].1).tensor;
         let loops: HashSet<VarId> = sites
             .iter()
             .flat_map(|(around, _)| around.iter().filter(|l| !matches!(l.kind, ForKind::Thread(_))).map(|l| l.var))
             .collect();
         let fits = sites.iter().all(|(around, m)| {
-            let Stmt::Mma { c, a, b, .. } = m else { return false };
+            let c = accumulators(m);
             let known = |v: VarId| v != var && (fr.vars.contains_key(&v) || around.iter().any(|l| l.var == v));
             c.tensor == tensor
-                && a.tensor != tensor
-                && b.tensor != tensor
+                && operands(m).iter().all(|&t| t != tensor)
                 && c.origin.iter().all(|&e| vars_of(p, e).into_iter().all(known))
                 && around.iter().all(|l| match l.kind {
                     ForKind::Thread(d) => l.lo == 0 && l.extent == block[d.index()],
@@ -435,7 +468,7 @@ impl<'ctx> Gen<'ctx, '_> {
         // One slot per tile: the values of the unrolled loops its origin involves.
         let mut keys: Vec<(usize, Vec<(VarId, u64)>)> = Vec::new();
         for (si, (around, m)) in sites.iter().enumerate() {
-            let Stmt::Mma { c, .. } = m else { unreachable!("mma sites") };
+            let c = accumulators(m);
             let named: Vec<&Around> = around
                 .iter()
                 .filter(|l| !matches!(l.kind, ForKind::Thread(_)))
@@ -457,7 +490,8 @@ impl<'ctx> Gen<'ctx, '_> {
                 }
             }
         }
-        if keys.len() > MAX_RESIDENT {
+        let registers: usize = keys.iter().map(|(si, _)| coords(sites[*si].1).len()).sum();
+        if keys.len() > MAX_RESIDENT || registers > 4 * MAX_RESIDENT {
             return Ok(false);
         }
         let lane = tid[0];
@@ -485,11 +519,10 @@ impl<'ctx> Gen<'ctx, '_> {
         let mut slots = HashMap::new();
         for (si, key) in &keys {
             let (around, m) = &sites[*si];
-            let Stmt::Mma { op, c, .. } = m else { unreachable!("mma sites") };
             bind(fr, around, key);
-            let c = self.place(fr, c)?;
+            let c = self.place(fr, accumulators(m))?;
             let mut regs = Vec::new();
-            for (row, col) in self.c_places(*op, lane)? {
+            for (row, col) in self.places(&coords(m), lane)? {
                 let slot = self.entry_alloca(fr.func, f32t.into())?;
                 self.b.build_store(slot, self.load_at(&c, row, col)?)?;
                 regs.push(slot);
@@ -512,12 +545,11 @@ impl<'ctx> Gen<'ctx, '_> {
         r?;
         for (si, key) in &keys {
             let (around, m) = &sites[*si];
-            let Stmt::Mma { op, c, .. } = m else { unreachable!("mma sites") };
             bind(fr, around, key);
-            let c = self.place(fr, c)?;
+            let c = self.place(fr, accumulators(m))?;
             let mut sorted = key.clone();
             sorted.sort_unstable();
-            for (&slot, (row, col)) in resident.slots[&sorted].iter().zip(self.c_places(*op, lane)?) {
+            for (&slot, (row, col)) in resident.slots[&sorted].iter().zip(self.places(&coords(m), lane)?) {
                 let v = self.b.build_load(f32t, slot, "acc")?;
                 let ptr = self.element(&c, row, col)?;
                 self.b.build_store(ptr, v)?;
@@ -538,21 +570,7 @@ impl<'ctx> Gen<'ctx, '_> {
         a: &Placed<'ctx>,
         b: &Placed<'ctx>,
     ) -> R<()> {
-        let r = fr.resident.as_ref().expect("a resident loop");
-        let p = &self.f.p;
-        let mut key = Vec::new();
-        for &v in &r.loops {
-            if c.origin.iter().any(|&e| texc_schedules::analysis::involves(p, e, v)) {
-                let x = fr.vars[&v].get_zero_extended_constant().expect("unrolled loops are constants");
-                key.push((v, x));
-            }
-        }
-        key.sort_unstable();
-        let slots = r
-            .slots
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| CodegenError::Unsupported("a tensor-core tile without registers".into()))?;
+        let slots = self.resident_slots(fr, c)?;
         let f32t = self.cx.f32_type();
         let mut acc = Vec::new();
         for &s in &slots {
@@ -563,6 +581,24 @@ impl<'ctx> Gen<'ctx, '_> {
             self.b.build_store(s, v)?;
         }
         Ok(())
+    }
+
+    /// The registers of accumulator tile `c` inside a [`Resident`] loop.
+    pub(super) fn resident_slots(&self, fr: &Frame<'ctx>, c: &Tile) -> R<Vec<PointerValue<'ctx>>> {
+        let r = fr.resident.as_ref().expect("a resident loop");
+        let p = &self.f.p;
+        let mut key = Vec::new();
+        for &v in &r.loops {
+            if c.origin.iter().any(|&e| texc_schedules::analysis::involves(p, e, v)) {
+                let x = fr.vars[&v].get_zero_extended_constant().expect("unrolled loops are constants");
+                key.push((v, x));
+            }
+        }
+        key.sort_unstable();
+        r.slots
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| CodegenError::Unsupported("a tensor-core tile without registers".into()))
     }
 
     /// `x` rounded to TF32 as `cvt.rna.tf32.f32` does: add half of the last

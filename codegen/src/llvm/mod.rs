@@ -29,6 +29,7 @@ mod mma;
 pub mod nvptx;
 mod split;
 mod stmt;
+mod wgmma;
 
 use crate::abi::{self, CEntry};
 use crate::backend::{Artifact, Backend, Code, Entry, EntryFn};

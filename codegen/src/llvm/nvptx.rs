@@ -89,6 +89,7 @@ impl NvptxBackend {
                 Ok(String::from_utf8_lossy(buf.as_slice()).to_string())
             },
         )?;
+        let text = if fs.iter().any(|f| texc_schedules::ir::has_wgmma(f)) { sm90a(&text, t)? } else { text };
         let kernels = fs
             .iter()
             .zip(launches)
@@ -159,7 +160,9 @@ impl GpuBackend for NvptxBackend {
         match format {
             "ptx" => Ok(Encoded { bytes: text.as_bytes().to_vec(), notes: Vec::new() }),
             "cubin" => {
-                let sm = format!("sm_{}", gpu_spec(t)?.sm);
+                // Kernels with `wgmma` are for sm_90a (see `sm90a`).
+                let arch = if text.contains(".target sm_90a") { "a" } else { "" };
+                let sm = format!("sm_{}{arch}", gpu_spec(t)?.sm);
                 let (bytes, resources) = cuda::assemble(text, &sm).map_err(CodegenError::Unsupported)?;
                 let notes = resources
                     .iter()
@@ -213,6 +216,20 @@ impl GpuBackend for NvptxBackend {
         let f = &f;
         jit_module(f, host, |cx, spec| Gen::new(cx, f, spec).build_emulation(&launches))
     }
+}
+
+/// PTX whose kernels use `wgmma` (inline PTX: LLVM 19 has no intrinsic
+/// for it) declares what that needs: PTX ISA 8.0 and the architecture-
+/// specific `sm_90a` (wgmma is not in sm_90's forward-compatible set). The
+/// rest of the module LLVM wrote for sm_90 is valid there unchanged.
+fn sm90a(text: &str, t: &Target) -> R<String> {
+    let (version, target) = (".version 7.8\n", ".target sm_90\n");
+    if gpu_spec(t)?.sm != 90 || !text.contains(version) || !text.contains(target) {
+        return Err(CodegenError::Unsupported(format!(
+            "`wgmma` needs sm_90a (PTX ISA 8.0); target `{t}` writes another PTX header"
+        )));
+    }
+    Ok(text.replacen(version, ".version 8.0\n", 1).replacen(target, ".target sm_90a\n", 1))
 }
 
 fn gpu_spec(t: &Target) -> R<texc_compiler::target::GpuSpec> {

@@ -24,7 +24,7 @@
 
 pub mod safety;
 
-use crate::ir::{AsyncStep, ForKind, GpuDim, LoopFunc, MmaOp, Stmt, Tile};
+use crate::ir::{AsyncStep, ForKind, GpuDim, LoopFunc, Major, MmaOp, SmemMatrix, Stmt, Tile, Wgmma, WgmmaOp};
 use pest::iterators::{Pair, Pairs};
 use pest::Parser;
 use texc_compiler::ops::{BinOp, Intrinsic, MathFn, ReduceOp, UnOp};
@@ -432,6 +432,7 @@ impl Builder {
                     }));
                 }
                 Rule::mma => out.push(self.mma(pair, offset)?),
+                Rule::wgmma => out.push(self.wgmma(pair, offset)?),
                 Rule::warp_reduce => out.push(self.warp_reduce(pair, offset)?),
                 Rule::local => {
                     let mut it = pair.into_inner();
@@ -557,6 +558,60 @@ impl Builder {
         let a = self.tile(it.next().expect("a"), offset, ab, false)?;
         let b = self.tile(it.next().expect("b"), offset, ab, false)?;
         Ok(Stmt::Mma { op, c, a, b })
+    }
+
+    /// `wgmma m64nNk16.AB.f32 C[..] @ (r, c) += A[..] desc(lbo L, sbo S) * B[..] desc(..)`.
+    fn wgmma(&mut self, pair: Pair<Rule>, offset: usize) -> R<Stmt> {
+        let mut it = pair.into_inner();
+        it.next(); // `wgmma`
+        let op_p = it.next().expect("op");
+        let name = op_p.as_str();
+        let (n, ab) = name["m64n".len()..].split_once("k16.").expect("the grammar's form");
+        let op =
+            WgmmaOp::parse_schedule_name(&format!("wgmma_m64n{n}k16_{}", ab.replace('.', ""))).ok_or_else(|| {
+                Diagnostic::at(self.span(offset, &op_p), "a `wgmma` is m64nNk16 with N a multiple of 8 from 8 to 256")
+            })?;
+        let c = self.tile(it.next().expect("c"), offset, ElemType::F32, true)?;
+        let a = self.smem_matrix(it.next().expect("a"), offset, op.ab)?;
+        let b = self.smem_matrix(it.next().expect("b"), offset, op.ab)?;
+        Ok(Stmt::Wgmma(Box::new(Wgmma { op, c, a, b })))
+    }
+
+    /// `A[..] desc(lbo L, sbo S)` (K-major) or `desc(mn-major, lbo L, sbo S)`:
+    /// a `wgmma` operand in shared memory.
+    fn smem_matrix(&mut self, pair: Pair<Rule>, offset: usize, elem: ElemType) -> R<SmemMatrix> {
+        let mut parts: Vec<Pair<Rule>> = pair.into_inner().collect();
+        let sbo_p = parts.pop().expect("sbo");
+        let lbo_p = parts.pop().expect("lbo");
+        let major = if parts.last().is_some_and(|p| p.as_rule() == Rule::mn_major) {
+            parts.pop();
+            Major::Mn
+        } else {
+            Major::K
+        };
+        let name_p = parts.remove(0);
+        let span = self.span(offset, &name_p);
+        let tensor = self
+            .tensor_named(name_p.as_str())
+            .ok_or_else(|| Diagnostic::at(span, format!("unknown tensor `{}`", name_p.as_str())))?;
+        let decl = self.p.tensor(tensor);
+        if decl.elem != elem {
+            return Err(Diagnostic::at(
+                span,
+                format!("this `wgmma` takes {elem} here, but `{}` holds {}", decl.name, decl.elem),
+            ));
+        }
+        let mut origin = Vec::new();
+        for i in parts {
+            origin.push(self.index(i, offset)?);
+        }
+        self.check_rank(tensor, origin.len(), span)?;
+        let bytes = |p: &Pair<Rule>| -> R<i64> {
+            p.as_str().parse::<i64>().ok().filter(|b| b % 16 == 0 && (0..1 << 18).contains(b)).ok_or_else(|| {
+                Diagnostic::at(self.span(offset, p), "a descriptor's byte offset is a multiple of 16 below 2^18")
+            })
+        };
+        Ok(SmemMatrix { tensor, origin, major, lbo: bytes(&lbo_p)?, sbo: bytes(&sbo_p)? })
     }
 
     fn tile(&mut self, pair: Pair<Rule>, offset: usize, elem: ElemType, written: bool) -> R<Tile> {

@@ -138,6 +138,18 @@ impl Checker<'_> {
                     }
                     self.written[c.tensor.0 as usize] = true;
                 }
+                Stmt::Wgmma(w) => {
+                    let (m, n, _) = w.op.shape();
+                    self.tile(&w.c, m, n)?;
+                    for (x, mn, k) in w.operands() {
+                        if x.origin.len() != self.f.p.tensor(x.tensor).shape.len() {
+                            let at = x.origin.first().map_or_else(Default::default, |&i| self.f.p.span(i));
+                            return Err(Diagnostic::at(at, "a `wgmma` operand has one index per dimension"));
+                        }
+                        self.boxed(x.tensor, &x.origin, &x.reach(mn, k), "wgmma")?;
+                    }
+                    self.written[w.c.tensor.0 as usize] = true;
+                }
             }
         }
         Ok(())
@@ -220,26 +232,32 @@ impl Checker<'_> {
     /// A tile of `rows` × `cols` elements at `t.origin`: read before any
     /// statement above writes it (a temporary), or leaving its tensor.
     fn tile(&mut self, t: &Tile, rows: i64, cols: i64) -> Result<(), Diagnostic> {
-        let d = self.f.p.tensor(t.tensor);
-        let at = t.origin.first().map_or_else(Default::default, |&i| self.f.p.span(i));
-        if d.role == texc_compiler::tir::TensorRole::Temp && !self.written[t.tensor.0 as usize] {
+        let mut reach = vec![0; t.origin.len()];
+        reach[t.rows] += rows - 1;
+        reach[t.cols] += cols - 1;
+        self.boxed(t.tensor, &t.origin, &reach, "mma")
+    }
+
+    /// The elements from `origin` to `origin + reach` of `tensor`, which
+    /// operation `what` touches, in bounds (and written before, if a temporary).
+    fn boxed(&mut self, tensor: TensorId, origin: &[TExprId], reach: &[i64], what: &str) -> Result<(), Diagnostic> {
+        let d = self.f.p.tensor(tensor);
+        let at = origin.first().map_or_else(Default::default, |&i| self.f.p.span(i));
+        if d.role == texc_compiler::tir::TensorRole::Temp && !self.written[tensor.0 as usize] {
             return Err(Diagnostic::at(at, format!("`{}` is read before any statement above stores to it", d.name)));
         }
-        for (k, &i) in t.origin.iter().enumerate() {
+        for (k, &i) in origin.iter().enumerate() {
             self.expr(i)?;
             let iv = self.interval(i);
-            let ext = if k == t.rows {
-                rows - 1
-            } else if k == t.cols {
-                cols - 1
-            } else {
-                0
-            } as i128;
+            let ext = reach.get(k).copied().unwrap_or(0) as i128;
             let size = d.shape[k] as i128;
             if !matches!((iv.lo, iv.hi), (Some(lo), Some(hi)) if lo >= 0 && hi + ext < size) {
                 return Err(Diagnostic::at(
                     self.f.p.span(i),
-                    format!("cannot prove the `mma` tile of `{}` in bounds along dimension {k} (size {size})", d.name),
+                    format!(
+                        "cannot prove the `{what}` tile of `{}` in bounds along dimension {k} (size {size})",
+                        d.name
+                    ),
                 ));
             }
         }

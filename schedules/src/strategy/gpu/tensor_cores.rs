@@ -92,7 +92,7 @@ pub(super) fn tensor_core_gemm(ss: &mut StageSchedule, op: MmaOp) {
     ss.annotate(jb, ForKind::Block(GpuDim::X), span).expect("spatial");
     ss.annotate(iw, ForKind::Thread(GpuDim::Z), span).expect("spatial");
     ss.annotate(jw, ForKind::Thread(GpuDim::Y), span).expect("spatial");
-    ss.tensorize = Some(crate::schedule::Tensorize { op, leaves: [ii, ji, ki], span });
+    ss.tensorize = Some(crate::schedule::Tensorize { op: crate::ir::TensorOp::Mma(op), leaves: [ii, ji, ki], span });
 }
 
 /// Rows and columns of `C` a block computes through shared memory, and the
@@ -151,7 +151,7 @@ pub(super) fn pipelined_gemm(ss: &mut StageSchedule, t: GemmTiles, op: MmaOp) {
     ss.annotate(jb, ForKind::Block(GpuDim::X), span).expect("spatial");
     ss.annotate(iw, ForKind::Thread(GpuDim::Z), span).expect("spatial");
     ss.annotate(jw, ForKind::Thread(GpuDim::Y), span).expect("spatial");
-    ss.tensorize = Some(crate::schedule::Tensorize { op, leaves: [ii, ji, ki], span });
+    ss.tensorize = Some(crate::schedule::Tensorize { op: crate::ir::TensorOp::Mma(op), leaves: [ii, ji, ki], span });
     ss.pipeline = Some((ko, t.stages, span));
 }
 

@@ -1,0 +1,208 @@
+//! A warpgroup's tensor-core operation (`Stmt::Wgmma`, sm_90a). On the GPU:
+//! each of the 128 lanes holds the accumulators `WgmmaOp::d_fragment`
+//! assigns it (loaded from the tile, or the registers of a resident loop,
+//! see `super::mma`), builds the 64-bit matrix descriptors of `A` and `B`
+//! from their shared-memory addresses (`ir::wgmma_descriptor`), and runs
+//! one inline-PTX block: `wgmma.fence`, `wgmma.mma_async` (`scale-d` 1:
+//! accumulate), `wgmma.commit_group`, `wgmma.wait_group 0` — the operation
+//! has finished with its registers and shared operands when the block ends,
+//! so the barriers and copies around it need nothing more. Before the
+//! barrier that publishes the operands, `fence.proxy.async.shared::cta`
+//! makes the threads' stores visible to the asynchronous proxy that wgmma
+//! reads shared memory through ([`Gen::barrier`]).
+//!
+//! In the CPU emulation the block's operation runs at once as loops, and
+//! reads `A` and `B` at the byte offsets the descriptor's canonical layout
+//! gives (not by their logical indices), as the evaluator does.
+
+use super::gen::{Frame, Gen};
+use super::gpu::GpuKernel;
+use super::R;
+use crate::CodegenError;
+use inkwell::types::BasicMetadataTypeEnum;
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, IntValue, PointerValue};
+use inkwell::AddressSpace;
+use texc_compiler::types::ElemType;
+use texc_schedules::ir::{Major, SmemMatrix, Wgmma, WgmmaOp};
+
+impl<'ctx> Gen<'ctx, '_> {
+    pub(super) fn wgmma(&mut self, fr: &mut Frame<'ctx>, w: &Wgmma) -> R<()> {
+        match self.gpu {
+            Some(GpuKernel { thread_idx: Some(tid), .. }) => self.wgmma_warpgroup(fr, w, tid[0]),
+            Some(_) => self.wgmma_loops(fr, w),
+            None => Err(CodegenError::Unsupported("a tensor-core operation outside a GPU kernel".into())),
+        }
+    }
+
+    /// The address of the first element of operand `m` (its tile's origin).
+    fn smem_start(&mut self, fr: &mut Frame<'ctx>, m: &SmemMatrix) -> R<PointerValue<'ctx>> {
+        let d = self.f.p.tensor(m.tensor);
+        let (shape, elem) = (d.shape.clone(), d.elem);
+        let i64t = self.cx.i64_type();
+        let mut off = i64t.const_zero();
+        for (k, &i) in m.origin.iter().enumerate() {
+            let stride: i64 = shape[k + 1..].iter().product();
+            let v = self.expr(fr, i, super::gen::Mode::Scalar)?.into_int_value();
+            let term = self.b.build_int_mul(v, i64t.const_int(stride as u64, true), "term")?;
+            off = self.b.build_int_add(off, term, "off")?;
+        }
+        self.gep(self.mem_ty(elem), fr.tensors[&m.tensor], off)
+    }
+
+    /// Operand `m`'s matrix descriptor: its shared-memory address in the
+    /// start field, its byte offsets in theirs (no swizzling).
+    fn descriptor(&mut self, fr: &mut Frame<'ctx>, m: &SmemMatrix) -> R<IntValue<'ctx>> {
+        let p = self.smem_start(fr, m)?;
+        let shared = self.b.build_address_space_cast(p, self.cx.ptr_type(AddressSpace::from(3u16)), "smem")?;
+        let i64t = self.cx.i64_type();
+        let addr = self.b.build_ptr_to_int(shared, self.cx.i32_type(), "saddr")?;
+        let addr = self.b.build_int_z_extend(addr, i64t, "saddr")?;
+        let start = self.b.build_right_shift(addr, i64t.const_int(4, false), false, "start")?;
+        let start = self.b.build_and(start, i64t.const_int(0x3fff, false), "start")?;
+        let fields = texc_schedules::ir::wgmma_descriptor(0, m.lbo, m.sbo);
+        Ok(self.b.build_or(start, i64t.const_int(fields, false), "desc")?)
+    }
+
+    fn wgmma_warpgroup(&mut self, fr: &mut Frame<'ctx>, w: &Wgmma, lane: IntValue<'ctx>) -> R<()> {
+        let f32t = self.cx.f32_type();
+        let frag = w.op.d_fragment();
+        let resident = fr.resident.as_ref().is_some_and(|r| r.tensor == w.c.tensor);
+        // The lane's accumulators: registers, or loaded from the tile.
+        let (slots, places, c) = if resident {
+            (self.resident_slots(fr, &w.c)?, Vec::new(), None)
+        } else {
+            let c = self.place(fr, &w.c)?;
+            (Vec::new(), self.places(&frag, lane)?, Some(c))
+        };
+        let mut acc: Vec<BasicValueEnum<'ctx>> = Vec::new();
+        if let Some(c) = &c {
+            for &(r, col) in &places {
+                acc.push(self.load_at(c, r, col)?);
+            }
+        } else {
+            for &s in &slots {
+                acc.push(self.b.build_load(f32t, s, "acc")?);
+            }
+        }
+        let da = self.descriptor(fr, &w.a)?;
+        let db = self.descriptor(fr, &w.b)?;
+        let trans = [w.a.major, w.b.major].map(|m| m == Major::Mn);
+        let d = self.wgmma_asm(w.op, da, db, trans, &acc)?;
+        if let Some(c) = &c {
+            for (v, &(r, col)) in d.into_iter().zip(&places) {
+                let p = self.element(c, r, col)?;
+                self.b.build_store(p, v)?;
+            }
+        } else {
+            for (v, &s) in d.into_iter().zip(&slots) {
+                self.b.build_store(s, v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The inline PTX of one operation: the lane's results.
+    fn wgmma_asm(
+        &mut self,
+        op: WgmmaOp,
+        da: IntValue<'ctx>,
+        db: IntValue<'ctx>,
+        [ta, tb]: [bool; 2],
+        acc: &[BasicValueEnum<'ctx>],
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let n = acc.len();
+        let f32t = self.cx.f32_type();
+        let (i64t, i32t) = (self.cx.i64_type(), self.cx.i32_type());
+        let regs: Vec<String> = (0..n).map(|i| format!("${i}")).collect();
+        let ty = if op.ab == ElemType::BF16 { "bf16" } else { "f16" };
+        // scale-d is a predicate made from an operand (1: d = a·b + d); the
+        // immediates: A and B not negated (1, 1), then whether each is
+        // MN-major (transposed from wgmma's K-major default).
+        let asm = format!(
+            "{{\n.reg .pred p;\nsetp.ne.b32 p, ${s}, 0;\nwgmma.fence.sync.aligned;\n\
+             wgmma.mma_async.sync.aligned.m64n{nn}k16.f32.{ty}.{ty} {{{regs}}}, ${a}, ${b}, p, 1, 1, {ta}, {tb};\n\
+             wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}",
+            nn = op.n,
+            regs = regs.join(", "),
+            a = n,
+            b = n + 1,
+            s = n + 2,
+            ta = ta as u8,
+            tb = tb as u8,
+        );
+        let mut constraints: Vec<String> = vec!["=f".to_string(); n];
+        constraints.extend(["l".to_string(), "l".to_string(), "r".to_string()]);
+        constraints.extend((0..n).map(|i| i.to_string()));
+        let out = self.cx.struct_type(&vec![f32t.into(); n], false);
+        let mut params: Vec<BasicMetadataTypeEnum> = vec![i64t.into(), i64t.into(), i32t.into()];
+        params.extend(std::iter::repeat_n(BasicMetadataTypeEnum::from(f32t), n));
+        let fn_ty = out.fn_type(&params, false);
+        let asm_fn = self.cx.create_inline_asm(fn_ty, asm, constraints.join(","), true, false, None, false);
+        let mut args: Vec<BasicMetadataValueEnum> = vec![da.into(), db.into(), i32t.const_int(1, false).into()];
+        args.extend(acc.iter().map(|&v| BasicMetadataValueEnum::from(v)));
+        let call = self.b.build_indirect_call(fn_ty, asm_fn, &args, "wgmma")?;
+        let inkwell::values::ValueKind::Basic(d) = call.try_as_basic_value() else {
+            return Err(CodegenError::Unsupported("wgmma inline assembly without results".into()));
+        };
+        let d = d.into_struct_value();
+        (0..n).map(|i| Ok(self.b.build_extract_value(d, i as u32, "d")?)).collect()
+    }
+
+    /// The emulation: the block's operation as loops, `A` and `B` read at
+    /// the descriptor's canonical byte offsets from their tiles' starts.
+    fn wgmma_loops(&mut self, fr: &mut Frame<'ctx>, w: &Wgmma) -> R<()> {
+        let c = self.place(fr, &w.c)?;
+        let (mm, nn, kk) = w.op.shape();
+        let i64t = self.cx.i64_type();
+        let f32t = self.cx.f32_type();
+        let i8t = self.cx.i8_type();
+        let k = |v: i64| i64t.const_int(v as u64, true);
+        let (pa, pb) = (self.smem_start(fr, &w.a)?, self.smem_start(fr, &w.b)?);
+        let (la, lb) = ((w.a.major, w.a.lbo, w.a.sbo), (w.b.major, w.b.lbo, w.b.sbo));
+        let elem = self.mem_ty(w.op.ab);
+        let bf16 = w.op.ab == ElemType::BF16;
+        let func = fr.func;
+        let zero = i64t.const_zero();
+        // Element (mn, k) of an operand: byte (mn/8)·sbo + (k/8)·lbo, plus
+        // (mn%8)·16 + (k%8)·2 K-major or (k%8)·16 + (mn%8)·2 MN-major.
+        let at = |g: &mut Self,
+                  base: PointerValue<'ctx>,
+                  (major, lbo, sbo): (Major, i64, i64),
+                  r: IntValue<'ctx>,
+                  kv: IntValue<'ctx>| {
+            let b = &g.b;
+            let (row, col) = if major == Major::K { (r, kv) } else { (kv, r) };
+            let t1 = b.build_int_mul(b.build_int_unsigned_div(r, k(8), "r8")?, k(sbo), "sbo")?;
+            let t2 = b.build_int_mul(b.build_int_unsigned_div(kv, k(8), "k8")?, k(lbo), "lbo")?;
+            let t3 = b.build_int_mul(b.build_int_unsigned_rem(row, k(8), "rr")?, k(16), "row")?;
+            let t4 = b.build_int_mul(b.build_int_unsigned_rem(col, k(8), "kr")?, k(2), "col")?;
+            let off = b.build_int_add(b.build_int_add(t1, t2, "o")?, b.build_int_add(t3, t4, "o")?, "off")?;
+            let p = g.gep(i8t.into(), base, off)?;
+            let v = g.b.build_load(elem, p, "x")?;
+            Ok::<_, CodegenError>(if bf16 {
+                g.bf16_to_f32(v, None)?.into_float_value()
+            } else {
+                g.b.build_float_ext(v.into_float_value(), f32t, "x")?
+            })
+        };
+        self.count(func, "r", zero, k(mm), &mut |g, r| {
+            g.count(func, "c", zero, k(nn), &mut |g, col| {
+                let p = g.element(&c, r, col)?;
+                let slot = g.entry_alloca(func, f32t.into())?;
+                let acc0 = g.b.build_load(f32t, p, "acc")?;
+                g.b.build_store(slot, acc0)?;
+                g.count(func, "k", zero, k(kk), &mut |g, kv| {
+                    let x = at(g, pa, la, r, kv)?;
+                    let y = at(g, pb, lb, col, kv)?;
+                    let prod = g.b.build_float_mul(x, y, "ab")?;
+                    let acc = g.b.build_load(f32t, slot, "acc")?.into_float_value();
+                    g.b.build_store(slot, g.b.build_float_add(acc, prod, "sum")?)?;
+                    Ok(())
+                })?;
+                let acc = g.b.build_load(f32t, slot, "acc")?;
+                g.b.build_store(p, acc)?;
+                Ok(())
+            })
+        })
+    }
+}
