@@ -253,7 +253,7 @@ fn has_gpu_statements(body: &[Stmt]) -> bool {
         Stmt::For { kind, body, .. } => kind.is_gpu() || *kind == ForKind::Async || has_gpu_statements(body),
         Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => has_gpu_statements(body),
         Stmt::Store { .. } => false,
-        Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => true,
+        Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => true,
     })
 }
 
@@ -294,7 +294,7 @@ fn copy(f: &mut LoopFunc, s: &Stmt, rename: &mut HashMap<VarId, VarId>) -> Stmt 
             let indices = indices.iter().map(|&i| e(f, i, rename)).collect();
             Stmt::Store { tensor: *tensor, indices, value: e(f, *value, rename) }
         }
-        Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {
+        Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {
             unreachable!("bodies with GPU statements are not copied")
         }
     }
