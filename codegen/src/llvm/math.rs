@@ -193,7 +193,7 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// Lanes `from..from + n` of `v`.
-    fn lanes_of(&self, v: VectorValue<'ctx>, from: u32, n: u32) -> R<VectorValue<'ctx>> {
+    pub(super) fn lanes_of(&self, v: VectorValue<'ctx>, from: u32, n: u32) -> R<VectorValue<'ctx>> {
         if from == 0 && n == v.get_type().get_size() {
             return Ok(v);
         }
@@ -203,7 +203,7 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// The pieces of [`Gen::lanes_of`] put back together, in order.
-    fn concat(&self, parts: &[VectorValue<'ctx>]) -> R<VectorValue<'ctx>> {
+    pub(super) fn concat(&self, parts: &[VectorValue<'ctx>]) -> R<VectorValue<'ctx>> {
         let mut out = parts[0];
         for &p in &parts[1..] {
             let n = out.get_type().get_size() + p.get_type().get_size();

@@ -325,13 +325,14 @@ impl<'ctx> Gen<'ctx, '_> {
         let al = self.cx.i32_type().const_int(align as u64, false);
         let mut parts = Vec::new();
         for first in (0..lanes).step_by(piece as usize) {
-            let m = self.lane_slice(mask, first, piece)?;
-            let vt = self.vec_ty(mty, piece);
+            let n = piece.min(lanes - first);
+            let m = self.lanes_of(mask, first, n)?;
+            let vt = self.vec_ty(mty, n);
             let at = self.gep(mty, p, self.cx.i64_type().const_int(first as u64, false))?;
             let f = self.intrinsic("llvm.masked.load", &[vt.into(), at.get_type().into()])?;
             parts.push(self.call(f, &[at.into(), al.into(), m.into(), vt.const_zero().into()])?.into_vector_value());
         }
-        self.concat_lanes(&parts, lanes)
+        self.concat(&parts)
     }
 
     /// `llvm.masked.store` of `v`'s `mask`ed lanes to `p`, in pieces of one
@@ -348,8 +349,8 @@ impl<'ctx> Gen<'ctx, '_> {
         let piece = self.masked_piece_lanes(align, lanes);
         let al = self.cx.i32_type().const_int(align as u64, false);
         for first in (0..lanes).step_by(piece as usize) {
-            let m = self.lane_slice(mask, first, piece)?;
-            let x = self.lane_slice(v, first, piece)?;
+            let n = piece.min(lanes - first);
+            let (m, x) = (self.lanes_of(mask, first, n)?, self.lanes_of(v, first, n)?);
             let at = self.gep(mty, p, self.cx.i64_type().const_int(first as u64, false))?;
             let f = self.intrinsic("llvm.masked.store", &[x.get_type().into(), at.get_type().into()])?;
             self.call_void(f, &[x.into(), at.into(), al.into(), m.into()])?;
@@ -369,36 +370,6 @@ impl<'ctx> Gen<'ctx, '_> {
             _ => return lanes,
         };
         (register / bytes.max(1)).clamp(1, lanes)
-    }
-
-    /// Lanes `first..first + n` of `v`; those past its end are zero (off, in a mask).
-    fn lane_slice(&self, v: VectorValue<'ctx>, first: u32, n: u32) -> R<VectorValue<'ctx>> {
-        let lanes = v.get_type().get_size();
-        if first == 0 && n == lanes {
-            return Ok(v);
-        }
-        let i32t = self.cx.i32_type();
-        // Index `lanes` picks the second operand's first lane: a zero.
-        let pick: Vec<_> = (first..first + n).map(|l| i32t.const_int(l.min(lanes) as u64, false)).collect();
-        Ok(self.b.build_shuffle_vector(v, v.get_type().const_zero(), VectorType::const_vector(&pick), "piece")?)
-    }
-
-    /// The first `lanes` lanes of `parts` (vectors of one type) end to end.
-    fn concat_lanes(&self, parts: &[VectorValue<'ctx>], lanes: u32) -> R<VectorValue<'ctx>> {
-        let n = parts[0].get_type().get_size();
-        if parts.len() == 1 && n == lanes {
-            return Ok(parts[0]);
-        }
-        let total = n * parts.len() as u32;
-        let vt = self.vec_ty(parts[0].get_type().get_element_type(), total);
-        let insert = self.intrinsic("llvm.vector.insert", &[vt.into(), parts[0].get_type().into()])?;
-        let i64t = self.cx.i64_type();
-        let mut acc: BasicValueEnum = vt.get_poison().into();
-        for (i, part) in parts.iter().enumerate() {
-            let at = i64t.const_int(i as u64 * n as u64, false);
-            acc = self.call(insert, &[acc, (*part).into(), at.into()])?;
-        }
-        self.lane_slice(acc.into_vector_value(), 0, lanes)
     }
 
     pub(super) fn call_void(&self, f: FunctionValue<'ctx>, args: &[BasicValueEnum<'ctx>]) -> R<()> {
