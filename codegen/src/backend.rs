@@ -184,24 +184,37 @@ impl Compiled {
     /// once and a tensor, not twice.
     pub fn prepare(&self, args: Vec<Arg>) -> Result<Buffers, CodegenError> {
         abi::check_args(&self.layout, &args).map_err(CodegenError::Run)?;
-        self.prepare_checked(args.into_iter().map(Cow::Owned))
+        self.prepare_checked(args.into_iter().map(Cow::Owned), false)
     }
 
     /// [`Compiled::prepare`] from borrowed arguments (copied once, into the
     /// aligned buffers, not cloned first).
     pub fn prepare_from(&self, args: &[Arg]) -> Result<Buffers, CodegenError> {
         abi::check_args(&self.layout, args).map_err(CodegenError::Run)?;
-        self.prepare_checked(args.iter().map(Cow::Borrowed))
+        self.prepare_checked(args.iter().map(Cow::Borrowed), false)
     }
 
-    fn prepare_checked<'a>(&self, args: impl Iterator<Item = Cow<'a, Arg>>) -> Result<Buffers, CodegenError> {
+    /// With `take`, an owned tensor argument is used where it is, not
+    /// copied: for one call (its memory is not advised to huge pages as
+    /// [`AlignedBuf`]s are, which calls made repeatedly gain from).
+    fn prepare_checked<'a>(
+        &self,
+        args: impl Iterator<Item = Cow<'a, Arg>>,
+        take: bool,
+    ) -> Result<Buffers, CodegenError> {
         let l = &self.layout;
         let mut bufs = Vec::new();
         let mut ptrs = vec![std::ptr::null_mut(); l.n_tensors];
         let mut scalars = vec![0u64; l.scalars.len()];
         for (param, arg) in l.params.iter().zip(args) {
             match (param, arg.as_ref()) {
-                (abi::Param::Tensor(t), Arg::Tensor(x)) => bufs.push((*t, AlignedBuf::from_tensor(x).map_err(oom)?)),
+                (abi::Param::Tensor(t), Arg::Tensor(_)) if take && matches!(arg, Cow::Owned(_)) => {
+                    let Cow::Owned(Arg::Tensor(x)) = arg else { unreachable!("matched above") };
+                    bufs.push((*t, HostBuf::Taken(x)));
+                }
+                (abi::Param::Tensor(t), Arg::Tensor(x)) => {
+                    bufs.push((*t, HostBuf::Own(AlignedBuf::from_tensor(x).map_err(oom)?)))
+                }
                 (abi::Param::Scalar(s), Arg::Scalar(v)) => {
                     scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], *v)
                 }
@@ -209,7 +222,13 @@ impl Compiled {
             }
         }
         for t in &l.outputs {
-            bufs.push((t.id, AlignedBuf::zeroed(t.elem, t.shape.clone()).map_err(oom)?));
+            // A call made once writes its outputs where they are returned.
+            let buf = if take && matches!(self.exec, Exec::Host(_)) {
+                HostBuf::Taken(Tensor::zeros(t.elem, t.shape.clone()).map_err(oom)?)
+            } else {
+                HostBuf::Own(AlignedBuf::zeroed(t.elem, t.shape.clone()).map_err(oom)?)
+            };
+            bufs.push((t.id, buf));
         }
         // On the host the temporaries share one arena (the memory plan); a
         // GPU gets a buffer for each, as its launches take them one by one.
@@ -218,7 +237,7 @@ impl Compiled {
             Exec::Host(_) => arena = self.host_arena(&mut ptrs)?,
             _ => {
                 for t in &l.temps {
-                    bufs.push((t.id, AlignedBuf::zeroed(t.elem, t.shape.clone()).map_err(oom)?));
+                    bufs.push((t.id, HostBuf::Own(AlignedBuf::zeroed(t.elem, t.shape.clone()).map_err(oom)?)));
                 }
             }
         }
@@ -267,7 +286,7 @@ impl Compiled {
             match (&self.exec, &b.device) {
                 (Exec::Device(g), Some(dev)) => {
                     let i = g.tensors().iter().position(|&t| t == o.id).expect("the kernels take every output");
-                    let mut copy = AlignedBuf::zeroed(host.dtype, host.shape.clone()).map_err(oom)?;
+                    let mut copy = AlignedBuf::zeroed(o.elem, o.shape.clone()).map_err(oom)?;
                     g.download(dev, i, copy.bytes_mut())?;
                     out.push(copy.to_tensor());
                 }
@@ -277,9 +296,11 @@ impl Compiled {
         Ok(out)
     }
 
-    /// Prepare, call once, return the outputs.
+    /// Prepare, call once, return the outputs. The tensor arguments are
+    /// used where they are, not copied (a model's weights are held once).
     pub fn run(&self, args: Vec<Arg>) -> Result<Vec<Tensor>, CodegenError> {
-        let mut b = self.prepare(args)?;
+        abi::check_args(&self.layout, &args).map_err(CodegenError::Run)?;
+        let mut b = self.prepare_checked(args.into_iter().map(Cow::Owned), true)?;
         self.call(&mut b)?;
         self.into_outputs(b)
     }
@@ -298,7 +319,7 @@ impl Compiled {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             let i = b.bufs.iter().position(|(t, _)| *t == id).expect("outputs have buffers");
-            out.push(b.bufs.swap_remove(i).1.to_tensor());
+            out.push(b.bufs.swap_remove(i).1.into_tensor());
         }
         Ok(out)
     }
@@ -507,9 +528,48 @@ fn oom(e: texc_runtime::OutOfMemory) -> CodegenError {
     CodegenError::Run(format!("the kernel's buffers do not fit in memory: {e}"))
 }
 
-/// Buffers for one call: inputs copied in, outputs and temporaries zeroed.
+/// The memory of one tensor for a call.
+enum HostBuf {
+    /// Aligned memory of its own: a copied input, an output, a temporary.
+    Own(AlignedBuf),
+    /// An input the call owns, read where it is (generated code reads
+    /// memory aligned to the element's size, as a `Vec`'s is).
+    Taken(Tensor),
+}
+
+impl HostBuf {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        match self {
+            HostBuf::Own(b) => b.as_mut_ptr(),
+            HostBuf::Taken(t) => t.as_mut_ptr(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            HostBuf::Own(b) => b.bytes(),
+            HostBuf::Taken(t) => t.bytes(),
+        }
+    }
+
+    fn to_tensor(&self) -> Tensor {
+        match self {
+            HostBuf::Own(b) => b.to_tensor(),
+            HostBuf::Taken(t) => t.clone(),
+        }
+    }
+
+    fn into_tensor(self) -> Tensor {
+        match self {
+            HostBuf::Own(b) => b.to_tensor(),
+            HostBuf::Taken(t) => t,
+        }
+    }
+}
+
+/// Buffers for one call: inputs copied in (or taken), outputs and temporaries zeroed.
 pub struct Buffers {
-    bufs: Vec<(texc_compiler::tir::TensorId, AlignedBuf)>,
+    bufs: Vec<(texc_compiler::tir::TensorId, HostBuf)>,
     /// The temporaries of a host kernel, at the offsets of its memory plan.
     _arena: Option<AlignedBuf>,
     ptrs: Vec<*mut u8>,

@@ -98,6 +98,132 @@ pub fn split(p: &Program, constant_input: &dyn Fn(&str) -> bool, known_scalar: &
     Some(Split { prologue, main, frontier })
 }
 
+/// A prologue cut into programs that run one after another, so that the
+/// constants can be computed a few weights at a time (each part's inputs
+/// freed once it has run) rather than with every weight, its buffer and
+/// every result held at once. A part is a batch of connected components of
+/// the stages (linked by the tensors they write and read, parameters
+/// included), taken in order while the bytes of their parameters and
+/// outputs stay within `max_bytes`; a component larger than that is a part
+/// of its own.
+///
+/// Invariants: every stage is in exactly one part, in its original order;
+/// every tensor parameter is read by exactly one part; a part's outputs are
+/// the prologue's outputs its stages write, and nothing it reads is
+/// written by another part. Parts keep the prologue's tensor table, names
+/// and expression arena.
+pub fn parts(prologue: &Program, max_bytes: u64) -> Vec<Program> {
+    let components = components(prologue);
+    let bytes = |t: TensorId| {
+        let d = prologue.tensor(t);
+        (d.len().max(0) as u64).saturating_mul(d.elem.size() as u64)
+    };
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut batch_bytes = 0u64;
+    for comp in components {
+        let (tensors, _) = component_params(prologue, &comp);
+        let outputs = prologue.outputs.iter().filter(|t| comp.iter().any(|&s| prologue.stages[s].tensor == **t));
+        let size = tensors.iter().chain(outputs).map(|&t| bytes(t)).fold(0u64, u64::saturating_add);
+        match batches.last_mut() {
+            Some(b) if batch_bytes.saturating_add(size) <= max_bytes => {
+                b.extend(comp);
+                batch_bytes += size;
+            }
+            _ => {
+                batches.push(comp);
+                batch_bytes = size;
+            }
+        }
+    }
+    batches
+        .into_iter()
+        .map(|mut stages| {
+            part(prologue, {
+                stages.sort_unstable();
+                stages
+            })
+        })
+        .collect()
+}
+
+/// The stages of `p` in connected components (each sorted, components in
+/// the order of their first stage): two stages are connected when one
+/// reads or writes a tensor the other writes, or both read one parameter.
+fn components(p: &Program) -> Vec<Vec<usize>> {
+    let n = p.stages.len();
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn root(parent: &mut [usize], mut x: usize) -> usize {
+        while parent[x] != x {
+            parent[x] = parent[parent[x]];
+            x = parent[x];
+        }
+        x
+    }
+    // The first stage that touched each tensor stands for it.
+    let mut owner: Vec<Option<usize>> = vec![None; p.tensors.len()];
+    for (si, st) in p.stages.iter().enumerate() {
+        let (reads, _) = reads(p, st.value);
+        for t in reads.into_iter().chain([st.tensor]) {
+            match owner[t.0 as usize] {
+                Some(o) => {
+                    let (a, b) = (root(&mut parent, o), root(&mut parent, si));
+                    parent[a.max(b)] = a.min(b);
+                }
+                None => owner[t.0 as usize] = Some(si),
+            }
+        }
+    }
+    let mut by_root: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for si in 0..n {
+        let r = root(&mut parent, si);
+        by_root[r].push(si);
+    }
+    by_root.into_iter().filter(|c| !c.is_empty()).collect()
+}
+
+/// The tensor and scalar parameters of `p` the stages `stages` read.
+fn component_params(p: &Program, stages: &[usize]) -> (Vec<TensorId>, Vec<u32>) {
+    let (mut tensors, mut scalars) = (HashSet::new(), HashSet::new());
+    for &s in stages {
+        let (t, sc) = reads(p, p.stages[s].value);
+        tensors.extend(t);
+        scalars.extend(sc);
+    }
+    let params = p.params.iter();
+    let t = params.clone().filter_map(|q| match q {
+        ProgramParam::Tensor(t) if tensors.contains(t) => Some(*t),
+        _ => None,
+    });
+    let s = params.filter_map(|q| match q {
+        ProgramParam::Scalar(s) if scalars.contains(s) => Some(*s),
+        _ => None,
+    });
+    (t.collect(), s.collect())
+}
+
+/// The program of `p`'s stages `stages` (sorted): the parameters they
+/// read, and the outputs of `p` they write.
+fn part(p: &Program, stages: Vec<usize>) -> Program {
+    let (tensors, scalars) = component_params(p, &stages);
+    let written: HashSet<TensorId> = stages.iter().map(|&s| p.stages[s].tensor).collect();
+    let mut q = p.clone();
+    q.stages = stages.iter().map(|&s| p.stages[s].clone()).collect();
+    q.params.retain(|param| match param {
+        ProgramParam::Tensor(t) => tensors.contains(t),
+        ProgramParam::Scalar(s) => scalars.contains(s),
+    });
+    q.outputs.retain(|t| written.contains(t));
+    for d in &mut q.tensors {
+        if d.role == TensorRole::Output {
+            d.role = TensorRole::Temp;
+        }
+    }
+    for &t in &q.outputs {
+        q.tensors[t.0 as usize].role = TensorRole::Output;
+    }
+    q
+}
+
 /// Which tensors of `p` are constants (inputs `constant_input` names, and
 /// what the stages that fold compute), and which stages fold.
 pub fn constant_tensors(

@@ -101,34 +101,79 @@ pub enum Role {
 
 /// Import `path`; `weights_file` is the name the header tells users to pass.
 pub fn import_file(path: &Path, weights_file: &str, options: &Options) -> Result<Imported, OnnxError> {
-    let bytes = std::fs::read(path).map_err(|source| OnnxError::Read { source })?;
+    let (bytes, mapped) = model_bytes(path).map_err(|source| OnnxError::Read { source })?;
     let from = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     let mut options = options.clone();
     options.base_dir = Some(path.parent().map_or_else(|| ".".into(), Path::to_path_buf));
     // Decoded from `Bytes`: the initializers' raw data are slices of the
-    // file's bytes, not copies of them (the weights are held once, then
-    // converted one by one).
-    let model =
-        proto::ModelProto::decode(prost::bytes::Bytes::from(bytes)).map_err(|e| OnnxError::Decode(e.to_string()))?;
-    import_model(model, &from, weights_file, &options)
+    // file's bytes, not copies of them.
+    let model = proto::ModelProto::decode(bytes).map_err(|e| OnnxError::Decode(e.to_string()))?;
+    import_model(model, &from, weights_file, &options, mapped)
 }
 
 pub fn import_bytes(bytes: &[u8], from: &str, weights_file: &str, options: &Options) -> Result<Imported, OnnxError> {
     let model = proto::ModelProto::decode(bytes).map_err(|e| OnnxError::Decode(e.to_string()))?;
-    import_model(model, from, weights_file, options)
+    import_model(model, from, weights_file, options, false)
 }
 
-/// Each initializer's shape and values, its bytes in the model freed as it
-/// is converted (the weights are held once at a time, not twice).
+/// The model file's bytes, and whether they are mapped: a regular file is
+/// mapped read-only (as ONNX Runtime maps models), anything else (a pipe,
+/// an empty file) is read.
+fn model_bytes(path: &Path) -> std::io::Result<(prost::bytes::Bytes, bool)> {
+    let mut file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if meta.is_file() && meta.len() > 0 {
+        // SAFETY: a private read-only map; as for any reader that maps a
+        // file, one truncated by another process while texc imports it can
+        // fault.
+        if let Ok(map) = unsafe { memmap2::Mmap::map(&file) } {
+            return Ok((prost::bytes::Bytes::from_owner(map), true));
+        }
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes)?;
+    Ok((bytes.into(), false))
+}
+
+/// Drops the whole pages inside `bytes`, a slice of a read-only file map,
+/// from memory: they are read again from the file if touched, so nothing
+/// changes but the resident memory (a converted initializer's raw data).
+fn release_mapped(bytes: &[u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+        let start = (bytes.as_ptr() as usize).next_multiple_of(page);
+        let end = (bytes.as_ptr() as usize + bytes.len()) / page * page;
+        if end > start {
+            // SAFETY: [start, end) is whole pages of a private read-only file
+            // map that `bytes` borrows; MADV_DONTNEED makes the next access
+            // read them from the file again, with the same contents.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = bytes;
+}
+
+/// Each initializer's shape and values. Of a `mapped` model, each one's
+/// pages are dropped from memory once it is converted (the weights are held
+/// about once, not as the file and the tensors).
 fn initializer_values(
     model: &mut proto::ModelProto,
     options: &Options,
+    mapped: bool,
 ) -> Result<Vec<(Vec<usize>, Values)>, OnnxError> {
     let Some(graph) = model.graph.as_mut() else { return Ok(Vec::new()) };
     let mut out = Vec::with_capacity(graph.initializer.len());
     for t in &mut graph.initializer {
-        let converted = tensor_data(t, options.base_dir.as_deref())
+        let converted = tensor_values(t, options.base_dir.as_deref(), mapped)
             .map_err(|e| OnnxError::Model(format!("initializer `{}`: {e}", t.name)))?;
+        if mapped {
+            release_mapped(&t.raw_data);
+        }
         t.raw_data = Default::default();
         t.float_data = Vec::new();
         out.push(converted);
@@ -141,8 +186,9 @@ fn import_model(
     from: &str,
     weights_file: &str,
     options: &Options,
+    mapped: bool,
 ) -> Result<Imported, OnnxError> {
-    let initializers = initializer_values(&mut model, options)?;
+    let initializers = initializer_values(&mut model, options, mapped)?;
     let model = &model;
     let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Decode("the model has no graph".into()))?;
     let opset = default_opset(model)?;
@@ -674,6 +720,13 @@ fn declared_shape(o: &proto::ValueInfoProto) -> Option<Vec<usize>> {
 /// A tensor's shape and elements; the element count must match its dims.
 /// External data is read from `base` (the model's directory).
 fn tensor_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<(Vec<usize>, Values), String> {
+    tensor_values(t, base, false)
+}
+
+/// [`tensor_data`]; with `mapped` (raw data in a file map), each megabyte
+/// of raw data is dropped from memory once converted, so that converting a
+/// weight holds it about once, not as its pages and its values.
+fn tensor_values(t: &proto::TensorProto, base: Option<&Path>, mapped: bool) -> Result<(Vec<usize>, Values), String> {
     let external;
     let raw_data: &[u8] = if t.data_location == 1 {
         external = external_data(t, base)?;
@@ -690,27 +743,39 @@ fn tensor_data(t: &proto::TensorProto, base: Option<&Path>) -> Result<(Vec<usize
     }
     // Each element read straight from the bytes (no wider copy of a
     // weight in between: the largest weights are hundreds of MB).
-    fn raw<const W: usize, T>(raw_data: &[u8], count: usize, f: impl Fn([u8; W]) -> T) -> Result<Vec<T>, String> {
+    fn raw<const W: usize, T>(
+        raw_data: &[u8],
+        count: usize,
+        mapped: bool,
+        f: impl Fn([u8; W]) -> T,
+    ) -> Result<Vec<T>, String> {
         if raw_data.len() != count * W {
             return Err(format!("raw data of {} bytes for {count} elements", raw_data.len()));
         }
-        Ok(raw_data.chunks_exact(W).map(|c| f(c.try_into().expect("chunks of W bytes"))).collect())
+        let mut out = Vec::with_capacity(count);
+        for piece in raw_data.chunks(W << 20) {
+            out.extend(piece.chunks_exact(W).map(|c| f(c.try_into().expect("chunks of W bytes"))));
+            if mapped {
+                release_mapped(piece);
+            }
+        }
+        Ok(out)
     }
     let has_raw = !raw_data.is_empty() || count == 0;
     let values = match t.data_type {
-        data_type::FLOAT if has_raw => Values::F32(raw(raw_data, count, f32::from_le_bytes)?),
+        data_type::FLOAT if has_raw => Values::F32(raw(raw_data, count, mapped, f32::from_le_bytes)?),
         data_type::FLOAT => Values::F32(t.float_data.clone()),
-        data_type::DOUBLE if has_raw => Values::F64(raw(raw_data, count, f64::from_le_bytes)?),
+        data_type::DOUBLE if has_raw => Values::F64(raw(raw_data, count, mapped, f64::from_le_bytes)?),
         data_type::DOUBLE => Values::F64(t.double_data.clone()),
-        data_type::INT64 if has_raw => Values::I64(raw(raw_data, count, i64::from_le_bytes)?),
+        data_type::INT64 if has_raw => Values::I64(raw(raw_data, count, mapped, i64::from_le_bytes)?),
         data_type::INT64 => Values::I64(t.int64_data.clone()),
-        data_type::INT32 if has_raw => Values::I64(raw(raw_data, count, |b| i32::from_le_bytes(b) as i64)?),
+        data_type::INT32 if has_raw => Values::I64(raw(raw_data, count, mapped, |b| i32::from_le_bytes(b) as i64)?),
         data_type::INT32 => Values::I64(t.int32_data.iter().map(|&x| x as i64).collect()),
-        data_type::BOOL if has_raw => Values::Bool(raw(raw_data, count, |b: [u8; 1]| b[0] != 0)?),
+        data_type::BOOL if has_raw => Values::Bool(raw(raw_data, count, mapped, |b: [u8; 1]| b[0] != 0)?),
         data_type::BOOL => Values::Bool(t.int32_data.iter().map(|&x| x != 0).collect()),
-        data_type::INT8 if has_raw => Values::I8(raw(raw_data, count, i8::from_le_bytes)?),
+        data_type::INT8 if has_raw => Values::I8(raw(raw_data, count, mapped, i8::from_le_bytes)?),
         data_type::INT8 => Values::I8(t.int32_data.iter().map(|&x| x as i8).collect()),
-        data_type::UINT8 if has_raw => Values::U8(raw(raw_data, count, u8::from_le_bytes)?),
+        data_type::UINT8 if has_raw => Values::U8(raw(raw_data, count, mapped, u8::from_le_bytes)?),
         data_type::UINT8 => Values::U8(t.int32_data.iter().map(|&x| x as u8).collect()),
         other => return Err(format!("elements of type {} are not supported", data_type::name(other))),
     };

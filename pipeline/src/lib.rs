@@ -752,39 +752,66 @@ impl Pipeline {
     }
 
     /// The constants the last *fold* split off, computed from `values` (the
-    /// weights by name) and `scalars` (by name): each folded tensor by its
-    /// parameter name in the program that runs. The prologue runs once, so
-    /// it is compiled by Cranelift, the backend that compiles fastest.
+    /// weights by name, copied a part at a time) and `scalars` (by name):
+    /// each folded tensor by its parameter name in the program that runs.
     pub fn constants(
         &mut self,
         values: &HashMap<String, Tensor>,
         scalars: &HashMap<String, f64>,
     ) -> Result<Vec<(String, Tensor)>, Error> {
+        self.compute_constants(&mut |n| values.get(n).cloned(), scalars)
+    }
+
+    /// [`Pipeline::constants`] with each weight given by `weight` (by name;
+    /// it may move the tensor out of its holder when nothing else reads it).
+    /// The prologue runs in parts ([`texc_compiler::constants::parts`]), so
+    /// that a part's weights are freed once it has run: computing a model's
+    /// constants holds its weights about once, not three times (the tensors,
+    /// their buffers and the results). The parts run once, so they are
+    /// compiled by Cranelift, the backend that compiles fastest.
+    fn compute_constants(
+        &mut self,
+        weight: &mut dyn FnMut(&str) -> Option<Tensor>,
+        scalars: &HashMap<String, f64>,
+    ) -> Result<Vec<(String, Tensor)>, Error> {
         let Some(prologue) = self.prologue.clone() else { return Ok(Vec::new()) };
-        let mut args = Vec::new();
-        for q in &prologue.params {
-            let arg = match q {
-                ProgramParam::Tensor(t) => values.get(&prologue.tensor(*t).name).cloned().map(Arg::Tensor),
-                ProgramParam::Scalar(s) => scalars.get(&prologue.scalars[*s as usize].name).map(|&v| Arg::Scalar(v)),
-            };
-            args.push(arg.ok_or_else(|| {
-                Diagnostic::error("internal error: a folded stage reads a value that is not a constant")
-            })?);
-        }
         let target = self.options.target;
         self.options.target = target::lookup("cranelift").map_err(|e| Error::Usage(e.to_string()))?;
-        let compiled = self.default_loops(prologue.clone()).and_then(|l| self.compile(&l.legal));
+        let mut results = Vec::new();
+        let mut run = || -> Result<(), Error> {
+            for part in texc_compiler::constants::parts(&prologue, CONSTANT_PART_BYTES) {
+                let args = part
+                    .params
+                    .iter()
+                    .map(|q| match q {
+                        ProgramParam::Tensor(t) => weight(&part.tensor(*t).name).map(Arg::Tensor),
+                        ProgramParam::Scalar(s) => {
+                            scalars.get(&part.scalars[*s as usize].name).map(|&v| Arg::Scalar(v))
+                        }
+                    })
+                    .collect::<Option<Vec<Arg>>>()
+                    .ok_or_else(|| {
+                        Diagnostic::error("internal error: a folded stage reads a value that is not a constant")
+                    })?;
+                let names: Vec<String> = part.outputs.iter().map(|&t| part.tensor(t).name.clone()).collect();
+                let compiled = self.default_loops(part).and_then(|l| self.compile(&l.legal))?;
+                let out = compiled.run(args).map_err(|e| Diagnostic::error(e.to_string()))?;
+                results.extend(names.into_iter().zip(out));
+            }
+            Ok(())
+        };
+        let outcome = run();
         self.options.target = target;
-        let results = compiled?.run(args).map_err(|e| Diagnostic::error(e.to_string()))?;
-        Ok(prologue.outputs.iter().map(|&t| prologue.tensor(t).name.clone()).zip(results).collect())
+        outcome.map(|()| results)
     }
 
     /// The tensors a compiled model takes from its library: the weights, and
     /// the constants folded from them by the last [`Pipeline::build`].
     pub fn model_constants(&mut self) -> Result<HashMap<String, Tensor>, Error> {
-        let folded = self.constants(&self.model_inputs.clone(), &HashMap::new())?;
-        let mut all = self.model_inputs.clone();
-        all.extend(folded);
+        let mut all = std::mem::take(&mut self.model_inputs);
+        let folded = self.constants(&all, &HashMap::new());
+        self.model_inputs = all.clone();
+        all.extend(folded?);
         Ok(all)
     }
 
@@ -1026,12 +1053,16 @@ impl Pipeline {
         let needed = run_memory(&built.written, loops.as_ref().map(|l| &l.legal), interpret)
             .saturating_add(self.prologue.as_ref().map_or(0, prologue_memory));
         self.check_memory(needed)?;
-        let folded = self.constants(&files, &known)?;
         let given: Vec<String> = files.keys().cloned().collect();
         let mut args = interp::bind_args(&built.written, files, scalars, seed).map_err(Diagnostic::error)?;
         domain::into_domain(&built.written, &mut args, &given);
         // Without the interpreter, the weights move to the compiled loops'
-        // arguments (`args` keeps placeholders: nothing interprets them).
+        // arguments (`args` keeps placeholders: nothing interprets them),
+        // and those only the folded stages read move to them.
+        let folded = {
+            let mut weight = weights_of(&built, &mut args, !interpret);
+            self.compute_constants(&mut weight, &known)?
+        };
         let run_args = run_args(&built, &mut args, folded, !interpret);
         Ok(Prepared { built, loops, args, run_args })
     }
@@ -1195,39 +1226,59 @@ fn check_scalar(name: &str, v: f64, info: &texc_compiler::kernel::ParamInfo) -> 
 /// The arguments of `built.runs` in its parameter order, when constants were
 /// folded (`None`: `args` themselves): those of the program as written
 /// (`args`, in its order) by name, and the `folded` constants.
+/// Bytes of weights and results a part of the prologue holds at most
+/// (unless one weight's component is larger): the constants are computed
+/// in a few parts, each compiled on its own.
+const CONSTANT_PART_BYTES: u64 = 32 << 20;
+
+/// The weights of `built.written` in `args` (its parameters' values) by
+/// name, for [`Pipeline::compute_constants`]: with `take`, a weight the
+/// program that runs does not read moves out (a placeholder stays), any
+/// other is copied.
+fn weights_of<'a>(built: &'a Built, args: &'a mut [Arg], take: bool) -> impl FnMut(&str) -> Option<Tensor> + 'a {
+    let w = &built.written;
+    let index: HashMap<&str, usize> = w.params.iter().enumerate().map(|(i, q)| (param_name(w, q), i)).collect();
+    let runs = &built.runs;
+    let read_by_runs: HashSet<&str> = runs.params.iter().map(|q| param_name(runs, q)).collect();
+    move |name| match &mut args[*index.get(name)?] {
+        Arg::Tensor(t) if take && !read_by_runs.contains(name) => Some(std::mem::replace(t, placeholder())),
+        Arg::Tensor(t) => Some(t.clone()),
+        Arg::Scalar(_) => None,
+    }
+}
+
+/// The name of a parameter of `p`.
+fn param_name<'a>(p: &'a Program, q: &ProgramParam) -> &'a str {
+    match q {
+        ProgramParam::Tensor(t) => p.tensor(*t).name.as_str(),
+        ProgramParam::Scalar(s) => p.scalars[*s as usize].name.as_str(),
+    }
+}
+
+/// What stays in place of an argument moved elsewhere (nothing reads it).
+fn placeholder() -> Tensor {
+    Tensor { shape: vec![0], data: texc_runtime::Data::F32(Vec::new()) }
+}
+
 fn run_args(built: &Built, args: &mut [Arg], folded: Vec<(String, Tensor)>, take: bool) -> Option<Vec<Arg>> {
     if folded.is_empty() {
         return None;
     }
     let w = &built.written;
-    let mut written: HashMap<&str, &mut Arg> = w
-        .params
-        .iter()
-        .map(|q| match q {
-            ProgramParam::Tensor(t) => w.tensor(*t).name.as_str(),
-            ProgramParam::Scalar(s) => w.scalars[*s as usize].name.as_str(),
-        })
-        .zip(args.iter_mut())
-        .collect();
+    let mut written: HashMap<&str, &mut Arg> = w.params.iter().map(|q| param_name(w, q)).zip(args.iter_mut()).collect();
     let mut folded: HashMap<String, Tensor> = folded.into_iter().collect();
     let r = &built.runs;
     let run = r
         .params
         .iter()
         .map(|q| {
-            let name = match q {
-                ProgramParam::Tensor(t) => r.tensor(*t).name.as_str(),
-                ProgramParam::Scalar(s) => r.scalars[*s as usize].name.as_str(),
-            };
+            let name = param_name(r, q);
             match folded.remove(name) {
                 Some(t) => Arg::Tensor(t),
                 None => {
                     let a = written.get_mut(name).expect("the program that runs keeps its parameters' names");
                     match a {
-                        Arg::Tensor(t) if take => {
-                            let placeholder = Tensor { shape: vec![0], data: texc_runtime::Data::F32(Vec::new()) };
-                            Arg::Tensor(std::mem::replace(t, placeholder))
-                        }
+                        Arg::Tensor(t) if take => Arg::Tensor(std::mem::replace(t, placeholder())),
                         _ => (**a).clone(),
                     }
                 }
@@ -1239,7 +1290,7 @@ fn run_args(built: &Built, args: &mut [Arg], folded: Vec<(String, Tensor)>, take
         drop(written);
         for a in args.iter_mut() {
             if let Arg::Tensor(t) = a {
-                *t = Tensor { shape: vec![0], data: texc_runtime::Data::F32(Vec::new()) };
+                *t = placeholder();
             }
         }
     }
@@ -1273,5 +1324,41 @@ mod tests {
         let built = pl.program(k, &Bindings::default()).expect("specializes");
         let split = texc_compiler::constants::split(&built.written, &|n| n == "W", &|_| false).expect("Wt folds");
         assert_eq!(prologue_memory(&split.prologue), 2 * 7 * 3 * 4);
+    }
+
+    /// The prologue's parts: connected stages stay together (`U` and `V`
+    /// share `B`), each stage and each weight is in one part, and parts are
+    /// batched up to the byte bound.
+    #[test]
+    fn constant_parts_hold_connected_stages_and_each_weight_once() {
+        let src = "kernel k(X: f32[4], A: f32[4], B: f32[4], C: f32[4]) -> Y: f32[4] {\n    \
+                   T[i] = A[i] * 2.0;\n    U[i] = B[i] + 1.0;\n    V[i] = B[i] * C[i];\n    \
+                   Y[i] = X[i] + T[i] + U[i] + V[i];\n}\n";
+        let mut pl = Pipeline::new(Options::new(target::lookup("interp").expect("registered")));
+        let m = pl.load_text("k.tex", src, None).expect("loads");
+        let k = pl.kernel(m, None).expect("one kernel");
+        let built = pl.program(k, &Bindings::default()).expect("specializes");
+        let weights = |n: &str| matches!(n, "A" | "B" | "C");
+        let split = texc_compiler::constants::split(&built.written, &weights, &|_| false).expect("T, U, V fold");
+        let pro = &split.prologue;
+        let names =
+            |p: &Program, ts: Vec<TensorId>| ts.into_iter().map(|t| p.tensor(t).name.clone()).collect::<Vec<_>>();
+        let stages = |p: &Program| names(p, p.stages.iter().map(|st| st.tensor).collect());
+        let params = |p: &Program| {
+            names(
+                p,
+                p.params.iter().filter_map(|q| if let ProgramParam::Tensor(t) = q { Some(*t) } else { None }).collect(),
+            )
+        };
+        let parts = texc_compiler::constants::parts(pro, 0);
+        assert_eq!(parts.iter().map(stages).collect::<Vec<_>>(), [vec!["T"], vec!["U", "V"]]);
+        assert_eq!(parts.iter().map(params).collect::<Vec<_>>(), [vec!["A"], vec!["B", "C"]]);
+        for (part, outputs) in parts.iter().zip([1, 2]) {
+            assert_eq!(part.outputs.len(), outputs);
+            texc_compiler::verify::verify(part).expect("a part is a program");
+        }
+        let one = texc_compiler::constants::parts(pro, u64::MAX);
+        assert_eq!(one.iter().map(stages).collect::<Vec<_>>(), [stages(pro)]);
+        assert_eq!(one[0].outputs, pro.outputs);
     }
 }

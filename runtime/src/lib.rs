@@ -164,6 +164,22 @@ impl Tensor {
         }
     }
 
+    /// The elements' memory (as [`Tensor::bytes`]) for generated code that
+    /// reads it in place.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        match &mut self.data {
+            Data::F16(v) => v.as_mut_ptr().cast(),
+            Data::BF16(v) => v.as_mut_ptr().cast(),
+            Data::F32(v) => v.as_mut_ptr().cast(),
+            Data::F64(v) => v.as_mut_ptr().cast(),
+            Data::I8(v) => v.as_mut_ptr().cast(),
+            Data::U8(v) => v.as_mut_ptr().cast(),
+            Data::I32(v) => v.as_mut_ptr().cast(),
+            Data::I64(v) => v.as_mut_ptr().cast(),
+            Data::Bool(v) => v.as_mut_ptr().cast(),
+        }
+    }
+
     pub fn dtype(&self) -> DType {
         match &self.data {
             Data::F16(_) => DType::F16,
@@ -250,6 +266,45 @@ impl Tensor {
             Data::Bool(v) => v.iter().map(|&x| x as i64).collect(),
             _ => return None,
         })
+    }
+
+    /// Zeros of `dtype`, in memory the system zeroes as it is first touched
+    /// (an output that generated code writes once).
+    pub fn zeros(dtype: DType, shape: Vec<usize>) -> Result<Tensor, OutOfMemory> {
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or(OutOfMemory(usize::MAX))?;
+        /// # Safety
+        /// All-zero bytes must be a value of `T`.
+        unsafe fn zeroed<T>(n: usize) -> Result<Vec<T>, OutOfMemory> {
+            let layout = std::alloc::Layout::array::<T>(n).map_err(|_| OutOfMemory(usize::MAX))?;
+            if layout.size() == 0 {
+                return Ok(Vec::new());
+            }
+            // SAFETY: the layout has a non-zero size; the memory is `n` zeroed
+            // `T`s (the caller's promise), allocated by the global allocator
+            // with `T`'s layout, as `Vec` frees it.
+            unsafe {
+                let p = std::alloc::alloc_zeroed(layout).cast::<T>();
+                if p.is_null() {
+                    return Err(OutOfMemory(layout.size()));
+                }
+                Ok(Vec::from_raw_parts(p, n, n))
+            }
+        }
+        // SAFETY: zero bytes are 0 (or +0.0, or false) of every element type.
+        let data = unsafe {
+            match dtype {
+                DType::F16 => Data::F16(zeroed(n)?),
+                DType::BF16 => Data::BF16(zeroed(n)?),
+                DType::F32 => Data::F32(zeroed(n)?),
+                DType::F64 => Data::F64(zeroed(n)?),
+                DType::I8 => Data::I8(zeroed(n)?),
+                DType::U8 => Data::U8(zeroed(n)?),
+                DType::I32 => Data::I32(zeroed(n)?),
+                DType::I64 => Data::I64(zeroed(n)?),
+                DType::Bool => Data::Bool(zeroed(n)?),
+            }
+        };
+        Ok(Tensor { shape, data })
     }
 
     /// Seeded random data: floats uniform in [-1, 1), integers over a small
