@@ -20,9 +20,13 @@ and memory are those of a cold compile. The last column is ONNX Runtime's time o
 
 Usage: ~/peers/bin/python benches/zoo.py [--quick | --models a,b | --all]
        [--exporters ts,dynamo] [--targets x86-avx512] [--threads 1,2]
-       [--repeat 20] [--no-time | --import-only] [--texc PATH] [--keep DIR]
+       [--repeat 20] [--no-time | --import-only] [--texc PATH] [--keep DIR] [--torch]
 `--quick` (the default without --models/--all): the hand-written models and
 resnet18, mobilenet_v3_small, vit_b_16, swin_t, convnext_tiny.
+`--torch` times PyTorch (eager, inference mode) too, its kernels kept to
+each target's ISA (`ATEN_CPU_CAPABILITY`, `ONEDNN_MAX_CPU_ISA`,
+`MKL_ENABLE_INSTRUCTIONS`): ONNX Runtime cannot be kept from AVX-512, so on
+a machine that has it PyTorch is `x86-avx2`'s same-ISA peer.
 This script needs torch (the peers venv); CI checks the same operator forms
 with small graph-builder models (tests/onnx/models.py).
 """
@@ -40,9 +44,9 @@ from models import ROOT, median_of  # noqa: E402  (the helpers benches/models.py
 HAND = ["bert", "gpt2", "vit_small", "sdpa", "lstm", "gru", "unet"]
 QUICK = HAND + ["resnet18", "mobilenet_v3_small", "vit_b_16", "swin_t", "convnext_tiny"]
 
-# Runs in the peers Python: builds model `name`, writes d/model.onnx and
-# d/inputs.npz (ONNX input names as keys).
-EXPORT = r"""
+# Runs in the peers Python: builds model `name` as `m` (random weights drawn
+# from seed 0, the same in every process), its inputs `xs`, their `names`.
+BUILD = r"""
 import math, sys, numpy as np, torch, torch.nn as nn, torch.nn.functional as F
 name, exporter, d = sys.argv[1], sys.argv[2], sys.argv[3]
 torch.manual_seed(0)
@@ -183,6 +187,11 @@ with torch.no_grad():
     for p in m.parameters():
         if p.numel() > 1 and not p.any():
             p.normal_(0.0, 0.02)
+"""
+
+# Runs in the peers Python after BUILD: writes d/model.onnx and d/inputs.npz
+# (ONNX input names as keys).
+EXPORT = BUILD + r"""
 # Not under no_grad: nn.MultiheadAttention would take its fused inference path, which opset 17 lacks.
 if exporter == "ts":
     torch.onnx.export(m, xs, f"{d}/model.onnx", input_names=names, dynamo=False, opset_version=17)
@@ -211,6 +220,33 @@ for _ in range(repeat):
 print(json.dumps({"median": float(np.median(ts)) if ts else None}))
 """
 
+# Runs in the peers Python after BUILD: PyTorch itself (eager, inference
+# mode) on d/inputs.npz, its median time in ms. The ISA its kernels may use
+# is set by the caller's environment (`TORCH_ISA`).
+TORCH = BUILD + r"""
+import json, time
+threads, repeat = int(sys.argv[4]), int(sys.argv[5])
+torch.set_num_threads(threads)
+feed = np.load(f"{d}/inputs.npz")
+xs = [torch.from_numpy(feed[k]) for k in feed.files]
+ts = []
+with torch.inference_mode():
+    for _ in range(3):
+        m(*xs)
+    for _ in range(repeat):
+        t0 = time.perf_counter(); m(*xs); ts.append((time.perf_counter() - t0) * 1e3)
+print(json.dumps({"median": float(np.median(ts))}))
+"""
+
+# The environment that keeps PyTorch's kernels (ATen's dispatch, oneDNN,
+# MKL) to a texc target's ISA: the same-ISA peer of `x86-avx2` on a machine
+# with AVX-512, where ONNX Runtime cannot be kept from AVX-512.
+TORCH_ISA = {
+    "x86-avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "x86-avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+                   "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
+}
+
 COMPARE = r"""
 import sys, numpy as np
 a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
@@ -224,10 +260,11 @@ print(worst)
 """
 
 
-def attempt(cmd, timeout=None):
+def attempt(cmd, timeout=None, env=None):
     """(ok, stdout, the first line of the error that mentions one)."""
     t0 = time.time()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, **env) if env else None)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -269,6 +306,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=1800, help="seconds for one texc command")
     ap.add_argument("--texc", default=None)
     ap.add_argument("--keep", help="write the models here and keep them (default: a temporary directory)")
+    ap.add_argument("--torch", action="store_true",
+                    help="time PyTorch too, its kernels kept to each target's ISA (the same-ISA peer)")
     a = ap.parse_args()
     texc = a.texc or next((p for p in (os.path.join(ROOT, "target", b, "texc") for b in ("release", "debug"))
                            if os.path.exists(p)), None)
@@ -341,23 +380,32 @@ def main():
                     ok, out, err = attempt([a.peers, "-c", ORT, d, str(t), str(a.repeat)])
                     ort_ms = json.loads(out)["median"] if ok else None
                     r[t] = median_of([(j["time_ms"]["median"], j["time_ms"]["p99"], j["compile_s"])])[0], ort_ms
+                    if a.torch:
+                        ok, out, err = attempt([a.peers, "-c", TORCH, model, exporter, d, str(t), str(a.repeat)],
+                                               env=TORCH_ISA.get(target))
+                        r[f"torch{t}"] = json.loads(out)["median"] if ok else None
             report(row)
     print()
+    peers = [("ORT", lambda r, t: r[t][1] if t in r else None)]
+    if a.torch:
+        peers.append(("PyTorch", lambda r, t: r.get(f"torch{t}")))
+    columns = [(t, name, ms) for t in threads for name, ms in peers]
     print("| model | exporter | target | import / error | max rel. error vs ORT | compile s | peak RSS MB | "
-          + " | ".join(f"texc / ORT ms, ORT÷texc ({t} thr)" for t in threads) + " |")
-    print("|---|---|---|---|---|---|---|" + "---|" * len(threads))
+          + " | ".join(f"texc / {name} ms, {name}÷texc ({t} thr)" for t, name, _ in columns) + " |")
+    print("|---|---|---|---|---|---|---|" + "---|" * len(columns))
     for row in rows:
         if "error" in row:
-            print(f"| {row['model']} | {row['exporter']} | | {row['error']} | | | |" + " |" * len(threads))
+            print(f"| {row['model']} | {row['exporter']} | | {row['error']} | | | |" + " |" * len(columns))
             continue
         if row.get("imported"):
-            print(f"| {row['model']} | {row['exporter']} | | imports | | | |" + " |" * len(threads))
+            print(f"| {row['model']} | {row['exporter']} | | imports | | | |" + " |" * len(columns))
             continue
         for target, r in row.get("targets", {}).items():
             cells = []
-            for t in threads:
-                if t in r and r[t][1]:
-                    cells.append(f"{r[t][0]:.2f} / {r[t][1]:.2f}, {r[t][1] / r[t][0]:.2f}×")
+            for t, _, ms in columns:
+                peer = ms(r, t)
+                if t in r and peer:
+                    cells.append(f"{r[t][0]:.2f} / {peer:.2f}, {peer / r[t][0]:.2f}×")
                 else:
                     cells.append("")
             rel = r.get("rel_err", "")

@@ -123,7 +123,7 @@ fn model_bytes(path: &Path) -> std::io::Result<(prost::bytes::Bytes, bool)> {
     let mut file = std::fs::File::open(path)?;
     let meta = file.metadata()?;
     if meta.is_file() && meta.len() > 0 {
-        // SAFETY: a private read-only map; as for any reader that maps a
+        // SAFETY: a read-only map; as for any reader that maps a
         // file, one truncated by another process while texc imports it can
         // fault.
         if let Ok(map) = unsafe { memmap2::Mmap::map(&file) } {
@@ -146,7 +146,7 @@ fn release_mapped(bytes: &[u8]) {
         let start = (bytes.as_ptr() as usize).next_multiple_of(page);
         let end = (bytes.as_ptr() as usize + bytes.len()) / page * page;
         if end > start {
-            // SAFETY: [start, end) is whole pages of a private read-only file
+            // SAFETY: [start, end) is whole pages of a read-only file
             // map that `bytes` borrows; MADV_DONTNEED makes the next access
             // read them from the file again, with the same contents.
             unsafe {

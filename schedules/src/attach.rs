@@ -205,10 +205,33 @@ fn linearize(p: &Program, e: TExprId, vars: &[Desc]) -> Option<Desc> {
 /// in program order with its loads' indices in the order a walk of its
 /// value meets them. (One walk of the program, not one per attached stage:
 /// [`infer_with`] stays linear in a model's layers.)
-fn stage_loads(p: &Program, s: &Schedules) -> HashMap<TensorId, Vec<(usize, Vec<Vec<TExprId>>)>> {
-    fn walk(p: &Program, e: TExprId, wanted: &HashSet<TensorId>, out: &mut Vec<(TensorId, Vec<TExprId>)>) {
+fn stage_loads(p: &Program, s: &Schedules) -> Loads {
+    let wanted: HashSet<TensorId> =
+        (0..p.stages.len()).filter(|&i| s.attach[i].is_some()).map(|i| p.stages[i].tensor).collect();
+    loads_of(p, &|t| wanted.contains(&t))
+}
+
+/// The loads of each tensor of a program, by the stage that reads it (in
+/// stage order), each load's indices: what [`infer`] bounds boxes with.
+pub struct Loads(HashMap<TensorId, Vec<(usize, Vec<Vec<TExprId>>)>>);
+
+impl Loads {
+    /// Every tensor's loads in `p`, for a caller that infers boxes many
+    /// times over one program ([`infer_indexed`]).
+    pub fn of(p: &Program) -> Loads {
+        loads_of(p, &|_| true)
+    }
+
+    fn get(&self, t: &TensorId) -> Option<&Vec<(usize, Vec<Vec<TExprId>>)>> {
+        self.0.get(t)
+    }
+}
+
+/// The loads in `p` of the tensors `wanted` accepts.
+fn loads_of(p: &Program, wanted: &dyn Fn(TensorId) -> bool) -> Loads {
+    fn walk(p: &Program, e: TExprId, wanted: &dyn Fn(TensorId) -> bool, out: &mut Vec<(TensorId, Vec<TExprId>)>) {
         if let TExpr::Load(x, idx) = p.expr(e) {
-            if wanted.contains(x) {
+            if wanted(*x) {
                 out.push((*x, idx.clone()));
             }
         }
@@ -216,15 +239,10 @@ fn stage_loads(p: &Program, s: &Schedules) -> HashMap<TensorId, Vec<(usize, Vec<
             walk(p, c, wanted, out);
         }
     }
-    let wanted: HashSet<TensorId> =
-        (0..p.stages.len()).filter(|&i| s.attach[i].is_some()).map(|i| p.stages[i].tensor).collect();
     let mut by_tensor: HashMap<TensorId, Vec<(usize, Vec<Vec<TExprId>>)>> = HashMap::new();
-    if wanted.is_empty() {
-        return by_tensor;
-    }
     for (qi, st) in p.stages.iter().enumerate() {
         let mut found = Vec::new();
-        walk(p, st.value, &wanted, &mut found);
+        walk(p, st.value, wanted, &mut found);
         for (t, idx) in found {
             let list = by_tensor.entry(t).or_default();
             match list.last_mut() {
@@ -233,7 +251,7 @@ fn stage_loads(p: &Program, s: &Schedules) -> HashMap<TensorId, Vec<(usize, Vec<
             }
         }
     }
-    by_tensor
+    Loads(by_tensor)
 }
 
 /// The loops enclosing an attachment point, innermost last, across nested attachments.
@@ -269,8 +287,18 @@ pub fn infer(p: &Program, s: &mut Schedules) -> Result<Vec<Option<Region>>, Diag
 /// [`infer`]; without `sized` (sample extents, `texc check` without
 /// sizes) the size of each box is not limited.
 pub fn infer_with(p: &Program, s: &mut Schedules, sized: bool) -> Result<Vec<Option<Region>>, Diagnostic> {
-    let mut regions: Vec<Option<Region>> = vec![None; p.stages.len()];
     let readers = stage_loads(p, s);
+    infer_from(p, s, sized, &readers)
+}
+
+/// [`infer`] with the program's loads found once ([`Loads::of`]) by a
+/// caller that infers many times (one trial attachment after another).
+pub fn infer_indexed(p: &Program, s: &mut Schedules, loads: &Loads) -> Result<Vec<Option<Region>>, Diagnostic> {
+    infer_from(p, s, true, loads)
+}
+
+fn infer_from(p: &Program, s: &mut Schedules, sized: bool, readers: &Loads) -> Result<Vec<Option<Region>>, Diagnostic> {
+    let mut regions: Vec<Option<Region>> = vec![None; p.stages.len()];
     for pi in (0..p.stages.len()).rev() {
         let Some(at) = s.attach[pi].clone() else { continue };
         let st = &p.stages[pi];

@@ -135,6 +135,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
             }
         }
     }
+    let loads = crate::attach::Loads::of(p);
     for o in (0..p.stages.len()).rev() {
         let Some(&a) = s.stages[o].leaves.first() else { continue };
         if s.attach[o].is_some() || s.stages[o].ivs[a].reduce || s.is_epilogue(o) || s.stages[o].flash.is_some() {
@@ -167,7 +168,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
                 }
             }
             s.attach[pi] = Some(Attach { owner: o, leaf: a, layout: None, shared: false, span: Span::default() });
-            let pays = match crate::attach::infer(p, &mut s.clone()) {
+            let pays = match crate::attach::infer_indexed(p, &mut s.clone(), &loads) {
                 Ok(regions) => {
                     let r = regions[pi].as_ref().expect("attached");
                     let bytes = r.local_shape.iter().product::<i64>() * p.tensor(t).elem.size() as i64;
