@@ -87,23 +87,39 @@ enum Term {
 /// they were written (index simplification and [`flat_coefficient`] match
 /// sub-terms by it).
 pub(crate) fn structure(p: &Program, e: TExprId) -> String {
-    let kids: Vec<String> = p.children(e).into_iter().map(|c| structure(p, c)).collect();
-    let head = match p.expr(e) {
-        TExpr::Int(k) => format!("{k}"),
-        TExpr::Var(v) => format!("v{v}"),
-        TExpr::Scalar(s) => format!("s{s}"),
-        TExpr::Load(t, _) => format!("L{}", t.0),
-        TExpr::Unary(op, _) => format!("{op:?}"),
-        TExpr::Binary(op, ..) => format!("{op:?}"),
-        TExpr::Math(b, _) => format!("{b:?}"),
+    let mut out = String::new();
+    write_structure(p, e, &mut out);
+    out
+}
+
+/// [`structure`] written into one buffer: `head(child,child,…)`, in time
+/// linear in the tree (not one string per node joined at every level).
+fn write_structure(p: &Program, e: TExprId, out: &mut String) {
+    use std::fmt::Write;
+    // Writing into a String cannot fail.
+    let _ = match p.expr(e) {
+        TExpr::Int(k) => write!(out, "{k}"),
+        TExpr::Var(v) => write!(out, "v{v}"),
+        TExpr::Scalar(s) => write!(out, "s{s}"),
+        TExpr::Load(t, _) => write!(out, "L{}", t.0),
+        TExpr::Unary(op, _) => write!(out, "{op:?}"),
+        TExpr::Binary(op, ..) => write!(out, "{op:?}"),
+        TExpr::Math(b, _) => write!(out, "{b:?}"),
         // By what it computes, never by its children's ids (which equal trees do not share).
-        TExpr::Cast(_) => format!("Cast:{}", p.ty(e)),
-        TExpr::Select(..) => "Select".to_string(),
-        TExpr::Float(x) => format!("F{x:?}:{}", p.ty(e)),
-        TExpr::Intrinsic(i, _) => format!("{i:?}"),
-        other => format!("{other:?}"),
+        TExpr::Cast(_) => write!(out, "Cast:{}", p.ty(e)),
+        TExpr::Select(..) => write!(out, "Select"),
+        TExpr::Float(x) => write!(out, "F{x:?}:{}", p.ty(e)),
+        TExpr::Intrinsic(i, _) => write!(out, "{i:?}"),
+        other => write!(out, "{other:?}"),
     };
-    format!("{head}({})", kids.join(","))
+    out.push('(');
+    for (i, c) in p.children(e).into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_structure(p, c, out);
+    }
+    out.push(')');
 }
 
 /// `e / c` (`Some((e, c, true))`) or `e % c` (`Some((e, c, false))`) for a

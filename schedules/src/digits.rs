@@ -44,7 +44,47 @@ pub struct Env {
     /// The values each id takes (`0..=n-1` for GPU coordinates).
     pub ids: Vec<Iv>,
     pub(crate) roles: Vec<Role>,
-    pub(crate) ranges: Vec<Iv>,
+    /// Each loop variable's values, shared by the `Env`s of one function
+    /// ([`LoopRanges`]).
+    pub(crate) ranges: LoopRanges,
+}
+
+/// The values each loop variable of a function takes (its loop's range),
+/// found once per function and shared: a pass that makes an [`Env`] per
+/// buffer or per loop would otherwise walk the whole function each time.
+#[derive(Clone, Debug)]
+pub struct LoopRanges(std::sync::Arc<[Iv]>);
+
+impl LoopRanges {
+    pub fn of(f: &LoopFunc) -> LoopRanges {
+        let mut ranges = vec![ANY; f.vars.len()];
+        fn walk(body: &[Stmt], ranges: &mut [Iv]) {
+            for s in body {
+                match s {
+                    Stmt::For { var, lo, extent, body, .. } => {
+                        ranges[*var as usize] = interval::range(*lo as i128, (*lo + *extent - 1) as i128);
+                        walk(body, ranges)
+                    }
+                    Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => walk(body, ranges),
+                    Stmt::Store { .. }
+                    | Stmt::Mma { .. }
+                    | Stmt::Wgmma(_)
+                    | Stmt::Barrier
+                    | Stmt::Async(_)
+                    | Stmt::WarpReduce(_) => {}
+                }
+            }
+        }
+        walk(&f.body, &mut ranges);
+        LoopRanges(ranges.into())
+    }
+}
+
+impl std::ops::Index<usize> for LoopRanges {
+    type Output = Iv;
+    fn index(&self, v: usize) -> &Iv {
+        &self.0[v]
+    }
 }
 
 /// Where a value comes from: an id of the parties, or a loop variable that is not one.
@@ -488,25 +528,11 @@ pub(crate) struct Fact {
 impl Env {
     /// `ids`, every loop variable of `f` common until given a role.
     pub fn new(f: &LoopFunc, ids: Vec<Iv>) -> Env {
-        let mut ranges = vec![ANY; f.vars.len()];
-        fn walk(body: &[Stmt], ranges: &mut [Iv]) {
-            for s in body {
-                match s {
-                    Stmt::For { var, lo, extent, body, .. } => {
-                        ranges[*var as usize] = interval::range(*lo as i128, (*lo + *extent - 1) as i128);
-                        walk(body, ranges)
-                    }
-                    Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => walk(body, ranges),
-                    Stmt::Store { .. }
-                    | Stmt::Mma { .. }
-                    | Stmt::Wgmma(_)
-                    | Stmt::Barrier
-                    | Stmt::Async(_)
-                    | Stmt::WarpReduce(_) => {}
-                }
-            }
-        }
-        walk(&f.body, &mut ranges);
+        Env::with_ranges(f, LoopRanges::of(f), ids)
+    }
+
+    /// [`Env::new`] with `f`'s loop ranges found before.
+    pub fn with_ranges(f: &LoopFunc, ranges: LoopRanges, ids: Vec<Iv>) -> Env {
         Env { ids, roles: vec![Role::Common; f.vars.len()], ranges }
     }
 

@@ -42,7 +42,7 @@
 //! (a gather through loaded data) separates nothing.
 
 use crate::digits::{div_or_mod, Atom, Fact, Forms, Site, Src};
-pub use crate::digits::{Env as Parties, Role};
+pub use crate::digits::{Env as Parties, LoopRanges, Role};
 use crate::interval::{self, Iv};
 use crate::ir::{ForKind, LoopFunc, Stmt, Tile};
 use std::collections::{BTreeMap, BTreeSet};
@@ -719,16 +719,16 @@ pub fn check_loops(f: &LoopFunc) -> Result<(), Conflict> {
 
 /// [`check_loops`] from the indices alone.
 pub fn from_indices(f: &LoopFunc) -> Result<(), Conflict> {
-    fn walk(f: &LoopFunc, body: &[Stmt]) -> Result<(), Conflict> {
+    fn walk(f: &LoopFunc, ranges: &LoopRanges, body: &[Stmt]) -> Result<(), Conflict> {
         for s in body {
             match s {
                 Stmt::For { var, lo, extent, kind, body } => {
                     if matches!(kind, ForKind::Parallel | ForKind::Vectorized) && *extent > 1 {
-                        check_loop(f, *var, *lo, *extent, *kind, body)?;
+                        check_loop(f, ranges, (*var, *lo, *extent, *kind), body)?;
                     }
-                    walk(f, body)?
+                    walk(f, ranges, body)?
                 }
-                Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => walk(f, body)?,
+                Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => walk(f, ranges, body)?,
                 Stmt::Store { .. }
                 | Stmt::Mma { .. }
                 | Stmt::Wgmma(_)
@@ -739,11 +739,16 @@ pub fn from_indices(f: &LoopFunc) -> Result<(), Conflict> {
         }
         Ok(())
     }
-    walk(f, &f.body)
+    walk(f, &LoopRanges::of(f), &f.body)
 }
 
-fn check_loop(f: &LoopFunc, var: VarId, lo: i64, extent: i64, kind: ForKind, body: &[Stmt]) -> Result<(), Conflict> {
-    let mut parties = Parties::new(f, vec![interval::range(lo as i128, (lo + extent - 1) as i128)]);
+fn check_loop(
+    f: &LoopFunc,
+    ranges: &LoopRanges,
+    (var, lo, extent, kind): (VarId, i64, i64, ForKind),
+    body: &[Stmt],
+) -> Result<(), Conflict> {
+    let mut parties = Parties::with_ranges(f, ranges.clone(), vec![interval::range(lo as i128, (lo + extent - 1) as i128)]);
     parties.set(var, Role::Id { id: 0, offset: 0 });
     free_loops(body, &mut parties);
     let mut private = BTreeSet::new();

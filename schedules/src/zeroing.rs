@@ -31,7 +31,7 @@
 //! Invariant after the pass: every local and temporary is [`covered`] (a
 //! zeroing nest covers what it precedes).
 
-use crate::digits::{fits_i64, Atom, Env, Forms, Role, Site, Src};
+use crate::digits::{fits_i64, Atom, Env, Forms, LoopRanges, Role, Site, Src};
 use crate::interval;
 use crate::ir::{ForKind, LoopFunc, Stmt};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -51,9 +51,10 @@ pub fn zero_uncovered(f: &mut LoopFunc, gpu: bool) -> Vec<TensorId> {
     let touched: Vec<BTreeSet<TensorId>> = f.body.iter().map(|s| tensors_of(f, s)).collect();
     let mut zeroed = Vec::new();
     let mut before: BTreeMap<usize, Vec<TensorId>> = BTreeMap::new();
+    let ranges = LoopRanges::of(f);
     for t in f.live_temps() {
         let tops: Vec<usize> = (0..f.body.len()).filter(|&i| touched[i].contains(&t)).collect();
-        if covered_in(f, t, tops.iter().map(|&i| &f.body[i])) {
+        if covered_in(f, &ranges, t, tops.iter().map(|&i| &f.body[i])) {
             continue;
         }
         let at = tops.iter().copied().find(|&i| touches(f, &f.body[i], t)).unwrap_or(0);
@@ -225,12 +226,12 @@ fn zero_launch(f: &mut LoopFunc, t: TensorId) -> Stmt {
 /// Whether every read of `t` in `body` (in the order statements run) lies
 /// in what stores before it wrote (see the module's header).
 pub fn covered(f: &LoopFunc, t: TensorId, body: &[Stmt]) -> bool {
-    covered_in(f, t, body.iter())
+    covered_in(f, &LoopRanges::of(f), t, body.iter())
 }
 
 /// [`covered`] over statements that follow one another (those of a body
 /// that may touch `t`: the others make no accesses to it).
-fn covered_in<'s>(f: &LoopFunc, t: TensorId, body: impl Iterator<Item = &'s Stmt>) -> bool {
+fn covered_in<'s>(f: &LoopFunc, ranges: &LoopRanges, t: TensorId, body: impl Iterator<Item = &'s Stmt>) -> bool {
     let mut events = Vec::new();
     for s in body {
         collect(f, t, std::slice::from_ref(s), &mut Vec::new(), &mut Vec::new(), &mut events);
@@ -238,7 +239,7 @@ fn covered_in<'s>(f: &LoopFunc, t: TensorId, body: impl Iterator<Item = &'s Stmt
     if !events.iter().any(|e| !e.write) {
         return true;
     }
-    let mut env = Env::new(f, Vec::new());
+    let mut env = Env::with_ranges(f, ranges.clone(), Vec::new());
     for e in &events {
         e.path.iter().for_each(|&v| env.set(v, Role::Free));
     }
