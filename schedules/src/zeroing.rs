@@ -246,7 +246,7 @@ fn covered_in<'s>(f: &LoopFunc, ranges: &LoopRanges, t: TensorId, body: impl Ite
     let mut forms = Forms::new(f, &env);
     let sites: Vec<Site> = events.iter().map(|e| Site { indices: &e.indices, guards: &[], within: &[] }).collect();
     forms.settle(&sites);
-    let check = Check { f, t, forms, written: HashMap::new() };
+    let check = Check { f, t, forms, written: HashMap::new(), last_view: None };
     check.all_reads_covered(&events)
 }
 
@@ -409,6 +409,8 @@ struct Check<'a> {
     /// The box each store writes, by (event, fixed loops, view; `None`: the
     /// whole buffer as one run): every read asks again of the same stores.
     written: HashMap<(usize, Vec<VarId>, Option<usize>), Option<Slab>>,
+    /// The view that covered the last read covered.
+    last_view: Option<usize>,
 }
 
 impl Check<'_> {
@@ -434,8 +436,13 @@ impl Check<'_> {
                         && b.own.first().is_some_and(|o| o.0 <= 0 && o.1 >= len - 1)
                 })
             });
+            // The reads of one buffer are mostly covered in the same view:
+            // the one that covered the last read is tried first (which
+            // view covers does not matter, only whether one does).
+            let first = self.last_view.filter(|&v| v < views.len());
+            let order = first.into_iter().chain((0..views.len()).filter(|&v| Some(v) != first));
             whole
-                || views.iter().enumerate().any(|(vi, view)| {
+                || order.map(|vi| (vi, &views[vi])).any(|(vi, view)| {
                     let Some(want) = self.slab(read, &fixed, false, view) else { return false };
                     let mut boxes: Vec<Slab> = writes
                         .iter()
@@ -445,7 +452,12 @@ impl Check<'_> {
                         .collect();
                     merge(&mut boxes);
                     let empty = want.own.iter().any(|r| r.0 > r.1);
-                    empty || boxes.iter().any(|b| b.own.iter().zip(&want.own).all(|(w, r)| w.0 <= r.0 && r.1 <= w.1))
+                    let covered = empty
+                        || boxes.iter().any(|b| b.own.iter().zip(&want.own).all(|(w, r)| w.0 <= r.0 && r.1 <= w.1));
+                    if covered {
+                        self.last_view = Some(vi);
+                    }
+                    covered
                 })
         })
     }

@@ -168,7 +168,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
                 }
             }
             s.attach[pi] = Some(Attach { owner: o, leaf: a, layout: None, shared: false, span: Span::default() });
-            let pays = match crate::attach::infer_indexed(p, &mut s.clone(), &loads) {
+            let pays = match infer_and_restore(p, s, &loads) {
                 Ok(regions) => {
                     let r = regions[pi].as_ref().expect("attached");
                     let bytes = r.local_shape.iter().product::<i64>() * p.tensor(t).elem.size() as i64;
@@ -194,6 +194,24 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
             }
         }
     }
+}
+
+/// [`crate::attach::infer`] on `s` as it is, `s` left as it was: the
+/// inference rebases the attached stages' schedules only, so only those
+/// are copied and put back (a copy of every stage's schedule per trial was
+/// a large part of a model's scheduling).
+fn infer_and_restore(
+    p: &Program,
+    s: &mut Schedules,
+    loads: &crate::attach::Loads,
+) -> Result<Vec<Option<crate::attach::Region>>, texc_grammar::Diagnostic> {
+    let attached: Vec<usize> = (0..s.stages.len()).filter(|&i| s.attach[i].is_some()).collect();
+    let saved: Vec<StageSchedule> = attached.iter().map(|&i| s.stages[i].clone()).collect();
+    let regions = crate::attach::infer_indexed(p, s, loads);
+    for (i, st) in attached.into_iter().zip(saved) {
+        s.stages[i] = st;
+    }
+    regions
 }
 
 /// Whether a box with extents `ext` cuts a reduction stage along an axis
