@@ -65,13 +65,7 @@ impl LoopRanges {
                         ranges[*var as usize] = interval::range(*lo as i128, (*lo + *extent - 1) as i128);
                         walk(body, ranges)
                     }
-                    Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => walk(body, ranges),
-                    Stmt::Store { .. }
-                    | Stmt::Mma { .. }
-                    | Stmt::Wgmma(_)
-                    | Stmt::Barrier
-                    | Stmt::Async(_)
-                    | Stmt::WarpReduce(_) => {}
+                    s => walk(s.body(), ranges),
                 }
             }
         }

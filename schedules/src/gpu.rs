@@ -789,10 +789,7 @@ impl Walk<'_> {
                 match s {
                     Stmt::Mma { a, b, .. } => out.extend([a.tensor, b.tensor]),
                     Stmt::Wgmma(w) => out.extend([w.a.tensor, w.b.tensor]),
-                    Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
-                        operands(body, out)
-                    }
-                    Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+                    s => operands(s.body(), out),
                 }
             }
         }
@@ -1060,13 +1057,7 @@ fn locals(f: &LoopFunc) -> HashSet<TensorId> {
                     out.insert(*tensor);
                     walk(body, out)
                 }
-                Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(body, out),
-                Stmt::Store { .. }
-                | Stmt::Barrier
-                | Stmt::Async(_)
-                | Stmt::Mma { .. }
-                | Stmt::Wgmma(_)
-                | Stmt::WarpReduce(_) => {}
+                s => walk(s.body(), out),
             }
         }
     }
@@ -1160,13 +1151,7 @@ pub fn shared_offsets(f: &LoopFunc, stmt: &Stmt) -> HashMap<TensorId, i64> {
                     }
                     walk(f, body, at, out)
                 }
-                Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(f, body, at, out),
-                Stmt::Store { .. }
-                | Stmt::Barrier
-                | Stmt::Async(_)
-                | Stmt::Mma { .. }
-                | Stmt::Wgmma(_)
-                | Stmt::WarpReduce(_) => {}
+                s => walk(f, s.body(), at, out),
             }
         }
     }

@@ -564,13 +564,7 @@ pub fn allocated(body: &[Stmt], out: &mut BTreeSet<TensorId>) {
                 out.insert(*tensor);
                 allocated(body, out)
             }
-            Stmt::For { body, .. } | Stmt::If { then: body, .. } => allocated(body, out),
-            Stmt::Store { .. }
-            | Stmt::Mma { .. }
-            | Stmt::Wgmma(_)
-            | Stmt::Barrier
-            | Stmt::Async(_)
-            | Stmt::WarpReduce(_) => {}
+            s => allocated(s.body(), out),
         }
     }
 }
@@ -583,13 +577,7 @@ pub fn free_loops(body: &[Stmt], parties: &mut Parties) {
                 parties.set(*var, Role::Free);
                 free_loops(body, parties)
             }
-            Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => free_loops(body, parties),
-            Stmt::Store { .. }
-            | Stmt::Mma { .. }
-            | Stmt::Wgmma(_)
-            | Stmt::Barrier
-            | Stmt::Async(_)
-            | Stmt::WarpReduce(_) => {}
+            s => free_loops(s.body(), parties),
         }
     }
 }
@@ -728,13 +716,7 @@ pub fn from_indices(f: &LoopFunc) -> Result<(), Conflict> {
                     }
                     walk(f, ranges, body)?
                 }
-                Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => walk(f, ranges, body)?,
-                Stmt::Store { .. }
-                | Stmt::Mma { .. }
-                | Stmt::Wgmma(_)
-                | Stmt::Barrier
-                | Stmt::Async(_)
-                | Stmt::WarpReduce(_) => {}
+                s => walk(f, ranges, s.body())?,
             }
         }
         Ok(())
@@ -748,7 +730,8 @@ fn check_loop(
     (var, lo, extent, kind): (VarId, i64, i64, ForKind),
     body: &[Stmt],
 ) -> Result<(), Conflict> {
-    let mut parties = Parties::with_ranges(f, ranges.clone(), vec![interval::range(lo as i128, (lo + extent - 1) as i128)]);
+    let mut parties =
+        Parties::with_ranges(f, ranges.clone(), vec![interval::range(lo as i128, (lo + extent - 1) as i128)]);
     parties.set(var, Role::Id { id: 0, offset: 0 });
     free_loops(body, &mut parties);
     let mut private = BTreeSet::new();

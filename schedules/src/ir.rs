@@ -539,6 +539,36 @@ pub enum Stmt {
     WarpReduce(WarpReduce),
 }
 
+impl Stmt {
+    /// The statements this one contains — a loop's, a guard's or an
+    /// allocation's body — and none for the others (a store, the GPU
+    /// operations): walkers that only descend say so once, here.
+    pub fn body(&self) -> &[Stmt] {
+        match self {
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => body,
+            Stmt::Store { .. }
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_) => &[],
+        }
+    }
+
+    /// [`Stmt::body`], to change.
+    pub fn body_mut(&mut self) -> &mut [Stmt] {
+        match self {
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => body,
+            Stmt::Store { .. }
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_) => &mut [],
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct LoopFunc {
     pub p: Program,
@@ -634,7 +664,6 @@ impl LoopFunc {
                         frames.push(Vec::new());
                         walk(f, body, frames.len() - 1, frames)
                     }
-                    Stmt::For { body, .. } | Stmt::If { then: body, .. } => walk(f, body, frame, frames),
                     Stmt::Alloc { tensor, body } => {
                         let t = *tensor;
                         let block = f.shared.contains(&t) || f.registers.contains(&t);
@@ -646,12 +675,7 @@ impl LoopFunc {
                         }
                         walk(f, body, frame, frames)
                     }
-                    Stmt::Store { .. }
-                    | Stmt::Mma { .. }
-                    | Stmt::Wgmma(_)
-                    | Stmt::Barrier
-                    | Stmt::Async(_)
-                    | Stmt::WarpReduce(_) => {}
+                    st => walk(f, st.body(), frame, frames),
                 }
             }
         }

@@ -192,10 +192,7 @@ fn stored(st: &Stmt, out: &mut Vec<TensorId>) {
     match st {
         Stmt::Store { tensor, .. } | Stmt::Mma { c: Tile { tensor, .. }, .. } => out.push(*tensor),
         Stmt::Wgmma(w) => out.push(w.c.tensor),
-        Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
-            body.iter().for_each(|s| stored(s, out))
-        }
-        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+        s => s.body().iter().for_each(|s| stored(s, out)),
     }
 }
 
@@ -403,9 +400,8 @@ fn mma_operands(body: &[Stmt], out: &mut Vec<TensorId>) {
     for s in body {
         match s {
             Stmt::Mma { a, b, .. } => out.extend([a.tensor, b.tensor]),
-            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => mma_operands(body, out),
-            // Their layout is the descriptors': not padded.
-            Stmt::Wgmma(_) | Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            // A wgmma's operands are laid out as its descriptors say: not padded.
+            s => mma_operands(s.body(), out),
         }
     }
 }

@@ -298,13 +298,7 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
                         ),
                     ));
                 }
-                Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => kinds(f, body, target)?,
-                Stmt::Store { .. }
-                | Stmt::Barrier
-                | Stmt::Async(_)
-                | Stmt::Mma { .. }
-                | Stmt::Wgmma(_)
-                | Stmt::WarpReduce(_) => {}
+                s => kinds(f, s.body(), target)?,
             }
         }
         Ok(())

@@ -132,13 +132,7 @@ fn uncovered_locals(f: &LoopFunc, body: &[Stmt], out: &mut BTreeSet<TensorId>) {
                 }
                 uncovered_locals(f, body, out)
             }
-            Stmt::For { body, .. } | Stmt::If { then: body, .. } => uncovered_locals(f, body, out),
-            Stmt::Store { .. }
-            | Stmt::Mma { .. }
-            | Stmt::Wgmma(_)
-            | Stmt::Barrier
-            | Stmt::Async(_)
-            | Stmt::WarpReduce(_) => {}
+            s => uncovered_locals(f, s.body(), out),
         }
     }
 }
@@ -153,13 +147,7 @@ fn zero_locals(f: &mut LoopFunc, body: &mut [Stmt], locals: &BTreeSet<TensorId>)
                     body.insert(0, nest);
                 }
             }
-            Stmt::For { body, .. } | Stmt::If { then: body, .. } => zero_locals(f, body, locals),
-            Stmt::Store { .. }
-            | Stmt::Mma { .. }
-            | Stmt::Wgmma(_)
-            | Stmt::Barrier
-            | Stmt::Async(_)
-            | Stmt::WarpReduce(_) => {}
+            s => zero_locals(f, s.body_mut(), locals),
         }
     }
 }
