@@ -808,9 +808,11 @@ impl Pipeline {
     /// The tensors a compiled model takes from its library: the weights, and
     /// the constants folded from them by the last [`Pipeline::build`].
     pub fn model_constants(&mut self) -> Result<HashMap<String, Tensor>, Error> {
-        let mut all = std::mem::take(&mut self.model_inputs);
-        let folded = self.constants(&all, &HashMap::new());
-        self.model_inputs = all.clone();
+        // Taken for the call (`constants` borrows the pipeline mutably), then put back.
+        let inputs = std::mem::take(&mut self.model_inputs);
+        let folded = self.constants(&inputs, &HashMap::new());
+        self.model_inputs = inputs;
+        let mut all = self.model_inputs.clone();
         all.extend(folded?);
         Ok(all)
     }
@@ -1223,9 +1225,6 @@ fn check_scalar(name: &str, v: f64, info: &texc_compiler::kernel::ParamInfo) -> 
 }
 
 /// Run a program on the interpreter.
-/// The arguments of `built.runs` in its parameter order, when constants were
-/// folded (`None`: `args` themselves): those of the program as written
-/// (`args`, in its order) by name, and the `folded` constants.
 /// Bytes of weights and results a part of the prologue holds at most
 /// (unless one weight's component is larger): the constants are computed
 /// in a few parts, each compiled on its own.
@@ -1260,6 +1259,9 @@ fn placeholder() -> Tensor {
     Tensor { shape: vec![0], data: texc_runtime::Data::F32(Vec::new()) }
 }
 
+/// The arguments of `built.runs` in its parameter order, when constants were
+/// folded (`None`: `args` themselves): those of the program as written
+/// (`args`, in its order) by name, and the `folded` constants.
 fn run_args(built: &Built, args: &mut [Arg], folded: Vec<(String, Tensor)>, take: bool) -> Option<Vec<Arg>> {
     if folded.is_empty() {
         return None;
