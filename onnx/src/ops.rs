@@ -22,6 +22,10 @@ const FOLDABLE: &[&str] = &[
     "Pow", "Max", "Min", "Mod", "Expand", "Transpose", "Trilu", "ScatterND", "GatherND",
 ];
 
+/// Elements of a constant that folding may broadcast f32 data into
+/// ([`Importer::fold_would_inflate`]): a bias's size, not a feature map's.
+const SMALL_CONSTANT: usize = 4096;
+
 /// Ranks the element-wise operators of `std.nn` have overloads for.
 const STD_RANKS: std::ops::RangeInclusive<usize> = 1..=4;
 
@@ -2137,9 +2141,12 @@ impl Importer<'_> {
     }
 
     /// Whether folding `n` would broadcast f32 data into a larger constant
-    /// (an Expand of a bias to a feature map): the kernel then broadcasts it
-    /// as it reads it instead, and the model's weights stay their size.
-    /// Integers and bools (shapes, masks) always fold.
+    /// of more than [`SMALL_CONSTANT`] elements (an Expand of a bias to a
+    /// feature map): the kernel then broadcasts it as it reads it instead,
+    /// and the model's weights stay their size. Integers and bools (shapes,
+    /// masks) always fold, and so do small results, which operators that
+    /// need constants may read (Swin V2's ScatterND zeroes part of a bias
+    /// with an Expand of 0).
     fn fold_would_inflate(&self, n: &NodeProto) -> bool {
         let ids: Vec<ValueId> = n.input.iter().filter_map(|i| self.by_name.get(i).copied()).collect();
         let f32_data = |id: &ValueId| matches!(self.constant(*id), Some(Values::F32(_) | Values::F64(_)));
@@ -2160,7 +2167,10 @@ impl Importer<'_> {
             },
             _ => ids.iter().try_fold(Vec::new(), |s, &id| broadcast(&s, self.shape(id))),
         };
-        shape.is_ok_and(|s| s.iter().product::<usize>() > largest)
+        shape.is_ok_and(|s| {
+            let len = s.iter().product::<usize>();
+            len > largest && len > SMALL_CONSTANT
+        })
     }
 
     /// `ScatterND` of constants (`reduction = none`): the data with the

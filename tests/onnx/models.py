@@ -353,7 +353,7 @@ def masks(size, seed):
     Gather of position embeddings with [1, T] indices and of data with 2-D
     indices, a 0-d Pow and 0-d values computed at run time, comparisons,
     Not/And/Or/Xor, IsNaN and Casts of run-time bools, ScatterND of constants
-    (Swin's window mask)."""
+    (Swin's window mask, Swin V2's bias with updates from an Expand of 0)."""
     b = Builder(seed)
     t, d = size, 8
     x = b.op("MatMul", ["x", b.weight("wq", [d, d], scale=1.0)])
@@ -403,6 +403,13 @@ def masks(size, seed):
     region_mask = b.op("Where", [b.op("Equal", [regions, b.const("zero_f", np.array(0.0, np.float32))]),
                                  b.const("zf2", np.array(0.0, np.float32)), b.const("m100", np.array(-100.0, np.float32))])
     y = b.op("Add", [y, b.op("MatMul", [region_mask, b.op("Reshape", [att, b.const("td2", i64([t, d]))])])])
+    # Swin V2 zeroes the key third of its qkv bias: a ScatterND whose updates are an Expand of 0.
+    zeros = b.op("Expand", [b.const("zero1", np.array([0.0], np.float32)), b.const("dlen", i64([d]))])
+    qkv_bias = b.op("ScatterND", [b.weight("qkv_b", [3 * d], scale=1.0),
+                                  b.const("keys", i64([[k] for k in range(d, 2 * d)])), zeros])
+    bias = b.op("ReduceSum", [b.op("Reshape", [qkv_bias, b.const("three_d", i64([3, d]))]), b.const("ax0b", i64([0]))],
+                keepdims=0)
+    y = b.op("Add", [y, bias])
     b.op("Add", [y, picked])
     return b.model([1, t, d], rename_output(b, "y"), [1, t, d])
 
