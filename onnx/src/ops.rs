@@ -22,9 +22,9 @@ const FOLDABLE: &[&str] = &[
     "Pow", "Max", "Min", "Mod", "Expand", "Transpose", "Trilu", "ScatterND", "GatherND",
 ];
 
-/// Elements of a constant that folding may broadcast f32 data into
+/// Elements of a constant that folding may fill with one f32 value
 /// ([`Importer::fold_would_inflate`]): a bias's size, not a feature map's.
-const SMALL_CONSTANT: usize = 4096;
+const SMALL_FILL: usize = 4096;
 
 /// Ranks the element-wise operators of `std.nn` have overloads for.
 const STD_RANKS: std::ops::RangeInclusive<usize> = 1..=4;
@@ -2141,12 +2141,12 @@ impl Importer<'_> {
     }
 
     /// Whether folding `n` would broadcast f32 data into a larger constant
-    /// of more than [`SMALL_CONSTANT`] elements (an Expand of a bias to a
-    /// feature map): the kernel then broadcasts it as it reads it instead,
-    /// and the model's weights stay their size. Integers and bools (shapes,
-    /// masks) always fold, and so do small results, which operators that
-    /// need constants may read (Swin V2's ScatterND zeroes part of a bias
-    /// with an Expand of 0).
+    /// (an Expand of a bias to a feature map): the kernel then broadcasts it
+    /// as it reads it instead, and the model's weights stay their size.
+    /// Integers and bools (shapes, masks) always fold, and so does a single
+    /// value filled into at most [`SMALL_FILL`] elements, as ConstantOfShape
+    /// would make it, which operators that need constants may read (Swin
+    /// V2's ScatterND zeroes part of a bias with an Expand of 0).
     fn fold_would_inflate(&self, n: &NodeProto) -> bool {
         let ids: Vec<ValueId> = n.input.iter().filter_map(|i| self.by_name.get(i).copied()).collect();
         let f32_data = |id: &ValueId| matches!(self.constant(*id), Some(Values::F32(_) | Values::F64(_)));
@@ -2167,9 +2167,11 @@ impl Importer<'_> {
             },
             _ => ids.iter().try_fold(Vec::new(), |s, &id| broadcast(&s, self.shape(id))),
         };
+        // A single value filled into a small constant is what ConstantOfShape makes.
+        let fill = data.iter().all(|&id| self.shape(id).iter().product::<usize>() == 1);
         shape.is_ok_and(|s| {
             let len = s.iter().product::<usize>();
-            len > largest && len > SMALL_CONSTANT
+            len > largest && !(fill && len <= SMALL_FILL)
         })
     }
 
