@@ -170,13 +170,21 @@ fn softmax_uses_range_scalef_and_fma_instructions() {
 /// results are checked bit for bit in tests/tests/int8.rs.
 #[test]
 fn integer_products_use_dot_product_instructions() {
-    let asm = |target: &str| {
-        let o = texc(&["emit", "examples/qlinear.tex", "--stage", "asm", "--target", target]);
+    let asm_at = |target: &str, n: &str| {
+        let o = texc(&["emit", "examples/qlinear.tex", "--stage", "asm", "--target", target, "--shape", n]);
         assert_eq!(o.status.code(), Some(0), "{}", err(&o));
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
+    let asm = |target: &str| asm_at(target, "N=96");
     let zmm = asm("x86-avx512-vnni");
     assert!(zmm.lines().any(|l| l.contains("vpdpbusd") && l.contains("%zmm")), "vpdpbusd on zmm expected");
+    // Rows of 12 and 28 lanes (16 + 12): whole zmm instructions, padded, not
+    // xmm pieces and the shuffles between them.
+    for n in ["N=12", "N=28"] {
+        let code = asm_at("x86-avx512-vnni", n);
+        let dots: Vec<&str> = code.lines().filter(|l| l.contains("vpdpbusd")).collect();
+        assert!(!dots.is_empty() && dots.iter().all(|l| l.contains("%zmm")), "{n}: {dots:?}");
+    }
     assert!(asm("x86-avx2-vnni").contains("{vex}\tvpdpbusd"), "AVX-VNNI's vpdpbusd expected");
     for target in ["x86-avx2", "x86-avx512"] {
         let code = asm(target);
