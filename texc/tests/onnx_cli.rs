@@ -297,6 +297,12 @@ fn unsupported_and_malformed_models_are_refused_clearly() {
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
         assert!(text(&o).contains("bad.onnx: not a valid ONNX model"), "{}", text(&o));
     }
+    // A regular file is mapped and an empty one read: both are refused the same way.
+    let empty = dir.join("empty.onnx");
+    std::fs::write(&empty, b"").expect("write");
+    let o = texc(&["import", &empty.display().to_string(), "-o", "/tmp/never.tex"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("empty.onnx: not a valid ONNX model"), "{}", text(&o));
     let o = texc(&["import", "no/such/model.onnx", "-o", "/tmp/never.tex"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("no/such/model.onnx: cannot read the model"), "{}", text(&o));
