@@ -132,6 +132,20 @@ fn a_beaten_roofline_is_measured_again_and_never_exceeded() {
     assert!(err(&o).contains("is above the re-measured peak"), "{}", err(&o));
 }
 
+/// An integer kernel is rated against the 8-bit peak, a multiple of the f32
+/// one; measuring again keeps the cache in f32 (it once stored the multiple,
+/// and every later f32 kernel was rated against a peak 2–4× too high).
+#[test]
+fn a_roofline_measured_again_for_an_integer_kernel_stays_f32() {
+    let cache = cache_with("cache-int8", "x86-avx2 1 100000.0 0.001\n");
+    let o = bench(&["examples/qlinear.tex", "--target", "x86-avx2", "--repeat", "3", "--threads", "1"], &cache);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(err(&o).contains("measured it again"), "{}", err(&o));
+    let text = std::fs::read_to_string(cache.join("texc/roofline.txt")).expect("cache");
+    let peak: f64 = text.split_whitespace().nth(2).expect("peak").parse().expect("number");
+    assert_eq!(peak, 100000.0, "the f32 peak is kept, not the 8-bit one:\n{text}");
+}
+
 /// A kernel without FLOPs is bounded by bandwidth, reported in GB/s.
 #[test]
 fn memory_bound_kernels_are_reported_in_gb_per_s() {
