@@ -450,6 +450,33 @@ fn vector_max_and_min_match_the_interpreter_elementwise() {
     }
 }
 
+/// Float to byte conversions truncate, saturate and send NaN to 0 on every
+/// backend, from f32 and f64, in vectors and in the scalar tail (67 lanes),
+/// bit for bit as the interpreter does, bounds and their neighbours included.
+#[test]
+fn float_to_byte_casts_saturate_on_every_backend() {
+    let src = "kernel c(X: f32[N = 67], D: f64[N]) -> (U: u8[N], S: i8[N], V: u8[N], T: i8[N]) {
+    U[i] = u8(X[i]); S[i] = i8(X[i]); V[i] = u8(D[i]); T[i] = i8(D[i]);
+}";
+    let mut xs: Vec<f64> = vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 0.99, -0.99, 1e30, -1e30];
+    xs.extend([255.0, 255.99, 256.0, 300.5, 127.0, 127.99, 128.0, -128.0, -128.99, -129.0, -1.5, 1.5]);
+    xs.extend((0..67 - xs.len()).map(|k| (k as f64 - 23.0) * 7.3));
+    let x = Tensor::from_f64(DType::F32, vec![67], &xs);
+    let d = Tensor::from_f64(DType::F64, vec![67], &xs);
+    for target in targets() {
+        let (mut pl, k) = texc_tests::load_text(target.name, "c.tex", src, None).expect("front end");
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let args = || vec![interp::Arg::Tensor(x.clone()), interp::Arg::Tensor(d.clone())];
+        let want = interp::run(&p, args()).expect("interp");
+        assert_eq!(&want[1].to_i64().expect("ints")[..3], &[0, 127, -128], "NaN to 0, infinities saturate");
+        let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args()).expect("runs");
+        for (o, name) in ["u8 of f32", "i8 of f32", "u8 of f64", "i8 of f64"].iter().enumerate() {
+            assert_eq!(got[o].bytes(), want[o].bytes(), "{name} on {target}: {:?} vs {:?}", got[o], want[o]);
+        }
+    }
+}
+
 /// `round` rounds half to even on every target (LLVM's `roundeven`,
 /// Cranelift's `nearest`), vectorized and not, and ONNX's requantization
 /// written as the importer writes it, `sat(round(f32(x / s)) + z)`, agrees

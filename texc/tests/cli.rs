@@ -186,6 +186,12 @@ fn integer_products_use_dot_product_instructions() {
         assert!(!dots.is_empty() && dots.iter().all(|l| l.contains("%zmm")), "{n}: {dots:?}");
     }
     assert!(asm("x86-avx2-vnni").contains("{vex}\tvpdpbusd"), "AVX-VNNI's vpdpbusd expected");
+    // Requantization converts whole vectors to bytes, not lane by lane
+    // (LLVM's saturating conversion to i8 was 384 scalar `vcvttss2si` here).
+    for target in ["x86-avx512-vnni", "x86-avx2"] {
+        let code = asm(target);
+        assert!(code.contains("vcvttps2dq") && !code.contains("vcvttss2si"), "{target}: vector conversions");
+    }
     for target in ["x86-avx2", "x86-avx512"] {
         let code = asm(target);
         assert!(code.contains("vpmaddwd") && !code.contains("vpdpbusd"), "{target}: vpmaddwd, no VNNI");

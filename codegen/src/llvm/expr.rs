@@ -23,6 +23,10 @@ pub(super) fn unsigned_ty(t: Ty) -> bool {
     t == Ty::Elem(ElemType::U8)
 }
 
+fn byte_ty(t: Ty) -> bool {
+    matches!(t, Ty::Elem(ElemType::U8 | ElemType::I8))
+}
+
 impl<'ctx> Gen<'ctx, '_> {
     pub(super) fn expr(&mut self, fr: &mut Frame<'ctx>, e: TExprId, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
         let ty = self.f.p.ty(e);
@@ -362,6 +366,9 @@ impl<'ctx> Gen<'ctx, '_> {
                 }
             }
             (true, false) if bool_ty(to) => self.compare(BinOp::Ne, x, zero_from, from)?,
+            (true, false) if byte_ty(to) && matches!(from, Ty::Elem(ElemType::F32 | ElemType::F64)) => {
+                self.float_to_byte(x, from, to, mode)?
+            }
             (true, false) => {
                 let name = if unsigned_ty(to) { "llvm.fptoui.sat" } else { "llvm.fptosi.sat" };
                 let f = self.intrinsic(name, &[tt, x.get_type()])?;
@@ -394,6 +401,47 @@ impl<'ctx> Gen<'ctx, '_> {
 }
 
 impl<'ctx> Gen<'ctx, '_> {
+    /// f32 or f64 `x` to `u8`/`i8` as the language converts (truncating,
+    /// saturating at the bounds, NaN giving 0): clamped in float, where both
+    /// bounds are exact, then converted to i32 and truncated. LLVM lowers
+    /// `llvm.fpto[us]i.sat` to bytes on x86 lane by lane (a compare, a
+    /// conversion and an insert per lane: requantizing epilogues ran as long
+    /// as their convolutions); this is a few whole-vector instructions.
+    fn float_to_byte(&self, x: BasicValueEnum<'ctx>, from: Ty, to: Ty, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let (lo, hi) = if unsigned_ty(to) { (0.0, 255.0) } else { (-128.0, 127.0) };
+        let c = |v: f64| self.const_of(from, 0, v, mode);
+        let pick = |p: FloatPredicate, a: BasicValueEnum<'ctx>, b: BasicValueEnum<'ctx>| -> R<BasicValueEnum<'ctx>> {
+            let cond = match (a, b) {
+                (BasicValueEnum::VectorValue(u), BasicValueEnum::VectorValue(w)) => {
+                    self.b.build_float_compare(p, u, w, "fcmp")?.into()
+                }
+                _ => self.b.build_float_compare(p, a.into_float_value(), b.into_float_value(), "fcmp")?.into(),
+            };
+            let cond: BasicValueEnum = cond;
+            Ok(match cond {
+                BasicValueEnum::VectorValue(m) => self.b.build_select(m, a, b, "sat")?,
+                _ => self.b.build_select(cond.into_int_value(), a, b, "sat")?,
+            })
+        };
+        // `a > lo ? a : lo` is x86's `max(a, lo)`, which gives `lo` for NaN:
+        // 0 for u8; i8 first sends NaN to 0.
+        let x = if unsigned_ty(to) { x } else { pick(FloatPredicate::ORD, x, c(0.0)?)? };
+        let x = pick(FloatPredicate::OGT, x, c(lo)?)?;
+        let x = pick(FloatPredicate::OLT, x, c(hi)?)?;
+        let i32t = self.ty_in(Ty::Elem(ElemType::I32), mode);
+        let tt = self.ty_in(to, mode);
+        Ok(match x {
+            BasicValueEnum::VectorValue(v) => {
+                let w = self.b.build_float_to_signed_int(v, i32t.into_vector_type(), "cv")?;
+                self.b.build_int_truncate(w, tt.into_vector_type(), "cv")?.into()
+            }
+            _ => {
+                let w = self.b.build_float_to_signed_int(x.into_float_value(), i32t.into_int_type(), "cv")?;
+                self.b.build_int_truncate(w, tt.into_int_type(), "cv")?.into()
+            }
+        })
+    }
+
     /// The f32 whose upper half are bf16 bits `x` (exact).
     pub(super) fn bf16_to_f32(&self, x: BasicValueEnum<'ctx>, lanes: Option<u32>) -> R<BasicValueEnum<'ctx>> {
         let mode = lanes.map_or(Mode::Scalar, |l| Mode::Vector { var: u32::MAX, base: 0, lanes: l, mask: None });
