@@ -195,6 +195,10 @@ fn integer_products_use_dot_product_instructions() {
     for target in ["x86-avx2", "x86-avx512"] {
         let code = asm(target);
         assert!(code.contains("vpmaddwd") && !code.contains("vpdpbusd"), "{target}: vpmaddwd, no VNNI");
+        // Each lane's byte pairs are widened in place: no lane crossing
+        // (gathering neighbouring pair sums took 24–32 permutes here).
+        let moves = ["vshufps", "vpermpd", "vpermq", "vpermd", "vpermt2"];
+        assert!(!moves.iter().any(|m| code.contains(m)), "{target}: lanes moved");
     }
 }
 
