@@ -34,6 +34,7 @@ pub mod cross_thread;
 pub mod digits;
 pub mod dot4;
 pub mod eval;
+pub mod filters_last;
 pub mod flash;
 pub mod gpu;
 pub mod guards;

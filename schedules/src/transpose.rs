@@ -126,12 +126,18 @@ fn across_rows(p: &Program, load: TExprId, j: VarId, sum_vars: &[VarId]) -> Opti
 
 /// A stage before `at` writing `W.t[d_last, d0, ..] = W[d0, .., d_last]`.
 fn insert_transposed(p: &mut Program, at: usize, w: TensorId) -> TensorId {
+    let order = transposed_order(p.tensor(w).shape.len());
+    insert_permuted(p, at, w, &order, "t")
+}
+
+/// A stage before `at` writing `w`'s elements to a new tensor named
+/// `w.suffix` whose dimension `k` is `w`'s `order[k]`.
+pub(crate) fn insert_permuted(p: &mut Program, at: usize, w: TensorId, order: &[usize], suffix: &str) -> TensorId {
     let decl = p.tensor(w).clone();
     let span = decl.span;
     let rank = decl.shape.len();
-    let order = transposed_order(rank);
     let shape: Vec<i64> = order.iter().map(|&d| decl.shape[d]).collect();
-    let name = fresh_name(p, &format!("{}.t", decl.name));
+    let name = fresh_name(p, &format!("{}.{suffix}", decl.name));
     p.tensors.push(TensorDecl { name, elem: decl.elem, shape: shape.clone(), role: TensorRole::Temp, span });
     let t = TensorId(p.tensors.len() as u32 - 1);
     let idx: Vec<TExprId> = (0..rank)

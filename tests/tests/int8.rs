@@ -105,6 +105,23 @@ fn products_are_bit_exact_on_every_target() {
     check_exact("grouped convolution, 6 channels a group", &program(&grouped(2, 6, 3, "u8")));
 }
 
+/// A product over rows too short for the vectors (a 7×7 map: 7 of 16
+/// lanes) runs with the filters last: vectors along the filters, the
+/// result copied back; bit-exact, a tail of filters included. Where the
+/// row fills its vectors (8 lanes of AVX2) or the filters would not, as written.
+#[test]
+fn short_rows_run_along_the_filters() {
+    let text = |target: &str, src: &str| texc_schedules::ir::print(&legal_loops(target, &program(src)));
+    let wide = text("x86-avx512-vnni", &conv(8, 32, 9));
+    assert!(wide.contains("temp Y.t: i32[1, 7, 7, 32]") && wide.contains("temp W.q4.f: i32[2, 3, 3, 32]"), "{wide}");
+    assert!(text("x86-avx512", &conv(8, 32, 9)).contains("Y.t"), "vpmaddwd's 16 lanes too");
+    assert!(!text("x86-avx2", &conv(8, 32, 9)).contains("Y.t"), "7 of 8 lanes fill the row");
+    assert!(!text("x86-avx512-vnni", &conv(8, 20, 9)).contains("Y.t"), "20 filters fill 16-lane vectors worse");
+    assert!(!text("x86-avx512-vnni", &conv(8, 32, 18)).contains("Y.t"), "rows of 16");
+    check_exact("filters-last convolution", &program(&conv(8, 32, 9)));
+    check_exact("filters-last convolution, a tail of filters and of channels", &program(&conv(5, 24, 8)));
+}
+
 #[test]
 fn grouped_convolutions_pack_when_groups_are_whole_words() {
     let packed = |text: &str| dot4_form(&legal_loops("x86-avx512-vnni", &program(text))).0;

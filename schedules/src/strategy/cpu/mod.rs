@@ -93,8 +93,9 @@ impl Strategy for Cpu {
 /// are inlined once reductions are hoisted out of them, and a row
 /// reduction's dense loops are fused before it is factored into
 /// vector-width partial results.
-const PREPARATION: [Step; 11] = [
+const PREPARATION: [Step; 12] = [
     Step { name: "dot4-products", run: dot4_products },
+    Step { name: "filters-last", run: filters_last },
     Step { name: "fuse-attention", run: fuse_attention },
     Step { name: "transpose-operands", run: transpose_operands },
     Step { name: "one-hot-gathers", run: preparation::one_hot_gathers },
@@ -111,6 +112,13 @@ const PREPARATION: [Step; 11] = [
 /// ([`crate::dot4`]; the pipeline made those of constant operands before folding).
 fn dot4_products(p: &mut Program, t: &Target, _: DefaultKnobs) {
     crate::dot4::pack_products(p, t);
+}
+
+/// *filters-last*: `@dot4` products over rows too short for the vectors
+/// computed with their long axis last ([`crate::filters_last`]; the pipeline
+/// did those before folding, so that constant filters are moved once).
+fn filters_last(p: &mut Program, t: &Target, _: DefaultKnobs) {
+    crate::filters_last::filters_last(p, t);
 }
 
 /// *transpose-operands*: a product's vector operand read across its rows
