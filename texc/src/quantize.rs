@@ -1,6 +1,6 @@
 //! `texc quantize model.onnx --calibrate DATA -o model.int8.onnx`: static
 //! INT8 quantization by calibration. The calibration data stream through
-//! the model on texc's interpreter (the model, with the tensors to
+//! the model compiled once for this CPU (the model, with the tensors to
 //! calibrate made extra graph outputs, imported like any `.onnx` file);
 //! each tensor keeps a min/max and, for `entropy` and `percentile`, a
 //! 2048-bin histogram of |x| filled in a second pass once the range is
@@ -67,11 +67,10 @@ pub fn quantize(a: &QuantizeArgs) -> Result<(), Error> {
 
     // Pass 1: ranges.
     let mut watched: Vec<String> = calibrated.clone();
-    let f32_model = scratch.write("f32.onnx", &with_outputs(&model, &watched))?;
+    let f32_model = Runner::new(&scratch.write("f32.onnx", &with_outputs(&model, &watched))?, &batches.dims)?;
     let mut mm: HashMap<String, MinMax> = HashMap::new();
-    let dims = batches.dims.clone();
     for_each_batch(&batches, "calibrating: ranges", |batch| {
-        let values = run_model(&f32_model, &dims, batch)?;
+        let values = f32_model.run(batch)?;
         for name in &watched {
             mm.entry(name.clone()).or_default().add(f32s(&values[name]));
         }
@@ -84,7 +83,7 @@ pub fn quantize(a: &QuantizeArgs) -> Result<(), Error> {
             hists.insert(name.clone(), Histogram::new(mm[name].abs_max()));
         }
         for_each_batch(&batches, "calibrating: histograms", |batch| {
-            let values = run_model(&f32_model, &dims, batch)?;
+            let values = f32_model.run(batch)?;
             for name in &watched {
                 hists.get_mut(name).expect("made above").add(f32s(&values[name]));
             }
@@ -126,16 +125,18 @@ pub fn quantize(a: &QuantizeArgs) -> Result<(), Error> {
     texc_runtime::atomic::write_with(&a.output, |f| std::io::Write::write_all(f, &out.encode_to_vec()))
         .map_err(|e| input_error(format!("cannot write {}: {e}", a.output.display())))?;
 
+    drop(f32_model);
+
     // Pass 3: the error of each layer and of the outputs.
     let mut sim = model.clone();
     qdq::rewrite(sim.graph.as_mut().expect("checked"), &targets, &acts, &weights, Form::Simulated);
     watched = layer_outputs.iter().map(|(_, o)| o.clone()).collect();
-    let f32_model = scratch.write("f32-layers.onnx", &with_outputs(&model, &watched))?;
-    let sim_model = scratch.write("simulated.onnx", &with_outputs(&sim, &watched))?;
+    let f32_model = Runner::new(&scratch.write("f32-layers.onnx", &with_outputs(&model, &watched))?, &batches.dims)?;
+    let sim_model = Runner::new(&scratch.write("simulated.onnx", &with_outputs(&sim, &watched))?, &batches.dims)?;
     let mut noise: HashMap<String, (f64, f64, f64)> = HashMap::new(); // signal², noise², max |Δ|
     for_each_batch(&batches, "measuring the quantization error", |batch| {
-        let want = run_model(&f32_model, &dims, batch)?;
-        let got = run_model(&sim_model, &dims, batch)?;
+        let want = f32_model.run(batch)?;
+        let got = sim_model.run(batch)?;
         for name in watched.iter().chain(&graph_outputs) {
             let e = noise.entry(name.clone()).or_default();
             for (&x, &y) in f32s(&want[name]).iter().zip(f32s(&got[name])) {
@@ -524,29 +525,72 @@ impl Drop for Scratch {
     }
 }
 
-/// Run the model at `path` on the interpreter with `batch` as its inputs:
-/// every graph output (and every input, as given) by ONNX name.
-fn run_model(
-    path: &Path,
-    dims: &[(String, i64)],
-    batch: &HashMap<String, Tensor>,
-) -> Result<HashMap<String, Tensor>, Error> {
-    let mut o = Options::new(texc_pipeline::target("interp")?);
-    o.model_dims = dims.to_vec();
-    o.rewrite = false;
-    o.consume_weights = true;
-    let mut pl = Pipeline::new(o);
-    let m = pl.load(path).map_err(|e| render(&pl, e))?;
-    let k = pl.kernel(m, None).map_err(|e| render(&pl, e))?;
-    let prep = pl.prepare(k, &Bindings::default(), batch.clone(), &[], 0, false).map_err(|e| render(&pl, e))?;
-    let results = texc_pipeline::interpret(&prep.built.written, prep.args).map_err(|e| render(&pl, e))?;
-    let names: Vec<String> =
-        pl.model_names().iter().filter(|n| n.role == Role::Output).map(|n| n.onnx.clone()).collect();
-    let mut out: HashMap<String, Tensor> = names.into_iter().zip(results).collect();
-    for (n, t) in batch {
-        out.insert(n.clone(), t.clone());
+/// A model compiled once for this CPU (`host`), run on every batch: the
+/// interpreter took 6–7 s per run of a ResNet-18 at 64×64, and calibration
+/// makes three or four runs per batch.
+struct Runner {
+    pl: Pipeline,
+    compiled: texc_codegen::Compiled,
+    /// The compiled code's parameters, in order.
+    params: Vec<String>,
+    /// Values of the parameters that are not graph inputs: the weights and
+    /// the constants folded from them.
+    fixed: HashMap<String, Tensor>,
+    /// Each graph input's ONNX name by the parameter it is.
+    inputs: HashMap<String, String>,
+    /// The graph outputs' ONNX names, in the order the code returns them.
+    outputs: Vec<String>,
+}
+
+impl Runner {
+    fn new(path: &Path, dims: &[(String, i64)]) -> Result<Runner, Error> {
+        let mut o = Options::new(texc_pipeline::target("host")?);
+        o.model_dims = dims.to_vec();
+        // The graph as written: the e-graph's plans (Winograd's) would round otherwise.
+        o.rewrite = false;
+        let mut pl = Pipeline::new(o);
+        let built = (|| {
+            let m = pl.load(path)?;
+            let k = pl.kernel(m, None)?;
+            let (built, loops) = pl.build(k, &Bindings::default())?;
+            let compiled = pl.compile(&loops.legal)?;
+            let params = loops.legal.p.param_names();
+            let mut fixed = pl.model_constants()?;
+            fixed.retain(|n, _| params.contains(n));
+            Ok::<_, Error>((built.written, compiled, params, fixed))
+        })();
+        let (written, compiled, params, fixed) = built.map_err(|e| render(&pl, e))?;
+        let inputs = pl
+            .model_names()
+            .iter()
+            .filter(|n| n.role == Role::Input)
+            .map(|n| (n.ident.clone(), n.onnx.clone()))
+            .collect();
+        let outputs =
+            written.outputs.iter().map(|&t| pl.model_output_name(&written.tensor(t).name).to_string()).collect();
+        Ok(Runner { pl, compiled, params, fixed, inputs, outputs })
     }
-    Ok(out)
+
+    /// Every graph output (and every input, as given) by ONNX name.
+    fn run(&self, batch: &HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>, Error> {
+        let args = self
+            .params
+            .iter()
+            .map(|n| {
+                let given = self.inputs.get(n).and_then(|onnx| batch.get(onnx));
+                match given.or_else(|| self.fixed.get(n)) {
+                    Some(t) => Ok(texc_compiler::interp::Arg::Tensor(t.clone())),
+                    None => Err(input_error(format!("no value for `{n}` of the calibrated model"))),
+                }
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let results = self.compiled.run(args).map_err(|e| render(&self.pl, Diagnostic::error(e.to_string()).into()))?;
+        let mut out: HashMap<String, Tensor> = self.outputs.iter().cloned().zip(results).collect();
+        for (n, t) in batch {
+            out.insert(n.clone(), t.clone());
+        }
+        Ok(out)
+    }
 }
 
 /// An error of a run, its diagnostics rendered with the pipeline's sources.
