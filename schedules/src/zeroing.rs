@@ -44,14 +44,14 @@ use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
 /// first in each `Alloc` of a local, before the first top-level statement
 /// touching a temporary. Returns the buffers zeroed.
 pub fn zero_uncovered(f: &mut LoopFunc, gpu: bool) -> Vec<TensorId> {
+    let ranges = LoopRanges::of(f);
     let mut locals = BTreeSet::new();
-    uncovered_locals(f, &f.body, &mut locals);
+    uncovered_locals(f, &ranges, &f.body, &mut locals);
     // Each temporary is checked on the top-level statements that may touch
     // it, not the whole body: linear, not quadratic, in a model's layers.
     let touched: Vec<BTreeSet<TensorId>> = f.body.iter().map(|s| tensors_of(f, s)).collect();
     let mut zeroed = Vec::new();
     let mut before: BTreeMap<usize, Vec<TensorId>> = BTreeMap::new();
-    let ranges = LoopRanges::of(f);
     for t in f.live_temps() {
         let tops: Vec<usize> = (0..f.body.len()).filter(|&i| touched[i].contains(&t)).collect();
         if covered_in(f, &ranges, t, tops.iter().map(|&i| &f.body[i])) {
@@ -122,17 +122,17 @@ fn tensors_of(f: &LoopFunc, s: &Stmt) -> BTreeSet<TensorId> {
 
 /// Locals of `body` (not a GPU block's buffers) that an `Alloc` of theirs
 /// does not cover.
-fn uncovered_locals(f: &LoopFunc, body: &[Stmt], out: &mut BTreeSet<TensorId>) {
+fn uncovered_locals(f: &LoopFunc, ranges: &LoopRanges, body: &[Stmt], out: &mut BTreeSet<TensorId>) {
     for s in body {
         match s {
             Stmt::Alloc { tensor, body } => {
                 let block = f.shared.contains(tensor) || f.registers.contains(tensor);
-                if !block && !covered(f, *tensor, body) {
+                if !block && !covered_in(f, ranges, *tensor, body.iter()) {
                     out.insert(*tensor);
                 }
-                uncovered_locals(f, body, out)
+                uncovered_locals(f, ranges, body, out)
             }
-            s => uncovered_locals(f, s.body(), out),
+            s => uncovered_locals(f, ranges, s.body(), out),
         }
     }
 }
