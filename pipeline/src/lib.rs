@@ -731,7 +731,8 @@ impl Pipeline {
         // Packed or transposed before folding, a constant operand of a product is packed once.
         if self.options.target.kind == TargetKind::Cpu {
             texc_schedules::dot4::pack_products(p, self.options.target);
-            texc_schedules::filters_last::filters_last(p, self.options.target);
+            let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
+            texc_schedules::filters_last::filters_last(p, self.options.target, &|t| constant[t.0 as usize]);
             let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
             // Any row count: a constant's transpose costs nothing per run.
             texc_schedules::transpose::transpose_operands(p, Some(&|t: TensorId| constant[t.0 as usize]), 1);

@@ -1,25 +1,34 @@
-//! Integer products over short rows computed with the filters innermost: a
+//! Products over short rows computed with their filters innermost: a
 //! TIR-to-TIR pass for CPU targets, after [`crate::dot4`].
 //!
-//! The default schedule runs a product's vectors along its last axis, a
-//! convolution's output row `x` of `Y[n, f, y, x]`. On a 7×7 map that is 7
-//! lanes of a 16-lane `vpdpbusd` (MEASURED: ResNet-18's last stage in int8
-//! ran at 385 GOP/s, against 960 for the same layer at 56×56, a third of the
-//! model's time). Where the row fills less than [`MIN_FILL`] of its vectors
-//! and another axis `f` fills them well, and the product's operands that
-//! move along the row do not move along `f` (the input, which the filters
-//! then share), the stage computes `Y.t[n, y, x, f]` — its value unchanged,
-//! its axes reordered so that `f` is last — and the original stage becomes
-//! a copy, `Y[n, f, y, x] = Y.t[n, y, x, f]`. The product's operands that
-//! move along `f` (the packed filters `W.q4[f, c4, r, s]`) are read from a
-//! copy with that dimension last (`W.q4.f[c4, r, s, f]`), made by a stage
-//! of its own: for constant filters, once, when constants are folded. The
-//! register block then runs vectors along `f`, rows along `x`, and packs the
-//! filters into panels, as for a matrix product.
+//! The default schedule runs a product's vectors along its row: its last
+//! axis, a convolution's output row `x` of `Y[n, f, y, x]`, with the axes
+//! before it fused where every read walks them densely (a 1×1
+//! convolution's `h, w`). On a 7×7 map a 3×3 convolution's row is 7 lanes of
+//! a 16-lane `vpdpbusd` (MEASURED: ResNet-18's last stage in int8 ran at
+//! 385 GOP/s, against 960 for the same layer at 56×56, a third of the
+//! model's time); a 17-wide row is 16 lanes and 1 (Inception-v3's 1×7
+//! convolutions at 17×17). Where the row fills less than [`MIN_FILL`] of
+//! its vectors and another axis `f` fills them well, and the product's
+//! operands that move along the row do not move along `f` (the input, which
+//! the filters then share), the stage computes `Y.t[n, y, x, f]` — its
+//! value unchanged, its axes reordered so that `f` is last — and the
+//! original stage becomes a copy, `Y[n, f, y, x] = Y.t[n, y, x, f]`. The
+//! operands that move along `f` (the filters `W[f, c, r, s]`, or the packed
+//! `W.q4`) are read from a copy with that dimension last (`W.f[c, r, s, f]`),
+//! made by a stage of its own: only constants (folded, so moved once) and
+//! `@dot4`'s packed operands (made on every call anyway) are moved. The
+//! register block then runs vectors along `f`, rows along `x`, and packs
+//! the filters into panels, as for a matrix product.
 //!
-//! Only stages of `@dot4` products: f32 convolutions get this layout from the
-//! e-graph (`conv2d_im2col_t`), which the importer's integer products, one
-//! statement each, do not go through.
+//! The copy back is a pass over the output: a float product is computed so
+//! only where each output sums at least [`MIN_FLOAT_DEPTH`] products, the
+//! copy a small share of its work (a conservative bound, not tuned; of the
+//! zoo's float models, those that change — Inception-v3 1.14× faster,
+//! MobileNetV3-Large, EfficientNet-B0, DenseNet-121 — run within noise or
+//! faster). Integer products have no other plan (the importer writes them
+//! as one statement; f32 convolutions also have the e-graph's
+//! `conv2d_im2col_t`), and are moved whatever their depth.
 //!
 //! Invariants: the program computes the same values (the same expression
 //! per output element, each written once; the copies move values only);
@@ -30,7 +39,7 @@ use crate::analysis::involves;
 use crate::normalize::{fresh_name, replace_node, subst};
 use crate::prepack::insert_stage;
 use std::collections::HashMap;
-use texc_compiler::ops::{Intrinsic, ReduceOp};
+use texc_compiler::ops::{BinOp, Intrinsic, ReduceOp};
 use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::tir::*;
 use texc_compiler::types::ElemType;
@@ -39,18 +48,27 @@ use texc_compiler::types::ElemType;
 /// 14 of 16 and 28 of 32 are kept), and above which an axis fills them well.
 pub const MIN_FILL: f64 = 0.75;
 
-/// Compute every short-row `@dot4` product of `p` filters-last; the number
-/// of stages changed.
-pub fn filters_last(p: &mut Program, target: &Target) -> usize {
-    if target.kind != TargetKind::Cpu || !target.has_intrinsic(Intrinsic::Dot4) {
+/// Products per output from which a float product is computed filters-last.
+pub const MIN_FLOAT_DEPTH: i64 = 512;
+
+/// Compute every short-row product of `p` filters-last; the number of
+/// stages changed. `movable` says which operands may be copied with a
+/// dimension moved last: those a copy costs nothing per run (constants,
+/// folded), or `@dot4`'s packed operands (made on every call anyway).
+pub fn filters_last(p: &mut Program, target: &Target, movable: &dyn Fn(TensorId) -> bool) -> usize {
+    if target.kind != TargetKind::Cpu {
         return 0;
     }
-    let lanes = target.lanes(ElemType::I32) as i64;
     let mut made: Vec<(TensorId, usize, TensorId)> = Vec::new();
     let mut changed = 0;
     let mut si = 0;
     while si < p.stages.len() {
-        if let Some(f) = long_axis(p, si, lanes) {
+        // A convolution of one group reads channel `k / K * Cg + c`, which
+        // involves the filter `k` until simplified to `c`.
+        if product_body(p, p.stages[si].value).is_some() {
+            crate::normalize::simplify_div_mod(p, si);
+        }
+        if let Some(f) = long_axis(p, si, target, movable) {
             si = rewrite(p, si, f, &mut made);
             changed += 1;
         }
@@ -65,38 +83,85 @@ fn fill(extent: i64, lanes: i64) -> f64 {
 }
 
 /// The axis `f` to put last in stage `si`, if the stage is a short-row
-/// `@dot4` product (see the module header).
-fn long_axis(p: &Program, si: usize, lanes: i64) -> Option<usize> {
+/// product (see the module header).
+fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId) -> bool) -> Option<usize> {
     let st = &p.stages[si];
     let last = st.n_axes.checked_sub(1)?;
-    if last == 0 || fill(st.vars[last].extent, lanes) >= MIN_FILL {
+    let (body, dot4) = product_body(p, st.value)?;
+    let elem = if dot4 { ElemType::I32 } else { p.tensor(st.tensor).elem };
+    let lanes = target.lanes(elem) as i64;
+    if last == 0 || fill(row(p, si, lanes), lanes) >= MIN_FILL {
         return None;
     }
-    let body = dot4_sum_body(p, st.value)?;
+    // The copy back is a pass over the output: a float product pays for it
+    // only where each output sums many products.
+    let depth: i64 = st.vars[st.n_axes..].iter().map(|v| v.extent).product();
+    if !dot4 && depth < MIN_FLOAT_DEPTH {
+        return None;
+    }
     let mut loads = Vec::new();
     crate::analysis::loads_in(p, body, &mut loads);
     let x = last as VarId;
     (0..last).rev().find(|&f| {
         let (fv, ext) = (f as VarId, st.vars[f].extent);
+        let along_f: Vec<TExprId> = loads.iter().copied().filter(|&l| involves(p, l, fv)).collect();
         ext >= lanes
             && fill(ext, lanes) >= MIN_FILL
-            && loads.iter().any(|&l| involves(p, l, fv))
+            && !along_f.is_empty()
             && loads.iter().all(|&l| !(involves(p, l, x) && involves(p, l, fv)))
-            && loads.iter().filter(|&&l| involves(p, l, fv)).all(|&l| alone_at(p, l, fv).is_some())
+            && along_f.iter().all(|&l| alone_at(p, l, fv).is_some())
+            && along_f.iter().all(|&l| {
+                // Read with `f` last already, or copied so: constants (and
+                // `@dot4`'s packed operands) only.
+                let TExpr::Load(t, idx) = p.expr(l) else { return false };
+                alone_at(p, l, fv) == Some(idx.len() - 1) || dot4 || movable(*t)
+            })
     })
 }
 
-/// The body of the sum in `e` whose terms are `@dot4`s.
-fn dot4_sum_body(p: &Program, e: TExprId) -> Option<TExprId> {
+/// The row the default schedule vectorizes: the last axis, with the axes
+/// before it that every read walks densely with it fused while it is short
+/// (`h, w` of a 1×1 convolution: 49 pixels of a 7×7 map fill 16-lane
+/// vectors well; a 3×3 convolution's `x + s` rows do not fuse).
+fn row(p: &Program, si: usize, lanes: i64) -> i64 {
+    let st = &p.stages[si];
+    let mut loads = Vec::new();
+    crate::analysis::loads_in(p, st.value, &mut loads);
+    let mut first = st.n_axes - 1;
+    let mut row = st.vars[first].extent;
+    while first > 0 && row < lanes * 4 && fill(row, lanes) < MIN_FILL {
+        let (a, b) = ((first - 1) as VarId, first as VarId);
+        if !crate::analysis::dense_pair(p, st.value, &loads, (a, b), st.vars[first].extent) {
+            break;
+        }
+        first -= 1;
+        row *= st.vars[first].extent;
+    }
+    row
+}
+
+/// The body of the stage's sum of products — of `@dot4`s (`true`), or of
+/// two loads multiplied, each possibly converted (`false`).
+fn product_body(p: &Program, e: TExprId) -> Option<(TExprId, bool)> {
+    let strip = |e: TExprId| match p.expr(e) {
+        TExpr::Cast(a) => *a,
+        _ => e,
+    };
     let mut stack = vec![e];
     while let Some(e) = stack.pop() {
         if let TExpr::Reduce(ReduceOp::Sum, _, body) = p.expr(e) {
             let mut inner = vec![*body];
             while let Some(b) = inner.pop() {
                 if matches!(p.expr(b), TExpr::Intrinsic(Intrinsic::Dot4, _)) {
-                    return Some(*body);
+                    return Some((*body, true));
                 }
                 inner.extend(p.children(b));
+            }
+            if let TExpr::Binary(BinOp::Mul, a, b) = *p.expr(*body) {
+                let loads = [a, b].map(|x| matches!(p.expr(strip(x)), TExpr::Load(..)));
+                if loads == [true, true] {
+                    return Some((*body, false));
+                }
             }
         }
         stack.extend(p.children(e));
@@ -123,7 +188,7 @@ fn rewrite(p: &mut Program, si: usize, f: usize, made: &mut Vec<(TensorId, usize
     let mut value = subst(p, st.value, &HashMap::new(), &rename);
     let fv = (st.n_axes - 1) as VarId;
     let mut si = si;
-    if let Some(body) = dot4_sum_body(p, value) {
+    if let Some((body, _)) = product_body(p, value) {
         let mut loads = Vec::new();
         crate::analysis::loads_in(p, body, &mut loads);
         loads.retain(|&l| involves(p, l, fv));

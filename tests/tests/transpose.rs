@@ -4,7 +4,7 @@
 //! block divides, and the transposed copy is made only where rows are many.
 
 use texc_compiler::interp;
-use texc_compiler::target::TargetKind;
+use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::{Bindings, Program};
 
 fn program(text: &str) -> Program {
@@ -19,6 +19,12 @@ fn loops_text(target: &str, p: &Program) -> (String, texc_schedules::LoopFunc) {
 }
 
 fn check(name: &str, text: &str, transposed: bool) {
+    check_layout(name, text, "W.t", &|_| transposed);
+}
+
+/// `text` matches the interpreter on every CPU target here, and its loops
+/// hold `marker` (a tensor the layout pass made) where `made` says.
+fn check_layout(name: &str, text: &str, marker: &str, made: &dyn Fn(&Target) -> bool) {
     let p = program(text);
     let args = || interp::bind_args(&p, Default::default(), &[], 5).expect("binds");
     let want = interp::run(&p, args()).expect("interp");
@@ -28,7 +34,7 @@ fn check(name: &str, text: &str, transposed: bool) {
     }
     for target in run.into_iter().filter(|t| t.kind == TargetKind::Cpu) {
         let (text, f) = loops_text(target.name, &p);
-        assert_eq!(text.contains("W.t"), transposed, "{name} on {target}:\n{text}");
+        assert_eq!(text.contains(marker), made(target), "{name} on {target}:\n{text}");
         let k = texc_tests::compile_loops(target, &f).unwrap_or_else(|e| panic!("{name} on {target}: {e}"));
         let got = k.run(args()).expect("runs");
         for (g, w) in got.iter().zip(&want) {
@@ -63,4 +69,27 @@ fn few_rows_keep_reading_along_rows() {
     let gemv = "kernel l(X: f32[1, 40], W: f32[30, 40]) -> Y: f32[1, 30] {\n\
                 \x20   Y[i, j] = sum[k](X[i, k] * W[j, k]);\n}\n";
     check("matrix-vector", gemv, false);
+}
+
+/// A float convolution over rows too short for the vectors (`filters_last`):
+/// 7-wide rows of 16-lane vectors, 576 products per output, filters read
+/// `f` last — computed as `Y.t[n, y, x, f]` on AVX-512 (7 of 8 AVX2 lanes
+/// are full enough), bit for bit the same sums. Shallow sums, and a 1×1
+/// convolution whose 7×7 map the schedule fuses into rows of 49, stay as written.
+#[test]
+fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
+    let conv = |c: i64, f: i64| {
+        format!(
+            "kernel c(X: f32[1, {c}, 9, 9], W: f32[{c}, 3, 3, {f}]) -> Y: f32[1, {f}, 7, 7] {{\n\
+             \x20   Y[n, k, y, x] = max(sum[c, r, s](X[n, c, y + r, x + s] * W[c, r, s, k]), 0.0);\n}}\n"
+        )
+    };
+    let avx512 = |text: &str| loops_text("x86-avx512", &program(text)).0.contains("Y.t");
+    assert!(avx512(&conv(64, 48)), "576 products per output");
+    assert!(!avx512(&conv(8, 48)), "72 products per output");
+    assert!(!loops_text("x86-avx2", &program(&conv(64, 48))).0.contains("Y.t"), "7 of 8 lanes");
+    let pointwise = "kernel c(X: f32[1, 640, 7, 7], W: f32[640, 48]) -> Y: f32[1, 48, 7, 7] {\n\
+                     \x20   Y[n, k, y, x] = sum[c](X[n, c, y, x] * W[c, k]);\n}\n";
+    assert!(!avx512(pointwise), "a 1×1 convolution's rows are 49 pixels");
+    check_layout("filters-last 3×3", &conv(64, 48), "Y.t", &|t| t.vector_bits >= 512);
 }

@@ -114,11 +114,12 @@ fn dot4_products(p: &mut Program, t: &Target, _: DefaultKnobs) {
     crate::dot4::pack_products(p, t);
 }
 
-/// *filters-last*: `@dot4` products over rows too short for the vectors
-/// computed with their long axis last ([`crate::filters_last`]; the pipeline
-/// did those before folding, so that constant filters are moved once).
+/// *filters-last*: products over rows too short for the vectors computed
+/// with their long axis last ([`crate::filters_last`]; the pipeline did
+/// those before folding, moving constant filters once; here only `@dot4`'s
+/// packed operands move).
 fn filters_last(p: &mut Program, t: &Target, _: DefaultKnobs) {
-    crate::filters_last::filters_last(p, t);
+    crate::filters_last::filters_last(p, t, &|_| false);
 }
 
 /// *transpose-operands*: a product's vector operand read across its rows
