@@ -997,3 +997,20 @@ fn tails_are_cut_from_the_loops_around_them() {
         }
     }
 }
+
+/// A grouped convolution reads its input through the filter's group (`k /
+/// 8 * 8 + c`): no axis shares the vector loads whole, but the 8 filters of
+/// a group do, so the register block's rows are filters of one group
+/// (`k.i`), not rows of the image each loading its own input. At odd sizes,
+/// against the interpreter, on every x86 target that runs here.
+#[test]
+fn grouped_convolutions_block_the_filters_of_a_group() {
+    let src = "kernel g(X: f32[1, 24, 13, 19], W: f32[24, 8, 3, 3]) -> Y: f32[1, 24, 11, 17] {\n\
+               \x20   Y[n, k, y, x] = sum[c, r, s](X[n, k / 8 * 8 + c, y + r, x + s] * W[k, c, r, s]);\n}\n";
+    default_on_x86("grouped", src, |target, text| {
+        assert!(
+            text.contains("for k.i.r in 0..") && text.contains("unrolled"),
+            "{target}: rows among a group:\n{text}"
+        );
+    });
+}
