@@ -1,5 +1,6 @@
 //! Register blocking of reductions: rows of a spatial axis whose vector
-//! loads they share are unrolled inside the reduction loops, so that
+//! loads they share (or of the filters of one group, in a grouped
+//! convolution) are unrolled inside the reduction loops, so that
 //! independent accumulator vectors (3/4 of the target's registers) hide the
 //! FMA latency. Long GEMM rows get BLIS-style blocking: a micro-kernel of
 //! two vectors (`nvec`), its column loop outside the reductions in blocks of
