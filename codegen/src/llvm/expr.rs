@@ -411,13 +411,12 @@ impl<'ctx> Gen<'ctx, '_> {
         let (lo, hi) = if unsigned_ty(to) { (0.0, 255.0) } else { (-128.0, 127.0) };
         let c = |v: f64| self.const_of(from, 0, v, mode);
         let pick = |p: FloatPredicate, a: BasicValueEnum<'ctx>, b: BasicValueEnum<'ctx>| -> R<BasicValueEnum<'ctx>> {
-            let cond = match (a, b) {
+            let cond: BasicValueEnum = match (a, b) {
                 (BasicValueEnum::VectorValue(u), BasicValueEnum::VectorValue(w)) => {
                     self.b.build_float_compare(p, u, w, "fcmp")?.into()
                 }
                 _ => self.b.build_float_compare(p, a.into_float_value(), b.into_float_value(), "fcmp")?.into(),
             };
-            let cond: BasicValueEnum = cond;
             Ok(match cond {
                 BasicValueEnum::VectorValue(m) => self.b.build_select(m, a, b, "sat")?,
                 _ => self.b.build_select(cond.into_int_value(), a, b, "sat")?,

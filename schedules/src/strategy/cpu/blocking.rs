@@ -266,16 +266,7 @@ fn reads_along(p: &Program, st: &Stage, rel: &crate::schedule::Rel) -> bool {
 /// Without such an axis (a depthwise convolution's rows each load their own
 /// input), the axis outside the innermost, and `false`.
 fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
-    let inner = st.n_axes as u32 - 1;
-    let mut loads = Vec::new();
-    loads_in(p, st.value, &mut loads);
-    let vector_loads: Vec<TExprId> = loads
-        .into_iter()
-        .filter(|&l| match p.expr(l) {
-            TExpr::Load(_, idx) => idx.last().is_some_and(|&i| uses_var(p, i, inner)),
-            _ => false,
-        })
-        .collect();
+    let vector_loads = vector_loads(p, st);
     (0..first_row_axis)
         .rev()
         .find(|&a| st.vars[a].extent >= 2 && !vector_loads.iter().any(|&l| uses_var(p, l, a as u32)))
@@ -304,41 +295,33 @@ fn group_axis(p: &Program, st: &Stage, first_row_axis: usize) -> Option<(usize, 
     let loads = vector_loads(p, st);
     (0..first_row_axis).rev().find_map(|a| {
         let ext = st.vars[a].extent;
-        let mut g = None;
-        for &l in &loads {
-            match through_group(p, l, a as u32)? {
-                Some(x) if g.is_some_and(|y| y != x) => return None,
-                Some(x) => g = Some(x),
-                None => {}
-            }
-        }
+        let g = through_group(p, &loads, a as u32)?;
         g.filter(|&g| g >= 2 && g < ext && ext % g == 0).map(|g| (a, g))
     })
 }
 
-/// How `e` reads variable `v`: not at all (`Some(None)`), only as `v / g`
-/// for one constant `g` (`Some(Some(g))`), or otherwise (`None`).
-fn through_group(p: &Program, e: TExprId, v: u32) -> Option<Option<i64>> {
-    match p.expr(e) {
-        TExpr::Var(x) if *x == v => None,
-        TExpr::Binary(texc_compiler::ops::BinOp::FloorDiv, n, d) if matches!(p.expr(*n), TExpr::Var(x) if *x == v) => {
-            match p.expr(*d) {
-                TExpr::Int(g) => Some(Some(*g)),
-                _ => None,
-            }
-        }
-        _ => {
-            let mut g = None;
-            for c in p.children(e) {
-                match through_group(p, c, v)? {
-                    Some(x) if g.is_some_and(|y| y != x) => return None,
-                    Some(x) => g = Some(x),
-                    None => {}
+/// How expressions `es` read variable `v`: not at all (`Some(None)`), only
+/// as `v / g` for one constant `g` (`Some(Some(g))`), or otherwise (`None`).
+fn through_group(p: &Program, es: &[TExprId], v: u32) -> Option<Option<i64>> {
+    let mut g = None;
+    for &e in es {
+        let here = match p.expr(e) {
+            TExpr::Var(x) if *x == v => return None,
+            TExpr::Binary(texc_compiler::ops::BinOp::FloorDiv, n, d) if matches!(p.expr(*n), TExpr::Var(x) if *x == v) => {
+                match p.expr(*d) {
+                    TExpr::Int(k) => Some(*k),
+                    _ => return None,
                 }
             }
-            Some(g)
+            _ => through_group(p, &p.children(e), v)?,
+        };
+        match (g, here) {
+            (Some(a), Some(b)) if a != b => return None,
+            (None, h) => g = h,
+            _ => {}
         }
     }
+    Some(g)
 }
 
 /// The cache blocking of long products (BLIS's, with the operands' roles
