@@ -221,8 +221,13 @@ fn replace_loads(p: &mut Program, e: TExprId, st: &Stage) {
 /// Replace `e / k` and `e % k` in stage `si` by `X` and `Y` where
 /// `e = k·X + Y` with `Y` provably in `[0, k)` over the variables' extents:
 /// `group_norm`'s statistics read as `mu[n, (g·Cg + c) / Cg]` inside a sum
-/// over `c < Cg` are `mu[n, g]`, the same in every term. Floor semantics, so
-/// the rewrite holds for every value, negative ones included.
+/// over `c < Cg` are `mu[n, g]`, the same in every term. Where no such split
+/// exists but one by a divisor `g` of `k` does (`e = g·X + Y`, `0 ≤ Y < g`),
+/// `e / k` is `X / (k/g)` and `e % k` is `(X % (k/g))·g + Y`: a channel
+/// shuffle's `(784·c + 28·y + x) / 1568` is `c / 2`, one value per row
+/// instead of a division per lane. Inner divisions are simplified first, so
+/// `((784·c + 28·y + x) / 28) % 28` becomes `y`. Floor semantics, so the
+/// rewrites hold for every value, negative ones included.
 pub fn simplify_div_mod(p: &mut Program, si: usize) {
     let extents: Vec<i64> = p.stages[si].vars.iter().map(|v| v.extent).collect();
     let value = p.stages[si].value;
@@ -231,18 +236,39 @@ pub fn simplify_div_mod(p: &mut Program, si: usize) {
 }
 
 fn simplify_div_mod_in(p: &mut Program, e: TExprId, extents: &[i64]) -> TExprId {
+    let children = p.children(e);
+    let new: Vec<TExprId> = children.iter().map(|&c| simplify_div_mod_in(p, c, extents)).collect();
+    let e = with_children(p, e, new);
     if let TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod), a, b) = p.expr(e).clone() {
         if let (&TExpr::Int(k), Ty::Index) = (p.expr(b), p.ty(e)) {
-            if let Some((x, y)) = split_by(p, a, k, extents) {
-                let part = if op == BinOp::FloorDiv { x } else { y };
-                let span = p.span(e);
-                return build_affine(p, &part, span);
+            if let Some(split) = split_by(p, a, k, extents) {
+                return div_mod_of_split(p, op, &split, extents, p.span(e));
             }
         }
     }
-    let children = p.children(e);
-    let new: Vec<TExprId> = children.iter().map(|&c| simplify_div_mod_in(p, c, extents)).collect();
-    with_children(p, e, new)
+    e
+}
+
+/// `e / k` (`op` = FloorDiv) or `e % k` of `e = g·high + low`, `k = g·m`.
+fn div_mod_of_split(p: &mut Program, op: BinOp, s: &Split, extents: &[i64], span: texc_grammar::Span) -> TExprId {
+    let high = build_affine(p, &s.high, span);
+    if s.m == 1 {
+        return if op == BinOp::FloorDiv { high } else { build_affine(p, &s.low, span) };
+    }
+    // `high` is smaller than `e` by a factor of `g`: the recursion ends.
+    let m = p.alloc(TExpr::Int(s.m), Ty::Index, span);
+    let inner = p.alloc(TExpr::Binary(op, high, m), Ty::Index, span);
+    let inner = simplify_div_mod_in(p, inner, extents);
+    if op == BinOp::FloorDiv {
+        return inner;
+    }
+    let g = p.alloc(TExpr::Int(s.g), Ty::Index, span);
+    let scaled = p.alloc(TExpr::Binary(BinOp::Mul, inner, g), Ty::Index, span);
+    if s.low.terms.is_empty() && s.low.c == 0 {
+        return scaled;
+    }
+    let low = build_affine(p, &s.low, span);
+    p.alloc(TExpr::Binary(BinOp::Add, scaled, low), Ty::Index, span)
 }
 
 /// `e` with its children replaced by `new` (`e` itself when they are the same).
@@ -367,23 +393,52 @@ fn is_constant(p: &Program, e: TExprId) -> bool {
     }
 }
 
-/// `(X, Y)` with `e = k·X + Y` and `0 ≤ Y < k` for every value of `e`'s
-/// variables, if `e` is affine in them and such a split exists.
-fn split_by(p: &Program, e: TExprId, k: i64, extents: &[i64]) -> Option<(Affine<VarId>, Affine<VarId>)> {
+/// `e = g·high + low` with `0 ≤ low < g` and `g·m = k` (`g > 1` unless `k = 1`).
+struct Split {
+    g: i64,
+    m: i64,
+    high: Affine<VarId>,
+    low: Affine<VarId>,
+}
+
+/// A split of `e` (affine in the stage's variables) by `k` itself when one
+/// exists, else by the largest divisor `g` of `k` that the terms with the
+/// largest coefficients share while the others stay below it.
+fn split_by(p: &Program, e: TExprId, k: i64, extents: &[i64]) -> Option<Split> {
     if k <= 0 {
         return None;
     }
     let form = texc_compiler::affine::affine_in_vars(p, e)?;
-    let k = k as i128;
-    let (mut x, mut y) = (Affine::constant(form.c.div_euclid(k)), Affine::constant(form.c.rem_euclid(k)));
+    let mut by_size: Vec<i128> = form.terms.values().map(|c| c.abs()).collect();
+    by_size.sort_unstable_by(|a, b| b.cmp(a));
+    // The candidates, largest first: k, then gcd(k, the j largest coefficients).
+    let mut candidates = vec![k as i128];
+    let mut g = k as i128;
+    for c in by_size {
+        g = crate::independence::gcd(g, c);
+        candidates.push(g);
+    }
+    candidates.dedup();
+    // A divisor of 1 would not simplify (`e / k` as `e / k`); `k = 1` itself does (`e`, `0`).
+    candidates.into_iter().filter(|&g| g > 1 || g == k as i128).find_map(|g| split_exactly(&form, g, extents)).map(
+        |(g, high, low)| {
+            let g = g as i64;
+            Split { g, m: k / g, high, low }
+        },
+    )
+}
+
+/// `(g, X, Y)` with `form = g·X + Y` and `0 ≤ Y < g` over the variables' extents.
+fn split_exactly(form: &Affine<VarId>, g: i128, extents: &[i64]) -> Option<(i128, Affine<VarId>, Affine<VarId>)> {
+    let (mut x, mut y) = (Affine::constant(form.c.div_euclid(g)), Affine::constant(form.c.rem_euclid(g)));
     let mut y_max = y.c;
     for (&v, &coeff) in &form.terms {
-        let (q, r) = (coeff.div_euclid(k), coeff.rem_euclid(k));
+        let (q, r) = (coeff.div_euclid(g), coeff.rem_euclid(g));
         x = x.add(&Affine::atom(v).scale(q)?, 1)?;
         y = y.add(&Affine::atom(v).scale(r)?, 1)?;
         y_max = y_max.checked_add(r.checked_mul(i128::from(*extents.get(v as usize)?).checked_sub(1)?)?)?;
     }
-    (y_max < k).then_some((x, y))
+    (y_max < g).then_some((g, x, y))
 }
 
 fn build_affine(p: &mut Program, a: &Affine<VarId>, span: texc_grammar::Span) -> TExprId {

@@ -1014,3 +1014,24 @@ fn grouped_convolutions_block_the_filters_of_a_group() {
         );
     });
 }
+
+/// A channel shuffle as exporters write it (concatenate, reshape to two
+/// groups, transpose, reshape back) reads its rows whole: the flattened
+/// position's divisions by 2·H·W and H·W split by H·W (`k / 2`, `k % 2`)
+/// instead of dividing every lane; results match the interpreter at odd
+/// sizes (H·W = 21, not a multiple of any vector).
+#[test]
+fn channel_shuffles_read_whole_rows() {
+    let src = "kernel shuffle(A: f32[N = 1, C = 5, H = 3, W = 7], B: f32[N, C, H, W]) -> Y: f32[N, 2*C, H, W] {
+    Cat[n, c in 0..2*C, h, w] = select(c < C, A[n, c, h, w], B[n, c - C, h, w]);
+    R[n, g in 0..2, c in 0..C, h in 0..H, w in 0..W] = Cat[n, (g*C*H*W + c*H*W + h*W + w) / (H*W), ((g*C*H*W + c*H*W + h*W + w) / W) % H, (g*C*H*W + c*H*W + h*W + w) % W];
+    T[n, c in 0..C, g in 0..2, h in 0..H, w in 0..W] = R[n, g, c, h, w];
+    Y[n, k, h, w] = T[n, (k*H*W + h*W + w) / (2*H*W), ((k*H*W + h*W + w) / (H*W)) % 2, ((k*H*W + h*W + w) / W) % H, (k*H*W + h*W + w) % W];
+}
+";
+    default_on_x86("shuffle", src, |target, text| {
+        for division in ["/ 42", "% 42", "/ 21", "% 21", "/ 210"] {
+            assert!(!text.contains(division), "{target}: `{division}` left:\n{text}");
+        }
+    });
+}
