@@ -249,6 +249,82 @@ fn simplify_div_mod_in(p: &mut Program, e: TExprId, extents: &[i64]) -> TExprId 
     e
 }
 
+/// Replace the index comparisons of stage `si` that its variables' extents
+/// decide by `true` or `false`, and fold the `&&`, `||`, `!` and `select`s
+/// over them: a max pool without padding bounds its window as a padded one
+/// would (`h·2 + r < 111` for `h < 55`, `r < 3`), a guard per lane that
+/// also keeps its strided loads from running as plain loads.
+pub fn fold_decided_conditions(p: &mut Program, si: usize) {
+    let extents: Vec<i64> = p.stages[si].vars.iter().map(|v| v.extent).collect();
+    let value = p.stages[si].value;
+    let value = fold_conditions_in(p, value, &extents);
+    p.stages[si].value = value;
+}
+
+fn fold_conditions_in(p: &mut Program, e: TExprId, extents: &[i64]) -> TExprId {
+    let children = p.children(e);
+    let new: Vec<TExprId> = children.iter().map(|&c| fold_conditions_in(p, c, extents)).collect();
+    let e = with_children(p, e, new);
+    let known = |p: &Program, c: TExprId| match p.expr(c) {
+        TExpr::Int(k) if p.ty(c) == Ty::Elem(ElemType::Bool) => Some(*k != 0),
+        _ => None,
+    };
+    let decided = match *p.expr(e) {
+        TExpr::Binary(op, a, b) if op.is_comparison() && p.ty(a) == Ty::Index => {
+            decide_comparison(p, op, a, b, extents)
+        }
+        TExpr::Binary(op @ (BinOp::And | BinOp::Or), a, b) => {
+            // `x && true` is `x`, `x && false` is `false` (and dually for `||`).
+            let absorbing = op == BinOp::Or;
+            match (known(p, a), known(p, b)) {
+                (Some(x), _) | (_, Some(x)) if x == absorbing => Some(absorbing),
+                (Some(_), _) => return b,
+                (_, Some(_)) => return a,
+                _ => None,
+            }
+        }
+        TExpr::Unary(UnOp::Not, a) => known(p, a).map(|x| !x),
+        TExpr::Select(c, a, b) => match known(p, c) {
+            Some(x) => return if x { a } else { b },
+            None => None,
+        },
+        _ => None,
+    };
+    match decided {
+        Some(x) => p.alloc(TExpr::Int(x as i64), Ty::Elem(ElemType::Bool), p.span(e)),
+        None => e,
+    }
+}
+
+/// Whether `a op b` holds at every point, fails at every point, or either.
+fn decide_comparison(p: &Program, op: BinOp, a: TExprId, b: TExprId, extents: &[i64]) -> Option<bool> {
+    let var = |v: VarId| match extents.get(v as usize) {
+        Some(&n) if n > 0 => crate::interval::range(0, n as i128 - 1),
+        _ => crate::interval::ANY,
+    };
+    let d = crate::interval::of(p, a, &var).add(crate::interval::of(p, b, &var).neg());
+    let (lo, hi) = (d.lo?, d.hi?);
+    let always = match op {
+        BinOp::Lt => hi < 0,
+        BinOp::Le => hi <= 0,
+        BinOp::Gt => lo > 0,
+        BinOp::Ge => lo >= 0,
+        BinOp::Eq => lo == 0 && hi == 0,
+        BinOp::Ne => lo > 0 || hi < 0,
+        _ => false,
+    };
+    let never = match op {
+        BinOp::Lt => lo >= 0,
+        BinOp::Le => lo > 0,
+        BinOp::Gt => hi <= 0,
+        BinOp::Ge => hi < 0,
+        BinOp::Eq => lo > 0 || hi < 0,
+        BinOp::Ne => lo == 0 && hi == 0,
+        _ => false,
+    };
+    (always || never).then_some(always)
+}
+
 /// `e / k` (`op` = FloorDiv) or `e % k` of `e = g·high + low`, `k = g·m`.
 fn div_mod_of_split(p: &mut Program, op: BinOp, s: &Split, extents: &[i64], span: texc_grammar::Span) -> TExprId {
     let high = build_affine(p, &s.high, span);

@@ -20,7 +20,7 @@
 //! - a preparation pass of the default schedules, `NAME TARGET`
 //!   (`texc_schedules::prepare::steps`: `one-hot-gathers`,
 //!   `inline-elementwise`, `hoist-reductions`, `inline-epilogues`,
-//!   `simplify-div-mod`, `reciprocals`, `fuse-dense-reductions`, `rfactor` on
+//!   `simplify-div-mod`, `fold-conditions`, `reciprocals`, `fuse-dense-reductions`, `rfactor` on
 //!   CPUs; `im2col` on GPUs): the tensor IR after the passes before it in
 //!   the target's list, then after the pass itself (or `unchanged`);
 //! - `default-schedule TARGET`: the decisions of the target's default

@@ -1035,3 +1035,43 @@ fn channel_shuffles_read_whole_rows() {
         }
     });
 }
+
+/// A convolution whose row is one vector (13 of AVX-512's 16 lanes) blocks
+/// rows of the image as well as filters, each filter's broadcast shared by
+/// the block's image rows (6 filters × 4 rows: 10 loads for 24 FMAs, not
+/// 17 for 16); a strided one (`2·x + s`, its vectors gathered) keeps the
+/// one-axis block. Tails of filters (20) and rows (13) match the interpreter.
+#[test]
+fn one_vector_rows_block_rows_of_the_image_too() {
+    let src = "kernel c(X: f32[1, 5, 15, 15], W: f32[20, 5, 3, 3]) -> Y: f32[1, 20, 13, 13] {\n\
+               \x20   Y[n, k, y, x] = sum[c, r, s](X[n, c, y + r, x + s] * W[k, c, r, s]);\n}\n";
+    default_on_x86("conv13", src, |target, text| {
+        if target == "x86-avx512" {
+            assert!(text.contains("for y.r in 0..") && text.contains("for k.r in 0.."), "{target}:\n{text}");
+        }
+    });
+    let strided = "kernel c(X: f32[1, 5, 27, 27], W: f32[20, 5, 3, 3]) -> Y: f32[1, 20, 13, 13] {\n\
+                   \x20   Y[n, k, y, x] = sum[c, r, s](X[n, c, 2 * y + r, 2 * x + s] * W[k, c, r, s]);\n}\n";
+    default_on_x86("conv13s2", strided, |target, text| {
+        assert!(!text.contains("for y.r in 0.."), "{target}:\n{text}");
+    });
+}
+
+/// Window tests that the sizes decide are folded (a pool without padding
+/// whose windows all fit loads unguarded); those they do not decide stay
+/// (padding 1): both match the interpreter.
+#[test]
+fn pools_drop_the_edge_tests_their_sizes_decide() {
+    let src = "kernel pools(X: f32[C = 3, H = 13, W = 13], Z: f32[C, 14, 14]) -> (Y: f32[C, 6, 6], P: f32[C, 7, 7]) {
+    Y[c, h, w] = max[r in 0..3, s in 0..3](
+        select(h*2 + r >= 0 && h*2 + r < H && w*2 + s >= 0 && w*2 + s < W, X[c, h*2 + r, w*2 + s], -inf));
+    P[c, h, w] = max[r in 0..3, s in 0..3](
+        select(h*2 + r >= 1 && h*2 + r < 15 && w*2 + s >= 1 && w*2 + s < 15, Z[c, h*2 + r - 1, w*2 + s - 1], -inf));
+}
+";
+    default_on_x86("pools", src, |target, text| {
+        let y_stores: Vec<&str> = text.lines().filter(|l| l.contains("X[")).collect();
+        assert!(!y_stores.is_empty() && y_stores.iter().all(|l| !l.contains("select")), "{target}:\n{text}");
+        assert!(text.contains(">= 1"), "{target}: P keeps its tests:\n{text}");
+    });
+}

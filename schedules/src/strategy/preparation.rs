@@ -55,6 +55,14 @@ pub(super) fn simplify_div_mod(p: &mut Program, _: &Target, _: DefaultKnobs) {
     }
 }
 
+/// *fold-conditions*: index comparisons the sizes decide (a pool without
+/// padding tests its window against the image's edges) folded away.
+pub(super) fn fold_conditions(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    for si in 0..p.stages.len() {
+        crate::normalize::fold_decided_conditions(p, si);
+    }
+}
+
 /// Element-wise temporaries inlined into their readers as on CPUs
 /// (`inline_elementwise` without recomputation).
 pub fn default_inlining(p: &mut Program) {

@@ -2,7 +2,9 @@
 //! loads they share (or of the filters of one group, in a grouped
 //! convolution) are unrolled inside the reduction loops, so that
 //! independent accumulator vectors (3/4 of the target's registers) hide the
-//! FMA latency. Long GEMM rows get BLIS-style blocking: a micro-kernel of
+//! FMA latency. A row of one vector (a convolution's 13×13 map) blocks
+//! rows of the image too, which share the filters' broadcasts
+//! ([`two_axis_rows`]). Long GEMM rows get BLIS-style blocking: a micro-kernel of
 //! two vectors (`nvec`), its column loop outside the reductions in blocks of
 //! columns (`cols`), and a long reduction cut into slices (`kslice`), whose
 //! panels of the vector operand are packed per slice ([`super::pack`]).
@@ -50,6 +52,7 @@ pub(super) fn register_block(
     let span = Span::default();
     let row = ss.ivs[inner].extent;
     let (mut a, mut shared) = reuse_axis(p, st, first_row_axis);
+    let image_rows = shared.then(|| image_row_axis(p, st, first_row_axis, a)).flatten();
     if let Some((axis, g)) = group_axis(p, st, first_row_axis).filter(|_| !shared) {
         // The filters of one group share their input: rows among them.
         let name = ss.ivs[axis].name.clone();
@@ -83,11 +86,20 @@ pub(super) fn register_block(
     };
     let long = row >= lanes && short_vectors > 6;
     let vectors = if long { m.knobs.nvec.unwrap_or(2) } else { short_vectors };
-    let f = match m.knobs.rows {
+    // Rows of the image too where the row is one vector: `f` rows
+    // of filters broadcast their weights to every image row of the block.
+    let image_block = match (image_rows, m.knobs.rows) {
+        (Some(h), None) if !long && vectors == 1 => {
+            Some((h, two_axis_rows(m.accumulators, vectors, ss.ivs[a].extent, ss.ivs[h].extent)))
+        }
+        _ => None,
+    };
+    let f = match (m.knobs.rows, image_block) {
         // An explicit request is taken as it is: the last block is then a
         // shorter copy of the loops (partitioned), or guarded.
-        Some(rows) => rows.min(ss.ivs[a].extent),
-        None => default_rows(block_accumulators(m, shared) / vectors, ss.ivs[a].extent, long),
+        (Some(rows), _) => rows.min(ss.ivs[a].extent),
+        (None, Some((_, (fk, _)))) => fk,
+        (None, None) => default_rows(block_accumulators(m, shared) / vectors, ss.ivs[a].extent, long),
     };
     if f < 2 {
         if row >= 2 * m.lanes && ss.leaves.iter().any(|&l| ss.ivs[l].reduce) {
@@ -99,6 +111,12 @@ pub(super) fn register_block(
     }
     let name = ss.ivs[a].name.clone();
     let (ab, r) = ss.split(a, f, (&format!("{name}.b"), span), (&format!("{name}.r"), span), span).expect("fresh");
+    let image_r = image_block.filter(|&(_, (_, fh))| fh >= 2).map(|(h, (_, fh))| {
+        let hname = ss.ivs[h].name.clone();
+        let (_, hr) =
+            ss.split(h, fh, (&format!("{hname}.b"), span), (&format!("{hname}.r"), span), span).expect("fresh");
+        hr
+    });
     let iname = ss.ivs[inner].name.clone();
     let reductions: Vec<usize> = ss.leaves.iter().copied().filter(|&l| ss.ivs[l].reduce).collect();
     if !long {
@@ -114,13 +132,20 @@ pub(super) fn register_block(
             }
             vec![inner]
         };
-        let mut order: Vec<usize> =
-            ss.leaves.iter().copied().filter(|&l| !ss.ivs[l].reduce && l != r && !row_loops.contains(&l)).collect();
+        let unrolled: Vec<usize> = std::iter::once(r).chain(image_r).collect();
+        let mut order: Vec<usize> = ss
+            .leaves
+            .iter()
+            .copied()
+            .filter(|&l| !ss.ivs[l].reduce && !unrolled.contains(&l) && !row_loops.contains(&l))
+            .collect();
         order.extend(reductions);
-        order.push(r);
+        order.extend(&unrolled);
         order.extend(row_loops);
         ss.reorder(&order, span).expect("a permutation of the leaves");
-        ss.annotate(r, ForKind::Unrolled, span).expect("serial leaf");
+        for &u in &unrolled {
+            ss.annotate(u, ForKind::Unrolled, span).expect("serial leaf");
+        }
         unroll_reduction(ss, m.knobs.unroll);
         return None;
     }
@@ -271,6 +296,58 @@ fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
         .rev()
         .find(|&a| st.vars[a].extent >= 2 && !vector_loads.iter().any(|&l| uses_var(p, l, a as u32)))
         .map_or((first_row_axis - 1, false), |a| (a, true))
+}
+
+/// A second axis for a register block of short rows: one the vector
+/// operands read and no other load does (a convolution's image row `y`:
+/// `X[n, c, y + r, x + s]` moves with it, `W[k, c, r, s]` does not), so
+/// that rows of it share the broadcasts of the filter axis `a`'s rows. A
+/// batch axis, which the broadcast operand reads too, is not one.
+fn image_row_axis(p: &Program, st: &Stage, first_row_axis: usize, a: usize) -> Option<usize> {
+    let vector = vector_loads(p, st);
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    // Strided rows (a stride-2 convolution's `2·x + s`) gather or shuffle
+    // each vector: rows of filters, sharing those, stay the cheaper block.
+    let unit_stride = vector.iter().all(|&l| {
+        let TExpr::Load(_, idx) = p.expr(l) else { return false };
+        let inner = st.n_axes as u32 - 1;
+        let last = idx.last().and_then(|&i| texc_compiler::affine::affine_in_vars(p, i));
+        last.is_some_and(|form| form.coeff(&inner) == 1)
+    });
+    if !unit_stride {
+        return None;
+    }
+    (0..first_row_axis).rev().find(|&h| {
+        let v = h as u32;
+        h != a
+            && st.vars[h].extent >= 2
+            && vector.iter().any(|&l| uses_var(p, l, v))
+            && loads.iter().all(|&l| vector.contains(&l) || !uses_var(p, l, v))
+    })
+}
+
+/// Rows `(fk, fh)` of a register block of `vectors` vectors per row over a
+/// filter axis of `k` and an image axis of `h`: at most `accumulators`
+/// vectors, with the image rows' loads and a broadcast in the registers
+/// left (3/4 of them are the accumulators), the fewest loads per FMA over
+/// the whole image axis, its last, shorter block included (per block, `fk`
+/// broadcasts and `fh · vectors` vector loads feed `fk · fh · vectors`
+/// FMAs: 16 filters of one row load 17 for 16, 6 filters of 4 rows 10 for
+/// 24, under the two loads a cycle that keep two FMA pipes busy). `fh = 1`
+/// is the one-axis block.
+fn two_axis_rows(accumulators: i64, vectors: i64, k: i64, h: i64) -> (i64, i64) {
+    let registers = accumulators * 4 / 3;
+    let per_fma = |(fk, fh): (i64, i64)| {
+        let (blocks, tail) = (h / fh, h % fh);
+        let loads = blocks * (fk + fh * vectors) + if tail > 0 { fk + tail * vectors } else { 0 };
+        loads as f64 / (fk * h * vectors) as f64
+    };
+    (1..=h.min(accumulators / vectors))
+        .map(|fh| (block_rows(accumulators / vectors / fh, k), fh))
+        .filter(|&(fk, fh)| fh == 1 || fk * fh * vectors + fh * vectors < registers)
+        .min_by(|&x, &y| per_fma(x).total_cmp(&per_fma(y)))
+        .expect("fh = 1")
 }
 
 /// Loads of `st` contiguous along its innermost axis: a register block's vector operands.

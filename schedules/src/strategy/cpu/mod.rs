@@ -93,7 +93,7 @@ impl Strategy for Cpu {
 /// are inlined once reductions are hoisted out of them, and a row
 /// reduction's dense loops are fused before it is factored into
 /// vector-width partial results.
-const PREPARATION: [Step; 12] = [
+const PREPARATION: [Step; 13] = [
     Step { name: "dot4-products", run: dot4_products },
     Step { name: "filters-last", run: filters_last },
     Step { name: "fuse-attention", run: fuse_attention },
@@ -103,6 +103,7 @@ const PREPARATION: [Step; 12] = [
     Step { name: "hoist-reductions", run: preparation::hoist_reductions_step },
     Step { name: "inline-epilogues", run: preparation::inline_epilogues_step },
     Step { name: "simplify-div-mod", run: preparation::simplify_div_mod },
+    Step { name: "fold-conditions", run: preparation::fold_conditions },
     Step { name: "reciprocals", run: reciprocals },
     Step { name: "fuse-dense-reductions", run: row_reductions::fuse_dense_reductions },
     Step { name: "rfactor", run: row_reductions::rfactor },

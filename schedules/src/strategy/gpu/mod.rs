@@ -61,11 +61,12 @@ impl Strategy for Gpu {
 
 /// Row reductions are not factored into vector-width partial results: a
 /// GPU's rows are reduced by a block's threads, not by vector lanes.
-const PREPARATION: [Step; 5] = [
+const PREPARATION: [Step; 6] = [
     Step { name: "one-hot-gathers", run: preparation::one_hot_gathers },
     Step { name: "inline-elementwise", run: preparation::inline_elementwise_step },
     Step { name: "hoist-reductions", run: preparation::hoist_reductions_step },
     Step { name: "simplify-div-mod", run: preparation::simplify_div_mod },
+    Step { name: "fold-conditions", run: preparation::fold_conditions },
     Step { name: "im2col", run: im2col },
 ];
 
