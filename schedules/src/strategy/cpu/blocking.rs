@@ -299,8 +299,9 @@ fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
 }
 
 /// A second axis for a register block of short rows: one the vector
-/// operands read and no other load does (a convolution's image row `y`:
-/// `X[n, c, y + r, x + s]` moves with it, `W[k, c, r, s]` does not), so
+/// operands read, with a window (see [`window_index`]), and no other load
+/// does (a convolution's image row `y`: `X[n, c, y + r, x + s]` moves with
+/// it, `W[k, c, r, s]` does not), so
 /// that rows of it share the broadcasts of the filter axis `a`'s rows. A
 /// batch axis, which the broadcast operand reads too, is not one.
 fn image_row_axis(p: &Program, st: &Stage, first_row_axis: usize, a: usize) -> Option<usize> {
@@ -322,9 +323,20 @@ fn image_row_axis(p: &Program, st: &Stage, first_row_axis: usize, a: usize) -> O
         let v = h as u32;
         h != a
             && st.vars[h].extent >= 2
-            && vector.iter().any(|&l| uses_var(p, l, v))
+            && vector.iter().any(|&l| window_index(p, st, l, v))
             && loads.iter().all(|&l| vector.contains(&l) || !uses_var(p, l, v))
     })
+}
+
+/// Whether load `l` reads `v` in an index that a reduction variable also
+/// moves (`y + r`): the rows a window slides over. (A batch axis, read
+/// alone, is not blocked so: its block's last, shorter one would leave
+/// rows of an attached producer's buffer unstored, which the zero pass
+/// cannot tell from rows read.)
+fn window_index(p: &Program, st: &Stage, l: TExprId, v: u32) -> bool {
+    let TExpr::Load(_, idx) = p.expr(l) else { return false };
+    let reductions = st.n_axes as u32..st.vars.len() as u32;
+    idx.iter().any(|&i| uses_var(p, i, v) && reductions.clone().any(|r| uses_var(p, i, r)))
 }
 
 /// Rows `(fk, fh)` of a register block of `vectors` vectors per row over a
