@@ -90,7 +90,7 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     let (body, dot4) = product_body(p, st.value)?;
     let elem = if dot4 { ElemType::I32 } else { p.tensor(st.tensor).elem };
     let lanes = target.lanes(elem) as i64;
-    if last == 0 || fill(row(p, si, lanes), lanes) >= MIN_FILL {
+    if last == 0 || fill(crate::strategy::default_row(p, target, si), lanes) >= MIN_FILL {
         return None;
     }
     // The copy back is a pass over the output: a float product pays for it
@@ -117,27 +117,6 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
                 alone_at(p, l, fv) == Some(idx.len() - 1) || dot4 || movable(*t)
             })
     })
-}
-
-/// The row the default schedule vectorizes: the last axis, with the axes
-/// before it that every read walks densely with it fused while it is short
-/// (`h, w` of a 1×1 convolution: 49 pixels of a 7×7 map fill 16-lane
-/// vectors well; a 3×3 convolution's `x + s` rows do not fuse).
-fn row(p: &Program, si: usize, lanes: i64) -> i64 {
-    let st = &p.stages[si];
-    let mut loads = Vec::new();
-    crate::analysis::loads_in(p, st.value, &mut loads);
-    let mut first = st.n_axes - 1;
-    let mut row = st.vars[first].extent;
-    while first > 0 && row < lanes * 4 && fill(row, lanes) < MIN_FILL {
-        let (a, b) = ((first - 1) as VarId, first as VarId);
-        if !crate::analysis::dense_pair(p, st.value, &loads, (a, b), st.vars[first].extent) {
-            break;
-        }
-        first -= 1;
-        row *= st.vars[first].extent;
-    }
-    row
 }
 
 /// The body of the stage's sum of products — of `@dot4`s (`true`), or of

@@ -23,6 +23,8 @@
 //! and [`Schedules::verify`] accepts it.
 
 mod cpu;
+
+pub(crate) use cpu::default_row;
 mod gpu;
 mod preparation;
 

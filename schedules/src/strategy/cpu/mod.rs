@@ -226,6 +226,14 @@ impl Machine {
     }
 }
 
+/// The length of the row the default schedule vectorizes in stage `si`:
+/// its last axis, with the axes before it that every read walks densely
+/// fused while it is short ([`vectorize::fused_row`]).
+pub(crate) fn default_row(p: &Program, target: &Target, si: usize) -> i64 {
+    let st = &p.stages[si];
+    vectorize::fused_row(p, st, Machine::of(target, st, p, DefaultKnobs::default())).1
+}
+
 /// Whether `e` computes a [`texc_compiler::ops::Intrinsic::Dot4`].
 fn uses_dot4(p: &Program, e: TExprId) -> bool {
     matches!(p.expr(e), TExpr::Intrinsic(texc_compiler::ops::Intrinsic::Dot4, _))

@@ -52,15 +52,7 @@ pub(super) fn fuse_short_rows(ss: &mut StageSchedule, p: &Program, st: &Stage, m
     if n < 2 || ss.leaves.len() != st.vars.len() || ss.leaves.iter().enumerate().any(|(i, &l)| i != l) {
         return None;
     }
-    let mut loads = Vec::new();
-    loads_in(p, st.value, &mut loads);
-    let mut first = n - 1;
-    let mut row = st.vars[first].extent;
-    let short = |row: i64| row < m.lanes || row % m.width_for(row) != 0;
-    while first > 0 && short(row) && row < 4 * m.lanes && dense_pair(p, st, &loads, first - 1) {
-        first -= 1;
-        row *= st.vars[first].extent;
-    }
+    let (first, _) = fused_row(p, st, m);
     let span = Span::default();
     let mut fused = ss.leaves[first];
     for _ in first + 1..n {
@@ -69,6 +61,22 @@ pub(super) fn fuse_short_rows(ss: &mut StageSchedule, p: &Program, st: &Stage, m
         fused = ss.fuse(fused, next, (&name, span), span).expect("adjacent spatial loops");
     }
     (first < n - 1).then_some((fused, first))
+}
+
+/// The first axis of the row [`fuse_short_rows`] makes of `st`'s trailing
+/// axes, and the row's length (the last axis alone where none fuse).
+pub(super) fn fused_row(p: &Program, st: &Stage, m: Machine) -> (usize, i64) {
+    let n = st.n_axes;
+    let mut first = n.saturating_sub(1);
+    let Some(mut row) = st.vars.get(first).map(|v| v.extent).filter(|_| n > 0) else { return (0, 1) };
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let short = |row: i64| row < m.lanes || row % m.width_for(row) != 0;
+    while first > 0 && short(row) && row < 4 * m.lanes && dense_pair(p, st, &loads, first - 1) {
+        first -= 1;
+        row *= st.vars[first].extent;
+    }
+    (first, row)
 }
 
 /// Whether axes `a` and `a + 1` of `st` are one dense axis to every read and
