@@ -1075,3 +1075,27 @@ fn pools_drop_the_edge_tests_their_sizes_decide() {
         assert!(text.contains(">= 1"), "{target}: P keeps its tests:\n{text}");
     });
 }
+
+/// A producer worth threads (a global average pool over 2240 channels
+/// before a classifier) is not computed inside a consumer's loop that runs
+/// on one thread (the batch of one, outside the classifier's parallel
+/// columns): it stays in nests of its own with their parallel loops;
+/// results match the interpreter.
+#[test]
+fn producers_worth_threads_keep_them() {
+    let src = "kernel head(X: f32[1, 2240, 8, 8], F: f32[2240, 1000], b: f32[1000]) -> Y: f32[1, 1000] {
+    G[n, k in 0..2240, i in 0..1, j in 0..1] = sum[h in 0..8, w in 0..8](max(X[n, k, h, w], 0.0)) / 64.0;
+    L[n, k in 0..2240] = G[n, k, 0, 0];
+    Y[n, j] = sum[k](L[n, k] * F[k, j]) + b[j];
+}
+";
+    default_on_x86("head", src, |target, text| {
+        // (On AVX2 the pool's final sum, over 8 lanes a channel, is not worth threads.)
+        if target != "x86-avx512" {
+            return;
+        }
+        let nests: Vec<&str> = text.split("\n  for ").collect();
+        let classifier = nests.iter().find(|n| n.contains("Y.r0.acc")).expect("the classifier's nest");
+        assert!(!classifier.contains("local G.r0:"), "{target}: the pooling runs on threads of its own:\n{text}");
+    });
+}
