@@ -4,10 +4,11 @@
 //! independent accumulator vectors (3/4 of the target's registers) hide the
 //! FMA latency. A row of one vector (a convolution's 13×13 map) blocks
 //! rows of the image too, which share the filters' broadcasts
-//! ([`two_axis_rows`]). Long GEMM rows get BLIS-style blocking: a micro-kernel of
-//! two vectors (`nvec`), its column loop outside the reductions in blocks of
-//! columns (`cols`), and a long reduction cut into slices (`kslice`), whose
-//! panels of the vector operand are packed per slice ([`super::pack`]).
+//! ([`two_axis_rows`]). Long GEMM rows get BLIS-style blocking: a
+//! micro-kernel of two vectors (`nvec`), its column loop outside the
+//! reductions in blocks of columns (`cols`), and a long reduction cut into
+//! slices (`kslice`), whose panels of the vector operand are packed per
+//! slice ([`super::pack`]).
 //!
 //! The slices and column blocks are sized by the machine's caches and
 //! cores ([`LongBlocking::of`]): a micro-kernel's rows of A for one slice
@@ -299,11 +300,10 @@ fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
 }
 
 /// A second axis for a register block of short rows: one the vector
-/// operands read, with a window (see [`window_index`]), and no other load
-/// does (a convolution's image row `y`: `X[n, c, y + r, x + s]` moves with
-/// it, `W[k, c, r, s]` does not), so
-/// that rows of it share the broadcasts of the filter axis `a`'s rows. A
-/// batch axis, which the broadcast operand reads too, is not one.
+/// operands read through a window ([`window_index`]) and no other load
+/// reads (a convolution's image row `y`: `X[n, c, y + r, x + s]` moves with
+/// it, `W[k, c, r, s]` does not), so that its rows share the broadcasts of
+/// the filter axis `a`'s rows. Only for unit-stride rows.
 fn image_row_axis(p: &Program, st: &Stage, first_row_axis: usize, a: usize) -> Option<usize> {
     let vector = vector_loads(p, st);
     let mut loads = Vec::new();
