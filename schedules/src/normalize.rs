@@ -229,9 +229,14 @@ fn replace_loads(p: &mut Program, e: TExprId, st: &Stage) {
 /// `((784·c + 28·y + x) / 28) % 28` becomes `y`. Floor semantics, so the
 /// rewrites hold for every value, negative ones included.
 pub fn simplify_div_mod(p: &mut Program, si: usize) {
+    rewrite_value(p, si, simplify_div_mod_in)
+}
+
+/// Stage `si`'s value rewritten by `f`, which is given its variables' extents.
+fn rewrite_value(p: &mut Program, si: usize, f: fn(&mut Program, TExprId, &[i64]) -> TExprId) {
     let extents: Vec<i64> = p.stages[si].vars.iter().map(|v| v.extent).collect();
     let value = p.stages[si].value;
-    let value = simplify_div_mod_in(p, value, &extents);
+    let value = f(p, value, &extents);
     p.stages[si].value = value;
 }
 
@@ -255,10 +260,7 @@ fn simplify_div_mod_in(p: &mut Program, e: TExprId, extents: &[i64]) -> TExprId 
 /// would (`h·2 + r < 111` for `h < 55`, `r < 3`), a guard per lane that
 /// also keeps its strided loads from running as plain loads.
 pub fn fold_decided_conditions(p: &mut Program, si: usize) {
-    let extents: Vec<i64> = p.stages[si].vars.iter().map(|v| v.extent).collect();
-    let value = p.stages[si].value;
-    let value = fold_conditions_in(p, value, &extents);
-    p.stages[si].value = value;
+    rewrite_value(p, si, fold_conditions_in)
 }
 
 fn fold_conditions_in(p: &mut Program, e: TExprId, extents: &[i64]) -> TExprId {
