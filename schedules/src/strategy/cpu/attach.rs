@@ -201,10 +201,10 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
             }
             // The producer's threads become the owner's: a reader too small to
             // be worth threads on its own (a convolution's bias epilogue over
-            // 7×7×512 outputs) now carries the producer's work.
+            // 7×7×512 outputs) now carries the producer's work. (A serial
+            // outer loop here is one that may run threads: checked above.)
             let owner = &mut s.stages[o];
-            let threaded = owner.ivs.iter().any(|v| v.kind == ForKind::Parallel);
-            if was_parallel && !threaded && owner.ivs[a].kind == ForKind::Serial && owner.ivs[a].extent >= 2 {
+            if was_parallel && owner.ivs[a].kind == ForKind::Serial {
                 owner.annotate(a, ForKind::Parallel, Span::default()).expect("a spatial leaf");
             }
         }

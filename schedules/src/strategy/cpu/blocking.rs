@@ -52,9 +52,10 @@ pub(super) fn register_block(
 ) -> Option<PackRequest> {
     let span = Span::default();
     let row = ss.ivs[inner].extent;
-    let (mut a, mut shared) = reuse_axis(p, st, first_row_axis);
-    let image_rows = shared.then(|| image_row_axis(p, st, first_row_axis, a)).flatten();
-    if let Some((axis, g)) = group_axis(p, st, first_row_axis).filter(|_| !shared) {
+    let vector = vector_loads(p, st);
+    let (mut a, mut shared) = reuse_axis(p, st, &vector, first_row_axis);
+    let image_rows = shared.then(|| image_row_axis(p, st, &vector, first_row_axis, a)).flatten();
+    if let Some((axis, g)) = group_axis(p, st, &vector, first_row_axis).filter(|_| !shared) {
         // The filters of one group share their input: rows among them.
         let name = ss.ivs[axis].name.clone();
         let (_, within) =
@@ -91,7 +92,7 @@ pub(super) fn register_block(
     // of filters broadcast their weights to every image row of the block.
     let image_block = match (image_rows, m.knobs.rows) {
         (Some(h), None) if !long && vectors == 1 => {
-            Some((h, two_axis_rows(m.accumulators, vectors, ss.ivs[a].extent, ss.ivs[h].extent)))
+            Some((h, two_axis_rows(m.accumulators, ss.ivs[a].extent, ss.ivs[h].extent)))
         }
         _ => None,
     };
@@ -291,8 +292,7 @@ fn reads_along(p: &Program, st: &Stage, rel: &crate::schedule::Rel) -> bool {
 /// adds a broadcast (the `i` of a matmul, the filter `k` of a convolution).
 /// Without such an axis (a depthwise convolution's rows each load their own
 /// input), the axis outside the innermost, and `false`.
-fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
-    let vector_loads = vector_loads(p, st);
+fn reuse_axis(p: &Program, st: &Stage, vector_loads: &[TExprId], first_row_axis: usize) -> (usize, bool) {
     (0..first_row_axis)
         .rev()
         .find(|&a| st.vars[a].extent >= 2 && !vector_loads.iter().any(|&l| uses_var(p, l, a as u32)))
@@ -304,8 +304,7 @@ fn reuse_axis(p: &Program, st: &Stage, first_row_axis: usize) -> (usize, bool) {
 /// reads (a convolution's image row `y`: `X[n, c, y + r, x + s]` moves with
 /// it, `W[k, c, r, s]` does not), so that its rows share the broadcasts of
 /// the filter axis `a`'s rows. Only for unit-stride rows.
-fn image_row_axis(p: &Program, st: &Stage, first_row_axis: usize, a: usize) -> Option<usize> {
-    let vector = vector_loads(p, st);
+fn image_row_axis(p: &Program, st: &Stage, vector: &[TExprId], first_row_axis: usize, a: usize) -> Option<usize> {
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
     // Strided rows (a stride-2 convolution's `2·x + s`) gather or shuffle
@@ -339,25 +338,24 @@ fn window_index(p: &Program, st: &Stage, l: TExprId, v: u32) -> bool {
     idx.iter().any(|&i| uses_var(p, i, v) && reductions.clone().any(|r| uses_var(p, i, r)))
 }
 
-/// Rows `(fk, fh)` of a register block of `vectors` vectors per row over a
-/// filter axis of `k` and an image axis of `h`: at most `accumulators`
-/// vectors, with the image rows' loads and a broadcast in the registers
-/// left (3/4 of them are the accumulators), the fewest loads per FMA over
-/// the whole image axis, its last, shorter block included (per block, `fk`
-/// broadcasts and `fh · vectors` vector loads feed `fk · fh · vectors`
-/// FMAs: 16 filters of one row load 17 for 16, 6 filters of 4 rows 10 for
-/// 24, under the two loads a cycle that keep two FMA pipes busy). `fh = 1`
-/// is the one-axis block.
-fn two_axis_rows(accumulators: i64, vectors: i64, k: i64, h: i64) -> (i64, i64) {
+/// Rows `(fk, fh)` of a register block of one vector per row over a filter
+/// axis of `k` and an image axis of `h`: at most `accumulators` vectors,
+/// with the image rows' loads and a broadcast in the registers left (3/4 of
+/// them are the accumulators), the fewest loads per FMA over the whole image
+/// axis, its last, shorter block included (per block, `fk` broadcasts and
+/// `fh` vector loads feed `fk · fh` FMAs: 16 filters of one row load 17 for
+/// 16, 6 filters of 4 rows 10 for 24, under the two loads a cycle that keep
+/// two FMA pipes busy). `fh = 1` is the one-axis block.
+fn two_axis_rows(accumulators: i64, k: i64, h: i64) -> (i64, i64) {
     let registers = accumulators * 4 / 3;
     let per_fma = |(fk, fh): (i64, i64)| {
         let (blocks, tail) = (h / fh, h % fh);
-        let loads = blocks * (fk + fh * vectors) + if tail > 0 { fk + tail * vectors } else { 0 };
-        loads as f64 / (fk * h * vectors) as f64
+        let loads = blocks * (fk + fh) + if tail > 0 { fk + tail } else { 0 };
+        loads as f64 / (fk * h) as f64
     };
-    (1..=h.min(accumulators / vectors))
-        .map(|fh| (block_rows(accumulators / vectors / fh, k), fh))
-        .filter(|&(fk, fh)| fh == 1 || fk * fh * vectors + fh * vectors < registers)
+    (1..=h.min(accumulators))
+        .map(|fh| (block_rows(accumulators / fh, k), fh))
+        .filter(|&(fk, fh)| fh == 1 || fk * fh + fh < registers)
         .min_by(|&x, &y| per_fma(x).total_cmp(&per_fma(y)))
         .expect("fh = 1")
 }
@@ -380,11 +378,10 @@ fn vector_loads(p: &Program, st: &Stage) -> Vec<TExprId> {
 /// vector load, as a convolution's filters do (MEASURED: RegNet-X-400MF's
 /// grouped 3×3 convolutions of 16 filters a group ran at 65 GFLOP/s, rows
 /// of the image each loading their own input).
-fn group_axis(p: &Program, st: &Stage, first_row_axis: usize) -> Option<(usize, i64)> {
-    let loads = vector_loads(p, st);
+fn group_axis(p: &Program, st: &Stage, loads: &[TExprId], first_row_axis: usize) -> Option<(usize, i64)> {
     (0..first_row_axis).rev().find_map(|a| {
         let ext = st.vars[a].extent;
-        let g = through_group(p, &loads, a as u32)?;
+        let g = through_group(p, loads, a as u32)?;
         g.filter(|&g| g >= 2 && g < ext && ext % g == 0).map(|g| (a, g))
     })
 }
