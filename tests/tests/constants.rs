@@ -137,6 +137,36 @@ fn broadcast_constant_operands_are_packed_by_rows() {
     }
 }
 
+/// A matrix-vector product's register block reads `width` lanes of each of
+/// the constant operand's rows, a row apart: the product is too short to
+/// pack per call, so the pack is made once, padded past the last column
+/// (1000 columns, no block width divides them), and the block streams one
+/// contiguous panel. Also where the product reads a transpose of the
+/// weights (`Wt`, folded), which preparation would otherwise inline back.
+#[test]
+fn matrix_vector_constants_stream_panels() {
+    let plain = "kernel mv(X: f32[M = 1, K = 300], W: f32[K, N = 1000]) -> Y: f32[M, N] {
+    Y[i, j] = sum[k](X[i, k] * W[k, j]);
+}";
+    let transposed = "kernel mv(X: f32[M = 1, K = 300], W: f32[N = 1000, K]) -> Y: f32[M, N] {
+    Wt[k, j] = W[j, k];
+    Y[i, j] = sum[k](X[i, k] * Wt[k, j]);
+}";
+    for t in ["x86-avx2", "x86-avx512"] {
+        for (src, name, w_shape) in [(plain, "W_panels", vec![300, 1000]), (transposed, "Wt_panels", vec![1000, 300])] {
+            let (p, packed, made) = prepacked(t, src, true);
+            assert_eq!(made, 1, "{t}");
+            let panels = packed.tensors.iter().find(|d| d.name.ends_with(".panels")).expect("panels");
+            let w = panels.shape[2];
+            assert!(w > 16 && w < 1000 && 1000 % w != 0, "{t}: panels {:?}", panels.shape);
+            assert_eq!(panels.shape, [(1000 + w - 1) / w, 300, w], "{t}");
+            let text = folded_matches_interpreter(t, &p, &packed, name, [vec![1, 300], w_shape]);
+            assert!(text.contains(&format!("{name}[")), "{t}: the product does not read the panels:\n{text}");
+            assert_eq!(prepacked(t, src, false).2, 0, "{t}: not constant");
+        }
+    }
+}
+
 /// `src` specialized for target `t`, and after `prepack_constant_operands`
 /// with `W` constant (or nothing, unless `constant`): both programs, and the
 /// number of packed tensors made.
@@ -144,11 +174,13 @@ fn prepacked(t: &str, src: &str, constant: bool) -> (Program, Program, usize) {
     let target = texc_compiler::target::lookup(t).expect("target");
     let (mut pl, k) = texc_tests::load_text(t, "k.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
     let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-    let w = p.tensors.iter().position(|d| d.name == "W").expect("W") as u32;
+    // `W` and what stages compute from it alone, as the pipeline marks them.
+    let constants = texc_compiler::constants::constant_tensors(&p, &|n| constant && n == "W", &|_| false);
     let mut packed = p.clone();
     let knobs = texc_schedules::knobs::DefaultKnobs::default();
-    let made =
-        texc_schedules::prepack::prepack_constant_operands(&mut packed, target, knobs, &|t| constant && t.0 == w);
+    let made = texc_schedules::prepack::prepack_constant_operands(&mut packed, target, knobs, &|t| {
+        constants[t.0 as usize]
+    });
     texc_compiler::verify::verify(&packed).expect("verifies");
     (p, packed, made)
 }

@@ -24,7 +24,7 @@
 
 mod cpu;
 
-pub(crate) use cpu::default_row;
+pub(crate) use cpu::{default_row, vector_operand};
 mod gpu;
 mod preparation;
 

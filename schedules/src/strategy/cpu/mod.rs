@@ -44,6 +44,7 @@ mod attach;
 mod blocking;
 mod model;
 mod pack;
+pub(crate) use pack::vector_operand;
 mod row_reductions;
 mod vectorize;
 

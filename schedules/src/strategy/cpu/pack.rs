@@ -24,7 +24,7 @@ pub(super) struct PackRequest {
 
 /// The operand that a long-row reduction loads as vectors: loaded once, its
 /// last index exactly the innermost axis, its other indices plain variables.
-pub(super) fn vector_operand(p: &Program, st: &Stage) -> Option<TensorId> {
+pub(crate) fn vector_operand(p: &Program, st: &Stage) -> Option<TensorId> {
     let inner = st.n_axes as u32 - 1;
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
