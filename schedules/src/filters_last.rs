@@ -17,9 +17,15 @@
 //! operands that move along `f` (the filters `W[f, c, r, s]`, or the packed
 //! `W.q4`) are read from a copy with that dimension last (`W.f[c, r, s, f]`),
 //! made by a stage of its own: only constants (folded, so moved once) and
-//! `@dot4`'s packed operands (made on every call anyway) are moved. The
-//! register block then runs vectors along `f`, rows along `x`, and packs
-//! the filters into panels, as for a matrix product.
+//! `@dot4`'s packed operands (made on every call anyway) are moved; the
+//! copy drops dimensions of one element (a 1×1 convolution's `W.f[c, f]`).
+//! The register block then runs vectors along `f`, rows along `x`, and
+//! packs the filters into panels, as for a matrix product. Where every
+//! operand reads the row's two axes `y, x` as one (a 1×1 convolution's
+//! input `X[n, c, y, x]`), they merge: `Y.t[n, y * W + x, f]`, whose
+//! block's rows run over the whole map, so each panel of filters is read
+//! once per block of rows, not once per image row (a 7×7 map, 2048 → 512
+//! filters: 1.35 ms per image row, 0.68 over the map).
 //!
 //! The copy back is a pass over the output: a float product is computed so
 //! only where each output sums at least [`MIN_FLOAT_DEPTH`] products, the
@@ -47,6 +53,15 @@ use texc_compiler::types::ElemType;
 /// The share of its vectors' lanes below which a row is short (7 of 16: 0.44;
 /// 14 of 16 and 28 of 32 are kept), and above which an axis fills them well.
 pub const MIN_FILL: f64 = 0.75;
+
+/// The same for a float product's row that is one axis of the filters-last product: the
+/// stage's last axis alone (an im2col product's `Y[n, f, p]`), or two axes
+/// that merge ([`merged_rows`]: a 1×1 convolution's map). Its block then
+/// runs over the whole map, so a 7×7 map (49 of 64 lanes, 0.77) is short
+/// (MEASURED, AVX-512, 1 thread: 2048 → 512 filters 0.82 → 0.68 ms,
+/// 1024 → 128 0.095 → 0.072, 832 → 32 0.019 → 0.015; computed per image
+/// row instead, 2048 → 512 took 1.35 ms).
+pub const MIN_MERGED_FILL: f64 = 0.8;
 
 /// Products per output from which a float product is computed filters-last.
 pub const MIN_FLOAT_DEPTH: i64 = 512;
@@ -90,7 +105,9 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     let (body, dot4) = product_body(p, st.value)?;
     let elem = if dot4 { ElemType::I32 } else { p.tensor(st.tensor).elem };
     let lanes = target.lanes(elem) as i64;
-    if last == 0 || fill(crate::strategy::default_row(p, target, si), lanes) >= MIN_FILL {
+    let row = crate::strategy::default_row(p, target, si);
+    let row_fill = fill(row, lanes);
+    if last == 0 || row_fill >= MIN_MERGED_FILL {
         return None;
     }
     // The copy back is a pass over the output: a float product pays for it
@@ -102,7 +119,7 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     let mut loads = Vec::new();
     crate::analysis::loads_in(p, body, &mut loads);
     let x = last as VarId;
-    (0..last).rev().find(|&f| {
+    let f = (0..last).rev().find(|&f| {
         let (fv, ext) = (f as VarId, st.vars[f].extent);
         let along_f: Vec<TExprId> = loads.iter().copied().filter(|&l| involves(p, l, fv)).collect();
         ext >= lanes
@@ -116,7 +133,11 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
                 let TExpr::Load(t, idx) = p.expr(l) else { return false };
                 alone_at(p, l, fv) == Some(idx.len() - 1) || dot4 || movable(*t)
             })
-    })
+    })?;
+    // Between the two fills, only float products (measured so) whose block
+    // rows run over the whole row: one axis, or two that merge.
+    let whole_row = !dot4 && (row == st.vars[last].extent || merged_rows(p, st, f).is_some());
+    (row_fill < MIN_FILL || whole_row).then_some(f)
 }
 
 /// The body of the stage's sum of products — of `@dot4`s (`true`), or of
@@ -162,10 +183,39 @@ fn alone_at(p: &Program, l: TExprId, v: VarId) -> Option<usize> {
 fn rewrite(p: &mut Program, si: usize, f: usize, made: &mut Vec<(TensorId, usize, TensorId)>) -> usize {
     let st = p.stages[si].clone();
     let order: Vec<usize> = (0..st.n_axes).filter(|&d| d != f).chain([f]).collect();
-    // Old axis `order[k]` is new axis `k`; reduction variables keep their ids.
-    let rename: HashMap<VarId, VarId> = order.iter().enumerate().map(|(k, &d)| (d as VarId, k as VarId)).collect();
-    let mut value = subst(p, st.value, &HashMap::new(), &rename);
-    let fv = (st.n_axes - 1) as VarId;
+    let merged = merged_rows(p, &st, f);
+    // Old axis `order[k]` is new axis `k` (the row's two axes one, `p`, where
+    // merged); reduction variables follow the axes.
+    let n_axes = st.n_axes - merged.is_some() as usize;
+    let mut rename: HashMap<VarId, VarId> = HashMap::new();
+    let mut exprs: HashMap<VarId, TExprId> = HashMap::new();
+    let mut vars: Vec<VarDecl> = Vec::new();
+    for &d in &order {
+        match merged {
+            Some((y, x)) if d == y || d == x => {
+                if d == x {
+                    continue;
+                }
+                let (span, pv) = (st.span, vars.len() as VarId);
+                let width = st.vars[x].extent;
+                let (pe, w) = (p.alloc(TExpr::Var(pv), Ty::Index, span), p.alloc(TExpr::Int(width), Ty::Index, span));
+                exprs.insert(y as VarId, p.alloc(TExpr::Binary(BinOp::FloorDiv, pe, w), Ty::Index, span));
+                exprs.insert(x as VarId, p.alloc(TExpr::Binary(BinOp::FloorMod, pe, w), Ty::Index, span));
+                let name = format!("{}.{}", st.vars[y].name, st.vars[x].name);
+                vars.push(VarDecl { name, extent: st.vars[y].extent * width });
+            }
+            _ => {
+                rename.insert(d as VarId, vars.len() as VarId);
+                vars.push(st.vars[d].clone());
+            }
+        }
+    }
+    for (r, v) in st.vars.iter().enumerate().skip(st.n_axes) {
+        rename.insert(r as VarId, vars.len() as VarId);
+        vars.push(v.clone());
+    }
+    let mut value = subst(p, st.value, &exprs, &rename);
+    let fv = (n_axes - 1) as VarId;
     let mut si = si;
     if let Some((body, _)) = product_body(p, value) {
         let mut loads = Vec::new();
@@ -183,7 +233,7 @@ fn rewrite(p: &mut Program, si: usize, f: usize, made: &mut Vec<(TensorId, usize
                     m
                 }
             };
-            let new_idx: Vec<TExprId> = (0..idx.len()).filter(|&k| k != d).chain([d]).map(|k| idx[k]).collect();
+            let new_idx: Vec<TExprId> = kept_dims(&p.tensor(t).shape, d).into_iter().map(|k| idx[k]).collect();
             let (ty, span) = (p.ty(l), p.span(l));
             let read = p.alloc(TExpr::Load(moved, new_idx), ty, span);
             value = replace_node(p, value, l, read);
@@ -191,16 +241,28 @@ fn rewrite(p: &mut Program, si: usize, f: usize, made: &mut Vec<(TensorId, usize
     }
     let decl = p.tensor(st.tensor).clone();
     let name = fresh_name(p, &format!("{}.t", decl.name));
-    let shape: Vec<i64> = order.iter().map(|&d| decl.shape[d]).collect();
+    let shape: Vec<i64> = vars[..n_axes].iter().map(|v| v.extent).collect();
     p.tensors.push(TensorDecl { name, elem: decl.elem, shape, role: TensorRole::Temp, span: decl.span });
     let t = TensorId(p.tensors.len() as u32 - 1);
-    let mut vars: Vec<VarDecl> = order.iter().map(|&d| st.vars[d].clone()).collect();
-    vars.extend(st.vars[st.n_axes..].iter().cloned());
-    insert_stage(p, si, Stage { tensor: t, vars, n_axes: st.n_axes, value, span: st.span });
+    insert_stage(p, si, Stage { tensor: t, vars, n_axes, value, span: st.span });
     si += 1;
-    // The original stage copies the result back: `Y[.., f, .., x] = Y.t[.., x, f]`.
+    // The original stage copies the result back: `Y[.., f, .., y, x] =
+    // Y.t[.., y, x, f]` (`Y.t[.., y * W + x, f]` where the row merged).
     let span = st.span;
-    let idx: Vec<TExprId> = order.iter().map(|&d| p.alloc(TExpr::Var(d as VarId), Ty::Index, span)).collect();
+    let mut idx: Vec<TExprId> = Vec::new();
+    for &d in &order {
+        let var = p.alloc(TExpr::Var(d as VarId), Ty::Index, span);
+        match merged {
+            Some((y, x)) if d == y => {
+                let w = p.alloc(TExpr::Int(st.vars[x].extent), Ty::Index, span);
+                let row = p.alloc(TExpr::Binary(BinOp::Mul, var, w), Ty::Index, span);
+                let xv = p.alloc(TExpr::Var(x as VarId), Ty::Index, span);
+                idx.push(p.alloc(TExpr::Binary(BinOp::Add, row, xv), Ty::Index, span));
+            }
+            Some((_, x)) if d == x => {}
+            _ => idx.push(var),
+        }
+    }
     let copy = p.alloc(TExpr::Load(t, idx), Ty::Elem(decl.elem), span);
     let stage = &mut p.stages[si];
     stage.value = copy;
@@ -209,9 +271,67 @@ fn rewrite(p: &mut Program, si: usize, f: usize, made: &mut Vec<(TensorId, usize
 }
 
 /// A stage before `at` writing `W.f[.., d_last, d] = W[.., d, .., d_last]`:
-/// `w` with dimension `d` moved last.
+/// `w` with dimension `d` moved last, and its other dimensions of one
+/// element dropped (a 1×1 convolution's `W.f[c, f]`): a matrix, whose rows
+/// the schedule packs into panels as a product's.
 fn insert_dim_last(p: &mut Program, at: usize, w: TensorId, d: usize) -> TensorId {
-    let rank = p.tensor(w).shape.len();
-    let order: Vec<usize> = (0..rank).filter(|&k| k != d).chain([d]).collect();
-    crate::transpose::insert_permuted(p, at, w, &order, "f")
+    let decl = p.tensor(w).clone();
+    let span = decl.span;
+    let kept = kept_dims(&decl.shape, d);
+    let shape: Vec<i64> = kept.iter().map(|&k| decl.shape[k]).collect();
+    let name = fresh_name(p, &format!("{}.f", decl.name));
+    p.tensors.push(TensorDecl { name, elem: decl.elem, shape: shape.clone(), role: TensorRole::Temp, span });
+    let t = TensorId(p.tensors.len() as u32 - 1);
+    let idx: Vec<TExprId> = (0..decl.shape.len())
+        .map(|k| match kept.iter().position(|&o| o == k) {
+            Some(v) => p.alloc(TExpr::Var(v as VarId), Ty::Index, span),
+            None => p.alloc(TExpr::Int(0), Ty::Index, span),
+        })
+        .collect();
+    let value = p.alloc(TExpr::Load(w, idx), Ty::Elem(decl.elem), span);
+    let vars: Vec<VarDecl> =
+        kept.iter().zip(&shape).map(|(&k, &extent)| VarDecl { name: format!("d{k}"), extent }).collect();
+    let n_axes = vars.len();
+    insert_stage(p, at, Stage { tensor: t, vars, n_axes, value, span });
+    t
+}
+
+/// The dimensions of a tensor of `shape` that its copy with `d` moved last
+/// keeps, in their order there: all but `d` of more than one element, then `d`.
+fn kept_dims(shape: &[i64], d: usize) -> Vec<usize> {
+    (0..shape.len()).filter(|&k| k != d && shape[k] != 1).chain([d]).collect()
+}
+
+/// The axes `(y, x)` of the row (the stage's last two, neither `f`) that
+/// every read walks as one: each load that involves them indexes its last
+/// two dimensions by exactly `y, x`, of the stage's extents, and nothing
+/// else by them (a 1×1 convolution's input `X[n, c, y, x]`). Computed
+/// filters-last, they are one axis `p = y * W + x` of `Y.t[n, p, f]`: the
+/// register block's rows run over the whole map rather than one image row
+/// at a time (a 7×7 map: the filters' panels are read once per block of
+/// rows of all 49 positions, not once per image row).
+fn merged_rows(p: &Program, st: &Stage, f: usize) -> Option<(usize, usize)> {
+    let x = st.n_axes.checked_sub(1)?;
+    let y = x.checked_sub(1)?;
+    if f == x || f == y {
+        return None;
+    }
+    let (xv, yv) = (x as VarId, y as VarId);
+    let mut loads = Vec::new();
+    crate::analysis::loads_in(p, st.value, &mut loads);
+    let is = |i: TExprId, v: VarId| matches!(p.expr(i), TExpr::Var(u) if *u == v);
+    let walks = |l: TExprId| {
+        let TExpr::Load(t, idx) = p.expr(l) else { return false };
+        let shape = &p.tensor(*t).shape;
+        if !idx.iter().any(|&i| involves(p, i, xv) || involves(p, i, yv)) {
+            return true;
+        }
+        let Some(n) = idx.len().checked_sub(2) else { return false };
+        is(idx[n], yv)
+            && is(idx[n + 1], xv)
+            && shape[n] == st.vars[y].extent
+            && shape[n + 1] == st.vars[x].extent
+            && idx[..n].iter().all(|&i| !involves(p, i, xv) && !involves(p, i, yv))
+    };
+    loads.iter().all(|&l| walks(l)).then_some((y, x))
 }

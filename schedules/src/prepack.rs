@@ -161,13 +161,12 @@ fn streamed_operand(q: &Program, st: &Stage, ss: &StageSchedule) -> Option<(Tens
     let operand = crate::strategy::vector_operand(q, st)?;
     let in_block = |l: usize| {
         let v = &ss.ivs[l];
-        !v.reduce
-            && matches!(v.kind, ForKind::Unrolled | ForKind::Vectorized)
-            && split_root(ss, l) == Some(inner)
+        !v.reduce && matches!(v.kind, ForKind::Unrolled | ForKind::Vectorized) && split_root(ss, l) == Some(inner)
     };
     let first_block = ss.leaves.iter().position(|&l| in_block(l))?;
     let first_reduction = ss.leaves.iter().position(|&l| ss.ivs[l].reduce)?;
-    if first_reduction > first_block || !ss.leaves.iter().any(|&l| in_block(l) && ss.ivs[l].kind == ForKind::Vectorized) {
+    if first_reduction > first_block || !ss.leaves.iter().any(|&l| in_block(l) && ss.ivs[l].kind == ForKind::Vectorized)
+    {
         return None;
     }
     let width: i64 = ss.leaves.iter().filter(|&&l| in_block(l)).map(|&l| ss.ivs[l].extent).product();

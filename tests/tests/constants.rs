@@ -178,9 +178,8 @@ fn prepacked(t: &str, src: &str, constant: bool) -> (Program, Program, usize) {
     let constants = texc_compiler::constants::constant_tensors(&p, &|n| constant && n == "W", &|_| false);
     let mut packed = p.clone();
     let knobs = texc_schedules::knobs::DefaultKnobs::default();
-    let made = texc_schedules::prepack::prepack_constant_operands(&mut packed, target, knobs, &|t| {
-        constants[t.0 as usize]
-    });
+    let made =
+        texc_schedules::prepack::prepack_constant_operands(&mut packed, target, knobs, &|t| constants[t.0 as usize]);
     texc_compiler::verify::verify(&packed).expect("verifies");
     (p, packed, made)
 }
