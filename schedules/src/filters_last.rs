@@ -275,25 +275,8 @@ fn rewrite(p: &mut Program, si: usize, f: usize, made: &mut Vec<(TensorId, usize
 /// element dropped (a 1×1 convolution's `W.f[c, f]`): a matrix, whose rows
 /// the schedule packs into panels as a product's.
 fn insert_dim_last(p: &mut Program, at: usize, w: TensorId, d: usize) -> TensorId {
-    let decl = p.tensor(w).clone();
-    let span = decl.span;
-    let kept = kept_dims(&decl.shape, d);
-    let shape: Vec<i64> = kept.iter().map(|&k| decl.shape[k]).collect();
-    let name = fresh_name(p, &format!("{}.f", decl.name));
-    p.tensors.push(TensorDecl { name, elem: decl.elem, shape: shape.clone(), role: TensorRole::Temp, span });
-    let t = TensorId(p.tensors.len() as u32 - 1);
-    let idx: Vec<TExprId> = (0..decl.shape.len())
-        .map(|k| match kept.iter().position(|&o| o == k) {
-            Some(v) => p.alloc(TExpr::Var(v as VarId), Ty::Index, span),
-            None => p.alloc(TExpr::Int(0), Ty::Index, span),
-        })
-        .collect();
-    let value = p.alloc(TExpr::Load(w, idx), Ty::Elem(decl.elem), span);
-    let vars: Vec<VarDecl> =
-        kept.iter().zip(&shape).map(|(&k, &extent)| VarDecl { name: format!("d{k}"), extent }).collect();
-    let n_axes = vars.len();
-    insert_stage(p, at, Stage { tensor: t, vars, n_axes, value, span });
-    t
+    let kept = kept_dims(&p.tensor(w).shape, d);
+    crate::transpose::insert_permuted(p, at, w, &kept, "f")
 }
 
 /// The dimensions of a tensor of `shape` that its copy with `d` moved last

@@ -131,7 +131,8 @@ fn insert_transposed(p: &mut Program, at: usize, w: TensorId) -> TensorId {
 }
 
 /// A stage before `at` writing `w`'s elements to a new tensor named
-/// `w.suffix` whose dimension `k` is `w`'s `order[k]`.
+/// `w.suffix` whose dimension `k` is `w`'s `order[k]`; `w`'s dimensions
+/// that `order` leaves out, all of one element, are dropped.
 pub(crate) fn insert_permuted(p: &mut Program, at: usize, w: TensorId, order: &[usize], suffix: &str) -> TensorId {
     let decl = p.tensor(w).clone();
     let span = decl.span;
@@ -141,9 +142,12 @@ pub(crate) fn insert_permuted(p: &mut Program, at: usize, w: TensorId, order: &[
     p.tensors.push(TensorDecl { name, elem: decl.elem, shape: shape.clone(), role: TensorRole::Temp, span });
     let t = TensorId(p.tensors.len() as u32 - 1);
     let idx: Vec<TExprId> = (0..rank)
-        .map(|d| {
-            let v = order.iter().position(|&o| o == d).expect("a permutation");
-            p.alloc(TExpr::Var(v as VarId), Ty::Index, span)
+        .map(|d| match order.iter().position(|&o| o == d) {
+            Some(v) => p.alloc(TExpr::Var(v as VarId), Ty::Index, span),
+            None => {
+                debug_assert_eq!(decl.shape[d], 1, "only dimensions of one element are dropped");
+                p.alloc(TExpr::Int(0), Ty::Index, span)
+            }
         })
         .collect();
     let value = p.alloc(TExpr::Load(w, idx), Ty::Elem(decl.elem), span);
