@@ -737,8 +737,7 @@ impl Pipeline {
             // Any row count: a constant's transpose costs nothing per run.
             texc_schedules::transpose::transpose_operands(p, Some(&|t: TensorId| constant[t.0 as usize]), 1);
         }
-        let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
-        texc_schedules::prepack::prepack_constant_operands(p, self.options.target, knobs, &|t| constant[t.0 as usize]);
+        texc_schedules::prepack::prepack_constant_operands(p, self.options.target, knobs, is_constant, known_scalar);
         Ok(())
     }
 

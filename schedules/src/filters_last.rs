@@ -83,8 +83,8 @@ pub fn filters_last(p: &mut Program, target: &Target, movable: &dyn Fn(TensorId)
         if product_body(p, p.stages[si].value).is_some() {
             crate::normalize::simplify_div_mod(p, si);
         }
-        if let Some(f) = long_axis(p, si, target, movable) {
-            si = rewrite(p, si, f, &mut made);
+        if let Some((f, merged)) = long_axis(p, si, target, movable) {
+            si = rewrite(p, si, f, merged, &mut made);
             changed += 1;
         }
         si += 1;
@@ -97,9 +97,12 @@ fn fill(extent: i64, lanes: i64) -> f64 {
     extent as f64 / ((extent + lanes - 1) / lanes * lanes) as f64
 }
 
+/// The row's axes `(y, x)` that merge into one, if they do ([`merged_rows`]).
+type Rows = Option<(usize, usize)>;
+
 /// The axis `f` to put last in stage `si`, if the stage is a short-row
-/// product (see the module header).
-fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId) -> bool) -> Option<usize> {
+/// product (see the module header), and the row's axes that merge.
+fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId) -> bool) -> Option<(usize, Rows)> {
     let st = &p.stages[si];
     let last = st.n_axes.checked_sub(1)?;
     let (body, dot4) = product_body(p, st.value)?;
@@ -136,8 +139,9 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     })?;
     // Between the two fills, only float products (measured so) whose block
     // rows run over the whole row: one axis, or two that merge.
-    let whole_row = !dot4 && (row == st.vars[last].extent || merged_rows(p, st, f).is_some());
-    (row_fill < MIN_FILL || whole_row).then_some(f)
+    let merged = merged_rows(p, st, f);
+    let whole_row = !dot4 && (row == st.vars[last].extent || merged.is_some());
+    (row_fill < MIN_FILL || whole_row).then_some((f, merged))
 }
 
 /// The body of the stage's sum of products — of `@dot4`s (`true`), or of
@@ -178,12 +182,12 @@ fn alone_at(p: &Program, l: TExprId, v: VarId) -> Option<usize> {
     idx.iter().enumerate().all(|(k, &i)| k == d || !involves(p, i, v)).then_some(d)
 }
 
-/// Stage `si` computed filters-last along axis `f`; the index of its copy
-/// stage (the original tensor's writer), after any inserted stages.
-fn rewrite(p: &mut Program, si: usize, f: usize, made: &mut Vec<(TensorId, usize, TensorId)>) -> usize {
+/// Stage `si` computed filters-last along axis `f`, the row's axes
+/// `merged` one; the index of its copy stage (the original tensor's
+/// writer), after any inserted stages.
+fn rewrite(p: &mut Program, si: usize, f: usize, merged: Rows, made: &mut Vec<(TensorId, usize, TensorId)>) -> usize {
     let st = p.stages[si].clone();
     let order: Vec<usize> = (0..st.n_axes).filter(|&d| d != f).chain([f]).collect();
-    let merged = merged_rows(p, &st, f);
     // Old axis `order[k]` is new axis `k` (the row's two axes one, `p`, where
     // merged); reduction variables follow the axes.
     let n_axes = st.n_axes - merged.is_some() as usize;

@@ -48,7 +48,6 @@ use crate::knobs::DefaultKnobs;
 use crate::normalize::{fresh_name, with_children};
 use crate::schedule::{LayoutDim, Rel, StageSchedule};
 use crate::strategy::default_schedule_with;
-use std::collections::BTreeSet;
 use texc_compiler::ops::BinOp;
 use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::tir::*;
@@ -116,35 +115,6 @@ fn schedule_packs(p: &Program, target: &Target, knobs: DefaultKnobs) -> (Vec<Pac
         found.push(Pack { consumer: st.tensor, operand, width, streamed: true });
     }
     (found, rows)
-}
-
-/// `p` as it runs once its constants are folded: stages that compute
-/// constants gone, the constants they made inputs (tensor ids unchanged).
-/// The schedule the packs are taken from must see the program it will
-/// schedule: a weight's transpose made for a product (`W.t[k, m] = W[m, k]`)
-/// is a stage that preparation would otherwise inline back into the
-/// product, which it then schedules as another (row-reduction) form.
-fn folded_view(p: &Program, constant: &dyn Fn(TensorId) -> bool) -> Program {
-    let mut q = p.clone();
-    q.ops.clear();
-    q.stages.retain(|st| !constant(st.tensor));
-    let mut reads = BTreeSet::new();
-    for st in &q.stages {
-        let mut loads = Vec::new();
-        crate::analysis::loads_in(&q, st.value, &mut loads);
-        reads.extend(loads.into_iter().filter_map(|l| match q.expr(l) {
-            TExpr::Load(t, _) => Some(*t),
-            _ => None,
-        }));
-    }
-    for t in reads {
-        let d = &mut q.tensors[t.0 as usize];
-        if constant(t) && d.role == TensorRole::Temp {
-            d.role = TensorRole::Input;
-            q.params.push(ProgramParam::Tensor(t));
-        }
-    }
-    q
 }
 
 /// The vector operand that stage `st`'s register block reads unpacked, and
@@ -247,19 +217,29 @@ fn panel_width(layout: Option<&[LayoutDim]>) -> Option<i64> {
     }
 }
 
-/// Give every product whose packed operand `constant` holds a panels stage
-/// of its own (see the module header); the number of panel tensors made.
-/// Only on CPU targets, whose default schedule packs.
+/// Give every product whose packed operand is a constant — an input
+/// `constant_input` names, or what stages compute from constants and
+/// scalars `known_scalar` names — a panels stage of its own (see the module
+/// header); the number of panel tensors made. Only on CPU targets, whose
+/// default schedule packs.
 pub fn prepack_constant_operands(
     p: &mut Program,
     target: &Target,
     knobs: DefaultKnobs,
-    constant: &dyn Fn(TensorId) -> bool,
+    constant_input: &dyn Fn(&str) -> bool,
+    known_scalar: &dyn Fn(&str) -> bool,
 ) -> usize {
     if target.kind != TargetKind::Cpu || knobs.pack == Some(false) {
         return 0;
     }
-    let (panel_packs, row_packs) = schedule_packs(&folded_view(p, constant), target, knobs);
+    let constants = texc_compiler::constants::constant_tensors(p, constant_input, known_scalar);
+    let constant = |t: TensorId| constants.get(t.0 as usize).copied().unwrap_or(false);
+    // The packs are those of the program that runs once the constants are
+    // folded (tensor ids unchanged): there a weight's transpose made for a
+    // product (`W.t[k, m] = W[m, k]`) is an input, where in `p` preparation
+    // would inline it back into the product and schedule another form.
+    let folded = texc_compiler::constants::split(p, constant_input, known_scalar).map(|s| s.main);
+    let (panel_packs, row_packs) = schedule_packs(folded.as_ref().unwrap_or(p), target, knobs);
     let mut made: Vec<(TensorId, i64, TensorId)> = Vec::new();
     for pack in panel_packs {
         let b = p.tensor(pack.operand);

@@ -174,12 +174,10 @@ fn prepacked(t: &str, src: &str, constant: bool) -> (Program, Program, usize) {
     let target = texc_compiler::target::lookup(t).expect("target");
     let (mut pl, k) = texc_tests::load_text(t, "k.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
     let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-    // `W` and what stages compute from it alone, as the pipeline marks them.
-    let constants = texc_compiler::constants::constant_tensors(&p, &|n| constant && n == "W", &|_| false);
     let mut packed = p.clone();
     let knobs = texc_schedules::knobs::DefaultKnobs::default();
-    let made =
-        texc_schedules::prepack::prepack_constant_operands(&mut packed, target, knobs, &|t| constants[t.0 as usize]);
+    let w = |n: &str| constant && n == "W";
+    let made = texc_schedules::prepack::prepack_constant_operands(&mut packed, target, knobs, &w, &|_| false);
     texc_compiler::verify::verify(&packed).expect("verifies");
     (p, packed, made)
 }
