@@ -208,6 +208,11 @@ impl<'c> Gen<'c, '_> {
                             .into(),
                     ))
                 }
+                Stmt::TileDot(_) => {
+                    return Err(MlirError::Unsupported(
+                        "an AMX tile product: its MLIR export (the amx dialect) is not built yet".into(),
+                    ))
+                }
             }
         }
         Ok(())
@@ -267,6 +272,7 @@ impl<'c> Gen<'c, '_> {
             | Stmt::Async(_)
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
+            | Stmt::TileDot(_)
             | Stmt::WarpReduce(_) => false,
         })
     }

@@ -565,6 +565,12 @@ impl Pipeline {
         let t0 = Instant::now();
         let mut f = texc_schedules::lower::lower(s.p, &s.schedules, &s.regions);
         self.after_loops(Pass::Lower, t0, &f)?;
+        // CPU targets with AMX: tile products.
+        if t.gpu.is_none() && s.schedules.stages.iter().any(|ss| ss.tensorize.is_some()) {
+            let t0 = Instant::now();
+            texc_schedules::tensorize::tensorize(&mut f, &s.schedules)?;
+            self.after_loops(Pass::Tensorize, t0, &f)?;
+        }
         // GPU targets: what bound loops, tensor cores and shared memory make of the nests.
         if let Some(gpu) = t.gpu {
             let t0 = Instant::now();

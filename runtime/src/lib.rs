@@ -6,6 +6,7 @@
 //! [`NpyError`], never a panic. [`cuda`] reaches NVIDIA GPUs through the
 //! driver API, loaded at run time.
 
+pub mod amx;
 pub mod atomic;
 mod buffer;
 pub mod cuda;

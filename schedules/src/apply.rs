@@ -281,8 +281,16 @@ pub fn apply_with(
                 };
                 attach_stage(&mut s, bi, Attach { owner: ci, leaf, layout, shared, span }, &name.name)?;
             }
-            PrimKind::Bind { .. } | PrimKind::Tensorize { .. } | PrimKind::Pipeline { .. }
-                if !target.supports_loop(LoopKind::GpuThread) =>
+            PrimKind::Bind { .. } | PrimKind::Pipeline { .. } if !target.supports_loop(LoopKind::GpuThread) => {
+                return Err(Diagnostic::at(
+                    span,
+                    format!("`{}` is a GPU primitive; target `{}` is a CPU", prim_name(&prim.kind), target.name),
+                ));
+            }
+            // Tile products are the one tensorization CPUs have (AMX).
+            PrimKind::Tensorize { intrinsic, .. }
+                if !target.supports_loop(LoopKind::GpuThread)
+                    && TensorOp::parse_schedule_name(&intrinsic.name) != Some(TensorOp::TileDot) =>
             {
                 return Err(Diagnostic::at(
                     span,
@@ -544,6 +552,21 @@ fn tensorize(
             ),
         ));
     }
+    if matches!(op, TensorOp::TileDot) && !target.has_amx_int8() {
+        return Err(Diagnostic::at(
+            intrinsic.span,
+            format!(
+                "`{}` multiplies Intel AMX tiles; target `{}` does not have AMX-INT8 (`x86-avx512-amx` does)",
+                intrinsic.name, target.name
+            ),
+        ));
+    }
+    if matches!(op, TensorOp::Mma(_) | TensorOp::Wgmma(_)) && target.gpu.is_none() {
+        return Err(Diagnostic::at(
+            intrinsic.span,
+            format!("`{}` is a GPU tensor-core operation; target `{}` is not a GPU", intrinsic.name, target.name),
+        ));
+    }
     let [m, n, k] = axes else {
         return Err(Diagnostic::at(span, format!("`tensorize` names three axes of `{name}`: its m, n and k loops")));
     };
@@ -578,7 +601,16 @@ fn tensorize(
         if iv.kind != ForKind::Serial {
             return Err(Diagnostic::at(axis.span, format!("`{}` is already marked{}", axis.name, iv.kind.name())));
         }
-        if sized && iv.extent != want {
+        if sized && op == TensorOp::TileDot {
+            let fits = if reduce { iv.extent % want == 0 } else { iv.extent <= want };
+            if !fits {
+                let what = if reduce { format!("a multiple of {want}") } else { format!("at most {want}") };
+                return Err(Diagnostic::at(
+                    axis.span,
+                    format!("`{}` needs {what} iterations of `{}`, which has {}", intrinsic.name, axis.name, iv.extent),
+                ));
+            }
+        } else if sized && iv.extent != want {
             return Err(Diagnostic::at(
                 axis.span,
                 format!(

@@ -164,6 +164,7 @@ fn rewrite(f: &mut LoopFunc, body: &mut [Stmt], job: &Job, in_threads: bool) -> 
             | Stmt::Async(_)
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
+            | Stmt::TileDot(_)
             | Stmt::WarpReduce(_) => false,
         };
     }
@@ -176,7 +177,9 @@ fn stores_to(s: &Stmt, t: TensorId) -> bool {
             body.iter().any(|s| stores_to(s, t))
         }
         Stmt::Store { tensor, .. } => *tensor == t,
-        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => false,
+        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::TileDot(_) | Stmt::WarpReduce(_) => {
+            false
+        }
     }
 }
 
@@ -420,6 +423,7 @@ fn has_thread_loop_of(s: &Stmt, dims: &[GpuDim]) -> bool {
         | Stmt::Async(_)
         | Stmt::Mma { .. }
         | Stmt::Wgmma(_)
+        | Stmt::TileDot(_)
         | Stmt::WarpReduce(_) => false,
     }
 }
@@ -434,7 +438,12 @@ fn wrap_stores(f: &mut LoopFunc, body: &mut [Stmt]) {
                 let store = std::mem::replace(s, Stmt::Barrier);
                 *s = Stmt::For { var: one, lo: 0, extent: 1, kind: ForKind::Thread(GpuDim::X), body: vec![store] };
             }
-            Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => {}
+            Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::TileDot(_)
+            | Stmt::WarpReduce(_) => {}
         }
     }
 }
@@ -579,7 +588,12 @@ fn expand_warp_reductions(f: &mut LoopFunc, body: &mut Vec<Stmt>) {
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
                 expand_warp_reductions(f, body)
             }
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) => {}
+            Stmt::Store { .. }
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::TileDot(_) => {}
         }
         out.push(s);
     }

@@ -52,13 +52,15 @@ pub fn pack_products(p: &mut Program, target: &Target) -> usize {
     if !target.has_intrinsic(Intrinsic::Dot4) {
         return 0;
     }
+    let tiles = target.has_amx_int8();
     let mut made: Vec<(Packing, TensorId)> = Vec::new();
     let mut rewritten = 0;
     let mut si = 0;
     while si < p.stages.len() {
         match find_product(p, si) {
             Some(prod) => {
-                si = rewrite(p, si, prod, &mut made);
+                let tiles = tiles && tile_product(p, si, &prod);
+                si = rewrite(p, si, prod, tiles, &mut made);
                 rewritten += 1;
             }
             None => si += 1,
@@ -90,13 +92,28 @@ struct Product {
 }
 
 /// A packed tensor: `tensor`'s dimension `dim`, of which the first `len`,
-/// four to an `i32`, each element plus 128 where `offset`.
+/// four to an `i32`, each element plus 128 where `offset`. For AMX tiles
+/// ([`Layout::Tiles`]) the packed dimension is padded with zeros to a whole
+/// number of 64-byte rows, and the unsigned operand keeps it in place.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Packing {
     tensor: TensorId,
     dim: usize,
     len: i64,
     offset: bool,
+    layout: Layout,
+}
+
+/// How a product's packed operands are laid out: for `vpdpbusd`'s
+/// broadcasts and vectors, or for AMX's tiles.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Layout {
+    Vectors,
+    /// The unsigned operand `A.q4[.., i, k4]` (rows of the sum), the signed
+    /// one `W.q4[k4, j]`: the rows of `tdpbusd`'s two tiles.
+    Tiles {
+        unsigned: bool,
+    },
 }
 
 /// The first sum in stage `si`'s value that is such a product.
@@ -221,7 +238,81 @@ fn used_outside(p: &Program, e: TExprId, inside: TExprId, k: VarId) -> bool {
 /// Pack the product's operands (stages before `si`, shared with earlier
 /// products packed alike) and make it read them; the stage index of the
 /// product afterwards.
-fn rewrite(p: &mut Program, mut si: usize, prod: Product, made: &mut Vec<(Packing, TensorId)>) -> usize {
+/// Whether product `prod` of stage `si` is a matrix product AMX's tiles
+/// run: a sum over `k` alone (preparation hoists it into a stage of its
+/// own, `C.r0[.., i, j]`, when the stage does more with it: a
+/// requantization); the unsigned operand reads `[.., i, k]` with `i` the
+/// stage's next-to-last axis and `k` its last dimension, the signed one is
+/// a matrix read by `k` and the stage's last axis `j` alone. Then the sum
+/// is blocked by tiles of `i` and `j` (the CPU strategy's `tiles`).
+fn tile_product(p: &Program, si: usize, prod: &Product) -> bool {
+    let st = &p.stages[si];
+    let Some(row) = st.n_axes.checked_sub(2) else { return false };
+    let col = st.n_axes - 1;
+    let var = |e: TExprId, v: usize| matches!(p.expr(e), TExpr::Var(x) if *x as usize == v);
+    let TExpr::Reduce(_, vars, _) = p.expr(prod.reduce) else { return false };
+    let (TExpr::Load(_, ai), TExpr::Load(_, wi)) = (p.expr(prod.a.load), p.expr(prod.w.load)) else { return false };
+    let k = prod.k as usize;
+    let a_rows = ai.len() >= 2
+        && prod.a.dim + 1 == ai.len()
+        && var(ai[ai.len() - 2], row)
+        && ai[..ai.len() - 2].iter().all(|&i| !involves(p, i, row as VarId) && !involves(p, i, col as VarId));
+    let w_matrix = wi.len() == 2 && wi.iter().all(|&i| var(i, k) || var(i, col));
+    vars.len() == 1 && prod.a.base.is_none() && prod.w.base.is_none() && a_rows && w_matrix
+}
+
+/// Whether stage `si` holds a sum [`tile_sum`] sees as AMX tiles'.
+pub(crate) fn reads_tiles(p: &Program, si: usize) -> bool {
+    let st = &p.stages[si];
+    let mut stack = vec![st.value];
+    while let Some(e) = stack.pop() {
+        if tile_sum(p, st, e) {
+            return true;
+        }
+        stack.extend(p.children(e));
+    }
+    false
+}
+
+/// Whether `e` is a packed product laid out for AMX tiles in stage `st`:
+/// `sum[k4](@dot4(0, A.q4[.., i, k4], W.q4[k4, j]))` over `k4` alone, a
+/// multiple of 16 long, with `i` and `j` the stage's last two axes and
+/// `A.q4`'s other indices free of all three.
+pub(crate) fn tile_sum(p: &Program, st: &Stage, e: TExprId) -> bool {
+    let Some(row) = st.n_axes.checked_sub(2) else { return false };
+    let col = st.n_axes - 1;
+    let TExpr::Reduce(ReduceOp::Sum, vars, body) = p.expr(e) else { return false };
+    let [k] = vars[..] else { return false };
+    let TExpr::Intrinsic(Intrinsic::Dot4, args) = p.expr(*body) else { return false };
+    let [zero, a, w] = args.as_slice() else { return false };
+    let var = |e: TExprId, v: usize| matches!(p.expr(e), TExpr::Var(x) if *x as usize == v);
+    let k_var = k as usize;
+    let (TExpr::Load(_, ai), TExpr::Load(_, wi)) = (p.expr(*a), p.expr(*w)) else { return false };
+    let rows_of_a = ai.len() >= 2
+        && var(ai[ai.len() - 2], row)
+        && var(ai[ai.len() - 1], k_var)
+        && ai[..ai.len() - 2].iter().all(|&i| [row, col, k_var].iter().all(|&v| !involves(p, i, v as VarId)));
+    matches!(p.expr(*zero), TExpr::Int(0))
+        && st.vars[k_var].extent % TILE_WORDS == 0
+        && rows_of_a
+        && wi.len() == 2
+        && var(wi[0], k_var)
+        && var(wi[1], col)
+}
+
+/// `len` packed four to an element, padded to whole tile rows where `tiles`.
+fn packed_len(len: i64, tiles: bool) -> i64 {
+    let words = (len + 3) / 4;
+    match tiles {
+        true => (words + TILE_WORDS - 1) / TILE_WORDS * TILE_WORDS,
+        false => words,
+    }
+}
+
+/// Packed elements in one 64-byte row of an AMX tile.
+const TILE_WORDS: i64 = 16;
+
+fn rewrite(p: &mut Program, mut si: usize, prod: Product, tiles: bool, made: &mut Vec<(Packing, TensorId)>) -> usize {
     let k = prod.k as usize;
     let len = p.stages[si].vars[k].extent;
     let correction = match prod.offset {
@@ -232,12 +323,14 @@ fn rewrite(p: &mut Program, mut si: usize, prod: Product, made: &mut Vec<(Packin
         }
         false => None,
     };
-    let mut packed = [(prod.a, prod.offset), (prod.w, false)].map(|(o, offset)| (o, offset, TensorId(0)));
-    for (o, offset, out) in &mut packed {
+    let layout = |unsigned| if tiles { Layout::Tiles { unsigned } } else { Layout::Vectors };
+    let mut packed = [(prod.a, prod.offset, layout(true)), (prod.w, false, layout(false))]
+        .map(|(o, offset, layout)| (o, offset, layout, TensorId(0)));
+    for (o, offset, layout, out) in &mut packed {
         // A grouped operand packs its whole dimension (the groups read different parts).
         let whole = p.tensor(o.tensor).shape[o.dim];
-        let key =
-            Packing { tensor: o.tensor, dim: o.dim, len: if o.base.is_some() { whole } else { len }, offset: *offset };
+        let len = if o.base.is_some() { whole } else { len };
+        let key = Packing { tensor: o.tensor, dim: o.dim, len, offset: *offset, layout: *layout };
         *out = match made.iter().find(|(m, _)| *m == key) {
             Some(&(_, t)) => t,
             None => {
@@ -249,11 +342,11 @@ fn rewrite(p: &mut Program, mut si: usize, prod: Product, made: &mut Vec<(Packin
         };
     }
     let st = &mut p.stages[si];
-    st.vars[k].extent = (len + 3) / 4;
+    st.vars[k].extent = packed_len(len, tiles);
     st.vars[k].name = format!("{}4", st.vars[k].name);
     let span = p.span(prod.reduce);
-    let [(a, _, pa), (w, _, pw)] = packed;
-    let load = |p: &mut Program, o: Operand, t: TensorId| {
+    let [(a, _, la, pa), (w, _, lw, pw)] = packed;
+    let load = |p: &mut Program, o: Operand, layout: Layout, t: TensorId| {
         let TExpr::Load(_, mut idx) = p.expr(o.load).clone() else { unreachable!("an operand is a load") };
         if let Some(base) = o.base {
             let four = p.alloc(TExpr::Int(4), Ty::Index, span);
@@ -261,10 +354,10 @@ fn rewrite(p: &mut Program, mut si: usize, prod: Product, made: &mut Vec<(Packin
             let k = p.alloc(TExpr::Var(prod.k), Ty::Index, span);
             idx[o.dim] = p.alloc(TExpr::Binary(BinOp::Add, word, k), Ty::Index, span);
         }
-        let idx = packed_order(idx.len(), o.dim).into_iter().map(|d| idx[d]).collect();
+        let idx = packed_order(idx.len(), o.dim, layout).into_iter().map(|d| idx[d]).collect();
         p.alloc(TExpr::Load(t, idx), I32, span)
     };
-    let (la, lw) = (load(p, a, pa), load(p, w, pw));
+    let (la, lw) = (load(p, a, la, pa), load(p, w, lw, pw));
     let zero = p.alloc(TExpr::Int(0), I32, span);
     let dot = p.alloc(TExpr::Intrinsic(Intrinsic::Dot4, vec![zero, la, lw]), I32, span);
     let TExpr::Reduce(op, vars, _) = p.expr(prod.reduce).clone() else { unreachable!("a product is a sum") };
@@ -323,9 +416,10 @@ fn insert_sum(p: &mut Program, at: usize, load: TExprId, prod: &Product) -> (Ten
 /// dimension first where it was the innermost one (so that the next one
 /// becomes the contiguous one: `W[j, k]` is packed as `W.q4[k4, j]`, whose
 /// rows of `j` are the vectors of a product's register block), else in place
-/// (a convolution's `X[n, c, h, w]` as `X.q4[n, c4, h, w]`).
-fn packed_order(rank: usize, dim: usize) -> Vec<usize> {
-    match dim + 1 == rank {
+/// (a convolution's `X[n, c, h, w]` as `X.q4[n, c4, h, w]`); always in
+/// place for the unsigned operand of AMX tiles, whose rows run along it.
+fn packed_order(rank: usize, dim: usize, layout: Layout) -> Vec<usize> {
+    match dim + 1 == rank && layout != (Layout::Tiles { unsigned: true }) {
         true => std::iter::once(dim).chain(0..dim).collect(),
         false => (0..rank).collect(),
     }
@@ -340,8 +434,9 @@ fn packed_order(rank: usize, dim: usize) -> Vec<usize> {
 fn insert_packing(p: &mut Program, at: usize, key: Packing, load: TExprId) -> TensorId {
     let decl = p.tensor(key.tensor).clone();
     let span = p.span(load);
-    let order = packed_order(decl.shape.len(), key.dim);
-    let extent = |d: usize| if d == key.dim { (key.len + 3) / 4 } else { decl.shape[d] };
+    let order = packed_order(decl.shape.len(), key.dim, key.layout);
+    let tiles = matches!(key.layout, Layout::Tiles { .. });
+    let extent = |d: usize| if d == key.dim { packed_len(key.len, tiles) } else { decl.shape[d] };
     let shape: Vec<i64> = order.iter().map(|&d| extent(d)).collect();
     let name = fresh_name(p, &format!("{}.q4", decl.name));
     p.tensors.push(TensorDecl { name, elem: ElemType::I32, shape: shape.clone(), role: TensorRole::Temp, span });

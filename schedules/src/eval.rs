@@ -23,7 +23,7 @@
 //! thread's locals and registers — are theirs alone.) It catches, at the
 //! sizes run, what the static proof of `crate::independence` refuses.
 
-use crate::ir::{AsyncStep, ForKind, LoopFunc, MmaOp, SmemMatrix, Stmt, Tile, WarpReduce, Wgmma};
+use crate::ir::{AsyncStep, ForKind, LoopFunc, MmaOp, SmemMatrix, Stmt, Tile, TileDot, WarpReduce, Wgmma};
 use std::collections::{HashMap, HashSet};
 use texc_compiler::interp::{Arg, InterpError, Machine};
 use texc_compiler::ops::BinOp;
@@ -279,6 +279,12 @@ impl Eval<'_> {
                     }
                     wgmma(f, m, w, env)?
                 }
+                Stmt::TileDot(d) => {
+                    if self.races.watching() {
+                        self.watch_tile_dot(m, d, env)?;
+                    }
+                    tile_dot(f, m, d, env)?
+                }
                 Stmt::WarpReduce(w) => warp_reduce(f, m, *w)?,
                 Stmt::For { var, lo, extent, body, kind } => {
                     self.for_loop(m, (*var, *lo, *extent, *kind), body, env, in_async, launch)?
@@ -401,6 +407,22 @@ impl Eval<'_> {
                     idx[t.rows] += r;
                     idx[t.cols] += col;
                     self.races.touch(f, t.tensor, &idx, write)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Record an AMX tile product's accesses: its three tiles read, `c`'s written.
+    fn watch_tile_dot(&mut self, m: &Machine, d: &TileDot, env: &mut [i64]) -> Result<(), EvalError> {
+        let f = self.f;
+        let c = (&d.c, d.m, d.n);
+        for ((t, rows, cols), write) in d.tiles().into_iter().map(|x| (x, false)).chain([(c, true)]) {
+            let origin =
+                t.origin.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
+            for r in 0..rows {
+                for q in 0..cols {
+                    self.races.touch(f, t.tensor, &TileDot::at(&origin, t, (r, q)), write)?;
                 }
             }
         }
@@ -537,6 +559,29 @@ fn mma(f: &LoopFunc, m: &mut Machine, op: MmaOp, [c, a, b]: [&Tile; 3], env: &mu
                 acc += ta[(r * kk + k) as usize] * tb[(k * nn + col) as usize];
             }
             m.store(c.tensor, &at(&co, c, (r, col)), V::F(acc))?;
+        }
+    }
+    Ok(())
+}
+
+/// An AMX tile product as its definition says ([`TileDot`]): each
+/// accumulator plus, over `k`, the four byte products of `a`'s element
+/// (unsigned) and `b`'s (signed), wrapping in `i32` as `tdpbusd` does.
+fn tile_dot(f: &LoopFunc, m: &mut Machine, d: &TileDot, env: &mut [i64]) -> Result<(), InterpError> {
+    let origin = |m: &Machine, t: &Tile, env: &mut [i64]| -> Result<Vec<i64>, InterpError> {
+        t.origin.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect()
+    };
+    let (co, ao, bo) = (origin(m, &d.c, env)?, origin(m, &d.a, env)?, origin(m, &d.b, env)?);
+    for r in 0..d.m {
+        for q in 0..d.n {
+            let at = TileDot::at(&co, &d.c, (r, q));
+            let mut acc = m.load_at(d.c.tensor, &at)?.i() as i32;
+            for k in 0..d.k {
+                let a = m.load_at(d.a.tensor, &TileDot::at(&ao, &d.a, (r, k)))?.i();
+                let b = m.load_at(d.b.tensor, &TileDot::at(&bo, &d.b, (k, q)))?.i();
+                acc = acc.wrapping_add(texc_compiler::semantics::dot4(a, b) as i32);
+            }
+            m.store(d.c.tensor, &at, V::I(i64::from(acc)))?;
         }
     }
     Ok(())

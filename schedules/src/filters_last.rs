@@ -83,7 +83,9 @@ pub fn filters_last(p: &mut Program, target: &Target, movable: &dyn Fn(TensorId)
         if product_body(p, p.stages[si].value).is_some() {
             crate::normalize::simplify_div_mod(p, si);
         }
-        if let Some((f, merged)) = long_axis(p, si, target, movable) {
+        // AMX tiles need no vectors along the rows: their layout stays.
+        let tiled = target.has_amx_int8() && crate::dot4::reads_tiles(p, si);
+        if let Some((f, merged)) = long_axis(p, si, target, movable).filter(|_| !tiled) {
             si = rewrite(p, si, f, merged, &mut made);
             changed += 1;
         }

@@ -138,7 +138,7 @@ pub fn has_bound_loops(f: &LoopFunc) -> bool {
             Stmt::For { kind, body, .. } => kind.is_gpu() || any(body),
             Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
             Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => true,
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) => false,
+            Stmt::Store { .. } | Stmt::TileDot(_) | Stmt::Barrier | Stmt::Async(_) => false,
         })
     }
     any(&f.body)
@@ -357,6 +357,16 @@ impl Walk<'_> {
                     return Err("a barrier under an `if`: every thread of the block must reach it".into());
                 }
                 Stmt::Barrier | Stmt::Async(_) => {}
+                Stmt::TileDot(d) => {
+                    return Err(RuleError::at(
+                        Site::Tensor(d.c.tensor),
+                        format!(
+                            "an AMX tile product on `{}` in a GPU kernel: `{}` runs on x86 CPUs with AMX-INT8",
+                            self.tensor_name(d.c.tensor),
+                            crate::ir::TileDot::SCHEDULE_NAME
+                        ),
+                    ))
+                }
                 Stmt::WarpReduce(w) => {
                     if open.iter().any(|&o| o) || guarded {
                         return Err(RuleError::at(
@@ -705,7 +715,7 @@ impl Walk<'_> {
                     self.check_coverage(body, open)?;
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => self.check_coverage(body, open)?,
-                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::TileDot(_) => {}
                 // The warp's lanes are its thread.x.
                 Stmt::Mma { c, .. } => {
                     let mut lanes = *open;
@@ -778,6 +788,7 @@ impl Walk<'_> {
                     Stmt::Wgmma(w) => {
                         w.c.origin.iter().chain(&w.a.origin).chain(&w.b.origin).for_each(|&i| check(i, None))
                     }
+                    Stmt::TileDot(d) => d.origins().for_each(|&i| check(i, None)),
                     Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 }
             }
@@ -970,7 +981,7 @@ impl Walk<'_> {
                         x.writers.push(s as *const Stmt as usize);
                     }
                 }
-                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::TileDot(_) => {}
             }
         }
     }
@@ -1180,6 +1191,7 @@ fn shared_bytes(f: &LoopFunc, body: &[Stmt]) -> i64 {
             | Stmt::Async(_)
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
+            | Stmt::TileDot(_)
             | Stmt::WarpReduce(_) => 0,
         })
         .fold(0, i64::saturating_add)

@@ -538,6 +538,13 @@ pub fn accesses(f: &LoopFunc, body: &[Stmt], guards: &mut Vec<TExprId>, out: &mu
                     out.push(Access { guards: guards.clone(), ..Access::tile(t, rows, cols, write) });
                 }
             }
+            Stmt::TileDot(d) => {
+                d.origins().for_each(|&e| loads(e, guards, out));
+                for (t, rows, cols) in d.tiles() {
+                    out.push(Access { guards: guards.clone(), ..Access::tile(t, rows, cols, false) });
+                }
+                out.push(Access { guards: guards.clone(), ..Access::tile(&d.c, d.m, d.n, true) });
+            }
             Stmt::Wgmma(w) => {
                 w.origins().for_each(|&e| loads(e, guards, out));
                 for (m, mn, k) in w.operands() {
@@ -652,6 +659,7 @@ fn nodes_run(f: &LoopFunc, body: &[Stmt]) -> u64 {
                 let (m, n, k) = w.op.shape();
                 (m * n * k) as u64
             }
+            Stmt::TileDot(d) => (d.m * d.n * d.k) as u64,
             Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => 1,
         })
         .fold(0u64, u64::saturating_add)
@@ -673,6 +681,7 @@ fn addresses_read_data(f: &LoopFunc, body: &[Stmt]) -> bool {
         Stmt::Store { indices, value, .. } => indices.iter().any(|&i| data(i)) || controls_read_data(p, *value),
         Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).any(|&i| data(i)),
         Stmt::Wgmma(w) => w.origins().any(|&i| data(i)),
+        Stmt::TileDot(d) => d.origins().any(|&i| data(i)),
         Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => false,
     })
 }

@@ -165,6 +165,12 @@ pub fn simplify_indices(f: &mut LoopFunc) {
                         }
                     }
                 }
+                crate::ir::Stmt::TileDot(d) => {
+                    for i in d.origins_mut() {
+                        loads(f, *i);
+                        *i = simplify_index(f, *i);
+                    }
+                }
                 crate::ir::Stmt::Wgmma(w) => {
                     for i in w.origins_mut() {
                         loads(f, *i);

@@ -268,15 +268,21 @@ impl WgmmaOp {
     }
 }
 
-/// The operation a `tensorize` names: a warp's `mma.sync` or a warpgroup's `wgmma`.
+/// The operation a `tensorize` names: a warp's `mma.sync`, a warpgroup's
+/// `wgmma`, or a CPU's integer tile product ([`TileDot`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TensorOp {
     Mma(MmaOp),
     Wgmma(WgmmaOp),
+    /// Intel AMX's `tdpbusd` over a block of tiles: `tensorize S(m, n, k) with amx_dpbusd`.
+    TileDot,
 }
 
 impl TensorOp {
     pub fn parse_schedule_name(s: &str) -> Option<TensorOp> {
+        if s == TileDot::SCHEDULE_NAME {
+            return Some(TensorOp::TileDot);
+        }
         MmaOp::ALL
             .into_iter()
             .find(|o| o.schedule_name() == s)
@@ -289,6 +295,7 @@ impl TensorOp {
         let mut v: Vec<String> = MmaOp::ALL.iter().map(|o| o.schedule_name().to_string()).collect();
         v.push("wgmma_m64n{8, 16, .., 256}k16_f16f32 (sm_90a)".into());
         v.push("wgmma_m64n{8, 16, .., 256}k16_bf16f32 (sm_90a)".into());
+        v.push(format!("{} (x86 with AMX-INT8)", TileDot::SCHEDULE_NAME));
         v
     }
 
@@ -296,13 +303,18 @@ impl TensorOp {
         match self {
             TensorOp::Mma(o) => o.schedule_name().to_string(),
             TensorOp::Wgmma(o) => o.schedule_name(),
+            TensorOp::TileDot => TileDot::SCHEDULE_NAME.to_string(),
         }
     }
 
+    /// Tile extents (m, n, k); for [`TensorOp::TileDot`] the largest block
+    /// along m and n, and the step of k (its loops may be shorter along m
+    /// and n, and any multiple of the step along k).
     pub fn shape(self) -> (i64, i64, i64) {
         match self {
             TensorOp::Mma(o) => o.shape(),
             TensorOp::Wgmma(o) => o.shape(),
+            TensorOp::TileDot => (TileDot::MAX_ROWS, TileDot::MAX_COLS, TileDot::K_STEP),
         }
     }
 
@@ -311,7 +323,66 @@ impl TensorOp {
         match self {
             TensorOp::Mma(o) => o.types(),
             TensorOp::Wgmma(o) => (o.ab, ElemType::F32),
+            // Four bytes of `k` to an `i32` (`crate::dot4`'s packing), sums in `i32`.
+            TensorOp::TileDot => (ElemType::I32, ElemType::I32),
         }
+    }
+}
+
+/// CPU targets with AMX-INT8: `c[r, q] += Σ_{k < k} @dot4(0, a[r, k], b[k, q])`
+/// for `r < m`, `q < n` — a block of `i32` accumulators summing products of
+/// `u8` (`a`) and `i8` (`b`) bytes packed four to an `i32` element, as
+/// [`crate::dot4`] packs them (byte `t` of element `k` is `k`'s byte `4k + t`).
+/// Each [`Tile`] names the dimensions its rows and columns run along;
+/// columns must be the tensor's last dimension (contiguous), as the tile
+/// loads read rows of up to 64 contiguous bytes. The code generator runs
+/// it on AMX tiles of 16 rows × 16 `i32` (`tdpbusd`: 16 × 64 bytes times
+/// 16 × 64 bytes, row `k` of `b` holding 16 columns' four bytes of `k`),
+/// at most [`TileDot::MAX_ROWS`] × [`TileDot::MAX_COLS`] accumulators in
+/// four tiles held across the whole sum, `k` by [`TileDot::K_STEP`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct TileDot {
+    pub c: Tile,
+    pub a: Tile,
+    pub b: Tile,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+}
+
+impl TileDot {
+    pub const SCHEDULE_NAME: &'static str = "amx_dpbusd";
+    /// Rows of one AMX tile, and `i32` columns of one (64 bytes).
+    pub const TILE: i64 = 16;
+    /// Two tiles of rows and two of columns: four accumulator tiles, two of
+    /// `a` and two of `b` are AMX's eight tile registers.
+    pub const MAX_ROWS: i64 = 32;
+    pub const MAX_COLS: i64 = 32;
+    /// Packed `k` per `tdpbusd`: 16 `i32` of four bytes, 64 bytes.
+    pub const K_STEP: i64 = 16;
+
+    /// The element `(r, q)` of tile `t` whose origin evaluated to `origin`.
+    pub fn at(origin: &[i64], t: &Tile, (r, q): (i64, i64)) -> Vec<i64> {
+        let mut idx = origin.to_vec();
+        idx[t.rows] += r;
+        idx[t.cols] += q;
+        idx
+    }
+
+    /// The operands' origins' index expressions.
+    pub fn origins(&self) -> impl Iterator<Item = &TExprId> {
+        self.c.origin.iter().chain(&self.a.origin).chain(&self.b.origin)
+    }
+
+    /// [`TileDot::origins`], to change.
+    pub fn origins_mut(&mut self) -> impl Iterator<Item = &mut TExprId> {
+        self.c.origin.iter_mut().chain(&mut self.a.origin).chain(&mut self.b.origin)
+    }
+
+    /// The operands with the extents of their rows and columns: `c` is
+    /// `m × n`, `a` is `m × k`, `b` is `k × n`.
+    pub fn tiles(&self) -> [(&Tile, i64, i64); 3] {
+        [(&self.c, self.m, self.n), (&self.a, self.m, self.k), (&self.b, self.k, self.n)]
     }
 }
 
@@ -527,6 +598,9 @@ pub enum Stmt {
     /// lanes are the block's `thread.x`: it stands where a `thread.x` loop
     /// would.
     Wgmma(Box<Wgmma>),
+    /// CPU targets with AMX-INT8: a block of integer tile products ([`TileDot`],
+    /// `tensorize ... with amx_dpbusd`), standing where its three loops stood.
+    TileDot(Box<TileDot>),
     /// GPU targets: every thread of the block waits here until all have
     /// arrived (`bar.sync`), so that what threads stored to shared buffers
     /// before it is visible to all after it (see `crate::gpu`).
@@ -549,6 +623,7 @@ impl Stmt {
             Stmt::Store { .. }
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
+            | Stmt::TileDot(_)
             | Stmt::Barrier
             | Stmt::Async(_)
             | Stmt::WarpReduce(_) => &[],
@@ -562,6 +637,7 @@ impl Stmt {
             Stmt::Store { .. }
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
+            | Stmt::TileDot(_)
             | Stmt::Barrier
             | Stmt::Async(_)
             | Stmt::WarpReduce(_) => &mut [],
@@ -632,6 +708,11 @@ impl LoopFunc {
                     Stmt::Wgmma(w) => {
                         for t in [w.c.tensor, w.a.tensor, w.b.tensor] {
                             seen[t.0 as usize] = true;
+                        }
+                    }
+                    Stmt::TileDot(d) => {
+                        for t in [&d.c, &d.a, &d.b] {
+                            seen[t.tensor.0 as usize] = true;
                         }
                     }
                     Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
@@ -731,6 +812,12 @@ pub fn nest_label(f: &LoopFunc, s: &Stmt) -> String {
                     out.push(w.c.tensor);
                 }
             }
+            Stmt::TileDot(d) => {
+                *constant = false;
+                if !local.contains(&d.c.tensor) && !out.contains(&d.c.tensor) {
+                    out.push(d.c.tensor);
+                }
+            }
             Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
         }
     }
@@ -763,7 +850,12 @@ pub fn rounds_to_tf32(f: &LoopFunc) -> bool {
         body.iter().any(|s| match s {
             Stmt::Mma { op, .. } => op.rounds_to_tf32(),
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
-            Stmt::Store { .. } | Stmt::Wgmma(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => false,
+            Stmt::Store { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::TileDot(_)
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_) => false,
         })
     }
     any(&f.body)
@@ -776,7 +868,12 @@ pub fn has_wgmma(f: &LoopFunc) -> bool {
         body.iter().any(|s| match s {
             Stmt::Wgmma(_) => true,
             Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
-            Stmt::Store { .. } | Stmt::Mma { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => false,
+            Stmt::Store { .. }
+            | Stmt::Mma { .. }
+            | Stmt::TileDot(_)
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_) => false,
         })
     }
     any(&f.body)
@@ -862,11 +959,20 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
                 let _ = writeln!(out, "{pad}warp_reduce {} {} by {}", w.op.name(), f.p.tensor(w.tensor).name, w.lanes);
             }
             Stmt::Mma { op, c, a, b } => {
-                let t = |t: &Tile| {
-                    let idx: Vec<String> = t.origin.iter().map(|&i| expr(f, i)).collect();
-                    format!("{}[{}] @ ({}, {})", f.p.tensor(t.tensor).name, idx.join(", "), t.rows, t.cols)
-                };
-                let _ = writeln!(out, "{pad}mma {} {} += {} * {}", op.name(), t(c), t(a), t(b));
+                let _ = writeln!(out, "{pad}mma {} {} += {} * {}", op.name(), tile(f, c), tile(f, a), tile(f, b));
+            }
+            Stmt::TileDot(d) => {
+                let _ = writeln!(
+                    out,
+                    "{pad}{} {}x{}x{} {} += {} * {}",
+                    TileDot::SCHEDULE_NAME,
+                    d.m,
+                    d.n,
+                    d.k,
+                    tile(f, &d.c),
+                    tile(f, &d.a),
+                    tile(f, &d.b)
+                );
             }
             Stmt::Wgmma(w) => {
                 let c = &w.c;
@@ -882,6 +988,12 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
             }
         }
     }
+}
+
+/// A tile as the printer writes it: `T[origin] @ (rows, cols)`.
+fn tile(f: &LoopFunc, t: &Tile) -> String {
+    let idx: Vec<String> = t.origin.iter().map(|&i| expr(f, i)).collect();
+    format!("{}[{}] @ ({}, {})", f.p.tensor(t.tensor).name, idx.join(", "), t.rows, t.cols)
 }
 
 /// Print one expression (loop variables by name).
@@ -925,6 +1037,8 @@ pub fn emitted_size(f: &LoopFunc) -> u64 {
                 }
                 // One instruction; the lanes' accumulator loads and stores.
                 Stmt::Wgmma(w) => copies.saturating_mul(w.op.n as u64),
+                // A loop of `k / 16` steps of up to four `tdpbusd`, and the tiles' loads and stores.
+                Stmt::TileDot(_) => copies.saturating_mul(16),
             })
             .fold(0u64, u64::saturating_add)
     }

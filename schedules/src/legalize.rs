@@ -35,6 +35,11 @@ fn stmts(body: &mut [Stmt], lz: &mut Legalizer, p: &mut Program) {
                     *i = lz.expr(p, *i);
                 }
             }
+            Stmt::TileDot(d) => {
+                for i in d.origins_mut() {
+                    *i = lz.expr(p, *i);
+                }
+            }
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => stmts(body, lz, p),
             Stmt::If { cond, then } => {
                 *cond = lz.expr(p, *cond);

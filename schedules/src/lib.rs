@@ -12,7 +12,8 @@
 //! - *lower*: to the loop IR ([`ir`], with [`index`] simplifying the indices
 //!   of attached buffers); verified by [`verify::verify_lowered`], which
 //!   proves parallel and vectorized loops independent ([`independence`]);
-//! - GPU targets: *tensorize* (tensor-core operations, [`tensorize`]),
+//! - *tensorize* (GPU tensor-core operations, and AMX tile products on
+//!   CPUs that have them, [`tensorize`]); on GPU targets also
 //!   *cross-thread* (reductions over a block's threads, [`cross_thread`]),
 //!   *multistage* and *pad-ldmatrix* (software pipelines of shared-memory
 //!   copies, [`multistage`]);

@@ -123,6 +123,7 @@ fn stmt_tensors(p: &Program, s: &Stmt, seen: &mut HashSet<TExprId>, out: &mut Ve
             }
         }
         Stmt::Wgmma(w) => out.extend([w.c.tensor, w.a.tensor, w.b.tensor]),
+        Stmt::TileDot(d) => out.extend([d.c.tensor, d.a.tensor, d.b.tensor]),
         Stmt::WarpReduce(w) => out.push(w.tensor),
         Stmt::Barrier | Stmt::Async(_) => {}
     }

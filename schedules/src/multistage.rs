@@ -87,7 +87,8 @@ fn rewrite(
             | Stmt::Async(_)
             | Stmt::WarpReduce(_)
             | Stmt::Mma { .. }
-            | Stmt::Wgmma(_) => {}
+            | Stmt::Wgmma(_)
+            | Stmt::TileDot(_) => {}
         }
     }
     Ok(n)
@@ -223,7 +224,9 @@ fn make_async(f: &LoopFunc, st: &mut Stmt, buffers: &[TensorId]) -> Result<(), S
             body.iter_mut().try_for_each(|s| make_async(f, s, buffers))
         }
         Stmt::Store { tensor, value, .. } => check_copy(f, *tensor, *value, 1, buffers),
-        Stmt::Alloc { .. } | Stmt::Mma { .. } | Stmt::Wgmma(_) => Err("a copy holds more than stores".into()),
+        Stmt::Alloc { .. } | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::TileDot(_) => {
+            Err("a copy holds more than stores".into())
+        }
         Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => Ok(()),
     }
 }
@@ -283,6 +286,7 @@ fn clone_stmt(f: &mut LoopFunc, st: &Stmt, map: &mut HashMap<VarId, TExprId>) ->
         Stmt::Alloc { .. }
         | Stmt::Mma { .. }
         | Stmt::Wgmma(_)
+        | Stmt::TileDot(_)
         | Stmt::Barrier
         | Stmt::Async(_)
         | Stmt::WarpReduce(_) => st.clone(),
@@ -316,6 +320,8 @@ fn add_slot(f: &mut LoopFunc, st: &mut Stmt, buffers: &[TensorId], slot: TExprId
                 }
             }
         }
+        // CPU only: no GPU pipeline stages.
+        Stmt::TileDot(_) => {}
         Stmt::Wgmma(w) => {
             if buffers.contains(&w.c.tensor) {
                 w.c.origin.insert(0, slot);

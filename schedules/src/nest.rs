@@ -190,7 +190,12 @@ impl Extractor<'_> {
                 let indices = indices.iter().map(|&i| self.expr(i)).collect();
                 Stmt::Store { tensor, indices, value: self.expr(*value) }
             }
-            Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => return None,
+            Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::TileDot(_)
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_) => return None,
         })
     }
 }

@@ -11,6 +11,14 @@
 //! indices with the three loops at 0. Anything else is an error that says
 //! what differs; nothing is left untensorized silently.
 //!
+//! On CPUs with AMX-INT8, `amx_dpbusd` makes a [`TileDot`] of every copy
+//! of the three loops (a block's last, shorter copies too) around
+//! `C[..] = C[..] + @dot4(0, A[..], B[..])` (or the stage's local
+//! accumulators): at most 32 × 32 accumulators, the sum a multiple of 16
+//! packed elements, each operand's columns its last dimension. A copy of
+//! the loops around anything else (the accumulators' zeroing or
+//! write-back) is not one: left as it is, as it computes the same.
+//!
 //! A warpgroup's `wgmma` (64 × N × 16) reads `A` and `B` from shared
 //! buffers through matrix descriptors, so this pass also lays those
 //! buffers out as the descriptors say ([`SmemMatrix`]: K-major core
@@ -27,25 +35,38 @@
 //! visibly contiguous.
 
 use crate::analysis::{coefficient, involves};
-use crate::ir::{ForKind, LoopFunc, Major, SmemMatrix, Stmt, TensorOp, Tile, Wgmma};
+use crate::ir::{ForKind, LoopFunc, Major, SmemMatrix, Stmt, TensorOp, Tile, TileDot, Wgmma};
 use crate::normalize::subst;
 use crate::schedule::Schedules;
 use std::collections::HashMap;
 use std::collections::HashSet;
 use texc_compiler::ops::BinOp;
+use texc_compiler::ops::Intrinsic;
 use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
+use texc_compiler::types::ElemType;
 use texc_grammar::Diagnostic;
 
-/// Replace every tensorized stage's innermost loops by its `mma`.
+/// Replace every tensorized stage's innermost loops by its `mma` (every
+/// copy of them, for an AMX tile product, whose loops may be a block's
+/// shorter last one).
 pub fn tensorize(f: &mut LoopFunc, s: &Schedules) -> Result<(), Diagnostic> {
     for (si, ss) in s.stages.iter().enumerate() {
         let Some(t) = &ss.tensorize else { continue };
         let names: Vec<String> = t.leaves.iter().map(|&l| ss.ivs[l].name.clone()).collect();
-        let tensor = f.p.stages[si].tensor;
+        // The stage's own tensor, or the local accumulators it is computed in.
+        let tensor = match &ss.cache_write {
+            Some((_, acc)) => f.p.tensors.iter().position(|d| &d.name == acc).map(|i| TensorId(i as u32)),
+            None => None,
+        }
+        .unwrap_or(f.p.stages[si].tensor);
         let want = Want { tensor, names: &names, op: t.op };
         let mut body = std::mem::take(&mut f.body);
         let mut relayouts = Vec::new();
-        let found = replace(f, &mut body, &want, &mut relayouts);
+        let found = if t.op == TensorOp::TileDot {
+            replace_tile_dots(f, &mut body, &want).map(|n| n > 0)
+        } else {
+            replace(f, &mut body, &want, &mut relayouts)
+        };
         f.body = body;
         match found {
             Ok(true) => {
@@ -104,7 +125,8 @@ fn replace(f: &mut LoopFunc, body: &mut [Stmt], w: &Want, relayouts: &mut Vec<Re
             | Stmt::Async(_)
             | Stmt::WarpReduce(_)
             | Stmt::Mma { .. }
-            | Stmt::Wgmma(_) => false,
+            | Stmt::Wgmma(_)
+            | Stmt::TileDot(_) => false,
         };
         if found {
             return Ok(true);
@@ -174,7 +196,109 @@ fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want, relayouts: &mut Vec<Relayout>)
             let b = operand(f, b, false, Major::Mn, relayouts)?;
             Ok(Some(Stmt::Wgmma(Box::new(Wgmma { op, c, a, b }))))
         }
+        TensorOp::TileDot => unreachable!("tile products are matched by `tile_dot`"),
     }
+}
+
+/// Replace every nest in `body` that [`tile_dot`] matches; how many.
+fn replace_tile_dots(f: &mut LoopFunc, body: &mut [Stmt], w: &Want) -> Result<usize, String> {
+    let mut n = 0;
+    for s in body.iter_mut() {
+        if let Some(d) = tile_dot(f, s, w)? {
+            *s = Stmt::TileDot(Box::new(d));
+            n += 1;
+            continue;
+        }
+        n += replace_tile_dots(f, s.body_mut(), w)?;
+    }
+    Ok(n)
+}
+
+/// `s` as an AMX tile product, if it is the three tensorized loops (in any
+/// order, perfectly nested) around `C[..] = C[..] + @dot4(0, A[..], B[..])`:
+/// at most [`TileDot::MAX_ROWS`] × [`TileDot::MAX_COLS`] accumulators (a
+/// block's last, shorter copy of the loops too), the sum a whole number of
+/// [`TileDot::K_STEP`]s, `A` (the unsigned bytes) indexed by the rows and
+/// the sum, `B` by the sum and the columns, each operand's columns its
+/// contiguous last dimension.
+fn tile_dot(f: &mut LoopFunc, s: &Stmt, w: &Want) -> Result<Option<TileDot>, String> {
+    let mut vars: [Option<(VarId, i64, i64)>; 3] = [None; 3];
+    let mut at = s;
+    for _ in 0..3 {
+        let Stmt::For { var, lo, extent, kind, body } = at else { return Ok(None) };
+        let name = &f.vars[*var as usize].name;
+        let Some(role) = w.names.iter().position(|n| n == name) else { return Ok(None) };
+        let (max_m, max_n, step) = w.op.shape();
+        let fits = match role {
+            0 => *extent <= max_m,
+            1 => *extent <= max_n,
+            _ => *extent % step == 0,
+        };
+        if *kind != ForKind::Serial || !fits || *extent < 1 || vars[role].is_some() {
+            let want = match role {
+                0 => format!("at most {max_m}"),
+                1 => format!("at most {max_n}"),
+                _ => format!("a multiple of {step}"),
+            };
+            return Err(format!("loop `{name}` has {extent} iterations{}; `amx_dpbusd` needs {want}", kind.name()));
+        }
+        vars[role] = Some((*var, *lo, *extent));
+        // Loops of these names around something else: the accumulators'
+        // initialization or write-back, or attached producers.
+        let [inner] = body.as_slice() else { return Ok(None) };
+        at = inner;
+    }
+    let Stmt::Store { tensor, indices, value } = at else { return Ok(None) };
+    if *tensor != w.tensor {
+        return Ok(None);
+    }
+    let [m, n, k] = vars.map(|v| v.expect("three loops"));
+    let (a, b) = dot4_accumulation(f, *value, *tensor, indices).ok_or_else(|| {
+        format!(
+            "`{}` is not computed as a sum of packed byte products `@dot4(0, A[..], B[..])` of i32 operands",
+            f.p.tensor(w.tensor).name
+        )
+    })?;
+    let c = tile_from(f, *tensor, indices, (m.0, m.1), (n.0, n.1), k.0)?;
+    let a = tile_from(f, a.0, &a.1, (m.0, m.1), (k.0, k.1), n.0)
+        .map_err(|why| format!("{why} (the unsigned operand of `@dot4` must run along the rows and the sum)"))?;
+    let b = tile_from(f, b.0, &b.1, (k.0, k.1), (n.0, n.1), m.0)?;
+    for t in [&c, &a, &b] {
+        let d = f.p.tensor(t.tensor);
+        if t.cols + 1 != d.shape.len() {
+            return Err(format!(
+                "the tile of `{}` runs along its dimension {}, not its last: AMX loads rows of contiguous elements",
+                d.name, t.cols
+            ));
+        }
+    }
+    Ok(Some(TileDot { c, a, b, m: m.2, n: n.2, k: k.2 }))
+}
+
+/// `C[idx] + @dot4(0, A[..], B[..])` (either order of the sum) of `i32` loads.
+fn dot4_accumulation(f: &LoopFunc, e: TExprId, c: TensorId, idx: &[TExprId]) -> Option<(Operand, Operand)> {
+    let p = &f.p;
+    let TExpr::Binary(BinOp::Add, x, y) = p.expr(e) else { return None };
+    let is_c = |e: TExprId| matches!(p.expr(e), TExpr::Load(t, i) if *t == c && same(f, i, idx));
+    let dot = if is_c(*x) {
+        *y
+    } else if is_c(*y) {
+        *x
+    } else {
+        return None;
+    };
+    let TExpr::Intrinsic(Intrinsic::Dot4, args) = p.expr(dot) else { return None };
+    let [zero, a, b] = args.as_slice() else { return None };
+    if !matches!(p.expr(*zero), TExpr::Int(0)) {
+        return None;
+    }
+    let operand = |e: TExprId| -> Option<Operand> {
+        match p.expr(e) {
+            TExpr::Load(t, i) if p.ty(e) == Ty::Elem(ElemType::I32) => Some((*t, i.clone())),
+            _ => None,
+        }
+    };
+    Some((operand(*a)?, operand(*b)?))
 }
 
 type Operand = (TensorId, Vec<TExprId>);
@@ -297,7 +421,7 @@ fn relayout(f: &mut LoopFunc, r: Relayout) -> Result<(), String> {
                         ));
                     }
                 }
-                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::TileDot(_) => {}
             }
         }
         Ok(())
@@ -416,6 +540,19 @@ fn tile(
     cols: VarId,
     other: VarId,
 ) -> Result<Tile, String> {
+    tile_from(f, t, idx, (rows, 0), (cols, 0), other)
+}
+
+/// [`tile`] of loops starting at `lo` (a block's last copy of its loops):
+/// the origin is the index at those starts.
+fn tile_from(
+    f: &mut LoopFunc,
+    t: TensorId,
+    idx: &[TExprId],
+    (rows, rows_lo): (VarId, i64),
+    (cols, cols_lo): (VarId, i64),
+    other: VarId,
+) -> Result<Tile, String> {
     let name = f.p.tensor(t).name.clone();
     let var = |v: VarId| f.vars[v as usize].name.clone();
     let dim_of = |v: VarId| -> Result<usize, String> {
@@ -429,8 +566,9 @@ fn tile(
     if r == c || uses(f, idx, other) {
         return Err(format!("`{name}` is not a tile over `{}` and `{}`", var(rows), var(cols)));
     }
-    let zero = f.p.alloc(TExpr::Int(0), Ty::Index, Default::default());
-    let at_zero: HashMap<VarId, TExprId> = [(rows, zero), (cols, zero)].into_iter().collect();
-    let origin = idx.iter().map(|&i| subst(&mut f.p, i, &at_zero, &HashMap::new())).collect();
+    let r0 = f.p.alloc(TExpr::Int(rows_lo), Ty::Index, Default::default());
+    let c0 = f.p.alloc(TExpr::Int(cols_lo), Ty::Index, Default::default());
+    let at_start: HashMap<VarId, TExprId> = [(rows, r0), (cols, c0)].into_iter().collect();
+    let origin = idx.iter().map(|&i| subst(&mut f.p, i, &at_start, &HashMap::new())).collect();
     Ok(Tile { tensor: t, origin, rows: r, cols: c })
 }

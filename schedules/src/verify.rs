@@ -4,7 +4,7 @@
 //! operations backends translate one to one.
 
 use crate::gpu::{RuleError, Site};
-use crate::ir::{LoopFunc, Stmt};
+use crate::ir::{LoopFunc, Stmt, TileDot};
 use texc_compiler::ops::{BinOp, Intrinsic};
 use texc_compiler::target::Target;
 use texc_compiler::tir::{TExpr, TExprId, Ty};
@@ -21,6 +21,8 @@ pub enum LoopError {
     MmaType { op: &'static str, buffer: String, want: String, got: String },
     #[error("`wgmma {op}` reads `{buffer}` through a matrix descriptor, but {why}")]
     WgmmaLayout { op: String, buffer: String, why: String },
+    #[error("the AMX tile product into `{buffer}`: {why}")]
+    TileDot { buffer: String, why: String },
     #[error("loop variable `{0}` is bound twice")]
     BoundTwice(String),
     #[error("loop `{0}` has a negative extent")]
@@ -121,6 +123,47 @@ pub fn verify(f: &LoopFunc) -> R {
     stmts(f, &f.body, &mut bound, &mut seen)
 }
 
+/// An AMX tile product's rules ([`TileDot`]): `i32` operands, each tile's
+/// columns its tensor's last (contiguous) dimension, a block of at most
+/// 32 × 32 accumulators, and `k` a whole number of 16-element steps.
+fn tile_dot(f: &LoopFunc, d: &TileDot, bound: &[bool]) -> R {
+    let err = |why: String| LoopError::TileDot { buffer: f.p.tensor(d.c.tensor).name.clone(), why };
+    if !(1..=TileDot::MAX_ROWS).contains(&d.m) || !(1..=TileDot::MAX_COLS).contains(&d.n) {
+        return Err(err(format!(
+            "a block of {} × {} accumulators; at most {} × {}",
+            d.m,
+            d.n,
+            TileDot::MAX_ROWS,
+            TileDot::MAX_COLS
+        )));
+    }
+    if d.k <= 0 || d.k % TileDot::K_STEP != 0 {
+        return Err(err(format!("a sum over {} packed elements, not a multiple of {}", d.k, TileDot::K_STEP)));
+    }
+    for t in [&d.c, &d.a, &d.b] {
+        let x = f.p.tensor(t.tensor);
+        if t.origin.len() != x.shape.len() || t.rows == t.cols || t.rows.max(t.cols) >= x.shape.len() {
+            return Err(LoopError::MmaTile(x.name.clone()));
+        }
+        if t.cols + 1 != x.shape.len() {
+            return Err(err(format!(
+                "the tile of `{}` runs its columns along a dimension that is not its last",
+                x.name
+            )));
+        }
+        if x.elem != texc_compiler::types::ElemType::I32 {
+            return Err(err(format!("`{}` is {}, not i32 (four bytes packed to an element)", x.name, x.elem)));
+        }
+        for &i in &t.origin {
+            if f.p.ty(i) != Ty::Index {
+                return Err(LoopError::IndexType(i.0));
+            }
+            expr(f, i, bound)?;
+        }
+    }
+    Ok(())
+}
+
 fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool>) -> R {
     for s in body {
         match s {
@@ -152,6 +195,7 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
                 }
             }
             Stmt::Wgmma(w) => wgmma(f, w, bound)?,
+            Stmt::TileDot(d) => tile_dot(f, d, bound)?,
             Stmt::For { var, extent, body, .. } => {
                 let v = *var as usize;
                 if seen[v] {
@@ -340,6 +384,7 @@ pub fn walk_exprs(body: &[Stmt], visit: &mut dyn FnMut(TExprId)) {
             Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
             Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).for_each(|&i| visit(i)),
             Stmt::Wgmma(w) => w.origins().for_each(|&i| visit(i)),
+            Stmt::TileDot(d) => d.origins().for_each(|&i| visit(i)),
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => walk_exprs(body, visit),
             Stmt::If { cond, then } => {
                 visit(*cond);

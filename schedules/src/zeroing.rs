@@ -109,6 +109,10 @@ fn tensors_of(f: &LoopFunc, s: &Stmt) -> BTreeSet<TensorId> {
                 out.extend([w.c.tensor, w.a.tensor, w.b.tensor]);
                 w.origins().for_each(|&e| expr(f, e, out));
             }
+            Stmt::TileDot(d) => {
+                out.extend([d.c.tensor, d.a.tensor, d.b.tensor]);
+                d.origins().for_each(|&e| expr(f, e, out));
+            }
             Stmt::WarpReduce(w) => {
                 out.insert(w.tensor);
             }
@@ -313,6 +317,18 @@ fn collect(
                 let (m, n, k) = op.shape();
                 for (tile, rows, cols) in [(a, m, k), (b, k, n), (c, m, n)] {
                     tile.origin.iter().for_each(|&e| reads(e, path, guards, out));
+                    if tile.tensor == t {
+                        let mut reach = vec![0; tile.origin.len()];
+                        reach[tile.rows] += rows - 1;
+                        reach[tile.cols] += cols - 1;
+                        let (path, guards) = (path.clone(), guards.clone());
+                        out.push(Event { write: false, indices: tile.origin.clone(), reach, path, guards });
+                    }
+                }
+            }
+            Stmt::TileDot(d) => {
+                d.origins().for_each(|&e| reads(e, path, guards, out));
+                for (tile, rows, cols) in d.tiles() {
                     if tile.tensor == t {
                         let mut reach = vec![0; tile.origin.len()];
                         reach[tile.rows] += rows - 1;

@@ -213,3 +213,77 @@ fn dot4_is_vpdpbusd_lane_semantics() {
     assert_eq!(dot4(a, b), -1 + 4 - 9 + 255 * 127);
     assert_eq!(dot4(0xffff_ffff, 0x8080_8080), 4 * 255 * -128);
 }
+
+/// AMX tiles (`x86-avx512-amx`): matrix products become `amx_dpbusd`
+/// blocks, which the loop evaluator computes as the statement defines them
+/// and which match the interpreter bit for bit on any machine; on a CPU
+/// with AMX-INT8 the machine code does too (else that part is skipped,
+/// saying why). The sizes leave a block's last rows and columns short and
+/// pad the sum to 64 bytes; `i8` activations are offset; a requantized
+/// product's sum is tiled and its epilogue stays exact. Convolutions,
+/// whose unsigned operand runs along the columns, keep `vpdpbusd`.
+#[test]
+fn matrix_products_run_on_amx_tiles() {
+    let amx = "x86-avx512-amx";
+    let runs = texc_compiler::target::lookup(amx).expect("known").check_runs_here();
+    if let Err(why) = &runs {
+        eprintln!("skipped running AMX code: {why}");
+    }
+    let cases = [
+        ("u8 × i8 33×67×130", gemm(33, 67, 130, "u8")),
+        ("u8 × i8 16×64×16", gemm(16, 64, 16, "u8")),
+        ("i8 × i8 9×10×19", gemm(9, 10, 19, "i8")),
+        ("requantized 40×29×35", qlinear(40, 29, 35)),
+    ];
+    for (name, src) in cases {
+        let p = program(&src);
+        let f = legal_loops(amx, &p);
+        let text = texc_schedules::ir::print(&f);
+        assert!(text.contains("amx_dpbusd"), "{name}: no tile product\n{text}");
+        for seed in [3, 11] {
+            let args = || interp::bind_args(&p, Default::default(), &[], seed).expect("binds");
+            let want = interp::run(&p, args()).expect("interp");
+            let evaluated = texc_schedules::eval::run(&f, args()).expect("evaluates");
+            for (g, w) in evaluated.iter().zip(&want) {
+                assert_eq!(g.bytes(), w.bytes(), "{name} (seed {seed}): the loop evaluator is not bit-exact");
+            }
+            if runs.is_ok() {
+                let target = texc_compiler::target::lookup(amx).expect("known");
+                let k = texc_tests::compile_loops(target, &f).unwrap_or_else(|e| panic!("{name}: {e}"));
+                for (g, w) in k.run(args()).expect("runs").iter().zip(&want) {
+                    assert_eq!(g.bytes(), w.bytes(), "{name} (seed {seed}): AMX code is not bit-exact");
+                }
+            }
+        }
+    }
+    let conv = texc_schedules::ir::print(&legal_loops(amx, &program(&conv(8, 32, 9))));
+    assert!(!conv.contains("amx_dpbusd") && conv.contains("@dot4("), "{conv}");
+}
+
+/// `tensorize ... with amx_dpbusd` is refused, with the reason, on targets
+/// without AMX and on loops longer than a block.
+#[test]
+fn amx_tile_products_need_the_target_and_a_block() {
+    let src = |target: &str, rows: i64| {
+        format!(
+            "kernel q(A: u8[64, 64], W: i8[64, 64]) -> C: i32[64, 64] {{\n\
+             \x20   C[i, j] = sum[k](i32(A[i, k]) * i32(W[k, j]));\n}}\n\
+             schedule q for {target} {{\n    split C.i by {rows} -> (io, ii);\n    split C.j by 32 -> (jo, ji);\n    \
+             reorder C(io, jo, k, ii, ji);\n    tensorize C(ii, ji, k) with amx_dpbusd;\n}}\n"
+        )
+    };
+    let err = |target: &str, rows: i64| match texc_tests::load_text(target, "t.tex", &src(target, rows), None) {
+        Ok((mut pl, k)) => {
+            let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+            match pl.loops(k, p) {
+                Ok(_) => String::new(),
+                Err(e) => texc_tests::rendered(&pl, e),
+            }
+        }
+        Err(e) => e,
+    };
+    let vnni = err("x86-avx512-vnni", 32);
+    assert!(vnni.contains("does not have AMX-INT8"), "{vnni}");
+    let long = err("x86-avx512-amx", 64);
+    assert!(long.contains("at most 32"), "{long}");
+}

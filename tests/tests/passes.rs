@@ -123,7 +123,12 @@ fn access_report(f: &LoopFunc) -> String {
                     walk(f, body, v, out)
                 }
                 Stmt::Alloc { body, .. } | Stmt::If { then: body, .. } => walk(f, body, vector, out),
-                Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => {}
+                Stmt::Barrier
+                | Stmt::Async(_)
+                | Stmt::Mma { .. }
+                | Stmt::Wgmma(_)
+                | Stmt::TileDot(_)
+                | Stmt::WarpReduce(_) => {}
                 Stmt::Store { tensor, indices, value } => {
                     let Some((var, base, lanes)) = vector else { continue };
                     let mut ls = Vec::new();

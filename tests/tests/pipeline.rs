@@ -130,8 +130,9 @@ fn runs_here(t: &Target) -> bool {
 fn targets_are_resolved_in_one_place() {
     let err = target::lookup("x86-sse").expect_err("unknown");
     assert!(
-        err.to_string()
-            .contains("targets: interp, x86-avx2, x86-avx512, x86-avx2-vnni, x86-avx512-vnni, host, cranelift"),
+        err.to_string().contains(
+            "targets: interp, x86-avx2, x86-avx512, x86-avx2-vnni, x86-avx512-vnni, x86-avx512-amx, host, cranelift"
+        ),
         "{err}"
     );
     let avx2 = target::lookup("x86-avx2").expect("known");

@@ -27,7 +27,7 @@ pub struct Common {
     /// Compile-time constants: `--const pad=1,stride=2` (repeatable).
     #[arg(long = "const", value_name = "NAME=VALUE,...")]
     pub consts: Vec<String>,
-    /// Target: interp, x86-avx2, x86-avx512, x86-avx2-vnni, x86-avx512-vnni, host, cranelift, nvptx-sm80, nvptx-sm90.
+    /// Target: interp, x86-avx2, x86-avx512, x86-avx2-vnni, x86-avx512-vnni, x86-avx512-amx, host, cranelift, nvptx-sm80, nvptx-sm90.
     #[arg(long, default_value = "interp")]
     pub target: String,
     /// Run the operator graph as written, without e-graph rewriting

@@ -154,6 +154,9 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
                         .into(),
                 ))
             }
+            Stmt::TileDot(_) => Err(CodegenError::Unsupported(
+                "AMX tile products are compiled through LLVM (`x86-avx512-amx`), not Cranelift".into(),
+            )),
             Stmt::For { var, lo, extent, kind, body } => match kind {
                 ForKind::Vectorized if *extent > 1 && VecMode::handles(body) => {
                     self.vector_stmts(body, VecMode { var: *var, base: *lo, lanes: *extent as u32 })

@@ -49,6 +49,7 @@ impl VecMode {
             | Stmt::Async(_)
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
+            | Stmt::TileDot(_)
             | Stmt::WarpReduce(_) => false,
         })
     }
@@ -121,6 +122,7 @@ impl<M: Module> FnGen<'_, '_, M> {
                 | Stmt::Async(_)
                 | Stmt::Mma { .. }
                 | Stmt::Wgmma(_)
+                | Stmt::TileDot(_)
                 | Stmt::WarpReduce(_) => {
                     return Err(CodegenError::Backend("a loop, buffer or barrier inside a vectorized loop".into()))
                 }

@@ -137,7 +137,12 @@ fn bf16_arithmetic(f: &LoopFunc) -> Option<String> {
             Stmt::For { body, .. } | Stmt::Alloc { body, .. } => stmts(f, body),
             Stmt::If { cond, then } => expr(f, *cond).or_else(|| stmts(f, then)),
             Stmt::Store { indices, value, .. } => indices.iter().chain([value]).find_map(|&e| expr(f, e)),
-            Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => None,
+            Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::Mma { .. }
+            | Stmt::Wgmma(_)
+            | Stmt::TileDot(_)
+            | Stmt::WarpReduce(_) => None,
         })
     }
     stmts(f, &f.body)

@@ -52,7 +52,7 @@ fn mma_sites<'s>(body: &'s [Stmt], around: &mut Vec<Around>, out: &mut Vec<(Vec<
                 let mut inner = Vec::new();
                 mma_sites(then, &mut Vec::new(), &mut inner) && inner.is_empty()
             }
-            Stmt::Store { .. } | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => true,
+            Stmt::Store { .. } | Stmt::TileDot(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => true,
         };
         if !ok {
             return false;
@@ -109,6 +109,7 @@ fn touches(p: &texc_compiler::tir::Program, body: &[Stmt], t: TensorId) -> bool 
         Stmt::If { cond, then } => loads(*cond) || touches(p, then, t),
         Stmt::Store { tensor, indices, value } => *tensor == t || loads(*value) || indices.iter().any(|&i| loads(i)),
         Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) => false,
+        Stmt::TileDot(d) => [&d.c, &d.a, &d.b].iter().any(|x| x.tensor == t),
         Stmt::WarpReduce(w) => w.tensor == t,
     })
 }
@@ -119,6 +120,13 @@ fn loads_tensor(p: &texc_compiler::tir::Program, e: texc_compiler::tir::TExprId,
 }
 
 /// A tile in memory: the tensor's base, the tile's origin, the tensor's strides.
+impl Placed<'_> {
+    /// Elements from one row of the tile to the next.
+    pub(super) fn row_stride(&self) -> i64 {
+        self.strides[self.rows]
+    }
+}
+
 #[derive(Clone)]
 pub(super) struct Placed<'ctx> {
     base: PointerValue<'ctx>,

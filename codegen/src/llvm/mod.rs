@@ -20,6 +20,7 @@
 //! (statements and loops), [`memory`] (loads and stores), [`expr`]
 //! (arithmetic, comparisons, selects, casts), [`math`] (built-in functions).
 
+mod amx;
 mod expr;
 mod gen;
 pub mod gpu;

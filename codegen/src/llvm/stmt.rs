@@ -82,6 +82,7 @@ impl<'ctx> Gen<'ctx, '_> {
             Stmt::Async(step) => self.async_step(*step),
             Stmt::Mma { op, c, a, b } => self.mma(fr, *op, c, a, b),
             Stmt::Wgmma(w) => self.wgmma(fr, w),
+            Stmt::TileDot(d) => self.tile_dot(fr, d),
             Stmt::WarpReduce(w) => self.warp_reduce(fr, *w),
             Stmt::Alloc { tensor, body } if self.on_device() && self.f.registers.contains(tensor) => {
                 // The thread's own element, in a register after SROA.
@@ -334,6 +335,7 @@ fn last_store(body: &[Stmt]) -> Option<TensorId> {
         Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => last_store(body),
         Stmt::Mma { c, .. } => Some(c.tensor),
         Stmt::Wgmma(w) => Some(w.c.tensor),
+        Stmt::TileDot(d) => Some(d.c.tensor),
         Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => None,
     })
 }

@@ -433,6 +433,7 @@ impl Builder {
                 }
                 Rule::mma => out.push(self.mma(pair, offset)?),
                 Rule::wgmma => out.push(self.wgmma(pair, offset)?),
+                Rule::tile_dot => out.push(self.tile_dot(pair, offset)?),
                 Rule::warp_reduce => out.push(self.warp_reduce(pair, offset)?),
                 Rule::local => {
                     let mut it = pair.into_inner();
@@ -558,6 +559,24 @@ impl Builder {
         let a = self.tile(it.next().expect("a"), offset, ab, false)?;
         let b = self.tile(it.next().expect("b"), offset, ab, false)?;
         Ok(Stmt::Mma { op, c, a, b })
+    }
+
+    /// `amx_dpbusd MxNxK C[..] @ (r, c) += A[..] @ (r, c) * B[..] @ (r, c)`
+    /// (the block's rules are the verifier's).
+    fn tile_dot(&mut self, pair: Pair<Rule>, offset: usize) -> R<Stmt> {
+        let mut it = pair.into_inner();
+        it.next(); // `amx_dpbusd`
+        let shape_p = it.next().expect("shape");
+        let dims: Vec<i64> = shape_p.clone().into_inner().map(|d| d.as_str().parse::<i64>().unwrap_or(-1)).collect();
+        let [m, n, k] = dims[..] else { unreachable!("the grammar has three extents") };
+        if [m, n, k].iter().any(|&x| x < 1) {
+            return Err(Diagnostic::at(self.span(offset, &shape_p), "a tile product's extents are positive"));
+        }
+        let i32t = ElemType::I32;
+        let c = self.tile(it.next().expect("c"), offset, i32t, true)?;
+        let a = self.tile(it.next().expect("a"), offset, i32t, false)?;
+        let b = self.tile(it.next().expect("b"), offset, i32t, false)?;
+        Ok(Stmt::TileDot(Box::new(crate::ir::TileDot { c, a, b, m, n, k })))
     }
 
     /// `wgmma m64nNk16.AB.f32 C[..] @ (r, c) += A[..] desc(lbo L, sbo S) * B[..] desc(..)`.

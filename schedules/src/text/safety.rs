@@ -138,6 +138,12 @@ impl Checker<'_> {
                     }
                     self.written[c.tensor.0 as usize] = true;
                 }
+                Stmt::TileDot(d) => {
+                    for (t, rows, cols) in d.tiles() {
+                        self.tile(t, rows, cols)?;
+                    }
+                    self.written[d.c.tensor.0 as usize] = true;
+                }
                 Stmt::Wgmma(w) => {
                     let (m, n, _) = w.op.shape();
                     self.tile(&w.c, m, n)?;

@@ -110,7 +110,7 @@ fn walk(
                     }
                 }
             },
-            Stmt::Mma { .. } | Stmt::Wgmma(_) => w.vector_stores += trips,
+            Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::TileDot(_) => w.vector_stores += trips,
             Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
         }
     }

@@ -46,6 +46,7 @@ mod model;
 mod pack;
 pub(crate) use pack::vector_operand;
 mod row_reductions;
+mod tiles;
 mod vectorize;
 
 use super::{preparation, uses_var, Strategy};
@@ -266,6 +267,10 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
         }
         if reduces_along_rows(p, st) {
             schedule_row_reduction(ss, m);
+            continue;
+        }
+        if target.has_amx_int8() && tiles::tile_product(p, st) {
+            tiles::schedule_tiles(ss, p, st, m);
             continue;
         }
         let pack = schedule_stage(ss, p, st, m);

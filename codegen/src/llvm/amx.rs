@@ -1,0 +1,265 @@
+//! Intel AMX tile products ([`TileDot`]) on x86: each one inline-assembly
+//! block that configures the tiles, loads the block's accumulators, runs
+//! the whole sum `k` by 64 bytes (`tileloadd` of each operand's tiles,
+//! `tdpbusd` per accumulator tile), and stores the accumulators back.
+//!
+//! Tiles: accumulators in `tmm0`–`tmm3` (row tile `r`, column tile `q` in
+//! `tmm(2r + q)`), the rows of `a` in `tmm4`–`tmm5`, the columns of `b` in
+//! `tmm6`–`tmm7`. The configuration (palette 1) gives each tile the rows and
+//! bytes of its part of the block: a block's last, shorter tiles are
+//! loaded, multiplied and stored short, so nothing outside the block is
+//! read or written. One block is one assembly block because AMX tiles
+//! cannot stay in registers across LLVM values: the accumulators live in
+//! tiles for the whole sum.
+//!
+//! Linux gives a process AMX's tile state only on request: every kernel
+//! with tile products asks once per process (`arch_prctl(ARCH_REQ_XCOMP_PERM,
+//! XFEATURE_XTILEDATA)` behind a flag), so that code compiled ahead of time
+//! runs in a process that never asked.
+//!
+//! Invariants: the tiles' rows and columns are those the verifier checked
+//! (`texc_schedules::verify`: columns contiguous, `k` a multiple of 16, at
+//! most 32 × 32 accumulators); the assembly reads and writes only the
+//! elements of its three tiles.
+
+use super::gen::{Frame, Gen};
+use super::R;
+use crate::CodegenError;
+use inkwell::module::Linkage;
+use inkwell::types::BasicMetadataTypeEnum;
+use inkwell::values::{BasicMetadataValueEnum, PointerValue};
+use inkwell::AddressSpace;
+use texc_schedules::ir::TileDot;
+
+impl<'ctx> Gen<'ctx, '_> {
+    /// One AMX tile product.
+    pub(super) fn tile_dot(&mut self, fr: &mut Frame<'ctx>, d: &TileDot) -> R<()> {
+        if self.gpu.is_some() {
+            return Err(CodegenError::Unsupported("an AMX tile product in a GPU kernel".into()));
+        }
+        if !self.spec.features.split(',').any(|f| f == "+amx-int8") {
+            return Err(CodegenError::Unsupported(format!(
+                "an AMX tile product (`{}`) for a CPU without AMX-INT8 (`x86-avx512-amx` has it)",
+                TileDot::SCHEDULE_NAME
+            )));
+        }
+        self.request_amx()?;
+        let i64t = self.cx.i64_type();
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let [c, a, b] = [&d.c, &d.a, &d.b].map(|t| self.place(fr, t));
+        let (c, a, b) = (c?, a?, b?);
+        let zero = i64t.const_zero();
+        let sixteen = i64t.const_int(TileDot::TILE as u64, false);
+        let rows2 = d.m > TileDot::TILE;
+        let (c0, a0, b0) =
+            (self.element(&c, zero, zero)?, self.element(&a, zero, zero)?, self.element(&b, zero, zero)?);
+        // The second row tile's first rows; the first's again where there is none.
+        let (c1, a1) =
+            if rows2 { (self.element(&c, sixteen, zero)?, self.element(&a, sixteen, zero)?) } else { (c0, a0) };
+        let bytes = |p: &super::mma::Placed<'ctx>| i64t.const_int(4 * p.row_stride() as u64, false);
+        let (ldc, lda, ldb) = (bytes(&c), bytes(&a), bytes(&b));
+        let bstep = i64t.const_int((4 * TileDot::K_STEP * b.row_stride()) as u64, false);
+        let steps = i64t.const_int((d.k / TileDot::K_STEP) as u64, false);
+        let config = self.tile_config(d)?;
+        let asm = tile_dot_asm(d);
+        let constraints = "=&r,=&r,=&r,=&r,0,1,2,3,r,r,r,r,r,r,r,~{memory},~{dirflag},~{fpsr},~{flags}";
+        let out = self.cx.struct_type(&[ptr.into(), ptr.into(), ptr.into(), i64t.into()], false);
+        let params: Vec<BasicMetadataTypeEnum> = [ptr, ptr, ptr]
+            .map(BasicMetadataTypeEnum::from)
+            .into_iter()
+            .chain([i64t.into()])
+            .chain([ptr, ptr].map(BasicMetadataTypeEnum::from))
+            .chain([i64t, i64t, i64t, i64t].map(BasicMetadataTypeEnum::from))
+            .chain([BasicMetadataTypeEnum::from(ptr)])
+            .collect();
+        let fn_ty = out.fn_type(&params, false);
+        let asm_fn = self.cx.create_inline_asm(fn_ty, asm, constraints.into(), true, false, None, false);
+        let args: Vec<BasicMetadataValueEnum> = vec![
+            a0.into(),
+            a1.into(),
+            b0.into(),
+            steps.into(),
+            c0.into(),
+            c1.into(),
+            ldc.into(),
+            lda.into(),
+            ldb.into(),
+            bstep.into(),
+            config.into(),
+        ];
+        self.b.build_indirect_call(fn_ty, asm_fn, &args, "tdpbusd")?;
+        Ok(())
+    }
+
+    /// The tile configuration of `d`'s block: a constant of 64 bytes
+    /// (palette 1; each tile's bytes per row at 16 + 2t, its rows at 48 + t).
+    fn tile_config(&mut self, d: &TileDot) -> R<PointerValue<'ctx>> {
+        let bytes = tile_config_bytes(d);
+        let name = format!("texc.amx.cfg.{}x{}", d.m, d.n);
+        if let Some(g) = self.m.get_global(&name) {
+            return Ok(g.as_pointer_value());
+        }
+        let i8t = self.cx.i8_type();
+        let init = i8t.const_array(&bytes.iter().map(|&x| i8t.const_int(u64::from(x), false)).collect::<Vec<_>>());
+        let g = self.m.add_global(i8t.array_type(64), None, &name);
+        g.set_initializer(&init);
+        g.set_constant(true);
+        g.set_linkage(Linkage::Private);
+        g.set_alignment(64);
+        Ok(g.as_pointer_value())
+    }
+
+    /// Ask Linux for the tile state, once per process: a call to
+    /// `texc.amx.request`, which makes the `arch_prctl` system call the
+    /// first time (a flag in the module remembers it).
+    fn request_amx(&mut self) -> R<()> {
+        let void = self.cx.void_type();
+        let name = "texc.amx.request";
+        let f = match self.m.get_function(name) {
+            Some(f) => f,
+            None => self.define_amx_request(name)?,
+        };
+        let _ = void;
+        self.b.build_call(f, &[], "")?;
+        Ok(())
+    }
+
+    fn define_amx_request(&mut self, name: &str) -> R<inkwell::values::FunctionValue<'ctx>> {
+        let (i8t, i64t) = (self.cx.i8_type(), self.cx.i64_type());
+        let flag = self.m.add_global(i8t, None, "texc.amx.requested");
+        flag.set_initializer(&i8t.const_zero());
+        flag.set_linkage(Linkage::Internal);
+        let f = self.m.add_function(name, self.cx.void_type().fn_type(&[], false), Some(Linkage::Internal));
+        let here = self.b.get_insert_block().expect("inside a function");
+        let (entry, ask, done) = (
+            self.cx.append_basic_block(f, "entry"),
+            self.cx.append_basic_block(f, "ask"),
+            self.cx.append_basic_block(f, "done"),
+        );
+        self.b.position_at_end(entry);
+        let asked = self.b.build_load(i8t, flag.as_pointer_value(), "asked")?.into_int_value();
+        let yes = self.b.build_int_compare(inkwell::IntPredicate::NE, asked, i8t.const_zero(), "yes")?;
+        self.b.build_conditional_branch(yes, done, ask)?;
+        self.b.position_at_end(ask);
+        let ty = i64t.fn_type(&[i64t.into(), i64t.into(), i64t.into()], false);
+        let syscall = self.cx.create_inline_asm(
+            ty,
+            "syscall".into(),
+            "={rax},{rax},{rdi},{rsi},~{rcx},~{r11},~{memory}".into(),
+            true,
+            false,
+            None,
+            false,
+        );
+        let args = [SYS_ARCH_PRCTL, texc_runtime::amx::ARCH_REQ_XCOMP_PERM, texc_runtime::amx::XFEATURE_XTILEDATA]
+            .map(|v| BasicMetadataValueEnum::from(i64t.const_int(v, false)));
+        self.b.build_indirect_call(ty, syscall, &args, "perm")?;
+        self.b.build_store(flag.as_pointer_value(), i8t.const_int(1, false))?;
+        self.b.build_unconditional_branch(done)?;
+        self.b.position_at_end(done);
+        self.b.build_return(None)?;
+        self.b.position_at_end(here);
+        Ok(f)
+    }
+}
+
+/// Linux x86-64's system call number of `arch_prctl`.
+const SYS_ARCH_PRCTL: u64 = 158;
+
+/// Rows of row tile `r` of an `m`-row block, and bytes of column tile `q`
+/// of an `n`-column one (`i32` elements).
+fn part(total: i64, i: i64) -> i64 {
+    (total - i * TileDot::TILE).clamp(0, TileDot::TILE)
+}
+
+/// The 64 bytes `ldtilecfg` reads for `d`'s block.
+pub(crate) fn tile_config_bytes(d: &TileDot) -> [u8; 64] {
+    let mut cfg = [0u8; 64];
+    cfg[0] = 1;
+    // A tile unused has no rows and no bytes: `ldtilecfg` faults on one without the other.
+    let mut set = |t: usize, rows: i64, colsb: i64| {
+        let (rows, colsb) = if rows == 0 || colsb == 0 { (0, 0) } else { (rows, colsb) };
+        cfg[16 + 2 * t..18 + 2 * t].copy_from_slice(&(colsb as u16).to_le_bytes());
+        cfg[48 + t] = rows as u8;
+    };
+    for r in 0..2 {
+        for q in 0..2 {
+            set(2 * r as usize + q as usize, part(d.m, r), 4 * part(d.n, q));
+        }
+        // Rows of `a`: 64 bytes of the sum each.
+        set(4 + r as usize, part(d.m, r), 4 * TileDot::K_STEP);
+    }
+    for q in 0..2 {
+        // `b`: 16 rows of the sum, the column tile's bytes each.
+        set(6 + q as usize, TileDot::K_STEP, 4 * part(d.n, q));
+    }
+    cfg
+}
+
+/// The assembly of `d`'s block. Operands: `$0`–`$3` the cursors over `a`'s
+/// two row tiles and `b`, and the steps left (tied to `$4`–`$7`); `$8`, `$9`
+/// the accumulators' two row tiles; `$10`–`$12` the row strides in bytes
+/// of `c`, `a`, `b`; `$13` `b`'s advance per step; `$14` the configuration.
+fn tile_dot_asm(d: &TileDot) -> String {
+    let (rows2, cols2) = (d.m > TileDot::TILE, d.n > TileDot::TILE);
+    let mut s = String::from("ldtilecfg ($14)\n");
+    let accumulators: Vec<(usize, &str)> =
+        [(0, "($8,$10,1)"), (1, "64($8,$10,1)"), (2, "($9,$10,1)"), (3, "64($9,$10,1)")]
+            .into_iter()
+            .filter(|&(t, _)| (t < 2 || rows2) && (t % 2 == 0 || cols2))
+            .collect();
+    for (t, at) in &accumulators {
+        s += &format!("tileloadd {at}, %tmm{t}\n");
+    }
+    s += "1:\ntileloadd ($0,$11,1), %tmm4\n";
+    if rows2 {
+        s += "tileloadd ($1,$11,1), %tmm5\n";
+    }
+    s += "tileloadd ($2,$12,1), %tmm6\n";
+    if cols2 {
+        s += "tileloadd 64($2,$12,1), %tmm7\n";
+    }
+    for (t, _) in &accumulators {
+        s += &format!("tdpbusd %tmm{}, %tmm{}, %tmm{t}\n", 6 + t % 2, 4 + t / 2);
+    }
+    s += "add $$64, $0\nadd $$64, $1\nadd $13, $2\ndec $3\njnz 1b\n";
+    for (t, at) in &accumulators {
+        s += &format!("tilestored %tmm{t}, {at}\n");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use texc_compiler::tir::TensorId;
+    use texc_schedules::ir::Tile;
+
+    fn block(m: i64, n: i64) -> TileDot {
+        let t = Tile { tensor: TensorId(0), origin: vec![], rows: 0, cols: 1 };
+        TileDot { c: t.clone(), a: t.clone(), b: t, m, n, k: 64 }
+    }
+
+    #[test]
+    fn a_short_block_configures_short_tiles_and_no_others() {
+        let cfg = tile_config_bytes(&block(20, 7));
+        let colsb = |t: usize| u16::from_le_bytes([cfg[16 + 2 * t], cfg[17 + 2 * t]]);
+        let rows = |t: usize| cfg[48 + t];
+        assert_eq!(cfg[0], 1);
+        // Accumulators: 16 and 4 rows of 7 columns; no second column tile.
+        assert_eq!((rows(0), colsb(0), rows(2), colsb(2)), (16, 28, 4, 28));
+        assert_eq!((rows(1), colsb(1), rows(3), colsb(3)), (0, 0, 0, 0));
+        // `a`: 16 and 4 rows of 64 bytes; `b`: 16 rows of 28 bytes, no second.
+        assert_eq!((rows(4), colsb(4), rows(5), colsb(5)), (16, 64, 4, 64));
+        assert_eq!((rows(6), colsb(6), rows(7), colsb(7)), (16, 28, 0, 0));
+    }
+
+    #[test]
+    fn a_small_block_uses_one_tile_of_each() {
+        let asm = tile_dot_asm(&block(16, 16));
+        assert_eq!(asm.matches("tdpbusd").count(), 1);
+        assert!(!asm.contains("%tmm5") && !asm.contains("%tmm7"));
+        let asm = tile_dot_asm(&block(32, 32));
+        assert_eq!(asm.matches("tdpbusd").count(), 4);
+    }
+}
