@@ -413,11 +413,13 @@ impl Eval<'_> {
         Ok(())
     }
 
-    /// Record an AMX tile product's accesses: its three tiles read, `c`'s written.
+    /// Record an AMX tile product's accesses: its tiles read (`c` unless
+    /// it starts from zero), `c`'s written.
     fn watch_tile_dot(&mut self, m: &Machine, d: &TileDot, env: &mut [i64]) -> Result<(), EvalError> {
         let f = self.f;
         let c = (&d.c, d.m, d.n);
-        for ((t, rows, cols), write) in d.tiles().into_iter().map(|x| (x, false)).chain([(c, true)]) {
+        let reads = d.tiles().into_iter().skip(usize::from(d.zero)).map(|x| (x, false));
+        for ((t, rows, cols), write) in reads.chain([(c, true)]) {
             let origin =
                 t.origin.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
             for r in 0..rows {
@@ -575,7 +577,7 @@ fn tile_dot(f: &LoopFunc, m: &mut Machine, d: &TileDot, env: &mut [i64]) -> Resu
     for r in 0..d.m {
         for q in 0..d.n {
             let at = TileDot::at(&co, &d.c, (r, q));
-            let mut acc = m.load_at(d.c.tensor, &at)?.i() as i32;
+            let mut acc = if d.zero { 0 } else { m.load_at(d.c.tensor, &at)?.i() as i32 };
             for k in 0..d.k {
                 let a = m.load_at(d.a.tensor, &TileDot::at(&ao, &d.a, (r, k)))?.i();
                 let b = m.load_at(d.b.tensor, &TileDot::at(&bo, &d.b, (k, q)))?.i();

@@ -330,6 +330,7 @@ impl TensorOp {
 }
 
 /// CPU targets with AMX-INT8: `c[r, q] += Σ_{k < k} @dot4(0, a[r, k], b[k, q])`
+/// (`=` where [`TileDot::zero`]: the sum alone, `c` not read)
 /// for `r < m`, `q < n` — a block of `i32` accumulators summing products of
 /// `u8` (`a`) and `i8` (`b`) bytes packed four to an `i32` element, as
 /// [`crate::dot4`] packs them (byte `t` of element `k` is `k`'s byte `4k + t`).
@@ -348,6 +349,8 @@ pub struct TileDot {
     pub m: i64,
     pub n: i64,
     pub k: i64,
+    /// The accumulators start from zero (`tilezero`), not from `c`.
+    pub zero: bool,
 }
 
 impl TileDot {
@@ -861,6 +864,14 @@ pub fn rounds_to_tf32(f: &LoopFunc) -> bool {
     any(&f.body)
 }
 
+/// Whether `f` has AMX tile products ([`TileDot`]).
+pub fn has_tile_dots(f: &LoopFunc) -> bool {
+    fn any(body: &[Stmt]) -> bool {
+        body.iter().any(|s| matches!(s, Stmt::TileDot(_)) || any(s.body()))
+    }
+    any(&f.body)
+}
+
 /// Whether `f` has warpgroup operations (`wgmma`): its GPU code needs
 /// sm_90a and PTX ISA 8.0.
 pub fn has_wgmma(f: &LoopFunc) -> bool {
@@ -964,12 +975,13 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
             Stmt::TileDot(d) => {
                 let _ = writeln!(
                     out,
-                    "{pad}{} {}x{}x{} {} += {} * {}",
+                    "{pad}{} {}x{}x{} {} {} {} * {}",
                     TileDot::SCHEDULE_NAME,
                     d.m,
                     d.n,
                     d.k,
                     tile(f, &d.c),
+                    if d.zero { "=" } else { "+=" },
                     tile(f, &d.a),
                     tile(f, &d.b)
                 );

@@ -201,17 +201,44 @@ fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want, relayouts: &mut Vec<Relayout>)
 }
 
 /// Replace every nest in `body` that [`tile_dot`] matches; how many.
-fn replace_tile_dots(f: &mut LoopFunc, body: &mut [Stmt], w: &Want) -> Result<usize, String> {
+/// A tile product right after the nest that zeroes its accumulators
+/// starts from zero instead ([`TileDot::zero`]: `tilezero`), and the nest goes.
+fn replace_tile_dots(f: &mut LoopFunc, body: &mut Vec<Stmt>, w: &Want) -> Result<usize, String> {
     let mut n = 0;
-    for s in body.iter_mut() {
-        if let Some(d) = tile_dot(f, s, w)? {
-            *s = Stmt::TileDot(Box::new(d));
+    let mut i = 0;
+    while i < body.len() {
+        if let Some(mut d) = tile_dot(f, &body[i], w)? {
+            if i > 0 && zeroes(f, &body[i - 1], &d) {
+                d.zero = true;
+                body.remove(i - 1);
+                i -= 1;
+            }
+            body[i] = Stmt::TileDot(Box::new(d));
             n += 1;
-            continue;
+        } else if let Stmt::For { body: inner, .. } | Stmt::If { then: inner, .. } | Stmt::Alloc { body: inner, .. } =
+            &mut body[i]
+        {
+            n += replace_tile_dots(f, inner, w)?;
         }
-        n += replace_tile_dots(f, s.body_mut(), w)?;
+        i += 1;
     }
     Ok(n)
+}
+
+/// Whether `s` is two loops storing 0 to exactly `d`'s accumulator tile.
+fn zeroes(f: &mut LoopFunc, s: &Stmt, d: &TileDot) -> bool {
+    let Stmt::For { var: va, lo: la, extent: ea, body, .. } = s else { return false };
+    let [Stmt::For { var: vb, lo: lb, extent: eb, body, .. }] = body.as_slice() else { return false };
+    let [Stmt::Store { tensor, indices, value }] = body.as_slice() else { return false };
+    if *tensor != d.c.tensor || !matches!(f.p.expr(*value), TExpr::Int(0)) {
+        return false;
+    }
+    let (indices, (va, la, ea), (vb, lb, eb)) = (indices.clone(), (*va, *la, *ea), (*vb, *lb, *eb));
+    [((va, la, ea), (vb, lb, eb)), ((vb, lb, eb), (va, la, ea))].into_iter().any(|((r, rl, re), (c, cl, ce))| {
+        (re, ce) == (d.m, d.n)
+            && tile_from(f, *tensor, &indices, (r, rl), (c, cl), None)
+                .is_ok_and(|t| (t.rows, t.cols) == (d.c.rows, d.c.cols) && same(f, &t.origin, &d.c.origin))
+    })
 }
 
 /// `s` as an AMX tile product, if it is the three tensorized loops (in any
@@ -259,10 +286,10 @@ fn tile_dot(f: &mut LoopFunc, s: &Stmt, w: &Want) -> Result<Option<TileDot>, Str
             f.p.tensor(w.tensor).name
         )
     })?;
-    let c = tile_from(f, *tensor, indices, (m.0, m.1), (n.0, n.1), k.0)?;
-    let a = tile_from(f, a.0, &a.1, (m.0, m.1), (k.0, k.1), n.0)
+    let c = tile_from(f, *tensor, indices, (m.0, m.1), (n.0, n.1), Some(k.0))?;
+    let a = tile_from(f, a.0, &a.1, (m.0, m.1), (k.0, k.1), Some(n.0))
         .map_err(|why| format!("{why} (the unsigned operand of `@dot4` must run along the rows and the sum)"))?;
-    let b = tile_from(f, b.0, &b.1, (k.0, k.1), (n.0, n.1), m.0)?;
+    let b = tile_from(f, b.0, &b.1, (k.0, k.1), (n.0, n.1), Some(m.0))?;
     for t in [&c, &a, &b] {
         let d = f.p.tensor(t.tensor);
         if t.cols + 1 != d.shape.len() {
@@ -272,7 +299,7 @@ fn tile_dot(f: &mut LoopFunc, s: &Stmt, w: &Want) -> Result<Option<TileDot>, Str
             ));
         }
     }
-    Ok(Some(TileDot { c, a, b, m: m.2, n: n.2, k: k.2 }))
+    Ok(Some(TileDot { c, a, b, m: m.2, n: n.2, k: k.2, zero: false }))
 }
 
 /// `C[idx] + @dot4(0, A[..], B[..])` (either order of the sum) of `i32` loads.
@@ -540,7 +567,7 @@ fn tile(
     cols: VarId,
     other: VarId,
 ) -> Result<Tile, String> {
-    tile_from(f, t, idx, (rows, 0), (cols, 0), other)
+    tile_from(f, t, idx, (rows, 0), (cols, 0), Some(other))
 }
 
 /// [`tile`] of loops starting at `lo` (a block's last copy of its loops):
@@ -551,7 +578,7 @@ fn tile_from(
     idx: &[TExprId],
     (rows, rows_lo): (VarId, i64),
     (cols, cols_lo): (VarId, i64),
-    other: VarId,
+    other: Option<VarId>,
 ) -> Result<Tile, String> {
     let name = f.p.tensor(t).name.clone();
     let var = |v: VarId| f.vars[v as usize].name.clone();
@@ -563,7 +590,7 @@ fn tile_from(
         }
     };
     let (r, c) = (dim_of(rows)?, dim_of(cols)?);
-    if r == c || uses(f, idx, other) {
+    if r == c || other.is_some_and(|o| uses(f, idx, o)) {
         return Err(format!("`{name}` is not a tile over `{}` and `{}`", var(rows), var(cols)));
     }
     let r0 = f.p.alloc(TExpr::Int(rows_lo), Ty::Index, Default::default());

@@ -328,13 +328,16 @@ fn collect(
             }
             Stmt::TileDot(d) => {
                 d.origins().for_each(|&e| reads(e, path, guards, out));
-                for (tile, rows, cols) in d.tiles() {
+                // `c` read (unless the sum starts from zero), then written.
+                let c = [(&d.c, d.m, d.n, true)];
+                let tiles = d.tiles().map(|(x, r, c)| (x, r, c, false));
+                for (tile, rows, cols, write) in tiles.into_iter().skip(usize::from(d.zero)).chain(c) {
                     if tile.tensor == t {
                         let mut reach = vec![0; tile.origin.len()];
                         reach[tile.rows] += rows - 1;
                         reach[tile.cols] += cols - 1;
                         let (path, guards) = (path.clone(), guards.clone());
-                        out.push(Event { write: false, indices: tile.origin.clone(), reach, path, guards });
+                        out.push(Event { write, indices: tile.origin.clone(), reach, path, guards });
                     }
                 }
             }

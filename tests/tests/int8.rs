@@ -240,6 +240,8 @@ fn matrix_products_run_on_amx_tiles() {
         let f = legal_loops(amx, &p);
         let text = texc_schedules::ir::print(&f);
         assert!(text.contains("amx_dpbusd"), "{name}: no tile product\n{text}");
+        // The accumulators' zeroing is the tile product's own (`tilezero`).
+        assert!(text.contains("@ (0, 1) = ") && !text.contains("acc[i.i, j.i] = 0i32"), "{name}:\n{text}");
         for seed in [3, 11] {
             let args = || interp::bind_args(&p, Default::default(), &[], seed).expect("binds");
             let want = interp::run(&p, args()).expect("interp");

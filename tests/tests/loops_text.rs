@@ -34,7 +34,7 @@ fn errors(name: &str, text: &str) -> String {
 #[test]
 fn every_example_and_std_op_round_trips_on_every_target() {
     let mut n = 0;
-    for target in ["x86-avx2", "x86-avx512", "cranelift"] {
+    for target in ["x86-avx2", "x86-avx512", "x86-avx512-amx", "cranelift"] {
         for file in texc_tests::example_files() {
             let (mut pl, kernels) = kernels_of_file(target, &file);
             for k in kernels {
@@ -343,4 +343,33 @@ fn temporaries_are_stored_before_they_are_read() {
     let mut sm = SourceMap::new();
     let id = sm.add("ok.loops", ok.clone());
     assert!(texc_schedules::text::parse(&ok, id).is_ok(), "{ok}");
+}
+
+/// AMX tile products read back: both forms (`+=` and `=`, from zero) print
+/// the same and compute the same in the loop evaluator; a `+=` into
+/// accumulators nothing stored is refused, and a block past 32 × 32 too.
+#[test]
+fn tile_products_round_trip() {
+    let src = "kernel q(A: u8[37, 250], W: i8[250, 70]) -> C: i32[37, 70] {\n    \
+               C[i, j] = sum[k](i32(A[i, k]) * i32(W[k, j]));\n}\n";
+    let (mut pl, k) = texc_tests::load_text("x86-avx512-amx", "q.tex", src, None).expect("loads");
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let loops = pl.loops(k, p).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+    let text = print(&loops.legal);
+    assert!(text.contains("amx_dpbusd 5x32x64 C.acc[0, 0] @ (0, 1) = "), "{text}");
+    let g = round_trip("tiles", &loops.legal);
+    let args = texc_compiler::interp::bind_args(&g.p, Default::default(), &[], 5).expect("binds");
+    let want = texc_schedules::eval::run(&loops.legal, args.clone()).expect("runs");
+    let got = texc_schedules::eval::run(&g, args).expect("runs");
+    for (a, b) in want.iter().zip(&got) {
+        assert_eq!(a.bytes(), b.bytes(), "the parsed tile products compute differently");
+    }
+    let unstored = errors("unstored", &text.replacen("@ (0, 1) = ", "@ (0, 1) += ", 1));
+    assert!(unstored.contains("`C.acc` is read before any statement above stores to it"), "{unstored}");
+    let wide = texc_schedules::text::parse(&text.replacen("amx_dpbusd 32x32x64", "amx_dpbusd 32x48x64", 1), {
+        let mut sm = SourceMap::new();
+        sm.add("wide.loops".to_string(), String::new())
+    });
+    let wide = wide.map(|p| texc_schedules::verify::verify(&p.func).map_err(|e| e.to_string()));
+    assert!(matches!(&wide, Ok(Err(e)) if e.contains("at most 32 × 32")) || wide.is_err(), "{:?}", wide.map(|_| ()));
 }

@@ -1,7 +1,9 @@
 //! Intel AMX tile products ([`TileDot`]) on x86: each one inline-assembly
 //! block that configures the tiles, loads the block's accumulators, runs
 //! the whole sum `k` by 64 bytes (`tileloadd` of each operand's tiles,
-//! `tdpbusd` per accumulator tile), and stores the accumulators back.
+//! `tdpbusd` per accumulator tile), and stores the accumulators back (or
+//! starts them from `tilezero`). The configuration is loaded before it,
+//! unless this call of the function loaded the same one last.
 //!
 //! Tiles: accumulators in `tmm0`–`tmm3` (row tile `r`, column tile `q` in
 //! `tmm(2r + q)`), the rows of `a` in `tmm4`–`tmm5`, the columns of `b` in
@@ -61,6 +63,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let bstep = i64t.const_int((4 * TileDot::K_STEP * b.row_stride()) as u64, false);
         let steps = i64t.const_int((d.k / TileDot::K_STEP) as u64, false);
         let config = self.tile_config(d)?;
+        self.configure_tiles(fr, config)?;
         let asm = tile_dot_asm(d);
         let constraints = "=&r,=&r,=&r,=&r,0,1,2,3,r,r,r,r,r,r,r,~{memory},~{dirflag},~{fpsr},~{flags}";
         let out = self.cx.struct_type(&[ptr.into(), ptr.into(), ptr.into(), i64t.into()], false);
@@ -88,6 +91,60 @@ impl<'ctx> Gen<'ctx, '_> {
             config.into(),
         ];
         self.b.build_indirect_call(fn_ty, asm_fn, &args, "tdpbusd")?;
+        Ok(())
+    }
+
+    /// Load tile configuration `config` unless this call of the function
+    /// loaded it last (`ldtilecfg` costs about as much as a 16-step
+    /// `tdpbusd` chain; a block's tiles keep their shape from one block to
+    /// the next).
+    fn configure_tiles(&mut self, fr: &mut Frame<'ctx>, config: PointerValue<'ctx>) -> R<()> {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let slot = self.amx_config_slot(fr)?;
+        let last = self.b.build_load(ptr, slot, "amx.cfg")?.into_pointer_value();
+        let same = self.b.build_int_compare(inkwell::IntPredicate::EQ, last, config, "amx.same")?;
+        let func = fr.func;
+        let (load, done) =
+            (self.cx.append_basic_block(func, "amx.cfg.load"), self.cx.append_basic_block(func, "amx.cfg.done"));
+        self.b.build_conditional_branch(same, done, load)?;
+        self.b.position_at_end(load);
+        let ty = self.cx.void_type().fn_type(&[ptr.into()], false);
+        let asm =
+            self.cx.create_inline_asm(ty, "ldtilecfg ($0)".into(), "r,~{memory}".into(), true, false, None, false);
+        self.b.build_indirect_call(ty, asm, &[config.into()], "")?;
+        self.b.build_store(slot, config)?;
+        self.b.build_unconditional_branch(done)?;
+        self.b.position_at_end(done);
+        Ok(())
+    }
+
+    /// The frame's slot of the configuration last loaded ([`Frame::amx_config`]),
+    /// made at the function's entry, null there.
+    fn amx_config_slot(&mut self, fr: &mut Frame<'ctx>) -> R<PointerValue<'ctx>> {
+        if let Some(slot) = fr.amx_config {
+            return Ok(slot);
+        }
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let entry = fr.func.get_first_basic_block().expect("entry block");
+        let at = self.cx.create_builder();
+        match entry.get_first_instruction() {
+            Some(i) => at.position_before(&i),
+            None => at.position_at_end(entry),
+        }
+        let slot = at.build_alloca(ptr, "amx.cfg.slot")?;
+        at.build_store(slot, ptr.const_null())?;
+        fr.amx_config = Some(slot);
+        Ok(slot)
+    }
+
+    /// After a parallel loop, whose tasks may have run tile products of
+    /// other shapes on this thread: the configuration is unknown.
+    pub(super) fn forget_amx_config(&mut self, fr: &mut Frame<'ctx>) -> R<()> {
+        if !self.has_tile_dots {
+            return Ok(());
+        }
+        let slot = self.amx_config_slot(fr)?;
+        self.b.build_store(slot, self.cx.ptr_type(AddressSpace::default()).const_null())?;
         Ok(())
     }
 
@@ -199,17 +256,21 @@ pub(crate) fn tile_config_bytes(d: &TileDot) -> [u8; 64] {
 /// The assembly of `d`'s block. Operands: `$0`–`$3` the cursors over `a`'s
 /// two row tiles and `b`, and the steps left (tied to `$4`–`$7`); `$8`, `$9`
 /// the accumulators' two row tiles; `$10`–`$12` the row strides in bytes
-/// of `c`, `a`, `b`; `$13` `b`'s advance per step; `$14` the configuration.
+/// of `c`, `a`, `b`; `$13` `b`'s advance per step; `$14` the configuration
+/// (loaded before, by [`Gen::configure_tiles`]).
 fn tile_dot_asm(d: &TileDot) -> String {
     let (rows2, cols2) = (d.m > TileDot::TILE, d.n > TileDot::TILE);
-    let mut s = String::from("ldtilecfg ($14)\n");
+    let mut s = String::new();
     let accumulators: Vec<(usize, &str)> =
         [(0, "($8,$10,1)"), (1, "64($8,$10,1)"), (2, "($9,$10,1)"), (3, "64($9,$10,1)")]
             .into_iter()
             .filter(|&(t, _)| (t < 2 || rows2) && (t % 2 == 0 || cols2))
             .collect();
     for (t, at) in &accumulators {
-        s += &format!("tileloadd {at}, %tmm{t}\n");
+        s += &match d.zero {
+            true => format!("tilezero %tmm{t}\n"),
+            false => format!("tileloadd {at}, %tmm{t}\n"),
+        };
     }
     s += "1:\ntileloadd ($0,$11,1), %tmm4\n";
     if rows2 {
@@ -237,7 +298,7 @@ mod tests {
 
     fn block(m: i64, n: i64) -> TileDot {
         let t = Tile { tensor: TensorId(0), origin: vec![], rows: 0, cols: 1 };
-        TileDot { c: t.clone(), a: t.clone(), b: t, m, n, k: 64 }
+        TileDot { c: t.clone(), a: t.clone(), b: t, m, n, k: 64, zero: false }
     }
 
     #[test]

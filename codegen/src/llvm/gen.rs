@@ -28,6 +28,10 @@ pub(super) struct Frame<'ctx> {
     /// Inside a reduction loop whose tensor-core accumulators are kept in
     /// registers ([`Resident`]).
     pub resident: Option<super::mma::Resident<'ctx>>,
+    /// A stack slot holding the AMX tile configuration this call of the
+    /// function last loaded (null: none, or unknown after a parallel loop,
+    /// whose tasks may run on this thread): made by the first tile product.
+    pub amx_config: Option<PointerValue<'ctx>>,
 }
 
 /// Scalar code, or vector code for loop `var` with `lanes` lanes under `mask`.
@@ -82,6 +86,8 @@ pub(super) struct Gen<'ctx, 'a> {
     /// Each function's stack array for a local buffer, made once in its
     /// entry block (unrolled copies of a body share it).
     pub stack_arrays: std::collections::HashMap<(FunctionValue<'ctx>, TensorId), PointerValue<'ctx>>,
+    /// The loop nests hold AMX tile products (`texc_schedules::ir::TileDot`).
+    pub has_tile_dots: bool,
 }
 
 /// Build the LLVM module of a kernel. With a C entry `c` (objects), the
@@ -163,6 +169,7 @@ impl<'ctx, 'a> Gen<'ctx, 'a> {
             libdevice: false,
             heap: f.heap_locals(),
             stack_arrays: Default::default(),
+            has_tile_dots: texc_schedules::ir::has_tile_dots(f),
         }
     }
 }
@@ -447,7 +454,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let scalars = self.f.p.scalars.iter().map(|_| next()).collect();
         let vars = vars.iter().map(|&v| (v, next().into_int_value())).collect();
         tensors.extend(locals.iter().map(|&t| (t, next().into_pointer_value())));
-        Frame { func, tensors, scalars, vars, resident: None }
+        Frame { func, tensors, scalars, vars, resident: None, amx_config: None }
     }
 
     /// A scalar's slot (an f64 or an i64, see `abi`) converted to its element type.

@@ -305,6 +305,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let pf = self.m.get_function("texc_parallel_for").expect("declared");
         let task_ptr = task.as_global_value().as_pointer_value();
         self.b.build_call(pf, &[task_ptr.into(), ctx.into(), i64t.const_int(n as u64, false).into()], "")?;
+        self.forget_amx_config(fr)?;
         Ok(())
     }
 

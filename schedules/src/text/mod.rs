@@ -561,7 +561,7 @@ impl Builder {
         Ok(Stmt::Mma { op, c, a, b })
     }
 
-    /// `amx_dpbusd MxNxK C[..] @ (r, c) += A[..] @ (r, c) * B[..] @ (r, c)`
+    /// `amx_dpbusd MxNxK C[..] @ (r, c) += A[..] @ (r, c) * B[..] @ (r, c)` (`=`: from zero)
     /// (the block's rules are the verifier's).
     fn tile_dot(&mut self, pair: Pair<Rule>, offset: usize) -> R<Stmt> {
         let mut it = pair.into_inner();
@@ -574,9 +574,10 @@ impl Builder {
         }
         let i32t = ElemType::I32;
         let c = self.tile(it.next().expect("c"), offset, i32t, true)?;
+        let zero = it.next().expect("assignment").as_str() == "=";
         let a = self.tile(it.next().expect("a"), offset, i32t, false)?;
         let b = self.tile(it.next().expect("b"), offset, i32t, false)?;
-        Ok(Stmt::TileDot(Box::new(crate::ir::TileDot { c, a, b, m, n, k })))
+        Ok(Stmt::TileDot(Box::new(crate::ir::TileDot { c, a, b, m, n, k, zero })))
     }
 
     /// `wgmma m64nNk16.AB.f32 C[..] @ (r, c) += A[..] desc(lbo L, sbo S) * B[..] desc(..)`.

@@ -13,7 +13,7 @@
 //! it happens to be safe.
 
 use crate::interval::{exact, within_type, Iv, ANY};
-use crate::ir::{LoopFunc, Stmt, Tile};
+use crate::ir::{LoopFunc, Stmt, Tile, TileDot};
 use texc_compiler::affine::{affine_of, Affine};
 use texc_compiler::ops::{BinOp, UnOp};
 use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
@@ -139,8 +139,12 @@ impl Checker<'_> {
                     self.written[c.tensor.0 as usize] = true;
                 }
                 Stmt::TileDot(d) => {
+                    // `c` is read too, unless the sum starts from zero.
+                    if d.zero {
+                        self.written[d.c.tensor.0 as usize] = true;
+                    }
                     for (t, rows, cols) in d.tiles() {
-                        self.tile(t, rows, cols)?;
+                        self.boxed(t.tensor, &t.origin, &tile_reach(t, rows, cols), TileDot::SCHEDULE_NAME)?;
                     }
                     self.written[d.c.tensor.0 as usize] = true;
                 }
@@ -238,10 +242,7 @@ impl Checker<'_> {
     /// A tile of `rows` × `cols` elements at `t.origin`: read before any
     /// statement above writes it (a temporary), or leaving its tensor.
     fn tile(&mut self, t: &Tile, rows: i64, cols: i64) -> Result<(), Diagnostic> {
-        let mut reach = vec![0; t.origin.len()];
-        reach[t.rows] += rows - 1;
-        reach[t.cols] += cols - 1;
-        self.boxed(t.tensor, &t.origin, &reach, "mma")
+        self.boxed(t.tensor, &t.origin, &tile_reach(t, rows, cols), "mma")
     }
 
     /// The elements from `origin` to `origin + reach` of `tensor`, which
@@ -357,4 +358,12 @@ impl Checker<'_> {
             _ => {}
         }
     }
+}
+
+/// How far past its origin a tile of `rows` × `cols` reaches in each dimension.
+fn tile_reach(t: &Tile, rows: i64, cols: i64) -> Vec<i64> {
+    let mut reach = vec![0; t.origin.len()];
+    reach[t.rows] += rows - 1;
+    reach[t.cols] += cols - 1;
+    reach
 }
