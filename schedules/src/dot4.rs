@@ -25,6 +25,14 @@
 //! filter's); where neither is, the product is left as written (LLVM
 //! widens it to 16 bits).
 //!
+//! On targets with AMX-INT8, a matrix product (the unsigned operand
+//! `A[.., i, k]` with `k` its last dimension and `i` the stage's
+//! next-to-last axis, the signed one a matrix of `k` and the last axis `j`)
+//! is packed for tiles instead ([`Layout::Tiles`]): `A.q4[.., i, k4]`
+//! (a tile's rows of 64 bytes), `W.q4[k4, j]`, both zero past `k` to a
+//! multiple of 16 packed elements; the CPU strategy then computes the sum
+//! on tiles (`strategy/cpu/tiles.rs`).
+//!
 //! Why not in the e-graph: the rewrite changes a reduction's extent and
 //! adds tensors whose layout the loop schedule reads; the operator graph
 //! has neither.
@@ -235,9 +243,6 @@ fn used_outside(p: &Program, e: TExprId, inside: TExprId, k: VarId) -> bool {
     }
 }
 
-/// Pack the product's operands (stages before `si`, shared with earlier
-/// products packed alike) and make it read them; the stage index of the
-/// product afterwards.
 /// Whether product `prod` of stage `si` is a matrix product AMX's tiles
 /// run: a sum over `k` alone (preparation hoists it into a stage of its
 /// own, `C.r0[.., i, j]`, when the stage does more with it: a
@@ -312,6 +317,10 @@ fn packed_len(len: i64, tiles: bool) -> i64 {
 /// Packed elements in one 64-byte row of an AMX tile.
 const TILE_WORDS: i64 = 16;
 
+/// Pack the product's operands (stages before `si`, shared with earlier
+/// products packed alike) and make it read them; the stage index of the
+/// product afterwards.
+/// Where `tiles`, in the layouts of AMX tiles ([`Layout::Tiles`]).
 fn rewrite(p: &mut Program, mut si: usize, prod: Product, tiles: bool, made: &mut Vec<(Packing, TensorId)>) -> usize {
     let k = prod.k as usize;
     let len = p.stages[si].vars[k].extent;

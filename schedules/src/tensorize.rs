@@ -305,15 +305,7 @@ fn tile_dot(f: &mut LoopFunc, s: &Stmt, w: &Want) -> Result<Option<TileDot>, Str
 /// `C[idx] + @dot4(0, A[..], B[..])` (either order of the sum) of `i32` loads.
 fn dot4_accumulation(f: &LoopFunc, e: TExprId, c: TensorId, idx: &[TExprId]) -> Option<(Operand, Operand)> {
     let p = &f.p;
-    let TExpr::Binary(BinOp::Add, x, y) = p.expr(e) else { return None };
-    let is_c = |e: TExprId| matches!(p.expr(e), TExpr::Load(t, i) if *t == c && same(f, i, idx));
-    let dot = if is_c(*x) {
-        *y
-    } else if is_c(*y) {
-        *x
-    } else {
-        return None;
-    };
+    let dot = accumulated(f, e, c, idx)?;
     let TExpr::Intrinsic(Intrinsic::Dot4, args) = p.expr(dot) else { return None };
     let [zero, a, b] = args.as_slice() else { return None };
     if !matches!(p.expr(*zero), TExpr::Int(0)) {
@@ -524,15 +516,7 @@ fn relayout(f: &mut LoopFunc, r: Relayout) -> Result<(), String> {
 /// `C[idx] + f32(A[..]) * f32(B[..])` (either order of sum and product).
 fn accumulation(f: &LoopFunc, e: TExprId, c: TensorId, idx: &[TExprId]) -> Option<(Operand, Operand)> {
     let p = &f.p;
-    let TExpr::Binary(BinOp::Add, x, y) = p.expr(e) else { return None };
-    let is_c = |e: TExprId| matches!(p.expr(e), TExpr::Load(t, i) if *t == c && same(f, i, idx));
-    let prod = if is_c(*x) {
-        *y
-    } else if is_c(*y) {
-        *x
-    } else {
-        return None;
-    };
+    let prod = accumulated(f, e, c, idx)?;
     let TExpr::Binary(BinOp::Mul, a, b) = p.expr(prod) else { return None };
     // `f32(A[..])` of f16 inputs, or `A[..]` itself of f32 ones.
     let operand = |e: TExprId| -> Option<Operand> {
@@ -546,6 +530,18 @@ fn accumulation(f: &LoopFunc, e: TExprId, c: TensorId, idx: &[TExprId]) -> Optio
         }
     };
     Some((operand(*a)?, operand(*b)?))
+}
+
+/// The term `x` of `C[idx] + x` (either order).
+fn accumulated(f: &LoopFunc, e: TExprId, c: TensorId, idx: &[TExprId]) -> Option<TExprId> {
+    let p = &f.p;
+    let TExpr::Binary(BinOp::Add, x, y) = p.expr(e) else { return None };
+    let is_c = |e: TExprId| matches!(p.expr(e), TExpr::Load(t, i) if *t == c && same(f, i, idx));
+    match () {
+        _ if is_c(*x) => Some(*y),
+        _ if is_c(*y) => Some(*x),
+        _ => None,
+    }
 }
 
 fn same(f: &LoopFunc, a: &[TExprId], b: &[TExprId]) -> bool {
