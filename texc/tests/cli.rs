@@ -583,3 +583,73 @@ fn host_caches_size_its_schedule_and_named_targets_stay_fixed() {
         assert_eq!(o.status.code(), Some(0), "a named target does not read it: {}", err(&o));
     }
 }
+
+/// An object whose integer products run on AMX tiles works in a C program
+/// that never asked Linux for the tile state (the kernel asks itself, once),
+/// and computes exactly what C computes, the blocks' short last tiles
+/// included; skipped, saying why, where the CPU lacks AMX-INT8.
+#[test]
+fn ahead_of_time_amx_products_ask_for_the_tile_state_themselves() {
+    if !texc_runtime::amx::amx_int8() {
+        eprintln!("skipped: this CPU (or its OS) gives no AMX-INT8 tiles");
+        return;
+    }
+    let dir = tmp("aot-amx");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let src = dir.join("q.tex");
+    std::fs::write(
+        &src,
+        "kernel q(A: u8[37, 250], W: i8[70, 250]) -> C: i32[37, 70] {\n\
+         \x20   C[i, j] = sum[k](i32(A[i, k]) * i32(W[j, k]));\n}\n",
+    )
+    .expect("write");
+    let obj = dir.join("q.o");
+    let o = texc(&[
+        "compile",
+        src.to_str().expect("utf8"),
+        "--target",
+        "x86-avx512-amx",
+        "-o",
+        obj.to_str().expect("utf8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let main = dir.join("main.c");
+    std::fs::write(
+        &main,
+        r#"#include <stdio.h>
+#include <stdint.h>
+#include "q.h"
+int main(void) {
+    static uint8_t a[37 * 250]; static int8_t w[70 * 250]; static int32_t c[37 * 70];
+    unsigned s = 1;
+    for (int i = 0; i < 37 * 250; i++) { s = s * 1103515245u + 12345u; a[i] = s >> 24; }
+    for (int i = 0; i < 70 * 250; i++) { s = s * 1103515245u + 12345u; w[i] = (int8_t)(s >> 24); }
+    if (texc_q_run(a, w, c) != TEXC_Q_OK) { fprintf(stderr, "run failed\n"); return 1; }
+    for (int i = 0; i < 37; i++)
+        for (int j = 0; j < 70; j++) {
+            int32_t r = 0;
+            for (int k = 0; k < 250; k++) r += (int32_t)a[i * 250 + k] * (int32_t)w[j * 250 + k];
+            if (r != c[i * 70 + j]) { fprintf(stderr, "C[%d, %d] = %d, not %d\n", i, j, c[i * 70 + j], r); return 1; }
+        }
+    printf("exact\n");
+    return 0;
+}
+"#,
+    )
+    .expect("write");
+    let exe = dir.join("q");
+    let cc = Command::new("cc")
+        .arg("-I")
+        .arg(&dir)
+        .arg(&main)
+        .arg(&obj)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-lm")
+        .output()
+        .expect("cc runs (scripts/bootstrap.sh installs gcc)");
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let run = Command::new(&exe).output().expect("runs");
+    assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(String::from_utf8_lossy(&run.stdout).contains("exact"));
+}
