@@ -715,8 +715,8 @@ fn quantized_model_matches_onnx_runtime(model: &str, mode: &str, extra: &[&str],
         }
         let y = dir.join(format!("y_{target}.npy"));
         let out = format!("y={}", s(y.clone()));
-        // x86-avx2 runs the .onnx file (weight-only stages folded), the others the imported text.
-        let o = if *target == "x86-avx2" {
+        // x86-avx2 and AMX run the .onnx file (weight-only stages folded), the others the imported text.
+        let o = if ["x86-avx2", "x86-avx512-amx"].contains(target) {
             texc(&["run", &onnx, "--input", &x, "--output", &out, "--target", target])
         } else {
             texc(&["run", &tex, "--input", &npz, "--input", &x, "--output", &out, "--target", target])
@@ -742,7 +742,8 @@ fn quantized_model_matches_onnx_runtime(model: &str, mode: &str, extra: &[&str],
     Some(std::fs::read_to_string(&tex).expect("tex"))
 }
 
-const ALL_CPU: &[&str] = &["interp", "x86-avx2", "x86-avx512", "cranelift"];
+/// `x86-avx512-amx` where the CPU has AMX-INT8: matrix products on tiles, the rest as on `x86-avx512-vnni`.
+const ALL_CPU: &[&str] = &["interp", "x86-avx2", "x86-avx512", "x86-avx512-amx", "cranelift"];
 
 /// The integer product as texc writes it: `sum[...](i32(A[..]) * i32(W[j, ..]))`.
 fn integer_products(tex: &str) -> usize {
@@ -811,11 +812,13 @@ fn qoperator_forms_match_onnx_runtime() {
 }
 
 /// ResNet-18 and MobileNetV2 (at 32×32) as ORT quantizes them after its
-/// pre-processing (batch norm folded): every convolution is integer.
+/// pre-processing (batch norm folded): every convolution is integer. On
+/// AMX tiles too, where the CPU has them: the classifier's product runs on
+/// tiles beside convolutions whose loops share its loops' names.
 #[test]
 fn static_quantized_resnet18_and_mobilenetv2_match_onnx_runtime() {
     for (model, convs) in [("resnet18", 21), ("mobilenetv2", 53)] {
-        let targets = ["interp", "x86-avx2", "x86-avx512"];
+        let targets = ["interp", "x86-avx2", "x86-avx512", "x86-avx512-amx"];
         let Some(tex) = quantized_model_matches_onnx_runtime(model, "static", &["--per-channel"], &targets) else {
             return;
         };

@@ -149,6 +149,8 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules) {
                 || s.is_epilogue(pi)
                 || s.stages[pi].epilogue.is_some()
                 || s.stages[pi].flash.is_some()
+                // A tile product's nest is its own: its loops keep their names for `tensorize`.
+                || s.stages[pi].tensorize.is_some()
             {
                 continue;
             }
