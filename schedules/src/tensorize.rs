@@ -279,7 +279,8 @@ fn tile_dot(f: &mut LoopFunc, s: &Stmt, w: &Want) -> Result<Option<TileDot>, Str
     let [m, n, k] = vars.map(|v| v.expect("three loops"));
     let (a, b) = dot4_accumulation(f, *value, *tensor, indices).ok_or_else(|| {
         format!(
-            "`{}` is not computed as a sum of packed byte products `@dot4(0, A[..], B[..])` of i32 operands",
+            "`{}` is not computed as a sum of packed byte products `@dot4(0, A[..], B[..])` of i32 operands \
+             (the default schedule packs a `.tex` product so; a `.loops` file can write `amx_dpbusd` itself)",
             f.p.tensor(w.tensor).name
         )
     })?;

@@ -254,6 +254,23 @@ fn ahead_of_time_object_links_into_a_c_program() {
     }
 }
 
+/// C program `main` linked with object `obj` (its header in `dir`) into `dir/name`.
+fn link_c(dir: &Path, main: &Path, obj: &Path, name: &str) -> PathBuf {
+    let exe = dir.join(name);
+    let cc = Command::new("cc")
+        .arg("-I")
+        .arg(dir)
+        .arg(main)
+        .arg(obj)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-lm")
+        .output()
+        .expect("cc runs (scripts/bootstrap.sh installs gcc)");
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    exe
+}
+
 fn aot_object_links_into_a_c_program(target: &str) {
     let dir = tmp(&format!("aot-{target}"));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -263,18 +280,7 @@ fn aot_object_links_into_a_c_program(target: &str) {
     let header = std::fs::read_to_string(dir.join("matmul.h")).expect("header written");
     assert!(header.contains("int texc_matmul_run(const float *A, const float *B, float *C);"), "{header}");
     assert!(header.contains("static inline int texc_matmul_run_sized(const float *A, size_t A_len,"), "{header}");
-    let exe = dir.join("matmul");
-    let cc = Command::new("cc")
-        .arg("-I")
-        .arg(&dir)
-        .arg(root().join("examples/c/matmul_main.c"))
-        .arg(&obj)
-        .arg("-o")
-        .arg(&exe)
-        .arg("-lm")
-        .output()
-        .expect("cc runs (scripts/bootstrap.sh installs gcc)");
-    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let exe = link_c(&dir, &root().join("examples/c/matmul_main.c"), &obj, "matmul");
     let run = Command::new(&exe).output().expect("runs");
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stdout));
     assert!(String::from_utf8_lossy(&run.stdout).contains("relative error"));
@@ -637,18 +643,7 @@ int main(void) {
 "#,
     )
     .expect("write");
-    let exe = dir.join("q");
-    let cc = Command::new("cc")
-        .arg("-I")
-        .arg(&dir)
-        .arg(&main)
-        .arg(&obj)
-        .arg("-o")
-        .arg(&exe)
-        .arg("-lm")
-        .output()
-        .expect("cc runs (scripts/bootstrap.sh installs gcc)");
-    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let exe = link_c(&dir, &main, &obj, "q");
     let run = Command::new(&exe).output().expect("runs");
     assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
     assert!(String::from_utf8_lossy(&run.stdout).contains("exact"));
