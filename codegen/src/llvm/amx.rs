@@ -170,13 +170,11 @@ impl<'ctx> Gen<'ctx, '_> {
     /// `texc.amx.request`, which makes the `arch_prctl` system call the
     /// first time (a flag in the module remembers it).
     fn request_amx(&mut self) -> R<()> {
-        let void = self.cx.void_type();
         let name = "texc.amx.request";
         let f = match self.m.get_function(name) {
             Some(f) => f,
             None => self.define_amx_request(name)?,
         };
-        let _ = void;
         self.b.build_call(f, &[], "")?;
         Ok(())
     }
