@@ -25,13 +25,16 @@
 //! filter's); where neither is, the product is left as written (LLVM
 //! widens it to 16 bits).
 //!
-//! On targets with AMX-INT8, a matrix product (the unsigned operand
-//! `A[.., i, k]` with `k` its last dimension and `i` the stage's
-//! next-to-last axis, the signed one a matrix of `k` and the last axis `j`)
-//! is packed for tiles instead ([`Layout::Tiles`]): `A.q4[.., i, k4]`
-//! (a tile's rows of 64 bytes), `W.q4[k4, j]`, both zero past `k` to a
-//! multiple of 16 packed elements; the CPU strategy then computes the sum
-//! on tiles (`strategy/cpu/tiles.rs`).
+//! On targets with AMX-INT8, a matrix product or a convolution of stride 1
+//! ([`tile_axes`]: the unsigned operand's rows along an axis `i`, the
+//! signed one's columns along another, `j`) whose sum fills at least half
+//! of its 64-byte rows is packed for tiles instead: the unsigned operand
+//! with `k` last ([`Layout::TileRows`]: `A.q4[.., i, k4]`, a
+//! convolution's `X.q4[n, h, w, c4]`: a tile's rows of 64 bytes), the
+//! signed one with `k` and then `j` last ([`Layout::TileCols`]:
+//! `W.q4[k4, j]`, `W.q4[r, s, c4, f]`), both zero past `k` to a multiple
+//! of 16 packed elements; the CPU strategy then computes the sum on tiles
+//! (`strategy/cpu/tiles.rs`).
 //!
 //! Why not in the e-graph: the rewrite changes a reduction's extent and
 //! adds tensors whose layout the loop schedule reads; the operator graph
@@ -45,6 +48,7 @@
 //! stage ranges move with the inserted stages.
 
 use crate::analysis::involves;
+use crate::ir::TileDot;
 use crate::normalize::{fresh_name, replace_node};
 use crate::prepack::insert_stage;
 use texc_compiler::ops::{BinOp, Intrinsic, ReduceOp};
@@ -67,7 +71,7 @@ pub fn pack_products(p: &mut Program, target: &Target) -> usize {
     while si < p.stages.len() {
         match find_product(p, si) {
             Some(prod) => {
-                let tiles = tiles && tile_product(p, si, &prod);
+                let tiles = tiles.then(|| tile_product(p, si, &prod)).flatten();
                 si = rewrite(p, si, prod, tiles, &mut made);
                 rewritten += 1;
             }
@@ -101,8 +105,8 @@ struct Product {
 
 /// A packed tensor: `tensor`'s dimension `dim`, of which the first `len`,
 /// four to an `i32`, each element plus 128 where `offset`. For AMX tiles
-/// ([`Layout::Tiles`]) the packed dimension is padded with zeros to a whole
-/// number of 64-byte rows, and the unsigned operand keeps it in place.
+/// the packed dimension is padded with zeros to a whole number of 64-byte
+/// rows.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Packing {
     tensor: TensorId,
@@ -117,10 +121,15 @@ struct Packing {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Layout {
     Vectors,
-    /// The unsigned operand `A.q4[.., i, k4]` (rows of the sum), the signed
-    /// one `W.q4[k4, j]`: the rows of `tdpbusd`'s two tiles.
-    Tiles {
-        unsigned: bool,
+    /// AMX tiles' unsigned operand, the packed dimension last: a tile row
+    /// is 64 contiguous bytes of the sum (`A.q4[.., i, k4]`, a
+    /// convolution's `X.q4[n, h, w, c4]`).
+    TileRows,
+    /// AMX tiles' signed operand, its other dimensions first, then the
+    /// packed one and the columns' dimension `cols` (`W.q4[k4, j]`, a
+    /// filter's `W.q4[r, s, c4, f]`): `tdpbusd`'s rows of 16 columns' four bytes.
+    TileCols {
+        cols: usize,
     },
 }
 
@@ -243,27 +252,24 @@ fn used_outside(p: &Program, e: TExprId, inside: TExprId, k: VarId) -> bool {
     }
 }
 
-/// Whether product `prod` of stage `si` is a matrix product AMX's tiles
-/// run: a sum over `k` alone (preparation hoists it into a stage of its
-/// own, `C.r0[.., i, j]`, when the stage does more with it: a
-/// requantization); the unsigned operand reads `[.., i, k]` with `i` the
-/// stage's next-to-last axis and `k` its last dimension, the signed one is
-/// a matrix read by `k` and the stage's last axis `j` alone. Then the sum
-/// is blocked by tiles of `i` and `j` (the CPU strategy's `tiles`).
-fn tile_product(p: &Program, si: usize, prod: &Product) -> bool {
+/// Where product `prod` of stage `si` is one AMX's tiles run (a
+/// matrix product, or a convolution of stride 1: [`tile_axes`]), with
+/// its sum at least half of the 64-byte rows it is padded to (three
+/// channels padded to 64 bytes would waste 15 of every 16 products:
+/// `vpdpbusd` runs those). Then the sum is blocked by tiles of the row and
+/// column axes (the CPU strategy's `tiles`).
+/// The signed operand's dimension of the columns, where it is.
+fn tile_product(p: &Program, si: usize, prod: &Product) -> Option<usize> {
     let st = &p.stages[si];
-    let Some(row) = st.n_axes.checked_sub(2) else { return false };
-    let col = st.n_axes - 1;
-    let var = |e: TExprId, v: usize| matches!(p.expr(e), TExpr::Var(x) if *x as usize == v);
-    let TExpr::Reduce(_, vars, _) = p.expr(prod.reduce) else { return false };
-    let (TExpr::Load(_, ai), TExpr::Load(_, wi)) = (p.expr(prod.a.load), p.expr(prod.w.load)) else { return false };
-    let k = prod.k as usize;
-    let a_rows = ai.len() >= 2
-        && prod.a.dim + 1 == ai.len()
-        && var(ai[ai.len() - 2], row)
-        && ai[..ai.len() - 2].iter().all(|&i| !involves(p, i, row as VarId) && !involves(p, i, col as VarId));
-    let w_matrix = wi.len() == 2 && wi.iter().all(|&i| var(i, k) || var(i, col));
-    vars.len() == 1 && prod.a.base.is_none() && prod.w.base.is_none() && a_rows && w_matrix
+    let TExpr::Reduce(_, vars, _) = p.expr(prod.reduce) else { return None };
+    let len = st.vars[prod.k as usize].extent;
+    let dense = 2 * ((len + 3) / 4) >= packed_len(len, true);
+    if prod.a.base.is_some() || prod.w.base.is_some() || !dense {
+        return None;
+    }
+    let axes = tile_axes(p, st, vars, prod.k, (prod.a.load, prod.a.dim), (prod.w.load, prod.w.dim))?;
+    let TExpr::Load(_, wi) = p.expr(prod.w.load) else { return None };
+    wi.iter().position(|&i| matches!(p.expr(i), TExpr::Var(v) if *v as usize == axes.col))
 }
 
 /// Whether stage `si` holds a sum [`tile_sum`] sees as AMX tiles'.
@@ -271,7 +277,7 @@ pub(crate) fn reads_tiles(p: &Program, si: usize) -> bool {
     let st = &p.stages[si];
     let mut stack = vec![st.value];
     while let Some(e) = stack.pop() {
-        if tile_sum(p, st, e) {
+        if tile_sum(p, st, e).is_some() {
             return true;
         }
         stack.extend(p.children(e));
@@ -279,30 +285,105 @@ pub(crate) fn reads_tiles(p: &Program, si: usize) -> bool {
     false
 }
 
-/// Whether `e` is a packed product laid out for AMX tiles in stage `st`:
-/// `sum[k4](@dot4(0, A.q4[.., i, k4], W.q4[k4, j]))` over `k4` alone, a
-/// multiple of 16 long, with `i` and `j` the stage's last two axes and
-/// `A.q4`'s other indices free of all three.
-pub(crate) fn tile_sum(p: &Program, st: &Stage, e: TExprId) -> bool {
-    let Some(row) = st.n_axes.checked_sub(2) else { return false };
-    let col = st.n_axes - 1;
-    let TExpr::Reduce(ReduceOp::Sum, vars, body) = p.expr(e) else { return false };
-    let [k] = vars[..] else { return false };
-    let TExpr::Intrinsic(Intrinsic::Dot4, args) = p.expr(*body) else { return false };
-    let [zero, a, w] = args.as_slice() else { return false };
-    let var = |e: TExprId, v: usize| matches!(p.expr(e), TExpr::Var(x) if *x as usize == v);
-    let k_var = k as usize;
-    let (TExpr::Load(_, ai), TExpr::Load(_, wi)) = (p.expr(*a), p.expr(*w)) else { return false };
-    let rows_of_a = ai.len() >= 2
-        && var(ai[ai.len() - 2], row)
-        && var(ai[ai.len() - 1], k_var)
-        && ai[..ai.len() - 2].iter().all(|&i| [row, col, k_var].iter().all(|&v| !involves(p, i, v as VarId)));
-    matches!(p.expr(*zero), TExpr::Int(0))
-        && st.vars[k_var].extent % TILE_WORDS == 0
-        && rows_of_a
-        && wi.len() == 2
-        && var(wi[0], k_var)
-        && var(wi[1], col)
+/// The axes of `e` if it is a packed product laid out for AMX tiles in
+/// stage `st`: `sum[k4, ..](@dot4(0, A.q4[.., k4], W.q4[.., k4, j]))` of
+/// [`tile_axes`]' form, `k4` a multiple of 16 long.
+pub(crate) fn tile_sum(p: &Program, st: &Stage, e: TExprId) -> Option<TileAxes> {
+    let TExpr::Reduce(ReduceOp::Sum, vars, body) = p.expr(e) else { return None };
+    let TExpr::Intrinsic(Intrinsic::Dot4, args) = p.expr(*body) else { return None };
+    let [zero, a, w] = args.as_slice() else { return None };
+    let (TExpr::Load(_, ai), TExpr::Load(_, wi)) = (p.expr(*a), p.expr(*w)) else { return None };
+    let plain = |e: TExprId| match p.expr(e) {
+        TExpr::Var(v) => Some(*v),
+        _ => None,
+    };
+    let k = plain(*ai.last()?)?;
+    let whole_rows = vars.contains(&k) && st.vars[k as usize].extent % TILE_WORDS == 0;
+    if !matches!(p.expr(*zero), TExpr::Int(0)) || !whole_rows || wi.len() < 2 {
+        return None;
+    }
+    let axes = tile_axes(p, st, vars, k, (*a, ai.len() - 1), (*w, wi.len() - 2))?;
+    (plain(wi[wi.len() - 1]) == Some(axes.col as VarId)).then_some(axes)
+}
+
+/// The stage's axes that an AMX tile product runs its rows and columns
+/// along, and its packed sum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TileAxes {
+    /// The axis along the unsigned operand's rows (a tile row each).
+    pub row: usize,
+    /// The axis along the signed operand's columns.
+    pub col: usize,
+    /// The packed reduction variable, `k` (the tiles' 64-byte rows).
+    pub sum: VarId,
+}
+
+/// The form AMX tiles compute, over the operands `a` (unsigned) and `w`
+/// of a sum of byte products over `vars` in stage `st`, `k` the packed
+/// variable, read at `a_dim` and `w_dim` (one predicate before packing
+/// and after it):
+/// - `w` reads `k` alone at `w_dim`, one axis `j` (the columns) alone in
+///   another dimension, and other reduction variables alone in the rest
+///   (a matrix `W[j, k]`, a filter `W[f, c, r, s]`);
+/// - `a` reads `k` alone at `a_dim`, and the rows in its last other
+///   dimension that moves with an axis: an axis `i` other than `j`, as `i` or `i + s`
+///   with `s` another reduction variable (a matrix's `A[.., i, k]`, a
+///   convolution's `X[n, c, y + r, x + s]` of stride 1); its other
+///   indices involve neither `i`, `j` nor `k`.
+///
+/// Each sum over the other variables is then a tile product whose rows of
+/// `a` are one index apart.
+fn tile_axes(
+    p: &Program,
+    st: &Stage,
+    vars: &[VarId],
+    k: VarId,
+    a: (TExprId, usize),
+    w: (TExprId, usize),
+) -> Option<TileAxes> {
+    let ((a, a_dim), (w, w_dim)) = (a, w);
+    let (TExpr::Load(_, ai), TExpr::Load(_, wi)) = (p.expr(a), p.expr(w)) else { return None };
+    let plain = |e: TExprId| match p.expr(e) {
+        TExpr::Var(v) => Some(*v),
+        _ => None,
+    };
+    let axis = |v: VarId| (v as usize) < st.n_axes;
+    let other_sum = |v: VarId| v != k && vars.contains(&v);
+    if plain(*wi.get(w_dim)?) != Some(k) || plain(*ai.get(a_dim)?) != Some(k) {
+        return None;
+    }
+    let mut col = None;
+    for i in wi.iter().enumerate().filter(|&(d, _)| d != w_dim).map(|(_, &i)| i) {
+        match plain(i) {
+            Some(v) if axis(v) && col.is_none() => col = Some(v),
+            Some(v) if other_sum(v) => {}
+            _ => return None,
+        }
+    }
+    let col = col?;
+    let row_of = |e: TExprId| -> Option<VarId> {
+        match *p.expr(e) {
+            TExpr::Var(v) if axis(v) && v != col => Some(v),
+            TExpr::Binary(BinOp::Add, x, y) => match (plain(x), plain(y)) {
+                (Some(i), Some(s)) | (Some(s), Some(i)) if axis(i) && i != col && other_sum(s) => Some(i),
+                _ => None,
+            },
+            _ => None,
+        }
+    };
+    // The rows: the last dimension that moves with an axis (a convolution
+    // of stride 2's `2·x + s` is none, and its `y` no better).
+    let moves = |d: usize| (0..st.n_axes).any(|v| involves(p, ai[d], v as VarId));
+    let rows_dim = (0..ai.len()).rev().find(|&d| d != a_dim && moves(d))?;
+    let row = row_of(ai[rows_dim])?;
+    // Fewer rows than half a tile reuse each 1 KiB tile of `w` too little
+    // (ResNet-18's 7 × 7 maps: 0.59 ms a layer on tiles, 0.36–0.42 on `vpdpbusd`).
+    if st.vars[row as usize].extent < TileDot::TILE / 2 {
+        return None;
+    }
+    let free = |i: TExprId| [row, col, k].iter().all(|&v| !involves(p, i, v));
+    let rest_free = ai.iter().enumerate().all(|(d, &i)| d == a_dim || d == rows_dim || free(i));
+    rest_free.then_some(TileAxes { row: row as usize, col: col as usize, sum: k })
 }
 
 /// `len` packed four to an element, padded to whole tile rows where `tiles`.
@@ -320,8 +401,15 @@ const TILE_WORDS: i64 = 16;
 /// Pack the product's operands (stages before `si`, shared with earlier
 /// products packed alike) and make it read them; the stage index of the
 /// product afterwards.
-/// Where `tiles`, in the layouts of AMX tiles ([`Layout::Tiles`]).
-fn rewrite(p: &mut Program, mut si: usize, prod: Product, tiles: bool, made: &mut Vec<(Packing, TensorId)>) -> usize {
+/// Where `tiles` (the signed operand's dimension of the columns), in the
+/// layouts of AMX tiles ([`Layout::TileRows`], [`Layout::TileCols`]).
+fn rewrite(
+    p: &mut Program,
+    mut si: usize,
+    prod: Product,
+    tiles: Option<usize>,
+    made: &mut Vec<(Packing, TensorId)>,
+) -> usize {
     let k = prod.k as usize;
     let len = p.stages[si].vars[k].extent;
     let correction = match prod.offset {
@@ -332,9 +420,12 @@ fn rewrite(p: &mut Program, mut si: usize, prod: Product, tiles: bool, made: &mu
         }
         false => None,
     };
-    let layout = |unsigned| if tiles { Layout::Tiles { unsigned } } else { Layout::Vectors };
-    let mut packed = [(prod.a, prod.offset, layout(true)), (prod.w, false, layout(false))]
-        .map(|(o, offset, layout)| (o, offset, layout, TensorId(0)));
+    let (la, lw) = match tiles {
+        Some(cols) => (Layout::TileRows, Layout::TileCols { cols }),
+        None => (Layout::Vectors, Layout::Vectors),
+    };
+    let mut packed =
+        [(prod.a, prod.offset, la), (prod.w, false, lw)].map(|(o, offset, layout)| (o, offset, layout, TensorId(0)));
     for (o, offset, layout, out) in &mut packed {
         // A grouped operand packs its whole dimension (the groups read different parts).
         let whole = p.tensor(o.tensor).shape[o.dim];
@@ -351,7 +442,7 @@ fn rewrite(p: &mut Program, mut si: usize, prod: Product, tiles: bool, made: &mu
         };
     }
     let st = &mut p.stages[si];
-    st.vars[k].extent = packed_len(len, tiles);
+    st.vars[k].extent = packed_len(len, tiles.is_some());
     st.vars[k].name = format!("{}4", st.vars[k].name);
     let span = p.span(prod.reduce);
     let [(a, _, la, pa), (w, _, lw, pw)] = packed;
@@ -425,12 +516,14 @@ fn insert_sum(p: &mut Program, at: usize, load: TExprId, prod: &Product) -> (Ten
 /// dimension first where it was the innermost one (so that the next one
 /// becomes the contiguous one: `W[j, k]` is packed as `W.q4[k4, j]`, whose
 /// rows of `j` are the vectors of a product's register block), else in place
-/// (a convolution's `X[n, c, h, w]` as `X.q4[n, c4, h, w]`); always in
-/// place for the unsigned operand of AMX tiles, whose rows run along it.
+/// (a convolution's `X[n, c, h, w]` as `X.q4[n, c4, h, w]`); for AMX
+/// tiles, as [`Layout::TileRows`] and [`Layout::TileCols`] say.
 fn packed_order(rank: usize, dim: usize, layout: Layout) -> Vec<usize> {
-    match dim + 1 == rank && layout != (Layout::Tiles { unsigned: true }) {
-        true => std::iter::once(dim).chain(0..dim).collect(),
-        false => (0..rank).collect(),
+    match layout {
+        Layout::TileRows => (0..rank).filter(|&d| d != dim).chain([dim]).collect(),
+        Layout::TileCols { cols } => (0..rank).filter(|&d| d != dim && d != cols).chain([dim, cols]).collect(),
+        Layout::Vectors if dim + 1 == rank => std::iter::once(dim).chain(0..dim).collect(),
+        Layout::Vectors => (0..rank).collect(),
     }
 }
 
@@ -444,7 +537,7 @@ fn insert_packing(p: &mut Program, at: usize, key: Packing, load: TExprId) -> Te
     let decl = p.tensor(key.tensor).clone();
     let span = p.span(load);
     let order = packed_order(decl.shape.len(), key.dim, key.layout);
-    let tiles = matches!(key.layout, Layout::Tiles { .. });
+    let tiles = key.layout != Layout::Vectors;
     let extent = |d: usize| if d == key.dim { packed_len(key.len, tiles) } else { decl.shape[d] };
     let shape: Vec<i64> = order.iter().map(|&d| extent(d)).collect();
     let name = fresh_name(p, &format!("{}.q4", decl.name));

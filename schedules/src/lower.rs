@@ -635,16 +635,59 @@ impl Lowerer<'_> {
         let init_t = store_terminal(ss, &[], &init, &no_guard);
         let update_t = store_terminal(ss, &guarded, &update, domain);
         let back_t = store_terminal(ss, &guarded_spatial, &write_back, domain);
+        let (back, along_output) = write_back_order(ss, st, &s_in);
         let block = |f: &mut LoopFunc, bounds: &Bounds, vars: &mut HashMap<usize, VarId>| -> Vec<Stmt> {
             let mut body = Vec::new();
-            for (leaves, t, at) in [(&s_in, &init_t, None), (&inner, &update_t, attach), (&s_in, &back_t, None)] {
+            for (leaves, t, at) in [(&s_in, &init_t, None), (&inner, &update_t, attach), (&back, &back_t, None)] {
                 let ctx = NestCtx { ss, leaves, partitioned: &partitioned, terminal: &**t, attach: at };
-                body.extend(ctx.level(f, 0, bounds, vars));
+                let mut nest = ctx.level(f, 0, bounds, vars);
+                if let Some(l) = along_output.filter(|_| std::ptr::eq(leaves, &back)) {
+                    vectorize_innermost(f, &mut nest, &ss.ivs[l].name);
+                }
+                body.extend(nest);
             }
             vec![Stmt::Alloc { tensor: local, body }]
         };
         let ctx = NestCtx { ss, leaves: &outer, partitioned: &partitioned, terminal: &block, attach };
         ctx.level(f, 0, &HashMap::new(), &mut HashMap::new())
+    }
+}
+
+/// The order of a cached reduction's write-back loops over `s_in`, and
+/// the leaf to vectorize: as the block's where the schedule vectorized it;
+/// a block of AMX tile accumulators (rows, then columns of 16 `i32`) is
+/// written back along the output's last axis, innermost and vectorized (a
+/// convolution's `x` of `Y[n, f, y, x]`: along the columns, each
+/// element of a row of the output went to another line, and the
+/// epilogue's reads of a residual too).
+fn write_back_order(ss: &StageSchedule, st: &Stage, s_in: &[usize]) -> (Vec<usize>, Option<usize>) {
+    let tiles = ss.tensorize.as_ref().is_some_and(|t| t.op == crate::ir::TensorOp::TileDot);
+    let last = st.n_axes.checked_sub(1);
+    let along_last = |l: usize| {
+        matches!(ss.ivs[l].rel, crate::schedule::Rel::Split { parent, outer: false, .. }
+            if Some(parent) == last && matches!(ss.ivs[parent].rel, crate::schedule::Rel::Root(_)))
+    };
+    match s_in.iter().copied().find(|&l| tiles && along_last(l)) {
+        Some(l) => (s_in.iter().copied().filter(|&x| x != l).chain([l]).collect(), Some(l)),
+        None => (s_in.to_vec(), None),
+    }
+}
+
+/// The innermost loops of `nest` named `name` vectorized.
+fn vectorize_innermost(f: &LoopFunc, nest: &mut [Stmt], name: &str) {
+    for s in nest {
+        match s {
+            Stmt::For { var, kind, body, .. } => {
+                let innermost = !body.iter().any(|b| matches!(b, Stmt::For { .. }));
+                if innermost && f.vars[*var as usize].name == name && *kind == ForKind::Serial {
+                    *kind = ForKind::Vectorized;
+                } else {
+                    vectorize_innermost(f, body, name);
+                }
+            }
+            Stmt::If { then, .. } | Stmt::Alloc { body: then, .. } => vectorize_innermost(f, then, name),
+            _ => {}
+        }
     }
 }
 

@@ -232,7 +232,7 @@ fn matrix_products_run_on_amx_tiles() {
     let cases = [
         ("u8 × i8 33×67×130", gemm(33, 67, 130, "u8")),
         ("u8 × i8 16×64×16", gemm(16, 64, 16, "u8")),
-        ("i8 × i8 9×10×19", gemm(9, 10, 19, "i8")),
+        ("i8 × i8 9×40×19", gemm(9, 40, 19, "i8")),
         ("requantized 40×29×35", qlinear(40, 29, 35)),
     ];
     for (name, src) in cases {
@@ -258,8 +258,67 @@ fn matrix_products_run_on_amx_tiles() {
             }
         }
     }
-    let conv = texc_schedules::ir::print(&legal_loops(amx, &program(&conv(8, 32, 9))));
-    assert!(!conv.contains("amx_dpbusd") && conv.contains("@dot4("), "{conv}");
+    // Sums that fill under half of their 64-byte rows (8 channels: 8 of
+    // 64 bytes), and blocks under half a tile of rows, keep `vpdpbusd`.
+    for (name, src) in [("8 channels", conv(8, 32, 9)), ("5 rows", gemm(5, 64, 32, "u8"))] {
+        let text = texc_schedules::ir::print(&legal_loops(amx, &program(&src)));
+        assert!(
+            !text.contains("amx_dpbusd") && text.contains("@dot4("),
+            "{name}:
+{text}"
+        );
+    }
+}
+
+/// Convolutions of stride 1 whose channels fill the tiles' rows run on AMX
+/// tiles: rows along the output row `x`, columns along the filters, the
+/// filter's rows and columns summed around one tile product whose
+/// accumulators stay in tiles; a stride-2 convolution keeps `vpdpbusd`.
+/// Odd sizes: 67 channels (17 words, padded to 32), 45 filters (a block
+/// of 13), rows of 35 (a block of 3), i8 activations (offset by 128).
+#[test]
+fn convolutions_run_on_amx_tiles() {
+    let amx = "x86-avx512-amx";
+    let runs = texc_compiler::target::lookup(amx).expect("known").check_runs_here();
+    if let Err(why) = &runs {
+        eprintln!("skipped running AMX code: {why}");
+    }
+    let cases = [
+        ("3×3, 64 → 40 channels, 20²", conv(64, 40, 20)),
+        ("3×3, 67 → 45 channels, 37²", conv(67, 45, 37)),
+        ("3×3, i8 activations", conv(64, 33, 12).replace("X: u8", "X: i8")),
+        (
+            "1×1, 96 → 48 channels",
+            "kernel q(X: u8[2, 96, 9, 18], W: i8[48, 96]) -> Y: i32[2, 48, 9, 18] {\n\
+             \x20   Y[n, f, y, x] = sum[c](i32(X[n, c, y, x]) * i32(W[f, c]));\n}\n"
+                .to_string(),
+        ),
+    ];
+    for (name, src) in cases {
+        let p = program(&src);
+        let f = legal_loops(amx, &p);
+        let text = texc_schedules::ir::print(&f);
+        assert!(text.contains("amx_dpbusd"), "{name}: no tile product\n{text}");
+        for seed in [5, 8] {
+            let args = || interp::bind_args(&p, Default::default(), &[], seed).expect("binds");
+            let want = interp::run(&p, args()).expect("interp");
+            let evaluated = texc_schedules::eval::run(&f, args()).expect("evaluates");
+            for (g, w) in evaluated.iter().zip(&want) {
+                assert_eq!(g.bytes(), w.bytes(), "{name} (seed {seed}): the loop evaluator is not bit-exact");
+            }
+            if runs.is_ok() {
+                let target = texc_compiler::target::lookup(amx).expect("known");
+                let k = texc_tests::compile_loops(target, &f).unwrap_or_else(|e| panic!("{name}: {e}"));
+                for (g, w) in k.run(args()).expect("runs").iter().zip(&want) {
+                    assert_eq!(g.bytes(), w.bytes(), "{name} (seed {seed}): AMX code is not bit-exact");
+                }
+            }
+        }
+    }
+    let strided =
+        conv(64, 32, 17).replace("y + r, x + s", "2 * y + r, 2 * x + s").replace("[1, 32, 15, 15]", "[1, 32, 8, 8]");
+    let text = texc_schedules::ir::print(&legal_loops(amx, &program(&strided)));
+    assert!(!text.contains("amx_dpbusd") && text.contains("@dot4("), "stride 2:\n{text}");
 }
 
 /// `tensorize ... with amx_dpbusd` is refused, with the reason, on targets

@@ -24,6 +24,7 @@
 //! most 32 × 32 accumulators); the assembly reads and writes only the
 //! elements of its three tiles.
 
+use super::gen::Mode;
 use super::gen::{Frame, Gen};
 use super::R;
 use crate::CodegenError;
@@ -31,11 +32,101 @@ use inkwell::module::Linkage;
 use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::{BasicMetadataValueEnum, PointerValue};
 use inkwell::AddressSpace;
-use texc_schedules::ir::TileDot;
+use texc_schedules::ir::{ForKind, LoopFunc, Stmt, TileDot};
 
 impl<'ctx> Gen<'ctx, '_> {
-    /// One AMX tile product.
+    /// One AMX tile product: its accumulators loaded (or zeroed), its
+    /// steps, its accumulators stored; only the steps inside loops that
+    /// keep them resident ([`Gen::resident_tile_dot`]).
     pub(super) fn tile_dot(&mut self, fr: &mut Frame<'ctx>, d: &TileDot) -> R<()> {
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let i64t = self.cx.i64_type();
+        let [a, b] = [&d.a, &d.b].map(|t| self.place(fr, t));
+        let (a, b) = (a?, b?);
+        let zero = i64t.const_zero();
+        let a0 = self.element(&a, zero, zero)?;
+        // The second row tile's first rows; the first's again where there is none.
+        let a1 =
+            if d.m > TileDot::TILE { self.element(&a, i64t.const_int(TileDot::TILE as u64, false), zero)? } else { a0 };
+        let b0 = self.element(&b, zero, zero)?;
+        let bytes = |p: &super::mma::Placed<'ctx>| i64t.const_int(4 * p.row_stride() as u64, false);
+        let (lda, ldb) = (bytes(&a), bytes(&b));
+        let bstep = i64t.const_int((4 * TileDot::K_STEP * b.row_stride()) as u64, false);
+        let steps = i64t.const_int((d.k / TileDot::K_STEP) as u64, false);
+        let mut args: Vec<BasicMetadataValueEnum> =
+            vec![a0.into(), a1.into(), b0.into(), steps.into(), lda.into(), ldb.into(), bstep.into()];
+        let (asm, constraints, params) = if fr.tiles_resident {
+            (steps_asm(d, ["$8", "$9", "$10"]), STEPS, vec![])
+        } else {
+            self.amx_ready()?;
+            let config = self.tile_config(d)?;
+            self.configure_tiles(fr, config)?;
+            let [c0, c1, ldc] = self.accumulator_rows(fr, d)?;
+            args.extend([c0, c1, ldc, config.into()]);
+            let c = ["$11", "$12", "$13"];
+            let start = accumulators_asm(d, if d.zero { Tiles::Zero } else { Tiles::Load }, c);
+            let asm = start + &steps_asm(d, ["$8", "$9", "$10"]) + &accumulators_asm(d, Tiles::Store, c);
+            (asm, WHOLE, vec![BasicMetadataTypeEnum::from(ptr), ptr.into(), i64t.into(), ptr.into()])
+        };
+        let params: Vec<BasicMetadataTypeEnum> = [ptr, ptr, ptr]
+            .map(BasicMetadataTypeEnum::from)
+            .into_iter()
+            .chain([i64t, i64t, i64t, i64t].map(BasicMetadataTypeEnum::from))
+            .chain(params)
+            .collect();
+        let out = self.cx.struct_type(&[ptr.into(), ptr.into(), ptr.into(), i64t.into()], false);
+        let fn_ty = out.fn_type(&params, false);
+        let asm_fn = self.cx.create_inline_asm(fn_ty, asm, constraints.into(), true, false, None, false);
+        self.b.build_indirect_call(fn_ty, asm_fn, &args, "tdpbusd")?;
+        Ok(())
+    }
+
+    /// Loops (`nest`, a chain of serial loops ending in `d`: [`tile_nest`])
+    /// around a tile product whose accumulators they do not move: the
+    /// accumulators are loaded into tiles once before them and stored once
+    /// after, and each iteration runs the product's steps alone (a
+    /// convolution's sums over the filter's rows and columns: a 3 × 3
+    /// filter over 64 channels is one 64-byte step per iteration, which
+    /// loading and storing the accumulators around would cost more than).
+    /// Tiles keep their values between assembly blocks: nothing else in
+    /// the loops touches them.
+    pub(super) fn resident_tile_dot(&mut self, fr: &mut Frame<'ctx>, nest: &Stmt, d: &TileDot) -> R<()> {
+        self.amx_ready()?;
+        let config = self.tile_config(d)?;
+        self.configure_tiles(fr, config)?;
+        let rows = self.accumulator_rows(fr, d)?;
+        let ptr = self.cx.ptr_type(AddressSpace::default());
+        let ty = self.cx.void_type().fn_type(&[ptr.into(), ptr.into(), self.cx.i64_type().into()], false);
+        let c = ["$0", "$1", "$2"];
+        let start = if d.zero { Tiles::Zero } else { Tiles::Load };
+        for (i, tiles) in [start, Tiles::Store].into_iter().enumerate() {
+            if i == 1 {
+                fr.tiles_resident = true;
+                let body = self.stmt(fr, nest, Mode::Scalar);
+                fr.tiles_resident = false;
+                body?;
+            }
+            let asm = accumulators_asm(d, tiles, c);
+            let asm_fn = self.cx.create_inline_asm(ty, asm, ACCUMULATORS.into(), true, false, None, false);
+            self.b.build_indirect_call(ty, asm_fn, &rows, "")?;
+        }
+        Ok(())
+    }
+
+    /// The first elements of the accumulators' two row tiles (the first's
+    /// again where there is one), and their row stride in bytes.
+    fn accumulator_rows(&mut self, fr: &mut Frame<'ctx>, d: &TileDot) -> R<[BasicMetadataValueEnum<'ctx>; 3]> {
+        let i64t = self.cx.i64_type();
+        let c = self.place(fr, &d.c)?;
+        let zero = i64t.const_zero();
+        let c0 = self.element(&c, zero, zero)?;
+        let c1 =
+            if d.m > TileDot::TILE { self.element(&c, i64t.const_int(TileDot::TILE as u64, false), zero)? } else { c0 };
+        Ok([c0.into(), c1.into(), i64t.const_int(4 * c.row_stride() as u64, false).into()])
+    }
+
+    /// Refuse tile products where they cannot run; ask Linux for the tile state.
+    fn amx_ready(&mut self) -> R<()> {
         if self.gpu.is_some() {
             return Err(CodegenError::Unsupported("an AMX tile product in a GPU kernel".into()));
         }
@@ -45,53 +136,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 TileDot::SCHEDULE_NAME
             )));
         }
-        self.request_amx()?;
-        let i64t = self.cx.i64_type();
-        let ptr = self.cx.ptr_type(AddressSpace::default());
-        let [c, a, b] = [&d.c, &d.a, &d.b].map(|t| self.place(fr, t));
-        let (c, a, b) = (c?, a?, b?);
-        let zero = i64t.const_zero();
-        let sixteen = i64t.const_int(TileDot::TILE as u64, false);
-        let rows2 = d.m > TileDot::TILE;
-        let (c0, a0, b0) =
-            (self.element(&c, zero, zero)?, self.element(&a, zero, zero)?, self.element(&b, zero, zero)?);
-        // The second row tile's first rows; the first's again where there is none.
-        let (c1, a1) =
-            if rows2 { (self.element(&c, sixteen, zero)?, self.element(&a, sixteen, zero)?) } else { (c0, a0) };
-        let bytes = |p: &super::mma::Placed<'ctx>| i64t.const_int(4 * p.row_stride() as u64, false);
-        let (ldc, lda, ldb) = (bytes(&c), bytes(&a), bytes(&b));
-        let bstep = i64t.const_int((4 * TileDot::K_STEP * b.row_stride()) as u64, false);
-        let steps = i64t.const_int((d.k / TileDot::K_STEP) as u64, false);
-        let config = self.tile_config(d)?;
-        self.configure_tiles(fr, config)?;
-        let asm = tile_dot_asm(d);
-        let constraints = "=&r,=&r,=&r,=&r,0,1,2,3,r,r,r,r,r,r,r,~{memory},~{dirflag},~{fpsr},~{flags}";
-        let out = self.cx.struct_type(&[ptr.into(), ptr.into(), ptr.into(), i64t.into()], false);
-        let params: Vec<BasicMetadataTypeEnum> = [ptr, ptr, ptr]
-            .map(BasicMetadataTypeEnum::from)
-            .into_iter()
-            .chain([i64t.into()])
-            .chain([ptr, ptr].map(BasicMetadataTypeEnum::from))
-            .chain([i64t, i64t, i64t, i64t].map(BasicMetadataTypeEnum::from))
-            .chain([BasicMetadataTypeEnum::from(ptr)])
-            .collect();
-        let fn_ty = out.fn_type(&params, false);
-        let asm_fn = self.cx.create_inline_asm(fn_ty, asm, constraints.into(), true, false, None, false);
-        let args: Vec<BasicMetadataValueEnum> = vec![
-            a0.into(),
-            a1.into(),
-            b0.into(),
-            steps.into(),
-            c0.into(),
-            c1.into(),
-            ldc.into(),
-            lda.into(),
-            ldb.into(),
-            bstep.into(),
-            config.into(),
-        ];
-        self.b.build_indirect_call(fn_ty, asm_fn, &args, "tdpbusd")?;
-        Ok(())
+        self.request_amx()
     }
 
     /// Load tile configuration `config` unless this call of the function
@@ -251,41 +296,94 @@ pub(crate) fn tile_config_bytes(d: &TileDot) -> [u8; 64] {
     cfg
 }
 
-/// The assembly of `d`'s block. Operands: `$0`–`$3` the cursors over `a`'s
-/// two row tiles and `b`, and the steps left (tied to `$4`–`$7`); `$8`, `$9`
-/// the accumulators' two row tiles; `$10`–`$12` the row strides in bytes
-/// of `c`, `a`, `b`; `$13` `b`'s advance per step; `$14` the configuration
-/// (loaded before, by [`Gen::configure_tiles`]).
-fn tile_dot_asm(d: &TileDot) -> String {
+/// Constraints of a whole tile product's assembly ([`tile_dot_asm`]):
+/// the steps' operands ([`STEPS`]), then the accumulators' rows and their
+/// stride, and the configuration (loaded before, by [`Gen::configure_tiles`]).
+const WHOLE: &str = "=&r,=&r,=&r,=&r,0,1,2,3,r,r,r,r,r,r,r,~{memory},~{dirflag},~{fpsr},~{flags}";
+/// Constraints of the steps alone ([`steps_asm`]): `$0`–`$3` the cursors
+/// over `a`'s two row tiles and `b`, and the steps left (tied to
+/// `$4`–`$7`); `$8`, `$9` the row strides in bytes of `a` and `b`; `$10`
+/// `b`'s advance per step.
+const STEPS: &str = "=&r,=&r,=&r,=&r,0,1,2,3,r,r,r,~{memory},~{dirflag},~{fpsr},~{flags}";
+/// Constraints of loading or storing the accumulators ([`accumulators_asm`]).
+const ACCUMULATORS: &str = "r,r,r,~{memory},~{dirflag},~{fpsr},~{flags}";
+
+/// What [`accumulators_asm`] does with the accumulator tiles.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tiles {
+    Load,
+    Zero,
+    Store,
+}
+
+/// The accumulator tiles of `d`'s block `tmm0`–`tmm3` (row tile `r`, column
+/// tile `q` in `tmm(2r + q)`) loaded, zeroed or stored; `c` names the
+/// operands of the two row tiles' first elements and the row stride.
+fn accumulators_asm(d: &TileDot, what: Tiles, c: [&str; 3]) -> String {
     let (rows2, cols2) = (d.m > TileDot::TILE, d.n > TileDot::TILE);
-    let mut s = String::new();
-    let accumulators: Vec<(usize, &str)> =
-        [(0, "($8,$10,1)"), (1, "64($8,$10,1)"), (2, "($9,$10,1)"), (3, "64($9,$10,1)")]
-            .into_iter()
-            .filter(|&(t, _)| (t < 2 || rows2) && (t % 2 == 0 || cols2))
-            .collect();
-    for (t, at) in &accumulators {
-        s += &match d.zero {
-            true => format!("tilezero %tmm{t}\n"),
-            false => format!("tileloadd {at}, %tmm{t}\n"),
-        };
-    }
-    s += "1:\ntileloadd ($0,$11,1), %tmm4\n";
+    let [c0, c1, ldc] = c;
+    let at = [
+        format!("({c0},{ldc},1)"),
+        format!("64({c0},{ldc},1)"),
+        format!("({c1},{ldc},1)"),
+        format!("64({c1},{ldc},1)"),
+    ];
+    (0..4)
+        .filter(|&t| (t < 2 || rows2) && (t % 2 == 0 || cols2))
+        .map(|t| match what {
+            Tiles::Zero => format!("tilezero %tmm{t}\n"),
+            Tiles::Load => format!("tileloadd {}, %tmm{t}\n", at[t]),
+            Tiles::Store => format!("tilestored %tmm{t}, {}\n", at[t]),
+        })
+        .collect()
+}
+
+/// The whole sum of `d`'s block by 64-byte steps into the accumulator
+/// tiles: `tileloadd` of `a`'s row tiles into `tmm4`–`tmm5` and `b`'s
+/// column tiles into `tmm6`–`tmm7`, `tdpbusd` per accumulator tile.
+/// Cursors as [`STEPS`] says; `ld` names the operands of `a`'s and `b`'s
+/// row strides and `b`'s advance.
+fn steps_asm(d: &TileDot, ld: [&str; 3]) -> String {
+    let (rows2, cols2) = (d.m > TileDot::TILE, d.n > TileDot::TILE);
+    let [lda, ldb, bstep] = ld;
+    let mut s = format!("1:\ntileloadd ($0,{lda},1), %tmm4\n");
     if rows2 {
-        s += "tileloadd ($1,$11,1), %tmm5\n";
+        s += &format!("tileloadd ($1,{lda},1), %tmm5\n");
     }
-    s += "tileloadd ($2,$12,1), %tmm6\n";
+    s += &format!("tileloadd ($2,{ldb},1), %tmm6\n");
     if cols2 {
-        s += "tileloadd 64($2,$12,1), %tmm7\n";
+        s += &format!("tileloadd 64($2,{ldb},1), %tmm7\n");
     }
-    for (t, _) in &accumulators {
+    for t in (0..4).filter(|&t| (t < 2 || rows2) && (t % 2 == 0 || cols2)) {
         s += &format!("tdpbusd %tmm{}, %tmm{}, %tmm{t}\n", 6 + t % 2, 4 + t / 2);
     }
-    s += "add $$64, $0\nadd $$64, $1\nadd $13, $2\ndec $3\njnz 1b\n";
-    for (t, at) in &accumulators {
-        s += &format!("tilestored %tmm{t}, {at}\n");
+    s + &format!("add $$64, $0\nadd $$64, $1\nadd {bstep}, $2\ndec $3\njnz 1b\n")
+}
+
+/// The assembly of `d`'s block alone: accumulators, steps, accumulators
+/// stored (operands as [`WHOLE`] says).
+#[cfg(test)]
+fn tile_dot_asm(d: &TileDot) -> String {
+    let c = ["$11", "$12", "$13"];
+    let start = accumulators_asm(d, if d.zero { Tiles::Zero } else { Tiles::Load }, c);
+    start + &steps_asm(d, ["$8", "$9", "$10"]) + &accumulators_asm(d, Tiles::Store, c)
+}
+
+/// `s` as loops around a tile product that can keep its accumulators in
+/// tiles across them: serial loops, each the only statement of the one
+/// outside it, the innermost's body the product alone, whose accumulators
+/// do not move with the loops and start from themselves (not zero).
+pub(super) fn tile_nest<'s>(f: &LoopFunc, s: &'s Stmt) -> Option<&'s TileDot> {
+    let mut vars = Vec::new();
+    let mut at = s;
+    while let Stmt::For { var, kind: ForKind::Serial | ForKind::Unrolled, body, .. } = at {
+        let [inner] = body.as_slice() else { return None };
+        vars.push(*var);
+        at = inner;
     }
-    s
+    let Stmt::TileDot(d) = at else { return None };
+    let fixed = d.c.origin.iter().all(|&i| vars.iter().all(|&v| !texc_schedules::analysis::involves(&f.p, i, v)));
+    (!vars.is_empty() && !d.zero && fixed).then_some(d)
 }
 
 #[cfg(test)]
@@ -320,5 +418,21 @@ mod tests {
         assert!(!asm.contains("%tmm5") && !asm.contains("%tmm7"));
         let asm = tile_dot_asm(&block(32, 32));
         assert_eq!(asm.matches("tdpbusd").count(), 4);
+    }
+
+    #[test]
+    fn resident_accumulators_are_loaded_and_stored_once_around_the_steps() {
+        let d = block(32, 20);
+        let c = ["$0", "$1", "$2"];
+        let (load, store) = (accumulators_asm(&d, Tiles::Load, c), accumulators_asm(&d, Tiles::Store, c));
+        assert_eq!((load.matches("tileloadd").count(), store.matches("tilestored").count()), (4, 4));
+        assert!(store.contains("tilestored %tmm3, 64($1,$2,1)"), "{store}");
+        let steps = steps_asm(&d, ["$8", "$9", "$10"]);
+        assert_eq!(steps.matches("tdpbusd").count(), 4);
+        assert!(!steps.contains("tilestored") && !steps.contains("tilezero"), "{steps}");
+        // Each accumulator tile is loaded, or zeroed, before the steps of a whole product.
+        let whole = tile_dot_asm(&TileDot { zero: true, ..d });
+        assert_eq!(whole.matches("tilezero").count(), 4);
+        assert!(whole.find("tilezero").unwrap() < whole.find("tdpbusd").unwrap());
     }
 }

@@ -32,6 +32,10 @@ pub(super) struct Frame<'ctx> {
     /// function last loaded (null: none, or unknown after a parallel loop,
     /// whose tasks may run on this thread): made by the first tile product.
     pub amx_config: Option<PointerValue<'ctx>>,
+    /// Inside loops around an AMX tile product whose accumulators stay in
+    /// tiles across them ([`Gen::resident_tile_dot`]): the product runs
+    /// its steps alone.
+    pub tiles_resident: bool,
 }
 
 /// Scalar code, or vector code for loop `var` with `lanes` lanes under `mask`.
@@ -454,7 +458,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let scalars = self.f.p.scalars.iter().map(|_| next()).collect();
         let vars = vars.iter().map(|&v| (v, next().into_int_value())).collect();
         tensors.extend(locals.iter().map(|&t| (t, next().into_pointer_value())));
-        Frame { func, tensors, scalars, vars, resident: None, amx_config: None }
+        Frame { func, tensors, scalars, vars, resident: None, amx_config: None, tiles_resident: false }
     }
 
     /// A scalar's slot (an f64 or an i64, see `abi`) converted to its element type.

@@ -1,6 +1,7 @@
 //! Statements: loops (serial, unrolled, vectorized, parallel), guards,
 //! local buffers and stores.
 
+use super::amx::tile_nest;
 use super::gen::{Frame, Gen, Mode};
 use super::{llvm_err, R};
 use crate::{abi, CodegenError};
@@ -25,6 +26,9 @@ impl<'ctx> Gen<'ctx, '_> {
             Stmt::For { var, lo, extent, kind, body } => {
                 if let Mode::Vector { .. } = mode {
                     return Err(CodegenError::Unsupported("a loop inside a vectorized loop".into()));
+                }
+                if let Some(d) = tile_nest(self.f, s).filter(|_| !fr.tiles_resident) {
+                    return self.resident_tile_dot(fr, s, d);
                 }
                 let int = |v: i64| self.cx.i64_type().const_int(v as u64, true);
                 match kind {

@@ -63,7 +63,7 @@ use texc_compiler::rewrite::PerformanceModel;
 use texc_compiler::target::{CpuCaches, Target};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, VarId};
 use texc_grammar::Span;
-use vectorize::{fuse_short_rows, split_at_row_breaks, transposing_order, vectorize_inner};
+use vectorize::{fuse_short_rows, scattering_order, split_at_row_breaks, transposing_order, vectorize_inner};
 
 /// The default schedule of CPU targets.
 pub(super) struct Cpu;
@@ -265,12 +265,14 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
             ss.flash = Some(flash_schedule(st, m, knobs));
             continue;
         }
-        if reduces_along_rows(p, st) {
-            schedule_row_reduction(ss, m);
+        // Before row reductions: a convolution's packed input reads the
+        // sum's channels contiguously, but tiles run it.
+        if let Some(axes) = tiles::tile_product(p, st).filter(|_| target.has_amx_int8()) {
+            tiles::schedule_tiles(ss, p, st, axes, m);
             continue;
         }
-        if target.has_amx_int8() && tiles::tile_product(p, st) {
-            tiles::schedule_tiles(ss, p, st, m);
+        if reduces_along_rows(p, st) {
+            schedule_row_reduction(ss, m);
             continue;
         }
         let pack = schedule_stage(ss, p, st, m);
@@ -336,34 +338,11 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     if n_axes == 0 {
         return None;
     }
-    // The innermost spatial loop: the last axis, or the trailing axes fused.
-    let (row, first_row_axis) = fuse_short_rows(ss, p, st, m).unwrap_or((n_axes - 1, n_axes - 1));
-    // Reduction loops outside the innermost spatial loop.
-    if ss.ivs.iter().any(|v| v.reduce) {
-        let (reductions, mut order): (Vec<usize>, Vec<usize>) =
-            ss.leaves.iter().copied().filter(|&l| l != row).partition(|&l| ss.ivs[l].reduce);
-        order.extend(reductions);
-        order.push(row);
-        ss.reorder(&order, span).expect("a permutation of the leaves");
-    }
-    let mut pack = None;
-    if ss.ivs.iter().any(|v| v.reduce) && n_axes >= 2 && first_row_axis > 0 {
-        pack = register_block(ss, p, st, m, (row, first_row_axis));
-    } else if !transposing_order(ss, p, st, m, (row, first_row_axis)) {
-        match split_at_row_breaks(ss, p, st, row, m) {
-            // A piece no vector width divides is one vector (of 28 lanes, say):
-            // every lane's quotient and remainder then follow from the lane.
-            Some(piece) if ss.ivs[piece].extent % m.lanes != 0 && ss.ivs[piece].extent <= 4 * m.lanes => {
-                ss.annotate(piece, ForKind::Vectorized, Span::default()).expect("spatial innermost")
-            }
-            Some(piece) => {
-                vectorize_inner(ss, piece, m);
-            }
-            None => {
-                vectorize_inner(ss, row, m);
-            }
-        }
-    }
+    // Vectors along the row (or scattered along another axis).
+    let pack = match scattering_order(ss, p, st, m) {
+        true => None,
+        false => vectorize_rows(ss, p, st, m),
+    };
     // Fuse leading spatial loops until there is enough parallel work.
     let mut outer = ss.leaves[0];
     if ss.ivs[outer].reduce || ss.leaves.len() == 1 && ss.ivs[outer].kind == ForKind::Vectorized {
@@ -402,6 +381,43 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
     }
     if ss.ivs[par].extent >= 2 && m.worth_threads(iterations(ss)) {
         ss.annotate(par, ForKind::Parallel, span).expect("spatial");
+    }
+    pack
+}
+
+/// The innermost spatial loop of `st` (its last axis, or its trailing axes
+/// fused) vectorized, with the reductions outside it; a reduction's
+/// register block, and the panel it packs, if any.
+fn vectorize_rows(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<PackRequest> {
+    let span = Span::default();
+    let n_axes = st.n_axes;
+    // The innermost spatial loop: the last axis, or the trailing axes fused.
+    let (row, first_row_axis) = fuse_short_rows(ss, p, st, m).unwrap_or((n_axes - 1, n_axes - 1));
+    // Reduction loops outside the innermost spatial loop.
+    if ss.ivs.iter().any(|v| v.reduce) {
+        let (reductions, mut order): (Vec<usize>, Vec<usize>) =
+            ss.leaves.iter().copied().filter(|&l| l != row).partition(|&l| ss.ivs[l].reduce);
+        order.extend(reductions);
+        order.push(row);
+        ss.reorder(&order, span).expect("a permutation of the leaves");
+    }
+    let mut pack = None;
+    if ss.ivs.iter().any(|v| v.reduce) && n_axes >= 2 && first_row_axis > 0 {
+        pack = register_block(ss, p, st, m, (row, first_row_axis));
+    } else if !transposing_order(ss, p, st, m, (row, first_row_axis)) {
+        match split_at_row_breaks(ss, p, st, row, m) {
+            // A piece no vector width divides is one vector (of 28 lanes, say):
+            // every lane's quotient and remainder then follow from the lane.
+            Some(piece) if ss.ivs[piece].extent % m.lanes != 0 && ss.ivs[piece].extent <= 4 * m.lanes => {
+                ss.annotate(piece, ForKind::Vectorized, Span::default()).expect("spatial innermost")
+            }
+            Some(piece) => {
+                vectorize_inner(ss, piece, m);
+            }
+            None => {
+                vectorize_inner(ss, row, m);
+            }
+        }
     }
     pack
 }
