@@ -49,7 +49,7 @@
 
 use crate::analysis::involves;
 use crate::ir::TileDot;
-use crate::normalize::{fresh_name, replace_node};
+use crate::normalize::{fresh_name, replace_node, subst};
 use crate::prepack::insert_stage;
 use texc_compiler::ops::{BinOp, Intrinsic, ReduceOp};
 use texc_compiler::target::Target;
@@ -66,13 +66,18 @@ pub fn pack_products(p: &mut Program, target: &Target) -> usize {
     }
     let tiles = target.has_amx_int8();
     let mut made: Vec<(Packing, TensorId)> = Vec::new();
+    // Filters copied with their columns last, for gathered rows.
+    let mut moved: Vec<(TensorId, usize, TensorId)> = Vec::new();
     let mut rewritten = 0;
     let mut si = 0;
     while si < p.stages.len() {
         match find_product(p, si) {
             Some(prod) => {
-                let tiles = tiles.then(|| tile_product(p, si, &prod)).flatten();
-                si = rewrite(p, si, prod, tiles, &mut made);
+                let direct = tiles.then(|| tile_product(p, si, &prod)).flatten();
+                si = match tiles.then(|| gathered_rows(p, si, &prod)).flatten() {
+                    Some(f) if direct.is_none() => gather_rows(p, si, f, &mut made, &mut moved),
+                    _ => rewrite(p, si, prod, direct, &mut made),
+                };
                 rewritten += 1;
             }
             None => si += 1,
@@ -262,15 +267,51 @@ fn used_outside(p: &Program, e: TExprId, inside: TExprId, k: VarId) -> bool {
 fn tile_product(p: &Program, si: usize, prod: &Product) -> Option<usize> {
     let st = &p.stages[si];
     let TExpr::Reduce(_, vars, _) = p.expr(prod.reduce) else { return None };
-    let len = st.vars[prod.k as usize].extent;
-    let dense = 2 * ((len + 3) / 4) >= packed_len(len, true);
-    if prod.a.base.is_some() || prod.w.base.is_some() || !dense {
+    if !worth_tiles(p, st, vars, prod) {
         return None;
     }
     let axes = tile_axes(p, st, vars, prod.k, (prod.a.load, prod.a.dim), (prod.w.load, prod.w.dim))?;
     let TExpr::Load(_, wi) = p.expr(prod.w.load) else { return None };
     wi.iter().position(|&i| matches!(p.expr(i), TExpr::Var(v) if *v as usize == axes.col))
 }
+
+/// Whether product `prod` (a sum over `vars` in stage `st`) pays for
+/// packing its unsigned operand for tiles: its operands are packed whole
+/// (not a grouped convolution's), its sum fills at least half of the
+/// 64-byte rows it is padded to (three channels would fill 3 of 64
+/// bytes), and, where packing moves the sum's dimension last (a
+/// convolution's channels: a pass that scatters words, per call), it
+/// makes at least [`MIN_TILE_REUSE`] products per element of that operand
+/// and sums at least [`MIN_TILE_DEPTH`] products per output.
+fn worth_tiles(p: &Program, st: &Stage, vars: &[VarId], prod: &Product) -> bool {
+    let len = st.vars[prod.k as usize].extent;
+    let dense = 2 * ((len + 3) / 4) >= packed_len(len, true);
+    let extent = |v: usize| st.vars[v].extent as f64;
+    let products: f64 =
+        (0..st.n_axes).map(extent).product::<f64>() * vars.iter().map(|&v| extent(v as usize)).product::<f64>();
+    let a = p.tensor(prod.a.tensor);
+    let in_place = prod.a.dim + 1 == a.shape.len();
+    let depth: f64 = vars.iter().map(|&v| extent(v as usize)).product();
+    let reused = in_place || (products >= MIN_TILE_REUSE * a.len().max(1) as f64 && depth >= MIN_TILE_DEPTH);
+    prod.a.base.is_none() && prod.w.base.is_none() && dense && reused
+}
+
+/// Products per element of a convolution's input from which packing it
+/// channels last for AMX tiles pays (MEASURED, 1 thread, AMX Xeon, int8
+/// QDQ models, tiles for every convolution whose channels fill the rows
+/// against this bound: MobileNetV2 5.28 → 4.61 ms, whose 1×1 convolutions
+/// make 24–192 products per input byte, against 4.49 with none on tiles;
+/// ResNet-18 5.63 → 5.06; a bound of 512 took ResNet-18 back to 5.54).
+const MIN_TILE_REUSE: f64 = 128.0;
+
+/// Products per output from which a convolution runs on tiles: a shorter
+/// sum is a step or two of tile products per block, against a block's
+/// transposing write-back and the tile unit's cost to the code around it
+/// (MEASURED as [`MIN_TILE_REUSE`]: MobileNetV2 4.70 → 3.96 ms at 1 thread,
+/// 2.84 → 2.66 at 2, its 1×1 convolutions from 32–96 channels back on
+/// `vpdpbusd`; ResNet-50 20.2 → 17.7 and 11.7 → 10.8, the 1×1 convolutions
+/// from 64 channels; ResNet-18 within noise).
+const MIN_TILE_DEPTH: f64 = 256.0;
 
 /// Whether stage `si` holds a sum [`tile_sum`] sees as AMX tiles'.
 pub(crate) fn reads_tiles(p: &Program, si: usize) -> bool {
@@ -318,6 +359,29 @@ pub(crate) struct TileAxes {
     pub sum: VarId,
 }
 
+/// The axis `j` of the signed operand `w`'s columns in the form AMX tiles
+/// compute ([`tile_axes`]): `w` reads `k` alone at `w_dim`, `j` alone in
+/// another dimension, and other reduction variables of `vars` alone in the rest.
+fn tile_columns(p: &Program, st: &Stage, vars: &[VarId], k: VarId, (w, w_dim): (TExprId, usize)) -> Option<usize> {
+    let TExpr::Load(_, wi) = p.expr(w) else { return None };
+    let plain = |e: TExprId| match p.expr(e) {
+        TExpr::Var(v) => Some(*v),
+        _ => None,
+    };
+    if plain(*wi.get(w_dim)?) != Some(k) {
+        return None;
+    }
+    let mut col = None;
+    for i in wi.iter().enumerate().filter(|&(d, _)| d != w_dim).map(|(_, &i)| i) {
+        match plain(i) {
+            Some(v) if (v as usize) < st.n_axes && col.is_none() => col = Some(v as usize),
+            Some(v) if v != k && vars.contains(&v) => {}
+            _ => return None,
+        }
+    }
+    col
+}
+
 /// The form AMX tiles compute, over the operands `a` (unsigned) and `w`
 /// of a sum of byte products over `vars` in stage `st`, `k` the packed
 /// variable, read at `a_dim` and `w_dim` (one predicate before packing
@@ -352,15 +416,7 @@ fn tile_axes(
     if plain(*wi.get(w_dim)?) != Some(k) || plain(*ai.get(a_dim)?) != Some(k) {
         return None;
     }
-    let mut col = None;
-    for i in wi.iter().enumerate().filter(|&(d, _)| d != w_dim).map(|(_, &i)| i) {
-        match plain(i) {
-            Some(v) if axis(v) && col.is_none() => col = Some(v),
-            Some(v) if other_sum(v) => {}
-            _ => return None,
-        }
-    }
-    let col = col?;
+    let col = tile_columns(p, st, vars, k, (w, w_dim))? as VarId;
     let row_of = |e: TExprId| -> Option<VarId> {
         match *p.expr(e) {
             TExpr::Var(v) if axis(v) && v != col => Some(v),
@@ -384,6 +440,98 @@ fn tile_axes(
     let free = |i: TExprId| [row, col, k].iter().all(|&v| !involves(p, i, v));
     let rest_free = ai.iter().enumerate().all(|(d, &i)| d == a_dim || d == rows_dim || free(i));
     rest_free.then_some(TileAxes { row: row as usize, col: col as usize, sum: k })
+}
+
+/// The axis of the filters `f` where product `prod` of stage `si` is a
+/// convolution that AMX tiles run only once its rows are gathered
+/// ([`gather_rows`]): one whose rows are not one index apart (stride 2's
+/// `2·x + s`) or too few (a 7 × 7 map's rows of 7), with a stage's last two
+/// axes `y, x` that the unsigned operand moves with and the signed one
+/// does not, `f` another axis, the signed operand a filter
+/// ([`tile_columns`]), and the sum at least half of its 64-byte rows.
+fn gathered_rows(p: &Program, si: usize, prod: &Product) -> Option<usize> {
+    let st = &p.stages[si];
+    let n = st.n_axes;
+    let TExpr::Reduce(_, vars, _) = p.expr(prod.reduce) else { return None };
+    let TExpr::Load(_, ai) = p.expr(prod.a.load) else { return None };
+    if n < 3 || !worth_tiles(p, st, vars, prod) {
+        return None;
+    }
+    let f = tile_columns(p, st, vars, prod.k, (prod.w.load, prod.w.dim))?;
+    let (y, x) = (n - 2, n - 1);
+    let k_alone = matches!(p.expr(ai[prod.a.dim]), TExpr::Var(v) if *v == prod.k);
+    let a_moves = |v: usize| ai.iter().any(|&i| involves(p, i, v as VarId));
+    let rows = st.vars[y].extent * st.vars[x].extent;
+    (k_alone && f < y && !a_moves(f) && a_moves(x) && rows >= TileDot::TILE / 2).then_some(f)
+}
+
+/// Product stage `si` on AMX tiles with its rows gathered: computed
+/// filters-last over the map's positions as one axis
+/// (`Y.t[n, p, f]`, `p = y · W + x`, the stage a copy back: as
+/// [`crate::filters_last`] does), its operands packed for tiles, and the
+/// unsigned operand's elements gathered per position
+/// (`X.q4.rows[n, p, r, s, c4] = X.q4[n, 2·(p / W) + r, 2·(p % W) + s, c4]`:
+/// runs of contiguous packed channels): each position a tile row, one
+/// index apart, the rows of the whole map in a block. The stage index of
+/// the product afterwards.
+fn gather_rows(
+    p: &mut Program,
+    si: usize,
+    f: usize,
+    made: &mut Vec<(Packing, TensorId)>,
+    moved: &mut Vec<(TensorId, usize, TensorId)>,
+) -> usize {
+    let n = p.stages[si].n_axes;
+    let at = crate::filters_last::rewrite(p, si, f, Some((n - 2, n - 1)), moved) - 1;
+    let prod = find_product(p, at).expect("the product, its axes renamed");
+    let last = (p.stages[at].n_axes - 1) as VarId;
+    let TExpr::Load(_, wi) = p.expr(prod.w.load) else { unreachable!("an operand is a load") };
+    let cols = wi.iter().position(|&i| matches!(p.expr(i), TExpr::Var(v) if *v == last)).expect("the filters' axis");
+    let at = rewrite(p, at, prod, Some(cols), made);
+    insert_row_gather(p, at)
+}
+
+/// A stage before product stage `at` gathering its packed unsigned
+/// operand `A.q4[..]` by the variables it moves with — the stage's axes,
+/// then the sum's other variables, then the packed one, each in order —
+/// and the product reading that; the product's stage index afterwards.
+fn insert_row_gather(p: &mut Program, at: usize) -> usize {
+    let st = p.stages[at].clone();
+    let mut stack = vec![st.value];
+    let (load, vars) = loop {
+        let e = stack.pop().expect("a packed product in the stage");
+        if let TExpr::Reduce(ReduceOp::Sum, vars, body) = p.expr(e) {
+            if let TExpr::Intrinsic(Intrinsic::Dot4, args) = p.expr(*body) {
+                break (args[1], vars.clone());
+            }
+        }
+        stack.extend(p.children(e));
+    };
+    let TExpr::Load(t, idx) = p.expr(load).clone() else { unreachable!("an operand is a load") };
+    let k = match p.expr(*idx.last().expect("packed last")) {
+        TExpr::Var(v) => *v,
+        _ => unreachable!("the packed variable indexes the last dimension"),
+    };
+    let moves = |v: VarId| v != k && idx.iter().any(|&i| involves(p, i, v));
+    let axes = (0..st.n_axes as VarId).filter(|&v| moves(v));
+    let order: Vec<VarId> = axes.chain(vars.iter().copied().filter(|&v| moves(v))).chain([k]).collect();
+    let rename: std::collections::HashMap<VarId, VarId> =
+        order.iter().enumerate().map(|(i, &v)| (v, i as VarId)).collect();
+    let span = p.span(load);
+    let gathered = subst(p, load, &Default::default(), &rename);
+    let decl = p.tensor(t).clone();
+    let vars: Vec<VarDecl> = order.iter().map(|&v| st.vars[v as usize].clone()).collect();
+    let shape: Vec<i64> = vars.iter().map(|v| v.extent).collect();
+    let name = fresh_name(p, &format!("{}.rows", decl.name));
+    p.tensors.push(TensorDecl { name, elem: ElemType::I32, shape, role: TensorRole::Temp, span });
+    let rows = TensorId(p.tensors.len() as u32 - 1);
+    let n_axes = vars.len();
+    insert_stage(p, at, Stage { tensor: rows, vars, n_axes, value: gathered, span });
+    let index: Vec<TExprId> = order.iter().map(|&v| p.alloc(TExpr::Var(v), Ty::Index, span)).collect();
+    let read = p.alloc(TExpr::Load(rows, index), I32, span);
+    let value = p.stages[at + 1].value;
+    p.stages[at + 1].value = replace_node(p, value, load, read);
+    at + 1
 }
 
 /// `len` packed four to an element, padded to whole tile rows where `tiles`.

@@ -187,7 +187,13 @@ fn alone_at(p: &Program, l: TExprId, v: VarId) -> Option<usize> {
 /// Stage `si` computed filters-last along axis `f`, the row's axes
 /// `merged` one; the index of its copy stage (the original tensor's
 /// writer), after any inserted stages.
-fn rewrite(p: &mut Program, si: usize, f: usize, merged: Rows, made: &mut Vec<(TensorId, usize, TensorId)>) -> usize {
+pub(crate) fn rewrite(
+    p: &mut Program,
+    si: usize,
+    f: usize,
+    merged: Rows,
+    made: &mut Vec<(TensorId, usize, TensorId)>,
+) -> usize {
     let st = p.stages[si].clone();
     let order: Vec<usize> = (0..st.n_axes).filter(|&d| d != f).chain([f]).collect();
     // Old axis `order[k]` is new axis `k` (the row's two axes one, `p`, where

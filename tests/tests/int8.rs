@@ -270,12 +270,16 @@ fn matrix_products_run_on_amx_tiles() {
     }
 }
 
-/// Convolutions of stride 1 whose channels fill the tiles' rows run on AMX
-/// tiles: rows along the output row `x`, columns along the filters, the
-/// filter's rows and columns summed around one tile product whose
-/// accumulators stay in tiles; a stride-2 convolution keeps `vpdpbusd`.
-/// Odd sizes: 67 channels (17 words, padded to 32), 45 filters (a block
-/// of 13), rows of 35 (a block of 3), i8 activations (offset by 128).
+/// Convolutions whose channels fill the tiles' rows run on AMX tiles:
+/// those of stride 1 directly (rows along the output row `x`, columns
+/// along the filters, the filter's rows and columns summed around one tile
+/// product whose accumulators stay in tiles); those of stride 2 and those
+/// on maps of rows shorter than 8 with the input's positions gathered into
+/// rows (`X.q4.rows`); those that make at least 128 products per input
+/// byte (the input's pack moves its channels last) and sum at least 256
+/// per output. Odd sizes: 67 channels (17 words, padded to 32), 45
+/// filters (a block of 13), rows of 35 (a block of 3), i8 activations
+/// (offset by 128), a batch of 2.
 #[test]
 fn convolutions_run_on_amx_tiles() {
     let amx = "x86-avx512-amx";
@@ -287,9 +291,18 @@ fn convolutions_run_on_amx_tiles() {
         ("3×3, 64 → 40 channels, 20²", conv(64, 40, 20)),
         ("3×3, 67 → 45 channels, 37²", conv(67, 45, 37)),
         ("3×3, i8 activations", conv(64, 33, 12).replace("X: u8", "X: i8")),
+        ("3×3 stride 2, 64 → 70 channels, 17²", strided(64, 70, 17)),
+        ("3×3 stride 2, i8 activations", strided(64, 90, 12).replace("X: u8", "X: i8")),
+        ("3×3, 7² map", conv(96, 32, 9)),
         (
-            "1×1, 96 → 48 channels",
-            "kernel q(X: u8[2, 96, 9, 18], W: i8[48, 96]) -> Y: i32[2, 48, 9, 18] {\n\
+            "1×1 stride 2, 260 → 460 channels, a batch of 2",
+            "kernel q(X: u8[2, 260, 15, 15], W: i8[460, 260]) -> Y: i32[2, 460, 8, 8] {\n\
+             \x20   Y[n, f, y, x] = sum[c](i32(X[n, c, 2 * y, 2 * x]) * i32(W[f, c]));\n}\n"
+                .to_string(),
+        ),
+        (
+            "1×1, 260 → 144 channels",
+            "kernel q(X: u8[2, 260, 9, 18], W: i8[144, 260]) -> Y: i32[2, 144, 9, 18] {\n\
              \x20   Y[n, f, y, x] = sum[c](i32(X[n, c, y, x]) * i32(W[f, c]));\n}\n"
                 .to_string(),
         ),
@@ -315,10 +328,31 @@ fn convolutions_run_on_amx_tiles() {
             }
         }
     }
-    let strided =
-        conv(64, 32, 17).replace("y + r, x + s", "2 * y + r, 2 * x + s").replace("[1, 32, 15, 15]", "[1, 32, 8, 8]");
-    let text = texc_schedules::ir::print(&legal_loops(amx, &program(&strided)));
-    assert!(!text.contains("amx_dpbusd") && text.contains("@dot4("), "stride 2:\n{text}");
+    for (name, src, gathered) in [("stride 1", conv(64, 40, 20), false), ("stride 2", strided(64, 70, 17), true)] {
+        let text = texc_schedules::ir::print(&legal_loops(amx, &program(&src)));
+        assert_eq!(text.contains(".rows"), gathered, "{name}:\n{text}");
+    }
+    // A 1×1 convolution to 48 filters makes 48 products per input byte
+    // (packing its input channels last would cost more than the tiles
+    // save); one from 96 channels sums 96 products per output.
+    let one = |c: i64, f: i64| {
+        format!(
+            "kernel q(X: u8[1, {c}, 9, 18], W: i8[{f}, {c}]) -> Y: i32[1, {f}, 9, 18] {{\n\
+             \x20   Y[n, f, y, x] = sum[c](i32(X[n, c, y, x]) * i32(W[f, c]));\n}}\n"
+        )
+    };
+    for (name, src) in [("48 filters", one(260, 48)), ("96 channels", one(96, 300))] {
+        let text = texc_schedules::ir::print(&legal_loops(amx, &program(&src)));
+        assert!(!text.contains("amx_dpbusd") && text.contains("@dot4("), "{name}:\n{text}");
+    }
+}
+
+/// A 3×3 convolution of stride 2 (`hw` input rows and columns).
+fn strided(c: i64, k: i64, hw: i64) -> String {
+    let o = (hw - 3) / 2 + 1;
+    conv(c, k, hw)
+        .replace("y + r, x + s", "2 * y + r, 2 * x + s")
+        .replace(&format!("{0}, {0}]", hw - 2), &format!("{o}, {o}]"))
 }
 
 /// `tensorize ... with amx_dpbusd` is refused, with the reason, on targets

@@ -158,7 +158,9 @@ fn row_breaks(p: &Program, e: TExprId, v: VarId, divisors: &mut Vec<i64>) -> boo
 /// [`transposing_order`] orders), and `a` fills a vector.
 pub(super) fn scattering_order(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> bool {
     let Some(last) = st.n_axes.checked_sub(1) else { return false };
-    if st.vars.len() != st.n_axes || last == 0 {
+    // Measured on packs of bytes only: float stages of this form (a
+    // Winograd input transform's) keep their gathers until measured.
+    if st.vars.len() != st.n_axes || last == 0 || p.tensor(st.tensor).elem.is_float() {
         return false;
     }
     let mut loads = Vec::new();
