@@ -654,12 +654,12 @@ impl Lowerer<'_> {
 }
 
 /// The order of a cached reduction's write-back loops over `s_in`, and
-/// the leaf to vectorize: as the block's where the schedule vectorized it;
-/// a block of AMX tile accumulators (rows, then columns of 16 `i32`) is
-/// written back along the output's last axis, innermost and vectorized (a
-/// convolution's `x` of `Y[n, f, y, x]`: along the columns, each
-/// element of a row of the output went to another line, and the
-/// epilogue's reads of a residual too).
+/// the leaf to vectorize there: the block's own order (its vectors are
+/// the schedule's), except that a block of AMX tile accumulators (rows,
+/// then columns of 16 `i32`, in serial loops) is written back along the
+/// output's last axis, innermost and vectorized (a convolution's `x` of
+/// `Y[n, f, y, x]`: along the columns, each element went to another line
+/// of the output, and the epilogue's reads of a residual too).
 fn write_back_order(ss: &StageSchedule, st: &Stage, s_in: &[usize]) -> (Vec<usize>, Option<usize>) {
     let tiles = ss.tensorize.as_ref().is_some_and(|t| t.op == crate::ir::TensorOp::TileDot);
     let last = st.n_axes.checked_sub(1);

@@ -242,21 +242,7 @@ fn matrix_products_run_on_amx_tiles() {
         assert!(text.contains("amx_dpbusd"), "{name}: no tile product\n{text}");
         // The accumulators' zeroing is the tile product's own (`tilezero`).
         assert!(text.contains("@ (0, 1) = ") && !text.contains("acc[i.i, j.i] = 0i32"), "{name}:\n{text}");
-        for seed in [3, 11] {
-            let args = || interp::bind_args(&p, Default::default(), &[], seed).expect("binds");
-            let want = interp::run(&p, args()).expect("interp");
-            let evaluated = texc_schedules::eval::run(&f, args()).expect("evaluates");
-            for (g, w) in evaluated.iter().zip(&want) {
-                assert_eq!(g.bytes(), w.bytes(), "{name} (seed {seed}): the loop evaluator is not bit-exact");
-            }
-            if runs.is_ok() {
-                let target = texc_compiler::target::lookup(amx).expect("known");
-                let k = texc_tests::compile_loops(target, &f).unwrap_or_else(|e| panic!("{name}: {e}"));
-                for (g, w) in k.run(args()).expect("runs").iter().zip(&want) {
-                    assert_eq!(g.bytes(), w.bytes(), "{name} (seed {seed}): AMX code is not bit-exact");
-                }
-            }
-        }
+        tiles_exact(name, &p, &f, [3, 11], runs.is_ok());
     }
     // Sums that fill under half of their 64-byte rows (8 channels: 8 of
     // 64 bytes), and blocks under half a tile of rows, keep `vpdpbusd`.
@@ -312,21 +298,7 @@ fn convolutions_run_on_amx_tiles() {
         let f = legal_loops(amx, &p);
         let text = texc_schedules::ir::print(&f);
         assert!(text.contains("amx_dpbusd"), "{name}: no tile product\n{text}");
-        for seed in [5, 8] {
-            let args = || interp::bind_args(&p, Default::default(), &[], seed).expect("binds");
-            let want = interp::run(&p, args()).expect("interp");
-            let evaluated = texc_schedules::eval::run(&f, args()).expect("evaluates");
-            for (g, w) in evaluated.iter().zip(&want) {
-                assert_eq!(g.bytes(), w.bytes(), "{name} (seed {seed}): the loop evaluator is not bit-exact");
-            }
-            if runs.is_ok() {
-                let target = texc_compiler::target::lookup(amx).expect("known");
-                let k = texc_tests::compile_loops(target, &f).unwrap_or_else(|e| panic!("{name}: {e}"));
-                for (g, w) in k.run(args()).expect("runs").iter().zip(&want) {
-                    assert_eq!(g.bytes(), w.bytes(), "{name} (seed {seed}): AMX code is not bit-exact");
-                }
-            }
-        }
+        tiles_exact(name, &p, &f, [5, 8], runs.is_ok());
     }
     for (name, src, gathered) in [("stride 1", conv(64, 40, 20), false), ("stride 2", strided(64, 70, 17), true)] {
         let text = texc_schedules::ir::print(&legal_loops(amx, &program(&src)));
@@ -353,6 +325,26 @@ fn strided(c: i64, k: i64, hw: i64) -> String {
     conv(c, k, hw)
         .replace("y + r, x + s", "2 * y + r, 2 * x + s")
         .replace(&format!("{0}, {0}]", hw - 2), &format!("{o}, {o}]"))
+}
+
+/// The loop nests `f` of `p` bit-exact against the interpreter in the loop
+/// evaluator, and as AMX machine code where it `runs`, for each seed.
+fn tiles_exact(name: &str, p: &Program, f: &LoopFunc, seeds: [u64; 2], runs: bool) {
+    for seed in seeds {
+        let args = || interp::bind_args(p, Default::default(), &[], seed).expect("binds");
+        let want = interp::run(p, args()).expect("interp");
+        let evaluated = texc_schedules::eval::run(f, args()).expect("evaluates");
+        for (g, w) in evaluated.iter().zip(&want) {
+            assert_eq!(g.bytes(), w.bytes(), "{name} (seed {seed}): the loop evaluator is not bit-exact");
+        }
+        if runs {
+            let target = texc_compiler::target::lookup("x86-avx512-amx").expect("known");
+            let k = texc_tests::compile_loops(target, f).unwrap_or_else(|e| panic!("{name}: {e}"));
+            for (g, w) in k.run(args()).expect("runs").iter().zip(&want) {
+                assert_eq!(g.bytes(), w.bytes(), "{name} (seed {seed}): AMX code is not bit-exact");
+            }
+        }
+    }
 }
 
 /// `tensorize ... with amx_dpbusd` is refused, with the reason, on targets

@@ -1,9 +1,13 @@
 //! Intel AMX tile products ([`TileDot`]) on x86: each one inline-assembly
-//! block that configures the tiles, loads the block's accumulators, runs
-//! the whole sum `k` by 64 bytes (`tileloadd` of each operand's tiles,
-//! `tdpbusd` per accumulator tile), and stores the accumulators back (or
-//! starts them from `tilezero`). The configuration is loaded before it,
-//! unless this call of the function loaded the same one last.
+//! block that loads the block's accumulators (or starts them from
+//! `tilezero`), runs the whole sum `k` by 64 bytes (`tileloadd` of each
+//! operand's tiles, `tdpbusd` per accumulator tile), and stores the
+//! accumulators back. Serial loops around a product that adds to
+//! accumulators they do not move (a convolution's sums over the filter's
+//! rows and columns) load them once before and store them once after, the
+//! product in them its steps alone ([`Gen::resident_tile_dot`]). The
+//! configuration is loaded before, unless this call of the function
+//! loaded the same one last.
 //!
 //! Tiles: accumulators in `tmm0`–`tmm3` (row tile `r`, column tile `q` in
 //! `tmm(2r + q)`), the rows of `a` in `tmm4`–`tmm5`, the columns of `b` in
@@ -24,8 +28,7 @@
 //! most 32 × 32 accumulators); the assembly reads and writes only the
 //! elements of its three tiles.
 
-use super::gen::Mode;
-use super::gen::{Frame, Gen};
+use super::gen::{Frame, Gen, Mode};
 use super::R;
 use crate::CodegenError;
 use inkwell::module::Linkage;
@@ -63,10 +66,7 @@ impl<'ctx> Gen<'ctx, '_> {
             self.configure_tiles(fr, config)?;
             let [c0, c1, ldc] = self.accumulator_rows(fr, d)?;
             args.extend([c0, c1, ldc, config.into()]);
-            let c = ["$11", "$12", "$13"];
-            let start = accumulators_asm(d, if d.zero { Tiles::Zero } else { Tiles::Load }, c);
-            let asm = start + &steps_asm(d, ["$8", "$9", "$10"]) + &accumulators_asm(d, Tiles::Store, c);
-            (asm, WHOLE, vec![BasicMetadataTypeEnum::from(ptr), ptr.into(), i64t.into(), ptr.into()])
+            (tile_dot_asm(d), WHOLE, vec![BasicMetadataTypeEnum::from(ptr), ptr.into(), i64t.into(), ptr.into()])
         };
         let params: Vec<BasicMetadataTypeEnum> = [ptr, ptr, ptr]
             .map(BasicMetadataTypeEnum::from)
@@ -98,8 +98,8 @@ impl<'ctx> Gen<'ctx, '_> {
         let ptr = self.cx.ptr_type(AddressSpace::default());
         let ty = self.cx.void_type().fn_type(&[ptr.into(), ptr.into(), self.cx.i64_type().into()], false);
         let c = ["$0", "$1", "$2"];
-        let start = if d.zero { Tiles::Zero } else { Tiles::Load };
-        for (i, tiles) in [start, Tiles::Store].into_iter().enumerate() {
+        // [`tile_nest`]: the product adds to its accumulators.
+        for (i, tiles) in [Tiles::Load, Tiles::Store].into_iter().enumerate() {
             if i == 1 {
                 fr.tiles_resident = true;
                 let body = self.stmt(fr, nest, Mode::Scalar);
@@ -361,8 +361,8 @@ fn steps_asm(d: &TileDot, ld: [&str; 3]) -> String {
 }
 
 /// The assembly of `d`'s block alone: accumulators, steps, accumulators
-/// stored (operands as [`WHOLE`] says).
-#[cfg(test)]
+/// stored (operands as [`WHOLE`] says: the steps' `$0`–`$10`, then `$11`,
+/// `$12` the accumulators' two row tiles and `$13` their row stride).
 fn tile_dot_asm(d: &TileDot) -> String {
     let c = ["$11", "$12", "$13"];
     let start = accumulators_asm(d, if d.zero { Tiles::Zero } else { Tiles::Load }, c);

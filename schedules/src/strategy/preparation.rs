@@ -158,6 +158,12 @@ fn volume(st: &Stage) -> i64 {
 /// layout change (`Z[.., w % 4, w / 4]`) would evaluate its branches per
 /// vector lane instead of once per loop iteration.
 fn reads_like_elementwise(p: &Program, c: &Stage, t: TensorId) -> bool {
+    positions_read(p, c, t).is_some_and(|k| k <= 1)
+}
+
+/// The distinct positions at which stage `c` reads `t` per point (the same
+/// access written twice counts once), if every index is affine.
+fn positions_read(p: &Program, c: &Stage, t: TensorId) -> Option<usize> {
     let mut all = Vec::new();
     loads_in(p, c.value, &mut all);
     let mut positions: Vec<Vec<String>> = Vec::new();
@@ -167,14 +173,14 @@ fn reads_like_elementwise(p: &Program, c: &Stage, t: TensorId) -> bool {
             continue;
         }
         if !idx.iter().all(|&i| affine(p, i)) {
-            return false;
+            return None;
         }
         let key: Vec<String> = idx.iter().map(|&i| texc_compiler::print::expr(p, c, i)).collect();
         if !positions.contains(&key) {
             positions.push(key);
         }
     }
-    positions.len() <= 1
+    Some(positions.len())
 }
 
 /// Whether element-wise stage `c` packs stage `st`, which only moves data
@@ -189,23 +195,7 @@ fn reads_like_elementwise(p: &Program, c: &Stage, t: TensorId) -> bool {
 /// residual's requantization) stays a stage of its own: inlined, it ran
 /// in the pack's narrower vectors, once per reader.
 fn reads_each_once(p: &Program, st: &Stage, c: &Stage) -> bool {
-    let mut all = Vec::new();
-    loads_in(p, c.value, &mut all);
-    let mut positions: Vec<Vec<String>> = Vec::new();
-    for l in all {
-        let TExpr::Load(x, idx) = p.expr(l) else { continue };
-        if *x != st.tensor {
-            continue;
-        }
-        if !idx.iter().all(|&i| affine(p, i)) {
-            return false;
-        }
-        let key: Vec<String> = idx.iter().map(|&i| texc_compiler::print::expr(p, c, i)).collect();
-        if !positions.contains(&key) {
-            positions.push(key);
-        }
-    }
-    let k = positions.len() as i64;
+    let Some(k) = positions_read(p, c, st.tensor).map(|k| k as i64) else { return false };
     // A pack: `k` elements to one of `k` times their width.
     let packs = p.tensor(c.tensor).elem.size() as i64 >= k * p.tensor(st.tensor).elem.size() as i64;
     moves_data(p, st.value) && (2..=4).contains(&k) && packs && volume(c) * k <= 2 * volume(st)

@@ -152,8 +152,9 @@ fn row_breaks(p: &Program, e: TExprId, v: VarId, divisors: &mut Vec<i64>) -> boo
 /// channels `X[n, 4·c4 + t, h, w]`, whose vectors along `c4` gathered four
 /// bytes per lane from four planes (layer 1 of ResNet-18: 0.27 ms for
 /// 54 K words, 25× the same pack in place). Vectors run along `a` instead:
-/// each read a contiguous vector, the store one scatter. Applies where
-/// every read moves contiguously with `a` and none with the last axis,
+/// each read a contiguous vector, the store one scatter. Applies to
+/// integer stages where every read moves contiguously with `a` and
+/// moves, not contiguously, with the last axis,
 /// with at least two reads (one read and one store is a transpose, which
 /// [`transposing_order`] orders), and `a` fills a vector.
 pub(super) fn scattering_order(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> bool {
