@@ -74,9 +74,10 @@ pub fn pack_products(p: &mut Program, target: &Target) -> usize {
         match find_product(p, si) {
             Some(prod) => {
                 let direct = tiles.then(|| tile_product(p, si, &prod)).flatten();
-                si = match tiles.then(|| gathered_rows(p, si, &prod)).flatten() {
-                    Some(f) if direct.is_none() => gather_rows(p, si, f, &mut made, &mut moved),
-                    _ => rewrite(p, si, prod, direct, &mut made),
+                let gathered = (tiles && direct.is_none()).then(|| gathered_rows(p, si, &prod)).flatten();
+                si = match gathered {
+                    Some(f) => gather_rows(p, si, f, &mut made, &mut moved),
+                    None => rewrite(p, si, prod, direct, &mut made),
                 };
                 rewritten += 1;
             }
@@ -257,13 +258,11 @@ fn used_outside(p: &Program, e: TExprId, inside: TExprId, k: VarId) -> bool {
     }
 }
 
-/// Where product `prod` of stage `si` is one AMX's tiles run (a
-/// matrix product, or a convolution of stride 1: [`tile_axes`]), with
-/// its sum at least half of the 64-byte rows it is padded to (three
-/// channels padded to 64 bytes would waste 15 of every 16 products:
-/// `vpdpbusd` runs those). Then the sum is blocked by tiles of the row and
-/// column axes (the CPU strategy's `tiles`).
-/// The signed operand's dimension of the columns, where it is.
+/// The signed operand's dimension of the columns where product `prod` of
+/// stage `si` is one AMX's tiles run as it is (a matrix product, or a
+/// convolution of stride 1: [`tile_axes`]) and where they pay
+/// ([`worth_tiles`]). The CPU strategy's `tiles` then blocks the sum by
+/// tiles of the row and column axes.
 fn tile_product(p: &Program, si: usize, prod: &Product) -> Option<usize> {
     let st = &p.stages[si];
     let TExpr::Reduce(_, vars, _) = p.expr(prod.reduce) else { return None };
@@ -272,7 +271,15 @@ fn tile_product(p: &Program, si: usize, prod: &Product) -> Option<usize> {
     }
     let axes = tile_axes(p, st, vars, prod.k, (prod.a.load, prod.a.dim), (prod.w.load, prod.w.dim))?;
     let TExpr::Load(_, wi) = p.expr(prod.w.load) else { return None };
-    wi.iter().position(|&i| matches!(p.expr(i), TExpr::Var(v) if *v as usize == axes.col))
+    wi.iter().position(|&i| plain_var(p, i) == Some(axes.col as VarId))
+}
+
+/// The variable `e` is, if it is one alone.
+fn plain_var(p: &Program, e: TExprId) -> Option<VarId> {
+    match p.expr(e) {
+        TExpr::Var(v) => Some(*v),
+        _ => None,
+    }
 }
 
 /// Whether product `prod` (a sum over `vars` in stage `st`) pays for
@@ -287,11 +294,10 @@ fn worth_tiles(p: &Program, st: &Stage, vars: &[VarId], prod: &Product) -> bool 
     let len = st.vars[prod.k as usize].extent;
     let dense = 2 * ((len + 3) / 4) >= packed_len(len, true);
     let extent = |v: usize| st.vars[v].extent as f64;
-    let products: f64 =
-        (0..st.n_axes).map(extent).product::<f64>() * vars.iter().map(|&v| extent(v as usize)).product::<f64>();
+    let depth: f64 = vars.iter().map(|&v| extent(v as usize)).product();
+    let products = (0..st.n_axes).map(extent).product::<f64>() * depth;
     let a = p.tensor(prod.a.tensor);
     let in_place = prod.a.dim + 1 == a.shape.len();
-    let depth: f64 = vars.iter().map(|&v| extent(v as usize)).product();
     let reused = in_place || (products >= MIN_TILE_REUSE * a.len().max(1) as f64 && depth >= MIN_TILE_DEPTH);
     prod.a.base.is_none() && prod.w.base.is_none() && dense && reused
 }
@@ -334,10 +340,7 @@ pub(crate) fn tile_sum(p: &Program, st: &Stage, e: TExprId) -> Option<TileAxes> 
     let TExpr::Intrinsic(Intrinsic::Dot4, args) = p.expr(*body) else { return None };
     let [zero, a, w] = args.as_slice() else { return None };
     let (TExpr::Load(_, ai), TExpr::Load(_, wi)) = (p.expr(*a), p.expr(*w)) else { return None };
-    let plain = |e: TExprId| match p.expr(e) {
-        TExpr::Var(v) => Some(*v),
-        _ => None,
-    };
+    let plain = |e: TExprId| plain_var(p, e);
     let k = plain(*ai.last()?)?;
     let whole_rows = vars.contains(&k) && st.vars[k as usize].extent % TILE_WORDS == 0;
     if !matches!(p.expr(*zero), TExpr::Int(0)) || !whole_rows || wi.len() < 2 {
@@ -364,16 +367,12 @@ pub(crate) struct TileAxes {
 /// another dimension, and other reduction variables of `vars` alone in the rest.
 fn tile_columns(p: &Program, st: &Stage, vars: &[VarId], k: VarId, (w, w_dim): (TExprId, usize)) -> Option<usize> {
     let TExpr::Load(_, wi) = p.expr(w) else { return None };
-    let plain = |e: TExprId| match p.expr(e) {
-        TExpr::Var(v) => Some(*v),
-        _ => None,
-    };
-    if plain(*wi.get(w_dim)?) != Some(k) {
+    if plain_var(p, *wi.get(w_dim)?) != Some(k) {
         return None;
     }
     let mut col = None;
     for i in wi.iter().enumerate().filter(|&(d, _)| d != w_dim).map(|(_, &i)| i) {
-        match plain(i) {
+        match plain_var(p, i) {
             Some(v) if (v as usize) < st.n_axes && col.is_none() => col = Some(v as usize),
             Some(v) if v != k && vars.contains(&v) => {}
             _ => return None,
@@ -405,18 +404,15 @@ fn tile_axes(
     a: (TExprId, usize),
     w: (TExprId, usize),
 ) -> Option<TileAxes> {
-    let ((a, a_dim), (w, w_dim)) = (a, w);
-    let (TExpr::Load(_, ai), TExpr::Load(_, wi)) = (p.expr(a), p.expr(w)) else { return None };
-    let plain = |e: TExprId| match p.expr(e) {
-        TExpr::Var(v) => Some(*v),
-        _ => None,
-    };
+    let (a, a_dim) = a;
+    let TExpr::Load(_, ai) = p.expr(a) else { return None };
+    let plain = |e: TExprId| plain_var(p, e);
     let axis = |v: VarId| (v as usize) < st.n_axes;
     let other_sum = |v: VarId| v != k && vars.contains(&v);
-    if plain(*wi.get(w_dim)?) != Some(k) || plain(*ai.get(a_dim)?) != Some(k) {
+    if plain(*ai.get(a_dim)?) != Some(k) {
         return None;
     }
-    let col = tile_columns(p, st, vars, k, (w, w_dim))? as VarId;
+    let col = tile_columns(p, st, vars, k, w)? as VarId;
     let row_of = |e: TExprId| -> Option<VarId> {
         match *p.expr(e) {
             TExpr::Var(v) if axis(v) && v != col => Some(v),
@@ -459,7 +455,7 @@ fn gathered_rows(p: &Program, si: usize, prod: &Product) -> Option<usize> {
     }
     let f = tile_columns(p, st, vars, prod.k, (prod.w.load, prod.w.dim))?;
     let (y, x) = (n - 2, n - 1);
-    let k_alone = matches!(p.expr(ai[prod.a.dim]), TExpr::Var(v) if *v == prod.k);
+    let k_alone = plain_var(p, ai[prod.a.dim]) == Some(prod.k);
     let a_moves = |v: usize| ai.iter().any(|&i| involves(p, i, v as VarId));
     let rows = st.vars[y].extent * st.vars[x].extent;
     (k_alone && f < y && !a_moves(f) && a_moves(x) && rows >= TileDot::TILE / 2).then_some(f)
@@ -486,7 +482,7 @@ fn gather_rows(
     let prod = find_product(p, at).expect("the product, its axes renamed");
     let last = (p.stages[at].n_axes - 1) as VarId;
     let TExpr::Load(_, wi) = p.expr(prod.w.load) else { unreachable!("an operand is a load") };
-    let cols = wi.iter().position(|&i| matches!(p.expr(i), TExpr::Var(v) if *v == last)).expect("the filters' axis");
+    let cols = wi.iter().position(|&i| plain_var(p, i) == Some(last)).expect("the filters' axis");
     let at = rewrite(p, at, prod, Some(cols), made);
     insert_row_gather(p, at)
 }
@@ -508,10 +504,7 @@ fn insert_row_gather(p: &mut Program, at: usize) -> usize {
         stack.extend(p.children(e));
     };
     let TExpr::Load(t, idx) = p.expr(load).clone() else { unreachable!("an operand is a load") };
-    let k = match p.expr(*idx.last().expect("packed last")) {
-        TExpr::Var(v) => *v,
-        _ => unreachable!("the packed variable indexes the last dimension"),
-    };
+    let k = plain_var(p, *idx.last().expect("packed last")).expect("the packed variable indexes the last dimension");
     let moves = |v: VarId| v != k && idx.iter().any(|&i| involves(p, i, v));
     let axes = (0..st.n_axes as VarId).filter(|&v| moves(v));
     let order: Vec<VarId> = axes.chain(vars.iter().copied().filter(|&v| moves(v))).chain([k]).collect();

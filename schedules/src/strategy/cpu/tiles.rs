@@ -51,18 +51,16 @@ pub(super) fn schedule_tiles(ss: &mut StageSchedule, p: &Program, st: &Stage, ax
     };
     let (col_o, col_i) = block(ss, col, TileDot::MAX_COLS);
     let (row_o, row_i) = block(ss, row, TileDot::MAX_ROWS);
-    let mut order: Vec<usize> = others.first().copied().into_iter().collect();
-    order.push(col_o);
-    order.extend(others.iter().skip(1));
-    order.extend([row_o]);
-    order.extend(&sums);
-    order.extend([k, row_i, col_i]);
+    // The blocks' loops: the first other axis, the column blocks, the rest, the row blocks.
+    let blocks: Vec<usize> =
+        others.iter().take(1).chain([&col_o]).chain(others.iter().skip(1)).chain([&row_o]).copied().collect();
+    let order: Vec<usize> = blocks.iter().chain(&sums).chain(&[k, row_i, col_i]).copied().collect();
     ss.reorder(&order, span).expect("a permutation of the leaves");
     ss.tensorize = Some(Tensorize { op: TensorOp::TileDot, leaves: [row_i, col_i, k], span });
     // The accumulators of one block, inside the loops that choose it.
     ss.cache_write = Some((row_o, fresh_name(p, &format!("{}.acc", p.tensor(st.tensor).name))));
     let work: i64 = st.vars.iter().map(|v| v.extent).product();
-    let par = order[..order.len() - 3 - sums.len()].iter().copied().find(|&l| ss.ivs[l].extent >= 2);
+    let par = blocks.into_iter().find(|&l| ss.ivs[l].extent >= 2);
     if let Some(l) = par.filter(|_| m.worth_threads(work)) {
         ss.annotate(l, ForKind::Parallel, span).expect("a spatial loop");
     }
