@@ -43,6 +43,7 @@ fn own_work(p: &Program, e: TExprId) -> (f64, f64) {
         TExpr::Math(..) => 1.0,
         TExpr::Intrinsic(crate::ops::Intrinsic::Fma, _) => 2.0,
         TExpr::Intrinsic(crate::ops::Intrinsic::Dot4, _) => 8.0,
+        TExpr::Intrinsic(crate::ops::Intrinsic::Dot2, _) => 4.0,
         _ => 0.0,
     };
     match ty {

@@ -12,8 +12,9 @@
 //!   a mask for powers of two; an index with a negative lower bound
 //!   (`x - 1`) is first shifted up by a multiple of the divisor.
 //! - `a * b + c` on f32/f64 becomes [`Intrinsic::Fma`] where the target has it.
-//! - `c + @dot4(0, a, b)` becomes `@dot4(c, a, b)`: the accumulator goes into
-//!   the instruction (`vpdpbusd` adds to its destination).
+//! - `c + @dot4(0, a, b)` becomes `@dot4(c, a, b)`, and `@dot2` alike: the
+//!   accumulator goes into the instruction (`vpdpbusd` adds to its
+//!   destination; `vpmaddwd`'s sums are added to it at once).
 //!
 //! Guarantees: the result evaluates, under [`crate::semantics`], to the same
 //! value as the input for every input; no `FloorDiv`/`FloorMod` remains;
@@ -64,10 +65,10 @@ impl<'t> Legalizer<'t> {
                 let args = vec![self.expr(p, x), self.expr(p, y), self.expr(p, c)];
                 TExpr::Intrinsic(Intrinsic::Fma, args)
             }
-            TExpr::Binary(BinOp::Add, a, b) if zero_based_dot4(p, a).is_some() || zero_based_dot4(p, b).is_some() => {
-                let (d, c) = if zero_based_dot4(p, b).is_some() { (b, a) } else { (a, b) };
-                let [x, y] = zero_based_dot4(p, d).expect("checked");
-                TExpr::Intrinsic(Intrinsic::Dot4, vec![self.expr(p, c), self.expr(p, x), self.expr(p, y)])
+            TExpr::Binary(BinOp::Add, a, b) if zero_based_dot(p, a).is_some() || zero_based_dot(p, b).is_some() => {
+                let (d, c) = if zero_based_dot(p, b).is_some() { (b, a) } else { (a, b) };
+                let (i, [x, y]) = zero_based_dot(p, d).expect("checked");
+                TExpr::Intrinsic(i, vec![self.expr(p, c), self.expr(p, x), self.expr(p, y)])
             }
             TExpr::Binary(op, a, b) => TExpr::Binary(op, self.expr(p, a), self.expr(p, b)),
             TExpr::Select(c, a, b) => TExpr::Select(self.expr(p, c), self.expr(p, a), self.expr(p, b)),
@@ -87,10 +88,12 @@ impl<'t> Legalizer<'t> {
     }
 }
 
-/// The operands `[a, b]` of `@dot4(0, a, b)`.
-fn zero_based_dot4(p: &Program, e: TExprId) -> Option<[TExprId; 2]> {
+/// The instruction and operands `[a, b]` of `@dot4(0, a, b)` or `@dot2(0, a, b)`.
+fn zero_based_dot(p: &Program, e: TExprId) -> Option<(Intrinsic, [TExprId; 2])> {
     match p.expr(e) {
-        TExpr::Intrinsic(Intrinsic::Dot4, args) if int_const(p, args[0]) == Some(0) => Some([args[1], args[2]]),
+        TExpr::Intrinsic(i @ (Intrinsic::Dot4 | Intrinsic::Dot2), args) if int_const(p, args[0]) == Some(0) => {
+            Some((*i, [args[1], args[2]]))
+        }
         _ => None,
     }
 }

@@ -246,22 +246,30 @@ pub enum Intrinsic {
     /// of `u8` by `i8` data packed four to an `i32` use it
     /// (`schedules::dot4`).
     Dot4,
+    /// `@dot2(c, a, b)` on `i32`: `c` plus the two products of `a`'s
+    /// 16-bit halves with `b`'s, both signed (half `t` is bits
+    /// `16t..16t+16`), with wrapping adds — one lane of x86's `vpmaddwd`
+    /// plus `vpaddd`. Integer products of 8-bit data on CPUs without VNNI
+    /// use it, their operands packed two to an `i32`, each byte widened to
+    /// 16 bits once when packed (`schedules::dot4`).
+    Dot2,
 }
 
 impl Intrinsic {
-    pub const ALL: [Intrinsic; 2] = [Intrinsic::Fma, Intrinsic::Dot4];
+    pub const ALL: [Intrinsic; 3] = [Intrinsic::Fma, Intrinsic::Dot4, Intrinsic::Dot2];
 
     /// Printed form; the leading `@` keeps it apart from every user-callable name.
     pub fn name(self) -> &'static str {
         match self {
             Intrinsic::Fma => "@fma",
             Intrinsic::Dot4 => "@dot4",
+            Intrinsic::Dot2 => "@dot2",
         }
     }
 
     pub fn arity(self) -> usize {
         match self {
-            Intrinsic::Fma | Intrinsic::Dot4 => 3,
+            Intrinsic::Fma | Intrinsic::Dot4 | Intrinsic::Dot2 => 3,
         }
     }
 }

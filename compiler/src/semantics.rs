@@ -293,7 +293,15 @@ pub fn intrinsic(i: Intrinsic, ty: Ty, a: &[V]) -> V {
         Intrinsic::Fma if is_float(ty) => V::F(a[0].f() * a[1].f() + a[2].f()),
         Intrinsic::Fma => V::I(wrap(ty, a[0].i().wrapping_mul(a[1].i()).wrapping_add(a[2].i()))),
         Intrinsic::Dot4 => V::I(wrap(ty, a[0].i().wrapping_add(dot4(a[1].i(), a[2].i())))),
+        Intrinsic::Dot2 => V::I(wrap(ty, a[0].i().wrapping_add(dot2(a[1].i(), a[2].i())))),
     }
+}
+
+/// The two products of `a`'s 16-bit halves by `b`'s, both signed, summed:
+/// [`Intrinsic::Dot2`] without its accumulator (the caller wraps it to
+/// `i32`, as `vpmaddwd` does the one sum that overflows, `2 · (-2¹⁵)²`).
+pub fn dot2(a: i64, b: i64) -> i64 {
+    (0..2).map(|t| i64::from((a >> (16 * t)) as i16) * i64::from((b >> (16 * t)) as i16)).sum()
 }
 
 /// The four products of `a`'s bytes (unsigned) by `b`'s (signed), summed:

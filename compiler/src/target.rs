@@ -452,15 +452,17 @@ fn x86(
 }
 
 /// The target intrinsics of an x86 target needing `requires`: `fma` with
-/// FMA3; `dot4` with AVX2 — one `vpdpbusd` with either VNNI, without it
-/// `vpmaddwd` on the bytes widened to 16 bits (exact: nothing saturates).
+/// FMA3; with AVX2, `dot4` — one `vpdpbusd` with either VNNI, without it
+/// `vpmaddwd` on the bytes widened to 16 bits in the loop (exact: nothing
+/// saturates) — and `dot2` (`vpmaddwd` on words widened when packed: what
+/// integer products use without VNNI).
 fn intrinsics_of(requires: &[&str]) -> Vec<Intrinsic> {
     let mut out = Vec::new();
     if requires.contains(&"fma") {
         out.push(Intrinsic::Fma);
     }
     if requires.contains(&"avx2") {
-        out.push(Intrinsic::Dot4);
+        out.extend([Intrinsic::Dot4, Intrinsic::Dot2]);
     }
     out
 }

@@ -434,7 +434,25 @@ impl<'c> B<'c> {
                 self.op1(blk, "arith.addi", &[m, a[2]], ty, &[])
             }
             (Intrinsic::Dot4, _) => self.dot4(blk, t, a, lanes),
+            (Intrinsic::Dot2, _) => self.dot2(blk, t, a, lanes),
         }
+    }
+
+    /// `@dot2(c, a, b)` in `arith`: each operand's half `t` shifted to the
+    /// top and arithmetically down, products summed into `c`.
+    fn dot2<'a>(&self, blk: &'a Block<'c>, t: Ty, a: &[Value<'c, '_>], lanes: Option<u32>) -> Value<'c, 'a> {
+        let ty = self.vty(t, lanes);
+        let k = |v: i64| self.constant_like(blk, t, v as f64, lanes);
+        let mut sum = self.op1(blk, "arith.addi", &[a[0], k(0)], ty, &[]);
+        for half in 0..2 {
+            let signed = |v: Value<'c, '_>| {
+                let top = self.op1(blk, "arith.shli", &[v, k(16 - 16 * half)], ty, &[]);
+                self.op1(blk, "arith.shrsi", &[top, k(16)], ty, &[])
+            };
+            let prod = self.op1(blk, "arith.muli", &[signed(a[1]), signed(a[2])], ty, &[]);
+            sum = self.op1(blk, "arith.addi", &[sum, prod], ty, &[]);
+        }
+        sum
     }
 
     /// `@dot4(c, a, b)` in `arith`: byte `t` of `a` shifted down and masked,

@@ -1,5 +1,6 @@
 //! Integer products on dot-product instructions: a TIR-to-TIR pass for
-//! targets with [`Intrinsic::Dot4`] (x86 VNNI's `vpdpbusd`).
+//! targets with [`Intrinsic::Dot4`] (x86 VNNI's `vpdpbusd`) or
+//! [`Intrinsic::Dot2`] (`vpmaddwd`, on CPUs without VNNI).
 //!
 //! A sum of products of 8-bit integers widened to `i32`,
 //! `sum[k](i32(A[.., k, ..]) * i32(W[.., k, ..]))` with `A` in `u8` and
@@ -16,6 +17,18 @@
 //! and again as the CPU strategy's first preparation step (for kernels
 //! whose weights are arguments). Legalization then moves the
 //! accumulator into the instruction (`c + @dot4(0, a, b)` → `@dot4(c, a, b)`).
+//!
+//! Without VNNI ([`Word::Halves`]) the operands are packed two `k` to an
+//! `i32` instead, each byte widened to 16 bits (zero- or sign-extended as
+//! its type says): `sum[k2](@dot2(0, A.q2[.., k2, ..], W.q2[.., k2, ..]))`,
+//! one `vpmaddwd` lane per two products. Widening once, when packing (for
+//! constant weights, when folding), not before every instruction, halves
+//! the instructions per product (MEASURED: `docs/quantization.md`);
+//! `vpmaddubsw`, which multiplies bytes directly, saturates its 16-bit
+//! pair sums for about one weight pair in seventy of a quantized
+//! ResNet-18 and would not be exact. Both operands are signed 16-bit
+//! numbers, so an `i8` unsigned side needs no offset, and `u8 × u8`
+//! products are packed too.
 //!
 //! Products of two `i8` operands take `vpdpbusd`'s unsigned side offset by
 //! 128 (`a + 128` in `0..=255`) and subtract what that adds,
@@ -61,17 +74,15 @@ const I32: Ty = Ty::Elem(ElemType::I32);
 /// Rewrite every integer product of `p` that the target's `@dot4` can
 /// compute; the number rewritten.
 pub fn pack_products(p: &mut Program, target: &Target) -> usize {
-    if !target.has_intrinsic(Intrinsic::Dot4) {
-        return 0;
-    }
-    let tiles = target.has_amx_int8();
+    let Some(word) = Word::of(target) else { return 0 };
+    let tiles = target.has_amx_int8() && word == Word::Bytes;
     let mut made: Vec<(Packing, TensorId)> = Vec::new();
     // Filters copied with their columns last, for gathered rows.
     let mut moved: Vec<(TensorId, usize, TensorId)> = Vec::new();
     let mut rewritten = 0;
     let mut si = 0;
     while si < p.stages.len() {
-        match find_product(p, si) {
+        match find_product(p, si, word) {
             Some(prod) => {
                 let direct = tiles.then(|| tile_product(p, si, &prod)).flatten();
                 let gathered = (tiles && direct.is_none()).then(|| gathered_rows(p, si, &prod)).flatten();
@@ -87,30 +98,68 @@ pub fn pack_products(p: &mut Program, target: &Target) -> usize {
     rewritten
 }
 
+/// What a packed `i32` holds: four bytes of `k` ([`Intrinsic::Dot4`]'s
+/// operands), or two, each widened to 16 bits ([`Intrinsic::Dot2`]'s).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Word {
+    Bytes,
+    Halves,
+}
+
+impl Word {
+    /// The packing target's products take: bytes where `@dot4` is one
+    /// instruction (VNNI) or `@dot2` is missing, else halves.
+    fn of(target: &Target) -> Option<Word> {
+        let (dot4, dot2) = (target.has_intrinsic(Intrinsic::Dot4), target.has_intrinsic(Intrinsic::Dot2));
+        match () {
+            _ if dot4 && (target.has_vnni() || !dot2) => Some(Word::Bytes),
+            _ if dot2 => Some(Word::Halves),
+            _ => None,
+        }
+    }
+
+    /// Elements of `k` per `i32`.
+    fn per_word(self) -> i64 {
+        match self {
+            Word::Bytes => 4,
+            Word::Halves => 2,
+        }
+    }
+
+    fn intrinsic(self) -> Intrinsic {
+        match self {
+            Word::Bytes => Intrinsic::Dot4,
+            Word::Halves => Intrinsic::Dot2,
+        }
+    }
+}
+
 /// One operand of a product: the load, and the dimension `k` indexes.
 #[derive(Clone, Copy)]
 struct Operand {
     load: TExprId,
     tensor: TensorId,
     dim: usize,
-    /// The index is `base + k`, `base` a multiple of 4 (a grouped
-    /// convolution's `g · Cg + c`): the whole dimension is packed, and read at `base / 4 + k4`.
+    /// The index is `base + k`, `base` a multiple of the elements per word
+    /// (a grouped convolution's `g · Cg + c`): the whole dimension is
+    /// packed, and read at `base / 4 + k4` (`base / 2 + k2`).
     base: Option<TExprId>,
 }
 
-/// A sum of `u8 × i8` (or `i8 × i8`) products over `k` (among the sum's
-/// variables); `a` is the unsigned side of `vpdpbusd`.
+/// A sum of `u8 × i8` (or `i8 × i8`; `u8 × u8` in halves) products over
+/// `k` (among the sum's variables); `a` is the unsigned side of `vpdpbusd`.
 struct Product {
     reduce: TExprId,
     k: VarId,
     a: Operand,
     w: Operand,
-    /// `a` is `i8`: packed offset by 128, and `128 · Σ w` subtracted.
+    /// `a` is `i8` in bytes: packed offset by 128, and `128 · Σ w` subtracted.
     offset: bool,
+    word: Word,
 }
 
 /// A packed tensor: `tensor`'s dimension `dim`, of which the first `len`,
-/// four to an `i32`, each element plus 128 where `offset`. For AMX tiles
+/// as `word` says, each element plus 128 where `offset`. For AMX tiles
 /// the packed dimension is padded with zeros to a whole number of 64-byte
 /// rows.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -120,6 +169,7 @@ struct Packing {
     len: i64,
     offset: bool,
     layout: Layout,
+    word: Word,
 }
 
 /// How a product's packed operands are laid out: for `vpdpbusd`'s
@@ -140,11 +190,11 @@ enum Layout {
 }
 
 /// The first sum in stage `si`'s value that is such a product.
-fn find_product(p: &Program, si: usize) -> Option<Product> {
+fn find_product(p: &Program, si: usize, word: Word) -> Option<Product> {
     let st = &p.stages[si];
     let mut stack = vec![st.value];
     while let Some(e) = stack.pop() {
-        if let Some(prod) = as_product(p, st, e) {
+        if let Some(prod) = as_product(p, st, e, word) {
             return Some(prod);
         }
         stack.extend(p.children(e));
@@ -152,7 +202,7 @@ fn find_product(p: &Program, si: usize) -> Option<Product> {
     None
 }
 
-fn as_product(p: &Program, st: &Stage, e: TExprId) -> Option<Product> {
+fn as_product(p: &Program, st: &Stage, e: TExprId, word: Word) -> Option<Product> {
     let TExpr::Reduce(ReduceOp::Sum, vars, body) = p.expr(e) else { return None };
     let TExpr::Binary(BinOp::Mul, x, y) = *p.expr(*body) else { return None };
     if p.ty(e) != I32 || p.ty(*body) != I32 {
@@ -173,18 +223,19 @@ fn as_product(p: &Program, st: &Stage, e: TExprId) -> Option<Product> {
         (ElemType::U8, ElemType::I8) => vec![(x, y)],
         (ElemType::I8, ElemType::U8) => vec![(y, x)],
         (ElemType::I8, ElemType::I8) => vec![(x, y), (y, x)],
+        (ElemType::U8, ElemType::U8) if word == Word::Halves => vec![(x, y)],
         _ => return None,
     };
     for (a, w) in roles {
-        let offset = a.2 == ElemType::I8;
+        let offset = a.2 == ElemType::I8 && word == Word::Bytes;
         if offset && !summable(p, st, w.0, vars) {
             continue;
         }
         let found = vars.iter().rev().find_map(|&k| {
             let len = st.vars[k as usize].extent;
-            let a = operand(p, (a.0, a.1), k, len)?;
-            let w = operand(p, (w.0, w.1), k, len)?;
-            (!used_outside(p, st.value, e, k)).then_some(Product { reduce: e, k, a, w, offset })
+            let a = operand(p, (a.0, a.1), k, len, word)?;
+            let w = operand(p, (w.0, w.1), k, len, word)?;
+            (!used_outside(p, st.value, e, k)).then_some(Product { reduce: e, k, a, w, offset, word })
         });
         if found.is_some() {
             return found;
@@ -211,10 +262,10 @@ fn summable(p: &Program, st: &Stage, load: TExprId, vars: &[VarId]) -> bool {
 }
 
 /// `load` as an operand packed along `k`: `k` alone is one of its indices,
-/// and in no other; or `base + k` is, with `base` a multiple of 4 and the
-/// dimension and `k`'s extent `len` too, so that groups of four never
-/// straddle two values of `base`.
-fn operand(p: &Program, (load, tensor): (TExprId, TensorId), k: VarId, len: i64) -> Option<Operand> {
+/// and in no other; or `base + k` is, with `base` a multiple of the
+/// elements per word and the dimension and `k`'s extent `len` too, so that
+/// a word's group never straddles two values of `base`.
+fn operand(p: &Program, (load, tensor): (TExprId, TensorId), k: VarId, len: i64, word: Word) -> Option<Operand> {
     let TExpr::Load(_, idx) = p.expr(load) else { return None };
     let is_k = |i: TExprId| matches!(p.expr(i), TExpr::Var(v) if *v == k);
     let dims: Vec<usize> = (0..idx.len()).filter(|&d| involves(p, idx[d], k)).collect();
@@ -224,7 +275,8 @@ fn operand(p: &Program, (load, tensor): (TExprId, TensorId), k: VarId, len: i64)
         TExpr::Binary(BinOp::Add, x, y) if is_k(y) || is_k(x) => {
             let base = if is_k(y) { x } else { y };
             let whole = p.tensor(tensor).shape[dim];
-            let aligned = multiple_of_4(p, base) && len % 4 == 0 && whole % 4 == 0 && !involves(p, base, k);
+            let n = word.per_word();
+            let aligned = multiple_of(p, base, n) && len % n == 0 && whole % n == 0 && !involves(p, base, k);
             if !aligned {
                 return None;
             }
@@ -235,12 +287,12 @@ fn operand(p: &Program, (load, tensor): (TExprId, TensorId), k: VarId, len: i64)
     Some(Operand { load, tensor, dim, base })
 }
 
-/// Whether integer expression `e` is a multiple of 4 for every value of its variables.
-fn multiple_of_4(p: &Program, e: TExprId) -> bool {
+/// Whether integer expression `e` is a multiple of `n` for every value of its variables.
+fn multiple_of(p: &Program, e: TExprId, n: i64) -> bool {
     match *p.expr(e) {
-        TExpr::Int(v) => v % 4 == 0,
-        TExpr::Binary(BinOp::Mul, a, b) => multiple_of_4(p, a) || multiple_of_4(p, b),
-        TExpr::Binary(BinOp::Add | BinOp::Sub, a, b) => multiple_of_4(p, a) && multiple_of_4(p, b),
+        TExpr::Int(v) => v % n == 0,
+        TExpr::Binary(BinOp::Mul, a, b) => multiple_of(p, a, n) || multiple_of(p, b, n),
+        TExpr::Binary(BinOp::Add | BinOp::Sub, a, b) => multiple_of(p, a, n) && multiple_of(p, b, n),
         _ => false,
     }
 }
@@ -292,7 +344,7 @@ fn plain_var(p: &Program, e: TExprId) -> Option<VarId> {
 /// and sums at least [`MIN_TILE_DEPTH`] products per output.
 fn worth_tiles(p: &Program, st: &Stage, vars: &[VarId], prod: &Product) -> bool {
     let len = st.vars[prod.k as usize].extent;
-    let dense = 2 * ((len + 3) / 4) >= packed_len(len, true);
+    let dense = 2 * ((len + 3) / 4) >= packed_len(len, Word::Bytes, true);
     let extent = |v: usize| st.vars[v].extent as f64;
     let depth: f64 = vars.iter().map(|&v| extent(v as usize)).product();
     let products = (0..st.n_axes).map(extent).product::<f64>() * depth;
@@ -479,7 +531,7 @@ fn gather_rows(
 ) -> usize {
     let n = p.stages[si].n_axes;
     let at = crate::filters_last::rewrite(p, si, f, Some((n - 2, n - 1)), moved) - 1;
-    let prod = find_product(p, at).expect("the product, its axes renamed");
+    let prod = find_product(p, at, Word::Bytes).expect("the product, its axes renamed");
     let last = (p.stages[at].n_axes - 1) as VarId;
     let TExpr::Load(_, wi) = p.expr(prod.w.load) else { unreachable!("an operand is a load") };
     let cols = wi.iter().position(|&i| plain_var(p, i) == Some(last)).expect("the filters' axis");
@@ -527,9 +579,10 @@ fn insert_row_gather(p: &mut Program, at: usize) -> usize {
     at + 1
 }
 
-/// `len` packed four to an element, padded to whole tile rows where `tiles`.
-fn packed_len(len: i64, tiles: bool) -> i64 {
-    let words = (len + 3) / 4;
+/// `len` packed `word`'s elements to an `i32`, padded to whole tile rows where `tiles`.
+fn packed_len(len: i64, word: Word, tiles: bool) -> i64 {
+    let n = word.per_word();
+    let words = (len + n - 1) / n;
     match tiles {
         true => (words + TILE_WORDS - 1) / TILE_WORDS * TILE_WORDS,
         false => words,
@@ -571,7 +624,7 @@ fn rewrite(
         // A grouped operand packs its whole dimension (the groups read different parts).
         let whole = p.tensor(o.tensor).shape[o.dim];
         let len = if o.base.is_some() { whole } else { len };
-        let key = Packing { tensor: o.tensor, dim: o.dim, len, offset: *offset, layout: *layout };
+        let key = Packing { tensor: o.tensor, dim: o.dim, len, offset: *offset, layout: *layout, word: prod.word };
         *out = match made.iter().find(|(m, _)| *m == key) {
             Some(&(_, t)) => t,
             None => {
@@ -583,15 +636,16 @@ fn rewrite(
         };
     }
     let st = &mut p.stages[si];
-    st.vars[k].extent = packed_len(len, tiles.is_some());
-    st.vars[k].name = format!("{}4", st.vars[k].name);
+    let n = prod.word.per_word();
+    st.vars[k].extent = packed_len(len, prod.word, tiles.is_some());
+    st.vars[k].name = format!("{}{n}", st.vars[k].name);
     let span = p.span(prod.reduce);
     let [(a, _, la, pa), (w, _, lw, pw)] = packed;
     let load = |p: &mut Program, o: Operand, layout: Layout, t: TensorId| {
         let TExpr::Load(_, mut idx) = p.expr(o.load).clone() else { unreachable!("an operand is a load") };
         if let Some(base) = o.base {
-            let four = p.alloc(TExpr::Int(4), Ty::Index, span);
-            let word = p.alloc(TExpr::Binary(BinOp::FloorDiv, base, four), Ty::Index, span);
+            let per_word = p.alloc(TExpr::Int(n), Ty::Index, span);
+            let word = p.alloc(TExpr::Binary(BinOp::FloorDiv, base, per_word), Ty::Index, span);
             let k = p.alloc(TExpr::Var(prod.k), Ty::Index, span);
             idx[o.dim] = p.alloc(TExpr::Binary(BinOp::Add, word, k), Ty::Index, span);
         }
@@ -600,7 +654,7 @@ fn rewrite(
     };
     let (la, lw) = (load(p, a, la, pa), load(p, w, lw, pw));
     let zero = p.alloc(TExpr::Int(0), I32, span);
-    let dot = p.alloc(TExpr::Intrinsic(Intrinsic::Dot4, vec![zero, la, lw]), I32, span);
+    let dot = p.alloc(TExpr::Intrinsic(prod.word.intrinsic(), vec![zero, la, lw]), I32, span);
     let TExpr::Reduce(op, vars, _) = p.expr(prod.reduce).clone() else { unreachable!("a product is a sum") };
     let mut sum = p.alloc(TExpr::Reduce(op, vars, dot), I32, span);
     if let Some((w_sum, idx)) = correction {
@@ -673,15 +727,18 @@ fn packed_order(rank: usize, dim: usize, layout: Layout) -> Vec<usize> {
 /// `T.q4[.., q, ..] = Σ_t byte(T[.., 4q + t, ..]) · 256^t` over the first
 /// `key.len` indices (bytes past them 0), each byte as the low 8 bits of the
 /// element (`i8` through `u8`, so that it is not sign-extended into the
-/// next), or an `i8` element plus 128 where `key.offset`.
+/// next), or an `i8` element plus 128 where `key.offset`; in halves,
+/// `T.q2[.., q, ..] = Σ_t half(T[.., 2q + t, ..]) · 65536^t`
+/// ([`packed_part`]).
 fn insert_packing(p: &mut Program, at: usize, key: Packing, load: TExprId) -> TensorId {
     let decl = p.tensor(key.tensor).clone();
     let span = p.span(load);
     let order = packed_order(decl.shape.len(), key.dim, key.layout);
     let tiles = key.layout != Layout::Vectors;
-    let extent = |d: usize| if d == key.dim { packed_len(key.len, tiles) } else { decl.shape[d] };
+    let n = key.word.per_word();
+    let extent = |d: usize| if d == key.dim { packed_len(key.len, key.word, tiles) } else { decl.shape[d] };
     let shape: Vec<i64> = order.iter().map(|&d| extent(d)).collect();
-    let name = fresh_name(p, &format!("{}.q4", decl.name));
+    let name = fresh_name(p, &format!("{}.q{n}", decl.name));
     p.tensors.push(TensorDecl { name, elem: ElemType::I32, shape: shape.clone(), role: TensorRole::Temp, span });
     let packed = TensorId(p.tensors.len() as u32 - 1);
     let int = |p: &mut Program, v: i64, ty: Ty| p.alloc(TExpr::Int(v), ty, span);
@@ -690,32 +747,21 @@ fn insert_packing(p: &mut Program, at: usize, key: Packing, load: TExprId) -> Te
         let v = order.iter().position(|&o| o == d).expect("a permutation");
         p.alloc(TExpr::Var(v as VarId), Ty::Index, span)
     };
-    let four = int(p, 4, Ty::Index);
+    let per_word = int(p, n, Ty::Index);
     let q = var(p, key.dim);
-    let base = p.alloc(TExpr::Binary(BinOp::Mul, q, four), Ty::Index, span);
+    let base = p.alloc(TExpr::Binary(BinOp::Mul, q, per_word), Ty::Index, span);
     let mut value = None;
-    for t in 0..4 {
+    for t in 0..n {
         let off = int(p, t, Ty::Index);
         let at_t = p.alloc(TExpr::Binary(BinOp::Add, base, off), Ty::Index, span);
         let idx: Vec<TExprId> = (0..decl.shape.len()).map(|d| if d == key.dim { at_t } else { var(p, d) }).collect();
         let elem = p.alloc(TExpr::Load(key.tensor, idx), Ty::Elem(decl.elem), span);
-        let mut byte = match (decl.elem, key.offset) {
-            (ElemType::U8, _) => p.alloc(TExpr::Cast(elem), I32, span),
-            (_, true) => {
-                let wide = p.alloc(TExpr::Cast(elem), I32, span);
-                let offset = int(p, 128, I32);
-                p.alloc(TExpr::Binary(BinOp::Add, wide, offset), I32, span)
-            }
-            (_, false) => {
-                let low = p.alloc(TExpr::Cast(elem), Ty::Elem(ElemType::U8), span);
-                p.alloc(TExpr::Cast(low), I32, span)
-            }
-        };
+        let mut byte = packed_part(p, key, elem, t + 1 == n);
         if t > 0 {
-            let scale = int(p, 1 << (8 * t), I32);
+            let scale = int(p, 1 << (32 / n * t), I32);
             byte = p.alloc(TExpr::Binary(BinOp::Mul, byte, scale), I32, span);
         }
-        if 4 * (extent(key.dim) - 1) + t >= key.len {
+        if n * (extent(key.dim) - 1) + t >= key.len {
             let end = int(p, key.len, Ty::Index);
             let inside = p.alloc(TExpr::Binary(BinOp::Lt, at_t, end), Ty::Elem(ElemType::Bool), span);
             let zero = int(p, 0, I32);
@@ -729,6 +775,44 @@ fn insert_packing(p: &mut Program, at: usize, key: Packing, load: TExprId) -> Te
     let vars: Vec<VarDecl> =
         order.iter().zip(&shape).map(|(&d, &extent)| VarDecl { name: format!("d{d}"), extent }).collect();
     let n_axes = vars.len();
-    insert_stage(p, at, Stage { tensor: packed, vars, n_axes, value: value.expect("four bytes"), span });
+    insert_stage(p, at, Stage { tensor: packed, vars, n_axes, value: value.expect("a word's parts"), span });
     packed
+}
+
+/// One element `elem` of a packed word as the `i32` whose low bits are its
+/// part: in bytes, its low 8 bits (`i8` through `u8`, so that it is not
+/// sign-extended into the next byte), or an `i8` plus 128 where
+/// `key.offset`; in halves, the element widened to 16 bits, an `i8` that
+/// is not the word's `top` part taken modulo 2¹⁶ (so that its sign does
+/// not reach the next half; the top half's multiplication by 2¹⁶ wraps,
+/// so it needs nothing).
+fn packed_part(p: &mut Program, key: Packing, elem: TExprId, top: bool) -> TExprId {
+    let span = p.span(elem);
+    let signed = p.ty(elem) == Ty::Elem(ElemType::I8);
+    let wide = |p: &mut Program| p.alloc(TExpr::Cast(elem), I32, span);
+    match (key.word, signed) {
+        (_, false) => wide(p),
+        (Word::Halves, true) if top => wide(p),
+        (Word::Halves, true) => {
+            // `x + (x < 0 ? 2¹⁶ : 0)`: `x mod 2¹⁶` as an add of a blend
+            // that vectorizes (a floor modulo of a signed value is a
+            // division's fix-up, and a select between two loads became
+            // lane-by-lane masked loads: the weights' pack ran 15× slower).
+            let x = wide(p);
+            let zero = p.alloc(TExpr::Int(0), I32, span);
+            let negative = p.alloc(TExpr::Binary(BinOp::Lt, x, zero), Ty::Elem(ElemType::Bool), span);
+            let m = p.alloc(TExpr::Int(1 << 16), I32, span);
+            let up = p.alloc(TExpr::Select(negative, m, zero), I32, span);
+            p.alloc(TExpr::Binary(BinOp::Add, x, up), I32, span)
+        }
+        (Word::Bytes, true) if key.offset => {
+            let x = wide(p);
+            let offset = p.alloc(TExpr::Int(128), I32, span);
+            p.alloc(TExpr::Binary(BinOp::Add, x, offset), I32, span)
+        }
+        (Word::Bytes, true) => {
+            let low = p.alloc(TExpr::Cast(elem), Ty::Elem(ElemType::U8), span);
+            p.alloc(TExpr::Cast(low), I32, span)
+        }
+    }
 }

@@ -17,7 +17,7 @@
 //! operands that move along `f` (the filters `W[f, c, r, s]`, or the packed
 //! `W.q4`) are read from a copy with that dimension last (`W.f[c, r, s, f]`),
 //! made by a stage of its own: only constants (folded, so moved once) and
-//! `@dot4`'s packed operands (made on every call anyway) are moved; the
+//! `@dot4`'s and `@dot2`'s packed operands (made on every call anyway) are moved; the
 //! copy drops dimensions of one element (a 1×1 convolution's `W.f[c, f]`).
 //! The register block then runs vectors along `f`, rows along `x`, and
 //! packs the filters into panels, as for a matrix product. Where every
@@ -146,7 +146,7 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     (row_fill < MIN_FILL || whole_row).then_some((f, merged))
 }
 
-/// The body of the stage's sum of products — of `@dot4`s (`true`), or of
+/// The body of the stage's sum of products — of `@dot4`s or `@dot2`s (`true`), or of
 /// two loads multiplied, each possibly converted (`false`).
 fn product_body(p: &Program, e: TExprId) -> Option<(TExprId, bool)> {
     let strip = |e: TExprId| match p.expr(e) {
@@ -158,7 +158,7 @@ fn product_body(p: &Program, e: TExprId) -> Option<(TExprId, bool)> {
         if let TExpr::Reduce(ReduceOp::Sum, _, body) = p.expr(e) {
             let mut inner = vec![*body];
             while let Some(b) = inner.pop() {
-                if matches!(p.expr(b), TExpr::Intrinsic(Intrinsic::Dot4, _)) {
+                if matches!(p.expr(b), TExpr::Intrinsic(Intrinsic::Dot4 | Intrinsic::Dot2, _)) {
                     return Some((*body, true));
                 }
                 inner.extend(p.children(b));

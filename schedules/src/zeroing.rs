@@ -600,11 +600,16 @@ impl Check<'_> {
             if !digits_of.iter().all(|(v, &n)| n < 2 || exact(v)) {
                 return None;
             }
+            let runs = forms.clone();
             for (d, &i) in e.indices.iter().enumerate() {
                 forms.push((self.forms.form(i)?, shape[d] as i128));
             }
-            if !e.guards.iter().all(|&g| self.drops_only_outside(g, &forms)) {
-                return None;
+            let mut conjuncts = Vec::new();
+            e.guards.iter().for_each(|&g| conjuncts_of(&self.f.p, g, &mut conjuncts));
+            for g in conjuncts {
+                if !self.drops_only_outside(g, &forms) && !self.narrows_write(g, &runs, &own_var, &mut slab) {
+                    return None;
+                }
             }
         }
         Some(slab)
@@ -685,6 +690,62 @@ impl Check<'_> {
     fn mentions_own(&self, key: &str, own_var: &dyn Fn(VarId) -> bool) -> bool {
         let Some(&e) = self.forms.opaques.get(key) else { return true };
         (0..self.f.vars.len() as VarId).any(|v| own_var(v) && self.f.p.mentions(e, v))
+    }
+
+    /// Whether guard conjunct `g` bounds one run's index (whose fixed part
+    /// is a constant: `slab.own` holds its values) by terms of loops that
+    /// are not the store's own (shared with the read, or around the
+    /// buffer: one value for both) — `index + rest < 0` and the like, a
+    /// block's last, shorter rows (`i.b * 6 + i.r < 64`) — narrowing the
+    /// store's box there to what it writes for every value of `rest`.
+    fn narrows_write(
+        &mut self,
+        g: TExprId,
+        runs: &[(Affine<Atom>, i128)],
+        own_var: &dyn Fn(VarId) -> bool,
+        slab: &mut Slab,
+    ) -> bool {
+        let p = &self.f.p;
+        let TExpr::Binary(op, a, b) = p.expr(g) else { return false };
+        let (op, a, b) = (*op, *a, *b);
+        if !matches!(op, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge) {
+            return false;
+        }
+        let (Some(x), Some(y)) = (self.forms.form(a), self.forms.form(b)) else { return false };
+        if !fits_i64(self.forms.interval(&x)) || !fits_i64(self.forms.interval(&y)) {
+            return false;
+        }
+        let Some(diff) = x.add(&y, -1) else { return false };
+        let of_fixed =
+            |f: &Affine<Atom>| f.terms.keys().all(|atom| matches!(atom, Atom::Digit(Src::Var(v), _) if !own_var(*v)));
+        for (d, (index, _)) in runs.iter().enumerate() {
+            if !slab.fixed[d].terms.is_empty() || index.terms.is_empty() {
+                continue;
+            }
+            // `diff = sign · index + rest`, `rest` over the fixed loops.
+            for sign in [1, -1] {
+                let Some(rest) = diff.clone().add(index, -sign) else { continue };
+                if !of_fixed(&rest) || rest.terms.keys().any(|atom| index.coeff(atom) != 0) {
+                    continue;
+                }
+                let iv = self.forms.interval(&rest);
+                let (Some(lo), Some(hi)) = (iv.lo, iv.hi) else { continue };
+                // `sign · index op -rest`, for the rest's worst value.
+                let (ra, rb) = &mut slab.own[d];
+                match (sign, op) {
+                    (1, BinOp::Lt) => *rb = (*rb).min(-hi - 1),
+                    (1, BinOp::Le) => *rb = (*rb).min(-hi),
+                    (1, BinOp::Gt) => *ra = (*ra).max(-lo + 1),
+                    (1, BinOp::Ge) => *ra = (*ra).max(-lo),
+                    (_, BinOp::Lt) => *ra = (*ra).max(hi + 1),
+                    (_, BinOp::Le) => *ra = (*ra).max(hi),
+                    (_, BinOp::Gt) => *rb = (*rb).min(lo - 1),
+                    (_, _) => *rb = (*rb).min(lo),
+                }
+                return true;
+            }
+        }
+        false
     }
 
     /// Whether guard `g` holds at every index inside the buffer: each

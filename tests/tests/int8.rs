@@ -1,11 +1,12 @@
 //! Integer products (`texc_schedules::dot4`): sums of `u8 × i8` products
 //! widened to `i32` are bit-exact against the interpreter on every CPU
-//! target that runs here — on the LLVM x86 targets as `@dot4` (`vpdpbusd`
-//! with VNNI, `vpmaddwd` on widened bytes without), on Cranelift as written
-//! — at sizes no vector, register block or group of four divides; `i8`
-//! activations offset by 128 with the weights' sums subtracted; products
-//! the instruction cannot take (two unsigned operands, a reduction variable
-//! read elsewhere) left alone. The instructions themselves: texc/tests/cli.rs.
+//! target that runs here — on the LLVM x86 targets as `@dot4` (`vpdpbusd`)
+//! with VNNI, as `@dot2` (`vpmaddwd` on bytes widened when packed) without,
+//! on Cranelift as written — at sizes no vector, register block or group of
+//! four divides; `i8` activations offset by 128 with the weights' sums
+//! subtracted (VNNI); products the instruction cannot take (two unsigned
+//! operands with VNNI, a reduction variable read elsewhere) left alone. The
+//! instructions themselves: texc/tests/cli.rs.
 
 use texc_compiler::interp;
 use texc_compiler::target::{Target, TargetKind};
@@ -88,8 +89,13 @@ fn grouped(groups: i64, cg: i64, kg: i64, x: &str) -> String {
 
 /// Whether the loop nests call `@dot4`, and with the accumulator inside it.
 fn dot4_form(f: &LoopFunc) -> (bool, bool) {
+    dot_form(f, "@dot4")
+}
+
+/// Whether the loop nests call `dot` (`@dot4`, `@dot2`), and with the accumulator inside it.
+fn dot_form(f: &LoopFunc, dot: &str) -> (bool, bool) {
     let text = texc_schedules::ir::print(f);
-    (text.contains("@dot4("), text.contains("@dot4(0i32"))
+    (text.contains(&format!("{dot}(")), text.contains(&format!("{dot}(0i32")))
 }
 
 #[test]
@@ -103,6 +109,8 @@ fn products_are_bit_exact_on_every_target() {
     check_exact("grouped convolution", &program(&grouped(2, 8, 3, "u8")));
     check_exact("grouped convolution, i8 activations", &program(&grouped(3, 4, 2, "i8")));
     check_exact("grouped convolution, 6 channels a group", &program(&grouped(2, 6, 3, "u8")));
+    check_exact("grouped convolution, 5 channels a group", &program(&grouped(2, 5, 3, "i8")));
+    check_exact("u8 × u8 7×9×20", &program(&gemm(7, 9, 20, "u8").replace("W: i8", "W: u8")));
 }
 
 /// A product over rows too short for the vectors (a 7×7 map: 7 of 16
@@ -127,6 +135,10 @@ fn grouped_convolutions_pack_when_groups_are_whole_words() {
     let packed = |text: &str| dot4_form(&legal_loops("x86-avx512-vnni", &program(text))).0;
     assert!(packed(&grouped(2, 8, 3, "u8")), "8 channels a group: two words each");
     assert!(!packed(&grouped(2, 6, 3, "u8")), "6 channels a group: a word would straddle two groups");
+    // Without VNNI a word holds two channels.
+    let halves = |text: &str| dot_form(&legal_loops("x86-avx2", &program(text)), "@dot2").0;
+    assert!(halves(&grouped(2, 6, 3, "u8")), "6 channels a group: three words each");
+    assert!(!halves(&grouped(2, 5, 3, "u8")), "5 channels a group: a word would straddle two groups");
 }
 
 /// The extremes: every product 255 × −128 (and 255 × 127), over a reduction
@@ -155,7 +167,7 @@ fn extreme_values_are_exact() {
 #[test]
 fn x86_targets_compute_packed_products_and_cranelift_does_not() {
     let p = program(&gemm(16, 70, 48, "u8"));
-    for target in ["x86-avx512-vnni", "x86-avx2-vnni", "x86-avx512", "x86-avx2"] {
+    for target in ["x86-avx512-vnni", "x86-avx2-vnni"] {
         let f = legal_loops(target, &p);
         let text = texc_schedules::ir::print(&f);
         // Seventy products: eighteen groups of four, the last two bytes zero.
@@ -163,7 +175,16 @@ fn x86_targets_compute_packed_products_and_cranelift_does_not() {
         assert!(text.contains("A.q4"), "{target}: the activations are packed too:\n{text}");
         assert_eq!(dot4_form(&f), (true, false), "{target}: the accumulator goes into @dot4:\n{text}");
     }
-    assert_eq!(dot4_form(&legal_loops("cranelift", &p)), (false, false), "cranelift has no @dot4");
+    // Without VNNI: thirty-five pairs, each byte widened to 16 bits.
+    for target in ["x86-avx512", "x86-avx2"] {
+        let f = legal_loops(target, &p);
+        let text = texc_schedules::ir::print(&f);
+        assert!(text.contains("W.q2: i32[35, 48]") && text.contains("A.q2"), "{target}:\n{text}");
+        assert_eq!(dot_form(&f, "@dot2"), (true, false), "{target}: the accumulator goes into @dot2:\n{text}");
+        assert!(!text.contains("@dot4"), "{target}:\n{text}");
+    }
+    let f = legal_loops("cranelift", &p);
+    assert_eq!((dot4_form(&f), dot_form(&f, "@dot2")), ((false, false), (false, false)), "cranelift has neither");
 }
 
 #[test]
@@ -177,8 +198,11 @@ fn signed_activations_are_offset_and_corrected() {
     // A convolution's activations are read through `y + r`: only they can be
     // the offset side, the filters' sums are per output channel.
     let conv8 = conv(6, 5, 7).replace("X: u8", "X: i8");
-    let f = legal_loops("x86-avx2", &program(&conv8));
+    let f = legal_loops("x86-avx2-vnni", &program(&conv8));
     assert!(texc_schedules::ir::print(&f).contains("W.sum: i32[5]"), "{}", texc_schedules::ir::print(&f));
+    // In 16-bit halves both sides are signed: no offset, no correction.
+    let text = texc_schedules::ir::print(&legal_loops("x86-avx2", &program(&conv8)));
+    assert!(text.contains("@dot2(") && !text.contains(".sum"), "{text}");
     check_exact("i8 × i8 convolution", &program(&conv8));
 }
 
@@ -212,6 +236,22 @@ fn dot4_is_vpdpbusd_lane_semantics() {
     let b = i64::from(u32::from_le_bytes([0xff, 2, 0xfd, 127]));
     assert_eq!(dot4(a, b), -1 + 4 - 9 + 255 * 127);
     assert_eq!(dot4(0xffff_ffff, 0x8080_8080), 4 * 255 * -128);
+}
+
+#[test]
+fn dot2_is_vpmaddwd_lane_semantics() {
+    use texc_compiler::ops::Intrinsic;
+    use texc_compiler::semantics::{dot2, intrinsic, V};
+    use texc_compiler::tir::Ty;
+    use texc_compiler::types::ElemType;
+    // Halves little-endian and signed: a = [3, -2], b = [-7, 255].
+    let word = |lo: i16, hi: i16| i64::from(u32::from(lo as u16) | u32::from(hi as u16) << 16);
+    assert_eq!(dot2(word(3, -2), word(-7, 255)), -21 - 510);
+    // The one sum that leaves i32: vpmaddwd wraps it to i32::MIN; so does `@dot2`.
+    let min = word(i16::MIN, i16::MIN);
+    let i32t = Ty::Elem(ElemType::I32);
+    let got = intrinsic(Intrinsic::Dot2, i32t, &[V::I(0), V::I(min), V::I(min)]);
+    assert_eq!(got.i(), i64::from(i32::MIN));
 }
 
 /// AMX tiles (`x86-avx512-amx`): matrix products become `amx_dpbusd`

@@ -310,6 +310,35 @@ fn locals_read_before_they_are_stored_hold_zeros() {
     assert_eq!(names, ["B", "C"]);
 }
 
+/// A store guarded by its block's bound (`b * 6 + i < 10`: the last block
+/// of rows is shorter) writes, in every block, the rows the last one
+/// keeps: reads of those need no zeros, a read of one more does (in the
+/// last block it was never stored); the evaluator and the compiled code
+/// agree either way.
+#[test]
+fn guarded_stores_cover_what_every_block_writes() {
+    let nest = |rows: i64| {
+        format!(
+            "func k []\n  input X: f32[10]\n  output Y: f32[2, 6]\n  for b in 0..2:\n    local A: f32[6]:\n\
+             \x20     for i in 0..6:\n        if b * 6 + i < 10:\n          A[i] = X[b * 6 + i] + 1.0f32\n\
+             \x20     for i in 0..{rows}:\n        Y[b, i] = A[i]\n"
+        )
+    };
+    for (rows, want) in [(4, Vec::<&str>::new()), (5, vec!["A"])] {
+        let f = parse(&nest(rows)).unwrap_or_else(|e| panic!("{e}"));
+        let mut g = f.clone();
+        let zeroed = texc_schedules::zeroing::zero_uncovered(&mut g, false);
+        let names: Vec<&str> = zeroed.iter().map(|&t| g.p.tensor(t).name.as_str()).collect();
+        assert_eq!(names, want, "reading {rows} rows");
+        let expect = texc_schedules::eval::run(&f, args(&f, 7)).expect("evaluates");
+        let target = texc_compiler::target::lookup("x86-avx2").expect("registered");
+        if target.check_runs_here().is_ok() {
+            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args(&f, 7)).expect("runs");
+            assert_eq!(got[0].to_f64(), expect[0].to_f64(), "reading {rows} rows");
+        }
+    }
+}
+
 /// What the default schedules make (accumulators, packs, attached stages,
 /// fused and padded loops, Winograd's transforms, GPU launches) reads
 /// only what it has stored: the zero pass adds nothing to them, so it

@@ -99,31 +99,84 @@ fn malformed_nests_and_misuse_exit_1_and_2() {
     assert!(text(&o).1.contains("a .loops file names its kernel and sizes itself"));
 }
 
-/// An integer product's `@dot4` (emitted for an x86 target) in a `.loops`
-/// file run on Cranelift, which has no such instruction, and `@dot4` with
-/// too few operands: spanned errors at the call, exit 1, no panic.
+/// An integer product's `@dot4` (emitted for an x86 target with VNNI) and
+/// `@dot2` (without) in a `.loops` file run on Cranelift, which has no such
+/// instruction, and with too few operands: spanned errors at the call,
+/// exit 1, no panic.
 #[test]
 fn dot4_where_the_target_lacks_it_is_located() {
     let path = tmp("q.loops");
-    let o =
-        texc(&["emit", "examples/qlinear.tex", "--target", "x86-avx2", "--stage", "loops", "--shape", "M=4,K=8,N=16"]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
-    let nest = String::from_utf8(o.stdout).expect("utf-8");
-    assert!(nest.contains("@dot4(0i32, "), "{nest}");
-    std::fs::write(&path, &nest).expect("write");
     let p = path.to_str().expect("utf-8");
-    let o = texc(&["run", p, "--target", "x86-avx2", "--check"]);
+    for (target, dot) in [("x86-avx2-vnni", "@dot4"), ("x86-avx2", "@dot2")] {
+        let shape = "M=4,K=8,N=16";
+        let o = texc(&["emit", "examples/qlinear.tex", "--target", target, "--stage", "loops", "--shape", shape]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+        let nest = String::from_utf8(o.stdout).expect("utf-8");
+        assert!(nest.contains(&format!("{dot}(0i32, ")), "{nest}");
+        std::fs::write(&path, &nest).expect("write");
+        let o = texc(&["run", p, "--target", "x86-avx2", "--check"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+        let o = texc(&["run", p, "--target", "cranelift"]);
+        let (_, e) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        let lacks = format!("`{dot}` is an instruction target `cranelift` does not have");
+        assert!(e.contains("q.loops:") && e.contains(&lacks), "{e}");
+        assert!(!e.contains("internal error"), "{e}");
+        std::fs::write(&path, nest.replace(&format!("{dot}(0i32, "), &format!("{dot}("))).expect("write");
+        let o = texc(&["run", p, "--target", "x86-avx2"]);
+        let (_, e) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(e.contains("q.loops:") && e.contains(&format!("`{dot}` takes 3 arguments, not 2")), "{e}");
+    }
+}
+
+/// `@dot2` on arbitrary words — halves from −2¹⁵ to 2¹⁵ − 1, not only the
+/// widened bytes products pack — gives the loop evaluator's results on
+/// every x86 target here, in vectors no instruction width divides (13
+/// lanes: padded) and one lane at a time (the tail), the one sum that
+/// leaves `i32` (`2 · (−2¹⁵)²`) wrapped as `vpmaddwd` wraps it.
+#[test]
+fn dot2_on_any_words_matches_the_evaluator() {
+    use texc_runtime::{DType, Tensor};
+    let nest = "func q []\n  input A: i32[3, 29]\n  input B: i32[3, 29]\n  input C: i32[3, 29]\n  output D: i32[3, 29]\n\
+                \x20 for i in 0..3:\n    for j.o in 0..2:\n      for j.v in 0..13 vectorized:\n\
+                \x20       D[i, j.o * 13 + j.v] = @dot2(C[i, j.o * 13 + j.v], A[i, j.o * 13 + j.v], B[i, j.o * 13 + j.v])\n\
+                \x20   for j in 26..29:\n      D[i, j] = @dot2(C[i, j], A[i, j], B[i, j])\n";
+    let path = tmp("dot2.loops");
+    std::fs::write(&path, nest).expect("write");
+    // Words spread over the whole i32 range (a multiplicative hash), the
+    // first of A and B both `(-2^15, -2^15)`.
+    let words = |seed: u32| -> Vec<f64> {
+        (0..87u32)
+            .map(|i| if i == 0 { f64::from(0x8000_8000u32 as i32) } else { f64::from(i.wrapping_mul(seed) as i32) })
+            .collect()
+    };
+    let mut args = vec!["run".to_string(), path.to_str().expect("utf-8").to_string()];
+    for (name, seed) in [("A", 0x9e37_79b9u32), ("B", 0x85eb_ca6b), ("C", 0xc2b2_ae35)] {
+        let file = tmp(&format!("dot2_{name}.npy"));
+        texc_runtime::write_npy(&file, &Tensor::from_f64(DType::I32, vec![3, 29], &words(seed))).expect("npy");
+        args.extend(["--input".to_string(), format!("{name}={}", file.display())]);
+    }
+    let run = |target: &str| {
+        let out = tmp(&format!("dot2_D_{target}.npy"));
+        let mut a: Vec<String> = args.clone();
+        a.extend(["--target".into(), target.into(), "--output".into(), format!("D={}", out.display())]);
+        let o = texc(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        (o, out)
+    };
+    let (o, want) = run("interp");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
-    let o = texc(&["run", p, "--target", "cranelift"]);
-    let (_, e) = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{e}");
-    assert!(e.contains("q.loops:") && e.contains("`@dot4` is an instruction target `cranelift` does not have"), "{e}");
-    assert!(!e.contains("internal error"), "{e}");
-    std::fs::write(&path, nest.replace("@dot4(0i32, ", "@dot4(")).expect("write");
-    let o = texc(&["run", p, "--target", "x86-avx2"]);
-    let (_, e) = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{e}");
-    assert!(e.contains("q.loops:") && e.contains("`@dot4` takes 3 arguments, not 2"), "{e}");
+    let want = std::fs::read(want).expect("read");
+    for target in ["x86-avx2", "x86-avx512", "x86-avx2-vnni"] {
+        let (o, got) = run(target);
+        let (_, e) = text(&o);
+        if e.contains("this CPU lacks") {
+            eprintln!("skipped {target}: {e}");
+            continue;
+        }
+        assert_eq!(o.status.code(), Some(0), "{target}: {e}");
+        assert!(std::fs::read(got).expect("read") == want, "{target}: not the evaluator's results");
+    }
 }
 
 /// A bf16 kernel on a backend without bf16 (Cranelift) is an error at the

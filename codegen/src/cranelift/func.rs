@@ -590,8 +590,8 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
                 self.rounded(ty, v)
             }
             // The Cranelift target does not list it, so verification refuses it before this.
-            Intrinsic::Dot4 => {
-                Err(CodegenError::Unsupported("Cranelift has no `@dot4` (its integer products run as written)".into()))
+            Intrinsic::Dot4 | Intrinsic::Dot2 => {
+                Err(CodegenError::Unsupported(format!("Cranelift has no `{i}` (its integer products run as written)")))
             }
         }
     }

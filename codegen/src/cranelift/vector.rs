@@ -336,7 +336,9 @@ impl<M: Module> FnGen<'_, '_, M> {
                     None => self.per_lane(vals, ty, vm, |g, v| g.intrinsic_v(Intrinsic::Fma, ty, v)),
                 }
             }
-            TExpr::Intrinsic(i @ Intrinsic::Dot4, _) => self.intrinsic_v(i, ty, &[]).map(|v| VVal::Lanes(vec![v])),
+            TExpr::Intrinsic(i @ (Intrinsic::Dot4 | Intrinsic::Dot2), _) => {
+                self.intrinsic_v(i, ty, &[]).map(|v| VVal::Lanes(vec![v]))
+            }
             TExpr::Cast(a) => {
                 let from = self.cx.f.p.ty(a);
                 let x = self.vexpr(a, vm)?;

@@ -25,7 +25,96 @@ impl<'ctx> Gen<'ctx, '_> {
         match i {
             Intrinsic::Fma => self.call(self.intrinsic("llvm.fma", &[self.ty_in(ty, mode)])?, &[a[0], a[1], a[2]]),
             Intrinsic::Dot4 => self.dot4(a[0], a[1], a[2], mode),
+            Intrinsic::Dot2 => self.dot2(a[0], a[1], a[2], mode),
         }
+    }
+
+    /// `@dot2(c, a, b)`: `vpmaddwd` on the words' 16-bit halves, in pieces
+    /// as wide as the CPU's registers (zmm with AVX-512BW, ymm, xmm), plus
+    /// `c`; a vector the pieces do not tile is padded as [`Gen::dot4`]
+    /// pads. One lane alone: the halves split off and multiplied, which is
+    /// what the instruction computes (both wrap the one overflowing sum,
+    /// `2 · (-2¹⁵)²`, the same way).
+    fn dot2(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let Some(lanes) = mode.lanes() else { return self.dot2_scalar(c, a, b) };
+        let widest = self.pmaddwd_lanes().unwrap_or(4);
+        let padded = match self.exact_pieces(lanes, widest) {
+            Some(n) if n <= lanes.div_ceil(widest) => lanes,
+            _ => lanes.div_ceil(widest) * widest,
+        };
+        let pad = |v: BasicValueEnum<'ctx>| self.lanes_of_padded(v.into_vector_value(), padded);
+        let (a, b) = (pad(a)?, pad(b)?);
+        let w = [16, 8, 4].into_iter().find(|&w| w <= widest && padded % w == 0).expect("4 divides a padded vector");
+        let name = match w {
+            16 => "llvm.x86.avx512.pmaddw.d.512",
+            8 => "llvm.x86.avx2.pmadd.wd",
+            _ => "llvm.x86.sse2.pmadd.wd",
+        };
+        let f = self.intrinsic(name, &[])?;
+        let i16v = self.cx.i16_type().vec_type(2 * w);
+        let pieces = (0..padded / w)
+            .map(|i| {
+                let [x, y] = [a, b].map(|v| {
+                    let piece = self.lanes_of(v, i * w, w)?;
+                    Ok::<_, super::CodegenError>(self.b.build_bit_cast(piece, i16v, "halves")?)
+                });
+                self.call(f, &[x?.into(), y?.into()]).map(|v| v.into_vector_value())
+            })
+            .collect::<R<Vec<_>>>()?;
+        let products = self.lanes_of(self.concat(&pieces)?, 0, lanes)?;
+        let sum = self.b.build_int_add(c.into_vector_value(), products, "dot2")?;
+        self.opaque_register(sum)
+    }
+
+    /// `v` unchanged, through an empty assembly block that keeps it in a
+    /// register, where it is one register wide: LLVM may not reassociate
+    /// integer adds across it. A register block's `@dot2` accumulations,
+    /// unrolled over a filter's taps, were regrouped into trees of partial
+    /// sums that needed more registers than there are (MEASURED: an int8
+    /// 3 × 3 convolution on AVX2 spilled six accumulators in its inner
+    /// loop); `vpdpbusd` takes its accumulator in the instruction and
+    /// never had this.
+    fn opaque_register(&self, v: VectorValue<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let ty = v.get_type();
+        let bits = ty.get_size() * 32;
+        if ![128, 256, 512].contains(&bits) || bits > 32 * self.pmaddwd_lanes().unwrap_or(4) {
+            return Ok(v.into());
+        }
+        let fn_ty = ty.fn_type(&[ty.into()], false);
+        let asm = self.cx.create_inline_asm(fn_ty, String::new(), "=v,0".into(), false, false, None, false);
+        let out = self.b.build_indirect_call(fn_ty, asm, &[v.into()], "opaque")?;
+        match out.try_as_basic_value() {
+            inkwell::values::ValueKind::Basic(v) => Ok(v),
+            _ => unreachable!("the asm block returns its operand"),
+        }
+    }
+
+    /// [`Gen::dot2`] on one `i32` lane.
+    fn dot2_scalar(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let (i16t, i32t) = (self.cx.i16_type(), self.cx.i32_type());
+        let halves = |v: BasicValueEnum<'ctx>| -> R<[inkwell::values::IntValue<'ctx>; 2]> {
+            let v = v.into_int_value();
+            let low = self.b.build_int_truncate(v, i16t, "low")?;
+            let low = self.b.build_int_s_extend(low, i32t, "slow")?;
+            let high = self.b.build_right_shift(v, i32t.const_int(16, false), true, "high")?;
+            Ok([low, high])
+        };
+        let ([al, ah], [bl, bh]) = (halves(a)?, halves(b)?);
+        let low = self.b.build_int_mul(al, bl, "plow")?;
+        let high = self.b.build_int_mul(ah, bh, "phigh")?;
+        let sum = self.b.build_int_add(c.into_int_value(), low, "dot2")?;
+        Ok(self.b.build_int_add(sum, high, "dot2")?.into())
     }
 
     /// `@dot4(c, a, b)`: `vpdpbusd` in pieces as wide as the CPU's VNNI
