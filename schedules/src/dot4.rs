@@ -77,8 +77,6 @@ pub fn pack_products(p: &mut Program, target: &Target) -> usize {
     let Some(word) = Word::of(target) else { return 0 };
     let tiles = target.has_amx_int8() && word == Word::Bytes;
     let mut made: Vec<(Packing, TensorId)> = Vec::new();
-    // Filters copied with their columns last, for gathered rows.
-    let mut moved: Vec<(TensorId, usize, TensorId)> = Vec::new();
     let mut rewritten = 0;
     let mut si = 0;
     while si < p.stages.len() {
@@ -87,8 +85,8 @@ pub fn pack_products(p: &mut Program, target: &Target) -> usize {
                 let direct = tiles.then(|| tile_product(p, si, &prod)).flatten();
                 let gathered = (tiles && direct.is_none()).then(|| gathered_rows(p, si, &prod)).flatten();
                 si = match gathered {
-                    Some(f) => gather_rows(p, si, f, &mut made, &mut moved),
-                    None => rewrite(p, si, prod, direct, &mut made),
+                    Some(f) => gather_rows(p, si, f, &mut made),
+                    None => rewrite(p, si, prod, direct, &mut made).0,
                 };
                 rewritten += 1;
             }
@@ -516,45 +514,33 @@ fn gathered_rows(p: &Program, si: usize, prod: &Product) -> Option<usize> {
 /// Product stage `si` on AMX tiles with its rows gathered: computed
 /// filters-last over the map's positions as one axis
 /// (`Y.t[n, p, f]`, `p = y · W + x`, the stage a copy back: as
-/// [`crate::filters_last`] does), its operands packed for tiles, and the
+/// [`crate::filters_last`] does, the filters read as they are), its
+/// operands packed for tiles (the filters straight into
+/// [`Layout::TileCols`], as a direct tile product's are), and the
 /// unsigned operand's elements gathered per position
 /// (`X.q4.rows[n, p, r, s, c4] = X.q4[n, 2·(p / W) + r, 2·(p % W) + s, c4]`:
 /// runs of contiguous packed channels): each position a tile row, one
 /// index apart, the rows of the whole map in a block. The stage index of
 /// the product afterwards.
-fn gather_rows(
-    p: &mut Program,
-    si: usize,
-    f: usize,
-    made: &mut Vec<(Packing, TensorId)>,
-    moved: &mut Vec<(TensorId, usize, TensorId)>,
-) -> usize {
+fn gather_rows(p: &mut Program, si: usize, f: usize, made: &mut Vec<(Packing, TensorId)>) -> usize {
     let n = p.stages[si].n_axes;
-    let at = crate::filters_last::rewrite(p, si, f, Some((n - 2, n - 1)), moved) - 1;
+    let at = crate::filters_last::rewrite(p, si, f, Some((n - 2, n - 1)), None) - 1;
     let prod = find_product(p, at, Word::Bytes).expect("the product, its axes renamed");
     let last = (p.stages[at].n_axes - 1) as VarId;
     let TExpr::Load(_, wi) = p.expr(prod.w.load) else { unreachable!("an operand is a load") };
     let cols = wi.iter().position(|&i| plain_var(p, i) == Some(last)).expect("the filters' axis");
-    let at = rewrite(p, at, prod, Some(cols), made);
-    insert_row_gather(p, at)
+    let TExpr::Reduce(_, vars, _) = p.expr(prod.reduce).clone() else { unreachable!("a product is a sum") };
+    let (at, packed) = rewrite(p, at, prod, Some(cols), made);
+    insert_row_gather(p, at, packed, &vars)
 }
 
 /// A stage before product stage `at` gathering its packed unsigned
-/// operand `A.q4[..]` by the variables it moves with — the stage's axes,
-/// then the sum's other variables, then the packed one, each in order —
-/// and the product reading that; the product's stage index afterwards.
-fn insert_row_gather(p: &mut Program, at: usize) -> usize {
+/// operand `load` (`A.q4[..]`, read in a sum over `vars`) by the variables
+/// it moves with — the stage's axes, then the sum's other variables, then
+/// the packed one, each in order — and the product reading that; the
+/// product's stage index afterwards.
+fn insert_row_gather(p: &mut Program, at: usize, load: TExprId, vars: &[VarId]) -> usize {
     let st = p.stages[at].clone();
-    let mut stack = vec![st.value];
-    let (load, vars) = loop {
-        let e = stack.pop().expect("a packed product in the stage");
-        if let TExpr::Reduce(ReduceOp::Sum, vars, body) = p.expr(e) {
-            if let TExpr::Intrinsic(Intrinsic::Dot4, args) = p.expr(*body) {
-                break (args[1], vars.clone());
-            }
-        }
-        stack.extend(p.children(e));
-    };
     let TExpr::Load(t, idx) = p.expr(load).clone() else { unreachable!("an operand is a load") };
     let k = plain_var(p, *idx.last().expect("packed last")).expect("the packed variable indexes the last dimension");
     let moves = |v: VarId| v != k && idx.iter().any(|&i| involves(p, i, v));
@@ -594,7 +580,7 @@ const TILE_WORDS: i64 = 16;
 
 /// Pack the product's operands (stages before `si`, shared with earlier
 /// products packed alike) and make it read them; the stage index of the
-/// product afterwards.
+/// product afterwards, and its load of the packed unsigned operand.
 /// Where `tiles` (the signed operand's dimension of the columns), in the
 /// layouts of AMX tiles ([`Layout::TileRows`], [`Layout::TileCols`]).
 fn rewrite(
@@ -603,7 +589,7 @@ fn rewrite(
     prod: Product,
     tiles: Option<usize>,
     made: &mut Vec<(Packing, TensorId)>,
-) -> usize {
+) -> (usize, TExprId) {
     let k = prod.k as usize;
     let len = p.stages[si].vars[k].extent;
     let correction = match prod.offset {
@@ -665,7 +651,7 @@ fn rewrite(
     }
     let value = p.stages[si].value;
     p.stages[si].value = replace_node(p, value, prod.reduce, sum);
-    si
+    (si, la)
 }
 
 /// A stage before `at` summing the signed operand `load` over the

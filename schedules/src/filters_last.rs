@@ -86,7 +86,7 @@ pub fn filters_last(p: &mut Program, target: &Target, movable: &dyn Fn(TensorId)
         // AMX tiles need no vectors along the rows: their layout stays.
         let tiled = target.has_amx_int8() && crate::dot4::reads_tiles(p, si);
         if let Some((f, merged)) = long_axis(p, si, target, movable).filter(|_| !tiled) {
-            si = rewrite(p, si, f, merged, &mut made);
+            si = rewrite(p, si, f, merged, Some(&mut made));
             changed += 1;
         }
         si += 1;
@@ -185,14 +185,16 @@ fn alone_at(p: &Program, l: TExprId, v: VarId) -> Option<usize> {
 }
 
 /// Stage `si` computed filters-last along axis `f`, the row's axes
-/// `merged` one; the index of its copy stage (the original tensor's
-/// writer), after any inserted stages.
+/// `merged` one, its product's operands read along `f` from copies with
+/// that dimension last (cached in `made`), or as they are where `made` is
+/// `None` (a caller that packs them itself); the index of its copy stage
+/// (the original tensor's writer), after any inserted stages.
 pub(crate) fn rewrite(
     p: &mut Program,
     si: usize,
     f: usize,
     merged: Rows,
-    made: &mut Vec<(TensorId, usize, TensorId)>,
+    mut made: Option<&mut Vec<(TensorId, usize, TensorId)>>,
 ) -> usize {
     let st = p.stages[si].clone();
     let order: Vec<usize> = (0..st.n_axes).filter(|&d| d != f).chain([f]).collect();
@@ -229,7 +231,7 @@ pub(crate) fn rewrite(
     let mut value = subst(p, st.value, &exprs, &rename);
     let fv = (n_axes - 1) as VarId;
     let mut si = si;
-    if let Some((body, _)) = product_body(p, value) {
+    if let (Some((body, _)), Some(made)) = (product_body(p, value), made.as_deref_mut()) {
         let mut loads = Vec::new();
         crate::analysis::loads_in(p, body, &mut loads);
         loads.retain(|&l| involves(p, l, fv));
