@@ -51,12 +51,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let pad = |v: BasicValueEnum<'ctx>| self.lanes_of_padded(v.into_vector_value(), padded);
         let (a, b) = (pad(a)?, pad(b)?);
         let w = [16, 8, 4].into_iter().find(|&w| w <= widest && padded % w == 0).expect("4 divides a padded vector");
-        let name = match w {
-            16 => "llvm.x86.avx512.pmaddw.d.512",
-            8 => "llvm.x86.avx2.pmadd.wd",
-            _ => "llvm.x86.sse2.pmadd.wd",
-        };
-        let f = self.intrinsic(name, &[])?;
+        let f = self.pmaddwd(w)?;
         let i16v = self.cx.i16_type().vec_type(2 * w);
         let pieces = (0..padded / w)
             .map(|i| {
@@ -93,6 +88,16 @@ impl<'ctx> Gen<'ctx, '_> {
             inkwell::values::ValueKind::Basic(v) => Ok(v),
             _ => unreachable!("the asm block returns its operand"),
         }
+    }
+
+    /// `vpmaddwd` on `w` lanes of `i32` (zmm, ymm or xmm).
+    fn pmaddwd(&self, w: u32) -> R<inkwell::values::FunctionValue<'ctx>> {
+        let name = match w {
+            16 => "llvm.x86.avx512.pmaddw.d.512",
+            8 => "llvm.x86.avx2.pmadd.wd",
+            _ => "llvm.x86.sse2.pmadd.wd",
+        };
+        self.intrinsic(name, &[])
     }
 
     /// [`Gen::dot2`] on one `i32` lane.
@@ -218,8 +223,7 @@ impl<'ctx> Gen<'ctx, '_> {
         lanes: u32,
         w: u32,
     ) -> R<BasicValueEnum<'ctx>> {
-        let name = if w == 16 { "llvm.x86.avx512.pmaddw.d.512" } else { "llvm.x86.avx2.pmadd.wd" };
-        let f = self.intrinsic(name, &[])?;
+        let f = self.pmaddwd(w)?;
         let mut sum = c.into_vector_value();
         for first in [0, 2] {
             let x = self.byte_pairs(a.into_vector_value(), lanes, first, false)?;
