@@ -71,8 +71,8 @@ use texc_compiler::types::ElemType;
 
 const I32: Ty = Ty::Elem(ElemType::I32);
 
-/// Rewrite every integer product of `p` that the target's `@dot4` can
-/// compute; the number rewritten.
+/// Rewrite every integer product of `p` that the target's `@dot4` (or,
+/// without VNNI, `@dot2`) can compute; the number rewritten.
 pub fn pack_products(p: &mut Program, target: &Target) -> usize {
     let Some(word) = Word::of(target) else { return 0 };
     let tiles = target.has_amx_int8() && word == Word::Bytes;
