@@ -44,10 +44,7 @@ impl<'ctx> Gen<'ctx, '_> {
     ) -> R<BasicValueEnum<'ctx>> {
         let Some(lanes) = mode.lanes() else { return self.dot2_scalar(c, a, b) };
         let widest = self.pmaddwd_lanes().unwrap_or(4);
-        let padded = match self.exact_pieces(lanes, widest) {
-            Some(n) if n <= lanes.div_ceil(widest) => lanes,
-            _ => lanes.div_ceil(widest) * widest,
-        };
+        let padded = self.padded_lanes(lanes, widest);
         let pad = |v: BasicValueEnum<'ctx>| self.lanes_of_padded(v.into_vector_value(), padded);
         let (a, b) = (pad(a)?, pad(b)?);
         let w = [16, 8, 4].into_iter().find(|&w| w <= widest && padded % w == 0).expect("4 divides a padded vector");
@@ -145,10 +142,8 @@ impl<'ctx> Gen<'ctx, '_> {
             (None, None) => return self.dot4_widened(c, a, b, lanes, true),
         };
         let padded = match self.vnni_lanes() {
-            Some(widest) if self.exact_pieces(lanes, widest).is_none_or(|n| n > lanes.div_ceil(widest)) => {
-                lanes.div_ceil(widest) * widest
-            }
-            _ => lanes.div_ceil(unit) * unit,
+            Some(widest) => self.padded_lanes(lanes, widest),
+            None => lanes.div_ceil(unit) * unit,
         };
         if padded == lanes {
             return self.dot4_tiled(c, a, b, lanes);
@@ -156,6 +151,16 @@ impl<'ctx> Gen<'ctx, '_> {
         let [c, a, b] = [c, a, b].map(|v| self.lanes_of_padded(v.into_vector_value(), padded));
         let wide = self.dot4_tiled(c?.into(), a?.into(), b?.into(), padded)?;
         Ok(self.lanes_of(wide.into_vector_value(), 0, lanes)?.into())
+    }
+
+    /// The lanes `lanes` are computed in, by instructions of 16, 8 or 4
+    /// lanes (at most `widest`): themselves where exact pieces are as few as
+    /// whole widest registers, else padded to whole widest registers.
+    fn padded_lanes(&self, lanes: u32, widest: u32) -> u32 {
+        match self.exact_pieces(lanes, widest) {
+            Some(n) if n <= lanes.div_ceil(widest) => lanes,
+            _ => lanes.div_ceil(widest) * widest,
+        }
     }
 
     /// How many `vpdpbusd` of one width (16, 8 or 4 lanes, at most

@@ -142,7 +142,7 @@ fn inline_epilogues(p: &mut Program) {
 }
 
 /// Whether evaluating `e` is cheap enough to repeat: no transcendental functions.
-fn cheap(p: &Program, e: TExprId) -> bool {
+pub(crate) fn cheap(p: &Program, e: TExprId) -> bool {
     let costly = matches!(p.expr(e), TExpr::Math(f, _) if f.is_costly());
     !costly && p.children(e).into_iter().all(|c| cheap(p, c))
 }

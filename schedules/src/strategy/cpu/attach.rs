@@ -227,12 +227,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64) {
 /// vector, and stays attached.)
 fn narrows_math(p: &Program, st: &Stage, ext: &[i64], lanes: i64) -> bool {
     let (Some(&part), Some(&row)) = (ext.last(), p.tensor(st.tensor).shape.last()) else { return false };
-    part < row && 2 * part <= lanes && calls_costly(p, st.value)
-}
-
-/// Whether `e` calls a costly math function (`exp`, `erf`, ..: not `min`, `max`, `round`).
-fn calls_costly(p: &Program, e: TExprId) -> bool {
-    matches!(p.expr(e), TExpr::Math(f, _) if f.is_costly()) || p.children(e).into_iter().any(|c| calls_costly(p, c))
+    part < row && 2 * part <= lanes && !crate::strategy::preparation::cheap(p, st.value)
 }
 
 /// [`crate::attach::infer`] on `s` as it is, `s` left as it was: the
