@@ -42,7 +42,7 @@ fn own_work(p: &Program, e: TExprId) -> (f64, f64) {
         TExpr::Binary(op, _, _) if !op.is_comparison() && !op.is_logic() => 1.0,
         TExpr::Math(..) => 1.0,
         TExpr::Intrinsic(crate::ops::Intrinsic::Fma, _) => 2.0,
-        TExpr::Intrinsic(crate::ops::Intrinsic::Dot4, _) => 8.0,
+        TExpr::Intrinsic(crate::ops::Intrinsic::Dot4 | crate::ops::Intrinsic::Dot4Sat, _) => 8.0,
         TExpr::Intrinsic(crate::ops::Intrinsic::Dot2, _) => 4.0,
         _ => 0.0,
     };

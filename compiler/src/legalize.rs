@@ -88,10 +88,12 @@ impl<'t> Legalizer<'t> {
     }
 }
 
-/// The instruction and operands `[a, b]` of `@dot4(0, a, b)` or `@dot2(0, a, b)`.
+/// The instruction and operands `[a, b]` of `@dot4(0, a, b)`, `@dot2(0, a, b)` or `@dot4sat(0, a, b)`.
 fn zero_based_dot(p: &Program, e: TExprId) -> Option<(Intrinsic, [TExprId; 2])> {
     match p.expr(e) {
-        TExpr::Intrinsic(i @ (Intrinsic::Dot4 | Intrinsic::Dot2), args) if int_const(p, args[0]) == Some(0) => {
+        TExpr::Intrinsic(i @ (Intrinsic::Dot4 | Intrinsic::Dot2 | Intrinsic::Dot4Sat), args)
+            if int_const(p, args[0]) == Some(0) =>
+        {
             Some((*i, [args[1], args[2]]))
         }
         _ => None,

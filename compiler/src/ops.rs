@@ -253,10 +253,18 @@ pub enum Intrinsic {
     /// use it, their operands packed two to an `i32`, each byte widened to
     /// 16 bits once when packed (`schedules::dot4`).
     Dot2,
+    /// `@dot4sat(c, a, b)` on `i32`: `c` plus the products of `a`'s bytes,
+    /// unsigned, with `b`'s, signed, summed in pairs (bytes 0–1, 2–3) that
+    /// each saturate to 16 bits, with wrapping adds — one lane of x86's
+    /// `vpmaddubsw`, then `vpmaddwd` by ones and `vpaddd`. Integer products
+    /// on CPUs without VNNI use it where their constant weights prove that
+    /// no pair sum can saturate (`schedules::dot4`), so that it equals
+    /// [`Intrinsic::Dot4`] there.
+    Dot4Sat,
 }
 
 impl Intrinsic {
-    pub const ALL: [Intrinsic; 3] = [Intrinsic::Fma, Intrinsic::Dot4, Intrinsic::Dot2];
+    pub const ALL: [Intrinsic; 4] = [Intrinsic::Fma, Intrinsic::Dot4, Intrinsic::Dot2, Intrinsic::Dot4Sat];
 
     /// Printed form; the leading `@` keeps it apart from every user-callable name.
     pub fn name(self) -> &'static str {
@@ -264,12 +272,13 @@ impl Intrinsic {
             Intrinsic::Fma => "@fma",
             Intrinsic::Dot4 => "@dot4",
             Intrinsic::Dot2 => "@dot2",
+            Intrinsic::Dot4Sat => "@dot4sat",
         }
     }
 
     pub fn arity(self) -> usize {
         match self {
-            Intrinsic::Fma | Intrinsic::Dot4 | Intrinsic::Dot2 => 3,
+            Intrinsic::Fma | Intrinsic::Dot4 | Intrinsic::Dot2 | Intrinsic::Dot4Sat => 3,
         }
     }
 }

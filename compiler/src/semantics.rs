@@ -294,7 +294,16 @@ pub fn intrinsic(i: Intrinsic, ty: Ty, a: &[V]) -> V {
         Intrinsic::Fma => V::I(wrap(ty, a[0].i().wrapping_mul(a[1].i()).wrapping_add(a[2].i()))),
         Intrinsic::Dot4 => V::I(wrap(ty, a[0].i().wrapping_add(dot4(a[1].i(), a[2].i())))),
         Intrinsic::Dot2 => V::I(wrap(ty, a[0].i().wrapping_add(dot2(a[1].i(), a[2].i())))),
+        Intrinsic::Dot4Sat => V::I(wrap(ty, a[0].i().wrapping_add(dot4sat(a[1].i(), a[2].i())))),
     }
+}
+
+/// The products of `a`'s bytes (unsigned) by `b`'s (signed), each pair
+/// (bytes 0–1, 2–3) summed and saturated to `i16`, the two summed:
+/// [`Intrinsic::Dot4Sat`] without its accumulator.
+pub fn dot4sat(a: i64, b: i64) -> i64 {
+    let product = |t: i64| i64::from((a >> (8 * t)) as u8) * i64::from((b >> (8 * t)) as i8);
+    [0, 2].iter().map(|&t| (product(t) + product(t + 1)).clamp(i16::MIN.into(), i16::MAX.into())).sum()
 }
 
 /// The two products of `a`'s 16-bit halves by `b`'s, both signed, summed:

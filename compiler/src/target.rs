@@ -454,15 +454,16 @@ fn x86(
 /// The target intrinsics of an x86 target needing `requires`: `fma` with
 /// FMA3; with AVX2, `dot4` — one `vpdpbusd` with either VNNI, without it
 /// `vpmaddwd` on the bytes widened to 16 bits in the loop (exact: nothing
-/// saturates) — and `dot2` (`vpmaddwd` on words widened when packed: what
-/// integer products use without VNNI).
+/// saturates) — `dot2` (`vpmaddwd` on words widened when packed: what
+/// integer products use without VNNI) and `dot4sat` (`vpmaddubsw`: what
+/// they use without VNNI where constant weights cannot saturate it).
 fn intrinsics_of(requires: &[&str]) -> Vec<Intrinsic> {
     let mut out = Vec::new();
     if requires.contains(&"fma") {
         out.push(Intrinsic::Fma);
     }
     if requires.contains(&"avx2") {
-        out.extend([Intrinsic::Dot4, Intrinsic::Dot2]);
+        out.extend([Intrinsic::Dot4, Intrinsic::Dot2, Intrinsic::Dot4Sat]);
     }
     out
 }

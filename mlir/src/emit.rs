@@ -435,6 +435,7 @@ impl<'c> B<'c> {
             }
             (Intrinsic::Dot4, _) => self.dot4(blk, t, a, lanes),
             (Intrinsic::Dot2, _) => self.dot2(blk, t, a, lanes),
+            (Intrinsic::Dot4Sat, _) => self.dot4sat(blk, t, a, lanes),
         }
     }
 
@@ -455,21 +456,51 @@ impl<'c> B<'c> {
         sum
     }
 
-    /// `@dot4(c, a, b)` in `arith`: byte `t` of `a` shifted down and masked,
-    /// of `b` shifted to the top and arithmetically down, products summed into `c`.
+    /// `@dot4(c, a, b)` in `arith`: the four byte products summed into `c`.
     fn dot4<'a>(&self, blk: &'a Block<'c>, t: Ty, a: &[Value<'c, '_>], lanes: Option<u32>) -> Value<'c, 'a> {
         let ty = self.vty(t, lanes);
-        let k = |v: i64| self.constant_like(blk, t, v as f64, lanes);
-        let mut sum = self.op1(blk, "arith.addi", &[a[0], k(0)], ty, &[]);
+        let zero = self.constant_like(blk, t, 0.0, lanes);
+        let mut sum = self.op1(blk, "arith.addi", &[a[0], zero], ty, &[]);
         for byte in 0..4 {
-            let ua = self.op1(blk, "arith.shrui", &[a[1], k(8 * byte)], ty, &[]);
-            let ua = self.op1(blk, "arith.andi", &[ua, k(255)], ty, &[]);
-            let sb = self.op1(blk, "arith.shli", &[a[2], k(24 - 8 * byte)], ty, &[]);
-            let sb = self.op1(blk, "arith.shrsi", &[sb, k(24)], ty, &[]);
-            let prod = self.op1(blk, "arith.muli", &[ua, sb], ty, &[]);
+            let prod = self.byte_product(blk, t, a, lanes, byte);
             sum = self.op1(blk, "arith.addi", &[sum, prod], ty, &[]);
         }
         sum
+    }
+
+    /// `@dot4sat(c, a, b)` in `arith`: byte products summed in pairs, each
+    /// pair clamped to the `i16` range (`arith.maxsi`, `arith.minsi`), into `c`.
+    fn dot4sat<'a>(&self, blk: &'a Block<'c>, t: Ty, a: &[Value<'c, '_>], lanes: Option<u32>) -> Value<'c, 'a> {
+        let ty = self.vty(t, lanes);
+        let k = |v: i64| self.constant_like(blk, t, v as f64, lanes);
+        let mut sum = self.op1(blk, "arith.addi", &[a[0], k(0)], ty, &[]);
+        for first in [0, 2] {
+            let [x, y] = [first, first + 1].map(|byte| self.byte_product(blk, t, a, lanes, byte));
+            let pair = self.op1(blk, "arith.addi", &[x, y], ty, &[]);
+            let pair = self.op1(blk, "arith.maxsi", &[pair, k(i16::MIN.into())], ty, &[]);
+            let pair = self.op1(blk, "arith.minsi", &[pair, k(i16::MAX.into())], ty, &[]);
+            sum = self.op1(blk, "arith.addi", &[sum, pair], ty, &[]);
+        }
+        sum
+    }
+
+    /// Byte `byte` of `a[1]` (shifted down and masked: unsigned) times that
+    /// of `a[2]` (shifted to the top and arithmetically down: signed).
+    fn byte_product<'a>(
+        &self,
+        blk: &'a Block<'c>,
+        t: Ty,
+        a: &[Value<'c, '_>],
+        lanes: Option<u32>,
+        byte: i64,
+    ) -> Value<'c, 'a> {
+        let ty = self.vty(t, lanes);
+        let k = |v: i64| self.constant_like(blk, t, v as f64, lanes);
+        let ua = self.op1(blk, "arith.shrui", &[a[1], k(8 * byte)], ty, &[]);
+        let ua = self.op1(blk, "arith.andi", &[ua, k(255)], ty, &[]);
+        let sb = self.op1(blk, "arith.shli", &[a[2], k(24 - 8 * byte)], ty, &[]);
+        let sb = self.op1(blk, "arith.shrsi", &[sb, k(24)], ty, &[]);
+        self.op1(blk, "arith.muli", &[ua, sb], ty, &[])
     }
 
     /// Convert `v` from `from` to `to` (docs/language.md, "Semantics").

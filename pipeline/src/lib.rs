@@ -736,7 +736,11 @@ impl Pipeline {
         let knobs = self.default_knobs(self.options.target)?;
         // Packed or transposed before folding, a constant operand of a product is packed once.
         if self.options.target.kind == TargetKind::Cpu {
-            texc_schedules::dot4::pack_products(p, self.options.target);
+            let weights = |name: &str| match self.model_inputs.get(name).map(|t| &t.data) {
+                Some(texc_runtime::Data::I8(v)) => Some(&v[..]),
+                _ => None,
+            };
+            texc_schedules::dot4::pack_products(p, self.options.target, &weights);
             let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
             texc_schedules::filters_last::filters_last(p, self.options.target, &|t| constant[t.0 as usize]);
             let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);

@@ -23,10 +23,15 @@
 //! its type says): `sum[k2](@dot2(0, A.q2[.., k2, ..], W.q2[.., k2, ..]))`,
 //! one `vpmaddwd` lane per two products. Widening once, when packing (for
 //! constant weights, when folding), not before every instruction, halves
-//! the instructions per product (MEASURED: `docs/quantization.md`);
+//! the instructions per product (MEASURED: `docs/quantization.md`).
 //! `vpmaddubsw`, which multiplies bytes directly, saturates its 16-bit
 //! pair sums for about one weight pair in seventy of a quantized
-//! ResNet-18 and would not be exact. Both operands are signed 16-bit
+//! ResNet-18; where the weights are known (a model's, [`Known`]) and no
+//! neighbouring pair can saturate ([`pairs_cannot_saturate`]: 7-bit
+//! weights never do), the product is packed in bytes as for `vpdpbusd` and
+//! computed with [`Intrinsic::Dot4Sat`] instead, which those weights make
+//! equal to `@dot4` (MEASURED: ResNet-18 with ORT's `reduce_range`, 1.3–1.5×
+//! faster than on `@dot2`). In halves both operands are signed 16-bit
 //! numbers, so an `i8` unsigned side needs no offset, and `u8 × u8`
 //! products are packed too.
 //!
@@ -55,7 +60,8 @@
 //!
 //! Invariants: the program computes the same values bit for bit (integer
 //! sums wrap in `i32` either way, and the four products of a lane are the
-//! products of the original sum, zero bytes adding nothing); the packed
+//! products of the original sum, zero bytes adding nothing; `@dot4sat`
+//! only with weights whose pair sums fit 16 bits for any unsigned bytes); the packed
 //! variable is used by nothing but the two loads; stages stay in an order
 //! where every tensor is written before it is read; operator records'
 //! stage ranges move with the inserted stages.
@@ -71,16 +77,33 @@ use texc_compiler::types::ElemType;
 
 const I32: Ty = Ty::Elem(ElemType::I32);
 
+/// The values of the `i8` input tensors known when compiling (a model's
+/// weights), by name; `None` for any other.
+pub type Known<'a> = &'a dyn Fn(&str) -> Option<&'a [i8]>;
+
+/// No tensor's values known (kernels whose weights are arguments).
+pub fn nothing_known(_: &str) -> Option<&'static [i8]> {
+    None
+}
+
 /// Rewrite every integer product of `p` that the target's `@dot4` (or,
-/// without VNNI, `@dot2`) can compute; the number rewritten.
-pub fn pack_products(p: &mut Program, target: &Target) -> usize {
+/// without VNNI, `@dot4sat` where `known` weights allow it, else `@dot2`)
+/// can compute; the number rewritten.
+pub fn pack_products(p: &mut Program, target: &Target, known: Known<'_>) -> usize {
     let Some(word) = Word::of(target) else { return 0 };
     let tiles = target.has_amx_int8() && word == Word::Bytes;
+    let saturating = word == Word::Halves && target.has_intrinsic(Intrinsic::Dot4Sat);
     let mut made: Vec<(Packing, TensorId)> = Vec::new();
     let mut rewritten = 0;
     let mut si = 0;
     while si < p.stages.len() {
-        match find_product(p, si, word) {
+        let in_bytes = saturating.then(|| find_product(p, si, Word::Bytes)).flatten();
+        let in_bytes = in_bytes.filter(|prod| pairs_cannot_saturate(p, &prod.w, known));
+        let found = match in_bytes {
+            Some(prod) => Some(Product { dot: Intrinsic::Dot4Sat, ..prod }),
+            None => find_product(p, si, word),
+        };
+        match found {
             Some(prod) => {
                 let direct = tiles.then(|| tile_product(p, si, &prod)).flatten();
                 let gathered = (tiles && direct.is_none()).then(|| gathered_rows(p, si, &prod)).flatten();
@@ -154,6 +177,9 @@ struct Product {
     /// `a` is `i8` in bytes: packed offset by 128, and `128 · Σ w` subtracted.
     offset: bool,
     word: Word,
+    /// The instruction on the packed words: `word`'s, or, on bytes,
+    /// [`Intrinsic::Dot4Sat`] where no pair sum can saturate.
+    dot: Intrinsic,
 }
 
 /// A packed tensor: `tensor`'s dimension `dim`, of which the first `len`,
@@ -233,13 +259,49 @@ fn as_product(p: &Program, st: &Stage, e: TExprId, word: Word) -> Option<Product
             let len = st.vars[k as usize].extent;
             let a = operand(p, (a.0, a.1), k, len, word)?;
             let w = operand(p, (w.0, w.1), k, len, word)?;
-            (!used_outside(p, st.value, e, k)).then_some(Product { reduce: e, k, a, w, offset, word })
+            (!used_outside(p, st.value, e, k)).then_some(Product {
+                reduce: e,
+                k,
+                a,
+                w,
+                offset,
+                word,
+                dot: word.intrinsic(),
+            })
         });
         if found.is_some() {
             return found;
         }
     }
     None
+}
+
+/// Whether `vpmaddubsw` on operand `w` packed in bytes equals `vpdpbusd`:
+/// its values are known, and no two neighbours along the packed dimension
+/// (a superset of the pairs the instruction sums, whatever the packing's
+/// start) can take a pair sum past 16 bits with any unsigned bytes beside
+/// them — the positive weights of a pair sum to at most 128 and the
+/// negative ones to at least −128 (`255 · 128 = 32640`; 129 would make
+/// 32895). Weights quantized to 7 bits (ONNX Runtime's `reduce_range`)
+/// always pass; full-range ones rarely do (MEASURED: about one pair in
+/// seventy of a quantized ResNet-18 fails, in every layer).
+fn pairs_cannot_saturate(p: &Program, w: &Operand, known: Known<'_>) -> bool {
+    let decl = p.tensor(w.tensor);
+    if decl.elem != ElemType::I8 || !p.input_tensors().any(|t| t == w.tensor) {
+        return false;
+    }
+    let Some(values) = known(&decl.name) else { return false };
+    let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+    if values.len() != shape.iter().product::<usize>() {
+        return false;
+    }
+    // Neighbours along `dim` lie `stride` apart in row-major order.
+    let (n, stride) = (shape[w.dim], shape[w.dim + 1..].iter().product::<usize>());
+    let fits = |x: i8, y: i8| {
+        let (x, y) = (i32::from(x), i32::from(y));
+        x.max(0) + y.max(0) <= 128 && x.min(0) + y.min(0) >= -128
+    };
+    (0..values.len()).filter(|i| (i / stride) % n + 1 < n).all(|i| fits(values[i], values[i + stride]))
 }
 
 /// Whether the signed operand `load` can be summed over the reduction
@@ -640,7 +702,7 @@ fn rewrite(
     };
     let (la, lw) = (load(p, a, la, pa), load(p, w, lw, pw));
     let zero = p.alloc(TExpr::Int(0), I32, span);
-    let dot = p.alloc(TExpr::Intrinsic(prod.word.intrinsic(), vec![zero, la, lw]), I32, span);
+    let dot = p.alloc(TExpr::Intrinsic(prod.dot, vec![zero, la, lw]), I32, span);
     let TExpr::Reduce(op, vars, _) = p.expr(prod.reduce).clone() else { unreachable!("a product is a sum") };
     let mut sum = p.alloc(TExpr::Reduce(op, vars, dot), I32, span);
     if let Some((w_sum, idx)) = correction {

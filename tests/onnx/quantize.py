@@ -114,6 +114,8 @@ def compare(f32_path, qdq_path, eval_path):
     nodes = [n.op_type for n in onnx.load(qdq_path).graph.node]
     print(f"relative_error {np.linalg.norm(q - f) / np.linalg.norm(f):.6e}")
     print(f"qdq_nodes {sum(op in ('QuantizeLinear', 'DequantizeLinear') for op in nodes)}")
+    ints = [numpy_helper.to_array(t) for t in onnx.load(qdq_path).graph.initializer if t.data_type == TensorProto.INT8]
+    print(f"widest_weight {max(int(np.abs(w.astype(np.int64)).max()) for w in ints)}")
 
 
 def im2col(x, stride):

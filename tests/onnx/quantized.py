@@ -114,6 +114,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--size", type=int, help="the input's spatial size or sequence length (default: the builder's)")
     ap.add_argument("--opset", type=int, help="the f32 model's opset before quantizing (default: the builder's)")
+    ap.add_argument("--reduce-range", action="store_true",
+                    help="7-bit weights, as ONNX Runtime quantizes for CPUs without VNNI")
     a = ap.parse_args()
     build, size = BUILDERS[a.model]
     m = build(a.size or size, a.seed)
@@ -147,7 +149,7 @@ def main():
     if a.mode in ("static", "qoperator"):
         fmt = QuantFormat.QDQ if a.mode == "static" else QuantFormat.QOperator
         quantize_static(f32_path, path, Calibration(), quant_format=fmt, per_channel=a.per_channel,
-                        activation_type=act, weight_type=QuantType.QInt8)
+                        reduce_range=a.reduce_range, activation_type=act, weight_type=QuantType.QInt8)
     elif a.mode == "dynamic":
         quantize_dynamic(f32_path, path, per_channel=a.per_channel, weight_type=QuantType.QInt8)
     else:

@@ -147,3 +147,28 @@ fn std_operators_stay_inside_their_tensors() {
         check_default(&name, &p, t);
     }
 }
+
+/// Windows over bytes with a padded border — a `u8` 3 × 3 max pool of
+/// stride 2 (a strided masked load) and one of stride 1 (a contiguous
+/// one), odd sizes — on every CPU target: where masked byte loads are not
+/// instructions (AVX2), a full vector is loaded only where every lane is
+/// on, so the border's lanes never read outside `X`; and the results are
+/// the interpreter's.
+#[test]
+fn byte_windows_stay_inside_their_tensors() {
+    let src = "kernel pool(X: u8[1, 3, 23, 37]) -> (Y: u8[1, 3, 12, 19], Z: u8[1, 3, 23, 37]) {\n\
+               \x20   Y[n, c, y, x] = max[r in 0..3, s in 0..3](select(2 * y + r >= 1 && 2 * y + r < 24 && 2 * x + s >= 1 && 2 * x + s < 38, X[n, c, 2 * y + r - 1, 2 * x + s - 1], u8(0)));\n\
+               \x20   Z[n, c, y, x] = max[r in 0..3, s in 0..3](select(y + r >= 1 && y + r < 24 && x + s >= 1 && x + s < 38, X[n, c, y + r - 1, x + s - 1], u8(0)));\n}\n";
+    let (mut pl, k) = texc_tests::load_text("interp", "pool.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let args = interp::bind_args(&p, HashMap::new(), &[], 5).expect("binds");
+    let want = interp::run(&p, args.clone()).expect("interp");
+    for t in cpu_targets() {
+        let f = texc_tests::default_lowered_on(t, &p);
+        let k = texc_tests::compile_loops(t, &f).unwrap_or_else(|e| panic!("pool on {t}: {e}"));
+        for (got, w) in k.run(args.clone()).expect("runs").iter().zip(&want) {
+            assert_eq!(got.bytes(), w.bytes(), "pool on {t}: not the interpreter's");
+        }
+        run_fenced(&format!("pool on {t}"), &k, &args);
+    }
+}

@@ -2,6 +2,7 @@
 //! widened to `i32` are bit-exact against the interpreter on every CPU
 //! target that runs here — on the LLVM x86 targets as `@dot4` (`vpdpbusd`)
 //! with VNNI, as `@dot2` (`vpmaddwd` on bytes widened when packed) without,
+//! or `@dot4sat` (`vpmaddubsw`) where known weights cannot saturate it,
 //! on Cranelift as written — at sizes no vector, register block or group of
 //! four divides; `i8` activations offset by 128 with the weights' sums
 //! subtracted (VNNI); products the instruction cannot take (two unsigned
@@ -252,6 +253,82 @@ fn dot2_is_vpmaddwd_lane_semantics() {
     let i32t = Ty::Elem(ElemType::I32);
     let got = intrinsic(Intrinsic::Dot2, i32t, &[V::I(0), V::I(min), V::I(min)]);
     assert_eq!(got.i(), i64::from(i32::MIN));
+}
+
+#[test]
+fn dot4sat_is_vpmaddubsw_lane_semantics() {
+    use texc_compiler::semantics::{dot4, dot4sat};
+    let word = |b: [u8; 4]| i64::from(u32::from_le_bytes(b));
+    // Pair sums inside 16 bits: the exact products, as `@dot4`.
+    let (a, b) = (word([1, 2, 3, 255]), word([0xff, 2, 0xfd, 64]));
+    assert_eq!(dot4sat(a, b), dot4(a, b));
+    // 255 · 127 twice saturates to 32767 per pair; 255 · −128 twice to −32768.
+    assert_eq!(dot4sat(0xffff_ffff, 0x7f7f_7f7f), 2 * 32767);
+    assert_eq!(dot4sat(0xffff_ffff, 0x8080_8080), 2 * -32768);
+    // Mixed signs within a pair cannot saturate: 255 · (127 − 128).
+    assert_eq!(dot4sat(0xffff_ffff, i64::from(u32::from_le_bytes([127, 0x80, 127, 0x80]))), 2 * -255);
+}
+
+/// Without VNNI, a product whose weights are known when compiling (a
+/// model's) and cannot saturate a 16-bit pair sum (every neighbouring
+/// pair's positive weights summing to at most 128, negative ones to at
+/// least −128: 7-bit weights always) is packed in bytes on `@dot4sat`
+/// (`vpmaddubsw`); one pair beyond that keeps `@dot2`; with VNNI, `@dot4`
+/// whatever the weights. The packed product equals the product as written
+/// with those weights, bit for bit, on every CPU target here (unsigned
+/// activations up to 255, the worst case for saturation).
+#[test]
+fn weights_known_to_fit_take_vpmaddubsw() {
+    use texc_compiler::target::lookup;
+    use texc_runtime::{DType, Tensor};
+    use texc_schedules::dot4::pack_products;
+    let (m, k, n) = (7, 70, 37);
+    let src = gemm(m, k, n, "u8");
+    // Weights in −64..=64, pairs of 64 + 64 included.
+    let fitting: Vec<i8> = (0..n * k).map(|i| if i < 2 { 64 } else { ((i * 37 % 129) - 64) as i8 }).collect();
+    let packed = |weights: &[i8], target: &str| {
+        let mut p = program(&src);
+        let known = |name: &str| (name == "W").then_some(weights);
+        assert_eq!(pack_products(&mut p, lookup(target).expect("a target"), &known), 1);
+        p
+    };
+    let print = texc_compiler::print::print_program;
+    for target in ["x86-avx2", "x86-avx512"] {
+        let text = print(&packed(&fitting, target));
+        assert!(text.contains("@dot4sat(0i32, ") && text.contains("W.q4: i32[18, 37]"), "{target}:\n{text}");
+    }
+    let mut beyond = fitting.clone();
+    (beyond[2 * k as usize + 10], beyond[2 * k as usize + 11]) = (100, 29);
+    let text = print(&packed(&beyond, "x86-avx2"));
+    assert!(text.contains("@dot2(") && !text.contains("@dot4sat"), "{text}");
+    let mut mixed = fitting.clone();
+    mixed[4..8].copy_from_slice(&[0, 127, -128, 0]);
+    assert!(print(&packed(&mixed, "x86-avx2")).contains("@dot4sat("));
+    let text = print(&packed(&beyond, "x86-avx2-vnni"));
+    assert!(text.contains("@dot4(") && !text.contains("@dot4sat"), "{text}");
+    // Bit-exact against the product as written, with activations of 255 and random ones.
+    let written = program(&src);
+    for weights in [&fitting, &mixed] {
+        let p = packed(weights, "x86-avx2");
+        let w = Tensor::from_i64(
+            DType::I8,
+            vec![n as usize, k as usize],
+            &weights.iter().map(|&x| i64::from(x)).collect::<Vec<_>>(),
+        );
+        for a in [vec![255i64; (m * k) as usize], (0..m * k).map(|i| i * 97 % 256).collect()] {
+            let a = Tensor::from_i64(DType::U8, vec![m as usize, k as usize], &a);
+            let files = || [("A".to_string(), a.clone()), ("W".to_string(), w.clone())].into_iter().collect();
+            let args = |p: &Program| interp::bind_args(p, files(), &[], 0).expect("binds");
+            let want = interp::run(&written, args(&written)).expect("interp");
+            assert_eq!(interp::run(&p, args(&p)).expect("interp")[0].bytes(), want[0].bytes(), "the evaluator");
+            for target in cpu_targets().into_iter().filter(|t| t.has_intrinsic(texc_compiler::ops::Intrinsic::Dot4Sat))
+            {
+                let f = legal_loops(target.name, &p);
+                let code = texc_tests::compile_loops(target, &f).unwrap_or_else(|e| panic!("{target}: {e}"));
+                assert_eq!(code.run(args(&p)).expect("runs")[0].bytes(), want[0].bytes(), "{target}: not bit-exact");
+            }
+        }
+    }
 }
 
 /// AMX tiles (`x86-avx512-amx`): matrix products become `amx_dpbusd`

@@ -224,6 +224,10 @@ pub struct QuantizeArgs {
     /// Activations as i8 symmetric about 0 (default: u8 with a zero point).
     #[arg(long)]
     pub symmetric: bool,
+    /// Weights in 7 bits, −64..=64 (ONNX Runtime's `reduce_range`): on CPUs without VNNI their
+    /// products run on `vpmaddubsw`, which 8-bit weights could saturate.
+    #[arg(long)]
+    pub reduce_range: bool,
 }
 
 #[derive(Subcommand, Debug)]

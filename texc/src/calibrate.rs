@@ -241,9 +241,11 @@ pub fn activation_params(rmin: f32, rmax: f32, symmetric: bool) -> QParams {
     compute_scale_zp(rmin, rmax, qmin, qmax, symmetric)
 }
 
-/// Weights: i8 symmetric in [-127, 127], zero point 0.
-pub fn weight_params(abs_max: f32) -> QParams {
-    compute_scale_zp(-abs_max, abs_max, -127, 127, true)
+/// Weights: i8 symmetric in [-127, 127], or in [-64, 64] with
+/// `reduce_range` (ONNX Runtime's 7-bit range), zero point 0.
+pub fn weight_params(abs_max: f32, reduce_range: bool) -> QParams {
+    let q = if reduce_range { 64 } else { 127 };
+    compute_scale_zp(-abs_max, abs_max, -q, q, true)
 }
 
 fn compute_scale_zp(rmin: f32, rmax: f32, qmin: i32, qmax: i32, symmetric: bool) -> QParams {
@@ -279,10 +281,13 @@ mod tests {
         assert_eq!((p.scale, p.zero_point), (6.0 / 254.0, 0));
         let p = activation_params(0.0, 0.0, false);
         assert_eq!((p.scale, p.zero_point), (1.0, 0));
-        let w = weight_params(2.54);
+        let w = weight_params(2.54, false);
         assert_eq!((w.scale, w.zero_point), (0.02, 0));
         assert_eq!(w.fake(1.0), 0.02 * 50.0);
         assert_eq!(w.fake(100.0), 0.02 * 127.0);
+        // ORT's reduce_range: 7 bits, [-64, 64].
+        let w = weight_params(2.56, true);
+        assert_eq!((w.scale, w.zero_point, w.qmin, w.qmax), (0.04, 0, -64, 64));
     }
 
     #[test]

@@ -109,7 +109,7 @@ pub struct QuantWeight {
 }
 
 impl QuantWeight {
-    pub fn new(dims: &[i64], w: &[f32], axis: usize, per_channel: bool) -> QuantWeight {
+    pub fn new(dims: &[i64], w: &[f32], axis: usize, per_channel: bool, reduce_range: bool) -> QuantWeight {
         let channels = if per_channel { dims[axis] as usize } else { 1 };
         let inner: usize = dims[axis + 1..].iter().product::<i64>() as usize;
         let channel_of = |i: usize| if per_channel { (i / inner) % channels } else { 0 };
@@ -118,7 +118,7 @@ impl QuantWeight {
             let c = channel_of(i);
             abs_max[c] = abs_max[c].max(x.abs());
         }
-        let params: Vec<QParams> = abs_max.iter().map(|&a| crate::calibrate::weight_params(a)).collect();
+        let params: Vec<QParams> = abs_max.iter().map(|&a| crate::calibrate::weight_params(a, reduce_range)).collect();
         let values = w
             .iter()
             .enumerate()

@@ -113,7 +113,7 @@ pub fn quantize(a: &QuantizeArgs) -> Result<(), Error> {
             }
             let init = qdq::constant(g, w).expect("targets found it");
             let values = weight_values(init).map_err(|e| input_error(format!("{shown}: weight `{w}`: {e}")))?;
-            weights.insert(w.clone(), QuantWeight::new(&init.dims, &values, *axis, a.per_channel));
+            weights.insert(w.clone(), QuantWeight::new(&init.dims, &values, *axis, a.per_channel, a.reduce_range));
         }
     }
 
@@ -172,7 +172,12 @@ fn print_report(
     batches: usize,
 ) {
     let act = if a.symmetric { "i8 symmetric" } else { "u8 asymmetric" };
-    let w = if a.per_channel { "i8 per channel" } else { "i8 per tensor" };
+    let w = match (a.per_channel, a.reduce_range) {
+        (true, false) => "i8 per channel",
+        (false, false) => "i8 per tensor",
+        (true, true) => "i8 in 7 bits per channel",
+        (false, true) => "i8 in 7 bits per tensor",
+    };
     println!(
         "quantized {} → {} ({} layers; activations {act}, weights {w}; method {method}; {batches} batches)",
         a.model.display(),

@@ -130,52 +130,66 @@ fn dot4_where_the_target_lacks_it_is_located() {
     }
 }
 
-/// `@dot2` on arbitrary words — halves from −2¹⁵ to 2¹⁵ − 1, not only the
-/// widened bytes products pack — gives the loop evaluator's results on
-/// every x86 target here, in vectors no instruction width divides (13
-/// lanes: padded) and one lane at a time (the tail), the one sum that
-/// leaves `i32` (`2 · (−2¹⁵)²`) wrapped as `vpmaddwd` wraps it.
+/// `@dot2` and `@dot4sat` on arbitrary words — halves from −2¹⁵ to
+/// 2¹⁵ − 1 and bytes whose pair sums saturate, not only what packing
+/// makes — give the loop evaluator's results on every x86 target here, in
+/// vectors no instruction width divides (13 lanes: padded) and one lane at
+/// a time (the tail): the one sum that leaves `i32` (`2 · (−2¹⁵)²`)
+/// wrapped as `vpmaddwd` wraps it, pair sums clamped as `vpmaddubsw`
+/// clamps them.
 #[test]
-fn dot2_on_any_words_matches_the_evaluator() {
+fn dot_instructions_on_any_words_match_the_evaluator() {
     use texc_runtime::{DType, Tensor};
-    let nest = "func q []\n  input A: i32[3, 29]\n  input B: i32[3, 29]\n  input C: i32[3, 29]\n  output D: i32[3, 29]\n\
-                \x20 for i in 0..3:\n    for j.o in 0..2:\n      for j.v in 0..13 vectorized:\n\
-                \x20       D[i, j.o * 13 + j.v] = @dot2(C[i, j.o * 13 + j.v], A[i, j.o * 13 + j.v], B[i, j.o * 13 + j.v])\n\
-                \x20   for j in 26..29:\n      D[i, j] = @dot2(C[i, j], A[i, j], B[i, j])\n";
-    let path = tmp("dot2.loops");
-    std::fs::write(&path, nest).expect("write");
-    // Words spread over the whole i32 range (a multiplicative hash), the
-    // first of A and B both `(-2^15, -2^15)`.
-    let words = |seed: u32| -> Vec<f64> {
-        (0..87u32)
-            .map(|i| if i == 0 { f64::from(0x8000_8000u32 as i32) } else { f64::from(i.wrapping_mul(seed) as i32) })
-            .collect()
-    };
-    let mut args = vec!["run".to_string(), path.to_str().expect("utf-8").to_string()];
-    for (name, seed) in [("A", 0x9e37_79b9u32), ("B", 0x85eb_ca6b), ("C", 0xc2b2_ae35)] {
-        let file = tmp(&format!("dot2_{name}.npy"));
-        texc_runtime::write_npy(&file, &Tensor::from_f64(DType::I32, vec![3, 29], &words(seed))).expect("npy");
-        args.extend(["--input".to_string(), format!("{name}={}", file.display())]);
-    }
-    let run = |target: &str| {
-        let out = tmp(&format!("dot2_D_{target}.npy"));
-        let mut a: Vec<String> = args.clone();
-        a.extend(["--target".into(), target.into(), "--output".into(), format!("D={}", out.display())]);
-        let o = texc(&a.iter().map(String::as_str).collect::<Vec<_>>());
-        (o, out)
-    };
-    let (o, want) = run("interp");
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
-    let want = std::fs::read(want).expect("read");
-    for target in ["x86-avx2", "x86-avx512", "x86-avx2-vnni"] {
-        let (o, got) = run(target);
-        let (_, e) = text(&o);
-        if e.contains("this CPU lacks") {
-            eprintln!("skipped {target}: {e}");
-            continue;
+    for dot in ["@dot2", "@dot4sat"] {
+        let nest = "func q []\n  input A: i32[3, 29]\n  input B: i32[3, 29]\n  input C: i32[3, 29]\n  output D: i32[3, 29]\n\
+                    \x20 for i in 0..3:\n    for j.o in 0..2:\n      for j.v in 0..13 vectorized:\n\
+                    \x20       D[i, j.o * 13 + j.v] = DOT(C[i, j.o * 13 + j.v], A[i, j.o * 13 + j.v], B[i, j.o * 13 + j.v])\n\
+                    \x20   for j in 26..29:\n      D[i, j] = DOT(C[i, j], A[i, j], B[i, j])\n";
+        let path = tmp("dot.loops");
+        std::fs::write(&path, nest.replace("DOT", dot)).expect("write");
+        // Words spread over the whole i32 range (a multiplicative hash), the
+        // first of A and B both `(-2^15, -2^15)`; in the second all bytes
+        // of A 255 and of B 127 (pairs that saturate up), in the third B's -128.
+        let words = |seed: u32, sat: [u32; 2]| -> Vec<f64> {
+            (0..87u32)
+                .map(|i| match i {
+                    0 => f64::from(0x8000_8000u32 as i32),
+                    1 | 2 => f64::from(sat[i as usize - 1] as i32),
+                    _ => f64::from(i.wrapping_mul(seed) as i32),
+                })
+                .collect()
+        };
+        let mut args = vec!["run".to_string(), path.to_str().expect("utf-8").to_string()];
+        let inputs = [
+            ("A", 0x9e37_79b9u32, [0xffff_ffffu32, 0xffff_ffff]),
+            ("B", 0x85eb_ca6b, [0x7f7f_7f7f, 0x8080_8080]),
+            ("C", 0xc2b2_ae35, [0, 0]),
+        ];
+        for (name, seed, sat) in inputs {
+            let file = tmp(&format!("dot_{name}.npy"));
+            texc_runtime::write_npy(&file, &Tensor::from_f64(DType::I32, vec![3, 29], &words(seed, sat))).expect("npy");
+            args.extend(["--input".to_string(), format!("{name}={}", file.display())]);
         }
-        assert_eq!(o.status.code(), Some(0), "{target}: {e}");
-        assert!(std::fs::read(got).expect("read") == want, "{target}: not the evaluator's results");
+        let run = |target: &str| {
+            let out = tmp(&format!("dot_D_{target}.npy"));
+            let mut a: Vec<String> = args.clone();
+            a.extend(["--target".into(), target.into(), "--output".into(), format!("D={}", out.display())]);
+            let o = texc(&a.iter().map(String::as_str).collect::<Vec<_>>());
+            (o, out)
+        };
+        let (o, want) = run("interp");
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+        let want = std::fs::read(want).expect("read");
+        for target in ["x86-avx2", "x86-avx512", "x86-avx2-vnni"] {
+            let (o, got) = run(target);
+            let (_, e) = text(&o);
+            if e.contains("this CPU lacks") {
+                eprintln!("skipped {target}: {e}");
+                continue;
+            }
+            assert_eq!(o.status.code(), Some(0), "{dot} on {target}: {e}");
+            assert!(std::fs::read(got).expect("read") == want, "{dot} on {target}: not the evaluator's results");
+        }
     }
 }
 

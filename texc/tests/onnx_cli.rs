@@ -811,6 +811,37 @@ fn qoperator_forms_match_onnx_runtime() {
     quantized_model_matches_onnx_runtime("qop", "none", &[], ALL_CPU);
 }
 
+/// ResNet-18 quantized with `reduce_range` (7-bit weights, what ORT
+/// recommends for CPUs without VNNI): every product on AVX2 and AVX-512
+/// without VNNI runs on `@dot4sat` (`vpmaddubsw`: the weights prove no pair
+/// sum saturates), and the outputs match ORT's as the full-range model's
+/// do; full-range weights keep `@dot2` there.
+#[test]
+fn reduced_range_weights_run_on_byte_products_without_vnni() {
+    let targets = ["interp", "x86-avx2", "x86-avx512"];
+    if quantized_model_matches_onnx_runtime("resnet18", "static", &["--per-channel", "--reduce-range"], &targets)
+        .is_none()
+    {
+        return;
+    }
+    let emitted = |extra: &str| {
+        let dir = scratch(&["q_resnet18_static_perchannel", extra].concat());
+        let onnx = dir.join("resnet18.onnx").display().to_string();
+        let o = texc(&["emit", &onnx, "--stage", "loops", "--target", "x86-avx2"]);
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8(o.stdout).expect("utf-8")
+    };
+    let nest = emitted("_reducerange");
+    assert!(nest.contains("@dot4sat(") && !nest.contains("@dot2("), "{nest}");
+    // Another seed than the test above: the two must not share a directory.
+    if quantized_model_matches_onnx_runtime("resnet18", "static", &["--per-channel", "--seed", "1"], &["interp"])
+        .is_some()
+    {
+        let nest = emitted("_seed_1");
+        assert!(nest.contains("@dot2(") && !nest.contains("@dot4sat("), "{nest}");
+    }
+}
+
 /// ResNet-18 and MobileNetV2 (at 32×32) as ORT quantizes them after its
 /// pre-processing (batch norm folded): every convolution is integer. On
 /// AMX tiles too, where the CPU has them: the classifier's product runs on

@@ -60,7 +60,7 @@ fn s(p: &Path) -> &str {
 
 /// Quantize `model` with `flags`; ORT's relative error of the QDQ model
 /// against f32, and its number of Q/DQ nodes.
-fn quantize_and_compare(model: &str, name: &str, flags: &[&str]) -> Option<(f64, usize, String)> {
+fn quantize_and_compare(model: &str, name: &str, flags: &[&str]) -> Option<(f64, usize, String, i64)> {
     let dir = build(model, name)?;
     let f32_model = dir.join(format!("{model}.onnx"));
     let out = dir.join("q.onnx");
@@ -76,7 +76,8 @@ fn quantize_and_compare(model: &str, name: &str, flags: &[&str]) -> Option<(f64,
         let line = printed.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("{printed}"));
         line.split_whitespace().nth(1).expect("value").to_string()
     };
-    Some((field("relative_error").parse().expect("f64"), field("qdq_nodes").parse().expect("usize"), report))
+    let widest = field("widest_weight").parse().expect("i64");
+    Some((field("relative_error").parse().expect("f64"), field("qdq_nodes").parse().expect("usize"), report, widest))
 }
 
 /// texc imports the QDQ model it wrote and runs its products in integers
@@ -110,9 +111,12 @@ fn cnn_and_mlp_quantized_with_each_method_run_on_onnx_runtime() {
         ("mlp", &["--method", "percentile", "--per-channel", "--symmetric"], 3e-2),
         ("mlp", &["--method", "entropy", "--symmetric"], 0.2),
         ("mlp_const", &["--method", "minmax", "--per-channel"], 3e-2),
+        ("cnn", &["--method", "minmax", "--per-channel", "--reduce-range"], 3e-2),
     ];
     for (i, (model, flags, tol)) in cases.iter().enumerate() {
-        let Some((err, qdq, report)) = quantize_and_compare(model, &format!("{model}{i}"), flags) else { return };
+        let Some((err, qdq, report, widest)) = quantize_and_compare(model, &format!("{model}{i}"), flags) else {
+            return;
+        };
         eprintln!("{model} {flags:?}: relative error {err:.3e}");
         assert!(err <= *tol, "{model} {flags:?}: relative error {err} > {tol}\n{report}");
         // Three activations (x, r1, f) and three weights for the CNN: Q + DQ
@@ -127,6 +131,12 @@ fn cnn_and_mlp_quantized_with_each_method_run_on_onnx_runtime() {
         let line = report.lines().find(|l| l.starts_with("output `y`")).expect("output line");
         let db: f64 = line.split("SQNR ").nth(1).and_then(|r| r.split(' ').next()).expect("dB").parse().expect("f64");
         assert!(db.is_finite() && db > 10.0, "{line}");
+        // Weights in [-127, 127], or in 7 bits ([-64, 64]) with `--reduce-range`; a channel's largest at the end.
+        let reduced = flags.contains(&"--reduce-range");
+        assert_eq!(widest, if reduced { 64 } else { 127 }, "{model} {flags:?}: the widest int8 weight");
+        if reduced {
+            assert!(report.contains("weights i8 in 7 bits per channel"), "{report}");
+        }
     }
 }
 

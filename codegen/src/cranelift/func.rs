@@ -590,7 +590,7 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
                 self.rounded(ty, v)
             }
             // The Cranelift target does not list it, so verification refuses it before this.
-            Intrinsic::Dot4 | Intrinsic::Dot2 => {
+            Intrinsic::Dot4 | Intrinsic::Dot2 | Intrinsic::Dot4Sat => {
                 Err(CodegenError::Unsupported(format!("Cranelift has no `{i}` (its integer products run as written)")))
             }
         }

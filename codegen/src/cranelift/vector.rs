@@ -336,7 +336,7 @@ impl<M: Module> FnGen<'_, '_, M> {
                     None => self.per_lane(vals, ty, vm, |g, v| g.intrinsic_v(Intrinsic::Fma, ty, v)),
                 }
             }
-            TExpr::Intrinsic(i @ (Intrinsic::Dot4 | Intrinsic::Dot2), _) => {
+            TExpr::Intrinsic(i @ (Intrinsic::Dot4 | Intrinsic::Dot2 | Intrinsic::Dot4Sat), _) => {
                 self.intrinsic_v(i, ty, &[]).map(|v| VVal::Lanes(vec![v]))
             }
             TExpr::Cast(a) => {

@@ -26,6 +26,7 @@ impl<'ctx> Gen<'ctx, '_> {
             Intrinsic::Fma => self.call(self.intrinsic("llvm.fma", &[self.ty_in(ty, mode)])?, &[a[0], a[1], a[2]]),
             Intrinsic::Dot4 => self.dot4(a[0], a[1], a[2], mode),
             Intrinsic::Dot2 => self.dot2(a[0], a[1], a[2], mode),
+            Intrinsic::Dot4Sat => self.dot4sat(a[0], a[1], a[2], mode),
         }
     }
 
@@ -43,25 +44,81 @@ impl<'ctx> Gen<'ctx, '_> {
         mode: Mode<'ctx>,
     ) -> R<BasicValueEnum<'ctx>> {
         let Some(lanes) = mode.lanes() else { return self.dot2_scalar(c, a, b) };
+        let i16t = self.cx.i16_type();
+        let sum = self.in_pieces(c, a, b, lanes, |x, y, w| {
+            let [x, y] = [x, y].map(|v| self.b.build_bit_cast(v, i16t.vec_type(2 * w), "halves"));
+            Ok(self.call(self.pmaddwd(w)?, &[x?.into(), y?.into()])?.into_vector_value())
+        })?;
+        self.opaque_register(sum)
+    }
+
+    /// `@dot4sat(c, a, b)`: `vpmaddubsw` (the unsigned bytes of `a` by the
+    /// signed ones of `b`, pairs summed with 16-bit saturation), `vpmaddwd`
+    /// by ones (the two pair sums of a lane, exactly), plus `c`, in pieces
+    /// as [`Gen::dot2`] takes them. One lane alone: the same instructions
+    /// on an xmm register, the others' lanes dropped.
+    fn dot4sat(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        if let Some(lanes) = mode.lanes() {
+            return self.dot4sat_lanes(c, a, b, lanes);
+        }
+        let i32t = self.cx.i32_type();
+        let one = |v: BasicValueEnum<'ctx>| {
+            self.b.build_insert_element(i32t.vec_type(1).get_poison(), v.into_int_value(), i32t.const_zero(), "one")
+        };
+        let lane = self.dot4sat_lanes(one(c)?.into(), one(a)?.into(), one(b)?.into(), 1)?;
+        Ok(self.b.build_extract_element(lane.into_vector_value(), i32t.const_zero(), "dot4sat")?)
+    }
+
+    /// [`Gen::dot4sat`] on vectors of `lanes`.
+    fn dot4sat_lanes(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+        lanes: u32,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let (i8t, i16t) = (self.cx.i8_type(), self.cx.i16_type());
+        let sum = self.in_pieces(c, a, b, lanes, |x, y, w| {
+            let name = match w {
+                16 => "llvm.x86.avx512.pmaddubs.w.512",
+                8 => "llvm.x86.avx2.pmadd.ub.sw",
+                _ => "llvm.x86.ssse3.pmadd.ub.sw.128",
+            };
+            let [x, y] = [x, y].map(|v| self.b.build_bit_cast(v, i8t.vec_type(4 * w), "bytes"));
+            let pairs = self.call(self.intrinsic(name, &[])?, &[x?.into(), y?.into()])?;
+            let ones = VectorType::const_vector(&vec![i16t.const_int(1, false); 2 * w as usize]);
+            Ok(self.call(self.pmaddwd(w)?, &[pairs, ones.into()])?.into_vector_value())
+        })?;
+        self.opaque_register(sum)
+    }
+
+    /// `c` plus `piece(x, y, w)` over pieces of `w` lanes of `a` and `b`
+    /// (16, 8 or 4: zmm with AVX-512BW, ymm, xmm), the vector padded as
+    /// [`Gen::dot4`] pads and the padding's lanes dropped.
+    fn in_pieces(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+        lanes: u32,
+        piece: impl Fn(VectorValue<'ctx>, VectorValue<'ctx>, u32) -> R<VectorValue<'ctx>>,
+    ) -> R<VectorValue<'ctx>> {
         let widest = self.pmaddwd_lanes().unwrap_or(4);
         let padded = self.padded_lanes(lanes, widest);
         let pad = |v: BasicValueEnum<'ctx>| self.lanes_of_padded(v.into_vector_value(), padded);
         let (a, b) = (pad(a)?, pad(b)?);
         let w = [16, 8, 4].into_iter().find(|&w| w <= widest && padded % w == 0).expect("4 divides a padded vector");
-        let f = self.pmaddwd(w)?;
-        let i16v = self.cx.i16_type().vec_type(2 * w);
         let pieces = (0..padded / w)
-            .map(|i| {
-                let [x, y] = [a, b].map(|v| {
-                    let piece = self.lanes_of(v, i * w, w)?;
-                    Ok::<_, super::CodegenError>(self.b.build_bit_cast(piece, i16v, "halves")?)
-                });
-                self.call(f, &[x?.into(), y?.into()]).map(|v| v.into_vector_value())
-            })
+            .map(|i| piece(self.lanes_of(a, i * w, w)?, self.lanes_of(b, i * w, w)?, w))
             .collect::<R<Vec<_>>>()?;
         let products = self.lanes_of(self.concat(&pieces)?, 0, lanes)?;
-        let sum = self.b.build_int_add(c.into_vector_value(), products, "dot2")?;
-        self.opaque_register(sum)
+        Ok(self.b.build_int_add(c.into_vector_value(), products, "dot")?)
     }
 
     /// `v` unchanged, through an empty assembly block that keeps it in a

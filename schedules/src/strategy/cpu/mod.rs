@@ -114,7 +114,7 @@ const PREPARATION: [Step; 13] = [
 /// *dot4-products*: sums of `u8 × i8` products on the target's `@dot4`
 /// ([`crate::dot4`]; the pipeline made those of constant operands before folding).
 fn dot4_products(p: &mut Program, t: &Target, _: DefaultKnobs) {
-    crate::dot4::pack_products(p, t);
+    crate::dot4::pack_products(p, t, &crate::dot4::nothing_known);
 }
 
 /// *filters-last*: products over rows too short for the vectors computed
