@@ -4,7 +4,7 @@
     python3 tests/onnx/quantize.py build MODEL OUT_DIR
         OUT_DIR/MODEL.onnx (random weights, opset 13), OUT_DIR/calib.npz
         (8 batches of the input stacked along a new first axis) and
-        OUT_DIR/eval.npy (another batch). MODEL: cnn, mlp or mlp_const (w2 in
+        OUT_DIR/eval.npy (another batch). MODEL: cnn, residual, mlp or mlp_const (w2 in
         a Constant node).
     python3 tests/onnx/quantize.py compare F32.onnx QDQ.onnx EVAL.npy
         Runs both models on ONNX Runtime and prints `relative_error E`
@@ -54,6 +54,32 @@ def cnn(rng):
     return helper.make_graph(nodes, "cnn", [x], [y], inits), [4, 3, 9, 9]
 
 
+def residual(rng):
+    """A stem (convolution, max pooling) and a residual block: the next convolution's output is added to the pooled one."""
+    inits = [
+        weight(rng, "w0", [8, 3, 3, 3]),
+        numpy_helper.from_array(rng.normal(0, 0.1, [8]).astype(np.float32), "b0"),
+        weight(rng, "w1", [8, 8, 3, 3]),
+        numpy_helper.from_array(rng.normal(0, 0.1, [8]).astype(np.float32), "b1"),
+        weight(rng, "fc", [10, 8]),
+        numpy_helper.from_array(rng.normal(0, 0.1, [10]).astype(np.float32), "fcb"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+        helper.make_node("MaxPool", ["r0"], ["m"], name="pool0", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["m", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c1", "m"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["r1"], name="relu1"),
+        helper.make_node("GlobalAveragePool", ["r1"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"], name="fc", transB=1),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3, 9, 9])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 10])
+    return helper.make_graph(nodes, "residual", [x], [y], inits), [4, 3, 9, 9]
+
+
 def mlp(rng):
     inits = [weight(rng, "w1", [20, 32]), weight(rng, "w2", [32, 7])]
     nodes = [
@@ -80,7 +106,7 @@ def build(model, out):
 
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(7)
-    graph, shape = {"cnn": cnn, "mlp": mlp, "mlp_const": mlp_const}[model](rng)
+    graph, shape = {"cnn": cnn, "residual": residual, "mlp": mlp, "mlp_const": mlp_const}[model](rng)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     onnx.checker.check_model(m)

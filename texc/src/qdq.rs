@@ -1,9 +1,12 @@
 //! The graph side of `texc quantize`: which tensors of an ONNX model are
 //! quantized, and the two models written from the calibrated parameters —
 //! the standard QDQ model (QuantizeLinear/DequantizeLinear on activations,
-//! int8 weight initializers behind DequantizeLinear, as ONNX Runtime's
-//! `quantize_static` writes) and an f32 model that rounds the same values
-//! with f32 operators (what texc runs to measure each layer's error).
+//! int8 weight initializers and int32 biases behind DequantizeLinear, as
+//! ONNX Runtime's `quantize_static` writes) and an f32 model that rounds the
+//! same values with f32 operators (what texc runs to measure each layer's
+//! error). The int32 bias, at scale `s_a · s_w`, is what lets an importer
+//! run a Conv or Gemm whose output is quantized as one integer product
+//! (texc's does: texc-onnx's `quant`); an f32 bias would keep it in f32.
 //!
 //! Invariants: only the inputs of quantized nodes are rewired; every name
 //! added is fresh in the graph; nodes stay in topological order (each Q/DQ
@@ -13,8 +16,13 @@ use crate::calibrate::QParams;
 use std::collections::{HashMap, HashSet};
 use texc_onnx::proto::{self, data_type, AttributeProto, GraphProto, NodeProto, TensorProto};
 
-/// Operators whose inputs are quantized (ONNX Runtime's default for CNNs and MLPs).
-pub const QUANTIZED_OPS: &[&str] = &["Conv", "MatMul", "Gemm"];
+/// Operators whose inputs are quantized (ONNX Runtime's default for CNNs
+/// and MLPs): products, additions of a product's output (a residual
+/// connection) and max pooling, so that the product before them ends in a
+/// QuantizeLinear and runs in integers (the Add itself between its
+/// DequantizeLinear and QuantizeLinear; the pooling on the integers), as in
+/// ONNX Runtime's QDQ models.
+pub const QUANTIZED_OPS: &[&str] = &["Conv", "MatMul", "Gemm", "Add", "MaxPool"];
 
 /// A node to quantize: its index, label and which inputs are activations
 /// or weights (with the axis of a weight's output channels).
@@ -24,6 +32,9 @@ pub struct Target {
     pub label: String,
     pub activations: Vec<String>,
     pub weights: Vec<(String, usize)>,
+    /// A Conv's or Gemm's constant f32 bias, one value per output channel,
+    /// where input 0 is an activation and input 1 a weight.
+    pub bias: Option<String>,
 }
 
 pub fn label(i: usize, n: &NodeProto) -> String {
@@ -62,21 +73,47 @@ pub fn targets(g: &GraphProto, exclude: &[String]) -> Result<Vec<Target>, String
     let mut out = Vec::new();
     for (i, n) in g.node.iter().enumerate() {
         let l = label(i, n);
-        if !QUANTIZED_OPS.contains(&n.op_type.as_str()) || exclude.contains(&l) {
+        if !QUANTIZED_OPS.contains(&n.op_type.as_str())
+            || exclude.contains(&l)
+            || (n.op_type == "Add" && !residual(g, n))
+        {
             continue;
         }
-        let mut t = Target { node: i, label: l, activations: Vec::new(), weights: Vec::new() };
-        // Data inputs: Conv X, W; MatMul A, B; Gemm A, B (bias stays f32).
-        for (k, name) in n.input.iter().enumerate().take(2) {
+        let mut t = Target { node: i, label: l, activations: Vec::new(), weights: Vec::new(), bias: None };
+        // Data inputs: Conv X, W; MatMul A, B; Gemm A, B; Add's two; MaxPool's X.
+        let data = if n.op_type == "MaxPool" { 1 } else { 2 };
+        for (k, name) in n.input.iter().enumerate().take(data) {
             match constant(g, name) {
                 Some(w) if w.data_type == data_type::FLOAT => t.weights.push((name.clone(), channel_axis(n, k, w))),
                 Some(_) => {}
                 None => t.activations.push(name.clone()),
             }
         }
+        t.bias = bias_of(g, n).filter(|_| t.activations == n.input[..1] && t.weights.len() == 1);
         out.push(t);
     }
     Ok(out)
+}
+
+/// Whether Add node `n` adds two computed tensors, one a product's
+/// output (Conv, MatMul, Gemm): a residual connection, whose inputs are
+/// float. (Other Adds — a bias, index arithmetic in a shape computation —
+/// are left alone.)
+fn residual(g: &GraphProto, n: &NodeProto) -> bool {
+    let made_by_product = |v: &String| {
+        g.node.iter().any(|m| m.output.first() == Some(v) && ["Conv", "MatMul", "Gemm"].contains(&m.op_type.as_str()))
+    };
+    n.input.len() == 2 && n.input.iter().all(|v| constant(g, v).is_none()) && n.input.iter().any(made_by_product)
+}
+
+/// The bias of Conv or Gemm node `n` (with `alpha` and `beta` 1) when the
+/// model holds it as a vector of f32.
+fn bias_of(g: &GraphProto, n: &NodeProto) -> Option<String> {
+    let unit = |a: &str| n.attribute.iter().find(|x| x.name == a).is_none_or(|x| x.f == 1.0);
+    let name = n.input.get(2).filter(|b| !b.is_empty())?;
+    let b = constant(g, name)?;
+    let takes = matches!(n.op_type.as_str(), "Conv") || (n.op_type == "Gemm" && unit("alpha") && unit("beta"));
+    (takes && b.data_type == data_type::FLOAT && b.dims.len() == 1).then(|| name.clone())
 }
 
 /// The value of `name` when the model holds it: an initializer, or the
@@ -142,6 +179,36 @@ impl QuantWeight {
     }
 }
 
+/// A bias quantized as `quantize_static` quantizes it: int32 values at
+/// scale `s_a · s_w[j]` (an f32 product), zero point 0.
+pub struct QuantBias {
+    pub scales: Vec<f32>,
+    pub values: Vec<i32>,
+}
+
+impl QuantBias {
+    /// `b` over the output channels of weight `w`, its activation at scale
+    /// `sa`; `None` where the lengths differ or a value leaves i32 (the
+    /// bias then stays f32).
+    pub fn new(b: &[f32], sa: f32, w: &QuantWeight) -> Option<QuantBias> {
+        let channels = w.axis.map_or(1, |a| w.dims[a] as usize);
+        if w.axis.is_some() && b.len() != channels {
+            return None;
+        }
+        let scales: Vec<f32> = (0..b.len()).map(|j| sa * w.scales[if w.axis.is_some() { j } else { 0 }]).collect();
+        let values = b
+            .iter()
+            .zip(&scales)
+            .map(|(&x, &s)| i32::try_from((f64::from(x) / f64::from(s)).round_ties_even() as i64).ok())
+            .collect::<Option<Vec<i32>>>()?;
+        Some(QuantBias { scales, values })
+    }
+
+    fn dequantized(&self) -> Vec<f32> {
+        self.values.iter().zip(&self.scales).map(|(&v, &s)| v as f32 * s).collect()
+    }
+}
+
 /// Fresh names in a graph.
 struct Fresh(HashSet<String>);
 
@@ -188,6 +255,17 @@ fn int_tensor(name: &str, dims: &[i64], v: &[i32], signed: bool) -> TensorProto 
     }
 }
 
+fn i32_tensor(name: &str, dims: &[i64], v: &[i32]) -> TensorProto {
+    let raw: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: data_type::INT32,
+        raw_data: raw.into(),
+        ..Default::default()
+    }
+}
+
 fn node(op: &str, name: String, inputs: Vec<String>, output: String, attrs: Vec<AttributeProto>) -> NodeProto {
     NodeProto { input: inputs, output: vec![output], name, op_type: op.into(), attribute: attrs, ..Default::default() }
 }
@@ -207,13 +285,14 @@ pub enum Form {
 }
 
 /// Rewrite `g` (a copy of the model's graph) into `form`: each target's
-/// activation inputs pass through their quantization, its weights are
-/// replaced by their quantized values.
+/// activation inputs pass through their quantization, its weights and
+/// bias (`biases`, by node) are replaced by their quantized values.
 pub fn rewrite(
     g: &mut GraphProto,
     targets: &[Target],
     acts: &HashMap<String, QParams>,
     weights: &HashMap<String, QuantWeight>,
+    biases: &HashMap<usize, QuantBias>,
     form: Form,
 ) {
     let mut fresh = Fresh::of(g);
@@ -245,16 +324,23 @@ pub fn rewrite(
                     *input = r.clone();
                 }
             }
+            if let (Some(b), Some(name)) = (biases.get(&i), &t.bias) {
+                let (nodes, inits, out) = quantize_bias(&mut fresh, name, b, form);
+                g.node.extend(nodes);
+                new_inits.extend(inits);
+                n.input[2] = out;
+            }
         }
         g.node.push(n);
     }
-    // A weight no node reads in f32 any more is dropped (its int8 copy replaces it).
+    // A weight or bias no node reads in f32 any more is dropped (its integer copy replaces it).
+    let swapped: HashSet<&String> = weights.keys().chain(targets.iter().filter_map(|t| t.bias.as_ref())).collect();
     let read: HashSet<&String> = g.node.iter().flat_map(|n| &n.input).collect();
     let outputs: HashSet<String> = g.output.iter().map(|o| o.name.clone()).collect();
-    g.initializer.retain(|t| !weights.contains_key(&t.name) || read.contains(&t.name) || outputs.contains(&t.name));
+    g.initializer.retain(|t| !swapped.contains(&t.name) || read.contains(&t.name) || outputs.contains(&t.name));
     let kept: HashSet<String> = g.initializer.iter().map(|t| t.name.clone()).collect();
     // An initializer also listed as a graph input (IR < 4 style) goes with it.
-    g.input.retain(|v| kept.contains(&v.name) || !weights.contains_key(&v.name));
+    g.input.retain(|v| kept.contains(&v.name) || !swapped.contains(&v.name));
     g.initializer.extend(new_inits);
 }
 
@@ -313,6 +399,28 @@ fn quantize_activation(fresh: &mut Fresh, a: &str, p: &QParams, form: Form) -> A
             (nodes, inits, out)
         }
     }
+}
+
+fn quantize_bias(fresh: &mut Fresh, b: &str, q: &QuantBias, form: Form) -> Added {
+    let out = fresh.name(format!("{b}_dequantized"));
+    let n = q.values.len() as i64;
+    if form == Form::Simulated {
+        return (vec![], vec![f32_tensor(&out, &[n], &q.dequantized())], out);
+    }
+    let (qn, scale, zp) =
+        (fresh.name(format!("{b}_quantized")), fresh.name(format!("{b}_scale")), fresh.name(format!("{b}_zero_point")));
+    // One scale where all channels share it (per-tensor weights: opset 11 has no per-axis DequantizeLinear).
+    let shared = q.scales.iter().all(|&s| s == q.scales[0]);
+    let (sdims, scales): (Vec<i64>, &[f32]) = if shared { (vec![], &q.scales[..1]) } else { (vec![n], &q.scales) };
+    let inits = vec![
+        i32_tensor(&qn, &[n], &q.values),
+        f32_tensor(&scale, &sdims, scales),
+        i32_tensor(&zp, &sdims, &vec![0; scales.len()]),
+    ];
+    let attrs = if shared { vec![] } else { vec![int_attr("axis", 0)] };
+    let dq =
+        node("DequantizeLinear", fresh.name(format!("{b}_DequantizeLinear")), vec![qn, scale, zp], out.clone(), attrs);
+    (vec![dq], inits, out)
 }
 
 fn quantize_weight(fresh: &mut Fresh, w: &str, q: &QuantWeight, form: Form) -> Added {

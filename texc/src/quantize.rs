@@ -12,7 +12,7 @@
 
 use crate::args::QuantizeArgs;
 use crate::calibrate::{self, Histogram, Method, MinMax, QParams};
-use crate::qdq::{self, Form, QuantWeight};
+use crate::qdq::{self, Form, QuantBias, QuantWeight};
 use prost::Message;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -117,10 +117,20 @@ pub fn quantize(a: &QuantizeArgs) -> Result<(), Error> {
         }
     }
 
+    let mut biases: HashMap<usize, QuantBias> = HashMap::new();
+    for t in &targets {
+        let Some(b) = &t.bias else { continue };
+        let init = qdq::constant(g, b).expect("targets found it");
+        let values = weight_values(init).map_err(|e| input_error(format!("{shown}: bias `{b}`: {e}")))?;
+        if let Some(q) = QuantBias::new(&values, acts[&t.activations[0]].scale, &weights[&t.weights[0].0]) {
+            biases.insert(t.node, q);
+        }
+    }
+
     // The QDQ model.
     let mut out = model.clone();
     let og = out.graph.as_mut().expect("checked");
-    qdq::rewrite(og, &targets, &acts, &weights, Form::Qdq);
+    qdq::rewrite(og, &targets, &acts, &weights, &biases, Form::Qdq);
     out.producer_name = "texc quantize".into();
     texc_runtime::atomic::write_with(&a.output, |f| std::io::Write::write_all(f, &out.encode_to_vec()))
         .map_err(|e| input_error(format!("cannot write {}: {e}", a.output.display())))?;
@@ -129,7 +139,7 @@ pub fn quantize(a: &QuantizeArgs) -> Result<(), Error> {
 
     // Pass 3: the error of each layer and of the outputs.
     let mut sim = model.clone();
-    qdq::rewrite(sim.graph.as_mut().expect("checked"), &targets, &acts, &weights, Form::Simulated);
+    qdq::rewrite(sim.graph.as_mut().expect("checked"), &targets, &acts, &weights, &biases, Form::Simulated);
     watched = layer_outputs.iter().map(|(_, o)| o.clone()).collect();
     let f32_model = Runner::new(&scratch.write("f32-layers.onnx", &with_outputs(&model, &watched))?, &batches.dims)?;
     let sim_model = Runner::new(&scratch.write("simulated.onnx", &with_outputs(&sim, &watched))?, &batches.dims)?;

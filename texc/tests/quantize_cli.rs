@@ -112,6 +112,7 @@ fn cnn_and_mlp_quantized_with_each_method_run_on_onnx_runtime() {
         ("mlp", &["--method", "entropy", "--symmetric"], 0.2),
         ("mlp_const", &["--method", "minmax", "--per-channel"], 3e-2),
         ("cnn", &["--method", "minmax", "--per-channel", "--reduce-range"], 3e-2),
+        ("residual", &["--method", "minmax", "--per-channel"], 3e-2),
     ];
     for (i, (model, flags, tol)) in cases.iter().enumerate() {
         let Some((err, qdq, report, widest)) = quantize_and_compare(model, &format!("{model}{i}"), flags) else {
@@ -119,11 +120,29 @@ fn cnn_and_mlp_quantized_with_each_method_run_on_onnx_runtime() {
         };
         eprintln!("{model} {flags:?}: relative error {err:.3e}");
         assert!(err <= *tol, "{model} {flags:?}: relative error {err} > {tol}\n{report}");
-        // Three activations (x, r1, f) and three weights for the CNN: Q + DQ
-        // per activation, one DQ per weight; two and two for the MLP (its
-        // weight in a Constant node is quantized like an initializer).
-        let want = if *model == "cnn" { 9 } else { 6 };
+        // Three activations (x, r1, f), three weights and three biases for
+        // the CNN: Q + DQ per activation, one DQ per weight and per (int32)
+        // bias; the residual model's max pooling and Add quantize their
+        // inputs too (x, r0, m, c1, f); two and two for the MLP (its weight in a Constant node is
+        // quantized like an initializer; MatMul has no bias).
+        let (want, products) = match *model {
+            "cnn" => (12, 1),
+            "residual" => (16, 2),
+            _ => (6, 0),
+        };
         assert_eq!(qdq, want, "{model} {flags:?}: Q/DQ nodes\n{report}");
+        if products > 0 {
+            // A product whose output reaches a QuantizeLinear (conv1 → relu1 → Q(r1); the
+            // residual model's conv0 → relu0 → Q, the pooling's input, and conv1 → Q, the
+            // Add's), its bias int32 at s_x · s_w, is an integer product in texc.
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("quantize_cli").join(format!("{model}{i}"));
+            let tex = dir.join("q.tex");
+            let o = texc(&["import", s(&dir.join("q.onnx")), "-o", s(&tex)]);
+            assert!(o.status.success(), "{}", text(&o));
+            let imported = std::fs::read_to_string(&tex).expect("tex");
+            let found = imported.lines().filter(|l| l.contains("](i32(") && l.contains(") * i32(")).count();
+            assert_eq!(found, products, "{model} {flags:?}: integer products:\n{imported}");
+        }
         for part in ["activation ranges", "layer SQNR against f32", "output `y`: SQNR", "layers that lose most"] {
             assert!(report.contains(part), "{model} {flags:?}: the report lacks `{part}`:\n{report}");
         }
@@ -161,8 +180,8 @@ fn excluded_nodes_stay_f32_and_a_directory_of_npy_batches_calibrates() {
     let report = text(&o);
     assert!(report.contains("2 layers") && report.contains("8 batches"), "{report}");
     let Some(printed) = python(&["compare", s(&model), s(&out), s(&dir.join("eval.npy"))]) else { return };
-    // x and r1 (Q + DQ each) and w1, w2: fc and its input stay f32.
-    assert!(printed.contains("qdq_nodes 6"), "{printed}");
+    // x and r1 (Q + DQ each), w1, w2 and b1, b2: fc and its input stay f32.
+    assert!(printed.contains("qdq_nodes 8"), "{printed}");
 }
 
 #[test]
