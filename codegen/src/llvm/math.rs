@@ -45,11 +45,10 @@ impl<'ctx> Gen<'ctx, '_> {
     ) -> R<BasicValueEnum<'ctx>> {
         let Some(lanes) = mode.lanes() else { return self.dot2_scalar(c, a, b) };
         let i16t = self.cx.i16_type();
-        let sum = self.in_pieces(c, a, b, lanes, |x, y, w| {
+        self.in_pieces(c, a, b, lanes, |x, y, w| {
             let [x, y] = [x, y].map(|v| self.b.build_bit_cast(v, i16t.vec_type(2 * w), "halves"));
             Ok(self.call(self.pmaddwd(w)?, &[x?.into(), y?.into()])?.into_vector_value())
-        })?;
-        self.opaque_register(sum)
+        })
     }
 
     /// `@dot4sat(c, a, b)`: `vpmaddubsw` (the unsigned bytes of `a` by the
@@ -84,7 +83,7 @@ impl<'ctx> Gen<'ctx, '_> {
         lanes: u32,
     ) -> R<BasicValueEnum<'ctx>> {
         let (i8t, i16t) = (self.cx.i8_type(), self.cx.i16_type());
-        let sum = self.in_pieces(c, a, b, lanes, |x, y, w| {
+        self.in_pieces(c, a, b, lanes, |x, y, w| {
             let name = match w {
                 16 => "llvm.x86.avx512.pmaddubs.w.512",
                 8 => "llvm.x86.avx2.pmadd.ub.sw",
@@ -94,13 +93,13 @@ impl<'ctx> Gen<'ctx, '_> {
             let pairs = self.call(self.intrinsic(name, &[])?, &[x?.into(), y?.into()])?;
             let ones = VectorType::const_vector(&vec![i16t.const_int(1, false); 2 * w as usize]);
             Ok(self.call(self.pmaddwd(w)?, &[pairs, ones.into()])?.into_vector_value())
-        })?;
-        self.opaque_register(sum)
+        })
     }
 
     /// `c` plus `piece(x, y, w)` over pieces of `w` lanes of `a` and `b`
     /// (16, 8 or 4: zmm with AVX-512BW, ymm, xmm), the vector padded as
-    /// [`Gen::dot4`] pads and the padding's lanes dropped.
+    /// [`Gen::dot4`] pads and the padding's lanes dropped; the sum through
+    /// [`Gen::opaque_register`].
     fn in_pieces(
         &self,
         c: BasicValueEnum<'ctx>,
@@ -108,7 +107,7 @@ impl<'ctx> Gen<'ctx, '_> {
         b: BasicValueEnum<'ctx>,
         lanes: u32,
         piece: impl Fn(VectorValue<'ctx>, VectorValue<'ctx>, u32) -> R<VectorValue<'ctx>>,
-    ) -> R<VectorValue<'ctx>> {
+    ) -> R<BasicValueEnum<'ctx>> {
         let widest = self.pmaddwd_lanes().unwrap_or(4);
         let padded = self.padded_lanes(lanes, widest);
         let pad = |v: BasicValueEnum<'ctx>| self.lanes_of_padded(v.into_vector_value(), padded);
@@ -117,8 +116,12 @@ impl<'ctx> Gen<'ctx, '_> {
         let pieces = (0..padded / w)
             .map(|i| piece(self.lanes_of(a, i * w, w)?, self.lanes_of(b, i * w, w)?, w))
             .collect::<R<Vec<_>>>()?;
-        let products = self.lanes_of(self.concat(&pieces)?, 0, lanes)?;
-        Ok(self.b.build_int_add(c.into_vector_value(), products, "dot")?)
+        // The accumulation at the padded width, through the register barrier
+        // there, then the lanes asked for: a 7-lane sum is no register's width,
+        // and LLVM reassociated such rows' accumulations as before the barrier.
+        let sum = self.b.build_int_add(pad(c)?, self.concat(&pieces)?, "dot")?;
+        let sum = self.opaque_register(sum)?.into_vector_value();
+        Ok(self.lanes_of(sum, 0, lanes)?.into())
     }
 
     /// `v` unchanged, through an empty assembly block that keeps it in a

@@ -81,6 +81,18 @@ impl<'ctx> Gen<'ctx, '_> {
                     Access::Contiguous => {
                         let p = self.lane0_address(fr, t, idx, var, base, mty)?;
                         match mask {
+                            // Not a stack array's: SROA keeps those in registers, and masked loads would stop it.
+                            None if !self.stack_arrays.contains_key(&(fr.func, t))
+                                && self.odd_tail(lanes, align).is_some() =>
+                            {
+                                let padded = self.odd_tail(lanes, align).expect("checked");
+                                let i1 = self.cx.bool_type();
+                                let on: Vec<_> = (0..padded)
+                                    .map(|l| if l < lanes { i1.const_all_ones() } else { i1.const_zero() })
+                                    .collect();
+                                let wide = self.masked_load(p, mty, VectorType::const_vector(&on), align)?;
+                                self.lanes_of(wide, 0, lanes)?.into()
+                            }
                             None => {
                                 let ld = self.b.build_load(vt, p, "vld")?;
                                 let al = self.vector_alignment(t, idx, var, base, lanes);
@@ -344,6 +356,24 @@ impl<'ctx> Gen<'ctx, '_> {
         let ld = self.b.build_load(self.vec_ty(mty, lanes), p, "vld")?;
         ld.as_instruction_value().expect("load").set_alignment(align).map_err(llvm_err)?;
         Ok(ld.into_vector_value())
+    }
+
+    /// The lanes, whole registers, that a load of `lanes` elements of
+    /// `bytes` bytes is made of as a masked load, where its last register
+    /// holds a count of elements no power of two makes (a 7-wide row of
+    /// f32 or i32: LLVM loads 4, 2 and 1 and inserts them, four
+    /// instructions for the row a masked load (`vmaskmovps`, AVX-512's
+    /// `vmovups {k}`) reads at once). `None` for other loads: power-of-two
+    /// tails, or elements whose masked loads are not instructions.
+    fn odd_tail(&self, lanes: u32, bytes: u32) -> Option<u32> {
+        let register = match () {
+            _ if self.on_device() || bytes < 4 => return None,
+            _ if self.has_feature("avx512f") && !self.has_feature("prefer-256-bit") => 64 / bytes,
+            _ if self.has_feature("avx") || self.has_feature("avx2") => 32 / bytes,
+            _ => return None,
+        };
+        let tail = lanes % register;
+        (tail.count_ones() > 1 && self.masked_access_native(bytes)).then(|| lanes.div_ceil(register) * register)
     }
 
     /// Whether a masked access of `bytes`-byte elements is one instruction

@@ -11,6 +11,10 @@
 //!   (`texc_schedules::analysis`): contiguous vector loads and stores,
 //!   broadcasts, wide masked loads plus a shuffle for strides 2–4, gathers
 //!   and scatters otherwise; lane-uniform guards are branches, others masks.
+//!   A load whose last register holds 3, 5, 6 or 7 elements of 4 or 8 bytes
+//!   is a masked one (one instruction, not LLVM's pieces and inserts);
+//!   masked bytes on AVX2, which LLVM expands lane by lane, test the mask
+//!   first and load a whole vector where every lane is on.
 //! - Loops marked `parallel` are outlined into tasks that the runtime's
 //!   thread pool (`texc_parallel_for`) runs over chunks.
 //! - `select`, `&&` and `||` evaluate only what they need where a branch

@@ -172,6 +172,9 @@ struct Machine {
     /// The target's caches and cores (the nominal ones for a target without).
     caches: CpuCaches,
     knobs: DefaultKnobs,
+    /// A masked access's lane mask takes a vector register (AVX2's
+    /// `vpmaskmovd`), not a mask register (AVX-512's `k`).
+    masks_in_vectors: bool,
 }
 
 impl Machine {
@@ -187,6 +190,7 @@ impl Machine {
         let widening = !target.has_vnni() && uses_dot4(p, st.value);
         let accumulators = (target.vector_registers as i64 * 3 / 4 - if widening { 4 } else { 0 }).max(2);
         let caches = target.caches.unwrap_or(CpuCaches::NOMINAL);
+        let masks_in_vectors = !target.requires.contains(&"avx512f");
         // Short rows (under four full vectors) that divide per element use
         // the 256-bit vector: a 512-bit vector's tail costs as much as a whole
         // 256-bit one, and division and square root run no faster per element
@@ -195,10 +199,10 @@ impl Machine {
         if let (Some(half), Some(inner)) = (half_lanes, st.n_axes.checked_sub(1)) {
             let short = st.vars[inner].extent < 4 * lanes;
             if short && divides_per_element(p, st.value, inner as VarId) {
-                return Machine { lanes: half, accumulators, half_lanes: None, caches, knobs };
+                return Machine { lanes: half, accumulators, half_lanes: None, caches, knobs, masks_in_vectors };
             }
         }
-        Machine { lanes, accumulators, half_lanes, caches, knobs }
+        Machine { lanes, accumulators, half_lanes, caches, knobs, masks_in_vectors }
     }
 
     /// Iterations a parallel loop should have: [`CHUNKS_PER_CORE`] per core.
