@@ -872,6 +872,26 @@ pub fn has_tile_dots(f: &LoopFunc) -> bool {
     any(&f.body)
 }
 
+/// The tensors some statement of `f` reads and stores in place (`Y[i] =
+/// Y[i] + ..`: a sum accumulated in memory, not in a local).
+pub fn updated_in_place(f: &LoopFunc) -> BTreeSet<TensorId> {
+    fn walk(f: &LoopFunc, body: &[Stmt], out: &mut BTreeSet<TensorId>) {
+        for s in body {
+            if let Stmt::Store { tensor, value, .. } = s {
+                let mut loads = Vec::new();
+                crate::analysis::loads_in(&f.p, *value, &mut loads);
+                if loads.iter().any(|&l| matches!(f.p.expr(l), TExpr::Load(t, _) if t == tensor)) {
+                    out.insert(*tensor);
+                }
+            }
+            walk(f, s.body(), out);
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(f, &f.body, &mut out);
+    out
+}
+
 /// Whether `f` has warpgroup operations (`wgmma`): its GPU code needs
 /// sm_90a and PTX ISA 8.0.
 pub fn has_wgmma(f: &LoopFunc) -> bool {

@@ -202,6 +202,33 @@ fn integer_products_use_dot_product_instructions() {
     }
 }
 
+/// A 3 × 3 convolution over a 7 × 7 map: each 7-wide row of the image is
+/// one masked load (`vmaskmovps` on AVX2, a `{k}`-masked `vmovups` on
+/// AVX-512), not LLVM's 4 + 2 + 1 pieces and the inserts between them;
+/// a sum kept in its output (stored in pieces) is loaded as it is stored.
+/// Results: tests/tests/backends.rs and guard_pages.rs run such rows on
+/// every CPU target.
+#[test]
+fn odd_row_tails_load_masked() {
+    let path = std::env::temp_dir().join(format!("texc-cli-{}-c7.tex", std::process::id()));
+    let src = "kernel c(X: f32[1, 16, 9, 9], W: f32[16, 16, 3, 3]) -> Y: f32[1, 16, 7, 7] {\n\
+               \x20   Y[n, f, y, x] = sum[c, r, s](X[n, c, y + r, x + s] * W[f, c, r, s]);\n}\n";
+    std::fs::write(&path, src).expect("write");
+    let asm = |target: &str| {
+        let o = texc(&["emit", path.to_str().expect("utf-8"), "--stage", "asm", "--target", target, "--exact"]);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let avx2 = asm("x86-avx2");
+    assert!(avx2.contains("vmaskmovps"), "x86-avx2: masked row loads expected");
+    let avx512 = asm("x86-avx512");
+    assert!(
+        avx512.lines().any(|l| l.contains("vmovups") && l.contains("{%k")),
+        "x86-avx512: k-masked row loads expected"
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
 /// A roofline no CPU reaches, so the measured rates never raise it (bench
 /// raises a given peak a measurement beats, with a note) and the reported
 /// peaks stay those given. Its ridge (5 FLOP/byte) puts a 64³ matmul on the

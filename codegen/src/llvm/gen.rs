@@ -92,6 +92,9 @@ pub(super) struct Gen<'ctx, 'a> {
     pub stack_arrays: std::collections::HashMap<(FunctionValue<'ctx>, TensorId), PointerValue<'ctx>>,
     /// The loop nests hold AMX tile products (`texc_schedules::ir::TileDot`).
     pub has_tile_dots: bool,
+    /// Tensors a statement reads and stores in place
+    /// (`texc_schedules::ir::updated_in_place`).
+    pub updated_in_place: std::collections::BTreeSet<TensorId>,
 }
 
 /// Build the LLVM module of a kernel. With a C entry `c` (objects), the
@@ -174,6 +177,7 @@ impl<'ctx, 'a> Gen<'ctx, 'a> {
             heap: f.heap_locals(),
             stack_arrays: Default::default(),
             has_tile_dots: texc_schedules::ir::has_tile_dots(f),
+            updated_in_place: texc_schedules::ir::updated_in_place(f),
         }
     }
 }

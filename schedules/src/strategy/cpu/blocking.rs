@@ -349,7 +349,8 @@ fn window_index(p: &Program, st: &Stage, l: TExprId, v: u32) -> bool {
 /// two FMA pipes busy). `fh = 1` is the one-axis block.
 ///
 /// `taken` registers of the step go to other values ([`step_registers`]):
-/// they come out of the accumulators.
+/// they come out of the accumulators, and a block of several image rows
+/// leaves them free besides its rows' loads and the broadcast.
 fn two_axis_rows(accumulators: i64, taken: i64, k: i64, h: i64) -> (i64, i64) {
     let registers = accumulators * 4 / 3;
     let accumulators = (accumulators - taken).max(2);
@@ -360,7 +361,7 @@ fn two_axis_rows(accumulators: i64, taken: i64, k: i64, h: i64) -> (i64, i64) {
     };
     (1..=h.min(accumulators))
         .map(|fh| (block_rows(accumulators / fh, k), fh))
-        .filter(|&(fk, fh)| fh == 1 || fk * fh + fh < registers)
+        .filter(|&(fk, fh)| fh == 1 || fk * fh + fh + taken < registers)
         .min_by(|&x, &y| per_fma(x).total_cmp(&per_fma(y)))
         .expect("fh = 1")
 }
@@ -608,6 +609,20 @@ mod tests {
 
     /// On the nominal machine, the blocking measured there: slices of 512
     /// (256 up to 512 deep), blocks of 256 columns from rows of 2048 on.
+    /// AVX2 (12 accumulators, 16 registers), a 7-row map and 512 filters:
+    /// 4 filters × 3 rows when the step takes nothing else; with a register
+    /// or two taken (a `@dot2` product, AVX2's lane mask, `@dot4sat`'s
+    /// ones), blocks whose accumulators, rows, broadcast and those fit in 16.
+    #[test]
+    fn register_blocks_leave_room_for_what_a_step_takes() {
+        assert_eq!(two_axis_rows(12, 0, 512, 7), (4, 3));
+        for taken in 1..=3 {
+            let (fk, fh) = two_axis_rows(12, taken, 512, 7);
+            assert!(fk * fh + fh + 1 + taken <= 16, "taken {taken}: {fk} × {fh}");
+            assert!(fh >= 2, "taken {taken}: {fk} × {fh} still blocks image rows");
+        }
+    }
+
     #[test]
     fn the_nominal_machine_keeps_the_measured_blocking() {
         let b = blocking(CpuCaches::NOMINAL, 4);
