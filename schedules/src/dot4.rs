@@ -30,7 +30,7 @@
 //! neighbouring pair can saturate ([`pairs_cannot_saturate`]: 7-bit
 //! weights never do), the product is packed in bytes as for `vpdpbusd` and
 //! computed with [`Intrinsic::Dot4Sat`] instead, which those weights make
-//! equal to `@dot4` (MEASURED: ResNet-18 with ORT's `reduce_range`, 1.3–1.5×
+//! equal to `@dot4` (MEASURED: ResNet-18 with ORT's `reduce_range`, 1.2–1.5×
 //! faster than on `@dot2`). In halves both operands are signed 16-bit
 //! numbers, so an `i8` unsigned side needs no offset, and `u8 × u8`
 //! products are packed too.
