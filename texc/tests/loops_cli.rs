@@ -190,6 +190,12 @@ fn dot_instructions_on_any_words_match_the_evaluator() {
             assert_eq!(o.status.code(), Some(0), "{dot} on {target}: {e}");
             assert!(std::fs::read(got).expect("read") == want, "{dot} on {target}: not the evaluator's results");
         }
+        // Cranelift has neither instruction: a spanned error at the call, exit 1, no panic.
+        let (o, _) = run("cranelift");
+        let (_, e) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{dot} on cranelift: {e}");
+        let lacks = format!("`{dot}` is an instruction target `cranelift` does not have");
+        assert!(e.contains("dot.loops:") && e.contains(&lacks) && !e.contains("internal error"), "{e}");
     }
 }
 
