@@ -32,7 +32,12 @@
 //! copy a small share of its work (a conservative bound, not tuned; of the
 //! zoo's float models, those that change — Inception-v3 1.14× faster,
 //! MobileNetV3-Large, EfficientNet-B0, DenseNet-121 — run within noise or
-//! faster). Integer products have no other plan (the importer writes them
+//! faster) — or, for a convolution whose whole row is read through windows,
+//! [`MIN_WINDOW_DEPTH`] where the row idles more than an eighth of its lanes
+//! ([`WINDOW_FILL`]). The copy stays a pass of its own, never inlined into
+//! or computed inside its readers (`strategy::preparation`,
+//! `strategy::cpu::attach`), so that it walks its source's lines once.
+//! Integer products have no other plan (the importer writes them
 //! as one statement; f32 convolutions also have the e-graph's
 //! `conv2d_im2col_t`), and are moved whatever their depth.
 //!
@@ -65,6 +70,23 @@ pub const MIN_MERGED_FILL: f64 = 0.8;
 
 /// Products per output from which a float product is computed filters-last.
 pub const MIN_FLOAT_DEPTH: i64 = 512;
+
+/// The fill below which a float convolution's row read through windows (a
+/// 3×3 convolution's `x + s`), the whole image row, is computed
+/// filters-last: more than an eighth of the lanes idle. Its filters' panel
+/// is read once per block of positions and the block's rows are
+/// broadcasts, so the row's length no longer sets the lanes; what it costs
+/// is the copy back, a pass over the output. MEASURED (AVX-512, 1 thread,
+/// SqueezeNet's 3×3 convolutions, from 16 → 64 filters at 55×55 to 64 →
+/// 256 at 13×13, rows of 0.81–0.86): 0.39–0.46 → 0.29 ms each, ONNX
+/// Runtime's 0.31, the copy 0.03–0.06; Inception-v3's 80 → 192 at 71×71
+/// (rows of 0.89): 11.5 → 13.2 ms, hence the bound; rows of exactly 7/8
+/// (56 of 64, 7 of 8) measured no faster in the zoo and stay.
+pub const WINDOW_FILL: f64 = 0.875;
+
+/// Products per output from which such a windowed float row is computed
+/// filters-last (SqueezeNet's 16 → 64 filters sums 144).
+pub const MIN_WINDOW_DEPTH: i64 = 128;
 
 /// Compute every short-row product of `p` filters-last; the number of
 /// stages changed. `movable` says which operands may be copied with a
@@ -112,13 +134,13 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     let lanes = target.lanes(elem) as i64;
     let row = crate::strategy::default_row(p, target, si);
     let row_fill = fill(row, lanes);
-    if last == 0 || row_fill >= MIN_MERGED_FILL {
+    if last == 0 || row_fill >= WINDOW_FILL {
         return None;
     }
     // The copy back is a pass over the output: a float product pays for it
     // only where each output sums many products.
     let depth: i64 = st.vars[st.n_axes..].iter().map(|v| v.extent).product();
-    if !dot4 && depth < MIN_FLOAT_DEPTH {
+    if !dot4 && depth < MIN_WINDOW_DEPTH {
         return None;
     }
     let mut loads = Vec::new();
@@ -142,8 +164,28 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     // Between the two fills, only float products (measured so) whose block
     // rows run over the whole row: one axis, or two that merge.
     let merged = merged_rows(p, st, f);
-    let whole_row = !dot4 && (row == st.vars[last].extent || merged.is_some());
-    (row_fill < MIN_FILL || whole_row).then_some((f, merged))
+    let whole_row = row == st.vars[last].extent || merged.is_some();
+    let takes = if dot4 {
+        row_fill < MIN_FILL
+    } else if whole_row && merged.is_none() && reads_windows(p, st, &loads) {
+        row_fill < WINDOW_FILL
+    } else {
+        depth >= MIN_FLOAT_DEPTH && (row_fill < MIN_FILL || (whole_row && row_fill < MIN_MERGED_FILL))
+    };
+    takes.then_some((f, merged))
+}
+
+/// Whether a product reads its row `x` through windows: an index of one of
+/// `loads` that moves with `x` and a variable of the sum over more than one
+/// element (`X[n, c, y + r, x + s]`).
+fn reads_windows(p: &Program, st: &Stage, loads: &[TExprId]) -> bool {
+    let x = (st.n_axes - 1) as VarId;
+    // (A window of one element is a 1×1 convolution written so.)
+    let summed = |i: TExprId| (st.n_axes..st.vars.len()).any(|r| st.vars[r].extent > 1 && involves(p, i, r as VarId));
+    loads.iter().any(|&l| {
+        let TExpr::Load(_, idx) = p.expr(l) else { return false };
+        idx.iter().any(|&i| involves(p, i, x) && summed(i))
+    })
 }
 
 /// The body of the stage's sum of products — of `@dot4`s or `@dot2`s (`true`), or of

@@ -104,3 +104,73 @@ fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
     check_layout("filters-last 3×3", &conv(64, 48), "Y.t", &|t| t.vector_bits >= 512);
     check_layout("filters-last 1×1 on 7×7", &pointwise(7), "Y.t", &|t| t.vector_bits >= 512);
 }
+
+/// A 3×3 convolution whose whole row is read through windows and idles
+/// more than an eighth of its lanes (`filters_last::WINDOW_FILL`) is
+/// computed filters-last from 128 products per output: 55-wide rows (55 of
+/// 64 lanes on AVX-512), 16 → 24 filters (144 products), and a reader that
+/// adds another tensor along its rows. Its copy back gathers from 27 × 55
+/// lines, more than L1 holds: a pass of its own, not inlined into that
+/// reader (which would read every line again for each channel); from a
+/// 13×13 map's 169 lines it is inlined. At 8 channels (72 products) the
+/// convolution stays as written, and so on 23-wide rows where vectors have
+/// 4 or 8 lanes (23 of 24). Each matches the interpreter on every CPU
+/// target here.
+#[test]
+fn windowed_rows_that_idle_lanes_run_along_the_filters() {
+    let conv = |c: i64, h: i64, w: i64| {
+        let (hp, wp) = (h + 2, w + 2);
+        format!(
+            "kernel c(X: f32[1, {c}, {hp}, {wp}], W: f32[{c}, 3, 3, 24], B: f32[1, 24, {h}, {w}]) -> Z: f32[1, 24, {h}, {w}] {{\n\
+             \x20   Y[n, k, y in 0..{h}, x in 0..{w}] = max(sum[c, r, s](X[n, c, y + r, x + s] * W[c, r, s, k]), 0.0);\n\
+             \x20   Z[n, k, y, x] = Y[n, k, y, x] + B[n, k, y, x];\n}}\n"
+        )
+    };
+    let (text, _) = loops_text("x86-avx512", &program(&conv(16, 27, 55)));
+    assert!(text.contains("Y.t"), "55 of 64 lanes, 144 products:\n{text}");
+    let statements = |text: &str, t: &str| {
+        text.lines().filter(|l| l.trim_start().starts_with(t)).map(str::to_string).collect::<Vec<_>>()
+    };
+    let copy = statements(&text, "Y[");
+    assert!(!copy.is_empty() && copy.iter().all(|l| l.contains("Y.t")), "a copy of its own:\n{text}");
+    assert!(statements(&text, "Z[").iter().all(|l| !l.contains("Y.t")), "{text}");
+    let (small, _) = loops_text("x86-avx512", &program(&conv(16, 13, 13)));
+    assert!(statements(&small, "Z[").iter().all(|l| l.contains("Y.t")), "169 lines stay in L1:\n{small}");
+    assert!(!loops_text("x86-avx512", &program(&conv(8, 13, 13))).0.contains("Y.t"), "72 products");
+    check_layout("filters-last 3×3 on 55-wide rows", &conv(16, 27, 55), "Y.t", &|t| idles_an_eighth(t, 55));
+    check_layout("filters-last 3×3 on 13-wide rows", &conv(16, 13, 13), "Y.t", &|t| idles_an_eighth(t, 13));
+    check_layout("3×3 on 23-wide rows", &conv(16, 13, 23), "Y.t", &|t| idles_an_eighth(t, 23));
+    let avx2 = texc_compiler::target::lookup("x86-avx2").expect("a target");
+    assert!(idles_an_eighth(avx2, 13) && !idles_an_eighth(avx2, 23) && !idles_an_eighth(avx2, 55));
+}
+
+/// Whether a row of `w` leaves more than an eighth of the target's f32 vector lanes idle.
+fn idles_an_eighth(t: &Target, w: i64) -> bool {
+    let lanes = t.lanes(texc_compiler::types::ElemType::F32) as i64;
+    let vectors = (w + lanes - 1) / lanes;
+    8 * w < 7 * vectors * lanes
+}
+
+/// The copy back of a filters-last convolution read by a max pool: where
+/// its source is larger than L2 (the nominal 1 MiB: 128 filters on a 55×55
+/// map, 55 of 64 lanes), computed whole before the pool, not a channel at a
+/// time inside the pool's loops, where each part would read a line of
+/// `Y.t` per element and the parts together every line 16 times
+/// (`strategy::cpu::attach`, `cuts_lines`); a smaller one (64 filters on
+/// 27×27) may be computed in parts, and matches the interpreter on every
+/// CPU target here.
+#[test]
+fn transposing_copies_are_not_computed_in_parts() {
+    let pooled = |k: i64, w: i64| {
+        let (wp, z) = (w + 2, (w - 3) / 2 + 1);
+        format!(
+            "kernel c(X: f32[1, 16, {wp}, {wp}], W: f32[16, 3, 3, {k}]) -> Z: f32[1, {k}, {z}, {z}] {{\n\
+             \x20   Y[n, k, y in 0..{w}, x in 0..{w}] = max(sum[c, r, s](X[n, c, y + r, x + s] * W[c, r, s, k]), 0.0);\n\
+             \x20   Z[n, k, y, x] = max[r in 0..3, s in 0..3](Y[n, k, 2 * y + r, 2 * x + s]);\n}}\n"
+        )
+    };
+    let (loops, _) = loops_text("x86-avx512", &program(&pooled(128, 55)));
+    assert!(loops.contains("temp Y.t"), "{loops}");
+    assert!(!loops.contains("local Y:"), "the copy computed in parts:\n{loops}");
+    check_layout("filters-last 3×3 before a max pool", &pooled(64, 27), "Y.t", &|t| idles_an_eighth(t, 27));
+}

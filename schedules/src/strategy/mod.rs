@@ -35,7 +35,7 @@ use crate::prepare::Step;
 use crate::schedule::Schedules;
 use texc_compiler::rewrite::{Nominal, PerformanceModel};
 use texc_compiler::target::{Target, TargetKind};
-use texc_compiler::tir::{Program, TExpr, TExprId, TensorId};
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, VarId};
 
 /// The default schedule of one target family.
 pub trait Strategy: Sync {
@@ -159,4 +159,28 @@ pub(crate) fn tensors_loaded(p: &Program, e: TExprId) -> std::collections::BTree
 /// Whether `e` reads variable `v`.
 fn uses_var(p: &Program, e: TExprId, v: u32) -> bool {
     matches!(p.expr(e), TExpr::Var(x) if *x == v) || p.children(e).into_iter().any(|c| uses_var(p, c, v))
+}
+
+/// The lines that element-wise stage `st` gathers from: of the tensors it
+/// reads across cache lines along its last axis, the one its vectors run
+/// along (each lane a line of its own: the copy back of a product computed
+/// filters-last, `Y[n, f, y, x] = Y.t[n, y, x, f]`), the most lines one
+/// holds (its elements over its last dimension's); 0 where it reads none
+/// so. Such a stage walks its source's lines once only as a pass of its
+/// own, in the order `transposing_order` gives it. (Reductions are not
+/// asked: a sum of partial results along a row reads across lines, and is
+/// not a transposing pass.)
+pub(crate) fn gathered_lines(p: &Program, st: &Stage) -> i64 {
+    const LINE: i64 = 64;
+    let Some(last) = st.n_axes.checked_sub(1).filter(|_| st.vars.len() == st.n_axes) else { return 0 };
+    let mut loads = Vec::new();
+    crate::analysis::loads_in(p, st.value, &mut loads);
+    let lines = |&l: &TExprId| {
+        let TExpr::Load(t, idx) = p.expr(l) else { return None };
+        let d = p.tensor(*t);
+        let stride = crate::analysis::flat_coefficient(p, *t, idx, last as VarId)?;
+        let across = stride.saturating_abs().saturating_mul(d.elem.size() as i64) >= LINE;
+        across.then(|| d.len() / d.shape.last().copied().unwrap_or(1).max(1))
+    };
+    loads.iter().filter_map(lines).max().unwrap_or(0)
 }

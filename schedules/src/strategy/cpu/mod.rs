@@ -295,7 +295,8 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
     // stored costs nothing, one attached to the stage reading them is a pass of its own.
     fold_epilogues(p, &mut s);
     if knobs.attach != Some(false) {
-        attach_producers(p, &mut s, target.compute_lanes(texc_compiler::types::ElemType::F32));
+        let l2 = target.caches.unwrap_or(CpuCaches::NOMINAL).l2;
+        attach_producers(p, &mut s, target.compute_lanes(texc_compiler::types::ElemType::F32), l2);
     }
     if knobs.par == Some(false) {
         // One thread: a small kernel's work below what handing it to the pool costs.
