@@ -306,6 +306,16 @@ fn weights_known_to_fit_take_vpmaddubsw() {
     assert!(print(&packed(&mixed, "x86-avx2")).contains("@dot4sat("));
     let text = print(&packed(&beyond, "x86-avx2-vnni"));
     assert!(text.contains("@dot4(") && !text.contains("@dot4sat"), "{text}");
+    // A long row (200 columns) runs as a micro-kernel whose step holds the
+    // product and the ones beside its accumulators: on AVX2's 16 registers
+    // 5 rows of 2 vectors, not 6.
+    let wide_src = gemm(m, k, 200, "u8");
+    let wide: Vec<i8> = (0..200 * k).map(|i| ((i * 37 % 129) - 64) as i8).collect();
+    let mut p = program(&wide_src);
+    let known = |name: &str| (name == "W").then_some(&wide[..]);
+    assert_eq!(pack_products(&mut p, lookup("x86-avx2").expect("a target"), &known), 1);
+    let loops = texc_schedules::ir::print(&legal_loops("x86-avx2", &p));
+    assert!(loops.contains("acc: i32[5, 16]") && !loops.contains("acc: i32[6, 16]"), "{loops}");
     // Bit-exact against the product as written, with activations of 255 and random ones.
     let written = program(&src);
     for weights in [&fitting, &mixed] {

@@ -371,12 +371,10 @@ impl<'ctx> Gen<'ctx, '_> {
     /// `vmovups {k}`) reads at once). `None` for other loads: power-of-two
     /// tails, or elements whose masked loads are not instructions.
     fn odd_tail(&self, lanes: u32, bytes: u32) -> Option<u32> {
-        let register = match () {
-            _ if self.on_device() || bytes < 4 => return None,
-            _ if self.has_feature("avx512f") && !self.has_feature("prefer-256-bit") => 64 / bytes,
-            _ if self.has_feature("avx") || self.has_feature("avx2") => 32 / bytes,
-            _ => return None,
-        };
+        if self.on_device() || bytes < 4 {
+            return None;
+        }
+        let register = self.register_bytes()? / bytes;
         let tail = lanes % register;
         (tail.count_ones() > 1 && self.masked_access_native(bytes)).then(|| lanes.div_ceil(register) * register)
     }
@@ -483,13 +481,20 @@ impl<'ctx> Gen<'ctx, '_> {
     /// with AVX; all `lanes` on GPUs and where masked accesses are not
     /// instructions (LLVM expands them lane by lane).
     fn masked_piece_lanes(&self, bytes: u32, lanes: u32) -> u32 {
-        let register = match () {
-            _ if self.on_device() => return lanes,
-            _ if self.has_feature("avx512f") && !self.has_feature("prefer-256-bit") => 64,
-            _ if self.has_feature("avx") || self.has_feature("avx2") => 32,
-            _ => return lanes,
-        };
-        (register / bytes.max(1)).clamp(1, lanes)
+        match self.register_bytes() {
+            Some(register) if !self.on_device() => (register / bytes.max(1)).clamp(1, lanes),
+            _ => lanes,
+        }
+    }
+
+    /// A CPU vector register's bytes: 64 with AVX-512 (unless it prefers
+    /// 256-bit vectors), 32 with AVX; `None` without either.
+    fn register_bytes(&self) -> Option<u32> {
+        match () {
+            _ if self.has_feature("avx512f") && !self.has_feature("prefer-256-bit") => Some(64),
+            _ if self.has_feature("avx") || self.has_feature("avx2") => Some(32),
+            _ => None,
+        }
     }
 
     pub(super) fn call_void(&self, f: FunctionValue<'ctx>, args: &[BasicValueEnum<'ctx>]) -> R<()> {

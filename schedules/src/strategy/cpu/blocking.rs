@@ -92,7 +92,7 @@ pub(super) fn register_block(
     // of filters broadcast their weights to every image row of the block.
     let image_block = match (image_rows, m.knobs.rows) {
         (Some(h), None) if !long && vectors == 1 => {
-            let taken = step_registers(p, st.value, m, row, lanes);
+            let taken = step_registers(p, st.value, &vector, m, (row, lanes));
             Some((h, two_axis_rows(m.accumulators, taken, ss.ivs[a].extent, ss.ivs[h].extent)))
         }
         _ => None,
@@ -102,7 +102,15 @@ pub(super) fn register_block(
         // shorter copy of the loops (partitioned), or guarded.
         (Some(rows), _) => rows.min(ss.ivs[a].extent),
         (None, Some((_, (fk, _)))) => fk,
-        (None, None) => default_rows(block_accumulators(m, shared) / vectors, ss.ivs[a].extent, long),
+        (None, None) => {
+            // A BLIS micro-kernel's step holds its `vectors` of the packed
+            // panel and a broadcast beside the accumulators; a `@dot2` or
+            // `@dot4sat` product (and ones) takes what registers are left,
+            // then accumulators (AVX2, `@dot4sat`: 5 rows of 2, not 6).
+            let spare = m.accumulators * 4 / 3 - m.accumulators - vectors - 1;
+            let taken = if long { (step_products(p, st.value) - spare).max(0) } else { 0 };
+            default_rows((block_accumulators(m, shared) - taken) / vectors, ss.ivs[a].extent, long)
+        }
     };
     if f < 2 {
         if row >= 2 * m.lanes && ss.leaves.iter().any(|&l| ss.ivs[l].reduce) {
@@ -371,21 +379,27 @@ fn two_axis_rows(accumulators: i64, taken: i64, k: i64, h: i64) -> (i64, i64) {
 /// and one broadcast: the product of a `@dot2` or `@dot4sat` before it is
 /// added (and `@dot4sat`'s vector of ones), and, where masks are vector
 /// registers (AVX2), the lane mask of a row whose last vector holds a
-/// count of elements no power of two makes (loaded masked: 7 of 8 lanes).
+/// count of elements no power of two makes (loaded masked: 7 of 8 lanes),
+/// where one of its `vector` loads has elements of 4 or 8 bytes (narrower
+/// ones are not loaded masked: code generation's `odd_tail`).
 /// MEASURED: a 4 × 3 block of a 7 × 7 map on AVX2 spilled accumulators
 /// with either.
-fn step_registers(p: &Program, value: TExprId, m: Machine, row: i64, lanes: i64) -> i64 {
+fn step_registers(p: &Program, value: TExprId, vector: &[TExprId], m: Machine, (row, lanes): (i64, i64)) -> i64 {
+    let words = |&l: &TExprId| matches!(p.expr(l), TExpr::Load(t, _) if p.tensor(*t).elem.size() >= 4);
+    let masked = m.masks_in_vectors && ((row % lanes) as u64).count_ones() > 1 && vector.iter().any(words);
+    step_products(p, value) + i64::from(masked)
+}
+
+/// Vector registers the products in `e` hold before they are added: a
+/// `@dot2`'s (1), a `@dot4sat`'s and its vector of ones (2).
+fn step_products(p: &Program, e: TExprId) -> i64 {
     use texc_compiler::ops::Intrinsic;
-    fn products(p: &Program, e: TExprId) -> i64 {
-        let own = match p.expr(e) {
-            TExpr::Intrinsic(Intrinsic::Dot2, _) => 1,
-            TExpr::Intrinsic(Intrinsic::Dot4Sat, _) => 2,
-            _ => 0,
-        };
-        p.children(e).into_iter().map(|c| products(p, c)).max().unwrap_or(0).max(own)
-    }
-    let masked = m.masks_in_vectors && ((row % lanes) as u64).count_ones() > 1;
-    products(p, value) + i64::from(masked)
+    let own = match p.expr(e) {
+        TExpr::Intrinsic(Intrinsic::Dot2, _) => 1,
+        TExpr::Intrinsic(Intrinsic::Dot4Sat, _) => 2,
+        _ => 0,
+    };
+    p.children(e).into_iter().map(|c| step_products(p, c)).max().unwrap_or(0).max(own)
 }
 
 /// Loads of `st` contiguous along its innermost axis: a register block's vector operands.
