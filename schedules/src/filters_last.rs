@@ -34,9 +34,11 @@
 //! MobileNetV3-Large, EfficientNet-B0, DenseNet-121 — run within noise or
 //! faster) — or, for a convolution whose whole row is read through windows,
 //! [`MIN_WINDOW_DEPTH`] where the row idles more than an eighth of its lanes
-//! ([`WINDOW_FILL`]). The copy stays a pass of its own, never inlined into
-//! or computed inside its readers (`strategy::preparation`,
-//! `strategy::cpu::attach`), so that it walks its source's lines once.
+//! ([`WINDOW_FILL`]). The copy stays a pass of its own, walking its
+//! source's lines once, where its source has more lines than L1 holds and
+//! its reader walks another tensor along its rows (not inlined:
+//! `strategy::preparation`), or outgrows L2 (not computed in parts inside
+//! its reader: `strategy::cpu::attach`).
 //! Integer products have no other plan (the importer writes them
 //! as one statement; f32 convolutions also have the e-graph's
 //! `conv2d_im2col_t`), and are moved whatever their depth.
