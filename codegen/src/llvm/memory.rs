@@ -80,17 +80,18 @@ impl<'ctx> Gen<'ctx, '_> {
                     }
                     Access::Contiguous => {
                         let p = self.lane0_address(fr, t, idx, var, base, mty)?;
+                        // Not a stack array's: SROA keeps those in registers, and masked
+                        // loads would stop it. Nor one a statement stores in place: its
+                        // stores are LLVM's pieces, and a masked load of what they just
+                        // wrote waits for them instead of taking their values (MEASURED:
+                        // SqueezeNet's classifier, summed in its output, 1.4× slower).
+                        let odd_tail = (!self.stack_arrays.contains_key(&(fr.func, t))
+                            && !self.updated_in_place.contains(&t))
+                        .then(|| self.odd_tail(lanes, align))
+                        .flatten();
                         match mask {
-                            // Not a stack array's: SROA keeps those in registers, and masked
-                            // loads would stop it. Nor one a statement stores in place: its
-                            // stores are LLVM's pieces, and a masked load of what they just
-                            // wrote waits for them instead of taking their values (MEASURED:
-                            // SqueezeNet's classifier, summed in its output, 1.4× slower).
-                            None if !self.stack_arrays.contains_key(&(fr.func, t))
-                                && !self.updated_in_place.contains(&t)
-                                && self.odd_tail(lanes, align).is_some() =>
-                            {
-                                let padded = self.odd_tail(lanes, align).expect("checked");
+                            None if odd_tail.is_some() => {
+                                let padded = odd_tail.expect("checked");
                                 let i1 = self.cx.bool_type();
                                 let on: Vec<_> = (0..padded)
                                     .map(|l| if l < lanes { i1.const_all_ones() } else { i1.const_zero() })

@@ -161,6 +161,9 @@ fn uses_var(p: &Program, e: TExprId, v: u32) -> bool {
     matches!(p.expr(e), TExpr::Var(x) if *x == v) || p.children(e).into_iter().any(|c| uses_var(p, c, v))
 }
 
+/// A cache line's bytes, what the layout decisions count reads in.
+pub(crate) const LINE: i64 = 64;
+
 /// The lines that element-wise stage `st` gathers from: of the tensors it
 /// reads across cache lines along its last axis, the one its vectors run
 /// along (each lane a line of its own: the copy back of a product computed
@@ -171,7 +174,6 @@ fn uses_var(p: &Program, e: TExprId, v: u32) -> bool {
 /// asked: a sum of partial results along a row reads across lines, and is
 /// not a transposing pass.)
 pub(crate) fn gathered_lines(p: &Program, st: &Stage) -> i64 {
-    const LINE: i64 = 64;
     let Some(last) = st.n_axes.checked_sub(1).filter(|_| st.vars.len() == st.n_axes) else { return 0 };
     let mut loads = Vec::new();
     crate::analysis::loads_in(p, st.value, &mut loads);

@@ -132,7 +132,7 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
 /// stay in L1 from one channel to the next, and the copy is inlined
 /// (GoogLeNet's 7×7 maps on AVX2, 49 lines).
 fn gathers_beyond(p: &Program, st: &Stage, l1d: i64) -> bool {
-    super::gathered_lines(p, st).saturating_mul(64) > l1d
+    super::gathered_lines(p, st).saturating_mul(super::LINE) > l1d
 }
 
 /// Whether reader `c` walks a tensor other than `t` densely along its last
@@ -144,7 +144,7 @@ fn walks_rows(p: &Program, c: &Stage, t: TensorId) -> bool {
     loads.iter().any(|&l| {
         let TExpr::Load(u, idx) = p.expr(l) else { return false };
         let stride = crate::analysis::flat_coefficient(p, *u, idx, last as VarId).unwrap_or(0);
-        *u != t && stride != 0 && stride.saturating_abs() * (p.tensor(*u).elem.size() as i64) < 64
+        *u != t && stride != 0 && stride.saturating_abs() * (p.tensor(*u).elem.size() as i64) < super::LINE
     })
 }
 

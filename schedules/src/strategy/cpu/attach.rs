@@ -259,7 +259,7 @@ fn infer_and_restore(
 /// 2.6 ms on AVX-512, its source 3.9 MB). A source that fits in `l2`, one
 /// core's L2, is read again from there.
 fn cuts_lines(p: &Program, st: &Stage, ext: &[i64], l2: i64) -> bool {
-    const LINE: i64 = 64;
+    use crate::strategy::LINE;
     if crate::strategy::gathered_lines(p, st) == 0 {
         return false;
     }

@@ -200,7 +200,7 @@ pub(super) fn transposing_order(
     m: Machine,
     (row, first_row_axis): (usize, usize),
 ) -> bool {
-    const LINE: u64 = 64;
+    const LINE: u64 = crate::strategy::LINE as u64;
     let l1 = m.caches.l1d as u64;
     let last = (st.n_axes - 1) as VarId;
     let mut loads = Vec::new();
