@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """texc on an NVIDIA GPU against PyTorch (cuBLAS, cuDNN, its own softmax and
-layer_norm) in one run, on the sizes of the GPU issue: fp16 GEMM 4096³ with
-f32 sums, a TF32 GEMM 4096³, conv 3×3 56²×64 and 14²×256 at batch 32 (fp16
+layer_norm) in one run, on the sizes of the GPU issue: fp16 and bf16 GEMM
+4096³ and 8192³ with f32 sums (the default on `mma.sync`, and on
+Hopper's warpgroup operations with `--knob wgmma=1`), a TF32 GEMM 4096³, conv 3×3 56²×64 and 14²×256 at batch 32 (fp16
 inputs, f32 sums; also f32 through std.nn), an f32 GEMM 4096³, softmax and
 layer_norm rows 16384×4096 (f32).
 
@@ -46,24 +47,39 @@ def peaks():
     return next((v for k, v in PEAKS.items() if k in name), PEAKS["H100"]), name or "unknown GPU"
 
 G = 4096
+G8 = 8192
+WG = ["--knob", "wgmma=1"]
 CASES = [
     # name, texc file, texc args, kind of peak, flops or None, bytes, torch setup
     ("hgemm 4096³ f16→f32 (default: 3 stages)", "examples/gemm_f16.tex", ["--shape", f"M={G},K={G},N={G}"],
      "fp16", 2 * G**3, None, "hgemm"),
+    ("hgemm 4096³ f16→f32 (wgmma=1)", "examples/gemm_f16.tex", ["--shape", f"M={G},K={G},N={G}"] + WG,
+     "fp16", 2 * G**3, None, "hgemm"),
+    ("hgemm 8192³ f16→f32 (default)", "examples/gemm_f16.tex", ["--shape", f"M={G8},K={G8},N={G8}"],
+     "fp16", 2 * G8**3, None, "hgemm8k"),
+    ("hgemm 8192³ f16→f32 (wgmma=1)", "examples/gemm_f16.tex", ["--shape", f"M={G8},K={G8},N={G8}"] + WG,
+     "fp16", 2 * G8**3, None, "hgemm8k"),
     ("hgemm 4096³ f16→f32 (shared, ldmatrix)", "benches/hgemm_shared.tex", [], "fp16", 2 * G**3, None, "hgemm"),
     ("hgemm 4096³ f16→f32 (cp.async, 2 stages)", "benches/hgemm_pipelined.tex", [], "fp16", 2 * G**3, None, "hgemm"),
-    ("hgemm 4096³ f16→f32 (wgmma sm_90a, 3 stages)", "benches/hgemm_wgmma.tex", [], "fp16", 2 * G**3, None,
+    ("hgemm 4096³ f16→f32 (wgmma bench, 3 stages)", "benches/hgemm_wgmma.tex", [], "fp16", 2 * G**3, None,
      "hgemm"),
     ("bf16 gemm 4096³ bf16→f32 (default)", "benches/gemm_bf16.tex", [], "fp16", 2 * G**3, None, "bgemm"),
+    ("bf16 gemm 4096³ bf16→f32 (wgmma=1)", "benches/gemm_bf16.tex", WG, "fp16", 2 * G**3, None, "bgemm"),
+    ("bf16 gemm 8192³ bf16→f32 (default)", "benches/gemm_bf16.tex", ["--shape", f"M={G8},K={G8},N={G8}"],
+     "fp16", 2 * G8**3, None, "bgemm8k"),
     ("tf32 gemm 4096³ (benches schedule)", "benches/gemm_tf32.tex", [], "tf32", 2 * G**3, None, "tf32"),
     ("sgemm 4096³ f32 (default: registers)", "benches/matmul.tex", ["--shape", f"M={G},K={G},N={G}"], "f32",
      2 * G**3, None, "sgemm"),
     ("conv 3×3 56²×64 b32 f16 (default: implicit)", "benches/conv_f16.tex", [], "fp16",
      2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
+    ("conv 3×3 56²×64 b32 f16 (implicit, wgmma=1)", "benches/conv_f16.tex", WG, "fp16",
+     2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
     ("conv 3×3 56²×64 b32 f16 (explicit im2col)", "benches/conv_f16.tex", ["--knob", "gather=0"], "fp16",
      2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
     ("conv 3×3 14²×256 b32 f16 (default: implicit)", "benches/conv_f16.tex",
      ["--shape", "N=32,C=256,H=16,W=16,K=256"], "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14, None, "conv14"),
+    ("conv 3×3 14²×256 b32 f16 (implicit, wgmma=1)", "benches/conv_f16.tex",
+     ["--shape", "N=32,C=256,H=16,W=16,K=256"] + WG, "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14, None, "conv14"),
     ("conv 3×3 14²×256 b32 f16 (explicit im2col)", "benches/conv_f16.tex",
      ["--shape", "N=32,C=256,H=16,W=16,K=256", "--knob", "gather=0"], "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14,
      None, "conv14"),
@@ -84,14 +100,12 @@ def torch_time(case, repeat):
 
     torch.manual_seed(0)
     dev = "cuda"
-    if case == "hgemm":
-        a = torch.randn(G, G, device=dev, dtype=torch.float16)
-        b = torch.randn(G, G, device=dev, dtype=torch.float16)
-        f = lambda: a @ b  # noqa: E731 (cuBLAS, f32 accumulation, f16 result)
-    elif case == "bgemm":
-        a = torch.randn(G, G, device=dev, dtype=torch.bfloat16)
-        b = torch.randn(G, G, device=dev, dtype=torch.bfloat16)
-        f = lambda: a @ b  # noqa: E731 (cuBLAS, f32 accumulation, bf16 result)
+    if case.startswith(("hgemm", "bgemm")):
+        n = G8 if case.endswith("8k") else G
+        dt = torch.float16 if case.startswith("h") else torch.bfloat16
+        a = torch.randn(n, n, device=dev, dtype=dt)
+        b = torch.randn(n, n, device=dev, dtype=dt)
+        f = lambda: a @ b  # noqa: E731 (cuBLAS, f32 accumulation, f16 or bf16 result)
     elif case == "tf32":
         torch.backends.cuda.matmul.allow_tf32 = True
         a = torch.randn(G, G, device=dev)
@@ -136,10 +150,17 @@ def torch_time(case, repeat):
     return times[len(times) // 2]
 
 
+# A kernel that hangs on the GPU costs one case, not the run.
+TIMEOUT_S = 120
+
+
 def texc_time(texc, target, file, args, repeat, db=None):
     cmd = [texc, "bench", os.path.join(ROOT, file), "--target", target, "--json", "--repeat", str(repeat)] + args
     cmd += ["--db", db] if db else ["--no-db"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, f"no result in {TIMEOUT_S} s"
     if r.returncode != 0:
         return None, (r.stderr.strip().splitlines() or ["failed"])[-1]
     j = json.loads(r.stdout)

@@ -13,16 +13,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: scripts/gpu_bundle.sh DIR}
 mkdir -p "$dir/bins" "$dir/lib"
-cargo build -p texc
+# texc itself optimized: `benches/gpu.py` reports its compile times too.
+cargo build --release -p texc
 mapfile -t tests < <(cargo test --no-run -p texc-tests --test gpu --test backends --test pipeline \
     --message-format=json | python3 -c 'import json, sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["executable"])')
-strip -o "$dir/bins/texc" target/debug/texc
+strip -o "$dir/bins/texc" target/release/texc
 for t in "${tests[@]}"; do strip -o "$dir/bins/$(basename "$t" | sed 's/-[0-9a-f]*$//')" "$t"; done
-llvm=$(ldd target/debug/texc | awk '/libLLVM/ {print $3}')
+llvm=$(ldd target/release/texc | awk '/libLLVM/ {print $3}')
 cp -L "$llvm" "$dir/lib/"
 # libLLVM's own needs, but not the C/C++ runtime every machine has.
 ldd "$llvm" | awk '$3 ~ /^\// {print $3}' \

@@ -43,7 +43,10 @@
 ///   the image into shared memory), and for tensor-core products through
 ///   shared memory `gtile` (the largest block tile side tried: 128 or 64;
 ///   the 64×64 warp tiles stay), `gslice` (the largest slice of the
-///   reduction tried: 64 or 32) and `stages` (slices in flight, 2 to 4).
+///   reduction tried: 64 or 32) and `stages` (slices in flight, 2 to 4);
+///   `wgmma` (1: on sm_90, such products on Hopper's warpgroup
+///   operations instead of `mma.sync` warps; not yet the default, see
+///   `strategy::gpu::tensor_cores::wgmma_tiles`).
 ///
 /// Unset, each keeps its machine-derived value. [`KNOBS`] is the table of
 /// them: names, the values `--knob` accepts and `tune` tries.
@@ -69,6 +72,7 @@ pub struct DefaultKnobs {
     pub gtile: Option<i64>,
     pub gslice: Option<i64>,
     pub stages: Option<i64>,
+    pub wgmma: Option<bool>,
 }
 
 /// The target family whose default schedule a knob steers.
@@ -134,7 +138,7 @@ macro_rules! knob {
 }
 
 /// Every knob, CPU ones first, in the order the autotuner searches them.
-pub const KNOBS: [Knob; 20] = [
+pub const KNOBS: [Knob; 21] = [
     knob!("rows", Cpu, &[2, 3, 4, 5, 6, 8, 12], Accepts::Range(1, 64), "rows of a register block", |d, v| d
         .rows
         .replace(v)
@@ -242,6 +246,10 @@ pub const KNOBS: [Knob; 20] = [
     knob!("stages", Gpu, &[3, 2, 4], Accepts::Range(2, 4), "slices of shared-memory products in flight", |d, v| d
         .stages
         .replace(v)
+        .is_none()),
+    knob!("wgmma", Gpu, &[0, 1], Accepts::Flag, "1: sm_90 products on warpgroup wgmma, not mma.sync", |d, v| d
+        .wgmma
+        .replace(v == 1)
         .is_none()),
 ];
 

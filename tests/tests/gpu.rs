@@ -15,10 +15,26 @@ const GPUS: [&str; 2] = ["nvptx-sm80", "nvptx-sm90"];
 /// Kernel `src` (file `name`) on nvptx-sm90 at sizes `b`: its pipeline,
 /// specialized program and legal loop nests.
 fn gpu_loops(name: &str, src: &str, b: &Bindings) -> (texc_pipeline::Pipeline, texc_compiler::Program, LoopFunc) {
+    gpu_loops_with(name, src, b, &[])
+}
+
+/// [`gpu_loops`] with the default schedule's `knobs`.
+fn gpu_loops_with(
+    name: &str,
+    src: &str,
+    b: &Bindings,
+    knobs: &[(&str, i64)],
+) -> (texc_pipeline::Pipeline, texc_compiler::Program, LoopFunc) {
     let (mut pl, k) = texc_tests::load_text("nvptx-sm90", name, src, None).expect("loads");
+    pl.options.knobs.extend(knobs.iter().map(|&(n, v)| (n.to_string(), v)));
     let p = texc_tests::specialize(&mut pl, k, b);
     let f = texc_tests::loops(&mut pl, k, &p);
     (pl, p, f)
+}
+
+/// `ptxas` for Hopper: sm_90a where the module has warpgroup operations.
+fn assemble_sm90(ptx: &str) -> Result<(Vec<u8>, Vec<texc_codegen::cuda::KernelResources>), String> {
+    texc_codegen::cuda::assemble(ptx, if ptx.contains(".target sm_90a") { "sm_90a" } else { "sm_90" })
 }
 
 /// Relative error of `f`'s kernels (emulated, or on the GPU) against the interpreter, on inputs of `seed`.
@@ -891,27 +907,29 @@ fn reading_a_copy_before_it_lands_is_refused() {
 /// product's tiles divide becomes a tensor-core product
 /// (`schedules/src/im2col.rs`) whose columns are gathered from the image
 /// into shared memory (an implicit im2col: synchronous copies, the
-/// filters' by `cp.async`), or with `--knob gather=0` written out first;
+/// filters' by `cp.async`), or with `--knob gather=0` written out first —
+/// on `mma.sync` warps, or Hopper's warpgroups with `--knob wgmma=1`;
 /// others keep the direct schedule. Against the interpreter either way (on
 /// the GPU where there is one).
 #[test]
 fn the_default_gpu_schedule_runs_convolutions_as_tensor_core_products() {
     require_ptxas();
-    for (shape, products, gather) in [
-        ("N=2,C=32,H=18,W=34,K=64", true, true),
-        ("N=2,C=32,H=18,W=34,K=64", true, false),
-        ("N=1,C=32,H=10,W=10,K=128", true, true),
-        ("N=1,C=32,H=10,W=10,K=128", true, false),
-        ("N=2,C=32,H=18,W=20,K=48", false, true),
-        ("N=1,C=7,H=10,W=10,K=64", false, true),
+    for (shape, products, gather, wgmma) in [
+        ("N=2,C=32,H=18,W=34,K=64", true, true, false),
+        ("N=2,C=32,H=18,W=34,K=64", true, false, true),
+        ("N=1,C=32,H=10,W=10,K=128", true, true, true),
+        ("N=1,C=32,H=10,W=10,K=128", true, false, false),
+        ("N=2,C=32,H=18,W=20,K=48", false, true, true),
+        ("N=1,C=7,H=10,W=10,K=64", false, true, false),
     ] {
         let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "benches/conv_f16.tex", None).expect("loads");
         pl.options.knobs.insert("gather".into(), i64::from(gather));
+        pl.options.knobs.insert("wgmma".into(), i64::from(wgmma));
         let b = sizes(shape);
         let p = texc_tests::specialize(&mut pl, k, &b);
         let f = texc_tests::loops(&mut pl, k, &p);
         let temps: Vec<String> = f.live_temps().iter().map(|&t| f.p.tensor(t).name.clone()).collect();
-        let shape = format!("{shape}, gather={gather}");
+        let shape = format!("{shape}, gather={gather}, wgmma={wgmma}");
         assert_eq!(temps.contains(&"Y.cols".to_string()), products && !gather, "{shape}: {temps:?}");
         assert_eq!(temps.contains(&"Y.gemm".to_string()), products, "{shape}: {temps:?}");
         let text = texc_schedules::ir::print(&f);
@@ -920,38 +938,46 @@ fn the_default_gpu_schedule_runs_convolutions_as_tensor_core_products() {
         assert!(error_vs_interp(&mut pl, &p, &f, 3) < 1e-5, "{shape}");
         assert!(eval_error(&p, &f, 3) < 1e-5, "{shape}: loop-IR evaluator");
         let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
-        assert_eq!(ptx.contains("mma.sync") && ptx.contains("cp.async"), products, "{shape}");
-        texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{shape}: {e}"));
+        let op = if wgmma { "wgmma.mma_async" } else { "mma.sync" };
+        assert_eq!(ptx.contains(op) && ptx.contains("cp.async"), products, "{shape}");
+        assemble_sm90(&ptx).unwrap_or_else(|e| panic!("{shape}: {e}"));
     }
 }
 
 /// The default GPU schedule's own knobs (`texc_schedules::knobs`, family GPU) are
 /// what `tune` searches there, and each reaches the shared-memory product:
 /// `gtile` its block tile, `gslice` its slice of the reduction, `stages` the
-/// slots of its buffers. Against the interpreter at each (on the GPU where
+/// slots of its buffers, `wgmma` (0) the `mma.sync` product on sm_90. Against the interpreter at each (on the GPU where
 /// there is one).
 #[test]
 fn the_default_gpu_schedules_knobs_set_its_tiles_slices_and_stages() {
     require_ptxas();
     let (pl, k) = texc_tests::load_file("nvptx-sm90", "examples/gemm_f16.tex", None).expect("loads");
     let names: Vec<String> = pl.tunables(k).into_iter().map(|t| t.name).collect();
-    assert_eq!(names, ["gather", "gtile", "gslice", "stages", "rewrite", "winograd", "im2col"]);
-    for (tile, slice, stages) in [(128, 64, 3), (64, 32, 2), (128, 32, 4), (64, 64, 3)] {
+    assert_eq!(names, ["gather", "gtile", "gslice", "stages", "wgmma", "rewrite", "winograd", "im2col"]);
+    let cases = [(128, 64, 3, 1), (64, 32, 2, 1), (128, 32, 4, 0), (64, 64, 3, 0), (128, 64, 3, 0), (64, 32, 4, 1)];
+    for (tile, slice, stages, wgmma) in cases {
         let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "examples/gemm_f16.tex", None).expect("loads");
-        for (n, v) in [("gtile", tile), ("gslice", slice), ("stages", stages)] {
+        for (n, v) in [("gtile", tile), ("gslice", slice), ("stages", stages), ("wgmma", wgmma)] {
             pl.options.knobs.insert(n.into(), v);
         }
         let p = texc_tests::specialize(&mut pl, k, &sizes("M=128,K=192,N=256"));
         let f = texc_tests::loops(&mut pl, k, &p);
         let text = texc_schedules::ir::print(&f);
-        let what = format!("gtile={tile}, gslice={slice}, stages={stages}");
-        // Rows padded by 8 halves against bank conflicts.
-        let a = format!("shared C.As: f16[{stages}, {tile}, {}]", slice + 8);
+        let what = format!("gtile={tile}, gslice={slice}, stages={stages}, wgmma={wgmma}");
+        let a = if wgmma == 1 {
+            // The descriptors' layout: 8 × 8 core matrices, K-major.
+            format!("shared C.As: f16[{stages}, {}, {tile}, 8]", slice / 8)
+        } else {
+            // Rows padded by 8 halves against bank conflicts.
+            format!("shared C.As: f16[{stages}, {tile}, {}]", slice + 8)
+        };
         assert!(text.contains(&a), "{what}: no `{a}`:\n{text}");
         assert!(text.contains(&format!("for ib in 0..{} block.y", 128 / tile)), "{what}:\n{text}");
         assert!(error_vs_interp(&mut pl, &p, &f, 4) < 1e-5, "{what}");
         let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
-        texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(ptx.contains("wgmma.mma_async"), wgmma == 1, "{what}");
+        assemble_sm90(&ptx).unwrap_or_else(|e| panic!("{what}: {e}"));
     }
 }
 
@@ -1010,8 +1036,9 @@ fn the_default_gpu_schedule_moves_16_bytes_per_access_in_element_wise_stages() {
 
 /// bf16 products on tensor cores (`mma.sync ... bf16.bf16.f32`): the default
 /// schedule's pipelined product through shared memory (`ldmatrix` of bf16
-/// rows), its product from global memory at sizes the shared tiles do not
-/// divide, and a hand schedule's `tensorize ... with mma_m16n8k16_bf16f32`.
+/// rows; on sm_90 `wgmma ... bf16.bf16` with `--knob wgmma=1`), its
+/// product from global memory at sizes the shared tiles do not divide, and
+/// a hand schedule's `tensorize ... with mma_m16n8k16_bf16f32`.
 /// Against the interpreter (bf16 is exact in f32, so only the order of the
 /// f32 sums differs), assembled by ptxas.
 #[test]
@@ -1019,14 +1046,19 @@ fn bf16_products_run_on_tensor_cores() {
     require_ptxas();
     let default = "kernel g(A: bf16[M, K], B: bf16[K, N]) -> C: f32[M, N] {\n    \
                    C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]));\n}\n";
-    for (m, k, n, shared) in [(128, 96, 256, true), (48, 32, 24, false)] {
+    let mma = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
+    let wgmma = "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16";
+    for (m, k, n, wgmma_knob, op, shared) in
+        [(128, 96, 256, 0, mma, true), (48, 32, 24, 1, mma, false), (128, 96, 256, 1, wgmma, true)]
+    {
         let b = Bindings { shapes: vec![("M".into(), m), ("K".into(), k), ("N".into(), n)], ..Default::default() };
-        let (mut pl, p, f) = gpu_loops("g.tex", default, &b);
+        let (mut pl, p, f) = gpu_loops_with("g.tex", default, &b, &[("wgmma", wgmma_knob)]);
         assert!(error_vs_interp(&mut pl, &p, &f, 9) < 1e-5, "{m}×{k}×{n}");
         let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
-        assert!(ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), "{m}×{k}×{n}");
-        assert_eq!(ptx.contains("ldmatrix") && ptx.contains("cp.async"), shared, "{m}×{k}×{n}");
-        texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+        assert!(ptx.contains(op), "{m}×{k}×{n}");
+        // `wgmma` reads its operands from shared memory itself: no `ldmatrix`.
+        assert_eq!(ptx.contains("ldmatrix") && ptx.contains("cp.async"), shared && op == mma, "{m}×{k}×{n}");
+        assemble_sm90(&ptx).unwrap_or_else(|e| panic!("{e}"));
     }
     let hand = tensor_core_gemm("nvptx-sm90", "")
         .replace("f16[M = 64, K = 48], B: f16", "bf16[M = 64, K = 48], B: bf16")
@@ -1104,7 +1136,50 @@ fn a_product_then_a_softmax_of_its_rows() {
     let launches: Vec<&str> = ptx.lines().filter(|l| l.starts_with("// texc: att_k")).collect();
     assert_eq!(launches.len(), 3, "zero the scores, the product, the rows:\n{}", launches.join("\n"));
     assert!(ptx.contains("mma.sync") && ptx.contains("shfl.sync.bfly"), "{ptx}");
-    texc_codegen::cuda::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    assemble_sm90(&ptx).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// On sm_90 with `--knob wgmma=1` the default schedule runs f16 products
+/// that its tiles divide on Hopper's warpgroups (as `benches/hgemm_wgmma.tex`): two
+/// warpgroups of 64 × 128 per block, the accumulators in registers — `C`
+/// loaded once and stored once, 64 values a lane — and each slice of `k`
+/// issued as its four operations behind one `wgmma.fence`, left in flight
+/// until one `wgmma.wait_group` before the next slice's copies. Against the
+/// interpreter (the loop-IR evaluator and the emulation, or the GPU),
+/// assembled for sm_90a without spills, `HGMMA` in its SASS.
+#[test]
+fn the_wgmma_knob_runs_products_on_warpgroups_in_flight_through_a_slice() {
+    require_ptxas();
+    for shape in ["M=256,K=192,N=256", "M=128,K=128,N=384", "M=64,K=128,N=64"] {
+        let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "examples/gemm_f16.tex", None).expect("loads");
+        pl.options.knobs.insert("wgmma".into(), 1);
+        let p = texc_tests::specialize(&mut pl, k, &sizes(shape));
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let text = texc_schedules::ir::print(&f);
+        assert!(text.contains("wgmma m64n"), "{shape}:\n{text}");
+        assert!(eval_error(&p, &f, 5) < 1e-5, "{shape}: loop-IR evaluator");
+        assert!(error_vs_interp(&mut pl, &p, &f, 5) < 1e-5, "{shape}");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
+        let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
+        let steps = 4;
+        let lanes = if shape.contains("N=64") { 32 } else { 64 };
+        for (what, n) in [
+            ("wgmma.fence", 1),
+            ("wgmma.mma_async", steps),
+            ("wgmma.commit_group", steps),
+            ("wgmma.wait_group", 1),
+            ("ld.global.f32", lanes),
+            ("st.global.f32", lanes),
+        ] {
+            assert_eq!(kernel.matches(what).count(), n, "{shape}: {what}\n{kernel}");
+        }
+        let (cubin, res) = assemble_sm90(&ptx).unwrap_or_else(|e| panic!("{shape}: {e}"));
+        assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "{shape}: no spills: {res:?}");
+        match texc_codegen::cuda::disassemble(&cubin) {
+            Ok(sass) => assert!(sass.contains("HGMMA.64x"), "{shape}: no HGMMA in\n{sass}"),
+            Err(e) => eprintln!("skipping the SASS check: {e}"),
+        }
+    }
 }
 
 /// An f16 (or bf16) product on one warpgroup per block with

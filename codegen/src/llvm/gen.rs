@@ -36,6 +36,9 @@ pub(super) struct Frame<'ctx> {
     /// tiles across them ([`Gen::resident_tile_dot`]): the product runs
     /// its steps alone.
     pub tiles_resident: bool,
+    /// Registers that `wgmma` operations issued but not yet waited on write
+    /// (`Gen::wgmma_wait`): read only by further operations until then.
+    pub wgmma_pending: Vec<PointerValue<'ctx>>,
 }
 
 /// Scalar code, or vector code for loop `var` with `lanes` lanes under `mask`.
@@ -462,7 +465,16 @@ impl<'ctx> Gen<'ctx, '_> {
         let scalars = self.f.p.scalars.iter().map(|_| next()).collect();
         let vars = vars.iter().map(|&v| (v, next().into_int_value())).collect();
         tensors.extend(locals.iter().map(|&t| (t, next().into_pointer_value())));
-        Frame { func, tensors, scalars, vars, resident: None, amx_config: None, tiles_resident: false }
+        Frame {
+            func,
+            tensors,
+            scalars,
+            vars,
+            resident: None,
+            amx_config: None,
+            tiles_resident: false,
+            wgmma_pending: Vec::new(),
+        }
     }
 
     /// A scalar's slot (an f64 or an i64, see `abi`) converted to its element type.

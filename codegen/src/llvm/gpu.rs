@@ -462,6 +462,7 @@ impl<'ctx> Gen<'ctx, '_> {
             self.b.build_conditional_branch(c, then_bb, merge)?;
             self.b.position_at_end(then_bb);
             self.stmts(fr, body, Mode::Scalar)?;
+            self.wgmma_wait(fr)?;
             self.b.build_unconditional_branch(merge)?;
             self.b.position_at_end(merge);
             Ok(())

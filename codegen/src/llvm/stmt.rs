@@ -3,6 +3,7 @@
 
 use super::amx::tile_nest;
 use super::gen::{Frame, Gen, Mode};
+use super::wgmma::issues_only_wgmma;
 use super::{llvm_err, R};
 use crate::{abi, CodegenError};
 use inkwell::module::Linkage;
@@ -22,6 +23,9 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     pub(super) fn stmt(&mut self, fr: &mut Frame<'ctx>, s: &Stmt, mode: Mode<'ctx>) -> R<()> {
+        if !fr.wgmma_pending.is_empty() && !issues_only_wgmma(s) {
+            self.wgmma_wait(fr)?;
+        }
         match s {
             Stmt::For { var, lo, extent, kind, body } => {
                 if let Mode::Vector { .. } = mode {
@@ -186,6 +190,7 @@ impl<'ctx> Gen<'ctx, '_> {
         self.b.build_conditional_branch(c, then_bb, merge)?;
         self.b.position_at_end(then_bb);
         self.stmts(fr, then, mode)?;
+        self.wgmma_wait(fr)?;
         self.b.build_unconditional_branch(merge)?;
         self.b.position_at_end(merge);
         Ok(())
@@ -199,10 +204,13 @@ impl<'ctx> Gen<'ctx, '_> {
         hi: IntValue<'ctx>,
         body: &[Stmt],
     ) -> R<()> {
+        // Each iteration's statements are emitted with no operation in flight.
+        self.wgmma_wait(fr)?;
         let name = self.f.vars[var as usize].name.clone();
         self.count(fr.func, &name, lo, hi, &mut |g, i| {
             fr.vars.insert(var, i);
-            g.stmts(fr, body, Mode::Scalar)
+            g.stmts(fr, body, Mode::Scalar)?;
+            g.wgmma_wait(fr)
         })?;
         fr.vars.remove(&var);
         Ok(())

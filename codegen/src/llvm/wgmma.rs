@@ -2,14 +2,24 @@
 //! each of the 128 lanes holds the accumulators `WgmmaOp::d_fragment`
 //! assigns it (loaded from the tile, or the registers of a resident loop,
 //! see `super::mma`), builds the 64-bit matrix descriptors of `A` and `B`
-//! from their shared-memory addresses (`ir::wgmma_descriptor`), and runs
-//! one inline-PTX block: `wgmma.fence`, `wgmma.mma_async` (`scale-d` 1:
-//! accumulate), `wgmma.commit_group`, `wgmma.wait_group 0` — the operation
-//! has finished with its registers and shared operands when the block ends,
-//! so the barriers and copies around it need nothing more. Before the
-//! barrier that publishes the operands, `fence.proxy.async.shared::cta`
-//! makes the threads' stores visible to the asynchronous proxy that wgmma
-//! reads shared memory through ([`Gen::barrier`]).
+//! from their shared-memory addresses (`ir::wgmma_descriptor`), and issues
+//! `wgmma.mma_async` (`scale-d` 1: accumulate) and `wgmma.commit_group`.
+//!
+//! Operations on resident accumulators are left in flight: consecutive
+//! ones (the steps of a slice of `k`, the tiles of unrolled loops) are
+//! issued back to back behind one `wgmma.fence`, and the registers they
+//! write are listed in `Frame::wgmma_pending` until [`Gen::wgmma_wait`]
+//! emits `wgmma.wait_group 0`. It is emitted before any statement that is
+//! not made only of operations (a barrier, a copy, a store), at the end of
+//! a loop's body and of a guarded branch, and before a runtime loop — so
+//! that no ordinary instruction reads the registers, and no copy
+//! overwrites the shared operands, of an unfinished operation. The wait
+//! passes the pending registers through itself, so that LLVM orders every
+//! later read of them after it. Operations whose accumulators are in
+//! memory wait at once. Before the barrier that publishes the operands,
+//! `fence.proxy.async.shared::cta` makes the threads' stores visible to
+//! the asynchronous proxy that wgmma reads shared memory through
+//! ([`Gen::barrier`]).
 //!
 //! In the CPU emulation the block's operation runs at once as loops, and
 //! reads `A` and `B` at the byte offsets the descriptor's canonical layout
@@ -23,7 +33,27 @@ use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, IntValue, PointerValue};
 use inkwell::AddressSpace;
 use texc_compiler::types::ElemType;
-use texc_schedules::ir::{Major, SmemMatrix, Wgmma, WgmmaOp};
+use texc_schedules::ir::{Major, SmemMatrix, Stmt, Wgmma, WgmmaOp};
+
+/// How an operation's inline PTX completes.
+#[derive(Clone, Copy)]
+struct Issue {
+    /// A `wgmma.fence` first: nothing is in flight, and ordinary
+    /// instructions may have written the registers since.
+    fence: bool,
+    /// `wgmma.wait_group 0` last: the operation finishes inside the block.
+    wait: bool,
+}
+
+/// Statement `s` is `wgmma` operations only, possibly in loops: nothing in
+/// it touches the registers or shared operands of operations in flight.
+pub(super) fn issues_only_wgmma(s: &Stmt) -> bool {
+    match s {
+        Stmt::Wgmma(_) => true,
+        Stmt::For { body, .. } => body.iter().all(issues_only_wgmma),
+        _ => false,
+    }
+}
 
 impl<'ctx> Gen<'ctx, '_> {
     pub(super) fn wgmma(&mut self, fr: &mut Frame<'ctx>, w: &Wgmma) -> R<()> {
@@ -65,38 +95,71 @@ impl<'ctx> Gen<'ctx, '_> {
 
     fn wgmma_warpgroup(&mut self, fr: &mut Frame<'ctx>, w: &Wgmma, lane: IntValue<'ctx>) -> R<()> {
         let f32t = self.cx.f32_type();
-        let frag = w.op.d_fragment();
-        let resident = fr.resident.as_ref().is_some_and(|r| r.tensor == w.c.tensor);
-        // The lane's accumulators: registers, or loaded from the tile.
-        let (slots, places, c) = if resident {
-            (self.resident_slots(fr, &w.c)?, Vec::new(), None)
-        } else {
-            let c = self.place(fr, &w.c)?;
-            (Vec::new(), self.places(&frag, lane)?, Some(c))
-        };
-        let mut acc: Vec<BasicValueEnum<'ctx>> = Vec::new();
-        if let Some(c) = &c {
-            for &(r, col) in &places {
-                acc.push(self.load_at(c, r, col)?);
-            }
-        } else {
+        let trans = [w.a.major, w.b.major].map(|m| m == Major::Mn);
+        if fr.resident.as_ref().is_some_and(|r| r.tensor == w.c.tensor) {
+            let slots = self.resident_slots(fr, &w.c)?;
+            let mut acc: Vec<BasicValueEnum<'ctx>> = Vec::new();
             for &s in &slots {
                 acc.push(self.b.build_load(f32t, s, "acc")?);
             }
-        }
-        let da = self.descriptor(fr, &w.a)?;
-        let db = self.descriptor(fr, &w.b)?;
-        let trans = [w.a.major, w.b.major].map(|m| m == Major::Mn);
-        let d = self.wgmma_asm(w.op, da, db, trans, &acc)?;
-        if let Some(c) = &c {
-            for (v, &(r, col)) in d.into_iter().zip(&places) {
-                let p = self.element(c, r, col)?;
-                self.b.build_store(p, v)?;
-            }
-        } else {
+            let (da, db) = (self.descriptor(fr, &w.a)?, self.descriptor(fr, &w.b)?);
+            let issue = Issue { fence: fr.wgmma_pending.is_empty(), wait: false };
+            let d = self.wgmma_asm(w.op, da, db, trans, &acc, issue)?;
             for (v, &s) in d.into_iter().zip(&slots) {
                 self.b.build_store(s, v)?;
             }
+            for s in slots {
+                if !fr.wgmma_pending.contains(&s) {
+                    fr.wgmma_pending.push(s);
+                }
+            }
+            return Ok(());
+        }
+        // The accumulators in memory: loaded, and stored once the operation ends.
+        self.wgmma_wait(fr)?;
+        let c = self.place(fr, &w.c)?;
+        let places = self.places(&w.op.d_fragment(), lane)?;
+        let mut acc: Vec<BasicValueEnum<'ctx>> = Vec::new();
+        for &(r, col) in &places {
+            acc.push(self.load_at(&c, r, col)?);
+        }
+        let (da, db) = (self.descriptor(fr, &w.a)?, self.descriptor(fr, &w.b)?);
+        let d = self.wgmma_asm(w.op, da, db, trans, &acc, Issue { fence: true, wait: true })?;
+        for (v, &(r, col)) in d.into_iter().zip(&places) {
+            let p = self.element(&c, r, col)?;
+            self.b.build_store(p, v)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the operations in flight (`Frame::wgmma_pending`), their
+    /// registers passed through the wait: reads after it see their results.
+    pub(super) fn wgmma_wait(&mut self, fr: &mut Frame<'ctx>) -> R<()> {
+        if fr.wgmma_pending.is_empty() {
+            return Ok(());
+        }
+        let slots = std::mem::take(&mut fr.wgmma_pending);
+        let f32t = self.cx.f32_type();
+        let n = slots.len();
+        let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+        for &s in &slots {
+            args.push(self.b.build_load(f32t, s, "acc")?.into());
+        }
+        let mut constraints: Vec<String> = vec!["=f".to_string(); n];
+        constraints.extend((0..n).map(|i| i.to_string()));
+        let out = self.cx.struct_type(&vec![f32t.into(); n], false);
+        let params: Vec<BasicMetadataTypeEnum> = vec![f32t.into(); n];
+        let fn_ty = out.fn_type(&params, false);
+        let asm = "wgmma.wait_group.sync.aligned 0;".to_string();
+        let asm_fn = self.cx.create_inline_asm(fn_ty, asm, constraints.join(","), true, false, None, false);
+        let call = self.b.build_indirect_call(fn_ty, asm_fn, &args, "waited")?;
+        let inkwell::values::ValueKind::Basic(d) = call.try_as_basic_value() else {
+            return Err(CodegenError::Unsupported("wgmma wait without results".into()));
+        };
+        let d = d.into_struct_value();
+        for (i, s) in slots.into_iter().enumerate() {
+            let v = self.b.build_extract_value(d, i as u32, "acc")?;
+            self.b.build_store(s, v)?;
         }
         Ok(())
     }
@@ -109,6 +172,7 @@ impl<'ctx> Gen<'ctx, '_> {
         db: IntValue<'ctx>,
         [ta, tb]: [bool; 2],
         acc: &[BasicValueEnum<'ctx>],
+        issue: Issue,
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let n = acc.len();
         let f32t = self.cx.f32_type();
@@ -118,10 +182,12 @@ impl<'ctx> Gen<'ctx, '_> {
         // scale-d is a predicate made from an operand (1: d = a·b + d); the
         // immediates: A and B not negated (1, 1), then whether each is
         // MN-major (transposed from wgmma's K-major default).
+        let fence = if issue.fence { "wgmma.fence.sync.aligned;\n" } else { "" };
+        let wait = if issue.wait { "wgmma.wait_group.sync.aligned 0;\n" } else { "" };
         let asm = format!(
-            "{{\n.reg .pred p;\nsetp.ne.b32 p, ${s}, 0;\nwgmma.fence.sync.aligned;\n\
+            "{{\n.reg .pred p;\nsetp.ne.b32 p, ${s}, 0;\n{fence}\
              wgmma.mma_async.sync.aligned.m64n{nn}k16.f32.{ty}.{ty} {{{regs}}}, ${a}, ${b}, p, 1, 1, {ta}, {tb};\n\
-             wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}",
+             wgmma.commit_group.sync.aligned;\n{wait}}}",
             nn = op.n,
             regs = regs.join(", "),
             a = n,

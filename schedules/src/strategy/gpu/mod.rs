@@ -27,7 +27,10 @@ use crate::knobs::{DefaultKnobs, Family};
 use crate::prepare::Step;
 use crate::schedule::{Schedules, StageSchedule};
 use rows::{attach_row_group, block_per_row, row_groups};
-use tensor_cores::{pipelined_gemm, shared_gemm_tiles, stage_gemm_operands, tensor_core_gemm, tensor_core_operands};
+use tensor_cores::{
+    pipelined_gemm, shared_gemm_tiles, stage_gemm_operands, tensor_core_gemm, tensor_core_operands, wgmma_gemm,
+    wgmma_tiles,
+};
 use texc_compiler::rewrite::PerformanceModel;
 use texc_compiler::target::Target;
 use texc_compiler::tir::Program;
@@ -54,8 +57,8 @@ impl Strategy for Gpu {
         &model::GpuModel
     }
 
-    fn schedule(&self, p: &mut Program, _: &Target, knobs: DefaultKnobs) -> Schedules {
-        gpu_schedule(p, knobs)
+    fn schedule(&self, p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
+        gpu_schedule(p, target.gpu.map_or(0, |g| g.sm), knobs)
     }
 }
 
@@ -86,7 +89,7 @@ const GPU_THREADS: i64 = 256;
 /// consecutive elements of the innermost axis, so their accesses coalesce),
 /// and its reduction loops run by each thread for its element. A stage
 /// without spatial loops runs on one thread.
-fn gpu_schedule(p: &mut Program, knobs: DefaultKnobs) -> Schedules {
+fn gpu_schedule(p: &mut Program, sm: u32, knobs: DefaultKnobs) -> Schedules {
     let span = Span::default();
     let mut s = Schedules::new(p);
     let rows = row_groups(p);
@@ -97,6 +100,11 @@ fn gpu_schedule(p: &mut Program, knobs: DefaultKnobs) -> Schedules {
             continue;
         }
         if let Some(gemm) = tensor_core_operands(p, &p.stages[si]) {
+            if let Some(tiles) = wgmma_tiles(&gemm, sm, knobs) {
+                wgmma_gemm(ss, tiles, gemm.op);
+                staged.push((si, gemm, tiles));
+                continue;
+            }
             match shared_gemm_tiles(&gemm, knobs) {
                 Some(tiles) => {
                     pipelined_gemm(ss, tiles, gemm.op);

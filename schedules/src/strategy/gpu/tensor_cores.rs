@@ -1,15 +1,17 @@
 //! Matrix products of f16 (or bf16) matrices into f32 on tensor cores:
 //! through shared memory, a software pipeline of `cp.async` copies, where
-//! the block tiles divide the product ([`pipelined_gemm`]), else straight
-//! from global memory ([`tensor_core_gemm`]). A convolution made a product
-//! by the `im2col` step gathers its columns from the image into shared
-//! memory instead of writing them out ([`expanding_gather`], knob `gather`).
+//! the block tiles divide the product ([`pipelined_gemm`]; on sm_90 with
+//! knob `wgmma`, Hopper's warpgroup operations [`wgmma_gemm`]), else straight from global
+//! memory ([`tensor_core_gemm`]). A convolution made a product by the
+//! `im2col` step gathers its columns from the image into shared memory
+//! instead of writing them out ([`expanding_gather`], knob `gather`).
 //!
 //! Invariants: a product is taken only where the operation's tiles divide
-//! all three extents; each warp's 64×64 tile keeps its accumulators in
-//! registers through the whole reduction.
+//! all three extents; each warp's 64×64 tile (each warpgroup's 64 × block
+//! columns) keeps its accumulators in registers through the whole
+//! reduction.
 
-use crate::ir::{ForKind, GpuDim, MmaOp};
+use crate::ir::{ForKind, GpuDim, MmaOp, TensorOp, WgmmaOp};
 use crate::knobs::DefaultKnobs;
 use crate::normalize::{fresh_name, inline_stage};
 use crate::schedule::{Attach, Schedules, StageSchedule};
@@ -95,13 +97,28 @@ pub(super) fn tensor_core_gemm(ss: &mut StageSchedule, op: MmaOp) {
     ss.tensorize = Some(crate::schedule::Tensorize { op: crate::ir::TensorOp::Mma(op), leaves: [ii, ji, ki], span });
 }
 
-/// Rows and columns of `C` a block computes through shared memory, and the
-/// slice of `k` it copies at a time.
+/// Rows and columns of `C` a block computes through shared memory, the
+/// slice of `k` it copies at a time, and the slices in flight; with
+/// `wgmma`, the block's warpgroups run Hopper's warpgroup operations.
 #[derive(Clone, Copy)]
 pub(super) struct GemmTiles {
     block: [i64; 2],
     k_slice: i64,
     stages: i64,
+    wgmma: bool,
+}
+
+impl GemmTiles {
+    /// Threads per block, and the threads along `x` (the rest along `y`,
+    /// then `z`): 2×2 warps at most for `mma`, a warpgroup per 64 rows
+    /// for `wgmma`.
+    fn threads(self) -> (i64, i64) {
+        if self.wgmma {
+            (WgmmaOp::LANES * self.block[0] / WgmmaOp::M, WgmmaOp::LANES)
+        } else {
+            (32 * (self.block[0] / WARP_TILE) * (self.block[1] / WARP_TILE), 32)
+        }
+    }
 }
 
 /// Each warp of the shared-memory product computes 64×64 of `C`.
@@ -122,7 +139,26 @@ pub(super) fn shared_gemm_tiles(g: &TensorCoreGemm, knobs: DefaultKnobs) -> Opti
     let most_k = knobs.gslice.unwrap_or(64);
     let k_slice = [64, 32].into_iter().find(|&s| s <= most_k && g.ext[2] % s == 0)?;
     let stages = knobs.stages.unwrap_or(GEMM_STAGES);
-    Some(GemmTiles { block: [pick(g.ext[0])?, pick(g.ext[1])?], k_slice, stages })
+    Some(GemmTiles { block: [pick(g.ext[0])?, pick(g.ext[1])?], k_slice, stages, wgmma: false })
+}
+
+/// The tiles of a product on Hopper's warpgroup operations (sm_90 and
+/// later, asked for by knob `wgmma`): as [`shared_gemm_tiles`], each 64
+/// rows of the block a warpgroup's (one `wgmma.m64nNk16` per 16 of `k`, N
+/// the block's columns).
+///
+/// Not the default: measured on an H200 (2026-11-30, `benches/gpu.py`) the
+/// f16 product at 4096³ takes 1.06 ms this way against 0.55 ms on
+/// `mma.sync`. Nsight Compute puts the difference in L2: the operands'
+/// core-matrix layout without swizzling sends each thread's 16 bytes of a
+/// row to shared memory 16·M bytes from its neighbour's, so no `cp.async`
+/// of a warp coalesces — one 32-byte sector per request, each sector read
+/// twice (130 M requests against 47 M).
+pub(super) fn wgmma_tiles(g: &TensorCoreGemm, sm: u32, knobs: DefaultKnobs) -> Option<GemmTiles> {
+    if sm < 90 || knobs.wgmma != Some(true) {
+        return None;
+    }
+    shared_gemm_tiles(g, knobs).map(|t| GemmTiles { wgmma: true, ..t })
 }
 
 /// A tensor-core product through shared memory (as `benches/hgemm_pipelined.tex`
@@ -155,6 +191,32 @@ pub(super) fn pipelined_gemm(ss: &mut StageSchedule, t: GemmTiles, op: MmaOp) {
     ss.pipeline = Some((ko, t.stages, span));
 }
 
+/// A product on Hopper's warpgroup tensor cores (as `benches/hgemm_wgmma.tex`
+/// writes it): the block's rows in warpgroups of 64 along `thread.y`, each
+/// one `wgmma` of 64 × the block's columns × 16 per step of `k`, its
+/// operands read from shared memory (copied as for [`pipelined_gemm`],
+/// [`stage_gemm_operands`]) through matrix descriptors, its accumulators in
+/// registers through the reduction.
+pub(super) fn wgmma_gemm(ss: &mut StageSchedule, t: GemmTiles, op: MmaOp) {
+    let span = Span::default();
+    let n = |s: &'static str| (s, span);
+    let split = |ss: &mut StageSchedule, iv: usize, f: i64, o: &'static str, i: &'static str| {
+        ss.split(iv, f, n(o), n(i), span).expect("fresh names")
+    };
+    let (ib, i2) = split(ss, 0, t.block[0], "ib", "i2");
+    let (jb, ji) = split(ss, 1, t.block[1], "jb", "ji");
+    let (iw, ii) = split(ss, i2, WgmmaOp::M, "iw", "ii");
+    let (ko, k2) = split(ss, 2, t.k_slice, "ko", "k2");
+    let (kk, ki) = split(ss, k2, WgmmaOp::K, "kk", "ki");
+    ss.reorder(&[ib, jb, ko, iw, kk, ii, ji, ki], span).expect("a permutation of the leaves");
+    ss.annotate(ib, ForKind::Block(GpuDim::Y), span).expect("spatial");
+    ss.annotate(jb, ForKind::Block(GpuDim::X), span).expect("spatial");
+    ss.annotate(iw, ForKind::Thread(GpuDim::Y), span).expect("spatial");
+    let wg = WgmmaOp { n: t.block[1], ab: op.types().0 };
+    ss.tensorize = Some(crate::schedule::Tensorize { op: TensorOp::Wgmma(wg), leaves: [ii, ji, ki], span });
+    ss.pipeline = Some((ko, t.stages, span));
+}
+
 /// The shared-memory copies of [`pipelined_gemm`]'s operands: `A`'s rows
 /// and `B`'s columns of the block, one slice of `k`, computed at `C.ko`
 /// by the block's threads together, 16 bytes (8 halves) each at a time,
@@ -169,8 +231,8 @@ pub(super) fn stage_gemm_operands(
 ) {
     let span = Span::default();
     let ko = s.stages[ci].pipeline.expect("pipelined").0;
-    let warps = [t.block[0] / WARP_TILE, t.block[1] / WARP_TILE];
-    let threads = 32 * warps[0] * warps[1];
+    let (threads, along_x) = t.threads();
+    let warps_y = t.block[1] / WARP_TILE;
     // A's copy first: it is the one inserted before the other.
     let mut ci = ci;
     for (operand, name) in [(g.b, "Bs"), (g.a, "As")] {
@@ -189,15 +251,29 @@ pub(super) fn stage_gemm_operands(
         let (r, c) = (0, 1);
         let (cv_name, c16_name) = (sp("c"), sp("v"));
         let (chunk, v) = ss.split(c, 8, (&cv_name.0, span), (&c16_name.0, span), span).expect("fresh");
-        let (f_name, o_name, t_name) = (sp("f"), sp("o"), sp("t"));
-        let fused = ss.fuse(r, chunk, (&f_name.0, span), span).expect("adjacent");
+        let f_name = sp("f");
+        let fused = if t.wgmma {
+            // Consecutive threads on consecutive rows of one chunk: the
+            // descriptors' layout puts a chunk's rows 16 bytes apart, so
+            // their stores to shared memory meet no bank twice.
+            ss.reorder(&[chunk, r, v], span).expect("a permutation of the leaves");
+            ss.fuse(chunk, r, (&f_name.0, span), span).expect("adjacent")
+        } else {
+            ss.fuse(r, chunk, (&f_name.0, span), span).expect("adjacent")
+        };
+        let (o_name, t_name) = (sp("o"), sp("t"));
         let (_, th) = ss.split(fused, threads, (&o_name.0, span), (&t_name.0, span), span).expect("fresh");
         let (yz_name, x_name) = (sp("yz"), sp("x"));
-        let (yz, x) = ss.split(th, 32, (&yz_name.0, span), (&x_name.0, span), span).expect("fresh");
-        let (z_name, y_name) = (sp("z"), sp("y"));
-        let (z, y) = ss.split(yz, warps[1], (&z_name.0, span), (&y_name.0, span), span).expect("fresh");
-        ss.annotate(z, ForKind::Thread(GpuDim::Z), span).expect("spatial");
-        ss.annotate(y, ForKind::Thread(GpuDim::Y), span).expect("spatial");
+        let (yz, x) = ss.split(th, along_x, (&yz_name.0, span), (&x_name.0, span), span).expect("fresh");
+        if t.wgmma {
+            // The warpgroups along `y` only, as the product's.
+            ss.annotate(yz, ForKind::Thread(GpuDim::Y), span).expect("spatial");
+        } else {
+            let (z_name, y_name) = (sp("z"), sp("y"));
+            let (z, y) = ss.split(yz, warps_y, (&z_name.0, span), (&y_name.0, span), span).expect("fresh");
+            ss.annotate(z, ForKind::Thread(GpuDim::Z), span).expect("spatial");
+            ss.annotate(y, ForKind::Thread(GpuDim::Y), span).expect("spatial");
+        }
         ss.annotate(x, ForKind::Thread(GpuDim::X), span).expect("spatial");
         ss.annotate(v, ForKind::Vectorized, span).expect("spatial");
     }
