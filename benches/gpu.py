@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """texc on an NVIDIA GPU against PyTorch (cuBLAS, cuDNN, its own softmax and
 layer_norm) in one run, on the sizes of the GPU issue: fp16 and bf16 GEMM
-4096³ and 8192³ with f32 sums (the default on `mma.sync`, and on
-Hopper's warpgroup operations with `--knob wgmma=1`), a TF32 GEMM 4096³, conv 3×3 56²×64 and 14²×256 at batch 32 (fp16
+4096³ and 8192³ with f32 sums (sm_90's default on Hopper's warpgroup
+operations, and on `mma.sync` with `--knob wgmma=0`), a TF32 GEMM 4096³, conv 3×3 56²×64 and 14²×256 at batch 32 (fp16
 inputs, f32 sums; also f32 through std.nn), an f32 GEMM 4096³, softmax and
 layer_norm rows 16384×4096 (f32).
 
@@ -48,38 +48,38 @@ def peaks():
 
 G = 4096
 G8 = 8192
-WG = ["--knob", "wgmma=1"]
+MMA = ["--knob", "wgmma=0"]
 CASES = [
     # name, texc file, texc args, kind of peak, flops or None, bytes, torch setup
-    ("hgemm 4096³ f16→f32 (default: 3 stages)", "examples/gemm_f16.tex", ["--shape", f"M={G},K={G},N={G}"],
+    ("hgemm 4096³ f16→f32 (default: wgmma)", "examples/gemm_f16.tex", ["--shape", f"M={G},K={G},N={G}"],
      "fp16", 2 * G**3, None, "hgemm"),
-    ("hgemm 4096³ f16→f32 (wgmma=1)", "examples/gemm_f16.tex", ["--shape", f"M={G},K={G},N={G}"] + WG,
+    ("hgemm 4096³ f16→f32 (mma.sync: wgmma=0)", "examples/gemm_f16.tex", ["--shape", f"M={G},K={G},N={G}"] + MMA,
      "fp16", 2 * G**3, None, "hgemm"),
-    ("hgemm 8192³ f16→f32 (default)", "examples/gemm_f16.tex", ["--shape", f"M={G8},K={G8},N={G8}"],
+    ("hgemm 8192³ f16→f32 (default: wgmma)", "examples/gemm_f16.tex", ["--shape", f"M={G8},K={G8},N={G8}"],
      "fp16", 2 * G8**3, None, "hgemm8k"),
-    ("hgemm 8192³ f16→f32 (wgmma=1)", "examples/gemm_f16.tex", ["--shape", f"M={G8},K={G8},N={G8}"] + WG,
+    ("hgemm 8192³ f16→f32 (mma.sync: wgmma=0)", "examples/gemm_f16.tex", ["--shape", f"M={G8},K={G8},N={G8}"] + MMA,
      "fp16", 2 * G8**3, None, "hgemm8k"),
     ("hgemm 4096³ f16→f32 (shared, ldmatrix)", "benches/hgemm_shared.tex", [], "fp16", 2 * G**3, None, "hgemm"),
     ("hgemm 4096³ f16→f32 (cp.async, 2 stages)", "benches/hgemm_pipelined.tex", [], "fp16", 2 * G**3, None, "hgemm"),
     ("hgemm 4096³ f16→f32 (wgmma bench, 3 stages)", "benches/hgemm_wgmma.tex", [], "fp16", 2 * G**3, None,
      "hgemm"),
-    ("bf16 gemm 4096³ bf16→f32 (default)", "benches/gemm_bf16.tex", [], "fp16", 2 * G**3, None, "bgemm"),
-    ("bf16 gemm 4096³ bf16→f32 (wgmma=1)", "benches/gemm_bf16.tex", WG, "fp16", 2 * G**3, None, "bgemm"),
-    ("bf16 gemm 8192³ bf16→f32 (default)", "benches/gemm_bf16.tex", ["--shape", f"M={G8},K={G8},N={G8}"],
+    ("bf16 gemm 4096³ bf16→f32 (default: wgmma)", "benches/gemm_bf16.tex", [], "fp16", 2 * G**3, None, "bgemm"),
+    ("bf16 gemm 4096³ bf16→f32 (mma.sync)", "benches/gemm_bf16.tex", MMA, "fp16", 2 * G**3, None, "bgemm"),
+    ("bf16 gemm 8192³ bf16→f32 (default: wgmma)", "benches/gemm_bf16.tex", ["--shape", f"M={G8},K={G8},N={G8}"],
      "fp16", 2 * G8**3, None, "bgemm8k"),
     ("tf32 gemm 4096³ (benches schedule)", "benches/gemm_tf32.tex", [], "tf32", 2 * G**3, None, "tf32"),
     ("sgemm 4096³ f32 (default: registers)", "benches/matmul.tex", ["--shape", f"M={G},K={G},N={G}"], "f32",
      2 * G**3, None, "sgemm"),
     ("conv 3×3 56²×64 b32 f16 (default: implicit)", "benches/conv_f16.tex", [], "fp16",
      2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
-    ("conv 3×3 56²×64 b32 f16 (implicit, wgmma=1)", "benches/conv_f16.tex", WG, "fp16",
+    ("conv 3×3 56²×64 b32 f16 (implicit, mma.sync)", "benches/conv_f16.tex", MMA, "fp16",
      2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
     ("conv 3×3 56²×64 b32 f16 (explicit im2col)", "benches/conv_f16.tex", ["--knob", "gather=0"], "fp16",
      2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
     ("conv 3×3 14²×256 b32 f16 (default: implicit)", "benches/conv_f16.tex",
      ["--shape", "N=32,C=256,H=16,W=16,K=256"], "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14, None, "conv14"),
-    ("conv 3×3 14²×256 b32 f16 (implicit, wgmma=1)", "benches/conv_f16.tex",
-     ["--shape", "N=32,C=256,H=16,W=16,K=256"] + WG, "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14, None, "conv14"),
+    ("conv 3×3 14²×256 b32 f16 (implicit, mma.sync)", "benches/conv_f16.tex",
+     ["--shape", "N=32,C=256,H=16,W=16,K=256"] + MMA, "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14, None, "conv14"),
     ("conv 3×3 14²×256 b32 f16 (explicit im2col)", "benches/conv_f16.tex",
      ["--shape", "N=32,C=256,H=16,W=16,K=256", "--knob", "gather=0"], "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14,
      None, "conv14"),

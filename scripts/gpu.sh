@@ -51,8 +51,8 @@ targets=(nvptx-sm80 nvptx-sm90)
 for t in "${targets[@]}"; do
     for k in "examples/softmax.tex" "examples/norms.tex --kernel ln" "examples/matmul.tex" \
              "examples/conv2d.tex" "examples/gemm_f16.tex" "examples/gemm_f16.tex --shape M=512,K=320,N=384" \
-             "examples/gemm_f16.tex --shape M=512,K=320,N=384 --knob wgmma=1" \
-             "benches/gemm_bf16.tex --shape M=384,K=256,N=512 --knob wgmma=1" \
+             "examples/gemm_f16.tex --shape M=512,K=320,N=384 --knob wgmma=0" \
+             "benches/gemm_bf16.tex --shape M=384,K=256,N=512" \
              "benches/gemm_tf32.tex --shape M=256,K=128,N=256" "benches/hgemm_shared.tex --shape M=256,K=96,N=384" \
              "benches/hgemm_pipelined.tex --shape M=256,K=160,N=384" "benches/gemm_bf16.tex --shape M=256,K=96,N=128" \
              "benches/hgemm_wgmma.tex --shape M=256,K=192,N=384" \

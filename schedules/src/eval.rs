@@ -609,13 +609,17 @@ fn wgmma(f: &LoopFunc, m: &mut Machine, w: &Wgmma, env: &mut [i64]) -> Result<()
         let elem = f.p.tensor(x.tensor).elem.size() as i64;
         let origin = eval_all(m, &x.origin, env)?;
         let flat = origin.iter().zip(shape).fold(0, |acc, (&i, &n)| acc * n + i);
-        let desc = crate::ir::wgmma_descriptor((flat * elem) as u64, x.lbo, x.sbo);
-        let (start, lbo, sbo, swizzle) = crate::ir::wgmma_descriptor_fields(desc);
-        debug_assert_eq!(swizzle, 0, "no swizzling yet");
+        let desc = crate::ir::wgmma_descriptor((flat * elem) as u64, x.lbo, x.sbo, x.swizzled);
+        let (start, lbo, sbo, layout) = crate::ir::wgmma_descriptor_fields(desc);
+        let swizzled = layout == 1;
         let mut out = vec![0.0; (rows * kk) as usize];
         for r in 0..rows {
             for k in 0..kk {
-                let byte = start as i64 + crate::ir::canonical_offset(x.major, lbo as i64, sbo as i64, r, k);
+                // (Swizzled, the hardware reads `swizzle128` of this byte, where
+                // the stores put `swizzle128` of the logical one: the buffer here
+                // is held by logical index, and the two cancel.)
+                let at = crate::ir::canonical_offset(x.major, lbo as i64, sbo as i64, swizzled, r, k);
+                let byte = start as i64 + at;
                 let mut at = byte / elem;
                 let mut idx = vec![0; shape.len()];
                 for d in (0..shape.len()).rev() {
@@ -749,11 +753,34 @@ mod tests {
 
     /// The descriptor's bit fields (CUTLASS `GmmaDescriptor`): start
     /// address in bits 0–13, leading byte offset 16–29, stride byte offset
-    /// 32–45, each in 16-byte units; swizzle mode 0.
+    /// 32–45, each in 16-byte units; the layout in 62–63 (0 interleave, 1
+    /// the 128-byte swizzle).
     #[test]
     fn wgmma_descriptors_have_the_isa_fields() {
-        let d = crate::ir::wgmma_descriptor(0x400, 1024, 128);
+        let d = crate::ir::wgmma_descriptor(0x400, 1024, 128, false);
         assert_eq!(d, 0x40 | (64 << 16) | (8 << 32));
         assert_eq!(crate::ir::wgmma_descriptor_fields(d), (0x400, 1024, 128, 0));
+        let d = crate::ir::wgmma_descriptor(0x420, 16, 1024, true);
+        assert_eq!(d, 0x42 | (1 << 16) | (64 << 32) | (1 << 62));
+        assert_eq!(crate::ir::wgmma_descriptor_fields(d), (0x420, 16, 1024, 1));
+    }
+
+    /// The 128-byte swizzle: the 16-byte chunk within a 128-byte row
+    /// exclusive-or the row within 8, its own inverse, a permutation of
+    /// each 1024 bytes that keeps every chunk whole.
+    #[test]
+    fn the_128_byte_swizzle_permutes_chunks_by_row() {
+        use crate::ir::swizzle128;
+        assert_eq!(swizzle128(0), 0);
+        assert_eq!(swizzle128(128), 128 + 16); // row 1, chunk 0 -> chunk 1
+        assert_eq!(swizzle128(7 * 128 + 7 * 16 + 6), 7 * 128 + 6); // row 7, chunk 7 -> chunk 0
+        assert_eq!(swizzle128(1024 + 128), 1024 + 128 + 16); // the pattern repeats every 8 rows
+        let mut seen = vec![false; 1024];
+        for b in 0..1024 {
+            assert_eq!(swizzle128(swizzle128(b)), b);
+            assert_eq!(swizzle128(b) / 16, swizzle128(b / 16 * 16) / 16, "a chunk stays whole");
+            seen[swizzle128(b) as usize] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
     }
 }

@@ -42,7 +42,7 @@
 use crate::independence::{Access as Touch, Parties, Role};
 use crate::interval::{self, Iv};
 use crate::ir::{AsyncStep, ForKind, GpuDim, LoopFunc, Stmt, Wgmma, WgmmaOp};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use texc_compiler::ops::BinOp;
 use texc_compiler::target::{GpuSpec, Target};
 use texc_compiler::tir::{TExpr, TExprId, TensorId, VarId};
@@ -1150,42 +1150,63 @@ struct Access {
 }
 
 /// Where each shared buffer of launch statement `stmt` lies in its dynamic
-/// shared memory: one after another, in order, each at a multiple of 16 bytes.
+/// shared memory: one after another, in order, each at a multiple of 16
+/// bytes — of [`SWIZZLE_ALIGN`] for a buffer `wgmma` reads swizzled.
 pub fn shared_offsets(f: &LoopFunc, stmt: &Stmt) -> HashMap<TensorId, i64> {
-    fn walk(f: &LoopFunc, body: &[Stmt], at: &mut i64, out: &mut HashMap<TensorId, i64>) {
+    fn walk(f: &LoopFunc, sw: &BTreeSet<TensorId>, body: &[Stmt], at: &mut i64, out: &mut HashMap<TensorId, i64>) {
         for s in body {
             match s {
                 Stmt::Alloc { tensor, body } => {
                     if f.shared.contains(tensor) {
-                        out.insert(*tensor, *at);
-                        *at = at.saturating_add(buffer_bytes(f, *tensor));
+                        let start = if sw.contains(tensor) { round_up(*at, SWIZZLE_ALIGN) } else { *at };
+                        out.insert(*tensor, start);
+                        *at = at.saturating_add(buffer_bytes(f, sw, *tensor));
                     }
-                    walk(f, body, at, out)
+                    walk(f, sw, body, at, out)
                 }
-                s => walk(f, s.body(), at, out),
+                s => walk(f, sw, s.body(), at, out),
             }
         }
     }
     let mut out = HashMap::new();
-    walk(f, std::slice::from_ref(stmt), &mut 0, &mut out);
+    walk(f, &crate::ir::swizzled_buffers(f), std::slice::from_ref(stmt), &mut 0, &mut out);
     out
 }
 
-/// A shared buffer's bytes, rounded up to 16 (the widest access).
-fn buffer_bytes(f: &LoopFunc, t: TensorId) -> i64 {
+/// The alignment of a shared buffer read with the 128-byte swizzle: its
+/// pattern repeats every 8 rows of 128 bytes, from an address it divides.
+pub const SWIZZLE_ALIGN: i64 = 1024;
+
+fn round_up(x: i64, to: i64) -> i64 {
+    x.saturating_add(to - 1) / to * to
+}
+
+/// A shared buffer's bytes, rounded up to 16 (the widest access); a
+/// swizzled one's with room to start at [`SWIZZLE_ALIGN`] wherever the
+/// buffers before it end.
+fn buffer_bytes(f: &LoopFunc, swizzled: &BTreeSet<TensorId>, t: TensorId) -> i64 {
     let d = f.p.tensor(t);
-    d.len().saturating_mul(d.elem.size() as i64).saturating_add(15) / 16 * 16
+    let own = round_up(d.len().saturating_mul(d.elem.size() as i64), 16);
+    if swizzled.contains(&t) {
+        own.saturating_add(SWIZZLE_ALIGN - 16)
+    } else {
+        own
+    }
 }
 
 /// Bytes of the shared buffers of a launch's statements.
 fn shared_bytes(f: &LoopFunc, body: &[Stmt]) -> i64 {
+    shared_bytes_of(f, &crate::ir::swizzled_buffers(f), body)
+}
+
+fn shared_bytes_of(f: &LoopFunc, sw: &BTreeSet<TensorId>, body: &[Stmt]) -> i64 {
     body.iter()
         .map(|s| match s {
             Stmt::Alloc { tensor, body } => {
-                let own = if f.shared.contains(tensor) { buffer_bytes(f, *tensor) } else { 0 };
-                own.saturating_add(shared_bytes(f, body))
+                let own = if f.shared.contains(tensor) { buffer_bytes(f, sw, *tensor) } else { 0 };
+                own.saturating_add(shared_bytes_of(f, sw, body))
             }
-            Stmt::For { body, .. } | Stmt::If { then: body, .. } => shared_bytes(f, body),
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } => shared_bytes_of(f, sw, body),
             Stmt::Store { .. }
             | Stmt::Barrier
             | Stmt::Async(_)

@@ -402,13 +402,24 @@ pub enum Major {
     Mn,
 }
 
-/// A wgmma operand in shared memory, as its matrix descriptor gives it,
-/// without swizzling (the ISA's "interleave" canonical layouts; CUTLASS
-/// `make_gmma_desc`): core matrices of 128 contiguous bytes ([`Major`]);
-/// the one holding element (mn, k) starts `lbo` bytes apart per 8 of `k`
-/// (the leading dimension) and `sbo` bytes per 8 of `mn` (the stride
-/// dimension): [`canonical_offset`]. `crate::tensorize` lays the buffer
-/// `tensor` out so; `origin` indexes the tile's first element.
+/// A wgmma operand in shared memory, as its matrix descriptor gives it
+/// (the ISA's canonical layouts; CUTLASS `make_gmma_desc`), at
+/// [`canonical_offset`]:
+///
+/// - without swizzling (*interleave*): core matrices of 128 contiguous
+///   bytes ([`Major`]), the one holding element (mn, k) `lbo` bytes apart
+///   per 8 of `k` (the leading dimension) and `sbo` bytes per 8 of `mn`
+///   (the stride dimension);
+/// - with the 128-byte swizzle (`swizzled`): rows of 128 bytes — 64
+///   elements along K (K-major, `A`) or along M or N (MN-major, `B`) — 8
+///   rows (1024 bytes) a group, `sbo` bytes apart per 8 of the rows'
+///   other dimension; MN-major, 64-wide atoms `lbo` bytes apart along N.
+///   The hardware permutes each row's 16-byte chunks by the row
+///   ([`swizzle128`] of the address), so a buffer read so is 1024-byte
+///   aligned and written through the same permutation.
+///
+/// `crate::tensorize` lays the buffer `tensor` out so; `origin` indexes
+/// the tile's first element.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SmemMatrix {
     pub tensor: TensorId,
@@ -416,16 +427,42 @@ pub struct SmemMatrix {
     pub major: Major,
     pub lbo: i64,
     pub sbo: i64,
+    pub swizzled: bool,
 }
 
 /// The byte of element (mn, k) of an operand from its start, in the
-/// canonical layout of `major` with byte offsets `lbo` and `sbo`.
-pub fn canonical_offset(major: Major, lbo: i64, sbo: i64, mn: i64, k: i64) -> i64 {
-    let groups = (mn / 8) * sbo + (k / 8) * lbo;
-    match major {
-        Major::K => groups + (mn % 8) * 16 + (k % 8) * 2,
-        Major::Mn => groups + (k % 8) * 16 + (mn % 8) * 2,
+/// canonical layout of `major` with byte offsets `lbo` and `sbo` — before
+/// the 128-byte swizzle where `swizzled` ([`swizzle128`] of the address).
+pub fn canonical_offset(major: Major, lbo: i64, sbo: i64, swizzled: bool, mn: i64, k: i64) -> i64 {
+    match (major, swizzled) {
+        (Major::K, false) => (mn / 8) * sbo + (k / 8) * lbo + (mn % 8) * 16 + (k % 8) * 2,
+        (Major::Mn, false) => (mn / 8) * sbo + (k / 8) * lbo + (k % 8) * 16 + (mn % 8) * 2,
+        (Major::K, true) => (mn / 8) * sbo + (mn % 8) * 128 + k * 2,
+        (Major::Mn, true) => (mn / 64) * lbo + (mn % 64) * 2 + (k / 8) * sbo + (k % 8) * 128,
     }
+}
+
+/// The 128-byte swizzle of a shared-memory byte offset (from a 1024-byte
+/// aligned base): the 16-byte chunk within a 128-byte row exclusive-or the
+/// row within its 8 (CUTLASS `Swizzle<3, 4, 3>`). Its own inverse.
+pub fn swizzle128(byte: i64) -> i64 {
+    byte ^ ((byte >> 3) & 0x70)
+}
+
+/// The shared buffers `wgmma` reads with the 128-byte swizzle: stored
+/// through [`swizzle128`] of their byte offsets, and 1024-byte aligned.
+pub fn swizzled_buffers(f: &LoopFunc) -> BTreeSet<TensorId> {
+    fn walk(body: &[Stmt], out: &mut BTreeSet<TensorId>) {
+        for s in body {
+            if let Stmt::Wgmma(w) = s {
+                out.extend([&w.a, &w.b].into_iter().filter(|m| m.swizzled).map(|m| m.tensor));
+            }
+            walk(s.body(), out);
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(&f.body, &mut out);
+    out
 }
 
 impl SmemMatrix {
@@ -434,9 +471,11 @@ impl SmemMatrix {
     /// (The layout's dimensions are the buffer's last three; a pipeline's
     /// slot index may come first.)
     pub fn reach(&self, mn: i64, k: i64) -> Vec<i64> {
-        let own = match self.major {
-            Major::K => vec![k / 8 - 1, mn - 1, 7],
-            Major::Mn => vec![k / 8 - 1, mn / 8 - 1, 7, 7],
+        let own = match (self.major, self.swizzled) {
+            (Major::K, false) => vec![k / 8 - 1, mn - 1, 7],
+            (Major::Mn, false) => vec![k / 8 - 1, mn / 8 - 1, 7, 7],
+            (Major::K, true) => vec![mn - 1, k - 1],
+            (Major::Mn, true) => vec![(mn - 1) / 64, k - 1, 63],
         };
         let mut r = vec![0; self.origin.len().saturating_sub(own.len())];
         r.extend(own);
@@ -464,9 +503,10 @@ impl Wgmma {
 /// leading-dimension byte offset, 32–45 the stride-dimension byte offset,
 /// each in 16-byte units; bits 49–51 the base offset (0: no swizzle), bits
 /// 62–63 the swizzle mode (0: none, 1: 128 bytes, 2: 64, 3: 32).
-pub fn wgmma_descriptor(start_bytes: u64, lbo: i64, sbo: i64) -> u64 {
+pub fn wgmma_descriptor(start_bytes: u64, lbo: i64, sbo: i64, swizzled: bool) -> u64 {
     let field = |bytes: u64| (bytes >> 4) & 0x3fff;
-    field(start_bytes) | field(lbo as u64) << 16 | field(sbo as u64) << 32
+    // Bits 62–63, the layout: 0 interleave, 1 the 128-byte swizzle.
+    field(start_bytes) | field(lbo as u64) << 16 | field(sbo as u64) << 32 | u64::from(swizzled) << 62
 }
 
 /// The fields of a descriptor: start address, leading and stride byte
@@ -1012,7 +1052,12 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
                 let c = format!("{}[{}] @ ({}, {})", f.p.tensor(c.tensor).name, idx.join(", "), c.rows, c.cols);
                 let m = |m: &SmemMatrix| {
                     let idx: Vec<String> = m.origin.iter().map(|&i| expr(f, i)).collect();
-                    let major = if m.major == Major::Mn { "mn-major, " } else { "" };
+                    let major = match (m.major, m.swizzled) {
+                        (Major::Mn, true) => "mn-major, swizzle 128, ",
+                        (Major::Mn, false) => "mn-major, ",
+                        (Major::K, true) => "swizzle 128, ",
+                        (Major::K, false) => "",
+                    };
                     let name = &f.p.tensor(m.tensor).name;
                     format!("{name}[{}] desc({major}lbo {}, sbo {})", idx.join(", "), m.lbo, m.sbo)
                 };

@@ -44,9 +44,8 @@
 ///   shared memory `gtile` (the largest block tile side tried: 128 or 64;
 ///   the 64×64 warp tiles stay), `gslice` (the largest slice of the
 ///   reduction tried: 64 or 32) and `stages` (slices in flight, 2 to 4);
-///   `wgmma` (1: on sm_90, such products on Hopper's warpgroup
-///   operations instead of `mma.sync` warps; not yet the default, see
-///   `strategy::gpu::tensor_cores::wgmma_tiles`).
+///   `wgmma` (0: on sm_90, such products on `mma.sync` warps instead of
+///   Hopper's warpgroup operations).
 ///
 /// Unset, each keeps its machine-derived value. [`KNOBS`] is the table of
 /// them: names, the values `--knob` accepts and `tune` tries.
@@ -247,7 +246,7 @@ pub const KNOBS: [Knob; 21] = [
         .stages
         .replace(v)
         .is_none()),
-    knob!("wgmma", Gpu, &[0, 1], Accepts::Flag, "1: sm_90 products on warpgroup wgmma, not mma.sync", |d, v| d
+    knob!("wgmma", Gpu, &[1, 0], Accepts::Flag, "0: sm_90 products on mma.sync, not warpgroup wgmma", |d, v| d
         .wgmma
         .replace(v == 1)
         .is_none()),

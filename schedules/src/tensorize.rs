@@ -21,8 +21,14 @@
 //!
 //! A warpgroup's `wgmma` (64 × N × 16) reads `A` and `B` from shared
 //! buffers through matrix descriptors, so this pass also lays those
-//! buffers out as the descriptors say ([`SmemMatrix`]: K-major core
-//! matrices of 8 × 8, no swizzling): `A` K-major, a buffer `As[m, k]`
+//! buffers out as the descriptors say ([`SmemMatrix`]). Where a row of the
+//! layout can be a whole 128 bytes — `A`'s buffer 64 wide along K, `B`'s a
+//! multiple of 64 along N — with the 128-byte swizzle: `As[m, k]` as it
+//! is, `Bs[k, n]` becoming `Bs[n / 64, k, n % 64]` (MN-major), each row's
+//! 16-byte chunks permuted by the row where they are stored
+//! (`crate::ir::swizzle128`, applied by the backends to every access), so
+//! that a warp's copies of whole rows coalesce. Otherwise core matrices of
+//! 8 × 8 without swizzling: `A` K-major, a buffer `As[m, k]`
 //! becoming `As[k / 8, m, k % 8]`; `B` MN-major (its rows of 8 along N
 //! stay 16 contiguous bytes, as in the global tensor, so its copies stay
 //! 16-byte wide), `Bs[k, n]` becoming `Bs[k / 8, n / 8, k % 8, n % 8]`;
@@ -107,6 +113,7 @@ struct Relayout {
     mn: usize,
     k: usize,
     major: Major,
+    swizzled: bool,
 }
 
 /// Replace the first matching nest in `body`; whether one was found.
@@ -354,24 +361,42 @@ fn operand(
     if !eight(t.origin[k]) || (mn_too && !eight(t.origin[mn])) {
         return Err(format!("a `wgmma` tile of `{}` does not start at a multiple of 8 along K (and N)", d.name));
     }
-    let r = Relayout { tensor: t.tensor, mn, k, major };
+    // The 128-byte swizzle where a row of the layout is a whole 128 bytes:
+    // `A`'s K extent 64, `B`'s N extent a multiple of 64 (the tile starting
+    // at one); a warp's copies of whole rows then coalesce.
+    let swizzled = d.elem.size() == 2
+        && match major {
+            Major::K => d.shape[k] == 64 && d.shape[mn] % 8 == 0 && eight(t.origin[mn]),
+            Major::Mn => d.shape[mn] % 64 == 0 && crate::analysis::multiple_of(&f.p, t.origin[mn], 64, None),
+        };
+    let r = Relayout { tensor: t.tensor, mn, k, major, swizzled };
     if relayouts.iter().any(|o| o.tensor == r.tensor && *o != r) {
         return Err(format!("`{}` is read as two different `wgmma` operands", d.name));
     }
     if !relayouts.contains(&r) {
         relayouts.push(r);
     }
-    Ok(SmemMatrix { tensor: t.tensor, origin: t.origin, major, lbo: 16 * d.shape[mn], sbo: 128 })
+    let (lbo, sbo) = match (major, swizzled) {
+        // K-major rows hold the operation's 16 of K: no leading offset (1).
+        (Major::K, true) => (16, 1024),
+        // MN-major: atoms of 64 along N, each K rows of 128 bytes.
+        (Major::Mn, true) => (128 * d.shape[k], 1024),
+        (_, false) => (16 * d.shape[mn], 128),
+    };
+    Ok(SmemMatrix { tensor: t.tensor, origin: t.origin, major, lbo, sbo, swizzled })
 }
 
 /// Lays `r.tensor` out as core matrices ([`Major`]): `[K / 8, MN, 8]`
-/// K-major, `[K / 8, MN / 8, 8, 8]` MN-major, in every store, load and
+/// K-major, `[K / 8, MN / 8, 8, 8]` MN-major; swizzled, `[M, 64]` K-major
+/// (as it is) and `[N / 64, K, 64]` MN-major — in every store, load and
 /// `wgmma` operand.
 fn relayout(f: &mut LoopFunc, r: Relayout) -> Result<(), String> {
     let shape = f.p.tensor(r.tensor).shape.clone();
-    f.p.tensors[r.tensor.0 as usize].shape = match r.major {
-        Major::K => vec![shape[r.k] / 8, shape[r.mn], 8],
-        Major::Mn => vec![shape[r.k] / 8, shape[r.mn] / 8, 8, 8],
+    f.p.tensors[r.tensor.0 as usize].shape = match (r.major, r.swizzled) {
+        (Major::K, false) => vec![shape[r.k] / 8, shape[r.mn], 8],
+        (Major::Mn, false) => vec![shape[r.k] / 8, shape[r.mn] / 8, 8, 8],
+        (Major::K, true) => shape.clone(),
+        (Major::Mn, true) => vec![shape[r.mn] / 64, shape[r.k], 64],
     };
     let mut lanes = HashSet::new();
     small_loops(&f.body, &mut lanes);
@@ -463,6 +488,14 @@ fn relayout(f: &mut LoopFunc, r: Relayout) -> Result<(), String> {
     /// indices split are multiples of 8), with zeros within the core matrix.
     fn index(f: &mut LoopFunc, idx: &[TExprId], e: Env, origin: bool) -> Vec<TExprId> {
         let r = e.r;
+        match (r.major, r.swizzled) {
+            (Major::K, true) => return idx.to_vec(),
+            (Major::Mn, true) => {
+                let (n_hi, n_lo) = split64(f, idx[r.mn], e, origin);
+                return vec![n_hi, idx[r.k], n_lo];
+            }
+            _ => {}
+        }
         let (k_hi, k_lo) = split8(f, idx[r.k], e, origin);
         match r.major {
             Major::K => vec![k_hi, idx[r.mn], k_lo],
@@ -471,6 +504,29 @@ fn relayout(f: &mut LoopFunc, r: Relayout) -> Result<(), String> {
                 vec![k_hi, mn_hi, k_lo, mn_lo]
             }
         }
+    }
+
+    /// `(e / 64, e % 64)`; `(a / 8, a % 8 * 8 + b)` for `e = a * 8 + b`
+    /// with `b` a lane (so that a vectorized copy stays contiguous);
+    /// `(e / 64, 0)` for an origin.
+    fn split64(f: &mut LoopFunc, e: TExprId, env: Env, origin: bool) -> (TExprId, TExprId) {
+        let span = f.p.span(e);
+        let int = |f: &mut LoopFunc, v: i64| f.p.alloc(TExpr::Int(v), Ty::Index, span);
+        let bin =
+            |f: &mut LoopFunc, op: BinOp, x: TExprId, y: TExprId| f.p.alloc(TExpr::Binary(op, x, y), Ty::Index, span);
+        if !origin {
+            if let Some((a, b)) = eights_and_lane(f, e, env.lanes) {
+                let eight = int(f, 8);
+                let hi = bin(f, BinOp::FloorDiv, a, eight);
+                let lo = bin(f, BinOp::FloorMod, a, eight);
+                let lo = bin(f, BinOp::Mul, lo, eight);
+                return (hi, bin(f, BinOp::Add, lo, b));
+            }
+        }
+        let sixty_four = int(f, 64);
+        let hi = bin(f, BinOp::FloorDiv, e, sixty_four);
+        let lo = if origin { int(f, 0) } else { bin(f, BinOp::FloorMod, e, sixty_four) };
+        (hi, lo)
     }
 
     /// `(e / 8, e % 8)`; `(a, b)` for `e = a * 8 + b` with `b` a loop

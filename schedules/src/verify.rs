@@ -47,6 +47,41 @@ pub enum LoopError {
 
 type R = Result<(), LoopError>;
 
+/// An operand with the 128-byte swizzle: the buffer's last dimensions
+/// `[M, 64]` (K-major) or `[N / 64, K, 64]` (MN-major), after a pipeline's
+/// slot index; `sbo` 1024 (8 rows of 128 bytes), MN-major `lbo` the
+/// 64-wide atom's K × 128 bytes; the tile starting at a row (K-major) or
+/// an atom (MN-major).
+fn swizzled_operand(f: &LoopFunc, m: &crate::ir::SmemMatrix, mn: i64, bad: &dyn Fn(String) -> LoopError) -> R {
+    let shape = &f.p.tensor(m.tensor).shape;
+    let n = shape.len();
+    let (rank, layout) = match m.major {
+        crate::ir::Major::K => (2, "[M, 64]"),
+        crate::ir::Major::Mn => (3, "[N / 64, K, 64]"),
+    };
+    let mn_extent = match m.major {
+        crate::ir::Major::K => shape.get(n.wrapping_sub(2)).copied().unwrap_or(0),
+        crate::ir::Major::Mn => 64 * shape.get(n.wrapping_sub(3)).copied().unwrap_or(0),
+    };
+    if n < rank || shape[n - 1] != 64 || m.origin.len() != n || mn_extent < mn || mn_extent % 8 != 0 {
+        return Err(bad(format!("its shape is {shape:?}: the swizzled layout is {layout} (rows of 128 bytes)")));
+    }
+    let lbo = match m.major {
+        crate::ir::Major::K => m.lbo,
+        crate::ir::Major::Mn => 128 * shape[n - 2],
+    };
+    if m.sbo != 1024 || m.lbo != lbo {
+        return Err(bad(format!(
+            "the descriptor says lbo {} and sbo {} bytes; the swizzled layout's are {lbo} and 1024",
+            m.lbo, m.sbo
+        )));
+    }
+    if m.major == crate::ir::Major::Mn && !matches!(f.p.expr(m.origin[n - 1]), TExpr::Int(0)) {
+        return Err(bad("the tile starts inside a 64-wide atom (its last index is not 0)".into()));
+    }
+    Ok(())
+}
+
 /// A `wgmma`'s types, its `c` tile, and its operands' buffers in the layout
 /// its descriptors give ([`crate::ir::SmemMatrix`]): the last dimensions
 /// `[K / 8, MN, 8]` (K-major) or `[K / 8, MN / 8, 8, 8]` (MN-major) of f16
@@ -74,6 +109,16 @@ fn wgmma(f: &LoopFunc, w: &crate::ir::Wgmma, bound: &[bool]) -> R {
             return Err(bad(format!("it is {}, and the operation multiplies {}", d.elem, w.op.ab)));
         }
         let n = d.shape.len();
+        if m.swizzled {
+            swizzled_operand(f, m, mn, &bad)?;
+            for &i in t.origin.iter().chain(&m.origin) {
+                if f.p.ty(i) != Ty::Index {
+                    return Err(LoopError::IndexType(i.0));
+                }
+                expr(f, i, bound)?;
+            }
+            continue;
+        }
         // The layout's own dimensions, after a pipeline's slot index.
         let (rank, mn_extent) = match m.major {
             crate::ir::Major::K => (3, d.shape.get(n.wrapping_sub(2)).copied().unwrap_or(0)),

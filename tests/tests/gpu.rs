@@ -625,8 +625,9 @@ fn the_default_gpu_schedule_uses_tensor_cores_where_the_tiles_fit() {
 /// reduction in slices of 32 with two operations each) keep their
 /// accumulators in registers through the reduction loop: the loop's PTX
 /// loads and stores no `C`. Against the interpreter on the GPU (the
-/// emulation computes each operation in memory); the default schedule's
-/// warp tiles (through shared memory) do the same, and assemble without spills.
+/// emulation computes each operation in memory); the `mma.sync` default
+/// schedule's warp tiles (through shared memory) do the same, and assemble
+/// without spills.
 #[test]
 fn warp_tiles_keep_their_accumulators_in_registers() {
     require_ptxas();
@@ -641,7 +642,8 @@ fn warp_tiles_keep_their_accumulators_in_registers() {
     assert!(error_vs_interp(&mut pl, &p, &f, 5) < 1e-5);
     let default = "kernel hgemm(A: f16[M = 128, K = 64], B: f16[K, N = 256]) -> C: f32[M, N] {\n    \
                    C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]));\n}\n";
-    let (mut dpl, dp, df) = gpu_loops("hgemm.tex", default, &Bindings::default());
+    // (The `mma.sync` default of sm_80, which sm_90 keeps under `--knob wgmma=0`.)
+    let (mut dpl, dp, df) = gpu_loops_with("hgemm.tex", default, &Bindings::default(), &[("wgmma", 0)]);
     assert!(error_vs_interp(&mut dpl, &dp, &df, 6) < 1e-5, "the default schedule");
     let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
     let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
@@ -908,7 +910,7 @@ fn reading_a_copy_before_it_lands_is_refused() {
 /// (`schedules/src/im2col.rs`) whose columns are gathered from the image
 /// into shared memory (an implicit im2col: synchronous copies, the
 /// filters' by `cp.async`), or with `--knob gather=0` written out first —
-/// on `mma.sync` warps, or Hopper's warpgroups with `--knob wgmma=1`;
+/// on Hopper's warpgroups, or `mma.sync` warps with `--knob wgmma=0`;
 /// others keep the direct schedule. Against the interpreter either way (on
 /// the GPU where there is one).
 #[test]
@@ -965,8 +967,11 @@ fn the_default_gpu_schedules_knobs_set_its_tiles_slices_and_stages() {
         let f = texc_tests::loops(&mut pl, k, &p);
         let text = texc_schedules::ir::print(&f);
         let what = format!("gtile={tile}, gslice={slice}, stages={stages}, wgmma={wgmma}");
-        let a = if wgmma == 1 {
-            // The descriptors' layout: 8 × 8 core matrices, K-major.
+        let a = if wgmma == 1 && slice == 64 {
+            // Rows of 128 bytes, swizzled.
+            format!("shared C.As: f16[{stages}, {tile}, 64]")
+        } else if wgmma == 1 {
+            // The descriptors' layout without swizzling: 8 × 8 core matrices, K-major.
             format!("shared C.As: f16[{stages}, {}, {tile}, 8]", slice / 8)
         } else {
             // Rows padded by 8 halves against bank conflicts.
@@ -1036,7 +1041,7 @@ fn the_default_gpu_schedule_moves_16_bytes_per_access_in_element_wise_stages() {
 
 /// bf16 products on tensor cores (`mma.sync ... bf16.bf16.f32`): the default
 /// schedule's pipelined product through shared memory (`ldmatrix` of bf16
-/// rows; on sm_90 `wgmma ... bf16.bf16` with `--knob wgmma=1`), its
+/// rows; on sm_90 `wgmma ... bf16.bf16` unless `--knob wgmma=0`), its
 /// product from global memory at sizes the shared tiles do not divide, and
 /// a hand schedule's `tensorize ... with mma_m16n8k16_bf16f32`.
 /// Against the interpreter (bf16 is exact in f32, so only the order of the
@@ -1135,28 +1140,37 @@ fn a_product_then_a_softmax_of_its_rows() {
     let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
     let launches: Vec<&str> = ptx.lines().filter(|l| l.starts_with("// texc: att_k")).collect();
     assert_eq!(launches.len(), 3, "zero the scores, the product, the rows:\n{}", launches.join("\n"));
-    assert!(ptx.contains("mma.sync") && ptx.contains("shfl.sync.bfly"), "{ptx}");
+    assert!(ptx.contains("wgmma.mma_async") && ptx.contains("shfl.sync.bfly"), "{ptx}");
     assemble_sm90(&ptx).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// On sm_90 with `--knob wgmma=1` the default schedule runs f16 products
-/// that its tiles divide on Hopper's warpgroups (as `benches/hgemm_wgmma.tex`): two
-/// warpgroups of 64 × 128 per block, the accumulators in registers — `C`
+/// On sm_90 the default schedule runs f16 products that its tiles divide
+/// on Hopper's warpgroups (as `benches/hgemm_wgmma.tex`): two
+/// warpgroups of 64 × 128 per block, the operands in rows of 128 bytes with
+/// the 128-byte swizzle, the accumulators in registers — `C`
 /// loaded once and stored once, 64 values a lane — and each slice of `k`
 /// issued as its four operations behind one `wgmma.fence`, left in flight
 /// until one `wgmma.wait_group` before the next slice's copies. Against the
 /// interpreter (the loop-IR evaluator and the emulation, or the GPU),
 /// assembled for sm_90a without spills, `HGMMA` in its SASS.
 #[test]
-fn the_wgmma_knob_runs_products_on_warpgroups_in_flight_through_a_slice() {
+fn the_sm90_default_runs_products_on_warpgroups_in_flight_through_a_slice() {
     require_ptxas();
     for shape in ["M=256,K=192,N=256", "M=128,K=128,N=384", "M=64,K=128,N=64"] {
         let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "examples/gemm_f16.tex", None).expect("loads");
-        pl.options.knobs.insert("wgmma".into(), 1);
         let p = texc_tests::specialize(&mut pl, k, &sizes(shape));
         let f = texc_tests::loops(&mut pl, k, &p);
         let text = texc_schedules::ir::print(&f);
         assert!(text.contains("wgmma m64n"), "{shape}:\n{text}");
+        // Slices of 64: both operands in rows of 128 bytes, swizzled.
+        assert_eq!(text.matches("swizzle 128, ").count(), 2, "{shape}:\n{text}");
+        if shape.contains("K=192") {
+            // (At K = 128 the pipeline's copy two slices ahead is under a guard
+            // no iteration passes, `if ko + 2 < 2`, whose reads the text's
+            // bounds check does not prove.)
+            let again = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("the loop IR text parses");
+            assert_eq!(texc_schedules::ir::print(&again.func), text, "and prints back the same");
+        }
         assert!(eval_error(&p, &f, 5) < 1e-5, "{shape}: loop-IR evaluator");
         assert!(error_vs_interp(&mut pl, &p, &f, 5) < 1e-5, "{shape}");
         let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");

@@ -98,6 +98,9 @@ pub(super) struct Gen<'ctx, 'a> {
     /// Tensors a statement reads and stores in place
     /// (`texc_schedules::ir::updated_in_place`).
     pub updated_in_place: std::collections::BTreeSet<TensorId>,
+    /// Shared buffers `wgmma` reads with the 128-byte swizzle
+    /// (`texc_schedules::ir::swizzled_buffers`): every access goes through it.
+    pub swizzled: std::collections::BTreeSet<TensorId>,
 }
 
 /// Build the LLVM module of a kernel. With a C entry `c` (objects), the
@@ -181,6 +184,7 @@ impl<'ctx, 'a> Gen<'ctx, 'a> {
             stack_arrays: Default::default(),
             has_tile_dots: texc_schedules::ir::has_tile_dots(f),
             updated_in_place: texc_schedules::ir::updated_in_place(f),
+            swizzled: texc_schedules::ir::swizzled_buffers(f),
         }
     }
 }

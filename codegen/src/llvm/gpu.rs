@@ -30,6 +30,7 @@ use inkwell::{AddressSpace, IntPredicate};
 use texc_compiler::ops::{BinOp, MathFn, ReduceOp};
 use texc_compiler::tir::VarId;
 use texc_schedules::gpu::Launch;
+use texc_schedules::gpu::SWIZZLE_ALIGN;
 use texc_schedules::ir::{AsyncStep, ForKind, Stmt, WarpReduce};
 
 /// The kernel being built: where its thread runs.
@@ -219,7 +220,8 @@ impl<'ctx> Gen<'ctx, '_> {
             let g = self.m.get_global(name).unwrap_or_else(|| {
                 let g = self.m.add_global(bytes, Some(AddressSpace::from(3u16)), name);
                 g.set_linkage(Linkage::External);
-                g.set_alignment(16);
+                // Swizzled buffers lie at multiples of 1024 bytes from its start.
+                g.set_alignment(if self.swizzled.is_empty() { 16 } else { SWIZZLE_ALIGN as u32 });
                 g
             });
             let base = self.b.build_address_space_cast(g.as_pointer_value(), generic, "dynamic_shared")?;
@@ -234,7 +236,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 let g = self.m.add_global(ty, Some(AddressSpace::from(3u16)), &name);
                 g.set_linkage(Linkage::Internal);
                 g.set_initializer(&ty.get_undef());
-                g.set_alignment(16);
+                g.set_alignment(if self.swizzled.contains(&tensor) { SWIZZLE_ALIGN as u32 } else { 16 });
                 g
             }
         };

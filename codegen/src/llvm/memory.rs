@@ -36,10 +36,63 @@ impl<'ctx> Gen<'ctx, '_> {
             });
             stride *= shape[d];
         }
-        Ok(match acc {
+        let flat = match acc {
             Some(a) => a,
             None => self.const_of(Ty::Index, 0, 0.0, mode)?,
+        };
+        if self.swizzled.contains(&t) {
+            return self.swizzled_offset(flat, self.f.p.tensor(t).elem.size() as i64);
+        }
+        Ok(flat)
+    }
+
+    /// Element offset `flat` of a buffer `wgmma` reads with the 128-byte
+    /// swizzle, where it is stored: `texc_schedules::ir::swizzle128` of its
+    /// byte offset, in elements of `size` bytes (scalar or per lane).
+    fn swizzled_offset(&mut self, flat: BasicValueEnum<'ctx>, size: i64) -> R<BasicValueEnum<'ctx>> {
+        // In elements: the chunk's bits (16 bytes) exclusive-or the row's within 8 (128 bytes).
+        let chunk = (16 / size).trailing_zeros() as i64;
+        let (shift, mask) = (self.const_of(Ty::Index, 3, 0.0, self.mode_of(flat))?, 7i64 << chunk);
+        let mask = self.const_of(Ty::Index, mask, 0.0, self.mode_of(flat))?;
+        Ok(match flat {
+            BasicValueEnum::IntValue(x) => {
+                let row = self.b.build_right_shift(x, shift.into_int_value(), false, "row")?;
+                let row = self.b.build_and(row, mask.into_int_value(), "row")?;
+                self.b.build_xor(x, row, "swizzled")?.into()
+            }
+            BasicValueEnum::VectorValue(x) => {
+                let row = self.b.build_right_shift(x, shift.into_vector_value(), false, "row")?;
+                let row = self.b.build_and(row, mask.into_vector_value(), "row")?;
+                self.b.build_xor(x, row, "swizzled")?.into()
+            }
+            _ => unreachable!("offsets are integers"),
         })
+    }
+
+    /// Scalar code for a scalar value, else vector code of its lanes.
+    fn mode_of(&self, v: BasicValueEnum<'ctx>) -> Mode<'ctx> {
+        match v {
+            BasicValueEnum::VectorValue(x) => {
+                Mode::Vector { var: VarId::MAX, base: 0, lanes: x.get_type().get_size(), mask: None }
+            }
+            _ => Mode::Scalar,
+        }
+    }
+
+    /// How a vector access to `t` at `idx` reads its lanes
+    /// (`analysis::access`), except that a contiguous one of a swizzled
+    /// buffer is one only within a 16-byte chunk it provably starts, which
+    /// the swizzle keeps whole: else lane by lane.
+    fn access(&self, t: TensorId, idx: &[TExprId], var: VarId, base: i64, lanes: u32) -> Access {
+        let a = analysis::access(self.f, t, idx, var);
+        if a == Access::Contiguous && self.swizzled.contains(&t) {
+            let bytes = lanes * self.f.p.tensor(t).elem.size() as u32;
+            let aligned = analysis::vector_alignment(&self.f.p, t, idx, var, base, lanes) >= bytes;
+            if bytes > 16 || !aligned {
+                return Access::Gather;
+            }
+        }
+        a
     }
 
     /// The alignment of a contiguous vector access to `t` at `idx` whose
@@ -73,7 +126,7 @@ impl<'ctx> Gen<'ctx, '_> {
             }
             Mode::Vector { var, base, lanes, mask } => {
                 let vt = self.vec_ty(mty, lanes);
-                match analysis::access(self.f, t, idx, var) {
+                match self.access(t, idx, var, base, lanes) {
                     Access::Uniform if mask.is_none() => {
                         let s = self.load(fr, t, idx, Mode::Scalar)?;
                         return Ok(self.splat(s, lanes)?.into());
@@ -296,7 +349,7 @@ impl<'ctx> Gen<'ctx, '_> {
             Mode::Vector { var, base, lanes, mask } => {
                 let vt = self.vec_ty(mty, lanes);
                 let al = self.cx.i32_type().const_int(align as u64, false);
-                if analysis::access(self.f, t, idx, var) == Access::Contiguous {
+                if self.access(t, idx, var, base, lanes) == Access::Contiguous {
                     let p = self.lane0_address(fr, t, idx, var, base, mty)?;
                     match mask {
                         None => {

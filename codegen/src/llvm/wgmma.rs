@@ -89,7 +89,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let addr = self.b.build_int_z_extend(addr, i64t, "saddr")?;
         let start = self.b.build_right_shift(addr, i64t.const_int(4, false), false, "start")?;
         let start = self.b.build_and(start, i64t.const_int(0x3fff, false), "start")?;
-        let fields = texc_schedules::ir::wgmma_descriptor(0, m.lbo, m.sbo);
+        let fields = texc_schedules::ir::wgmma_descriptor(0, m.lbo, m.sbo, m.swizzled);
         Ok(self.b.build_or(start, i64t.const_int(fields, false), "desc")?)
     }
 
@@ -215,7 +215,8 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// The emulation: the block's operation as loops, `A` and `B` read at
-    /// the descriptor's canonical byte offsets from their tiles' starts.
+    /// the descriptor's canonical byte offsets from their tiles' starts
+    /// (swizzled as the hardware swizzles them, from the buffer's start).
     fn wgmma_loops(&mut self, fr: &mut Frame<'ctx>, w: &Wgmma) -> R<()> {
         let c = self.place(fr, &w.c)?;
         let (mm, nn, kk) = w.op.shape();
@@ -223,27 +224,29 @@ impl<'ctx> Gen<'ctx, '_> {
         let f32t = self.cx.f32_type();
         let i8t = self.cx.i8_type();
         let k = |v: i64| i64t.const_int(v as u64, true);
-        let (pa, pb) = (self.smem_start(fr, &w.a)?, self.smem_start(fr, &w.b)?);
-        let (la, lb) = ((w.a.major, w.a.lbo, w.a.sbo), (w.b.major, w.b.lbo, w.b.sbo));
+        let start_of =
+            |g: &mut Self, fr: &mut Frame<'ctx>, m: &SmemMatrix| -> R<(PointerValue<'ctx>, IntValue<'ctx>)> {
+                let base = fr.tensors[&m.tensor];
+                let p = g.smem_start(fr, m)?;
+                let (b, s) = (g.b.build_ptr_to_int(base, i64t, "base")?, g.b.build_ptr_to_int(p, i64t, "start")?);
+                Ok((base, g.b.build_int_sub(s, b, "start")?))
+            };
+        let (pa, pb) = (start_of(self, fr, &w.a)?, start_of(self, fr, &w.b)?);
         let elem = self.mem_ty(w.op.ab);
         let bf16 = w.op.ab == ElemType::BF16;
         let func = fr.func;
         let zero = i64t.const_zero();
-        // Element (mn, k) of an operand: byte (mn/8)·sbo + (k/8)·lbo, plus
-        // (mn%8)·16 + (k%8)·2 K-major or (k%8)·16 + (mn%8)·2 MN-major.
-        let at = |g: &mut Self,
-                  base: PointerValue<'ctx>,
-                  (major, lbo, sbo): (Major, i64, i64),
-                  r: IntValue<'ctx>,
-                  kv: IntValue<'ctx>| {
-            let b = &g.b;
-            let (row, col) = if major == Major::K { (r, kv) } else { (kv, r) };
-            let t1 = b.build_int_mul(b.build_int_unsigned_div(r, k(8), "r8")?, k(sbo), "sbo")?;
-            let t2 = b.build_int_mul(b.build_int_unsigned_div(kv, k(8), "k8")?, k(lbo), "lbo")?;
-            let t3 = b.build_int_mul(b.build_int_unsigned_rem(row, k(8), "rr")?, k(16), "row")?;
-            let t4 = b.build_int_mul(b.build_int_unsigned_rem(col, k(8), "kr")?, k(2), "col")?;
-            let off = b.build_int_add(b.build_int_add(t1, t2, "o")?, b.build_int_add(t3, t4, "o")?, "off")?;
-            let p = g.gep(i8t.into(), base, off)?;
+        // Element (mn, k) of an operand: its canonical byte offset from the
+        // tile's start (`ir::canonical_offset`), swizzled from the buffer's.
+        let at = |g: &mut Self, (base, start): (PointerValue<'ctx>, IntValue<'ctx>), m: &SmemMatrix, r, kv| {
+            let off = g.canonical_offset(m, r, kv)?;
+            let mut byte = g.b.build_int_add(start, off, "byte")?;
+            if m.swizzled {
+                let row = g.b.build_right_shift(byte, k(3), false, "row")?;
+                let row = g.b.build_and(row, k(0x70), "row")?;
+                byte = g.b.build_xor(byte, row, "swizzled")?;
+            }
+            let p = g.gep(i8t.into(), base, byte)?;
             let v = g.b.build_load(elem, p, "x")?;
             Ok::<_, CodegenError>(if bf16 {
                 g.bf16_to_f32(v, None)?.into_float_value()
@@ -258,8 +261,8 @@ impl<'ctx> Gen<'ctx, '_> {
                 let acc0 = g.b.build_load(f32t, p, "acc")?;
                 g.b.build_store(slot, acc0)?;
                 g.count(func, "k", zero, k(kk), &mut |g, kv| {
-                    let x = at(g, pa, la, r, kv)?;
-                    let y = at(g, pb, lb, col, kv)?;
+                    let x = at(g, pa, &w.a, r, kv)?;
+                    let y = at(g, pb, &w.b, col, kv)?;
                     let prod = g.b.build_float_mul(x, y, "ab")?;
                     let acc = g.b.build_load(f32t, slot, "acc")?.into_float_value();
                     g.b.build_store(slot, g.b.build_float_add(acc, prod, "sum")?)?;
@@ -270,5 +273,37 @@ impl<'ctx> Gen<'ctx, '_> {
                 Ok(())
             })
         })
+    }
+
+    /// `ir::canonical_offset` of operand `m`'s element (`mn`, `kv`), in code.
+    fn canonical_offset(&mut self, m: &SmemMatrix, mn: IntValue<'ctx>, kv: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let i64t = self.cx.i64_type();
+        let k = |v: i64| i64t.const_int(v as u64, true);
+        let b = &self.b;
+        // Σ (x / d % m) · s over the terms of the layout (m 0: no modulo).
+        let term = |x: IntValue<'ctx>, d: i64, m: i64, s: i64| -> R<IntValue<'ctx>> {
+            let mut v = if d > 1 { b.build_int_unsigned_div(x, k(d), "q")? } else { x };
+            if m > 0 {
+                v = b.build_int_unsigned_rem(v, k(m), "r")?;
+            }
+            Ok(b.build_int_mul(v, k(s), "t")?)
+        };
+        let terms = match (m.major, m.swizzled) {
+            (Major::K, false) => {
+                [term(mn, 8, 0, m.sbo)?, term(kv, 8, 0, m.lbo)?, term(mn, 1, 8, 16)?, term(kv, 1, 8, 2)?]
+            }
+            (Major::Mn, false) => {
+                [term(mn, 8, 0, m.sbo)?, term(kv, 8, 0, m.lbo)?, term(kv, 1, 8, 16)?, term(mn, 1, 8, 2)?]
+            }
+            (Major::K, true) => [term(mn, 8, 0, m.sbo)?, term(mn, 1, 8, 128)?, term(kv, 1, 0, 2)?, k(0)],
+            (Major::Mn, true) => {
+                [term(mn, 64, 0, m.lbo)?, term(mn, 1, 64, 2)?, term(kv, 8, 0, m.sbo)?, term(kv, 1, 8, 128)?]
+            }
+        };
+        let mut sum = terms[0];
+        for t in &terms[1..] {
+            sum = b.build_int_add(sum, *t, "off")?;
+        }
+        Ok(sum)
     }
 }

@@ -597,12 +597,17 @@ impl Builder {
         Ok(Stmt::Wgmma(Box::new(Wgmma { op, c, a, b })))
     }
 
-    /// `A[..] desc(lbo L, sbo S)` (K-major) or `desc(mn-major, lbo L, sbo S)`:
+    /// `A[..] desc(lbo L, sbo S)` (K-major) or `desc(mn-major, lbo L, sbo S)`,
+    /// either with `swizzle 128, ` before `lbo`:
     /// a `wgmma` operand in shared memory.
     fn smem_matrix(&mut self, pair: Pair<Rule>, offset: usize, elem: ElemType) -> R<SmemMatrix> {
         let mut parts: Vec<Pair<Rule>> = pair.into_inner().collect();
         let sbo_p = parts.pop().expect("sbo");
         let lbo_p = parts.pop().expect("lbo");
+        let swizzled = parts.last().is_some_and(|p| p.as_rule() == Rule::swizzle128);
+        if swizzled {
+            parts.pop();
+        }
         let major = if parts.last().is_some_and(|p| p.as_rule() == Rule::mn_major) {
             parts.pop();
             Major::Mn
@@ -631,7 +636,7 @@ impl Builder {
                 Diagnostic::at(self.span(offset, p), "a descriptor's byte offset is a multiple of 16 below 2^18")
             })
         };
-        Ok(SmemMatrix { tensor, origin, major, lbo: bytes(&lbo_p)?, sbo: bytes(&sbo_p)? })
+        Ok(SmemMatrix { tensor, origin, major, lbo: bytes(&lbo_p)?, sbo: bytes(&sbo_p)?, swizzled })
     }
 
     fn tile(&mut self, pair: Pair<Rule>, offset: usize, elem: ElemType, written: bool) -> R<Tile> {

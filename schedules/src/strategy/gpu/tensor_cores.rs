@@ -1,7 +1,7 @@
 //! Matrix products of f16 (or bf16) matrices into f32 on tensor cores:
 //! through shared memory, a software pipeline of `cp.async` copies, where
-//! the block tiles divide the product ([`pipelined_gemm`]; on sm_90 with
-//! knob `wgmma`, Hopper's warpgroup operations [`wgmma_gemm`]), else straight from global
+//! the block tiles divide the product ([`pipelined_gemm`]; on sm_90,
+//! Hopper's warpgroup operations [`wgmma_gemm`]), else straight from global
 //! memory ([`tensor_core_gemm`]). A convolution made a product by the
 //! `im2col` step gathers its columns from the image into shared memory
 //! instead of writing them out ([`expanding_gather`], knob `gather`).
@@ -143,19 +143,18 @@ pub(super) fn shared_gemm_tiles(g: &TensorCoreGemm, knobs: DefaultKnobs) -> Opti
 }
 
 /// The tiles of a product on Hopper's warpgroup operations (sm_90 and
-/// later, asked for by knob `wgmma`): as [`shared_gemm_tiles`], each 64
+/// later, unless knob `wgmma` is 0): as [`shared_gemm_tiles`], each 64
 /// rows of the block a warpgroup's (one `wgmma.m64nNk16` per 16 of `k`, N
-/// the block's columns).
+/// the block's columns), the operands in swizzled rows of 128 bytes where
+/// the slice is 64 (`crate::tensorize`).
 ///
-/// Not the default: measured on an H200 (2026-11-30, `benches/gpu.py`) the
-/// f16 product at 4096³ takes 1.06 ms this way against 0.55 ms on
-/// `mma.sync`. Nsight Compute puts the difference in L2: the operands'
-/// core-matrix layout without swizzling sends each thread's 16 bytes of a
-/// row to shared memory 16·M bytes from its neighbour's, so no `cp.async`
-/// of a warp coalesces — one 32-byte sector per request, each sector read
-/// twice (130 M requests against 47 M).
+/// Measured on an H200 (2026-11-30, `benches/gpu.py`): the f16 product at
+/// 4096³ in 0.365 ms against 0.547 on `mma.sync` (8192³: 2.56 against
+/// 3.98 ms; bf16 alike), ResNet-50's 3×3 convolutions at batch 32 1.3× as
+/// fast. Without the swizzle it was half as fast as `mma.sync`: no
+/// `cp.async` of a warp coalesced (one 32-byte L2 request each).
 pub(super) fn wgmma_tiles(g: &TensorCoreGemm, sm: u32, knobs: DefaultKnobs) -> Option<GemmTiles> {
-    if sm < 90 || knobs.wgmma != Some(true) {
+    if sm < 90 || knobs.wgmma == Some(false) {
         return None;
     }
     shared_gemm_tiles(g, knobs).map(|t| GemmTiles { wgmma: true, ..t })
@@ -251,16 +250,10 @@ pub(super) fn stage_gemm_operands(
         let (r, c) = (0, 1);
         let (cv_name, c16_name) = (sp("c"), sp("v"));
         let (chunk, v) = ss.split(c, 8, (&cv_name.0, span), (&c16_name.0, span), span).expect("fresh");
+        // Consecutive threads on consecutive 16 bytes of a row: a warp's
+        // copies coalesce, into a padded row or (for `wgmma`) a swizzled one.
         let f_name = sp("f");
-        let fused = if t.wgmma {
-            // Consecutive threads on consecutive rows of one chunk: the
-            // descriptors' layout puts a chunk's rows 16 bytes apart, so
-            // their stores to shared memory meet no bank twice.
-            ss.reorder(&[chunk, r, v], span).expect("a permutation of the leaves");
-            ss.fuse(chunk, r, (&f_name.0, span), span).expect("adjacent")
-        } else {
-            ss.fuse(r, chunk, (&f_name.0, span), span).expect("adjacent")
-        };
+        let fused = ss.fuse(r, chunk, (&f_name.0, span), span).expect("adjacent");
         let (o_name, t_name) = (sp("o"), sp("t"));
         let (_, th) = ss.split(fused, threads, (&o_name.0, span), (&t_name.0, span), span).expect("fresh");
         let (yz_name, x_name) = (sp("yz"), sp("x"));
