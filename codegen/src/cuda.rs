@@ -93,12 +93,16 @@ pub fn searched() -> String {
 }
 
 /// What `ptxas -v` says of one kernel.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KernelResources {
     pub kernel: String,
     pub registers: u32,
     pub spill_stores: u32,
     pub spill_loads: u32,
+    /// `ptxas`'s warnings and performance advisories of the kernel (codes
+    /// C75xx: waits or fences it injected around `wgmma` operations, or
+    /// operations it serialized).
+    pub warnings: Vec<String>,
 }
 
 /// Assemble PTX for `sm` (e.g. `sm_90`) with `ptxas`: the cubin and the
@@ -144,10 +148,16 @@ fn resources(log: &str) -> Vec<KernelResources> {
         let i = line.find(word)?;
         line[..i].split_whitespace().last()?.parse().ok()
     };
+    // (Advisories name their function, and may come before it is compiled.)
+    let mut advisories: Vec<(Option<String>, String)> = Vec::new();
     for line in log.lines() {
-        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+        if line.contains("ptxas warning") || line.contains("(C75") {
+            let text = line.split_once(':').map_or(line, |(_, r)| r).trim().to_string();
+            let named = line.split("function '").nth(1).and_then(|r| r.split('\'').next()).map(str::to_string);
+            advisories.push((named, text));
+        } else if let Some(rest) = line.split("Compiling entry function '").nth(1) {
             let kernel = rest.split('\'').next().unwrap_or_default().to_string();
-            out.push(KernelResources { kernel, registers: 0, spill_stores: 0, spill_loads: 0 });
+            out.push(KernelResources { kernel, ..Default::default() });
         } else if let Some(k) = out.last_mut() {
             if let Some(n) = number_before(line, "bytes spill stores") {
                 k.spill_stores = n;
@@ -158,6 +168,12 @@ fn resources(log: &str) -> Vec<KernelResources> {
             if let Some(n) = line.split("Used ").nth(1).and_then(|r| r.split_whitespace().next()?.parse().ok()) {
                 k.registers = n;
             }
+        }
+    }
+    for (named, text) in advisories {
+        let at = named.and_then(|n| out.iter().position(|k| k.kernel == n)).or(out.len().checked_sub(1));
+        if let Some(i) = at {
+            out[i].warnings.push(text);
         }
     }
     out
@@ -173,10 +189,26 @@ mod tests {
                    ptxas info    : Compiling entry function 'add_k0' for 'sm_90'\n\
                    ptxas info    : Function properties for add_k0\n\
                    \x20   8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n\
-                   ptxas info    : Used 10 registers, 380 bytes cmem[0]\n";
+                   ptxas info    : Used 10 registers, 380 bytes cmem[0]\n\
+                   ptxas info    : (C7517) warpgroup.wait is injected in around line 412 by compiler to allow \
+                   use of registers defined by GMMA in function 'mm_k1'\n\
+                   ptxas info    : Compiling entry function 'mm_k1' for 'sm_90a'\n\
+                   ptxas info    : Used 96 registers, 380 bytes cmem[0]\n";
+        let warned = "(C7517) warpgroup.wait is injected in around line 412 by compiler to allow use of registers \
+                      defined by GMMA in function 'mm_k1'"
+            .to_string();
         assert_eq!(
             resources(log),
-            vec![KernelResources { kernel: "add_k0".into(), registers: 10, spill_stores: 4, spill_loads: 12 }]
+            vec![
+                KernelResources {
+                    kernel: "add_k0".into(),
+                    registers: 10,
+                    spill_stores: 4,
+                    spill_loads: 12,
+                    warnings: vec![]
+                },
+                KernelResources { kernel: "mm_k1".into(), registers: 96, warnings: vec![warned], ..Default::default() },
+            ]
         );
     }
 }

@@ -34,7 +34,7 @@ impl Pipeline {
             // than trusted to the cost model.
             None => {
                 let family = texc_schedules::strategy::lookup(self.options.target).family();
-                texc_schedules::knobs::space(family).into_iter().chain(crate::PIPELINE_KNOBS)
+                texc_schedules::knobs::space_on(family, self.options.target).into_iter().chain(crate::PIPELINE_KNOBS)
             }
             .map(|(name, values)| Tunable { name: name.to_string(), candidates: values.to_vec(), listed: false })
             .collect(),

@@ -271,6 +271,13 @@ pub fn space(family: Family) -> Vec<(&'static str, &'static [i64])> {
     KNOBS.iter().filter(|k| k.family == family).map(|k| (k.name, k.candidates)).collect()
 }
 
+/// [`space`] on `target`: without the knobs that change nothing there
+/// (`wgmma` below sm_90), so that tuning tries no candidate twice.
+pub fn space_on(family: Family, target: &texc_compiler::target::Target) -> Vec<(&'static str, &'static [i64])> {
+    let hopper = target.gpu.is_some_and(|g| g.sm >= 90);
+    space(family).into_iter().filter(|&(name, _)| name != "wgmma" || hopper).collect()
+}
+
 /// Why `--knob name=v` is refused: an unknown name (listing the knobs
 /// there are), a value outside what it accepts, or the knob given twice.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

@@ -17,6 +17,8 @@ pub enum LoopError {
     WarpReduce { buffer: String, lanes: i64 },
     #[error("the `mma` tile of `{0}` does not fit its dimensions")]
     MmaTile(String),
+    #[error("an `mma` tile of `{0}`, which `wgmma` reads in swizzled rows: `mma` reads it unswizzled")]
+    MmaOfSwizzled(String),
     #[error("`mma {op}` needs `{buffer}` to be {want}, not {got}")]
     MmaType { op: &'static str, buffer: String, want: String, got: String },
     #[error("`wgmma {op}` reads `{buffer}` through a matrix descriptor, but {why}")]
@@ -48,27 +50,36 @@ pub enum LoopError {
 type R = Result<(), LoopError>;
 
 /// An operand with the 128-byte swizzle: the buffer's last dimensions
-/// `[M, 64]` (K-major) or `[N / 64, K, 64]` (MN-major), after a pipeline's
-/// slot index; `sbo` 1024 (8 rows of 128 bytes), MN-major `lbo` the
-/// 64-wide atom's K × 128 bytes; the tile starting at a row (K-major) or
-/// an atom (MN-major).
-fn swizzled_operand(f: &LoopFunc, m: &crate::ir::SmemMatrix, mn: i64, bad: &dyn Fn(String) -> LoopError) -> R {
+/// `[M, 64]` (K-major) or `[N / 64, K, 64]` (MN-major, the operation's N
+/// whole atoms of 64), after a pipeline's slot index; `sbo` 1024 (8 rows of
+/// 128 bytes), MN-major `lbo` the atom's K × 128 bytes. The tile starts
+/// where the swizzle's pattern does: at a row a multiple of 8 (and a
+/// 16-byte chunk along K, K-major), at an atom (MN-major) — the
+/// descriptor's start drops the address's low 4 bits, and its base offset
+/// (for starts inside the 1024-byte pattern) stays 0.
+fn swizzled_operand(f: &LoopFunc, m: &crate::ir::SmemMatrix, mn: i64, n: i64, bad: &dyn Fn(String) -> LoopError) -> R {
+    use crate::ir::Major;
     let shape = &f.p.tensor(m.tensor).shape;
-    let n = shape.len();
-    let (rank, layout) = match m.major {
-        crate::ir::Major::K => (2, "[M, 64]"),
-        crate::ir::Major::Mn => (3, "[N / 64, K, 64]"),
+    let rank = shape.len();
+    let (own, layout) = match m.major {
+        Major::K => (2, "[M, 64]"),
+        Major::Mn => (3, "[N / 64, K, 64]"),
     };
-    let mn_extent = match m.major {
-        crate::ir::Major::K => shape.get(n.wrapping_sub(2)).copied().unwrap_or(0),
-        crate::ir::Major::Mn => 64 * shape.get(n.wrapping_sub(3)).copied().unwrap_or(0),
-    };
-    if n < rank || shape[n - 1] != 64 || m.origin.len() != n || mn_extent < mn || mn_extent % 8 != 0 {
+    if rank < own || shape[rank - 1] != 64 || m.origin.len() != rank || shape[rank - 2] % 8 != 0 {
         return Err(bad(format!("its shape is {shape:?}: the swizzled layout is {layout} (rows of 128 bytes)")));
     }
+    let mn_extent = match m.major {
+        Major::K => shape[rank - 2],
+        Major::Mn => 64 * shape[rank - 3],
+    };
+    if mn_extent < mn || (m.major == Major::Mn && n % 64 != 0) {
+        return Err(bad(format!(
+            "its shape is {shape:?}: too small, or not whole 64-wide atoms, for {mn} along M or N"
+        )));
+    }
     let lbo = match m.major {
-        crate::ir::Major::K => m.lbo,
-        crate::ir::Major::Mn => 128 * shape[n - 2],
+        Major::K => m.lbo,
+        Major::Mn => 128 * shape[rank - 2],
     };
     if m.sbo != 1024 || m.lbo != lbo {
         return Err(bad(format!(
@@ -76,18 +87,27 @@ fn swizzled_operand(f: &LoopFunc, m: &crate::ir::SmemMatrix, mn: i64, bad: &dyn 
             m.lbo, m.sbo
         )));
     }
-    if m.major == crate::ir::Major::Mn && !matches!(f.p.expr(m.origin[n - 1]), TExpr::Int(0)) {
-        return Err(bad("the tile starts inside a 64-wide atom (its last index is not 0)".into()));
+    let eight = |i: TExprId| crate::analysis::multiple_of(&f.p, i, 8, None);
+    let (row, last) = (m.origin[rank - 2], m.origin[rank - 1]);
+    let starts = match m.major {
+        Major::K => eight(row) && eight(last),
+        Major::Mn => eight(row) && matches!(f.p.expr(last), TExpr::Int(0)),
+    };
+    if !starts {
+        return Err(bad("the tile does not start where the swizzle's pattern does (a row a multiple of 8, \
+                        a 16-byte chunk, or a 64-wide atom)"
+            .into()));
     }
     Ok(())
 }
 
 /// A `wgmma`'s types, its `c` tile, and its operands' buffers in the layout
-/// its descriptors give ([`crate::ir::SmemMatrix`]): the last dimensions
-/// `[K / 8, MN, 8]` (K-major) or `[K / 8, MN / 8, 8, 8]` (MN-major) of f16
-/// or bf16, the leading byte offset `16·MN`, the stride byte offset 128,
-/// the tile starting at a core matrix (its indices within one 0), within
-/// the buffer's M or N extent.
+/// its descriptors give ([`crate::ir::SmemMatrix`]): swizzled, as
+/// [`swizzled_operand`] says; else the last dimensions `[K / 8, MN, 8]`
+/// (K-major) or `[K / 8, MN / 8, 8, 8]` (MN-major) of f16 or bf16, the
+/// leading byte offset `16·MN`, the stride byte offset 128, the tile
+/// starting at a core matrix (its indices within one 0), within the
+/// buffer's M or N extent.
 fn wgmma(f: &LoopFunc, w: &crate::ir::Wgmma, bound: &[bool]) -> R {
     let op = w.op.name();
     let c = f.p.tensor(w.c.tensor);
@@ -110,7 +130,7 @@ fn wgmma(f: &LoopFunc, w: &crate::ir::Wgmma, bound: &[bool]) -> R {
         }
         let n = d.shape.len();
         if m.swizzled {
-            swizzled_operand(f, m, mn, &bad)?;
+            swizzled_operand(f, m, mn, w.op.n, &bad)?;
             for &i in t.origin.iter().chain(&m.origin) {
                 if f.p.ty(i) != Ty::Index {
                     return Err(LoopError::IndexType(i.0));
@@ -222,8 +242,12 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
             }
             Stmt::Mma { op, c, a, b } => {
                 let (ab, acc) = op.types();
+                let swizzled = crate::ir::swizzled_buffers(f);
                 for (t, elem) in [(c, acc), (a, ab), (b, ab)] {
                     let d = f.p.tensor(t.tensor);
+                    if swizzled.contains(&t.tensor) {
+                        return Err(LoopError::MmaOfSwizzled(d.name.clone()));
+                    }
                     if t.origin.len() != d.shape.len() || t.rows == t.cols || t.rows.max(t.cols) >= d.shape.len() {
                         return Err(LoopError::MmaTile(d.name.clone()));
                     }

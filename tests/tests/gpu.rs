@@ -957,6 +957,10 @@ fn the_default_gpu_schedules_knobs_set_its_tiles_slices_and_stages() {
     let (pl, k) = texc_tests::load_file("nvptx-sm90", "examples/gemm_f16.tex", None).expect("loads");
     let names: Vec<String> = pl.tunables(k).into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["gather", "gtile", "gslice", "stages", "wgmma", "rewrite", "winograd", "im2col"]);
+    // Below sm_90 `wgmma` changes nothing: not tried there.
+    let (pl80, k80) = texc_tests::load_file("nvptx-sm80", "examples/gemm_f16.tex", None).expect("loads");
+    let names80: Vec<String> = pl80.tunables(k80).into_iter().map(|t| t.name).collect();
+    assert_eq!(names80, ["gather", "gtile", "gslice", "stages", "rewrite", "winograd", "im2col"]);
     let cases = [(128, 64, 3, 1), (64, 32, 2, 1), (128, 32, 4, 0), (64, 64, 3, 0), (128, 64, 3, 0), (64, 32, 4, 1)];
     for (tile, slice, stages, wgmma) in cases {
         let (mut pl, k) = texc_tests::load_file("nvptx-sm90", "examples/gemm_f16.tex", None).expect("loads");
@@ -1170,6 +1174,17 @@ fn the_sm90_default_runs_products_on_warpgroups_in_flight_through_a_slice() {
             // bounds check does not prove.)
             let again = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("the loop IR text parses");
             assert_eq!(texc_schedules::ir::print(&again.func), text, "and prints back the same");
+            // The verifier holds a swizzled operand to the layout and its pattern's start.
+            for (from, to, why) in [
+                ("desc(mn-major, swizzle 128, lbo 8192", "desc(mn-major, swizzle 128, lbo 4096", "8192 and 1024"),
+                ("kk * 16 + 0] desc(swizzle", "kk * 16 + 4] desc(swizzle", "where the swizzle's pattern does"),
+            ] {
+                assert!(text.contains(from), "{text}");
+                let err = texc_schedules::text::parse(&text.replacen(from, to, 1), texc_grammar::FileId(0))
+                    .map(|_| ())
+                    .expect_err(why);
+                assert!(format!("{err:?}").contains(why), "{why}: {err:?}");
+            }
         }
         assert!(eval_error(&p, &f, 5) < 1e-5, "{shape}: loop-IR evaluator");
         assert!(error_vs_interp(&mut pl, &p, &f, 5) < 1e-5, "{shape}");
@@ -1177,6 +1192,11 @@ fn the_sm90_default_runs_products_on_warpgroups_in_flight_through_a_slice() {
         let kernel = &ptx[ptx.rfind(".entry").expect("kernels")..];
         let steps = 4;
         let lanes = if shape.contains("N=64") { 32 } else { 64 };
+        // The descriptors' constant fields: the 128-byte swizzle (bit 62), SBO
+        // 1024; `A` K-major (LBO 16, unused), `B` MN-major (LBO 64 rows × 128 bytes).
+        for fields in [4611686293305360384u64, 4611686293338849280] {
+            assert!(kernel.contains(&format!(", {fields};")), "{shape}: no descriptor {fields:#x}\n{kernel}");
+        }
         for (what, n) in [
             ("wgmma.fence", 1),
             ("wgmma.mma_async", steps),
@@ -1189,6 +1209,8 @@ fn the_sm90_default_runs_products_on_warpgroups_in_flight_through_a_slice() {
         }
         let (cubin, res) = assemble_sm90(&ptx).unwrap_or_else(|e| panic!("{shape}: {e}"));
         assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "{shape}: no spills: {res:?}");
+        // Nor did ptxas serialize the operations left in flight (it warns when it does).
+        assert!(res.iter().all(|r| r.warnings.is_empty()), "{shape}: {res:?}");
         match texc_codegen::cuda::disassemble(&cubin) {
             Ok(sass) => assert!(sass.contains("HGMMA.64x"), "{shape}: no HGMMA in\n{sass}"),
             Err(e) => eprintln!("skipping the SASS check: {e}"),

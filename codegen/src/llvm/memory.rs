@@ -3,8 +3,11 @@
 
 use super::gen::{Frame, Gen, Mode};
 use super::{llvm_err, R};
+use inkwell::builder::Builder;
 use inkwell::types::{BasicTypeEnum, VectorType};
-use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, PointerValue, VectorValue};
+use inkwell::values::{
+    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntMathValue, PointerValue, VectorValue,
+};
 use inkwell::AddressSpace;
 use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{TExprId, TensorId, Ty, VarId};
@@ -41,7 +44,7 @@ impl<'ctx> Gen<'ctx, '_> {
             None => self.const_of(Ty::Index, 0, 0.0, mode)?,
         };
         if self.swizzled.contains(&t) {
-            return self.swizzled_offset(flat, self.f.p.tensor(t).elem.size() as i64);
+            return self.swizzled_offset(flat, self.f.p.tensor(t).elem.size() as i64, mode);
         }
         Ok(flat)
     }
@@ -49,50 +52,40 @@ impl<'ctx> Gen<'ctx, '_> {
     /// Element offset `flat` of a buffer `wgmma` reads with the 128-byte
     /// swizzle, where it is stored: `texc_schedules::ir::swizzle128` of its
     /// byte offset, in elements of `size` bytes (scalar or per lane).
-    fn swizzled_offset(&mut self, flat: BasicValueEnum<'ctx>, size: i64) -> R<BasicValueEnum<'ctx>> {
+    fn swizzled_offset(&mut self, flat: BasicValueEnum<'ctx>, size: i64, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
         // In elements: the chunk's bits (16 bytes) exclusive-or the row's within 8 (128 bytes).
         let chunk = (16 / size).trailing_zeros() as i64;
-        let (shift, mask) = (self.const_of(Ty::Index, 3, 0.0, self.mode_of(flat))?, 7i64 << chunk);
-        let mask = self.const_of(Ty::Index, mask, 0.0, self.mode_of(flat))?;
+        let shift = self.const_of(Ty::Index, 3, 0.0, mode)?;
+        let mask = self.const_of(Ty::Index, 7 << chunk, 0.0, mode)?;
+        fn swizzle<'ctx, T: IntMathValue<'ctx> + Copy>(b: &Builder<'ctx>, x: T, shift: T, mask: T) -> R<T> {
+            let row = b.build_right_shift(x, shift, false, "row")?;
+            Ok(b.build_xor(x, b.build_and(row, mask, "row")?, "swizzled")?)
+        }
         Ok(match flat {
-            BasicValueEnum::IntValue(x) => {
-                let row = self.b.build_right_shift(x, shift.into_int_value(), false, "row")?;
-                let row = self.b.build_and(row, mask.into_int_value(), "row")?;
-                self.b.build_xor(x, row, "swizzled")?.into()
-            }
             BasicValueEnum::VectorValue(x) => {
-                let row = self.b.build_right_shift(x, shift.into_vector_value(), false, "row")?;
-                let row = self.b.build_and(row, mask.into_vector_value(), "row")?;
-                self.b.build_xor(x, row, "swizzled")?.into()
+                swizzle(&self.b, x, shift.into_vector_value(), mask.into_vector_value())?.into()
             }
-            _ => unreachable!("offsets are integers"),
+            x => swizzle(&self.b, x.into_int_value(), shift.into_int_value(), mask.into_int_value())?.into(),
         })
     }
 
-    /// Scalar code for a scalar value, else vector code of its lanes.
-    fn mode_of(&self, v: BasicValueEnum<'ctx>) -> Mode<'ctx> {
-        match v {
-            BasicValueEnum::VectorValue(x) => {
-                Mode::Vector { var: VarId::MAX, base: 0, lanes: x.get_type().get_size(), mask: None }
-            }
-            _ => Mode::Scalar,
-        }
-    }
-
     /// How a vector access to `t` at `idx` reads its lanes
-    /// (`analysis::access`), except that a contiguous one of a swizzled
-    /// buffer is one only within a 16-byte chunk it provably starts, which
-    /// the swizzle keeps whole: else lane by lane.
+    /// (`analysis::access`), except that in a swizzled buffer lanes that
+    /// follow each other stay so only within a 16-byte chunk the access
+    /// provably starts, which the swizzle keeps whole: any other access of
+    /// several elements is lane by lane.
     fn access(&self, t: TensorId, idx: &[TExprId], var: VarId, base: i64, lanes: u32) -> Access {
         let a = analysis::access(self.f, t, idx, var);
-        if a == Access::Contiguous && self.swizzled.contains(&t) {
-            let bytes = lanes * self.f.p.tensor(t).elem.size() as u32;
-            let aligned = analysis::vector_alignment(&self.f.p, t, idx, var, base, lanes) >= bytes;
-            if bytes > 16 || !aligned {
-                return Access::Gather;
-            }
+        if !self.swizzled.contains(&t) {
+            return a;
         }
-        a
+        let bytes = lanes * self.f.p.tensor(t).elem.size() as u32;
+        let in_chunk = bytes <= 16 && analysis::vector_alignment(&self.f.p, t, idx, var, base, lanes) >= bytes;
+        match a {
+            Access::Uniform => a,
+            Access::Contiguous if in_chunk => a,
+            _ => Access::Gather,
+        }
     }
 
     /// The alignment of a contiguous vector access to `t` at `idx` whose
@@ -185,7 +178,9 @@ impl<'ctx> Gen<'ctx, '_> {
                         }
                     }
                     _ => {
-                        if let Some(v) = self.load_lane_pattern(fr, t, idx, var, base, lanes, mty, mask)? {
+                        // (A swizzled buffer's lanes are not where the logical pattern says.)
+                        if self.swizzled.contains(&t) {
+                        } else if let Some(v) = self.load_lane_pattern(fr, t, idx, var, base, lanes, mty, mask)? {
                             return Ok(v);
                         }
                         let ptrs = self.lane_addresses(fr, t, idx, mode, elem)?;

@@ -166,11 +166,12 @@ impl GpuBackend for NvptxBackend {
                 let (bytes, resources) = cuda::assemble(text, &sm).map_err(CodegenError::Unsupported)?;
                 let notes = resources
                     .iter()
-                    .map(|r| {
-                        format!(
+                    .flat_map(|r| {
+                        let used = format!(
                             "{}: {} registers, {} bytes spill stores, {} bytes spill loads ({sm})",
                             r.kernel, r.registers, r.spill_stores, r.spill_loads
-                        )
+                        );
+                        std::iter::once(used).chain(r.warnings.iter().map(|w| format!("{}: ptxas: {w}", r.kernel)))
                     })
                     .collect();
                 Ok(Encoded { bytes, notes })

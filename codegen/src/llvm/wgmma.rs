@@ -79,8 +79,9 @@ impl<'ctx> Gen<'ctx, '_> {
         self.gep(self.mem_ty(elem), fr.tensors[&m.tensor], off)
     }
 
-    /// Operand `m`'s matrix descriptor: its shared-memory address in the
-    /// start field, its byte offsets in theirs (no swizzling).
+    /// Operand `m`'s matrix descriptor: its shared-memory address (the
+    /// logical one: the hardware swizzles it) in the start field, its byte
+    /// offsets and layout in theirs.
     fn descriptor(&mut self, fr: &mut Frame<'ctx>, m: &SmemMatrix) -> R<IntValue<'ctx>> {
         let p = self.smem_start(fr, m)?;
         let shared = self.b.build_address_space_cast(p, self.cx.ptr_type(AddressSpace::from(3u16)), "smem")?;

@@ -231,7 +231,6 @@ pub(super) fn stage_gemm_operands(
     let span = Span::default();
     let ko = s.stages[ci].pipeline.expect("pipelined").0;
     let (threads, along_x) = t.threads();
-    let warps_y = t.block[1] / WARP_TILE;
     // A's copy first: it is the one inserted before the other.
     let mut ci = ci;
     for (operand, name) in [(g.b, "Bs"), (g.a, "As")] {
@@ -263,6 +262,7 @@ pub(super) fn stage_gemm_operands(
             ss.annotate(yz, ForKind::Thread(GpuDim::Y), span).expect("spatial");
         } else {
             let (z_name, y_name) = (sp("z"), sp("y"));
+            let warps_y = t.block[1] / WARP_TILE;
             let (z, y) = ss.split(yz, warps_y, (&z_name.0, span), (&y_name.0, span), span).expect("fresh");
             ss.annotate(z, ForKind::Thread(GpuDim::Z), span).expect("spatial");
             ss.annotate(y, ForKind::Thread(GpuDim::Y), span).expect("spatial");
