@@ -52,7 +52,12 @@ impl<'ctx> Gen<'ctx, '_> {
     /// Element offset `flat` of a buffer `wgmma` reads with the 128-byte
     /// swizzle, where it is stored: `texc_schedules::ir::swizzle128` of its
     /// byte offset, in elements of `size` bytes (scalar or per lane).
-    fn swizzled_offset(&mut self, flat: BasicValueEnum<'ctx>, size: i64, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+    pub(super) fn swizzled_offset(
+        &mut self,
+        flat: BasicValueEnum<'ctx>,
+        size: i64,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
         // In elements: the chunk's bits (16 bytes) exclusive-or the row's within 8 (128 bytes).
         let chunk = (16 / size).trailing_zeros() as i64;
         let shift = self.const_of(Ty::Index, 3, 0.0, mode)?;

@@ -243,9 +243,8 @@ impl<'ctx> Gen<'ctx, '_> {
             let off = g.canonical_offset(m, r, kv)?;
             let mut byte = g.b.build_int_add(start, off, "byte")?;
             if m.swizzled {
-                let row = g.b.build_right_shift(byte, k(3), false, "row")?;
-                let row = g.b.build_and(row, k(0x70), "row")?;
-                byte = g.b.build_xor(byte, row, "swizzled")?;
+                // The stores' own swizzle (`Gen::swizzled_offset`), in bytes.
+                byte = g.swizzled_offset(byte.into(), 1, super::gen::Mode::Scalar)?.into_int_value();
             }
             let p = g.gep(i8t.into(), base, byte)?;
             let v = g.b.build_load(elem, p, "x")?;
