@@ -359,6 +359,14 @@ fn within_one_period(a: &LaneValue, c: i64, div: bool) -> Option<LaneValue> {
     })
 }
 
+/// How far index expression `e` moves from lane 0's value in each lane
+/// `var = base + l`, `l < lanes`, when every move is a compile-time
+/// constant (`x.o * 8 + x.v - 1`: `0, 1, .., 7`); `None` otherwise.
+pub fn lane_deltas(p: &Program, e: TExprId, var: VarId, base: i64, lanes: usize) -> Option<Vec<i64>> {
+    let v = lane_value(p, e, var, base, lanes)?;
+    v.table.iter().map(|&t| t.checked_sub(v.table[0])).collect()
+}
+
 /// The flat offset of each lane of `t[idx]` from lane 0's, for lanes
 /// `var = base + l`, `l < lanes`, when these are compile-time constants
 /// (see the module header); `None` otherwise.

@@ -172,3 +172,33 @@ fn byte_windows_stay_inside_their_tensors() {
         run_fenced(&format!("pool on {t}"), &k, &args);
     }
 }
+
+/// Index comparisons whose lanes move by constants, as the vectorized code
+/// computes them (the lane-0 gap against each lane's move, in the narrowest
+/// integer lanes: `codegen/src/llvm/expr.rs`, `lane_offset_compare`):
+/// every predicate, moves of ±1, 2 and 3 per lane, gaps far beyond the
+/// narrow lanes' range (clamped) and lane-uniform ones, at odd sizes on
+/// every CPU target, fenced, against the interpreter — and byte rows of
+/// stride 2 and 3 without padding (spans of 2·16 − 1 bytes, loaded as two
+/// overlapping pieces).
+#[test]
+fn index_comparisons_in_lanes_match_the_interpreter() {
+    let src = "kernel cmp(X: u8[5, 101], B: u8[5, 300]) -> (Y: i32[5, 101], Z: u8[5, 100], Z3: u8[5, 99]) {\n\
+               \x20   Y[i, j] = i32(X[i, j]) + select(j == 17, 1, 0) + select(j != 3 * i, 2, 0) + select(i * 1000000000 + j < 2000000003, 4, 0)\n\
+               \x20       + select(40 - j > i, 8, 0) + select(2 * j >= 3 * i + 9, 16, 0) + select(j - 5000000000 <= i, 32, 0) + select(i < 3, 64, 0)\n\
+               \x20       + select(3 * j - 200 > 0 - 5000000000 * i, 128, 0);\n\
+               \x20   Z[i, j] = max(B[i, 2 * j], B[i, 2 * j + 1]);\n\
+               \x20   Z3[i, j] = B[i, 3 * j + 2];\n}\n";
+    let (mut pl, k) = texc_tests::load_text("interp", "cmp.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let args = interp::bind_args(&p, HashMap::new(), &[], 3).expect("binds");
+    let want = interp::run(&p, args.clone()).expect("interp");
+    for t in cpu_targets() {
+        let f = texc_tests::default_lowered_on(t, &p);
+        let k = texc_tests::compile_loops(t, &f).unwrap_or_else(|e| panic!("cmp on {t}: {e}"));
+        for (got, w) in k.run(args.clone()).expect("runs").iter().zip(&want) {
+            assert_eq!(got.bytes(), w.bytes(), "cmp on {t}: not the interpreter's");
+        }
+        run_fenced(&format!("cmp on {t}"), &k, &args);
+    }
+}

@@ -229,6 +229,37 @@ fn odd_row_tails_load_masked() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// Byte windows of stride 2 (an int8 depthwise convolution of stride 2)
+/// on AVX2: each row of 16 lanes spans 31 bytes, loaded as two
+/// overlapping 16-byte pieces, not element by element (LLVM legalizes a
+/// 31-byte load with 15 `vpinsrb` a row); behind a padding copy, the
+/// padding's lane masks are compared in bytes, not in 64-bit lanes
+/// (`vpcmpgtq`). Results and bounds: `byte_windows_stay_inside_their_tensors`
+/// and `index_comparisons_in_lanes_match_the_interpreter` in
+/// tests/tests/guard_pages.rs.
+#[test]
+fn strided_byte_rows_load_whole_and_pad_masks_compare_in_bytes() {
+    let asm = |name: &str, padding: &str, rows: &str| {
+        let path = std::env::temp_dir().join(format!("texc-cli-{}-{name}.tex", std::process::id()));
+        let src = format!(
+            "kernel dw(X: u8[1, 24, 57, 57], W: i8[24, 3, 3], s: f32[24]) -> Y: u8[1, 24, 28, 28] {{\n{padding}\
+             \x20   Y[n, c, y, x] = u8(clamp(round(f32(f32(sum[r, q](i32({rows}[n, c, 2 * y + r, 2 * x + q]) * i32(W[c, r, q]))) * s[c])), 0.0, 255.0));\n}}\n"
+        );
+        std::fs::write(&path, src).expect("write");
+        let o = texc(&["emit", path.to_str().expect("utf-8"), "--stage", "asm", "--target", "x86-avx2"]);
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let count = |asm: &str, insn: &str| asm.lines().filter(|l| l.trim_start().starts_with(insn)).count();
+    let plain = asm("dw2", "", "X");
+    assert_eq!(count(&plain, "vpinsrb"), 0, "strided byte rows assembled element by element");
+    let pad = "    Xp[n, c, y in 0..59, x in 0..59] = select(y >= 1 && y < 58 && x >= 1 && x < 58, X[n, c, y - 1, x - 1], u8(0));\n";
+    let padded = asm("dw2p", pad, "Xp");
+    assert_eq!(count(&padded, "vpcmpgtq"), 0, "padding masks compared in 64-bit lanes");
+    assert!(count(&padded, "vpcmpgtb") > 0, "padding masks compared in bytes expected");
+}
+
 /// A roofline no CPU reaches, so the measured rates never raise it (bench
 /// raises a given peak a measurement beats, with a note) and the reported
 /// peaks stay those given. Its ridge (5 FLOP/byte) puts a 64³ matmul on the
