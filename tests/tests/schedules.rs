@@ -739,6 +739,46 @@ kernel dw(X: f32[N = 1, C = 3, H = {w}, W = {w}], Wt: f32[C, 1, 3, 3]) -> Y: f32
     }
 }
 
+/// A stage that only moves and compares bytes (a `u8` padding copy, a max
+/// pool of stride 1) fills a register with bytes — 32 lanes on AVX2, 64 on
+/// AVX-512 — where one that widens them, or reads its row at stride 2,
+/// keeps the f32 width (8 and 16 lanes); results are the interpreter's on
+/// the targets this CPU runs.
+#[test]
+fn byte_stages_fill_registers_with_bytes() {
+    let src = "kernel b(X: u8[N = 1, C = 3, H = 21, W = 70]) -> (P: u8[N, C, H + 2, W + 2], M: u8[N, C, H, W], \
+               S: u8[N, C, H / 2, W / 2], Q: i32[N, C, H, W]) {
+    P[n, c, y, x] = select(y >= 1 && y < H + 1 && x >= 1 && x < W + 1, X[n, c, y - 1, x - 1], u8(0));
+    M[n, c, y, x] = max[r in 0..3, s in 0..3](select(y + r >= 1 && y + r < H + 1 && x + s >= 1 && x + s < W + 1, X[n, c, y + r - 1, x + s - 1], u8(0)));
+    S[n, c, y, x] = max[r in 0..3, s in 0..3](select(2 * y + r >= 1 && 2 * x + s >= 1, X[n, c, 2 * y + r - 1, 2 * x + s - 1], u8(0)));
+    Q[n, c, y, x] = i32(X[n, c, y, x]) * 3;
+}";
+    let (mut pl, k) = texc_tests::load_text("interp", "b.tex", src, None).expect("loads");
+    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    for (target, bytes, words) in [("x86-avx2", 32, 8), ("x86-avx512", 64, 16)] {
+        let t = texc_compiler::target::lookup(target).expect("registered");
+        let f = texc_tests::default_lowered(t.name, &p);
+        let text = texc_schedules::ir::print(&f);
+        let widest = |tensor: &str| {
+            let at = text.find(&format!("  {tensor}[")).unwrap_or_else(|| panic!("{tensor} stored:\n{text}"));
+            let before = &text[..at];
+            let line = before.lines().rev().find(|l| l.trim_end().ends_with(" vectorized:")).expect("vectorized");
+            line.trim()
+                .strip_suffix(" vectorized:")
+                .and_then(|l| l.rsplit("..").next())
+                .and_then(|n| n.parse::<i64>().ok())
+        };
+        assert_eq!(widest("P"), Some(bytes), "{target}: padding copy:\n{text}");
+        assert_eq!(widest("M"), Some(bytes), "{target}: max pool:\n{text}");
+        assert_eq!(widest("S"), Some(words), "{target}: max pool of stride 2:\n{text}");
+        assert_eq!(widest("Q"), Some(words), "{target}: widened bytes:\n{text}");
+        if t.check_runs_here().is_ok() {
+            let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 5)).expect("runs");
+            assert_outputs(&format!("bytes on {target}"), &p, &f, 5, got);
+        }
+    }
+}
+
 /// A stage that transposes gathers each vector from one cache line per
 /// lane: by default its loops run a block of lanes outermost and walk the
 /// gathered tensor's lines in order inside it (`T[q, c, k] = A[k, c, q]`:

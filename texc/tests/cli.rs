@@ -234,7 +234,8 @@ fn odd_row_tails_load_masked() {
 /// overlapping 16-byte pieces, not element by element (LLVM legalizes a
 /// 31-byte load with 15 `vpinsrb` a row); behind a padding copy, the
 /// padding's lane masks are compared in bytes, not in 64-bit lanes
-/// (`vpcmpgtq`). Results and bounds: `byte_windows_stay_inside_their_tensors`
+/// (`vpcmpgtq`) and its partial vectors are not loaded lane by lane.
+/// Results and bounds: `byte_windows_stay_inside_their_tensors`
 /// and `index_comparisons_in_lanes_match_the_interpreter` in
 /// tests/tests/guard_pages.rs.
 #[test]
@@ -257,6 +258,10 @@ fn strided_byte_rows_load_whole_and_pad_masks_compare_in_bytes() {
     let pad = "    Xp[n, c, y in 0..59, x in 0..59] = select(y >= 1 && y < 58 && x >= 1 && x < 58, X[n, c, y - 1, x - 1], u8(0));\n";
     let padded = asm("dw2p", pad, "Xp");
     assert_eq!(count(&padded, "vpcmpgtq"), 0, "padding masks compared in 64-bit lanes");
+    // Its partial vectors (a row's first and last) are copied through the
+    // stack whole, not loaded byte by byte (`vpinsrb $k, (mem)`).
+    let byte_loads = padded.lines().filter(|l| l.trim_start().starts_with("vpinsrb") && l.contains('(')).count();
+    assert_eq!(byte_loads, 0, "partial byte vectors loaded lane by lane");
     assert!(count(&padded, "vpcmpgtb") > 0, "padding masks compared in bytes expected");
 }
 

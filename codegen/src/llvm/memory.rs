@@ -8,11 +8,16 @@ use inkwell::types::{BasicTypeEnum, VectorType};
 use inkwell::values::{
     BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntMathValue, PointerValue, VectorValue,
 };
-use inkwell::AddressSpace;
+use inkwell::{AddressSpace, IntPredicate};
 use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{TExprId, TensorId, Ty, VarId};
 use texc_compiler::types::ElemType;
 use texc_schedules::analysis::{self, Access};
+
+/// Lanes from which a masked load that is not an instruction copies its
+/// span through the stack ([`Gen::bounced_load`]) rather than loading lane
+/// by lane: a few lanes' branches cost less than the copy's.
+const MIN_BOUNCED_LANES: u32 = 8;
 
 impl<'ctx> Gen<'ctx, '_> {
     pub(super) fn flat_offset(
@@ -501,6 +506,85 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(phi.as_basic_value().into_vector_value())
     }
 
+    /// The lanes of `mask` read from the contiguous elements at `p` (what
+    /// [`Self::masked_load`] does where masked loads of such elements are
+    /// not instructions and the vector has [`MIN_BOUNCED_LANES`]), where
+    /// masked loads of such elements are not instructions (bytes and halves
+    /// on AVX2): the elements from the first lane on to the last — inside
+    /// the tensor, which holds both ends and everything between — copied
+    /// into a stack slot by two overlapping moves of the largest power of
+    /// two of bytes that fits (one branch per size, as small `memcpy`s do);
+    /// the slot loaded whole, lanes off zeroed. LLVM's own expansion
+    /// branches and loads lane by lane: 32 branches for a 32-byte vector
+    /// (MEASURED: a `u8` padding copy, 96 × 112 × 112 on AVX2, whose rows'
+    /// first and last vectors are partial, 0.36 → 0.19 ms). `align` is the
+    /// element's size.
+    fn bounced_load(
+        &mut self,
+        p: PointerValue<'ctx>,
+        mty: BasicTypeEnum<'ctx>,
+        mask: VectorValue<'ctx>,
+        align: u32,
+    ) -> R<VectorValue<'ctx>> {
+        let lanes = mask.get_type().get_size();
+        let (i8t, i64t) = (self.cx.i8_type(), self.cx.i64_type());
+        let vt = self.vec_ty(mty, lanes);
+        let func = self.b.get_insert_block().and_then(|b| b.get_parent()).expect("inside a function");
+        let slot = self.entry_alloca(func, vt.into())?;
+        let bits_t =
+            self.cx.custom_width_int_type(std::num::NonZeroU32::new(lanes).expect("lanes")).map_err(llvm_err)?;
+        let bits = self.b.build_bit_cast(mask, bits_t, "bits")?.into_int_value();
+        let none = self.b.build_int_compare(IntPredicate::EQ, bits, bits_t.const_zero(), "none")?;
+        let start = self.b.get_insert_block().expect("positioned");
+        let (copy, done) = (self.cx.append_basic_block(func, "bounce"), self.cx.append_basic_block(func, "bounced"));
+        self.b.build_conditional_branch(none, done, copy)?;
+        self.b.position_at_end(copy);
+        let yes = self.cx.bool_type().const_all_ones();
+        let tz = self.intrinsic("llvm.cttz", &[bits_t.into()])?;
+        let lz = self.intrinsic("llvm.ctlz", &[bits_t.into()])?;
+        let widen = |g: &Self, v: BasicValueEnum<'ctx>| g.b.build_int_z_extend(v.into_int_value(), i64t, "n");
+        let first = widen(self, self.call(tz, &[bits.into(), yes.into()])?)?;
+        let leading = widen(self, self.call(lz, &[bits.into(), yes.into()])?)?;
+        let size = i64t.const_int(align as u64, false);
+        let last_end = self.b.build_int_sub(i64t.const_int(lanes as u64, false), leading, "end")?;
+        let off = self.b.build_int_mul(first, size, "off")?;
+        let len = self.b.build_int_mul(self.b.build_int_sub(last_end, first, "on")?, size, "len")?;
+        let (src, dst) = (self.gep(i8t.into(), p, off)?, self.gep(i8t.into(), slot, off)?);
+        let copied = self.cx.append_basic_block(func, "copied");
+        let mut piece = (lanes * align).next_power_of_two();
+        if piece > lanes * align {
+            piece /= 2;
+        }
+        // `len` lies in `piece..2·piece` for the first size it reaches.
+        while piece >= align {
+            let fits = self.b.build_int_compare(IntPredicate::UGE, len, i64t.const_int(piece as u64, false), "fits")?;
+            let (this, next) = (self.cx.append_basic_block(func, "move"), self.cx.append_basic_block(func, "smaller"));
+            self.b.build_conditional_branch(fits, this, next)?;
+            self.b.position_at_end(this);
+            let pt = i8t.vec_type(piece);
+            let tail = self.b.build_int_sub(len, i64t.const_int(piece as u64, false), "tail")?;
+            let (src_tail, dst_tail) = (self.gep(i8t.into(), src, tail)?, self.gep(i8t.into(), dst, tail)?);
+            for (from, to) in [(src, dst), (src_tail, dst_tail)] {
+                let v = self.b.build_load(pt, from, "piece")?;
+                v.as_instruction_value().expect("load").set_alignment(1).map_err(llvm_err)?;
+                self.b.build_store(to, v)?.set_alignment(1).map_err(llvm_err)?;
+            }
+            self.b.build_unconditional_branch(copied)?;
+            self.b.position_at_end(next);
+            piece /= 2;
+        }
+        self.b.build_unconditional_branch(copied)?;
+        self.b.position_at_end(copied);
+        let v = self.plain_load(slot, mty, lanes, align)?;
+        let v = self.b.build_select(mask, v, vt.const_zero(), "on")?.into_vector_value();
+        let copied_end = self.b.get_insert_block().expect("positioned");
+        self.b.build_unconditional_branch(done)?;
+        self.b.position_at_end(done);
+        let phi = self.b.build_phi(vt, "bounced")?;
+        phi.add_incoming(&[(&vt.const_zero(), start), (&v, copied_end)]);
+        Ok(phi.as_basic_value().into_vector_value())
+    }
+
     /// `llvm.masked.load` of `mask`'s lanes of `mty` from `p` (masked-off
     /// lanes zero), as loads of one vector register each where it is wider.
     /// LLVM 19's x86 backend splits a wider masked load itself, and where O3
@@ -517,6 +601,9 @@ impl<'ctx> Gen<'ctx, '_> {
         align: u32,
     ) -> R<VectorValue<'ctx>> {
         let lanes = mask.get_type().get_size();
+        if !self.masked_access_native(align) && lanes >= MIN_BOUNCED_LANES {
+            return self.bounced_load(p, mty, mask, align);
+        }
         let piece = self.masked_piece_lanes(align, lanes);
         let al = self.cx.i32_type().const_int(align as u64, false);
         let mut parts = Vec::new();
