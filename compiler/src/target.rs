@@ -254,6 +254,12 @@ const GPU_SCOPES: &[MemScope] = &[MemScope::Global, MemScope::Local, MemScope::S
 const X86_TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
 impl Target {
+    /// The caches and cores a CPU default schedule sizes its blocks by:
+    /// this target's, or [`CpuCaches::NOMINAL`] where it has none.
+    pub fn cpu_caches(&self) -> CpuCaches {
+        self.caches.unwrap_or(CpuCaches::NOMINAL)
+    }
+
     /// The backend that compiles for this target, or why there is none.
     pub fn backend(&self) -> Result<BackendKind, TargetError> {
         self.backend.ok_or_else(|| TargetError::NotBuilt { name: self.name.into(), runnable: runnable_names() })

@@ -44,7 +44,7 @@ pub(super) fn inline_elementwise_step(p: &mut Program, t: &Target, _: DefaultKno
 /// none); no bound on GPUs, whose transposes are not CPU passes.
 fn l1d(t: &Target) -> i64 {
     match t.kind {
-        TargetKind::Cpu => t.caches.unwrap_or(texc_compiler::target::CpuCaches::NOMINAL).l1d,
+        TargetKind::Cpu => t.cpu_caches().l1d,
         TargetKind::Gpu | TargetKind::Interp => i64::MAX,
     }
 }

@@ -197,7 +197,7 @@ impl Machine {
         // more registers per step (AVX2: 8 accumulators, not 12).
         let widening = !target.has_vnni() && uses_dot4(p, st.value);
         let accumulators = (target.vector_registers as i64 * 3 / 4 - if widening { 4 } else { 0 }).max(2);
-        let caches = target.caches.unwrap_or(CpuCaches::NOMINAL);
+        let caches = target.cpu_caches();
         let masks_in_vectors = !target.requires.contains(&"avx512f");
         // Short rows (under four full vectors) that divide per element use
         // the 256-bit vector: a 512-bit vector's tail costs as much as a whole
@@ -334,7 +334,7 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
     // stored costs nothing, one attached to the stage reading them is a pass of its own.
     fold_epilogues(p, &mut s);
     if knobs.attach != Some(false) {
-        let l2 = target.caches.unwrap_or(CpuCaches::NOMINAL).l2;
+        let l2 = target.cpu_caches().l2;
         attach_producers(p, &mut s, target.compute_lanes(texc_compiler::types::ElemType::F32), l2);
     }
     if knobs.par == Some(false) {
