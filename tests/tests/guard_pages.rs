@@ -159,17 +159,25 @@ fn byte_windows_stay_inside_their_tensors() {
     let src = "kernel pool(X: u8[1, 3, 23, 37]) -> (Y: u8[1, 3, 12, 19], Z: u8[1, 3, 23, 37]) {\n\
                \x20   Y[n, c, y, x] = max[r in 0..3, s in 0..3](select(2 * y + r >= 1 && 2 * y + r < 24 && 2 * x + s >= 1 && 2 * x + s < 38, X[n, c, 2 * y + r - 1, 2 * x + s - 1], u8(0)));\n\
                \x20   Z[n, c, y, x] = max[r in 0..3, s in 0..3](select(y + r >= 1 && y + r < 24 && x + s >= 1 && x + s < 38, X[n, c, y + r - 1, x + s - 1], u8(0)));\n}\n";
-    let (mut pl, k) = texc_tests::load_text("interp", "pool.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+    check_text_fenced("pool", src, 5);
+}
+
+/// The kernel `src` with each CPU target's default schedule: its outputs
+/// byte for byte the interpreter's on random inputs (`seed`), and within
+/// its tensors when run fenced.
+fn check_text_fenced(name: &str, src: &str, seed: u64) {
+    let (mut pl, k) =
+        texc_tests::load_text("interp", &format!("{name}.tex"), src, None).unwrap_or_else(|e| panic!("{e}"));
     let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-    let args = interp::bind_args(&p, HashMap::new(), &[], 5).expect("binds");
+    let args = interp::bind_args(&p, HashMap::new(), &[], seed).expect("binds");
     let want = interp::run(&p, args.clone()).expect("interp");
     for t in cpu_targets() {
         let f = texc_tests::default_lowered_on(t, &p);
-        let k = texc_tests::compile_loops(t, &f).unwrap_or_else(|e| panic!("pool on {t}: {e}"));
+        let k = texc_tests::compile_loops(t, &f).unwrap_or_else(|e| panic!("{name} on {t}: {e}"));
         for (got, w) in k.run(args.clone()).expect("runs").iter().zip(&want) {
-            assert_eq!(got.bytes(), w.bytes(), "pool on {t}: not the interpreter's");
+            assert_eq!(got.bytes(), w.bytes(), "{name} on {t}: not the interpreter's");
         }
-        run_fenced(&format!("pool on {t}"), &k, &args);
+        run_fenced(&format!("{name} on {t}"), &k, &args);
     }
 }
 
@@ -192,16 +200,5 @@ fn index_comparisons_in_lanes_match_the_interpreter() {
                \x20   Z[i, j] = max(B[i, 2 * j], B[i, 2 * j + 1]);\n\
                \x20   Z3[i, j] = B[i, 3 * j + 2];\n\
                \x20   H[i, j] = select(j % 3 != 1 && j > 2 * i + 1 && j < 297 - i, B[i, j], u8(7));\n}\n";
-    let (mut pl, k) = texc_tests::load_text("interp", "cmp.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
-    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-    let args = interp::bind_args(&p, HashMap::new(), &[], 3).expect("binds");
-    let want = interp::run(&p, args.clone()).expect("interp");
-    for t in cpu_targets() {
-        let f = texc_tests::default_lowered_on(t, &p);
-        let k = texc_tests::compile_loops(t, &f).unwrap_or_else(|e| panic!("cmp on {t}: {e}"));
-        for (got, w) in k.run(args.clone()).expect("runs").iter().zip(&want) {
-            assert_eq!(got.bytes(), w.bytes(), "cmp on {t}: not the interpreter's");
-        }
-        run_fenced(&format!("cmp on {t}"), &k, &args);
-    }
+    check_text_fenced("cmp", src, 3);
 }

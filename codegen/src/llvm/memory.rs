@@ -506,12 +506,12 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(phi.as_basic_value().into_vector_value())
     }
 
-    /// The lanes of `mask` read from the contiguous elements at `p` (what
-    /// [`Self::masked_load`] does where masked loads of such elements are
-    /// not instructions and the vector has [`MIN_BOUNCED_LANES`]), where
-    /// masked loads of such elements are not instructions (bytes and halves
-    /// on AVX2): the elements from the first lane on to the last — inside
-    /// the tensor, which holds both ends and everything between — copied
+    /// The lanes of `mask` read from the contiguous elements at `p`, for
+    /// [`Self::masked_load`] where masked loads of such elements are not
+    /// instructions (bytes and halves on AVX2) and the vector has at least
+    /// [`MIN_BOUNCED_LANES`]: the elements from the first lane on to the
+    /// last — inside the tensor, which holds both ends and everything
+    /// between — copied
     /// into a stack slot by two overlapping moves of the largest power of
     /// two of bytes that fits (one branch per size, as small `memcpy`s do);
     /// the slot loaded whole, lanes off zeroed. LLVM's own expansion
