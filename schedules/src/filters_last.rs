@@ -132,17 +132,18 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     let st = &p.stages[si];
     let last = st.n_axes.checked_sub(1)?;
     let (body, dot4) = product_body(p, st.value)?;
+    // The copy back is a pass over the output: a float product pays for it
+    // only where each output sums many products. (Checked before the row,
+    // whose default schedule costs more to find.)
+    let depth: i64 = st.vars[st.n_axes..].iter().map(|v| v.extent).product();
+    if last == 0 || (!dot4 && depth < MIN_WINDOW_DEPTH) {
+        return None;
+    }
     let elem = if dot4 { ElemType::I32 } else { p.tensor(st.tensor).elem };
     let lanes = target.lanes(elem) as i64;
     let row = crate::strategy::default_row(p, target, si);
     let row_fill = fill(row, lanes);
-    if last == 0 || row_fill >= WINDOW_FILL {
-        return None;
-    }
-    // The copy back is a pass over the output: a float product pays for it
-    // only where each output sums many products.
-    let depth: i64 = st.vars[st.n_axes..].iter().map(|v| v.extent).product();
-    if !dot4 && depth < MIN_WINDOW_DEPTH {
+    if row_fill >= WINDOW_FILL {
         return None;
     }
     let mut loads = Vec::new();

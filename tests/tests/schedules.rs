@@ -772,9 +772,12 @@ fn byte_stages_fill_registers_with_bytes() {
         assert_eq!(widest("M"), Some(bytes), "{target}: max pool:\n{text}");
         assert_eq!(widest("S"), Some(words), "{target}: max pool of stride 2:\n{text}");
         assert_eq!(widest("Q"), Some(words), "{target}: widened bytes:\n{text}");
-        if t.check_runs_here().is_ok() {
-            let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 5)).expect("runs");
-            assert_outputs(&format!("bytes on {target}"), &p, &f, 5, got);
+        match t.check_runs_here() {
+            Ok(()) => {
+                let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 5)).expect("runs");
+                assert_outputs(&format!("bytes on {target}"), &p, &f, 5, got);
+            }
+            Err(e) => println!("skipped running on {target}: {e}"),
         }
     }
 }
