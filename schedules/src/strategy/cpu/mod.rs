@@ -185,11 +185,9 @@ impl Machine {
         // `vec`: narrower vectors than the target's (256-bit ones on AVX-512).
         let bits = knobs.vec.map_or(full_bits, |b| b.min(full_bits)).max(1);
         let elem = p.tensor(st.tensor).elem;
-        let computed = if moves_only_narrow(p, st.value, elem) && reads_rows_densely(p, st) {
-            target.lanes(elem) as i64
-        } else {
-            target.compute_lanes(elem)
-        };
+        let bytes = matches!(elem, ElemType::U8 | ElemType::I8) && computes_only_bytes(p, st.value);
+        let computed =
+            if bytes && reads_rows_densely(p, st) { target.lanes(elem) as i64 } else { target.compute_lanes(elem) };
         let lanes = (computed * bits / full_bits.max(1)).max(1);
         let half_bits = bits / 2;
         let half_lanes = (half_bits >= 256 && lanes >= 2).then_some(lanes / 2);
@@ -248,18 +246,16 @@ pub(crate) fn default_row(p: &Program, target: &Target, si: usize) -> i64 {
     vectorize::fused_row(p, st, Machine::of(target, st, p, DefaultKnobs::default())).1
 }
 
-/// Whether `elem` is a byte and every value `e` computes one too (indices
-/// and conditions aside): a padding copy or a max pool of bytes,
-/// which moves and compares bytes and widens nothing, so fills a register
-/// with `elem`'s own lanes (32 bytes on AVX2, not 8).
-fn moves_only_narrow(p: &Program, e: TExprId, elem: ElemType) -> bool {
-    let fits = match p.ty(e) {
+/// Whether every value `e` computes is a byte (indices and conditions
+/// aside): a padding copy or a max pool of bytes, which moves and compares
+/// bytes and widens nothing, so fills a register with byte lanes (32 on
+/// AVX2, not the f32 width's 8).
+fn computes_only_bytes(p: &Program, e: TExprId) -> bool {
+    let byte = match p.ty(e) {
         Ty::Index => true,
-        Ty::Elem(t) => t == ElemType::Bool || t.size() <= elem.size(),
+        Ty::Elem(t) => t.size() == 1,
     };
-    matches!(elem, ElemType::U8 | ElemType::I8)
-        && fits
-        && p.children(e).into_iter().all(|c| moves_only_narrow(p, c, elem))
+    byte && p.children(e).into_iter().all(|c| computes_only_bytes(p, c))
 }
 
 /// Whether every read of `st` moves by one element or none along its last
