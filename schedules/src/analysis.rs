@@ -53,6 +53,28 @@ pub fn involves(p: &Program, e: TExprId, var: VarId) -> bool {
     p.mentions(e, var)
 }
 
+/// Whether `a` and `b` compute the same value by the same expression (the
+/// same nodes, or equal ones built apart: a schedule's substitution copies
+/// an index once per load).
+pub fn same_value(p: &Program, a: TExprId, b: TExprId) -> bool {
+    if a == b {
+        return true;
+    }
+    let (ca, cb) = (p.children(a), p.children(b));
+    let children = ca.len() == cb.len() && ca.iter().zip(&cb).all(|(&x, &y)| same_value(p, x, y));
+    if p.ty(a) != p.ty(b) || !children {
+        return false;
+    }
+    match (p.expr(a), p.expr(b)) {
+        (TExpr::Binary(x, ..), TExpr::Binary(y, ..)) => x == y,
+        (TExpr::Unary(x, _), TExpr::Unary(y, _)) => x == y,
+        (TExpr::Load(x, _), TExpr::Load(y, _)) => x == y,
+        (TExpr::Cast(_), TExpr::Cast(_)) | (TExpr::Select(..), TExpr::Select(..)) => true,
+        (x, y) if ca.is_empty() => x == y,
+        _ => false,
+    }
+}
+
 /// The coefficient of `var` in `e`, if `e` is affine in `var`.
 pub fn coefficient(p: &Program, e: TExprId, var: VarId) -> Option<i64> {
     let form = affine_of(p, e, &mut |x| match p.expr(x) {

@@ -202,3 +202,21 @@ fn index_comparisons_in_lanes_match_the_interpreter() {
                \x20   H[i, j] = select(j % 3 != 1 && j > 2 * i + 1 && j < 297 - i, B[i, j], u8(7));\n}\n";
     check_text_fenced("cmp", src, 3);
 }
+
+/// Words of bytes read in place (`codegen/src/llvm/memory.rs`,
+/// `byte_window`: one load of the span the lanes read and one shuffle): a
+/// depthwise convolution's window rows (`texc_schedules::dot4`) at strides
+/// 1 and 2, behind a padding stage and without, and a hand-written word of
+/// stride 3 with a byte missing, their rows ending at the fenced page, on
+/// every CPU target against the interpreter.
+#[test]
+fn window_words_match_the_interpreter() {
+    let src = "kernel dw(X: u8[1, 3, 17, 21], W: i8[3, 1, 3, 3]) -> (Y: i32[1, 3, 15, 19], Z: i32[1, 3, 8, 10]) {\n\
+               \x20   P[n, c, h in 0..19, w in 0..23] = select(h >= 1 && w >= 1 && h <= 17 && w <= 21, X[n, c, h - 1, w - 1], u8(0));\n\
+               \x20   Y[n, c, y, x] = sum[r, s](i32(X[n, c, y + r, x + s]) * i32(W[c, 0, r, s]));\n\
+               \x20   Z[n, c, y, x] = sum[r, s](i32(P[n, c, y * 2 + r, x * 2 + s]) * i32(W[c, 0, r, s]));\n}\n";
+    check_text_fenced("dw", src, 5);
+    let src = "kernel word(X: u8[3, 70]) -> B: i32[3, 23] {\n\
+               \x20   B[i, j] = i32(X[i, 3 * j + 1]) + i32(X[i, 3 * j]) * 256 + i32(X[i, 3 * j + 3]) * 16777216;\n}\n";
+    check_text_fenced("word", src, 7);
+}

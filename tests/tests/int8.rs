@@ -131,15 +131,52 @@ fn short_rows_run_along_the_filters() {
     check_exact("filters-last convolution, a tail of filters and of channels", &program(&conv(5, 24, 8)));
 }
 
+/// A depthwise convolution (`r × r` windows, stride `stride`) over a
+/// `c`-channel `hw × hw` map: no index is a sum's variable alone.
+fn depthwise(c: i64, hw: i64, r: i64, stride: i64) -> String {
+    format!(
+        "kernel q(X: u8[1, {c}, {hw}, {hw}], W: i8[{c}, 1, {r}, {r}]) -> Y: i32[1, {c}, {o}, {o}] {{\n\
+         \x20   Y[n, c, y, x] = sum[r, s](i32(X[n, c, y * {stride} + r, x * {stride} + s]) * i32(W[c, 0, r, s]));\n}}\n",
+        o = (hw - r) / stride + 1
+    )
+}
+
+/// A depthwise convolution's window rows are the words of its products,
+/// read in place: with VNNI `@dot4`'s (four bytes of the row a lane; a
+/// window wider than four chains two words), without `@dot2`'s (two
+/// bytes, each widened to 16 bits), the filters packed alike; bit-exact at
+/// strides 1 and 2, windows of 2, 3, 5 and 7, rows no vector divides.
+#[test]
+fn depthwise_windows_are_dot4_words() {
+    let text = |target: &str, src: &str| texc_schedules::ir::print(&legal_loops(target, &program(src)));
+    let three = text("x86-avx512-vnni", &depthwise(5, 19, 3, 2));
+    assert!(three.contains("temp W.q4: i32[1, 5, 1, 3]") && three.contains("@dot4("), "{three}");
+    assert!(three.contains("* 256i32 + i32(X["), "the window's bytes, in place:\n{three}");
+    let seven = text("x86-avx2-vnni", &depthwise(3, 20, 7, 1));
+    assert!(seven.contains("temp W.q4: i32[2, 3, 1, 7]") && seven.contains("@dot4(@dot4("), "{seven}");
+    let halves = text("x86-avx512", &depthwise(5, 19, 3, 2));
+    assert!(halves.contains("temp W.q2: i32[2, 5, 1, 3]") && halves.contains("@dot2(@dot2("), "{halves}");
+    assert!(halves.contains("* 65536i32"), "two bytes a word, widened:\n{halves}");
+    let cranelift = text("cranelift", &depthwise(5, 19, 3, 2));
+    assert!(!cranelift.contains("@dot"), "cranelift has neither:\n{cranelift}");
+    for (c, hw, r, stride) in [(5, 19, 3, 2), (3, 20, 3, 1), (2, 23, 5, 2), (3, 20, 7, 1), (4, 9, 2, 1)] {
+        check_exact(&format!("depthwise {c}×{hw}², {r}×{r}, stride {stride}"), &program(&depthwise(c, hw, r, stride)));
+    }
+}
+
 #[test]
 fn grouped_convolutions_pack_when_groups_are_whole_words() {
-    let packed = |text: &str| dot4_form(&legal_loops("x86-avx512-vnni", &program(text))).0;
-    assert!(packed(&grouped(2, 8, 3, "u8")), "8 channels a group: two words each");
-    assert!(!packed(&grouped(2, 6, 3, "u8")), "6 channels a group: a word would straddle two groups");
+    let packed = |text: &str| texc_schedules::ir::print(&legal_loops("x86-avx512-vnni", &program(text)));
+    assert!(packed(&grouped(2, 8, 3, "u8")).contains("X.q4"), "8 channels a group: two words each");
+    // 6 channels a group: a word of channels would straddle two groups; the
+    // window's rows are the words instead.
+    let rows = packed(&grouped(2, 6, 3, "u8"));
+    assert!(!rows.contains("X.q4") && rows.contains("* 256i32 + i32(X["), "{rows}");
     // Without VNNI a word holds two channels.
-    let halves = |text: &str| dot_form(&legal_loops("x86-avx2", &program(text)), "@dot2").0;
-    assert!(halves(&grouped(2, 6, 3, "u8")), "6 channels a group: three words each");
-    assert!(!halves(&grouped(2, 5, 3, "u8")), "5 channels a group: a word would straddle two groups");
+    let halves = |text: &str| texc_schedules::ir::print(&legal_loops("x86-avx2", &program(text)));
+    assert!(halves(&grouped(2, 6, 3, "u8")).contains("X.q2"), "6 channels a group: three words each");
+    let rows = halves(&grouped(2, 5, 3, "u8"));
+    assert!(!rows.contains("X.q2") && rows.contains("* 65536i32") && rows.contains("@dot2("), "{rows}");
 }
 
 /// The extremes: every product 255 × −128 (and 255 × 127), over a reduction

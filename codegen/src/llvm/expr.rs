@@ -72,6 +72,11 @@ impl<'ctx> Gen<'ctx, '_> {
                     if let Some(m) = self.lane_offset_compare(fr, op, (a, b), (var, base, lanes))? {
                         return Ok(m.into());
                     }
+                    if op == BinOp::Add {
+                        if let Some(w) = self.byte_word(fr, e, mode)? {
+                            return Ok(w.into());
+                        }
+                    }
                 }
                 let x = self.expr(fr, a, mode)?;
                 let y = self.expr(fr, b, mode)?;
@@ -223,6 +228,22 @@ impl<'ctx> Gen<'ctx, '_> {
         let phi = self.b.build_phi(ty, "br")?;
         phi.add_incoming(&[(&x, x_end), (&y, y_end)]);
         Ok(phi.as_basic_value())
+    }
+
+    /// An `i32` made of bytes, `Σ_t i32(x_t) · 256^t` over distinct `t < 4`
+    /// (`crate::dot4`'s words of a window, read in place), where each `x_t`
+    /// loads a row at a constant offset: one load of the span and one
+    /// shuffle ([`Gen::byte_window`]) instead of each byte vector widened
+    /// to 32 bits, shifted and added. `None` for any other sum (packed
+    /// copies' words, whose parts are vectors of lanes apart, widen in
+    /// place: interleaving them moved lanes across the register).
+    fn byte_word(&mut self, fr: &mut Frame<'ctx>, e: TExprId, mode: Mode<'ctx>) -> R<Option<VectorValue<'ctx>>> {
+        let Mode::Vector { var, base, lanes, mask } = mode else { return Ok(None) };
+        if self.f.p.ty(e) != Ty::Elem(ElemType::I32) {
+            return Ok(None);
+        }
+        let Some(parts) = byte_parts(&self.f.p, e) else { return Ok(None) };
+        self.byte_window(fr, &parts, (var, base, lanes), mask)
     }
 
     /// A comparison of index values whose lanes `var = base + l` each move
@@ -580,4 +601,42 @@ impl<'ctx> Gen<'ctx, '_> {
             _ => self.b.build_right_shift(x.into_int_value(), y.into_int_value(), false, "shr")?.into(),
         })
     }
+}
+
+/// The parts of `e` if it is an `i32` of bytes, `Σ_t i32(x_t) · 256^t`
+/// (sums of the terms in any order, `x_t` of type `u8`, each `t < 4` at
+/// most once, at least two of them): `(t, x_t)`.
+fn byte_parts(p: &texc_compiler::tir::Program, e: TExprId) -> Option<Vec<(usize, TExprId)>> {
+    let i32t = Ty::Elem(ElemType::I32);
+    let byte = |x: TExprId| match *p.expr(x) {
+        TExpr::Cast(b) if p.ty(x) == i32t && unsigned_ty(p.ty(b)) => Some(b),
+        _ => None,
+    };
+    let mut parts = Vec::new();
+    let mut stack = vec![e];
+    while let Some(x) = stack.pop() {
+        if p.ty(x) != i32t {
+            return None;
+        }
+        let part = match *p.expr(x) {
+            TExpr::Binary(BinOp::Add, a, b) => {
+                stack.extend([a, b]);
+                continue;
+            }
+            TExpr::Binary(BinOp::Mul, a, k) | TExpr::Binary(BinOp::Mul, k, a) if byte(a).is_some() => {
+                match *p.expr(k) {
+                    TExpr::Int(256) => (1, byte(a)?),
+                    TExpr::Int(65536) => (2, byte(a)?),
+                    TExpr::Int(16777216) => (3, byte(a)?),
+                    _ => return None,
+                }
+            }
+            _ => (0, byte(x)?),
+        };
+        if parts.iter().any(|&(t, _)| t == part.0) {
+            return None;
+        }
+        parts.push(part);
+    }
+    (parts.len() >= 2).then_some(parts)
 }

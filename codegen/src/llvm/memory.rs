@@ -10,7 +10,7 @@ use inkwell::values::{
 };
 use inkwell::{AddressSpace, IntPredicate};
 use texc_compiler::ops::BinOp;
-use texc_compiler::tir::{TExprId, TensorId, Ty, VarId};
+use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
 use texc_compiler::types::ElemType;
 use texc_schedules::analysis::{self, Access};
 
@@ -254,6 +254,96 @@ impl<'ctx> Gen<'ctx, '_> {
         let pick: Vec<_> = offsets.iter().map(|&o| i32t.const_int((o - lo) as u64, false)).collect();
         let v = self.b.build_shuffle_vector(wide, wt.get_poison(), VectorType::const_vector(&pick), "lanes")?;
         Ok(Some(v.into()))
+    }
+
+    /// The `i32` words of bytes `parts` (`(t, x_t)`: byte `t` of every lane
+    /// is `x_t`'s, missing ones zero) where every `x_t` is a load of one
+    /// `u8` tensor at the same indices but for a constant added to the
+    /// last (`X[.., b + k_t]`: a window's bytes, `crate::dot4`'s in-place
+    /// words) and the lanes read constant offsets within four vectors of
+    /// bytes: one load of the span every part reads and one shuffle that
+    /// places the bytes (`vpermb` with AVX-512 VBMI), instead of a load and
+    /// two interleaving shuffles per part. `None` for other parts.
+    pub(super) fn byte_window(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        parts: &[(usize, TExprId)],
+        (var, base, lanes): (VarId, i64, u32),
+        mask: Option<VectorValue<'ctx>>,
+    ) -> R<Option<VectorValue<'ctx>>> {
+        let p = &self.f.p;
+        let load_of = |x: TExprId| match p.expr(x) {
+            TExpr::Load(t, idx) => Some((*t, idx.clone())),
+            _ => None,
+        };
+        let Some(loads) = parts.iter().map(|&(t, x)| Some((t, load_of(x)?))).collect::<Option<Vec<_>>>() else {
+            return Ok(None);
+        };
+        let (t, idx0) = &loads[0].1;
+        let last = idx0.len() - 1;
+        let split = |i: TExprId| match *p.expr(i) {
+            TExpr::Binary(BinOp::Add, b, k) => match *p.expr(k) {
+                TExpr::Int(k) => (b, k),
+                _ => (i, 0),
+            },
+            _ => (i, 0),
+        };
+        let stem = split(idx0[last]).0;
+        let same = |(u, idx): &(TensorId, Vec<TExprId>)| {
+            let same_value = |a: &TExprId, b: &TExprId| analysis::same_value(p, *a, *b);
+            u == t
+                && idx.len() == idx0.len()
+                && idx[..last].iter().zip(&idx0[..last]).all(|(a, b)| same_value(a, b))
+                && same_value(&split(idx[last]).0, &stem)
+        };
+        if p.tensor(*t).elem != ElemType::U8 || self.swizzled.contains(t) || !loads.iter().all(|(_, l)| same(l)) {
+            return Ok(None);
+        }
+        let mut anchor = idx0.clone();
+        anchor[last] = stem;
+        let Some(offsets) = analysis::lane_offsets(self.f, *t, &anchor, var, base, lanes as usize) else {
+            return Ok(None);
+        };
+        let at: Vec<(usize, Vec<i64>)> =
+            loads.iter().map(|(b, (_, idx))| (*b, offsets.iter().map(|o| o + split(idx[last]).1).collect())).collect();
+        let every = at.iter().flat_map(|(_, o)| o.iter().copied());
+        let (lo, hi) = (every.clone().min().expect("lanes"), every.max().expect("lanes"));
+        let span = (hi - lo + 1) as u32;
+        if span > 4 * lanes {
+            return Ok(None);
+        }
+        let i8t = self.cx.i8_type();
+        let p0 = self.lane0_address(fr, *t, &anchor, var, base, i8t.into())?;
+        let start = self.gep(i8t.into(), p0, self.cx.i64_type().const_int(lo as u64, true))?;
+        let wide = match mask {
+            None => self.span_load(start, i8t.into(), span, 1)?,
+            Some(m) => {
+                let mut read: Option<VectorValue<'ctx>> = None;
+                for (_, o) in &at {
+                    let part = self.span_mask(m, o, lo, span)?;
+                    read = Some(match read {
+                        None => part,
+                        Some(r) => self.b.build_or(r, part, "read")?,
+                    });
+                }
+                self.masked_load(start, i8t.into(), read.expect("parts"), 1)?
+            }
+        };
+        // Index `span` picks from the second operand: zero.
+        let i32t = self.cx.i32_type();
+        let at = &at;
+        let pick: Vec<_> = (0..lanes as usize)
+            .flat_map(|l| {
+                (0..4).map(move |b| match at.iter().find(|(t, _)| *t == b) {
+                    Some((_, o)) => (o[l] - lo) as u64,
+                    None => span as u64,
+                })
+            })
+            .map(|i| i32t.const_int(i, false))
+            .collect();
+        let zero = i8t.vec_type(span).const_zero();
+        let bytes = self.b.build_shuffle_vector(wide, zero, VectorType::const_vector(&pick), "window")?;
+        Ok(Some(self.b.build_bit_cast(bytes, i32t.vec_type(lanes), "words")?.into_vector_value()))
     }
 
     /// The mask of span positions `j` read by an active lane: the OR, over the
