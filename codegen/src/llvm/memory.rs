@@ -315,7 +315,20 @@ impl<'ctx> Gen<'ctx, '_> {
         let i8t = self.cx.i8_type();
         let p0 = self.lane0_address(fr, *t, &anchor, var, base, i8t.into())?;
         let start = self.gep(i8t.into(), p0, self.cx.i64_type().const_int(lo as u64, true))?;
+        let whole = span.next_power_of_two();
         let wide = match mask {
+            // With AVX-512 VBMI, the span as one register of the power of
+            // two above it (its bytes past the span off, a masked load):
+            // the shuffle is one `vpermb` (MEASURED, Zen 4, `host`, `u8`
+            // depthwise 3 × 3 layers, 144 × 56 × 56 of stride 1: 0.12 →
+            // 0.11 ms, 96 × 56 × 56 of stride 2: 0.09 → 0.08; without VBMI
+            // the two overlapping pieces shuffle as well or better).
+            None if self.has_feature("avx512vbmi") && whole != span && whole <= 64 => {
+                let i1 = self.cx.bool_type();
+                let on: Vec<_> =
+                    (0..whole).map(|j| if j < span { i1.const_all_ones() } else { i1.const_zero() }).collect();
+                self.masked_load(start, i8t.into(), VectorType::const_vector(&on), 1)?
+            }
             None => self.span_load(start, i8t.into(), span, 1)?,
             Some(m) => {
                 let mut read: Option<VectorValue<'ctx>> = None;
@@ -329,7 +342,8 @@ impl<'ctx> Gen<'ctx, '_> {
                 self.masked_load(start, i8t.into(), read.expect("parts"), 1)?
             }
         };
-        // Index `span` picks from the second operand: zero.
+        // Index `span` (the loaded vector's length) picks from the second operand: zero.
+        let span = wide.get_type().get_size();
         let i32t = self.cx.i32_type();
         let at = &at;
         let pick: Vec<_> = (0..lanes as usize)
