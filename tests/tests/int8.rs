@@ -202,6 +202,35 @@ fn extreme_values_are_exact() {
     }
 }
 
+/// A requantization's saturation, `u8(clamp(x, lo, hi))` (code generation
+/// clamps once and sends NaN to 0 itself: `clamped_to_byte`), at NaN, the
+/// infinities, values far past the bounds and halves, `u8` and `i8`, at a
+/// length no vector divides: the interpreter's bytes on every CPU target.
+#[test]
+fn saturating_byte_conversions_match_the_interpreter() {
+    use texc_runtime::{DType, Tensor};
+    let p = program(
+        "kernel q(X: f32[37]) -> (Y: u8[37], Z: i8[37], V: u8[37]) {\n\
+         \x20   Y[i] = u8(clamp(round(X[i]) + 3.0, 2.0, 250.5));\n\
+         \x20   Z[i] = i8(clamp(X[i] * 0.5, -100.0, 120.0));\n\
+         \x20   V[i] = u8(clamp(X[i], 0.0, 255.0));\n}\n",
+    );
+    let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e30, -1e30, -0.0, 0.0, 0.5, 1.5, 2.5, -2.5, 249.5];
+    let more = [250.7, 254.9, 255.5, 300.0, -3.0, 3e9, -3e9, 127.9, -128.7, 247.5, -201.0, 240.0];
+    let x: Vec<f64> = special.iter().chain(&more).copied().cycle().take(37).collect();
+    let files = std::collections::HashMap::from([("X".to_string(), Tensor::from_f64(DType::F32, vec![37], &x))]);
+    let args = || interp::bind_args(&p, files.clone(), &[], 0).expect("binds");
+    let want = interp::run(&p, args()).expect("interp");
+    assert_eq!(&want[0].to_f64()[..3], &[0.0, 250.0, 2.0], "NaN, +inf, -inf");
+    assert_eq!(&want[1].to_f64()[..3], &[0.0, 120.0, -100.0], "NaN, +inf, -inf");
+    for target in cpu_targets() {
+        let k = texc_tests::compile_loops(target, &legal_loops(target.name, &p)).expect("compiles");
+        for (g, w) in k.run(args()).expect("runs").iter().zip(&want) {
+            assert_eq!(g.bytes(), w.bytes(), "{target}: {:?} vs {:?}", g.to_f64(), w.to_f64());
+        }
+    }
+}
+
 #[test]
 fn x86_targets_compute_packed_products_and_cranelift_does_not() {
     let p = program(&gemm(16, 70, 48, "u8"));

@@ -103,6 +103,9 @@ impl<'ctx> Gen<'ctx, '_> {
             }
             TExpr::Cast(a) => {
                 let from = self.f.p.ty(a);
+                if let Some(bounds) = byte_clamp(&self.f.p, a, ty) {
+                    return self.clamped_to_byte(fr, bounds, ty, mode);
+                }
                 let x = self.expr(fr, a, mode)?;
                 self.cast(x, from, ty, mode.lanes())
             }
@@ -529,6 +532,67 @@ impl<'ctx> Gen<'ctx, '_> {
         })
     }
 
+    /// `to(clamp(x, lo, hi))`, a byte type `to`, float bounds within its
+    /// range ([`byte_clamp`]; a requantization's saturation, `u8(clamp(...,
+    /// 0.0, 255.0))`): `clamp` keeps NaN, and the conversion sends NaN to 0
+    /// and saturates at the type's bounds, which `[lo, hi]` lies within —
+    /// so it is `ord(x) ? min(max(x, lo), hi) : 0`, converted: the NaN test
+    /// once, without the conversion's own clamp after the `clamp`'s (a third
+    /// of an int8 layer's epilogue).
+    fn clamped_to_byte(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        (x, lo, hi): (TExprId, f64, f64),
+        to: Ty,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let from = self.f.p.ty(x);
+        let x = self.expr(fr, x, mode)?;
+        let c = |v: f64| self.const_of(from, 0, v, mode);
+        let (lo, hi, zero) = (c(lo)?, c(hi)?, c(0.0)?);
+        let pick = |p: FloatPredicate, a: BasicValueEnum<'ctx>, b: BasicValueEnum<'ctx>| -> R<BasicValueEnum<'ctx>> {
+            Ok(match (a, b) {
+                (BasicValueEnum::VectorValue(u), BasicValueEnum::VectorValue(w)) => {
+                    let m = self.b.build_float_compare(p, u, w, "fcmp")?;
+                    self.b.build_select(m, a, b, "sat")?
+                }
+                _ => {
+                    let m = self.b.build_float_compare(p, a.into_float_value(), b.into_float_value(), "fcmp")?;
+                    self.b.build_select(m, a, b, "sat")?
+                }
+            })
+        };
+        // `a > lo ? a : lo` is x86's `max(a, lo)`: NaN gives `lo`, then 0 below.
+        let clamped = pick(FloatPredicate::OLT, pick(FloatPredicate::OGT, x, lo)?, hi)?;
+        let number = match (x, zero) {
+            (BasicValueEnum::VectorValue(u), BasicValueEnum::VectorValue(z)) => {
+                let m = self.b.build_float_compare(FloatPredicate::ORD, u, u, "num")?;
+                self.b.build_select(m, clamped, z.into(), "nan0")?
+            }
+            _ => {
+                let m = self.b.build_float_compare(
+                    FloatPredicate::ORD,
+                    x.into_float_value(),
+                    x.into_float_value(),
+                    "num",
+                )?;
+                self.b.build_select(m, clamped, zero, "nan0")?
+            }
+        };
+        let i32t = self.ty_in(Ty::Elem(ElemType::I32), mode);
+        let tt = self.ty_in(to, mode);
+        Ok(match number {
+            BasicValueEnum::VectorValue(v) => {
+                let w = self.b.build_float_to_signed_int(v, i32t.into_vector_type(), "cv")?;
+                self.b.build_int_truncate(w, tt.into_vector_type(), "cv")?.into()
+            }
+            _ => {
+                let w = self.b.build_float_to_signed_int(number.into_float_value(), i32t.into_int_type(), "cv")?;
+                self.b.build_int_truncate(w, tt.into_int_type(), "cv")?.into()
+            }
+        })
+    }
+
     /// The f32 whose upper half are bf16 bits `x` (exact).
     pub(super) fn bf16_to_f32(&self, x: BasicValueEnum<'ctx>, lanes: Option<u32>) -> R<BasicValueEnum<'ctx>> {
         let mode = lanes.map_or(Mode::Scalar, |l| Mode::Vector { var: u32::MAX, base: 0, lanes: l, mask: None });
@@ -639,4 +703,22 @@ fn byte_parts(p: &texc_compiler::tir::Program, e: TExprId) -> Option<Vec<(usize,
         parts.push(part);
     }
     (parts.len() >= 2).then_some(parts)
+}
+
+/// `(x, lo, hi)` if `e`, converted to byte type `to`, is `clamp(x, lo, hi)`
+/// of an f32 or f64 `x` with constant bounds `lo ≤ hi` inside `to`'s range.
+fn byte_clamp(p: &texc_compiler::tir::Program, e: TExprId, to: Ty) -> Option<(TExprId, f64, f64)> {
+    let from = p.ty(e);
+    if !byte_ty(to) || !matches!(from, Ty::Elem(ElemType::F32 | ElemType::F64)) {
+        return None;
+    }
+    let TExpr::Math(texc_compiler::ops::MathFn::Clamp, args) = p.expr(e) else { return None };
+    let [x, lo, hi] = args[..] else { return None };
+    let constant = |c: TExprId| match *p.expr(c) {
+        TExpr::Float(v) => Some(v),
+        _ => None,
+    };
+    let (lo, hi) = (constant(lo)?, constant(hi)?);
+    let (min, max) = if unsigned_ty(to) { (0.0, 255.0) } else { (-128.0, 127.0) };
+    (min <= lo && lo <= hi && hi <= max).then_some((x, lo, hi))
 }
