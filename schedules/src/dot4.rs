@@ -235,11 +235,16 @@ enum Layout {
 
 /// The first sum in stage `si`'s value that is such a product.
 fn find_product(p: &Program, si: usize, word: Word) -> Option<Product> {
+    first_in(p, si, |st, e| as_product(p, st, e, word))
+}
+
+/// The first node of stage `si`'s value (depth first) that `found` takes.
+fn first_in<T>(p: &Program, si: usize, found: impl Fn(&Stage, TExprId) -> Option<T>) -> Option<T> {
     let st = &p.stages[si];
     let mut stack = vec![st.value];
     while let Some(e) = stack.pop() {
-        if let Some(prod) = as_product(p, st, e, word) {
-            return Some(prod);
+        if let Some(x) = found(st, e) {
+            return Some(x);
         }
         stack.extend(p.children(e));
     }
@@ -315,15 +320,7 @@ struct Window {
 
 /// The first sum in stage `si`'s value that is such a window product, in `word`s.
 fn find_window(p: &Program, si: usize, word: Word) -> Option<Window> {
-    let st = &p.stages[si];
-    let mut stack = vec![st.value];
-    while let Some(e) = stack.pop() {
-        if let Some(win) = as_window(p, st, e, word) {
-            return Some(win);
-        }
-        stack.extend(p.children(e));
-    }
-    None
+    first_in(p, si, |st, e| as_window(p, st, e, word))
 }
 
 /// Most elements of a window's row taken: a 7 × 7 window's rows are two

@@ -501,35 +501,12 @@ impl<'ctx> Gen<'ctx, '_> {
     fn float_to_byte(&self, x: BasicValueEnum<'ctx>, from: Ty, to: Ty, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
         let (lo, hi) = if unsigned_ty(to) { (0.0, 255.0) } else { (-128.0, 127.0) };
         let c = |v: f64| self.const_of(from, 0, v, mode);
-        let pick = |p: FloatPredicate, a: BasicValueEnum<'ctx>, b: BasicValueEnum<'ctx>| -> R<BasicValueEnum<'ctx>> {
-            let cond: BasicValueEnum = match (a, b) {
-                (BasicValueEnum::VectorValue(u), BasicValueEnum::VectorValue(w)) => {
-                    self.b.build_float_compare(p, u, w, "fcmp")?.into()
-                }
-                _ => self.b.build_float_compare(p, a.into_float_value(), b.into_float_value(), "fcmp")?.into(),
-            };
-            Ok(match cond {
-                BasicValueEnum::VectorValue(m) => self.b.build_select(m, a, b, "sat")?,
-                _ => self.b.build_select(cond.into_int_value(), a, b, "sat")?,
-            })
-        };
         // `a > lo ? a : lo` is x86's `max(a, lo)`, which gives `lo` for NaN:
         // 0 for u8; i8 first sends NaN to 0.
-        let x = if unsigned_ty(to) { x } else { pick(FloatPredicate::ORD, x, c(0.0)?)? };
-        let x = pick(FloatPredicate::OGT, x, c(lo)?)?;
-        let x = pick(FloatPredicate::OLT, x, c(hi)?)?;
-        let i32t = self.ty_in(Ty::Elem(ElemType::I32), mode);
-        let tt = self.ty_in(to, mode);
-        Ok(match x {
-            BasicValueEnum::VectorValue(v) => {
-                let w = self.b.build_float_to_signed_int(v, i32t.into_vector_type(), "cv")?;
-                self.b.build_int_truncate(w, tt.into_vector_type(), "cv")?.into()
-            }
-            _ => {
-                let w = self.b.build_float_to_signed_int(x.into_float_value(), i32t.into_int_type(), "cv")?;
-                self.b.build_int_truncate(w, tt.into_int_type(), "cv")?.into()
-            }
-        })
+        let x = if unsigned_ty(to) { x } else { self.float_pick(FloatPredicate::ORD, x, c(0.0)?)? };
+        let x = self.float_pick(FloatPredicate::OGT, x, c(lo)?)?;
+        let x = self.float_pick(FloatPredicate::OLT, x, c(hi)?)?;
+        self.truncate_to_byte(x, to, mode)
     }
 
     /// `to(clamp(x, lo, hi))`, a byte type `to`, float bounds within its
@@ -550,44 +527,54 @@ impl<'ctx> Gen<'ctx, '_> {
         let x = self.expr(fr, x, mode)?;
         let c = |v: f64| self.const_of(from, 0, v, mode);
         let (lo, hi, zero) = (c(lo)?, c(hi)?, c(0.0)?);
-        let pick = |p: FloatPredicate, a: BasicValueEnum<'ctx>, b: BasicValueEnum<'ctx>| -> R<BasicValueEnum<'ctx>> {
-            Ok(match (a, b) {
-                (BasicValueEnum::VectorValue(u), BasicValueEnum::VectorValue(w)) => {
-                    let m = self.b.build_float_compare(p, u, w, "fcmp")?;
-                    self.b.build_select(m, a, b, "sat")?
-                }
-                _ => {
-                    let m = self.b.build_float_compare(p, a.into_float_value(), b.into_float_value(), "fcmp")?;
-                    self.b.build_select(m, a, b, "sat")?
-                }
-            })
-        };
-        // `a > lo ? a : lo` is x86's `max(a, lo)`: NaN gives `lo`, then 0 below.
-        let clamped = pick(FloatPredicate::OLT, pick(FloatPredicate::OGT, x, lo)?, hi)?;
-        let number = match (x, zero) {
-            (BasicValueEnum::VectorValue(u), BasicValueEnum::VectorValue(z)) => {
-                let m = self.b.build_float_compare(FloatPredicate::ORD, u, u, "num")?;
-                self.b.build_select(m, clamped, z.into(), "nan0")?
+        // `a > lo ? a : lo` is x86's `max(a, lo)`: NaN gives `lo`, then 0 here.
+        let clamped = self.float_pick(FloatPredicate::OLT, self.float_pick(FloatPredicate::OGT, x, lo)?, hi)?;
+        let number = self.float_select(FloatPredicate::ORD, (x, x), clamped, zero)?;
+        self.truncate_to_byte(number, to, mode)
+    }
+
+    /// `a p b ? a : b` on floats (a vector compare where they are vectors).
+    fn float_pick(
+        &self,
+        p: FloatPredicate,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        self.float_select(p, (a, b), a, b)
+    }
+
+    /// `x p y ? a : b` on floats `x`, `y` (a vector compare where they are vectors).
+    fn float_select(
+        &self,
+        p: FloatPredicate,
+        (x, y): (BasicValueEnum<'ctx>, BasicValueEnum<'ctx>),
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        Ok(match (x, y) {
+            (BasicValueEnum::VectorValue(u), BasicValueEnum::VectorValue(w)) => {
+                let m = self.b.build_float_compare(p, u, w, "fcmp")?;
+                self.b.build_select(m, a, b, "sat")?
             }
             _ => {
-                let m = self.b.build_float_compare(
-                    FloatPredicate::ORD,
-                    x.into_float_value(),
-                    x.into_float_value(),
-                    "num",
-                )?;
-                self.b.build_select(m, clamped, zero, "nan0")?
+                let m = self.b.build_float_compare(p, x.into_float_value(), y.into_float_value(), "fcmp")?;
+                self.b.build_select(m, a, b, "sat")?
             }
-        };
+        })
+    }
+
+    /// Float `x`, already inside byte type `to`'s range, converted to it
+    /// (truncating through `i32`: exact there).
+    fn truncate_to_byte(&self, x: BasicValueEnum<'ctx>, to: Ty, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
         let i32t = self.ty_in(Ty::Elem(ElemType::I32), mode);
         let tt = self.ty_in(to, mode);
-        Ok(match number {
+        Ok(match x {
             BasicValueEnum::VectorValue(v) => {
                 let w = self.b.build_float_to_signed_int(v, i32t.into_vector_type(), "cv")?;
                 self.b.build_int_truncate(w, tt.into_vector_type(), "cv")?.into()
             }
             _ => {
-                let w = self.b.build_float_to_signed_int(number.into_float_value(), i32t.into_int_type(), "cv")?;
+                let w = self.b.build_float_to_signed_int(x.into_float_value(), i32t.into_int_type(), "cv")?;
                 self.b.build_int_truncate(w, tt.into_int_type(), "cv")?.into()
             }
         })

@@ -299,13 +299,17 @@ impl<'ctx> Gen<'ctx, '_> {
         if p.tensor(*t).elem != ElemType::U8 || self.swizzled.contains(t) || !loads.iter().all(|(_, l)| same(l)) {
             return Ok(None);
         }
-        let mut anchor = idx0.clone();
-        anchor[last] = stem;
-        let Some(offsets) = analysis::lane_offsets(self.f, *t, &anchor, var, base, lanes as usize) else {
+        // Offsets from the part nearest the row's start, whose lane 0 reads
+        // an element of the tensor (the stem alone may not: `X[.., x + 1]`).
+        let (_, (_, anchor)) = loads.iter().min_by_key(|(_, (_, idx))| split(idx[last]).1).expect("parts");
+        let first = split(anchor[last]).1;
+        let Some(offsets) = analysis::lane_offsets(self.f, *t, anchor, var, base, lanes as usize) else {
             return Ok(None);
         };
-        let at: Vec<(usize, Vec<i64>)> =
-            loads.iter().map(|(b, (_, idx))| (*b, offsets.iter().map(|o| o + split(idx[last]).1).collect())).collect();
+        let at: Vec<(usize, Vec<i64>)> = loads
+            .iter()
+            .map(|(b, (_, idx))| (*b, offsets.iter().map(|o| o + split(idx[last]).1 - first).collect()))
+            .collect();
         let every = at.iter().flat_map(|(_, o)| o.iter().copied());
         let (lo, hi) = (every.clone().min().expect("lanes"), every.max().expect("lanes"));
         let span = (hi - lo + 1) as u32;
@@ -313,7 +317,7 @@ impl<'ctx> Gen<'ctx, '_> {
             return Ok(None);
         }
         let i8t = self.cx.i8_type();
-        let p0 = self.lane0_address(fr, *t, &anchor, var, base, i8t.into())?;
+        let p0 = self.lane0_address(fr, *t, anchor, var, base, i8t.into())?;
         let start = self.gep(i8t.into(), p0, self.cx.i64_type().const_int(lo as u64, true))?;
         let whole = span.next_power_of_two();
         let wide = match mask {
