@@ -206,9 +206,9 @@ fn index_comparisons_in_lanes_match_the_interpreter() {
 /// Words of bytes read in place (`codegen/src/llvm/memory.rs`,
 /// `byte_window`: one load of the span the lanes read and one shuffle): a
 /// depthwise convolution's window rows (`texc_schedules::dot4`) at strides
-/// 1 and 2, behind a padding stage and without, and a hand-written word of
-/// stride 3 with a byte missing, their rows ending at the fenced page, on
-/// every CPU target against the interpreter.
+/// 1 and 2, behind a padding stage and without, a hand-written word of
+/// stride 3 with a byte missing, their rows ending at the fenced page, and
+/// words with a 0-d tensor's byte, on every CPU target against the interpreter.
 #[test]
 fn window_words_match_the_interpreter() {
     let src = "kernel dw(X: u8[1, 3, 17, 21], W: i8[3, 1, 3, 3]) -> (Y: i32[1, 3, 15, 19], Z: i32[1, 3, 8, 10]) {\n\
@@ -219,4 +219,9 @@ fn window_words_match_the_interpreter() {
     let src = "kernel word(X: u8[3, 70]) -> B: i32[3, 23] {\n\
                \x20   B[i, j] = i32(X[i, 3 * j + 1]) + i32(X[i, 3 * j]) * 256 + i32(X[i, 3 * j + 3]) * 16777216;\n}\n";
     check_text_fenced("word", src, 7);
+    // A 0-d tensor's byte has no row: the word is built as written.
+    let src = "kernel zerod(S: u8[], X: u8[64]) -> (Y: i32[64], Z: i32[64]) {\n\
+               \x20   Y[i] = i32(X[i]) * 256 + i32(S);\n\
+               \x20   Z[i] = i32(S) + i32(S) * 256;\n}\n";
+    check_text_fenced("zerod", src, 9);
 }

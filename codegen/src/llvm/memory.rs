@@ -280,7 +280,8 @@ impl<'ctx> Gen<'ctx, '_> {
             return Ok(None);
         };
         let (t, idx0) = &loads[0].1;
-        let last = idx0.len() - 1;
+        // (A 0-d tensor's part has no row to read along.)
+        let Some(last) = idx0.len().checked_sub(1) else { return Ok(None) };
         let split = |i: TExprId| match *p.expr(i) {
             TExpr::Binary(BinOp::Add, b, k) => match *p.expr(k) {
                 TExpr::Int(k) => (b, k),
@@ -312,10 +313,10 @@ impl<'ctx> Gen<'ctx, '_> {
             .collect();
         let every = at.iter().flat_map(|(_, o)| o.iter().copied());
         let (lo, hi) = (every.clone().min().expect("lanes"), every.max().expect("lanes"));
-        let span = (hi - lo + 1) as u32;
-        if span > 4 * lanes {
+        if hi - lo + 1 > 4 * lanes as i64 {
             return Ok(None);
         }
+        let span = (hi - lo + 1) as u32;
         let i8t = self.cx.i8_type();
         let p0 = self.lane0_address(fr, *t, anchor, var, base, i8t.into())?;
         let start = self.gep(i8t.into(), p0, self.cx.i64_type().const_int(lo as u64, true))?;
