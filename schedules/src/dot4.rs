@@ -355,9 +355,10 @@ fn as_window(p: &Program, st: &Stage, e: TExprId, word: Word) -> Option<Window> 
     })
 }
 
-/// Window product `win` of stage `si` on `@dot4`: the signed operand
-/// packed along `s` (a stage before, shared with products packed alike),
-/// the unsigned one's window read as words in place — word `q` is
+/// Window product `win` of stage `si` on `@dot4` (in halves `@dot2`, two
+/// elements a word where this says four): the signed operand packed along
+/// `s` (a stage before, shared with products packed alike), the unsigned
+/// one's window read as words in place — word `q` is
 /// `Σ_t i32(A[.., base + 4q + t]) · 256^t`, the bytes of the row from
 /// `base + 4q` on, which code generation loads as a shuffle of the row
 /// (no packed copy: a window's words overlap) — and the words' products
