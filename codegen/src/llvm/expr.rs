@@ -242,9 +242,6 @@ impl<'ctx> Gen<'ctx, '_> {
     /// place: interleaving them moved lanes across the register).
     fn byte_word(&mut self, fr: &mut Frame<'ctx>, e: TExprId, mode: Mode<'ctx>) -> R<Option<VectorValue<'ctx>>> {
         let Mode::Vector { var, base, lanes, mask } = mode else { return Ok(None) };
-        if self.f.p.ty(e) != Ty::Elem(ElemType::I32) {
-            return Ok(None);
-        }
         let Some(parts) = byte_parts(&self.f.p, e) else { return Ok(None) };
         self.byte_window(fr, &parts, (var, base, lanes), mask)
     }
