@@ -312,18 +312,29 @@ fn column_blocks_enclose_the_rows_they_serve() {
 
 /// The vector `exp` (a polynomial; on AVX-512 scaled by `vscalefps`) and
 /// the `sigmoid` built on it, lane by lane: overflow to ∞ past 88.72,
-/// denormal results down to −103.97, 0 below, NaN and infinities through.
+/// denormal results down to −103.97, 0 below, NaN and infinities through;
+/// a dense sweep crosses every rounding of x·log2 e to the next integer
+/// (the exponent `k`, and both halves of 2^k where 2^k is denormal).
 #[test]
 fn vector_exp_matches_the_interpreter_elementwise() {
-    let src = "kernel e(X: f32[N = 64]) -> (Y: f32[N], S: f32[N]) { Y[i] = exp(X[i]); S[i] = sigmoid(X[i]); }";
+    let mut xs: Vec<f64> = (0..48).map(|i| -87.0 + 175.0 * i as f64 / 47.0).collect();
+    xs.extend([0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 88.8, -95.0, -110.0]);
+    xs.extend([88.72283, 88.7228, 88.81, -103.97, -104.0, -104.01, 1e30, -1e30]);
+    xs.extend((0..2000).map(|i| -105.0 + 195.0 * i as f64 / 1999.0));
+    // Halfway between two exponents: x·log2 e = k + 1/2, and a step either side.
+    xs.extend((-150..=128).flat_map(|k| {
+        let x = (k as f64 + 0.5) * std::f64::consts::LN_2;
+        [x, x * (1.0 + 1e-7), x * (1.0 - 1e-7)]
+    }));
+    let src = format!(
+        "kernel e(X: f32[N = {}]) -> (Y: f32[N], S: f32[N]) {{ Y[i] = exp(X[i]); S[i] = sigmoid(X[i]); }}",
+        xs.len()
+    );
     for target in targets() {
-        let (mut pl, k) = texc_tests::load_text(target.name, "e.tex", src, None).expect("front end");
+        let (mut pl, k) = texc_tests::load_text(target.name, "e.tex", &src, None).expect("front end");
         let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
         let f = texc_tests::loops(&mut pl, k, &p);
-        let mut xs: Vec<f64> = (0..48).map(|i| -87.0 + 175.0 * i as f64 / 47.0).collect();
-        xs.extend([0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 88.8, -95.0, -110.0]);
-        xs.extend([88.72283, 88.7228, 88.81, -103.97, -104.0, -104.01, 1e30, -1e30]);
-        let x = texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![64], &xs);
+        let x = texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![xs.len()], &xs);
         let args = || vec![interp::Arg::Tensor(x.clone())];
         let want = interp::run(&p, args()).expect("interp");
         let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args()).expect("runs");

@@ -57,10 +57,7 @@ impl<'ctx> Gen<'ctx, '_> {
                 let x = self.expr(fr, a, mode)?;
                 let zero = self.const_of(ty, 0, 0.0, mode)?;
                 if float_ty(ty) {
-                    Ok(match x {
-                        BasicValueEnum::VectorValue(v) => self.b.build_float_neg(v, "neg")?.into(),
-                        _ => self.b.build_float_neg(x.into_float_value(), "neg")?.into(),
-                    })
+                    self.float_neg(x)
                 } else {
                     self.arith(BinOp::Sub, zero, x, ty)
                 }
@@ -306,6 +303,15 @@ impl<'ctx> Gen<'ctx, '_> {
         let moves: Vec<IntValue> = delta.iter().map(|&d| nt.const_int(d as u64, true)).collect();
         let m = self.compare(op, VectorType::const_vector(&moves).into(), gaps.into(), Ty::Index)?;
         Ok(Some(m.into_vector_value()))
+    }
+
+    /// `−x` of a float or float vector: a sign flip (`fneg`), not `0 − x`,
+    /// which would turn −0 into +0.
+    pub(super) fn float_neg(&self, x: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        Ok(match x {
+            BasicValueEnum::VectorValue(v) => self.b.build_float_neg(v, "neg")?.into(),
+            _ => self.b.build_float_neg(x.into_float_value(), "neg")?.into(),
+        })
     }
 
     pub(super) fn compare(

@@ -465,21 +465,24 @@ impl<'ctx> Gen<'ctx, '_> {
                 self.arith(BinOp::Div, one, s, ty)
             }
             // 1 / (1 + e^−x) for x ≥ 0, e^x / (1 + e^x) below: e^−|x| never
-            // overflows, so sigmoid(−95) is the denormal e^−95, not 1 / ∞.
+            // overflows, so sigmoid(−95) is the denormal e^−95, not 1 / ∞. One
+            // division of the picked numerator: a NaN fails `x ≥ 0` and takes
+            // e (NaN) on.
             MathFn::Sigmoid => {
-                let zero = self.const_of(ty, 0, 0.0, mode)?;
-                let neg = self.arith(BinOp::Sub, zero, un("llvm.fabs")?, ty)?;
+                let neg = self.float_neg(un("llvm.fabs")?)?;
                 let e = match libdevice_fn(MathFn::Exp, ty) {
                     Some(name) if self.libdevice => self.device_call(name, &[neg], ty)?,
-                    _ if ty == Ty::Elem(ElemType::F32) && mode.lanes().is_some() => self.vector_expf(neg, mode)?,
+                    _ if ty == Ty::Elem(ElemType::F32) && mode.lanes().is_some() => {
+                        self.vector_expf_of(neg, mode, ExpArg::NonPositive)?
+                    }
                     _ => self.call(self.intrinsic("llvm.exp", &[t])?, &[neg])?,
                 };
+                let zero = self.const_of(ty, 0, 0.0, mode)?;
                 let one = self.const_of(ty, 1, 1.0, mode)?;
-                let d = self.arith(BinOp::Add, one, e, ty)?;
-                let t = self.arith(BinOp::Div, one, d, ty)?;
                 let nonnegative = self.compare(BinOp::Ge, a[0], zero, ty)?;
-                let below = self.arith(BinOp::Mul, e, t, ty)?;
-                self.sel(nonnegative, t, below)
+                let numerator = self.sel(nonnegative, one, e)?;
+                let d = self.arith(BinOp::Add, one, e, ty)?;
+                self.arith(BinOp::Div, numerator, d, ty)
             }
             MathFn::Tanh if ty == Ty::Elem(ElemType::F32) && mode.lanes().is_some() => self.vector_tanhf(a[0], mode),
             MathFn::Tanh => self.libm(if ty == Ty::Elem(ElemType::F64) { "tanh" } else { "tanhf" }, a[0], ty, mode),
@@ -564,6 +567,17 @@ impl<'ctx> Gen<'ctx, '_> {
     /// of a softmax's exponentials), and on AVX-512 `vscalefps` for 2^k · p,
     /// which rounds overflow to ∞ and underflow to denormals or 0 itself.
     pub(super) fn vector_expf(&self, x: BasicValueEnum<'ctx>, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        self.vector_expf_of(x, mode, ExpArg::Any)
+    }
+
+    /// [`Gen::vector_expf`] of an argument whose sign the caller knows
+    /// (`arg`): the clamp on the side it cannot reach is left out.
+    pub(super) fn vector_expf_of(
+        &self,
+        x: BasicValueEnum<'ctx>,
+        mode: Mode<'ctx>,
+        arg: ExpArg,
+    ) -> R<BasicValueEnum<'ctx>> {
         let ty = Ty::Elem(ElemType::F32);
         let t = self.ty_in(ty, mode);
         let c = |v: f64| self.const_of(ty, 0, v, mode);
@@ -580,8 +594,17 @@ impl<'ctx> Gen<'ctx, '_> {
             self.sel(out, b, x)
         };
         // Beyond 88.8 the result is ∞ and below −104 it is 0 (e^−104 is under half the least denormal).
-        let xc = clamp(clamp(x, 88.8, BinOp::Gt)?, -104.0, BinOp::Lt)?;
-        let k = self.call(self.intrinsic("llvm.roundeven", &[t])?, &[mul(xc, c(std::f64::consts::LOG2_E)?)?])?;
+        let xc = if arg == ExpArg::NonPositive { x } else { clamp(x, 88.8, BinOp::Gt)? };
+        let xc = if arg == ExpArg::NonNegative { xc } else { clamp(xc, -104.0, BinOp::Lt)? };
+        let lanes = mode.lanes().expect("vector mode");
+        // k = round(x·log2 e) as the low bits of MAGIC + x·log2 e: MAGIC's
+        // unit in the last place is 1, so the fused add rounds to an integer
+        // (to even) and its bit pattern is bits(MAGIC) + k — no rounding or
+        // conversion instruction, and a NaN needs no guard before an integer
+        // conversion (its bits are garbage that only multiply the NaN `p`).
+        const MAGIC: f64 = 12_582_912.0; // 1.5 · 2^23
+        let shifted = fma(xc, c(std::f64::consts::LOG2_E)?, c(MAGIC)?)?;
+        let k = self.arith(BinOp::Sub, shifted, c(MAGIC)?, ty)?;
         let r = fma(k, c(-0.693359375)?, xc)?;
         let r = fma(k, c(2.121_944_4e-4)?, r)?;
         let mut poly = c(1.987_569_15e-4)?;
@@ -590,24 +613,22 @@ impl<'ctx> Gen<'ctx, '_> {
             poly = fma(poly, r, c(coef)?)?;
         }
         let p = add(fma(poly, mul(r, r)?, r)?, c(1.0)?)?;
-        let lanes = mode.lanes().expect("vector mode");
         if let Some(y) = self.scalef(p, k, lanes)? {
             return Ok(y);
         }
-        // 2^k = 2^(k>>1) · 2^(k - (k>>1)), each a biased exponent field, so
-        // that k ∈ [-150, 128] (denormal results included) never overflows the field.
+        // 2^k = 2^h · 2^(k − h), h = k >> 1, each a biased exponent field, so
+        // that k ∈ [-150, 128] (denormal results included) never overflows
+        // the field. With 254 added to k first, h and k − h come out biased
+        // (+127 each) without two more adds.
         let i32v = self.cx.i32_type().vec_type(lanes);
-        // k is in [-150, 128] or NaN (then the result is NaN anyway): make it
-        // a number so that the plain conversion is defined.
-        let is_num = self.compare(BinOp::Eq, k, k, ty)?;
-        let k = self.sel(is_num, k, c(0.0)?)?;
-        let ki = self.b.build_float_to_signed_int(k.into_vector_value(), i32v, "k")?;
-        let splat_i = |v: u64| VectorType::const_vector(&vec![self.cx.i32_type().const_int(v, false); lanes as usize]);
-        let half = self.b.build_right_shift(ki, splat_i(1), true, "kh")?;
-        let rest = self.b.build_int_sub(ki, half, "kr")?;
+        let splat_i =
+            |v: i64| VectorType::const_vector(&vec![self.cx.i32_type().const_int(v as u64, true); lanes as usize]);
+        let bits = self.b.build_bit_cast(shifted, i32v, "k_bits")?.into_vector_value();
+        let biased = self.b.build_int_sub(bits, splat_i(0x4B40_0000 - 254), "k2")?;
+        let half = self.b.build_right_shift(biased, splat_i(1), true, "kh")?;
+        let rest = self.b.build_int_sub(biased, half, "kr")?;
         let field = |e: VectorValue<'ctx>| -> R<BasicValueEnum<'ctx>> {
-            let biased = self.b.build_int_add(e, splat_i(127), "e")?;
-            let shifted = self.b.build_left_shift(biased, splat_i(23), "e")?;
+            let shifted = self.b.build_left_shift(e, splat_i(23), "e")?;
             Ok(self.b.build_bit_cast(shifted, t, "pow2")?)
         };
         mul(mul(p, field(half)?)?, field(rest)?)
@@ -639,7 +660,7 @@ impl<'ctx> Gen<'ctx, '_> {
         )?;
         let xz = self.arith(BinOp::Mul, x, z, ty)?;
         let small = self.fmuladd(xz, p, x, mode)?;
-        let e = self.vector_expf(self.arith(BinOp::Add, ax, ax, ty)?, mode)?;
+        let e = self.vector_expf_of(self.arith(BinOp::Add, ax, ax, ty)?, mode, ExpArg::NonNegative)?;
         let d = self.arith(BinOp::Add, e, c(1.0)?, ty)?;
         let big = self.arith(BinOp::Sub, c(1.0)?, self.arith(BinOp::Div, c(2.0)?, d, ty)?, ty)?;
         let big = self.call(self.intrinsic("llvm.copysign", &[t])?, &[big, x])?;
@@ -680,7 +701,7 @@ impl<'ctx> Gen<'ctx, '_> {
         let u = self.arith(BinOp::Div, c(1.0)?, axc, ty)?;
         let q = self.horner(ERFCX_ON_1_4, u, mode)?;
         let zc = self.arith(BinOp::Mul, axc, axc, ty)?;
-        let e = self.vector_expf(self.arith(BinOp::Sub, c(0.0)?, zc, ty)?, mode)?;
+        let e = self.vector_expf_of(self.float_neg(zc)?, mode, ExpArg::NonPositive)?;
         let big = self.arith(BinOp::Sub, c(1.0)?, self.arith(BinOp::Mul, e, q, ty)?, ty)?;
         let big = self.call(self.intrinsic("llvm.copysign", &[t])?, &[big, x])?;
         let is_small = self.compare(BinOp::Lt, ax, c(1.0)?, ty)?;
@@ -851,4 +872,15 @@ fn libdevice_fn(f: MathFn, ty: Ty) -> Option<&'static str> {
         (MathFn::Pow, true) => "__nv_pow",
         _ => return None,
     })
+}
+
+/// What [`Gen::vector_expf_of`] may assume of its argument's sign (a NaN
+/// is allowed in each: it passes through either way).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum ExpArg {
+    Any,
+    /// `−|x|`, `−x²`: never above 0, so never overflows.
+    NonPositive,
+    /// `2|x|`: never below 0, so never underflows.
+    NonNegative,
 }
