@@ -560,9 +560,9 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(Some(self.b.build_select(nan, sum, ranged, if max { "maximum" } else { "minimum" })?))
     }
 
-    /// `exp` on f32 vectors without a libm call per lane (Cephes `expf`):
+    /// `exp` on f32 vectors without a libm call per lane (Cephes `expf`'s reduction):
     /// exp(x) = 2^k · p(r), k = round(x·log2 e), r = x − k·ln 2 in two parts,
-    /// p a degree-7 polynomial; about 1 ulp, denormal results included.
+    /// p a degree-6 polynomial; about 1 ulp, denormal results included.
     /// Fused multiply-adds where the target has them (half the instructions
     /// of a softmax's exponentials), and on AVX-512 `vscalefps` for 2^k · p,
     /// which rounds overflow to ∞ and underflow to denormals or 0 itself.
@@ -599,34 +599,36 @@ impl<'ctx> Gen<'ctx, '_> {
         let lanes = mode.lanes().expect("vector mode");
         // k = round(x·log2 e) as the low bits of MAGIC + x·log2 e: MAGIC's
         // unit in the last place is 1, so the fused add rounds to an integer
-        // (to even) and its bit pattern is bits(MAGIC) + k — no rounding or
-        // conversion instruction, and a NaN needs no guard before an integer
-        // conversion (its bits are garbage that only multiply the NaN `p`).
-        const MAGIC: f64 = 12_582_912.0; // 1.5 · 2^23
+        // (to even) and its bit pattern is bits(1.5·2^23) + 254 + k — no
+        // rounding or conversion instruction, and a NaN needs no guard
+        // before an integer conversion (its bits only multiply the NaN `p`).
+        const MAGIC: f64 = 12_582_912.0 + 254.0; // 1.5 · 2^23 + 2 · 127
         let shifted = fma(xc, c(std::f64::consts::LOG2_E)?, c(MAGIC)?)?;
         let k = self.arith(BinOp::Sub, shifted, c(MAGIC)?, ty)?;
         let r = fma(k, c(-0.693359375)?, xc)?;
         let r = fma(k, c(2.121_944_4e-4)?, r)?;
-        let mut poly = c(1.987_569_15e-4)?;
-        for coef in [1.398_199_950_7e-3, 8.333_451_907_3e-3, 4.166_579_589_4e-2, 1.666_666_545_9e-1, 5.000_000_120_1e-1]
-        {
-            poly = fma(poly, r, c(coef)?)?;
-        }
+        // e^r = 1 + r + r²·P(r), P of degree 4 (`scripts/fit_exp.py`: 0.59
+        // units of 2^−23 in f32, as Cephes' degree 5): a register fewer.
+        let poly = self.horner(
+            &[1.381_462_207_1e-3, 8.368_710_055_9e-3, 4.166_838_899_3e-2, 1.666_652_113_2e-1, 4.999_999_404_0e-1],
+            r,
+            mode,
+        )?;
         let p = add(fma(poly, mul(r, r)?, r)?, c(1.0)?)?;
         if let Some(y) = self.scalef(p, k, lanes)? {
             return Ok(y);
         }
-        // 2^k = 2^h · 2^(k − h), h = k >> 1, each a biased exponent field, so
-        // that k ∈ [-150, 128] (denormal results included) never overflows
-        // the field. With 254 added to k first, h and k − h come out biased
-        // (+127 each) without two more adds.
+        // 2^k = 2^h · 2^(k − h), h = ⌊k / 2⌋, each an exponent field, so that
+        // k ∈ [-150, 128] (denormal results included) never overflows a
+        // field. With b = bits(MAGIC + k) = bits(1.5·2^23) + 254 + k, b >> 1
+        // and b − (b >> 1) are h + 127 and k − h + 127 (biased, both in
+        // [52, 191]) plus multiples of 2^9 that the shift by 23 pushes out:
+        // no integer constant, no add.
         let i32v = self.cx.i32_type().vec_type(lanes);
-        let splat_i =
-            |v: i64| VectorType::const_vector(&vec![self.cx.i32_type().const_int(v as u64, true); lanes as usize]);
+        let splat_i = |v: u64| VectorType::const_vector(&vec![self.cx.i32_type().const_int(v, false); lanes as usize]);
         let bits = self.b.build_bit_cast(shifted, i32v, "k_bits")?.into_vector_value();
-        let biased = self.b.build_int_sub(bits, splat_i(0x4B40_0000 - 254), "k2")?;
-        let half = self.b.build_right_shift(biased, splat_i(1), true, "kh")?;
-        let rest = self.b.build_int_sub(biased, half, "kr")?;
+        let half = self.b.build_right_shift(bits, splat_i(1), false, "kh")?;
+        let rest = self.b.build_int_sub(bits, half, "kr")?;
         let field = |e: VectorValue<'ctx>| -> R<BasicValueEnum<'ctx>> {
             let shifted = self.b.build_left_shift(e, splat_i(23), "e")?;
             Ok(self.b.build_bit_cast(shifted, t, "pow2")?)
