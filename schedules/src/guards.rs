@@ -9,10 +9,14 @@
 //! replaced by its body; a guard with a comparison that never holds goes
 //! with its body. (On AVX-512 such a guard made every vector of a matrix
 //! product a masked one: 128×512×784 ran 2.4× slower than on AVX2, whose
-//! 16-wide panels divide 784.) `crate::versioning` runs first and cuts
-//! loops so that more guards are decided.
+//! 16-wide panels divide 784.) A `select`'s condition is simplified the
+//! same way, and a decided `select` becomes the operand it picks (a padding
+//! copy's interior: a plain load instead of a masked one).
+//! `crate::versioning` runs first and cuts loops so that more guards and
+//! `select`s are decided.
 //!
-//! Invariants: only comparisons decided for every iteration are dropped,
+//! Invariants: only comparisons decided for every iteration are dropped
+//! (a `select`'s operand it never picks with them),
 //! and only statements that never run (and the CPU loops, guards and
 //! buffers they leave empty), so the nest computes what it did; the other
 //! loops, stores and their order are kept.
@@ -72,8 +76,40 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges) -> Vec<Stmt> {
                     out.push(Stmt::Alloc { tensor, body });
                 }
             }
+            Stmt::Store { tensor, indices, value } => {
+                let indices = indices.into_iter().map(|i| fold_selects(f, i, ranges)).collect();
+                let value = fold_selects(f, value, ranges);
+                out.push(Stmt::Store { tensor, indices, value });
+            }
             other => out.push(other),
         }
+    }
+    out
+}
+
+/// `e` with each `select` whose condition the loop ranges decide replaced
+/// by the operand it picks, and the comparisons they decide dropped from
+/// the others' conditions.
+fn fold_selects(f: &mut LoopFunc, e: TExprId, ranges: &Ranges) -> TExprId {
+    let children: Vec<TExprId> = f.p.children(e).into_iter().map(|c| fold_selects(f, c, ranges)).collect();
+    let e = crate::normalize::with_children(&mut f.p, e, children);
+    let TExpr::Select(cond, a, b) = *f.p.expr(e) else { return e };
+    match simplify(f, cond, ranges) {
+        Guard::Always => a,
+        Guard::Never => b,
+        Guard::Sometimes(c) if c == cond => e,
+        Guard::Sometimes(c) => f.p.alloc(TExpr::Select(c, a, b), f.p.ty(e), f.p.span(e)),
+    }
+}
+
+/// The comparisons of the conditions of the `select`s in `e`.
+pub(crate) fn select_comparisons(f: &LoopFunc, e: TExprId) -> Vec<TExprId> {
+    let mut out = match f.p.expr(e) {
+        TExpr::Select(cond, ..) => comparisons(f, *cond),
+        _ => Vec::new(),
+    };
+    for c in f.p.children(e) {
+        out.extend(select_comparisons(f, c));
     }
     out
 }
@@ -132,12 +168,27 @@ pub(crate) fn decided(f: &LoopFunc, c: TExprId, ranges: &Ranges) -> Option<bool>
 }
 
 /// The smallest and largest value of index expression `e` over the loop
-/// ranges: variables, constants, sums, differences and products by
-/// constants; `None` for anything else or on overflow.
-fn range(f: &LoopFunc, e: TExprId, ranges: &Ranges) -> Option<(i64, i64)> {
+/// ranges: variables, constants, sums, differences and products, floor
+/// division and modulo by positive constants (a fused loop's `i0.i1 % 128`);
+/// `None` for anything else or on overflow.
+pub(crate) fn range(f: &LoopFunc, e: TExprId, ranges: &Ranges) -> Option<(i64, i64)> {
     match f.p.expr(e) {
         TExpr::Int(k) => Some((*k, *k)),
         TExpr::Var(v) => ranges.get(v).copied(),
+        TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod | BinOp::UDiv | BinOp::URem), a, k) => {
+            let (TExpr::Int(k), Some((lo, hi))) = (f.p.expr(*k), range(f, *a, ranges)) else { return None };
+            let k = *k;
+            if k <= 0 {
+                return None;
+            }
+            // Floor division is monotonic; the remainder is, within one block of k.
+            let same_block = lo.div_euclid(k) == hi.div_euclid(k);
+            match op {
+                BinOp::FloorDiv | BinOp::UDiv => Some((lo.div_euclid(k), hi.div_euclid(k))),
+                _ if same_block => Some((lo.rem_euclid(k), hi.rem_euclid(k))),
+                _ => Some((0, k - 1)),
+            }
+        }
         TExpr::Binary(op @ (BinOp::Add | BinOp::Sub | BinOp::Mul), a, b) => {
             let ((alo, ahi), (blo, bhi)) = (range(f, *a, ranges)?, range(f, *b, ranges)?);
             match op {

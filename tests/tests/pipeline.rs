@@ -55,6 +55,59 @@ fn guards_the_loop_ranges_decide_are_dropped() {
     }
 }
 
+/// A `select` whose condition the loop ranges decide becomes the operand
+/// it picks (`guards.rs`), after `versioning.rs` cut the loops where its
+/// comparisons are decided: a padding copy's interior rows and vectors, a
+/// concatenation's two halves (along a fused loop: `c % 6 < 3` within one
+/// block) and a reduction's full chunks read unmasked; a data-dependent
+/// `select` stays. Odd sizes, against the interpreter on every runnable
+/// backend.
+#[test]
+fn selects_the_loop_ranges_decide_are_folded() {
+    let src = "kernel k(X: f32[C = 3, H = 11, W = 37], A: f32[C, H, W]) -> (P: f32[H + 2, W + 2], Cat: f32[1, 2 * C, H, W], S: f32[C, H, W], M: f32[C]) {
+    P[y, x] = select(y >= 1 && y < H + 1 && x >= 1 && x < W + 1, X[1, y - 1, x - 1] * sigmoid(X[1, y - 1, x - 1]), 0.0);
+    Cat[n, c, y, x] = select(c < C, X[c, y, x], A[c - C, y, x]);
+    S[c, y, x] = select(X[c, y, x] > A[c, y, x], X[c, y, x], A[c, y, x]);
+    M[c] = max[y, x](X[c, y, x]);
+}";
+    let mut rng = texc_runtime::SplitMix64::new(5);
+    let mut t = |shape: Vec<usize>| {
+        let n = shape.iter().product();
+        Tensor::from_f64(DType::F32, shape, &(0..n).map(|_| rng.next_f64() * 4.0 - 2.0).collect::<Vec<_>>())
+    };
+    let args = vec![Arg::Tensor(t(vec![3, 11, 37])), Arg::Tensor(t(vec![3, 11, 37]))];
+    let (runnable, _) = texc_tests::runnable_targets();
+    for name in ["x86-avx2", "x86-avx512"] {
+        let (mut pl, k) = texc_tests::load_text(name, "k.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let text = texc_schedules::ir::print(&f);
+        let stores =
+            |t: &str| text.lines().filter(move |l| l.trim_start().starts_with(&format!("{t}["))).collect::<Vec<_>>();
+        let (padded, cat, s) = (stores("P"), stores("Cat"), stores("S"));
+        assert!(
+            padded.iter().any(|l| l.contains("sigmoid") && !l.contains("select")),
+            "{name}: an unmasked interior:\n{text}"
+        );
+        assert!(
+            padded.iter().any(|l| !l.contains("select") && l.ends_with("= 0.0f32")),
+            "{name}: zero border rows:\n{text}"
+        );
+        for half in ["= X[", "= A["] {
+            assert!(cat.iter().any(|l| l.contains(half) && !l.contains("select")), "{name}: `{half}` alone:\n{text}");
+        }
+        assert!(s.iter().all(|l| l.contains("select")), "{name}: data decides `S`:\n{text}");
+        let want = interp::run(&p, args.clone()).expect("interp");
+        for target in runnable.iter().filter(|t| t.name == name || t.name == "host") {
+            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args.clone()).expect("runs");
+            let names: Vec<String> = ["P", "Cat", "S", "M"].iter().map(|s| s.to_string()).collect();
+            for e in texc_pipeline::oracle::compare(&names, &got, &want, None) {
+                assert!(e.passed(), "{name} loops on {target}: relative error {}", e.error);
+            }
+        }
+    }
+}
+
 /// Index arithmetic below zero (`x - 3` over a loop variable, a padded
 /// image's index) divided by a constant: legalization shifts the dividend up
 /// by a multiple of the divisor so that unsigned division applies (no
