@@ -168,39 +168,14 @@ pub(crate) fn decided(f: &LoopFunc, c: TExprId, ranges: &Ranges) -> Option<bool>
 }
 
 /// The smallest and largest value of index expression `e` over the loop
-/// ranges: variables, constants, sums, differences and products, floor
-/// division and modulo by positive constants (a fused loop's `i0.i1 % 128`);
-/// `None` for anything else or on overflow.
+/// ranges (`crate::interval`'s, the analysis the loop-nest verifiers prove
+/// accesses with, so that no comparison is dropped here that they cannot
+/// decide again); `None` where a bound is unknown.
 pub(crate) fn range(f: &LoopFunc, e: TExprId, ranges: &Ranges) -> Option<(i64, i64)> {
-    match f.p.expr(e) {
-        TExpr::Int(k) => Some((*k, *k)),
-        TExpr::Var(v) => ranges.get(v).copied(),
-        TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod | BinOp::UDiv | BinOp::URem), a, k) => {
-            let (TExpr::Int(k), Some((lo, hi))) = (f.p.expr(*k), range(f, *a, ranges)) else { return None };
-            let k = *k;
-            if k <= 0 {
-                return None;
-            }
-            // Floor division is monotonic; the remainder is, within one block of k.
-            let same_block = lo.div_euclid(k) == hi.div_euclid(k);
-            match op {
-                BinOp::FloorDiv | BinOp::UDiv => Some((lo.div_euclid(k), hi.div_euclid(k))),
-                _ if same_block => Some((lo.rem_euclid(k), hi.rem_euclid(k))),
-                _ => Some((0, k - 1)),
-            }
-        }
-        TExpr::Binary(op @ (BinOp::Add | BinOp::Sub | BinOp::Mul), a, b) => {
-            let ((alo, ahi), (blo, bhi)) = (range(f, *a, ranges)?, range(f, *b, ranges)?);
-            match op {
-                BinOp::Add => Some((alo.checked_add(blo)?, ahi.checked_add(bhi)?)),
-                BinOp::Sub => Some((alo.checked_sub(bhi)?, ahi.checked_sub(blo)?)),
-                _ => {
-                    let products =
-                        [alo.checked_mul(blo)?, alo.checked_mul(bhi)?, ahi.checked_mul(blo)?, ahi.checked_mul(bhi)?];
-                    Some((*products.iter().min()?, *products.iter().max()?))
-                }
-            }
-        }
-        _ => None,
-    }
+    let var = |v: VarId| match ranges.get(&v) {
+        Some(&(lo, hi)) => crate::interval::range(lo as i128, hi as i128),
+        None => crate::interval::ANY,
+    };
+    let iv = crate::interval::of(&f.p, e, &var);
+    Some((i64::try_from(iv.lo?).ok()?, i64::try_from(iv.hi?).ok()?))
 }

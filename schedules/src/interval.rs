@@ -141,8 +141,11 @@ pub fn node(p: &Program, e: TExprId, var: &dyn Fn(VarId) -> Iv, child: &mut dyn 
                     (Some(c), Some(c2))
                         if c == c2 && c > 0 && (*op == BinOp::FloorMod || x.lo.is_some_and(|l| l >= 0)) =>
                     {
+                        // Within one block of `c` the remainder is monotonic.
                         match (x.lo, x.hi) {
-                            (Some(l), Some(h)) if l >= 0 && h < c => x,
+                            (Some(l), Some(h)) if l.div_euclid(c) == h.div_euclid(c) => {
+                                range(l.rem_euclid(c), h.rem_euclid(c))
+                            }
                             _ => range(0, c - 1),
                         }
                     }

@@ -99,7 +99,7 @@ impl Versioner {
         ranges: &mut Ranges,
     ) -> Vec<Stmt> {
         let cut = if self.cuts < MAX_CUTS && size(&body) <= MAX_COPIED && !has_gpu_statements(&body) {
-            find_cut(f, var, lo, lo + extent, &body, ranges)
+            find_cut(f, var, lo, lo + extent, kind, &body, ranges)
         } else {
             None
         };
@@ -171,10 +171,16 @@ pub(crate) fn narrowed(f: &LoopFunc, cond: TExprId, ranges: &Ranges) -> Ranges {
 /// Where to cut `var in lo..hi`: the end of the longest prefix, or the start
 /// of the longest suffix, on which a comparison of a guard inside `body`
 /// that mentions `var` is decided (not on the whole range: that needs no cut).
-fn find_cut(f: &LoopFunc, var: VarId, lo: i64, hi: i64, body: &[Stmt], ranges: &Ranges) -> Option<i64> {
+///
+/// A parallel loop is cut only where a comparison reads its variable
+/// affinely: the race verifier (`crate::independence`) reads `kh / 11` and
+/// `kh % 11` as digits of `kh`, and cannot tell apart the two versions of
+/// a body cut inside the range of the high digit.
+#[allow(clippy::too_many_arguments)]
+fn find_cut(f: &LoopFunc, var: VarId, lo: i64, hi: i64, kind: ForKind, body: &[Stmt], ranges: &Ranges) -> Option<i64> {
     let mut found = None;
     guards_in(f, body, &mut ranges.clone(), &mut |f, c, inner| {
-        if found.is_some() || !mentions(f, c, var) {
+        if found.is_some() || !mentions(f, c, var) || (kind == ForKind::Parallel && divides(f, c, var)) {
             return;
         }
         let on = |a: i64, b: i64| {
@@ -260,6 +266,18 @@ fn guards_in(f: &LoopFunc, body: &[Stmt], ranges: &mut Ranges, visit: &mut dyn F
             _ => {}
         }
     }
+}
+
+/// Whether `e` divides, or takes a remainder of, an expression of `var`.
+fn divides(f: &LoopFunc, e: TExprId, var: VarId) -> bool {
+    let division = matches!(
+        f.p.expr(e),
+        TExpr::Binary(
+            BinOp::FloorDiv | BinOp::FloorMod | BinOp::UDiv | BinOp::URem | BinOp::TruncDiv | BinOp::TruncRem,
+            ..
+        )
+    );
+    (division && mentions(f, e, var)) || f.p.children(e).into_iter().any(|c| divides(f, c, var))
 }
 
 fn mentions(f: &LoopFunc, e: TExprId, var: VarId) -> bool {
