@@ -87,6 +87,25 @@ fn batch_norm_folds_into_one_fused_convolution() {
     }
 }
 
+/// A network's stem (3 channels in, stride 2) stays a direct convolution,
+/// whose rows load as spans (`strategy::cpu::model`), while a strided
+/// layer of many channels goes through im2col; both as costed on
+/// x86-avx2, whose nominal peak makes the compute term decide.
+#[test]
+fn stems_stay_direct_and_strided_layers_take_im2col() {
+    let conv = |c: i64, k: i64, f: i64, pad: i64| {
+        format!(
+            "import std.nn;\nkernel f(X: f32[1, {c}, 224, 224], W: f32[{k}, {c}, {f}, {f}]) -> Y: f32[1, {k}, {o}, {o}] {{\n    Y = conv2d(X, W, stride = 2, pad = {pad});\n}}",
+            o = (224 + 2 * pad - f) / 2 + 1
+        )
+    };
+    for (c, k, f, pad, im2col) in [(3, 64, 7, 3, false), (3, 32, 3, 1, false), (64, 128, 3, 1, true)] {
+        let (_, r) = rewritten(&conv(c, k, f, pad), &[]);
+        let ops: Vec<&str> = r.program.ops.iter().map(|o| o.op.as_str()).collect();
+        assert_eq!(ops.contains(&"conv2d_im2col"), im2col, "{c} → {k} channels, {f}×{f}: {ops:?}");
+    }
+}
+
 #[test]
 fn bias_and_relu_fuse_into_the_convolution() {
     let src = "import std.nn;

@@ -20,8 +20,8 @@ impl PerformanceModel for CpuModel {
     /// operator, measured (1 thread, x86-avx2 and x86-avx512, ResNet-18's
     /// layers at 224×224: `benches/models.py`, docs/onnx.md): direct
     /// convolutions 0.5–0.64 at stride 1 (0.4 with 1×1 filters, whose matrix
-    /// products reach 0.58–0.78) but 0.18–0.27 at stride 2 and for
-    /// 3-channel inputs, where im2col's matrix product reaches 0.4–0.62; Winograd
+    /// products reach 0.58–0.78) but 0.18–0.27 at stride 2, where im2col's
+    /// matrix product reaches 0.4–0.62 (3-channel stems: below); Winograd
     /// 0.34–0.6 of its reduced work, less on small images. Without these the
     /// roofline ties a direct strided convolution with im2col, and the direct
     /// one, 3.3× slower, was chosen. Below 10 MFLOP the data stays in the
@@ -42,7 +42,14 @@ impl PerformanceModel for CpuModel {
             NnOp::Conv2d(_) => {
                 let few_channels = x.is_some_and(|x| x[1] < 8);
                 let pointwise = ch.get(1).and_then(Info::shape).is_some_and(|w| w[2] == 1 && w[3] == 1);
-                if (stride(op.conv_pad_at() + 1) > 1 || few_channels) && node.flops > 1e7 {
+                if few_channels {
+                    // A network's stem (3 channels, stride 2): its rows load as
+                    // spans, strided or not. 1 thread, AMD Zen 4, 224 × 224 in:
+                    // 3×3 to 32 and to 64, 7×7 to 64 at 0.68–0.87 of the peak on
+                    // x86-avx2 and x86-avx512, where im2col's plan reached
+                    // 0.31–0.77 (`texc bench` with and without `--no-rewrite`).
+                    0.7
+                } else if stride(op.conv_pad_at() + 1) > 1 && node.flops > 1e7 {
                     0.22
                 } else if pointwise || few_pixels {
                     // A 1×1 filter leaves the direct nest no window to reuse; a
