@@ -11,8 +11,8 @@
 //! of a guard inside it, or of the condition of a `select` a statement
 //! inside it computes (a padding copy's `select(x >= 1 && x < 57, X[x - 1],
 //! 0)`, a concatenation's `select(c < 64, A[c], B[c - 64])`), that mentions
-//! its variable is decided, over the
-//! ranges of the loops around and inside, on the longest prefix (or suffix)
+//! its variable is decided, over the ranges of the loops around and
+//! inside, on the longest prefix (or suffix)
 //! of the loop's range (binary search: a comparison decided on a range is
 //! decided on its sub-ranges). Then:
 //! - a serial loop becomes two loops, `lo..cut` and `cut..hi` (the second a
@@ -27,9 +27,10 @@
 //! lane mask (MEASURED on AVX2, Zen 4: EfficientNet-B0's first stride-2
 //! depthwise block, SiLU in its padding copy, 1.29 → 0.90 ms).
 //! Vectorized, unrolled and GPU-bound loops are not cut (their iterations
-//! are lanes, copies or threads), nor loops holding GPU statements. Work is bounded: at most [`MAX_CUTS`] cuts per top-level
-//! nest, and a body is copied only while it has at most [`MAX_COPIED`]
-//! statements, so code grows at most linearly in a model's nests.
+//! are lanes, copies or threads), nor loops holding GPU statements. Work
+//! is bounded: at most [`MAX_CUTS`] cuts per top-level nest, and a body is
+//! copied only while it has at most [`MAX_COPIED`] statements, so code
+//! grows at most linearly in a model's nests.
 //!
 //! Invariants: every iteration of every loop runs once, in the original
 //! order (a serial loop's pieces follow each other; a parallel loop's
