@@ -108,7 +108,7 @@ fn fold_selects(f: &mut LoopFunc, e: TExprId, ranges: &Ranges) -> TExprId {
     }
 }
 
-/// `(k·X + Y) / k` as `X + q` and `(k·X + Y) % k` as `Y − q·k`, where the
+/// `(k·X + Y) / k` as `X + q` and `(k·X + Y) % k` as `Y` (q = 0), where the
 /// loop ranges put `Y` in one block `[q·k, q·k + k)`: a grouped
 /// convolution's channel `(g·16 + k.i.b·6 + k.i.r) / 16` is `g` for every
 /// row `k.i.r` of its register block, so the rows load one vector instead of
@@ -138,7 +138,10 @@ fn decided_division(f: &mut LoopFunc, e: TExprId, ranges: &Ranges) -> Option<TEx
         (lo, hi) = (lo.checked_add(a)?, hi.checked_add(b)?);
     }
     let q = lo.div_euclid(k);
-    if hi.div_euclid(k) != q {
+    // A remainder is rewritten only where it is the rest itself (q = 0): as
+    // `Y − q·k` it hid a row's constant lane pattern from the byte-window
+    // loads (`o % 9 * 8 + v` read as a span, `(o − 9) * 8 + v` gathered).
+    if hi.div_euclid(k) != q || (op == BinOp::FloorMod && q != 0) {
         return None;
     }
     let span = f.p.span(e);

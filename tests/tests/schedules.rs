@@ -1055,6 +1055,13 @@ fn grouped_convolutions_block_the_filters_of_a_group() {
             text.contains("for k.i.r in 0..") && text.contains("unrolled"),
             "{target}: rows among a group:\n{text}"
         );
+        // The rows' group, `(… + k.i.r) / 8`, is one for the whole block
+        // (`guards::decided_division`): every row reads the same vector of X.
+        for line in text.lines().filter(|l| l.contains("+ X[")) {
+            let x = &line[line.find("+ X[").expect("found")..];
+            let x = &x[..x.find(']').expect("closed")];
+            assert!(!x.contains("k.i.r"), "{target}: X read per row: {line}\n{text}");
+        }
     });
 }
 
