@@ -21,10 +21,10 @@
 //! buffers they leave empty), so the nest computes what it did; the other
 //! loops, stores and their order are kept.
 
-use crate::ir::{LoopFunc, Stmt};
-use std::collections::HashMap;
+use crate::ir::{ForKind, LoopFunc, Stmt};
+use std::collections::{HashMap, HashSet};
 use texc_compiler::ops::BinOp;
-use texc_compiler::tir::{TExpr, TExprId, Ty, VarId};
+use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
 
 /// Loop variables' smallest and largest values.
 pub(crate) type Ranges = HashMap<VarId, (i64, i64)>;
@@ -32,10 +32,12 @@ pub(crate) type Ranges = HashMap<VarId, (i64, i64)>;
 /// Drop the comparisons of `f`'s guards that the loop ranges decide.
 pub fn drop_proven_guards(f: &mut LoopFunc) {
     let body = std::mem::take(&mut f.body);
-    f.body = stmts(f, body, &mut HashMap::new());
+    let mut c = Concurrency::default();
+    c.collect(&body);
+    f.body = stmts(f, body, &mut HashMap::new(), &c);
 }
 
-fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges) -> Vec<Stmt> {
+fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges, concurrent: &Concurrency) -> Vec<Stmt> {
     let mut out = Vec::with_capacity(body.len());
     for s in body {
         match s {
@@ -43,7 +45,7 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges) -> Vec<Stmt> {
             // as its widest thread loop runs the shorter ones guarded): unknown.
             Stmt::For { var, lo, extent, kind, body } if kind.is_gpu() => {
                 let saved = ranges.remove(&var);
-                let body = stmts(f, body, ranges);
+                let body = stmts(f, body, ranges, concurrent);
                 if let Some(r) = saved {
                     ranges.insert(var, r);
                 }
@@ -51,7 +53,7 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges) -> Vec<Stmt> {
             }
             Stmt::For { var, lo, extent, kind, body } => {
                 let saved = ranges.insert(var, (lo, lo + extent - 1));
-                let body = stmts(f, body, ranges);
+                let body = stmts(f, body, ranges, concurrent);
                 match saved {
                     Some(r) => ranges.insert(var, r),
                     None => ranges.remove(&var),
@@ -64,8 +66,8 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges) -> Vec<Stmt> {
             Stmt::If { cond, then } => {
                 // Divisions as the statements inside simplify them: the verifiers
                 // prove an access in bounds by its guard's comparison of the same index.
-                let cond = fold_selects(f, cond, ranges);
-                let then = stmts(f, then, &mut crate::versioning::narrowed(f, cond, ranges));
+                let cond = fold_selects(f, cond, ranges, concurrent, true);
+                let then = stmts(f, then, &mut crate::versioning::narrowed(f, cond, ranges), concurrent);
                 match simplify(f, cond, ranges) {
                     _ if then.is_empty() => {}
                     Guard::Sometimes(cond) => out.push(Stmt::If { cond, then }),
@@ -74,14 +76,14 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges) -> Vec<Stmt> {
                 }
             }
             Stmt::Alloc { tensor, body } => {
-                let body = stmts(f, body, ranges);
+                let body = stmts(f, body, ranges, concurrent);
                 if !body.is_empty() {
                     out.push(Stmt::Alloc { tensor, body });
                 }
             }
             Stmt::Store { tensor, indices, value } => {
-                let indices = indices.into_iter().map(|i| fold_selects(f, i, ranges)).collect();
-                let value = fold_selects(f, value, ranges);
+                let indices = indices.into_iter().map(|i| fold_selects(f, i, ranges, concurrent, true)).collect();
+                let value = fold_selects(f, value, ranges, concurrent, false);
                 out.push(Stmt::Store { tensor, indices, value });
             }
             other => out.push(other),
@@ -93,10 +95,20 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges) -> Vec<Stmt> {
 /// `e` with each `select` whose condition the loop ranges decide replaced
 /// by the operand it picks, and the comparisons they decide dropped from
 /// the others' conditions.
-fn fold_selects(f: &mut LoopFunc, e: TExprId, ranges: &Ranges) -> TExprId {
-    let children: Vec<TExprId> = f.p.children(e).into_iter().map(|c| fold_selects(f, c, ranges)).collect();
+///
+/// `strict`: `e` indexes (or guards) an access to a tensor the function
+/// writes, where a quotient keeps every variable of a concurrent loop (see
+/// [`decided_division`]).
+fn fold_selects(f: &mut LoopFunc, e: TExprId, ranges: &Ranges, concurrent: &Concurrency, strict: bool) -> TExprId {
+    let strict = match f.p.expr(e) {
+        TExpr::Load(t, _) => concurrent.opaque || concurrent.written.contains(t),
+        _ => strict,
+    };
+    let children: Vec<TExprId> =
+        f.p.children(e).into_iter().map(|c| fold_selects(f, c, ranges, concurrent, strict)).collect();
     let e = crate::normalize::with_children(&mut f.p, e, children);
-    if let Some(simpler) = decided_division(f, e, ranges) {
+    let keep = if strict { &concurrent.vars } else { &concurrent.none };
+    if let Some(simpler) = decided_division(f, e, ranges, keep) {
         return simpler;
     }
     let TExpr::Select(cond, a, b) = *f.p.expr(e) else { return e };
@@ -115,8 +127,11 @@ fn fold_selects(f: &mut LoopFunc, e: TExprId, ranges: &Ranges) -> TExprId {
 /// one each (MEASURED: RegNet-X's 2-group 3×3 layer at stride 2, 32 × 56 ×
 /// 56 out, x86-avx2 on Zen 4, 0.84 → 0.38 ms). Terms of `X` are the dividend's
 /// summands with a constant factor that `k` divides; `None` where the rest
-/// is not within one block.
-fn decided_division(f: &mut LoopFunc, e: TExprId, ranges: &Ranges) -> Option<TExprId> {
+/// is not within one block, or where a quotient would lose a variable of
+/// a parallel, vectorized or GPU loop (`concurrent`): the race verifier
+/// (`crate::independence`) tells concurrent iterations apart by the digits
+/// `x / k` and `x % k` of their variable, both of them.
+fn decided_division(f: &mut LoopFunc, e: TExprId, ranges: &Ranges, concurrent: &HashSet<VarId>) -> Option<TExprId> {
     let TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod), a, k) = *f.p.expr(e) else { return None };
     let TExpr::Int(k) = *f.p.expr(k) else { return None };
     if k <= 1 || f.p.ty(e) != Ty::Index {
@@ -131,6 +146,9 @@ fn decided_division(f: &mut LoopFunc, e: TExprId, ranges: &Ranges) -> Option<TEx
             Some(m) => multiples.push(m),
             None => rest.push(t),
         }
+    }
+    if op == BinOp::FloorDiv && rest.iter().any(|&t| mentions_any(f, t, concurrent)) {
+        return None;
     }
     let (mut lo, mut hi) = (0i64, 0i64);
     for &t in &rest {
@@ -166,8 +184,48 @@ fn decided_division(f: &mut LoopFunc, e: TExprId, ranges: &Ranges) -> Option<TEx
     };
     Some(match op {
         BinOp::FloorDiv => sum(f, &multiples, q),
-        _ => sum(f, &rest, -q * k),
+        _ => sum(f, &rest, 0),
     })
+}
+
+/// What the race verifier proves things of: the variables of the
+/// parallel, vectorized and GPU loops, and the tensors the function writes.
+#[derive(Default)]
+struct Concurrency {
+    vars: HashSet<VarId>,
+    written: HashSet<TensorId>,
+    /// Empty: for accesses to tensors nothing writes.
+    none: HashSet<VarId>,
+    /// Tensors are also written by statements other than stores (GPU and
+    /// tile products): every access counts as one to a written tensor.
+    opaque: bool,
+}
+
+impl Concurrency {
+    fn collect(&mut self, body: &[Stmt]) {
+        for s in body {
+            match s {
+                Stmt::For { var, kind, body, .. } => {
+                    if matches!(kind, ForKind::Parallel | ForKind::Vectorized) || kind.is_gpu() {
+                        self.vars.insert(*var);
+                    }
+                    self.collect(body);
+                }
+                Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => self.collect(body),
+                Stmt::Store { tensor, .. } => {
+                    self.written.insert(*tensor);
+                }
+                Stmt::Barrier => {}
+                _ => self.opaque = true,
+            }
+        }
+    }
+}
+
+/// Whether `e` mentions a variable of `vars`.
+fn mentions_any(f: &LoopFunc, e: TExprId, vars: &HashSet<VarId>) -> bool {
+    matches!(f.p.expr(e), TExpr::Var(v) if vars.contains(v))
+        || f.p.children(e).into_iter().any(|c| mentions_any(f, c, vars))
 }
 
 /// The summands of `e` through `+`.
