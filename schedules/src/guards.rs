@@ -11,12 +11,15 @@
 //! product a masked one: 128×512×784 ran 2.4× slower than on AVX2, whose
 //! 16-wide panels divide 784.) A `select`'s condition is simplified the
 //! same way, and a decided `select` becomes the operand it picks (a padding
-//! copy's interior: a plain load instead of a masked one).
+//! copy's interior: a plain load instead of a masked one), and a quotient
+//! or remainder whose dividend, beyond multiples of the divisor, the ranges
+//! put in one block of it is taken apart (`decided_division`).
 //! `crate::versioning` runs first and cuts loops so that more guards and
 //! `select`s are decided.
 //!
 //! Invariants: only comparisons decided for every iteration are dropped
-//! (a `select`'s operand it never picks with them),
+//! (a `select`'s operand it never picks with them), a quotient or remainder
+//! is replaced only by an expression equal to it at every iteration,
 //! and only statements that never run (and the CPU loops, guards and
 //! buffers they leave empty), so the nest computes what it did; the other
 //! loops, stores and their order are kept.
