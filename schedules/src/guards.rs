@@ -69,7 +69,7 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges, concurrent: &Co
             Stmt::If { cond, then } => {
                 // Divisions as the statements inside simplify them: the verifiers
                 // prove an access in bounds by its guard's comparison of the same index.
-                let cond = fold_selects(f, cond, ranges, concurrent, true);
+                let cond = fold_decided(f, cond, ranges, concurrent, true);
                 let then = stmts(f, then, &mut crate::versioning::narrowed(f, cond, ranges), concurrent);
                 match simplify(f, cond, ranges) {
                     _ if then.is_empty() => {}
@@ -85,8 +85,8 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges, concurrent: &Co
                 }
             }
             Stmt::Store { tensor, indices, value } => {
-                let indices = indices.into_iter().map(|i| fold_selects(f, i, ranges, concurrent, true)).collect();
-                let value = fold_selects(f, value, ranges, concurrent, false);
+                let indices = indices.into_iter().map(|i| fold_decided(f, i, ranges, concurrent, true)).collect();
+                let value = fold_decided(f, value, ranges, concurrent, false);
                 out.push(Stmt::Store { tensor, indices, value });
             }
             other => out.push(other),
@@ -95,22 +95,23 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges, concurrent: &Co
     out
 }
 
-/// `e` with each `select` whose condition the loop ranges decide replaced
+/// `e` with each quotient and remainder the loop ranges decide taken apart
+/// ([`decided_division`]), each `select` whose condition they decide replaced
 /// by the operand it picks, and the comparisons they decide dropped from
 /// the others' conditions.
 ///
 /// `strict`: `e` indexes (or guards) an access to a tensor the function
 /// writes, where a quotient keeps every variable of a concurrent loop (see
 /// [`decided_division`]).
-fn fold_selects(f: &mut LoopFunc, e: TExprId, ranges: &Ranges, concurrent: &Concurrency, strict: bool) -> TExprId {
+fn fold_decided(f: &mut LoopFunc, e: TExprId, ranges: &Ranges, concurrent: &Concurrency, strict: bool) -> TExprId {
     let strict = match f.p.expr(e) {
         TExpr::Load(t, _) => concurrent.opaque || concurrent.written.contains(t),
         _ => strict,
     };
     let children: Vec<TExprId> =
-        f.p.children(e).into_iter().map(|c| fold_selects(f, c, ranges, concurrent, strict)).collect();
+        f.p.children(e).into_iter().map(|c| fold_decided(f, c, ranges, concurrent, strict)).collect();
     let e = crate::normalize::with_children(&mut f.p, e, children);
-    let keep = if strict { &concurrent.vars } else { &concurrent.none };
+    let keep = strict.then_some(&concurrent.vars);
     if let Some(simpler) = decided_division(f, e, ranges, keep) {
         return simpler;
     }
@@ -134,7 +135,12 @@ fn fold_selects(f: &mut LoopFunc, e: TExprId, ranges: &Ranges, concurrent: &Conc
 /// a parallel, vectorized or GPU loop (`concurrent`): the race verifier
 /// (`crate::independence`) tells concurrent iterations apart by the digits
 /// `x / k` and `x % k` of their variable, both of them.
-fn decided_division(f: &mut LoopFunc, e: TExprId, ranges: &Ranges, concurrent: &HashSet<VarId>) -> Option<TExprId> {
+fn decided_division(
+    f: &mut LoopFunc,
+    e: TExprId,
+    ranges: &Ranges,
+    concurrent: Option<&HashSet<VarId>>,
+) -> Option<TExprId> {
     let TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod), a, k) = *f.p.expr(e) else { return None };
     let TExpr::Int(k) = *f.p.expr(k) else { return None };
     if k <= 1 || f.p.ty(e) != Ty::Index {
@@ -150,7 +156,7 @@ fn decided_division(f: &mut LoopFunc, e: TExprId, ranges: &Ranges, concurrent: &
             None => rest.push(t),
         }
     }
-    if op == BinOp::FloorDiv && rest.iter().any(|&t| mentions_any(f, t, concurrent)) {
+    if op == BinOp::FloorDiv && concurrent.is_some_and(|vars| rest.iter().any(|&t| mentions_any(f, t, vars))) {
         return None;
     }
     let (mut lo, mut hi) = (0i64, 0i64);
@@ -197,8 +203,6 @@ fn decided_division(f: &mut LoopFunc, e: TExprId, ranges: &Ranges, concurrent: &
 struct Concurrency {
     vars: HashSet<VarId>,
     written: HashSet<TensorId>,
-    /// Empty: for accesses to tensors nothing writes.
-    none: HashSet<VarId>,
     /// Tensors are also written by statements other than stores (GPU and
     /// tile products): every access counts as one to a written tensor.
     opaque: bool,
