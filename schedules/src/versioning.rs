@@ -181,7 +181,7 @@ pub(crate) fn narrowed(f: &LoopFunc, cond: TExprId, ranges: &Ranges) -> Ranges {
 fn find_cut(f: &LoopFunc, var: VarId, lo: i64, hi: i64, kind: ForKind, body: &[Stmt], ranges: &Ranges) -> Option<i64> {
     let mut found = None;
     guards_in(f, body, &mut ranges.clone(), &mut |f, c, inner| {
-        if found.is_some() || !mentions(f, c, var) || (kind == ForKind::Parallel && divides(f, c, var)) {
+        if found.is_some() || !f.p.mentions(c, var) || (kind == ForKind::Parallel && divides(f, c, var)) {
             return;
         }
         let on = |a: i64, b: i64| {
@@ -278,11 +278,7 @@ fn divides(f: &LoopFunc, e: TExprId, var: VarId) -> bool {
             ..
         )
     );
-    (division && mentions(f, e, var)) || f.p.children(e).into_iter().any(|c| divides(f, c, var))
-}
-
-fn mentions(f: &LoopFunc, e: TExprId, var: VarId) -> bool {
-    matches!(f.p.expr(e), TExpr::Var(v) if *v == var) || f.p.children(e).into_iter().any(|c| mentions(f, c, var))
+    (division && f.p.mentions(e, var)) || f.p.children(e).into_iter().any(|c| divides(f, c, var))
 }
 
 /// `var op k` as a guard.

@@ -229,6 +229,26 @@ fn odd_row_tails_load_masked() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// A vectorized loop whose lanes past its last full register fill at most
+/// half a register runs that tail as a narrower vector: a 147-wide row in
+/// blocks of 32 lanes ends with 19, emitted as 16 + 3 (one 16-lane and one
+/// 4-lane FMA), not as LLVM's widening to 32 lanes (two 16-lane ones).
+/// Results at such widths: tests/tests/backends.rs.
+#[test]
+fn vector_tails_run_in_narrower_registers() {
+    let path = std::env::temp_dir().join(format!("texc-cli-{}-c147.tex", std::process::id()));
+    let src = "kernel c(X: f32[1, 4, 3, 149], W: f32[8, 4, 3, 3]) -> Y: f32[1, 8, 1, 147] {\n\
+               \x20   Y[n, f, y, x] = sum[c, r, s](X[n, c, y + r, x + s] * W[f, c, r, s]);\n}\n";
+    std::fs::write(&path, src).expect("write");
+    let o = texc(&["emit", path.to_str().expect("utf-8"), "--stage", "asm", "--target", "x86-avx512", "--exact"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let asm = String::from_utf8_lossy(&o.stdout);
+    let fmas = |reg: &str| asm.lines().filter(|l| l.trim_start().starts_with("vfmadd") && l.contains(reg)).count();
+    let (zmm, xmm) = (fmas("%zmm"), fmas("%xmm"));
+    assert!(xmm > 0 && zmm <= 3 * xmm, "the 19-lane tail as 16 + 3 lanes expected: {zmm} zmm and {xmm} xmm FMAs");
+    let _ = std::fs::remove_file(&path);
+}
+
 /// Byte windows of stride 2 (an int8 depthwise convolution of stride 2)
 /// on AVX2: each row of 16 lanes spans 31 bytes, loaded as two
 /// overlapping 16-byte pieces, not element by element (LLVM legalizes a

@@ -776,7 +776,7 @@ impl<'ctx> Gen<'ctx, '_> {
 
     /// A CPU vector register's bytes: 64 with AVX-512 (unless it prefers
     /// 256-bit vectors), 32 with AVX; `None` without either.
-    fn register_bytes(&self) -> Option<u32> {
+    pub(super) fn register_bytes(&self) -> Option<u32> {
         match () {
             _ if self.has_feature("avx512f") && !self.has_feature("prefer-256-bit") => Some(64),
             _ if self.has_feature("avx") || self.has_feature("avx2") => Some(32),

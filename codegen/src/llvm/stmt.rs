@@ -10,9 +10,10 @@ use inkwell::module::Linkage;
 use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
-use texc_compiler::tir::{TExprId, TensorId, Ty, VarId};
+use texc_compiler::tir::{TExpr, TExprId, TensorId, Ty, VarId};
 use texc_schedules::analysis;
 use texc_schedules::ir::{ForKind, Stmt};
+use texc_schedules::LoopFunc;
 
 impl<'ctx> Gen<'ctx, '_> {
     pub(super) fn stmts(&mut self, fr: &mut Frame<'ctx>, body: &[Stmt], mode: Mode<'ctx>) -> R<()> {
@@ -39,8 +40,10 @@ impl<'ctx> Gen<'ctx, '_> {
                     ForKind::Async if self.on_device() => self.async_copy(fr, *var, *lo, *extent, body),
                     // The emulation's copies land at once: its thread loops run in order.
                     ForKind::Vectorized | ForKind::Async if *extent > 1 => {
-                        let lanes = *extent as u32;
-                        self.stmts(fr, body, Mode::Vector { var: *var, base: *lo, lanes, mask: None })
+                        for (base, lanes) in self.vector_pieces(body, *lo, *extent, *kind) {
+                            self.stmts(fr, body, Mode::Vector { var: *var, base, lanes, mask: None })?;
+                        }
+                        Ok(())
                     }
                     // The loops around tensor-core operations whose accumulators
                     // are in registers: unrolled, so that each names its registers.
@@ -132,6 +135,30 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// `t`'s stack array in `func`, made on first use.
+    /// The pieces (first lane, lanes) a vectorized loop over `lo..lo + extent`
+    /// is emitted in: one, or — where the lanes past the last full register of
+    /// the body's widest element fill at most half a register — the full
+    /// registers and that tail apart. LLVM widens a vector to a power of two
+    /// lanes: 19 `f32` lanes with AVX-512 ran as two 16-lane registers, and
+    /// as 16 + 3 the tail is one 4-lane operation, which costs half a 16-lane
+    /// one on CPUs that split 512-bit operations in two (Zen 4) and no more
+    /// elsewhere. The lanes of a vectorized loop are independent (the race
+    /// verifier proves it), so the order of the pieces is free.
+    fn vector_pieces(&self, body: &[Stmt], lo: i64, extent: i64, kind: ForKind) -> Vec<(i64, u32)> {
+        let whole = vec![(lo, extent as u32)];
+        let Some(register) = self.register_bytes() else { return whole };
+        if kind != ForKind::Vectorized || self.gpu.is_some() {
+            return whole;
+        }
+        let widest = widest_element(self.f, body);
+        let full = (register / widest.max(1)) as i64;
+        let tail = extent % full;
+        if extent < full || tail == 0 || tail > full / 2 {
+            return whole;
+        }
+        vec![(lo, (extent - tail) as u32), (lo + extent - tail, tail as u32)]
+    }
+
     fn stack_array(&mut self, func: FunctionValue<'ctx>, t: TensorId) -> R<PointerValue<'ctx>> {
         if let Some(&p) = self.stack_arrays.get(&(func, t)) {
             return Ok(p);
@@ -358,4 +385,29 @@ fn last_store(body: &[Stmt]) -> Option<TensorId> {
 fn symbol_part(name: &str) -> String {
     let s: Vec<char> = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
     s[s.len().saturating_sub(48)..].iter().collect()
+}
+
+/// The bytes of the widest element a vector statement of `body` computes,
+/// loads or stores (index arithmetic aside).
+fn widest_element(f: &LoopFunc, body: &[Stmt]) -> u32 {
+    fn of_expr(f: &LoopFunc, e: TExprId) -> u32 {
+        let own = match f.p.ty(e) {
+            Ty::Elem(t) => t.size() as u32,
+            Ty::Index => 0,
+        };
+        let loaded = match f.p.expr(e) {
+            TExpr::Load(t, _) => f.p.tensor(*t).elem.size() as u32,
+            _ => 0,
+        };
+        f.p.children(e).into_iter().map(|c| of_expr(f, c)).fold(own.max(loaded), u32::max)
+    }
+    body.iter()
+        .map(|s| match s {
+            Stmt::Store { tensor, value, .. } => (f.p.tensor(*tensor).elem.size() as u32).max(of_expr(f, *value)),
+            Stmt::If { cond, then } => of_expr(f, *cond).max(widest_element(f, then)),
+            Stmt::For { body, .. } | Stmt::Alloc { body, .. } => widest_element(f, body),
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
 }
