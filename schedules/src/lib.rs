@@ -54,6 +54,7 @@ pub mod normalize;
 pub mod prepack;
 pub mod prepare;
 pub mod schedule;
+pub mod separable;
 pub mod strategy;
 pub mod tensorize;
 pub mod text;

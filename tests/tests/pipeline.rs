@@ -108,6 +108,49 @@ fn selects_the_loop_ranges_decide_are_folded() {
     }
 }
 
+/// Max pools (std.nn's with and without padding, of stride 1 and 2, and a
+/// `u8` window written out) run as a maximum over rows and then one over
+/// columns (`schedules::separable`); a window whose column index moves with
+/// its row stays one reduction. Results equal the interpreter's on every
+/// runnable backend at sizes no vector width divides.
+#[test]
+fn window_maxima_run_as_rows_then_columns() {
+    let src = "import std.nn;
+kernel k(X: f32[1, C = 3, H = 17, W = 37], Q: u8[1, C, H, W]) -> (P: f32[1, C, 9, 19], S: f32[1, C, H, W], T: f32[1, C, 8, 18], B: u8[C, 8, 18], D: f32[C, 15, 33]) {
+    P = max_pool2d(X, 3, stride = 2, pad = 1);
+    S = max_pool2d(X, 3, stride = 1, pad = 1);
+    T = max_pool2d(X, 2);
+    B[c, h, w] = max[r in 0..2, s in 0..2](Q[0, c, 2 * h + r, 2 * w + s]);
+    D[c, y, x] = max[r in 0..3, s in 0..3](X[0, c, y + r, x + s + 2 - r]);
+}";
+    let mut rng = texc_runtime::SplitMix64::new(7);
+    let x: Vec<f64> = (0..3 * 17 * 37).map(|_| rng.next_f64() * 4.0 - 2.0).collect();
+    let q: Vec<f64> = (0..3 * 17 * 37).map(|_| (rng.next_f64() * 256.0).floor()).collect();
+    let args = vec![
+        Arg::Tensor(Tensor::from_f64(DType::F32, vec![1, 3, 17, 37], &x)),
+        Arg::Tensor(Tensor::from_f64(DType::U8, vec![1, 3, 17, 37], &q)),
+    ];
+    let (runnable, _) = texc_tests::runnable_targets();
+    for name in ["x86-avx2", "x86-avx512"] {
+        let (mut pl, k) = texc_tests::load_text(name, "k.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let text = texc_schedules::ir::print(&f);
+        for t in ["P", "S", "T", "B"] {
+            assert!(text.contains(&format!("local {t}.rows")), "{name}: `{t}` by rows, then columns:\n{text}");
+        }
+        assert!(!text.contains("D.rows"), "{name}: `D`'s window is not separable:\n{text}");
+        let want = interp::run(&p, args.clone()).expect("interp");
+        for target in runnable.iter().filter(|t| t.name == name || t.name == "host" || t.name == "cranelift") {
+            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args.clone()).expect("runs");
+            let names: Vec<String> = ["P", "S", "T", "B", "D"].iter().map(|s| s.to_string()).collect();
+            for e in texc_pipeline::oracle::compare(&names, &got, &want, Some(0.0)) {
+                assert!(e.passed(), "{name} loops on {target}: relative error {}", e.error);
+            }
+        }
+    }
+}
+
 /// Index arithmetic below zero (`x - 3` over a loop variable, a padded
 /// image's index) divided by a constant: legalization shifts the dividend up
 /// by a multiple of the divisor so that unsigned division applies (no

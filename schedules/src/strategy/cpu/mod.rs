@@ -97,7 +97,7 @@ impl Strategy for Cpu {
 /// are inlined once reductions are hoisted out of them, and a row
 /// reduction's dense loops are fused before it is factored into
 /// vector-width partial results.
-const PREPARATION: [Step; 13] = [
+const PREPARATION: [Step; 14] = [
     Step { name: "dot4-products", run: dot4_products },
     Step { name: "filters-last", run: filters_last },
     Step { name: "fuse-attention", run: fuse_attention },
@@ -108,10 +108,17 @@ const PREPARATION: [Step; 13] = [
     Step { name: "inline-epilogues", run: preparation::inline_epilogues_step },
     Step { name: "simplify-div-mod", run: preparation::simplify_div_mod },
     Step { name: "fold-conditions", run: preparation::fold_conditions },
+    Step { name: "separate-window-maxima", run: separate_window_maxima },
     Step { name: "reciprocals", run: reciprocals },
     Step { name: "fuse-dense-reductions", run: row_reductions::fuse_dense_reductions },
     Step { name: "rfactor", run: row_reductions::rfactor },
 ];
+
+/// *separate-window-maxima*: a max pool's window as a maximum over rows,
+/// then one over columns ([`crate::separable`]).
+fn separate_window_maxima(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    crate::separable::separate_window_maxima(p);
+}
 
 /// *dot4-products*: sums of `u8 × i8` products on the target's `@dot4`
 /// ([`crate::dot4`]; the pipeline made those of constant operands before folding).
