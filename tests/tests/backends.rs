@@ -461,6 +461,43 @@ fn vector_max_and_min_match_the_interpreter_elementwise() {
     }
 }
 
+/// The same semantics where vectors are not one register: a maximum over
+/// rows whose register block holds 32 lanes and whose row ends in 15
+/// (`vrangeps` a register at a time, a short piece padded), of special
+/// values — NaN, signed zeros, infinities — in every position.
+#[test]
+fn vector_max_in_pieces_matches_the_interpreter() {
+    let special =
+        [0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e-40, -1e-40, 1.0, -1.0, 3.5, -0.0, 0.0, 2.0];
+    for (elem, dtype) in [("f32", DType::F32), ("f64", DType::F64)] {
+        let src = format!(
+            "kernel m(X: {elem}[H = 11, W = 111]) -> (P: {elem}[5, W], Q: {elem}[5, W]) {{
+    P[h, x] = max[r in 0..3](X[2 * h + r, x]);
+    Q[h, x] = min[r in 0..3](X[2 * h + r, x]);
+}}"
+        );
+        // Mostly ordinary values, so that a NaN or a zero meets each kind of neighbour.
+        let xs: Vec<f64> = (0..11 * 111)
+            .map(|i| if i % 5 == 0 { special[i / 5 % special.len()] } else { (i % 17) as f64 - 8.0 })
+            .collect();
+        for target in targets() {
+            let (mut pl, k) = texc_tests::load_text(target.name, "m.tex", &src, None).expect("front end");
+            let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+            let f = texc_tests::loops(&mut pl, k, &p);
+            let x = texc_runtime::Tensor::from_f64(dtype, vec![11, 111], &xs);
+            let args = || vec![interp::Arg::Tensor(x.clone())];
+            let want = interp::run(&p, args()).expect("interp");
+            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args()).expect("runs");
+            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                for (i, (g, w)) in g.to_f64().iter().zip(w.to_f64()).enumerate() {
+                    let same = (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits();
+                    assert!(same, "{elem} output {o} at {i}: {g} on {target}, interpreter says {w}");
+                }
+            }
+        }
+    }
+}
+
 /// Float to byte conversions truncate, saturate and send NaN to 0 on every
 /// backend, from f32 and f64, in vectors and in the scalar tail (67 lanes),
 /// bit for bit as the interpreter does, bounds and their neighbours included.

@@ -428,6 +428,19 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(self.b.build_shuffle_vector(v, v.get_type().get_poison(), VectorType::const_vector(&pick), "pad")?)
     }
 
+    /// `v` with zero lanes appended up to `n` lanes (an operand of an
+    /// instruction of `n` lanes, whose results past `v`'s are dropped).
+    fn lanes_zero_padded(&self, v: VectorValue<'ctx>, n: u32) -> R<VectorValue<'ctx>> {
+        let len = v.get_type().get_size();
+        if len == n {
+            return Ok(v);
+        }
+        let i32t = self.cx.i32_type();
+        let pick: Vec<_> = (0..n).map(|l| i32t.const_int(if l < len { l } else { len } as u64, false)).collect();
+        let zero = v.get_type().const_zero();
+        Ok(self.b.build_shuffle_vector(v, zero, VectorType::const_vector(&pick), "zpad")?)
+    }
+
     pub(super) fn math(
         &mut self,
         f: MathFn,
@@ -521,7 +534,7 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// IEEE `maximum`/`minimum` of two float vectors that are not constants
-    /// in three AVX-512DQ instructions: `vrangeps` orders −0 below +0 but
+    /// in three AVX-512DQ instructions a register: `vrangeps` orders −0 below +0 but
     /// returns the other operand for a NaN, so lanes where either is NaN take
     /// `a + b` (NaN) instead. LLVM 19 lowers `llvm.maximum` to six (a sign
     /// blend of each operand, then `vmaxps` and a NaN blend): the chain of a
@@ -549,12 +562,25 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         // imm8: bits 1:0 pick max (01) or min (00), bits 3:2 the sign from the comparison (01).
         let imm = self.cx.i32_type().const_int(if max { 0b0101 } else { 0b0100 }, false);
-        let Some(ranged) =
-            self.avx512_masked(&format!("range.{suffix}"), "+avx512dq", lanes * bits, vec![a, b, imm.into()])?
-        else {
-            return Ok(None);
-        };
-        let ranged = ranged.into_vector_value();
+        // One instruction per register: vectors wider than one (a register
+        // block's 32 lanes) in pieces, one narrower than a power of two of
+        // lanes (a row's tail of 15) padded with zeros.
+        let register = 512 / bits;
+        let mut pieces = Vec::new();
+        let mut from = 0;
+        while from < lanes {
+            let n = (lanes - from).min(register);
+            let width = n.next_power_of_two().max(128 / bits);
+            let pa = self.lanes_zero_padded(self.lanes_of(va, from, n)?, width)?;
+            let pb = self.lanes_zero_padded(self.lanes_of(vb, from, n)?, width)?;
+            let args = vec![pa.into(), pb.into(), imm.into()];
+            let Some(r) = self.avx512_masked(&format!("range.{suffix}"), "+avx512dq", width * bits, args)? else {
+                return Ok(None);
+            };
+            pieces.push(self.lanes_of(r.into_vector_value(), 0, n)?);
+            from += n;
+        }
+        let ranged = self.concat(&pieces)?;
         let nan = self.b.build_float_compare(inkwell::FloatPredicate::UNO, va, vb, "nan")?;
         let sum = self.b.build_float_add(va, vb, "nan_sum")?;
         Ok(Some(self.b.build_select(nan, sum, ranged, if max { "maximum" } else { "minimum" })?))
