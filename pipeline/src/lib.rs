@@ -761,7 +761,7 @@ impl Pipeline {
                 .collect();
             let transposed = |t: TensorId, rows: i64| {
                 let i = t.0 as usize;
-                constant[i] && (rows >= texc_schedules::transpose::MIN_ROWS || fits.get(i) == Some(&true))
+                constant[i] && (rows >= texc_schedules::transpose::MIN_ROWS || fits[i])
             };
             texc_schedules::transpose::transpose_operands(p, Some(&transposed), 1);
         }
