@@ -744,26 +744,8 @@ impl Pipeline {
             let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
             texc_schedules::filters_last::filters_last(p, self.options.target, &|t| constant[t.0 as usize]);
             let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
-            // Any row count: a constant's transpose costs nothing per run —
-            // but memory: a matrix-vector product of a weight larger than
-            // the last-level cache streams it from memory in either form,
-            // and folding its transpose held it twice (AlexNet's first
-            // classifier weight, 151 MB: peak resident memory of `texc run`
-            // 458 → 332 MB, VGG-11's 1033 → 671 MB; AlexNet ran 4 % slower,
-            // 20.4 → 21.2 ms at 1 thread: the transposed panels streamed a
-            // little faster).
-            let caches = self.options.target.cpu_caches();
-            let streamed = caches.l3.max(caches.l2);
-            let fits: Vec<bool> = p
-                .tensors
-                .iter()
-                .map(|d| d.shape.iter().product::<i64>().saturating_mul(d.elem.size() as i64) <= streamed)
-                .collect();
-            let transposed = |t: TensorId, rows: i64| {
-                let i = t.0 as usize;
-                constant[i] && (rows >= texc_schedules::transpose::MIN_ROWS || fits[i])
-            };
-            texc_schedules::transpose::transpose_operands(p, Some(&transposed), 1);
+            // Any row count: a constant's transpose costs nothing per run.
+            texc_schedules::transpose::transpose_operands(p, Some(&|t: TensorId| constant[t.0 as usize]), 1);
         }
         texc_schedules::prepack::prepack_constant_operands(p, self.options.target, knobs, is_constant, known_scalar);
         Ok(())

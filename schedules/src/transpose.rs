@@ -21,13 +21,10 @@
 //! alone, as its last; the other does not involve `j`. A `W` computed at
 //! run time only when the output has at least [`MIN_ROWS`] rows besides `j`
 //! (a matrix-vector product reads `W` once, so transposing it first would
-//! double its traffic); a constant `W` at any row count the caller accepts,
-//! as its transpose costs nothing per run and the `A[i, k] · B[k, j]` form
-//! needs no horizontal sums of the dot products' lanes (an LSTM's recurrent
-//! product at one row, its input projection at the sequence length) — the
-//! pipeline leaves out matrix-vector products of weights larger than the
-//! last-level cache, which stream from memory in either form and whose
-//! transpose would hold them twice while folding.
+//! double its traffic); a constant `W` at any row count, as its transpose
+//! costs nothing per run and the `A[i, k] · B[k, j]` form needs no
+//! horizontal sums of the dot products' lanes (an LSTM's recurrent product
+//! at one row, its input projection at the sequence length).
 //!
 //! Invariants: the program computes the same values (the product's terms
 //! are the same products in the same order); stages stay in an order
@@ -45,16 +42,15 @@ use texc_compiler::tir::*;
 pub const MIN_ROWS: i64 = 16;
 
 /// Transpose the vector operand of every product that reads it across its
-/// rows (only those `only` accepts, given the tensor and the product's
-/// output rows) and has at least `min_rows` output rows; the number of
-/// products changed. Attention stages (`crate::flash`) are left to their
-/// own nest.
-pub fn transpose_operands(p: &mut Program, only: Option<&dyn Fn(TensorId, i64) -> bool>, min_rows: i64) -> usize {
+/// rows (only those `only` accepts, where given) and has at least
+/// `min_rows` output rows; the number of products changed. Attention
+/// stages (`crate::flash`) are left to their own nest.
+pub fn transpose_operands(p: &mut Program, only: Option<&dyn Fn(TensorId) -> bool>, min_rows: i64) -> usize {
     let mut made: Vec<(TensorId, TensorId)> = Vec::new();
     let mut changed = 0;
     let mut si = 0;
     while si < p.stages.len() {
-        match find(p, si, min_rows).filter(|&(_, w)| only.is_none_or(|f| f(w, output_rows(&p.stages[si])))) {
+        match find(p, si, min_rows).filter(|&(_, w)| only.is_none_or(|f| f(w))) {
             Some((load, w)) => {
                 let t = match made.iter().find(|(m, _)| *m == w) {
                     Some(&(_, t)) => t,
@@ -82,7 +78,8 @@ fn find(p: &Program, si: usize, min_rows: i64) -> Option<(TExprId, TensorId)> {
         return None;
     }
     let j = st.n_axes.checked_sub(1)? as VarId;
-    if output_rows(st) < min_rows {
+    let rows: i64 = st.vars[..st.n_axes - 1].iter().map(|v| v.extent).product();
+    if rows < min_rows {
         return None;
     }
     let mut stack = vec![st.value];
@@ -102,11 +99,6 @@ fn find(p: &Program, si: usize, min_rows: i64) -> Option<(TExprId, TensorId)> {
         stack.extend(p.children(e));
     }
     None
-}
-
-/// The product of the extents of stage `st`'s axes besides its innermost.
-fn output_rows(st: &Stage) -> i64 {
-    st.vars[..st.n_axes.saturating_sub(1)].iter().map(|v| v.extent).product()
 }
 
 fn strip_cast(p: &Program, e: TExprId) -> TExprId {
