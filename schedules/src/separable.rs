@@ -19,9 +19,10 @@
 //! value that depends on no variable.
 //!
 //! Invariants: only a stage whose value is one `max` over exactly two
-//! reduction variables, reading one tensor at one index where `r` is in one
-//! position and `s` with one axis `w` in another (which nothing else
-//! mentions); every other stage, and every other part of the program, is
+//! reduction variables of two or more values each, reading one tensor at
+//! one index where `r` is in one position and `s` with one axis `w` in the
+//! last (which nothing else mentions, its stride at most the window's
+//! width); every other stage, and every other part of the program, is
 //! left as it is. The new stage is inserted just before `Y`, so indices of
 //! earlier stages stay valid.
 
@@ -132,6 +133,14 @@ fn window(p: &Program, si: usize) -> Option<Window> {
     let axes: Vec<VarId> = (0..st.n_axes as VarId).filter(|&v| p.mentions(idx[col], v)).collect();
     let [w] = axes[..] else { return None };
     if idx.iter().enumerate().any(|(k, &i)| k != col && p.mentions(i, w)) {
+        return None;
+    }
+    // Windows of one row or column have nothing to separate; where the
+    // stride is wider than the window, rows of `X` no window reads would
+    // be reduced too.
+    let extent = |v: VarId| st.vars[v as usize].extent;
+    let stride = texc_compiler::affine::affine_in_vars(p, idx[col])?.terms.get(&w).copied()?;
+    if extent(r) < 2 || extent(s) < 2 || stride.unsigned_abs() > extent(s).unsigned_abs() as u128 {
         return None;
     }
     let (mut rows, mut cols) = (Vec::new(), Vec::new());

@@ -134,7 +134,6 @@ impl<'ctx> Gen<'ctx, '_> {
         }
     }
 
-    /// `t`'s stack array in `func`, made on first use.
     /// The pieces (first lane, lanes) a vectorized loop over `lo..lo + extent`
     /// is emitted in: one, or — where the lanes past the last full register of
     /// the body's widest element fill at most half a register — the full
@@ -159,6 +158,7 @@ impl<'ctx> Gen<'ctx, '_> {
         vec![(lo, (extent - tail) as u32), (lo + extent - tail, tail as u32)]
     }
 
+    /// `t`'s stack array in `func`, made on first use.
     fn stack_array(&mut self, func: FunctionValue<'ctx>, t: TensorId) -> R<PointerValue<'ctx>> {
         if let Some(&p) = self.stack_arrays.get(&(func, t)) {
             return Ok(p);

@@ -22,11 +22,13 @@
 //!
 //! Before all that, the preparation passes ([`PREPARATION`]): besides the
 //! shared ones, index quotients and remainders the variables' ranges
-//! decide are simplified (`normalize::simplify_div_mod`), divisors constant
-//! along a row are inverted once per row, trailing reduction variables that
-//! walk every read as one dense row become one, and float reductions along
-//! rows are factored into vector-width partial results, so that they
-//! vectorize ([`row_reductions`]).
+//! decide are simplified (`normalize::simplify_div_mod`), a max pool's
+//! window is a maximum over its rows and then one over its columns
+//! ([`crate::separable`]), divisors constant along a row are inverted once
+//! per row, trailing reduction variables that walk every read as one
+//! dense row become one, and float reductions along rows are factored
+//! into vector-width partial results, so that they vectorize
+//! ([`row_reductions`]).
 //!
 //! The sizes of blocks and the parallel work follow from the target's
 //! caches and cores (`Target::caches`: read from the machine for `host`,
