@@ -23,8 +23,9 @@
 //! one index where `r` is in one position and `s` with one axis `w` in the
 //! last (which nothing else mentions, its stride at most the window's
 //! width); every other stage, and every other part of the program, is
-//! left as it is. The new stage is inserted just before `Y`, so indices of
-//! earlier stages stay valid.
+//! left as it is. The new stage is inserted just before `Y`, in `Y`'s
+//! operator, so indices of earlier stages stay valid and operator records
+//! cover their stages.
 
 use crate::normalize::{fresh_name, subst};
 use std::collections::HashMap;
@@ -95,7 +96,8 @@ fn separate(p: &mut Program, si: usize) -> bool {
     let body = guarded(p, &cols_conds, load, win.outside, span);
     let value = p.alloc(TExpr::Reduce(ReduceOp::Max, vec![new_r], body), ty, span);
     p.stages[si] = Stage { vars, value, ..st };
-    p.stages.insert(si, rows_stage);
+    // The rows' stage belongs to the pool's operator.
+    crate::prepack::insert_stage(p, si, rows_stage);
     true
 }
 

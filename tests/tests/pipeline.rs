@@ -76,7 +76,6 @@ fn selects_the_loop_ranges_decide_are_folded() {
         Tensor::from_f64(DType::F32, shape, &(0..n).map(|_| rng.next_f64() * 4.0 - 2.0).collect::<Vec<_>>())
     };
     let args = vec![Arg::Tensor(t(vec![3, 11, 37])), Arg::Tensor(t(vec![3, 11, 37]))];
-    let (runnable, _) = texc_tests::runnable_targets();
     for name in ["x86-avx2", "x86-avx512"] {
         let (mut pl, k) = texc_tests::load_text(name, "k.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
         let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
@@ -97,13 +96,28 @@ fn selects_the_loop_ranges_decide_are_folded() {
             assert!(cat.iter().any(|l| l.contains(half) && !l.contains("select")), "{name}: `{half}` alone:\n{text}");
         }
         assert!(s.iter().all(|l| l.contains("select")), "{name}: data decides `S`:\n{text}");
-        let want = interp::run(&p, args.clone()).expect("interp");
-        for target in runnable.iter().filter(|t| t.name == name || t.name == "host") {
-            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args.clone()).expect("runs");
-            let names: Vec<String> = ["P", "Cat", "S", "M"].iter().map(|s| s.to_string()).collect();
-            for e in texc_pipeline::oracle::compare(&names, &got, &want, None) {
-                assert!(e.passed(), "{name} loops on {target}: relative error {}", e.error);
-            }
+        runs_like_the_interpreter(name, &p, &f, &args, &["P", "Cat", "S", "M"], None);
+    }
+}
+
+/// `f`, the loops of `p` for target `name`, run on every runnable target
+/// that runs them (`name` itself, `host`, Cranelift), give the
+/// interpreter's `outputs` of `p` within `tolerance`.
+fn runs_like_the_interpreter(
+    name: &str,
+    p: &texc_compiler::tir::Program,
+    f: &texc_schedules::LoopFunc,
+    args: &[Arg],
+    outputs: &[&str],
+    tolerance: Option<f64>,
+) {
+    let (runnable, _) = texc_tests::runnable_targets();
+    let want = interp::run(p, args.to_vec()).expect("interp");
+    let names: Vec<String> = outputs.iter().map(|s| s.to_string()).collect();
+    for target in runnable.iter().filter(|t| t.name == name || t.name == "host" || t.name == "cranelift") {
+        let got = texc_tests::compile_loops(target, f).expect("compiles").run(args.to_vec()).expect("runs");
+        for e in texc_pipeline::oracle::compare(&names, &got, &want, tolerance) {
+            assert!(e.passed(), "{name} loops on {target}: `{}` relative error {}", e.name, e.error);
         }
     }
 }
@@ -130,7 +144,6 @@ kernel k(X: f32[1, C = 3, H = 17, W = 37], Q: u8[1, C, H, W]) -> (P: f32[1, C, 9
         Arg::Tensor(Tensor::from_f64(DType::F32, vec![1, 3, 17, 37], &x)),
         Arg::Tensor(Tensor::from_f64(DType::U8, vec![1, 3, 17, 37], &q)),
     ];
-    let (runnable, _) = texc_tests::runnable_targets();
     for name in ["x86-avx2", "x86-avx512"] {
         let (mut pl, k) = texc_tests::load_text(name, "k.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
         let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
@@ -140,14 +153,7 @@ kernel k(X: f32[1, C = 3, H = 17, W = 37], Q: u8[1, C, H, W]) -> (P: f32[1, C, 9
             assert!(text.contains(&format!("local {t}.rows")), "{name}: `{t}` by rows, then columns:\n{text}");
         }
         assert!(!text.contains("D.rows"), "{name}: `D`'s window is not separable:\n{text}");
-        let want = interp::run(&p, args.clone()).expect("interp");
-        for target in runnable.iter().filter(|t| t.name == name || t.name == "host" || t.name == "cranelift") {
-            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args.clone()).expect("runs");
-            let names: Vec<String> = ["P", "S", "T", "B", "D"].iter().map(|s| s.to_string()).collect();
-            for e in texc_pipeline::oracle::compare(&names, &got, &want, Some(0.0)) {
-                assert!(e.passed(), "{name} loops on {target}: relative error {}", e.error);
-            }
-        }
+        runs_like_the_interpreter(name, &p, &f, &args, &["P", "S", "T", "B", "D"], Some(0.0));
     }
 }
 

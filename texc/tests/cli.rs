@@ -210,23 +210,26 @@ fn integer_products_use_dot_product_instructions() {
 /// every CPU target.
 #[test]
 fn odd_row_tails_load_masked() {
-    let path = std::env::temp_dir().join(format!("texc-cli-{}-c7.tex", std::process::id()));
     let src = "kernel c(X: f32[1, 16, 9, 9], W: f32[16, 16, 3, 3]) -> Y: f32[1, 16, 7, 7] {\n\
                \x20   Y[n, f, y, x] = sum[c, r, s](X[n, c, y + r, x + s] * W[f, c, r, s]);\n}\n";
-    std::fs::write(&path, src).expect("write");
-    let asm = |target: &str| {
-        let o = texc(&["emit", path.to_str().expect("utf-8"), "--stage", "asm", "--target", target, "--exact"]);
-        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
-    let avx2 = asm("x86-avx2");
+    let avx2 = exact_asm("c7", src, "x86-avx2");
     assert!(avx2.contains("vmaskmovps"), "x86-avx2: masked row loads expected");
-    let avx512 = asm("x86-avx512");
+    let avx512 = exact_asm("c7", src, "x86-avx512");
     assert!(
         avx512.lines().any(|l| l.contains("vmovups") && l.contains("{%k")),
         "x86-avx512: k-masked row loads expected"
     );
+}
+
+/// `texc emit --stage asm --exact` of kernel `src` for `target` (written to
+/// a file named after `name`).
+fn exact_asm(name: &str, src: &str, target: &str) -> String {
+    let path = std::env::temp_dir().join(format!("texc-cli-{}-{name}-{target}.tex", std::process::id()));
+    std::fs::write(&path, src).expect("write");
+    let o = texc(&["emit", path.to_str().expect("utf-8"), "--stage", "asm", "--target", target, "--exact"]);
     let _ = std::fs::remove_file(&path);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// A vectorized loop whose lanes past its last full register fill at most
@@ -236,17 +239,12 @@ fn odd_row_tails_load_masked() {
 /// Results at such widths: tests/tests/backends.rs.
 #[test]
 fn vector_tails_run_in_narrower_registers() {
-    let path = std::env::temp_dir().join(format!("texc-cli-{}-c147.tex", std::process::id()));
     let src = "kernel c(X: f32[1, 4, 3, 149], W: f32[8, 4, 3, 3]) -> Y: f32[1, 8, 1, 147] {\n\
                \x20   Y[n, f, y, x] = sum[c, r, s](X[n, c, y + r, x + s] * W[f, c, r, s]);\n}\n";
-    std::fs::write(&path, src).expect("write");
-    let o = texc(&["emit", path.to_str().expect("utf-8"), "--stage", "asm", "--target", "x86-avx512", "--exact"]);
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let asm = String::from_utf8_lossy(&o.stdout);
+    let asm = exact_asm("c147", src, "x86-avx512");
     let fmas = |reg: &str| asm.lines().filter(|l| l.trim_start().starts_with("vfmadd") && l.contains(reg)).count();
     let (zmm, xmm) = (fmas("%zmm"), fmas("%xmm"));
     assert!(xmm > 0 && zmm <= 3 * xmm, "the 19-lane tail as 16 + 3 lanes expected: {zmm} zmm and {xmm} xmm FMAs");
-    let _ = std::fs::remove_file(&path);
 }
 
 /// Byte windows of stride 2 (an int8 depthwise convolution of stride 2)
