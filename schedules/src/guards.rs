@@ -212,19 +212,18 @@ impl Concurrency {
     fn collect(&mut self, body: &[Stmt]) {
         for s in body {
             match s {
-                Stmt::For { var, kind, body, .. } => {
-                    if matches!(kind, ForKind::Parallel | ForKind::Vectorized) || kind.is_gpu() {
-                        self.vars.insert(*var);
-                    }
-                    self.collect(body);
+                Stmt::For { var, kind, .. }
+                    if matches!(kind, ForKind::Parallel | ForKind::Vectorized) || kind.is_gpu() =>
+                {
+                    self.vars.insert(*var);
                 }
-                Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => self.collect(body),
                 Stmt::Store { tensor, .. } => {
                     self.written.insert(*tensor);
                 }
-                Stmt::Barrier => {}
+                Stmt::For { .. } | Stmt::If { .. } | Stmt::Alloc { .. } | Stmt::Barrier => {}
                 _ => self.opaque = true,
             }
+            self.collect(s.body());
         }
     }
 }

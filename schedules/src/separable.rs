@@ -141,8 +141,8 @@ fn window(p: &Program, si: usize) -> Option<Window> {
     // stride is wider than the window, rows of `X` no window reads would
     // be reduced too.
     let extent = |v: VarId| st.vars[v as usize].extent;
-    let stride = texc_compiler::affine::affine_in_vars(p, idx[col])?.terms.get(&w).copied()?;
-    if extent(r) < 2 || extent(s) < 2 || stride.unsigned_abs() > extent(s).unsigned_abs() as u128 {
+    let stride = crate::analysis::coefficient(p, idx[col], w)?;
+    if extent(r) < 2 || extent(s) < 2 || stride.unsigned_abs() > extent(s).unsigned_abs() {
         return None;
     }
     let (mut rows, mut cols) = (Vec::new(), Vec::new());

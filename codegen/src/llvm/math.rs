@@ -428,19 +428,6 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(self.b.build_shuffle_vector(v, v.get_type().get_poison(), VectorType::const_vector(&pick), "pad")?)
     }
 
-    /// `v` with zero lanes appended up to `n` lanes (an operand of an
-    /// instruction of `n` lanes, whose results past `v`'s are dropped).
-    fn lanes_zero_padded(&self, v: VectorValue<'ctx>, n: u32) -> R<VectorValue<'ctx>> {
-        let len = v.get_type().get_size();
-        if len == n {
-            return Ok(v);
-        }
-        let i32t = self.cx.i32_type();
-        let pick: Vec<_> = (0..n).map(|l| i32t.const_int(if l < len { l } else { len } as u64, false)).collect();
-        let zero = v.get_type().const_zero();
-        Ok(self.b.build_shuffle_vector(v, zero, VectorType::const_vector(&pick), "zpad")?)
-    }
-
     pub(super) fn math(
         &mut self,
         f: MathFn,
@@ -564,15 +551,15 @@ impl<'ctx> Gen<'ctx, '_> {
         let imm = self.cx.i32_type().const_int(if max { 0b0101 } else { 0b0100 }, false);
         // One instruction per register: vectors wider than one (a register
         // block's 32 lanes) in pieces, one narrower than a power of two of
-        // lanes (a row's tail of 15) padded with zeros.
+        // lanes (a row's tail of 15) padded as the dot products pad theirs.
         let register = 512 / bits;
         let mut pieces = Vec::new();
         let mut from = 0;
         while from < lanes {
             let n = (lanes - from).min(register);
             let width = n.next_power_of_two().max(128 / bits);
-            let pa = self.lanes_zero_padded(self.lanes_of(va, from, n)?, width)?;
-            let pb = self.lanes_zero_padded(self.lanes_of(vb, from, n)?, width)?;
+            let pa = self.lanes_of_padded(self.lanes_of(va, from, n)?, width)?;
+            let pb = self.lanes_of_padded(self.lanes_of(vb, from, n)?, width)?;
             let args = vec![pa.into(), pb.into(), imm.into()];
             let Some(r) = self.avx512_masked(&format!("range.{suffix}"), "+avx512dq", width * bits, args)? else {
                 return Ok(None);
