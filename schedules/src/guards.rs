@@ -15,11 +15,16 @@
 //! or remainder whose dividend, beyond multiples of the divisor, the ranges
 //! put in one block of it is taken apart (`decided_division`).
 //! `crate::versioning` runs first and cuts loops so that more guards and
-//! `select`s are decided.
+//! `select`s are decided. A loop all of whose statements are guards
+//! bounding its variable from above stops where they all fail
+//! ([`guarded_extent`]): a 32-lane panel holding one pixel is a loop of
+//! one lane.
 //!
 //! Invariants: only comparisons decided for every iteration are dropped
-//! (a `select`'s operand it never picks with them), a quotient or remainder
-//! is replaced only by an expression equal to it at every iteration,
+//! (a `select`'s operand it never picks with them), only a loop's
+//! iterations in which every statement's guard fails are cut off, a
+//! quotient or remainder is replaced only by an expression equal to it at
+//! every iteration,
 //! and only statements that never run (and the CPU loops, guards and
 //! buffers they leave empty), so the nest computes what it did; the other
 //! loops, stores and their order are kept.
@@ -55,6 +60,10 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges, concurrent: &Co
                 out.push(Stmt::For { var, lo, extent, kind, body });
             }
             Stmt::For { var, lo, extent, kind, body } => {
+                let extent = guarded_extent(f, var, lo, extent, &body, ranges);
+                if extent < 1 {
+                    continue;
+                }
                 let saved = ranges.insert(var, (lo, lo + extent - 1));
                 let body = stmts(f, body, ranges, concurrent);
                 match saved {
@@ -93,6 +102,45 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges, concurrent: &Co
         }
     }
     out
+}
+
+/// The iterations of loop `var` (from `lo`, `extent` of them) that its
+/// body's guards let run: where every statement of the body is a guard with
+/// a comparison `a·var + rest < k` (`a` > 0), the loop stops where that
+/// fails for `rest`'s smallest value. The last panel of a row of 289
+/// pixels in panels of 32 holds one pixel: its 32-lane vector loop, every
+/// store guarded (`(oo·5 + oi)·32 + v < 289`, one value of `oo` and `oi`
+/// there), becomes a loop of one lane instead of masked vectors.
+fn guarded_extent(f: &LoopFunc, var: VarId, lo: i64, extent: i64, body: &[Stmt], ranges: &Ranges) -> i64 {
+    let mut at_var = ranges.clone();
+    at_var.insert(var, (0, 0));
+    let bound = |cond: TExprId| -> Option<i64> {
+        comparisons(f, cond)
+            .into_iter()
+            .filter_map(|c| {
+                let TExpr::Binary(BinOp::Lt, e, k) = *f.p.expr(c) else { return None };
+                let TExpr::Int(k) = *f.p.expr(k) else { return None };
+                let a = crate::analysis::coefficient(&f.p, e, var).filter(|&a| a > 0)?;
+                let (rest_lo, _) = range(f, e, &at_var)?;
+                // The iterations `var <= (k - 1 - rest_lo) / a` may pass.
+                let last = k.checked_sub(1)?.checked_sub(rest_lo)?.div_euclid(a);
+                Some(last.checked_sub(lo)?.checked_add(1)?.max(0))
+            })
+            .min()
+    };
+    let mut most = 0;
+    for s in body {
+        let Stmt::If { cond, .. } = s else { return extent };
+        match bound(*cond) {
+            Some(n) => most = most.max(n),
+            None => return extent,
+        }
+    }
+    if body.is_empty() {
+        extent
+    } else {
+        extent.min(most)
+    }
 }
 
 /// `e` with each quotient and remainder the loop ranges decide taken apart

@@ -13,8 +13,10 @@
 //!
 //! Passes of loop nests (`.loops`): `legalize TARGET` (integer semantics and
 //! intrinsics made explicit), `simplify-indices` (index arithmetic in linear
-//! form), `access` (how each access of a vectorized loop moves with its
-//! lanes: the analysis backends read).
+//! form), `drop-proven-guards` (the comparisons the loop ranges decide
+//! dropped, loops cut to what their guards let run), `access` (how each
+//! access of a vectorized loop moves with its lanes: the analysis backends
+//! read).
 //!
 //! Passes of kernels (`.tex`):
 //! - a preparation pass of the default schedules, `NAME TARGET`
@@ -47,6 +49,11 @@ fn run_pass(pass: &str, mut f: LoopFunc) -> Result<String, String> {
         }
         ["simplify-indices"] => {
             texc_schedules::index::simplify_indices(&mut f);
+            texc_schedules::verify::verify(&f).map_err(|e| e.to_string())?;
+            Ok(ir::print(&f))
+        }
+        ["drop-proven-guards"] => {
+            texc_schedules::guards::drop_proven_guards(&mut f);
             texc_schedules::verify::verify(&f).map_err(|e| e.to_string())?;
             Ok(ir::print(&f))
         }

@@ -24,8 +24,9 @@ fn edges(t: DType) -> Vec<i64> {
 /// A guard that the loop ranges decide is dropped (`guards.rs`): on
 /// x86-avx512 a 784-column product is 6 blocks of 4 panels of 32 and a last
 /// panel of 16; the full blocks keep no `j < 784` test (which made every
-/// vector a masked one), the last panel keeps it, and the result is the
-/// interpreter's on every runnable backend.
+/// vector a masked one), the last panel's loops stop at its 16 columns
+/// instead of testing 32, and the result is the interpreter's on every
+/// runnable backend.
 #[test]
 fn guards_the_loop_ranges_decide_are_dropped() {
     let src =
@@ -36,7 +37,8 @@ fn guards_the_loop_ranges_decide_are_dropped() {
     let text = texc_schedules::ir::print(&f);
     let full_block = text.split("for j.oo in 6..7").next().expect("text");
     assert!(!full_block.contains("if "), "the full blocks are unguarded:\n{text}");
-    assert!(text.contains("< 784"), "the last panel keeps its guard:\n{text}");
+    assert!(!text.contains("< 784"), "the last panel is cut to its columns:\n{text}");
+    assert!(text.contains("j.v in 0..16 vectorized"), "the last panel's 16 columns:\n{text}");
     let mut rng = texc_runtime::SplitMix64::new(3);
     let mut t = |shape: Vec<usize>| {
         let n = shape.iter().product();
@@ -119,6 +121,42 @@ fn runs_like_the_interpreter(
         for e in texc_pipeline::oracle::compare(&names, &got, &want, tolerance) {
             assert!(e.passed(), "{name} loops on {target}: `{}` relative error {}", e.name, e.error);
         }
+    }
+}
+
+/// A convolution over 17 × 17 pixels (289: 10 panels of 32 lanes on
+/// AVX-512, 19 of 16 on AVX2, each ending in a panel of one pixel): its
+/// column blocks split the panels evenly between the two cores of the
+/// nominal machine (5 + 5 on AVX-512 and 9 + 9 with the one-pixel panel
+/// after them on AVX2, not 4 + 4 + 2 and 8 + 8 + 3), and the last panel's
+/// loops run one lane, not 32 or 16 guarded ones. Results equal the
+/// interpreter's on every runnable backend.
+#[test]
+fn column_blocks_share_the_panels_evenly() {
+    let src = "import std.nn;
+kernel k(X: f32[1, C = 24, H = 17, W = 17], F: f32[K = 24, C, 7, 1], B: f32[K]) -> Y: f32[1, K, H, W] {
+    Xp = pad(X, b0 = 0, b1 = 0, b2 = 3, b3 = 0, a0 = 0, a1 = 0, a2 = 3, a3 = 0);
+    Y = relu(conv2d_bias(Xp, F, B));
+}";
+    let mut rng = texc_runtime::SplitMix64::new(11);
+    let mut random = |n: usize| -> Vec<f64> { (0..n).map(|_| rng.next_f64() * 2.0 - 1.0).collect() };
+    let args = vec![
+        Arg::Tensor(Tensor::from_f64(DType::F32, vec![1, 24, 17, 17], &random(24 * 289))),
+        Arg::Tensor(Tensor::from_f64(DType::F32, vec![24, 24, 7, 1], &random(24 * 24 * 7))),
+        Arg::Tensor(Tensor::from_f64(DType::F32, vec![24], &random(24))),
+    ];
+    for (name, blocks) in [
+        ("x86-avx512", ["h.w.oo in 0..2 parallel", "(h.w.oo * 5 + h.w.oi) * 32"]),
+        ("x86-avx2", ["h.w.oo in 0..2 parallel", "(h.w.oo * 9 + h.w.oi) * 16"]),
+    ] {
+        let (mut pl, k) = texc_tests::load_text(name, "k.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let text = texc_schedules::ir::print(&f);
+        for want in blocks.iter().chain(&["h.w.v in 0..1 vectorized"]) {
+            assert!(text.contains(want), "{name}: `{want}` expected:\n{text}");
+        }
+        runs_like_the_interpreter(name, &p, &f, &args, &["Y"], None);
     }
 }
 

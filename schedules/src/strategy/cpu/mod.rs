@@ -492,10 +492,15 @@ fn inside_slices(ss: &StageSchedule, at: usize) -> Option<usize> {
     None
 }
 
-/// Whether leaf `l` is the outer loop of a split whose factor does not divide its extent.
+/// Whether leaf `l` is the outer loop of a split whose factor does not
+/// divide its extent, or a part of such a loop split again (the column
+/// blocks and panels of a row of 289 pixels in panels of 32): the tail's
+/// guard reads it, and decides only where it stays a loop of its own.
 fn has_tail(ss: &StageSchedule, l: usize) -> bool {
     match ss.ivs[l].rel {
-        crate::schedule::Rel::Split { parent, outer: true, factor } => ss.ivs[parent].extent % factor != 0,
+        crate::schedule::Rel::Split { parent, outer, factor } => {
+            outer && ss.ivs[parent].extent % factor != 0 || has_tail(ss, parent)
+        }
         _ => false,
     }
 }
