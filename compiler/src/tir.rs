@@ -242,8 +242,13 @@ impl Stage {
 impl Program {
     /// Whether `e` mentions variable `var`.
     pub fn mentions(&self, e: TExprId, var: VarId) -> bool {
-        matches!(self.expr(e), TExpr::Var(v) if *v == var)
-            || self.children(e).into_iter().any(|c| self.mentions(c, var))
+        self.mentions_where(e, &|v| v == var)
+    }
+
+    /// Whether `e` mentions a variable that `pick` accepts.
+    pub fn mentions_where(&self, e: TExprId, pick: &dyn Fn(VarId) -> bool) -> bool {
+        matches!(self.expr(e), TExpr::Var(v) if pick(*v))
+            || self.children(e).into_iter().any(|c| self.mentions_where(c, pick))
     }
 
     pub fn alloc(&mut self, e: TExpr, ty: Ty, span: Span) -> TExprId {

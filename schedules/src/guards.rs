@@ -204,7 +204,9 @@ fn decided_division(
             None => rest.push(t),
         }
     }
-    if op == BinOp::FloorDiv && concurrent.is_some_and(|vars| rest.iter().any(|&t| mentions_any(f, t, vars))) {
+    if op == BinOp::FloorDiv
+        && concurrent.is_some_and(|vars| rest.iter().any(|&t| f.p.mentions_where(t, &|v| vars.contains(&v))))
+    {
         return None;
     }
     let (mut lo, mut hi) = (0i64, 0i64);
@@ -274,12 +276,6 @@ impl Concurrency {
             self.collect(s.body());
         }
     }
-}
-
-/// Whether `e` mentions a variable of `vars`.
-fn mentions_any(f: &LoopFunc, e: TExprId, vars: &HashSet<VarId>) -> bool {
-    matches!(f.p.expr(e), TExpr::Var(v) if vars.contains(v))
-        || f.p.children(e).into_iter().any(|c| mentions_any(f, c, vars))
 }
 
 /// The summands of `e` through `+`.

@@ -116,7 +116,9 @@ fn window(p: &Program, si: usize) -> Option<Window> {
     let TExpr::Reduce(ReduceOp::Max, rvars, body) = p.expr(st.value) else { return None };
     let [a, b] = rvars[..] else { return None };
     let (conds, outside, load) = match *p.expr(*body) {
-        TExpr::Select(c, load, outside) if !mentions_any_var(p, outside) => (conjuncts(p, c), Some(outside), load),
+        TExpr::Select(c, load, outside) if !p.mentions_where(outside, &|_| true) => {
+            (conjuncts(p, c), Some(outside), load)
+        }
         _ => (Vec::new(), None, *body),
     };
     let TExpr::Load(tensor, idx) = p.expr(load) else { return None };
@@ -163,9 +165,4 @@ fn conjuncts(p: &Program, c: TExprId) -> Vec<TExprId> {
         TExpr::Binary(BinOp::And, a, b) => [conjuncts(p, a), conjuncts(p, b)].concat(),
         _ => vec![c],
     }
-}
-
-/// Whether `e` mentions any variable.
-fn mentions_any_var(p: &Program, e: TExprId) -> bool {
-    matches!(p.expr(e), TExpr::Var(_)) || p.children(e).into_iter().any(|c| mentions_any_var(p, c))
 }
