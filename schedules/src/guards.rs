@@ -112,8 +112,9 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges, concurrent: &Co
 /// store guarded (`(oo·5 + oi)·32 + v < 289`, one value of `oo` and `oi`
 /// there), becomes a loop of one lane instead of masked vectors.
 fn guarded_extent(f: &LoopFunc, var: VarId, lo: i64, extent: i64, body: &[Stmt], ranges: &Ranges) -> i64 {
-    let mut at_var = ranges.clone();
+    let (mut at_var, mut over_loop) = (ranges.clone(), ranges.clone());
     at_var.insert(var, (0, 0));
+    over_loop.insert(var, (lo, lo + extent - 1));
     let bound = |cond: TExprId| -> Option<i64> {
         comparisons(f, cond)
             .into_iter()
@@ -121,6 +122,8 @@ fn guarded_extent(f: &LoopFunc, var: VarId, lo: i64, extent: i64, body: &[Stmt],
                 let TExpr::Binary(BinOp::Lt, e, k) = *f.p.expr(c) else { return None };
                 let TExpr::Int(k) = *f.p.expr(k) else { return None };
                 let a = crate::analysis::coefficient(&f.p, e, var).filter(|&a| a > 0)?;
+                // `e` bounded over the whole loop: `a·var` does not wrap.
+                range(f, e, &over_loop)?;
                 let (rest_lo, _) = range(f, e, &at_var)?;
                 // The iterations `var <= (k - 1 - rest_lo) / a` may pass.
                 let last = k.checked_sub(1)?.checked_sub(rest_lo)?.div_euclid(a);
