@@ -112,6 +112,15 @@ fn stmts(f: &mut LoopFunc, body: Vec<Stmt>, ranges: &mut Ranges, concurrent: &Co
 /// store guarded (`(oo·5 + oi)·32 + v < 289`, one value of `oo` and `oi`
 /// there), becomes a loop of one lane instead of masked vectors.
 fn guarded_extent(f: &LoopFunc, var: VarId, lo: i64, extent: i64, body: &[Stmt], ranges: &Ranges) -> i64 {
+    // Most loops hold a statement that is not a guard: no ranges copied for them.
+    let conds: Option<Vec<TExprId>> = body
+        .iter()
+        .map(|s| match s {
+            Stmt::If { cond, .. } => Some(*cond),
+            _ => None,
+        })
+        .collect();
+    let Some(conds) = conds.filter(|c| !c.is_empty()) else { return extent };
     let (mut at_var, mut over_loop) = (ranges.clone(), ranges.clone());
     at_var.insert(var, (0, 0));
     over_loop.insert(var, (lo, lo + extent - 1));
@@ -131,19 +140,8 @@ fn guarded_extent(f: &LoopFunc, var: VarId, lo: i64, extent: i64, body: &[Stmt],
             })
             .min()
     };
-    let mut most = 0;
-    for s in body {
-        let Stmt::If { cond, .. } = s else { return extent };
-        match bound(*cond) {
-            Some(n) => most = most.max(n),
-            None => return extent,
-        }
-    }
-    if body.is_empty() {
-        extent
-    } else {
-        extent.min(most)
-    }
+    // Each statement's last passing iteration; the loop runs to the latest.
+    conds.into_iter().map(bound).try_fold(0, |most, n| n.map(|n| most.max(n))).map_or(extent, |most| extent.min(most))
 }
 
 /// `e` with each quotient and remainder the loop ranges decide taken apart
