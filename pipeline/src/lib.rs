@@ -28,6 +28,7 @@ mod loops_file;
 mod model;
 mod options;
 pub mod oracle;
+mod slices;
 pub mod stats;
 pub mod tune;
 pub mod tuning;
@@ -785,12 +786,23 @@ impl Pipeline {
         weight: &mut dyn FnMut(&str) -> Option<Tensor>,
         scalars: &HashMap<String, f64>,
     ) -> Result<Vec<(String, Tensor)>, Error> {
+        self.compute_constants_within(weight, scalars, CONSTANT_PART_BYTES)
+    }
+
+    /// [`Pipeline::compute_constants`] with parts (and slices of a part's
+    /// output) of about `max_bytes`.
+    fn compute_constants_within(
+        &mut self,
+        weight: &mut dyn FnMut(&str) -> Option<Tensor>,
+        scalars: &HashMap<String, f64>,
+        max_bytes: u64,
+    ) -> Result<Vec<(String, Tensor)>, Error> {
         let Some(prologue) = self.prologue.clone() else { return Ok(Vec::new()) };
         let target = self.options.target;
         self.options.target = target::lookup("cranelift").map_err(|e| Error::Usage(e.to_string()))?;
         let mut results = Vec::new();
         let mut run = || -> Result<(), Error> {
-            for part in texc_compiler::constants::parts(&prologue, CONSTANT_PART_BYTES) {
+            for part in texc_compiler::constants::parts(&prologue, max_bytes) {
                 let args = part
                     .params
                     .iter()
@@ -805,6 +817,11 @@ impl Pipeline {
                         Diagnostic::error("internal error: a folded stage reads a value that is not a constant")
                     })?;
                 let names: Vec<String> = part.outputs.iter().map(|&t| part.tensor(t).name.clone()).collect();
+                if let Some(slices) = slices::slices(&part, max_bytes) {
+                    let out = self.run_slices(&part, slices, args)?;
+                    results.extend(names.into_iter().zip([out]));
+                    continue;
+                }
                 let compiled = self.default_loops(part).and_then(|l| self.compile(&l.legal))?;
                 let out = compiled.run(args).map_err(|e| Diagnostic::error(e.to_string()))?;
                 results.extend(names.into_iter().zip(out));
@@ -814,6 +831,46 @@ impl Pipeline {
         let outcome = run();
         self.options.target = target;
         outcome.map(|()| results)
+    }
+
+    /// The one output of constant part `part` computed slice by slice
+    /// ([`slices`]) into its memory, each parameter's rows released once no
+    /// later slice reads them.
+    fn run_slices(&mut self, part: &Program, slices: Vec<slices::Slice>, mut args: Vec<Arg>) -> Result<Tensor, Error> {
+        let fail = |e: &dyn std::fmt::Display| Error::from(Diagnostic::error(e.to_string()));
+        let decl = part.tensor(part.outputs[0]);
+        let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+        let mut out = Tensor::zeros(decl.elem, shape.clone()).map_err(|e| fail(&e))?;
+        let row_bytes = out.bytes().len() / shape[0].max(1);
+        for s in slices {
+            let compiled = self.default_loops(s.program).and_then(|l| self.compile(&l.legal))?;
+            let refs: Vec<texc_codegen::ArgRef> = args
+                .iter()
+                .map(|a| match a {
+                    Arg::Tensor(t) => texc_codegen::ArgRef::Tensor(texc_codegen::TensorRef {
+                        dtype: t.dtype(),
+                        shape: &t.shape,
+                        bytes: t.bytes(),
+                    }),
+                    Arg::Scalar(v) => texc_codegen::ArgRef::Scalar(*v),
+                })
+                .collect();
+            let rows_shape: Vec<usize> = [s.rows.len()].into_iter().chain(shape[1..].iter().copied()).collect();
+            let dtype = out.dtype();
+            // SAFETY: generated code writes bools as 0 or 1.
+            let bytes = unsafe { &mut out.bytes_mut()[s.rows.start * row_bytes..s.rows.end * row_bytes] };
+            let mut dst = [texc_codegen::TensorMut { dtype, shape: &rows_shape, bytes }];
+            compiled.run_in_place(&refs, &mut dst).map_err(|e| fail(&e))?;
+            drop(refs);
+            for (t, rows) in s.release {
+                let Some(i) = part.params.iter().position(|q| *q == ProgramParam::Tensor(t)) else { continue };
+                if let Arg::Tensor(w) = &mut args[i] {
+                    let bytes = w.bytes().len() / w.shape.first().copied().unwrap_or(1).max(1);
+                    w.release(0..rows * bytes);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The tensors a compiled model takes from its library: the weights, and
@@ -1373,5 +1430,45 @@ mod tests {
         let one = texc_compiler::constants::parts(pro, u64::MAX);
         assert_eq!(one.iter().map(stages).collect::<Vec<_>>(), [stages(pro)]);
         assert_eq!(one[0].outputs, pro.outputs);
+    }
+
+    /// A constant computed in slices of its rows, its weight's rows released
+    /// as the slices pass them, is the constant computed whole, bit for bit.
+    #[test]
+    fn constants_computed_in_slices_are_the_constants_computed_whole() {
+        // `Wt` reads `W` through a transposing temporary, so the rows a slice
+        // reads are followed through it; 37 rows do not divide the slices.
+        let src = "kernel k(X: f32[3, 40], W: f32[37, 40]) -> Y: f32[3, 37] {\n    \
+                   T[j, i] = W[i, j] * 2.0;\n    Wt[i, j] = T[j, i] + 1.0;\n    \
+                   Y[b, i] = sum[k](X[b, k] * Wt[i, k]);\n}\n";
+        let mut pl = Pipeline::new(Options::new(target::lookup("interp").expect("registered")));
+        let m = pl.load_text("k.tex", src, None).expect("loads");
+        let k = pl.kernel(m, None).expect("one kernel");
+        let built = pl.program(k, &Bindings::default()).expect("specializes");
+        let split = texc_compiler::constants::split(&built.written, &|n| n == "W", &|_| false).expect("Wt folds");
+        let parts = texc_compiler::constants::parts(&split.prologue, u64::MAX);
+        let [part] = &parts[..] else { panic!("one part: {}", parts.len()) };
+        let cut = slices::slices(part, 1024).expect("37 × 40 floats are more than 1 KiB");
+        assert_eq!(cut.first().map(|s| s.rows.start), Some(0));
+        assert!(cut.windows(2).all(|w| w[0].rows.end == w[1].rows.start) && cut.len() > 2);
+        assert_eq!(cut.last().map(|s| s.rows.end), Some(37));
+        // Each slice reads its own rows of `W`: after it, the rows before the
+        // next slice's are free; after the last, all of them.
+        for (s, next) in cut.iter().zip(cut.iter().skip(1).map(|n| n.rows.start).chain([37])) {
+            assert_eq!(s.release.iter().map(|r| r.1).collect::<Vec<_>>(), [next]);
+            texc_compiler::verify::verify(&s.program).expect("a slice is a program");
+        }
+        let w = Tensor {
+            shape: vec![37, 40],
+            data: texc_runtime::Data::F32((0..37 * 40).map(|i| (i as f32).sin()).collect()),
+        };
+        pl.prologue = Some(split.prologue);
+        let mut whole_w = Some(w.clone());
+        let whole = pl.compute_constants_within(&mut |_| whole_w.take(), &HashMap::new(), u64::MAX).expect("runs");
+        let mut sliced_w = Some(w);
+        let sliced = pl.compute_constants_within(&mut |_| sliced_w.take(), &HashMap::new(), 1024).expect("runs");
+        assert_eq!(whole.len(), 1);
+        assert_eq!(whole[0].1.bytes(), sliced[0].1.bytes());
+        assert_eq!(whole[0].1.shape, [37, 40]);
     }
 }

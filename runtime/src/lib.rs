@@ -143,6 +143,41 @@ pub fn wrap_to(dtype: DType, v: i64) -> i64 {
     }
 }
 
+/// `region` cut into the bytes before its first whole page, its whole
+/// pages, and the bytes after them.
+fn whole_pages(region: &mut [u8]) -> (&mut [u8], &mut [u8], &mut [u8]) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: sysconf has no preconditions.
+    let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(1) as usize;
+    #[cfg(not(target_os = "linux"))]
+    let page = region.len() + 1;
+    let start = region.as_ptr() as usize;
+    let first = start.checked_next_multiple_of(page).map_or(region.len(), |a| (a - start).min(region.len()));
+    let (head, rest) = region.split_at_mut(first);
+    let whole = rest.len() / page * page;
+    let (pages, tail) = rest.split_at_mut(whole);
+    (head, pages, tail)
+}
+
+/// Zero `pages` (whole pages of memory this process owns) by giving them
+/// back to the system, which maps zeroed pages in when they are touched again.
+fn release_pages(pages: &mut [u8]) {
+    if pages.is_empty() {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `pages` is whole pages of private memory borrowed mutably;
+        // MADV_DONTNEED on private anonymous memory makes the next access
+        // see zero-filled pages, the same as the `fill(0)` below.
+        let done = unsafe { libc::madvise(pages.as_mut_ptr().cast(), pages.len(), libc::MADV_DONTNEED) } == 0;
+        if done {
+            return;
+        }
+    }
+    pages.fill(0);
+}
+
 impl Tensor {
     /// The elements' memory as generated code reads it (f16/bf16 as their
     /// bits, bools as bytes 0/1; little-endian hosts), without a copy.
@@ -163,6 +198,34 @@ impl Tensor {
             Data::I64(v) => raw(v),
             Data::Bool(v) => raw(v),
         }
+    }
+
+    /// The elements' memory (as [`Tensor::bytes`]), for generated code that
+    /// writes it in place.
+    ///
+    /// # Safety
+    /// The bytes of a bool tensor must be left 0 or 1 (what generated code
+    /// writes); every other element type takes any bytes.
+    pub unsafe fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.bytes().len();
+        // SAFETY: the pointer and length are those of `bytes`, borrowed
+        // mutably through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), len) }
+    }
+
+    /// Zero the bytes `range` of the elements' memory and give the whole
+    /// pages inside it back to the system (they read as zero when touched
+    /// again): rows of a weight that nothing will read any more stop
+    /// counting in the resident memory before the tensor is dropped.
+    pub fn release(&mut self, range: std::ops::Range<usize>) {
+        // SAFETY: the bytes are only zeroed, a value of every element type.
+        let bytes = unsafe { self.bytes_mut() };
+        let range = range.start.min(bytes.len())..range.end.min(bytes.len());
+        let Some(region) = bytes.get_mut(range) else { return };
+        let (head, pages, tail) = whole_pages(region);
+        head.fill(0);
+        tail.fill(0);
+        release_pages(pages);
     }
 
     /// The elements' memory (as [`Tensor::bytes`]) for generated code that
@@ -343,5 +406,30 @@ impl Tensor {
             }
         };
         Ok(Tensor { shape, data })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `release` zeroes exactly its range, whole pages and the partial ones
+    /// at its ends, and leaves every other byte as it was.
+    #[test]
+    fn release_zeroes_its_range_and_nothing_else() {
+        let mut t = Tensor { shape: vec![5000], data: Data::F32(vec![1.5; 5000]) };
+        t.release(100..17_000);
+        let b = t.bytes();
+        assert!(b[100..17_000].iter().all(|&x| x == 0));
+        let one = 1.5f32.to_le_bytes();
+        for (i, chunk) in b.chunks(4).enumerate() {
+            if i * 4 + 4 <= 100 || i * 4 >= 17_000 {
+                assert_eq!(chunk, one, "element {i}");
+            }
+        }
+        // A range past the end is cut to the tensor.
+        t.release(19_990..1 << 40);
+        assert_eq!(&t.bytes()[19_988..19_990], &one[..2]);
+        assert!(t.bytes()[19_990..].iter().all(|&x| x == 0));
     }
 }
