@@ -817,8 +817,8 @@ impl Pipeline {
                         Diagnostic::error("internal error: a folded stage reads a value that is not a constant")
                     })?;
                 let names: Vec<String> = part.outputs.iter().map(|&t| part.tensor(t).name.clone()).collect();
-                if let Some(slices) = slices::slices(&part, max_bytes) {
-                    let out = self.run_slices(&part, slices, args)?;
+                if let Some(sliced) = slices::slices(&part, max_bytes).and_then(|s| self.compile_slices(s)) {
+                    let out = self.run_slices(&part, sliced, args)?;
                     results.extend(names.into_iter().zip([out]));
                     continue;
                 }
@@ -833,17 +833,33 @@ impl Pipeline {
         outcome.map(|()| results)
     }
 
+    /// Each slice compiled, or `None` where one does not compile (the part
+    /// then runs whole: nothing is released before every slice can run).
+    fn compile_slices(&mut self, slices: Vec<slices::Slice>) -> Option<Vec<(slices::Slice, Compiled)>> {
+        slices
+            .into_iter()
+            .map(|s| {
+                let compiled = self.default_loops(s.program.clone()).and_then(|l| self.compile(&l.legal)).ok()?;
+                compiled.runs_in_place().then_some((s, compiled))
+            })
+            .collect()
+    }
+
     /// The one output of constant part `part` computed slice by slice
     /// ([`slices`]) into its memory, each parameter's rows released once no
     /// later slice reads them.
-    fn run_slices(&mut self, part: &Program, slices: Vec<slices::Slice>, mut args: Vec<Arg>) -> Result<Tensor, Error> {
+    fn run_slices(
+        &mut self,
+        part: &Program,
+        slices: Vec<(slices::Slice, Compiled)>,
+        mut args: Vec<Arg>,
+    ) -> Result<Tensor, Error> {
         let fail = |e: &dyn std::fmt::Display| Error::from(Diagnostic::error(e.to_string()));
         let decl = part.tensor(part.outputs[0]);
         let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
         let mut out = Tensor::zeros(decl.elem, shape.clone()).map_err(|e| fail(&e))?;
         let row_bytes = out.bytes().len() / shape[0].max(1);
-        for s in slices {
-            let compiled = self.default_loops(s.program).and_then(|l| self.compile(&l.legal))?;
+        for (s, compiled) in slices {
             let refs: Vec<texc_codegen::ArgRef> = args
                 .iter()
                 .map(|a| match a {
@@ -1470,5 +1486,34 @@ mod tests {
         assert_eq!(whole.len(), 1);
         assert_eq!(whole[0].1.bytes(), sliced[0].1.bytes());
         assert_eq!(whole[0].1.shape, [37, 40]);
+    }
+
+    /// Parts that slices would not compute as the whole does stay whole: a
+    /// reduction before the output (each slice would recompute it), an
+    /// output of one axis (its rows are its lanes).
+    #[test]
+    fn constants_with_reductions_or_one_axis_are_not_sliced() {
+        for (src, why) in [
+            (
+                "kernel k(X: f32[3, 40], W: f32[37, 40]) -> Y: f32[3, 37] {\n    \
+                 S[i] = sum[k](W[i, k]);\n    Wn[i, j] = W[i, j] / S[i];\n    \
+                 Y[b, i] = sum[k](X[b, k] * Wn[i, k]);\n}\n",
+                "a reduction",
+            ),
+            (
+                "kernel k(X: f32[3, 999], W: f32[999]) -> Y: f32[3, 999] {\n    \
+                 V[i] = W[i] * 2.0;\n    Y[b, i] = X[b, i] * V[i];\n}\n",
+                "one axis",
+            ),
+        ] {
+            let mut pl = Pipeline::new(Options::new(target::lookup("interp").expect("registered")));
+            let m = pl.load_text("k.tex", src, None).expect("loads");
+            let k = pl.kernel(m, None).expect("one kernel");
+            let built = pl.program(k, &Bindings::default()).expect("specializes");
+            let split = texc_compiler::constants::split(&built.written, &|n| n == "W", &|_| false).expect("folds");
+            let parts = texc_compiler::constants::parts(&split.prologue, u64::MAX);
+            assert_eq!(parts.len(), 1, "{why}");
+            assert!(slices::slices(&parts[0], 64).is_none(), "{why}");
+        }
     }
 }

@@ -8,20 +8,29 @@
 //! computing the constant holds about one of its weight and its folded form,
 //! not both whole.
 //!
+//! Only a part whose output has at least two axes (a slice's rows leave
+//! the innermost axis, which the schedule's lanes and reduction splits
+//! follow, as it was: the slices compute what the whole computes, bit for
+//! bit) and whose other stages are element-wise (each slice computes them
+//! whole where they are not inlined: a reduction would be recomputed per
+//! slice) is sliced.
+//!
 //! Invariants: the slices' rows cover the output's first axis in order,
 //! without overlap. A slice's program is the part with the output stage's
 //! first axis cut to the slice's rows and shifted by its first row; every
 //! other stage is unchanged. A parameter's released prefix only grows from
-//! slice to slice, and no later slice reads a released row: what a slice
-//! reads is bounded by interval arithmetic over its loads, through the
-//! part's temporaries; an unknown bound releases nothing.
+//! slice to slice, and no value a later slice's output depends on reads a
+//! released row: what the output's rows read is bounded by interval
+//! arithmetic over its loads, through the elements of the temporaries it
+//! reads (a temporary's other elements, computed where it is not inlined,
+//! may read zeros and are not used); an unknown bound releases nothing.
 
 use std::collections::HashMap;
 use std::ops::Range;
 use texc_compiler::ops::BinOp;
 use texc_compiler::tir::{Program, TExpr, TExprId, TensorId, TensorRole, Ty};
 use texc_schedules::interval::{self, Iv};
-use texc_schedules::normalize::subst;
+use texc_schedules::normalize::{contains_reduce, subst};
 
 /// One slice of a part: the output rows it computes and the program that
 /// computes them (its output is those rows alone).
@@ -52,9 +61,10 @@ impl Rows {
     }
 }
 
-/// Loads followed through temporaries before the reads count as unknown:
-/// the bound keeps the analysis linear in the part's size.
-const MAX_LOADS: usize = 10_000;
+/// Expression nodes visited (through temporaries, once per visit) before
+/// the reads count as unknown: the bound keeps the analysis of a slice
+/// within a fixed cost, whatever the part's expressions share.
+const MAX_NODES: usize = 100_000;
 
 /// `part` cut into slices of at most about `max_bytes` of output each, or
 /// `None` where it is not one large output written by its last stage.
@@ -65,7 +75,9 @@ pub fn slices(part: &Program, max_bytes: u64) -> Option<Vec<Slice>> {
     let bytes = (decl.len().max(0) as u64).saturating_mul(decl.elem.size() as u64);
     let one_writer = part.stages.iter().filter(|s| s.tensor == out).count() == 1;
     let axes_match = last.n_axes == decl.shape.len() && last.vars.first().is_some_and(|v| v.extent == rows);
-    if last.tensor != out || !one_writer || !axes_match || rows < 2 || bytes <= max_bytes.max(1) {
+    let temps_elementwise = part.stages.iter().rev().skip(1).all(|st| !contains_reduce(part, st.value));
+    let sliceable = last.tensor == out && one_writer && axes_match && temps_elementwise && decl.shape.len() >= 2;
+    if !sliceable || rows < 2 || bytes <= max_bytes.max(1) {
         return None;
     }
     let count = bytes.div_ceil(max_bytes.max(1)).min(rows as u64) as i64;
@@ -121,21 +133,19 @@ fn slice_program(part: &Program, r: Range<i64>) -> Program {
 fn rows_read(p: &Program, t: TensorId) -> Rows {
     let si = p.stages.len() - 1;
     let full: Vec<Iv> = p.stages[si].vars.iter().map(|v| interval::range(0, v.extent as i128 - 1)).collect();
-    let mut budget = MAX_LOADS;
+    let mut budget = MAX_NODES;
     stage_reads(p, si, &full, t, &mut budget)
 }
 
 /// The rows of `t` that stage `si` reads when its variables range over `vars`.
 fn stage_reads(p: &Program, si: usize, vars: &[Iv], t: TensorId, budget: &mut usize) -> Rows {
     let mut loads = Vec::new();
-    collect_loads(p, p.stages[si].value, &mut loads);
+    if !collect_loads(p, p.stages[si].value, &mut loads, budget) {
+        return Rows::Unknown;
+    }
     let var = |v: u32| vars.get(v as usize).copied().unwrap_or(interval::ANY);
     let mut rows = Rows::None;
     for (u, idx) in loads {
-        if *budget == 0 {
-            return Rows::Unknown;
-        }
-        *budget -= 1;
         let decl = p.tensor(u);
         let ivs: Vec<Iv> = idx.iter().map(|&i| interval::of(p, i, &var)).collect();
         if u == t {
@@ -167,12 +177,13 @@ fn stage_reads(p: &Program, si: usize, vars: &[Iv], t: TensorId, budget: &mut us
     rows
 }
 
-/// Every load in `e` with its indices.
-fn collect_loads(p: &Program, e: TExprId, out: &mut Vec<(TensorId, Vec<TExprId>)>) {
+/// Every load in `e` with its indices, each node visited counted against
+/// `budget`; false once it is spent.
+fn collect_loads(p: &Program, e: TExprId, out: &mut Vec<(TensorId, Vec<TExprId>)>, budget: &mut usize) -> bool {
+    let Some(left) = budget.checked_sub(1) else { return false };
+    *budget = left;
     if let TExpr::Load(t, idx) = p.expr(e) {
         out.push((*t, idx.clone()));
     }
-    for c in p.children(e) {
-        collect_loads(p, c, out);
-    }
+    p.children(e).into_iter().all(|c| collect_loads(p, c, out, budget))
 }
