@@ -1448,6 +1448,17 @@ mod tests {
         assert_eq!(one[0].outputs, pro.outputs);
     }
 
+    /// Kernel `src` (its only one) specialized, and split with its parameter
+    /// `W` a constant: the pipeline and the split.
+    fn folding_w(src: &str) -> (Pipeline, texc_compiler::constants::Split) {
+        let mut pl = Pipeline::new(Options::new(target::lookup("interp").expect("registered")));
+        let m = pl.load_text("k.tex", src, None).expect("loads");
+        let k = pl.kernel(m, None).expect("one kernel");
+        let built = pl.program(k, &Bindings::default()).expect("specializes");
+        let split = texc_compiler::constants::split(&built.written, &|n| n == "W", &|_| false).expect("W folds");
+        (pl, split)
+    }
+
     /// A constant computed in slices of its rows, its weight's rows released
     /// as the slices pass them, is the constant computed whole, bit for bit.
     #[test]
@@ -1457,11 +1468,7 @@ mod tests {
         let src = "kernel k(X: f32[3, 40], W: f32[37, 40]) -> Y: f32[3, 37] {\n    \
                    T[j, i] = W[i, j] * 2.0;\n    Wt[i, j] = T[j, i] + 1.0;\n    \
                    Y[b, i] = sum[k](X[b, k] * Wt[i, k]);\n}\n";
-        let mut pl = Pipeline::new(Options::new(target::lookup("interp").expect("registered")));
-        let m = pl.load_text("k.tex", src, None).expect("loads");
-        let k = pl.kernel(m, None).expect("one kernel");
-        let built = pl.program(k, &Bindings::default()).expect("specializes");
-        let split = texc_compiler::constants::split(&built.written, &|n| n == "W", &|_| false).expect("Wt folds");
+        let (mut pl, split) = folding_w(src);
         let parts = texc_compiler::constants::parts(&split.prologue, u64::MAX);
         let [part] = &parts[..] else { panic!("one part: {}", parts.len()) };
         let cut = slices::slices(part, 1024).expect("37 × 40 floats are more than 1 KiB");
@@ -1506,11 +1513,7 @@ mod tests {
                 "one axis",
             ),
         ] {
-            let mut pl = Pipeline::new(Options::new(target::lookup("interp").expect("registered")));
-            let m = pl.load_text("k.tex", src, None).expect("loads");
-            let k = pl.kernel(m, None).expect("one kernel");
-            let built = pl.program(k, &Bindings::default()).expect("specializes");
-            let split = texc_compiler::constants::split(&built.written, &|n| n == "W", &|_| false).expect("folds");
+            let (_, split) = folding_w(src);
             let parts = texc_compiler::constants::parts(&split.prologue, u64::MAX);
             assert_eq!(parts.len(), 1, "{why}");
             assert!(slices::slices(&parts[0], 64).is_none(), "{why}");
