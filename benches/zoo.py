@@ -426,13 +426,17 @@ def main():
             rss = f"{r['rss_mb']:.0f}" if "rss_mb" in r else ""
             print(f"| {row['model']} | {row['exporter']} | {target} | {r.get('error', 'ok')} | {rel} | {comp} | "
                   f"{rss} | " + " | ".join(cells) + " |")
-    for t, name, ms in columns:
-        ratios = [ms(r, t) / r[t][0] for row in rows for r in row.get("targets", {}).values()
-                  if t in r and ms(r, t)]
+    # One mean per target and exporter: a mean over both targets would mix
+    # two programs' speeds.
+    groups = sorted({(target, row["exporter"]) for row in rows for target in row.get("targets", {})})
+    for (target, exporter), (t, name, ms) in ((g, c) for g in groups for c in columns):
+        ratios = [(ms(r, t) / r[t][0], row["model"]) for row in rows if row["exporter"] == exporter
+                  for tg, r in row.get("targets", {}).items() if tg == target and t in r and ms(r, t)]
         if ratios:
-            gm = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-            print(f"\n{name}÷texc at {t} thread(s): geometric mean {gm:.3f}× over {len(ratios)} runs, "
-                  f"lowest {min(ratios):.2f}×", end="")
+            gm = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
+            low = min(ratios)
+            print(f"\n{name}÷texc, {target}, {exporter}, {t} thread(s): geometric mean {gm:.3f}× over "
+                  f"{len(ratios)} models, lowest {low[0]:.2f}× ({low[1]})", end="")
     print("\n\nPeak RSS: of `texc run` (import, compile and one run). Times: medians of", a.repeat, "runs"
           + (f", the lowest of {a.rounds} alternated rounds." if a.rounds > 1 else "."))
 
