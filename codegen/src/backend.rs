@@ -341,6 +341,23 @@ pub struct TensorRef<'a> {
     pub bytes: &'a [u8],
 }
 
+impl<'a> TensorRef<'a> {
+    /// The memory of `t`, where it is.
+    pub fn of(t: &'a Tensor) -> TensorRef<'a> {
+        TensorRef { dtype: t.dtype(), shape: &t.shape, bytes: t.bytes() }
+    }
+}
+
+impl<'a> ArgRef<'a> {
+    /// Argument `a` borrowed: a tensor where it is, or a scalar.
+    pub fn of(a: &'a Arg) -> ArgRef<'a> {
+        match a {
+            Arg::Tensor(t) => ArgRef::Tensor(TensorRef::of(t)),
+            Arg::Scalar(v) => ArgRef::Scalar(*v),
+        }
+    }
+}
+
 /// An output tensor in memory the caller owns (as [`TensorRef`]).
 pub struct TensorMut<'a> {
     pub dtype: DType,

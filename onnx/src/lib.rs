@@ -141,10 +141,8 @@ fn model_bytes(path: &Path) -> std::io::Result<(prost::bytes::Bytes, bool)> {
 fn release_mapped(bytes: &[u8]) {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
-        let start = (bytes.as_ptr() as usize).next_multiple_of(page);
-        let end = (bytes.as_ptr() as usize + bytes.len()) / page * page;
+        let pages = texc_runtime::whole_pages(bytes);
+        let (start, end) = (bytes.as_ptr() as usize + pages.start, bytes.as_ptr() as usize + pages.end);
         if end > start {
             // SAFETY: [start, end) is whole pages of a read-only file
             // map that `bytes` borrows; MADV_DONTNEED makes the next access

@@ -835,12 +835,12 @@ impl Pipeline {
 
     /// Each slice compiled, or `None` where one does not compile (the part
     /// then runs whole: nothing is released before every slice can run).
-    fn compile_slices(&mut self, slices: Vec<slices::Slice>) -> Option<Vec<(slices::Slice, Compiled)>> {
+    fn compile_slices(&mut self, slices: Vec<slices::Slice>) -> Option<Vec<CompiledSlice>> {
         slices
             .into_iter()
-            .map(|s| {
-                let compiled = self.default_loops(s.program.clone()).and_then(|l| self.compile(&l.legal)).ok()?;
-                compiled.runs_in_place().then_some((s, compiled))
+            .map(|slices::Slice { rows, program, release }| {
+                let compiled = self.default_loops(program).and_then(|l| self.compile(&l.legal)).ok()?;
+                compiled.runs_in_place().then_some(CompiledSlice { rows, release, compiled })
             })
             .collect()
     }
@@ -848,41 +848,26 @@ impl Pipeline {
     /// The one output of constant part `part` computed slice by slice
     /// ([`slices`]) into its memory, each parameter's rows released once no
     /// later slice reads them.
-    fn run_slices(
-        &mut self,
-        part: &Program,
-        slices: Vec<(slices::Slice, Compiled)>,
-        mut args: Vec<Arg>,
-    ) -> Result<Tensor, Error> {
+    fn run_slices(&mut self, part: &Program, slices: Vec<CompiledSlice>, mut args: Vec<Arg>) -> Result<Tensor, Error> {
         let fail = |e: &dyn std::fmt::Display| Error::from(Diagnostic::error(e.to_string()));
         let decl = part.tensor(part.outputs[0]);
         let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
         let mut out = Tensor::zeros(decl.elem, shape.clone()).map_err(|e| fail(&e))?;
         let row_bytes = out.bytes().len() / shape[0].max(1);
-        for (s, compiled) in slices {
-            let refs: Vec<texc_codegen::ArgRef> = args
-                .iter()
-                .map(|a| match a {
-                    Arg::Tensor(t) => texc_codegen::ArgRef::Tensor(texc_codegen::TensorRef {
-                        dtype: t.dtype(),
-                        shape: &t.shape,
-                        bytes: t.bytes(),
-                    }),
-                    Arg::Scalar(v) => texc_codegen::ArgRef::Scalar(*v),
-                })
-                .collect();
-            let rows_shape: Vec<usize> = [s.rows.len()].into_iter().chain(shape[1..].iter().copied()).collect();
+        for CompiledSlice { rows, release, compiled } in slices {
+            let refs: Vec<texc_codegen::ArgRef> = args.iter().map(texc_codegen::ArgRef::of).collect();
+            let rows_shape: Vec<usize> = [rows.len()].into_iter().chain(shape[1..].iter().copied()).collect();
             let dtype = out.dtype();
             // SAFETY: generated code writes bools as 0 or 1.
-            let bytes = unsafe { &mut out.bytes_mut()[s.rows.start * row_bytes..s.rows.end * row_bytes] };
+            let bytes = unsafe { &mut out.bytes_mut()[rows.start * row_bytes..rows.end * row_bytes] };
             let mut dst = [texc_codegen::TensorMut { dtype, shape: &rows_shape, bytes }];
             compiled.run_in_place(&refs, &mut dst).map_err(|e| fail(&e))?;
             drop(refs);
-            for (t, rows) in s.release {
+            for (t, free) in release {
                 let Some(i) = part.params.iter().position(|q| *q == ProgramParam::Tensor(t)) else { continue };
                 if let Arg::Tensor(w) = &mut args[i] {
                     let bytes = w.bytes().len() / w.shape.first().copied().unwrap_or(1).max(1);
-                    w.release(0..rows * bytes);
+                    w.release(0..free * bytes);
                 }
             }
         }
@@ -1313,6 +1298,13 @@ fn check_scalar(name: &str, v: f64, info: &texc_compiler::kernel::ParamInfo) -> 
 /// (unless one weight's component is larger): the constants are computed
 /// in a few parts, each compiled on its own.
 const CONSTANT_PART_BYTES: u64 = 32 << 20;
+
+/// A slice of a constant part ([`slices::Slice`]) with its program compiled.
+struct CompiledSlice {
+    rows: std::ops::Range<usize>,
+    release: Vec<(TensorId, usize)>,
+    compiled: Compiled,
+}
 
 /// The weights of `built.written` in `args` (its parameters' values) by
 /// name, for [`Pipeline::compute_constants`]: with `take`, a weight the

@@ -143,20 +143,17 @@ pub fn wrap_to(dtype: DType, v: i64) -> i64 {
     }
 }
 
-/// `region` cut into the bytes before its first whole page, its whole
-/// pages, and the bytes after them.
-fn whole_pages(region: &mut [u8]) -> (&mut [u8], &mut [u8], &mut [u8]) {
+/// The offsets within `bytes` of the whole pages of memory inside it (empty
+/// where it holds none, or off Linux): what `madvise` may be given.
+pub fn whole_pages(bytes: &[u8]) -> std::ops::Range<usize> {
     #[cfg(target_os = "linux")]
     // SAFETY: sysconf has no preconditions.
     let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(1) as usize;
     #[cfg(not(target_os = "linux"))]
-    let page = region.len() + 1;
-    let start = region.as_ptr() as usize;
-    let first = start.checked_next_multiple_of(page).map_or(region.len(), |a| (a - start).min(region.len()));
-    let (head, rest) = region.split_at_mut(first);
-    let whole = rest.len() / page * page;
-    let (pages, tail) = rest.split_at_mut(whole);
-    (head, pages, tail)
+    let page = bytes.len() + 1;
+    let start = bytes.as_ptr() as usize;
+    let first = start.checked_next_multiple_of(page).map_or(bytes.len(), |a| (a - start).min(bytes.len()));
+    first..first + (bytes.len() - first) / page * page
 }
 
 /// Zero `pages` (whole pages of memory this process owns) by giving them
@@ -222,10 +219,10 @@ impl Tensor {
         let bytes = unsafe { self.bytes_mut() };
         let range = range.start.min(bytes.len())..range.end.min(bytes.len());
         let Some(region) = bytes.get_mut(range) else { return };
-        let (head, pages, tail) = whole_pages(region);
-        head.fill(0);
-        tail.fill(0);
-        release_pages(pages);
+        let pages = whole_pages(region);
+        region[..pages.start].fill(0);
+        region[pages.end..].fill(0);
+        release_pages(&mut region[pages]);
     }
 
     /// The elements' memory (as [`Tensor::bytes`]) for generated code that

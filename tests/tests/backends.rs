@@ -57,7 +57,7 @@ fn check(name: &str, p: &Program, f: &LoopFunc, target: &Target, seed: u64) {
 }
 
 fn tref(t: &Tensor) -> ArgRef<'_> {
-    ArgRef::Tensor(TensorRef { dtype: t.dtype(), shape: &t.shape, bytes: t.bytes() })
+    ArgRef::Tensor(TensorRef::of(t))
 }
 
 /// `k` run on memory the caller owns (no copies), its outputs filled with
