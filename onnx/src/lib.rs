@@ -783,6 +783,25 @@ fn tensor_values(t: &proto::TensorProto, base: Option<&Path>, mapped: bool) -> R
     Ok((shape, values))
 }
 
+/// Read every tensor of `m` stored in another file (external data, found
+/// in `base`, the model's directory, under the same checks as an import)
+/// into the model itself: a tool that rewrites the model and writes it
+/// elsewhere (`texc quantize`) then has its values wherever it goes.
+pub fn inline_external_data(m: &mut proto::ModelProto, base: &Path) -> Result<(), String> {
+    let Some(g) = m.graph.as_mut() else { return Ok(()) };
+    let tensors = g
+        .initializer
+        .iter_mut()
+        .chain(g.sparse_initializer.iter_mut().filter_map(|s| s.values.as_mut()))
+        .chain(g.node.iter_mut().flat_map(|n| n.attribute.iter_mut()).filter_map(|a| a.t.as_mut()));
+    for t in tensors.filter(|t| t.data_location == 1) {
+        t.raw_data = external_data(t, Some(base)).map_err(|e| format!("tensor `{}`: {e}", t.name))?.into();
+        t.external_data.clear();
+        t.data_location = 0;
+    }
+    Ok(())
+}
+
 /// The bytes of a tensor stored in another file: `location` (relative to
 /// the model, inside its directory), from `offset`, `length` bytes (or to
 /// the end).

@@ -34,8 +34,11 @@ pub fn quantize(a: &QuantizeArgs) -> Result<(), Error> {
     }
     let shown = a.model.display().to_string();
     let bytes = std::fs::read(&a.model).map_err(|e| input_error(format!("cannot read {shown}: {e}")))?;
-    let model =
+    let mut model =
         ModelProto::decode(&bytes[..]).map_err(|e| input_error(format!("{shown}: not a valid ONNX model: {e}")))?;
+    drop(bytes);
+    let base = a.model.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    texc_onnx::inline_external_data(&mut model, base).map_err(|e| input_error(format!("{shown}: {e}")))?;
     let g = model.graph.as_ref().ok_or_else(|| input_error(format!("{shown}: the model has no graph")))?;
     let opset =
         model.opset_import.iter().find(|o| o.domain.is_empty() || o.domain == "ai.onnx").map_or(0, |o| o.version);
@@ -132,8 +135,7 @@ pub fn quantize(a: &QuantizeArgs) -> Result<(), Error> {
     let og = out.graph.as_mut().expect("checked");
     qdq::rewrite(og, &targets, &acts, &weights, &biases, Form::Qdq);
     out.producer_name = "texc quantize".into();
-    texc_runtime::atomic::write_with(&a.output, |f| std::io::Write::write_all(f, &out.encode_to_vec()))
-        .map_err(|e| input_error(format!("cannot write {}: {e}", a.output.display())))?;
+    write_model(&a.output, out, PROTOBUF_LIMIT).map_err(input_error)?;
 
     drop(f32_model);
 
@@ -491,11 +493,58 @@ fn f32s(t: &Tensor) -> &[f32] {
     }
 }
 
+/// Protocol Buffers encode no message over 2 GiB: ONNX's checker and ONNX
+/// Runtime refuse a larger model file.
+const PROTOBUF_LIMIT: usize = i32::MAX as usize;
+
+/// Initializers smaller than this stay in the model when the rest go to
+/// external data (as `onnx.save_model`'s `size_threshold`).
+const EXTERNAL_MIN_BYTES: usize = 1024;
+
+/// Write `m` to `path`: whole when it encodes within `limit` bytes, else
+/// with each initializer of raw data of at least [`EXTERNAL_MIN_BYTES`]
+/// moved to the file `<name>.data` beside it (ONNX's external data, as
+/// `onnx.save_model(..., save_as_external_data=True)` writes it; offsets
+/// 64-byte aligned), so that a model over Protocol Buffers' limit still
+/// writes and loads.
+fn write_model(path: &Path, mut m: ModelProto, limit: usize) -> Result<(), String> {
+    let write = |at: &Path, bytes: &[u8]| {
+        texc_runtime::atomic::write_with(at, |f| std::io::Write::write_all(f, bytes))
+            .map_err(|e| format!("cannot write {}: {e}", at.display()))
+    };
+    if m.encoded_len() <= limit {
+        return write(path, &m.encode_to_vec());
+    }
+    let file_name = path.file_name().ok_or_else(|| format!("cannot write {}: not a file name", path.display()))?;
+    let location = format!("{}.data", file_name.to_string_lossy());
+    let mut data: Vec<u8> = Vec::new();
+    for t in &mut m.graph.as_mut().expect("checked").initializer {
+        if t.raw_data.len() < EXTERNAL_MIN_BYTES {
+            continue;
+        }
+        data.resize(data.len().next_multiple_of(64), 0);
+        let entry = |key: &str, value: String| proto::StringStringEntryProto { key: key.into(), value };
+        t.external_data = vec![
+            entry("location", location.clone()),
+            entry("offset", data.len().to_string()),
+            entry("length", t.raw_data.len().to_string()),
+        ];
+        t.data_location = 1;
+        data.extend_from_slice(&std::mem::take(&mut t.raw_data));
+    }
+    if m.encoded_len() > limit {
+        return Err(format!(
+            "cannot write {}: {} bytes without its weights, over Protocol Buffers' 2 GiB",
+            path.display(),
+            m.encoded_len()
+        ));
+    }
+    write(&path.with_file_name(&location), &data)?;
+    write(path, &m.encode_to_vec())
+}
+
 /// A weight initializer's f32 values (raw or `float_data`).
 fn weight_values(t: &proto::TensorProto) -> Result<Vec<f32>, String> {
-    if t.data_location == 1 {
-        return Err("weights stored outside the model (external data) are not supported by `texc quantize` yet".into());
-    }
     if !t.raw_data.is_empty() {
         return Ok(t.raw_data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect());
     }
@@ -608,10 +657,69 @@ impl Runner {
     }
 }
 
-/// An error of a run, its diagnostics rendered with the pipeline's sources.
+/// An error of a run, its diagnostics rendered with the pipeline's sources
+/// (whose spans the caller's renderer cannot resolve) into the message of
+/// one without spans, which the caller prints after its own `error: `.
 fn render(pl: &Pipeline, e: Error) -> Error {
     match e {
-        Error::Input(d) => input_error(pl.render(&d)),
+        Error::Input(d) => {
+            let shown = pl.render(&d);
+            input_error(shown.strip_prefix("error: ").unwrap_or(&shown).trim_end())
+        }
         u => u,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use texc_onnx::proto::GraphProto;
+
+    fn model() -> ModelProto {
+        let big: Vec<f32> = (0..600).map(|k| k as f32 * 0.25).collect();
+        let small = [1.0f32, -2.0, 3.0];
+        let graph = GraphProto {
+            name: "g".into(),
+            initializer: vec![qdq::f32_tensor("w", &[20, 30], &big), qdq::f32_tensor("b", &[3], &small)],
+            ..Default::default()
+        };
+        ModelProto { ir_version: 8, graph: Some(graph), ..Default::default() }
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("texc-write-model-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("dir");
+        d
+    }
+
+    /// Over the limit, the large weight goes to `<name>.data` and the small
+    /// one stays; reading the data back gives the model as it was.
+    #[test]
+    fn a_model_over_the_limit_is_written_with_its_weights_beside_it() {
+        let d = scratch("over");
+        let m = model();
+        let path = d.join("q.onnx");
+        write_model(&path, m.clone(), m.encoded_len() - 1).expect("writes");
+        let mut back = ModelProto::decode(&std::fs::read(&path).expect("model")[..]).expect("decodes");
+        let inits = &back.graph.as_ref().expect("graph").initializer;
+        assert_eq!((inits[0].data_location, inits[1].data_location), (1, 0));
+        assert_eq!(std::fs::metadata(d.join("q.onnx.data")).expect("data").len(), 2400);
+        texc_onnx::inline_external_data(&mut back, &d).expect("reads back");
+        assert_eq!(back, m);
+
+        write_model(&path, m.clone(), m.encoded_len()).expect("writes");
+        let whole = ModelProto::decode(&std::fs::read(&path).expect("model")[..]).expect("decodes");
+        assert_eq!(whole, m);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_model_over_the_limit_without_its_weights_is_a_clear_error() {
+        let d = scratch("error");
+        let e = write_model(&d.join("q.onnx"), model(), 10).expect_err("over");
+        assert!(e.ends_with("bytes without its weights, over Protocol Buffers' 2 GiB"), "{e}");
+        assert!(!d.join("q.onnx").exists() && !d.join("q.onnx.data").exists());
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -184,6 +184,49 @@ fn excluded_nodes_stay_f32_and_a_directory_of_npy_batches_calibrates() {
     assert!(printed.contains("qdq_nodes 8"), "{printed}");
 }
 
+/// A model whose weights are stored outside it (external data, as
+/// PyTorch's exporters write models over 2 GiB) quantizes to the same
+/// bytes as the same model with its weights inside; external data outside
+/// the model's directory is a clear error.
+#[test]
+fn a_model_with_external_data_quantizes_as_the_same_model_inline() {
+    use prost::Message;
+    use texc_onnx::proto::{ModelProto, StringStringEntryProto};
+    let Some(dir) = build("cnn", "external") else { return };
+    let inline = dir.join("cnn.onnx");
+    let mut m = ModelProto::decode(&std::fs::read(&inline).expect("model")[..]).expect("decodes");
+    let mut data = Vec::new();
+    for t in &mut m.graph.as_mut().expect("graph").initializer {
+        let entry = |key: &str, value: String| StringStringEntryProto { key: key.into(), value };
+        t.external_data = vec![
+            entry("location", "weights.bin".into()),
+            entry("offset", data.len().to_string()),
+            entry("length", t.raw_data.len().to_string()),
+        ];
+        t.data_location = 1;
+        data.extend_from_slice(&std::mem::take(&mut t.raw_data));
+    }
+    let external = dir.join("external.onnx");
+    std::fs::write(dir.join("weights.bin"), &data).expect("data");
+    std::fs::write(&external, m.encode_to_vec()).expect("model");
+    let calib = dir.join("calib.npz");
+    let quantize = |model: &Path, out: &Path| texc(&["quantize", s(model), "--calibrate", s(&calib), "-o", s(out)]);
+    let (q_inline, q_external) = (dir.join("q_inline.onnx"), dir.join("q_external.onnx"));
+    for (model, out) in [(&inline, &q_inline), (&external, &q_external)] {
+        let o = quantize(model, out);
+        assert!(o.status.success(), "texc quantize {}:\n{}", s(model), text(&o));
+    }
+    assert!(std::fs::read(&q_inline).expect("written") == std::fs::read(&q_external).expect("written"));
+
+    for t in &mut m.graph.as_mut().expect("graph").initializer {
+        t.external_data[0].value = "../weights.bin".into();
+    }
+    std::fs::write(&external, m.encode_to_vec()).expect("model");
+    let o = quantize(&external, &q_external);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("external data `../weights.bin` is outside the model's directory"), "{}", text(&o));
+}
+
 #[test]
 fn bad_calibration_data_and_flags_are_clear_errors() {
     let Some(dir) = build("mlp", "errors") else { return };
