@@ -45,7 +45,10 @@ impl<'ctx> Gen<'ctx, '_> {
                 }
             },
             TExpr::Scalar(s) => self.lift(fr.scalars[s as usize], mode),
-            TExpr::Load(t, idx) => self.load(fr, t, &idx, mode),
+            TExpr::Load(t, idx) => match fr.transposed.get(&e) {
+                Some(&column) => Ok(column),
+                None => self.load(fr, t, &idx, mode),
+            },
             TExpr::Unary(UnOp::Not, a) => {
                 let x = self.expr(fr, a, mode)?;
                 Ok(match x {

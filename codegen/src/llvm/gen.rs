@@ -39,6 +39,10 @@ pub(super) struct Frame<'ctx> {
     /// Registers that `wgmma` operations issued but not yet waited on write
     /// (`Gen::wgmma_wait`): read only by further operations until then.
     pub wgmma_pending: Vec<PointerValue<'ctx>>,
+    /// Reads whose vectors an unrolled loop took as columns of a block
+    /// transposed in registers ([`Gen::transposed_copies`]), for its
+    /// current copy.
+    pub transposed: HashMap<texc_compiler::tir::TExprId, BasicValueEnum<'ctx>>,
 }
 
 /// Scalar code, or vector code for loop `var` with `lanes` lanes under `mask`.
@@ -478,6 +482,7 @@ impl<'ctx> Gen<'ctx, '_> {
             amx_config: None,
             tiles_resident: false,
             wgmma_pending: Vec::new(),
+            transposed: HashMap::new(),
         }
     }
 

@@ -520,7 +520,7 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// A vector of `lanes` elements `mty` loaded from `p`, aligned to `align` bytes.
-    fn plain_load(
+    pub(super) fn plain_load(
         &mut self,
         p: PointerValue<'ctx>,
         mty: BasicTypeEnum<'ctx>,

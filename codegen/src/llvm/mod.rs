@@ -34,6 +34,7 @@ mod mma;
 pub mod nvptx;
 mod split;
 mod stmt;
+mod transpose;
 mod wgmma;
 
 use crate::abi::{self, CEntry};

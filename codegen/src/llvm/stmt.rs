@@ -57,6 +57,7 @@ impl<'ctx> Gen<'ctx, '_> {
                         fr.vars.remove(var);
                         Ok(())
                     }
+                    ForKind::Unrolled if self.transposed_copies(fr, *var, *lo, *extent, body)? => Ok(()),
                     ForKind::Unrolled if *extent <= 64 => {
                         for k in *lo..*lo + *extent {
                             fr.vars.insert(*var, int(k));
@@ -143,7 +144,7 @@ impl<'ctx> Gen<'ctx, '_> {
     /// one on CPUs that split 512-bit operations in two (Zen 4) and no more
     /// elsewhere. The lanes of a vectorized loop are independent (the race
     /// verifier proves it), so the order of the pieces is free.
-    fn vector_pieces(&self, body: &[Stmt], lo: i64, extent: i64, kind: ForKind) -> Vec<(i64, u32)> {
+    pub(super) fn vector_pieces(&self, body: &[Stmt], lo: i64, extent: i64, kind: ForKind) -> Vec<(i64, u32)> {
         let whole = vec![(lo, extent as u32)];
         let Some(register) = self.register_bytes() else { return whole };
         if kind != ForKind::Vectorized || self.gpu.is_some() {
