@@ -241,7 +241,7 @@ pub(super) fn transposing_order(
     let order: Vec<usize> = std::iter::once(o).chain(others.iter().map(|&(_, l)| l)).chain([v]).collect();
     ss.reorder(&order, span).expect("a permutation of the leaves");
     if let Some(&(1, along)) = others.last().filter(|_| elem_bytes == 4 && (LINE as i64) % (lanes * 4) == 0) {
-        unroll_along_lines(ss, (o, along), lanes, LINE as i64 / (lanes * 4));
+        unroll_along_lines(ss, (o, along, v), lanes, LINE as i64 / (lanes * 4));
         return true;
     }
     // Axes the gathered tensor does not move with (the `i, j` of a filter
@@ -265,12 +265,13 @@ pub(super) fn transposing_order(
 /// registers (`texc_codegen`'s `transposed_copies`) instead of gathered
 /// once per copy. Elements of four bytes (`f32`, `i32`). Where a vector is
 /// less than a cache line (`per_line` vectors a line: AVX2's 8 lanes, 2),
-/// that many blocks of lanes (`o`) run inside the block along the lines,
+/// that many blocks of lanes (`o`) run inside the block along the lines
+/// (just outside the vector loop `v`),
 /// so that the stores fill each line of the output before moving on.
 /// MEASURED (Zen 4, one thread, `Y[i, j] = X[j, i]` of 1024 × 512 `f32`):
 /// AVX-512 0.209 → 0.106 ms; AVX2 0.356 → 0.278 with pairs of blocks of 8
 /// lanes, 0.391 with blocks alone (half lines stored 4 KiB apart).
-fn unroll_along_lines(ss: &mut StageSchedule, (o, along): (usize, usize), lanes: i64, per_line: i64) {
+fn unroll_along_lines(ss: &mut StageSchedule, (o, along, v): (usize, usize, usize), lanes: i64, per_line: i64) {
     if ss.ivs[along].extent < lanes {
         return;
     }
@@ -286,7 +287,6 @@ fn unroll_along_lines(ss: &mut StageSchedule, (o, along): (usize, usize), lanes:
     let (_, oi) =
         ss.split(o, per_line, (&format!("{oname}.o"), span), (&format!("{oname}.i"), span), span).expect("fresh");
     let inner = [ao, oi, ai];
-    let v = *ss.leaves.last().expect("the vector loop");
     let order: Vec<usize> =
         ss.leaves.iter().copied().filter(|l| !inner.contains(l) && *l != v).chain(inner).chain([v]).collect();
     ss.reorder(&order, span).expect("a permutation of the leaves");
