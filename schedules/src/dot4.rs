@@ -786,17 +786,24 @@ fn packed_len(len: i64, word: Word, tiles: bool) -> i64 {
 const TILE_WORDS: i64 = 16;
 
 /// Pack the product's operands (stages before `si`, shared with earlier
-/// products packed alike) and make it read them; the stage index of the
+/// products packed alike; strided activations subsampled first,
+/// [`crate::subsample`]) and make it read them; the stage index of the
 /// product afterwards, and its load of the packed unsigned operand.
 /// Where `tiles` (the signed operand's dimension of the columns), in the
 /// layouts of AMX tiles ([`Layout::TileRows`], [`Layout::TileCols`]).
 fn rewrite(
     p: &mut Program,
     mut si: usize,
-    prod: Product,
+    mut prod: Product,
     tiles: Option<usize>,
     made: &mut Vec<(Packing, TensorId)>,
 ) -> (usize, TExprId) {
+    if tiles.is_none() {
+        if let Some(sub) = crate::subsample::subsample(p, si, prod.a.load) {
+            prod.a.tensor = sub;
+            si += 1;
+        }
+    }
     let k = prod.k as usize;
     let len = p.stages[si].vars[k].extent;
     let correction = match prod.offset {

@@ -56,6 +56,7 @@ pub mod prepare;
 pub mod schedule;
 pub mod separable;
 pub mod strategy;
+pub mod subsample;
 pub mod tensorize;
 pub mod text;
 pub mod transpose;

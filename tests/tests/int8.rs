@@ -107,6 +107,11 @@ fn products_are_bit_exact_on_every_target() {
     check_exact("i8 × i8 9×10×19", &program(&gemm(9, 10, 19, "i8")));
     check_exact("requantized 6×29×35", &program(&qlinear(6, 29, 35)));
     check_exact("convolution 5→7 channels", &program(&conv(5, 7, 9)));
+    // Rows of 58 (more than 6 vectors: a register block of filters × two
+    // vectors, 4 filters on AVX2 and a tail of 2); a sum of 1030 products
+    // cut into slices accumulated in the output.
+    check_exact("convolution 5→10 channels, 60²", &program(&conv(5, 10, 60)));
+    check_exact("u8 × i8 6×1030×40", &program(&gemm(6, 1030, 40, "u8")));
     check_exact("grouped convolution", &program(&grouped(2, 8, 3, "u8")));
     check_exact("grouped convolution, i8 activations", &program(&grouped(3, 4, 2, "i8")));
     check_exact("grouped convolution, 6 channels a group", &program(&grouped(2, 6, 3, "u8")));
@@ -129,6 +134,78 @@ fn short_rows_run_along_the_filters() {
     assert!(!text("x86-avx512-vnni", &conv(8, 32, 18)).contains("Y.t"), "rows of 16");
     check_exact("filters-last convolution", &program(&conv(8, 32, 9)));
     check_exact("filters-last convolution, a tail of filters and of channels", &program(&conv(5, 24, 8)));
+}
+
+/// `@dot2` register blocks on AVX2 (16 registers; a product is added in
+/// an instruction of its own): a window sliding along the rows (`x + s`),
+/// whose taps' overlapping panels LLVM loads ahead, blocks 4 filters of
+/// two vectors, not 6, so that nothing spills; a product without taps, and
+/// a window of stride 2 (its panels gathered: more filters share them),
+/// keep 6; AVX-512's 32 registers keep the block whole. The generated
+/// code: `dot2_blocks_keep_their_accumulators_in_registers` in
+/// texc/tests/cli.rs.
+#[test]
+fn dot2_blocks_leave_registers_for_the_taps_panels() {
+    let strided = conv(16, 24, 121).replace("y + r, x + s", "2 * y + r, 2 * x + s").replace("119, 119", "60, 60");
+    let rows = |target: &str, src: &str| {
+        let text = texc_schedules::ir::print(&legal_loops(target, &program(src)));
+        let block = text.lines().find(|l| l.contains("local Y.acc") || l.contains("for i.r in")).map(str::trim);
+        block.unwrap_or_else(|| panic!("{target}: no register block:\n{text}")).to_string()
+    };
+    assert_eq!(rows("x86-avx2", &conv(16, 24, 58)), "local Y.acc: i32[4, 16]:");
+    assert_eq!(rows("x86-avx2", &strided), "local Y.acc: i32[6, 16]:");
+    assert_eq!(
+        rows(
+            "x86-avx2",
+            &gemm(96, 1024, 256, "u8").replace("W: i8[256, 1024]", "W: i8[1024, 256]").replace("W[j, k]", "W[k, j]")
+        ),
+        "for i.r in 0..6 unrolled:"
+    );
+    assert_eq!(rows("x86-avx512", &conv(16, 24, 58)), "local Y.acc: i32[6, 4, 16]:");
+}
+
+/// A 1 × 1 convolution of stride `stride` (`at`: the index of a row, as
+/// the importer writes it with a sum of one, `stride · y + r`, or plainly
+/// `stride · y`, plus `offset`) over a `c`-channel `hw × hw` map.
+fn strided_1x1(c: i64, k: i64, hw: i64, stride: i64, offset: i64, taps: bool) -> String {
+    let o = (hw - 1 - offset) / stride + 1;
+    let (r, s, sums) = if taps { (" + r", " + s", "c, r, s") } else { ("", "", "c") };
+    let w = if taps { "W[f, c, r, s]" } else { "W[f, c, 0, 0]" };
+    format!(
+        "kernel q(X: u8[1, {c}, {hw}, {hw}], W: i8[{k}, {c}, 1, 1]) -> Y: i32[1, {k}, {o}, {o}] {{\n\
+         \x20   Y[n, f, y, x] = sum[{sums}](i32(X[n, c, {stride} * y + {offset}{r}, {stride} * x + {offset}{s}]) * i32({w}));\n}}\n"
+    )
+}
+
+/// Strided 1 × 1 convolutions read their activations subsampled into a
+/// copy first (`X.sub`, `texc_schedules::subsample`): bit-exact on every
+/// target at strides 2 and 3, offsets 0 and 1, odd sizes; the copy only
+/// where the last index is strided and in bounds for every position (a
+/// read under a guard that would leave the tensor is not copied whole);
+/// not for 3 × 3 windows, whose taps read the skipped elements too.
+#[test]
+fn strided_products_read_a_subsampled_copy() {
+    let loops = |target: &str, src: &str| texc_schedules::ir::print(&legal_loops(target, &program(src)));
+    for target in ["x86-avx2", "x86-avx512-vnni", "x86-avx512"] {
+        let text = loops(target, &strided_1x1(16, 24, 56, 2, 0, true));
+        assert!(text.contains("X.sub"), "{target}:\n{text}");
+        assert!(!loops(target, &strided_1x1(16, 24, 56, 1, 0, true)).contains("X.sub"), "{target}: stride 1");
+        let window = conv(16, 24, 57).replace("y + r, x + s", "2 * y + r, 2 * x + s").replace("55, 55", "28, 28");
+        assert!(!loops(target, &window).contains("X.sub"), "{target}: 3 × 3 taps");
+    }
+    for (c, k, hw, stride, offset, taps) in [(5, 7, 13, 2, 0, true), (6, 9, 17, 2, 1, false), (3, 20, 20, 3, 1, true)] {
+        let name = format!("strided 1×1, {c}→{k} at {hw}², stride {stride}, offset {offset}");
+        check_exact(&name, &program(&strided_1x1(c, k, hw, stride, offset, taps)));
+    }
+    // Rows past 2 · 2 + 1 lie outside X: only the columns are copied.
+    let guarded = "kernel q(X: u8[1, 4, 6, 14], W: i8[3, 4]) -> Y: i32[1, 3, 5, 7] {\n\
+                   \x20   Y[n, f, y, x] = select(y < 3, sum[c](i32(X[n, c, 2 * y, 2 * x]) * i32(W[f, c])), 0);\n}\n";
+    let mut p = program(guarded);
+    let avx2 = texc_compiler::target::lookup("x86-avx2").expect("a target");
+    texc_schedules::dot4::pack_products(&mut p, avx2, &texc_schedules::dot4::nothing_known);
+    let sub = p.tensors.iter().find(|t| t.name == "X.sub").expect("a copy of the columns");
+    assert_eq!(sub.shape, [1, 4, 6, 7], "every row, every other column");
+    check_exact("strided 1×1 under a guard", &program(guarded));
 }
 
 /// A depthwise convolution (`r × r` windows, stride `stride`) over a

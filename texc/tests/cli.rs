@@ -247,6 +247,54 @@ fn vector_tails_run_in_narrower_registers() {
     assert!(xmm > 0 && zmm <= 3 * xmm, "the 19-lane tail as 16 + 3 lanes expected: {zmm} zmm and {xmm} xmm FMAs");
 }
 
+/// The instructions of the loop that `insn` first appears in: from the
+/// label before it to the branch back there.
+fn hot_loop<'a>(asm: &'a str, insn: &str) -> Vec<&'a str> {
+    let lines: Vec<&str> = asm.lines().collect();
+    let first = lines.iter().position(|l| l.trim_start().starts_with(insn)).unwrap_or_else(|| panic!("no {insn}"));
+    let label = (0..first).rev().find(|&i| lines[i].starts_with(".LBB")).expect("a loop label");
+    let name = lines[label].trim_end_matches(':');
+    let back = (first..lines.len())
+        .find(|&i| lines[i].trim_start().starts_with('j') && lines[i].split_whitespace().last() == Some(name))
+        .expect("a branch back");
+    lines[label..=back].to_vec()
+}
+
+/// `@dot2` register blocks on AVX2 keep their accumulators in registers:
+/// a 3 × 3 convolution's block (whose taps LLVM unrolls, and whose
+/// accumulations it regrouped into trees of partial sums across 16-lane
+/// rows of two registers) reads and writes nothing on the stack in its
+/// inner loop; a product whose sum is sliced, accumulating in its output,
+/// stores nothing in its inner loop (the register barrier that keeps the
+/// sums apart touches no memory). Each failed before (spills; an output
+/// stored every step). Results: `products_are_bit_exact_on_every_target`
+/// in tests/tests/int8.rs.
+#[test]
+fn dot2_blocks_keep_their_accumulators_in_registers() {
+    let conv = "kernel c(X: u8[1, 16, 58, 58], W: i8[24, 16, 3, 3]) -> Y: i32[1, 24, 56, 56] {\n\
+                \x20   Y[n, f, y, x] = sum[c, r, s](i32(X[n, c, y + r, x + s]) * i32(W[f, c, r, s]));\n}\n";
+    let gemm = "kernel g(A: u8[96, 1024], W: i8[1024, 256]) -> C: i32[96, 256] {\n\
+                \x20   C[i, j] = sum[k](i32(A[i, k]) * i32(W[k, j]));\n}\n";
+    let asm = exact_asm("dot2c", conv, "x86-avx2");
+    let body = hot_loop(&asm, "vpmaddwd");
+    let stack: Vec<_> = body.iter().filter(|l| l.contains("(%rsp)")).collect();
+    assert!(stack.is_empty(), "the convolution's block spills: {stack:#?}");
+    let asm = exact_asm("dot2g", gemm, "x86-avx2");
+    let body = hot_loop(&asm, "vpmaddwd");
+    let stores: Vec<_> = body
+        .iter()
+        .filter(|l| {
+            l.trim_start().starts_with("vmov")
+                && l.split(',').next().is_some_and(|src| src.contains("mm"))
+                && l.contains('(')
+        })
+        .collect();
+    assert!(
+        body.iter().any(|l| l.contains("vpmaddwd")) && stores.is_empty(),
+        "the product stores its sums: {stores:#?}"
+    );
+}
+
 /// Byte windows of stride 2 (an int8 depthwise convolution of stride 2)
 /// on AVX2: each row of 16 lanes spans 31 bytes, loaded as two
 /// overlapping 16-byte pieces, not element by element (LLVM legalizes a
