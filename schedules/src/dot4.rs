@@ -11,8 +11,10 @@
 //! `sum[k4](@dot4(0, A.q4[.., k4, ..], W.q4[.., k4, ..]))`: the operands
 //! packed four consecutive `k` to an `i32` (byte `t` holds `k = 4·k4 + t`,
 //! zero past the end of `k`), one `vpdpbusd` lane per four products.
-//! Each packed operand is a stage of its own, inserted just before the
-//! product, so that a constant one (a model's weights) is packed once,
+//! Activations read at a stride (a convolution of stride 2's `2·x + s`)
+//! are rearranged first, so that the packed rows are contiguous
+//! ([`crate::subsample`]). Each packed operand is a stage of its own,
+//! inserted just before the product, so that a constant one (a model's weights) is packed once,
 //! when constants are folded: the pipeline runs this pass before folding,
 //! and again as the CPU strategy's first preparation step (for kernels
 //! whose weights are arguments). Legalization then moves the

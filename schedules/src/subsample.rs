@@ -1,31 +1,39 @@
-//! Strided reads subsampled before a product: a TIR-to-TIR step that
+//! Strided reads rearranged before a product: a TIR-to-TIR step that
 //! [`crate::dot4`] takes before it packs a product's activations.
 //!
-//! A 1 × 1 convolution of stride 2 reads `X[n, c, 2·y, 2·x]` (the importer
-//! writes `2·y + r` with `r` a sum of one): every vector of its rows
-//! gathers every other element, for every filter of the register block.
-//! Where an operand's last index is `s·x + c` — one of the stage's axes
-//! times `s ≥ 2`, plus a constant and sums of one element — the positions
-//! read are first copied out, `X.sub[n, c, y, x] = X[n, c, 2·y, 2·x]` (each
-//! such index by its axis), and the product reads `X.sub[n, c, y, x]`: one
+//! A convolution of stride 2 reads `X[n, c, 2·y + r, 2·x + s]`: every
+//! vector of its rows gathers every other element, for every filter of the
+//! register block. Where an operand's last index is `t·x + c` — one of the
+//! stage's axes times `t ≥ 2`, plus a constant and sums of one element (a
+//! 1 × 1 convolution's `r`, which the importer writes) — the positions
+//! read are first copied out, `X.sub[n, c, y, x] = X[n, c, 2·y, 2·x]` (every
+//! such index by its axis), and the product reads `X.sub[n, c, y, x]`. Where
+//! the last index is `t·x + s + c` with `s` a window's taps (a 3 × 3 or
+//! 7 × 7 convolution of stride 2), its elements are split into `t` phases,
+//! `X.ph[n, c, h, p, q] = X[n, c, h, t·q + p]`, and the product reads tap
+//! `s` at `X.ph[n, c, h, (s + c) % t, x + (s + c) / t]`. Either way one
 //! contiguous vector a row, as a stride-1 product's (ONNX Runtime and
-//! oneDNN subsample the same way; texc's f32 convolutions of this shape
-//! take im2col in the e-graph, whose patches are that copy). MEASURED
-//! (AMD Zen 4, `x86-avx2`, one thread): ResNet-50's int8 stride-2 1 × 1
-//! convolutions, 256 → 512 channels at 28²: 4.07 → 1.3 ms.
+//! oneDNN subsample 1 × 1 convolutions the same way; texc's f32
+//! convolutions of these shapes take im2col in the e-graph, whose patches
+//! are such copies). MEASURED (AMD Zen 4, `x86-avx2`, one thread):
+//! ResNet-50's int8 stride-2 1 × 1 convolutions, 256 → 512 channels at
+//! 28²: 4.07 → 1.3 ms.
 //!
-//! Invariants: the copy reads only where the product did (every index in
-//! bounds for every value of its variables, checked, not assumed: a read
-//! the product made only under a guard is not subsampled), and the program
-//! computes the same values; the product's load node keeps its id (it is
-//! rewritten in place), so that the caller's references into the product
-//! stay valid.
+//! Invariants: the copy reads only elements inside the tensor (the phases'
+//! last positions guarded where the tensor ends), and the product reads
+//! only copied elements that it read before (every index in bounds for
+//! every value of its variables, checked, not assumed: a read the product
+//! made only under a guard is not rearranged); the program computes the
+//! same values. The product's load node keeps its id (it is rewritten in
+//! place), so that the caller's references into the product stay valid.
 
 use crate::normalize::fresh_name;
 use crate::prepack::insert_stage;
 use texc_compiler::affine::affine_in_vars;
 use texc_compiler::ops::BinOp;
 use texc_compiler::tir::*;
+use texc_compiler::types::ElemType;
+use texc_grammar::Span;
 
 /// How the copy indexes one of the operand's dimensions.
 #[derive(Clone, Copy)]
@@ -34,9 +42,13 @@ enum Dim {
     Whole,
     /// `stride · axis + offset`: the copy's dimension is the stage axis's extent.
     Sampled { axis: VarId, stride: i64, offset: i64 },
+    /// `stride · axis + tap + offset` (the last dimension only): two
+    /// dimensions in the copy, the phase (`stride`) and the position in it
+    /// (`positions`).
+    Phased { axis: VarId, stride: i64, offset: i64, tap: VarId, positions: i64 },
 }
 
-/// Subsample load `load` of product stage `at` where its last index is
+/// Rearrange load `load` of product stage `at` where its last index is
 /// strided (see the module header): a copy stage inserted before `at`,
 /// and the load rewritten to read it. The new tensor, or `None` where the
 /// load is not such a read.
@@ -44,72 +56,133 @@ pub(crate) fn subsample(p: &mut Program, at: usize, load: TExprId) -> Option<Ten
     let st = &p.stages[at];
     let TExpr::Load(t, idx) = p.expr(load).clone() else { return None };
     let decl = p.tensor(t).clone();
-    let dims: Vec<Dim> = idx.iter().zip(&decl.shape).map(|(&i, &len)| sampled(p, st, i, len)).collect();
-    if !matches!(dims.last(), Some(Dim::Sampled { .. })) {
+    let rank = idx.len();
+    let dims: Vec<Dim> =
+        idx.iter().zip(&decl.shape).enumerate().map(|(d, (&i, &len))| strided(p, st, i, len, d + 1 == rank)).collect();
+    if matches!(dims.last(), None | Some(Dim::Whole)) {
         return None;
     }
     let span = p.span(load);
-    let extent = |d: usize| match dims[d] {
-        Dim::Whole => decl.shape[d],
-        Dim::Sampled { axis, .. } => st.vars[axis as usize].extent,
-    };
-    let shape: Vec<i64> = (0..dims.len()).map(extent).collect();
+    let shape: Vec<i64> = dims
+        .iter()
+        .zip(&decl.shape)
+        .flat_map(|(dim, &len)| match *dim {
+            Dim::Whole => vec![len],
+            Dim::Sampled { axis, .. } => vec![st.vars[axis as usize].extent],
+            Dim::Phased { stride, positions, .. } => vec![stride, positions],
+        })
+        .collect();
     let vars: Vec<VarDecl> =
         shape.iter().enumerate().map(|(d, &extent)| VarDecl { name: format!("d{d}"), extent }).collect();
-    let name = fresh_name(p, &format!("{}.sub", decl.name));
+    let phased = matches!(dims.last(), Some(Dim::Phased { .. }));
+    let name = fresh_name(p, &format!("{}.{}", decl.name, if phased { "ph" } else { "sub" }));
     p.tensors.push(TensorDecl { name, elem: decl.elem, shape, role: TensorRole::Temp, span });
-    let sub = TensorId(p.tensors.len() as u32 - 1);
+    let out = TensorId(p.tensors.len() as u32 - 1);
+    let value = copy(p, t, &dims, decl.shape[rank - 1], span);
+    let n_axes = vars.len();
+    insert_stage(p, at, Stage { tensor: out, vars, n_axes, value, span });
+    let read = product_index(p, &idx, &dims, span);
+    p.exprs[load.0 as usize] = TExpr::Load(out, read);
+    Some(out)
+}
+
+/// The copy's value: `X[.., t·d + c]` for a sampled dimension `d`,
+/// `X[.., t·q + p]` for a phased one (zero where that is past the
+/// tensor's `last_len`), the other dimensions as they are.
+fn copy(p: &mut Program, t: TensorId, dims: &[Dim], last_len: i64, span: Span) -> TExprId {
     let int = |p: &mut Program, v: i64| p.alloc(TExpr::Int(v), Ty::Index, span);
-    // The copy: `X.sub[d..] = X[s·d + c ..]`.
+    let var = |p: &mut Program, v: usize| p.alloc(TExpr::Var(v as VarId), Ty::Index, span);
     let mut from = Vec::with_capacity(dims.len());
+    let mut past_end = None;
     for (d, dim) in dims.iter().enumerate() {
-        let v = p.alloc(TExpr::Var(d as VarId), Ty::Index, span);
         from.push(match *dim {
-            Dim::Whole => v,
+            Dim::Whole => var(p, d),
             Dim::Sampled { stride, offset, .. } => {
-                let s = int(p, stride);
+                let (s, v, c) = (int(p, stride), var(p, d), int(p, offset));
                 let scaled = p.alloc(TExpr::Binary(BinOp::Mul, s, v), Ty::Index, span);
-                let c = int(p, offset);
                 p.alloc(TExpr::Binary(BinOp::Add, scaled, c), Ty::Index, span)
+            }
+            Dim::Phased { stride, positions, .. } => {
+                // The phase is the copy's dimension `d`, the position `d + 1`.
+                let (s, phase, q) = (int(p, stride), var(p, d), var(p, d + 1));
+                let scaled = p.alloc(TExpr::Binary(BinOp::Mul, s, q), Ty::Index, span);
+                let at = p.alloc(TExpr::Binary(BinOp::Add, scaled, phase), Ty::Index, span);
+                if stride * positions > last_len {
+                    let len = int(p, last_len);
+                    past_end = Some(p.alloc(TExpr::Binary(BinOp::Lt, at, len), Ty::Elem(ElemType::Bool), span));
+                }
+                at
             }
         });
     }
-    let value = p.alloc(TExpr::Load(t, from), Ty::Elem(decl.elem), span);
-    let n_axes = vars.len();
-    insert_stage(p, at, Stage { tensor: sub, vars, n_axes, value, span });
-    // The product's read, in place: `X.sub[.., y, x]`.
-    let read: Vec<TExprId> = idx
-        .iter()
-        .zip(&dims)
-        .map(|(&i, dim)| match *dim {
-            Dim::Whole => i,
-            Dim::Sampled { axis, .. } => p.alloc(TExpr::Var(axis), Ty::Index, span),
-        })
-        .collect();
-    p.exprs[load.0 as usize] = TExpr::Load(sub, read);
-    Some(sub)
+    let elem = p.tensor(t).elem;
+    let value = p.alloc(TExpr::Load(t, from), Ty::Elem(elem), span);
+    match past_end {
+        None => value,
+        Some(inside) => {
+            let zero = p.alloc(TExpr::Int(0), Ty::Elem(elem), span);
+            p.alloc(TExpr::Select(inside, value, zero), Ty::Elem(elem), span)
+        }
+    }
+}
+
+/// The product's index into the copy: a sampled dimension by its axis; a
+/// phased one by `(tap + c) % t` and `axis + (tap + c) / t`; the others as
+/// they were.
+fn product_index(p: &mut Program, idx: &[TExprId], dims: &[Dim], span: Span) -> Vec<TExprId> {
+    let mut read = Vec::with_capacity(idx.len() + 1);
+    for (&i, dim) in idx.iter().zip(dims) {
+        match *dim {
+            Dim::Whole => read.push(i),
+            Dim::Sampled { axis, .. } => read.push(p.alloc(TExpr::Var(axis), Ty::Index, span)),
+            Dim::Phased { axis, stride, offset, tap, .. } => {
+                let mut u = p.alloc(TExpr::Var(tap), Ty::Index, span);
+                if offset != 0 {
+                    let c = p.alloc(TExpr::Int(offset), Ty::Index, span);
+                    u = p.alloc(TExpr::Binary(BinOp::Add, u, c), Ty::Index, span);
+                }
+                let s = p.alloc(TExpr::Int(stride), Ty::Index, span);
+                read.push(p.alloc(TExpr::Binary(BinOp::FloorMod, u, s), Ty::Index, span));
+                let step = p.alloc(TExpr::Binary(BinOp::FloorDiv, u, s), Ty::Index, span);
+                let x = p.alloc(TExpr::Var(axis), Ty::Index, span);
+                read.push(p.alloc(TExpr::Binary(BinOp::Add, x, step), Ty::Index, span));
+            }
+        }
+    }
+    read
 }
 
 /// How index `i` of a dimension of `len` reads it in stage `st`: sampled
 /// where it is `stride · axis + offset` over one of the stage's axes,
-/// `stride ≥ 2`, besides sums of one element (which are 0), and in bounds
-/// for every value of the axis; else whole.
-fn sampled(p: &Program, st: &Stage, i: TExprId, len: i64) -> Dim {
+/// `stride ≥ 2`, besides sums of one element (which are 0); phased where
+/// it also adds one sum's variable of more (a window's taps, coefficient
+/// 1), in the `last` dimension only; either only when in bounds for every
+/// value of its variables; else whole.
+fn strided(p: &Program, st: &Stage, i: TExprId, len: i64, last: bool) -> Dim {
     let Some(form) = affine_in_vars(p, i) else { return Dim::Whole };
-    let mut axis = None;
+    let (mut axis, mut tap) = (None, None);
     for (&v, &k) in &form.terms {
         let var = &st.vars[v as usize];
         match (v as usize) < st.n_axes {
             true if axis.is_none() && k >= 2 => axis = Some((v, k, var.extent)),
             false if var.extent == 1 => {}
+            false if last && tap.is_none() && k == 1 => tap = Some((v, var.extent)),
             _ => return Dim::Whole,
         }
     }
     let Some((axis, stride, extent)) = axis else { return Dim::Whole };
     let (Ok(stride), Ok(offset)) = (i64::try_from(stride), i64::try_from(form.c)) else { return Dim::Whole };
-    let last = stride.checked_mul(extent - 1).and_then(|x| x.checked_add(offset));
-    match last {
-        Some(last) if offset >= 0 && last < len => Dim::Sampled { axis, stride, offset },
-        _ => Dim::Whole,
+    let taps = tap.map_or(1, |(_, n)| n);
+    let last_read =
+        stride.checked_mul(extent - 1).and_then(|x| x.checked_add(offset)).and_then(|x| x.checked_add(taps - 1));
+    if !matches!(last_read, Some(l) if offset >= 0 && l < len) {
+        return Dim::Whole;
+    }
+    match tap {
+        None => Dim::Sampled { axis, stride, offset },
+        Some((tap, n)) => {
+            let positions = extent + (offset + n - 1) / stride;
+            Dim::Phased { axis, stride, offset, tap, positions }
+        }
     }
 }

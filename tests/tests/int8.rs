@@ -139,21 +139,25 @@ fn short_rows_run_along_the_filters() {
 /// `@dot2` register blocks on AVX2 (16 registers; a product is added in
 /// an instruction of its own): a window sliding along the rows (`x + s`),
 /// whose taps' overlapping panels LLVM loads ahead, blocks 4 filters of
-/// two vectors, not 6, so that nothing spills; a product without taps, and
-/// a window of stride 2 (its panels gathered: more filters share them),
-/// keep 6; AVX-512's 32 registers keep the block whole. The generated
+/// two vectors, not 6, so that nothing spills; so does a window of stride
+/// 2, whose columns are split into phases first (contiguous panels); a
+/// product without taps, and a window of stride and dilation 2 (its
+/// panels gathered: more filters share them), keep 6; AVX-512's 32
+/// registers keep the block whole. The generated
 /// code: `dot2_blocks_keep_their_accumulators_in_registers` in
 /// texc/tests/cli.rs.
 #[test]
 fn dot2_blocks_leave_registers_for_the_taps_panels() {
     let strided = conv(16, 24, 121).replace("y + r, x + s", "2 * y + r, 2 * x + s").replace("119, 119", "60, 60");
+    let dilated = conv(16, 24, 121).replace("y + r, x + s", "2 * y + r, 2 * x + 2 * s").replace("119, 119", "59, 59");
     let rows = |target: &str, src: &str| {
         let text = texc_schedules::ir::print(&legal_loops(target, &program(src)));
         let block = text.lines().find(|l| l.contains("local Y.acc") || l.contains("for i.r in")).map(str::trim);
         block.unwrap_or_else(|| panic!("{target}: no register block:\n{text}")).to_string()
     };
     assert_eq!(rows("x86-avx2", &conv(16, 24, 58)), "local Y.acc: i32[4, 16]:");
-    assert_eq!(rows("x86-avx2", &strided), "local Y.acc: i32[6, 16]:");
+    assert_eq!(rows("x86-avx2", &strided), "local Y.acc: i32[4, 16]:");
+    assert_eq!(rows("x86-avx2", &dilated), "local Y.acc: i32[6, 16]:");
     assert_eq!(
         rows(
             "x86-avx2",
@@ -177,25 +181,49 @@ fn strided_1x1(c: i64, k: i64, hw: i64, stride: i64, offset: i64, taps: bool) ->
     )
 }
 
-/// Strided 1 × 1 convolutions read their activations subsampled into a
-/// copy first (`X.sub`, `texc_schedules::subsample`): bit-exact on every
-/// target at strides 2 and 3, offsets 0 and 1, odd sizes; the copy only
+/// A convolution of `taps × taps` windows at stride `stride`, each
+/// window's first column at `stride · x + offset`, over a `c`-channel
+/// `hw × hw` map.
+fn strided_window(c: i64, k: i64, hw: i64, stride: i64, offset: i64, taps: i64) -> String {
+    let o = (hw - taps - offset) / stride + 1;
+    format!(
+        "kernel q(X: u8[1, {c}, {hw}, {hw}], W: i8[{k}, {c}, {taps}, {taps}]) -> Y: i32[1, {k}, {o}, {o}] {{\n\
+         \x20   Y[n, f, y, x] = sum[c, r, s](i32(X[n, c, {stride} * y + r, {stride} * x + s + {offset}]) * i32(W[f, c, r, s]));\n}}\n"
+    )
+}
+
+/// Strided convolutions read their activations rearranged into a copy
+/// first (`texc_schedules::subsample`): a 1 × 1 one's positions subsampled
+/// (`X.sub`), a window's columns split into phases (`X.ph`), so that every
+/// vector of a row is contiguous. Bit-exact on every target at strides 2
+/// and 3, offsets 0 and 1, 1 × 1, 2 × 2, 3 × 3 and 7 × 7 windows, odd sizes
+/// (phases whose last positions lie past the row, guarded); the copy only
 /// where the last index is strided and in bounds for every position (a
-/// read under a guard that would leave the tensor is not copied whole);
-/// not for 3 × 3 windows, whose taps read the skipped elements too.
+/// read under a guard that would leave the tensor is not copied whole),
+/// none at stride 1.
 #[test]
-fn strided_products_read_a_subsampled_copy() {
+fn strided_products_read_a_rearranged_copy() {
     let loops = |target: &str, src: &str| texc_schedules::ir::print(&legal_loops(target, &program(src)));
     for target in ["x86-avx2", "x86-avx512-vnni", "x86-avx512"] {
         let text = loops(target, &strided_1x1(16, 24, 56, 2, 0, true));
         assert!(text.contains("X.sub"), "{target}:\n{text}");
-        assert!(!loops(target, &strided_1x1(16, 24, 56, 1, 0, true)).contains("X.sub"), "{target}: stride 1");
-        let window = conv(16, 24, 57).replace("y + r, x + s", "2 * y + r, 2 * x + s").replace("55, 55", "28, 28");
-        assert!(!loops(target, &window).contains("X.sub"), "{target}: 3 × 3 taps");
+        let text = loops(target, &strided_window(16, 24, 57, 2, 0, 3));
+        assert!(text.contains("X.ph") && !text.contains("X.sub"), "{target}:\n{text}");
+        let stride1 = [strided_1x1(16, 24, 56, 1, 0, true), strided_window(16, 24, 58, 1, 0, 3)];
+        for src in stride1 {
+            let text = loops(target, &src);
+            assert!(!text.contains("X.sub") && !text.contains("X.ph"), "{target}: stride 1:\n{text}");
+        }
     }
     for (c, k, hw, stride, offset, taps) in [(5, 7, 13, 2, 0, true), (6, 9, 17, 2, 1, false), (3, 20, 20, 3, 1, true)] {
         let name = format!("strided 1×1, {c}→{k} at {hw}², stride {stride}, offset {offset}");
         check_exact(&name, &program(&strided_1x1(c, k, hw, stride, offset, taps)));
+    }
+    for (c, k, hw, stride, offset, taps) in
+        [(5, 7, 15, 2, 0, 3), (3, 10, 40, 2, 1, 7), (4, 6, 23, 3, 0, 3), (6, 5, 18, 2, 1, 2)]
+    {
+        let name = format!("{taps}×{taps} window, {c}→{k} at {hw}², stride {stride}, offset {offset}");
+        check_exact(&name, &program(&strided_window(c, k, hw, stride, offset, taps)));
     }
     // Rows past 2 · 2 + 1 lie outside X: only the columns are copied.
     let guarded = "kernel q(X: u8[1, 4, 6, 14], W: i8[3, 4]) -> Y: i32[1, 3, 5, 7] {\n\
