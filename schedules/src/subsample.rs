@@ -50,15 +50,20 @@ enum Dim {
 
 /// Rearrange load `load` of product stage `at` where its last index is
 /// strided (see the module header): a copy stage inserted before `at`,
-/// and the load rewritten to read it. The new tensor, or `None` where the
-/// load is not such a read.
-pub(crate) fn subsample(p: &mut Program, at: usize, load: TExprId) -> Option<TensorId> {
+/// and the load rewritten to read it. An index that moves with `packed`
+/// (the variable the caller packs words along: a 2 × 2 stride-2 window's
+/// `2·x + s` packed along `s`) stays as it is. The new tensor, or `None`
+/// where the load is not such a read.
+pub(crate) fn subsample(p: &mut Program, at: usize, load: TExprId, packed: VarId) -> Option<TensorId> {
     let st = &p.stages[at];
     let TExpr::Load(t, idx) = p.expr(load).clone() else { return None };
     let decl = p.tensor(t).clone();
     let rank = idx.len();
-    let dims: Vec<Dim> =
-        idx.iter().zip(&decl.shape).enumerate().map(|(d, (&i, &len))| strided(p, st, i, len, d + 1 == rank)).collect();
+    let dim = |(d, (&i, &len)): (usize, (&TExprId, &i64))| match p.mentions(i, packed) {
+        true => Dim::Whole,
+        false => strided(p, st, i, len, d + 1 == rank),
+    };
+    let dims: Vec<Dim> = idx.iter().zip(&decl.shape).enumerate().map(dim).collect();
     if matches!(dims.last(), None | Some(Dim::Whole)) {
         return None;
     }
@@ -155,9 +160,9 @@ fn product_index(p: &mut Program, idx: &[TExprId], dims: &[Dim], span: Span) -> 
 /// How index `i` of a dimension of `len` reads it in stage `st`: sampled
 /// where it is `stride · axis + offset` over one of the stage's axes,
 /// `stride ≥ 2`, besides sums of one element (which are 0); phased where
-/// it also adds one sum's variable of more (a window's taps, coefficient
-/// 1), in the `last` dimension only; either only when in bounds for every
-/// value of its variables; else whole.
+/// it also adds the variable of a sum of several (a window's taps, at
+/// coefficient 1), in the `last` dimension only; either only when in
+/// bounds for every value of its variables; else whole.
 fn strided(p: &Program, st: &Stage, i: TExprId, len: i64, last: bool) -> Dim {
     let Some(form) = affine_in_vars(p, i) else { return Dim::Whole };
     let (mut axis, mut tap) = (None, None);

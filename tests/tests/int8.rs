@@ -219,12 +219,16 @@ fn strided_products_read_a_rearranged_copy() {
         let name = format!("strided 1×1, {c}→{k} at {hw}², stride {stride}, offset {offset}");
         check_exact(&name, &program(&strided_1x1(c, k, hw, stride, offset, taps)));
     }
-    for (c, k, hw, stride, offset, taps) in
-        [(5, 7, 15, 2, 0, 3), (3, 10, 40, 2, 1, 7), (4, 6, 23, 3, 0, 3), (6, 5, 18, 2, 1, 2)]
-    {
+    // 2 × 2 at stride 2 and 4 × 4 at stride 4 (a ViT's patches): the
+    // window's taps are the variable the words pack (along `2·x + s`),
+    // which stays as it is.
+    let windows = [(5, 7, 15, 2, 0, 3), (3, 10, 40, 2, 1, 7), (4, 6, 23, 3, 0, 3), (6, 5, 18, 2, 1, 2)];
+    for (c, k, hw, stride, offset, taps) in windows.into_iter().chain([(3, 6, 18, 2, 0, 2), (2, 5, 24, 4, 0, 4)]) {
         let name = format!("{taps}×{taps} window, {c}→{k} at {hw}², stride {stride}, offset {offset}");
         check_exact(&name, &program(&strided_window(c, k, hw, stride, offset, taps)));
     }
+    let signed = strided_window(5, 7, 15, 2, 0, 3).replace("X: u8", "X: i8");
+    check_exact("3×3 window, stride 2, i8 activations (offset by 128 with VNNI)", &program(&signed));
     // Rows past 2 · 2 + 1 lie outside X: only the columns are copied.
     let guarded = "kernel q(X: u8[1, 4, 6, 14], W: i8[3, 4]) -> Y: i32[1, 3, 5, 7] {\n\
                    \x20   Y[n, f, y, x] = select(y < 3, sum[c](i32(X[n, c, 2 * y, 2 * x]) * i32(W[f, c])), 0);\n}\n";

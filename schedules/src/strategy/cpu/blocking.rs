@@ -452,10 +452,12 @@ fn step_products(p: &Program, e: TExprId) -> i64 {
 /// instruction. MEASURED (AVX2, `@dot2`, rows of 2 vectors): an int8 3 × 3
 /// convolution 64 → 64 at 56² spilled with 6 and 5 rows, 1.70 and 1.43
 /// ms, not with 4, 1.41 ms; ResNet-18's layers of that shape ran 3.7 ms
-/// in the model with 5 rows, 1.4 with 4. Panels gathered (a window of
-/// stride 2 that [`crate::subsample`] does not split into phases: a
-/// dilated one) are dear, and more rows sharing them pay for the spills
-/// (ResNet's 7 × 7 stride-2 stem, gathered: 6 rows 2.26 ms, 4 rows 2.47).
+/// in the model with 5 rows, 1.4 with 4; `@dot4sat`'s 3 × 3 blocks (7-bit
+/// weights) 5 → 3 rows, ResNet-18's loop nests 22.8 → 21.7 ms in all.
+/// Panels gathered (a window of stride 2 that [`crate::subsample`] does
+/// not split into phases: a dilated one) are dear, and more rows sharing
+/// them pay for the spills (ResNet's 7 × 7 stride-2 stem, measured before
+/// it was split into phases: 6 rows 2.26 ms, 4 rows 2.47).
 fn product_registers(p: &Program, st: &Stage, vector: &[TExprId], vectors: i64) -> i64 {
     let products = step_products(p, st.value);
     let inner = st.n_axes as u32 - 1;
