@@ -14,11 +14,12 @@
 //! Activations read at a stride (a convolution of stride 2's `2·x + s`)
 //! are rearranged first, so that the packed rows are contiguous
 //! ([`crate::subsample`]). Each packed operand is a stage of its own,
-//! inserted just before the product, so that a constant one (a model's weights) is packed once,
-//! when constants are folded: the pipeline runs this pass before folding,
-//! and again as the CPU strategy's first preparation step (for kernels
-//! whose weights are arguments). Legalization then moves the
-//! accumulator into the instruction (`c + @dot4(0, a, b)` → `@dot4(c, a, b)`).
+//! inserted just before the product, so that a constant one (a model's
+//! weights) is packed once, when constants are folded: the pipeline runs
+//! this pass before folding, and again as the CPU strategy's first
+//! preparation step (for kernels whose weights are arguments).
+//! Legalization then moves the accumulator into the instruction
+//! (`c + @dot4(0, a, b)` → `@dot4(c, a, b)`).
 //!
 //! Without VNNI ([`Word::Halves`]) the operands are packed two `k` to an
 //! `i32` instead, each byte widened to 16 bits (zero- or sign-extended as

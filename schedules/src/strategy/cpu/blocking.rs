@@ -446,10 +446,9 @@ fn step_products(p: &Program, e: TExprId) -> i64 {
 /// accumulators, the `vectors` of the panel and the broadcast:
 /// [`step_products`]; and where the panel slides over a window along the
 /// vector axis (`X[.., x + s]`, `s` of two taps or more, contiguous: the
-/// taps' panels overlap),
-/// whose taps LLVM unrolls and whose panels it loads ahead of the
-/// products, two more panels when the products are not added in their
-/// instruction. MEASURED (AVX2, `@dot2`, rows of 2 vectors): an int8 3 × 3
+/// taps' panels overlap), whose taps LLVM unrolls and whose panels it
+/// loads ahead of the products, two more panels when the products are not
+/// added in their instruction. MEASURED (AVX2, `@dot2`, rows of 2 vectors): an int8 3 × 3
 /// convolution 64 → 64 at 56² spilled with 6 and 5 rows, 1.70 and 1.43
 /// ms, not with 4, 1.41 ms; ResNet-18's layers of that shape ran 3.7 ms
 /// in the model with 5 rows, 1.4 with 4; `@dot4sat`'s 3 × 3 blocks (7-bit
