@@ -532,10 +532,15 @@ impl<'ctx> Gen<'ctx, '_> {
         let from = self.f.p.ty(x);
         let x = self.expr(fr, x, mode)?;
         let c = |v: f64| self.const_of(from, 0, v, mode);
+        let nan_is_lo = lo == 0.0;
         let (lo, hi, zero) = (c(lo)?, c(hi)?, c(0.0)?);
-        // `a > lo ? a : lo` is x86's `max(a, lo)`: NaN gives `lo`, then 0 here.
+        // `a > lo ? a : lo` is x86's `max(a, lo)`: NaN gives `lo`, then 0
+        // here (nothing to do where `lo` is 0: a ReLU's requantization).
         let clamped = self.float_pick(FloatPredicate::OLT, self.float_pick(FloatPredicate::OGT, x, lo)?, hi)?;
-        let number = self.float_select(FloatPredicate::ORD, (x, x), clamped, zero)?;
+        let number = match nan_is_lo {
+            true => clamped,
+            false => self.float_select(FloatPredicate::ORD, (x, x), clamped, zero)?,
+        };
         self.truncate_to_byte(number, to, mode)
     }
 
