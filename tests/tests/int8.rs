@@ -313,18 +313,20 @@ fn extreme_values_are_exact() {
 
 /// A requantization's saturation, `u8(clamp(x, lo, hi))` (code generation
 /// clamps once and sends NaN to 0 itself: `clamped_to_byte`, through the
-/// clamp where `lo` is 0), at NaN, the
+/// clamp where `lo` is 0; `round(y) + z` as `cvtps2dq` on x86), at NaN, the
 /// infinities, values far past the bounds and halves, `u8` and `i8`, at a
 /// length no vector divides: the interpreter's bytes on every CPU target.
 #[test]
 fn saturating_byte_conversions_match_the_interpreter() {
     use texc_runtime::{DType, Tensor};
     let p = program(
-        "kernel q(X: f32[37]) -> (Y: u8[37], Z: i8[37], V: u8[37], S: i8[37]) {\n\
+        "kernel q(X: f32[37]) -> (Y: u8[37], Z: i8[37], V: u8[37], S: i8[37], T: u8[37], U: i8[37]) {\n\
          \x20   Y[i] = u8(clamp(round(X[i]) + 3.0, 2.0, 250.5));\n\
          \x20   Z[i] = i8(clamp(X[i] * 0.5, -100.0, 120.0));\n\
          \x20   V[i] = u8(clamp(X[i], 0.0, 255.0));\n\
-         \x20   S[i] = i8(clamp(round(X[i]), 0.0, 100.0));\n}\n",
+         \x20   S[i] = i8(clamp(round(X[i]), 0.0, 100.0));\n\
+         \x20   T[i] = u8(clamp(round(X[i] * 0.5) + 3.0, 2.0, 250.0));\n\
+         \x20   U[i] = i8(clamp(round(X[i]) + -7.0, -128.0, 120.0));\n}\n",
     );
     let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e30, -1e30, -0.0, 0.0, 0.5, 1.5, 2.5, -2.5, 249.5];
     let more = [250.7, 254.9, 255.5, 300.0, -3.0, 3e9, -3e9, 127.9, -128.7, 247.5, -201.0, 240.0];
@@ -336,6 +338,10 @@ fn saturating_byte_conversions_match_the_interpreter() {
     assert_eq!(&want[1].to_f64()[..3], &[0.0, 120.0, -100.0], "NaN, +inf, -inf");
     // A lower bound of 0 takes NaN there without a test of its own.
     assert_eq!(&want[3].to_f64()[..3], &[0.0, 100.0, 0.0], "NaN, +inf, -inf");
+    // `round(y) + z` with whole bounds: `cvtps2dq` of the clamped `y`, the
+    // zero point added as an integer (`clamped_to_byte`), halves to even.
+    assert_eq!(&want[4].to_f64()[..12], &[0.0, 250.0, 2.0, 250.0, 2.0, 3.0, 3.0, 3.0, 4.0, 4.0, 2.0, 128.0]);
+    assert_eq!(&want[5].to_f64()[..3], &[0.0, 120.0, -128.0], "NaN, +inf, -inf");
     for target in cpu_targets() {
         let k = texc_tests::compile_loops(target, &legal_loops(target.name, &p)).expect("compiles");
         for (g, w) in k.run(args()).expect("runs").iter().zip(&want) {

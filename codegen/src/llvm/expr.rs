@@ -530,6 +530,9 @@ impl<'ctx> Gen<'ctx, '_> {
         mode: Mode<'ctx>,
     ) -> R<BasicValueEnum<'ctx>> {
         let from = self.f.p.ty(x);
+        if let Some((y, zero_point)) = self.rounded_on_x86(x, (lo, hi)) {
+            return self.rounded_to_byte(fr, (y, zero_point, lo, hi), to, mode);
+        }
         let x = self.expr(fr, x, mode)?;
         let c = |v: f64| self.const_of(from, 0, v, mode);
         let nan_is_lo = lo == 0.0;
@@ -542,6 +545,72 @@ impl<'ctx> Gen<'ctx, '_> {
             false => self.float_select(FloatPredicate::ORD, (x, x), clamped, zero)?,
         };
         self.truncate_to_byte(number, to, mode)
+    }
+
+    /// `(y, z)` where `x` is `round(y) + z` (or `round(y)`, `z` 0) of an f32
+    /// `y`, `z` and the bounds whole numbers, on x86: [`Gen::rounded_to_byte`].
+    fn rounded_on_x86(&self, x: TExprId, (lo, hi): (f64, f64)) -> Option<(TExprId, f64)> {
+        use texc_compiler::ops::MathFn;
+        let p = &self.f.p;
+        let x86 = self.has_feature("avx2") || self.has_feature("avx512f");
+        if !x86 || p.ty(x) != Ty::Elem(ElemType::F32) || lo.fract() != 0.0 || hi.fract() != 0.0 {
+            return None;
+        }
+        let round = |e: TExprId| match p.expr(e) {
+            TExpr::Math(MathFn::Round, a) if a.len() == 1 => Some(a[0]),
+            _ => None,
+        };
+        let (y, z) = match *p.expr(x) {
+            TExpr::Binary(BinOp::Add, a, b) => match (round(a), p.expr(b)) {
+                (Some(y), TExpr::Float(z)) => (y, *z),
+                _ => return None,
+            },
+            _ => (round(x)?, 0.0),
+        };
+        (z.fract() == 0.0 && z.abs() <= 65536.0).then_some((y, z))
+    }
+
+    /// `to(clamp(round(y) + z, lo, hi))` with whole `z`, `lo` and `hi`
+    /// ([`Gen::rounded_on_x86`]) as `to(lrint(clamp(y, lo - z, hi - z)) + z)`:
+    /// whole bounds commute with rounding, the zero point is added as an
+    /// integer (exact, where `y + z` in f32 is not), and `lrint` is x86's
+    /// `cvtps2dq`, rounding half to even as `round` does — one instruction
+    /// for `round`, the add and the conversion's three. NaN goes to
+    /// `lo - z` through the clamp, so to `lo`: 0 as the conversion asks
+    /// where `lo` is 0, else tested for.
+    fn rounded_to_byte(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        (y, z, lo, hi): (TExprId, f64, f64, f64),
+        to: Ty,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let f32t = Ty::Elem(ElemType::F32);
+        let i32t = Ty::Elem(ElemType::I32);
+        let y = self.expr(fr, y, mode)?;
+        let c = |v: f64| self.const_of(f32t, 0, v, mode);
+        let below = self.float_pick(FloatPredicate::OGT, y, c(lo - z)?)?;
+        let mut clamped = self.float_pick(FloatPredicate::OLT, below, c(hi - z)?)?;
+        if lo != 0.0 {
+            clamped = self.float_select(FloatPredicate::ORD, (y, y), clamped, c(-z)?)?;
+        }
+        let lrint = self.intrinsic("llvm.lrint", &[self.ty_in(i32t, mode), self.ty_in(f32t, mode)])?;
+        let whole = self.call(lrint, &[clamped])?;
+        let shifted = match whole {
+            BasicValueEnum::VectorValue(v) => {
+                let zv = self.const_of(i32t, z as i64, 0.0, mode)?.into_vector_value();
+                self.b.build_int_add(v, zv, "zp")?.into()
+            }
+            _ => {
+                let zv = self.const_of(i32t, z as i64, 0.0, mode)?.into_int_value();
+                self.b.build_int_add(whole.into_int_value(), zv, "zp")?.into()
+            }
+        };
+        let tt = self.ty_in(to, mode);
+        Ok(match shifted {
+            BasicValueEnum::VectorValue(v) => self.b.build_int_truncate(v, tt.into_vector_type(), "byte")?.into(),
+            _ => self.b.build_int_truncate(shifted.into_int_value(), tt.into_int_type(), "byte")?.into(),
+        })
     }
 
     /// `a p b ? a : b` on floats (a vector compare where they are vectors).
