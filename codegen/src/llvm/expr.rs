@@ -574,8 +574,9 @@ impl<'ctx> Gen<'ctx, '_> {
     /// ([`Gen::rounded_on_x86`]) as `to(lrint(clamp(y, lo - z, hi - z)) + z)`:
     /// whole bounds commute with rounding, the zero point is added as an
     /// integer (exact, where `y + z` in f32 is not), and `lrint` is x86's
-    /// `cvtps2dq`, rounding half to even as `round` does — one instruction
-    /// for `round`, the add and the conversion's three. NaN goes to
+    /// `cvtps2dq`, rounding half to even as `round` does — two instructions
+    /// (`cvtps2dq`, an integer add) for three (`roundps`, an add,
+    /// `cvttps2dq`), one for two without a zero point. NaN goes to
     /// `lo - z` through the clamp, so to `lo`: 0 as the conversion asks
     /// where `lo` is 0, else tested for.
     fn rounded_to_byte(
