@@ -367,9 +367,14 @@ impl NnOp {
                 let out = |h: i64, r: i64| (h + 2 * pad - dil * (r - 1) - 1).div_euclid(stride.max(1)) + 1;
                 vec![x[0], w[0], out(x[2], w[2]), out(x[3], w[3])]
             }
-            NnOp::Conv2dWinograd(..) | NnOp::Conv2d1x1(_) => {
+            NnOp::Conv2d1x1(_) => {
                 let (x, w) = (s(0)?, s(1)?);
                 vec![x[0], w[0], x[2], x[3]]
+            }
+            // 3×3 filters, stride 1: each side grows by 2·pad − 2.
+            NnOp::Conv2dWinograd(..) => {
+                let (x, w, pad) = (s(0)?, s(1)?, n(self.conv_pad_at())?);
+                vec![x[0], w[0], x[2] + 2 * pad - 2, x[3] + 2 * pad - 2]
             }
             NnOp::MaxPool2d | NnOp::AvgPool2d => {
                 let x = s(0)?;
@@ -398,7 +403,10 @@ impl NnOp {
     /// Position of a 2-D convolution's `pad` argument (then stride, dilation, groups).
     pub fn conv_pad_at(self) -> usize {
         match self {
-            NnOp::Conv2d(Epilogue::None) | NnOp::Conv2dIm2col | NnOp::Conv2dIm2colT => 2,
+            NnOp::Conv2d(Epilogue::None)
+            | NnOp::Conv2dIm2col
+            | NnOp::Conv2dIm2colT
+            | NnOp::Conv2dWinograd(_, Epilogue::None) => 2,
             _ => 3,
         }
     }
@@ -436,12 +444,16 @@ impl NnOp {
                 let a = (m + 2.0) * (m + 2.0);
                 let c = x.map_or(0.0, |x| x[1] as f64);
                 let k = w.map_or(0.0, |w| w[0] as f64);
-                let tiles = out / k.max(1.0) / (m * m);
+                // Whole tiles: an output side that is not a multiple of m computes past the image.
+                let tiles = x.filter(|x| x.len() == 4).map_or(0.0, |x| {
+                    let (t, grow) = (form.tile(), 2 * pad() - 2);
+                    (x[0] * ((x[2] + grow + t - 1) / t) * ((x[3] + grow + t - 1) / t)) as f64
+                });
                 let v = tiles * c * a; // input tiles transformed
                 let p = tiles * k * a; // products before the output transform
                 Work {
                     flops: 2.0 * a * tiles * k * c + 2.0 * (m + 2.0) * (v + p) + out * e.ops_per_output(),
-                    temporaries: 2.0 * (padded(1) + v + p),
+                    temporaries: 2.0 * (padded(pad()) + v + p),
                 }
             }
             NnOp::Conv2d1x1(e) => flops((2.0 * x.map_or(0.0, |x| x[1] as f64) + e.ops_per_output()) * out),

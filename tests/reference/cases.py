@@ -467,6 +467,20 @@ W = f32(40, 5)
 I = rng.integers(0, 40, (3, 7)).astype(np.int64)
 case("embedding_2", S, "t_embedding_2", {"I": I, "W": W}, {"Y": W[I]})
 
+# Winograd at sizes that are not multiples of its tiles (the last tiles
+# reach past the image), padded and unpadded.
+X, W, b = f32(1, 3, 7, 9), f32(4, 3, 3, 3), f32(4)
+bias = d64(b).reshape(1, -1, 1, 1)
+case("winograd_f2_odd", S, "t_winograd_f2", {"X": X, "Wt": W, "b": b},
+     {"Y": as32(np.maximum(conv2d(X, W, 1) + bias, 0))})
+case("winograd_f2k_odd", S, "t_winograd_f2k", {"X": X, "Wt": W, "b": b},
+     {"Y": as32(np.maximum(conv2d(X, W, 1) + bias, 0))})
+case("winograd_f4_odd", S, "t_winograd_f4", {"X": X, "Wt": W, "b": b}, {"Y": as32(conv2d(X, W, 1) + bias)})
+case("winograd_f2_valid", S, "t_winograd_f2_valid", {"X": X, "Wt": W}, {"Y": as32(conv2d(X, W, 0))})
+case("winograd_f2k_valid", S, "t_winograd_f2k_valid", {"X": X, "Wt": W, "b": b}, {"Y": as32(conv2d(X, W, 0) + bias)})
+case("winograd_f4_valid", S, "t_winograd_f4_valid", {"X": X, "Wt": W, "b": b},
+     {"Y": as32(np.maximum(conv2d(X, W, 0) + bias, 0))})
+
 with open(os.path.join(OUT, "manifest.txt"), "w") as f:
     f.write("\n".join(manifest) + "\n")
 print(f"{len(manifest)} cases")

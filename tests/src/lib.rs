@@ -332,7 +332,10 @@ pub fn std_op_programs(size: i64) -> Vec<(String, Program)> {
                         ("t_conv2d_groups", "C") => 6,
                         ("t_group_norm", "C") => 8,
                         ("t_conv2d" | "t_conv2d_im2col" | "t_conv2d_im2col_t", "R" | "S") => 3,
-                        ("t_winograd_f2" | "t_winograd_f4", "H" | "W") => 8,
+                        // Sides that are not multiples of the tiles (their last tiles
+                        // reach past the image); the unpadded forms take `size`.
+                        ("t_winograd_f2" | "t_winograd_f4", "H") => 7,
+                        ("t_winograd_f2" | "t_winograd_f4", "W") => 9,
                         ("t_winograd_f2k", "H") => 6,
                         ("t_winograd_f2k", "W") => 10,
                         ("t_conv_transpose2d" | "t_conv_transpose2d_bias" | "t_conv3d" | "t_conv3d_bias", "C") => 3,

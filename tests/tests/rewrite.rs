@@ -75,7 +75,26 @@ fn batch_norm_folds_into_one_fused_convolution() {
     {
         let (original, r) = rewritten(CONV_BN_RELU, &shapes);
         assert!(r.kept_original.is_none(), "{:?}", r.kept_original);
-        assert_eq!(r.plan.fired, vec!["bn-fold", "conv-im2col", "conv-bias-relu-fuse", "conv-bias-unfuse"]);
+        // Winograd's rules apply at any size (odd ones too); at these few
+        // channels the direct convolution stays cheaper.
+        assert_eq!(
+            r.plan.fired,
+            vec![
+                "bn-fold",
+                "conv-im2col",
+                "conv3x3-winograd",
+                "conv3x3-winograd-f4",
+                "conv3x3-winograd-k",
+                "conv-bias-relu-fuse",
+                "conv-bias-unfuse",
+                "conv3x3-winograd-bias",
+                "conv3x3-winograd-f4-bias",
+                "conv3x3-winograd-k-bias",
+                "conv3x3-winograd-bias-relu",
+                "conv3x3-winograd-f4-bias-relu",
+                "conv3x3-winograd-k-bias-relu"
+            ]
+        );
         // One fused operator for the conv, bn and relu; the folding itself is weights-only.
         let ops: Vec<&str> = r.program.ops.iter().map(|o| o.op.as_str()).collect();
         assert_eq!(ops, vec!["bn_fold_weight", "bn_fold_bias", "conv2d_bias_relu"]);
@@ -222,9 +241,17 @@ kernel layer(X: f32[N = 1, C = 64, H = 56, W = 56], Wt: f32[K = 64, C, 3, 3]) ->
     let b = Bindings { shapes: [("N".to_string(), 32)].into(), ..Bindings::default() };
     let (_, r) = rewrite_pass(&mut pl, k, &b);
     assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d"]);
-    // Images that are even but not multiples of 4 take F(2×2, 3×3).
-    let (_, r) = rewritten(src, &[("H", 58), ("W", 58)]);
-    assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_winograd_f2"]);
+    // Sides that are no multiple of 4 (58, 55: SqueezeNet's) still take
+    // F(4×4, 3×3), its last tiles partly past the image.
+    for side in [58, 55] {
+        let (_, r) = rewritten(src, &[("H", side), ("W", side)]);
+        assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_winograd_f4"]);
+    }
+    // Unpadded convolutions take Winograd too (Inception's 73 → 71 stem).
+    let unpadded = src.replace("pad = 1", "pad = 0").replace("f32[N, K, H, W]", "f32[N, K, H - 2, W - 2]");
+    let (_, r) = rewritten(&unpadded, &[("C", 80), ("H", 73), ("W", 73), ("K", 192)]);
+    let best = r.plan.best.to_string();
+    assert!(best.starts_with("(plan (conv2d_winograd_f") && best.contains(" X Wt 0)"), "{best}");
     // Numerics at smaller sizes (where the cost model would keep the direct
     // convolution, so call all forms): F(2,3) within 1e-5, F(4,3) within 1e-4.
     let all = "import std.nn;
@@ -235,12 +262,27 @@ kernel f(X: f32[N = 1, C = 3, H = 8, W = 12], Wt: f32[K = 5, C, 3, 3])
     F = conv2d_winograd_f4(X, Wt);
     GK = conv2d_winograd_f2k(X, Wt);
 }";
-    for shapes in [
-        vec![],
-        vec![("N", 2), ("C", 7), ("H", 4), ("W", 20), ("K", 2)],
-        vec![("C", 64), ("H", 56), ("W", 56), ("K", 2)],
+    // Unpadded (Inception's stem: 147 → 145 with 3×3): images 2 smaller.
+    let valid = "import std.nn;
+kernel f(X: f32[N = 1, C = 3, H = 8, W = 12], Wt: f32[K = 5, C, 3, 3])
+    -> (D: f32[N, K, H - 2, W - 2], G: f32[N, K, H - 2, W - 2], F: f32[N, K, H - 2, W - 2], GK: f32[N, K, H - 2, W - 2]) {
+    D = conv2d(X, Wt);
+    G = conv2d_winograd_f2(X, Wt, pad = 0);
+    F = conv2d_winograd_f4(X, Wt, pad = 0);
+    GK = conv2d_winograd_f2k(X, Wt, pad = 0);
+}";
+    for (src, shapes) in [
+        (all, vec![]),
+        (all, vec![("N", 2), ("C", 7), ("H", 4), ("W", 20), ("K", 2)]),
+        (all, vec![("C", 64), ("H", 56), ("W", 56), ("K", 2)]),
+        // Sides that are no multiple of 2 or 4: the last tiles reach past the image.
+        (all, vec![("C", 5), ("H", 7), ("W", 9)]),
+        (all, vec![("H", 1), ("W", 6)]),
+        (valid, vec![]),
+        (valid, vec![("C", 6), ("H", 9), ("W", 3)]),
+        (valid, vec![("H", 11), ("W", 14)]),
     ] {
-        let (p, _) = rewritten(all, &shapes);
+        let (p, _) = rewritten(src, &shapes);
         let out = interp::run(&p, interp::bind_args(&p, HashMap::new(), &[], 8).expect("binds")).expect("runs");
         let e2 = rel_error(&out[1], &out[0]);
         assert!(e2 <= 1e-5, "Winograd F(2,3) differs from direct convolution by {e2:e} at {shapes:?}");
@@ -252,9 +294,11 @@ kernel f(X: f32[N = 1, C = 3, H = 8, W = 12], Wt: f32[K = 5, C, 3, 3])
     // Small images with many filters take F(2×2, 3×3) with vectors along the filters.
     let (_, r) = rewritten(src, &[("C", 256), ("H", 14), ("W", 14), ("K", 256)]);
     assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_winograd_f2k"]);
-    // Odd images keep the direct convolution.
+    // Tiny layers keep the direct convolution, at odd sizes too, where
+    // Winograd's rules now apply.
     let (_, r) = rewritten(src, &[("H", 7), ("W", 7), ("C", 4), ("K", 4)]);
-    assert!(!r.plan.fired.iter().any(|f| f.starts_with("conv3x3-winograd")));
+    assert!(r.plan.fired.iter().any(|f| f.starts_with("conv3x3-winograd")));
+    assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d"]);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use super::super::lang::{Node, Shapes};
 use super::super::Accuracy;
-use super::{accurate_enough, filter_is, image_multiple_of, is_constant, Condition};
+use super::{accurate_enough, filter_is, is_constant, winograd_fits, Condition};
 use crate::nn::{Epilogue, NnOp, WinogradForm};
 use egg::{rewrite as rw, Rewrite};
 
@@ -36,12 +36,12 @@ pub fn rules(accuracy: Accuracy) -> Vec<Rewrite<Node, Shapes>> {
     rules
 }
 
-/// Winograd for 3×3, stride 1, pad 1, one group, H and W multiples of the
-/// output tile: Y = Aᵀ[(G g Gᵀ) ⊙ (Bᵀ d B)]A per tile — F(2×2, 3×3) with
-/// vectors along the tiles (`f2`) or along the filters (`f2k`: small
-/// images, many filters); F(4×4, 3×3) on 6×6 input tiles, 36 products per
-/// 4×4 tile instead of 144. One rule per form, for convolutions with
-/// `epilogue`.
+/// Winograd for 3×3, stride 1, pad 0 or 1, one group, any H and W (the
+/// last tiles reach past the image; the cost model prices that):
+/// Y = Aᵀ[(G g Gᵀ) ⊙ (Bᵀ d B)]A per tile — F(2×2, 3×3) with vectors along
+/// the tiles (`f2`) or along the filters (`f2k`: small images, many
+/// filters); F(4×4, 3×3) on 6×6 input tiles, 36 products per 4×4 tile
+/// instead of 144. One rule per form, for convolutions with `epilogue`.
 fn winograd(epilogue: Epilogue, accuracy: Accuracy) -> Vec<Rewrite<Node, Shapes>> {
     let (suffix, operands) = match epilogue {
         Epilogue::None => ("", "?x ?w"),
@@ -55,11 +55,12 @@ fn winograd(epilogue: Epilogue, accuracy: Accuracy) -> Vec<Rewrite<Node, Shapes>
         .map(|(name, form)| {
             let conditions: [Condition; 3] = [
                 Box::new(filter_is("?w", 3)),
-                Box::new(image_multiple_of("?x", form.tile())),
+                Box::new(winograd_fits("?x", "?pad")),
                 Box::new(accurate_enough("?x", form, accuracy)),
             ];
-            let lhs: egg::Pattern<Node> = format!("({direct} {operands} 1 1 1 1)").parse().expect("a pattern");
-            let rhs: egg::Pattern<Node> = format!("({} {operands})", form.op(epilogue)).parse().expect("a pattern");
+            let lhs: egg::Pattern<Node> = format!("({direct} {operands} ?pad 1 1 1)").parse().expect("a pattern");
+            let rhs: egg::Pattern<Node> =
+                format!("({} {operands} ?pad)", form.op(epilogue)).parse().expect("a pattern");
             let applier = egg::ConditionalApplier { condition: AllOf(conditions), applier: rhs };
             Rewrite::new(format!("conv3x3-winograd{name}{suffix}"), lhs, applier).expect("a valid rule")
         })
@@ -98,16 +99,19 @@ mod tests {
     "(conv2d x w 1 2 1 1)" => "(conv2d_im2col_t x w 1 2 1)" }
 
     egg::test_fn! { conv3x3_winograd, rules(Accuracy::default()), runner = runner(&[X, W3], &[]),
-    "(conv2d x w 1 1 1 1)" => "(conv2d_winograd_f2 x w)", "(conv2d_winograd_f2k x w)", "(conv2d_winograd_f4 x w)" }
+    "(conv2d x w 1 1 1 1)" => "(conv2d_winograd_f2 x w 1)", "(conv2d_winograd_f2k x w 1)", "(conv2d_winograd_f4 x w 1)" }
+
+    egg::test_fn! { conv3x3_unpadded_winograd, rules(Accuracy::default()), runner = runner(&[X, W3], &[]),
+    "(conv2d x w 0 1 1 1)" => "(conv2d_winograd_f2 x w 0)", "(conv2d_winograd_f2k x w 0)", "(conv2d_winograd_f4 x w 0)" }
 
     egg::test_fn! { conv3x3_winograd_bias, rules(Accuracy::default()), runner = runner(&[X, W3], &[]),
     "(conv2d_bias x w b 1 1 1 1)"
-    => "(conv2d_winograd_f2_bias x w b)", "(conv2d_winograd_f2k_bias x w b)", "(conv2d_winograd_f4_bias x w b)" }
+    => "(conv2d_winograd_f2_bias x w b 1)", "(conv2d_winograd_f2k_bias x w b 1)", "(conv2d_winograd_f4_bias x w b 1)" }
 
     egg::test_fn! { conv3x3_winograd_bias_relu, rules(Accuracy::default()), runner = runner(&[X, W3], &[]),
     "(conv2d_bias_relu x w b 1 1 1 1)"
-    => "(conv2d_winograd_f2_bias_relu x w b)", "(conv2d_winograd_f2k_bias_relu x w b)",
-       "(conv2d_winograd_f4_bias_relu x w b)" }
+    => "(conv2d_winograd_f2_bias_relu x w b 1)", "(conv2d_winograd_f2k_bias_relu x w b 1)",
+       "(conv2d_winograd_f4_bias_relu x w b 1)" }
 
     /// What each rule's conditions refuse.
     #[test]
@@ -118,18 +122,28 @@ mod tests {
         assert!(!reaches(runner(&[X, W3], &[]), &all(), "(conv2d x w 1 1 1 1)", "(conv2d_im2col_t x w 1 1 1)"));
         // Grouped convolutions have no im2col form.
         assert!(!reaches(runner(&[X, W3], &[]), &all(), "(conv2d x w 1 1 1 2)", "(conv2d_im2col x w 1 1 1)"));
-        // 6×6 images are not made of 4×4 tiles; stride 2 is not Winograd's.
-        let x6: (&str, &[i64]) = ("x", &[1, 16, 6, 6]);
-        assert!(reaches(runner(&[x6, W3], &[]), &all(), "(conv2d x w 1 1 1 1)", "(conv2d_winograd_f2 x w)"));
-        assert!(!reaches(runner(&[x6, W3], &[]), &all(), "(conv2d x w 1 1 1 1)", "(conv2d_winograd_f4 x w)"));
-        assert!(!reaches(runner(&[X, W3], &[]), &all(), "(conv2d x w 1 2 1 1)", "(conv2d_winograd_f2 x w)"));
+        // Images of any size have every form (7×7: tiles past the image);
+        // stride 2 is not Winograd's, nor is an empty image.
+        let x7: (&str, &[i64]) = ("x", &[1, 16, 7, 7]);
+        assert!(reaches(runner(&[x7, W3], &[]), &all(), "(conv2d x w 1 1 1 1)", "(conv2d_winograd_f2 x w 1)"));
+        assert!(reaches(runner(&[x7, W3], &[]), &all(), "(conv2d x w 1 1 1 1)", "(conv2d_winograd_f4 x w 1)"));
+        let x0: (&str, &[i64]) = ("x", &[1, 16, 0, 7]);
+        assert!(!reaches(runner(&[x0, W3], &[]), &all(), "(conv2d x w 1 1 1 1)", "(conv2d_winograd_f2 x w 1)"));
+        // Unpadded, a 2-row image has no output row; 3 rows have one.
+        let x2: (&str, &[i64]) = ("x", &[1, 16, 2, 7]);
+        assert!(!reaches(runner(&[x2, W3], &[]), &all(), "(conv2d x w 0 1 1 1)", "(conv2d_winograd_f2 x w 0)"));
+        let x3: (&str, &[i64]) = ("x", &[1, 16, 3, 7]);
+        assert!(reaches(runner(&[x3, W3], &[]), &all(), "(conv2d x w 0 1 1 1)", "(conv2d_winograd_f2 x w 0)"));
+        // Padding beyond 1 (outputs larger than the image) is left direct.
+        assert!(!reaches(runner(&[X, W3], &[]), &all(), "(conv2d x w 2 1 1 1)", "(conv2d_winograd_f2 x w 2)"));
+        assert!(!reaches(runner(&[X, W3], &[]), &all(), "(conv2d x w 1 2 1 1)", "(conv2d_winograd_f2 x w 1)"));
         // Exact arithmetic asked for: no Winograd, and no im2col when refused.
         let exact = Accuracy { approximate: false, im2col: false, ..Accuracy::default() };
-        assert!(!reaches(runner(&[X, W3], &[]), &rules(exact), "(conv2d x w 1 1 1 1)", "(conv2d_winograd_f2 x w)"));
+        assert!(!reaches(runner(&[X, W3], &[]), &rules(exact), "(conv2d x w 1 1 1 1)", "(conv2d_winograd_f2 x w 1)"));
         assert!(!reaches(runner(&[X, W3], &[]), &rules(exact), "(conv2d x w 1 1 1 1)", "(conv2d_im2col x w 1 1 1)"));
         // F(4×4) over 1024 channels rounds beyond the default tolerance.
         let deep: [(&str, &[i64]); 2] = [("x", &[1, 1024, 8, 8]), ("w", &[8, 1024, 3, 3])];
-        assert!(!reaches(runner(&deep, &[]), &all(), "(conv2d x w 1 1 1 1)", "(conv2d_winograd_f4 x w)"));
-        assert!(reaches(runner(&deep, &[]), &all(), "(conv2d x w 1 1 1 1)", "(conv2d_winograd_f2 x w)"));
+        assert!(!reaches(runner(&deep, &[]), &all(), "(conv2d x w 1 1 1 1)", "(conv2d_winograd_f4 x w 1)"));
+        assert!(reaches(runner(&deep, &[]), &all(), "(conv2d x w 1 1 1 1)", "(conv2d_winograd_f2 x w 1)"));
     }
 }

@@ -58,10 +58,17 @@ fn accurate_enough(
     }
 }
 
-/// Whether image `name` (N, C, H, W) has H and W multiples of `m`.
-fn image_multiple_of(name: &str, m: i64) -> impl Fn(&mut EGraph<Node, Shapes>, Id, &Subst) -> bool {
-    let v = var(name);
-    move |g, _, subst| matches!(&g[subst[v]].data, Info::Shape(s) if s.len() == 4 && s[2] % m == 0 && s[3] % m == 0 && s[2] > 0)
+/// Whether a 3×3 stride-1 convolution of image `x` (N, C, H, W) with
+/// padding `pad` is one Winograd's forms compute: pad 0 or 1 (larger pads
+/// make outputs of zeros' sums that are left direct) and an output of at
+/// least one row and column. Sides that are not multiples of a tile are the
+/// cost model's to weigh (the last tiles compute outputs past the image).
+fn winograd_fits(x: &str, pad: &str) -> impl Fn(&mut EGraph<Node, Shapes>, Id, &Subst) -> bool {
+    let (x, pad) = (var(x), var(pad));
+    move |g, _, subst| match (&g[subst[x]].data, g[subst[pad]].data.num()) {
+        (Info::Shape(s), Some(p @ 0..=1)) => s.len() == 4 && s[2] + 2 * p - 2 >= 1 && s[3] + 2 * p - 2 >= 1,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
