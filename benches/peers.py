@@ -38,6 +38,9 @@ KERNELS = [
     ("conv 3×3 56²×64", "benches/conv_layer.tex", "C=64,H=56,W=56,K=64", "torch"),
     ("conv 3×3 28²×128", "benches/conv_layer.tex", "C=128,H=28,W=28,K=128", "torch"),
     ("conv 3×3 14²×256", "benches/conv_layer.tex", "C=256,H=14,W=14,K=256", "torch"),
+    # Sides no Winograd tile divides (SqueezeNet's 55², Inception's unpadded 73² → 71²).
+    ("conv 3×3 55²×16→64", "benches/conv_layer.tex", "C=16,H=55,W=55,K=64", "torch"),
+    ("conv 3×3 73²×80→192 unpadded", "benches/conv_valid.tex", "C=80,H=73,W=73,K=192", "torch"),
     ("conv 1×1 56²×64→256", "benches/conv1x1.tex", "C=64,H=56,W=56,K=256", "torch"),
     ("depthwise 3×3 56²×128", "examples/depthwise.tex", "N=1,C=128,H=56,W=56", "torch"),
     ("softmax 4096×1024", "examples/softmax.tex", "N=4096,D=1024", "torch"),
@@ -70,9 +73,10 @@ else:
     torch.manual_seed(0)
     with torch.no_grad():
         if name.startswith("conv 3×3"):
-            c, hw = {"56²×64": (64, 56), "28²×128": (128, 28), "14²×256": (256, 14)}[name.split()[2]]
-            x = torch.rand(1, c, hw, hw); w = torch.rand(c, c, 3, 3)
-            f = lambda: F.conv2d(x, w, padding=1)
+            c, k, hw, pad = {"56²×64": (64, 64, 56, 1), "28²×128": (128, 128, 28, 1), "14²×256": (256, 256, 14, 1),
+                             "55²×16→64": (16, 64, 55, 1), "73²×80→192": (80, 192, 73, 0)}[name.split()[2]]
+            x = torch.rand(1, c, hw, hw); w = torch.rand(k, c, 3, 3)
+            f = lambda: F.conv2d(x, w, padding=pad)
         elif name.startswith("conv 1×1"):
             x = torch.rand(1, 64, 56, 56); w = torch.rand(256, 64, 1, 1)
             f = lambda: F.conv2d(x, w)
