@@ -94,6 +94,9 @@ pub enum NnOp {
     Conv2d(Epilogue),
     /// A 1×1 convolution as a product per image.
     Conv2d1x1(Epilogue),
+    /// A 1×1 convolution of stride above 1: the positions read copied out,
+    /// then a product per image.
+    Conv2d1x1Strided(Epilogue),
     /// im2col: filters × patches.
     Conv2dIm2col,
     /// im2col turned around: patches × filtersᵀ (constant filters).
@@ -198,6 +201,8 @@ pub const TABLE: &[OpRow] = &[
     row(NnOp::Conv2d(BiasRelu), "conv2d_bias_relu", &[1, 2], false),
     row(NnOp::Conv2d1x1(Plain), "conv2d_1x1", &[1], false),
     row(NnOp::Conv2d1x1(Bias), "conv2d_1x1_bias", &[1, 2], false),
+    row(NnOp::Conv2d1x1Strided(Plain), "conv2d_1x1_strided", &[1], false),
+    row(NnOp::Conv2d1x1Strided(Bias), "conv2d_1x1_strided_bias", &[1, 2], false),
     row(NnOp::Conv2dIm2col, "conv2d_im2col", &[1], false),
     row(NnOp::Conv2dIm2colT, "conv2d_im2col_t", &[1], false),
     row(NnOp::Conv2dWinograd(F2, Plain), "conv2d_winograd_f2", &[1], false),
@@ -289,6 +294,7 @@ impl NnOp {
             NnOp::Conv1d(e)
             | NnOp::Conv2d(e)
             | NnOp::Conv2d1x1(e)
+            | NnOp::Conv2d1x1Strided(e)
             | NnOp::Conv2dWinograd(_, e)
             | NnOp::Conv3d(e)
             | NnOp::ConvTranspose2d(e) => e,
@@ -301,7 +307,12 @@ impl NnOp {
     pub fn is_conv2d(self) -> bool {
         matches!(
             self,
-            NnOp::Conv2d(_) | NnOp::Conv2d1x1(_) | NnOp::Conv2dIm2col | NnOp::Conv2dIm2colT | NnOp::Conv2dWinograd(..)
+            NnOp::Conv2d(_)
+                | NnOp::Conv2d1x1(_)
+                | NnOp::Conv2d1x1Strided(_)
+                | NnOp::Conv2dIm2col
+                | NnOp::Conv2dIm2colT
+                | NnOp::Conv2dWinograd(..)
         )
     }
 
@@ -371,6 +382,12 @@ impl NnOp {
                 let (x, w) = (s(0)?, s(1)?);
                 vec![x[0], w[0], x[2], x[3]]
             }
+            // Every stride-th position of each side.
+            NnOp::Conv2d1x1Strided(e) => {
+                let (x, w, stride) = (s(0)?, s(1)?, n(Self::stride_at(e))?);
+                let out = |h: i64| (h - 1).div_euclid(stride.max(1)) + 1;
+                vec![x[0], w[0], out(x[2]), out(x[3])]
+            }
             // 3×3 filters, stride 1: each side grows by 2·pad − 2.
             NnOp::Conv2dWinograd(..) => {
                 let (x, w, pad) = (s(0)?, s(1)?, n(self.conv_pad_at())?);
@@ -408,6 +425,16 @@ impl NnOp {
             | NnOp::Conv2dIm2colT
             | NnOp::Conv2dWinograd(_, Epilogue::None) => 2,
             _ => 3,
+        }
+    }
+
+    /// Position of a strided 1×1 convolution's `stride` argument (after
+    /// the bias, where there is one).
+    fn stride_at(e: Epilogue) -> usize {
+        if e == Epilogue::None {
+            2
+        } else {
+            3
         }
     }
 
@@ -457,6 +484,12 @@ impl NnOp {
                 }
             }
             NnOp::Conv2d1x1(e) => flops((2.0 * x.map_or(0.0, |x| x[1] as f64) + e.ops_per_output()) * out),
+            // The product of conv2d_1x1 on the copied positions, written and read again.
+            NnOp::Conv2d1x1Strided(e) => {
+                let c = x.map_or(0.0, |x| x[1] as f64);
+                let k = w.map_or(1.0, |w| w[0] as f64);
+                Work { flops: (2.0 * c + e.ops_per_output()) * out, temporaries: 2.0 * out / k.max(1.0) * c }
+            }
             NnOp::Matmul => flops(2.0 * out * x.map_or(0.0, |a| a[1] as f64)),
             // Y = X·Wᵀ + b: a K-long dot product and the bias per output.
             NnOp::Dense => flops((2.0 * x.map_or(0.0, |a| a[1] as f64) + 1.0) * out),

@@ -481,6 +481,10 @@ case("winograd_f2k_valid", S, "t_winograd_f2k_valid", {"X": X, "Wt": W, "b": b},
 case("winograd_f4_valid", S, "t_winograd_f4_valid", {"X": X, "Wt": W, "b": b},
      {"Y": as32(np.maximum(conv2d(X, W, 0) + bias, 0))})
 
+X, W, b = f32(2, 5, 7, 10), f32(6, 5, 1, 1), f32(6)
+case("conv2d_1x1_strided", S, "t_conv2d_1x1_strided", {"X": X, "Wt": W, "b": b},
+     {"Y": as32(conv2d(X, W, 0, 2) + d64(b).reshape(1, -1, 1, 1))})
+
 with open(os.path.join(OUT, "manifest.txt"), "w") as f:
     f.write("\n".join(manifest) + "\n")
 print(f"{len(manifest)} cases")

@@ -310,6 +310,34 @@ kernel pw(X: f32[N = 2, C = 6, H = 5, W = 7], Wt: f32[K = 9, C, 1, 1]) -> Y: f32
     same_results(&original, &r.program, 6, 1e-5);
 }
 
+/// A 1×1 convolution of stride 2 or 3 (a ResNet's or RegNet's projection)
+/// becomes a product on the positions it reads, copied out — with the bias
+/// folded in where there is one — at sizes the stride does not divide.
+#[test]
+fn a_strided_1x1_convolution_becomes_a_product_on_a_copy() {
+    let src = "import std.nn;
+kernel proj(X: f32[N = 1, C = 32, H = 56, W = 56], Wt: f32[K = 64, C, 1, 1], b: f32[K])
+    -> Y: f32[N, K, (H - 1) / 2 + 1, (W - 1) / 2 + 1] { Y = conv2d_bias(X, Wt, b, stride = 2); }";
+    let (_, r) = rewritten(src, &[]);
+    assert_eq!(r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), vec!["conv2d_1x1_strided_bias"]);
+    assert!(r.plan.fired.iter().any(|f| f == "conv1x1-strided-bias-matmul"), "{:?}", r.plan.fired);
+    // ResNet-50's first projection, 256 → 512 from 56 × 56, took im2col
+    // before (the bias is then added in a stage of its own).
+    let (_, r) = rewritten(src, &[("C", 256), ("K", 512)]);
+    assert_eq!(r.program.ops[0].op, "conv2d_1x1_strided", "{}", r.plan.best);
+    for shapes in [vec![("C", 3), ("H", 7), ("W", 9), ("K", 5)], vec![("N", 2), ("C", 6), ("H", 5), ("W", 2), ("K", 4)]]
+    {
+        let (original, r) = rewritten(src, &shapes);
+        same_results(&original, &r.program, 4, 1e-5);
+    }
+    let three = "import std.nn;
+kernel proj3(X: f32[N = 1, C = 4, H = 10, W = 8], Wt: f32[K = 3, C, 1, 1])
+    -> Y: f32[N, K, (H - 1) / 3 + 1, (W - 1) / 3 + 1] { Y = conv2d(X, Wt, stride = 3); }";
+    let (original, r) = rewritten(three, &[]);
+    assert!(r.plan.best.to_string().contains("(conv2d_1x1_strided X Wt 3)"), "{}", r.plan.best);
+    same_results(&original, &r.program, 5, 1e-5);
+}
+
 #[test]
 fn random_operator_chains_rewrite_without_changing_results() {
     // Chains of std.nn calls that the rules can rewrite (or not), at odd

@@ -5,7 +5,7 @@
 
 use super::super::lang::{Node, Shapes};
 use super::super::Accuracy;
-use super::{accurate_enough, filter_is, is_constant, winograd_fits, Condition};
+use super::{above_one, accurate_enough, filter_is, is_constant, winograd_fits, Condition};
 use crate::nn::{Epilogue, NnOp, WinogradForm};
 use egg::{rewrite as rw, Rewrite};
 
@@ -19,6 +19,12 @@ pub fn rules(accuracy: Accuracy) -> Vec<Rewrite<Node, Shapes>> {
         // The same with the bias added in the product's stage.
         rw!("conv1x1-bias-matmul";
             "(conv2d_bias ?x ?w ?b 0 1 ?d 1)" => "(conv2d_1x1_bias ?x ?w ?b)" if filter_is("?w", 1)),
+        // Of stride s > 1: the same product on X[n, :, s·y, s·x] copied out.
+        rw!("conv1x1-strided-matmul";
+            "(conv2d ?x ?w 0 ?s ?d 1)" => "(conv2d_1x1_strided ?x ?w ?s)" if filter_is("?w", 1) if above_one("?s")),
+        rw!("conv1x1-strided-bias-matmul";
+            "(conv2d_bias ?x ?w ?b 0 ?s ?d 1)" => "(conv2d_1x1_strided_bias ?x ?w ?b ?s)"
+            if filter_is("?w", 1) if above_one("?s")),
     ];
     rules.extend(winograd(Epilogue::None, accuracy));
     rules.extend([
@@ -92,6 +98,12 @@ mod tests {
     egg::test_fn! { conv1x1_bias_matmul, rules(Accuracy::default()), runner = runner(&[X, W1], &[]),
     "(conv2d_bias x w b 0 1 1 1)" => "(conv2d_1x1_bias x w b)" }
 
+    egg::test_fn! { conv1x1_strided_matmul, rules(Accuracy::default()), runner = runner(&[X, W1], &[]),
+    "(conv2d x w 0 2 1 1)" => "(conv2d_1x1_strided x w 2)" }
+
+    egg::test_fn! { conv1x1_strided_bias_matmul, rules(Accuracy::default()), runner = runner(&[X, W1], &[]),
+    "(conv2d_bias x w b 0 3 1 1)" => "(conv2d_1x1_strided_bias x w b 3)" }
+
     egg::test_fn! { conv_im2col, rules(Accuracy::default()), runner = runner(&[X, W3], &[]),
     "(conv2d x w 1 2 1 1)" => "(conv2d_im2col x w 1 2 1)" }
 
@@ -120,6 +132,10 @@ mod tests {
         // 3×3 filters are not 1×1; non-constant filters get no transposed im2col.
         assert!(!reaches(runner(&[X, W3], &[]), &all(), "(conv2d x w 0 1 1 1)", "(conv2d_1x1 x w)"));
         assert!(!reaches(runner(&[X, W3], &[]), &all(), "(conv2d x w 1 1 1 1)", "(conv2d_im2col_t x w 1 1 1)"));
+        // Stride 1 is conv2d_1x1's; padded or 3×3 convolutions have no strided 1×1 form.
+        assert!(!reaches(runner(&[X, W1], &[]), &all(), "(conv2d x w 0 1 1 1)", "(conv2d_1x1_strided x w 1)"));
+        assert!(!reaches(runner(&[X, W1], &[]), &all(), "(conv2d x w 1 2 1 1)", "(conv2d_1x1_strided x w 2)"));
+        assert!(!reaches(runner(&[X, W3], &[]), &all(), "(conv2d x w 0 2 1 1)", "(conv2d_1x1_strided x w 2)"));
         // Grouped convolutions have no im2col form.
         assert!(!reaches(runner(&[X, W3], &[]), &all(), "(conv2d x w 1 1 1 2)", "(conv2d_im2col x w 1 1 1)"));
         // Images of any size have every form (7×7: tiles past the image);

@@ -58,6 +58,12 @@ fn accurate_enough(
     }
 }
 
+/// Whether `name` is a number above 1 (a stride).
+fn above_one(name: &str) -> impl Fn(&mut EGraph<Node, Shapes>, Id, &Subst) -> bool {
+    let v = var(name);
+    move |g, _, subst| g[subst[v]].data.num().is_some_and(|n| n > 1)
+}
+
 /// Whether a 3×3 stride-1 convolution of image `x` (N, C, H, W) with
 /// padding `pad` is one Winograd's forms compute: pad 0 or 1 (larger pads
 /// make outputs of zeros' sums that are left direct) and an output of at
