@@ -147,6 +147,9 @@ fn value_range(ss: &StageSchedule, iv: usize) -> (i64, i64) {
             return (a.0 * f + b.0, a.1 * f + b.1);
         }
         if let Some((fu, e, outer)) = ss.fused_parent(iv) {
+            // An empty inner loop (extent 0) leaves the fused loop empty too:
+            // any range will do, and dividing by 0 must not happen.
+            let e = e.max(1);
             let r = value_range(ss, fu);
             return if outer { (r.0 / e, r.1 / e) } else { (0, e - 1) };
         }
@@ -167,6 +170,7 @@ pub fn origin_range(ss: &StageSchedule, l: &Lin, leaf_hi: &dyn Fn(usize) -> Opti
             return Some((a.0 * f + b.0, a.1 * f + b.1));
         }
         let (fu, e, outer) = ss.fused_parent(iv)?;
+        let e = e.max(1); // as in `value_range`: an empty loop divides nothing
         let r = iv_range(ss, fu, leaf_hi)?;
         Some(if outer { (r.0 / e, r.1 / e) } else { (0, e - 1) })
     }

@@ -571,3 +571,28 @@ fn same_bits(got: &Tensor, want: &Tensor) -> bool {
         && g.len() == w.len()
         && g.iter().zip(&w).all(|(a, b)| (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits())
 }
+
+/// Winograd called on an image with no output row (unpadded, 2 × 2) and a
+/// strided 1 × 1 convolution next to it: the empty tile loops, fused with
+/// their neighbours by the default schedules, compile and run on every
+/// backend (a fused loop over an empty one once divided by its extent 0).
+#[test]
+fn empty_winograd_outputs_compile_and_run() {
+    for form in ["f2", "f2k", "f4"] {
+        let src = format!(
+            "import std.nn;
+kernel e(X: f32[N = 1, C = 2, H = 2, W = 2], Wt: f32[K = 3, C, 3, 3], W1: f32[K, C, 1, 1])
+    -> (Y: f32[N, K, H - 2, W - 2], Z: f32[N, K, (H - 1) / 2 + 1, (W - 1) / 2 + 1]) {{
+    Y = conv2d_winograd_{form}(X, Wt, pad = 0);
+    Z = conv2d_1x1_strided(X, W1, stride = 2);
+}}"
+        );
+        for target in targets() {
+            let (mut pl, k) = texc_tests::load_text(target.name, "e.tex", &src, None).expect("front end");
+            let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+            let f = texc_tests::loops(&mut pl, k, &p);
+            check(&format!("empty {form}"), &p, &f, target, 2);
+            assert_eq!(p.tensor(p.outputs[0]).shape, vec![1, 3, 0, 0]);
+        }
+    }
+}

@@ -339,7 +339,7 @@ fn saturating_byte_conversions_match_the_interpreter() {
     // A lower bound of 0 takes NaN there without a test of its own.
     assert_eq!(&want[3].to_f64()[..3], &[0.0, 100.0, 0.0], "NaN, +inf, -inf");
     // `round(y) + z` with whole bounds: `cvtps2dq` of the clamped `y`, the
-    // zero point added as an integer (`clamped_to_byte`), halves to even.
+    // zero point added as an integer (`rounded_to_byte`), halves to even.
     assert_eq!(&want[4].to_f64()[..12], &[0.0, 250.0, 2.0, 250.0, 2.0, 3.0, 3.0, 3.0, 4.0, 4.0, 2.0, 128.0]);
     assert_eq!(&want[5].to_f64()[..3], &[0.0, 120.0, -128.0], "NaN, +inf, -inf");
     for target in cpu_targets() {

@@ -597,20 +597,16 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         let lrint = self.intrinsic("llvm.lrint", &[self.ty_in(i32t, mode), self.ty_in(f32t, mode)])?;
         let whole = self.call(lrint, &[clamped])?;
-        let shifted = match whole {
-            BasicValueEnum::VectorValue(v) => {
-                let zv = self.const_of(i32t, z as i64, 0.0, mode)?.into_vector_value();
-                self.b.build_int_add(v, zv, "zp")?.into()
-            }
-            _ => {
-                let zv = self.const_of(i32t, z as i64, 0.0, mode)?.into_int_value();
-                self.b.build_int_add(whole.into_int_value(), zv, "zp")?.into()
-            }
-        };
+        let shifted = self.arith(BinOp::Add, whole, self.const_of(i32t, z as i64, 0.0, mode)?, i32t)?;
+        self.int_truncate(shifted, to, mode)
+    }
+
+    /// Integer `x` (scalar or vector) truncated to the narrower integer type `to`.
+    fn int_truncate(&self, x: BasicValueEnum<'ctx>, to: Ty, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
         let tt = self.ty_in(to, mode);
-        Ok(match shifted {
+        Ok(match x {
             BasicValueEnum::VectorValue(v) => self.b.build_int_truncate(v, tt.into_vector_type(), "byte")?.into(),
-            _ => self.b.build_int_truncate(shifted.into_int_value(), tt.into_int_type(), "byte")?.into(),
+            _ => self.b.build_int_truncate(x.into_int_value(), tt.into_int_type(), "byte")?.into(),
         })
     }
 
@@ -648,17 +644,13 @@ impl<'ctx> Gen<'ctx, '_> {
     /// (truncating through `i32`: exact there).
     fn truncate_to_byte(&self, x: BasicValueEnum<'ctx>, to: Ty, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
         let i32t = self.ty_in(Ty::Elem(ElemType::I32), mode);
-        let tt = self.ty_in(to, mode);
-        Ok(match x {
+        let w: BasicValueEnum = match x {
             BasicValueEnum::VectorValue(v) => {
-                let w = self.b.build_float_to_signed_int(v, i32t.into_vector_type(), "cv")?;
-                self.b.build_int_truncate(w, tt.into_vector_type(), "cv")?.into()
+                self.b.build_float_to_signed_int(v, i32t.into_vector_type(), "cv")?.into()
             }
-            _ => {
-                let w = self.b.build_float_to_signed_int(x.into_float_value(), i32t.into_int_type(), "cv")?;
-                self.b.build_int_truncate(w, tt.into_int_type(), "cv")?.into()
-            }
-        })
+            _ => self.b.build_float_to_signed_int(x.into_float_value(), i32t.into_int_type(), "cv")?.into(),
+        };
+        self.int_truncate(w, to, mode)
     }
 
     /// The f32 whose upper half are bf16 bits `x` (exact).
