@@ -24,8 +24,9 @@
 //! operand reads the row's two axes `y, x` as one (a 1×1 convolution's
 //! input `X[n, c, y, x]`), they merge: `Y.t[n, y * W + x, f]`, whose
 //! block's rows run over the whole map, so each panel of filters is read
-//! once per block of rows, not once per image row (a 7×7 map, 2048 → 512
-//! filters: 1.35 ms per image row, 0.68 over the map).
+//! once per block of rows, not once per image row (MEASURED when 7×7 maps
+//! were computed so, 2048 → 512 filters: 1.35 ms per image row, 0.68 over
+//! the map; they now keep their rows of 49, [`MIN_FILL`]).
 //!
 //! The copy back is a pass over the output: a float product is computed so
 //! only where each output sums at least [`MIN_FLOAT_DEPTH`] products, the
@@ -59,16 +60,17 @@ use texc_compiler::types::ElemType;
 
 /// The share of its vectors' lanes below which a row is short (7 of 16: 0.44;
 /// 14 of 16 and 28 of 32 are kept), and above which an axis fills them well.
+/// A 1×1 convolution's 7×7 map, its two axes one row of 49 (of 64 AVX-512
+/// lanes: 0.77), is kept: its block's rows run over the whole map as they
+/// would filters-last, and the copy back, reading the filters' outputs
+/// 2048 × 4 bytes apart, cost more than the lanes saved (MEASURED, AVX-512,
+/// 1 thread, one layer with bias and ReLU, ONNX Runtime 0.93–1.91 ms
+/// beside: 2048 → 512 filters 0.93 → 0.89 ms kept, 512 → 2048 1.16 → 0.90,
+/// 2048 → 1024 1.94 → 1.81, 1024 → 2048 2.10 → 1.81; 1024 → 128, 640 →
+/// 128 and 832 → 32 within 2 %; ResNet-50 and ResNeXt-50 3 % faster, Wide
+/// ResNet-50 4 %). A map shorter still (3×3: 9 of 16) merges into one axis
+/// of the filters-last product ([`merged_rows`]).
 pub const MIN_FILL: f64 = 0.75;
-
-/// The same for a float product's row that is one axis of the filters-last product: the
-/// stage's last axis alone (an im2col product's `Y[n, f, p]`), or two axes
-/// that merge ([`merged_rows`]: a 1×1 convolution's map). Its block then
-/// runs over the whole map, so a 7×7 map (49 of 64 lanes, 0.77) is short
-/// (MEASURED, AVX-512, 1 thread: 2048 → 512 filters 0.82 → 0.68 ms,
-/// 1024 → 128 0.095 → 0.072, 832 → 32 0.019 → 0.015; computed per image
-/// row instead, 2048 → 512 took 1.35 ms).
-pub const MIN_MERGED_FILL: f64 = 0.8;
 
 /// Products per output from which a float product is computed filters-last.
 pub const MIN_FLOAT_DEPTH: i64 = 512;
@@ -164,8 +166,8 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
                 alone_at(p, l, fv) == Some(idx.len() - 1) || dot4 || movable(*t)
             })
     })?;
-    // Between the two fills, only float products (measured so) whose block
-    // rows run over the whole row: one axis, or two that merge.
+    // A float product's whole row read through windows has a fill of its
+    // own; other float products need deep sums to pay for the copy back.
     let merged = merged_rows(p, st, f);
     let whole_row = row == st.vars[last].extent || merged.is_some();
     let takes = if dot4 {
@@ -173,7 +175,7 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     } else if whole_row && merged.is_none() && reads_windows(p, st, &loads) {
         row_fill < WINDOW_FILL
     } else {
-        depth >= MIN_FLOAT_DEPTH && (row_fill < MIN_FILL || (whole_row && row_fill < MIN_MERGED_FILL))
+        depth >= MIN_FLOAT_DEPTH && row_fill < MIN_FILL
     };
     takes.then_some((f, merged))
 }

@@ -82,10 +82,11 @@ fn few_rows_keep_reading_along_rows() {
 /// 7-wide rows of 16-lane vectors, 576 products per output, filters read
 /// `f` last — computed as `Y.t[n, y, x, f]` on AVX-512 (7 of 8 AVX2 lanes
 /// are full enough), bit for bit the same sums. Shallow sums stay as
-/// written. A 1×1 convolution's 7×7 map, which the schedule fuses into rows
-/// of 49 (49 of 64 AVX-512 lanes), is computed filters-last too, its map
-/// one axis (`Y.t[n, p, k]`: rows of the block over the whole map); a 14×14
-/// map (196 of 208 lanes) and AVX2's 49 of 56 stay as written.
+/// written. A 1×1 convolution's 4×5 map, which the schedule fuses into rows
+/// of 20 (20 of 32 AVX-512 lanes), is computed filters-last too, its map
+/// one axis (`Y.t[n, p, k]`: rows of the block over the whole map); maps
+/// that fill three quarters of their lanes stay as written: 7×7 (49 of 64),
+/// 14×14 (196 of 208), and AVX2's 20 of 24.
 #[test]
 fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
     let conv = |c: i64, f: i64| {
@@ -98,18 +99,20 @@ fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
     assert!(avx512(&conv(64, 48)), "576 products per output");
     assert!(!avx512(&conv(8, 48)), "72 products per output");
     assert!(!loops_text("x86-avx2", &program(&conv(64, 48))).0.contains("Y.t"), "7 of 8 lanes");
-    let pointwise = |hw: i64| {
+    let pointwise = |h: i64, w: i64| {
         format!(
-            "kernel c(X: f32[1, 600, {hw}, {hw}], W: f32[600, 40]) -> Y: f32[1, 40, {hw}, {hw}] {{\n\
+            "kernel c(X: f32[1, 600, {h}, {w}], W: f32[600, 40]) -> Y: f32[1, 40, {h}, {w}] {{\n\
              \x20   Y[n, k, y, x] = max(sum[c](X[n, c, y, x] * W[c, k]), 0.0);\n}}\n"
         )
     };
-    let (text, _) = loops_text("x86-avx512", &program(&pointwise(7)));
+    let (text, _) = loops_text("x86-avx512", &program(&pointwise(4, 5)));
     // (`Y.t.r0`: the sums, before the activation.)
-    assert!(text.contains("temp Y.t.r0: f32[1, 49, 40]"), "a 7×7 map is one axis:\n{text}");
-    assert!(!avx512(&pointwise(14)), "196 of 208 lanes");
+    assert!(text.contains("temp Y.t.r0: f32[1, 20, 40]"), "a 4×5 map is one axis:\n{text}");
+    assert!(!avx512(&pointwise(7, 7)), "49 of 64 lanes");
+    assert!(!avx512(&pointwise(14, 14)), "196 of 208 lanes");
     check_layout("filters-last 3×3", &conv(64, 48), "Y.t", &|t| t.vector_bits >= 512);
-    check_layout("filters-last 1×1 on 7×7", &pointwise(7), "Y.t", &|t| t.vector_bits >= 512);
+    check_layout("filters-last 1×1 on 4×5", &pointwise(4, 5), "Y.t", &|t| t.vector_bits >= 512);
+    check_layout("1×1 on 7×7", &pointwise(7, 7), "Y.t", &|_| false);
 }
 
 /// A 3×3 convolution whose whole row is read through windows and idles
