@@ -200,6 +200,36 @@ fn a_50_layer_chain_rewrites_quickly() {
     assert_eq!(fused, layers, "{:?}", r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>());
 }
 
+/// Residual blocks read each tensor twice. Extraction that counted a shared
+/// operand once per reader doubled the cost per block (2⁶⁰ times the first
+/// block's here), the microseconds between two forms of the last layer
+/// vanished in its rounding, and the first form found won: the direct
+/// convolution, not the product. Costs stay linear in the blocks.
+#[test]
+fn shared_operands_count_once_in_extraction() {
+    let blocks = 60;
+    let mut src = String::from(
+        "import std.nn;\nkernel res(X: f32[N = 1, C = 64, H = 7, W = 7], Wt: f32[K = 64, C, 1, 1]) \
+         -> Y: f32[N, K, H, W] {\n    T0 = X;\n",
+    );
+    for l in 0..blocks {
+        src.push_str(&format!("    T{} = add(relu(T{l}), T{l});\n", l + 1));
+    }
+    src.push_str(&format!("    Y = conv2d(T{blocks}, Wt);\n}}\n"));
+    let (original, r) = rewritten(&src, &[]);
+    let last = r.program.ops.last().map(|o| o.op.as_str());
+    assert_eq!(last, Some("conv2d_1x1"), "{:?}", r.program.ops.iter().map(|o| o.op.as_str()).collect::<Vec<_>>());
+    // Each block moves three 64 × 7 × 7 tensors at most; the product is
+    // 0.4 MFLOP. Both costs in ns on the nominal machine.
+    let roof = texc_compiler::target::lookup("x86-avx2").expect("registered").nominal;
+    let block = 3.0 * 4.0 * 64.0 * 49.0 / roof.bandwidth_gbs;
+    let bound = blocks as f64 * block + 64.0 * 64.0 * 49.0 * 2.0 / roof.peak_gflops / 0.1;
+    for cost in [r.plan.original_cost, r.plan.estimated_cost, r.plan.best_cost] {
+        assert!(cost < bound, "{cost} ns, over {bound}");
+    }
+    same_results(&original, &r.program, 3, 1e-5);
+}
+
 #[test]
 fn plans_of_the_examples() {
     let mut out = String::new();

@@ -63,7 +63,7 @@ pub fn alternatives(
     peak: f64,
     bw: f64,
 ) -> Vec<(String, Vec<(String, f64)>)> {
-    let mut cost = RooflineCost { egraph, peak, bw };
+    let mut cost = RooflineCost::new(egraph, peak, bw);
     let mut out = Vec::new();
     for (class, name) in classes.iter().zip(names) {
         let nodes = &egraph[*class].nodes;
@@ -101,12 +101,11 @@ pub fn extract(
     id
 }
 
-/// The cost of the term as written, with the same accounting as extraction:
-/// an e-graph of the term alone has exactly one term to extract.
+/// The cost of the term as written, each distinct operator once: an
+/// e-graph of the term alone, its one term costed as a DAG.
 pub fn term_cost(term: &RecExpr<Node>, shapes: Shapes, peak: f64, bw: f64) -> f64 {
     let mut g = EGraph::new(shapes);
-    let root = g.add_expr(term);
+    g.add_expr(term);
     g.rebuild();
-    let ex = Extractor::new(&g, RooflineCost { egraph: &g, peak, bw });
-    ex.find_best_cost(root)
+    dag_cost(&g, term, peak, bw)
 }

@@ -40,8 +40,8 @@ use std::time::Duration;
 /// How the plan is chosen from the saturated e-graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Extraction {
-    /// Per e-class, the node whose subtree is cheapest (egg's `Extractor`);
-    /// shared subterms count once per use.
+    /// Per e-class, the node whose subtree is cheapest (egg's `Extractor`),
+    /// a shared operand's cost split among its readers (`cost::RooflineCost`).
     Greedy,
     /// An integer program over the whole DAG (egg's `LpExtractor` with CBC):
     /// shared subterms count once. Built with the cargo feature `ilp`.
@@ -264,14 +264,15 @@ pub fn rewrite(
     let (peak, bw) = (target.nominal.peak_gflops, target.nominal.bandwidth_gbs);
     let root = runner.roots[0];
     let egraph = &runner.egraph;
-    let extractor = Extractor::new(egraph, RooflineCost { egraph, peak, bw });
+    let extractor = Extractor::new(egraph, RooflineCost::new(egraph, peak, bw));
     let (best, classes, best_cost) = match extraction {
         Extraction::Greedy => {
             let mut best = RecExpr::default();
             let mut classes = Vec::new();
             let mut memo = HashMap::new();
             extract(&extractor, egraph, root, &mut best, &mut classes, &mut memo);
-            (best, classes, extractor.find_best_cost(root))
+            let cost = dag_cost(egraph, &best, peak, bw);
+            (best, classes, cost)
         }
         Extraction::Ilp => {
             let (best, classes) = extract_ilp(egraph, root, peak, bw);
