@@ -543,6 +543,15 @@ def unsupported_op(size, seed):
     return b.model([1, size], rename_output(b, "y"), [1, size])
 
 
+def small_maps(size, seed):
+    """3×3 convolutions on a 7×7 map (a network's last stage): many filters
+    (128 → 512) and few (512 → 32), each with bias and ReLU."""
+    b = Builder(seed)
+    x = b.op("Relu", [b.conv("x", 128, 512, 3, pad=1, bias=True)])
+    b.op("Relu", [b.conv(x, 512, 32, 3, pad=1, bias=True)])
+    return b.model([1, 128, size, size], rename_output(b, "y"), [1, 32, size, size])
+
+
 def bad_strides(size, seed):
     """A convolution with different strides per axis."""
     b = Builder(seed)
@@ -554,7 +563,7 @@ MODELS = {"embedding": (embedding, 12), "decoder": (decoder, 9), "attention3d": 
           "small": (small, 17), "activations": (activations, 6), "layout": (layout, 9), "shapes": (shapes, 5), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
           "bad_strides": (bad_strides, 9), "masks": (masks, 6), "int_data": (int_data, 7),
           "channels_last": (channels_last, 5), "recurrent": (recurrent, 5), "einsum": (einsum, 3),
-          "rank5": (rank5, 5)}
+          "rank5": (rank5, 5), "small_maps": (small_maps, 7)}
 
 
 def main():

@@ -186,6 +186,29 @@ fn attention_and_3d_convolution_match_onnx_runtime() {
     imported_model_matches_onnx_runtime("attention3d", &["interp", "x86-avx2", "cranelift"]);
 }
 
+/// 3×3 convolutions on 7×7 maps with constant filters run direct on
+/// AVX-512 (filters-last, at 0.97 of the peak), and on AVX2 direct with
+/// few filters (32: the patches' copy and 4 vectors a row would cost more)
+/// but as im2col turned around with many (512); results as ORT's.
+#[test]
+fn convolutions_on_small_maps_take_the_form_their_vectors_fill() {
+    imported_model_matches_onnx_runtime("small_maps", &["interp", "x86-avx2", "x86-avx512"]);
+    let Some(dir) = build("small_maps", &["--seed", "1"]) else { return };
+    let onnx = dir.join("small_maps.onnx").display().to_string();
+    let plan = |target: &str| {
+        let o = texc(&["emit", &onnx, "--stage", "egraph", "--target", target]);
+        assert!(o.status.success(), "{}", text(&o));
+        let all = text(&o);
+        let chosen = all.lines().find(|l| l.contains("chosen term:")).unwrap_or_else(|| panic!("{all}")).to_string();
+        let count = |op: &str| chosen.matches(&format!("({op} ")).count();
+        (count("conv2d_bias_relu"), count("conv2d_im2col_t"), chosen.clone())
+    };
+    let (direct, turned, chosen) = plan("x86-avx512");
+    assert_eq!((direct, turned), (2, 0), "x86-avx512:\n{chosen}");
+    let (direct, turned, chosen) = plan("x86-avx2");
+    assert_eq!((direct, turned), (1, 1), "x86-avx2:\n{chosen}");
+}
+
 #[test]
 fn exporters_shape_arithmetic_is_computed_at_import() {
     imported_model_matches_onnx_runtime("shapes", &["interp", "x86-avx2"]);

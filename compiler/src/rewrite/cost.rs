@@ -33,7 +33,9 @@ pub struct OpNode<'a> {
     /// What is known of each argument.
     pub args: &'a [Info],
     pub flops: f64,
-    /// Whether its filters are constants (transformed once, at compile time).
+    /// Whether a convolution's filters are constants: Winograd transforms
+    /// them once, at compile time, and the CPU schedules may lay them out
+    /// filters-last for rows too short for the vectors.
     pub constant_filters: bool,
 }
 
@@ -186,7 +188,7 @@ pub fn node_time(egraph: &EGraph<Node, Shapes>, enode: &Node, peak: f64, bw: f64
         _ => None,
     };
     let winograd = op.and_then(NnOp::winograd);
-    let constant_filters = winograd.is_some() && constant(egraph, enode.children()[1]);
+    let constant_filters = op.is_some_and(NnOp::is_conv2d) && constant(egraph, enode.children()[1]);
     // Winograd transforms the filters on every call, unless they are constants
     // (then once, at compile time): U, (m+2)² values per filter and channel,
     // written and read again.

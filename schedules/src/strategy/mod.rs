@@ -56,7 +56,7 @@ pub trait Strategy: Sync {
     /// How fast its schedules run each operator: the efficiencies the
     /// e-graph prices operators with. A schedule change that moves an
     /// operator's speed changes its entry in the same commit.
-    fn performance(&self) -> &'static dyn PerformanceModel;
+    fn performance(&self, target: &Target) -> &'static dyn PerformanceModel;
 
     /// The schedule of `p`, which [`Strategy::preparation`] has run on with
     /// the same `knobs`. It may add stages to `p` (packed operands,
@@ -101,7 +101,7 @@ pub fn schedule_prepared(p: &mut Program, target: &Target, knobs: DefaultKnobs) 
 pub fn performance_model(target: &Target) -> &'static dyn PerformanceModel {
     match target.kind {
         TargetKind::Interp => &Nominal,
-        _ => lookup(target).performance(),
+        _ => lookup(target).performance(target),
     }
 }
 

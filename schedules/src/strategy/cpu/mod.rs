@@ -85,8 +85,8 @@ impl Strategy for Cpu {
         &PREPARATION
     }
 
-    fn performance(&self) -> &'static dyn PerformanceModel {
-        &model::CpuModel
+    fn performance(&self, target: &Target) -> &'static dyn PerformanceModel {
+        model::CpuModel::of(target)
     }
 
     fn schedule(&self, p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {

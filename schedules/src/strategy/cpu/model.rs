@@ -7,9 +7,27 @@
 
 use texc_compiler::nn::{Epilogue, Info, NnOp, WinogradForm};
 use texc_compiler::rewrite::{OpNode, PerformanceModel};
+use texc_compiler::target::Target;
 
-/// The default CPU schedules' efficiencies.
-pub struct CpuModel;
+/// The default CPU schedules' efficiencies, by vector width: where rows
+/// fill vectors differently, so do the forms' speeds.
+pub struct CpuModel {
+    /// 512-bit vectors (16 `f32` lanes: a 7-wide row fills less than half).
+    wide: bool,
+}
+
+impl CpuModel {
+    /// The model of `target`'s vector width.
+    pub fn of(target: &Target) -> &'static CpuModel {
+        const WIDE: CpuModel = CpuModel { wide: true };
+        const NARROW: CpuModel = CpuModel { wide: false };
+        if target.vector_bits >= 512 {
+            &WIDE
+        } else {
+            &NARROW
+        }
+    }
+}
 
 impl PerformanceModel for CpuModel {
     fn name(&self) -> &'static str {
@@ -51,9 +69,20 @@ impl PerformanceModel for CpuModel {
                     0.7
                 } else if stride(op.conv_pad_at() + 1) > 1 && node.flops > 1e7 {
                     0.22
+                } else if few_pixels && node.constant_filters && !pointwise {
+                    // Rows of 7 computed filters-last (`filters_last`: the
+                    // filters a constant, the sums deep) or in 8-lane vectors.
+                    // 3×3, 7×7, 1 thread, Zen 4, bias and ReLU, 32 to 512
+                    // filters from 128 to 512 channels: 0.97–0.99 on AVX-512,
+                    // 0.65–0.72 on AVX2.
+                    if self.wide {
+                        0.9
+                    } else {
+                        0.66
+                    }
                 } else if pointwise || few_pixels {
                     // A 1×1 filter leaves the direct nest no window to reuse; a
-                    // 7×7 image, rows of 7 in 8-lane vectors (3×3 at 7×7×512: 0.37).
+                    // 7×7 image, rows of 7 in 16-lane vectors (3×3 at 7×7×512: 0.37).
                     0.4
                 } else {
                     0.6
@@ -72,7 +101,16 @@ impl PerformanceModel for CpuModel {
             // 3×3 at 7×7×512: 0.39 by pixel rows, 0.63 by filter rows (weights folded).
             NnOp::Conv2dIm2col if few_pixels => 0.4,
             NnOp::Conv2dIm2col => 0.55,
-            NnOp::Conv2dIm2colT if few_pixels => 0.63,
+            // Vectors along the filters: few filters, few vectors a row, and
+            // the copies (the patches, the output turned back) weigh more.
+            // 3×3, 7×7, 1 thread, Zen 4: 32, 128, 160, 256, 512 filters at
+            // 0.21, 0.61, 0.64, 0.73, 0.80 on AVX2 (0.68–0.87 from 128 on
+            // AVX-512). A 1×1 filter's product over the map's 49 rows is the
+            // same as `conv2d_1x1`'s, which has no copies to make: below it.
+            NnOp::Conv2dIm2colT if few_pixels => match ch.get(1).and_then(Info::shape) {
+                Some(w) if w[2] * w[3] > 1 => 0.85 * w[0] as f64 / (w[0] as f64 + 64.0),
+                _ => 0.63,
+            },
             NnOp::Conv2dIm2colT => 0.45,
             // Vectors along the filters, 1 thread (3×3, direct measured at 0.6):
             // 14×14×256 0.42 (AVX-512) and 0.38 (AVX2), where the other layout

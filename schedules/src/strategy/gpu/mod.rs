@@ -53,7 +53,7 @@ impl Strategy for Gpu {
         &PREPARATION
     }
 
-    fn performance(&self) -> &'static dyn PerformanceModel {
+    fn performance(&self, _: &Target) -> &'static dyn PerformanceModel {
         &model::GpuModel
     }
 
