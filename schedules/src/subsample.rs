@@ -125,7 +125,8 @@ fn copy(p: &mut Program, t: TensorId, dims: &[Dim], last_len: i64, span: Span) -
     match past_end {
         None => value,
         Some(inside) => {
-            let zero = p.alloc(TExpr::Int(0), Ty::Elem(elem), span);
+            let zero = if elem.is_float() { TExpr::Float(0.0) } else { TExpr::Int(0) };
+            let zero = p.alloc(zero, Ty::Elem(elem), span);
             p.alloc(TExpr::Select(inside, value, zero), Ty::Elem(elem), span)
         }
     }
@@ -190,4 +191,71 @@ fn strided(p: &Program, st: &Stage, i: TExprId, len: i64, last: bool) -> Dim {
             Dim::Phased { axis, stride, offset, tap, positions }
         }
     }
+}
+
+/// Float products whose shared operand reads its rows through a strided
+/// window (a stride-2 stem, `Y[n, f, y, x] = sum[c, r, s](X[n, c, 2·y + r,
+/// 2·x + s] · W[f, c, r, s])`) read phases of it instead ([`subsample`]):
+/// the default schedule runs vectors along `x`, and on AVX-512 a stride-2
+/// vector is two loads and a `vpermt2ps` on the port Intel's second FMA
+/// unit shares, once per vector for every tap. The copy is a pass over
+/// the input; only where the operand is shared by the rows of another
+/// axis (the filters `f`, which it does not read), which reuse each
+/// vector, so that the pass is a small share of the product's work (a
+/// depthwise convolution's rows each read their own input, and keep the
+/// shuffles). MEASURED (Intel Xeon with AVX-512, 1 thread, ResNet-50's
+/// stem, 3 → 64 channels 7 × 7 at 224², with bias and ReLU): 1.57 →
+/// 1.15 ms, ONNX Runtime 1.37; ResNet-50 4 %, GoogLeNet 3 %, MobileNetV2
+/// 5 % faster. Returns the number of copies made.
+pub(crate) fn phase_float_windows(p: &mut Program) -> usize {
+    let mut made = 0;
+    let mut si = 0;
+    while si < p.stages.len() {
+        if let Some(load) = shared_strided_window(p, &p.stages[si]) {
+            let none = p.stages[si].vars.len() as VarId;
+            if subsample(p, si, load, none).is_some() {
+                made += 1;
+                si += 1;
+            }
+        }
+        si += 1;
+    }
+    made
+}
+
+/// The two loads of the first sum of a product of two loads in `e`.
+fn product_in(p: &Program, e: TExprId) -> Option<(TExprId, TExprId)> {
+    let mut stack = vec![e];
+    while let Some(e) = stack.pop() {
+        if let TExpr::Reduce(texc_compiler::ops::ReduceOp::Sum, _, body) = *p.expr(e) {
+            if let TExpr::Binary(BinOp::Mul, a, b) = *p.expr(body) {
+                if [a, b].iter().all(|&x| matches!(p.expr(x), TExpr::Load(..))) {
+                    return Some((a, b));
+                }
+            }
+        }
+        stack.extend(p.children(e));
+    }
+    None
+}
+
+/// The operand of float product stage `st` (a sum of products of
+/// two loads) whose last index is `t·x + s` — the stage's last axis at a
+/// stride `t ≥ 2` plus a sum's variable of several taps — and that does
+/// not read another of the stage's axes of at least two elements.
+fn shared_strided_window(p: &Program, st: &Stage) -> Option<TExprId> {
+    let (a, b) = product_in(p, st.value)?;
+    let inner = st.n_axes.checked_sub(1)? as VarId;
+    [a, b].into_iter().find(|&l| {
+        let TExpr::Load(t, idx) = p.expr(l) else { return false };
+        if !p.tensor(*t).elem.is_float() {
+            return false;
+        }
+        let Some(form) = idx.last().and_then(|&i| affine_in_vars(p, i)) else { return false };
+        let strided = form.terms.get(&inner).is_some_and(|&k| k >= 2);
+        let taps =
+            form.terms.iter().any(|(&v, &k)| v as usize >= st.n_axes && k == 1 && st.vars[v as usize].extent > 1);
+        let shared = (0..st.n_axes).any(|v| st.vars[v].extent >= 2 && !p.mentions(l, v as VarId));
+        strided && taps && shared
+    })
 }

@@ -1171,3 +1171,63 @@ fn producers_worth_threads_keep_them() {
         assert!(!classifier.contains("local G.r0:"), "{target}: the pooling runs on threads of its own:\n{text}");
     });
 }
+
+/// A product whose reduction is several loops (a direct convolution's
+/// `c, r, s`, here computed filters-last as `texc_schedules::filters_last`
+/// writes it) is not cut into slices, so a block of packed panels spans the
+/// whole depth: the default schedule takes as many panels to a block as
+/// half of L2 holds (here 256 · 9 · 32 floats, 295 KB, a panel), so the
+/// image rows inside the block re-read its filters from L2 rather than
+/// from L3 (ResNet-50's 3×3 convolutions at 7×7 on a Xeon: 2.1 → 1.2 ms);
+/// with a larger L2 the blocks of four panels stay. Both match the
+/// interpreter, with a partial last panel (272 filters).
+#[test]
+fn deep_unsliced_products_block_their_panels_by_l2() {
+    use texc_compiler::target::{lookup, with_caches, CpuCaches};
+    let src = "kernel fl(X: f32[N = 1, C = 256, H = 9, W = 9], Wt: f32[C, 3, 3, F = 272]) -> Y: f32[N, 7, 7, F] {
+    Y[n, y, x, f] = sum[c, r, s](X[n, c, y + r, x + s] * Wt[c, r, s, f]);
+}";
+    let (mut pl, k) = texc_tests::load_text("interp", "fl.tex", src, None).expect("loads");
+    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let want = interp::run(&p, random_args(&p, 3)).expect("interp");
+    let base = lookup("x86-avx512").expect("registered");
+    let nominal = CpuCaches::NOMINAL;
+    for (machine, caches, panels) in [("nominal", nominal, 1), ("4 MiB L2", CpuCaches { l2: 4 << 20, ..nominal }, 4)] {
+        let t = with_caches(base, caches);
+        let f = texc_tests::default_lowered_on(t, &p);
+        let text = texc_schedules::ir::print(&f);
+        let block = format!("for f.oi in 0..{panels}:");
+        assert!(text.contains(&block), "{machine}: `{block}`:\n{text}");
+        let (blocks, rows) = (text.find("for f.oo in"), text.find("for y in"));
+        assert!(matches!((blocks, rows), (Some(b), Some(r)) if b < r), "{machine}: blocks outside the rows:\n{text}");
+        if base.check_runs_here().is_ok() {
+            let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 3)).expect("runs");
+            let err = rel_error(&got[0], &want[0]);
+            assert!(err <= 1e-5, "{machine}: differs from interp by {err:e}\n{text}");
+        } else {
+            eprintln!("skipped running {machine}: {}", base.check_runs_here().unwrap_err());
+        }
+    }
+}
+
+/// A stride-2 convolution with its rows' vectors along `x` (a 7 × 7 stem,
+/// 3 channels, where 16 filters share each vector) reads copies of its
+/// input's two phases (`X.ph`), one contiguous vector per tap, rather than
+/// a stride-2 vector per tap (two loads and a shuffle); a depthwise one,
+/// whose rows each read their own input, keeps its strided reads. Both
+/// match the interpreter at sizes no vector divides.
+#[test]
+fn strided_windows_shared_by_filters_read_phases() {
+    let stem = "import std.nn;\nkernel stem(X: f32[N = 1, C = 3, H = 45, W = 45], Wt: f32[K = 16, C, 7, 7]) -> Y: f32[N, K, 23, 23] {
+    Y = conv2d(X, Wt, stride = 2, pad = 3);
+}";
+    default_on_x86("stem", stem, |target, text| {
+        assert!(text.contains(".ph: f32[1, 3, "), "{target}: the phases of the input:\n{text}");
+    });
+    let dw = "import std.nn;\nkernel dw(X: f32[N = 1, C = 16, H = 45, W = 45], Wt: f32[C, 1, 3, 3]) -> Y: f32[N, C, 23, 23] {
+    Y = conv2d(X, Wt, stride = 2, pad = 1, groups = C);
+}";
+    default_on_x86("depthwise", dw, |target, text| {
+        assert!(!text.contains(".ph"), "{target}: no phases:\n{text}");
+    });
+}

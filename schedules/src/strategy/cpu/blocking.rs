@@ -190,7 +190,14 @@ pub(super) fn register_block(
         None if shared_outside == 1 => balanced_blocks(ss.ivs[o].extent, (cols / width).max(1), m.caches.cores),
         _ => (cols / width).max(1),
     };
-    let panels = (per_block > 1 && ss.ivs[o].extent >= 2 * per_block).then(|| {
+    // An unsliced reduction (a direct convolution's `c, r, s`) streams its
+    // panels whole: a block holds as many as half of L2 does, at least one,
+    // and stays the loop outside the rows, so that the rows re-read it from
+    // L2, not from L3.
+    let in_l2 = (m.caches.l2 / 2 / (depth * width * elem)).max(1);
+    let deep = !sliced && m.knobs.cols.is_none() && in_l2 < per_block;
+    let per_block = if deep { in_l2 } else { per_block };
+    let panels = ((per_block > 1 || deep) && ss.ivs[o].extent >= 2 * per_block).then(|| {
         ss.split(o, per_block, (&format!("{iname}.oo"), span), (&format!("{iname}.oi"), span), span).expect("fresh")
     });
     let slices = match reductions[..] {

@@ -99,9 +99,10 @@ impl Strategy for Cpu {
 /// are inlined once reductions are hoisted out of them, and a row
 /// reduction's dense loops are fused before it is factored into
 /// vector-width partial results.
-const PREPARATION: [Step; 14] = [
+const PREPARATION: [Step; 15] = [
     Step { name: "dot4-products", run: dot4_products },
     Step { name: "filters-last", run: filters_last },
+    Step { name: "phase-strided-windows", run: phase_strided_windows },
     Step { name: "fuse-attention", run: fuse_attention },
     Step { name: "transpose-operands", run: transpose_operands },
     Step { name: "one-hot-gathers", run: preparation::one_hot_gathers },
@@ -134,6 +135,13 @@ fn dot4_products(p: &mut Program, t: &Target, _: DefaultKnobs) {
 /// packed operands move).
 fn filters_last(p: &mut Program, t: &Target, _: DefaultKnobs) {
     crate::filters_last::filters_last(p, t, &|_| false);
+}
+
+/// *phase-strided-windows*: a float product's shared operand read through
+/// a strided window (a stride-2 stem) read from copies of its phases
+/// instead ([`crate::subsample::phase_float_windows`]).
+fn phase_strided_windows(p: &mut Program, _: &Target, _: DefaultKnobs) {
+    crate::subsample::phase_float_windows(p);
 }
 
 /// *transpose-operands*: a product's vector operand read across its rows
