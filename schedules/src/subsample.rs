@@ -1,5 +1,7 @@
 //! Strided reads rearranged before a product: a TIR-to-TIR step that
-//! [`crate::dot4`] takes before it packs a product's activations.
+//! [`crate::dot4`] takes before it packs a product's activations, and that
+//! the CPU strategy takes for float products whose strided window the rows
+//! of another axis share ([`phase_float_windows`]).
 //!
 //! A convolution of stride 2 reads `X[n, c, 2·y + r, 2·x + s]`: every
 //! vector of its rows gathers every other element, for every filter of the
@@ -14,8 +16,8 @@
 //! `s` at `X.ph[n, c, h, (s + c) % t, x + (s + c) / t]`. Either way one
 //! contiguous vector a row, as a stride-1 product's (ONNX Runtime and
 //! oneDNN subsample 1 × 1 convolutions the same way; texc's f32
-//! convolutions of these shapes take im2col in the e-graph, whose patches
-//! are such copies). MEASURED (AMD Zen 4, `x86-avx2`, one thread):
+//! convolutions of most of these shapes take im2col in the e-graph, whose
+//! patches are such copies, and the direct ones phases). MEASURED (AMD Zen 4, `x86-avx2`, one thread):
 //! ResNet-50's int8 stride-2 1 × 1 convolutions, 256 → 512 channels at
 //! 28²: 4.07 → 1.3 ms.
 //!

@@ -659,3 +659,40 @@ kernel layer(X: f32[N = 1, C = 16, H = 8, W = 8], Wt: f32[K = 16, C, 3, 3]) -> Y
     let (direct, _) = estimate(&[("winograd", 0), ("im2col", 0)]);
     assert!(forced > direct / 10.0 && forced < direct * 10.0, "F(4,3) {forced} ns, direct {direct} ns");
 }
+
+/// Winograd's transformed tiles of a thin product (32 → 64 channels: 21
+/// multiply-adds per float of the tiles) on a large map (147², 19 MB of
+/// tiles, beyond four times the nominal L2) stream from memory between its
+/// passes: on AVX-512 the direct convolution is chosen (measured 4.5 ms
+/// against Winograd's 5.5 on a Xeon), where the same channels on a 56² map
+/// (2.7 MB), and 64 → 64 on 112² (a thicker product), keep Winograd; on
+/// AVX2, whose product takes twice as long and hides the passes, the 147²
+/// layer keeps Winograd too (`strategy::cpu::model`). A target with a
+/// larger L2 moves the bound with it.
+#[test]
+fn winograd_yields_to_direct_where_its_thin_tiles_outgrow_l2() {
+    let layer = |c: i64, k: i64, side: i64| {
+        format!("import std.nn;\nkernel f(X: f32[1, {c}, {side}, {side}], W: f32[{k}, {c}, 3, 3]) -> Y: f32[1, {k}, {side}, {side}] {{\n    Y = conv2d(X, W, pad = 1);\n}}")
+    };
+    let plan = |target: &str, caches: Option<texc_compiler::target::CpuCaches>, src: &str| -> Vec<String> {
+        let (mut pl, k) = texc_tests::load_text(target, "r.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+        if let Some(c) = caches {
+            pl.options.target = texc_compiler::target::with_caches(pl.target(), c);
+        }
+        let (_, r) = rewrite_pass(&mut pl, k, &Bindings::default());
+        r.program.ops.iter().map(|o| o.op.clone()).collect()
+    };
+    let winograd = |ops: &[String]| ops.iter().any(|o| o.starts_with("conv2d_winograd"));
+    for (target, c, k, side, want) in [
+        ("x86-avx512", 32, 64, 147, false),
+        ("x86-avx512", 32, 64, 56, true),
+        ("x86-avx512", 64, 64, 112, true),
+        ("x86-avx2", 32, 64, 147, true),
+    ] {
+        let ops = plan(target, None, &layer(c, k, side));
+        assert_eq!(winograd(&ops), want, "{target}, {c} → {k} at {side}²: {ops:?}");
+    }
+    let big_l2 = texc_compiler::target::CpuCaches { l2: 8 << 20, ..texc_compiler::target::CpuCaches::NOMINAL };
+    let ops = plan("x86-avx512", Some(big_l2), &layer(32, 64, 147));
+    assert!(winograd(&ops), "8 MiB of L2: {ops:?}");
+}

@@ -5,27 +5,63 @@
 //! operator's speed updates its efficiency here, in the same change, with
 //! the measurement.
 
+use std::sync::{Mutex, OnceLock};
 use texc_compiler::nn::{Epilogue, Info, NnOp, WinogradForm};
 use texc_compiler::rewrite::{OpNode, PerformanceModel};
 use texc_compiler::target::Target;
 
-/// The default CPU schedules' efficiencies, by vector width: where rows
-/// fill vectors differently, so do the forms' speeds.
+/// The default CPU schedules' efficiencies, by vector width and L2: where
+/// rows fill vectors differently, so do the forms' speeds, and where an
+/// operator's intermediates outgrow L2, its passes over them slow down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuModel {
     /// 512-bit vectors (16 `f32` lanes: a 7-wide row fills less than half).
     wide: bool,
+    /// Bytes of L2 per core (the target's caches, nominal where it names none).
+    l2: i64,
 }
 
 impl CpuModel {
-    /// The model of `target`'s vector width.
+    /// The model of `target`'s vector width and caches (one per distinct
+    /// pair, made once: the e-graph holds `&'static` models).
     pub fn of(target: &Target) -> &'static CpuModel {
-        const WIDE: CpuModel = CpuModel { wide: true };
-        const NARROW: CpuModel = CpuModel { wide: false };
-        if target.vector_bits >= 512 {
-            &WIDE
-        } else {
-            &NARROW
+        static MODELS: OnceLock<Mutex<Vec<&'static CpuModel>>> = OnceLock::new();
+        let want = CpuModel { wide: target.vector_bits >= 512, l2: target.cpu_caches().l2 };
+        let mut models = MODELS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = models.iter().find(|m| ***m == want) {
+            return m;
         }
+        let m: &'static CpuModel = Box::leak(Box::new(want));
+        models.push(m);
+        m
+    }
+
+    /// Whether a Winograd form's transformed tensors stream from beyond L2
+    /// while its product is too thin to hide that: the input's and the
+    /// output's tiles (`V`, `M`: 36 floats a 4 × 4 tile, 16 a 2 × 2 one,
+    /// for every channel and filter) written by one pass and read by the
+    /// next, more than four times L2, for a product of fewer than 32
+    /// multiply-adds per float moved (`C·K / (C + K)`: 32 → 64 channels,
+    /// 128 → 32; 16 with 256-bit vectors: on AVX2 DenseNet's 128 → 32 at
+    /// 56² ran 2.08 ms by Winograd, 2.33 direct). MEASURED (1 thread, Intel Xeon, AVX-512, bias and ReLU,
+    /// Winograd against direct, ONNX Runtime beside): Inception-v3's 32 →
+    /// 32 and 32 → 64 at 147² 3.36 / 2.28 and 5.48 / 4.53 ms (ORT 2.36,
+    /// 4.34), 32 → 64 at 112² 2.73 / 2.46, DenseNet's 128 → 32 at 56² 1.58 /
+    /// 1.33 (ORT 1.23); Winograd stays ahead at 32 → 64 on 56² (0.50 /
+    /// 0.62: 2.7 MB of tiles), 64 → 64 on 56² and 112² (0.88 / 1.25, 4.1 /
+    /// 5.3) and 80 → 192 at 73² (6.0 / 8.6).
+    fn winograd_spills(&self, form: WinogradForm, x: &[i64], w: &[i64], out: &[i64]) -> bool {
+        let (c, k) = (x[1] as f64, w[0] as f64);
+        let (tile, floats) = match form {
+            WinogradForm::F4 => (4, 36),
+            WinogradForm::F2 | WinogradForm::F2k => (2, 16),
+        };
+        let tiles = ((out[2] + tile - 1) / tile) * ((out[3] + tile - 1) / tile) * out[0];
+        let bytes = (tiles * floats * 4) as f64 * (c + k);
+        // Half the vector width computes the product in twice the time,
+        // which hides the passes over the tiles at half the intensity.
+        let thin = if self.wide { 32.0 } else { 16.0 };
+        c * k / (c + k) < thin && bytes > 4.0 * self.l2 as f64
     }
 }
 
@@ -56,6 +92,12 @@ impl PerformanceModel for CpuModel {
         let few_pixels = op.shape(ch).is_some_and(|o| o.len() == 4 && o[2] * o[3] < 100);
         // Images of at most 14×14: few Winograd tiles.
         let small = x.is_some_and(|x| x.len() == 4 && x[2] * x[3] <= 14 * 14);
+        let winograd_spills = match (op, x, ch.get(1).and_then(Info::shape), op.shape(ch)) {
+            (NnOp::Conv2dWinograd(form, _), Some(x), Some(w), Some(out)) if x.len() == 4 && out.len() == 4 => {
+                self.winograd_spills(form, x, w, &out)
+            }
+            _ => false,
+        };
         match op {
             NnOp::Conv2d(_) => {
                 let few_channels = x.is_some_and(|x| x[1] < 8);
@@ -120,6 +162,13 @@ impl PerformanceModel for CpuModel {
             // its products run 1.25× faster (ResNet-18's 14×14×256 layers,
             // AVX-512: 1.0 against 1.25 ms). Few filters fill few vectors. So
             // 0.28, below the other layout, wherever it was not measured faster.
+            // Slower than a direct convolution (`winograd_spills`: measured
+            // 1.1–1.5×): a fifth slower than the direct 0.6, over the form's
+            // fewer multiplications (4× for F(4×4), 2.25× for F(2×2)).
+            NnOp::Conv2dWinograd(form, _) if winograd_spills => {
+                let fewer = if form == WinogradForm::F4 { 4.0 } else { 2.25 };
+                0.6 / 1.2 / fewer
+            }
             NnOp::Conv2dWinograd(WinogradForm::F2k, _) => {
                 let many_filters = ch.get(1).and_then(Info::shape).is_some_and(|w| w[0] >= 128);
                 if small && many_filters && !node.constant_filters {
