@@ -43,8 +43,9 @@ impl CpuModel {
     /// next, more than four times L2, for a product of fewer than 32
     /// multiply-adds per float moved (`C·K / (C + K)`: 32 → 64 channels,
     /// 128 → 32; 16 with 256-bit vectors: on AVX2 DenseNet's 128 → 32 at
-    /// 56² ran 2.08 ms by Winograd, 2.33 direct). MEASURED (1 thread, Intel Xeon, AVX-512, bias and ReLU,
-    /// Winograd against direct, ONNX Runtime beside): Inception-v3's 32 →
+    /// 56² ran 2.08 ms by Winograd, 2.33 direct). MEASURED (1 thread, Intel
+    /// Xeon, AVX-512, bias and ReLU, Winograd against direct, ONNX Runtime
+    /// beside): Inception-v3's 32 →
     /// 32 and 32 → 64 at 147² 3.36 / 2.28 and 5.48 / 4.53 ms (ORT 2.36,
     /// 4.34), 32 → 64 at 112² 2.73 / 2.46, DenseNet's 128 → 32 at 56² 1.58 /
     /// 1.33 (ORT 1.23); Winograd stays ahead at 32 → 64 on 56² (0.50 /
@@ -56,8 +57,8 @@ impl CpuModel {
             WinogradForm::F4 => (4, 36),
             WinogradForm::F2 | WinogradForm::F2k => (2, 16),
         };
-        let tiles = ((out[2] + tile - 1) / tile) * ((out[3] + tile - 1) / tile) * out[0];
-        let bytes = (tiles * floats * 4) as f64 * (c + k);
+        let tiles = ((out[2] + tile - 1) / tile) as f64 * ((out[3] + tile - 1) / tile) as f64 * out[0] as f64;
+        let bytes = tiles * (floats * 4) as f64 * (c + k);
         // Half the vector width computes the product in twice the time,
         // which hides the passes over the tiles at half the intensity.
         let thin = if self.wide { 32.0 } else { 16.0 };
@@ -93,7 +94,9 @@ impl PerformanceModel for CpuModel {
         // Images of at most 14×14: few Winograd tiles.
         let small = x.is_some_and(|x| x.len() == 4 && x[2] * x[3] <= 14 * 14);
         let winograd_spills = match (op, x, ch.get(1).and_then(Info::shape), op.shape(ch)) {
-            (NnOp::Conv2dWinograd(form, _), Some(x), Some(w), Some(out)) if x.len() == 4 && out.len() == 4 => {
+            (NnOp::Conv2dWinograd(form, _), Some(x), Some(w), Some(out))
+                if x.len() == 4 && w.len() == 4 && out.len() == 4 =>
+            {
                 self.winograd_spills(form, x, w, &out)
             }
             _ => false,
@@ -154,6 +157,13 @@ impl PerformanceModel for CpuModel {
                 _ => 0.63,
             },
             NnOp::Conv2dIm2colT => 0.45,
+            // Slower than a direct convolution (`winograd_spills`: measured
+            // 1.1–1.5×): a fifth slower than the direct 0.6, over the form's
+            // fewer multiplications (4× for F(4×4), 2.25× for F(2×2)).
+            NnOp::Conv2dWinograd(form, _) if winograd_spills => {
+                let fewer = if form == WinogradForm::F4 { 4.0 } else { 2.25 };
+                0.6 / 1.2 / fewer
+            }
             // Vectors along the filters, 1 thread (3×3, direct measured at 0.6):
             // 14×14×256 0.42 (AVX-512) and 0.38 (AVX2), where the other layout
             // measured 0.27 (the model keeps its 0.35 below); 28×28×128 0.52 and
@@ -162,13 +172,6 @@ impl PerformanceModel for CpuModel {
             // its products run 1.25× faster (ResNet-18's 14×14×256 layers,
             // AVX-512: 1.0 against 1.25 ms). Few filters fill few vectors. So
             // 0.28, below the other layout, wherever it was not measured faster.
-            // Slower than a direct convolution (`winograd_spills`: measured
-            // 1.1–1.5×): a fifth slower than the direct 0.6, over the form's
-            // fewer multiplications (4× for F(4×4), 2.25× for F(2×2)).
-            NnOp::Conv2dWinograd(form, _) if winograd_spills => {
-                let fewer = if form == WinogradForm::F4 { 4.0 } else { 2.25 };
-                0.6 / 1.2 / fewer
-            }
             NnOp::Conv2dWinograd(WinogradForm::F2k, _) => {
                 let many_filters = ch.get(1).and_then(Info::shape).is_some_and(|w| w[0] >= 128);
                 if small && many_filters && !node.constant_filters {
