@@ -1231,3 +1231,17 @@ fn strided_windows_shared_by_filters_read_phases() {
         assert!(!text.contains(".ph"), "{target}: no phases:\n{text}");
     });
 }
+
+/// Products over an empty reduction (K = 0: each output a sum of nothing)
+/// compile on the default x86 schedules, long rows (the BLIS blocking,
+/// whose blocks are sized by the depth) and several reduction loops alike,
+/// and are zeros like the interpreter's: the blocking once divided by the
+/// depth.
+#[test]
+fn products_over_empty_reductions_are_zeros() {
+    let mm = "kernel mm(A: f32[M = 64, K = 0], B: f32[K, N = 256]) -> C: f32[M, N] {\n    C[i, j] = sum[k](A[i, k] * B[k, j]);\n}";
+    let deep = "kernel fl(X: f32[N = 1, C = 0, H = 9, W = 9], Wt: f32[C, 3, 3, F = 272]) -> Y: f32[N, 7, 7, F] {\n    Y[n, y, x, f] = sum[c, r, s](X[n, c, y + r, x + s] * Wt[c, r, s, f]);\n}";
+    for (name, src) in [("mm", mm), ("fl", deep)] {
+        default_on_x86(name, src, |_, _| {});
+    }
+}

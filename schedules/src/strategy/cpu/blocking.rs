@@ -194,7 +194,7 @@ pub(super) fn register_block(
     // panels whole: a block holds as many as half of L2 does, at least one,
     // and stays the loop outside the rows, so that the rows re-read it from
     // L2, not from L3.
-    let in_l2 = (m.caches.l2 / 2 / (depth * width * elem)).max(1);
+    let in_l2 = (m.caches.l2 / 2 / (depth * width * elem).max(1)).max(1);
     let deep = !sliced && m.knobs.cols.is_none() && in_l2 < per_block;
     let per_block = if deep { in_l2 } else { per_block };
     let panels = ((per_block > 1 || deep) && ss.ivs[o].extent >= 2 * per_block).then(|| {
