@@ -155,9 +155,9 @@ fn split_root(ss: &StageSchedule, iv: usize) -> Option<usize> {
 
 /// The broadcast operands of stage `st`'s register block, if it has one
 /// (rows of an axis unrolled inside the reduction loops; their
-/// accumulators in a local, or, where the reduction is cut into slices, in
-/// the output between slices: ResNet-50's 1×1 convolutions of 1024
-/// channels read 8 filters' rows 4 KiB apart).
+/// accumulators in a local or, without one, in the output — a reduction
+/// cut into slices: ResNet-50's 1×1 convolutions of 1024 channels read 8
+/// filters' rows 4 KiB apart).
 fn row_operands(q: &Program, st: &Stage, ss: &StageSchedule) -> Vec<RowPack> {
     let Some(inner) = st.n_axes.checked_sub(1) else { return Vec::new() };
     if ss.cache_write.is_none() && !ss.leaves.iter().any(|&l| ss.ivs[l].reduce) {

@@ -225,7 +225,8 @@ pub(crate) fn phase_float_windows(p: &mut Program) -> usize {
     made
 }
 
-/// The two loads of the first sum of a product of two loads in `e`.
+/// The two loads of the first sum of a product of two loads that a
+/// depth-first walk of `e` meets.
 fn product_in(p: &Program, e: TExprId) -> Option<(TExprId, TExprId)> {
     let mut stack = vec![e];
     while let Some(e) = stack.pop() {
@@ -241,10 +242,13 @@ fn product_in(p: &Program, e: TExprId) -> Option<(TExprId, TExprId)> {
     None
 }
 
-/// The operand of float product stage `st` (a sum of products of
-/// two loads) whose last index is `t·x + s` — the stage's last axis at a
-/// stride `t ≥ 2` plus a sum's variable of several taps — and that does
-/// not read another of the stage's axes of at least two elements.
+/// The operand of float product stage `st` (the sum of a product of two
+/// loads that a depth-first walk of its value meets first) whose last
+/// index is `t·x + s` — the stage's last axis at a stride `t ≥ 2` plus a
+/// sum's variable of several taps — and that leaves some axis of the stage
+/// of at least two elements unread (the filters, whose rows share it). A
+/// grouped convolution's input, which reads the filter through its group,
+/// does not qualify; nor is the reuse weighed against the copy's pass.
 fn shared_strided_window(p: &Program, st: &Stage) -> Option<TExprId> {
     let (a, b) = product_in(p, st.value)?;
     let inner = st.n_axes.checked_sub(1)? as VarId;

@@ -158,8 +158,11 @@ impl PerformanceModel for CpuModel {
             },
             NnOp::Conv2dIm2colT => 0.45,
             // Slower than a direct convolution (`winograd_spills`: measured
-            // 1.1–1.5×): a fifth slower than the direct 0.6, over the form's
-            // fewer multiplications (4× for F(4×4), 2.25× for F(2×2)).
+            // 1.1–1.5×): a fifth below the direct 0.6, over the form's fewer
+            // multiplications (4× for F(4×4), 2.25× for F(2×2)); applied to
+            // all of its work, transforms and whole tiles included, so such a
+            // layer is estimated at 1.5–1.7× the direct one (32 → 64 at 147²:
+            // 1.57×), which keeps the choice clear of the bound.
             NnOp::Conv2dWinograd(form, _) if winograd_spills => {
                 let fewer = if form == WinogradForm::F4 { 4.0 } else { 2.25 };
                 0.6 / 1.2 / fewer
