@@ -195,7 +195,7 @@ fn reads_windows(p: &Program, st: &Stage, loads: &[TExprId]) -> bool {
 
 /// The body of the stage's sum of products — of `@dot4`s or `@dot2`s (`true`), or of
 /// two loads multiplied, each possibly converted (`false`).
-fn product_body(p: &Program, e: TExprId) -> Option<(TExprId, bool)> {
+pub(crate) fn product_body(p: &Program, e: TExprId) -> Option<(TExprId, bool)> {
     let strip = |e: TExprId| match p.expr(e) {
         TExpr::Cast(a) => *a,
         _ => e,

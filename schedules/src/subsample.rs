@@ -225,32 +225,16 @@ pub(crate) fn phase_float_windows(p: &mut Program) -> usize {
     made
 }
 
-/// The two loads of the first sum of a product of two loads that a
-/// depth-first walk of `e` meets.
-fn product_in(p: &Program, e: TExprId) -> Option<(TExprId, TExprId)> {
-    let mut stack = vec![e];
-    while let Some(e) = stack.pop() {
-        if let TExpr::Reduce(texc_compiler::ops::ReduceOp::Sum, _, body) = *p.expr(e) {
-            if let TExpr::Binary(BinOp::Mul, a, b) = *p.expr(body) {
-                if [a, b].iter().all(|&x| matches!(p.expr(x), TExpr::Load(..))) {
-                    return Some((a, b));
-                }
-            }
-        }
-        stack.extend(p.children(e));
-    }
-    None
-}
-
-/// The operand of float product stage `st` (the sum of a product of two
-/// loads that a depth-first walk of its value meets first) whose last
+/// The operand of float product stage `st` (a plain load of the sum of
+/// two loads' product that [`crate::filters_last::product_body`] finds) whose last
 /// index is `t·x + s` — the stage's last axis at a stride `t ≥ 2` plus a
 /// sum's variable of several taps — and that leaves some axis of the stage
 /// of at least two elements unread (the filters, whose rows share it). A
 /// grouped convolution's input, which reads the filter through its group,
 /// does not qualify; nor is the reuse weighed against the copy's pass.
 fn shared_strided_window(p: &Program, st: &Stage) -> Option<TExprId> {
-    let (a, b) = product_in(p, st.value)?;
+    let (body, false) = crate::filters_last::product_body(p, st.value)? else { return None };
+    let TExpr::Binary(BinOp::Mul, a, b) = *p.expr(body) else { return None };
     let inner = st.n_axes.checked_sub(1)? as VarId;
     [a, b].into_iter().find(|&l| {
         let TExpr::Load(t, idx) = p.expr(l) else { return false };
