@@ -802,7 +802,7 @@ fn rewrite(
     made: &mut Vec<(Packing, TensorId)>,
 ) -> (usize, TExprId) {
     if tiles.is_none() {
-        if let Some(sub) = crate::subsample::subsample(p, si, prod.a.load, prod.k) {
+        if let Some(sub) = crate::subsample::subsample(p, si, prod.a.load, Some(prod.k)) {
             prod.a.tensor = sub;
             si += 1;
         }

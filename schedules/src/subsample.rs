@@ -52,16 +52,16 @@ enum Dim {
 
 /// Rearrange load `load` of product stage `at` where its last index is
 /// strided (see the module header): a copy stage inserted before `at`,
-/// and the load rewritten to read it. An index that moves with `packed`
-/// (the variable the caller packs words along: a 2 × 2 stride-2 window's
-/// `2·x + s` packed along `s`) stays as it is. The new tensor, or `None`
+/// and the load rewritten to read it. An index that moves with `packed`,
+/// if any (the variable the caller packs words along: a 2 × 2 stride-2
+/// window's `2·x + s` packed along `s`), stays as it is. The new tensor, or `None`
 /// where the load is not such a read.
-pub(crate) fn subsample(p: &mut Program, at: usize, load: TExprId, packed: VarId) -> Option<TensorId> {
+pub(crate) fn subsample(p: &mut Program, at: usize, load: TExprId, packed: Option<VarId>) -> Option<TensorId> {
     let st = &p.stages[at];
     let TExpr::Load(t, idx) = p.expr(load).clone() else { return None };
     let decl = p.tensor(t).clone();
     let rank = idx.len();
-    let dim = |(d, (&i, &len)): (usize, (&TExprId, &i64))| match p.mentions(i, packed) {
+    let dim = |(d, (&i, &len)): (usize, (&TExprId, &i64))| match packed.is_some_and(|v| p.mentions(i, v)) {
         true => Dim::Whole,
         false => strided(p, st, i, len, d + 1 == rank),
     };
@@ -214,8 +214,7 @@ pub(crate) fn phase_float_windows(p: &mut Program) -> usize {
     let mut si = 0;
     while si < p.stages.len() {
         if let Some(load) = shared_strided_window(p, &p.stages[si]) {
-            let none = p.stages[si].vars.len() as VarId;
-            if subsample(p, si, load, none).is_some() {
+            if subsample(p, si, load, None).is_some() {
                 made += 1;
                 si += 1;
             }

@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 
 /// How fast a target family's default schedules run an operator: the share
 /// of the nominal peak they reach on its FLOPs.
-pub trait PerformanceModel: Sync {
+pub trait PerformanceModel: Send + Sync {
     /// The model's name (for reports).
     fn name(&self) -> &'static str;
 
@@ -26,6 +26,10 @@ pub trait PerformanceModel: Sync {
     /// roofline bound is all the model knows.
     fn efficiency(&self, node: &OpNode<'_>) -> f64;
 }
+
+/// A performance model as the rewriter holds it: shared by the e-graph's
+/// analysis and its copies, made per target (a CPU's depends on its caches).
+pub type Model = std::sync::Arc<dyn PerformanceModel>;
 
 /// An operator node as the performance model sees it.
 pub struct OpNode<'a> {
@@ -111,6 +115,7 @@ impl Calibration {
 /// plan, so a block whose readers' shares undercut that counts it whole:
 /// costs grow linearly with the blocks), and the alternatives of one class
 /// compare by what differs between them.
+#[derive(Clone)]
 pub struct RooflineCost<'a> {
     pub egraph: &'a EGraph<Node, Shapes>,
     pub peak: f64,

@@ -54,16 +54,15 @@ pub fn dag_cost(egraph: &EGraph<Node, Shapes>, term: &RecExpr<Node>, peak: f64, 
 }
 
 /// The e-nodes of each operator class of the chosen plan, with the cost of
-/// the best plan below each, cheapest first (ties by name).
+/// the best plan below each by `cost` (the extractor's), cheapest first
+/// (ties by name).
 pub fn alternatives(
     egraph: &EGraph<Node, Shapes>,
     ex: &Extractor<RooflineCost, Node, Shapes>,
+    mut cost: RooflineCost,
     classes: &[Id],
     names: &[Option<String>],
-    peak: f64,
-    bw: f64,
 ) -> Vec<(String, Vec<(String, f64)>)> {
-    let mut cost = RooflineCost::new(egraph, peak, bw);
     let mut out = Vec::new();
     for (class, name) in classes.iter().zip(names) {
         let nodes = &egraph[*class].nodes;

@@ -10,7 +10,7 @@
 //! model need: a tensor's shape or an integer, by each operator's shape rule
 //! in the operator table (`crate::nn`).
 
-use super::cost::{Nominal, PerformanceModel};
+use super::cost::{Model, Nominal};
 use super::Calibration;
 use crate::nn::{Info, NnOp, WinogradForm};
 use egg::{define_language, Analysis, DidMerge, EGraph, Id, Symbol};
@@ -69,7 +69,7 @@ pub struct Shapes {
     pub of: HashMap<String, Vec<i64>>,
     pub opaque: HashMap<Opaque, OpaqueInfo>,
     /// How fast the target's schedules run each operator.
-    pub model: &'static dyn PerformanceModel,
+    pub model: Model,
     /// Inputs whose values are fixed before the calls (an imported model's
     /// weights): stages that read only them run once (`crate::constants`), so
     /// forms that transform the weights at no cost per call may be chosen.
@@ -82,14 +82,12 @@ pub struct Shapes {
     pub calibration: Calibration,
 }
 
-static NOMINAL: Nominal = Nominal;
-
 impl Default for Shapes {
     fn default() -> Shapes {
         Shapes {
             of: HashMap::new(),
             opaque: HashMap::new(),
-            model: &NOMINAL,
+            model: std::sync::Arc::new(Nominal),
             constants: HashSet::new(),
             prefer: None,
             calibration: Calibration::default(),
@@ -103,7 +101,7 @@ impl Shapes {
         Shapes {
             of: self.of.clone(),
             opaque: self.opaque.clone(),
-            model: self.model,
+            model: self.model.clone(),
             constants: self.constants.clone(),
             prefer: None,
             calibration: self.calibration.clone(),

@@ -21,7 +21,7 @@ mod print;
 mod rules;
 
 pub use crate::nn::{Info, WinogradForm};
-pub use cost::{Calibration, CalibrationSample, Nominal, OpNode, PerformanceModel};
+pub use cost::{Calibration, CalibrationSample, Model, Nominal, OpNode, PerformanceModel};
 pub use lang::{Node, Opaque};
 pub use print::print_plan;
 pub use rules::rules;
@@ -219,12 +219,7 @@ fn graph_term(p: &Program, shapes: &mut Shapes) -> (RecExpr<Node>, HashMap<Tenso
 
 /// The cost model's estimate of `p`'s graph as written, in ns on
 /// `target`'s nominal machine (uncorrected: what calibration measures).
-pub fn written_cost(
-    p: &Program,
-    target: &Target,
-    model: &'static dyn PerformanceModel,
-    constants: &HashSet<String>,
-) -> f64 {
+pub fn written_cost(p: &Program, target: &Target, model: Model, constants: &HashSet<String>) -> f64 {
     let mut shapes = Shapes { model, constants: constants.clone(), ..Shapes::default() };
     let (term, _) = graph_term(p, &mut shapes);
     term_cost(&term, shapes, target.nominal.peak_gflops, target.nominal.bandwidth_gbs)
@@ -238,7 +233,7 @@ pub fn written_cost(
 pub fn rewrite(
     p: &Program,
     target: &Target,
-    model: &'static dyn PerformanceModel,
+    model: Model,
     header: &str,
     source_of: &dyn Fn(usize) -> String,
     extraction: Extraction,
@@ -264,7 +259,9 @@ pub fn rewrite(
     let (peak, bw) = (target.nominal.peak_gflops, target.nominal.bandwidth_gbs);
     let root = runner.roots[0];
     let egraph = &runner.egraph;
-    let extractor = Extractor::new(egraph, RooflineCost::new(egraph, peak, bw));
+    // One count of each class's readers for extraction and the report of alternatives.
+    let cost = RooflineCost::new(egraph, peak, bw);
+    let extractor = Extractor::new(egraph, cost.clone());
     let (best, classes, best_cost) = match extraction {
         Extraction::Greedy => {
             let mut best = RecExpr::default();
@@ -313,7 +310,7 @@ pub fn rewrite(
         }
     }
     let source = plan_source(p, &best, &node_names, header, source_of);
-    let alternatives = alternatives(egraph, &extractor, &classes, &node_names, peak, bw);
+    let alternatives = alternatives(egraph, &extractor, cost, &classes, &node_names);
     Plan {
         extraction: extraction.name(),
         alternatives,
@@ -355,7 +352,7 @@ pub fn rewrite_kernel(
     k: crate::KernelRef,
     original: &Program,
     target: &Target,
-    model: &'static dyn PerformanceModel,
+    model: Model,
     extraction: Extraction,
     accuracy: Accuracy,
     constants: &HashSet<String>,

@@ -33,7 +33,7 @@ pub use preparation::default_inlining;
 use crate::knobs::{DefaultKnobs, Family, Knob};
 use crate::prepare::Step;
 use crate::schedule::Schedules;
-use texc_compiler::rewrite::{Nominal, PerformanceModel};
+use texc_compiler::rewrite::{Model, Nominal};
 use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, VarId};
 
@@ -56,7 +56,7 @@ pub trait Strategy: Sync {
     /// How fast its schedules run each operator: the efficiencies the
     /// e-graph prices operators with. A schedule change that moves an
     /// operator's speed changes its entry in the same commit.
-    fn performance(&self, target: &Target) -> &'static dyn PerformanceModel;
+    fn performance(&self, target: &Target) -> Model;
 
     /// The schedule of `p`, which [`Strategy::preparation`] has run on with
     /// the same `knobs`. It may add stages to `p` (packed operands,
@@ -98,9 +98,9 @@ pub fn schedule_prepared(p: &mut Program, target: &Target, knobs: DefaultKnobs) 
 /// The performance model the e-graph prices operators with for `target`:
 /// its strategy's, and on the interpreter (which runs programs as written)
 /// the nominal machine's.
-pub fn performance_model(target: &Target) -> &'static dyn PerformanceModel {
+pub fn performance_model(target: &Target) -> Model {
     match target.kind {
-        TargetKind::Interp => &Nominal,
+        TargetKind::Interp => std::sync::Arc::new(Nominal),
         _ => lookup(target).performance(target),
     }
 }

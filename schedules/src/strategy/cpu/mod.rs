@@ -62,7 +62,7 @@ use blocking::register_block;
 use pack::{pack_operand, PackRequest};
 use row_reductions::{reduces_along_rows, schedule_row_reduction};
 use texc_compiler::ops::{BinOp, MathFn};
-use texc_compiler::rewrite::PerformanceModel;
+use texc_compiler::rewrite::Model;
 use texc_compiler::target::{CpuCaches, Target};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, Ty, VarId};
 use texc_compiler::types::ElemType;
@@ -85,8 +85,8 @@ impl Strategy for Cpu {
         &PREPARATION
     }
 
-    fn performance(&self, target: &Target) -> &'static dyn PerformanceModel {
-        model::CpuModel::of(target)
+    fn performance(&self, target: &Target) -> Model {
+        std::sync::Arc::new(model::CpuModel::of(target))
     }
 
     fn schedule(&self, p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {

@@ -5,7 +5,6 @@
 //! operator's speed updates its efficiency here, in the same change, with
 //! the measurement.
 
-use std::sync::{Mutex, OnceLock};
 use texc_compiler::nn::{Epilogue, Info, NnOp, WinogradForm};
 use texc_compiler::rewrite::{OpNode, PerformanceModel};
 use texc_compiler::target::Target;
@@ -22,18 +21,9 @@ pub struct CpuModel {
 }
 
 impl CpuModel {
-    /// The model of `target`'s vector width and caches (one per distinct
-    /// pair, made once: the e-graph holds `&'static` models).
-    pub fn of(target: &Target) -> &'static CpuModel {
-        static MODELS: OnceLock<Mutex<Vec<&'static CpuModel>>> = OnceLock::new();
-        let want = CpuModel { wide: target.vector_bits >= 512, l2: target.cpu_caches().l2 };
-        let mut models = MODELS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = models.iter().find(|m| ***m == want) {
-            return m;
-        }
-        let m: &'static CpuModel = Box::leak(Box::new(want));
-        models.push(m);
-        m
+    /// The model of `target`'s vector width and caches.
+    pub fn of(target: &Target) -> CpuModel {
+        CpuModel { wide: target.vector_bits >= 512, l2: target.cpu_caches().l2 }
     }
 
     /// Whether a Winograd form's transformed tensors stream from beyond L2

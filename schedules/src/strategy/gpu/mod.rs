@@ -31,7 +31,7 @@ use tensor_cores::{
     pipelined_gemm, shared_gemm_tiles, stage_gemm_operands, tensor_core_gemm, tensor_core_operands, wgmma_gemm,
     wgmma_tiles,
 };
-use texc_compiler::rewrite::PerformanceModel;
+use texc_compiler::rewrite::Model;
 use texc_compiler::target::Target;
 use texc_compiler::tir::Program;
 use texc_grammar::Span;
@@ -53,8 +53,8 @@ impl Strategy for Gpu {
         &PREPARATION
     }
 
-    fn performance(&self, _: &Target) -> &'static dyn PerformanceModel {
-        &model::GpuModel
+    fn performance(&self, _: &Target) -> Model {
+        std::sync::Arc::new(model::GpuModel)
     }
 
     fn schedule(&self, p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
