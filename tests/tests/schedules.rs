@@ -1245,3 +1245,41 @@ fn products_over_empty_reductions_are_zeros() {
         default_on_x86(name, src, |_, _| {});
     }
 }
+
+/// A BLIS-style register block takes as many rows as the target's L1 has
+/// ways (its size over 4 KiB): on a 48 KiB L1 (12 ways) AVX-512's 12 rows of
+/// two vectors, a last block of 4 after eight; on the nominal 32 KiB (8
+/// ways), 10 rows dividing the 100; and 8 dividing 64 rather than five
+/// blocks of 12 and one of 4, on either. All match the interpreter.
+#[test]
+fn register_blocks_take_the_rows_the_l1_ways_hold() {
+    use texc_compiler::target::{lookup, with_caches, CpuCaches};
+    let base = lookup("x86-avx512").expect("registered");
+    let nominal = CpuCaches::NOMINAL;
+    let wide_l1 = CpuCaches { l1d: 48 << 10, ..nominal };
+    for (m, cases) in [
+        (100, [("32 KiB", nominal, 10), ("48 KiB", wide_l1, 12)]),
+        (64, [("32 KiB", nominal, 8), ("48 KiB", wide_l1, 8)]),
+    ] {
+        let src = format!(
+            "kernel mm(A: f32[M = {m}, K = 300], B: f32[K, N = 256]) -> C: f32[M, N] {{\n    C[i, j] = sum[k](A[i, k] * B[k, j]);\n}}"
+        );
+        let (mut pl, k) = texc_tests::load_text("interp", "mm.tex", &src, None).expect("loads");
+        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let want = interp::run(&p, random_args(&p, 5)).expect("interp");
+        for (l1, caches, rows) in cases {
+            let t = with_caches(base, caches);
+            let f = texc_tests::default_lowered_on(t, &p);
+            let text = texc_schedules::ir::print(&f);
+            let block = format!("for i.r in 0..{rows} unrolled:");
+            assert!(text.contains(&block), "M = {m}, L1 {l1}: `{block}`:\n{text}");
+            if base.check_runs_here().is_ok() {
+                let got = texc_tests::compile_loops(t, &f).expect("compiles").run(random_args(&p, 5)).expect("runs");
+                let err = rel_error(&got[0], &want[0]);
+                assert!(err <= 1e-5, "M = {m}, L1 {l1}: differs from interp by {err:e}\n{text}");
+            } else {
+                eprintln!("skipped running M = {m}: {}", base.check_runs_here().unwrap_err());
+            }
+        }
+    }
+}

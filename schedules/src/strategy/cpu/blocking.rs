@@ -30,6 +30,7 @@ use crate::analysis::{coefficient, loads_in};
 use crate::ir::ForKind;
 use crate::schedule::StageSchedule;
 use crate::strategy::uses_var;
+use texc_compiler::target::CpuCaches;
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId};
 use texc_grammar::Span;
 
@@ -109,7 +110,11 @@ pub(super) fn register_block(
             // then accumulators (AVX2, `@dot4sat`: 5 rows of 2, not 6).
             let spare = m.accumulators * 4 / 3 - m.accumulators - vectors - 1;
             let taken = if long { (product_registers(p, st, &vector, vectors) - spare).max(0) } else { 0 };
-            default_rows((block_accumulators(m, shared) - taken) / vectors, ss.ivs[a].extent, long)
+            default_rows(
+                (block_accumulators(m, shared) - taken) / vectors,
+                ss.ivs[a].extent,
+                long.then(|| l1_ways(m.caches)),
+            )
         }
     };
     if f < 2 {
@@ -558,7 +563,7 @@ impl LongBlocking {
     /// The blocking for elements of `elem` bytes on `m`'s caches and cores:
     ///
     /// - a slice is as deep as lets a micro-kernel's rows of A for it (at
-    ///   most [`L1_WAYS`] rows: more would evict one another) fill half of
+    ///   most [`SLICE_ROWS`] rows, more would evict one another) fill half of
     ///   L1, the other half left to the panel of B streaming past them —
     ///   8 × 512 floats = 16 KiB on a 32 KiB L1. Deeper slices pay for the
     ///   accumulators of the whole output, read and written once per slice
@@ -575,7 +580,7 @@ impl LongBlocking {
     ///   instead (never below 64).
     pub(super) fn of(m: Machine, elem: i64) -> LongBlocking {
         let c = m.caches;
-        let by_l1 = c.l1d / 2 / (L1_WAYS * elem);
+        let by_l1 = c.l1d / 2 / (SLICE_ROWS * elem);
         let by_l2 = c.l2 / 2 / (MIN_COLS * elem);
         let kmax = floor_pow2(by_l1.min(by_l2).max(64));
         let max_cols = floor_pow2((c.l2 / 2 / (kmax * elem)).max(MIN_COLS));
@@ -651,22 +656,48 @@ const UNSHARED_ACCUMULATORS: i64 = 12;
 
 /// Rows of A that a BLIS-style micro-kernel may read at once without
 /// evicting one another from L1: its rows lie a power-of-two stride apart in
-/// the usual shapes, so all fall in one set of the 8-way L1.
-const L1_WAYS: i64 = 8;
+/// the usual shapes, so all fall in one set, and a set holds as many lines
+/// as L1 has ways. An x86 L1 data cache is indexed within the page (64 sets
+/// of 64-byte lines: 4 KiB a way), so its ways are its size over 4 KiB: 8
+/// at 32 KiB (Zen 2–4, Skylake), 12 at 48 KiB (Intel since Ice Lake, Zen 5).
+fn l1_ways(c: CpuCaches) -> i64 {
+    (c.l1d / L1_WAY_BYTES).max(2)
+}
+
+/// Bytes of one way of an x86 L1 data cache (see [`l1_ways`]).
+const L1_WAY_BYTES: i64 = 4096;
+
+/// Rows of A a slice of the reduction is sized for (see [`LongBlocking::of`]):
+/// those of an 8-way L1. A 12-way one's 12 rows of a slice of 512 floats
+/// fill half of its 48 KiB as 8 rows do of 32 KiB.
+const SLICE_ROWS: i64 = 8;
 
 /// Rows per register block when no knob sets them. A BLIS-style micro-kernel
-/// (`long`) takes all `max` rows when they stay within [`L1_WAYS`]; its
-/// block loop encloses the reductions, so a last, shorter block is a
-/// partitioned copy of the loops, not a guard. (SGEMM 1024³ on AVX2: 6 rows
-/// and a tail of 4, 106 GFLOP/s; 4 rows dividing 1024, 100 GFLOP/s. On
-/// AVX-512, 12 rows ran at 96 GFLOP/s and 8 at 107.)
-fn default_rows(max: i64, extent: i64, long: bool) -> i64 {
-    if long && max <= L1_WAYS {
-        max.min(extent)
-    } else {
-        block_rows(max, extent)
+/// (`long`: with the L1's ways) takes all `max` rows when they stay within
+/// those ways: its block loop encloses the reductions, so a last, shorter
+/// block is a partitioned copy of the loops, not a guard. (SGEMM 1024³ on
+/// AVX2: 6 rows and a tail of 4, 106 GFLOP/s; 4 rows dividing 1024, 100
+/// GFLOP/s; 32 filters of a 1 × 1 convolution as 6 + 2 rows 0.117 ms, as
+/// 4 + 4 0.132. On the nominal Zen 4's 8-way L1 with AVX-512, 12 rows ran
+/// at 96 GFLOP/s and 8 at 107.) Blocks of more than [`SHORT_LAST_FROM`]
+/// rows leave a last block of under half as many among fewer than eight to
+/// [`block_rows`]. MEASURED on a 12-way L1 (Intel Xeon, AVX-512, 1 thread,
+/// `host`), 12 rows against 8 (7 for 196): 1 × 1 convolutions 256 → 1024 at
+/// 14² 0.63 → 0.59 ms, 1024 → 256 0.60 → 0.55, 1024 → 512 1.21 → 1.12,
+/// 256 → 32 at 27² 0.075 → 0.070; products 196 × 1024 × 512 1.03 → 0.99 ms,
+/// 197 × 768 × 3072 4.88 → 4.67, 1024³ 11.2 → 10.9; as 5 × 12 + 4 rows, 64
+/// filters 256 → 64 at 56² 0.60 → 0.66 (kept at 8).
+fn default_rows(max: i64, extent: i64, l1_ways: Option<i64>) -> i64 {
+    let short_last = max > SHORT_LAST_FROM && extent % max != 0 && extent % max < max / 2 && extent / max < 8;
+    match l1_ways {
+        Some(ways) if max <= ways && !short_last => max.min(extent),
+        _ => block_rows(max, extent),
     }
 }
+
+/// See [`default_rows`]: AVX2's blocks (6 rows of 2 vectors) take a short
+/// last block, AVX-512's of 12 not.
+const SHORT_LAST_FROM: i64 = 8;
 
 /// Rows per register block: at most `max`, preferring a divisor of the
 /// extent of at least `max / 3` (a partial block would need a guard in the
@@ -690,7 +721,6 @@ fn block_rows(max: i64, extent: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use texc_compiler::target::CpuCaches;
 
     fn blocking(caches: CpuCaches, elem: i64) -> LongBlocking {
         let m = Machine {
@@ -706,6 +736,21 @@ mod tests {
 
     fn caches(l1d_k: i64, l2_k: i64, cores: i64) -> CpuCaches {
         CpuCaches { l1d: l1d_k << 10, l2: l2_k << 10, cores, ..CpuCaches::NOMINAL }
+    }
+
+    /// A register block's rows stay within the L1's ways (its size over
+    /// 4 KiB); beyond 8 rows, not with a short last block among few.
+    #[test]
+    fn long_blocks_take_the_rows_the_l1_ways_hold() {
+        assert_eq!(l1_ways(caches(32, 1024, 2)), 8);
+        assert_eq!(l1_ways(caches(48, 2048, 2)), 12);
+        assert_eq!(default_rows(12, 1024, Some(12)), 12);
+        assert_eq!(default_rows(12, 100, Some(12)), 12, "8 blocks of 12 and one of 4");
+        assert_eq!(default_rows(12, 1024, Some(8)), 8, "a divisor within 8 ways");
+        assert_eq!(default_rows(12, 64, Some(12)), 8, "not 5 blocks of 12 and one of 4");
+        assert_eq!(default_rows(12, 7, Some(12)), 7);
+        assert_eq!(default_rows(6, 32, Some(8)), 6, "AVX2 keeps its last block of 2");
+        assert_eq!(default_rows(12, 1024, None), 8, "not a BLIS block");
     }
 
     /// Rows per block: a divisor of the extent where one is at least a
