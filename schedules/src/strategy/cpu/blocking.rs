@@ -681,12 +681,12 @@ const SLICE_ROWS: i64 = 8;
 /// GFLOP/s; 32 filters of a 1 × 1 convolution as 6 + 2 rows 0.117 ms, as
 /// 4 + 4 0.132. On the nominal Zen 4's 8-way L1 with AVX-512, 12 rows ran
 /// at 96 GFLOP/s and 8 at 107.) Blocks of more than [`SHORT_LAST_FROM`]
-/// rows leave a last block of under half as many among fewer than eight to
-/// [`block_rows`] (fewer than eight full blocks). MEASURED on a 12-way L1 (Intel Xeon, AVX-512, 1 thread,
-/// `host`), 12 rows against 8 (7 for 196): 1 × 1 convolutions 256 → 1024 at
-/// 14² 0.63 → 0.59 ms, 1024 → 256 0.60 → 0.55, 1024 → 512 1.21 → 1.12,
-/// 256 → 32 at 27² 0.075 → 0.070; products 196 × 1024 × 512 1.03 → 0.99 ms,
-/// 1024³ 11.2 → 10.9; as 5 × 12 + 4 rows, 64
+/// rows leave a last block of under half as many, after fewer than eight
+/// full ones, to [`block_rows`]. MEASURED on a 12-way L1 (Intel Xeon,
+/// AVX-512, 1 thread, `host`), 12 rows against 8 (7 for 196): 1 × 1
+/// convolutions 256 → 1024 at 14² 0.63 → 0.59 ms, 1024 → 256 0.60 → 0.55,
+/// 1024 → 512 1.21 → 1.12, 256 → 32 at 27² 0.075 → 0.070; products 196 ×
+/// 1024 × 512 1.03 → 0.99 ms, 1024³ 11.2 → 10.9; as 5 × 12 + 4 rows, 64
 /// filters 256 → 64 at 56² 0.60 → 0.66 (kept at 8).
 fn default_rows(max: i64, extent: i64, l1_ways: Option<i64>) -> i64 {
     let short_last = max > SHORT_LAST_FROM && extent % max != 0 && 2 * (extent % max) < max && extent / max < 8;
