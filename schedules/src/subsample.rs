@@ -17,9 +17,9 @@
 //! contiguous vector a row, as a stride-1 product's (ONNX Runtime and
 //! oneDNN subsample 1 × 1 convolutions the same way; texc's f32
 //! convolutions of most of these shapes take im2col in the e-graph, whose
-//! patches are such copies, and the direct ones phases). MEASURED (AMD Zen 4, `x86-avx2`, one thread):
-//! ResNet-50's int8 stride-2 1 × 1 convolutions, 256 → 512 channels at
-//! 28²: 4.07 → 1.3 ms.
+//! patches are such copies, and the direct ones phases). MEASURED (AMD Zen
+//! 4, `x86-avx2`, one thread): ResNet-50's int8 stride-2 1 × 1
+//! convolutions, 256 → 512 channels at 28²: 4.07 → 1.3 ms.
 //!
 //! Invariants: the copy reads only elements inside the tensor (the phases'
 //! last positions guarded where the tensor ends), and the product reads
@@ -54,8 +54,8 @@ enum Dim {
 /// strided (see the module header): a copy stage inserted before `at`,
 /// and the load rewritten to read it. An index that moves with `packed`,
 /// if any (the variable the caller packs words along: a 2 × 2 stride-2
-/// window's `2·x + s` packed along `s`), stays as it is. The new tensor, or `None`
-/// where the load is not such a read.
+/// window's `2·x + s` packed along `s`), stays as it is. The new tensor,
+/// or `None` where the load is not such a read.
 pub(crate) fn subsample(p: &mut Program, at: usize, load: TExprId, packed: Option<VarId>) -> Option<TensorId> {
     let st = &p.stages[at];
     let TExpr::Load(t, idx) = p.expr(load).clone() else { return None };
