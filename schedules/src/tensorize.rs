@@ -232,7 +232,13 @@ fn replace_tile_dots(f: &mut LoopFunc, body: &mut Vec<Stmt>, w: &Want) -> Result
     Ok(n)
 }
 
-/// Whether `s` is two loops storing 0 to exactly `d`'s accumulator tile.
+/// Whether `s` is two loops storing 0 to `d`'s accumulator tile, from its
+/// origin, and to no more than the rest of its block: a last block of
+/// columns inside a group of blocks (`strategy::cpu::tiles`) keeps a guard
+/// on its columns, which bounds the product and the write-back but not the
+/// zeroing, so it zeroes the whole block. Nothing reads the block's
+/// accumulators outside the tile (the block is local to its loop, the
+/// write-back under the same bounds).
 fn zeroes(f: &mut LoopFunc, s: &Stmt, d: &TileDot) -> bool {
     let Stmt::For { var: va, lo: la, extent: ea, body, .. } = s else { return false };
     let [Stmt::For { var: vb, lo: lb, extent: eb, body, .. }] = body.as_slice() else { return false };
@@ -242,7 +248,8 @@ fn zeroes(f: &mut LoopFunc, s: &Stmt, d: &TileDot) -> bool {
     }
     let (indices, (va, la, ea), (vb, lb, eb)) = (indices.clone(), (*va, *la, *ea), (*vb, *lb, *eb));
     [((va, la, ea), (vb, lb, eb)), ((vb, lb, eb), (va, la, ea))].into_iter().any(|((r, rl, re), (c, cl, ce))| {
-        (re, ce) == (d.m, d.n)
+        (d.m..=TileDot::MAX_ROWS).contains(&re)
+            && (d.n..=TileDot::MAX_COLS).contains(&ce)
             && tile_from(f, *tensor, &indices, (r, rl), (c, cl), None)
                 .is_ok_and(|t| (t.rows, t.cols) == (d.c.rows, d.c.cols) && same(f, &t.origin, &d.c.origin))
     })

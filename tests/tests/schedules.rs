@@ -1281,3 +1281,83 @@ fn register_blocks_take_the_rows_the_l1_ways_hold() {
         }
     }
 }
+
+/// Integer products on AMX tiles group their column blocks by L2 (half of
+/// it holds a group's panels of the weights, packed inside the loop over
+/// groups), run their row blocks outside a group's column blocks, and
+/// share the groups among the cores where the rows are fewer than the
+/// columns, the rows elsewhere.
+#[test]
+fn tile_products_group_their_columns_by_l2() {
+    use texc_compiler::target::{lookup, with_caches, CpuCaches};
+    let base = lookup("x86-avx512-amx").expect("registered");
+    // 64 KiB of L2: a 32-column panel of a 256-byte sum is 8 KiB, four to half of it.
+    let t = with_caches(base, CpuCaches { l2: 64 << 10, cores: 2, ..CpuCaches::NOMINAL });
+    for (m, n, wants) in [
+        // 10 column blocks, 3 groups' worth, rounded up to 4 for two cores:
+        // 3 blocks each (the last one's 1 a loop of its own).
+        (40, 320, ["for j.t.g in 0..3 parallel:", "local W.q4", "for i.t in 0..1:", "for j.t.b in 0..3:"]),
+        // Rows outnumber columns: one group, the row blocks on the cores.
+        (300, 96, ["for j.t.g in 0..1:", "local W.q4", "for i.t in 0..9 parallel:", "for j.t.b in 0..3:"]),
+    ] {
+        let src = format!(
+            "kernel q(A: u8[M = {m}, K = 256], W: i8[K, N = {n}]) -> C: i32[M, N] {{\n    C[i, j] = sum[k](i32(A[i, k]) * i32(W[k, j]));\n}}"
+        );
+        let (mut pl, k) = texc_tests::load_text("interp", "q.tex", &src, None).expect("loads");
+        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let f = texc_tests::default_lowered_on(t, &p);
+        let text = texc_schedules::ir::print(&f);
+        let mut at = 0;
+        for want in wants {
+            let found =
+                text[at..].find(want).unwrap_or_else(|| panic!("{m}×256×{n}: `{want}` after the last:\n{text}"));
+            at += found;
+        }
+        let what = format!("{m}×256×{n} on tiles");
+        assert_same(&what, &p, &f, 3);
+        assert_runs_as_interp(&what, t, &p, &f, 3);
+    }
+}
+
+/// A requantized product's bytes are stored by its own nest where the
+/// reader is another product's epilogue (a residual `Add` of two
+/// requantized convolutions): that reader reads one product's sums and the
+/// other's bytes, never both products' `i32` sums.
+#[test]
+fn requantized_sums_stay_in_their_own_nest() {
+    let src = "kernel rq(X: u8[1, 16, 9, 9], Wd: i8[32, 16], bd: i32[32], sd: f32[32], Z: u8[1, 24, 9, 9], Wc: i8[32, 24], bc: i32[32], sc: f32[32]) -> Y: u8[1, 32, 9, 9] {
+    Dq[n, f, y, x] = u8(clamp(round(f32(sum[c](i32(X[n, c, y, x]) * i32(Wd[f, c])) + bd[f]) * sd[f]) + 131.0, 0.0, 255.0));
+    Cq[n, f, y, x] = u8(clamp(round(f32(sum[c](i32(Z[n, c, y, x]) * i32(Wc[f, c])) + bc[f]) * sc[f]) + 123.0, 0.0, 255.0));
+    Y[n, f, y, x] = u8(clamp(round((f32(i32(Cq[n, f, y, x]) - 123) * 0.023 + f32(i32(Dq[n, f, y, x]) - 131) * 0.026) / 0.018), 0.0, 255.0));
+}";
+    let (mut pl, k) = texc_tests::load_text("interp", "rq.tex", src, None).expect("loads");
+    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    for target in ["x86-avx512-vnni", "x86-avx2"] {
+        let t = texc_compiler::target::lookup(target).expect("registered");
+        let f = texc_tests::default_lowered_on(t, &p);
+        let text = texc_schedules::ir::print(&f);
+        assert!(text.contains("temp Dq: u8[1, 32, 9, 9]"), "{target}: the first product's bytes stored:\n{text}");
+        assert!(!text.contains("r0: i32"), "{target}: no product's sums stored:\n{text}");
+        assert_same(target, &p, &f, 4);
+        assert_runs_as_interp(target, t, &p, &f, 4);
+    }
+}
+
+/// A transposing stage of bytes that reads two byte tensors along one axis
+/// and stores along another vectorizes along its store: no pack widens
+/// there, and scattering bytes one per lane cost three times the gathers.
+#[test]
+fn byte_transposes_vectorize_along_their_store() {
+    let src = "kernel tr(A: u8[1, 49, 64], B: u8[1, 49, 64]) -> Y: u8[1, 64, 49] {
+    Y[n, f, p] = u8(clamp(i32(A[n, p, f]) + i32(B[n, p, f]) - 100, 0, 255));
+}";
+    let (mut pl, k) = texc_tests::load_text("interp", "tr.tex", src, None).expect("loads");
+    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let t = texc_compiler::target::lookup("x86-avx512-vnni").expect("registered");
+    let f = texc_tests::default_lowered_on(t, &p);
+    let text = texc_schedules::ir::print(&f);
+    assert!(text.contains("for p.v in 0..16 vectorized:"), "vectors along the stored rows:\n{text}");
+    assert!(!text.contains("for f.v"), "no vectors along the read rows:\n{text}");
+    assert_same("tr", &p, &f, 6);
+    assert_runs_as_interp("tr", t, &p, &f, 6);
+}

@@ -161,18 +161,20 @@ fn inline_epilogues(p: &mut Program, l1d: i64) {
     while si < p.stages.len() {
         let st = &p.stages[si];
         let t = st.tensor;
-        let readers: Vec<&Stage> =
-            (si + 1..p.stages.len()).filter(|&c| reads.loads(c, t)).map(|c| &p.stages[c]).collect();
+        let readers: Vec<usize> = (si + 1..p.stages.len()).filter(|&c| reads.loads(c, t)).collect();
+        let narrows = narrowing_epilogue(p, &reads, si);
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
             && recomputing_pays(p, st, readers.len())
             && !readers.is_empty()
-            && readers.iter().all(|c| {
+            && readers.iter().all(|&ci| {
+                let c = &p.stages[ci];
                 !contains_reduce(p, c.value)
                     && !(gathers_beyond(p, st, l1d) && walks_rows(p, c, t))
                     && volume(c) == volume(st)
                     && reads_like_elementwise(p, c, t)
                     && inlining_stays_small(p, st, c, cheap(p, st.value))
+                    && !(narrows && keeps_narrowing_epilogue(p, &reads, si, ci))
             });
         if inlinable {
             inline_stage(p, si);
@@ -181,6 +183,53 @@ fn inline_epilogues(p: &mut Program, l1d: i64) {
             si += 1;
         }
     }
+}
+
+/// Whether stage `si` is a reduction's epilogue that narrows it: it reads
+/// the output of a reduction stage (a sum hoisted by
+/// [`hoist_reductions`]) whose elements are wider than its own (an
+/// integer product's requantization, `i32` to `u8`). Fused into its
+/// reduction's nest, such a stage writes its narrow elements; inlined into
+/// a reader that is not fused there, the reduction's wide output is stored
+/// and read back instead ([`keeps_narrowing_epilogue`]).
+fn narrowing_epilogue(p: &Program, reads: &Reads, si: usize) -> bool {
+    let width = p.tensor(p.stages[si].tensor).elem.size();
+    (0..si).any(|r| {
+        let u = p.stages[r].tensor;
+        reads.loads(si, u) && contains_reduce(p, p.stages[r].value) && p.tensor(u).elem.size() > width
+    })
+}
+
+/// Whether the narrowing epilogue `si` ([`narrowing_epilogue`]) stays a
+/// stage of its own, fused into its reduction's nest, rather than being
+/// inlined into reader `c`: where `c` reads it through other axes (a
+/// filters-last product's `Y.t[n, y·W + x, f]` read as `[n, f, y, x]`: the
+/// reduction's block could not write `c`'s points), or where `c` also
+/// reads another reduction's output, or a later narrowing epilogue (`c`
+/// joins one reduction's nest, the last one's: a residual `Add` of two
+/// requantized convolutions read the first one's `i32` sums, four bytes
+/// per element where the requantized bytes are one — ResNet-50 int8,
+/// a third of its time at two threads).
+fn keeps_narrowing_epilogue(p: &Program, reads: &Reads, si: usize, ci: usize) -> bool {
+    let t = p.stages[si].tensor;
+    let other = (0..ci)
+        .filter(|&r| r != si && reads.loads(ci, p.stages[r].tensor))
+        .any(|r| contains_reduce(p, p.stages[r].value) || (r > si && narrowing_epilogue(p, reads, r)));
+    other || !reads_in_place(p, &p.stages[ci], t)
+}
+
+/// Whether every load of `t` in stage `c` reads it at `c`'s own point
+/// (`t[i0, i1, ..]` in `c[i0, i1, ..]`).
+fn reads_in_place(p: &Program, c: &Stage, t: TensorId) -> bool {
+    let mut loads = Vec::new();
+    loads_in(p, c.value, &mut loads);
+    loads.iter().all(|&l| match p.expr(l) {
+        TExpr::Load(u, idx) if *u == t => {
+            idx.len() == c.n_axes
+                && idx.iter().enumerate().all(|(d, &i)| matches!(p.expr(i), TExpr::Var(v) if *v as usize == d))
+        }
+        _ => true,
+    })
 }
 
 /// Whether evaluating `e` is cheap enough to repeat: no transcendental functions.

@@ -16,7 +16,7 @@
 
 use super::Machine;
 use crate::analysis::loads_in;
-use crate::ir::ForKind;
+use crate::ir::{ForKind, TensorOp};
 use crate::normalize::{contains_reduce, fresh_name};
 use crate::schedule::{Attach, Schedules, StageSchedule};
 use crate::strategy::{uses_var, Reads};
@@ -145,6 +145,11 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, l2: i
             continue;
         }
         let trips = s.stages[o].ivs[a].extent;
+        // A tile product's outer loop is over groups of column blocks
+        // sized for half of L2 (`tiles::ColumnGroups`): the group's pack
+        // of the signed operand is made inside it, by the core that reads it.
+        let tiles = s.stages[o].tensorize.as_ref().is_some_and(|t| t.op == TensorOp::TileDot);
+        let box_bytes = if tiles { ATTACH_BYTES.max(l2 / 2) } else { ATTACH_BYTES };
         for pi in (0..o).rev() {
             let t = p.stages[pi].tensor;
             if p.tensor(t).role != TensorRole::Temp
@@ -197,7 +202,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, l2: i
                     !cuts_reuse(p, &p.stages[pi], &r.ext)
                         && !cuts_lines(p, &p.stages[pi], &r.ext, l2)
                         && !narrows_math(p, &p.stages[pi], &r.ext, lanes)
-                        && bytes <= ATTACH_BYTES
+                        && bytes <= box_bytes
                         && 4 * computed <= 5 * p.tensor(t).len()
                 }
                 Err(_) => false,

@@ -170,7 +170,15 @@ pub(super) fn scattering_order(ss: &mut StageSchedule, p: &Program, st: &Stage, 
         let TExpr::Load(t, idx) = p.expr(l) else { return None };
         crate::analysis::flat_coefficient(p, *t, idx, v as VarId)
     };
-    let gathered = loads.len() >= 2 && loads.iter().all(|&l| coefficient(l, last).is_some_and(|c| c.abs() > 1));
+    // A pack stores words wider than what it reads: a residual of two
+    // filters-last byte tensors stored as bytes (ResNet-50 int8's last
+    // stage) scattered one byte per lane, 3× its gathers' time.
+    let widens = loads.iter().all(|&l| match p.expr(l) {
+        TExpr::Load(t, _) => p.tensor(*t).elem.size() < p.tensor(st.tensor).elem.size(),
+        _ => true,
+    });
+    let gathered =
+        widens && loads.len() >= 2 && loads.iter().all(|&l| coefficient(l, last).is_some_and(|c| c.abs() > 1));
     let a =
         (0..last).rev().find(|&a| st.vars[a].extent >= m.lanes && loads.iter().all(|&l| coefficient(l, a) == Some(1)));
     let Some(a) = a.filter(|_| gathered) else { return false };
