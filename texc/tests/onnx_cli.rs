@@ -805,14 +805,20 @@ fn static_quantized_cnn_with_i8_activations_matches_onnx_runtime() {
 
 /// A transformer encoder block (attention, GELU feed-forward, LayerNormalization)
 /// quantized by `quantize_static`: the projections with constant weights are
-/// integer products in the canonical form, the products of two activations
-/// (QKᵀ, attention·V) integer sums with both zero points; softmax, layer
+/// integer products in the canonical form, the products of two u8
+/// activations (QKᵀ, attention·V) unsigned times signed bytes (`B − 128`)
+/// with the row sums of one and the column sums of the other for the zero
+/// points (with i8 activations, sums with both zero points); softmax, layer
 /// norm and GELU run in f32 between their DequantizeLinear and QuantizeLinear.
 #[test]
 fn static_quantized_encoder_matches_onnx_runtime() {
     let Some(tex) = quantized_model_matches_onnx_runtime("encoder", "static", &["--per-channel"], ALL_CPU) else {
         return;
     };
+    // (Row and column sums only where the other operand's zero point is not
+    // 128 and 0: a softmax's output has zero point 0.)
+    assert_eq!(tex.matches("_bsigned[i0 in 0..").count(), 2, "{tex}");
+    assert!(tex.contains("_arows[i0 in 0..") && tex.contains("_bcols[i0 in 0.."), "{tex}");
     assert_eq!(tex.matches("layer_norm(").count(), 2, "{tex}");
     assert!(integer_products(&tex) >= 6, "{tex}");
     quantized_model_matches_onnx_runtime("encoder", "static", &["--act", "i8", "--opset", "21"], ALL_CPU);
