@@ -911,9 +911,10 @@ impl Importer<'_> {
         }
     }
 
-    /// The terms of a product of two u8 activations (one constant zero
-    /// point each: attention's `Q·Kᵀ` and `softmax·V` as `quantize_static`
-    /// makes them) in the form the dot-product instructions take, unsigned
+    /// The terms of a product of two u8 operands (one constant zero point
+    /// each: attention's `Q·Kᵀ` and `softmax·V` as `quantize_static` makes
+    /// them, or a u8 weight, whose `B'` and column sums are then weight-only
+    /// statements, folded) in the form the dot-product instructions take, unsigned
     /// bytes times signed ones: with `B' = B − 128` in i8 and `d = 128 − z_B`,
     /// `Σ(A − z_A)(B − z_B) = Σ A·B' + d·ΣA − z_A·ΣB' − K·z_A·d`, the row
     /// sums of `A` and column sums of `B'` statements of their own. Exact
@@ -952,11 +953,6 @@ impl Importer<'_> {
             self.ident_of(&name)?
         };
         let d = 128 - zb;
-        // The batch indices of an operand of shape `s` in the product's `v`.
-        let batch = |s: &[usize]| -> Vec<String> {
-            let skip = rank - s.len();
-            (0..s.len() - 2).map(|x| if s[x] == 1 { "0".into() } else { v[skip + x].clone() }).collect()
-        };
         let signed_term = |c: i64, t: String| if c < 0 { format!("- {} * {t}", -c) } else { format!("+ {c} * {t}") };
         let mut terms = vec![self.product_sum((a_name, ash), (&signed, bsh), v, j, geometry, false, None)];
         if d != 0 {
@@ -964,7 +960,7 @@ impl Importer<'_> {
             let name = format!("{out}#arows");
             self.emit_def(&name, ash[..na - 1].to_vec(), format!("sum[r0 in 0..{k}](i32({a_name}[{lhs}, r0]))"))?;
             self.set_ty(&name, Ty::I32)?;
-            let mut at = batch(ash);
+            let mut at = batch_indices(v, ash);
             at.push(v[rank - 2].clone());
             terms.push(signed_term(d, format!("{}[{}]", self.ident_of(&name)?, at.join(", "))));
         }
@@ -977,7 +973,7 @@ impl Importer<'_> {
             let name = format!("{out}#bcols");
             self.emit_def(&name, shape, format!("sum[r0 in 0..{k}](i32({signed}[{}]))", read.join(", ")))?;
             self.set_ty(&name, Ty::I32)?;
-            let mut at = batch(bsh);
+            let mut at = batch_indices(v, bsh);
             at.push(j.to_string());
             terms.push(signed_term(-za, format!("{}[{}]", self.ident_of(&name)?, at.join(", "))));
         }
@@ -1099,16 +1095,12 @@ impl Importer<'_> {
             Geometry::MatMul { b_rows_out } => {
                 let rank = v.len();
                 let k = ash[ash.len() - 1];
-                let batch = |s: &[usize]| -> Vec<String> {
-                    let skip = rank - s.len();
-                    (0..s.len() - 2).map(|a| if s[a] == 1 { "0".into() } else { v[skip + a].clone() }).collect()
-                };
-                let mut ai = batch(ash);
+                let mut ai = batch_indices(v, ash);
                 ai.extend([v[rank - 2].clone(), "r0".into()]);
                 let rb = if rows_first || b_rows_out {
                     format!("{b_name}[{j}, r0]")
                 } else {
-                    let mut bi = batch(bsh);
+                    let mut bi = batch_indices(v, bsh);
                     bi.extend(["r0".to_string(), j.to_string()]);
                     format!("{b_name}[{}]", bi.join(", "))
                 };
@@ -1124,6 +1116,13 @@ impl Importer<'_> {
             Some((za, zb)) => format!("sum[{ranges}]({} * {})", centered(ra, za), centered(rb, zb)),
         }
     }
+}
+
+/// The batch indices of a matrix operand of shape `s` in a product whose
+/// output's variables are `v` (broadcast: a dimension of 1 reads index 0).
+fn batch_indices(v: &[String], s: &[usize]) -> Vec<String> {
+    let skip = v.len() - s.len();
+    (0..s.len() - 2).map(|a| if s[a] == 1 { "0".into() } else { v[skip + a].clone() }).collect()
 }
 
 /// What the integer form of a DQ → op → Q pattern needs.

@@ -610,6 +610,18 @@ pub(crate) fn tile_sum(p: &Program, st: &Stage, e: TExprId) -> Option<TileAxes> 
     (plain(wi[wi.len() - 1]) == Some(axes.col as VarId)).then_some(axes)
 }
 
+/// The signed operand of tile product stage `st` (its value [`tile_sum`]'s
+/// form): the tensor its `W.q4[.., k4, j]` reads.
+pub(crate) fn tile_signed_operand(p: &Program, st: &Stage) -> Option<TensorId> {
+    tile_sum(p, st, st.value)?;
+    let TExpr::Reduce(_, _, body) = p.expr(st.value) else { return None };
+    let TExpr::Intrinsic(Intrinsic::Dot4, args) = p.expr(*body) else { return None };
+    match p.expr(*args.get(2)?) {
+        TExpr::Load(w, _) => Some(*w),
+        _ => None,
+    }
+}
+
 /// The stage's axes that an AMX tile product runs its rows and columns
 /// along, and its packed sum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,8 +7,9 @@ the quantized model on ONNX Runtime for reference outputs.
 
 MODEL: cnn (conv + relu + max pool, depthwise and grouped conv, clip,
 global pool, gemm), encoder (tests/onnx/models.py's transformer block),
-resnet18 or mobilenetv2 (at 32x32), or qop (QLinearConv, QLinearMatMul,
-ConvInteger and MatMulInteger written by hand).
+resnet18 or mobilenetv2 (at 32x32), qop (QLinearConv, QLinearMatMul,
+ConvInteger and MatMulInteger written by hand), or qmm (QDQ products of two
+activations written by hand).
 MODE: static (`quantize_static`, QDQ format, a CalibrationDataReader over
 random inputs), dynamic (`quantize_dynamic`), or qoperator
 (`quantize_static` in the QOperator format).
@@ -95,12 +96,49 @@ def qop(size, seed):
     return m
 
 
+def qmm(size, seed):
+    """Products of two u8 activations in QDQ form by hand, as attention's
+    are: batch dimensions that broadcast ([1, 2] against [2, 1]), a second
+    operand's zero point above 128 (200) and at 128, a first operand's at 0
+    and not; the two products requantized, added and requantized."""
+    inits, nodes = [], []
+
+    def init(name, a):
+        inits.append(numpy_helper.from_array(np.asarray(a), name))
+        return name
+
+    def node(op, ins, out, **attrs):
+        nodes.append(helper.make_node(op, ins, [out], name=f"/{op}_{len(nodes)}", **attrs))
+        return out
+
+    def qdq(x, scale, zero, name, out=None):
+        init(f"{name}_s", np.float32(scale)), init(f"{name}_z", np.uint8(zero))
+        q = node("QuantizeLinear", [x, f"{name}_s", f"{name}_z"], f"{name}_q")
+        return node("DequantizeLinear", [q, f"{name}_s", f"{name}_z"], out or f"{name}_d")
+
+    # x: [1, 2, S, 8]; t: [2, 1, 8, S].
+    t = node("Transpose", ["x"], "t", perm=[1, 0, 3, 2])
+    a1, b1 = qdq("x", 0.02, 121, "a1"), qdq(t, 0.03, 200, "b1")
+    a2, b2 = qdq("x", 0.025, 0, "a2"), qdq(t, 0.02, 128, "b2")
+    m1 = qdq(node("MatMul", [a1, b1], "m1"), 0.05, 110, "m1")
+    m2 = qdq(node("MatMul", [a2, b2], "m2"), 0.04, 90, "m2")
+    qdq(node("Add", [m1, m2], "sum"), 0.08, 100, "yq", out="y")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, size, 8])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2, size, size])
+    g = helper.make_graph(nodes, "qmm", [x], [out], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="texc-tests")
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
 BUILDERS = {
     "cnn": (cnn, 16),
     "encoder": (models.encoder, 8),
     "resnet18": (models.resnet18, 32),
     "mobilenetv2": (models.mobilenetv2, 32),
     "qop": (qop, 6),
+    "qmm": (qmm, 7),
 }
 
 

@@ -1286,7 +1286,8 @@ fn register_blocks_take_the_rows_the_l1_ways_hold() {
 /// it holds a group's panels of the weights, packed inside the loop over
 /// groups), run their row blocks outside a group's column blocks, and
 /// share the groups among the cores where the rows are fewer than the
-/// columns, the rows elsewhere.
+/// columns, the rows elsewhere. A last, partial block of columns inside a
+/// group still starts from `tilezero`.
 #[test]
 fn tile_products_group_their_columns_by_l2() {
     use texc_compiler::target::{lookup, with_caches, CpuCaches};
@@ -1294,11 +1295,23 @@ fn tile_products_group_their_columns_by_l2() {
     // 64 KiB of L2: a 32-column panel of a 256-byte sum is 8 KiB, four to half of it.
     let t = with_caches(base, CpuCaches { l2: 64 << 10, cores: 2, ..CpuCaches::NOMINAL });
     for (m, n, wants) in [
-        // 10 column blocks, 3 groups' worth, rounded up to 4 for two cores:
-        // 3 blocks each (the last one's 1 a loop of its own).
-        (40, 320, ["for j.t.g in 0..3 parallel:", "local W.q4", "for i.t in 0..1:", "for j.t.b in 0..3:"]),
+        // 10 column blocks, groups of at most 4 on two cores: two groups of
+        // 4 on the cores, then one of 2 (busiest core: 6 blocks; groups of
+        // 3 would make it 7).
+        (40, 320, &["for j.t.g in 0..2 parallel:", "local W.q4", "for i.t in 0..1:", "for j.t.b in 0..4:"][..]),
         // Rows outnumber columns: one group, the row blocks on the cores.
-        (300, 96, ["for j.t.g in 0..1:", "local W.q4", "for i.t in 0..9 parallel:", "for j.t.b in 0..3:"]),
+        (300, 96, &["for j.t.g in 0..1:", "for i.t in 0..9 parallel:", "for j.t.b in 0..3:"][..]),
+        // The last block of the last group 12 columns wide, on tiles.
+        (
+            40,
+            300,
+            &[
+                "for j.t.g in 0..2 parallel:",
+                "for j.t.g in 2..3 parallel:",
+                "amx_dpbusd 32x12x64",
+                "amx_dpbusd 8x12x64",
+            ][..],
+        ),
     ] {
         let src = format!(
             "kernel q(A: u8[M = {m}, K = 256], W: i8[K, N = {n}]) -> C: i32[M, N] {{\n    C[i, j] = sum[k](i32(A[i, k]) * i32(W[k, j]));\n}}"
@@ -1313,6 +1326,7 @@ fn tile_products_group_their_columns_by_l2() {
                 text[at..].find(want).unwrap_or_else(|| panic!("{m}×256×{n}: `{want}` after the last:\n{text}"));
             at += found;
         }
+        assert!(!text.contains(".acc[i.i, j.i] = 0i32"), "{m}×256×{n}: every block from `tilezero`:\n{text}");
         let what = format!("{m}×256×{n} on tiles");
         assert_same(&what, &p, &f, 3);
         assert_runs_as_interp(&what, t, &p, &f, 3);

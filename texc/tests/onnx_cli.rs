@@ -824,6 +824,21 @@ fn static_quantized_encoder_matches_onnx_runtime() {
     quantized_model_matches_onnx_runtime("encoder", "static", &["--act", "i8", "--opset", "21"], ALL_CPU);
 }
 
+/// Products of two u8 activations written by hand (`tests/onnx/quantized.py
+/// qmm`): unsigned times signed bytes, the first operand's row sums only
+/// where the second's zero point is not 128, the second's column sums only
+/// where the first's is not 0, batch dimensions that broadcast.
+#[test]
+fn products_of_two_activations_match_onnx_runtime() {
+    let Some(tex) = quantized_model_matches_onnx_runtime("qmm", "none", &[], ALL_CPU) else {
+        return;
+    };
+    assert_eq!(tex.matches("_bsigned[i0 in 0..").count(), 2, "{tex}");
+    assert_eq!(tex.matches("_arows[i0 in 0..").count(), 1, "{tex}");
+    assert_eq!(tex.matches("_bcols[i0 in 0..").count(), 1, "{tex}");
+    assert_eq!(integer_products(&tex), 2, "{tex}");
+}
+
 /// `quantize_dynamic`: DynamicQuantizeLinear, MatMulInteger and
 /// ConvInteger with run-time zero points, then f32 scaling.
 #[test]

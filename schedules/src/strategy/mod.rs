@@ -125,6 +125,11 @@ impl Reads {
         self.0[si].contains(&t)
     }
 
+    /// The tensors stage `si` loads.
+    pub(crate) fn tensors(&self, si: usize) -> impl Iterator<Item = TensorId> + '_ {
+        self.0[si].iter().copied()
+    }
+
     /// After a stage was inserted at `si` and stage `changed` rewritten.
     pub(crate) fn inserted(&mut self, p: &Program, si: usize, changed: usize) {
         self.0.insert(si, tensors_loaded(p, p.stages[si].value));

@@ -23,6 +23,7 @@ use super::{uses_var, Reads};
 use crate::analysis::loads_in;
 use crate::knobs::DefaultKnobs;
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
+use std::collections::HashSet;
 use texc_compiler::ops::BinOp;
 use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole, VarId};
@@ -157,12 +158,13 @@ fn walks_rows(p: &Program, c: &Stage, t: TensorId) -> bool {
 /// stay as they are.
 fn inline_epilogues(p: &mut Program, l1d: i64) {
     let mut reads = Reads::of(p);
+    let mut epilogues = NarrowingEpilogues::of(p, &reads);
     let mut si = 0;
     while si < p.stages.len() {
         let st = &p.stages[si];
         let t = st.tensor;
         let readers: Vec<usize> = (si + 1..p.stages.len()).filter(|&c| reads.loads(c, t)).collect();
-        let narrows = narrowing_epilogue(p, &reads, si);
+        let narrows = epilogues.narrowing.contains(&t);
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
             && recomputing_pays(p, st, readers.len())
@@ -174,48 +176,75 @@ fn inline_epilogues(p: &mut Program, l1d: i64) {
                     && volume(c) == volume(st)
                     && reads_like_elementwise(p, c, t)
                     && inlining_stays_small(p, st, c, cheap(p, st.value))
-                    && !(narrows && keeps_narrowing_epilogue(p, &reads, si, ci))
+                    && !(narrows && epilogues.keeps(p, &reads, t, ci))
             });
         if inlinable {
             inline_stage(p, si);
             reads.inlined(si, t);
+            // The readers (one stage earlier now) read what `t` read.
+            for ci in readers.into_iter().map(|ci| ci - 1) {
+                epilogues.update(p, &reads, ci);
+            }
         } else {
+            epilogues.passed.insert(t);
             si += 1;
         }
     }
 }
 
-/// Whether stage `si` is a reduction's epilogue that narrows it: it reads
-/// the output of a reduction stage (a sum hoisted by
-/// [`hoist_reductions`]) whose elements are wider than its own (an
+/// [`inline_epilogues`]' view of the reductions' epilogues that narrow
+/// them: stages that read the output of a reduction stage (a sum hoisted
+/// by [`hoist_reductions`]) whose elements are wider than their own (an
 /// integer product's requantization, `i32` to `u8`). Fused into its
 /// reduction's nest, such a stage writes its narrow elements; inlined into
 /// a reader that is not fused there, the reduction's wide output is stored
-/// and read back instead ([`keeps_narrowing_epilogue`]).
-fn narrowing_epilogue(p: &Program, reads: &Reads, si: usize) -> bool {
-    let width = p.tensor(p.stages[si].tensor).elem.size();
-    (0..si).any(|r| {
-        let u = p.stages[r].tensor;
-        reads.loads(si, u) && contains_reduce(p, p.stages[r].value) && p.tensor(u).elem.size() > width
-    })
+/// and read back instead ([`NarrowingEpilogues::keeps`]). Each check costs
+/// the reads of one stage, not a pass over the stages.
+struct NarrowingEpilogues {
+    /// What reduction stages write (inlining never removes one).
+    reduced: HashSet<TensorId>,
+    /// What narrowing epilogues write.
+    narrowing: HashSet<TensorId>,
+    /// What the stages before the current one write (those it has passed).
+    passed: HashSet<TensorId>,
 }
 
-/// Whether the narrowing epilogue `si` ([`narrowing_epilogue`]) stays a
-/// stage of its own, fused into its reduction's nest, rather than being
-/// inlined into reader `c`: where `c` reads it through other axes (a
-/// filters-last product's `Y.t[n, y·W + x, f]` read as `[n, f, y, x]`: the
-/// reduction's block could not write `c`'s points), or where `c` also
-/// reads another reduction's output, or a later narrowing epilogue (`c`
-/// joins one reduction's nest, the last one's: a residual `Add` of two
-/// requantized convolutions read the first one's `i32` sums, four bytes
-/// per element where the requantized bytes are one — ResNet-50 int8,
-/// a third of its time at two threads).
-fn keeps_narrowing_epilogue(p: &Program, reads: &Reads, si: usize, ci: usize) -> bool {
-    let t = p.stages[si].tensor;
-    let other = (0..ci)
-        .filter(|&r| r != si && reads.loads(ci, p.stages[r].tensor))
-        .any(|r| contains_reduce(p, p.stages[r].value) || (r > si && narrowing_epilogue(p, reads, r)));
-    other || !reads_in_place(p, &p.stages[ci], t)
+impl NarrowingEpilogues {
+    fn of(p: &Program, reads: &Reads) -> NarrowingEpilogues {
+        let reduced = p.stages.iter().filter(|st| contains_reduce(p, st.value)).map(|st| st.tensor).collect();
+        let mut e = NarrowingEpilogues { reduced, narrowing: HashSet::new(), passed: HashSet::new() };
+        for si in 0..p.stages.len() {
+            e.update(p, reads, si);
+        }
+        e
+    }
+
+    /// Stage `si`'s entry, after its reads changed.
+    fn update(&mut self, p: &Program, reads: &Reads, si: usize) {
+        let t = p.stages[si].tensor;
+        let width = p.tensor(t).elem.size();
+        if reads.tensors(si).any(|u| self.reduced.contains(&u) && p.tensor(u).elem.size() > width) {
+            self.narrowing.insert(t);
+        } else {
+            self.narrowing.remove(&t);
+        }
+    }
+
+    /// Whether the narrowing epilogue writing `t` stays a stage of its own,
+    /// fused into its reduction's nest, rather than being inlined into
+    /// reader `ci`: where the reader reads it through other axes (a
+    /// filters-last product's `Y.t[n, y·W + x, f]` read as `[n, f, y, x]`:
+    /// the reduction's block could not write the reader's points), or where
+    /// it also reads another reduction's output, or a later narrowing
+    /// epilogue (the reader joins one reduction's nest, the last one's: a
+    /// residual `Add` of two requantized convolutions read the first one's
+    /// `i32` sums, four bytes per element where the requantized bytes are
+    /// one — ResNet-50 int8, a third of its time at two threads).
+    fn keeps(&self, p: &Program, reads: &Reads, t: TensorId, ci: usize) -> bool {
+        let later = |u: &TensorId| self.narrowing.contains(u) && !self.passed.contains(u);
+        let other = reads.tensors(ci).filter(|&u| u != t).any(|u| self.reduced.contains(&u) || later(&u));
+        other || !reads_in_place(p, &p.stages[ci], t)
+    }
 }
 
 /// Whether every load of `t` in stage `c` reads it at `c`'s own point

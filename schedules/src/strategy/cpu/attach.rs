@@ -145,11 +145,11 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, l2: i
             continue;
         }
         let trips = s.stages[o].ivs[a].extent;
-        // A tile product's outer loop is over groups of column blocks
-        // sized for half of L2 (`tiles::ColumnGroups`): the group's pack
-        // of the signed operand is made inside it, by the core that reads it.
+        // A tile product's outer loop is over groups of column blocks sized
+        // for half of L2 (`tiles::ColumnGroups`): the group's pack of the
+        // signed operand may be made inside it, by the core that reads it.
         let tiles = s.stages[o].tensorize.as_ref().is_some_and(|t| t.op == TensorOp::TileDot);
-        let box_bytes = if tiles { ATTACH_BYTES.max(l2 / 2) } else { ATTACH_BYTES };
+        let signed = tiles.then(|| crate::dot4::tile_signed_operand(p, &p.stages[o])).flatten();
         for pi in (0..o).rev() {
             let t = p.stages[pi].tensor;
             if p.tensor(t).role != TensorRole::Temp
@@ -202,7 +202,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, l2: i
                     !cuts_reuse(p, &p.stages[pi], &r.ext)
                         && !cuts_lines(p, &p.stages[pi], &r.ext, l2)
                         && !narrows_math(p, &p.stages[pi], &r.ext, lanes)
-                        && bytes <= box_bytes
+                        && bytes <= if signed == Some(t) { ATTACH_BYTES.max(l2 / 2) } else { ATTACH_BYTES }
                         && 4 * computed <= 5 * p.tensor(t).len()
                 }
                 Err(_) => false,

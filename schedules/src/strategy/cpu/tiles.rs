@@ -51,7 +51,7 @@ pub(super) fn schedule_tiles(ss: &mut StageSchedule, p: &Program, st: &Stage, ax
     let sums: Vec<usize> =
         (st.n_axes..st.vars.len()).filter(|&v| v != axes.sum as usize).map(|v| ss.leaves[v]).collect();
     // Split even where one block covers the axis: the accumulators' block
-    // lives inside the loop over blocks of rows.
+    // lives inside the loop over a group's blocks of columns.
     let block = |ss: &mut StageSchedule, axis: usize, size: i64| -> (usize, usize) {
         let name = ss.ivs[axis].name.clone();
         ss.split(axis, size, (&format!("{name}.t"), span), (&format!("{name}.i"), span), span).expect("a fresh axis")
@@ -64,10 +64,10 @@ pub(super) fn schedule_tiles(ss: &mut StageSchedule, p: &Program, st: &Stage, ax
     let (col_g, col_b) = ss
         .split(col_o, groups.blocks, (&format!("{name}.g"), span), (&format!("{name}.b"), span), span)
         .expect("a fresh axis");
-    // The blocks' loops: the first other axis, the groups of column blocks,
-    // the rest, the row blocks, the column blocks of a group.
-    let blocks: Vec<usize> =
-        others.iter().take(1).chain([&col_g]).chain(others.iter().skip(1)).chain([&row_o, &col_b]).copied().collect();
+    // The blocks' loops: the groups of column blocks (outermost, so that the
+    // group's pack of the weights is attached there: `attach`), the other
+    // axes, the row blocks, the column blocks of a group.
+    let blocks: Vec<usize> = [col_g].into_iter().chain(others.iter().copied()).chain([row_o, col_b]).collect();
     let order: Vec<usize> = blocks.iter().chain(&sums).chain(&[k, row_i, col_i]).copied().collect();
     ss.reorder(&order, span).expect("a permutation of the leaves");
     ss.tensorize = Some(Tensorize { op: TensorOp::TileDot, leaves: [row_i, col_i, k], span });
@@ -92,25 +92,43 @@ struct ColumnGroups {
 
 impl ColumnGroups {
     /// The groups of `blocks` column blocks of stage `st`, whose output has
-    /// `rows × cols` points: as many blocks per group as keep the group's
-    /// panels of the signed operand within half of L2. Where the unsigned
-    /// operand is the smaller one (fewer rows than columns: a transformer's
-    /// products at a short sequence), the cores take groups of columns,
-    /// each reading all the rows and its own part of the larger operand,
-    /// in a multiple of their number of groups; elsewhere they take rows
-    /// and share each group's panels (1024³ on AMX, two threads: 0.75 →
-    /// 0.49 ms).
+    /// `rows × cols` points: at most as many blocks per group as keep the
+    /// group's panels of the signed operand within half of L2. Where the
+    /// unsigned operand is the smaller one (fewer rows than columns: a
+    /// transformer's products at a short sequence), the cores take groups
+    /// of columns, each reading all the rows and its own part of the larger
+    /// operand ([`ColumnGroups::shared_out`]); elsewhere they take rows and
+    /// share each group's panels (1024³ on AMX, two threads: 0.75 → 0.49 ms),
+    /// in as few groups as fit, of equal sizes.
     fn of(st: &Stage, (rows, cols): (i64, i64), blocks: i64, m: Machine) -> ColumnGroups {
         // Each packed element of the sum is a word of four bytes.
-        let sum_bytes: i64 = st.vars[st.n_axes..].iter().map(|v| v.extent).product::<i64>() * 4;
+        let sum_bytes: i64 = st.vars[st.n_axes..].iter().map(|v| v.extent).product::<i64>().saturating_mul(4);
         let panel = sum_bytes.saturating_mul(TileDot::MAX_COLS).max(1);
-        // (Signed `div_ceil` is unstable; every operand here is positive.)
-        let ceil = |a: i64, b: i64| (a + b - 1) / b;
         let blocks = blocks.max(1);
-        let fitting = ceil(blocks.saturating_mul(panel), (m.caches.l2 / 2).max(1)).clamp(1, blocks);
+        let fitting = ((m.caches.l2 / 2) / panel).clamp(1, blocks);
         let cores = m.caches.cores.max(1);
         let by_columns = rows < cols && cores > 1;
-        let groups = if by_columns { (ceil(fitting, cores) * cores).min(blocks) } else { fitting };
-        ColumnGroups { blocks: ceil(blocks, groups), by_columns }
+        let per_group = if by_columns {
+            Self::shared_out(blocks, fitting, cores)
+        } else {
+            ceil_div(blocks, ceil_div(blocks, fitting))
+        };
+        ColumnGroups { blocks: per_group, by_columns }
     }
+
+    /// Blocks per group where `cores` share out groups of at most `fitting`
+    /// of `blocks`: the size whose busiest core has the fewest blocks (the
+    /// full groups in turns on the cores, then a last, shorter group on
+    /// one), the largest among equals, and at least half of `fitting` (a
+    /// smaller group reads the rows once more for fewer columns).
+    fn shared_out(blocks: i64, fitting: i64, cores: i64) -> i64 {
+        let busiest = |b: i64| ceil_div(blocks / b, cores) * b + blocks % b;
+        let smallest = (fitting / 2).max(1);
+        (smallest..=fitting).rev().min_by_key(|&b| busiest(b)).unwrap_or(fitting)
+    }
+}
+
+/// `a / b` rounded up, for `a ≥ 0` and `b ≥ 1` (signed `div_ceil` is unstable).
+fn ceil_div(a: i64, b: i64) -> i64 {
+    a / b + i64::from(a % b != 0)
 }

@@ -153,7 +153,8 @@ fn row_breaks(p: &Program, e: TExprId, v: VarId, divisors: &mut Vec<i64>) -> boo
 /// bytes per lane from four planes (layer 1 of ResNet-18: 0.27 ms for
 /// 54 K words, 25× the same pack in place). Vectors run along `a` instead:
 /// each read a contiguous vector, the store one scatter. Applies to
-/// integer stages where every read moves contiguously with `a` and
+/// integer stages that widen (a pack: each stored element wider than every
+/// read one) where every read moves contiguously with `a` and
 /// moves, not contiguously, with the last axis,
 /// with at least two reads (one read and one store is a transpose, which
 /// [`transposing_order`] orders), and `a` fills a vector.
@@ -173,10 +174,8 @@ pub(super) fn scattering_order(ss: &mut StageSchedule, p: &Program, st: &Stage, 
     // A pack stores words wider than what it reads: a residual of two
     // filters-last byte tensors stored as bytes (ResNet-50 int8's last
     // stage) scattered one byte per lane, 3× its gathers' time.
-    let widens = loads.iter().all(|&l| match p.expr(l) {
-        TExpr::Load(t, _) => p.tensor(*t).elem.size() < p.tensor(st.tensor).elem.size(),
-        _ => true,
-    });
+    let width = p.tensor(st.tensor).elem.size();
+    let widens = loads.iter().all(|&l| !matches!(p.expr(l), TExpr::Load(t, _) if p.tensor(*t).elem.size() >= width));
     let gathered =
         widens && loads.len() >= 2 && loads.iter().all(|&l| coefficient(l, last).is_some_and(|c| c.abs() > 1));
     let a =
