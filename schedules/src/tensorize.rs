@@ -209,14 +209,17 @@ fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want, relayouts: &mut Vec<Relayout>)
 
 /// Replace every nest in `body` that [`tile_dot`] matches; how many.
 /// A tile product right after the nest that zeroes its accumulators
-/// starts from zero instead ([`TileDot::zero`]: `tilezero`), and the nest goes.
+/// starts from zero instead ([`TileDot::zero`]: `tilezero`), and the nest
+/// goes where it zeroes the tile alone (where it zeroes more, it stays for
+/// the rest).
 fn replace_tile_dots(f: &mut LoopFunc, body: &mut Vec<Stmt>, w: &Want) -> Result<usize, String> {
     let mut n = 0;
     let mut i = 0;
     while i < body.len() {
         if let Some(mut d) = tile_dot(f, &body[i], w)? {
-            if i > 0 && zeroes(f, &body[i - 1], &d) {
-                d.zero = true;
+            let zeroed = if i > 0 { zeroes(f, &body[i - 1], &d) } else { None };
+            d.zero = zeroed.is_some();
+            if zeroed == Some(Zeroes::Tile) {
                 body.remove(i - 1);
                 i -= 1;
             }
@@ -232,26 +235,34 @@ fn replace_tile_dots(f: &mut LoopFunc, body: &mut Vec<Stmt>, w: &Want) -> Result
     Ok(n)
 }
 
-/// Whether `s` is two loops storing 0 to `d`'s accumulator tile, from its
-/// origin, and to no more than the rest of its block: a last block of
-/// columns inside a group of blocks (`strategy::cpu::tiles`) keeps a guard
-/// on its columns, which bounds the product and the write-back but not the
-/// zeroing, so it zeroes the whole block. Nothing reads the block's
-/// accumulators outside the tile (the block is local to its loop, the
-/// write-back under the same bounds).
-fn zeroes(f: &mut LoopFunc, s: &Stmt, d: &TileDot) -> bool {
-    let Stmt::For { var: va, lo: la, extent: ea, body, .. } = s else { return false };
-    let [Stmt::For { var: vb, lo: lb, extent: eb, body, .. }] = body.as_slice() else { return false };
-    let [Stmt::Store { tensor, indices, value }] = body.as_slice() else { return false };
+/// What a nest storing 0 before a tile product zeroes ([`zeroes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Zeroes {
+    /// Exactly the product's accumulator tile.
+    Tile,
+    /// The tile and more of its block, from the tile's origin: a last
+    /// block of columns inside a group of blocks (`strategy::cpu::tiles`)
+    /// keeps a guard on its columns, which bounds the product and the
+    /// write-back but not the zeroing.
+    Block,
+}
+
+/// Whether `s` is two loops storing 0 to `d`'s accumulator tile (and to
+/// what more of a 32 × 32 block, from the tile's origin).
+fn zeroes(f: &mut LoopFunc, s: &Stmt, d: &TileDot) -> Option<Zeroes> {
+    let Stmt::For { var: va, lo: la, extent: ea, body, .. } = s else { return None };
+    let [Stmt::For { var: vb, lo: lb, extent: eb, body, .. }] = body.as_slice() else { return None };
+    let [Stmt::Store { tensor, indices, value }] = body.as_slice() else { return None };
     if *tensor != d.c.tensor || !matches!(f.p.expr(*value), TExpr::Int(0)) {
-        return false;
+        return None;
     }
     let (indices, (va, la, ea), (vb, lb, eb)) = (indices.clone(), (*va, *la, *ea), (*vb, *lb, *eb));
-    [((va, la, ea), (vb, lb, eb)), ((vb, lb, eb), (va, la, ea))].into_iter().any(|((r, rl, re), (c, cl, ce))| {
-        (d.m..=TileDot::MAX_ROWS).contains(&re)
-            && (d.n..=TileDot::MAX_COLS).contains(&ce)
+    [((va, la, ea), (vb, lb, eb)), ((vb, lb, eb), (va, la, ea))].into_iter().find_map(|((r, rl, re), (c, cl, ce))| {
+        let covers = (d.m..=TileDot::MAX_ROWS).contains(&re) && (d.n..=TileDot::MAX_COLS).contains(&ce);
+        let at_origin = covers
             && tile_from(f, *tensor, &indices, (r, rl), (c, cl), None)
-                .is_ok_and(|t| (t.rows, t.cols) == (d.c.rows, d.c.cols) && same(f, &t.origin, &d.c.origin))
+                .is_ok_and(|t| (t.rows, t.cols) == (d.c.rows, d.c.cols) && same(f, &t.origin, &d.c.origin));
+        at_origin.then_some(if (re, ce) == (d.m, d.n) { Zeroes::Tile } else { Zeroes::Block })
     })
 }
 

@@ -552,8 +552,11 @@ fn matrix_products_run_on_amx_tiles() {
         let f = legal_loops(amx, &p);
         let text = texc_schedules::ir::print(&f);
         assert!(text.contains("amx_dpbusd"), "{name}: no tile product\n{text}");
-        // The accumulators' zeroing is the tile product's own (`tilezero`).
-        assert!(text.contains("@ (0, 1) = ") && !text.contains("acc[i.i, j.i] = 0i32"), "{name}:\n{text}");
+        // The accumulators' zeroing is the tile product's own (`tilezero`;
+        // a last, partial block of columns inside a group of blocks keeps
+        // a nest zeroing the rest of its block).
+        let accumulating = text.lines().any(|l| l.contains("amx_dpbusd") && l.contains(" += "));
+        assert!(text.contains("@ (0, 1) = ") && !accumulating, "{name}:\n{text}");
         tiles_exact(name, &p, &f, [3, 11], runs.is_ok());
     }
     // Sums that fill under half of their 64-byte rows (8 channels: 8 of
