@@ -931,15 +931,12 @@ impl Importer<'_> {
         geometry: Geometry,
     ) -> R<Option<Vec<String>>> {
         let (Param::Const(za), Param::Const(zb)) = (za, &b.zero) else { return Ok(None) };
-        let ([za], [zb], Geometry::MatMul { b_rows_out: false }, Ty::U8) =
-            (za.as_slice(), zb.as_slice(), geometry, aty)
+        let ([za], [zb], Geometry::MatMul { b_rows_out: false }, Ty::U8, Ty::U8) =
+            (za.as_slice(), zb.as_slice(), geometry, aty, bty)
         else {
             return Ok(None);
         };
         if ash.len() < 2 || bsh.len() < 2 {
-            return Ok(None);
-        }
-        if bty != Ty::U8 {
             return Ok(None);
         }
         let (rank, na, nb) = (v.len(), ash.len(), bsh.len());

@@ -148,6 +148,21 @@ impl Reads {
     }
 }
 
+/// Whether every load of `t` in stage `c` reads it at `c`'s own point
+/// (`t[i0, i1, ..]` in `c[i0, i1, ..]`): `c` can be stored from a block
+/// of `t`'s producer (an epilogue).
+pub(crate) fn reads_at_own_point(p: &Program, c: &Stage, t: TensorId) -> bool {
+    let mut loads = Vec::new();
+    crate::analysis::loads_in(p, c.value, &mut loads);
+    loads.iter().all(|&l| match p.expr(l) {
+        TExpr::Load(u, idx) if *u == t => {
+            idx.len() == c.n_axes
+                && idx.iter().enumerate().all(|(d, &i)| matches!(p.expr(i), TExpr::Var(v) if *v as usize == d))
+        }
+        _ => true,
+    })
+}
+
 /// The tensors `e` loads.
 pub(crate) fn tensors_loaded(p: &Program, e: TExprId) -> std::collections::BTreeSet<TensorId> {
     let mut found = Vec::new();

@@ -19,7 +19,7 @@
 //! [`MAX_INLINED_NODES`] nodes, so that chains of statements compile in
 //! linear time.
 
-use super::{uses_var, Reads};
+use super::{reads_at_own_point, uses_var, Reads};
 use crate::analysis::loads_in;
 use crate::knobs::DefaultKnobs;
 use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
@@ -243,22 +243,8 @@ impl NarrowingEpilogues {
     fn keeps(&self, p: &Program, reads: &Reads, t: TensorId, ci: usize) -> bool {
         let later = |u: &TensorId| self.narrowing.contains(u) && !self.passed.contains(u);
         let other = reads.tensors(ci).filter(|&u| u != t).any(|u| self.reduced.contains(&u) || later(&u));
-        other || !reads_in_place(p, &p.stages[ci], t)
+        other || !reads_at_own_point(p, &p.stages[ci], t)
     }
-}
-
-/// Whether every load of `t` in stage `c` reads it at `c`'s own point
-/// (`t[i0, i1, ..]` in `c[i0, i1, ..]`).
-fn reads_in_place(p: &Program, c: &Stage, t: TensorId) -> bool {
-    let mut loads = Vec::new();
-    loads_in(p, c.value, &mut loads);
-    loads.iter().all(|&l| match p.expr(l) {
-        TExpr::Load(u, idx) if *u == t => {
-            idx.len() == c.n_axes
-                && idx.iter().enumerate().all(|(d, &i)| matches!(p.expr(i), TExpr::Var(v) if *v as usize == d))
-        }
-        _ => true,
-    })
 }
 
 /// Whether evaluating `e` is cheap enough to repeat: no transcendental functions.

@@ -19,7 +19,7 @@ use crate::analysis::loads_in;
 use crate::ir::{ForKind, TensorOp};
 use crate::normalize::{contains_reduce, fresh_name};
 use crate::schedule::{Attach, Schedules, StageSchedule};
-use crate::strategy::{uses_var, Reads};
+use crate::strategy::{reads_at_own_point, uses_var, Reads};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
 use texc_grammar::Span;
 
@@ -68,12 +68,6 @@ pub(super) fn fold_epilogues(p: &Program, s: &mut Schedules) {
         let b = &p.stages[bi];
         let mut reads = Vec::new();
         loads_in(p, b.value, &mut reads);
-        let at_own_point = |&l: &TExprId| match p.expr(l) {
-            TExpr::Load(x, idx) if *x == t => {
-                idx.iter().enumerate().all(|(d, &i)| matches!(p.expr(i), TExpr::Var(v) if *v as usize == d))
-            }
-            _ => true,
-        };
         // Stages between them have not run at the write-back; attached ones
         // exist only inside their owner's loops (perhaps not around it).
         let written_between = |l: &TExprId| match p.expr(*l) {
@@ -90,7 +84,7 @@ pub(super) fn fold_epilogues(p: &Program, s: &mut Schedules) {
             && b.vars.len() == b.n_axes
             && b.n_axes == a.n_axes
             && p.tensor(b.tensor).shape == p.tensor(t).shape
-            && reads.iter().all(at_own_point)
+            && reads_at_own_point(p, b, t)
             && !reads.iter().any(written_between)
             && s.attach[bi].is_none()
             && !s.attach.iter().any(|x| matches!(x, Some(x) if x.owner == bi));
