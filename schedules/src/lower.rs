@@ -451,7 +451,15 @@ impl Lowerer<'_> {
                     Stmt::Store { tensor: st.tensor, indices, value }
                 };
                 if let Some((at, name)) = &ss.cache_write {
-                    let parts = CachedParts { op, body, at: *at, name, store_idx: &store_idx, value_of: &value_of };
+                    let parts = CachedParts {
+                        op,
+                        body,
+                        at: *at,
+                        name,
+                        store_idx: &store_idx,
+                        value_of: &value_of,
+                        attached: place.is_some(),
+                    };
                     return self.cached_reduction(f, si, &parts, &domain, attach);
                 }
                 let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
@@ -601,9 +609,23 @@ impl Lowerer<'_> {
         let local_idx = |f: &mut LoopFunc, nest: &Nest| -> Vec<TExprId> {
             s_in.iter().map(|l| f.p.alloc(TExpr::Var(nest.loop_var[l]), Ty::Index, st.span)).collect()
         };
+        // An integer sum that its epilogue adds a term to (a bias) starts
+        // from that term instead: one addition fewer per element of the block.
+        let epilogue = ss.epilogue.map(|e| &self.stages[e]);
+        let unguarded = guarded_spatial.is_empty() && !c.attached && ss.tensorize.is_none();
+        let addend = epilogue
+            .filter(|_| unguarded && op == ReduceOp::Sum && elem.is_int())
+            .and_then(|e| integer_addend(&f.p, e.value, st.tensor, st.n_axes..st.vars.len()));
+        let epilogue_value = match addend {
+            Some(a) => Some(replace_node(f, epilogue.expect("an addend is the epilogue's").value, a.sum, a.load)),
+            None => epilogue.map(|e| e.value),
+        };
         let init = |f: &mut LoopFunc, nest: &mut Nest| {
             let indices = local_idx(f, nest);
-            let value = f.p.alloc(TExpr::reduce_identity(op, Ty::Elem(elem)), ty, st.span);
+            let value = match addend {
+                Some(a) => (c.value_of)(f, nest, a.term),
+                None => f.p.alloc(TExpr::reduce_identity(op, Ty::Elem(elem)), ty, st.span),
+            };
             Stmt::Store { tensor: local, indices, value }
         };
         let update = |f: &mut LoopFunc, nest: &mut Nest| {
@@ -616,12 +638,12 @@ impl Lowerer<'_> {
         let write_back = |f: &mut LoopFunc, nest: &mut Nest| {
             let indices = (c.store_idx)(f, nest);
             let from = local_idx(f, nest);
-            match ss.epilogue.map(|e| &self.stages[e]) {
+            match epilogue.zip(epilogue_value) {
                 // The epilogue's variables are this stage's axes (it reads
                 // the accumulated tensor at its own point: `fold_epilogues`
                 // in `strategy/cpu/attach.rs`).
-                Some(e) => {
-                    let value = (c.value_of)(f, nest, e.value);
+                Some((e, value)) => {
+                    let value = (c.value_of)(f, nest, value);
                     let value = read_local(f, value, st.tensor, local, &from);
                     Stmt::Store { tensor: e.tensor, indices, value }
                 }
@@ -699,6 +721,59 @@ struct CachedParts<'a> {
     name: &'a str,
     store_idx: &'a dyn Fn(&mut LoopFunc, &mut Nest) -> Vec<TExprId>,
     value_of: &'a dyn Fn(&mut LoopFunc, &mut Nest, TExprId) -> TExprId,
+    /// Whether the stage is attached (computed in boxes, whose guards the
+    /// accumulator's initialization does not see).
+    attached: bool,
+}
+
+/// An epilogue's `s[..] + term` ([`integer_addend`]).
+#[derive(Clone, Copy)]
+struct Addend {
+    /// The addition, the read of the accumulated tensor, and the other term.
+    sum: TExprId,
+    load: TExprId,
+    term: TExprId,
+}
+
+/// The addition in epilogue `e` of a term to its one read of the integer
+/// sum `s` (`f32(s[..] + bias[f]) * scale[f]`), where the term has `s`'s
+/// type and reads neither `s` nor the stage's summed variables (`summed`):
+/// integer addition wraps, so it is associative, and the sum may start
+/// from the term.
+fn integer_addend(p: &Program, e: TExprId, s: TensorId, summed: std::ops::Range<usize>) -> Option<Addend> {
+    let mut loads = Vec::new();
+    crate::analysis::loads_in(p, e, &mut loads);
+    let reads_s = |x: TExprId| {
+        let mut l = Vec::new();
+        crate::analysis::loads_in(p, x, &mut l);
+        l.iter().any(|&l| matches!(p.expr(l), TExpr::Load(t, _) if *t == s))
+    };
+    if loads.iter().filter(|&&l| matches!(p.expr(l), TExpr::Load(t, _) if *t == s)).count() != 1 {
+        return None;
+    }
+    let axes_only = |x: TExprId| summed.clone().all(|v| !crate::analysis::involves(p, x, v as VarId));
+    let mut stack = vec![e];
+    while let Some(x) = stack.pop() {
+        if let TExpr::Binary(BinOp::Add, a, b) = *p.expr(x) {
+            for (load, term) in [(a, b), (b, a)] {
+                let is_s = matches!(p.expr(load), TExpr::Load(t, _) if *t == s);
+                if is_s && p.ty(term) == p.ty(load) && !reads_s(term) && axes_only(term) {
+                    return Some(Addend { sum: x, load, term });
+                }
+            }
+        }
+        stack.extend(p.children(x));
+    }
+    None
+}
+
+/// `e` with node `old` replaced by `new`.
+fn replace_node(f: &mut LoopFunc, e: TExprId, old: TExprId, new: TExprId) -> TExprId {
+    if e == old {
+        return new;
+    }
+    let children: Vec<TExprId> = f.p.children(e).into_iter().map(|c| replace_node(f, c, old, new)).collect();
+    crate::normalize::with_children(&mut f.p, e, children)
 }
 
 /// `e` with its loads of `from` (at the write-back's point) reading `local` at `idx`.

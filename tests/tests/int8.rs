@@ -722,3 +722,22 @@ fn costly_activations_are_not_computed_in_narrow_packs() {
     }
     check_exact("erf before a product", &program(&text(9, 70, 24)));
 }
+
+/// A 1×1 convolution over a 7×7 map with its bias and requantization, at
+/// depths no group of four divides: its 49 columns are 16-lane vectors
+/// thrice and one lane (with VNNI, lane 0 of a 4-lane `vpdpbusd`:
+/// texc/tests/cli.rs), and each block's sums start from the bias (one
+/// addition fewer per output); bit-exact on every CPU target.
+#[test]
+fn one_column_and_biased_sums_are_exact() {
+    for c in [40, 21] {
+        let p = program(&format!(
+            "kernel c7(X: u8[1, {c}, 7, 7], W: i8[96, {c}], b: i32[96], s: f32[96]) -> Y: u8[1, 96, 7, 7] {{\n\
+             \x20   Y[n, f, y, x] = u8(clamp(round(f32(sum[c](i32(X[n, c, y, x]) * i32(W[f, c])) + b[f]) * s[f] * 0.001), 0.0, 255.0));\n}}\n"
+        ));
+        let text = texc_schedules::ir::print(&legal_loops("x86-avx512-vnni", &p));
+        assert!(text.contains("vectorized:") && text.contains(" in 0..1 vectorized:"), "one column alone:\n{text}");
+        assert!(text.contains("acc[f.r, y.x.o, y.x.v] = b["), "sums start from the bias:\n{text}");
+        check_exact(&format!("c7 at depth {c}"), &p);
+    }
+}

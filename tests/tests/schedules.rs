@@ -1377,3 +1377,35 @@ fn byte_transposes_vectorize_along_their_store() {
     assert_same("tr", &p, &f, 6);
     assert_runs_as_interp("tr", t, &p, &f, 6);
 }
+
+/// An integer sum whose epilogue adds a term to it (a bias) starts each
+/// block of its accumulators from that term, one addition fewer per output
+/// (integer addition wraps, so it associates); a float sum starts from zero
+/// and adds the term after (float additions do not associate). At sizes no
+/// vector or register block divides.
+#[test]
+fn integer_sums_start_from_their_epilogues_term() {
+    let int = "kernel bi(A: u8[37, 45], B: i8[29, 45], b: i32[29]) -> Y: f32[37, 29] {
+    Y[i, j] = f32(sum[k](i32(A[i, k]) * i32(B[j, k])) + b[j]) * 0.5;
+}";
+    let float = "kernel bf(A: f32[37, 45], B: f32[29, 45], b: f32[29]) -> Y: f32[37, 29] {
+    Y[i, j] = (sum[k](A[i, k] * B[j, k]) + b[j]) * 0.5;
+}";
+    for (src, from_term) in [(int, true), (float, false)] {
+        let (mut pl, k) = texc_tests::load_text("interp", "b.tex", src, None).expect("loads");
+        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        for target in ["x86-avx512-vnni", "x86-avx2"] {
+            let t = texc_compiler::target::lookup(target).expect("registered");
+            let f = texc_tests::default_lowered_on(t, &p);
+            let text = texc_schedules::ir::print(&f);
+            let stores_acc = |l: &&str| l.split(" = ").next().is_some_and(|to| to.contains(".acc["));
+            let inits: Vec<&str> = text.lines().filter(stores_acc).filter(|l| !l.contains("] + ")).collect();
+            assert!(!inits.is_empty(), "{target}: accumulators expected:\n{text}");
+            let starts_from_b = inits.iter().all(|l| l.trim_end().ends_with(']') && l.contains("= b["));
+            assert_eq!(starts_from_b, from_term, "{target}: {inits:?}\n{text}");
+            assert_eq!(text.contains("+ b["), !from_term, "{target}: the term added after:\n{text}");
+            assert_same(target, &p, &f, 7);
+            assert_runs_as_interp(target, t, &p, &f, 7);
+        }
+    }
+}

@@ -202,6 +202,22 @@ fn integer_products_use_dot_product_instructions() {
     }
 }
 
+/// A 1×1 integer convolution over a 7×7 map computes its 49 columns as
+/// 16-lane vectors thrice and one lane: that lane's products are lane 0 of
+/// a 4-lane `vpdpbusd` with VNNI (the widening form, `vpmaddwd` and the
+/// horizontal additions after it, cost more than the three vectors beside
+/// it). Results: tests/tests/int8.rs, `one_column_and_biased_sums_are_exact`.
+#[test]
+fn a_products_lone_column_uses_vpdpbusd() {
+    let src = "kernel c7(X: u8[1, 40, 7, 7], W: i8[96, 40], b: i32[96], s: f32[96]) -> Y: u8[1, 96, 7, 7] {\n\
+               \x20   Y[n, f, y, x] = u8(clamp(round(f32(sum[c](i32(X[n, c, y, x]) * i32(W[f, c])) + b[f]) * s[f]), 0.0, 255.0));\n}\n";
+    for target in ["x86-avx512-vnni", "x86-avx2-vnni"] {
+        let code = exact_asm("c7", src, target);
+        assert!(code.contains("vpdpbusd") && code.contains("xmm"), "{target}: a 4-lane vpdpbusd expected");
+        assert!(!code.contains("vpmaddwd"), "{target}: the lone column widened");
+    }
+}
+
 /// A 3 × 3 convolution over a 7 × 7 map: each 7-wide row of the image is
 /// one masked load (`vmaskmovps` on AVX2, a `{k}`-masked `vmovups` on
 /// AVX-512), not LLVM's 4 + 2 + 1 pieces and the inserts between them;

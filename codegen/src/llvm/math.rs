@@ -209,7 +209,7 @@ impl<'ctx> Gen<'ctx, '_> {
         b: BasicValueEnum<'ctx>,
         mode: Mode<'ctx>,
     ) -> R<BasicValueEnum<'ctx>> {
-        let Some(lanes) = mode.lanes() else { return self.dot4_widened(c, a, b, 1, false) };
+        let Some(lanes) = mode.lanes() else { return self.dot4_scalar(c, a, b) };
         let unit = match (self.vnni_lanes(), self.pmaddwd_lanes()) {
             (Some(_), _) => 4,
             (None, Some(w)) => w,
@@ -225,6 +225,30 @@ impl<'ctx> Gen<'ctx, '_> {
         let [c, a, b] = [c, a, b].map(|v| self.lanes_of_padded(v.into_vector_value(), padded));
         let wide = self.dot4_tiled(c?.into(), a?.into(), b?.into(), padded)?;
         Ok(self.lanes_of(wide.into_vector_value(), 0, lanes)?.into())
+    }
+
+    /// A scalar `@dot4` as lane 0 of a 4-lane `vpdpbusd` where the machine
+    /// has one: a product's last column alone (`x` of a 7×7 map's 49 is 16
+    /// lanes thrice and 1) took a dozen widening and horizontal-add
+    /// instructions per row of its block, more than the 16-lane vectors
+    /// beside it together (MobileNetV2 int8's 1×1 convolutions at 7×7).
+    fn dot4_scalar(
+        &self,
+        c: BasicValueEnum<'ctx>,
+        a: BasicValueEnum<'ctx>,
+        b: BasicValueEnum<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        if self.vnni_lanes().is_none() {
+            return self.dot4_widened(c, a, b, 1, false);
+        }
+        let four = self.cx.i32_type().vec_type(4);
+        let lane0 = self.cx.i32_type().const_zero();
+        let put = |x: BasicValueEnum<'ctx>| {
+            self.b.build_insert_element(four.get_poison(), x.into_int_value(), lane0, "lane0")
+        };
+        let [c, a, b] = [c, a, b].map(put);
+        let wide = self.dot4_tiled(c?.into(), a?.into(), b?.into(), 4)?;
+        Ok(self.b.build_extract_element(wide.into_vector_value(), lane0, "dot4")?)
     }
 
     /// The lanes `lanes` are computed in, by instructions of 16, 8 or 4
