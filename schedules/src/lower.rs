@@ -612,14 +612,15 @@ impl Lowerer<'_> {
         // An integer sum that its epilogue adds a term to (a bias) starts
         // from that term instead: one addition fewer per element of the block.
         let epilogue = ss.epilogue.map(|e| &self.stages[e]);
-        let unguarded = guarded_spatial.is_empty() && !c.attached && ss.tensorize.is_none();
+        let eligible = guarded_spatial.is_empty() && !c.attached && ss.tensorize.is_none();
         let addend = epilogue
-            .filter(|_| unguarded && op == ReduceOp::Sum && elem.is_int())
-            .and_then(|e| integer_addend(&f.p, e.value, st.tensor, st.n_axes..st.vars.len()));
+            .filter(|_| eligible && op == ReduceOp::Sum && elem.is_int())
+            .and_then(|e| Some((e, integer_addend(&f.p, e.value, st.tensor)?)));
         let epilogue_value = match addend {
-            Some(a) => Some(replace_node(f, epilogue.expect("an addend is the epilogue's").value, a.sum, a.load)),
+            Some((e, a)) => Some(crate::normalize::replace_node(&mut f.p, e.value, a.sum, a.load)),
             None => epilogue.map(|e| e.value),
         };
+        let addend = addend.map(|(_, a)| a);
         let init = |f: &mut LoopFunc, nest: &mut Nest| {
             let indices = local_idx(f, nest);
             let value = match addend {
@@ -736,44 +737,28 @@ struct Addend {
 }
 
 /// The addition in epilogue `e` of a term to its one read of the integer
-/// sum `s` (`f32(s[..] + bias[f]) * scale[f]`), where the term has `s`'s
-/// type and reads neither `s` nor the stage's summed variables (`summed`):
-/// integer addition wraps, so it is associative, and the sum may start
-/// from the term.
-fn integer_addend(p: &Program, e: TExprId, s: TensorId, summed: std::ops::Range<usize>) -> Option<Addend> {
+/// sum `s` (`f32(s[..] + bias[f]) * scale[f]`): integer addition wraps, so
+/// it is associative, and the sum may start from the term. The term reads
+/// only the stage's axes (an epilogue is element-wise over them:
+/// `fold_epilogues` in `strategy/cpu/attach.rs`), and not `s`, which is
+/// read once.
+fn integer_addend(p: &Program, e: TExprId, s: TensorId) -> Option<Addend> {
+    let reads_s = |l: &TExprId| matches!(p.expr(*l), TExpr::Load(t, _) if *t == s);
     let mut loads = Vec::new();
     crate::analysis::loads_in(p, e, &mut loads);
-    let reads_s = |x: TExprId| {
-        let mut l = Vec::new();
-        crate::analysis::loads_in(p, x, &mut l);
-        l.iter().any(|&l| matches!(p.expr(l), TExpr::Load(t, _) if *t == s))
-    };
-    if loads.iter().filter(|&&l| matches!(p.expr(l), TExpr::Load(t, _) if *t == s)).count() != 1 {
+    if loads.iter().filter(|l| reads_s(l)).count() != 1 {
         return None;
     }
-    let axes_only = |x: TExprId| summed.clone().all(|v| !crate::analysis::involves(p, x, v as VarId));
     let mut stack = vec![e];
     while let Some(x) = stack.pop() {
         if let TExpr::Binary(BinOp::Add, a, b) = *p.expr(x) {
-            for (load, term) in [(a, b), (b, a)] {
-                let is_s = matches!(p.expr(load), TExpr::Load(t, _) if *t == s);
-                if is_s && p.ty(term) == p.ty(load) && !reads_s(term) && axes_only(term) {
-                    return Some(Addend { sum: x, load, term });
-                }
+            if let Some((load, term)) = [(a, b), (b, a)].into_iter().find(|(load, _)| reads_s(load)) {
+                return Some(Addend { sum: x, load, term });
             }
         }
         stack.extend(p.children(x));
     }
     None
-}
-
-/// `e` with node `old` replaced by `new`.
-fn replace_node(f: &mut LoopFunc, e: TExprId, old: TExprId, new: TExprId) -> TExprId {
-    if e == old {
-        return new;
-    }
-    let children: Vec<TExprId> = f.p.children(e).into_iter().map(|c| replace_node(f, c, old, new)).collect();
-    crate::normalize::with_children(&mut f.p, e, children)
 }
 
 /// `e` with its loads of `from` (at the write-back's point) reading `local` at `idx`.

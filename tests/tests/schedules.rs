@@ -1378,20 +1378,30 @@ fn byte_transposes_vectorize_along_their_store() {
     assert_runs_as_interp("tr", t, &p, &f, 6);
 }
 
-/// An integer sum whose epilogue adds a term to it (a bias) starts each
-/// block of its accumulators from that term, one addition fewer per output
-/// (integer addition wraps, so it associates); a float sum starts from zero
-/// and adds the term after (float additions do not associate). At sizes no
-/// vector or register block divides.
+/// An integer sum whose epilogue adds a term to it (a bias, on either side)
+/// starts each block of its accumulators from that term, one addition fewer
+/// per output (integer addition wraps, so it associates); a float sum
+/// starts from zero and adds the term after (float additions do not
+/// associate), and so does an integer sum its epilogue reads twice (the
+/// term would reach one read only). At sizes no vector or register block
+/// divides.
 #[test]
 fn integer_sums_start_from_their_epilogues_term() {
     let int = "kernel bi(A: u8[37, 45], B: i8[29, 45], b: i32[29]) -> Y: f32[37, 29] {
     Y[i, j] = f32(sum[k](i32(A[i, k]) * i32(B[j, k])) + b[j]) * 0.5;
 }";
+    let term_first = "kernel bl(A: u8[37, 45], B: i8[29, 45], b: i32[29]) -> Y: i32[37, 29] {
+    S[i, j] = sum[k](i32(A[i, k]) * i32(B[j, k]));
+    Y[i, j] = max(b[j] + S[i, j], 0);
+}";
+    let twice = "kernel b2(A: u8[37, 45], B: i8[29, 45], b: i32[29]) -> Y: i32[37, 29] {
+    S[i, j] = sum[k](i32(A[i, k]) * i32(B[j, k]));
+    Y[i, j] = (S[i, j] + b[j]) * (S[i, j] / 64);
+}";
     let float = "kernel bf(A: f32[37, 45], B: f32[29, 45], b: f32[29]) -> Y: f32[37, 29] {
     Y[i, j] = (sum[k](A[i, k] * B[j, k]) + b[j]) * 0.5;
 }";
-    for (src, from_term) in [(int, true), (float, false)] {
+    for (src, from_term) in [(int, true), (term_first, true), (twice, false), (float, false)] {
         let (mut pl, k) = texc_tests::load_text("interp", "b.tex", src, None).expect("loads");
         let p = pl.specialize(k, &Bindings::default()).expect("specializes");
         for target in ["x86-avx512-vnni", "x86-avx2"] {
