@@ -8,7 +8,11 @@
 //!
 //! [`inline_stage`]: replaces every load of a pure temporary by its defining
 //! expression (with its axes substituted by the load's indices) and removes
-//! its stage.
+//! its stage. A float temporary's value is rounded to its type where it was
+//! stored (docs/language.md: float arithmetic is exact until stored or
+//! cast), so the inlined expression is cast to that type: the interpreter
+//! then rounds it there as the store did, and code generators do not
+//! contract its last product with the reader's addition.
 
 use std::collections::HashMap;
 use texc_compiler::affine::Affine;
@@ -213,8 +217,39 @@ fn replace_loads(p: &mut Program, e: TExprId, st: &Stage) {
         if t == st.tensor {
             let vars: HashMap<VarId, TExprId> = idx.iter().enumerate().map(|(a, &i)| (a as VarId, i)).collect();
             let copy = subst(p, st.value, &vars, &HashMap::new());
+            let copy = rounded_as_stored(p, copy, p.tensor(st.tensor).elem);
             p.exprs[e.0 as usize] = p.exprs[copy.0 as usize].clone();
         }
+    }
+}
+
+/// `e`, the value of a temporary of element type `elem`, as the temporary
+/// held it: cast to `elem` where that is a float type and `e` may hold more
+/// than it ([`holds_its_type`]). An `f32` temporary `T = a · s1 + b · s2`
+/// read by `round(f32(T / s3))` (ONNX's dequantized residual sum,
+/// requantized) gave outputs a step off the interpreter's when inlined
+/// uncast: the interpreter computed the sum in f64, the code in f32 with a
+/// fused multiply-add.
+fn rounded_as_stored(p: &mut Program, e: TExprId, elem: ElemType) -> TExprId {
+    // The interpreter computes f64 in f64: nothing to round.
+    if !elem.is_float() || elem == ElemType::F64 || holds_its_type(p, e) {
+        return e;
+    }
+    let span = p.span(e);
+    p.alloc(TExpr::Cast(e), Ty::Elem(elem), span)
+}
+
+/// Whether `e`'s value is one of its type's values without rounding: a
+/// load, a cast, a literal, a run-time scalar, or a choice among such values (a select, `max`,
+/// `min`, `clamp`, a negation, `abs`: a padded read, a ReLU).
+fn holds_its_type(p: &Program, e: TExprId) -> bool {
+    let all = |args: &[TExprId]| args.iter().all(|&a| holds_its_type(p, a));
+    match p.expr(e) {
+        TExpr::Load(..) | TExpr::Cast(_) | TExpr::Float(_) | TExpr::Int(_) | TExpr::Scalar(_) => true,
+        TExpr::Select(_, a, b) => all(&[*a, *b]),
+        TExpr::Math(MathFn::Max | MathFn::Min | MathFn::Clamp | MathFn::Abs, args) => all(args),
+        TExpr::Unary(UnOp::Neg, a) => all(&[*a]),
+        _ => false,
     }
 }
 

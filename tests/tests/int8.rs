@@ -741,3 +741,24 @@ fn one_column_and_biased_sums_are_exact() {
         check_exact(&format!("c7 at depth {c}"), &p);
     }
 }
+
+/// A residual sum of two dequantized tensors, requantized, as the ONNX
+/// importer writes it — each node's `f32` output a temporary — computes the
+/// same bytes on every target as the interpreter: inlined, each temporary
+/// is cast to `f32` where it was stored, so the interpreter rounds it there
+/// and the code does not fuse its product into the next addition (uncast,
+/// 174 of 4096 outputs were a step off on every compiled target).
+#[test]
+fn inlined_float_temporaries_round_as_stored() {
+    let p = program(
+        "kernel res(A: u8[4096], B: u8[4096]) -> Y: u8[4096] {\n\
+         \x20   DA[i] = f32(i32(A[i]) - 123) * 0.023;\n\
+         \x20   DB[i] = f32(i32(B[i]) - 131) * 0.026;\n\
+         \x20   T[i] = DA[i] + DB[i];\n\
+         \x20   Y[i] = u8(clamp(round(f32(T[i] / 0.018)), 0.0, 255.0));\n}\n",
+    );
+    let text = texc_schedules::ir::print(&legal_loops("x86-avx512", &p));
+    assert!(!text.contains("temp "), "the temporaries inlined:\n{text}");
+    assert!(text.contains("f32(f32(f32(i32(A["), "each temporary rounded where it was stored:\n{text}");
+    check_exact("res", &p);
+}

@@ -556,11 +556,11 @@ impl<'ctx> Gen<'ctx, '_> {
         if !x86 || p.ty(x) != Ty::Elem(ElemType::F32) || lo.fract() != 0.0 || hi.fract() != 0.0 {
             return None;
         }
-        let round = |e: TExprId| match p.expr(e) {
+        let round = |e: TExprId| match p.expr(unrounded(p, e)) {
             TExpr::Math(MathFn::Round, a) if a.len() == 1 => Some(a[0]),
             _ => None,
         };
-        let (y, z) = match *p.expr(x) {
+        let (y, z) = match *p.expr(unrounded(p, x)) {
             TExpr::Binary(BinOp::Add, a, b) => match (round(a), p.expr(b)) {
                 (Some(y), TExpr::Float(z)) => (y, *z),
                 _ => return None,
@@ -765,6 +765,20 @@ fn byte_parts(p: &texc_compiler::tir::Program, e: TExprId) -> Option<Vec<(usize,
     (parts.len() >= 2).then_some(parts)
 }
 
+/// `e` without the casts to its own type around it: a float temporary
+/// inlined keeps its store's rounding as one (`texc_schedules`'
+/// `inline_stage`), which compiled code, computing in the element type,
+/// does anyway — so the patterns below see through it.
+fn unrounded(p: &texc_compiler::tir::Program, mut e: TExprId) -> TExprId {
+    while let TExpr::Cast(a) = *p.expr(e) {
+        if p.ty(a) != p.ty(e) {
+            break;
+        }
+        e = a;
+    }
+    e
+}
+
 /// `(x, lo, hi)` if `e`, converted to byte type `to`, is `clamp(x, lo, hi)`
 /// of an f32 or f64 `x` with constant bounds `lo ≤ hi` inside `to`'s range.
 fn byte_clamp(p: &texc_compiler::tir::Program, e: TExprId, to: Ty) -> Option<(TExprId, f64, f64)> {
@@ -772,7 +786,7 @@ fn byte_clamp(p: &texc_compiler::tir::Program, e: TExprId, to: Ty) -> Option<(TE
     if !byte_ty(to) || !matches!(from, Ty::Elem(ElemType::F32 | ElemType::F64)) {
         return None;
     }
-    let TExpr::Math(texc_compiler::ops::MathFn::Clamp, args) = p.expr(e) else { return None };
+    let TExpr::Math(texc_compiler::ops::MathFn::Clamp, args) = p.expr(unrounded(p, e)) else { return None };
     let [x, lo, hi] = args[..] else { return None };
     let constant = |c: TExprId| match *p.expr(c) {
         TExpr::Float(v) => Some(v),
