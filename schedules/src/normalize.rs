@@ -240,8 +240,9 @@ fn rounded_as_stored(p: &mut Program, e: TExprId, elem: ElemType) -> TExprId {
 }
 
 /// Whether `e`'s value is one of its type's values without rounding: a
-/// load, a cast, a literal, a run-time scalar, or a choice among such values (a select, `max`,
-/// `min`, `clamp`, a negation, `abs`: a padded read, a ReLU).
+/// load, a cast, a literal, a run-time scalar, or a choice among such
+/// values (a select, `max`, `min`, `clamp`, a negation, `abs`: a padded
+/// read, a ReLU).
 fn holds_its_type(p: &Program, e: TExprId) -> bool {
     let all = |args: &[TExprId]| args.iter().all(|&a| holds_its_type(p, a));
     match p.expr(e) {
