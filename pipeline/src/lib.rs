@@ -741,6 +741,8 @@ impl Pipeline {
                 Some(texc_runtime::Data::I8(v)) => Some(&v[..]),
                 _ => None,
             };
+            let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
+            texc_schedules::channels_last::channels_last(p, self.options.target, &|t| constant[t.0 as usize]);
             texc_schedules::dot4::pack_products(p, self.options.target, &weights);
             let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
             texc_schedules::filters_last::filters_last(p, self.options.target, &|t| constant[t.0 as usize]);

@@ -112,7 +112,14 @@ pub fn filters_last(p: &mut Program, target: &Target, movable: &dyn Fn(TensorId)
         // AMX tiles need no vectors along the rows: their layout stays.
         let tiled = target.has_amx_int8() && crate::dot4::reads_tiles(p, si);
         if let Some((f, merged)) = long_axis(p, si, target, movable).filter(|_| !tiled) {
+            let wanted = read_along_f(p, p.stages[si].tensor, f);
             si = rewrite(p, si, f, merged, Some(&mut made));
+            if wanted {
+                // Its readers walk the filters innermost: they read `Y.t` as it is stored.
+                crate::normalize::inline_stage(p, si);
+                crate::prepack::stage_removed(p, si);
+                si -= 1;
+            }
             changed += 1;
         }
         si += 1;
@@ -121,7 +128,7 @@ pub fn filters_last(p: &mut Program, target: &Target, movable: &dyn Fn(TensorId)
 }
 
 /// How many of `vectors` of `lanes` a row of `extent` fills.
-fn fill(extent: i64, lanes: i64) -> f64 {
+pub(crate) fn fill(extent: i64, lanes: i64) -> f64 {
     extent as f64 / ((extent + lanes - 1) / lanes * lanes) as f64
 }
 
@@ -145,7 +152,9 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     let lanes = target.lanes(elem) as i64;
     let row = crate::strategy::default_row(p, target, si);
     let row_fill = fill(row, lanes);
-    if row_fill >= WINDOW_FILL {
+    // A reader stored channels last wants the filters last whatever the row.
+    let wanted = |f: usize| dot4 && read_along_f(p, st.tensor, f);
+    if row_fill >= WINDOW_FILL && !(0..last).any(wanted) {
         return None;
     }
     let mut loads = Vec::new();
@@ -171,13 +180,38 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     let merged = merged_rows(p, st, f);
     let whole_row = row == st.vars[last].extent || merged.is_some();
     let takes = if dot4 {
-        row_fill < MIN_FILL
+        row_fill < MIN_FILL || wanted(f)
     } else if whole_row && merged.is_none() && reads_windows(p, st, &loads) {
         row_fill < WINDOW_FILL
     } else {
         depth >= MIN_FLOAT_DEPTH && row_fill < MIN_FILL
     };
     takes.then_some((f, merged))
+}
+
+/// Whether temporary `t` is read, and every read of it indexes its
+/// dimension `f` by the reader's innermost axis alone: readers stored
+/// channels last ([`crate::channels_last`]), which read a product computed
+/// filters-last contiguously, and read its copy back across its rows.
+fn read_along_f(p: &Program, t: TensorId, f: usize) -> bool {
+    if p.tensor(t).role != TensorRole::Temp {
+        return false;
+    }
+    let mut read = false;
+    for st in &p.stages {
+        let mut loads = Vec::new();
+        crate::analysis::loads_in(p, st.value, &mut loads);
+        for l in loads {
+            if matches!(p.expr(l), TExpr::Load(u, _) if *u == t) {
+                let inner = st.n_axes.checked_sub(1).map(|v| v as VarId);
+                if inner.and_then(|v| alone_at(p, l, v)) != Some(f) {
+                    return false;
+                }
+                read = true;
+            }
+        }
+    }
+    read
 }
 
 /// Whether a product reads its row `x` through windows: an index of one of
@@ -335,14 +369,14 @@ pub(crate) fn rewrite(
 /// `w` with dimension `d` moved last, and its other dimensions of one
 /// element dropped (a 1×1 convolution's `W.f[c, f]`): a matrix, whose rows
 /// the schedule packs into panels as a product's.
-fn insert_dim_last(p: &mut Program, at: usize, w: TensorId, d: usize) -> TensorId {
+pub(crate) fn insert_dim_last(p: &mut Program, at: usize, w: TensorId, d: usize) -> TensorId {
     let kept = kept_dims(&p.tensor(w).shape, d);
     crate::transpose::insert_permuted(p, at, w, &kept, "f")
 }
 
 /// The dimensions of a tensor of `shape` that its copy with `d` moved last
 /// keeps, in their order there: all but `d` of more than one element, then `d`.
-fn kept_dims(shape: &[i64], d: usize) -> Vec<usize> {
+pub(crate) fn kept_dims(shape: &[i64], d: usize) -> Vec<usize> {
     (0..shape.len()).filter(|&k| k != d && shape[k] != 1).chain([d]).collect()
 }
 

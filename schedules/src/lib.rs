@@ -31,6 +31,7 @@
 pub mod analysis;
 pub mod apply;
 pub mod attach;
+pub mod channels_last;
 pub mod cross_thread;
 pub mod digits;
 pub mod dot4;

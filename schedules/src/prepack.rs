@@ -439,6 +439,18 @@ pub(crate) fn insert_stage(p: &mut Program, at: usize, st: Stage) {
     }
 }
 
+/// The operator records after the stage at `at` was removed (inlined into its readers).
+pub(crate) fn stage_removed(p: &mut Program, at: usize) {
+    for op in &mut p.ops {
+        if op.stages.start > at {
+            op.stages.start -= 1;
+            op.stages.end -= 1;
+        } else if op.stages.end > at {
+            op.stages.end -= 1;
+        }
+    }
+}
+
 /// `e` with every load `b[i.., j]` replaced by `panels[j / w, i.., j % w]`.
 fn read_panels(p: &mut Program, e: TExprId, b: TensorId, panels: TensorId, w: i64, inner: VarId) -> TExprId {
     if let TExpr::Load(t, idx) = p.expr(e).clone() {

@@ -762,3 +762,87 @@ fn inlined_float_temporaries_round_as_stored() {
     assert!(text.contains("f32(f32(f32(i32(A["), "each temporary rounded where it was stored:\n{text}");
     check_exact("res", &p);
 }
+
+/// An inverted residual block of MobileNetV2 in integers at `hw × hw`:
+/// a 1 × 1 expansion to `e` channels, its zero padding, a 3 × 3 depthwise
+/// convolution and a 1 × 1 projection back to `c`, each requantized to `u8`.
+/// `extra` is appended to the kernel's body.
+fn inverted_block(c: i64, e: i64, hw: i64, extra: &str) -> String {
+    let out = if extra.is_empty() { String::new() } else { format!(", Z: i32[1, {e}, {hw}, {hw}]") };
+    format!(
+        "kernel blk(X: u8[1, {c}, {hw}, {hw}], We: i8[{e}, {c}], be: i32[{e}], Wd: i8[{e}, 1, 3, 3], bd: i32[{e}], \
+         Wp: i8[{c}, {e}], bp: i32[{c}]) -> (Y: u8[1, {c}, {hw}, {hw}]{out}) {{\n\
+         \x20   T[n, f, y, x] = u8(clamp(round(f32(sum[k](i32(X[n, k, y, x]) * i32(We[f, k])) + be[f]) * 0.0007), 0.0, 255.0));\n\
+         \x20   P[n in 0..1, f in 0..{e}, y in 0..{p}, x in 0..{p}] = select(y >= 1 && y < {hw1} && x >= 1 && x < {hw1}, T[n, f, y - 1, x - 1], u8(0));\n\
+         \x20   D[n, f, y in 0..{hw}, x in 0..{hw}] = u8(clamp(round(f32(sum[g in 0..1, r in 0..3, s in 0..3](i32(P[n, f + g, y + r, x + s]) * i32(Wd[f, g, r, s])) + bd[f]) * 0.0021), 0.0, 255.0));\n\
+         \x20   Y[n, f, y, x] = u8(clamp(round(f32(sum[k](i32(D[n, k, y, x]) * i32(Wp[f, k])) + bp[f]) * 0.0003), 0.0, 255.0));\n{extra}}}\n",
+        p = hw + 2,
+        hw1 = hw + 1,
+    )
+}
+
+/// `p` after `texc_schedules::channels_last` for `target`, the weights and
+/// biases constant; the number of depthwise convolutions it moved.
+fn stored_channels_last(p: &Program, target: &str) -> (Program, usize) {
+    let mut q = p.clone();
+    let constant = |t: texc_compiler::tir::TensorId| ["We", "be", "Wd", "bd", "Wp", "bp"].contains(&q_name(p, t));
+    let target = texc_compiler::target::lookup(target).expect("a target");
+    let moved = texc_schedules::channels_last::channels_last(&mut q, target, &constant);
+    (q, moved)
+}
+
+fn q_name(p: &Program, t: texc_compiler::tir::TensorId) -> &str {
+    &p.tensors[t.0 as usize].name
+}
+
+/// A depthwise convolution on rows shorter than three quarters of its
+/// vectors is stored channels last, with the padding copy before it: its
+/// vectors then run along the channels, and the projection after it packs
+/// its tile rows contiguously. The expansion that makes its channels is
+/// left to `filters_last`, which computes it filters-last for such a
+/// reader, its copy back inlined. The interpreter computes the same bytes
+/// before and after, and every CPU target the bytes of the interpreter, at
+/// maps of 7 and 5 and channels that leave a tail of a vector. Not moved:
+/// rows that fill AVX2's 8 lanes, filters that are arguments (a transposed
+/// copy per call), a depthwise output that an elementwise stage reads, an
+/// expansion read twice, and float convolutions.
+#[test]
+fn short_depthwise_rows_are_stored_channels_last() {
+    for (c, e, hw) in [(24, 64, 7), (16, 40, 5)] {
+        let p = program(&inverted_block(c, e, hw, ""));
+        let (q, moved) = stored_channels_last(&p, "x86-avx512-vnni");
+        assert_eq!(moved, 1);
+        let tir = texc_compiler::print::print_program(&q);
+        let pad = hw + 2;
+        assert!(tir.contains(&format!("temp P: u8[1, {pad}, {pad}, {e}]")), "{tir}");
+        assert!(tir.contains(&format!("temp D: u8[1, {hw}, {hw}, {e}]")), "{tir}");
+        assert!(tir.contains(&format!("temp T: u8[1, {e}, {hw}, {hw}]")), "the expansion is filters_last's:\n{tir}");
+        assert!(tir.contains("Wd.f["), "the filters read with their channels last:\n{tir}");
+        for seed in [5, 9] {
+            let args = |p: &Program| interp::bind_args(p, Default::default(), &[], seed).expect("binds");
+            let (want, got) = (interp::run(&p, args(&p)).expect("interp"), interp::run(&q, args(&q)).expect("interp"));
+            assert_eq!(got[0].bytes(), want[0].bytes(), "the same bytes, stored elsewhere");
+        }
+        let loops = texc_schedules::ir::print(&legal_loops("x86-avx512-vnni", &q));
+        assert!(loops.contains(&format!("temp T.t: u8[1, {}, {e}]", hw * hw)), "{loops}");
+        assert!(!loops.contains("temp T: "), "the expansion's copy back read by nothing:\n{loops}");
+        check_exact(&format!("block {c} → {e} at {hw}², channels last"), &q);
+    }
+    let kept = |src: &str, target: &str| stored_channels_last(&program(src), target).1 == 0;
+    assert!(kept(&inverted_block(24, 64, 7, ""), "x86-avx2-vnni"), "7 of 8 lanes");
+    assert!(kept(&inverted_block(24, 64, 7, ""), "cranelift"), "no packed products");
+    assert!(kept(&inverted_block(24, 64, 14, ""), "x86-avx512-vnni"), "rows of 14 of 16");
+    let read_twice = "    Z[n, f, y, x] = i32(D[n, f, y, x]) + 1;\n";
+    assert!(kept(&inverted_block(24, 64, 7, read_twice), "x86-avx512-vnni"), "the depthwise read elementwise");
+    let expansion_twice = "    Z[n, f, y, x] = i32(T[n, f, y, x]);\n";
+    assert!(kept(&inverted_block(24, 64, 7, expansion_twice), "x86-avx512-vnni"), "the expansion read twice");
+    let arguments = |p: &Program| {
+        let mut q = p.clone();
+        let t = texc_compiler::target::lookup("x86-avx512-vnni").expect("a target");
+        texc_schedules::channels_last::channels_last(&mut q, t, &|_| false)
+    };
+    assert_eq!(arguments(&program(&inverted_block(24, 64, 7, ""))), 0, "filters as arguments");
+    let float =
+        inverted_block(24, 64, 7, "").replace("i32(", "f32(").replace(": i8[", ": f32[").replace(": i32[", ": f32[");
+    assert!(kept(&float, "x86-avx512-vnni"), "float products");
+}
