@@ -742,10 +742,12 @@ impl Pipeline {
                 _ => None,
             };
             let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
-            texc_schedules::channels_last::channels_last(p, self.options.target, &|t| constant[t.0 as usize]);
+            let is = |marks: &[bool], t: TensorId| marks.get(t.0 as usize).copied().unwrap_or(false);
+            let tops = texc_schedules::channels_last::channels_last(p, self.options.target, &|t| is(&constant, t));
             texc_schedules::dot4::pack_products(p, self.options.target, &weights);
             let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
-            texc_schedules::filters_last::filters_last(p, self.options.target, &|t| constant[t.0 as usize]);
+            let (movable, wanted) = (|t| is(&constant, t), |t| tops.contains(&t));
+            texc_schedules::filters_last::filters_last(p, self.options.target, &movable, &wanted);
             let constant = texc_compiler::constants::constant_tensors(p, is_constant, known_scalar);
             // Any row count: a constant's transpose costs nothing per run.
             texc_schedules::transpose::transpose_operands(p, Some(&|t: TensorId| constant[t.0 as usize]), 1);

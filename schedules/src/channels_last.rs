@@ -18,9 +18,11 @@
 //! run along the channels), and every read of it indexed alike. The chain
 //! of writers goes up through stages that read their input channel by
 //! channel (the padding copy) to the product that makes the channels (the
-//! 1 × 1 expansion, which then runs with its filters last). Nothing is
-//! copied: the program computes the same values in the same order per
-//! element, stored at other addresses. MEASURED (same machine and block):
+//! 1 × 1 expansion): that product is returned, for [`crate::filters_last`]
+//! to compute filters-last and its reader to read as it is stored — not
+//! where AMX tiles would compute it, whose write-back keeps the rows last.
+//! Nothing is copied: the program computes the same values in the same
+//! order per element, stored at other addresses. MEASURED (same machine and block):
 //! the depthwise 0.033 → 0.016 ms (its padding 0.002), the pack 0.034 →
 //! 0.002, the expansion, now filters-last, 0.045 → 0.025; MobileNetV2's
 //! four blocks at 7 × 7 0.52 → 0.30 ms (docs/quantization.md).
@@ -36,12 +38,13 @@
 //!
 //! Invariants: the program computes the same values bit for bit (the same
 //! expression per output element, each written once, stored at a permuted
-//! address and read from it); no stage or tensor is added or removed;
-//! inputs and outputs keep their layouts.
+//! address and read from it); the only stages added are the filters'
+//! copies, inserted before the depthwise convolution (operator records'
+//! stage ranges move with them); inputs and outputs keep their layouts.
 
 use crate::analysis::{involves, loads_in};
-use crate::filters_last::{fill, insert_dim_last, kept_dims, product_body, MIN_FILL};
-use crate::normalize::{replace_node, subst};
+use crate::filters_last::{alone_at, fill, product_body, read_moved, MIN_FILL};
+use crate::normalize::{contains_reduce, replace_node, subst};
 use std::collections::HashMap;
 use texc_compiler::ops::{BinOp, Intrinsic};
 use texc_compiler::target::{Target, TargetKind};
@@ -52,28 +55,30 @@ use texc_compiler::types::ElemType;
 type Move = (TensorId, usize);
 
 /// Store every short-row channel-wise integer product of `p`, and the chain
-/// that makes its activations, channels last; the number of products
-/// changed. `constant` marks tensors known when compiling (folded, so a
-/// transposed copy of one costs nothing per run).
-pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorId) -> bool) -> usize {
+/// that makes its activations, channels last; for each product moved, the
+/// tensor of the product at the top of its chain, which
+/// [`crate::filters_last`] is to compute filters-last. `constant` marks
+/// tensors known when compiling (folded, so a transposed copy of one costs
+/// nothing per run).
+pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorId) -> bool) -> Vec<TensorId> {
     let packs = [Intrinsic::Dot4, Intrinsic::Dot2].iter().any(|&i| target.has_intrinsic(i));
     if target.kind != TargetKind::Cpu || !packs {
-        return 0;
+        return Vec::new();
     }
-    let mut changed = 0;
+    let mut tops = Vec::new();
     let mut si = 0;
     while si < p.stages.len() {
-        if let Some(moves) = plan(p, si, target, constant) {
+        if let Some((moves, top)) = plan(p, si, target, constant) {
             drop_unit_sums(p, si);
             for &(t, d) in &moves {
                 store_last(p, t, d);
             }
             si = read_constants_along_last(p, si);
-            changed += 1;
+            tops.push(top);
         }
         si += 1;
     }
-    changed
+    tops
 }
 
 /// Stage `si`'s constant operands that move with its last axis in another
@@ -86,21 +91,12 @@ fn read_constants_along_last(p: &mut Program, mut si: usize) -> usize {
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
     let mut value = st.value;
-    let mut made: Vec<(TensorId, usize, TensorId)> = Vec::new();
+    let mut made = Vec::new();
     for l in loads {
-        let TExpr::Load(t, idx) = p.expr(l).clone() else { continue };
+        let TExpr::Load(_, idx) = p.expr(l) else { continue };
         let Some(d) = channel_at(p, &st, l, c).filter(|&d| d + 1 < idx.len()) else { continue };
-        let moved = match made.iter().find(|m| m.0 == t && m.1 == d) {
-            Some(m) => m.2,
-            None => {
-                let m = insert_dim_last(p, si, t, d);
-                si += 1;
-                made.push((t, d, m));
-                m
-            }
-        };
-        let index: Vec<TExprId> = kept_dims(&p.tensor(t).shape, d).into_iter().map(|k| idx[k]).collect();
-        let read = p.alloc(TExpr::Load(moved, index), p.ty(l), p.span(l));
+        let (read, inserted) = read_moved(p, si, l, d, &mut made);
+        si += inserted as usize;
         value = replace_node(p, value, l, read);
     }
     p.stages[si].value = value;
@@ -108,13 +104,13 @@ fn read_constants_along_last(p: &mut Program, mut si: usize) -> usize {
 }
 
 /// The temporaries to store channels last for product stage `si`, its own
-/// output first, if the stage is a short-row channel-wise product whose
-/// chain can move whole.
-fn plan(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> bool) -> Option<Vec<Move>> {
+/// output first, and the product at the top of its chain, if the stage is
+/// a short-row channel-wise product whose chain can move whole.
+fn plan(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> bool) -> Option<(Vec<Move>, TensorId)> {
     let st = &p.stages[si];
     let x = st.n_axes.checked_sub(1)?;
     let (body, false) = product_body(p, st.value)? else { return None };
-    if x < 2 || !matches!(p.ty(body), Ty::Elem(e) if e.is_int()) {
+    if x < 2 || !matches!(p.ty(body), Ty::Elem(e) if e.is_int()) || sole_writer(p, st.tensor) != Some(si) {
         return None;
     }
     let lanes = target.lanes(ElemType::I32) as i64;
@@ -123,12 +119,12 @@ fn plan(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> 
     }
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
-    let c = (0..x).rev().find(|&c| {
+    let (c, (a, d)) = (0..x).rev().find_map(|c| {
         let ext = st.vars[c].extent;
-        ext >= lanes && fill(ext, lanes) >= MIN_FILL && activations(p, st, &loads, c as VarId).is_some()
+        let fills = ext >= lanes && fill(ext, lanes) >= MIN_FILL;
+        fills.then(|| activations(p, st, &loads, c as VarId)).flatten().map(|a| (c, a))
     })?;
     let cv = c as VarId;
-    let (a, d) = activations(p, st, &loads, cv)?;
     let others = loads.iter().filter(|&&l| l != a && involves(p, l, cv));
     if !others.into_iter().all(|&l| read_along(p, st, l, cv, constant)) {
         return None;
@@ -138,8 +134,8 @@ fn plan(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> 
     }
     let mut moves = vec![(st.tensor, c)];
     let TExpr::Load(t, _) = p.expr(a) else { return None };
-    chain(p, si, (*t, d), constant, &mut moves)?;
-    Some(moves)
+    let top = chain(p, si, (*t, d), target, constant, &mut moves)?;
+    Some((moves, top))
 }
 
 /// The load of stage `st` (among `loads`) that moves with both channel
@@ -202,10 +198,12 @@ fn read_by_products_along(p: &Program, t: TensorId, d: usize) -> bool {
                 continue;
             }
             let summed = match *p.expr(idx[d]) {
-                TExpr::Var(v) => (v as usize) >= st.n_axes && st.vars[v as usize].extent > 1,
+                TExpr::Var(v) => {
+                    (v as usize) >= st.n_axes && st.vars[v as usize].extent > 1 && alone_at(p, l, v) == Some(d)
+                }
                 _ => false,
             };
-            if product_body(p, st.value).is_none() || !summed || channel_at(p, st, l, idx_var(p, idx[d])) != Some(d) {
+            if product_body(p, st.value).is_none() || !summed {
                 return false;
             }
             read = true;
@@ -214,25 +212,19 @@ fn read_by_products_along(p: &Program, t: TensorId, d: usize) -> bool {
     read
 }
 
-/// The variable an index that is a plain variable names (else a variable no stage has).
-fn idx_var(p: &Program, i: TExprId) -> VarId {
-    match *p.expr(i) {
-        TExpr::Var(v) => v,
-        _ => VarId::MAX,
-    }
-}
-
 /// Follow the chain of writers up from temporary `t` (read along its
-/// channel dimension by stage `reader`): each the only reader's source,
-/// read channel by channel, up to a product that makes the channels;
-/// `None` where the chain cannot move whole.
+/// channel dimension by stage `reader`), adding each to `moves`: each the
+/// only reader's source, read channel by channel, up to a product that
+/// makes the channels, whose tensor is returned; `None` where the chain
+/// cannot move whole.
 fn chain(
     p: &Program,
     reader: usize,
     (t, d): Move,
+    target: &Target,
     constant: &dyn Fn(TensorId) -> bool,
     moves: &mut Vec<Move>,
-) -> Option<()> {
+) -> Option<TensorId> {
     let (mut reader, mut t, mut d) = (reader, t, d);
     loop {
         let w = sole_writer(p, t)?;
@@ -250,7 +242,8 @@ fn chain(
             // [`crate::filters_last`] computes it filters-last for its reader.
             let temp = |l: &TExprId| matches!(p.expr(*l), TExpr::Load(u, _) if p.tensor(*u).role == TensorRole::Temp);
             let int = matches!(p.ty(body), Ty::Elem(e) if e.is_int());
-            return (int && along.iter().all(|&l| !temp(&l) && read_along(p, st, l, cv, constant))).then_some(());
+            let filters = along.iter().all(|&l| !temp(&l) && read_along(p, st, l, cv, constant));
+            return (int && filters && !crate::dot4::packs_for_tiles(p, w, target)).then_some(t);
         }
         moves.push((t, d));
         let (up, rest): (Vec<TExprId>, Vec<TExprId>) = along.into_iter().partition(|&l| {
@@ -263,17 +256,12 @@ fn chain(
         let last =
             |l: &TExprId| matches!(p.expr(*l), TExpr::Load(_, idx) if channel_at(p, st, *l, cv) == Some(idx.len() - 1));
         let [a] = up[..] else { return None };
-        if !rest.iter().all(last) || reduces(p, st.value) {
+        if !rest.iter().all(last) || contains_reduce(p, st.value) {
             return None;
         }
         let TExpr::Load(u, _) = p.expr(a) else { return None };
         (reader, t, d) = (w, *u, channel_at(p, st, a, cv)?);
     }
-}
-
-/// Whether `e` holds a reduction.
-fn reduces(p: &Program, e: TExprId) -> bool {
-    matches!(p.expr(e), TExpr::Reduce(..)) || p.children(e).into_iter().any(|c| reduces(p, c))
 }
 
 /// The stage that writes temporary `t`, if exactly one does.
@@ -287,12 +275,7 @@ fn sole_writer(p: &Program, t: TensorId) -> Option<usize> {
 
 /// The stages that read tensor `t`.
 fn readers(p: &Program, t: TensorId) -> Vec<usize> {
-    let reads = |e: TExprId| {
-        let mut loads = Vec::new();
-        loads_in(p, e, &mut loads);
-        loads.iter().any(|&l| matches!(p.expr(l), TExpr::Load(u, _) if *u == t))
-    };
-    (0..p.stages.len()).filter(|&i| reads(p.stages[i].value)).collect()
+    (0..p.stages.len()).filter(|&i| crate::strategy::loads(p, p.stages[i].value, t)).collect()
 }
 
 /// Stage `si`'s sum variables over one element read as `0`, and added to

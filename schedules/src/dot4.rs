@@ -142,6 +142,15 @@ pub fn pack_products(p: &mut Program, target: &Target, known: Known<'_>) -> usiz
     rewritten
 }
 
+/// Whether [`pack_products`] puts stage `si`'s product on AMX tiles for `target`.
+pub(crate) fn packs_for_tiles(p: &Program, si: usize, target: &Target) -> bool {
+    if !target.has_amx_int8() || Word::of(target) != Some(Word::Bytes) {
+        return false;
+    }
+    let Some(prod) = find_product(p, si, Word::Bytes) else { return false };
+    tile_product(p, si, &prod).is_some() || gathered_rows(p, si, &prod).is_some()
+}
+
 /// What a packed `i32` holds: four bytes of `k` ([`Intrinsic::Dot4`]'s
 /// operands), or two, each widened to 16 bits ([`Intrinsic::Dot2`]'s).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -42,7 +42,12 @@
 //! its reader: `strategy::cpu::attach`).
 //! Integer products have no other plan (the importer writes them
 //! as one statement; f32 convolutions also have the e-graph's
-//! `conv2d_im2col_t`), and are moved whatever their depth.
+//! `conv2d_im2col_t`), and are moved whatever their depth. An integer
+//! product the caller names as `wanted` — the top of a chain
+//! [`crate::channels_last`] stored channels last, whose reader walks the
+//! filters innermost — is computed filters-last whatever its row, and
+//! where every read of it walks `f` so, the copy back is inlined into its
+//! readers, which then read `Y.t` as it is stored.
 //!
 //! Invariants: the program computes the same values (the same expression
 //! per output element, each written once; the copies move values only);
@@ -95,8 +100,14 @@ pub const MIN_WINDOW_DEPTH: i64 = 128;
 /// Compute every short-row product of `p` filters-last; the number of
 /// stages changed. `movable` says which operands may be copied with a
 /// dimension moved last: those a copy costs nothing per run (constants,
-/// folded), or `@dot4`'s packed operands (made on every call anyway).
-pub fn filters_last(p: &mut Program, target: &Target, movable: &dyn Fn(TensorId) -> bool) -> usize {
+/// folded), or `@dot4`'s packed operands (made on every call anyway);
+/// `wanted`, which products' readers want them filters-last.
+pub fn filters_last(
+    p: &mut Program,
+    target: &Target,
+    movable: &dyn Fn(TensorId) -> bool,
+    wanted: &dyn Fn(TensorId) -> bool,
+) -> usize {
     if target.kind != TargetKind::Cpu {
         return 0;
     }
@@ -111,10 +122,11 @@ pub fn filters_last(p: &mut Program, target: &Target, movable: &dyn Fn(TensorId)
         }
         // AMX tiles need no vectors along the rows: their layout stays.
         let tiled = target.has_amx_int8() && crate::dot4::reads_tiles(p, si);
-        if let Some((f, merged)) = long_axis(p, si, target, movable).filter(|_| !tiled) {
-            let wanted = read_along_f(p, p.stages[si].tensor, f);
+        let wants = wanted(p.stages[si].tensor);
+        if let Some((f, merged)) = long_axis(p, si, target, movable, wants).filter(|_| !tiled) {
+            let read_so = wants && read_along_f(p, p.stages[si].tensor, f);
             si = rewrite(p, si, f, merged, Some(&mut made));
-            if wanted {
+            if read_so {
                 // Its readers walk the filters innermost: they read `Y.t` as it is stored.
                 crate::normalize::inline_stage(p, si);
                 crate::prepack::stage_removed(p, si);
@@ -137,7 +149,13 @@ type Rows = Option<(usize, usize)>;
 
 /// The axis `f` to put last in stage `si`, if the stage is a short-row
 /// product (see the module header), and the row's axes that merge.
-fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId) -> bool) -> Option<(usize, Rows)> {
+fn long_axis(
+    p: &Program,
+    si: usize,
+    target: &Target,
+    movable: &dyn Fn(TensorId) -> bool,
+    wants: bool,
+) -> Option<(usize, Rows)> {
     let st = &p.stages[si];
     let last = st.n_axes.checked_sub(1)?;
     let (body, dot4) = product_body(p, st.value)?;
@@ -153,7 +171,7 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
     let row = crate::strategy::default_row(p, target, si);
     let row_fill = fill(row, lanes);
     // A reader stored channels last wants the filters last whatever the row.
-    let wanted = |f: usize| dot4 && read_along_f(p, st.tensor, f);
+    let wanted = |f: usize| dot4 && wants && read_along_f(p, st.tensor, f);
     if row_fill >= WINDOW_FILL && !(0..last).any(wanted) {
         return None;
     }
@@ -192,7 +210,8 @@ fn long_axis(p: &Program, si: usize, target: &Target, movable: &dyn Fn(TensorId)
 /// Whether temporary `t` is read, and every read of it indexes its
 /// dimension `f` by the reader's innermost axis alone: readers stored
 /// channels last ([`crate::channels_last`]), which read a product computed
-/// filters-last contiguously, and read its copy back across its rows.
+/// filters-last contiguously, and its copy back across its rows. (Asked
+/// only of the products that pass returns: a walk of every stage.)
 fn read_along_f(p: &Program, t: TensorId, f: usize) -> bool {
     if p.tensor(t).role != TensorRole::Temp {
         return false;
@@ -258,7 +277,7 @@ pub(crate) fn product_body(p: &Program, e: TExprId) -> Option<(TExprId, bool)> {
 
 /// The dimension of load `l` indexed by `Var(v)` alone, where `v` is in no
 /// other index.
-fn alone_at(p: &Program, l: TExprId, v: VarId) -> Option<usize> {
+pub(crate) fn alone_at(p: &Program, l: TExprId, v: VarId) -> Option<usize> {
     let TExpr::Load(_, idx) = p.expr(l) else { return None };
     let plain = |i: TExprId| matches!(p.expr(i), TExpr::Var(x) if *x == v);
     let d = idx.iter().position(|&i| plain(i))?;
@@ -317,20 +336,10 @@ pub(crate) fn rewrite(
         crate::analysis::loads_in(p, body, &mut loads);
         loads.retain(|&l| involves(p, l, fv));
         for l in loads {
-            let TExpr::Load(t, idx) = p.expr(l).clone() else { continue };
+            let TExpr::Load(_, idx) = p.expr(l) else { continue };
             let Some(d) = alone_at(p, l, fv).filter(|&d| d + 1 < idx.len()) else { continue };
-            let moved = match made.iter().find(|&&(w, dim, _)| w == t && dim == d) {
-                Some(&(_, _, m)) => m,
-                None => {
-                    let m = insert_dim_last(p, si, t, d);
-                    si += 1;
-                    made.push((t, d, m));
-                    m
-                }
-            };
-            let new_idx: Vec<TExprId> = kept_dims(&p.tensor(t).shape, d).into_iter().map(|k| idx[k]).collect();
-            let (ty, span) = (p.ty(l), p.span(l));
-            let read = p.alloc(TExpr::Load(moved, new_idx), ty, span);
+            let (read, inserted) = read_moved(p, si, l, d, made);
+            si += inserted as usize;
             value = replace_node(p, value, l, read);
         }
     }
@@ -369,14 +378,35 @@ pub(crate) fn rewrite(
 /// `w` with dimension `d` moved last, and its other dimensions of one
 /// element dropped (a 1×1 convolution's `W.f[c, f]`): a matrix, whose rows
 /// the schedule packs into panels as a product's.
-pub(crate) fn insert_dim_last(p: &mut Program, at: usize, w: TensorId, d: usize) -> TensorId {
+/// Load `l` (of a tensor whose dimension `d` moves) read from a copy of
+/// its tensor with `d` last: the copy cached in `made`, else made by a
+/// stage inserted at `at`; the new load, and whether a stage was inserted.
+pub(crate) fn read_moved(
+    p: &mut Program,
+    at: usize,
+    l: TExprId,
+    d: usize,
+    made: &mut Vec<(TensorId, usize, TensorId)>,
+) -> (TExprId, bool) {
+    let TExpr::Load(t, idx) = p.expr(l).clone() else { unreachable!("a load") };
+    let cached = made.iter().find(|&&(w, dim, _)| w == t && dim == d).map(|m| m.2);
+    let moved = cached.unwrap_or_else(|| {
+        let m = insert_dim_last(p, at, t, d);
+        made.push((t, d, m));
+        m
+    });
+    let index: Vec<TExprId> = kept_dims(&p.tensor(t).shape, d).into_iter().map(|k| idx[k]).collect();
+    (p.alloc(TExpr::Load(moved, index), p.ty(l), p.span(l)), cached.is_none())
+}
+
+fn insert_dim_last(p: &mut Program, at: usize, w: TensorId, d: usize) -> TensorId {
     let kept = kept_dims(&p.tensor(w).shape, d);
     crate::transpose::insert_permuted(p, at, w, &kept, "f")
 }
 
 /// The dimensions of a tensor of `shape` that its copy with `d` moved last
 /// keeps, in their order there: all but `d` of more than one element, then `d`.
-pub(crate) fn kept_dims(shape: &[i64], d: usize) -> Vec<usize> {
+fn kept_dims(shape: &[i64], d: usize) -> Vec<usize> {
     (0..shape.len()).filter(|&k| k != d && shape[k] != 1).chain([d]).collect()
 }
 

@@ -36,10 +36,15 @@ fn legal_loops(target: &str, p: &Program) -> LoopFunc {
 /// Every CPU target here computes exactly the interpreter's outputs (random
 /// inputs over each integer type's whole range, two seeds).
 fn check_exact(name: &str, p: &Program) {
+    check_exact_on(name, p, |_| true)
+}
+
+/// [`check_exact`] on the CPU targets here that `on` accepts.
+fn check_exact_on(name: &str, p: &Program, on: impl Fn(&Target) -> bool) {
     for seed in [3, 11] {
         let args = || interp::bind_args(p, Default::default(), &[], seed).expect("binds");
         let want = interp::run(p, args()).expect("interp");
-        for target in cpu_targets() {
+        for target in cpu_targets().into_iter().filter(|t| on(t)) {
             let f = legal_loops(target.name, p);
             let k = texc_tests::compile_loops(target, &f).unwrap_or_else(|e| panic!("{name} on {target}: {e}"));
             let got = k.run(args()).expect("runs");
@@ -763,36 +768,82 @@ fn inlined_float_temporaries_round_as_stored() {
     check_exact("res", &p);
 }
 
-/// An inverted residual block of MobileNetV2 in integers at `hw × hw`:
-/// a 1 × 1 expansion to `e` channels, its zero padding, a 3 × 3 depthwise
-/// convolution and a 1 × 1 projection back to `c`, each requantized to `u8`.
-/// `extra` is appended to the kernel's body.
-fn inverted_block(c: i64, e: i64, hw: i64, extra: &str) -> String {
-    let out = if extra.is_empty() { String::new() } else { format!(", Z: i32[1, {e}, {hw}, {hw}]") };
+/// Inverted residual blocks of MobileNetV2 in integers at `hw × hw`, one
+/// after another (`blocks` of them, the last writing `Y`): a 1 × 1
+/// expansion of `c` channels to `e`, its zero padding, a 3 × 3 depthwise
+/// convolution of stride `stride` and a 1 × 1 projection back to `c`, each
+/// requantized to `u8`. `extra` is appended to the kernel's body, writing
+/// `Z` (an `i32` of the depthwise's shape) where it is not empty.
+fn inverted_blocks(blocks: usize, c: i64, e: i64, hw: i64, stride: i64, extra: &str) -> String {
+    let o = (hw - 1) / stride + 1;
+    let out = if extra.is_empty() { String::new() } else { format!(", Z: i32[1, {e}, {o}, {o}]") };
+    let mut body = String::new();
+    for b in 0..blocks {
+        let (x, y) = (if b == 0 { "X".to_string() } else { format!("Y{}", b - 1) }, format!("Y{b}"));
+        let y = if b + 1 == blocks { "Y".to_string() } else { y };
+        let (size, p) = (if b == 0 { hw } else { o }, if b == 0 { stride } else { 1 });
+        let q = (size - 1) / p + 1;
+        body += &format!(
+            "    T{b}[n, f, y, x] = u8(clamp(round(f32(sum[k](i32({x}[n, k, y, x]) * i32(We[f, k])) + be[f]) * 0.0007), 0.0, 255.0));\n\
+             \x20   P{b}[n in 0..1, f in 0..{e}, y in 0..{pd}, x in 0..{pd}] = select(y >= 1 && y < {s1} && x >= 1 && x < {s1}, T{b}[n, f, y - 1, x - 1], u8(0));\n\
+             \x20   D{b}[n, f, y in 0..{q}, x in 0..{q}] = u8(clamp(round(f32(sum[g in 0..1, r in 0..3, s in 0..3](i32(P{b}[n, f + g, y * {p} + r, x * {p} + s]) * i32(Wd[f, g, r, s])) + bd[f]) * 0.0021), 0.0, 255.0));\n\
+             \x20   {y}[n, f, y, x] = u8(clamp(round(f32(sum[k](i32(D{b}[n, k, y, x]) * i32(Wp[f, k])) + bp[f]) * 0.0003), 0.0, 255.0));\n",
+            pd = size + 2,
+            s1 = size + 1,
+        );
+    }
     format!(
         "kernel blk(X: u8[1, {c}, {hw}, {hw}], We: i8[{e}, {c}], be: i32[{e}], Wd: i8[{e}, 1, 3, 3], bd: i32[{e}], \
-         Wp: i8[{c}, {e}], bp: i32[{c}]) -> (Y: u8[1, {c}, {hw}, {hw}]{out}) {{\n\
-         \x20   T[n, f, y, x] = u8(clamp(round(f32(sum[k](i32(X[n, k, y, x]) * i32(We[f, k])) + be[f]) * 0.0007), 0.0, 255.0));\n\
-         \x20   P[n in 0..1, f in 0..{e}, y in 0..{p}, x in 0..{p}] = select(y >= 1 && y < {hw1} && x >= 1 && x < {hw1}, T[n, f, y - 1, x - 1], u8(0));\n\
-         \x20   D[n, f, y in 0..{hw}, x in 0..{hw}] = u8(clamp(round(f32(sum[g in 0..1, r in 0..3, s in 0..3](i32(P[n, f + g, y + r, x + s]) * i32(Wd[f, g, r, s])) + bd[f]) * 0.0021), 0.0, 255.0));\n\
-         \x20   Y[n, f, y, x] = u8(clamp(round(f32(sum[k](i32(D[n, k, y, x]) * i32(Wp[f, k])) + bp[f]) * 0.0003), 0.0, 255.0));\n{extra}}}\n",
-        p = hw + 2,
-        hw1 = hw + 1,
+         Wp: i8[{c}, {e}], bp: i32[{c}]) -> (Y: u8[1, {c}, {o}, {o}]{out}) {{\n{body}{extra}}}\n"
     )
+}
+
+/// One such block of stride 1.
+fn inverted_block(c: i64, e: i64, hw: i64, extra: &str) -> String {
+    inverted_blocks(1, c, e, hw, 1, extra)
 }
 
 /// `p` after `texc_schedules::channels_last` for `target`, the weights and
 /// biases constant; the number of depthwise convolutions it moved.
 fn stored_channels_last(p: &Program, target: &str) -> (Program, usize) {
-    let mut q = p.clone();
-    let constant = |t: texc_compiler::tir::TensorId| ["We", "be", "Wd", "bd", "Wp", "bp"].contains(&q_name(p, t));
-    let target = texc_compiler::target::lookup(target).expect("a target");
-    let moved = texc_schedules::channels_last::channels_last(&mut q, target, &constant);
-    (q, moved)
+    let (q, tops) = channels_last_and_tops(p, target);
+    (q, tops.len())
 }
 
-fn q_name(p: &Program, t: texc_compiler::tir::TensorId) -> &str {
-    &p.tensors[t.0 as usize].name
+/// The weights and biases of [`inverted_blocks`], which a model's would be.
+fn weight(p: &Program, t: texc_compiler::tir::TensorId) -> bool {
+    let weights = ["We", "be", "Wd", "bd", "Wp", "bp"];
+    p.tensors.get(t.0 as usize).is_some_and(|d| weights.contains(&&*d.name))
+}
+
+fn channels_last_and_tops(p: &Program, target: &str) -> (Program, Vec<texc_compiler::tir::TensorId>) {
+    let mut q = p.clone();
+    let target = texc_compiler::target::lookup(target).expect("a target");
+    let tops = texc_schedules::channels_last::channels_last(&mut q, target, &|t| weight(p, t));
+    (q, tops)
+}
+
+/// `p` stored channels last and packed as the pipeline does before
+/// constants fold: products packed, then `filters_last` given the products
+/// `channels_last` named.
+fn packed_channels_last(p: &Program, target: &str) -> Program {
+    let (mut q, tops) = channels_last_and_tops(p, target);
+    let t = texc_compiler::target::lookup(target).expect("a target");
+    texc_schedules::dot4::pack_products(&mut q, t, &texc_schedules::dot4::nothing_known);
+    let movable = |u| weight(p, u);
+    texc_schedules::filters_last::filters_last(&mut q, t, &movable, &|u| tops.contains(&u));
+    q
+}
+
+/// The interpreter computes the same bytes for `p` and `q`.
+fn same_outputs(p: &Program, q: &Program) {
+    for seed in [5, 9] {
+        let args = |p: &Program| interp::bind_args(p, Default::default(), &[], seed).expect("binds");
+        let (want, got) = (interp::run(p, args(p)).expect("interp"), interp::run(q, args(q)).expect("interp"));
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.bytes(), w.bytes(), "the same bytes, stored elsewhere");
+        }
+    }
 }
 
 /// A depthwise convolution on rows shorter than three quarters of its
@@ -802,10 +853,8 @@ fn q_name(p: &Program, t: texc_compiler::tir::TensorId) -> &str {
 /// left to `filters_last`, which computes it filters-last for such a
 /// reader, its copy back inlined. The interpreter computes the same bytes
 /// before and after, and every CPU target the bytes of the interpreter, at
-/// maps of 7 and 5 and channels that leave a tail of a vector. Not moved:
-/// rows that fill AVX2's 8 lanes, filters that are arguments (a transposed
-/// copy per call), a depthwise output that an elementwise stage reads, an
-/// expansion read twice, and float convolutions.
+/// maps of 7 and 5, channels that leave a tail of a vector, stride 2, and
+/// two blocks in a row (the filters' copies inserted before each).
 #[test]
 fn short_depthwise_rows_are_stored_channels_last() {
     for (c, e, hw) in [(24, 64, 7), (16, 40, 5)] {
@@ -814,35 +863,57 @@ fn short_depthwise_rows_are_stored_channels_last() {
         assert_eq!(moved, 1);
         let tir = texc_compiler::print::print_program(&q);
         let pad = hw + 2;
-        assert!(tir.contains(&format!("temp P: u8[1, {pad}, {pad}, {e}]")), "{tir}");
-        assert!(tir.contains(&format!("temp D: u8[1, {hw}, {hw}, {e}]")), "{tir}");
-        assert!(tir.contains(&format!("temp T: u8[1, {e}, {hw}, {hw}]")), "the expansion is filters_last's:\n{tir}");
+        assert!(tir.contains(&format!("temp P0: u8[1, {pad}, {pad}, {e}]")), "{tir}");
+        assert!(tir.contains(&format!("temp D0: u8[1, {hw}, {hw}, {e}]")), "{tir}");
+        assert!(tir.contains(&format!("temp T0: u8[1, {e}, {hw}, {hw}]")), "the expansion is filters_last's:\n{tir}");
         assert!(tir.contains("Wd.f["), "the filters read with their channels last:\n{tir}");
-        for seed in [5, 9] {
-            let args = |p: &Program| interp::bind_args(p, Default::default(), &[], seed).expect("binds");
-            let (want, got) = (interp::run(&p, args(&p)).expect("interp"), interp::run(&q, args(&q)).expect("interp"));
-            assert_eq!(got[0].bytes(), want[0].bytes(), "the same bytes, stored elsewhere");
-        }
-        let loops = texc_schedules::ir::print(&legal_loops("x86-avx512-vnni", &q));
-        assert!(loops.contains(&format!("temp T.t: u8[1, {}, {e}]", hw * hw)), "{loops}");
-        assert!(!loops.contains("temp T: "), "the expansion's copy back read by nothing:\n{loops}");
+        same_outputs(&p, &q);
+        let packed = packed_channels_last(&p, "x86-avx512-vnni");
+        let loops = texc_schedules::ir::print(&legal_loops("x86-avx512-vnni", &packed));
+        let stored = format!("temp T0.t: u8[1, {}, {e}]", hw * hw);
+        assert!(loops.contains(&stored) && !loops.contains("temp T0: "), "filters-last, read as stored:\n{loops}");
         check_exact(&format!("block {c} → {e} at {hw}², channels last"), &q);
+        let vnni = |t: &Target| t.has_vnni() && t.has_intrinsic(texc_compiler::ops::Intrinsic::Dot4);
+        check_exact_on(&format!("block {c} → {e} at {hw}², channels last, packed"), &packed, vnni);
     }
+    for (hw, stride) in [(7, 1), (13, 2)] {
+        let p = program(&inverted_blocks(2, 24, 64, hw, stride, ""));
+        let (q, moved) = stored_channels_last(&p, "x86-avx512-vnni");
+        assert_eq!(moved, 2, "two blocks from {hw}², the first of stride {stride}");
+        same_outputs(&p, &q);
+        check_exact(&format!("two blocks from {hw}², the first of stride {stride}, channels last"), &q);
+    }
+}
+
+/// What `channels_last` leaves as it is: rows that fill AVX2's 8 lanes or
+/// 14 of 16, targets without packed products, filters that are arguments
+/// (a transposed copy per call), a depthwise output read elementwise or
+/// written out, an expansion or a padding read twice, an expansion on AMX
+/// tiles (its write-back keeps the rows last), and float convolutions.
+#[test]
+fn channels_last_moves_whole_chains_only() {
     let kept = |src: &str, target: &str| stored_channels_last(&program(src), target).1 == 0;
-    assert!(kept(&inverted_block(24, 64, 7, ""), "x86-avx2-vnni"), "7 of 8 lanes");
-    assert!(kept(&inverted_block(24, 64, 7, ""), "cranelift"), "no packed products");
+    let block = inverted_block(24, 64, 7, "");
+    assert!(kept(&block, "x86-avx2-vnni"), "7 of 8 lanes");
+    assert!(kept(&block, "cranelift"), "no packed products");
     assert!(kept(&inverted_block(24, 64, 14, ""), "x86-avx512-vnni"), "rows of 14 of 16");
-    let read_twice = "    Z[n, f, y, x] = i32(D[n, f, y, x]) + 1;\n";
-    assert!(kept(&inverted_block(24, 64, 7, read_twice), "x86-avx512-vnni"), "the depthwise read elementwise");
-    let expansion_twice = "    Z[n, f, y, x] = i32(T[n, f, y, x]);\n";
+    let read_elementwise = "    Z[n, f, y, x] = i32(D0[n, f, y, x]) + 1;\n";
+    assert!(kept(&inverted_block(24, 64, 7, read_elementwise), "x86-avx512-vnni"), "the depthwise read elementwise");
+    let expansion_twice = "    Z[n, f, y, x] = i32(T0[n, f, y, x]);\n";
     assert!(kept(&inverted_block(24, 64, 7, expansion_twice), "x86-avx512-vnni"), "the expansion read twice");
-    let arguments = |p: &Program| {
-        let mut q = p.clone();
-        let t = texc_compiler::target::lookup("x86-avx512-vnni").expect("a target");
-        texc_schedules::channels_last::channels_last(&mut q, t, &|_| false)
-    };
-    assert_eq!(arguments(&program(&inverted_block(24, 64, 7, ""))), 0, "filters as arguments");
-    let float =
-        inverted_block(24, 64, 7, "").replace("i32(", "f32(").replace(": i8[", ": f32[").replace(": i32[", ": f32[");
+    let padding_twice = "    Z[n, f, y, x] = i32(P0[n, f, y, x]);\n";
+    assert!(kept(&inverted_block(24, 64, 7, padding_twice), "x86-avx512-vnni"), "the padding read twice");
+    let written_out = block
+        .replace("-> (Y: u8[1, 24, 7, 7])", "-> (Y: u8[1, 24, 7, 7], D0: u8[1, 64, 7, 7])")
+        .replace("D0[n, f, y in 0..7, x in 0..7]", "D0[n, f, y, x]");
+    assert!(written_out.contains("D0: u8"), "{written_out}");
+    assert!(kept(&written_out, "x86-avx512-vnni"), "the depthwise an output");
+    let deep = inverted_block(256, 192, 7, "");
+    assert!(kept(&deep, "x86-avx512-amx"), "an expansion on tiles");
+    assert_eq!(stored_channels_last(&program(&deep), "x86-avx512-vnni").1, 1, "the same on vpdpbusd");
+    let mut q = program(&block);
+    let t = texc_compiler::target::lookup("x86-avx512-vnni").expect("a target");
+    assert!(texc_schedules::channels_last::channels_last(&mut q, t, &|_| false).is_empty(), "filters as arguments");
+    let float = block.replace("i32(", "f32(").replace(": i8[", ": f32[").replace(": i32[", ": f32[");
     assert!(kept(&float, "x86-avx512-vnni"), "float products");
 }

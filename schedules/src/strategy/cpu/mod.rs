@@ -134,7 +134,7 @@ fn dot4_products(p: &mut Program, t: &Target, _: DefaultKnobs) {
 /// those before folding, moving constant filters once; here only `@dot4`'s
 /// packed operands move).
 fn filters_last(p: &mut Program, t: &Target, _: DefaultKnobs) {
-    crate::filters_last::filters_last(p, t, &|_| false);
+    crate::filters_last::filters_last(p, t, &|_| false, &|_| false);
 }
 
 /// *phase-strided-windows*: a float product's shared operand read through
