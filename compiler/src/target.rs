@@ -519,16 +519,42 @@ pub fn host_caches() -> Result<CpuCaches, TargetError> {
     .clone()
 }
 
-/// This machine's caches from Linux sysfs (cpu0's L1 data cache, L2 and
-/// L3), and the cores texc may use (`available_parallelism`: the affinity
-/// mask and cgroup quota); the nominal caches where sysfs cannot be read.
+/// This machine's caches from Linux sysfs, and the cores texc may use
+/// (`available_parallelism`: the affinity mask and cgroup quota); the
+/// nominal caches where sysfs cannot be read. Each cache is the smallest
+/// among the CPUs this process may run on (`Cpus_allowed_list`), not
+/// cpu0's: on a CPU whose cores differ (a hybrid's performance and
+/// efficiency cores) blocks sized so fit whichever core a thread lands
+/// on, and under `taskset` cpu0 may be none of them.
 fn machine_caches() -> CpuCaches {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as i64);
-    let mut c = CpuCaches { cores, l3: 0, l3_cores: 1, ..CpuCaches::NOMINAL };
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(cpu_list);
+    let cpus = allowed.filter(|c| !c.is_empty()).unwrap_or_else(|| vec![0]);
+    smallest_caches(std::path::Path::new("/sys/devices/system/cpu"), &cpus, cores)
+}
+
+/// The smallest of each cache among `cpus` (their sysfs directories under
+/// `root`): L1 data, L2, and the L3 that gives a core the least of it; the
+/// nominal caches with `cores` where no CPU's L1 and L2 can be read.
+fn smallest_caches(root: &std::path::Path, cpus: &[usize], cores: i64) -> CpuCaches {
+    let found: Vec<CpuCaches> = cpus.iter().filter_map(|&cpu| cpu_caches(root, cpu)).collect();
+    let least = |f: fn(&CpuCaches) -> i64| found.iter().map(f).min();
+    let (Some(l1d), Some(l2)) = (least(|c| c.l1d), least(|c| c.l2)) else {
+        return CpuCaches { cores, source: CacheSource::Fallback, ..CpuCaches::NOMINAL };
+    };
+    let l3 = found.iter().min_by_key(|c| if c.l3 > 0 { c.l3 / c.l3_cores } else { 0 }).expect("one CPU");
+    CpuCaches { l1d, l2, l3: l3.l3, l3_cores: l3.l3_cores, cores, source: CacheSource::Machine }
+}
+
+/// CPU `cpu`'s caches from sysfs under `root` (`cpuN/cache/indexI`); `None`
+/// where its L1 data cache or L2 cannot be read.
+fn cpu_caches(root: &std::path::Path, cpu: usize) -> Option<CpuCaches> {
+    let mut c = CpuCaches { l3: 0, l3_cores: 1, ..CpuCaches::NOMINAL };
     let (mut l1d, mut l2) = (None, None);
     for i in 0.. {
-        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
-        let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).ok().map(|s| s.trim().to_string());
+        let dir = root.join(format!("cpu{cpu}/cache/index{i}"));
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok().map(|s| s.trim().to_string());
         let Some(level) = read("level") else { break };
         let kind = read("type").unwrap_or_default();
         let Some(size) = read("size").and_then(|s| parse_size(&s).ok()) else { continue };
@@ -542,13 +568,25 @@ fn machine_caches() -> CpuCaches {
             _ => {}
         }
     }
-    match (l1d, l2) {
-        (Some(l1d), Some(l2)) => CpuCaches { l1d, l2, source: CacheSource::Machine, ..c },
-        _ => CpuCaches { cores, source: CacheSource::Fallback, ..CpuCaches::NOMINAL },
-    }
+    Some(CpuCaches { l1d: l1d?, l2: l2?, ..c })
 }
 
-/// CPUs in a sysfs list (`0-3,8-11`: 8).
+/// The CPUs a list such as `0-3,8,10-11` names, in order; at most
+/// [`MAX_CPUS`] of them (a malformed range names none).
+fn cpu_list(list: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for r in list.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+        let (a, b) = r.split_once('-').unwrap_or((r, r));
+        let (Ok(a), Ok(b)) = (a.trim().parse::<usize>(), b.trim().parse::<usize>()) else { continue };
+        cpus.extend((a..=b).take(MAX_CPUS - cpus.len().min(MAX_CPUS)));
+    }
+    cpus
+}
+
+/// The most CPUs whose caches are read (each a handful of small files).
+const MAX_CPUS: usize = 1024;
+
+/// The number of CPUs in a sysfs list such as `0-3,8`.
 fn cpu_list_len(list: &str) -> i64 {
     list.split(',')
         .filter(|r| !r.trim().is_empty())
@@ -803,6 +841,55 @@ mod tests {
         assert_eq!((c.l1d, c.l2, c.l3_cores, c.cores), (32 << 10, 512 << 10, 2, 2));
         let c = override_caches(CpuCaches::NOMINAL, "cores=16,l3cores=8").expect("valid");
         assert_eq!((c.cores, c.l3_cores, c.describe()), (16, 8, "l1d=32K,l2=1M,l3=32M/8,cores=16".to_string()));
+    }
+
+    /// A fake sysfs tree: per CPU, its (L1d, L2, L3, L3's CPU list).
+    fn sysfs(name: &str, cpus: &[(usize, &str, &str, &str, &str)]) -> std::path::PathBuf {
+        let root = std::env::temp_dir().join(format!("texc-sysfs-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for &(cpu, l1d, l2, l3, l3_list) in cpus {
+            for (i, (level, kind, size)) in
+                [("1", "Data", l1d), ("1", "Instruction", "32K"), ("2", "Unified", l2), ("3", "Unified", l3)]
+                    .into_iter()
+                    .enumerate()
+            {
+                let dir = root.join(format!("cpu{cpu}/cache/index{i}"));
+                std::fs::create_dir_all(&dir).expect("a temporary directory");
+                for (file, text) in [("level", level), ("type", kind), ("size", size), ("shared_cpu_list", l3_list)] {
+                    std::fs::write(dir.join(file), format!("{text}\n")).expect("writable");
+                }
+            }
+        }
+        root
+    }
+
+    #[test]
+    fn host_caches_are_the_smallest_among_the_cpus_allowed() {
+        // A hybrid: cpu0-1 performance cores (48K, 1.25M), cpu2-5 efficiency
+        // cores (32K, 2M); one L3 of 24M shared by all six.
+        let mut cpus = vec![(0, "48K", "1280K", "24M", "0-5"), (1, "48K", "1280K", "24M", "0-5")];
+        cpus.extend((2..6).map(|c| (c, "32K", "2048K", "24M", "0-5")));
+        let root = sysfs("hybrid", &cpus);
+        let all = smallest_caches(&root, &cpu_list("0-5"), 6);
+        assert_eq!((all.l1d, all.l2, all.l3, all.l3_cores, all.cores), (32 << 10, 1280 << 10, 24 << 20, 6, 6));
+        assert_eq!(all.source, CacheSource::Machine);
+        // `taskset -c 2-5`: cpu0's caches are not the ones texc runs on.
+        let efficient = smallest_caches(&root, &cpu_list("2-5"), 4);
+        assert_eq!((efficient.l1d, efficient.l2), (32 << 10, 2 << 20));
+        // CPUs whose caches cannot be read are left out; with none, the nominal caches.
+        let some = smallest_caches(&root, &[1, 40], 2);
+        assert_eq!((some.l1d, some.l2, some.source), (48 << 10, 1280 << 10, CacheSource::Machine));
+        let none = smallest_caches(&root, &[40, 41], 2);
+        assert_eq!((none.l1d, none.cores, none.source), (CpuCaches::NOMINAL.l1d, 2, CacheSource::Fallback));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn cpu_lists_are_parsed_boundedly() {
+        assert_eq!(cpu_list("0-3,8, 10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(cpu_list("5"), vec![5]);
+        assert!(cpu_list("").is_empty() && cpu_list("x-3,3-1").is_empty());
+        assert_eq!(cpu_list("0-1000000").len(), MAX_CPUS);
     }
 
     #[test]
