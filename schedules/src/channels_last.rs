@@ -42,7 +42,7 @@
 //! copies, inserted before the depthwise convolution (operator records'
 //! stage ranges move with them); inputs and outputs keep their layouts.
 
-use crate::analysis::{involves, loads_in};
+use crate::analysis::{every_read, involves, loads_in};
 use crate::filters_last::{alone_at, fill, product_body, read_moved, MIN_FILL};
 use crate::normalize::{contains_reduce, replace_node, subst};
 use std::collections::HashMap;
@@ -185,31 +185,13 @@ fn channel_at(p: &Program, st: &Stage, l: TExprId, c: VarId) -> Option<usize> {
 /// dimension `d` (a variable of the sum alone there), so packing it along
 /// `d` reads it contiguously once `d` is last.
 fn read_by_products_along(p: &Program, t: TensorId, d: usize) -> bool {
-    if p.tensor(t).role != TensorRole::Temp {
-        return false;
-    }
-    let mut read = false;
-    for st in &p.stages {
-        let mut loads = Vec::new();
-        loads_in(p, st.value, &mut loads);
-        for l in loads {
-            let TExpr::Load(u, idx) = p.expr(l) else { continue };
-            if *u != t {
-                continue;
-            }
-            let summed = match *p.expr(idx[d]) {
-                TExpr::Var(v) => {
-                    (v as usize) >= st.n_axes && st.vars[v as usize].extent > 1 && alone_at(p, l, v) == Some(d)
-                }
-                _ => false,
-            };
-            if product_body(p, st.value).is_none() || !summed {
-                return false;
-            }
-            read = true;
-        }
-    }
-    read
+    let summed_at_d = |st: &Stage, l: TExprId| {
+        let TExpr::Load(_, idx) = p.expr(l) else { return false };
+        let summed = |v: VarId| (v as usize) >= st.n_axes && st.vars[v as usize].extent > 1;
+        let alone = matches!(*p.expr(idx[d]), TExpr::Var(v) if summed(v) && alone_at(p, l, v) == Some(d));
+        alone && product_body(p, st.value).is_some()
+    };
+    p.tensor(t).role == TensorRole::Temp && every_read(p, t, summed_at_d)
 }
 
 /// Follow the chain of writers up from temporary `t` (read along its

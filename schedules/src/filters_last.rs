@@ -213,24 +213,11 @@ fn long_axis(
 /// filters-last contiguously, and its copy back across its rows. (Asked
 /// only of the products that pass returns: a walk of every stage.)
 fn read_along_f(p: &Program, t: TensorId, f: usize) -> bool {
-    if p.tensor(t).role != TensorRole::Temp {
-        return false;
-    }
-    let mut read = false;
-    for st in &p.stages {
-        let mut loads = Vec::new();
-        crate::analysis::loads_in(p, st.value, &mut loads);
-        for l in loads {
-            if matches!(p.expr(l), TExpr::Load(u, _) if *u == t) {
-                let inner = st.n_axes.checked_sub(1).map(|v| v as VarId);
-                if inner.and_then(|v| alone_at(p, l, v)) != Some(f) {
-                    return false;
-                }
-                read = true;
-            }
-        }
-    }
-    read
+    let innermost_at_f = |st: &Stage, l: TExprId| {
+        let inner = st.n_axes.checked_sub(1).map(|v| v as VarId);
+        inner.and_then(|v| alone_at(p, l, v)) == Some(f)
+    };
+    p.tensor(t).role == TensorRole::Temp && crate::analysis::every_read(p, t, innermost_at_f)
 }
 
 /// Whether a product reads its row `x` through windows: an index of one of
