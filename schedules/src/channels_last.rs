@@ -21,15 +21,16 @@
 //! 1 × 1 expansion): that product is returned, for [`crate::filters_last`]
 //! to compute filters-last and its reader to read as it is stored — not
 //! where AMX tiles would compute it, whose write-back keeps the rows last.
-//! Nothing is copied: the program computes the same values in the same
-//! order per element, stored at other addresses. MEASURED (same machine and block):
-//! the depthwise 0.033 → 0.016 ms (its padding 0.002), the pack 0.034 →
-//! 0.002, the expansion, now filters-last, 0.045 → 0.025; MobileNetV2's
-//! four blocks at 7 × 7 0.52 → 0.30 ms (docs/quantization.md).
+//! No activation is copied: the program computes the same values in the
+//! same order per element, stored at other addresses. MEASURED (same
+//! machine and block): the depthwise 0.033 → 0.016 ms (its padding 0.002),
+//! the pack 0.034 → 0.002, the expansion, now filters-last, 0.045 → 0.025;
+//! MobileNetV2's four blocks at 7 × 7 0.52 → 0.30 ms (docs/quantization.md).
 //!
-//! The depthwise's filters `W[c, 0, r, s]`, constant, are transposed once
-//! when constants fold ([`crate::transpose`]); so are the expansion's. A
-//! chain is taken only whole: every temporary in it read by nothing but
+//! The depthwise's filters `W[c, 0, r, s]`, constant, are read from a copy
+//! with `c` last (`W.f[r, s, c]`), made by a stage that folds with the
+//! constants (`read_constants_along_last`); the expansion's filters are
+//! moved so by [`crate::filters_last`]. A chain is taken only whole: every temporary in it read by nothing but
 //! the next stage of the chain, every tensor read along the channels a
 //! constant or read with the channels last, and the depthwise's output read
 //! only by products that sum over its channels (so packed along them,
@@ -83,7 +84,7 @@ pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorI
 
 /// Stage `si`'s constant operands that move with its last axis in another
 /// dimension (a depthwise convolution's filters `W[c, 0, r, s]`) read from
-/// copies with that dimension last ([`crate::filters_last::insert_dim_last`],
+/// copies with that dimension last ([`crate::filters_last::read_moved`],
 /// folded with the constants); the stage's index afterwards.
 fn read_constants_along_last(p: &mut Program, mut si: usize) -> usize {
     let st = p.stages[si].clone();
