@@ -115,9 +115,6 @@ fn plan(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> 
         return None;
     }
     let lanes = target.lanes(ElemType::I32) as i64;
-    if fill(crate::strategy::default_row(p, target, si), lanes) >= MIN_FILL {
-        return None;
-    }
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
     let (c, (a, d)) = (0..x).rev().find_map(|c| {
@@ -125,6 +122,10 @@ fn plan(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> 
         let fills = ext >= lanes && fill(ext, lanes) >= MIN_FILL;
         fills.then(|| activations(p, st, &loads, c as VarId)).flatten().map(|a| (c, a))
     })?;
+    // (After the cheap test above: most products are not channel-wise.)
+    if fill(crate::strategy::default_row(p, target, si), lanes) >= MIN_FILL {
+        return None;
+    }
     let cv = c as VarId;
     let others = loads.iter().filter(|&&l| l != a && involves(p, l, cv));
     if !others.into_iter().all(|&l| read_along(p, st, l, cv, constant)) {

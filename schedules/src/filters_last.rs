@@ -123,8 +123,7 @@ pub fn filters_last(
         // AMX tiles need no vectors along the rows: their layout stays.
         let tiled = target.has_amx_int8() && crate::dot4::reads_tiles(p, si);
         let wants = wanted(p.stages[si].tensor);
-        if let Some((f, merged)) = long_axis(p, si, target, movable, wants).filter(|_| !tiled) {
-            let read_so = wants && read_along_f(p, p.stages[si].tensor, f);
+        if let Some((f, merged, read_so)) = long_axis(p, si, target, movable, wants).filter(|_| !tiled) {
             si = rewrite(p, si, f, merged, Some(&mut made));
             if read_so {
                 // Its readers walk the filters innermost: they read `Y.t` as it is stored.
@@ -148,14 +147,16 @@ pub(crate) fn fill(extent: i64, lanes: i64) -> f64 {
 type Rows = Option<(usize, usize)>;
 
 /// The axis `f` to put last in stage `si`, if the stage is a short-row
-/// product (see the module header), and the row's axes that merge.
+/// product (see the module header), the row's axes that merge, and whether
+/// the product is `wants`ed and every reader walks `f` innermost (its copy
+/// back then inlined).
 fn long_axis(
     p: &Program,
     si: usize,
     target: &Target,
     movable: &dyn Fn(TensorId) -> bool,
     wants: bool,
-) -> Option<(usize, Rows)> {
+) -> Option<(usize, Rows, bool)> {
     let st = &p.stages[si];
     let last = st.n_axes.checked_sub(1)?;
     let (body, dot4) = product_body(p, st.value)?;
@@ -171,8 +172,8 @@ fn long_axis(
     let row = crate::strategy::default_row(p, target, si);
     let row_fill = fill(row, lanes);
     // A reader stored channels last wants the filters last whatever the row.
-    let wanted = |f: usize| dot4 && wants && read_along_f(p, st.tensor, f);
-    if row_fill >= WINDOW_FILL && !(0..last).any(wanted) {
+    let wanted = (dot4 && wants).then(|| (0..last).find(|&f| read_along_f(p, st.tensor, f))).flatten();
+    if row_fill >= WINDOW_FILL && wanted.is_none() {
         return None;
     }
     let mut loads = Vec::new();
@@ -198,13 +199,13 @@ fn long_axis(
     let merged = merged_rows(p, st, f);
     let whole_row = row == st.vars[last].extent || merged.is_some();
     let takes = if dot4 {
-        row_fill < MIN_FILL || wanted(f)
+        row_fill < MIN_FILL || wanted == Some(f)
     } else if whole_row && merged.is_none() && reads_windows(p, st, &loads) {
         row_fill < WINDOW_FILL
     } else {
         depth >= MIN_FLOAT_DEPTH && row_fill < MIN_FILL
     };
-    takes.then_some((f, merged))
+    takes.then_some((f, merged, wanted == Some(f)))
 }
 
 /// Whether temporary `t` is read, and every read of it indexes its
