@@ -784,10 +784,10 @@ fn inverted_blocks(blocks: usize, c: i64, e: i64, hw: i64, stride: i64, extra: &
         let (size, p) = (if b == 0 { hw } else { o }, if b == 0 { stride } else { 1 });
         let q = (size - 1) / p + 1;
         body += &format!(
-            "    T{b}[n, f, y, x] = u8(clamp(round(f32(sum[k](i32({x}[n, k, y, x]) * i32(We[f, k])) + be[f]) * 0.0007), 0.0, 255.0));\n\
+            "    T{b}[n, f, y, x] = u8(clamp(round(f32(f32(sum[k](i32({x}[n, k, y, x]) * i32(We[f, k])) + be[f]) * 0.0007)), 0.0, 255.0));\n\
              \x20   P{b}[n in 0..1, f in 0..{e}, y in 0..{pd}, x in 0..{pd}] = select(y >= 1 && y < {s1} && x >= 1 && x < {s1}, T{b}[n, f, y - 1, x - 1], u8(0));\n\
-             \x20   D{b}[n, f, y in 0..{q}, x in 0..{q}] = u8(clamp(round(f32(sum[g in 0..1, r in 0..3, s in 0..3](i32(P{b}[n, f + g, y * {p} + r, x * {p} + s]) * i32(Wd[f, g, r, s])) + bd[f]) * 0.0021), 0.0, 255.0));\n\
-             \x20   {y}[n, f, y, x] = u8(clamp(round(f32(sum[k](i32(D{b}[n, k, y, x]) * i32(Wp[f, k])) + bp[f]) * 0.0003), 0.0, 255.0));\n",
+             \x20   D{b}[n, f, y in 0..{q}, x in 0..{q}] = u8(clamp(round(f32(f32(sum[g in 0..1, r in 0..3, s in 0..3](i32(P{b}[n, f + g, y * {p} + r, x * {p} + s]) * i32(Wd[f, g, r, s])) + bd[f]) * 0.0021)), 0.0, 255.0));\n\
+             \x20   {y}[n, f, y, x] = u8(clamp(round(f32(f32(sum[k](i32(D{b}[n, k, y, x]) * i32(Wp[f, k])) + bp[f]) * 0.0003)), 0.0, 255.0));\n",
             pd = size + 2,
             s1 = size + 1,
         );
@@ -847,19 +847,21 @@ fn same_outputs(p: &Program, q: &Program) {
 }
 
 /// A depthwise convolution on rows shorter than three quarters of its
-/// vectors is stored channels last, with the padding copy before it: its
-/// vectors then run along the channels, and the projection after it packs
-/// its tile rows contiguously. The expansion that makes its channels is
-/// left to `filters_last`, which computes it filters-last for such a
-/// reader, its copy back inlined. The interpreter computes the same bytes
-/// before and after, and every CPU target the bytes of the interpreter, at
-/// maps of 7 and 5, channels that leave a tail of a vector, stride 2, and
-/// two blocks in a row (the filters' copies inserted before each).
+/// vectors, whose output a product packs into AMX tile rows, is stored
+/// channels last, with the padding copy before it: its vectors then run
+/// along the channels, and the projection packs its tile rows from
+/// contiguous bytes. The expansion that makes its channels is left to
+/// `filters_last`, which computes it filters-last for such a reader, its
+/// copy back inlined. The interpreter computes the same bytes before and
+/// after, and every CPU target the bytes of the interpreter, at maps of 7
+/// and 5, channels that leave a tail of a vector, stride 2, and two blocks
+/// in a row (the filters' copies inserted before each).
 #[test]
 fn short_depthwise_rows_are_stored_channels_last() {
-    for (c, e, hw) in [(24, 64, 7), (16, 40, 5)] {
+    const AMX: &str = "x86-avx512-amx";
+    for (c, e, hw) in [(128, 256, 7), (136, 264, 5)] {
         let p = program(&inverted_block(c, e, hw, ""));
-        let (q, moved) = stored_channels_last(&p, "x86-avx512-vnni");
+        let (q, moved) = stored_channels_last(&p, AMX);
         assert_eq!(moved, 1);
         let tir = texc_compiler::print::print_program(&q);
         let pad = hw + 2;
@@ -868,52 +870,56 @@ fn short_depthwise_rows_are_stored_channels_last() {
         assert!(tir.contains(&format!("temp T0: u8[1, {e}, {hw}, {hw}]")), "the expansion is filters_last's:\n{tir}");
         assert!(tir.contains("Wd.f["), "the filters read with their channels last:\n{tir}");
         same_outputs(&p, &q);
-        let packed = packed_channels_last(&p, "x86-avx512-vnni");
-        let loops = texc_schedules::ir::print(&legal_loops("x86-avx512-vnni", &packed));
+        let packed = packed_channels_last(&p, AMX);
+        let loops = texc_schedules::ir::print(&legal_loops(AMX, &packed));
         let stored = format!("temp T0.t: u8[1, {}, {e}]", hw * hw);
         assert!(loops.contains(&stored) && !loops.contains("temp T0: "), "filters-last, read as stored:\n{loops}");
+        assert!(loops.contains("amx_dpbusd"), "the projection on tiles:\n{loops}");
         check_exact(&format!("block {c} → {e} at {hw}², channels last"), &q);
-        let vnni = |t: &Target| t.has_vnni() && t.has_intrinsic(texc_compiler::ops::Intrinsic::Dot4);
-        check_exact_on(&format!("block {c} → {e} at {hw}², channels last, packed"), &packed, vnni);
+        let amx = |t: &Target| t.has_amx_int8();
+        check_exact_on(&format!("block {c} → {e} at {hw}², channels last, packed"), &packed, amx);
     }
     for (hw, stride) in [(7, 1), (13, 2)] {
-        let p = program(&inverted_blocks(2, 24, 64, hw, stride, ""));
-        let (q, moved) = stored_channels_last(&p, "x86-avx512-vnni");
+        let p = program(&inverted_blocks(2, 128, 256, hw, stride, ""));
+        let (q, moved) = stored_channels_last(&p, AMX);
         assert_eq!(moved, 2, "two blocks from {hw}², the first of stride {stride}");
         same_outputs(&p, &q);
         check_exact(&format!("two blocks from {hw}², the first of stride {stride}, channels last"), &q);
     }
 }
 
-/// What `channels_last` leaves as it is: rows that fill AVX2's 8 lanes or
-/// 14 of 16, targets without packed products, filters that are arguments
-/// (a transposed copy per call), a depthwise output read elementwise or
-/// written out, an expansion or a padding read twice, an expansion on AMX
-/// tiles (its write-back keeps the rows last), and float convolutions.
+/// What `channels_last` leaves as it is: a projection on `vpdpbusd` (which
+/// packs its activations along their rows: channels last would gather
+/// them), rows that fill AVX2's 8 lanes or 14 of 16, targets without
+/// packed products, filters that are arguments (a transposed copy per
+/// call), a depthwise output read elementwise or written out, an expansion
+/// or a padding read twice, an expansion on AMX tiles (its write-back keeps
+/// the rows last), and float convolutions.
 #[test]
 fn channels_last_moves_whole_chains_only() {
+    const AMX: &str = "x86-avx512-amx";
     let kept = |src: &str, target: &str| stored_channels_last(&program(src), target).1 == 0;
-    let block = inverted_block(24, 64, 7, "");
+    let block = inverted_block(128, 256, 7, "");
+    assert_eq!(stored_channels_last(&program(&block), AMX).1, 1, "moved on tiles");
+    assert!(kept(&block, "x86-avx512-vnni"), "a projection on vpdpbusd");
     assert!(kept(&block, "x86-avx2-vnni"), "7 of 8 lanes");
     assert!(kept(&block, "cranelift"), "no packed products");
-    assert!(kept(&inverted_block(24, 64, 14, ""), "x86-avx512-vnni"), "rows of 14 of 16");
+    assert!(kept(&inverted_block(128, 256, 14, ""), AMX), "rows of 14 of 16");
     let read_elementwise = "    Z[n, f, y, x] = i32(D0[n, f, y, x]) + 1;\n";
-    assert!(kept(&inverted_block(24, 64, 7, read_elementwise), "x86-avx512-vnni"), "the depthwise read elementwise");
+    assert!(kept(&inverted_block(128, 256, 7, read_elementwise), AMX), "the depthwise read elementwise");
     let expansion_twice = "    Z[n, f, y, x] = i32(T0[n, f, y, x]);\n";
-    assert!(kept(&inverted_block(24, 64, 7, expansion_twice), "x86-avx512-vnni"), "the expansion read twice");
+    assert!(kept(&inverted_block(128, 256, 7, expansion_twice), AMX), "the expansion read twice");
     let padding_twice = "    Z[n, f, y, x] = i32(P0[n, f, y, x]);\n";
-    assert!(kept(&inverted_block(24, 64, 7, padding_twice), "x86-avx512-vnni"), "the padding read twice");
+    assert!(kept(&inverted_block(128, 256, 7, padding_twice), AMX), "the padding read twice");
     let written_out = block
-        .replace("-> (Y: u8[1, 24, 7, 7])", "-> (Y: u8[1, 24, 7, 7], D0: u8[1, 64, 7, 7])")
+        .replace("-> (Y: u8[1, 128, 7, 7])", "-> (Y: u8[1, 128, 7, 7], D0: u8[1, 256, 7, 7])")
         .replace("D0[n, f, y in 0..7, x in 0..7]", "D0[n, f, y, x]");
     assert!(written_out.contains("D0: u8"), "{written_out}");
-    assert!(kept(&written_out, "x86-avx512-vnni"), "the depthwise an output");
-    let deep = inverted_block(256, 192, 7, "");
-    assert!(kept(&deep, "x86-avx512-amx"), "an expansion on tiles");
-    assert_eq!(stored_channels_last(&program(&deep), "x86-avx512-vnni").1, 1, "the same on vpdpbusd");
+    assert!(kept(&written_out, AMX), "the depthwise an output");
+    assert!(kept(&inverted_block(256, 256, 7, ""), AMX), "an expansion on tiles");
     let mut q = program(&block);
-    let t = texc_compiler::target::lookup("x86-avx512-vnni").expect("a target");
+    let t = texc_compiler::target::lookup(AMX).expect("a target");
     assert!(texc_schedules::channels_last::channels_last(&mut q, t, &|_| false).is_empty(), "filters as arguments");
     let float = block.replace("i32(", "f32(").replace(": i8[", ": f32[").replace(": i32[", ": f32[");
-    assert!(kept(&float, "x86-avx512-vnni"), "float products");
+    assert!(kept(&float, AMX), "float products");
 }
