@@ -603,8 +603,8 @@ impl Pipeline {
         )
     }
 
-    /// *zero* buffers that may be read before they are stored, then
-    /// *legalize* loop nests for the target.
+    /// *zero* buffers that may be read before they are stored, run a CPU
+    /// loop's pieces as *one launch*, then *legalize* loop nests for the target.
     pub fn legalize(&mut self, mut f: LoopFunc) -> Result<LoopFunc, Error> {
         let t0 = Instant::now();
         let t = self.options.target;
@@ -617,6 +617,18 @@ impl Pipeline {
             || texc_schedules::ir::print(&f),
             || texc_schedules::verify::verify(&f),
         )?;
+        if t.gpu.is_none() {
+            let t0 = Instant::now();
+            texc_schedules::launches::merge_parallel_pieces(&mut f);
+            after(
+                &self.options,
+                &mut self.timings,
+                Pass::OneLaunch,
+                t0,
+                || texc_schedules::ir::print(&f),
+                || texc_schedules::verify::verify(&f),
+            )?;
+        }
         let t0 = Instant::now();
         texc_schedules::legalize::legalize(&mut f, t);
         after(

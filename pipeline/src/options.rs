@@ -38,6 +38,8 @@ pub enum Pass {
     PadLdmatrix,
     /// Zeros first in buffers that may be read before they are stored (`texc_schedules::zeroing`).
     Zero,
+    /// CPU targets: a parallel loop cut into full tiles and a last one run as one launch (`texc_schedules::launches`).
+    OneLaunch,
     /// Target-legal operations (`texc_schedules::legalize`).
     Legalize,
     /// Machine code, text or objects (`texc_codegen`).
@@ -57,6 +59,7 @@ impl Pass {
             Pass::Multistage,
             Pass::PadLdmatrix,
             Pass::Zero,
+            Pass::OneLaunch,
             Pass::Legalize,
             Pass::Codegen,
         ]);
@@ -85,6 +88,7 @@ impl Pass {
             Pass::PadLdmatrix => "pad-ldmatrix",
             Pass::Legalize => "legalize",
             Pass::Zero => "zero",
+            Pass::OneLaunch => "one-launch",
             Pass::Codegen => "codegen",
         }
     }
@@ -103,6 +107,7 @@ impl Pass {
             | Pass::Multistage
             | Pass::PadLdmatrix
             | Pass::Zero
+            | Pass::OneLaunch
             | Pass::Legalize => "loops",
             Pass::Codegen => "code",
         }

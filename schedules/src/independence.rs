@@ -733,6 +733,18 @@ pub fn from_indices(f: &LoopFunc) -> Result<(), Conflict> {
     walk(f, &LoopRanges::of(f), &f.body)
 }
 
+/// Whether the iterations of a loop `(var, lo, extent, kind)` over `body`
+/// (not yet in `f`; `ranges` those of `f`'s other loops) are proven
+/// independent from the indices.
+pub fn iterations_independent(
+    f: &LoopFunc,
+    ranges: &LoopRanges,
+    the_loop: (VarId, i64, i64, ForKind),
+    body: &[Stmt],
+) -> bool {
+    check_loop(f, ranges, the_loop, body).is_ok()
+}
+
 fn check_loop(
     f: &LoopFunc,
     ranges: &LoopRanges,

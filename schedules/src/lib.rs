@@ -46,6 +46,7 @@ pub mod index;
 pub mod interval;
 pub mod ir;
 pub mod knobs;
+pub mod launches;
 pub mod legalize;
 pub mod lower;
 pub mod memory_plan;

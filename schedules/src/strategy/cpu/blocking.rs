@@ -309,19 +309,25 @@ fn block_columns(ss: &mut StageSchedule, inner: usize, m: Machine) {
 /// Panels per block of `panels` in all, near `per_block` (a quarter fewer
 /// to a quarter more, at least 2: the block is what its packing and cache
 /// reuse were sized for), such that the cores' shares of the blocks are as
-/// even as they can be: the full blocks run as one parallel loop, split
-/// into one chunk per core, and a last, shorter block runs after them on
-/// one core. Ties keep the larger block; a block that shortens the longest
-/// share by less than 5 % is not taken. Inception-v3's 17×17 convolutions have 10 panels
-/// of 32 pixels: blocks of 4 gave one core 4 + 2 panels and the other 4
-/// (two threads ran them 1.68× faster than one); blocks of 5 split 5 + 5.
+/// even as they can be: the blocks, a last, shorter one included, run as
+/// one parallel loop (`crate::launches`), split into one contiguous chunk
+/// of blocks per core. Ties keep the larger block; a block that shortens
+/// the longest share by less than 5 % is not taken. Inception-v3's 17×17
+/// convolutions have 10 panels of 32 pixels: blocks of 4 gave one core
+/// 4 + 2 panels and the other 4 (two threads ran them 1.68× faster than
+/// one); blocks of 5 split 5 + 5.
 fn balanced_blocks(panels: i64, per_block: i64, cores: i64) -> i64 {
     if cores < 2 || per_block < 2 || panels < 2 * per_block {
         return per_block;
     }
+    // The longest share: the pool's chunks of the loop's iterations.
     let span = |b: i64| {
         let (full, rest) = (panels / b, panels % b);
-        (full + cores - 1) / cores * b + rest
+        let n = full + i64::from(rest > 0);
+        let chunks = cores.min(n);
+        let share =
+            |c: i64| (n * c / chunks..n * (c + 1) / chunks).map(|i| if i < full { b } else { rest }).sum::<i64>();
+        (0..chunks).map(share).max().unwrap_or(0)
     };
     let (fewest, most) = (((per_block * 3 + 3) / 4).max(2), per_block + per_block / 4);
     let best = (fewest..=most).rev().min_by_key(|&b| (span(b), (b - per_block).abs())).unwrap_or(per_block);
@@ -812,14 +818,15 @@ mod tests {
         assert_eq!(blocking(caches(48, 1024, 2), 4), blocking(CpuCaches::NOMINAL, 4));
     }
 
-    /// Column blocks as the parallel loop: as many panels as split them
+    /// Column blocks as the parallel loop (the last, shorter block in the
+    /// same launch, in the last core's chunk): as many panels as split them
     /// most evenly between the cores, within a quarter of those asked.
     #[test]
     fn column_blocks_even_out_between_cores() {
-        assert_eq!(balanced_blocks(10, 4, 2), 5, "5 + 5, not 4 + 4 then 2");
-        assert_eq!(balanced_blocks(19, 8, 2), 9, "9 + 9 then 1, not 8 + 8 then 3");
+        assert_eq!(balanced_blocks(10, 4, 2), 5, "5 and 5, not 4 and 4 + 2");
+        assert_eq!(balanced_blocks(19, 8, 2), 9, "9 and 9 + 1, not 8 and 8 + 3");
         assert_eq!(balanced_blocks(16, 4, 2), 4, "already even");
-        assert_eq!(balanced_blocks(38, 4, 2), 3, "six blocks of 3 a core, then 2; not five of 4 and four, then 2");
+        assert_eq!(balanced_blocks(38, 4, 2), 4, "20 and 16 + 2 panels; blocks of 3 or 5 make 20 too");
         assert_eq!(balanced_blocks(38, 2, 2), 2, "no other block of 2 to 2");
         assert_eq!(balanced_blocks(10, 4, 1), 4, "one core: as asked");
         assert_eq!(balanced_blocks(132, 16, 2), 16, "13 gains less than 5 %: 67 panels a core against 68");

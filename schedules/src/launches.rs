@@ -1,0 +1,130 @@
+//! *one-launch*: a parallel loop that lowering cut in two — its full
+//! tiles, then its partial last tile ([`crate::lower`]'s loop
+//! partitioning: `for j.oo in 0..12 parallel` and `for j.oo in 12..13
+//! parallel`) — runs as one launch of the thread pool, each iteration
+//! taking the full tiles' body or the last tile's:
+//! `for j.oo in 0..13 parallel: if j.oo < 12: … ; if j.oo >= 12: …`.
+//!
+//! Two launches cost twice the hand-over, and the second, of one
+//! iteration, runs on one thread while the others wait; worse, the first
+//! thread then owns the first tiles and the last one, so its share of the
+//! tensor is not the share the next nest's first thread reads (the pool
+//! cuts every loop into even contiguous chunks), and half of a 1 × 1
+//! convolution's output crosses cores between layers.
+//!
+//! Runs after *zero* ([`crate::zeroing`]), whose proof reads the two loops'
+//! stores as boxes that meet, and before *legalize*.
+//!
+//! Invariants: two loops are merged only where they are adjacent, both
+//! `parallel`, of one schedule leaf (one name), the second starting where
+//! the first ends, their bodies hold no tile or GPU statements, and the
+//! merged loop's iterations are proven independent from the indices
+//! ([`crate::independence`]); every iteration runs once, with the body it
+//! had.
+
+use crate::digits::LoopRanges;
+use crate::ir::{ForKind, LoopFunc, Stmt};
+use crate::normalize::subst;
+use std::collections::HashMap;
+use texc_compiler::ops::BinOp;
+use texc_compiler::tir::{TExpr, Ty, VarId};
+use texc_compiler::types::ElemType;
+
+/// Merge every such pair of loops in `f`; returns how many were merged.
+pub fn merge_parallel_pieces(f: &mut LoopFunc) -> usize {
+    let ranges = LoopRanges::of(f);
+    let mut body = std::mem::take(&mut f.body);
+    let merged = merge_in(f, &ranges, &mut body);
+    f.body = body;
+    merged
+}
+
+fn merge_in(f: &mut LoopFunc, ranges: &LoopRanges, body: &mut Vec<Stmt>) -> usize {
+    let mut merged = 0;
+    for s in body.iter_mut() {
+        if let Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } = s {
+            merged += merge_in(f, ranges, body);
+        }
+    }
+    let mut i = 0;
+    while i + 1 < body.len() {
+        match merge_pair(f, ranges, &body[i], &body[i + 1]) {
+            Some(one) => {
+                body[i] = one;
+                body.remove(i + 1);
+                merged += 1;
+            }
+            None => i += 1,
+        }
+    }
+    merged
+}
+
+/// `a` and `b` as one parallel loop, where they are two pieces of one.
+fn merge_pair(f: &mut LoopFunc, ranges: &LoopRanges, a: &Stmt, b: &Stmt) -> Option<Stmt> {
+    let (
+        Stmt::For { var: va, lo: la, extent: ea, kind: ForKind::Parallel, body: ba },
+        Stmt::For { var: vb, lo: lb, extent: eb, kind: ForKind::Parallel, body: bb },
+    ) = (a, b)
+    else {
+        return None;
+    };
+    let (va, cut) = (*va, *lb);
+    if cut != la + ea || f.vars[va as usize].name != f.vars[*vb as usize].name || !plain(ba) || !plain(bb) {
+        return None;
+    }
+    let rename = HashMap::from([(*vb, va)]);
+    let last: Vec<Stmt> = bb.iter().map(|s| renamed(f, s, &rename)).collect();
+    let body = vec![
+        Stmt::If { cond: compare(f, va, BinOp::Lt, cut), then: ba.clone() },
+        Stmt::If { cond: compare(f, va, BinOp::Ge, cut), then: last },
+    ];
+    let extent = ea + eb;
+    if !crate::independence::iterations_independent(f, ranges, (va, *la, extent, ForKind::Parallel), &body) {
+        return None;
+    }
+    f.vars[va as usize].extent = la + extent;
+    Some(Stmt::For { var: va, lo: *la, extent, kind: ForKind::Parallel, body })
+}
+
+/// Whether `body` holds only loops, conditions, locals and stores.
+fn plain(body: &[Stmt]) -> bool {
+    body.iter().all(|s| match s {
+        Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => plain(body),
+        Stmt::Store { .. } => true,
+        _ => false,
+    })
+}
+
+/// `s` with the variables of `rename` renamed (its loops keep theirs).
+fn renamed(f: &mut LoopFunc, s: &Stmt, rename: &HashMap<VarId, VarId>) -> Stmt {
+    let e = |f: &mut LoopFunc, x| subst(&mut f.p, x, &HashMap::new(), rename);
+    match s {
+        Stmt::For { var, lo, extent, kind, body } => Stmt::For {
+            var: *var,
+            lo: *lo,
+            extent: *extent,
+            kind: *kind,
+            body: body.iter().map(|s| renamed(f, s, rename)).collect(),
+        },
+        Stmt::If { cond, then } => {
+            let cond = e(f, *cond);
+            Stmt::If { cond, then: then.iter().map(|s| renamed(f, s, rename)).collect() }
+        }
+        Stmt::Alloc { tensor, body } => {
+            Stmt::Alloc { tensor: *tensor, body: body.iter().map(|s| renamed(f, s, rename)).collect() }
+        }
+        Stmt::Store { tensor, indices, value } => {
+            let indices = indices.iter().map(|&i| e(f, i)).collect();
+            Stmt::Store { tensor: *tensor, indices, value: e(f, *value) }
+        }
+        other => other.clone(),
+    }
+}
+
+/// `var op k` as a condition.
+fn compare(f: &mut LoopFunc, var: VarId, op: BinOp, k: i64) -> texc_compiler::tir::TExprId {
+    let x = f.p.alloc(TExpr::Var(var), Ty::Index, Default::default());
+    let k = f.p.alloc(TExpr::Int(k), Ty::Index, Default::default());
+    f.p.alloc(TExpr::Binary(op, x, k), Ty::Elem(ElemType::Bool), Default::default())
+}
