@@ -577,13 +577,13 @@ impl Check<'_> {
             if !write && fixed_part.terms.is_empty() {
                 // What the guards say of the index narrows what may be read
                 // (a guard false everywhere: nothing is).
-                for (op, bound) in self.bounds_of(&e.guards, &form) {
-                    match op {
-                        BinOp::Lt => b = b.min(bound - 1),
-                        BinOp::Le => b = b.min(bound),
-                        BinOp::Gt => a = a.max(bound + 1),
-                        BinOp::Ge => a = a.max(bound),
-                        _ => {}
+                (a, b) = self.narrowed(&e.guards, &form, (a, b));
+                // A run of several dimensions: what they say of each one
+                // (a padding copy's `y >= 1` of `X[c, y - 1, x - 1]`, whose
+                // flat offset `W·y + x` no guard names).
+                if run.len() > 1 && reach == 0 {
+                    if let Some((lo, hi)) = self.run_bounds(e, run.clone(), shape) {
+                        (a, b) = (a.max(lo), b.min(hi));
                     }
                 }
             }
@@ -648,6 +648,41 @@ impl Check<'_> {
         }
         self.forms.merge_pairs(&mut flat)?;
         Some(flat)
+    }
+
+    /// `(a, b)`, the values `index` may take, narrowed by what `guards` say of it.
+    fn narrowed(&mut self, guards: &[TExprId], index: &Affine<Atom>, (mut a, mut b): (i128, i128)) -> (i128, i128) {
+        for (op, bound) in self.bounds_of(guards, index) {
+            match op {
+                BinOp::Lt => b = b.min(bound - 1),
+                BinOp::Le => b = b.min(bound),
+                BinOp::Gt => a = a.max(bound + 1),
+                BinOp::Ge => a = a.max(bound),
+                _ => {}
+            }
+        }
+        (a, b)
+    }
+
+    /// The flat offsets read `e` may make within the dimensions `run`,
+    /// each dimension's index bounded by its values and by what `e`'s
+    /// guards say of it: `Σ lo·stride ..= Σ hi·stride`. None where an index
+    /// has no form or no bounds.
+    fn run_bounds(&mut self, e: &Event, run: Range<usize>, shape: &[i64]) -> Option<(i128, i128)> {
+        let (mut lo, mut hi, mut stride) = (0i128, 0i128, 1i128);
+        for d in run.rev() {
+            let form = self.forms.form(e.indices[d])?;
+            let iv = self.forms.interval(&form);
+            let (a, b) = self.narrowed(&e.guards, &form, (iv.lo?, iv.hi?));
+            if a > b {
+                // Never made.
+                return Some((1, 0));
+            }
+            lo = lo.checked_add(a.checked_mul(stride)?)?;
+            hi = hi.checked_add(b.checked_mul(stride)?)?;
+            stride = stride.checked_mul(shape[d] as i128)?;
+        }
+        Some((lo, hi))
     }
 
     /// The comparisons `index op bound` that conjuncts of `guards` make
