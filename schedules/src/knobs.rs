@@ -25,6 +25,9 @@
 ///   bits, at most the target's: 256 on an AVX-512 target);
 /// - `attach` (0: every stage in a loop nest of its own, instead of
 ///   temporaries computed inside the loop of the stage that reads them);
+/// - `follow` (0: a stage's threads share out its own outer loops, not
+///   the axis its producer's threads shared out: the CPU strategy's
+///   `threads`);
 /// - `racc` (vectors of partial results of a float row reduction: its
 ///   independent combining chains);
 /// - `recip` (1: every float division by a value that stays the same along
@@ -61,6 +64,7 @@ pub struct DefaultKnobs {
     pub order: Option<bool>,
     pub unroll: Option<i64>,
     pub attach: Option<bool>,
+    pub follow: Option<bool>,
     pub racc: Option<i64>,
     pub recip: Option<bool>,
     pub acc: Option<bool>,
@@ -137,7 +141,7 @@ macro_rules! knob {
 }
 
 /// Every knob, CPU ones first, in the order the autotuner searches them.
-pub const KNOBS: [Knob; 21] = [
+pub const KNOBS: [Knob; 22] = [
     knob!("rows", Cpu, &[2, 3, 4, 5, 6, 8, 12], Accepts::Range(1, 64), "rows of a register block", |d, v| d
         .rows
         .replace(v)
@@ -184,6 +188,10 @@ pub const KNOBS: [Knob; 21] = [
         .is_none()),
     knob!("attach", Cpu, &[1, 0], Accepts::Flag, "0: every stage a nest of its own", |d, v| d
         .attach
+        .replace(v == 1)
+        .is_none()),
+    knob!("follow", Cpu, &[1, 0], Accepts::Flag, "0: threads share out a stage's own outer loops", |d, v| d
+        .follow
         .replace(v == 1)
         .is_none()),
     knob!("racc", Cpu, &[4, 2, 1], Accepts::Range(1, 8), "partial results of a float row reduction", |d, v| d

@@ -1419,3 +1419,104 @@ fn integer_sums_start_from_their_epilogues_term() {
         }
     }
 }
+
+/// An inverted-residual block's depthwise convolution, between 1 × 1
+/// convolutions whose threads share out rows of the image, shares out
+/// rows too: its rows cut into one part per core (the nominal two), fused
+/// with its channels, its padding copy made per part and channel — so
+/// that each thread reads rows it wrote — where its row blocks divide
+/// evenly (40 rows: 10 blocks of 4); where they do not (36: 9), and with
+/// the knob `follow=0`, its channels run in parallel as before. No buffer
+/// needs zeros first (`zeroing` proves every read of the padding copies
+/// written). Results
+/// match the interpreter in every case, with tails (40 = 2 vectors and 8).
+#[test]
+fn depthwise_convolutions_share_out_their_producers_rows() {
+    for (h, follows) in [(40, true), (36, false)] {
+        let src = format!(
+            "import std.nn;
+kernel blk(X: f32[N = 1, C = 16, H = {h}, W = {h}], We: f32[K = 64, C, 1, 1], Wd: f32[K, 1, 3, 3],
+           Wp: f32[C, K, 1, 1]) -> Z: f32[N, C, H, W] {{
+    E = relu6(conv2d(X, We));
+    D = relu6(conv2d(E, Wd, pad = 1, groups = K));
+    Z = conv2d(D, Wp);
+}}"
+        );
+        let (mut pl, k) = texc_tests::load_text("interp", "blk.tex", &src, None).expect("loads");
+        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let t = texc_compiler::target::lookup("x86-avx512").expect("registered");
+        for follow in [1, 0] {
+            let mut pl = texc_tests::pipeline(t.name);
+            pl.options.knobs = [("follow".to_string(), follow)].into();
+            let loops = pl.default_loops(p.clone()).expect("schedules and lowers");
+            let f = loops.lowered;
+            let text = texc_schedules::ir::print(&f);
+            let top = |t: &str| t.lines().filter(|l| l.starts_with("  for ") || l.starts_with("  local ")).count();
+            let nests = top(&text);
+            // No zeros stored first: every element the padding copies read
+            // was written (the proof bounds each dimension of a joined run).
+            let legal = texc_schedules::ir::print(&loops.legal);
+            assert_eq!(top(&legal), nests, "{h}, follow={follow}: nothing zeroed:\n{legal}");
+            let by_rows = text.lines().any(|l| l.starts_with("  for h.b.t.") && l.ends_with(" parallel:"));
+            assert_eq!(by_rows, follows && follow == 1, "{h}, follow={follow}: rows in parallel:\n{text}");
+            let attached = text.contains("\n    local _conv2d1.Xp: f32[1, 1, ");
+            assert!(
+                attached,
+                "{h}, follow={follow}: the padding copy made per channel inside the depthwise nest:\n{text}"
+            );
+            let what = format!("{h} follow={follow}");
+            assert_same(&what, &p, &f, 6);
+            assert_runs_as_interp(&what, t, &p, &f, 6);
+        }
+    }
+}
+
+/// Two parallel loops of one leaf, the second over the last, partial tile
+/// (`for i in 0..8` then `for i in 8..10`), run as one launch whose
+/// iterations take one body or the other; loops whose iterations would
+/// depend on each other (the second reads what the first writes) stay two.
+/// The evaluator and compiled code compute the same either way.
+#[test]
+fn a_parallel_loops_partial_tile_runs_in_the_same_launch() {
+    let pieces = |second: &str| {
+        format!(
+            "func two [N=10]
+  input A: f32[10]
+  output B: f32[10]
+  for i in 0..8 parallel:
+    B[i] = A[i] * 2.0f32
+  for i in 8..10 parallel:
+    B[i] = {second} * 3.0f32
+"
+        )
+    };
+    for (second, merged) in [("A[i]", true), ("B[i - 8]", false)] {
+        let text = pieces(second);
+        let mut sm = texc_grammar::span::SourceMap::new();
+        let id = sm.add("two.loops".to_string(), text.clone());
+        let parsed = texc_schedules::text::parse(&text, id).unwrap_or_else(|d| panic!("{}", d.render(&sm)));
+        let mut f = parsed.func;
+        let n = texc_schedules::launches::merge_parallel_pieces(&mut f);
+        let out = texc_schedules::ir::print(&f);
+        assert_eq!(n, usize::from(merged), "{second}:\n{out}");
+        let one = out.contains("for i in 0..10 parallel:\n    if i < 8:") && out.contains("    if i >= 8:");
+        assert_eq!(one, merged, "{second}:\n{out}");
+        assert!(texc_schedules::independence::check_loops(&f).is_ok(), "{second}: the merged loop is race-free");
+        let a: Vec<f64> = (0..10).map(f64::from).collect();
+        let args = || vec![Arg::Tensor(texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![10], &a))];
+        let want: Vec<f64> = (0..10)
+            .map(|i| match i {
+                0..8 => 2.0 * a[i],
+                _ if merged => 3.0 * a[i],
+                _ => 6.0 * a[i - 8],
+            })
+            .collect();
+        let got = eval::run(&f, args()).expect("evaluates");
+        assert_eq!(got[0].to_f64(), want, "{second}: evaluator");
+        let t = texc_compiler::target::lookup("x86-avx2").expect("registered");
+        if t.check_runs_here().is_ok() {
+            let got = texc_tests::compile_loops(t, &f).expect("compiles").run(args()).expect("runs");
+            assert_eq!(got[0].to_f64(), want, "{second}: compiled");
+        }
+    }
+}

@@ -347,8 +347,8 @@ fn kernels_without_a_template_tune_the_default_schedule() {
         let knobs = r["knobs"].as_object().expect("knobs");
         assert!(
             knobs.keys().all(|k| [
-                "rows", "nvec", "kslice", "cols", "pack", "order", "unroll", "par", "vec", "attach", "racc", "recip",
-                "acc", "flash", "fkeys", "fqueries", "rewrite", "winograd", "im2col"
+                "rows", "nvec", "kslice", "cols", "pack", "order", "unroll", "par", "vec", "attach", "follow", "racc",
+                "recip", "acc", "flash", "fkeys", "fqueries", "rewrite", "winograd", "im2col"
             ]
             .contains(&k.as_str())),
             "{r}"
@@ -388,7 +388,7 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     let o = texc(&db, &bad);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, nvec, kslice, cols, pack, order, unroll, par, vec, attach, racc, recip, acc, flash, fkeys, fqueries; on GPUs: gather, gtile, gslice, stages, wgmma; the pipeline's: rewrite, winograd, im2col)"),
+        text(&o).1.contains("not a knob of the default schedule (its knobs: rows, nvec, kslice, cols, pack, order, unroll, par, vec, attach, follow, racc, recip, acc, flash, fkeys, fqueries; on GPUs: gather, gtile, gslice, stages, wgmma; the pipeline's: rewrite, winograd, im2col)"),
         "{}",
         text(&o).1
     );

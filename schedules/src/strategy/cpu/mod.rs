@@ -48,6 +48,7 @@ mod model;
 mod pack;
 pub(crate) use pack::vector_operand;
 mod row_reductions;
+mod threads;
 mod tiles;
 mod vectorize;
 
@@ -314,6 +315,7 @@ fn divides_per_element(p: &Program, e: TExprId, v: VarId) -> bool {
 fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules {
     let mut s = Schedules::new(p);
     let mut packs = Vec::new();
+    let mut split = threads::SplitAxes::new();
     for (si, ss) in s.stages.iter_mut().enumerate() {
         let st = &p.stages[si];
         let m = Machine::of(target, st, p, knobs);
@@ -325,13 +327,17 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
         // sum's channels contiguously, but tiles run it.
         if let Some(axes) = tiles::tile_product(p, st).filter(|_| target.has_amx_int8()) {
             tiles::schedule_tiles(ss, p, st, axes, m);
+            split.extend(threads::split_axis(ss).map(|a| (st.tensor, a)));
             continue;
         }
         if reduces_along_rows(p, st) {
             schedule_row_reduction(ss, m);
+            split.extend(threads::split_axis(ss).map(|a| (st.tensor, a)));
             continue;
         }
-        let pack = schedule_stage(ss, p, st, m);
+        let follow = if knobs.follow == Some(false) { None } else { threads::followed_axis(p, st, &split) };
+        let pack = schedule_stage(ss, p, st, m, follow);
+        split.extend(threads::owned_axis(ss, follow).map(|a| (st.tensor, a)));
         // A block whose reduction is sliced outside it stays in memory; one
         // packed per column block (its whole reduction inside) does not.
         if knobs.acc != Some(false) && pack.as_ref().is_none_or(|r| !ss.ivs[r.leaf].reduce) {
@@ -389,7 +395,15 @@ fn flash_schedule(st: &Stage, m: Machine, knobs: DefaultKnobs) -> crate::flash::
     }
 }
 
-fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -> Option<PackRequest> {
+/// `follow`: the axis the threads of the stage's producer shared out, read
+/// along an axis of this stage ([`threads`]).
+fn schedule_stage(
+    ss: &mut StageSchedule,
+    p: &Program,
+    st: &Stage,
+    m: Machine,
+    follow: Option<VarId>,
+) -> Option<PackRequest> {
     let span = Span::default();
     let n_axes = st.n_axes;
     if n_axes == 0 {
@@ -400,6 +414,9 @@ fn schedule_stage(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) -
         true => None,
         false => vectorize_rows(ss, p, st, m),
     };
+    if let (Some(v), None) = (follow, &pack) {
+        threads::follow(ss, v, m);
+    }
     // Fuse leading spatial loops until there is enough parallel work.
     let mut outer = ss.leaves[0];
     if ss.ivs[outer].reduce || ss.leaves.len() == 1 && ss.ivs[outer].kind == ForKind::Vectorized {
