@@ -16,19 +16,21 @@
 //! stores as boxes that meet, and before *legalize*.
 //!
 //! Invariants: two loops are merged only where they are adjacent, both
-//! `parallel`, of one schedule leaf (one name), the second starting where
-//! the first ends, their bodies hold no tile or GPU statements, and the
-//! merged loop's iterations are proven independent from the indices
-//! ([`crate::independence`]); every iteration runs once, with the body it
-//! had.
+//! `parallel`, of the same name (lowering names a leaf's loops alike), the
+//! second starting where the first ends, their bodies hold no tile or GPU
+//! statements, and the merged loop's iterations are proven independent
+//! from the indices ([`crate::independence`]): the second loop reads
+//! nothing the first writes, nor writes what it reads. Every iteration
+//! runs once, with the body it had. Loops inside a parallel loop are left
+//! alone: the pool runs those serially.
 
 use crate::digits::LoopRanges;
 use crate::ir::{ForKind, LoopFunc, Stmt};
 use crate::normalize::subst;
+use crate::versioning::{compare, has_gpu_statements};
 use std::collections::HashMap;
 use texc_compiler::ops::BinOp;
-use texc_compiler::tir::{TExpr, Ty, VarId};
-use texc_compiler::types::ElemType;
+use texc_compiler::tir::VarId;
 
 /// Merge every such pair of loops in `f`; returns how many were merged.
 pub fn merge_parallel_pieces(f: &mut LoopFunc) -> usize {
@@ -42,8 +44,13 @@ pub fn merge_parallel_pieces(f: &mut LoopFunc) -> usize {
 fn merge_in(f: &mut LoopFunc, ranges: &LoopRanges, body: &mut Vec<Stmt>) -> usize {
     let mut merged = 0;
     for s in body.iter_mut() {
-        if let Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } = s {
-            merged += merge_in(f, ranges, body);
+        match s {
+            // Nested parallel loops run serially: nothing to gain.
+            Stmt::For { kind: ForKind::Parallel, .. } => {}
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => {
+                merged += merge_in(f, ranges, body)
+            }
+            _ => {}
         }
     }
     let mut i = 0;
@@ -70,9 +77,13 @@ fn merge_pair(f: &mut LoopFunc, ranges: &LoopRanges, a: &Stmt, b: &Stmt) -> Opti
         return None;
     };
     let (va, cut) = (*va, *lb);
-    if cut != la + ea || f.vars[va as usize].name != f.vars[*vb as usize].name || !plain(ba) || !plain(bb) {
+    let same_leaf = f.vars[va as usize].name == f.vars[*vb as usize].name;
+    if cut != la + ea || !same_leaf || !plain(ba) || !plain(bb) {
         return None;
     }
+    // The second body keeps its inner loops' variables (the loop is
+    // gone; `ranges` knows them). A pair refused below leaves these
+    // renamed expressions unused in the arena.
     let rename = HashMap::from([(*vb, va)]);
     let last: Vec<Stmt> = bb.iter().map(|s| renamed(f, s, &rename)).collect();
     let body = vec![
@@ -87,44 +98,25 @@ fn merge_pair(f: &mut LoopFunc, ranges: &LoopRanges, a: &Stmt, b: &Stmt) -> Opti
     Some(Stmt::For { var: va, lo: *la, extent, kind: ForKind::Parallel, body })
 }
 
-/// Whether `body` holds only loops, conditions, locals and stores.
+/// Whether `body` holds only CPU loops, conditions, locals and stores.
 fn plain(body: &[Stmt]) -> bool {
-    body.iter().all(|s| match s {
-        Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => plain(body),
-        Stmt::Store { .. } => true,
-        _ => false,
-    })
+    !has_gpu_statements(body)
 }
 
-/// `s` with the variables of `rename` renamed (its loops keep theirs).
+/// `s` with the variables of `rename` renamed; its loops keep theirs.
 fn renamed(f: &mut LoopFunc, s: &Stmt, rename: &HashMap<VarId, VarId>) -> Stmt {
     let e = |f: &mut LoopFunc, x| subst(&mut f.p, x, &HashMap::new(), rename);
+    let body = |f: &mut LoopFunc, b: &[Stmt]| b.iter().map(|s| renamed(f, s, rename)).collect();
     match s {
-        Stmt::For { var, lo, extent, kind, body } => Stmt::For {
-            var: *var,
-            lo: *lo,
-            extent: *extent,
-            kind: *kind,
-            body: body.iter().map(|s| renamed(f, s, rename)).collect(),
-        },
-        Stmt::If { cond, then } => {
-            let cond = e(f, *cond);
-            Stmt::If { cond, then: then.iter().map(|s| renamed(f, s, rename)).collect() }
+        Stmt::For { var, lo, extent, kind, body: b } => {
+            Stmt::For { var: *var, lo: *lo, extent: *extent, kind: *kind, body: body(f, b) }
         }
-        Stmt::Alloc { tensor, body } => {
-            Stmt::Alloc { tensor: *tensor, body: body.iter().map(|s| renamed(f, s, rename)).collect() }
-        }
+        Stmt::If { cond, then } => Stmt::If { cond: e(f, *cond), then: body(f, then) },
+        Stmt::Alloc { tensor, body: b } => Stmt::Alloc { tensor: *tensor, body: body(f, b) },
         Stmt::Store { tensor, indices, value } => {
             let indices = indices.iter().map(|&i| e(f, i)).collect();
             Stmt::Store { tensor: *tensor, indices, value: e(f, *value) }
         }
         other => other.clone(),
     }
-}
-
-/// `var op k` as a condition.
-fn compare(f: &mut LoopFunc, var: VarId, op: BinOp, k: i64) -> texc_compiler::tir::TExprId {
-    let x = f.p.alloc(TExpr::Var(var), Ty::Index, Default::default());
-    let k = f.p.alloc(TExpr::Int(k), Ty::Index, Default::default());
-    f.p.alloc(TExpr::Binary(op, x, k), Ty::Elem(ElemType::Bool), Default::default())
 }

@@ -19,6 +19,8 @@
 //!   copies, [`multistage`]);
 //! - *zero*: zeros first where a read may reach an unwritten element
 //!   ([`zeroing`]);
+//! - *one-launch* (CPU targets): a parallel loop's full tiles and its
+//!   last, partial one run as one launch ([`launches`]);
 //! - *legalize*: integer semantics and target intrinsics made explicit
 //!   ([`legalize`]); verified by [`verify::verify_legal`].
 //!

@@ -282,7 +282,7 @@ fn divides(f: &LoopFunc, e: TExprId, var: VarId) -> bool {
 }
 
 /// `var op k` as a guard.
-fn compare(f: &mut LoopFunc, var: VarId, op: BinOp, k: i64) -> TExprId {
+pub(crate) fn compare(f: &mut LoopFunc, var: VarId, op: BinOp, k: i64) -> TExprId {
     let x = f.p.alloc(TExpr::Var(var), Ty::Index, Default::default());
     let k = f.p.alloc(TExpr::Int(k), Ty::Index, Default::default());
     f.p.alloc(TExpr::Binary(op, x, k), Ty::Elem(ElemType::Bool), Default::default())
@@ -298,7 +298,7 @@ fn size(body: &[Stmt]) -> usize {
         .sum()
 }
 
-fn has_gpu_statements(body: &[Stmt]) -> bool {
+pub(crate) fn has_gpu_statements(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {
         Stmt::For { kind, body, .. } => kind.is_gpu() || *kind == ForKind::Async || has_gpu_statements(body),
         Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => has_gpu_statements(body),

@@ -16,7 +16,9 @@
 //!   multiple of its largest weight), and its guards dropping only indices
 //!   outside the buffer; boxes of stores that share their fixed parts
 //!   merge where they meet (a loop's body and its split tail);
-//! - a read *reads a box*, its own part's interval in each dimension;
+//! - a read *reads a box*, its own part's interval in each dimension,
+//!   narrowed by what its guards say of the index (of each dimension too,
+//!   where a run joins several: a padding copy's `y >= 1`);
 //! - the read is covered where its fixed parts equal a store's and its box
 //!   lies in that store's (merged) box. A store made later in the same
 //!   iteration, or a read of the element a statement is about to store,
@@ -580,7 +582,9 @@ impl Check<'_> {
                 (a, b) = self.narrowed(&e.guards, &form, (a, b));
                 // A run of several dimensions: what they say of each one
                 // (a padding copy's `y >= 1` of `X[c, y - 1, x - 1]`, whose
-                // flat offset `W·y + x` no guard names).
+                // flat offset `W·y + x` no guard names). Not for a tile's
+                // origin, whose elements reach past it (`run_bounds` bounds
+                // the origins only).
                 if run.len() > 1 && reach == 0 {
                     if let Some((lo, hi)) = self.run_bounds(e, run.clone(), shape) {
                         (a, b) = (a.max(lo), b.min(hi));

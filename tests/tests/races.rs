@@ -582,3 +582,34 @@ fn reviewed_holes_are_closed() {
         }
     }
 }
+
+/// A read's guards bound each dimension of its index where the proof
+/// joins dimensions into one run (`zeroing::run_bounds`): a padding copy's
+/// `select(y >= 1, T[y - 1, x], 0)` reads rows 0–3 of a buffer its writer
+/// stored as one flat run (`T[(o * 8 + v) / 6, (o * 8 + v) % 6]`, no box
+/// per dimension), so it needs no zeros; with the writer stopping short
+/// (`o * 8 + v < 20`: the last row's four last elements) it still does.
+/// The evaluator and compiled code agree either way.
+#[test]
+fn guards_bound_each_dimension_of_a_joined_run() {
+    let nest = |stop: &str| {
+        format!(
+            "func k []\n  input X: f32[24]\n  output Y: f32[5, 6]\n  temp T: f32[4, 6]\n  for o in 0..3:\n\
+             \x20   for v in 0..8:\n      if o * 8 + v < {stop}:\n        T[(o * 8 + v) / 6, (o * 8 + v) % 6] = X[o * 8 + v]\n\
+             \x20 for y in 0..5:\n    for x in 0..6:\n      Y[y, x] = select(y >= 1, T[y - 1, x], 0.0f32)\n"
+        )
+    };
+    for (stop, want) in [("24", Vec::<&str>::new()), ("20", vec!["T"])] {
+        let f = parse(&nest(stop)).unwrap_or_else(|e| panic!("{e}"));
+        let mut g = f.clone();
+        let zeroed = texc_schedules::zeroing::zero_uncovered(&mut g, false);
+        let names: Vec<&str> = zeroed.iter().map(|&t| g.p.tensor(t).name.as_str()).collect();
+        assert_eq!(names, want, "stores below {stop}");
+        let expect = texc_schedules::eval::run(&f, args(&f, 9)).expect("evaluates");
+        let target = texc_compiler::target::lookup("x86-avx2").expect("registered");
+        if target.check_runs_here().is_ok() {
+            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args(&f, 9)).expect("runs");
+            assert_eq!(got[0].to_f64(), expect[0].to_f64(), "stores below {stop}");
+        }
+    }
+}

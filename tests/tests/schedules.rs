@@ -910,7 +910,8 @@ fn default_schedules_follow_the_caches_and_match_the_interpreter() {
         ("small L2", CpuCaches { l2: 256 << 10, ..nominal }, (128, 256), true),
         ("large L1 and L2", CpuCaches { l1d: 64 << 10, l2: 4 << 20, ..nominal }, (256, 1024), true),
         ("one core", CpuCaches { cores: 1, l3_cores: 1, ..nominal }, (256, 512), false),
-        ("64 cores", CpuCaches { cores: 64, l3_cores: 64, ..nominal }, (128, 512), true),
+        // 64 cores: blocks of 6 panels (4 on AVX-512 cut to 3), as many blocks as cores take.
+        ("64 cores", CpuCaches { cores: 64, l3_cores: 64, ..nominal }, (96, 512), true),
     ];
     let sources = [
         ("mm", "kernel mm(A: f32[M = 5, K = 1100], B: f32[K, N = 2080]) -> C: f32[M, N] {\n    C[i, j] = sum[k](A[i, k] * B[k, j]);\n}"),
@@ -1426,9 +1427,9 @@ fn integer_sums_start_from_their_epilogues_term() {
 /// with its channels, its padding copy made per part and channel — so
 /// that each thread reads rows it wrote — where its row blocks divide
 /// evenly (40 rows: 10 blocks of 4); where they do not (36: 9), and with
-/// the knob `follow=0`, its channels run in parallel as before. No buffer
-/// needs zeros first (`zeroing` proves every read of the padding copies
-/// written). Results
+/// the knob `follow=0`, its channels run in parallel as before (on
+/// AVX-512; AVX2's blocks differ). No buffer needs zeros first (`zeroing`
+/// proves every read of the padding copies written). Results
 /// match the interpreter in every case, with tails (40 = 2 vectors and 8).
 #[test]
 fn depthwise_convolutions_share_out_their_producers_rows() {
@@ -1444,31 +1445,44 @@ kernel blk(X: f32[N = 1, C = 16, H = {h}, W = {h}], We: f32[K = 64, C, 1, 1], Wd
         );
         let (mut pl, k) = texc_tests::load_text("interp", "blk.tex", &src, None).expect("loads");
         let p = pl.specialize(k, &Bindings::default()).expect("specializes");
-        let t = texc_compiler::target::lookup("x86-avx512").expect("registered");
-        for follow in [1, 0] {
+        for (target, follow) in [("x86-avx512", 1), ("x86-avx512", 0), ("x86-avx2", 1)] {
+            let t = texc_compiler::target::lookup(target).expect("registered");
             let mut pl = texc_tests::pipeline(t.name);
             pl.options.knobs = [("follow".to_string(), follow)].into();
-            let loops = pl.default_loops(p.clone()).expect("schedules and lowers");
-            let f = loops.lowered;
+            let f = pl.default_loops(p.clone()).expect("schedules and lowers").lowered;
             let text = texc_schedules::ir::print(&f);
-            let top = |t: &str| t.lines().filter(|l| l.starts_with("  for ") || l.starts_with("  local ")).count();
-            let nests = top(&text);
-            // No zeros stored first: every element the padding copies read
-            // was written (the proof bounds each dimension of a joined run).
-            let legal = texc_schedules::ir::print(&loops.legal);
-            assert_eq!(top(&legal), nests, "{h}, follow={follow}: nothing zeroed:\n{legal}");
-            let by_rows = text.lines().any(|l| l.starts_with("  for h.b.t.") && l.ends_with(" parallel:"));
-            assert_eq!(by_rows, follows && follow == 1, "{h}, follow={follow}: rows in parallel:\n{text}");
+            let what = format!("{h} {target} follow={follow}");
+            if target == "x86-avx512" {
+                let by_rows = text.lines().any(|l| l.starts_with("  for h.b.t.") && l.ends_with(" parallel:"));
+                assert_eq!(by_rows, follows && follow == 1, "{what}: rows in parallel:\n{text}");
+            }
             let attached = text.contains("\n    local _conv2d1.Xp: f32[1, 1, ");
-            assert!(
-                attached,
-                "{h}, follow={follow}: the padding copy made per channel inside the depthwise nest:\n{text}"
-            );
-            let what = format!("{h} follow={follow}");
+            assert!(attached, "{what}: the padding copy made per channel inside the depthwise nest:\n{text}");
+            // No buffer needs zeros first: the proof bounds each dimension
+            // of the padding copy's reads of rows cut among threads.
+            let zeroed = texc_schedules::zeroing::zero_uncovered(&mut f.clone(), false);
+            assert!(zeroed.is_empty(), "{what}: nothing zeroed:\n{text}");
             assert_same(&what, &p, &f, 6);
             assert_runs_as_interp(&what, t, &p, &f, 6);
         }
     }
+}
+
+/// A grouped convolution (groups of 4 channels, a 3 × 3 window: 36 terms,
+/// within a depthwise window's size) sums over its group's channels, not a
+/// window only: it keeps the loops its own schedule runs in parallel,
+/// whatever its producer's threads shared out.
+#[test]
+fn grouped_convolutions_keep_their_own_threads() {
+    let src = "import std.nn;
+kernel grp(X: f32[N = 1, C = 16, H = 40, W = 40], We: f32[K = 64, C, 1, 1], Wg: f32[K, 4, 3, 3]) -> Y: f32[N, K, H, W] {
+    E = relu6(conv2d(X, We));
+    Y = conv2d(E, Wg, pad = 1, groups = 16);
+}";
+    let (mut pl, k) = texc_tests::load_text("interp", "grp.tex", src, None).expect("loads");
+    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let text = texc_schedules::ir::print(&texc_tests::default_lowered("x86-avx512", &p));
+    assert!(!text.lines().any(|l| l.contains(".t.") && l.ends_with(" parallel:")), "its own loops:\n{text}");
 }
 
 /// Two parallel loops of one leaf, the second over the last, partial tile

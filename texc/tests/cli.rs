@@ -588,9 +588,19 @@ fn extraction_is_chosen_by_environment() {
 fn passes_are_timed_and_dumped() {
     let o = texc(&["run", "examples/softmax.tex", "--target", "x86-avx2", "--time-passes"]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    for pass in
-        ["parse", "resolve", "specialize", "rewrite", "schedule", "lower", "zero", "legalize", "codegen", "total"]
-    {
+    for pass in [
+        "parse",
+        "resolve",
+        "specialize",
+        "rewrite",
+        "schedule",
+        "lower",
+        "zero",
+        "one-launch",
+        "legalize",
+        "codegen",
+        "total",
+    ] {
         assert!(err(&o).contains(pass), "no `{pass}` in\n{}", err(&o));
     }
     let o = texc(&[

@@ -335,9 +335,13 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
             split.extend(threads::split_axis(ss).map(|a| (st.tensor, a)));
             continue;
         }
-        let follow = if knobs.follow == Some(false) { None } else { threads::followed_axis(p, st, &split) };
+        // (One thread: no threads' shares to follow.)
+        let follow = match (knobs.follow, knobs.par) {
+            (Some(false), _) | (_, Some(false)) => None,
+            _ => threads::followed_axis(p, st, &split),
+        };
         let pack = schedule_stage(ss, p, st, m, follow);
-        split.extend(threads::owned_axis(ss, follow).map(|a| (st.tensor, a)));
+        split.extend(threads::owned_axis(ss, follow, knobs.attach != Some(false)).map(|a| (st.tensor, a)));
         // A block whose reduction is sliced outside it stays in memory; one
         // packed per column block (its whole reduction inside) does not.
         if knobs.acc != Some(false) && pack.as_ref().is_none_or(|r| !ss.ivs[r.leaf].reduce) {

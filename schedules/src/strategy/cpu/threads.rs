@@ -12,8 +12,9 @@
 //! than after its producer, took 0.4–1.0 ms less in all).
 //!
 //! So a float stage that sums over a small window only (a depthwise
-//! convolution), reading its largest operand along the axis that
-//! operand's writer's threads shared out, walks that axis outermost, cut
+//! convolution), reading an operand along the axis that operand's
+//! writer's threads shared out (the largest such operand), walks that
+//! axis outermost, cut
 //! into one part per core and fused with its channels, where the parts
 //! are exact: the chunks of the two nests are then the same rows, and a
 //! padding copy attached to it is made per part and channel. A copy or
@@ -31,7 +32,8 @@ use crate::analysis;
 use crate::ir::ForKind;
 use crate::schedule::{Rel, StageSchedule};
 use std::collections::HashMap;
-use texc_compiler::tir::{Program, Stage, TExpr, TensorId, VarId};
+use texc_compiler::ops::BinOp;
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, VarId};
 use texc_grammar::Span;
 
 /// The axis of its tensor that each scheduled stage's threads share out.
@@ -46,14 +48,18 @@ pub(super) fn split_axis(ss: &StageSchedule) -> Option<usize> {
 
 /// The axis whose threads own `ss`'s tensor for its readers: a copy or
 /// element-wise stage that would follow axis `follow` is mostly attached to
-/// its reader, computed by the reader's threads, so its readers follow
-/// that axis too ([`follow`] leaves its loops as they are); else the axis
-/// its own threads share out.
-pub(super) fn owned_axis(ss: &StageSchedule, follow: Option<VarId>) -> Option<usize> {
+/// its reader (where `attached` stages are: knob `attach`), computed by
+/// the reader's threads, so its readers follow that axis too ([`follow`]
+/// leaves its loops as they are); else the axis its own threads share out.
+pub(super) fn owned_axis(ss: &StageSchedule, follow: Option<VarId>, attached: bool) -> Option<usize> {
     match follow {
-        Some(v) if !ss.ivs.iter().any(|x| x.reduce) => Some(v as usize),
+        Some(v) if attached && !has_reduction(ss) => Some(v as usize),
         _ => split_axis(ss),
     }
+}
+
+fn has_reduction(ss: &StageSchedule) -> bool {
+    ss.ivs.iter().any(|x| x.reduce)
 }
 
 /// The stage axis leaf `l` derives from: through splits, and through a
@@ -67,9 +73,12 @@ fn root_axis(ss: &StageSchedule, l: usize) -> Option<usize> {
     }
 }
 
-/// The axis of `st` its threads should share out to read what its largest
+/// The axis of `st` its threads should share out to read what an
 /// operand's writer shared out: the one axis variable of `st` in that
-/// operand's index along the split axis (`Xp[n, c, 2 * y + r, …]` → `y`).
+/// operand's index along the split axis (`Xp[n, c, 2 * y + r, …]` → `y`),
+/// of the largest operand that has one. A stage without a reduction gets
+/// one too (a padding copy's `y` of `X[n, c, y - 1, …]`): it passes it on
+/// ([`owned_axis`]).
 pub(super) fn followed_axis(p: &Program, st: &Stage, split: &SplitAxes) -> Option<VarId> {
     // Integer stages keep their own: their products run on tiles in groups
     // of column blocks, and short rows are stored channels last
@@ -107,18 +116,38 @@ pub(super) fn followed_axis(p: &Program, st: &Stage, split: &SplitAxes) -> Optio
 
 /// Whether `st` sums over a window only: every reduction variable (of
 /// more than one value) appears in index `idx` only beside an axis
-/// variable (`y + r`), and the window is small ([`MAX_WINDOW`]), as a
-/// depthwise convolution's is — not a grouped convolution's sum over
-/// its group's channels (`c` beside `k` in `X[k / 16 * 16 + c, …]`), whose
-/// register blocks of rows are what its threads share.
-fn sums_windows_only(p: &Program, st: &Stage, idx: &[texc_compiler::tir::TExprId]) -> bool {
-    let axis_in = |i| (0..st.n_axes as VarId).any(|v| super::uses_var(p, i, v));
+/// variable that is not divided (`y + r`, `2 * y + r`), and the window is
+/// small ([`MAX_WINDOW`]), as a depthwise convolution's is — not a grouped
+/// convolution's sum over its group's channels (`c` beside `k` in
+/// `X[k / 16 * 16 + c, …]`), whose register blocks of rows are what its
+/// threads share.
+fn sums_windows_only(p: &Program, st: &Stage, idx: &[TExprId]) -> bool {
+    let beside_axis = |i| (0..st.n_axes as VarId).any(|v| super::uses_var(p, i, v)) && !divides_axis(p, st, i);
     let window: i64 = st.vars[st.n_axes..].iter().map(|v| v.extent.max(1)).product();
     window <= MAX_WINDOW
         && (st.n_axes..st.vars.len()).filter(|&r| st.vars[r].extent > 1).all(|r| {
             let r = r as VarId;
-            idx.iter().all(|&i| !super::uses_var(p, i, r) || axis_in(i))
+            idx.iter().all(|&i| !super::uses_var(p, i, r) || beside_axis(i))
         })
+}
+
+/// Whether `e` divides, or takes a remainder of, an expression of an axis of `st`.
+fn divides_axis(p: &Program, st: &Stage, e: TExprId) -> bool {
+    let here = match p.expr(e) {
+        TExpr::Binary(
+            BinOp::Div
+            | BinOp::FloorDiv
+            | BinOp::FloorMod
+            | BinOp::TruncDiv
+            | BinOp::TruncRem
+            | BinOp::UDiv
+            | BinOp::URem,
+            a,
+            _,
+        ) => (0..st.n_axes as VarId).any(|v| super::uses_var(p, *a, v)),
+        _ => false,
+    };
+    here || p.children(e).into_iter().any(|c| divides_axis(p, st, c))
 }
 
 /// The largest window [`sums_windows_only`] takes: 7 × 7.
@@ -126,14 +155,15 @@ const MAX_WINDOW: i64 = 49;
 
 /// Make a loop of axis `v` the outermost, to run in parallel, cut into
 /// one part per core (the parts then fuse with the loops inside). Nothing
-/// where `v`'s loop lies inside a reduction, is already outermost, or does
-/// not divide evenly among the cores.
+/// for a stage without a reduction, nor where `v`'s loop is not a serial
+/// loop outside the reductions, is already outermost, or does not divide
+/// evenly among the cores.
 pub(super) fn follow(ss: &mut StageSchedule, v: VarId, m: Machine) {
     let span = Span::default();
     // A copy or element-wise stage keeps its loops: it is mostly attached
     // to its reader (a padding copy to its depthwise convolution), whose
     // box its own cut would only split ([`owned_axis`] passes the axis on).
-    if !ss.ivs.iter().any(|x| x.reduce) {
+    if !has_reduction(ss) {
         return;
     }
     let first_reduction = ss.leaves.iter().position(|&l| ss.ivs[l].reduce).unwrap_or(ss.leaves.len());
@@ -148,12 +178,10 @@ pub(super) fn follow(ss: &mut StageSchedule, v: VarId, m: Machine) {
         return;
     }
     // Cut into one part per core, exactly, the parts fused with the loops
-    // inside: each iteration a slab of one channel (what a padding copy
-    // attached to a depthwise convolution is made for). Moved whole, the
-    // loop would make every iteration walk all channels: an element-wise
-    // stage's 16-lane rows of 128 planes at once ran 4× slower
-    // (SqueezeNet's concatenations, 2 threads: 0.075 → 0.316 ms), and a
-    // padding copy could no longer be made per channel.
+    // inside: each iteration a slab of one channel, for which an attached
+    // padding copy is made. Moved whole, the loop would make every
+    // iteration walk all channels, and the padding copy, of all channels
+    // at once, would no longer be attached (a pass of its own).
     let (n, cores) = (ss.ivs[l].extent, m.caches.cores);
     if cores < 2 || n < 2 * cores || n % cores != 0 || super::has_tail(ss, l) {
         return;
