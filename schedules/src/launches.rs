@@ -26,13 +26,17 @@
 
 use crate::digits::LoopRanges;
 use crate::ir::{ForKind, LoopFunc, Stmt};
-use crate::normalize::subst;
-use crate::versioning::{compare, has_gpu_statements};
+use crate::versioning::{compare, copy, has_gpu_statements};
 use std::collections::HashMap;
 use texc_compiler::ops::BinOp;
-use texc_compiler::tir::VarId;
 
 /// Merge every such pair of loops in `f`; returns how many were merged.
+///
+/// The loop ranges the proofs read are computed once, before any merge:
+/// a merge changes no range another proof reads, since a merged pair's
+/// inner loops keep their variables and ranges, the first loop's variable
+/// (whose extent grows) is bound by the merged loop itself in its proof,
+/// and no merge looks inside a parallel loop, where a merged one could be.
 pub fn merge_parallel_pieces(f: &mut LoopFunc) -> usize {
     let ranges = LoopRanges::of(f);
     let mut body = std::mem::take(&mut f.body);
@@ -84,8 +88,8 @@ fn merge_pair(f: &mut LoopFunc, ranges: &LoopRanges, a: &Stmt, b: &Stmt) -> Opti
     // The second body keeps its inner loops' variables (the loop is
     // gone; `ranges` knows them). A pair refused below leaves these
     // renamed expressions unused in the arena.
-    let rename = HashMap::from([(*vb, va)]);
-    let last: Vec<Stmt> = bb.iter().map(|s| renamed(f, s, &rename)).collect();
+    let mut rename = HashMap::from([(*vb, va)]);
+    let last: Vec<Stmt> = bb.iter().map(|s| copy(f, s, &mut rename, false)).collect();
     let body = vec![
         Stmt::If { cond: compare(f, va, BinOp::Lt, cut), then: ba.clone() },
         Stmt::If { cond: compare(f, va, BinOp::Ge, cut), then: last },
@@ -101,22 +105,4 @@ fn merge_pair(f: &mut LoopFunc, ranges: &LoopRanges, a: &Stmt, b: &Stmt) -> Opti
 /// Whether `body` holds only CPU loops, conditions, locals and stores.
 fn plain(body: &[Stmt]) -> bool {
     !has_gpu_statements(body)
-}
-
-/// `s` with the variables of `rename` renamed; its loops keep theirs.
-fn renamed(f: &mut LoopFunc, s: &Stmt, rename: &HashMap<VarId, VarId>) -> Stmt {
-    let e = |f: &mut LoopFunc, x| subst(&mut f.p, x, &HashMap::new(), rename);
-    let body = |f: &mut LoopFunc, b: &[Stmt]| b.iter().map(|s| renamed(f, s, rename)).collect();
-    match s {
-        Stmt::For { var, lo, extent, kind, body: b } => {
-            Stmt::For { var: *var, lo: *lo, extent: *extent, kind: *kind, body: body(f, b) }
-        }
-        Stmt::If { cond, then } => Stmt::If { cond: e(f, *cond), then: body(f, then) },
-        Stmt::Alloc { tensor, body: b } => Stmt::Alloc { tensor: *tensor, body: body(f, b) },
-        Stmt::Store { tensor, indices, value } => {
-            let indices = indices.iter().map(|&i| e(f, i)).collect();
-            Stmt::Store { tensor: *tensor, indices, value: e(f, *value) }
-        }
-        other => other.clone(),
-    }
 }

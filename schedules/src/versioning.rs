@@ -314,33 +314,41 @@ fn copy_loop(f: &mut LoopFunc, var: VarId, body: &[Stmt]) -> (VarId, Vec<Stmt>) 
     let d = f.vars[var as usize].clone();
     let fresh = f.new_var(d.name, d.extent);
     let mut rename = HashMap::from([(var, fresh)]);
-    let body = body.iter().map(|s| copy(f, s, &mut rename)).collect();
+    let body = body.iter().map(|s| copy(f, s, &mut rename, true)).collect();
     (fresh, body)
 }
 
 /// A copy of `body` whose loops have fresh variables.
 fn copy_stmts(f: &mut LoopFunc, body: &[Stmt]) -> Vec<Stmt> {
     let mut rename = HashMap::new();
-    body.iter().map(|s| copy(f, s, &mut rename)).collect()
+    body.iter().map(|s| copy(f, s, &mut rename, true)).collect()
 }
 
-/// Deep copy of CPU statement `s` (no GPU statements: see `has_gpu_statements`).
-fn copy(f: &mut LoopFunc, s: &Stmt, rename: &mut HashMap<VarId, VarId>) -> Stmt {
+/// Deep copy of CPU statement `s` (no GPU statements: see
+/// `has_gpu_statements`), its expressions' variables renamed by `rename`;
+/// with `fresh`, each loop gets a new variable (added to `rename`), else
+/// loops keep theirs.
+pub(crate) fn copy(f: &mut LoopFunc, s: &Stmt, rename: &mut HashMap<VarId, VarId>, fresh: bool) -> Stmt {
     let e = |f: &mut LoopFunc, x: TExprId, rename: &HashMap<VarId, VarId>| subst(&mut f.p, x, &HashMap::new(), rename);
     match s {
         Stmt::For { var, lo, extent, kind, body } => {
-            let d = f.vars[*var as usize].clone();
-            let fresh = f.new_var(d.name, d.extent);
-            rename.insert(*var, fresh);
-            let body = body.iter().map(|s| copy(f, s, rename)).collect();
-            Stmt::For { var: fresh, lo: *lo, extent: *extent, kind: *kind, body }
+            let var = if fresh {
+                let d = f.vars[*var as usize].clone();
+                let new = f.new_var(d.name, d.extent);
+                rename.insert(*var, new);
+                new
+            } else {
+                *var
+            };
+            let body = body.iter().map(|s| copy(f, s, rename, fresh)).collect();
+            Stmt::For { var, lo: *lo, extent: *extent, kind: *kind, body }
         }
         Stmt::If { cond, then } => {
             let cond = e(f, *cond, rename);
-            Stmt::If { cond, then: then.iter().map(|s| copy(f, s, rename)).collect() }
+            Stmt::If { cond, then: then.iter().map(|s| copy(f, s, rename, fresh)).collect() }
         }
         Stmt::Alloc { tensor, body } => {
-            Stmt::Alloc { tensor: *tensor, body: body.iter().map(|s| copy(f, s, rename)).collect() }
+            Stmt::Alloc { tensor: *tensor, body: body.iter().map(|s| copy(f, s, rename, fresh)).collect() }
         }
         Stmt::Store { tensor, indices, value } => {
             let indices = indices.iter().map(|&i| e(f, i, rename)).collect();
