@@ -275,6 +275,31 @@ fn vector_tails_run_in_narrower_registers() {
     assert!(xmm > 0 && zmm <= 3 * xmm, "the 19-lane tail as 16 + 3 lanes expected: {zmm} zmm and {xmm} xmm FMAs");
 }
 
+/// A vectorized loop of three registers (`--knob nvec=3`: blocks of 48
+/// lanes on AVX-512) runs as 32 + 16 lanes, not as LLVM's widening to 64,
+/// which built every operand lane by lane (`vinsertps`, 12× slower); the
+/// same blocks on this machine's `host` (24 lanes with AVX2: 16 + 8) match
+/// the interpreter at a width no block divides.
+#[test]
+fn three_register_vectors_run_as_powers_of_two() {
+    let src = "kernel c(X: f32[4, 3, 149], W: f32[16, 4, 3, 3]) -> Y: f32[16, 147] {\n\
+               \x20   Y[f, x] = sum[c, r, s](X[c, r, x + s] * W[f, c, r, s]);\n}\n";
+    let path = tmp("nvec3.tex");
+    std::fs::write(&path, src).expect("write");
+    let path = path.to_str().expect("utf-8");
+    let knob = ["--knob", "rows=8,nvec=3"];
+    let o = texc(&[&["emit", path, "--stage", "asm", "--target", "x86-avx512"][..], &knob[..]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let asm = String::from_utf8_lossy(&o.stdout);
+    let body = hot_loop(&asm, "vfmadd");
+    let zmm = body.iter().filter(|l| l.trim_start().starts_with("vfmadd") && l.contains("%zmm")).count();
+    let built: Vec<_> = body.iter().filter(|l| l.contains("vinsert") || l.contains("vpinsr")).collect();
+    assert!(zmm >= 24 && built.is_empty(), "{zmm} zmm FMAs; lanes inserted one by one: {built:#?}");
+    let o = texc(&[&["run", path, "--target", "host", "--check"][..], &knob[..]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("relative error"), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
 /// The instructions of the loop that `insn` first appears in: from the
 /// label before it to the branch back there.
 fn hot_loop<'a>(asm: &'a str, insn: &str) -> Vec<&'a str> {
