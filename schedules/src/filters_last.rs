@@ -34,7 +34,7 @@
 //! zoo's float models, those that change — Inception-v3 1.14× faster,
 //! MobileNetV3-Large, EfficientNet-B0, DenseNet-121 — run within noise or
 //! faster) — or, for a convolution whose whole row is read through windows,
-//! [`MIN_WINDOW_DEPTH`] where the row idles more than an eighth of its lanes
+//! [`MIN_WINDOW_DEPTH`] where the row idles an eighth of its lanes or more
 //! ([`WINDOW_FILL`]). The copy stays a pass of its own, walking its
 //! source's lines once, where its source has more lines than L1 holds and
 //! its reader walks another tensor along its rows (not inlined:
@@ -80,17 +80,29 @@ pub const MIN_FILL: f64 = 0.75;
 /// Products per output from which a float product is computed filters-last.
 pub const MIN_FLOAT_DEPTH: i64 = 512;
 
-/// The fill below which a float convolution's row read through windows (a
+/// The fill up to which a float convolution's row read through windows (a
 /// 3×3 convolution's `x + s`), the whole image row, is computed
-/// filters-last: more than an eighth of the lanes idle. Its filters' panel
+/// filters-last: an eighth of the lanes idle, or more. Its filters' panel
 /// is read once per block of positions and the block's rows are
 /// broadcasts, so the row's length no longer sets the lanes; what it costs
 /// is the copy back, a pass over the output. MEASURED (AVX-512, 1 thread,
 /// SqueezeNet's 3×3 convolutions, from 16 → 64 filters at 55×55 to 64 →
 /// 256 at 13×13, rows of 0.81–0.86): 0.39–0.46 → 0.29 ms each, ONNX
 /// Runtime's 0.31, the copy 0.03–0.06; Inception-v3's 80 → 192 at 71×71
-/// (rows of 0.89): 11.5 → 13.2 ms, hence the bound; rows of exactly 7/8
-/// (56 of 64, 7 of 8) measured no faster in the zoo and stay.
+/// (rows of 0.89): 11.5 → 13.2 ms, hence the bound. Rows of exactly 7/8
+/// (56 of 64, 28 of 32, 14 of 16, AVX2's 7 of 8) are taken since
+/// DenseNet-121's 128 → 32 at 56² stopped being Winograd on a 2 MiB L2
+/// (`strategy::cpu::model`): alone 1.75 → 1.32 ms (1 thread); DenseNet-121
+/// on `host` 51.4 → 47.7 ms at 1 thread, 30.3 → 27.7 at 2, `x86-avx512`
+/// 52.2 → 49.5, `x86-avx2` 77.4 → 75.2 (its 7 × 7 layers); GoogLeNet's
+/// 16 → 32 at 28² 0.061 → 0.045–0.050 ms with the copy back, 16 → 48 at
+/// 14² 0.027 → 0.018; Inception-v3 on `x86-avx2` (5 × 5 convolutions 48 →
+/// 64 at 35², rows of 35 in 40 lanes) 144.7 → 141.2 ms. On AVX2's 7 × 7
+/// maps with constant filters (single layers, bias and ReLU): 128 → 32
+/// 0.081 → 0.058 ms, 512 → 128 1.21 → 0.89, 256 → 256 0.84 → 0.86; on
+/// `cranelift`'s 4-lane vectors 1.16 → 0.21 ms (64 → 48), 17.2 → 7.7 (256
+/// → 256). Against: filters that are arguments, not constants, on AVX2's
+/// 7 × 7 (a `.tex` kernel): 64 → 48 0.037 → 0.050, 256 → 256 2.05 → 2.30.
 pub const WINDOW_FILL: f64 = 0.875;
 
 /// Products per output from which such a windowed float row is computed
@@ -138,6 +150,13 @@ pub fn filters_last(
     changed
 }
 
+/// Whether a windowed row of `row` elements leaves enough of its vectors'
+/// `lanes` idle to be computed filters-last: an eighth or more
+/// ([`WINDOW_FILL`]).
+fn idles_window_lanes(row: i64, lanes: i64) -> bool {
+    fill(row, lanes) <= WINDOW_FILL
+}
+
 /// How many of `vectors` of `lanes` a row of `extent` fills.
 pub(crate) fn fill(extent: i64, lanes: i64) -> f64 {
     extent as f64 / ((extent + lanes - 1) / lanes * lanes) as f64
@@ -173,7 +192,7 @@ fn long_axis(
     let row_fill = fill(row, lanes);
     // A reader stored channels last wants the filters last whatever the row.
     let wanted = (dot4 && wants).then(|| (0..last).find(|&f| read_along_f(p, st.tensor, f))).flatten();
-    if row_fill >= WINDOW_FILL && wanted.is_none() {
+    if !idles_window_lanes(row, lanes) && wanted.is_none() {
         return None;
     }
     let mut loads = Vec::new();
@@ -201,7 +220,7 @@ fn long_axis(
     let takes = if dot4 {
         row_fill < MIN_FILL || wanted == Some(f)
     } else if whole_row && merged.is_none() && reads_windows(p, st, &loads) {
-        row_fill < WINDOW_FILL
+        idles_window_lanes(row, lanes)
     } else {
         depth >= MIN_FLOAT_DEPTH && row_fill < MIN_FILL
     };

@@ -80,8 +80,9 @@ fn few_rows_keep_reading_along_rows() {
 
 /// A float convolution over rows too short for the vectors (`filters_last`):
 /// 7-wide rows of 16-lane vectors, 576 products per output, filters read
-/// `f` last — computed as `Y.t[n, y, x, f]` on AVX-512 (7 of 8 AVX2 lanes
-/// are full enough), bit for bit the same sums. Shallow sums stay as
+/// `f` last — computed as `Y.t[n, y, x, f]` wherever the row idles an
+/// eighth of its lanes or more (7 of 16, 7 of 8) — bit for bit the same
+/// sums. Shallow sums stay as
 /// written. A 1×1 convolution's 4×5 map, which the schedule fuses into rows
 /// of 20 (20 of 32 AVX-512 lanes), is computed filters-last too, its map
 /// one axis (`Y.t[n, p, k]`: rows of the block over the whole map); maps
@@ -98,7 +99,7 @@ fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
     let avx512 = |text: &str| loops_text("x86-avx512", &program(text)).0.contains("Y.t");
     assert!(avx512(&conv(64, 48)), "576 products per output");
     assert!(!avx512(&conv(8, 48)), "72 products per output");
-    assert!(!loops_text("x86-avx2", &program(&conv(64, 48))).0.contains("Y.t"), "7 of 8 lanes");
+    assert!(loops_text("x86-avx2", &program(&conv(64, 48))).0.contains("Y.t"), "7 of 8 lanes");
     let pointwise = |h: i64, w: i64| {
         format!(
             "kernel c(X: f32[1, 600, {h}, {w}], W: f32[600, 40]) -> Y: f32[1, 40, {h}, {w}] {{\n\
@@ -110,7 +111,7 @@ fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
     assert!(text.contains("temp Y.t.r0: f32[1, 20, 40]"), "a 4×5 map is one axis:\n{text}");
     assert!(!avx512(&pointwise(7, 7)), "49 of 64 lanes");
     assert!(!avx512(&pointwise(14, 14)), "196 of 208 lanes");
-    check_layout("filters-last 3×3", &conv(64, 48), "Y.t", &|t| t.vector_bits >= 512);
+    check_layout("filters-last 3×3", &conv(64, 48), "Y.t", &|t| idles_an_eighth(t, 7));
     check_layout("filters-last 1×1 on 4×5", &pointwise(4, 5), "Y.t", &|t| t.vector_bits >= 512);
     check_layout("1×1 on 7×7", &pointwise(7, 7), "Y.t", &|_| false);
 }
@@ -124,8 +125,9 @@ fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
 /// reader (which would read every line again for each channel); from a
 /// 13×13 map's 169 lines it is inlined. At 8 channels (72 products) the
 /// convolution stays as written, and so on 23-wide rows where vectors have
-/// 4 or 8 lanes (23 of 24). Each matches the interpreter on every CPU
-/// target here.
+/// 4 or 8 lanes (23 of 24); 56-wide rows (56 of 64, an eighth idle) are
+/// taken. Each matches the interpreter on every
+/// CPU target here.
 #[test]
 fn windowed_rows_that_idle_lanes_run_along_the_filters() {
     let conv = |c: i64, h: i64, w: i64| {
@@ -150,15 +152,18 @@ fn windowed_rows_that_idle_lanes_run_along_the_filters() {
     check_layout("filters-last 3×3 on 55-wide rows", &conv(16, 27, 55), "Y.t", &|t| idles_an_eighth(t, 55));
     check_layout("filters-last 3×3 on 13-wide rows", &conv(16, 13, 13), "Y.t", &|t| idles_an_eighth(t, 13));
     check_layout("3×3 on 23-wide rows", &conv(16, 13, 23), "Y.t", &|t| idles_an_eighth(t, 23));
+    // Exactly an eighth idle over four vectors (56 of 64 lanes), as DenseNet-121's first block.
+    assert!(loops_text("x86-avx512", &program(&conv(16, 13, 56))).0.contains("Y.t"), "56 of 64 lanes");
+    check_layout("filters-last 3×3 on 56-wide rows", &conv(16, 13, 56), "Y.t", &|t| idles_an_eighth(t, 56));
     let avx2 = texc_compiler::target::lookup("x86-avx2").expect("a target");
     assert!(idles_an_eighth(avx2, 13) && !idles_an_eighth(avx2, 23) && !idles_an_eighth(avx2, 55));
 }
 
-/// Whether a row of `w` leaves more than an eighth of the target's f32 vector lanes idle.
+/// Whether a row of `w` leaves an eighth of the target's f32 vector lanes idle, or more.
 fn idles_an_eighth(t: &Target, w: i64) -> bool {
     let lanes = t.lanes(texc_compiler::types::ElemType::F32) as i64;
     let vectors = (w + lanes - 1) / lanes;
-    8 * w < 7 * vectors * lanes
+    8 * w <= 7 * vectors * lanes
 }
 
 /// The copy back of a filters-last convolution read by a max pool: where
