@@ -64,7 +64,8 @@ use texc_compiler::tir::*;
 use texc_compiler::types::ElemType;
 
 /// The share of its vectors' lanes below which a row is short (7 of 16: 0.44;
-/// 14 of 16 and 28 of 32 are kept), and above which an axis fills them well.
+/// 14 of 16 and 28 of 32 are kept, rows not read through windows:
+/// [`WINDOW_FILL`] for those), and above which an axis fills them well.
 /// A 1×1 convolution's 7×7 map, its two axes one row of 49 (of 64 AVX-512
 /// lanes: 0.77), is kept: its block's rows run over the whole map as they
 /// would filters-last, and the copy back, reading the filters' outputs

@@ -661,11 +661,11 @@ kernel layer(X: f32[N = 1, C = 16, H = 8, W = 8], Wt: f32[K = 16, C, 3, 3]) -> Y
 }
 
 /// Winograd's transformed tiles of a thin product (32 → 64 channels: 21
-/// multiply-adds per float of the tiles) on a large map (147², 19 MB of
-/// tiles, beyond four times the nominal L2) stream from memory between its
+/// multiply-adds per float of the tiles) on a large map (147², 34 MB of
+/// tiles in its four passes, beyond five times the nominal L2) stream from memory between its
 /// passes: on AVX-512 the direct convolution is chosen (measured 4.5 ms
 /// against Winograd's 5.5 on a Xeon), where the same channels on a 56² map
-/// (2.7 MB), and 64 → 64 on 112² (a thicker product), keep Winograd; on
+/// (4.8 MB by F(4×4)), and 64 → 64 on 112² (a thicker product), keep Winograd; on
 /// AVX2, whose product takes twice as long and hides the passes, the 147²
 /// layer keeps Winograd too (`strategy::cpu::model`). A target with a
 /// larger L2 moves the bound with it.
@@ -695,10 +695,11 @@ fn winograd_yields_to_direct_where_its_thin_tiles_outgrow_l2() {
     let big_l2 = texc_compiler::target::CpuCaches { l2: 8 << 20, ..texc_compiler::target::CpuCaches::NOMINAL };
     let ops = plan("x86-avx512", Some(big_l2), &layer(32, 64, 147));
     assert!(winograd(&ops), "8 MiB of L2: {ops:?}");
-    // With 2 MiB of L2 (this Xeon's), DenseNet-121's 128 → 32 at 56²: its
-    // tiles after the input transform's first pass count too (15 MB in
-    // all), and in the model the direct convolution ran 1.9 ms a layer
-    // against Winograd's 2.2–3.4; 32 → 64 on 56² (8 MB) keeps Winograd.
+    // With 2 MiB of L2 (this Xeon's), DenseNet-121's 128 → 32 at 56² by
+    // F(2×2) (F(4×4)'s error is too large at 128 channels): 15 MB of tiles
+    // in its four passes, and in DenseNet-121 the direct convolution ran
+    // 1.9 ms a layer against Winograd's 2.2–3.4; 32 → 64 on 56² (F(4×4),
+    // 4.8 MB) keeps Winograd.
     let l2_2m = texc_compiler::target::CpuCaches { l2: 2 << 20, ..texc_compiler::target::CpuCaches::NOMINAL };
     for (c, k, want) in [(128, 32, false), (32, 64, true)] {
         let ops = plan("x86-avx512", Some(l2_2m), &layer(c, k, 56));

@@ -142,13 +142,14 @@ impl<'ctx> Gen<'ctx, '_> {
     /// lanes: 19 `f32` lanes with AVX-512 ran as two 16-lane registers, and
     /// as 16 + 3 the tail is one 4-lane operation, which costs half a 16-lane
     /// one on CPUs that split 512-bit operations in two (Zen 4) and no more
-    /// elsewhere. Where the registers are not a power of two, the full ones
-    /// go in runs of a power of two each and the tail apart: LLVM widens 48
-    /// lanes (three AVX-512 registers, `--knob nvec=3`) to 64 and builds the
-    /// operands lane by lane (MEASURED: a 3×3 convolution 32 → 64 at 147²,
-    /// blocks of 8 filters × 48 lanes, 78 ms, against 6.1 ms as 32 + 16).
-    /// The lanes of a vectorized loop are independent (the race verifier
-    /// proves it), so the order of the pieces is free.
+    /// elsewhere. Where the registers the loop takes (its short tail apart)
+    /// are not a power of two, the full ones go in runs of a power of two
+    /// each and any tail apart: LLVM widens 48 lanes (three AVX-512
+    /// registers, `--knob nvec=3`) to 64 and builds the operands lane by lane
+    /// (MEASURED: a 3×3 convolution 32 → 64 at 147², blocks of 8 filters ×
+    /// 48 lanes, 78 ms, against 6.5 ms as 32 + 16). The lanes of a vectorized
+    /// loop are independent (the race verifier proves it), so the order of
+    /// the pieces is free.
     pub(super) fn vector_pieces(&self, body: &[Stmt], lo: i64, extent: i64, kind: ForKind) -> Vec<(i64, u32)> {
         let whole = vec![(lo, extent as u32)];
         let Some(register) = self.register_bytes() else { return whole };
@@ -162,15 +163,11 @@ impl<'ctx> Gen<'ctx, '_> {
         }
         let tail = extent % full;
         let short_tail = tail > 0 && tail <= full / 2;
-        let registers = if short_tail { extent / full } else { (extent + full - 1) / full };
-        if registers.count_ones() == 1 && !short_tail {
+        let widened = (extent + full - 1) / full;
+        if !short_tail && widened.count_ones() == 1 {
             return whole;
         }
-        let mut pieces = if registers.count_ones() == 1 {
-            vec![(lo, (extent - tail) as u32)]
-        } else {
-            registers_in_powers_of_two(lo, extent / full, full)
-        };
+        let mut pieces = registers_in_powers_of_two(lo, extent / full, full);
         if tail > 0 {
             pieces.push((lo + extent - tail, tail as u32));
         }

@@ -31,24 +31,24 @@ impl CpuModel {
     /// each of the transform's two passes and the output's before each
     /// (`Bd`, `V`, `M`, `Am`: 36 floats a 4 × 4 tile, 16 a 2 × 2 one, for
     /// every channel and filter; `Am` 24 and 8), each written by one pass
-    /// and read by the next, more than five times L2, for a product of fewer than 32
-    /// multiply-adds per float moved (`C·K / (C + K)`: 32 → 64 channels,
-    /// 128 → 32; 16 with 256-bit vectors: on AVX2 DenseNet's 128 → 32 at
-    /// 56² ran 2.08 ms by Winograd, 2.33 direct). MEASURED (1 thread, Intel
-    /// Xeon, AVX-512, bias and ReLU, Winograd against direct, ONNX Runtime
-    /// beside): Inception-v3's 32 →
-    /// 32 and 32 → 64 at 147² 3.36 / 2.28 and 5.48 / 4.53 ms (ORT 2.36,
-    /// 4.34), 32 → 64 at 112² 2.73 / 2.46, DenseNet's 128 → 32 at 56² 1.58 /
-    /// 1.33 (ORT 1.23); Winograd stays ahead at 32 → 64 on 56² (0.50 /
-    /// 0.62: 2.7 MB of tiles), 64 → 64 on 56² and 112² (0.88 / 1.25, 4.1 /
-    /// 5.3) and 80 → 192 at 73² (6.0 / 8.6). Counted with `V` and `M` only
-    /// (as until 2026-12-02), against four times this Xeon's 2 MiB of L2,
-    /// DenseNet's layer kept Winograd on `host`, and in the model ran 2.2–3.4
-    /// ms a layer against 1.9 direct (DenseNet-121, 1 thread, 52.2 → 47.9
-    /// ms): its four tensors come to 15 MB, 7.3 times that L2, where the
-    /// 32 → 64 layer on 56² that keeps Winograd has 4.8 MB, 2.3 times. Five
-    /// times L2 lies between, and keeps the named targets' choices (their
-    /// nominal 1 MiB L2: that layer 4.6 times).
+    /// and read by the next, more than five times L2, for a product of
+    /// fewer than 32 multiply-adds per float moved (`C·K / (C + K)`: 32 →
+    /// 64 channels, 128 → 32; 16 with 256-bit vectors: on AVX2 DenseNet's
+    /// 128 → 32 at 56² ran 2.08 ms by Winograd, 2.33 direct). MEASURED (1
+    /// thread, Intel Xeon, AVX-512, bias and ReLU, Winograd against direct,
+    /// ONNX Runtime beside): Inception-v3's 32 → 32 and 32 → 64 at 147²
+    /// 3.36 / 2.28 and 5.48 / 4.53 ms (ORT 2.36, 4.34), 32 → 64 at 112² 2.73
+    /// / 2.46, DenseNet's 128 → 32 at 56² 1.58 / 1.33 (ORT 1.23); Winograd
+    /// stays ahead at 32 → 64 on 56² (0.50 / 0.62: F(4×4), 2.7 MB in `V`
+    /// and `M`, 4.8 MB in all four), 64 → 64 on 56² and 112² (0.88 / 1.25,
+    /// 4.1 / 5.3) and 80 → 192 at 73² (6.0 / 8.6). Counted in `V` and `M`
+    /// only (as until 2026-12-02) against four times this Xeon's 2 MiB of
+    /// L2, DenseNet's layer (F(2×2): 8.0 MB so) kept Winograd on `host`,
+    /// and in DenseNet-121 ran 2.2–3.4 ms a layer against 1.9 direct (the
+    /// model at 1 thread 52.2 → 47.9 ms): in all four tensors it has 15 MB,
+    /// 7.3 times that L2, where the 32 → 64 layer has 2.3 times. Five times
+    /// L2 lies between, and keeps the named targets' choices (their nominal
+    /// 1 MiB L2: that layer 4.6 times).
     fn winograd_spills(&self, form: WinogradForm, x: &[i64], w: &[i64], out: &[i64]) -> bool {
         let (c, k) = (x[1] as f64, w[0] as f64);
         // Floats a tile takes per channel in `Bd` and `V`, and per filter in `M`
