@@ -440,7 +440,7 @@ impl Pipeline {
             .parse_text(&name, &plan.source, None)
             .and_then(|m| texc_compiler::resolve::resolve_session(&mut s2).map(|()| m))
             .map_err(first)
-            .and_then(|m| s2.entry_kernel(m, Some(&original.name)))
+            .and_then(|m| s2.entry_kernel(m, Some(&rewrite::rewritten_name(&original.name))))
             .and_then(|k2| texc_compiler::specialize::specialize(&s2, k2, b));
         match built {
             Ok(mut runs) => {
@@ -449,6 +449,7 @@ impl Pipeline {
                 // (`<rewritten>/F.tex` exists nowhere), so that it can be run
                 // and checked against that kernel.
                 runs.source = original.source.clone();
+                runs.name = original.name.clone();
                 Built { written: original, runs, plan: Some(plan), kept_original: None, written_estimate_ns: None }
             }
             Err(d) => {

@@ -303,6 +303,25 @@ fn three_register_vectors_run_as_powers_of_two() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("relative error"), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
+/// A kernel named like the library operator it is rewritten to (a
+/// hand-written `conv2d`, recognized as `std.nn`'s `conv2d`) runs the
+/// rewritten plan: the generated kernel has a name of its own, so its call
+/// of the operator is not a call of itself (which failed to compile, and
+/// the kernel ran as written); the compiled function keeps the kernel's
+/// name, and the result matches the interpreter.
+#[test]
+fn a_kernel_named_like_a_library_operator_is_rewritten() {
+    let o = texc(&["emit", "examples/conv2d.tex", "--stage", "egraph", "--target", "x86-avx2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("chosen plan") && !out.contains("is kept"), "{out}");
+    let o = texc(&["emit", "examples/conv2d.tex", "--stage", "llvm", "--target", "x86-avx2"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("define void @texc_conv2d("), "{}", err(&o));
+    let o = texc(&["run", "examples/conv2d.tex", "--target", "host", "--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("relative error"));
+}
+
 /// The instructions of the loop that `insn` first appears in: from the
 /// label before it to the branch back there.
 fn hot_loop<'a>(asm: &'a str, insn: &str) -> Vec<&'a str> {

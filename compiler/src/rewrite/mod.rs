@@ -327,8 +327,16 @@ pub fn rewrite(
     }
 }
 
+/// The name of the generated kernel that replaces kernel `name`: not
+/// `name` itself, which would hide the operator of the same name it may
+/// call (a kernel `conv2d` written by hand, rewritten as a call of
+/// `std.nn`'s `conv2d`, called itself).
+pub fn rewritten_name(name: &str) -> String {
+    format!("rewritten_{name}")
+}
+
 /// The `import`s and signature of kernel `k`, as source text, for a
-/// generated kernel that replaces it.
+/// generated kernel that replaces it ([`rewritten_name`]).
 fn kernel_header(s: &crate::Session, k: crate::KernelRef) -> String {
     let m = s.module(k.module as usize);
     let ast = m.kernel_ast(k.index as usize);
@@ -339,7 +347,7 @@ fn kernel_header(s: &crate::Session, k: crate::KernelRef) -> String {
     let params: Vec<&str> = ast.params.iter().map(|p| s.sources.snippet(p.span)).collect();
     let outs: Vec<&str> = ast.outputs.iter().map(|o| s.sources.snippet(o.span)).collect();
     let outs = if outs.len() == 1 { outs[0].to_string() } else { format!("({})", outs.join(", ")) };
-    h.push_str(&format!("kernel {}({}) -> {} {{\n", ast.name.name, params.join(", "), outs));
+    h.push_str(&format!("kernel {}({}) -> {} {{\n", rewritten_name(&ast.name.name), params.join(", "), outs));
     h
 }
 
@@ -367,6 +375,10 @@ pub fn rewrite_kernel(
         plan.display_source =
             plan.source.replace(&format!("import \"{}\";", path.display()), &format!("import \"{shown}\";"));
     }
+    // Shown under the name the user knows.
+    let name = &m.kernel_ast(k.index as usize).name.name;
+    plan.display_source =
+        plan.display_source.replacen(&format!("kernel {}(", rewritten_name(name)), &format!("kernel {name}("), 1);
     plan
 }
 
