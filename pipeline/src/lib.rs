@@ -454,6 +454,8 @@ impl Pipeline {
             }
             Err(d) => {
                 let why = format!("the rewritten kernel does not compile: {}", d.render(&s2.sources));
+                // Under the name the user knows (the plan is shown so too).
+                let why = why.replace(&rewrite::rewritten_name(&original.name), &original.name);
                 kept(Some(plan), &why, original)
             }
         }

@@ -315,6 +315,8 @@ fn a_kernel_named_like_a_library_operator_is_rewritten() {
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("chosen plan") && !out.contains("is kept"), "{out}");
+    // Shown under the kernel's own name, its call of `std.nn`'s named so.
+    assert!(out.contains("kernel conv2d(") && out.contains("compiles as `rewritten_conv2d`"), "{out}");
     let o = texc(&["emit", "examples/conv2d.tex", "--stage", "llvm", "--target", "x86-avx2"]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("define void @texc_conv2d("), "{}", err(&o));
     let o = texc(&["run", "examples/conv2d.tex", "--target", "host", "--check"]);

@@ -375,10 +375,17 @@ pub fn rewrite_kernel(
         plan.display_source =
             plan.source.replace(&format!("import \"{}\";", path.display()), &format!("import \"{shown}\";"));
     }
-    // Shown under the name the user knows.
+    // Shown under the name the user knows; where the body calls the
+    // operator of that name, a comment says which one it is.
     let name = &m.kernel_ast(k.index as usize).name.name;
-    plan.display_source =
-        plan.display_source.replacen(&format!("kernel {}(", rewritten_name(name)), &format!("kernel {name}("), 1);
+    let header = format!("kernel {}(", rewritten_name(name));
+    let note = match plan.display_source.contains(&format!("= {name}(")) {
+        true => {
+            format!("# `{name}` below calls std.nn's `{name}`; this kernel compiles as `{}`\n", rewritten_name(name))
+        }
+        false => String::new(),
+    };
+    plan.display_source = plan.display_source.replacen(&header, &format!("{note}kernel {name}("), 1);
     plan
 }
 
