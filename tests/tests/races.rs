@@ -325,17 +325,24 @@ fn guarded_stores_cover_what_every_block_writes() {
         )
     };
     for (rows, want) in [(4, Vec::<&str>::new()), (5, vec!["A"])] {
-        let f = parse(&nest(rows)).unwrap_or_else(|e| panic!("{e}"));
-        let mut g = f.clone();
-        let zeroed = texc_schedules::zeroing::zero_uncovered(&mut g, false);
-        let names: Vec<&str> = zeroed.iter().map(|&t| g.p.tensor(t).name.as_str()).collect();
-        assert_eq!(names, want, "reading {rows} rows");
-        let expect = texc_schedules::eval::run(&f, args(&f, 7)).expect("evaluates");
-        let target = texc_compiler::target::lookup("x86-avx2").expect("registered");
-        if target.check_runs_here().is_ok() {
-            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args(&f, 7)).expect("runs");
-            assert_eq!(got[0].to_f64(), expect[0].to_f64(), "reading {rows} rows");
-        }
+        zeroed_and_run(&nest(rows), &want, 7, &format!("reading {rows} rows"));
+    }
+}
+
+/// The temporaries the zero pass zeroes in loop text `text` are `want`;
+/// the evaluator and the compiled `x86-avx2` code (where it runs) agree on
+/// its first output, with inputs of `seed`.
+fn zeroed_and_run(text: &str, want: &[&str], seed: u64, case: &str) {
+    let f = parse(text).unwrap_or_else(|e| panic!("{e}"));
+    let mut g = f.clone();
+    let zeroed = texc_schedules::zeroing::zero_uncovered(&mut g, false);
+    let names: Vec<&str> = zeroed.iter().map(|&t| g.p.tensor(t).name.as_str()).collect();
+    assert_eq!(names, want, "{case}");
+    let expect = texc_schedules::eval::run(&f, args(&f, seed)).expect("evaluates");
+    let target = texc_compiler::target::lookup("x86-avx2").expect("registered");
+    if target.check_runs_here().is_ok() {
+        let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args(&f, seed)).expect("runs");
+        assert_eq!(got[0].to_f64(), expect[0].to_f64(), "{case}");
     }
 }
 
@@ -600,16 +607,6 @@ fn guards_bound_each_dimension_of_a_joined_run() {
         )
     };
     for (stop, want) in [("24", Vec::<&str>::new()), ("20", vec!["T"])] {
-        let f = parse(&nest(stop)).unwrap_or_else(|e| panic!("{e}"));
-        let mut g = f.clone();
-        let zeroed = texc_schedules::zeroing::zero_uncovered(&mut g, false);
-        let names: Vec<&str> = zeroed.iter().map(|&t| g.p.tensor(t).name.as_str()).collect();
-        assert_eq!(names, want, "stores below {stop}");
-        let expect = texc_schedules::eval::run(&f, args(&f, 9)).expect("evaluates");
-        let target = texc_compiler::target::lookup("x86-avx2").expect("registered");
-        if target.check_runs_here().is_ok() {
-            let got = texc_tests::compile_loops(target, &f).expect("compiles").run(args(&f, 9)).expect("runs");
-            assert_eq!(got[0].to_f64(), expect[0].to_f64(), "stores below {stop}");
-        }
+        zeroed_and_run(&nest(stop), &want, 9, &format!("stores below {stop}"));
     }
 }

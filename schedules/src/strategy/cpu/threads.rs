@@ -14,9 +14,9 @@
 //! So a float stage that sums over a small window only (a depthwise
 //! convolution), reading an operand along the axis that operand's
 //! writer's threads shared out (the largest such operand), walks that
-//! axis outermost, cut
-//! into one part per core and fused with its channels, where the parts
-//! are exact: the chunks of the two nests are then the same rows, and a
+//! axis outermost, cut into one part per core and fused with its
+//! channels, where the parts are exact: the chunks of the two nests are
+//! then the same rows, and a
 //! padding copy attached to it is made per part and channel. A copy or
 //! element-wise stage between them (the padding) passes the axis on
 //! rather than moving its own loops ([`owned_axis`]). Knob `follow=0`
@@ -80,6 +80,7 @@ fn root_axis(ss: &StageSchedule, l: usize) -> Option<usize> {
 /// one too (a padding copy's `y` of `X[n, c, y - 1, …]`): it passes it on
 /// ([`owned_axis`]).
 pub(super) fn followed_axis(p: &Program, st: &Stage, split: &SplitAxes) -> Option<VarId> {
+    // Nothing to follow where no producer's threads split an axis.
     // Integer stages keep their own: their products run on tiles in groups
     // of column blocks, and short rows are stored channels last
     // (`crate::channels_last`); MobileNetV2 quantized, 2 threads, measured
