@@ -9,7 +9,8 @@
 //! between the two).
 //!
 //! The box is inferred per axis of `P`: every index with which a reader
-//! loads `P` must be affine in the reader's variables. Each reader variable
+//! loads `P` must be affine in the reader's variables, or a floor division
+//! or remainder of one by a constant (bounded as [`divided`] says). Each reader variable
 //! is `base + offset`, where the base is linear in the owner's iteration
 //! variables that are fixed at `a` (and in the owner's own offsets, when it
 //! is attached itself) and the offset ranges over a constant interval (the
@@ -201,8 +202,37 @@ fn linearize(p: &Program, e: TExprId, vars: &[Desc]) -> Option<Desc> {
                 _ => None,
             }
         }
+        TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod), a, b) => {
+            let d = linearize(p, *b, vars)?.as_const().filter(|&d| d > 0)?;
+            divided(linearize(p, *a, vars)?, d, *op == BinOp::FloorMod)
+        }
         _ => None,
     }
+}
+
+/// `x / d`, or `x % d` with `rem`, for a constant `d > 0` (floor
+/// semantics): exact where every term of `x`'s base is a multiple of `d`
+/// (the rows `4·ho + [0, 3]` of a block read at `h / 2` are `2·ho + [0,
+/// 1]`); a remainder lies in `[0, d)` whatever `x` is.
+fn divided(x: Desc, d: i64, rem: bool) -> Option<Desc> {
+    let d = d as i128;
+    let exact = x.base.terms.values().all(|k| k % d == 0);
+    let (lo, hi) = (x.base.c.checked_add(x.lo as i128)?, x.base.c.checked_add(x.hi as i128)?);
+    let (q_lo, q_hi) = (lo.div_euclid(d), hi.div_euclid(d));
+    let narrow = |a: i128, b: i128| Some((i64::try_from(a).ok()?, i64::try_from(b).ok()?));
+    if rem {
+        let (lo, hi) = match exact && q_lo == q_hi {
+            true => narrow(lo.rem_euclid(d), hi.rem_euclid(d))?,
+            false => (0, i64::try_from(d - 1).ok()?),
+        };
+        return Some(Desc { base: Lin::default(), lo, hi });
+    }
+    if !exact {
+        return None;
+    }
+    let (lo, hi) = narrow(q_lo, q_hi)?;
+    let terms = x.base.terms.into_iter().map(|(a, k)| (a, k / d)).collect();
+    Some(Desc { base: Lin { terms, c: 0 }, lo, hi })
 }
 
 /// The loads of attached stages' tensors, by tensor: each reading stage

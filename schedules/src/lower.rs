@@ -460,7 +460,14 @@ impl Lowerer<'_> {
                         value_of: &value_of,
                         attached: place.is_some(),
                     };
-                    return self.cached_reduction(f, si, &parts, &domain, attach);
+                    if !ss.cache_write_resumes {
+                        return self.cached_reduction(f, si, &parts, &domain, attach);
+                    }
+                    // The slices resume the output's sums: it starts from the identity.
+                    let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
+                    let mut out = emit_nest(f, ss, spatial, &init, &domain, true, None);
+                    out.extend(self.cached_reduction(f, si, &parts, &domain, attach));
+                    return out;
                 }
                 let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
                 let gpu = ss.leaves.iter().any(|&l| ss.ivs[l].kind.is_gpu());
@@ -621,10 +628,15 @@ impl Lowerer<'_> {
             None => epilogue.map(|e| e.value),
         };
         let addend = addend.map(|(_, a)| a);
+        let resumes = ss.cache_write_resumes;
         let init = |f: &mut LoopFunc, nest: &mut Nest| {
             let indices = local_idx(f, nest);
             let value = match addend {
                 Some(a) => (c.value_of)(f, nest, a.term),
+                None if resumes => {
+                    let from = (c.store_idx)(f, nest);
+                    f.p.alloc(TExpr::Load(st.tensor, from), ty, st.span)
+                }
                 None => f.p.alloc(TExpr::reduce_identity(op, Ty::Elem(elem)), ty, st.span),
             };
             Stmt::Store { tensor: local, indices, value }
@@ -655,7 +667,13 @@ impl Lowerer<'_> {
             }
         };
         let no_guard = |_: &mut LoopFunc, _: &mut Nest| None;
-        let init_t = store_terminal(ss, &[], &init, &no_guard);
+        // Resumed sums are read from the output only where it has them (the
+        // block's lanes past a guarded tail keep whatever the local holds, and
+        // are never written back).
+        let init_t = match resumes {
+            true => store_terminal(ss, &guarded_spatial, &init, domain),
+            false => store_terminal(ss, &[], &init, &no_guard),
+        };
         let update_t = store_terminal(ss, &guarded, &update, domain);
         let back_t = store_terminal(ss, &guarded_spatial, &write_back, domain);
         let (back, along_output) = write_back_order(ss, st, &s_in);

@@ -42,6 +42,13 @@ pub struct StageSchedule {
     /// `cache_write S at S.a -> L`: the leaf `a`, the local's name, and the primitive's span.
     pub cache_write: Option<(usize, String)>,
     pub cache_write_span: Span,
+    /// With `cache_write`: the reduction is cut into slices by loops outside
+    /// the cache_write axis (a long product's slices), so the output is
+    /// initialised first, as without a cache_write, and each slice's block
+    /// starts from what the output holds (the sums of the slices before it)
+    /// instead of the identity (default CPU schedules only:
+    /// `local_accumulators` in `strategy/cpu/attach.rs`).
+    pub cache_write_resumes: bool,
     /// With `cache_write`: the element-wise stage whose value the write-back
     /// stores instead of the accumulator (its reads of this stage's tensor
     /// read the accumulator), so that a reduction's epilogue — a
@@ -92,6 +99,7 @@ impl StageSchedule {
             leaves,
             cache_write: None,
             cache_write_span: Span::default(),
+            cache_write_resumes: false,
             epilogue: None,
             annotated_at: Vec::new(),
             pipeline: None,
@@ -332,7 +340,7 @@ impl StageSchedule {
                     format!("`{}` was split or fused after `cache_write` named it", self.ivs[*at].name),
                 ));
             };
-            if let Some(&r) = self.leaves[..=p].iter().find(|&&l| self.ivs[l].reduce) {
+            if let Some(&r) = self.leaves[..=p].iter().find(|&&l| self.ivs[l].reduce && !self.cache_write_resumes) {
                 return Err(Diagnostic::at(
                     self.cache_write_span,
                     format!(
@@ -609,7 +617,8 @@ pub fn print(p: &Program, s: &Schedules) -> String {
             }
         }
         if let Some((at, local)) = &ss.cache_write {
-            let _ = write!(out, "; cache_write at {} -> {local}", ss.ivs[*at].name);
+            let resumes = if ss.cache_write_resumes { " (resuming each slice's sums)" } else { "" };
+            let _ = write!(out, "; cache_write at {} -> {local}{resumes}", ss.ivs[*at].name);
         }
         if let Some(e) = ss.epilogue {
             let _ = write!(out, "; epilogue {}", p.tensor(p.stages[e].tensor).name);

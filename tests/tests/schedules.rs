@@ -246,7 +246,19 @@ schedule sgemm for x86-avx2 {
     vectorize C.ji;
     parallel C.jb;
 }";
+    // Read at `h / 2` and `h % 2`: the block of 4 rows `4·ho + hi` reads
+    // rows `2·ho + [0, 1]` of each phase (the last block, 2 rows, past 7).
+    let halves = "kernel up(X: f32[H = 7, W = 9]) -> Y: f32[2 * H, 2 * W] {
+    T[p in 0..2, i, j] = select(p == 0, X[i, j], 2.0 * X[i, j] + 1.0);
+    Y[h, w] = T[h % 2, h / 2, w / 2] - T[(h + 1) % 2, h / 2, w / 2];
+}
+schedule up for x86-avx2 {
+    split Y.h by 4 -> (ho, hi);
+    compute_at T Y.ho;
+    parallel Y.ho;
+}";
     for (name, src, expect) in [
+        ("halves", halves, "local T: f32[2, 2, 9]:"),
         ("pad", pad, "local Xp: f32[1, 3, 6, 15]:"),
         ("rows", rows, "local xc: f32[1, 37]:"),
         ("pack", pack, "local Bp: f32[2, 8, 16]:"),
@@ -384,6 +396,37 @@ fn default_gemm_schedule_packs_panels() {
     let text = texc_schedules::ir::print(&f);
     assert!(text.contains("local B.packed:") && text.contains("local B.packed1:"), "{text}");
     assert_same_compiled("two products", &p, &f, 6);
+}
+
+/// An unpacked product cut into slices (a 1×1 convolution from 600
+/// channels whose rows are the image's `h, w`, 143 long) keeps each
+/// slice's register block in a local, started from the sums the output
+/// holds, and a bias and activation after it stay a stage of their own
+/// (the block holds one slice's sums, not the result): results match the
+/// interpreter where the slices, rows and filters all leave tails.
+#[test]
+fn sliced_products_resume_their_sums_in_registers() {
+    let src = "kernel p(X: f32[1, 600, 13, 11], W: f32[20, 600], B: f32[20]) -> Z: f32[1, 20, 13, 11] {
+    Y[n, k, h, w] = sum[c](X[n, c, h, w] * W[k, c]);
+    Z[n, k, h, w] = max(Y[n, k, h, w] + B[k], 0.0);
+}";
+    default_on_x86("sliced", src, |target, text| {
+        let lines = |start: &'static str| text.lines().filter(move |l| l.trim_start().starts_with(start));
+        assert!(
+            text.contains("for c.o in 0..1") && text.contains("for c.o in 1..2"),
+            "{target}: slices of 600:\n{text}"
+        );
+        assert!(lines("Y.acc[").any(|l| l.contains("= Y[")), "{target}: the block resumes the output's sums:\n{text}");
+        assert!(lines("Y[").all(|l| !l.contains("W[") && !l.contains("W_")), "{target}: no product in memory:\n{text}");
+        assert!(lines("Z[").count() > 0 && lines("Z[").all(|l| !l.contains(".acc[")), "{target}:\n{text}");
+    });
+    let (mut pl, k) = texc_tests::load_text("interp", "sliced.tex", src, None).expect("loads");
+    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    for target in ["cranelift", "host"] {
+        let t = texc_compiler::target::lookup(target).expect("registered");
+        let f = texc_tests::default_lowered(target, &p);
+        assert_runs_as_interp(&format!("sliced {target}"), t, &p, &f, 7);
+    }
 }
 
 /// Vector loads whose lanes read a fixed pattern (`X[h, w / 4]` with `w`
