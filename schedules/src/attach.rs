@@ -9,9 +9,9 @@
 //! between the two).
 //!
 //! The box is inferred per axis of `P`: every index with which a reader
-//! loads `P` must be affine in the reader's variables, or a floor division
-//! or remainder of one by a constant (bounded as [`divided`] says). Each reader variable
-//! is `base + offset`, where the base is linear in the owner's iteration
+//! loads `P` must be affine in the reader's variables, or a floor
+//! division or remainder of one by a constant ([`divided`]). Each reader
+//! variable is `base + offset`, where the base is linear in the owner's iteration
 //! variables that are fixed at `a` (and in the owner's own offsets, when it
 //! is attached itself) and the offset ranges over a constant interval (the
 //! loops inside `a`). All loads of one axis must share their base; the box
@@ -213,7 +213,8 @@ fn linearize(p: &Program, e: TExprId, vars: &[Desc]) -> Option<Desc> {
 /// `x / d`, or `x % d` with `rem`, for a constant `d > 0` (floor
 /// semantics): exact where every term of `x`'s base is a multiple of `d`
 /// (the rows `4·ho + [0, 3]` of a block read at `h / 2` are `2·ho + [0,
-/// 1]`); a remainder lies in `[0, d)` whatever `x` is.
+/// 1]`), a quotient refused otherwise; a remainder is exact where, besides,
+/// `x` stays within one multiple of `d`, else all of `[0, d)`.
 fn divided(x: Desc, d: i64, rem: bool) -> Option<Desc> {
     let d = d as i128;
     let exact = x.base.terms.values().all(|k| k % d == 0);

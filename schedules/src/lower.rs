@@ -450,25 +450,20 @@ impl Lowerer<'_> {
                     let value = combine(f, op, acc, term, ty, st.span);
                     Stmt::Store { tensor: st.tensor, indices, value }
                 };
-                if let Some((at, name)) = &ss.cache_write {
-                    let parts = CachedParts {
-                        op,
-                        body,
-                        at: *at,
-                        name,
-                        store_idx: &store_idx,
-                        value_of: &value_of,
-                        attached: place.is_some(),
-                    };
-                    if !ss.cache_write_resumes {
-                        return self.cached_reduction(f, si, &parts, &domain, attach);
-                    }
-                    // The slices resume the output's sums: it starts from the identity.
-                    let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
-                    let mut out = emit_nest(f, ss, spatial, &init, &domain, true, None);
-                    out.extend(self.cached_reduction(f, si, &parts, &domain, attach));
-                    return out;
+                let cached = ss.cache_write.as_ref().map(|(at, name)| CachedParts {
+                    op,
+                    body,
+                    at: *at,
+                    name,
+                    store_idx: &store_idx,
+                    value_of: &value_of,
+                    attached: place.is_some(),
+                });
+                if let Some(parts) = cached.as_ref().filter(|_| !ss.cache_write_resumes) {
+                    return self.cached_reduction(f, si, parts, &domain, attach);
                 }
+                // The output starts from the identity: a whole sum, or the
+                // slices' sums that cached blocks resume.
                 let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
                 let gpu = ss.leaves.iter().any(|&l| ss.ivs[l].kind.is_gpu());
                 let mut out = if ss.tensorize.is_some() && gpu && place.is_none() {
@@ -477,6 +472,10 @@ impl Lowerer<'_> {
                 } else {
                     emit_nest(f, ss, spatial, &init, &domain, true, None)
                 };
+                if let Some(parts) = &cached {
+                    out.extend(self.cached_reduction(f, si, parts, &domain, attach));
+                    return out;
+                }
                 out.extend(emit_nest(f, ss, ss.leaves.clone(), &update, &domain, false, attach));
                 out
             }
@@ -629,6 +628,9 @@ impl Lowerer<'_> {
         };
         let addend = addend.map(|(_, a)| a);
         let resumes = ss.cache_write_resumes;
+        // A resumed block holds one slice's sums: no epilogue may store them
+        // (`fold_epilogues` leaves such stages alone).
+        debug_assert!(!resumes || epilogue.is_none(), "a resumed block has no epilogue");
         let init = |f: &mut LoopFunc, nest: &mut Nest| {
             let indices = local_idx(f, nest);
             let value = match addend {

@@ -127,6 +127,8 @@ fn schedule_packs(p: &Program, target: &Target, knobs: DefaultKnobs) -> (Vec<Pac
 /// 4096 → 4096 layer at batch 1: 3.2 ms, 2.2 from contiguous panels).
 fn streamed_operand(q: &Program, st: &Stage, ss: &StageSchedule) -> Option<(TensorId, i64)> {
     let inner = st.n_axes.checked_sub(1)?;
+    // A resumed block's operand rows are read per slice, from L1 (the
+    // streamed pieces this packs are whole reductions' rows).
     ss.cache_write.as_ref().filter(|_| !ss.cache_write_resumes)?;
     let operand = crate::strategy::vector_operand(q, st)?;
     let in_block = |l: usize| {
@@ -155,9 +157,9 @@ fn split_root(ss: &StageSchedule, iv: usize) -> Option<usize> {
 
 /// The broadcast operands of stage `st`'s register block, if it has one
 /// (rows of an axis unrolled inside the reduction loops; their
-/// accumulators in a local or, without one, in the output — a reduction
-/// cut into slices: ResNet-50's 1×1 convolutions of 1024 channels read 8
-/// filters' rows 4 KiB apart).
+/// accumulators in a local, resumed per slice where the reduction is cut
+/// into slices — ResNet-50's 1×1 convolutions of 1024 channels read 8
+/// filters' rows 4 KiB apart — or in the output).
 fn row_operands(q: &Program, st: &Stage, ss: &StageSchedule) -> Vec<RowPack> {
     let Some(inner) = st.n_axes.checked_sub(1) else { return Vec::new() };
     if ss.cache_write.is_none() && !ss.leaves.iter().any(|&l| ss.ivs[l].reduce) {

@@ -340,7 +340,9 @@ impl StageSchedule {
                     format!("`{}` was split or fused after `cache_write` named it", self.ivs[*at].name),
                 ));
             };
-            if let Some(&r) = self.leaves[..=p].iter().find(|&&l| self.ivs[l].reduce && !self.cache_write_resumes) {
+            let outside =
+                if self.cache_write_resumes { None } else { self.leaves[..=p].iter().find(|&&l| self.ivs[l].reduce) };
+            if let Some(&r) = outside {
                 return Err(Diagnostic::at(
                     self.cache_write_span,
                     format!(

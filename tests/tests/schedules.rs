@@ -246,11 +246,13 @@ schedule sgemm for x86-avx2 {
     vectorize C.ji;
     parallel C.jb;
 }";
-    // Read at `h / 2` and `h % 2`: the block of 4 rows `4·ho + hi` reads
-    // rows `2·ho + [0, 1]` of each phase (the last block, 2 rows, past 7).
+    // Read at `h / 2`, `(h - 1) / 2` and `h % 2`: the block of 4 rows
+    // `4·ho + hi` reads rows `2·ho + [-1, 1]` of each phase (the first
+    // block's row -1 and the last block's past 7 are not computed).
     let halves = "kernel up(X: f32[H = 7, W = 9]) -> Y: f32[2 * H, 2 * W] {
     T[p in 0..2, i, j] = select(p == 0, X[i, j], 2.0 * X[i, j] + 1.0);
-    Y[h, w] = T[h % 2, h / 2, w / 2] - T[(h + 1) % 2, h / 2, w / 2];
+    Y[h, w] = T[h % 2, h / 2, w / 2] - T[(h + 1) % 2, h / 2, w / 2]
+        + select(h >= 1, T[1, (h - 1) / 2, w / 2], 0.0);
 }
 schedule up for x86-avx2 {
     split Y.h by 4 -> (ho, hi);
@@ -258,7 +260,7 @@ schedule up for x86-avx2 {
     parallel Y.ho;
 }";
     for (name, src, expect) in [
-        ("halves", halves, "local T: f32[2, 2, 9]:"),
+        ("halves", halves, "local T: f32[2, 3, 9]:"),
         ("pad", pad, "local Xp: f32[1, 3, 6, 15]:"),
         ("rows", rows, "local xc: f32[1, 37]:"),
         ("pack", pack, "local Bp: f32[2, 8, 16]:"),

@@ -29,7 +29,8 @@ use texc_grammar::Span;
 /// SROA: the block is initialised there and stored once, instead of an init
 /// nest writing the whole output first and the update reading it back. A
 /// block of more than twice the accumulator registers (a long product's
-/// column block, whose reduction is sliced outside it) stays in memory.
+/// column block, whose reduction is sliced and packed outside it) stays in
+/// memory.
 ///
 /// A reduction cut into slices by loops outside the block (an unpacked
 /// long product: a 1×1 convolution from more than 256 channels whose rows
@@ -47,22 +48,23 @@ pub(super) fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage
     let innermost = ss.leaves[..=last].iter().rposition(|l| !is_reduce(l)).map_or(0, |i| i + 1);
     // The block inside all the reductions; else the one inside the innermost
     // run of them, whose slices outside it resume the output's sums.
-    let choice = [(first, false), (innermost, true)]
-        .into_iter()
-        .find(|&(i, resumes)| (!resumes || i > first) && fits_registers(ss, i, m));
-    let Some((i, resumes)) = choice else { return };
+    let (i, resumes) = match (fits_registers(ss, first, m), innermost > first) {
+        (true, _) => (first, false),
+        (false, true) if fits_registers(ss, innermost, m) => (innermost, true),
+        _ => return,
+    };
     ss.cache_write = Some((ss.leaves[i - 1], fresh_name(p, &format!("{}.acc", p.tensor(st.tensor).name))));
     ss.cache_write_resumes = resumes;
 }
 
-/// Whether the spatial loops inside leaf position `first` (a reduction
-/// loop, with a loop outside it) are a register block: unrolled rows, of
-/// at most twice the accumulator registers.
-fn fits_registers(ss: &StageSchedule, first: usize, m: Machine) -> bool {
-    if first == 0 {
+/// Whether the spatial loops inside leaf position `at` (a reduction loop,
+/// with a loop outside it) are a register block: unrolled rows, of at most
+/// twice the accumulator registers.
+fn fits_registers(ss: &StageSchedule, at: usize, m: Machine) -> bool {
+    if at == 0 {
         return false;
     }
-    let inner: Vec<usize> = ss.leaves[first..].iter().copied().filter(|&l| !ss.ivs[l].reduce).collect();
+    let inner: Vec<usize> = ss.leaves[at..].iter().copied().filter(|&l| !ss.ivs[l].reduce).collect();
     let blocked = inner.iter().any(|&l| ss.ivs[l].kind == ForKind::Unrolled);
     let elements: i64 = inner.iter().map(|&l| ss.ivs[l].extent).product();
     blocked && elements <= 2 * m.accumulators * m.lanes

@@ -342,8 +342,9 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
         };
         let pack = schedule_stage(ss, p, st, m, follow);
         split.extend(threads::owned_axis(ss, follow, knobs.attach != Some(false)).map(|a| (st.tensor, a)));
-        // A block whose reduction is sliced outside it stays in memory; one
-        // packed per column block (its whole reduction inside) does not.
+        // A block whose reduction is sliced outside it and packed per slice
+        // stays in memory; one packed per column block (its whole reduction
+        // inside), or sliced without a pack (resumed), does not.
         if knobs.acc != Some(false) && pack.as_ref().is_none_or(|r| !ss.ivs[r.leaf].reduce) {
             local_accumulators(ss, p, st, m);
         }
