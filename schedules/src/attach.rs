@@ -411,7 +411,8 @@ fn infer_from(p: &Program, s: &mut Schedules, sized: bool, readers: &Loads) -> R
                 for &i in &idx {
                     let d = linearize(p, i, &vars).ok_or_else(|| {
                         err(format!(
-                            "cannot bound the part of `{name}` that `{qname}` reads: index `{}` is not affine",
+                            "cannot bound the part of `{name}` that `{qname}` reads: index `{}` is not affine \
+                             (nor a quotient by a constant that divides its steps)",
                             texc_compiler::print::expr(p, &p.stages[qi], i)
                         ))
                     })?;
