@@ -270,6 +270,14 @@ impl Target {
         matches!(self.backend, Some(b) if b != BackendKind::Interp)
     }
 
+    /// Whether this target's code takes software prefetches (the loop IR's
+    /// `prefetch`): CPU code from LLVM does; the loop-nest evaluator runs
+    /// one as the nothing it computes; Cranelift has no prefetch
+    /// instruction and GPU code no such statement.
+    pub fn prefetches(&self) -> bool {
+        self.gpu.is_none() && matches!(self.backend, Some(BackendKind::Llvm | BackendKind::Interp))
+    }
+
     /// Why this target cannot run tensors of element type `e`, if it cannot
     /// (the backends refuse them at code generation; `texc check` reports
     /// them at the declaration first).

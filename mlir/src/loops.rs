@@ -22,7 +22,7 @@
 use crate::emit::B;
 use crate::{MlirError, R};
 use melior::ir::operation::OperationBuilder;
-use melior::ir::{Block, BlockLike, Identifier, Module, Region, RegionLike, Type, Value, ValueLike};
+use melior::ir::{Attribute, Block, BlockLike, Identifier, Module, Region, RegionLike, Type, Value, ValueLike};
 use melior::Context;
 use std::collections::HashMap;
 use texc_compiler::ops::BinOp;
@@ -201,6 +201,7 @@ impl<'c> Gen<'c, '_> {
                     blk.append_operation(op);
                 }
                 Stmt::Store { tensor, indices, value } => self.store(blk, env, *tensor, indices, *value)?,
+                Stmt::Prefetch { tensor, offset } => self.prefetch(blk, env, *tensor, *offset)?,
                 Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => {
                     return Err(MlirError::Unsupported(
                         "a GPU barrier, asynchronous copy, warp reduction or tensor-core operation: their MLIR export \
@@ -273,7 +274,8 @@ impl<'c> Gen<'c, '_> {
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
             | Stmt::TileDot(_)
-            | Stmt::WarpReduce(_) => false,
+            | Stmt::WarpReduce(_)
+            | Stmt::Prefetch { .. } => false,
         })
     }
 
@@ -354,6 +356,40 @@ impl<'c> Gen<'c, '_> {
         env.bufs[t.0 as usize].ok_or_else(|| {
             MlirError::Unsupported(format!("`{}` is accessed where it has no buffer", self.f.p.tensor(t).name))
         })
+    }
+
+    /// `memref.prefetch` (read, locality 2, data) of the element at a flat
+    /// offset: on a one-dimensional view of the buffer (`memref.collapse_shape`).
+    fn prefetch<'a>(&self, blk: &'a Block<'c>, env: &mut Env<'c, 'a>, t: TensorId, offset: TExprId) -> R<()> {
+        if env.vec.is_some() {
+            return Err(MlirError::Unsupported("a prefetch inside a vectorized loop".into()));
+        }
+        let buf = self.buffer(env, t)?;
+        let rank = self.f.p.tensor(t).shape.len();
+        let at = self.scalar(blk, env, offset)?;
+        if rank == 0 {
+            self.b.op(blk, "memref.prefetch", &[buf], &[], &self.prefetch_hints());
+            return Ok(());
+        }
+        let flat = if rank == 1 {
+            buf
+        } else {
+            let dims: Vec<String> = (0..rank).map(|d| d.to_string()).collect();
+            let reassociation = self.b.attr(&format!("[[{}]]", dims.join(", ")));
+            let ty = format!("memref<{}x{}>", self.f.p.tensor(t).len(), crate::emit::ty_name(mem_ty(self.f, t)));
+            self.b.op1(blk, "memref.collapse_shape", &[buf], self.b.ty(&ty), &[("reassociation", reassociation)])
+        };
+        self.b.op(blk, "memref.prefetch", &[flat, at], &[], &self.prefetch_hints());
+        Ok(())
+    }
+
+    /// Read, locality 2 (the L2), data: what LLVM's CPU code takes.
+    fn prefetch_hints(&self) -> [(&'static str, Attribute<'c>); 3] {
+        [
+            ("isWrite", self.b.attr("false")),
+            ("localityHint", self.b.attr("2 : i32")),
+            ("isDataCache", self.b.attr("true")),
+        ]
     }
 
     fn store<'a>(

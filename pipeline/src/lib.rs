@@ -41,7 +41,7 @@ pub use texc_onnx::{ModelName, Role as ModelRole};
 pub fn is_onnx_file(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "onnx")
 }
-pub use options::{Dump, Options, Pass, KNOB_IM2COL, KNOB_REWRITE, KNOB_WINOGRAD, PIPELINE_KNOBS};
+pub use options::{Dump, Options, Pass, KNOB_IM2COL, KNOB_PREFETCH, KNOB_REWRITE, KNOB_WINOGRAD, PIPELINE_KNOBS};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -643,6 +643,18 @@ impl Pipeline {
             || texc_schedules::ir::print(&f),
             || texc_schedules::verify::verify_legal(&f, t),
         )?;
+        if self.options.knobs.get(KNOB_PREFETCH) != Some(&0) {
+            let t0 = Instant::now();
+            texc_schedules::prefetch::prefetch(&mut f, t);
+            after(
+                &self.options,
+                &mut self.timings,
+                Pass::Prefetch,
+                t0,
+                || texc_schedules::ir::print(&f),
+                || texc_schedules::verify::verify_legal(&f, t),
+            )?;
+        }
         Ok(f)
     }
 

@@ -42,6 +42,8 @@ pub enum Pass {
     OneLaunch,
     /// Target-legal operations (`texc_schedules::legalize`).
     Legalize,
+    /// CPU targets compiled by LLVM: software prefetches of inputs read in runs (`texc_schedules::prefetch`).
+    Prefetch,
     /// Machine code, text or objects (`texc_codegen`).
     Codegen,
 }
@@ -61,6 +63,7 @@ impl Pass {
             Pass::Zero,
             Pass::OneLaunch,
             Pass::Legalize,
+            Pass::Prefetch,
             Pass::Codegen,
         ]);
         out
@@ -87,6 +90,7 @@ impl Pass {
             Pass::Multistage => "multistage",
             Pass::PadLdmatrix => "pad-ldmatrix",
             Pass::Legalize => "legalize",
+            Pass::Prefetch => "prefetch",
             Pass::Zero => "zero",
             Pass::OneLaunch => "one-launch",
             Pass::Codegen => "codegen",
@@ -108,7 +112,8 @@ impl Pass {
             | Pass::PadLdmatrix
             | Pass::Zero
             | Pass::OneLaunch
-            | Pass::Legalize => "loops",
+            | Pass::Legalize
+            | Pass::Prefetch => "loops",
             Pass::Codegen => "code",
         }
     }
@@ -173,14 +178,17 @@ impl Dump {
 /// `winograd=0` leaves Winograd out of the rewrites (as `--exact`),
 /// `winograd=2`, `3` or `4` allows only F(2×2, 3×3) (vectors along the
 /// tiles), F(2×2, 3×3) with vectors along the filters, or F(4×4, 3×3); `im2col=0`
-/// leaves im2col out. `1` (or no knob) lets the cost model choose.
+/// leaves im2col out; `prefetch=0` leaves out the software prefetches of
+/// `texc_schedules::prefetch` (CPU targets compiled by LLVM). `1` (or no
+/// knob) lets the cost model choose.
 pub const KNOB_REWRITE: &str = "rewrite";
 pub const KNOB_WINOGRAD: &str = "winograd";
 pub const KNOB_IM2COL: &str = "im2col";
+pub const KNOB_PREFETCH: &str = "prefetch";
 
 /// The pipeline's knobs with the values each takes.
-pub const PIPELINE_KNOBS: [(&str, &[i64]); 3] =
-    [(KNOB_REWRITE, &[1, 0]), (KNOB_WINOGRAD, &[1, 0, 2, 3, 4]), (KNOB_IM2COL, &[1, 0])];
+pub const PIPELINE_KNOBS: [(&str, &[i64]); 4] =
+    [(KNOB_REWRITE, &[1, 0]), (KNOB_WINOGRAD, &[1, 0, 2, 3, 4]), (KNOB_IM2COL, &[1, 0]), (KNOB_PREFETCH, &[1, 0])];
 
 #[derive(Clone, Debug)]
 pub struct Options {

@@ -34,7 +34,13 @@ impl Pipeline {
             // than trusted to the cost model.
             None => {
                 let family = texc_schedules::strategy::lookup(self.options.target).family();
-                texc_schedules::knobs::space_on(family, self.options.target).into_iter().chain(crate::PIPELINE_KNOBS)
+                let target = self.options.target;
+                // A prefetch knob only where prefetches are compiled: on a GPU
+                // or Cranelift it would be a candidate that changes nothing.
+                let pipeline = crate::PIPELINE_KNOBS
+                    .into_iter()
+                    .filter(move |(name, _)| *name != crate::KNOB_PREFETCH || target.prefetches());
+                texc_schedules::knobs::space_on(family, target).into_iter().chain(pipeline)
             }
             .map(|(name, values)| Tunable { name: name.to_string(), candidates: values.to_vec(), listed: false })
             .collect(),

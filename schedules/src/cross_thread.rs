@@ -165,7 +165,8 @@ fn rewrite(f: &mut LoopFunc, body: &mut [Stmt], job: &Job, in_threads: bool) -> 
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
             | Stmt::TileDot(_)
-            | Stmt::WarpReduce(_) => false,
+            | Stmt::WarpReduce(_)
+            | Stmt::Prefetch { .. } => false,
         };
     }
     Ok(any)
@@ -177,9 +178,13 @@ fn stores_to(s: &Stmt, t: TensorId) -> bool {
             body.iter().any(|s| stores_to(s, t))
         }
         Stmt::Store { tensor, .. } => *tensor == t,
-        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::TileDot(_) | Stmt::WarpReduce(_) => {
-            false
-        }
+        Stmt::Barrier
+        | Stmt::Async(_)
+        | Stmt::Mma { .. }
+        | Stmt::Wgmma(_)
+        | Stmt::TileDot(_)
+        | Stmt::WarpReduce(_)
+        | Stmt::Prefetch { .. } => false,
     }
 }
 
@@ -424,7 +429,8 @@ fn has_thread_loop_of(s: &Stmt, dims: &[GpuDim]) -> bool {
         | Stmt::Mma { .. }
         | Stmt::Wgmma(_)
         | Stmt::TileDot(_)
-        | Stmt::WarpReduce(_) => false,
+        | Stmt::WarpReduce(_)
+        | Stmt::Prefetch { .. } => false,
     }
 }
 
@@ -443,7 +449,8 @@ fn wrap_stores(f: &mut LoopFunc, body: &mut [Stmt]) {
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
             | Stmt::TileDot(_)
-            | Stmt::WarpReduce(_) => {}
+            | Stmt::WarpReduce(_)
+            | Stmt::Prefetch { .. } => {}
         }
     }
 }
@@ -593,7 +600,8 @@ fn expand_warp_reductions(f: &mut LoopFunc, body: &mut Vec<Stmt>) {
             | Stmt::Async(_)
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
-            | Stmt::TileDot(_) => {}
+            | Stmt::TileDot(_)
+            | Stmt::Prefetch { .. } => {}
         }
         out.push(s);
     }

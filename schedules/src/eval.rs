@@ -255,7 +255,7 @@ impl Eval<'_> {
         let f = self.f;
         for s in body {
             match s {
-                Stmt::Barrier => self.races.barrier(),
+                Stmt::Barrier | Stmt::Prefetch { .. } => self.races.barrier(),
                 Stmt::Async(AsyncStep::Commit) => {
                     let group = std::mem::take(&mut self.copies.open);
                     self.copies.committed.push_back(group);

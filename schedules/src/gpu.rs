@@ -138,7 +138,7 @@ pub fn has_bound_loops(f: &LoopFunc) -> bool {
             Stmt::For { kind, body, .. } => kind.is_gpu() || any(body),
             Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => any(body),
             Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::WarpReduce(_) => true,
-            Stmt::Store { .. } | Stmt::TileDot(_) | Stmt::Barrier | Stmt::Async(_) => false,
+            Stmt::Store { .. } | Stmt::TileDot(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::Prefetch { .. } => false,
         })
     }
     any(&f.body)
@@ -356,7 +356,7 @@ impl Walk<'_> {
                 Stmt::Barrier if guarded => {
                     return Err("a barrier under an `if`: every thread of the block must reach it".into());
                 }
-                Stmt::Barrier | Stmt::Async(_) => {}
+                Stmt::Barrier | Stmt::Async(_) | Stmt::Prefetch { .. } => {}
                 Stmt::TileDot(d) => {
                     return Err(RuleError::at(
                         Site::Tensor(d.c.tensor),
@@ -715,7 +715,7 @@ impl Walk<'_> {
                     self.check_coverage(body, open)?;
                 }
                 Stmt::For { body, .. } | Stmt::If { then: body, .. } => self.check_coverage(body, open)?,
-                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::TileDot(_) => {}
+                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::TileDot(_) | Stmt::Prefetch { .. } => {}
                 // The warp's lanes are its thread.x.
                 Stmt::Mma { c, .. } => {
                     let mut lanes = *open;
@@ -789,7 +789,7 @@ impl Walk<'_> {
                         w.c.origin.iter().chain(&w.a.origin).chain(&w.b.origin).for_each(|&i| check(i, None))
                     }
                     Stmt::TileDot(d) => d.origins().for_each(|&i| check(i, None)),
-                    Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+                    Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Prefetch { .. } => {}
                 }
             }
         }
@@ -981,7 +981,7 @@ impl Walk<'_> {
                         x.writers.push(s as *const Stmt as usize);
                     }
                 }
-                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::TileDot(_) => {}
+                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::TileDot(_) | Stmt::Prefetch { .. } => {}
             }
         }
     }
@@ -1213,7 +1213,8 @@ fn shared_bytes_of(f: &LoopFunc, sw: &BTreeSet<TensorId>, body: &[Stmt]) -> i64 
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
             | Stmt::TileDot(_)
-            | Stmt::WarpReduce(_) => 0,
+            | Stmt::WarpReduce(_)
+            | Stmt::Prefetch { .. } => 0,
         })
         .fold(0, i64::saturating_add)
 }

@@ -271,7 +271,7 @@ impl Concurrency {
                 Stmt::Store { tensor, .. } => {
                     self.written.insert(*tensor);
                 }
-                Stmt::For { .. } | Stmt::If { .. } | Stmt::Alloc { .. } | Stmt::Barrier => {}
+                Stmt::For { .. } | Stmt::If { .. } | Stmt::Alloc { .. } | Stmt::Barrier | Stmt::Prefetch { .. } => {}
                 _ => self.opaque = true,
             }
             self.collect(s.body());

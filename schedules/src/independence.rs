@@ -558,7 +558,7 @@ pub fn accesses(f: &LoopFunc, body: &[Stmt], guards: &mut Vec<TExprId>, out: &mu
                 }
             }
             // A warp's lanes exchange their elements in step (`shfl.sync`).
-            Stmt::WarpReduce(_) | Stmt::Barrier | Stmt::Async(_) => {}
+            Stmt::WarpReduce(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::Prefetch { .. } => {}
         }
     }
 }
@@ -660,7 +660,7 @@ fn nodes_run(f: &LoopFunc, body: &[Stmt]) -> u64 {
                 (m * n * k) as u64
             }
             Stmt::TileDot(d) => (d.m * d.n * d.k) as u64,
-            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => 1,
+            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Prefetch { .. } => 1,
         })
         .fold(0u64, u64::saturating_add)
 }
@@ -682,7 +682,7 @@ fn addresses_read_data(f: &LoopFunc, body: &[Stmt]) -> bool {
         Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).any(|&i| data(i)),
         Stmt::Wgmma(w) => w.origins().any(|&i| data(i)),
         Stmt::TileDot(d) => d.origins().any(|&i| data(i)),
-        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => false,
+        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Prefetch { .. } => false,
     })
 }
 

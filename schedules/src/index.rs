@@ -55,11 +55,11 @@ fn range(f: &LoopFunc, l: &Affine<Key>) -> Option<(i128, i128)> {
     Some(r)
 }
 
-fn int(f: &mut LoopFunc, k: i64) -> TExprId {
+pub(crate) fn int(f: &mut LoopFunc, k: i64) -> TExprId {
     f.p.alloc(TExpr::Int(k), Ty::Index, Default::default())
 }
 
-fn bin(f: &mut LoopFunc, op: BinOp, a: TExprId, b: TExprId) -> TExprId {
+pub(crate) fn bin(f: &mut LoopFunc, op: BinOp, a: TExprId, b: TExprId) -> TExprId {
     f.p.alloc(TExpr::Binary(op, a, b), Ty::Index, Default::default())
 }
 
@@ -157,6 +157,10 @@ pub fn simplify_indices(f: &mut LoopFunc) {
         for s in body {
             match s {
                 crate::ir::Stmt::Barrier | crate::ir::Stmt::Async(_) | crate::ir::Stmt::WarpReduce(_) => {}
+                crate::ir::Stmt::Prefetch { offset, .. } => {
+                    loads(f, *offset);
+                    *offset = simplify_index(f, *offset);
+                }
                 crate::ir::Stmt::Mma { c, a, b, .. } => {
                     for t in [c, a, b] {
                         for i in t.origin.iter_mut() {

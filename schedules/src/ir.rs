@@ -654,6 +654,16 @@ pub enum Stmt {
     /// GPU targets: a reduction across warp lanes (see [`WarpReduce`]). It
     /// stands where a `thread.x` loop over the buffer's elements would.
     WarpReduce(WarpReduce),
+    /// CPU targets compiled by LLVM: a hint that the cache line holding
+    /// element `offset` of `tensor` (counted in its row-major layout) will be
+    /// read soon, to be brought into the L2 (`prefetcht1`). It reads and
+    /// changes no value, so every analysis but code generation passes it
+    /// by; `offset` stays within the tensor (`crate::prefetch` clamps it,
+    /// a `.loops` file's is proven). Made by `crate::prefetch`.
+    Prefetch {
+        tensor: TensorId,
+        offset: TExprId,
+    },
 }
 
 impl Stmt {
@@ -669,7 +679,8 @@ impl Stmt {
             | Stmt::TileDot(_)
             | Stmt::Barrier
             | Stmt::Async(_)
-            | Stmt::WarpReduce(_) => &[],
+            | Stmt::WarpReduce(_)
+            | Stmt::Prefetch { .. } => &[],
         }
     }
 
@@ -683,7 +694,8 @@ impl Stmt {
             | Stmt::TileDot(_)
             | Stmt::Barrier
             | Stmt::Async(_)
-            | Stmt::WarpReduce(_) => &mut [],
+            | Stmt::WarpReduce(_)
+            | Stmt::Prefetch { .. } => &mut [],
         }
     }
 }
@@ -758,7 +770,7 @@ impl LoopFunc {
                             seen[t.tensor.0 as usize] = true;
                         }
                     }
-                    Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+                    Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Prefetch { .. } => {}
                 }
             }
         }
@@ -861,7 +873,7 @@ pub fn nest_label(f: &LoopFunc, s: &Stmt) -> String {
                     out.push(d.c.tensor);
                 }
             }
-            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Prefetch { .. } => {}
         }
     }
     let (mut local, mut out, mut constant) = (Vec::new(), Vec::new(), true);
@@ -898,7 +910,8 @@ pub fn rounds_to_tf32(f: &LoopFunc) -> bool {
             | Stmt::TileDot(_)
             | Stmt::Barrier
             | Stmt::Async(_)
-            | Stmt::WarpReduce(_) => false,
+            | Stmt::WarpReduce(_)
+            | Stmt::Prefetch { .. } => false,
         })
     }
     any(&f.body)
@@ -944,7 +957,8 @@ pub fn has_wgmma(f: &LoopFunc) -> bool {
             | Stmt::TileDot(_)
             | Stmt::Barrier
             | Stmt::Async(_)
-            | Stmt::WarpReduce(_) => false,
+            | Stmt::WarpReduce(_)
+            | Stmt::Prefetch { .. } => false,
         })
     }
     any(&f.body)
@@ -1025,6 +1039,9 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
             }
             Stmt::Async(AsyncStep::Wait(n)) => {
                 let _ = writeln!(out, "{pad}async wait {n}");
+            }
+            Stmt::Prefetch { tensor, offset } => {
+                let _ = writeln!(out, "{pad}prefetch {} at {}", f.p.tensor(*tensor).name, expr(f, *offset));
             }
             Stmt::WarpReduce(w) => {
                 let _ = writeln!(out, "{pad}warp_reduce {} {} by {}", w.op.name(), f.p.tensor(w.tensor).name, w.lanes);
@@ -1107,6 +1124,7 @@ pub fn emitted_size(f: &LoopFunc) -> u64 {
                     copies.saturating_mul(n)
                 }
                 Stmt::Barrier | Stmt::Async(_) => copies,
+                Stmt::Prefetch { offset, .. } => copies.saturating_mul(tree(f, *offset)),
                 Stmt::WarpReduce(w) => copies.saturating_mul(f.p.tensor(w.tensor).len().max(1) as u64),
                 Stmt::Mma { op, .. } => {
                     let (m, n, k) = op.shape();

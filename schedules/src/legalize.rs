@@ -22,7 +22,7 @@ pub fn legalize(f: &mut LoopFunc, target: &Target) {
 fn stmts(body: &mut [Stmt], lz: &mut Legalizer, p: &mut Program) {
     for s in body {
         match s {
-            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Prefetch { .. } => {}
             Stmt::Mma { c, a, b, .. } => {
                 for t in [c, a, b] {
                     for i in t.origin.iter_mut() {

@@ -55,6 +55,7 @@ pub mod memory_plan;
 pub mod multistage;
 pub mod nest;
 pub mod normalize;
+pub mod prefetch;
 pub mod prepack;
 pub mod prepare;
 pub mod schedule;

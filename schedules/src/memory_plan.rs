@@ -125,6 +125,11 @@ fn stmt_tensors(p: &Program, s: &Stmt, seen: &mut HashSet<TExprId>, out: &mut Ve
         Stmt::Wgmma(w) => out.extend([w.c.tensor, w.a.tensor, w.b.tensor]),
         Stmt::TileDot(d) => out.extend([d.c.tensor, d.a.tensor, d.b.tensor]),
         Stmt::WarpReduce(w) => out.push(w.tensor),
+        // A hint, but its address is the tensor's: kept live while it is taken.
+        Stmt::Prefetch { tensor, offset } => {
+            out.push(*tensor);
+            expr_tensors(p, *offset, seen, out);
+        }
         Stmt::Barrier | Stmt::Async(_) => {}
     }
 }

@@ -88,7 +88,8 @@ fn rewrite(
             | Stmt::WarpReduce(_)
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
-            | Stmt::TileDot(_) => {}
+            | Stmt::TileDot(_)
+            | Stmt::Prefetch { .. } => {}
         }
     }
     Ok(n)
@@ -227,7 +228,7 @@ fn make_async(f: &LoopFunc, st: &mut Stmt, buffers: &[TensorId]) -> Result<(), S
         Stmt::Alloc { .. } | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::TileDot(_) => {
             Err("a copy holds more than stores".into())
         }
-        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => Ok(()),
+        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Prefetch { .. } => Ok(()),
     }
 }
 
@@ -289,7 +290,8 @@ fn clone_stmt(f: &mut LoopFunc, st: &Stmt, map: &mut HashMap<VarId, TExprId>) ->
         | Stmt::TileDot(_)
         | Stmt::Barrier
         | Stmt::Async(_)
-        | Stmt::WarpReduce(_) => st.clone(),
+        | Stmt::WarpReduce(_)
+        | Stmt::Prefetch { .. } => st.clone(),
     }
 }
 
@@ -334,7 +336,7 @@ fn add_slot(f: &mut LoopFunc, st: &mut Stmt, buffers: &[TensorId], slot: TExprId
                 }
             }
         }
-        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Prefetch { .. } => {}
     }
 }
 

@@ -196,6 +196,11 @@ impl Extractor<'_> {
             | Stmt::Barrier
             | Stmt::Async(_)
             | Stmt::WarpReduce(_) => return None,
+            // A prefetched tensor is read by the nest too: a parameter (an
+            // input, unless the nest stores to it) like any other.
+            Stmt::Prefetch { tensor, offset } => {
+                Stmt::Prefetch { tensor: self.tensor(*tensor), offset: self.expr(*offset) }
+            }
         })
     }
 }

@@ -133,7 +133,8 @@ fn replace(f: &mut LoopFunc, body: &mut [Stmt], w: &Want, relayouts: &mut Vec<Re
             | Stmt::WarpReduce(_)
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
-            | Stmt::TileDot(_) => false,
+            | Stmt::TileDot(_)
+            | Stmt::Prefetch { .. } => false,
         };
         if found {
             return Ok(true);
@@ -481,7 +482,7 @@ fn relayout(f: &mut LoopFunc, r: Relayout) -> Result<(), String> {
                         ));
                     }
                 }
-                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::TileDot(_) => {}
+                Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::TileDot(_) | Stmt::Prefetch { .. } => {}
             }
         }
         Ok(())

@@ -233,6 +233,12 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
     for s in body {
         match s {
             Stmt::Barrier | Stmt::Async(_) => {}
+            Stmt::Prefetch { offset, .. } => {
+                if f.p.ty(*offset) != Ty::Index {
+                    return Err(LoopError::IndexType(offset.0));
+                }
+                expr(f, *offset, bound)?;
+            }
             Stmt::WarpReduce(w) => {
                 let d = f.p.tensor(w.tensor);
                 let fits = d.shape.len() == 1 && [2, 4, 8, 16, 32].contains(&w.lanes) && d.shape[0] % w.lanes == 0;
@@ -386,6 +392,16 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
                 Stmt::Barrier if target.gpu.is_none() => {
                     return Err(format!("barriers are for GPU targets; target `{}` is not one", target.name).into());
                 }
+                Stmt::Prefetch { tensor, .. } if !target.prefetches() => {
+                    return Err(RuleError::at(
+                        Site::Tensor(*tensor),
+                        format!(
+                            "target `{}` takes no software prefetches (LLVM's CPU targets do; Cranelift has no \
+                             prefetch instruction)",
+                            target.name
+                        ),
+                    ));
+                }
                 Stmt::WarpReduce(w) if target.gpu.is_none() => {
                     return Err(RuleError::at(
                         Site::Tensor(w.tensor),
@@ -451,6 +467,7 @@ pub fn walk_exprs(body: &[Stmt], visit: &mut dyn FnMut(TExprId)) {
     for s in body {
         match s {
             Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            Stmt::Prefetch { offset, .. } => visit(*offset),
             Stmt::Mma { c, a, b, .. } => [c, a, b].iter().flat_map(|t| &t.origin).for_each(|&i| visit(i)),
             Stmt::Wgmma(w) => w.origins().for_each(|&i| visit(i)),
             Stmt::TileDot(d) => d.origins().for_each(|&i| visit(i)),

@@ -118,7 +118,7 @@ fn tensors_of(f: &LoopFunc, s: &Stmt) -> BTreeSet<TensorId> {
             Stmt::WarpReduce(w) => {
                 out.insert(w.tensor);
             }
-            Stmt::Barrier | Stmt::Async(_) => {}
+            Stmt::Barrier | Stmt::Async(_) | Stmt::Prefetch { .. } => {}
         }
     }
     let mut out = BTreeSet::new();
@@ -371,7 +371,7 @@ fn collect(
                     guards: Vec::new(),
                 });
             }
-            Stmt::WarpReduce(_) | Stmt::Barrier | Stmt::Async(_) => {}
+            Stmt::WarpReduce(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::Prefetch { .. } => {}
         }
     }
 }

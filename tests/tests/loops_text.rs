@@ -373,3 +373,54 @@ fn tile_products_round_trip() {
     let wide = wide.map(|p| texc_schedules::verify::verify(&p.func).map_err(|e| e.to_string()));
     assert!(matches!(&wide, Ok(Err(e)) if e.contains("at most 32 × 32")) || wide.is_err(), "{:?}", wide.map(|_| ()));
 }
+
+/// `prefetch T at OFFSET` reads back as written and is proven inside its
+/// tensor like an access; LLVM's CPU targets compile it (a hint: the
+/// outputs are the evaluator's, which runs it as the nothing it computes),
+/// Cranelift refuses it with the reason.
+#[test]
+fn prefetches_round_trip_are_bounded_and_run_where_compiled() {
+    let src = "func k []\n  input X: f32[67]\n  output Y: f32[67]\n  for i in 0..67:\n    prefetch X at min(i + 16, 66)\n    Y[i] = X[i] * 2.0f32\n";
+    let mut sm = SourceMap::new();
+    let id = sm.add("p.loops".to_string(), src.to_string());
+    let parsed = texc_schedules::text::parse(src, id).unwrap_or_else(|d| panic!("{}", d.render(&sm)));
+    assert_eq!(print(&round_trip("prefetch", &parsed.func)), src);
+    let e = errors("unbounded", &src.replace("min(i + 16, 66)", "i + 16"));
+    assert!(e.contains("cannot prove this prefetch of `X` in bounds: its element ranges over 16..=82"), "{e}");
+    let e = errors("not_an_index", &src.replace("min(i + 16, 66)", "1.0f32"));
+    assert!(e.contains("a prefetch's element offset must be an index"), "{e}");
+    let e = errors("unknown", &src.replace("prefetch X", "prefetch Z"));
+    assert!(e.contains("unknown tensor `Z`"), "{e}");
+
+    let dir = std::env::temp_dir().join(format!("texc-prefetch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("p.loops");
+    std::fs::write(&path, src).expect("write");
+    let mut rng = SplitMix64::new(3);
+    let x: Vec<f32> = (0..67).map(|_| rng.next_f64() as f32 - 0.5).collect();
+    let want: Vec<f32> = x.iter().map(|v| v * 2.0).collect();
+    for target in ["interp", "x86-avx2", "x86-avx512"] {
+        let t = texc_compiler::target::lookup(target).expect("target");
+        if let Err(why) = t.check_runs_here() {
+            eprintln!("skipped the run on {target}: {why}");
+            continue;
+        }
+        let mut pl = texc_tests::pipeline(target);
+        let lf = pl.load_loops(&path).unwrap_or_else(|e| panic!("{target}: {}", texc_tests::rendered(&pl, e)));
+        let input = texc_runtime::Tensor { shape: vec![67], data: texc_runtime::Data::F32(x.clone()) };
+        let args = vec![texc_compiler::interp::Arg::Tensor(input)];
+        let got = match &lf.legal {
+            Some(legal) => {
+                assert!(print(legal).contains("prefetch X at"), "{target}: the prefetch is compiled");
+                pl.compile(legal).expect("compiles").run(args).expect("runs")
+            }
+            None => texc_schedules::eval::run(&lf.lowered, args).expect("runs"),
+        };
+        assert!(matches!(&got[0].data, texc_runtime::Data::F32(y) if *y == want), "{target}: {:?}", got[0].data);
+    }
+    let mut pl = texc_tests::pipeline("cranelift");
+    let e = pl.load_loops(&path).err().expect("cranelift refuses");
+    let msg = texc_tests::rendered(&pl, e);
+    assert!(msg.contains("takes no software prefetches") && msg.contains("p.loops:2:"), "{msg}");
+    std::fs::remove_dir_all(&dir).ok();
+}

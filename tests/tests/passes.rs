@@ -135,7 +135,8 @@ fn access_report(f: &LoopFunc) -> String {
                 | Stmt::Mma { .. }
                 | Stmt::Wgmma(_)
                 | Stmt::TileDot(_)
-                | Stmt::WarpReduce(_) => {}
+                | Stmt::WarpReduce(_)
+                | Stmt::Prefetch { .. } => {}
                 Stmt::Store { tensor, indices, value } => {
                     let Some((var, base, lanes)) = vector else { continue };
                     let mut ls = Vec::new();

@@ -157,6 +157,9 @@ impl<'a, 'm, M: Module> FnGen<'a, 'm, M> {
             Stmt::TileDot(_) => Err(CodegenError::Unsupported(
                 "AMX tile products are compiled through LLVM (`x86-avx512-amx`), not Cranelift".into(),
             )),
+            Stmt::Prefetch { .. } => Err(CodegenError::Unsupported(
+                "software prefetches are compiled by LLVM's CPU targets; Cranelift has no prefetch instruction".into(),
+            )),
             Stmt::For { var, lo, extent, kind, body } => match kind {
                 ForKind::Vectorized if *extent > 1 && VecMode::handles(body) => {
                     self.vector_stmts(body, VecMode { var: *var, base: *lo, lanes: *extent as u32 })

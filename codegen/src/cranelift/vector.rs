@@ -50,7 +50,8 @@ impl VecMode {
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
             | Stmt::TileDot(_)
-            | Stmt::WarpReduce(_) => false,
+            | Stmt::WarpReduce(_)
+            | Stmt::Prefetch { .. } => false,
         })
     }
 }
@@ -123,7 +124,8 @@ impl<M: Module> FnGen<'_, '_, M> {
                 | Stmt::Mma { .. }
                 | Stmt::Wgmma(_)
                 | Stmt::TileDot(_)
-                | Stmt::WarpReduce(_) => {
+                | Stmt::WarpReduce(_)
+                | Stmt::Prefetch { .. } => {
                     return Err(CodegenError::Backend("a loop, buffer or barrier inside a vectorized loop".into()))
                 }
             }

@@ -165,7 +165,8 @@ fn bf16_arithmetic(f: &LoopFunc) -> Option<String> {
             | Stmt::Mma { .. }
             | Stmt::Wgmma(_)
             | Stmt::TileDot(_)
-            | Stmt::WarpReduce(_) => None,
+            | Stmt::WarpReduce(_)
+            | Stmt::Prefetch { .. } => None,
         })
     }
     stmts(f, &f.body)

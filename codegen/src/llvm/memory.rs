@@ -434,6 +434,22 @@ impl<'ctx> Gen<'ctx, '_> {
         Ok(self.b.build_int_to_ptr(addr, pt, "ptrs")?)
     }
 
+    /// `prefetch T at OFFSET`: `llvm.prefetch` of the element's line, for
+    /// reading, into the L2 (locality 2: `prefetcht1` on x86).
+    pub(super) fn prefetch(&mut self, fr: &mut Frame<'ctx>, t: TensorId, offset: TExprId, mode: Mode<'ctx>) -> R<()> {
+        if mode.lanes().is_some() || self.on_device() {
+            return Err(crate::CodegenError::Unsupported(
+                "a prefetch inside a vectorized loop or in GPU code (prefetches are scalar CPU statements)".into(),
+            ));
+        }
+        let off = self.expr(fr, offset, Mode::Scalar)?.into_int_value();
+        let p = self.gep(self.mem_ty(self.f.p.tensor(t).elem), fr.tensors[&t], off)?;
+        let f = self.intrinsic("llvm.prefetch", &[p.get_type().into()])?;
+        let i32t = self.cx.i32_type();
+        let [read, l2, data] = [0, 2, 1].map(|k| i32t.const_int(k, false).into());
+        self.call_void(f, &[p.into(), read, l2, data])
+    }
+
     pub(super) fn store(
         &mut self,
         fr: &mut Frame<'ctx>,

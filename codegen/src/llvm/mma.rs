@@ -52,7 +52,12 @@ fn mma_sites<'s>(body: &'s [Stmt], around: &mut Vec<Around>, out: &mut Vec<(Vec<
                 let mut inner = Vec::new();
                 mma_sites(then, &mut Vec::new(), &mut inner) && inner.is_empty()
             }
-            Stmt::Store { .. } | Stmt::TileDot(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => true,
+            Stmt::Store { .. }
+            | Stmt::TileDot(_)
+            | Stmt::Barrier
+            | Stmt::Async(_)
+            | Stmt::WarpReduce(_)
+            | Stmt::Prefetch { .. } => true,
         };
         if !ok {
             return false;
@@ -108,7 +113,7 @@ fn touches(p: &texc_compiler::tir::Program, body: &[Stmt], t: TensorId) -> bool 
         Stmt::For { body, .. } | Stmt::Alloc { body, .. } => touches(p, body, t),
         Stmt::If { cond, then } => loads(*cond) || touches(p, then, t),
         Stmt::Store { tensor, indices, value } => *tensor == t || loads(*value) || indices.iter().any(|&i| loads(i)),
-        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) => false,
+        Stmt::Barrier | Stmt::Async(_) | Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::Prefetch { .. } => false,
         Stmt::TileDot(d) => [&d.c, &d.a, &d.b].iter().any(|x| x.tensor == t),
         Stmt::WarpReduce(w) => w.tensor == t,
     })

@@ -96,6 +96,7 @@ impl<'ctx> Gen<'ctx, '_> {
             Stmt::Wgmma(w) => self.wgmma(fr, w),
             Stmt::TileDot(d) => self.tile_dot(fr, d),
             Stmt::WarpReduce(w) => self.warp_reduce(fr, *w),
+            Stmt::Prefetch { tensor, offset } => self.prefetch(fr, *tensor, *offset, mode),
             Stmt::Alloc { tensor, body } if self.on_device() && self.f.registers.contains(tensor) => {
                 // The thread's own element, in a register after SROA.
                 let ty = self.mem_ty(self.f.p.tensor(*tensor).elem);
@@ -392,7 +393,7 @@ fn last_store(body: &[Stmt]) -> Option<TensorId> {
         Stmt::Mma { c, .. } => Some(c.tensor),
         Stmt::Wgmma(w) => Some(w.c.tensor),
         Stmt::TileDot(d) => Some(d.c.tensor),
-        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => None,
+        Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Prefetch { .. } => None,
     })
 }
 

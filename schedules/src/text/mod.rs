@@ -435,6 +435,7 @@ impl Builder {
                 Rule::wgmma => out.push(self.wgmma(pair, offset)?),
                 Rule::tile_dot => out.push(self.tile_dot(pair, offset)?),
                 Rule::warp_reduce => out.push(self.warp_reduce(pair, offset)?),
+                Rule::prefetch => out.push(self.prefetch(pair, offset)?),
                 Rule::local => {
                     let mut it = pair.into_inner();
                     let scope = it.next().expect("keyword").as_rule();
@@ -546,6 +547,23 @@ impl Builder {
             Diagnostic::at(self.span(offset, &lanes_p), "a warp reduction is by 2, 4, 8, 16 or 32 lanes")
         })?;
         Ok(Stmt::WarpReduce(crate::ir::WarpReduce { tensor, lanes, op }))
+    }
+
+    /// `prefetch T at OFFSET`: the element's offset is an index.
+    fn prefetch(&mut self, pair: Pair<Rule>, offset: usize) -> R<Stmt> {
+        let mut it = pair.into_inner();
+        it.next(); // `prefetch`
+        let name_p = it.next().expect("tensor");
+        let span = self.span(offset, &name_p);
+        let tensor = self
+            .tensor_named(name_p.as_str())
+            .ok_or_else(|| Diagnostic::at(span, format!("unknown tensor `{}`", name_p.as_str())))?;
+        it.next(); // `at`
+        let at = self.expr(it.next().expect("offset"), offset)?;
+        if self.p.ty(at) != Ty::Index {
+            return Err(Diagnostic::at(self.p.span(at), "a prefetch's element offset must be an index"));
+        }
+        Ok(Stmt::Prefetch { tensor, offset: at })
     }
 
     /// `mma OP C[..] @ (r, c) += A[..] @ (r, c) * B[..] @ (r, c)`.

@@ -104,6 +104,7 @@ impl Checker<'_> {
         for s in body {
             match s {
                 Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+                Stmt::Prefetch { tensor, offset } => self.prefetch(*tensor, *offset)?,
                 Stmt::For { var, lo, extent, body, .. } => {
                     if *extent == 0 {
                         continue;
@@ -237,6 +238,28 @@ impl Checker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A prefetch's element stays within its tensor's elements (it reads no
+    /// value, so an unwritten temporary is no error).
+    fn prefetch(&mut self, t: TensorId, offset: TExprId) -> Result<(), Diagnostic> {
+        self.expr(offset)?;
+        let d = self.f.p.tensor(t);
+        let iv = self.interval(offset);
+        if matches!((iv.lo, iv.hi), (Some(lo), Some(hi)) if lo >= 0 && hi < d.len() as i128) {
+            return Ok(());
+        }
+        let show = |b: Option<i128>| b.map_or("?".to_string(), |v| v.to_string());
+        Err(Diagnostic::at(
+            self.f.p.span(offset),
+            format!(
+                "cannot prove this prefetch of `{}` in bounds: its element ranges over {}..={}, but the tensor has {} elements",
+                d.name,
+                show(iv.lo),
+                show(iv.hi),
+                d.len()
+            ),
+        ))
     }
 
     /// A tile of `rows` × `cols` elements at `t.origin`: read before any

@@ -111,7 +111,7 @@ fn walk(
                 }
             },
             Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::TileDot(_) => w.vector_stores += trips,
-            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
+            Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Prefetch { .. } => {}
         }
     }
 }

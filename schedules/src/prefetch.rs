@@ -1,0 +1,442 @@
+//! Software prefetch of the slices of an input that a parallel loop reads
+//! again and again (CPU targets compiled by LLVM).
+//!
+//! A loop nest whose parallel loop `f` reads an input tensor `W` one slice
+//! per run of `Q` consecutive iterations (run `r` reads within elements
+//! `[b + r·S, b + (r + 1)·S)`), and reads each slice several times — a
+//! direct convolution's panel of filters, read by each row of the output it
+//! makes, the rows either the run's iterations or a loop inside them — reads
+//! the slice from memory in its first pass, as fast as the arithmetic
+//! consumes it, which is faster than memory delivers it; the later passes
+//! find it in the L2. In a model the weights come from memory every time
+//! (each layer's are read once per inference, and the other layers' evict
+//! them), so every first pass waits. This pass spreads the next slice's
+//! reads over the whole run: at every step of a serial loop inside `f` (the
+//! *spread loop*, `T` steps per iteration of `f`) the iteration prefetches
+//! into the L2 its share of the next slice — step `t` of the run's `Q · T`
+//! the lines from element `b + (r + 1)·S + t·S / (Q · T)` on. MEASURED
+//! (ResNet-50's last 3×3 convolutions, 512 filters at 7×7, 9.4 MB of
+//! weights, one thread, in the model): 1.90 → 1.46 ms each.
+//!
+//! What it takes: `W` an input of the function (temporaries were written
+//! by an earlier nest and are likely still cached); its offset, with every
+//! other variable at the start of its range, falling in such runs at every
+//! iteration of `f` (the smallest run length dividing `f`'s extent that
+//! gives two runs or more); a slice larger than the L1 (a smaller one is
+//! the hardware prefetcher's); a run short enough that reading its slice
+//! from memory would take a tenth of its arithmetic's time or more (at the
+//! target's ridge point: a longer run hides the wait anyway, and the
+//! prefetches only cost it issue slots — ConvNeXt-S's 192 → 768 products at
+//! 56×56, prefetched, ran 2 threads 6.7 % slower); and a slice read at least
+//! twice per run. A
+//! slice read once is a stream, which the hardware prefetcher follows: a
+//! fully connected layer's weights prefetched a slice ahead ran 10–40 %
+//! slower (MEASURED, ResNet-50's 2048 → 1000). The spread loop is the
+//! deepest serial or unrolled loop between `f` and the read whose step still
+//! covers a cache line (coarser ones would leave a step's lines to arrive
+//! at once; finer ones would prefetch a line several times).
+//!
+//! Invariants: the pass adds `Stmt::Prefetch` statements only, which
+//! change no value; each one's offset is clamped into its tensor. It runs
+//! after legalization, on the loops code generation receives, and only
+//! where the target takes prefetches (`Target::prefetches`); `--knob
+//! prefetch=0` turns it off.
+
+use crate::index::{bin, int};
+use crate::interval;
+use crate::ir::{ForKind, LoopFunc, Stmt};
+use texc_compiler::ops::{BinOp, MathFn};
+use texc_compiler::target::{CpuCaches, Target};
+use texc_compiler::tir::{TExpr, TExprId, TensorId, TensorRole, Ty, VarId};
+
+/// A cache line (x86).
+const LINE_BYTES: i64 = 64;
+/// Prefetches one step may issue: more would crowd the loop's loads.
+const MAX_LINES_PER_STEP: i64 = 8;
+/// The pass prefetches where the first read of a slice would wait on
+/// memory for a tenth of its run's time or more.
+const MIN_WAIT_SHARE_INVERSE: f64 = 10.0;
+/// Iterations of a parallel loop the pass examines one by one (compile time stays linear).
+const MAX_ITERATIONS: i64 = 1 << 16;
+
+/// One spread prefetch: where, of what, how.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The spread loop: prefetches go first in its body.
+    pub at: VarId,
+    pub tensor: TensorId,
+    /// The parallel loop, its start and the run length `Q`.
+    pub outer: (VarId, i64),
+    pub run: i64,
+    /// Elements from one slice to the next (`S`) and the current slice's start at the first iteration.
+    pub slice: i64,
+    pub base: i64,
+    /// The loops from the parallel loop's body to the spread loop, outermost first.
+    pub path: Loops,
+    /// Cache lines each step prefetches.
+    pub lines: i64,
+}
+
+/// Add spread prefetches to `f`'s parallel loops where they read an input in
+/// runs, again and again ([module docs](self)); returns the plans made.
+pub fn prefetch(f: &mut LoopFunc, target: &Target) -> Vec<Plan> {
+    if !target.is_compiled() || !target.prefetches() {
+        return Vec::new();
+    }
+    let plans = plans(f, &target.cpu_caches(), target.nominal.peak_gflops / target.nominal.bandwidth_gbs);
+    for plan in &plans {
+        let stmts = statements(f, plan);
+        insert_first(&mut f.body, plan.at, &stmts);
+    }
+    plans
+}
+
+/// The plans for every parallel loop of `f` (its nests' outermost ones) on
+/// a machine of these caches whose arithmetic does `ridge` operations in
+/// the time its memory delivers a byte.
+pub fn plans(f: &LoopFunc, caches: &CpuCaches, ridge: f64) -> Vec<Plan> {
+    let mut out = Vec::new();
+    let mut outside = Vec::new();
+    let m = Machine { caches, ridge };
+    find_parallel(f, &f.body, &mut outside, &m, &mut out);
+    out
+}
+
+/// What the plans depend on of the machine.
+struct Machine<'a> {
+    caches: &'a CpuCaches,
+    ridge: f64,
+}
+
+/// Loops enclosing a statement: `(var, lo, extent, kind)`, outermost first.
+type Enclosing = Vec<(VarId, i64, i64, ForKind)>;
+
+/// Loops as `(var, lo, extent)`, outermost first.
+pub type Loops = Vec<(VarId, i64, i64)>;
+
+fn find_parallel(f: &LoopFunc, body: &[Stmt], outside: &mut Enclosing, m: &Machine, out: &mut Vec<Plan>) {
+    for s in body {
+        match s {
+            Stmt::For { var, lo, extent, kind: ForKind::Parallel, body } => {
+                let mut reads = Vec::new();
+                collect_reads(f, body, &mut Vec::new(), &mut reads);
+                let mut done: Vec<TensorId> = Vec::new();
+                for (tensor, idx, path) in reads {
+                    if done.contains(&tensor) {
+                        continue;
+                    }
+                    if let Some(plan) = plan_for(f, m, outside, (*var, *lo, *extent), tensor, &idx, &path) {
+                        done.push(tensor);
+                        out.push(plan);
+                    }
+                }
+            }
+            Stmt::For { var, lo, extent, kind, body } => {
+                outside.push((*var, *lo, *extent, *kind));
+                find_parallel(f, body, outside, m, out);
+                outside.pop();
+            }
+            s => find_parallel(f, s.body(), outside, m, out),
+        }
+    }
+}
+
+/// Every load of an input inside `body`, with the loops between.
+fn collect_reads(
+    f: &LoopFunc,
+    body: &[Stmt],
+    path: &mut Enclosing,
+    out: &mut Vec<(TensorId, Vec<TExprId>, Enclosing)>,
+) {
+    for s in body {
+        if let Stmt::For { var, lo, extent, kind, body } = s {
+            path.push((*var, *lo, *extent, *kind));
+            collect_reads(f, body, path, out);
+            path.pop();
+            continue;
+        }
+        if let Stmt::Store { value, .. } = s {
+            let mut loads = Vec::new();
+            crate::analysis::loads_in(&f.p, *value, &mut loads);
+            for l in loads {
+                if let TExpr::Load(t, idx) = f.p.expr(l) {
+                    if f.p.tensor(*t).role == TensorRole::Input {
+                        out.push((*t, idx.clone(), path.clone()));
+                    }
+                }
+            }
+        }
+        collect_reads(f, s.body(), path, out);
+    }
+}
+
+/// The plan for one read of `tensor` at `idx` inside parallel loop `par`, if it reads in runs.
+fn plan_for(
+    f: &LoopFunc,
+    m: &Machine,
+    outside: &Enclosing,
+    (par, lo, extent): (VarId, i64, i64),
+    tensor: TensorId,
+    idx: &[TExprId],
+    path: &Enclosing,
+) -> Option<Plan> {
+    if !(2..=MAX_ITERATIONS).contains(&extent) || !idx.iter().any(|&i| f.p.mentions(i, par)) {
+        return None;
+    }
+    let d = f.p.tensor(tensor);
+    let elem_bytes = d.elem.size() as i64;
+    // The offset at each iteration of `par`, every other loop at its start.
+    let mut env = vec![0i64; f.vars.len()];
+    for &(v, vlo, _, _) in outside.iter().chain(path) {
+        env[v as usize] = vlo;
+    }
+    let mut offsets = Vec::with_capacity(extent as usize);
+    for i in lo..lo + extent {
+        env[par as usize] = i;
+        offsets.push(flat_offset(f, tensor, idx, &env)?);
+    }
+    let run = (1..=extent / 2).filter(|q| extent % q == 0).find(|&q| in_runs(&offsets, q as usize))?;
+    let (base, slice) = (offsets[0], offsets[run as usize] - offsets[0]);
+    if slice * elem_bytes <= m.caches.l1d {
+        return None;
+    }
+    // The slice's first read waits on memory for a share of the run's time
+    // of about `ridge / (run's operations per slice byte)`; below a tenth
+    // there is little to win (a transformer's 192 → 768 product, 4 panels of
+    // 96 KB reused by 28 rows: 392 operations a byte, 4 %, against 25 and
+    // 58 % for ResNet-50's 3×3 convolutions at 7×7).
+    let run_ops = 2.0 * run as f64 * path.iter().map(|p| p.2.max(1) as f64).product::<f64>();
+    if run_ops > MIN_WAIT_SHARE_INVERSE * m.ridge * (slice * elem_bytes) as f64 {
+        return None;
+    }
+    let (spread, lines) = spread_loop(path, run, slice * elem_bytes)?;
+    let at = spread.last()?.0;
+    // A slice read once is a stream, which the hardware prefetcher follows
+    // (MEASURED: prefetching the next one slowed a fully connected layer's
+    // 8 MB of weights by 10–40 %).
+    let above: Vec<VarId> = spread[..spread.len() - 1].iter().map(|p| p.0).collect();
+    if traversals(f, (par, lo), tensor, idx, path, &above, run, slice) < 2 {
+        return None;
+    }
+    Some(Plan { at, tensor, outer: (par, lo), run, slice, base, path: spread, lines })
+}
+
+/// How many times a run reads its slice: the run's iterations' footprints
+/// (their offsets' range, every loop of `path` over its range) over the
+/// slice, times the loops above the spread loop (`above`) that the read does
+/// not move along (they walk the same elements again).
+#[allow(clippy::too_many_arguments)]
+fn traversals(
+    f: &LoopFunc,
+    (par, lo): (VarId, i64),
+    tensor: TensorId,
+    idx: &[TExprId],
+    path: &Enclosing,
+    above: &[VarId],
+    run: i64,
+    slice: i64,
+) -> i64 {
+    let mut ranges = vec![interval::exact(0); f.vars.len()];
+    for &(v, vlo, extent, _) in path {
+        ranges[v as usize] = interval::range(vlo as i128, (vlo + extent.max(1) - 1) as i128);
+    }
+    ranges[par as usize] = interval::exact(lo as i128);
+    let shape = &f.p.tensor(tensor).shape;
+    let (mut first, mut last) = (0i128, 0i128);
+    for (k, &i) in idx.iter().enumerate() {
+        let iv = interval::of(&f.p, i, &|v| ranges[v as usize]);
+        let (Some(a), Some(b)) = (iv.lo, iv.hi) else { return 0 };
+        first = first * shape[k] as i128 + a;
+        last = last * shape[k] as i128 + b;
+    }
+    let footprint = ((last - first + 1) as i64).clamp(1, slice);
+    let again: i64 = path
+        .iter()
+        .filter(|p| above.contains(&p.0) && !idx.iter().any(|&i| f.p.mentions(i, p.0)))
+        .map(|p| p.2.max(1))
+        .product();
+    run.saturating_mul(footprint).saturating_mul(again) / slice
+}
+
+/// Whether `offsets` fall in runs of `q` iterations, run `r` within
+/// `[o₀ + r·S, o₀ + (r + 1)·S)` for `S = o_q − o₀ > 0`: a slice per run,
+/// the slices in order (the iterations inside a run may visit their slice's
+/// parts in any order: a fused loop over a group of panels and the rows that
+/// reuse them).
+fn in_runs(offsets: &[i64], q: usize) -> bool {
+    let slice = offsets[q] - offsets[0];
+    slice > 0
+        && offsets.iter().enumerate().all(|(i, &o)| {
+            let start = offsets[0] + (i / q) as i64 * slice;
+            (start..start + slice).contains(&o)
+        })
+}
+
+/// The deepest serial or unrolled loop of `path` whose step still covers a
+/// line of the slice, the loops down to it, and the lines a step takes.
+fn spread_loop(path: &Enclosing, run: i64, slice_bytes: i64) -> Option<(Loops, i64)> {
+    let mut best = None;
+    let mut steps = run;
+    for (depth, &(_, _, extent, kind)) in path.iter().enumerate() {
+        if !matches!(kind, ForKind::Serial | ForKind::Unrolled) {
+            break;
+        }
+        steps = steps.checked_mul(extent.max(1))?;
+        let step_bytes = slice_bytes / steps;
+        if step_bytes < LINE_BYTES {
+            break;
+        }
+        best = Some((depth, step_bytes));
+    }
+    let (depth, step_bytes) = best?;
+    let lines = ((step_bytes + LINE_BYTES - 1) / LINE_BYTES).min(MAX_LINES_PER_STEP);
+    Some((path[..=depth].iter().map(|&(v, lo, e, _)| (v, lo, e)).collect(), lines))
+}
+
+/// The row-major offset of `tensor[idx]` with loop variables at `env`.
+fn flat_offset(f: &LoopFunc, tensor: TensorId, idx: &[TExprId], env: &[i64]) -> Option<i64> {
+    let shape = &f.p.tensor(tensor).shape;
+    let mut off = 0i64;
+    for (k, &i) in idx.iter().enumerate() {
+        let iv = interval::of(&f.p, i, &|v| interval::exact(env[v as usize] as i128));
+        let value = match (iv.lo, iv.hi) {
+            (Some(a), Some(b)) if a == b => i64::try_from(a).ok()?,
+            _ => return None,
+        };
+        off = off.checked_mul(shape[k])?.checked_add(value)?;
+    }
+    Some(off)
+}
+
+/// The plan's prefetches: `lines` of them, a line apart, from
+/// `min(base + (r + 1)·S + t·S/(Q·T) + line, last)` where `r` is the
+/// iteration's run and `t` its step in the run.
+fn statements(f: &mut LoopFunc, plan: &Plan) -> Vec<Stmt> {
+    let (par, lo) = plan.outer;
+    let steps: i64 = plan.run * plan.path.iter().map(|p| p.2.max(1)).product::<i64>();
+    let i = var_from(f, par, lo);
+    let q = int(f, plan.run);
+    let run_index = bin(f, BinOp::UDiv, i, q);
+    // t = (i % Q) · T₀ + Σ (v − lo)·(steps below v)
+    let mut t = bin(f, BinOp::URem, i, q);
+    // A loop of one iteration adds nothing to the step.
+    for &(v, vlo, extent) in plan.path.iter().filter(|p| p.2 > 1) {
+        let e = int(f, extent);
+        let scaled = bin(f, BinOp::Mul, t, e);
+        let x = var_from(f, v, vlo);
+        t = bin(f, BinOp::Add, scaled, x);
+    }
+    let s = int(f, plan.slice);
+    let next = bin(f, BinOp::Mul, run_index, s);
+    let step = {
+        let ts = bin(f, BinOp::Mul, t, s);
+        let n = int(f, steps);
+        bin(f, BinOp::UDiv, ts, n)
+    };
+    let start = int(f, plan.base + plan.slice);
+    let at = bin(f, BinOp::Add, next, step);
+    let at = bin(f, BinOp::Add, at, start);
+    let len = f.p.tensor(plan.tensor).len();
+    let per_line = (LINE_BYTES / f.p.tensor(plan.tensor).elem.size() as i64).max(1);
+    let last = int(f, len - 1);
+    (0..plan.lines)
+        .map(|l| {
+            let e = match l {
+                0 => at,
+                _ => {
+                    let d = int(f, l * per_line);
+                    bin(f, BinOp::Add, at, d)
+                }
+            };
+            let offset = f.p.alloc(TExpr::Math(MathFn::Min, vec![e, last]), Ty::Index, Default::default());
+            Stmt::Prefetch { tensor: plan.tensor, offset }
+        })
+        .collect()
+}
+
+/// `v − lo` (or `v`).
+fn var_from(f: &mut LoopFunc, v: VarId, lo: i64) -> TExprId {
+    let x = f.p.alloc(TExpr::Var(v), Ty::Index, Default::default());
+    if lo == 0 {
+        return x;
+    }
+    let l = int(f, lo);
+    bin(f, BinOp::Sub, x, l)
+}
+
+/// Put `stmts` first in the body of loop `var`.
+fn insert_first(body: &mut [Stmt], var: VarId, stmts: &[Stmt]) -> bool {
+    for s in body {
+        if let Stmt::For { var: v, body, .. } = s {
+            if *v == var {
+                body.splice(0..0, stmts.iter().cloned());
+                return true;
+            }
+        }
+        let inner: &mut [Stmt] = match s {
+            Stmt::For { body, .. } | Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => body,
+            _ => continue,
+        };
+        if insert_first(inner, var, stmts) {
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use texc_compiler::target::CacheSource;
+
+    const CACHES: CpuCaches =
+        CpuCaches { l1d: 32 << 10, l2: 1 << 20, l3: 32 << 20, l3_cores: 2, cores: 2, source: CacheSource::Nominal };
+
+    /// A panel of filters `W[p]` (`C × 32`), read by each of `rows` output
+    /// rows in turn: the parallel loop runs over `(panel, row)`.
+    fn panels(w: &str, rows: i64, c: i64) -> LoopFunc {
+        let n = 4 * rows;
+        let src = format!(
+            "func k []\n  input {w}\n  input X: f32[{c}, {rows}]\n  output Y: f32[4, {rows}, 32]\n  \
+             for p.h in 0..{n} parallel:\n    for c in 0..{c}:\n      for v in 0..32 vectorized:\n        \
+             Y[p.h / {rows}, p.h % {rows}, v] = Y[p.h / {rows}, p.h % {rows}, v] + W[p.h / {rows}, c, v] * X[c, p.h % {rows}]\n"
+        );
+        let mut sm = texc_grammar::span::SourceMap::new();
+        let id = sm.add("k.loops", src.clone());
+        crate::text::parse(&src, id).unwrap_or_else(|d| panic!("{}\n{src}", d.render(&sm))).func
+    }
+
+    #[test]
+    fn slices_read_in_runs_are_prefetched_a_share_per_step() {
+        // 4 panels of 512 × 32 floats (64 KiB each, above the 32 KiB L1), 2 rows each.
+        let f = panels("W: f32[4, 512, 32]", 2, 512);
+        let plans = plans(&f, &CACHES, 14.3);
+        assert_eq!(plans.len(), 1, "{plans:?}");
+        let p = &plans[0];
+        assert_eq!((p.run, p.slice, p.base, p.lines), (2, 512 * 32, 0, 1), "{p:?}");
+        assert_eq!(f.vars[p.at as usize].name, "c");
+        // 64 KiB over 2 rows × 512 steps: 64 bytes a step, one line.
+        let mut g = f.clone();
+        let t = texc_compiler::target::lookup("x86-avx512").expect("target");
+        assert_eq!(prefetch(&mut g, t).len(), 1);
+        let text = crate::ir::print(&g);
+        assert!(text.contains("      prefetch W at min("), "{text}");
+        crate::verify::verify(&g).expect("verifies");
+    }
+
+    #[test]
+    fn reads_that_fit_the_l1_or_move_every_iteration_are_left_alone() {
+        // A slice of 16 KiB: the L1 holds it.
+        assert!(plans(&panels("W: f32[4, 128, 32]", 2, 128), &CACHES, 14.3).is_empty());
+        // One row per panel: each slice read once, a stream.
+        assert!(plans(&panels("W: f32[4, 512, 32]", 1, 512), &CACHES, 14.3).is_empty());
+        // Eight rows: 8 bytes a step, finer than a line.
+        assert!(plans(&panels("W: f32[4, 512, 32]", 8, 512), &CACHES, 14.3).is_empty());
+        // Memory that keeps up with the arithmetic (a byte per 0.05 operations): nothing to wait for.
+        assert!(plans(&panels("W: f32[4, 512, 32]", 2, 512), &CACHES, 0.05).is_empty());
+        // Cranelift takes no prefetches.
+        let mut f = panels("W: f32[4, 512, 32]", 2, 512);
+        let t = texc_compiler::target::lookup("cranelift").expect("target");
+        assert!(prefetch(&mut f, t).is_empty());
+    }
+}
