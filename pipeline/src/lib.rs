@@ -643,7 +643,8 @@ impl Pipeline {
             || texc_schedules::ir::print(&f),
             || texc_schedules::verify::verify_legal(&f, t),
         )?;
-        if self.options.knobs.get(KNOB_PREFETCH) != Some(&0) {
+        // Only where prefetches are compiled: elsewhere the pass has nothing to do.
+        if t.is_compiled() && t.prefetches() && self.options.knobs.get(KNOB_PREFETCH) != Some(&0) {
             let t0 = Instant::now();
             texc_schedules::prefetch::prefetch(&mut f, t);
             after(

@@ -255,7 +255,17 @@ impl Eval<'_> {
         let f = self.f;
         for s in body {
             match s {
-                Stmt::Barrier | Stmt::Prefetch { .. } => self.races.barrier(),
+                Stmt::Barrier => self.races.barrier(),
+                // A hint that changes no value; its offset is still checked,
+                // so that runs of the evaluator catch one outside its tensor.
+                Stmt::Prefetch { tensor, offset } => {
+                    self.watch_reads(m, *offset, env)?;
+                    let at = m.eval(&f.vars, *offset, env)?.i();
+                    let t = f.p.tensor(*tensor);
+                    if !(0..t.len()).contains(&at) {
+                        return Err(InterpError::OutOfBounds(t.name.clone()).into());
+                    }
+                }
                 Stmt::Async(AsyncStep::Commit) => {
                     let group = std::mem::take(&mut self.copies.open);
                     self.copies.committed.push_back(group);

@@ -770,7 +770,11 @@ impl LoopFunc {
                             seen[t.tensor.0 as usize] = true;
                         }
                     }
-                    Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) | Stmt::Prefetch { .. } => {}
+                    Stmt::Prefetch { tensor, offset } => {
+                        seen[tensor.0 as usize] = true;
+                        reads(*offset, seen);
+                    }
+                    Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {}
                 }
             }
         }

@@ -290,8 +290,8 @@ fn clone_stmt(f: &mut LoopFunc, st: &Stmt, map: &mut HashMap<VarId, TExprId>) ->
         | Stmt::TileDot(_)
         | Stmt::Barrier
         | Stmt::Async(_)
-        | Stmt::WarpReduce(_)
-        | Stmt::Prefetch { .. } => st.clone(),
+        | Stmt::WarpReduce(_) => st.clone(),
+        Stmt::Prefetch { tensor, offset } => Stmt::Prefetch { tensor: *tensor, offset: e(f, *offset, map) },
     }
 }
 

@@ -183,6 +183,12 @@ fn plan_for(
     if !(2..=MAX_ITERATIONS).contains(&extent) || !idx.iter().any(|&i| f.p.mentions(i, par)) {
         return None;
     }
+    // The offsets are taken with loops outside `par` at their start: a read
+    // that moves with them would have every one of their iterations
+    // prefetch the first one's slices.
+    if outside.iter().any(|&(v, ..)| idx.iter().any(|&i| f.p.mentions(i, v))) {
+        return None;
+    }
     let d = f.p.tensor(tensor);
     let elem_bytes = d.elem.size() as i64;
     // The offset at each iteration of `par`, every other loop at its start.
@@ -197,7 +203,10 @@ fn plan_for(
     }
     let run = (1..=extent / 2).filter(|q| extent % q == 0).find(|&q| in_runs(&offsets, q as usize))?;
     let (base, slice) = (offsets[0], offsets[run as usize] - offsets[0]);
-    if slice * elem_bytes <= m.caches.l1d {
+    // Every term of a prefetch's offset is at least `base` (see
+    // `statements`), so `base ≥ 0` keeps it inside the tensor from below;
+    // a read below the start (a padded window behind a guard) is left alone.
+    if base < 0 || slice * elem_bytes <= m.caches.l1d {
         return None;
     }
     // The slice's first read waits on memory for a share of the run's time
@@ -422,6 +431,56 @@ mod tests {
         let text = crate::ir::print(&g);
         assert!(text.contains("      prefetch W at min("), "{text}");
         crate::verify::verify(&g).expect("verifies");
+    }
+
+    fn tensor(shape: &[i64], seed: u64) -> texc_compiler::interp::Arg {
+        let n: i64 = shape.iter().product();
+        let data = (0..n as u64).map(|i| ((i * 2654435761 + seed) % 1000) as f32 / 500.0 - 1.0).collect();
+        texc_compiler::interp::Arg::Tensor(texc_runtime::Tensor {
+            shape: shape.iter().map(|&d| d as usize).collect(),
+            data: texc_runtime::Data::F32(data),
+        })
+    }
+
+    #[test]
+    fn prefetched_nests_compute_the_same_and_prefetch_inside_their_tensors() {
+        // The loop evaluator checks each prefetch's offset against its tensor.
+        for (rows, c) in [(2, 512), (2, 700)] {
+            let w = format!("W: f32[4, {c}, 32]");
+            let f = panels(&w, rows, c);
+            let mut g = f.clone();
+            let t = texc_compiler::target::lookup("x86-avx512").expect("target");
+            assert_eq!(prefetch(&mut g, t).len(), 1, "rows {rows}, c {c}");
+            let args = || vec![tensor(&[4, c, 32], 1), tensor(&[c, rows], 2)];
+            let want = crate::eval::run(&f, args()).expect("runs");
+            let got = crate::eval::run(&g, args()).unwrap_or_else(|e| panic!("rows {rows}, c {c}: {e}"));
+            assert_eq!(format!("{:?}", got[0].data), format!("{:?}", want[0].data));
+        }
+    }
+
+    #[test]
+    fn reads_below_the_start_or_moving_with_outer_loops_are_left_alone() {
+        // A padded window: row `c − 1` of each panel, read behind a guard,
+        // starts one row before the tensor at the loops' start.
+        let src = "func k []\n  input W: f32[4, 512, 32]\n  output Y: f32[8, 32]\n  \
+                   for p.h in 0..8 parallel:\n    for c in 0..512:\n      if c >= 1:\n        \
+                   for v in 0..32 vectorized:\n          Y[p.h, v] = Y[p.h, v] + W[p.h / 2, c - 1, v]\n";
+        let mut sm = texc_grammar::span::SourceMap::new();
+        let id = sm.add("pad.loops", src);
+        let f = crate::text::parse(src, id).unwrap_or_else(|d| panic!("{}", d.render(&sm))).func;
+        assert!(plans(&f, &CACHES, 14.3).is_empty());
+        // Panels that move with a loop outside the parallel one.
+        let src = "func k []\n  input W: f32[3, 4, 512, 32]\n  output Y: f32[3, 8, 32]\n  \
+                   for g in 0..3:\n    for p.h in 0..8 parallel:\n      for c in 0..512:\n        \
+                   for v in 0..32 vectorized:\n          Y[g, p.h, v] = Y[g, p.h, v] + W[g, p.h / 2, c, v]\n";
+        let id = sm.add("outer.loops", src);
+        let f = crate::text::parse(src, id).unwrap_or_else(|d| panic!("{}", d.render(&sm))).func;
+        assert!(plans(&f, &CACHES, 14.3).is_empty());
+        // Without the outer loop the same panels are prefetched.
+        let src = src.replace("for g in 0..3:\n    ", "").replace("g, ", "0, ").replace("\n      ", "\n    ");
+        let id = sm.add("inner.loops", src.clone());
+        let f = crate::text::parse(&src, id).unwrap_or_else(|d| panic!("{}\n{src}", d.render(&sm))).func;
+        assert_eq!(plans(&f, &CACHES, 14.3).len(), 1, "{src}");
     }
 
     #[test]

@@ -359,7 +359,8 @@ fn legal(f: &LoopFunc, e: TExprId, target: &Target, seen: &mut [bool], bad: &mut
 /// file, not in texc): every loop kind is one the target has, and on a GPU
 /// the launch rules of [`crate::gpu`] hold.
 pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
-    fn kinds(f: &LoopFunc, body: &[Stmt], target: &Target) -> Result<(), RuleError> {
+    /// `vector`: inside a vectorized loop.
+    fn kinds(f: &LoopFunc, body: &[Stmt], target: &Target, vector: bool) -> Result<(), RuleError> {
         for s in body {
             match s {
                 Stmt::For { var, kind, body, .. } => {
@@ -374,7 +375,7 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
                             ),
                         ));
                     }
-                    kinds(f, body, target)?
+                    kinds(f, body, target, vector || *kind == crate::ir::ForKind::Vectorized)?
                 }
                 Stmt::Alloc { tensor, .. }
                     if target.gpu.is_none() && (f.shared.contains(tensor) || f.registers.contains(tensor)) =>
@@ -396,10 +397,16 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
                     return Err(RuleError::at(
                         Site::Tensor(*tensor),
                         format!(
-                            "target `{}` takes no software prefetches (LLVM's CPU targets do; Cranelift has no \
-                             prefetch instruction)",
+                            "target `{}` takes no software prefetches (only LLVM's CPU targets do: Cranelift has no \
+                             prefetch instruction, GPU code none of texc's)",
                             target.name
                         ),
+                    ));
+                }
+                Stmt::Prefetch { tensor, .. } if vector => {
+                    return Err(RuleError::at(
+                        Site::Tensor(*tensor),
+                        "a prefetch is a scalar statement: it cannot be inside a vectorized loop".to_string(),
                     ));
                 }
                 Stmt::WarpReduce(w) if target.gpu.is_none() => {
@@ -427,12 +434,12 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
                         ),
                     ));
                 }
-                s => kinds(f, s.body(), target)?,
+                s => kinds(f, s.body(), target, vector)?,
             }
         }
         Ok(())
     }
-    kinds(f, &f.body, target)?;
+    kinds(f, &f.body, target, false)?;
     if let Some((e, i)) = missing_intrinsic(f, target) {
         return Err(RuleError::at(
             Site::Expr(e),

@@ -422,5 +422,35 @@ fn prefetches_round_trip_are_bounded_and_run_where_compiled() {
     let e = pl.load_loops(&path).err().expect("cranelift refuses");
     let msg = texc_tests::rendered(&pl, e);
     assert!(msg.contains("takes no software prefetches") && msg.contains("p.loops:2:"), "{msg}");
+
+    // A prefetch is scalar: refused inside a vectorized loop, with its place.
+    let vector = "func k []\n  input X: f32[64]\n  output Y: f32[64]\n  for i in 0..64 vectorized:\n    \
+                  prefetch X at i\n    Y[i] = X[i]\n";
+    let path_v = dir.join("v.loops");
+    std::fs::write(&path_v, vector).expect("write");
+    let mut pl = texc_tests::pipeline("x86-avx2");
+    let e = pl.load_loops(&path_v).err().expect("refused");
+    let msg = texc_tests::rendered(&pl, e);
+    assert!(msg.contains("cannot be inside a vectorized loop") && msg.contains("v.loops:2:"), "{msg}");
+    // A temporary that is only prefetched is still a buffer of the function.
+    let temp = src
+        .replace("  output Y: f32[67]\n", "  output Y: f32[67]\n  temp T: f32[67]\n")
+        .replace("prefetch X", "prefetch T");
+    let path_t = dir.join("t.loops");
+    std::fs::write(&path_t, &temp).expect("write");
+    for target in ["x86-avx2", "interp"] {
+        if texc_compiler::target::lookup(target).expect("target").check_runs_here().is_err() {
+            continue;
+        }
+        let mut pl = texc_tests::pipeline(target);
+        let lf = pl.load_loops(&path_t).unwrap_or_else(|e| panic!("{target}: {}", texc_tests::rendered(&pl, e)));
+        let input = texc_runtime::Tensor { shape: vec![67], data: texc_runtime::Data::F32(x.clone()) };
+        let args = vec![texc_compiler::interp::Arg::Tensor(input)];
+        let got = match &lf.legal {
+            Some(legal) => pl.compile(legal).expect("compiles").run(args).expect("runs"),
+            None => texc_schedules::eval::run(&lf.lowered, args).expect("runs"),
+        };
+        assert!(matches!(&got[0].data, texc_runtime::Data::F32(y) if *y == want), "{target}: {:?}", got[0].data);
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
