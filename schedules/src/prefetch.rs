@@ -250,14 +250,7 @@ fn traversals(
         ranges[v as usize] = interval::range(vlo as i128, (vlo + extent.max(1) - 1) as i128);
     }
     ranges[par as usize] = interval::exact(lo as i128);
-    let shape = &f.p.tensor(tensor).shape;
-    let (mut first, mut last) = (0i128, 0i128);
-    for (k, &i) in idx.iter().enumerate() {
-        let iv = interval::of(&f.p, i, &|v| ranges[v as usize]);
-        let (Some(a), Some(b)) = (iv.lo, iv.hi) else { return 0 };
-        first = first * shape[k] as i128 + a;
-        last = last * shape[k] as i128 + b;
-    }
+    let Some((first, last)) = flat_range(f, tensor, idx, &|v| ranges[v as usize]) else { return 0 };
     let footprint = ((last - first + 1) as i64).clamp(1, slice);
     let again: i64 = path
         .iter()
@@ -304,17 +297,27 @@ fn spread_loop(path: &Enclosing, run: i64, slice_bytes: i64) -> Option<(Loops, i
 
 /// The row-major offset of `tensor[idx]` with loop variables at `env`.
 fn flat_offset(f: &LoopFunc, tensor: TensorId, idx: &[TExprId], env: &[i64]) -> Option<i64> {
+    let (lo, hi) = flat_range(f, tensor, idx, &|v| interval::exact(env[v as usize] as i128))?;
+    (lo == hi).then(|| i64::try_from(lo).ok()).flatten()
+}
+
+/// The row-major offsets of `tensor[idx]`'s first and last index (each
+/// axis at the ends of its range) with loop variables ranging over `ranges`.
+fn flat_range(
+    f: &LoopFunc,
+    tensor: TensorId,
+    idx: &[TExprId],
+    ranges: &dyn Fn(VarId) -> interval::Iv,
+) -> Option<(i128, i128)> {
     let shape = &f.p.tensor(tensor).shape;
-    let mut off = 0i64;
+    let (mut first, mut last) = (0i128, 0i128);
     for (k, &i) in idx.iter().enumerate() {
-        let iv = interval::of(&f.p, i, &|v| interval::exact(env[v as usize] as i128));
-        let value = match (iv.lo, iv.hi) {
-            (Some(a), Some(b)) if a == b => i64::try_from(a).ok()?,
-            _ => return None,
-        };
-        off = off.checked_mul(shape[k])?.checked_add(value)?;
+        let iv = interval::of(&f.p, i, ranges);
+        let (a, b) = (iv.lo?, iv.hi?);
+        first = first.checked_mul(shape[k] as i128)?.checked_add(a)?;
+        last = last.checked_mul(shape[k] as i128)?.checked_add(b)?;
     }
-    Some(off)
+    Some((first, last))
 }
 
 /// The plan's prefetches: `lines` of them, a line apart, from

@@ -302,14 +302,10 @@ pub(crate) fn has_gpu_statements(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {
         Stmt::For { kind, body, .. } => kind.is_gpu() || *kind == ForKind::Async || has_gpu_statements(body),
         Stmt::If { then: body, .. } | Stmt::Alloc { body, .. } => has_gpu_statements(body),
-        Stmt::Store { .. } => false,
-        Stmt::Mma { .. }
-        | Stmt::Wgmma(_)
-        | Stmt::TileDot(_)
-        | Stmt::Barrier
-        | Stmt::Async(_)
-        | Stmt::WarpReduce(_)
-        | Stmt::Prefetch { .. } => true,
+        Stmt::Store { .. } | Stmt::Prefetch { .. } => false,
+        Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::TileDot(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {
+            true
+        }
     })
 }
 
@@ -358,13 +354,8 @@ pub(crate) fn copy(f: &mut LoopFunc, s: &Stmt, rename: &mut HashMap<VarId, VarId
             let indices = indices.iter().map(|&i| e(f, i, rename)).collect();
             Stmt::Store { tensor: *tensor, indices, value: e(f, *value, rename) }
         }
-        Stmt::Mma { .. }
-        | Stmt::Wgmma(_)
-        | Stmt::TileDot(_)
-        | Stmt::Barrier
-        | Stmt::Async(_)
-        | Stmt::WarpReduce(_)
-        | Stmt::Prefetch { .. } => {
+        Stmt::Prefetch { tensor, offset } => Stmt::Prefetch { tensor: *tensor, offset: e(f, *offset, rename) },
+        Stmt::Mma { .. } | Stmt::Wgmma(_) | Stmt::TileDot(_) | Stmt::Barrier | Stmt::Async(_) | Stmt::WarpReduce(_) => {
             unreachable!("bodies with GPU statements or tile products are not copied")
         }
     }
