@@ -360,3 +360,62 @@ pub(crate) fn copy(f: &mut LoopFunc, s: &Stmt, rename: &mut HashMap<VarId, VarId
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars_of(p: &texc_compiler::tir::Program, e: TExprId) -> Vec<VarId> {
+        let mut out = match p.expr(e) {
+            TExpr::Var(v) => vec![*v],
+            _ => Vec::new(),
+        };
+        for c in p.children(e) {
+            out.extend(vars_of(p, c).into_iter().filter(|v| !out.contains(v)).collect::<Vec<_>>());
+        }
+        out
+    }
+
+    fn parse(src: &str) -> LoopFunc {
+        let mut sm = texc_grammar::span::SourceMap::new();
+        let id = sm.add("k.loops", src.to_string());
+        crate::text::parse(src, id).unwrap_or_else(|d| panic!("{}\n{src}", d.render(&sm))).func
+    }
+
+    /// A prefetch in a cut loop is copied with the loop's fresh variable:
+    /// each piece prefetches at its own iterations, inside the tensor.
+    #[test]
+    fn a_cut_loop_keeps_its_prefetches_renamed() {
+        let src = "func k []\n  input X: f32[67]\n  output Y: f32[67]\n  for i in 0..67:\n    \
+                   prefetch X at min(i + 16, 66)\n    if i < 60:\n      Y[i] = X[i] * 2.0f32\n    \
+                   if i >= 60:\n      Y[i] = X[i]\n";
+        let f = parse(src);
+        let mut g = f.clone();
+        version_tails(&mut g);
+        crate::verify::verify(&g).expect("verifies");
+        let text = crate::ir::print(&g);
+        assert_eq!(text.matches("prefetch X at").count(), 2, "{text}");
+        assert!(text.contains("0..60:") && text.contains("60..67:"), "the loop is cut at 60:\n{text}");
+        // The copy's prefetch reads the copy's variable (printed as the
+        // original's name): every loop variable a prefetch mentions is one
+        // of the loops around it.
+        let Some(Stmt::For { var: first, .. }) = g.body.first() else { panic!("{text}") };
+        let Some(Stmt::For { var: second, .. }) = g.body.get(1) else { panic!("{text}") };
+        assert_ne!(first, second, "{text}");
+        for (piece, var) in g.body.iter().zip([first, second]) {
+            let Stmt::For { body, .. } = piece else { unreachable!() };
+            let Some(Stmt::Prefetch { offset, .. }) = body.first() else { panic!("{text}") };
+            assert_eq!(vars_of(&g.p, *offset), vec![*var], "{text}");
+        }
+        let x: Vec<f32> = (0..67).map(|i| i as f32 - 30.0).collect();
+        let arg = || {
+            vec![texc_compiler::interp::Arg::Tensor(texc_runtime::Tensor {
+                shape: vec![67],
+                data: texc_runtime::Data::F32(x.clone()),
+            })]
+        };
+        let want = crate::eval::run(&f, arg()).expect("runs");
+        let got = crate::eval::run(&g, arg()).expect("runs with its prefetches checked");
+        assert_eq!(format!("{:?}", got[0].data), format!("{:?}", want[0].data));
+    }
+}
