@@ -28,19 +28,25 @@
 //!   [`is_attention`]).
 //! - [`lower`] builds its loop nest, which the CPU schedule asks for with
 //!   [`Flash`] on the stage ([`crate::schedule::StageSchedule::flash`]):
-//!   the outer row axes and blocks of `queries` queries in parallel, and per
-//!   block of queries, per block of `block` keys: the keys laid out
-//!   transposed once, the block's scores into a local `queries × block`
-//!   buffer (keys as vector lanes), per query the new running maximum, the
-//!   rescaling of `l` and `O`, the exponentials; `O += p · V` with each row
-//!   of `V` read once for the block's queries; at the end `Y = O / l`.
+//!   the outer row axes and blocks of `queries` queries in parallel (or,
+//!   where there are rows enough for the threads and a row's keys fit half
+//!   the L2, the rows in parallel, each laying out its keys transposed
+//!   once, in rows an odd number of cache lines apart, and its blocks of
+//!   queries inside), and per block of queries, per block of `block` keys:
+//!   the keys laid out transposed (unless the row did), the block's scores
+//!   into a local `queries × block` buffer (keys as vector lanes, register
+//!   tiles), per query the new running maximum and the sum of the
+//!   exponentials folded a vector at a time, the rescaling of `l` and `O`,
+//!   the exponentials; `O += p · V` in register tiles of queries × the
+//!   vectors of a row of `O`; at the end `Y = O / l`.
 //!
 //! Semantics are the interpreter's: a row whose scores are all `-inf` (fully
 //! masked) is NaN there (`exp(-inf − -inf)`); here its running maximum stays
 //! `-inf`, exponentials are taken against 0 instead (so masked keys add
 //! nothing and a partly masked first block does not poison the row), and the
 //! final `0 / 0` is NaN again. Only rounding differs (products of
-//! exponentials instead of one), within the tolerance of `run --check`.
+//! exponentials instead of one, and the order of the sums), within the
+//! tolerance of `run --check`.
 //!
 //! Invariant: [`fuse_attention`] rewrites only temporaries that nothing else
 //! reads, and its stage computes exactly what the five did.
@@ -64,6 +70,14 @@ pub struct Flash {
     pub queries: i64,
     /// Whether the rows run on the thread pool.
     pub parallel: bool,
+    /// Vector accumulators a register tile may keep (the target's registers
+    /// less those its loads and broadcasts take).
+    pub accumulators: i64,
+    /// Bytes of transposed keys a row (batch, head) may lay out at once for
+    /// all its blocks of queries (0: per block of keys and queries), and
+    /// the rows there must be at least for the threads to share them out.
+    pub whole_keys_bytes: i64,
+    pub whole_keys_rows: i64,
 }
 
 /// The parts of an attention stage: the score of key `s` (an expression in
@@ -389,29 +403,56 @@ pub fn lower(f: &mut LoopFunc, st: &Stage, fl: Flash) -> Vec<Stmt> {
     let acc = local(&mut c, "acc", vec![qb, e_len]);
     let sb = local(&mut c, "scores", vec![qb, block]);
     let extents: Vec<i64> = st.vars.iter().map(|v| v.extent).collect();
-    let kt = split.map(|s| local(&mut c, "kt", vec![extents[s.d as usize], block]));
+    let outer_rows: i64 = outer.iter().product::<i64>().max(1);
+    // A row's keys laid out once for all its blocks of queries, where they
+    // fit the budget and the rows alone keep the threads busy: laying out
+    // one block of keys per block of queries took a quarter of the time
+    // (L = 197 and 1024, D = 64, AVX-512, Zen 4).
+    let whole = split.is_some_and(|s| {
+        nqb > 1
+            && outer_rows >= fl.whole_keys_rows
+            && extents[s.d as usize] * odd_lines(keys) * 4 <= fl.whole_keys_bytes
+    });
+    let kt =
+        split.map(|s| local(&mut c, "kt", vec![extents[s.d as usize], if whole { odd_lines(keys) } else { block }]));
     let tile = kt.map(|_| local(&mut c, "tile", vec![TILE_QUERIES, TILE_VECTORS, fl.lanes.max(1)]));
-    let total: i64 = outer.iter().product::<i64>() * nqb;
+    // Partial maxima and sums of a query's scores, one per lane.
+    let part = (fl.lanes > 1 && block >= fl.lanes).then(|| local(&mut c, "part", vec![fl.lanes]));
+    // The register tile of `O += p · V`: queries × vectors of `j`.
+    let pv_vectors = e_len / fl.lanes.max(1);
+    let pv_queries = (fl.accumulators / pv_vectors.max(1)).min(PV_QUERIES);
+    let pv_tile = (fl.lanes > 1 && e_len % fl.lanes == 0 && pv_queries >= 1)
+        .then(|| (local(&mut c, "pvt", vec![pv_queries, pv_vectors, fl.lanes]), pv_queries));
+    // The parallel loop runs over the rows, and over their blocks of queries
+    // too unless the keys are laid out per row.
+    let total: i64 = if whole { outer_rows } else { outer_rows * nqb };
     let rb = c.f.new_var(format!("{name}.rb"), total.max(1));
     let r = c.var(rb);
-    let (ob, lb) =
-        if nqb > 1 { (c.index(BinOp::FloorDiv, r, nqb), c.index(BinOp::FloorMod, r, nqb)) } else { (r, c.int(0)) };
+    let (ob, lb) = if whole {
+        (r, None)
+    } else if nqb > 1 {
+        (c.index(BinOp::FloorDiv, r, nqb), Some(c.index(BinOp::FloorMod, r, nqb)))
+    } else {
+        (r, Some(c.int(0)))
+    };
     let mut axis = Vec::new();
-    let mut inner = outer.iter().product::<i64>().max(1);
+    let mut inner = outer_rows;
     for &ext in &outer {
         inner /= ext.max(1);
         let q = if inner > 1 { c.index(BinOp::FloorDiv, ob, inner) } else { ob };
         axis.push(if ext > 1 { c.index(BinOp::FloorMod, q, ext) } else { c.int(0) });
     }
-    let l0 = c.index(BinOp::Mul, lb, qb);
-    let b = Block {
+    let block_at = |l0: TExprId| Block {
         parts,
         outer: &axis,
         l0: (n >= 2).then_some(l0),
         acc,
         sb,
         kt,
+        kt_whole: whole,
         tile,
+        part,
+        pv_tile,
         split,
         m: row_state[0],
         l: row_state[1],
@@ -421,22 +462,46 @@ pub fn lower(f: &mut LoopFunc, st: &Stage, fl: Flash) -> Vec<Stmt> {
         extents: &extents,
         out: st.tensor,
     };
-    let mut body = if rest_q == 0 {
-        b.rows(&mut c, &name, qb, keys, block)
-    } else {
-        let full = c.int(full_q);
-        let in_full = c.f.p.alloc(TExpr::Binary(BinOp::Lt, lb, full), Ty::Elem(ElemType::Bool), span);
-        let in_rest = c.f.p.alloc(TExpr::Binary(BinOp::Ge, lb, full), Ty::Elem(ElemType::Bool), span);
-        let mut out = Vec::new();
-        if full_q > 0 {
-            let then = b.rows(&mut c, &name, qb, keys, block);
-            out.push(Stmt::If { cond: in_full, then });
+    let mut body = match (lb, split, kt) {
+        (None, Some(sp), Some(kt)) => {
+            let zero = c.int(0);
+            let dext = extents[sp.d as usize];
+            let mut out = vec![block_at(zero).pack_keys(&mut c, &format!("{name}.keys"), zero, keys, sp, kt, dext)];
+            if full_q > 0 {
+                let qv = c.f.new_var(format!("{name}.qb"), full_q);
+                let q = c.var(qv);
+                let l0 = c.index(BinOp::Mul, q, qb);
+                let body = block_at(l0).rows(&mut c, &name, qb, keys, block);
+                out.push(Stmt::For { var: qv, lo: 0, extent: full_q, kind: ForKind::Serial, body });
+            }
+            if rest_q > 0 {
+                let l0 = c.int(full_q * qb);
+                out.extend(block_at(l0).rows(&mut c, &format!("{name}.last"), rest_q, keys, block));
+            }
+            out
         }
-        let then = b.rows(&mut c, &format!("{name}.last"), rest_q, keys, block);
-        out.push(Stmt::If { cond: in_rest, then });
-        out
+        (None, ..) => unreachable!("keys are laid out per row only where the product splits"),
+        (Some(lb), ..) => {
+            let l0 = c.index(BinOp::Mul, lb, qb);
+            let b = block_at(l0);
+            if rest_q == 0 {
+                b.rows(&mut c, &name, qb, keys, block)
+            } else {
+                let full = c.int(full_q);
+                let in_full = c.f.p.alloc(TExpr::Binary(BinOp::Lt, lb, full), Ty::Elem(ElemType::Bool), span);
+                let in_rest = c.f.p.alloc(TExpr::Binary(BinOp::Ge, lb, full), Ty::Elem(ElemType::Bool), span);
+                let mut out = Vec::new();
+                if full_q > 0 {
+                    let then = b.rows(&mut c, &name, qb, keys, block);
+                    out.push(Stmt::If { cond: in_full, then });
+                }
+                let then = b.rows(&mut c, &format!("{name}.last"), rest_q, keys, block);
+                out.push(Stmt::If { cond: in_rest, then });
+                out
+            }
+        }
     };
-    for t in kt.into_iter().chain([sb, acc, ms]).chain(row_state) {
+    for t in kt.into_iter().chain(part).chain([sb, acc, ms]).chain(row_state) {
         body = vec![Stmt::Alloc { tensor: t, body }];
     }
     let kind = if fl.parallel && total >= 2 { ForKind::Parallel } else { ForKind::Serial };
@@ -564,8 +629,16 @@ struct Block<'a> {
     acc: TensorId,
     sb: TensorId,
     kt: Option<TensorId>,
+    /// `kt` holds the row's every key (`kt[d, s]`), laid out once before its
+    /// blocks of queries, instead of one block's (`kt[d, k]`).
+    kt_whole: bool,
     /// The register tile of [`Block::tiled_product`] (with `kt`).
     tile: Option<TensorId>,
+    /// One partial result per lane for a query's maximum and sum.
+    part: Option<TensorId>,
+    /// The register tile of [`Block::tiled_values`] and its most queries
+    /// (allocated where it runs: around each tile of queries).
+    pv_tile: Option<(TensorId, i64)>,
     split: Option<Split>,
     m: TensorId,
     l: TensorId,
@@ -693,12 +766,7 @@ impl Block<'_> {
             let mut s = Vec::new();
             let m_old = c.load(self.m, vec![q]);
             s.push(Stmt::Store { tensor: self.mn, indices: vec![q], value: m_old });
-            s.push(c.serial(&format!("{name}.max"), count, ForKind::Serial, &mut |c, i| {
-                let cur = c.load(self.mn, vec![q]);
-                let x = c.load(self.sb, vec![q, i]);
-                let value = c.f.p.alloc(TExpr::Math(MathFn::Max, vec![cur, x]), ty, span);
-                vec![Stmt::Store { tensor: self.mn, indices: vec![q], value }]
-            }));
+            s.extend(self.row_reduce(c, &format!("{name}.max"), q, count, self.mn, ReduceOp::Max));
             // Exponentials against 0 while every score so far is -inf.
             let mn = c.load(self.mn, vec![q]);
             let neg_inf = c.f.p.alloc(TExpr::reduce_identity(ReduceOp::Max, ty), ty, span);
@@ -727,12 +795,7 @@ impl Block<'_> {
                 let value = c.f.p.alloc(TExpr::Math(MathFn::Exp, vec![d]), ty, span);
                 vec![Stmt::Store { tensor: self.sb, indices: vec![q, i], value }]
             }));
-            s.push(c.serial(&format!("{name}.sum"), count, ForKind::Serial, &mut |c, i| {
-                let cur = c.load(self.l, vec![q]);
-                let x = c.load(self.sb, vec![q, i]);
-                let value = c.bin(BinOp::Add, cur, x);
-                vec![Stmt::Store { tensor: self.l, indices: vec![q], value }]
-            }));
+            s.extend(self.row_reduce(c, &format!("{name}.sum"), q, count, self.l, ReduceOp::Sum));
             let mnv = c.load(self.mn, vec![q]);
             s.push(Stmt::Store { tensor: self.m, indices: vec![q], value: mnv });
             s
@@ -740,6 +803,11 @@ impl Block<'_> {
         // O += p · V: each row of V once for the block's queries.
         let value_expr = self.parts.value;
         let j_var = (self.parts.key - 1) as VarId;
+        if let Some((tile, most)) = self.pv_tile {
+            let tq = (1..=most.min(rows)).rev().find(|t| rows % t == 0).unwrap_or(1);
+            out.push(self.tiled_values(c, name, rows, s0, count, tile, tq));
+            return out;
+        }
         out.push(c.serial(&format!("{name}.pv"), count, ForKind::Serial, &mut |c, i| {
             let s = key(c, i);
             vec![c.serial(&format!("{name}.pv.q"), rows, ForKind::Unrolled, &mut |c, q| {
@@ -783,6 +851,19 @@ impl Block<'_> {
         inner
     }
 
+    /// `kt[d, i] = k(s0 + i, d)` for `count` keys: the keys laid out transposed.
+    #[allow(clippy::too_many_arguments)]
+    fn pack_keys(&self, c: &mut Ctx, name: &str, s0: TExprId, count: i64, sp: Split, kt: TensorId, dext: i64) -> Stmt {
+        c.serial(&format!("{name}.pack"), count, ForKind::Serial, &mut |c, i| {
+            let s = c.add(s0, i);
+            vec![c.serial(&format!("{name}.pack.d"), dext, ForKind::Serial, &mut |c, d| {
+                let map = self.vars(c, None, Some(s), &[(sp.d, d)]);
+                let value = subst(&mut c.f.p, sp.k, &map, &HashMap::new());
+                vec![Stmt::Store { tensor: kt, indices: vec![d, i], value }]
+            })]
+        })
+    }
+
     /// The product's sum from the block's keys laid out transposed once
     /// (`kt[d, k]`), read contiguously by every query of the block.
     #[allow(clippy::too_many_arguments)]
@@ -798,24 +879,23 @@ impl Block<'_> {
     ) -> Vec<Stmt> {
         let dext = self.extents[sp.d as usize];
         let mut out = Vec::new();
-        out.push(c.serial(&format!("{name}.pack"), count, ForKind::Serial, &mut |c, i| {
-            let s = c.add(s0, i);
-            vec![c.serial(&format!("{name}.pack.d"), dext, ForKind::Serial, &mut |c, d| {
-                let map = self.vars(c, None, Some(s), &[(sp.d, d)]);
-                let value = subst(&mut c.f.p, sp.k, &map, &HashMap::new());
-                vec![Stmt::Store { tensor: kt, indices: vec![d, i], value }]
-            })]
-        }));
+        let kcol0 = if self.kt_whole {
+            s0
+        } else {
+            out.push(self.pack_keys(c, name, s0, count, sp, kt, dext));
+            c.int(0)
+        };
         let (w, tq, tk) = (c.lanes, TILE_QUERIES, TILE_VECTORS);
         if let Some(tile) = self.tile.filter(|_| w > 1 && rows % tq == 0 && count % (tk * w) == 0) {
-            out.push(self.tiled_product(c, name, rows, count, sp, kt, tile, dext));
+            out.push(self.tiled_product(c, name, rows, count, sp, kt, kcol0, tile, dext));
             return out;
         }
         out.push(c.serial(&format!("{name}.d"), dext, ForKind::Serial, &mut |c, d| {
             vec![c.serial(&format!("{name}.k.q"), rows, ForKind::Unrolled, &mut |c, q| {
                 let qv = self.at(c, sp.q, q, None, &[(sp.d, d)]);
                 c.vec_loop(&format!("{name}.k"), count, &mut |c, i| {
-                    let kv = c.load(kt, vec![d, i]);
+                    let col = c.add(kcol0, i);
+                    let kv = c.load(kt, vec![d, col]);
                     let term = c.bin(BinOp::Mul, qv, kv);
                     let cur = c.load(self.sb, vec![q, i]);
                     let value = c.bin(BinOp::Add, cur, term);
@@ -840,6 +920,7 @@ impl Block<'_> {
         count: i64,
         sp: Split,
         kt: TensorId,
+        kcol0: TExprId,
         tile: TensorId,
         dext: i64,
     ) -> Stmt {
@@ -874,7 +955,8 @@ impl Block<'_> {
                     vec![each(c, "t", &mut |c, qi, ki, v| {
                         let (q, k) = at(c, qi, ki, v);
                         let qv = self.at(c, sp.q, q, None, &[(sp.d, d)]);
-                        let kv = c.load(kt, vec![d, k]);
+                        let col = c.add(kcol0, k);
+                        let kv = c.load(kt, vec![d, col]);
                         let term = c.bin(BinOp::Mul, qv, kv);
                         let cur = c.load(tile, vec![qi, ki, v]);
                         let value = c.bin(BinOp::Add, cur, term);
@@ -891,6 +973,126 @@ impl Block<'_> {
         })
     }
 }
+
+impl Block<'_> {
+    /// `into[q] = op(into[q], sb[q, 0..count])`: whole vectors of scores
+    /// folded into one partial result per lane, then the lanes and the
+    /// scores past the last whole vector one by one (a serial fold over the
+    /// keys waits on each step's latency: 64 steps a query per block).
+    fn row_reduce(&self, c: &mut Ctx, name: &str, q: TExprId, count: i64, into: TensorId, op: ReduceOp) -> Vec<Stmt> {
+        let (ty, span, w) = (c.ty, c.span, c.lanes);
+        let combine = |c: &mut Ctx, a: TExprId, b: TExprId| match op {
+            ReduceOp::Max => c.f.p.alloc(TExpr::Math(MathFn::Max, vec![a, b]), ty, span),
+            _ => c.bin(BinOp::Add, a, b),
+        };
+        let mut out = Vec::new();
+        let whole = if self.part.is_some() { count / w } else { 0 };
+        if let (Some(part), true) = (self.part, whole > 0) {
+            out.push(c.serial(&format!("{name}.p0"), w, ForKind::Vectorized, &mut |c, v| {
+                let x = c.load(self.sb, vec![q, v]);
+                vec![Stmt::Store { tensor: part, indices: vec![v], value: x }]
+            }));
+            if whole > 1 {
+                out.push(c.serial(&format!("{name}.po"), whole - 1, ForKind::Serial, &mut |c, o| {
+                    vec![c.serial(&format!("{name}.pv"), w, ForKind::Vectorized, &mut |c, v| {
+                        let base = c.index(BinOp::Add, o, 1);
+                        let base = c.index(BinOp::Mul, base, w);
+                        let i = c.add(base, v);
+                        let (cur, x) = (c.load(part, vec![v]), c.load(self.sb, vec![q, i]));
+                        let value = combine(c, cur, x);
+                        vec![Stmt::Store { tensor: part, indices: vec![v], value }]
+                    })]
+                }));
+            }
+            out.push(c.serial(&format!("{name}.lanes"), w, ForKind::Serial, &mut |c, r| {
+                let (cur, x) = (c.load(into, vec![q]), c.load(part, vec![r]));
+                let value = combine(c, cur, x);
+                vec![Stmt::Store { tensor: into, indices: vec![q], value }]
+            }));
+        }
+        let rest = count - whole * w;
+        if rest > 0 {
+            out.push(c.serial(name, rest, ForKind::Serial, &mut |c, r| {
+                let i = c.index(BinOp::Add, r, whole * w);
+                let (cur, x) = (c.load(into, vec![q]), c.load(self.sb, vec![q, i]));
+                let value = combine(c, cur, x);
+                vec![Stmt::Store { tensor: into, indices: vec![q], value }]
+            }));
+        }
+        out
+    }
+
+    /// `O += p · V` as register tiles of `tq` queries × every vector of `j`:
+    /// each tile's rows of `O` loaded once, the block's keys streamed through
+    /// them, stored once (`O` in memory took a load and a store per FMA).
+    #[allow(clippy::too_many_arguments)]
+    fn tiled_values(
+        &self,
+        c: &mut Ctx,
+        name: &str,
+        rows: i64,
+        s0: TExprId,
+        count: i64,
+        tile: TensorId,
+        tq: i64,
+    ) -> Stmt {
+        let (w, ev) = (c.lanes, self.e_len / c.lanes);
+        let value_expr = self.parts.value;
+        let j_var = (self.parts.key - 1) as VarId;
+        c.serial(&format!("{name}.pv.tq"), rows / tq, ForKind::Serial, &mut |c, qo| {
+            let q0 = c.index(BinOp::Mul, qo, tq);
+            let each = |c: &mut Ctx,
+                        what: &str,
+                        f: &mut dyn FnMut(&mut Ctx, TExprId, TExprId, TExprId) -> Vec<Stmt>| {
+                c.serial(&format!("{name}.{what}.qi"), tq, ForKind::Unrolled, &mut |c, qi| {
+                    vec![c.serial(&format!("{name}.{what}.jo"), ev, ForKind::Unrolled, &mut |c, jo| {
+                        vec![c.serial(&format!("{name}.{what}.v"), w, ForKind::Vectorized, &mut |c, v| f(c, qi, jo, v))]
+                    })]
+                })
+            };
+            // Query `q0 + qi`, column `jo·w + v`.
+            let at = |c: &mut Ctx, qi: TExprId, jo: TExprId, v: TExprId| {
+                let q = c.add(q0, qi);
+                let jw = c.index(BinOp::Mul, jo, w);
+                (q, c.add(jw, v))
+            };
+            let mut body = vec![each(c, "o0", &mut |c, qi, jo, v| {
+                let (q, j) = at(c, qi, jo, v);
+                let value = c.load(self.acc, vec![q, j]);
+                vec![Stmt::Store { tensor: tile, indices: vec![qi, jo, v], value }]
+            })];
+            body.push(c.serial(&format!("{name}.pv"), count, ForKind::Serial, &mut |c, i| {
+                let s = c.add(s0, i);
+                vec![each(c, "o", &mut |c, qi, jo, v| {
+                    let (q, j) = at(c, qi, jo, v);
+                    let pv = c.load(self.sb, vec![q, i]);
+                    let vv = self.at(c, value_expr, q, Some(s), &[(j_var, j)]);
+                    let term = c.bin(BinOp::Mul, pv, vv);
+                    let cur = c.load(tile, vec![qi, jo, v]);
+                    let value = c.bin(BinOp::Add, cur, term);
+                    vec![Stmt::Store { tensor: tile, indices: vec![qi, jo, v], value }]
+                })]
+            }));
+            body.push(each(c, "os", &mut |c, qi, jo, v| {
+                let (q, j) = at(c, qi, jo, v);
+                let value = c.load(tile, vec![qi, jo, v]);
+                vec![Stmt::Store { tensor: self.acc, indices: vec![q, j], value }]
+            }));
+            vec![Stmt::Alloc { tensor: tile, body }]
+        })
+    }
+}
+
+/// `n` floats rounded up to an odd number of 64-byte lines: rows of the
+/// transposed keys that far apart fall in different sets of the L1 (rows
+/// 4 KiB apart, 1024 keys, all fell in one and evicted each other).
+fn odd_lines(n: i64) -> i64 {
+    let lines = (n + 15) / 16;
+    (lines | 1) * 16
+}
+
+/// Most queries of a register tile of `O += p · V` (4 × 4 vectors on AVX-512 at `E = 64`).
+const PV_QUERIES: i64 = 4;
 
 /// Queries and vectors of keys of a register tile of scores: 8 vector
 /// accumulators, and 2 loads of keys and 4 broadcasts per 8 FMAs.

@@ -384,8 +384,12 @@ const FLASH_BLOCK: i64 = 64;
 /// of the transposed keys are read once for that many queries, and laying
 /// out a block of keys is paid once for them (B = 1, H = 12, D = 64 on Zen 5,
 /// 1 thread, GFLOP/s for 4 / 8 / 16 queries: L = 197 AVX-512 27 / 53 / 57,
-/// AVX2 31 / 40 / 51; L = 1024 AVX-512 28 / 43 / 42–45).
-const FLASH_QUERIES: i64 = 16;
+/// AVX2 31 / 40 / 51; L = 1024 AVX-512 28 / 43 / 42–45). Once the
+/// softmax's reductions ran on vectors and `O += p · V` in register tiles,
+/// the transposed keys' layout was the larger cost left: 32 queries on a
+/// Zen 4, 1 thread, 16 / 32: L = 197 AVX-512 48.5 / 58.9, AVX2 53.3 / 60.0;
+/// L = 1024 AVX-512 50.6 / 63.3.
+const FLASH_QUERIES: i64 = 32;
 
 /// The flash schedule of attention stage `st`: rows on the thread pool when
 /// there are enough of them and enough work.
@@ -397,6 +401,11 @@ fn flash_schedule(st: &Stage, m: Machine, knobs: DefaultKnobs) -> crate::flash::
         queries: knobs.fqueries.unwrap_or(FLASH_QUERIES),
         lanes: m.lanes,
         parallel: rows >= 2 && m.worth_threads(work),
+        accumulators: m.accumulators,
+        // Half a core's L2, beside the blocks of V and of scores; rows at
+        // least twice the cores, so that one row per thread is no straggler.
+        whole_keys_bytes: m.caches.l2 / 2,
+        whole_keys_rows: 2 * m.caches.cores,
     }
 }
 
