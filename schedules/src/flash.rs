@@ -617,6 +617,32 @@ impl Ctx<'_> {
         let b = body(self, i);
         Stmt::For { var: v, lo: 0, extent, kind, body: b }
     }
+
+    /// The loops of a register tile of `rows × vectors` vectors, both
+    /// unrolled (so that the tile's buffer is indexed by constants: registers),
+    /// the lanes vectorized; `body(row, vector, lane)`. `axes` names the two.
+    fn tile_loops(
+        &mut self,
+        name: &str,
+        (rows, vectors): (i64, i64),
+        axes: [&str; 2],
+        body: &mut dyn FnMut(&mut Self, TExprId, TExprId, TExprId) -> Vec<Stmt>,
+    ) -> Stmt {
+        let w = self.lanes;
+        self.serial(&format!("{name}.{}", axes[0]), rows, ForKind::Unrolled, &mut |c, r| {
+            vec![c.serial(&format!("{name}.{}", axes[1]), vectors, ForKind::Unrolled, &mut |c, o| {
+                vec![c.serial(&format!("{name}.v"), w, ForKind::Vectorized, &mut |c, v| body(c, r, o, v))]
+            })]
+        })
+    }
+
+    /// `tile[at] = tile[at] + a · b`.
+    fn accumulate(&mut self, tile: TensorId, at: Vec<TExprId>, a: TExprId, b: TExprId) -> Stmt {
+        let term = self.bin(BinOp::Mul, a, b);
+        let cur = self.load(tile, at.clone());
+        let value = self.bin(BinOp::Add, cur, term);
+        Stmt::Store { tensor: tile, indices: at, value }
+    }
 }
 
 /// A block of queries: the buffers and expressions its nest works on.
@@ -939,13 +965,7 @@ impl Block<'_> {
                 let mut body = Vec::new();
                 let each =
                     |c: &mut Ctx, what: &str, f: &mut dyn FnMut(&mut Ctx, TExprId, TExprId, TExprId) -> Vec<Stmt>| {
-                        c.serial(&format!("{name}.{what}.qi"), tq, ForKind::Unrolled, &mut |c, qi| {
-                            vec![c.serial(&format!("{name}.{what}.ki"), tk, ForKind::Unrolled, &mut |c, ki| {
-                                vec![c.serial(&format!("{name}.{what}.v"), w, ForKind::Vectorized, &mut |c, v| {
-                                    f(c, qi, ki, v)
-                                })]
-                            })]
-                        })
+                        c.tile_loops(&format!("{name}.{what}"), (tq, tk), ["qi", "ki"], f)
                     };
                 body.push(each(c, "t0", &mut |c, qi, ki, v| {
                     let z = c.float(0.0);
@@ -957,10 +977,7 @@ impl Block<'_> {
                         let qv = self.at(c, sp.q, q, None, &[(sp.d, d)]);
                         let col = c.add(kcol0, k);
                         let kv = c.load(kt, vec![d, col]);
-                        let term = c.bin(BinOp::Mul, qv, kv);
-                        let cur = c.load(tile, vec![qi, ki, v]);
-                        let value = c.bin(BinOp::Add, cur, term);
-                        vec![Stmt::Store { tensor: tile, indices: vec![qi, ki, v], value }]
+                        vec![c.accumulate(tile, vec![qi, ki, v], qv, kv)]
                     })]
                 }));
                 body.push(each(c, "ts", &mut |c, qi, ki, v| {
@@ -1041,15 +1058,10 @@ impl Block<'_> {
         let j_var = (self.parts.key - 1) as VarId;
         c.serial(&format!("{name}.pv.tq"), rows / tq, ForKind::Serial, &mut |c, qo| {
             let q0 = c.index(BinOp::Mul, qo, tq);
-            let each = |c: &mut Ctx,
-                        what: &str,
-                        f: &mut dyn FnMut(&mut Ctx, TExprId, TExprId, TExprId) -> Vec<Stmt>| {
-                c.serial(&format!("{name}.{what}.qi"), tq, ForKind::Unrolled, &mut |c, qi| {
-                    vec![c.serial(&format!("{name}.{what}.jo"), ev, ForKind::Unrolled, &mut |c, jo| {
-                        vec![c.serial(&format!("{name}.{what}.v"), w, ForKind::Vectorized, &mut |c, v| f(c, qi, jo, v))]
-                    })]
-                })
-            };
+            let each =
+                |c: &mut Ctx, what: &str, f: &mut dyn FnMut(&mut Ctx, TExprId, TExprId, TExprId) -> Vec<Stmt>| {
+                    c.tile_loops(&format!("{name}.{what}"), (tq, ev), ["qi", "jo"], f)
+                };
             // Query `q0 + qi`, column `jo·w + v`.
             let at = |c: &mut Ctx, qi: TExprId, jo: TExprId, v: TExprId| {
                 let q = c.add(q0, qi);
@@ -1067,10 +1079,7 @@ impl Block<'_> {
                     let (q, j) = at(c, qi, jo, v);
                     let pv = c.load(self.sb, vec![q, i]);
                     let vv = self.at(c, value_expr, q, Some(s), &[(j_var, j)]);
-                    let term = c.bin(BinOp::Mul, pv, vv);
-                    let cur = c.load(tile, vec![qi, jo, v]);
-                    let value = c.bin(BinOp::Add, cur, term);
-                    vec![Stmt::Store { tensor: tile, indices: vec![qi, jo, v], value }]
+                    vec![c.accumulate(tile, vec![qi, jo, v], pv, vv)]
                 })]
             }));
             body.push(each(c, "os", &mut |c, qi, jo, v| {
