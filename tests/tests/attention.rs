@@ -145,6 +145,24 @@ fn a_heads_keys_are_laid_out_once_for_its_blocks_of_queries() {
     assert!(text.contains("for Y.rb in 0..3 parallel:"), "{text}");
 }
 
+/// A row's keys over the stack's share (128 × 600 keys → 128 × 624 floats,
+/// 312 KiB, within half of `x86-avx2`'s nominal 1 MiB L2) are still laid out
+/// once a row, in a buffer each task takes from the heap, and every CPU
+/// target here matches the interpreter with it.
+#[test]
+fn a_rows_keys_over_the_stacks_share_come_from_the_heap() {
+    let shape = (1, 4, 33, 600, 128, 8);
+    let p = program("att.tex", &std_call("scaled_dot_product_attention", shape));
+    let f = texc_tests::default_lowered("x86-avx2", &p);
+    let text = texc_schedules::ir::print(&f);
+    let kt: Vec<(String, usize)> = buffers(&f).into_iter().filter(|(b, _)| b.ends_with(".kt")).collect();
+    assert_eq!(kt.iter().map(|(_, n)| *n).collect::<Vec<_>>(), vec![128 * 624], "{text}");
+    assert!(128 * 624 * 4 > texc_schedules::attach::MAX_STACK_BYTES as usize);
+    let heap: Vec<String> = f.heap_locals().into_iter().map(|t| f.p.tensor(t).name.clone()).collect();
+    assert!(heap.contains(&kt[0].0), "`{}` is not on the heap: {heap:?}\n{text}", kt[0].0);
+    check(&format!("attention {shape:?}"), &p, &HashMap::new(), shape.2 as usize, shape.3 as usize);
+}
+
 #[test]
 fn std_attention_matches_the_interpreter() {
     for shape in SHAPES {
