@@ -682,8 +682,9 @@ const SLICE_ROWS: i64 = 8;
 
 /// Rows per register block when no knob sets them. A BLIS-style micro-kernel
 /// (`long`: with the L1's ways) takes all `max` rows when they stay within
-/// those ways: its block loop encloses the reductions, so a last, shorter
-/// block is a partitioned copy of the loops, not a guard. (SGEMM 1024³ on
+/// those ways (but see [`rows_without_lone_last`]): its block loop encloses
+/// the reductions, so a last, shorter block is a partitioned copy of the
+/// loops, not a guard. (SGEMM 1024³ on
 /// AVX2: 6 rows and a tail of 4, 106 GFLOP/s; 4 rows dividing 1024, 100
 /// GFLOP/s; 32 filters of a 1 × 1 convolution as 6 + 2 rows 0.117 ms, as
 /// 4 + 4 0.132. On the nominal Zen 4's 8-way L1 with AVX-512, 12 rows ran
@@ -698,32 +699,44 @@ const SLICE_ROWS: i64 = 8;
 fn default_rows(max: i64, extent: i64, l1_ways: Option<i64>, vectors: i64) -> i64 {
     let short_last = max > SHORT_LAST_FROM && extent % max != 0 && 2 * (extent % max) < max && extent / max < 8;
     match l1_ways {
-        Some(ways) if max <= ways && !short_last => no_lone_last_row(max.min(extent), extent, vectors),
+        Some(ways) if max <= ways && !short_last => rows_without_lone_last(max.min(extent), extent, vectors),
         _ => block_rows(max, extent),
     }
 }
 
-/// FMAs in flight that keep an x86 core's two FMA pipes busy at their
-/// latency of four cycles (Haswell through Zen 4): a block of fewer
-/// accumulators waits on them.
+/// FMAs in flight that keep an x86 core's two FMA pipes busy: four cycles
+/// of latency on Skylake and later and on Zen 3 and 4 (Haswell, Broadwell
+/// and Zen 1 and 2 take five, ten in flight: the lower bound of the two).
+/// A block of fewer accumulators waits on them.
 const FMAS_IN_FLIGHT: i64 = 8;
 
-/// `rows` a block, unless that leaves a last block of one row: its
-/// `vectors` accumulators keep a fraction of [`FMAS_IN_FLIGHT`] busy, and
-/// among few blocks it takes most of the time (a Winograd product's 7
-/// rows as 6 + 1 on AVX2). Then the rows whose blocks take the fewest
-/// cycles, each block's step counted as its accumulators or the FMAs in
-/// flight, whichever is more; on a tie the larger block. MEASURED (Zen 4,
-/// `x86-avx2`, 1 thread, 3 alternated rounds): a 7 × 256 × 256 product as
-/// 4 + 3 rows 9.3 µs against 10.8 as 6 + 1; a 3 × 3 convolution 256 → 256
-/// at 14²'s Winograd product 1.32–1.39 ms against 1.51–1.66.
-fn no_lone_last_row(rows: i64, extent: i64, vectors: i64) -> i64 {
-    if rows < 2 || extent <= rows || extent % rows != 1 {
+/// `rows` a block, unless that leaves a last block of one row after fewer
+/// than eight full ones: its `vectors` accumulators keep a fraction of
+/// [`FMAS_IN_FLIGHT`] busy, and among few blocks it takes a large share of
+/// the time (a Winograd product's 7 rows as 6 + 1 on AVX2). Then the rows
+/// whose blocks take the fewest [`block_cycles`]; on a tie the larger
+/// block, so a lone row stays where no other rows are cheaper (every block
+/// as latency-bound as it, or `rows` already the cheapest). Among many
+/// blocks the lone row is a small share, and larger blocks load fewer
+/// panels a row (SGEMM 1024³ on AVX2: 6 rows and a tail of 4 ahead of 4
+/// dividing it, above). MEASURED (Zen 4, `x86-avx2`, 1 thread, 3
+/// alternated rounds): a 7 × 256 × 256 product as 4 + 3 rows 9.3 µs
+/// against 10.8 as 6 + 1; a 3 × 3 convolution 256 → 256 at 14²'s Winograd
+/// product 1.32–1.39 ms against 1.51–1.66.
+fn rows_without_lone_last(rows: i64, extent: i64, vectors: i64) -> i64 {
+    if rows < 2 || extent <= rows || extent % rows != 1 || extent / rows >= 8 {
         return rows;
     }
-    let floor = (FMAS_IN_FLIGHT + vectors - 1) / vectors.max(1);
-    let cycles = |r: i64| (extent / r) * r.max(floor) + if extent % r > 0 { (extent % r).max(floor) } else { 0 };
-    (2..=rows).rev().min_by_key(|&r| cycles(r)).unwrap_or(rows)
+    (2..=rows).rev().min_by_key(|&r| block_cycles(r, extent, vectors)).unwrap_or(rows)
+}
+
+/// Steps of `extent` rows in blocks of `r`, a block's step counted as its
+/// rows or the rows that hold [`FMAS_IN_FLIGHT`] accumulators of `vectors`
+/// vectors, whichever is more.
+fn block_cycles(r: i64, extent: i64, vectors: i64) -> i64 {
+    let latency_rows = (FMAS_IN_FLIGHT + vectors - 1) / vectors.max(1);
+    let tail = extent % r;
+    (extent / r) * r.max(latency_rows) + if tail > 0 { tail.max(latency_rows) } else { 0 }
 }
 
 /// See [`default_rows`]: AVX2's blocks (6 rows of 2 vectors) take a short
@@ -789,15 +802,22 @@ mod tests {
     #[test]
     fn a_last_block_is_not_one_row() {
         assert_eq!(default_rows(6, 7, Some(8), 2), 4, "4 + 3, not 6 + 1");
-        assert_eq!(default_rows(6, 49, Some(8), 2), 5, "9 × 5 + 4, not 8 × 6 + 1");
         assert_eq!(default_rows(6, 13, Some(8), 2), 5, "5 + 5 + 3, not 6 + 6 + 1");
+        assert_eq!(default_rows(6, 25, Some(8), 2), 5, "5 × 5, not 4 × 6 + 1");
         assert_eq!(default_rows(4, 9, Some(8), 3), 3, "three vectors: 3 × 3, not 4 + 4 + 1");
-        assert_eq!(default_rows(6, 6, Some(8), 2), 6);
-        assert_eq!(default_rows(6, 1, Some(8), 2), 1);
-        for (max, extent, vectors) in [(6, 7, 2), (6, 49, 2), (5, 11, 2), (4, 9, 3), (6, 25, 2)] {
+        for (max, extent, vectors) in [(6, 7, 2), (6, 13, 2), (5, 11, 2), (4, 9, 3), (6, 25, 2), (6, 43, 2)] {
             let r = default_rows(max, extent, Some(8), vectors);
             assert!((2..=max).contains(&r) && extent % r != 1, "{max} {extent} {vectors}: {r}");
         }
+        // Left alone: many blocks, no lone row, or no cheaper rows.
+        assert_eq!(default_rows(6, 49, Some(8), 2), 6, "8 blocks of 6 and one row");
+        assert_eq!(default_rows(6, 1009, Some(8), 2), 6);
+        assert_eq!(default_rows(6, 6, Some(8), 2), 6);
+        assert_eq!(default_rows(6, 1, Some(8), 2), 1);
+        assert_eq!(default_rows(4, 9, Some(8), 2), 4, "blocks of 4 rows of 2 are as latency-bound as one row");
+        assert_eq!(default_rows(12, 97, Some(12), 2), 12, "AVX-512's 12 rows on a 12-way L1");
+        assert_eq!(block_cycles(6, 7, 2), 10);
+        assert_eq!(block_cycles(4, 7, 2), 8);
     }
 
     /// Rows per block: a divisor of the extent where one is at least a
