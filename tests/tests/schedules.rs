@@ -431,6 +431,34 @@ fn sliced_products_resume_their_sums_in_registers() {
     }
 }
 
+/// A reduction no deeper than the slices the caches allow, over a row
+/// too short for blocks of packed panels, is one slice: 400 channels over
+/// 13 × 11 positions keep the bias and activation in the register block's
+/// epilogue, with no slice loop and no zeroing nest; the same depth over
+/// 23 × 13 positions (a row long enough to pack) stays two slices of 256.
+#[test]
+fn short_rows_keep_a_reduction_up_to_the_deepest_slice_whole() {
+    let src = |h: i64, w: i64| {
+        format!(
+            "kernel p(X: f32[1, 400, {h}, {w}], W: f32[20, 400], B: f32[20]) -> Z: f32[1, 20, {h}, {w}] {{
+    Y[n, k, h, w] = sum[c](X[n, c, h, w] * W[k, c]);
+    Z[n, k, h, w] = max(Y[n, k, h, w] + B[k], 0.0);
+}}"
+        )
+    };
+    default_on_x86("short", &src(13, 11), |target, text| {
+        assert!(!text.contains("for c.o in"), "{target}: one slice of 400:\n{text}");
+        let epilogue = text.lines().filter(|l| l.trim_start().starts_with("Z[")).collect::<Vec<_>>();
+        assert!(
+            !epilogue.is_empty() && epilogue.iter().all(|l| l.contains(".acc[") && l.contains("B[")),
+            "{target}: bias and activation applied to the block:\n{text}"
+        );
+    });
+    default_on_x86("long", &src(23, 13), |target, text| {
+        assert!(text.contains("for c.o in 0..1") && text.contains("for c.o in 1..2"), "{target}: two slices:\n{text}");
+    });
+}
+
 /// Vector loads whose lanes read a fixed pattern (`X[h, w / 4]` with `w`
 /// split by 16: lanes 0–3 read one element, 4–7 the next) are one load of
 /// the span and a shuffle, not a gather; `(w + 2) / 3` with `w = 16·wo + wv`
