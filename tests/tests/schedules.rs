@@ -280,9 +280,14 @@ schedule up for x86-avx2 {
 /// schedule for each x86 target: `check(target, loops as text)`, then the
 /// loop nest and, where this CPU runs it, its compiled code against the
 /// interpreter (seed 4).
+/// `src`'s one kernel, specialized at its default sizes.
+fn program(name: &str, src: &str) -> Program {
+    let (mut pl, k) = texc_tests::load_text("interp", name, src, None).expect("loads");
+    texc_tests::specialize(&mut pl, k, &Bindings::default())
+}
+
 fn default_on_x86(name: &str, src: &str, check: impl Fn(&str, &str)) {
-    let (mut pl, k) = texc_tests::load_text("interp", &format!("{name}.tex"), src, None).expect("loads");
-    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let p = program(&format!("{name}.tex"), src);
     for target in ["x86-avx2", "x86-avx512"] {
         let t = texc_compiler::target::lookup(target).expect("registered");
         let f = texc_tests::default_lowered(target, &p);
@@ -422,8 +427,7 @@ fn sliced_products_resume_their_sums_in_registers() {
         assert!(lines("Y[").all(|l| !l.contains("W[") && !l.contains("W_")), "{target}: no product in memory:\n{text}");
         assert!(lines("Z[").count() > 0 && lines("Z[").all(|l| !l.contains(".acc[")), "{target}:\n{text}");
     });
-    let (mut pl, k) = texc_tests::load_text("interp", "sliced.tex", src, None).expect("loads");
-    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let p = program("sliced.tex", src);
     for target in ["cranelift", "host"] {
         let t = texc_compiler::target::lookup(target).expect("registered");
         let f = texc_tests::default_lowered(target, &p);
@@ -457,6 +461,25 @@ fn short_rows_keep_a_reduction_up_to_the_deepest_slice_whole() {
     default_on_x86("long", &src(23, 13), |target, text| {
         assert!(text.contains("for c.o in 0..1") && text.contains("for c.o in 1..2"), "{target}: two slices:\n{text}");
     });
+}
+
+/// A reduction's trailing axes fuse into one row while it would take a
+/// short register block (at most six vectors): a 1 × 1 convolution's rows
+/// of 35 are five vectors on AVX2, whose short block held two filters and
+/// swept the whole image once per pair; fused, `h, w` is one row for the
+/// packed micro-kernel. An element-wise stage keeps rows of four vectors or
+/// more as they are.
+#[test]
+fn product_rows_of_few_vectors_fuse_with_the_axes_before_them() {
+    let conv = "kernel p(X: f32[1, 40, 9, 35], W: f32[16, 40]) -> Y: f32[1, 16, 9, 35] {
+    Y[n, k, h, w] = sum[c](X[n, c, h, w] * W[k, c]);
+}";
+    default_on_x86("fused", conv, |target, text| {
+        assert!(text.contains("for h.w.") && !text.contains("for w.o"), "{target}: h, w fused:\n{text}");
+    });
+    let p = program("scale.tex", "kernel s(X: f32[9, 35]) -> Y: f32[9, 35] {\n    Y[h, w] = X[h, w] * 2.0;\n}");
+    let text = texc_schedules::ir::print(&texc_tests::default_lowered("x86-avx2", &p));
+    assert!(text.contains("for w.o") && !text.contains("h.w"), "element-wise rows of 35 stay:\n{text}");
 }
 
 /// Vector loads whose lanes read a fixed pattern (`X[h, w / 4]` with `w`
@@ -732,8 +755,7 @@ fn costly_or_relaid_temporaries_are_stored_once() {
     s[n] = sum[w](five[n, w] * one[n, w]);
     Y[n, w] = r[n, w] + five[n, w] + one[n, w] + g[n, w] + s[n];
 }";
-    let (mut pl, k) = texc_tests::load_text("interp", "relaid.tex", src, None).expect("loads");
-    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let p = program("relaid.tex", src);
     let f = texc_tests::default_lowered("x86-avx2", &p);
     let text = texc_schedules::ir::print(&f);
     let buffers: Vec<&str> = text
@@ -762,8 +784,7 @@ fn flattened_positions_run_as_rows() {
             v = 2 * w + 1,
             p = w * w,
         );
-        let (mut pl, k) = texc_tests::load_text("interp", "im2col.tex", &src, None).expect("loads");
-        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let p = program("im2col.tex", &src);
         for target in ["x86-avx2", "x86-avx512"] {
             let t = texc_compiler::target::lookup(target).expect("registered");
             let f = texc_tests::default_lowered(target, &p);
@@ -811,8 +832,7 @@ kernel dw(X: f32[N = 1, C = 3, H = {w}, W = {w}], Wt: f32[C, 1, 3, 3]) -> Y: f32
     Y = conv2d(X, Wt, pad = 1, groups = C);
 }}"
         );
-        let (mut pl, k) = texc_tests::load_text("interp", "dw.tex", &src, None).expect("loads");
-        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let p = program("dw.tex", &src);
         let t = texc_compiler::target::lookup("x86-avx512").expect("registered");
         let f = texc_tests::default_lowered(t.name, &p);
         let text = texc_schedules::ir::print(&f);
@@ -838,8 +858,7 @@ fn byte_stages_fill_registers_with_bytes() {
     S[n, c, y, x] = max[r in 0..3, s in 0..3](select(2 * y + r >= 1 && 2 * x + s >= 1, X[n, c, 2 * y + r - 1, 2 * x + s - 1], u8(0)));
     Q[n, c, y, x] = i32(X[n, c, y, x]) * 3;
 }";
-    let (mut pl, k) = texc_tests::load_text("interp", "b.tex", src, None).expect("loads");
-    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let p = program("b.tex", src);
     for (target, bytes, words) in [("x86-avx2", 32, 8), ("x86-avx512", 64, 16)] {
         let t = texc_compiler::target::lookup(target).expect("registered");
         let f = texc_tests::default_lowered(t.name, &p);
@@ -942,8 +961,7 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y:
 #[test]
 fn heap_locals_run_like_the_interpreter() {
     let src = "kernel mm(A: f32[M = 13, K = 1100], B: f32[K, N = 300]) -> C: f32[M, N] {\n    C[i, j] = sum[k](A[i, k] * B[k, j]);\n}\n";
-    let (mut pl, k) = texc_tests::load_text("interp", "heap.tex", src, None).expect("loads");
-    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let p = program("heap.tex", src);
     for target in ["x86-avx2", "x86-avx512", "cranelift"] {
         let t = texc_compiler::target::lookup(target).expect("registered");
         let mut pl = texc_tests::pipeline(target);
@@ -993,8 +1011,7 @@ fn default_schedules_follow_the_caches_and_match_the_interpreter() {
         ("softmax", "kernel softmax(X: f32[N = 131, D = 300]) -> Y: f32[N, D] {\n    m[n] = max[d](X[n, d]);\n    e[n, d] = exp(X[n, d] - m[n]);\n    s[n] = sum[d](e[n, d]);\n    Y[n, d] = e[n, d] / s[n];\n}"),
     ];
     for (name, src) in sources {
-        let (mut pl, k) = texc_tests::load_text("interp", &format!("{name}.tex"), src, None).expect("loads");
-        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let p = program(&format!("{name}.tex"), src);
         let want = interp::run(&p, random_args(&p, 7)).expect("interp");
         for base in ["x86-avx2", "x86-avx512"] {
             let base = lookup(base).expect("registered");
@@ -1273,8 +1290,7 @@ fn deep_unsliced_products_block_their_panels_by_l2() {
     let src = "kernel fl(X: f32[N = 1, C = 256, H = 9, W = 9], Wt: f32[C, 3, 3, F = 272]) -> Y: f32[N, 7, 7, F] {
     Y[n, y, x, f] = sum[c, r, s](X[n, c, y + r, x + s] * Wt[c, r, s, f]);
 }";
-    let (mut pl, k) = texc_tests::load_text("interp", "fl.tex", src, None).expect("loads");
-    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let p = program("fl.tex", src);
     let base = lookup("x86-avx512").expect("registered");
     let nominal = CpuCaches::NOMINAL;
     for (machine, caches, panels) in [("nominal", nominal, 1), ("4 MiB L2", CpuCaches { l2: 4 << 20, ..nominal }, 4)] {
@@ -1343,8 +1359,7 @@ fn register_blocks_take_the_rows_the_l1_ways_hold() {
         let src = format!(
             "kernel mm(A: f32[M = {m}, K = 300], B: f32[K, N = 256]) -> C: f32[M, N] {{\n    C[i, j] = sum[k](A[i, k] * B[k, j]);\n}}"
         );
-        let (mut pl, k) = texc_tests::load_text("interp", "mm.tex", &src, None).expect("loads");
-        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let p = program("mm.tex", &src);
         for (l1, caches, rows) in cases {
             let t = with_caches(base, caches);
             let f = texc_tests::default_lowered_on(t, &p);
@@ -1391,8 +1406,7 @@ fn tile_products_group_their_columns_by_l2() {
         let src = format!(
             "kernel q(A: u8[M = {m}, K = 256], W: i8[K, N = {n}]) -> C: i32[M, N] {{\n    C[i, j] = sum[k](i32(A[i, k]) * i32(W[k, j]));\n}}"
         );
-        let (mut pl, k) = texc_tests::load_text("interp", "q.tex", &src, None).expect("loads");
-        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let p = program("q.tex", &src);
         let f = texc_tests::default_lowered_on(t, &p);
         let text = texc_schedules::ir::print(&f);
         let mut at = 0;
@@ -1420,8 +1434,7 @@ fn requantized_sums_stay_in_their_own_nest() {
     Cq[n, f, y, x] = u8(clamp(round(f32(sum[c](i32(Z[n, c, y, x]) * i32(Wc[f, c])) + bc[f]) * sc[f]) + 123.0, 0.0, 255.0));
     Y[n, f, y, x] = u8(clamp(round((f32(i32(Cq[n, f, y, x]) - 123) * 0.023 + f32(i32(Dq[n, f, y, x]) - 131) * 0.026) / 0.018), 0.0, 255.0));
 }";
-    let (mut pl, k) = texc_tests::load_text("interp", "rq.tex", src, None).expect("loads");
-    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let p = program("rq.tex", src);
     for target in ["x86-avx512-vnni", "x86-avx2"] {
         let t = texc_compiler::target::lookup(target).expect("registered");
         let f = texc_tests::default_lowered_on(t, &p);
@@ -1441,8 +1454,7 @@ fn byte_transposes_vectorize_along_their_store() {
     let src = "kernel tr(A: u8[1, 49, 64], B: u8[1, 49, 64]) -> Y: u8[1, 64, 49] {
     Y[n, f, p] = u8(clamp(i32(A[n, p, f]) + i32(B[n, p, f]) - 100, 0, 255));
 }";
-    let (mut pl, k) = texc_tests::load_text("interp", "tr.tex", src, None).expect("loads");
-    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let p = program("tr.tex", src);
     let t = texc_compiler::target::lookup("x86-avx512-vnni").expect("registered");
     let f = texc_tests::default_lowered_on(t, &p);
     let text = texc_schedules::ir::print(&f);
@@ -1476,8 +1488,7 @@ fn integer_sums_start_from_their_epilogues_term() {
     Y[i, j] = (sum[k](A[i, k] * B[j, k]) + b[j]) * 0.5;
 }";
     for (src, from_term) in [(int, true), (term_first, true), (twice, false), (float, false)] {
-        let (mut pl, k) = texc_tests::load_text("interp", "b.tex", src, None).expect("loads");
-        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let p = program("b.tex", src);
         for target in ["x86-avx512-vnni", "x86-avx2"] {
             let t = texc_compiler::target::lookup(target).expect("registered");
             let f = texc_tests::default_lowered_on(t, &p);
@@ -1516,8 +1527,7 @@ kernel blk(X: f32[N = 1, C = 16, H = {h}, W = {h}], We: f32[K = 64, C, 1, 1], Wd
     Z = conv2d(D, Wp);
 }}"
         );
-        let (mut pl, k) = texc_tests::load_text("interp", "blk.tex", &src, None).expect("loads");
-        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let p = program("blk.tex", &src);
         for (target, follow) in [("x86-avx512", 1), ("x86-avx512", 0), ("x86-avx2", 1)] {
             let t = texc_compiler::target::lookup(target).expect("registered");
             let mut pl = texc_tests::pipeline(t.name);
@@ -1552,8 +1562,7 @@ kernel grp(X: f32[N = 1, C = 16, H = 40, W = 40], We: f32[K = 64, C, 1, 1], Wg: 
     E = relu6(conv2d(X, We));
     Y = conv2d(E, Wg, pad = 1, groups = 16);
 }";
-    let (mut pl, k) = texc_tests::load_text("interp", "grp.tex", src, None).expect("loads");
-    let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+    let p = program("grp.tex", src);
     let text = texc_schedules::ir::print(&texc_tests::default_lowered("x86-avx512", &p));
     assert!(!text.lines().any(|l| l.contains(".t.") && l.ends_with(" parallel:")), "its own loops:\n{text}");
 }
@@ -1621,8 +1630,7 @@ fn register_blocks_leave_no_lone_last_row_among_few() {
         let src = format!(
             "kernel mm(A: f32[M = {m}, K = 300], B: f32[K, N = 256]) -> C: f32[M, N] {{\n    C[i, j] = sum[k](A[i, k] * B[k, j]);\n}}"
         );
-        let (mut pl, k) = texc_tests::load_text("interp", "mm.tex", &src, None).expect("loads");
-        let p = pl.specialize(k, &Bindings::default()).expect("specializes");
+        let p = program("mm.tex", &src);
         let f = texc_tests::default_lowered_on(base, &p);
         let text = texc_schedules::ir::print(&f);
         for rows in blocks {

@@ -25,7 +25,7 @@
 //! unrolled rows are the innermost loop but for the vector lanes.
 
 use super::pack::{vector_operand, PackRequest};
-use super::vectorize::vectorize_inner;
+use super::vectorize::{vectorize_inner, MAX_SHORT_VECTORS};
 use super::Machine;
 use crate::analysis::{coefficient, loads_in};
 use crate::ir::ForKind;
@@ -88,7 +88,7 @@ pub(super) fn register_block(
     } else {
         row.max(1)
     };
-    let long = row >= lanes && short_vectors > 6;
+    let long = row >= lanes && short_vectors > MAX_SHORT_VECTORS;
     let vectors = if long { m.knobs.nvec.unwrap_or(2) } else { short_vectors };
     // Rows of the image too where the row is one vector: `f` rows
     // of filters broadcast their weights to every image row of the block.
@@ -692,18 +692,18 @@ const SLICE_ROWS: i64 = 8;
 /// (`long`: with the L1's ways) takes all `max` rows when they stay within
 /// those ways (but see [`rows_without_lone_last`]): its block loop encloses
 /// the reductions, so a last, shorter block is a partitioned copy of the
-/// loops, not a guard. (SGEMM 1024³ on
-/// AVX2: 6 rows and a tail of 4, 106 GFLOP/s; 4 rows dividing 1024, 100
-/// GFLOP/s; 32 filters of a 1 × 1 convolution as 6 + 2 rows 0.117 ms, as
-/// 4 + 4 0.132. On the nominal Zen 4's 8-way L1 with AVX-512, 12 rows ran
-/// at 96 GFLOP/s and 8 at 107.) Blocks of more than [`SHORT_LAST_FROM`]
-/// rows leave a last block of under half as many, after fewer than eight
-/// full ones, to [`block_rows`]. MEASURED on a 12-way L1 (Intel Xeon,
-/// AVX-512, 1 thread, `host`), 12 rows against 8 (7 for 196): 1 × 1
-/// convolutions 256 → 1024 at 14² 0.63 → 0.59 ms, 1024 → 256 0.60 → 0.55,
-/// 1024 → 512 1.21 → 1.12, 256 → 32 at 27² 0.075 → 0.070; products 196 ×
-/// 1024 × 512 1.03 → 0.99 ms, 1024³ 11.2 → 10.9; as 5 × 12 + 4 rows, 64
-/// filters 256 → 64 at 56² 0.60 → 0.66 (kept at 8).
+/// loops, not a guard. (SGEMM 1024³ on AVX2: 6 rows and a tail of 4, 106
+/// GFLOP/s; 4 rows dividing 1024, 100 GFLOP/s; 32 filters of a 1 × 1
+/// convolution as 6 + 2 rows 0.117 ms, as 4 + 4 0.132. On the nominal Zen
+/// 4's 8-way L1 with AVX-512, 12 rows ran at 96 GFLOP/s and 8 at 107.)
+/// Blocks of more than [`SHORT_LAST_FROM`] rows leave a last block of under
+/// half as many, after fewer than eight full ones, to [`block_rows`].
+/// MEASURED on a 12-way L1 (Intel Xeon, AVX-512, 1 thread, `host`), 12
+/// rows against 8 (7 for 196): 1 × 1 convolutions 256 → 1024 at 14² 0.63
+/// → 0.59 ms, 1024 → 256 0.60 → 0.55, 1024 → 512 1.21 → 1.12, 256 → 32 at
+/// 27² 0.075 → 0.070; products 196 × 1024 × 512 1.03 → 0.99 ms, 1024³ 11.2
+/// → 10.9; as 5 × 12 + 4 rows, 64 filters 256 → 64 at 56² 0.60 → 0.66
+/// (kept at 8).
 fn default_rows(max: i64, extent: i64, l1_ways: Option<i64>, vectors: i64) -> i64 {
     let short_last = max > SHORT_LAST_FROM && extent % max != 0 && 2 * (extent % max) < max && extent / max < 8;
     match l1_ways {
