@@ -272,20 +272,16 @@ schedule up for x86-avx2 {
     }
 }
 
-/// The default schedule runs a normalization or a softmax as one pass over
-/// the rows: the statistics (and exponentials) of each row are computed
-/// inside the row loop, in buffers private to it.
-/// `N=67,D=501` as bindings.
-/// The only kernel of `src` at its declared sizes, lowered with the default
-/// schedule for each x86 target: `check(target, loops as text)`, then the
-/// loop nest and, where this CPU runs it, its compiled code against the
-/// interpreter (seed 4).
 /// `src`'s one kernel, specialized at its default sizes.
 fn program(name: &str, src: &str) -> Program {
     let (mut pl, k) = texc_tests::load_text("interp", name, src, None).expect("loads");
     texc_tests::specialize(&mut pl, k, &Bindings::default())
 }
 
+/// The only kernel of `src` at its declared sizes, lowered with the default
+/// schedule for each x86 target: `check(target, loops as text)`, then the
+/// loop nest and, where this CPU runs it, its compiled code against the
+/// interpreter (seed 4).
 fn default_on_x86(name: &str, src: &str, check: impl Fn(&str, &str)) {
     let p = program(&format!("{name}.tex"), src);
     for target in ["x86-avx2", "x86-avx512"] {
@@ -297,11 +293,15 @@ fn default_on_x86(name: &str, src: &str, check: impl Fn(&str, &str)) {
     }
 }
 
+/// `N=67,D=501` as bindings.
 fn shape_bindings(text: &str) -> Bindings {
     let shapes = text.split(',').map(|kv| kv.split_once('=').expect("k=v"));
     Bindings { shapes: shapes.map(|(k, v)| (k.into(), v.parse().expect("int"))).collect(), ..Bindings::default() }
 }
 
+/// The default schedule runs a normalization or a softmax as one pass over
+/// the rows: the statistics (and exponentials) of each row are computed
+/// inside the row loop, in buffers private to it.
 #[test]
 fn default_schedule_fuses_row_passes() {
     for (file, shapes) in [
@@ -439,7 +439,8 @@ fn sliced_products_resume_their_sums_in_registers() {
 /// too short for blocks of packed panels, is one slice: 400 channels over
 /// 13 × 11 positions keep the bias and activation in the register block's
 /// epilogue, with no slice loop and no zeroing nest; the same depth over
-/// 23 × 13 positions (a row long enough to pack) stays two slices of 256.
+/// 23 × 13 positions (299 columns: two column blocks) stays two slices of
+/// 256.
 #[test]
 fn short_rows_keep_a_reduction_up_to_the_deepest_slice_whole() {
     let src = |h: i64, w: i64| {
@@ -467,8 +468,9 @@ fn short_rows_keep_a_reduction_up_to_the_deepest_slice_whole() {
 /// short register block (at most six vectors): a 1 × 1 convolution's rows
 /// of 35 are five vectors on AVX2, whose short block held two filters and
 /// swept the whole image once per pair; fused, `h, w` is one row for the
-/// packed micro-kernel. An element-wise stage keeps rows of four vectors or
-/// more as they are.
+/// packed micro-kernel (AVX-512's rows of 35, under four vectors, fused
+/// before). An element-wise stage keeps rows of four vectors or more as
+/// they are.
 #[test]
 fn product_rows_of_few_vectors_fuse_with_the_axes_before_them() {
     let conv = "kernel p(X: f32[1, 40, 9, 35], W: f32[16, 40]) -> Y: f32[1, 16, 9, 35] {

@@ -16,8 +16,8 @@
 //! stays in L2 while the row blocks walk it, and the column blocks give
 //! every core several to run. On the nominal machine (32 KiB L1d, 1 MiB
 //! L2, two cores) these are the slices of 512 (256 for reductions of 512
-//! or less over rows long enough to pack) and blocks of 128 or 256 columns
-//! measured there.
+//! or less over rows of two column blocks or more) and blocks of 128 or
+//! 256 columns measured there.
 //!
 //! Invariants: an explicit `rows` is taken as given (a last, shorter block
 //! is a copy of the loops); without it, rows are chosen so that no guard
@@ -176,7 +176,7 @@ pub(super) fn register_block(
     let elem = p.tensor(st.tensor).elem.size() as i64;
     let depth: i64 = reductions.iter().map(|&l| ss.ivs[l].extent).product();
     let blocking = LongBlocking::of(m, elem);
-    let kslice = m.knobs.kslice.unwrap_or(blocking.kslice(depth, row));
+    let kslice = m.knobs.kslice.unwrap_or(blocking.kslice(depth, ss.ivs[o].extent, width));
     let sliced = matches!(reductions[..], [_] if depth > kslice);
     // A reduction of one slice packs a block's panels whole (below): they
     // and the block's accumulators share the stack's 256 KiB (a limit of
@@ -563,9 +563,9 @@ const MIN_COLS: i64 = 128;
 const COL_BLOCKS_PER_CORE: i64 = 4;
 
 /// A reduction no deeper than `kmax` is still cut in two slices of half
-/// that where those are at least this deep and the row long enough for
-/// blocks of packed panels (products of 257 to 512 floats keep the slices
-/// of 256 they were measured with).
+/// that where those are at least this deep and the row has panels enough
+/// for two column blocks (products of 257 to 512 floats keep the slices of
+/// 256 they were measured with).
 const MIN_HALF_SLICE: i64 = 256;
 
 impl LongBlocking {
@@ -597,18 +597,19 @@ impl LongBlocking {
         LongBlocking { kmax, max_cols, cores: c.cores.max(1) }
     }
 
-    /// Slices of a reduction `depth` deep for rows `row` long: `kmax` where
-    /// it is deeper, else two of half that (at least [`MIN_HALF_SLICE`]: a
-    /// reduction that deep is one slice) — but one slice where the row is
-    /// shorter than two of the narrowest column blocks. Such a row is never
-    /// packed, so halves would only write and re-read its accumulators, in
-    /// a zeroing nest, two parallel loops and an epilogue nest of their own
-    /// (MEASURED, x86-avx2, 1 thread, RegNetX-400MF, whose last stage is 24
-    /// products 400 deep over 49 columns: 12.1–13.9 → 11.3–12.4 ms). The
+    /// Slices of a reduction `depth` deep over a row of `panels` panels
+    /// `width` wide: `kmax` where it is deeper, else two of half that (at
+    /// least [`MIN_HALF_SLICE`]: a reduction that deep is one slice) — but
+    /// one slice where the row has fewer panels than two of the narrowest
+    /// column blocks: the slices then pack no block of panels, so halves
+    /// would only write and re-read the accumulators, in a zeroing nest,
+    /// two parallel loops and an epilogue nest of their own (MEASURED,
+    /// x86-avx2, 1 thread, RegNetX-400MF, whose last stage is 24 products
+    /// 400 deep over 49 columns: its nests summed 12.8 → 11.4 ms). The
     /// packed block of 512 × 256 floats lives on the heap
     /// (`LoopFunc::heap_locals`).
-    pub(super) fn kslice(self, depth: i64, row: i64) -> i64 {
-        if depth > self.kmax || row < 2 * MIN_COLS {
+    pub(super) fn kslice(self, depth: i64, panels: i64, width: i64) -> i64 {
+        if depth > self.kmax || panels < 2 * (MIN_COLS / width.max(1)).max(1) {
             self.kmax
         } else {
             (self.kmax / 2).max(MIN_HALF_SLICE)
@@ -841,7 +842,8 @@ mod tests {
     }
 
     /// On the nominal machine, the blocking measured there: slices of 512
-    /// (256 up to 512 deep), blocks of 256 columns from rows of 2048 on.
+    /// (256 up to 512 deep over rows of two column blocks or more), blocks
+    /// of 256 columns from rows of 2048 on.
     /// AVX2 (12 accumulators, 16 registers), a 7-row map and 512 filters:
     /// 4 filters × 3 rows when the step takes nothing else; with a register
     /// or two taken (a `@dot2` product, AVX2's lane mask, `@dot4sat`'s
@@ -860,16 +862,16 @@ mod tests {
     fn the_nominal_machine_keeps_the_measured_blocking() {
         let b = blocking(CpuCaches::NOMINAL, 4);
         assert_eq!(
-            [b.kslice(2048, 784), b.kslice(513, 784), b.kslice(512, 784), b.kslice(300, 256)],
+            [b.kslice(2048, 4, 16), b.kslice(513, 16, 16), b.kslice(512, 16, 16), b.kslice(300, 8, 32)],
             [512, 512, 256, 256]
         );
-        // A row too short for column blocks keeps a reduction up to `kmax` whole.
-        assert_eq!([b.kslice(400, 49), b.kslice(512, 255), b.kslice(2048, 49)], [512, 512, 512]);
+        // Fewer panels than two 128-column blocks: a reduction up to `kmax` stays whole.
+        assert_eq!([b.kslice(400, 4, 16), b.kslice(512, 15, 16), b.kslice(300, 7, 32)], [512, 512, 512]);
         assert_eq!([b.cols(2048, |_| true), b.cols(2047, |_| true), b.cols(8192, |_| true)], [256, 128, 256]);
         assert_eq!(b.cols(4096, |c| c < 256), 128, "a block packed whole must fit");
         // f64: half as deep (the same bytes of L1), 256 columns still in half of L2.
         let d = blocking(CpuCaches::NOMINAL, 8);
-        assert_eq!((d.kslice(1024, 4096), d.kslice(200, 4096), d.cols(4096, |_| true)), (256, 256, 256));
+        assert_eq!((d.kslice(1024, 256, 16), d.kslice(200, 256, 16), d.cols(4096, |_| true)), (256, 256, 256));
     }
 
     /// The blocking follows the caches and cores: a small L2 takes shallower
@@ -878,12 +880,12 @@ mod tests {
     #[test]
     fn the_blocking_follows_the_caches_and_cores() {
         let small = blocking(caches(32, 256, 2), 4);
-        assert_eq!((small.kslice(4096, 8192), small.cols(8192, |_| true)), (256, 128));
+        assert_eq!((small.kslice(4096, 256, 32), small.cols(8192, |_| true)), (256, 128));
         let tiny = blocking(caches(16, 64, 2), 4);
-        assert_eq!((tiny.kslice(4096, 8192), tiny.cols(8192, |_| true)), (64, 128));
+        assert_eq!((tiny.kslice(4096, 256, 32), tiny.cols(8192, |_| true)), (64, 128));
         let large = blocking(caches(64, 4096, 2), 4);
         assert_eq!(
-            (large.kslice(4096, 8192), large.cols(8192, |_| true), large.cols(2048, |_| true)),
+            (large.kslice(4096, 256, 32), large.cols(8192, |_| true), large.cols(2048, |_| true)),
             (1024, 512, 256)
         );
         let one = blocking(caches(32, 1024, 1), 4);
