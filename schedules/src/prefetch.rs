@@ -22,8 +22,12 @@
 //! by an earlier nest and are likely still cached); its offset, with every
 //! other variable at the start of its range, falling in such runs at every
 //! iteration of `f` (the smallest run length dividing `f`'s extent that
-//! gives two runs or more); a slice larger than the L1 (a smaller one is
-//! the hardware prefetcher's); a run short enough that reading its slice
+//! gives two runs or more); a slice larger than a page (a smaller one is
+//! the hardware prefetcher's, whose streams stop at page boundaries; a
+//! slice the L1 holds is no exception: RegNetX-400MF's panels of 6 filters
+//! × 400 channels, 9.6 KB, read four times each by 1 × 1 convolutions over
+//! 7² positions on `x86-avx2`, ran 0.13 → 0.09 ms per layer prefetched,
+//! Zen 4, 1 thread); a run short enough that reading its slice
 //! from memory would take a tenth of its arithmetic's time or more (at the
 //! target's ridge point: a longer run hides the wait anyway, and the
 //! prefetches only cost it issue slots — ConvNeXt-S's 192 → 768 products at
@@ -34,7 +38,13 @@
 //! slower (MEASURED, ResNet-50's 2048 → 1000). The spread loop is the
 //! deepest serial or unrolled loop between `f` and the read whose step still
 //! covers a cache line (coarser ones would leave a step's lines to arrive
-//! at once; finer ones would prefetch a line several times).
+//! at once; finer ones would prefetch a line several times), unless its
+//! step's share is more than [`MAX_LINES_PER_STEP`] lines (or no loop's
+//! step covers a line): then the loop below it takes the prefetches, one
+//! line a step, each line prefetched by several steps, where a step still
+//! covers [`MIN_STEP_BYTES`] (the panels above: three passes of 400
+//! channels, 8 bytes a step; prefetching only 8 of the 50 lines a pass's
+//! step would have to took nothing off).
 //!
 //! Invariants: the pass adds `Stmt::Prefetch` statements only, which
 //! change no value; each one's offset is clamped into its tensor. It runs
@@ -53,6 +63,10 @@ use texc_compiler::tir::{TExpr, TExprId, TensorId, TensorRole, Ty, VarId};
 const LINE_BYTES: i64 = 64;
 /// Prefetches one step may issue: more would crowd the loop's loads.
 const MAX_LINES_PER_STEP: i64 = 8;
+/// The finest step that prefetches: a line is then prefetched by at most 8 steps.
+const MIN_STEP_BYTES: i64 = LINE_BYTES / 8;
+/// Slices within a page are left to the hardware prefetcher.
+const PAGE_BYTES: i64 = 4096;
 /// The pass prefetches where the first read of a slice would wait on
 /// memory for a tenth of its run's time or more.
 const MIN_WAIT_SHARE_INVERSE: f64 = 10.0;
@@ -206,7 +220,7 @@ fn plan_for(
     // Every term of a prefetch's offset is at least `base` (see
     // `statements`), so `base ≥ 0` keeps it inside the tensor from below;
     // a read below the start (a padded window behind a guard) is left alone.
-    if base < 0 || slice * elem_bytes <= m.caches.l1d {
+    if base < 0 || slice * elem_bytes <= PAGE_BYTES {
         return None;
     }
     // The slice's first read waits on memory for a share of the run's time
@@ -218,7 +232,7 @@ fn plan_for(
     if run_ops > MIN_WAIT_SHARE_INVERSE * m.ridge * (slice * elem_bytes) as f64 {
         return None;
     }
-    let (spread, lines) = spread_loop(path, run, slice * elem_bytes)?;
+    let (spread, lines) = spread_loop(path, run, slice * elem_bytes, m.caches.l2)?;
     let at = spread.last()?.0;
     // A slice read once is a stream, which the hardware prefetcher follows
     // (MEASURED: prefetching the next one slowed a fully connected layer's
@@ -275,9 +289,16 @@ fn in_runs(offsets: &[i64], q: usize) -> bool {
 }
 
 /// The deepest serial or unrolled loop of `path` whose step still covers a
-/// line of the slice, the loops down to it, and the lines a step takes.
-fn spread_loop(path: &Enclosing, run: i64, slice_bytes: i64) -> Option<(Loops, i64)> {
-    let mut best = None;
+/// line of the slice, or the one below it where that step's share is more
+/// than [`MAX_LINES_PER_STEP`] lines (or no step covers a line), this one's
+/// covers [`MIN_STEP_BYTES`], and the slice and the next fit half of the L2
+/// (`l2` bytes) together; the loops down to it, and the lines a step takes.
+/// (A larger slice keeps its capped share: prefetched whole, the next slice
+/// would evict the current one, which its later passes read from the L2.)
+fn spread_loop(path: &Enclosing, run: i64, slice_bytes: i64, l2: i64) -> Option<(Loops, i64)> {
+    let lines_of = |step_bytes: i64| (step_bytes + LINE_BYTES - 1) / LINE_BYTES;
+    // The run's iterations are the steps above the first loop.
+    let (mut best, mut finer) = (None, None);
     let mut steps = run;
     for (depth, &(_, _, extent, kind)) in path.iter().enumerate() {
         if !matches!(kind, ForKind::Serial | ForKind::Unrolled) {
@@ -286,12 +307,17 @@ fn spread_loop(path: &Enclosing, run: i64, slice_bytes: i64) -> Option<(Loops, i
         steps = steps.checked_mul(extent.max(1))?;
         let step_bytes = slice_bytes / steps;
         if step_bytes < LINE_BYTES {
+            finer = (step_bytes >= MIN_STEP_BYTES && 4 * slice_bytes <= l2).then_some(depth);
             break;
         }
         best = Some((depth, step_bytes));
     }
-    let (depth, step_bytes) = best?;
-    let lines = ((step_bytes + LINE_BYTES - 1) / LINE_BYTES).min(MAX_LINES_PER_STEP);
+    let coarse_share = best.map_or(slice_bytes / run, |(_, step_bytes)| step_bytes);
+    let (depth, lines) = match (best, finer) {
+        (_, Some(depth)) if lines_of(coarse_share) > MAX_LINES_PER_STEP => (depth, 1),
+        (Some((depth, step_bytes)), _) => (depth, lines_of(step_bytes).min(MAX_LINES_PER_STEP)),
+        (None, _) => return None,
+    };
     Some((path[..=depth].iter().map(|&(v, lo, e, _)| (v, lo, e)).collect(), lines))
 }
 
@@ -436,6 +462,52 @@ mod tests {
         crate::verify::verify(&g).expect("verifies");
     }
 
+    #[test]
+    fn slices_the_l1_holds_are_prefetched_too() {
+        // A slice of 16 KiB over 2 rows: 64 bytes a step of `c`, one line.
+        let plans = plans(&panels("W: f32[4, 128, 32]", 2, 128), &CACHES, 14.3);
+        assert_eq!(plans.iter().map(|p| (p.slice, p.lines)).collect::<Vec<_>>(), vec![(128 * 32, 1)]);
+    }
+
+    /// The finest step that still covers a line would have more lines to
+    /// prefetch than it may: the loop below takes them, a line a step.
+    #[test]
+    fn a_step_with_too_many_lines_hands_its_share_to_the_loop_below() {
+        // Panels of 6 filters × 400 channels (9.6 KB), read by three blocks
+        // of 16 positions: a block's step is 50 lines, a channel's 8 bytes.
+        let src = "func k []\n  input W: f32[66, 400]\n  input X: f32[400, 48]\n  output Y: f32[66, 48]\n  \
+                   for k.b in 0..11 parallel:\n    for o in 0..3:\n      for c in 0..400:\n        \
+                   for k.r in 0..6 unrolled:\n          for v in 0..16 vectorized:\n            \
+                   Y[k.b * 6 + k.r, o * 16 + v] = Y[k.b * 6 + k.r, o * 16 + v] + W[k.b * 6 + k.r, c] * X[c, o * 16 + v]\n";
+        let mut sm = texc_grammar::span::SourceMap::new();
+        let id = sm.add("blocks.loops", src);
+        let f = crate::text::parse(src, id).unwrap_or_else(|d| panic!("{}", d.render(&sm))).func;
+        let plans = plans(&f, &CACHES, 14.3);
+        assert_eq!(plans.len(), 1, "{plans:?}");
+        let p = &plans[0];
+        assert_eq!((p.run, p.slice, p.lines), (1, 2400, 1), "{p:?}");
+        assert_eq!(p.path.iter().map(|l| f.vars[l.0 as usize].name.as_str()).collect::<Vec<_>>(), ["o", "c"]);
+        // Panels of 960 KB: with the next, more than half the L2; the
+        // channels' loop takes no prefetches (nor does the blocks' loop,
+        // whose steps each read a third of the panel once).
+        let big = src.replace("400", "40000");
+        let id = sm.add("big.loops", big.clone());
+        let g = crate::text::parse(&big, id).unwrap_or_else(|d| panic!("{}", d.render(&sm))).func;
+        assert!(super::plans(&g, &CACHES, 14.3).is_empty());
+        // Eight rows of a 64 KiB panel: no loop's step covers a line, and
+        // an iteration's share (8 KiB) is more than a step may take.
+        let plans = super::plans(&panels("W: f32[4, 512, 32]", 8, 512), &CACHES, 14.3);
+        assert_eq!(plans.iter().map(|p| (p.run, p.lines)).collect::<Vec<_>>(), vec![(8, 1)]);
+        // Both compute what they did, their prefetches inside W (the loop evaluator checks).
+        let mut g = f.clone();
+        let t = texc_compiler::target::lookup("x86-avx2").expect("target");
+        assert_eq!(prefetch(&mut g, t).len(), 1);
+        let args = || vec![tensor(&[66, 400], 3), tensor(&[400, 48], 4)];
+        let want = crate::eval::run(&f, args()).expect("runs");
+        let got = crate::eval::run(&g, args()).expect("runs prefetched");
+        assert_eq!(format!("{:?}", got[0].data), format!("{:?}", want[0].data));
+    }
+
     fn tensor(shape: &[i64], seed: u64) -> texc_compiler::interp::Arg {
         let n: i64 = shape.iter().product();
         let data = (0..n as u64).map(|i| ((i * 2654435761 + seed) % 1000) as f32 / 500.0 - 1.0).collect();
@@ -487,13 +559,13 @@ mod tests {
     }
 
     #[test]
-    fn reads_that_fit_the_l1_or_move_every_iteration_are_left_alone() {
-        // A slice of 16 KiB: the L1 holds it.
-        assert!(plans(&panels("W: f32[4, 128, 32]", 2, 128), &CACHES, 14.3).is_empty());
+    fn reads_within_a_page_or_moving_every_iteration_are_left_alone() {
+        // A slice of 4 KiB: one page, the hardware prefetcher's.
+        assert!(plans(&panels("W: f32[4, 32, 32]", 2, 32), &CACHES, 14.3).is_empty());
         // One row per panel: each slice read once, a stream.
         assert!(plans(&panels("W: f32[4, 512, 32]", 1, 512), &CACHES, 14.3).is_empty());
-        // Eight rows: 8 bytes a step, finer than a line.
-        assert!(plans(&panels("W: f32[4, 512, 32]", 8, 512), &CACHES, 14.3).is_empty());
+        // 64 rows: 2 bytes a step, a line's prefetch repeated by 32 steps.
+        assert!(plans(&panels("W: f32[4, 512, 32]", 64, 512), &CACHES, 14.3).is_empty());
         // Memory that keeps up with the arithmetic (a byte per 0.05 operations): nothing to wait for.
         assert!(plans(&panels("W: f32[4, 512, 32]", 2, 512), &CACHES, 0.05).is_empty());
         // Cranelift takes no prefetches.
