@@ -26,8 +26,8 @@
 //! the hardware prefetcher's, whose streams stop at page boundaries; a
 //! slice the L1 holds is no exception: RegNetX-400MF's panels of 6 filters
 //! × 400 channels, 9.6 KB, read four times each by 1 × 1 convolutions over
-//! 7² positions on `x86-avx2`, ran 0.13 → 0.09 ms per layer prefetched,
-//! Zen 4, 1 thread); a run short enough that reading its slice
+//! 7² positions on `x86-avx2`, ran 0.13–0.15 → 0.08–0.09 ms per layer
+//! prefetched, Zen 4, 1 thread); a run short enough that reading its slice
 //! from memory would take a tenth of its arithmetic's time or more (at the
 //! target's ridge point: a longer run hides the wait anyway, and the
 //! prefetches only cost it issue slots — ConvNeXt-S's 192 → 768 products at
@@ -39,12 +39,13 @@
 //! deepest serial or unrolled loop between `f` and the read whose step still
 //! covers a cache line (coarser ones would leave a step's lines to arrive
 //! at once; finer ones would prefetch a line several times), unless its
-//! step's share is more than [`MAX_LINES_PER_STEP`] lines (or no loop's
-//! step covers a line): then the loop below it takes the prefetches, one
-//! line a step, each line prefetched by several steps, where a step still
-//! covers [`MIN_STEP_BYTES`] (the panels above: three passes of 400
-//! channels, 8 bytes a step; prefetching only 8 of the 50 lines a pass's
-//! step would have to took nothing off).
+//! step's share (where no loop's step covers a line: an iteration's of the
+//! run) is more than [`MAX_LINES_PER_STEP`] lines: then the loop below it
+//! takes the prefetches, one line a step, each line prefetched by several
+//! steps, where a step still covers [`MIN_STEP_BYTES`] and the slice and
+//! the next fit half of the L2 together (the panels above: three passes of
+//! 400 channels, 8 bytes a step; prefetching only 8 of the 50 lines a
+//! pass's step would have to took nothing off).
 //!
 //! Invariants: the pass adds `Stmt::Prefetch` statements only, which
 //! change no value; each one's offset is clamped into its tensor. It runs
@@ -293,7 +294,7 @@ fn in_runs(offsets: &[i64], q: usize) -> bool {
 /// than [`MAX_LINES_PER_STEP`] lines (or no step covers a line), this one's
 /// covers [`MIN_STEP_BYTES`], and the slice and the next fit half of the L2
 /// (`l2` bytes) together; the loops down to it, and the lines a step takes.
-/// (A larger slice keeps its capped share: prefetched whole, the next slice
+/// (A larger slice is not spread finer: prefetched whole, the next slice
 /// would evict the current one, which its later passes read from the L2.)
 fn spread_loop(path: &Enclosing, run: i64, slice_bytes: i64, l2: i64) -> Option<(Loops, i64)> {
     let lines_of = |step_bytes: i64| (step_bytes + LINE_BYTES - 1) / LINE_BYTES;
@@ -307,7 +308,7 @@ fn spread_loop(path: &Enclosing, run: i64, slice_bytes: i64, l2: i64) -> Option<
         steps = steps.checked_mul(extent.max(1))?;
         let step_bytes = slice_bytes / steps;
         if step_bytes < LINE_BYTES {
-            finer = (step_bytes >= MIN_STEP_BYTES && 4 * slice_bytes <= l2).then_some(depth);
+            finer = (step_bytes >= MIN_STEP_BYTES && slice_bytes.saturating_mul(4) <= l2).then_some(depth);
             break;
         }
         best = Some((depth, step_bytes));
@@ -487,9 +488,10 @@ mod tests {
         let p = &plans[0];
         assert_eq!((p.run, p.slice, p.lines), (1, 2400, 1), "{p:?}");
         assert_eq!(p.path.iter().map(|l| f.vars[l.0 as usize].name.as_str()).collect::<Vec<_>>(), ["o", "c"]);
-        // Panels of 960 KB: with the next, more than half the L2; the
-        // channels' loop takes no prefetches (nor does the blocks' loop,
-        // whose steps each read a third of the panel once).
+        // Panels of 960 KB: with the next, more than half the L2, so the
+        // channels' loop takes no prefetches (and the blocks' loop, as the
+        // spread loop, reads the panel once per step: its own repeats are
+        // not counted as second reads).
         let big = src.replace("400", "40000");
         let id = sm.add("big.loops", big.clone());
         let g = crate::text::parse(&big, id).unwrap_or_else(|d| panic!("{}", d.render(&sm))).func;
