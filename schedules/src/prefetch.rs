@@ -440,9 +440,14 @@ mod tests {
              for p.h in 0..{n} parallel:\n    for c in 0..{c}:\n      for v in 0..32 vectorized:\n        \
              Y[p.h / {rows}, p.h % {rows}, v] = Y[p.h / {rows}, p.h % {rows}, v] + W[p.h / {rows}, c, v] * X[c, p.h % {rows}]\n"
         );
+        parse_loops("k.loops", &src)
+    }
+
+    /// Parses `.loops` text, panicking with the diagnostic and the source.
+    fn parse_loops(name: &str, src: &str) -> LoopFunc {
         let mut sm = texc_grammar::span::SourceMap::new();
-        let id = sm.add("k.loops", src.clone());
-        crate::text::parse(&src, id).unwrap_or_else(|d| panic!("{}\n{src}", d.render(&sm))).func
+        let id = sm.add(name, src.to_string());
+        crate::text::parse(src, id).unwrap_or_else(|d| panic!("{}\n{src}", d.render(&sm))).func
     }
 
     #[test]
@@ -480,9 +485,7 @@ mod tests {
                    for k.b in 0..11 parallel:\n    for o in 0..3:\n      for c in 0..400:\n        \
                    for k.r in 0..6 unrolled:\n          for v in 0..16 vectorized:\n            \
                    Y[k.b * 6 + k.r, o * 16 + v] = Y[k.b * 6 + k.r, o * 16 + v] + W[k.b * 6 + k.r, c] * X[c, o * 16 + v]\n";
-        let mut sm = texc_grammar::span::SourceMap::new();
-        let id = sm.add("blocks.loops", src);
-        let f = crate::text::parse(src, id).unwrap_or_else(|d| panic!("{}", d.render(&sm))).func;
+        let f = parse_loops("blocks.loops", src);
         let plans = plans(&f, &CACHES, 14.3);
         assert_eq!(plans.len(), 1, "{plans:?}");
         let p = &plans[0];
@@ -493,8 +496,7 @@ mod tests {
         // spread loop, reads the panel once per step: its own repeats are
         // not counted as second reads).
         let big = src.replace("400", "40000");
-        let id = sm.add("big.loops", big.clone());
-        let g = crate::text::parse(&big, id).unwrap_or_else(|d| panic!("{}", d.render(&sm))).func;
+        let g = parse_loops("big.loops", &big);
         assert!(super::plans(&g, &CACHES, 14.3).is_empty());
         // Eight rows of a 64 KiB panel: no loop's step covers a line, and
         // an iteration's share (8 KiB) is more than a step may take.
@@ -542,21 +544,17 @@ mod tests {
         let src = "func k []\n  input W: f32[4, 512, 32]\n  output Y: f32[8, 32]\n  \
                    for p.h in 0..8 parallel:\n    for c in 0..512:\n      if c >= 1:\n        \
                    for v in 0..32 vectorized:\n          Y[p.h, v] = Y[p.h, v] + W[p.h / 2, c - 1, v]\n";
-        let mut sm = texc_grammar::span::SourceMap::new();
-        let id = sm.add("pad.loops", src);
-        let f = crate::text::parse(src, id).unwrap_or_else(|d| panic!("{}", d.render(&sm))).func;
+        let f = parse_loops("pad.loops", src);
         assert!(plans(&f, &CACHES, 14.3).is_empty());
         // Panels that move with a loop outside the parallel one.
         let src = "func k []\n  input W: f32[3, 4, 512, 32]\n  output Y: f32[3, 8, 32]\n  \
                    for g in 0..3:\n    for p.h in 0..8 parallel:\n      for c in 0..512:\n        \
                    for v in 0..32 vectorized:\n          Y[g, p.h, v] = Y[g, p.h, v] + W[g, p.h / 2, c, v]\n";
-        let id = sm.add("outer.loops", src);
-        let f = crate::text::parse(src, id).unwrap_or_else(|d| panic!("{}", d.render(&sm))).func;
+        let f = parse_loops("outer.loops", src);
         assert!(plans(&f, &CACHES, 14.3).is_empty());
         // Without the outer loop the same panels are prefetched.
         let src = src.replace("for g in 0..3:\n    ", "").replace("g, ", "0, ").replace("\n      ", "\n    ");
-        let id = sm.add("inner.loops", src.clone());
-        let f = crate::text::parse(&src, id).unwrap_or_else(|d| panic!("{}\n{src}", d.render(&sm))).func;
+        let f = parse_loops("inner.loops", &src);
         assert_eq!(plans(&f, &CACHES, 14.3).len(), 1, "{src}");
     }
 

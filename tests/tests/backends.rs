@@ -349,6 +349,29 @@ fn vector_exp_matches_the_interpreter_elementwise() {
     }
 }
 
+/// A SiLU's vector loop on `x86-avx2` (16 registers) keeps its constants
+/// where they are: with one value more live than fit, LLVM's register
+/// allocator once cycled them through the registers, 21 copies per vector
+/// (now the exponential of a known sign builds 2^k in one field, and its
+/// polynomial holds no r²). Compiled, not run, so any x86-64 checks it;
+/// a copy or two per vector is a destructive FMA's operand.
+#[test]
+fn avx2_silu_loop_does_not_cycle_its_constants() {
+    let src = "kernel s(X: f32[C = 2, H = 112, W = 112]) -> Y: f32[C, H, W] {\n\
+               \x20   Y[c, h, w] = X[c, h, w] * sigmoid(X[c, h, w]);\n}\n";
+    let (mut pl, k) = texc_tests::load_text("x86-avx2", "silu.tex", src, None).expect("front end");
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let f = texc_tests::loops(&mut pl, k, &p);
+    let legal = pl.legalize(f).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+    let asm = pl.emit_text(&legal, "asm").unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+    let instr = |l: &str, op: &str| l.trim_start().starts_with(op);
+    let divisions = asm.lines().filter(|l| instr(l, "vdivps")).count();
+    let copies =
+        asm.lines().filter(|l| instr(l, "vmovaps") && l.matches("%ymm").count() == 2 && !l.contains('(')).count();
+    assert!(divisions >= 1, "no vector division:\n{asm}");
+    assert!(copies <= 3 * divisions, "{copies} register copies for {divisions} vectors:\n{asm}");
+}
+
 /// The vector `tanh` and `erf` (polynomials and the vector `exp`, instead
 /// of a library call per lane) agree with the interpreter's to a few units
 /// in the last place on a dense sweep across both of their branches (tanh's
