@@ -82,10 +82,11 @@ fn quantize_and_compare(model: &str, name: &str, flags: &[&str]) -> Option<(f64,
 
 /// texc imports the QDQ model it wrote and runs its products in integers
 /// (docs/onnx.md), on the interpreter and on `x86-avx2`; the output agrees
-/// with ONNX Runtime's on the same model within 1e-2, normwise: the
-/// integer products are exact in both, and ORT's float requantization may
-/// round a value on a half step the other way, one 8-bit step (about 1/255
-/// of a tensor's range) for that element.
+/// with ONNX Runtime's on the same model within 1e-2, normwise: texc's
+/// integer products are exact, ORT (running the model as written: its fused
+/// integer kernels saturate on CPUs without VNNI) dequantizes and multiplies
+/// in f32, and its float requantization may round a value on a half step the
+/// other way, one 8-bit step (about 1/255 of a tensor's range) for that element.
 fn texc_runs_it_as_onnx_runtime_does(dir: &Path, model: &Path) {
     for target in ["interp", "x86-avx2"] {
         let got = dir.join(format!("texc_{target}.npy"));

@@ -692,7 +692,7 @@ impl<'ctx> Gen<'ctx, '_> {
             1.0,
         ];
         let p = self.horner(&cs.map(|c| c * scale), r, mode)?;
-        if offset.is_none() {
+        if scalef {
             if let Some(y) = self.scalef(p, k, lanes)? {
                 return Ok(y);
             }
@@ -827,8 +827,8 @@ impl<'ctx> Gen<'ctx, '_> {
     /// Whether [`Gen::avx512_masked`] has `feature`'s instructions on
     /// vectors of `width` bits: AVX512VL too below 512.
     fn avx512_available(&self, feature: &str, width: u32) -> bool {
-        let has = |f: &str| self.spec.features.split(',').any(|x| x == f);
-        has(feature) && (width == 512 || ((width == 128 || width == 256) && has("+avx512vl")))
+        let has = |f: &str| self.has_feature(f.trim_start_matches('+'));
+        has(feature) && (width == 512 || ((width == 128 || width == 256) && has("avx512vl")))
     }
 
     /// `llvm.x86.avx512.mask.{op}.{width}` on `args` (vectors of `width`
