@@ -5,7 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 cargo fmt --all -- --check
-cargo fmt --manifest-path python/Cargo.toml -- --check
 # `mlir`: the MLIR export is built and its tests run (tests/tests/mlir.rs).
 cargo test --workspace --locked --features texc/mlir
 # The Python package: built with maturin into .venv-py, tested with pytest.

@@ -2,9 +2,10 @@
 # The Python package (python/, docs/python.md): build it into a virtual
 # environment and run its tests. Part of scripts/test.sh; runs alone too.
 # Idempotent: the environment (.venv-py, gitignored) and its tools are made
-# once; the package is rebuilt in the dev profile into the workspace's
-# target directory (python/.cargo/config.toml), so it reuses what
-# `cargo build`/`cargo test` compiled and only links the extension anew.
+# once; the package is rebuilt in the dev profile (pyproject.toml) in the
+# workspace (python/ is a member), with the features `cargo test --features
+# texc/mlir` resolves, so it reuses every artifact `cargo test` compiled and
+# only builds and links the extension.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="$PWD/.venv-py"
@@ -16,8 +17,9 @@ if ! "$venv/bin/python" -m pip show -q maturin pytest numpy onnx >/dev/null 2>&1
     echo "test_python: installing maturin, pytest, numpy and onnx (a test builds a model) into $venv"
     "$venv/bin/python" -m pip install -q maturin==1.16.0 pytest==9.2.0 numpy==2.4.6 onnx==1.23.2
 fi
-# From python/, so that cargo reads python/.cargo/config.toml (the shared target directory).
-(cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --locked --quiet)
+# `mlir`: as the root's tests build texc-pipeline (scripts/test.sh), so that
+# no dependency is compiled again with other features.
+(cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --locked --quiet --features mlir)
 # The compile cache of the tests stays in the target directory (as cargo's tests' does).
 TEXC_CACHE_DIR="$PWD/target/texc-cache" "$venv/bin/python" -m pytest -q python/tests
 # The README's install line in a fresh virtual environment (issue 39): the
@@ -26,7 +28,9 @@ TEXC_CACHE_DIR="$PWD/target/texc-cache" "$venv/bin/python" -m pytest -q python/t
 fresh="$(mktemp -d)"
 trap 'rm -rf "$fresh"' EXIT
 python3 -m venv "$fresh/venv"
-"$fresh/venv/bin/pip" install -q ./python
+# `MATURIN_PEP517_ARGS`: the same features as above, for the same reason; a
+# user's `pip install ./python` builds the same code without the MLIR export.
+MATURIN_PEP517_ARGS="--features mlir" "$fresh/venv/bin/pip" install -q ./python
 (cd "$fresh" && TEXC_CACHE_DIR="$fresh/cache" "$fresh/venv/bin/python" - <<'PY'
 import numpy as np, texc
 k = texc.compile("kernel twice(X: f32[N]) -> Y: f32[N] { Y[i] = 2.0 * X[i]; }", shapes={"N": 5})

@@ -24,7 +24,7 @@
 //! sizes run, what the static proof of `crate::independence` refuses.
 
 use crate::ir::{AsyncStep, ForKind, LoopFunc, MmaOp, SmemMatrix, Stmt, Tile, TileDot, WarpReduce, Wgmma};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 use texc_compiler::interp::{Arg, InterpError, Machine};
 use texc_compiler::ops::BinOp;
 use texc_compiler::semantics::V;
@@ -121,8 +121,8 @@ struct Frame {
     what: String,
     party: Party,
     /// Buffers each party has its own of.
-    private: HashSet<TensorId>,
-    cells: HashMap<(TensorId, i64), Cell>,
+    private: FxHashSet<TensorId>,
+    cells: FxHashMap<(TensorId, i64), Cell>,
 }
 
 /// The open concurrent regions, outermost first, and the GPU coordinates
@@ -141,7 +141,7 @@ impl Races {
             Region::Blocks => self.block,
             Region::Loop => [0; 3],
         };
-        self.frames.push(Frame { region, what, party, private: HashSet::new(), cells: HashMap::new() });
+        self.frames.push(Frame { region, what, party, private: FxHashSet::default(), cells: FxHashMap::default() });
     }
 
     fn pop(&mut self) {
@@ -480,8 +480,17 @@ impl Eval<'_> {
                 for &i in idx {
                     self.watch_reads(m, i, env)?;
                 }
-                let at = idx.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
-                self.races.touch(f, *t, &at, false)
+                // On the stack: one element read per visit, in the evaluator's innermost loop.
+                let mut at = [0i64; 8];
+                if idx.len() > at.len() {
+                    let at =
+                        idx.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
+                    return self.races.touch(f, *t, &at, false);
+                }
+                for (a, &i) in at.iter_mut().zip(idx) {
+                    *a = m.eval(&f.vars, i, env)?.i();
+                }
+                self.races.touch(f, *t, &at[..idx.len()], false)
             }
             TExpr::Select(c, a, b) => {
                 self.watch_reads(m, *c, env)?;
@@ -497,7 +506,7 @@ impl Eval<'_> {
                 }
             }
             _ => {
-                for c in f.p.children(e) {
+                for c in f.p.child_ids(e) {
                     self.watch_reads(m, c, env)?;
                 }
                 Ok(())
