@@ -58,7 +58,7 @@ pub struct Race {
 pub fn run(f: &LoopFunc, args: Vec<Arg>) -> Result<Vec<Tensor>, EvalError> {
     let mut m = Machine::new(&f.p, args)?;
     let mut env = vec![0i64; f.vars.len()];
-    let mut ev = Eval { f, copies: Copies::default(), races: Races::default() };
+    let mut ev = Eval { f, copies: Copies::default(), races: Races::default(), reads: expressions_that_read(&f.p) };
     for (n, s) in f.body.iter().enumerate() {
         // A launch with threads but no block loops is one block.
         let one_block = !matches!(s, Stmt::For { kind: ForKind::Block(_), .. }) && crate::gpu::has_bound_loops(f);
@@ -241,6 +241,27 @@ struct Eval<'f> {
     f: &'f LoopFunc,
     copies: Copies,
     races: Races,
+    /// Whether each expression reads a tensor (by `TExprId`): the race
+    /// watch skips the subtrees that do not (most of an index's), which
+    /// were half its walk.
+    reads: Vec<bool>,
+}
+
+/// For each expression of `p`, whether it or an operand is a `Load`.
+fn expressions_that_read(p: &texc_compiler::tir::Program) -> Vec<bool> {
+    fn visit(p: &texc_compiler::tir::Program, e: TExprId, memo: &mut [Option<bool>]) -> bool {
+        if let Some(r) = memo[e.0 as usize] {
+            return r;
+        }
+        let mut r = matches!(p.expr(e), TExpr::Load(..));
+        for c in p.child_ids(e) {
+            r |= visit(p, c, memo);
+        }
+        memo[e.0 as usize] = Some(r);
+        r
+    }
+    let mut memo = vec![None; p.exprs.len()];
+    (0..p.exprs.len()).map(|i| visit(p, TExprId(i as u32), &mut memo)).collect()
 }
 
 impl Eval<'_> {
@@ -471,7 +492,7 @@ impl Eval<'_> {
     /// Record the reads evaluating `e` makes (the side of a `select` it
     /// takes, the operands `&&` and `||` evaluate), when a region is open.
     fn watch_reads(&mut self, m: &Machine, e: TExprId, env: &mut [i64]) -> Result<(), EvalError> {
-        if !self.races.watching() {
+        if !self.races.watching() || !self.reads[e.0 as usize] {
             return Ok(());
         }
         let f = self.f;
