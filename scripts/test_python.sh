@@ -19,7 +19,25 @@ if ! "$venv/bin/python" -m pip show -q maturin pytest numpy onnx >/dev/null 2>&1
 fi
 # `mlir`: as the root's tests build texc-pipeline (scripts/test.sh), so that
 # no dependency is compiled again with other features.
-(cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --locked --quiet --features mlir)
+log="$(mktemp)"
+if ! (cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --locked --features mlir) >"$log" 2>&1; then
+    cat "$log"
+    exit 1
+fi
+# After `cargo test` (scripts/test.sh sets TEXC_TESTS_BUILT), a texc crate
+# compiled again means the two builds resolved different features (a new
+# dependency's): the Python part of CI would take minutes instead of
+# seconds. Find the cause by comparing the two unit graphs (`cargo test
+# --workspace --features texc/mlir --no-run --unit-graph` against `cargo
+# rustc --features mlir --lib --crate-type cdylib --unit-graph` in python/,
+# `-Z unstable-options`).
+again="$(grep -E '^ *Compiling texc-' "$log" | grep -v 'texc-python' || true)"
+rm -f "$log"
+if [ "${TEXC_TESTS_BUILT:-0}" = 1 ] && [ -n "$again" ]; then
+    echo "test_python: maturin compiled texc's crates again after cargo test (features differ):" >&2
+    echo "$again" >&2
+    exit 1
+fi
 # The compile cache of the tests stays in the target directory (as cargo's tests' does).
 TEXC_CACHE_DIR="$PWD/target/texc-cache" "$venv/bin/python" -m pytest -q python/tests
 # The README's install line in a fresh virtual environment (issue 39): the

@@ -454,22 +454,36 @@ impl<'a> Machine<'a> {
         })
     }
 
-    fn load(&self, st: &[VarDecl], t: TensorId, idx: &[TExprId], env: &mut [i64]) -> Result<V, InterpError> {
+    fn load<O: Reads>(
+        &self,
+        st: &[VarDecl],
+        (t, idx): (TensorId, &[TExprId]),
+        env: &mut [i64],
+        o: &mut O,
+    ) -> Result<V, O::Error> {
         let mut off = 0i64;
         let shape = &self.p.tensor(t).shape;
         for (d, &i) in idx.iter().enumerate() {
-            let x = self.eval(st, i, env)?.i();
+            let x = self.eval_with(st, i, env, o)?.i();
             if x < 0 || x >= shape[d] {
-                return Err(InterpError::OutOfBounds(self.p.tensor(t).name.clone()));
+                return Err(InterpError::OutOfBounds(self.p.tensor(t).name.clone()).into());
             }
             off += x * self.strides[t.0 as usize][d];
         }
-        self.element(t, off)
+        o.read(t, off)?;
+        Ok(self.element(t, off)?)
     }
 
     /// Evaluate an expression; `vars` gives the extents of its variables
     /// (used by reductions) and `env` their current values.
     pub fn eval(&self, st: &[VarDecl], e: TExprId, env: &mut [i64]) -> Result<V, InterpError> {
+        self.eval_with(st, e, env, &mut NoReads)
+    }
+
+    /// [`Machine::eval`], telling `o` of every element it reads, in the
+    /// order it reads them (after the element's indices' own reads; the
+    /// side of a `select` taken, the operands `&&` and `||` evaluate).
+    pub fn eval_with<O: Reads>(&self, st: &[VarDecl], e: TExprId, env: &mut [i64], o: &mut O) -> Result<V, O::Error> {
         let ty = self.p.ty(e);
         Ok(match self.p.expr(e) {
             TExpr::Int(v) => match ty {
@@ -479,45 +493,44 @@ impl<'a> Machine<'a> {
             TExpr::Float(v) => V::F(*v),
             TExpr::Var(v) => V::I(env[*v as usize]),
             TExpr::Scalar(s) => self.scalars[*s as usize],
-            TExpr::Load(t, idx) => self.load(st, *t, idx, env)?,
-            TExpr::Unary(op, a) => sem::unary(*op, ty, self.eval(st, *a, env)?),
+            TExpr::Load(t, idx) => self.load(st, (*t, idx), env, o)?,
+            TExpr::Unary(op, a) => sem::unary(*op, ty, self.eval_with(st, *a, env, o)?),
             TExpr::Binary(op, a, b) => {
-                let x = self.eval(st, *a, env)?;
+                let x = self.eval_with(st, *a, env, o)?;
                 // `&&`/`||` short-circuit, like the C family.
                 match (op, x) {
                     (BinOp::And, V::B(false)) => return Ok(V::B(false)),
                     (BinOp::Or, V::B(true)) => return Ok(V::B(true)),
                     _ => {}
                 }
-                let y = self.eval(st, *b, env)?;
+                let y = self.eval_with(st, *b, env, o)?;
                 sem::binary(*op, ty, self.p.ty(*a), x, y)
             }
             TExpr::Select(c, a, b) => {
-                let c = self.eval(st, *c, env)?.b();
-                self.eval(st, if c { *a } else { *b }, env)?
+                let c = self.eval_with(st, *c, env, o)?.b();
+                self.eval_with(st, if c { *a } else { *b }, env, o)?
             }
             TExpr::Math(f, args) => {
-                let vals = args.iter().map(|a| self.eval(st, *a, env)).collect::<Result<Vec<_>, _>>()?;
+                let vals = args.iter().map(|a| self.eval_with(st, *a, env, o)).collect::<Result<Vec<_>, _>>()?;
                 sem::math(*f, ty, &vals)
             }
             TExpr::Intrinsic(i, args) => {
-                let vals = args.iter().map(|a| self.eval(st, *a, env)).collect::<Result<Vec<_>, _>>()?;
+                let vals = args.iter().map(|a| self.eval_with(st, *a, env, o)).collect::<Result<Vec<_>, _>>()?;
                 sem::intrinsic(*i, ty, &vals)
             }
-            TExpr::Cast(a) => sem::cast(self.eval(st, *a, env)?, ty),
-            TExpr::Reduce(op, vars, body) => self.reduce(st, *op, ty, vars, *body, env)?,
+            TExpr::Cast(a) => sem::cast(self.eval_with(st, *a, env, o)?, ty),
+            TExpr::Reduce(op, vars, body) => self.reduce(st, (*op, ty), (vars, *body), env, o)?,
         })
     }
 
-    fn reduce(
+    fn reduce<O: Reads>(
         &self,
         st: &[VarDecl],
-        op: ReduceOp,
-        ty: Ty,
-        vars: &[VarId],
-        body: TExprId,
+        (op, ty): (ReduceOp, Ty),
+        (vars, body): (&[VarId], TExprId),
         env: &mut [i64],
-    ) -> Result<V, InterpError> {
+        o: &mut O,
+    ) -> Result<V, O::Error> {
         let mut acc = sem::reduce_identity(op, ty);
         if vars.iter().any(|&v| st[v as usize].extent == 0) {
             return Ok(acc);
@@ -526,7 +539,7 @@ impl<'a> Machine<'a> {
             env[v as usize] = 0;
         }
         loop {
-            let x = self.eval(st, body, env)?;
+            let x = self.eval_with(st, body, env, o)?;
             acc = sem::reduce_step(op, ty, acc, x);
             let mut done = true;
             for &v in vars.iter().rev() {
@@ -545,6 +558,27 @@ impl<'a> Machine<'a> {
             V::I(x) => V::I(sem::wrap(ty, x)),
             other => other,
         })
+    }
+}
+
+/// What an evaluation ([`Machine::eval_with`]) reads: told of each element,
+/// by its row-major offset in its tensor, once its indices are in bounds.
+/// (The loop evaluator's race watch, which records every read of a
+/// concurrent region in the same walk that computes the values.)
+pub trait Reads {
+    /// What the observer may fail with, besides the evaluation's own errors.
+    type Error: From<InterpError>;
+    fn read(&mut self, t: TensorId, offset: i64) -> Result<(), Self::Error>;
+}
+
+/// Observes nothing: [`Machine::eval`].
+pub struct NoReads;
+
+impl Reads for NoReads {
+    type Error = InterpError;
+    #[inline(always)]
+    fn read(&mut self, _: TensorId, _: i64) -> Result<(), InterpError> {
+        Ok(())
     }
 }
 

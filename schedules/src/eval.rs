@@ -25,10 +25,9 @@
 
 use crate::ir::{AsyncStep, ForKind, LoopFunc, MmaOp, SmemMatrix, Stmt, Tile, TileDot, WarpReduce, Wgmma};
 use rustc_hash::{FxHashMap, FxHashSet};
-use texc_compiler::interp::{Arg, InterpError, Machine};
-use texc_compiler::ops::BinOp;
+use texc_compiler::interp::{Arg, InterpError, Machine, Reads};
 use texc_compiler::semantics::V;
-use texc_compiler::tir::{TExpr, TExprId, TensorId};
+use texc_compiler::tir::{TExprId, TensorId};
 use texc_runtime::Tensor;
 
 /// Why the evaluator stopped.
@@ -58,7 +57,7 @@ pub struct Race {
 pub fn run(f: &LoopFunc, args: Vec<Arg>) -> Result<Vec<Tensor>, EvalError> {
     let mut m = Machine::new(&f.p, args)?;
     let mut env = vec![0i64; f.vars.len()];
-    let mut ev = Eval { f, copies: Copies::default(), races: Races::default(), reads: expressions_that_read(&f.p) };
+    let mut ev = Eval { f, copies: Copies::default(), races: Races::default() };
     for (n, s) in f.body.iter().enumerate() {
         // A launch with threads but no block loops is one block.
         let one_block = !matches!(s, Stmt::For { kind: ForKind::Block(_), .. }) && crate::gpu::has_bound_loops(f);
@@ -187,12 +186,18 @@ impl Races {
     /// Record an access; a race when another party of an open region wrote
     /// the element, or read it and this writes it.
     fn touch(&mut self, f: &LoopFunc, t: TensorId, idx: &[i64], write: bool) -> Result<(), EvalError> {
+        let d = f.p.tensor(t);
+        let flat = idx.iter().zip(&d.shape).fold(0i64, |acc, (&i, &n)| acc.wrapping_mul(n).wrapping_add(i));
+        self.touch_at(f, t, flat, write)
+    }
+
+    /// [`Races::touch`] of the element at row-major offset `flat`.
+    fn touch_at(&mut self, f: &LoopFunc, t: TensorId, flat: i64, write: bool) -> Result<(), EvalError> {
         // A thread's register element is its own (the launch rules check it).
         if f.registers.contains(&t) {
             return Ok(());
         }
         let d = f.p.tensor(t);
-        let flat = idx.iter().zip(&d.shape).fold(0i64, |acc, (&i, &n)| acc.wrapping_mul(n).wrapping_add(i));
         for fr in self.frames.iter_mut().filter(|fr| !fr.private.contains(&t)) {
             let me = fr.party;
             let cell = fr.cells.entry((t, flat)).or_default();
@@ -208,7 +213,7 @@ impl Races {
                     _ => format!("({}, {}, {})", p[0], p[1], p[2]),
                 };
                 let b = if how == "read" && them == me { "another".to_string() } else { who(them) };
-                let index: Vec<String> = idx.iter().map(|i| i.to_string()).collect();
+                let index: Vec<String> = unflatten(flat, &d.shape).iter().map(|i| i.to_string()).collect();
                 return Err(EvalError::Race(Box::new(Race {
                     tensor: d.name.clone(),
                     index: index.join(", "),
@@ -237,31 +242,33 @@ impl Races {
     }
 }
 
+/// The indices of the element at row-major offset `flat` of a tensor of `shape`.
+fn unflatten(mut flat: i64, shape: &[i64]) -> Vec<i64> {
+    let mut idx = vec![0; shape.len()];
+    for (i, &n) in idx.iter_mut().zip(shape).rev() {
+        (*i, flat) = (flat.rem_euclid(n.max(1)), flat.div_euclid(n.max(1)));
+    }
+    idx
+}
+
 struct Eval<'f> {
     f: &'f LoopFunc,
     copies: Copies,
     races: Races,
-    /// Whether each expression reads a tensor (by `TExprId`): the race
-    /// watch skips the subtrees that do not (most of an index's), which
-    /// were half its walk.
-    reads: Vec<bool>,
 }
 
-/// For each expression of `p`, whether it or an operand is a `Load`.
-fn expressions_that_read(p: &texc_compiler::tir::Program) -> Vec<bool> {
-    fn visit(p: &texc_compiler::tir::Program, e: TExprId, memo: &mut [Option<bool>]) -> bool {
-        if let Some(r) = memo[e.0 as usize] {
-            return r;
-        }
-        let mut r = matches!(p.expr(e), TExpr::Load(..));
-        for c in p.child_ids(e) {
-            r |= visit(p, c, memo);
-        }
-        memo[e.0 as usize] = Some(r);
-        r
+/// The race watch as an evaluation's observer: every element read, as it
+/// is read (one walk computes the values and records the reads).
+struct Watch<'a> {
+    f: &'a LoopFunc,
+    races: &'a mut Races,
+}
+
+impl Reads for Watch<'_> {
+    type Error = EvalError;
+    fn read(&mut self, t: TensorId, offset: i64) -> Result<(), EvalError> {
+        self.races.touch_at(self.f, t, offset, false)
     }
-    let mut memo = vec![None; p.exprs.len()];
-    (0..p.exprs.len()).map(|i| visit(p, TExprId(i as u32), &mut memo)).collect()
 }
 
 impl Eval<'_> {
@@ -280,8 +287,7 @@ impl Eval<'_> {
                 // A hint that changes no value; its offset is still checked,
                 // so that runs of the evaluator catch one outside its tensor.
                 Stmt::Prefetch { tensor, offset } => {
-                    self.watch_reads(m, *offset, env)?;
-                    let at = m.eval(&f.vars, *offset, env)?.i();
+                    let at = self.eval(m, *offset, env)?.i();
                     let t = f.p.tensor(*tensor);
                     if !(0..t.len()).contains(&at) {
                         return Err(InterpError::OutOfBounds(t.name.clone()).into());
@@ -327,20 +333,14 @@ impl Eval<'_> {
                     self.races.release(*tensor, &marked);
                 }
                 Stmt::If { cond, then } => {
-                    self.watch_reads(m, *cond, env)?;
-                    if m.eval(&f.vars, *cond, env)?.b() {
+                    if self.eval(m, *cond, env)?.b() {
                         self.exec(m, then, env, in_async, launch)?;
                     }
                 }
                 Stmt::Store { tensor, indices, value } => {
-                    for &e in indices.iter().chain([value]) {
-                        self.watch_reads(m, e, env)?;
-                    }
-                    let idx = indices
-                        .iter()
-                        .map(|&i| m.eval(&f.vars, i, env).map(|v| v.i()))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let v = m.eval(&f.vars, *value, env)?;
+                    let idx =
+                        indices.iter().map(|&i| self.eval(m, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
+                    let v = self.eval(m, *value, env)?;
                     if self.races.watching() {
                         self.races.touch(f, *tensor, &idx, true)?;
                     }
@@ -489,49 +489,12 @@ impl Eval<'_> {
         Ok(())
     }
 
-    /// Record the reads evaluating `e` makes (the side of a `select` it
-    /// takes, the operands `&&` and `||` evaluate), when a region is open.
-    fn watch_reads(&mut self, m: &Machine, e: TExprId, env: &mut [i64]) -> Result<(), EvalError> {
-        if !self.races.watching() || !self.reads[e.0 as usize] {
-            return Ok(());
-        }
-        let f = self.f;
-        match f.p.expr(e) {
-            TExpr::Load(t, idx) => {
-                for &i in idx {
-                    self.watch_reads(m, i, env)?;
-                }
-                // On the stack: one element read per visit, in the evaluator's innermost loop.
-                let mut at = [0i64; 8];
-                if idx.len() > at.len() {
-                    let at =
-                        idx.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
-                    return self.races.touch(f, *t, &at, false);
-                }
-                for (a, &i) in at.iter_mut().zip(idx) {
-                    *a = m.eval(&f.vars, i, env)?.i();
-                }
-                self.races.touch(f, *t, &at[..idx.len()], false)
-            }
-            TExpr::Select(c, a, b) => {
-                self.watch_reads(m, *c, env)?;
-                let side = if m.eval(&f.vars, *c, env)?.b() { *a } else { *b };
-                self.watch_reads(m, side, env)
-            }
-            TExpr::Binary(op @ (BinOp::And | BinOp::Or), a, b) => {
-                self.watch_reads(m, *a, env)?;
-                let x = m.eval(&f.vars, *a, env)?;
-                match (op, x) {
-                    (BinOp::And, V::B(false)) | (BinOp::Or, V::B(true)) => Ok(()),
-                    _ => self.watch_reads(m, *b, env),
-                }
-            }
-            _ => {
-                for c in f.p.child_ids(e) {
-                    self.watch_reads(m, c, env)?;
-                }
-                Ok(())
-            }
+    /// `e`'s value, its reads recorded when a concurrent region is open.
+    fn eval(&mut self, m: &Machine, e: TExprId, env: &mut [i64]) -> Result<V, EvalError> {
+        if self.races.watching() {
+            m.eval_with(&self.f.vars, e, env, &mut Watch { f: self.f, races: &mut self.races })
+        } else {
+            Ok(m.eval(&self.f.vars, e, env)?)
         }
     }
 }

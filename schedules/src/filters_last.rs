@@ -24,18 +24,14 @@
 //! operand reads the row's two axes `y, x` as one (a 1×1 convolution's
 //! input `X[n, c, y, x]`), they merge: `Y.t[n, y * W + x, f]`, whose
 //! block's rows run over the whole map, so each panel of filters is read
-//! once per block of rows, not once per image row (MEASURED when 7×7 maps
-//! were computed so, 2048 → 512 filters: 1.35 ms per image row, 0.68 over
-//! the map; they now keep their rows of 49, [`MIN_FILL`]).
+//! once per block of rows, not once per image row (MEASURED, 2048 → 512
+//! filters on a 7×7 map: 1.35 ms per image row, 0.68 over the map).
 //!
 //! The copy back is a pass over the output: a float product is computed so
-//! only where each output sums at least [`MIN_FLOAT_DEPTH`] products, the
-//! copy a small share of its work (a conservative bound, not tuned; of the
-//! zoo's float models, those that change — Inception-v3 1.14× faster,
-//! MobileNetV3-Large, EfficientNet-B0, DenseNet-121 — run within noise or
-//! faster) — or, for a convolution whose whole row is read through windows,
-//! [`MIN_WINDOW_DEPTH`] where the row idles an eighth of its lanes or more
-//! ([`WINDOW_FILL`]). The copy stays a pass of its own, walking its
+//! only where each output sums at least [`MIN_FLOAT_DEPTH`] products and
+//! the row idles an eighth of its lanes or more ([`FLOAT_FILL`]); an
+//! integer product where the row fills less than [`MIN_FILL`]. The copy
+//! stays a pass of its own, walking its
 //! source's lines once, where its source has more lines than L1 holds and
 //! its reader walks another tensor along its rows (not inlined:
 //! `strategy::preparation`), or outgrows L2 (not computed in parts inside
@@ -63,27 +59,14 @@ use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::tir::*;
 use texc_compiler::types::ElemType;
 
-/// The share of its vectors' lanes below which a row is short (7 of 16: 0.44;
-/// 14 of 16 and 28 of 32 are kept, rows not read through windows:
-/// [`WINDOW_FILL`] for those), and above which an axis fills them well.
-/// A 1×1 convolution's 7×7 map, its two axes one row of 49 (of 64 AVX-512
-/// lanes: 0.77), is kept: its block's rows run over the whole map as they
-/// would filters-last, and the copy back, reading the filters' outputs
-/// 2048 × 4 bytes apart, cost more than the lanes saved (MEASURED, AVX-512,
-/// 1 thread, one layer with bias and ReLU, ONNX Runtime 0.93–1.91 ms
-/// beside: 2048 → 512 filters 0.93 → 0.89 ms kept, 512 → 2048 1.16 → 0.90,
-/// 2048 → 1024 1.94 → 1.81, 1024 → 2048 2.10 → 1.81; 1024 → 128, 640 →
-/// 128 and 832 → 32 within 2 %; ResNet-50 and ResNeXt-50 3 % faster, Wide
-/// ResNet-50 4 %). A map shorter still (3×3: 9 of 16) merges into one axis
-/// of the filters-last product ([`merged_rows`]).
+/// The share of its vectors' lanes below which an integer product's row
+/// is short (7 of 16: 0.44), and above which an axis fills them well
+/// (float products: [`FLOAT_FILL`]). A map shorter still (3×3: 9 of 16)
+/// merges into one axis of the filters-last product ([`merged_rows`]).
 pub const MIN_FILL: f64 = 0.75;
 
-/// Products per output from which a float product is computed filters-last.
-pub const MIN_FLOAT_DEPTH: i64 = 512;
-
-/// The fill up to which a float convolution's row read through windows (a
-/// 3×3 convolution's `x + s`), the whole image row, is computed
-/// filters-last: an eighth of the lanes idle, or more. Its filters' panel
+/// The fill up to which a float product's row is computed filters-last:
+/// an eighth of the lanes idle, or more. Its filters' panel
 /// is read once per block of positions and the block's rows are
 /// broadcasts, so the row's length no longer sets the lanes; what it costs
 /// is the copy back, a pass over the output. MEASURED (AVX-512, 1 thread,
@@ -104,11 +87,28 @@ pub const MIN_FLOAT_DEPTH: i64 = 512;
 /// `cranelift`'s 4-lane vectors 1.16 → 0.21 ms (64 → 48), 17.2 → 7.7 (256
 /// → 256). Against: filters that are arguments, not constants, on AVX2's
 /// 7 × 7 (a `.tex` kernel): 64 → 48 0.037 → 0.050, 256 → 256 2.05 → 2.30.
-pub const WINDOW_FILL: f64 = 0.875;
+///
+/// A 1×1 convolution's 7 × 7 map, its two axes one row of 49 (AVX2: 49 of
+/// 56 lanes; AVX-512: 49 of 64), is computed so too, its rows over the
+/// whole map: with slices of the sum that keep all 49 rows in L1
+/// (`strategy::cpu::blocking`, `LongBlocking::whole_rows_slice`) and the
+/// copy back walking the transposed lines in order
+/// (`strategy::cpu::vectorize::transposing_order`). MEASURED (Zen 3, AVX2,
+/// 1 thread, one layer with bias, ReLU and, where marked, a residual add;
+/// as written → filters-last, ONNX Runtime beside): 2048 → 512 1.54 →
+/// 1.18 ms (1.17), 512 → 2048 + residual 1.56 → 1.35 (1.22), 440 → 440 +
+/// residual 0.28 → 0.25 (0.24), 1152 → 320 0.54 → 0.41 (0.42), 320 → 1280
+/// 0.61 → 0.47 (0.47), 960 → 160 0.22 → 0.17 (0.18), 160 → 960 0.20 →
+/// 0.18 (0.19). (Before those two, AVX-512 measured the other way — 512 →
+/// 2048 1.16 filters-last against 0.90 as written — when the copy back
+/// read its lines 8 KiB apart per lane and one slice of 512 evicted the
+/// rows; not re-measured on AVX-512 since.)
+pub const FLOAT_FILL: f64 = 0.875;
 
-/// Products per output from which such a windowed float row is computed
-/// filters-last (SqueezeNet's 16 → 64 filters sums 144).
-pub const MIN_WINDOW_DEPTH: i64 = 128;
+/// Products per output from which a float product is computed
+/// filters-last: the copy back is a pass over the output (SqueezeNet's
+/// 16 → 64 filters sums 144).
+pub const MIN_FLOAT_DEPTH: i64 = 128;
 
 /// Compute every short-row product of `p` filters-last; the number of
 /// stages changed. `movable` says which operands may be copied with a
@@ -151,11 +151,11 @@ pub fn filters_last(
     changed
 }
 
-/// Whether a windowed row of `row` elements leaves enough of its vectors'
+/// Whether a float row of `row` elements leaves enough of its vectors'
 /// `lanes` idle to be computed filters-last: an eighth or more
-/// ([`WINDOW_FILL`]).
-fn idles_window_lanes(row: i64, lanes: i64) -> bool {
-    fill(row, lanes) <= WINDOW_FILL
+/// ([`FLOAT_FILL`]).
+fn idles_lanes(row: i64, lanes: i64) -> bool {
+    fill(row, lanes) <= FLOAT_FILL
 }
 
 /// How many of `vectors` of `lanes` a row of `extent` fills.
@@ -184,7 +184,7 @@ fn long_axis(
     // only where each output sums many products. (Checked before the row,
     // whose default schedule costs more to find.)
     let depth: i64 = st.vars[st.n_axes..].iter().map(|v| v.extent).product();
-    if last == 0 || (!dot4 && depth < MIN_WINDOW_DEPTH) {
+    if last == 0 || (!dot4 && depth < MIN_FLOAT_DEPTH) {
         return None;
     }
     let elem = if dot4 { ElemType::I32 } else { p.tensor(st.tensor).elem };
@@ -193,7 +193,7 @@ fn long_axis(
     let row_fill = fill(row, lanes);
     // A reader stored channels last wants the filters last whatever the row.
     let wanted = (dot4 && wants).then(|| (0..last).find(|&f| read_along_f(p, st.tensor, f))).flatten();
-    if !idles_window_lanes(row, lanes) && wanted.is_none() {
+    if !idles_lanes(row, lanes) && wanted.is_none() {
         return None;
     }
     let mut loads = Vec::new();
@@ -214,17 +214,9 @@ fn long_axis(
                 alone_at(p, l, fv) == Some(idx.len() - 1) || dot4 || movable(*t)
             })
     })?;
-    // A float product's whole row read through windows has a fill of its
-    // own; other float products need deep sums to pay for the copy back.
+    // A float product idles an eighth of its lanes or more (checked above).
     let merged = merged_rows(p, st, f);
-    let whole_row = row == st.vars[last].extent || merged.is_some();
-    let takes = if dot4 {
-        row_fill < MIN_FILL || wanted == Some(f)
-    } else if whole_row && merged.is_none() && reads_windows(p, st, &loads) {
-        idles_window_lanes(row, lanes)
-    } else {
-        depth >= MIN_FLOAT_DEPTH && row_fill < MIN_FILL
-    };
+    let takes = !dot4 || row_fill < MIN_FILL || wanted == Some(f);
     takes.then_some((f, merged, wanted == Some(f)))
 }
 
@@ -239,19 +231,6 @@ fn read_along_f(p: &Program, t: TensorId, f: usize) -> bool {
         inner.and_then(|v| alone_at(p, l, v)) == Some(f)
     };
     p.tensor(t).role == TensorRole::Temp && crate::analysis::every_read(p, t, innermost_at_f)
-}
-
-/// Whether a product reads its row `x` through windows: an index of one of
-/// `loads` that moves with `x` and a variable of the sum over more than one
-/// element (`X[n, c, y + r, x + s]`).
-fn reads_windows(p: &Program, st: &Stage, loads: &[TExprId]) -> bool {
-    let x = (st.n_axes - 1) as VarId;
-    // (A window of one element is a 1×1 convolution written so.)
-    let summed = |i: TExprId| (st.n_axes..st.vars.len()).any(|r| st.vars[r].extent > 1 && involves(p, i, r as VarId));
-    loads.iter().any(|&l| {
-        let TExpr::Load(_, idx) = p.expr(l) else { return false };
-        idx.iter().any(|&i| involves(p, i, x) && summed(i))
-    })
 }
 
 /// The body of the stage's sum of products — of `@dot4`s or `@dot2`s (`true`), or of

@@ -908,9 +908,10 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y:
     Y = conv2d_winograd_f2k(X, Wt);
 }";
     let small = "kernel tr(A: f32[K = 9, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
-    // Large enough, but 37 filters make 4 blocks and a part on AVX2: too
-    // little parallel work for the blocks as the outer loop.
-    let few = "kernel tr(A: f32[K = 37, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
+    // Large enough, but 21 filters make 2 blocks and a part on AVX2: too
+    // little parallel work for the blocks as the outer loop (two cores
+    // need two full blocks each; 37 filters' 4 and a part are taken).
+    let few = "kernel tr(A: f32[K = 21, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
     // Read twice, once through a remainder: the strides come from the other read.
     let twice = "kernel tr(A: f32[K = 140, C = 200]) -> T: f32[C, K] { T[c, k] = A[k, c] + 2.0 * A[k, (c + 1) % C]; }";
     // The nest of the first block of lanes on (x86-avx2, x86-avx512).

@@ -84,12 +84,16 @@ fn few_rows_keep_reading_along_rows() {
 /// eighth of its lanes or more (7 of 16, 7 of 8), bit for bit the same
 /// sums. (On AVX2 this layer, its filters an argument, measured slower so,
 /// 0.037 → 0.050 ms; with constant filters, as models have them, such
-/// layers ran faster: `filters_last::WINDOW_FILL`.) Shallow sums stay as
+/// layers ran faster: `filters_last::FLOAT_FILL`.) Shallow sums stay as
 /// written. A 1×1 convolution's 4×5 map, which the schedule fuses into rows
-/// of 20 (20 of 32 AVX-512 lanes), is computed filters-last too, its map
-/// one axis (`Y.t[n, p, k]`: rows of the block over the whole map); maps
-/// that fill three quarters of their lanes stay as written: 7×7 (49 of 64),
-/// 14×14 (196 of 208), and AVX2's 20 of 24.
+/// of 20 (20 of 32 AVX-512 lanes, 20 of 24 AVX2's), is computed
+/// filters-last too, its map one axis (`Y.t[n, p, k]`: rows of the block
+/// over the whole map), and so is a 7×7 map (49 of 64, 49 of 56); with
+/// 128 filters (AVX2: rows of 16 vectors, a GEMM's blocking) its sum of
+/// 600 is cut into slices that keep the 49 rows in L1 (5 of 120 on a 32
+/// KiB L1: `LongBlocking::whole_rows_slice`); maps that fill more than 7/8
+/// of their lanes stay as written: 14×14 (196 of 208), and `cranelift`'s
+/// 4-lane rows of 20 and 49.
 #[test]
 fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
     let conv = |c: i64, f: i64| {
@@ -111,15 +115,22 @@ fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
     let (text, _) = loops_text("x86-avx512", &program(&pointwise(4, 5)));
     // (`Y.t.r0`: the sums, before the activation.)
     assert!(text.contains("temp Y.t.r0: f32[1, 20, 40]"), "a 4×5 map is one axis:\n{text}");
-    assert!(!avx512(&pointwise(7, 7)), "49 of 64 lanes");
+    let (text, _) = loops_text("x86-avx2", &program(&pointwise(7, 7)));
+    assert!(text.contains("temp Y.t.r0: f32[1, 49, 40]"), "49 of 56 lanes:\n{text}");
+    // 128 filters: rows of 16 vectors, blocked as a GEMM's, their sum sliced.
+    let wide = pointwise(7, 7).replace("40", "128");
+    let (text, _) = loops_text("x86-avx2", &program(&wide));
+    assert!(text.contains("c.o * 120 + c.i"), "slices of 120 keep 49 rows in L1:\n{text}");
+    assert!(avx512(&pointwise(7, 7)), "49 of 64 lanes");
     assert!(!avx512(&pointwise(14, 14)), "196 of 208 lanes");
     check_layout("filters-last 3×3", &conv(64, 48), "Y.t", &|t| idles_an_eighth(t, 7));
-    check_layout("filters-last 1×1 on 4×5", &pointwise(4, 5), "Y.t", &|t| t.vector_bits >= 512);
-    check_layout("1×1 on 7×7", &pointwise(7, 7), "Y.t", &|_| false);
+    check_layout("filters-last 1×1 on 4×5", &pointwise(4, 5), "Y.t", &|t| idles_an_eighth(t, 20));
+    check_layout("filters-last 1×1 on 7×7", &pointwise(7, 7), "Y.t", &|t| idles_an_eighth(t, 49));
+    check_layout("filters-last 1×1 on 7×7, sliced", &wide, "Y.t", &|t| idles_an_eighth(t, 49));
 }
 
 /// A 3×3 convolution whose whole row is read through windows and idles
-/// an eighth of its lanes or more (`filters_last::WINDOW_FILL`) is
+/// an eighth of its lanes or more (`filters_last::FLOAT_FILL`) is
 /// computed filters-last from 128 products per output: 55-wide rows (55 of
 /// 64 lanes on AVX-512), 16 → 24 filters (144 products), and a reader that
 /// adds another tensor along its rows. Its copy back gathers from 27 × 55

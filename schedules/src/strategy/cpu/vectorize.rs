@@ -250,9 +250,11 @@ pub(super) fn transposing_order(
     let Some((_, mut others, elem_bytes)) = gathered else { return false };
     let lanes = m.width_for(ss.ivs[row].extent);
     // The blocks of lanes become the outer loop: with a partial block it is
-    // not fused with the next, and is all the parallel work there is.
+    // not fused with the next, and is all the parallel work there is, so
+    // its full blocks must give every core two (a filters-last product's
+    // copy back over a 7 × 7 map: 6 blocks of 8 lanes and one of 1).
     let extent = ss.ivs[row].extent;
-    let parallel_enough = extent % lanes.max(1) == 0 || extent / lanes.max(1) >= 8;
+    let parallel_enough = extent % lanes.max(1) == 0 || extent / lanes.max(1) >= 2 * m.caches.cores.max(1);
     if lanes <= 1 || others.is_empty() || !parallel_enough {
         return false;
     }
