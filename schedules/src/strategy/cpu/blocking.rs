@@ -26,7 +26,7 @@
 
 use super::pack::{vector_operand, PackRequest};
 use super::vectorize::{vectorize_inner, MAX_SHORT_VECTORS};
-use super::Machine;
+use super::{ceil_div, Machine};
 use crate::analysis::{coefficient, loads_in};
 use crate::ir::ForKind;
 use crate::schedule::StageSchedule;
@@ -667,8 +667,8 @@ impl LongBlocking {
         if deepest < MIN_WHOLE_ROWS_SLICE || depth <= deepest {
             return None;
         }
-        let slices = (depth + deepest - 1) / deepest;
-        Some(((depth + slices - 1) / slices + 7) / 8 * 8)
+        let slices = ceil_div(depth, deepest);
+        Some(ceil_div(ceil_div(depth, slices), 8) * 8)
     }
 
     /// Columns of a block of packed panels for rows `row` long: the widest

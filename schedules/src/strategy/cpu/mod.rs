@@ -560,3 +560,8 @@ const CHUNKS_PER_CORE: i64 = 32;
 fn iterations(ss: &StageSchedule) -> i64 {
     ss.leaves.iter().fold(1i64, |n, &l| n.saturating_mul(ss.ivs[l].extent.max(1)))
 }
+
+/// `a / b` rounded up, for `a ≥ 0` and `b ≥ 1` (signed `div_ceil` is unstable).
+fn ceil_div(a: i64, b: i64) -> i64 {
+    a / b + i64::from(a % b != 0)
+}

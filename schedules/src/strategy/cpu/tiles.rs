@@ -28,7 +28,7 @@
 //! at most a block long along the rows and columns, the packed sum whole
 //! (a multiple of 16 packed elements: `crate::dot4` pads it).
 
-use super::Machine;
+use super::{ceil_div, Machine};
 use crate::dot4::TileAxes;
 use crate::ir::{ForKind, TensorOp, TileDot};
 use crate::normalize::fresh_name;
@@ -126,9 +126,4 @@ impl ColumnGroups {
         let smallest = (fitting / 2).max(1);
         (smallest..=fitting).rev().min_by_key(|&b| busiest(b)).unwrap_or(fitting)
     }
-}
-
-/// `a / b` rounded up, for `a ≥ 0` and `b ≥ 1` (signed `div_ceil` is unstable).
-fn ceil_div(a: i64, b: i64) -> i64 {
-    a / b + i64::from(a % b != 0)
 }
