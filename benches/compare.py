@@ -5,9 +5,13 @@ layer_norm over rows of 4096×1024. NumPy's OpenBLAS is capped to AVX2
 (OPENBLAS_CORETYPE=Haswell) so that it compares with texc's x86-avx2.
 
 Usage: python3 benches/compare.py [--threads 1,2] [--repeat 20]
-       [--target x86-avx2] [--texc PATH] [--baseline PATH]
+       [--rounds 3] [--only sgemm] [--target x86-avx2] [--texc PATH]
+       [--baseline PATH]
 Prints one line per kernel and thread count: texc's median time and
 GFLOP/s or GB/s, NumPy's, and the ratio texc/NumPy (higher is better).
+Each is timed `--rounds` times, alternated, and the lowest median kept:
+a VM's speed drifts between minutes, and only runs of the same minutes
+compare. `--only` keeps the kernels whose name contains it.
 `--texc` times a prebuilt binary instead of building this tree;
 `--baseline` also times another texc binary (an older build) in the same
 run and prints its time and the speed-up of texc over it.
@@ -87,6 +91,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="", help="only the kernels whose name contains this")
     ap.add_argument("--target", default="x86-avx2")
     ap.add_argument("--texc", help="a prebuilt texc binary (default: build this tree)")
     ap.add_argument("--baseline", help="another texc binary to time in the same run")
@@ -96,14 +102,17 @@ def main():
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "texc"], cwd=ROOT, check=True)
     base_head = f" {'baseline':>11} {'speedup':>7}" if a.baseline else ""
     print(f"{'kernel':44} {'thr':>3} {'texc':>22} {'numpy':>22} {'ratio':>6} {'compile':>8}{base_head}")
-    for name, file, extra, flops, nbytes in CASES:
+    for name, file, extra, flops, nbytes in [c for c in CASES if a.only in c[0]]:
         for t in [int(x) for x in a.threads.split(",")]:
-            tt, cs = texc_time(texc, a.target, file, extra, t, a.repeat)
-            nt = numpy_time(name, t, a.repeat)
-            base = ""
-            if a.baseline:
-                bt, _ = texc_time(a.baseline, a.target, file, extra, t, a.repeat)
-                base = f" {bt*1e3:8.3f} ms {bt/tt:7.2f}"
+            tt = nt = bt = float("inf")
+            cs = None
+            for _ in range(max(a.rounds, 1)):
+                ti, c = texc_time(texc, a.target, file, extra, t, a.repeat)
+                cs = c if cs is None else cs  # the first round's compile (later ones hit the cache)
+                tt, nt = min(tt, ti), min(nt, numpy_time(name, t, a.repeat))
+                if a.baseline:
+                    bt = min(bt, texc_time(a.baseline, a.target, file, extra, t, a.repeat)[0])
+            base = f" {bt*1e3:8.3f} ms {bt/tt:7.2f}" if a.baseline else ""
             if flops:
                 unit, tv, nv = "GFLOP/s", flops / tt / 1e9, flops / nt / 1e9
             else:

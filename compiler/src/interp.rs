@@ -324,14 +324,26 @@ impl<'a> Machine<'a> {
 
     /// Store one element (rounded or wrapped to the tensor's type).
     pub fn store(&mut self, t: TensorId, idx: &[i64], v: V) -> Result<(), InterpError> {
-        let decl = self.p.tensor(t);
+        let off = self.offset(t, idx)?;
+        self.store_at(t, off, v)
+    }
+
+    /// The row-major offset of `idx` in `t`, checked against its shape.
+    pub fn offset(&self, t: TensorId, idx: &[i64]) -> Result<i64, InterpError> {
+        let shape = &self.p.tensor(t).shape;
         let mut off = 0i64;
         for (d, &x) in idx.iter().enumerate() {
-            if x < 0 || x >= decl.shape[d] {
-                return Err(InterpError::OutOfBounds(decl.name.clone()));
+            if x < 0 || x >= shape[d] {
+                return Err(InterpError::OutOfBounds(self.p.tensor(t).name.clone()));
             }
             off += x * self.strides[t.0 as usize][d];
         }
+        Ok(off)
+    }
+
+    /// [`Machine::store`] at an [`Machine::offset`] of `t`.
+    pub fn store_at(&mut self, t: TensorId, off: i64, v: V) -> Result<(), InterpError> {
+        let decl = self.p.tensor(t);
         let n = decl.len() as usize;
         let elem = decl.elem;
         let buf = self.bufs[t.0 as usize].get_or_insert_with(|| {
@@ -341,11 +353,11 @@ impl<'a> Machine<'a> {
                 Buf::I(vec![0; n])
             }
         });
-        match buf {
-            Buf::F(b) => b[off as usize] = round_to(elem, v.f()),
-            Buf::I(b) => b[off as usize] = wrap_to(elem, v.i()),
-        }
-        Ok(())
+        let stored = match buf {
+            Buf::F(b) => b.get_mut(off as usize).map(|x| *x = round_to(elem, v.f())),
+            Buf::I(b) => b.get_mut(off as usize).map(|x| *x = wrap_to(elem, v.i())),
+        };
+        stored.ok_or_else(|| InterpError::OutOfBounds(self.p.tensor(t).name.clone()))
     }
 
     fn to_tensor(&self, t: TensorId) -> Tensor {
@@ -425,16 +437,7 @@ impl<'a> Machine<'a> {
 
     /// Load one element at concrete indices.
     pub fn load_at(&self, t: TensorId, idx: &[i64]) -> Result<V, InterpError> {
-        let shape = &self.p.tensor(t).shape;
-        let oob = || InterpError::OutOfBounds(self.p.tensor(t).name.clone());
-        let mut off = 0i64;
-        for (d, &x) in idx.iter().enumerate() {
-            if x < 0 || x >= shape[d] {
-                return Err(oob());
-            }
-            off += x * self.strides[t.0 as usize][d];
-        }
-        self.element(t, off)
+        self.element(t, self.offset(t, idx)?)
     }
 
     /// Element `off` (row-major) of tensor `t`.

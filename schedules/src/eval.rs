@@ -341,13 +341,14 @@ impl Eval<'_> {
                     let idx =
                         indices.iter().map(|&i| self.eval(m, i, env).map(|v| v.i())).collect::<Result<Vec<_>, _>>()?;
                     let v = self.eval(m, *value, env)?;
+                    let off = m.offset(*tensor, &idx)?;
                     if self.races.watching() {
-                        self.races.touch(f, *tensor, &idx, true)?;
+                        self.races.touch_at(f, *tensor, off, true)?;
                     }
                     if in_async {
                         self.copies.open.push((*tensor, idx, v));
                     } else {
-                        m.store(*tensor, &idx, v)?;
+                        m.store_at(*tensor, off, v)?;
                     }
                 }
             }

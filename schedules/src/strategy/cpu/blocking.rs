@@ -54,10 +54,11 @@ pub(super) fn register_block(
 ) -> Option<PackRequest> {
     let span = Span::default();
     let row = ss.ivs[inner].extent;
-    let vector = vector_loads(p, st);
-    let (mut a, mut shared) = reuse_axis(p, st, &vector, first_row_axis);
-    let image_rows = shared.then(|| image_row_axis(p, st, &vector, first_row_axis, a)).flatten();
-    if let Some((axis, g)) = group_axis(p, st, &vector, first_row_axis).filter(|_| !shared) {
+    let loads = ProductLoads::of(p, st);
+    let vector = &loads.vector[..];
+    let (mut a, mut shared) = reuse_axis(p, st, vector, first_row_axis);
+    let image_rows = shared.then(|| image_row_axis(p, st, &loads, first_row_axis, a)).flatten();
+    if let Some((axis, g)) = group_axis(p, st, vector, first_row_axis).filter(|_| !shared) {
         // The filters of one group share their input: rows among them.
         let name = ss.ivs[axis].name.clone();
         let (_, within) =
@@ -94,7 +95,7 @@ pub(super) fn register_block(
     // of filters broadcast their weights to every image row of the block.
     let image_block = match (image_rows, m.knobs.rows) {
         (Some(h), None) if !long && vectors == 1 => {
-            let taken = step_registers(p, st.value, &vector, m, (row, lanes));
+            let taken = step_registers(p, st.value, vector, m, (row, lanes));
             Some((h, two_axis_rows(m.accumulators, taken, ss.ivs[a].extent, ss.ivs[h].extent)))
         }
         _ => None,
@@ -110,7 +111,7 @@ pub(super) fn register_block(
             // `@dot4sat` product (and ones) takes what registers are left,
             // then accumulators (AVX2, `@dot4sat`: 5 rows of 2, not 6).
             let spare = m.accumulators * 4 / 3 - m.accumulators - vectors - 1;
-            let taken = if long { (product_registers(p, st, &vector, vectors) - spare).max(0) } else { 0 };
+            let taken = if long { (product_registers(p, st, vector, vectors) - spare).max(0) } else { 0 };
             default_rows(
                 (block_accumulators(m, shared) - taken) / vectors,
                 ss.ivs[a].extent,
@@ -181,7 +182,7 @@ pub(super) fn register_block(
     // stay in L1 with the panel walking past them. (Not integer products:
     // their packed operand, `A.q2[k, i]`, is packed per row block.)
     let float = p.tensor(st.tensor).elem.is_float();
-    let few_rows = (float && rows_along_lines(p, st, &vector, a))
+    let few_rows = (float && rows_along_lines(p, &loads, a))
         .then(|| blocking.whole_rows_slice((all_rows, width), depth))
         .flatten();
     let kslice = m.knobs.kslice.or(few_rows).unwrap_or(blocking.kslice(depth, ss.ivs[o].extent, width));
@@ -198,7 +199,7 @@ pub(super) fn register_block(
         .leaves
         .iter()
         .filter(|&&l| !ss.ivs[l].reduce && ![o, v, r, ab].contains(&l))
-        .filter(|&&l| reads_along(p, st, &ss.ivs[l].rel))
+        .filter(|&&l| reads_along(p, vector, &ss.ivs[l].rel))
         .map(|&l| ss.ivs[l].extent)
         .product();
     let per_block = match m.knobs.cols {
@@ -240,7 +241,7 @@ pub(super) fn register_block(
     // so that a block's panels are read once for all rows rather than once
     // per outer row; those it reads (a batch) stay outside.
     let (mut order, inside): (Vec<usize>, Vec<usize>) = match oo {
-        Some(_) => outer.iter().partition(|&&l| reads_along(p, st, &ss.ivs[l].rel)),
+        Some(_) => outer.iter().partition(|&&l| reads_along(p, vector, &ss.ivs[l].rel)),
         None => (outer, Vec::new()),
     };
     order.extend(oo);
@@ -330,15 +331,7 @@ fn balanced_blocks(panels: i64, per_block: i64, cores: i64) -> i64 {
     if cores < 2 || per_block < 2 || panels < 2 * per_block {
         return per_block;
     }
-    // The longest share: the pool's chunks of the loop's iterations.
-    let span = |b: i64| {
-        let (full, rest) = (panels / b, panels % b);
-        let n = full + i64::from(rest > 0);
-        let chunks = cores.min(n);
-        let share =
-            |c: i64| (n * c / chunks..n * (c + 1) / chunks).map(|i| if i < full { b } else { rest }).sum::<i64>();
-        (0..chunks).map(share).max().unwrap_or(0)
-    };
+    let span = |b: i64| longest_share(panels, b, cores);
     let (fewest, most) = (((per_block * 3 + 3) / 4).max(2), per_block + per_block / 4);
     let best = (fewest..=most).rev().min_by_key(|&b| (span(b), (b - per_block).abs())).unwrap_or(per_block);
     // Many blocks even out by themselves: only a gain of 5 % changes them.
@@ -349,18 +342,25 @@ fn balanced_blocks(panels: i64, per_block: i64, cores: i64) -> i64 {
     }
 }
 
-/// Whether the loop of `rel` may index the stage's vector operand (the
-/// load contiguous in the innermost axis): a root axis the operand's index
-/// uses, or any loop made by splitting or fusing (not looked into).
-fn reads_along(p: &Program, st: &Stage, rel: &crate::schedule::Rel) -> bool {
+/// The most of `items` one of `cores` runs where a parallel loop walks them
+/// in blocks of `block`, a last, shorter block included: the pool cuts the
+/// loop's iterations into one contiguous chunk per core (`crate::launches`).
+fn longest_share(items: i64, block: i64, cores: i64) -> i64 {
+    let block = block.max(1);
+    let (full, rest) = (items / block, items % block);
+    let n = full + i64::from(rest > 0);
+    let chunks = cores.clamp(1, n.max(1));
+    let share =
+        |c: i64| (n * c / chunks..n * (c + 1) / chunks).map(|i| if i < full { block } else { rest }).sum::<i64>();
+    (0..chunks).map(share).max().unwrap_or(0)
+}
+
+/// Whether the loop of `rel` may index the stage's `vector` operands
+/// ([`ProductLoads::vector`]): a root axis their indices use, or any loop
+/// made by splitting or fusing (not looked into).
+fn reads_along(p: &Program, vector: &[TExprId], rel: &crate::schedule::Rel) -> bool {
     let crate::schedule::Rel::Root(a) = *rel else { return true };
-    let inner = st.n_axes as u32 - 1;
-    let mut loads = Vec::new();
-    loads_in(p, st.value, &mut loads);
-    loads.into_iter().any(|l| match p.expr(l) {
-        TExpr::Load(_, idx) => idx.last().is_some_and(|&i| uses_var(p, i, inner)) && uses_var(p, l, a as u32),
-        _ => false,
-    })
+    vector.iter().any(|&l| uses_var(p, l, a as u32))
 }
 
 /// The spatial axis whose rows a register block unrolls: one that the
@@ -381,9 +381,8 @@ fn reuse_axis(p: &Program, st: &Stage, vector_loads: &[TExprId], first_row_axis:
 /// reads (a convolution's image row `y`: `X[n, c, y + r, x + s]` moves with
 /// it, `W[k, c, r, s]` does not), so that its rows share the broadcasts of
 /// the filter axis `a`'s rows. Only for unit-stride rows.
-fn image_row_axis(p: &Program, st: &Stage, vector: &[TExprId], first_row_axis: usize, a: usize) -> Option<usize> {
-    let mut loads = Vec::new();
-    loads_in(p, st.value, &mut loads);
+fn image_row_axis(p: &Program, st: &Stage, loads: &ProductLoads, first_row_axis: usize, a: usize) -> Option<usize> {
+    let ProductLoads { all: loads, vector } = loads;
     // Strided rows (a stride-2 convolution's `2·x + s`) gather or shuffle
     // each vector: rows of filters, sharing those, stay the cheaper block.
     let unit_stride = vector.iter().all(|&l| {
@@ -500,16 +499,29 @@ fn product_registers(p: &Program, st: &Stage, vector: &[TExprId], vectors: i64) 
     }
 }
 
-/// Loads of `st` contiguous along its innermost axis: a register block's vector operands.
-fn vector_loads(p: &Program, st: &Stage) -> Vec<TExprId> {
-    let inner = st.n_axes as u32 - 1;
-    let mut loads = Vec::new();
-    loads_in(p, st.value, &mut loads);
-    loads.retain(|&l| match p.expr(l) {
-        TExpr::Load(_, idx) => idx.last().is_some_and(|&i| uses_var(p, i, inner)),
-        _ => false,
-    });
-    loads
+/// The loads of a product's value, collected once for its register block.
+struct ProductLoads {
+    /// Every load of the value.
+    all: Vec<TExprId>,
+    /// Those contiguous along the innermost axis: the block's vector operands.
+    vector: Vec<TExprId>,
+}
+
+impl ProductLoads {
+    fn of(p: &Program, st: &Stage) -> ProductLoads {
+        let inner = st.n_axes as u32 - 1;
+        let mut all = Vec::new();
+        loads_in(p, st.value, &mut all);
+        let vector = all
+            .iter()
+            .copied()
+            .filter(|&l| match p.expr(l) {
+                TExpr::Load(_, idx) => idx.last().is_some_and(|&i| uses_var(p, i, inner)),
+                _ => false,
+            })
+            .collect();
+        ProductLoads { all, vector }
+    }
 }
 
 /// Whether the loads of stage `st` that move with row axis `a`, besides
@@ -519,10 +531,9 @@ fn vector_loads(p: &Program, st: &Stage) -> Vec<TExprId> {
 /// operand over a slice touch as many lines as the slice is deep, not the
 /// rows' bytes (`A[i, k]`, rows along the reduction, which the slices of
 /// [`LongBlocking::kslice`] are sized for).
-fn rows_along_lines(p: &Program, st: &Stage, vector: &[TExprId], a: usize) -> bool {
-    let mut loads = Vec::new();
-    loads_in(p, st.value, &mut loads);
-    let mut rows = loads.into_iter().filter(|l| !vector.contains(l) && uses_var(p, *l, a as u32)).peekable();
+fn rows_along_lines(p: &Program, loads: &ProductLoads, a: usize) -> bool {
+    let mut rows =
+        loads.all.iter().copied().filter(|l| !loads.vector.contains(l) && uses_var(p, *l, a as u32)).peekable();
     rows.peek().is_some()
         && rows.all(|l| match p.expr(l) {
             TExpr::Load(_, idx) => idx.last().is_some_and(|&i| uses_var(p, i, a as u32)),
@@ -774,25 +785,43 @@ fn default_rows(max: i64, extent: i64, l1_ways: Option<i64>, vectors: i64) -> i6
 /// A block of fewer accumulators waits on them.
 const FMAS_IN_FLIGHT: i64 = 8;
 
-/// `rows` a block, unless that leaves a last block of one row after fewer
-/// than eight full ones: its `vectors` accumulators keep a fraction of
-/// [`FMAS_IN_FLIGHT`] busy, and among few blocks it takes a large share of
-/// the time (a Winograd product's 7 rows as 6 + 1 on AVX2). Then the rows
-/// whose blocks take the fewest [`block_cycles`]; on a tie the larger
-/// block, so a lone row stays where no other rows are cheaper (every block
-/// as latency-bound as it, or `rows` already the cheapest). Among many
-/// blocks the lone row is a small share, and larger blocks load fewer
-/// panels a row (SGEMM 1024³ on AVX2: 6 rows and a tail of 4 ahead of 4
-/// dividing it, above). MEASURED (Zen 4, `x86-avx2`, 1 thread, 3
+/// `rows` a block, unless that leaves a last block of one row: its
+/// `vectors` accumulators keep a fraction of [`FMAS_IN_FLIGHT`] busy (a
+/// Winograd product's 7 rows as 6 + 1 on AVX2, a 7 × 7 map's 49 as 8 × 6 +
+/// 1). Then the rows whose blocks take the fewest [`block_cycles`], where
+/// they save at least [`LONE_ROW_SAVING`] of the steps; on a tie the
+/// larger block, so a lone row stays where no other rows are cheaper
+/// (every block as latency-bound as it, or `rows` already the cheapest).
+/// Among many blocks the lone row is a small share, and larger blocks load
+/// fewer panels a row (SGEMM 1024³ on AVX2: 6 rows and a tail of 4 ahead
+/// of 4 dividing it, above). MEASURED (Zen 4, `x86-avx2`, 1 thread, 3
 /// alternated rounds): a 7 × 256 × 256 product as 4 + 3 rows 9.3 µs
 /// against 10.8 as 6 + 1; a 3 × 3 convolution 256 → 256 at 14²'s Winograd
-/// product 1.32–1.39 ms against 1.51–1.66.
+/// product 1.32–1.39 ms against 1.51–1.66. (Zen 3, `host`, the lowest
+/// median of 5 alternated rounds, 1 / 2 threads: 1 × 1 convolutions on 7
+/// × 7 maps computed filters-last as 9 × 5 + 4 rows against 8 × 6 + 1:
+/// 160 → 1280 0.259 → 0.243 / 0.175 → 0.170 ms, 512 → 2048 with its
+/// residual 1.45 → 1.38 / 0.84 → 0.76, 320 → 1280 0.498 → 0.475, 160 →
+/// 960 0.192 → 0.183, 440 → 440 with its residual 0.262 → 0.253.)
 fn rows_without_lone_last(rows: i64, extent: i64, vectors: i64) -> i64 {
-    if rows < 2 || extent <= rows || extent % rows != 1 || extent / rows >= 8 {
+    if rows < 2 || extent <= rows || extent % rows != 1 {
         return rows;
     }
-    (2..=rows).rev().min_by_key(|&r| block_cycles(r, extent, vectors)).unwrap_or(rows)
+    let as_given = block_cycles(rows, extent, vectors);
+    let best = (2..=rows).rev().min_by_key(|&r| block_cycles(r, extent, vectors)).unwrap_or(rows);
+    let saved = as_given - block_cycles(best, extent, vectors);
+    if saved * LONE_ROW_SAVING >= as_given {
+        best
+    } else {
+        rows
+    }
 }
+
+/// The share of a product's steps (1 / this) that smaller blocks must save
+/// to be taken over a lone last row: below it, the panels the smaller
+/// blocks load more often cost what the lone row's latency did (a 6 × 168
+/// + 1 product keeps its 6 rows, a saving of 3 steps in 1012).
+const LONE_ROW_SAVING: i64 = 32;
 
 /// Steps of `extent` rows in blocks of `r`, a block's step counted as its
 /// rows or the rows that hold [`FMAS_IN_FLIGHT`] accumulators of `vectors`
@@ -873,9 +902,11 @@ mod tests {
             let r = default_rows(max, extent, Some(8), vectors);
             assert!((2..=max).contains(&r) && extent % r != 1, "{max} {extent} {vectors}: {r}");
         }
+        assert_eq!(default_rows(6, 49, Some(8), 2), 5, "a 7 × 7 map: 9 × 5 + 4, not 8 × 6 + 1");
+        assert_eq!(default_rows(6, 55, Some(8), 2), 5, "11 × 5, not 9 × 6 + 1");
         // Left alone: many blocks, no lone row, or no cheaper rows.
-        assert_eq!(default_rows(6, 49, Some(8), 2), 6, "8 blocks of 6 and one row");
-        assert_eq!(default_rows(6, 1009, Some(8), 2), 6);
+        assert_eq!(default_rows(6, 1009, Some(8), 2), 6, "a saving of 3 steps in 1012");
+        assert_eq!(default_rows(6, 67, Some(8), 2), 6, "2 in 70");
         assert_eq!(default_rows(6, 6, Some(8), 2), 6);
         assert_eq!(default_rows(6, 1, Some(8), 2), 1);
         assert_eq!(default_rows(4, 9, Some(8), 2), 4, "blocks of 4 rows of 2 are as latency-bound as one row");
@@ -987,6 +1018,10 @@ mod tests {
         assert_eq!(balanced_blocks(10, 4, 1), 4, "one core: as asked");
         assert_eq!(balanced_blocks(132, 16, 2), 16, "13 gains less than 5 %: 67 panels a core against 68");
         assert_eq!(balanced_blocks(7, 4, 2), 4, "fewer than two blocks: as asked");
+        assert_eq!(longest_share(10, 4, 2), 6, "4 and 4 + 2");
+        assert_eq!(longest_share(49, 8, 2), 25, "3 blocks of 8, and 3 of 8 and the last lane");
+        assert_eq!(longest_share(49, 8, 4), 16, "7 blocks on 4 cores: 1, 2, 2, 2");
+        assert_eq!(longest_share(3, 8, 2), 3, "one block");
         for (panels, per_block, cores) in [(37, 4, 2), (100, 8, 3), (23, 6, 4)] {
             let b = balanced_blocks(panels, per_block, cores);
             assert!(
