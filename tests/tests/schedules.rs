@@ -897,9 +897,10 @@ fn byte_stages_fill_registers_with_bytes() {
 /// half a line); the axes the tensor does not move with (a filter
 /// transform's `i, j`) are unrolled so that their copies share the gathers.
 /// Results match the interpreter at sizes whose lanes leave tails (also
-/// where one read of the tensor is not affine); a gathered tensor that
-/// fits in L1, or blocks of lanes too few to share between threads, keep
-/// the axes' order.
+/// where one read of the tensor is not affine). Where the blocks of lanes
+/// are too few to share between threads (with a partial one), the blocks
+/// along the lines run outermost instead; a gathered tensor that fits in
+/// L1, or blocks too few both ways, keep the axes' order.
 #[test]
 fn transposing_stages_run_blocks_of_lanes_outermost() {
     let transpose = "kernel tr(A: f32[K = 140, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
@@ -912,6 +913,9 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y:
     // little parallel work for the blocks as the outer loop (two cores
     // need two full blocks each; 37 filters' 4 and a part are taken).
     let few = "kernel tr(A: f32[K = 21, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
+    // The same 21 filters along lines of 64: the blocks along the lines
+    // (8 of 8 lanes, 4 of 16) share out instead, outermost.
+    let lines = "kernel tr(A: f32[K = 21, C = 50, Q = 64]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
     // Read twice, once through a remainder: the strides come from the other read.
     let twice = "kernel tr(A: f32[K = 140, C = 200]) -> T: f32[C, K] { T[c, k] = A[k, c] + 2.0 * A[k, (c + 1) % C]; }";
     // The nest of the first block of lanes on (x86-avx2, x86-avx512).
@@ -941,6 +945,15 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y:
                  for c.i in 0..8 unrolled:\n          for k.v in 0..8 vectorized:",
                 "\n  for k.o in 0..8:\n    for c.o in 0..12:\n      for c.i in 0..16 unrolled:\n        \
                  for k.v in 0..16 vectorized:",
+            ]),
+        ),
+        (
+            lines,
+            Some([
+                "\n  for q.o in 0..8 parallel:\n    for k.o.o in 0..1:\n      for c in 0..50:\n        \
+                 for k.o.i in 0..2:\n          for q.i in 0..8 unrolled:\n            for k.v in 0..8 vectorized:",
+                "\n  for q.o in 0..4 parallel:\n    for k.o in 0..1:\n      for c in 0..50:\n        \
+                 for q.i in 0..16 unrolled:\n          for k.v in 0..16 vectorized:",
             ]),
         ),
         (small, None),
