@@ -89,9 +89,9 @@ fn plain_kernels_are_not_folded() {
 /// model's weights) reads it from panels made once: the panels' stage
 /// (`W.panels`, the default schedule's panel width) folds into the
 /// prologue, and the product's loops pack nothing on every call. Against
-/// the program as written, interpreted and compiled. A `W` that is not
-/// constant, or whose columns the panel width does not divide, keeps the
-/// per-call packing.
+/// the program as written, interpreted and compiled. Columns the panel
+/// width does not divide (520) get a last panel padded with zeros; a `W`
+/// that is not constant keeps the per-call packing.
 #[test]
 fn constant_operands_are_packed_once() {
     let src = |n: i64| {
@@ -109,9 +109,15 @@ fn constant_operands_are_packed_once() {
         assert_eq!(panels.shape, [512 / width, 600, width], "{t}");
         let text = folded_matches_interpreter(t, &p, &packed, "W_panels", [vec![29, 600], vec![600, 512]]);
         assert!(!text.contains("packed"), "{t}: packs on every call:\n{text}");
-        // Not constant; columns the panels do not divide.
+        // Not constant.
         assert_eq!(prepacked(t, &src(512), false).2, 0);
-        assert_eq!(prepacked(t, &src(520), true).2, 0);
+        // Columns the panels do not divide: the last panel padded.
+        let (p, packed, made) = prepacked(t, &src(520), true);
+        assert_eq!(made, 1, "{t}: 520 columns");
+        let panels = packed.tensors.iter().find(|d| d.name == "W.panels").expect("panels");
+        assert_eq!(panels.shape, [(520 + width - 1) / width, 600, width], "{t}");
+        let text = folded_matches_interpreter(t, &p, &packed, "W_panels", [vec![29, 600], vec![600, 520]]);
+        assert!(!text.contains("packed"), "{t}: 520 columns pack on every call:\n{text}");
     }
 }
 
