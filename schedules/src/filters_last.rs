@@ -90,8 +90,10 @@ pub const MIN_FILL: f64 = 0.75;
 ///
 /// A 1×1 convolution's 7 × 7 map, its two axes one row of 49 (AVX2: 49 of
 /// 56 lanes; AVX-512: 49 of 64), is computed so too, its rows over the
-/// whole map: with slices of the sum that keep all 49 rows in L1
-/// (`strategy::cpu::blocking`, `LongBlocking::whole_rows_slice`) and the
+/// whole map: with slices of the sum that keep all 49 rows in L1 where a
+/// register block's step would otherwise wait on L2 (AVX2's; AVX-512's
+/// longer steps do not: `strategy::cpu::blocking`,
+/// `LongBlocking::whole_rows_slice`, `step_outruns_l2`) and the
 /// copy back walking the transposed lines in order
 /// (`strategy::cpu::vectorize::transposing_order`). MEASURED (Zen 3, AVX2,
 /// 1 thread, one layer with bias, ReLU and, where marked, a residual add;

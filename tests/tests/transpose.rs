@@ -91,7 +91,10 @@ fn few_rows_keep_reading_along_rows() {
 /// over the whole map), and so is a 7×7 map (49 of 64, 49 of 56); with
 /// 128 filters (AVX2: rows of 16 vectors, a GEMM's blocking) its sum of
 /// 600 is cut into slices that keep the 49 rows in L1 (5 of 120 on a 32
-/// KiB L1: `LongBlocking::whole_rows_slice`); maps that fill more than 7/8
+/// KiB L1: `LongBlocking::whole_rows_slice`), and on AVX-512, whose
+/// blocks' steps do not wait on L2, is one slice (`step_outruns_l2`) —
+/// 960 deep over 320 filters in two blocks of 5 panels, one a core
+/// (`balanced_blocks`); maps that fill more than 7/8
 /// of their lanes stay as written: 14×14 (196 of 208), and `cranelift`'s
 /// 4-lane rows of 20 and 49.
 #[test]
@@ -121,12 +124,22 @@ fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
     let wide = pointwise(7, 7).replace("40", "128");
     let (text, _) = loops_text("x86-avx2", &program(&wide));
     assert!(text.contains("c.o * 120 + c.i"), "slices of 120 keep 49 rows in L1:\n{text}");
+    // AVX-512's steps of 7 rows × 32 lanes do not wait on L2: one slice.
+    let (text, _) = loops_text("x86-avx512", &program(&wide));
+    assert!(text.contains("for c in 0..600:") && !text.contains("c.o"), "one slice:\n{text}");
+    // 320 filters 960 deep: 10 panels, 4 in half of L2; blocks of 5 give
+    // each of the 2 cores one (the 7 row blocks of each fused into the
+    // parallel loop), not 4 + 2 and 4.
+    let deep = pointwise(7, 7).replace("600", "960").replace("40", "320");
+    let (text, _) = loops_text("x86-avx512", &program(&deep));
+    assert!(text.contains("k.oi.y.x.b in 0..70 parallel:"), "two blocks of 5 panels:\n{text}");
     assert!(avx512(&pointwise(7, 7)), "49 of 64 lanes");
     assert!(!avx512(&pointwise(14, 14)), "196 of 208 lanes");
     check_layout("filters-last 3×3", &conv(64, 48), "Y.t", &|t| idles_an_eighth(t, 7));
     check_layout("filters-last 1×1 on 4×5", &pointwise(4, 5), "Y.t", &|t| idles_an_eighth(t, 20));
     check_layout("filters-last 1×1 on 7×7", &pointwise(7, 7), "Y.t", &|t| idles_an_eighth(t, 49));
     check_layout("filters-last 1×1 on 7×7, sliced", &wide, "Y.t", &|t| idles_an_eighth(t, 49));
+    check_layout("filters-last 1×1 on 7×7, 960 deep", &deep, "Y.t", &|t| idles_an_eighth(t, 49));
 }
 
 /// A 3×3 convolution whose whole row is read through windows and idles

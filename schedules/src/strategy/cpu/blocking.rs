@@ -185,7 +185,10 @@ pub(super) fn register_block(
     let few_rows = (float && rows_along_lines(p, &loads, a))
         .then(|| blocking.whole_rows_slice((all_rows, width), depth))
         .flatten();
-    let kslice = m.knobs.kslice.or(few_rows).unwrap_or(blocking.kslice(depth, ss.ivs[o].extent, width));
+    // The panels still run outside the row blocks (below); the slices only
+    // where an unsliced step would wait on L2.
+    let whole_rows = few_rows.map(|slice| if step_outruns_l2((f, width), elem) { slice } else { depth });
+    let kslice = m.knobs.kslice.or(whole_rows).unwrap_or(blocking.kslice(depth, ss.ivs[o].extent, width));
     let sliced = matches!(reductions[..], [_] if depth > kslice);
     // A reduction of one slice packs a block's panels whole (below): they
     // and the block's accumulators share the stack's 256 KiB (a limit of
@@ -202,17 +205,20 @@ pub(super) fn register_block(
         .filter(|&&l| reads_along(p, vector, &ss.ivs[l].rel))
         .map(|&l| ss.ivs[l].extent)
         .product();
-    let per_block = match m.knobs.cols {
-        None if shared_outside == 1 => balanced_blocks(ss.ivs[o].extent, (cols / width).max(1), m.caches.cores),
-        _ => (cols / width).max(1),
+    let balanced = |per_block: i64| match m.knobs.cols {
+        None if shared_outside == 1 => balanced_blocks(ss.ivs[o].extent, per_block, m.caches.cores),
+        _ => per_block,
     };
+    let per_block = balanced((cols / width).max(1));
     // An unsliced reduction (a direct convolution's `c, r, s`) streams its
-    // panels whole: a block holds as many as half of L2 does, at least one,
-    // and stays the loop outside the rows, so that the rows re-read it from
-    // L2, not from L3.
+    // panels whole: a block holds about as many as half of L2 does, at
+    // least one, evened out between the cores as above, and stays the loop
+    // outside the rows, so that the rows re-read it from L2, not from L3.
+    // (MobileNetV2's 960 → 320 at 7², 10 panels 960 deep, 4 in half of a
+    // 1 MiB L2, two threads: blocks of 4, 4 and 2 0.157 ms, of 5 0.131.)
     let in_l2 = (m.caches.l2 / 2 / (depth * width * elem).max(1)).max(1);
     let deep = !sliced && m.knobs.cols.is_none() && in_l2 < per_block;
-    let per_block = if deep { in_l2 } else { per_block };
+    let per_block = if deep { balanced(in_l2) } else { per_block };
     let panels = ((per_block > 1 || deep) && ss.ivs[o].extent >= 2 * per_block).then(|| {
         ss.split(o, per_block, (&format!("{iname}.oo"), span), (&format!("{iname}.oi"), span), span).expect("fresh")
     });
@@ -597,6 +603,34 @@ pub(super) struct LongBlocking {
 /// many for a slice this deep beside a panel are blocked as a GEMM's.
 const MIN_WHOLE_ROWS_SLICE: i64 = 64;
 
+/// Whether a register block of `rows` rows over panels `width` wide, its
+/// rows read along their operand's lines, reads more than
+/// [`L2_BYTES_PER_LANE`] from L2 per lane of its FMAs in a step of an
+/// unsliced reduction: a line of the rows' operand (the rows of a step lie
+/// in one) and the panel's step, neither of which L1 keeps across a long
+/// reduction. Such a step waits on L2, and slices that keep the rows in L1
+/// ([`LongBlocking::whole_rows_slice`]) pay for their extra passes over the
+/// accumulators; a block with more FMAs per step hides L2 by itself, and
+/// the slices' passes (a zeroing nest, the accumulators read and written
+/// once a slice, a parallel region a slice where the row blocks are the
+/// parallel loop) are only cost. AVX2's blocks of 5 or 6 rows × 16 lanes
+/// read 1.3–1.6 bytes a lane, AVX-512's of 7 rows or more × 32 at most 0.86.
+/// MEASURED (Zen 4, 1 MiB L2, 1 thread, alternated rounds, `x86-avx2`
+/// sliced → unsliced): ResNet-50's 1×1 2048 → 512 at 7² 0.98 → 1.17 ms,
+/// 440 → 440 0.18 → 0.22, 960 → 160 0.14 → 0.17; on `host` (AVX-512,
+/// 7 rows) 0.95 → 0.90, 0.176 → 0.173, 0.132 → 0.131 at one thread, and at
+/// two 0.48 → 0.45, 0.104 → 0.098, 0.085 → 0.070; MobileNetV2's 144 → 32
+/// at 28² (8 rows, the parallel loop inside the slices) 0.045 → 0.035.
+fn step_outruns_l2((rows, width): (i64, i64), elem: i64) -> bool {
+    LINE_BYTES + width * elem > L2_BYTES_PER_LANE * rows * width
+}
+
+/// See [`step_outruns_l2`]: set between the two ISAs' blocks measured.
+const L2_BYTES_PER_LANE: i64 = 1;
+
+/// Bytes of a cache line.
+const LINE_BYTES: i64 = 64;
+
 /// Columns of the narrowest block of packed panels a default schedule takes.
 const MIN_COLS: i64 = 128;
 
@@ -671,7 +705,10 @@ impl LongBlocking {
     /// 7 × 7 map, filters-last, rows of 49 and panels of 16): 2048 → 512
     /// 1.54 ms in one slice of 512, 1.33 / 1.27 / 1.21 / 1.44 in slices of
     /// 64 / 96 / 128 / 160 (the last beyond L1); 440 → 440 0.31, 0.25–0.26
-    /// from 64 to 128; ONNX Runtime 1.16 and 0.23.
+    /// from 64 to 128; ONNX Runtime 1.16 and 0.23. The caller takes the
+    /// slices only where the register block's step waits on L2
+    /// ([`step_outruns_l2`]); otherwise the panels still run outside the
+    /// row blocks, over the whole reduction.
     pub(super) fn whole_rows_slice(self, (rows, width): (i64, i64), depth: i64) -> Option<i64> {
         let per_step = (rows + width) * self.elem;
         let deepest = self.l1d / per_step.max(1);
@@ -1008,6 +1045,15 @@ mod tests {
     /// Column blocks as the parallel loop (the last, shorter block in the
     /// same launch, in the last core's chunk): as many panels as split them
     /// most evenly between the cores, within a quarter of those asked.
+    #[test]
+    fn only_steps_that_wait_on_l2_take_whole_row_slices() {
+        assert!(step_outruns_l2((5, 16), 4), "AVX2, 5 rows: 1.6 bytes a lane");
+        assert!(step_outruns_l2((6, 16), 4), "AVX2, 6 rows: 1.33");
+        assert!(!step_outruns_l2((7, 32), 4), "AVX-512, 7 rows: 0.86");
+        assert!(!step_outruns_l2((12, 32), 4));
+        assert!(step_outruns_l2((5, 32), 4), "AVX-512, 5 rows: 1.2");
+    }
+
     #[test]
     fn column_blocks_even_out_between_cores() {
         assert_eq!(balanced_blocks(10, 4, 2), 5, "5 and 5, not 4 and 4 + 2");
