@@ -241,6 +241,12 @@ impl Machine {
         self.caches.cores >= 2 && iterations >= MIN_PARALLEL_ITERATIONS
     }
 
+    /// Whether `items` units of parallel work (full blocks, slabs) give
+    /// every core two: fewer leave one core's last unit another's wait.
+    fn two_per_core(self, items: i64) -> bool {
+        items >= 2 * self.caches.cores.max(1)
+    }
+
     /// The vector width for an innermost loop of `extent` iterations: the
     /// full vector when the loop fills one, else the half-width vector when
     /// it fills that, else none (0).

@@ -184,7 +184,7 @@ pub(super) fn follow(ss: &mut StageSchedule, v: VarId, m: Machine) {
     // iteration walk all channels, and the padding copy, of all channels
     // at once, would no longer be attached (a pass of its own).
     let (n, cores) = (ss.ivs[l].extent, m.caches.cores);
-    if cores < 2 || n < 2 * cores || n % cores != 0 || super::has_tail(ss, l) {
+    if cores < 2 || !m.two_per_core(n) || n % cores != 0 || super::has_tail(ss, l) {
         return;
     }
     let name = ss.ivs[l].name.clone();

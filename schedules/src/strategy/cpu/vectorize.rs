@@ -271,10 +271,9 @@ pub(super) fn transposing_order(
     // filters-last product's copy back over a 7 × 7 map: AVX-512's 3 blocks
     // of 16 lanes and one of 1), the blocks along the lines run outermost
     // instead, if they give every core two.
-    let cores = m.caches.cores.max(1);
     let extent = ss.ivs[row].extent;
-    let lane_blocks_share = extent % lanes == 0 || extent / lanes >= 2 * cores;
-    let line_blocks_share = along.is_some_and(|a| ss.ivs[a].extent / lanes >= 2 * cores);
+    let lane_blocks_share = extent % lanes == 0 || m.two_per_core(extent / lanes);
+    let line_blocks_share = along.is_some_and(|a| m.two_per_core(ss.ivs[a].extent / lanes));
     if !lane_blocks_share && !line_blocks_share {
         return false;
     }
