@@ -622,14 +622,11 @@ const MIN_WHOLE_ROWS_SLICE: i64 = 64;
 /// two 0.48 → 0.45, 0.104 → 0.098, 0.085 → 0.070; MobileNetV2's 144 → 32
 /// at 28² (8 rows, the parallel loop inside the slices) 0.045 → 0.035.
 fn step_outruns_l2((rows, width): (i64, i64), elem: i64) -> bool {
-    LINE_BYTES + width * elem > L2_BYTES_PER_LANE * rows * width
+    crate::strategy::LINE + width * elem > L2_BYTES_PER_LANE * rows * width
 }
 
 /// See [`step_outruns_l2`]: set between the two ISAs' blocks measured.
 const L2_BYTES_PER_LANE: i64 = 1;
-
-/// Bytes of a cache line.
-const LINE_BYTES: i64 = 64;
 
 /// Columns of the narrowest block of packed panels a default schedule takes.
 const MIN_COLS: i64 = 128;
@@ -1042,9 +1039,8 @@ mod tests {
         }
     }
 
-    /// Column blocks as the parallel loop (the last, shorter block in the
-    /// same launch, in the last core's chunk): as many panels as split them
-    /// most evenly between the cores, within a quarter of those asked.
+    /// Whole-row slices where a step reads more than a byte a lane from
+    /// L2: AVX2's blocks of 16 lanes, AVX-512's of 32 only below 6 rows.
     #[test]
     fn only_steps_that_wait_on_l2_take_whole_row_slices() {
         assert!(step_outruns_l2((5, 16), 4), "AVX2, 5 rows: 1.6 bytes a lane");
@@ -1054,6 +1050,9 @@ mod tests {
         assert!(step_outruns_l2((5, 32), 4), "AVX-512, 5 rows: 1.2");
     }
 
+    /// Column blocks as the parallel loop (the last, shorter block in the
+    /// same launch, in the last core's chunk): as many panels as split them
+    /// most evenly between the cores, within a quarter of those asked.
     #[test]
     fn column_blocks_even_out_between_cores() {
         assert_eq!(balanced_blocks(10, 4, 2), 5, "5 and 5, not 4 and 4 + 2");
