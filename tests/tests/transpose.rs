@@ -124,15 +124,19 @@ fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
     let wide = pointwise(7, 7).replace("40", "128");
     let (text, _) = loops_text("x86-avx2", &program(&wide));
     assert!(text.contains("c.o * 120 + c.i"), "slices of 120 keep 49 rows in L1:\n{text}");
-    // AVX-512's steps of 7 rows × 32 lanes do not wait on L2: one slice.
+    // AVX-512's steps of 7 rows × 32 lanes do not wait on L2: one slice,
+    // unless the rows and a panel over the whole sum outgrow L2 (4096 deep:
+    // 1.3 MB against the nominal 1 MiB).
     let (text, _) = loops_text("x86-avx512", &program(&wide));
     assert!(text.contains("for c in 0..600:") && !text.contains("c.o"), "one slice:\n{text}");
+    let (text, _) = loops_text("x86-avx512", &program(&wide.replace("600", "4096")));
+    assert!(text.contains("c.o *"), "sliced beyond L2:\n{text}");
     // 320 filters 960 deep: 10 panels, 4 in half of L2; blocks of 5 give
-    // each of the 2 cores one (the 7 row blocks of each fused into the
-    // parallel loop), not 4 + 2 and 4.
+    // each of the 2 cores one, not 4 + 2 and 4 (the 2 blocks, their 5
+    // panels and the 7 row blocks fused into the parallel loop).
     let deep = pointwise(7, 7).replace("600", "960").replace("40", "320");
     let (text, _) = loops_text("x86-avx512", &program(&deep));
-    assert!(text.contains("k.oi.y.x.b in 0..70 parallel:"), "two blocks of 5 panels:\n{text}");
+    assert!(text.contains("for k.oo.n.k.oi.y.x.b in 0..70 parallel:"), "two blocks of 5 panels:\n{text}");
     assert!(avx512(&pointwise(7, 7)), "49 of 64 lanes");
     assert!(!avx512(&pointwise(14, 14)), "196 of 208 lanes");
     check_layout("filters-last 3×3", &conv(64, 48), "Y.t", &|t| idles_an_eighth(t, 7));

@@ -42,7 +42,9 @@ use texc_grammar::Span;
 /// vector loads. Rows longer than 6 vectors get the structure of BLIS's
 /// SGEMM: blocks of two vectors (a 6×16 micro-kernel on AVX2, 12×32 on
 /// AVX-512) whose loop moves outside the reductions, in groups spanning 128
-/// or 256 columns, and a single long reduction cut into slices ([`LongBlocking::kslice`]); the returned
+/// or 256 columns, and a single long reduction cut into slices
+/// ([`LongBlocking::kslice`]; few rows read along their operand's lines:
+/// [`LongBlocking::whole_rows_slice`] where [`step_outruns_l2`]); the returned
 /// request asks to pack the vector operand per slice and column block (a
 /// reduction of one slice: per column block, where those are outermost).
 pub(super) fn register_block(
@@ -186,9 +188,13 @@ pub(super) fn register_block(
         .then(|| blocking.whole_rows_slice((all_rows, width), depth))
         .flatten();
     // The panels still run outside the row blocks (below); the slices only
-    // where an unsliced step would wait on L2.
-    let whole_rows = few_rows.map(|slice| if step_outruns_l2((f, width), elem) { slice } else { depth });
-    let kslice = m.knobs.kslice.or(whole_rows).unwrap_or(blocking.kslice(depth, ss.ivs[o].extent, width));
+    // where an unsliced step would wait on L2, or where the rows and a
+    // panel over the whole reduction outgrow L2 (each panel would read
+    // the rows from L3).
+    let rows_stay_in_l2 = (all_rows + width) * depth * elem <= m.caches.l2;
+    let few_rows_kslice =
+        few_rows.map(|slice| if step_outruns_l2((f, width), elem) || !rows_stay_in_l2 { slice } else { depth });
+    let kslice = m.knobs.kslice.or(few_rows_kslice).unwrap_or(blocking.kslice(depth, ss.ivs[o].extent, width));
     let sliced = matches!(reductions[..], [_] if depth > kslice);
     // A reduction of one slice packs a block's panels whole (below): they
     // and the block's accumulators share the stack's 256 KiB (a limit of
@@ -212,13 +218,16 @@ pub(super) fn register_block(
     let per_block = balanced((cols / width).max(1));
     // An unsliced reduction (a direct convolution's `c, r, s`) streams its
     // panels whole: a block holds about as many as half of L2 does, at
-    // least one, evened out between the cores as above, and stays the loop
-    // outside the rows, so that the rows re-read it from L2, not from L3.
+    // least one, evened out between the cores as above (a quarter more at
+    // most: `balanced_blocks`), and stays the loop outside the rows, so
+    // that the rows re-read it from L2, not from L3. This applies to every
+    // unsliced product whose blocks are the parallel loop (direct
+    // convolutions too).
     // (MobileNetV2's 960 → 320 at 7², 10 panels 960 deep, 4 in half of a
     // 1 MiB L2, two threads: blocks of 4, 4 and 2 0.157 ms, of 5 0.131.)
-    let in_l2 = (m.caches.l2 / 2 / (depth * width * elem).max(1)).max(1);
-    let deep = !sliced && m.knobs.cols.is_none() && in_l2 < per_block;
-    let per_block = if deep { balanced(in_l2) } else { per_block };
+    let half_l2 = (m.caches.l2 / 2 / (depth * width * elem).max(1)).max(1);
+    let deep = !sliced && m.knobs.cols.is_none() && half_l2 < per_block;
+    let per_block = if deep { balanced(half_l2) } else { per_block };
     let panels = ((per_block > 1 || deep) && ss.ivs[o].extent >= 2 * per_block).then(|| {
         ss.split(o, per_block, (&format!("{iname}.oo"), span), (&format!("{iname}.oi"), span), span).expect("fresh")
     });
@@ -607,14 +616,15 @@ const MIN_WHOLE_ROWS_SLICE: i64 = 64;
 /// rows read along their operand's lines, reads more than
 /// [`L2_BYTES_PER_LANE`] from L2 per lane of its FMAs in a step of an
 /// unsliced reduction: a line of the rows' operand (the rows of a step lie
-/// in one) and the panel's step, neither of which L1 keeps across a long
+/// in one: up to 16 floats; wider rows read more and are undercounted) and
+/// the panel's step, neither of which L1 keeps across a long
 /// reduction. Such a step waits on L2, and slices that keep the rows in L1
 /// ([`LongBlocking::whole_rows_slice`]) pay for their extra passes over the
 /// accumulators; a block with more FMAs per step hides L2 by itself, and
 /// the slices' passes (a zeroing nest, the accumulators read and written
 /// once a slice, a parallel region a slice where the row blocks are the
 /// parallel loop) are only cost. AVX2's blocks of 5 or 6 rows × 16 lanes
-/// read 1.3–1.6 bytes a lane, AVX-512's of 7 rows or more × 32 at most 0.86.
+/// read 1.3–1.6 bytes a lane, AVX-512's of 6 rows or more × 32 at most 1.0.
 /// MEASURED (Zen 4, 1 MiB L2, 1 thread, alternated rounds, `x86-avx2`
 /// sliced → unsliced): ResNet-50's 1×1 2048 → 512 at 7² 0.98 → 1.17 ms,
 /// 440 → 440 0.18 → 0.22, 960 → 160 0.14 → 0.17; on `host` (AVX-512,
@@ -704,7 +714,8 @@ impl LongBlocking {
     /// 64 / 96 / 128 / 160 (the last beyond L1); 440 → 440 0.31, 0.25–0.26
     /// from 64 to 128; ONNX Runtime 1.16 and 0.23. The caller takes the
     /// slices only where the register block's step waits on L2
-    /// ([`step_outruns_l2`]); otherwise the panels still run outside the
+    /// ([`step_outruns_l2`]) or the rows and a panel over the whole
+    /// reduction outgrow L2; otherwise the panels still run outside the
     /// row blocks, over the whole reduction.
     pub(super) fn whole_rows_slice(self, (rows, width): (i64, i64), depth: i64) -> Option<i64> {
         let per_step = (rows + width) * self.elem;
@@ -1048,6 +1059,8 @@ mod tests {
         assert!(!step_outruns_l2((7, 32), 4), "AVX-512, 7 rows: 0.86");
         assert!(!step_outruns_l2((12, 32), 4));
         assert!(step_outruns_l2((5, 32), 4), "AVX-512, 5 rows: 1.2");
+        assert!(!step_outruns_l2((6, 32), 4), "AVX-512, 6 rows: 1.0");
+        assert!(!step_outruns_l2((8, 16), 4), "AVX2, 8 rows: 1.0");
     }
 
     /// Column blocks as the parallel loop (the last, shorter block in the
