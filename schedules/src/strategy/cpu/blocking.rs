@@ -185,16 +185,9 @@ pub(super) fn register_block(
     // their packed operand, `A.q2[k, i]`, is packed per row block.)
     let float = p.tensor(st.tensor).elem.is_float();
     let few_rows = (float && rows_along_lines(p, &loads, a))
-        .then(|| blocking.whole_rows_slice((all_rows, width), depth))
+        .then(|| blocking.whole_rows_slice((all_rows, f, width), depth))
         .flatten();
-    // The panels still run outside the row blocks (below); the slices only
-    // where an unsliced step would wait on L2, or where the rows and a
-    // panel over the whole reduction outgrow L2 (each panel would read
-    // the rows from L3).
-    let rows_stay_in_l2 = (all_rows + width) * depth * elem <= m.caches.l2;
-    let few_rows_kslice =
-        few_rows.map(|slice| if step_outruns_l2((f, width), elem) || !rows_stay_in_l2 { slice } else { depth });
-    let kslice = m.knobs.kslice.or(few_rows_kslice).unwrap_or(blocking.kslice(depth, ss.ivs[o].extent, width));
+    let kslice = m.knobs.kslice.or(few_rows).unwrap_or(blocking.kslice(depth, ss.ivs[o].extent, width));
     let sliced = matches!(reductions[..], [_] if depth > kslice);
     // A reduction of one slice packs a block's panels whole (below): they
     // and the block's accumulators share the stack's 256 KiB (a limit of
@@ -605,6 +598,7 @@ pub(super) struct LongBlocking {
     max_cols: i64,
     cores: i64,
     l1d: i64,
+    l2: i64,
     elem: i64,
 }
 
@@ -678,7 +672,7 @@ impl LongBlocking {
         let by_l2 = c.l2 / 2 / (MIN_COLS * elem);
         let kmax = floor_pow2(by_l1.min(by_l2).max(64));
         let max_cols = floor_pow2((c.l2 / 2 / (kmax * elem)).max(MIN_COLS));
-        LongBlocking { kmax, max_cols, cores: c.cores.max(1), l1d: c.l1d, elem }
+        LongBlocking { kmax, max_cols, cores: c.cores.max(1), l1d: c.l1d, l2: c.l2, elem }
     }
 
     /// Slices of a reduction `depth` deep over a row of `panels` panels
@@ -712,16 +706,21 @@ impl LongBlocking {
     /// 7 × 7 map, filters-last, rows of 49 and panels of 16): 2048 → 512
     /// 1.54 ms in one slice of 512, 1.33 / 1.27 / 1.21 / 1.44 in slices of
     /// 64 / 96 / 128 / 160 (the last beyond L1); 440 → 440 0.31, 0.25–0.26
-    /// from 64 to 128; ONNX Runtime 1.16 and 0.23. The caller takes the
-    /// slices only where the register block's step waits on L2
-    /// ([`step_outruns_l2`]) or the rows and a panel over the whole
-    /// reduction outgrow L2; otherwise the panels still run outside the
-    /// row blocks, over the whole reduction.
-    pub(super) fn whole_rows_slice(self, (rows, width): (i64, i64), depth: i64) -> Option<i64> {
+    /// from 64 to 128; ONNX Runtime 1.16 and 0.23.
+    ///
+    /// The whole reduction (`depth`: one slice, the panels still outside
+    /// the row blocks) where a register block of `block_rows` rows does not
+    /// wait on L2 ([`step_outruns_l2`]) and the rows and a panel over the
+    /// whole reduction fit L2 (beyond it each panel would read the rows
+    /// from L3).
+    pub(super) fn whole_rows_slice(self, (rows, block_rows, width): (i64, i64, i64), depth: i64) -> Option<i64> {
         let per_step = (rows + width) * self.elem;
         let deepest = self.l1d / per_step.max(1);
         if deepest < MIN_WHOLE_ROWS_SLICE || depth <= deepest {
             return None;
+        }
+        if !step_outruns_l2((block_rows, width), self.elem) && per_step * depth <= self.l2 {
+            return Some(depth);
         }
         let slices = ceil_div(depth, deepest);
         Some(ceil_div(ceil_div(depth, slices), 8) * 8)
@@ -1031,21 +1030,30 @@ mod tests {
 
     /// Few rows in all: slices of equal depth (rounded up to 8) whose rows
     /// all fit in L1 beside a panel; none where one slice already does, or
-    /// where the rows leave room for fewer than 64 steps (a GEMM's rows).
+    /// where the rows leave room for fewer than 64 steps (a GEMM's rows);
+    /// one of the whole sum where the register block's step does not wait
+    /// on L2 and the rows and a panel over the sum fit L2.
     #[test]
     fn few_rows_take_slices_that_keep_them_in_l1() {
         let b = blocking(caches(32, 512, 2), 4);
         // 7 × 7 maps, panels of 16: 32 KiB / (65 × 4 bytes) = 126 steps.
-        assert_eq!(b.whole_rows_slice((49, 16), 2048), Some(128), "17 slices of 120.5");
-        assert_eq!(b.whole_rows_slice((49, 16), 440), Some(112), "4 slices of 110");
-        assert_eq!(b.whole_rows_slice((49, 16), 512), Some(104));
-        assert_eq!(b.whole_rows_slice((49, 16), 126), None, "one slice fits");
-        assert_eq!(b.whole_rows_slice((197, 16), 768), None, "a ViT's 197 rows: 38 steps");
+        assert_eq!(b.whole_rows_slice((49, 5, 16), 2048), Some(128), "17 slices of 120.5");
+        assert_eq!(b.whole_rows_slice((49, 5, 16), 440), Some(112), "4 slices of 110");
+        assert_eq!(b.whole_rows_slice((49, 5, 16), 512), Some(104));
+        assert_eq!(b.whole_rows_slice((49, 5, 16), 126), None, "one slice fits");
+        assert_eq!(b.whole_rows_slice((197, 5, 16), 768), None, "a ViT's 197 rows: 38 steps");
         // A larger L1 or f64 elements scale the depth.
-        assert_eq!(blocking(caches(48, 1024, 2), 4).whole_rows_slice((49, 16), 2048), Some(192));
-        assert_eq!(blocking(caches(32, 512, 2), 8).whole_rows_slice((49, 8), 1024), Some(72));
+        assert_eq!(blocking(caches(48, 1024, 2), 4).whole_rows_slice((49, 5, 16), 2048), Some(192));
+        assert_eq!(blocking(caches(32, 512, 2), 8).whole_rows_slice((49, 5, 8), 1024), Some(72));
+        // AVX-512's blocks of 7 rows × 32 lanes hide L2: the whole sum,
+        // while 49 rows and a panel over it fit L2 (2048 deep: 648 KiB).
+        let b512 = blocking(caches(32, 1024, 2), 4);
+        assert_eq!(b512.whole_rows_slice((49, 7, 32), 2048), Some(2048), "one slice");
+        assert_eq!(b512.whole_rows_slice((49, 7, 32), 4096), Some(104), "1.3 MB: 41 slices of 100");
+        assert_eq!(blocking(caches(32, 512, 2), 4).whole_rows_slice((49, 7, 32), 2048), Some(104), "512 KiB L2");
+        assert_eq!(b512.whole_rows_slice((49, 5, 32), 2048), Some(104), "5 rows wait on L2");
         for depth in [127, 300, 1000, 4096] {
-            let k = b.whole_rows_slice((49, 16), depth).expect("sliced");
+            let k = b.whole_rows_slice((49, 5, 16), depth).expect("sliced");
             assert!(k * 65 * 4 <= 34 * 1024 && (depth + k - 1) / k >= 2, "{depth}: {k}");
         }
     }
