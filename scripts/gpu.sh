@@ -5,7 +5,7 @@
 # benchmarks against PyTorch (benches/gpu.py), then print one table.
 #
 #   bash scripts/gpu.sh                   builds texc and the tests here first
-#   bash scripts/gpu.sh --prebuilt DIR    uses DIR/{texc,gpu,backends,pipeline}
+#   bash scripts/gpu.sh --prebuilt DIR    uses DIR/{texc,suite}
 #                                         (a GPU machine without Rust: see
 #                                         scripts/gpu_bundle.sh)
 # Full logs go to $LOG_DIR (default: a new temporary directory). Without a
@@ -18,29 +18,31 @@ logs=${LOG_DIR:-$(mktemp -d)}
 if [ "${1:-}" = --prebuilt ]; then
     bin=${2:?--prebuilt DIR}
     texc=$bin/texc
-    tests=("$bin/gpu" "$bin/backends" "$bin/pipeline")
+    suite=$bin/suite
     # No cargo to ask for the workspace: the snapshots are under this checkout.
     export INSTA_WORKSPACE_ROOT=$PWD
 else
     bash scripts/bootstrap.sh
     cargo build --release -p texc || exit 1
     texc=target/release/texc
-    mapfile -t tests < <(cargo test --release --no-run -p texc-tests --test gpu --test backends --test pipeline \
-        --message-format=json | python3 -c 'import json, sys
+    suite=$(cargo test --release --no-run -p texc-tests --test suite --message-format=json | python3 -c 'import json, sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["executable"])')
+    [ -n "$suite" ] || exit 1
 fi
 nvidia-smi -L 2>/dev/null || echo "gpu.sh: nvidia-smi not found: the tests will say whether the CUDA driver is there"
 status=0
 summary=()
-[ "${GPU_TESTS:-1}" = 0 ] && tests=()
-for t in "${tests[@]}"; do
-    name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
+# The test files (modules of the one test binary, tests/tests/suite.rs) that
+# run kernels on GPU targets.
+modules=(gpu backends pipeline)
+[ "${GPU_TESTS:-1}" = 0 ] && modules=()
+for name in "${modules[@]}"; do
     # The conformance set on the GPU targets only (the CPU ones run in CI).
-    # A kernel that hangs on the GPU costs one test binary, not the run.
-    TEXC_TEST_TARGETS=nvptx-sm80,nvptx-sm90 timeout "${GPU_TEST_TIMEOUT_S:-300}" "$t" --nocapture \
+    # A kernel that hangs on the GPU costs one module's tests, not the run.
+    TEXC_TEST_TARGETS=nvptx-sm80,nvptx-sm90 timeout "${GPU_TEST_TIMEOUT_S:-300}" "$suite" "$name::" --nocapture \
         >"$logs/test-$name.log" 2>&1 || status=1
     grep -E "^test .*(FAILED|ok)$|running on|skipped|panicked" "$logs/test-$name.log" | sort | uniq -c | sort -rn | head -40
     summary+=("tests/$name: $(grep -E '^test result' "$logs/test-$name.log" | tail -1)")

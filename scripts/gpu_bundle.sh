@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu.sh needs on a GPU machine that has no Rust, no LLVM
 # and no network (only the NVIDIA driver, CUDA's tools and a PyTorch): the
-# texc binary and the GPU test binaries (stripped), libLLVM-19 with the
+# texc binary and the test binary (stripped), libLLVM-19 with the
 # libraries it needs that such a machine may lack, and an entry script.
 #
 #   bash scripts/gpu_bundle.sh DIR      (DIR inside the checkout, e.g. .dev)
@@ -15,14 +15,13 @@ dir=${1:?usage: scripts/gpu_bundle.sh DIR}
 mkdir -p "$dir/bins" "$dir/lib"
 # texc itself optimized: `benches/gpu.py` reports its compile times too.
 cargo build --release -p texc
-mapfile -t tests < <(cargo test --no-run -p texc-tests --test gpu --test backends --test pipeline \
-    --message-format=json | python3 -c 'import json, sys
+suite=$(cargo test --no-run -p texc-tests --test suite --message-format=json | python3 -c 'import json, sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["executable"])')
 strip -o "$dir/bins/texc" target/release/texc
-for t in "${tests[@]}"; do strip -o "$dir/bins/$(basename "$t" | sed 's/-[0-9a-f]*$//')" "$t"; done
+strip -o "$dir/bins/suite" "$suite"
 llvm=$(ldd target/release/texc | awk '/libLLVM/ {print $3}')
 cp -L "$llvm" "$dir/lib/"
 # libLLVM's own needs, but not the C/C++ runtime every machine has.
