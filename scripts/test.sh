@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 cargo fmt --all -- --check
 # `mlir`: the MLIR export is built and its tests run (tests/tests/mlir.rs).
-cargo test --workspace --locked --features texc/mlir
+cargo test --workspace --locked --features texc/mlir,texc-tests/mlir
 # The Python package: built with maturin into .venv-py, tested with pytest;
 # it fails if that build compiles a texc crate the tests' build made.
 TEXC_TESTS_BUILT=1 bash scripts/test_python.sh

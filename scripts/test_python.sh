@@ -28,7 +28,7 @@ fi
 # compiled again means the two builds resolved different features (a new
 # dependency's): the Python part of CI would take minutes instead of
 # seconds. Find the cause by comparing the two unit graphs (`cargo test
-# --workspace --features texc/mlir --no-run --unit-graph` against `cargo
+# --workspace --features texc/mlir,texc-tests/mlir --no-run --unit-graph` against `cargo
 # rustc --features mlir --lib --crate-type cdylib --unit-graph` in python/,
 # `-Z unstable-options`).
 again="$(grep -E '^ *Compiling texc-' "$log" | grep -v 'texc-python' || true)"

@@ -1,9 +1,9 @@
 //! Every cross-crate test in one test binary: each file beside this one is a
 //! module of it. One binary, not one per file, because each links texc's
-//! whole back end (LLVM, and MLIR's static libraries through `texc-mlir`):
-//! two dozen such binaries took about 7 GB of disk and two dozen links of a
-//! third of a gigabyte each. Run one file's tests with its module as the
-//! filter: `cargo test -p texc-tests --test suite transpose::`.
+//! whole back end (with the feature `mlir`, LLVM and MLIR statically, through
+//! `mlir-sys`): two dozen such binaries took about 7 GB of disk and two dozen
+//! links of a third of a gigabyte each. Run one file's tests with its module
+//! as the filter: `cargo test -p texc-tests --test suite transpose::`.
 
 mod analysis;
 mod attention;
@@ -18,6 +18,7 @@ mod interp_fast;
 mod limits;
 mod loops_text;
 mod memory_plan;
+#[cfg(feature = "mlir")]
 mod mlir;
 mod passes;
 mod pipeline;
