@@ -958,7 +958,7 @@ impl Pipeline {
         if !emulate {
             t.check_runs_here().map_err(|e| Error::Usage(e.to_string()))?;
         }
-        supported_elems(f, t)?;
+        fits_target(f, t)?;
         let t0 = Instant::now();
         let backend = texc_codegen::backend_for(t)?;
         let k = match backend.gpu() {
@@ -999,6 +999,7 @@ impl Pipeline {
                 backend.text_stages().join(", ")
             )));
         }
+        fits_target(f, t)?;
         let t0 = Instant::now();
         let text = backend.emit_text(f, t, stage)?;
         after(&self.options, &mut self.timings, Pass::Codegen, t0, String::new, unverified)?;
@@ -1015,7 +1016,7 @@ impl Pipeline {
         let t = self.options.target;
         let backend = texc_codegen::backend_for(t)?;
         let t0 = Instant::now();
-        supported_elems(f, t)?;
+        fits_target(f, t)?;
         let c = CEntry::of(f);
         let object = backend.emit_object(f, t, &c)?;
         let header = texc_codegen::header::header(f, &c, t.name);
@@ -1030,7 +1031,7 @@ impl Pipeline {
         let backend = texc_codegen::backend_for(t)?;
         let t0 = Instant::now();
         for f in fs {
-            supported_elems(f, t)?;
+            fits_target(f, t)?;
         }
         let entries: Vec<CEntry> = fs.iter().map(|f| CEntry::of(f)).collect();
         let objects = fs.iter().zip(&entries).map(|(f, c)| backend.emit_object(f, t, c)).collect::<Result<_, _>>()?;
@@ -1057,7 +1058,7 @@ impl Pipeline {
         let gpu = self.gpu_backend()?;
         let t0 = Instant::now();
         for f in fs {
-            supported_elems(f, t)?;
+            fits_target(f, t)?;
         }
         let module = gpu.module(fs, t)?;
         let parts: Vec<texc_codegen::header::GpuPart> = fs
@@ -1213,6 +1214,17 @@ impl Pipeline {
         }
         out
     }
+}
+
+/// The gate before code generation, whoever made the nests (a schedule, a
+/// `.loops` file, a caller of the pipeline's API): loop kinds the target
+/// lacks (a CPU's `parallel` on a GPU, whose backend has no thread pool to
+/// call) and a GPU's launch rules, then element types.
+fn fits_target(f: &LoopFunc, t: &Target) -> Result<(), Error> {
+    if let Err(why) = texc_schedules::verify::check_target(f, t) {
+        return Err(Diagnostic::error(format!("these loop nests cannot run on {t}: {why}")).into());
+    }
+    supported_elems(f, t)
 }
 
 /// Element types the target's backend cannot compile are an error at the

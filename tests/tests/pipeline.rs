@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use texc_compiler::interp::{self, Arg};
-use texc_compiler::target::{self, Target};
+use texc_compiler::target::{self, Target, TargetKind};
 use texc_compiler::Bindings;
 use texc_runtime::{DType, Tensor};
 
@@ -365,13 +365,15 @@ fn verifier_errors_name_what_is_at_fault() {
     assert_eq!(texc_schedules::verify::verify(&f), Err(LoopError::BoundTwice(f.vars[var as usize].name.clone())));
 }
 
-/// A kernel compiled on one thread runs on others, concurrently.
+/// A kernel compiled on one thread runs on others, concurrently: the
+/// example's CPU schedule on CPU targets, the default schedule on GPUs.
 #[test]
 fn compiled_kernels_cross_threads() {
-    let (p, f) = texc_tests::example_with_its_schedule("examples/matmul.tex", &[("M", 33), ("K", 17), ("N", 40)]);
+    let (p, cpu) = texc_tests::example_with_its_schedule("examples/matmul.tex", &[("M", 33), ("K", 17), ("N", 40)]);
     let args = || interp::bind_args(&p, HashMap::new(), &[], 3).expect("binds");
     let want = interp::run(&p, args()).expect("interp");
     for t in texc_tests::runnable_targets().0 {
+        let f = if t.kind == TargetKind::Gpu { texc_tests::default_lowered(t.name, &p) } else { cpu.clone() };
         let compiled = std::thread::scope(|s| s.spawn(|| texc_tests::compile_loops(t, &f).expect("compiles")).join())
             .expect("compile thread");
         let compiled = std::sync::Arc::new(compiled);
@@ -388,6 +390,30 @@ fn compiled_kernels_cross_threads() {
         for got in outs {
             assert!(texc_tests::rel_error(&got[0], &want[0]) <= 1e-5, "{t}");
         }
+    }
+}
+
+/// Loop nests a target cannot run are refused before code generation,
+/// whoever made them: a CPU schedule's `parallel` loops handed to a GPU
+/// target through the pipeline's API (a GPU's backend has no thread pool;
+/// its code generator once panicked on them, seen only on a real GPU, as
+/// the CPU emulation runs any loop).
+#[test]
+fn nests_for_another_target_are_refused_before_codegen() {
+    let (_, cpu) = texc_tests::example_with_its_schedule("examples/matmul.tex", &[("M", 33), ("K", 17), ("N", 40)]);
+    assert!(texc_schedules::ir::print(&cpu).contains(" parallel:"), "{}", texc_schedules::ir::print(&cpu));
+    for name in ["nvptx-sm80", "nvptx-sm90"] {
+        let t = target::lookup(name).expect("registered");
+        let err = texc_tests::compile_loops(t, &cpu).err().expect("refused");
+        assert!(err.contains("cannot run on") && err.contains("is parallel, which target"), "{name}: {err}");
+        let mut pl = texc_tests::pipeline(name);
+        let legal = pl.legalize(cpu.clone()).expect("legalizes");
+        let e = pl.emit_text(&legal, "ptx").expect_err("refused");
+        let err = texc_tests::rendered(&pl, e);
+        assert!(err.contains("is parallel, which target"), "{name}: {err}");
+        let e = pl.emit_gpu(&[&legal]).expect_err("refused");
+        let err = texc_tests::rendered(&pl, e);
+        assert!(err.contains("is parallel, which target"), "{name}: {err}");
     }
 }
 
