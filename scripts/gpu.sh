@@ -19,6 +19,7 @@ if [ "${1:-}" = --prebuilt ]; then
     bin=${2:?--prebuilt DIR}
     texc=$bin/texc
     suite=$bin/suite
+    [ -x "$suite" ] || { echo "gpu.sh: no test binary $suite (a bundle made before tests/tests/suite.rs?)" >&2; exit 1; }
     # No cargo to ask for the workspace: the snapshots are under this checkout.
     export INSTA_WORKSPACE_ROOT=$PWD
 else

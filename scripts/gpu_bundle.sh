@@ -7,8 +7,8 @@
 #   bash scripts/gpu_bundle.sh DIR      (DIR inside the checkout, e.g. .dev)
 #   then, on the GPU machine, in a copy of this checkout: bash DIR/run.sh
 #
-# The test binaries find the repository's files at the path they were built
-# in ($PWD here); run.sh links that path to the copy when it does not exist.
+# The test binary finds the repository's files at the path it was built in
+# ($PWD here); run.sh links that path to the copy when it does not exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: scripts/gpu_bundle.sh DIR}

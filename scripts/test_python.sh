@@ -4,8 +4,8 @@
 # Idempotent: the environment (.venv-py, gitignored) and its tools are made
 # once; the package is rebuilt in the dev profile (pyproject.toml) in the
 # workspace (python/ is a member), with the features `cargo test --features
-# texc/mlir` resolves, so it reuses every artifact `cargo test` compiled and
-# only builds and links the extension.
+# texc/mlir,texc-tests/mlir` resolves, so it reuses every artifact `cargo
+# test` compiled and only builds and links the extension.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="$PWD/.venv-py"

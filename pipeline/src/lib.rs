@@ -672,7 +672,7 @@ impl Pipeline {
             None if k.is_some() => {
                 Diagnostic::error(format!("internal error: the default schedule for {t} breaks a rule: {why}")).into()
             }
-            None => Diagnostic::error(format!("these loop nests cannot run on {t}: {why}")).into(),
+            None => nests_cannot_run(t, why),
         })
     }
 
@@ -1217,14 +1217,20 @@ impl Pipeline {
 }
 
 /// The gate before code generation, whoever made the nests (a schedule, a
-/// `.loops` file, a caller of the pipeline's API): loop kinds the target
-/// lacks (a CPU's `parallel` on a GPU, whose backend has no thread pool to
-/// call) and a GPU's launch rules, then element types.
+/// `.loops` file, a caller of the pipeline's API): loop kinds, statements
+/// and intrinsics the target lacks (a CPU's `parallel` on a GPU, whose
+/// backend has no thread pool to call), then element types. The GPU
+/// backends check the launch rules themselves.
 fn fits_target(f: &LoopFunc, t: &Target) -> Result<(), Error> {
-    if let Err(why) = texc_schedules::verify::check_target(f, t) {
-        return Err(Diagnostic::error(format!("these loop nests cannot run on {t}: {why}")).into());
+    if let Err(why) = texc_schedules::verify::check_constructs(f, t) {
+        return Err(nests_cannot_run(t, why));
     }
     supported_elems(f, t)
+}
+
+/// Nests made outside a kernel's schedule that target `t` cannot run.
+fn nests_cannot_run(t: &Target, why: impl std::fmt::Display) -> Error {
+    Diagnostic::error(format!("these loop nests cannot run on {t}: {why}")).into()
 }
 
 /// Element types the target's backend cannot compile are an error at the

@@ -356,9 +356,21 @@ fn legal(f: &LoopFunc, e: TExprId, target: &Target, seen: &mut [bool], bad: &mut
 }
 
 /// What the target can run (errors in the user's schedule or `.loops`
-/// file, not in texc): every loop kind is one the target has, and on a GPU
-/// the launch rules of [`crate::gpu`] hold.
+/// file, not in texc): [`check_constructs`], and on a GPU the launch rules
+/// of [`crate::gpu`] hold.
 pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
+    check_constructs(f, target)?;
+    if target.gpu.is_some() {
+        crate::gpu::launches(f, target)?;
+    }
+    Ok(())
+}
+
+/// Every loop kind, buffer scope, statement and intrinsic of `f` is one
+/// the target has: one walk, cheap enough to run before every code
+/// generation (the launch rules, which may evaluate the nests, are the GPU
+/// backends' own check there).
+pub fn check_constructs(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
     /// `vector`: inside a vectorized loop.
     fn kinds(f: &LoopFunc, body: &[Stmt], target: &Target, vector: bool) -> Result<(), RuleError> {
         for s in body {
@@ -445,9 +457,6 @@ pub fn check_target(f: &LoopFunc, target: &Target) -> Result<(), RuleError> {
             Site::Expr(e),
             format!("`{i}` is an instruction target `{}` does not have", target.name),
         ));
-    }
-    if target.gpu.is_some() {
-        crate::gpu::launches(f, target)?;
     }
     Ok(())
 }
