@@ -34,8 +34,9 @@
 //! stays a pass of its own, walking its
 //! source's lines once, where its source has more lines than L1 holds and
 //! its reader walks another tensor along its rows (not inlined:
-//! `strategy::preparation`), or outgrows L2 (not computed in parts inside
-//! its reader: `strategy::cpu::attach`).
+//! `strategy::preparation`), and is not computed in parts inside its
+//! reader where each part would gather a part of every line
+//! (`strategy::cpu::attach`).
 //! Integer products have no other plan (the importer writes them
 //! as one statement; f32 convolutions also have the e-graph's
 //! `conv2d_im2col_t`), and are moved whatever their depth. An integer

@@ -142,7 +142,7 @@ const ATTACH_BYTES: i64 = 64 * 1024;
 /// reader costs one over its part. Nor is a producer of costly math
 /// functions attached where its part cuts its rows to half a vector of
 /// `lanes` or less ([`narrows_math`]), nor a transposing stage where its
-/// part cuts the lines it reads from a source larger than `l2` ([`cuts_lines`]).
+/// part cuts the lines it reads ([`cuts_lines`]).
 pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, l2: i64) {
     let readers_of = readers_of(p);
     let loads = crate::attach::Loads::of(p);
@@ -207,7 +207,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, l2: i
                     // Boxes may overrun the tensor at the end (those points are not computed) or overlap a little.
                     let computed = r.ext.iter().product::<i64>() * trips;
                     !cuts_reuse(p, &p.stages[pi], &r.ext)
-                        && !cuts_lines(p, &p.stages[pi], &r.ext, l2)
+                        && !cuts_lines(p, &p.stages[pi], &r.ext)
                         && !narrows_math(p, &p.stages[pi], &r.ext, lanes)
                         && bytes <= if signed == Some(t) { ATTACH_BYTES.max(l2 / 2) } else { ATTACH_BYTES }
                         && 4 * computed <= 5 * p.tensor(t).len()
@@ -289,12 +289,16 @@ fn infer_and_restore(
 /// Whether a box with extents `ext` of a transposing stage (its vectors
 /// read across lines: [`crate::strategy::gathered_lines`]) cuts the lines it
 /// reads: the axis that walks a source's line is cut to less than a line,
-/// so that every box reads a part of each line and the boxes together read
-/// each line many times (Inception-v3's copy back of a filters-last
-/// convolution inside the max pool after it, one channel a box: 0.3 →
-/// 2.6 ms on AVX-512, its source 3.9 MB). A source that fits in `l2`, one
-/// core's L2, is read again from there.
-fn cuts_lines(p: &Program, st: &Stage, ext: &[i64], l2: i64) -> bool {
+/// so that every box gathers a part of each line, lane by lane, and the
+/// boxes together read each line many times. Computed whole, the stage is
+/// a pass that reads each line once and transposes blocks in registers
+/// (`transposing_order`). That holds for sources that fit in L2 too: there
+/// the gathers, not the reads, cost (ResNet-50's Winograd products on
+/// 14 × 14, filters-last, read back a filter at a time inside the output
+/// transform, AVX-512, 1 thread: 0.25 ms a layer, a copy of its own
+/// 0.03 and the transform 0.03, its source 800 KiB; Inception-v3's copy
+/// back inside the max pool after it, its source 3.9 MB: 2.6 ms against 0.3).
+fn cuts_lines(p: &Program, st: &Stage, ext: &[i64]) -> bool {
     use crate::strategy::LINE;
     if crate::strategy::gathered_lines(p, st) == 0 {
         return false;
@@ -304,12 +308,10 @@ fn cuts_lines(p: &Program, st: &Stage, ext: &[i64], l2: i64) -> bool {
     loads.iter().any(|&l| {
         let TExpr::Load(t, idx) = p.expr(l) else { return false };
         let size = p.tensor(*t).elem.size() as i64;
-        let cached = p.tensor(*t).len().saturating_mul(size) <= l2;
-        !cached
-            && (0..st.n_axes).any(|a| {
-                let along = crate::analysis::flat_coefficient(p, *t, idx, a as texc_compiler::tir::VarId);
-                along == Some(1) && ext[a] < st.vars[a].extent && ext[a] * size < LINE
-            })
+        (0..st.n_axes).any(|a| {
+            let along = crate::analysis::flat_coefficient(p, *t, idx, a as texc_compiler::tir::VarId);
+            along == Some(1) && ext[a] < st.vars[a].extent && ext[a] * size < LINE
+        })
     })
 }
 
