@@ -73,6 +73,19 @@ fn work(p: &Program, st: &Stage, e: TExprId) -> (f64, f64) {
     (f, i)
 }
 
+/// FLOPs and integer operations of one evaluation of `e`, an expression
+/// without reductions (a statement of loop IR, where reductions are loops):
+/// the operations [`count`] credits, each node once.
+pub fn expression_work(p: &Program, e: TExprId) -> (f64, f64) {
+    let (mut f, mut i) = own_work(p, e);
+    for c in p.children(e) {
+        let (cf, ci) = expression_work(p, c);
+        f += cf;
+        i += ci;
+    }
+    (f, i)
+}
+
 /// FLOPs and integer operations of a range of stages.
 pub fn work_of_stages(p: &Program, stages: std::ops::Range<usize>) -> (f64, f64) {
     p.stages[stages].iter().fold((0.0, 0.0), |(f, i), st| {

@@ -27,7 +27,8 @@
 //! [`gpu`] describes how loop nests for GPU targets launch, and checks
 //! the rules that make their bound loops independent.
 //! [`analysis`] holds what backends ask of loop IR (access patterns, lane
-//! uniformity); [`eval`] runs loop IR directly, for tests; [`text`] reads
+//! uniformity); [`eval`] runs loop IR directly, for tests; [`work`] counts
+//! the operations a nest executes (`texc bench --profile`); [`text`] reads
 //! the printed loop IR back (`.loops` files).
 
 pub mod analysis;
@@ -69,6 +70,7 @@ pub mod tuning;
 pub mod validate;
 pub mod verify;
 pub mod versioning;
+pub mod work;
 pub mod zeroing;
 
 pub use apply::Knobs;

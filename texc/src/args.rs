@@ -116,7 +116,8 @@ pub struct BenchArgs {
     pub json: bool,
     /// Also time each top-level loop nest alone (each compiled as a kernel of
     /// its own, run in order on the whole kernel's buffers): a model's layers,
-    /// slowest first, with their share of the total.
+    /// slowest first, with their share of the total and the GFLOP/s their
+    /// code executes.
     #[arg(long)]
     pub profile: bool,
     /// For `texc tune`'s workers: once compiled, print `compiled` and wait
