@@ -16,7 +16,8 @@
 //!
 //! Invariants: each copy reads the values it read before — the block is
 //! exactly the elements its copies' lanes read, so it lies inside the
-//! buffer; taken only where the loop body is stores without guards into
+//! buffer; taken only where the loop body is the vectorized loop (beside
+//! prefetches, which change no value) of stores without guards into
 //! other tensors (nothing the copies store changes the block), in one
 //! vector piece of `L` lanes without a mask.
 
@@ -49,7 +50,13 @@ impl<'ctx> Gen<'ctx, '_> {
         extent: i64,
         body: &[Stmt],
     ) -> R<bool> {
-        let [Stmt::For { var: v, lo: v_lo, extent: v_extent, kind: ForKind::Vectorized, body: inner }] = body else {
+        // The prefetches `texc_schedules::prefetch` puts beside the vectors
+        // (of the lines the next blocks read) are issued for each copy, as
+        // the plain loop would.
+        let mut vectors = body.iter().filter(|s| !matches!(s, Stmt::Prefetch { .. }));
+        let (Some(Stmt::For { var: v, lo: v_lo, extent: v_extent, kind: ForKind::Vectorized, body: inner }), None) =
+            (vectors.next(), vectors.next())
+        else {
             return Ok(false);
         };
         let lanes = extent;
