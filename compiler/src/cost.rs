@@ -75,7 +75,8 @@ fn work(p: &Program, st: &Stage, e: TExprId) -> (f64, f64) {
 
 /// FLOPs and integer operations of one evaluation of `e`, an expression
 /// without reductions (a statement of loop IR, where reductions are loops):
-/// the operations [`count`] credits, each node once.
+/// the operations [`count`] credits, each occurrence in the expression
+/// (a subexpression used twice is counted twice, as there).
 pub fn expression_work(p: &Program, e: TExprId) -> (f64, f64) {
     let (mut f, mut i) = own_work(p, e);
     for c in p.children(e) {

@@ -1,16 +1,20 @@
 //! The operations a loop nest executes, for `texc bench --profile`'s rate
 //! of each nest: every store's float and integer operations (counted as
-//! `texc_compiler::cost` counts a program's), times the iterations that
-//! reach it.
+//! `texc_compiler::cost` counts a program's, each occurrence in the
+//! expression), times the iterations that reach it.
 //!
 //! Unlike the whole kernel's count, which credits the program as written
 //! (a Winograd plan is rated by the products it replaces), this is the
 //! work the nest's code does: padding copies and transforms do none,
-//! Winograd's products fewer, a masked tail only its lanes. A guard
-//! (`if x.o * 16 + x.v < 49`) counts the share of its variables' values
-//! that pass it, found by trying every combination of them where there are
-//! at most [`MAX_GUARD_POINTS`]; beyond that, or where it reads memory,
-//! every iteration is counted.
+//! Winograd's products fewer, a masked tail only its lanes. Loops have
+//! constant bounds, so the iterations that reach a statement are the
+//! loops' product times the share of the points of the guards' variables
+//! that pass every guard around it (`if p >= 3:` around `if p * 16 + v <
+//! 49:` — together, not one share times the other), found by trying every
+//! combination of those variables where there are at most
+//! [`MAX_GUARD_POINTS`]. Every iteration is counted where a guard is beyond
+//! that, reads anything but loop variables and integer constants (memory,
+//! scalars, floats), or tests a variable no loop around it binds.
 //!
 //! Invariants: no statement is executed or changed; the count is a
 //! function of the nest alone (the same nest, the same count).
@@ -20,7 +24,7 @@ use texc_compiler::semantics::{self as sem, V};
 use texc_compiler::tir::{Program, TExpr, TExprId, Ty, VarId};
 use texc_compiler::types::ElemType;
 
-/// Most combinations of a guard's variables tried to find its share.
+/// Most combinations of the guards' variables tried to find their share.
 pub const MAX_GUARD_POINTS: i64 = 1 << 16;
 
 /// Float and integer operations.
@@ -34,8 +38,8 @@ pub struct Work {
 /// What `s`, a statement of `f` (a top-level loop nest), executes.
 pub fn executed(f: &LoopFunc, s: &Stmt) -> Work {
     let mut w = Work::default();
-    let mut ranges = Vec::new();
-    walk(f, s, 1.0, &mut ranges, &mut w);
+    let mut at = Place { loops: Vec::new(), guards: Vec::new(), trips: 1.0, share: 1.0 };
+    walk(f, s, &mut at, &mut w);
     w
 }
 
@@ -47,25 +51,43 @@ struct Range {
     extent: i64,
 }
 
-fn walk(f: &LoopFunc, s: &Stmt, trips: f64, ranges: &mut Vec<Range>, w: &mut Work) {
+/// Where the walk is: the loops and guards around it, the loops' product
+/// of iterations, and the share of them that passes every guard.
+struct Place {
+    loops: Vec<Range>,
+    guards: Vec<TExprId>,
+    trips: f64,
+    share: f64,
+}
+
+/// Adds what `s` executes at `at` to `w`.
+fn walk(f: &LoopFunc, s: &Stmt, at: &mut Place, w: &mut Work) {
     match s {
         Stmt::For { var, lo, extent, body, .. } => {
-            ranges.push(Range { var: *var, lo: *lo, extent: *extent });
-            body.iter().for_each(|b| walk(f, b, trips * *extent as f64, ranges, w));
-            ranges.pop();
+            at.loops.push(Range { var: *var, lo: *lo, extent: *extent });
+            let trips = at.trips;
+            at.trips *= *extent as f64;
+            body.iter().for_each(|b| walk(f, b, at, w));
+            at.trips = trips;
+            at.loops.pop();
         }
         Stmt::If { cond, then } => {
-            let share = guard_share(&f.p, *cond, ranges);
-            then.iter().for_each(|b| walk(f, b, trips * share, ranges, w));
+            at.guards.push(*cond);
+            let share = at.share;
+            at.share = guards_share(&f.p, &at.guards, &at.loops);
+            then.iter().for_each(|b| walk(f, b, at, w));
+            at.share = share;
+            at.guards.pop();
         }
-        Stmt::Alloc { body, .. } => body.iter().for_each(|b| walk(f, b, trips, ranges, w)),
+        Stmt::Alloc { body, .. } => body.iter().for_each(|b| walk(f, b, at, w)),
         Stmt::Store { value, .. } => {
             let (fl, io) = texc_compiler::cost::expression_work(&f.p, *value);
-            w.flops += trips * fl;
-            w.int_ops += trips * io;
+            w.flops += at.trips * at.share * fl;
+            w.int_ops += at.trips * at.share * io;
         }
-        // A multiply and an add per product, as `@dot4` is counted.
-        Stmt::TileDot(t) => w.int_ops += trips * 2.0 * (t.m * t.n * t.k) as f64,
+        // Each of its m·n·k steps is a `@dot4` of four byte pairs, counted
+        // as the cost model counts one: four products and four sums.
+        Stmt::TileDot(t) => w.int_ops += at.trips * at.share * 8.0 * (t.m * t.n * t.k) as f64,
         // GPU statements: `--profile` times CPU nests only.
         Stmt::Mma { .. }
         | Stmt::Wgmma(_)
@@ -76,19 +98,20 @@ fn walk(f: &LoopFunc, s: &Stmt, trips: f64, ranges: &mut Vec<Range>, w: &mut Wor
     }
 }
 
-/// The share of the values of the loops around a guard that pass it: every
-/// combination of the variables it tests tried, where they are loops of
-/// `ranges` with at most [`MAX_GUARD_POINTS`] combinations and it reads
-/// only them; else 1.
-fn guard_share(p: &Program, cond: TExprId, ranges: &[Range]) -> f64 {
+/// The share of the values of the loops around the guards (`loops`) that
+/// pass all of `guards`: every combination of the variables they test
+/// tried, where they are loops of `loops` with at most
+/// [`MAX_GUARD_POINTS`] combinations and the guards read only them; else 1.
+fn guards_share(p: &Program, guards: &[TExprId], loops: &[Range]) -> f64 {
     let mut vars = Vec::new();
-    if !index_vars(p, cond, &mut vars) {
+    if !guards.iter().all(|&g| index_vars(p, g, &mut vars)) {
         return 1.0;
     }
     vars.sort_unstable();
     vars.dedup();
+    // The innermost loop of a variable is the one the guards see.
     let Some(tested) =
-        vars.iter().map(|v| ranges.iter().rev().find(|r| r.var == *v).copied()).collect::<Option<Vec<_>>>()
+        vars.iter().map(|v| loops.iter().rev().find(|r| r.var == *v).copied()).collect::<Option<Vec<_>>>()
     else {
         return 1.0;
     };
@@ -102,11 +125,14 @@ fn guard_share(p: &Program, cond: TExprId, ranges: &[Range]) -> f64 {
             env[r.var as usize] = r.lo + rest % r.extent;
             rest /= r.extent;
         }
-        match eval(p, cond, &env) {
-            Some(V::B(true)) => passed += 1,
-            Some(_) => {}
-            None => return 1.0,
+        let mut all = true;
+        for &g in guards {
+            match eval(p, g, &env) {
+                Some(v) => all &= v.b(),
+                None => return 1.0,
+            }
         }
+        passed += i64::from(all);
     }
     passed as f64 / points as f64
 }
@@ -139,9 +165,9 @@ fn eval(p: &Program, e: TExprId, env: &[i64]) -> Option<V> {
         TExpr::Var(v) => V::I(*env.get(*v as usize)?),
         TExpr::Unary(op, a) => sem::unary(*op, ty, eval(p, *a, env)?),
         TExpr::Binary(op, a, b) => sem::binary(*op, ty, p.ty(*a), eval(p, *a, env)?, eval(p, *b, env)?),
-        TExpr::Select(c, a, b) => match eval(p, *c, env)? {
-            V::B(true) => eval(p, *a, env)?,
-            _ => eval(p, *b, env)?,
+        TExpr::Select(c, a, b) => match eval(p, *c, env)?.b() {
+            true => eval(p, *a, env)?,
+            false => eval(p, *b, env)?,
         },
         TExpr::Cast(a) => sem::cast(eval(p, *a, env)?, ty),
         _ => return None,
@@ -177,6 +203,19 @@ mod tests {
              \x20 for z in 0..8 vectorized:\n    if z + 9 < 8:\n      Z[z] = X[z] + 5.0f32\n",
         );
         assert_eq!(w, vec![Work { flops: 98.0, int_ops: 0.0 }, Work::default(), Work::default()]);
+    }
+
+    #[test]
+    fn nested_guards_count_the_points_that_pass_both() {
+        // The last of four blocks (`p >= 3`, as versioning cuts a tail off a
+        // parallel loop) keeps its lane guard: 1 lane of 16 runs, not 49/64
+        // of the lanes of a quarter of the blocks.
+        let w = nests(
+            "func k [N=49]\n  input X: f32[49]\n  output Y: f32[49]\n\
+             \x20 for p in 0..4 parallel:\n    if p >= 3:\n      for v in 0..16 vectorized:\n        \
+             if p * 16 + v < 49:\n          Y[p * 16 + v] = X[p * 16 + v] + 1.0f32\n",
+        );
+        assert_eq!(w[0].flops, 1.0);
     }
 
     #[test]

@@ -202,7 +202,7 @@ fn idles_an_eighth(t: &Target, w: i64) -> bool {
 /// and the parts together every line 16 times (`strategy::cpu::attach`,
 /// `cuts_lines`): a source larger than L2 (the nominal 1 MiB: 128 filters on
 /// a 55×55 map, 55 of 64 lanes) and one that fits (64 filters on 27×27,
-/// 180 KiB, where the gathers cost more than the reads) alike; both match
+/// 182 KiB, where the gathers cost more than the reads) alike; both match
 /// the interpreter on every CPU target here.
 #[test]
 fn transposing_copies_are_not_computed_in_parts() {

@@ -142,8 +142,9 @@ const ATTACH_BYTES: i64 = 64 * 1024;
 /// reader costs one over its part. Nor is a producer of costly math
 /// functions attached where its part cuts its rows to half a vector of
 /// `lanes` or less ([`narrows_math`]), nor a transposing stage where its
-/// part cuts the lines it reads ([`cuts_lines`]).
-pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, l2: i64) {
+/// part cuts the lines it reads and the stage computed `whole` would not
+/// read them more cheaply ([`cuts_lines`]).
+pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, whole: WholeTransposes) {
     let readers_of = readers_of(p);
     let loads = crate::attach::Loads::of(p);
     for o in (0..p.stages.len()).rev() {
@@ -207,9 +208,9 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, l2: i
                     // Boxes may overrun the tensor at the end (those points are not computed) or overlap a little.
                     let computed = r.ext.iter().product::<i64>() * trips;
                     !cuts_reuse(p, &p.stages[pi], &r.ext)
-                        && !cuts_lines(p, &p.stages[pi], &r.ext)
+                        && !cuts_lines(p, &p.stages[pi], &r.ext, whole)
                         && !narrows_math(p, &p.stages[pi], &r.ext, lanes)
-                        && bytes <= if signed == Some(t) { ATTACH_BYTES.max(l2 / 2) } else { ATTACH_BYTES }
+                        && bytes <= if signed == Some(t) { ATTACH_BYTES.max(whole.l2 / 2) } else { ATTACH_BYTES }
                         && 4 * computed <= 5 * p.tensor(t).len()
                 }
                 Err(_) => false,
@@ -286,19 +287,43 @@ fn infer_and_restore(
     regions
 }
 
+/// What a transposing stage computed whole does with its reads: the
+/// caches it is measured against, and whether its code transposes blocks in
+/// registers (LLVM's code does, `transposing_order` arranging the blocks;
+/// Cranelift's gathers).
+#[derive(Clone, Copy)]
+pub(super) struct WholeTransposes {
+    pub l1: i64,
+    pub l2: i64,
+    pub in_registers: bool,
+}
+
+impl WholeTransposes {
+    /// Whether a pass reading a source of `bytes` in elements of `size`
+    /// bytes would shuffle blocks in registers rather than gather: words
+    /// only, and sources beyond L1 (`transposing_order` leaves the others
+    /// in the axes' order).
+    fn shuffles(self, bytes: i64, size: i64) -> bool {
+        self.in_registers && size == 4 && bytes > self.l1
+    }
+}
+
 /// Whether a box with extents `ext` of a transposing stage (its vectors
 /// read across lines: [`crate::strategy::gathered_lines`]) cuts the lines it
 /// reads: the axis that walks a source's line is cut to less than a line,
 /// so that every box gathers a part of each line, lane by lane, and the
 /// boxes together read each line many times. Computed whole, the stage is
-/// a pass that reads each line once and transposes blocks in registers
-/// (`transposing_order`). That holds for sources that fit in L2 too: there
-/// the gathers, not the reads, cost (ResNet-50's Winograd products on
-/// 14 × 14, filters-last, read back a filter at a time inside the output
-/// transform, AVX-512, 1 thread: 0.25 ms a layer, a copy of its own
-/// 0.03 and the transform 0.03, its source 800 KiB; Inception-v3's copy
-/// back inside the max pool after it, its source 3.9 MB: 2.6 ms against 0.3).
-fn cuts_lines(p: &Program, st: &Stage, ext: &[i64]) -> bool {
+/// a pass that reads each line once and, where it shuffles
+/// ([`WholeTransposes::shuffles`]), transposes blocks in registers; there
+/// the gathers cost, not the reads, and a source that fits in L2 is no
+/// reason to gather it in parts (ResNet-50's Winograd products on 14 × 14,
+/// filters-last, read back a filter at a time inside the output
+/// transform, AVX-512, 1 thread: 0.25 ms a layer, a copy of its own 0.03
+/// and the transform 0.03, its source 800 KiB). Where the whole pass would
+/// gather too, a source in L2 is read again from there, and only one
+/// beyond it is cut (Inception-v3's copy back inside the max pool after
+/// it, its source 3.9 MB: 2.6 ms against 0.3).
+fn cuts_lines(p: &Program, st: &Stage, ext: &[i64], whole: WholeTransposes) -> bool {
     use crate::strategy::LINE;
     if crate::strategy::gathered_lines(p, st) == 0 {
         return false;
@@ -308,10 +333,13 @@ fn cuts_lines(p: &Program, st: &Stage, ext: &[i64]) -> bool {
     loads.iter().any(|&l| {
         let TExpr::Load(t, idx) = p.expr(l) else { return false };
         let size = p.tensor(*t).elem.size() as i64;
-        (0..st.n_axes).any(|a| {
-            let along = crate::analysis::flat_coefficient(p, *t, idx, a as texc_compiler::tir::VarId);
-            along == Some(1) && ext[a] < st.vars[a].extent && ext[a] * size < LINE
-        })
+        let bytes = p.tensor(*t).len().saturating_mul(size);
+        let rereads_cheaply = bytes <= whole.l2 && !whole.shuffles(bytes, size);
+        !rereads_cheaply
+            && (0..st.n_axes).any(|a| {
+                let along = crate::analysis::flat_coefficient(p, *t, idx, a as texc_compiler::tir::VarId);
+                along == Some(1) && ext[a] < st.vars[a].extent && ext[a] * size < LINE
+            })
     })
 }
 

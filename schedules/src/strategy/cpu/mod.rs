@@ -364,8 +364,10 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
     // stored costs nothing, one attached to the stage reading them is a pass of its own.
     fold_epilogues(p, &mut s);
     if knobs.attach != Some(false) {
-        let l2 = target.cpu_caches().l2;
-        attach_producers(p, &mut s, target.compute_lanes(texc_compiler::types::ElemType::F32), l2);
+        let caches = target.cpu_caches();
+        let in_registers = matches!(target.backend(), Ok(texc_compiler::target::BackendKind::Llvm));
+        let whole = attach::WholeTransposes { l1: caches.l1d, l2: caches.l2, in_registers };
+        attach_producers(p, &mut s, target.compute_lanes(texc_compiler::types::ElemType::F32), whole);
     }
     if knobs.par == Some(false) {
         // One thread: a small kernel's work below what handing it to the pool costs.
