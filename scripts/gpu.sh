@@ -10,8 +10,10 @@
 #                                         scripts/gpu_bundle.sh)
 # Full logs go to $LOG_DIR (default: a new temporary directory). Without a
 # GPU the same tests run the CPU emulation and say so. GPU_TESTS=0 skips
-# the tests and checks; GPU_BENCH_ARGS are more arguments of benches/gpu.py
-# (`--tune 12 --budget 30`).
+# the tests and checks; GPU_PYTHON=0 the Python package's tests and timings
+# on CUDA tensors (python/tests, benches/gpu_python.py: the wheel DIR/wheel
+# of a bundle, or one maturin builds here); GPU_BENCH=0 benches/gpu.py;
+# GPU_BENCH_ARGS are more arguments of benches/gpu.py (`--tune 12 --budget 30`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${LOG_DIR:-$(mktemp -d)}
@@ -19,6 +21,7 @@ if [ "${1:-}" = --prebuilt ]; then
     bin=${2:?--prebuilt DIR}
     texc=$bin/texc
     suite=$bin/suite
+    wheel=$(ls "$bin"/wheel/*.whl 2>/dev/null | head -1)
     [ -x "$suite" ] || { echo "gpu.sh: no test binary $suite (a bundle made before tests/tests/suite.rs?)" >&2; exit 1; }
     # No cargo to ask for the workspace: the snapshots are under this checkout.
     export INSTA_WORKSPACE_ROOT=$PWD
@@ -32,6 +35,11 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["executable"])')
     [ -n "$suite" ] || exit 1
+    wheel=
+    if [ "${GPU_PYTHON:-1}" = 1 ] && command -v maturin >/dev/null; then
+        (cd python && maturin build --release --locked --auditwheel skip --out "$logs/wheel") >"$logs/wheel.log" 2>&1
+        wheel=$(ls "$logs"/wheel/*.whl 2>/dev/null | head -1)
+    fi
 fi
 nvidia-smi -L 2>/dev/null || echo "gpu.sh: nvidia-smi not found: the tests will say whether the CUDA driver is there"
 status=0
@@ -70,10 +78,26 @@ for t in "${targets[@]}"; do
         [[ $line == *error:* ]] && status=1
     done
 done
+# The Python package on CUDA tensors (issue 39), installed from the wheel
+# into a directory of its own; the machine's PyTorch, NumPy and pytest.
+if [ "${GPU_PYTHON:-1}" = 1 ]; then
+    if [ -n "${wheel:-}" ]; then
+        site=$(mktemp -d)
+        python3 -m pip install -q --no-deps --no-index --target "$site" "$wheel" >"$logs/pip.log" 2>&1 || status=1
+        PYTHONPATH=$site TEXC_CACHE_DIR=$logs/cache timeout 600 python3 -m pytest -q -rs python/tests \
+            >"$logs/test-python.log" 2>&1 || status=1
+        grep -E "passed|failed|error" "$logs/test-python.log" | tail -3
+        summary+=("python/tests: $(tail -1 "$logs/test-python.log")")
+        PYTHONPATH=$site timeout 300 python3 benches/gpu_python.py --texc "$texc" 2>&1 | tee "$logs/bench-python.log" || status=1
+    else
+        summary+=("python/tests: not run (no wheel: a bundle without one, or no maturin here)")
+    fi
+fi
 echo
 echo "# scripts/gpu.sh: logs in $logs"
 printf '%s\n' "${summary[@]}" "${checks[@]}"
 echo
+[ "${GPU_BENCH:-1}" = 0 ] && exit $status
 # shellcheck disable=SC2086 # GPU_BENCH_HGEMM: more GEMM schedules to time, separated by spaces
 python3 benches/gpu.py --texc "$texc" ${GPU_BENCH_HGEMM:+--hgemm $GPU_BENCH_HGEMM} ${GPU_BENCH_ARGS:-} 2>&1 | tee "$logs/bench.log" | grep -v "^#" || status=1
 exit $status

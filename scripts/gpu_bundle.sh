@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu.sh needs on a GPU machine that has no Rust, no LLVM
 # and no network (only the NVIDIA driver, CUDA's tools and a PyTorch): the
-# texc binary and the test binary (stripped), libLLVM-19 with the
-# libraries it needs that such a machine may lack, and an entry script.
+# texc binary and the test binary (stripped), the Python package's wheel
+# (its extension links LLVM statically), libLLVM-19 with the libraries it
+# needs that such a machine may lack, and an entry script.
 #
 #   bash scripts/gpu_bundle.sh DIR      (DIR inside the checkout, e.g. .dev)
 #   then, on the GPU machine, in a copy of this checkout: bash DIR/run.sh
@@ -21,6 +22,16 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["executable"])')
 strip -o "$dir/bins/texc" target/release/texc
+# The wheel, for the Python package's tests on CUDA tensors (needs maturin:
+# scripts/test_python.sh puts it in .venv-py).
+maturin=$(command -v maturin || echo "$PWD/.venv-py/bin/maturin")
+if [ -x "$maturin" ]; then
+    out="$(cd "$dir" && pwd)/bins/wheel"
+    # No auditwheel repair: libLLVM travels in lib/ (below), not in the wheel.
+    (cd python && "$maturin" build --release --locked --auditwheel skip --out "$out")
+else
+    echo "gpu_bundle: no maturin (run scripts/test_python.sh first): the bundle has no wheel" >&2
+fi
 strip -o "$dir/bins/suite" "$suite"
 llvm=$(ldd target/release/texc | awk '/libLLVM/ {print $3}')
 cp -L "$llvm" "$dir/lib/"

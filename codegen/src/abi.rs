@@ -117,6 +117,26 @@ impl Layout {
             plan: texc_schedules::memory_plan::plan(f),
         }
     }
+
+    /// The bytes of tensor `id`: a parameter, an output or a temporary.
+    pub fn tensor_bytes(&self, id: TensorId) -> usize {
+        let described = self.outputs.iter().chain(&self.temps).find(|d| d.id == id);
+        if let Some(d) = described {
+            return d.bytes();
+        }
+        let tensor_params = self.params.iter().filter_map(|p| match p {
+            Param::Tensor(t) => Some(*t),
+            Param::Scalar(_) => None,
+        });
+        let decl = tensor_params.zip(&self.inputs).find(|(t, _)| *t == id).map(|(_, d)| d);
+        decl.map_or(0, |d| d.shape.iter().map(|&s| s as usize).product::<usize>() * d.elem.size())
+    }
+}
+
+impl TensorDesc {
+    pub fn bytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.elem.size()
+    }
 }
 
 /// Arguments must match the parameters in number, kind, shape and type.

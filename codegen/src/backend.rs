@@ -14,12 +14,13 @@
 //! header — is here and in [`crate::abi`], written once for all backends.
 
 use crate::abi::{self, CEntry, Layout};
-use crate::device::{DeviceBuffers, DeviceCode, GpuBackend};
+use crate::device::{DeviceBuffers, DeviceCode, GpuBackend, TensorMemory};
 use crate::CodegenError;
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
 use texc_compiler::interp::Arg;
 use texc_compiler::target::{BackendKind, Target};
+use texc_compiler::tir::TensorId;
 use texc_compiler::types::ElemType;
 use texc_runtime::{AlignedBuf, DType, Tensor};
 use texc_schedules::LoopFunc;
@@ -444,6 +445,88 @@ impl Compiled {
         Ok(())
     }
 
+    /// Whether [`Compiled::run_on_device`] can run this kernel (loaded on a device).
+    pub fn runs_on_device(&self) -> bool {
+        matches!(self.exec, Exec::Device(_))
+    }
+
+    /// Run loaded device code on device memory the caller owns (PyTorch's
+    /// CUDA tensors): inputs read where they are, outputs zeroed and
+    /// written where they are, temporaries allocated for the call; queued
+    /// on `stream` (the device API's handle, 0 its default stream) without
+    /// waiting, so the caller's later work on that stream sees the results.
+    ///
+    /// # Safety
+    /// Each tensor's `ptr` is device memory of texc's device holding its
+    /// dtype and shape (the shapes and dtypes are checked here, the memory
+    /// cannot be), alive until the queued work is done; `stream` is a live
+    /// stream of that device's context (or 0).
+    pub unsafe fn run_on_device(
+        &self,
+        args: &[DeviceArgRef<'_>],
+        outputs: &[DeviceTensorRef<'_>],
+        stream: u64,
+    ) -> Result<(), CodegenError> {
+        let Exec::Device(g) = &self.exec else {
+            return Err(CodegenError::Unsupported("running host code on device memory".into()));
+        };
+        let l = &self.layout;
+        if args.len() != l.params.len() {
+            return Err(CodegenError::Run(format!("expected {} arguments, got {}", l.params.len(), args.len())));
+        }
+        if outputs.len() != l.outputs.len() {
+            return Err(CodegenError::Run(format!("expected {} outputs, got {}", l.outputs.len(), outputs.len())));
+        }
+        let mut given: Vec<(TensorId, u64, bool)> = Vec::new();
+        let mut scalars = vec![0u64; l.scalars.len()];
+        let mut inputs = l.inputs.iter();
+        for (param, arg) in l.params.iter().zip(args) {
+            match (param, arg) {
+                (abi::Param::Tensor(t), DeviceArgRef::Tensor(x)) => {
+                    let decl = inputs.next().expect("one declaration per tensor parameter");
+                    let want: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+                    check_device_memory(&decl.name, decl.elem, &want, x)?;
+                    given.push((*t, x.ptr, false));
+                }
+                (abi::Param::Scalar(s), DeviceArgRef::Scalar(v)) => {
+                    scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], *v)
+                }
+                _ => return Err(CodegenError::Run("a tensor and a scalar argument are swapped".into())),
+            }
+        }
+        // A tensor returned twice is written in its first output and copied to the others.
+        let mut copies = Vec::new();
+        for (i, (o, y)) in l.outputs.iter().zip(outputs).enumerate() {
+            check_device_memory("an output", o.elem, &o.shape, y)?;
+            match l.outputs[..i].iter().position(|p| p.id == o.id) {
+                Some(first) => copies.push((outputs[first].ptr, y.ptr, o.bytes())),
+                None => given.push((o.id, y.ptr, true)),
+            }
+        }
+        let tensors = g.tensors();
+        let memory: Vec<TensorMemory> = tensors
+            .iter()
+            .map(|id| {
+                let bytes = l.tensor_bytes(*id);
+                match given.iter().find(|(t, _, _)| t == id) {
+                    Some(&(_, ptr, zero)) => TensorMemory { ptr: Some(ptr), bytes, zero },
+                    None => TensorMemory { ptr: None, bytes, zero: true },
+                }
+            })
+            .collect();
+        // The copies between outputs, as positions among the kernels' tensors.
+        let position = |ptr: u64| memory.iter().position(|m| m.ptr == Some(ptr));
+        let copies: Vec<(usize, u64, usize)> = copies
+            .into_iter()
+            .map(|(from, to, bytes)| {
+                (position(from).expect("the first output is among the kernels' tensors"), to, bytes)
+            })
+            .collect();
+        let scalars: Vec<(ElemType, u64)> = l.scalars.iter().copied().zip(scalars).collect();
+        // SAFETY: the caller's promise; the shapes and dtypes checked above.
+        unsafe { g.launch_on(&memory, &scalars, stream, &copies) }
+    }
+
     /// The temporaries of a host kernel in one zeroed arena at the offsets
     /// of its memory plan, their pointers set in `ptrs`.
     fn host_arena(&self, ptrs: &mut [*mut u8]) -> Result<Option<AlignedBuf>, CodegenError> {
@@ -478,6 +561,35 @@ fn check_memory(
         return Err(CodegenError::Run(format!("{name}: {} bytes for {elem}{want:?}", bytes.len())));
     }
     if !(bytes.as_ptr() as usize).is_multiple_of(elem.size()) {
+        return Err(CodegenError::Run(format!("{name}: memory not aligned to its {}-byte elements", elem.size())));
+    }
+    Ok(())
+}
+
+/// A tensor in device memory the caller owns ([`Compiled::run_on_device`]):
+/// its address, in row-major order, aligned to its elements.
+pub struct DeviceTensorRef<'a> {
+    pub ptr: u64,
+    pub dtype: DType,
+    pub shape: &'a [usize],
+}
+
+/// An argument of [`Compiled::run_on_device`].
+pub enum DeviceArgRef<'a> {
+    Tensor(DeviceTensorRef<'a>),
+    Scalar(f64),
+}
+
+fn check_device_memory(
+    name: &str,
+    elem: ElemType,
+    want: &[usize],
+    x: &DeviceTensorRef<'_>,
+) -> Result<(), CodegenError> {
+    if x.dtype != elem || x.shape != want {
+        return Err(CodegenError::Run(format!("{name}: expected {elem}{want:?}, got {}{:?}", x.dtype, x.shape)));
+    }
+    if !x.ptr.is_multiple_of(elem.size() as u64) {
         return Err(CodegenError::Run(format!("{name}: memory not aligned to its {}-byte elements", elem.size())));
     }
     Ok(())

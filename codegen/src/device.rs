@@ -81,7 +81,29 @@ pub trait DeviceCode: Send + Sync {
 
     /// Copy device buffer `i` back into `out`.
     fn download(&self, bufs: &DeviceBuffers, i: usize, out: &mut [u8]) -> R<()>;
+
+    /// Run every launch in order on memory the caller owns (one
+    /// [`TensorMemory`] per [`DeviceCode::tensors`]; `None` for a temporary,
+    /// which the call allocates), queued on `stream` (the device API's
+    /// stream handle: a `CUstream`, 0 its default stream) without waiting;
+    /// then copy tensor `from` to the caller's memory at `to` for each of
+    /// `copies` (bytes).
+    ///
+    /// # Safety
+    /// Every pointer is device memory of this device holding its `bytes`,
+    /// alive until the work queued on `stream` is done; `stream` is live.
+    unsafe fn launch_on(
+        &self,
+        tensors: &[TensorMemory],
+        scalars: &[(ElemType, u64)],
+        stream: u64,
+        copies: &[(usize, u64, usize)],
+    ) -> R<()>;
 }
+
+/// One tensor of [`DeviceCode::launch_on`]: the caller's device memory
+/// (`ptr`), or a temporary (`None`); `zero` to clear it first (outputs).
+pub type TensorMemory = texc_runtime::cuda::TensorMemory;
 
 /// The device buffers of one call, opaque but to the [`DeviceCode`] that
 /// uploaded them.

@@ -31,7 +31,9 @@ pub mod device;
 pub mod header;
 pub mod llvm;
 
-pub use backend::{ArgRef, Backend, Buffers, Compiled, NestStats, Part, TensorMut, TensorRef};
+pub use backend::{
+    ArgRef, Backend, Buffers, Compiled, DeviceArgRef, DeviceTensorRef, NestStats, Part, TensorMut, TensorRef,
+};
 pub use device::{gpu_backend_for, GpuBackend};
 
 use texc_compiler::target::{BackendKind, Target};

@@ -32,6 +32,7 @@ use texc_pipeline::{Error, Options, Pipeline};
 use texc_runtime::{DType, Data, Tensor};
 use texc_schedules::tuning::db::Db;
 
+mod cuda;
 mod tune;
 
 create_exception!(
@@ -306,6 +307,9 @@ struct Kernel {
     b: Built,
     /// Tensor arguments copied because their memory could not be read as it is.
     copies: std::sync::atomic::AtomicU64,
+    /// A model's weights on the device, copied there by the first call on
+    /// CUDA tensors and kept for the next ones.
+    device_weights: std::sync::OnceLock<Result<HashMap<String, texc_runtime::cuda::DeviceMemory>, String>>,
 }
 
 /// The NumPy dtype that carries a texc element type (bf16, which NumPy
@@ -467,6 +471,19 @@ fn zeros(py: Python<'_>, dtype: DType, shape: &[usize]) -> PyResult<(Py<PyAny>, 
     Ok((a, ptr, shape.iter().product::<usize>() * dtype.size()))
 }
 
+/// PyTorch's current stream on CUDA device `device`, as the driver's
+/// handle: through `torch._C._cuda_getCurrentRawStream` where PyTorch has
+/// it (what Triton's launcher calls: an integer, no `Stream` object built
+/// per call), else `torch.cuda.current_stream(device).cuda_stream`.
+fn current_stream(torch: &Bound<'_, PyModule>, device: i64) -> PyResult<u64> {
+    if let Ok(raw) = torch.getattr("_C").and_then(|c| c.getattr("_cuda_getCurrentRawStream")) {
+        if let Ok(s) = raw.call1((device,)).and_then(|s| s.extract::<u64>()) {
+            return Ok(s);
+        }
+    }
+    torch.getattr("cuda")?.call_method1("current_stream", (device,))?.getattr("cuda_stream")?.extract()
+}
+
 /// A Python number as scalar parameter `p`: integers must be integral and in range.
 fn scalar_arg(p: &Param, x: &Bound<'_, PyAny>) -> PyResult<f64> {
     let v: f64 = x.extract().map_err(|_| {
@@ -572,10 +589,10 @@ impl Kernel {
     }
 
     /// The arguments a call gives, checked and converted, by parameter name.
-    fn given(&self, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<HashMap<String, Arg>> {
+    fn given(&self, bound: HashMap<String, Bound<'_, PyAny>>) -> PyResult<HashMap<String, Arg>> {
         let sizes = self.sizes_text();
         let mut given = HashMap::new();
-        for (name, x) in self.bind(args, kwargs)? {
+        for (name, x) in bound {
             let p = self.b.params.iter().find(|p| p.name == name).expect("bound to a parameter");
             let arg = match &p.shape {
                 Some(shape) => Arg::Tensor(tensor_arg(p, shape, &sizes, &x)?),
@@ -682,6 +699,183 @@ impl Kernel {
         Ok(arrays)
     }
 
+    /// The first argument (in parameter order) that is a tensor on a CUDA
+    /// device, and its device: such a call runs on device memory.
+    fn first_on_gpu(&self, given: &HashMap<String, Bound<'_, PyAny>>) -> PyResult<Option<(String, i64)>> {
+        for p in self.b.params.iter().filter(|p| p.shape.is_some()) {
+            if let Some(x) = given.get(&p.name) {
+                if let Some(device) = cuda::device_of(x)? {
+                    return Ok(Some((p.name.clone(), device)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Where a call on CUDA tensors runs: this kernel's code loaded on
+    /// texc's device (the device `first` is on), or why not.
+    fn device_code(&self, first: &str, device: i64) -> PyResult<&Compiled> {
+        let on_device = match &self.b.exec {
+            Exec::Compiled(c) if c.runs_on_device() => Some(&**c),
+            _ => None,
+        };
+        let Some(c) = on_device else {
+            let how = if self.request.emulate_gpu { " in the CPU emulation (emulate_gpu=True)" } else { "" };
+            return Err(PyTypeError::new_err(format!(
+                "argument `{first}` is a tensor on a GPU (cuda:{device}), but kernel `{}` runs on this CPU (target \
+                 `{}`{how}): pass host arrays (.cpu()), or compile it for a GPU target (nvptx-sm80, nvptx-sm90)",
+                self.b.name, self.target
+            )));
+        };
+        let ordinal = texc_runtime::cuda::device().map_err(PyRuntimeError::new_err)?.ordinal() as i64;
+        if device != ordinal {
+            return Err(PyValueError::new_err(format!(
+                "argument `{first}` is on cuda:{device}; texc runs kernels on cuda:{ordinal}"
+            )));
+        }
+        Ok(c)
+    }
+
+    /// A model's weights on the device (copied there once).
+    fn weights_on_device(&self) -> PyResult<&HashMap<String, texc_runtime::cuda::DeviceMemory>> {
+        let kept = self.device_weights.get_or_init(|| {
+            let device = texc_runtime::cuda::device()?;
+            self.b.fixed.iter().map(|(n, t)| Ok((n.clone(), device.keep(t.bytes())?))).collect()
+        });
+        kept.as_ref().map_err(|e| TexcError::new_err(e.clone()))
+    }
+
+    /// A call on CUDA tensors (DLPack, `crate::cuda`): every tensor argument
+    /// on texc's device, read where it is; the outputs new PyTorch tensors
+    /// there; the launches queued on PyTorch's current stream of that
+    /// device, not waited for (as PyTorch's own operations).
+    fn call_on_device<'py>(
+        &self,
+        py: Python<'py>,
+        given: HashMap<String, Bound<'py, PyAny>>,
+        first: &str,
+        device: i64,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let c = self.device_code(first, device)?;
+        let b = &self.b;
+        let torch = py.import("torch").map_err(|e| {
+            PyTypeError::new_err(format!(
+                "argument `{first}` is a tensor on a GPU: a GPU kernel's outputs are PyTorch CUDA tensors, and \
+                 PyTorch cannot be imported: {e}"
+            ))
+        })?;
+        let torch_device = format!("cuda:{device}");
+        let stream = current_stream(&torch, device)?;
+        let weights = self.weights_on_device()?;
+        // Contiguous copies of strided tensors, alive until the call is queued.
+        let mut kept = Vec::new();
+        enum Src<'a> {
+            Memory(u64, DType, &'a [usize]),
+            Scalar(f64),
+        }
+        let mut srcs = Vec::with_capacity(b.run_params.len());
+        for n in &b.run_params {
+            let src = match (given.get(n), b.params.iter().find(|p| &p.name == n)) {
+                (Some(x), Some(p)) => match &p.shape {
+                    Some(shape) => Src::Memory(self.device_arg(p, shape, x, first, &mut kept)?, p.dtype, shape),
+                    None => Src::Scalar(scalar_arg(p, x)?),
+                },
+                _ => match (weights.get(n), b.fixed.get(n)) {
+                    (Some(m), Some(t)) => Src::Memory(m.ptr(), t.dtype(), &t.shape),
+                    _ => Src::Scalar(self.default_of(n)?),
+                },
+            };
+            srcs.push(src);
+        }
+        let args: Vec<texc_codegen::DeviceArgRef<'_>> = srcs
+            .iter()
+            .map(|s| match *s {
+                Src::Memory(ptr, dtype, shape) => {
+                    texc_codegen::DeviceArgRef::Tensor(texc_codegen::DeviceTensorRef { ptr, dtype, shape })
+                }
+                Src::Scalar(v) => texc_codegen::DeviceArgRef::Scalar(v),
+            })
+            .collect();
+        let mut arrays = Vec::with_capacity(b.outputs.len());
+        let mut ptrs = Vec::with_capacity(b.outputs.len());
+        for o in &b.outputs {
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("dtype", torch.getattr(cuda::torch_name(o.dtype))?)?;
+            kwargs.set_item("device", &torch_device)?;
+            let t = torch.call_method("empty", (o.shape.clone(),), Some(&kwargs))?;
+            ptrs.push(t.call_method0("data_ptr")?.extract::<u64>()?);
+            arrays.push(t.unbind());
+        }
+        let outs: Vec<texc_codegen::DeviceTensorRef<'_>> = b
+            .outputs
+            .iter()
+            .zip(&ptrs)
+            .map(|(o, &ptr)| texc_codegen::DeviceTensorRef { ptr, dtype: o.dtype, shape: &o.shape })
+            .collect();
+        // SAFETY: each input is the memory DLPack describes for a tensor of
+        // the parameter's dtype and shape on texc's device (`device_arg`),
+        // kept alive by `given`/`kept` until the call returns and by its
+        // owner's stream order after (see `crate::cuda`); the outputs are
+        // new tensors of their dtype and shape there; `stream` is PyTorch's
+        // current stream of that device.
+        py.detach(|| unsafe { c.run_on_device(&args, &outs, stream) })
+            .map_err(|e| TexcError::new_err(e.to_string()))?;
+        drop(kept);
+        Ok(arrays)
+    }
+
+    /// The device address of CUDA tensor `x` for tensor parameter `p`, its
+    /// dtype and shape checked; a strided PyTorch tensor is made contiguous
+    /// first (a copy, counted in `copies`, kept in `kept`).
+    fn device_arg<'py>(
+        &self,
+        p: &Param,
+        shape: &[usize],
+        x: &Bound<'py, PyAny>,
+        first: &str,
+        kept: &mut Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<u64> {
+        let name = &p.name;
+        let want = cuda::torch_name(p.dtype);
+        match cuda::device_of(x)? {
+            Some(_) => {}
+            None => {
+                return Err(PyTypeError::new_err(format!(
+                    "argument `{name}`: expected a CUDA tensor of {want} with shape {} (argument `{first}` is on the \
+                     GPU, so every tensor must be), got {}",
+                    shape_text(shape),
+                    type_name(x)
+                )))
+            }
+        }
+        let mut t = cuda::view(x, name)?;
+        if t.dtype != Some(p.dtype) {
+            return Err(PyTypeError::new_err(format!("argument `{name}`: expected dtype {want}, got {}", t.type_text)));
+        }
+        if t.shape != shape {
+            return Err(PyValueError::new_err(format!(
+                "argument `{name}`: expected shape {}, got {}; the kernel is compiled for {} (compile it again for \
+                 other sizes)",
+                shape_text(shape),
+                shape_text(&t.shape),
+                self.sizes_text()
+            )));
+        }
+        if !t.contiguous {
+            if !x.hasattr("contiguous")? {
+                return Err(PyValueError::new_err(format!(
+                    "argument `{name}`: a strided {} on the GPU; texc reads row-major tensors (make it contiguous)",
+                    type_name(x)
+                )));
+            }
+            let c = x.call_method0("contiguous")?;
+            t = cuda::view(&c, name)?;
+            kept.push(c);
+            self.copies.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(t.ptr)
+    }
+
     /// The default of scalar parameter `n`.
     fn default_of(&self, n: &str) -> PyResult<f64> {
         let b = &self.b;
@@ -760,10 +954,13 @@ impl Kernel {
         args: &Bound<'_, PyTuple>,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
-        let mut arrays = match self.runs_in_place() {
-            Some(c) => self.call_in_place(py, c, self.bind(args, kwargs)?)?,
-            None => {
-                let given = self.given(args, kwargs)?;
+        let given = self.bind(args, kwargs)?;
+        let on_gpu = self.first_on_gpu(&given)?;
+        let mut arrays = match (on_gpu, self.runs_in_place()) {
+            (Some((name, device)), _) => self.call_on_device(py, given, &name, device)?,
+            (None, Some(c)) => self.call_in_place(py, c, given)?,
+            (None, None) => {
+                let given = self.given(given)?;
                 let tensors = given.values().filter(|a| matches!(a, Arg::Tensor(_))).count() as u64;
                 self.copies.fetch_add(tensors, std::sync::atomic::Ordering::Relaxed);
                 let run_args = self.run_args(given)?;
@@ -838,7 +1035,7 @@ impl Kernel {
         }
         let given = match (args.is_empty(), kwargs.is_none_or(|k| k.is_empty())) {
             (true, true) => self.random_given()?,
-            _ => self.given(args, kwargs)?,
+            _ => self.given(self.bind(args, kwargs)?)?,
         };
         let run_args = self.run_args(given)?;
         let times = py
@@ -1026,7 +1223,7 @@ impl Kernel {
     fn build(py: Python<'_>, request: Request) -> PyResult<Kernel> {
         let built = py.detach(|| request.build()).map_err(Failure::into_py)?;
         let target = texc_pipeline::target(&request.target).map(|t| t.name).unwrap_or("?");
-        Ok(Kernel { request, target, b: built, copies: Default::default() })
+        Ok(Kernel { request, target, b: built, copies: Default::default(), device_weights: Default::default() })
     }
 }
 

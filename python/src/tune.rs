@@ -34,7 +34,8 @@ impl InProcess<'_> {
     fn one(&self, knobs: &Knobs, cut_at: Option<f64>) -> Result<Measurement, String> {
         let request = Request { knobs: knobs.iter().cloned().collect(), db: None, ..self.request.clone() };
         let built = request.build().map_err(Failure::message)?;
-        let k = Kernel { request, target: "", b: built, copies: Default::default() };
+        let k =
+            Kernel { request, target: "", b: built, copies: Default::default(), device_weights: Default::default() };
         let Exec::Compiled(c) = &k.b.exec else {
             return Err("the candidate did not compile to code".into());
         };

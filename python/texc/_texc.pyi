@@ -34,9 +34,19 @@ class Kernel:
     ``copies``). Returns a new array, or a tuple of arrays when the kernel has
     several outputs (``bf16`` outputs come back as ``float32``). The GIL is
     released while the kernel runs, so threads may call kernels at once.
+
+    A kernel compiled for a GPU target (``nvptx-sm80``, ``nvptx-sm90``)
+    also takes CUDA tensors (PyTorch's, or any DLPack tensor on ``cuda:0``),
+    every tensor argument on the GPU: they are read where they are, the
+    outputs are new PyTorch CUDA tensors (``bf16`` as ``torch.bfloat16``),
+    and the launches are queued on PyTorch's current stream without waiting,
+    as PyTorch's own operations are. Given NumPy arrays, it copies them to
+    the device and back, and waits.
     """
 
-    def __call__(self, *arrays: Union[np.ndarray, float, int], **named: Union[np.ndarray, float, int]) -> Union[np.ndarray, Tuple[np.ndarray, ...]]: ...
+    def __call__(self, *arrays: Any, **named: Any) -> Any:
+        """NumPy arrays (or CPU DLPack tensors) in, NumPy arrays out; or, on
+        a GPU target, CUDA tensors in and PyTorch CUDA tensors out."""
     def source(self, stage: str) -> str:
         """Stage ``stage`` of this kernel's compilation as text (see ``STAGES``):
         the same text as ``texc emit FILE --stage STAGE`` with this kernel's
@@ -88,7 +98,9 @@ class Kernel:
         """Array arguments calls have copied so far. Compiled CPU kernels
         read C-order arrays of the parameter's dtype (and DLPack tensors)
         where they are; Fortran-order, strided or unaligned arrays, bf16
-        parameters, ``interp`` and GPUs (not their emulation) copy."""
+        parameters, ``interp`` and NumPy arrays given to a GPU kernel (not
+        its emulation) copy. CUDA tensors are read where they are; a
+        strided one is made contiguous first (a copy)."""
 
 def compile(
     source_or_path: Union[str, "os.PathLike[str]"],

@@ -1,10 +1,15 @@
 //! NVIDIA GPUs through the CUDA driver API (`cudarc`, loaded at run time):
 //! the device, PTX modules, device buffers and launches.
 //!
+//! Besides buffers it owns, a call can run on memory the caller owns
+//! ([`Device::launch_on`]: PyTorch's CUDA tensors through DLPack), ordered
+//! on the caller's stream without waiting, as the caller's own work is.
+//!
 //! Nothing here links CUDA: [`device`] looks for the driver library when
 //! first asked and says why there is no GPU when there is none, so texc
 //! builds and runs everywhere and GPU tests skip with that reason.
 
+use cudarc::driver::{result, sys};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::{Arc, OnceLock};
 
@@ -154,6 +159,148 @@ impl Device {
             unsafe { args.launch(*cfg) }.map_err(err("launching a kernel"))?;
         }
         self.stream.synchronize().map_err(err("running the kernels"))
+    }
+}
+
+/// Device memory texc owns outside a call (a model's weights, kept on the
+/// device between calls that run on the caller's memory); freed on drop.
+pub struct DeviceMemory {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+}
+
+impl DeviceMemory {
+    /// Its device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        if let Ok(d) = device() {
+            // SAFETY: allocated by `Device::keep` in this context, freed once.
+            // Freeing waits for the work using it, so no call still reads it.
+            let _ = d.ctx.bind_to_thread().and_then(|()| unsafe { result::free_sync(self.ptr) });
+        }
+    }
+}
+
+/// One tensor of a call on the caller's memory ([`Device::launch_on`]).
+#[derive(Clone, Copy, Debug)]
+pub struct TensorMemory {
+    /// The caller's device memory, or `None`: a temporary, allocated zeroed
+    /// on the call's stream and freed after its launches.
+    pub ptr: Option<u64>,
+    pub bytes: usize,
+    /// Zeroed on the stream before the launches (outputs: kernels may
+    /// accumulate into them, as into the zeroed buffers of `upload`).
+    pub zero: bool,
+}
+
+impl Device {
+    /// The device's ordinal: texc runs on the first device.
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
+    /// Copy `host` to new device memory that outlives calls (synchronous).
+    pub fn keep(&self, host: &[u8]) -> Result<DeviceMemory, String> {
+        self.ctx.bind_to_thread().map_err(err("binding the context"))?;
+        let bytes = host.len().max(1);
+        // SAFETY: a new allocation of `bytes`, then `host.len()` bytes copied
+        // into it; the memory is owned by the returned value alone.
+        unsafe {
+            let ptr = result::malloc_sync(bytes).map_err(err("allocating device memory"))?;
+            let memory = DeviceMemory { ptr, bytes };
+            if !host.is_empty() {
+                result::memcpy_htod_sync(ptr, host).map_err(err("copying to the device"))?;
+            }
+            Ok(memory)
+        }
+    }
+
+    /// Run every launch of `m` in order on `tensors` (one per kernel
+    /// parameter, as [`Device::upload`]'s buffers) and `scalars`, on
+    /// `stream` (a driver `CUstream` handle; 0 is the legacy default
+    /// stream), then copy tensor `from` to the caller's memory `to` for
+    /// each of `copies` (bytes). Returns once queued: the caller's later
+    /// work on `stream` sees the results.
+    ///
+    /// # Safety
+    /// Each `ptr` must be device memory of this context holding `bytes`,
+    /// alive until the stream's work queued here is done, and `stream` a
+    /// live stream of this context (or 0).
+    pub unsafe fn launch_on(
+        &self,
+        m: &Module,
+        tensors: &[TensorMemory],
+        scalars: &[ScalarArg],
+        stream: u64,
+        copies: &[(usize, u64, usize)],
+    ) -> Result<(), String> {
+        self.ctx.bind_to_thread().map_err(err("binding the context"))?;
+        let stream = stream as sys::CUstream;
+        let mut temps = Vec::new();
+        let result = (|| {
+            let mut ptrs = Vec::with_capacity(tensors.len());
+            for t in tensors {
+                let ptr = match t.ptr {
+                    Some(p) => p,
+                    None => {
+                        let p = result::malloc_async(stream, t.bytes.max(1)).map_err(err("allocating a temporary"))?;
+                        temps.push(p);
+                        p
+                    }
+                };
+                if t.zero || t.ptr.is_none() {
+                    result::memset_d8_async(ptr, 0, t.bytes, stream).map_err(err("zeroing a tensor"))?;
+                }
+                ptrs.push(ptr);
+            }
+            let mut values: Vec<u64> = ptrs.clone();
+            values.extend(scalars.iter().map(|s| s.bits()));
+            for (f, cfg) in &m.launches {
+                let (g, t) = (cfg.grid_dim, cfg.block_dim);
+                if [g.0, g.1, g.2, t.0, t.1, t.2].contains(&0) {
+                    continue;
+                }
+                // The driver reads each parameter's size from the kernel's
+                // signature, from the start of its slot: every slot is 8
+                // bytes holding the value in its low bytes (little endian).
+                let mut params: Vec<*mut std::ffi::c_void> =
+                    values.iter_mut().map(|v| v as *mut u64 as *mut std::ffi::c_void).collect();
+                result::launch_kernel(f.cu_function(), g, t, cfg.shared_mem_bytes, stream, &mut params)
+                    .map_err(err("launching a kernel"))?;
+            }
+            for &(from, to, bytes) in copies {
+                result::memcpy_dtod_async(to, ptrs[from], bytes, stream).map_err(err("copying an output"))?;
+            }
+            Ok(())
+        })();
+        for p in temps {
+            // Stream-ordered: freed once the launches queued before are done.
+            let _ = result::free_async(p, stream);
+        }
+        result
+    }
+}
+
+impl ScalarArg {
+    /// The value in the low bytes of a 64-bit slot, as a kernel parameter of its type.
+    fn bits(&self) -> u64 {
+        match *self {
+            ScalarArg::F64(v) => v.to_bits(),
+            ScalarArg::F32(v) => v.to_bits() as u64,
+            ScalarArg::B16(v) => v as u64,
+            ScalarArg::I64(v) => v as u64,
+            ScalarArg::I32(v) => v as u32 as u64,
+            ScalarArg::B8(v) => v as u64,
+        }
     }
 }
 

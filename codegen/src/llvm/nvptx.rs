@@ -10,7 +10,7 @@ use super::gen::Gen;
 use super::{jit_module, llvm_err, with_module, CpuSpec, R};
 use crate::abi::CEntry;
 use crate::backend::{Backend, Code};
-use crate::device::{DeviceBuffers, DeviceCode, DeviceKernel, DeviceModule, Encoded, GpuBackend};
+use crate::device::{DeviceBuffers, DeviceCode, DeviceKernel, DeviceModule, Encoded, GpuBackend, TensorMemory};
 use crate::{cuda, CodegenError};
 use inkwell::context::Context;
 use inkwell::module::{FlagBehavior, Linkage, Module};
@@ -260,6 +260,18 @@ impl DeviceCode for CudaCode {
 
     fn download(&self, bufs: &DeviceBuffers, i: usize, out: &mut [u8]) -> R<()> {
         self.device.download(bufs.get()?, i, out).map_err(CodegenError::Run)
+    }
+
+    unsafe fn launch_on(
+        &self,
+        tensors: &[TensorMemory],
+        scalars: &[(ElemType, u64)],
+        stream: u64,
+        copies: &[(usize, u64, usize)],
+    ) -> R<()> {
+        let scalars: Vec<ScalarArg> = scalars.iter().map(|&(e, slot)| scalar_arg(e, slot)).collect();
+        // SAFETY: the caller's promise (see the trait), passed on.
+        unsafe { self.device.launch_on(&self.module, tensors, &scalars, stream, copies) }.map_err(CodegenError::Run)
     }
 }
 
