@@ -28,11 +28,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Data sheets (dense): H100 SXM fp16/bf16 989 TFLOP/s, TF32 495, f32 67, 3.35 TB/s;
-# the H200 has the same arithmetic and 4.8 TB/s.
+# Data sheets (dense): H100 SXM fp16/bf16 989 TFLOP/s, TF32 495, f32 67, int8
+# 1979 TOPS, 3.35 TB/s; the H200 has the same arithmetic and 4.8 TB/s.
 PEAKS = {
-    "H100": {"fp16": 989e12, "tf32": 495e12, "f32": 67e12, "bw": 3.35e12},
-    "H200": {"fp16": 989e12, "tf32": 495e12, "f32": 67e12, "bw": 4.8e12},
+    "H100": {"fp16": 989e12, "tf32": 495e12, "f32": 67e12, "int8": 1979e12, "bw": 3.35e12},
+    "H200": {"fp16": 989e12, "tf32": 495e12, "f32": 67e12, "int8": 1979e12, "bw": 4.8e12},
 }
 
 
@@ -67,6 +67,10 @@ CASES = [
     ("bf16 gemm 4096³ bf16→f32 (mma.sync)", "benches/gemm_bf16.tex", MMA, "fp16", 2 * G**3, None, "bgemm"),
     ("bf16 gemm 8192³ bf16→f32 (default: wgmma)", "benches/gemm_bf16.tex", ["--shape", f"M={G8},K={G8},N={G8}"],
      "fp16", 2 * G8**3, None, "bgemm8k"),
+    ("igemm 4096³ s8→s32 (default: mma.sync m16n8k32)", "benches/gemm_s8.tex", [], "int8", 2 * G**3, None,
+     "igemm"),
+    ("igemm 8192³ s8→s32 (default: mma.sync m16n8k32)", "benches/gemm_s8.tex",
+     ["--shape", f"M={G8},K={G8},N={G8}"], "int8", 2 * G8**3, None, "igemm8k"),
     ("tf32 gemm 4096³ (benches schedule)", "benches/gemm_tf32.tex", [], "tf32", 2 * G**3, None, "tf32"),
     ("sgemm 4096³ f32 (default: registers)", "benches/matmul.tex", ["--shape", f"M={G},K={G},N={G}"], "f32",
      2 * G**3, None, "sgemm"),
@@ -83,6 +87,8 @@ CASES = [
     ("conv 3×3 14²×256 b32 f16 (explicit im2col)", "benches/conv_f16.tex",
      ["--shape", "N=32,C=256,H=16,W=16,K=256", "--knob", "gather=0"], "fp16", 2 * 32 * 256 * 256 * 9 * 14 * 14,
      None, "conv14"),
+    ("conv 3×3 56²×64 b32 s8→s32 (default: implicit, vs cuDNN f16)", "benches/conv_s8.tex", [], "int8",
+     2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56"),
     ("conv 3×3 56²×64 b32 f32 std.nn (default)", "benches/conv_layer.tex", ["--shape", "N=32"], "f32",
      2 * 32 * 64 * 64 * 9 * 56 * 56, None, "conv56f32"),
     ("softmax rows 16384×4096 (default)", "examples/softmax.tex", ["--shape", "N=16384,D=4096"], "bw",
@@ -106,6 +112,11 @@ def torch_time(case, repeat):
         a = torch.randn(n, n, device=dev, dtype=dt)
         b = torch.randn(n, n, device=dev, dtype=dt)
         f = lambda: a @ b  # noqa: E731 (cuBLAS, f32 accumulation, f16 or bf16 result)
+    elif case.startswith("igemm"):
+        n = G8 if case.endswith("8k") else G
+        a = torch.randint(-128, 128, (n, n), device=dev, dtype=torch.int8)
+        w = torch.randint(-128, 128, (n, n), device=dev, dtype=torch.int8)
+        f = lambda: torch._int_mm(a, w.t())  # noqa: E731 (cuBLASLt, int8 × int8 → int32, W[n, k] as texc's)
     elif case == "tf32":
         torch.backends.cuda.matmul.allow_tf32 = True
         a = torch.randn(G, G, device=dev)

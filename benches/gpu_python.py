@@ -38,6 +38,11 @@ kernel softmax(X: f32[R, D]) -> Y: f32[R, D] {
     Y[r, d] = e[r, d] / s[r];
 }
 """
+IGEMM = """
+kernel igemm(A: i8[M, K], W: i8[N, K]) -> C: i32[M, N] {
+    C[i, j] = sum[k](i32(A[i, k]) * i32(W[j, k]));
+}
+"""
 ADD = """
 kernel add(X: f32[N], Z: f32[N]) -> Y: f32[N] {
     Y[i] = X[i] + Z[i];
@@ -50,11 +55,16 @@ def cases(target):
     f16 = lambda *s: torch.randn(*s, device="cuda").half()  # noqa: E731
     bf16 = lambda *s: torch.randn(*s, device="cuda").bfloat16()  # noqa: E731
     f32 = lambda *s: torch.randn(*s, device="cuda")  # noqa: E731
+    s8 = lambda *s: torch.randint(-128, 128, s, device="cuda", dtype=torch.int8)  # noqa: E731
     return [
         ("gemm 4096³ f16→f32", GEMM.format(t="f16"), {"M": g, "K": g, "N": g}, (f16(g, g), f16(g, g)),
          lambda a, b: torch.matmul(a, b, out_dtype=torch.float32) if _out_dtype() else (a @ b).float(), 2 * g**3),
         ("gemm 4096³ bf16→f32", GEMM.format(t="bf16"), {"M": g, "K": g, "N": g}, (bf16(g, g), bf16(g, g)),
          lambda a, b: torch.matmul(a, b, out_dtype=torch.float32) if _out_dtype() else (a @ b).float(), 2 * g**3),
+        ("igemm 4096³ s8→s32", IGEMM, {"M": g, "K": g, "N": g}, (s8(g, g), s8(g, g)),
+         lambda a, w: torch._int_mm(a, w.t()), 2 * g**3),
+        ("igemm 8192³ s8→s32", IGEMM, {"M": 2 * g, "K": 2 * g, "N": 2 * g}, (s8(2 * g, 2 * g), s8(2 * g, 2 * g)),
+         lambda a, w: torch._int_mm(a, w.t()), 2 * (2 * g)**3),
         ("softmax 16384×4096 f32", SOFTMAX, {"R": 16384, "D": g}, (f32(16384, g),),
          lambda x: torch.softmax(x, dim=1), None),
         ("add 1024 f32 (launch-bound)", ADD, {"N": 1024}, (f32(1024), f32(1024)), lambda x, z: x + z, None),
@@ -127,11 +137,13 @@ def main():
         got, want = k(*args), ref(*args)
         torch.cuda.synchronize()
         err = ((got.double() - want.double()).abs().max() / want.double().abs().max()).item()
+        del got, want
         t_texc = events(lambda: k(*args), a.repeat)
         t_torch = events(lambda: ref(*args), a.repeat)
         t_cli = cli_ms(a.texc, target, source, sizes, a.repeat)
         us = queue_us(lambda: k(*args), a.repeat)
-        rate = f" ({flops / t_texc / 1e9:.0f} TFLOP/s)" if flops else ""
+        unit = "TOPS" if "s8" in name else "TFLOP/s"
+        rate = f" ({flops / t_texc / 1e9:.0f} {unit})" if flops else ""
         cli = f"{t_cli:9.4f}" if t_cli is not None else f"{'-':>9}"
         print(f"{name:32} {t_texc:17.4f} {cli} {t_torch:9.4f} {t_torch / t_texc:8.2f}× {us:8.1f}"
               f"  rel err {err:.1e}{rate}")

@@ -13,7 +13,8 @@
 # the tests and checks; GPU_PYTHON=0 the Python package's tests and timings
 # on CUDA tensors (python/tests, benches/gpu_python.py: the wheel DIR/wheel
 # of a bundle, or one maturin builds here); GPU_BENCH=0 benches/gpu.py;
-# GPU_BENCH_ARGS are more arguments of benches/gpu.py (`--tune 12 --budget 30`).
+# GPU_BENCH_ARGS are more arguments of benches/gpu.py (`--tune 12 --budget 30`,
+# `--only igemm`); GPU_TEST_MODULES the test modules to run (`gpu`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${LOG_DIR:-$(mktemp -d)}
@@ -46,7 +47,8 @@ status=0
 summary=()
 # The test files (modules of the one test binary, tests/tests/suite.rs) that
 # run kernels on GPU targets.
-modules=(gpu backends pipeline)
+# GPU_TEST_MODULES: fewer of them, separated by spaces.
+read -r -a modules <<< "${GPU_TEST_MODULES:-gpu backends pipeline}"
 [ "${GPU_TESTS:-1}" = 0 ] && modules=()
 for name in "${modules[@]}"; do
     # The conformance set on the GPU targets only (the CPU ones run in CI).

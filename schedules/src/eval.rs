@@ -521,8 +521,9 @@ fn warp_reduce(f: &LoopFunc, m: &mut Machine, w: WarpReduce) -> Result<(), Inter
 /// loads the fragment elements [`MmaOp::fragments`] assigns it, the
 /// operation assembles the tiles from the 32 lanes' fragments by the same
 /// layout, multiplies (products of f16 exact, sums in f64, rounded once where
-/// `c` is stored), and each lane stores its part of the result. A layout that
-/// lost or doubled an element would show here.
+/// `c` is stored; 8-bit products and their sums exact in f64, wrapped to
+/// `i32` where stored), and each lane stores its part of the result. A
+/// layout that lost or doubled an element would show here.
 fn mma(f: &LoopFunc, m: &mut Machine, op: MmaOp, [c, a, b]: [&Tile; 3], env: &mut [i64]) -> Result<(), InterpError> {
     let origin = |m: &Machine, t: &Tile, env: &mut [i64]| -> Result<Vec<i64>, InterpError> {
         t.origin.iter().map(|&i| m.eval(&f.vars, i, env).map(|v| v.i())).collect()
@@ -564,7 +565,9 @@ fn mma(f: &LoopFunc, m: &mut Machine, op: MmaOp, [c, a, b]: [&Tile; 3], env: &mu
             for k in 0..kk {
                 acc += ta[(r * kk + k) as usize] * tb[(k * nn + col) as usize];
             }
-            m.store(c.tensor, &at(&co, c, (r, col)), V::F(acc))?;
+            // Within 2^53: |acc| < 2^31 + 32 · 2^15, exact in f64.
+            let v = if op.is_integer() { V::I(i64::from(acc as i64 as i32)) } else { V::F(acc) };
+            m.store(c.tensor, &at(&co, c, (r, col)), v)?;
         }
     }
     Ok(())
@@ -729,6 +732,23 @@ mod tests {
         assert_eq!(b, [(2, 1), (3, 1), (10, 1), (11, 1)]);
         let c: Vec<_> = f.c.iter().map(|c| c.at(5)).collect();
         assert_eq!(c, [(1, 2), (1, 3), (9, 2), (9, 3)]);
+    }
+
+    /// Lane 5 (group 1, position 1) of `m16n8k32` with 8-bit inputs (PTX
+    /// ISA §9.7.13.4.10): `a`'s registers hold columns 4..8 and 20..24 of
+    /// rows 1 and 9; `b`'s rows 4..8 and 20..24 of column 1.
+    #[test]
+    fn int8_fragments_match_the_ptx_isa() {
+        for op in [MmaOp::M16n8k32S8S32, MmaOp::M16n8k32U8S8S32] {
+            let f = op.fragments();
+            let a: Vec<_> = f.a.iter().map(|c| c.at(5)).collect();
+            let row = |r: i64, from: i64| (from..from + 4).map(move |c| (r, c));
+            let want: Vec<_> = row(1, 4).chain(row(9, 4)).chain(row(1, 20)).chain(row(9, 20)).collect();
+            assert_eq!(a, want);
+            let b: Vec<_> = f.b.iter().map(|c| c.at(5)).collect();
+            assert_eq!(b, [(4, 1), (5, 1), (6, 1), (7, 1), (20, 1), (21, 1), (22, 1), (23, 1)]);
+            assert_eq!(f.c.iter().map(|c| c.at(5)).collect::<Vec<_>>(), [(1, 2), (1, 3), (9, 2), (9, 3)]);
+        }
     }
 
     /// The warpgroup's accumulators: every element of the 64×N tile in

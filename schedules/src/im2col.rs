@@ -23,6 +23,11 @@
 //! Applied where that product's tiles divide it: `K` a multiple of 64, the
 //! positions `N*H*W` of 64 and `C*R*S` of 32 (else the stage keeps its
 //! direct schedule). Results are equal up to the order of the f32 sums.
+//!
+//! A convolution of `i8` images and filters into `i32` sums
+//! (`sum[c, r, s](i32(X[..]) * i32(F[..]))`) becomes the same four stages
+//! in those types, its product one of 8-bit tensor-core operations
+//! (`mma.sync` m16n8k32); its results are exact, as the direct ones.
 
 use texc_compiler::ops::{BinOp, ReduceOp};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorDecl, TensorId, TensorRole, Ty, VarDecl};
@@ -39,10 +44,13 @@ pub fn convolutions_to_gemm(p: &mut Program) {
     }
 }
 
-/// A direct convolution stage: its tensors and extents.
+/// A direct convolution stage: its tensors, their element type (`f16` or
+/// `i8`) and the sums' (`f32` or `i32`), and extents.
 struct Conv {
     x: TensorId,
     f: TensorId,
+    elem: ElemType,
+    acc: ElemType,
     /// n, k, h, w (the output's), then c, r, s.
     ext: [i64; 7],
 }
@@ -53,14 +61,20 @@ fn fits(c: &Conv) -> bool {
 }
 
 fn conv_of(p: &Program, st: &Stage) -> Option<Conv> {
-    if st.n_axes != 4 || st.vars.len() != 7 || p.tensor(st.tensor).elem != ElemType::F32 {
+    let acc = p.tensor(st.tensor).elem;
+    let elem = match acc {
+        ElemType::F32 => ElemType::F16,
+        ElemType::I32 => ElemType::I8,
+        _ => return None,
+    };
+    if st.n_axes != 4 || st.vars.len() != 7 {
         return None;
     }
     let TExpr::Reduce(ReduceOp::Sum, _, body) = p.expr(st.value) else { return None };
     let TExpr::Binary(BinOp::Mul, a, b) = p.expr(*body) else { return None };
     let load = |e: TExprId| match p.expr(e) {
         TExpr::Cast(l) => match p.expr(*l) {
-            TExpr::Load(t, idx) if p.tensor(*t).elem == ElemType::F16 && idx.len() == 4 => Some((*t, idx.clone())),
+            TExpr::Load(t, idx) if p.tensor(*t).elem == elem && idx.len() == 4 => Some((*t, idx.clone())),
             _ => None,
         },
         _ => None,
@@ -96,7 +110,7 @@ fn conv_of(p: &Program, st: &Stage) -> Option<Conv> {
         return None;
     }
     let e = |v: u32| st.vars[v as usize].extent;
-    Some(Conv { x, f, ext: [e(0), e(1), e(2), e(3), e(c), e(r), e(s)] })
+    Some(Conv { x, f, elem, acc, ext: [e(0), e(1), e(2), e(3), e(c), e(r), e(s)] })
 }
 
 /// Replaces stage `si` by the four stages; returns how many stages now stand
@@ -108,15 +122,16 @@ fn rewrite(p: &mut Program, si: usize, c: &Conv) -> usize {
     let span = p.stages[si].span;
     let name = p.tensor(y).name.clone();
     let mut b = Build { p: &mut *p, span };
-    let filters = b.temp(&format!("{name}.filters"), ElemType::F16, vec![k, q_len]);
-    let cols = b.temp(&format!("{name}.cols"), ElemType::F16, vec![q_len, m_len]);
-    let gemm = b.temp(&format!("{name}.gemm"), ElemType::F32, vec![k, m_len]);
+    let (elem, acc) = (c.elem, c.acc);
+    let filters = b.temp(&format!("{name}.filters"), elem, vec![k, q_len]);
+    let cols = b.temp(&format!("{name}.cols"), elem, vec![q_len, m_len]);
+    let gemm = b.temp(&format!("{name}.gemm"), acc, vec![k, m_len]);
     // Y.filters[k, q] = F[k, q / (R*S), q / S % R, q % S]
     let (kv, q) = (b.var(0), b.var(1));
     let fc = b.div(q, r * s);
     let fr = b.div_mod(q, s, r);
     let fs = b.rem(q, s);
-    let fval = b.load(c.f, vec![kv, fc, fr, fs], ElemType::F16);
+    let fval = b.load(c.f, vec![kv, fc, fr, fs], elem);
     let st_filters = b.stage(filters, &[("k", k), ("q", q_len)], 2, fval);
     // Y.cols[q, m] = X[m / (H*W), q / (R*S), m / W % H + q / S % R, m % W + q % S]
     let (q, m) = (b.var(0), b.var(1));
@@ -126,16 +141,16 @@ fn rewrite(p: &mut Program, si: usize, c: &Conv) -> usize {
     let xh = b.bin(BinOp::Add, mh, qr);
     let (mw, qs) = (b.rem(m, w), b.rem(q, s));
     let xw = b.bin(BinOp::Add, mw, qs);
-    let xval = b.load(c.x, vec![xn, xc, xh, xw], ElemType::F16);
+    let xval = b.load(c.x, vec![xn, xc, xh, xw], elem);
     let st_cols = b.stage(cols, &[("q", q_len), ("m", m_len)], 2, xval);
-    // Y.gemm[k, m] = sum[q](f32(Y.filters[k, q]) * f32(Y.cols[q, m]))
+    // Y.gemm[k, m] = sum[q](f32(Y.filters[k, q]) * f32(Y.cols[q, m])) (or i32)
     let (kv, m, q) = (b.var(0), b.var(1), b.var(2));
-    let a = b.load(filters, vec![kv, q], ElemType::F16);
-    let a = b.f32(a);
-    let x = b.load(cols, vec![q, m], ElemType::F16);
-    let x = b.f32(x);
-    let prod = b.p.alloc(TExpr::Binary(BinOp::Mul, a, x), Ty::Elem(ElemType::F32), span);
-    let sum = b.p.alloc(TExpr::Reduce(ReduceOp::Sum, vec![2], prod), Ty::Elem(ElemType::F32), span);
+    let a = b.load(filters, vec![kv, q], elem);
+    let a = b.cast(a, acc);
+    let x = b.load(cols, vec![q, m], elem);
+    let x = b.cast(x, acc);
+    let prod = b.p.alloc(TExpr::Binary(BinOp::Mul, a, x), Ty::Elem(acc), span);
+    let sum = b.p.alloc(TExpr::Reduce(ReduceOp::Sum, vec![2], prod), Ty::Elem(acc), span);
     let st_gemm = b.stage(gemm, &[("k", k), ("m", m_len), ("q", q_len)], 2, sum);
     // Y[n, k, h, w] = Y.gemm[k, n*H*W + h*W + w]
     let (nv, kv, hv, wv) = (b.var(0), b.var(1), b.var(2), b.var(3));
@@ -143,7 +158,7 @@ fn rewrite(p: &mut Program, si: usize, c: &Conv) -> usize {
     let at_h = b.mul(hv, w);
     let at = b.bin(BinOp::Add, at_n, at_h);
     let at = b.bin(BinOp::Add, at, wv);
-    let yval = b.load(gemm, vec![kv, at], ElemType::F32);
+    let yval = b.load(gemm, vec![kv, at], acc);
     let vars = p.stages[si].vars[..4].to_vec();
     p.stages[si] = Stage { tensor: y, vars, n_axes: 4, value: yval, span };
     p.stages.splice(si..si, [st_filters, st_cols, st_gemm]);
@@ -205,7 +220,7 @@ impl Build<'_> {
         self.p.alloc(TExpr::Load(t, idx), Ty::Elem(elem), self.span)
     }
 
-    fn f32(&mut self, e: TExprId) -> TExprId {
-        self.p.alloc(TExpr::Cast(e), Ty::Elem(ElemType::F32), self.span)
+    fn cast(&mut self, e: TExprId, to: ElemType) -> TExprId {
+        self.p.alloc(TExpr::Cast(e), Ty::Elem(to), self.span)
     }
 }

@@ -85,10 +85,22 @@ pub enum MmaOp {
     /// `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`: f32 inputs
     /// rounded to TF32 (10-bit mantissa, to nearest, ties away) → f32.
     M16n8k8Tf32F32,
+    /// `mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32`: i8 × i8 → i32
+    /// (exact products, sums wrapping in 32 bits).
+    M16n8k32S8S32,
+    /// `mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32`: u8 × i8 → i32
+    /// (a quantized model's unsigned activations times signed weights).
+    M16n8k32U8S8S32,
 }
 
 impl MmaOp {
-    pub const ALL: [MmaOp; 3] = [MmaOp::M16n8k16F16F32, MmaOp::M16n8k16Bf16F32, MmaOp::M16n8k8Tf32F32];
+    pub const ALL: [MmaOp; 5] = [
+        MmaOp::M16n8k16F16F32,
+        MmaOp::M16n8k16Bf16F32,
+        MmaOp::M16n8k8Tf32F32,
+        MmaOp::M16n8k32S8S32,
+        MmaOp::M16n8k32U8S8S32,
+    ];
 
     /// The name in schedules (`tensorize ... with mma_m16n8k16_f16f32`).
     pub fn schedule_name(self) -> &'static str {
@@ -96,6 +108,8 @@ impl MmaOp {
             MmaOp::M16n8k16F16F32 => "mma_m16n8k16_f16f32",
             MmaOp::M16n8k16Bf16F32 => "mma_m16n8k16_bf16f32",
             MmaOp::M16n8k8Tf32F32 => "mma_m16n8k8_tf32f32",
+            MmaOp::M16n8k32S8S32 => "mma_m16n8k32_s8s32",
+            MmaOp::M16n8k32U8S8S32 => "mma_m16n8k32_u8s8s32",
         }
     }
 
@@ -105,6 +119,8 @@ impl MmaOp {
             MmaOp::M16n8k16F16F32 => "m16n8k16.f16.f32",
             MmaOp::M16n8k16Bf16F32 => "m16n8k16.bf16.f32",
             MmaOp::M16n8k8Tf32F32 => "m16n8k8.tf32.f32",
+            MmaOp::M16n8k32S8S32 => "m16n8k32.s8.s32",
+            MmaOp::M16n8k32U8S8S32 => "m16n8k32.u8.s8.s32",
         }
     }
 
@@ -113,6 +129,7 @@ impl MmaOp {
         match self {
             MmaOp::M16n8k16F16F32 | MmaOp::M16n8k16Bf16F32 => (16, 8, 16),
             MmaOp::M16n8k8Tf32F32 => (16, 8, 8),
+            MmaOp::M16n8k32S8S32 | MmaOp::M16n8k32U8S8S32 => (16, 8, 32),
         }
     }
 
@@ -120,7 +137,9 @@ impl MmaOp {
     /// §9.7.13.4.8, `m16n8k16` with `.f16` inputs, and §9.7.13.4.7,
     /// `m16n8k8` with `.tf32`; lane `l` is in group `g = l / 4` at position
     /// `t = l % 4`), in register order: f16 `a` as 8 halves (4 pairs), `b` as
-    /// 4 halves (2 pairs); TF32 `a` as 4 values, `b` as 2; `c` and `d` as 4 floats.
+    /// 4 halves (2 pairs); TF32 `a` as 4 values, `b` as 2; `c` and `d` as 4
+    /// floats; 8-bit `a` as 16 bytes (4 registers of 4 consecutive `k`), `b`
+    /// as 8 (2 registers), `c` and `d` as 4 `i32` (§9.7.13.4.10, `m16n8k32`).
     pub fn fragments(self) -> Fragments {
         match self {
             // bf16 fragments are laid out as f16's (PTX ISA §9.7.13.4.8).
@@ -128,16 +147,36 @@ impl MmaOp {
                 Fragments { a: &M16N8K16_A, b: &M16N8K16_B, c: &M16N8K16_C }
             }
             MmaOp::M16n8k8Tf32F32 => Fragments { a: &M16N8K8_TF32_A, b: &M16N8K8_TF32_B, c: &M16N8K16_C },
+            // The accumulators as f16's (§9.7.13.4.10).
+            MmaOp::M16n8k32S8S32 | MmaOp::M16n8k32U8S8S32 => {
+                Fragments { a: &M16N8K32_I8_A, b: &M16N8K32_I8_B, c: &M16N8K16_C }
+            }
         }
     }
 
-    /// Element types of `a` and `b`, and of `c`.
+    /// Element types of `a`, and of `c` (`b`'s: [`MmaOp::b_type`]).
     pub fn types(self) -> (ElemType, ElemType) {
         match self {
             MmaOp::M16n8k16F16F32 => (ElemType::F16, ElemType::F32),
             MmaOp::M16n8k16Bf16F32 => (ElemType::BF16, ElemType::F32),
             MmaOp::M16n8k8Tf32F32 => (ElemType::F32, ElemType::F32),
+            MmaOp::M16n8k32S8S32 => (ElemType::I8, ElemType::I32),
+            MmaOp::M16n8k32U8S8S32 => (ElemType::U8, ElemType::I32),
         }
+    }
+
+    /// Element type of `b`: `a`'s, but signed bytes beside unsigned ones.
+    pub fn b_type(self) -> ElemType {
+        match self {
+            MmaOp::M16n8k32U8S8S32 => ElemType::I8,
+            _ => self.types().0,
+        }
+    }
+
+    /// Whether the operation multiplies integers (exactly, into `i32` sums
+    /// that wrap), rather than floats.
+    pub fn is_integer(self) -> bool {
+        self.types().1 == ElemType::I32
     }
 
     /// Whether the inputs are rounded to TF32 first (results differ from
@@ -170,6 +209,37 @@ const M16N8K8_TF32_A: [Coord; 4] = [
     Coord::new(8, 1, 0, 4, 0, 1),
 ];
 const M16N8K8_TF32_B: [Coord; 2] = [Coord::new(0, 0, 1, 0, 1, 0), Coord::new(4, 0, 1, 0, 1, 0)];
+/// 8-bit `a` (16 × 32): registers of 4 consecutive `k` — rows `g` and
+/// `g + 8`, columns `4t..4t + 4`, then the same 16 columns on.
+const M16N8K32_I8_A: [Coord; 16] = [
+    Coord::new(0, 1, 0, 0, 0, 4),
+    Coord::new(0, 1, 0, 1, 0, 4),
+    Coord::new(0, 1, 0, 2, 0, 4),
+    Coord::new(0, 1, 0, 3, 0, 4),
+    Coord::new(8, 1, 0, 0, 0, 4),
+    Coord::new(8, 1, 0, 1, 0, 4),
+    Coord::new(8, 1, 0, 2, 0, 4),
+    Coord::new(8, 1, 0, 3, 0, 4),
+    Coord::new(0, 1, 0, 16, 0, 4),
+    Coord::new(0, 1, 0, 17, 0, 4),
+    Coord::new(0, 1, 0, 18, 0, 4),
+    Coord::new(0, 1, 0, 19, 0, 4),
+    Coord::new(8, 1, 0, 16, 0, 4),
+    Coord::new(8, 1, 0, 17, 0, 4),
+    Coord::new(8, 1, 0, 18, 0, 4),
+    Coord::new(8, 1, 0, 19, 0, 4),
+];
+/// 8-bit `b` (32 × 8): rows (`k`) `4t..4t + 4`, then 16 on; column `g`.
+const M16N8K32_I8_B: [Coord; 8] = [
+    Coord::new(0, 0, 4, 0, 1, 0),
+    Coord::new(1, 0, 4, 0, 1, 0),
+    Coord::new(2, 0, 4, 0, 1, 0),
+    Coord::new(3, 0, 4, 0, 1, 0),
+    Coord::new(16, 0, 4, 0, 1, 0),
+    Coord::new(17, 0, 4, 0, 1, 0),
+    Coord::new(18, 0, 4, 0, 1, 0),
+    Coord::new(19, 0, 4, 0, 1, 0),
+];
 const M16N8K16_C: [Coord; 4] = [
     Coord::new(0, 1, 0, 0, 0, 2),
     Coord::new(0, 1, 0, 1, 0, 2),
@@ -318,13 +388,21 @@ impl TensorOp {
         }
     }
 
-    /// Element types of `a` and `b`, and of `c`.
+    /// Element types of `a` (and `b`, but see [`TensorOp::b_type`]), and of `c`.
     pub fn types(self) -> (ElemType, ElemType) {
         match self {
             TensorOp::Mma(o) => o.types(),
             TensorOp::Wgmma(o) => (o.ab, ElemType::F32),
             // Four bytes of `k` to an `i32` (`crate::dot4`'s packing), sums in `i32`.
             TensorOp::TileDot => (ElemType::I32, ElemType::I32),
+        }
+    }
+
+    /// Element type of `b` (see [`MmaOp::b_type`]).
+    pub fn b_type(self) -> ElemType {
+        match self {
+            TensorOp::Mma(o) => o.b_type(),
+            _ => self.types().0,
         }
     }
 }

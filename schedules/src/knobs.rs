@@ -46,7 +46,8 @@
 ///   the image into shared memory), and for tensor-core products through
 ///   shared memory `gtile` (the largest block tile side tried: 128 or 64;
 ///   the 64×64 warp tiles stay), `gslice` (the largest slice of the
-///   reduction tried: 64 or 32) and `stages` (slices in flight, 2 to 4);
+///   reduction tried: 64 or 32; 128 for 8-bit products, their default)
+///   and `stages` (slices in flight, 2 to 4);
 ///   `wgmma` (0: on sm_90, such products on `mma.sync` warps instead of
 ///   Hopper's warpgroup operations).
 ///
@@ -246,8 +247,8 @@ pub const KNOBS: [Knob; 22] = [
         "gslice",
         Gpu,
         &[64, 32],
-        Accepts::OneOf(&[32, 64]),
-        "the largest reduction slice of shared-memory products",
+        Accepts::OneOf(&[32, 64, 128]),
+        "the largest reduction slice of shared-memory products (8-bit ones take 128 unless capped)",
         |d, v| d.gslice.replace(v).is_none()
     ),
     knob!("stages", Gpu, &[3, 2, 4], Accepts::Range(2, 4), "slices of shared-memory products in flight", |d, v| d

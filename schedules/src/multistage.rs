@@ -359,7 +359,7 @@ fn slot_loads(f: &mut LoopFunc, e: TExprId, buffers: &[TensorId], slot: TExprId,
     }
 }
 
-/// Pads the rows of shared f16 buffers that tensor-core operations read
+/// Pads the rows of shared f16 (and 8-bit) buffers that tensor-core operations read
 /// (by `ldmatrix`, eight rows of 16 bytes per step) by 16 bytes where
 /// their length in 16-byte units is even: then the eight rows fall on
 /// eight different groups of banks instead of sharing two or one (a row of
@@ -378,7 +378,7 @@ pub fn pad_ldmatrix_rows(f: &mut LoopFunc, limit: i64) {
             let d = f.p.tensor(t);
             let (elem, last) = (d.elem.size() as i64, *d.shape.last()?);
             let units = last * elem / 16;
-            (matches!(d.elem, ElemType::F16 | ElemType::BF16)
+            (matches!(d.elem, ElemType::F16 | ElemType::BF16 | ElemType::I8 | ElemType::U8)
                 && d.shape.len() >= 2
                 && last * elem % 16 == 0
                 && units % 2 == 0)

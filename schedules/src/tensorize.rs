@@ -177,14 +177,14 @@ fn matching(f: &mut LoopFunc, s: &Stmt, w: &Want, relayouts: &mut Vec<Relayout>)
     let [m, n, k] = vars.map(|v| v.expect("three loops"));
     let (a, b) = accumulation(f, *value, *tensor, indices).ok_or_else(|| {
         format!(
-            "`{}` is not computed as a sum of products `f32(A) * f32(B)` (or `A * B` of f32)",
+            "`{}` is not computed as a sum of products `f32(A) * f32(B)` (or `A * B` of f32, or `i32(A) * i32(B)`)",
             f.p.tensor(w.tensor).name
         )
     })?;
     // The operand indexed by m and k is `a`, by k and n `b`.
     let (a, b) = if uses(f, &a.1, m) { (a, b) } else { (b, a) };
-    let (ab, _) = w.op.types();
-    for (t, _) in [&a, &b] {
+    let want = [w.op.types().0, w.op.b_type()];
+    for ((t, _), ab) in [&a, &b].into_iter().zip(want) {
         if f.p.tensor(*t).elem != ab {
             return Err(format!(
                 "`{}` is {}, but the operation multiplies {ab}",
@@ -591,14 +591,16 @@ fn accumulation(f: &LoopFunc, e: TExprId, c: TensorId, idx: &[TExprId]) -> Optio
     let p = &f.p;
     let prod = accumulated(f, e, c, idx)?;
     let TExpr::Binary(BinOp::Mul, a, b) = p.expr(prod) else { return None };
-    // `f32(A[..])` of f16 inputs, or `A[..]` itself of f32 ones.
+    // `f32(A[..])` of f16 inputs, or `A[..]` itself of f32 ones;
+    // `i32(A[..])` of 8-bit ones.
     let operand = |e: TExprId| -> Option<Operand> {
         let load = match p.expr(e) {
             TExpr::Cast(inner) => *inner,
             _ => e,
         };
+        let sum = matches!(p.ty(e), Ty::Elem(ElemType::F32 | ElemType::I32));
         match p.expr(load) {
-            TExpr::Load(t, i) if p.ty(e) == Ty::Elem(texc_compiler::types::ElemType::F32) => Some((*t, i.clone())),
+            TExpr::Load(t, i) if sum => Some((*t, i.clone())),
             _ => None,
         }
     };

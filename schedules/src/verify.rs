@@ -249,7 +249,7 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
             Stmt::Mma { op, c, a, b } => {
                 let (ab, acc) = op.types();
                 let swizzled = crate::ir::swizzled_buffers(f);
-                for (t, elem) in [(c, acc), (a, ab), (b, ab)] {
+                for (t, elem) in [(c, acc), (a, ab), (b, op.b_type())] {
                     let d = f.p.tensor(t.tensor);
                     if swizzled.contains(&t.tensor) {
                         return Err(LoopError::MmaOfSwizzled(d.name.clone()));

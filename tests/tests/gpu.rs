@@ -1091,6 +1091,104 @@ fn bf16_products_run_on_tensor_cores() {
     assert!(pl.compile(&f).is_err(), "the emulation refuses it too");
 }
 
+/// 8-bit products on tensor cores (`mma.sync ... m16n8k32 ... s8.s8` and
+/// `u8.s8`, exact into i32): the default schedule's pipelined product
+/// through shared memory (`ldmatrix` of `A`'s rows, and of a weight
+/// `W[j, k]`'s, whose 4 consecutive `k` make a register; a `B[k, j]` read
+/// byte by byte), its product from global memory where the shared tiles do
+/// not divide, plain threads where the operation's do not, an 8-bit
+/// convolution as an implicit product (`crate::im2col`), and a hand
+/// schedule's `tensorize ... with mma_m16n8k32_s8s32` — all equal to the
+/// interpreter, on both GPU targets, assembled by ptxas to `IMMA`.
+#[test]
+fn int8_products_run_on_tensor_cores() {
+    require_ptxas();
+    let weights = |a: &str| {
+        format!(
+            "kernel g(A: {a}[M, K], W: i8[N, K]) -> C: i32[M, N] {{\n    \
+             C[i, j] = sum[k](i32(A[i, k]) * i32(W[j, k]));\n}}\n"
+        )
+    };
+    let rows = "kernel g(A: i8[M, K], B: i8[K, N]) -> C: i32[M, N] {\n    \
+                C[i, j] = sum[k](i32(A[i, k]) * i32(B[k, j]));\n}\n";
+    let s8 = ("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", "IMMA.16832.S8.S8");
+    let u8 = ("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32", "IMMA.16832.U8.S8");
+    // (source, M, K, N, instruction and SASS, `ldmatrix` of A and of B)
+    let cases = [
+        (weights("i8"), 128, 256, 128, Some(s8), [true, true]),
+        (weights("u8"), 256, 128, 128, Some(u8), [true, true]),
+        (rows.to_string(), 128, 128, 256, Some(s8), [true, false]),
+        (weights("i8"), 48, 64, 24, Some(s8), [false, false]),
+        (weights("u8"), 100, 40, 72, None, [false, false]),
+    ];
+    for target in GPUS {
+        for (src, m, k, n, op, ldmatrix) in &cases {
+            let what = format!("{target} {m}×{k}×{n}: {src}");
+            let b = sizes(&format!("M={m},K={k},N={n}"));
+            let (mut pl, k) = texc_tests::load_text(target, "g.tex", src, None).expect("loads");
+            let p = texc_tests::specialize(&mut pl, k, &b);
+            let f = texc_tests::loops(&mut pl, k, &p);
+            assert_eq!(error_vs_interp(&mut pl, &p, &f, 5), 0.0, "{what}");
+            assert_eq!(eval_error(&p, &f, 5), 0.0, "{what}: loop-IR evaluator");
+            let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
+            assert_eq!(ptx.contains("mma.sync"), op.is_some(), "{what}");
+            assert_eq!(ptx.contains("ldmatrix.sync.aligned.m8n8.x4"), ldmatrix[0], "{what}");
+            assert_eq!(ptx.contains("ldmatrix.sync.aligned.m8n8.x2"), ldmatrix[1], "{what}");
+            let (cubin, _) = texc_codegen::cuda::assemble(&ptx, &sm(target)).unwrap_or_else(|e| panic!("{e}"));
+            let Some((instruction, sass)) = op else { continue };
+            assert!(ptx.contains(instruction), "{what}");
+            match texc_codegen::cuda::disassemble(&cubin) {
+                Ok(text) => assert!(text.contains(sass), "{what}: no {sass} in\n{text}"),
+                Err(why) => eprintln!("not disassembled: {why}"),
+            }
+        }
+        // An 8-bit convolution: an implicit product on the same operations.
+        let conv =
+            "kernel c(X: i8[N, C, H, W], F: i8[K, C, R = 3, S = 3]) -> Y: i32[N, K, H - R + 1, W - S + 1] {\n    \
+                    Y[n, k, h, w] = sum[c, r, s](i32(X[n, c, h + r, w + s]) * i32(F[k, c, r, s]));\n}\n";
+        let (mut pl, k) = texc_tests::load_text(target, "c.tex", conv, None).expect("loads");
+        let p = texc_tests::specialize(&mut pl, k, &sizes("N=2,C=32,H=18,W=20,K=64"));
+        let f = texc_tests::loops(&mut pl, k, &p);
+        assert_eq!(error_vs_interp(&mut pl, &p, &f, 7), 0.0, "{target}: 8-bit convolution");
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
+        assert!(ptx.contains(s8.0), "{target}: the convolution's product on tensor cores");
+        texc_codegen::cuda::assemble(&ptx, &sm(target)).unwrap_or_else(|e| panic!("{e}"));
+        // A warp's 64 × 64 accumulators (128 registers a lane) and its
+        // fragments fit without spills where the reduction is long.
+        let (mut pl, k) = texc_tests::load_text(target, "g.tex", &weights("i8"), None).expect("loads");
+        let p = texc_tests::specialize(&mut pl, k, &sizes("M=4096,K=4096,N=4096"));
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
+        let (_, res) = texc_codegen::cuda::assemble(&ptx, &sm(target)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "{target}: no spills at 4096³: {res:?}");
+    }
+    let hand = "kernel igemm(A: i8[M = 64, K = 96], W: i8[N = 48, K]) -> C: i32[M, N] {\n    \
+                C[i, j] = sum[k](i32(A[i, k]) * i32(W[j, k]));\n}\nschedule igemm for nvptx-sm80 {\n    \
+                tile C(i, j) by (16, 8) -> (io, jo, ii, ji);\n    split C.k by 32 -> (ko, ki);\n    \
+                reorder C(io, jo, ko, ii, ji, ki);\n    bind C.io to block.y;\n    bind C.jo to block.x;\n    \
+                tensorize C(ii, ji, ki) with mma_m16n8k32_s8s32;\n}\n";
+    texc_tests::check_text("igemm.tex", hand).unwrap_or_else(|e| panic!("{e}"));
+    let (mut pl, k) = texc_tests::load_text("nvptx-sm80", "igemm.tex", hand, None).expect("loads");
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let lowered =
+        pl.schedule(k, p.clone()).and_then(|s| pl.lower(s)).unwrap_or_else(|e| panic!("{}", rendered(&pl, e)));
+    let text = texc_schedules::ir::print(&lowered);
+    assert!(text.contains("mma m16n8k32.s8.s32 C[io * 16 + 0, jo * 8 + 0] @ (0, 1)"), "{text}");
+    assert!(text.contains("W[jo * 8 + 0, ko * 32 + 0] @ (1, 0)"), "the weight's tile runs along its rows: {text}");
+    let again = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("the loop IR text parses");
+    assert_eq!(texc_schedules::ir::print(&again.func), text, "and prints back the same");
+    assert_eq!(eval_error(&p, &lowered, 3), 0.0, "loop IR");
+    let legal = pl.legalize(lowered).expect("legal");
+    assert_eq!(error_vs_interp(&mut pl, &p, &legal, 3), 0.0);
+    let cases = [
+        (hand.replace("A: i8", "A: f16"), "`A` is f16, but the operation multiplies i8"),
+        (hand.replace("W: i8", "W: u8"), "`W` is u8, but the operation multiplies i8"),
+        (hand.replace("mma_m16n8k32_s8s32", "mma_m16n8k32_u8s8s32"), "`A` is i8, but the operation multiplies u8"),
+        (hand.replace("split C.k by 32", "split C.k by 16"), "tiles are 32 long along `ki`, which has 16 iterations"),
+    ];
+    assert_spanned_errors("igemm.tex", &cases);
+}
+
 /// Contractions that tensor cores do not run (f32 products, batched
 /// products, direct convolutions and Winograd's batched products): by
 /// default each thread computes 4×4 of the result with its accumulators in

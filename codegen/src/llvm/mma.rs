@@ -2,7 +2,8 @@
 //! warp, each lane loading its fragment elements where PTX's ISA guide puts
 //! them (`MmaOp::fragments`: lane `l` is in group `g = l / 4` at position
 //! `t = l % 4`); in the CPU emulation, the tile product as three loops
-//! (TF32 inputs rounded as `cvt.rna.tf32.f32` rounds them).
+//! (TF32 inputs rounded as `cvt.rna.tf32.f32` rounds them; 8-bit inputs
+//! widened to `i32`, sums wrapping as the hardware's do).
 
 use super::gen::{Frame, Gen, Mode};
 use super::gpu::GpuKernel;
@@ -140,9 +141,11 @@ pub(super) struct Placed<'ctx> {
     rows: usize,
     cols: usize,
     elem: texc_compiler::types::ElemType,
-    /// Whether each origin index is provably even, and a multiple of 8.
+    /// Whether each origin index is provably even, a multiple of 4, of 8, of 16.
     even: Vec<bool>,
+    four: Vec<bool>,
     eight: Vec<bool>,
+    sixteen: Vec<bool>,
     tensor: TensorId,
     /// A shared-memory array of the block (the GPU, not the emulation).
     shared: bool,
@@ -187,8 +190,10 @@ impl<'ctx> Gen<'ctx, '_> {
         for &i in &t.origin {
             origin.push(self.expr(fr, i, Mode::Scalar)?.into_int_value());
         }
-        let even = t.origin.iter().map(|&i| texc_schedules::analysis::multiple_of(&self.f.p, i, 2, None)).collect();
-        let eight = t.origin.iter().map(|&i| texc_schedules::analysis::multiple_of(&self.f.p, i, 8, None)).collect();
+        let multiple = |n: i64| -> Vec<bool> {
+            t.origin.iter().map(|&i| texc_schedules::analysis::multiple_of(&self.f.p, i, n, None)).collect()
+        };
+        let (even, four, eight, sixteen) = (multiple(2), multiple(4), multiple(8), multiple(16));
         let shared = self.on_device() && self.f.shared.contains(&t.tensor);
         Ok(Placed {
             base: fr.tensors[&t.tensor],
@@ -198,7 +203,9 @@ impl<'ctx> Gen<'ctx, '_> {
             cols,
             elem,
             even,
+            four,
             eight,
+            sixteen,
             tensor: t.tensor,
             shared,
         })
@@ -289,7 +296,19 @@ impl<'ctx> Gen<'ctx, '_> {
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let frag = op.fragments();
         let mut args: Vec<BasicValueEnum<'ctx>> = Vec::new();
-        for (tile, coords, is_a) in [(a, frag.a, true), (b, frag.b, false)] {
+        if op.is_integer() {
+            for (tile, coords, is_a) in [(a, frag.a, true), (b, frag.b, false)] {
+                match self.ldmatrix_bytes(tile, lane, is_a)? {
+                    Some(regs) => args.extend(regs),
+                    None => {
+                        for quad in coords.chunks(4) {
+                            args.push(self.byte_quad(tile, lane, quad)?.into());
+                        }
+                    }
+                }
+            }
+        }
+        for (tile, coords, is_a) in [(a, frag.a, true), (b, frag.b, false)].into_iter().filter(|_| !op.is_integer()) {
             if matches!(op, MmaOp::M16n8k16F16F32 | MmaOp::M16n8k16Bf16F32) {
                 if let Some(regs) = self.ldmatrix(tile, lane, is_a)? {
                     args.extend(regs);
@@ -341,6 +360,8 @@ impl<'ctx> Gen<'ctx, '_> {
             MmaOp::M16n8k16F16F32 => "llvm.nvvm.mma.m16n8k16.row.col.f32.f32",
             MmaOp::M16n8k16Bf16F32 => "llvm.nvvm.mma.m16n8k16.row.col.bf16",
             MmaOp::M16n8k8Tf32F32 => "llvm.nvvm.mma.m16n8k8.row.col.tf32",
+            MmaOp::M16n8k32S8S32 => "llvm.nvvm.mma.m16n8k32.row.col.s8",
+            MmaOp::M16n8k32U8S8S32 => "llvm.nvvm.mma.m16n8k32.row.col.u8.s8",
         };
         let f = self.intrinsic(name, &[])?;
         let d = self.call(f, &args)?.into_struct_value();
@@ -395,6 +416,96 @@ impl<'ctx> Gen<'ctx, '_> {
             })
             .collect::<R<Vec<_>>>()
             .map(Some)
+    }
+
+    /// The fragment of an 8-bit `m16n8k32` operand in shared memory by
+    /// `ldmatrix` (its rows of 16 bytes are those of f16's 8 × 8 matrices,
+    /// and each 32-bit register the lane receives holds the 4 consecutive
+    /// `k` the operation takes): `A` (16 × 32, its columns `k` contiguous)
+    /// as four 8 × 16-byte matrices — rows 0–7 and 8–15 of `k` 0–15, then
+    /// of `k` 16–31; `B` (32 × 8) as two, where its rows `k` are the
+    /// contiguous ones (a weight `W[n, k]`): `n` 0–7 of `k` 0–15, then of
+    /// 16–31, untransposed. Each row 16-byte aligned, as for f16.
+    fn ldmatrix_bytes(
+        &self,
+        t: &Placed<'ctx>,
+        lane: IntValue<'ctx>,
+        is_a: bool,
+    ) -> R<Option<Vec<BasicValueEnum<'ctx>>>> {
+        // The tile's dimension along `k`, which must be the contiguous one.
+        let (k_dim, other) = if is_a { (t.cols, t.rows) } else { (t.rows, t.cols) };
+        let aligned = (0..t.strides.len()).all(|d| {
+            if d == k_dim {
+                t.strides[d] == 1 && t.sixteen[d]
+            } else if d == other {
+                t.strides[d] % 16 == 0
+            } else {
+                t.strides[d] % 16 == 0 || t.sixteen[d]
+            }
+        });
+        if !t.shared || !aligned || t.elem.size() != 1 {
+            return Ok(None);
+        }
+        let i64t = self.cx.i64_type();
+        let k = |v: u64| i64t.const_int(v, false);
+        let low = self.b.build_and(lane, k(7), "r")?;
+        let (row, col, name, n) = if is_a {
+            let half = self.b.build_and(self.b.build_right_shift(lane, k(3), false, "q")?, k(1), "h")?;
+            let m = self.b.build_int_add(low, self.b.build_int_mul(half, k(8), "h8")?, "m")?;
+            let kk = self.b.build_int_mul(self.b.build_right_shift(lane, k(4), false, "q2")?, k(16), "k")?;
+            (m, kk, "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16", 4)
+        } else {
+            let half = self.b.build_and(self.b.build_right_shift(lane, k(3), false, "q")?, k(1), "h")?;
+            let kk = self.b.build_int_mul(half, k(16), "k")?;
+            // The element at (row k, column n) of the tile.
+            (kk, low, "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.b16", 2)
+        };
+        let p = self.element(t, row, col)?;
+        let shared = self.b.build_address_space_cast(p, self.cx.ptr_type(AddressSpace::from(3u16)), "smem")?;
+        let f = self.intrinsic(name, &[self.cx.ptr_type(AddressSpace::from(3u16)).into()])?;
+        let d = self.call(f, &[shared.into()])?.into_struct_value();
+        (0..n).map(|i| Ok(self.b.build_extract_value(d, i, "m")?)).collect::<R<Vec<_>>>().map(Some)
+    }
+
+    /// Four bytes of an 8-bit operand's fragment (`quad`, in register order:
+    /// consecutive `k`) as one 32-bit register, the first in the low byte:
+    /// one aligned load where they are adjacent in memory and every term of
+    /// the first one's offset a multiple of 4, else four loads.
+    fn byte_quad(&self, t: &Placed<'ctx>, lane: IntValue<'ctx>, quad: &[Coord]) -> R<IntValue<'ctx>> {
+        let i32t = self.cx.i32_type();
+        let x = quad[0];
+        // Consecutive along the tile's columns (`a`) or rows (`b`).
+        let along_cols = quad.iter().enumerate().all(|(i, y)| *y == Coord { c0: x.c0 + i as i64, ..x });
+        let along_rows = quad.iter().enumerate().all(|(i, y)| *y == Coord { r0: x.r0 + i as i64, ..x });
+        let dim = if along_cols { Some(t.cols) } else { along_rows.then_some(t.rows) };
+        let aligned = dim.is_some_and(|dim| {
+            let steps = if along_cols { [x.c0, x.cg, x.ct] } else { [x.r0, x.rg, x.rt] };
+            quad.len() == 4
+                && t.strides[dim] == 1
+                && (0..t.strides.len()).all(|d| {
+                    if d == dim {
+                        t.four[d] && steps.iter().all(|s| s % 4 == 0)
+                    } else {
+                        t.strides[d] % 4 == 0 || t.four[d]
+                    }
+                })
+        });
+        if aligned {
+            let (r, c) = self.coord(lane, x)?;
+            let p = self.element(t, r, c)?;
+            let v = self.b.build_load(i32t, p, "quad")?;
+            v.as_instruction_value().expect("a load").set_alignment(4).map_err(super::llvm_err)?;
+            return Ok(v.into_int_value());
+        }
+        let mut v = i32t.const_zero();
+        for (i, &y) in quad.iter().enumerate() {
+            let (r, c) = self.coord(lane, y)?;
+            let e = self.load_at(t, r, c)?.into_int_value();
+            let w = self.b.build_int_z_extend(e, i32t, "byte")?;
+            let w = self.b.build_left_shift(w, i32t.const_int(8 * i as u64, false), "byte")?;
+            v = self.b.build_or(v, w, "bytes")?;
+        }
+        Ok(v)
     }
 
     /// The two halves at `pair` as one aligned `<2 x half>` load, when they
@@ -508,7 +619,6 @@ impl<'ctx> Gen<'ctx, '_> {
             return Ok(false);
         }
         let lane = tid[0];
-        let f32t = self.cx.f32_type();
         let i64t = self.cx.i64_type();
         // Bind a site's thread loops to the thread and its unrolled loops to `key`.
         let bind = |fr: &mut Frame<'ctx>, around: &[Around], key: &[(VarId, u64)]| {
@@ -534,9 +644,10 @@ impl<'ctx> Gen<'ctx, '_> {
             let (around, m) = &sites[*si];
             bind(fr, around, key);
             let c = self.place(fr, accumulators(m))?;
+            let acc_ty = self.mem_ty(c.elem);
             let mut regs = Vec::new();
             for (row, col) in self.places(&coords(m), lane)? {
-                let slot = self.entry_alloca(fr.func, f32t.into())?;
+                let slot = self.entry_alloca(fr.func, acc_ty)?;
                 self.b.build_store(slot, self.load_at(&c, row, col)?)?;
                 regs.push(slot);
             }
@@ -562,8 +673,9 @@ impl<'ctx> Gen<'ctx, '_> {
             let c = self.place(fr, accumulators(m))?;
             let mut sorted = key.clone();
             sorted.sort_unstable();
+            let acc_ty = self.mem_ty(c.elem);
             for (&slot, (row, col)) in resident.slots[&sorted].iter().zip(self.places(&coords(m), lane)?) {
-                let v = self.b.build_load(f32t, slot, "acc")?;
+                let v = self.b.build_load(acc_ty, slot, "acc")?;
                 let ptr = self.element(&c, row, col)?;
                 self.b.build_store(ptr, v)?;
             }
@@ -584,10 +696,10 @@ impl<'ctx> Gen<'ctx, '_> {
         b: &Placed<'ctx>,
     ) -> R<()> {
         let slots = self.resident_slots(fr, c)?;
-        let f32t = self.cx.f32_type();
+        let acc_ty = self.mem_ty(op.types().1);
         let mut acc = Vec::new();
         for &s in &slots {
-            acc.push(self.b.build_load(f32t, s, "acc")?);
+            acc.push(self.b.build_load(acc_ty, s, "acc")?);
         }
         let d = self.mma_call(op, lane, a, b, acc)?;
         for (v, &s) in d.into_iter().zip(&slots) {
@@ -636,6 +748,9 @@ impl<'ctx> Gen<'ctx, '_> {
         a: &Placed<'ctx>,
         b: &Placed<'ctx>,
     ) -> R<()> {
+        if op.is_integer() {
+            return self.mma_loops_integer(fr, op, c, a, b);
+        }
         let (m, n, kk) = op.shape();
         let i64t = self.cx.i64_type();
         let f32t = self.cx.f32_type();
@@ -668,6 +783,52 @@ impl<'ctx> Gen<'ctx, '_> {
                     Ok(())
                 })?;
                 let acc = g.b.build_load(f32t, slot, "acc")?;
+                g.b.build_store(p, acc)?;
+                Ok(())
+            })
+        })
+    }
+
+    /// [`Gen::mma_loops`] of 8-bit operands: each widened to `i32` (signed
+    /// or unsigned as the operation says), products and sums wrapping in
+    /// `i32` as the tensor cores' do.
+    fn mma_loops_integer(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        op: MmaOp,
+        c: &Placed<'ctx>,
+        a: &Placed<'ctx>,
+        b: &Placed<'ctx>,
+    ) -> R<()> {
+        let (m, n, kk) = op.shape();
+        let i64t = self.cx.i64_type();
+        let i32t = self.cx.i32_type();
+        let zero = i64t.const_zero();
+        let func = fr.func;
+        let signed = [op.types().0, op.b_type()].map(|e| e == ElemType::I8);
+        self.count(func, "r", zero, i64t.const_int(m as u64, false), &mut |g, r| {
+            g.count(func, "c", zero, i64t.const_int(n as u64, false), &mut |g, col| {
+                let p = g.element(c, r, col)?;
+                let slot = g.entry_alloca(func, i32t.into())?;
+                g.b.build_store(slot, g.b.build_load(i32t, p, "acc")?)?;
+                g.count(func, "k", zero, i64t.const_int(kk as u64, false), &mut |g, k| {
+                    let widen = |g: &mut Self, v: BasicValueEnum<'ctx>, signed: bool| -> R<IntValue<'ctx>> {
+                        let v = v.into_int_value();
+                        Ok(if signed {
+                            g.b.build_int_s_extend(v, i32t, "s")?
+                        } else {
+                            g.b.build_int_z_extend(v, i32t, "u")?
+                        })
+                    };
+                    let x = g.load_at(a, r, k)?;
+                    let y = g.load_at(b, k, col)?;
+                    let (x, y) = (widen(g, x, signed[0])?, widen(g, y, signed[1])?);
+                    let prod = g.b.build_int_mul(x, y, "ab")?;
+                    let acc = g.b.build_load(i32t, slot, "acc")?.into_int_value();
+                    g.b.build_store(slot, g.b.build_int_add(acc, prod, "sum")?)?;
+                    Ok(())
+                })?;
+                let acc = g.b.build_load(i32t, slot, "acc")?;
                 g.b.build_store(p, acc)?;
                 Ok(())
             })

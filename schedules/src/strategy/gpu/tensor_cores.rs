@@ -1,4 +1,6 @@
-//! Matrix products of f16 (or bf16) matrices into f32 on tensor cores:
+//! Matrix products of f16 (or bf16) matrices into f32, and of 8-bit
+//! integer matrices into i32 (`mma.sync` m16n8k32, the second operand
+//! `B[k, j]` or a weight `W[j, k]`), on tensor cores:
 //! through shared memory, a software pipeline of `cp.async` copies, where
 //! the block tiles divide the product ([`pipelined_gemm`]; on sm_90,
 //! Hopper's warpgroup operations [`wgmma_gemm`]), else straight from global
@@ -20,8 +22,8 @@ use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
 use texc_grammar::Span;
 
 /// The tensor-core operations the default GPU schedule uses, by the
-/// operands' element type.
-const MMAS: [MmaOp; 2] = [MmaOp::M16n8k16F16F32, MmaOp::M16n8k16Bf16F32];
+/// operands' element types.
+const MMAS: [MmaOp; 4] = [MmaOp::M16n8k16F16F32, MmaOp::M16n8k16Bf16F32, MmaOp::M16n8k32S8S32, MmaOp::M16n8k32U8S8S32];
 
 /// A matrix product of f16 (or bf16) matrices into f32 that tensor cores
 /// can run: `C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]))` with extents
@@ -42,26 +44,31 @@ fn tensor_core_operands_of(p: &Program, st: &Stage, op: MmaOp) -> Option<TensorC
     let (tm, tn, tk) = op.shape();
     let (ab, acc) = op.types();
     let var = |e: TExprId, v: u32| matches!(p.expr(e), TExpr::Var(x) if *x == v);
-    let operand = |e: TExprId, rows: u32, cols: u32| match p.expr(e) {
+    // `A[i, k]` of type `elem`; with `either`, `W[k, i]` too (8-bit
+    // fragments take 4 consecutive `k` per register, so a weight stored
+    // `W[j, k]` is read as it is).
+    let operand = |e: TExprId, rows: u32, cols: u32, elem, either: bool| match p.expr(e) {
         TExpr::Cast(l) => match p.expr(*l) {
-            TExpr::Load(t, idx)
-                if p.tensor(*t).elem == ab && idx.len() == 2 && var(idx[0], rows) && var(idx[1], cols) =>
-            {
-                Some(*t)
+            TExpr::Load(t, idx) if p.tensor(*t).elem == elem && idx.len() == 2 => {
+                let straight = var(idx[0], rows) && var(idx[1], cols);
+                let crossed = either && var(idx[0], cols) && var(idx[1], rows);
+                (straight || crossed).then_some(*t)
             }
             _ => None,
         },
         _ => None,
     };
+    let either = op.is_integer();
+    let b_elem = op.b_type();
     let TExpr::Reduce(texc_compiler::ops::ReduceOp::Sum, _, body) = p.expr(st.value) else { return None };
     let TExpr::Binary(texc_compiler::ops::BinOp::Mul, x, y) = p.expr(*body) else { return None };
     if st.n_axes != 2 || st.vars.len() != 3 || p.tensor(st.tensor).elem != acc {
         return None;
     }
     let (i, j, k) = (0, 1, 2);
-    let (a, b) = match (operand(*x, i, k), operand(*y, k, j)) {
+    let (a, b) = match (operand(*x, i, k, ab, false), operand(*y, k, j, b_elem, either)) {
         (Some(a), Some(b)) => (a, b),
-        _ => (operand(*y, i, k)?, operand(*x, k, j)?),
+        _ => (operand(*y, i, k, ab, false)?, operand(*x, k, j, b_elem, either)?),
     };
     let ext = [st.vars[0].extent, st.vars[1].extent, st.vars[2].extent];
     (ext[0] % tm == 0 && ext[1] % tn == 0 && ext[2] % tk == 0).then_some(TensorCoreGemm { op, a, b, ext })
@@ -136,8 +143,10 @@ const GEMM_STAGES: i64 = 3;
 pub(super) fn shared_gemm_tiles(g: &TensorCoreGemm, knobs: DefaultKnobs) -> Option<GemmTiles> {
     let most = knobs.gtile.unwrap_or(2 * WARP_TILE);
     let pick = |n: i64| [2 * WARP_TILE, WARP_TILE].into_iter().find(|&t| t <= most && n % t == 0);
-    let most_k = knobs.gslice.unwrap_or(64);
-    let k_slice = [64, 32].into_iter().find(|&s| s <= most_k && g.ext[2] % s == 0)?;
+    // Slices of 128 bytes of each row at most: 128 of 8-bit `k`, else 64.
+    let (_, _, tk) = g.op.shape();
+    let most_k = knobs.gslice.unwrap_or(4 * tk);
+    let k_slice = [4 * tk, 2 * tk].into_iter().find(|&s| s <= most_k && g.ext[2] % s == 0)?;
     let stages = knobs.stages.unwrap_or(GEMM_STAGES);
     Some(GemmTiles { block: [pick(g.ext[0])?, pick(g.ext[1])?], k_slice, stages, wgmma: false })
 }
@@ -154,7 +163,8 @@ pub(super) fn shared_gemm_tiles(g: &TensorCoreGemm, knobs: DefaultKnobs) -> Opti
 /// fast. Without the swizzle it was half as fast as `mma.sync`: no
 /// `cp.async` of a warp coalesced (one 32-byte L2 request each).
 pub(super) fn wgmma_tiles(g: &TensorCoreGemm, sm: u32, knobs: DefaultKnobs) -> Option<GemmTiles> {
-    if sm < 90 || knobs.wgmma == Some(false) {
+    // 8-bit products stay on `mma.sync` (wgmma's m64nNk32 is not built).
+    if sm < 90 || knobs.wgmma == Some(false) || g.op.is_integer() {
         return None;
     }
     shared_gemm_tiles(g, knobs).map(|t| GemmTiles { wgmma: true, ..t })
@@ -218,8 +228,9 @@ pub(super) fn wgmma_gemm(ss: &mut StageSchedule, t: GemmTiles, op: MmaOp) {
 
 /// The shared-memory copies of [`pipelined_gemm`]'s operands: `A`'s rows
 /// and `B`'s columns of the block, one slice of `k`, computed at `C.ko`
-/// by the block's threads together, 16 bytes (8 halves) each at a time,
-/// consecutive threads on consecutive 16 bytes of a row.
+/// by the block's threads together, 16 bytes (8 halves, 16 bytes of 8-bit
+/// operands) each at a time, consecutive threads on consecutive 16 bytes
+/// of a row.
 pub(super) fn stage_gemm_operands(
     p: &mut Program,
     s: &mut Schedules,
@@ -248,7 +259,8 @@ pub(super) fn stage_gemm_operands(
         let sp = |s: &str| (format!("{name}.{s}"), span);
         let (r, c) = (0, 1);
         let (cv_name, c16_name) = (sp("c"), sp("v"));
-        let (chunk, v) = ss.split(c, 8, (&cv_name.0, span), (&c16_name.0, span), span).expect("fresh");
+        let lanes = 16 / p.tensor(operand).elem.size() as i64;
+        let (chunk, v) = ss.split(c, lanes, (&cv_name.0, span), (&c16_name.0, span), span).expect("fresh");
         // Consecutive threads on consecutive 16 bytes of a row: a warp's
         // copies coalesce, into a padded row or (for `wgmma`) a swizzled one.
         let f_name = sp("f");
