@@ -120,7 +120,7 @@ def cli_ms(texc_bin, target, source, sizes, repeat):
                           "--json"], capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
         return None
-    return json.loads(out.stdout)["median_ms"]
+    return json.loads(out.stdout)["time_ms"]["median"]
 
 
 def main():
@@ -133,20 +133,28 @@ def main():
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, texc {texc.__version__}, target {target}")
     print(f"{'case':32} {'texc from Python':>17} {'texc CLI':>9} {'PyTorch':>9} {'÷ PyTorch':>9} {'call µs':>8}")
     for name, source, sizes, args, ref, flops in cases(target):
-        k = texc.compile(source, target=target, shapes=sizes)
-        got, want = k(*args), ref(*args)
-        torch.cuda.synchronize()
-        err = ((got.double() - want.double()).abs().max() / want.double().abs().max()).item()
-        del got, want
-        t_texc = events(lambda: k(*args), a.repeat)
-        t_torch = events(lambda: ref(*args), a.repeat)
-        t_cli = cli_ms(a.texc, target, source, sizes, a.repeat)
-        us = queue_us(lambda: k(*args), a.repeat)
-        unit = "TOPS" if "s8" in name else "TFLOP/s"
-        rate = f" ({flops / t_texc / 1e9:.0f} {unit})" if flops else ""
-        cli = f"{t_cli:9.4f}" if t_cli is not None else f"{'-':>9}"
-        print(f"{name:32} {t_texc:17.4f} {cli} {t_torch:9.4f} {t_torch / t_texc:8.2f}× {us:8.1f}"
-              f"  rel err {err:.1e}{rate}")
+        try:
+            row(a, target, name, source, sizes, args, ref, flops)
+        except Exception as e:  # noqa: BLE001 (one case's failure is reported, the others still run)
+            print(f"{name:32} failed: {type(e).__name__}: {e}")
+
+
+def row(a, target, name, source, sizes, args, ref, flops):
+    """Time one case and print its line."""
+    k = texc.compile(source, target=target, shapes=sizes)
+    got, want = k(*args), ref(*args)
+    torch.cuda.synchronize()
+    err = ((got.double() - want.double()).abs().max() / want.double().abs().max()).item()
+    del got, want
+    t_texc = events(lambda: k(*args), a.repeat)
+    t_torch = events(lambda: ref(*args), a.repeat)
+    t_cli = cli_ms(a.texc, target, source, sizes, a.repeat)
+    us = queue_us(lambda: k(*args), a.repeat)
+    unit = "TOPS" if "s8" in name else "TFLOP/s"
+    rate = f" ({flops / t_texc / 1e9:.0f} {unit})" if flops else ""
+    cli = f"{t_cli:9.4f}" if t_cli is not None else f"{'-':>9}"
+    print(f"{name:32} {t_texc:17.4f} {cli} {t_torch:9.4f} {t_torch / t_texc:8.2f}× {us:8.1f}"
+          f"  rel err {err:.1e}{rate}")
 
 
 if __name__ == "__main__":
