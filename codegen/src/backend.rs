@@ -134,6 +134,11 @@ pub struct Compiled {
     pub backend: BackendKind,
     /// Wall time spent in the backend (building, optimizing, machine code).
     pub compile_time: Duration,
+    /// Device code: for each output, whether a read of it may come before
+    /// its stores (`texc_schedules::zeroing::covered` cannot prove
+    /// otherwise), so that a run on the caller's memory zeroes it first as
+    /// the buffers `prepare` makes are. Empty for host code.
+    read_first: Vec<bool>,
 }
 
 impl Compiled {
@@ -147,6 +152,7 @@ impl Compiled {
             layout: Layout::of(f),
             backend: backend.kind(),
             compile_time: start.elapsed(),
+            read_first: Vec::new(),
         })
     }
 
@@ -163,6 +169,7 @@ impl Compiled {
             layout,
             backend: backend.kind(),
             compile_time: start.elapsed(),
+            read_first: Vec::new(),
         })
     }
 
@@ -171,12 +178,14 @@ impl Compiled {
         let start = Instant::now();
         let code = device_half(backend, target)?.load(f, target)?;
         let layout = Layout::of(f);
+        let read_first = layout.outputs.iter().map(|o| !texc_schedules::zeroing::covered(f, o.id, &f.body)).collect();
         Ok(Compiled {
             exec: Exec::Device(code),
             nests: None,
             layout,
             backend: backend.kind(),
             compile_time: start.elapsed(),
+            read_first,
         })
     }
 
@@ -451,8 +460,10 @@ impl Compiled {
     }
 
     /// Run loaded device code on device memory the caller owns (PyTorch's
-    /// CUDA tensors): inputs read where they are, outputs zeroed and
-    /// written where they are, temporaries allocated for the call; queued
+    /// CUDA tensors): inputs read where they are, outputs written where they
+    /// are (zeroed first where a read of one may precede its stores: every
+    /// element of an output is stored, so one that is only stored needs no
+    /// zeroing), temporaries allocated for the call; queued
     /// on `stream` (the device API's handle, 0 its default stream) without
     /// waiting, so the caller's later work on that stream sees the results.
     ///
@@ -498,9 +509,10 @@ impl Compiled {
         let mut copies = Vec::new();
         for (i, (o, y)) in l.outputs.iter().zip(outputs).enumerate() {
             check_device_memory("an output", o.elem, &o.shape, y)?;
+            let zero = self.read_first.get(i).copied().unwrap_or(true);
             match l.outputs[..i].iter().position(|p| p.id == o.id) {
                 Some(first) => copies.push((outputs[first].ptr, y.ptr, o.bytes())),
-                None => given.push((o.id, y.ptr, true)),
+                None => given.push((o.id, y.ptr, zero)),
             }
         }
         let tensors = g.tensors();

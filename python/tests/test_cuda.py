@@ -144,6 +144,33 @@ def test_temporaries_and_rows(gpu):
     assert relative_error(k(X), torch.softmax(X, dim=1)) <= 1e-5
 
 
+@pytest.mark.parametrize("source, shapes", [(GEMM_F16, {"M": 256, "K": 128, "N": 192}), (SOFTMAX, {"R": 300, "D": 1000}),
+                                            (TWO, {"N": 1000}), (EW, {"M": 37, "N": 129})])
+def test_outputs_are_written_whole_over_stale_memory(gpu, source, shapes):
+    # Outputs only stored are not zeroed before a call: each lands in memory
+    # that PyTorch's allocator just freed, full of NaN, and must not show it.
+    torch, target = gpu
+    k = texc.compile(source, target=target, shapes=shapes)
+    args = []
+    for name, dtype, shape in k.params:
+        if shape is None:
+            args.append(1.5)
+        elif dtype == "float16":
+            args.append(torch.randn(*shape, device="cuda").half())
+        else:
+            args.append(torch.randn(*shape, device="cuda").to(getattr(torch, "bfloat16" if "bf16" in source else dtype)))
+    want = k(*args)
+    want = want if isinstance(want, tuple) else (want,)
+    torch.cuda.synchronize()
+    for _ in range(3):
+        junk = [torch.full(w.shape, float("nan"), device="cuda").to(w.dtype) for w in want]
+        del junk
+        got = k(*args)
+        got = got if isinstance(got, tuple) else (got,)
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+
+
 def test_strided_tensors_are_made_contiguous(gpu):
     torch, target = gpu
     k = texc.compile(EW, target=target, shapes={"M": 40, "N": 24})

@@ -1432,3 +1432,30 @@ fn the_wgmma_bench_schedule_matches_the_interpreter_and_assembles() {
     let (_, res) = texc_codegen::cuda::assemble(&ptx, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
     assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "no spills: {res:?}");
 }
+
+/// A call on the caller's device memory (Python's CUDA tensors,
+/// `Compiled::run_on_device`) zeroes an output first only where a read of
+/// it may precede its stores: the default GPU schedules' outputs — stored
+/// only, or zeroed by a fill nest of their own before a product
+/// accumulates into them — are proven stored before read
+/// (`zeroing::covered`), so no call pays a memset of its outputs (0.06 ms
+/// of a softmax's 0.21 over 16384 × 4096 on an H200).
+#[test]
+fn default_gpu_outputs_are_stored_before_they_are_read() {
+    for (src, shapes) in [
+        ("examples/softmax.tex", "N=1000,D=4097"),
+        ("examples/gemm_f16.tex", "M=512,K=320,N=384"),
+        ("benches/gemm_s8.tex", "M=256,K=256,N=256"),
+        ("examples/matmul.tex", "M=37,K=19,N=70"),
+        ("benches/layer_norm.tex", "N=999,D=4096"),
+        ("benches/conv_f16.tex", "N=2,C=32,H=18,W=20,K=48"),
+    ] {
+        let (mut pl, k) = texc_tests::load_file("nvptx-sm90", src, None).expect("loads");
+        let p = texc_tests::specialize(&mut pl, k, &sizes(shapes));
+        let f = texc_tests::loops(&mut pl, k, &p);
+        for &o in &f.p.outputs {
+            let name = &f.p.tensor(o).name;
+            assert!(texc_schedules::zeroing::covered(&f, o, &f.body), "{src}: `{name}` may be read before stored");
+        }
+    }
+}
