@@ -24,10 +24,11 @@
 //! positions `N*H*W` of 64 and `C*R*S` of 32 (else the stage keeps its
 //! direct schedule). Results are equal up to the order of the f32 sums.
 //!
-//! A convolution of `i8` images and filters into `i32` sums
+//! A convolution of `i8` (or `u8`) images and `i8` filters into `i32` sums
 //! (`sum[c, r, s](i32(X[..]) * i32(F[..]))`) becomes the same four stages
 //! in those types, its product one of 8-bit tensor-core operations
-//! (`mma.sync` m16n8k32); its results are exact, as the direct ones.
+//! (`mma.sync` m16n8k32, `s8.s8` or `s8.u8`); its results are exact, as
+//! the direct ones.
 
 use texc_compiler::ops::{BinOp, ReduceOp};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorDecl, TensorId, TensorRole, Ty, VarDecl};
@@ -44,12 +45,15 @@ pub fn convolutions_to_gemm(p: &mut Program) {
     }
 }
 
-/// A direct convolution stage: its tensors, their element type (`f16` or
-/// `i8`) and the sums' (`f32` or `i32`), and extents.
+/// A direct convolution stage: its tensors, their element types (`f16`;
+/// or `i8` filters and an `i8` or `u8` image) and the sums' (`f32` or
+/// `i32`), and extents.
 struct Conv {
     x: TensorId,
     f: TensorId,
+    /// The filters' element type, and the image's.
     elem: ElemType,
+    x_elem: ElemType,
     acc: ElemType,
     /// n, k, h, w (the output's), then c, r, s.
     ext: [i64; 7],
@@ -72,9 +76,12 @@ fn conv_of(p: &Program, st: &Stage) -> Option<Conv> {
     }
     let TExpr::Reduce(ReduceOp::Sum, _, body) = p.expr(st.value) else { return None };
     let TExpr::Binary(BinOp::Mul, a, b) = p.expr(*body) else { return None };
+    // An unsigned image beside signed filters: 8-bit ones only.
+    let unsigned = if elem == ElemType::I8 { Some(ElemType::U8) } else { None };
+    let of_type = |t: TensorId| p.tensor(t).elem == elem || Some(p.tensor(t).elem) == unsigned;
     let load = |e: TExprId| match p.expr(e) {
         TExpr::Cast(l) => match p.expr(*l) {
-            TExpr::Load(t, idx) if p.tensor(*t).elem == elem && idx.len() == 4 => Some((*t, idx.clone())),
+            TExpr::Load(t, idx) if of_type(*t) && idx.len() == 4 => Some((*t, idx.clone())),
             _ => None,
         },
         _ => None,
@@ -106,11 +113,12 @@ fn conv_of(p: &Program, st: &Stage) -> Option<Conv> {
         _ => false,
     };
     let image = var(xi[0]) == Some(0) && var(xi[1]) == Some(c) && sum_of(xi[2], 2, r) && sum_of(xi[3], 3, s);
-    if !image || x == f {
+    if !image || x == f || p.tensor(f).elem != elem {
         return None;
     }
     let e = |v: u32| st.vars[v as usize].extent;
-    Some(Conv { x, f, elem, acc, ext: [e(0), e(1), e(2), e(3), e(c), e(r), e(s)] })
+    let x_elem = p.tensor(x).elem;
+    Some(Conv { x, f, elem, x_elem, acc, ext: [e(0), e(1), e(2), e(3), e(c), e(r), e(s)] })
 }
 
 /// Replaces stage `si` by the four stages; returns how many stages now stand
@@ -122,9 +130,9 @@ fn rewrite(p: &mut Program, si: usize, c: &Conv) -> usize {
     let span = p.stages[si].span;
     let name = p.tensor(y).name.clone();
     let mut b = Build { p: &mut *p, span };
-    let (elem, acc) = (c.elem, c.acc);
+    let (elem, x_elem, acc) = (c.elem, c.x_elem, c.acc);
     let filters = b.temp(&format!("{name}.filters"), elem, vec![k, q_len]);
-    let cols = b.temp(&format!("{name}.cols"), elem, vec![q_len, m_len]);
+    let cols = b.temp(&format!("{name}.cols"), x_elem, vec![q_len, m_len]);
     let gemm = b.temp(&format!("{name}.gemm"), acc, vec![k, m_len]);
     // Y.filters[k, q] = F[k, q / (R*S), q / S % R, q % S]
     let (kv, q) = (b.var(0), b.var(1));
@@ -141,13 +149,13 @@ fn rewrite(p: &mut Program, si: usize, c: &Conv) -> usize {
     let xh = b.bin(BinOp::Add, mh, qr);
     let (mw, qs) = (b.rem(m, w), b.rem(q, s));
     let xw = b.bin(BinOp::Add, mw, qs);
-    let xval = b.load(c.x, vec![xn, xc, xh, xw], elem);
+    let xval = b.load(c.x, vec![xn, xc, xh, xw], x_elem);
     let st_cols = b.stage(cols, &[("q", q_len), ("m", m_len)], 2, xval);
     // Y.gemm[k, m] = sum[q](f32(Y.filters[k, q]) * f32(Y.cols[q, m])) (or i32)
     let (kv, m, q) = (b.var(0), b.var(1), b.var(2));
     let a = b.load(filters, vec![kv, q], elem);
     let a = b.cast(a, acc);
-    let x = b.load(cols, vec![q, m], elem);
+    let x = b.load(cols, vec![q, m], x_elem);
     let x = b.cast(x, acc);
     let prod = b.p.alloc(TExpr::Binary(BinOp::Mul, a, x), Ty::Elem(acc), span);
     let sum = b.p.alloc(TExpr::Reduce(ReduceOp::Sum, vec![2], prod), Ty::Elem(acc), span);

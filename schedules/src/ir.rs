@@ -91,15 +91,19 @@ pub enum MmaOp {
     /// `mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32`: u8 × i8 → i32
     /// (a quantized model's unsigned activations times signed weights).
     M16n8k32U8S8S32,
+    /// `mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32`: i8 × u8 → i32
+    /// (signed filters times an unsigned image's columns: `crate::im2col`).
+    M16n8k32S8U8S32,
 }
 
 impl MmaOp {
-    pub const ALL: [MmaOp; 5] = [
+    pub const ALL: [MmaOp; 6] = [
         MmaOp::M16n8k16F16F32,
         MmaOp::M16n8k16Bf16F32,
         MmaOp::M16n8k8Tf32F32,
         MmaOp::M16n8k32S8S32,
         MmaOp::M16n8k32U8S8S32,
+        MmaOp::M16n8k32S8U8S32,
     ];
 
     /// The name in schedules (`tensorize ... with mma_m16n8k16_f16f32`).
@@ -110,6 +114,7 @@ impl MmaOp {
             MmaOp::M16n8k8Tf32F32 => "mma_m16n8k8_tf32f32",
             MmaOp::M16n8k32S8S32 => "mma_m16n8k32_s8s32",
             MmaOp::M16n8k32U8S8S32 => "mma_m16n8k32_u8s8s32",
+            MmaOp::M16n8k32S8U8S32 => "mma_m16n8k32_s8u8s32",
         }
     }
 
@@ -121,6 +126,7 @@ impl MmaOp {
             MmaOp::M16n8k8Tf32F32 => "m16n8k8.tf32.f32",
             MmaOp::M16n8k32S8S32 => "m16n8k32.s8.s32",
             MmaOp::M16n8k32U8S8S32 => "m16n8k32.u8.s8.s32",
+            MmaOp::M16n8k32S8U8S32 => "m16n8k32.s8.u8.s32",
         }
     }
 
@@ -129,7 +135,7 @@ impl MmaOp {
         match self {
             MmaOp::M16n8k16F16F32 | MmaOp::M16n8k16Bf16F32 => (16, 8, 16),
             MmaOp::M16n8k8Tf32F32 => (16, 8, 8),
-            MmaOp::M16n8k32S8S32 | MmaOp::M16n8k32U8S8S32 => (16, 8, 32),
+            MmaOp::M16n8k32S8S32 | MmaOp::M16n8k32U8S8S32 | MmaOp::M16n8k32S8U8S32 => (16, 8, 32),
         }
     }
 
@@ -148,7 +154,7 @@ impl MmaOp {
             }
             MmaOp::M16n8k8Tf32F32 => Fragments { a: &M16N8K8_TF32_A, b: &M16N8K8_TF32_B, c: &M16N8K16_C },
             // The accumulators as f16's (§9.7.13.4.10).
-            MmaOp::M16n8k32S8S32 | MmaOp::M16n8k32U8S8S32 => {
+            MmaOp::M16n8k32S8S32 | MmaOp::M16n8k32U8S8S32 | MmaOp::M16n8k32S8U8S32 => {
                 Fragments { a: &M16N8K32_I8_A, b: &M16N8K32_I8_B, c: &M16N8K16_C }
             }
         }
@@ -162,13 +168,15 @@ impl MmaOp {
             MmaOp::M16n8k8Tf32F32 => (ElemType::F32, ElemType::F32),
             MmaOp::M16n8k32S8S32 => (ElemType::I8, ElemType::I32),
             MmaOp::M16n8k32U8S8S32 => (ElemType::U8, ElemType::I32),
+            MmaOp::M16n8k32S8U8S32 => (ElemType::I8, ElemType::I32),
         }
     }
 
-    /// Element type of `b`: `a`'s, but signed bytes beside unsigned ones.
+    /// Element type of `b`: `a`'s, but for the mixed 8-bit operations.
     pub fn b_type(self) -> ElemType {
         match self {
             MmaOp::M16n8k32U8S8S32 => ElemType::I8,
+            MmaOp::M16n8k32S8U8S32 => ElemType::U8,
             _ => self.types().0,
         }
     }

@@ -362,6 +362,7 @@ impl<'ctx> Gen<'ctx, '_> {
             MmaOp::M16n8k8Tf32F32 => "llvm.nvvm.mma.m16n8k8.row.col.tf32",
             MmaOp::M16n8k32S8S32 => "llvm.nvvm.mma.m16n8k32.row.col.s8",
             MmaOp::M16n8k32U8S8S32 => "llvm.nvvm.mma.m16n8k32.row.col.u8.s8",
+            MmaOp::M16n8k32S8U8S32 => "llvm.nvvm.mma.m16n8k32.row.col.s8.u8",
         };
         let f = self.intrinsic(name, &[])?;
         let d = self.call(f, &args)?.into_struct_value();

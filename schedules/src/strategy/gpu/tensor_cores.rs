@@ -23,7 +23,13 @@ use texc_grammar::Span;
 
 /// The tensor-core operations the default GPU schedule uses, by the
 /// operands' element types.
-const MMAS: [MmaOp; 4] = [MmaOp::M16n8k16F16F32, MmaOp::M16n8k16Bf16F32, MmaOp::M16n8k32S8S32, MmaOp::M16n8k32U8S8S32];
+const MMAS: [MmaOp; 5] = [
+    MmaOp::M16n8k16F16F32,
+    MmaOp::M16n8k16Bf16F32,
+    MmaOp::M16n8k32S8S32,
+    MmaOp::M16n8k32U8S8S32,
+    MmaOp::M16n8k32S8U8S32,
+];
 
 /// A matrix product of f16 (or bf16) matrices into f32 that tensor cores
 /// can run: `C[i, j] = sum[k](f32(A[i, k]) * f32(B[k, j]))` with extents
