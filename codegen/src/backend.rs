@@ -592,6 +592,11 @@ pub enum DeviceArgRef<'a> {
     Scalar(f64),
 }
 
+/// Device code assumes its buffers start on 16 bytes (vector accesses and
+/// `cp.async` copies of 16 bytes: `schedules::analysis::vector_alignment`),
+/// as every allocator's blocks do: a view at another offset is refused.
+pub const DEVICE_ALIGNMENT: u64 = 16;
+
 fn check_device_memory(
     name: &str,
     elem: ElemType,
@@ -601,8 +606,11 @@ fn check_device_memory(
     if x.dtype != elem || x.shape != want {
         return Err(CodegenError::Run(format!("{name}: expected {elem}{want:?}, got {}{:?}", x.dtype, x.shape)));
     }
-    if !x.ptr.is_multiple_of(elem.size() as u64) {
-        return Err(CodegenError::Run(format!("{name}: memory not aligned to its {}-byte elements", elem.size())));
+    if !x.ptr.is_multiple_of(DEVICE_ALIGNMENT) {
+        return Err(CodegenError::Run(format!(
+            "{name}: device memory at {:#x} does not start on {DEVICE_ALIGNMENT} bytes",
+            x.ptr
+        )));
     }
     Ok(())
 }

@@ -33,6 +33,7 @@ pub mod llvm;
 
 pub use backend::{
     ArgRef, Backend, Buffers, Compiled, DeviceArgRef, DeviceTensorRef, NestStats, Part, TensorMut, TensorRef,
+    DEVICE_ALIGNMENT,
 };
 pub use device::{gpu_backend_for, GpuBackend};
 

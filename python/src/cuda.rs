@@ -70,7 +70,16 @@ pub fn device_of(x: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
 
 /// `x`'s memory and type through its DLPack capsule (`x.__dlpack__()`).
 pub fn view(x: &Bound<'_, PyAny>, name: &str) -> PyResult<CudaTensor> {
-    let capsule = x.call_method0("__dlpack__")?;
+    // PyTorch refuses to export a tensor that requires grad (or has its
+    // conjugate bit set): say which argument, and what to do.
+    let capsule = x.call_method0("__dlpack__").map_err(|e| {
+        let hint = if x.getattr("requires_grad").and_then(|r| r.extract::<bool>()).unwrap_or(false) {
+            " (it requires grad: pass x.detach())"
+        } else {
+            ""
+        };
+        PyTypeError::new_err(format!("argument `{name}`: cannot be read through DLPack{hint}: {e}"))
+    })?;
     let capsule = capsule
         .cast::<PyCapsule>()
         .map_err(|_| PyTypeError::new_err(format!("argument `{name}`: its __dlpack__() returned no DLPack capsule")))?;

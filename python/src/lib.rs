@@ -309,7 +309,7 @@ struct Kernel {
     copies: std::sync::atomic::AtomicU64,
     /// A model's weights on the device, copied there by the first call on
     /// CUDA tensors and kept for the next ones.
-    device_weights: std::sync::OnceLock<Result<HashMap<String, texc_runtime::cuda::DeviceMemory>, String>>,
+    device_weights: std::sync::OnceLock<HashMap<String, texc_runtime::cuda::DeviceMemory>>,
 }
 
 /// The NumPy dtype that carries a texc element type (bf16, which NumPy
@@ -736,13 +736,20 @@ impl Kernel {
         Ok(c)
     }
 
-    /// A model's weights on the device (copied there once).
+    /// A model's weights on the device (copied there by the first call that
+    /// succeeds in it: a failure, out of memory say, is tried again next call).
     fn weights_on_device(&self) -> PyResult<&HashMap<String, texc_runtime::cuda::DeviceMemory>> {
-        let kept = self.device_weights.get_or_init(|| {
+        if let Some(kept) = self.device_weights.get() {
+            return Ok(kept);
+        }
+        let copy = || -> Result<HashMap<_, _>, String> {
             let device = texc_runtime::cuda::device()?;
             self.b.fixed.iter().map(|(n, t)| Ok((n.clone(), device.keep(t.bytes())?))).collect()
-        });
-        kept.as_ref().map_err(|e| TexcError::new_err(e.clone()))
+        };
+        let kept = copy().map_err(TexcError::new_err)?;
+        // Two threads' first calls may both copy: one set is kept, the other freed.
+        let _ = self.device_weights.set(kept);
+        Ok(self.device_weights.get().expect("set above"))
     }
 
     /// A call on CUDA tensors (DLPack, `crate::cuda`): every tensor argument
@@ -777,7 +784,9 @@ impl Kernel {
         for n in &b.run_params {
             let src = match (given.get(n), b.params.iter().find(|p| &p.name == n)) {
                 (Some(x), Some(p)) => match &p.shape {
-                    Some(shape) => Src::Memory(self.device_arg(p, shape, x, first, &mut kept)?, p.dtype, shape),
+                    Some(shape) => {
+                        Src::Memory(self.device_arg(p, shape, x, (first, device), &mut kept)?, p.dtype, shape)
+                    }
                     None => Src::Scalar(scalar_arg(p, x)?),
                 },
                 _ => match (weights.get(n), b.fixed.get(n)) {
@@ -825,19 +834,26 @@ impl Kernel {
     }
 
     /// The device address of CUDA tensor `x` for tensor parameter `p`, its
-    /// dtype and shape checked; a strided PyTorch tensor is made contiguous
-    /// first (a copy, counted in `copies`, kept in `kept`).
+    /// dtype, shape and device (`first`'s) checked; a strided PyTorch
+    /// tensor, or one not starting on 16 bytes (a view at an offset), is
+    /// copied first (counted in `copies`, kept in `kept`).
     fn device_arg<'py>(
         &self,
         p: &Param,
         shape: &[usize],
         x: &Bound<'py, PyAny>,
-        first: &str,
+        (first, device): (&str, i64),
         kept: &mut Vec<Bound<'py, PyAny>>,
     ) -> PyResult<u64> {
         let name = &p.name;
         let want = cuda::torch_name(p.dtype);
         match cuda::device_of(x)? {
+            Some(d) if d != device => {
+                return Err(PyValueError::new_err(format!(
+                    "argument `{name}` is on cuda:{d}, but `{first}` is on cuda:{device}: every tensor must be on \
+                     the same GPU"
+                )))
+            }
             Some(_) => {}
             None => {
                 return Err(PyTypeError::new_err(format!(
@@ -861,14 +877,21 @@ impl Kernel {
                 self.sizes_text()
             )));
         }
-        if !t.contiguous {
-            if !x.hasattr("contiguous")? {
+        let aligned = t.ptr.is_multiple_of(texc_codegen::DEVICE_ALIGNMENT);
+        if !t.contiguous || !aligned {
+            if !x.hasattr("clone")? {
                 return Err(PyValueError::new_err(format!(
-                    "argument `{name}`: a strided {} on the GPU; texc reads row-major tensors (make it contiguous)",
-                    type_name(x)
+                    "argument `{name}`: a {} on the GPU that is {}; texc reads row-major tensors starting on {} bytes \
+                     (copy it)",
+                    type_name(x),
+                    if t.contiguous { "a view at an offset" } else { "strided" },
+                    texc_codegen::DEVICE_ALIGNMENT
                 )));
             }
-            let c = x.call_method0("contiguous")?;
+            // A new block of PyTorch's allocator, in row-major order.
+            let kwargs = pyo3::types::PyDict::new(x.py());
+            kwargs.set_item("memory_format", x.py().import("torch")?.getattr("contiguous_format")?)?;
+            let c = x.call_method("clone", (), Some(&kwargs))?;
             t = cuda::view(&c, name)?;
             kept.push(c);
             self.copies.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -181,6 +181,35 @@ def test_strided_tensors_are_made_contiguous(gpu):
     assert k.copies == 1
 
 
+def test_views_at_an_offset_are_copied(gpu):
+    # Device code reads buffers that start on 16 bytes: a view 4 bytes in is copied.
+    torch, target = gpu
+    k = texc.compile(EW, target=target, shapes={"M": 37, "N": 129})
+    X = torch.randn(37 * 129 + 1, device="cuda")[1:].view(37, 129)
+    Z = torch.randn(37, 129, device="cuda")
+    assert X.is_contiguous() and X.data_ptr() % 16 == 4
+    assert relative_error(k(X, Z, 2.0), 2.0 * X + Z) <= 1e-6
+    assert k.copies == 1
+
+
+def test_tensors_that_require_grad_are_named(gpu):
+    torch, target = gpu
+    k = texc.compile(EW, target=target, shapes={"M": 3, "N": 4})
+    X = torch.ones(3, 4, device="cuda", requires_grad=True)
+    with pytest.raises(TypeError, match=r"argument `X`: .*requires grad: pass x.detach\(\)"):
+        k(X, X.detach(), 1.0)
+    assert torch.equal(k(X.detach(), X.detach(), 1.0), 2 * X.detach())
+
+
+def test_tensors_on_another_gpu_are_refused(gpu):
+    torch, target = gpu
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU")
+    k = texc.compile(EW, target=target, shapes={"M": 3, "N": 4})
+    with pytest.raises(ValueError, match="argument `Z` is on cuda:1, but `X` is on cuda:0"):
+        k(torch.ones(3, 4, device="cuda:0"), torch.ones(3, 4, device="cuda:1"), 1.0)
+
+
 def test_ordered_on_pytorchs_current_stream(gpu):
     torch, target = gpu
     n = 4096

@@ -183,9 +183,26 @@ impl DeviceMemory {
 impl Drop for DeviceMemory {
     fn drop(&mut self) {
         if let Ok(d) = device() {
-            // SAFETY: allocated by `Device::keep` in this context, freed once.
-            // Freeing waits for the work using it, so no call still reads it.
-            let _ = d.ctx.bind_to_thread().and_then(|()| unsafe { result::free_sync(self.ptr) });
+            if let Ok(_current) = d.enter() {
+                // SAFETY: allocated by `Device::keep` in this context, freed
+                // once. Freeing waits for the work using it, so no call
+                // still reads it.
+                let _ = unsafe { result::free_sync(self.ptr) };
+            }
+        }
+    }
+}
+
+/// Texc's context made current on this thread for a scope; the thread's
+/// own (PyTorch's, of another device say) made current again after, so
+/// that the caller's later CUDA calls go where they went before.
+struct Current(Option<sys::CUcontext>);
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        if let Some(previous) = self.0 {
+            // SAFETY: a context that was current on this thread before.
+            let _ = unsafe { result::ctx::set_current(previous) };
         }
     }
 }
@@ -203,6 +220,17 @@ pub struct TensorMemory {
 }
 
 impl Device {
+    /// Make texc's context current on this thread until the result drops.
+    fn enter(&self) -> Result<Current, String> {
+        let ours = self.ctx.cu_ctx();
+        let previous = result::ctx::get_current().map_err(err("reading the current context"))?;
+        if previous != Some(ours) {
+            // SAFETY: the device's primary context, alive while `self` is.
+            unsafe { result::ctx::set_current(ours) }.map_err(err("binding the context"))?;
+        }
+        Ok(Current(previous.filter(|&p| p != ours)))
+    }
+
     /// The device's ordinal: texc runs on the first device.
     pub fn ordinal(&self) -> usize {
         self.ctx.ordinal()
@@ -210,7 +238,7 @@ impl Device {
 
     /// Copy `host` to new device memory that outlives calls (synchronous).
     pub fn keep(&self, host: &[u8]) -> Result<DeviceMemory, String> {
-        self.ctx.bind_to_thread().map_err(err("binding the context"))?;
+        let _current = self.enter()?;
         let bytes = host.len().max(1);
         // SAFETY: a new allocation of `bytes`, then `host.len()` bytes copied
         // into it; the memory is owned by the returned value alone.
@@ -220,6 +248,9 @@ impl Device {
             if !host.is_empty() {
                 result::memcpy_htod_sync(ptr, host).map_err(err("copying to the device"))?;
             }
+            // From pageable memory the copy may return before its DMA lands;
+            // a call on a non-blocking stream must not read it half copied.
+            result::ctx::synchronize().map_err(err("waiting for the copy"))?;
             Ok(memory)
         }
     }
@@ -243,7 +274,7 @@ impl Device {
         stream: u64,
         copies: &[(usize, u64, usize)],
     ) -> Result<(), String> {
-        self.ctx.bind_to_thread().map_err(err("binding the context"))?;
+        let _current = self.enter()?;
         let stream = stream as sys::CUstream;
         let mut temps = Vec::new();
         let result = (|| {

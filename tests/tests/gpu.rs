@@ -1162,6 +1162,14 @@ fn int8_products_run_on_tensor_cores() {
         let (_, res) = texc_codegen::cuda::assemble(&ptx, &sm(target)).unwrap_or_else(|e| panic!("{e}"));
         assert!(res.iter().all(|r| r.spill_stores + r.spill_loads == 0), "{target}: no spills at 4096³: {res:?}");
     }
+    // Rows of 34 bytes: 4 bytes of a row are not one aligned word for every
+    // lane (rows `g` and `g + 8`), however the tile starts: read byte by byte.
+    let odd = "kernel g(A: i8[M = 16, L = 34], W: i8[N = 8, L]) -> C: i32[M, N] {\n    \
+               C[i, j] = sum[k in 0..32](i32(A[i, k]) * i32(W[j, k]));\n}\n";
+    let (mut pl, p, f) = gpu_loops("odd.tex", odd, &Bindings::default());
+    assert_eq!(error_vs_interp(&mut pl, &p, &f, 4), 0.0);
+    let (ptx, _) = pl.emit_gpu(&[&f]).expect("PTX");
+    assert!(ptx.contains(s8.0) && ptx.contains("ld.global.nc.u8") && !ptx.contains("ld.global.nc.u32"), "{ptx}");
     let hand = "kernel igemm(A: i8[M = 64, K = 96], W: i8[N = 48, K]) -> C: i32[M, N] {\n    \
                 C[i, j] = sum[k](i32(A[i, k]) * i32(W[j, k]));\n}\nschedule igemm for nvptx-sm80 {\n    \
                 tile C(i, j) by (16, 8) -> (io, jo, ii, ji);\n    split C.k by 32 -> (ko, ki);\n    \

@@ -479,6 +479,9 @@ impl<'ctx> Gen<'ctx, '_> {
         let along_cols = quad.iter().enumerate().all(|(i, y)| *y == Coord { c0: x.c0 + i as i64, ..x });
         let along_rows = quad.iter().enumerate().all(|(i, y)| *y == Coord { r0: x.r0 + i as i64, ..x });
         let dim = if along_cols { Some(t.cols) } else { along_rows.then_some(t.rows) };
+        // The tile's other dimension moves by lanes (`g`, `g + 8`): its
+        // stride, not only its origin, must keep 4-byte alignment.
+        let across = if along_cols { t.rows } else { t.cols };
         let aligned = dim.is_some_and(|dim| {
             let steps = if along_cols { [x.c0, x.cg, x.ct] } else { [x.r0, x.rg, x.rt] };
             quad.len() == 4
@@ -486,6 +489,8 @@ impl<'ctx> Gen<'ctx, '_> {
                 && (0..t.strides.len()).all(|d| {
                     if d == dim {
                         t.four[d] && steps.iter().all(|s| s % 4 == 0)
+                    } else if d == across {
+                        t.strides[d] % 4 == 0
                     } else {
                         t.strides[d] % 4 == 0 || t.four[d]
                     }
