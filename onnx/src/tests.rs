@@ -344,6 +344,7 @@ fn external_data_is_read_beside_the_model() {
     std::fs::write(&path, m.encode_to_vec()).expect("write");
     let e = crate::import_file(&path, "m.npz", &Options::default()).expect_err("refused").to_string();
     assert!(e.contains("bytes 17..+216 beyond its 232 bytes"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Issue 35, item 9: a graph output listed twice is refused by the

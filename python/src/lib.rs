@@ -316,14 +316,9 @@ struct Kernel {
 /// lacks, travels as float32, as in texc's `.npy` files).
 fn numpy_name(d: DType) -> &'static str {
     match d {
-        DType::F16 => "float16",
-        DType::BF16 | DType::F32 => "float32",
-        DType::F64 => "float64",
-        DType::I8 => "int8",
-        DType::U8 => "uint8",
-        DType::I32 => "int32",
-        DType::I64 => "int64",
-        DType::Bool => "bool",
+        DType::BF16 => "float32",
+        // NumPy's names are PyTorch's for every other type.
+        d => cuda::torch_name(d),
     }
 }
 

@@ -249,11 +249,33 @@ mod tests {
     use super::*;
     use std::io::Read;
 
-    fn dir(name: &str) -> PathBuf {
+    /// A test's own directory, removed when the test ends (pass or fail).
+    struct Dir(PathBuf);
+
+    impl std::ops::Deref for Dir {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl AsRef<Path> for Dir {
+        fn as_ref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir(name: &str) -> Dir {
         let d = std::env::temp_dir().join(format!("texc-atomic-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("tmp");
-        d
+        Dir(d)
     }
 
     fn mkfifo(p: &Path) {

@@ -104,5 +104,6 @@ mod tests {
         std::fs::write(&junk, b"PK not really").expect("w");
         let e = read_npz_limited(&junk, u64::MAX).expect_err("junk");
         assert!(e.to_string().contains("is not a valid .npz archive"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

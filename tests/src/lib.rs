@@ -1,6 +1,9 @@
 //! Helpers shared by texc's integration tests. Everything that compiles
 //! goes through `texc-pipeline`, as the CLI does.
 
+pub mod scratch;
+pub use scratch::scratch;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use texc_compiler::target::{Target, TargetKind};

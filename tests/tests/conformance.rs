@@ -11,7 +11,7 @@ use texc_tests::{compile, rel_error, root, run};
 
 #[test]
 fn interpreter_matches_numpy() {
-    let out = std::env::temp_dir().join(format!("texc-conformance-{}", std::process::id()));
+    let out = texc_tests::scratch("conformance");
     let status = Command::new("python3")
         .arg(root().join("tests/reference/cases.py"))
         .arg(&out)

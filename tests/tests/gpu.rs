@@ -231,7 +231,7 @@ fn gpu_code_goes_through_the_gpu_backend_interface() {
 fn loops_error(body: &str) -> String {
     let text = format!("func k [N=64]\n  input A: f32[64]\n  output B: f32[64]\n  temp T: f32[64]\n{body}");
     let mut pl = texc_tests::pipeline("nvptx-sm90");
-    let dir = std::env::temp_dir().join(format!("texc-gpu-loops-{}", std::process::id()));
+    let dir = texc_tests::scratch("gpu-loops");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(format!("k{}.loops", text.len()));
     std::fs::write(&path, &text).expect("write");

@@ -76,7 +76,7 @@ fn try_run_on(
 }
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("texc-limits-{}-{name}", std::process::id()));
+    let d = texc_tests::scratch("limits").join(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("tmp dir");
     d

@@ -151,7 +151,7 @@ fn comments_blank_lines_and_crlf_are_accepted() {
 /// that kernel's is refused.
 #[test]
 fn edited_loops_files_run_against_their_oracle() {
-    let dir = std::env::temp_dir().join(format!("texc-loops-{}", std::process::id()));
+    let dir = texc_tests::scratch("loops");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let b = Bindings { shapes: vec![("M".into(), 13), ("K".into(), 7), ("N".into(), 19)], ..Bindings::default() };
     let (mut pl, k) = texc_tests::load_file("x86-avx2", "examples/matmul.tex", None).expect("loads");
@@ -392,7 +392,7 @@ fn prefetches_round_trip_are_bounded_and_run_where_compiled() {
     let e = errors("unknown", &src.replace("prefetch X", "prefetch Z"));
     assert!(e.contains("unknown tensor `Z`"), "{e}");
 
-    let dir = std::env::temp_dir().join(format!("texc-prefetch-{}", std::process::id()));
+    let dir = texc_tests::scratch("prefetch");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("p.loops");
     std::fs::write(&path, src).expect("write");

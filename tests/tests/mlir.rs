@@ -242,7 +242,7 @@ fn execute(dir: &Path, p: &Program, mlir: &str, pre: &[&str], args: &[Arg]) -> V
 
 fn scratch(name: &str) -> PathBuf {
     let clean: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-    std::env::temp_dir().join(format!("texc-mlir-{}", std::process::id())).join(clean)
+    texc_tests::scratch("mlir").join(clean)
 }
 
 /// Export `f` (loops of `p`), run it, compare with the interpreter.

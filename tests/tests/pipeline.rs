@@ -458,7 +458,7 @@ fn the_pipeline_takes_the_tuning_databases_knobs() {
     let ts = pl.tunables(k);
     let t = ts.first().expect("the default schedule has knobs");
     let written = pl.specialize(k, &b).expect("specializes");
-    let dir = std::env::temp_dir().join(format!("texc-db-{}", std::process::id()));
+    let dir = texc_tests::scratch("db");
     std::fs::create_dir_all(&dir).expect("dir");
     let db = Db::new(dir.join("db.jsonl"));
     let record = |value: i64, time_ms: f64| Record {
@@ -526,7 +526,7 @@ fn the_tuners_search_runs_with_any_measure() {
                schedule t for x86-avx2 { tune ti in [4, 8, 16]; split Y.i by ?ti -> (io, ii); }";
     let (mut pl, k) = texc_tests::load_text("x86-avx2", "t.tex", src, None).expect("loads");
     let b = Bindings { shapes: vec![("N".into(), 64)], ..Bindings::default() };
-    let dir = std::env::temp_dir().join(format!("texc-tune-{}", std::process::id()));
+    let dir = texc_tests::scratch("tune");
     std::fs::create_dir_all(&dir).expect("dir");
     let db = Db::new(dir.join("db.jsonl"));
     let settings = TuneSettings { trials: 10, time_budget: 60.0, seed: 1, shard: None, jobs: 1, no_model: true };

@@ -154,7 +154,7 @@ fn a_100_kb_identifier_is_an_error() {
 
 #[test]
 fn corrupt_npy_files_are_errors() {
-    let dir = std::env::temp_dir().join(format!("texc-npy-{}", std::process::id()));
+    let dir = texc_tests::scratch("npy");
     std::fs::create_dir_all(&dir).expect("tmp");
     let path = dir.join("a.npy");
     let t = texc_runtime::Tensor::from_f64(texc_runtime::DType::F32, vec![3, 4], &[1.5; 12]);

@@ -2,6 +2,9 @@
 //! and a roofline that is never exceeded (re-measured when a kernel beats a
 //! cached one, keyed by thread count).
 
+#[path = "../../tests/src/scratch.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -10,7 +13,7 @@ fn root() -> PathBuf {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("texc-bench-{}", std::process::id()));
+    let d = common::scratch("bench");
     std::fs::create_dir_all(&d).expect("tmp");
     d.join(name)
 }

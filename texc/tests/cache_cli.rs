@@ -7,6 +7,9 @@
 //!
 //! Each test gives texc a cache directory of its own.
 
+#[path = "../../tests/src/scratch.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -19,7 +22,7 @@ fn text(o: &Output) -> String {
 }
 
 fn fresh_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("texc-cache-cli-{}", std::process::id())).join(name);
+    let dir = common::scratch("cache-cli").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("tmp");
     dir

@@ -1,5 +1,8 @@
 //! The `texc` binary: exit statuses, spanned errors, .npy round trips.
 
+#[path = "../../tests/src/scratch.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -12,7 +15,7 @@ fn texc(args: &[&str]) -> Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("texc-cli-{}", std::process::id()));
+    let d = common::scratch("cli");
     std::fs::create_dir_all(&d).expect("tmp");
     d.join(name)
 }
@@ -252,7 +255,7 @@ fn odd_row_tails_load_masked() {
 /// `texc emit --stage asm --exact` of kernel `src` for `target` (written to
 /// a file named after `name`).
 fn exact_asm(name: &str, src: &str, target: &str) -> String {
-    let path = std::env::temp_dir().join(format!("texc-cli-{}-{name}-{target}.tex", std::process::id()));
+    let path = common::scratch("cli").join(format!("{name}-{target}.tex"));
     std::fs::write(&path, src).expect("write");
     let o = texc(&["emit", path.to_str().expect("utf-8"), "--stage", "asm", "--target", target, "--exact"]);
     let _ = std::fs::remove_file(&path);
@@ -384,7 +387,7 @@ fn dot2_blocks_keep_their_accumulators_in_registers() {
 #[test]
 fn strided_byte_rows_load_whole_and_pad_masks_compare_in_bytes() {
     let asm = |name: &str, padding: &str, rows: &str| {
-        let path = std::env::temp_dir().join(format!("texc-cli-{}-{name}.tex", std::process::id()));
+        let path = common::scratch("cli").join(format!("{name}.tex"));
         let src = format!(
             "kernel dw(X: u8[1, 24, 57, 57], W: i8[24, 3, 3], s: f32[24]) -> Y: u8[1, 24, 28, 28] {{\n{padding}\
              \x20   Y[n, c, y, x] = u8(clamp(round(f32(f32(sum[r, q](i32({rows}[n, c, 2 * y + r, 2 * x + q]) * i32(W[c, r, q]))) * s[c])), 0.0, 255.0));\n}}\n"

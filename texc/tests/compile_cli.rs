@@ -1,6 +1,9 @@
 //! `texc compile`: several kernels in one library or object, called from C;
 //! errors that name the output.
 
+#[path = "../../tests/src/scratch.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -13,7 +16,7 @@ fn texc(args: &[&str]) -> Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("texc-compile-{}", std::process::id())).join(name);
+    let d = common::scratch("compile").join(name);
     std::fs::create_dir_all(&d).expect("tmp");
     d
 }

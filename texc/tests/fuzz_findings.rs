@@ -1,6 +1,9 @@
 //! Regressions found by `cargo fuzz run cli_args` (fuzz/fuzz_targets/cli_args.rs),
 //! and the library face that target runs texc through.
 
+#[path = "../../tests/src/scratch.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -35,7 +38,7 @@ fn endless_source_files_are_refused() {
     assert_eq!(o.status.code(), Some(1), "{}", err(&o));
     assert!(err(&o).contains("cannot read `/dev/zero`: the file is larger than 64 MiB"), "{}", err(&o));
 
-    let dir = std::env::temp_dir().join(format!("texc-fuzz-findings-{}", std::process::id()));
+    let dir = common::scratch("fuzz-findings");
     std::fs::create_dir_all(&dir).expect("tmp");
     let src = dir.join("imports_zero.tex");
     std::fs::write(&src, "import \"/dev/zero\";\nkernel f(A: f32[N = 4]) -> B: f32[N] { B[i] = A[i]; }\n").expect("w");

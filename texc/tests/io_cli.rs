@@ -2,6 +2,9 @@
 //! the domain of the operators it feeds, and the AST dump with and without
 //! source spans.
 
+#[path = "../../tests/src/scratch.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -14,7 +17,7 @@ fn texc(args: &[&str]) -> Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("texc-io-{}", std::process::id()));
+    let d = common::scratch("io");
     std::fs::create_dir_all(&d).expect("tmp");
     d.join(name)
 }

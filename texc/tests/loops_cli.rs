@@ -2,6 +2,9 @@
 //! by hand, runs, is checked against the kernel its `source` line names, is
 //! timed and compiled ahead of time; malformed ones are spanned errors.
 
+#[path = "../../tests/src/scratch.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -14,7 +17,7 @@ fn texc(args: &[&str]) -> Output {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("texc-loops-cli-{}", std::process::id()));
+    let d = common::scratch("loops-cli");
     std::fs::create_dir_all(&d).expect("tmp");
     d.join(name)
 }

@@ -3,6 +3,9 @@
 //! a clear error (exit 1) when it is not. What the export computes is tested
 //! by running it (tests/tests/mlir.rs).
 
+#[path = "../../tests/src/scratch.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -36,7 +39,7 @@ fn emit_mlir_prints_the_same_verified_module_every_time() {
     assert!(l.contains("iterator_types = [\"parallel\", \"reduction\"]"), "{l}");
     assert!(l.contains("-> tensor<5x21xf32>"), "{l}");
     // A .loops file exports its loop nest; it has no tensor IR for linalg.
-    let dir = std::env::temp_dir().join(format!("texc-mlir-cli-{}", std::process::id()));
+    let dir = common::scratch("mlir-cli");
     std::fs::create_dir_all(&dir).unwrap();
     let loops = dir.join("s.loops");
     let nest = out(&texc(&[

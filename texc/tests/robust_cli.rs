@@ -5,6 +5,9 @@
 //! ends with status 0, 1 or 2 and a clear message: never a signal, a panic
 //! (101) or a hang.
 
+#[path = "../../tests/src/scratch.rs"]
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -64,7 +67,7 @@ fn texc(args: &[&str]) -> Ran {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("texc-robust-cli-{}", std::process::id()));
+    let d = common::scratch("robust-cli");
     std::fs::create_dir_all(&d).expect("tmp");
     d.join(name)
 }

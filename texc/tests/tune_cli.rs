@@ -2,6 +2,9 @@
 //! processes, recorded in an append-only database that survives a killed
 //! tuner and concurrent tuners, and used by `run`, `bench` and `compile`.
 
+#[path = "../../tests/src/scratch.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -10,7 +13,7 @@ fn root() -> PathBuf {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("texc-tune-cli-{}", std::process::id()));
+    let d = common::scratch("tune-cli");
     std::fs::create_dir_all(&d).expect("tmp");
     d.join(name)
 }
