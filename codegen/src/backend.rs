@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use std::time::{Duration, Instant};
 use texc_compiler::interp::Arg;
 use texc_compiler::target::{BackendKind, Target};
-use texc_compiler::tir::TensorId;
+use texc_compiler::tir::{TensorDecl, TensorId};
 use texc_compiler::types::ElemType;
 use texc_runtime::{AlignedBuf, DType, Tensor};
 use texc_schedules::LoopFunc;
@@ -406,29 +406,20 @@ impl Compiled {
         };
         let l = &self.layout;
         let mut ptrs = vec![std::ptr::null_mut(); l.n_tensors];
-        let mut scalars = vec![0u64; l.scalars.len()];
         // First, as `prepare` does: the parameters' and outputs' own memory
         // replaces any slot the plan gives them.
         let _arena = self.host_arena(&mut ptrs)?;
-        if args.len() != l.params.len() {
-            return Err(CodegenError::Run(format!("expected {} arguments, got {}", l.params.len(), args.len())));
-        }
-        let mut inputs = l.inputs.iter();
-        for (param, arg) in l.params.iter().zip(args) {
-            match (param, arg) {
-                (abi::Param::Tensor(t), ArgRef::Tensor(x)) => {
-                    let decl = inputs.next().expect("one declaration per tensor parameter");
-                    let want: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
-                    check_memory(&decl.name, decl.elem, &want, x.dtype, x.shape, x.bytes)?;
-                    // The code only reads parameters (see above).
-                    ptrs[t.0 as usize] = x.bytes.as_ptr().cast_mut();
-                }
-                (abi::Param::Scalar(s), ArgRef::Scalar(v)) => {
-                    scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], *v)
-                }
-                _ => return Err(CodegenError::Run("a tensor and a scalar argument are swapped".into())),
-            }
-        }
+        let scalar_of = |a: &ArgRef<'_>| match a {
+            ArgRef::Scalar(v) => Some(*v),
+            ArgRef::Tensor(_) => None,
+        };
+        let scalars = self.bind_params(args, scalar_of, |t, decl, want, arg| {
+            let ArgRef::Tensor(x) = arg else { unreachable!("a tensor argument") };
+            check_memory(&decl.name, decl.elem, want, x.dtype, x.shape, x.bytes)?;
+            // The code only reads parameters (see above).
+            ptrs[t.0 as usize] = x.bytes.as_ptr().cast_mut();
+            Ok(())
+        })?;
         if outputs.len() != l.outputs.len() {
             return Err(CodegenError::Run(format!("expected {} outputs, got {}", l.outputs.len(), outputs.len())));
         }
@@ -482,61 +473,77 @@ impl Compiled {
             return Err(CodegenError::Unsupported("running host code on device memory".into()));
         };
         let l = &self.layout;
-        if args.len() != l.params.len() {
-            return Err(CodegenError::Run(format!("expected {} arguments, got {}", l.params.len(), args.len())));
-        }
         if outputs.len() != l.outputs.len() {
             return Err(CodegenError::Run(format!("expected {} outputs, got {}", l.outputs.len(), outputs.len())));
         }
         let mut given: Vec<(TensorId, u64, bool)> = Vec::new();
-        let mut scalars = vec![0u64; l.scalars.len()];
-        let mut inputs = l.inputs.iter();
-        for (param, arg) in l.params.iter().zip(args) {
-            match (param, arg) {
-                (abi::Param::Tensor(t), DeviceArgRef::Tensor(x)) => {
-                    let decl = inputs.next().expect("one declaration per tensor parameter");
-                    let want: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
-                    check_device_memory(&decl.name, decl.elem, &want, x)?;
-                    given.push((*t, x.ptr, false));
-                }
-                (abi::Param::Scalar(s), DeviceArgRef::Scalar(v)) => {
-                    scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], *v)
-                }
-                _ => return Err(CodegenError::Run("a tensor and a scalar argument are swapped".into())),
-            }
-        }
+        let scalar_of = |a: &DeviceArgRef<'_>| match a {
+            DeviceArgRef::Scalar(v) => Some(*v),
+            DeviceArgRef::Tensor(_) => None,
+        };
+        let scalars = self.bind_params(args, scalar_of, |t, decl, want, arg| {
+            let DeviceArgRef::Tensor(x) = arg else { unreachable!("a tensor argument") };
+            check_device_memory(&decl.name, decl.elem, want, &x)?;
+            given.push((t, x.ptr, false));
+            Ok(())
+        })?;
+        let tensors = g.tensors();
+        let position = |id: TensorId| tensors.iter().position(|&t| t == id).expect("the kernels take every output");
         // A tensor returned twice is written in its first output and copied to the others.
         let mut copies = Vec::new();
         for (i, (o, y)) in l.outputs.iter().zip(outputs).enumerate() {
             check_device_memory("an output", o.elem, &o.shape, y)?;
             let zero = self.read_first.get(i).copied().unwrap_or(true);
-            match l.outputs[..i].iter().position(|p| p.id == o.id) {
-                Some(first) => copies.push((outputs[first].ptr, y.ptr, o.bytes())),
-                None => given.push((o.id, y.ptr, zero)),
+            match l.outputs[..i].iter().any(|p| p.id == o.id) {
+                true => copies.push((position(o.id), y.ptr, o.bytes())),
+                false => given.push((o.id, y.ptr, zero)),
             }
         }
-        let tensors = g.tensors();
+        // Temporaries are not zeroed: the `zero` pass stores whatever of
+        // them is read before it is stored (as `call` on `prepare`'s
+        // buffers, run again and again, relies on too).
         let memory: Vec<TensorMemory> = tensors
             .iter()
             .map(|id| {
                 let bytes = l.tensor_bytes(*id);
                 match given.iter().find(|(t, _, _)| t == id) {
                     Some(&(_, ptr, zero)) => TensorMemory { ptr: Some(ptr), bytes, zero },
-                    None => TensorMemory { ptr: None, bytes, zero: true },
+                    None => TensorMemory { ptr: None, bytes, zero: false },
                 }
-            })
-            .collect();
-        // The copies between outputs, as positions among the kernels' tensors.
-        let position = |ptr: u64| memory.iter().position(|m| m.ptr == Some(ptr));
-        let copies: Vec<(usize, u64, usize)> = copies
-            .into_iter()
-            .map(|(from, to, bytes)| {
-                (position(from).expect("the first output is among the kernels' tensors"), to, bytes)
             })
             .collect();
         let scalars: Vec<(ElemType, u64)> = l.scalars.iter().copied().zip(scalars).collect();
         // SAFETY: the caller's promise; the shapes and dtypes checked above.
         unsafe { g.launch_on(&memory, &scalars, stream, &copies) }
+    }
+
+    /// Walk the parameters beside `args` (a call's, in parameter order):
+    /// each tensor argument handed to `tensor` with its id, declaration
+    /// and shape; each scalar converted into its slot. The scalars' slots.
+    fn bind_params<A>(
+        &self,
+        args: &[A],
+        scalar_of: impl Fn(&A) -> Option<f64>,
+        mut tensor: impl FnMut(TensorId, &TensorDecl, &[usize], &A) -> Result<(), CodegenError>,
+    ) -> Result<Vec<u64>, CodegenError> {
+        let l = &self.layout;
+        if args.len() != l.params.len() {
+            return Err(CodegenError::Run(format!("expected {} arguments, got {}", l.params.len(), args.len())));
+        }
+        let mut scalars = vec![0u64; l.scalars.len()];
+        let mut inputs = l.inputs.iter();
+        for (param, arg) in l.params.iter().zip(args) {
+            match (param, scalar_of(arg)) {
+                (abi::Param::Tensor(t), None) => {
+                    let decl = inputs.next().expect("one declaration per tensor parameter");
+                    let want: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+                    tensor(*t, decl, &want, arg)?;
+                }
+                (abi::Param::Scalar(s), Some(v)) => scalars[*s as usize] = abi::scalar_slot(l.scalars[*s as usize], v),
+                _ => return Err(CodegenError::Run("a tensor and a scalar argument are swapped".into())),
+            }
+        }
+        Ok(scalars)
     }
 
     /// The temporaries of a host kernel in one zeroed arena at the offsets

@@ -61,7 +61,8 @@ pub struct CudaTensor {
 /// The CUDA device `x` is on, by its `__dlpack_device__()`, or `None` for
 /// anything else (host arrays, numbers, objects without DLPack).
 pub fn device_of(x: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
-    if !x.hasattr("__dlpack_device__")? {
+    // NumPy arrays (every host call's arguments) without asking Python.
+    if x.cast::<numpy::PyUntypedArray>().is_ok() || !x.hasattr("__dlpack_device__")? {
         return Ok(None);
     }
     let (kind, id): (i64, i64) = x.call_method0("__dlpack_device__")?.extract()?;

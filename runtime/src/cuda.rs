@@ -210,12 +210,12 @@ impl Drop for Current {
 /// One tensor of a call on the caller's memory ([`Device::launch_on`]).
 #[derive(Clone, Copy, Debug)]
 pub struct TensorMemory {
-    /// The caller's device memory, or `None`: a temporary, allocated zeroed
-    /// on the call's stream and freed after its launches.
+    /// The caller's device memory, or `None`: a temporary, allocated on the
+    /// call's stream and freed after its launches.
     pub ptr: Option<u64>,
     pub bytes: usize,
-    /// Zeroed on the stream before the launches (outputs: kernels may
-    /// accumulate into them, as into the zeroed buffers of `upload`).
+    /// Zeroed on the stream before the launches (an output whose reads may
+    /// precede its stores, as the buffers of `upload` are zeroed).
     pub zero: bool,
 }
 
@@ -288,7 +288,7 @@ impl Device {
                         p
                     }
                 };
-                if t.zero || t.ptr.is_none() {
+                if t.zero {
                     result::memset_d8_async(ptr, 0, t.bytes, stream).map_err(err("zeroing a tensor"))?;
                 }
                 ptrs.push(ptr);

@@ -296,8 +296,9 @@ impl<'ctx> Gen<'ctx, '_> {
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let frag = op.fragments();
         let mut args: Vec<BasicValueEnum<'ctx>> = Vec::new();
-        if op.is_integer() {
-            for (tile, coords, is_a) in [(a, frag.a, true), (b, frag.b, false)] {
+        for (tile, coords, is_a) in [(a, frag.a, true), (b, frag.b, false)] {
+            if op.is_integer() {
+                // 8-bit operands: registers of 4 consecutive `k`.
                 match self.ldmatrix_bytes(tile, lane, is_a)? {
                     Some(regs) => args.extend(regs),
                     None => {
@@ -306,9 +307,8 @@ impl<'ctx> Gen<'ctx, '_> {
                         }
                     }
                 }
+                continue;
             }
-        }
-        for (tile, coords, is_a) in [(a, frag.a, true), (b, frag.b, false)].into_iter().filter(|_| !op.is_integer()) {
             if matches!(op, MmaOp::M16n8k16F16F32 | MmaOp::M16n8k16Bf16F32) {
                 if let Some(regs) = self.ldmatrix(tile, lane, is_a)? {
                     args.extend(regs);
@@ -745,7 +745,9 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 
     /// The tile product `c += a × b` as loops (the emulation runs a whole
-    /// warp's operation at once), accumulating in f32.
+    /// warp's operation at once), accumulating in `c`'s type: f32, or
+    /// `i32` for 8-bit operands, whose products and sums wrap as the
+    /// tensor cores' do.
     fn mma_loops(
         &mut self,
         fr: &mut Frame<'ctx>,
@@ -754,90 +756,48 @@ impl<'ctx> Gen<'ctx, '_> {
         a: &Placed<'ctx>,
         b: &Placed<'ctx>,
     ) -> R<()> {
-        if op.is_integer() {
-            return self.mma_loops_integer(fr, op, c, a, b);
-        }
         let (m, n, kk) = op.shape();
         let i64t = self.cx.i64_type();
-        let f32t = self.cx.f32_type();
+        let acc_ty = self.mem_ty(op.types().1);
         let zero = i64t.const_zero();
         let func = fr.func;
         self.count(func, "r", zero, i64t.const_int(m as u64, false), &mut |g, r| {
             g.count(func, "c", zero, i64t.const_int(n as u64, false), &mut |g, col| {
                 let p = g.element(c, r, col)?;
-                let acc0 = g.b.build_load(f32t, p, "acc")?.into_float_value();
-                let slot = g.entry_alloca(func, f32t.into())?;
-                g.b.build_store(slot, acc0)?;
+                let slot = g.entry_alloca(func, acc_ty)?;
+                g.b.build_store(slot, g.b.build_load(acc_ty, p, "acc")?)?;
                 g.count(func, "k", zero, i64t.const_int(kk as u64, false), &mut |g, k| {
-                    let x = g.load_at(a, r, k)?;
-                    let y = g.load_at(b, k, col)?;
-                    let (x, y) = if op.rounds_to_tf32() {
-                        (g.tf32(x.into_float_value())?, g.tf32(y.into_float_value())?)
-                    } else if op == MmaOp::M16n8k16Bf16F32 {
-                        let wide = |g: &mut Self, v| g.bf16_to_f32(v, None).map(|w| w.into_float_value());
-                        (wide(g, x)?, wide(g, y)?)
+                    let x = g.mma_input(op, g.load_at(a, r, k)?, op.types().0)?;
+                    let y = g.mma_input(op, g.load_at(b, k, col)?, op.b_type())?;
+                    let acc = g.b.build_load(acc_ty, slot, "acc")?;
+                    let sum: BasicValueEnum<'ctx> = if op.is_integer() {
+                        let prod = g.b.build_int_mul(x.into_int_value(), y.into_int_value(), "ab")?;
+                        g.b.build_int_add(acc.into_int_value(), prod, "sum")?.into()
                     } else {
-                        (
-                            g.b.build_float_ext(x.into_float_value(), f32t, "a")?,
-                            g.b.build_float_ext(y.into_float_value(), f32t, "b")?,
-                        )
+                        let prod = g.b.build_float_mul(x.into_float_value(), y.into_float_value(), "ab")?;
+                        g.b.build_float_add(acc.into_float_value(), prod, "sum")?.into()
                     };
-                    let prod = g.b.build_float_mul(x, y, "ab")?;
-                    let acc = g.b.build_load(f32t, slot, "acc")?.into_float_value();
-                    let sum = g.b.build_float_add(acc, prod, "sum")?;
                     g.b.build_store(slot, sum)?;
                     Ok(())
                 })?;
-                let acc = g.b.build_load(f32t, slot, "acc")?;
-                g.b.build_store(p, acc)?;
+                g.b.build_store(p, g.b.build_load(acc_ty, slot, "acc")?)?;
                 Ok(())
             })
         })
     }
 
-    /// [`Gen::mma_loops`] of 8-bit operands: each widened to `i32` (signed
-    /// or unsigned as the operation says), products and sums wrapping in
-    /// `i32` as the tensor cores' do.
-    fn mma_loops_integer(
-        &mut self,
-        fr: &mut Frame<'ctx>,
-        op: MmaOp,
-        c: &Placed<'ctx>,
-        a: &Placed<'ctx>,
-        b: &Placed<'ctx>,
-    ) -> R<()> {
-        let (m, n, kk) = op.shape();
-        let i64t = self.cx.i64_type();
+    /// An operand element `v` of type `elem` as the operation multiplies
+    /// it: f16 and bf16 widened to f32, f32 rounded to TF32 where the
+    /// operation does, 8-bit values widened to `i32` (signed or not).
+    fn mma_input(&self, op: MmaOp, v: BasicValueEnum<'ctx>, elem: ElemType) -> R<BasicValueEnum<'ctx>> {
         let i32t = self.cx.i32_type();
-        let zero = i64t.const_zero();
-        let func = fr.func;
-        let signed = [op.types().0, op.b_type()].map(|e| e == ElemType::I8);
-        self.count(func, "r", zero, i64t.const_int(m as u64, false), &mut |g, r| {
-            g.count(func, "c", zero, i64t.const_int(n as u64, false), &mut |g, col| {
-                let p = g.element(c, r, col)?;
-                let slot = g.entry_alloca(func, i32t.into())?;
-                g.b.build_store(slot, g.b.build_load(i32t, p, "acc")?)?;
-                g.count(func, "k", zero, i64t.const_int(kk as u64, false), &mut |g, k| {
-                    let widen = |g: &mut Self, v: BasicValueEnum<'ctx>, signed: bool| -> R<IntValue<'ctx>> {
-                        let v = v.into_int_value();
-                        Ok(if signed {
-                            g.b.build_int_s_extend(v, i32t, "s")?
-                        } else {
-                            g.b.build_int_z_extend(v, i32t, "u")?
-                        })
-                    };
-                    let x = g.load_at(a, r, k)?;
-                    let y = g.load_at(b, k, col)?;
-                    let (x, y) = (widen(g, x, signed[0])?, widen(g, y, signed[1])?);
-                    let prod = g.b.build_int_mul(x, y, "ab")?;
-                    let acc = g.b.build_load(i32t, slot, "acc")?.into_int_value();
-                    g.b.build_store(slot, g.b.build_int_add(acc, prod, "sum")?)?;
-                    Ok(())
-                })?;
-                let acc = g.b.build_load(i32t, slot, "acc")?;
-                g.b.build_store(p, acc)?;
-                Ok(())
-            })
+        Ok(match elem {
+            ElemType::I8 => self.b.build_int_s_extend(v.into_int_value(), i32t, "s")?.into(),
+            ElemType::U8 => self.b.build_int_z_extend(v.into_int_value(), i32t, "u")?.into(),
+            ElemType::BF16 => self.bf16_to_f32(v, None)?,
+            ElemType::F16 => self.b.build_float_ext(v.into_float_value(), self.cx.f32_type(), "h")?.into(),
+            _ if op.rounds_to_tf32() => self.tf32(v.into_float_value())?.into(),
+            _ => v,
         })
     }
 }
