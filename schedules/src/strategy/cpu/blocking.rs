@@ -829,10 +829,10 @@ fn default_rows(max: i64, extent: i64, l1_ways: Option<i64>, vectors: i64) -> i6
 /// A block of fewer accumulators waits on them.
 const FMAS_IN_FLIGHT: i64 = 8;
 
-/// `rows` a block, unless that leaves a last block of one row: its
-/// `vectors` accumulators keep a fraction of [`FMAS_IN_FLIGHT`] busy (a
-/// Winograd product's 7 rows as 6 + 1 on AVX2, a 7 × 7 map's 49 as 8 × 6 +
-/// 1). Then the rows whose blocks take the fewest [`block_cycles`], where
+/// `rows` a block, unless that leaves a last block of one row or a few
+/// whose `vectors` accumulators keep a fraction of [`FMAS_IN_FLIGHT`] busy
+/// (a Winograd product's 7 rows as 6 + 1 on AVX2, a 7 × 7 map's 49 as 8 × 6
+/// + 1; a 14 × 14 map's rows of 14 as 6 + 6 + 2). Then the rows whose blocks take the fewest [`block_cycles`], where
 /// they save at least [`LONE_ROW_SAVING`] of the steps; on a tie the
 /// larger block, so a lone row stays where no other rows are cheaper
 /// (every block as latency-bound as it, or `rows` already the cheapest).
@@ -847,8 +847,12 @@ const FMAS_IN_FLIGHT: i64 = 8;
 /// 160 → 1280 0.259 → 0.243 / 0.175 → 0.170 ms, 512 → 2048 with its
 /// residual 1.45 → 1.38 / 0.84 → 0.76, 320 → 1280 0.498 → 0.475, 160 →
 /// 960 0.192 → 0.183, 440 → 440 with its residual 0.262 → 0.253.)
+/// Tails of two or three rows of two vectors (Zen 4, `x86-avx2`, 1 thread,
+/// ConvNeXt-T's products over rows of 14 tokens as 5 + 5 + 4 against
+/// 6 + 6 + 2): FILL.
 fn rows_without_lone_last(rows: i64, extent: i64, vectors: i64) -> i64 {
-    if rows < 2 || extent <= rows || extent % rows != 1 {
+    let tail = if rows > 0 { extent % rows } else { 0 };
+    if rows < 2 || extent <= rows || tail == 0 || tail * vectors >= FMAS_IN_FLIGHT {
         return rows;
     }
     let as_given = block_cycles(rows, extent, vectors);
@@ -862,18 +866,23 @@ fn rows_without_lone_last(rows: i64, extent: i64, vectors: i64) -> i64 {
 }
 
 /// The share of a product's steps (1 / this) that smaller blocks must save
-/// to be taken over a lone last row: below it, the panels the smaller
-/// blocks load more often cost what the lone row's latency did (a 6 × 168
-/// + 1 product keeps its 6 rows, a saving of 3 steps in 1012).
-const LONE_ROW_SAVING: i64 = 32;
+/// to be taken over a short last block: below it, what [`block_cycles`]
+/// does not count (the slices' tails, the blocks' loop overhead) outweighs
+/// it. A 7 × 7 map's 49 rows as 9 × 5 + 4 save 2 steps in 61 (MEASURED
+/// faster above), 55 as 11 × 5 2 in 68; AVX-512's 12 × 8 + 1 rows keep
+/// their blocks (3 in 109), as 6 × 7 + 1 do (1 in 54).
+const LONE_ROW_SAVING: i64 = 36;
 
 /// Steps of `extent` rows in blocks of `r`, a block's step counted as its
 /// rows or the rows that hold [`FMAS_IN_FLIGHT`] accumulators of `vectors`
-/// vectors, whichever is more.
+/// vectors, whichever is more, plus one for loading its panel's vectors
+/// (which more blocks load more often: 32 filters of a 1 × 1 convolution on
+/// AVX2 ran as 6 × 5 + 2 rows in 0.117 ms, as 8 × 4 in 0.132).
 fn block_cycles(r: i64, extent: i64, vectors: i64) -> i64 {
     let latency_rows = (FMAS_IN_FLIGHT + vectors - 1) / vectors.max(1);
     let tail = extent % r;
-    (extent / r) * r.max(latency_rows) + if tail > 0 { tail.max(latency_rows) } else { 0 }
+    let blocks = (extent + r - 1) / r;
+    (extent / r) * r.max(latency_rows) + if tail > 0 { tail.max(latency_rows) } else { 0 } + blocks
 }
 
 /// See [`default_rows`]: AVX2's blocks (6 rows of 2 vectors) take a short
@@ -942,21 +951,25 @@ mod tests {
         assert_eq!(default_rows(6, 13, Some(8), 2), 5, "5 + 5 + 3, not 6 + 6 + 1");
         assert_eq!(default_rows(6, 25, Some(8), 2), 5, "5 × 5, not 4 × 6 + 1");
         assert_eq!(default_rows(4, 9, Some(8), 3), 3, "three vectors: 3 × 3, not 4 + 4 + 1");
-        for (max, extent, vectors) in [(6, 7, 2), (6, 13, 2), (5, 11, 2), (4, 9, 3), (6, 25, 2), (6, 43, 2)] {
+        for (max, extent, vectors) in [(6, 7, 2), (6, 13, 2), (5, 11, 2), (4, 9, 3), (6, 25, 2)] {
             let r = default_rows(max, extent, Some(8), vectors);
             assert!((2..=max).contains(&r) && extent % r != 1, "{max} {extent} {vectors}: {r}");
         }
         assert_eq!(default_rows(6, 49, Some(8), 2), 5, "a 7 × 7 map: 9 × 5 + 4, not 8 × 6 + 1");
         assert_eq!(default_rows(6, 55, Some(8), 2), 5, "11 × 5, not 9 × 6 + 1");
+        assert_eq!(default_rows(6, 14, Some(8), 2), 5, "5 + 5 + 4, not 6 + 6 + 2");
+        assert_eq!(default_rows(6, 15, Some(8), 2), 5, "5 × 3, not 6 + 6 + 3");
+        assert_eq!(default_rows(6, 28, Some(8), 2), 6, "6 × 4 + 4: a tail of 8 accumulators");
         // Left alone: many blocks, no lone row, or no cheaper rows.
         assert_eq!(default_rows(6, 1009, Some(8), 2), 6, "a saving of 3 steps in 1012");
         assert_eq!(default_rows(6, 67, Some(8), 2), 6, "2 in 70");
+        assert_eq!(default_rows(6, 43, Some(8), 2), 6, "1 in 54: 8 blocks of 5 load their panels once more");
         assert_eq!(default_rows(6, 6, Some(8), 2), 6);
         assert_eq!(default_rows(6, 1, Some(8), 2), 1);
         assert_eq!(default_rows(4, 9, Some(8), 2), 4, "blocks of 4 rows of 2 are as latency-bound as one row");
         assert_eq!(default_rows(12, 97, Some(12), 2), 12, "AVX-512's 12 rows on a 12-way L1");
-        assert_eq!(block_cycles(6, 7, 2), 10);
-        assert_eq!(block_cycles(4, 7, 2), 8);
+        assert_eq!(block_cycles(6, 7, 2), 12);
+        assert_eq!(block_cycles(4, 7, 2), 10);
     }
 
     /// Rows per block: a divisor of the extent where one is at least a
