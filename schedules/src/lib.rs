@@ -53,6 +53,7 @@ pub mod launches;
 pub mod legalize;
 pub mod lower;
 pub mod memory_plan;
+pub mod merge_rows;
 pub mod multistage;
 pub mod nest;
 pub mod normalize;

@@ -310,6 +310,37 @@ fn column_blocks_enclose_the_rows_they_serve() {
     }
 }
 
+/// A channels-last product over short image rows (ConvNeXt's and Swin's
+/// MLPs) runs over the whole map's rows as one axis where that saves
+/// register-block steps (`merge_rows`), the
+/// element-wise stage after it reading the merged temporary at `y · W + x`;
+/// sizes no block or vector divides, a batch of two, every CPU target
+/// against the interpreter.
+#[test]
+fn products_over_short_image_rows_run_over_the_whole_map() {
+    let cases = [
+        "kernel t(A: f32[1, 7, 7, 37], W: f32[37, 70]) -> Z: f32[1, 7, 7, 70] {\n\
+         \x20   Y[n, y, x, j] = sum[k](A[n, y, x, k] * W[k, j]);\n\
+         \x20   Z[n, y, x, j] = 0.5 * Y[n, y, x, j] * (1.0 + erf(Y[n, y, x, j] / 1.4142135));\n}\n",
+        "kernel t(A: f32[2, 13, 11, 19], W: f32[19, 40], b: f32[40]) -> Z: f32[2, 13, 11, 40] {\n\
+         \x20   Y[n, y, x, j] = sum[k](A[n, y, x, k] * W[k, j]);\n\
+         \x20   Z[n, y, x, j] = Y[n, y, x, j] + b[j] + Y[n, 12 - y, 10 - x, j];\n}\n",
+    ];
+    for src in cases {
+        let (mut pl, k) = texc_tests::load_text("interp", "t.tex", src, None).expect("front end");
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        for target in targets().into_iter().filter(|t| t.kind == TargetKind::Cpu) {
+            let f = texc_tests::default_lowered(target.name, &p);
+            let text = texc_schedules::ir::print(&f);
+            // AVX2's blocks of 5 or 6 rows end every image row of 7 or 11 in
+            // a short block (AVX-512's of 7 or 11 divide them: its count decides).
+            let merged = text.contains("for y.x.") || text.contains("y.x in");
+            assert!(merged || target.name != "x86-avx2", "{src} on {target}:\n{text}");
+            check("merged rows", &p, &f, target, 9);
+        }
+    }
+}
+
 /// The vector `exp` (a polynomial; on AVX-512 scaled by `vscalefps`) and
 /// the `sigmoid` built on it, lane by lane: overflow to ∞ past 88.72,
 /// denormal results down to −103.97, 0 below, NaN and infinities through;

@@ -20,7 +20,7 @@
 //!
 //! Passes of kernels (`.tex`):
 //! - a preparation pass of the default schedules, `NAME TARGET`
-//!   (`texc_schedules::prepare::steps`: `one-hot-gathers`,
+//!   (`texc_schedules::prepare::steps`: `merge-product-rows`, `one-hot-gathers`,
 //!   `inline-elementwise`, `hoist-reductions`, `inline-epilogues`,
 //!   `simplify-div-mod`, `fold-conditions`, `reciprocals`, `fuse-dense-reductions`, `rfactor` on
 //!   CPUs; `im2col` on GPUs): the tensor IR after the passes before it in

@@ -823,6 +823,20 @@ fn default_rows(max: i64, extent: i64, l1_ways: Option<i64>, vectors: i64) -> i6
     }
 }
 
+/// Whether a product's register blocks take fewer steps ([`block_cycles`],
+/// with the rows [`default_rows`] picks either way, rows of the
+/// micro-kernel's two vectors) over `h · w` rows as one axis than over `h`
+/// image rows of `w` ([`crate::merge_rows`]). AVX2's rows of 14 (5 + 5 + 4,
+/// 17 steps) against 196 (32 × 6 + 4, 229 for 238) merge; AVX-512's blocks
+/// of 7 divide 14 and 196 alike (224 either way), and stay.
+pub(super) fn merged_rows_pay(m: Machine, h: i64, w: i64) -> bool {
+    let vectors = m.knobs.nvec.unwrap_or(2).max(1);
+    let max = block_accumulators(m, true) / vectors;
+    let ways = Some(l1_ways(m.caches));
+    let steps = |extent: i64| block_cycles(default_rows(max, extent, ways, vectors).max(1), extent, vectors);
+    steps(h * w) < h * steps(w)
+}
+
 /// FMAs in flight that keep an x86 core's two FMA pipes busy: four cycles
 /// of latency on Skylake and later and on Zen 3 and 4 (Haswell, Broadwell
 /// and Zen 1 and 2 take five, ten in flight: the lower bound of the two).
@@ -943,6 +957,27 @@ mod tests {
         assert_eq!(default_rows(6, 32, Some(8), 2), 6, "AVX2 keeps its last block of 2");
         assert_eq!(default_rows(6, 1024, Some(8), 2), 6, "and of 4");
         assert_eq!(default_rows(12, 1024, None, 2), 8, "not a BLIS block");
+    }
+
+    /// Image rows of 14 or 7 merge into one axis of rows where AVX2's
+    /// blocks of 6 leave each image row a short block, not where AVX-512's
+    /// of 7 divide them.
+    #[test]
+    fn short_image_rows_merge_where_their_blocks_end_short() {
+        let machine = |lanes, accumulators| Machine {
+            lanes,
+            accumulators,
+            half_lanes: None,
+            caches: caches(32, 1024, 2),
+            knobs: Default::default(),
+            masks_in_vectors: false,
+        };
+        let (avx2, avx512) = (machine(8, 12), machine(16, 24));
+        assert!(merged_rows_pay(avx2, 14, 14), "196 rows: 229 steps, 14 × 17");
+        assert!(merged_rows_pay(avx2, 7, 7), "49 rows: 59 steps, 7 × 10");
+        assert!(!merged_rows_pay(avx2, 4, 12), "rows of 12: two blocks of 6 each");
+        assert!(!merged_rows_pay(avx512, 14, 14), "blocks of 7 either way");
+        assert!(!merged_rows_pay(avx512, 7, 7));
     }
 
     /// A last block of one row among few is spread over the others.

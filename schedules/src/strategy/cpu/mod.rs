@@ -100,9 +100,10 @@ impl Strategy for Cpu {
 /// are inlined once reductions are hoisted out of them, and a row
 /// reduction's dense loops are fused before it is factored into
 /// vector-width partial results.
-const PREPARATION: [Step; 15] = [
+const PREPARATION: [Step; 16] = [
     Step { name: "dot4-products", run: dot4_products },
     Step { name: "filters-last", run: filters_last },
+    Step { name: "merge-product-rows", run: merge_product_rows },
     Step { name: "phase-strided-windows", run: phase_strided_windows },
     Step { name: "fuse-attention", run: fuse_attention },
     Step { name: "transpose-operands", run: transpose_operands },
@@ -136,6 +137,15 @@ fn dot4_products(p: &mut Program, t: &Target, _: DefaultKnobs) {
 /// packed operands move).
 fn filters_last(p: &mut Program, t: &Target, _: DefaultKnobs) {
     crate::filters_last::filters_last(p, t, &|_| false, &|_| false);
+}
+
+/// *merge-product-rows*: products over short image rows computed over the
+/// whole map as one axis of rows ([`crate::merge_rows`]).
+fn merge_product_rows(p: &mut Program, t: &Target, knobs: DefaultKnobs) {
+    let pays = |p: &Program, si: usize, h: i64, w: i64| {
+        blocking::merged_rows_pay(Machine::of(t, &p.stages[si], p, knobs), h, w)
+    };
+    crate::merge_rows::merge_product_rows(p, t, &pays);
 }
 
 /// *phase-strided-windows*: a float product's shared operand read through

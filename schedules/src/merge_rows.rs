@@ -1,0 +1,183 @@
+//! Products over short image rows computed over the whole map: a
+//! TIR-to-TIR pass for CPU targets (the *merge-product-rows* preparation
+//! step, after [`crate::filters_last`]).
+//!
+//! A channels-last `Linear` over an image (ConvNeXt's and Swin's MLPs,
+//! `Y[n, y, x, j] = Σ[k] A[n, y, x, k] · W[k, j]`) has its vectors along
+//! `j` and its register block's rows along `x`: on a 14 × 14 map each image
+//! row is 14 rows of A, blocks of 5 + 5 + 4 on AVX2 (6 + 6 + 2 would leave
+//! four accumulators waiting on the FMA latency), and the blocks' panels of
+//! `W` are read again for every image row. The rows `(y, x)` of such a product lie
+//! one after another in memory — in `A`, whose last dimension is the
+//! reduction, and in `Y` — so they are one axis `p = y · W + x` of `H · W`
+//! rows: the stage computes `Y[n, p, j]` over it, reading `A[n, p / W,
+//! p % W, k]`, and `Y`'s shape merges the two dimensions (`[n, H · W,
+//! j]`, the same bytes), its readers indexing `Y[n, e_y · W + e_x, j]`.
+//!
+//! Taken where the register blocks take fewer steps so (the caller's
+//! count), the stage sums products (of two loads, as
+//! [`crate::filters_last::product_body`] reads them), its last axis is not
+//! one of the two (the vectors stay along it), the row is shorter than
+//! [`SHORT_ROW`], `Y` is a temporary that this stage alone writes, and
+//! every load that involves `y` or `x` indexes two adjacent dimensions of
+//! exactly the stage's extents by exactly `y, x` and nothing else by them
+//! (nothing but those loads mentions them).
+//!
+//! Invariants: the program computes the same values (the same expression
+//! per output element, stored at the same address); only the merged
+//! stage's variables, `Y`'s shape and the loads of `Y` change; every other
+//! stage keeps its loop variables.
+
+use crate::analysis::{involves, loads_in};
+use crate::filters_last::product_body;
+use crate::normalize::{subst, with_children};
+use std::collections::HashMap;
+use texc_compiler::ops::BinOp;
+use texc_compiler::target::{Target, TargetKind};
+use texc_compiler::tir::*;
+
+/// Image rows shorter than this may merge: up to two blocks of rows on
+/// AVX2 (6 rows) or one on AVX-512 (7 to 12), where each image row ends in
+/// a short block (a 14 × 14 map's rows as 5 + 5 + 4, a 7 × 7 map's as
+/// 4 + 3). Longer rows keep their blocks: a few short blocks among many,
+/// measured only on those two maps (see [`merge_product_rows`]).
+pub const SHORT_ROW: i64 = 16;
+
+/// Merge the short image rows of every product of `p` that qualifies (see
+/// the module header) where `pays(p, stage, h, w)` says the register blocks
+/// take fewer steps over `h · w` rows than over `h` rows of `w` (the CPU
+/// strategy's count); CPU targets only. MEASURED (AMD Zen 4, 1 thread,
+/// `bench --profile`, ConvNeXt-T's products, new against old): `x86-avx2`
+/// the 18 at 14 × 14 40.9 → 39.0 ms, the 6 at 7 × 7 17.4 → 15.5; on `host`
+/// (blocks of 7, where the count says no) merged anyway they took 36.8 → 37.5
+/// and 12.9 → 12.8.
+pub fn merge_product_rows(p: &mut Program, target: &Target, pays: &dyn Fn(&Program, usize, i64, i64) -> bool) {
+    if target.kind != TargetKind::Cpu {
+        return;
+    }
+    for si in 0..p.stages.len() {
+        if let Some((y, x)) = mergeable(p, si) {
+            let (h, w) = (p.stages[si].vars[y].extent, p.stages[si].vars[x].extent);
+            if pays(p, si, h, w) {
+                merge(p, si, y, x);
+            }
+        }
+    }
+}
+
+/// The axes `(y, x)` of stage `si` that merge, if they do.
+fn mergeable(p: &Program, si: usize) -> Option<(usize, usize)> {
+    let st = &p.stages[si];
+    let n = st.n_axes;
+    if n < 3 || st.vars.len() == n || product_body(p, st.value).is_none() {
+        return None;
+    }
+    let (y, x) = (n - 3, n - 2);
+    let (h, w) = (st.vars[y].extent, st.vars[x].extent);
+    let decl = p.tensor(st.tensor);
+    let written_once = p.stages.iter().filter(|s| s.tensor == st.tensor).count() == 1;
+    if w >= SHORT_ROW || h < 2 || w < 2 || decl.role != TensorRole::Temp || !written_once {
+        return None;
+    }
+    let (yv, xv) = (y as VarId, x as VarId);
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let reads_whole_rows = |l: TExprId| {
+        let TExpr::Load(t, idx) = p.expr(l) else { return false };
+        if !involves(p, l, yv) && !involves(p, l, xv) {
+            return true;
+        }
+        let shape = &p.tensor(*t).shape;
+        let is = |i: TExprId, v: VarId| matches!(p.expr(i), TExpr::Var(u) if *u == v);
+        (0..idx.len().saturating_sub(1)).any(|d| {
+            is(idx[d], yv)
+                && is(idx[d + 1], xv)
+                && shape[d] == h
+                && shape[d + 1] == w
+                && idx
+                    .iter()
+                    .enumerate()
+                    .all(|(k, &i)| k == d || k == d + 1 || !(involves(p, i, yv) || involves(p, i, xv)))
+        })
+    };
+    let only_in_loads = !mentions_outside_loads(p, st.value, yv) && !mentions_outside_loads(p, st.value, xv);
+    (only_in_loads && loads.iter().all(|&l| reads_whole_rows(l))).then_some((y, x))
+}
+
+/// Whether `v` occurs in `e` other than inside a load.
+fn mentions_outside_loads(p: &Program, e: TExprId, v: VarId) -> bool {
+    match p.expr(e) {
+        TExpr::Var(u) => *u == v,
+        TExpr::Load(..) => false,
+        _ => p.children(e).into_iter().any(|c| mentions_outside_loads(p, c, v)),
+    }
+}
+
+/// Stage `si` over `p = y · W + x` instead of `y, x`, its tensor's two
+/// dimensions one, and every read of that tensor indexed so.
+fn merge(p: &mut Program, si: usize, y: usize, x: usize) {
+    let st = p.stages[si].clone();
+    let (span, w) = (st.span, st.vars[x].extent);
+    let mut vars: Vec<VarDecl> = Vec::new();
+    let mut rename: HashMap<VarId, VarId> = HashMap::new();
+    let mut exprs: HashMap<VarId, TExprId> = HashMap::new();
+    for (d, v) in st.vars.iter().enumerate() {
+        if d == x {
+            continue;
+        }
+        if d == y {
+            let merged = p.alloc(TExpr::Var(vars.len() as VarId), Ty::Index, span);
+            let width = p.alloc(TExpr::Int(w), Ty::Index, span);
+            exprs.insert(y as VarId, p.alloc(TExpr::Binary(BinOp::FloorDiv, merged, width), Ty::Index, span));
+            exprs.insert(x as VarId, p.alloc(TExpr::Binary(BinOp::FloorMod, merged, width), Ty::Index, span));
+            vars.push(VarDecl { name: format!("{}.{}", v.name, st.vars[x].name), extent: v.extent * w });
+            continue;
+        }
+        rename.insert(d as VarId, vars.len() as VarId);
+        vars.push(v.clone());
+    }
+    let value = subst(p, st.value, &exprs, &rename);
+    let stage = &mut p.stages[si];
+    stage.vars = vars;
+    stage.n_axes -= 1;
+    stage.value = value;
+    let t = st.tensor;
+    p.tensors[t.0 as usize].shape.splice(y..=x, [st.vars[y].extent * w]);
+    for sj in 0..p.stages.len() {
+        if sj != si {
+            let value = p.stages[sj].value;
+            p.stages[sj].value = reindexed(p, value, t, y, w, &mut HashMap::new());
+        }
+    }
+}
+
+/// `e` with every load of `t` indexed `[.., i_y · w + i_x, ..]` for its
+/// dimensions `y, y + 1`; shared nodes rewritten once (`memo`).
+fn reindexed(
+    p: &mut Program,
+    e: TExprId,
+    t: TensorId,
+    y: usize,
+    w: i64,
+    memo: &mut HashMap<TExprId, TExprId>,
+) -> TExprId {
+    if let Some(&done) = memo.get(&e) {
+        return done;
+    }
+    let children = p.children(e);
+    let new: Vec<TExprId> = children.iter().map(|&c| reindexed(p, c, t, y, w, memo)).collect();
+    let (ty, span) = (p.ty(e), p.span(e));
+    let out = match p.expr(e).clone() {
+        TExpr::Load(lt, _) if lt == t => {
+            let width = p.alloc(TExpr::Int(w), Ty::Index, span);
+            let row = p.alloc(TExpr::Binary(BinOp::Mul, new[y], width), Ty::Index, span);
+            let merged = p.alloc(TExpr::Binary(BinOp::Add, row, new[y + 1]), Ty::Index, span);
+            let mut idx = new.clone();
+            idx.splice(y..=y + 1, [merged]);
+            p.alloc(TExpr::Load(lt, idx), ty, span)
+        }
+        _ => with_children(p, e, new),
+    };
+    memo.insert(e, out);
+    out
+}
