@@ -18,7 +18,8 @@
 //! count), the stage sums products (of two loads, as
 //! [`crate::filters_last::product_body`] reads them), its last axis is not
 //! one of the two (the vectors stay along it), the row is shorter than
-//! [`SHORT_ROW`], `Y` is a temporary that this stage alone writes, and
+//! [`SHORT_ROW`], `Y` is a temporary that this stage alone writes (and
+//! does not read), and
 //! every load that involves `y` or `x` indexes two adjacent dimensions of
 //! exactly the stage's extents by exactly `y, x` and nothing else by them
 //! (nothing but those loads mentions them).
@@ -82,6 +83,10 @@ fn mergeable(p: &Program, si: usize) -> Option<(usize, usize)> {
     let (yv, xv) = (y as VarId, x as VarId);
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
+    // A stage that reads what it writes would read it at the old rank.
+    if loads.iter().any(|&l| matches!(p.expr(l), TExpr::Load(t, _) if *t == st.tensor)) {
+        return None;
+    }
     let reads_whole_rows = |l: TExprId| {
         let TExpr::Load(t, idx) = p.expr(l) else { return false };
         if !involves(p, l, yv) && !involves(p, l, xv) {
