@@ -101,15 +101,17 @@ impl<'t> Legalizer<'t> {
     fn approximate_argument(&mut self, p: &mut Program, e: TExprId) -> TExprId {
         let (ty, span) = (p.ty(e), p.span(e));
         match p.expr(e).clone() {
-            TExpr::Cast(a) if p.ty(a) == ty => {
-                let a = self.approximate_argument(p, a);
-                p.alloc(TExpr::Cast(a), ty, span)
-            }
-            TExpr::Binary(BinOp::Div, a, b) if reciprocal(p, b, ty).is_some() => {
-                let r = reciprocal(p, b, ty).expect("checked");
-                let (a, r) = (self.expr(p, a), p.alloc(TExpr::Float(r), ty, p.span(b)));
-                p.alloc(TExpr::Binary(BinOp::Mul, a, r), ty, span)
-            }
+            TExpr::Cast(a) if p.ty(a) == ty => match self.approximate_argument(p, a) {
+                same if same == a => e,
+                a => p.alloc(TExpr::Cast(a), ty, span),
+            },
+            TExpr::Binary(BinOp::Div, a, b) => match reciprocal(p, b, ty) {
+                Some(r) => {
+                    let (a, r) = (self.expr(p, a), p.alloc(TExpr::Float(r), ty, p.span(b)));
+                    p.alloc(TExpr::Binary(BinOp::Mul, a, r), ty, span)
+                }
+                None => self.expr(p, e),
+            },
             _ => self.expr(p, e),
         }
     }
@@ -142,19 +144,14 @@ fn approximate(f: MathFn) -> bool {
 /// are normal numbers, rounded to `ty`.
 fn reciprocal(p: &Program, e: TExprId, ty: Ty) -> Option<f64> {
     let TExpr::Float(c) = *p.expr(e) else { return None };
-    let r = match ty {
+    match ty {
         Ty::Elem(ElemType::F32) => {
-            let c = c as f32;
-            let r = 1.0 / c;
-            (c.is_normal() && r.is_normal()).then_some(f64::from(r))?
+            let (c, r) = (c as f32, 1.0 / c as f32);
+            (c.is_normal() && r.is_normal()).then_some(f64::from(r))
         }
-        Ty::Elem(ElemType::F64) => {
-            let r = 1.0 / c;
-            (c.is_normal() && r.is_normal()).then_some(r)?
-        }
-        _ => return None,
-    };
-    Some(r)
+        Ty::Elem(ElemType::F64) => (c.is_normal() && (1.0 / c).is_normal()).then_some(1.0 / c),
+        _ => None,
+    }
 }
 
 fn is_mul(p: &Program, e: TExprId) -> bool {

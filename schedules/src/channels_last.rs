@@ -255,7 +255,7 @@ fn chain(
 }
 
 /// The stage that writes temporary `t`, if exactly one does.
-fn sole_writer(p: &Program, t: TensorId) -> Option<usize> {
+pub(crate) fn sole_writer(p: &Program, t: TensorId) -> Option<usize> {
     let mut w = p.stages.iter().enumerate().filter(|(_, s)| s.tensor == t).map(|(i, _)| i);
     match (w.next(), w.next()) {
         (Some(i), None) if p.tensor(t).role == TensorRole::Temp => Some(i),

@@ -30,8 +30,9 @@
 //! stage keeps its loop variables.
 
 use crate::analysis::{involves, loads_in};
+use crate::channels_last::sole_writer;
 use crate::filters_last::product_body;
-use crate::normalize::{subst, with_children};
+use crate::normalize::subst;
 use std::collections::HashMap;
 use texc_compiler::ops::BinOp;
 use texc_compiler::target::{Target, TargetKind};
@@ -75,9 +76,7 @@ fn mergeable(p: &Program, si: usize) -> Option<(usize, usize)> {
     }
     let (y, x) = (n - 3, n - 2);
     let (h, w) = (st.vars[y].extent, st.vars[x].extent);
-    let decl = p.tensor(st.tensor);
-    let written_once = p.stages.iter().filter(|s| s.tensor == st.tensor).count() == 1;
-    if w >= SHORT_ROW || h < 2 || w < 2 || decl.role != TensorRole::Temp || !written_once {
+    if w >= SHORT_ROW || h < 2 || w < 2 || sole_writer(p, st.tensor) != Some(si) {
         return None;
     }
     let (yv, xv) = (y as VarId, x as VarId);
@@ -148,41 +147,18 @@ fn merge(p: &mut Program, si: usize, y: usize, x: usize) {
     stage.value = value;
     let t = st.tensor;
     p.tensors[t.0 as usize].shape.splice(y..=x, [st.vars[y].extent * w]);
-    for sj in 0..p.stages.len() {
-        if sj != si {
-            let value = p.stages[sj].value;
-            p.stages[sj].value = reindexed(p, value, t, y, w, &mut HashMap::new());
-        }
-    }
-}
-
-/// `e` with every load of `t` indexed `[.., i_y · w + i_x, ..]` for its
-/// dimensions `y, y + 1`; shared nodes rewritten once (`memo`).
-fn reindexed(
-    p: &mut Program,
-    e: TExprId,
-    t: TensorId,
-    y: usize,
-    w: i64,
-    memo: &mut HashMap<TExprId, TExprId>,
-) -> TExprId {
-    if let Some(&done) = memo.get(&e) {
-        return done;
-    }
-    let children = p.children(e);
-    let new: Vec<TExprId> = children.iter().map(|&c| reindexed(p, c, t, y, w, memo)).collect();
-    let (ty, span) = (p.ty(e), p.span(e));
-    let out = match p.expr(e).clone() {
-        TExpr::Load(lt, _) if lt == t => {
+    // Every read of `t` in the arena names the same element by its new
+    // index: rewritten in place, so stages sharing the node follow (as
+    // `channels_last` moves a dimension). The merged stage reads none.
+    for e in 0..p.exprs.len() {
+        let TExpr::Load(u, idx) = p.exprs[e].clone() else { continue };
+        if u == t {
             let width = p.alloc(TExpr::Int(w), Ty::Index, span);
-            let row = p.alloc(TExpr::Binary(BinOp::Mul, new[y], width), Ty::Index, span);
-            let merged = p.alloc(TExpr::Binary(BinOp::Add, row, new[y + 1]), Ty::Index, span);
-            let mut idx = new.clone();
+            let row = p.alloc(TExpr::Binary(BinOp::Mul, idx[y], width), Ty::Index, span);
+            let merged = p.alloc(TExpr::Binary(BinOp::Add, row, idx[y + 1]), Ty::Index, span);
+            let mut idx = idx;
             idx.splice(y..=y + 1, [merged]);
-            p.alloc(TExpr::Load(lt, idx), ty, span)
+            p.exprs[e] = TExpr::Load(t, idx);
         }
-        _ => with_children(p, e, new),
-    };
-    memo.insert(e, out);
-    out
+    }
 }
