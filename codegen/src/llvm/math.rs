@@ -511,14 +511,13 @@ impl<'ctx> Gen<'ctx, '_> {
                 let e = match libdevice_fn(MathFn::Exp, ty) {
                     Some(name) if self.libdevice => self.device_call(name, &[neg], ty)?,
                     _ if ty == Ty::Elem(ElemType::F32) && mode.lanes().is_some() => {
-                        self.vector_expf_of(neg, mode, ExpArg::NonPositive)?
+                        self.vector_expf_of(neg, mode, ExpArg::NonPositive, Ln2::OnePart)?
                     }
                     _ => self.call(self.intrinsic("llvm.exp", &[t])?, &[neg])?,
                 };
-                let zero = self.const_of(ty, 0, 0.0, mode)?;
                 let one = self.const_of(ty, 1, 1.0, mode)?;
-                let nonnegative = self.compare(BinOp::Ge, a[0], zero, ty)?;
-                let numerator = self.sel(nonnegative, one, e)?;
+                let negative = self.sign_bit_set(a[0], ty, mode)?;
+                let numerator = self.sel(negative, e, one)?;
                 let d = self.arith(BinOp::Add, one, e, ty)?;
                 self.arith(BinOp::Div, numerator, d, ty)
             }
@@ -618,16 +617,18 @@ impl<'ctx> Gen<'ctx, '_> {
     /// of a softmax's exponentials), and on AVX-512 `vscalefps` for 2^k · p,
     /// which rounds overflow to ∞ and underflow to denormals or 0 itself.
     pub(super) fn vector_expf(&self, x: BasicValueEnum<'ctx>, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
-        self.vector_expf_of(x, mode, ExpArg::Any)
+        self.vector_expf_of(x, mode, ExpArg::Any, Ln2::TwoPart)
     }
 
     /// [`Gen::vector_expf`] of an argument whose sign the caller knows
-    /// (`arg`): the clamp on the side it cannot reach is left out.
+    /// (`arg`): the clamp on the side it cannot reach is left out; `ln2`
+    /// says how k·ln 2 is taken out of it.
     pub(super) fn vector_expf_of(
         &self,
         x: BasicValueEnum<'ctx>,
         mode: Mode<'ctx>,
         arg: ExpArg,
+        ln2: Ln2,
     ) -> R<BasicValueEnum<'ctx>> {
         let ty = Ty::Elem(ElemType::F32);
         let t = self.ty_in(ty, mode);
@@ -670,8 +671,10 @@ impl<'ctx> Gen<'ctx, '_> {
         let magic = 12_582_912.0 + f64::from(bias); // 1.5 · 2^23 + bias
         let shifted = fma(xc, c(std::f64::consts::LOG2_E)?, c(magic)?)?;
         let k = self.arith(BinOp::Sub, shifted, c(magic)?, ty)?;
-        let r = fma(k, c(-0.693359375)?, xc)?;
-        let r = fma(k, c(2.121_944_4e-4)?, r)?;
+        let r = match ln2 {
+            Ln2::TwoPart => fma(k, c(2.121_944_4e-4)?, fma(k, c(-0.693359375)?, xc)?)?,
+            Ln2::OnePart => fma(k, c(-std::f64::consts::LN_2)?, xc)?,
+        };
         // e^r = 1 + r + r²·P(r), P of degree 4 (`scripts/fit_exp.py`: 0.52
         // units of 2^−23 in f32, as Cephes' degree 5), by Horner's rule
         // through all seven coefficients (no r² held beside the sum). On
@@ -746,7 +749,7 @@ impl<'ctx> Gen<'ctx, '_> {
         )?;
         let xz = self.arith(BinOp::Mul, x, z, ty)?;
         let small = self.fmuladd(xz, p, x, mode)?;
-        let e = self.vector_expf_of(self.arith(BinOp::Add, ax, ax, ty)?, mode, ExpArg::NonNegative)?;
+        let e = self.vector_expf_of(self.arith(BinOp::Add, ax, ax, ty)?, mode, ExpArg::NonNegative, Ln2::OnePart)?;
         let d = self.arith(BinOp::Add, e, c(1.0)?, ty)?;
         let big = self.arith(BinOp::Sub, c(1.0)?, self.arith(BinOp::Div, c(2.0)?, d, ty)?, ty)?;
         let big = self.call(self.intrinsic("llvm.copysign", &[t])?, &[big, x])?;
@@ -777,6 +780,23 @@ impl<'ctx> Gen<'ctx, '_> {
         let saturated = self.compare(BinOp::Ge, ax, c(3.84)?, ty)?;
         let one = self.call(self.intrinsic("llvm.copysign", &[t])?, &[c(1.0)?, x])?;
         self.sel(saturated, one, quotient)
+    }
+
+    /// Whether each lane of the float `x` has its sign bit set (−0 and
+    /// negative NaNs included): an integer comparison of its bits with 0,
+    /// which x86 folds into `vblendvps`' own test of the sign bit — no
+    /// comparison instruction and no zero register.
+    fn sign_bit_set(&self, x: BasicValueEnum<'ctx>, ty: Ty, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let (int, ity) = match ty {
+            Ty::Elem(ElemType::F64) => (self.cx.i64_type(), ElemType::I64),
+            _ => (self.cx.i32_type(), ElemType::I32),
+        };
+        let int_ty: inkwell::types::BasicTypeEnum<'ctx> = match mode.lanes() {
+            Some(n) => int.vec_type(n).into(),
+            None => int.into(),
+        };
+        let xi = self.b.build_bit_cast(x, int_ty, "bits")?;
+        self.compare(BinOp::Lt, xi, int_ty.const_zero(), Ty::Elem(ity))
     }
 
     /// The polynomial with coefficients `cs` (highest degree first) at the
@@ -963,4 +983,23 @@ pub(super) enum ExpArg {
     NonPositive,
     /// `2|x|`: never below 0, so never underflows.
     NonNegative,
+}
+
+/// How [`Gen::vector_expf_of`] computes r = x − k·ln 2.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Ln2 {
+    /// ln 2 in two parts (Cody–Waite), k times the first exact: r as
+    /// exact as f32 rounds it for every k, e^x within about 1 ulp.
+    TwoPart,
+    /// ln 2 as one f32 constant (1.9e-9 above it): one multiply-add and
+    /// one register fewer; r is off by |k|·1.9e-9, and e^x's relative error
+    /// grows by as much (under an ulp for |x| < 21, 2.4e-7 at k = −126,
+    /// where e^x leaves the normal numbers). Taken where that error shows
+    /// no further in the function's value: `sigmoid` (e^−|x| relative
+    /// error is a negative x's relative error, and a positive x's 1 /
+    /// (1 + e^−|x|) barely moves) and `tanh` (1 − 2 / (e^2|x| + 1)).
+    /// MEASURED (AMD Zen 4, 1 thread, 65 536 SiLUs from L1/L2): `x86-avx2`
+    /// 24.2 → 20.8 µs, `host` 17.3 → 15.8 — on AVX2 a SiLU's constants then
+    /// stay in its 16 registers instead of being reloaded per vector.
+    OnePart,
 }
