@@ -1322,11 +1322,12 @@ fn deep_unsliced_products_block_their_panels_by_l2() {
 }
 
 /// A stride-2 convolution with its rows' vectors along `x` (a 7 × 7 stem,
-/// 3 channels, where 16 filters share each vector) reads copies of its
-/// input's two phases (`X.ph`), one contiguous vector per tap, rather than
-/// a stride-2 vector per tap (two loads and a shuffle); a depthwise one,
-/// whose rows each read their own input, keeps its strided reads. Both
-/// match the interpreter at sizes no vector divides.
+/// 3 channels, where 16 filters share each vector; a grouped 3 × 3, where
+/// the 4 filters of each group share their group's channels) reads copies
+/// of its input's two phases (`X.ph`), one contiguous vector per tap,
+/// rather than a stride-2 vector per tap (two loads and a shuffle); a
+/// depthwise one, whose rows each read their own input, keeps its strided
+/// reads. All match the interpreter at sizes no vector divides.
 #[test]
 fn strided_windows_shared_by_filters_read_phases() {
     let stem = "import std.nn;\nkernel stem(X: f32[N = 1, C = 3, H = 45, W = 45], Wt: f32[K = 16, C, 7, 7]) -> Y: f32[N, K, 23, 23] {
@@ -1334,6 +1335,12 @@ fn strided_windows_shared_by_filters_read_phases() {
 }";
     default_on_x86("stem", stem, |target, text| {
         assert!(text.contains(".ph: f32[1, 3, "), "{target}: the phases of the input:\n{text}");
+    });
+    let grouped = "import std.nn;\nkernel g(X: f32[N = 1, C = 12, H = 45, W = 45], Wt: f32[K = 16, 3, 3, 3]) -> Y: f32[N, K, 23, 23] {
+    Y = conv2d(X, Wt, stride = 2, pad = 1, groups = 4);
+}";
+    default_on_x86("grouped", grouped, |target, text| {
+        assert!(text.contains(".ph: f32[1, 12, "), "{target}: the phases of the input:\n{text}");
     });
     let dw = "import std.nn;\nkernel dw(X: f32[N = 1, C = 16, H = 45, W = 45], Wt: f32[C, 1, 3, 3]) -> Y: f32[N, C, 23, 23] {
     Y = conv2d(X, Wt, stride = 2, pad = 1, groups = C);
