@@ -19,17 +19,16 @@
 //! [`crate::filters_last::product_body`] reads them), its last axis is not
 //! one of the two (the vectors stay along it), the row is shorter than
 //! [`SHORT_ROW`], `Y` is a temporary that this stage alone writes (and
-//! does not read), and
-//! every load that involves `y` or `x` indexes two adjacent dimensions of
-//! exactly the stage's extents by exactly `y, x` and nothing else by them
-//! (nothing but those loads mentions them).
+//! does not read), and every load walks `(y, x)` as one dense axis of
+//! `H · W` would ([`crate::analysis::dense_pair`]: `y` moves its flat
+//! offset by `W` steps of `x`; nothing but loads mentions them).
 //!
 //! Invariants: the program computes the same values (the same expression
 //! per output element, stored at the same address); only the merged
 //! stage's variables, `Y`'s shape and the loads of `Y` change; every other
 //! stage keeps its loop variables.
 
-use crate::analysis::{involves, loads_in};
+use crate::analysis::{dense_pair, loads_in};
 use crate::channels_last::sole_writer;
 use crate::filters_last::product_body;
 use crate::normalize::subst;
@@ -86,35 +85,9 @@ fn mergeable(p: &Program, si: usize) -> Option<(usize, usize)> {
     if loads.iter().any(|&l| matches!(p.expr(l), TExpr::Load(t, _) if *t == st.tensor)) {
         return None;
     }
-    let reads_whole_rows = |l: TExprId| {
-        let TExpr::Load(t, idx) = p.expr(l) else { return false };
-        if !involves(p, l, yv) && !involves(p, l, xv) {
-            return true;
-        }
-        let shape = &p.tensor(*t).shape;
-        let is = |i: TExprId, v: VarId| matches!(p.expr(i), TExpr::Var(u) if *u == v);
-        (0..idx.len().saturating_sub(1)).any(|d| {
-            is(idx[d], yv)
-                && is(idx[d + 1], xv)
-                && shape[d] == h
-                && shape[d + 1] == w
-                && idx
-                    .iter()
-                    .enumerate()
-                    .all(|(k, &i)| k == d || k == d + 1 || !(involves(p, i, yv) || involves(p, i, xv)))
-        })
-    };
-    let only_in_loads = !mentions_outside_loads(p, st.value, yv) && !mentions_outside_loads(p, st.value, xv);
-    (only_in_loads && loads.iter().all(|&l| reads_whole_rows(l))).then_some((y, x))
-}
-
-/// Whether `v` occurs in `e` other than inside a load.
-fn mentions_outside_loads(p: &Program, e: TExprId, v: VarId) -> bool {
-    match p.expr(e) {
-        TExpr::Var(u) => *u == v,
-        TExpr::Load(..) => false,
-        _ => p.children(e).into_iter().any(|c| mentions_outside_loads(p, c, v)),
-    }
+    // Every read walks `(y, x)` as one dense axis would, and nothing but
+    // reads mentions them.
+    dense_pair(p, st.value, &loads, (yv, xv), w).then_some((y, x))
 }
 
 /// Stage `si` over `p = y · W + x` instead of `y, x`, its tensor's two
@@ -150,15 +123,16 @@ fn merge(p: &mut Program, si: usize, y: usize, x: usize) {
     // Every read of `t` in the arena names the same element by its new
     // index: rewritten in place, so stages sharing the node follow (as
     // `channels_last` moves a dimension). The merged stage reads none.
+    let width = p.alloc(TExpr::Int(w), Ty::Index, span);
     for e in 0..p.exprs.len() {
-        let TExpr::Load(u, idx) = p.exprs[e].clone() else { continue };
-        if u == t {
-            let width = p.alloc(TExpr::Int(w), Ty::Index, span);
-            let row = p.alloc(TExpr::Binary(BinOp::Mul, idx[y], width), Ty::Index, span);
-            let merged = p.alloc(TExpr::Binary(BinOp::Add, row, idx[y + 1]), Ty::Index, span);
-            let mut idx = idx;
-            idx.splice(y..=y + 1, [merged]);
-            p.exprs[e] = TExpr::Load(t, idx);
+        let TExpr::Load(u, idx) = &p.exprs[e] else { continue };
+        if *u != t {
+            continue;
         }
+        let mut idx = idx.clone();
+        let row = p.alloc(TExpr::Binary(BinOp::Mul, idx[y], width), Ty::Index, span);
+        let merged = p.alloc(TExpr::Binary(BinOp::Add, row, idx[y + 1]), Ty::Index, span);
+        idx.splice(y..=y + 1, [merged]);
+        p.exprs[e] = TExpr::Load(t, idx);
     }
 }

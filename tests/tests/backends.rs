@@ -392,6 +392,34 @@ fn vector_exp_matches_the_interpreter_elementwise() {
     }
 }
 
+/// `sigmoid` of f16 and f64, vectors and their scalar tails, on every
+/// target against the interpreter: its numerator is picked by the sign
+/// bit, read from an integer as wide as the float (an f16 was once cast to
+/// 32 bits, which LLVM's verifier refused).
+#[test]
+fn sigmoid_of_every_float_width_matches_the_interpreter() {
+    let xs: Vec<f64> = (0..37).map(|i| -9.0 + 18.0 * i as f64 / 36.0).chain([0.0, -0.0]).collect();
+    for (elem, dtype, tol) in [("f16", texc_runtime::DType::F16, 1e-2), ("f64", texc_runtime::DType::F64, 1e-12)] {
+        let src = format!("kernel s(X: {elem}[N = {}]) -> Y: {elem}[N] {{ Y[n] = sigmoid(X[n]); }}", xs.len());
+        for target in targets().into_iter().filter(|t| t.kind == TargetKind::Cpu) {
+            let (mut pl, k) = texc_tests::load_text(target.name, "s.tex", &src, None).expect("front end");
+            let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+            let f = texc_tests::loops(&mut pl, k, &p);
+            let x = texc_runtime::Tensor::from_f64(dtype, vec![xs.len()], &xs);
+            let args = || vec![interp::Arg::Tensor(x.clone())];
+            let want = interp::run(&p, args()).expect("interp");
+            let run = texc_tests::compile_loops(target, &f).unwrap_or_else(|e| panic!("{elem} on {target}: {e}"));
+            let got = run.run(args()).expect("runs");
+            for ((g, w), x) in got[0].to_f64().iter().zip(want[0].to_f64()).zip(&xs) {
+                assert!(
+                    (g - w).abs() <= tol * w.abs(),
+                    "sigmoid({x}) as {elem} = {g} on {target}, interpreter says {w}"
+                );
+            }
+        }
+    }
+}
+
 /// How many floats lie between `a` and `b` of the same sign (finite):
 /// their distance in units in the last place.
 fn ulps_apart(a: f32, b: f32) -> u32 {

@@ -787,16 +787,23 @@ impl<'ctx> Gen<'ctx, '_> {
     /// which x86 folds into `vblendvps`' own test of the sign bit — no
     /// comparison instruction and no zero register.
     fn sign_bit_set(&self, x: BasicValueEnum<'ctx>, ty: Ty, mode: Mode<'ctx>) -> R<BasicValueEnum<'ctx>> {
-        let (int, ity) = match ty {
-            Ty::Elem(ElemType::F64) => (self.cx.i64_type(), ElemType::I64),
-            _ => (self.cx.i32_type(), ElemType::I32),
+        // The integer as wide as the float (f16's and bf16's 16 bits too).
+        let int = match ty {
+            Ty::Elem(ElemType::F64) => self.cx.i64_type(),
+            Ty::Elem(ElemType::F32) => self.cx.i32_type(),
+            _ => self.cx.i16_type(),
         };
-        let int_ty: inkwell::types::BasicTypeEnum<'ctx> = match mode.lanes() {
-            Some(n) => int.vec_type(n).into(),
-            None => int.into(),
-        };
-        let xi = self.b.build_bit_cast(x, int_ty, "bits")?;
-        self.compare(BinOp::Lt, xi, int_ty.const_zero(), Ty::Elem(ity))
+        let slt = inkwell::IntPredicate::SLT;
+        Ok(match mode.lanes() {
+            Some(n) => {
+                let bits = self.b.build_bit_cast(x, int.vec_type(n), "bits")?.into_vector_value();
+                self.b.build_int_compare(slt, bits, int.vec_type(n).const_zero(), "negative")?.into()
+            }
+            None => {
+                let bits = self.b.build_bit_cast(x, int, "bits")?.into_int_value();
+                self.b.build_int_compare(slt, bits, int.const_zero(), "negative")?.into()
+            }
+        })
     }
 
     /// The polynomial with coefficients `cs` (highest degree first) at the
