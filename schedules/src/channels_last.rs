@@ -35,13 +35,32 @@
 //! the next stage of the chain, every tensor read along the channels a
 //! constant or read with the channels last, and the depthwise's output read
 //! only by products that sum over its channels (so packed along them,
-//! now contiguous). Integer products only: the float path has the
-//! e-graph's convolution plans and its own measurements, not taken here.
+//! now contiguous).
+//!
+//! Float depthwise convolutions take a region rather than a chain
+//! (`float_region`): on every CPU target, where the depthwise's row idles
+//! an eighth of its lanes or more ([`crate::filters_last::FLOAT_FILL`]:
+//! maps of 7, 14, 27 and 28 on AVX2 and AVX-512) and its channels fill
+//! them. The layout is then chosen across the layers of an inverted
+//! residual block, as oneDNN's and ONNX Runtime's blocked layouts are: the
+//! depthwise convolution, the elementwise stages that make its input (the
+//! padding, the activation, the bias; a SiLU's sigmoid and product read
+//! the same temporary, so the region is a graph, not a chain) and those
+//! that read its output and keep the channels (the activation, a
+//! squeeze-and-excite's pooling and scaling) are stored channels last;
+//! the products at the region's edges — the expansion that makes the
+//! channels, the projection that sums over them — are returned, for
+//! [`crate::filters_last`] to compute filters-last whatever their row and
+//! depth (the expansion's copy back inlined into the region, which reads
+//! it as stored). Vectors then run
+//! along the channels in every stage of the region, and no row is a
+//! vector and a masked part of one. MEASURED in `float_region`'s comment
+//! and in docs/onnx.md.
 //!
 //! Invariants: the program computes the same values bit for bit (the same
 //! expression per output element, each written once, stored at a permuted
-//! address and read from it); the only stages added are the filters'
-//! copies, inserted before the depthwise convolution (operator records'
+//! address and read from it); the only stages added are the constants'
+//! copies, inserted before the stages that read them (operator records'
 //! stage ranges move with them); inputs and outputs keep their layouts.
 
 use crate::analysis::{every_read, involves, loads_in};
@@ -63,20 +82,38 @@ type Move = (TensorId, usize);
 /// tensors known when compiling (folded, so a transposed copy of one costs
 /// nothing per run).
 pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorId) -> bool) -> Vec<TensorId> {
-    let packs = [Intrinsic::Dot4, Intrinsic::Dot2].iter().any(|&i| target.has_intrinsic(i));
-    if target.kind != TargetKind::Cpu || !packs {
+    if target.kind != TargetKind::Cpu {
         return Vec::new();
     }
+    let packs = [Intrinsic::Dot4, Intrinsic::Dot2].iter().any(|&i| target.has_intrinsic(i));
     let mut tops = Vec::new();
+    let mut moved: Vec<TensorId> = Vec::new();
     let mut si = 0;
     while si < p.stages.len() {
-        if let Some((moves, top)) = plan(p, si, target, constant) {
+        if moved.contains(&p.stages[si].tensor) {
+            si += 1;
+            continue;
+        }
+        if let Some((moves, top)) = plan(p, si, target, constant).filter(|_| packs) {
             drop_unit_sums(p, si);
             for &(t, d) in &moves {
                 store_last(p, t, d);
             }
-            si = read_constants_along_last(p, si);
+            si = read_constants_along_last(p, si, constant);
             tops.push(top);
+        } else if let Some(region) = float_region(p, si, target, constant) {
+            let start = p.stages[si].tensor;
+            drop_unit_sums(p, si);
+            for &(t, d) in &region.moves {
+                store_last(p, t, d);
+            }
+            for &(t, _) in &region.moves {
+                let w = sole_writer(p, t).expect("a moved temporary has one writer");
+                read_constants_along_last(p, w, constant);
+                moved.push(t);
+            }
+            tops.extend(region.tops.into_iter().chain(region.bottoms));
+            si = sole_writer(p, start).expect("the depthwise convolution's writer");
         }
         si += 1;
     }
@@ -87,7 +124,7 @@ pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorI
 /// dimension (a depthwise convolution's filters `W[c, 0, r, s]`) read from
 /// copies with that dimension last ([`crate::filters_last::read_moved`],
 /// folded with the constants); the stage's index afterwards.
-fn read_constants_along_last(p: &mut Program, mut si: usize) -> usize {
+fn read_constants_along_last(p: &mut Program, mut si: usize, constant: &dyn Fn(TensorId) -> bool) -> usize {
     let st = p.stages[si].clone();
     let c = (st.n_axes - 1) as VarId;
     let mut loads = Vec::new();
@@ -95,8 +132,12 @@ fn read_constants_along_last(p: &mut Program, mut si: usize) -> usize {
     let mut value = st.value;
     let mut made = Vec::new();
     for l in loads {
-        let TExpr::Load(_, idx) = p.expr(l) else { continue };
-        let Some(d) = channel_at(p, &st, l, c).filter(|&d| d + 1 < idx.len()) else { continue };
+        let TExpr::Load(t, _) = p.expr(l) else { continue };
+        let (t, dims) = (*t, p.tensor(*t).shape.clone());
+        let Some(d) = channel_at(p, &st, l, c).filter(|&d| !effectively_last(&dims, d)) else { continue };
+        if !constant(t) {
+            continue;
+        }
         let (read, inserted) = read_moved(p, si, l, d, &mut made);
         si += inserted as usize;
         value = replace_node(p, value, l, read);
@@ -140,6 +181,192 @@ fn plan(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> 
     let TExpr::Load(t, _) = p.expr(a) else { return None };
     let top = chain(p, si, (*t, d), target, constant, &mut moves)?;
     Some((moves, top))
+}
+
+/// What [`float_region`] stores channels last: the temporaries, the
+/// depthwise convolution's output first, and the products at the
+/// region's edges, to compute filters-last.
+struct Region {
+    moves: Vec<Move>,
+    tops: Vec<TensorId>,
+    bottoms: Vec<TensorId>,
+}
+
+/// The most temporaries one region moves (a block's depthwise
+/// convolution, its activations, padding and squeeze-and-excite take
+/// about ten): the walk stays bounded on any program.
+const MAX_REGION: usize = 32;
+
+/// The region to store channels last around float stage `si`, if it is a
+/// channel-wise (depthwise) product whose default row idles lanes
+/// ([`crate::filters_last::FLOAT_FILL`]) while its channels fill them, and
+/// the region closes: up from its activations through elementwise stages
+/// (the padding copy, the activation, the bias) to the products that make
+/// the channels (the expansion), down through every reader that keeps the
+/// channels (the activation, a squeeze-and-excite's pooling and scaling)
+/// to the products that sum over them (the projection; the pooled
+/// `s[n, c, 1, 1]` is laid out alike either way, so its readers are not
+/// the region's). Each edge product must be computed filters-last by
+/// [`crate::filters_last`] when wanted, a projection summing at least
+/// [`crate::filters_last::MIN_FLOAT_DEPTH`] products (its copy back is a
+/// pass over its output: ShuffleNetV2's projections of 58 and 116
+/// channels, so moved, ran the model 3.45–3.85 → 3.94–4.05 ms on
+/// `x86-avx2`), every temporary moved is read by the region or by those
+/// products only, and
+/// every other operand read along the channels is a constant or has its
+/// channels last already (a bias `b[c]`, a scale `s[0, c, 0, 0]`).
+/// MEASURED (`x86-avx2` / `host`, 1 thread, the depthwise 5 × 5 with its
+/// padding and two SiLUs, 672 channels at 14², as `.tex` kernels in each
+/// layout): 0.235 → 0.175 ms / 0.217 → 0.128; 1152 channels at 7²: 0.175 →
+/// 0.082 / 0.171 → 0.061; 144 channels at 56² (a full row): 0.656 → 0.651 /
+/// 0.521 → 0.427, not taken.
+fn float_region(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> bool) -> Option<Region> {
+    let st = &p.stages[si];
+    let x = st.n_axes.checked_sub(1)?;
+    let (body, false) = product_body(p, st.value)? else { return None };
+    let Ty::Elem(elem) = p.ty(body) else { return None };
+    if x < 2 || !elem.is_float() || sole_writer(p, st.tensor) != Some(si) {
+        return None;
+    }
+    let lanes = target.lanes(elem) as i64;
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    // Channel-wise: both factors move with the channel (a spatial axis
+    // moves the activations only, a 1 × 1 convolution's filters only).
+    let mut factors = Vec::new();
+    loads_in(p, body, &mut factors);
+    let c = (0..x).rev().find(|&c| {
+        let ext = st.vars[c].extent;
+        let channel_wise = factors.iter().all(|&l| involves(p, l, c as VarId));
+        ext >= lanes && fill(ext, lanes) >= MIN_FILL && channel_wise && activations(p, st, &loads, c as VarId).is_some()
+    })?;
+    if fill(crate::strategy::default_row(p, target, si), lanes) > crate::filters_last::FLOAT_FILL {
+        return None;
+    }
+    let mut region = Region { moves: vec![(st.tensor, c)], tops: Vec::new(), bottoms: Vec::new() };
+    let mut i = 0;
+    while let Some(&(t, d)) = region.moves.get(i) {
+        let w = sole_writer(p, t)?;
+        up(p, w, d, si, target, constant, &mut region)?;
+        down(p, t, d, target, constant, &mut region)?;
+        if region.moves.len() > MAX_REGION {
+            return None;
+        }
+        i += 1;
+    }
+    // A top's copy back is inlined into its readers only where all of
+    // them read it along their channels.
+    let tops_read_by_region = region.tops.iter().all(|&u| {
+        every_read(p, u, |st, l| {
+            let at = region.moves.iter().find(|m| m.0 == st.tensor).map(|m| m.1 as VarId);
+            at.is_some_and(|v| crate::filters_last::alone_at(p, l, v).is_some())
+        })
+    });
+    tops_read_by_region.then_some(region)
+}
+
+/// The operands stage `w` (writing a temporary of the region, channels
+/// along its axis `d`) reads along the channels: the temporaries made
+/// elementwise join the region, the products that make them are its tops
+/// (wanted filters-last along the channels); `None` where another
+/// operand would be read across its channels.
+fn up(
+    p: &Program,
+    w: usize,
+    d: usize,
+    start: usize,
+    target: &Target,
+    constant: &dyn Fn(TensorId) -> bool,
+    region: &mut Region,
+) -> Option<()> {
+    let st = &p.stages[w];
+    let cv = d as VarId;
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    for l in loads.into_iter().filter(|&l| involves(p, l, cv)) {
+        let TExpr::Load(u, _) = p.expr(l) else { return None };
+        let e = channel_at(p, st, l, cv)?;
+        let dims = &p.tensor(*u).shape;
+        if effectively_last(dims, e) || (w == start && constant(*u)) {
+            continue;
+        }
+        if let Some(m) = region.moves.iter().find(|m| m.0 == *u) {
+            (m.1 == e).then_some(())?;
+            continue;
+        }
+        if region.tops.contains(u) {
+            continue;
+        }
+        let wu = sole_writer(p, *u)?;
+        if product_body(p, p.stages[wu].value).is_some() {
+            let movable = |t| constant(t);
+            (crate::filters_last::wanted_axis(p, wu, target, &movable) == Some(e)).then_some(())?;
+            region.tops.push(*u);
+        } else if contains_reduce(p, p.stages[wu].value) {
+            return None;
+        } else {
+            region.moves.push((*u, e));
+        }
+    }
+    Some(())
+}
+
+/// The readers of temporary `t` of the region (channels in dimension
+/// `d`): stages that keep the channels join the region (their own output
+/// moved, along the axis that reads them), products that sum over them
+/// are its bottoms (wanted filters-last); `None` for any other reader.
+fn down(
+    p: &Program,
+    t: TensorId,
+    d: usize,
+    target: &Target,
+    constant: &dyn Fn(TensorId) -> bool,
+    region: &mut Region,
+) -> Option<()> {
+    // Stored with its channels last already but for dimensions of one
+    // element (a pooled `s[n, c, 1, 1]`): moved, its readers read the
+    // same addresses.
+    if effectively_last(&p.tensor(t).shape, d) {
+        return Some(());
+    }
+    for r in readers(p, t) {
+        let st = &p.stages[r];
+        if region.moves.iter().any(|m| m.0 == st.tensor) || region.bottoms.contains(&st.tensor) {
+            continue;
+        }
+        let mut loads = Vec::new();
+        loads_in(p, st.value, &mut loads);
+        loads.retain(|&l| matches!(p.expr(l), TExpr::Load(u, _) if *u == t));
+        let TExpr::Load(_, idx) = p.expr(loads[0]) else { return None };
+        let TExpr::Var(v) = *p.expr(idx[d]) else { return None };
+        let same = |&l: &TExprId| crate::filters_last::alone_at(p, l, v) == Some(d);
+        if !loads.iter().all(same) {
+            return None;
+        }
+        let summed = (v as usize) >= st.n_axes;
+        if summed && product_body(p, st.value).is_some() {
+            // Its copy back is a pass over its output, as for any float
+            // product computed filters-last: paid for by a deep sum only.
+            let depth: i64 = st.vars[st.n_axes..].iter().map(|v| v.extent).product();
+            let movable = |t| constant(t);
+            if depth < crate::filters_last::MIN_FLOAT_DEPTH {
+                return None;
+            }
+            crate::filters_last::wanted_axis(p, r, target, &movable)?;
+            region.bottoms.push(st.tensor);
+        } else if !summed && sole_writer(p, st.tensor) == Some(r) {
+            region.moves.push((st.tensor, v as usize));
+        } else {
+            return None;
+        }
+    }
+    Some(())
+}
+
+/// Whether every dimension of a tensor of `dims` after `d` has one
+/// element: dimension `d` is contiguous, as if last.
+fn effectively_last(dims: &[i64], d: usize) -> bool {
+    dims[d + 1..].iter().all(|&n| n == 1)
 }
 
 /// The load of stage `st` (among `loads`) that moves with both channel

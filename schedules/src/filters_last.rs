@@ -190,8 +190,10 @@ fn long_axis(
     // The copy back is a pass over the output: a float product pays for it
     // only where each output sums many products. (Checked before the row,
     // whose default schedule costs more to find.)
+    // A product `wants`ed (its operand or its readers stored channels
+    // last) is computed filters-last whatever its depth and row.
     let depth: i64 = st.vars[st.n_axes..].iter().map(|v| v.extent).product();
-    if last == 0 || (!dot4 && depth < MIN_FLOAT_DEPTH) {
+    if last == 0 || (!dot4 && !wants && depth < MIN_FLOAT_DEPTH) {
         return None;
     }
     let elem = if dot4 { ElemType::I32 } else { p.tensor(st.tensor).elem };
@@ -199,8 +201,8 @@ fn long_axis(
     let row = crate::strategy::default_row(p, target, si);
     let row_fill = fill(row, lanes);
     // A reader stored channels last wants the filters last whatever the row.
-    let wanted = (dot4 && wants).then(|| (0..last).find(|&f| read_along_f(p, st.tensor, f))).flatten();
-    if !idles_lanes(row, lanes) && wanted.is_none() {
+    let wanted = wants.then(|| (0..last).find(|&f| read_along_f(p, st.tensor, f))).flatten();
+    if !idles_lanes(row, lanes) && !wants {
         return None;
     }
     let mut loads = Vec::new();
@@ -223,8 +225,20 @@ fn long_axis(
     })?;
     // A float product idles an eighth of its lanes or more (checked above).
     let merged = merged_rows(p, st, f);
-    let takes = !dot4 || row_fill < MIN_FILL || wanted == Some(f);
+    let takes = !dot4 || row_fill < MIN_FILL || wants;
     takes.then_some((f, merged, wanted == Some(f)))
+}
+
+/// The axis along which stage `si`, a product, would be computed
+/// filters-last if [`crate::channels_last`] stored its readers or its
+/// operand channels last (it is then `wanted`), if it would be.
+pub(crate) fn wanted_axis(
+    p: &Program,
+    si: usize,
+    target: &Target,
+    movable: &dyn Fn(TensorId) -> bool,
+) -> Option<usize> {
+    long_axis(p, si, target, movable, true).map(|(f, _, _)| f)
 }
 
 /// Whether temporary `t` is read, and every read of it indexes its
@@ -405,9 +419,10 @@ fn kept_dims(shape: &[i64], d: usize) -> Vec<usize> {
 }
 
 /// The axes `(y, x)` of the row (the stage's last two, neither `f`) that
-/// every read walks as one: each load that involves them indexes its last
-/// two dimensions by exactly `y, x`, of the stage's extents, and nothing
-/// else by them (a 1×1 convolution's input `X[n, c, y, x]`). Computed
+/// every read walks as one: each load that involves them indexes two
+/// adjacent dimensions by exactly `y, x`, of the stage's extents, and
+/// nothing else by them (a 1×1 convolution's input `X[n, c, y, x]`, or
+/// `X[n, y, x, c]` stored channels last by [`crate::channels_last`]). Computed
 /// filters-last, they are one axis `p = y * W + x` of `Y.t[n, p, f]`: the
 /// register block's rows run over the whole map rather than one image row
 /// at a time (a 7×7 map: the filters' panels are read once per block of
@@ -428,12 +443,15 @@ fn merged_rows(p: &Program, st: &Stage, f: usize) -> Option<(usize, usize)> {
         if !idx.iter().any(|&i| involves(p, i, xv) || involves(p, i, yv)) {
             return true;
         }
-        let Some(n) = idx.len().checked_sub(2) else { return false };
-        is(idx[n], yv)
+        let Some(n) = idx.iter().position(|&i| is(i, yv)) else { return false };
+        n + 1 < idx.len()
             && is(idx[n + 1], xv)
             && shape[n] == st.vars[y].extent
             && shape[n + 1] == st.vars[x].extent
-            && idx[..n].iter().all(|&i| !involves(p, i, xv) && !involves(p, i, yv))
+            && idx
+                .iter()
+                .enumerate()
+                .all(|(k, &i)| k == n || k == n + 1 || (!involves(p, i, xv) && !involves(p, i, yv)))
     };
     loads.iter().all(|&l| walks(l)).then_some((y, x))
 }

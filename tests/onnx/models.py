@@ -5,7 +5,7 @@ Runtime for reference outputs.
 
     python3 tests/onnx/models.py MODEL OUT_DIR [--size S] [--seed N]
 
-MODEL is resnet18, mobilenetv2, encoder or one of the small cases below.
+MODEL is resnet18, mobilenetv2, mbconv, encoder or one of the small cases below.
 Writes OUT_DIR/MODEL.onnx, OUT_DIR/x.npy (the input) and OUT_DIR/expected.npy
 (ONNX Runtime's output, one thread, all graph optimizations off so that the
 reference is the model as written)."""
@@ -127,6 +127,39 @@ def mobilenetv2(size, seed):
     x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
     b.op("Gemm", [x, b.weight("fc_w", [1000, 1280]), b.weight("fc_b", [1000], kind="small")], transB=1)
     return b.model([1, 3, size, size], rename_output(b, "y"), [1, 1000])
+
+
+def mbconv(size, seed):
+    """EfficientNet's blocks as torchvision exports them: a 1x1 expansion,
+    a depthwise 3x3 or 5x5 convolution (stride 1 or 2), SiLU as Sigmoid and
+    Mul, squeeze-and-excite (GlobalAveragePool, two 1x1 convolutions with
+    bias, SiLU and Sigmoid, a Mul scaling the channels), a 1x1 projection
+    and a residual Add; channel counts no vector width divides."""
+    b = Builder(seed)
+
+    def silu(y):
+        return b.op("Mul", [y, b.op("Sigmoid", [y])])
+
+    def conv_bn(x, cin, cout, k, stride=1, group=1, act=True):
+        y = b.bn(b.conv(x, cin, cout, k, stride=stride, pad=k // 2, group=group), cout)
+        return silu(y) if act else y
+
+    x = conv_bn("x", 3, 24, 3, stride=2)
+    cin = 24
+    for e, c, k, s in [(6, 24, 3, 1), (6, 36, 5, 2), (6, 36, 3, 1), (4, 52, 5, 2), (6, 52, 5, 1)]:
+        hidden = cin * e
+        y = conv_bn(x, cin, hidden, 1)
+        y = conv_bn(y, hidden, hidden, k, stride=s, group=hidden)
+        squeeze = max(1, cin // 4)
+        pooled = b.op("GlobalAveragePool", [y])
+        z = silu(b.conv(pooled, hidden, squeeze, 1, bias=True))
+        z = b.op("Sigmoid", [b.conv(z, squeeze, hidden, 1, bias=True)])
+        y = conv_bn(b.op("Mul", [z, y]), hidden, c, 1, act=False)
+        x = b.op("Add", [x, y]) if s == 1 and cin == c else y
+        cin = c
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    b.op("Gemm", [x, b.weight("fc_w", [10, cin]), b.weight("fc_b", [10], kind="small")], transB=1)
+    return b.model([1, 3, size, size], rename_output(b, "y"), [1, 10])
 
 
 def encoder(size, seed):
@@ -559,7 +592,7 @@ def bad_strides(size, seed):
     return b.model([1, 3, size, size], rename_output(b, "y"), [1, 4, (size - 3) // 2 + 1, size - 2])
 
 
-MODELS = {"embedding": (embedding, 12), "decoder": (decoder, 9), "attention3d": (attention3d, 5), "resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "encoder": (encoder, 16),
+MODELS = {"embedding": (embedding, 12), "decoder": (decoder, 9), "attention3d": (attention3d, 5), "resnet18": (resnet18, 64), "mobilenetv2": (mobilenetv2, 64), "mbconv": (mbconv, 53), "encoder": (encoder, 16),
           "small": (small, 17), "activations": (activations, 6), "layout": (layout, 9), "shapes": (shapes, 5), "symbolic": (symbolic, 8), "unsupported_op": (unsupported_op, 8),
           "bad_strides": (bad_strides, 9), "masks": (masks, 6), "int_data": (int_data, 7),
           "channels_last": (channels_last, 5), "recurrent": (recurrent, 5), "einsum": (einsum, 3),

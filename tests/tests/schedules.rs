@@ -1671,3 +1671,132 @@ fn register_blocks_leave_no_lone_last_row_among_few() {
         assert_runs_as_interp(&format!("M = {m}"), base, &p, &f, 5);
     }
 }
+
+/// A float inverted-residual block as the ONNX importer writes
+/// EfficientNet's (`se`: with its squeeze-and-excite) or MobileNetV2's:
+/// a 1 × 1 expansion of `c` channels to `e`, its bias and SiLU, zero
+/// padding, a depthwise `k` × `k` convolution of stride `stride` on a
+/// `hw` × `hw` map, its bias and SiLU, the squeeze-and-excite's pooling,
+/// two products and sigmoid scaling, and a 1 × 1 projection to `c`.
+fn float_inverted_block(c: i64, e: i64, hw: i64, k: i64, stride: i64, se: bool) -> String {
+    let (pad, o) = (k / 2, (hw + 2 * (k / 2) - k) / stride + 1);
+    let sq = (c / 4).max(1);
+    let scaled = if se {
+        format!(
+            "    M[n, f, i in 0..1, j in 0..1] = sum[y, x](G[n, f, y, x]) / {area}.0;\n\
+             \x20   Z1[n, q, i, j] = sum[f](W1[q, f] * M[n, f, i, j]) + b1[q];\n\
+             \x20   Z2[n, q, i, j] = Z1[n, q, i, j] * sigmoid(Z1[n, q, i, j]);\n\
+             \x20   Z3[n, f, i, j] = sum[q](W2[f, q] * Z2[n, q, i, j]) + b2[f];\n\
+             \x20   S[n, f, y in 0..{o}, x in 0..{o}] = sigmoid(Z3[n, f, 0, 0]) * G[n, f, y, x];\n",
+            area = o * o
+        )
+    } else {
+        format!("    S[n, f, y in 0..{o}, x in 0..{o}] = G[n, f, y, x];\n")
+    };
+    format!(
+        "kernel blk(X: f32[1, {c}, {hw}, {hw}], We: f32[{e}, {c}], be: f32[{e}], Wd: f32[{e}, 1, {k}, {k}], bd: f32[{e}], \
+         W1: f32[{sq}, {e}], b1: f32[{sq}], W2: f32[{e}, {sq}], b2: f32[{e}], Wp: f32[{c}, {e}], bp: f32[{c}]) -> Y: f32[1, {c}, {o}, {o}] {{\n\
+         \x20   T[n, f, y, x] = sum[q](X[n, q, y, x] * We[f, q]);\n\
+         \x20   B[n, f, y, x] = T[n, f, y, x] + be[f];\n\
+         \x20   A[n, f, y, x] = B[n, f, y, x] * sigmoid(B[n, f, y, x]);\n\
+         \x20   P[n, f, y in 0..{pd}, x in 0..{pd}] = select(y >= {pad} && y < {hp} && x >= {pad} && x < {hp}, A[n, f, y - {pad}, x - {pad}], 0.0);\n\
+         \x20   D[n, f, y in 0..{o}, x in 0..{o}] = sum[g in 0..1, r in 0..{k}, s in 0..{k}](P[n, f + g, y * {stride} + r, x * {stride} + s] * Wd[f, g, r, s]) + bd[f];\n\
+         \x20   G[n, f, y, x] = D[n, f, y, x] * sigmoid(D[n, f, y, x]);\n\
+         {scaled}\
+         \x20   Y[n, q, y, x] = sum[f](Wp[q, f] * S[n, f, y, x]) + bp[q];\n}}\n",
+        pd = hw + 2 * pad,
+        hp = hw + pad,
+    )
+}
+
+/// The weights and biases of [`float_inverted_block`], which a model's are.
+fn block_weight(p: &Program, t: texc_compiler::tir::TensorId) -> bool {
+    let weights = ["We", "be", "Wd", "bd", "W1", "b1", "W2", "b2", "Wp", "bp"];
+    p.tensors.get(t.0 as usize).is_some_and(|d| weights.contains(&&*d.name))
+}
+
+/// A float depthwise convolution whose rows idle an eighth of their lanes
+/// or more (7, 13 and 14 of AVX2's 8 lanes and AVX-512's 16), its weights
+/// constant, is stored channels last with the region around it: the
+/// padding, the activations and the squeeze-and-excite's pooled channels
+/// (laid out as before: one element a channel) and scaling; the expansion
+/// and the projection, which sums over its channels, are returned, to be
+/// computed filters-last, the expansion's copy back inlined. The
+/// interpreter computes the same bits before and after, and every x86
+/// target (where this CPU runs it) the interpreter's outputs, at channel
+/// counts that leave a tail of a vector, stride 2 and 5 × 5 windows. Left
+/// as it is: full rows (16 of AVX2's 8 lanes), filters that are arguments,
+/// a projection whose filters fill too few of the lanes to be computed
+/// filters-last (20 of AVX-512's 32) or whose sums are too shallow to pay
+/// for its copy back (120 products), and a depthwise output written out.
+#[test]
+fn short_float_depthwise_regions_are_stored_channels_last() {
+    use texc_compiler::target::lookup;
+    for (c, e, hw, k, stride, se) in [(24, 136, 7, 3, 1, true), (24, 136, 27, 5, 2, true), (16, 152, 13, 3, 1, false)] {
+        let o = (hw + 2 * (k / 2) - k) / stride + 1;
+        let name = format!("{c} → {e} at {hw}², {k} × {k} of stride {stride}{}", if se { ", SE" } else { "" });
+        let p = program("blk.tex", &float_inverted_block(c, e, hw, k, stride, se));
+        for target in ["x86-avx2", "x86-avx512"] {
+            let t = lookup(target).expect("registered");
+            let mut q = p.clone();
+            let wanted = texc_schedules::channels_last::channels_last(&mut q, t, &|u| block_weight(&p, u));
+            let tir = texc_compiler::print::print_program(&q);
+            for moved in [format!("temp D: f32[1, {o}, {o}, {e}]"), format!("temp G: f32[1, {o}, {o}, {e}]")] {
+                assert!(tir.contains(&moved), "{name} {target}: `{moved}`:\n{tir}");
+            }
+            let pd = hw + 2 * (k / 2);
+            assert!(tir.contains(&format!("temp P: f32[1, {pd}, {pd}, {e}]")), "{name} {target}: the padding:\n{tir}");
+            assert!(
+                tir.contains(&format!("temp T: f32[1, {e}, {hw}, {hw}]")),
+                "{name} {target}: the top stays:\n{tir}"
+            );
+            assert_eq!(wanted.len(), 2, "{name} {target}: the expansion and the projection");
+            let names: Vec<&str> = wanted.iter().map(|&u| &*q.tensor(u).name).collect();
+            assert!(names.contains(&"T") && names.contains(&"Y"), "{name} {target}: {names:?}");
+            for seed in [5, 9] {
+                let args = |p: &Program| random_args(p, seed);
+                let (want, got) =
+                    (interp::run(&p, args(&p)).expect("interp"), interp::run(&q, args(&q)).expect("interp"));
+                for (g, w) in got.iter().zip(&want) {
+                    assert_eq!(g.bytes(), w.bytes(), "{name} {target}: the same bits, stored elsewhere");
+                }
+            }
+            let movable = |u| block_weight(&p, u);
+            texc_schedules::filters_last::filters_last(&mut q, t, &movable, &|u| wanted.contains(&u));
+            let tir = texc_compiler::print::print_program(&q);
+            assert!(
+                tir.contains(&format!("temp T.t: f32[1, {}, {e}]", hw * hw)),
+                "{name} {target}: merged rows:\n{tir}"
+            );
+            assert!(!tir.contains("stage T["), "{name} {target}: read as stored:\n{tir}");
+            assert!(tir.contains("temp Y.t: "), "{name} {target}: the projection filters-last:\n{tir}");
+            let f = texc_tests::default_lowered_on(t, &q);
+            assert_same(&format!("{name} {target}"), &q, &f, 4);
+            assert_runs_as_interp(&format!("{name} {target}"), t, &q, &f, 4);
+        }
+    }
+    let kept = |src: &str, target: &str, weights: &dyn Fn(texc_compiler::tir::TensorId) -> bool| {
+        let mut q = program("blk.tex", src);
+        let t = lookup(target).expect("registered");
+        texc_schedules::channels_last::channels_last(&mut q, t, weights).is_empty()
+    };
+    let block = float_inverted_block(24, 136, 7, 3, 1, true);
+    let p = program("blk.tex", &block);
+    assert!(!kept(&block, "x86-avx2", &|u| block_weight(&p, u)), "moved");
+    assert!(kept(&block, "x86-avx2", &|_| false), "filters as arguments");
+    let full = float_inverted_block(24, 120, 16, 3, 1, true);
+    let pf = program("blk.tex", &full);
+    assert!(kept(&full, "x86-avx2", &|u| block_weight(&pf, u)), "rows of 16 fill AVX2's vectors");
+    let shallow = float_inverted_block(24, 120, 7, 3, 1, true);
+    let ps = program("blk.tex", &shallow);
+    assert!(kept(&shallow, "x86-avx2", &|u| block_weight(&ps, u)), "a projection summing 120 products");
+    let narrow = float_inverted_block(20, 136, 7, 3, 1, true);
+    let pn = program("blk.tex", &narrow);
+    assert!(kept(&narrow, "x86-avx512", &|u| block_weight(&pn, u)), "a projection to 20 filters, 20 of 32 lanes");
+    assert!(!kept(&narrow, "x86-avx2", &|u| block_weight(&pn, u)), "20 filters in 24 of AVX2's lanes");
+    let written_out = block
+        .replace("-> Y: f32[1, 24, 7, 7]", "-> (Y: f32[1, 24, 7, 7], D: f32[1, 136, 7, 7])")
+        .replace("D[n, f, y in 0..7, x in 0..7]", "D[n, f, y, x]");
+    let pw = program("blk.tex", &written_out);
+    assert!(kept(&written_out, "x86-avx2", &|u| block_weight(&pw, u)), "the depthwise an output");
+}

@@ -122,6 +122,45 @@ fn runs_here(target: &str) -> bool {
     t.check_runs_here().map_err(|e| eprintln!("skipped the run on {target}: {e}")).is_ok()
 }
 
+/// EfficientNet's blocks (`mbconv`: expansion, SiLU, depthwise 3 × 3 and
+/// 5 × 5 of stride 1 and 2, squeeze-and-excite, projection, residual; maps
+/// of 27, 14 and 7, channel counts no vector divides) run from the model
+/// itself on every x86 target, their weights constant, so each depthwise
+/// convolution's region is stored channels last (the loops' temporaries
+/// `[1, y, x, channels]`, checked on every target whether or not this CPU
+/// runs it), and match ONNX Runtime.
+#[test]
+fn depthwise_blocks_stored_channels_last_match_onnx_runtime() {
+    let Some(dir) = build("mbconv", &[]) else { return };
+    let s = |p: PathBuf| p.display().to_string();
+    let onnx = s(dir.join("mbconv.onnx"));
+    let x = format!("x={}", s(dir.join("x.npy")));
+    for target in ["x86-avx2", "x86-avx512", "host"] {
+        let o = texc(&["emit", &onnx, "--target", target, "--stage", "loops"]);
+        assert!(o.status.success(), "mbconv loops for {target}: {}", text(&o));
+        let loops = String::from_utf8_lossy(&o.stdout);
+        for moved in [
+            ": f32[1, 27, 27, 144]",
+            ": f32[1, 14, 14, 144]",
+            ": f32[1, 14, 14, 216]",
+            ": f32[1, 7, 7, 144]",
+            ": f32[1, 7, 7, 312]",
+        ] {
+            assert!(loops.contains(moved), "{target}: a temporary `{moved}` stored channels last:\n{loops}");
+        }
+        if !runs_here(target) {
+            continue;
+        }
+        let y = dir.join(format!("y_{target}.npy"));
+        let out = format!("y={}", s(y.clone()));
+        let o = texc(&["run", &onnx, "--input", &x, "--output", &out, "--target", target]);
+        assert!(o.status.success(), "mbconv on {target}: {}", text(&o));
+        let e = normwise_error(&y, &dir.join("expected.npy"));
+        eprintln!("mbconv on {target}: normwise relative error {e:.3e} against ONNX Runtime");
+        assert!(e <= 1e-5, "mbconv on {target}: error {e:.3e} against ONNX Runtime");
+    }
+}
+
 /// Token ids (int64 inputs) index embeddings: Gather of data, which texc
 /// writes as a one-hot sum and runs as a load of the row.
 #[test]

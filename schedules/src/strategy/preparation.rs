@@ -106,6 +106,7 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
             && readers().all(|c| {
                 inlining_stays_small(p, st, c, repeatable)
                     && !(gathers_beyond(p, st, l1d) && walks_rows(p, c, t))
+                    && (repeatable || recompute || !broadcast_along_lanes(p, st, c))
                     && if contains_reduce(p, c.value) {
                         recomputable && reads_at_most_once(p, st, c)
                     } else {
@@ -119,6 +120,34 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
             si += 1;
         }
     }
+}
+
+/// Whether reader `c` broadcasts stage `st` (reads it through not all of
+/// its axes) along its innermost axis: inlined, each of `st`'s values
+/// would be computed once per point of the reader, not hoisted out of the
+/// vector loop (a squeeze-and-excite's `sigmoid(s[c])` scaling `X[n, y, x,
+/// c]` stored channels last: 49 sigmoids per channel on a 7 × 7 map;
+/// stored `X[n, c, y, x]`, the reader's rows leave it one per channel).
+fn broadcast_along_lanes(p: &Program, st: &Stage, c: &Stage) -> bool {
+    let Some(inner) = c.n_axes.checked_sub(1) else { return false };
+    let mut loads = Vec::new();
+    loads_in(p, c.value, &mut loads);
+    // An axis a `select` tests picks among operands (a concatenation's),
+    // each read once: not a broadcast.
+    let broadcast = |l: TExprId, a: usize| {
+        let v = a as VarId;
+        c.vars[a].extent > 1 && !uses_var(p, l, v) && !tested(p, c.value, v)
+    };
+    loads.iter().any(|&l| {
+        let reads_st = matches!(p.expr(l), TExpr::Load(u, _) if *u == st.tensor);
+        reads_st && uses_var(p, l, inner as VarId) && (0..c.n_axes).any(|a| broadcast(l, a))
+    })
+}
+
+/// Whether a `select` in `e` tests variable `v` in its condition.
+fn tested(p: &Program, e: TExprId, v: VarId) -> bool {
+    let here = matches!(p.expr(e), TExpr::Select(cond, ..) if uses_var(p, *cond, v));
+    here || p.children(e).into_iter().any(|c| tested(p, c, v))
 }
 
 /// Whether stage `st` gathers from more lines ([`super::gathered_lines`])
