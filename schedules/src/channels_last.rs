@@ -40,8 +40,8 @@
 //! Float depthwise convolutions take a region rather than a chain
 //! (`float_region`): on every CPU target, where the depthwise's row idles
 //! an eighth of its lanes or more ([`crate::filters_last::FLOAT_FILL`]:
-//! maps of 7, 14, 27 and 28 on AVX2 and AVX-512) and its channels fill
-//! them. The layout is then chosen across the layers of an inverted
+//! maps of 7, 14, 27 and 28 on AVX2 and AVX-512, and 56 on AVX-512) and
+//! its channels fill them. The layout is then chosen across the layers of an inverted
 //! residual block, as oneDNN's and ONNX Runtime's blocked layouts are: the
 //! depthwise convolution, the elementwise stages that make its input (the
 //! padding, the activation, the bias; a SiLU's sigmoid and product read
@@ -66,7 +66,7 @@
 use crate::analysis::{every_read, involves, loads_in};
 use crate::filters_last::{alone_at, fill, product_body, read_moved, MIN_FILL};
 use crate::normalize::{contains_reduce, replace_node, subst};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use texc_compiler::ops::{BinOp, Intrinsic};
 use texc_compiler::target::{Target, TargetKind};
 use texc_compiler::tir::*;
@@ -76,25 +76,26 @@ use texc_compiler::types::ElemType;
 type Move = (TensorId, usize);
 
 /// Store every short-row channel-wise integer product of `p`, and the chain
-/// that makes its activations, channels last; for each product moved, the
-/// tensor of the product at the top of its chain, which
-/// [`crate::filters_last`] is to compute filters-last. `constant` marks
-/// tensors known when compiling (folded, so a transposed copy of one costs
-/// nothing per run).
+/// that makes its activations, channels last, and every short-row float
+/// depthwise convolution with the region around it; the products
+/// [`crate::filters_last`] is to compute filters-last: the top of each
+/// chain, the edges (expansions and projections) of each region.
+/// `constant` marks tensors known when compiling (folded, so a transposed
+/// copy of one costs nothing per run).
 pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorId) -> bool) -> Vec<TensorId> {
     if target.kind != TargetKind::Cpu {
         return Vec::new();
     }
     let packs = [Intrinsic::Dot4, Intrinsic::Dot2].iter().any(|&i| target.has_intrinsic(i));
     let mut tops = Vec::new();
-    let mut moved: Vec<TensorId> = Vec::new();
+    let mut moved: HashSet<TensorId> = HashSet::new();
     let mut si = 0;
     while si < p.stages.len() {
         if moved.contains(&p.stages[si].tensor) {
             si += 1;
             continue;
         }
-        if let Some((moves, top)) = plan(p, si, target, constant).filter(|_| packs) {
+        if let Some((moves, top)) = packs.then(|| plan(p, si, target, constant)).flatten() {
             drop_unit_sums(p, si);
             for &(t, d) in &moves {
                 store_last(p, t, d);
@@ -110,7 +111,7 @@ pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorI
             for &(t, _) in &region.moves {
                 let w = sole_writer(p, t).expect("a moved temporary has one writer");
                 read_constants_along_last(p, w, constant);
-                moved.push(t);
+                moved.insert(t);
             }
             tops.extend(region.tops.into_iter().chain(region.bottoms));
             si = sole_writer(p, start).expect("the depthwise convolution's writer");
@@ -211,15 +212,17 @@ const MAX_REGION: usize = 32;
 /// [`crate::filters_last::MIN_FLOAT_DEPTH`] products (its copy back is a
 /// pass over its output: ShuffleNetV2's projections of 58 and 116
 /// channels, so moved, ran the model 3.45–3.85 → 3.94–4.05 ms on
-/// `x86-avx2`), every temporary moved is read by the region or by those
-/// products only, and
+/// `x86-avx2`), every temporary moved (but those whose channels are last
+/// already but for dimensions of one element: their readers read the same
+/// addresses) is read by the region or by those products only, and
 /// every other operand read along the channels is a constant or has its
 /// channels last already (a bias `b[c]`, a scale `s[0, c, 0, 0]`).
 /// MEASURED (`x86-avx2` / `host`, 1 thread, the depthwise 5 × 5 with its
 /// padding and two SiLUs, 672 channels at 14², as `.tex` kernels in each
 /// layout): 0.235 → 0.175 ms / 0.217 → 0.128; 1152 channels at 7²: 0.175 →
-/// 0.082 / 0.171 → 0.061; 144 channels at 56² (a full row): 0.656 → 0.651 /
-/// 0.521 → 0.427, not taken.
+/// 0.082 / 0.171 → 0.061; 144 channels at 56²: 0.656 → 0.651 / 0.521 →
+/// 0.427 (taken on AVX-512, whose row of 56 is 56 of 64 lanes; AVX2's row
+/// of 56 fills its vectors).
 fn float_region(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> bool) -> Option<Region> {
     let st = &p.stages[si];
     let x = st.n_axes.checked_sub(1)?;

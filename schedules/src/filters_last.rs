@@ -44,7 +44,13 @@
 //! [`crate::channels_last`] stored channels last, whose reader walks the
 //! filters innermost — is computed filters-last whatever its row, and
 //! where every read of it walks `f` so, the copy back is inlined into its
-//! readers, which then read `Y.t` as it is stored.
+//! readers, which then read `Y.t` as it is stored. A float product named
+//! `wanted` — an edge of a float region `channels_last` stored channels
+//! last: the expansion that makes its channels, the projection that sums
+//! over them — is computed filters-last whatever its row and depth (the
+//! expansion's copy back inlined so; the projection's, if any, is a pass
+//! `channels_last` weighed), and its rows merge where its operand stores
+//! them as two adjacent dimensions anywhere (`X[n, y, x, c]`).
 //!
 //! Invariants: the program computes the same values (the same expression
 //! per output element, each written once; the copies move values only);
@@ -202,7 +208,10 @@ fn long_axis(
     let row_fill = fill(row, lanes);
     // A reader stored channels last wants the filters last whatever the row.
     let wanted = wants.then(|| (0..last).find(|&f| read_along_f(p, st.tensor, f))).flatten();
-    if !idles_lanes(row, lanes) && !wants {
+    // A float product is wanted for its region's layout; an integer one
+    // for a reader that walks its filters (its copy back then inlined).
+    let forced = if dot4 { wanted.is_some() } else { wants };
+    if !idles_lanes(row, lanes) && !forced {
         return None;
     }
     let mut loads = Vec::new();
@@ -224,8 +233,8 @@ fn long_axis(
             })
     })?;
     // A float product idles an eighth of its lanes or more (checked above).
-    let merged = merged_rows(p, st, f);
-    let takes = !dot4 || row_fill < MIN_FILL || wants;
+    let merged = merged_rows(p, st, f, !dot4);
+    let takes = !dot4 || row_fill < MIN_FILL || wanted == Some(f);
     takes.then_some((f, merged, wanted == Some(f)))
 }
 
@@ -420,14 +429,15 @@ fn kept_dims(shape: &[i64], d: usize) -> Vec<usize> {
 
 /// The axes `(y, x)` of the row (the stage's last two, neither `f`) that
 /// every read walks as one: each load that involves them indexes two
-/// adjacent dimensions by exactly `y, x`, of the stage's extents, and
-/// nothing else by them (a 1×1 convolution's input `X[n, c, y, x]`, or
-/// `X[n, y, x, c]` stored channels last by [`crate::channels_last`]). Computed
+/// adjacent dimensions by exactly `y, x` — its last two unless `anywhere`
+/// (float products) — of the stage's extents, and nothing else by them (a
+/// 1×1 convolution's input `X[n, c, y, x]`, or `X[n, y, x, c]` stored
+/// channels last by [`crate::channels_last`]). Computed
 /// filters-last, they are one axis `p = y * W + x` of `Y.t[n, p, f]`: the
 /// register block's rows run over the whole map rather than one image row
 /// at a time (a 7×7 map: the filters' panels are read once per block of
 /// rows of all 49 positions, not once per image row).
-fn merged_rows(p: &Program, st: &Stage, f: usize) -> Option<(usize, usize)> {
+fn merged_rows(p: &Program, st: &Stage, f: usize, anywhere: bool) -> Option<(usize, usize)> {
     let x = st.n_axes.checked_sub(1)?;
     let y = x.checked_sub(1)?;
     if f == x || f == y {
@@ -444,7 +454,8 @@ fn merged_rows(p: &Program, st: &Stage, f: usize) -> Option<(usize, usize)> {
             return true;
         }
         let Some(n) = idx.iter().position(|&i| is(i, yv)) else { return false };
-        n + 1 < idx.len()
+        (anywhere || n + 2 == idx.len())
+            && n + 1 < idx.len()
             && is(idx[n + 1], xv)
             && shape[n] == st.vars[y].extent
             && shape[n + 1] == st.vars[x].extent

@@ -1085,22 +1085,54 @@ pub fn print(f: &LoopFunc) -> String {
     for t in f.live_temps() {
         let _ = writeln!(out, "  temp {}", decl(t));
     }
-    stmts(f, &f.body, 1, &mut out);
+    stmts(&Printer::new(f), &f.body, 1, &mut out);
     out
 }
 
-fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
+/// What printing `f`'s expressions needs once, not per expression: a
+/// pseudo-stage whose variables are the loop variables (copying them for
+/// each expression made printing quadratic in the loop nest's size).
+struct Printer<'a> {
+    f: &'a LoopFunc,
+    st: texc_compiler::tir::Stage,
+}
+
+impl<'a> Printer<'a> {
+    fn new(f: &'a LoopFunc) -> Printer<'a> {
+        Printer { f, st: loop_stage(f, TExprId(0)) }
+    }
+
+    fn expr(&self, e: TExprId) -> String {
+        debug_assert!(!matches!(self.f.p.expr(e), TExpr::Reduce(..)));
+        texc_compiler::print::expr(&self.f.p, &self.st, e)
+    }
+}
+
+/// A stage whose variables are `f`'s loop variables, valued `e`: how the
+/// TIR printer reads loop variables by name.
+fn loop_stage(f: &LoopFunc, e: TExprId) -> texc_compiler::tir::Stage {
+    texc_compiler::tir::Stage {
+        tensor: TensorId(0),
+        vars: f.vars.clone(),
+        n_axes: f.vars.len(),
+        value: e,
+        span: Default::default(),
+    }
+}
+
+fn stmts(pr: &Printer, body: &[Stmt], depth: usize, out: &mut String) {
+    let f = pr.f;
     let pad = "  ".repeat(depth);
     for s in body {
         match s {
             Stmt::For { var, lo, extent, kind, body } => {
                 let _ =
                     writeln!(out, "{pad}for {} in {lo}..{}{}:", f.vars[*var as usize].name, lo + extent, kind.name());
-                stmts(f, body, depth + 1, out);
+                stmts(pr, body, depth + 1, out);
             }
             Stmt::If { cond, then } => {
-                let _ = writeln!(out, "{pad}if {}:", expr(f, *cond));
-                stmts(f, then, depth + 1, out);
+                let _ = writeln!(out, "{pad}if {}:", pr.expr(*cond));
+                stmts(pr, then, depth + 1, out);
             }
             Stmt::Alloc { tensor, body } => {
                 let d = f.p.tensor(*tensor);
@@ -1113,13 +1145,13 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
                     "local"
                 };
                 let _ = writeln!(out, "{pad}{what} {}: {}[{}]:", d.name, d.elem, dims.join(", "));
-                stmts(f, body, depth + 1, out);
+                stmts(pr, body, depth + 1, out);
             }
             Stmt::Store { tensor, indices, value } => {
-                let idx: Vec<String> = indices.iter().map(|i| expr(f, *i)).collect();
+                let idx: Vec<String> = indices.iter().map(|i| pr.expr(*i)).collect();
                 let name = &f.p.tensor(*tensor).name;
                 let lhs = if idx.is_empty() { name.clone() } else { format!("{name}[{}]", idx.join(", ")) };
-                let _ = writeln!(out, "{pad}{lhs} = {}", expr(f, *value));
+                let _ = writeln!(out, "{pad}{lhs} = {}", pr.expr(*value));
             }
             Stmt::Barrier => {
                 let _ = writeln!(out, "{pad}barrier");
@@ -1131,13 +1163,13 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
                 let _ = writeln!(out, "{pad}async wait {n}");
             }
             Stmt::Prefetch { tensor, offset } => {
-                let _ = writeln!(out, "{pad}prefetch {} at {}", f.p.tensor(*tensor).name, expr(f, *offset));
+                let _ = writeln!(out, "{pad}prefetch {} at {}", f.p.tensor(*tensor).name, pr.expr(*offset));
             }
             Stmt::WarpReduce(w) => {
                 let _ = writeln!(out, "{pad}warp_reduce {} {} by {}", w.op.name(), f.p.tensor(w.tensor).name, w.lanes);
             }
             Stmt::Mma { op, c, a, b } => {
-                let _ = writeln!(out, "{pad}mma {} {} += {} * {}", op.name(), tile(f, c), tile(f, a), tile(f, b));
+                let _ = writeln!(out, "{pad}mma {} {} += {} * {}", op.name(), tile(pr, c), tile(pr, a), tile(pr, b));
             }
             Stmt::TileDot(d) => {
                 let _ = writeln!(
@@ -1147,18 +1179,18 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
                     d.m,
                     d.n,
                     d.k,
-                    tile(f, &d.c),
+                    tile(pr, &d.c),
                     if d.zero { "=" } else { "+=" },
-                    tile(f, &d.a),
-                    tile(f, &d.b)
+                    tile(pr, &d.a),
+                    tile(pr, &d.b)
                 );
             }
             Stmt::Wgmma(w) => {
                 let c = &w.c;
-                let idx: Vec<String> = c.origin.iter().map(|&i| expr(f, i)).collect();
+                let idx: Vec<String> = c.origin.iter().map(|&i| pr.expr(i)).collect();
                 let c = format!("{}[{}] @ ({}, {})", f.p.tensor(c.tensor).name, idx.join(", "), c.rows, c.cols);
                 let m = |m: &SmemMatrix| {
-                    let idx: Vec<String> = m.origin.iter().map(|&i| expr(f, i)).collect();
+                    let idx: Vec<String> = m.origin.iter().map(|&i| pr.expr(i)).collect();
                     let major = match (m.major, m.swizzled) {
                         (Major::Mn, true) => "mn-major, swizzle 128, ",
                         (Major::Mn, false) => "mn-major, ",
@@ -1175,23 +1207,16 @@ fn stmts(f: &LoopFunc, body: &[Stmt], depth: usize, out: &mut String) {
 }
 
 /// A tile as the printer writes it: `T[origin] @ (rows, cols)`.
-fn tile(f: &LoopFunc, t: &Tile) -> String {
-    let idx: Vec<String> = t.origin.iter().map(|&i| expr(f, i)).collect();
+fn tile(pr: &Printer, t: &Tile) -> String {
+    let f = pr.f;
+    let idx: Vec<String> = t.origin.iter().map(|&i| pr.expr(i)).collect();
     format!("{}[{}] @ ({}, {})", f.p.tensor(t.tensor).name, idx.join(", "), t.rows, t.cols)
 }
 
 /// Print one expression (loop variables by name).
 pub fn expr(f: &LoopFunc, e: TExprId) -> String {
-    // Reuse the TIR printer with a pseudo-stage whose variables are the loop variables.
-    let st = texc_compiler::tir::Stage {
-        tensor: TensorId(0),
-        vars: f.vars.clone(),
-        n_axes: f.vars.len(),
-        value: e,
-        span: Default::default(),
-    };
     debug_assert!(!matches!(f.p.expr(e), TExpr::Reduce(..)));
-    texc_compiler::print::expr(&f.p, &st, e)
+    texc_compiler::print::expr(&f.p, &loop_stage(f, e), e)
 }
 
 /// The number of expression nodes code generation will emit for `f`: every

@@ -134,13 +134,16 @@ fn broadcast_along_lanes(p: &Program, st: &Stage, c: &Stage) -> bool {
     loads_in(p, c.value, &mut loads);
     // An axis a `select` tests picks among operands (a concatenation's),
     // each read once: not a broadcast.
-    let broadcast = |l: TExprId, a: usize| {
+    let loads: Vec<TExprId> = loads
+        .into_iter()
+        .filter(|&l| matches!(p.expr(l), TExpr::Load(u, _) if *u == st.tensor) && uses_var(p, l, inner as VarId))
+        .collect();
+    if loads.is_empty() {
+        return false;
+    }
+    (0..c.n_axes).any(|a| {
         let v = a as VarId;
-        c.vars[a].extent > 1 && !uses_var(p, l, v) && !tested(p, c.value, v)
-    };
-    loads.iter().any(|&l| {
-        let reads_st = matches!(p.expr(l), TExpr::Load(u, _) if *u == st.tensor);
-        reads_st && uses_var(p, l, inner as VarId) && (0..c.n_axes).any(|a| broadcast(l, a))
+        c.vars[a].extent > 1 && loads.iter().any(|&l| !uses_var(p, l, v)) && !tested(p, c.value, v)
     })
 }
 
