@@ -202,10 +202,20 @@ pub(crate) fn replace_node(p: &mut Program, e: TExprId, old: TExprId, new: TExpr
 
 /// Inline stage `si` (pure, a temporary) into all later stages.
 pub fn inline_stage(p: &mut Program, si: usize) {
+    inline_stage_into(p, si, |_| true)
+}
+
+/// [`inline_stage`] walking only the later stages `loads(ci)` names (by
+/// their index before the removal): the readers of stage `si`'s tensor, by
+/// an index the caller keeps (`strategy::Reads`). Walking every later
+/// stage for each inlined one made inlining quadratic in a model's stages.
+pub fn inline_stage_into(p: &mut Program, si: usize, loads: impl Fn(usize) -> bool) {
     let st = p.stages.remove(si);
     for ci in si..p.stages.len() {
-        let value = p.stages[ci].value;
-        replace_loads(p, value, &st);
+        if loads(ci + 1) {
+            let value = p.stages[ci].value;
+            replace_loads(p, value, &st);
+        }
     }
 }
 

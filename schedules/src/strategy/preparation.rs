@@ -22,7 +22,7 @@
 use super::{reads_at_own_point, uses_var, Reads};
 use crate::analysis::loads_in;
 use crate::knobs::DefaultKnobs;
-use crate::normalize::{contains_reduce, hoist_reductions, inline_stage};
+use crate::normalize::{contains_reduce, hoist_reductions, inline_stage_into};
 use std::collections::HashSet;
 use texc_compiler::ops::BinOp;
 use texc_compiler::target::{Target, TargetKind};
@@ -114,7 +114,7 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
                     }
             });
         if inlinable {
-            inline_stage(p, si);
+            inline_stage_into(p, si, |ci| reads.loads(ci, t));
             reads.inlined(si, t);
         } else {
             si += 1;
@@ -211,7 +211,7 @@ fn inline_epilogues(p: &mut Program, l1d: i64) {
                     && !(narrows && epilogues.keeps(p, &reads, t, ci))
             });
         if inlinable {
-            inline_stage(p, si);
+            inline_stage_into(p, si, |ci| reads.loads(ci, t));
             reads.inlined(si, t);
             // The readers (one stage earlier now) read what `t` read.
             for ci in readers.into_iter().map(|ci| ci - 1) {
