@@ -506,6 +506,12 @@ struct Body<'a> {
     /// asks again for every enclosing call, which would be exponential in the
     /// nesting depth (`relu(sigmoid(tanh(...)))`).
     classes: std::cell::RefCell<HashMap<ExprId, ArgClass>>,
+    /// Each tensor's slot and each parameter's index by name (the first of
+    /// a name): looked up for every name a statement uses, so a scan of
+    /// the kernel's tensors made resolving an imported model quadratic in
+    /// its layers.
+    slots: HashMap<String, TensorSlot>,
+    params: HashMap<String, usize>,
 }
 
 /// Names of the kernels `std.nn` defines (parsed once from the embedded source).
@@ -586,6 +592,14 @@ fn edit_distance(a: &str, b: &str) -> usize {
 impl<'a> Body<'a> {
     fn new(s: &'a Session, module: usize, facts: &'a mut Facts, info: &'a mut KernelInfo) -> Body<'a> {
         let defined = info.tensors.iter().map(|t| matches!(t.kind, TensorKind::Input(_))).collect();
+        let mut slots = HashMap::new();
+        for (i, t) in info.tensors.iter().enumerate() {
+            slots.entry(t.name.clone()).or_insert(i as TensorSlot);
+        }
+        let mut params = HashMap::new();
+        for (i, p) in info.params.iter().enumerate() {
+            params.entry(p.name.clone()).or_insert(i);
+        }
         Body {
             s,
             module,
@@ -596,6 +610,8 @@ impl<'a> Body<'a> {
             scope: Vec::new(),
             anon: 0,
             classes: Default::default(),
+            slots,
+            params,
         }
     }
 
@@ -617,7 +633,19 @@ impl<'a> Body<'a> {
     }
 
     fn tensor_slot(&self, name: &str) -> Option<TensorSlot> {
-        self.info.tensors.iter().position(|t| t.name == name).map(|i| i as u32)
+        self.slots.get(name).copied()
+    }
+
+    fn param_index(&self, name: &str) -> Option<usize> {
+        self.params.get(name).copied()
+    }
+
+    /// A new tensor of the kernel, found by name from now on.
+    fn push_tensor(&mut self, t: TensorInfo) -> TensorSlot {
+        let slot = self.info.tensors.len() as TensorSlot;
+        self.slots.entry(t.name.clone()).or_insert(slot);
+        self.info.tensors.push(t);
+        slot
     }
 
     /// The slot a statement defines: an output, or a new local.
@@ -653,7 +681,7 @@ impl<'a> Body<'a> {
             return Ok(t);
         }
         self.check_fresh_name(id)?;
-        self.info.tensors.push(TensorInfo {
+        let slot = self.push_tensor(TensorInfo {
             name: id.name.clone(),
             elem,
             rank,
@@ -662,11 +690,11 @@ impl<'a> Body<'a> {
             dims: vec![],
         });
         self.defined.push(false);
-        Ok(self.info.tensors.len() as u32 - 1)
+        Ok(slot)
     }
 
     fn check_fresh_name(&self, id: &Ident) -> Result<(), Diagnostic> {
-        let clash = if self.info.param_index(&id.name).is_some() {
+        let clash = if self.param_index(&id.name).is_some() {
             Some("a parameter")
         } else if self.info.symbol_index(&id.name).is_some() {
             Some("a shape symbol")
@@ -807,7 +835,7 @@ impl<'a> Body<'a> {
     fn classify(&self, e: ExprId) -> Result<ArgClass, Diagnostic> {
         match self.ast.expr(e) {
             Expr::Name(n) if self.scope.is_empty() => match self.tensor_slot(&n.name) {
-                Some(t) if self.info.tensors[t as usize].rank > 0 || self.info.param_index(&n.name).is_some() => {
+                Some(t) if self.info.tensors[t as usize].rank > 0 || self.param_index(&n.name).is_some() => {
                     let t = &self.info.tensors[t as usize];
                     Ok(ArgClass::Tensor { elem: t.elem, rank: t.rank })
                 }
@@ -921,16 +949,16 @@ impl<'a> Body<'a> {
         let out = &k.tensors[k.outputs[0] as usize];
         let name = format!("_{}{}", k.name, self.anon);
         self.anon += 1;
-        self.info.tensors.push(TensorInfo {
+        let info = TensorInfo {
             name,
             elem: out.elem,
             rank: out.rank,
             kind: TensorKind::Local,
             span: self.ast.span(a),
             dims: vec![],
-        });
+        };
+        let slot = self.push_tensor(info);
         self.defined.push(true);
-        let slot = self.info.tensors.len() as u32 - 1;
         self.info.ops.push(Op::Call { callee, args, results: vec![slot], span: self.ast.span(a) });
         Ok(slot)
     }
@@ -1029,7 +1057,7 @@ impl<'a> Body<'a> {
         if let Some(&v) = self.scope.iter().rev().find(|&&v| self.info.vars[v as usize].name == n.name) {
             return Ok(NameRes::Var(v));
         }
-        if let Some(i) = self.info.param_index(&n.name) {
+        if let Some(i) = self.param_index(&n.name) {
             match self.info.params[i].info {
                 ParamInfo::Scalar { .. } => return Ok(NameRes::Scalar(i as u32)),
                 ParamInfo::Const { .. } => return Ok(NameRes::Const(i as u32)),

@@ -252,7 +252,7 @@ pub struct Loads(HashMap<TensorId, Vec<(usize, Vec<Vec<TExprId>>)>>);
 
 impl Loads {
     /// Every tensor's loads in `p`, for a caller that infers boxes many
-    /// times over one program ([`infer_indexed`]).
+    /// times over one program ([`infer_listed`]).
     pub fn of(p: &Program) -> Loads {
         loads_of(p, &|_| true)
     }
@@ -326,15 +326,42 @@ pub fn infer_with(p: &Program, s: &mut Schedules, sized: bool) -> Result<Vec<Opt
     infer_from(p, s, sized, &readers)
 }
 
-/// [`infer`] with the program's loads found once ([`Loads::of`]) by a
-/// caller that infers many times (one trial attachment after another).
-pub fn infer_indexed(p: &Program, s: &mut Schedules, loads: &Loads) -> Result<Vec<Option<Region>>, Diagnostic> {
-    infer_from(p, s, true, loads)
+fn infer_from(p: &Program, s: &mut Schedules, sized: bool, readers: &Loads) -> Result<Vec<Option<Region>>, Diagnostic> {
+    let attached: Vec<usize> = (0..p.stages.len()).rev().filter(|&pi| s.attach[pi].is_some()).collect();
+    let mut regions: Vec<Option<Region>> = vec![None; p.stages.len()];
+    for (pi, r) in infer_stages(p, s, sized, readers, &attached)? {
+        regions[pi] = Some(r);
+    }
+    Ok(regions)
 }
 
-fn infer_from(p: &Program, s: &mut Schedules, sized: bool, readers: &Loads) -> Result<Vec<Option<Region>>, Diagnostic> {
-    let mut regions: Vec<Option<Region>> = vec![None; p.stages.len()];
-    for pi in (0..p.stages.len()).rev() {
+/// [`infer`] for the attached stages `stages` only — those an attachment
+/// tried changes, latest first, every reader of one inside its owner
+/// among those before it — with the program's loads found once
+/// ([`Loads::of`]), their boxes by stage: a caller trying attachments to
+/// one owner after another checks each without inferring every other
+/// owner's boxes again (for each of a model's thousand stages, that was
+/// quadratic).
+pub fn infer_listed(
+    p: &Program,
+    s: &mut Schedules,
+    loads: &Loads,
+    stages: &[usize],
+) -> Result<HashMap<usize, Region>, Diagnostic> {
+    infer_stages(p, s, true, loads, stages)
+}
+
+/// The boxes of the attached stages `stages`, latest first, each reader
+/// inside a stage's owner among those before it.
+fn infer_stages(
+    p: &Program,
+    s: &mut Schedules,
+    sized: bool,
+    readers: &Loads,
+    stages: &[usize],
+) -> Result<HashMap<usize, Region>, Diagnostic> {
+    let mut regions: HashMap<usize, Region> = HashMap::new();
+    for &pi in stages {
         let Some(at) = s.attach[pi].clone() else { continue };
         let st = &p.stages[pi];
         let t = st.tensor;
@@ -371,7 +398,7 @@ fn infer_from(p: &Program, s: &mut Schedules, sized: bool, readers: &Loads) -> R
                 // The reader runs inside `a` (at `a` or a loop nested in it): its
                 // box origin is fixed at its own loop; the owner loops between
                 // `a` and there still vary within one iteration of `a`.
-                let r = regions[qi].as_ref().expect("readers come later, so their boxes are known");
+                let r = regions.get(&qi).expect("readers come later, so their boxes are known");
                 let q = &p.stages[qi];
                 let widen = |l: &Lin| -> Option<Desc> {
                     let mut d = Desc::konst(0);
@@ -500,7 +527,7 @@ fn infer_from(p: &Program, s: &mut Schedules, sized: bool, readers: &Loads) -> R
             return Err(err(format!("`{name}` has a parallel loop but runs inside a parallel loop of `{owner_name}`")));
         }
         s.stages[pi].rebase(&ext);
-        regions[pi] = Some(Region { lo, ext, guard, local_shape });
+        regions.insert(pi, Region { lo, ext, guard, local_shape });
     }
     Ok(regions)
 }

@@ -63,9 +63,10 @@
 //! copies, inserted before the stages that read them (operator records'
 //! stage ranges move with them); inputs and outputs keep their layouts.
 
-use crate::analysis::{every_read, involves, loads_in};
+use crate::analysis::{involves, loads_in};
 use crate::filters_last::{alone_at, fill, product_body, read_moved, MIN_FILL};
 use crate::normalize::{contains_reduce, replace_node, subst};
+use crate::strategy::Reads;
 use std::collections::{HashMap, HashSet};
 use texc_compiler::ops::{BinOp, Intrinsic};
 use texc_compiler::target::{Target, TargetKind};
@@ -87,6 +88,9 @@ pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorI
         return Vec::new();
     }
     let packs = [Intrinsic::Dot4, Intrinsic::Dot2].iter().any(|&i| target.has_intrinsic(i));
+    // Indexes kept up to date as the pass goes: a model's hundred blocks
+    // each asking "who reads t" of every stage made the pass quadratic.
+    let mut ix = Index { reads: Reads::of(p), loads: LoadsOf::default() };
     let mut tops = Vec::new();
     let mut moved: HashSet<TensorId> = HashSet::new();
     let mut si = 0;
@@ -95,22 +99,22 @@ pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorI
             si += 1;
             continue;
         }
-        if let Some((moves, top)) = packs.then(|| plan(p, si, target, constant)).flatten() {
+        if let Some((moves, top)) = packs.then(|| plan(p, &ix.reads, si, target, constant)).flatten() {
             drop_unit_sums(p, si);
             for &(t, d) in &moves {
-                store_last(p, t, d);
+                store_last(p, &mut ix.loads, t, d);
             }
-            si = read_constants_along_last(p, si, constant);
+            si = read_constants_along_last(p, &mut ix.reads, si, constant);
             tops.push(top);
-        } else if let Some(region) = float_region(p, si, target, constant) {
+        } else if let Some(region) = float_region(p, &ix.reads, si, target, constant) {
             let start = p.stages[si].tensor;
             drop_unit_sums(p, si);
             for &(t, d) in &region.moves {
-                store_last(p, t, d);
+                store_last(p, &mut ix.loads, t, d);
             }
             for &(t, _) in &region.moves {
                 let w = sole_writer(p, t).expect("a moved temporary has one writer");
-                read_constants_along_last(p, w, constant);
+                read_constants_along_last(p, &mut ix.reads, w, constant);
                 moved.insert(t);
             }
             tops.extend(region.tops.into_iter().chain(region.bottoms));
@@ -118,14 +122,21 @@ pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorI
         }
         si += 1;
     }
+    debug_assert!(ix.reads == Reads::of(p), "channels-last kept its index of reads up to date");
     tops
 }
 
 /// Stage `si`'s constant operands that move with its last axis in another
 /// dimension (a depthwise convolution's filters `W[c, 0, r, s]`) read from
 /// copies with that dimension last ([`crate::filters_last::read_moved`],
-/// folded with the constants); the stage's index afterwards.
-fn read_constants_along_last(p: &mut Program, mut si: usize, constant: &dyn Fn(TensorId) -> bool) -> usize {
+/// folded with the constants); the stage's index afterwards, `reads`
+/// kept up to date.
+fn read_constants_along_last(
+    p: &mut Program,
+    reads: &mut Reads,
+    mut si: usize,
+    constant: &dyn Fn(TensorId) -> bool,
+) -> usize {
     let st = p.stages[si].clone();
     let c = (st.n_axes - 1) as VarId;
     let mut loads = Vec::new();
@@ -140,17 +151,27 @@ fn read_constants_along_last(p: &mut Program, mut si: usize, constant: &dyn Fn(T
             continue;
         }
         let (read, inserted) = read_moved(p, si, l, d, &mut made);
-        si += inserted as usize;
+        if inserted {
+            reads.inserted(p, si, si + 1);
+            si += 1;
+        }
         value = replace_node(p, value, l, read);
     }
     p.stages[si].value = value;
+    reads.refresh(p, si);
     si
 }
 
 /// The temporaries to store channels last for product stage `si`, its own
 /// output first, and the product at the top of its chain, if the stage is
 /// a short-row channel-wise product whose chain can move whole.
-fn plan(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> bool) -> Option<(Vec<Move>, TensorId)> {
+fn plan(
+    p: &Program,
+    reads: &Reads,
+    si: usize,
+    target: &Target,
+    constant: &dyn Fn(TensorId) -> bool,
+) -> Option<(Vec<Move>, TensorId)> {
     let st = &p.stages[si];
     let x = st.n_axes.checked_sub(1)?;
     let (body, false) = product_body(p, st.value)? else { return None };
@@ -175,12 +196,12 @@ fn plan(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> 
         return None;
     }
     let tiled = |r: usize| crate::dot4::packs_for_tiles(p, r, target);
-    if !read_by_products_along(p, st.tensor, c) || !readers(p, st.tensor).into_iter().all(tiled) {
+    if !read_by_products_along(p, reads, st.tensor, c) || !reads.readers(st.tensor).all(tiled) {
         return None;
     }
     let mut moves = vec![(st.tensor, c)];
     let TExpr::Load(t, _) = p.expr(a) else { return None };
-    let top = chain(p, si, (*t, d), target, constant, &mut moves)?;
+    let top = chain(p, reads, si, (*t, d), target, constant, &mut moves)?;
     Some((moves, top))
 }
 
@@ -223,7 +244,13 @@ const MAX_REGION: usize = 32;
 /// 0.082 / 0.171 → 0.061; 144 channels at 56²: 0.656 → 0.651 / 0.521 →
 /// 0.427 (taken on AVX-512, whose row of 56 is 56 of 64 lanes; AVX2's row
 /// of 56 fills its vectors).
-fn float_region(p: &Program, si: usize, target: &Target, constant: &dyn Fn(TensorId) -> bool) -> Option<Region> {
+fn float_region(
+    p: &Program,
+    reads: &Reads,
+    si: usize,
+    target: &Target,
+    constant: &dyn Fn(TensorId) -> bool,
+) -> Option<Region> {
     let st = &p.stages[si];
     let x = st.n_axes.checked_sub(1)?;
     let (body, false) = product_body(p, st.value)? else { return None };
@@ -250,8 +277,8 @@ fn float_region(p: &Program, si: usize, target: &Target, constant: &dyn Fn(Tenso
     let mut i = 0;
     while let Some(&(t, d)) = region.moves.get(i) {
         let w = sole_writer(p, t)?;
-        up(p, w, d, si, target, constant, &mut region)?;
-        down(p, t, d, target, constant, &mut region)?;
+        up(p, reads, (w, d, si), target, constant, &mut region)?;
+        down(p, reads, t, d, target, constant, &mut region)?;
         if region.moves.len() > MAX_REGION {
             return None;
         }
@@ -260,7 +287,7 @@ fn float_region(p: &Program, si: usize, target: &Target, constant: &dyn Fn(Tenso
     // A top's copy back is inlined into its readers only where all of
     // them read it along their channels.
     let tops_read_by_region = region.tops.iter().all(|&u| {
-        every_read(p, u, |st, l| {
+        reads.every_read(p, u, |st, l| {
             let at = region.moves.iter().find(|m| m.0 == st.tensor).map(|m| m.1 as VarId);
             at.is_some_and(|v| crate::filters_last::alone_at(p, l, v).is_some())
         })
@@ -269,15 +296,15 @@ fn float_region(p: &Program, si: usize, target: &Target, constant: &dyn Fn(Tenso
 }
 
 /// The operands stage `w` (writing a temporary of the region, channels
-/// along its axis `d`) reads along the channels: the temporaries made
-/// elementwise join the region, the products that make them are its tops
-/// (wanted filters-last along the channels); `None` where another
-/// operand would be read across its channels.
+/// along its axis `d`; `start` the depthwise convolution's stage) reads
+/// along the channels: the temporaries made elementwise join the region,
+/// the products that make them are its tops (wanted filters-last along
+/// the channels); `None` where another operand would be read across its
+/// channels.
 fn up(
     p: &Program,
-    w: usize,
-    d: usize,
-    start: usize,
+    reads: &Reads,
+    (w, d, start): (usize, usize, usize),
     target: &Target,
     constant: &dyn Fn(TensorId) -> bool,
     region: &mut Region,
@@ -303,7 +330,7 @@ fn up(
         let wu = sole_writer(p, *u)?;
         if product_body(p, p.stages[wu].value).is_some() {
             let movable = |t| constant(t);
-            (crate::filters_last::wanted_axis(p, wu, target, &movable) == Some(e)).then_some(())?;
+            (crate::filters_last::wanted_axis(p, reads, wu, target, &movable) == Some(e)).then_some(())?;
             region.tops.push(*u);
         } else if contains_reduce(p, p.stages[wu].value) {
             return None;
@@ -320,6 +347,7 @@ fn up(
 /// are its bottoms (wanted filters-last); `None` for any other reader.
 fn down(
     p: &Program,
+    reads: &Reads,
     t: TensorId,
     d: usize,
     target: &Target,
@@ -332,7 +360,7 @@ fn down(
     if effectively_last(&p.tensor(t).shape, d) {
         return Some(());
     }
-    for r in readers(p, t) {
+    for r in reads.readers(t) {
         let st = &p.stages[r];
         if region.moves.iter().any(|m| m.0 == st.tensor) || region.bottoms.contains(&st.tensor) {
             continue;
@@ -355,7 +383,7 @@ fn down(
             if depth < crate::filters_last::MIN_FLOAT_DEPTH {
                 return None;
             }
-            crate::filters_last::wanted_axis(p, r, target, &movable)?;
+            crate::filters_last::wanted_axis(p, reads, r, target, &movable)?;
             region.bottoms.push(st.tensor);
         } else if !summed && sole_writer(p, st.tensor) == Some(r) {
             region.moves.push((st.tensor, v as usize));
@@ -422,14 +450,14 @@ fn channel_at(p: &Program, st: &Stage, l: TExprId, c: VarId) -> Option<usize> {
 /// activations along its row, which channels last would gather —
 /// MEASURED on `x86-avx512-vnni`, MobileNetV2's 7 × 7 projection packs
 /// 0.001 → 0.055 ms, the model 2.52 → 2.63–2.66 ms.)
-fn read_by_products_along(p: &Program, t: TensorId, d: usize) -> bool {
+fn read_by_products_along(p: &Program, reads: &Reads, t: TensorId, d: usize) -> bool {
     let summed_at_d = |st: &Stage, l: TExprId| {
         let TExpr::Load(_, idx) = p.expr(l) else { return false };
         let summed = |v: VarId| (v as usize) >= st.n_axes && st.vars[v as usize].extent > 1;
         let alone = matches!(*p.expr(idx[d]), TExpr::Var(v) if summed(v) && alone_at(p, l, v) == Some(d));
         alone && product_body(p, st.value).is_some()
     };
-    p.tensor(t).role == TensorRole::Temp && every_read(p, t, summed_at_d)
+    p.tensor(t).role == TensorRole::Temp && reads.every_read(p, t, summed_at_d)
 }
 
 /// Follow the chain of writers up from temporary `t` (read along its
@@ -439,6 +467,7 @@ fn read_by_products_along(p: &Program, t: TensorId, d: usize) -> bool {
 /// cannot move whole.
 fn chain(
     p: &Program,
+    reads: &Reads,
     reader: usize,
     (t, d): Move,
     target: &Target,
@@ -448,7 +477,7 @@ fn chain(
     let (mut reader, mut t, mut d) = (reader, t, d);
     loop {
         let w = sole_writer(p, t)?;
-        if readers(p, t) != [reader] || moves.iter().any(|m| m.0 == t) {
+        if !reads.readers(t).eq([reader]) || moves.iter().any(|m| m.0 == t) {
             return None;
         }
         let st = &p.stages[w];
@@ -493,9 +522,33 @@ pub(crate) fn sole_writer(p: &Program, t: TensorId) -> Option<usize> {
     }
 }
 
-/// The stages that read tensor `t`.
-fn readers(p: &Program, t: TensorId) -> Vec<usize> {
-    (0..p.stages.len()).filter(|&i| crate::strategy::loads(p, p.stages[i].value, t)).collect()
+/// What the pass keeps indexed as it rewrites the program.
+struct Index {
+    reads: Reads,
+    loads: LoadsOf,
+}
+
+/// Every load node in the expression arena, by the tensor it reads,
+/// indexed up to `upto` (nodes are only added, and [`store_last`] keeps a
+/// load of `t` a load of `t`): each move rewrites its tensor's loads
+/// without walking the whole arena.
+#[derive(Default)]
+struct LoadsOf {
+    upto: usize,
+    of: HashMap<TensorId, Vec<usize>>,
+}
+
+impl LoadsOf {
+    /// The arena slots that load `t`, after indexing the nodes added since.
+    fn of(&mut self, p: &Program, t: TensorId) -> Vec<usize> {
+        for e in self.upto..p.exprs.len() {
+            if let TExpr::Load(u, _) = &p.exprs[e] {
+                self.of.entry(*u).or_default().push(e);
+            }
+        }
+        self.upto = p.exprs.len();
+        self.of.get(&t).cloned().unwrap_or_default()
+    }
 }
 
 /// Stage `si`'s sum variables over one element read as `0`, and added to
@@ -531,7 +584,7 @@ fn without(p: &mut Program, e: TExprId, unit: &[VarId]) -> TExprId {
 /// Temporary `t` stored with its dimension `d` last: its writer's axes
 /// reordered alike (so the stage still writes its axes in order) and every
 /// read of it, anywhere, indexed in the new order.
-fn store_last(p: &mut Program, t: TensorId, d: usize) {
+fn store_last(p: &mut Program, loads: &mut LoadsOf, t: TensorId, d: usize) {
     let rank = p.tensor(t).shape.len();
     let order: Vec<usize> = (0..rank).filter(|&k| k != d).chain([d]).collect();
     let w = sole_writer(p, t).expect("a chain's temporary has one writer");
@@ -547,12 +600,9 @@ fn store_last(p: &mut Program, t: TensorId, d: usize) {
     decl.shape = order.iter().map(|&o| decl.shape[o]).collect();
     // Every read of `t` in the arena names the same element by its new
     // index: rewritten in place, so stages sharing the node follow.
-    for e in 0..p.exprs.len() {
-        if let TExpr::Load(u, idx) = &p.exprs[e] {
-            if *u == t {
-                let idx = order.iter().map(|&o| idx[o]).collect();
-                p.exprs[e] = TExpr::Load(t, idx);
-            }
-        }
+    for e in loads.of(p, t) {
+        let TExpr::Load(_, idx) = &p.exprs[e] else { unreachable!("indexed as a load") };
+        let idx = order.iter().map(|&o| idx[o]).collect();
+        p.exprs[e] = TExpr::Load(t, idx);
     }
 }

@@ -43,7 +43,11 @@ pub enum Role {
 pub struct Env {
     /// The values each id takes (`0..=n-1` for GPU coordinates).
     pub ids: Vec<Iv>,
-    pub(crate) roles: Vec<Role>,
+    /// The roles other than [`Role::Common`], by variable: a few loops'
+    /// (an access's own), not one entry per variable of the function (an
+    /// `Env` per buffer made the *zero* pass quadratic in a model's
+    /// layers).
+    pub(crate) roles: HashMap<VarId, Role>,
     /// Each loop variable's values, shared by the `Env`s of one function
     /// ([`LoopRanges`]).
     pub(crate) ranges: LoopRanges,
@@ -522,12 +526,12 @@ pub(crate) struct Fact {
 impl Env {
     /// `ids`, every loop variable of `f` common until given a role.
     pub fn new(f: &LoopFunc, ids: Vec<Iv>) -> Env {
-        Env::with_ranges(f, LoopRanges::of(f), ids)
+        Env::with_ranges(LoopRanges::of(f), ids)
     }
 
     /// [`Env::new`] with `f`'s loop ranges found before.
-    pub fn with_ranges(f: &LoopFunc, ranges: LoopRanges, ids: Vec<Iv>) -> Env {
-        Env { ids, roles: vec![Role::Common; f.vars.len()], ranges }
+    pub fn with_ranges(ranges: LoopRanges, ids: Vec<Iv>) -> Env {
+        Env { ids, roles: HashMap::new(), ranges }
     }
 
     /// The same roles with other ranges of the ids (a single value: an id
@@ -537,11 +541,15 @@ impl Env {
     }
 
     pub fn set(&mut self, v: VarId, role: Role) {
-        self.roles[v as usize] = role;
+        if role == Role::Common {
+            self.roles.remove(&v);
+        } else {
+            self.roles.insert(v, role);
+        }
     }
 
     pub fn role(&self, v: VarId) -> Role {
-        self.roles[v as usize]
+        self.roles.get(&v).copied().unwrap_or(Role::Common)
     }
 }
 

@@ -60,6 +60,7 @@
 use crate::analysis::involves;
 use crate::normalize::{fresh_name, replace_node, subst};
 use crate::prepack::insert_stage;
+use crate::strategy::Reads;
 use std::collections::HashMap;
 use texc_compiler::ops::{BinOp, Intrinsic, ReduceOp};
 use texc_compiler::target::{Target, TargetKind};
@@ -139,21 +140,31 @@ pub fn filters_last(
     }
     let mut made: Vec<(TensorId, usize, TensorId)> = Vec::new();
     let mut changed = 0;
+    // Who reads what, kept up to date: a wanted product's readers are
+    // looked up, not found by a walk of every stage (quadratic in a
+    // model's blocks).
+    let mut reads = Reads::of(p);
     let mut si = 0;
     while si < p.stages.len() {
         // A convolution of one group reads channel `k / K * Cg + c`, which
         // involves the filter `k` until simplified to `c`.
         if product_body(p, p.stages[si].value).is_some() {
             crate::normalize::simplify_div_mod(p, si);
+            reads.refresh(p, si);
         }
         // AMX tiles need no vectors along the rows: their layout stays.
         let tiled = target.has_amx_int8() && crate::dot4::reads_tiles(p, si);
         let wants = wanted(p.stages[si].tensor);
-        if let Some((f, merged, read_so)) = long_axis(p, si, target, movable, wants).filter(|_| !tiled) {
+        if let Some((f, merged, read_so)) = long_axis(p, &reads, si, target, movable, wants).filter(|_| !tiled) {
+            let (at, before) = (si, p.stages.len());
             si = rewrite(p, si, f, merged, Some(&mut made));
+            reads.inserted_run(p, at, p.stages.len() - before);
+            reads.refresh(p, si);
             if read_so {
                 // Its readers walk the filters innermost: they read `Y.t` as it is stored.
+                let t = p.stages[si].tensor;
                 crate::normalize::inline_stage(p, si);
+                reads.inlined(si, t);
                 crate::prepack::stage_removed(p, si);
                 si -= 1;
             }
@@ -161,6 +172,7 @@ pub fn filters_last(
         }
         si += 1;
     }
+    debug_assert!(reads == Reads::of(p), "filters-last kept its index of reads up to date");
     changed
 }
 
@@ -185,6 +197,7 @@ type Rows = Option<(usize, usize)>;
 /// back then inlined).
 fn long_axis(
     p: &Program,
+    reads: &Reads,
     si: usize,
     target: &Target,
     movable: &dyn Fn(TensorId) -> bool,
@@ -207,7 +220,7 @@ fn long_axis(
     let row = crate::strategy::default_row(p, target, si);
     let row_fill = fill(row, lanes);
     // A reader stored channels last wants the filters last whatever the row.
-    let wanted = wants.then(|| (0..last).find(|&f| read_along_f(p, st.tensor, f))).flatten();
+    let wanted = wants.then(|| (0..last).find(|&f| read_along_f(p, reads, st.tensor, f))).flatten();
     // A float product is wanted for its region's layout; an integer one
     // for a reader that walks its filters (its copy back then inlined).
     let forced = if dot4 { wanted.is_some() } else { wants };
@@ -243,24 +256,25 @@ fn long_axis(
 /// operand channels last (it is then `wanted`), if it would be.
 pub(crate) fn wanted_axis(
     p: &Program,
+    reads: &Reads,
     si: usize,
     target: &Target,
     movable: &dyn Fn(TensorId) -> bool,
 ) -> Option<usize> {
-    long_axis(p, si, target, movable, true).map(|(f, _, _)| f)
+    long_axis(p, reads, si, target, movable, true).map(|(f, _, _)| f)
 }
 
 /// Whether temporary `t` is read, and every read of it indexes its
 /// dimension `f` by the reader's innermost axis alone: readers stored
 /// channels last ([`crate::channels_last`]), which read a product computed
 /// filters-last contiguously, and its copy back across its rows. (Asked
-/// only of the products that pass returns: a walk of every stage.)
-fn read_along_f(p: &Program, t: TensorId, f: usize) -> bool {
+/// only of the products that pass returns.)
+fn read_along_f(p: &Program, reads: &Reads, t: TensorId, f: usize) -> bool {
     let innermost_at_f = |st: &Stage, l: TExprId| {
         let inner = st.n_axes.checked_sub(1).map(|v| v as VarId);
         inner.and_then(|v| alone_at(p, l, v)) == Some(f)
     };
-    p.tensor(t).role == TensorRole::Temp && crate::analysis::every_read(p, t, innermost_at_f)
+    p.tensor(t).role == TensorRole::Temp && reads.every_read(p, t, innermost_at_f)
 }
 
 /// The body of the stage's sum of products — of `@dot4`s or `@dot2`s (`true`), or of

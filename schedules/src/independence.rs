@@ -752,7 +752,7 @@ fn check_loop(
     body: &[Stmt],
 ) -> Result<(), Conflict> {
     let mut parties =
-        Parties::with_ranges(f, ranges.clone(), vec![interval::range(lo as i128, (lo + extent - 1) as i128)]);
+        Parties::with_ranges(ranges.clone(), vec![interval::range(lo as i128, (lo + extent - 1) as i128)]);
     parties.set(var, Role::Id { id: 0, offset: 0 });
     free_loops(body, &mut parties);
     let mut private = BTreeSet::new();

@@ -122,7 +122,8 @@ pub fn hoist_reductions(p: &mut Program) {
             Ty::Index => ElemType::I64,
         };
         let shape: Vec<i64> = vars[..n_axes].iter().map(|v| v.extent).collect();
-        let k = p.tensors.iter().filter(|t| t.name.starts_with(&format!("{}.r", p.tensor(st.tensor).name))).count();
+        let prefix = format!("{}.r", p.tensor(st.tensor).name);
+        let k = p.tensors.iter().filter(|t| t.name.starts_with(&prefix)).count();
         let name = format!("{}.r{k}", p.tensor(st.tensor).name);
         let span = p.span(r);
         p.tensors.push(TensorDecl { name, elem, shape, role: TensorRole::Temp, span });
@@ -202,20 +203,20 @@ pub(crate) fn replace_node(p: &mut Program, e: TExprId, old: TExprId, new: TExpr
 
 /// Inline stage `si` (pure, a temporary) into all later stages.
 pub fn inline_stage(p: &mut Program, si: usize) {
-    inline_stage_into(p, si, |_| true)
+    let later: Vec<usize> = (si + 1..p.stages.len()).collect();
+    inline_stage_into(p, si, &later)
 }
 
-/// [`inline_stage`] walking only the later stages `loads(ci)` names (by
-/// their index before the removal): the readers of stage `si`'s tensor, by
-/// an index the caller keeps (`strategy::Reads`). Walking every later
-/// stage for each inlined one made inlining quadratic in a model's stages.
-pub fn inline_stage_into(p: &mut Program, si: usize, loads: impl Fn(usize) -> bool) {
+/// [`inline_stage`] walking only the later stages `readers` (by their
+/// index before the removal): the readers of stage `si`'s tensor, by an
+/// index the caller keeps (`strategy::Reads`). Walking every later stage
+/// for each inlined one made inlining quadratic in a model's stages.
+pub fn inline_stage_into(p: &mut Program, si: usize, readers: &[usize]) {
     let st = p.stages.remove(si);
-    for ci in si..p.stages.len() {
-        if loads(ci + 1) {
-            let value = p.stages[ci].value;
-            replace_loads(p, value, &st);
-        }
+    for &ci in readers {
+        debug_assert!(ci > si, "a reader comes after the stage inlined into it");
+        let value = p.stages[ci - 1].value;
+        replace_loads(p, value, &st);
     }
 }
 

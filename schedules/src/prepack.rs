@@ -252,6 +252,9 @@ pub fn prepack_constant_operands(
     let folded = texc_compiler::constants::split(p, constant_input, known_scalar).map(|s| s.main);
     let (panel_packs, row_packs) = schedule_packs(folded.as_ref().unwrap_or(p), target, knobs);
     let mut made: Vec<(TensorId, i64, TensorId)> = Vec::new();
+    // Who reads what, kept up to date as packs go in: looked up per pack,
+    // not found by a walk of every stage (quadratic in a model's layers).
+    let mut reads = crate::strategy::Reads::of(p);
     for pack in panel_packs {
         let b = p.tensor(pack.operand);
         // A last panel past the operand's end is padded with zeros: the
@@ -259,7 +262,7 @@ pub fn prepack_constant_operands(
         if !constant(pack.operand) || b.shape.is_empty() {
             continue;
         }
-        let Some(ci) = consumer(p, pack) else { continue };
+        let Some(ci) = consumer(p, &reads, pack) else { continue };
         if !reads_along_innermost(p, ci, pack.operand) {
             continue;
         }
@@ -268,24 +271,26 @@ pub fn prepack_constant_operands(
             Some(&(_, _, panels)) => panels,
             None => {
                 let panels = insert_panels(p, ci, pack.operand, pack.width);
+                reads.inserted(p, ci, ci + 1);
                 made.push((pack.operand, pack.width, panels));
                 panels
             }
         };
         // The panels' stage may have gone in just before the product.
-        let ci = p.stages.iter().position(|st| st.tensor == consumer_tensor).expect("the product");
+        let ci = if p.stages[ci].tensor == consumer_tensor { ci } else { ci + 1 };
+        debug_assert_eq!(p.stages[ci].tensor, consumer_tensor, "the product");
         let value = p.stages[ci].value;
         let inner = p.stages[ci].n_axes as VarId - 1;
         p.stages[ci].value = read_panels(p, value, pack.operand, panels, pack.width, inner);
+        reads.refresh(p, ci);
     }
     let mut rows_made = 0;
-    let mut reads = crate::strategy::Reads::of(p);
     for pack in row_packs {
         if !constant(pack.operand) {
             continue;
         }
         // One reader, which reads it as the block did: weights of one layer.
-        let readers: Vec<usize> = (0..p.stages.len()).filter(|&i| reads.loads(i, pack.operand)).collect();
+        let readers: Vec<usize> = reads.readers(pack.operand).collect();
         let [ci] = readers[..] else { continue };
         if !reads_by_rows(p, ci, pack) {
             continue;
@@ -296,18 +301,18 @@ pub fn prepack_constant_operands(
         reads.inserted(p, ci, ci + 1);
         rows_made += 1;
     }
+    debug_assert!(reads == crate::strategy::Reads::of(p), "prepack kept its index of reads up to date");
     made.len() + rows_made
 }
 
 /// The stage of `p` that is `pack`'s product: the stage writing its
 /// consumer; for a streamed operand, which the schedule may have found in a
 /// stage that preparation split off the product, the one stage reading it.
-fn consumer(p: &Program, pack: Pack) -> Option<usize> {
+fn consumer(p: &Program, reads: &crate::strategy::Reads, pack: Pack) -> Option<usize> {
     if !pack.streamed {
         return p.stages.iter().position(|st| st.tensor == pack.consumer);
     }
-    let readers: Vec<usize> =
-        (0..p.stages.len()).filter(|&i| crate::strategy::loads(p, p.stages[i].value, pack.operand)).collect();
+    let readers: Vec<usize> = reads.readers(pack.operand).collect();
     match readers[..] {
         [ci] => Some(ci),
         _ => None,

@@ -233,7 +233,7 @@ fn covered_in<'s>(f: &LoopFunc, ranges: &LoopRanges, t: TensorId, body: impl Ite
     if !events.iter().any(|e| !e.write) {
         return true;
     }
-    let mut env = Env::with_ranges(f, ranges.clone(), Vec::new());
+    let mut env = Env::with_ranges(ranges.clone(), Vec::new());
     for e in &events {
         e.path.iter().for_each(|&v| env.set(v, Role::Free));
     }

@@ -1,11 +1,128 @@
 //! Choosing a plan from the saturated e-graph: greedily per e-class
-//! (egg's `Extractor`), or by an integer program over the whole DAG (the
-//! `ilp` feature), and the alternatives each chosen operator had.
+//! ([`Greedy`]), or by an integer program over the whole DAG (the `ilp`
+//! feature), and the alternatives each chosen operator had.
 
 use super::cost::{node_time, RooflineCost};
 use super::lang::{Node, Shapes};
-use egg::{CostFunction, EGraph, Extractor, Id, Language, RecExpr};
-use std::collections::HashMap;
+use egg::{CostFunction, EGraph, Id, Language, RecExpr};
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
+
+/// Per e-class, the cheapest node by a cost that is at least each of its
+/// operands' (`RooflineCost`): the fixpoint egg's `Extractor` reaches, found
+/// in one pass.
+///
+/// egg's `Extractor` sweeps every class until no cost falls; a sweep in its
+/// class order settles only part of a deep chain, so a model of N layers
+/// took about N sweeps of N classes (a 200-block network spent 3.4 s here).
+/// Because a node never costs less than an operand, the classes settle in
+/// order of cost, as in Dijkstra's algorithm (Knuth's generalization to
+/// such functions): the cheapest unsettled class is final, and a node is
+/// priced once, when its last operand settles. A class keeps the first of
+/// its cheapest nodes whose operands all settled before it, so the plan
+/// never reads a class from within itself.
+pub struct Greedy {
+    best: HashMap<Id, (f64, Node)>,
+}
+
+/// A cost ordered totally, for the heap.
+#[derive(PartialEq)]
+struct Cost(f64);
+
+impl Eq for Cost {}
+
+impl PartialOrd for Cost {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Cost {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+impl Greedy {
+    pub fn new(egraph: &EGraph<Node, Shapes>, mut cost: RooflineCost) -> Greedy {
+        let mut ids: Vec<Id> = egraph.classes().map(|c| c.id).collect();
+        ids.sort();
+        // Per (class, node): its distinct operands not yet settled; per
+        // operand, the nodes that read it.
+        let mut waiting: HashMap<(Id, usize), usize> = HashMap::new();
+        let mut readers: HashMap<Id, Vec<(Id, usize)>> = HashMap::new();
+        let mut tentative: HashMap<Id, f64> = HashMap::new();
+        let mut heap = BinaryHeap::new();
+        for &id in &ids {
+            for (i, node) in egraph[id].nodes.iter().enumerate() {
+                let mut operands: Vec<Id> = node.children().iter().map(|&c| egraph.find(c)).collect();
+                operands.sort();
+                operands.dedup();
+                for &c in &operands {
+                    readers.entry(c).or_default().push((id, i));
+                }
+                if operands.is_empty() {
+                    let c = cost.cost(node, |_| unreachable!("a leaf has no operands"));
+                    lower(&mut tentative, &mut heap, id, c);
+                } else {
+                    waiting.insert((id, i), operands.len());
+                }
+            }
+        }
+        // The order classes settle in: a node may be chosen only if its
+        // operands all settled before its class.
+        let mut settled: HashMap<Id, (usize, f64)> = HashMap::new();
+        while let Some((Reverse(Cost(c)), id)) = heap.pop() {
+            if settled.contains_key(&id) || tentative[&id] != c {
+                continue;
+            }
+            settled.insert(id, (settled.len(), c));
+            for &(reader, i) in readers.get(&id).map_or(&[][..], |r| r.as_slice()) {
+                let left = waiting.get_mut(&(reader, i)).expect("every read operand is counted");
+                *left -= 1;
+                if *left == 0 && !settled.contains_key(&reader) {
+                    let node = &egraph[reader].nodes[i];
+                    let c = cost.cost(node, |o| settled[&egraph.find(o)].1);
+                    lower(&mut tentative, &mut heap, reader, c);
+                }
+            }
+        }
+        let mut best = HashMap::new();
+        for &id in &ids {
+            let Some(&(rank, _)) = settled.get(&id) else { continue };
+            let before =
+                |n: &Node| n.children().iter().all(|&o| settled.get(&egraph.find(o)).is_some_and(|s| s.0 < rank));
+            let chosen = egraph[id]
+                .nodes
+                .iter()
+                .filter(|n| before(n))
+                .map(|n| (cost.cost(n, |o| settled[&egraph.find(o)].1), n))
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .expect("a settled class has a node priced from earlier classes");
+            best.insert(id, (chosen.0, chosen.1.clone()));
+        }
+        Greedy { best }
+    }
+
+    /// The cheapest node of `class`, which must have a plan.
+    pub fn find_best_node(&self, egraph: &EGraph<Node, Shapes>, class: Id) -> &Node {
+        &self.best[&egraph.find(class)].1
+    }
+
+    /// The cost of `class`'s cheapest plan, which must exist.
+    pub fn find_best_cost(&self, egraph: &EGraph<Node, Shapes>, class: Id) -> f64 {
+        self.best[&egraph.find(class)].0
+    }
+}
+
+/// Offer cost `c` for class `id`, keeping the lower.
+fn lower(tentative: &mut HashMap<Id, f64>, heap: &mut BinaryHeap<(Reverse<Cost>, Id)>, id: Id, c: f64) {
+    let old = tentative.entry(id).or_insert(f64::INFINITY);
+    if c < *old {
+        *old = c;
+        heap.push((Reverse(Cost(c)), id));
+    }
+}
 
 #[cfg(feature = "ilp")]
 struct LpTime {
@@ -58,7 +175,7 @@ pub fn dag_cost(egraph: &EGraph<Node, Shapes>, term: &RecExpr<Node>, peak: f64, 
 /// (ties by name).
 pub fn alternatives(
     egraph: &EGraph<Node, Shapes>,
-    ex: &Extractor<RooflineCost, Node, Shapes>,
+    ex: &Greedy,
     mut cost: RooflineCost,
     classes: &[Id],
     names: &[Option<String>],
@@ -70,7 +187,7 @@ pub fn alternatives(
             continue;
         }
         let mut alts: Vec<(String, f64)> =
-            nodes.iter().map(|n| (n.to_string(), cost.cost(n, |c| ex.find_best_cost(c)))).collect();
+            nodes.iter().map(|n| (n.to_string(), cost.cost(n, |c| ex.find_best_cost(egraph, c)))).collect();
         alts.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
         let label = name.clone().unwrap_or_else(|| alts[0].0.clone());
         out.push((label, alts));
@@ -80,7 +197,7 @@ pub fn alternatives(
 
 /// Build the best term below e-class `class`, remembering each node's class.
 pub fn extract(
-    ex: &Extractor<RooflineCost, Node, Shapes>,
+    ex: &Greedy,
     egraph: &EGraph<Node, Shapes>,
     class: Id,
     out: &mut RecExpr<Node>,
@@ -91,7 +208,7 @@ pub fn extract(
     if let Some(&id) = memo.get(&class) {
         return id;
     }
-    let node = ex.find_best_node(class).clone();
+    let node = ex.find_best_node(egraph, class).clone();
     let children: Vec<Id> = node.children().iter().map(|&c| extract(ex, egraph, c, out, classes, memo)).collect();
     let mut extracted = children.into_iter();
     let id = out.add(node.map_children(|_| extracted.next().expect("one per child")));

@@ -30,8 +30,8 @@ use crate::nn::NnOp;
 use crate::target::Target;
 use crate::tir::{OpArg, Program, TensorId};
 use cost::RooflineCost;
-use egg::{Extractor, Id, Language, RecExpr, Runner};
-use extract::{alternatives, dag_cost, extract, extract_ilp, term_cost};
+use egg::{Id, Language, RecExpr, Runner};
+use extract::{alternatives, dag_cost, extract, extract_ilp, term_cost, Greedy};
 use lang::{OpaqueInfo, Shapes};
 use print::plan_source;
 use std::collections::{HashMap, HashSet};
@@ -40,7 +40,7 @@ use std::time::Duration;
 /// How the plan is chosen from the saturated e-graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Extraction {
-    /// Per e-class, the node whose subtree is cheapest (egg's `Extractor`),
+    /// Per e-class, the node whose subtree is cheapest (`extract::Greedy`),
     /// a shared operand's cost split among its readers (`cost::RooflineCost`).
     Greedy,
     /// An integer program over the whole DAG (egg's `LpExtractor` with CBC):
@@ -261,7 +261,7 @@ pub fn rewrite(
     let egraph = &runner.egraph;
     // One count of each class's readers for extraction and the report of alternatives.
     let cost = RooflineCost::new(egraph, peak, bw);
-    let extractor = Extractor::new(egraph, cost.clone());
+    let extractor = Greedy::new(egraph, cost.clone());
     let (best, classes, best_cost) = match extraction {
         Extraction::Greedy => {
             let mut best = RecExpr::default();

@@ -110,41 +110,216 @@ pub(crate) fn loads(p: &Program, e: TExprId, t: TensorId) -> bool {
     matches!(p.expr(e), TExpr::Load(x, _) if *x == t) || p.children(e).into_iter().any(|c| loads(p, c, t))
 }
 
-/// The tensors each stage's value loads: "which stages read `t`" is then a
-/// lookup, not a walk of every later stage's expression (for each stage of
-/// a model's thousand, that walk made preparation quadratic).
-pub(crate) struct Reads(Vec<std::collections::BTreeSet<TensorId>>);
+/// The tensors each stage's value loads, and the stages that load each
+/// tensor: "which stages read `t`" is then a lookup, not a walk of every
+/// later stage's expression (for each stage of a model's thousand, that
+/// walk made preparation quadratic), nor a test of every stage.
+///
+/// Passes insert and remove stages as they go, which moves the index of
+/// every later one; so the readers are kept by *slot*, a label that keeps
+/// its stage's place in the order (spaced [`SLOT_GAP`] apart, a new stage
+/// taking the middle of its neighbours' gap, all relabelled where none is
+/// left), and a Fenwick tree of the live slots turns a slot into the
+/// stage's index in `O(log n)`. Shifting every reader's index instead, per
+/// stage inlined, was itself quadratic in a model's layers.
+///
+/// Invariants: `slot` ascends; `by[t]` is the ascending list of the slots
+/// of the stages whose set in `of` holds `t` (no empty lists); `live`
+/// counts exactly the slots in `slot`.
+#[derive(Debug)]
+pub(crate) struct Reads {
+    /// By stage index: what it loads, and its slot.
+    of: Vec<std::collections::BTreeSet<TensorId>>,
+    slot: Vec<usize>,
+    by: std::collections::HashMap<TensorId, Vec<usize>>,
+    live: Fenwick,
+}
+
+/// The space between two stages' slots when labelled afresh: six stages
+/// inserted at one place before everything is relabelled.
+const SLOT_GAP: usize = 64;
+
+impl PartialEq for Reads {
+    /// The same loads, stage by stage (slots are labels, not contents).
+    fn eq(&self, other: &Reads) -> bool {
+        self.of == other.of && self.readers_by_index() == other.readers_by_index()
+    }
+}
 
 impl Reads {
     pub(crate) fn of(p: &Program) -> Reads {
-        Reads(p.stages.iter().map(|st| tensors_loaded(p, st.value)).collect())
+        Reads::labelled(p.stages.iter().map(|st| tensors_loaded(p, st.value)).collect())
     }
 
-    /// Whether stage `si` loads `t`.
-    pub(crate) fn loads(&self, si: usize, t: TensorId) -> bool {
-        self.0[si].contains(&t)
+    /// The index over stages loading `of`, slots spaced afresh.
+    fn labelled(of: Vec<std::collections::BTreeSet<TensorId>>) -> Reads {
+        let slot: Vec<usize> = (1..=of.len()).map(|i| i * SLOT_GAP).collect();
+        let mut live = Fenwick::new((of.len() + 2) * SLOT_GAP);
+        let mut by: std::collections::HashMap<TensorId, Vec<usize>> = Default::default();
+        for (ts, &sl) in of.iter().zip(&slot) {
+            live.add(sl, 1);
+            for &t in ts {
+                by.entry(t).or_default().push(sl);
+            }
+        }
+        Reads { of, slot, by, live }
+    }
+
+    /// Every tensor's readers by stage index (for comparing two indexes).
+    fn readers_by_index(&self) -> std::collections::BTreeMap<TensorId, Vec<usize>> {
+        self.by.keys().map(|&t| (t, self.readers(t).collect())).collect()
+    }
+
+    /// The stage index of the stage at slot `sl`.
+    fn index(&self, sl: usize) -> usize {
+        self.live.prefix(sl) - 1
     }
 
     /// The tensors stage `si` loads.
     pub(crate) fn tensors(&self, si: usize) -> impl Iterator<Item = TensorId> + '_ {
-        self.0[si].iter().copied()
+        self.of[si].iter().copied()
+    }
+
+    /// The stages that load `t`, in order.
+    pub(crate) fn readers(&self, t: TensorId) -> impl Iterator<Item = usize> + '_ {
+        self.by.get(&t).into_iter().flatten().map(|&sl| self.index(sl))
+    }
+
+    /// The stages after `si` that load `t`, in order.
+    pub(crate) fn readers_after(&self, si: usize, t: TensorId) -> impl Iterator<Item = usize> + '_ {
+        let from = self.slot[si];
+        self.by.get(&t).into_iter().flatten().filter(move |&&sl| sl > from).map(|&sl| self.index(sl))
+    }
+
+    /// Whether tensor `t` is read, and `ok` holds for every read of it: each
+    /// load of `t` with the stage it is in ([`crate::analysis::every_read`],
+    /// walking only the stages that load it).
+    pub(crate) fn every_read(&self, p: &Program, t: TensorId, ok: impl Fn(&Stage, TExprId) -> bool) -> bool {
+        let mut read = false;
+        for si in self.readers(t) {
+            let st = &p.stages[si];
+            let mut loads = Vec::new();
+            crate::analysis::loads_in(p, st.value, &mut loads);
+            for l in loads.into_iter().filter(|&l| matches!(p.expr(l), TExpr::Load(u, _) if *u == t)) {
+                if !ok(st, l) {
+                    return false;
+                }
+                read = true;
+            }
+        }
+        read
+    }
+
+    /// Stage `si`'s entries set to what it loads, `loads`.
+    fn set(&mut self, si: usize, loads: std::collections::BTreeSet<TensorId>) {
+        let sl = self.slot[si];
+        for t in std::mem::take(&mut self.of[si]) {
+            if let Some(list) = self.by.get_mut(&t) {
+                if let Ok(k) = list.binary_search(&sl) {
+                    list.remove(k);
+                }
+                if list.is_empty() {
+                    self.by.remove(&t);
+                }
+            }
+        }
+        for &t in &loads {
+            let list = self.by.entry(t).or_default();
+            if let Err(k) = list.binary_search(&sl) {
+                list.insert(k, sl);
+            }
+        }
+        self.of[si] = loads;
+    }
+
+    /// After a stage was inserted at `si`.
+    fn insert(&mut self, p: &Program, si: usize) {
+        self.insert_loading(si, tensors_loaded(p, p.stages[si].value));
+    }
+
+    /// After a stage loading `loads` was inserted at `si`.
+    fn insert_loading(&mut self, si: usize, loads: std::collections::BTreeSet<TensorId>) {
+        let lo = if si == 0 { 0 } else { self.slot[si - 1] };
+        let hi = self.slot.get(si).copied().unwrap_or(self.live.len());
+        if hi - lo < 2 {
+            let mut of = std::mem::take(&mut self.of);
+            of.insert(si, Default::default());
+            *self = Reads::labelled(of);
+        } else {
+            let sl = (lo + hi) / 2;
+            self.slot.insert(si, sl);
+            self.of.insert(si, Default::default());
+            self.live.add(sl, 1);
+        }
+        self.set(si, loads);
     }
 
     /// After a stage was inserted at `si` and stage `changed` rewritten.
     pub(crate) fn inserted(&mut self, p: &Program, si: usize, changed: usize) {
-        self.0.insert(si, tensors_loaded(p, p.stages[si].value));
-        self.0[changed] = tensors_loaded(p, p.stages[changed].value);
+        self.insert(p, si);
+        self.refresh(p, changed);
+    }
+
+    /// After stages were inserted at `at..at + n`.
+    pub(crate) fn inserted_run(&mut self, p: &Program, at: usize, n: usize) {
+        for si in at..at + n {
+            self.insert(p, si);
+        }
+    }
+
+    /// After stage `si`'s value was rewritten.
+    pub(crate) fn refresh(&mut self, p: &Program, si: usize) {
+        self.set(si, tensors_loaded(p, p.stages[si].value));
     }
 
     /// After [`crate::normalize::inline_stage`]`(p, si)`: stage `si` is gone
-    /// and each of its readers reads what it read instead of its tensor `t`.
+    /// and each of its later readers reads what it read instead of its
+    /// tensor `t`.
     pub(crate) fn inlined(&mut self, si: usize, t: TensorId) {
-        let gone = self.0.remove(si);
-        for reads in &mut self.0[si..] {
-            if reads.remove(&t) {
-                reads.extend(gone.iter().copied());
-            }
+        let readers: Vec<usize> = self.readers_after(si, t).collect();
+        for &c in &readers {
+            let mut now = self.of[c].clone();
+            now.remove(&t);
+            now.extend(self.of[si].iter().copied());
+            self.set(c, now);
         }
+        self.set(si, Default::default());
+        self.live.add(self.slot[si], -1);
+        self.slot.remove(si);
+        self.of.remove(si);
+    }
+}
+
+/// A Fenwick (binary indexed) tree of counts over `0..len`: add at a
+/// point, count up to one, each in `O(log len)`.
+#[derive(Debug)]
+struct Fenwick(Vec<i32>);
+
+impl Fenwick {
+    fn new(len: usize) -> Fenwick {
+        Fenwick(vec![0; len + 1])
+    }
+
+    fn len(&self) -> usize {
+        self.0.len() - 1
+    }
+
+    fn add(&mut self, at: usize, delta: i32) {
+        let mut i = at + 1;
+        while i < self.0.len() {
+            self.0[i] += delta;
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// The sum over `0..=at`.
+    fn prefix(&self, at: usize) -> usize {
+        let (mut i, mut sum) = (at + 1, 0i64);
+        while i > 0 {
+            sum += self.0[i] as i64;
+            i -= i & i.wrapping_neg();
+        }
+        sum as usize
     }
 }
 
@@ -205,4 +380,52 @@ pub(crate) fn gathered_lines(p: &Program, st: &Stage) -> i64 {
         across.then(|| d.len() / d.shape.last().copied().unwrap_or(1).max(1))
     };
     loads.iter().filter_map(lines).max().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reads;
+    use std::collections::BTreeSet;
+    use texc_compiler::tir::TensorId;
+
+    fn set(ts: &[u32]) -> BTreeSet<TensorId> {
+        ts.iter().map(|&t| TensorId(t)).collect()
+    }
+
+    /// Insertions at one place past the gaps (relabelling), at both ends,
+    /// and inlining keep the index what a fresh one over the same loads is.
+    #[test]
+    fn reads_stay_what_a_fresh_index_says() {
+        let mut of: Vec<BTreeSet<TensorId>> = (0..5).map(|i| set(&[i, i + 1])).collect();
+        let mut r = Reads::labelled(of.clone());
+        for k in 0..20u32 {
+            let at = [2, 0, of.len()][k as usize % 3].min(of.len());
+            let loads = set(&[100 + k, k % 4]);
+            of.insert(at, loads.clone());
+            r.insert_loading(at, loads);
+            assert_eq!(r, Reads::labelled(of.clone()), "after inserting at {at}");
+        }
+        assert_eq!(
+            r.readers(TensorId(2)).collect::<Vec<_>>(),
+            Reads::labelled(of.clone()).readers(TensorId(2)).collect::<Vec<_>>()
+        );
+        // Inline the stage at 3 (say it writes tensor 1000) into its readers.
+        let t = TensorId(1000);
+        for c in [5, 9] {
+            of[c].insert(t);
+            let loads = of[c].clone();
+            r.set(c, loads);
+        }
+        let gone = of.remove(3);
+        for c in [4, 8] {
+            of[c].remove(&t);
+            of[c].extend(gone.iter().copied());
+        }
+        r.inlined(3, t);
+        assert_eq!(r, Reads::labelled(of.clone()));
+        assert_eq!(
+            r.readers_after(0, TensorId(100)).count(),
+            Reads::labelled(of).readers_after(0, TensorId(100)).count()
+        );
+    }
 }

@@ -98,7 +98,7 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
         let t = st.tensor;
         let repeatable = cheap(p, st.value);
         let recomputable = repeatable || recompute;
-        let readers = || (si + 1..p.stages.len()).filter(|&c| reads.loads(c, t)).map(|c| &p.stages[c]);
+        let readers = || reads.readers_after(si, t).map(|c| &p.stages[c]);
         let consumers = readers().count();
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
@@ -114,7 +114,8 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
                     }
             });
         if inlinable {
-            inline_stage_into(p, si, |ci| reads.loads(ci, t));
+            let readers: Vec<usize> = reads.readers_after(si, t).collect();
+            inline_stage_into(p, si, &readers);
             reads.inlined(si, t);
         } else {
             si += 1;
@@ -195,7 +196,7 @@ fn inline_epilogues(p: &mut Program, l1d: i64) {
     while si < p.stages.len() {
         let st = &p.stages[si];
         let t = st.tensor;
-        let readers: Vec<usize> = (si + 1..p.stages.len()).filter(|&c| reads.loads(c, t)).collect();
+        let readers: Vec<usize> = reads.readers_after(si, t).collect();
         let narrows = epilogues.narrowing.contains(&t);
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
@@ -211,7 +212,7 @@ fn inline_epilogues(p: &mut Program, l1d: i64) {
                     && !(narrows && epilogues.keeps(p, &reads, t, ci))
             });
         if inlinable {
-            inline_stage_into(p, si, |ci| reads.loads(ci, t));
+            inline_stage_into(p, si, &readers);
             reads.inlined(si, t);
             // The readers (one stage earlier now) read what `t` read.
             for ci in readers.into_iter().map(|ci| ci - 1) {
@@ -296,8 +297,13 @@ fn reads_at_most_once(p: &Program, st: &Stage, c: &Stage) -> bool {
     volume(c).saturating_mul(positions) <= volume(st)
 }
 
+/// The points stage `st` visits, saturating: a stage whose value nests
+/// reductions (ViT-B/16's attention before its sums are hoisted: the
+/// variables of a softmax's sums of products, 24 of them) lists every
+/// sum's variables, whose product overflowed `i64` (a panic in debug
+/// builds, a wrapped, perhaps negative, volume in release ones).
 fn volume(st: &Stage) -> i64 {
-    st.vars.iter().map(|v| v.extent).product()
+    st.vars.iter().fold(1i64, |n, v| n.saturating_mul(v.extent))
 }
 
 /// Whether stage `c` reads `t` at one position per point (the same access

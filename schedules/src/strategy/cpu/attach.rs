@@ -20,7 +20,7 @@ use crate::ir::{ForKind, TensorOp};
 use crate::normalize::{contains_reduce, fresh_name};
 use crate::schedule::{Attach, Schedules, StageSchedule};
 use crate::strategy::{reads_at_own_point, uses_var, Reads};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
 use texc_grammar::Span;
 
@@ -92,7 +92,7 @@ pub(super) fn fold_epilogues(p: &Program, s: &mut Schedules) {
         }
         let a = &p.stages[ai];
         let t = a.tensor;
-        let readers: Vec<usize> = (0..p.stages.len()).filter(|&i| reads.loads(i, t)).collect();
+        let readers: Vec<usize> = reads.readers(t).collect();
         let [bi] = readers[..] else { continue };
         if s.stages[bi].flash.is_some() {
             continue;
@@ -149,6 +149,9 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, whole
     let readers_of = readers_of(p);
     let producers_of = producers_of(&readers_of);
     let loads = crate::attach::Loads::of(p);
+    // The stages attached to each owner, kept as attachments are made: a
+    // trial's boxes are those inside its owner (`Attached::inside`).
+    let mut attached = Attached::of(s);
     for o in (0..p.stages.len()).rev() {
         let Some(&a) = s.stages[o].leaves.first() else { continue };
         if s.attach[o].is_some() || s.stages[o].ivs[a].reduce || s.is_epilogue(o) || s.stages[o].flash.is_some() {
@@ -209,9 +212,10 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, whole
                 }
             }
             s.attach[pi] = Some(Attach { owner: o, leaf: a, layout: None, shared: false, span: Span::default() });
-            let pays = match infer_and_restore(p, s, &loads) {
+            let inside = attached.inside(o, pi);
+            let pays = match infer_and_restore(p, s, &loads, &inside) {
                 Ok(regions) => {
-                    let r = regions[pi].as_ref().expect("attached");
+                    let r = &regions[&pi];
                     let bytes = r.local_shape.iter().product::<i64>() * p.tensor(t).elem.size() as i64;
                     // Boxes may overrun the tensor at the end (those points are not computed) or overlap a little.
                     let computed = r.ext.iter().product::<i64>() * trips;
@@ -227,6 +231,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, whole
                 (s.stages[pi].ivs, s.attach[pi]) = undo;
                 continue;
             }
+            attached.to.entry(o).or_default().push(pi);
             // The producer's threads become the owner's: a reader too small to
             // be worth threads on its own (a convolution's bias epilogue over
             // 7×7×512 outputs) now carries the producer's work. (A serial
@@ -290,19 +295,57 @@ fn narrows_math(p: &Program, st: &Stage, ext: &[i64], lanes: i64) -> bool {
     part < row && 2 * part <= lanes && !crate::strategy::preparation::cheap(p, st.value)
 }
 
-/// [`crate::attach::infer`] on `s` as it is, `s` left as it was: the
-/// inference rebases the attached stages' schedules only, so only those
-/// are copied and put back (a copy of every stage's schedule per trial was
-/// a large part of a model's scheduling).
+/// The stages attached to each owner.
+struct Attached {
+    to: HashMap<usize, Vec<usize>>,
+}
+
+impl Attached {
+    fn of(s: &Schedules) -> Attached {
+        let mut to: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (i, a) in s.attach.iter().enumerate() {
+            if let Some(a) = a {
+                to.entry(a.owner).or_default().push(i);
+            }
+        }
+        Attached { to }
+    }
+
+    /// The stages attached inside `owner` — at one of its loops, or inside
+    /// a stage attached there, and so on — with `trial` attached to it,
+    /// latest first: all whose boxes one more attachment to `owner` changes
+    /// (a stage attached elsewhere is bounded by its own owner's loops).
+    fn inside(&self, owner: usize, trial: usize) -> Vec<usize> {
+        let mut out = vec![trial];
+        let mut todo = vec![owner, trial];
+        while let Some(o) = todo.pop() {
+            for &q in self.to.get(&o).into_iter().flatten() {
+                if !out.contains(&q) {
+                    out.push(q);
+                    todo.push(q);
+                }
+            }
+        }
+        out.sort_unstable_by(|a, b| b.cmp(a));
+        out
+    }
+}
+
+/// The boxes of the attached stages `inside` an owner ([`Attached::inside`])
+/// on `s` as it is, `s` left as it was: the inference rebases those
+/// stages' schedules only, so only those are copied and put back (a copy
+/// of every stage's schedule per trial was a large part of a model's
+/// scheduling).
 fn infer_and_restore(
     p: &Program,
     s: &mut Schedules,
     loads: &crate::attach::Loads,
-) -> Result<Vec<Option<crate::attach::Region>>, texc_grammar::Diagnostic> {
-    let attached: Vec<usize> = (0..s.stages.len()).filter(|&i| s.attach[i].is_some()).collect();
+    inside: &[usize],
+) -> Result<HashMap<usize, crate::attach::Region>, texc_grammar::Diagnostic> {
+    let attached = inside;
     let saved: Vec<StageSchedule> = attached.iter().map(|&i| s.stages[i].clone()).collect();
-    let regions = crate::attach::infer_indexed(p, s, loads);
-    for (i, st) in attached.into_iter().zip(saved) {
+    let regions = crate::attach::infer_listed(p, s, loads, attached);
+    for (&i, st) in attached.iter().zip(saved) {
         s.stages[i] = st;
     }
     regions
