@@ -312,8 +312,12 @@ fn signature(ast: &Ast, facts: &mut Facts, k: &ast::Kernel) -> Result<KernelInfo
             b.const_names.push((p.name.name.clone(), i as u32));
         }
     }
+    // The first parameter of each name (a model's thousands of weights:
+    // not a scan of the earlier ones per parameter).
+    let mut first: HashMap<&str, usize> = HashMap::new();
     for (i, p) in k.params.iter().enumerate() {
-        if let Some(prev) = k.params[..i].iter().find(|q| q.name.name == p.name.name) {
+        let seen = *first.entry(p.name.name.as_str()).or_insert(i);
+        if let Some(prev) = (seen < i).then(|| &k.params[seen]) {
             return Err(Diagnostic::at(p.name.span, format!("parameter `{}` is declared twice", p.name.name))
                 .with_secondary(prev.name.span, "first declared here"));
         }

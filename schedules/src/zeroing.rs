@@ -51,11 +51,18 @@ pub fn zero_uncovered(f: &mut LoopFunc, gpu: bool) -> Vec<TensorId> {
     uncovered_locals(f, &ranges, &f.body, &mut locals);
     // Each temporary is checked on the top-level statements that may touch
     // it, not the whole body: linear, not quadratic, in a model's layers.
-    let touched: Vec<BTreeSet<TensorId>> = f.body.iter().map(|s| tensors_of(f, s)).collect();
+    // (The statements touching each tensor are listed once, not found by a
+    // test of every statement per temporary.)
+    let mut touching: HashMap<TensorId, Vec<usize>> = HashMap::new();
+    for (i, s) in f.body.iter().enumerate() {
+        for t in tensors_of(f, s) {
+            touching.entry(t).or_default().push(i);
+        }
+    }
     let mut zeroed = Vec::new();
     let mut before: BTreeMap<usize, Vec<TensorId>> = BTreeMap::new();
     for t in f.live_temps() {
-        let tops: Vec<usize> = (0..f.body.len()).filter(|&i| touched[i].contains(&t)).collect();
+        let tops: &[usize] = touching.get(&t).map_or(&[], |v| v.as_slice());
         if covered_in(f, &ranges, t, tops.iter().map(|&i| &f.body[i])) {
             continue;
         }

@@ -9,8 +9,8 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 
 /// Per e-class, the cheapest node by a cost that is at least each of its
-/// operands' (`RooflineCost`): the fixpoint egg's `Extractor` reaches, found
-/// in one pass.
+/// operands' (`RooflineCost`): the costs of the fixpoint egg's `Extractor`
+/// reaches, found in one pass.
 ///
 /// egg's `Extractor` sweeps every class until no cost falls; a sweep in its
 /// class order settles only part of a deep chain, so a model of N layers
@@ -18,9 +18,16 @@ use std::collections::{BinaryHeap, HashMap};
 /// Because a node never costs less than an operand, the classes settle in
 /// order of cost, as in Dijkstra's algorithm (Knuth's generalization to
 /// such functions): the cheapest unsettled class is final, and a node is
-/// priced once, when its last operand settles. A class keeps the first of
-/// its cheapest nodes whose operands all settled before it, so the plan
-/// never reads a class from within itself.
+/// priced once, when its last operand settles.
+///
+/// Of nodes of equal cost, a class keeps the one priced first (whose
+/// operands settled earliest), as egg's sweeps keep the first one found —
+/// ties are not rare: a deep network's costs grow large enough (a block of
+/// squeeze-and-excite reads its input three ways) that a fused
+/// `conv2d_bias` and a `bias_add` of the plain convolution round to the
+/// same cost, and the plan has one operator less with the first. That
+/// node's operands all settled before its class, so the plan never reads
+/// a class from within itself.
 pub struct Greedy {
     best: HashMap<Id, (f64, Node)>,
 }
@@ -43,6 +50,9 @@ impl Ord for Cost {
     }
 }
 
+/// The best offer so far for a class: its cost and the node (class, index).
+type Offer = (f64, (Id, usize));
+
 impl Greedy {
     pub fn new(egraph: &EGraph<Node, Shapes>, mut cost: RooflineCost) -> Greedy {
         let mut ids: Vec<Id> = egraph.classes().map(|c| c.id).collect();
@@ -51,7 +61,7 @@ impl Greedy {
         // operand, the nodes that read it.
         let mut waiting: HashMap<(Id, usize), usize> = HashMap::new();
         let mut readers: HashMap<Id, Vec<(Id, usize)>> = HashMap::new();
-        let mut tentative: HashMap<Id, f64> = HashMap::new();
+        let mut offers: HashMap<Id, Offer> = HashMap::new();
         let mut heap = BinaryHeap::new();
         for &id in &ids {
             for (i, node) in egraph[id].nodes.iter().enumerate() {
@@ -63,43 +73,30 @@ impl Greedy {
                 }
                 if operands.is_empty() {
                     let c = cost.cost(node, |_| unreachable!("a leaf has no operands"));
-                    lower(&mut tentative, &mut heap, id, c);
+                    offer(&mut offers, &mut heap, id, (c, (id, i)));
                 } else {
                     waiting.insert((id, i), operands.len());
                 }
             }
         }
-        // The order classes settle in: a node may be chosen only if its
-        // operands all settled before its class.
-        let mut settled: HashMap<Id, (usize, f64)> = HashMap::new();
+        let mut settled: HashMap<Id, f64> = HashMap::new();
+        let mut best = HashMap::new();
         while let Some((Reverse(Cost(c)), id)) = heap.pop() {
-            if settled.contains_key(&id) || tentative[&id] != c {
+            let (now, (class, i)) = offers[&id];
+            if settled.contains_key(&id) || now.to_bits() != c.to_bits() {
                 continue;
             }
-            settled.insert(id, (settled.len(), c));
+            settled.insert(id, c);
+            best.insert(id, (c, egraph[class].nodes[i].clone()));
             for &(reader, i) in readers.get(&id).map_or(&[][..], |r| r.as_slice()) {
                 let left = waiting.get_mut(&(reader, i)).expect("every read operand is counted");
                 *left -= 1;
                 if *left == 0 && !settled.contains_key(&reader) {
                     let node = &egraph[reader].nodes[i];
-                    let c = cost.cost(node, |o| settled[&egraph.find(o)].1);
-                    lower(&mut tentative, &mut heap, reader, c);
+                    let c = cost.cost(node, |o| settled[&egraph.find(o)]);
+                    offer(&mut offers, &mut heap, reader, (c, (reader, i)));
                 }
             }
-        }
-        let mut best = HashMap::new();
-        for &id in &ids {
-            let Some(&(rank, _)) = settled.get(&id) else { continue };
-            let before =
-                |n: &Node| n.children().iter().all(|&o| settled.get(&egraph.find(o)).is_some_and(|s| s.0 < rank));
-            let chosen = egraph[id]
-                .nodes
-                .iter()
-                .filter(|n| before(n))
-                .map(|n| (cost.cost(n, |o| settled[&egraph.find(o)].1), n))
-                .min_by(|a, b| a.0.total_cmp(&b.0))
-                .expect("a settled class has a node priced from earlier classes");
-            best.insert(id, (chosen.0, chosen.1.clone()));
         }
         Greedy { best }
     }
@@ -115,12 +112,13 @@ impl Greedy {
     }
 }
 
-/// Offer cost `c` for class `id`, keeping the lower.
-fn lower(tentative: &mut HashMap<Id, f64>, heap: &mut BinaryHeap<(Reverse<Cost>, Id)>, id: Id, c: f64) {
-    let old = tentative.entry(id).or_insert(f64::INFINITY);
-    if c < *old {
-        *old = c;
-        heap.push((Reverse(Cost(c)), id));
+/// Offer a node for class `id`: kept if the class has no offer yet or this
+/// one costs less (an equal cost keeps the earlier node).
+fn offer(offers: &mut HashMap<Id, Offer>, heap: &mut BinaryHeap<(Reverse<Cost>, Id)>, id: Id, new: Offer) {
+    let better = offers.get(&id).is_none_or(|old| new.0 < old.0);
+    if better {
+        offers.insert(id, new);
+        heap.push((Reverse(Cost(new.0)), id));
     }
 }
 

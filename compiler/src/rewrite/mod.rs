@@ -249,11 +249,17 @@ pub fn rewrite(
         ..Shapes::default()
     };
     let (term, node_of) = graph_term(p, &mut shapes);
+    // Bounds that grow with the model: a fixed 20 000 nodes stopped a
+    // 400-block network's saturation part way (its later blocks kept
+    // their convolutions as written; 100 blocks saturate at 2.5 nodes per
+    // node of the term). The node bound, not the clock, should end it, so
+    // that the plan is the same on any machine.
+    let size = term.as_ref().len();
     let runner = Runner::<Node, Shapes>::new(shapes)
         .with_expr(&term)
         .with_iter_limit(20)
-        .with_node_limit(20_000)
-        .with_time_limit(Duration::from_secs(2))
+        .with_node_limit(20_000.max(10 * size))
+        .with_time_limit(Duration::from_secs(2).max(Duration::from_millis(size as u64)))
         .with_scheduler(egg::BackoffScheduler::default())
         .run(&rules(accuracy));
     let (peak, bw) = (target.nominal.peak_gflops, target.nominal.bandwidth_gbs);

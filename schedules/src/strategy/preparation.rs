@@ -121,6 +121,7 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
             si += 1;
         }
     }
+    debug_assert!(reads == Reads::of(p), "inline-elementwise kept its index of reads up to date");
 }
 
 /// Whether reader `c` broadcasts stage `st` (reads it through not all of
@@ -223,6 +224,7 @@ fn inline_epilogues(p: &mut Program, l1d: i64) {
             si += 1;
         }
     }
+    debug_assert!(reads == Reads::of(p), "inline-epilogues kept its index of reads up to date");
 }
 
 /// [`inline_epilogues`]' view of the reductions' epilogues that narrow
