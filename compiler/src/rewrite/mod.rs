@@ -133,6 +133,11 @@ pub struct Plan {
     pub egraph_classes: usize,
     pub egraph_nodes: usize,
     pub iterations: usize,
+    /// Why saturation ended: `saturated` (no rule adds anything), or the
+    /// bound it reached (`the iteration limit`, `the node limit`, `the time
+    /// limit`: the plan was chosen from part of the search, and a time
+    /// limit depends on the machine).
+    pub stopped: String,
     /// For each operator of the chosen plan that had alternatives: its
     /// label and every alternative with its estimated cost in ns (the whole
     /// subgraph below it), cheapest first.
@@ -155,6 +160,7 @@ impl Plan {
             egraph_classes: 0,
             egraph_nodes: 0,
             iterations: 0,
+            stopped: String::new(),
             alternatives: Vec::new(),
             extraction: "none",
         }
@@ -330,6 +336,21 @@ pub fn rewrite(
         egraph_classes: egraph.number_of_classes(),
         egraph_nodes: egraph.total_number_of_nodes(),
         iterations: runner.iterations.len(),
+        stopped: stop_reason(runner.stop_reason.as_ref()),
+    }
+}
+
+/// Why a saturation run ended, in words for the report.
+fn stop_reason(r: Option<&egg::StopReason>) -> String {
+    match r {
+        Some(egg::StopReason::Saturated) => "saturated".into(),
+        Some(egg::StopReason::IterationLimit(n)) => format!("stopped at the iteration limit ({n})"),
+        Some(egg::StopReason::NodeLimit(n)) => format!("stopped at the node limit ({n})"),
+        Some(egg::StopReason::TimeLimit(s)) => {
+            format!("stopped at the time limit ({s:.1} s; the plan may differ on another machine)")
+        }
+        Some(egg::StopReason::Other(why)) => format!("stopped: {why}"),
+        None => "not run".into(),
     }
 }
 
@@ -410,5 +431,22 @@ mod tests {
         assert_eq!(cal.factor("conv2d", 1e8), 1.0, "none near");
         assert_eq!(cal.factor("conv2d_winograd_f2", 1e6), 1.0, "another operator");
         assert!((cal.factor("matmul", 1e6) - 0.5).abs() < 1e-9);
+    }
+}
+
+#[cfg(test)]
+mod stop_tests {
+    use super::stop_reason;
+    use egg::StopReason;
+
+    /// The report says whether the plan saw the whole search, and which
+    /// bound cut it short (a time limit: the plan depends on the machine).
+    #[test]
+    fn stop_reasons_name_the_bound() {
+        assert_eq!(stop_reason(Some(&StopReason::Saturated)), "saturated");
+        assert_eq!(stop_reason(Some(&StopReason::NodeLimit(80_000))), "stopped at the node limit (80000)");
+        assert_eq!(stop_reason(Some(&StopReason::IterationLimit(20))), "stopped at the iteration limit (20)");
+        assert!(stop_reason(Some(&StopReason::TimeLimit(2.0))).contains("may differ on another machine"));
+        assert_eq!(stop_reason(None), "not run");
     }
 }

@@ -108,8 +108,8 @@ pub fn print_plan(plan: &Plan, target: &Target, kept_original: Option<&str>) -> 
     }
     let _ = writeln!(
         out,
-        "  saturation: {} iterations, {} e-classes, {} e-nodes",
-        plan.iterations, plan.egraph_classes, plan.egraph_nodes
+        "  saturation: {} iterations, {} e-classes, {} e-nodes; {}",
+        plan.iterations, plan.egraph_classes, plan.egraph_nodes, plan.stopped
     );
     let _ = writeln!(
         out,
