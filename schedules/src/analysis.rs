@@ -26,7 +26,7 @@ use crate::ir::LoopFunc;
 use std::collections::BTreeMap;
 use texc_compiler::affine::{affine_of, Affine};
 use texc_compiler::ops::BinOp;
-use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, VarId};
+use texc_compiler::tir::{Program, TExpr, TExprId, TensorId, VarId};
 
 /// How a vector access moves with the vectorized variable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,23 +227,6 @@ pub fn loads_in(p: &Program, e: TExprId, out: &mut Vec<TExprId>) {
     for c in p.children(e) {
         loads_in(p, c, out);
     }
-}
-
-/// Whether tensor `t` is read, and `ok` holds for every read of it: each
-/// load of `t` with the stage it is in.
-pub fn every_read(p: &Program, t: TensorId, ok: impl Fn(&Stage, TExprId) -> bool) -> bool {
-    let mut read = false;
-    for st in &p.stages {
-        let mut loads = Vec::new();
-        loads_in(p, st.value, &mut loads);
-        for l in loads.into_iter().filter(|&l| matches!(p.expr(l), TExpr::Load(u, _) if *u == t)) {
-            if !ok(st, l) {
-                return false;
-            }
-            read = true;
-        }
-    }
-    read
 }
 
 /// Whether variable `v` occurs in `e` other than inside the indices of a read.

@@ -192,8 +192,8 @@ impl Reads {
     }
 
     /// Whether tensor `t` is read, and `ok` holds for every read of it: each
-    /// load of `t` with the stage it is in ([`crate::analysis::every_read`],
-    /// walking only the stages that load it).
+    /// load of `t` with the stage it is in (walking only the stages that load
+    /// it).
     pub(crate) fn every_read(&self, p: &Program, t: TensorId, ok: impl Fn(&Stage, TExprId) -> bool) -> bool {
         let mut read = false;
         for si in self.readers(t) {

@@ -342,10 +342,9 @@ fn infer_and_restore(
     loads: &crate::attach::Loads,
     inside: &[usize],
 ) -> Result<HashMap<usize, crate::attach::Region>, texc_grammar::Diagnostic> {
-    let attached = inside;
-    let saved: Vec<StageSchedule> = attached.iter().map(|&i| s.stages[i].clone()).collect();
-    let regions = crate::attach::infer_listed(p, s, loads, attached);
-    for (&i, st) in attached.iter().zip(saved) {
+    let saved: Vec<StageSchedule> = inside.iter().map(|&i| s.stages[i].clone()).collect();
+    let regions = crate::attach::infer_listed(p, s, loads, inside);
+    for (&i, st) in inside.iter().zip(saved) {
         s.stages[i] = st;
     }
     regions
