@@ -13,8 +13,7 @@
 
 use super::lang::{constant, infos, Node, Shapes};
 use crate::nn::{Info, NnOp};
-use egg::{CostFunction, EGraph, Id, Language};
-use std::collections::{HashMap, HashSet};
+use egg::{EGraph, Language};
 
 /// How fast a target family's default schedules run an operator: the share
 /// of the nominal peak they reach on its FLOPs.
@@ -96,76 +95,6 @@ impl Calibration {
 
     pub fn is_empty(&self) -> bool {
         self.samples.is_empty()
-    }
-}
-
-/// Extraction's cost function: a term's time is the sum of its nodes',
-/// where an operand that several operators read counts once in all: each
-/// reader takes an equal share of its cost ([`shared_uses`]).
-///
-/// egg's `Extractor` sums subtrees, so a tensor read twice (a residual, a
-/// squeeze-and-excite scale, a DenseNet concatenation) would count twice,
-/// and its operands four times: the sums doubled per block (EfficientNet-B0
-/// estimated at 2·10²⁰ µs, ConvNeXt-S 5·10²⁰), and the microseconds between
-/// two forms of one layer vanished in their rounding, so that ties went to
-/// whichever form came first (EfficientNet's 1×1 convolutions at 7×7 ran
-/// as direct convolutions, priced at half the speed of the product they
-/// were beside). With shares, the costs flow up the DAG and each operator
-/// reaches the root about once (a node costs at least its dearest operand's
-/// plan, so a block whose readers' shares undercut that counts it whole:
-/// costs grow linearly with the blocks), and the alternatives of one class
-/// compare by what differs between them.
-#[derive(Clone)]
-pub struct RooflineCost<'a> {
-    pub egraph: &'a EGraph<Node, Shapes>,
-    pub peak: f64,
-    pub bw: f64,
-    uses: HashMap<Id, f64>,
-}
-
-impl<'a> RooflineCost<'a> {
-    pub fn new(egraph: &'a EGraph<Node, Shapes>, peak: f64, bw: f64) -> Self {
-        RooflineCost { egraph, peak, bw, uses: shared_uses(egraph) }
-    }
-}
-
-/// Per e-class, how many other e-classes have a node reading it (at least
-/// one). Classes, not nodes: the forms of one operator (a convolution and
-/// its product) read the same operands and are alternatives, not readers
-/// that each run.
-fn shared_uses(egraph: &EGraph<Node, Shapes>) -> HashMap<Id, f64> {
-    let mut readers: HashMap<Id, HashSet<Id>> = HashMap::new();
-    for class in egraph.classes() {
-        for node in &class.nodes {
-            for &c in node.children() {
-                let c = egraph.find(c);
-                if c != class.id {
-                    readers.entry(c).or_default().insert(class.id);
-                }
-            }
-        }
-    }
-    readers.into_iter().map(|(c, r)| (c, r.len().max(1) as f64)).collect()
-}
-
-impl CostFunction<Node> for RooflineCost<'_> {
-    type Cost = f64;
-
-    fn cost<C>(&mut self, enode: &Node, mut costs: C) -> f64
-    where
-        C: FnMut(Id) -> f64,
-    {
-        let share = |c: Id| self.uses.get(&self.egraph.find(c)).copied().unwrap_or(1.0);
-        let (mut shares, mut most) = (0.0, 0.0_f64);
-        for &c in enode.children() {
-            let cost = costs(c);
-            shares += cost / share(c);
-            most = most.max(cost);
-        }
-        // Never below an operand's own plan: a node then costs more than each
-        // of its operands, so no class's best plan reaches it back through
-        // itself (shares alone let a cycle of rewrites undercut its way out).
-        shares.max(most) + node_time(self.egraph, enode, self.peak, self.bw)
     }
 }
 

@@ -29,7 +29,6 @@ pub use rules::rules;
 use crate::nn::NnOp;
 use crate::target::Target;
 use crate::tir::{OpArg, Program, TensorId};
-use cost::RooflineCost;
 use egg::{Id, Language, RecExpr, Runner};
 use extract::{alternatives, dag_cost, extract, extract_ilp, term_cost, Greedy};
 use lang::{OpaqueInfo, Shapes};
@@ -40,8 +39,8 @@ use std::time::Duration;
 /// How the plan is chosen from the saturated e-graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Extraction {
-    /// Per e-class, the node whose subtree is cheapest (`extract::Greedy`),
-    /// a shared operand's cost split among its readers (`cost::RooflineCost`).
+    /// Per e-class, the node whose plan is cheapest, each plan costed as a
+    /// DAG: its distinct operators once (`extract::Greedy`).
     Greedy,
     /// An integer program over the whole DAG (egg's `LpExtractor` with CBC):
     /// shared subterms count once. Built with the cargo feature `ilp`.
@@ -271,9 +270,7 @@ pub fn rewrite(
     let (peak, bw) = (target.nominal.peak_gflops, target.nominal.bandwidth_gbs);
     let root = runner.roots[0];
     let egraph = &runner.egraph;
-    // One count of each class's readers for extraction and the report of alternatives.
-    let cost = RooflineCost::new(egraph, peak, bw);
-    let extractor = Greedy::new(egraph, cost.clone());
+    let extractor = Greedy::new(egraph, peak, bw);
     let (best, classes, best_cost) = match extraction {
         Extraction::Greedy => {
             let mut best = RecExpr::default();
@@ -281,6 +278,11 @@ pub fn rewrite(
             let mut memo = HashMap::new();
             extract(&extractor, egraph, root, &mut best, &mut classes, &mut memo);
             let cost = dag_cost(egraph, &best, peak, bw);
+            let priced = extractor.find_best_cost(egraph, root);
+            debug_assert!(
+                (priced - cost).abs() <= 1e-9 * cost.max(1.0),
+                "extraction priced its plan at {priced} ns, which counts each operator once at {cost}"
+            );
             (best, classes, cost)
         }
         Extraction::Ilp => {
@@ -322,7 +324,7 @@ pub fn rewrite(
         }
     }
     let source = plan_source(p, &best, &node_names, header, source_of);
-    let alternatives = alternatives(egraph, &extractor, cost, &classes, &node_names);
+    let alternatives = alternatives(egraph, &extractor, &classes, &node_names);
     Plan {
         extraction: extraction.name(),
         alternatives,
