@@ -163,7 +163,8 @@ pub fn filters_last(
             if read_so {
                 // Its readers walk the filters innermost: they read `Y.t` as it is stored.
                 let t = p.stages[si].tensor;
-                crate::normalize::inline_stage(p, si);
+                let readers: Vec<usize> = reads.readers_after(si, t).collect();
+                crate::normalize::inline_stage_into(p, si, &readers);
                 reads.inlined(si, t);
                 crate::prepack::stage_removed(p, si);
                 si -= 1;
