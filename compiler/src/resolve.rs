@@ -231,20 +231,23 @@ fn check_call_cycles(s: &Session, diags: &mut Diagnostics) {
             if colour.get(&root).copied().unwrap_or(0) != 0 {
                 continue;
             }
-            let mut stack: Vec<(KernelRef, usize)> = vec![(root, 0)];
-            colour.insert(root, 1);
-            while let Some(&mut (k, ref mut next)) = stack.last_mut() {
-                let calls: Vec<(KernelRef, Span)> = s
-                    .kernel(k)
+            // Each frame keeps its kernel's calls: listing them again per
+            // step was quadratic in a model kernel's thousands of calls.
+            let calls_of = |k: KernelRef| -> Vec<(KernelRef, Span)> {
+                s.kernel(k)
                     .ops
                     .iter()
                     .filter_map(|o| match o {
                         Op::Call { callee, span, .. } => Some((*callee, *span)),
                         _ => None,
                     })
-                    .collect();
+                    .collect()
+            };
+            let mut stack: Vec<(KernelRef, Vec<(KernelRef, Span)>, usize)> = vec![(root, calls_of(root), 0)];
+            colour.insert(root, 1);
+            while let Some((k, calls, next)) = stack.last_mut() {
                 if *next >= calls.len() {
-                    colour.insert(k, 2);
+                    colour.insert(*k, 2);
                     stack.pop();
                     continue;
                 }
@@ -253,7 +256,7 @@ fn check_call_cycles(s: &Session, diags: &mut Diagnostics) {
                 match colour.get(&callee).copied().unwrap_or(0) {
                     0 => {
                         colour.insert(callee, 1);
-                        stack.push((callee, 0));
+                        stack.push((callee, calls_of(callee), 0));
                     }
                     1 => {
                         diags.push(

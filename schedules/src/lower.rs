@@ -47,9 +47,16 @@ pub fn lower(mut p: Program, s: &Schedules, regions: &[Option<Region>]) -> LoopF
         }
     }
     let s = &s;
-    let lw = Lowerer { stages: &stages, s, regions, full: &full, scope: RefCell::new(HashMap::new()) };
+    let mut attached: HashMap<(usize, usize), Vec<usize>> = HashMap::new();
+    for (i, a) in s.attach.iter().enumerate() {
+        if let Some(a) = a {
+            attached.entry((a.owner, a.leaf)).or_default().push(i);
+        }
+    }
+    let lw = Lowerer { stages: &stages, s, regions, full: &full, attached, scope: RefCell::new(HashMap::new()) };
+    let epilogues: std::collections::HashSet<usize> = s.stages.iter().filter_map(|ss| ss.epilogue).collect();
     for si in 0..stages.len() {
-        if s.attach[si].is_none() && !s.is_epilogue(si) {
+        if s.attach[si].is_none() && !epilogues.contains(&si) {
             let body = lw.stage(&mut f, si, None);
             f.body.extend(body);
         }
@@ -84,6 +91,8 @@ struct Lowerer<'a> {
     regions: &'a [Option<Region>],
     /// Shapes of the stages' tensors before attached ones became boxes.
     full: &'a [Vec<i64>],
+    /// The stages attached at each (owner, leaf), in stage order (`Schedules::attached_at`, indexed once).
+    attached: HashMap<(usize, usize), Vec<usize>>,
     /// Attached buffers visible at the point being lowered.
     scope: RefCell<HashMap<TensorId, Rc<Placement>>>,
 }
@@ -394,7 +403,7 @@ impl Lowerer<'_> {
                    inner: &mut dyn FnMut(&mut LoopFunc) -> Vec<Stmt>| {
             self.attach_point(f, si, place, leaf, vars, inner)
         };
-        let leaves: Vec<usize> = (0..ss.ivs.len()).filter(|&l| !self.s.attached_at(si, l).is_empty()).collect();
+        let leaves: Vec<usize> = (0..ss.ivs.len()).filter(|&l| self.attached.contains_key(&(si, l))).collect();
         let attacher = Attacher { leaves, run: &run };
         let attach = (!attacher.leaves.is_empty()).then_some(&attacher);
         let store_idx = |f: &mut LoopFunc, nest: &mut Nest| -> Vec<TExprId> {
@@ -502,14 +511,14 @@ impl Lowerer<'_> {
         inner: &mut dyn FnMut(&mut LoopFunc) -> Vec<Stmt>,
     ) -> Vec<Stmt> {
         let mut nest = Nest { ss: &self.s.stages[owner], loop_var: vars.clone(), memo: HashMap::new() };
-        let attached = self.s.attached_at(owner, leaf);
+        let attached = self.attached.get(&(owner, leaf)).map_or(&[][..], Vec::as_slice);
         let mut places = Vec::new();
         // The loops of this copy of the owner's nest (loop partitioning makes
         // shorter copies), for guards that only the last tile needs.
         let oss = &self.s.stages[owner];
         let hi: HashMap<usize, i64> = vars.iter().map(|(&l, &v)| (l, f.vars[v as usize].extent - 1)).collect();
         let leaf_hi = |l: usize| hi.get(&l).copied();
-        for &pi in &attached {
+        for &pi in attached {
             let r = self.regions[pi].as_ref().expect("attached stages have inferred boxes");
             let guard: Vec<bool> = (0..r.lo.len())
                 .map(|d| {

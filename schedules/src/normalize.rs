@@ -89,6 +89,7 @@ fn find_nested(p: &Program, e: TExprId, top: bool, enclosing: &mut Vec<VarId>) -
 }
 
 pub fn hoist_reductions(p: &mut Program) {
+    let mut names = Names::of(p);
     let mut si = 0;
     while si < p.stages.len() {
         let st = p.stages[si].clone();
@@ -123,7 +124,7 @@ pub fn hoist_reductions(p: &mut Program) {
         };
         let shape: Vec<i64> = vars[..n_axes].iter().map(|v| v.extent).collect();
         let prefix = format!("{}.r", p.tensor(st.tensor).name);
-        let k = p.tensors.iter().filter(|t| t.name.starts_with(&prefix)).count();
+        let k = names.starting_with(p, &prefix);
         let name = format!("{}.r{k}", p.tensor(st.tensor).name);
         let span = p.span(r);
         p.tensors.push(TensorDecl { name, elem, shape, role: TensorRole::Temp, span });
@@ -158,6 +159,53 @@ pub fn hoist_reductions(p: &mut Program) {
         p.stages.insert(at, Stage { tensor: t, vars, n_axes, value, span: st.span });
         // Re-examine the new stage (it may hold further nested reductions), then the old one.
         si = si.min(at);
+    }
+}
+
+/// The names of a program's tensors, sorted, each with how many tensors
+/// bear it, so that a pass finds a fresh name or counts the names with a
+/// prefix without comparing every tensor's (a scan per stage was
+/// quadratic in a model's stages). Tensors are only appended and keep
+/// their names within a pass: each query first indexes those appended
+/// since the last.
+pub(crate) struct Names {
+    sorted: std::collections::BTreeMap<String, usize>,
+    upto: usize,
+}
+
+impl Names {
+    pub(crate) fn of(p: &Program) -> Names {
+        let mut names = Names { sorted: Default::default(), upto: 0 };
+        names.sync(p);
+        names
+    }
+
+    fn sync(&mut self, p: &Program) {
+        for t in &p.tensors[self.upto..] {
+            *self.sorted.entry(t.name.clone()).or_default() += 1;
+        }
+        self.upto = p.tensors.len();
+    }
+
+    /// How many tensors' names start with `prefix`.
+    fn starting_with(&mut self, p: &Program, prefix: &str) -> usize {
+        use std::ops::Bound;
+        self.sync(p);
+        let from: (Bound<&str>, Bound<&str>) = (Bound::Included(prefix), Bound::Unbounded);
+        let count = self.sorted.range::<str, _>(from).take_while(|(n, _)| n.starts_with(prefix)).map(|(_, k)| k).sum();
+        debug_assert_eq!(count, p.tensors.iter().filter(|t| t.name.starts_with(prefix)).count());
+        count
+    }
+
+    /// [`fresh_name`], by the index.
+    pub(crate) fn fresh(&mut self, p: &Program, base: &str) -> String {
+        self.sync(p);
+        let name = (0..)
+            .map(|k| if k == 0 { base.to_string() } else { format!("{base}{k}") })
+            .find(|n| !self.sorted.contains_key(n.as_str()))
+            .expect("a name");
+        debug_assert_eq!(name, fresh_name(p, base));
+        name
     }
 }
 

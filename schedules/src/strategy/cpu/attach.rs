@@ -17,10 +17,10 @@
 use super::Machine;
 use crate::analysis::loads_in;
 use crate::ir::{ForKind, TensorOp};
-use crate::normalize::{contains_reduce, fresh_name};
+use crate::normalize::{contains_reduce, Names};
 use crate::schedule::{Attach, Schedules, StageSchedule};
 use crate::strategy::{reads_at_own_point, uses_var, Reads};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
 use texc_grammar::Span;
 
@@ -42,7 +42,7 @@ use texc_grammar::Span;
 /// masked tail loaded and stored the block on every step (SqueezeNet's
 /// 512 → 1000 classifier at 13² alone, 1 thread: 2.4 ms; resumed 1.5,
 /// unsliced 1.3).
-pub(super) fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) {
+pub(super) fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine, names: &mut Names) {
     let is_reduce = |l: &usize| ss.ivs[*l].reduce;
     let Some(first) = ss.leaves.iter().position(is_reduce) else { return };
     let last = ss.leaves.iter().rposition(is_reduce).expect("a reduction leaf exists");
@@ -54,7 +54,7 @@ pub(super) fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage
         (false, true) if fits_registers(ss, innermost, m) => (innermost, true),
         _ => return,
     };
-    ss.cache_write = Some((ss.leaves[i - 1], fresh_name(p, &format!("{}.acc", p.tensor(st.tensor).name))));
+    ss.cache_write = Some((ss.leaves[i - 1], names.fresh(p, &format!("{}.acc", p.tensor(st.tensor).name))));
     ss.cache_write_resumes = resumes;
 }
 
@@ -84,10 +84,19 @@ fn fits_registers(ss: &StageSchedule, at: usize, m: Machine) -> bool {
 /// into an epilogue or that one reads.
 pub(super) fn fold_epilogues(p: &Program, s: &mut Schedules) {
     let reads = Reads::of(p);
+    // Indexed once (each a walk of every stage per stage made the pass
+    // quadratic in a model's stages): the writers of each tensor, the
+    // stages others are attached to, and the epilogues, kept as they fold.
+    let mut writers: HashMap<TensorId, Vec<usize>> = HashMap::new();
+    for (ci, c) in p.stages.iter().enumerate() {
+        writers.entry(c.tensor).or_default().push(ci);
+    }
+    let owners: HashSet<usize> = s.attach.iter().flatten().map(|x| x.owner).collect();
+    let mut epilogues: HashSet<usize> = s.stages.iter().filter_map(|ss| ss.epilogue).collect();
     for ai in 0..p.stages.len() {
         // A resumed block holds one slice's sums, not the output's.
         let ss = &s.stages[ai];
-        if ss.cache_write.is_none() || ss.cache_write_resumes || s.attach[ai].is_some() || s.is_epilogue(ai) {
+        if ss.cache_write.is_none() || ss.cache_write_resumes || s.attach[ai].is_some() || epilogues.contains(&ai) {
             continue;
         }
         let a = &p.stages[ai];
@@ -103,11 +112,9 @@ pub(super) fn fold_epilogues(p: &Program, s: &mut Schedules) {
         // Stages between them have not run at the write-back; attached ones
         // exist only inside their owner's loops (perhaps not around it).
         let written_between = |l: &TExprId| match p.expr(*l) {
-            TExpr::Load(x, _) => p
-                .stages
-                .iter()
-                .enumerate()
-                .any(|(ci, c)| c.tensor == *x && ((ai + 1..bi).contains(&ci) || s.attach[ci].is_some())),
+            TExpr::Load(x, _) => {
+                writers.get(x).is_some_and(|w| w.iter().any(|&ci| (ai + 1..bi).contains(&ci) || s.attach[ci].is_some()))
+            }
             _ => false,
         };
         let foldable = bi > ai
@@ -119,9 +126,10 @@ pub(super) fn fold_epilogues(p: &Program, s: &mut Schedules) {
             && reads_at_own_point(p, b, t)
             && !reads.iter().any(written_between)
             && s.attach[bi].is_none()
-            && !s.attach.iter().any(|x| matches!(x, Some(x) if x.owner == bi));
+            && !owners.contains(&bi);
         if foldable {
             s.stages[ai].epilogue = Some(bi);
+            epilogues.insert(bi);
         }
     }
 }
@@ -152,9 +160,10 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, whole
     // The stages attached to each owner, kept as attachments are made: a
     // trial's boxes are those inside its owner (`Attached::inside`).
     let mut attached = Attached::of(s);
+    let epilogues: HashSet<usize> = s.stages.iter().filter_map(|ss| ss.epilogue).collect();
     for o in (0..p.stages.len()).rev() {
         let Some(&a) = s.stages[o].leaves.first() else { continue };
-        if s.attach[o].is_some() || s.stages[o].ivs[a].reduce || s.is_epilogue(o) || s.stages[o].flash.is_some() {
+        if s.attach[o].is_some() || s.stages[o].ivs[a].reduce || epilogues.contains(&o) || s.stages[o].flash.is_some() {
             continue;
         }
         let trips = s.stages[o].ivs[a].extent;
@@ -173,7 +182,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, whole
             let t = p.stages[pi].tensor;
             if p.tensor(t).role != TensorRole::Temp
                 || s.attach[pi].is_some()
-                || s.is_epilogue(pi)
+                || epilogues.contains(&pi)
                 || s.stages[pi].epilogue.is_some()
                 || s.stages[pi].flash.is_some()
                 // A tile product's nest is its own: its loops keep their names for `tensorize`.
