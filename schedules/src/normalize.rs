@@ -764,3 +764,42 @@ pub fn one_hot_gather(p: &mut Program, si: usize) -> bool {
     stage.value = value;
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(p: &mut Program, name: &str) {
+        let span = Default::default();
+        p.tensors.push(TensorDecl {
+            name: name.into(),
+            elem: ElemType::F32,
+            shape: vec![1],
+            role: TensorRole::Temp,
+            span,
+        });
+    }
+
+    /// The index answers as a scan of every tensor's name would, names borne
+    /// twice and tensors appended after it was made included.
+    #[test]
+    fn names_answer_as_a_scan_would() {
+        let mut p = Program::default();
+        for n in ["C", "C.r0", "C.r0", "C.rows", "Cr", "D.acc", "B.r1"] {
+            push(&mut p, n);
+        }
+        let mut names = Names::of(&p);
+        assert_eq!(names.starting_with(&p, "C.r"), 3);
+        assert_eq!(names.starting_with(&p, "C"), 5);
+        assert_eq!(names.starting_with(&p, "E"), 0);
+        assert_eq!(names.fresh(&p, "D.acc"), "D.acc1");
+        assert_eq!(names.fresh(&p, "C.acc"), "C.acc");
+        push(&mut p, "C.r1");
+        push(&mut p, "D.acc1");
+        assert_eq!(names.starting_with(&p, "C.r"), 4);
+        assert_eq!(names.fresh(&p, "D.acc"), "D.acc2");
+        for base in ["C", "C.r0", "D.acc", "Z"] {
+            assert_eq!(names.fresh(&p, base), fresh_name(&p, base));
+        }
+    }
+}
