@@ -91,7 +91,7 @@ struct Lowerer<'a> {
     regions: &'a [Option<Region>],
     /// Shapes of the stages' tensors before attached ones became boxes.
     full: &'a [Vec<i64>],
-    /// The stages attached at each (owner, leaf), in stage order (`Schedules::attached_at`, indexed once).
+    /// The stages attached at each (owner, leaf), in stage order (indexed once, not walked per leaf).
     attached: HashMap<(usize, usize), Vec<usize>>,
     /// Attached buffers visible at the point being lowered.
     scope: RefCell<HashMap<TensorId, Rc<Placement>>>,

@@ -181,6 +181,7 @@ impl Names {
     }
 
     fn sync(&mut self, p: &Program) {
+        debug_assert!(self.upto <= p.tensors.len(), "tensors are only appended while names are indexed");
         for t in &p.tensors[self.upto..] {
             *self.sorted.entry(t.name.clone()).or_default() += 1;
         }

@@ -488,19 +488,6 @@ impl Schedules {
         self.stages.remove(si);
         self.attach.remove(si);
     }
-
-    /// Stages attached at loop `leaf` of stage `owner`, in program order.
-    /// Whether stage `si` is the epilogue of another stage's write-back
-    /// (and so has no loops of its own).
-    pub fn is_epilogue(&self, si: usize) -> bool {
-        self.stages.iter().any(|ss| ss.epilogue == Some(si))
-    }
-
-    pub fn attached_at(&self, owner: usize, leaf: usize) -> Vec<usize> {
-        (0..self.attach.len())
-            .filter(|&i| matches!(&self.attach[i], Some(a) if a.owner == owner && a.leaf == leaf))
-            .collect()
-    }
 }
 
 /// A broken invariant of a schedule: the stage (by its tensor) and what.

@@ -267,7 +267,15 @@ fn plan_costs_count_each_operator_once_at_any_depth() {
         if blocks <= 4 {
             same_results(&original, &r.program, 5, 1e-5);
         }
-        r.plan.best_cost
+        // The extraction's own cost of the output's plan, the whole plan: its operators once each.
+        let (_, last) = r.plan.alternatives.iter().find(|(label, _)| label == "Y").expect("Y has alternatives");
+        let extracted = last[0].1;
+        assert!(
+            (extracted - r.plan.best_cost).abs() <= 1e-9 * extracted,
+            "{extracted} ns, the plan {}",
+            r.plan.best_cost
+        );
+        extracted
     };
     let (a, b, c) = (cost_of(4), cost_of(40), cost_of(76));
     let (first, second) = (b - a, c - b);

@@ -56,21 +56,30 @@ impl Ord for Cost {
     }
 }
 
-/// The classes a plan computes, a bit per class (by its dense index).
-#[derive(Clone)]
+/// The classes a plan computes that take time (a leaf's or the root's
+/// takes none, and is left out: costs are the same, and a weight's plan
+/// allocates nothing), a bit per class by its dense index, the vector as
+/// long as the highest one needs.
+#[derive(Clone, Default)]
 struct Classes(Vec<u64>);
 
 impl Classes {
-    fn empty(classes: usize) -> Classes {
-        Classes(vec![0; classes.div_ceil(64)])
+    fn insert(&mut self, k: usize) {
+        if self.0.len() <= k / 64 {
+            self.0.resize(k / 64 + 1, 0);
+        }
+        self.0[k / 64] |= 1 << (k % 64);
     }
 
-    fn insert(&mut self, k: usize) {
-        self.0[k / 64] |= 1 << (k % 64);
+    fn contains(&self, k: usize) -> bool {
+        self.0.get(k / 64).is_some_and(|w| w & (1 << (k % 64)) != 0)
     }
 
     /// Add `other`'s classes; the sum of `time` over those new here.
     fn absorb(&mut self, other: &Classes, time: &[f64]) -> f64 {
+        if self.0.len() < other.0.len() {
+            self.0.resize(other.0.len(), 0);
+        }
         let mut added = 0.0;
         for (w, (mine, theirs)) in self.0.iter_mut().zip(&other.0).enumerate() {
             let mut new = theirs & !*mine;
@@ -97,8 +106,9 @@ struct Search<'a> {
     index: HashMap<Id, usize>,
     /// Per class (dense), the time of its chosen node once settled.
     time: Vec<f64>,
-    /// Per settled class, its plan's cost and classes (while a node reading it is unpriced).
+    /// Per settled class, its plan's cost.
     settled: HashMap<Id, f64>,
+    /// Per settled class, the classes its plan computes, while a node reading it is unpriced.
     plans: HashMap<Id, Classes>,
     /// Per class, how many of the nodes reading it are not priced yet.
     unpriced_readers: HashMap<Id, usize>,
@@ -113,7 +123,7 @@ impl Search<'_> {
         // The dearest operand's plan, then what the others add to it.
         let Some(&dearest) = operands.iter().max_by(|a, b| self.settled[a].total_cmp(&self.settled[b]).then(b.cmp(a)))
         else {
-            return (own, Classes::empty(self.time.len()));
+            return (own, Classes::default());
         };
         let mut classes = self.plans[&dearest].clone();
         let mut total = self.settled[&dearest];
@@ -137,8 +147,10 @@ impl Search<'_> {
     fn settle(&mut self, id: Id) -> (f64, (Id, usize)) {
         let (cost, node, mut classes) = self.offers.remove(&id).expect("a class settles by an offer");
         let k = self.index[&id];
-        classes.insert(k);
         self.time[k] = node_time(self.egraph, &self.egraph[node.0].nodes[node.1], self.peak, self.bw);
+        if self.time[k] > 0.0 {
+            classes.insert(k);
+        }
         self.settled.insert(id, cost);
         if self.unpriced_readers.get(&id).is_some_and(|&n| n > 0) {
             self.plans.insert(id, classes);
@@ -214,10 +226,14 @@ impl Greedy {
                 if *left > 0 {
                     continue;
                 }
-                // Priced even where its class has settled: the report of alternatives shows it.
+                // Priced even where its class has settled: the report of
+                // alternatives shows it, unless it reads its own class back
+                // (a plan through it would be a cycle).
                 let operands = &operands_of[&(reader, i)];
                 let (c, classes) = search.price(&egraph[reader].nodes[i], operands);
-                priced.insert((reader, i), c);
+                if !classes.contains(search.index[&reader]) {
+                    priced.insert((reader, i), c);
+                }
                 search.priced(operands);
                 if !search.settled.contains_key(&reader) {
                     search.offer(reader, (c, (reader, i), classes));
