@@ -47,14 +47,9 @@ pub fn lower(mut p: Program, s: &Schedules, regions: &[Option<Region>]) -> LoopF
         }
     }
     let s = &s;
-    let mut attached: HashMap<(usize, usize), Vec<usize>> = HashMap::new();
-    for (i, a) in s.attach.iter().enumerate() {
-        if let Some(a) = a {
-            attached.entry((a.owner, a.leaf)).or_default().push(i);
-        }
-    }
+    let attached = s.attachment_points();
     let lw = Lowerer { stages: &stages, s, regions, full: &full, attached, scope: RefCell::new(HashMap::new()) };
-    let epilogues: std::collections::HashSet<usize> = s.stages.iter().filter_map(|ss| ss.epilogue).collect();
+    let epilogues = s.epilogues();
     for si in 0..stages.len() {
         if s.attach[si].is_none() && !epilogues.contains(&si) {
             let body = lw.stage(&mut f, si, None);
@@ -91,7 +86,7 @@ struct Lowerer<'a> {
     regions: &'a [Option<Region>],
     /// Shapes of the stages' tensors before attached ones became boxes.
     full: &'a [Vec<i64>],
-    /// The stages attached at each (owner, leaf), in stage order (indexed once, not walked per leaf).
+    /// [`Schedules::attachment_points`].
     attached: HashMap<(usize, usize), Vec<usize>>,
     /// Attached buffers visible at the point being lowered.
     scope: RefCell<HashMap<TensorId, Rc<Placement>>>,

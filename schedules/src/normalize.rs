@@ -201,10 +201,7 @@ impl Names {
     /// [`fresh_name`], by the index.
     pub(crate) fn fresh(&mut self, p: &Program, base: &str) -> String {
         self.sync(p);
-        let name = (0..)
-            .map(|k| if k == 0 { base.to_string() } else { format!("{base}{k}") })
-            .find(|n| !self.sorted.contains_key(n.as_str()))
-            .expect("a name");
+        let name = candidate_names(base).find(|n| !self.sorted.contains_key(n.as_str())).expect("a name");
         debug_assert_eq!(name, fresh_name(p, base));
         name
     }
@@ -515,8 +512,12 @@ pub fn reciprocal_divisors(p: &mut Program, si: usize, any: bool) -> bool {
 
 /// `base`, or `base` with the first number that makes it a name no tensor of `p` has.
 pub fn fresh_name(p: &Program, base: &str) -> String {
-    let taken = |n: &str| p.tensors.iter().any(|t| t.name == n);
-    (0..).map(|k| if k == 0 { base.to_string() } else { format!("{base}{k}") }).find(|n| !taken(n)).expect("a name")
+    candidate_names(base).find(|n| !p.tensors.iter().any(|t| t.name == *n)).expect("a name")
+}
+
+/// `base`, then `base1`, `base2`, …: the names [`fresh_name`] tries in turn.
+fn candidate_names(base: &str) -> impl Iterator<Item = String> + '_ {
+    (0..).map(move |k| if k == 0 { base.to_string() } else { format!("{base}{k}") })
 }
 
 /// The first float division in `e` (and its divisor) whose divisor does not

@@ -488,6 +488,24 @@ impl Schedules {
         self.stages.remove(si);
         self.attach.remove(si);
     }
+
+    /// The stages that are the epilogue of another stage's write-back (and
+    /// so have no loops of their own), indexed once: asking stage by stage
+    /// with a walk of every schedule was quadratic in a model's stages.
+    pub fn epilogues(&self) -> std::collections::HashSet<usize> {
+        self.stages.iter().filter_map(|ss| ss.epilogue).collect()
+    }
+
+    /// The stages attached at each loop `(owner, leaf)`, in program order, indexed once.
+    pub fn attachment_points(&self) -> std::collections::HashMap<(usize, usize), Vec<usize>> {
+        let mut at: std::collections::HashMap<(usize, usize), Vec<usize>> = Default::default();
+        for (i, a) in self.attach.iter().enumerate() {
+            if let Some(a) = a {
+                at.entry((a.owner, a.leaf)).or_default().push(i);
+            }
+        }
+        at
+    }
 }
 
 /// A broken invariant of a schedule: the stage (by its tensor) and what.

@@ -92,7 +92,7 @@ pub(super) fn fold_epilogues(p: &Program, s: &mut Schedules) {
         writers.entry(c.tensor).or_default().push(ci);
     }
     let owners: HashSet<usize> = s.attach.iter().flatten().map(|x| x.owner).collect();
-    let mut epilogues: HashSet<usize> = s.stages.iter().filter_map(|ss| ss.epilogue).collect();
+    let mut epilogues = s.epilogues();
     for ai in 0..p.stages.len() {
         // A resumed block holds one slice's sums, not the output's.
         let ss = &s.stages[ai];
@@ -160,7 +160,7 @@ pub(super) fn attach_producers(p: &Program, s: &mut Schedules, lanes: i64, whole
     // The stages attached to each owner, kept as attachments are made: a
     // trial's boxes are those inside its owner (`Attached::inside`).
     let mut attached = Attached::of(s);
-    let epilogues: HashSet<usize> = s.stages.iter().filter_map(|ss| ss.epilogue).collect();
+    let epilogues = s.epilogues();
     for o in (0..p.stages.len()).rev() {
         let Some(&a) = s.stages[o].leaves.first() else { continue };
         if s.attach[o].is_some() || s.stages[o].ivs[a].reduce || epilogues.contains(&o) || s.stages[o].flash.is_some() {
