@@ -59,7 +59,8 @@ fn specialize_with(s: &Session, k: KernelRef, b: &Bindings, check_bounds: bool) 
     let info = s.kernel(k);
     let module = s.module(k.module as usize);
     let source = Some(s.sources.file(module.ast.file).name.clone());
-    let mut p = Program { name: info.name.clone(), source, ..Program::default() };
+    let mut p = Program::default();
+    (p.name, p.source) = (info.name.clone(), source);
     let mut inst = Inst::new(s, k, String::new());
     let sizes = SizeCtx { ast: &module.ast, facts_names: &module.facts.names };
 

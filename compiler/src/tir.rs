@@ -191,6 +191,64 @@ pub struct Program {
     pub exprs: Vec<TExpr>,
     pub tys: Vec<Ty>,
     pub spans: Vec<Span>,
+    /// The tensors' names, indexed for [`Program::fresh_tensor_name`].
+    names: TensorNames,
+}
+
+/// The names of a program's tensors, sorted, each with how many tensors
+/// bear it, so that a pass finds a fresh name or counts the names with a
+/// prefix without comparing every tensor's (a scan per new tensor is
+/// quadratic in a model's layers). A cache, not part of the program's
+/// value: a clone starts empty, and each query first indexes the tensors
+/// appended since the last. Passes append tensors and do not rename them
+/// once a name has been asked for; debug builds check every answer
+/// against a scan.
+#[derive(Default)]
+struct TensorNames(std::sync::Mutex<SortedNames>);
+
+#[derive(Default)]
+struct SortedNames {
+    sorted: std::collections::BTreeMap<String, usize>,
+    upto: usize,
+}
+
+impl Clone for TensorNames {
+    fn clone(&self) -> TensorNames {
+        TensorNames::default()
+    }
+}
+
+impl fmt::Debug for TensorNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TensorNames")
+    }
+}
+
+impl TensorNames {
+    /// The index, with the tensors appended since the last query in it.
+    fn synced(&self, tensors: &[TensorDecl]) -> std::sync::MutexGuard<'_, SortedNames> {
+        // A panic elsewhere while it was held leaves an index that is still a cache.
+        let mut names = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        names.sync(tensors);
+        names
+    }
+}
+
+impl SortedNames {
+    fn sync(&mut self, tensors: &[TensorDecl]) {
+        if self.upto > tensors.len() {
+            *self = SortedNames::default();
+        }
+        for t in &tensors[self.upto..] {
+            *self.sorted.entry(t.name.clone()).or_default() += 1;
+        }
+        self.upto = tensors.len();
+    }
+}
+
+/// `base`, then `base1`, `base2`, …: the names [`Program::fresh_tensor_name`] tries in turn.
+fn candidate_names(base: &str) -> impl Iterator<Item = String> + '_ {
+    (0..).map(move |k| if k == 0 { base.to_string() } else { format!("{base}{k}") })
 }
 
 /// A stage whose value is a one-hot sum, how `.tex` writes a gather
@@ -240,6 +298,29 @@ impl Stage {
 }
 
 impl Program {
+    /// `base`, or `base` with the first number that makes it a name no
+    /// tensor has (by the index of names: no scan of the tensors).
+    pub fn fresh_tensor_name(&self, base: &str) -> String {
+        let names = self.names.synced(&self.tensors);
+        let name = candidate_names(base).find(|n| !names.sorted.contains_key(n.as_str())).expect("a name");
+        debug_assert!(
+            candidate_names(base).take_while(|n| *n != name).all(|n| self.tensors.iter().any(|t| t.name == n))
+                && self.tensors.iter().all(|t| t.name != name),
+            "the index of names is current: {name}"
+        );
+        name
+    }
+
+    /// How many tensors' names start with `prefix` (by the index of names).
+    pub fn count_tensor_names_starting_with(&self, prefix: &str) -> usize {
+        use std::ops::Bound;
+        let names = self.names.synced(&self.tensors);
+        let from: (Bound<&str>, Bound<&str>) = (Bound::Included(prefix), Bound::Unbounded);
+        let count = names.sorted.range::<str, _>(from).take_while(|(n, _)| n.starts_with(prefix)).map(|(_, k)| k).sum();
+        debug_assert_eq!(count, self.tensors.iter().filter(|t| t.name.starts_with(prefix)).count());
+        count
+    }
+
     /// Whether `e` mentions variable `var`.
     pub fn mentions(&self, e: TExprId, var: VarId) -> bool {
         self.mentions_where(e, &|v| v == var)

@@ -102,7 +102,7 @@ pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorI
         if let Some((moves, top)) = packs.then(|| plan(p, &ix.reads, si, target, constant)).flatten() {
             drop_unit_sums(p, si);
             for &(t, d) in &moves {
-                store_last(p, &mut ix.loads, t, d);
+                store_last(p, &mut ix, t, d);
             }
             si = read_constants_along_last(p, &mut ix.reads, si, constant);
             tops.push(top);
@@ -110,15 +110,15 @@ pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorI
             let start = p.stages[si].tensor;
             drop_unit_sums(p, si);
             for &(t, d) in &region.moves {
-                store_last(p, &mut ix.loads, t, d);
+                store_last(p, &mut ix, t, d);
             }
             for &(t, _) in &region.moves {
-                let w = sole_writer(p, t).expect("a moved temporary has one writer");
+                let w = ix.reads.sole_writer(p, t).expect("a moved temporary has one writer");
                 read_constants_along_last(p, &mut ix.reads, w, constant);
                 moved.insert(t);
             }
             tops.extend(region.tops.into_iter().chain(region.bottoms));
-            si = sole_writer(p, start).expect("the depthwise convolution's writer");
+            si = ix.reads.sole_writer(p, start).expect("the depthwise convolution's writer");
         }
         si += 1;
     }
@@ -175,7 +175,7 @@ fn plan(
     let st = &p.stages[si];
     let x = st.n_axes.checked_sub(1)?;
     let (body, false) = product_body(p, st.value)? else { return None };
-    if x < 2 || !matches!(p.ty(body), Ty::Elem(e) if e.is_int()) || sole_writer(p, st.tensor) != Some(si) {
+    if x < 2 || !matches!(p.ty(body), Ty::Elem(e) if e.is_int()) || reads.sole_writer(p, st.tensor) != Some(si) {
         return None;
     }
     let lanes = target.lanes(ElemType::I32) as i64;
@@ -255,7 +255,7 @@ fn float_region(
     let x = st.n_axes.checked_sub(1)?;
     let (body, false) = product_body(p, st.value)? else { return None };
     let Ty::Elem(elem) = p.ty(body) else { return None };
-    if x < 2 || !elem.is_float() || sole_writer(p, st.tensor) != Some(si) {
+    if x < 2 || !elem.is_float() || reads.sole_writer(p, st.tensor) != Some(si) {
         return None;
     }
     let lanes = target.lanes(elem) as i64;
@@ -276,7 +276,7 @@ fn float_region(
     let mut region = Region { moves: vec![(st.tensor, c)], tops: Vec::new(), bottoms: Vec::new() };
     let mut i = 0;
     while let Some(&(t, d)) = region.moves.get(i) {
-        let w = sole_writer(p, t)?;
+        let w = reads.sole_writer(p, t)?;
         up(p, reads, (w, d, si), target, constant, &mut region)?;
         down(p, reads, t, d, target, constant, &mut region)?;
         if region.moves.len() > MAX_REGION {
@@ -327,7 +327,7 @@ fn up(
         if region.tops.contains(u) {
             continue;
         }
-        let wu = sole_writer(p, *u)?;
+        let wu = reads.sole_writer(p, *u)?;
         if product_body(p, p.stages[wu].value).is_some() {
             let movable = |t| constant(t);
             (crate::filters_last::wanted_axis(p, reads, wu, target, &movable) == Some(e)).then_some(())?;
@@ -385,7 +385,7 @@ fn down(
             }
             crate::filters_last::wanted_axis(p, reads, r, target, &movable)?;
             region.bottoms.push(st.tensor);
-        } else if !summed && sole_writer(p, st.tensor) == Some(r) {
+        } else if !summed && reads.sole_writer(p, st.tensor) == Some(r) {
             region.moves.push((st.tensor, v as usize));
         } else {
             return None;
@@ -476,7 +476,7 @@ fn chain(
 ) -> Option<TensorId> {
     let (mut reader, mut t, mut d) = (reader, t, d);
     loop {
-        let w = sole_writer(p, t)?;
+        let w = reads.sole_writer(p, t)?;
         if !reads.readers(t).eq([reader]) || moves.iter().any(|m| m.0 == t) {
             return None;
         }
@@ -510,15 +510,6 @@ fn chain(
         }
         let TExpr::Load(u, _) = p.expr(a) else { return None };
         (reader, t, d) = (w, *u, channel_at(p, st, a, cv)?);
-    }
-}
-
-/// The stage that writes temporary `t`, if exactly one does.
-pub(crate) fn sole_writer(p: &Program, t: TensorId) -> Option<usize> {
-    let mut w = p.stages.iter().enumerate().filter(|(_, s)| s.tensor == t).map(|(i, _)| i);
-    match (w.next(), w.next()) {
-        (Some(i), None) if p.tensor(t).role == TensorRole::Temp => Some(i),
-        _ => None,
     }
 }
 
@@ -584,10 +575,10 @@ fn without(p: &mut Program, e: TExprId, unit: &[VarId]) -> TExprId {
 /// Temporary `t` stored with its dimension `d` last: its writer's axes
 /// reordered alike (so the stage still writes its axes in order) and every
 /// read of it, anywhere, indexed in the new order.
-fn store_last(p: &mut Program, loads: &mut LoadsOf, t: TensorId, d: usize) {
+fn store_last(p: &mut Program, ix: &mut Index, t: TensorId, d: usize) {
     let rank = p.tensor(t).shape.len();
     let order: Vec<usize> = (0..rank).filter(|&k| k != d).chain([d]).collect();
-    let w = sole_writer(p, t).expect("a chain's temporary has one writer");
+    let w = ix.reads.sole_writer(p, t).expect("a chain's temporary has one writer");
     let st = p.stages[w].clone();
     // Old axis `order[k]` is new axis `k`; reduction variables stay.
     let rename: HashMap<VarId, VarId> = order.iter().enumerate().map(|(k, &o)| (o as VarId, k as VarId)).collect();
@@ -600,7 +591,7 @@ fn store_last(p: &mut Program, loads: &mut LoadsOf, t: TensorId, d: usize) {
     decl.shape = order.iter().map(|&o| decl.shape[o]).collect();
     // Every read of `t` in the arena names the same element by its new
     // index: rewritten in place, so stages sharing the node follow.
-    for e in loads.of(p, t) {
+    for e in ix.loads.of(p, t) {
         let TExpr::Load(_, idx) = &p.exprs[e] else { unreachable!("indexed as a load") };
         let idx = order.iter().map(|&o| idx[o]).collect();
         p.exprs[e] = TExpr::Load(t, idx);

@@ -29,7 +29,6 @@
 //! stage keeps its loop variables.
 
 use crate::analysis::{dense_pair, loads_in};
-use crate::channels_last::sole_writer;
 use crate::filters_last::product_body;
 use crate::normalize::subst;
 use std::collections::HashMap;
@@ -56,8 +55,14 @@ pub fn merge_product_rows(p: &mut Program, target: &Target, pays: &dyn Fn(&Progr
     if target.kind != TargetKind::Cpu {
         return;
     }
+    // Stages are neither added nor removed here: the writers are counted once.
+    let mut writers: HashMap<TensorId, usize> = HashMap::new();
+    for st in &p.stages {
+        *writers.entry(st.tensor).or_default() += 1;
+    }
     for si in 0..p.stages.len() {
-        if let Some((y, x)) = mergeable(p, si) {
+        let sole = writers[&p.stages[si].tensor] == 1 && p.tensor(p.stages[si].tensor).role == TensorRole::Temp;
+        if let Some((y, x)) = mergeable(p, si).filter(|_| sole) {
             let (h, w) = (p.stages[si].vars[y].extent, p.stages[si].vars[x].extent);
             if pays(p, si, h, w) {
                 merge(p, si, y, x);
@@ -66,7 +71,8 @@ pub fn merge_product_rows(p: &mut Program, target: &Target, pays: &dyn Fn(&Progr
     }
 }
 
-/// The axes `(y, x)` of stage `si` that merge, if they do.
+/// The axes `(y, x)` of stage `si` that merge, if they do (its tensor a
+/// temporary it alone writes).
 fn mergeable(p: &Program, si: usize) -> Option<(usize, usize)> {
     let st = &p.stages[si];
     let n = st.n_axes;
@@ -75,7 +81,7 @@ fn mergeable(p: &Program, si: usize) -> Option<(usize, usize)> {
     }
     let (y, x) = (n - 3, n - 2);
     let (h, w) = (st.vars[y].extent, st.vars[x].extent);
-    if w >= SHORT_ROW || h < 2 || w < 2 || sole_writer(p, st.tensor) != Some(si) {
+    if w >= SHORT_ROW || h < 2 || w < 2 {
         return None;
     }
     let (yv, xv) = (y as VarId, x as VarId);

@@ -89,7 +89,6 @@ fn find_nested(p: &Program, e: TExprId, top: bool, enclosing: &mut Vec<VarId>) -
 }
 
 pub fn hoist_reductions(p: &mut Program) {
-    let mut names = Names::of(p);
     let mut si = 0;
     while si < p.stages.len() {
         let st = p.stages[si].clone();
@@ -124,7 +123,7 @@ pub fn hoist_reductions(p: &mut Program) {
         };
         let shape: Vec<i64> = vars[..n_axes].iter().map(|v| v.extent).collect();
         let prefix = format!("{}.r", p.tensor(st.tensor).name);
-        let k = names.starting_with(p, &prefix);
+        let k = p.count_tensor_names_starting_with(&prefix);
         let name = format!("{}.r{k}", p.tensor(st.tensor).name);
         let span = p.span(r);
         p.tensors.push(TensorDecl { name, elem, shape, role: TensorRole::Temp, span });
@@ -159,51 +158,6 @@ pub fn hoist_reductions(p: &mut Program) {
         p.stages.insert(at, Stage { tensor: t, vars, n_axes, value, span: st.span });
         // Re-examine the new stage (it may hold further nested reductions), then the old one.
         si = si.min(at);
-    }
-}
-
-/// The names of a program's tensors, sorted, each with how many tensors
-/// bear it, so that a pass finds a fresh name or counts the names with a
-/// prefix without comparing every tensor's (a scan per stage was
-/// quadratic in a model's stages). Tensors are only appended and keep
-/// their names within a pass: each query first indexes those appended
-/// since the last.
-pub(crate) struct Names {
-    sorted: std::collections::BTreeMap<String, usize>,
-    upto: usize,
-}
-
-impl Names {
-    pub(crate) fn of(p: &Program) -> Names {
-        let mut names = Names { sorted: Default::default(), upto: 0 };
-        names.sync(p);
-        names
-    }
-
-    fn sync(&mut self, p: &Program) {
-        debug_assert!(self.upto <= p.tensors.len(), "tensors are only appended while names are indexed");
-        for t in &p.tensors[self.upto..] {
-            *self.sorted.entry(t.name.clone()).or_default() += 1;
-        }
-        self.upto = p.tensors.len();
-    }
-
-    /// How many tensors' names start with `prefix`.
-    fn starting_with(&mut self, p: &Program, prefix: &str) -> usize {
-        use std::ops::Bound;
-        self.sync(p);
-        let from: (Bound<&str>, Bound<&str>) = (Bound::Included(prefix), Bound::Unbounded);
-        let count = self.sorted.range::<str, _>(from).take_while(|(n, _)| n.starts_with(prefix)).map(|(_, k)| k).sum();
-        debug_assert_eq!(count, p.tensors.iter().filter(|t| t.name.starts_with(prefix)).count());
-        count
-    }
-
-    /// [`fresh_name`], by the index.
-    pub(crate) fn fresh(&mut self, p: &Program, base: &str) -> String {
-        self.sync(p);
-        let name = candidate_names(base).find(|n| !self.sorted.contains_key(n.as_str())).expect("a name");
-        debug_assert_eq!(name, fresh_name(p, base));
-        name
     }
 }
 
@@ -512,12 +466,7 @@ pub fn reciprocal_divisors(p: &mut Program, si: usize, any: bool) -> bool {
 
 /// `base`, or `base` with the first number that makes it a name no tensor of `p` has.
 pub fn fresh_name(p: &Program, base: &str) -> String {
-    candidate_names(base).find(|n| !p.tensors.iter().any(|t| t.name == *n)).expect("a name")
-}
-
-/// `base`, then `base1`, `base2`, …: the names [`fresh_name`] tries in turn.
-fn candidate_names(base: &str) -> impl Iterator<Item = String> + '_ {
-    (0..).map(move |k| if k == 0 { base.to_string() } else { format!("{base}{k}") })
+    p.fresh_tensor_name(base)
 }
 
 /// The first float division in `e` (and its divisor) whose divisor does not
@@ -782,26 +731,29 @@ mod tests {
         });
     }
 
-    /// The index answers as a scan of every tensor's name would, names borne
-    /// twice and tensors appended after it was made included.
+    /// The index of names answers as a scan of every tensor's name would,
+    /// names borne twice and tensors appended after a query included.
     #[test]
     fn names_answer_as_a_scan_would() {
         let mut p = Program::default();
         for n in ["C", "C.r0", "C.r0", "C.rows", "Cr", "D.acc", "B.r1"] {
             push(&mut p, n);
         }
-        let mut names = Names::of(&p);
-        assert_eq!(names.starting_with(&p, "C.r"), 3);
-        assert_eq!(names.starting_with(&p, "C"), 5);
-        assert_eq!(names.starting_with(&p, "E"), 0);
-        assert_eq!(names.fresh(&p, "D.acc"), "D.acc1");
-        assert_eq!(names.fresh(&p, "C.acc"), "C.acc");
+        assert_eq!(p.count_tensor_names_starting_with("C.r"), 3);
+        assert_eq!(p.count_tensor_names_starting_with("C"), 5);
+        assert_eq!(p.count_tensor_names_starting_with("E"), 0);
+        assert_eq!(fresh_name(&p, "D.acc"), "D.acc1");
+        assert_eq!(fresh_name(&p, "C.acc"), "C.acc");
         push(&mut p, "C.r1");
         push(&mut p, "D.acc1");
-        assert_eq!(names.starting_with(&p, "C.r"), 4);
-        assert_eq!(names.fresh(&p, "D.acc"), "D.acc2");
-        for base in ["C", "C.r0", "D.acc", "Z"] {
-            assert_eq!(names.fresh(&p, base), fresh_name(&p, base));
+        assert_eq!(p.count_tensor_names_starting_with("C.r"), 4);
+        assert_eq!(fresh_name(&p, "D.acc"), "D.acc2");
+        let q = p.clone();
+        push(&mut p, "D.acc2");
+        assert_eq!(fresh_name(&p, "D.acc"), "D.acc3");
+        assert_eq!(fresh_name(&q, "D.acc"), "D.acc2", "a clone has its own index");
+        for (base, fresh) in [("C", "C1"), ("C.r0", "C.r01"), ("Z", "Z")] {
+            assert_eq!(fresh_name(&p, base), fresh);
         }
     }
 }

@@ -262,7 +262,7 @@ pub fn prepack_constant_operands(
         if !constant(pack.operand) || b.shape.is_empty() {
             continue;
         }
-        let Some(ci) = consumer(p, &reads, pack) else { continue };
+        let Some(ci) = consumer(&reads, pack) else { continue };
         if !reads_along_innermost(p, ci, pack.operand) {
             continue;
         }
@@ -308,9 +308,9 @@ pub fn prepack_constant_operands(
 /// The stage of `p` that is `pack`'s product: the stage writing its
 /// consumer; for a streamed operand, which the schedule may have found in a
 /// stage that preparation split off the product, the one stage reading it.
-fn consumer(p: &Program, reads: &crate::strategy::Reads, pack: Pack) -> Option<usize> {
+fn consumer(reads: &crate::strategy::Reads, pack: Pack) -> Option<usize> {
     if !pack.streamed {
-        return p.stages.iter().position(|st| st.tensor == pack.consumer);
+        return reads.first_writer(pack.consumer);
     }
     let readers: Vec<usize> = reads.readers(pack.operand).collect();
     match readers[..] {

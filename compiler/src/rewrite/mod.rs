@@ -258,14 +258,18 @@ pub fn rewrite(
     // 400-block network's saturation part way (its later blocks kept
     // their convolutions as written; 100 blocks saturate at 2.5 nodes per
     // node of the term). The node bound, not the clock, should end it, so
-    // that the plan is the same on any machine.
+    // that the plan is the same on any machine. Likewise the matches a
+    // rule may make in one iteration before the scheduler bans it for a
+    // while: a fixed 1 000 banned the rules that fire once per block of a
+    // large model, which then took an iteration more (each a search of the
+    // whole e-graph) for every doubling of its blocks.
     let size = term.as_ref().len();
     let runner = Runner::<Node, Shapes>::new(shapes)
         .with_expr(&term)
         .with_iter_limit(20)
         .with_node_limit(20_000.max(10 * size))
         .with_time_limit(Duration::from_secs(2).max(Duration::from_millis(size as u64)))
-        .with_scheduler(egg::BackoffScheduler::default())
+        .with_scheduler(egg::BackoffScheduler::default().with_initial_match_limit(1_000.max(size)))
         .run(&rules(accuracy));
     let (peak, bw) = (target.nominal.peak_gflops, target.nominal.bandwidth_gbs);
     let root = runner.roots[0];

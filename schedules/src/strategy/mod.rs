@@ -35,7 +35,7 @@ use crate::prepare::Step;
 use crate::schedule::Schedules;
 use texc_compiler::rewrite::{Model, Nominal};
 use texc_compiler::target::{Target, TargetKind};
-use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, VarId};
+use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole, VarId};
 
 /// The default schedule of one target family.
 pub trait Strategy: Sync {
@@ -130,8 +130,12 @@ pub(crate) fn loads(p: &Program, e: TExprId, t: TensorId) -> bool {
 pub(crate) struct Reads {
     /// By stage index: what it loads, and its slot.
     of: Vec<std::collections::BTreeSet<TensorId>>,
+    /// By stage index: the tensor it writes.
+    wrote: Vec<TensorId>,
     slot: Vec<usize>,
     by: std::collections::HashMap<TensorId, Vec<usize>>,
+    /// Each tensor's writers, by slot, in order.
+    writers: std::collections::HashMap<TensorId, Vec<usize>>,
     live: Fenwick,
 }
 
@@ -142,32 +146,57 @@ const SLOT_GAP: usize = 64;
 impl PartialEq for Reads {
     /// The same loads, stage by stage (slots are labels, not contents).
     fn eq(&self, other: &Reads) -> bool {
-        self.of == other.of && self.readers_by_index() == other.readers_by_index()
+        self.of == other.of
+            && self.wrote == other.wrote
+            && self.readers_by_index() == other.readers_by_index()
+            && self.writers_by_index() == other.writers_by_index()
     }
 }
 
 impl Reads {
     pub(crate) fn of(p: &Program) -> Reads {
-        Reads::labelled(p.stages.iter().map(|st| tensors_loaded(p, st.value)).collect())
+        let of = p.stages.iter().map(|st| tensors_loaded(p, st.value)).collect();
+        Reads::labelled(of, p.stages.iter().map(|st| st.tensor).collect())
     }
 
-    /// The index over stages loading `of`, slots spaced afresh.
-    fn labelled(of: Vec<std::collections::BTreeSet<TensorId>>) -> Reads {
+    /// The index over stages loading `of` and writing `wrote`, slots spaced afresh.
+    fn labelled(of: Vec<std::collections::BTreeSet<TensorId>>, wrote: Vec<TensorId>) -> Reads {
+        debug_assert_eq!(of.len(), wrote.len());
         let slot: Vec<usize> = (1..=of.len()).map(|i| i * SLOT_GAP).collect();
         let mut live = Fenwick::new((of.len() + 2) * SLOT_GAP);
         let mut by: std::collections::HashMap<TensorId, Vec<usize>> = Default::default();
-        for (ts, &sl) in of.iter().zip(&slot) {
+        let mut writers: std::collections::HashMap<TensorId, Vec<usize>> = Default::default();
+        for ((ts, &sl), &w) in of.iter().zip(&slot).zip(&wrote) {
             live.add(sl, 1);
             for &t in ts {
                 by.entry(t).or_default().push(sl);
             }
+            writers.entry(w).or_default().push(sl);
         }
-        Reads { of, slot, by, live }
+        Reads { of, wrote, slot, by, writers, live }
     }
 
     /// Every tensor's readers by stage index (for comparing two indexes).
     fn readers_by_index(&self) -> std::collections::BTreeMap<TensorId, Vec<usize>> {
         self.by.keys().map(|&t| (t, self.readers(t).collect())).collect()
+    }
+
+    /// Every tensor's writers by stage index (for comparing two indexes).
+    fn writers_by_index(&self) -> std::collections::BTreeMap<TensorId, Vec<usize>> {
+        self.writers.iter().map(|(&t, slots)| (t, slots.iter().map(|&sl| self.index(sl)).collect())).collect()
+    }
+
+    /// The first stage that writes `t`, if one does.
+    pub(crate) fn first_writer(&self, t: TensorId) -> Option<usize> {
+        self.writers.get(&t).and_then(|slots| slots.first()).map(|&sl| self.index(sl))
+    }
+
+    /// The stage that writes temporary `t`, if exactly one does.
+    pub(crate) fn sole_writer(&self, p: &Program, t: TensorId) -> Option<usize> {
+        match self.writers.get(&t).map(Vec::as_slice) {
+            Some(&[sl]) if p.tensor(t).role == TensorRole::Temp => Some(self.index(sl)),
+            _ => None,
+        }
     }
 
     /// The stage index of the stage at slot `sl`.
@@ -232,23 +261,48 @@ impl Reads {
         self.of[si] = loads;
     }
 
-    /// After a stage was inserted at `si`.
-    fn insert(&mut self, p: &Program, si: usize) {
-        self.insert_loading(si, tensors_loaded(p, p.stages[si].value));
+    /// Stage `si`'s entry set to writing `t`.
+    fn set_writer(&mut self, si: usize, t: TensorId) {
+        let sl = self.slot[si];
+        let old = std::mem::replace(&mut self.wrote[si], t);
+        if let Some(list) = self.writers.get_mut(&old) {
+            if let Ok(k) = list.binary_search(&sl) {
+                list.remove(k);
+            }
+            if list.is_empty() {
+                self.writers.remove(&old);
+            }
+        }
+        let list = self.writers.entry(t).or_default();
+        if let Err(k) = list.binary_search(&sl) {
+            list.insert(k, sl);
+        }
     }
 
-    /// After a stage loading `loads` was inserted at `si`.
-    fn insert_loading(&mut self, si: usize, loads: std::collections::BTreeSet<TensorId>) {
+    /// After a stage was inserted at `si`.
+    fn insert(&mut self, p: &Program, si: usize) {
+        self.insert_loading(si, p.stages[si].tensor, tensors_loaded(p, p.stages[si].value));
+    }
+
+    /// After a stage writing `writes` and loading `loads` was inserted at `si`.
+    fn insert_loading(&mut self, si: usize, writes: TensorId, loads: std::collections::BTreeSet<TensorId>) {
         let lo = if si == 0 { 0 } else { self.slot[si - 1] };
         let hi = self.slot.get(si).copied().unwrap_or(self.live.len());
         if hi - lo < 2 {
             let mut of = std::mem::take(&mut self.of);
+            let mut wrote = std::mem::take(&mut self.wrote);
             of.insert(si, Default::default());
-            *self = Reads::labelled(of);
+            wrote.insert(si, writes);
+            *self = Reads::labelled(of, wrote);
         } else {
             let sl = (lo + hi) / 2;
             self.slot.insert(si, sl);
             self.of.insert(si, Default::default());
+            self.wrote.insert(si, writes);
+            let list = self.writers.entry(writes).or_default();
+            if let Err(k) = list.binary_search(&sl) {
+                list.insert(k, sl);
+            }
             self.live.add(sl, 1);
         }
         self.set(si, loads);
@@ -267,9 +321,12 @@ impl Reads {
         }
     }
 
-    /// After stage `si`'s value was rewritten.
+    /// After stage `si`'s value (or the tensor it writes) was rewritten.
     pub(crate) fn refresh(&mut self, p: &Program, si: usize) {
         self.set(si, tensors_loaded(p, p.stages[si].value));
+        if self.wrote[si] != p.stages[si].tensor {
+            self.set_writer(si, p.stages[si].tensor);
+        }
     }
 
     /// After [`crate::normalize::inline_stage`]`(p, si)`: stage `si` is gone
@@ -284,9 +341,17 @@ impl Reads {
             self.set(c, now);
         }
         self.set(si, Default::default());
-        self.live.add(self.slot[si], -1);
+        let sl = self.slot[si];
+        if let Some(list) = self.writers.get_mut(&self.wrote[si]) {
+            list.retain(|&w| w != sl);
+            if list.is_empty() {
+                self.writers.remove(&self.wrote[si]);
+            }
+        }
+        self.live.add(sl, -1);
         self.slot.remove(si);
         self.of.remove(si);
+        self.wrote.remove(si);
     }
 }
 
@@ -397,18 +462,25 @@ mod tests {
     #[test]
     fn reads_stay_what_a_fresh_index_says() {
         let mut of: Vec<BTreeSet<TensorId>> = (0..5).map(|i| set(&[i, i + 1])).collect();
-        let mut r = Reads::labelled(of.clone());
+        // Stage i writes tensor 1000 + i; inserted ones write 200 + k % 3 (some twice).
+        let mut wrote: Vec<TensorId> = (0..5).map(|i| TensorId(1000 + i)).collect();
+        let mut r = Reads::labelled(of.clone(), wrote.clone());
         for k in 0..20u32 {
             let at = [2, 0, of.len()][k as usize % 3].min(of.len());
             let loads = set(&[100 + k, k % 4]);
             of.insert(at, loads.clone());
-            r.insert_loading(at, loads);
-            assert_eq!(r, Reads::labelled(of.clone()), "after inserting at {at}");
+            wrote.insert(at, TensorId(200 + k % 3));
+            r.insert_loading(at, TensorId(200 + k % 3), loads);
+            assert_eq!(r, Reads::labelled(of.clone(), wrote.clone()), "after inserting at {at}");
         }
         assert_eq!(
             r.readers(TensorId(2)).collect::<Vec<_>>(),
-            Reads::labelled(of.clone()).readers(TensorId(2)).collect::<Vec<_>>()
+            Reads::labelled(of.clone(), wrote.clone()).readers(TensorId(2)).collect::<Vec<_>>()
         );
+        let writes = |r: &Reads, t: u32| r.writers.get(&TensorId(t)).map_or(0, Vec::len);
+        assert_eq!((writes(&r, 1003), writes(&r, 200)), (1, 7));
+        let w1003 = r.writers_by_index()[&TensorId(1003)][0];
+        assert_eq!(wrote[w1003], TensorId(1003));
         // Inline the stage at 3 (say it writes tensor 1000) into its readers.
         let t = TensorId(1000);
         for c in [5, 9] {
@@ -417,15 +489,16 @@ mod tests {
             r.set(c, loads);
         }
         let gone = of.remove(3);
+        wrote.remove(3);
         for c in [4, 8] {
             of[c].remove(&t);
             of[c].extend(gone.iter().copied());
         }
         r.inlined(3, t);
-        assert_eq!(r, Reads::labelled(of.clone()));
+        assert_eq!(r, Reads::labelled(of.clone(), wrote.clone()));
         assert_eq!(
             r.readers_after(0, TensorId(100)).count(),
-            Reads::labelled(of).readers_after(0, TensorId(100)).count()
+            Reads::labelled(of, wrote).readers_after(0, TensorId(100)).count()
         );
     }
 }

@@ -17,7 +17,7 @@
 use super::Machine;
 use crate::analysis::loads_in;
 use crate::ir::{ForKind, TensorOp};
-use crate::normalize::{contains_reduce, Names};
+use crate::normalize::contains_reduce;
 use crate::schedule::{Attach, Schedules, StageSchedule};
 use crate::strategy::{reads_at_own_point, uses_var, Reads};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -42,7 +42,7 @@ use texc_grammar::Span;
 /// masked tail loaded and stored the block on every step (SqueezeNet's
 /// 512 → 1000 classifier at 13² alone, 1 thread: 2.4 ms; resumed 1.5,
 /// unsliced 1.3).
-pub(super) fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine, names: &mut Names) {
+pub(super) fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage, m: Machine) {
     let is_reduce = |l: &usize| ss.ivs[*l].reduce;
     let Some(first) = ss.leaves.iter().position(is_reduce) else { return };
     let last = ss.leaves.iter().rposition(is_reduce).expect("a reduction leaf exists");
@@ -54,7 +54,7 @@ pub(super) fn local_accumulators(ss: &mut StageSchedule, p: &Program, st: &Stage
         (false, true) if fits_registers(ss, innermost, m) => (innermost, true),
         _ => return,
     };
-    ss.cache_write = Some((ss.leaves[i - 1], names.fresh(p, &format!("{}.acc", p.tensor(st.tensor).name))));
+    ss.cache_write = Some((ss.leaves[i - 1], p.fresh_tensor_name(&format!("{}.acc", p.tensor(st.tensor).name))));
     ss.cache_write_resumes = resumes;
 }
 

@@ -332,7 +332,6 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
     let mut s = Schedules::new(p);
     let mut packs = Vec::new();
     let mut split = threads::SplitAxes::new();
-    let mut names = crate::normalize::Names::of(p);
     for (si, ss) in s.stages.iter_mut().enumerate() {
         let st = &p.stages[si];
         let m = Machine::of(target, st, p, knobs);
@@ -363,7 +362,7 @@ fn schedule(p: &mut Program, target: &Target, knobs: DefaultKnobs) -> Schedules 
         // stays in memory; one packed per column block (its whole reduction
         // inside), or sliced without a pack (resumed), does not.
         if knobs.acc != Some(false) && pack.as_ref().is_none_or(|r| !ss.ivs[r.leaf].reduce) {
-            local_accumulators(ss, p, st, m, &mut names);
+            local_accumulators(ss, p, st, m);
         }
         packs.extend(pack.map(|req| (si, req)));
     }
