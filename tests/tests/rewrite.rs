@@ -758,3 +758,38 @@ fn winograd_yields_to_direct_where_its_thin_tiles_outgrow_l2() {
         assert_eq!(winograd(&ops), want, "2 MiB of L2, {c} → {k} at 56²: {ops:?}");
     }
 }
+
+/// DenseNet's transition, `avg_pool2d(conv2d(relu(X)), 2)`: an unpadded
+/// average of a 1×1 convolution is the convolution of the averaged input
+/// (`rules/conv.rs`, *pool-before-conv1x1*), four times fewer products;
+/// taken with and without a bias, the same results at sizes the window
+/// does not divide (the last row and column left out), never for a padded
+/// pool (whose windows at the edge average zeros the bias is not added to).
+#[test]
+fn an_average_pool_of_a_1x1_convolution_pools_its_input_first() {
+    let with_bias = "import std.nn;
+kernel transition(X: f32[N = 1, C = 64, H = 14, W = 14], Wt: f32[K = 32, C, 1, 1], b: f32[K])
+    -> Y: f32[N, K, H / 2, W / 2] { Y = avg_pool2d(conv2d_bias(relu(X), Wt, b), 2); }";
+    let (_, r) = rewritten(with_bias, &[]);
+    assert!(r.plan.fired.iter().any(|f| f == "pool-before-conv1x1-bias"), "{:?}", r.plan.fired);
+    assert!(r.plan.best.to_string().contains("(conv2d_1x1_bias (avg_pool2d"), "{}", r.plan.best);
+    for shapes in
+        [vec![("C", 5), ("H", 7), ("W", 9), ("K", 3)], vec![("N", 2), ("C", 16), ("H", 6), ("W", 5), ("K", 7)]]
+    {
+        let (original, r) = rewritten(with_bias, &shapes);
+        assert!(r.plan.best.to_string().contains("(avg_pool2d (relu X) 2 2 0)"), "{}", r.plan.best);
+        same_results(&original, &r.program, 7, 1e-5);
+    }
+    let plain = "import std.nn;
+kernel transition(X: f32[N = 1, C = 64, H = 15, W = 14], Wt: f32[K = 32, C, 1, 1])
+    -> Y: f32[N, K, (H - 3) / 2 + 1, (W - 3) / 2 + 1] { Y = avg_pool2d(conv2d(X, Wt), 3, stride = 2); }";
+    let (original, r) = rewritten(plain, &[]);
+    assert!(r.plan.best.to_string().contains("(conv2d_1x1 (avg_pool2d X 3 2 0) Wt)"), "{}", r.plan.best);
+    same_results(&original, &r.program, 8, 1e-5);
+    let padded = "import std.nn;
+kernel transition(X: f32[N = 1, C = 64, H = 14, W = 14], Wt: f32[K = 32, C, 1, 1], b: f32[K])
+    -> Y: f32[N, K, H / 2 + 1, W / 2 + 1] { Y = avg_pool2d(conv2d_bias(X, Wt, b), 2, pad = 1); }";
+    let (original, r) = rewritten(padded, &[]);
+    assert!(!r.plan.fired.iter().any(|f| f.starts_with("pool-before-conv1x1")), "{:?}", r.plan.fired);
+    same_results(&original, &r.program, 9, 1e-5);
+}

@@ -1800,3 +1800,34 @@ fn short_float_depthwise_regions_are_stored_channels_last() {
     let pw = program("blk.tex", &written_out);
     assert!(kept(&written_out, "x86-avx2", &|u| block_weight(&pw, u)), "the depthwise an output");
 }
+
+/// A transposing stage (`T[c, p] = 2 · X[p, c]`: each vector of `T`
+/// gathered from lines 256 bytes apart) read by two stages stays a pass of
+/// its own, which both read contiguously: inlined, each would gather the
+/// lines again (DenseNet's transition, pooled before its 1×1 convolution,
+/// stores a 7 × 7 product filters-last, whose copy back sixteen to
+/// thirty-two concatenations read). Read by one stage, it is inlined.
+#[test]
+fn a_transposing_stage_read_twice_stays_a_pass() {
+    let two = "kernel tr(X: f32[P = 49, C = 64]) -> (A: f32[C, P], B: f32[C, P]) {
+    T[c, p] = X[p, c] * 2.0;
+    A[c, p] = T[c, p] + 1.0;
+    B[c, p] = max(T[c, p], 0.0);
+}";
+    default_on_x86("tr2", two, |target, loops| {
+        let starts = |l: &str, with: &str| l.trim_start().starts_with(with);
+        assert!(loops.lines().any(|l| starts(l, "T[")), "{target}: T stays a pass:\n{loops}");
+        let readers = loops.lines().filter(|l| starts(l, "A[") || starts(l, "B["));
+        assert!(
+            readers.clone().count() > 0 && readers.clone().all(|l| !l.contains("X[")),
+            "{target}: A and B read T:\n{loops}"
+        );
+    });
+    let one = "kernel tr(X: f32[P = 49, C = 64]) -> A: f32[C, P] {
+    T[c, p] = X[p, c] * 2.0;
+    A[c, p] = T[c, p] + 1.0;
+}";
+    default_on_x86("tr1", one, |target, loops| {
+        assert!(!loops.lines().any(|l| l.trim_start().starts_with("T[")), "{target}: T inlined:\n{loops}");
+    });
+}

@@ -103,6 +103,7 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
             && (recompute || recomputing_pays(p, st, consumers))
+            && !gathers_for_several(p, st, consumers)
             && readers().all(|c| {
                 inlining_stays_small(p, st, c, repeatable)
                     && !(gathers_beyond(p, st, l1d) && walks_rows(p, c, t))
@@ -122,6 +123,19 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
         }
     }
     debug_assert!(reads == Reads::of(p), "inline-elementwise kept its index of reads up to date");
+}
+
+/// Whether stage `st`, read by `readers` stages, gathers across lines (a
+/// transposing copy) for more than one of them. Such a stage stays a pass
+/// of its own: inlined, every reader would gather the lines again, and a
+/// reader that also selects among other sources (a concatenation) is no
+/// longer one vector loop. DenseNet's transitions pooled before their 1×1
+/// convolution (`rules/conv.rs`) store a 7 × 7 product filters-last; its
+/// copy back, inlined into the sixteen to thirty-two concatenations of
+/// the next block, made each dense layer's batch norm a region function
+/// of thousands of LLVM lines.
+fn gathers_for_several(p: &Program, st: &Stage, readers: usize) -> bool {
+    readers > 1 && super::gathered_lines(p, st) > 0
 }
 
 /// Whether reader `c` broadcasts stage `st` (reads it through not all of
@@ -203,6 +217,7 @@ fn inline_epilogues(p: &mut Program, l1d: i64) {
             && !contains_reduce(p, st.value)
             && recomputing_pays(p, st, readers.len())
             && !readers.is_empty()
+            && !gathers_for_several(p, st, readers.len())
             && readers.iter().all(|&ci| {
                 let c = &p.stages[ci];
                 !contains_reduce(p, c.value)

@@ -1,7 +1,7 @@
-//! Convolution algorithms: a 1×1 convolution as a product per image,
-//! Winograd F(2×2, 3×3) and F(4×4, 3×3) (Lavin & Gray 2016) where their
-//! rounding stays within the accuracy asked for, and im2col in both
-//! orientations.
+//! Convolution algorithms: a 1×1 convolution as a product per image (and,
+//! under an unpadded average pool, on the pooled input), Winograd F(2×2,
+//! 3×3) and F(4×4, 3×3) (Lavin & Gray 2016) where their rounding stays
+//! within the accuracy asked for, and im2col in both orientations.
 
 use super::super::lang::{Node, Shapes};
 use super::super::Accuracy;
@@ -25,6 +25,15 @@ pub fn rules(accuracy: Accuracy) -> Vec<Rewrite<Node, Shapes>> {
         rw!("conv1x1-strided-bias-matmul";
             "(conv2d_bias ?x ?w ?b 0 ?s ?d 1)" => "(conv2d_1x1_strided_bias ?x ?w ?b ?s)"
             if filter_is("?w", 1) if above_one("?s")),
+        // A 1×1 convolution is linear per pixel, so an unpadded average
+        // pool of it (each window whole, k² pixels) is the convolution of
+        // the pooled input: avg(W·x + b) = W·avg(x) + b, with k² times fewer
+        // products where the pool comes first (DenseNet's transitions: a
+        // tenth of the model's time computed at the full map, then averaged).
+        rw!("pool-before-conv1x1";
+            "(avg_pool2d (conv2d_1x1 ?x ?w) ?k ?s 0)" => "(conv2d_1x1 (avg_pool2d ?x ?k ?s 0) ?w)"),
+        rw!("pool-before-conv1x1-bias";
+            "(avg_pool2d (conv2d_1x1_bias ?x ?w ?b) ?k ?s 0)" => "(conv2d_1x1_bias (avg_pool2d ?x ?k ?s 0) ?w ?b)"),
     ];
     rules.extend(winograd(Epilogue::None, accuracy));
     rules.extend([
@@ -104,6 +113,12 @@ mod tests {
     egg::test_fn! { conv1x1_strided_bias_matmul, rules(Accuracy::default()), runner = runner(&[X, W1], &[]),
     "(conv2d_bias x w b 0 3 1 1)" => "(conv2d_1x1_strided_bias x w b 3)" }
 
+    egg::test_fn! { pool_before_conv1x1, rules(Accuracy::default()), runner = runner(&[X, W1], &[]),
+    "(avg_pool2d (conv2d x w 0 1 1 1) 2 2 0)" => "(conv2d_1x1 (avg_pool2d x 2 2 0) w)" }
+
+    egg::test_fn! { pool_before_conv1x1_bias, rules(Accuracy::default()), runner = runner(&[X, W1], &[]),
+    "(avg_pool2d (conv2d_bias x w b 0 1 1 1) 3 2 0)" => "(conv2d_1x1_bias (avg_pool2d x 3 2 0) w b)" }
+
     egg::test_fn! { conv_im2col, rules(Accuracy::default()), runner = runner(&[X, W3], &[]),
     "(conv2d x w 1 2 1 1)" => "(conv2d_im2col x w 1 2 1)" }
 
@@ -136,6 +151,13 @@ mod tests {
         assert!(!reaches(runner(&[X, W1], &[]), &all(), "(conv2d x w 0 1 1 1)", "(conv2d_1x1_strided x w 1)"));
         assert!(!reaches(runner(&[X, W1], &[]), &all(), "(conv2d x w 1 2 1 1)", "(conv2d_1x1_strided x w 2)"));
         assert!(!reaches(runner(&[X, W3], &[]), &all(), "(conv2d x w 0 2 1 1)", "(conv2d_1x1_strided x w 2)"));
+        // A padded pool averages zeros the convolution's bias would not be added to.
+        assert!(!reaches(
+            runner(&[X, W1], &[]),
+            &all(),
+            "(avg_pool2d (conv2d_bias x w b 0 1 1 1) 2 2 1)",
+            "(conv2d_1x1_bias (avg_pool2d x 2 2 1) w b)"
+        ));
         // Grouped convolutions have no im2col form.
         assert!(!reaches(runner(&[X, W3], &[]), &all(), "(conv2d x w 1 1 1 2)", "(conv2d_im2col x w 1 1 1)"));
         // Images of any size have every form (7×7: tiles past the image);
