@@ -333,6 +333,19 @@ impl Reads {
     /// and each of its later readers reads what it read instead of its
     /// tensor `t`.
     pub(crate) fn inlined(&mut self, si: usize, t: TensorId) {
+        self.inlined_in_place(si, t);
+        let sl = self.slot[si];
+        self.live.add(sl, -1);
+        self.slot.remove(si);
+        self.of.remove(si);
+        self.wrote.remove(si);
+    }
+
+    /// After [`crate::normalize::inline_stage_in_place`]`(p, si, ..)`: each
+    /// of stage `si`'s later readers reads what it read instead of its
+    /// tensor `t`, and the stage, still in place, neither reads nor writes
+    /// (no index moves); [`Reads::dropped`] drops it with the others.
+    pub(crate) fn inlined_in_place(&mut self, si: usize, t: TensorId) {
         let readers: Vec<usize> = self.readers_after(si, t).collect();
         for &c in &readers {
             let mut now = self.of[c].clone();
@@ -348,10 +361,15 @@ impl Reads {
                 self.writers.remove(&self.wrote[si]);
             }
         }
-        self.live.add(sl, -1);
-        self.slot.remove(si);
-        self.of.remove(si);
-        self.wrote.remove(si);
+    }
+
+    /// The index once the stages `dead` marks, inlined in place, are
+    /// dropped ([`crate::normalize::drop_stages`]).
+    pub(crate) fn dropped(self, dead: &[bool]) -> Reads {
+        let live = |i: &usize| !dead.get(*i).copied().unwrap_or(false);
+        let of = self.of.into_iter().enumerate().filter(|(i, _)| live(i)).map(|(_, o)| o).collect();
+        let wrote = self.wrote.into_iter().enumerate().filter(|(i, _)| live(i)).map(|(_, w)| w).collect();
+        Reads::labelled(of, wrote)
     }
 }
 
@@ -498,7 +516,34 @@ mod tests {
         assert_eq!(r, Reads::labelled(of.clone(), wrote.clone()));
         assert_eq!(
             r.readers_after(0, TensorId(100)).count(),
-            Reads::labelled(of, wrote).readers_after(0, TensorId(100)).count()
+            Reads::labelled(of.clone(), wrote.clone()).readers_after(0, TensorId(100)).count()
         );
+        // In place: stage 2 (say it writes 302, read by 4 and 8) and stage 6
+        // (writing 306, read by 8 and 9) inlined without moving any stage,
+        // then dropped together.
+        let inlines = [(2usize, [4usize, 8]), (6, [8, 9])];
+        let written = |w: usize| TensorId(300 + w as u32);
+        for (w, readers) in inlines {
+            wrote[w] = written(w);
+            for c in readers {
+                of[c].insert(written(w));
+            }
+        }
+        let mut r = Reads::labelled(of.clone(), wrote.clone());
+        let mut dead = vec![false; of.len()];
+        for (w, readers) in inlines {
+            r.inlined_in_place(w, written(w));
+            assert!(!r.writers.contains_key(&written(w)), "an inlined stage writes nothing");
+            dead[w] = true;
+            for c in readers {
+                of[c].remove(&written(w));
+                let moved = of[w].clone();
+                of[c].extend(moved);
+            }
+        }
+        let kept = |i: &usize| !dead[*i];
+        let of: Vec<_> = of.into_iter().enumerate().filter(|(i, _)| kept(i)).map(|(_, o)| o).collect();
+        let wrote: Vec<_> = wrote.into_iter().enumerate().filter(|(i, _)| kept(i)).map(|(_, w)| w).collect();
+        assert_eq!(r.dropped(&dead), Reads::labelled(of, wrote));
     }
 }

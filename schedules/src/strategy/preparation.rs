@@ -22,7 +22,7 @@
 use super::{reads_at_own_point, uses_var, Reads};
 use crate::analysis::loads_in;
 use crate::knobs::DefaultKnobs;
-use crate::normalize::{contains_reduce, hoist_reductions, inline_stage_into};
+use crate::normalize::{contains_reduce, drop_stages, hoist_reductions, inline_stage_in_place};
 use std::collections::HashSet;
 use texc_compiler::ops::BinOp;
 use texc_compiler::target::{Target, TargetKind};
@@ -92,6 +92,8 @@ pub fn default_inlining(p: &mut Program) {
 /// `exp`) are inlined into reductions too, and so computed once per reader.
 fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
     let mut reads = Reads::of(p);
+    // Inlined stages stay in place until the end (see `inline_stage_in_place`).
+    let mut dead = vec![false; p.stages.len()];
     let mut si = 0;
     while si < p.stages.len() {
         let st = &p.stages[si];
@@ -116,13 +118,14 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
             });
         if inlinable {
             let readers: Vec<usize> = reads.readers_after(si, t).collect();
-            inline_stage_into(p, si, &readers);
-            reads.inlined(si, t);
-        } else {
-            si += 1;
+            inline_stage_in_place(p, si, &readers);
+            reads.inlined_in_place(si, t);
+            dead[si] = true;
         }
+        si += 1;
     }
-    debug_assert!(reads == Reads::of(p), "inline-elementwise kept its index of reads up to date");
+    drop_stages(p, &dead);
+    debug_assert!(reads.dropped(&dead) == Reads::of(p), "inline-elementwise kept its index of reads up to date");
 }
 
 /// Whether stage `st`, read by `readers` stages, gathers across lines (a
@@ -207,6 +210,8 @@ fn walks_rows(p: &Program, c: &Stage, t: TensorId) -> bool {
 fn inline_epilogues(p: &mut Program, l1d: i64) {
     let mut reads = Reads::of(p);
     let mut epilogues = NarrowingEpilogues::of(p, &reads);
+    // Inlined stages stay in place until the end (see `inline_stage_in_place`).
+    let mut dead = vec![false; p.stages.len()];
     let mut si = 0;
     while si < p.stages.len() {
         let st = &p.stages[si];
@@ -228,18 +233,20 @@ fn inline_epilogues(p: &mut Program, l1d: i64) {
                     && !(narrows && epilogues.keeps(p, &reads, t, ci))
             });
         if inlinable {
-            inline_stage_into(p, si, &readers);
-            reads.inlined(si, t);
-            // The readers (one stage earlier now) read what `t` read.
-            for ci in readers.into_iter().map(|ci| ci - 1) {
+            inline_stage_in_place(p, si, &readers);
+            reads.inlined_in_place(si, t);
+            dead[si] = true;
+            // The readers read what `t` read.
+            for ci in readers {
                 epilogues.update(p, &reads, ci);
             }
         } else {
             epilogues.passed.insert(t);
-            si += 1;
         }
+        si += 1;
     }
-    debug_assert!(reads == Reads::of(p), "inline-epilogues kept its index of reads up to date");
+    drop_stages(p, &dead);
+    debug_assert!(reads.dropped(&dead) == Reads::of(p), "inline-epilogues kept its index of reads up to date");
 }
 
 /// [`inline_epilogues`]' view of the reductions' epilogues that narrow
