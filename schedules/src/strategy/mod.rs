@@ -139,6 +139,11 @@ pub(crate) struct Reads {
     live: Fenwick,
 }
 
+/// What a stage inlined in place writes until [`Reads::dropped`] drops it:
+/// nothing (so that relabelling the slots in between does not count it
+/// among its tensor's writers again).
+const INLINED: TensorId = TensorId(u32::MAX);
+
 /// The space between two stages' slots when labelled afresh: six stages
 /// inserted at one place before everything is relabelled.
 const SLOT_GAP: usize = 64;
@@ -171,7 +176,9 @@ impl Reads {
             for &t in ts {
                 by.entry(t).or_default().push(sl);
             }
-            writers.entry(w).or_default().push(sl);
+            if w != INLINED {
+                writers.entry(w).or_default().push(sl);
+            }
         }
         Reads { of, wrote, slot, by, writers, live }
     }
@@ -355,10 +362,11 @@ impl Reads {
         }
         self.set(si, Default::default());
         let sl = self.slot[si];
-        if let Some(list) = self.writers.get_mut(&self.wrote[si]) {
+        let t = std::mem::replace(&mut self.wrote[si], INLINED);
+        if let Some(list) = self.writers.get_mut(&t) {
             list.retain(|&w| w != sl);
             if list.is_empty() {
-                self.writers.remove(&self.wrote[si]);
+                self.writers.remove(&t);
             }
         }
     }
@@ -534,6 +542,8 @@ mod tests {
         for (w, readers) in inlines {
             r.inlined_in_place(w, written(w));
             assert!(!r.writers.contains_key(&written(w)), "an inlined stage writes nothing");
+            let relabelled = Reads::labelled(r.of.clone(), r.wrote.clone());
+            assert!(!relabelled.writers.contains_key(&written(w)), "nor once the slots are relabelled");
             dead[w] = true;
             for c in readers {
                 of[c].remove(&written(w));

@@ -105,7 +105,7 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
         let inlinable = p.tensor(t).role == TensorRole::Temp
             && !contains_reduce(p, st.value)
             && (recompute || recomputing_pays(p, st, consumers))
-            && !gathers_for_several(p, st, consumers)
+            && !gathers_for_several(p, st, consumers, l1d)
             && readers().all(|c| {
                 inlining_stays_small(p, st, c, repeatable)
                     && !(gathers_beyond(p, st, l1d) && walks_rows(p, c, t))
@@ -136,9 +136,10 @@ fn inline_elementwise(p: &mut Program, recompute: bool, l1d: i64) {
 /// convolution (`rules/conv.rs`) store a 7 × 7 product filters-last; its
 /// copy back, inlined into the sixteen to thirty-two concatenations of
 /// the next block, made each dense layer's batch norm a region function
-/// of thousands of LLVM lines.
-fn gathers_for_several(p: &Program, st: &Stage, readers: usize) -> bool {
-    readers > 1 && super::gathered_lines(p, st) > 0
+/// of thousands of LLVM lines. CPUs only (a finite `l1d`, as for
+/// [`gathers_beyond`]): a GPU's transposes are not passes of their own.
+fn gathers_for_several(p: &Program, st: &Stage, readers: usize, l1d: i64) -> bool {
+    l1d < i64::MAX && readers > 1 && super::gathered_lines(p, st) > 0
 }
 
 /// Whether reader `c` broadcasts stage `st` (reads it through not all of
@@ -222,7 +223,7 @@ fn inline_epilogues(p: &mut Program, l1d: i64) {
             && !contains_reduce(p, st.value)
             && recomputing_pays(p, st, readers.len())
             && !readers.is_empty()
-            && !gathers_for_several(p, st, readers.len())
+            && !gathers_for_several(p, st, readers.len(), l1d)
             && readers.iter().all(|&ci| {
                 let c = &p.stages[ci];
                 !contains_reduce(p, c.value)
