@@ -231,11 +231,9 @@ pub fn inline_stage_in_place(p: &mut Program, si: usize, readers: &[usize]) {
 
 /// `p` without the stages `dead` marks (by index), in one pass.
 pub fn drop_stages(p: &mut Program, dead: &[bool]) {
-    let mut at = 0;
-    p.stages.retain(|_| {
-        at += 1;
-        !dead.get(at - 1).copied().unwrap_or(false)
-    });
+    debug_assert_eq!(dead.len(), p.stages.len());
+    let stages = std::mem::take(&mut p.stages);
+    p.stages = stages.into_iter().zip(dead).filter(|(_, &gone)| !gone).map(|(st, _)| st).collect();
 }
 
 fn replace_loads(p: &mut Program, e: TExprId, st: &Stage) {

@@ -250,39 +250,21 @@ impl Reads {
     fn set(&mut self, si: usize, loads: std::collections::BTreeSet<TensorId>) {
         let sl = self.slot[si];
         for t in std::mem::take(&mut self.of[si]) {
-            if let Some(list) = self.by.get_mut(&t) {
-                if let Ok(k) = list.binary_search(&sl) {
-                    list.remove(k);
-                }
-                if list.is_empty() {
-                    self.by.remove(&t);
-                }
-            }
+            remove_slot(&mut self.by, t, sl);
         }
         for &t in &loads {
-            let list = self.by.entry(t).or_default();
-            if let Err(k) = list.binary_search(&sl) {
-                list.insert(k, sl);
-            }
+            add_slot(&mut self.by, t, sl);
         }
         self.of[si] = loads;
     }
 
-    /// Stage `si`'s entry set to writing `t`.
+    /// Stage `si`'s entry set to writing `t` ([`INLINED`]: nothing).
     fn set_writer(&mut self, si: usize, t: TensorId) {
         let sl = self.slot[si];
         let old = std::mem::replace(&mut self.wrote[si], t);
-        if let Some(list) = self.writers.get_mut(&old) {
-            if let Ok(k) = list.binary_search(&sl) {
-                list.remove(k);
-            }
-            if list.is_empty() {
-                self.writers.remove(&old);
-            }
-        }
-        let list = self.writers.entry(t).or_default();
-        if let Err(k) = list.binary_search(&sl) {
-            list.insert(k, sl);
+        remove_slot(&mut self.writers, old, sl);
+        if t != INLINED {
+            add_slot(&mut self.writers, t, sl);
         }
     }
 
@@ -306,10 +288,7 @@ impl Reads {
             self.slot.insert(si, sl);
             self.of.insert(si, Default::default());
             self.wrote.insert(si, writes);
-            let list = self.writers.entry(writes).or_default();
-            if let Err(k) = list.binary_search(&sl) {
-                list.insert(k, sl);
-            }
+            add_slot(&mut self.writers, writes, sl);
             self.live.add(sl, 1);
         }
         self.set(si, loads);
@@ -361,14 +340,7 @@ impl Reads {
             self.set(c, now);
         }
         self.set(si, Default::default());
-        let sl = self.slot[si];
-        let t = std::mem::replace(&mut self.wrote[si], INLINED);
-        if let Some(list) = self.writers.get_mut(&t) {
-            list.retain(|&w| w != sl);
-            if list.is_empty() {
-                self.writers.remove(&t);
-            }
-        }
+        self.set_writer(si, INLINED);
     }
 
     /// The index once the stages `dead` marks, inlined in place, are
@@ -378,6 +350,26 @@ impl Reads {
         let of = self.of.into_iter().enumerate().filter(|(i, _)| live(i)).map(|(_, o)| o).collect();
         let wrote = self.wrote.into_iter().enumerate().filter(|(i, _)| live(i)).map(|(_, w)| w).collect();
         Reads::labelled(of, wrote)
+    }
+}
+
+/// Slot `sl` added to `t`'s sorted list in `map`.
+fn add_slot(map: &mut std::collections::HashMap<TensorId, Vec<usize>>, t: TensorId, sl: usize) {
+    let list = map.entry(t).or_default();
+    if let Err(k) = list.binary_search(&sl) {
+        list.insert(k, sl);
+    }
+}
+
+/// Slot `sl` removed from `t`'s sorted list in `map` (the list too once empty).
+fn remove_slot(map: &mut std::collections::HashMap<TensorId, Vec<usize>>, t: TensorId, sl: usize) {
+    if let Some(list) = map.get_mut(&t) {
+        if let Ok(k) = list.binary_search(&sl) {
+            list.remove(k);
+        }
+        if list.is_empty() {
+            map.remove(&t);
+        }
     }
 }
 
