@@ -218,9 +218,13 @@ impl Compiled {
         let mut scalars = vec![0u64; l.scalars.len()];
         for (param, arg) in l.params.iter().zip(args) {
             match (param, arg.as_ref()) {
-                (abi::Param::Tensor(t), Arg::Tensor(_)) if take && matches!(arg, Cow::Owned(_)) => {
+                (abi::Param::Tensor(t), Arg::Tensor(_)) if matches!(arg, Cow::Owned(_)) => {
                     let Cow::Owned(Arg::Tensor(x)) = arg else { unreachable!("matched above") };
-                    bufs.push((*t, HostBuf::Taken(x)));
+                    let buf = match take {
+                        true => HostBuf::Taken(x),
+                        false => HostBuf::Own(AlignedBuf::from_owned_tensor(x).map_err(oom)?),
+                    };
+                    bufs.push((*t, buf));
                 }
                 (abi::Param::Tensor(t), Arg::Tensor(x)) => {
                     bufs.push((*t, HostBuf::Own(AlignedBuf::from_tensor(x).map_err(oom)?)))

@@ -252,9 +252,12 @@ pub fn prepack_constant_operands(
     let folded = texc_compiler::constants::split(p, constant_input, known_scalar).map(|s| s.main);
     let (panel_packs, row_packs) = schedule_packs(folded.as_ref().unwrap_or(p), target, knobs);
     let mut made: Vec<(TensorId, i64, TensorId)> = Vec::new();
-    // Who reads what, kept up to date as packs go in: looked up per pack,
-    // not found by a walk of every stage (quadratic in a model's layers).
+    // Who reads what, kept up to date as products are rewritten: looked up
+    // per pack, not found by a walk of every stage (quadratic in a model's
+    // layers). The new stages go in at the end, all at once: inserted one
+    // by one, each would move every later stage.
     let mut reads = crate::strategy::Reads::of(p);
+    let mut pending = PendingStages::default();
     for pack in panel_packs {
         let b = p.tensor(pack.operand);
         // A last panel past the operand's end is padded with zeros: the
@@ -266,19 +269,15 @@ pub fn prepack_constant_operands(
         if !reads_along_innermost(p, ci, pack.operand) {
             continue;
         }
-        let consumer_tensor = p.stages[ci].tensor;
         let panels = match made.iter().find(|(t, w, _)| *t == pack.operand && *w == pack.width) {
             Some(&(_, _, panels)) => panels,
             None => {
-                let panels = insert_panels(p, ci, pack.operand, pack.width);
-                reads.inserted(p, ci, ci + 1);
+                let (panels, stage) = panels_stage(p, pack.operand, pack.width);
+                pending.push(ci, stage);
                 made.push((pack.operand, pack.width, panels));
                 panels
             }
         };
-        // The panels' stage may have gone in just before the product.
-        let ci = if p.stages[ci].tensor == consumer_tensor { ci } else { ci + 1 };
-        debug_assert_eq!(p.stages[ci].tensor, consumer_tensor, "the product");
         let value = p.stages[ci].value;
         let inner = p.stages[ci].n_axes as VarId - 1;
         p.stages[ci].value = read_panels(p, value, pack.operand, panels, pack.width, inner);
@@ -286,7 +285,8 @@ pub fn prepack_constant_operands(
     }
     let mut rows_made = 0;
     for pack in row_packs {
-        if !constant(pack.operand) {
+        // An operand given panels is read by its panels' stage, which folds.
+        if !constant(pack.operand) || made.iter().any(|&(t, _, _)| t == pack.operand) {
             continue;
         }
         // One reader, which reads it as the block did: weights of one layer.
@@ -295,13 +295,15 @@ pub fn prepack_constant_operands(
         if !reads_by_rows(p, ci, pack) {
             continue;
         }
-        let rows = insert_rows(p, ci, pack);
-        let value = p.stages[ci + 1].value;
-        p.stages[ci + 1].value = read_rows(p, value, pack, rows);
-        reads.inserted(p, ci, ci + 1);
+        let (rows, stage) = rows_stage(p, pack);
+        pending.push(ci, stage);
+        let value = p.stages[ci].value;
+        p.stages[ci].value = read_rows(p, value, pack, rows);
+        reads.refresh(p, ci);
         rows_made += 1;
     }
     debug_assert!(reads == crate::strategy::Reads::of(p), "prepack kept its index of reads up to date");
+    pending.splice(p);
     made.len() + rows_made
 }
 
@@ -343,9 +345,9 @@ fn reads_by_rows(p: &Program, ci: usize, pack: RowPack) -> bool {
 
 /// The stage `B.rows[.., q, .., r] = B[.., q * rows + r, ..]` (axis `dim`
 /// split, its remainder last; 0 past its end, in the last block's rows
-/// that a shorter copy of the block's loops never reads), inserted at stage
-/// index `at`; its tensor.
-fn insert_rows(p: &mut Program, at: usize, pack: RowPack) -> TensorId {
+/// that a shorter copy of the block's loops never reads): its tensor, and
+/// the stage, to be inserted before the product.
+fn rows_stage(p: &mut Program, pack: RowPack) -> (TensorId, Stage) {
     let decl = p.tensor(pack.operand).clone();
     let span = decl.span;
     let extent = decl.shape[pack.dim];
@@ -369,8 +371,7 @@ fn insert_rows(p: &mut Program, at: usize, pack: RowPack) -> TensorId {
     let mut vars: Vec<VarDecl> =
         shape[..rank].iter().enumerate().map(|(d, &extent)| VarDecl { name: format!("d{d}"), extent }).collect();
     vars.push(VarDecl { name: "r".into(), extent: pack.rows });
-    insert_stage(p, at, Stage { tensor: rows, n_axes: vars.len(), vars, value, span });
-    rows
+    (rows, Stage { tensor: rows, n_axes: vars.len(), vars, value, span })
 }
 
 /// `e` with every load `b[.., k, ..]` (`k` at `pack.dim`) replaced by
@@ -408,9 +409,9 @@ fn reads_along_innermost(p: &Program, ci: usize, b: TensorId) -> bool {
 }
 
 /// The stage `B.panels[q, d0, .., r] = B[d0, .., q * w + r]` (0 past the
-/// end of `B`'s last axis where `w` does not divide it), inserted at stage
-/// index `at`; the panels' tensor.
-fn insert_panels(p: &mut Program, at: usize, b: TensorId, w: i64) -> TensorId {
+/// end of `B`'s last axis where `w` does not divide it): the panels'
+/// tensor, and the stage, to be inserted before the first product reading them.
+fn panels_stage(p: &mut Program, b: TensorId, w: i64) -> (TensorId, Stage) {
     let decl = p.tensor(b).clone();
     let span = decl.span;
     let last = decl.shape.len() - 1;
@@ -434,8 +435,7 @@ fn insert_panels(p: &mut Program, at: usize, b: TensorId, w: i64) -> TensorId {
     vars.extend((0..last).map(|d| VarDecl { name: format!("d{d}"), extent: decl.shape[d] }));
     vars.push(VarDecl { name: "r".into(), extent: w });
     let n_axes = vars.len();
-    insert_stage(p, at, Stage { tensor: panels, vars, n_axes, value, span });
-    panels
+    (panels, Stage { tensor: panels, vars, n_axes, value, span })
 }
 
 /// Insert `st` at stage index `at`, in the operator of the stage there.
@@ -448,6 +448,49 @@ pub(crate) fn insert_stage(p: &mut Program, at: usize, st: Stage) {
             op.stages.end += 1;
         } else if op.stages.end > at {
             op.stages.end += 1;
+        }
+    }
+}
+
+/// Stages to insert, each before a stage of the program as it stands, put
+/// in by one [`PendingStages::splice`]: a pass that inserts a stage per
+/// layer one at a time moves every later stage each time (quadratic in a
+/// model's layers).
+#[derive(Default)]
+pub(crate) struct PendingStages(Vec<(usize, Stage)>);
+
+impl PendingStages {
+    /// `st`, to go just before the stage now at index `before` (after the
+    /// ones pushed before it for the same place).
+    pub(crate) fn push(&mut self, before: usize, st: Stage) {
+        self.0.push((before, st));
+    }
+
+    /// Insert every pending stage; each joins the operator of the stage it
+    /// precedes, as [`insert_stage`] would have put it, and later operator
+    /// records move with their stages.
+    pub(crate) fn splice(self, p: &mut Program) {
+        let mut pending = self.0;
+        if pending.is_empty() {
+            return;
+        }
+        pending.sort_by_key(|&(at, _)| at);
+        let places: Vec<usize> = pending.iter().map(|&(at, _)| at).collect();
+        let old = std::mem::take(&mut p.stages);
+        let mut stages = Vec::with_capacity(old.len() + pending.len());
+        let mut pending = pending.into_iter().peekable();
+        for (si, st) in old.into_iter().enumerate() {
+            while let Some((_, new)) = pending.next_if(|&(at, _)| at == si) {
+                stages.push(new);
+            }
+            stages.push(st);
+        }
+        stages.extend(pending.map(|(_, st)| st));
+        p.stages = stages;
+        let before = |si: usize| places.partition_point(|&at| at < si);
+        for op in &mut p.ops {
+            op.stages.start += before(op.stages.start);
+            op.stages.end += before(op.stages.end);
         }
     }
 }
