@@ -53,6 +53,10 @@ pub struct Facts {
     pub names: HashMap<ExprId, NameRes>,
     pub calls: HashMap<ExprId, CallRes>,
     pub reduces: HashMap<ExprId, (ReduceOp, Vec<VarSlot>)>,
+    /// The tensor each access `T[i, ..]` reads, as *resolve* found it by
+    /// name (*specialize* looks it up here, not by a scan of the kernel's
+    /// tensors per access: quadratic in an imported model's layers).
+    pub accesses: HashMap<ExprId, TensorSlot>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -1137,6 +1137,7 @@ impl<'a> Body<'a> {
                     return Err(d);
                 };
                 self.require_defined(t, tensor.span)?;
+                self.facts.accesses.insert(e, t);
                 let info = &self.info.tensors[t as usize];
                 if info.rank != indices.len() {
                     return Err(Diagnostic::at(

@@ -793,8 +793,13 @@ impl<'a> Lower<'a> {
         let Expr::Access { tensor, .. } = inst.ast.expr(e) else {
             return None;
         };
-        let slot = inst.k.tensors.iter().position(|t| t.name == tensor.name)?;
-        inst.tensors[slot]
+        let slot = *inst.facts.accesses.get(&e)?;
+        debug_assert_eq!(
+            Some(slot as usize),
+            inst.k.tensors.iter().position(|t| t.name == tensor.name),
+            "resolve's slot is the first of that name"
+        );
+        inst.tensors[slot as usize]
     }
 
     /// Fold index arithmetic on constants (`2 * 3`, `0 * i`, `i + 0`, `1 * i`)
