@@ -144,6 +144,7 @@ pub fn filters_last(
     // looked up, not found by a walk of every stage (quadratic in a
     // model's blocks).
     let mut reads = Reads::of(p);
+    let mut dead = vec![false; p.stages.len()];
     let mut si = 0;
     while si < p.stages.len() {
         // A convolution of one group reads channel `k / K * Cg + c`, which
@@ -158,22 +159,26 @@ pub fn filters_last(
         if let Some((f, merged, read_so)) = long_axis(p, &reads, si, target, movable, wants).filter(|_| !tiled) {
             let (at, before) = (si, p.stages.len());
             si = rewrite(p, si, f, merged, Some(&mut made));
-            reads.inserted_run(p, at, p.stages.len() - before);
+            let inserted = p.stages.len() - before;
+            reads.inserted_run(p, at, inserted);
+            dead.splice(at..at, std::iter::repeat_n(false, inserted));
             reads.refresh(p, si);
             if read_so {
-                // Its readers walk the filters innermost: they read `Y.t` as it is stored.
+                // Its readers walk the filters innermost: they read `Y.t` as
+                // it is stored. The copy back is dropped with the others at
+                // the end (removed here, it would move every later stage).
                 let t = p.stages[si].tensor;
                 let readers: Vec<usize> = reads.readers_after(si, t).collect();
-                crate::normalize::inline_stage_into(p, si, &readers);
-                reads.inlined(si, t);
-                crate::prepack::stage_removed(p, si);
-                si -= 1;
+                crate::normalize::inline_stage_in_place(p, si, &readers);
+                reads.inlined_in_place(si, t);
+                dead[si] = true;
             }
             changed += 1;
         }
         si += 1;
     }
-    debug_assert!(reads == Reads::of(p), "filters-last kept its index of reads up to date");
+    crate::prepack::drop_stages_of_ops(p, &dead);
+    debug_assert!(reads.dropped(&dead) == Reads::of(p), "filters-last kept its index of reads up to date");
     changed
 }
 

@@ -495,15 +495,24 @@ impl PendingStages {
     }
 }
 
-/// The operator records after the stage at `at` was removed (inlined into its readers).
-pub(crate) fn stage_removed(p: &mut Program, at: usize) {
+/// [`crate::normalize::drop_stages`], with the operator records' stage
+/// ranges counting only the stages left (as removing each would have moved
+/// them): for the passes that keep those records, before constants fold.
+pub(crate) fn drop_stages_of_ops(p: &mut Program, dead: &[bool]) {
+    crate::normalize::drop_stages(p, dead);
+    // `dropped_before[i]`: how many of the stages before index `i` are dropped.
+    let dropped_before: Vec<usize> = std::iter::once(0)
+        .chain(dead.iter().scan(0, |n, &gone| {
+            *n += gone as usize;
+            Some(*n)
+        }))
+        .collect();
+    // A record past the end (a pass that keeps no records ran before) is
+    // moved by all the dropped stages, as removing each would have moved it.
+    let before = |si: usize| dropped_before[si.min(dead.len())];
     for op in &mut p.ops {
-        if op.stages.start > at {
-            op.stages.start -= 1;
-            op.stages.end -= 1;
-        } else if op.stages.end > at {
-            op.stages.end -= 1;
-        }
+        op.stages.start -= before(op.stages.start);
+        op.stages.end -= before(op.stages.end);
     }
 }
 
@@ -537,4 +546,83 @@ fn zero_past(p: &mut Program, value: TExprId, index: TExprId, end: i64, elem: El
         false => p.alloc(TExpr::Int(0), Ty::Elem(elem), span),
     };
     p.alloc(TExpr::Select(inside, value, zero), Ty::Elem(elem), span)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use texc_grammar::span::Span;
+
+    /// A program of `n` stages (stage `i` writes tensor `i`) and operators
+    /// over the ranges `cuts` makes (empty ones included).
+    fn program(n: usize, cuts: &[usize]) -> Program {
+        let mut p = Program::default();
+        for i in 0..n {
+            let st = stage(&mut p, i as u32);
+            p.stages.push(st);
+        }
+        for w in cuts.windows(2) {
+            p.ops.push(OpRecord {
+                op: "compute".into(),
+                attrs: Vec::new(),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                stages: w[0]..w[1],
+                span: Span::default(),
+                args: Vec::new(),
+                std_callee: false,
+            });
+        }
+        p
+    }
+
+    fn stage(p: &mut Program, t: u32) -> Stage {
+        let value = p.alloc(TExpr::Float(t as f64), Ty::Elem(ElemType::F32), Span::default());
+        Stage { tensor: TensorId(t), vars: Vec::new(), n_axes: 0, value, span: Span::default() }
+    }
+
+    fn order(p: &Program) -> (Vec<u32>, Vec<std::ops::Range<usize>>) {
+        (p.stages.iter().map(|s| s.tensor.0).collect(), p.ops.iter().map(|o| o.stages.clone()).collect())
+    }
+
+    /// Stages put in by one splice, and dropped in one pass, end where
+    /// inserting and removing them one at a time put them, and the
+    /// operator records with them: places at an operator's first stage, in
+    /// its middle, before an empty one, at the end, several at one place.
+    #[test]
+    fn batched_edits_move_stages_and_operators_as_single_ones_do() {
+        let cuts = [0, 2, 2, 5, 6, 9];
+        let places = [0usize, 2, 2, 3, 5, 8, 9, 4, 2];
+        let mut one_by_one = program(9, &cuts);
+        let mut batched = program(9, &cuts);
+        let mut pending = PendingStages::default();
+        // One at a time, each place is an index of the program as it stands.
+        let mut shift = vec![0usize; 10];
+        for (k, &at) in places.iter().enumerate() {
+            let new = stage(&mut batched, 100 + k as u32);
+            pending.push(at, new.clone());
+            let now = at + shift[at];
+            insert_stage(&mut one_by_one, now, new);
+            for s in shift.iter_mut().skip(at + 1) {
+                *s += 1;
+            }
+            shift[at] += 1;
+        }
+        pending.splice(&mut batched);
+        assert_eq!(order(&batched), order(&one_by_one));
+        let dead: Vec<bool> = (0..batched.stages.len()).map(|i| i % 3 == 1 || i == 0).collect();
+        for i in (0..dead.len()).rev().filter(|&i| dead[i]) {
+            one_by_one.stages.remove(i);
+            for op in &mut one_by_one.ops {
+                if op.stages.start > i {
+                    op.stages.start -= 1;
+                    op.stages.end -= 1;
+                } else if op.stages.end > i {
+                    op.stages.end -= 1;
+                }
+            }
+        }
+        drop_stages_of_ops(&mut batched, &dead);
+        assert_eq!(order(&batched), order(&one_by_one));
+    }
 }

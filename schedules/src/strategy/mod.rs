@@ -315,18 +315,6 @@ impl Reads {
         }
     }
 
-    /// After [`crate::normalize::inline_stage`]`(p, si)`: stage `si` is gone
-    /// and each of its later readers reads what it read instead of its
-    /// tensor `t`.
-    pub(crate) fn inlined(&mut self, si: usize, t: TensorId) {
-        self.inlined_in_place(si, t);
-        let sl = self.slot[si];
-        self.live.add(sl, -1);
-        self.slot.remove(si);
-        self.of.remove(si);
-        self.wrote.remove(si);
-    }
-
     /// After [`crate::normalize::inline_stage_in_place`]`(p, si, ..)`: each
     /// of stage `si`'s later readers reads what it read instead of its
     /// tensor `t`, and the stage, still in place, neither reads nor writes
@@ -512,7 +500,10 @@ mod tests {
             of[c].remove(&t);
             of[c].extend(gone.iter().copied());
         }
-        r.inlined(3, t);
+        r.inlined_in_place(3, t);
+        let mut dropped = vec![false; r.of.len()];
+        dropped[3] = true;
+        let r = r.dropped(&dropped);
         assert_eq!(r, Reads::labelled(of.clone(), wrote.clone()));
         assert_eq!(
             r.readers_after(0, TensorId(100)).count(),
