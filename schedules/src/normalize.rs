@@ -89,8 +89,17 @@ fn find_nested(p: &Program, e: TExprId, top: bool, enclosing: &mut Vec<VarId>) -
 }
 
 pub fn hoist_reductions(p: &mut Program) {
+    // The stages go back one at a time, each hoisting out of it just before
+    // it, among the last few: inserted in the whole program, each hoisted
+    // stage moved every later one (quadratic in a model's layers). Nothing
+    // here reads a stage after the one being worked on.
+    let mut rest = std::mem::take(&mut p.stages).into_iter();
     let mut si = 0;
-    while si < p.stages.len() {
+    loop {
+        if si == p.stages.len() {
+            let Some(next) = rest.next() else { break };
+            p.stages.push(next);
+        }
         let st = p.stages[si].clone();
         // An attention stage is one operator (`crate::flash`), computed by a nest of its own.
         if crate::flash::is_attention(p, si) {
