@@ -117,7 +117,9 @@ impl Nest<'_> {
             let fv = self.value(f, fused);
             let k = f.p.alloc(TExpr::Int(inner_ext), Ty::Index, span);
             let op = if is_outer { BinOp::FloorDiv } else { BinOp::FloorMod };
-            f.p.alloc(TExpr::Binary(op, fv, k), Ty::Index, span)
+            let e = f.p.alloc(TExpr::Binary(op, fv, k), Ty::Index, span);
+            // Every access, store and guard of the nest reads this one value.
+            index::eliminate_div_mod(f, e)
         } else {
             // Not part of this nest (a reduction variable in an init nest).
             f.p.alloc(TExpr::Int(0), Ty::Index, span)
@@ -423,7 +425,7 @@ impl Lowerer<'_> {
                 .collect();
             let e = subst(&mut f.p, e, &map, &HashMap::new());
             self.localize(f, e);
-            e
+            index::eliminate_div_mod(f, e)
         };
         // An attached stage never computes outside its tensor.
         let domain = |f: &mut LoopFunc, nest: &mut Nest| -> Option<TExprId> {

@@ -1831,3 +1831,35 @@ fn a_transposing_stage_read_twice_stays_a_pass() {
         assert!(!loops.lines().any(|l| l.trim_start().starts_with("T[")), "{target}: T inlined:\n{loops}");
     });
 }
+
+/// A grouped convolution's register block takes rows among the filters of
+/// one group, which all read the same input channels: once its loops are
+/// fused, the input's channel `k / Kg · Cg + c`, with `k` the fused loop's
+/// group, row block and the block's row, is the group's `g · Cg + c`, the
+/// same for every row (the lowering divides exactly where intervals bound
+/// the remainder), so the rows share each load of the input. Kept as
+/// `(… + row) / 24 · 24 + c`, every row loaded its own (AVX2, 6 rows of
+/// 14 lanes: RegNetY-1.6GF's 336-channel layers 0.75 → 0.29 ms).
+#[test]
+fn a_grouped_convolutions_rows_share_their_input() {
+    let src = "import std.nn;
+kernel g(X: f32[N = 1, C = 48, H = 14, W = 14], Wt: f32[C, 24, 3, 3], b: f32[C]) -> Y: f32[N, C, H, W] {
+    Y = relu(conv2d_bias(X, Wt, b, pad = 1, groups = 2));
+}";
+    default_on_x86("grouped", src, |target, loops| {
+        let row = loops
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("for ")?.strip_suffix(" unrolled:")?.split(" in ").next())
+            .unwrap_or_else(|| panic!("{target}: a register block of rows:\n{loops}"));
+        let channels: Vec<&str> = loops
+            .lines()
+            .filter(|l| l.contains(".acc["))
+            .flat_map(|l| l.split(".Xp[").skip(1))
+            .map(|rest| rest.split(", ").nth(1).expect("the channel index"))
+            .collect();
+        assert!(!channels.is_empty(), "{target}: the block reads the padded input:\n{loops}");
+        for ch in channels {
+            assert!(!ch.contains(row) && !ch.contains('%'), "{target}: channel `{ch}` varies with the row `{row}`");
+        }
+    });
+}
