@@ -206,7 +206,9 @@ impl Compiled {
 
     /// With `take`, an owned tensor argument is used where it is, not
     /// copied: for one call (its memory is not advised to huge pages as
-    /// [`AlignedBuf`]s are, which calls made repeatedly gain from).
+    /// [`AlignedBuf`]s are, which calls made repeatedly gain from). Without,
+    /// an owned one is copied and its pages given back as they are
+    /// ([`AlignedBuf::from_owned_tensor`]).
     fn prepare_checked<'a>(
         &self,
         args: impl Iterator<Item = Cow<'a, Arg>>,

@@ -793,13 +793,11 @@ impl<'a> Lower<'a> {
         let Expr::Access { tensor, .. } = inst.ast.expr(e) else {
             return None;
         };
-        let slot = *inst.facts.accesses.get(&e)?;
-        debug_assert_eq!(
-            Some(slot as usize),
-            inst.k.tensors.iter().position(|t| t.name == tensor.name),
-            "resolve's slot is the first of that name"
-        );
-        inst.tensors[slot as usize]
+        let by_name = || inst.k.tensors.iter().position(|t| t.name == tensor.name);
+        debug_assert!(inst.facts.accesses.get(&e).map(|&s| s as usize) == by_name(), "resolve's slot, by name");
+        // Every access *resolve* accepted has its slot; the scan is a fallback.
+        let slot = inst.facts.accesses.get(&e).map(|&s| s as usize).or_else(by_name)?;
+        inst.tensors[slot]
     }
 
     /// Fold index arithmetic on constants (`2 * 3`, `0 * i`, `i + 0`, `1 * i`)

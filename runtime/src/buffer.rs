@@ -15,7 +15,7 @@ pub const ALIGN: usize = 64;
 /// Size and alignment of a huge page: buffers at least this large use them.
 const HUGE: usize = 2 << 20;
 
-/// Zero-initialised, 64-byte aligned memory for one tensor.
+/// 64-byte aligned memory for one tensor: zeroed, or a tensor's copy.
 pub struct AlignedBuf {
     ptr: *mut u8,
     layout: Layout,
@@ -96,21 +96,28 @@ impl AlignedBuf {
     pub fn from_owned_tensor(mut t: Tensor) -> Result<AlignedBuf, OutOfMemory> {
         let len = t.bytes().len();
         // Generated code reads the elements as they lie in memory on a
-        // little-endian host (`Tensor::bytes`), which is what `from_tensor` writes.
-        if len < HUGE || cfg!(target_endian = "big") {
+        // little-endian host (`Tensor::bytes`), which is what `from_tensor`
+        // writes; a tensor whose data and shape disagree is copied (and
+        // zero-filled) as `from_tensor` copies it, and pages are only given
+        // back on Linux.
+        let whole = t.shape.iter().try_fold(t.dtype().size(), |a, &d| a.checked_mul(d)) == Some(len);
+        if len < HUGE || cfg!(target_endian = "big") || !cfg!(target_os = "linux") || !whole {
             return AlignedBuf::from_tensor(&t);
         }
         let (ptr, layout) = huge_pages(len).ok_or(OutOfMemory(len))?;
-        let mut done = 0;
+        // `t`'s bytes before `released` are copied and their pages given back.
+        let (mut done, mut released) = (0, 0);
         while done < len {
             let end = (done + HUGE).min(len);
             let part = &t.bytes()[done..end];
             // SAFETY: the allocation holds `layout.size() >= len` bytes, and the
             // tensor's bytes are another allocation.
             unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), ptr.add(done), part.len()) };
-            // From a part back: the page that straddles two parts is whole in this range.
-            t.release(done.saturating_sub(HUGE)..end);
-            done = end;
+            // Up to the last whole page copied: a page that straddles two
+            // parts goes back with the next.
+            let upto = released + crate::whole_pages(&t.bytes()[released..end]).end;
+            t.release(released..upto);
+            (done, released) = (end, upto);
         }
         // Every one of the tensor's `len` bytes was written above.
         Ok(AlignedBuf { ptr, layout, dtype: t.dtype(), shape: t.shape })
@@ -181,7 +188,7 @@ fn huge_pages(bytes: usize) -> Option<(*mut u8, Layout)> {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with this layout.
+        // SAFETY: allocated with this layout (`small_zeroed` or `huge_pages`).
         unsafe { dealloc(self.ptr, self.layout) }
     }
 }
@@ -209,5 +216,9 @@ mod tests {
                 assert_eq!(owned.ptr as usize % ALIGN, 0, "{dtype:?} × {len}: aligned");
             }
         }
+        // Data shorter than the shape says: copied as a borrowed one is (the rest zero).
+        let short = Tensor { shape: vec![HUGE], data: Data::F32(vec![1.5; HUGE / 8]) };
+        let owned = AlignedBuf::from_owned_tensor(short.clone()).expect("memory");
+        assert!(owned.bytes() == AlignedBuf::from_tensor(&short).expect("memory").bytes());
     }
 }

@@ -265,6 +265,12 @@ pub fn prepack_constant_operands(
         if !constant(pack.operand) || b.shape.is_empty() {
             continue;
         }
+        // A streamed operand is one product's alone: one given panels
+        // already is read by them too (their stage, still to be inserted,
+        // is not in `reads`).
+        if pack.streamed && made.iter().any(|&(t, _, _)| t == pack.operand) {
+            continue;
+        }
         let Some(ci) = consumer(&reads, pack) else { continue };
         if !reads_along_innermost(p, ci, pack.operand) {
             continue;
