@@ -1839,7 +1839,7 @@ fn a_transposing_stage_read_twice_stays_a_pass() {
 /// same for every row (the lowering divides exactly where intervals bound
 /// the remainder), so the rows share each load of the input. Kept as
 /// `(… + row) / 24 · 24 + c`, every row loaded its own (AVX2, 6 rows of
-/// 14 lanes: RegNetY-1.6GF's 336-channel layers 0.75 → 0.29 ms).
+/// 14 lanes: RegNetY-1.6GF's 336-channel layers 0.75 → 0.36 ms).
 #[test]
 fn a_grouped_convolutions_rows_share_their_input() {
     let src = "import std.nn;
