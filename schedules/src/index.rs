@@ -114,16 +114,7 @@ pub fn div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> (TExprId, TExprId) {
     let split = (|| {
         let l = lin(f, t)?;
         let c128 = c as i128;
-        let (mut x, mut y) = (Affine::<Key>::default(), Affine::<Key>::default());
-        for (k, coef) in &l.form.terms {
-            if coef % c128 == 0 {
-                x.terms.insert(k.clone(), coef / c128);
-            } else {
-                y.terms.insert(k.clone(), *coef);
-            }
-        }
-        x.c = l.form.c.div_euclid(c128);
-        y.c = l.form.c.rem_euclid(c128);
+        let (x, y) = split_terms(&l.form, c128);
         match range(f, &y) {
             Some((lo, hi)) if lo >= 0 && hi < c128 => Some((build(f, &x, &l.exprs)?, build(f, &y, &l.exprs)?)),
             _ => None,
@@ -167,21 +158,28 @@ fn exact_div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> Option<(TExprId, TExpr
     }
     let l = lin(f, t)?;
     let c128 = c as i128;
-    let (mut x, mut y) = (Affine::<Key>::default(), Affine::<Key>::default());
-    for (k, coef) in &l.form.terms {
-        if coef % c128 == 0 {
-            x.terms.insert(k.clone(), coef / c128);
-        } else {
-            y.terms.insert(k.clone(), *coef);
-        }
-    }
-    x.c = l.form.c.div_euclid(c128);
-    y.c = l.form.c.rem_euclid(c128);
+    let (x, y) = split_terms(&l.form, c128);
     let (lo, hi) = bounds(f, &y, &l.exprs)?;
     if lo < 0 || hi >= c128 {
         return None;
     }
     Some((build(f, &x, &l.exprs)?, build(f, &y, &l.exprs)?))
+}
+
+/// `l` as `c·X + Y`: `X` the terms `c` divides (over `c`) and the
+/// constant's quotient, `Y` the other terms and the constant's remainder.
+fn split_terms(l: &Affine<Key>, c: i128) -> (Affine<Key>, Affine<Key>) {
+    let (mut x, mut y) = (Affine::<Key>::default(), Affine::<Key>::default());
+    for (k, coef) in &l.terms {
+        if coef % c == 0 {
+            x.terms.insert(k.clone(), coef / c);
+        } else {
+            y.terms.insert(k.clone(), *coef);
+        }
+    }
+    x.c = l.c.div_euclid(c);
+    y.c = l.c.rem_euclid(c);
+    (x, y)
 }
 
 /// The range of a linear form whose terms are loop variables, each over
