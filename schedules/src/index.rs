@@ -43,18 +43,6 @@ fn lin(f: &LoopFunc, e: TExprId) -> Option<Lin> {
     Some(Lin { form, exprs })
 }
 
-/// The range of a linear form, if every term is a loop variable.
-fn range(f: &LoopFunc, l: &Affine<Key>) -> Option<(i128, i128)> {
-    let mut r = (l.c, l.c);
-    for (k, coef) in &l.terms {
-        let Key::Var(v) = k else { return None };
-        let hi = (f.vars[*v as usize].extent - 1).max(0) as i128;
-        r.0 = r.0.saturating_add(coef.saturating_mul(hi).min(0));
-        r.1 = r.1.saturating_add(coef.saturating_mul(hi).max(0));
-    }
-    Some(r)
-}
-
 pub(crate) fn int(f: &mut LoopFunc, k: i64) -> TExprId {
     f.p.alloc(TExpr::Int(k), Ty::Index, Default::default())
 }
@@ -109,18 +97,10 @@ pub fn simplify(f: &mut LoopFunc, e: TExprId) -> TExprId {
 }
 
 /// `(t / c, t % c)` for `t ≥ 0` and `c ≥ 1`, free of `/` and `%` where `t`
-/// splits into `c·X + Y` with `Y` in `[0, c)`.
+/// splits into `c·X + Y` with `Y` in `[0, c)` (as [`eliminate_div_mod`]
+/// finds it).
 pub fn div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> (TExprId, TExprId) {
-    let split = (|| {
-        let l = lin(f, t)?;
-        let c128 = c as i128;
-        let (x, y) = split_terms(&l.form, c128);
-        match range(f, &y) {
-            Some((lo, hi)) if lo >= 0 && hi < c128 => Some((build(f, &x, &l.exprs)?, build(f, &y, &l.exprs)?)),
-            _ => None,
-        }
-    })();
-    split.unwrap_or_else(|| {
+    exact_div_mod(f, t, c).unwrap_or_else(|| {
         let k = int(f, c);
         (bin(f, BinOp::FloorDiv, t, k), bin(f, BinOp::FloorMod, t, k))
     })
@@ -128,15 +108,15 @@ pub fn div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> (TExprId, TExprId) {
 
 /// `e` with each floor division or remainder by a constant `c` of a linear
 /// term `t = c·X + Y` whose `Y` provably lies in `[0, c)` replaced by `X`
-/// or `Y` (inner ones first); everything else as it was. Unlike
-/// [`div_mod`], the terms of `Y` may be divisions and remainders of loop
-/// variables themselves, bounded by their intervals: a grouped
-/// convolution's input channel `k / 24 · 24 + c`, with `k = t / 14 / 4 · 24
-/// + t / 14 % 4 · 6 + r` once its filters are split into groups and rows
-/// of 6 and the loops fused, is `t / 14 / 4 · 24 + c`, the same for the
-/// block's 6 rows, which then share each load of the input where each row
-/// loaded its own (AVX2, rows of 14, 336 channels in groups of 24 at
-/// 14 × 14: 1.32 → 0.32 ms with its padding pass).
+/// or `Y` (inner ones first); everything else as it was. The terms of `Y`
+/// may be divisions and remainders of loop variables themselves, bounded
+/// by their intervals: a grouped convolution's input channel `k / 24 · 24
+/// + c`, with `k = t / 14 / 4 · 24 + t / 14 % 4 · 6 + r` once its filters
+/// are split into groups and rows of 6 and the loops fused, is `t / 14 / 4
+/// · 24 + c`, the same for the block's 6 rows, which then share each load
+/// of the input where each row loaded its own (AVX2, rows of 14, 336
+/// channels in groups of 24 at 14 × 14: 1.32 → 0.32 ms with its padding
+/// pass).
 pub fn eliminate_div_mod(f: &mut LoopFunc, e: TExprId) -> TExprId {
     let children = f.p.children(e);
     let new: Vec<TExprId> = children.iter().map(|&c| eliminate_div_mod(f, c)).collect();
@@ -201,7 +181,7 @@ fn bounds(f: &LoopFunc, l: &Affine<Key>, exprs: &HashMap<Key, TExprId>) -> Optio
 fn simplify_index(f: &mut LoopFunc, e: TExprId) -> TExprId {
     if let TExpr::Binary(op @ (BinOp::FloorDiv | BinOp::FloorMod), t, c) = f.p.expr(e).clone() {
         if let TExpr::Int(c) = *f.p.expr(c) {
-            let non_negative = lin(f, t).and_then(|l| range(f, &l.form)).is_some_and(|(lo, _)| lo >= 0);
+            let non_negative = lin(f, t).and_then(|l| bounds(f, &l.form, &l.exprs)).is_some_and(|(lo, _)| lo >= 0);
             if c >= 1 && non_negative {
                 let (q, r) = div_mod(f, t, c);
                 return if op == BinOp::FloorDiv { q } else { r };
