@@ -45,7 +45,13 @@
 //! steps, where a step still covers [`MIN_STEP_BYTES`] and the slice and
 //! the next fit half of the L2 together (the panels above: three passes of
 //! 400 channels, 8 bytes a step; prefetching only 8 of the 50 lines a
-//! pass's step would have to took nothing off).
+//! pass's step would have to took nothing off). Without such a loop (a
+//! step of 7 bytes) the step prefetches its whole share where that is a
+//! burst the core keeps in flight ([`MAX_BURST_LINES`]) and it has the
+//! arithmetic to hide it ([`OPS_PER_LINE`]). The reads that make a
+//! slice's later passes include the spread loop's own steps (a block of
+//! panels read by each block of rows in turn) where the slice and the next
+//! fit half of the L2 together.
 //!
 //! Invariants: the pass adds `Stmt::Prefetch` statements only, which
 //! change no value; each one's offset is clamped into its tensor. It runs
@@ -62,8 +68,23 @@ use texc_compiler::tir::{TExpr, TExprId, TensorId, TensorRole, Ty, VarId};
 
 /// A cache line (x86).
 const LINE_BYTES: i64 = 64;
-/// Prefetches one step may issue: more would crowd the loop's loads.
+/// Prefetches one step may issue where a finer loop can take them: more
+/// would crowd the loop's loads.
 const MAX_LINES_PER_STEP: i64 = 8;
+/// Where no finer loop can take a step's share, the step prefetches all of
+/// it if that is at most [`MAX_BURST_LINES`] and a line per this many of
+/// its operations (16 cycles of two AVX2 FMA pipes); cut short, the lines
+/// not prefetched wait on memory in the next slice's first pass (MEASURED,
+/// Zen 4, `x86-avx2`, 1 thread: forty 1 × 1 convolutions 192 ↔ 1152 at 7
+/// × 7, 35 MB of weights: the 192 → 1152 ones' 11 lines a step, 8
+/// prefetched: 0.285 ms a layer, all 11: 0.227; ONNX Runtime 0.23).
+const OPS_PER_LINE: f64 = 512.0;
+/// The most lines a step prefetches to take its whole share: the misses a
+/// core keeps in flight (16 fill buffers on Intel since Ice Lake, 24 on Zen
+/// 4's L1). A larger share keeps [`MAX_LINES_PER_STEP`]: 16 of Swin-T's
+/// 220 lines a step on `host` (AVX-512) ran the model 0.6 % slower than 8,
+/// the coverage no better.
+const MAX_BURST_LINES: i64 = 16;
 /// The finest step that prefetches: a line is then prefetched by at most 8 steps.
 const MIN_STEP_BYTES: i64 = LINE_BYTES / 8;
 /// Slices within a page are left to the hardware prefetcher.
@@ -221,7 +242,8 @@ fn plan_for(
     // Every term of a prefetch's offset is at least `base` (see
     // `statements`), so `base ≥ 0` keeps it inside the tensor from below;
     // a read below the start (a padded window behind a guard) is left alone.
-    if base < 0 || slice * elem_bytes <= PAGE_BYTES {
+    let slice_bytes = slice * elem_bytes;
+    if base < 0 || slice_bytes <= PAGE_BYTES {
         return None;
     }
     // The slice's first read waits on memory for a share of the run's time
@@ -230,16 +252,26 @@ fn plan_for(
     // 96 KB reused by 28 rows: 392 operations a byte, 4 %, against 25 and
     // 58 % for ResNet-50's 3×3 convolutions at 7×7).
     let run_ops = 2.0 * run as f64 * path.iter().map(|p| p.2.max(1) as f64).product::<f64>();
-    if run_ops > MIN_WAIT_SHARE_INVERSE * m.ridge * (slice * elem_bytes) as f64 {
+    if run_ops > MIN_WAIT_SHARE_INVERSE * m.ridge * slice_bytes as f64 {
         return None;
     }
-    let (spread, lines) = spread_loop(path, run, slice * elem_bytes, m.caches.l2)?;
+    let (spread, lines) = spread_loop(path, run, slice_bytes, m.caches.l2, run_ops)?;
     let at = spread.last()?.0;
     // A slice read once is a stream, which the hardware prefetcher follows
     // (MEASURED: prefetching the next one slowed a fully connected layer's
-    // 8 MB of weights by 10–40 %).
+    // 8 MB of weights by 10–40 %). The spread loop's own steps walking
+    // what the first step read again (a panel read by each block of rows in
+    // turn) count where a step's reads fit half of the L2: the later steps
+    // find them there.
     let above: Vec<VarId> = spread[..spread.len() - 1].iter().map(|p| p.0).collect();
-    if traversals(f, (par, lo), tensor, idx, path, &above, run, slice) < 2 {
+    let mut reads = traversals(f, (par, lo), tensor, idx, path, &above, run, slice);
+    let below = |v: VarId| !spread.iter().any(|p| p.0 == v);
+    let step_bytes = footprint(f, (par, lo), tensor, idx, path, &below).saturating_mul(elem_bytes);
+    if reads < 2 && step_bytes.saturating_mul(2) <= m.caches.l2 {
+        let with_spread: Vec<VarId> = spread.iter().map(|p| p.0).collect();
+        reads = traversals(f, (par, lo), tensor, idx, path, &with_spread, run, slice);
+    }
+    if reads < 2 {
         return None;
     }
     Some(Plan { at, tensor, outer: (par, lo), run, slice, base, path: spread, lines })
@@ -247,8 +279,8 @@ fn plan_for(
 
 /// How many times a run reads its slice: the run's iterations' footprints
 /// (their offsets' range, every loop of `path` over its range) over the
-/// slice, times the loops above the spread loop (`above`) that the read does
-/// not move along (they walk the same elements again).
+/// slice, times the loops of `above` (those above the spread loop, or down to
+/// it) that the read does not move along (they walk the same elements again).
 #[allow(clippy::too_many_arguments)]
 fn traversals(
     f: &LoopFunc,
@@ -260,19 +292,40 @@ fn traversals(
     run: i64,
     slice: i64,
 ) -> i64 {
-    let mut ranges = vec![interval::exact(0); f.vars.len()];
-    for &(v, vlo, extent, _) in path {
-        ranges[v as usize] = interval::range(vlo as i128, (vlo + extent.max(1) - 1) as i128);
+    let footprint = footprint(f, (par, lo), tensor, idx, path, &|_| true);
+    if footprint == 0 {
+        return 0;
     }
-    ranges[par as usize] = interval::exact(lo as i128);
-    let Some((first, last)) = flat_range(f, tensor, idx, &|v| ranges[v as usize]) else { return 0 };
-    let footprint = ((last - first + 1) as i64).clamp(1, slice);
+    let footprint = footprint.clamp(1, slice);
     let again: i64 = path
         .iter()
         .filter(|p| above.contains(&p.0) && !idx.iter().any(|&i| f.p.mentions(i, p.0)))
         .map(|p| p.2.max(1))
         .product();
     run.saturating_mul(footprint).saturating_mul(again) / slice
+}
+
+/// The elements between the first and the last that the read at `idx`
+/// reaches over the loops of `path` that are `ranging` (the others at their
+/// start) at the parallel loop's first iteration; 0 where unknown.
+fn footprint(
+    f: &LoopFunc,
+    (par, lo): (VarId, i64),
+    tensor: TensorId,
+    idx: &[TExprId],
+    path: &Enclosing,
+    ranging: &dyn Fn(VarId) -> bool,
+) -> i64 {
+    let mut ranges = vec![interval::exact(0); f.vars.len()];
+    for &(v, vlo, extent, _) in path {
+        let hi = if ranging(v) { vlo + extent.max(1) - 1 } else { vlo };
+        ranges[v as usize] = interval::range(vlo as i128, hi as i128);
+    }
+    ranges[par as usize] = interval::exact(lo as i128);
+    match flat_range(f, tensor, idx, &|v| ranges[v as usize]) {
+        Some((first, last)) => i64::try_from(last - first + 1).unwrap_or(i64::MAX),
+        None => 0,
+    }
 }
 
 /// Whether `offsets` fall in runs of `q` iterations, run `r` within
@@ -296,7 +349,12 @@ fn in_runs(offsets: &[i64], q: usize) -> bool {
 /// (`l2` bytes) together; the loops down to it, and the lines a step takes.
 /// (A larger slice is not spread finer: prefetched whole, the next slice
 /// would evict the current one, which its later passes read from the L2.)
-fn spread_loop(path: &Enclosing, run: i64, slice_bytes: i64, l2: i64) -> Option<(Loops, i64)> {
+/// Without such a loop, a step takes its whole share where that is at most
+/// [`MAX_BURST_LINES`] and it has the operations for it ([`OPS_PER_LINE`]
+/// of the run's `run_ops`), else [`MAX_LINES_PER_STEP`] of it. (The loop
+/// below, where there is one, spreads better: RegNetX-400MF's 15 lines a
+/// step at once ran the model 3–5 % slower than a line a step below.)
+fn spread_loop(path: &Enclosing, run: i64, slice_bytes: i64, l2: i64, run_ops: f64) -> Option<(Loops, i64)> {
     let lines_of = |step_bytes: i64| (step_bytes + LINE_BYTES - 1) / LINE_BYTES;
     // The run's iterations are the steps above the first loop.
     let (mut best, mut finer) = (None, None);
@@ -308,18 +366,28 @@ fn spread_loop(path: &Enclosing, run: i64, slice_bytes: i64, l2: i64) -> Option<
         steps = steps.checked_mul(extent.max(1))?;
         let step_bytes = slice_bytes / steps;
         if step_bytes < LINE_BYTES {
-            finer = (step_bytes >= MIN_STEP_BYTES && slice_bytes.saturating_mul(4) <= l2).then_some(depth);
+            finer = (step_bytes >= MIN_STEP_BYTES && fits_with_next(slice_bytes, l2)).then_some(depth);
             break;
         }
-        best = Some((depth, step_bytes));
+        best = Some((depth, step_bytes, steps));
     }
-    let coarse_share = best.map_or(slice_bytes / run, |(_, step_bytes)| step_bytes);
+    let coarse_share = best.map_or(slice_bytes / run, |(_, step_bytes, _)| step_bytes);
+    let burst = |(_, step_bytes, steps): (usize, i64, i64)| {
+        let share = lines_of(step_bytes);
+        share <= MAX_BURST_LINES && share as f64 * OPS_PER_LINE <= run_ops / steps as f64
+    };
     let (depth, lines) = match (best, finer) {
         (_, Some(depth)) if lines_of(coarse_share) > MAX_LINES_PER_STEP => (depth, 1),
-        (Some((depth, step_bytes)), _) => (depth, lines_of(step_bytes).min(MAX_LINES_PER_STEP)),
+        (Some(b), _) if burst(b) => (b.0, lines_of(b.1)),
+        (Some((depth, step_bytes, _)), _) => (depth, lines_of(step_bytes).min(MAX_LINES_PER_STEP)),
         (None, _) => return None,
     };
     Some((path[..=depth].iter().map(|&(v, lo, e, _)| (v, lo, e)).collect(), lines))
+}
+
+/// Whether a slice and the next fit half of an L2 of `l2` bytes together.
+fn fits_with_next(slice_bytes: i64, l2: i64) -> bool {
+    slice_bytes.saturating_mul(4) <= l2
 }
 
 /// The row-major offset of `tensor[idx]` with loop variables at `env`.
@@ -493,8 +561,8 @@ mod tests {
         assert_eq!(p.path.iter().map(|l| f.vars[l.0 as usize].name.as_str()).collect::<Vec<_>>(), ["o", "c"]);
         // Panels of 960 KB: with the next, more than half the L2, so the
         // channels' loop takes no prefetches (and the blocks' loop, as the
-        // spread loop, reads the panel once per step: its own repeats are
-        // not counted as second reads).
+        // spread loop, reads the panel once per step: its own repeats count
+        // as second reads only where the L2 would keep the panel).
         let big = src.replace("400", "40000");
         let g = parse_loops("big.loops", &big);
         assert!(super::plans(&g, &CACHES, 14.3).is_empty());
@@ -507,6 +575,40 @@ mod tests {
         let t = texc_compiler::target::lookup("x86-avx2").expect("target");
         assert_eq!(prefetch(&mut g, t).len(), 1);
         let args = || vec![tensor(&[66, 400], 3), tensor(&[400, 48], 4)];
+        let want = crate::eval::run(&f, args()).expect("runs");
+        let got = crate::eval::run(&g, args()).expect("runs prefetched");
+        assert_eq!(format!("{:?}", got[0].data), format!("{:?}", want[0].data));
+    }
+
+    /// A 1 × 1 convolution 192 → 1152 over a 7 × 7 map computed
+    /// filters-last on AVX2: each of 8 parallel blocks of 9 panels (110 KB)
+    /// in two slices of 96 channels, each panel's slice read by 9 blocks of
+    /// 5 rows in turn. Only the rows' loop, the spread loop, reads it again.
+    #[test]
+    fn panels_read_by_each_block_of_rows_in_turn_are_prefetched_whole() {
+        let src = "func k []\n  input W: f32[72, 192, 16]\n  input X: f32[192, 49]\n  output Y: f32[49, 1152]\n  \
+                   for k.oo in 0..8 parallel:\n    for c.o in 0..2:\n      for k.oi in 0..9:\n        \
+                   for h.b in 0..9:\n          for c.i in 0..96:\n            for h.r in 0..5 unrolled:\n              \
+                   for v in 0..16 vectorized:\n                \
+                   Y[h.b * 5 + h.r, (k.oo * 9 + k.oi) * 16 + v] = Y[h.b * 5 + h.r, (k.oo * 9 + k.oi) * 16 + v] + \
+                   W[k.oo * 9 + k.oi, c.o * 96 + c.i, v] * X[c.o * 96 + c.i, h.b * 5 + h.r]\n";
+        let f = parse_loops("rows.loops", src);
+        let plans = plans(&f, &CACHES, 4.9);
+        assert_eq!(plans.len(), 1, "{plans:?}");
+        let p = &plans[0];
+        // 162 steps of the rows' loop share 110 KB: 683 bytes, 11 lines
+        // each, 15 360 operations a step to hide them.
+        assert_eq!((p.run, p.slice, p.lines), (1, 9 * 192 * 16, 11), "{p:?}");
+        assert_eq!(f.vars[p.at as usize].name, "h.b");
+        // With an L2 of 8 KiB a step's 6 KB of panel would not stay there
+        // for the next block of rows: nothing to win.
+        let small = CpuCaches { l2: 8 << 10, ..CACHES };
+        assert!(super::plans(&f, &small, 4.9).is_empty());
+        // Its prefetches stay inside W and change no value.
+        let mut g = f.clone();
+        let t = texc_compiler::target::lookup("x86-avx2").expect("target");
+        assert_eq!(prefetch(&mut g, t).len(), 1);
+        let args = || vec![tensor(&[72, 192, 16], 5), tensor(&[192, 49], 6)];
         let want = crate::eval::run(&f, args()).expect("runs");
         let got = crate::eval::run(&g, args()).expect("runs prefetched");
         assert_eq!(format!("{:?}", got[0].data), format!("{:?}", want[0].data));
