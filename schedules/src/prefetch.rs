@@ -50,8 +50,8 @@
 //! burst the core keeps in flight ([`MAX_BURST_LINES`]) and it has the
 //! arithmetic to hide it ([`OPS_PER_LINE`]). The reads that make a
 //! slice's later passes include the spread loop's own steps (a block of
-//! panels read by each block of rows in turn) where the slice and the next
-//! fit half of the L2 together.
+//! panels read by each block of rows in turn) where one step's part of the
+//! slice fits half of the L2.
 //!
 //! Invariants: the pass adds `Stmt::Prefetch` statements only, which
 //! change no value; each one's offset is clamped into its tensor. It runs
@@ -68,20 +68,22 @@ use texc_compiler::tir::{TExpr, TExprId, TensorId, TensorRole, Ty, VarId};
 
 /// A cache line (x86).
 const LINE_BYTES: i64 = 64;
-/// Prefetches one step may issue where a finer loop can take them: more
-/// would crowd the loop's loads.
+/// Lines a step's share may have before a finer loop takes them, a line a
+/// step; where none can and the share is no burst ([`MAX_BURST_LINES`]),
+/// the most a step prefetches: more would crowd the loop's loads.
 const MAX_LINES_PER_STEP: i64 = 8;
 /// Where no finer loop can take a step's share, the step prefetches all of
 /// it if that is at most [`MAX_BURST_LINES`] and a line per this many of
-/// its operations (16 cycles of two AVX2 FMA pipes); cut short, the lines
+/// its operations (16 cycles of two AVX2 FMA pipes, 8 of AVX-512's on
+/// cores that run them at full width); cut short, the lines
 /// not prefetched wait on memory in the next slice's first pass (MEASURED,
 /// Zen 4, `x86-avx2`, 1 thread: forty 1 × 1 convolutions 192 ↔ 1152 at 7
 /// × 7, 35 MB of weights: the 192 → 1152 ones' 11 lines a step, 8
 /// prefetched: 0.285 ms a layer, all 11: 0.227; ONNX Runtime 0.23).
 const OPS_PER_LINE: f64 = 512.0;
-/// The most lines a step prefetches to take its whole share: the misses a
-/// core keeps in flight (16 fill buffers on Intel since Ice Lake, 24 on Zen
-/// 4's L1). A larger share keeps [`MAX_LINES_PER_STEP`]: 16 of Swin-T's
+/// The most lines a step prefetches to take its whole share: about the
+/// misses a core keeps in flight (12 to 16 L1 fill buffers on recent Intel
+/// cores, more on Zen 4). A larger share keeps [`MAX_LINES_PER_STEP`]: 16 of Swin-T's
 /// 220 lines a step on `host` (AVX-512) ran the model 0.6 % slower than 8,
 /// the coverage no better.
 const MAX_BURST_LINES: i64 = 16;
@@ -265,9 +267,7 @@ fn plan_for(
     // find them there.
     let above: Vec<VarId> = spread[..spread.len() - 1].iter().map(|p| p.0).collect();
     let mut reads = traversals(f, (par, lo), tensor, idx, path, &above, run, slice);
-    let below = |v: VarId| !spread.iter().any(|p| p.0 == v);
-    let step_bytes = footprint(f, (par, lo), tensor, idx, path, &below).saturating_mul(elem_bytes);
-    if reads < 2 && step_bytes.saturating_mul(2) <= m.caches.l2 {
+    if reads < 2 && step_part_fits_half_l2(f, (par, lo), (tensor, idx), path, &spread, m.caches.l2) {
         let with_spread: Vec<VarId> = spread.iter().map(|p| p.0).collect();
         reads = traversals(f, (par, lo), tensor, idx, path, &with_spread, run, slice);
     }
@@ -292,10 +292,7 @@ fn traversals(
     run: i64,
     slice: i64,
 ) -> i64 {
-    let footprint = footprint(f, (par, lo), tensor, idx, path, &|_| true);
-    if footprint == 0 {
-        return 0;
-    }
+    let Some(footprint) = footprint(f, (par, lo), tensor, idx, path, &|_| true) else { return 0 };
     let footprint = footprint.clamp(1, slice);
     let again: i64 = path
         .iter()
@@ -305,9 +302,26 @@ fn traversals(
     run.saturating_mul(footprint).saturating_mul(again) / slice
 }
 
+/// Whether what one step of the spread loop (the last of `spread`) reads of
+/// `tensor` at `idx`, the loops below it over their ranges, fits half an L2
+/// of `l2` bytes: the spread loop's next steps then find it there.
+fn step_part_fits_half_l2(
+    f: &LoopFunc,
+    par_lo: (VarId, i64),
+    (tensor, idx): (TensorId, &[TExprId]),
+    path: &Enclosing,
+    spread: &Loops,
+    l2: i64,
+) -> bool {
+    let below = |v: VarId| !spread.iter().any(|p| p.0 == v);
+    let elem_bytes = f.p.tensor(tensor).elem.size() as i64;
+    footprint(f, par_lo, tensor, idx, path, &below)
+        .is_some_and(|part| part.saturating_mul(elem_bytes).saturating_mul(2) <= l2)
+}
+
 /// The elements between the first and the last that the read at `idx`
 /// reaches over the loops of `path` that are `ranging` (the others at their
-/// start) at the parallel loop's first iteration; 0 where unknown.
+/// start) at the parallel loop's first iteration, where known.
 fn footprint(
     f: &LoopFunc,
     (par, lo): (VarId, i64),
@@ -315,17 +329,15 @@ fn footprint(
     idx: &[TExprId],
     path: &Enclosing,
     ranging: &dyn Fn(VarId) -> bool,
-) -> i64 {
+) -> Option<i64> {
     let mut ranges = vec![interval::exact(0); f.vars.len()];
     for &(v, vlo, extent, _) in path {
         let hi = if ranging(v) { vlo + extent.max(1) - 1 } else { vlo };
         ranges[v as usize] = interval::range(vlo as i128, hi as i128);
     }
     ranges[par as usize] = interval::exact(lo as i128);
-    match flat_range(f, tensor, idx, &|v| ranges[v as usize]) {
-        Some((first, last)) => i64::try_from(last - first + 1).unwrap_or(i64::MAX),
-        None => 0,
-    }
+    let (first, last) = flat_range(f, tensor, idx, &|v| ranges[v as usize])?;
+    Some(i64::try_from(last - first + 1).unwrap_or(i64::MAX))
 }
 
 /// Whether `offsets` fall in runs of `q` iterations, run `r` within
@@ -372,17 +384,21 @@ fn spread_loop(path: &Enclosing, run: i64, slice_bytes: i64, l2: i64, run_ops: f
         best = Some((depth, step_bytes, steps));
     }
     let coarse_share = best.map_or(slice_bytes / run, |(_, step_bytes, _)| step_bytes);
-    let burst = |(_, step_bytes, steps): (usize, i64, i64)| {
-        let share = lines_of(step_bytes);
-        share <= MAX_BURST_LINES && share as f64 * OPS_PER_LINE <= run_ops / steps as f64
-    };
     let (depth, lines) = match (best, finer) {
         (_, Some(depth)) if lines_of(coarse_share) > MAX_LINES_PER_STEP => (depth, 1),
-        (Some(b), _) if burst(b) => (b.0, lines_of(b.1)),
+        (Some((depth, step_bytes, steps)), _) if burst(lines_of(step_bytes), run_ops / steps as f64) => {
+            (depth, lines_of(step_bytes))
+        }
         (Some((depth, step_bytes, _)), _) => (depth, lines_of(step_bytes).min(MAX_LINES_PER_STEP)),
         (None, _) => return None,
     };
     Some((path[..=depth].iter().map(|&(v, lo, e, _)| (v, lo, e)).collect(), lines))
+}
+
+/// Whether a step's `share` of lines is a burst it may prefetch whole: at
+/// most [`MAX_BURST_LINES`], with [`OPS_PER_LINE`] of its operations each.
+fn burst(share: i64, ops_per_step: f64) -> bool {
+    share <= MAX_BURST_LINES && share as f64 * OPS_PER_LINE <= ops_per_step
 }
 
 /// Whether a slice and the next fit half of an L2 of `l2` bytes together.
@@ -581,9 +597,10 @@ mod tests {
     }
 
     /// A 1 × 1 convolution 192 → 1152 over a 7 × 7 map computed
-    /// filters-last on AVX2: each of 8 parallel blocks of 9 panels (110 KB)
-    /// in two slices of 96 channels, each panel's slice read by 9 blocks of
-    /// 5 rows in turn. Only the rows' loop, the spread loop, reads it again.
+    /// filters-last on AVX2 (its 9 full blocks of 5 rows; the tail block of
+    /// 4 left out): each of 8 parallel blocks of 9 panels (110 KB) in two
+    /// slices of 96 channels, each panel's slice read by the 9 blocks of
+    /// rows in turn. Only the rows' loop, the spread loop, reads it again.
     #[test]
     fn panels_read_by_each_block_of_rows_in_turn_are_prefetched_whole() {
         let src = "func k []\n  input W: f32[72, 192, 16]\n  input X: f32[192, 49]\n  output Y: f32[49, 1152]\n  \
@@ -593,10 +610,11 @@ mod tests {
                    Y[h.b * 5 + h.r, (k.oo * 9 + k.oi) * 16 + v] = Y[h.b * 5 + h.r, (k.oo * 9 + k.oi) * 16 + v] + \
                    W[k.oo * 9 + k.oi, c.o * 96 + c.i, v] * X[c.o * 96 + c.i, h.b * 5 + h.r]\n";
         let f = parse_loops("rows.loops", src);
+        // The ridge: 4.9 operations a byte, this Zen 4's measured one.
         let plans = plans(&f, &CACHES, 4.9);
         assert_eq!(plans.len(), 1, "{plans:?}");
         let p = &plans[0];
-        // 162 steps of the rows' loop share 110 KB: 683 bytes, 11 lines
+        // 162 steps of the rows' loop share 110 KB: 682 bytes, 11 lines
         // each, 15 360 operations a step to hide them.
         assert_eq!((p.run, p.slice, p.lines), (1, 9 * 192 * 16, 11), "{p:?}");
         assert_eq!(f.vars[p.at as usize].name, "h.b");
@@ -604,6 +622,16 @@ mod tests {
         // for the next block of rows: nothing to win.
         let small = CpuCaches { l2: 8 << 10, ..CACHES };
         assert!(super::plans(&f, &small, 4.9).is_empty());
+        // One row a block: 3072 operations a step, too few for 11 lines at
+        // once; 384 channels: 22 lines a step, more than a burst. Both
+        // prefetch 8 lines a step.
+        let lines = |src: &str| {
+            let g = parse_loops("variant.loops", src);
+            super::plans(&g, &CACHES, 4.9).iter().map(|p| p.lines).collect::<Vec<_>>()
+        };
+        assert_eq!(lines(&src.replace("h.r in 0..5", "h.r in 0..1")), [8]);
+        let wide = src.replace("f32[72, 192, 16]", "f32[72, 384, 16]").replace("f32[192, 49]", "f32[384, 49]");
+        assert_eq!(lines(&wide.replace("c.o * 96", "c.o * 192").replace("c.i in 0..96", "c.i in 0..192")), [8]);
         // Its prefetches stay inside W and change no value.
         let mut g = f.clone();
         let t = texc_compiler::target::lookup("x86-avx2").expect("target");
