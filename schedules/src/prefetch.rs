@@ -74,18 +74,18 @@ const LINE_BYTES: i64 = 64;
 const MAX_LINES_PER_STEP: i64 = 8;
 /// Where no finer loop can take a step's share, the step prefetches all of
 /// it if that is at most [`MAX_BURST_LINES`] and a line per this many of
-/// its operations (16 cycles of two AVX2 FMA pipes, 8 of AVX-512's on
-/// cores that run them at full width); cut short, the lines
-/// not prefetched wait on memory in the next slice's first pass (MEASURED,
-/// Zen 4, `x86-avx2`, 1 thread: forty 1 × 1 convolutions 192 ↔ 1152 at 7
-/// × 7, 35 MB of weights: the 192 → 1152 ones' 11 lines a step, 8
-/// prefetched: 0.285 ms a layer, all 11: 0.227; ONNX Runtime 0.23).
+/// its operations (16 cycles of two AVX2 FMA pipes, 8 of AVX-512's on cores
+/// that run them at full width); cut short, the lines not prefetched wait
+/// on memory in the next slice's first pass (MEASURED, Zen 4, `x86-avx2`,
+/// 1 thread: forty 1 × 1 convolutions 192 ↔ 1152 at 7 × 7, 35 MB of
+/// weights: the 192 → 1152 ones' 11 lines a step, 8 prefetched: 0.285 ms a
+/// layer, all 11: 0.227; ONNX Runtime 0.23).
 const OPS_PER_LINE: f64 = 512.0;
 /// The most lines a step prefetches to take its whole share: about the
 /// misses a core keeps in flight (12 to 16 L1 fill buffers on recent Intel
-/// cores, more on Zen 4). A larger share keeps [`MAX_LINES_PER_STEP`]: 16 of Swin-T's
-/// 220 lines a step on `host` (AVX-512) ran the model 0.6 % slower than 8,
-/// the coverage no better.
+/// cores, more on Zen 4). A larger share keeps [`MAX_LINES_PER_STEP`]: 16
+/// of Swin-T's 220 lines a step on `host` (AVX-512) ran the model 0.6 %
+/// slower than 8, the coverage no better.
 const MAX_BURST_LINES: i64 = 16;
 /// The finest step that prefetches: a line is then prefetched by at most 8 steps.
 const MIN_STEP_BYTES: i64 = LINE_BYTES / 8;
