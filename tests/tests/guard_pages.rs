@@ -225,3 +225,22 @@ fn window_words_match_the_interpreter() {
                \x20   Z[i] = i32(S) + i32(S) * 256;\n}\n";
     check_text_fenced("zerod", src, 9);
 }
+
+/// A transposing copy whose read is in a `select`'s branch: the padding
+/// of a filters-last product's output, `Z[n, c, y, x] = select(y ≥ 1 && …,
+/// X[n, (y - 1) * 14 + x - 1, c], 0)` (a 1 × 1 convolution at 14 × 14 read
+/// by a 3 × 3 one), whose border lanes read nothing — its first image row
+/// would read rows -15 to 0 of `X` (256 channels: a source larger than
+/// L1, which the schedule copies in blocks of 16 × 16). The block of lanes × lanes that the
+/// LLVM backend loads and transposes in registers (`codegen/src/llvm/transpose.rs`)
+/// clamps such a read's rows into the tensor: fenced on every CPU target
+/// (an unclamped row faults on the page before `X`), the interpreter's
+/// bytes. (Found as a crash of Wide ResNet-50 once its 14 × 14 products
+/// were computed filters-last: the padding copy read 30 KB before a
+/// temporary.)
+#[test]
+fn transposed_reads_in_a_select_stay_inside_their_tensors() {
+    let src = "kernel pad(X: f32[1, 196, 256]) -> Z: f32[1, 256, 16, 16] {\n\
+               \x20   Z[n, c, y, x] = select(y >= 1 && y < 15 && x >= 1 && x < 15, X[n, (y - 1) * 14 + x - 1, c], 0.0);\n}\n";
+    check_text_fenced("pad", src, 11);
+}

@@ -14,9 +14,15 @@
 //! two blocks of lanes inside each, which the schedule arranges:
 //! `texc_schedules`' `unroll_along_lines`).
 //!
+//! A read in a `select`'s branch is not made by every lane (a padding
+//! copy's `select(y >= 1 && …, Y.t[n, (y - 1) * 14 + x - 1, c], 0)` reads
+//! nothing for its border, whose rows `y - 1 = -1` lie before the tensor):
+//! its rows' offsets are clamped into the tensor, so a row no lane reads
+//! loads elements that are there, which the `select` then drops.
+//!
 //! Invariants: each copy reads the values it read before — the block is
-//! exactly the elements its copies' lanes read, so it lies inside the
-//! buffer; taken only where the loop body is the vectorized loop (beside
+//! exactly the elements its copies' lanes read, and every row loaded lies
+//! inside the buffer; taken only where the loop body is the vectorized loop (beside
 //! prefetches, which change no value) of stores without guards into
 //! other tensors (nothing the copies store changes the block), in one
 //! vector piece of `L` lanes without a mask.
@@ -24,7 +30,8 @@
 use super::gen::{Frame, Gen, Mode};
 use super::R;
 use inkwell::types::VectorType;
-use inkwell::values::{BasicValueEnum, VectorValue};
+use inkwell::values::{BasicValueEnum, IntValue, VectorValue};
+use inkwell::IntPredicate;
 use std::collections::HashMap;
 use texc_compiler::tir::{TExpr, TExprId, TensorId};
 use texc_compiler::types::ElemType;
@@ -36,6 +43,8 @@ struct Read {
     e: TExprId,
     t: TensorId,
     idx: Vec<TExprId>,
+    /// In a `select`'s branch: made by some lanes only, its rows clamped.
+    conditional: bool,
 }
 
 impl<'ctx> Gen<'ctx, '_> {
@@ -77,9 +86,13 @@ impl<'ctx> Gen<'ctx, '_> {
             let elem = self.f.p.tensor(r.t).elem;
             let mty = self.mem_ty(elem);
             let mut rows = Vec::with_capacity(lanes as usize);
+            let last_row = self.f.p.tensor(r.t).shape.iter().product::<i64>() - lanes;
             for j in 0..lanes {
                 fr.vars.insert(*v, int(self, v_lo + j));
-                let off = self.flat_offset(fr, r.t, &r.idx, Mode::Scalar)?.into_int_value();
+                let mut off = self.flat_offset(fr, r.t, &r.idx, Mode::Scalar)?.into_int_value();
+                if r.conditional {
+                    off = self.clamped(off, last_row)?;
+                }
                 let p = self.gep(mty, fr.tensors[&r.t], off)?;
                 rows.push(self.plain_load(p, mty, lanes as u32, elem.size() as u32)?);
             }
@@ -109,11 +122,12 @@ impl<'ctx> Gen<'ctx, '_> {
         lanes: i64,
     ) -> Vec<Read> {
         let mut stored = Vec::new();
-        let mut loads = Vec::new();
+        let (mut loads, mut every_lane) = (Vec::new(), Vec::new());
         for s in inner {
             let Stmt::Store { tensor, value, .. } = s else { return Vec::new() };
             stored.push(*tensor);
             analysis::loads_in(&self.f.p, *value, &mut loads);
+            made_by_every_lane(&self.f.p, *value, &mut every_lane);
         }
         let mut reads: Vec<Read> = Vec::new();
         for e in loads {
@@ -121,11 +135,25 @@ impl<'ctx> Gen<'ctx, '_> {
             let apart = matches!(analysis::access(self.f, *t, idx, v), Access::Strided(s) if s.abs() >= lanes);
             let along_k = analysis::flat_coefficient(&self.f.p, *t, idx, k) == Some(1);
             let plain = self.f.p.tensor(*t).elem != ElemType::Bool && !self.swizzled.contains(t);
-            if apart && along_k && plain && !stored.contains(t) && !reads.iter().any(|r| r.e == e) {
-                reads.push(Read { e, t: *t, idx: idx.clone() });
+            // A row is `lanes` elements: a conditional read's rows are
+            // clamped to start at most that many before the end.
+            let conditional = !every_lane.contains(&e);
+            let fits = self.f.p.tensor(*t).shape.iter().product::<i64>() >= lanes;
+            if apart && along_k && plain && fits && !stored.contains(t) && !reads.iter().any(|r| r.e == e) {
+                reads.push(Read { e, t: *t, idx: idx.clone(), conditional });
             }
         }
         reads
+    }
+
+    /// `x` clamped into `0..=hi`.
+    fn clamped(&mut self, x: IntValue<'ctx>, hi: i64) -> R<IntValue<'ctx>> {
+        let ty = x.get_type();
+        let (zero, top) = (ty.const_zero(), ty.const_int(hi as u64, true));
+        let below = self.b.build_int_compare(IntPredicate::SLT, x, zero, "row.below")?;
+        let x = self.b.build_select(below, zero, x, "row.lo")?.into_int_value();
+        let above = self.b.build_int_compare(IntPredicate::SGT, x, top, "row.above")?;
+        Ok(self.b.build_select(above, top, x, "row.hi")?.into_int_value())
     }
 
     /// The columns of the square matrix whose rows are `rows` (a power of
@@ -152,5 +180,18 @@ impl<'ctx> Gen<'ctx, '_> {
             rows = next;
         }
         Ok(rows)
+    }
+}
+
+/// The reads of `e` that every lane makes: not those in a `select`'s
+/// branches, which the lanes whose condition picks the other do not make.
+fn made_by_every_lane(p: &texc_compiler::tir::Program, e: TExprId, out: &mut Vec<TExprId>) {
+    match p.expr(e) {
+        TExpr::Select(c, ..) => return made_by_every_lane(p, *c, out),
+        TExpr::Load(..) => out.push(e),
+        _ => {}
+    }
+    for c in p.children(e) {
+        made_by_every_lane(p, c, out);
     }
 }
