@@ -29,7 +29,9 @@
 //!
 //! The copy back is a pass over the output: a float product is computed so
 //! only where each output sums at least [`MIN_FLOAT_DEPTH`] products and
-//! the row idles an eighth of its lanes or more ([`FLOAT_FILL`]); an
+//! the row idles an eighth of its lanes or more ([`FLOAT_FILL`]), or the
+//! row is a whole map whose channels' rows are not whole cache lines (a
+//! 1 × 1 convolution at 14 × 14: [`map_bytes_split_lines`]); an
 //! integer product where the row fills less than [`MIN_FILL`]. The copy
 //! stays a pass of its own, walking its
 //! source's lines once, where its source has more lines than L1 holds and
@@ -189,6 +191,34 @@ fn idles_lanes(row: i64, lanes: i64) -> bool {
     fill(row, lanes) <= FLOAT_FILL
 }
 
+/// Whether a product over a map of `H × W` positions (its last two axes)
+/// reads its operand's rows at offsets that are not whole cache lines: a
+/// 1 × 1 convolution's input `X[n, c, y, x]` has a row of `H·W` elements
+/// per channel, and where that is not a multiple of a line (14 × 14 floats:
+/// 784 bytes), most vectors of the register block's in-place panel (two
+/// vectors along the map, read across the channels) straddle two lines.
+/// Computed filters-last instead, the filters are packed into panels and
+/// the map's positions are broadcasts, with no lanes left over either
+/// (14 × 14: 196 positions in 13 vectors of 16, the last of 4). Taken for
+/// whole maps only (where the rows merge, [`merged_rows`]): a 3 × 3
+/// convolution's padded rows are another case (Inception-v3's 80 → 192 at
+/// 71 × 71, rows of 0.89, ran slower filters-last; see [`FLOAT_FILL`]).
+/// MEASURED (1 thread, Zen 4, one layer with bias and ReLU, as written →
+/// filters-last; `x86-avx2` / `host` with AVX-512): 512 → 1024 at 14²
+/// 2.17 → 1.95 / 2.08 → 1.86 ms (ONNX Runtime 1.84), 1024 → 256 at 14²
+/// 1.09 → 0.97 / 1.04 → 0.89, 256 → 1024 at 14² 1.03 → 0.97 / 1.03 →
+/// 0.91, 768 → 192 at 17² 0.95 → 0.84 / 0.93 → 0.75, 288 → 64 at 35²
+/// 0.48 → 0.43 / 0.42 → 0.40, 512 → 64 at 13² 0.120 → 0.099 / 0.139 →
+/// 0.097. Maps of whole lines stay as written: 256 → 64 at 56² 1.06 →
+/// 1.14 / 0.91 → 0.91 and 128 → 512 at 28² 0.99 → 1.02 / 0.94 → 0.95
+/// filters-last.
+fn map_bytes_split_lines(p: &Program, st: &Stage) -> bool {
+    let Some(y) = st.n_axes.checked_sub(2) else { return false };
+    let elem = p.tensor(st.tensor).elem.size() as i64;
+    let map = st.vars[y].extent * st.vars[y + 1].extent * elem;
+    map % crate::strategy::LINE != 0
+}
+
 /// How many of `vectors` of `lanes` a row of `extent` fills.
 pub(crate) fn fill(extent: i64, lanes: i64) -> f64 {
     extent as f64 / ((extent + lanes - 1) / lanes * lanes) as f64
@@ -230,7 +260,11 @@ fn long_axis(
     // A float product is wanted for its region's layout; an integer one
     // for a reader that walks its filters (its copy back then inlined).
     let forced = if dot4 { wanted.is_some() } else { wants };
-    if !idles_lanes(row, lanes) && !forced {
+    let idles = idles_lanes(row, lanes);
+    // A float product whose map's lines split (checked below, once the
+    // rows are known to merge) is taken whatever its fill.
+    let may_split = !dot4 && map_bytes_split_lines(p, st);
+    if !idles && !forced && !may_split {
         return None;
     }
     let mut loads = Vec::new();
@@ -251,8 +285,12 @@ fn long_axis(
                 alone_at(p, l, fv) == Some(idx.len() - 1) || dot4 || movable(*t)
             })
     })?;
-    // A float product idles an eighth of its lanes or more (checked above).
+    // A float product idles an eighth of its lanes or more (checked above),
+    // or is a whole map's product whose lines split.
     let merged = merged_rows(p, st, f, !dot4);
+    if !dot4 && !idles && !forced && merged.is_none() {
+        return None;
+    }
     let takes = !dot4 || row_fill < MIN_FILL || wanted == Some(f);
     takes.then_some((f, merged, wanted == Some(f)))
 }
