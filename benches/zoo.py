@@ -17,6 +17,10 @@ input as ONNX Runtime (max relative error over all outputs: max |texc − ort|
 process's peak resident memory), and ONNX Runtime timed at the same thread
 counts. texc runs without its compile cache (`--no-cache`), so compile times
 and memory are those of a cold compile. The last column is ONNX Runtime's time over texc's (higher is better).
+With `--rounds N`, texc and ORT are timed alternately N times: each time
+shown is its lowest median, each ratio the median of the N rounds' own
+ratios (texc and ORT timed seconds apart, so both in the same state of a
+machine whose second core comes and goes).
 
 Usage: ~/peers/bin/python benches/zoo.py [--quick | --models a,b | --all]
        [--exporters ts,dynamo] [--targets host,x86-avx2] [--threads 1,2]
@@ -35,6 +39,7 @@ with small graph-builder models (tests/onnx/models.py).
 import argparse
 import json
 import math
+import statistics
 import os
 import subprocess
 import sys
@@ -378,6 +383,12 @@ def main():
                     continue
                 for t in threads:
                     texc_ms = ort_ms = None
+                    # ORT ÷ texc of each round: the two timed seconds apart, so
+                    # in the same state of a machine whose second core comes and
+                    # goes (a VM's vCPU taken by its host for minutes at a time:
+                    # the lowest of each alone may pair texc's slow minute with
+                    # ORT's fast one).
+                    paired = []
                     for _ in range(max(a.rounds, 1)):
                         ok, out, err = attempt([texc, "bench", f"{d}/model.onnx", "--input", f"{d}/inputs.npz",
                                                 "--target", target, "--threads", str(t), "--repeat", str(a.repeat),
@@ -391,23 +402,27 @@ def main():
                         texc_ms = ms if texc_ms is None else min(texc_ms, ms)
                         ok, out, err = attempt([a.peers, "-c", ORT, d, str(t), str(a.repeat)])
                         if ok:
-                            ms = json.loads(out)["median"]
-                            ort_ms = ms if ort_ms is None else min(ort_ms, ms)
+                            ort_round = json.loads(out)["median"]
+                            ort_ms = ort_round if ort_ms is None else min(ort_ms, ort_round)
+                            paired.append(ort_round / ms)
                     if texc_ms is None:
                         break
-                    r[t] = texc_ms, ort_ms
+                    r[t] = texc_ms, ort_ms, statistics.median(paired) if paired else None
                     if a.torch:
                         ok, out, err = attempt([a.peers, "-c", TORCH, model, exporter, d, str(t), str(a.repeat)],
                                                env=TORCH_ISA.get(target))
                         r[f"torch{t}"] = json.loads(out)["median"] if ok else None
             report(row)
     print()
-    peers = [("ORT", lambda r, t: r[t][1] if t in r else None)]
+    # A peer's column: its time, and its ratio to texc's (ORT's the median of
+    # the rounds' paired ratios).
+    peers = [("ORT", lambda r, t: r[t][1] if t in r else None,
+              lambda r, t: r[t][2] if t in r and r[t][2] else r[t][1] / r[t][0])]
     if a.torch:
-        peers.append(("PyTorch", lambda r, t: r.get(f"torch{t}")))
-    columns = [(t, name, ms) for t in threads for name, ms in peers]
+        peers.append(("PyTorch", lambda r, t: r.get(f"torch{t}"), lambda r, t: r[f"torch{t}"] / r[t][0]))
+    columns = [(t, name, ms, ratio) for t in threads for name, ms, ratio in peers]
     print("| model | exporter | target | import / error | max rel. error vs ORT | compile s | peak RSS MB | "
-          + " | ".join(f"texc / {name} ms, {name}÷texc ({t} thr)" for t, name, _ in columns) + " |")
+          + " | ".join(f"texc / {name} ms, {name}÷texc ({t} thr)" for t, name, _, _ in columns) + " |")
     print("|---|---|---|---|---|---|---|" + "---|" * len(columns))
     for row in rows:
         if "error" in row:
@@ -418,10 +433,10 @@ def main():
             continue
         for target, r in row.get("targets", {}).items():
             cells = []
-            for t, _, ms in columns:
+            for t, _, ms, ratio in columns:
                 peer = ms(r, t)
                 if t in r and peer:
-                    cells.append(f"{r[t][0]:.2f} / {peer:.2f}, {peer / r[t][0]:.2f}×")
+                    cells.append(f"{r[t][0]:.2f} / {peer:.2f}, {ratio(r, t):.2f}×")
                 else:
                     cells.append("")
             rel = r.get("rel_err", "")
@@ -433,8 +448,8 @@ def main():
     # One mean per target and exporter: a mean over both targets would mix
     # two programs' speeds.
     groups = sorted({(target, row["exporter"]) for row in rows for target in row.get("targets", {})})
-    for (target, exporter), (t, name, ms) in ((g, c) for g in groups for c in columns):
-        ratios = [(ms(r, t) / r[t][0], row["model"]) for row in rows if row["exporter"] == exporter
+    for (target, exporter), (t, name, ms, ratio) in ((g, c) for g in groups for c in columns):
+        ratios = [(ratio(r, t), row["model"]) for row in rows if row["exporter"] == exporter
                   for tg, r in row.get("targets", {}).items() if tg == target and t in r and ms(r, t)]
         if ratios:
             gm = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
@@ -442,7 +457,8 @@ def main():
             print(f"\n{name}÷texc, {target}, {exporter}, {t} thread(s): geometric mean {gm:.3f}× over "
                   f"{len(ratios)} models, lowest {low[0]:.2f}× ({low[1]})", end="")
     print("\n\nPeak RSS: of `texc run` (import, compile and one run). Times: medians of", a.repeat, "runs"
-          + (f", the lowest of {a.rounds} alternated rounds." if a.rounds > 1 else "."))
+          + (f", the lowest of {a.rounds} alternated rounds; ratios: the median of the rounds' own "
+             "(texc and ORT timed seconds apart)." if a.rounds > 1 else "."))
 
 
 def report(row):
