@@ -237,10 +237,19 @@ fn window_words_match_the_interpreter() {
 /// (an unclamped row faults on the page before `X`), the interpreter's
 /// bytes. (Found as a crash of Wide ResNet-50 once its 14 × 14 products
 /// were computed filters-last: the padding copy read 30 KB before a
-/// temporary.)
+/// temporary.) A concatenation's `select` on the copies' own axis is read
+/// as written.
 #[test]
 fn transposed_reads_in_a_select_stay_inside_their_tensors() {
     let src = "kernel pad(X: f32[1, 196, 256]) -> Z: f32[1, 256, 16, 16] {\n\
                \x20   Z[n, c, y, x] = select(y >= 1 && y < 15 && x >= 1 && x < 15, X[n, (y - 1) * 14 + x - 1, c], 0.0);\n}\n";
     check_text_fenced("pad", src, 11);
+    // A condition on the copies' own axis (a concatenation's channels):
+    // the block of channels 32..47 reads `B` from channel -8 at the first
+    // position, so its row is partly outside `B` and partly the values the
+    // lanes past `c = 40` take — read as written, not clamped (clamping
+    // moved those lanes' values: ShuffleNetV2, 5e-4 off ORT).
+    let src = "kernel cat(A: f32[1, 196, 40], B: f32[1, 196, 216]) -> Z: f32[1, 256, 14, 14] {\n\
+               \x20   Z[n, c, y, x] = select(c < 40, A[n, y * 14 + x, c], B[n, y * 14 + x, c - 40]);\n}\n";
+    check_text_fenced("cat", src, 13);
 }

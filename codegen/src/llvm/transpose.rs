@@ -17,8 +17,12 @@
 //! A read in a `select`'s branch is not made by every lane (a padding
 //! copy's `select(y >= 1 && …, Y.t[n, (y - 1) * 14 + x - 1, c], 0)` reads
 //! nothing for its border, whose rows `y - 1 = -1` lie before the tensor):
-//! its rows' offsets are clamped into the tensor, so a row no lane reads
-//! loads elements that are there, which the `select` then drops.
+//! where the condition does not involve `k`, each row is read whole or not
+//! at all, and its offset is clamped into the tensor, so a row no lane
+//! reads loads elements that are there, which the `select` then drops;
+//! where it does (a concatenation's `select(c < 64, A[c], B[c - 64])`), a
+//! row may start outside the tensor and end inside, and the read is left
+//! to the plain loop.
 //!
 //! Invariants: each copy reads the values it read before — the block is
 //! exactly the elements its copies' lanes read, and every row loaded lies
@@ -122,12 +126,12 @@ impl<'ctx> Gen<'ctx, '_> {
         lanes: i64,
     ) -> Vec<Read> {
         let mut stored = Vec::new();
-        let (mut loads, mut every_lane) = (Vec::new(), Vec::new());
+        let (mut loads, mut made) = (Vec::new(), HashMap::new());
         for s in inner {
             let Stmt::Store { tensor, value, .. } = s else { return Vec::new() };
             stored.push(*tensor);
             analysis::loads_in(&self.f.p, *value, &mut loads);
-            made_by_every_lane(&self.f.p, *value, &mut every_lane);
+            how_made(&self.f.p, *value, k, Made::ByEveryLane, &mut made);
         }
         let mut reads: Vec<Read> = Vec::new();
         for e in loads {
@@ -137,9 +141,12 @@ impl<'ctx> Gen<'ctx, '_> {
             let plain = self.f.p.tensor(*t).elem != ElemType::Bool && !self.swizzled.contains(t);
             // A row is `lanes` elements: a conditional read's rows are
             // clamped to start at most that many before the end.
-            let conditional = !every_lane.contains(&e);
+            let how = made.get(&e).copied().unwrap_or(Made::ByEveryLane);
+            let conditional = how == Made::ByWholeRows;
             let fits = self.f.p.tensor(*t).shape.iter().product::<i64>() >= lanes;
-            if apart && along_k && plain && fits && !stored.contains(t) && !reads.iter().any(|r| r.e == e) {
+            let whole_rows = how != Made::BySomeOfARow;
+            if apart && along_k && plain && fits && whole_rows && !stored.contains(t) && !reads.iter().any(|r| r.e == e)
+            {
                 reads.push(Read { e, t: *t, idx: idx.clone(), conditional });
             }
         }
@@ -183,15 +190,40 @@ impl<'ctx> Gen<'ctx, '_> {
     }
 }
 
-/// The reads of `e` that every lane makes: not those in a `select`'s
-/// branches, which the lanes whose condition picks the other do not make.
-fn made_by_every_lane(p: &texc_compiler::tir::Program, e: TExprId, out: &mut Vec<TExprId>) {
-    match p.expr(e) {
-        TExpr::Select(c, ..) => return made_by_every_lane(p, *c, out),
-        TExpr::Load(..) => out.push(e),
-        _ => {}
+/// Which lanes make a read of a transposing copy: every one; whole rows
+/// of the block (a `select`'s branch whose condition does not involve the
+/// unrolled axis `k`, a padding copy's `y ≥ 1 && …`: each row is read by
+/// all its copies or by none, and clamped); or some elements of a row (a
+/// condition on `k`, a concatenation's `select(c < 64, A[c], B[c - 64])`:
+/// the row's start may lie outside the tensor where its later elements do
+/// not, and clamping it would move them — read as written).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Made {
+    ByEveryLane,
+    ByWholeRows,
+    BySomeOfARow,
+}
+
+/// [`Made`] for each read in `e` (the most restrictive of its occurrences), under `how`.
+fn how_made(
+    p: &texc_compiler::tir::Program,
+    e: TExprId,
+    k: texc_compiler::tir::VarId,
+    how: Made,
+    out: &mut HashMap<TExprId, Made>,
+) {
+    if let TExpr::Select(c, a, b) = *p.expr(e) {
+        how_made(p, c, k, how, out);
+        let branch = if analysis::involves(p, c, k) { Made::BySomeOfARow } else { how.max(Made::ByWholeRows) };
+        how_made(p, a, k, branch, out);
+        how_made(p, b, k, branch, out);
+        return;
+    }
+    if let TExpr::Load(..) = p.expr(e) {
+        let seen = out.entry(e).or_insert(how);
+        *seen = (*seen).max(how);
     }
     for c in p.children(e) {
-        made_by_every_lane(p, c, out);
+        how_made(p, c, k, how, out);
     }
 }
