@@ -252,4 +252,9 @@ fn transposed_reads_in_a_select_stay_inside_their_tensors() {
     let src = "kernel cat(A: f32[1, 196, 40], B: f32[1, 196, 216]) -> Z: f32[1, 256, 14, 14] {\n\
                \x20   Z[n, c, y, x] = select(c < 40, A[n, y * 14 + x, c], B[n, y * 14 + x, c - 40]);\n}\n";
     check_text_fenced("cat", src, 13);
+    // The right side of `&&` is read only where the left holds: the same
+    // rows as the padding's, in a condition.
+    let src = "kernel and(X: f32[1, 196, 256]) -> Z: f32[1, 256, 16, 16] {\n\
+               \x20   Z[n, c, y, x] = select(y >= 1 && y < 15 && x >= 1 && x < 15 && X[n, (y - 1) * 14 + x - 1, c] > 0.0, 1.0, 0.0);\n}\n";
+    check_text_fenced("and", src, 17);
 }

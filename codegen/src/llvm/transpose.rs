@@ -47,7 +47,8 @@ struct Read {
     e: TExprId,
     t: TensorId,
     idx: Vec<TExprId>,
-    /// In a `select`'s branch: made by some lanes only, its rows clamped.
+    /// In a `select`'s branch (or right of `&&`, `||`) whose condition does
+    /// not involve the copied axis: made by whole rows only, its rows clamped.
     conditional: bool,
 }
 
@@ -140,8 +141,15 @@ impl<'ctx> Gen<'ctx, '_> {
             let along_k = analysis::flat_coefficient(&self.f.p, *t, idx, k) == Some(1);
             let plain = self.f.p.tensor(*t).elem != ElemType::Bool && !self.swizzled.contains(t);
             // A row is `lanes` elements: a conditional read's rows are
-            // clamped to start at most that many before the end.
-            let how = made.get(&e).copied().unwrap_or(Made::ByEveryLane);
+            // clamped to start at most that many before the end. A read
+            // that every lane also makes elsewhere (a LeakyReLU's `select(y
+            // >= 0, y, 0.01 * y)` of `y = Y.t[…] + b[f]`, its loads copied
+            // apart) is in the tensor wherever it is made.
+            let made_by_all = |x: TExprId| {
+                made.iter().any(|(&o, &h)| h == Made::ByEveryLane && analysis::same_value(&self.f.p, o, x))
+            };
+            let how =
+                if made_by_all(e) { Made::ByEveryLane } else { made.get(&e).copied().unwrap_or(Made::BySomeOfARow) };
             let conditional = how == Made::ByWholeRows;
             let fits = self.f.p.tensor(*t).shape.iter().product::<i64>() >= lanes;
             let whole_rows = how != Made::BySomeOfARow;
@@ -191,7 +199,8 @@ impl<'ctx> Gen<'ctx, '_> {
 }
 
 /// Which lanes make a read of a transposing copy: every one; whole rows
-/// of the block (a `select`'s branch whose condition does not involve the
+/// of the block (a `select`'s branch, or the right side of `&&` or `||`,
+/// whose condition does not involve the
 /// unrolled axis `k`, a padding copy's `y ≥ 1 && …`: each row is read by
 /// all its copies or by none, and clamped); or some elements of a row (a
 /// condition on `k`, a concatenation's `select(c < 64, A[c], B[c - 64])`:
@@ -212,11 +221,20 @@ fn how_made(
     how: Made,
     out: &mut HashMap<TExprId, Made>,
 ) {
-    if let TExpr::Select(c, a, b) = *p.expr(e) {
+    // A `select`'s branches, and the right side of `&&` and `||` (made
+    // only where the left allows it: `codegen`'s `logic`), are reads some
+    // lanes skip.
+    let branches = match *p.expr(e) {
+        TExpr::Select(c, a, b) => Some((c, vec![a, b])),
+        TExpr::Binary(op, a, b) if op.is_logic() => Some((a, vec![b])),
+        _ => None,
+    };
+    if let Some((c, branches)) = branches {
         how_made(p, c, k, how, out);
         let branch = if analysis::involves(p, c, k) { Made::BySomeOfARow } else { how.max(Made::ByWholeRows) };
-        how_made(p, a, k, branch, out);
-        how_made(p, b, k, branch, out);
+        for b in branches {
+            how_made(p, b, k, branch, out);
+        }
         return;
     }
     if let TExpr::Load(..) = p.expr(e) {
