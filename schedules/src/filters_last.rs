@@ -212,11 +212,25 @@ fn idles_lanes(row: i64, lanes: i64) -> bool {
 /// 0.097. Maps of whole lines stay as written: 256 → 64 at 56² 1.06 →
 /// 1.14 / 0.91 → 0.91 and 128 → 512 at 28² 0.99 → 1.02 / 0.94 → 0.95
 /// filters-last.
-fn map_bytes_split_lines(p: &Program, st: &Stage) -> bool {
+///
+/// A vector of `B` bytes (at most a line) straddles lines somewhere along
+/// such rows exactly where a row's bytes are not a multiple of `B`: the
+/// rows of the operand read along the map (its elements' size, not the
+/// product's) are taken, at the target's `lanes`. (`cranelift`'s 16-byte
+/// vectors never straddle 784-byte rows.)
+fn map_bytes_split_lines(p: &Program, st: &Stage, lanes: i64) -> bool {
     let Some(y) = st.n_axes.checked_sub(2) else { return false };
-    let elem = p.tensor(st.tensor).elem.size() as i64;
-    let map = st.vars[y].extent * st.vars[y + 1].extent * elem;
-    map % crate::strategy::LINE != 0
+    let map = st.vars[y].extent * st.vars[y + 1].extent;
+    let mut loads = Vec::new();
+    crate::analysis::loads_in(p, st.value, &mut loads);
+    loads.iter().any(|&l| match p.expr(l) {
+        TExpr::Load(t, _) if involves(p, l, y as VarId) => {
+            let elem = p.tensor(*t).elem.size() as i64;
+            let vector = (lanes * elem).min(crate::strategy::LINE);
+            (map * elem) % vector != 0
+        }
+        _ => false,
+    })
 }
 
 /// How many of `vectors` of `lanes` a row of `extent` fills.
@@ -263,7 +277,7 @@ fn long_axis(
     let idles = idles_lanes(row, lanes);
     // A float product whose map's lines split (checked below, once the
     // rows are known to merge) is taken whatever its fill.
-    let may_split = !dot4 && map_bytes_split_lines(p, st);
+    let may_split = !dot4 && map_bytes_split_lines(p, st, lanes);
     if !idles && !forced && !may_split {
         return None;
     }
