@@ -174,6 +174,31 @@ fn matrix_vector_constants_stream_panels() {
     }
 }
 
+/// A long product of few columns (200: too few panels for the schedule's
+/// blocks of them, the only products it packs per call) whose reduction is
+/// cut into slices, its register block resumed per slice: each row block
+/// re-reads its slice of the constant operand a row apart per step, so the
+/// operand is packed once into panels (the last padded) that every slice
+/// streams. Rows of odd count (49) and a last, shorter slice (1100 deep).
+#[test]
+fn sliced_products_of_few_columns_stream_constant_panels() {
+    let src = "kernel p(X: f32[M = 49, K = 1100], W: f32[K, N = 200]) -> Y: f32[M, N] {
+    Y[i, j] = sum[k](X[i, k] * W[k, j]);
+}";
+    for t in ["x86-avx2", "x86-avx512"] {
+        let (p, packed, made) = prepacked(t, src, true);
+        assert_eq!(made, 1, "{t}");
+        let panels = packed.tensors.iter().find(|d| d.name.ends_with(".panels")).expect("panels");
+        let w = panels.shape[2];
+        assert!(200 % w != 0 && (200 + w - 1) / w < 16, "{t}: panels {:?}", panels.shape);
+        assert_eq!(panels.shape, [(200 + w - 1) / w, 1100, w], "{t}");
+        let text = folded_matches_interpreter(t, &p, &packed, "W_panels", [vec![49, 1100], vec![1100, 200]]);
+        assert!(text.contains("W_panels["), "{t}: the product does not read the panels:\n{text}");
+        assert!(text.contains("k.o in"), "{t}: the reduction is not cut into slices:\n{text}");
+        assert_eq!(prepacked(t, src, false).2, 0, "{t}: not constant");
+    }
+}
+
 /// `src` specialized for target `t`, and after `prepack_constant_operands`
 /// with `W` constant (or nothing, unless `constant`): both programs, and the
 /// number of packed tensors made.
