@@ -217,12 +217,11 @@ fn idles_lanes(row: i64, lanes: i64) -> bool {
 /// such rows exactly where a row's bytes are not a multiple of `B`: the
 /// rows of the operand read along the map (its elements' size, not the
 /// product's) are taken, at the target's `lanes`. (`cranelift`'s 16-byte
-/// vectors never straddle 784-byte rows.)
-fn map_bytes_split_lines(p: &Program, st: &Stage, lanes: i64) -> bool {
+/// vectors never straddle 784-byte rows.) `loads`: the loads of the
+/// product's body.
+fn map_bytes_split_lines(p: &Program, st: &Stage, loads: &[TExprId], lanes: i64) -> bool {
     let Some(y) = st.n_axes.checked_sub(2) else { return false };
     let map = st.vars[y].extent * st.vars[y + 1].extent;
-    let mut loads = Vec::new();
-    crate::analysis::loads_in(p, st.value, &mut loads);
     loads.iter().any(|&l| match p.expr(l) {
         TExpr::Load(t, _) if involves(p, l, y as VarId) => {
             let elem = p.tensor(*t).elem.size() as i64;
@@ -275,14 +274,14 @@ fn long_axis(
     // for a reader that walks its filters (its copy back then inlined).
     let forced = if dot4 { wanted.is_some() } else { wants };
     let idles = idles_lanes(row, lanes);
+    let mut loads = Vec::new();
+    crate::analysis::loads_in(p, body, &mut loads);
     // A float product whose map's lines split (checked below, once the
     // rows are known to merge) is taken whatever its fill.
-    let may_split = !dot4 && map_bytes_split_lines(p, st, lanes);
+    let may_split = !dot4 && map_bytes_split_lines(p, st, &loads, lanes);
     if !idles && !forced && !may_split {
         return None;
     }
-    let mut loads = Vec::new();
-    crate::analysis::loads_in(p, body, &mut loads);
     let x = last as VarId;
     let f = (0..last).rev().find(|&f| {
         let (fv, ext) = (f as VarId, st.vars[f].extent);

@@ -35,7 +35,6 @@ use super::gen::{Frame, Gen, Mode};
 use super::R;
 use inkwell::types::VectorType;
 use inkwell::values::{BasicValueEnum, IntValue, VectorValue};
-use inkwell::IntPredicate;
 use std::collections::HashMap;
 use texc_compiler::tir::{TExpr, TExprId, TensorId};
 use texc_compiler::types::ElemType;
@@ -48,8 +47,9 @@ struct Read {
     t: TensorId,
     idx: Vec<TExprId>,
     /// In a `select`'s branch (or right of `&&`, `||`) whose condition does
-    /// not involve the copied axis: made by whole rows only, its rows clamped.
-    conditional: bool,
+    /// not involve the copied axis: made by whole rows only, its rows
+    /// clamped to start at most this element (a row before the tensor's end).
+    clamp_at: Option<i64>,
 }
 
 impl<'ctx> Gen<'ctx, '_> {
@@ -91,11 +91,10 @@ impl<'ctx> Gen<'ctx, '_> {
             let elem = self.f.p.tensor(r.t).elem;
             let mty = self.mem_ty(elem);
             let mut rows = Vec::with_capacity(lanes as usize);
-            let last_row = self.f.p.tensor(r.t).shape.iter().product::<i64>() - lanes;
             for j in 0..lanes {
                 fr.vars.insert(*v, int(self, v_lo + j));
                 let mut off = self.flat_offset(fr, r.t, &r.idx, Mode::Scalar)?.into_int_value();
-                if r.conditional {
+                if let Some(last_row) = r.clamp_at {
                     off = self.clamped(off, last_row)?;
                 }
                 let p = self.gep(mty, fr.tensors[&r.t], off)?;
@@ -127,48 +126,44 @@ impl<'ctx> Gen<'ctx, '_> {
         lanes: i64,
     ) -> Vec<Read> {
         let mut stored = Vec::new();
-        let (mut loads, mut made) = (Vec::new(), HashMap::new());
+        let mut made = Reads::default();
         for s in inner {
             let Stmt::Store { tensor, value, .. } = s else { return Vec::new() };
             stored.push(*tensor);
-            analysis::loads_in(&self.f.p, *value, &mut loads);
             how_made(&self.f.p, *value, k, Made::ByEveryLane, &mut made);
         }
+        // A read that every lane also makes elsewhere (a LeakyReLU's
+        // `select(y >= 0, y, 0.01 * y)` of `y = Y.t[…] + b[f]`, its loads
+        // copied apart) is in the tensor wherever it is made.
+        let by_every_lane: Vec<TExprId> =
+            made.order.iter().filter(|&&(_, h)| h == Made::ByEveryLane).map(|&(e, _)| e).collect();
+        let made_by_all = |x: TExprId| by_every_lane.iter().any(|&o| analysis::same_value(&self.f.p, o, x));
         let mut reads: Vec<Read> = Vec::new();
-        for e in loads {
+        for &(e, how) in &made.order {
             let TExpr::Load(t, idx) = self.f.p.expr(e) else { continue };
             let apart = matches!(analysis::access(self.f, *t, idx, v), Access::Strided(s) if s.abs() >= lanes);
             let along_k = analysis::flat_coefficient(&self.f.p, *t, idx, k) == Some(1);
             let plain = self.f.p.tensor(*t).elem != ElemType::Bool && !self.swizzled.contains(t);
+            let how = if how != Made::ByEveryLane && made_by_all(e) { Made::ByEveryLane } else { how };
             // A row is `lanes` elements: a conditional read's rows are
-            // clamped to start at most that many before the end. A read
-            // that every lane also makes elsewhere (a LeakyReLU's `select(y
-            // >= 0, y, 0.01 * y)` of `y = Y.t[…] + b[f]`, its loads copied
-            // apart) is in the tensor wherever it is made.
-            let made_by_all = |x: TExprId| {
-                made.iter().any(|(&o, &h)| h == Made::ByEveryLane && analysis::same_value(&self.f.p, o, x))
-            };
-            let how =
-                if made_by_all(e) { Made::ByEveryLane } else { made.get(&e).copied().unwrap_or(Made::BySomeOfARow) };
-            let conditional = how == Made::ByWholeRows;
-            let fits = self.f.p.tensor(*t).shape.iter().product::<i64>() >= lanes;
-            let whole_rows = how != Made::BySomeOfARow;
-            if apart && along_k && plain && fits && whole_rows && !stored.contains(t) && !reads.iter().any(|r| r.e == e)
-            {
-                reads.push(Read { e, t: *t, idx: idx.clone(), conditional });
+            // clamped to start at most that many before the end.
+            let last_row = self.f.p.tensor(*t).shape.iter().product::<i64>() - lanes;
+            if apart && along_k && plain && last_row >= 0 && how != Made::BySomeOfARow && !stored.contains(t) {
+                let clamp_at = (how == Made::ByWholeRows).then_some(last_row);
+                reads.push(Read { e, t: *t, idx: idx.clone(), clamp_at });
             }
         }
         reads
     }
 
-    /// `x` clamped into `0..=hi`.
+    /// `x` clamped into `0..=hi` (signed).
     fn clamped(&mut self, x: IntValue<'ctx>, hi: i64) -> R<IntValue<'ctx>> {
         let ty = x.get_type();
         let (zero, top) = (ty.const_zero(), ty.const_int(hi as u64, true));
-        let below = self.b.build_int_compare(IntPredicate::SLT, x, zero, "row.below")?;
-        let x = self.b.build_select(below, zero, x, "row.lo")?.into_int_value();
-        let above = self.b.build_int_compare(IntPredicate::SGT, x, top, "row.above")?;
-        Ok(self.b.build_select(above, top, x, "row.hi")?.into_int_value())
+        let smax = self.intrinsic("llvm.smax", &[ty.into()])?;
+        let smin = self.intrinsic("llvm.smin", &[ty.into()])?;
+        let lo = self.call(smax, &[x.into(), zero.into()])?;
+        Ok(self.call(smin, &[lo, top.into()])?.into_int_value())
     }
 
     /// The columns of the square matrix whose rows are `rows` (a power of
@@ -213,14 +208,16 @@ enum Made {
     BySomeOfARow,
 }
 
-/// [`Made`] for each read in `e` (the most restrictive of its occurrences), under `how`.
-fn how_made(
-    p: &texc_compiler::tir::Program,
-    e: TExprId,
-    k: texc_compiler::tir::VarId,
-    how: Made,
-    out: &mut HashMap<TExprId, Made>,
-) {
+/// The reads of a copy's values in the order first met, each with the
+/// most restrictive [`Made`] of its occurrences.
+#[derive(Default)]
+struct Reads {
+    order: Vec<(TExprId, Made)>,
+    at: HashMap<TExprId, usize>,
+}
+
+/// [`Made`] for each read in `e`, under `how`, into `out`.
+fn how_made(p: &texc_compiler::tir::Program, e: TExprId, k: texc_compiler::tir::VarId, how: Made, out: &mut Reads) {
     // A `select`'s branches, and the right side of `&&` and `||` (made
     // only where the left allows it: `codegen`'s `logic`), are reads some
     // lanes skip.
@@ -238,8 +235,11 @@ fn how_made(
         return;
     }
     if let TExpr::Load(..) = p.expr(e) {
-        let seen = out.entry(e).or_insert(how);
-        *seen = (*seen).max(how);
+        let at = *out.at.entry(e).or_insert_with(|| {
+            out.order.push((e, how));
+            out.order.len() - 1
+        });
+        out.order[at].1 = out.order[at].1.max(how);
     }
     for c in p.children(e) {
         how_made(p, c, k, how, out);
