@@ -38,10 +38,10 @@
 //! each in another page, it did not (AlexNet's 4096 → 4096 layer at batch
 //! 1: 3.2 → 2.2 ms). Likewise where the product is long but has too few
 //! columns for the schedule's blocks of panels, the only products it packs
-//! per call (a 1×1 convolution's 240 filters at 7 × 7, its reduction cut
-//! into slices and the block resumed per slice): each row block re-reads
-//! its slice of the weights, in a model from beyond L1, a row apart per
-//! step.
+//! per call (a 1×1 convolution's 232 filters at 7 × 7 over a channels-last
+//! input, its reduction cut into slices and the block resumed per slice,
+//! the row blocks outside the panels): each row block re-reads its slice
+//! of the weights, in a model from beyond the L2, a row apart per step.
 //!
 //! Which products pack, and how wide, is the default schedule's decision:
 //! the pass runs it on a copy of the program and takes the packs it made.
@@ -134,18 +134,19 @@ fn schedule_packs(p: &Program, target: &Target, knobs: DefaultKnobs) -> (Vec<Pac
 /// rows, the next step a whole row further (a product too short for the
 /// schedule to pack on each call: a classifier's matrix-vector product;
 /// or one of too few columns for blocks of panels, which the schedule
-/// packs only with them: a 1×1 convolution's 240 filters at 7 × 7).
+/// packs only with them: a 1×1 convolution's 232 filters at 7 × 7).
 /// Those strided pieces, each in another 4 KiB page for rows of 1024 lanes
 /// or more, are what the hardware prefetcher does not follow (AlexNet's
 /// 4096 → 4096 layer at batch 1: 3.2 ms, 2.2 from contiguous panels).
 fn streamed_operand(q: &Program, st: &Stage, ss: &StageSchedule) -> Option<(TensorId, i64)> {
     let inner = st.n_axes.checked_sub(1)?;
     // A block resumed per slice streams its slice of the operand's rows as
-    // well, once per row block: in a model, from L2 or beyond, where each
-    // step's piece lies a row of the operand from the last (EfficientNet-B3's
-    // 1392 → 240 at 7 × 7, filters-last in 3 slices of 512, 15 panels too
-    // few to block: 0.50 → 0.38 ms in the model on `x86-avx2`; alone, with
-    // the weights in cache, 0.31 either way).
+    // well, once per row block where the row blocks run outside the panels:
+    // in a model, from beyond the L2, each step's piece a row of the
+    // operand from the last (EfficientNet-B3's 1392 → 232 at 7 × 7 over a
+    // channels-last input, filters-last in 3 slices of 512, 15 panels too
+    // few to block: 0.50 → 0.38 ms in the model on `x86-avx2`; extracted
+    // with its neighbours, the weights then cached, 0.33 unpacked).
     ss.cache_write.as_ref()?;
     let operand = crate::strategy::vector_operand(q, st)?;
     let in_block = |l: usize| {

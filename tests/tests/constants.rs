@@ -179,7 +179,8 @@ fn matrix_vector_constants_stream_panels() {
 /// cut into slices, its register block resumed per slice: each row block
 /// re-reads its slice of the constant operand a row apart per step, so the
 /// operand is packed once into panels (the last padded) that every slice
-/// streams. Rows of odd count (49) and a last, shorter slice (1100 deep).
+/// streams. Rows of odd count (49: a shorter last block of 5 on AVX2) and a
+/// last, shorter slice (1100 deep).
 #[test]
 fn sliced_products_of_few_columns_stream_constant_panels() {
     let src = "kernel p(X: f32[M = 49, K = 1100], W: f32[K, N = 200]) -> Y: f32[M, N] {
@@ -195,6 +196,8 @@ fn sliced_products_of_few_columns_stream_constant_panels() {
         let text = folded_matches_interpreter(t, &p, &packed, "W_panels", [vec![49, 1100], vec![1100, 200]]);
         assert!(text.contains("W_panels["), "{t}: the product does not read the panels:\n{text}");
         assert!(text.contains("k.o in"), "{t}: the reduction is not cut into slices:\n{text}");
+        let resumed = text.lines().any(|l| l.trim_start().starts_with("Y.acc[") && l.contains("= Y["));
+        assert!(resumed, "{t}: the register block does not resume its sums per slice:\n{text}");
         assert_eq!(prepacked(t, src, false).2, 0, "{t}: not constant");
     }
 }
