@@ -35,7 +35,7 @@ use super::gen::{Frame, Gen, Mode};
 use super::R;
 use inkwell::types::VectorType;
 use inkwell::values::{BasicValueEnum, IntValue, VectorValue};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use texc_compiler::tir::{TExpr, TExprId, TensorId};
 use texc_compiler::types::ElemType;
 use texc_schedules::analysis::{self, Access};
@@ -201,7 +201,7 @@ impl<'ctx> Gen<'ctx, '_> {
 /// condition on `k`, a concatenation's `select(c < 64, A[c], B[c - 64])`:
 /// the row's start may lie outside the tensor where its later elements do
 /// not, and clamping it would move them — read as written).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 enum Made {
     ByEveryLane,
     ByWholeRows,
@@ -209,27 +209,33 @@ enum Made {
 }
 
 /// The reads of a copy's values in the order first met, each with the
-/// most restrictive [`Made`] of its occurrences.
+/// most restrictive [`Made`] of its occurrences; `walked`, the expressions
+/// already walked under each `Made` (a value shares subexpressions — a
+/// SiLU's `x · sigmoid(x)` — which are walked once each, not once per path).
 #[derive(Default)]
 struct Reads {
     order: Vec<(TExprId, Made)>,
     at: HashMap<TExprId, usize>,
+    walked: HashSet<(TExprId, Made)>,
 }
 
 /// [`Made`] for each read in `e`, under `how`, into `out`.
 fn how_made(p: &texc_compiler::tir::Program, e: TExprId, k: texc_compiler::tir::VarId, how: Made, out: &mut Reads) {
+    if !out.walked.insert((e, how)) {
+        return;
+    }
     // A `select`'s branches, and the right side of `&&` and `||` (made
     // only where the left allows it: `codegen`'s `logic`), are reads some
     // lanes skip.
     let branches = match *p.expr(e) {
-        TExpr::Select(c, a, b) => Some((c, vec![a, b])),
-        TExpr::Binary(op, a, b) if op.is_logic() => Some((a, vec![b])),
+        TExpr::Select(c, a, b) => Some((c, [Some(a), Some(b)])),
+        TExpr::Binary(op, a, b) if op.is_logic() => Some((a, [Some(b), None])),
         _ => None,
     };
     if let Some((c, branches)) = branches {
         how_made(p, c, k, how, out);
         let branch = if analysis::involves(p, c, k) { Made::BySomeOfARow } else { how.max(Made::ByWholeRows) };
-        for b in branches {
+        for b in branches.into_iter().flatten() {
             how_made(p, b, k, branch, out);
         }
         return;
