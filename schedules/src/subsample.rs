@@ -1,7 +1,7 @@
 //! Strided reads rearranged before a product: a TIR-to-TIR step that
 //! [`crate::dot4`] takes before it packs a product's activations, and that
-//! the CPU strategy takes for float products whose strided window the rows
-//! of another axis share ([`phase_float_windows`]).
+//! the CPU strategy takes for float products that read a strided window
+//! ([`phase_float_windows`]).
 //!
 //! A convolution of stride 2 reads `X[n, c, 2·y + r, 2·x + s]`: every
 //! vector of its rows gathers every other element, for every filter of the
@@ -195,30 +195,38 @@ fn strided(p: &Program, st: &Stage, i: TExprId, len: i64, last: bool) -> Dim {
     }
 }
 
-/// Float products whose shared operand reads its rows through a strided
-/// window (a stride-2 stem, `Y[n, f, y, x] = sum[c, r, s](X[n, c, 2·y + r,
-/// 2·x + s] · W[f, c, r, s])`) read phases of it instead ([`subsample`]):
-/// the default schedule runs vectors along `x`, and on AVX-512 a stride-2
-/// vector is two loads and a `vpermt2ps` on the port Intel's second FMA
-/// unit shares, once per vector for every tap. The copy is a pass over
-/// the input; only where the operand is shared by the rows of another
-/// axis (the filters `f`, which it does not read), which reuse each
-/// vector, so that the pass is a small share of the product's work (a
-/// depthwise convolution's rows each read their own input, and keep the
-/// shuffles). MEASURED (Intel Xeon with AVX-512, 1 thread, ResNet-50's
-/// stem, 3 → 64 channels 7 × 7 at 224², with bias and ReLU): 1.57 →
-/// 1.15 ms, ONNX Runtime 1.37; ResNet-50 4 %, GoogLeNet 3 %, MobileNetV2
-/// 5 % faster. A grouped convolution's filters share their group's
-/// channels (`k / Kg`), and so take phases too: MEASURED (AMD Zen 4,
-/// `x86-avx2`, 1 thread) RegNetX-400MF's stride-2 3 × 3 convolutions of 16
-/// channels a group, 32 channels at 112² 0.345 → 0.292 ms, 64 at 56²
-/// 0.261 → 0.163 (ORT 0.138), the model 9.65 → 9.08–9.56 ms (lowest of
-/// three alternated runs 9.65 → 9.08). Returns the number of copies made.
+/// Float products whose operand reads its rows through a strided window
+/// (a stride-2 stem, `Y[n, f, y, x] = sum[c, r, s](X[n, c, 2·y + r, 2·x +
+/// s] · W[f, c, r, s])`) read phases of it instead ([`subsample`]): the
+/// default schedule runs vectors along `x`, and a stride-2 vector is two
+/// loads and shuffles (on AVX-512 a `vpermt2ps` on the port Intel's second
+/// FMA unit shares), once per vector for every tap and every row of the
+/// register block. The copy is one pass over the input, each element
+/// copied once, where the product gathers each about once per tap.
+/// MEASURED (Intel Xeon with AVX-512, 1 thread, ResNet-50's stem, 3 → 64
+/// channels 7 × 7 at 224², with bias and ReLU): 1.57 → 1.15 ms, ONNX
+/// Runtime 1.37; ResNet-50 4 %, GoogLeNet 3 %, MobileNetV2 5 % faster. A
+/// grouped convolution's filters share their group's channels (`k / Kg`):
+/// MEASURED (AMD Zen 4, `x86-avx2`, 1 thread) RegNetX-400MF's stride-2 3 ×
+/// 3 convolutions of 16 channels a group, 32 channels at 112² 0.345 →
+/// 0.292 ms, 64 at 56² 0.261 → 0.163 (ORT 0.138), the model 9.65 →
+/// 9.08–9.56 ms (lowest of three alternated runs 9.65 → 9.08). A depthwise
+/// convolution's rows each read their own input, so nothing shares the
+/// copy, yet the copy still costs less than the taps' gathers: MEASURED
+/// (same Zen 4, 1 thread, stride 2 with its padding, the lowest of three
+/// alternated runs, `x86-avx2` / `host`) 3 × 3 over 48 channels at 112²
+/// 0.143 → 0.105 / 0.110 → 0.088 ms, 144 at 56² 0.089 → 0.066 / 0.088 →
+/// 0.065, 232 at 14² 0.012 → 0.008 / 0.012 → 0.007; 5 × 5 over 72 at 56²
+/// 0.097 → 0.062 / 0.095 → 0.065, 240 at 28² 0.074 → 0.064 / 0.109 →
+/// 0.060; the one loss, 5 × 5 to a row of 7 on `x86-avx2` (240 and 672
+/// channels at 14²: +5 %, +7 %), a shape the models run channels last
+/// ([`crate::channels_last`]), where no index is strided. Returns the
+/// number of copies made.
 pub(crate) fn phase_float_windows(p: &mut Program) -> usize {
     let mut made = 0;
     let mut si = 0;
     while si < p.stages.len() {
-        if let Some(load) = shared_strided_window(p, &p.stages[si]) {
+        if let Some(load) = strided_window(p, &p.stages[si]) {
             if subsample(p, si, load, None).is_some() {
                 made += 1;
                 si += 1;
@@ -232,11 +240,8 @@ pub(crate) fn phase_float_windows(p: &mut Program) -> usize {
 /// The operand of float product stage `st` (a plain load of the sum of
 /// two loads' product that [`crate::filters_last::product_body`] finds) whose last
 /// index is `t·x + s` — the stage's last axis at a stride `t ≥ 2` plus a
-/// sum's variable of several taps — and whose reads some axis of the stage
-/// of at least two elements shares ([`shared_along`]: the filters, unread,
-/// or read through a grouped convolution's `k / Kg`). The reuse is not
-/// weighed against the copy's pass.
-fn shared_strided_window(p: &Program, st: &Stage) -> Option<TExprId> {
+/// sum's variable of several taps.
+fn strided_window(p: &Program, st: &Stage) -> Option<TExprId> {
     let (body, false) = crate::filters_last::product_body(p, st.value)? else { return None };
     let TExpr::Binary(BinOp::Mul, a, b) = *p.expr(body) else { return None };
     let inner = st.n_axes.checked_sub(1)? as VarId;
@@ -249,22 +254,6 @@ fn shared_strided_window(p: &Program, st: &Stage) -> Option<TExprId> {
         let strided = form.terms.get(&inner).is_some_and(|&k| k >= 2);
         let taps =
             form.terms.iter().any(|(&v, &k)| v as usize >= st.n_axes && k == 1 && st.vars[v as usize].extent > 1);
-        let shared = (0..st.n_axes).any(|v| st.vars[v].extent >= 2 && shared_along(p, l, v as VarId));
-        strided && taps && shared
+        strided && taps
     })
-}
-
-/// Whether the rows of axis `v` share what `e` reads: it does not mention
-/// `v`, or only in floor divisions by a constant of at least 2 of a sum
-/// that holds `v` once (a grouped convolution's `k / Kg`, whose `Kg`
-/// filters of a group read the same channels).
-fn shared_along(p: &Program, e: TExprId, v: VarId) -> bool {
-    match p.expr(e) {
-        TExpr::Var(w) => *w != v,
-        TExpr::Binary(BinOp::FloorDiv, a, d) if matches!(p.expr(*d), TExpr::Int(g) if *g >= 2) => {
-            affine_in_vars(p, *a).is_some_and(|form| form.terms.get(&v).is_some_and(|&k| k == 1))
-                || shared_along(p, *a, v)
-        }
-        _ => p.children(e).into_iter().all(|c| shared_along(p, c, v)),
-    }
 }

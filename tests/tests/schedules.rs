@@ -1325,11 +1325,13 @@ fn deep_unsliced_products_block_their_panels_by_l2() {
 /// 3 channels, where 16 filters share each vector; a grouped 3 × 3, where
 /// the 4 filters of each group share their group's channels) reads copies
 /// of its input's two phases (`X.ph`), one contiguous vector per tap,
-/// rather than a stride-2 vector per tap (two loads and a shuffle); a
-/// depthwise one, whose rows each read their own input, keeps its strided
-/// reads. All match the interpreter at sizes no vector divides.
+/// rather than a stride-2 vector per tap (two loads and a shuffle); so
+/// does a depthwise one (3 × 3 and 5 × 5), whose rows each read their own
+/// input: a pass over it still costs less than the taps' shuffles. A
+/// stride-1 depthwise reads its input as it is. All match the interpreter
+/// at sizes no vector divides.
 #[test]
-fn strided_windows_shared_by_filters_read_phases() {
+fn strided_windows_read_phases() {
     let stem = "import std.nn;\nkernel stem(X: f32[N = 1, C = 3, H = 45, W = 45], Wt: f32[K = 16, C, 7, 7]) -> Y: f32[N, K, 23, 23] {
     Y = conv2d(X, Wt, stride = 2, pad = 3);
 }";
@@ -1342,10 +1344,23 @@ fn strided_windows_shared_by_filters_read_phases() {
     default_on_x86("grouped", grouped, |target, text| {
         assert!(text.contains(".ph: f32[1, 12, "), "{target}: the phases of the input:\n{text}");
     });
-    let dw = "import std.nn;\nkernel dw(X: f32[N = 1, C = 16, H = 45, W = 45], Wt: f32[C, 1, 3, 3]) -> Y: f32[N, C, 23, 23] {
-    Y = conv2d(X, Wt, stride = 2, pad = 1, groups = C);
+    for (k, pad) in [(3, 1), (5, 2)] {
+        let dw = format!(
+            "import std.nn;\nkernel dw(X: f32[N = 1, C = 16, H = 45, W = 45], Wt: f32[C, 1, {k}, {k}]) -> Y: f32[N, C, 23, 23] {{
+    Y = conv2d(X, Wt, stride = 2, pad = {pad}, groups = C);
+}}"
+        );
+        default_on_x86(&format!("depthwise {k}x{k}"), &dw, |target, text| {
+            assert!(text.contains(".Xp.ph: f32["), "{target}: the phases of the padded input:\n{text}");
+            let mut taps = text.lines().filter(|l| l.contains(" * Wt[")).peekable();
+            assert!(taps.peek().is_some(), "{target}: the product:\n{text}");
+            assert!(taps.all(|l| l.contains(".Xp.ph[")), "{target}: every tap read from the phases:\n{text}");
+        });
+    }
+    let dw1 = "import std.nn;\nkernel dw(X: f32[N = 1, C = 16, H = 45, W = 45], Wt: f32[C, 1, 3, 3]) -> Y: f32[N, C, 45, 45] {
+    Y = conv2d(X, Wt, stride = 1, pad = 1, groups = C);
 }";
-    default_on_x86("depthwise", dw, |target, text| {
+    default_on_x86("depthwise stride 1", dw1, |target, text| {
         assert!(!text.contains(".ph"), "{target}: no phases:\n{text}");
     });
 }

@@ -148,9 +148,9 @@ fn merge_product_rows(p: &mut Program, t: &Target, knobs: DefaultKnobs) {
     crate::merge_rows::merge_product_rows(p, t, &pays);
 }
 
-/// *phase-strided-windows*: a float product's shared operand read through
-/// a strided window (a stride-2 stem) read from copies of its phases
-/// instead ([`crate::subsample::phase_float_windows`]).
+/// *phase-strided-windows*: a float product's operand read through a
+/// strided window (a stride-2 stem, a stride-2 depthwise convolution) read
+/// from copies of its phases instead ([`crate::subsample::phase_float_windows`]).
 fn phase_strided_windows(p: &mut Program, _: &Target, _: DefaultKnobs) {
     crate::subsample::phase_float_windows(p);
 }
