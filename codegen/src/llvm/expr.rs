@@ -4,7 +4,7 @@
 use super::gen::{Frame, Gen, Mode};
 use super::{llvm_err, R};
 use inkwell::types::{BasicTypeEnum, VectorType};
-use inkwell::values::{BasicValueEnum, IntValue, VectorValue};
+use inkwell::values::{BasicValueEnum, IntMathValue, IntValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 use texc_compiler::ops::{BinOp, UnOp};
 use texc_compiler::tir::{TExpr, TExprId, Ty};
@@ -184,18 +184,13 @@ impl<'ctx> Gen<'ctx, '_> {
                 let cs = self.expr(fr, c, Mode::Scalar)?.into_int_value();
                 return self.branch(fr, cs, a, b, self.ty_in(ty, mode), mode);
             }
+            if let Some(parts) = split_by_lanes(self.f, c, var) {
+                return self.select_in_branch(fr, &parts, a, b, ty, mode);
+            }
         }
         let cv = self.expr(fr, c, mode)?;
         match mode {
-            Mode::Vector { .. } => {
-                let cm = cv.into_vector_value();
-                let not_c = self.b.build_not(cm, "notc")?;
-                let ma = self.and_mask(mode.mask(), cm)?;
-                let mb = self.and_mask(mode.mask(), not_c)?;
-                let x = self.expr(fr, a, mode.with_mask(Some(ma)))?;
-                let y = self.expr(fr, b, mode.with_mask(Some(mb)))?;
-                Ok(self.b.build_select(cm, x, y, "sel")?)
-            }
+            Mode::Vector { .. } => self.masked_select(fr, cv.into_vector_value(), a, b, mode),
             Mode::Scalar if !analysis::reads_memory(&self.f.p, a) && !analysis::reads_memory(&self.f.p, b) => {
                 let x = self.expr(fr, a, mode)?;
                 let y = self.expr(fr, b, mode)?;
@@ -203,6 +198,83 @@ impl<'ctx> Gen<'ctx, '_> {
             }
             Mode::Scalar => self.branch(fr, cv.into_int_value(), a, b, self.scalar_ty(ty), mode),
         }
+    }
+
+    /// `a` where vector condition `cm` holds, else `b`: each side computed
+    /// under its lanes' mask (so its loads read only those lanes).
+    fn masked_select(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        cm: VectorValue<'ctx>,
+        a: TExprId,
+        b: TExprId,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let not_c = self.b.build_not(cm, "notc")?;
+        let ma = self.and_mask(mode.mask(), cm)?;
+        let mb = self.and_mask(mode.mask(), not_c)?;
+        let x = self.expr(fr, a, mode.with_mask(Some(ma)))?;
+        let y = self.expr(fr, b, mode.with_mask(Some(mb)))?;
+        Ok(self.b.build_select(cm, x, y, "sel")?)
+    }
+
+    /// A vector select whose condition is a conjunction (or disjunction)
+    /// of parts the same in every lane and parts that are not
+    /// ([`split_by_lanes`]): `if u { select(l, a, b) } else { b }` for `u
+    /// && l`, `if u { a } else { select(l, a, b) }` for `u || l`. A padding
+    /// copy's row condition then branches once per row, and only its
+    /// columns' condition is a mask (and masks the loads), where the whole
+    /// condition was computed, broadcast and combined per vector.
+    fn select_in_branch(
+        &mut self,
+        fr: &mut Frame<'ctx>,
+        parts: &LaneSplit,
+        a: TExprId,
+        b: TExprId,
+        ty: Ty,
+        mode: Mode<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let and = parts.op == BinOp::And;
+        let mut us = Vec::new();
+        for &u in &parts.uniform {
+            us.push(self.expr(fr, u, Mode::Scalar)?.into_int_value());
+        }
+        let us = self.join(us, and)?;
+        let then_bb = self.cx.append_basic_block(fr.func, "sel.then");
+        let else_bb = self.cx.append_basic_block(fr.func, "sel.else");
+        let merge = self.cx.append_basic_block(fr.func, "sel.end");
+        self.b.build_conditional_branch(us, then_bb, else_bb)?;
+        // The side the uniform part decides alone, and the side that
+        // still depends on the lanes.
+        let (decided, decided_bb, open_bb) = if and { (b, else_bb, then_bb) } else { (a, then_bb, else_bb) };
+        self.b.position_at_end(decided_bb);
+        let d = self.expr(fr, decided, mode)?;
+        let d_end = self.b.get_insert_block().expect("positioned");
+        self.b.build_unconditional_branch(merge)?;
+        self.b.position_at_end(open_bb);
+        let mut ls = Vec::new();
+        for &l in &parts.lanes {
+            ls.push(self.expr(fr, l, mode)?.into_vector_value());
+        }
+        let cm = self.join(ls, and)?;
+        let o = self.masked_select(fr, cm, a, b, mode)?;
+        let o_end = self.b.get_insert_block().expect("positioned");
+        self.b.build_unconditional_branch(merge)?;
+        self.b.position_at_end(merge);
+        let phi = self.b.build_phi(self.ty_in(ty, mode), "sel")?;
+        phi.add_incoming(&[(&d, d_end), (&o, o_end)]);
+        Ok(phi.as_basic_value())
+    }
+
+    /// The conjunction (`and`) or disjunction of `parts`, of which there is
+    /// at least one ([`split_by_lanes`] makes both lists non-empty).
+    fn join<T: IntMathValue<'ctx>>(&self, parts: Vec<T>, and: bool) -> R<T> {
+        let mut parts = parts.into_iter();
+        let mut acc = parts.next().expect("a part");
+        for v in parts {
+            acc = if and { self.b.build_and(acc, v, "all")? } else { self.b.build_or(acc, v, "any")? };
+        }
+        Ok(acc)
     }
 
     /// `if c { a } else { b }` with a phi of type `ty`.
@@ -725,6 +797,31 @@ impl<'ctx> Gen<'ctx, '_> {
             _ => self.b.build_right_shift(x.into_int_value(), y.into_int_value(), false, "shr")?.into(),
         })
     }
+}
+
+/// A vector select's condition `c₁ && c₂ && …` (or `||`), split into the
+/// parts the same in every lane of `var` and the others, where there are
+/// both (for [`Gen::select_in_branch`]).
+struct LaneSplit {
+    op: BinOp,
+    uniform: Vec<TExprId>,
+    lanes: Vec<TExprId>,
+}
+
+/// See [`LaneSplit`]: the parts of `c`'s chain of one operator, `None`
+/// where they are all lane-dependent (all uniform is a branch already).
+fn split_by_lanes(f: &texc_schedules::ir::LoopFunc, c: TExprId, var: texc_compiler::tir::VarId) -> Option<LaneSplit> {
+    let TExpr::Binary(op @ (BinOp::And | BinOp::Or), ..) = *f.p.expr(c) else { return None };
+    let mut split = LaneSplit { op, uniform: Vec::new(), lanes: Vec::new() };
+    let mut stack = vec![c];
+    while let Some(e) = stack.pop() {
+        match *f.p.expr(e) {
+            TExpr::Binary(o, x, y) if o == op && !analysis::lane_uniform(f, e, var) => stack.extend([y, x]),
+            _ if analysis::lane_uniform(f, e, var) => split.uniform.push(e),
+            _ => split.lanes.push(e),
+        }
+    }
+    (!split.uniform.is_empty() && !split.lanes.is_empty()).then_some(split)
 }
 
 /// The parts of `e` if it is an `i32` of bytes, `Σ_t i32(x_t) · 256^t`
