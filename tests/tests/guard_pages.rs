@@ -257,4 +257,13 @@ fn transposed_reads_in_a_select_stay_inside_their_tensors() {
     let src = "kernel and(X: f32[1, 196, 256]) -> Z: f32[1, 256, 16, 16] {\n\
                \x20   Z[n, c, y, x] = select(y >= 1 && y < 15 && x >= 1 && x < 15 && X[n, (y - 1) * 14 + x - 1, c] > 0.0, 1.0, 0.0);\n}\n";
     check_text_fenced("and", src, 17);
+    // A chain of a row condition (the same in every lane: a branch) and
+    // column conditions (masks), the later column read guarded by the
+    // earlier: `X[c, y, x]` is read only where `x < 21`, the last vector
+    // of each row straddling it (`codegen/src/llvm/expr.rs`,
+    // `select_in_branch`).
+    let src = "kernel chain(X: f32[3, 9, 21]) -> (Y: f32[3, 9, 37], Z: f32[3, 9, 37]) {\n\
+               \x20   Y[c, y, x] = select(y >= 1 && x < 21 && X[c, y, x] > 0.0, 1.0, -1.0);\n\
+               \x20   Z[c, y, x] = select(y == 0 || x >= 21 || X[c, y, x] > 0.0, 1.0, -1.0);\n}\n";
+    check_text_fenced("chain", src, 19);
 }

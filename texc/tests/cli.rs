@@ -386,7 +386,7 @@ fn dot2_blocks_keep_their_accumulators_in_registers() {
 /// and `index_comparisons_in_lanes_match_the_interpreter` in
 /// tests/tests/guard_pages.rs.
 #[test]
-fn strided_byte_rows_load_whole_and_pad_masks_compare_in_bytes() {
+fn strided_byte_rows_load_whole_and_pad_masks_need_no_compares() {
     let asm = |name: &str, padding: &str, rows: &str| {
         let path = common::scratch("cli").join(format!("{name}.tex"));
         let src = format!(

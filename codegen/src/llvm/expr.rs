@@ -4,7 +4,7 @@
 use super::gen::{Frame, Gen, Mode};
 use super::{llvm_err, R};
 use inkwell::types::{BasicTypeEnum, VectorType};
-use inkwell::values::{BasicValueEnum, IntMathValue, IntValue, VectorValue};
+use inkwell::values::{BasicValueEnum, IntValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 use texc_compiler::ops::{BinOp, UnOp};
 use texc_compiler::tir::{TExpr, TExprId, Ty};
@@ -235,11 +235,17 @@ impl<'ctx> Gen<'ctx, '_> {
         mode: Mode<'ctx>,
     ) -> R<BasicValueEnum<'ctx>> {
         let and = parts.op == BinOp::And;
-        let mut us = Vec::new();
+        // The uniform parts read no memory: all of them, in one value.
+        let mut us: Option<IntValue<'ctx>> = None;
         for &u in &parts.uniform {
-            us.push(self.expr(fr, u, Mode::Scalar)?.into_int_value());
+            let v = self.expr(fr, u, Mode::Scalar)?.into_int_value();
+            us = Some(match us {
+                None => v,
+                Some(acc) if and => self.b.build_and(acc, v, "all")?,
+                Some(acc) => self.b.build_or(acc, v, "any")?,
+            });
         }
-        let us = self.join(us, and)?;
+        let us = us.expect("a uniform part");
         let then_bb = self.cx.append_basic_block(fr.func, "sel.then");
         let else_bb = self.cx.append_basic_block(fr.func, "sel.else");
         let merge = self.cx.append_basic_block(fr.func, "sel.end");
@@ -252,29 +258,30 @@ impl<'ctx> Gen<'ctx, '_> {
         let d_end = self.b.get_insert_block().expect("positioned");
         self.b.build_unconditional_branch(merge)?;
         self.b.position_at_end(open_bb);
-        let mut ls = Vec::new();
+        // Each lane part is read only where the parts before it leave the
+        // chain undecided, as `logic` reads `b` of `a && b` (the bounds
+        // checker accepts reads that the earlier parts guard).
+        let mut cm: Option<VectorValue<'ctx>> = None;
         for &l in &parts.lanes {
-            ls.push(self.expr(fr, l, mode)?.into_vector_value());
+            let guard = match cm {
+                None => mode.mask(),
+                Some(acc) if and => Some(self.and_mask(mode.mask(), acc)?),
+                Some(acc) => Some(self.and_mask(mode.mask(), self.b.build_not(acc, "not")?)?),
+            };
+            let v = self.expr(fr, l, mode.with_mask(guard))?.into_vector_value();
+            cm = Some(match cm {
+                None => v,
+                Some(acc) if and => self.b.build_and(acc, v, "all")?,
+                Some(acc) => self.b.build_or(acc, v, "any")?,
+            });
         }
-        let cm = self.join(ls, and)?;
-        let o = self.masked_select(fr, cm, a, b, mode)?;
+        let o = self.masked_select(fr, cm.expect("a lane part"), a, b, mode)?;
         let o_end = self.b.get_insert_block().expect("positioned");
         self.b.build_unconditional_branch(merge)?;
         self.b.position_at_end(merge);
         let phi = self.b.build_phi(self.ty_in(ty, mode), "sel")?;
         phi.add_incoming(&[(&d, d_end), (&o, o_end)]);
         Ok(phi.as_basic_value())
-    }
-
-    /// The conjunction (`and`) or disjunction of `parts`, of which there is
-    /// at least one ([`split_by_lanes`] makes both lists non-empty).
-    fn join<T: IntMathValue<'ctx>>(&self, parts: Vec<T>, and: bool) -> R<T> {
-        let mut parts = parts.into_iter();
-        let mut acc = parts.next().expect("a part");
-        for v in parts {
-            acc = if and { self.b.build_and(acc, v, "all")? } else { self.b.build_or(acc, v, "any")? };
-        }
-        Ok(acc)
     }
 
     /// `if c { a } else { b }` with a phi of type `ty`.
