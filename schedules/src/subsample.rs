@@ -202,11 +202,8 @@ fn strided(p: &Program, st: &Stage, i: TExprId, len: i64, last: bool) -> Dim {
 /// loads and shuffles (on AVX-512 a `vpermt2ps` on the port Intel's second
 /// FMA unit shares), once per vector for every tap and every row of the
 /// register block. The copy is one pass over the input, each element
-/// copied once, where the product gathers each once per overlapping
-/// window and row of the block that reads it (about `taps / stride`
-/// times a row, and again for each filter where nothing shares the
-/// vector's registers).
-/// MEASURED (Intel Xeon with AVX-512, 1 thread, ResNet-50's stem, 3 → 64
+/// copied once, where the product gathers each about `taps / stride` times
+/// a row. MEASURED (Intel Xeon with AVX-512, 1 thread, ResNet-50's stem, 3 → 64
 /// channels 7 × 7 at 224², with bias and ReLU): 1.57 → 1.15 ms, ONNX
 /// Runtime 1.37; ResNet-50 4 %, GoogLeNet 3 %, MobileNetV2 5 % faster. A
 /// grouped convolution's filters share their group's channels (`k / Kg`):
@@ -216,8 +213,7 @@ fn strided(p: &Program, st: &Stage, i: TExprId, len: i64, last: bool) -> Dim {
 /// 9.08–9.56 ms (lowest of three alternated runs 9.65 → 9.08). A depthwise
 /// convolution's rows each read their own input, so nothing shares the
 /// copy, yet where its windows overlap the copy still costs less than the
-/// taps' gathers: MEASURED
-/// (same Zen 4, 1 thread, stride 2 with its padding, the lowest of three
+/// taps' gathers: MEASURED (same Zen 4, 1 thread, stride 2 with its padding, the lowest of three
 /// alternated runs, `x86-avx2` / `host`) 3 × 3 over 48 channels at 112²
 /// 0.143 → 0.105 / 0.110 → 0.088 ms, 144 at 56² 0.089 → 0.066 / 0.088 →
 /// 0.065, 232 at 14² 0.012 → 0.008 / 0.012 → 0.007; 5 × 5 over 72 at 56²
