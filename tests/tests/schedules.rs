@@ -895,8 +895,9 @@ fn byte_stages_fill_registers_with_bytes() {
 /// unrolled blocks of a vector's lanes, which codegen transposes in
 /// registers, with two blocks of lanes inside each on AVX2 (a vector is
 /// half a line); the axes the tensor does not move with (a filter
-/// transform's `i, j`) are unrolled so that their copies share the gathers.
-/// Results match the interpreter at sizes whose lanes leave tails (also
+/// transform's `i, j`) are unrolled so that their copies share the gathers,
+/// except where the blocks along the lines are made: there such an axis (a
+/// batch of one read at a literal `0`) runs outside them. Results match the interpreter at sizes whose lanes leave tails (also
 /// where one read of the tensor is not affine). Where the blocks of lanes
 /// are too few to share between threads (with a partial one), the blocks
 /// along the lines run outermost instead; a gathered tensor that fits in
@@ -916,6 +917,12 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y:
     // The same 21 filters along lines of 64: the blocks along the lines
     // (8 of 8 lanes, 4 of 16) share out instead, outermost.
     let lines = "kernel tr(A: f32[K = 21, C = 50, Q = 64]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";
+    // A residual add reading a filters-last product of one batch at a
+    // literal `0` (ConvNeXt's `x + γ · permute(block(x))`): the batch axis,
+    // which moves no line of `A`, runs outside the blocks along the lines.
+    let batch = "kernel tr(A: f32[1, K = 140, Q = 64], X: f32[N = 1, Q, K]) -> T: f32[N, Q, K] {
+    T[n, q, k] = A[0, k, q] + X[n, q, k];
+}";
     // Read twice, once through a remainder: the strides come from the other read.
     let twice = "kernel tr(A: f32[K = 140, C = 200]) -> T: f32[C, K] { T[c, k] = A[k, c] + 2.0 * A[k, (c + 1) % C]; }";
     // The nest of the first block of lanes on (x86-avx2, x86-avx512).
@@ -953,6 +960,15 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y:
                 "\n  for q.o in 0..8 parallel:\n    for k.o.o in 0..1:\n      for c in 0..50:\n        \
                  for k.o.i in 0..2:\n          for q.i in 0..8 unrolled:\n            for k.v in 0..8 vectorized:",
                 "\n  for q.o in 0..4 parallel:\n    for k.o in 0..1:\n      for c in 0..50:\n        \
+                 for q.i in 0..16 unrolled:\n          for k.v in 0..16 vectorized:",
+            ]),
+        ),
+        (
+            batch,
+            Some([
+                "\n  for k.o.o in 0..8:\n    for n in 0..1:\n      for q.o in 0..8:\n        \
+                 for k.o.i in 0..2:\n          for q.i in 0..8 unrolled:\n            for k.v in 0..8 vectorized:",
+                "\n  for k.o in 0..8:\n    for n in 0..1:\n      for q.o in 0..4:\n        \
                  for q.i in 0..16 unrolled:\n          for k.v in 0..16 vectorized:",
             ]),
         ),

@@ -260,9 +260,13 @@ pub(super) fn transposing_order(
     // Stable: axes of equal stride keep their order.
     others.sort_by_key(|&(stride, _)| std::cmp::Reverse(stride));
     // The axis the lines run along, cut into blocks of lanes transposed in
-    // registers ([`unroll_along_lines`]), where its elements are words.
+    // registers ([`unroll_along_lines`]), where its elements are words:
+    // the last the tensor moves with (an axis it does not, such as a batch
+    // of one read at a literal `0`, sorts after it and changes no line).
     let along = others
-        .last()
+        .iter()
+        .rev()
+        .find(|&&(stride, _)| stride != 0)
         .filter(|&&(stride, _)| stride == 1 && elem_bytes == 4 && (LINE as i64) % (lanes * 4) == 0)
         .map(|&(_, l)| l);
     // The blocks of lanes become the outer loop: with a partial block it is
@@ -276,6 +280,11 @@ pub(super) fn transposing_order(
     let line_blocks_share = along.is_some_and(|a| m.two_per_core(ss.ivs[a].extent / lanes));
     if !lane_blocks_share && !line_blocks_share {
         return false;
+    }
+    if along.is_some() {
+        // Outside the blocks, which must sit just around the vector loop;
+        // stable, so the rest keep their order by stride.
+        others.sort_by_key(|&(stride, _)| stride != 0);
     }
     let span = Span::default();
     let (o, v) = vectorize_inner(ss, row, m).expect("a vector width");
