@@ -820,14 +820,15 @@ fn long_products_without_column_blocks_run_their_row_blocks_in_parallel() {
     });
 }
 
-/// A depthwise convolution's register block, whose rows each load their own
-/// input, keeps at most 12 accumulator vectors on AVX-512 (2 rows of 4
-/// vectors at 56 wide, 4 rows of 2 at 28) where a convolution's, whose rows
-/// share their loads, keeps up to 24; results match the interpreter, with
-/// tails (56 = 3 vectors and a half).
+/// A depthwise convolution's register block, whose rows share only the
+/// loads their window's taps meet at (`depthwise_windows_share_their_rows_loads`),
+/// keeps 16 accumulator vectors on AVX-512 (4 rows of 4 vectors at 56
+/// wide, 8 rows of 2 at 28), half the registers, where a convolution's,
+/// whose rows share all their loads, keeps up to 24; results match the
+/// interpreter, with tails (56 = 3 vectors and a half).
 #[test]
 fn depthwise_register_blocks_keep_fewer_accumulators() {
-    for (w, acc) in [(56, "acc: f32[2, 4, 16]"), (28, "acc: f32[4, 2, 16]")] {
+    for (w, acc) in [(56, "acc: f32[4, 4, 16]"), (28, "acc: f32[8, 2, 16]")] {
         let src = format!(
             "import std.nn;
 kernel dw(X: f32[N = 1, C = 3, H = {w}, W = {w}], Wt: f32[C, 1, 3, 3]) -> Y: f32[N, C, H, W] {{
@@ -886,6 +887,56 @@ fn byte_stages_fill_registers_with_bytes() {
             Err(e) => println!("skipped running on {target}: {e}"),
         }
     }
+}
+
+/// A depthwise convolution's rows each load their own input, through a
+/// window along them (`Xp[n, c, y + r, x + s]`): by default the window's
+/// tap `r` is unrolled inside `s`, just outside the block's unrolled rows,
+/// so that the rows and taps that meet at one input row share its load,
+/// and the block takes rows for half the vector registers, a short last
+/// block allowed (a 7 × 7 window over rows of 14, two vectors each: 4 rows
+/// a block on AVX2, 8 on AVX-512, not 2). Also
+/// where the rows are long (the BLIS structure's blocks of two vectors)
+/// and strided (a stride-2 window read from phases). A window of more than
+/// seven taps, or a product whose rows share their loads (a convolution's
+/// filters), keeps the reduction's order. Results match the interpreter
+/// at sizes no block divides.
+#[test]
+fn depthwise_windows_share_their_rows_loads() {
+    let dw = |c: i64, h: i64, w: i64, k: i64, stride: i64| {
+        format!(
+            "import std.nn;\nkernel dw(X: f32[N = 1, C = {c}, H = {h}, W = {w}], Wt: f32[C, 1, {k}, {k}]) \
+             -> Y: f32[N, C, (H - 1) / {stride} + 1, (W - 1) / {stride} + 1] {{\n    \
+             Y = conv2d(X, Wt, pad = {}, stride = {stride}, groups = {c});\n}}",
+            k / 2
+        )
+    };
+    let tap = |k: i64| format!("for s in 0..{k}:\n");
+    for (src, k, rows, taps) in [
+        (dw(5, 14, 14, 7, 1), 7, Some(["for h.r in 0..4 unrolled:", "for h.r in 0..8 unrolled:"]), true),
+        (dw(3, 9, 100, 3, 1), 3, None, true),
+        (dw(4, 13, 30, 5, 2), 5, None, true),
+        (dw(3, 12, 14, 9, 1), 9, None, false),
+    ] {
+        default_on_x86("dw", &src, |target, text| {
+            let unrolled = format!("for r in 0..{k} unrolled:");
+            let inside_s = text
+                .lines()
+                .zip(text.lines().skip(1))
+                .any(|(a, b)| a.trim_start().starts_with(tap(k).trim_end()) && b.trim_start() == unrolled);
+            assert_eq!(inside_s, taps, "{target}: `r` unrolled inside `s`:\n{text}");
+            if let Some([avx2, avx512]) = rows {
+                let rows = if target == "x86-avx2" { avx2 } else { avx512 };
+                assert!(text.contains(rows), "{target}: `{rows}`:\n{text}");
+            }
+        });
+    }
+    // A convolution's filters share their loads: its reduction keeps its order.
+    let conv = "import std.nn;\nkernel cv(X: f32[N = 1, C = 3, H = 10, W = 12], Wt: f32[K = 16, C, 3, 3]) \
+                -> Y: f32[N, K, H, W] {\n    Y = conv2d(X, Wt, pad = 1);\n}";
+    default_on_x86("cv", conv, |target, text| {
+        assert!(!text.contains("for r in 0..3 unrolled:"), "{target}: reduction order kept:\n{text}");
+    });
 }
 
 /// A stage that transposes gathers each vector from one cache line per

@@ -211,7 +211,8 @@ pub(super) fn scattering_order(ss: &mut StageSchedule, p: &Program, st: &Stage, 
 /// at power-of-two strides from lines that evict each other. So the row is
 /// split by the vector width with its outer loop outermost, and the other
 /// axes follow by their stride in the gathered tensor, largest first (those
-/// it does not move with, innermost): within one block of lanes the loops
+/// it does not move with innermost, or outermost where blocks along the
+/// lines are made, which must sit around the vector loop): within one block of lanes the loops
 /// walk each lane's line in order, and consecutive vectors reuse them from
 /// L1. Applies where the gathered tensor is larger than the target's L1
 /// data cache (smaller ones stay in L1 in any order) and its lanes are a
@@ -260,14 +261,17 @@ pub(super) fn transposing_order(
     // Stable: axes of equal stride keep their order.
     others.sort_by_key(|&(stride, _)| std::cmp::Reverse(stride));
     // The axis the lines run along, cut into blocks of lanes transposed in
-    // registers ([`unroll_along_lines`]), where its elements are words:
-    // the last the tensor moves with (an axis it does not, such as a batch
-    // of one read at a literal `0`, sorts after it and changes no line).
+    // registers ([`unroll_along_lines`]), where its elements are words
+    // and it has a block of lanes: the last the tensor moves with (an axis
+    // it does not, such as a batch of one read at a literal `0`, has stride
+    // 0 and sorts after it by stride, changing no line). Without such
+    // blocks, those axes stay unrolled innermost (below).
     let along = others
         .iter()
         .rev()
         .find(|&&(stride, _)| stride != 0)
         .filter(|&&(stride, _)| stride == 1 && elem_bytes == 4 && (LINE as i64) % (lanes * 4) == 0)
+        .filter(|&&(_, l)| ss.ivs[l].extent >= lanes)
         .map(|&(_, l)| l);
     // The blocks of lanes become the outer loop: with a partial block it is
     // not fused with the next, and is all the parallel work there is, so
