@@ -175,10 +175,14 @@ pub const KNOBS: [Knob; 22] = [
         .order
         .replace(v == 1)
         .is_none()),
-    knob!("unroll", Cpu, &[1, 2, 4], Accepts::Range(1, 16), "the innermost reduction loop unrolled by", |d, v| d
-        .unroll
-        .replace(v)
-        .is_none()),
+    knob!(
+        "unroll",
+        Cpu,
+        &[1, 2, 4],
+        Accepts::Range(1, 16),
+        "the innermost serial reduction loop unrolled by",
+        |d, v| d.unroll.replace(v).is_none()
+    ),
     knob!("par", Cpu, &[1, 0], Accepts::Flag, "0: no loop runs on the thread pool", |d, v| d
         .par
         .replace(v == 1)

@@ -898,8 +898,9 @@ fn byte_stages_fill_registers_with_bytes() {
 /// a block on AVX2, 8 on AVX-512, not 2). Also
 /// where the rows are long (the BLIS structure's blocks of two vectors)
 /// and strided (a stride-2 window read from phases). A window of more than
-/// seven taps, or a product whose rows share their loads (a convolution's
-/// filters), keeps the reduction's order. Results match the interpreter
+/// seven taps, a pooling's window (max or average: memory bound, nothing
+/// weighted by the tap), or a product whose rows share their loads (a
+/// convolution's filters), keeps the reduction's order. Results match the interpreter
 /// at sizes no block divides.
 #[test]
 fn depthwise_windows_share_their_rows_loads() {
@@ -929,6 +930,25 @@ fn depthwise_windows_share_their_rows_loads() {
                 let rows = if target == "x86-avx2" { avx2 } else { avx512 };
                 assert!(text.contains(rows), "{target}: `{rows}`:\n{text}");
             }
+        });
+    }
+    // Poolings (memory bound, nothing weighted by the tap) keep their
+    // order: no window row `r` (or a separated pass's `….rows.r`) unrolled.
+    for (pool, out) in [
+        ("max_pool2d(X, 3, stride = 2, pad = 1)", "10, 15"),
+        ("avg_pool2d(X, 2)", "10, 15"),
+        ("avg_pool2d(X, 3, stride = 1, pad = 1)", "20, 30"),
+    ] {
+        let src = format!(
+            "import std.nn;\nkernel pl(X: f32[N = 1, C = 3, H = 20, W = 30]) -> Y: f32[N, C, {out}] {{\n    Y = {pool};\n}}"
+        );
+        default_on_x86("pl", &src, |target, text| {
+            let tap_unrolled = text.lines().any(|l| {
+                let mut words = l.split_whitespace();
+                let var = words.nth(1).unwrap_or("");
+                (var == "r" || var.ends_with(".rows.r")) && l.ends_with(" unrolled:")
+            });
+            assert!(!tap_unrolled, "{target} {pool}:\n{text}");
         });
     }
     // A convolution's filters share their loads: its reduction keeps its order.
@@ -973,6 +993,12 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y:
     // which moves no line of `A`, runs outside the blocks along the lines.
     let batch = "kernel tr(A: f32[1, K = 140, Q = 64], X: f32[N = 1, Q, K]) -> T: f32[N, Q, K] {
     T[n, q, k] = A[0, k, q] + X[n, q, k];
+}";
+    // A transposed tensor added to each of a batch: the batch axis, which
+    // moves no line of `A`, runs outside the blocks too (each block then
+    // loaded once per batch element, from L1 or L2).
+    let broadcast = "kernel tr(A: f32[K = 140, Q = 64], X: f32[B = 3, Q, K]) -> T: f32[B, Q, K] {
+    T[b, q, k] = A[k, q] + X[b, q, k];
 }";
     // Read twice, once through a remainder: the strides come from the other read.
     let twice = "kernel tr(A: f32[K = 140, C = 200]) -> T: f32[C, K] { T[c, k] = A[k, c] + 2.0 * A[k, (c + 1) % C]; }";
@@ -1020,6 +1046,15 @@ kernel wk(X: f32[N = 1, C = 40, H = 6, W = 10], Wt: f32[K = 140, C, 3, 3]) -> Y:
                 "\n  for k.o.o in 0..8:\n    for n in 0..1:\n      for q.o in 0..8:\n        \
                  for k.o.i in 0..2:\n          for q.i in 0..8 unrolled:\n            for k.v in 0..8 vectorized:",
                 "\n  for k.o in 0..8:\n    for n in 0..1:\n      for q.o in 0..4:\n        \
+                 for q.i in 0..16 unrolled:\n          for k.v in 0..16 vectorized:",
+            ]),
+        ),
+        (
+            broadcast,
+            Some([
+                "\n  for k.o.o in 0..8:\n    for b in 0..3:\n      for q.o in 0..8:\n        \
+                 for k.o.i in 0..2:\n          for q.i in 0..8 unrolled:\n            for k.v in 0..8 vectorized:",
+                "\n  for k.o in 0..8:\n    for b in 0..3:\n      for q.o in 0..4:\n        \
                  for q.i in 0..16 unrolled:\n          for k.v in 0..16 vectorized:",
             ]),
         ),

@@ -71,7 +71,7 @@ pub(super) fn register_block(
     // depthwise convolution's `X[n, c, y + r, x + s]`): with the window's
     // tap `r` unrolled inside the rows' block, rows and taps that meet at
     // one input row share its load.
-    let tap = (!shared).then(|| window_tap(p, st, vector, a)).flatten();
+    let tap = (!shared).then(|| window_tap(p, st, &loads.all, vector, a)).flatten();
     // A row shorter than half a full vector uses the half-width vector
     // (AVX-512: a 7-wide row is one 256-bit vector, not 7 scalars). So does
     // a row shorter than a full vector, of a lane count LLVM must split (13:
@@ -404,13 +404,17 @@ fn reuse_axis(p: &Program, st: &Stage, vector_loads: &[TExprId], first_row_axis:
         .map_or((first_row_axis - 1, false), |a| (a, true))
 }
 
-/// The reduction variable of a window that every vector operand of a sum
-/// reads along row axis `a` (`X[n, c, y + r, x + s]` for `y`: `r`), of at
-/// most [`MAX_TAPS`] taps, where no vector operand reads `a` otherwise.
-/// Not a window's maximum (a max pooling's rows, which are memory bound:
-/// ResNet-101's 3 × 3 of stride 2 at 112², `host`, 0.22 → 0.41 ms so).
-fn window_tap(p: &Program, st: &Stage, vector: &[TExprId], a: usize) -> Option<usize> {
-    if !matches!(p.expr(st.value), TExpr::Reduce(texc_compiler::ops::ReduceOp::Sum, ..)) {
+/// The reduction variable of a window that every vector operand of a
+/// float sum reads along row axis `a` (`X[n, c, y + r, x + s]` for `y`:
+/// `r`), of at most [`MAX_TAPS`] taps, where no vector operand reads `a`
+/// otherwise, and some other load reads with the tap (the filters, `W[c,
+/// 0, r, s]`). Not a window's maximum, nor an average pool's sum (a
+/// pooling's rows are memory bound: ResNet-101's 3 × 3 max pool of stride
+/// 2 at 112², `host`, 0.22 → 0.41 ms so), nor an integer product (its
+/// `@dot4` blocks are sized for their own registers).
+fn window_tap(p: &Program, st: &Stage, all: &[TExprId], vector: &[TExprId], a: usize) -> Option<usize> {
+    let sum = matches!(p.expr(st.value), TExpr::Reduce(texc_compiler::ops::ReduceOp::Sum, ..));
+    if !sum || !p.tensor(st.tensor).elem.is_float() {
         return None;
     }
     let (av, reductions) = (a as u32, st.n_axes..st.vars.len());
@@ -431,7 +435,8 @@ fn window_tap(p: &Program, st: &Stage, vector: &[TExprId], a: usize) -> Option<u
     };
     let first = tap_of(*vector.first()?)?;
     let same = vector.iter().all(|&l| tap_of(l) == Some(first));
-    (same && st.vars[first].extent >= 2 && st.vars[first].extent <= MAX_TAPS).then_some(first)
+    let weighted = all.iter().any(|&l| !vector.contains(&l) && uses_var(p, l, first as u32));
+    (same && weighted && st.vars[first].extent >= 2 && st.vars[first].extent <= MAX_TAPS).then_some(first)
 }
 
 /// The reduction leaf of `tap` (a stage variable), not split.
@@ -817,7 +822,9 @@ fn floor_pow2(n: i64) -> i64 {
 fn unroll_reduction(ss: &mut StageSchedule, by: Option<i64>) {
     let span = Span::default();
     let Some(by) = by.filter(|&u| u >= 2) else { return };
-    let Some(&k) = ss.leaves.iter().rev().find(|&&l| ss.ivs[l].reduce) else { return };
+    // Past a window's tap unrolled innermost (`window_tap`): its `s`.
+    let innermost = |l: &&usize| ss.ivs[**l].reduce && ss.ivs[**l].kind == ForKind::Serial;
+    let Some(&k) = ss.leaves.iter().rev().find(innermost) else { return };
     if ss.ivs[k].extent < 2 * by || ss.ivs[k].kind != ForKind::Serial {
         return;
     }
