@@ -968,11 +968,12 @@ fn depthwise_windows_share_their_rows_loads() {
 /// half a line); the axes the tensor does not move with (a filter
 /// transform's `i, j`) are unrolled so that their copies share the gathers,
 /// except where the blocks along the lines are made: there such an axis (a
-/// batch of one read at a literal `0`) runs outside them. Results match the interpreter at sizes whose lanes leave tails (also
-/// where one read of the tensor is not affine). Where the blocks of lanes
-/// are too few to share between threads (with a partial one), the blocks
-/// along the lines run outermost instead; a gathered tensor that fits in
-/// L1, or blocks too few both ways, keep the axes' order.
+/// batch of one read at a literal `0`) runs outside them. Results match the
+/// interpreter at sizes whose lanes leave tails (also where one read of the
+/// tensor is not affine). Where the blocks of lanes are too few to share
+/// between threads (with a partial one), the blocks along the lines run
+/// outermost instead; a gathered tensor that fits in L1, or blocks too few
+/// both ways, keep the axes' order.
 #[test]
 fn transposing_stages_run_blocks_of_lanes_outermost() {
     let transpose = "kernel tr(A: f32[K = 140, C = 50, Q = 16]) -> T: f32[Q, C, K] { T[q, c, k] = A[k, c, q]; }";

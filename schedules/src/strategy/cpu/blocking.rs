@@ -825,7 +825,7 @@ fn unroll_reduction(ss: &mut StageSchedule, by: Option<i64>) {
     // Past a window's tap unrolled innermost (`window_tap`): its `s`.
     let innermost = |l: &&usize| ss.ivs[**l].reduce && ss.ivs[**l].kind == ForKind::Serial;
     let Some(&k) = ss.leaves.iter().rev().find(innermost) else { return };
-    if ss.ivs[k].extent < 2 * by || ss.ivs[k].kind != ForKind::Serial {
+    if ss.ivs[k].extent < 2 * by {
         return;
     }
     let name = ss.ivs[k].name.clone();

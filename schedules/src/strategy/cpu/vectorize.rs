@@ -212,8 +212,9 @@ pub(super) fn scattering_order(ss: &mut StageSchedule, p: &Program, st: &Stage, 
 /// split by the vector width with its outer loop outermost, and the other
 /// axes follow by their stride in the gathered tensor, largest first (those
 /// it does not move with innermost, or outermost where blocks along the
-/// lines are made, which must sit around the vector loop): within one block of lanes the loops
-/// walk each lane's line in order, and consecutive vectors reuse them from
+/// lines are made, which must sit around the vector loop): within one
+/// block of lanes the loops walk each lane's line in order, and consecutive
+/// vectors reuse them from
 /// L1. Applies where the gathered tensor is larger than the target's L1
 /// data cache (smaller ones stay in L1 in any order) and its lanes are a
 /// cache line or more apart. MEASURED (Zen 4, AVX-512, 1 thread): the copy
