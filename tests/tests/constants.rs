@@ -202,6 +202,39 @@ fn sliced_products_of_few_columns_stream_constant_panels() {
     }
 }
 
+/// A batch of products whose constant operand is read at the batch's own
+/// axis (Winograd's products per tile position: `U[i, j, c, k]`) has its
+/// panels after the batch axis, `W.panels[b, q, k, r]`: the parallel loop
+/// walks the batch outside the column blocks, so the panels one iteration
+/// after another reads lie one after another, and the prefetch pass takes
+/// them in runs (with the panel index first, `W.panels[q, b, k, r]`, the
+/// next iteration's panel was a whole batch of panels away, and no plan was
+/// made). Against the program as written, interpreted and compiled.
+#[test]
+fn batched_constant_operands_have_their_panels_after_the_batch() {
+    let src = "kernel bm(X: f32[B = 4, M = 20, K = 160], W: f32[B, K, N = 96]) -> Y: f32[B, M, N] {
+    Y[b, i, j] = sum[k](X[b, i, k] * W[b, k, j]);
+}";
+    for t in ["x86-avx2", "x86-avx512"] {
+        let (p, packed, made) = prepacked(t, src, true);
+        assert_eq!(made, 1, "{t}");
+        let panels = packed.tensors.iter().find(|d| d.name == "W.panels").expect("panels");
+        let w = panels.shape[3];
+        assert_eq!(panels.shape, [4, 96 / w, 160, w], "{t}");
+        let s = split(&packed, &|n| n == "W", &|_| false).expect("the packed tensor folds");
+        let f = texc_tests::default_lowered(t, &s.main);
+        let target = texc_compiler::target::lookup(t).expect("target");
+        let plans = texc_schedules::prefetch::plans(&f, &target.cpu_caches(), 14.3);
+        let text = folded_matches_interpreter(t, &p, &packed, "W_panels", [vec![4, 20, 160], vec![4, 160, 96]]);
+        assert!(text.contains("W_panels[b"), "{t}: the product does not read the panels by batch:\n{text}");
+        let on_panels: Vec<_> = plans.iter().filter(|pl| s.main.tensor(pl.tensor).name == "W_panels").collect();
+        assert!(
+            matches!(on_panels[..], [pl] if pl.slice % (160 * w) == 0),
+            "{t}: no prefetch of the next panels: {plans:?}\n{text}"
+        );
+    }
+}
+
 /// `src` specialized for target `t`, and after `prepack_constant_operands`
 /// with `W` constant (or nothing, unless `constant`): both programs, and the
 /// number of packed tensors made.
