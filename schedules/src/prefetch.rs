@@ -23,15 +23,16 @@
 //! half the L2 with the next group, over a block of rows' 35 steps: 8 of a
 //! step's 253 lines), the serial loops just inside it walk the runs with
 //! it, as one loop: the group's panels one after another, each prefetched
-//! while the rows read the one before, if such a plan takes every line.
-//! MEASURED (RegNetY-1.6GF's 888 → 888 convolutions at 7 × 7, 3.2 MB of
+//! while the rows read the one before, if such a plan takes every line
+//! (its runs within one iteration of the parallel loop: a run that spans
+//! two may span two threads). MEASURED (RegNetY-1.6GF's 888 → 888 convolutions at 7 × 7, 3.2 MB of
 //! weights, `host`, one thread, in the model): 0.85 → 0.70 ms each.
 //!
 //! What it takes: `W` an input of the function (temporaries were written
 //! by an earlier nest and are likely still cached); its offset, with every
 //! other variable at the start of its range, falling in such runs at every
-//! iteration of `f` (the smallest run length dividing `f`'s extent that
-//! gives two runs or more); a slice larger than a page (a smaller one is
+//! iteration of `f` (or of the walked loops, `f` outermost: the smallest
+//! run length dividing their iterations that gives two runs or more); a slice larger than a page (a smaller one is
 //! the hardware prefetcher's, whose streams stop at page boundaries; a
 //! slice the L1 holds is no exception: RegNetX-400MF's panels of 6 filters
 //! × 400 channels, 9.6 KB, read four times each by 1 × 1 convolutions over
@@ -103,7 +104,8 @@ const PAGE_BYTES: i64 = 4096;
 /// The pass prefetches where the first read of a slice would wait on
 /// memory for a tenth of its run's time or more.
 const MIN_WAIT_SHARE_INVERSE: f64 = 10.0;
-/// Iterations of a parallel loop the pass examines one by one (compile time stays linear).
+/// Iterations of a parallel loop (with the serial loops it walks, together)
+/// the pass examines one by one (compile time stays linear).
 const MAX_ITERATIONS: i64 = 1 << 16;
 
 /// One spread prefetch: where, of what, how.
@@ -239,10 +241,19 @@ fn plan_for(
         return Some(first);
     }
     let serial = path.iter().take_while(|p| p.3 == ForKind::Serial).count();
-    (1..=serial.min(path.len() - 1))
-        .filter_map(|walk| plan_walking(f, m, outside, par, (tensor, idx), path, walk))
-        .find(|(plan, covers)| *covers && plan.slice < first.slice)
-        .map_or(Some(first), |(plan, _)| Some(plan))
+    let mut iterations = par.2;
+    for walk in 1..=serial.min(path.len().saturating_sub(1)) {
+        // Deeper walks only have more iterations to examine.
+        iterations = iterations.saturating_mul(path[walk - 1].2.max(1));
+        if iterations > MAX_ITERATIONS {
+            break;
+        }
+        match plan_walking(f, m, outside, par, (tensor, idx), path, walk) {
+            Some((plan, true)) if plan.slice < first.slice => return Some(plan),
+            _ => {}
+        }
+    }
+    Some(first)
 }
 
 /// The plan for one read of `tensor` at `idx` whose slices are walked by
@@ -287,7 +298,13 @@ fn plan_walking(
         }
         offsets.push(flat_offset(f, tensor, idx, &env)?);
     }
-    let run = (1..=total / 2).filter(|q| total % q == 0).find(|&q| in_runs(&offsets, q as usize))?;
+    // Runs within one iteration of the parallel loop where serial loops walk
+    // with it: a run spanning two would be two threads' (the pool gives each
+    // a contiguous chunk of the parallel loop).
+    let inside = total / extent.max(1);
+    let run = (1..=total / 2)
+        .filter(|q| total % q == 0 && (walk == 0 || inside % q == 0))
+        .find(|&q| in_runs(&offsets, q as usize))?;
     let (base, slice) = (offsets[0], offsets[run as usize] - offsets[0]);
     // Every term of a prefetch's offset is at least `base` (see
     // `statements`), so `base ≥ 0` keeps it inside the tensor from below;
@@ -370,7 +387,7 @@ fn step_part_fits_half_l2(
 
 /// The elements between the first and the last that the read at `idx`
 /// reaches over the loops of `path` that are `ranging` (the others at their
-/// start) at the parallel loop's first iteration, where known.
+/// start) at the walked loops' first iteration (`fixed`), where known.
 fn footprint(
     f: &LoopFunc,
     fixed: &[(VarId, i64)],
@@ -737,7 +754,11 @@ mod tests {
         let mut g = f.clone();
         let t = texc_compiler::target::lookup("x86-avx512").expect("target");
         assert_eq!(prefetch(&mut g, t).len(), 1);
-        assert!(crate::ir::print(&g).contains("        prefetch W at min("), "{}", crate::ir::print(&g));
+        // In the channels' loop: the next panel of the walked iteration `k.oo * 5 + k.oi`, 16 384 elements on.
+        let text = crate::ir::print(&g);
+        let next = "          prefetch W at min(@udiv(k.oo * 5 + k.oi, 1) * 16384 + @udiv(((@urem(k.oo * 5 + k.oi, 1) * 3 + h.b) \
+                    * 512 + c) * 16384, 1536) + 16384, 163839)";
+        assert!(text.contains(next), "{text}");
         let args = || vec![tensor(&[10, 512, 32], 7), tensor(&[512, 21], 8)];
         let want = crate::eval::run(&f, args()).expect("runs");
         let got = crate::eval::run(&g, args()).expect("runs prefetched");

@@ -290,14 +290,15 @@ pub fn prepack_constant_operands(
         if !reads_along_innermost(p, ci, pack.operand) {
             continue;
         }
-        let lead = batch_axes(p, ci, pack.operand);
-        let panels = match made.iter().find(|m| m.0 == pack.operand && m.1 == pack.width && m.3 == lead) {
-            Some(&(_, _, panels, _)) => panels,
+        // Panels made for another product are read in their layout.
+        let (panels, lead) = match made.iter().find(|m| m.0 == pack.operand && m.1 == pack.width) {
+            Some(&(_, _, panels, lead)) => (panels, lead),
             None => {
+                let lead = batch_axes(p, ci, pack.operand);
                 let (panels, stage) = panels_stage(p, pack.operand, pack.width, lead);
                 pending.push(ci, stage);
                 made.push((pack.operand, pack.width, panels, lead));
-                panels
+                (panels, lead)
             }
         };
         let value = p.stages[ci].value;
