@@ -25,15 +25,17 @@
 //! it, as one loop: the group's panels one after another, each prefetched
 //! while the rows read the one before, if such a plan takes every line
 //! (its runs within one iteration of the parallel loop: a run that spans
-//! two may span two threads). MEASURED (RegNetY-1.6GF's 888 → 888 convolutions at 7 × 7, 3.2 MB of
-//! weights, `host`, one thread, in the model): 0.85 → 0.70 ms each.
+//! two may span two threads). MEASURED (RegNetY-1.6GF's 888 → 888
+//! convolutions at 7 × 7, 3.2 MB of weights, `host`, one thread, in the
+//! model): 0.85 → 0.70 ms each.
 //!
 //! What it takes: `W` an input of the function (temporaries were written
 //! by an earlier nest and are likely still cached); its offset, with every
 //! other variable at the start of its range, falling in such runs at every
 //! iteration of `f` (or of the walked loops, `f` outermost: the smallest
-//! run length dividing their iterations that gives two runs or more); a slice larger than a page (a smaller one is
-//! the hardware prefetcher's, whose streams stop at page boundaries; a
+//! run length dividing their iterations that gives two runs or more); a
+//! slice larger than a page (a smaller one is the hardware prefetcher's,
+//! whose streams stop at page boundaries; a
 //! slice the L1 holds is no exception: RegNetX-400MF's panels of 6 filters
 //! × 400 channels, 9.6 KB, read four times each by 1 × 1 convolutions over
 //! 7² positions on `x86-avx2`, ran 0.13–0.15 → 0.08–0.09 ms per layer
@@ -159,8 +161,10 @@ struct Machine<'a> {
     ridge: f64,
 }
 
-/// Loops enclosing a statement: `(var, lo, extent, kind)`, outermost first.
-type Enclosing = Vec<(VarId, i64, i64, ForKind)>;
+/// A loop enclosing a statement: `(var, lo, extent, kind)`.
+type EnclosingLoop = (VarId, i64, i64, ForKind);
+/// Loops enclosing a statement, outermost first.
+type Enclosing = Vec<EnclosingLoop>;
 
 /// Loops as `(var, lo, extent)`, outermost first.
 pub type Loops = Vec<(VarId, i64, i64)>;
@@ -234,7 +238,7 @@ fn plan_for(
     par: (VarId, i64, i64),
     tensor: TensorId,
     idx: &[TExprId],
-    path: &Enclosing,
+    path: &[EnclosingLoop],
 ) -> Option<Plan> {
     let (first, covers) = plan_walking(f, m, outside, par, (tensor, idx), path, 0)?;
     if covers {
@@ -266,7 +270,7 @@ fn plan_walking(
     outside: &Enclosing,
     (par, lo, extent): (VarId, i64, i64),
     (tensor, idx): (TensorId, &[TExprId]),
-    path: &Enclosing,
+    path: &[EnclosingLoop],
     walk: usize,
 ) -> Option<(Plan, bool)> {
     let walked: Loops =
@@ -353,7 +357,7 @@ fn traversals(
     f: &LoopFunc,
     fixed: &[(VarId, i64)],
     (tensor, idx): (TensorId, &[TExprId]),
-    path: &[(VarId, i64, i64, ForKind)],
+    path: &[EnclosingLoop],
     above: &[VarId],
     run: i64,
     slice: i64,
@@ -375,7 +379,7 @@ fn step_part_fits_half_l2(
     f: &LoopFunc,
     fixed: &[(VarId, i64)],
     (tensor, idx): (TensorId, &[TExprId]),
-    path: &[(VarId, i64, i64, ForKind)],
+    path: &[EnclosingLoop],
     spread: &Loops,
     l2: i64,
 ) -> bool {
@@ -393,7 +397,7 @@ fn footprint(
     fixed: &[(VarId, i64)],
     tensor: TensorId,
     idx: &[TExprId],
-    path: &[(VarId, i64, i64, ForKind)],
+    path: &[EnclosingLoop],
     ranging: &dyn Fn(VarId) -> bool,
 ) -> Option<i64> {
     let mut ranges = vec![interval::exact(0); f.vars.len()];
@@ -434,13 +438,7 @@ fn in_runs(offsets: &[i64], q: usize) -> bool {
 /// of the run's `run_ops`), else [`MAX_LINES_PER_STEP`] of it. (The loop
 /// below, where there is one, spreads better: RegNetX-400MF's 15 lines a
 /// step at once ran the model 3–5 % slower than a line a step below.)
-fn spread_loop(
-    path: &[(VarId, i64, i64, ForKind)],
-    run: i64,
-    slice_bytes: i64,
-    l2: i64,
-    run_ops: f64,
-) -> Option<(Loops, i64)> {
+fn spread_loop(path: &[EnclosingLoop], run: i64, slice_bytes: i64, l2: i64, run_ops: f64) -> Option<(Loops, i64)> {
     let lines_of = |step_bytes: i64| (step_bytes + LINE_BYTES - 1) / LINE_BYTES;
     // The run's iterations are the steps above the first loop.
     let (mut best, mut finer) = (None, None);

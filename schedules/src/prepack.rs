@@ -266,7 +266,7 @@ pub fn prepack_constant_operands(
     // would inline it back into the product and schedule another form.
     let folded = texc_compiler::constants::split(p, constant_input, known_scalar).map(|s| s.main);
     let (panel_packs, row_packs) = schedule_packs(folded.as_ref().unwrap_or(p), target, knobs);
-    let mut made: Vec<(TensorId, i64, TensorId, usize)> = Vec::new();
+    let mut made: Vec<MadePanels> = Vec::new();
     // Who reads what, kept up to date as products are rewritten: looked up
     // per pack, not found by a walk of every stage (quadratic in a model's
     // layers). The new stages go in at the end, all at once: inserted one
@@ -283,7 +283,7 @@ pub fn prepack_constant_operands(
         // A streamed operand is one product's alone: one given panels
         // already is read by them too (their stage, still to be inserted,
         // is not in `reads`).
-        if pack.streamed && made.iter().any(|m| m.0 == pack.operand) {
+        if pack.streamed && made.iter().any(|m| m.operand == pack.operand) {
             continue;
         }
         let Some(ci) = consumer(&reads, pack) else { continue };
@@ -291,13 +291,13 @@ pub fn prepack_constant_operands(
             continue;
         }
         // Panels made for another product are read in their layout.
-        let (panels, lead) = match made.iter().find(|m| m.0 == pack.operand && m.1 == pack.width) {
-            Some(&(_, _, panels, lead)) => (panels, lead),
+        let (panels, lead) = match made.iter().find(|m| m.operand == pack.operand && m.width == pack.width) {
+            Some(m) => (m.panels, m.lead),
             None => {
                 let lead = batch_axes(p, ci, pack.operand);
                 let (panels, stage) = panels_stage(p, pack.operand, pack.width, lead);
                 pending.push(ci, stage);
-                made.push((pack.operand, pack.width, panels, lead));
+                made.push(MadePanels { operand: pack.operand, width: pack.width, panels, lead });
                 (panels, lead)
             }
         };
@@ -309,7 +309,7 @@ pub fn prepack_constant_operands(
     let mut rows_made = 0;
     for pack in row_packs {
         // An operand given panels is read by its panels' stage, which folds.
-        if !constant(pack.operand) || made.iter().any(|m| m.0 == pack.operand) {
+        if !constant(pack.operand) || made.iter().any(|m| m.operand == pack.operand) {
             continue;
         }
         // One reader, which reads it as the block did: weights of one layer.
@@ -328,6 +328,15 @@ pub fn prepack_constant_operands(
     debug_assert!(reads == crate::strategy::Reads::of(p), "prepack kept its index of reads up to date");
     pending.splice(p);
     made.len() + rows_made
+}
+
+/// Panels made of a constant operand `width` wide: their tensor, and the
+/// operand's leading axes they keep before the panel index ([`batch_axes`]).
+struct MadePanels {
+    operand: TensorId,
+    width: i64,
+    panels: TensorId,
+    lead: usize,
 }
 
 /// The stage of `p` that is `pack`'s product: the stage writing its
