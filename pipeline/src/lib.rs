@@ -41,7 +41,9 @@ pub use texc_onnx::{ModelName, Role as ModelRole};
 pub fn is_onnx_file(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "onnx")
 }
-pub use options::{Dump, Options, Pass, KNOB_IM2COL, KNOB_PREFETCH, KNOB_REWRITE, KNOB_WINOGRAD, PIPELINE_KNOBS};
+pub use options::{
+    Dump, Options, Pass, KNOB_FORWARD, KNOB_IM2COL, KNOB_PREFETCH, KNOB_REWRITE, KNOB_WINOGRAD, PIPELINE_KNOBS,
+};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -606,8 +608,9 @@ impl Pipeline {
         )
     }
 
-    /// *zero* buffers that may be read before they are stored, run a CPU
-    /// loop's pieces as *one launch*, then *legalize* loop nests for the target.
+    /// *zero* buffers that may be read before they are stored, *forward*
+    /// copies to their producers and run a CPU loop's pieces as *one
+    /// launch*, then *legalize* loop nests for the target.
     pub fn legalize(&mut self, mut f: LoopFunc) -> Result<LoopFunc, Error> {
         let t0 = Instant::now();
         let t = self.options.target;
@@ -620,6 +623,14 @@ impl Pipeline {
             || texc_schedules::ir::print(&f),
             || texc_schedules::verify::verify(&f),
         )?;
+        // After *zero*: the copies it proved cover their tensors still do,
+        // their stores shared with their producers (whose quotients and
+        // remainders of positions the proof does not read as boxes).
+        if t.gpu.is_none() && self.options.knobs.get(KNOB_FORWARD) != Some(&0) {
+            let t0 = Instant::now();
+            texc_schedules::forward::forward_copies(&mut f, t);
+            self.after_loops(Pass::Forward, t0, &f)?;
+        }
         if t.gpu.is_none() {
             let t0 = Instant::now();
             texc_schedules::launches::merge_parallel_pieces(&mut f);

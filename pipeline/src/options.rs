@@ -38,6 +38,8 @@ pub enum Pass {
     PadLdmatrix,
     /// Zeros first in buffers that may be read before they are stored (`texc_schedules::zeroing`).
     Zero,
+    /// CPU targets: a copy's producer stores what the copy would (`texc_schedules::forward`).
+    Forward,
     /// CPU targets: a parallel loop cut into full tiles and a last one run as one launch (`texc_schedules::launches`).
     OneLaunch,
     /// Target-legal operations (`texc_schedules::legalize`).
@@ -61,6 +63,7 @@ impl Pass {
             Pass::Multistage,
             Pass::PadLdmatrix,
             Pass::Zero,
+            Pass::Forward,
             Pass::OneLaunch,
             Pass::Legalize,
             Pass::Prefetch,
@@ -86,6 +89,7 @@ impl Pass {
             Pass::Schedule => "schedule",
             Pass::Lower => "lower",
             Pass::Tensorize => "tensorize",
+            Pass::Forward => "forward",
             Pass::CrossThread => "cross-thread",
             Pass::Multistage => "multistage",
             Pass::PadLdmatrix => "pad-ldmatrix",
@@ -107,6 +111,7 @@ impl Pass {
             Pass::Schedule => "schedules",
             Pass::Lower
             | Pass::Tensorize
+            | Pass::Forward
             | Pass::CrossThread
             | Pass::Multistage
             | Pass::PadLdmatrix
@@ -180,15 +185,22 @@ impl Dump {
 /// tiles), F(2×2, 3×3) with vectors along the filters, or F(4×4, 3×3); `im2col=0`
 /// leaves im2col out; `prefetch=0` leaves out the software prefetches of
 /// `texc_schedules::prefetch` (CPU targets compiled by LLVM). `1` (or no
-/// knob) lets the cost model choose.
+/// knob) lets the cost model choose; `forward=0` leaves copies' producers
+/// storing their own tensors (`texc_schedules::forward`, CPU targets).
 pub const KNOB_REWRITE: &str = "rewrite";
 pub const KNOB_WINOGRAD: &str = "winograd";
 pub const KNOB_IM2COL: &str = "im2col";
 pub const KNOB_PREFETCH: &str = "prefetch";
+pub const KNOB_FORWARD: &str = "forward";
 
 /// The pipeline's knobs with the values each takes.
-pub const PIPELINE_KNOBS: [(&str, &[i64]); 4] =
-    [(KNOB_REWRITE, &[1, 0]), (KNOB_WINOGRAD, &[1, 0, 2, 3, 4]), (KNOB_IM2COL, &[1, 0]), (KNOB_PREFETCH, &[1, 0])];
+pub const PIPELINE_KNOBS: [(&str, &[i64]); 5] = [
+    (KNOB_REWRITE, &[1, 0]),
+    (KNOB_WINOGRAD, &[1, 0, 2, 3, 4]),
+    (KNOB_IM2COL, &[1, 0]),
+    (KNOB_PREFETCH, &[1, 0]),
+    (KNOB_FORWARD, &[1, 0]),
+];
 
 #[derive(Clone, Debug)]
 pub struct Options {

@@ -41,6 +41,7 @@ pub mod dot4;
 pub mod eval;
 pub mod filters_last;
 pub mod flash;
+pub mod forward;
 pub mod gpu;
 pub mod guards;
 pub mod im2col;

@@ -1919,6 +1919,67 @@ fn short_float_depthwise_regions_are_stored_channels_last() {
     assert!(kept(&written_out, "x86-avx2", &|u| block_weight(&pw, u)), "the depthwise an output");
 }
 
+/// `texc_schedules::forward` on inverted residual blocks stored channels
+/// last (`channels_last`, `filters_last`): with a ReLU after the expansion,
+/// at maps of 7, 13 and 27 (stride 2, 5 × 5), the expansion's write-back
+/// stores the padding `P` where the padding copy would (the expansion's
+/// own tensor `T.t` is neither stored nor read), the copy keeps its frame,
+/// and the nests compute the interpreter's outputs — in the loop evaluator
+/// and compiled for each x86 target this CPU runs; the pipeline runs the
+/// pass after *zero* (`forward=0` leaves it out). With the block's SiLU, a
+/// transcendental function, on an expansion that fits the L2 (7² × 144
+/// floats), the copy stays.
+#[test]
+fn padding_copies_are_stored_by_their_producers() {
+    use texc_compiler::target::lookup;
+    let moved = |p: &Program, t: &'static texc_compiler::target::Target| {
+        let mut q = p.clone();
+        let weights = |u| block_weight(p, u);
+        let wanted = texc_schedules::channels_last::channels_last(&mut q, t, &weights);
+        texc_schedules::filters_last::filters_last(&mut q, t, &weights, &|u| wanted.contains(&u));
+        q
+    };
+    let loops = |t: &'static texc_compiler::target::Target, q: &Program, forward: bool| {
+        let mut pl = texc_tests::pipeline_on(t);
+        if !forward {
+            pl.options.knobs.insert(texc_pipeline::KNOB_FORWARD.into(), 0);
+        }
+        pl.default_loops(q.clone()).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)))
+    };
+    let lowered = |t, q: &Program| loops(t, q, true).lowered;
+    for (c, e, hw, k, stride) in [(24, 144, 7, 3, 1), (16, 144, 13, 3, 1), (24, 160, 27, 5, 2)] {
+        let name = format!("{c} → {e} at {hw}², {k} × {k} of stride {stride}");
+        let relu = float_inverted_block(c, e, hw, k, stride, false)
+            .replace("B[n, f, y, x] * sigmoid(B[n, f, y, x])", "max(B[n, f, y, x], 0.0)");
+        let p = program("blk.tex", &relu);
+        for target in ["x86-avx2", "x86-avx512"] {
+            let t = lookup(target).expect("registered");
+            let q = moved(&p, t);
+            let plain = lowered(t, &q);
+            let before = texc_schedules::ir::print(&plain);
+            assert!(before.contains("T.t["), "{name} {target}: the expansion's tensor:\n{before}");
+            let mut f = plain.clone();
+            let done = texc_schedules::forward::forward_copies(&mut f, t);
+            let text = texc_schedules::ir::print(&f);
+            assert_eq!(
+                done.iter().map(|&u| f.p.tensor(u).name.as_str()).collect::<Vec<_>>(),
+                ["P"],
+                "{name} {target}\n{before}"
+            );
+            assert!(!text.contains("T.t["), "{name} {target}: T.t stored or read:\n{text}");
+            // The pipeline runs the pass (after *zero*), unless told not to.
+            let legal = |forward| texc_schedules::ir::print(&loops(t, &q, forward).legal);
+            assert!(!legal(true).contains("T.t[") && legal(false).contains("T.t["), "{name} {target}");
+            assert_same(&format!("{name} {target}"), &q, &f, 4);
+            assert_runs_as_interp(&format!("{name} {target}"), t, &q, &f, 4);
+        }
+    }
+    let silu = program("blk.tex", &float_inverted_block(24, 144, 7, 3, 1, false));
+    let t = lookup("x86-avx2").expect("registered");
+    let mut f = lowered(t, &moved(&silu, t));
+    assert!(texc_schedules::forward::forward_copies(&mut f, t).is_empty(), "a SiLU over 7² × 144 floats stays");
+}
+
 /// A transposing stage (`T[c, p] = 2 · X[p, c]`: each vector of `T`
 /// gathered from lines 256 bytes apart) read by two stages stays a pass of
 /// its own, which both read contiguously: inlined, each would gather the

@@ -351,7 +351,7 @@ fn kernels_without_a_template_tune_the_default_schedule() {
         assert!(
             knobs.keys().all(|k| [
                 "rows", "nvec", "kslice", "cols", "pack", "order", "unroll", "par", "vec", "attach", "follow", "racc",
-                "recip", "acc", "flash", "fkeys", "fqueries", "rewrite", "winograd", "im2col", "prefetch"
+                "recip", "acc", "flash", "fkeys", "fqueries", "rewrite", "winograd", "im2col", "prefetch", "forward"
             ]
             .contains(&k.as_str())),
             "{r}"
