@@ -35,11 +35,15 @@ impl Pipeline {
             None => {
                 let family = texc_schedules::strategy::lookup(self.options.target).family();
                 let target = self.options.target;
-                // A prefetch knob only where prefetches are compiled: on a GPU
-                // or Cranelift it would be a candidate that changes nothing.
-                let pipeline = crate::PIPELINE_KNOBS
-                    .into_iter()
-                    .filter(move |(name, _)| *name != crate::KNOB_PREFETCH || target.prefetches());
+                // A prefetch knob only where prefetches are compiled, a
+                // forward knob only on CPUs (where the pass runs): elsewhere
+                // each would be a candidate that changes nothing.
+                let cpu = target.gpu.is_none();
+                let pipeline = crate::PIPELINE_KNOBS.into_iter().filter(move |(name, _)| match *name {
+                    crate::KNOB_PREFETCH => target.prefetches(),
+                    crate::KNOB_FORWARD => cpu,
+                    _ => true,
+                });
                 texc_schedules::knobs::space_on(family, target).into_iter().chain(pipeline)
             }
             .map(|(name, values)| Tunable { name: name.to_string(), candidates: values.to_vec(), listed: false })

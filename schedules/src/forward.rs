@@ -14,26 +14,31 @@
 //! copy keeps only the stores that do not read `T` (the frame), so `T`
 //! is never written nor read.
 //!
-//! `F` is read off the copy's one store that reads `T`, `X[J] = g(T[I])`
-//! (or `select(c, g(T[I]), z)`, `z` read from nowhere): each dimension of
-//! `I` is affine in the copy's loop variables, every variable in one
-//! dimension, as digits of a mixed radix (`112 · y + x` with `x` of 112
-//! values), so each variable is a quotient and remainder of that
-//! dimension's index (`y = (q - k) / 112 + y₀`); `F` is `J` with those
-//! substituted (an index equal to one of `I`'s, up to a constant, is taken
-//! as that dimension's index plus the constant).
+//! `F` is read off the copy's one store that reads, `X[J] = g(T[I])` (or
+//! `select(c, g(T[I]), z)`, `z` reading nothing): each dimension of `I`
+//! is affine in the copy's loop variables — or in a fused loop's quotient
+//! and remainder (`n.y.x / 32`, `n.y.x % 32`) — each in one dimension, as
+//! digits of a mixed radix (`112 · y + x` with `x` of 112 values), so each
+//! is a quotient and remainder of that dimension's index (`y = (q - k) /
+//! 112 + y₀`); `F` is `J` over those (a dimension of `J` equal to one of
+//! `I`'s up to a constant is that dimension of `q` plus the constant).
 //!
-//! Taken only where it is exact and costs nothing: `T` and `X` are
-//! temporaries, `T` stored by one top-level statement (`P`, not reading
-//! it) and read by one later one (`C`, the copy, storing `X` only and
-//! reading `T` only); nothing between them, nor `P`, touches `X`; the
-//! copy's reading store is its only one and reads each element of `T`
-//! once (its loops' ranges, narrowed by its guards and the `select`'s
-//! condition, take as many values as `T` has elements, and the digits
-//! are distinct); `g` reads nothing but that element and no loop
-//! variable; and each of `P`'s vector stores stays a store of consecutive
-//! elements (the vectorized variable moves `F(q)` by as many elements as
-//! it moved `q`).
+//! Taken only where it is exact (MEASURED costs in [`pays`]): `T` and `X`
+//! are temporaries; `T` stored by statements before the copy that do not
+//! read it (`P`: one, or the pieces of one parallel loop) and read by the
+//! copy alone; the copy (one top-level statement, with the pieces of its
+//! cut loop before it that store constants) stores `X` only, reads
+//! neither `X` nor, outside that store's value, `T`, and nothing else
+//! it reads is stored from `P` on; nothing from `P` up to the copy
+//! touches `X`. The reading store is the copy's only one; its loops'
+//! ranges, narrowed by its guards and the `select`'s condition, take as
+//! many points as `T` has elements, at which `I`'s digits are distinct
+//! (each element of `T` read once) and so are `J`'s (each element of `X`
+//! stored once); the copy's other stores store constants in a box apart
+//! from those elements (so that they may run before or after `P`'s); `g`
+//! reads no loop variable outside an index; and each of `P`'s vector
+//! stores stays a store of consecutive elements (the vectorized variable
+//! moves `F(q)` by as many elements as it moved `q`).
 //!
 //! Invariants: every element `X` held after the copy holds the same value
 //! after the pass (stored by `P` where the copy read `T`, by the copy
@@ -74,18 +79,22 @@ pub fn forward_copies(f: &mut LoopFunc, target: &Target) -> Vec<TensorId> {
         if !clear || ps.iter().any(|&pi| pi >= c0) {
             continue;
         }
-        let Some(map) = copy_map(f, ci, t, x) else { continue };
+        let Some(map) = copy_map(f, c0, ci, t, x) else { continue };
         if !pays(f, &map, l2) {
             continue;
         }
         let Some(stores) = ps.iter().map(|&pi| forwarded_stores(f, pi, &map)).collect::<Option<Vec<_>>>() else {
             continue;
         };
+        // What stays of the copy reads no `T` (a guard's condition, an index).
+        let rest = without_reading_store(f, f.body[ci].clone(), &map);
+        if rest.as_ref().is_some_and(|r| tensors(f, r).1.contains(&t)) {
+            continue;
+        }
         for (&pi, stores) in ps.iter().zip(stores) {
             replace_stores(&mut f.body[pi], t, &mut stores.into_iter());
         }
-        let copy = std::mem::replace(&mut f.body[ci], Stmt::Barrier);
-        match without_reading_store(f, copy, &map) {
+        match rest {
             Some(rest) => f.body[ci] = rest,
             None => gone[ci] = true,
         }
@@ -177,7 +186,15 @@ fn tensors(f: &LoopFunc, s: &Stmt) -> (HashSet<TensorId>, HashSet<TensorId>) {
             Stmt::Prefetch { tensor, .. } => {
                 ld.insert(*tensor);
             }
-            // Tile and GPU statements: not in the nests this pass takes.
+            // A tile product reads and writes its tiles' tensors.
+            Stmt::TileDot(d) => {
+                for tile in [&d.c, &d.a, &d.b] {
+                    st.insert(tile.tensor);
+                    ld.insert(tile.tensor);
+                }
+                st.insert(TensorId(u32::MAX));
+            }
+            // GPU statements: not in the nests this pass takes.
             _ => {
                 st.insert(TensorId(u32::MAX));
             }
@@ -271,29 +288,38 @@ struct CopyMap {
     /// Its value with `T[I]` in it (the `select`'s operand, if any); what
     /// else it reads, at indices affine in the copy's atoms.
     g: TExprId,
+    /// Where the value is a `select`: its condition, whether `g` is taken
+    /// where it holds, and the other operand (which reads nothing).
+    arm: Option<(TExprId, bool, TExprId)>,
     /// The atoms of the loops around the store, with their ranges where `T` is read.
     ranges: Ranges,
     /// The variables of those loops.
     vars: Vec<VarId>,
 }
 
-/// The copy `ci`'s one store that reads, if it reads `T` at one index
-/// only, taking each element of `T` once.
-fn copy_map(f: &LoopFunc, ci: usize, t: TensorId, x: TensorId) -> Option<CopyMap> {
-    let mut found = Vec::new();
-    reading_stores(f, &f.body[ci], &mut Vec::new(), &mut Vec::new(), &mut found)?;
-    let [(j, value, loops, conds)] = &found[..] else { return None };
+/// The copy's store that reads (statement `ci`, its pieces from `c0`), if
+/// it reads `T` at one index only, taking each element of `T` once, and
+/// stores each element of `X` once; where the copy's other stores (and
+/// its pieces') store constants at elements it does not store.
+fn copy_map(f: &LoopFunc, c0: usize, ci: usize, t: TensorId, x: TensorId) -> Option<CopyMap> {
+    let mut sites = Vec::new();
+    for s in &f.body[c0..=ci] {
+        stores_under(f, s, &mut Vec::new(), &mut Vec::new(), &mut sites)?;
+    }
+    let reading: Vec<usize> = (0..sites.len()).filter(|&n| reads(f, sites[n].1)).collect();
+    let [r] = reading[..] else { return None };
+    let (j, value, loops, conds) = &sites[r];
     let mut conds = conds.clone();
-    let g = match f.p.expr(*value) {
+    let (g, arm) = match f.p.expr(*value) {
         TExpr::Select(c, a, b) if !reads(f, *b) => {
             conds.push((*c, true));
-            *a
+            (*a, Some((*c, true, *b)))
         }
         TExpr::Select(c, a, b) if !reads(f, *a) => {
             conds.push((*c, false));
-            *b
+            (*b, Some((*c, false, *a)))
         }
-        _ => *value,
+        _ => (*value, None),
     };
     let mut loads = Vec::new();
     loads_in(&f.p, g, &mut loads);
@@ -308,8 +334,47 @@ fn copy_map(f: &LoopFunc, ci: usize, t: TensorId, x: TensorId) -> Option<CopyMap
     }
     let ranges = atom_ranges(f, &i, loops, &conds)?;
     let points: i128 = ranges.values().map(|&(lo, hi)| (hi - lo + 1).max(0) as i128).product();
+    if points != f.p.tensor(t).len() as i128 || !distinct(f, j, &ranges) {
+        return None;
+    }
+    // What the copy's other stores store stays theirs: they may run before
+    // the reading store, which now runs in `P`, before them.
+    let image = bounds(f, j, &ranges)?;
+    let others_apart = sites
+        .iter()
+        .enumerate()
+        .filter(|&(n, _)| n != r)
+        .all(|(_, site)| stored_box(f, site).is_some_and(|b| apart(&b, &image)));
     let vars = loops.iter().map(|l| l.0).collect();
-    (points == f.p.tensor(t).len() as i128).then(|| CopyMap { t, x, j: j.clone(), i, g, ranges, vars })
+    others_apart.then(|| CopyMap { t, x, j: j.clone(), i, g, arm, ranges, vars })
+}
+
+/// Whether index `j` takes a different value at each point of `ranges`:
+/// every atom of more than one value in one dimension, with a coefficient
+/// of either sign, as the digits of a mixed radix.
+fn distinct(f: &LoopFunc, j: &[TExprId], ranges: &Ranges) -> bool {
+    let mut seen = HashSet::new();
+    for &e in j {
+        let Some(form) = atom_form(f, e) else { return false };
+        let mut digits: Vec<(i128, i128)> = Vec::new();
+        for (a, &k) in &form.terms {
+            let Some(&(lo, hi)) = ranges.get(a) else { return false };
+            if hi > lo {
+                if !seen.insert(*a) {
+                    return false;
+                }
+                digits.push((k.abs(), (hi - lo) as i128));
+            }
+        }
+        digits.sort_by_key(|&(k, _)| -k);
+        for n in 0..digits.len() {
+            let below: i128 = digits[n + 1..].iter().map(|&(k, span)| k * span).sum();
+            if below >= digits[n].0 {
+                return false;
+            }
+        }
+    }
+    ranges.iter().all(|(a, &(lo, hi))| lo == hi || seen.contains(a))
 }
 
 /// The ranges of the atoms `I` reads the loops `loops` by, narrowed by
@@ -354,41 +419,91 @@ fn reads(f: &LoopFunc, e: TExprId) -> bool {
 }
 
 /// A store's index, value, loops around it and guards (each holding).
-type ReadingStore = (Vec<TExprId>, TExprId, Vec<Around>, Vec<(TExprId, bool)>);
+type StoreSite = (Vec<TExprId>, TExprId, Vec<Around>, Vec<(TExprId, bool)>);
 
-/// The stores under `s` whose values load something, with the loops and
-/// guards around them. `None` at a statement other than a CPU loop, a
-/// guard or a store.
-fn reading_stores(
+/// The stores under `s`, with the loops and guards around them. `None` at
+/// a statement other than a CPU loop, a guard or a store.
+fn stores_under(
     f: &LoopFunc,
     s: &Stmt,
     loops: &mut Vec<Around>,
     conds: &mut Vec<(TExprId, bool)>,
-    out: &mut Vec<ReadingStore>,
+    out: &mut Vec<StoreSite>,
 ) -> Option<()> {
     match s {
         Stmt::For { var, lo, extent, kind, body } if !kind.is_gpu() && *kind != ForKind::Async => {
             loops.push((*var, *lo, *extent));
             for b in body {
-                reading_stores(f, b, loops, conds, out)?;
+                stores_under(f, b, loops, conds, out)?;
             }
             loops.pop();
         }
         Stmt::If { cond, then } => {
             conds.push((*cond, true));
             for b in then {
-                reading_stores(f, b, loops, conds, out)?;
+                stores_under(f, b, loops, conds, out)?;
             }
             conds.pop();
         }
-        Stmt::Store { indices, value, .. } => {
-            if reads(f, *value) {
-                out.push((indices.clone(), *value, loops.clone(), conds.clone()));
-            }
-        }
+        Stmt::Store { indices, value, .. } => out.push((indices.clone(), *value, loops.clone(), conds.clone())),
         _ => return None,
     }
     Some(())
+}
+
+/// Each dimension's smallest and largest value of index `idx` where its
+/// atoms take `ranges`; `None` where a dimension is not affine in them.
+fn bounds(f: &LoopFunc, idx: &[TExprId], ranges: &Ranges) -> Option<Vec<(i128, i128)>> {
+    idx.iter()
+        .map(|&e| {
+            let form = atom_form(f, e)?;
+            let (mut lo, mut hi) = (form.c, form.c);
+            for (a, &k) in &form.terms {
+                let &(l, h) = ranges.get(a)?;
+                let (x, y) = (k * l as i128, k * h as i128);
+                lo += x.min(y);
+                hi += x.max(y);
+            }
+            Some((lo, hi))
+        })
+        .collect()
+}
+
+/// The bounds of the index of a store at `site` (a box holding every
+/// element it stores): its atoms' ranges from its loops, narrowed by the
+/// guards that compare one (the others only narrow it further).
+fn stored_box(f: &LoopFunc, site: &StoreSite) -> Option<Vec<(i128, i128)>> {
+    let (idx, _, loops, conds) = site;
+    let mut ranges = Ranges::new();
+    for &e in idx {
+        for a in atom_form(f, e)?.terms.keys() {
+            let &(_, lo, extent) = loops.iter().find(|l| l.0 == a.var())?;
+            let hi = lo + extent - 1;
+            let range = match *a {
+                Atom::Var(_) => (lo, hi),
+                Atom::Div(_, k) => (lo.div_euclid(k), hi.div_euclid(k)),
+                Atom::Mod(_, k) if hi - lo + 1 < k && lo.rem_euclid(k) <= hi.rem_euclid(k) => {
+                    (lo.rem_euclid(k), hi.rem_euclid(k))
+                }
+                Atom::Mod(_, k) => (0, k - 1),
+            };
+            ranges.insert(*a, range);
+        }
+    }
+    for &(c, holds) in conds {
+        // A guard the ranges cannot read (or that fails to narrow them) only
+        // makes the box larger than what the store stores.
+        let mut narrowed = ranges.clone();
+        if narrow(f, c, holds, &mut narrowed).is_some() {
+            ranges = narrowed;
+        }
+    }
+    bounds(f, idx, &ranges)
+}
+
+/// Whether two boxes share no element.
+fn apart(a: &[(i128, i128)], b: &[(i128, i128)]) -> bool {
+    a.iter().zip(b).any(|(x, y)| x.1 < y.0 || y.1 < x.0)
 }
 
 /// Narrow `ranges` to where `cond` holds (`holds`) or fails: `cond` a
@@ -597,11 +712,12 @@ impl Digits {
         }
         for (d, (base, digits)) in self.dims.iter().enumerate() {
             let rest = if *base == 0 { q[d] } else { bin_k(f, BinOp::Sub, q[d], *base) };
+            // Each digit from what the larger ones leave of the index.
+            let mut within = rest;
             for (n, &(a, k, lo)) in digits.iter().enumerate() {
-                let within = match n {
-                    0 => rest,
-                    _ => bin_k(f, BinOp::FloorMod, rest, digits[n - 1].1),
-                };
+                if n > 0 {
+                    within = bin_k(f, BinOp::FloorMod, within, digits[n - 1].1);
+                }
                 let digit = if k == 1 { within } else { bin_k(f, BinOp::FloorDiv, within, k) };
                 let value = if lo == 0 { digit } else { bin_k(f, BinOp::Add, digit, lo as i128) };
                 atoms.insert(a, value);
@@ -628,9 +744,8 @@ fn bin_k(f: &mut LoopFunc, op: BinOp, a: TExprId, k: i128) -> TExprId {
 fn without_reading_store(f: &mut LoopFunc, s: Stmt, m: &CopyMap) -> Option<Stmt> {
     match s {
         Stmt::Store { tensor, indices, value } if tensor == m.x && reads(f, value) => {
-            let TExpr::Select(c, a, b) = f.p.expr(value).clone() else { return None };
-            let (z, holds) = if reads(f, a) { (b, false) } else { (a, true) };
-            let cond = if holds { c } else { negated(f, c) };
+            let (c, g_where_holds, z) = m.arm?;
+            let cond = if g_where_holds { negated(f, c) } else { c };
             Some(Stmt::If { cond, then: vec![Stmt::Store { tensor, indices, value: z }] })
         }
         Stmt::For { var, lo, extent, kind, body } => {
@@ -769,7 +884,7 @@ mod tests {
         };
         // Rows 1..3 of the map only: a crop, its last row never read.
         kept(block(&rows_copy()).replace("y < 4 &&", "y < 3 &&"), "a crop of T");
-        // An index not affine in the copy's loops (each element read twice).
+        // An index not affine in the copy's loops (a quotient of a sum).
         kept(block(&rows_copy()).replace("(y - 1) * 5 + (x - 1)", "(y - 1) * 5 + (x - 1) / 2"), "x read by halves");
         // T read by the reader too.
         kept(block(&rows_copy()).replace("* 2.0f32 +", "* T[0, 0, c] +"), "T read twice");
@@ -800,5 +915,77 @@ mod tests {
         );
         let mut g = parse_loops(&sig);
         assert_eq!(forward_copies(&mut g, small).len(), 1, "1920 bytes leave a 1 KiB L2");
+    }
+
+    /// `T[i, c]` made by a loop over rows, copied transposed into `X` by
+    /// `copy` (lines after the producer's), and read back by `Y`.
+    fn transposed(x: &str, copy: &str, read: &str) -> String {
+        format!(
+            "func k []\n  input A: f32[4, 16]\n  temp T: f32[4, 16]\n  temp X: {x}\n  output Y: f32[16, 4]\n  \
+             for i in 0..4 parallel:\n    for c in 0..16:\n      T[i, c] = A[i, c] * 2.0f32 - 1.0f32\n\
+             {copy}  for c in 0..16 parallel:\n    for i in 0..4:\n      Y[c, i] = {read} + 1.0f32\n"
+        )
+    }
+
+    /// `Y` of a [`transposed`] nest.
+    fn run_transposed(f: &LoopFunc) -> Vec<f32> {
+        match &crate::eval::run(f, vec![tensor(&[4, 16], 5)]).expect("runs")[0].data {
+            texc_runtime::Data::F32(v) => v.clone(),
+            d => panic!("f32 output, not {d:?}"),
+        }
+    }
+
+    #[test]
+    fn a_select_of_two_reads_moves_whole() {
+        let copy = "  for c in 0..16 parallel:\n    for i in 0..4:\n      \
+                    X[c, i] = select(T[i, c] >= 0.0f32, T[i, c], T[i, c] * 0.1f32)\n";
+        let f = parse_loops(&transposed("f32[16, 4]", copy, "X[c, i]"));
+        let mut g = f.clone();
+        assert_eq!(forward_copies(&mut g, target()).len(), 1);
+        let text = crate::ir::print(&g);
+        assert!(!text.contains("T[") && text.contains("X[c, i] = select("), "{text}");
+        assert_close("leaky", &run_transposed(&g), &run_transposed(&f));
+    }
+
+    #[test]
+    fn constants_stored_before_the_copy_must_miss_what_it_reads_into() {
+        let copy = "  for c in 0..16 parallel:\n    for i in 0..4:\n      X[c, i + 1] = T[i, c]\n";
+        let read = "X[c, i] + X[c, i + 1] * 2.0f32 + X[c, i + 2]";
+        // A zero nest over all of `X` (what *zero* puts before a copy that
+        // leaves elements unstored): after the move it would clear `P`'s stores.
+        let zero = format!("  for c in 0..16 parallel:\n    for i in 0..6:\n      X[c, i] = 0.0f32\n{copy}");
+        let mut g = parse_loops(&transposed("f32[16, 6]", &zero, read));
+        assert!(forward_copies(&mut g, target()).is_empty(), "{}", crate::ir::print(&g));
+        // The frame alone, in pieces before and after: apart from the copy's elements.
+        let frame = format!(
+            "  for c in 0..16 parallel:\n    X[c, 0] = 0.0f32\n{copy}  for c in 0..16 parallel:\n    X[c, 5] = 0.0f32\n"
+        );
+        let f = parse_loops(&transposed("f32[16, 6]", &frame, read));
+        let mut g = f.clone();
+        assert_eq!(forward_copies(&mut g, target()).len(), 1, "{}", crate::ir::print(&g));
+        assert_close("framed", &run_transposed(&g), &run_transposed(&f));
+        // Every element of `T` stored to one element of `X`: not forwarded.
+        let onto_one = "  for c in 0..16 parallel:\n    for i in 0..4:\n      X[c, 0] = T[i, c]\n";
+        let mut g = parse_loops(&transposed("f32[16, 1]", onto_one, "X[c, 0]"));
+        assert!(forward_copies(&mut g, target()).is_empty(), "{}", crate::ir::print(&g));
+    }
+
+    #[test]
+    fn a_copy_cut_into_pieces_moves_with_its_frame() {
+        // The fused copy cut where its rows' guards are decided: the first
+        // and last rows (frame only) and the rows between, from 7 to 28.
+        let v = padded("y.x / 7", "y.x % 7");
+        let store = "P[0, y.x / 7, y.x % 7, c]";
+        let copy = format!(
+            "  for y.x in 0..7:\n    for c in 0..32 vectorized:\n      {store} = 0.0f32\n  \
+             for y.x in 7..28 parallel:\n    for c in 0..32 vectorized:\n      {store} = {v}\n  \
+             for y.x in 28..35:\n    for c in 0..32 vectorized:\n      {store} = 0.0f32\n"
+        );
+        let f = parse_loops(&block(&copy));
+        let mut g = f.clone();
+        assert_eq!(forward_copies(&mut g, target()).len(), 1, "{}", crate::ir::print(&g));
+        let text = crate::ir::print(&g);
+        assert!(!text.contains("T["), "{text}");
+        assert_close("pieces", &run(&g), &run(&f));
     }
 }

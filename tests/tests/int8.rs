@@ -873,8 +873,12 @@ fn short_depthwise_rows_are_stored_channels_last() {
         same_outputs(&p, &q);
         let packed = packed_channels_last(&p, AMX);
         let loops = texc_schedules::ir::print(&legal_loops(AMX, &packed));
+        // Stored as computed, or (`texc_schedules::forward`, where the
+        // channels fill whole vectors: 256) stored by its accumulators into
+        // the padding `P0` where the padding copy would have.
         let stored = format!("temp T0.t: u8[1, {}, {e}]", hw * hw);
-        assert!(loops.contains(&stored) && !loops.contains("temp T0: "), "filters-last, read as stored:\n{loops}");
+        assert!(!loops.contains("temp T0: "), "filters-last:\n{loops}");
+        assert_eq!(loops.contains(&stored), e != 256, "read as stored, or forwarded:\n{loops}");
         assert!(loops.contains("amx_dpbusd"), "the projection on tiles:\n{loops}");
         check_exact(&format!("block {c} → {e} at {hw}², channels last"), &q);
         let amx = |t: &Target| t.has_amx_int8();
