@@ -25,8 +25,8 @@
 //!
 //! Taken only where it is exact (MEASURED costs in [`pays`]): `T` and `X`
 //! are temporaries; `T` stored by statements before the copy that do not
-//! read it (`P`: one, or the pieces of one parallel loop) and read by the
-//! copy alone; the copy (one top-level statement, with the pieces of its
+//! read it (`P`: one, or the pieces of one parallel loop, or any such
+//! statements, each forwarded in place) and read by the copy alone; the copy (one top-level statement, with the pieces of its
 //! cut loop before it that store constants) stores `X` only, reads
 //! neither `X` nor, outside that store's value, `T`, and nothing else
 //! it reads is stored from `P` on; nothing from `P` up to the copy
@@ -94,9 +94,14 @@ pub fn forward_copies(f: &mut LoopFunc, target: &Target) -> Vec<TensorId> {
         for (&pi, stores) in ps.iter().zip(stores) {
             replace_stores(&mut f.body[pi], t, &mut stores.into_iter());
         }
+        // A copy left with nothing is an empty statement until the end (a
+        // later copy of `X` takes `X`'s stores from the statements listed).
         match rest {
             Some(rest) => f.body[ci] = rest,
-            None => gone[ci] = true,
+            None => {
+                f.body[ci] = Stmt::If { cond: never(f), then: Vec::new() };
+                gone[ci] = true;
+            }
         }
         touch.stores.remove(&t);
         touch.loads.remove(&t);
@@ -311,11 +316,11 @@ fn copy_map(f: &LoopFunc, c0: usize, ci: usize, t: TensorId, x: TensorId) -> Opt
     let (j, value, loops, conds) = &sites[r];
     let mut conds = conds.clone();
     let (g, arm) = match f.p.expr(*value) {
-        TExpr::Select(c, a, b) if !reads(f, *b) => {
+        TExpr::Select(c, a, b) if !reads(f, *c) && !reads(f, *b) => {
             conds.push((*c, true));
             (*a, Some((*c, true, *b)))
         }
-        TExpr::Select(c, a, b) if !reads(f, *a) => {
+        TExpr::Select(c, a, b) if !reads(f, *c) && !reads(f, *a) => {
             conds.push((*c, false));
             (*b, Some((*c, false, *a)))
         }
@@ -335,6 +340,12 @@ fn copy_map(f: &LoopFunc, c0: usize, ci: usize, t: TensorId, x: TensorId) -> Opt
     let ranges = atom_ranges(f, &i, loops, &conds)?;
     let points: i128 = ranges.values().map(|&(lo, hi)| (hi - lo + 1).max(0) as i128).product();
     if points != f.p.tensor(t).len() as i128 || !distinct(f, j, &ranges) {
+        return None;
+    }
+    // The select's constant, stored where its condition fails, stays: it
+    // must land on other elements than `g` does (each stored once over the
+    // guards' points, not only over the condition's).
+    if arm.is_some() && !distinct(f, j, &atom_ranges(f, &i, loops, &sites[r].3)?) {
         return None;
     }
     // What the copy's other stores store stays theirs: they may run before
@@ -730,6 +741,12 @@ fn int(f: &mut LoopFunc, k: i128) -> TExprId {
     f.p.alloc(TExpr::Int(k as i64), Ty::Index, Default::default())
 }
 
+/// A condition that never holds (the guard of an emptied statement).
+fn never(f: &mut LoopFunc) -> TExprId {
+    let zero = int(f, 0);
+    f.p.alloc(TExpr::Binary(BinOp::Lt, zero, zero), Ty::Elem(texc_compiler::types::ElemType::Bool), Default::default())
+}
+
 /// `a op k` of indices.
 fn bin_k(f: &mut LoopFunc, op: BinOp, a: TExprId, k: i128) -> TExprId {
     let k = int(f, k);
@@ -987,5 +1004,57 @@ mod tests {
         let text = crate::ir::print(&g);
         assert!(!text.contains("T["), "{text}");
         assert_close("pieces", &run(&g), &run(&f));
+    }
+
+    #[test]
+    fn a_select_reading_its_input_in_its_condition_moves_whole() {
+        // A ReLU written as a select: the condition reads `T`, so no arm is a constant's.
+        let copy = "  for c in 0..16 parallel:\n    for i in 0..4:\n      \
+                    X[c, i] = select(T[i, c] >= 0.0f32, T[i, c], 0.0f32)\n";
+        let f = parse_loops(&transposed("f32[16, 4]", copy, "X[c, i]"));
+        let mut g = f.clone();
+        assert_eq!(forward_copies(&mut g, target()).len(), 1);
+        assert!(!crate::ir::print(&g).contains("T["), "{}", crate::ir::print(&g));
+        assert_close("relu", &run_transposed(&g), &run_transposed(&f));
+    }
+
+    #[test]
+    fn stores_of_the_copy_that_may_meet_the_moved_ones_keep_it() {
+        let kept = |x: &str, copy: &str, read: &str| {
+            let mut g = parse_loops(&transposed(x, copy, read));
+            assert!(forward_copies(&mut g, target()).is_empty(), "{}", crate::ir::print(&g));
+        };
+        // The select's constant stored, at other points of the same loops,
+        // on elements `g` is stored on: it ran before some of them.
+        kept(
+            "f32[68]",
+            "  for y in 0..8:\n    for c in 0..16:\n      X[c * 4 + y] = select(y >= 4, T[y - 4, c], 0.0f32)\n",
+            "X[c * 4 + i + 4]",
+        );
+        // Another store of the copy, before the reading one, on the same element.
+        kept(
+            "f32[16, 4]",
+            "  for c in 0..16 parallel:\n    for i in 0..4:\n      X[c, i] = 0.0f32\n      X[c, i] = T[i, c]\n",
+            "X[c, i]",
+        );
+    }
+
+    #[test]
+    fn an_index_of_three_digits_decodes_into_three_loops() {
+        // `T` read at `16 · a + 4 · b + d`, stored to `X[b, a, d]`.
+        let src = "func k []\n  input A: f32[32]\n  temp T: f32[32]\n  temp X: f32[4, 2, 4]\n  output Y: f32[4, 2, 4]\n  \
+                   for p in 0..32 parallel:\n    T[p] = A[p] * 3.0f32\n  \
+                   for b in 0..4 parallel:\n    for a in 0..2:\n      for d in 0..4:\n        X[b, a, d] = T[a * 16 + b * 4 + d] + 1.0f32\n  \
+                   for b in 0..4 parallel:\n    for a in 0..2:\n      for d in 0..4:\n        Y[b, a, d] = X[b, a, d] * 2.0f32\n";
+        let f = parse_loops(src);
+        let mut g = f.clone();
+        assert_eq!(forward_copies(&mut g, target()).len(), 1);
+        let text = crate::ir::print(&g);
+        assert!(text.contains("X[p % 16 / 4, p / 16, p % 16 % 4] = A[p] * 3.0f32 + 1.0f32"), "{text}");
+        let run = |f: &LoopFunc| match &crate::eval::run(f, vec![tensor(&[32], 7)]).expect("runs")[0].data {
+            texc_runtime::Data::F32(v) => v.clone(),
+            d => panic!("f32 output, not {d:?}"),
+        };
+        assert_close("three digits", &run(&g), &run(&f));
     }
 }
