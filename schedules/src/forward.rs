@@ -801,20 +801,10 @@ fn negated(f: &mut LoopFunc, c: TExprId) -> TExprId {
 mod tests {
     use super::*;
 
-    /// Parses `.loops` text, panicking with the diagnostic and the source.
-    fn parse_loops(src: &str) -> LoopFunc {
-        let mut sm = texc_grammar::span::SourceMap::new();
-        let id = sm.add("k.loops", src.to_string());
-        crate::text::parse(src, id).unwrap_or_else(|d| panic!("{}\n{src}", d.render(&sm))).func
-    }
+    use crate::testing::tensor;
 
-    fn tensor(shape: &[i64], seed: u64) -> texc_compiler::interp::Arg {
-        let n: i64 = shape.iter().product();
-        let data = (0..n as u64).map(|i| ((i * 2654435761 + seed) % 1000) as f32 / 500.0 - 1.0).collect();
-        texc_compiler::interp::Arg::Tensor(texc_runtime::Tensor {
-            shape: shape.iter().map(|&d| d as usize).collect(),
-            data: texc_runtime::Data::F32(data),
-        })
+    fn parse_loops(src: &str) -> LoopFunc {
+        crate::testing::parse_loops("k.loops", src)
     }
 
     /// A product of `X` stored by positions of a 3 × 5 map (`T[0, p, c]`),

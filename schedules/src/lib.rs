@@ -66,6 +66,8 @@ pub mod separable;
 pub mod strategy;
 pub mod subsample;
 pub mod tensorize;
+#[cfg(test)]
+mod testing;
 pub mod text;
 pub mod transpose;
 pub mod tuning;

@@ -588,6 +588,7 @@ fn insert_first(body: &mut [Stmt], var: VarId, stmts: &[Stmt]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{parse_loops, tensor};
     use texc_compiler::target::CacheSource;
 
     const CACHES: CpuCaches =
@@ -603,13 +604,6 @@ mod tests {
              Y[p.h / {rows}, p.h % {rows}, v] = Y[p.h / {rows}, p.h % {rows}, v] + W[p.h / {rows}, c, v] * X[c, p.h % {rows}]\n"
         );
         parse_loops("k.loops", &src)
-    }
-
-    /// Parses `.loops` text, panicking with the diagnostic and the source.
-    fn parse_loops(name: &str, src: &str) -> LoopFunc {
-        let mut sm = texc_grammar::span::SourceMap::new();
-        let id = sm.add(name, src.to_string());
-        crate::text::parse(src, id).unwrap_or_else(|d| panic!("{}\n{src}", d.render(&sm))).func
     }
 
     #[test]
@@ -761,15 +755,6 @@ mod tests {
         let want = crate::eval::run(&f, args()).expect("runs");
         let got = crate::eval::run(&g, args()).expect("runs prefetched");
         assert_eq!(format!("{:?}", got[0].data), format!("{:?}", want[0].data));
-    }
-
-    fn tensor(shape: &[i64], seed: u64) -> texc_compiler::interp::Arg {
-        let n: i64 = shape.iter().product();
-        let data = (0..n as u64).map(|i| ((i * 2654435761 + seed) % 1000) as f32 / 500.0 - 1.0).collect();
-        texc_compiler::interp::Arg::Tensor(texc_runtime::Tensor {
-            shape: shape.iter().map(|&d| d as usize).collect(),
-            data: texc_runtime::Data::F32(data),
-        })
     }
 
     #[test]

@@ -178,14 +178,8 @@ fn eval(p: &Program, e: TExprId, env: &[i64]) -> Option<V> {
 mod tests {
     use super::*;
 
-    fn parse_loops(src: &str) -> LoopFunc {
-        let mut sm = texc_grammar::span::SourceMap::new();
-        let id = sm.add("k.loops", src.to_string());
-        crate::text::parse(src, id).unwrap_or_else(|d| panic!("{}\n{src}", d.render(&sm))).func
-    }
-
     fn nests(src: &str) -> Vec<Work> {
-        let f = parse_loops(src);
+        let f = crate::testing::parse_loops("k.loops", src);
         f.body.iter().map(|s| executed(&f, s)).collect()
     }
 
