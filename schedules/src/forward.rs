@@ -599,14 +599,16 @@ fn replace_stores(s: &mut Stmt, t: TensorId, new: &mut impl Iterator<Item = Stmt
 /// (with coefficient and smallest value) by falling coefficient.
 struct Digits {
     dims: Vec<(i128, Vec<(Atom, i128, i64)>)>,
+    /// `I`'s dimensions as affine forms over the atoms (read once).
+    forms: Vec<Affine<Atom>>,
 }
 
 impl Digits {
     fn of(f: &LoopFunc, m: &CopyMap) -> Option<Digits> {
         let mut dims = Vec::with_capacity(m.i.len());
         let mut seen = HashSet::new();
-        for &e in &m.i {
-            let form = atom_form(f, e)?;
+        let forms = m.i.iter().map(|&e| atom_form(f, e)).collect::<Option<Vec<_>>>()?;
+        for form in &forms {
             let mut atoms = Vec::new();
             let mut base = form.c;
             for (&a, &k) in &form.terms {
@@ -631,7 +633,7 @@ impl Digits {
             dims.push((base, atoms));
         }
         // Every atom of the loops is a digit of `I` or of one value.
-        m.ranges.iter().all(|(a, &(lo, hi))| seen.contains(a) || lo == hi).then_some(Digits { dims })
+        m.ranges.iter().all(|(a, &(lo, hi))| seen.contains(a) || lo == hi).then_some(Digits { dims, forms })
     }
 
     /// Index `e` of the copy (affine in its atoms) at the point where it
@@ -646,8 +648,7 @@ impl Digits {
         atoms: &mut HashMap<Atom, TExprId>,
     ) -> Option<TExprId> {
         let form = atom_form(f, e)?;
-        let shifted = m.i.iter().enumerate().find_map(|(d, &ie)| {
-            let other = atom_form(f, ie)?;
+        let shifted = self.forms.iter().enumerate().find_map(|(d, other)| {
             (other.terms == form.terms && !form.terms.is_empty()).then_some((d, form.c - other.c))
         });
         Some(match shifted {
