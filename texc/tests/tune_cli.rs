@@ -372,12 +372,20 @@ fn kernels_without_a_template_tune_the_default_schedule() {
     run.extend(shape);
     let o = texc(&db, &run);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
-    // The pipeline's knobs take their own values only.
-    let mut odd = vec!["run", "benches/matmul.tex", "--target", "x86-avx2", "--knob", "winograd=5"];
-    odd.extend(shape);
-    let o = texc(&db, &odd);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o).1.contains("--knob winograd=5: expected one of 1, 0, 2, 3, 4"), "{}", text(&o).1);
+    // The pipeline's knobs take their own values only: each refused outside them, as CLI misuse.
+    for (knob, expected) in [
+        ("winograd=5", "1, 0, 2, 3, 4"),
+        ("rewrite=2", "1, 0"),
+        ("im2col=-1", "1, 0"),
+        ("prefetch=3", "1, 0"),
+        ("forward=7", "1, 0"),
+    ] {
+        let mut odd = vec!["run", "benches/matmul.tex", "--target", "x86-avx2", "--knob", knob];
+        odd.extend(shape);
+        let o = texc(&db, &odd);
+        assert_eq!(o.status.code(), Some(2), "{knob}: {}", text(&o).1);
+        assert!(text(&o).1.contains(&format!("--knob {knob}: expected one of {expected}")), "{}", text(&o).1);
+    }
     // The generated space's knobs are checked too: a value outside a knob's range is an error naming the ranges.
     for knob in ["racc=0", "nvec=5", "recip=2", "unroll=0", "order=3", "attach=7", "acc=2", "gtile=96", "stages=1"] {
         let mut out_of_range = vec!["run", "benches/matmul.tex", "--target", "x86-avx2", "--knob", knob];

@@ -199,10 +199,14 @@ pub(super) fn register_block(
     // stay in L1 with the panel walking past them. (Not integer products:
     // their packed operand, `A.q2[k, i]`, is packed per row block.)
     let float = p.tensor(st.tensor).elem.is_float();
-    let few_rows = (float && rows_along_lines(p, &loads, a))
-        .then(|| blocking.whole_rows_slice((all_rows, f, width), depth))
+    let along_lines = float && rows_along_lines(p, &loads, a);
+    let few_rows = along_lines.then(|| blocking.whole_rows_slice((all_rows, f, width), depth)).flatten();
+    // Rows too many for that, a line apart at each step: slices that keep
+    // one register block's lines in L1.
+    let row_block = (along_lines && few_rows.is_none() && steps_across_lines(p, st, &loads, a))
+        .then(|| blocking.row_block_slice((all_rows, f, width), depth, ss.ivs[o].extent))
         .flatten();
-    let kslice = m.knobs.kslice.or(few_rows).unwrap_or(blocking.kslice(depth, ss.ivs[o].extent, width));
+    let kslice = m.knobs.kslice.or(few_rows).or(row_block).unwrap_or(blocking.kslice(depth, ss.ivs[o].extent, width));
     let sliced = matches!(reductions[..], [_] if depth > kslice);
     // A reduction of one slice packs a block's panels whole (below): they
     // and the block's accumulators share the stack's 256 KiB (a limit of
@@ -617,6 +621,32 @@ fn rows_along_lines(p: &Program, loads: &ProductLoads, a: usize) -> bool {
         })
 }
 
+/// Whether each step of the product's one reduction moves every load of
+/// its rows (the loads along `a` that are not the vector operand's) a line
+/// or more through memory: an image read channels-first by a 1×1
+/// convolution computed filters-last (`X[n, c, h, w]`, rows along `h·W +
+/// w`), whose register block then reads a new line of it at every step —
+/// unlike rows packed for the block (`W[k.b, c, k.r]`), whose steps share
+/// their lines.
+fn steps_across_lines(p: &Program, st: &Stage, loads: &ProductLoads, a: usize) -> bool {
+    let mut long = (st.n_axes..st.vars.len()).filter(|&v| st.vars[v].extent > 1);
+    let (Some(k), None) = (long.next(), long.next()) else { return false };
+    let mut rows = loads.all.iter().filter(|l| !loads.vector.contains(l) && uses_var(p, **l, a as u32)).peekable();
+    rows.peek().is_some()
+        && rows.all(|&l| match p.expr(l) {
+            TExpr::Load(t, idx) => {
+                let tensor = p.tensor(*t);
+                let mut stride = Some((0i64, 1i64));
+                for (&i, &dim) in idx.iter().zip(&tensor.shape).rev() {
+                    stride = stride
+                        .and_then(|(flat, inner)| Some((flat + coefficient(p, i, k as u32)? * inner, inner * dim)));
+                }
+                stride.is_some_and(|(flat, _)| flat.abs() * tensor.elem.size() as i64 >= crate::strategy::LINE)
+            }
+            _ => false,
+        })
+}
+
 /// Without a [`reuse_axis`]: a spatial axis that the vector operands read
 /// only through `a / g` (a grouped convolution's input channel `k / g * g +
 /// c`, `g` filters a group), and `g`. Its `g` filters of a group share every
@@ -792,6 +822,49 @@ impl LongBlocking {
         }
         let slices = ceil_div(depth, deepest);
         Some(ceil_div(ceil_div(depth, slices), 8) * 8)
+    }
+
+    /// The slice of a reduction `depth` deep whose `rows`, read along their
+    /// operand's lines a line apart at each step ([`steps_across_lines`]),
+    /// are too many for [`Self::whole_rows_slice`] (a 1×1 convolution's 14²
+    /// or 28² map computed filters-last, the image channels-first): where a
+    /// register block of `block_rows` rows waits on L2 in each step
+    /// ([`step_outruns_l2`]: AVX2's blocks), a slice whose lines of the
+    /// block's rows fill a quarter of L1 (128 on 32 KiB), so that they stay
+    /// there while the block walks the panels of its column block, which
+    /// then alone stream from L2 (a slice of 512 filled L1 with the rows'
+    /// lines, and every panel read them from L2 again). Cut into slices of
+    /// equal depth, rounded up to 8; `None` where the reduction is no
+    /// deeper than two such slices, or the row has fewer `panels` than the
+    /// narrowest column block ([`MIN_COLS`]): each slice's pass over the
+    /// accumulators, and the nest zeroing them, then cost more than the
+    /// reads of the rows' lines it saves.
+    /// MEASURED (Zen 3, AVX2, 32 KiB L1d and 512 KiB L2, 1 thread; `.loops`
+    /// copies of such products, panels of 16 in blocks of 8, five
+    /// alternated rounds of 60–100, ms, the slices' depth in brackets):
+    /// 1024 → 512 at 14² 2.32–2.71 [512], 2.30–2.45 [256], 2.15–2.27 [128];
+    /// 512 → 512 at 14² 1.17–1.28 [512], 1.08–1.17 [128]; 512 → 256 at 28²
+    /// 2.39–2.64 [512], 2.23–2.43 [128]; 512 → 512 at 28² 4.96–5.18 [512],
+    /// 4.66–4.82 [128]; 1024 → 256 at 56² 24.8–26.2 [512], 20.1–22.2 [128];
+    /// 768 → 128 at 17² 0.68–0.69 [768], 0.60–0.62 [96]; but 256 → 1024 at
+    /// 14² 1.08–1.15 in one slice, 1.10–1.38 in two, and 288 → 64 at 35²
+    /// (four panels) 0.47–0.52 [288], 0.49–0.57 [96].
+    pub(super) fn row_block_slice(
+        self,
+        (rows, block_rows, width): (i64, i64, i64),
+        depth: i64,
+        panels: i64,
+    ) -> Option<i64> {
+        let few_rows = self.l1d / ((rows + width) * self.elem).max(1) >= MIN_WHOLE_ROWS_SLICE;
+        let few_panels = panels * width < MIN_COLS;
+        if few_rows || few_panels || !step_outruns_l2((block_rows, width), self.elem) {
+            return None;
+        }
+        let deepest = (self.l1d / 4 / crate::strategy::LINE).max(MIN_WHOLE_ROWS_SLICE);
+        (depth > 2 * deepest).then(|| {
+            let slices = ceil_div(depth, deepest);
+            ceil_div(ceil_div(depth, slices), 8) * 8
+        })
     }
 
     /// Columns of a block of packed panels for rows `row` long: the widest
@@ -1188,6 +1261,28 @@ mod tests {
             let k = b.whole_rows_slice((49, 5, 16), depth).expect("sliced");
             assert!(k * 65 * 4 <= 34 * 1024 && (depth + k - 1) / k >= 2, "{depth}: {k}");
         }
+    }
+
+    /// Rows too many for whole-row slices, read a line apart at each step:
+    /// slices of a quarter of L1's lines (128 on 32 KiB, 192 on 48) where
+    /// the reduction is deeper than two of them, the row has a column
+    /// block of panels, and the register block waits on L2; none otherwise.
+    #[test]
+    fn many_rows_along_lines_take_slices_of_a_quarter_of_l1() {
+        let b = blocking(caches(32, 512, 2), 4);
+        assert_eq!(b.row_block_slice((196, 6, 16), 1024, 32), Some(128), "14², 1024 → 512");
+        assert_eq!(b.row_block_slice((289, 6, 16), 768, 8), Some(128), "17², 768 → 128");
+        assert_eq!(b.row_block_slice((784, 6, 16), 400, 16), Some(104), "four slices of 100");
+        assert_eq!(b.row_block_slice((196, 6, 16), 256, 64), None, "two slices cost what they save");
+        assert_eq!(b.row_block_slice((1225, 6, 16), 288, 4), None, "four panels");
+        assert_eq!(b.row_block_slice((49, 5, 16), 2048, 32), None, "few rows: whole-row slices");
+        assert_eq!(b.row_block_slice((196, 7, 32), 1024, 16), None, "AVX-512's block hides L2");
+        assert_eq!(
+            blocking(caches(48, 1024, 2), 4).row_block_slice((196, 6, 16), 1024, 32),
+            Some(176),
+            "six slices of 171"
+        );
+        assert_eq!(blocking(caches(48, 1024, 2), 4).row_block_slice((196, 6, 16), 384, 32), None);
     }
 
     /// Whole-row slices where a step reads more than a byte a lane from
