@@ -2,23 +2,24 @@
 //!
 //! Generated code calls [`texc_parallel_for`] with a task function, a context
 //! pointer and an iteration count; the range is cut into one contiguous
-//! chunk per thread, the calling thread runs the first chunk, then any
-//! chunk no worker has taken yet, and waits for the others. A call made
-//! from inside a task (nested parallelism) runs serially, so the pool can
-//! never deadlock on itself. The number of threads is the machine's
-//! parallelism, or `TEXC_NUM_THREADS`, or what [`set_num_threads`] last
-//! asked for.
+//! slot per thread, which its thread claims a block at a time from the
+//! front; a thread done with its own slot claims the others' unclaimed
+//! blocks from their backs, and the caller waits for the blocks in other
+//! hands. A call made from inside a task (nested parallelism) runs
+//! serially, so the pool can never deadlock on itself. The number of
+//! threads is the machine's parallelism, or `TEXC_NUM_THREADS`, or what
+//! [`set_num_threads`] last asked for.
 //!
 //! A model runs hundreds of parallel loops of a few microseconds each, so
 //! handing work over must take less than that: the caller, once its own
-//! chunk is done, polls for the others' end for [`SPIN`] before sleeping on
+//! slot is done, polls for the others' end for [`SPIN`] before sleeping on
 //! a condition variable (waking a sleeping thread takes tens of
 //! microseconds; MobileNetV2 on two threads ran slower than on one). Idle
 //! workers poll for the next loop as long, so that a worker still waking
-//! up does not leave its chunk to the caller (MobileNetV2 on 2 threads,
+//! up does not leave its slot to the caller (MobileNetV2 on 2 threads,
 //! median of 8 alternated batches: 4.50 → 4.34 ms). Every poll offers the
 //! core to other threads, and stops when one took it. On a machine whose
-//! cores other programs keep busy, a polling worker takes chunks it is then
+//! cores other programs keep busy, a polling worker takes blocks it is then
 //! preempted in, and the loop waits for it (MobileNetV2 on 2 threads beside
 //! two busy processes: batches of 28–44 ms): a caller that waited long for
 //! its workers ([`STALLED`]) while they polled, [`STALLS_TO_CALM`] times
@@ -31,7 +32,7 @@
 //! ms; with three stalls, 100–300 and 0.78–0.80 ms).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -61,21 +62,119 @@ const YIELDED: Duration = Duration::from_micros(20);
 /// `task(ctx, start, end)` runs iterations `start..end`.
 pub type Task = unsafe extern "C" fn(*mut u8, i64, i64);
 
-struct Job {
+/// A parallel loop while it runs: its range cut into one slot per thread,
+/// each claimed a block at a time — by its owner from the front, by a
+/// thread that ran out of its own work from the back. A thread the host
+/// deschedules (a virtual machine's vCPU taken for a millisecond, another
+/// program on the core) then holds the loop up by the block in its hands,
+/// not by the rest of its share: the others take that. Without such a
+/// thread every slot is run whole, in order, by its owner, so consecutive
+/// loops cut alike find their rows in the cache of the core that wrote them.
+/// MEASURED (Zen 3, 2 vCPUs under KVM, 2 threads, means of 200 runs, eight
+/// alternated rounds, against one chunk per thread taken whole): RegNetX-
+/// 400MF 7.01 → 6.41 ms, MobileNetV2 4.98 → 4.67; beside a process that
+/// takes one vCPU for 2 ms every 20 ms (`SCHED_FIFO`), 8.32 → 8.03 and
+/// 5.99 → 5.94; six rounds of 40 over eight more models, 0.80–1.04 of the
+/// time (DenseNet-121 47.2 → 37.8 ms, GoogLeNet 17.0 → 17.4).
+struct Loop {
     task: Task,
     ctx: usize,
-    start: i64,
-    end: i64,
+    n: i64,
+    /// Iterations per unit of the slots' ranges: 1 unless the loop has more
+    /// iterations than a slot's `u32` bounds can count.
+    unit: i64,
+    /// Each slot's unclaimed units, `lo | hi << 32`.
+    slots: Box<[AtomicU64]>,
+    /// Units a claim takes (the last of a slot may take fewer).
+    block: u32,
+    /// Slots handed to threads so far: the caller owns slot 0, and each
+    /// worker that joins the next one. A worker that finds none left does
+    /// not join: the loop was cut for fewer threads than the pool has.
+    handed: AtomicUsize,
+    /// Iterations not yet run; the thread that runs the last wakes the caller.
+    unfinished: AtomicI64,
+}
+
+/// Claims per slot in a loop whose slots are long enough: enough that a
+/// descheduled owner leaves most of its share to the others, few enough
+/// that the claims cost nothing beside the blocks.
+const BLOCKS_PER_SLOT: i64 = 8;
+
+impl Loop {
+    fn new(task: Task, ctx: *mut u8, n: i64, threads: usize) -> Loop {
+        // (n ≥ 1: a loop of fewer than two iterations runs on its caller.)
+        let unit = (n - 1) / u32::MAX as i64 + 1;
+        let units = (n - 1) / unit + 1;
+        let slots = (threads as i64).min(units);
+        let bound = |c: i64| (units * c / slots) as u64;
+        let block = (units / slots / BLOCKS_PER_SLOT).max(1) as u32;
+        Loop {
+            task,
+            ctx: ctx as usize,
+            n,
+            unit,
+            slots: (0..slots).map(|c| AtomicU64::new(bound(c) | bound(c + 1) << 32)).collect(),
+            block,
+            handed: AtomicUsize::new(1),
+            unfinished: AtomicI64::new(n),
+        }
+    }
+
+    /// Claim a block of `slot`'s units, from its front or its back.
+    fn claim(&self, slot: usize, front: bool) -> Option<(u32, u32)> {
+        let word = &self.slots[slot];
+        let mut cur = word.load(Ordering::Acquire);
+        loop {
+            let (lo, hi) = (cur as u32, (cur >> 32) as u32);
+            if lo >= hi {
+                return None;
+            }
+            let take = self.block.min(hi - lo);
+            let (claimed, left) =
+                if front { ((lo, lo + take), (lo + take, hi)) } else { ((hi - take, hi), (lo, hi - take)) };
+            let next = left.0 as u64 | (left.1 as u64) << 32;
+            match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(claimed),
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Run the units `lo..hi`; whether they were the loop's last.
+    fn run(&self, (lo, hi): (u32, u32)) -> bool {
+        let start = lo as i64 * self.unit;
+        let end = (hi as i64 * self.unit).min(self.n);
+        // SAFETY: the caller of `texc_parallel_for` keeps `ctx` alive until
+        // every iteration has run, and each claim hands out distinct units.
+        unsafe { (self.task)(self.ctx as *mut u8, start, end) };
+        // Release: the block's writes are visible to a caller that sees the count reach zero.
+        self.unfinished.fetch_sub(end - start, Ordering::AcqRel) == end - start
+    }
+
+    /// Run slot `own` from its front, then the other slots' unclaimed units
+    /// from their backs; whether this thread ran the loop's last iterations.
+    fn work(&self, own: usize) -> bool {
+        let mut last = false;
+        while let Some(block) = self.claim(own, true) {
+            last |= self.run(block);
+        }
+        let k = self.slots.len();
+        for other in (1..k).map(|d| (own + d) % k) {
+            while let Some(block) = self.claim(other, false) {
+                last |= self.run(block);
+            }
+        }
+        last
+    }
 }
 
 struct Shared {
-    queue: Mutex<(Vec<Job>, usize)>, // pending jobs, jobs not yet finished
+    /// The latest loop posted, and the number posted so far.
+    current: Mutex<(Option<Arc<Loop>>, u64)>,
     work: Condvar,
     done: Condvar,
-    /// `queue.1` as last stored under the lock, for polling without it.
-    unfinished: AtomicUsize,
-    /// `queue.0.len()` as last stored under the lock, for polling without it.
-    pending: AtomicUsize,
+    /// `current.1` as last stored under the lock, for polling without it.
+    posted: AtomicU64,
     /// Workers waiting on `work`, and callers waiting on `done`, both
     /// changed under the queue's lock: a notification is a system call even
     /// when nobody waits, and most loops find every thread polling
@@ -101,8 +200,8 @@ impl Shared {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    fn lock(&self) -> MutexGuard<'_, (Vec<Job>, usize)> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, (Option<Arc<Loop>>, u64)> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Count a stalled loop; the workers stop polling for [`CALM`] at the
@@ -218,11 +317,10 @@ fn pool() -> &'static Pool {
     POOL.get_or_init(|| {
         let threads = threads_from_env().ok().flatten().unwrap_or_else(available_cores);
         let shared = Arc::new(Shared {
-            queue: Mutex::new((Vec::new(), 0)),
+            current: Mutex::new((None, 0)),
             work: Condvar::new(),
             done: Condvar::new(),
-            unfinished: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            posted: AtomicU64::new(0),
             sleeping: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             spin: AtomicBool::new(false),
@@ -274,44 +372,39 @@ pub fn available_cores() -> usize {
 
 fn worker(s: &Shared) {
     IN_TASK.with(|f| f.set(true));
+    let mut seen = 0;
     loop {
         // The next loop of a model often starts microseconds after the last
         // one ended: a worker polls for it a while before sleeping, so that
-        // its chunk is not taken by the caller while it wakes up.
+        // its slot is not left to the others while it wakes up.
         if s.now_ns() >= s.workers_poll_after.load(Ordering::Relaxed) {
-            spin_until(s, || s.pending.load(Ordering::Acquire) > 0);
+            spin_until(s, || s.posted.load(Ordering::Acquire) != seen);
         }
         let job = {
             let mut q = s.lock();
-            loop {
-                if let Some(j) = pop(s, &mut q) {
-                    break j;
-                }
+            while q.1 == seen {
                 s.sleeping.fetch_add(1, Ordering::Relaxed);
                 q = s.work.wait(q).unwrap_or_else(|e| e.into_inner());
                 s.sleeping.fetch_sub(1, Ordering::Relaxed);
             }
+            seen = q.1;
+            q.0.clone()
         };
-        // SAFETY: the caller of `texc_parallel_for` keeps `ctx` alive until every job is done.
-        unsafe { (job.task)(job.ctx as *mut u8, job.start, job.end) };
-        finish_job(s);
+        // A loop whose slots are all handed out (cut for fewer threads than
+        // the pool has) or already run (this worker woke late) needs nothing.
+        let Some(job) = job else { continue };
+        let own = job.handed.fetch_add(1, Ordering::Relaxed);
+        if own < job.slots.len() && job.work(own) {
+            finished(s);
+        }
     }
 }
 
-/// The next pending job, if any (under the queue's lock).
-fn pop(s: &Shared, q: &mut (Vec<Job>, usize)) -> Option<Job> {
-    let job = q.0.pop();
-    s.pending.store(q.0.len(), Ordering::Release);
-    job
-}
-
-/// Count a job done; wake the caller when it was the last.
-fn finish_job(s: &Shared) {
-    let mut q = s.lock();
-    q.1 -= 1;
-    // Release: the job's writes are visible to a caller that sees the count drop.
-    s.unfinished.store(q.1, Ordering::Release);
-    if q.1 == 0 && s.waiting.load(Ordering::Relaxed) > 0 {
+/// Wake the caller waiting for the loop whose last iterations just ran.
+fn finished(s: &Shared) {
+    // Under the lock: a caller that saw iterations left under it is waiting by now.
+    let _q = s.lock();
+    if s.waiting.load(Ordering::Relaxed) > 0 {
         s.done.notify_all();
     }
 }
@@ -339,24 +432,16 @@ pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
         unsafe { task(ctx, 0, n) };
         return;
     };
-    // One chunk per thread: finer chunks, which would also bound what a
-    // preempted worker holds up, measured slower here (4 per thread:
-    // MobileNetV2 on 2 threads 5.9–7.0 ms median, against 5.4–5.5 ms).
-    let chunks = (threads as i64).min(n);
-    let bounds = |c: i64| (n * c / chunks, n * (c + 1) / chunks);
+    let job = Arc::new(Loop::new(task, ctx, n, threads));
     let s = &p.shared;
-    // A worker that found no job under the lock counted itself sleeping
-    // before it released the lock to wait: read under the lock, after the
-    // jobs are in, no sleeper is missed.
+    // A worker that found no new loop under the lock counted itself
+    // sleeping before it released the lock to wait: read under the lock,
+    // after the loop is posted, no sleeper is missed.
     let sleepers = {
         let mut q = s.lock();
-        for c in 1..chunks {
-            let (start, end) = bounds(c);
-            q.0.push(Job { task, ctx: ctx as usize, start, end });
-        }
-        q.1 += chunks as usize - 1;
-        s.unfinished.store(q.1, Ordering::Release);
-        s.pending.store(q.0.len(), Ordering::Release);
+        q.0 = Some(Arc::clone(&job));
+        q.1 += 1;
+        s.posted.store(q.1, Ordering::Release);
         s.sleeping.load(Ordering::Relaxed)
     };
     if sleepers > 0 {
@@ -366,32 +451,23 @@ pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
     // a virtual machine: that wait says nothing of contention, and counting
     // it would renew their calm for as long as loops run.
     let polling = s.now_ns() >= s.workers_poll_after.load(Ordering::Relaxed);
-    let (start, end) = bounds(0);
     let began = Instant::now();
     IN_TASK.with(|f| f.set(true));
-    // SAFETY: forwarded from the caller.
-    unsafe { task(ctx, start, end) };
-    // Then the chunks no worker has taken yet: a worker still waking up, or
-    // preempted by another program, delays the loop by its chunk in hand at most.
-    loop {
-        // (Its own statement: the lock is released before the job runs.)
-        let job = pop(s, &mut s.lock());
-        let Some(job) = job else { break };
-        // SAFETY: as above; every job is a chunk of this loop.
-        unsafe { (job.task)(job.ctx as *mut u8, job.start, job.end) };
-        finish_job(s);
-    }
+    // Its own slot, then what the workers have not claimed yet: a worker
+    // still waking up, or descheduled, delays the loop by its block in hand at most.
+    job.work(0);
     IN_TASK.with(|f| f.set(false));
     let own_done = Instant::now();
-    if !spin_until(s, || s.unfinished.load(Ordering::Acquire) == 0) {
+    let all_run = || job.unfinished.load(Ordering::Acquire) == 0;
+    if !spin_until(s, all_run) {
         let mut q = s.lock();
-        while q.1 > 0 {
+        while !all_run() {
             s.waiting.fetch_add(1, Ordering::Relaxed);
             q = s.done.wait(q).unwrap_or_else(|e| e.into_inner());
             s.waiting.fetch_sub(1, Ordering::Relaxed);
         }
     }
-    // Longer than the caller's own share took too: not a chunk that is merely larger.
+    // Longer than the caller's own share took too: not a slot that is merely larger.
     let waited = own_done.elapsed();
     if polling && waited >= STALLED && waited >= own_done - began {
         s.stalled();
@@ -430,6 +506,83 @@ mod tests {
         c
     }
 
+    /// Whether sorted `chunks` cover `0..n` once each, in order.
+    fn tiles(chunks: &[(i64, i64)], n: i64) -> bool {
+        chunks.iter().try_fold(0, |at, &(a, b)| (a == at && a < b).then_some(b)) == Some(n)
+    }
+
+    /// Claims from the front and from the back of a slot hand out its
+    /// units once each, blocks of an eighth of a slot, and a loop of more
+    /// iterations than a slot's bounds can count is cut in units of several.
+    #[test]
+    fn claims_split_each_slot_once() {
+        unsafe extern "C" fn nothing(_: *mut u8, _: i64, _: i64) {}
+        let l = Loop::new(nothing, std::ptr::null_mut(), 100, 3);
+        assert_eq!((l.slots.len(), l.block, l.unit), (3, 4, 1));
+        let (mut claimed, mut front) = (Vec::new(), true);
+        while let Some(c) = l.claim(1, front) {
+            claimed.push((c.0 as i64, c.1 as i64));
+            front = !front;
+        }
+        claimed.sort();
+        assert_eq!(claimed.first().map(|c| c.0), Some(33));
+        assert!(tiles(&claimed.iter().map(|&(a, b)| (a - 33, b - 33)).collect::<Vec<_>>(), 33), "{claimed:?}");
+        let n = 3 << 32;
+        let l = Loop::new(nothing, std::ptr::null_mut(), n, 2);
+        assert_eq!(l.unit, 4);
+        let mut ranges = Vec::new();
+        for slot in 0..2 {
+            while let Some((lo, hi)) = l.claim(slot, true) {
+                ranges.push((lo as i64 * l.unit, (hi as i64 * l.unit).min(n)));
+            }
+        }
+        assert!(tiles(&ranges, n) && ranges.len() == 16, "{ranges:?}");
+    }
+
+    /// The blocks of a loop, and which thread ran each.
+    struct Ran {
+        blocks: Mutex<Vec<(i64, i64, std::thread::ThreadId)>>,
+        caller: std::thread::ThreadId,
+    }
+
+    /// Records its block; sleeps in it when a worker runs it (a worker the
+    /// host descheduled).
+    unsafe extern "C" fn slow_on_workers(ctx: *mut u8, start: i64, end: i64) {
+        // SAFETY: `ctx` is the test's `Ran`.
+        let ran = unsafe { &*(ctx as *const Ran) };
+        let me = std::thread::current().id();
+        if me != ran.caller {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ran.blocks.lock().expect("lock").push((start, end, me));
+    }
+
+    /// A worker held up in its first block leaves the rest of its slot to
+    /// the caller, which runs it meanwhile: the loop waits for one block,
+    /// not for the worker's share.
+    #[test]
+    fn a_held_up_worker_leaves_the_rest_of_its_slot() {
+        let (t0, mut joined) = (Instant::now(), 0);
+        while joined < 3 && t0.elapsed() < Duration::from_secs(20) {
+            let ran = Ran { blocks: Mutex::new(Vec::new()), caller: std::thread::current().id() };
+            // SAFETY: the task only appends to the list behind its lock.
+            with_threads(2, || unsafe { texc_parallel_for(slow_on_workers, &ran as *const Ran as *mut u8, 32) })
+                .expect("a valid count");
+            let mut blocks = ran.blocks.into_inner().expect("lock");
+            // Slots of 16, blocks of 2: the worker's first block, and no more.
+            let by_workers: Vec<_> = blocks.iter().filter(|b| b.2 != ran.caller).collect();
+            assert!(by_workers.len() <= 1 && by_workers.iter().all(|b| b.1 - b.0 <= 2), "{blocks:?}");
+            joined += by_workers.len();
+            blocks.sort_by_key(|b| b.0);
+            let spans: Vec<(i64, i64)> = blocks.iter().map(|b| (b.0, b.1)).collect();
+            assert!(tiles(&spans, 32), "{spans:?}");
+        }
+        // (Another test may hold the pool throughout: then every loop ran on its caller.)
+        if joined == 0 {
+            eprintln!("skipped: no worker joined a loop in {:?}", t0.elapsed());
+        }
+    }
+
     /// A loop is cut for the call's thread count, whatever the process's,
     /// and the process's count is back after the call.
     #[test]
@@ -437,9 +590,12 @@ mod tests {
         let _one = CALM_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         set_num_threads(2).expect("threads");
         assert_eq!(chunks_with(1, 64), vec![(0, 64)]);
-        // Another test may hold the pool (then the loop runs whole on the caller).
+        // Blocks of 2 of three slots, none across a slot's bounds; or the
+        // loop whole on the caller, when another test holds the pool.
         let three = chunks_with(3, 64);
-        assert!(three == vec![(0, 21), (21, 42), (42, 64)] || three == vec![(0, 64)], "{three:?}");
+        assert!(three == vec![(0, 64)] || tiles(&three, 64), "{three:?}");
+        let within = |&(a, b): &(i64, i64)| [0, 21, 42, 64].windows(2).any(|w| w[0] <= a && b <= w[1]);
+        assert!(three == vec![(0, 64)] || three.iter().all(|c| within(c) && c.1 - c.0 <= 2), "{three:?}");
         assert_eq!(num_threads(), 2);
         assert_eq!(with_threads(5, num_threads), Ok(5));
         assert!(with_threads(0, || ()).is_err() && with_threads(MAX_THREADS + 1, || ()).is_err());
@@ -604,8 +760,8 @@ mod tests {
         assert!(cut > 0, "every loop ran serially");
     }
 
-    /// Every iteration runs exactly once, whoever runs its chunk (the
-    /// caller takes the chunks no worker has started), for loops shorter
+    /// Every iteration runs exactly once, whoever runs its block (a thread
+    /// done with its slot takes the blocks no other has claimed), for loops shorter
     /// and longer than the thread count, many times over (workers asleep,
     /// waking, or busy).
     #[test]

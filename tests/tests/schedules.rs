@@ -2042,3 +2042,51 @@ kernel g(X: f32[N = 1, C = 48, H = 14, W = 14], Wt: f32[C, 24, 3, 3], b: f32[C])
         }
     });
 }
+
+/// A 1 × 1 convolution of 300 channels to 128 over a 12² map stored
+/// channels-first, computed filters-last (its weights moved): 144 rows read
+/// along `X`'s lines, a line apart at each step, too many to stay in L1
+/// whole. On `x86-avx2`, whose register blocks wait on L2, its reduction is
+/// cut into slices no deeper than 128 (a quarter of the nominal 32 KiB L1
+/// in the lines of a block's rows; `LongBlocking::row_block_slice`): three
+/// of 104, the last 92 deep. AVX-512's blocks keep one slice. Both compute
+/// the interpreter's outputs.
+#[test]
+fn many_rows_along_lines_are_sliced_as_the_interpreter_computes() {
+    use texc_compiler::target::lookup;
+    let src = "kernel pw(X: f32[1, 300, 12, 12], W: f32[128, 300], b: f32[128]) -> Y: f32[1, 128, 12, 12] {
+    Y[n, f, y, x] = sum[q](X[n, q, y, x] * W[f, q]) + b[f];
+}";
+    let p = program("pw.tex", src);
+    let weight = |u: texc_compiler::tir::TensorId| p.tensors.get(u.0 as usize).is_some_and(|d| d.name != "X");
+    for target in ["x86-avx2", "x86-avx512"] {
+        let t = lookup(target).expect("registered");
+        let mut q = p.clone();
+        texc_schedules::filters_last::filters_last(&mut q, t, &weight, &|_| true);
+        let f = texc_tests::default_lowered_on(t, &q);
+        let text = texc_schedules::ir::print(&f);
+        let sliced = text.contains("for q.i in 0..104:") && text.contains("for q.i in 0..92:");
+        assert_eq!(sliced, target == "x86-avx2", "{target}:\n{text}");
+        assert_same(&format!("pw {target}"), &q, &f, 4);
+        assert_runs_as_interp(&format!("pw {target}"), t, &q, &f, 4);
+    }
+}
+
+/// A grouped 3 × 3 convolution over rows of 27 (four AVX2 vectors, the
+/// last of 3 lanes), 36 channels in groups of 12: on `x86-avx2` its register
+/// blocks take 2 filters of the row's 4 vectors, whose step keeps the row
+/// and a broadcast beside the 8 accumulators (3 filters, which divide the
+/// group, spilled); both x86
+/// targets compute the interpreter's outputs.
+#[test]
+fn grouped_convolutions_over_short_rows_keep_their_rows_in_registers() {
+    let src = "import std.nn;
+kernel gconv(X: f32[N = 1, C = 36, H = 5, W = 27], Wt: f32[C, 12, 3, 3], b: f32[C]) -> Y: f32[N, C, H, W] {
+    Y = relu(conv2d_bias(X, Wt, b, pad = 1, groups = 3));
+}";
+    default_on_x86("gconv", src, |target, loops| {
+        let block = loops.lines().find(|l| l.contains(".r0.acc: f32[")).unwrap_or_default();
+        let want = if target == "x86-avx2" { "f32[2, 4, 8]" } else { "" };
+        assert!(block.contains(want), "{target}: {block}\n{loops}");
+    });
+}

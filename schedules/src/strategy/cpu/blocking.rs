@@ -125,6 +125,7 @@ pub(super) fn register_block(
             let accumulators = match tap {
                 // Two rows at least, so that some share their loads.
                 Some(_) => window_accumulators(m).max(2 * vectors),
+                None if shared && !long => short_row_accumulators(m, vectors),
                 None => block_accumulators(m, shared),
             };
             default_rows(
@@ -700,6 +701,12 @@ pub(super) struct LongBlocking {
     elem: i64,
 }
 
+/// A reduction `depth` deep cut into the fewest slices no deeper than
+/// `deepest`, of equal depth rounded up to 8 (the last takes what is left).
+fn equal_slices(depth: i64, deepest: i64) -> i64 {
+    ceil_div(ceil_div(depth, ceil_div(depth, deepest)), 8) * 8
+}
+
 /// The shallowest slice [`LongBlocking::whole_rows_slice`] takes: rows too
 /// many for a slice this deep beside a panel are blocked as a GEMM's.
 const MIN_WHOLE_ROWS_SLICE: i64 = 64;
@@ -812,16 +819,23 @@ impl LongBlocking {
     /// whole reduction fit L2 (beyond it each panel would read the rows
     /// from L3).
     pub(super) fn whole_rows_slice(self, (rows, block_rows, width): (i64, i64, i64), depth: i64) -> Option<i64> {
-        let per_step = (rows + width) * self.elem;
-        let deepest = self.l1d / per_step.max(1);
-        if deepest < MIN_WHOLE_ROWS_SLICE || depth <= deepest {
+        let deepest = self.whole_rows_deepest(rows, width)?;
+        if depth <= deepest {
             return None;
         }
+        let per_step = (rows + width) * self.elem;
         if !step_outruns_l2((block_rows, width), self.elem) && per_step * depth <= self.l2 {
             return Some(depth);
         }
-        let slices = ceil_div(depth, deepest);
-        Some(ceil_div(ceil_div(depth, slices), 8) * 8)
+        Some(equal_slices(depth, deepest))
+    }
+
+    /// The deepest slice of all `rows` rows that fits L1 beside a panel
+    /// `width` wide, where it is at least [`MIN_WHOLE_ROWS_SLICE`] deep: the
+    /// rows are few enough for [`Self::whole_rows_slice`].
+    fn whole_rows_deepest(self, rows: i64, width: i64) -> Option<i64> {
+        let deepest = self.l1d / ((rows + width) * self.elem).max(1);
+        (deepest >= MIN_WHOLE_ROWS_SLICE).then_some(deepest)
     }
 
     /// The slice of a reduction `depth` deep whose `rows`, read along their
@@ -856,16 +870,13 @@ impl LongBlocking {
         depth: i64,
         panels: i64,
     ) -> Option<i64> {
-        let few_rows = self.l1d / ((rows + width) * self.elem).max(1) >= MIN_WHOLE_ROWS_SLICE;
+        let few_rows = self.whole_rows_deepest(rows, width).is_some();
         let few_panels = panels * width < MIN_COLS;
         if few_rows || few_panels || !step_outruns_l2((block_rows, width), self.elem) {
             return None;
         }
         let deepest = (self.l1d / 4 / crate::strategy::LINE).max(MIN_WHOLE_ROWS_SLICE);
-        (depth > 2 * deepest).then(|| {
-            let slices = ceil_div(depth, deepest);
-            ceil_div(ceil_div(depth, slices), 8) * 8
-        })
+        (depth > 2 * deepest).then(|| equal_slices(depth, deepest))
     }
 
     /// Columns of a block of packed panels for rows `row` long: the widest
@@ -920,6 +931,21 @@ fn block_accumulators(m: Machine, shared: bool) -> i64 {
     } else {
         m.accumulators.min(UNSHARED_ACCUMULATORS)
     }
+}
+
+/// Accumulator vectors of a block whose rows share their loads of a short
+/// row of `vectors` (up to [`super::vectorize::MAX_SHORT_VECTORS`]): a
+/// step holds the row's vectors and a broadcast beside the accumulators, as
+/// the micro-kernel's does; two rows at least. Only AVX2's rows of four
+/// vectors (25 to 32 elements: a 28² map's rows) lose a row: 2 × 4, not 3 ×
+/// 4 that spilled (AVX-512's 32 registers hold 24 accumulators beside any
+/// short row). MEASURED (Zen 3, 1 thread, RegNetY-1.6GF's grouped 3 × 3
+/// convolution, 120 channels in groups of 24 at 28², `rows` knob, four
+/// alternated rounds of 200): 3 rows 0.60–0.64 ms with accumulators spilled
+/// in the unrolled taps, 2 rows 0.56–0.59.
+fn short_row_accumulators(m: Machine, vectors: i64) -> i64 {
+    let registers = m.accumulators * 4 / 3;
+    m.accumulators.min(registers - vectors - 1).max(2 * vectors)
 }
 
 /// Accumulator vectors of a block whose rows share a window's loads
@@ -1191,6 +1217,30 @@ mod tests {
             let (fk, fh) = two_axis_rows(12, taken, 512, 7);
             assert!(fk * fh + fh + 1 + taken <= 16, "taken {taken}: {fk} × {fh}");
             assert!(fh >= 2, "taken {taken}: {fk} × {fh} still blocks image rows");
+        }
+    }
+
+    /// Rows sharing their loads of a short row keep the row's vectors and a
+    /// broadcast in the registers beside their accumulators: AVX2's rows of
+    /// four vectors take 2 rows (8 accumulators), not 3; rows of two or
+    /// three vectors, AVX-512's rows and the longest short rows (two rows
+    /// at least) keep theirs.
+    #[test]
+    fn short_rows_leave_room_for_their_vectors() {
+        let machine = |lanes, accumulators| Machine {
+            lanes,
+            accumulators,
+            half_lanes: None,
+            caches: caches(32, 512, 2),
+            knobs: Default::default(),
+            masks_in_vectors: false,
+        };
+        let (avx2, avx512) = (machine(8, 12), machine(16, 24));
+        let rows = |m, vectors| short_row_accumulators(m, vectors) / vectors;
+        assert_eq!([1, 2, 3, 4, 5, 6].map(|v| rows(avx2, v)), [12, 6, 4, 2, 2, 2]);
+        assert_eq!([1, 2, 3, 4, 5, 6].map(|v| rows(avx512, v)), [24, 12, 8, 6, 4, 4]);
+        for v in 1..=4 {
+            assert!(rows(avx2, v) * v + v + 1 <= 16, "{v} vectors");
         }
     }
 
