@@ -2076,8 +2076,9 @@ fn many_rows_along_lines_are_sliced_as_the_interpreter_computes() {
 /// last of 3 lanes), 36 channels in groups of 12: on `x86-avx2` its register
 /// blocks take 2 filters of the row's 4 vectors, whose step keeps the row
 /// and a broadcast beside the 8 accumulators (3 filters, which divide the
-/// group, spilled); both x86
-/// targets compute the interpreter's outputs.
+/// group, spilled); AVX-512's take the group's 12 filters of 2 vectors.
+/// Over a 7² map, the blocks take image rows too. Both x86 targets compute
+/// the interpreter's outputs.
 #[test]
 fn grouped_convolutions_over_short_rows_keep_their_rows_in_registers() {
     let src = "import std.nn;
@@ -2086,7 +2087,16 @@ kernel gconv(X: f32[N = 1, C = 36, H = 5, W = 27], Wt: f32[C, 12, 3, 3], b: f32[
 }";
     default_on_x86("gconv", src, |target, loops| {
         let block = loops.lines().find(|l| l.contains(".r0.acc: f32[")).unwrap_or_default();
-        let want = if target == "x86-avx2" { "f32[2, 4, 8]" } else { "" };
+        let want = if target == "x86-avx2" { "f32[2, 4, 8]" } else { "f32[12, 2, 16]" };
+        assert!(block.contains(want), "{target}: {block}\n{loops}");
+    });
+    // A 7² map, 48 channels in groups of 16: rows of one vector, blocked
+    // over filters and image rows as a convolution's (2 filters × 4 rows
+    // on AVX2, 4 × 4 on AVX-512), not filters alone (8 and 16).
+    let seven = src.replace("C = 36, H = 5, W = 27], Wt: f32[C, 12", "C = 48, H = 7, W = 7], Wt: f32[C, 16");
+    default_on_x86("gconv7", &seven, |target, loops| {
+        let block = loops.lines().find(|l| l.contains(".r0.acc: f32[")).unwrap_or_default();
+        let want = if target == "x86-avx2" { "f32[2, 4, 7]" } else { "f32[4, 4, 7]" };
         assert!(block.contains(want), "{target}: {block}\n{loops}");
     });
 }

@@ -59,12 +59,15 @@ pub(super) fn register_block(
     let loads = ProductLoads::of(p, st);
     let vector = &loads.vector[..];
     let (mut a, mut shared) = reuse_axis(p, st, vector, first_row_axis);
-    let image_rows = shared.then(|| image_row_axis(p, st, &loads, first_row_axis, a)).flatten();
+    let mut image_rows = shared.then(|| image_row_axis(p, st, &loads, first_row_axis, a)).flatten();
     if let Some((axis, g)) = group_axis(p, st, vector, first_row_axis).filter(|_| !shared) {
-        // The filters of one group share their input: rows among them.
+        // The filters of one group share their input: rows among them, and
+        // with image rows where the row is one vector (a grouped
+        // convolution's 7² map), as a convolution's.
         let name = ss.ivs[axis].name.clone();
         let (_, within) =
             ss.split(axis, g, (&format!("{name}.g"), span), (&format!("{name}.i"), span), span).expect("fresh");
+        image_rows = image_row_axis(p, st, &loads, first_row_axis, axis);
         (a, shared) = (within, true);
     }
     // Rows that each load their own input through a window along them (a
@@ -125,7 +128,9 @@ pub(super) fn register_block(
             let accumulators = match tap {
                 // Two rows at least, so that some share their loads.
                 Some(_) => window_accumulators(m).max(2 * vectors),
-                None if shared && !long => short_row_accumulators(m, vectors),
+                None if shared && !long => {
+                    short_row_accumulators(m, vectors, step_registers(p, st.value, vector, m, (row, lanes)))
+                }
                 None => block_accumulators(m, shared),
             };
             default_rows(
@@ -935,17 +940,18 @@ fn block_accumulators(m: Machine, shared: bool) -> i64 {
 
 /// Accumulator vectors of a block whose rows share their loads of a short
 /// row of `vectors` (up to [`super::vectorize::MAX_SHORT_VECTORS`]): a
-/// step holds the row's vectors and a broadcast beside the accumulators, as
-/// the micro-kernel's does; two rows at least. Only AVX2's rows of four
-/// vectors (25 to 32 elements: a 28² map's rows) lose a row: 2 × 4, not 3 ×
-/// 4 that spilled (AVX-512's 32 registers hold 24 accumulators beside any
-/// short row). MEASURED (Zen 3, 1 thread, RegNetY-1.6GF's grouped 3 × 3
+/// step holds the row's vectors, a broadcast and the `taken` registers of
+/// [`step_registers`] beside the accumulators, as the micro-kernel's does;
+/// two rows at least. AVX2's rows of four vectors (25 to 32 elements: a 28²
+/// map's rows) lose a row, 2 × 4 and not 3 × 4, which spilled; so do rows
+/// of three whose last vector is masked (17 to 23 elements but 20),
+/// 3 × 3 and not 4 × 3. AVX-512's 32 registers hold 24 accumulators beside
+/// any short row. MEASURED (Zen 3, 1 thread, RegNetY-1.6GF's grouped 3 × 3
 /// convolution, 120 channels in groups of 24 at 28², `rows` knob, four
 /// alternated rounds of 200): 3 rows 0.60–0.64 ms with accumulators spilled
 /// in the unrolled taps, 2 rows 0.56–0.59.
-fn short_row_accumulators(m: Machine, vectors: i64) -> i64 {
-    let registers = m.accumulators * 4 / 3;
-    m.accumulators.min(registers - vectors - 1).max(2 * vectors)
+fn short_row_accumulators(m: Machine, vectors: i64, taken: i64) -> i64 {
+    m.accumulators.min(m.registers - vectors - 1 - taken).max(2 * vectors)
 }
 
 /// Accumulator vectors of a block whose rows share a window's loads
@@ -1114,6 +1120,7 @@ mod tests {
         let m = Machine {
             lanes: 16,
             accumulators: 24,
+            registers: 32,
             half_lanes: None,
             caches,
             knobs: Default::default(),
@@ -1150,6 +1157,7 @@ mod tests {
         let machine = |lanes, accumulators| Machine {
             lanes,
             accumulators,
+            registers: accumulators * 4 / 3,
             half_lanes: None,
             caches: caches(32, 1024, 2),
             knobs: Default::default(),
@@ -1230,18 +1238,24 @@ mod tests {
         let machine = |lanes, accumulators| Machine {
             lanes,
             accumulators,
+            registers: accumulators * 4 / 3,
             half_lanes: None,
             caches: caches(32, 512, 2),
             knobs: Default::default(),
             masks_in_vectors: false,
         };
         let (avx2, avx512) = (machine(8, 12), machine(16, 24));
-        let rows = |m, vectors| short_row_accumulators(m, vectors) / vectors;
+        let rows = |m, vectors| short_row_accumulators(m, vectors, 0) / vectors;
         assert_eq!([1, 2, 3, 4, 5, 6].map(|v| rows(avx2, v)), [12, 6, 4, 2, 2, 2]);
         assert_eq!([1, 2, 3, 4, 5, 6].map(|v| rows(avx512, v)), [24, 12, 8, 6, 4, 4]);
         for v in 1..=4 {
             assert!(rows(avx2, v) * v + v + 1 <= 16, "{v} vectors");
         }
+        // A lane mask (AVX2, rows of 17–23 but 20): 3 rows of 3 vectors.
+        assert_eq!(short_row_accumulators(avx2, 3, 1) / 3, 3);
+        // A widening `@dot4` takes four registers and four accumulators.
+        let widening = Machine { accumulators: 8, registers: 12, ..avx2 };
+        assert_eq!([2, 3, 4].map(|v| short_row_accumulators(widening, v, 0) / v), [4, 2, 2]);
     }
 
     #[test]

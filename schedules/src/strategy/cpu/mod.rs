@@ -195,6 +195,9 @@ struct Machine {
     lanes: i64,
     /// Accumulator vectors a register block keeps (about 3/4 of the registers).
     accumulators: i64,
+    /// Vector registers a register block's step may hold: the target's,
+    /// less the four a widening `@dot4` takes.
+    registers: i64,
     /// Lanes of the half-width vector, where that is still 256 bits or more
     /// (AVX-512 machines run 256-bit vectors at full rate): loops shorter than
     /// a full vector but at least this long use it instead of staying scalar.
@@ -223,6 +226,7 @@ impl Machine {
         // more registers per step (AVX2: 8 accumulators, not 12).
         let widening = !target.has_vnni() && uses_dot4(p, st.value);
         let accumulators = (target.vector_registers as i64 * 3 / 4 - if widening { 4 } else { 0 }).max(2);
+        let registers = target.vector_registers as i64 - if widening { 4 } else { 0 };
         let caches = target.cpu_caches();
         let masks_in_vectors = !target.requires.contains(&"avx512f");
         // Short rows (under four full vectors) that divide per element use
@@ -233,10 +237,18 @@ impl Machine {
         if let (Some(half), Some(inner)) = (half_lanes, st.n_axes.checked_sub(1)) {
             let short = st.vars[inner].extent < 4 * lanes;
             if short && divides_per_element(p, st.value, inner as VarId) {
-                return Machine { lanes: half, accumulators, half_lanes: None, caches, knobs, masks_in_vectors };
+                return Machine {
+                    lanes: half,
+                    accumulators,
+                    registers,
+                    half_lanes: None,
+                    caches,
+                    knobs,
+                    masks_in_vectors,
+                };
             }
         }
-        Machine { lanes, accumulators, half_lanes, caches, knobs, masks_in_vectors }
+        Machine { lanes, accumulators, registers, half_lanes, caches, knobs, masks_in_vectors }
     }
 
     /// Iterations a parallel loop should have: [`CHUNKS_PER_CORE`] per core.
