@@ -944,7 +944,7 @@ fn block_accumulators(m: Machine, shared: bool) -> i64 {
 /// [`step_registers`] beside the accumulators, as the micro-kernel's does;
 /// two rows at least. AVX2's rows of four vectors (25 to 32 elements: a 28²
 /// map's rows) lose a row, 2 × 4 and not 3 × 4, which spilled; so do rows
-/// of three whose last vector is masked (17 to 23 elements but 20),
+/// of three whose last vector is masked (19, 21, 22 or 23 elements),
 /// 3 × 3 and not 4 × 3. AVX-512's 32 registers hold 24 accumulators beside
 /// any short row. MEASURED (Zen 3, 1 thread, RegNetY-1.6GF's grouped 3 × 3
 /// convolution, 120 channels in groups of 24 at 28², `rows` knob, four
@@ -1251,7 +1251,7 @@ mod tests {
         for v in 1..=4 {
             assert!(rows(avx2, v) * v + v + 1 <= 16, "{v} vectors");
         }
-        // A lane mask (AVX2, rows of 17–23 but 20): 3 rows of 3 vectors.
+        // A lane mask (AVX2, rows of 19, 21, 22, 23): 3 rows of 3 vectors.
         assert_eq!(short_row_accumulators(avx2, 3, 1) / 3, 3);
         // A widening `@dot4` takes four registers and four accumulators.
         let widening = Machine { accumulators: 8, registers: 12, ..avx2 };
