@@ -143,10 +143,14 @@ impl Loop {
         }
     }
 
+    /// The iterations of the units `lo..hi` (the last unit may be short).
+    fn range(&self, (lo, hi): (u32, u32)) -> (i64, i64) {
+        (lo as i64 * self.unit, (hi as i64).saturating_mul(self.unit).min(self.n))
+    }
+
     /// Run the units `lo..hi`; whether they were the loop's last.
-    fn run(&self, (lo, hi): (u32, u32)) -> bool {
-        let start = lo as i64 * self.unit;
-        let end = (hi as i64).saturating_mul(self.unit).min(self.n);
+    fn run(&self, units: (u32, u32)) -> bool {
+        let (start, end) = self.range(units);
         // SAFETY: the caller of `texc_parallel_for` keeps `ctx` alive until
         // every iteration has run, and each claim hands out distinct units.
         unsafe { (self.task)(self.ctx as *mut u8, start, end) };
@@ -172,11 +176,12 @@ impl Loop {
 }
 
 struct Shared {
-    /// The latest loop posted, and the number posted so far.
-    current: Mutex<(Option<Arc<Loop>>, u64)>,
+    /// The latest loop posted.
+    current: Mutex<Option<Arc<Loop>>>,
     work: Condvar,
     done: Condvar,
-    /// `current.1` as last stored under the lock, for polling without it.
+    /// The number of loops posted so far: changed under the lock of
+    /// `current` (with it), read without it by polling workers.
     posted: AtomicU64,
     /// Workers waiting on `work`, and callers waiting on `done`, both
     /// changed under the lock of `current`: a notification is a system call even
@@ -203,7 +208,7 @@ impl Shared {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    fn lock(&self) -> MutexGuard<'_, (Option<Arc<Loop>>, u64)> {
+    fn lock(&self) -> MutexGuard<'_, Option<Arc<Loop>>> {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -320,7 +325,7 @@ fn pool() -> &'static Pool {
     POOL.get_or_init(|| {
         let threads = threads_from_env().ok().flatten().unwrap_or_else(available_cores);
         let shared = Arc::new(Shared {
-            current: Mutex::new((None, 0)),
+            current: Mutex::new(None),
             work: Condvar::new(),
             done: Condvar::new(),
             posted: AtomicU64::new(0),
@@ -388,13 +393,13 @@ fn worker(s: &Shared, id: usize) {
         }
         let job = {
             let mut q = s.lock();
-            while q.1 == seen {
+            while s.posted.load(Ordering::Relaxed) == seen {
                 s.sleeping.fetch_add(1, Ordering::Relaxed);
                 q = s.work.wait(q).unwrap_or_else(|e| e.into_inner());
                 s.sleeping.fetch_sub(1, Ordering::Relaxed);
             }
-            seen = q.1;
-            q.0.clone()
+            seen = s.posted.load(Ordering::Relaxed);
+            q.clone()
         };
         // A loop cut for fewer threads needs nothing of this worker; one
         // already run (the worker woke late) has nothing left to claim.
@@ -444,9 +449,8 @@ pub unsafe extern "C" fn texc_parallel_for(task: Task, ctx: *mut u8, n: i64) {
     // after the loop is posted, no sleeper is missed.
     let sleepers = {
         let mut q = s.lock();
-        q.0 = Some(Arc::clone(&job));
-        q.1 += 1;
-        s.posted.store(q.1, Ordering::Release);
+        *q = Some(Arc::clone(&job));
+        s.posted.fetch_add(1, Ordering::Release);
         s.sleeping.load(Ordering::Relaxed)
     };
     if sleepers > 0 {
@@ -537,8 +541,8 @@ mod tests {
         assert_eq!(l.unit, 4);
         let mut ranges = Vec::new();
         for slot in 0..2 {
-            while let Some((lo, hi)) = l.claim(slot, true) {
-                ranges.push((lo as i64 * l.unit, (hi as i64 * l.unit).min(n)));
+            while let Some(units) = l.claim(slot, true) {
+                ranges.push(l.range(units));
             }
         }
         assert!(tiles(&ranges, n) && ranges.len() == 16, "{ranges:?}");

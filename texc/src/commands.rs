@@ -775,6 +775,18 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     let (files, scalars, outputs) = run_inputs(&a.run, pl.options.memory_budget())?;
     check_output_paths(&outputs)?;
     let mut job = prepare_job(pl, &a.run, files, &scalars)?;
+    // The memory a model's run needs by its plan (`benches/zoo.py` sets the
+    // process's peak beside it): the arguments the compiled code reads
+    // (weights, as folded) and the arena of its temporaries.
+    let argument_bytes: usize = job
+        .compiled_args()
+        .iter()
+        .map(|arg| match arg {
+            texc_compiler::interp::Arg::Tensor(t) => t.bytes().len(),
+            texc_compiler::interp::Arg::Scalar(_) => 0,
+        })
+        .sum();
+    let arena_bytes = texc_schedules::memory_plan::plan(job.legal.as_ref().expect("a compiled target")).arena_bytes;
     // Without `--check` nothing reads the arguments after they are copied
     // into the run's buffers: each is freed as it is copied (a model's
     // weights held once, not twice).
@@ -909,6 +921,13 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
             ("threads", Json::Num(pool_threads as f64)),
             ("roofline_threads", Json::Num(threads as f64)),
             ("compile_s", Json::Num(compiled.compile_time.as_secs_f64())),
+            (
+                "memory",
+                Json::obj([
+                    ("argument_bytes", Json::Num(argument_bytes as f64)),
+                    ("arena_bytes", Json::Num(arena_bytes as f64)),
+                ]),
+            ),
             ("runs", Json::Num(repeat as f64)),
             ("warmup", Json::Num(warmup as f64)),
             ("time_ms", Json::obj(st.fields().map(|(n, v)| (n, ms(v))))),

@@ -1116,17 +1116,22 @@ fn block_rows(max: i64, extent: i64) -> i64 {
 mod tests {
     use super::*;
 
-    fn blocking(caches: CpuCaches, elem: i64) -> LongBlocking {
-        let m = Machine {
-            lanes: 16,
-            accumulators: 24,
-            registers: 32,
+    /// A machine of `lanes` lanes whose vector registers are `accumulators`
+    /// and a third more (AVX2's 12 of 16, AVX-512's 24 of 32).
+    fn machine(lanes: i64, accumulators: i64, caches: CpuCaches) -> Machine {
+        Machine {
+            lanes,
+            accumulators,
+            registers: accumulators * 4 / 3,
             half_lanes: None,
             caches,
             knobs: Default::default(),
             masks_in_vectors: false,
-        };
-        LongBlocking::of(m, elem)
+        }
+    }
+
+    fn blocking(caches: CpuCaches, elem: i64) -> LongBlocking {
+        LongBlocking::of(machine(16, 24, caches), elem)
     }
 
     fn caches(l1d_k: i64, l2_k: i64, cores: i64) -> CpuCaches {
@@ -1154,16 +1159,7 @@ mod tests {
     /// of 7 divide them.
     #[test]
     fn short_image_rows_merge_where_their_blocks_end_short() {
-        let machine = |lanes, accumulators| Machine {
-            lanes,
-            accumulators,
-            registers: accumulators * 4 / 3,
-            half_lanes: None,
-            caches: caches(32, 1024, 2),
-            knobs: Default::default(),
-            masks_in_vectors: false,
-        };
-        let (avx2, avx512) = (machine(8, 12), machine(16, 24));
+        let (avx2, avx512) = (machine(8, 12, caches(32, 1024, 2)), machine(16, 24, caches(32, 1024, 2)));
         assert!(merged_rows_pay(avx2, 14, 14), "196 rows: 229 steps, 14 × 17");
         assert!(merged_rows_pay(avx2, 7, 7), "49 rows: 59 steps, 7 × 10");
         assert!(!merged_rows_pay(avx2, 4, 12), "rows of 12: two blocks of 6 each");
@@ -1235,16 +1231,7 @@ mod tests {
     /// at least) keep theirs.
     #[test]
     fn short_rows_leave_room_for_their_vectors() {
-        let machine = |lanes, accumulators| Machine {
-            lanes,
-            accumulators,
-            registers: accumulators * 4 / 3,
-            half_lanes: None,
-            caches: caches(32, 512, 2),
-            knobs: Default::default(),
-            masks_in_vectors: false,
-        };
-        let (avx2, avx512) = (machine(8, 12), machine(16, 24));
+        let (avx2, avx512) = (machine(8, 12, caches(32, 512, 2)), machine(16, 24, caches(32, 512, 2)));
         let rows = |m, vectors| short_row_accumulators(m, vectors, 0) / vectors;
         assert_eq!([1, 2, 3, 4, 5, 6].map(|v| rows(avx2, v)), [12, 6, 4, 2, 2, 2]);
         assert_eq!([1, 2, 3, 4, 5, 6].map(|v| rows(avx512, v)), [24, 12, 8, 6, 4, 4]);
