@@ -163,8 +163,8 @@ pub struct Loops {
 /// Everything `run` and `bench` need.
 pub struct Prepared {
     pub built: Built,
-    /// For compiled targets.
-    pub loops: Option<Loops>,
+    /// The legal loop nests, for compiled targets.
+    pub legal: Option<LoopFunc>,
     /// Arguments in the parameter order of the program as written (what the interpreter runs).
     pub args: Vec<Arg>,
     /// Arguments of the compiled loops (`built.runs`'s parameters) when they
@@ -689,11 +689,26 @@ impl Pipeline {
 
     /// *schedule*, *lower* and *legalize* kernel `k`'s program `p`.
     pub fn loops(&mut self, k: KernelRef, p: Program) -> Result<Loops, Error> {
+        let lowered = self.lowered(k, p)?;
+        let legal = self.legalize(lowered.clone())?;
+        Ok(Loops { lowered, legal })
+    }
+
+    /// [`Pipeline::loops`]' legal nest alone, what a run compiles: the
+    /// lowered nest is legalized in place rather than copied first (a
+    /// model's loop nests held once while *zero* and *legalize* grow them;
+    /// DenseNet-121's are 183 000 expressions).
+    pub fn legal_loops(&mut self, k: KernelRef, p: Program) -> Result<LoopFunc, Error> {
+        let lowered = self.lowered(k, p)?;
+        self.legalize(lowered)
+    }
+
+    /// *schedule* and *lower* kernel `k`'s program `p`, checked against the target.
+    fn lowered(&mut self, k: KernelRef, p: Program) -> Result<LoopFunc, Error> {
         let s = self.schedule(k, p)?;
         let lowered = self.lower(s)?;
         self.check_target(Some(k), &lowered, self.options.target)?;
-        let legal = self.legalize(lowered.clone())?;
-        Ok(Loops { lowered, legal })
+        Ok(lowered)
     }
 
     /// *schedule* (the target's default schedule), *lower* and *legalize* a
@@ -1164,9 +1179,10 @@ impl Pipeline {
         let weights = self.folded_weights();
         self.fold(&mut built, &|n| weights.contains(n), &|n| known.contains_key(n))?;
         self.add_weights(&mut files);
-        let loops = if self.options.target.is_compiled() { Some(self.loops(k, built.runs.clone())?) } else { None };
-        let interpret = loops.is_none() || check;
-        let needed = run_memory(&built.written, loops.as_ref().map(|l| &l.legal), interpret)
+        let legal =
+            if self.options.target.is_compiled() { Some(self.legal_loops(k, built.runs.clone())?) } else { None };
+        let interpret = legal.is_none() || check;
+        let needed = run_memory(&built.written, legal.as_ref(), interpret)
             .saturating_add(self.prologue.as_ref().map_or(0, prologue_memory));
         self.check_memory(needed)?;
         let given: Vec<String> = files.keys().cloned().collect();
@@ -1180,7 +1196,7 @@ impl Pipeline {
             self.compute_constants(&mut weight, &known)?
         };
         let run_args = run_args(&built, &mut args, folded, !interpret);
-        Ok(Prepared { built, loops, args, run_args })
+        Ok(Prepared { built, legal, args, run_args })
     }
 
     /// The model's weights added to `files` (which take precedence): moved

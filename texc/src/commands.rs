@@ -494,7 +494,7 @@ fn prepare_job(
     Ok(Job {
         plan,
         p: prep.built.written,
-        legal: prep.loops.map(|l| l.legal),
+        legal: prep.legal,
         evaluate: None,
         args: prep.args,
         run_args: prep.run_args,
@@ -525,13 +525,14 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
         let _busy = crate::progress::Activity::spinner(format!("preparing {} for {t}", c.file.display()));
         prepare_job(pl, r, files, &scalars)?
     };
-    let p = &job.p.clone();
-    let outputs = check_output_names(pl, p, &outputs)?;
     if r.check {
         reduced_precision_tolerance(pl, &job);
     }
+    // Taken, not copied: a model's program is held once while it runs.
+    let p = &std::mem::take(&mut job.p);
+    let outputs = check_output_names(pl, p, &outputs)?;
     let sizes: Vec<String> = p.bindings.iter().map(|(n, v)| format!("{n}={v}")).collect();
-    let results = match (&job.legal, &job.evaluate) {
+    let results = match (job.legal.take(), &job.evaluate) {
         (None, Some(nest)) => {
             let _busy = crate::progress::Activity::spinner(format!("evaluating the loop nest of `{}`", p.name));
             pl.evaluate(nest, job.args.clone())?
@@ -540,8 +541,10 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
         (Some(legal), _) => {
             let compiled = {
                 let _busy = crate::progress::Activity::spinner(format!("compiling `{}` for {t}", p.name));
-                pl.compile(legal)?
+                pl.compile(&legal)?
             };
+            // The loop nests are compiled: their memory goes before the run's.
+            drop(legal);
             outln!("compiled `{}` for {t} in {:.3} s", p.name, compiled.compile_time.as_secs_f64());
             let _busy = crate::progress::Activity::spinner(format!("running `{}` on {t}", p.name));
             let run = if r.check {
