@@ -213,9 +213,10 @@ import onnx
 g = onnx.load(f"{d}/model.onnx", load_external_data=False).graph
 onnx_names = [i.name for i in g.input]
 np.savez(f"{d}/inputs.npz", **{k: v.numpy() for k, v in zip(onnx_names, xs)})
-# The weights' bytes, which the memory aim is measured against.
+# The weights' bytes (initializers and Constant nodes' tensors), which the memory aim is measured against.
 size = lambda t: int(np.prod(t.dims, dtype=np.int64)) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-open(f"{d}/weights_bytes.txt", "w").write(str(sum(size(t) for t in g.initializer)))
+constants = [a.t for n in g.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"]
+open(f"{d}/weights_bytes.txt", "w").write(str(sum(size(t) for t in list(g.initializer) + constants)))
 """
 
 # Runs in the peers Python: ONNX Runtime's outputs (d/ort.npz) and, with repeat > 0, its median time.
@@ -346,7 +347,11 @@ def main():
     threads = [int(t) for t in a.threads.split(",")]
     rows = []
     root = a.keep or tempfile.mkdtemp(prefix="texc-zoo-")
-    base_mb = peak_rss([texc, "run", os.path.join(ROOT, "examples", "gelu.tex"), "--target", targets[0], "--no-cache"])[0]
+    base_mb = None
+    if not (a.import_only or a.no_time):
+        base_mb, status = peak_rss([texc, "run", os.path.join(ROOT, "examples", "gelu.tex"), "--target", targets[0],
+                                    "--no-cache"])
+        base_mb = base_mb if status == 0 else None
     print(f"texc: {texc}; targets {targets}; models in {root}", flush=True)
     for model in models:
         for exporter in a.exporters.split(","):
@@ -408,7 +413,8 @@ def main():
                             break
                         j = json.loads(out)
                         r.setdefault("compile_s", j["compile_s"])
-                        r.setdefault("arena_mb", j["memory"]["arena_bytes"] / 2**20)
+                        if "memory" in j:  # (a texc from before 2026-12-06 does not say)
+                            r.setdefault("arena_mb", j["memory"]["arena_bytes"] / 2**20)
                         ms = median_of([(j["time_ms"]["median"], j["time_ms"]["p99"], j["compile_s"])])[0]
                         texc_ms = ms if texc_ms is None else min(texc_ms, ms)
                         ok, out, err = attempt([a.peers, "-c", ORT, d, str(t), str(a.repeat)])
@@ -455,7 +461,7 @@ def main():
             rel = f"{float(rel):.1e}" if rel and rel[0].isdigit() else rel
             comp = f"{r['compile_s']:.1f}" if "compile_s" in r else ""
             rss = f"{r['rss_mb']:.0f}" if "rss_mb" in r else ""
-            if rss and "arena_mb" in r:
+            if memory_ratio(row, r) is not None:
                 rss += f" ({memory_ratio(row, r):.2f}×)"
             print(f"| {row['model']} | {row['exporter']} | {target} | {r.get('error', 'ok')} | {rel} | {comp} | "
                   f"{rss} | " + " | ".join(cells) + " |")
@@ -472,21 +478,25 @@ def main():
                   f"{len(ratios)} models, lowest {low[0]:.2f}× ({low[1]})", end="")
     # The memory aim: the peak against the weights and the memory plan's
     # arena; texc's own (its code, LLVM's included) is a constant beside it.
-    mem = [(memory_ratio(row, r), (r["rss_mb"] - base_mb) / (row["weights_mb"] + r["arena_mb"]), row["model"])
-           for row in rows for r in row.get("targets", {}).values() if "arena_mb" in r and "rss_mb" in r]
+    mem = [(memory_ratio(row, r), memory_ratio(row, r, base_mb or 0.0), row["model"])
+           for row in rows for r in row.get("targets", {}).values() if memory_ratio(row, r) is not None]
     if mem:
         worst, worst_less_base = max(mem), max(mem, key=lambda m: m[1])
-        print(f"\n\nPeak RSS ÷ (weights + arena): largest {worst[0]:.2f}× ({worst[2]}); less texc's own "
-              f"{base_mb:.0f} MB (its peak on examples/gelu.tex), largest {worst_less_base[1]:.2f}× "
-              f"({worst_less_base[2]})", end="")
+        print(f"\n\nPeak RSS ÷ (weights + arena): largest {worst[0]:.2f}× ({worst[2]})", end="")
+        if base_mb is not None:
+            print(f"; less texc's own {base_mb:.0f} MB (its peak on examples/gelu.tex), largest "
+                  f"{worst_less_base[1]:.2f}× ({worst_less_base[2]})", end="")
     print("\n\nPeak RSS: of `texc run` (import, compile and one run). Times: medians of", a.repeat, "runs"
           + (f", the lowest of {a.rounds} alternated rounds; ratios: the median of the rounds' own "
              "(texc and ORT timed seconds apart)." if a.rounds > 1 else "."))
 
 
-def memory_ratio(row, r):
-    """A run's peak RSS over its model's weights and its memory plan's arena."""
-    return r["rss_mb"] / (row["weights_mb"] + r["arena_mb"])
+def memory_ratio(row, r, less=0.0):
+    """A run's peak RSS (less `less` MB) over its model's weights and its
+    memory plan's arena, where both were measured and are not nothing."""
+    if "rss_mb" not in r or "arena_mb" not in r or row["weights_mb"] + r["arena_mb"] <= 0:
+        return None
+    return (r["rss_mb"] - less) / (row["weights_mb"] + r["arena_mb"])
 
 
 def report(row):
