@@ -142,6 +142,12 @@ pub struct Compiled {
 }
 
 impl Compiled {
+    /// The bytes of the one arena the temporaries share on the host (the
+    /// memory plan's peak); a GPU run gives each its own buffer instead.
+    pub fn arena_bytes(&self) -> u64 {
+        self.layout.plan.arena_bytes
+    }
+
     /// JIT-compile `f` for `target` with `backend`.
     pub fn new(backend: &dyn Backend, f: &LoopFunc, target: &Target) -> Result<Compiled, CodegenError> {
         let start = Instant::now();

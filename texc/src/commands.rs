@@ -778,9 +778,8 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
     let (files, scalars, outputs) = run_inputs(&a.run, pl.options.memory_budget())?;
     check_output_paths(&outputs)?;
     let mut job = prepare_job(pl, &a.run, files, &scalars)?;
-    // The memory a model's run needs by its plan (`benches/zoo.py` sets the
-    // process's peak beside it): the arguments the compiled code reads
-    // (weights, as folded) and the arena of its temporaries.
+    // The arguments the compiled code reads (weights, as folded): with the
+    // arena, the memory a model's run needs by its plan.
     let argument_bytes: usize = job
         .compiled_args()
         .iter()
@@ -789,7 +788,6 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
             texc_compiler::interp::Arg::Scalar(_) => 0,
         })
         .sum();
-    let arena_bytes = texc_schedules::memory_plan::plan(job.legal.as_ref().expect("a compiled target")).arena_bytes;
     // Without `--check` nothing reads the arguments after they are copied
     // into the run's buffers: each is freed as it is copied (a model's
     // weights held once, not twice).
@@ -928,7 +926,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
                 "memory",
                 Json::obj([
                     ("argument_bytes", Json::Num(argument_bytes as f64)),
-                    ("arena_bytes", Json::Num(arena_bytes as f64)),
+                    ("arena_bytes", Json::Num(compiled.arena_bytes() as f64)),
                 ]),
             ),
             ("runs", Json::Num(repeat as f64)),

@@ -83,11 +83,52 @@ fn json_has_every_statistic_and_the_bound() {
     assert_eq!(j["machine"]["source"], "cached", "the cached line for 1 thread is used");
     assert_eq!(num(&j, &["machine", "peak_gflops"]), 1e6);
     assert!(j["check"].is_null());
+    // A and B are the arguments; the product has no temporaries.
+    assert_eq!(num(&j, &["memory", "argument_bytes"]), 2.0 * 64.0 * 64.0 * 4.0);
+    assert_eq!(num(&j, &["memory", "arena_bytes"]), 0.0);
     // The same run, twice: the same keys in the same order.
     let keys = |v: &serde_json::Value| v.as_object().expect("object").keys().cloned().collect::<Vec<_>>();
     let o2 =
         bench(&["examples/matmul.tex", "--target", "x86-avx2", "--repeat", "2", "--threads", "1", "--json"], &cache);
     assert_eq!(keys(&j), keys(&json(&o2)));
+}
+
+/// `memory` in `--json`: the arguments' bytes (a scalar takes none) and
+/// the arena of the temporaries, as `texc analyze` plans it.
+#[test]
+fn json_memory_is_the_arguments_and_the_planned_arena() {
+    let cache = cache_with("cache-memory", "x86-avx2 1 1000000.0 1000000.0\n");
+    let args = ["examples/conv_bn_relu.tex", "--target", "x86-avx2"];
+    let o = bench(&[&args[..], &["--repeat", "2", "--threads", "1", "--json"]].concat(), &cache);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let j = json(&o);
+    // X 1×16×14×14, Wt 32×16×3×3, four vectors of 32, and `eps`, a scalar.
+    let floats = 16 * 14 * 14 + 32 * 16 * 9 + 4 * 32;
+    assert_eq!(num(&j, &["memory", "argument_bytes"]), (4 * floats) as f64);
+    let arena = num(&j, &["memory", "arena_bytes"]);
+    assert!(arena > 0.0, "conv, batch norm and relu leave temporaries: {j}");
+    let analyzed = Command::new(env!("CARGO_BIN_EXE_texc"))
+        .arg("analyze")
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("texc runs");
+    let text = String::from_utf8_lossy(&analyzed.stdout);
+    let want = format!("in one arena of {} bytes", thousands(arena as u64));
+    assert!(text.contains(&want), "`analyze` plans another arena than {want:?}:\n{text}");
+}
+
+/// `n` with thousands separated by commas, as `analyze` prints bytes.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[test]
