@@ -743,3 +743,35 @@ fn selects_branch_on_their_lane_uniform_part() {
         }
     }
 }
+
+/// The reduction loop around a register block of rows of one vector each
+/// is kept rolled (`llvm.loop.unroll.disable`: LLVM's partial unroller
+/// would copy the step and spill its accumulators), and the one around
+/// rows of two vectors is left to LLVM; both match the interpreter at
+/// sizes the blocks do not divide.
+#[test]
+fn only_blocks_of_one_vector_rows_are_kept_rolled() {
+    for (cols, rolled) in [(8, true), (16, false)] {
+        let src = format!(
+            "kernel mm(A: f32[M = 29, K = 37], B: f32[K, N = 43]) -> C: f32[M, N] {{
+    C[i, j] = sum[k](A[i, k] * B[k, j]);
+}}
+schedule mm for x86-avx2 {{
+    tile C(i, j) by (8, {cols}) -> (io, jo, ii, ji);
+    reorder C(io, jo, k, ii, ji);
+    vectorize C.ji;
+    unroll C.ii;
+}}
+"
+        );
+        let (mut pl, k) = texc_tests::load_text("x86-avx2", "mm.tex", &src, None).unwrap_or_else(|e| panic!("{e}"));
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let ir = pl.emit_text(&f, "llvm").unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+        assert_eq!(ir.contains("!\"llvm.loop.unroll.disable\""), rolled, "rows of {cols} lanes:\n{ir}");
+        let target = texc_compiler::target::lookup("x86-avx2").expect("registered");
+        if targets().iter().any(|t| t.name == target.name) {
+            check(&format!("rows of {cols}"), &p, &f, target, 11);
+        }
+    }
+}
