@@ -744,8 +744,8 @@ fn selects_branch_on_their_lane_uniform_part() {
     }
 }
 
-/// The reduction loop around a register block of rows of one vector each
-/// is kept rolled (`llvm.loop.unroll.disable`: LLVM's partial unroller
+/// The reduction loop around a register block of eight rows of one vector
+/// each is kept rolled (`llvm.loop.unroll.disable`: LLVM's partial unroller
 /// would copy the step and spill its accumulators), and the one around
 /// rows of two vectors is left to LLVM; both match the interpreter at
 /// sizes the blocks do not divide.

@@ -114,21 +114,14 @@ fn json_memory_is_the_arguments_and_the_planned_arena() {
         .output()
         .expect("texc runs");
     let text = String::from_utf8_lossy(&analyzed.stdout);
-    let want = format!("in one arena of {} bytes", thousands(arena as u64));
-    assert!(text.contains(&want), "`analyze` plans another arena than {want:?}:\n{text}");
-}
-
-/// `n` with thousands separated by commas, as `analyze` prints bytes.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    // "… in one arena of 34,944 bytes, …"
+    let planned: f64 = text
+        .split_once("in one arena of ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .map(|n| n.replace(',', ""))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("`analyze` prints no arena:\n{text}"));
+    assert_eq!(arena, planned, "`bench` and `analyze` plan different arenas:\n{text}");
 }
 
 #[test]

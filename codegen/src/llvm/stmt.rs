@@ -487,9 +487,9 @@ fn registers_in_powers_of_two(lo: i64, count: i64, full: i64) -> Vec<(i64, u32)>
 }
 
 /// Whether `s` is a register block of eight rows or more of one vector of
-/// at most eight lanes each (a loop the schedule unrolled whose body is one vectorized
-/// loop, through loops of one iteration): the loop around it is kept
-/// rolled. Each step of such a block broadcasts a value to every row;
+/// at most eight lanes each (a loop the schedule unrolled whose body is
+/// one vectorized loop, through loops of one iteration): the loop around
+/// it is kept rolled. Each step of such a block broadcasts a value to every row;
 /// LLVM's partial unroller, where the CPU model's loop buffer is large
 /// (`znver3`'s: 512 µops), copies the step, the scheduler hoists both
 /// copies' broadcasts, and accumulators spill (Inception-v3's 1×1
@@ -505,9 +505,11 @@ fn one_vector_rows(s: &Stmt) -> bool {
     /// rows (a 6-row block's last columns) are left to LLVM: no gain from
     /// rolling them was measured.
     const MIN_ROLLED_ROWS: i64 = 8;
+    /// An AVX2 register of `f32`: wider rows (AVX-512's) were not measured.
+    const MAX_LANES: i64 = 8;
     fn one_vector(s: &Stmt) -> bool {
         match s {
-            Stmt::For { kind: ForKind::Vectorized, extent, .. } => *extent <= 8,
+            Stmt::For { kind: ForKind::Vectorized, extent, .. } => *extent <= MAX_LANES,
             Stmt::For { kind: ForKind::Serial, extent: 1, body, .. } => matches!(&body[..], [b] if one_vector(b)),
             _ => false,
         }
