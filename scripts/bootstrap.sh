@@ -11,8 +11,9 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 case "$(command -v python3 || echo /usr/bin/python3)" in
     /usr/bin/python3) dpkg -s python3-venv >/dev/null 2>&1 || need_apt+=(python3-venv) ;;
 esac
-# LLVM 19 for the x86 backend (inkwell links libLLVM-19 dynamically; llvm-sys
-# also wants Polly and zstd headers to be present).
+# LLVM 19 for the x86 and NVPTX backends (inkwell links LLVM's static
+# libraries from llvm-19-dev; llvm-sys also wants Polly and zstd headers to
+# be present).
 [ -x /usr/lib/llvm-19/bin/llvm-config ] || need_apt+=(llvm-19-dev)
 [ -e /usr/lib/llvm-19/lib/libPolly.a ] || need_apt+=(libpolly-19-dev)
 [ -e /usr/include/zstd.h ] || need_apt+=(libzstd-dev)

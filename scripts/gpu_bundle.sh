@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu.sh needs on a GPU machine that has no Rust, no LLVM
 # and no network (only the NVIDIA driver, CUDA's tools and a PyTorch): the
-# texc binary and the test binary (stripped), the Python package's wheel
-# (its extension links LLVM statically), libLLVM-19 with the libraries it
-# needs that such a machine may lack, and an entry script.
+# texc binary and the test binary (stripped; both link LLVM statically), the
+# Python package's wheel (its extension too), the shared libraries they load
+# that such a machine may lack, and an entry script.
 #
 #   bash scripts/gpu_bundle.sh DIR      (DIR inside the checkout, e.g. .dev)
 #   then, on the GPU machine, in a copy of this checkout: bash DIR/run.sh
@@ -27,18 +27,18 @@ strip -o "$dir/bins/texc" target/release/texc
 maturin=$(command -v maturin || echo "$PWD/.venv-py/bin/maturin")
 if [ -x "$maturin" ]; then
     out="$(cd "$dir" && pwd)/bins/wheel"
-    # No auditwheel repair: libLLVM travels in lib/ (below), not in the wheel.
+    # No auditwheel repair: what the extension loads beyond the C/C++
+    # runtime travels in lib/ (below), not in the wheel.
     (cd python && "$maturin" build --release --locked --auditwheel skip --out "$out")
 else
     echo "gpu_bundle: no maturin (run scripts/test_python.sh first): the bundle has no wheel" >&2
 fi
 strip -o "$dir/bins/suite" "$suite"
-llvm=$(ldd target/release/texc | awk '/libLLVM/ {print $3}')
-cp -L "$llvm" "$dir/lib/"
-# libLLVM's own needs, but not the C/C++ runtime every machine has.
-ldd "$llvm" | awk '$3 ~ /^\// {print $3}' \
+# The binaries' shared libraries (libffi, …), but not the C/C++ runtime
+# every machine has.
+ldd target/release/texc "$suite" | awk '$3 ~ /^\// {print $3}' | sort -u \
     | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64|libz|libzstd|liblzma)\.so' \
-    | xargs -I{} cp -L {} "$dir/lib/"
+    | xargs -r -I{} cp -L {} "$dir/lib/"
 # The libdevice the tests here compiled against: the PTX snapshots hold its
 # code, and a GPU machine's own CUDA may have another version.
 libdevice=$(python3 -c 'import nvidia.cuda_nvcc as m, os; print(os.path.join(list(m.__path__)[0], "nvvm", "libdevice", "libdevice.10.bc"))' 2>/dev/null || true)
@@ -56,7 +56,6 @@ tar xJf "\$here/lib.tar.xz" -C "\$x"
 # The machine's own copy of a library wins (a Debian one may need others in turn).
 for l in "\$x"/lib/*; do
     n=\$(basename "\$l")
-    case \$n in libLLVM*) continue ;; esac
     if ldconfig -p | grep -q "\$n "; then rm "\$l"; fi
 done
 echo "bundle: libraries taken from the bundle: \$(ls "\$x/lib" | tr '\n' ' ')"
