@@ -37,7 +37,7 @@ strip -o "$dir/bins/suite" "$suite"
 # The binaries' shared libraries (libffi, …), but not the C/C++ runtime
 # every machine has.
 ldd target/release/texc "$suite" | awk '$3 ~ /^\// {print $3}' | sort -u \
-    | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64|libz|libzstd|liblzma)\.so' \
+    | { grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64|libz|libzstd|liblzma)\.so' || true; } \
     | xargs -r -I{} cp -L {} "$dir/lib/"
 # The libdevice the tests here compiled against: the PTX snapshots hold its
 # code, and a GPU machine's own CUDA may have another version.
@@ -55,6 +55,7 @@ tar xJf "\$here/bins.tar.xz" -C "\$x"
 tar xJf "\$here/lib.tar.xz" -C "\$x"
 # The machine's own copy of a library wins (a Debian one may need others in turn).
 for l in "\$x"/lib/*; do
+    [ -e "\$l" ] || continue
     n=\$(basename "\$l")
     if ldconfig -p | grep -q "\$n "; then rm "\$l"; fi
 done

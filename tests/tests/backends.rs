@@ -775,20 +775,3 @@ schedule mm for x86-avx2 {{
         }
     }
 }
-
-/// texc links LLVM's static libraries (codegen/Cargo.toml), so a process
-/// that compiles with LLVM maps no `libLLVM` shared object: a build that
-/// went back to the shared library (a feature turned on elsewhere in the
-/// workspace) fails here, not in a model's memory figures.
-#[test]
-fn llvm_is_linked_in_not_loaded() {
-    let src = "kernel k(A: f32[N = 19]) -> B: f32[N] { B[i] = A[i] * 2.0; }\n";
-    let (mut pl, k) = texc_tests::load_text("x86-avx2", "k.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
-    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-    let f = texc_tests::loops(&mut pl, k, &p);
-    let ir = pl.emit_text(&f, "llvm").unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
-    assert!(ir.contains("define"), "LLVM made no function:\n{ir}");
-    let maps = std::fs::read_to_string("/proc/self/maps").expect("Linux has /proc/self/maps");
-    let shared: Vec<&str> = maps.lines().filter(|l| l.contains("libLLVM")).collect();
-    assert!(shared.is_empty(), "libLLVM is mapped as a shared library:\n{}", shared.join("\n"));
-}

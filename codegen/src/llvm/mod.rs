@@ -245,3 +245,28 @@ impl Backend for LlvmBackend {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// texc links LLVM's static libraries (`codegen/Cargo.toml`), so a
+    /// process that builds LLVM IR maps no `libLLVM` shared object. Here,
+    /// not in the suite: the suite's `mlir` build links LLVM's archives
+    /// through mlir-sys whatever inkwell asks for, and would pass with
+    /// inkwell back on the shared library.
+    #[test]
+    fn llvm_is_linked_in_not_loaded() {
+        init_targets();
+        let cx = Context::create();
+        let m = cx.create_module("probe");
+        let f = m.add_function("probe", cx.void_type().fn_type(&[], false), None);
+        let b = cx.create_builder();
+        b.position_at_end(cx.append_basic_block(f, "entry"));
+        b.build_return(None).expect("a return");
+        m.verify().expect("a valid module");
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("Linux has /proc/self/maps");
+        let shared: Vec<&str> = maps.lines().filter(|l| l.contains("libLLVM")).collect();
+        assert!(shared.is_empty(), "libLLVM is mapped as a shared library:\n{}", shared.join("\n"));
+    }
+}
