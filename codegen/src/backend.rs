@@ -674,6 +674,7 @@ impl Compiled {
                     body: vec![s.clone()],
                     shared: f.shared.clone(),
                     registers: f.registers.clone(),
+                    rolled: f.rolled.clone(),
                 };
                 let code = backend.jit(&one, target)?;
                 Ok(Part {

@@ -53,7 +53,7 @@ use texc_codegen::device::Encoded;
 use texc_codegen::{Compiled, GpuBackend};
 use texc_compiler::interp::{self, Arg};
 use texc_compiler::rewrite::{self, Plan};
-use texc_compiler::target::{self, Target, TargetKind};
+use texc_compiler::target::{self, BackendKind, Target, TargetKind};
 use texc_compiler::tir::{ProgramParam, TensorId};
 use texc_compiler::{Bindings, KernelRef, Program, Session};
 use texc_grammar::diagnostic::render_all;
@@ -662,6 +662,18 @@ impl Pipeline {
                 &self.options,
                 &mut self.timings,
                 Pass::Prefetch,
+                t0,
+                || texc_schedules::ir::print(&f),
+                || texc_schedules::verify::verify_legal(&f, t),
+            )?;
+        }
+        if t.gpu.is_none() && matches!(t.backend(), Ok(BackendKind::Llvm)) {
+            let t0 = Instant::now();
+            texc_schedules::keep_rolled::keep_rolled(&mut f, t);
+            after(
+                &self.options,
+                &mut self.timings,
+                Pass::KeepRolled,
                 t0,
                 || texc_schedules::ir::print(&f),
                 || texc_schedules::verify::verify_legal(&f, t),

@@ -46,6 +46,8 @@ pub enum Pass {
     Legalize,
     /// CPU targets compiled by LLVM: software prefetches of inputs read in runs (`texc_schedules::prefetch`).
     Prefetch,
+    /// CPU targets compiled by LLVM: loops around register blocks its unroller must not copy (`texc_schedules::keep_rolled`).
+    KeepRolled,
     /// Machine code, text or objects (`texc_codegen`).
     Codegen,
 }
@@ -67,6 +69,7 @@ impl Pass {
             Pass::OneLaunch,
             Pass::Legalize,
             Pass::Prefetch,
+            Pass::KeepRolled,
             Pass::Codegen,
         ]);
         out
@@ -95,6 +98,7 @@ impl Pass {
             Pass::PadLdmatrix => "pad-ldmatrix",
             Pass::Legalize => "legalize",
             Pass::Prefetch => "prefetch",
+            Pass::KeepRolled => "keep-rolled",
             Pass::Zero => "zero",
             Pass::OneLaunch => "one-launch",
             Pass::Codegen => "codegen",
@@ -118,7 +122,8 @@ impl Pass {
             | Pass::Zero
             | Pass::OneLaunch
             | Pass::Legalize
-            | Pass::Prefetch => "loops",
+            | Pass::Prefetch
+            | Pass::KeepRolled => "loops",
             Pass::Codegen => "code",
         }
     }

@@ -264,6 +264,7 @@ mod tests {
             body: Vec::new(),
             shared: Default::default(),
             registers: Default::default(),
+            rolled: Default::default(),
         };
         for (i, &e) in extents.iter().enumerate() {
             f.new_var(format!("v{i}"), e);

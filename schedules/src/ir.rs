@@ -799,6 +799,12 @@ pub struct LoopFunc {
     /// in the text): thread `t` touches only element `t`, and the threads'
     /// elements meet only in [`Stmt::WarpReduce`].
     pub registers: BTreeSet<TensorId>,
+    /// Serial and parallel loops (by variable) whose step the backend emits
+    /// once, not copied by its unroller (a parallel loop: each task's loop
+    /// over its share; `rolled` in the text): the register
+    /// model of *keep-rolled* (`crate::keep_rolled`) found that a copy of
+    /// their step would spill the register block inside them.
+    pub rolled: BTreeSet<VarId>,
 }
 
 impl LoopFunc {
@@ -1126,8 +1132,9 @@ fn stmts(pr: &Printer, body: &[Stmt], depth: usize, out: &mut String) {
     for s in body {
         match s {
             Stmt::For { var, lo, extent, kind, body } => {
-                let _ =
-                    writeln!(out, "{pad}for {} in {lo}..{}{}:", f.vars[*var as usize].name, lo + extent, kind.name());
+                let rolled = if f.rolled.contains(var) { " rolled" } else { "" };
+                let name = &f.vars[*var as usize].name;
+                let _ = writeln!(out, "{pad}for {name} in {lo}..{}{}{rolled}:", lo + extent, kind.name());
                 stmts(pr, body, depth + 1, out);
             }
             Stmt::If { cond, then } => {

@@ -22,7 +22,10 @@
 //! - *one-launch* (CPU targets): a parallel loop's full tiles and its
 //!   last, partial one run as one launch ([`launches`]);
 //! - *legalize*: integer semantics and target intrinsics made explicit
-//!   ([`legalize`]); verified by [`verify::verify_legal`].
+//!   ([`legalize`]); verified by [`verify::verify_legal`];
+//! - *prefetch* (CPU targets compiled by LLVM: software prefetches of
+//!   inputs read in runs, [`prefetch`]) and *keep-rolled* (the loops around
+//!   register blocks that LLVM's unroller must not copy, [`keep_rolled`]).
 //!
 //! [`gpu`] describes how loop nests for GPU targets launch, and checks
 //! the rules that make their bound loops independent.
@@ -49,6 +52,7 @@ pub mod independence;
 pub mod index;
 pub mod interval;
 pub mod ir;
+pub mod keep_rolled;
 pub mod knobs;
 pub mod launches;
 pub mod legalize;

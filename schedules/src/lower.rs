@@ -31,8 +31,14 @@ use texc_compiler::types::ElemType;
 pub fn lower(mut p: Program, s: &Schedules, regions: &[Option<Region>]) -> LoopFunc {
     let stages = std::mem::take(&mut p.stages);
     let full: Vec<Vec<i64>> = stages.iter().map(|st| p.tensor(st.tensor).shape.clone()).collect();
-    let mut f =
-        LoopFunc { p, vars: Vec::new(), body: Vec::new(), shared: Default::default(), registers: Default::default() };
+    let mut f = LoopFunc {
+        p,
+        vars: Vec::new(),
+        body: Vec::new(),
+        shared: Default::default(),
+        registers: Default::default(),
+        rolled: Default::default(),
+    };
     for (st, r) in stages.iter().zip(regions) {
         if let Some(r) = r {
             f.p.tensors[st.tensor.0 as usize].shape = r.local_shape.clone();

@@ -15,7 +15,8 @@
 //! Invariants: the extracted function reads and writes exactly what the
 //! nest reads and writes (its tensors are parameters: those the nest
 //! stores to are outputs, the rest inputs; its `Alloc`ated buffers stay
-//! locals); it keeps every scalar of the kernel, numbered as before. Nests
+//! locals); it keeps every scalar of the kernel, numbered as before, and
+//! its loops' marks for the backend (`rolled`, part of the key). Nests
 //! with GPU statements are not extracted (GPU kernels launch whole).
 
 use crate::ir::{LoopFunc, Stmt};
@@ -49,7 +50,8 @@ pub fn extract(f: &LoopFunc, s: &Stmt, name: &str) -> Option<Nest> {
         local: BTreeSet::new(),
     };
     let body = vec![x.stmt(s)?];
-    let Extractor { mut p, new_vars, tensors, stored, local, .. } = x;
+    let Extractor { mut p, vars, new_vars, tensors, stored, local, .. } = x;
+    let rolled = f.rolled.iter().filter_map(|v| vars.get(v).copied()).collect();
     p.tensors = tensors
         .iter()
         .enumerate()
@@ -82,9 +84,9 @@ pub fn extract(f: &LoopFunc, s: &Stmt, name: &str) -> Option<Nest> {
     p.outputs = ids.filter(|t| p.tensors[t.0 as usize].role == TensorRole::Output).collect();
     p.scalars =
         f.p.scalars.iter().map(|s| texc_compiler::tir::ScalarDecl { name: String::new(), ..s.clone() }).collect();
-    let func = LoopFunc { p, vars: new_vars, body, shared: BTreeSet::new(), registers: BTreeSet::new() };
+    let func = LoopFunc { p, vars: new_vars, body, shared: BTreeSet::new(), registers: BTreeSet::new(), rolled };
     let key = format!("{:?}|{:?}|{:?}|{:?}", func.p.tensors, func.p.scalars, func.p.params, func.p.outputs)
-        + &format!("|{:?}|{:?}|{:?}|{:?}", func.p.exprs, func.p.tys, func.vars, func.body);
+        + &format!("|{:?}|{:?}|{:?}|{:?}|{:?}", func.p.exprs, func.p.tys, func.vars, func.body, func.rolled);
     let mut func = func;
     func.p.name = name.to_string();
     Some(Nest { func, tensors, key })

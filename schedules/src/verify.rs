@@ -1,10 +1,10 @@
 //! Loop IR verifiers. [`verify`] (after *lower*): every variable is bound
-//! by an enclosing loop (once), accesses have one index per dimension, no
-//! reductions remain. [`verify_legal`] (after *legalize*): that, and only
+//! by an enclosing loop (once), loops kept `rolled` are serial or parallel,
+//! accesses have one index per dimension, no reductions remain. [`verify_legal`] (after *legalize*): that, and only
 //! operations backends translate one to one.
 
 use crate::gpu::{RuleError, Site};
-use crate::ir::{LoopFunc, Stmt, TileDot};
+use crate::ir::{ForKind, LoopFunc, Stmt, TileDot};
 use texc_compiler::ops::{BinOp, Intrinsic};
 use texc_compiler::target::Target;
 use texc_compiler::tir::{TExpr, TExprId, Ty};
@@ -27,6 +27,8 @@ pub enum LoopError {
     TileDot { buffer: String, why: String },
     #[error("loop variable `{0}` is bound twice")]
     BoundTwice(String),
+    #[error("loop `{0}` is marked `rolled` but is neither serial nor parallel")]
+    RolledNotSerial(String),
     #[error("loop `{0}` has a negative extent")]
     NegativeExtent(String),
     #[error("{what} of `{buffer}` has the wrong number of indices")]
@@ -271,10 +273,13 @@ fn stmts(f: &LoopFunc, body: &[Stmt], bound: &mut Vec<bool>, seen: &mut Vec<bool
             }
             Stmt::Wgmma(w) => wgmma(f, w, bound)?,
             Stmt::TileDot(d) => tile_dot(f, d, bound)?,
-            Stmt::For { var, extent, body, .. } => {
+            Stmt::For { var, extent, kind, body, .. } => {
                 let v = *var as usize;
                 if seen[v] {
                     return Err(LoopError::BoundTwice(f.vars[v].name.clone()));
+                }
+                if !matches!(kind, ForKind::Serial | ForKind::Parallel) && f.rolled.contains(var) {
+                    return Err(LoopError::RolledNotSerial(f.vars[v].name.clone()));
                 }
                 if *extent < 0 {
                     return Err(LoopError::NegativeExtent(f.vars[v].name.clone()));

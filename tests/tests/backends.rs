@@ -745,33 +745,74 @@ fn selects_branch_on_their_lane_uniform_part() {
 }
 
 /// The reduction loop around a register block of eight rows of one vector
-/// each is kept rolled (`llvm.loop.unroll.disable`: LLVM's partial unroller
-/// would copy the step and spill its accumulators), and the one around
-/// rows of two vectors is left to LLVM; both match the interpreter at
+/// each is kept rolled (*keep-rolled* marks it `rolled` in the legal loop
+/// nest, and the LLVM backend gives it `llvm.loop.unroll.disable`: LLVM's
+/// partial unroller would copy the step and spill its accumulators); the
+/// one around rows of two vectors, or around six rows, is left to LLVM, as
+/// are rows of AVX-512's 16 lanes. Each matches the interpreter at
 /// sizes the blocks do not divide.
 #[test]
 fn only_blocks_of_one_vector_rows_are_kept_rolled() {
-    for (cols, rolled) in [(8, true), (16, false)] {
-        let src = format!(
-            "kernel mm(A: f32[M = 29, K = 37], B: f32[K, N = 43]) -> C: f32[M, N] {{
+    for (target, rows, cols, rolled) in
+        [("x86-avx2", 8, 8, true), ("x86-avx2", 8, 16, false), ("x86-avx2", 6, 8, false), ("x86-avx512", 8, 16, false)]
+    {
+        let what = format!("{target}, {rows} rows of {cols} lanes");
+        let (mut pl, k) = texc_tests::load_text(target, "mm.tex", &blocked_product(target, rows, cols), None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let text = texc_schedules::ir::print(&f);
+        assert_eq!(text.contains("for k in 0..37 rolled:"), rolled, "{what}:\n{text}");
+        assert!(rolled || !text.contains(" rolled:"), "{what}: no loop kept rolled:\n{text}");
+        let ir = pl.emit_text(&f, "llvm").unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+        assert_eq!(ir.contains("!\"llvm.loop.unroll.disable\""), rolled, "{what}:\n{ir}");
+        let t = texc_compiler::target::lookup(target).expect("registered");
+        if targets().iter().any(|r| r.name == t.name) {
+            check(&what, &p, &f, t, 11);
+        }
+    }
+}
+
+/// `A · B` of 29 × 37 × 43 in register blocks of `rows × cols`, the rows
+/// unrolled around one vectorized loop of `cols` lanes.
+fn blocked_product(target: &str, rows: i64, cols: i64) -> String {
+    format!(
+        "kernel mm(A: f32[M = 29, K = 37], B: f32[K, N = 43]) -> C: f32[M, N] {{
     C[i, j] = sum[k](A[i, k] * B[k, j]);
 }}
-schedule mm for x86-avx2 {{
-    tile C(i, j) by (8, {cols}) -> (io, jo, ii, ji);
+schedule mm for {target} {{
+    tile C(i, j) by ({rows}, {cols}) -> (io, jo, ii, ji);
     reorder C(io, jo, k, ii, ji);
     vectorize C.ji;
     unroll C.ii;
 }}
 "
-        );
-        let (mut pl, k) = texc_tests::load_text("x86-avx2", "mm.tex", &src, None).unwrap_or_else(|e| panic!("{e}"));
-        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-        let f = texc_tests::loops(&mut pl, k, &p);
-        let ir = pl.emit_text(&f, "llvm").unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
-        assert_eq!(ir.contains("!\"llvm.loop.unroll.disable\""), rolled, "rows of {cols} lanes:\n{ir}");
-        let target = texc_compiler::target::lookup("x86-avx2").expect("registered");
-        if targets().iter().any(|t| t.name == target.name) {
-            check(&format!("rows of {cols}"), &p, &f, target, 11);
-        }
-    }
+    )
+}
+
+/// The mark, not the shape, decides: a loop written `rolled` in a `.loops`
+/// file gets `llvm.loop.unroll.disable` around any block, and the text
+/// reads back as it was printed; `rolled` on a loop that is neither serial
+/// nor parallel is an error at its line.
+#[test]
+fn a_loop_written_rolled_is_kept_rolled() {
+    let (mut pl, k) = texc_tests::load_text("x86-avx2", "mm.tex", &blocked_product("x86-avx2", 8, 16), None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+    let f = texc_tests::loops(&mut pl, k, &p);
+    let text = texc_schedules::ir::print(&f);
+    assert!(!text.contains(" rolled:"), "rows of two vectors are left to LLVM:\n{text}");
+    let marked = text.replacen("for k in 0..37:", "for k in 0..37 rolled:", 1);
+    assert_ne!(marked, text, "the reduction loop is `for k in 0..37:`:\n{text}");
+    let g = texc_schedules::text::parse(&marked, texc_grammar::FileId(0)).unwrap_or_else(|e| panic!("{e:?}")).func;
+    assert_eq!(texc_schedules::ir::print(&g), marked);
+    let ir = pl.emit_text(&g, "llvm").unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+    assert!(ir.contains("!\"llvm.loop.unroll.disable\""), "{ir}");
+    let vector = text.lines().find(|l| l.ends_with(" vectorized:")).expect("a vectorized loop");
+    let bad = text.replacen(vector, &vector.replace(" vectorized:", " vectorized rolled:"), 1);
+    let err = texc_schedules::text::parse(&bad, texc_grammar::FileId(0)).expect_err("a vector loop kept rolled");
+    assert!(
+        format!("{err:?}").contains("only a serial or parallel loop is kept `rolled`, not a vectorized one"),
+        "{err:?}"
+    );
 }

@@ -427,7 +427,17 @@ fn every_pass_is_timed_and_dumped() {
     let prepare = texc_schedules::prepare::steps(pl.target()).iter().map(|s| s.name);
     let mut want: Vec<&str> = vec!["parse", "resolve", "specialize", "rewrite"];
     want.extend(prepare);
-    want.extend(["schedule", "lower", "zero", "forward", "one-launch", "legalize", "prefetch", "codegen"]);
+    want.extend([
+        "schedule",
+        "lower",
+        "zero",
+        "forward",
+        "one-launch",
+        "legalize",
+        "prefetch",
+        "keep-rolled",
+        "codegen",
+    ]);
     assert_eq!(timed, want);
     let table = pl.timing_table();
     assert!(table.contains("legalize") && table.contains("rfactor") && table.contains("total"), "{table}");
@@ -438,7 +448,7 @@ fn every_pass_is_timed_and_dumped() {
     for pass in ["im2col", "tensorize", "cross-thread", "multistage", "pad-ldmatrix"] {
         assert!(timed.contains(&pass), "{pass} in {timed:?}");
     }
-    assert!(!["rfactor", "prefetch", "forward"].iter().any(|p| timed.contains(p)), "{timed:?}");
+    assert!(!["rfactor", "prefetch", "forward", "keep-rolled"].iter().any(|p| timed.contains(p)), "{timed:?}");
     // Each pass's dump is asked for by its name.
     for pass in ["rfactor", "cross-thread", "zero"] {
         assert!(texc_pipeline::Dump::parse(pass).is_ok(), "{pass}");

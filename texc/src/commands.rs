@@ -502,22 +502,6 @@ fn prepare_job(
     })
 }
 
-/// Give the heap's free pages back to the system between a compile and
-/// its run: glibc keeps the compile's freed memory (small blocks, in the
-/// arenas of the threads that compiled) resident, and the run's buffers
-/// would come on top of it. MEASURED (`/usr/bin/time -f %M texc run
-/// MODEL.onnx --target host --no-cache`, Zen 3, two runs each): peak
-/// resident Inception-v3 209–213 → 198 MB, ResNet-50 193–195 → 191,
-/// DenseNet-121 140–141 → 136; Swin-T and ConvNeXt-T unchanged (their
-/// peak is in the compile).
-fn return_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: `malloc_trim` only releases memory that is free.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 /// `--emulate-gpu`: GPU kernels run on this CPU (a GPU target only).
 fn set_emulation(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
     let t = pl.target();
@@ -561,7 +545,7 @@ fn run_kernel(pl: &mut Pipeline, r: &RunArgs) -> Result<(), Error> {
             };
             // The loop nests are compiled: their memory goes before the run's.
             drop(legal);
-            return_freed_memory();
+            crate::heap::return_freed_memory();
             outln!("compiled `{}` for {t} in {:.3} s", p.name, compiled.compile_time.as_secs_f64());
             let _busy = crate::progress::Activity::spinner(format!("running `{}` on {t}", p.name));
             let run = if r.check {
@@ -815,7 +799,7 @@ fn bench(pl: &mut Pipeline, a: &BenchArgs) -> Result<(), Error> {
         let _busy = crate::progress::Activity::spinner(format!("compiling `{}` for {t}", p.name));
         pl.compile(job.legal.as_ref().expect("a compiled target"))?
     };
-    return_freed_memory();
+    crate::heap::return_freed_memory();
     // Before its buffers (on a GPU, its device memory) exist: the batch's
     // other workers wait here too.
     let limit_ms = if a.wait_to_time { wait_for_turn()? } else { None };

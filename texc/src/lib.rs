@@ -9,6 +9,7 @@
 mod args;
 mod calibrate;
 mod commands;
+pub mod heap;
 mod import;
 mod progress;
 mod qdq;

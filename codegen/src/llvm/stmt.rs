@@ -254,7 +254,7 @@ impl<'ctx> Gen<'ctx, '_> {
         // Each iteration's statements are emitted with no operation in flight.
         self.wgmma_wait(fr)?;
         let name = self.f.vars[var as usize].name.clone();
-        let rolled = !self.on_device() && body.iter().any(one_vector_rows);
+        let rolled = self.f.rolled.contains(&var);
         self.count_loop(fr.func, &name, lo, hi, rolled, &mut |g, i| {
             fr.vars.insert(var, i);
             g.stmts(fr, body, Mode::Scalar)?;
@@ -484,36 +484,4 @@ fn registers_in_powers_of_two(lo: i64, count: i64, full: i64) -> Vec<(i64, u32)>
         left -= n;
     }
     pieces
-}
-
-/// Whether `s` is a register block of eight rows or more of one vector of
-/// at most eight lanes each (a loop the schedule unrolled whose body is
-/// one vectorized loop, through loops of one iteration): the loop around
-/// it is kept rolled. Each step of such a block broadcasts a value to every row;
-/// LLVM's partial unroller, where the CPU model's loop buffer is large
-/// (`znver3`'s: 512 µops), copies the step, the scheduler hoists both
-/// copies' broadcasts, and accumulators spill (Inception-v3's 1×1
-/// convolutions of 8 filter rows over one vector of an 8 × 8 map, Zen 3:
-/// twice the time of the loop left rolled, as LLVM's `haswell` model
-/// leaves it; the model's loop nests 140 → 133 ms, MEASURED). Blocks of
-/// several vectors a row (BLIS micro-kernels) gain from the copies and keep
-/// them (ResNet-50's: 14 % slower rolled).
-fn one_vector_rows(s: &Stmt) -> bool {
-    /// Rows of accumulators enough to hide the FMA's latency on their own
-    /// (two FMAs a cycle, four cycles each, on Zen 3 and Haswell): a copy
-    /// of the step adds pressure and nothing to overlap. Blocks of fewer
-    /// rows (a 6-row block's last columns) are left to LLVM: no gain from
-    /// rolling them was measured.
-    const MIN_ROLLED_ROWS: i64 = 8;
-    /// An AVX2 register of `f32`: wider rows (AVX-512's) were not measured.
-    const MAX_LANES: i64 = 8;
-    fn one_vector(s: &Stmt) -> bool {
-        match s {
-            Stmt::For { kind: ForKind::Vectorized, extent, .. } => *extent <= MAX_LANES,
-            Stmt::For { kind: ForKind::Serial, extent: 1, body, .. } => matches!(&body[..], [b] if one_vector(b)),
-            _ => false,
-        }
-    }
-    matches!(s, Stmt::For { kind: ForKind::Unrolled, extent, body, .. }
-        if *extent >= MIN_ROLLED_ROWS && matches!(&body[..], [b] if one_vector(b)))
 }

@@ -3,7 +3,7 @@
 //!
 //! A `.loops` file is a header line `func NAME [SYM=V, ...]`, declaration
 //! lines (`source "FILE"`, `input`, `scalar`, `output`, `temp`), then the
-//! statements: `for v in LO..HI [parallel|vectorized|unrolled]:`, `if COND:`,
+//! statements: `for v in LO..HI [parallel|vectorized|unrolled] [rolled]:`, `if COND:`,
 //! `local T: ELEM[DIMS]:` and stores `T[i, ...] = VALUE`. Nesting is by
 //! indentation, two spaces per level; blank lines and lines starting with
 //! `#` are ignored. Each line is parsed by the pest grammar `loops.pest`;
@@ -68,6 +68,7 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
         block_bytes: 0,
         shared: Default::default(),
         registers: Default::default(),
+        rolled: Default::default(),
         loop_spans: Vec::new(),
     };
     let mut at = 0;
@@ -117,7 +118,7 @@ pub fn parse(text: &str, file: FileId) -> R<Parsed> {
     }
     b.p.source = source.as_ref().map(|(s, _): &(String, Span)| s.clone());
     let loop_spans = std::mem::take(&mut b.loop_spans);
-    let f = LoopFunc { p: b.p, vars: b.vars, body, shared: b.shared, registers: b.registers };
+    let f = LoopFunc { p: b.p, vars: b.vars, body, shared: b.shared, registers: b.registers, rolled: b.rolled };
     crate::verify::verify(&f).map_err(|e| Diagnostic::at(Span::new(file, 0, 0), format!("invalid loop nest: {e}")))?;
     safety::check(&f)?;
     crate::independence::check_loops(&f).map_err(|c| {
@@ -207,6 +208,8 @@ struct Builder {
     shared: std::collections::BTreeSet<TensorId>,
     /// Buffers declared `registers` (a GPU block's, an element per thread).
     registers: std::collections::BTreeSet<TensorId>,
+    /// Loops written `rolled`.
+    rolled: std::collections::BTreeSet<VarId>,
     /// The line of each loop, by variable.
     loop_spans: Vec<Span>,
 }
@@ -388,10 +391,19 @@ impl Builder {
                             format!("empty range {lo}..{hi}: the end is below the start"),
                         ));
                     }
-                    let kind = match it.next() {
-                        Some(k) => for_kind(k),
-                        None => ForKind::Serial,
-                    };
+                    let mut kind = ForKind::Serial;
+                    let mut rolled = false;
+                    for k in it {
+                        if k.as_rule() == Rule::rolled {
+                            rolled = true;
+                        } else {
+                            kind = for_kind(k);
+                        }
+                    }
+                    if rolled && !matches!(kind, ForKind::Serial | ForKind::Parallel) {
+                        let why = format!("only a serial or parallel loop is kept `rolled`, not a{} one", kind.name());
+                        return Err(Diagnostic::at(span, why));
+                    }
                     // Index simplification assumes a variable ranges over 0..extent.
                     if lo < 0 {
                         return Err(Diagnostic::at(span, "a loop must start at 0 or above"));
@@ -403,6 +415,9 @@ impl Builder {
                     self.vars.push(VarDecl { name: name.clone(), extent: hi });
                     self.loop_spans.push(span);
                     let var = self.vars.len() as VarId - 1;
+                    if rolled {
+                        self.rolled.insert(var);
+                    }
                     self.scope.push((name, var));
                     let body = self.body(lines, at, depth, span, trips)?;
                     self.scope.pop();
