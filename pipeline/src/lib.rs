@@ -608,9 +608,23 @@ impl Pipeline {
         )
     }
 
+    /// [`after`] a pass over legal loop nests: dump, verify them legal for the target, time.
+    fn after_legal(&mut self, pass: Pass, t0: Instant, f: &LoopFunc) -> Result<(), Error> {
+        let t = self.options.target;
+        after(
+            &self.options,
+            &mut self.timings,
+            pass,
+            t0,
+            || texc_schedules::ir::print(f),
+            || texc_schedules::verify::verify_legal(f, t),
+        )
+    }
+
     /// *zero* buffers that may be read before they are stored, *forward*
     /// copies to their producers and run a CPU loop's pieces as *one
-    /// launch*, then *legalize* loop nests for the target.
+    /// launch*, then *legalize* loop nests for the target; on LLVM's CPU
+    /// targets, add *prefetch*es and mark the loops to *keep rolled*.
     pub fn legalize(&mut self, mut f: LoopFunc) -> Result<LoopFunc, Error> {
         let t0 = Instant::now();
         let t = self.options.target;
@@ -646,38 +660,17 @@ impl Pipeline {
         }
         let t0 = Instant::now();
         texc_schedules::legalize::legalize(&mut f, t);
-        after(
-            &self.options,
-            &mut self.timings,
-            Pass::Legalize,
-            t0,
-            || texc_schedules::ir::print(&f),
-            || texc_schedules::verify::verify_legal(&f, t),
-        )?;
+        self.after_legal(Pass::Legalize, t0, &f)?;
         // Only where prefetches are compiled: elsewhere the pass has nothing to do.
         if t.is_compiled() && t.prefetches() && self.options.knobs.get(KNOB_PREFETCH) != Some(&0) {
             let t0 = Instant::now();
             texc_schedules::prefetch::prefetch(&mut f, t);
-            after(
-                &self.options,
-                &mut self.timings,
-                Pass::Prefetch,
-                t0,
-                || texc_schedules::ir::print(&f),
-                || texc_schedules::verify::verify_legal(&f, t),
-            )?;
+            self.after_legal(Pass::Prefetch, t0, &f)?;
         }
         if t.gpu.is_none() && matches!(t.backend(), Ok(BackendKind::Llvm)) {
             let t0 = Instant::now();
             texc_schedules::keep_rolled::keep_rolled(&mut f, t);
-            after(
-                &self.options,
-                &mut self.timings,
-                Pass::KeepRolled,
-                t0,
-                || texc_schedules::ir::print(&f),
-                || texc_schedules::verify::verify_legal(&f, t),
-            )?;
+            self.after_legal(Pass::KeepRolled, t0, &f)?;
         }
         Ok(f)
     }

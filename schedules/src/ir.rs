@@ -801,9 +801,11 @@ pub struct LoopFunc {
     pub registers: BTreeSet<TensorId>,
     /// Serial and parallel loops (by variable) whose step the backend emits
     /// once, not copied by its unroller (a parallel loop: each task's loop
-    /// over its share; `rolled` in the text): the register
-    /// model of *keep-rolled* (`crate::keep_rolled`) found that a copy of
-    /// their step would spill the register block inside them.
+    /// over its share; `rolled` in the text): where *keep-rolled*
+    /// (`crate::keep_rolled`) found that a copy of their step would spill
+    /// the register block inside them, or where a `.loops` file says so.
+    /// LLVM's backends obey them (NVPTX too, on a file's GPU loops);
+    /// Cranelift, which does not unroll, and the MLIR export ignore them.
     pub rolled: BTreeSet<VarId>,
 }
 

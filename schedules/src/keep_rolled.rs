@@ -18,9 +18,14 @@
 //! rolled). Blocks of fewer rows, or of rows of several vectors (the BLIS
 //! micro-kernels: rolled everywhere, ResNet-50's loop nests went from 100
 //! to 115 ms), keep LLVM's copies: no gain from rolling them was measured.
-//! Nor were rows wider than 256 bits (AVX-512's full vectors, beside 32
-//! registers that hold both copies' broadcasts): they keep LLVM's copies
-//! too, while AVX-512 blocks of 256-bit rows are kept rolled as on AVX2.
+//! Nor were rows of more than eight lanes (AVX-512's full vectors, beside
+//! 32 registers that hold both copies' broadcasts): they keep LLVM's
+//! copies too, while AVX-512 blocks of rows of eight lanes are kept rolled
+//! as on AVX2. (Until 2026-12-07 the LLVM backend applied this rule to
+//! every loop it emitted as a counted loop; this pass leaves out what it
+//! also caught there, none of it measured: an `unrolled` loop of more than
+//! 64 iterations (which the backend emits as a counted loop), and the loops of
+//! GPU kernels run on the CPU by `--emulate-gpu`.)
 //!
 //! Invariants: only the variables of serial and parallel loops are added
 //! to `rolled`; no statement changes, so the marks change how the backend
@@ -34,47 +39,48 @@ use texc_compiler::tir::VarId;
 /// accumulators to hide the FMA's latency (2 a cycle × 4 cycles).
 const MIN_ROLLED_ROWS: i64 = 8;
 
-/// The widest row (bits) of a block kept rolled: an AVX2 register, where
-/// the spill was measured.
-const MAX_ROW_BITS: u32 = 256;
+/// The most lanes of a row of a block kept rolled: an AVX2 register of
+/// `f32`, where the spill was measured.
+const MAX_ROW_LANES: i64 = 8;
 
 /// Marks `f`'s serial and parallel loops around a register block of
 /// [`MIN_ROLLED_ROWS`] rows or more of one vector each, of at most
-/// [`MAX_ROW_BITS`] of `f32`, on CPU target `t`.
+/// [`MAX_ROW_LANES`] lanes, on a CPU target `t`; marks no loop binds any
+/// more (a `.loops` file's, on a loop an earlier pass removed) go.
 pub fn keep_rolled(f: &mut LoopFunc, t: &Target) {
-    if t.gpu.is_some() || t.vector_bits < 32 {
+    if t.gpu.is_some() {
         return;
     }
-    let lanes = i64::from(t.vector_bits.min(MAX_ROW_BITS) / 32);
     let mut marked = Vec::new();
-    walk(&f.body, lanes, &mut marked);
+    let mut bound = Vec::new();
+    walk(&f.body, &mut marked, &mut bound);
+    f.rolled.retain(|v| bound.contains(v));
     f.rolled.extend(marked);
 }
 
-fn walk(body: &[Stmt], lanes: i64, marked: &mut Vec<VarId>) {
+fn walk(body: &[Stmt], marked: &mut Vec<VarId>, bound: &mut Vec<VarId>) {
     for s in body {
-        if let Stmt::For { var, kind: ForKind::Serial | ForKind::Parallel, body, .. } = s {
-            if body.iter().any(|b| one_vector_rows(b, lanes)) {
+        if let Stmt::For { var, kind, body, .. } = s {
+            bound.push(*var);
+            if matches!(kind, ForKind::Serial | ForKind::Parallel) && body.iter().any(one_vector_rows) {
                 marked.push(*var);
             }
         }
-        walk(s.body(), lanes, marked);
+        walk(s.body(), marked, bound);
     }
 }
 
 /// Whether `s` is a register block of [`MIN_ROLLED_ROWS`] or more unrolled
-/// rows, each one vectorized loop of at most `lanes` lanes (through serial
-/// loops of one iteration).
-fn one_vector_rows(s: &Stmt, lanes: i64) -> bool {
-    fn one_vector(s: &Stmt, lanes: i64) -> bool {
+/// rows, each one vectorized loop of at most [`MAX_ROW_LANES`] lanes
+/// (through serial loops of one iteration).
+fn one_vector_rows(s: &Stmt) -> bool {
+    fn one_vector(s: &Stmt) -> bool {
         match s {
-            Stmt::For { kind: ForKind::Vectorized, extent, .. } => *extent <= lanes,
-            Stmt::For { kind: ForKind::Serial, extent: 1, body, .. } => {
-                matches!(&body[..], [b] if one_vector(b, lanes))
-            }
+            Stmt::For { kind: ForKind::Vectorized, extent, .. } => *extent <= MAX_ROW_LANES,
+            Stmt::For { kind: ForKind::Serial, extent: 1, body, .. } => matches!(&body[..], [b] if one_vector(b)),
             _ => false,
         }
     }
     matches!(s, Stmt::For { kind: ForKind::Unrolled, extent, body, .. }
-        if *extent >= MIN_ROLLED_ROWS && matches!(&body[..], [b] if one_vector(b, lanes)))
+        if *extent >= MIN_ROLLED_ROWS && matches!(&body[..], [b] if one_vector(b)))
 }

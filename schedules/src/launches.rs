@@ -99,6 +99,10 @@ fn merge_pair(f: &mut LoopFunc, ranges: &LoopRanges, a: &Stmt, b: &Stmt) -> Opti
         return None;
     }
     f.vars[va as usize].extent = la + extent;
+    // A `.loops` file may mark either piece `rolled`: the loop that holds both is.
+    if f.rolled.remove(vb) {
+        f.rolled.insert(va);
+    }
     Some(Stmt::For { var: va, lo: *la, extent, kind: ForKind::Parallel, body })
 }
 

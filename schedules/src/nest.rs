@@ -206,3 +206,32 @@ impl Extractor<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::extract;
+
+    /// Two nests equal up to their buffers share a key, unless one of their
+    /// loops is kept `rolled`: the mark is carried through the renumbering
+    /// of loop variables and decides the code.
+    #[test]
+    fn marks_follow_the_nest_into_its_key() {
+        let text = "func f [N=4]
+  input A: f32[4]
+  output B: f32[4]
+  output C: f32[4]
+  for i in 0..4 rolled:
+    B[i] = A[i]
+  for j in 0..4:
+    C[j] = A[j]
+";
+        let f = crate::text::parse(text, texc_grammar::FileId(0)).expect("parses").func;
+        let [one, two] = [&f.body[0], &f.body[1]].map(|s| extract(&f, s, "n").expect("a CPU nest"));
+        assert_eq!(one.func.rolled.iter().copied().collect::<Vec<_>>(), [0], "`i`, renumbered");
+        assert!(two.func.rolled.is_empty());
+        assert_ne!(one.key, two.key);
+        let mut unmarked = f.clone();
+        unmarked.rolled.clear();
+        assert_eq!(extract(&unmarked, &unmarked.body[0], "n").expect("a CPU nest").key, two.key);
+    }
+}

@@ -10,10 +10,12 @@
 /// by one, then stay resident after they are gone (ResNet-50: 261 MB peak
 /// resident instead of 206, MEASURED). A fixed threshold keeps every
 /// tensor-sized block mapped and returned when freed; smaller blocks, the
-/// compiler's, are unaffected. Call it before any other thread exists.
+/// compiler's, are unaffected. The `texc` binary calls it first in `main`.
+#[doc(hidden)]
 pub fn map_large_allocations() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: `main` calls it first, before any other thread exists.
+    // SAFETY: `mallopt` takes glibc's arena lock; it only changes when
+    // later allocations are mapped.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
     }

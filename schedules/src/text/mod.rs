@@ -401,7 +401,8 @@ impl Builder {
                         }
                     }
                     if rolled && !matches!(kind, ForKind::Serial | ForKind::Parallel) {
-                        let why = format!("only a serial or parallel loop is kept `rolled`, not a{} one", kind.name());
+                        let why =
+                            format!("only a serial or parallel loop is kept `rolled`; this one is{}", kind.name());
                         return Err(Diagnostic::at(span, why));
                     }
                     // Index simplification assumes a variable ranges over 0..extent.
