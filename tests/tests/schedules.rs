@@ -1708,6 +1708,29 @@ kernel grp(X: f32[N = 1, C = 16, H = 40, W = 40], We: f32[K = 64, C, 1, 1], Wg: 
     assert!(!text.lines().any(|l| l.contains(".t.") && l.ends_with(" parallel:")), "its own loops:\n{text}");
 }
 
+/// A `.loops` file's `rolled` on either piece of a parallel loop marks the
+/// one launch that runs both.
+#[test]
+fn one_launch_keeps_a_pieces_rolled_mark() {
+    for (first, second) in [(" rolled", ""), ("", " rolled")] {
+        let text = format!(
+            "func two [N=10]
+  input A: f32[10]
+  output B: f32[10]
+  for i in 0..8 parallel{first}:
+    B[i] = A[i] * 2.0f32
+  for i in 8..10 parallel{second}:
+    B[i] = A[i] * 3.0f32
+"
+        );
+        let mut f = texc_schedules::text::parse(&text, texc_grammar::FileId(0)).expect("parses").func;
+        assert_eq!(texc_schedules::launches::merge_parallel_pieces(&mut f), 1);
+        let out = texc_schedules::ir::print(&f);
+        assert!(out.contains("for i in 0..10 parallel rolled:"), "{out}");
+        assert_eq!(f.rolled.len(), 1, "{out}");
+    }
+}
+
 /// Two parallel loops of one leaf, the second over the last, partial tile
 /// (`for i in 0..8` then `for i in 8..10`), run as one launch whose
 /// iterations take one body or the other; loops whose iterations would
