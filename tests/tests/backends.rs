@@ -824,3 +824,37 @@ fn a_loop_written_rolled_is_kept_rolled() {
         "{err:?}"
     );
 }
+
+/// `benches/grouped_conv_blocked.tex`: the grouped convolution in blocked
+/// channels, by default and with its register block of a group's three
+/// filter blocks × four positions (`cache_write`, the group's input blocks
+/// read through `kb / 3`), matches the interpreter at sizes the blocks do
+/// not divide (9 positions a row in blocks of 4, two groups), as does the
+/// channels-first form it stands beside.
+#[test]
+fn grouped_convolutions_in_blocked_channels_match_the_interpreter() {
+    let bind = |shapes: &[(&str, i64)], consts: &[(&str, i64)]| Bindings {
+        shapes: shapes.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        consts: consts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        ..Bindings::default()
+    };
+    let blocked = bind(&[("N", 1), ("CB", 6), ("HP", 9), ("WP", 11), ("KB", 6)], &[]);
+    let cases = [
+        ("grouped_nchw", bind(&[("N", 1), ("C", 48), ("H", 7), ("W", 9), ("K", 48), ("Cg", 24)], &[("groups", 2)])),
+        ("grouped_nchw8c", blocked.clone()),
+        ("grouped_nchw8c_blocked", blocked),
+    ];
+    for target in targets().into_iter().filter(|t| t.kind == TargetKind::Cpu) {
+        for (i, (kernel, b)) in cases.iter().enumerate() {
+            let (mut pl, k) = texc_tests::load_file(target.name, "benches/grouped_conv_blocked.tex", Some(kernel))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let p = pl.specialize(k, b).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+            let f = texc_tests::loops(&mut pl, k, &p);
+            if *kernel == "grouped_nchw8c_blocked" && target.name == "x86-avx2" {
+                let text = texc_schedules::ir::print(&f);
+                assert!(text.contains("local Yl: f32[3, 4, 8]:"), "the schedule's register block:\n{text}");
+            }
+            check(kernel, &p, &f, target, 30 + i as u64);
+        }
+    }
+}
