@@ -598,27 +598,24 @@ impl Pipeline {
 
     /// [`after`] a loop-IR pass: dump, verify (that lowered nests are proven independent too), time.
     fn after_loops(&mut self, pass: Pass, t0: Instant, f: &LoopFunc) -> Result<(), Error> {
-        after(
-            &self.options,
-            &mut self.timings,
-            pass,
-            t0,
-            || texc_schedules::ir::print(f),
-            || texc_schedules::verify::verify_lowered(f),
-        )
+        self.after_nests(pass, t0, f, |f, _| texc_schedules::verify::verify_lowered(f))
     }
 
     /// [`after`] a pass over legal loop nests: dump, verify them legal for the target, time.
     fn after_legal(&mut self, pass: Pass, t0: Instant, f: &LoopFunc) -> Result<(), Error> {
+        self.after_nests(pass, t0, f, texc_schedules::verify::verify_legal)
+    }
+
+    /// [`after`] a loop-IR pass, verified by `verify` for the pipeline's target.
+    fn after_nests(
+        &mut self,
+        pass: Pass,
+        t0: Instant,
+        f: &LoopFunc,
+        verify: fn(&LoopFunc, &Target) -> Result<(), texc_schedules::verify::LoopError>,
+    ) -> Result<(), Error> {
         let t = self.options.target;
-        after(
-            &self.options,
-            &mut self.timings,
-            pass,
-            t0,
-            || texc_schedules::ir::print(f),
-            || texc_schedules::verify::verify_legal(f, t),
-        )
+        after(&self.options, &mut self.timings, pass, t0, || texc_schedules::ir::print(f), || verify(f, t))
     }
 
     /// *zero* buffers that may be read before they are stored, *forward*

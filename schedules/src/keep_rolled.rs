@@ -32,6 +32,7 @@
 //! copies code, never what the nest computes.
 
 use crate::ir::{ForKind, LoopFunc, Stmt};
+use std::collections::BTreeSet;
 use texc_compiler::target::Target;
 use texc_compiler::tir::VarId;
 
@@ -52,16 +53,16 @@ pub fn keep_rolled(f: &mut LoopFunc, t: &Target) {
         return;
     }
     let mut marked = Vec::new();
-    let mut bound = Vec::new();
+    let mut bound = BTreeSet::new();
     walk(&f.body, &mut marked, &mut bound);
     f.rolled.retain(|v| bound.contains(v));
     f.rolled.extend(marked);
 }
 
-fn walk(body: &[Stmt], marked: &mut Vec<VarId>, bound: &mut Vec<VarId>) {
+fn walk(body: &[Stmt], marked: &mut Vec<VarId>, bound: &mut BTreeSet<VarId>) {
     for s in body {
         if let Stmt::For { var, kind, body, .. } = s {
-            bound.push(*var);
+            bound.insert(*var);
             if matches!(kind, ForKind::Serial | ForKind::Parallel) && body.iter().any(one_vector_rows) {
                 marked.push(*var);
             }

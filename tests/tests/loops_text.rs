@@ -96,6 +96,7 @@ fn malformed_and_unsafe_loops_are_spanned_errors() {
         ("too_many_iterations", format!("{head}  for i in 0..1099511627776:\n    for j in 0..4:\n      Y[j] = X[j]\n")),
         ("bool_condition", format!("{head}  for i in 0..4:\n    if i + 1:\n      Y[i] = X[i]\n")),
         ("unknown_function", format!("{head}  for i in 0..4:\n    Y[i] = swish(X[i])\n")),
+        ("rolled_vector_loop", format!("{head}  for i in 0..4 vectorized rolled:\n    Y[i] = X[i]\n")),
     ];
     let mut out = String::new();
     for (name, text) in cases {
