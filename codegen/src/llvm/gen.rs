@@ -420,6 +420,9 @@ impl<'ctx> Gen<'ctx, '_> {
             self.cx.create_string_attribute("target-features", &self.spec.features),
         );
         f.add_attribute(AttributeLoc::Function, self.enum_attr("nounwind"));
+        if self.spec.realign_stack {
+            f.add_attribute(AttributeLoc::Function, self.cx.create_string_attribute("stackrealign", ""));
+        }
     }
 
     pub(super) fn enum_attr(&self, name: &str) -> Attribute {
