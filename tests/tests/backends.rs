@@ -825,6 +825,27 @@ fn a_loop_written_rolled_is_kept_rolled() {
     );
 }
 
+/// An ungrouped convolution over channels blocked by eight reads its
+/// input through no group (`Xb[n, cb, ..]`, every filter block sharing
+/// it): its default block stays one axis of positions, and it matches the
+/// interpreter.
+#[test]
+fn ungrouped_blocked_convolutions_keep_one_axis_of_rows() {
+    let src = "kernel nchw8c(Xb: f32[N = 1, CB = 4, HP = 9, WP = 11, 8], Wb: f32[KB = 4, CB, 8, 3, 3, 8])
+    -> Y: f32[N, KB, HP - 2, WP - 2, 8] {
+    Y[n, kb, h, w, ki] = sum[cb, ci, r, s](Xb[n, cb, h + r, w + s, ci] * Wb[kb, cb, ci, r, s, ki]);
+}
+";
+    for target in targets().into_iter().filter(|t| t.kind == TargetKind::Cpu) {
+        let (mut pl, k) = texc_tests::load_text(target.name, "nchw8c.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
+        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
+        let f = texc_tests::loops(&mut pl, k, &p);
+        let text = texc_schedules::ir::print(&f);
+        assert!(!text.contains("kb.i"), "{}: no group's rows:\n{text}", target.name);
+        check("nchw8c", &p, &f, target, 41);
+    }
+}
+
 /// On x86 every function realigns its frame where a spill asks for it
 /// (`stackrealign`): the default block of a grouped convolution over
 /// channels blocked by eight spills vectors from its parallel loop's task
@@ -846,7 +867,9 @@ fn vectors_spill_to_aligned_slots() {
     let f = texc_tests::loops(&mut pl, k, &p);
     let ir = pl.emit_text(&f, "llvm").unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
     let defines = ir.lines().filter(|l| l.starts_with("define ")).count();
-    assert!(defines >= 2 && ir.contains("\"stackrealign\""), "the entry and the task function realign:\n{ir}");
+    let groups: Vec<&str> = ir.lines().filter(|l| l.starts_with("attributes #") && l.contains("target-cpu")).collect();
+    assert!(defines >= 2 && !groups.is_empty(), "the entry and the task function:\n{ir}");
+    assert!(groups.iter().all(|g| g.contains("\"stackrealign\"")), "every function realigns: {groups:?}");
     let asm = pl.emit_text(&f, "asm").unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
     let spills: Vec<&str> = asm
         .lines()
@@ -861,8 +884,9 @@ fn vectors_spill_to_aligned_slots() {
 /// channels, by default and with its register block of a group's three
 /// filter blocks × four positions (`cache_write`, the group's input blocks
 /// read through `kb / 3`), matches the interpreter at sizes the blocks do
-/// not divide (9 positions a row in blocks of 4, two groups), as does the
-/// channels-first form it stands beside.
+/// not divide (9 positions a row in the schedule's blocks of 4, 7 in the
+/// default's), as does the channels-first form it stands beside. The
+/// default block takes a group's filter blocks as its second axis.
 #[test]
 fn grouped_convolutions_in_blocked_channels_match_the_interpreter() {
     let bind = |shapes: &[(&str, i64)], consts: &[(&str, i64)]| Bindings {
@@ -874,8 +898,15 @@ fn grouped_convolutions_in_blocked_channels_match_the_interpreter() {
     let cases = [
         ("grouped_nchw", bind(&[("N", 1), ("C", 48), ("H", 7), ("W", 9), ("K", 48), ("Cg", 24)], &[("groups", 2)])),
         ("grouped_nchw8c", blocked.clone()),
+        ("grouped_nchw8c", bind(&[("N", 1), ("CB", 6), ("HP", 5), ("WP", 9), ("KB", 6)], &[])),
         ("grouped_nchw8c_blocked", blocked),
     ];
+    // The default blocks on AVX2 (accumulators, then positions a block):
+    // 9 positions in blocks of 3, 7 in a block of 4 and a shorter one.
+    let default_block = |w: i64| match w {
+        9 => ("local Y.acc: f32[3, 3, 1, 8]:", "for w.r in 0..3 unrolled:"),
+        _ => ("local Y.acc: f32[3, 4, 1, 8]:", "for w.r in 0..4 unrolled:"),
+    };
     for target in targets().into_iter().filter(|t| t.kind == TargetKind::Cpu) {
         for (i, (kernel, b)) in cases.iter().enumerate() {
             let (mut pl, k) = texc_tests::load_file(target.name, "benches/grouped_conv_blocked.tex", Some(kernel))
@@ -887,15 +918,14 @@ fn grouped_convolutions_in_blocked_channels_match_the_interpreter() {
                 assert!(text.contains("local Yl: f32[3, 4, 8]:"), "the schedule's register block:\n{text}");
             }
             if *kernel == "grouped_nchw8c" && target.name == "x86-avx2" {
-                // The default block: a group's three filter blocks (each
-                // its own vector of filters) × three of the 9 positions
-                // (each its own broadcast of the input), the group's rows
-                // outside.
+                // A group's three filter blocks (each its own vector of
+                // filters), the group's rows outside, × positions (each its
+                // own broadcast of the input).
                 let text = texc_schedules::ir::print(&f);
+                let (acc, positions) = default_block(b.shapes.iter().find(|(n, _)| n == "WP").map_or(0, |s| s.1) - 2);
                 let lines: Vec<&str> = text.lines().map(str::trim).collect();
-                let rows = ["for kb.i.r in 0..3 unrolled:", "for w.r in 0..3 unrolled:"];
-                let nested = lines.windows(2).any(|w| w == rows);
-                assert!(text.contains("local Y.acc: f32[3, 3, 1, 8]:") && nested, "the default block:\n{text}");
+                let nested = lines.windows(2).any(|w| w == ["for kb.i.r in 0..3 unrolled:", positions]);
+                assert!(text.contains(acc) && nested, "the default block:\n{text}");
             }
             check(kernel, &p, &f, target, 30 + i as u64);
         }

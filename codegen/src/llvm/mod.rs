@@ -71,16 +71,18 @@ pub struct LlvmBackend;
 pub(crate) struct CpuSpec {
     pub cpu: String,
     pub features: String,
-    /// Whether functions realign their frames where a spilled value asks
-    /// for more than the ABI's 16 bytes (`stackrealign`, on x86): LLVM
-    /// otherwise spills a vector register to a slot 16 bytes aligned, which
-    /// may straddle two cache lines, and its reload then waits for the
-    /// store instead of taking it forwarded. MEASURED (Zen 3, 1 thread, a
+    /// Whether every function keeps a frame pointer and realigns its frame
+    /// to what its spill slots ask (`stackrealign`, on x86: 32 bytes for a
+    /// spilled AVX vector): LLVM, which otherwise gives the frame pointer
+    /// to the register allocator before it knows of any spill, can then
+    /// no longer realign, and spills a vector register to a slot 16 bytes
+    /// aligned, which may straddle two cache lines, and its reload then
+    /// waits for the store instead of taking it forwarded. MEASURED (Zen 3, 1 thread, a
     /// grouped convolution's 4 × 3 block over channels blocked by eight,
     /// whose step spills three vectors): its parallel loop's task function
     /// ran at 12.9 GFLOP/s with its spills at `-96(%rsp)` from an rsp 16
     /// bytes off a 32-byte boundary, the same loops compiled serially
-    /// (another frame size) at 74.7; with the frame realigned, 60–75.
+    /// (another frame size) at 74.7; with the frame realigned, 60–84.
     pub realign_stack: bool,
 }
 

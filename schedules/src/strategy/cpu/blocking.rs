@@ -4,7 +4,8 @@
 //! independent accumulator vectors (3/4 of the target's registers) hide the
 //! FMA latency. A row of one vector (a convolution's 13×13 map) blocks
 //! rows of the image too, which share the filters' broadcasts
-//! ([`two_axis_rows`]). Long GEMM rows get BLIS-style blocking: a
+//! ([`two_axis_rows`]), or, over channels blocked by eight, a group's
+//! filter blocks, which share its input's broadcasts ([`group_rows_axis`]). Long GEMM rows get BLIS-style blocking: a
 //! micro-kernel of two vectors (`nvec`), its column loop outside the
 //! reductions in blocks of columns (`cols`), and a long reduction cut into
 //! slices (`kslice`), whose panels of the vector operand are packed per
@@ -60,6 +61,9 @@ pub(super) fn register_block(
     let vector = &loads.vector[..];
     let (mut a, mut shared) = reuse_axis(p, st, vector, first_row_axis);
     let mut image_rows = shared.then(|| image_row_axis(p, st, &loads, first_row_axis, a)).flatten();
+    // Rows along a reuse axis of the stage (`a` one of its variables, every
+    // other variable's axis unsplit), not among a group's filters.
+    let along_reuse_axis = shared;
     if let Some((axis, g)) = group_axis(p, st, vector, first_row_axis).filter(|_| !shared) {
         // The filters of one group share their input: rows among them, and
         // with image rows where the row is one vector (a grouped
@@ -75,7 +79,7 @@ pub(super) fn register_block(
     // block beside them: the filter blocks of a group, which share its
     // input's broadcasts.
     let group_rows =
-        (shared && image_rows.is_none()).then(|| group_rows_axis(p, st, &loads, first_row_axis, a)).flatten();
+        (along_reuse_axis && image_rows.is_none()).then(|| group_rows_axis(p, st, &loads, first_row_axis, a)).flatten();
     // Rows that each load their own input through a window along them (a
     // depthwise convolution's `X[n, c, y + r, x + s]`): with the window's
     // tap `r` unrolled inside the rows' block, rows and taps that meet at
@@ -117,12 +121,16 @@ pub(super) fn register_block(
         (None, Some((axis, g)), None) if !long && vectors == 1 => {
             // Rows of a group's filter blocks, each loading its own vector
             // of filters and sharing the group's input broadcasts: the
-            // block's second axis, as an image's rows are a convolution's.
-            let name = ss.ivs[axis].name.clone();
-            let (_, within) =
-                ss.split(axis, g, (&format!("{name}.g"), span), (&format!("{name}.i"), span), span).expect("fresh");
+            // block's second axis, as an image's rows are a convolution's
+            // (the group split off only where its rows are blocked).
             let taken = step_registers(p, st.value, vector, m, (row, lanes));
-            Some((within, two_axis_rows(m.accumulators, taken, ss.ivs[a].extent, (g, true))))
+            let (fk, fh) = two_axis_rows(m.accumulators, taken, ss.ivs[a].extent, (g, true));
+            (fh >= 2).then(|| {
+                let name = ss.ivs[axis].name.clone();
+                let (_, within) =
+                    ss.split(axis, g, (&format!("{name}.g"), span), (&format!("{name}.i"), span), span).expect("fresh");
+                (within, (fk, fh))
+            })
         }
         _ => None,
     };
@@ -521,8 +529,9 @@ fn image_row_axis(p: &Program, st: &Stage, loads: &ProductLoads, first_row_axis:
 /// and `g`. Blocked within a group only, whose rows the block divides (no
 /// shorter last block; see [`window_index`] for why that matters).
 /// MEASURED (Zen 3, 1 thread, RegNetX-1.6GF's 168 channels in groups of 24
-/// at 28², `benches/grouped_conv_blocked.tex`): 7 positions × 1 filter
-/// block 0.73 ms, 4 positions × a group's 3 blocks 0.65–0.70.
+/// at 28², `benches/grouped_conv_blocked.tex`, minima of three alternated
+/// rounds): 7 positions × 1 filter block 0.73–0.76 ms, 4 positions × a
+/// group's 3 blocks 0.68–0.71 (the hand-written schedule's 0.69–0.71).
 fn group_rows_axis(
     p: &Program,
     st: &Stage,
