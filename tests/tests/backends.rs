@@ -930,4 +930,13 @@ fn grouped_convolutions_in_blocked_channels_match_the_interpreter() {
             check(kernel, &p, &f, target, 30 + i as u64);
         }
     }
+    // AVX-512's 24 accumulators (compiled, whether or not this CPU runs
+    // it): 7 of 28 positions × the group's 3 blocks, each row a vector of
+    // eight lanes (half of AVX-512's).
+    let (mut pl, k) = texc_tests::load_file("x86-avx512", "benches/grouped_conv_blocked.tex", Some("grouped_nchw8c"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let b = bind(&[("N", 1), ("CB", 21), ("HP", 30), ("WP", 30), ("KB", 21)], &[]);
+    let p = pl.specialize(k, &b).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+    let text = texc_schedules::ir::print(&texc_tests::loops(&mut pl, k, &p));
+    assert!(text.contains("local Y.acc: f32[3, 7, 8]:"), "AVX-512's default block:\n{text}");
 }
