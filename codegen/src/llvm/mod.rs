@@ -77,30 +77,28 @@ pub(crate) struct CpuSpec {
     /// to the register allocator before it knows of any spill, can then
     /// no longer realign, and spills a vector register to a slot 16 bytes
     /// aligned, which may straddle two cache lines, and its reload then
-    /// waits for the store instead of taking it forwarded. MEASURED (Zen 3, 1 thread, a
-    /// grouped convolution's 4 × 3 block over channels blocked by eight,
-    /// whose step spills three vectors): its parallel loop's task function
-    /// ran at 12.9 GFLOP/s with its spills at `-96(%rsp)` from an rsp 16
-    /// bytes off a 32-byte boundary, the same loops compiled serially
-    /// (another frame size) at 74.7; with the frame realigned, 60–84.
+    /// waits for the store instead of taking it forwarded. MEASURED (Zen 3,
+    /// 1 thread, a grouped convolution's 4 × 3 block over channels blocked
+    /// by eight, whose step spills three vectors): its parallel loop's task
+    /// function ran at 12.9 GFLOP/s with its spills at `-96(%rsp)` from an
+    /// rsp 16 bytes off a 32-byte boundary, the same loops compiled
+    /// serially (another frame size) at 74.7; with the frame realigned,
+    /// 60–84.
     pub realign_stack: bool,
-}
-
-fn x86(triple: &str) -> bool {
-    triple.starts_with("x86_64")
 }
 
 fn cpu_spec(t: &Target) -> R<CpuSpec> {
     let llvm =
         t.llvm.as_ref().ok_or_else(|| CodegenError::Unsupported(format!("target `{t}` has no LLVM description")))?;
+    let realign_stack = llvm.triple.starts_with("x86_64");
     Ok(match &llvm.cpu {
         LlvmCpu::Named { cpu, features } => {
-            CpuSpec { cpu: cpu.to_string(), features: features.to_string(), realign_stack: x86(llvm.triple) }
+            CpuSpec { cpu: cpu.to_string(), features: features.to_string(), realign_stack }
         }
         LlvmCpu::Host => CpuSpec {
             cpu: TargetMachine::get_host_cpu_name().to_string(),
             features: without_masked(&TargetMachine::get_host_cpu_features().to_string()),
-            realign_stack: x86(llvm.triple),
+            realign_stack,
         },
     })
 }

@@ -5,8 +5,8 @@
 //! FMA latency. A row of one vector (a convolution's 13×13 map) blocks
 //! rows of the image too, which share the filters' broadcasts
 //! ([`two_axis_rows`]), or, over channels blocked by eight, a group's
-//! filter blocks, which share its input's broadcasts ([`group_rows_axis`]). Long GEMM rows get BLIS-style blocking: a
-//! micro-kernel of two vectors (`nvec`), its column loop outside the
+//! filter blocks, which share its input's broadcasts ([`group_rows_axis`]).
+//! Long GEMM rows get BLIS-style blocking: a micro-kernel of two vectors (`nvec`), its column loop outside the
 //! reductions in blocks of columns (`cols`), and a long reduction cut into
 //! slices (`kslice`), whose panels of the vector operand are packed per
 //! slice ([`super::pack`]).
@@ -68,9 +68,7 @@ pub(super) fn register_block(
         // The filters of one group share their input: rows among them, and
         // with image rows where the row is one vector (a grouped
         // convolution's 7² map), as a convolution's.
-        let name = ss.ivs[axis].name.clone();
-        let (_, within) =
-            ss.split(axis, g, (&format!("{name}.g"), span), (&format!("{name}.i"), span), span).expect("fresh");
+        let within = split_groups(ss, axis, g);
         image_rows = image_row_axis(p, st, &loads, first_row_axis, axis);
         (a, shared) = (within, true);
     }
@@ -125,12 +123,7 @@ pub(super) fn register_block(
             // (the group split off only where its rows are blocked).
             let taken = step_registers(p, st.value, vector, m, (row, lanes));
             let (fk, fh) = two_axis_rows(m.accumulators, taken, ss.ivs[a].extent, (g, true));
-            (fh >= 2).then(|| {
-                let name = ss.ivs[axis].name.clone();
-                let (_, within) =
-                    ss.split(axis, g, (&format!("{name}.g"), span), (&format!("{name}.i"), span), span).expect("fresh");
-                (within, (fk, fh))
-            })
+            (fh >= 2).then(|| (split_groups(ss, axis, g), (fk, fh)))
         }
         _ => None,
     };
@@ -518,6 +511,15 @@ fn image_row_axis(p: &Program, st: &Stage, loads: &ProductLoads, first_row_axis:
             && vector.iter().any(|&l| window_index(p, st, l, v))
             && loads.iter().all(|&l| vector.contains(&l) || !uses_var(p, l, v))
     })
+}
+
+/// Axis `axis` (a root leaf) split into groups of `g` (`.g`) and the rows
+/// within one (`.i`, returned).
+fn split_groups(ss: &mut StageSchedule, axis: usize, g: i64) -> usize {
+    let (span, name) = (Span::default(), ss.ivs[axis].name.clone());
+    let (_, within) =
+        ss.split(axis, g, (&format!("{name}.g"), span), (&format!("{name}.i"), span), span).expect("fresh");
+    within
 }
 
 /// Where rows along `a` share the vector loads and no image axis blocks
