@@ -827,23 +827,62 @@ fn a_loop_written_rolled_is_kept_rolled() {
 
 /// An ungrouped convolution over channels blocked by eight reads its
 /// input through no group (`Xb[n, cb, ..]`, every filter block sharing
-/// it): its default block stays one axis of positions, and it matches the
-/// interpreter.
+/// its broadcasts, each reading a block of filters of its own): its
+/// default block takes filter blocks beside positions (`nchw8c` of
+/// `benches/grouped_conv_blocked.tex`: 3 × 3 of 6 blocks and 9 positions
+/// on AVX2, 6 × 3 on AVX-512), so does the 1 × 1 one with its bias and
+/// ReLU (`pointwise_nchw8c`: 3 of 9 blocks × 4 of 13 positions), while a
+/// channels-first product over rows of one vector (`X[n, c, h, w]`, 8 × 8)
+/// keeps one axis of filters (its image rows read inside the channels it
+/// sums); each matches the interpreter.
 #[test]
-fn ungrouped_blocked_convolutions_keep_one_axis_of_rows() {
-    let src = "kernel nchw8c(Xb: f32[N = 1, CB = 4, HP = 9, WP = 11, 8], Wb: f32[KB = 4, CB, 8, 3, 3, 8])
-    -> Y: f32[N, KB, HP - 2, WP - 2, 8] {
-    Y[n, kb, h, w, ki] = sum[cb, ci, r, s](Xb[n, cb, h + r, w + s, ci] * Wb[kb, cb, ci, r, s, ki]);
+fn ungrouped_blocked_convolutions_block_their_filter_blocks() {
+    let bind = |shapes: &[(&str, i64)]| Bindings {
+        shapes: shapes.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        ..Bindings::default()
+    };
+    let channels_first =
+        "kernel channels_first(X: f32[N = 1, C = 16, H = 8, W = 8], Wt: f32[K = 24, C]) -> Y: f32[N, K, H, W] {
+    Y[n, k, h, w] = sum[c](X[n, c, h, w] * Wt[k, c]);
 }
 ";
+    let load = |target: &str, kernel: &str| match kernel {
+        "channels_first" => texc_tests::load_text(target, "cf.tex", channels_first, None),
+        _ => texc_tests::load_file(target, "benches/grouped_conv_blocked.tex", Some(kernel)),
+    };
+    let cases = [
+        (
+            "nchw8c",
+            bind(&[("N", 1), ("CB", 4), ("HP", 9), ("WP", 11), ("KB", 6)]),
+            ["kb.r in 0..3 unrolled", "w.r in 0..3 unrolled"],
+        ),
+        (
+            "pointwise_nchw8c",
+            bind(&[("N", 1), ("CB", 5), ("H", 3), ("W", 13), ("KB", 9)]),
+            ["kb.r in 0..3 unrolled", "w.r in 0..4 unrolled"],
+        ),
+        ("channels_first", Bindings::default(), ["k.r in 0..12 unrolled", "w.v in 0..8 vectorized"]),
+    ];
     for target in targets().into_iter().filter(|t| t.kind == TargetKind::Cpu) {
-        let (mut pl, k) = texc_tests::load_text(target.name, "nchw8c.tex", src, None).unwrap_or_else(|e| panic!("{e}"));
-        let p = texc_tests::specialize(&mut pl, k, &Bindings::default());
-        let f = texc_tests::loops(&mut pl, k, &p);
-        let text = texc_schedules::ir::print(&f);
-        assert!(!text.contains("kb.i"), "{}: no group's rows:\n{text}", target.name);
-        check("nchw8c", &p, &f, target, 41);
+        for (i, (kernel, b, block)) in cases.iter().enumerate() {
+            let (mut pl, k) = load(target.name, kernel).unwrap_or_else(|e| panic!("{e}"));
+            let p = pl.specialize(k, b).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+            let f = texc_tests::loops(&mut pl, k, &p);
+            let text = texc_schedules::ir::print(&f);
+            let what = format!("{kernel} on {}", target.name);
+            assert!(!text.contains("kb.i") && !text.contains("kb.g"), "{what}: no group split:\n{text}");
+            assert!(!text.contains("h.r"), "{what}: no image rows:\n{text}");
+            if target.name == "x86-avx2" {
+                assert!(block.iter().all(|w| text.contains(w)), "{what}: the block {block:?}:\n{text}");
+            }
+            check(&what, &p, &f, target, 43 + i as u64);
+        }
     }
+    // AVX-512's block, compiled here whatever the CPU: 6 blocks × 3 positions.
+    let (mut pl, k) = load("x86-avx512", "nchw8c").unwrap_or_else(|e| panic!("{e}"));
+    let p = pl.specialize(k, &cases[0].1).unwrap_or_else(|e| panic!("{}", texc_tests::rendered(&pl, e)));
+    let text = texc_schedules::ir::print(&texc_tests::loops(&mut pl, k, &p));
+    assert!(text.contains("kb.r in 0..6 unrolled") && text.contains("w.r in 0..3 unrolled"), "{text}");
 }
 
 /// On x86 every function realigns its frame where a spill asks for it

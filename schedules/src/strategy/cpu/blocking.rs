@@ -5,7 +5,8 @@
 //! FMA latency. A row of one vector (a convolution's 13×13 map) blocks
 //! rows of the image too, which share the filters' broadcasts
 //! ([`two_axis_rows`]), or, over channels blocked by eight, a group's
-//! filter blocks, which share its input's broadcasts ([`group_rows_axis`]).
+//! filter blocks (any filter blocks, ungrouped), which share its input's
+//! broadcasts ([`group_rows_axis`]).
 //! Long GEMM rows get BLIS-style blocking: a micro-kernel of two vectors (`nvec`), its column loop outside the
 //! reductions in blocks of columns (`cols`), and a long reduction cut into
 //! slices (`kslice`), whose panels of the vector operand are packed per
@@ -117,13 +118,15 @@ pub(super) fn register_block(
             Some((h, two_axis_rows(m.accumulators, taken, ss.ivs[a].extent, (ss.ivs[h].extent, false))))
         }
         (None, Some((axis, g)), None) if !long && vectors == 1 => {
-            // Rows of a group's filter blocks, each loading its own vector
-            // of filters and sharing the group's input broadcasts: the
-            // block's second axis, as an image's rows are a convolution's
-            // (the group split off only where its rows are blocked).
+            // Rows of a group's filter blocks (of every filter block,
+            // ungrouped), each loading its own vector of filters and
+            // sharing the input's broadcasts: the block's second axis, as
+            // an image's rows are a convolution's (the group split off
+            // only where its rows are blocked).
             let taken = step_registers(p, st.value, vector, m, (row, lanes));
-            let (fk, fh) = two_axis_rows(m.accumulators, taken, ss.ivs[a].extent, (g, true));
-            (fh >= 2).then(|| (split_groups(ss, axis, g), (fk, fh)))
+            let rows = g.unwrap_or(ss.ivs[axis].extent);
+            let (fk, fh) = two_axis_rows(m.accumulators, taken, ss.ivs[a].extent, (rows, true));
+            (fh >= 2).then(|| (g.map_or(axis, |g| split_groups(ss, axis, g)), (fk, fh)))
         }
         _ => None,
     };
@@ -528,19 +531,26 @@ fn split_groups(ss: &mut StageSchedule, axis: usize, g: i64) -> usize {
 /// (a grouped convolution over channels blocked by eight, `Y[n, kb, h, w,
 /// ki] = Σ X[n, kb / 3 · 3 + cb, h + r, w + s, ci] · W[kb, cb, ci, r, s,
 /// ki]`: the three filter blocks of a group share the input's broadcasts),
-/// and `g`. Blocked within a group only, whose rows the block divides (no
-/// shorter last block; see [`window_index`] for why that matters).
+/// and `g`; or, ungrouped, not at all (`X[n, cb, h + r, w + s, ci]`: every
+/// filter block shares them), where every vector load reads it as a block
+/// of its own ([`filter_block`]), and `None`. Blocked within a group only,
+/// whose rows the block divides (no shorter last block; see
+/// [`window_index`] for why that matters); ungrouped, in blocks that
+/// divide the axis alike.
 /// MEASURED (Zen 3, 1 thread, RegNetX-1.6GF's 168 channels in groups of 24
 /// at 28², `benches/grouped_conv_blocked.tex`, minima of three alternated
 /// rounds): 7 positions × 1 filter block 0.73–0.76 ms, 4 positions × a
 /// group's 3 blocks 0.68–0.71 (the hand-written schedule's 0.69–0.71).
+/// Ungrouped (its 1 × 1 convolution, 168 → 168 channels at 28² blocked by
+/// eight, `x86-avx2`, medians of three alternated rounds of 300): 7
+/// positions × 1 block 0.58–0.63 ms, 4 positions × 3 blocks 0.50–0.54.
 fn group_rows_axis(
     p: &Program,
     st: &Stage,
     loads: &ProductLoads,
     first_row_axis: usize,
     a: usize,
-) -> Option<(usize, i64)> {
+) -> Option<(usize, Option<i64>)> {
     let ProductLoads { all, vector } = loads;
     let broadcasts: Vec<TExprId> = all.iter().copied().filter(|l| !vector.contains(l)).collect();
     (0..first_row_axis).rev().find_map(|h| {
@@ -548,9 +558,26 @@ fn group_rows_axis(
         if h == a || !vector.iter().all(|&l| uses_var(p, l, v)) {
             return None;
         }
-        let g = through_group(p, &broadcasts, v)??;
-        (g >= 2 && g < ext && ext % g == 0).then_some((h, g))
+        match through_group(p, &broadcasts, v)? {
+            Some(g) => (g >= 2 && g < ext && ext % g == 0).then_some((h, Some(g))),
+            None => (ext >= 2 && vector.iter().all(|&l| filter_block(p, st, l, v))).then_some((h, None)),
+        }
     })
+}
+
+/// Whether load `l` reads `v` alone in one dimension, outside every
+/// dimension a variable of the sum reads (`W[kb, cb, ci, r, s, ki]`:
+/// each of `kb`'s rows reads a block of filters of its own, a whole
+/// reduction's worth, as a matrix product's rows do). An image row is not
+/// one: a channels-first input `X[n, c, h, w]` reads `h` inside the
+/// channels it sums over.
+fn filter_block(p: &Program, st: &Stage, l: TExprId, v: u32) -> bool {
+    let TExpr::Load(_, idx) = p.expr(l) else { return false };
+    let reductions = st.n_axes as u32..st.vars.len() as u32;
+    let summed = |i: TExprId| reductions.clone().any(|r| uses_var(p, i, r));
+    let mut at = idx.iter().enumerate().filter(|&(_, &i)| uses_var(p, i, v));
+    let (Some((d, &i)), None) = (at.next(), at.next()) else { return false };
+    matches!(p.expr(i), TExpr::Var(x) if *x == v) && idx[..d].iter().all(|&j| !summed(j))
 }
 
 /// Whether load `l` reads `v` in an index that a reduction variable also
