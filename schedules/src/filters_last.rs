@@ -200,9 +200,18 @@ fn idles_lanes(row: i64, lanes: i64) -> bool {
 /// Computed filters-last instead, the filters are packed into panels and
 /// the map's positions are broadcasts, with no lanes left over either
 /// (14 × 14: 196 positions in 13 vectors of 16, the last of 4). Taken for
-/// whole maps only (where the rows merge, [`merged_rows`]): a 3 × 3
-/// convolution's padded rows are another case (Inception-v3's 80 → 192 at
-/// 71 × 71, rows of 0.89, ran slower filters-last; see [`FLOAT_FILL`]).
+/// whole maps only: where the rows merge ([`merged_rows`]), or where the
+/// default row is the map already, a window along its columns only over an
+/// input without padding along its rows (a 7 × 1 convolution's `Xp[n, c, h
+/// + r, w]`, its positions then the image's rows of `w`, not merged); a 3 ×
+/// 3 convolution's padded rows are another case (Inception-v3's 80 → 192
+/// at 71 × 71, rows of 0.89, ran slower filters-last; see [`FLOAT_FILL`]).
+/// MEASURED (Zen 3, `host`, 1 thread, per-nest minima of three profiles,
+/// both orders): Inception-v3's thirteen 7 × 1 convolutions at 17² (128 to
+/// 192 channels, fused rows of 289 at 74–85 % of the peak) 17.7 → 16.0–16.5
+/// ms (192 → 192: 1.76–1.83 → 1.60–1.69), the copies that then read them
+/// transposed (padding, concatenation) 0.04–0.3 ms more; at two threads
+/// 1.08–1.10 → 0.92–0.96 ms each.
 /// MEASURED (1 thread, Zen 4, one layer with bias and ReLU, as written →
 /// filters-last; `x86-avx2` / `host` with AVX-512): 512 → 1024 at 14²
 /// 2.17 → 1.95 / 2.08 → 1.86 ms (ONNX Runtime 1.84), 1024 → 256 at 14²
@@ -299,9 +308,13 @@ fn long_axis(
             })
     })?;
     // A float product idles an eighth of its lanes or more (checked above),
-    // or is a whole map's product whose lines split.
+    // or is a whole map's product whose lines split: its rows merge, or its
+    // default row is the whole map already (a 7 × 1 convolution's `Xp[n, c,
+    // h + r, w]`, its rows fused where its input has no padding along them).
     let merged = merged_rows(p, st, f, !dot4);
-    if !dot4 && !idles && !forced && merged.is_none() {
+    let map = last.checked_sub(1).map_or(0, |y| st.vars[y].extent * st.vars[last].extent);
+    let fused_map = map > st.vars[last].extent && row == map;
+    if !dot4 && !idles && !forced && merged.is_none() && !(may_split && fused_map) {
         return None;
     }
     let takes = !dot4 || row_fill < MIN_FILL || wanted == Some(f);

@@ -154,6 +154,30 @@ fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
     check_layout("filters-last 1×1 on 7×7, 960 deep", &deep, "Y.t", &|_| true);
 }
 
+/// A 7 × 1 convolution (a window along the image's columns only, as
+/// Inception-v3's at 17²) over an input without padding along its rows:
+/// the default schedule fuses its map into one row (289 elements, which
+/// fill the vectors), whose in-place operand lies 1156 bytes a channel
+/// apart, so that its vectors straddle lines; it is computed filters-last,
+/// as 1 × 1 convolutions over such maps are
+/// (`filters_last::map_bytes_split_lines`), its rows the image's rows of
+/// 17. Over a 16 × 16 map (1024 bytes a channel) it stays as written.
+/// Each matches the interpreter on every CPU target here.
+#[test]
+fn fused_maps_of_windows_along_columns_run_along_the_filters() {
+    let conv = |h: i64, w: i64| {
+        let hp = h + 6;
+        format!(
+            "kernel c(X: f32[1, 24, {hp}, {w}], W: f32[24, 7, 32]) -> Y: f32[1, 32, {h}, {w}] {{\n\
+             \x20   Y[n, k, y, x] = max(sum[c, r](X[n, c, y + r, x] * W[c, r, k]), 0.0);\n}}\n"
+        )
+    };
+    let (text, _) = loops_text("x86-avx2", &program(&conv(17, 17)));
+    assert!(text.contains("temp Y.t.r0: f32[1, 17, 17, 32]"), "rows of 17 along the filters:\n{text}");
+    check_layout("filters-last 7 × 1 on 17 × 17", &conv(17, 17), "Y.t", &|_| true);
+    check_layout("7 × 1 on 16 × 16", &conv(16, 16), "Y.t", &|_| false);
+}
+
 /// A 3×3 convolution whose whole row is read through windows and idles
 /// an eighth of its lanes or more (`filters_last::FLOAT_FILL`) is
 /// computed filters-last from 128 products per output: 55-wide rows (55 of
