@@ -74,15 +74,25 @@ pub(super) fn fuse_short_rows(ss: &mut StageSchedule, p: &Program, st: &Stage, m
 /// them, where the fused row takes the packed micro-kernel. MEASURED
 /// (`x86-avx2`, 1 thread, Zen 4, two runs of three alternated rounds): a
 /// 1 × 1 convolution 288 → 64 at 35² 0.91–1.33 ms with rows of 35,
-/// 0.45–0.69 fused.
+/// 0.45–0.69 fused. So is a reduction's row of exactly one vector, whose
+/// block takes rows of its other operand alone (8 filters × 1 vector on
+/// AVX2: nine loads for eight FMAs). MEASURED (Zen 3, `host`, per-nest
+/// minima of three profiles in each order, one thread): Inception-v3's
+/// 1 × 1 and 3 × 1 convolutions on 8 × 8 maps, rows of 8 → fused rows of
+/// 64, 11.4 → 9.5 ms for the twelve (2048 → 448 1.87–1.96 → 1.40–1.47).
+/// AVX-512's rows of 8 fuse already (half a vector).
 pub(super) fn fused_row(p: &Program, st: &Stage, m: Machine) -> (usize, i64) {
     let n = st.n_axes;
     let mut first = n.saturating_sub(1);
     let Some(mut row) = st.vars.get(first).map(|v| v.extent).filter(|_| n > 0) else { return (0, 1) };
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
-    let short = |row: i64| row < m.lanes || row % m.width_for(row) != 0;
     let reduces = st.vars.len() > n;
+    // A reduction's row of one vector blocks rows of its other operand only
+    // (eight filters × one vector on AVX2: nine loads for eight FMAs); fused,
+    // it takes the micro-kernel of two vectors.
+    let one_vector = |row: i64| reduces && row == m.lanes;
+    let short = |row: i64| row < m.lanes || row % m.width_for(row) != 0 || one_vector(row);
     let fusable = |row: i64| if reduces { row <= MAX_SHORT_VECTORS * m.lanes } else { row < 4 * m.lanes };
     while first > 0 && short(row) && fusable(row) && dense_pair(p, st, &loads, first - 1) {
         first -= 1;
