@@ -241,6 +241,32 @@ fn map_bytes_split_lines(p: &Program, st: &Stage, loads: &[TExprId], lanes: i64)
     })
 }
 
+/// Whether the operands a product reads through its fused map (its last
+/// two axes `y, x`, its default row), unit-stride along `x`, have rows or
+/// channels that are not whole vectors: a 7 × 1 window's `Xp[n, c, h + r,
+/// w]` over 23 × 17 floats, 68 bytes a tap and 1564 a channel apart, its
+/// register block's vectors straddling lines at most steps. (`x` read at a
+/// stride, `2 · x + s`, is left as written: unmeasured.)
+fn window_lines_split(p: &Program, st: &Stage, loads: &[TExprId], lanes: i64) -> bool {
+    let Some(y) = st.n_axes.checked_sub(2) else { return false };
+    let (yv, xv) = (y as VarId, (y + 1) as VarId);
+    let mut along = loads.iter().copied().filter(|&l| involves(p, l, yv) || involves(p, l, xv)).peekable();
+    along.peek().is_some()
+        && along.all(|l| {
+            let TExpr::Load(t, idx) = p.expr(l) else { return false };
+            let shape = &p.tensor(*t).shape;
+            let elem = p.tensor(*t).elem.size() as i64;
+            let unit = idx
+                .last()
+                .and_then(|&i| texc_compiler::affine::affine_in_vars(p, i))
+                .is_some_and(|f| f.coeff(&xv) == 1);
+            let vector = (lanes * elem).min(crate::strategy::LINE);
+            let row = shape.last().copied().unwrap_or(1) * elem;
+            let plane = shape.iter().rev().take(2).product::<i64>() * elem;
+            unit && shape.len() >= 2 && (row % vector != 0 || plane % vector != 0)
+        })
+}
+
 /// How many of `vectors` of `lanes` a row of `extent` fills.
 pub(crate) fn fill(extent: i64, lanes: i64) -> f64 {
     extent as f64 / ((extent + lanes - 1) / lanes * lanes) as f64
@@ -286,7 +312,8 @@ fn long_axis(
     let mut loads = Vec::new();
     crate::analysis::loads_in(p, body, &mut loads);
     // A float product whose map's lines split (checked below, once the
-    // rows are known to merge) is taken whatever its fill.
+    // rows are known to merge or the default row is the whole map) is
+    // taken whatever its fill.
     let may_split = !dot4 && map_bytes_split_lines(p, st, &loads, lanes);
     if !idles && !forced && !may_split {
         return None;
@@ -313,7 +340,7 @@ fn long_axis(
     // h + r, w]`, its rows fused where its input has no padding along them).
     let merged = merged_rows(p, st, f, !dot4);
     let map = last.checked_sub(1).map_or(0, |y| st.vars[y].extent * st.vars[last].extent);
-    let fused_map = map > st.vars[last].extent && row == map;
+    let fused_map = map > st.vars[last].extent && row == map && window_lines_split(p, st, &loads, lanes);
     if !dot4 && !idles && !forced && merged.is_none() && !(may_split && fused_map) {
         return None;
     }

@@ -834,9 +834,11 @@ fn a_loop_written_rolled_is_kept_rolled() {
 /// ReLU (`pointwise_nchw8c`: 3 of 9 blocks × 4 of 13 positions), while a
 /// channels-first product over an 8 × 8 map (`X[n, c, h, w]`, its image
 /// rows read inside the channels it sums) takes no rows of the image: its
-/// map fused into one row (rows of one vector would block filters alone:
-/// `vectorize::fused_row`), the micro-kernel's 6 filters × 2 vectors on
-/// AVX2; each matches the interpreter.
+/// map fused into one row (`vectorize::fused_row`), the micro-kernel's 6
+/// filters × 2 vectors on AVX2; over rows that do not fuse (its input 9
+/// wide), a batch of two blocks neither images nor rows (`filter_block`:
+/// the input reads the image's axes beside the batch), only filters; each
+/// matches the interpreter.
 #[test]
 fn ungrouped_blocked_convolutions_block_their_filter_blocks() {
     let bind = |shapes: &[(&str, i64)]| Bindings {
@@ -848,8 +850,13 @@ fn ungrouped_blocked_convolutions_block_their_filter_blocks() {
     Y[n, k, h, w] = sum[c](X[n, c, h, w] * Wt[k, c]);
 }
 ";
+    let unfused = "kernel unfused(X: f32[N = 2, C = 16, H = 8, 9], Wt: f32[K = 24, C]) -> Y: f32[N, K, H, 8] {
+    Y[n, k, h, w] = sum[c](X[n, c, h, w] * Wt[k, c]);
+}
+";
     let load = |target: &str, kernel: &str| match kernel {
         "channels_first" => texc_tests::load_text(target, "cf.tex", channels_first, None),
+        "unfused" => texc_tests::load_text(target, "cf.tex", unfused, None),
         _ => texc_tests::load_file(target, "benches/grouped_conv_blocked.tex", Some(kernel)),
     };
     let cases = [
@@ -864,6 +871,7 @@ fn ungrouped_blocked_convolutions_block_their_filter_blocks() {
             ["kb.r in 0..3 unrolled", "w.r in 0..4 unrolled"],
         ),
         ("channels_first", Bindings::default(), ["k.r in 0..6 unrolled", "h.w.v in 0..16 vectorized"]),
+        ("unfused", Bindings::default(), ["k.r in 0..12 unrolled", "w.v in 0..8 vectorized"]),
     ];
     for target in targets().into_iter().filter(|t| t.kind == TargetKind::Cpu) {
         for (i, (kernel, b, block)) in cases.iter().enumerate() {
@@ -873,7 +881,7 @@ fn ungrouped_blocked_convolutions_block_their_filter_blocks() {
             let text = texc_schedules::ir::print(&f);
             let what = format!("{kernel} on {}", target.name);
             assert!(!text.contains("kb.i") && !text.contains("kb.g"), "{what}: no group split:\n{text}");
-            assert!(!text.contains("h.r"), "{what}: no image rows:\n{text}");
+            assert!(!text.contains("h.r") && !text.contains("n.r"), "{what}: no image rows, no batch rows:\n{text}");
             if target.name == "x86-avx2" {
                 assert!(block.iter().all(|w| text.contains(w)), "{what}: the block {block:?}:\n{text}");
             }

@@ -157,12 +157,13 @@ fn short_float_rows_run_along_the_filters_where_the_sums_are_deep() {
 /// A 7 × 1 convolution (a window along the image's columns only, as
 /// Inception-v3's at 17²) over an input without padding along its rows:
 /// the default schedule fuses its map into one row (289 elements, which
-/// fill the vectors), whose in-place operand lies 1156 bytes a channel
-/// apart, so that its vectors straddle lines; it is computed filters-last,
-/// as 1 × 1 convolutions over such maps are
-/// (`filters_last::map_bytes_split_lines`), its rows the image's rows of
-/// 17. Over a 16 × 16 map (1024 bytes a channel) it stays as written.
-/// Each matches the interpreter on every CPU target here.
+/// fill the vectors), whose in-place operand `X[n, c, y + r, x]` lies 68
+/// bytes a tap and 1564 a channel apart (23 × 17 floats), so that its
+/// vectors straddle lines; it is computed filters-last, as 1 × 1
+/// convolutions over such maps are (`filters_last::map_bytes_split_lines`,
+/// `window_lines_split`), its rows the image's rows of 17. Over a 16 × 16
+/// map (64 bytes a tap, 1408 a channel: whole vectors) it stays as
+/// written. Each matches the interpreter on every CPU target here.
 #[test]
 fn fused_maps_of_windows_along_columns_run_along_the_filters() {
     let conv = |h: i64, w: i64| {

@@ -75,8 +75,8 @@ pub(super) fn register_block(
     }
     // Where the rows share their vector loads (channels blocked by eight:
     // a block's positions share its filters' vector) and no image rows
-    // block beside them: the filter blocks of a group, which share its
-    // input's broadcasts.
+    // block beside them: the filter blocks of a group (of the whole
+    // product, ungrouped), which share the input's broadcasts.
     let group_rows =
         (along_reuse_axis && image_rows.is_none()).then(|| group_rows_axis(p, st, &loads, first_row_axis, a)).flatten();
     // Rows that each load their own input through a window along them (a
@@ -552,6 +552,9 @@ fn group_rows_axis(
     a: usize,
 ) -> Option<(usize, Option<i64>)> {
     let ProductLoads { all, vector } = loads;
+    if vector.is_empty() {
+        return None;
+    }
     let broadcasts: Vec<TExprId> = all.iter().copied().filter(|l| !vector.contains(l)).collect();
     (0..first_row_axis).rev().find_map(|h| {
         let (v, ext) = (h as u32, st.vars[h].extent);
@@ -565,19 +568,25 @@ fn group_rows_axis(
     })
 }
 
-/// Whether load `l` reads `v` alone in one dimension, outside every
-/// dimension a variable of the sum reads (`W[kb, cb, ci, r, s, ki]`:
-/// each of `kb`'s rows reads a block of filters of its own, a whole
-/// reduction's worth, as a matrix product's rows do). An image row is not
-/// one: a channels-first input `X[n, c, h, w]` reads `h` inside the
-/// channels it sums over.
+/// Whether load `l` reads a block of filters of its own for each row of
+/// `v`, as a matrix product's rows do (`W[kb, cb, ci, r, s, ki]`, `B[kb,
+/// ki]`): `v` alone in one dimension, before every dimension a variable of
+/// the sum reads, the row's axis alone in the last, and no other axis of
+/// the stage anywhere (so not an image: a channels-first input `X[n, c, h,
+/// w]` reads its rows inside the channels it sums, its batch `n` beside
+/// the image's axes; nor a strided row).
 fn filter_block(p: &Program, st: &Stage, l: TExprId, v: u32) -> bool {
     let TExpr::Load(_, idx) = p.expr(l) else { return false };
-    let reductions = st.n_axes as u32..st.vars.len() as u32;
+    let (inner, reductions) = (st.n_axes as u32 - 1, st.n_axes as u32..st.vars.len() as u32);
     let summed = |i: TExprId| reductions.clone().any(|r| uses_var(p, i, r));
+    let other_axis = |i: TExprId| (0..inner).any(|x| x != v && uses_var(p, i, x));
+    let is = |i: TExprId, x: u32| matches!(p.expr(i), TExpr::Var(y) if *y == x);
     let mut at = idx.iter().enumerate().filter(|&(_, &i)| uses_var(p, i, v));
     let (Some((d, &i)), None) = (at.next(), at.next()) else { return false };
-    matches!(p.expr(i), TExpr::Var(x) if *x == v) && idx[..d].iter().all(|&j| !summed(j))
+    is(i, v)
+        && idx[..d].iter().all(|&j| !summed(j))
+        && idx.last().is_some_and(|&j| is(j, inner))
+        && idx.iter().all(|&j| !other_axis(j))
 }
 
 /// Whether load `l` reads `v` in an index that a reduction variable also

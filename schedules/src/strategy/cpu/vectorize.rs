@@ -74,9 +74,9 @@ pub(super) fn fuse_short_rows(ss: &mut StageSchedule, p: &Program, st: &Stage, m
 /// them, where the fused row takes the packed micro-kernel. MEASURED
 /// (`x86-avx2`, 1 thread, Zen 4, two runs of three alternated rounds): a
 /// 1 × 1 convolution 288 → 64 at 35² 0.91–1.33 ms with rows of 35,
-/// 0.45–0.69 fused. So is a reduction's row of exactly one vector, whose
-/// block takes rows of its other operand alone (8 filters × 1 vector on
-/// AVX2: nine loads for eight FMAs). MEASURED (Zen 3, `host`, per-nest
+/// 0.45–0.69 fused. So is a float product's row of exactly one vector
+/// (not into the outermost axis, which the block's rows need), whose
+/// block is one vector a row. MEASURED (Zen 3, `host`, per-nest
 /// minima of three profiles in each order, one thread): Inception-v3's
 /// 1 × 1 and 3 × 1 convolutions on 8 × 8 maps, rows of 8 → fused rows of
 /// 64, 11.4 → 9.5 ms for the twelve (2048 → 448 1.87–1.96 → 1.40–1.47).
@@ -88,13 +88,16 @@ pub(super) fn fused_row(p: &Program, st: &Stage, m: Machine) -> (usize, i64) {
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
     let reduces = st.vars.len() > n;
-    // A reduction's row of one vector blocks rows of its other operand only
-    // (eight filters × one vector on AVX2: nine loads for eight FMAs); fused,
-    // it takes the micro-kernel of two vectors.
-    let one_vector = |row: i64| reduces && row == m.lanes;
-    let short = |row: i64| row < m.lanes || row % m.width_for(row) != 0 || one_vector(row);
+    // A float product's row of one vector takes a block of one vector a row
+    // (up to twelve filters × one vector on AVX2: a load a row and one for
+    // the vector, each step); fused with the axes before it, but for the
+    // outermost (the block's rows), it takes the micro-kernel of two
+    // vectors.
+    let product = matches!(crate::filters_last::product_body(p, st.value), Some((_, false)));
+    let one_vector = |row: i64, first: usize| product && row == m.lanes && first >= 2;
+    let short = |row: i64, first: usize| row < m.lanes || row % m.width_for(row) != 0 || one_vector(row, first);
     let fusable = |row: i64| if reduces { row <= MAX_SHORT_VECTORS * m.lanes } else { row < 4 * m.lanes };
-    while first > 0 && short(row) && fusable(row) && dense_pair(p, st, &loads, first - 1) {
+    while first > 0 && short(row, first) && fusable(row) && dense_pair(p, st, &loads, first - 1) {
         first -= 1;
         row *= st.vars[first].extent;
     }
