@@ -206,12 +206,6 @@ fn idles_lanes(row: i64, lanes: i64) -> bool {
 /// + r, w]`, its positions then the image's rows of `w`, not merged); a 3 ×
 /// 3 convolution's padded rows are another case (Inception-v3's 80 → 192
 /// at 71 × 71, rows of 0.89, ran slower filters-last; see [`FLOAT_FILL`]).
-/// MEASURED (Zen 3, `host`, 1 thread, per-nest minima of three profiles,
-/// both orders): Inception-v3's thirteen 7 × 1 convolutions at 17² (128 to
-/// 192 channels, fused rows of 289 at 74–85 % of the peak) 17.7 → 16.0–16.5
-/// ms (192 → 192: 1.76–1.83 → 1.60–1.69), the copies that then read them
-/// transposed (padding, concatenation) 0.04–0.3 ms more; at two threads
-/// 1.08–1.10 → 0.92–0.96 ms each.
 /// MEASURED (1 thread, Zen 4, one layer with bias and ReLU, as written →
 /// filters-last; `x86-avx2` / `host` with AVX-512): 512 → 1024 at 14²
 /// 2.17 → 1.95 / 2.08 → 1.86 ms (ONNX Runtime 1.84), 1024 → 256 at 14²
@@ -220,7 +214,13 @@ fn idles_lanes(row: i64, lanes: i64) -> bool {
 /// 0.48 → 0.43 / 0.42 → 0.40, 512 → 64 at 13² 0.120 → 0.099 / 0.139 →
 /// 0.097. Maps of whole lines stay as written: 256 → 64 at 56² 1.06 →
 /// 1.14 / 0.91 → 0.91 and 128 → 512 at 28² 0.99 → 1.02 / 0.94 → 0.95
-/// filters-last.
+/// filters-last. The 7 × 1 windows, MEASURED (Zen 3, `host`, 1 thread,
+/// per-nest minima of three profiles, both orders): Inception-v3's
+/// thirteen 7 × 1 convolutions at 17² (128 to 192 channels, fused rows of
+/// 289 at 74–85 % of the peak) 17.7 → 16.0–16.5 ms (192 → 192: 1.76–1.83
+/// → 1.60–1.69), the copies that then read them transposed (padding,
+/// concatenation) 0.04–0.3 ms more; at two threads 1.08–1.10 → 0.92–0.96
+/// ms each.
 ///
 /// A vector of `B` bytes (at most a line) straddles lines somewhere along
 /// such rows exactly where a row's bytes are not a multiple of `B`: the
@@ -234,8 +234,7 @@ fn map_bytes_split_lines(p: &Program, st: &Stage, loads: &[TExprId], lanes: i64)
     loads.iter().any(|&l| match p.expr(l) {
         TExpr::Load(t, _) if involves(p, l, y as VarId) => {
             let elem = p.tensor(*t).elem.size() as i64;
-            let vector = (lanes * elem).min(crate::strategy::LINE);
-            (map * elem) % vector != 0
+            (map * elem) % vector_bytes(lanes, elem) != 0
         }
         _ => false,
     })
@@ -260,11 +259,17 @@ fn window_lines_split(p: &Program, st: &Stage, loads: &[TExprId], lanes: i64) ->
                 .last()
                 .and_then(|&i| texc_compiler::affine::affine_in_vars(p, i))
                 .is_some_and(|f| f.coeff(&xv) == 1);
-            let vector = (lanes * elem).min(crate::strategy::LINE);
+            let vector = vector_bytes(lanes, elem);
             let row = shape.last().copied().unwrap_or(1) * elem;
             let plane = shape.iter().rev().take(2).product::<i64>() * elem;
             unit && shape.len() >= 2 && (row % vector != 0 || plane % vector != 0)
         })
+}
+
+/// The bytes of a vector of `lanes` elements of `elem` bytes, at most a
+/// cache line (the span a load may straddle lines within).
+fn vector_bytes(lanes: i64, elem: i64) -> i64 {
+    (lanes * elem).min(crate::strategy::LINE)
 }
 
 /// How many of `vectors` of `lanes` a row of `extent` fills.

@@ -93,8 +93,8 @@ pub(super) fn fused_row(p: &Program, st: &Stage, m: Machine) -> (usize, i64) {
     // the vector, each step); fused with the axes before it, but for the
     // outermost (the block's rows), it takes the micro-kernel of two
     // vectors.
-    let product = matches!(crate::filters_last::product_body(p, st.value), Some((_, false)));
-    let one_vector = |row: i64, first: usize| product && row == m.lanes && first >= 2;
+    let product = || matches!(crate::filters_last::product_body(p, st.value), Some((_, false)));
+    let one_vector = |row: i64, first: usize| row == m.lanes && first >= 2 && product();
     let short = |row: i64, first: usize| row < m.lanes || row % m.width_for(row) != 0 || one_vector(row, first);
     let fusable = |row: i64| if reduces { row <= MAX_SHORT_VECTORS * m.lanes } else { row < 4 * m.lanes };
     while first > 0 && short(row, first) && fusable(row) && dense_pair(p, st, &loads, first - 1) {
