@@ -179,6 +179,47 @@ fn fused_maps_of_windows_along_columns_run_along_the_filters() {
     check_layout("7 × 1 on 16 × 16", &conv(16, 16), "Y.t", &|_| false);
 }
 
+/// A grouped 3 × 3 convolution over short rows (RegNetX's, 16 channels a
+/// group) whose groups are whole vectors of filters is computed
+/// filters-last: its input reads a filter only through its group (`X[n,
+/// k / Kg · 16 + c, ..]`), one element for a vector of filters within a
+/// group, a broadcast as an ungrouped input's is; its micro-kernel's
+/// vectors stay within a group (AVX-512: one vector of 16, not two across
+/// groups, which would gather the input). Groups of 24 filters are taken
+/// where the vectors divide them (8 lanes), not on AVX-512; rows of 56
+/// (whole vectors of AVX2) stay as written there. Each matches the
+/// interpreter on every CPU target here.
+#[test]
+fn grouped_convolutions_over_short_rows_run_along_each_groups_filters() {
+    let conv = |groups: i64, kg: i64, h: i64, w: i64| {
+        let (c, k, hp, wp) = (groups * 16, groups * kg, h + 2, w + 2);
+        format!(
+            "kernel g(X: f32[1, {c}, {hp}, {wp}], W: f32[16, 3, 3, {k}]) -> Y: f32[1, {k}, {h}, {w}] {{\n\
+             \x20   Y[n, k, y, x] = max(sum[c, r, s](X[n, k / {kg} * 16 + c, y + r, x + s] * W[c, r, s, k]), 0.0);\n}}\n"
+        )
+    };
+    // The input's index never moves with a vector's lanes (`k.v`): each
+    // vector of filters broadcasts one element.
+    let broadcasts = |text: &str| {
+        let reads: Vec<&str> =
+            text.lines().filter_map(|l| l.split_once("(X[").map(|(_, r)| r.split(']').next().unwrap_or(""))).collect();
+        !reads.is_empty() && reads.iter().all(|i| !i.contains(".v"))
+    };
+    for (groups, h, w) in [(5, 7, 7), (10, 14, 14), (2, 7, 7)] {
+        let (text, _) = loops_text("x86-avx512", &program(&conv(groups, 16, h, w)));
+        assert!(
+            text.contains("Y.t") && broadcasts(&text),
+            "{groups} groups at {h}×{w}, vectors within a group:\n{text}"
+        );
+    }
+    assert!(!loops_text("x86-avx512", &program(&conv(3, 24, 7, 7))).0.contains("Y.t"), "24 filters, 16 lanes");
+    let within = |kg: i64, w: i64| move |t: &Target| kg % lanes(t) == 0 && idles_an_eighth(t, w);
+    check_layout("grouped 3×3 on 7×7, 16 a group", &conv(5, 16, 7, 7), "Y.t", &within(16, 7));
+    check_layout("grouped 3×3 on 7×7, 24 a group", &conv(3, 24, 7, 7), "Y.t", &within(24, 7));
+    check_layout("grouped 3×3 on 11×13, 32 a group", &conv(2, 32, 11, 13), "Y.t", &within(32, 13));
+    check_layout("grouped 3×3 on 5×56, 16 a group", &conv(2, 16, 5, 56), "Y.t", &within(16, 56));
+}
+
 /// A 3×3 convolution whose whole row is read through windows and idles
 /// an eighth of its lanes or more (`filters_last::FLOAT_FILL`) is
 /// computed filters-last from 128 products per output: 55-wide rows (55 of

@@ -22,7 +22,7 @@
 //! primitives, so a default schedule computes what the program computes,
 //! and [`Schedules::verify`] accepts it.
 
-mod cpu;
+pub(crate) mod cpu;
 
 pub(crate) use cpu::{default_row, vector_operand};
 mod gpu;

@@ -19,7 +19,7 @@ use crate::analysis::loads_in;
 use crate::ir::{ForKind, TensorOp};
 use crate::normalize::contains_reduce;
 use crate::schedule::{Attach, Schedules, StageSchedule};
-use crate::strategy::{reads_at_own_point, uses_var, Reads};
+use crate::strategy::{reads_at_own_point, Reads};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use texc_compiler::tir::{Program, Stage, TExpr, TExprId, TensorId, TensorRole};
 use texc_grammar::Span;
@@ -418,12 +418,22 @@ fn cuts_lines(p: &Program, st: &Stage, ext: &[i64], whole: WholeTransposes) -> b
 /// Whether a box with extents `ext` cuts a reduction stage along an axis
 /// that one of its operands does not depend on: the operand would then be
 /// reloaded for every box instead of being reused across that axis (the
-/// rows of a matrix product computed one at a time).
+/// rows of a matrix product computed one at a time). An operand read
+/// through groups of the axis (`X[n, k / g · Cg + c, ..]`, a grouped
+/// convolution computed filters-last) is reused across a group: a box
+/// narrower than one cuts it (and the vectors along the filters with it:
+/// one filter a box, its vectors one lane wide).
 fn cuts_reuse(p: &Program, st: &Stage, ext: &[i64]) -> bool {
     if st.vars.len() == st.n_axes {
         return false;
     }
     let mut all = Vec::new();
     loads_in(p, st.value, &mut all);
-    (0..st.n_axes).any(|a| ext[a] < st.vars[a].extent && all.iter().any(|&l| !uses_var(p, l, a as u32)))
+    let reused = |l: TExprId, a: usize| match super::blocking::through_group(p, &[l], a as u32) {
+        Some(None) => Some(st.vars[a].extent),
+        Some(Some(g)) => Some(g),
+        None => None,
+    };
+    (0..st.n_axes)
+        .any(|a| all.iter().any(|&l| reused(l, a).is_some_and(|across| ext[a] < across.min(st.vars[a].extent))))
 }

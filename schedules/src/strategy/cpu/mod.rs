@@ -43,7 +43,7 @@
 //! indices of the others stay valid.
 
 mod attach;
-mod blocking;
+pub(crate) mod blocking;
 mod model;
 mod pack;
 pub(crate) use pack::vector_operand;
