@@ -372,7 +372,7 @@ fn long_axis(
 /// such steps would leave the lanes in the quotient (`(8·o + v) / 24`),
 /// a gather per vector.
 fn per_group(p: &Program, l: TExprId, f: VarId, ext: i64, lanes: i64) -> bool {
-    let long = ext > crate::strategy::cpu::vectorize::MAX_SHORT_VECTORS * lanes;
+    let long = crate::strategy::cpu::blocking::long_row(ext, lanes);
     let group = crate::strategy::cpu::blocking::through_group(p, &[l], f);
     matches!(group, Some(Some(g)) if g < ext && ext % g == 0 && (g == lanes || long && g == 2 * lanes))
 }

@@ -108,7 +108,7 @@ pub(super) fn register_block(
     } else {
         row.max(1)
     };
-    let long = row >= lanes && short_vectors > MAX_SHORT_VECTORS;
+    let long = long_row(row, lanes);
     let vectors = if long { within_group(p, st, &loads, lanes, m.knobs.nvec.unwrap_or(2)) } else { short_vectors };
     // Rows of the image too where the row is one vector: `f` rows
     // of filters broadcast their weights to every image row of the block.
@@ -767,6 +767,13 @@ fn group_axis(p: &Program, st: &Stage, loads: &[TExprId], first_row_axis: usize)
         let g = through_group(p, loads, a as u32)?;
         g.filter(|&g| g >= 2 && g < ext && ext % g == 0).map(|g| (a, g))
     })
+}
+
+/// Whether a row of `row` elements in vectors of `lanes` takes the BLIS
+/// structure: more than [`MAX_SHORT_VECTORS`] vectors, whose micro-kernel
+/// is two vectors wide.
+pub(crate) fn long_row(row: i64, lanes: i64) -> bool {
+    row >= lanes && (row + lanes - 1) / lanes > MAX_SHORT_VECTORS
 }
 
 /// The micro-kernel's vectors along the stage's row, at most `vectors`:

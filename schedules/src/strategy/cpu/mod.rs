@@ -50,7 +50,7 @@ pub(crate) use pack::vector_operand;
 mod row_reductions;
 mod threads;
 mod tiles;
-pub(crate) mod vectorize;
+mod vectorize;
 
 use super::{preparation, uses_var, Strategy};
 use crate::analysis;

@@ -106,7 +106,7 @@ pub(super) fn fused_row(p: &Program, st: &Stage, m: Machine) -> (usize, i64) {
 
 /// Vectors a register block's row may span and stay short: a longer one
 /// takes the packed micro-kernel (`blocking::register_block`'s `long`).
-pub(crate) const MAX_SHORT_VECTORS: i64 = 6;
+pub(super) const MAX_SHORT_VECTORS: i64 = 6;
 
 /// Whether axes `a` and `a + 1` of `st` are one dense axis to every read and
 /// appear nowhere but in read indices: each flat offset moves with `a` as
