@@ -153,8 +153,9 @@ pub(super) fn register_block(
                 }
                 None => block_accumulators(m, shared),
             };
+            let max = (accumulators - taken) / vectors;
             default_rows(
-                (accumulators - taken) / vectors,
+                if long { rows_within_sets(max, &broadcast_pitches(p, st, &loads, a), m.caches) } else { max },
                 ss.ivs[a].extent,
                 (long || tap.is_some()).then(|| l1_ways(m.caches)),
                 vectors,
@@ -1104,6 +1105,52 @@ fn l1_ways(c: CpuCaches) -> i64 {
     (c.l1d / L1_WAY_BYTES).max(2)
 }
 
+/// Bytes from one row `a` to the next of each operand a product broadcasts
+/// from (a load that moves with `a`, not a vector operand): a GEMM's rows
+/// of A, `K` elements apart. None where `a` is not an axis of the stage (a
+/// group's filters split off).
+fn broadcast_pitches(p: &Program, st: &Stage, loads: &ProductLoads, a: usize) -> Vec<i64> {
+    if a >= st.vars.len() {
+        return Vec::new();
+    }
+    let pitch = |&l: &TExprId| {
+        let TExpr::Load(t, idx) = p.expr(l) else { return None };
+        let along = crate::analysis::flat_coefficient(p, *t, idx, a as texc_compiler::tir::VarId)?;
+        (along != 0).then(|| along.abs() * p.tensor(*t).elem.size() as i64)
+    };
+    loads.all.iter().filter(|l| !loads.vector.contains(l)).filter_map(pitch).collect()
+}
+
+/// The rows of a BLIS-style micro-kernel, at most `max`: as many as keep
+/// its rows of each broadcast operand (`pitches` bytes apart), one line
+/// each at every step of the reduction, within the ways of L1 where they
+/// meet in one set. AVX-512's 12 rows of two vectors 12 KiB apart (ViT's
+/// 3072-deep product: 197 rows, no divisor to fall back on) all fall in
+/// one set of an 8-way L1, and every broadcast missed it; rows 3 KiB apart
+/// (its 768-deep products) put three in a set, and keep their 12. MEASURED
+/// (Zen 4, `host`, 1 thread, `bench --profile`, two alternated rounds):
+/// ViT-B/16's twelve 3072-deep products 108.4–108.9 → 99.2–99.8 ms as
+/// blocks of 8 rows. (A cap at the ways for every block slowed Wide
+/// ResNet-50 and ResNet-101 by 3 %: rows that do not meet keep their 12.)
+fn rows_within_sets(max: i64, pitches: &[i64], c: CpuCaches) -> i64 {
+    let ways = l1_ways(c);
+    let fits = |rows: i64| pitches.iter().all(|&pitch| rows_in_one_set(rows, pitch) <= ways);
+    (1..=max).rev().find(|&rows| fits(rows)).unwrap_or(max.min(1))
+}
+
+/// The most lines of `rows` rows `pitch` bytes apart (each row's first
+/// element, the first row's at a line's start) that fall in one set of an
+/// x86 L1 (indexed within a way of [`L1_WAY_BYTES`]).
+fn rows_in_one_set(rows: i64, pitch: i64) -> i64 {
+    let sets = L1_WAY_BYTES / crate::strategy::LINE;
+    let lines: std::collections::BTreeSet<i64> = (0..rows).map(|r| r * pitch / crate::strategy::LINE).collect();
+    let mut count = std::collections::BTreeMap::<i64, i64>::new();
+    for line in lines {
+        *count.entry(line.rem_euclid(sets)).or_default() += 1;
+    }
+    count.into_values().max().unwrap_or(0)
+}
+
 /// Bytes of one way of an x86 L1 data cache (see [`l1_ways`]).
 const L1_WAY_BYTES: i64 = 4096;
 
@@ -1276,6 +1323,24 @@ mod tests {
         assert_eq!(default_rows(6, 32, Some(8), 2), 6, "AVX2 keeps its last block of 2");
         assert_eq!(default_rows(6, 1024, Some(8), 2), 6, "and of 4");
         assert_eq!(default_rows(12, 1024, None, 2), 8, "not a BLIS block");
+    }
+
+    /// A micro-kernel's rows of A stay within the L1's ways where they
+    /// meet in one set: 12 rows 12 KiB apart are 8 on an 8-way L1, 3 KiB
+    /// apart (three a set) stay 12; rows in one line are one line.
+    #[test]
+    fn micro_kernel_rows_stay_within_the_ways_of_a_set() {
+        assert_eq!(rows_in_one_set(12, 12 << 10), 12);
+        assert_eq!(rows_in_one_set(12, 3 << 10), 3);
+        assert_eq!(rows_in_one_set(12, 4), 1, "twelve floats in one line");
+        assert_eq!(rows_in_one_set(12, 788), 1, "197 floats apart: a set each");
+        let (eight, twelve) = (caches(32, 1024, 2), caches(48, 2048, 2));
+        assert_eq!(rows_within_sets(12, &[12 << 10], eight), 8);
+        assert_eq!(rows_within_sets(12, &[12 << 10], twelve), 12);
+        assert_eq!(rows_within_sets(12, &[3 << 10], eight), 12);
+        assert_eq!(rows_within_sets(12, &[3 << 10, 8 << 10], eight), 8, "the worst operand decides");
+        assert_eq!(rows_within_sets(12, &[], eight), 12, "nothing broadcast along the rows");
+        assert_eq!(rows_within_sets(6, &[4 << 10], eight), 6, "AVX2's 6 rows fit");
     }
 
     /// Image rows of 14 or 7 merge into one axis of rows where AVX2's
