@@ -22,9 +22,9 @@
 //! The register block then runs vectors along `f`, rows along `x`, and
 //! packs the filters into panels, as for a matrix product. A grouped
 //! convolution's input reads `f` only through its group (`X[n, k / Kg ·
-//! Cg + c, ..]`): where a group is as many filters as the schedule's
-//! vectors along them ([`per_group`]), a vector of a group's filters reads
-//! one element of it, a broadcast too
+//! Cg + c, ..]`): where a group is whole vectors of filters
+//! ([`per_group`]), a vector of a group's filters reads one element of
+//! it, a broadcast too
 //! (RegNetX-400MF's groups of 16 at 7², 7 of AVX-512's 16 lanes as
 //! written: 0.11–0.13 → 0.064–0.072 ms each, Zen 4, 1 thread). Where every
 //! operand reads the row's two axes `y, x` as one (a 1×1 convolution's
@@ -364,17 +364,14 @@ fn long_axis(
 }
 
 /// Whether load `l` reads the filter axis `f` (of `ext` filters) only
-/// through its group, `f / g`, with groups of as many filters as the
-/// schedule's vectors along them: one vector of `lanes` (a row of a few
-/// vectors is split by one), or the micro-kernel's two (a long row:
-/// `blocking::within_group`). Each vector of filters then reads one
-/// element of it, `(g·o + v) / g` simplified to `o`; a group of several
-/// such steps would leave the lanes in the quotient (`(8·o + v) / 24`),
-/// a gather per vector.
+/// through its group, `f / g`, with groups of whole vectors of `lanes`:
+/// each vector of filters then lies in one group and reads one element of
+/// it, `(8·o + v) / 24` simplified to `o / 3` (`index::exact_div_mod`), and
+/// a long row's micro-kernel takes as many vectors as divide a group
+/// (`blocking::within_group`).
 fn per_group(p: &Program, l: TExprId, f: VarId, ext: i64, lanes: i64) -> bool {
-    let long = crate::strategy::cpu::blocking::long_row(ext, lanes);
     let group = crate::strategy::cpu::blocking::through_group(p, &[l], f);
-    matches!(group, Some(Some(g)) if g < ext && ext % g == 0 && (g == lanes || long && g == 2 * lanes))
+    matches!(group, Some(Some(g)) if g < ext && ext % g == 0 && g % lanes == 0)
 }
 
 /// The axis along which stage `si`, a product, would be computed

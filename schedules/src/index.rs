@@ -132,18 +132,42 @@ pub fn eliminate_div_mod(f: &mut LoopFunc, e: TExprId) -> TExprId {
 
 /// `(X, Y)` with `t = c·X + Y` and `Y` in `[0, c)`, where `t` is linear in
 /// loop variables and in terms that intervals bound.
+///
+/// Failing that, the same by a divisor `a` of `c` (`t = a·X + Y`, `Y` in
+/// `[0, a)`): `t / c = X / (c / a)` and `t % c = a·(X % (c / a)) + Y`,
+/// with `X / (c / a)` simplified in turn. A vector of 8 filters in groups
+/// of 24 (`(8·o + v) / 24`, `v` its lanes) reads one group, `o / 3`, the
+/// same for every lane. The divisors tried are those `c` shares with the
+/// terms' coefficients, the largest first: where the outer terms' own
+/// factor divides `c`, the inner ones stay below it.
 fn exact_div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> Option<(TExprId, TExprId)> {
     if c < 1 {
         return None;
     }
     let l = lin(f, t)?;
     let c128 = c as i128;
-    let (x, y) = split_terms(&l.form, c128);
-    let (lo, hi) = bounds(f, &y, &l.exprs)?;
-    if lo < 0 || hi >= c128 {
-        return None;
+    let mut divisors: Vec<i128> = l.form.terms.values().map(|&k| crate::independence::gcd(k, c128)).collect();
+    divisors.retain(|&a| a > 1 && a < c128);
+    divisors.sort_unstable_by(|a, b| b.cmp(a));
+    divisors.dedup();
+    for a in std::iter::once(c128).chain(divisors) {
+        let (x, y) = split_terms(&l.form, a);
+        let Some((lo, hi)) = bounds(f, &y, &l.exprs) else { continue };
+        if lo < 0 || hi >= a {
+            continue;
+        }
+        let (xe, ye) = (build(f, &x, &l.exprs)?, build(f, &y, &l.exprs)?);
+        if a == c128 {
+            return Some((xe, ye));
+        }
+        let m = i64::try_from(c128 / a).ok()?;
+        let (q, xr) = div_mod(f, xe, m);
+        let a = int(f, i64::try_from(a).ok()?);
+        let scaled = bin(f, BinOp::Mul, xr, a);
+        let r = bin(f, BinOp::Add, scaled, ye);
+        return Some((q, simplify(f, r)));
     }
-    Some((build(f, &x, &l.exprs)?, build(f, &y, &l.exprs)?))
+    None
 }
 
 /// `l` as `c·X + Y`: `X` the terms `c` divides (over `c`) and the
@@ -283,6 +307,14 @@ mod tests {
         iv.lo.expect("known")
     }
 
+    /// The divisor of division `e`.
+    fn divisor_of(f: &LoopFunc, e: TExprId) -> TExprId {
+        match f.p.expr(e) {
+            TExpr::Binary(BinOp::FloorDiv, _, d) => *d,
+            other => panic!("not a division: {other:?}"),
+        }
+    }
+
     /// How many divisions and remainders by `c` `e` holds.
     fn by(f: &LoopFunc, e: TExprId, c: i64) -> usize {
         let here = match f.p.expr(e) {
@@ -335,5 +367,40 @@ mod tests {
             }
         }
         assert_eq!(eliminate_div_mod(&mut f, quotient), group, "the group, as the fused loop gives it");
+    }
+
+    /// By a divisor of the constant: a vector of 8 filters in groups of 24,
+    /// `(8·o + v) / 24` over lanes `v < 8`, is `o / 3` (no lane in it) and
+    /// its remainder `8·(o % 3) + v`; rows of 7 in an image row of 14,
+    /// `(7·b + r) / 14`, are `b / 2`. Where the inner terms reach the
+    /// outer term's factor (`v < 9`), the division stays. Every value is
+    /// kept.
+    #[test]
+    fn divisions_by_a_multiple_of_the_outer_step_divide_the_outer_term() {
+        let mut f = func(&[9, 8, 9, 7]);
+        let (o, v, w, r) = (var(&mut f, 0), var(&mut f, 1), var(&mut f, 2), var(&mut f, 3));
+        let (c8, c24, c7, c14) = (int(&mut f, 8), int(&mut f, 24), int(&mut f, 7), int(&mut f, 14));
+        let o8 = bin(&mut f, BinOp::Mul, o, c8);
+        let lane = bin(&mut f, BinOp::Add, o8, v);
+        let group = bin(&mut f, BinOp::FloorDiv, lane, c24);
+        let within = bin(&mut f, BinOp::FloorMod, lane, c24);
+        let o7 = bin(&mut f, BinOp::Mul, o, c7);
+        let row = bin(&mut f, BinOp::Add, o7, r);
+        let image_row = bin(&mut f, BinOp::FloorDiv, row, c14);
+        let column = bin(&mut f, BinOp::FloorMod, row, c14);
+        let past = bin(&mut f, BinOp::Add, o8, w);
+        let past_group = bin(&mut f, BinOp::FloorDiv, past, c24);
+        for (e, c, divisor) in [(group, 24, 3), (within, 24, 3), (image_row, 14, 2), (column, 14, 2)] {
+            let out = eliminate_div_mod(&mut f, e);
+            assert_eq!((by(&f, out, c), by(&f, out, divisor)), (0, 1), "{:?}", f.p.expr(out));
+            for at in (0..9).flat_map(|o| (0..8).flat_map(move |v| (0..7).map(move |r| [o, v, 0, r]))) {
+                assert_eq!(value(&f, out, &at), value(&f, e, &at), "at {at:?}");
+            }
+        }
+        let lanes_gone = eliminate_div_mod(&mut f, group);
+        let at_lane = |f: &LoopFunc, lane: i64| value(f, lanes_gone, &[5, lane, 0, 0]);
+        assert!((0..8).all(|lane| at_lane(&f, lane) == 1), "the same group for every lane");
+        assert_eq!(f.p.expr(lanes_gone), &TExpr::Binary(BinOp::FloorDiv, o, divisor_of(&f, lanes_gone)), "o / 3");
+        assert_eq!(eliminate_div_mod(&mut f, past_group), past_group, "w reaches 8: left as it was");
     }
 }

@@ -773,7 +773,7 @@ fn group_axis(p: &Program, st: &Stage, loads: &[TExprId], first_row_axis: usize)
 /// Whether a row of `row` elements in vectors of `lanes` takes the BLIS
 /// structure: more than [`MAX_SHORT_VECTORS`] vectors, whose micro-kernel
 /// is two vectors wide.
-pub(crate) fn long_row(row: i64, lanes: i64) -> bool {
+fn long_row(row: i64, lanes: i64) -> bool {
     row >= lanes && (row + lanes - 1) / lanes > MAX_SHORT_VECTORS
 }
 
