@@ -7,7 +7,9 @@
 //! over loop variables (anything else is an opaque term, keyed by its
 //! structure so that equal terms cancel), differences are simplified, and
 //! `t / c`, `t % c` become `X`, `Y` when `t = c·X + Y` with `Y` provably in
-//! `[0, c)`. Loop variables range over `[0, extent)`: every loop starts at 0
+//! `[0, c)`, or `X / (c / a)`, `a·(X % (c / a)) + Y` when `t = a·X + Y` with
+//! `Y` in `[0, a)` for a divisor `a` of `c` (exact under floor division for
+//! any `X`). Loop variables range over `[0, extent)`: every loop starts at 0
 //! or later.
 
 use crate::ir::LoopFunc;
@@ -96,9 +98,9 @@ pub fn simplify(f: &mut LoopFunc, e: TExprId) -> TExprId {
     lin(f, e).and_then(|l| build(f, &l.form, &l.exprs)).unwrap_or(e)
 }
 
-/// `(t / c, t % c)` for `t ≥ 0` and `c ≥ 1`, free of `/` and `%` where `t`
-/// splits into `c·X + Y` with `Y` in `[0, c)` (as [`eliminate_div_mod`]
-/// finds it).
+/// `(t / c, t % c)` for `t ≥ 0` and `c ≥ 1`, free of `/` and `%` by `c`
+/// where `t` splits into `c·X + Y` with `Y` in `[0, c)`, or into `a·X + Y`
+/// for a divisor `a` of `c` (as [`eliminate_div_mod`] finds it).
 pub fn div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> (TExprId, TExprId) {
     exact_div_mod(f, t, c).unwrap_or_else(|| {
         let k = int(f, c);
@@ -108,7 +110,9 @@ pub fn div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> (TExprId, TExprId) {
 
 /// `e` with each floor division or remainder by a constant `c` of a linear
 /// term `t = c·X + Y` whose `Y` provably lies in `[0, c)` replaced by `X`
-/// or `Y` (inner ones first); everything else as it was. The terms of `Y`
+/// or `Y` (inner ones first), and of `t = a·X + Y` with `Y` in `[0, a)`
+/// for a divisor `a` of `c` by `X / (c / a)` or `a·(X % (c / a)) + Y`;
+/// everything else as it was. The terms of `Y`
 /// may be divisions and remainders of loop variables themselves, bounded
 /// by their intervals: a grouped convolution's input channel `k / 24 · 24
 /// + c`, with `k = t / 14 / 4 · 24 + t / 14 % 4 · 6 + r` once its filters
@@ -146,17 +150,13 @@ fn exact_div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> Option<(TExprId, TExpr
     }
     let l = lin(f, t)?;
     let c128 = c as i128;
-    let mut divisors: Vec<i128> = l.form.terms.values().map(|&k| crate::independence::gcd(k, c128)).collect();
-    divisors.retain(|&a| a > 1 && a < c128);
-    divisors.sort_unstable_by(|a, b| b.cmp(a));
-    divisors.dedup();
-    for a in std::iter::once(c128).chain(divisors) {
+    for a in divisor_candidates(c128, l.form.terms.values().copied()) {
         let (x, y) = split_terms(&l.form, a);
         let Some((lo, hi)) = bounds(f, &y, &l.exprs) else { continue };
         if lo < 0 || hi >= a {
             continue;
         }
-        let (xe, ye) = (build(f, &x, &l.exprs)?, build(f, &y, &l.exprs)?);
+        let (Some(xe), Some(ye)) = (build(f, &x, &l.exprs), build(f, &y, &l.exprs)) else { continue };
         if a == c128 {
             return Some((xe, ye));
         }
@@ -168,6 +168,25 @@ fn exact_div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> Option<(TExprId, TExpr
         return Some((q, simplify(f, r)));
     }
     None
+}
+
+/// The divisors of `c` by which a linear form with coefficients `coefs`
+/// may split as `a·X + Y`, largest first: `c` itself, then the greatest
+/// common divisor of `c` and the largest coefficients, one more at a time
+/// (the outer terms share the factor, the inner ones stay below it: `6·i
+/// + 10·j + k` by 30 splits by 2). None is 1 but `c = 1` itself.
+pub(crate) fn divisor_candidates(c: i128, coefs: impl Iterator<Item = i128>) -> Vec<i128> {
+    let mut by_size: Vec<i128> = coefs.map(i128::abs).collect();
+    by_size.sort_unstable_by(|a, b| b.cmp(a));
+    let mut candidates = vec![c];
+    let mut g = c;
+    for k in by_size {
+        g = crate::independence::gcd(g, k);
+        candidates.push(g);
+    }
+    candidates.dedup();
+    candidates.retain(|&a| a > 1 || a == c);
+    candidates
 }
 
 /// `l` as `c·X + Y`: `X` the terms `c` divides (over `c`) and the
@@ -390,10 +409,34 @@ mod tests {
         let column = bin(&mut f, BinOp::FloorMod, row, c14);
         let past = bin(&mut f, BinOp::Add, o8, w);
         let past_group = bin(&mut f, BinOp::FloorDiv, past, c24);
-        for (e, c, divisor) in [(group, 24, 3), (within, 24, 3), (image_row, 14, 2), (column, 14, 2)] {
+        // Below zero: `(8·o + v - 16) / 24` is `(o - 2) / 3`, floored.
+        let c16 = int(&mut f, 16);
+        let below = bin(&mut f, BinOp::Sub, lane, c16);
+        let (below_group, below_within) =
+            (bin(&mut f, BinOp::FloorDiv, below, c24), bin(&mut f, BinOp::FloorMod, below, c24));
+        // A second level: `(24·w + 8·(o % 3) + v) / 48` is `w / 2`.
+        let (c3, c48) = (int(&mut f, 3), int(&mut f, 48));
+        let w24 = bin(&mut f, BinOp::Mul, w, c24);
+        let o3 = bin(&mut f, BinOp::FloorMod, o, c3);
+        let o3_8 = bin(&mut f, BinOp::Mul, o3, c8);
+        let inner = bin(&mut f, BinOp::Add, o3_8, v);
+        let nested = bin(&mut f, BinOp::Add, w24, inner);
+        let pair = bin(&mut f, BinOp::FloorDiv, nested, c48);
+        let cases = [
+            (group, 24, 3),
+            (within, 24, 3),
+            (image_row, 14, 2),
+            (column, 14, 2),
+            (below_group, 24, 3),
+            (below_within, 24, 3),
+            (pair, 48, 2),
+        ];
+        for (e, c, divisor) in cases {
             let out = eliminate_div_mod(&mut f, e);
             assert_eq!((by(&f, out, c), by(&f, out, divisor)), (0, 1), "{:?}", f.p.expr(out));
-            for at in (0..9).flat_map(|o| (0..8).flat_map(move |v| (0..7).map(move |r| [o, v, 0, r]))) {
+            let points = (0..9)
+                .flat_map(|o| (0..8).flat_map(move |v| (0..9).flat_map(move |w| (0..7).map(move |r| [o, v, w, r]))));
+            for at in points {
                 assert_eq!(value(&f, out, &at), value(&f, e, &at), "at {at:?}");
             }
         }

@@ -44,14 +44,14 @@ use texc_compiler::tir::*;
 pub const SHORT_ROW: i64 = 16;
 
 /// Merge the short image rows of every product of `p` that qualifies (see
-/// the module header) where `pays(p, stage, h, w)` says the register blocks
+/// the module header) where `pays(p, stage, (y, x))` says the register blocks
 /// take fewer steps over `h · w` rows than over `h` rows of `w` (the CPU
 /// strategy's count); CPU targets only. MEASURED (AMD Zen 4, 1 thread,
 /// `bench --profile`, ConvNeXt-T's products, new against old): `x86-avx2`
 /// the 18 at 14 × 14 40.9 → 39.0 ms, the 6 at 7 × 7 17.4 → 15.5; on `host`
 /// (blocks of 7, where the count says no) merged anyway they took 36.8 → 37.5
 /// and 12.9 → 12.8.
-pub fn merge_product_rows(p: &mut Program, target: &Target, pays: &dyn Fn(&Program, usize, i64, i64) -> bool) {
+pub fn merge_product_rows(p: &mut Program, target: &Target, pays: &dyn Fn(&Program, usize, (usize, usize)) -> bool) {
     if target.kind != TargetKind::Cpu {
         return;
     }
@@ -63,8 +63,7 @@ pub fn merge_product_rows(p: &mut Program, target: &Target, pays: &dyn Fn(&Progr
     for si in 0..p.stages.len() {
         let sole = writers[&p.stages[si].tensor] == 1 && p.tensor(p.stages[si].tensor).role == TensorRole::Temp;
         if let Some((y, x)) = mergeable(p, si).filter(|_| sole) {
-            let (h, w) = (p.stages[si].vars[y].extent, p.stages[si].vars[x].extent);
-            if pays(p, si, h, w) {
+            if pays(p, si, (y, x)) {
                 merge(p, si, y, x);
             }
         }

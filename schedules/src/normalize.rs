@@ -558,23 +558,11 @@ fn split_by(p: &Program, e: TExprId, k: i64, extents: &[i64]) -> Option<Split> {
         return None;
     }
     let form = texc_compiler::affine::affine_in_vars(p, e)?;
-    let mut by_size: Vec<i128> = form.terms.values().map(|c| c.abs()).collect();
-    by_size.sort_unstable_by(|a, b| b.cmp(a));
-    // The candidates, largest first: k, then gcd(k, the j largest coefficients).
-    let mut candidates = vec![k as i128];
-    let mut g = k as i128;
-    for c in by_size {
-        g = crate::independence::gcd(g, c);
-        candidates.push(g);
-    }
-    candidates.dedup();
-    // A divisor of 1 would not simplify (`e / k` as `e / k`); `k = 1` itself does (`e`, `0`).
-    candidates.into_iter().filter(|&g| g > 1 || g == k as i128).find_map(|g| split_exactly(&form, g, extents)).map(
-        |(g, high, low)| {
-            let g = g as i64;
-            Split { g, m: k / g, high, low }
-        },
-    )
+    let candidates = crate::index::divisor_candidates(k as i128, form.terms.values().copied());
+    candidates.into_iter().find_map(|g| split_exactly(&form, g, extents)).map(|(g, high, low)| {
+        let g = g as i64;
+        Split { g, m: k / g, high, low }
+    })
 }
 
 /// `(g, X, Y)` with `form = g·X + Y` and `0 ≤ Y < g` over the variables' extents.

@@ -1172,22 +1172,23 @@ fn default_schedules_follow_the_caches_and_match_the_interpreter() {
 /// A BLIS micro-kernel's rows of A stay within the ways of L1 where they
 /// meet in one set (issue 36, ViT-B/16's 3072-deep product): on AVX-512
 /// (24 accumulators, 12 rows of two vectors) with an 8-way 32 KiB L1, rows
-/// 3072 floats apart (12 KiB: one set) are blocks of 8, rows 768 apart
-/// (3 KiB: three a set) stay 12, and a 12-way 48 KiB L1 keeps 12 for both.
-/// Each runs like the interpreter where the CPU has AVX-512.
+/// 3072 floats apart (12 KiB: one set) are blocks of 8 (197 rows too,
+/// which no block size divides), rows 768 apart (3 KiB: three a set) stay
+/// 12, and a 12-way 48 KiB L1 keeps 12 for both. Each runs like the
+/// interpreter where the CPU has AVX-512.
 #[test]
 fn micro_kernel_rows_of_a_stay_within_the_ways_of_l1() {
     use texc_compiler::target::{lookup, with_caches, CpuCaches};
     let base = lookup("x86-avx512").expect("registered");
-    for (depth, l1d, rows) in [(3072, 32, 8), (768, 32, 12), (3072, 48, 12)] {
+    for (m, depth, l1d, rows) in [(48, 3072, 32, 8), (197, 3072, 32, 8), (48, 768, 32, 12), (48, 3072, 48, 12)] {
         let src = format!(
-            "kernel mm(A: f32[M = 48, K = {depth}], B: f32[K, N = 128]) -> C: f32[M, N] {{\n    C[i, j] = sum[k](A[i, k] * B[k, j]);\n}}"
+            "kernel mm(A: f32[M = {m}, K = {depth}], B: f32[K, N = 128]) -> C: f32[M, N] {{\n    C[i, j] = sum[k](A[i, k] * B[k, j]);\n}}"
         );
         let p = program("mm.tex", &src);
         let t = with_caches(base, CpuCaches { l1d: l1d << 10, ..CpuCaches::NOMINAL });
         let f = texc_tests::default_lowered_on(t, &p);
         let text = texc_schedules::ir::print(&f);
-        let what = format!("K = {depth}, {l1d} KiB of L1");
+        let what = format!("M = {m}, K = {depth}, {l1d} KiB of L1");
         assert!(text.contains(&format!("for i.r in 0..{rows} unrolled")), "{what}: blocks of {rows} rows:\n{text}");
         if base.check_runs_here().is_ok() {
             let want = interp::run(&p, random_args(&p, 3)).expect("interp");

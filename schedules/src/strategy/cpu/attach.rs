@@ -420,20 +420,23 @@ fn cuts_lines(p: &Program, st: &Stage, ext: &[i64], whole: WholeTransposes) -> b
 /// reloaded for every box instead of being reused across that axis (the
 /// rows of a matrix product computed one at a time). An operand read
 /// through groups of the axis (`X[n, k / g · Cg + c, ..]`, a grouped
-/// convolution computed filters-last) is reused across a group: a box
-/// narrower than one cuts it (and the vectors along the filters with it:
-/// one filter a box, its vectors one lane wide).
+/// convolution computed filters-last) is reused across a group: a box of
+/// less than whole groups cuts it (and the vectors along the filters with
+/// it: one filter a box, its vectors one lane wide; boxes of 28 filters in
+/// groups of 24, vectors across groups).
 fn cuts_reuse(p: &Program, st: &Stage, ext: &[i64]) -> bool {
     if st.vars.len() == st.n_axes {
         return false;
     }
     let mut all = Vec::new();
     loads_in(p, st.value, &mut all);
-    let reused = |l: TExprId, a: usize| match super::blocking::through_group(p, &[l], a as u32) {
-        Some(None) => Some(st.vars[a].extent),
-        Some(Some(g)) => Some(g),
-        None => None,
+    let cut = |l: TExprId, a: usize| {
+        let whole = st.vars[a].extent;
+        match super::blocking::through_group(p, &[l], a as u32) {
+            Some(None) => ext[a] < whole,
+            Some(Some(g)) => ext[a] < whole && (ext[a] < g || ext[a] % g != 0),
+            None => false,
+        }
     };
-    (0..st.n_axes)
-        .any(|a| all.iter().any(|&l| reused(l, a).is_some_and(|across| ext[a] < across.min(st.vars[a].extent))))
+    (0..st.n_axes).any(|a| all.iter().any(|&l| cut(l, a)))
 }

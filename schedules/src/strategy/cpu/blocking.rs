@@ -154,8 +154,9 @@ pub(super) fn register_block(
                 None => block_accumulators(m, shared),
             };
             let max = (accumulators - taken) / vectors;
+            let pitches = |a: usize| broadcast_pitches(p, &loads, a);
             default_rows(
-                if long { rows_within_sets(max, &broadcast_pitches(p, st, &loads, a), m.caches) } else { max },
+                if long { rows_within_sets(max, &root_axis(ss, a).map_or(Vec::new(), pitches), m.caches) } else { max },
                 ss.ivs[a].extent,
                 (long || tap.is_some()).then(|| l1_ways(m.caches)),
                 vectors,
@@ -1096,59 +1097,85 @@ fn window_accumulators(m: Machine) -> i64 {
 const UNSHARED_ACCUMULATORS: i64 = 12;
 
 /// Rows of A that a BLIS-style micro-kernel may read at once without
-/// evicting one another from L1: its rows lie a power-of-two stride apart in
-/// the usual shapes, so all fall in one set, and a set holds as many lines
-/// as L1 has ways. An x86 L1 data cache is indexed within the page (64 sets
+/// evicting one another from L1 where they fall in one set (rows a power
+/// of two apart, SGEMM's; [`rows_within_sets`] counts them): a set holds
+/// as many lines as L1 has ways. An x86 L1 data cache is indexed within the page (64 sets
 /// of 64-byte lines: 4 KiB a way), so its ways are its size over 4 KiB: 8
 /// at 32 KiB (Zen 2–4, Skylake), 12 at 48 KiB (Intel since Ice Lake, Zen 5).
 fn l1_ways(c: CpuCaches) -> i64 {
     (c.l1d / L1_WAY_BYTES).max(2)
 }
 
-/// Bytes from one row `a` to the next of each operand a product broadcasts
-/// from (a load that moves with `a`, not a vector operand): a GEMM's rows
-/// of A, `K` elements apart. None where `a` is not an axis of the stage (a
-/// group's filters split off).
-fn broadcast_pitches(p: &Program, st: &Stage, loads: &ProductLoads, a: usize) -> Vec<i64> {
-    if a >= st.vars.len() {
-        return Vec::new();
+/// The stage's axis that index `a` of its schedule steps along one by one:
+/// itself, or the axis whose split's inner part it is (a group's filters
+/// split off by [`split_groups`]); `None` for an outer part or a fusion.
+fn root_axis(ss: &StageSchedule, mut a: usize) -> Option<usize> {
+    loop {
+        match ss.ivs[a].rel {
+            crate::schedule::Rel::Root(v) => return Some(v),
+            crate::schedule::Rel::Split { parent, outer: false, .. } => a = parent,
+            _ => return None,
+        }
     }
+}
+
+/// [`broadcast_pitches`] of a product along its axis `a`.
+pub(super) fn row_pitches(p: &Program, st: &Stage, a: usize) -> Vec<i64> {
+    broadcast_pitches(p, &ProductLoads::of(p, st), a)
+}
+
+/// Bytes from one row `a` (an axis of the stage) to the next of each
+/// operand a product broadcasts from (a load that moves with `a`, not a
+/// vector operand): a GEMM's rows of A, `K` elements apart. A load whose
+/// step along `a` is not a constant is left out.
+fn broadcast_pitches(p: &Program, loads: &ProductLoads, a: usize) -> Vec<i64> {
     let pitch = |&l: &TExprId| {
         let TExpr::Load(t, idx) = p.expr(l) else { return None };
         let along = crate::analysis::flat_coefficient(p, *t, idx, a as texc_compiler::tir::VarId)?;
-        (along != 0).then(|| along.abs() * p.tensor(*t).elem.size() as i64)
+        (along != 0).then(|| along.checked_abs()?.checked_mul(p.tensor(*t).elem.size() as i64)).flatten()
     };
     loads.all.iter().filter(|l| !loads.vector.contains(l)).filter_map(pitch).collect()
 }
 
 /// The rows of a BLIS-style micro-kernel, at most `max`: as many as keep
-/// its rows of each broadcast operand (`pitches` bytes apart), one line
-/// each at every step of the reduction, within the ways of L1 where they
-/// meet in one set. AVX-512's 12 rows of two vectors 12 KiB apart (ViT's
-/// 3072-deep product: 197 rows, no divisor to fall back on) all fall in
-/// one set of an 8-way L1, and every broadcast missed it; rows 3 KiB apart
-/// (its 768-deep products) put three in a set, and keep their 12. MEASURED
-/// (Zen 4, `host`, 1 thread, `bench --profile`, two alternated rounds):
-/// ViT-B/16's twelve 3072-deep products 108.4–108.9 → 99.2–99.8 ms as
-/// blocks of 8 rows. (A cap at the ways for every block slowed Wide
-/// ResNet-50 and ResNet-101 by 3 %: rows that do not meet keep their 12.)
+/// the lines of its broadcast operands' rows (`pitches` bytes apart, one
+/// line a row and operand at every step of the reduction) within the ways
+/// of each set of L1, wherever the block starts within a line. The rows
+/// may fill a set's ways: the packed panel streams through the sets, and
+/// rows of A that fill them ran faster than fewer (SGEMM 1024³, rows 4 KiB
+/// apart: 8 rows against 6, [`default_rows`]). AVX-512's 12 rows of two
+/// vectors 12 KiB apart (ViT's 3072-deep product: 197 rows, no divisor to
+/// fall back on) all fall in one set of an 8-way L1, and every broadcast
+/// missed it; rows 3 KiB apart (its 768-deep products) put three in a set,
+/// and keep their 12. MEASURED (Zen 4, `host`, 1 thread, `bench
+/// --profile`, two alternated rounds): ViT-B/16's twelve 3072-deep
+/// products 108.4–108.9 → 99.2–99.8 ms as blocks of 8 rows. (A cap at the
+/// ways for every block slowed Wide ResNet-50 and ResNet-101 by 3 %: rows
+/// that do not meet keep their 12.)
 fn rows_within_sets(max: i64, pitches: &[i64], c: CpuCaches) -> i64 {
     let ways = l1_ways(c);
-    let fits = |rows: i64| pitches.iter().all(|&pitch| rows_in_one_set(rows, pitch) <= ways);
-    (1..=max).rev().find(|&rows| fits(rows)).unwrap_or(max.min(1))
+    (1..=max).rev().find(|&rows| lines_in_one_set(rows, pitches) <= ways).unwrap_or(max.min(1))
 }
 
-/// The most lines of `rows` rows `pitch` bytes apart (each row's first
-/// element, the first row's at a line's start) that fall in one set of an
-/// x86 L1 (indexed within a way of [`L1_WAY_BYTES`]).
-fn rows_in_one_set(rows: i64, pitch: i64) -> i64 {
-    let sets = L1_WAY_BYTES / crate::strategy::LINE;
-    let lines: std::collections::BTreeSet<i64> = (0..rows).map(|r| r * pitch / crate::strategy::LINE).collect();
-    let mut count = std::collections::BTreeMap::<i64, i64>::new();
-    for line in lines {
-        *count.entry(line.rem_euclid(sets)).or_default() += 1;
-    }
-    count.into_values().max().unwrap_or(0)
+/// The most lines that `rows` rows of each operand, `pitches` bytes apart,
+/// put in one set of an x86 L1 (indexed within a way of [`L1_WAY_BYTES`]),
+/// over the block's first row at every 4-byte offset within a line (the
+/// operands' rows counted together, as if their first rows shared that
+/// offset's set).
+fn lines_in_one_set(rows: i64, pitches: &[i64]) -> i64 {
+    let (line, sets) = (crate::strategy::LINE, L1_WAY_BYTES / crate::strategy::LINE);
+    let at_offset = |start: i64| {
+        let mut count = std::collections::BTreeMap::<i64, i64>::new();
+        for &pitch in pitches {
+            let lines: std::collections::BTreeSet<i64> =
+                (0..rows).filter_map(|r| Some(r.checked_mul(pitch)?.checked_add(start)? / line)).collect();
+            for l in lines {
+                *count.entry(l.rem_euclid(sets)).or_default() += 1;
+            }
+        }
+        count.into_values().max().unwrap_or(0)
+    };
+    (0..line).step_by(4).map(at_offset).max().unwrap_or(0)
 }
 
 /// Bytes of one way of an x86 L1 data cache (see [`l1_ways`]).
@@ -1186,12 +1213,14 @@ fn default_rows(max: i64, extent: i64, l1_ways: Option<i64>, vectors: i64) -> i6
 /// Whether a product's register blocks take fewer steps ([`block_cycles`],
 /// with the rows [`default_rows`] picks either way, rows of the
 /// micro-kernel's two vectors) over `h · w` rows as one axis than over `h`
-/// image rows of `w` ([`crate::merge_rows`]). AVX2's rows of 14 (5 + 5 + 4,
-/// 17 steps) against 196 (32 × 6 + 4, 229 for 238) merge; AVX-512's blocks
-/// of 7 divide 14 and 196 alike (224 either way), and stay.
-pub(super) fn merged_rows_pay(m: Machine, h: i64, w: i64) -> bool {
+/// image rows of `w` ([`crate::merge_rows`]), at most the rows
+/// [`rows_within_sets`] leaves the block for its broadcast operands' rows
+/// `pitches` bytes apart ([`row_pitches`]: the same merged or not). AVX2's rows of 14 (5 + 5 + 4, 17 steps)
+/// against 196 (32 × 6 + 4, 229 for 238) merge; AVX-512's blocks of 7
+/// divide 14 and 196 alike (224 either way), and stay.
+pub(super) fn merged_rows_pay(m: Machine, (h, w): (i64, i64), pitches: &[i64]) -> bool {
     let vectors = m.knobs.nvec.unwrap_or(2).max(1);
-    let max = block_accumulators(m, true) / vectors;
+    let max = rows_within_sets(block_accumulators(m, true) / vectors, pitches, m.caches);
     let ways = Some(l1_ways(m.caches));
     let steps = |extent: i64| block_cycles(default_rows(max, extent, ways, vectors).max(1), extent, vectors);
     steps(h * w) < h * steps(w)
@@ -1330,17 +1359,22 @@ mod tests {
     /// apart (three a set) stay 12; rows in one line are one line.
     #[test]
     fn micro_kernel_rows_stay_within_the_ways_of_a_set() {
-        assert_eq!(rows_in_one_set(12, 12 << 10), 12);
-        assert_eq!(rows_in_one_set(12, 3 << 10), 3);
-        assert_eq!(rows_in_one_set(12, 4), 1, "twelve floats in one line");
-        assert_eq!(rows_in_one_set(12, 788), 1, "197 floats apart: a set each");
+        assert_eq!(lines_in_one_set(12, &[12 << 10]), 12);
+        assert_eq!(lines_in_one_set(12, &[3 << 10]), 3);
+        assert_eq!(lines_in_one_set(12, &[4]), 1, "twelve floats: two lines at most, two sets");
+        assert_eq!(lines_in_one_set(12, &[788]), 1, "197 floats apart: a set each, at any offset");
+        assert_eq!(lines_in_one_set(12, &[3 << 10, 8 << 10]), 15, "the operands' lines together");
         let (eight, twelve) = (caches(32, 1024, 2), caches(48, 2048, 2));
         assert_eq!(rows_within_sets(12, &[12 << 10], eight), 8);
         assert_eq!(rows_within_sets(12, &[12 << 10], twelve), 12);
         assert_eq!(rows_within_sets(12, &[3 << 10], eight), 12);
-        assert_eq!(rows_within_sets(12, &[3 << 10, 8 << 10], eight), 8, "the worst operand decides");
+        assert_eq!(rows_within_sets(12, &[3 << 10, 8 << 10], eight), 6, "2 + 6 lines in one set");
         assert_eq!(rows_within_sets(12, &[], eight), 12, "nothing broadcast along the rows");
         assert_eq!(rows_within_sets(6, &[4 << 10], eight), 6, "AVX2's 6 rows fit");
+        // Rows 8 KiB apart on AVX-512: blocks of 8 over a 14 × 14 map merge
+        // (24 × 8 + 4 rows, 221 steps, against 14 × 16), as the block takes them.
+        let avx512 = machine(16, 24, eight);
+        assert!(merged_rows_pay(avx512, (14, 14), &[8 << 10]) && !merged_rows_pay(avx512, (14, 14), &[]));
     }
 
     /// Image rows of 14 or 7 merge into one axis of rows where AVX2's
@@ -1349,11 +1383,11 @@ mod tests {
     #[test]
     fn short_image_rows_merge_where_their_blocks_end_short() {
         let (avx2, avx512) = (machine(8, 12, caches(32, 1024, 2)), machine(16, 24, caches(32, 1024, 2)));
-        assert!(merged_rows_pay(avx2, 14, 14), "196 rows: 229 steps, 14 × 17");
-        assert!(merged_rows_pay(avx2, 7, 7), "49 rows: 59 steps, 7 × 10");
-        assert!(!merged_rows_pay(avx2, 4, 12), "rows of 12: two blocks of 6 each");
-        assert!(!merged_rows_pay(avx512, 14, 14), "blocks of 7 either way");
-        assert!(!merged_rows_pay(avx512, 7, 7));
+        assert!(merged_rows_pay(avx2, (14, 14), &[]), "196 rows: 229 steps, 14 × 17");
+        assert!(merged_rows_pay(avx2, (7, 7), &[]), "49 rows: 59 steps, 7 × 10");
+        assert!(!merged_rows_pay(avx2, (4, 12), &[]), "rows of 12: two blocks of 6 each");
+        assert!(!merged_rows_pay(avx512, (14, 14), &[]), "blocks of 7 either way");
+        assert!(!merged_rows_pay(avx512, (7, 7), &[]));
     }
 
     /// A last block of one row among few is spread over the others.

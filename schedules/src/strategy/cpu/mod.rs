@@ -142,8 +142,10 @@ fn filters_last(p: &mut Program, t: &Target, _: DefaultKnobs) {
 /// *merge-product-rows*: products over short image rows computed over the
 /// whole map as one axis of rows ([`crate::merge_rows`]).
 fn merge_product_rows(p: &mut Program, t: &Target, knobs: DefaultKnobs) {
-    let pays = |p: &Program, si: usize, h: i64, w: i64| {
-        blocking::merged_rows_pay(Machine::of(t, &p.stages[si], p, knobs), h, w)
+    let pays = |p: &Program, si: usize, (y, x): (usize, usize)| {
+        let st = &p.stages[si];
+        let (rows, pitches) = ((st.vars[y].extent, st.vars[x].extent), blocking::row_pitches(p, st, x));
+        blocking::merged_rows_pay(Machine::of(t, st, p, knobs), rows, &pitches)
     };
     crate::merge_rows::merge_product_rows(p, t, &pays);
 }
