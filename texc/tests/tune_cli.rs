@@ -470,7 +470,9 @@ fn the_cost_model_picks_candidates_in_large_spaces() {
 /// `--jobs 2`: candidates compile two at a time and are timed one at a
 /// time; a worker still compiling after `--trial-timeout` is killed and
 /// loses only its trial (here every one: the tuner says none could be
-/// measured, and records nothing).
+/// measured, and records nothing). The second tune compiles without the
+/// compile cache: the first one's code, read back from it, could come
+/// within the timeout.
 #[test]
 fn candidates_compile_together_and_time_alone() {
     let db = tmp("jobs.jsonl");
@@ -483,7 +485,7 @@ fn candidates_compile_together_and_time_alone() {
     assert_eq!(trials(&db).len(), 6, "{e}");
     let db = tmp("jobs_killed.jsonl");
     args.extend(["--trial-timeout", "0.001"]);
-    let o = texc(&db, &args);
+    let o = texc_cmd(&db, &args).env("TEXC_NO_CACHE", "1").output().expect("texc runs");
     let (out, e) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}\n{e}");
     assert!(e.contains("s compiling"), "{e}");
