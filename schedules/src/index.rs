@@ -141,9 +141,7 @@ pub fn eliminate_div_mod(f: &mut LoopFunc, e: TExprId) -> TExprId {
 /// `[0, a)`): `t / c = X / (c / a)` and `t % c = a·(X % (c / a)) + Y`,
 /// with `X / (c / a)` simplified in turn. A vector of 8 filters in groups
 /// of 24 (`(8·o + v) / 24`, `v` its lanes) reads one group, `o / 3`, the
-/// same for every lane. The divisors tried are those `c` shares with the
-/// terms' coefficients, the largest first: where the outer terms' own
-/// factor divides `c`, the inner ones stay below it.
+/// same for every lane. The divisors tried are [`divisor_candidates`].
 fn exact_div_mod(f: &mut LoopFunc, t: TExprId, c: i64) -> Option<(TExprId, TExprId)> {
     if c < 1 {
         return None;
