@@ -872,3 +872,18 @@ int main(void) {
     assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
     assert!(String::from_utf8_lossy(&run.stdout).contains("exact"));
 }
+
+/// `texc/build.rs` links the executable at a fixed address, so LLVM's
+/// pointer tables need no relocating at start (ELF `e_type` 2, `ET_EXEC`;
+/// a position-independent executable is 3, `ET_DYN`).
+#[test]
+#[cfg(target_os = "linux")]
+fn the_executable_is_linked_at_a_fixed_address() {
+    use std::io::Read;
+    let mut bytes = [0u8; 18];
+    let mut file = std::fs::File::open(env!("CARGO_BIN_EXE_texc")).expect("the texc executable opens");
+    file.read_exact(&mut bytes).expect("its ELF header reads");
+    assert_eq!(&bytes[..4], b"\x7fELF");
+    let e_type = u16::from_le_bytes([bytes[16], bytes[17]]);
+    assert_eq!(e_type, 2, "texc is not linked at a fixed address (ELF type {e_type})");
+}
