@@ -887,3 +887,72 @@ fn the_executable_is_linked_at_a_fixed_address() {
     let e_type = u16::from_le_bytes([bytes[16], bytes[17]]);
     assert_eq!(e_type, 2, "texc is not linked at a fixed address (ELF type {e_type})");
 }
+
+/// The functions a run uses are laid out together (`texc/build.rs`'s
+/// symbol ordering): LLVM's static constructors, which all run before
+/// `main` and lie 30 MB apart in the default layout (each page fault
+/// mapping the 64 KiB around it), lie within 2 MB.
+#[test]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn the_static_constructors_are_laid_out_together() {
+    let (lo, hi, count) = elf::function_span(env!("CARGO_BIN_EXE_texc"), "_GLOBAL__sub_I_");
+    assert!(count > 100, "only {count} static constructors found");
+    assert!(hi - lo <= 2 << 20, "{count} static constructors span {} KiB", (hi - lo) >> 10);
+}
+
+/// Just enough of ELF64 (little-endian) to find a symbol table's functions.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod elf {
+    use std::io::{Read, Seek, SeekFrom};
+
+    fn read_at(f: &mut std::fs::File, offset: u64, len: usize) -> Vec<u8> {
+        let mut buf = vec![0; len];
+        f.seek(SeekFrom::Start(offset)).expect("seek");
+        f.read_exact(&mut buf).expect("read");
+        buf
+    }
+
+    fn u16_at(b: &[u8], at: usize) -> u16 {
+        u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
+    }
+
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+    }
+
+    fn u64_at(b: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+    }
+
+    /// The lowest start and highest end address of the defined functions
+    /// whose names start with `prefix`, and how many there are.
+    pub fn function_span(path: &str, prefix: &str) -> (u64, u64, usize) {
+        let mut f = std::fs::File::open(path).expect("the executable opens");
+        let header = read_at(&mut f, 0, 64);
+        let (shoff, shentsize, shnum) =
+            (u64_at(&header, 0x28), u16_at(&header, 0x3a) as usize, u16_at(&header, 0x3c) as usize);
+        let sections = read_at(&mut f, shoff, shentsize * shnum);
+        let section = |i: usize| &sections[i * shentsize..(i + 1) * shentsize];
+        // SHT_SYMTAB = 2; its sh_link names the string table.
+        let symtab = (0..shnum)
+            .map(section)
+            .find(|s| u32_at(s, 4) == 2)
+            .expect("a symbol table (the executable is not stripped)");
+        let strtab = section(u32_at(symtab, 40) as usize);
+        let symbols = read_at(&mut f, u64_at(symtab, 24), u64_at(symtab, 32) as usize);
+        let names = read_at(&mut f, u64_at(strtab, 24), u64_at(strtab, 32) as usize);
+        let (mut lo, mut hi, mut count) = (u64::MAX, 0, 0);
+        for sym in symbols.chunks_exact(24) {
+            let (name, kind, section, value, size) =
+                (u32_at(sym, 0) as usize, sym[4] & 0xf, u16_at(sym, 6), u64_at(sym, 8), u64_at(sym, 16));
+            // STT_FUNC = 2, defined (section index not SHN_UNDEF).
+            if kind != 2 || section == 0 || !names[name..].starts_with(prefix.as_bytes()) {
+                continue;
+            }
+            lo = lo.min(value);
+            hi = hi.max(value + size);
+            count += 1;
+        }
+        (lo, hi, count)
+    }
+}
