@@ -31,7 +31,8 @@ toolchain or texc's dependencies change:
     python3 scripts/text-order.py [--rounds N] [MODEL.onnx ...]
 
 (`benches/zoo.py --keep DIR` exports models; the list in the tree was made
-from MNASNet 0.5, BERT and ResNet-50, then refined by four more rounds.)
+from MNASNet 0.5, BERT and ResNet-50, then refined by `--refine-only
+--rounds 4` with Swin-T, EfficientNet-B0 and Inception-v3 added.)
 """
 import argparse
 import bisect
