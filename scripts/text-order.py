@@ -150,11 +150,13 @@ def write(order):
 
 
 def add(order, seen, names, defined):
-    new = [n for n in names if n in defined and n not in seen]
-    for n in new:
-        seen.add(n)
-        order.append(n)
-    return len(set(new))
+    """Append the defined names not in the list yet; how many."""
+    before = len(order)
+    for n in names:
+        if n in defined and n not in seen:
+            seen.add(n)
+            order.append(n)
+    return len(order) - before
 
 
 def perf_records_faults(scratch):

@@ -25,6 +25,8 @@
 mod order;
 
 fn main() {
-    println!("cargo:rustc-link-arg-bins=-no-pie");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-link-arg-bins=-no-pie");
+    }
     order::order_functions("bins", "link/text-order.txt.gz");
 }

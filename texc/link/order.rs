@@ -7,10 +7,13 @@ use std::path::{Path, PathBuf};
 
 /// Pass `list` (gzip, one function name a line) to the linker of this
 /// crate's `kind` targets (`bins`, `cdylib`) as `--symbol-ordering-file`,
-/// where the linker is LLD.
+/// where the linker is LLD. The crate's code and tests see whether it was
+/// passed as `TEXC_FUNCTIONS_ORDERED` (`1` or `0`).
 pub fn order_functions(kind: &str, list: &str) {
     println!("cargo:rerun-if-changed={list}");
-    if !links_with_lld() {
+    let lld = links_with_lld();
+    println!("cargo:rustc-env=TEXC_FUNCTIONS_ORDERED={}", u8::from(lld));
+    if !lld {
         return;
     }
     let text = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("text-order.txt");

@@ -891,10 +891,15 @@ fn the_executable_is_linked_at_a_fixed_address() {
 /// The functions a run uses are laid out together (`texc/build.rs`'s
 /// symbol ordering): LLVM's static constructors, which all run before
 /// `main` and lie 30 MB apart in the default layout (each page fault
-/// mapping the 64 KiB around it), lie within 2 MB.
+/// mapping the 64 KiB around it), lie within 2 MB. Where the linker is not
+/// LLD (Rust before 1.90) the list is not passed and the test says so.
 #[test]
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn the_static_constructors_are_laid_out_together() {
+    if env!("TEXC_FUNCTIONS_ORDERED") != "1" {
+        eprintln!("skipped: this toolchain's linker is not LLD, so texc/build.rs passed no symbol ordering");
+        return;
+    }
     let (lo, hi, count) = elf::function_span(env!("CARGO_BIN_EXE_texc"), "_GLOBAL__sub_I_");
     assert!(count > 100, "only {count} static constructors found");
     assert!(hi - lo <= 2 << 20, "{count} static constructors span {} KiB", (hi - lo) >> 10);
