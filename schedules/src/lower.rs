@@ -5,7 +5,9 @@
 //! factor + inner` for splits, `/` and `%` for fusions); splits that do not
 //! divide their extent add a guard around the body, so tails are computed
 //! exactly once. A reduction stage becomes an init nest (over its spatial
-//! leaves) storing the identity and an update nest folding each term in.
+//! leaves) storing the identity and an update nest folding each term in;
+//! one whose register block resumes the sums of slices outside it starts
+//! the first slice from the identity in the block instead (no init nest).
 //!
 //! Attached stages (`compute_at`, `cache_read`) are lowered where their
 //! owner's attachment loop opens: inside it, an `Alloc` of the stage's box
@@ -474,6 +476,11 @@ impl Lowerer<'_> {
                 if let Some(parts) = cached.as_ref().filter(|_| !ss.cache_write_resumes) {
                     return self.cached_reduction(f, si, parts, &domain, attach);
                 }
+                // Blocks that resume the sums of slices start the first slice
+                // from the identity themselves: no nest of the output's own.
+                if let Some(parts) = cached.as_ref().filter(|c| first_slice_starts(ss, c.at, c.attached)) {
+                    return self.cached_reduction(f, si, parts, &domain, attach);
+                }
                 // The output starts from the identity: a whole sum, or the
                 // slices' sums that cached blocks resume.
                 let spatial: Vec<usize> = ss.leaves.iter().copied().filter(|&l| is_spatial(ss, l)).collect();
@@ -643,13 +650,30 @@ impl Lowerer<'_> {
         // A resumed block holds one slice's sums: no epilogue may store them
         // (`fold_epilogues` leaves such stages alone).
         debug_assert!(!resumes || epilogue.is_none(), "a resumed block has no epilogue");
+        // The one reduction loop outside the block, where its first
+        // iteration starts the block from the identity (and no init nest
+        // stores it in the output first).
+        let slice_loop = first_slice_starts(ss, c.at, c.attached)
+            .then(|| ss.leaves.iter().copied().find(|&l| ss.ivs[l].reduce))
+            .flatten();
         let init = |f: &mut LoopFunc, nest: &mut Nest| {
             let indices = local_idx(f, nest);
             let value = match addend {
                 Some(a) => (c.value_of)(f, nest, a.term),
                 None if resumes => {
                     let from = (c.store_idx)(f, nest);
-                    f.p.alloc(TExpr::Load(st.tensor, from), ty, st.span)
+                    let sums = f.p.alloc(TExpr::Load(st.tensor, from), ty, st.span);
+                    match slice_loop {
+                        // The sums of the slices before, past the first.
+                        Some(l) => {
+                            let v = f.p.alloc(TExpr::Var(nest.loop_var[&l]), Ty::Index, st.span);
+                            let zero = index_int(f, 0);
+                            let later = index_bin(f, BinOp::Gt, v, zero);
+                            let identity = f.p.alloc(TExpr::reduce_identity(op, Ty::Elem(elem)), ty, st.span);
+                            f.p.alloc(TExpr::Select(later, sums, identity), ty, st.span)
+                        }
+                        None => sums,
+                    }
                 }
                 None => f.p.alloc(TExpr::reduce_identity(op, Ty::Elem(elem)), ty, st.span),
             };
@@ -706,6 +730,24 @@ impl Lowerer<'_> {
         let ctx = NestCtx { ss, leaves: &outer, partitioned: &partitioned, terminal: &block, attach };
         ctx.level(f, 0, &HashMap::new(), &mut HashMap::new())
     }
+}
+
+/// Whether a cached reduction whose block (at leaf `at`) resumes the sums
+/// of the slices of one reduction loop outside it starts the first slice
+/// from the identity in the block itself, rather than reading it from an
+/// init nest that stored it in the whole output first (a pass over the
+/// output, and on several threads a parallel loop of its own): on CPUs,
+/// for a stage that is neither attached (whose boxes' guards the block's
+/// start does not see) nor tensorized. (`crate::zeroing` proves that
+/// each later slice reads what the slice before stored.)
+fn first_slice_starts(ss: &StageSchedule, at: usize, attached: bool) -> bool {
+    let Some(at) = ss.leaves.iter().position(|&l| l == at) else { return false };
+    let outside: Vec<usize> = ss.leaves[..=at].iter().copied().filter(|&l| ss.ivs[l].reduce).collect();
+    ss.cache_write_resumes
+        && matches!(outside[..], [l] if matches!(ss.ivs[l].kind, ForKind::Serial | ForKind::Unrolled))
+        && !attached
+        && ss.tensorize.is_none()
+        && !ss.leaves.iter().any(|&l| ss.ivs[l].kind.is_gpu())
 }
 
 /// The order of a cached reduction's write-back loops over `s_in`, and

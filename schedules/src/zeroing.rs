@@ -22,10 +22,18 @@
 //! - the read is covered where its fixed parts equal a store's and its box
 //!   lies in that store's (merged) box. A store made later in the same
 //!   iteration, or a read of the element a statement is about to store,
-//!   does not count.
+//!   does not count;
+//! - except in the iteration before: a read that a guard keeps out of the
+//!   first iteration of a sequential loop around it (`select(c.o > 0,
+//!   Y[..], 0)`: `v > k`, `k` at least the loop's first value) is covered
+//!   where stores later in that loop's body cover it as above and neither
+//!   their indices and guards nor the read's indices involve the loop's
+//!   variable: the iteration before stored the same elements (a product's
+//!   register block resumed per slice, `crate::lower`).
 //!
 //! What the default schedules produce (accumulators set to the identity,
-//! packs, attached stages, reductions' initial values) is covered; the rest
+//! packs, attached stages, reductions' initial values, blocks resumed per
+//! slice) is covered; the rest
 //! of a hand-written nest is zeroed. A GPU block's `shared` and `registers`
 //! buffers are the block's threads' together: they are not zeroed (the
 //! launch rules order their stores and reads).
@@ -232,8 +240,14 @@ pub fn covered(f: &LoopFunc, t: TensorId, body: &[Stmt]) -> bool {
 
 /// [`covered`] over statements that follow one another (those of a body
 /// that may touch `t`: the others make no accesses to it).
-fn covered_in<'s>(f: &LoopFunc, ranges: &LoopRanges, t: TensorId, body: impl Iterator<Item = &'s Stmt>) -> bool {
+fn covered_in<'s>(
+    f: &LoopFunc,
+    ranges: &LoopRanges,
+    t: TensorId,
+    body: impl Iterator<Item = &'s Stmt> + Clone,
+) -> bool {
     let mut events = Vec::new();
+    let body_again = body.clone();
     for s in body {
         collect(f, t, std::slice::from_ref(s), &mut Vec::new(), &mut Vec::new(), &mut events);
     }
@@ -247,8 +261,20 @@ fn covered_in<'s>(f: &LoopFunc, ranges: &LoopRanges, t: TensorId, body: impl Ite
     let mut forms = Forms::new(f, &env);
     let sites: Vec<Site> = events.iter().map(|e| Site { indices: &e.indices, guards: &[], within: &[] }).collect();
     forms.settle(&sites);
-    let check = Check { f, t, forms, written: HashMap::new(), last_view: None };
+    let mut sequential = BTreeSet::new();
+    for s in body_again {
+        sequential_loops(s, &mut sequential);
+    }
+    let check = Check { f, t, forms, written: HashMap::new(), last_view: None, ranges: ranges.clone(), sequential };
     check.all_reads_covered(&events)
+}
+
+/// The loops of `s` that run their iterations one after another, in order.
+fn sequential_loops(s: &Stmt, out: &mut BTreeSet<VarId>) {
+    if let Stmt::For { var, kind: ForKind::Serial | ForKind::Unrolled, .. } = s {
+        out.insert(*var);
+    }
+    s.body().iter().for_each(|b| sequential_loops(b, out));
 }
 
 /// An access to the buffer where it is made: its indices (a tile's origin,
@@ -427,16 +453,61 @@ struct Check<'a> {
     written: HashMap<(usize, Vec<VarId>, Option<usize>), Option<Slab>>,
     /// The view that covered the last read covered.
     last_view: Option<usize>,
+    ranges: LoopRanges,
+    /// Loops whose iterations run one after another ([`sequential_loops`]).
+    sequential: BTreeSet<VarId>,
 }
 
 impl Check<'_> {
     fn all_reads_covered(mut self, events: &[Event]) -> bool {
-        (0..events.len()).all(|i| events[i].write || self.read_covered(&events[..i], &events[i]))
+        (0..events.len()).all(|i| {
+            let before: Vec<(usize, &Event)> = events[..i].iter().enumerate().filter(|(_, e)| e.write).collect();
+            events[i].write || self.read_covered(&before, &events[i]) || self.covered_the_iteration_before(events, i)
+        })
     }
 
-    /// Whether the stores of `before` wrote all that `read` reads.
-    fn read_covered(&mut self, before: &[Event], read: &Event) -> bool {
-        let writes: Vec<(usize, &Event)> = before.iter().enumerate().filter(|(_, e)| e.write).collect();
+    /// Whether read `i`, made past the first iteration of a sequential loop
+    /// `v` (a guard says `v > k`, `k` at least the loop's first value),
+    /// reads what stores after it in `v`'s body wrote in the iteration
+    /// before: with the loops they share fixed, their boxes cover the
+    /// read's, and no index involves `v`, so the iteration before stored
+    /// the same elements. (A product's register block, resumed per slice
+    /// from the sums the slice before stored: `crate::lower`.)
+    fn covered_the_iteration_before(&mut self, events: &[Event], i: usize) -> bool {
+        let read = &events[i];
+        let carried = read.path.iter().position(|&v| self.sequential.contains(&v) && self.past_first(read, v));
+        let Some(depth) = carried else { return false };
+        let v = read.path[depth];
+        let writes: Vec<(usize, &Event)> = events
+            .iter()
+            .enumerate()
+            .skip(i + 1)
+            .filter(|(_, w)| w.write && shared(&w.path, &read.path) > depth)
+            .collect();
+        let involve_v = |xs: &[TExprId]| xs.iter().any(|&x| mentions(self.f, x, v));
+        !writes.is_empty()
+            && !involve_v(&read.indices)
+            && !writes.iter().any(|(_, w)| involve_v(&w.indices) || involve_v(&w.guards))
+            && self.read_covered(&writes, read)
+    }
+
+    /// Whether a guard of `read` says that loop `v` is past its first iteration.
+    fn past_first(&self, read: &Event, v: VarId) -> bool {
+        let Some(first) = self.ranges[v as usize].lo else { return false };
+        let mut conjuncts = Vec::new();
+        read.guards.iter().for_each(|&g| conjuncts_of(&self.f.p, g, &mut conjuncts));
+        let p = &self.f.p;
+        conjuncts.into_iter().any(|g| match p.expr(g) {
+            TExpr::Binary(op @ (BinOp::Gt | BinOp::Ge), a, b) if p.expr(*a) == &TExpr::Var(v) => match p.expr(*b) {
+                TExpr::Int(k) => *k as i128 > first || *op == BinOp::Gt && *k as i128 == first,
+                _ => false,
+            },
+            _ => false,
+        })
+    }
+
+    /// Whether the stores `writes` (each with its event's index) wrote all that `read` reads.
+    fn read_covered(&mut self, writes: &[(usize, &Event)], read: &Event) -> bool {
         let mut prefixes: Vec<usize> = writes.iter().map(|(_, w)| shared(&w.path, &read.path)).collect();
         prefixes.sort_unstable();
         prefixes.dedup();
@@ -872,6 +943,11 @@ fn extent(shape: &[i64], r: &Range<usize>) -> i128 {
 /// How many loops two paths share, outermost first.
 fn shared(a: &[VarId], b: &[VarId]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Whether expression `e` reads loop variable `v`.
+fn mentions(f: &LoopFunc, e: TExprId, v: VarId) -> bool {
+    f.p.expr(e) == &TExpr::Var(v) || f.p.children(e).into_iter().any(|c| mentions(f, c, v))
 }
 
 /// Merge boxes that agree on every dimension but one, where they meet or

@@ -329,6 +329,35 @@ fn guarded_stores_cover_what_every_block_writes() {
     }
 }
 
+/// A read past the first iteration of a sequential loop (a guard says so)
+/// of what a store after it in the loop's body writes in every iteration
+/// reads what the iteration before stored (a product's register block
+/// resumed per slice): no zeros. Each change that breaks that needs them:
+/// a guard the first iteration passes, a loop that starts past the value
+/// the guard names, a store whose element moves with the loop, a store
+/// that skips an element; the evaluator and compiled code agree throughout.
+/// (Loop text must store an element of a buffer above its first read: `T[0]`.)
+#[test]
+fn a_later_iteration_reads_what_the_one_before_stored() {
+    let nest = |first: i64, guard: &str, index: &str, skip: &str| {
+        format!(
+            "func k []\n  input X: f32[3, 8]\n  output Y: f32[8]\n  local T: f32[8]:\n    T[0] = 0.0f32\n\
+             \x20   for s in {first}..3:\n      for i in 0..8:\n        local A: f32[1]:\n\
+             \x20         A[0] = select({guard}, T[i], 0.0f32)\n          {skip}T[{index}] = A[0] + X[s, i]\n\
+             \x20   for i in 0..8:\n      Y[i] = T[i]\n"
+        )
+    };
+    for (case, text, want) in [
+        ("resumed", nest(0, "s > 0", "i", ""), vec![]),
+        ("a guard the first iteration passes", nest(0, "s >= 0", "i", ""), vec!["T"]),
+        ("a loop from 1", nest(1, "s > 0", "i", ""), vec!["T"]),
+        ("a store moving with the loop", nest(0, "s > 0", "(i + s) % 8", ""), vec!["T"]),
+        ("a store skipping an element", nest(0, "s > 0", "i", "if i < 7:\n            "), vec!["T"]),
+    ] {
+        zeroed_and_run(&text, &want, 3, case);
+    }
+}
+
 /// The temporaries the zero pass zeroes in loop text `text` are `want`;
 /// the evaluator and the compiled `x86-avx2` code (where it runs) agree on
 /// its first output, with inputs of `seed`.
