@@ -603,6 +603,13 @@ impl Check<'_> {
         let mut digits_of: BTreeMap<VarId, usize> = BTreeMap::new();
         let mut forms = Vec::new();
         for (d, run) in view.iter().enumerate() {
+            // A tile's rows and columns joined into one flat run are no
+            // interval (an m × n tile of a row of W > n leaves gaps): a
+            // store that reaches past its origin fills a box only in runs
+            // of one dimension.
+            if write && run.len() > 1 && run.clone().any(|k| e.reach[k] > 0) {
+                return None;
+            }
             let form = self.run_form(e, run.clone())?;
             let reach = run.clone().fold(0i128, |r, k| r * shape[k] as i128 + e.reach[k] as i128);
             let (mut fixed_part, mut own) = (Affine::constant(form.c), Vec::new());

@@ -589,6 +589,35 @@ const REVIEWED_UNWRITTEN: [&str; 3] = [
 "#,
 ];
 
+/// A tile product's `m × n` output tile in a buffer of rows longer than
+/// `n` (an adversarial review, 2026-12-07): joined into one flat run, its
+/// rows and columns looked like the interval from its origin to its last
+/// element, so a read in the gap between two of its rows (`T[0, 5]` of a
+/// 2 × 4 tile at `T[0, 0]` in rows of 8), never stored, took no zeros —
+/// directly, or through a later iteration's read (`crate::zeroing`'s
+/// iteration before). Both are zeroed now; a read inside the tile is not.
+#[test]
+fn a_tile_store_covers_its_rows_not_the_gaps_between_them() {
+    let nest = |read: &str, looped: bool| {
+        let head = "func k []\n  input A: i32[2, 16]\n  input B: i32[16, 4]\n  output Y: i32[2]\n  temp T: i32[2, 8]\n";
+        let tile = "amx_dpbusd 2x4x16 T[0, 0] @ (0, 1) = A[0, 0] @ (0, 1) * B[0, 0] @ (0, 1)";
+        match looped {
+            false => format!("{head}  {tile}\n  Y[0] = {read}\n"),
+            true => format!(
+                "{head}  T[1, 7] = 0i32\n  for s in 0..2:\n    Y[s] = select(s > 0, {read}, 0i32)\n    {tile}\n"
+            ),
+        }
+    };
+    for (read, looped, zeroed) in
+        [("T[0, 5]", false, true), ("T[0, 5]", true, true), ("T[1, 3]", false, false), ("T[1, 3]", true, false)]
+    {
+        let mut f = parse(&nest(read, looped)).unwrap_or_else(|e| panic!("{e}"));
+        let z = texc_schedules::zeroing::zero_uncovered(&mut f, false);
+        let names: Vec<&str> = z.iter().map(|&t| f.p.tensor(t).name.as_str()).collect();
+        assert_eq!(names.contains(&"T"), zeroed, "{read} (in a loop: {looped}): zeroed {names:?}");
+    }
+}
+
 /// The review's nests: the racing ones are refused (for GPU nests, by the
 /// launch rules), and the ones reading unwritten elements compute on every
 /// CPU backend what the evaluator does (zeros there).
