@@ -14,8 +14,10 @@
 //!   that fill an interval without gaps, different dimensions different
 //!   digits, digits of one loop taking every combination (its extent a
 //!   multiple of its largest weight), and its guards dropping only indices
-//!   outside the buffer; boxes of stores that share their fixed parts
-//!   merge where they meet (a loop's body and its split tail);
+//!   outside the buffer (a tile's, which reaches past its origin, only in
+//!   views whose runs are one dimension each); boxes of stores that share
+//!   their fixed parts merge where they meet (a loop's body and its split
+//!   tail);
 //! - a read *reads a box*, its own part's interval in each dimension,
 //!   narrowed by what its guards say of the index (of each dimension too,
 //!   where a run joins several: a padding copy's `y >= 1`);
