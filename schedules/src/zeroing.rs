@@ -463,8 +463,10 @@ struct Check<'a> {
 impl Check<'_> {
     fn all_reads_covered(mut self, events: &[Event]) -> bool {
         (0..events.len()).all(|i| {
-            let before: Vec<(usize, &Event)> = events[..i].iter().enumerate().filter(|(_, e)| e.write).collect();
-            events[i].write || self.read_covered(&before, &events[i]) || self.covered_the_iteration_before(events, i)
+            events[i].write || {
+                let before: Vec<(usize, &Event)> = events[..i].iter().enumerate().filter(|(_, e)| e.write).collect();
+                self.read_covered(&before, &events[i]) || self.covered_the_iteration_before(events, i)
+            }
         })
     }
 
