@@ -874,18 +874,16 @@ int main(void) {
 }
 
 /// `texc/build.rs` links the executable at a fixed address, so LLVM's
-/// pointer tables need no relocating at start (ELF `e_type` 2, `ET_EXEC`;
-/// a position-independent executable is 3, `ET_DYN`).
+/// pointer tables need no relocating at start (ELF `ET_EXEC`; a
+/// position-independent executable is `ET_DYN`).
 #[test]
 #[cfg(target_os = "linux")]
 fn the_executable_is_linked_at_a_fixed_address() {
-    use std::io::Read;
-    let mut bytes = [0u8; 18];
-    let mut file = std::fs::File::open(env!("CARGO_BIN_EXE_texc")).expect("the texc executable opens");
-    file.read_exact(&mut bytes).expect("its ELF header reads");
-    assert_eq!(&bytes[..4], b"\x7fELF");
-    let e_type = u16::from_le_bytes([bytes[16], bytes[17]]);
-    assert_eq!(e_type, 2, "texc is not linked at a fixed address (ELF type {e_type})");
+    use object::read::elf::FileHeader;
+    let bytes = std::fs::read(env!("CARGO_BIN_EXE_texc")).expect("the texc executable reads");
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&*bytes).expect("an ELF64 executable");
+    let e_type = header.e_type(header.endian().expect("an endianness"));
+    assert_eq!(e_type, object::elf::ET_EXEC, "texc is not linked at a fixed address (ELF type {e_type})");
 }
 
 /// The functions a run uses are laid out together (`texc/build.rs`'s
@@ -896,68 +894,22 @@ fn the_executable_is_linked_at_a_fixed_address() {
 #[test]
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn the_static_constructors_are_laid_out_together() {
+    use object::{Object, ObjectSymbol, SymbolKind};
     if env!("TEXC_FUNCTIONS_ORDERED") != "1" {
         eprintln!("skipped: this toolchain's linker is not LLD, so texc/build.rs passed no symbol ordering");
         return;
     }
-    let (lo, hi, count) = elf::function_span(env!("CARGO_BIN_EXE_texc"), "_GLOBAL__sub_I_");
-    assert!(count > 100, "only {count} static constructors found");
+    let bytes = std::fs::read(env!("CARGO_BIN_EXE_texc")).expect("the texc executable reads");
+    let file = object::File::parse(&*bytes).expect("an object file");
+    let constructors: Vec<(u64, u64)> = file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
+        .filter(|s| s.name().is_ok_and(|n| n.starts_with("_GLOBAL__sub_I_")))
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect();
+    let count = constructors.len();
+    assert!(count > 100, "only {count} static constructors found (is the executable stripped?)");
+    let lo = constructors.iter().map(|c| c.0).min().unwrap_or(0);
+    let hi = constructors.iter().map(|c| c.1).max().unwrap_or(0);
     assert!(hi - lo <= 2 << 20, "{count} static constructors span {} KiB", (hi - lo) >> 10);
-}
-
-/// Just enough of ELF64 (little-endian) to find a symbol table's functions.
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-mod elf {
-    use std::io::{Read, Seek, SeekFrom};
-
-    fn read_at(f: &mut std::fs::File, offset: u64, len: usize) -> Vec<u8> {
-        let mut buf = vec![0; len];
-        f.seek(SeekFrom::Start(offset)).expect("seek");
-        f.read_exact(&mut buf).expect("read");
-        buf
-    }
-
-    fn u16_at(b: &[u8], at: usize) -> u16 {
-        u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
-    }
-
-    fn u32_at(b: &[u8], at: usize) -> u32 {
-        u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-    }
-
-    fn u64_at(b: &[u8], at: usize) -> u64 {
-        u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-    }
-
-    /// The lowest start and highest end address of the defined functions
-    /// whose names start with `prefix`, and how many there are.
-    pub fn function_span(path: &str, prefix: &str) -> (u64, u64, usize) {
-        let mut f = std::fs::File::open(path).expect("the executable opens");
-        let header = read_at(&mut f, 0, 64);
-        let (shoff, shentsize, shnum) =
-            (u64_at(&header, 0x28), u16_at(&header, 0x3a) as usize, u16_at(&header, 0x3c) as usize);
-        let sections = read_at(&mut f, shoff, shentsize * shnum);
-        let section = |i: usize| &sections[i * shentsize..(i + 1) * shentsize];
-        // SHT_SYMTAB = 2; its sh_link names the string table.
-        let symtab = (0..shnum)
-            .map(section)
-            .find(|s| u32_at(s, 4) == 2)
-            .expect("a symbol table (the executable is not stripped)");
-        let strtab = section(u32_at(symtab, 40) as usize);
-        let symbols = read_at(&mut f, u64_at(symtab, 24), u64_at(symtab, 32) as usize);
-        let names = read_at(&mut f, u64_at(strtab, 24), u64_at(strtab, 32) as usize);
-        let (mut lo, mut hi, mut count) = (u64::MAX, 0, 0);
-        for sym in symbols.chunks_exact(24) {
-            let (name, kind, section, value, size) =
-                (u32_at(sym, 0) as usize, sym[4] & 0xf, u16_at(sym, 6), u64_at(sym, 8), u64_at(sym, 16));
-            // STT_FUNC = 2, defined (section index not SHN_UNDEF).
-            if kind != 2 || section == 0 || !names[name..].starts_with(prefix.as_bytes()) {
-                continue;
-            }
-            lo = lo.min(value);
-            hi = hi.max(value + size);
-            count += 1;
-        }
-        (lo, hi, count)
-    }
 }
