@@ -242,16 +242,10 @@ pub fn covered(f: &LoopFunc, t: TensorId, body: &[Stmt]) -> bool {
 
 /// [`covered`] over statements that follow one another (those of a body
 /// that may touch `t`: the others make no accesses to it).
-fn covered_in<'s>(
-    f: &LoopFunc,
-    ranges: &LoopRanges,
-    t: TensorId,
-    body: impl Iterator<Item = &'s Stmt> + Clone,
-) -> bool {
-    let mut events = Vec::new();
-    let body_again = body.clone();
+fn covered_in<'s>(f: &LoopFunc, ranges: &LoopRanges, t: TensorId, body: impl Iterator<Item = &'s Stmt>) -> bool {
+    let (mut events, mut sequential) = (Vec::new(), BTreeSet::new());
     for s in body {
-        collect(f, t, std::slice::from_ref(s), &mut Vec::new(), &mut Vec::new(), &mut events);
+        collect(f, t, std::slice::from_ref(s), (&mut Vec::new(), &mut Vec::new()), &mut sequential, &mut events);
     }
     if !events.iter().any(|e| !e.write) {
         return true;
@@ -263,20 +257,8 @@ fn covered_in<'s>(
     let mut forms = Forms::new(f, &env);
     let sites: Vec<Site> = events.iter().map(|e| Site { indices: &e.indices, guards: &[], within: &[] }).collect();
     forms.settle(&sites);
-    let mut sequential = BTreeSet::new();
-    for s in body_again {
-        sequential_loops(s, &mut sequential);
-    }
     let check = Check { f, t, forms, written: HashMap::new(), last_view: None, ranges: ranges.clone(), sequential };
     check.all_reads_covered(&events)
-}
-
-/// The loops of `s` that run their iterations one after another, in order.
-fn sequential_loops(s: &Stmt, out: &mut BTreeSet<VarId>) {
-    if let Stmt::For { var, kind: ForKind::Serial | ForKind::Unrolled, .. } = s {
-        out.insert(*var);
-    }
-    s.body().iter().for_each(|b| sequential_loops(b, out));
 }
 
 /// An access to the buffer where it is made: its indices (a tile's origin,
@@ -292,12 +274,14 @@ struct Event {
 
 /// The accesses of `t` in `body`, in the order they are made (a store's
 /// reads before its write).
+/// `sequential` gathers the loops on the way whose iterations run one
+/// after another, in order (serial and unrolled ones).
 fn collect(
     f: &LoopFunc,
     t: TensorId,
     body: &[Stmt],
-    path: &mut Vec<VarId>,
-    guards: &mut Vec<TExprId>,
+    (path, guards): (&mut Vec<VarId>, &mut Vec<TExprId>),
+    sequential: &mut BTreeSet<VarId>,
     out: &mut Vec<Event>,
 ) {
     let reads = |e: TExprId, path: &[VarId], guards: &[TExprId], out: &mut Vec<Event>| {
@@ -320,19 +304,22 @@ fn collect(
                 // An asynchronous copy lands later: it writes nothing here.
                 if *kind == ForKind::Async {
                     let mut later = Vec::new();
-                    collect(f, t, body, path, guards, &mut later);
+                    collect(f, t, body, (path, guards), sequential, &mut later);
                     out.extend(later.into_iter().filter(|e| !e.write));
                     continue;
                 }
+                if matches!(kind, ForKind::Serial | ForKind::Unrolled) {
+                    sequential.insert(*var);
+                }
                 path.push(*var);
-                collect(f, t, body, path, guards, out);
+                collect(f, t, body, (path, guards), sequential, out);
                 path.pop();
             }
-            Stmt::Alloc { body, .. } => collect(f, t, body, path, guards, out),
+            Stmt::Alloc { body, .. } => collect(f, t, body, (path, guards), sequential, out),
             Stmt::If { cond, then } => {
                 reads(*cond, path, guards, out);
                 guards.push(*cond);
-                collect(f, t, then, path, guards, out);
+                collect(f, t, then, (path, guards), sequential, out);
                 guards.pop();
             }
             Stmt::Store { tensor, indices, value } => {
@@ -456,7 +443,7 @@ struct Check<'a> {
     /// The view that covered the last read covered.
     last_view: Option<usize>,
     ranges: LoopRanges,
-    /// Loops whose iterations run one after another ([`sequential_loops`]).
+    /// Loops whose iterations run one after another (serial, unrolled).
     sequential: BTreeSet<VarId>,
 }
 
@@ -1035,6 +1022,6 @@ fn fills(terms: &mut [(i128, i128)]) -> bool {
 /// Whether `s` reads or writes `t`.
 fn touches(f: &LoopFunc, s: &Stmt, t: TensorId) -> bool {
     let mut events = Vec::new();
-    collect(f, t, std::slice::from_ref(s), &mut Vec::new(), &mut Vec::new(), &mut events);
+    collect(f, t, std::slice::from_ref(s), (&mut Vec::new(), &mut Vec::new()), &mut BTreeSet::new(), &mut events);
     !events.is_empty()
 }
