@@ -55,11 +55,31 @@
 //! it as stored). Vectors then run
 //! along the channels in every stage of the region, and no row is a
 //! vector and a masked part of one. MEASURED in `float_region`'s comment
-//! and in docs/onnx.md.
+//! and in docs/onnx.md. A grouped convolution whose groups are whole
+//! vectors (RegNet's groups of 16 and 24) starts a region alike: its input
+//! is read through the group (`P[n, y + r, x + s, k / Kg · Cg + q]` once
+//! stored channels last), one element per vector of a group's filters, a
+//! broadcast as in the filters-last product it replaces, whose copy back
+//! and channels-first padding (a transposing pass each) the region saves;
+//! its sum runs over its taps before its channels
+//! (`group_channels_innermost`).
 //!
-//! Invariants: the program computes the same values bit for bit (the same
-//! expression per output element, each written once, stored at a permuted
-//! address and read from it); the only stages added are the constants'
+//! A region goes on across blocks where it can (`across`): through each
+//! projection whose readers keep the channels (the residual sum) to the
+//! next block — its expansion an edge that both reads and makes channels
+//! last, its depthwise or grouped convolution another seed — so that a
+//! stage of blocks keeps its channels last from its first shortcut to the
+//! pooling after it, each product reading and writing them as stored (no
+//! copy back: ONNX Runtime's NCHWc kept from layer to layer, with the
+//! whole channel dimension as the block). Where that walk does not close
+//! (a reader across the channels, a model output, a product that is not
+//! computed filters-last), the block's own region is taken as before.
+//!
+//! Invariants: the program computes the same values (the same expression
+//! per output element, each written once, stored at a permuted address and
+//! read from it; a grouped convolution's sum reassociated, its taps
+//! outermost, which the interpreter, summing in f64, computes to the same
+//! bits); the only stages added are the constants'
 //! copies, inserted before the stages that read them (operator records'
 //! stage ranges move with them); inputs and outputs keep their layouts.
 
@@ -106,11 +126,33 @@ pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorI
             }
             si = read_constants_along_last(p, &mut ix.reads, si, constant);
             tops.push(top);
-        } else if let Some(region) = float_region(p, &ix.reads, si, target, constant) {
+        } else if let Some(region) = float_region(p, &ix.reads, si, target, constant, true)
+            .or_else(|| float_region(p, &ix.reads, si, target, constant, false))
+        {
             let start = p.stages[si].tensor;
-            drop_unit_sums(p, si);
+            let seeds: Vec<TensorId> = region.seeds.iter().map(|&s| p.stages[s].tensor).collect();
+            let grouped: Vec<TensorId> = region
+                .seeds
+                .iter()
+                .filter(|&&s| {
+                    let (st, mut loads) = (&p.stages[s], Vec::new());
+                    loads_in(p, st.value, &mut loads);
+                    let c = region.moves.iter().find(|m| m.0 == st.tensor).map_or(0, |m| m.1) as VarId;
+                    activations(p, st, &loads, c).is_none()
+                })
+                .map(|&s| p.stages[s].tensor)
+                .collect();
+            for t in seeds {
+                let s = ix.reads.sole_writer(p, t).expect("a seed writes its tensor");
+                drop_unit_sums(p, s);
+                ix.reads.refresh(p, s);
+            }
             for &(t, d) in &region.moves {
                 store_last(p, &mut ix, t, d);
+            }
+            for &t in &grouped {
+                let s = ix.reads.sole_writer(p, t).expect("a seed writes its tensor");
+                group_channels_innermost(p, s);
             }
             for &(t, _) in &region.moves {
                 let w = ix.reads.sole_writer(p, t).expect("a moved temporary has one writer");
@@ -212,15 +254,26 @@ struct Region {
     moves: Vec<Move>,
     tops: Vec<TensorId>,
     bottoms: Vec<TensorId>,
+    /// The channel-wise and grouped convolutions in the region (stage
+    /// indices), whose activations are read along their channels.
+    seeds: Vec<usize>,
+    /// Whether the region goes on through its bottoms to their readers
+    /// ([`float_region`]'s `across`), and the bottoms (with their filter
+    /// axes) whose readers are yet to walk.
+    across: bool,
+    crossed: Vec<Move>,
 }
 
 /// The most temporaries one region moves (a block's depthwise
 /// convolution, its activations, padding and squeeze-and-excite take
-/// about ten): the walk stays bounded on any program.
+/// about ten; a region across blocks about six a block): the walk stays
+/// bounded on any program.
 const MAX_REGION: usize = 32;
+const MAX_REGION_ACROSS: usize = 192;
 
 /// The region to store channels last around float stage `si`, if it is a
-/// channel-wise (depthwise) product whose default row idles lanes
+/// channel-wise (depthwise) product, or a grouped one whose groups are
+/// whole vectors ([`grouped_activations`]), whose default row idles lanes
 /// ([`crate::filters_last::FLOAT_FILL`]) while its channels fill them, and
 /// the region closes: up from its activations through elementwise stages
 /// (the padding copy, the activation, the bias) to the products that make
@@ -244,13 +297,64 @@ const MAX_REGION: usize = 32;
 /// 0.082 / 0.171 → 0.061; 144 channels at 56²: 0.656 → 0.651 / 0.521 →
 /// 0.427 (taken on AVX-512, whose row of 56 is 56 of 64 lanes; AVX2's row
 /// of 56 fills its vectors).
+///
+/// `across`: the walk goes on from each projection (a bottom) to its
+/// readers, as from a temporary of the region — the residual sum joins it,
+/// and through it the next block, whose depthwise or grouped convolution
+/// reading the region joins as a seed ([`seed_reading`]) — so that the
+/// projections and expansions between blocks are tops too, their copies
+/// back inlined; bounded by [`MAX_REGION_ACROSS`] temporaries.
 fn float_region(
     p: &Program,
     reads: &Reads,
     si: usize,
     target: &Target,
     constant: &dyn Fn(TensorId) -> bool,
+    across: bool,
 ) -> Option<Region> {
+    let c = seed_axis(p, reads, si, target)?;
+    let mut region = Region {
+        moves: vec![(p.stages[si].tensor, c)],
+        tops: Vec::new(),
+        bottoms: Vec::new(),
+        seeds: vec![si],
+        across,
+        crossed: Vec::new(),
+    };
+    let most = if across { MAX_REGION_ACROSS } else { MAX_REGION };
+    let (mut i, mut j) = (0, 0);
+    loop {
+        if let Some(&(t, d)) = region.moves.get(i) {
+            let w = reads.sole_writer(p, t)?;
+            up(p, reads, (w, d), target, constant, &mut region)?;
+            down(p, reads, t, d, target, constant, &mut region)?;
+            i += 1;
+        } else if let Some(&(t, f)) = region.crossed.get(j) {
+            down(p, reads, t, f, target, constant, &mut region)?;
+            j += 1;
+        } else {
+            break;
+        }
+        if region.moves.len() > most {
+            return None;
+        }
+    }
+    // A top's copy back is inlined into its readers only where all of
+    // them read it along their channels.
+    let tops_read_by_region = region.tops.iter().all(|&u| {
+        reads.every_read(p, u, |st, l| {
+            let at = region.moves.iter().find(|m| m.0 == st.tensor).map(|m| m.1 as VarId);
+            at.is_some_and(|v| crate::filters_last::alone_at(p, l, v).is_some())
+        })
+    });
+    tops_read_by_region.then_some(region)
+}
+
+/// The channel axis of float stage `si`, if it can start a region: a
+/// channel-wise (depthwise) product, or a grouped one whose groups are
+/// whole vectors, whose channels fill the vectors and whose default row
+/// idles an eighth of them or more.
+fn seed_axis(p: &Program, reads: &Reads, si: usize, target: &Target) -> Option<usize> {
     let st = &p.stages[si];
     let x = st.n_axes.checked_sub(1)?;
     let (body, false) = product_body(p, st.value)? else { return None };
@@ -268,31 +372,12 @@ fn float_region(
     let c = (0..x).rev().find(|&c| {
         let ext = st.vars[c].extent;
         let channel_wise = factors.iter().all(|&l| involves(p, l, c as VarId));
-        ext >= lanes && fill(ext, lanes) >= MIN_FILL && channel_wise && activations(p, st, &loads, c as VarId).is_some()
+        let reads_channels = activations(p, st, &loads, c as VarId).is_some()
+            || grouped_activations(p, st, &loads, c as VarId, lanes).is_some();
+        ext >= lanes && fill(ext, lanes) >= MIN_FILL && channel_wise && reads_channels
     })?;
-    if fill(crate::strategy::default_row(p, target, si), lanes) > crate::filters_last::FLOAT_FILL {
-        return None;
-    }
-    let mut region = Region { moves: vec![(st.tensor, c)], tops: Vec::new(), bottoms: Vec::new() };
-    let mut i = 0;
-    while let Some(&(t, d)) = region.moves.get(i) {
-        let w = reads.sole_writer(p, t)?;
-        up(p, reads, (w, d, si), target, constant, &mut region)?;
-        down(p, reads, t, d, target, constant, &mut region)?;
-        if region.moves.len() > MAX_REGION {
-            return None;
-        }
-        i += 1;
-    }
-    // A top's copy back is inlined into its readers only where all of
-    // them read it along their channels.
-    let tops_read_by_region = region.tops.iter().all(|&u| {
-        reads.every_read(p, u, |st, l| {
-            let at = region.moves.iter().find(|m| m.0 == st.tensor).map(|m| m.1 as VarId);
-            at.is_some_and(|v| crate::filters_last::alone_at(p, l, v).is_some())
-        })
-    });
-    tops_read_by_region.then_some(region)
+    let idles = fill(crate::strategy::default_row(p, target, si), lanes) <= crate::filters_last::FLOAT_FILL;
+    idles.then_some(c)
 }
 
 /// The operands stage `w` (writing a temporary of the region, channels
@@ -304,7 +389,7 @@ fn float_region(
 fn up(
     p: &Program,
     reads: &Reads,
-    (w, d, start): (usize, usize, usize),
+    (w, d): (usize, usize),
     target: &Target,
     constant: &dyn Fn(TensorId) -> bool,
     region: &mut Region,
@@ -313,11 +398,16 @@ fn up(
     let cv = d as VarId;
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
+    // The grouped convolution a region starts from reads its activations
+    // through its filters' group (`P[n, k / Kg · Cg + c, ..]`).
+    let lanes = target.lanes(p.tensor(st.tensor).elem) as i64;
+    let seed = region.seeds.contains(&w);
+    let grouped = seed.then(|| grouped_activations(p, st, &loads, cv, lanes)).flatten();
     for l in loads.into_iter().filter(|&l| involves(p, l, cv)) {
         let TExpr::Load(u, _) = p.expr(l) else { return None };
-        let e = channel_at(p, st, l, cv)?;
+        let e = channel_at(p, st, l, cv).or_else(|| grouped.filter(|g| g.0 == l).map(|g| g.1))?;
         let dims = &p.tensor(*u).shape;
-        if effectively_last(dims, e) || (w == start && constant(*u)) {
+        if effectively_last(dims, e) || (seed && constant(*u)) {
             continue;
         }
         if let Some(m) = region.moves.iter().find(|m| m.0 == *u) {
@@ -365,6 +455,13 @@ fn down(
         if region.moves.iter().any(|m| m.0 == st.tensor) || region.bottoms.contains(&st.tensor) {
             continue;
         }
+        // Across blocks: the next block's depthwise or grouped convolution,
+        // its activations this temporary, joins as the first one did.
+        if let Some(c) = region.across.then(|| seed_reading(p, reads, r, t, d, target)).flatten() {
+            region.moves.push((st.tensor, c));
+            region.seeds.push(r);
+            continue;
+        }
         let mut loads = Vec::new();
         loads_in(p, st.value, &mut loads);
         loads.retain(|&l| matches!(p.expr(l), TExpr::Load(u, _) if *u == t));
@@ -383,8 +480,11 @@ fn down(
             if depth < crate::filters_last::MIN_FLOAT_DEPTH {
                 return None;
             }
-            crate::filters_last::wanted_axis(p, reads, r, target, &movable)?;
+            let f = crate::filters_last::wanted_axis(p, reads, r, target, &movable)?;
             region.bottoms.push(st.tensor);
+            if region.across {
+                region.crossed.push((st.tensor, f));
+            }
         } else if !summed && reads.sole_writer(p, st.tensor) == Some(r) {
             region.moves.push((st.tensor, v as usize));
         } else {
@@ -392,6 +492,67 @@ fn down(
         }
     }
     Some(())
+}
+
+/// The channel axis of stage `r`, if it can start a region
+/// ([`seed_axis`]) and its activations are temporary `t`, read along its
+/// dimension `d`.
+fn seed_reading(p: &Program, reads: &Reads, r: usize, t: TensorId, d: usize, target: &Target) -> Option<usize> {
+    let c = seed_axis(p, reads, r, target)?;
+    let st = &p.stages[r];
+    let lanes = target.lanes(p.tensor(st.tensor).elem) as i64;
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let cv = c as VarId;
+    let (a, e) = activations(p, st, &loads, cv).or_else(|| grouped_activations(p, st, &loads, cv, lanes))?;
+    (matches!(p.expr(a), TExpr::Load(u, _) if *u == t) && e == d).then_some(c)
+}
+
+/// Grouped convolution stage `si`, stored channels last, summing over its
+/// group's input channels innermost (`sum[r, s, q]`, not `sum[q, r, s]`):
+/// its input, `P[n, y + r, x + s, k / Kg · Cg + q]`, then gives each tap's
+/// broadcasts from one line, read once. With the channels outside the
+/// taps, every step of `q` reads the window's lines again — a block's
+/// positions and rows, whose lines are `C` channels apart and fall into
+/// few sets of L1 where `C` is a power of two (ResNeXt-50's 512 channels
+/// at 14²: 21 lines in 2 sets of 8 ways).
+fn group_channels_innermost(p: &mut Program, si: usize) {
+    let st = p.stages[si].clone();
+    let Some(k) = st.n_axes.checked_sub(1).map(|k| k as VarId) else { return };
+    let mut loads = Vec::new();
+    loads_in(p, st.value, &mut loads);
+    let Some(last) = loads.iter().find_map(|&l| match p.expr(l) {
+        TExpr::Load(_, idx)
+            if crate::strategy::cpu::blocking::through_group(p, &[l], k).is_some_and(|g| g.is_some()) =>
+        {
+            idx.last().copied()
+        }
+        _ => None,
+    }) else {
+        return;
+    };
+    let sums = st.n_axes..st.vars.len();
+    let (inner, outer): (Vec<usize>, Vec<usize>) = sums.partition(|&v| involves(p, last, v as VarId));
+    let order: Vec<usize> = outer.into_iter().chain(inner).collect();
+    let rename: HashMap<VarId, VarId> =
+        order.iter().enumerate().map(|(i, &o)| (o as VarId, (st.n_axes + i) as VarId)).collect();
+    let mut vars = st.vars[..st.n_axes].to_vec();
+    vars.extend(order.iter().map(|&o| st.vars[o].clone()));
+    let value = subst(p, st.value, &HashMap::new(), &rename);
+    sort_reduce_vars(p, value);
+    p.stages[si].vars = vars;
+    p.stages[si].value = value;
+}
+
+/// The variables of every reduction in `e` (nodes `e` owns: fresh from
+/// [`subst`]) listed in order.
+fn sort_reduce_vars(p: &mut Program, e: TExprId) {
+    if let TExpr::Reduce(_, rv, _) = &mut p.exprs[e.0 as usize] {
+        rv.sort_unstable();
+    }
+    for c in p.children(e) {
+        sort_reduce_vars(p, c);
+    }
 }
 
 /// Whether every dimension of a tensor of `dims` after `d` has one
@@ -410,6 +571,26 @@ fn activations(p: &Program, st: &Stage, loads: &[TExprId], c: VarId) -> Option<(
     let (a, None) = (both.next()?, both.next()) else { return None };
     let TExpr::Load(t, idx) = p.expr(a) else { return None };
     let d = channel_at(p, st, a, c)?;
+    (p.tensor(*t).role == TensorRole::Temp && d + 1 < idx.len()).then_some((a, d))
+}
+
+/// The activations of a grouped convolution `st` whose filters `c` come
+/// in groups of whole vectors of `lanes` (RegNet's groups of 16 and 24):
+/// the only load of a temporary that moves with both `c` and the row, `c`
+/// read only through its group (`P[n, c / Kg · Cg + q, ..]`,
+/// [`crate::filters_last::per_group`]: a vector of filters, all of one
+/// group, reads one element of it), in a dimension that is not its last;
+/// the load and that dimension.
+fn grouped_activations(p: &Program, st: &Stage, loads: &[TExprId], c: VarId, lanes: i64) -> Option<(TExprId, usize)> {
+    let x = (st.n_axes - 1) as VarId;
+    let mut both = loads.iter().copied().filter(|&l| involves(p, l, c) && involves(p, l, x));
+    let (a, None) = (both.next()?, both.next()) else { return None };
+    let TExpr::Load(t, idx) = p.expr(a) else { return None };
+    if !crate::filters_last::per_group(p, a, c, st.vars[c as usize].extent, lanes) {
+        return None;
+    }
+    let mut at = idx.iter().enumerate().filter(|&(_, &i)| involves(p, i, c)).map(|(d, _)| d);
+    let (d, None) = (at.next()?, at.next()) else { return None };
     (p.tensor(*t).role == TensorRole::Temp && d + 1 < idx.len()).then_some((a, d))
 }
 

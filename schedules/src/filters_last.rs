@@ -369,7 +369,7 @@ fn long_axis(
 /// it, `(8·o + v) / 24` simplified to `o / 3` (`index::exact_div_mod`), and
 /// a long row's micro-kernel takes as many vectors as divide a group
 /// (`blocking::within_group`).
-fn per_group(p: &Program, l: TExprId, f: VarId, ext: i64, lanes: i64) -> bool {
+pub(crate) fn per_group(p: &Program, l: TExprId, f: VarId, ext: i64, lanes: i64) -> bool {
     let group = crate::strategy::cpu::blocking::through_group(p, &[l], f);
     matches!(group, Some(Some(g)) if g < ext && ext % g == 0 && g % lanes == 0)
 }

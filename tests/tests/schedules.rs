@@ -1986,6 +1986,183 @@ fn short_float_depthwise_regions_are_stored_channels_last() {
     assert!(kept(&written_out, "x86-avx2", &|u| block_weight(&pw, u)), "the depthwise an output");
 }
 
+/// A RegNet block as the ONNX importer writes it: a 1 × 1 expansion of `c`
+/// channels to `e`, its bias and ReLU, zero padding, a 3 × 3 convolution
+/// in groups of `g` channels on a `hw` × `hw` map, its bias and ReLU, and a
+/// 1 × 1 projection to `c`.
+fn grouped_block(c: i64, e: i64, g: i64, hw: i64) -> String {
+    format!(
+        "kernel blk(X: f32[1, {c}, {hw}, {hw}], We: f32[{e}, {c}], be: f32[{e}], Wd: f32[{e}, {g}, 3, 3], bd: f32[{e}], \
+         Wp: f32[{c}, {e}], bp: f32[{c}]) -> Y: f32[1, {c}, {hw}, {hw}] {{\n\
+         \x20   T[n, f, y, x] = sum[q](X[n, q, y, x] * We[f, q]);\n\
+         \x20   A[n, f, y, x] = max(T[n, f, y, x] + be[f], 0.0);\n\
+         \x20   P[n, f, y in 0..{pd}, x in 0..{pd}] = select(y >= 1 && y < {hp} && x >= 1 && x < {hp}, A[n, f, y - 1, x - 1], 0.0);\n\
+         \x20   D[n, k, y in 0..{hw}, x in 0..{hw}] = sum[q in 0..{g}, r in 0..3, s in 0..3](P[n, k / {g} * {g} + q, y + r, x + s] * Wd[k, q, r, s]);\n\
+         \x20   G[n, k, y, x] = max(D[n, k, y, x] + bd[k], 0.0);\n\
+         \x20   Y[n, q, y, x] = sum[f](Wp[q, f] * G[n, f, y, x]) + bp[q];\n}}\n",
+        pd = hw + 2,
+        hp = hw + 1,
+    )
+}
+
+/// A grouped convolution whose groups are whole vectors and whose rows
+/// idle an eighth of the lanes or more (RegNet's groups of 16 and 24 on
+/// 7 × 7 and 14 × 14 maps) starts a region as a depthwise convolution
+/// does: its padded input and its output are stored channels last (the
+/// input read through the group, one element per vector of a group's
+/// filters), the expansion and the projection returned to be computed
+/// filters-last. The interpreter computes the same bits, every x86 target
+/// this CPU runs the interpreter's outputs, and the register block's
+/// vectors each lie in one group (groups of 24 in 8-lane vectors: the
+/// panels 8 wide, the input read as `k.o / 3 · 24 + q`, never gathered
+/// across two groups). Left as it is: groups of 4 (half of AVX2's
+/// vector), rows of 16 that fill AVX2's vectors.
+#[test]
+fn short_grouped_regions_are_stored_channels_last() {
+    use texc_compiler::target::lookup;
+    let weight = |p: &Program, t: texc_compiler::tir::TensorId| {
+        p.tensors.get(t.0 as usize).is_some_and(|d| ["We", "be", "Wd", "bd", "Wp", "bp"].contains(&&*d.name))
+    };
+    for (c, e, g, hw, targets) in [
+        (40, 144, 16, 7, &["x86-avx2", "x86-avx512"][..]),
+        (24, 168, 24, 14, &["x86-avx2"][..]),
+        (32, 160, 16, 13, &["x86-avx2", "x86-avx512"][..]),
+    ] {
+        let name = format!("{c} → {e} in groups of {g} at {hw}²");
+        let p = program("blk.tex", &grouped_block(c, e, g, hw));
+        for &target in targets {
+            let t = lookup(target).expect("registered");
+            let mut q = p.clone();
+            let wanted = texc_schedules::channels_last::channels_last(&mut q, t, &|u| weight(&p, u));
+            let tir = texc_compiler::print::print_program(&q);
+            let pd = hw + 2;
+            for moved in [
+                format!("temp P: f32[1, {pd}, {pd}, {e}]"),
+                format!("temp D: f32[1, {hw}, {hw}, {e}]"),
+                format!("temp G: f32[1, {hw}, {hw}, {e}]"),
+            ] {
+                assert!(tir.contains(&moved), "{name} {target}: `{moved}`:\n{tir}");
+            }
+            let names: Vec<&str> = wanted.iter().map(|&u| &*q.tensor(u).name).collect();
+            assert!(names.contains(&"T") && names.contains(&"Y") && names.len() == 2, "{name} {target}: {names:?}");
+            for seed in [3, 8] {
+                let args = |p: &Program| random_args(p, seed);
+                let (want, got) =
+                    (interp::run(&p, args(&p)).expect("interp"), interp::run(&q, args(&q)).expect("interp"));
+                for (a, b) in got.iter().zip(&want) {
+                    assert_eq!(a.bytes(), b.bytes(), "{name} {target}: the same bits, stored elsewhere");
+                }
+            }
+            let movable = |u| weight(&p, u);
+            texc_schedules::filters_last::filters_last(&mut q, t, &movable, &|u| wanted.contains(&u));
+            let f = texc_tests::default_lowered_on(t, &q);
+            let text = texc_schedules::ir::print(&f);
+            assert!(!text.contains(&format!("k.v) / {g}")), "{name} {target}: a vector across groups:\n{text}");
+            assert_same(&format!("{name} {target}"), &q, &f, 4);
+            assert_runs_as_interp(&format!("{name} {target}"), t, &q, &f, 4);
+        }
+    }
+    let kept = |src: &str| {
+        let mut q = program("blk.tex", src);
+        let p = q.clone();
+        let t = lookup("x86-avx2").expect("registered");
+        texc_schedules::channels_last::channels_last(&mut q, t, &|u| weight(&p, u)).is_empty()
+    };
+    assert!(kept(&grouped_block(40, 144, 4, 7)), "groups of 4 in 8 lanes");
+    assert!(kept(&grouped_block(40, 144, 16, 16)), "rows of 16 fill AVX2's vectors");
+}
+
+/// Two RegNet blocks with residual sums (`R1 = relu(S + Y1)`, `R2 =
+/// relu(R1 + Y2)`; `S` the first block's shortcut, a 1 × 1 convolution of
+/// the stage's input), pooled, as a stage of RegNetX: `c` channels in groups of `g` on a `hw` × `hw` map. `outputs`
+/// adds outputs.
+fn grouped_stage(c: i64, g: i64, hw: i64, outputs: &str) -> String {
+    let block = |i: usize, t: &str, x: &str| {
+        format!(
+            "    T{i}[n, f, y, x] = sum[q]({t}[n, q, y, x] * We{i}[f, q]);\n\
+             \x20   A{i}[n, f, y, x] = max(T{i}[n, f, y, x] + be{i}[f], 0.0);\n\
+             \x20   P{i}[n, f, y in 0..{pd}, x in 0..{pd}] = select(y >= 1 && y < {hp} && x >= 1 && x < {hp}, A{i}[n, f, y - 1, x - 1], 0.0);\n\
+             \x20   D{i}[n, k, y in 0..{hw}, x in 0..{hw}] = sum[q in 0..{g}, r in 0..3, s in 0..3](P{i}[n, k / {g} * {g} + q, y + r, x + s] * Wd{i}[k, q, r, s]);\n\
+             \x20   G{i}[n, k, y, x] = max(D{i}[n, k, y, x] + bd{i}[k], 0.0);\n\
+             \x20   Y{i}[n, q, y, x] = sum[f](Wp{i}[q, f] * G{i}[n, f, y, x]);\n\
+             \x20   R{i}[n, q, y, x] = max({x}[n, q, y, x] + Y{i}[n, q, y, x] + bp{i}[q], 0.0);\n",
+            pd = hw + 2,
+            hp = hw + 1,
+        )
+    };
+    let weights = |i: usize| {
+        format!("We{i}: f32[{c}, {c}], be{i}: f32[{c}], Wd{i}: f32[{c}, {g}, 3, 3], bd{i}: f32[{c}], Wp{i}: f32[{c}, {c}], bp{i}: f32[{c}]")
+    };
+    format!(
+        "kernel stage(X: f32[1, {c}, {hw}, {hw}], W0: f32[{c}, {c}], {}, {}) -> (Y: f32[1, {c}]{outputs}) {{\n\
+         \x20   S[n, q, y, x] = sum[p](X[n, p, y, x] * W0[q, p]);\n{}{}\
+         \x20   M[n, q, i in 0..1, j in 0..1] = sum[y, x](R2[n, q, y, x]) / {area}.0;\n\
+         \x20   Y[n, q] = M[n, q, 0, 0];\n}}\n",
+        weights(1),
+        weights(2),
+        block(1, "X", "S"),
+        block(2, "R1", "R1"),
+        area = hw * hw,
+    )
+}
+
+/// Across blocks: a region goes on through its projection, whose residual
+/// sum keeps the channels, to the next block (its expansion a bottom and a
+/// top, its grouped convolution a seed), so that a stage of blocks keeps
+/// its channels last throughout — the residual sums, the pooling — and
+/// every product inside reads and writes them so, no copy back left. The
+/// interpreter computes the same bits, the x86 targets the interpreter's
+/// outputs. Where the walk across cannot close (a residual sum written
+/// out), each block's own region is taken, as before.
+#[test]
+fn grouped_regions_go_across_blocks() {
+    use texc_compiler::target::lookup;
+    let weight = |p: &Program, t: texc_compiler::tir::TensorId| {
+        p.tensors.get(t.0 as usize).is_some_and(|d| d.name.starts_with('W') || d.name.starts_with('b'))
+    };
+    let (c, g, hw) = (144, 16, 7);
+    let p = program("stage.tex", &grouped_stage(c, g, hw, ""));
+    for target in ["x86-avx2", "x86-avx512"] {
+        let t = lookup(target).expect("registered");
+        let mut q = p.clone();
+        let wanted = texc_schedules::channels_last::channels_last(&mut q, t, &|u| weight(&p, u));
+        let tir = texc_compiler::print::print_program(&q);
+        for moved in ["R1", "R2", "P1", "P2", "G1", "G2", "A2"] {
+            let shape = if moved.starts_with('P') { [hw + 2, hw + 2] } else { [hw, hw] };
+            let decl = format!("temp {moved}: f32[1, {}, {}, {c}]", shape[0], shape[1]);
+            assert!(tir.contains(&decl), "{target}: `{decl}`:\n{tir}");
+        }
+        let names: Vec<&str> = wanted.iter().map(|&u| &*q.tensor(u).name).collect();
+        for product in ["S", "T1", "Y1", "T2", "Y2"] {
+            assert!(names.contains(&product), "{target}: {product} in {names:?}");
+        }
+        for seed in [2, 6] {
+            let args = |p: &Program| random_args(p, seed);
+            let (want, got) = (interp::run(&p, args(&p)).expect("interp"), interp::run(&q, args(&q)).expect("interp"));
+            for (a, b) in got.iter().zip(&want) {
+                assert_eq!(a.bytes(), b.bytes(), "{target}: the same bits, stored elsewhere");
+            }
+        }
+        let movable = |u| weight(&p, u);
+        texc_schedules::filters_last::filters_last(&mut q, t, &movable, &|u| wanted.contains(&u));
+        let tir = texc_compiler::print::print_program(&q);
+        for copy in ["stage S[", "stage T1[", "stage Y1[", "stage T2[", "stage Y2["] {
+            assert!(!tir.contains(copy), "{target}: `{copy}` read as stored:\n{tir}");
+        }
+        let f = texc_tests::default_lowered_on(t, &q);
+        assert_same(target, &q, &f, 4);
+        assert_runs_as_interp(target, t, &q, &f, 4);
+    }
+    let written = program("stage.tex", &grouped_stage(c, g, hw, &format!(", R1: f32[1, {c}, {hw}, {hw}]")));
+    let mut q = written.clone();
+    let t = lookup("x86-avx2").expect("registered");
+    texc_schedules::channels_last::channels_last(&mut q, t, &|u| weight(&written, u));
+    let tir = texc_compiler::print::print_program(&q);
+    assert!(tir.contains(&format!("temp G1: f32[1, {hw}, {hw}, {c}]")), "block 1's own region:\n{tir}");
+    assert!(tir.contains(&format!("temp G2: f32[1, {hw}, {hw}, {c}]")), "block 2's own region:\n{tir}");
+    assert!(!tir.contains(&format!("temp R2: f32[1, {hw}, {hw}, {c}]")), "no region across:\n{tir}");
+}
+
 /// `texc_schedules::forward` on inverted residual blocks stored channels
 /// last (`channels_last`, `filters_last`): with a ReLU after the expansion,
 /// at maps of 7, 13 and 27 (stride 2, 5 × 5), the expansion's write-back

@@ -706,7 +706,13 @@ impl ProductLoads {
             .iter()
             .copied()
             .filter(|&l| match p.expr(l) {
-                TExpr::Load(_, idx) => idx.last().is_some_and(|&i| uses_var(p, i, inner)),
+                // Read through its group (`X[n, y, x, k / g · Cg + c]`, a
+                // grouped convolution's input stored channels last), one
+                // element for a vector of a group's filters: a broadcast.
+                TExpr::Load(_, idx) => {
+                    idx.last().is_some_and(|&i| uses_var(p, i, inner))
+                        && !matches!(through_group(p, &[l], inner), Some(Some(_)))
+                }
                 _ => false,
             })
             .collect();
