@@ -1857,6 +1857,18 @@ fn register_blocks_leave_no_lone_last_row_among_few() {
     }
 }
 
+/// Whether programs `p` and `q` (`p` with temporaries stored elsewhere)
+/// compute the same bits in the interpreter on random inputs of `seeds`.
+fn assert_same_bits(name: &str, p: &Program, q: &Program, seeds: &[u64]) {
+    for &seed in seeds {
+        let args = |p: &Program| random_args(p, seed);
+        let (want, got) = (interp::run(p, args(p)).expect("interp"), interp::run(q, args(q)).expect("interp"));
+        for (a, b) in got.iter().zip(&want) {
+            assert_eq!(a.bytes(), b.bytes(), "{name}: the same bits, stored elsewhere");
+        }
+    }
+}
+
 /// A float inverted-residual block as the ONNX importer writes
 /// EfficientNet's (`se`: with its squeeze-and-excite) or MobileNetV2's:
 /// a 1 × 1 expansion of `c` channels to `e`, its bias and SiLU, zero
@@ -1938,14 +1950,7 @@ fn short_float_depthwise_regions_are_stored_channels_last() {
             assert_eq!(wanted.len(), 2, "{name} {target}: the expansion and the projection");
             let names: Vec<&str> = wanted.iter().map(|&u| &*q.tensor(u).name).collect();
             assert!(names.contains(&"T") && names.contains(&"Y"), "{name} {target}: {names:?}");
-            for seed in [5, 9] {
-                let args = |p: &Program| random_args(p, seed);
-                let (want, got) =
-                    (interp::run(&p, args(&p)).expect("interp"), interp::run(&q, args(&q)).expect("interp"));
-                for (g, w) in got.iter().zip(&want) {
-                    assert_eq!(g.bytes(), w.bytes(), "{name} {target}: the same bits, stored elsewhere");
-                }
-            }
+            assert_same_bits(&format!("{name} {target}"), &p, &q, &[5, 9]);
             let movable = |u| block_weight(&p, u);
             texc_schedules::filters_last::filters_last(&mut q, t, &movable, &|u| wanted.contains(&u));
             let tir = texc_compiler::print::print_program(&q);
@@ -2045,14 +2050,7 @@ fn short_grouped_regions_are_stored_channels_last() {
             }
             let names: Vec<&str> = wanted.iter().map(|&u| &*q.tensor(u).name).collect();
             assert!(names.contains(&"T") && names.contains(&"Y") && names.len() == 2, "{name} {target}: {names:?}");
-            for seed in [3, 8] {
-                let args = |p: &Program| random_args(p, seed);
-                let (want, got) =
-                    (interp::run(&p, args(&p)).expect("interp"), interp::run(&q, args(&q)).expect("interp"));
-                for (a, b) in got.iter().zip(&want) {
-                    assert_eq!(a.bytes(), b.bytes(), "{name} {target}: the same bits, stored elsewhere");
-                }
-            }
+            assert_same_bits(&format!("{name} {target}"), &p, &q, &[3, 8]);
             let movable = |u| weight(&p, u);
             texc_schedules::filters_last::filters_last(&mut q, t, &movable, &|u| wanted.contains(&u));
             let f = texc_tests::default_lowered_on(t, &q);
@@ -2136,13 +2134,7 @@ fn grouped_regions_go_across_blocks() {
         for product in ["S", "T1", "Y1", "T2", "Y2"] {
             assert!(names.contains(&product), "{target}: {product} in {names:?}");
         }
-        for seed in [2, 6] {
-            let args = |p: &Program| random_args(p, seed);
-            let (want, got) = (interp::run(&p, args(&p)).expect("interp"), interp::run(&q, args(&q)).expect("interp"));
-            for (a, b) in got.iter().zip(&want) {
-                assert_eq!(a.bytes(), b.bytes(), "{target}: the same bits, stored elsewhere");
-            }
-        }
+        assert_same_bits(target, &p, &q, &[2, 6]);
         let movable = |u| weight(&p, u);
         texc_schedules::filters_last::filters_last(&mut q, t, &movable, &|u| wanted.contains(&u));
         let tir = texc_compiler::print::print_program(&q);
