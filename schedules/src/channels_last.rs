@@ -130,18 +130,9 @@ pub fn channels_last(p: &mut Program, target: &Target, constant: &dyn Fn(TensorI
             .or_else(|| float_region(p, &ix.reads, si, target, constant, false))
         {
             let start = p.stages[si].tensor;
-            let seeds: Vec<TensorId> = region.seeds.iter().map(|&s| p.stages[s].tensor).collect();
-            let grouped: Vec<TensorId> = region
-                .seeds
-                .iter()
-                .filter(|&&s| {
-                    let (st, mut loads) = (&p.stages[s], Vec::new());
-                    loads_in(p, st.value, &mut loads);
-                    let c = region.moves.iter().find(|m| m.0 == st.tensor).map_or(0, |m| m.1) as VarId;
-                    activations(p, st, &loads, c).is_none()
-                })
-                .map(|&s| p.stages[s].tensor)
-                .collect();
+            let seeds: Vec<TensorId> = region.seeds.iter().map(|s| p.stages[s.stage].tensor).collect();
+            let grouped: Vec<TensorId> =
+                region.seeds.iter().filter(|s| s.grouped).map(|s| p.stages[s.stage].tensor).collect();
             for t in seeds {
                 let s = ix.reads.sole_writer(p, t).expect("a seed writes its tensor");
                 drop_unit_sums(p, s);
@@ -254,14 +245,25 @@ struct Region {
     moves: Vec<Move>,
     tops: Vec<TensorId>,
     bottoms: Vec<TensorId>,
-    /// The channel-wise and grouped convolutions in the region (stage
-    /// indices), whose activations are read along their channels.
-    seeds: Vec<usize>,
+    /// The channel-wise and grouped convolutions in the region, whose
+    /// activations are read along their channels.
+    seeds: Vec<Seed>,
     /// Whether the region goes on through its bottoms to their readers
     /// ([`float_region`]'s `across`), and the bottoms (with their filter
     /// axes) whose readers are yet to walk.
     across: bool,
     crossed: Vec<Move>,
+}
+
+/// A stage that can start a region ([`seed_axis`]): its channel axis, its
+/// activations (the load and the dimension it reads the channels in), and
+/// whether it reads them through its group.
+#[derive(Clone, Copy)]
+struct Seed {
+    stage: usize,
+    axis: usize,
+    activations: (TExprId, usize),
+    grouped: bool,
 }
 
 /// The most temporaries one region moves (a block's depthwise
@@ -312,12 +314,12 @@ fn float_region(
     constant: &dyn Fn(TensorId) -> bool,
     across: bool,
 ) -> Option<Region> {
-    let c = seed_axis(p, reads, si, target)?;
+    let seed = seed_axis(p, reads, si, target)?;
     let mut region = Region {
-        moves: vec![(p.stages[si].tensor, c)],
+        moves: vec![(p.stages[si].tensor, seed.axis)],
         tops: Vec::new(),
         bottoms: Vec::new(),
-        seeds: vec![si],
+        seeds: vec![seed],
         across,
         crossed: Vec::new(),
     };
@@ -350,11 +352,11 @@ fn float_region(
     tops_read_by_region.then_some(region)
 }
 
-/// The channel axis of float stage `si`, if it can start a region: a
+/// Float stage `si` as a [`Seed`], if it can start a region: a
 /// channel-wise (depthwise) product, or a grouped one whose groups are
 /// whole vectors, whose channels fill the vectors and whose default row
 /// idles an eighth of them or more.
-fn seed_axis(p: &Program, reads: &Reads, si: usize, target: &Target) -> Option<usize> {
+fn seed_axis(p: &Program, reads: &Reads, si: usize, target: &Target) -> Option<Seed> {
     let st = &p.stages[si];
     let x = st.n_axes.checked_sub(1)?;
     let (body, false) = product_body(p, st.value)? else { return None };
@@ -369,19 +371,24 @@ fn seed_axis(p: &Program, reads: &Reads, si: usize, target: &Target) -> Option<u
     // moves the activations only, a 1 × 1 convolution's filters only).
     let mut factors = Vec::new();
     loads_in(p, body, &mut factors);
-    let c = (0..x).rev().find(|&c| {
-        let ext = st.vars[c].extent;
-        let channel_wise = factors.iter().all(|&l| involves(p, l, c as VarId));
-        let reads_channels = activations(p, st, &loads, c as VarId).is_some()
-            || grouped_activations(p, st, &loads, c as VarId, lanes).is_some();
-        ext >= lanes && fill(ext, lanes) >= MIN_FILL && channel_wise && reads_channels
+    let seed = (0..x).rev().find_map(|c| {
+        let (ext, cv) = (st.vars[c].extent, c as VarId);
+        let channel_wise = factors.iter().all(|&l| involves(p, l, cv));
+        if ext < lanes || fill(ext, lanes) < MIN_FILL || !channel_wise {
+            return None;
+        }
+        let seed = |activations, grouped| Seed { stage: si, axis: c, activations, grouped };
+        match activations(p, st, &loads, cv) {
+            Some(a) => Some(seed(a, false)),
+            None => grouped_activations(p, st, &loads, cv, lanes).map(|a| seed(a, true)),
+        }
     })?;
     let idles = fill(crate::strategy::default_row(p, target, si), lanes) <= crate::filters_last::FLOAT_FILL;
-    idles.then_some(c)
+    idles.then_some(seed)
 }
 
 /// The operands stage `w` (writing a temporary of the region, channels
-/// along its axis `d`; `start` the depthwise convolution's stage) reads
+/// along its axis `d`) reads
 /// along the channels: the temporaries made elementwise join the region,
 /// the products that make them are its tops (wanted filters-last along
 /// the channels); `None` where another operand would be read across its
@@ -398,16 +405,15 @@ fn up(
     let cv = d as VarId;
     let mut loads = Vec::new();
     loads_in(p, st.value, &mut loads);
-    // The grouped convolution a region starts from reads its activations
-    // through its filters' group (`P[n, k / Kg · Cg + c, ..]`).
-    let lanes = target.lanes(p.tensor(st.tensor).elem) as i64;
-    let seed = region.seeds.contains(&w);
-    let grouped = seed.then(|| grouped_activations(p, st, &loads, cv, lanes)).flatten();
+    // A grouped convolution of the region reads its activations through
+    // its filters' group (`P[n, k / Kg · Cg + c, ..]`).
+    let seed = region.seeds.iter().find(|s| s.stage == w).copied();
+    let grouped = seed.filter(|s| s.grouped).map(|s| s.activations);
     for l in loads.into_iter().filter(|&l| involves(p, l, cv)) {
         let TExpr::Load(u, _) = p.expr(l) else { return None };
         let e = channel_at(p, st, l, cv).or_else(|| grouped.filter(|g| g.0 == l).map(|g| g.1))?;
         let dims = &p.tensor(*u).shape;
-        if effectively_last(dims, e) || (seed && constant(*u)) {
+        if effectively_last(dims, e) || (seed.is_some() && constant(*u)) {
             continue;
         }
         if let Some(m) = region.moves.iter().find(|m| m.0 == *u) {
@@ -457,9 +463,9 @@ fn down(
         }
         // Across blocks: the next block's depthwise or grouped convolution,
         // its activations this temporary, joins as the first one did.
-        if let Some(c) = region.across.then(|| seed_reading(p, reads, r, t, d, target)).flatten() {
-            region.moves.push((st.tensor, c));
-            region.seeds.push(r);
+        if let Some(seed) = region.across.then(|| seed_reading(p, reads, r, t, d, target)).flatten() {
+            region.moves.push((st.tensor, seed.axis));
+            region.seeds.push(seed);
             continue;
         }
         let mut loads = Vec::new();
@@ -494,18 +500,12 @@ fn down(
     Some(())
 }
 
-/// The channel axis of stage `r`, if it can start a region
-/// ([`seed_axis`]) and its activations are temporary `t`, read along its
-/// dimension `d`.
-fn seed_reading(p: &Program, reads: &Reads, r: usize, t: TensorId, d: usize, target: &Target) -> Option<usize> {
-    let c = seed_axis(p, reads, r, target)?;
-    let st = &p.stages[r];
-    let lanes = target.lanes(p.tensor(st.tensor).elem) as i64;
-    let mut loads = Vec::new();
-    loads_in(p, st.value, &mut loads);
-    let cv = c as VarId;
-    let (a, e) = activations(p, st, &loads, cv).or_else(|| grouped_activations(p, st, &loads, cv, lanes))?;
-    (matches!(p.expr(a), TExpr::Load(u, _) if *u == t) && e == d).then_some(c)
+/// Stage `r` as a [`Seed`], if it can start a region and its activations
+/// are temporary `t`, read along its dimension `d`.
+fn seed_reading(p: &Program, reads: &Reads, r: usize, t: TensorId, d: usize, target: &Target) -> Option<Seed> {
+    let seed = seed_axis(p, reads, r, target)?;
+    let (a, e) = seed.activations;
+    (matches!(p.expr(a), TExpr::Load(u, _) if *u == t) && e == d).then_some(seed)
 }
 
 /// Grouped convolution stage `si`, stored channels last, summing over its
