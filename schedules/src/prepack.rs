@@ -340,11 +340,15 @@ struct MadePanels {
 }
 
 /// The stage of `p` that is `pack`'s product: the stage writing its
-/// consumer; for a streamed operand, which the schedule may have found in a
-/// stage that preparation split off the product, the one stage reading it.
+/// consumer; where the schedule found the product in a stage that
+/// preparation split off it (`C.r0`, not `p`'s: a grouped convolution's sum
+/// before its bias and activation), or for a streamed operand, the one
+/// stage reading the operand. (RegNetX-1.6GF's 7 × 7 grouped convolutions,
+/// blocked by whole groups of 24 filters on AVX2, packed their weights on
+/// every call.)
 fn consumer(reads: &crate::strategy::Reads, pack: Pack) -> Option<usize> {
-    if !pack.streamed {
-        return reads.first_writer(pack.consumer);
+    if let Some(ci) = reads.first_writer(pack.consumer).filter(|_| !pack.streamed) {
+        return Some(ci);
     }
     let readers: Vec<usize> = reads.readers(pack.operand).collect();
     match readers[..] {

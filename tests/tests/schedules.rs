@@ -2018,9 +2018,9 @@ fn grouped_block(c: i64, e: i64, g: i64, hw: i64) -> String {
 /// filters), the expansion and the projection returned to be computed
 /// filters-last. The interpreter computes the same bits, every x86 target
 /// this CPU runs the interpreter's outputs, and the register block's
-/// vectors each lie in one group (groups of 24 in 8-lane vectors: the
-/// panels 8 wide, the input read as `k.o / 3 · 24 + q`, never gathered
-/// across two groups). Left as it is: groups of 4 (half of AVX2's
+/// vectors each lie in one group, never gathered across two (groups of 24
+/// on AVX2: the block takes the group's three vectors, which share each
+/// broadcast of its input). Left as it is: groups of 4 (half of AVX2's
 /// vector), rows of 16 that fill AVX2's vectors.
 #[test]
 fn short_grouped_regions_are_stored_channels_last() {
@@ -2056,6 +2056,11 @@ fn short_grouped_regions_are_stored_channels_last() {
             let f = texc_tests::default_lowered_on(t, &q);
             let text = texc_schedules::ir::print(&f);
             assert!(!text.contains(&format!("k.v) / {g}")), "{name} {target}: a vector across groups:\n{text}");
+            if g == 24 {
+                let block =
+                    text.lines().find(|l| l.contains("local D.") && l.contains(".acc: f32[")).unwrap_or_default();
+                assert!(block.contains(", 24]"), "{name} {target}: not a whole group's filters: {block}\n{text}");
+            }
             assert_same(&format!("{name} {target}"), &q, &f, 4);
             assert_runs_as_interp(&format!("{name} {target}"), t, &q, &f, 4);
         }
