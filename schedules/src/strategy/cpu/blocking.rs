@@ -109,7 +109,7 @@ pub(super) fn register_block(
         row.max(1)
     };
     let long = long_row(row, lanes);
-    let vectors = if long { within_group(p, st, &loads, lanes, m.knobs.nvec.unwrap_or(2)) } else { short_vectors };
+    let vectors = if long { within_group(p, st, &loads, lanes, m.knobs.nvec) } else { short_vectors };
     // Rows of the image too where the row is one vector: `f` rows
     // of filters broadcast their weights to every image row of the block.
     let image_block = match (image_rows, group_rows, m.knobs.rows) {
@@ -784,7 +784,8 @@ fn long_row(row: i64, lanes: i64) -> bool {
     row >= lanes && (row + lanes - 1) / lanes > MAX_SHORT_VECTORS
 }
 
-/// The micro-kernel's vectors along the stage's row, at most `vectors`:
+/// The micro-kernel's vectors along the stage's row, at most `knob` (the
+/// `nvec` knob; two by default):
 /// where a broadcast operand reads the row through its group (a grouped
 /// convolution computed filters-last, `X[n, k / g · Cg + c, ..]`), as many
 /// as divide a group's `g` filters, so that each vector of filters lies in
@@ -796,12 +797,19 @@ fn long_row(row: i64, lanes: i64) -> bool {
 /// multiply-adds per 7 loads, where 7 rows × 1 vector took 8 loads for 7
 /// and left FMA latency unhidden; RegNetX-1.6GF's 408 channels at 14², Zen
 /// 3, 1 thread: 0.48–0.53 → 0.40–0.45 ms a layer, 66–72 → 78–87 % of the
-/// peak).
-fn within_group(p: &Program, st: &Stage, loads: &ProductLoads, lanes: i64, vectors: i64) -> i64 {
+/// peak). An explicit knob is taken as the most, as elsewhere.
+fn within_group(p: &Program, st: &Stage, loads: &ProductLoads, lanes: i64, knob: Option<i64>) -> i64 {
     let broadcasts: Vec<TExprId> = loads.all.iter().copied().filter(|l| !loads.vector.contains(l)).collect();
+    let vectors = knob.unwrap_or(2);
     match through_group(p, &broadcasts, st.n_axes as u32 - 1) {
-        Some(Some(g)) if g % lanes == 0 && g / lanes <= MAX_GROUP_VECTORS => g / lanes,
-        Some(Some(g)) if g % lanes == 0 => (1..=vectors).rev().find(|&v| (g / lanes) % v == 0).unwrap_or(1),
+        Some(Some(g)) if g % lanes == 0 => {
+            let group = g / lanes;
+            if knob.is_none() && group <= MAX_GROUP_VECTORS {
+                group
+            } else {
+                (1..=vectors).rev().find(|&v| group % v == 0).unwrap_or(1)
+            }
+        }
         _ => vectors,
     }
 }
